@@ -1,0 +1,245 @@
+"""Head gates: find a model's attention modules and multiply each head's output by a gate.
+
+The gates work through transformers' attention interface: every supported attention module
+calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``. We register one wrapper per
+underlying implementation (``headprune_sdpa``, ``headprune_eager``, ...) that calls the
+model's own implementation and then scales the per-head output ``(B, T, H, D)`` by the
+module's gate. No model code is forked.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from headprune.families import GROUPS, Family, family_for, match_site
+
+PREFIX = "headprune_"
+
+
+@dataclass(eq=False)
+class AttentionSite:
+    """One attention module: its group, layer, projections and the original ids of its heads."""
+
+    path: str
+    group: str
+    layer: int
+    block: nn.Module
+    core: nn.Module
+    family: Family
+    head_dim: int
+    num_heads_orig: int
+    head_ids: list[int]  # original ids of the heads still present, in weight order
+    gate: torch.Tensor | None = None  # (H,) or (B, H) over the present heads; None = no gating
+    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
+    recording: bool = False  # add a probe per forward while gate gradients are recorded
+    entropy_hook: object = None  # callable(site, query, key, mask, scaling) while entropy is recorded
+
+    def linear(self, which: str) -> nn.Linear:
+        """The q/k/v/output projection named by the family table."""
+        return self.block.get_submodule(getattr(self.family, which))
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.head_ids)
+
+
+def _module_eager(module: nn.Module):
+    """The eager attention function defined next to a module's class (its own math)."""
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if fn is None:
+        from transformers.models.bert.modeling_bert import eager_attention_forward as fn
+    return fn
+
+
+def _make_gated(inner_name: str):
+    """An attention function that runs ``inner_name`` and then applies the module's head gate."""
+
+    def gated_attention(module, query, key, value, attention_mask, **kwargs):
+        inner = _module_eager(module) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS[inner_name]
+        out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
+        site = getattr(module, "_headprune_site", None)
+        if site is None:
+            return out, weights
+        if site.entropy_hook is not None:
+            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"))
+        gate = site.gate
+        if gate is not None:
+            out = out * _broadcast_gate(gate, out)
+        if site.recording and torch.is_grad_enabled():
+            probe = torch.ones(out.shape[:3], dtype=out.dtype, device=out.device, requires_grad=True)
+            site.probes.append(probe)
+            out = out * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = sum_d out * grad: the gate gradient per token
+        return out, weights
+
+    return gated_attention
+
+
+def _broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
+    gate = gate.to(dtype=out.dtype, device=out.device)
+    if gate.dim() == 1:
+        return gate.view(1, 1, -1, 1)
+    batch = out.shape[0]
+    if gate.shape[0] != batch:
+        if batch % gate.shape[0]:
+            raise ValueError(f"per-example mask has {gate.shape[0]} rows but the batch has {batch} examples")
+        gate = gate.repeat_interleave(batch // gate.shape[0], dim=0)  # beam search expands each example in place
+    return gate.view(batch, 1, -1, 1)
+
+
+def _ensure_registered(inner_name: str) -> str:
+    """Register the gated wrapper (and the matching mask function) for one implementation."""
+    name = PREFIX + inner_name
+    if name not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(name, _make_gated(inner_name))
+        mask_fn = ALL_MASK_ATTENTION_FUNCTIONS[inner_name] if inner_name in ALL_MASK_ATTENTION_FUNCTIONS else None
+        AttentionMaskInterface.register(name, mask_fn or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return name
+
+
+def _configs(model: nn.Module):
+    """The model's config and every sub-config that carries an attention implementation."""
+    seen = []
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and all(config is not c for c in seen):
+            seen.append(config)
+    return seen
+
+
+def find_sites(model: nn.Module) -> list[AttentionSite]:
+    """All attention modules of a model, ordered by group then layer."""
+    family = family_for(model)
+    sites = []
+    for path, block in model.named_modules():
+        matched = match_site(family, path)
+        if matched is None:
+            continue
+        group, layer = matched
+        core = block.get_submodule(family.core) if family.core else block
+        existing = getattr(core, "_headprune_site", None)
+        if existing is not None:
+            sites.append(existing)
+            continue
+        n_heads = int(getattr(core, family.head_count_attr))
+        head_dim = int(getattr(core, family.head_dim_attr))
+        site = AttentionSite(path, group, layer, block, core, family, head_dim, n_heads, list(range(n_heads)))
+        core._headprune_site = site  # the site (and its head bookkeeping) lives with the module
+        sites.append(site)
+    if not sites:
+        raise ValueError(f"found no attention modules in {type(model).__name__} for family {family.name}")
+    sites.sort(key=lambda s: (GROUPS.index(s.group), s.layer))
+    return sites
+
+
+class HeadGates:
+    """Gates on every attention head of a model: set a mask, read the groups, record gate gradients."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.sites = find_sites(model)
+        original = model.config._attn_implementation or "sdpa"
+        self.inner = original[len(PREFIX):] if original.startswith(PREFIX) else original
+        gated_name = _ensure_registered(self.inner)
+        for config in _configs(model):
+            config._attn_implementation_internal = gated_name
+
+    # ---- structure -------------------------------------------------------------------------
+    @property
+    def groups(self) -> dict[str, tuple[int, int]]:
+        """{group: (layers, heads per layer in the original model)}."""
+        shape = {}
+        for site in self.sites:
+            layers, heads = shape.get(site.group, (0, 0))
+            shape[site.group] = (max(layers, site.layer + 1), max(heads, site.num_heads_orig))
+        return shape
+
+    @property
+    def num_heads(self) -> int:
+        """Heads in the original model, all groups."""
+        return sum(layers * heads for layers, heads in self.groups.values())
+
+    def site(self, group: str, layer: int) -> AttentionSite:
+        """The attention module of one group and layer."""
+        for site in self.sites:
+            if site.group == group and site.layer == layer:
+                return site
+        layers = self.groups.get(group, (0, 0))[0]
+        raise IndexError(f"no attention module for group {group!r} layer {layer}: groups are {self.groups} ({layers} layers in that group)")
+
+    def present(self) -> dict[str, torch.Tensor]:
+        """{group: bool [layers, heads]}: True where a head is still in the weights (not pruned)."""
+        out = {g: torch.zeros(l, h, dtype=torch.bool) for g, (l, h) in self.groups.items()}
+        for site in self.sites:
+            out[site.group][site.layer, site.head_ids] = True
+        return out
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        """A mask that keeps every head: {group: ones [layers, heads]}."""
+        return {g: torch.ones(l, h) for g, (l, h) in self.groups.items()}
+
+    # ---- masks -----------------------------------------------------------------------------
+    def normalize_mask(self, mask) -> dict[str, torch.Tensor]:
+        """Check a mask against the model and return it as {group: tensor [L, H] or [B, L, H]}."""
+        from headprune.masks import normalize_mask
+
+        return normalize_mask(mask, self.groups)
+
+    def set_mask(self, mask) -> None:
+        """Gate every head by ``mask`` ({group: [L, H] or [B, L, H]}); ``None`` removes all gates."""
+        if mask is None:
+            for site in self.sites:
+                site.gate = None
+            return
+        mask = self.normalize_mask(mask)
+        for site in self.sites:
+            if site.group not in mask:
+                site.gate = None
+                continue
+            group_mask = mask[site.group]
+            ids = torch.tensor(site.head_ids or [0], dtype=torch.long)
+            site.gate = group_mask[..., site.layer, :].index_select(-1, ids.to(group_mask.device))
+
+    @contextmanager
+    def masked(self, mask):
+        """Run a block with ``mask`` set, restoring the previous gates afterwards."""
+        previous = [site.gate for site in self.sites]
+        self.set_mask(mask)
+        try:
+            yield self
+        finally:
+            for site, gate in zip(self.sites, previous):
+                site.gate = gate
+
+    # ---- gate gradients --------------------------------------------------------------------
+    @contextmanager
+    def probing(self):
+        """Record per-token gate probes (B, T, H) on every forward, to read gate gradients after backward."""
+        for site in self.sites:
+            site.recording, site.probes = True, []
+        try:
+            yield self
+        finally:
+            for site in self.sites:
+                site.recording, site.probes = False, []
+
+    def remove(self) -> None:
+        """Detach the gates and restore the model's own attention implementation."""
+        self.set_mask(None)
+        for config in _configs(self.model):
+            config._attn_implementation_internal = self.inner
+
+    def describe(self) -> str:
+        """A one-line-per-group summary of the attention modules."""
+        lines = []
+        for group, (layers, heads) in self.groups.items():
+            kept = [len(s.head_ids) for s in self.sites if s.group == group]
+            lines.append(f"{group:9s} layers={layers} heads/layer={heads} present={kept}")
+        return "\n".join(lines)
