@@ -1,0 +1,1 @@
+"""Datamodules and built-in synthetic tasks."""

@@ -1,0 +1,31 @@
+"""experiment=inspect: print a model's attention groups, heads, parameters and attention FLOPs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from headprune.counting import model_cost
+from headprune.heads import HeadGates
+from headprune.models import build_model
+from headprune.results import model_fingerprint, results_payload, write_json_atomic
+
+
+def run(cfg) -> dict:
+    """Build the configured model, attach gates and report its structure and cost."""
+    model = build_model(cfg.model)
+    gates = HeadGates(model)
+    cost = model_cost(model, seq_len=cfg.inspect.seq_len)
+    print(f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "
+          f"attention={gates.inner} under headprune gates)")
+    print(f"{'group':9s} {'layers':>6s} {'heads/layer':>11s} {'heads':>6s}")
+    for group, (layers, heads) in gates.groups.items():
+        print(f"{group:9s} {layers:6d} {heads:11d} {layers * heads:6d}")
+    print(f"heads present: {cost.heads} of {gates.num_heads}")
+    print(f"parameters: {cost.parameters:,} (attention projections: {cost.attention_parameters:,})")
+    print(f"forward FLOPs per example at seq_len={cost.seq_len}: {cost.flops:,} "
+          f"(attention: {cost.attention_flops:,}, {100 * cost.attention_flops / cost.flops:.1f}%)")
+    numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": cost.as_dict()}
+    payload = results_payload("inspect", OmegaConf.to_container(cfg, resolve=False), numbers, model=model_fingerprint(model))
+    write_json_atomic(Path(cfg.paths.output_dir) / "results.json", payload)
+    return numbers

@@ -1,0 +1,70 @@
+"""Results files: atomic JSON writes, a versioned schema, and fingerprints of inputs."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+def write_json_atomic(path: str | Path, payload) -> Path:
+    """Write JSON to a temp file beside ``path`` and rename it over ``path`` (never a half-written file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(payload, handle, indent=1, default=_jsonable)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str | Path):
+    """Load a JSON file."""
+    return json.loads(Path(path).read_text())
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def model_fingerprint(model) -> str:
+    """A short hash of a model's parameter names, shapes and a sample of values."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        flat = tensor.detach().reshape(-1)
+        if flat.numel():
+            digest.update(flat[:: max(1, flat.numel() // 64)].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def texts_fingerprint(texts) -> str:
+    """A short hash of a sequence of strings (data fingerprint)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(str(text).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def results_payload(kind: str, config: dict, numbers: dict, **fingerprints) -> dict:
+    """The common envelope of every results.json."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "experiment": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "fingerprints": fingerprints,
+        "config": config,
+        "results": numbers,
+    }

@@ -1,0 +1,1 @@
+"""LightningModules for the NLI and MT tasks; both carry HeadGates."""
