@@ -1,0 +1,122 @@
+"""Training plumbing shared by the tasks: logger, trainer, fit-and-save."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import OmegaConf
+
+from headprune.results import model_fingerprint, results_payload, write_json_atomic
+
+LOGGER_KINDS = ("wandb", "csv", "none")
+
+
+def output_dir(cfg) -> Path:
+    """The run directory (Hydra's output dir)."""
+    return Path(cfg.paths.output_dir)
+
+
+def build_logger(cfg):
+    """The configured Lightning logger: W&B (offline by default), CSV, or none (False)."""
+    kind = cfg.logger.kind if cfg.get("logger") else "none"
+    if kind not in LOGGER_KINDS:
+        raise ValueError(f"logger.kind must be one of {LOGGER_KINDS}, got {kind!r} (choose with logger=wandb|csv|none)")
+    out = output_dir(cfg)
+    if kind == "none":
+        return False
+    if kind == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(save_dir=str(out), name="csv")
+    from lightning.pytorch.loggers import WandbLogger
+
+    os.environ.setdefault("WANDB_MODE", cfg.logger.mode)
+    return WandbLogger(
+        project=cfg.logger.project,
+        entity=cfg.logger.get("entity"),
+        save_dir=str(out),
+        mode=cfg.logger.mode,
+        tags=list(cfg.logger.get("tags") or []),
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+
+
+def _callbacks_from_config(cfg) -> list:
+    extra = []
+    for name, spec in (cfg.get("callbacks") or {}).items():
+        if name == "checkpoint" or spec is None:
+            continue
+        extra.append(instantiate(spec))
+    return extra
+
+
+def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
+    """A Trainer from ``cfg.trainer`` with per-epoch checkpoints in ``<output_dir>/checkpoints``."""
+    ckpt_cfg = (cfg.get("callbacks") or {}).get("checkpoint") or {}
+    checkpoint = ModelCheckpoint(
+        dirpath=str(output_dir(cfg) / "checkpoints"),
+        filename="epoch{epoch:03d}-step{step}",
+        auto_insert_metric_name=False,
+        save_last=True,
+        every_n_epochs=ckpt_cfg.get("every_n_epochs", 1),
+        save_top_k=ckpt_cfg.get("save_top_k", -1),
+        monitor=ckpt_cfg.get("monitor"),
+    )
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    return L.Trainer(
+        **trainer_kwargs,
+        default_root_dir=str(output_dir(cfg)),
+        logger=build_logger(cfg) if logger is None else logger,
+        callbacks=[checkpoint, *_callbacks_from_config(cfg), *callbacks],
+    )
+
+
+def resolve_ckpt_path(cfg) -> str | None:
+    """``ckpt_path=last`` means this run directory's last.ckpt (when it exists)."""
+    path = cfg.get("ckpt_path")
+    if path == "last":
+        last = output_dir(cfg) / "checkpoints" / "last.ckpt"
+        return str(last) if last.exists() else None
+    if path and not Path(path).exists():
+        raise FileNotFoundError(f"ckpt_path={path} does not exist; give a checkpoint file or `last`")
+    return path
+
+
+def fit(cfg, module, datamodule, callbacks=()) -> dict:
+    """Train ``module`` on ``datamodule``, validate, save the HF model to <output_dir>/model, write results.json."""
+    L.seed_everything(cfg.seed, workers=True)
+    trainer = build_trainer(cfg, callbacks=callbacks)
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg))
+    train_seconds = time.perf_counter() - start
+    final = trainer.validate(module, datamodule=datamodule, verbose=False)
+    metrics = {k: float(v) for k, v in (final[0] if final else {}).items()}
+    metrics.update(train_seconds=train_seconds, epochs=trainer.current_epoch, global_step=trainer.global_step)
+    if trainer.is_global_zero:
+        model_dir = output_dir(cfg) / "model"
+        module.save_hf(model_dir)
+        payload = results_payload(
+            cfg.get("experiment_name", "train"),
+            OmegaConf.to_container(cfg, resolve=True),
+            metrics,
+            model=model_fingerprint(module.model),
+        )
+        payload["model_dir"] = str(model_dir)
+        write_json_atomic(output_dir(cfg) / "results.json", payload)
+    _finish_wandb(trainer)
+    return metrics
+
+
+def _finish_wandb(trainer) -> None:
+    """Close the W&B run so that multirun jobs do not share one."""
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+    except ImportError:
+        pass
