@@ -20,9 +20,10 @@ REDUCTIONS = ("example", "token", "batch")
 def per_example_loss(outputs, batch: dict) -> torch.Tensor:
     """Cross-entropy per example (B,): per sequence for classifiers, mean over target tokens for seq2seq."""
     logits, labels = outputs.logits, batch["labels"]
+    logits = logits if logits.dtype == torch.float64 else logits.float()
     if logits.dim() == 2:
-        return F.cross_entropy(logits.float(), labels, reduction="none")
-    token_loss = F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none", ignore_index=-100)  # (B, T)
+        return F.cross_entropy(logits, labels, reduction="none")
+    token_loss = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none", ignore_index=-100)  # (B, T)
     valid = (labels != -100).float()
     return (token_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
 

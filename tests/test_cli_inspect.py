@@ -1,0 +1,22 @@
+"""The first user-facing command: `headprune experiment=inspect`."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_inspect_minilm_prints_structure_and_writes_results(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "headprune.cli", "experiment=inspect", "model=minilm", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "enc_self" in out and "heads present: 72 of 72" in out
+    assert "parameters: 22,714,371" in out and "attention:" in out
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["schema_version"] == 1 and payload["results"]["groups"] == {"enc_self": [6, 12]}

@@ -1,0 +1,87 @@
+"""Per-example importance from one backward pass equals the per-example loop and finite differences."""
+import torch
+from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
+
+from headprune.heads import HeadGates
+from headprune.importance import attention_entropy, importance_scores, per_example_gate_gradients, per_example_loss
+
+
+def _single(batch, row):
+    """Example ``row`` alone, without its padding."""
+    length = int(batch["attention_mask"][row].sum())
+    return {k: (v[row:row + 1, :length] if k != "labels" else v[row:row + 1]) for k, v in batch.items()}
+
+
+def test_batched_gradients_equal_single_example_loop():
+    model = tiny_bert()
+    gates = HeadGates(model)
+    batch = classifier_batch(batch=4)
+    together = per_example_gate_gradients(model, gates, batch)["enc_self"]
+    for row in range(4):
+        alone = per_example_gate_gradients(model, gates, _single(batch, row))["enc_self"][0]
+        torch.testing.assert_close(together[row], alone, atol=1e-6, rtol=0)
+
+
+def test_importance_equals_mean_of_single_examples():
+    model = tiny_bert()
+    gates = HeadGates(model)
+    batch = classifier_batch(batch=4)
+    batched = importance_scores(model, gates, [batch], normalize_layers=False)["enc_self"]
+    loop = sum(per_example_gate_gradients(model, gates, _single(batch, r))["enc_self"][0].abs() for r in range(4)) / 4
+    torch.testing.assert_close(batched, loop.float(), atol=1e-6, rtol=0)
+
+
+def test_seq2seq_batched_gradients_equal_loop():
+    model = tiny_marian()
+    gates = HeadGates(model)
+    batch = seq2seq_batch()
+    together = per_example_gate_gradients(model, gates, batch)
+    for row in range(batch["input_ids"].shape[0]):
+        src_len = int(batch["attention_mask"][row].sum())
+        labels = batch["labels"][row]
+        tgt_len = int((labels != -100).sum())
+        one = {"input_ids": batch["input_ids"][row:row + 1, :src_len], "attention_mask": batch["attention_mask"][row:row + 1, :src_len],
+               "labels": labels[None, :tgt_len]}
+        alone = per_example_gate_gradients(model, gates, one)
+        for group in together:
+            torch.testing.assert_close(together[group][row], alone[group][0], atol=1e-6, rtol=0)
+
+
+def test_gate_gradient_matches_finite_difference():
+    model = tiny_bert(dtype=torch.float64)
+    gates = HeadGates(model)
+    batch = classifier_batch()
+    grads = per_example_gate_gradients(model, gates, batch)["enc_self"]
+    eps = 1e-5
+    for layer, head in [(0, 1), (1, 2), (2, 3)]:
+        losses = []
+        for value in (1 + eps, 1 - eps):
+            mask = gates.ones()
+            mask["enc_self"] = mask["enc_self"].double()
+            mask["enc_self"][layer, head] = value
+            with gates.masked(mask), torch.no_grad():
+                losses.append(per_example_loss(model(**batch), batch))
+        finite = (losses[0] - losses[1]) / (2 * eps)
+        torch.testing.assert_close(grads[:, layer, head], finite, atol=1e-7, rtol=1e-4)
+
+
+def test_reductions_and_normalisation():
+    model = tiny_bert()
+    gates = HeadGates(model)
+    batches = [classifier_batch(seed=s) for s in range(2)]
+    scores = {r: importance_scores(model, gates, batches, reduce=r) for r in ("example", "token", "batch")}
+    for value in scores.values():
+        torch.testing.assert_close(value["enc_self"].norm(dim=-1), torch.ones(3), atol=1e-5, rtol=0)
+    raw = {r: importance_scores(model, gates, batches, reduce=r, normalize_layers=False)["enc_self"] for r in ("example", "token")}
+    assert torch.all(raw["token"] >= raw["example"] - 1e-7)  # |sum| <= sum |.|
+    glob = importance_scores(model, gates, batches, normalize_global=True)["enc_self"]
+    assert glob.min() == 0 and abs(glob.max().item() - 1) < 1e-6
+
+
+def test_entropy_is_within_bounds():
+    model = tiny_bert()
+    gates = HeadGates(model)
+    batch = classifier_batch()
+    entropy = attention_entropy(model, gates, [batch])["enc_self"]
+    assert entropy.shape == (3, 4)
+    assert torch.all(entropy > 0) and torch.all(entropy <= torch.log(torch.tensor(9.0)) + 1e-5)
