@@ -1,0 +1,239 @@
+"""Many head masks in one batched forward pass, reusing the activations of the unchanged lower layers.
+
+For an encoder classifier and M masks that first differ from "keep everything" at layer l:
+
+1. one plain forward of the batch (B examples) records every encoder layer's output (hooks);
+2. layers < l are *replayed*: their forward is swapped for one that returns the recorded output
+   of layer l-1 repeated M times along the batch, so nothing below layer l is recomputed;
+3. layer l shares what no mask changes: its query/key/value projections and the attention
+   probabilities are computed once on B rows and repeated; only the gated head outputs, the
+   output projection and the feed-forward block run on M*B rows;
+4. layers > l run on M*B rows with per-example gates [M*B, L, H] (row m*B + b = mask m, example b).
+
+The model's own code still builds the attention masks, the pooler and the classifier, so this
+stays generic across the families of ``headprune.families``. The result equals evaluating every
+mask separately (tests/test_ablation.py checks allclose).
+"""
+from __future__ import annotations
+
+import re
+from contextlib import ExitStack, contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers import AttentionInterface
+
+from headprune.heads import PREFIX, HeadGates, _broadcast_gate, _configs
+
+SHARED = "headprune_shared_"
+
+
+def _layer_path(site) -> str:
+    """The module path of the transformer layer that holds an attention site (``...layer.3``)."""
+    for pattern, group in site.family.sites:
+        found = re.search(pattern, site.path)
+        if found and group == site.group:
+            return site.path[: found.end(1)]
+    raise ValueError(f"cannot find the layer module of {site.path}")
+
+
+class _Shared:
+    """State of the shared-attention function: which module shares, and the batch layout."""
+
+    core: nn.Module | None = None
+    batch: int = 0
+    copies: int = 1
+
+
+_STATE = _Shared()
+
+
+def _make_shared(inner: str):
+    def shared_attention(module, query, key, value, attention_mask, **kwargs):
+        gated = ALL_ATTENTION_FUNCTIONS[PREFIX + inner]
+        if module is not _STATE.core:
+            return gated(module, query, key, value, attention_mask, **kwargs)
+        b, m = _STATE.batch, _STATE.copies  # query etc. are (M*B, H, T, D) made of M identical copies
+        site = module._headprune_site
+        gate, site.gate = site.gate, None
+        try:
+            mask = attention_mask[:b] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
+            out, weights = gated(module, query[:b], key[:b], value[:b], mask, **kwargs)
+        finally:
+            site.gate = gate
+        out = out.repeat(m, 1, 1, 1)  # (M*B, T, H, D)
+        if gate is not None:
+            out = out * _broadcast_gate(gate, out)
+        return out, weights
+
+    return shared_attention
+
+
+def _ensure_shared(inner: str) -> str:
+    name = SHARED + inner
+    if name not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(name, _make_shared(inner))
+        mask_fn = ALL_MASK_ATTENTION_FUNCTIONS[inner] if inner in ALL_MASK_ATTENTION_FUNCTIONS else None
+        AttentionMaskInterface.register(name, mask_fn or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return name
+
+
+@contextmanager
+def _patched(module: nn.Module, fn):
+    """Temporarily replace ``module.forward`` by ``fn``."""
+    module.forward = fn
+    try:
+        yield
+    finally:
+        del module.forward
+
+
+@contextmanager
+def _attn_implementation(model: nn.Module, name: str):
+    configs = _configs(model)
+    previous = [c._attn_implementation_internal for c in configs]
+    for c in configs:
+        c._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        for c, p in zip(configs, previous):
+            c._attn_implementation_internal = p
+
+
+def _repeat(value, copies: int, batch: int):
+    """Repeat every batch-first tensor in a layer output ``copies`` times along the batch."""
+    if isinstance(value, torch.Tensor):
+        return value.repeat(copies, *([1] * (value.dim() - 1))) if value.dim() and value.shape[0] == batch else value
+    if isinstance(value, tuple):
+        return tuple(_repeat(v, copies, batch) for v in value)
+    return value
+
+
+def _repeat_inputs(batch: dict, copies: int) -> dict:
+    return {k: (v.repeat(copies, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
+
+
+def _first_changed_layer(mask: dict[str, torch.Tensor], layers: int) -> int:
+    """The lowest enc_self layer whose gates are not all one (``layers`` when the mask keeps every head)."""
+    changed = [l for l in range(layers) if bool((mask["enc_self"][l] != 1).any())]
+    return changed[0] if changed else layers
+
+
+class MaskBatcher:
+    """Evaluate many head masks of an encoder classifier in batched forward passes (see the module doc)."""
+
+    def __init__(self, model: nn.Module, gates: HeadGates, max_rows: int = 1024):
+        if set(gates.groups) != {"enc_self"}:
+            raise ValueError(f"the batched engine handles encoder-only classifiers; this model has groups {list(gates.groups)}")
+        self.model, self.gates, self.max_rows = model, gates, int(max_rows)
+        self.sites = [s for s in gates.sites if s.group == "enc_self"]  # ordered by layer
+        self.layers = [model.get_submodule(_layer_path(s)) for s in self.sites]
+        self.shared_name = _ensure_shared(gates.inner)
+
+    def _base(self, batch: dict):
+        """Logits of the unmasked model and every layer's output, from one forward pass."""
+        cache = [None] * len(self.layers)
+        handles = [layer.register_forward_hook(lambda mod, args, out, i=i: cache.__setitem__(i, out))
+                   for i, layer in enumerate(self.layers)]
+        try:
+            with self.gates.masked(None):
+                logits = self.model(**batch).logits
+        finally:
+            for h in handles:
+                h.remove()
+        return logits, cache
+
+    def _run_group(self, batch: dict, cache, first: int, masks: torch.Tensor) -> torch.Tensor:
+        """Logits (M, B, C) for masks (M, L, H) whose first changed layer is ``first``."""
+        b = next(v for v in batch.values() if isinstance(v, torch.Tensor)).shape[0]
+        m = masks.shape[0]
+        rows = masks.repeat_interleave(b, dim=0)  # (M*B, L, H): row m*B + b is mask m
+        replay = _repeat(cache[first - 1], m, b) if first > 0 else None
+        site = self.sites[first]
+        _STATE.core, _STATE.batch, _STATE.copies = site.core, b, m
+        with ExitStack() as stack:
+            stack.enter_context(self.gates.masked({"enc_self": rows}))
+            stack.enter_context(_attn_implementation(self.model, self.shared_name))
+            for layer in self.layers[:first]:
+                stack.enter_context(_patched(layer, lambda *a, **k: replay))
+            for which in ("query", "key", "value"):
+                linear = site.linear(which)
+                # the rows are M copies of B: project B rows once, copy the result (a copy is far cheaper than the matmul)
+                stack.enter_context(_patched(linear, lambda x, lin=linear: F.linear(x[:b], lin.weight, lin.bias).repeat(m, 1, 1)))
+            try:
+                logits = self.model(**_repeat_inputs(batch, m)).logits
+            finally:
+                _STATE.core = None
+        return logits.view(m, b, -1)
+
+    @torch.inference_mode()
+    def logits(self, batch: dict, masks) -> torch.Tensor:
+        """Logits (M, B, C) of the model under each mask (a list of {group: [L, H]} or a tensor (M, L, H))."""
+        stacked = self._stack(masks)
+        base, cache = self._base(batch)
+        b = base.shape[0]
+        out = base.new_empty((stacked.shape[0], b, base.shape[-1]))
+        firsts = [_first_changed_layer({"enc_self": mk}, len(self.layers)) for mk in stacked]
+        chunk = max(1, self.max_rows // max(b, 1))
+        for first in sorted(set(firsts)):
+            idx = [i for i, f in enumerate(firsts) if f == first]
+            if first == len(self.layers):
+                out[idx] = base
+                continue
+            for start in range(0, len(idx), chunk):
+                part = idx[start:start + chunk]
+                out[part] = self._run_group(batch, cache, first, stacked[part])
+        return out
+
+    def _stack(self, masks) -> torch.Tensor:
+        if isinstance(masks, torch.Tensor) and masks.dim() == 3:
+            masks = [masks[i] for i in range(masks.shape[0])]
+        if len(masks) == 0:
+            raise ValueError("no masks to evaluate")
+        return torch.stack([self.gates.normalize_mask(mk)["enc_self"].float() for mk in masks])
+
+
+def batched_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks, max_rows: int = 1024) -> torch.Tensor:
+    """Logits (M, B, C) of a classifier under each of M masks, in batched passes (see ``MaskBatcher``)."""
+    return MaskBatcher(model, gates, max_rows=max_rows).logits(batch, masks)
+
+
+@torch.inference_mode()
+def looped_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks) -> torch.Tensor:
+    """The reference: one plain forward per mask, logits (M, B, C)."""
+    outs = []
+    for mk in masks:
+        with gates.masked(mk):
+            outs.append(model(**batch).logits)
+    return torch.stack(outs)
+
+
+def single_head_masks(shape: dict[str, tuple[int, int]], groups=None) -> tuple[list, list[tuple[str, int, int]]]:
+    """One mask per head that removes only that head, and the (group, layer, head) of each."""
+    masks, heads = [], []
+    for group, (layers, n_heads) in shape.items():
+        if groups and group not in groups:
+            continue
+        for layer in range(layers):
+            for head in range(n_heads):
+                mask = {g: torch.ones(l, h) for g, (l, h) in shape.items()}
+                mask[group][layer, head] = 0.0
+                masks.append(mask)
+                heads.append((group, layer, head))
+    return masks, heads
+
+
+def keep_one_masks(shape: dict[str, tuple[int, int]], group: str, layer: int) -> list:
+    """For one layer: one mask per head that keeps only that head of the layer (all other layers intact)."""
+    layers, n_heads = shape[group]
+    masks = []
+    for head in range(n_heads):
+        mask = {g: torch.ones(l, h) for g, (l, h) in shape.items()}
+        mask[group][layer] = 0.0
+        mask[group][layer, head] = 1.0
+        masks.append(mask)
+    return masks

@@ -1,0 +1,115 @@
+"""Paired significance tests between a baseline and masked systems: bootstrap for accuracy and BLEU.
+
+Both follow Koehn (2004) as sacrebleu and Moses implement it: resample the evaluation set with
+replacement ``n_samples`` times (the same indices for both systems), take the absolute score
+difference in every resample, centre those differences, and count how often they exceed the
+observed difference: ``p = (count + 1) / (n_samples + 1)``. BLEU goes through sacrebleu's own
+``PairedTest(test_type="bs")`` (corpus BLEU from summed sufficient statistics in every resample).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass
+class PairedResult:
+    """The observed difference system - baseline, its p-value and a 95% bootstrap interval of the difference."""
+
+    score: float
+    baseline: float
+    delta: float
+    p_value: float
+    significant: bool
+    ci_low: float
+    ci_high: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _p_value(sample_diffs: np.ndarray, observed: float) -> float:
+    """Moses/sacrebleu p-value from absolute resample differences (centred) and the observed |delta|."""
+    if observed == 0.0:
+        return 1.0  # no observed difference is never significant (the centred count alone would say p = 1/(R+1))
+    centred = sample_diffs - sample_diffs.mean()
+    return float((np.sum(centred > observed) + 1) / (len(sample_diffs) + 1))
+
+
+def paired_bootstrap_accuracy(baseline_correct, systems_correct, n_samples: int = 1000, seed: int = 0,
+                              alpha: float = 0.01) -> list[PairedResult]:
+    """Paired bootstrap on per-example correctness (0/1): one result per system, accuracy in percent."""
+    base = np.asarray(baseline_correct, dtype=np.float64)
+    systems = np.asarray(systems_correct, dtype=np.float64).reshape(-1, base.shape[0])  # (S, N)
+    if base.size == 0:
+        raise ValueError("paired bootstrap needs at least one evaluated example")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, base.shape[0], size=(n_samples, base.shape[0]))  # (R, N), shared by every system
+    # sum over resampled examples via counts: (R, N) counts @ (N,) is exact and cheaper than fancy indexing
+    counts = np.zeros((n_samples, base.shape[0]), dtype=np.float32)
+    np.add.at(counts, (np.arange(n_samples)[:, None], idx), 1.0)
+    counts = counts.astype(np.float64)
+    base_scores = 100.0 * counts @ base / base.shape[0]  # (R,)
+    sys_scores = 100.0 * counts @ systems.T / base.shape[0]  # (R, S)
+    out = []
+    base_score = 100.0 * base.mean()
+    for s in range(systems.shape[0]):
+        score = 100.0 * systems[s].mean()
+        delta = score - base_score
+        diffs = sys_scores[:, s] - base_scores
+        p = _p_value(np.abs(diffs), abs(delta))
+        lo, hi = np.percentile(diffs, [2.5, 97.5])
+        out.append(PairedResult(float(score), float(base_score), float(delta), p, bool(p < alpha), float(lo), float(hi)))
+    return out
+
+
+@contextmanager
+def _sacrebleu_seed(seed: int):
+    previous = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = previous
+
+
+def paired_bootstrap_bleu(baseline_hyps, systems_hyps, references, n_samples: int = 1000, seed: int = 0,
+                          alpha: float = 0.01, tokenize: str | None = None) -> list[PairedResult]:
+    """sacrebleu's paired bootstrap (``PairedTest(test_type='bs')``) of each system against the baseline."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if not references:
+        raise ValueError("paired bootstrap needs at least one evaluated sentence")
+    seed = seed if seed else 12345  # sacrebleu treats seed 0 as "unseeded"
+    named = [("baseline", list(baseline_hyps))] + [(f"sys{i}", list(h)) for i, h in enumerate(systems_hyps)]
+    metric = BLEU(tokenize=tokenize) if tokenize else BLEU()
+    with _sacrebleu_seed(seed):
+        test = PairedTest(named, {"BLEU": metric}, [list(references)], test_type="bs", n_samples=n_samples)
+        _, scores = test()
+    results = scores["BLEU"]
+    base = results[0].score
+    out = []
+    for res in results[1:]:
+        delta = res.score - base
+        p = 1.0 if delta == 0.0 else float(res.p_value)
+        lo, hi = delta - res.ci, delta + res.ci  # sacrebleu's 95% half-width is of the system score; centred on delta
+        out.append(PairedResult(float(res.score), float(base), float(delta), p, bool(p < alpha), float(lo), float(hi)))
+    return out
+
+
+def paired_test(metric: str, baseline, systems, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01):
+    """Dispatch on the task's metric: ``baseline``/``systems`` are EvalResults (per_example filled in)."""
+    if metric == "accuracy":
+        return paired_bootstrap_accuracy(baseline.per_example["correct"], [s.per_example["correct"] for s in systems],
+                                         n_samples=n_samples, seed=seed, alpha=alpha)
+    if metric == "bleu":
+        return paired_bootstrap_bleu(baseline.per_example["hypotheses"], [s.per_example["hypotheses"] for s in systems],
+                                     baseline.per_example["references"], n_samples=n_samples, seed=seed, alpha=alpha)
+    raise ValueError(f"no paired test for metric {metric!r}; expected 'accuracy' or 'bleu'")
