@@ -1,0 +1,121 @@
+"""Gather a run directory's results into one report.md (and report.html) readable without W&B."""
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+
+from headprune.results import read_json
+
+
+def _results_files(run_dir: Path) -> list[Path]:
+    files = sorted(run_dir.rglob("results.json")) + sorted(run_dir.rglob("dynamics.json"))
+    return [f for f in files if "wandb" not in f.parts]
+
+
+def _summary_lines(payload: dict) -> list[str]:
+    """Scalar numbers of a results file as markdown bullet lines."""
+    numbers = payload.get("results") or {}
+    lines = []
+    for key, value in numbers.items():
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            lines.append(f"- **{key}**: {value}")
+    return lines
+
+
+def _dynamics_table(payload: dict) -> list[str]:
+    snaps = payload.get("snapshots") or []
+    if not snaps:
+        return []
+    fractions = snaps[0]["fractions"]
+    head = "| epoch | unpruned | " + " | ".join(f"{int(round(100 * f))}%" for f in fractions) + " | prunable | rank stability |"
+    sep = "|" + "---|" * (len(fractions) + 4)
+    rows = [head, sep]
+    for s in snaps:
+        epoch = (s["epoch"] or 0) + 1
+        stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
+        cells = " | ".join(f"{v:.1f}" for v in s["scores"])
+        rows.append(f"| {epoch} | {s['unpruned']:.2f} | {cells} | {100 * s['prunable_fraction']:.0f}% | {stab} |")
+    return rows
+
+
+def build_report(run_dir: str | Path) -> Path:
+    """Write ``report.md`` and ``report.html`` into ``run_dir`` from its results files and PNG figures."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run_dir {run_dir} is not a directory: give a Hydra run directory (outputs/...)")
+    files = _results_files(run_dir)
+    figures = sorted(p for p in run_dir.rglob("*.png") if "wandb" not in p.parts)
+    if not files and not figures:
+        raise FileNotFoundError(f"{run_dir} holds no results.json, dynamics.json or PNG figures to report")
+    lines = [f"# headprune report: {run_dir.name}", "", f"Run directory: `{run_dir}`", ""]
+    for file in files:
+        payload = read_json(file)
+        rel = file.relative_to(run_dir)
+        lines += [f"## {payload.get('experiment', file.stem)} (`{rel}`)", ""]
+        if payload.get("fingerprints"):
+            lines += ["Fingerprints: " + ", ".join(f"{k}={v}" for k, v in payload["fingerprints"].items()), ""]
+        lines += _summary_lines(payload) + [""]
+        lines += _dynamics_table(payload) + [""]
+    if figures:
+        lines += ["## Figures", ""]
+        for fig in figures:
+            rel = fig.relative_to(run_dir)
+            lines += [f"### {fig.stem}", "", f"![{fig.stem}]({rel.as_posix()})", ""]
+    md_path = run_dir / "report.md"
+    _atomic_text(md_path, "\n".join(lines))
+    _atomic_text(run_dir / "report.html", _html(lines))
+    return md_path
+
+
+def _html(lines: list[str]) -> str:
+    """A minimal self-contained HTML rendering of the markdown lines (headings, bullets, tables, images)."""
+    body, in_table = [], False
+    for line in lines:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if set("".join(cells)) <= set("-"):
+                continue
+            if not in_table:
+                body.append("<table>")
+                in_table = True
+            body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+            continue
+        if in_table:
+            body.append("</table>")
+            in_table = False
+        if line.startswith("!["):
+            src = line[line.index("(") + 1:-1]
+            body.append(f'<p><img src="{html.escape(src)}" style="max-width:900px"></p>')
+        elif line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            body.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
+        elif line.startswith("- "):
+            body.append(f"<li>{html.escape(line[2:]).replace('**', '')}</li>")
+        elif line:
+            body.append(f"<p>{html.escape(line)}</p>")
+    if in_table:
+        body.append("</table>")
+    style = "body{font-family:sans-serif;max-width:1000px;margin:2em auto}td{border:1px solid #ccc;padding:2px 6px}"
+    return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{''.join(body)}</body></html>"
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def run(cfg) -> dict:
+    """experiment=report: ``headprune experiment=report run_dir=outputs/...``."""
+    if not cfg.get("run_dir"):
+        raise ValueError("experiment=report needs run_dir=<a Hydra run directory>")
+    path = build_report(cfg.run_dir)
+    print(f"report written to {path} (and report.html beside it)")
+    return {"report": str(path)}
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(build_report(sys.argv[1]))
