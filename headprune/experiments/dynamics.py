@@ -1,0 +1,97 @@
+"""experiment=dynamics: importance and pruning curves over a directory of saved training checkpoints."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from headprune.dynamics import take_snapshot, with_stability
+from headprune.dynamics_plots import importance_over_time, pruning_curves_by_epoch
+from headprune.results import read_json, results_payload, write_json_atomic
+
+EPOCH_FILE = re.compile(r"epoch(\d+)-step(\d+)\.ckpt$")
+
+
+def epoch_checkpoints(ckpt_dir: Path) -> list[tuple[int, int, Path]]:
+    """(epoch, step, path) of every per-epoch checkpoint in a directory, oldest first."""
+    found = []
+    for path in ckpt_dir.glob("*.ckpt"):
+        match = EPOCH_FILE.search(path.name)
+        if match:
+            found.append((int(match.group(1)), int(match.group(2)), path))
+    if not found:
+        raise FileNotFoundError(f"no per-epoch checkpoints (epochNNN-stepN.ckpt) in {ckpt_dir}")
+    return sorted(found)
+
+
+def training_config(ckpt_dir: Path, cfg):
+    """The training run's own Hydra config, with the model loaded from its saved HF directory."""
+    run_dir = ckpt_dir.parent
+    saved = run_dir / ".hydra" / "config.yaml"
+    if not saved.exists():
+        raise FileNotFoundError(f"{saved} is missing: ckpt_dir must be <training run>/checkpoints of a headprune run")
+    train_cfg = OmegaConf.load(saved)
+    OmegaConf.set_struct(train_cfg, False)
+    model_dir = run_dir / "model"
+    if model_dir.exists():
+        train_cfg.model.pretrained = str(model_dir)  # architecture and tokenizer; weights come from each checkpoint
+        train_cfg.model.tokenizer = str(model_dir)
+    train_cfg.paths = cfg.paths
+    for key, value in (cfg.get("dynamics_overrides") or {}).items():
+        OmegaConf.update(train_cfg, key, value, force_add=True)
+    return train_cfg
+
+
+def load_task(cfg):
+    """The task (a LightningModule implementing the task protocol) that a training config describes."""
+    if cfg.model.kind == "classifier":
+        from headprune.tasks.nli import load_nli_task
+
+        return load_nli_task(cfg)
+    from headprune.tasks.mt import load_translation_task
+
+    return load_translation_task(cfg)
+
+
+def analyse_checkpoints(cfg) -> list[dict]:
+    """A snapshot per epoch checkpoint, with the same settings as the live callback."""
+    ckpt_dir = Path(cfg.ckpt_dir)
+    checkpoints = epoch_checkpoints(ckpt_dir)
+    train_cfg = training_config(ckpt_dir, cfg)
+    task = load_task(train_cfg)
+    settings = cfg.dynamics
+    snapshots = []
+    from tqdm.auto import tqdm
+
+    for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
+        state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+        task.load_state_dict(state)
+        snapshots.append(take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance,
+                                       epoch=epoch, step=step))
+    return with_stability(snapshots)
+
+
+def run(cfg) -> dict:
+    """Analyse the checkpoints, write dynamics.json and the figures, and print the per-epoch table."""
+    out = Path(cfg.paths.output_dir)
+    snapshots = analyse_checkpoints(cfg)
+    payload = results_payload("dynamics", OmegaConf.to_container(cfg, resolve=True), {"n_snapshots": len(snapshots)},
+                              ckpt_dir=str(cfg.ckpt_dir))
+    payload["source"] = "checkpoints"
+    payload["snapshots"] = snapshots
+    write_json_atomic(out / "dynamics.json", payload)
+    pruning_curves_by_epoch(snapshots, out / "dynamics_pruning_curves.png")
+    importance_over_time(snapshots, out / "dynamics_importance.png")
+    at = cfg.dynamics.report_fraction
+    for snap in snapshots:
+        index = min(range(len(snap["fractions"])), key=lambda i: abs(snap["fractions"][i] - at))
+        print(f"epoch {snap['epoch'] + 1:3d}: unpruned {snap['unpruned']:.2f}  at {100 * snap['fractions'][index]:.0f}% pruned "
+              f"{snap['scores'][index]:.2f}  prunable {100 * snap['prunable_fraction']:.0f}%")
+    return {"snapshots": snapshots}
+
+
+def live_history(run_dir: str | Path) -> list[dict]:
+    """The snapshots that the live callback wrote into a training run directory."""
+    return read_json(Path(run_dir) / "dynamics.json")["snapshots"]
