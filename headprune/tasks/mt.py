@@ -1,0 +1,278 @@
+"""TranslationModule: a BART/Marian-family translation model with head gates on enc_self, enc_dec and dec_self."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from headprune.data.translation import TranslationDataModule, split_of
+from headprune.heads import HeadGates
+from headprune.tasks.base import EvalResult
+from headprune.tokenization import decode, has_tokenizer, load_tokenizer, special_ids
+
+DEFAULT_TASK = {"label_smoothing": 0.1, "beam_size": 5, "val_beam_size": 1, "len_ratio": 1.5, "len_extra": 10, "mask_chunk": 8}
+
+
+def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, list[list[int]]]:
+    """sacrebleu corpus BLEU and the per-sentence sufficient statistics a paired bootstrap resamples."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU()
+    stats = bleu._extract_corpus_statistics(hypotheses, [references])  # per sentence: [hyp_len, ref_len, correct 1-4, total 1-4]
+    score = bleu.corpus_score(hypotheses, [references]).score
+    return float(score), [list(map(int, s)) for s in stats]
+
+
+def inverse_sqrt(warmup: int):
+    """lr factor: linear warm-up to 1 over ``warmup`` steps, then ``sqrt(warmup / step)``."""
+    warmup = max(1, int(warmup))
+
+    def factor(step: int) -> float:
+        step = step + 1
+        return step / warmup if step < warmup else (warmup / step) ** 0.5
+
+    return factor
+
+
+class TranslationModule(L.LightningModule):
+    """Train and evaluate a seq2seq model (corpus BLEU) with every attention head gated."""
+
+    metric = "bleu"
+
+    def __init__(self, model, tokenizer, data: TranslationDataModule | None = None, task_cfg=None, optim_cfg=None, scheduler_cfg=None):
+        super().__init__()
+        self.model = model
+        self.gates = HeadGates(model)
+        self.tokenizer = tokenizer
+        self.data = data
+        self.task_cfg = {**DEFAULT_TASK, **(OmegaConf.to_container(task_cfg, resolve=True) if task_cfg is not None and not isinstance(task_cfg, dict) else task_cfg or {})}
+        self.optim_cfg, self.scheduler_cfg = optim_cfg, scheduler_cfg
+        self._val_outputs: list[tuple[list[int], list[str]]] = []
+        self._val_nll: list[tuple[float, int]] = []
+        self._eval_cache: dict[str, list[dict]] = {}
+
+    # ---- loss ------------------------------------------------------------------------------
+    def _logits(self, batch: dict) -> torch.Tensor:
+        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"])
+        return out.logits.float()  # (B, T, V)
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return self._logits(batch)
+
+    def training_step(self, batch, batch_idx):
+        logits = self._logits(batch)
+        labels = batch["labels"]
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=self.task_cfg["label_smoothing"])
+        tokens = int((labels != -100).sum())
+        self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
+        self.log("train/tokens", float(tokens), reduce_fx="sum", on_step=False, on_epoch=True)
+        return loss
+
+    def per_example_loss(self, batch: dict) -> torch.Tensor:
+        """Mean token cross-entropy of each sentence (pad ignored), shape (B,)."""
+        labels = batch["labels"]
+        logits = self._logits(batch)
+        token_loss = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T)
+        counts = (labels != -100).sum(1).clamp(min=1)
+        return token_loss.sum(1) / counts
+
+    def on_train_epoch_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and hasattr(datamodule, "train_set"):
+            datamodule.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
+
+    # ---- generation ------------------------------------------------------------------------
+    def generate(self, batch: dict, beam_size: int) -> list[str]:
+        """Detokenized translations of a batch (beam search, or greedy when ``beam_size`` is 1)."""
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        max_pos = getattr(self.model.config, "max_position_embeddings", 512)
+        max_new = min(int(input_ids.shape[1] * self.task_cfg["len_ratio"] + self.task_cfg["len_extra"]), max_pos - 1)
+        config = self.model.config
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, num_beams=int(beam_size), do_sample=False,
+            max_new_tokens=max_new, early_stopping=True, length_penalty=1.0, num_return_sequences=1,
+            decoder_start_token_id=config.decoder_start_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
+            bad_words_ids=[[config.pad_token_id]],
+        )
+        return decode(self.tokenizer, out)
+
+    def validation_step(self, batch, batch_idx):
+        ids = batch["ids"].tolist()
+        labels = batch["labels"]
+        logits = self._logits(batch)
+        nll = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+        self._val_nll.append((float(nll), int((labels != -100).sum())))
+        self._val_outputs.append((ids, self.generate(batch, self.task_cfg["val_beam_size"])))
+
+    def on_validation_epoch_end(self) -> None:
+        outputs, nll = self._val_outputs, self._val_nll
+        self._val_outputs, self._val_nll = [], []
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, (outputs, nll))
+            outputs = [o for part in gathered for o in part[0]]
+            nll = [n for part in gathered for n in part[1]]
+        by_id = {i: h for ids, hyps in outputs for i, h in zip(ids, hyps)}
+        if not by_id:
+            return
+        refs = self.data.references("valid") if self.data is not None else self.trainer.datamodule.references("valid")
+        hyps = [by_id.get(i, "") for i in range(len(refs))]
+        bleu, _ = corpus_bleu(hyps, refs)
+        tokens = sum(n for _, n in nll)
+        self.log("val/bleu", bleu, prog_bar=True, sync_dist=False, rank_zero_only=False)
+        self.log("val/nll", sum(v for v, _ in nll) / max(tokens, 1), sync_dist=False)
+
+    # ---- the task protocol -----------------------------------------------------------------
+    def _eval_batches(self, split: str) -> list[dict]:
+        if split not in self._eval_cache:
+            self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
+        return self._eval_cache[split]
+
+    def _to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device) for k, v in batch.items() if k != "ids"}
+
+    def translate(self, split: str = "eval", mask=None, beam_size: int | None = None) -> list[str]:
+        """Translations of every source sentence of ``split``, in the split's order."""
+        split = split_of(self.data.cfg, split)
+        beam_size = int(beam_size or self.task_cfg["beam_size"])
+        was_training = self.model.training
+        self.model.eval()
+        hyps: dict[int, str] = {}
+        try:
+            with torch.no_grad(), self.gates.masked(mask):
+                for batch in self._eval_batches(split):
+                    for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size)):
+                        hyps[i] = h
+        finally:
+            self.model.train(was_training)
+        return [hyps[i] for i in range(len(hyps))]
+
+    def _result(self, hyps: list[str], split: str) -> EvalResult:
+        refs = self.data.references(split_of(self.data.cfg, split))
+        score, stats = corpus_bleu(hyps, refs)
+        return EvalResult(score=score, metric="bleu", n=len(refs), per_example={"hypotheses": hyps, "references": refs, "stats": stats})
+
+    def evaluate(self, mask=None, split: str = "eval", beam_size: int | None = None) -> EvalResult:
+        """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default)."""
+        return self._result(self.translate(split, mask, beam_size), split)
+
+    def evaluate_many(self, masks: list, split: str = "eval", beam_size: int | None = None) -> list[EvalResult]:
+        """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row)."""
+        if not masks:
+            return []
+        split_name = split_of(self.data.cfg, split)
+        beam_size = int(beam_size or self.task_cfg["beam_size"])
+        masks = [self.gates.normalize_mask(m) for m in masks]
+        chunk = max(1, int(self.task_cfg["mask_chunk"]))
+        hyps: list[dict[int, str]] = [{} for _ in masks]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for batch in self._eval_batches(split_name):
+                    ids, inputs = batch["ids"].tolist(), self._to_device(batch)
+                    n = len(ids)
+                    for start in range(0, len(masks), chunk):
+                        group = masks[start:start + chunk]
+                        k = len(group)
+                        stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}  # (k*B, L, H)
+                        repeated = {key: value.repeat(k, 1) for key, value in inputs.items()}  # row j*B + b = example b under mask j
+                        with self.gates.masked(stacked):
+                            out = self.generate(repeated, beam_size)
+                        for j in range(k):
+                            for i, h in zip(ids, out[j * n:(j + 1) * n]):
+                                hyps[start + j][i] = h
+        finally:
+            self.model.train(was_training)
+        return [self._result([h[i] for i in range(len(h))], split_name) for h in hyps]
+
+    def importance_batches(self) -> list[dict]:
+        """Batches with labels of the fixed importance subset of the training split (model inputs only)."""
+        return [self._to_device(b) for b in self.data.importance_batches()]
+
+    # ---- optimisation and saving -----------------------------------------------------------
+    def configure_optimizers(self):
+        from hydra.utils import instantiate
+
+        optim_cfg = self.optim_cfg or {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 5e-4, "betas": [0.9, 0.98], "eps": 1e-9}
+        optimizer = instantiate(optim_cfg)(self.parameters())
+        warmup = (self.scheduler_cfg or {}).get("warmup_steps", 1000)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def save_hf(self, path) -> Path:
+        """Save the model (pruned or not), its tokenizer and the pruning record as a HF directory."""
+        from headprune.saving import save_pruned
+
+        return save_pruned(self.model, path, self.tokenizer)
+
+
+# ---- construction from a Hydra config ----------------------------------------------------------
+def _task_tokenizer(cfg):
+    """The tokenizer of a saved/pretrained model, ``model.tokenizer``, ``data.tokenizer.path``, or None (train one)."""
+    pretrained = cfg.model.get("pretrained")
+    if pretrained and not str(pretrained).endswith(".ckpt") and (has_tokenizer(pretrained) or not Path(str(pretrained)).exists()):
+        return load_tokenizer(pretrained)
+    if cfg.model.get("tokenizer"):
+        return load_tokenizer(cfg.model.tokenizer)
+    if pretrained and str(pretrained).endswith(".ckpt"):
+        run_dir = Path(pretrained).resolve().parent.parent  # <run>/checkpoints/x.ckpt -> <run>
+        for candidate in (run_dir / "tokenizer", run_dir / "model"):
+            if has_tokenizer(candidate):
+                return load_tokenizer(candidate)
+    return None
+
+
+def load_translation_task(cfg, tokenizer=None) -> tuple[TranslationDataModule, TranslationModule]:
+    """Datamodule + TranslationModule from a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
+    from headprune.models import build_model
+
+    tokenizer = tokenizer or _task_tokenizer(cfg)
+    data = TranslationDataModule(cfg.data, tokenizer=tokenizer, seed=int(cfg.seed))
+    tokenizer = data.build_tokenizer()
+    pretrained = cfg.model.get("pretrained")
+    if pretrained and not str(pretrained).endswith(".ckpt"):
+        model = build_model(cfg.model)
+    else:
+        with torch.random.fork_rng():
+            torch.manual_seed(int(cfg.seed))
+            fresh = OmegaConf.merge(cfg.model, {"pretrained": None})
+            model = build_model(fresh, vocab_size=len(tokenizer), **special_ids(tokenizer))
+        if pretrained:
+            state = torch.load(pretrained, map_location="cpu", weights_only=False)["state_dict"]
+            model.load_state_dict({k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}, strict=False)
+    model.generation_config.max_length = None  # max_new_tokens is set per batch
+    module = TranslationModule(model, tokenizer, data, cfg.get("task"), cfg.get("optim"), cfg.get("scheduler"))
+    module.model.eval()
+    return data, module
+
+
+def train(cfg) -> dict:
+    """experiment=mt_train: train, validate (greedy BLEU), save, then beam-search BLEU on the test split."""
+    from headprune.results import read_json, write_json_atomic
+    from headprune.training import fit, output_dir
+
+    data, module = load_translation_task(cfg)
+    module.model.train()
+    out = output_dir(cfg)
+    if not cfg.model.get("pretrained"):
+        data.build_tokenizer().save_pretrained(str(out / "tokenizer"))
+    metrics = fit(cfg, module, data)
+    if module.trainer is not None and not module.trainer.is_global_zero:
+        return metrics
+    final = module.evaluate(split="eval")
+    split = split_of(cfg.data, "eval")
+    metrics[f"{split}/bleu"] = final.score
+    metrics[f"{split}/beam_size"] = int(module.task_cfg["beam_size"])
+    print(f"{split} BLEU (beam {module.task_cfg['beam_size']}): {final.score:.2f} on {final.n} sentences")
+    results_file = out / "results.json"
+    if results_file.exists():
+        payload = read_json(results_file)
+        payload.setdefault("results", {}).update(metrics)
+        write_json_atomic(results_file, payload)
+    write_json_atomic(out / f"translations.{split}.json", {"hypotheses": final.per_example["hypotheses"], "bleu": final.score})
+    metrics["objective"] = metrics.get("val/bleu")
+    return metrics
