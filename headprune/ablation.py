@@ -8,7 +8,10 @@ For an encoder classifier and M masks that first differ from "keep everything" a
 3. layer l shares what no mask changes: its query/key/value projections and the attention
    probabilities are computed once on B rows and repeated; only the gated head outputs, the
    output projection and the feed-forward block run on M*B rows;
-4. layers > l run on M*B rows with per-example gates [M*B, L, H] (row m*B + b = mask m, example b).
+4. layers > l run on M*B rows with per-example gates [M*B, L, H] (row m*B + b = mask m, example b);
+5. when the classifier reads only the first token of the last layer (BERT's pooler and RoBERTa's
+   head do; checked numerically once per engine, else skipped), the last layer computes keys and
+   values for every token but queries, output projection and feed-forward for the first token only.
 
 The model's own code still builds the attention masks, the pooler and the classifier, so this
 stays generic across the families of ``headprune.families``. The result equals evaluating every
@@ -43,7 +46,8 @@ def _layer_path(site) -> str:
 class _Shared:
     """State of the shared-attention function: which module shares, and the batch layout."""
 
-    core: nn.Module | None = None
+    core: nn.Module | None = None  # the layer whose projections and attention probabilities are shared
+    cut_core: nn.Module | None = None  # the last layer's attention when it runs on the first token only
     batch: int = 0
     copies: int = 1
 
@@ -54,6 +58,14 @@ _STATE = _Shared()
 def _make_shared(inner: str):
     def shared_attention(module, query, key, value, attention_mask, **kwargs):
         gated = ALL_ATTENTION_FUNCTIONS[PREFIX + inner]
+        if module is _STATE.cut_core and key.shape[1] != query.shape[1]:
+            # keys/values of T tokens went through the model's view(N, 1, -1, D): (N, T*H, 1, D) -> (N, H, T, D)
+            n, heads, d = key.shape[0], query.shape[1], key.shape[-1]
+            key = key.reshape(n, -1, heads, d).transpose(1, 2)
+            value = value.reshape(n, -1, heads, d).transpose(1, 2)
+        q_len, k_len = query.shape[-2], key.shape[-2]
+        if attention_mask is not None and q_len < k_len and attention_mask.shape[-2] == k_len:
+            attention_mask = attention_mask[..., :q_len, :]  # first-token-only layer: the query rows kept
         if module is not _STATE.core:
             return gated(module, query, key, value, attention_mask, **kwargs)
         b, m = _STATE.batch, _STATE.copies  # query etc. are (M*B, H, T, D) made of M identical copies
@@ -113,6 +125,14 @@ def _repeat(value, copies: int, batch: int):
     return value
 
 
+def _slice(value, n: int):
+    if isinstance(value, torch.Tensor):
+        return value[:n] if value.dim() else value
+    if isinstance(value, tuple):
+        return tuple(_slice(v, n) for v in value)
+    return value
+
+
 def _repeat_inputs(batch: dict, copies: int) -> dict:
     return {k: (v.repeat(copies, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
 
@@ -126,13 +146,15 @@ def _first_changed_layer(mask: dict[str, torch.Tensor], layers: int) -> int:
 class MaskBatcher:
     """Evaluate many head masks of an encoder classifier in batched forward passes (see the module doc)."""
 
-    def __init__(self, model: nn.Module, gates: HeadGates, max_rows: int = 1024):
+    def __init__(self, model: nn.Module, gates: HeadGates, max_rows: int = 128, first_token: bool = True):
         if set(gates.groups) != {"enc_self"}:
             raise ValueError(f"the batched engine handles encoder-only classifiers; this model has groups {list(gates.groups)}")
         self.model, self.gates, self.max_rows = model, gates, int(max_rows)
         self.sites = [s for s in gates.sites if s.group == "enc_self"]  # ordered by layer
         self.layers = [model.get_submodule(_layer_path(s)) for s in self.sites]
         self.shared_name = _ensure_shared(gates.inner)
+        self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
+        self.first_token: bool | None = None
 
     def _base(self, batch: dict):
         """Logits of the unmasked model and every layer's output, from one forward pass."""
@@ -147,28 +169,67 @@ class MaskBatcher:
                 h.remove()
         return logits, cache
 
-    def _run_group(self, batch: dict, cache, first: int, masks: torch.Tensor) -> torch.Tensor:
+    def _projection(self, linear: nn.Linear, b: int, m: int, share: bool, source=None):
+        """A forward for a q/k/v projection: on B rows repeated M times when shared; from ``source`` when given."""
+        def forward(x):
+            x = source["full"] if source is not None else x
+            if share:  # the rows are M copies of B: project B rows once (a copy is far cheaper than the matmul)
+                return F.linear(x[:b], linear.weight, linear.bias).repeat(m, 1, 1)
+            return F.linear(x, linear.weight, linear.bias)
+        return forward
+
+    def _run(self, batch: dict, cache, first: int, masks: torch.Tensor, first_token: bool) -> torch.Tensor:
         """Logits (M, B, C) for masks (M, L, H) whose first changed layer is ``first``."""
         b = next(v for v in batch.values() if isinstance(v, torch.Tensor)).shape[0]
         m = masks.shape[0]
         rows = masks.repeat_interleave(b, dim=0)  # (M*B, L, H): row m*B + b is mask m
         replay = _repeat(cache[first - 1], m, b) if first > 0 else None
-        site = self.sites[first]
-        _STATE.core, _STATE.batch, _STATE.copies = site.core, b, m
+        _STATE.core, _STATE.batch, _STATE.copies = self.sites[first].core, b, m
+        last = len(self.layers) - 1
+        stash: dict = {}
         with ExitStack() as stack:
             stack.enter_context(self.gates.masked({"enc_self": rows}))
             stack.enter_context(_attn_implementation(self.model, self.shared_name))
             for layer in self.layers[:first]:
                 stack.enter_context(_patched(layer, lambda *a, **k: replay))
-            for which in ("query", "key", "value"):
-                linear = site.linear(which)
-                # the rows are M copies of B: project B rows once, copy the result (a copy is far cheaper than the matmul)
-                stack.enter_context(_patched(linear, lambda x, lin=linear: F.linear(x[:b], lin.weight, lin.bias).repeat(m, 1, 1)))
+            for i in range(first, last + 1):
+                cut = first_token and i == last
+                if i != first and not cut:
+                    continue
+                site = self.sites[i]
+                for which in ("query", "key", "value"):
+                    source = stash if cut and which != "query" else None
+                    stack.enter_context(_patched(site.linear(which), self._projection(site.linear(which), b, m, i == first, source)))
+            if first_token:
+                layer = self.layers[last]
+                own = type(layer).forward.__get__(layer)
+
+                def first_token_forward(hidden, *args, **kwargs):
+                    stash["full"] = hidden  # keys and values still see every token
+                    return own(hidden[:, :1], *args, **kwargs)  # queries, output and FFN: the first token only
+
+                stack.enter_context(_patched(layer, first_token_forward))
+                _STATE.cut_core = self.sites[last].core
             try:
                 logits = self.model(**_repeat_inputs(batch, m)).logits
             finally:
-                _STATE.core = None
+                _STATE.core = _STATE.cut_core = None
         return logits.view(m, b, -1)
+
+    def _check_first_token(self, batch: dict, cache, masks: torch.Tensor) -> bool:
+        """Whether the model reads only the first token of the last layer (checked numerically, once)."""
+        if self.first_token is None:
+            probe = masks[:1]
+            small = {k: (v[:4] if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
+            batch, cache = small, [_slice(c, 4) for c in cache]  # four examples are enough for the check
+            first = _first_changed_layer({"enc_self": probe[0]}, len(self.layers))
+            full = self._run(batch, cache, first, probe, False)
+            try:
+                with_cut = self._run(batch, cache, first, probe, True)
+                self.first_token = bool(torch.allclose(with_cut, full, atol=1e-5, rtol=1e-4))
+            except (RuntimeError, ValueError, IndexError):  # a family whose layer code does not allow it
+                self.first_token = False
+        return self.first_token
 
     @torch.inference_mode()
     def logits(self, batch: dict, masks) -> torch.Tensor:
@@ -184,9 +245,10 @@ class MaskBatcher:
             if first == len(self.layers):
                 out[idx] = base
                 continue
+            first_token = self.first_token_ok and self._check_first_token(batch, cache, stacked[idx])
             for start in range(0, len(idx), chunk):
                 part = idx[start:start + chunk]
-                out[part] = self._run_group(batch, cache, first, stacked[part])
+                out[part] = self._run(batch, cache, first, stacked[part], first_token)
         return out
 
     def _stack(self, masks) -> torch.Tensor:
@@ -197,9 +259,10 @@ class MaskBatcher:
         return torch.stack([self.gates.normalize_mask(mk)["enc_self"].float() for mk in masks])
 
 
-def batched_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks, max_rows: int = 1024) -> torch.Tensor:
+def batched_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks, max_rows: int = 128,
+                        first_token: bool = True) -> torch.Tensor:
     """Logits (M, B, C) of a classifier under each of M masks, in batched passes (see ``MaskBatcher``)."""
-    return MaskBatcher(model, gates, max_rows=max_rows).logits(batch, masks)
+    return MaskBatcher(model, gates, max_rows=max_rows, first_token=first_token).logits(batch, masks)
 
 
 @torch.inference_mode()

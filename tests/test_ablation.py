@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
 
-from headprune.ablation import batched_mask_logits, keep_one_masks, looped_mask_logits, single_head_masks
+from headprune.ablation import MaskBatcher, batched_mask_logits, keep_one_masks, looped_mask_logits, single_head_masks
 from headprune.heads import HeadGates
 
 
@@ -41,8 +41,11 @@ def test_batched_equals_looped(kind, attn):
     mixed["enc_self"][1, :2] = 0
     mixed["enc_self"][2, 3] = 0
     masks.append(mixed)
-    batched = batched_mask_logits(model, gates, batch, masks, max_rows=20)  # small max_rows: several chunks
+    engine = MaskBatcher(model, gates, max_rows=20)  # small max_rows: several chunks
+    batched = engine.logits(batch, masks)
+    assert engine.first_token  # BERT and RoBERTa read only the first token: the cut last layer was used
     looped = looped_mask_logits(model, gates, batch, masks)
+    torch.testing.assert_close(batched_mask_logits(model, gates, batch, masks, first_token=False), looped, atol=1e-5, rtol=1e-5)
     assert batched.shape == (len(masks), 5, 3)
     torch.testing.assert_close(batched, looped, atol=1e-5, rtol=1e-5)
     # the engine leaves the model as it found it
