@@ -52,7 +52,8 @@ def load_task(cfg):
         return load_nli_task(cfg)
     from headprune.tasks.mt import load_translation_task
 
-    return load_translation_task(cfg)
+    loaded = load_translation_task(cfg)
+    return loaded[1] if isinstance(loaded, tuple) else loaded
 
 
 def analyse_checkpoints(cfg) -> list[dict]:
