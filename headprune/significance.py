@@ -88,6 +88,9 @@ def paired_bootstrap_bleu(baseline_hyps, systems_hyps, references, n_samples: in
     if not references:
         raise ValueError("paired bootstrap needs at least one evaluated sentence")
     seed = seed if seed else 12345  # sacrebleu treats seed 0 as "unseeded"
+    import logging
+
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # one INFO line per system otherwise
     named = [("baseline", list(baseline_hyps))] + [(f"sys{i}", list(h)) for i, h in enumerate(systems_hyps)]
     metric = BLEU(tokenize=tokenize) if tokenize else BLEU()
     with _sacrebleu_seed(seed):
