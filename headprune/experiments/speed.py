@@ -1,0 +1,142 @@
+"""experiment=speed: physically prune the heads a mask removes and compare inference throughput (Table 4).
+
+The mask comes from a ``prune`` results file (``speed.mask_file``, with ``speed.mask_order`` and
+``speed.fraction``), a mask JSON ({"mask": {group: [[0/1]]}}), or else the lowest ``speed.fraction``
+of heads by importance (training subset). Reports examples/s of the original and pruned models at
+each batch size, the measured gain beside the FLOP-ideal gain, parameters, attention FLOPs, and
+whether the pruned model scores exactly like the masked one.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from headprune.ablation import _attn_implementation
+from headprune.counting import model_cost
+from headprune.experiments import common
+from headprune.heads import HeadGates
+from headprune.ordering import check_fractions, heads_removed, masks_for_fractions
+from headprune.plots import speed_bars
+from headprune.pruning import prune_mask
+from headprune.results import model_fingerprint, read_json
+from headprune.speed import compare_throughput, example_pool, make_batches, mean_length
+
+
+def mask_from_file(path, task, order: str, fraction: float) -> dict:
+    """A mask from a prune results.json (order + fraction) or a mask JSON, checked against this model."""
+    path = Path(str(path))
+    if not path.exists():
+        raise FileNotFoundError(f"speed.mask_file={path} does not exist")
+    payload = read_json(path)
+    made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
+    if made_for and made_for != model_fingerprint(task.model):
+        raise ValueError(f"mask file {path} was made for another model (fingerprint {made_for}, "
+                         f"this model is {model_fingerprint(task.model)}): use the same model.pretrained")
+    if "mask" in payload:
+        raw = payload["mask"]
+    else:
+        orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
+        if not orders:
+            raise ValueError(f"{path} holds neither a mask nor prune results")
+        if order not in orders:
+            raise ValueError(f"{path} has no order {order!r}; it has {sorted(orders)}")
+        steps = {round(s["fraction"], 6): s for s in orders[order]["steps"]}
+        if round(fraction, 6) not in steps:
+            raise ValueError(f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)}")
+        raw = steps[round(fraction, 6)]["mask"]
+    try:
+        return task.gates.normalize_mask(common.mask_from_json(raw))
+    except ValueError as err:
+        raise ValueError(f"mask file {path} does not fit this model: {err}") from None
+
+
+def eval_batches(task, split: str) -> list[dict]:
+    """The evaluation split's model inputs (with targets for MT: forward = teacher-forced encoder+decoder)."""
+    data = task.data
+    if hasattr(data, "eval_batches"):
+        from headprune.data.translation import split_of
+
+        return data.eval_batches(split_of(data.cfg, split), with_targets=True)
+    return list(data.loader(split))
+
+
+def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
+                repeats: int = 5, seed: int = 0, check_score: bool = True) -> dict:
+    """Throughput of the original vs the physically pruned model, FLOP counts, and the masked == pruned check."""
+    device = next(task.model.parameters()).device
+    original = task.model
+    pruned = copy.deepcopy(original)
+    record = prune_mask(pruned, mask)
+    pruned_gates = HeadGates(pruned)
+    out = {"split": split, "device": str(device), "heads_total": task.gates.num_heads, "heads_pruned": heads_removed(mask),
+           "pruning_record": record, "mask": common.mask_to_json(mask)}
+    if check_score:
+        masked = task.evaluate(mask, split=split)
+        with common.swapped_model(task, pruned, pruned_gates):
+            physical = task.evaluate(None, split=split)
+        key = "correct" if task.metric == "accuracy" else "hypotheses"
+        differ = sum(a != b for a, b in zip(masked.per_example[key], physical.per_example[key]))
+        out["score_check"] = {"metric": task.metric, "masked": masked.score, "pruned": physical.score,
+                              "examples_differing": int(differ), "equal": bool(differ == 0 and masked.score == physical.score)}
+    pool = example_pool(eval_batches(task, split))
+    rows = []
+    with _attn_implementation(original, task.gates.inner), _attn_implementation(pruned, pruned_gates.inner):
+        for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
+            batches = make_batches(pool, int(size), examples, seed, device)
+            timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device)
+            seq_len = mean_length(batches)
+            cost_o, cost_p = model_cost(original, seq_len), model_cost(pruned, seq_len)
+            ideal = cost_o.flops / cost_p.flops - 1
+            gain = timing["pruned"]["examples_per_s"] / timing["original"]["examples_per_s"] - 1
+            rows.append({"batch_size": int(size), "seq_len": seq_len, "original": timing["original"], "pruned": timing["pruned"],
+                         "gain": gain, "flop_ideal_gain": ideal, "gain_vs_ideal": gain / ideal if ideal > 0 else None})
+            print(f"batch {size:3d}: original {timing['original']['examples_per_s']:.1f} +- {timing['original']['spread']:.1f} ex/s, "
+                  f"pruned {timing['pruned']['examples_per_s']:.1f} +- {timing['pruned']['spread']:.1f} ex/s, "
+                  f"gain {100 * gain:+.1f}% (FLOP-ideal {100 * ideal:+.1f}%)", flush=True)
+    seq_len = rows[-1]["seq_len"] if rows else 128
+    out["cost"] = {"original": model_cost(original, seq_len).as_dict(), "pruned": model_cost(pruned, seq_len).as_dict()}
+    out["rows"] = rows
+    return out
+
+
+def speed_table(result: dict) -> tuple[list[str], list[list]]:
+    columns = ["batch_size", "original_ex_s", "original_spread", "pruned_ex_s", "pruned_spread", "gain", "flop_ideal_gain"]
+    return columns, [[r["batch_size"], r["original"]["examples_per_s"], r["original"]["spread"], r["pruned"]["examples_per_s"],
+                      r["pruned"]["spread"], r["gain"], r["flop_ideal_gain"]] for r in result["rows"]]
+
+
+def choose_mask(cfg, task, shared: dict | None = None) -> tuple[dict, dict]:
+    """The mask to prune and where it came from (validated before any timing)."""
+    settings = cfg.speed
+    fraction = check_fractions([settings.fraction])[0]
+    if settings.get("mask_file"):
+        mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction)
+        return mask, {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
+    from headprune.experiments.prune import importance_of
+
+    shared = {} if shared is None else shared
+    scores = shared.get("importance") or importance_of(task, cfg.importance)
+    mask = masks_for_fractions(scores, task.gates.groups, [fraction])[0]
+    return mask, {"mask_order": "importance", "fraction": fraction, "mask_source": "importance on the training subset"}
+
+
+def run(cfg) -> dict:
+    """Prune physically, time original vs pruned at each batch size, check scores; results.json + figure."""
+    settings = cfg.speed
+    check_fractions([settings.fraction])
+    sizes = [int(b) for b in settings.batch_sizes]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"speed.batch_sizes must be positive integers, got {list(settings.batch_sizes)}")
+    task = common.load_task(cfg)
+    split = str(settings.split)
+    common.check_split(task, split)
+    mask, origin = choose_mask(cfg, task)
+    result = speed_stage(task, mask, split, sizes, int(settings.examples), int(settings.warmup), int(settings.repeats),
+                         int(cfg.seed), bool(settings.check_score))
+    out = common.output_dir(cfg)
+    figure = speed_bars(result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})")
+    common.write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])
+    common.log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_table(result)}, [figure])
+    return {"objective": result["rows"][-1]["gain"], **result}
