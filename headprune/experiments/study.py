@@ -1,0 +1,201 @@
+"""experiment=study: fine-tune (or load) once, then ablate, keep_one, prune (all orders) and speed.
+
+The stages share the model, the data, the unmasked score and the importance/entropy scores. Each
+stage writes ``stages/<name>.json`` when it completes; a rerun in the same run directory
+(``hydra.run.dir=<that dir>``) skips every stage whose results are complete and whose settings
+are unchanged. ``make demo`` runs this on the embedded MiniLM: fine-tuned on the local MNLI copy
+when there is one, else on the synthetic NLI set (it says which).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf, open_dict
+
+from headprune.experiments import common
+from headprune.experiments.ablate import ablation_figure, ablation_stage, ablation_table, correlation
+from headprune.experiments.keep_one import keep_one_stage, keep_one_table
+from headprune.experiments.prune import curves_of, fractions_of, importance_of, orders_of, prune_stage, prune_table
+from headprune.experiments.speed import speed_stage, speed_table
+from headprune.ordering import check_fractions, check_groups
+from headprune.plots import keep_one_bars, pruning_curves, speed_bars
+from headprune.results import SCHEMA_VERSION, read_json, write_json_atomic
+
+STAGES = ("train", "scores", "ablate", "keep_one", "prune", "speed")
+
+
+def _plain(value):
+    def default(o):
+        return OmegaConf.to_container(o, resolve=True) if OmegaConf.is_config(o) else str(o)
+
+    return json.loads(json.dumps(value, default=default))
+
+
+def stage(out: Path, name: str, key, compute) -> dict:
+    """Load ``stages/<name>.json`` when complete with the same settings, else compute and write it atomically."""
+    path = out / "stages" / f"{name}.json"
+    key = _plain(key)
+    if path.exists():
+        saved = read_json(path)
+        if saved.get("complete") and saved.get("key") == key:
+            print(f"[study] {name}: complete in {path}, skipped", flush=True)
+            return saved["results"]
+    numbers = compute()
+    write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "stage": name, "key": key, "complete": True, "results": numbers})
+    return numbers
+
+
+def choose_data(cfg) -> str:
+    """Switch to the synthetic NLI set when the local MNLI copy is missing; returns a sentence saying which data is used."""
+    data = cfg.data
+    if data.get("source") == "local" and data.get("dir") and not Path(str(data.dir)).exists():
+        fallback = str(cfg.study.fallback_data)
+        try:
+            from hydra import compose
+
+            replacement = compose(config_name="config", overrides=[f"data={fallback}", "experiment=inspect"]).data
+        except Exception:  # outside a Hydra app: merge the two files by hand
+            conf = Path(__file__).resolve().parents[2] / "conf" / "data"
+            base = OmegaConf.load(conf / "nli_local.yaml")
+            extra = OmegaConf.load(conf / f"{fallback}.yaml")
+            extra.pop("defaults", None)
+            replacement = OmegaConf.merge(base, extra)
+        with open_dict(cfg):
+            cfg.data = replacement
+        return f"local MNLI not found at {data.dir}: using the synthetic NLI set (data={fallback})"
+    return f"data={data.get('name')} ({data.get('source')})"
+
+
+def train_stage(cfg, out: Path) -> str | None:
+    """Fine-tune (NLI) or train (MT) into <out>/train and point ``model.pretrained`` at the result."""
+    train_dir = out / "train"
+    model_dir = train_dir / "model"
+    if (train_dir / "results.json").exists() and model_dir.exists() and read_json(train_dir / "results.json").get("results"):
+        print(f"[study] train: complete in {train_dir}, skipped", flush=True)
+    else:
+        sub = cfg.copy()
+        with open_dict(sub):
+            sub.paths.output_dir = str(train_dir)
+            sub.experiment_name = "study_train"
+            for key, value in (cfg.study.get("train_overrides") or {}).items():
+                OmegaConf.update(sub, key, value, force_add=True)
+        if common.task_kind(cfg) == "nli":
+            from headprune.tasks.nli import finetune
+
+            finetune(sub)
+        else:
+            from headprune.tasks.mt import train
+
+            train(sub)
+    with open_dict(cfg):
+        cfg.model.pretrained = str(model_dir)
+        if common.task_kind(cfg) == "mt":
+            cfg.model.tokenizer = str(model_dir)
+    return str(model_dir)
+
+
+def run(cfg) -> dict:
+    """Every experiment of the paper on one model, sharing what can be shared; results.json + figures + W&B."""
+    settings = cfg.study
+    out = common.output_dir(cfg)
+    note = choose_data(cfg)
+    print(f"[study] {note}", flush=True)
+    common.task_kind(cfg)
+    fractions = fractions_of(cfg.prune)  # validate everything cheap before any work
+    orders = orders_of(cfg.prune)
+    check_fractions([cfg.speed.fraction])
+    bar = common.stage_progress(list(STAGES))
+    bar.set_postfix_str("train")
+    trained = train_stage(cfg, out) if settings.train else None
+    bar.update(1)
+    task = common.load_task(cfg)
+    split, selection = str(settings.split), common.selection_split(task, settings.get("selection_split"))
+    common.check_split(task, split)
+    common.check_split(task, selection, "selection")
+    groups = check_groups(cfg.prune.get("groups"), task.gates.groups)
+    base = task.evaluate(None, split=split)
+    print(f"[study] unmasked {task.metric} on {split}: {base.score:.2f} ({base.n} examples)", flush=True)
+    fp = common.fingerprints(task, split)
+    seed, n_samples, alpha = int(cfg.seed), int(settings.n_samples), float(settings.alpha)
+
+    def key(**extra):
+        return {"fingerprints": fp, "split": split, "seed": seed, **extra}
+
+    bar.set_postfix_str("scores")
+    scores = stage(out, "scores", key(importance=cfg.importance), lambda: {
+        "importance": common.tensor_dict(importance_of(task, cfg.importance)),
+        "entropy": common.tensor_dict(__import__("headprune.importance", fromlist=["x"]).attention_entropy(
+            task.model, task.gates, task.importance_batches()))})
+    bar.update(1)
+    shared = {"importance_raw": {g: torch.tensor(v) for g, v in scores["importance"].items()},
+              "entropy_raw": {g: torch.tensor(v) for g, v in scores["entropy"].items()}}
+
+    bar.set_postfix_str("ablate")
+    splits = [split] + [s for s in (settings.get("extra_splits") or []) if common.split_size(task, s) > 0]
+    ablate = stage(out, "ablate", key(splits=splits, n_samples=n_samples, alpha=alpha), lambda: {
+        "splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}})
+    if len(splits) > 1:
+        ablate["correlation"] = correlation(ablate["splits"][splits[0]], ablate["splits"][splits[1]])
+    shared["ablation_deltas"] = {g: torch.tensor(v) for g, v in ablate["splits"][split]["delta"].items()}
+    bar.update(1)
+
+    bar.set_postfix_str("keep_one")
+    keep_one = stage(out, "keep_one", key(selection=selection, n_samples=n_samples, alpha=alpha),
+                     lambda: keep_one_stage(task, selection, split, None, n_samples, seed, alpha, base=base))
+    bar.update(1)
+
+    bar.set_postfix_str("prune")
+    prune_key = key(prune=cfg.prune, importance=cfg.importance)
+
+    def prune_all():
+        result = prune_stage(task, orders, fractions, groups, int(cfg.prune.min_heads_per_layer or 0), False, cfg.importance,
+                             split, seed, shared, base=base)
+        if settings.reestimate:
+            again = prune_stage(task, ["importance"], fractions, groups, int(cfg.prune.min_heads_per_layer or 0), True,
+                                cfg.importance, split, seed, {}, base=base)
+            result["orders"]["importance (re-estimated)"] = again["orders"]["importance"]
+        if len(task.gates.groups) > 1:  # paper section 5: one group at a time
+            result["by_group"] = {g: prune_stage(task, ["importance"], fractions, [g], 0, False, cfg.importance, split, seed,
+                                                 {}, base=base) for g in task.gates.groups}
+        return result
+
+    prune = stage(out, "prune", prune_key, prune_all)
+    bar.update(1)
+
+    bar.set_postfix_str("speed")
+    fraction = check_fractions([cfg.speed.fraction])[0]
+    steps = {round(s["fraction"], 6): s for s in prune["orders"].get("importance", {"steps": []})["steps"]}
+    if round(fraction, 6) in steps:
+        mask = task.gates.normalize_mask(common.mask_from_json(steps[round(fraction, 6)]["mask"]))
+    else:
+        from headprune.ordering import masks_for_fractions
+
+        mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
+    speed = stage(out, "speed", key(speed=cfg.speed), lambda: speed_stage(
+        task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
+        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score)))
+    bar.update(1)
+    bar.close()
+
+    name = cfg.model.get("name")
+    figures = [ablation_figure(r, out / f"ablate_{s}.png", f"Single-head ablation on {s} ({name})") for s, r in ablate["splits"].items()]
+    figures.append(keep_one_bars(keep_one["rows"], out / "keep_one.png", f"Keep only the best head per layer ({name})",
+                                 f"{task.metric} difference"))
+    figures.append(pruning_curves(curves_of(prune), out / "prune.png", f"Greedy pruning ({name}, {split})", task.metric, base.score))
+    if "by_group" in prune:
+        curves = {g: v["orders"]["importance"] for g, v in prune["by_group"].items()}
+        figures.append(pruning_curves({g: ([s["fraction"] for s in c["steps"]], [s["score"] for s in c["steps"]]) for g, c in curves.items()},
+                                      out / "prune_groups.png", f"Pruning one attention group at a time ({name})", task.metric, base.score))
+    figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
+    numbers = {"data_note": note, "trained_model": trained, "base_score": base.score, "metric": task.metric,
+               "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed}
+    common.write_results(cfg, "study", numbers, task, split, inputs={"selection_split": selection, "data_note": note}, figures=figures)
+    tables = {f"ablate_{s}": ablation_table(r) for s, r in ablate["splits"].items()}
+    tables.update(keep_one=keep_one_table(keep_one), prune=prune_table(prune), speed=speed_table(speed))
+    summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
+               "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] else None}
+    common.log_run(cfg, "study", summary, tables, figures)
+    print(f"[study] done: {out / 'results.json'}", flush=True)
+    return {"objective": base.score, **numbers}
