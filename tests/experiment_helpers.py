@@ -1,0 +1,38 @@
+"""Helpers for the experiment tests: compose the real configs shrunk to tiny models and data."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+ROOT = Path(__file__).resolve().parents[1]
+NLI = ["model=tiny_bert", "data=nli_synthetic", "data.synthetic.train_size=240", "data.synthetic.eval_size=60",
+       "data.synthetic.mismatched_size=40", "data.importance_size=40", "data.batch_size=16"]
+MT = ["model=tiny_marian", "data=mt_synthetic", "data.synthetic.sizes.train=300", "data.synthetic.sizes.valid=16",
+      "data.synthetic.sizes.test=16", "data.importance.size=32", "data.tokenizer.vocab_size=300", "+task.beam_size=1",
+      "+task.len_extra=2", "+task.len_ratio=1.0"]
+FAST = ["logger=none", "ablate.n_samples=200"]
+
+
+def make_cfg(tmp_path, experiment: str, task: str, *overrides):
+    """The experiment's config for the NLI or MT test task, output in ``tmp_path``."""
+    base = NLI if task == "nli" else MT
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        extra = [o for o in FAST if o.split("=")[0].split(".")[0] in ("logger", experiment)]
+        cfg = compose("config", overrides=[f"experiment={experiment}", *base, "device=cpu", *extra, *overrides])
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path)
+        cfg.paths.data_dir = str(tmp_path / "data")
+    return cfg
+
+
+def results(tmp_path) -> dict:
+    payload = json.loads((Path(tmp_path) / "results.json").read_text())
+    assert payload["schema_version"] >= 1 and payload["complete"] is True
+    assert payload["fingerprints"]["model"] and payload["fingerprints"]["data"]
+    for figure in payload["figures"]:
+        assert (Path(tmp_path) / figure).stat().st_size > 1000, figure
+    return payload

@@ -1,0 +1,131 @@
+"""Every experiment on the NLI task (tiny BERT, synthetic NLI): results.json, figures, and bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from headprune.experiments import ablate, common, keep_one, prune, speed, study
+from experiment_helpers import make_cfg, results
+
+TASK = "nli"
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    torch.set_num_threads(1)
+    cfg = make_cfg(tmp_path_factory.mktemp("task"), "ablate", TASK)
+    return common.load_task(cfg)
+
+
+@pytest.fixture
+def shared_task(task, monkeypatch):
+    monkeypatch.setattr(common, "load_task", lambda cfg: task)
+    return task
+
+
+def test_ablate(shared_task, tmp_path):
+    cfg = make_cfg(tmp_path, "ablate", TASK, "ablate.splits=[eval,eval_mismatched]")
+    ablate.run(cfg)
+    payload = results(tmp_path)
+    res = payload["results"]
+    one = res["splits"]["eval"]
+    layers, heads = shared_task.gates.groups["enc_self"]
+    assert len(one["rows"]) == layers * heads and len(one["delta"]["enc_self"]) == layers
+    assert {"delta", "p_value", "significant", "ci_low", "ci_high"} <= set(one["rows"][0])
+    assert "pearson_r" in res["correlation"]
+    assert payload["figures"] == ["ablate_eval.png", "ablate_eval_mismatched.png"]
+    # the batched evaluation equals one evaluation per mask
+    mask = shared_task.gates.ones()
+    mask["enc_self"][1, 2] = 0
+    assert one["rows"][1 * heads + 2]["score"] == pytest.approx(shared_task.evaluate(mask).score)
+
+
+def test_keep_one(shared_task, tmp_path):
+    cfg = make_cfg(tmp_path, "keep_one", TASK, "keep_one.n_samples=100")
+    keep_one.run(cfg)
+    res = results(tmp_path)["results"]
+    assert res["selection_split"] == "importance" and res["split"] == "eval"
+    assert len(res["rows"]) == shared_task.gates.groups["enc_self"][0]
+    row = res["rows"][0]
+    mask = shared_task.gates.ones()
+    mask["enc_self"][0] = 0
+    mask["enc_self"][0, row["best_head"]] = 1
+    assert row["score"] == pytest.approx(shared_task.evaluate(mask).score)
+
+
+@pytest.mark.parametrize("order,extra", [("importance", ["prune.reestimate=true"]), ("random", ["prune.min_heads_per_layer=1"]),
+                                         ("entropy", []), ("ablation", ["prune.n_samples=50"])])
+def test_prune_orders(shared_task, tmp_path, order, extra):
+    cfg = make_cfg(tmp_path, "prune", TASK, f"prune.order={order}", "prune.step=0.25", *extra)
+    prune.run(cfg)
+    res = results(tmp_path)["results"]
+    steps = res["orders"][order]["steps"]
+    assert [s["fraction"] for s in steps] == [0.0, 0.25, 0.5, 0.75]
+    assert [s["heads_pruned"] for s in steps] == [0, 2, 4, 6]
+    if "prune.min_heads_per_layer=1" in extra:
+        assert all(min(sum(row) for row in s["mask"]["enc_self"]) >= 1 for s in steps)
+    assert steps[0]["score"] == pytest.approx(res["base_score"])
+
+
+def test_speed_and_mask_file(shared_task, tmp_path):
+    cfg = make_cfg(tmp_path / "p", "prune", TASK, "prune.fractions=[0.5]")
+    prune.run(cfg)
+    cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.batch_sizes=[1,4]",
+                   "speed.examples=8", "speed.repeats=2", "speed.warmup=1")
+    speed.run(cfg)
+    res = results(tmp_path)["results"]
+    assert res["score_check"]["equal"] and res["heads_pruned"] == 4
+    assert [r["batch_size"] for r in res["rows"]] == [1, 4]
+    assert all(r["flop_ideal_gain"] > 0 and r["original"]["examples_per_s"] > 0 for r in res["rows"])
+    assert res["cost"]["pruned"]["attention_flops"] < res["cost"]["original"]["attention_flops"]
+
+
+@pytest.mark.parametrize("experiment,override,message", [
+    ("prune", "prune.fractions=[1.0]", "outside [0, 1)"),
+    ("prune", "prune.fractions=[-0.1]", "outside [0, 1)"),
+    ("prune", "prune.order=magnitude", "unknown pruning order"),
+    ("prune", "prune.groups=[enc_dec]", "unknown attention group"),
+    ("ablate", "data.synthetic.eval_size=0", "empty"),
+    ("speed", "speed.fraction=1.5", "outside [0, 1)"),
+])
+def test_bad_input_fails_before_work(tmp_path, experiment, override, message, monkeypatch):
+    calls = []
+    monkeypatch.setattr(common, "evaluate_many", lambda *a, **k: calls.append(1))
+    cfg = make_cfg(tmp_path, experiment, TASK, override)
+    runner = {"prune": prune.run, "ablate": ablate.run, "speed": speed.run}[experiment]
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        runner(cfg)
+    assert not calls and not (tmp_path / "results.json").exists()
+
+
+def test_mask_file_for_another_model(shared_task, tmp_path):
+    (tmp_path / "mask.json").write_text(json.dumps({"mask": {"enc_self": [[1, 0], [1, 1]]}}))
+    cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'mask.json'}")
+    with pytest.raises(ValueError, match="does not fit this model"):
+        speed.run(cfg)
+    (tmp_path / "other.json").write_text(json.dumps({"model_fingerprint": "0123456789abcdef", "mask": {"enc_self": [[1] * 4] * 2}}))
+    cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'other.json'}")
+    with pytest.raises(ValueError, match="another model"):
+        speed.run(cfg)
+
+
+def test_study_resumes(tmp_path):
+    over = ["study.n_samples=50", "prune.step=0.5", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1",
+            "speed.warmup=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false"]
+    cfg = make_cfg(tmp_path, "study", TASK, *over)
+    study.run(cfg)
+    payload = results(tmp_path)
+    res = payload["results"]
+    assert {"ablate", "keep_one", "prune", "speed", "scores"} <= set(res)
+    assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random", "importance (re-estimated)"}
+    assert "correlation" in res["ablate"]
+    assert {"ablate_eval.png", "keep_one.png", "prune.png", "speed.png"} <= set(payload["figures"])
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").iterdir()}
+    (tmp_path / "stages" / "speed.json").unlink()  # as if interrupted during the last stage
+    cfg = make_cfg(tmp_path, "study", TASK, *over)
+    study.run(cfg)
+    again = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").iterdir()}
+    assert all(again[name] == stamps[name] for name in stamps if name != "speed.json")
+    assert "speed.json" in again
