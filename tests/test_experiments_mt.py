@@ -1,0 +1,64 @@
+"""Every experiment on the MT task (tiny Marian, synthetic translation, greedy search): results, figures, groups."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headprune.experiments import ablate, common, keep_one, prune, speed, study
+from experiment_helpers import make_cfg, results
+
+TASK = "mt"
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    torch.set_num_threads(1)
+    cfg = make_cfg(tmp_path_factory.mktemp("task"), "ablate", TASK)
+    return common.load_task(cfg)
+
+
+@pytest.fixture
+def shared_task(task, monkeypatch):
+    monkeypatch.setattr(common, "load_task", lambda cfg: task)
+    return task
+
+
+def test_ablate_three_groups_with_sacrebleu_bootstrap(shared_task, tmp_path):
+    ablate.run(make_cfg(tmp_path, "ablate", TASK))
+    res = results(tmp_path)["results"]["splits"]["eval"]
+    assert res["metric"] == "bleu" and res["bootstrap"]["test"].startswith("sacrebleu")
+    assert set(res["per_group"]) == {"enc_self", "enc_dec", "dec_self"} and len(res["rows"]) == 24
+    mask = shared_task.gates.ones()
+    mask["enc_dec"][1, 3] = 0
+    row = next(r for r in res["rows"] if (r["group"], r["layer"], r["head"]) == ("enc_dec", 1, 3))
+    assert row["score"] == pytest.approx(shared_task.evaluate(mask).score)
+
+
+def test_keep_one_selects_on_heldout(shared_task, tmp_path):
+    keep_one.run(make_cfg(tmp_path, "keep_one", TASK, "keep_one.n_samples=100", "keep_one.groups=[enc_dec]"))
+    res = results(tmp_path)["results"]
+    assert res["selection_split"] == "heldout" and [r["group"] for r in res["rows"]] == ["enc_dec", "enc_dec"]
+
+
+def test_prune_one_group(shared_task, tmp_path):
+    prune.run(make_cfg(tmp_path, "prune", TASK, "prune.groups=[enc_dec]", "prune.step=0.25", "prune.order=[importance,random]"))
+    res = results(tmp_path)["results"]
+    assert res["groups"] == ["enc_dec"] and res["total_heads"] == 8
+    for steps in (res["orders"]["importance"]["steps"], res["orders"]["random"]["steps"]):
+        assert [s["heads_pruned"] for s in steps] == [0, 2, 4, 6]
+        assert all(sum(map(sum, s["mask"]["enc_self"])) == 8 for s in steps)  # other groups untouched
+
+
+def test_speed(shared_task, tmp_path):
+    speed.run(make_cfg(tmp_path, "speed", TASK, "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1"))
+    res = results(tmp_path)["results"]
+    assert res["score_check"]["equal"] and res["heads_pruned"] == 12
+
+
+def test_study(tmp_path, monkeypatch):
+    over = ["study.train=false", "study.n_samples=50", "prune.step=0.5", "prune.order=[importance,random]", "study.reestimate=false",
+            "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1"]
+    study.run(make_cfg(tmp_path, "study", TASK, *over))
+    payload = results(tmp_path)
+    assert set(payload["results"]["prune"]["by_group"]) == {"enc_self", "enc_dec", "dec_self"}
+    assert "prune_groups.png" in payload["figures"]
