@@ -42,9 +42,10 @@ def read_aligned(data_dir: str | Path, split: str, src: str, tgt: str, limit: in
 def check_aligned(src_lines: list[str], tgt_lines: list[str], src_name: str = "source", tgt_name: str = "target") -> None:
     """Raise ``AlignmentError`` naming the files and (1-based) line numbers when the sides do not line up."""
     if len(src_lines) != len(tgt_lines):
+        longer = src_name if len(src_lines) > len(tgt_lines) else tgt_name
         raise AlignmentError(
-            f"{src_name} has {len(src_lines)} lines but {tgt_name} has {len(tgt_lines)}: "
-            f"parallel files must be aligned line by line (first line beyond the shorter file: {min(len(src_lines), len(tgt_lines)) + 1})"
+            f"{src_name} has {len(src_lines)} lines but {tgt_name} has {len(tgt_lines)}: parallel files must be aligned "
+            f"line by line (line {min(len(src_lines), len(tgt_lines)) + 1} of {longer} has no counterpart)"
         )
     for name, lines in ((src_name, src_lines), (tgt_name, tgt_lines)):
         empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]

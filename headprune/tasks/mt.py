@@ -93,7 +93,7 @@ class TranslationModule(L.LightningModule):
         config = self.model.config
         out = self.model.generate(
             input_ids=input_ids, attention_mask=attention_mask, num_beams=int(beam_size), do_sample=False,
-            max_new_tokens=max_new, early_stopping=True, length_penalty=1.0, num_return_sequences=1,
+            max_new_tokens=max_new, length_penalty=1.0, num_return_sequences=1,
             decoder_start_token_id=config.decoder_start_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id,
             bad_words_ids=[[config.pad_token_id]],
         )
@@ -165,7 +165,8 @@ class TranslationModule(L.LightningModule):
             return []
         split_name = split_of(self.data.cfg, split)
         beam_size = int(beam_size or self.task_cfg["beam_size"])
-        masks = [self.gates.normalize_mask(m) for m in masks]
+        ones = self.gates.ones()
+        masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
         chunk = max(1, int(self.task_cfg["mask_chunk"]))
         hyps: list[dict[int, str]] = [{} for _ in masks]
         was_training = self.model.training
