@@ -1,0 +1,47 @@
+"""Throughput of MiniLM with 50% of heads physically pruned vs the original, beside the FLOP-ideal gain.
+
+    .venv/bin/python bench/bench_speed.py [--fraction 0.5] [--batch-sizes 1 4 16 64] [--threads 2]
+
+Target: at batch 64 the measured gain reaches >= 90% of the FLOP-ideal gain.
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from common import machine, minilm_task
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fraction", type=float, default=0.5)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--examples", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from headprune.experiments.prune import importance_of
+    from headprune.experiments.speed import speed_stage
+    from headprune.ordering import masks_for_fractions
+    from omegaconf import OmegaConf
+
+    task, data = minilm_task(1000, ["data.importance_size=64"])
+    scores = importance_of(task, OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False}))
+    mask = masks_for_fractions(scores, task.gates.groups, [args.fraction])[0]
+    result = speed_stage(task, mask, "eval", args.batch_sizes, args.examples, warmup=2, repeats=args.repeats)
+    print(f"bench_speed: MiniLM, {result['heads_pruned']}/{result['heads_total']} heads pruned, {data} eval inputs; {machine()}")
+    print(f"score check (masked == pruned): {result['score_check']}")
+    print(f"{'batch':>5s} {'len':>4s} {'original ex/s':>16s} {'pruned ex/s':>16s} {'gain':>7s} {'FLOP-ideal':>10s} {'gain/ideal':>10s}")
+    for r in result["rows"]:
+        o, p = r["original"], r["pruned"]
+        print(f"{r['batch_size']:5d} {r['seq_len']:4d} {o['examples_per_s']:9.1f} +- {o['spread']:4.1f} {p['examples_per_s']:9.1f} +- {p['spread']:4.1f} "
+              f"{100 * r['gain']:+6.1f}% {100 * r['flop_ideal_gain']:+9.1f}% {r['gain_vs_ideal']:10.2f}")
+    cost = result["cost"]
+    print(f"parameters: {cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}; "
+          f"attention FLOPs/example: {cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,}")
+
+
+if __name__ == "__main__":
+    main()

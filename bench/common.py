@@ -1,0 +1,39 @@
+"""Shared set-up for the benchmarks: the embedded MiniLM on MNLI inputs (the local copy, else the synthetic set)."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def minilm_task(limit_eval: int = 400, extra=()):
+    """The NLI task with MiniLM (3-way head) on MNLI dev_matched when ../shared/data/mnli exists, else synthetic NLI."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from headprune.experiments.common import load_task
+
+    data_dir = Path(os.environ.get("HEADPRUNE_DATA_DIR", ROOT.parent / "shared" / "data"))
+    data = "nli_local" if (data_dir / "mnli").exists() else "nli_synthetic"
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=ablate", "model=minilm", f"data={data}", f"data.limit_eval={limit_eval}",
+                                           "logger=none", "device=cpu", *extra])
+    with open_dict(cfg):
+        cfg.paths.data_dir = str(data_dir)
+        cfg.paths.output_dir = tempfile.mkdtemp(prefix="headprune-bench-")
+    torch.manual_seed(0)
+    task = load_task(cfg)
+    return task, data
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads"
