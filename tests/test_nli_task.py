@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -114,13 +115,37 @@ def test_finetune_save_and_reload_in_fresh_process(tmp_path):
     assert metrics["objective"] == pytest.approx(100 * sum(fresh["eval"]) / 60, abs=0)
 
 
-def test_resume_from_last_checkpoint(tmp_path):
+class CrashAt(L.Callback):
+    """Simulate a crash in the middle of an epoch."""
+
+    def __init__(self, epoch: int, batch: int):
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            raise RuntimeError("simulated crash")
+
+
+NO_DROPOUT = ["+model.config.hidden_dropout_prob=0", "+model.config.attention_probs_dropout_prob=0"]
+
+
+def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, monkeypatch):
+    from headprune import training
     from headprune.tasks.nli import finetune
 
-    first = finetune(nli_cfg(tmp_path))
-    assert first["global_step"] == 14
-    resumed = finetune(nli_cfg(tmp_path, "trainer.max_epochs=2", "ckpt_path=last"))
-    assert resumed["global_step"] == 28 and resumed["epochs"] == 2  # went on from epoch 1, not from scratch
+    straight = finetune(nli_cfg(tmp_path / "straight", "trainer.max_epochs=2", *NO_DROPOUT))
+    original_fit = training.fit
+    monkeypatch.setattr(training, "fit", lambda cfg, module, data, callbacks=(): original_fit(cfg, module, data, [CrashAt(1, 5)]))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        finetune(nli_cfg(tmp_path / "resumed", "trainer.max_epochs=2", *NO_DROPOUT))
+    monkeypatch.setattr(training, "fit", original_fit)
+    assert (tmp_path / "resumed" / "checkpoints" / "last.ckpt").exists()  # written at the end of epoch 0
+    resumed = finetune(nli_cfg(tmp_path / "resumed", "trainer.max_epochs=2", "ckpt_path=last", *NO_DROPOUT))
+    assert resumed["global_step"] == straight["global_step"] == 28  # went on from epoch 1, not from scratch
+    a = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    b = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], msg=key)  # same data order, optimizer and schedule state
 
 
 @pytest.mark.parametrize("override, error, message", [
