@@ -112,13 +112,13 @@ def test_mask_file_for_another_model(shared_task, tmp_path):
 
 
 def test_study_resumes(tmp_path):
-    over = ["study.n_samples=50", "prune.step=0.5", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1",
+    over = ["study.n_samples=50", "prune.step=0.5", "study.reestimate=true", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1",
             "speed.warmup=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false"]
     cfg = make_cfg(tmp_path, "study", TASK, *over)
     study.run(cfg)
     payload = results(tmp_path)
     res = payload["results"]
-    assert {"ablate", "keep_one", "prune", "speed", "scores"} <= set(res)
+    assert {"ablate", "keep_one", "prune", "speed", "scores"} <= set(res) and payload["inputs"]["data"] == "nli_synthetic"
     assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random", "importance (re-estimated)"}
     assert "correlation" in res["ablate"]
     assert {"ablate_eval.png", "keep_one.png", "prune.png", "speed.png"} <= set(payload["figures"])
@@ -129,3 +129,20 @@ def test_study_resumes(tmp_path):
     again = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").iterdir()}
     assert all(again[name] == stamps[name] for name in stamps if name != "speed.json")
     assert "speed.json" in again
+
+
+def test_study_falls_back_to_synthetic_nli_and_says_so(tmp_path):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from experiment_helpers import CONF
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=study", "model=tiny_bert", "logger=none", "data.limit_eval=33"])
+    with open_dict(cfg):
+        cfg.paths.data_dir = str(tmp_path / "no-data-here")
+        cfg.paths.output_dir = str(tmp_path)
+    assert cfg.data.source == "local"
+    note = study.choose_data(cfg)
+    assert "synthetic" in note and "not found" in note
+    assert cfg.data.source == "synthetic" and cfg.data.limit_eval == 33 and cfg.data.importance_size == 200

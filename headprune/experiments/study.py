@@ -52,16 +52,19 @@ def choose_data(cfg) -> str:
     data = cfg.data
     if data.get("source") == "local" and data.get("dir") and not Path(str(data.dir)).exists():
         fallback = str(cfg.study.fallback_data)
+        conf = Path(__file__).resolve().parents[2] / "conf" / "data"
         try:
             from hydra import compose
 
             replacement = compose(config_name="config", overrides=[f"data={fallback}", "experiment=inspect"]).data
         except Exception:  # outside a Hydra app: merge the two files by hand
-            conf = Path(__file__).resolve().parents[2] / "conf" / "data"
-            base = OmegaConf.load(conf / "nli_local.yaml")
             extra = OmegaConf.load(conf / f"{fallback}.yaml")
             extra.pop("defaults", None)
-            replacement = OmegaConf.merge(base, extra)
+            replacement = OmegaConf.merge(OmegaConf.load(conf / "nli_local.yaml"), extra)
+        pristine = OmegaConf.load(conf / "nli_local.yaml")  # carry over what the study or the user changed (limits, sizes)
+        for key in data:
+            if key not in ("name", "source", "dir", "files") and key in pristine and key in replacement and data[key] != pristine[key]:
+                replacement[key] = data[key]
         with open_dict(cfg):
             cfg.data = replacement
         return f"local MNLI not found at {data.dir}: using the synthetic NLI set (data={fallback})"
