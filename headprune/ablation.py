@@ -256,7 +256,8 @@ class MaskBatcher:
             masks = [masks[i] for i in range(masks.shape[0])]
         if len(masks) == 0:
             raise ValueError("no masks to evaluate")
-        return torch.stack([self.gates.normalize_mask(mk)["enc_self"].float() for mk in masks])
+        ones = self.gates.ones()  # None = no mask
+        return torch.stack([self.gates.normalize_mask(ones if mk is None else mk)["enc_self"].float() for mk in masks])
 
 
 def batched_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks, max_rows: int = 128,

@@ -118,8 +118,10 @@ class NLIModule(L.LightningModule):
                           per_example={"correct": correct.tolist()})
 
     def evaluate_many(self, masks: list, split: str = "eval") -> list[EvalResult]:
-        """Scores of several masks (one evaluation each)."""
-        return [self.evaluate(mask, split) for mask in masks]
+        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.ablation)."""
+        from headprune.ablation import evaluate_many_classifier
+
+        return evaluate_many_classifier(self, masks, split)
 
     def importance_batches(self, batch_size: int | None = None):
         """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training file."""
