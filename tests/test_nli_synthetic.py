@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUND_S = 480  # generous: the target is 3 minutes on an idle 2-core machine
+BOUND_S = 600  # generous: the target is 3 minutes on an idle 2-core machine; 5 min measured with 3 other jobs running
 
 
 def test_synthetic_finetune_reaches_95_percent(tmp_path):
