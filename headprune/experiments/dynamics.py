@@ -8,6 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from headprune.dynamics import take_snapshot, with_stability
+from headprune.experiments.common import load_task
 from headprune.dynamics_plots import importance_over_time, pruning_curves_by_epoch
 from headprune.results import read_json, results_payload, write_json_atomic
 
@@ -42,18 +43,6 @@ def training_config(ckpt_dir: Path, cfg):
     for key, value in (cfg.get("dynamics_overrides") or {}).items():
         OmegaConf.update(train_cfg, key, value, force_add=True)
     return train_cfg
-
-
-def load_task(cfg):
-    """The task (a LightningModule implementing the task protocol) that a training config describes."""
-    if cfg.model.kind == "classifier":
-        from headprune.tasks.nli import load_nli_task
-
-        return load_nli_task(cfg)
-    from headprune.tasks.mt import load_translation_task
-
-    loaded = load_translation_task(cfg)
-    return loaded[1] if isinstance(loaded, tuple) else loaded
 
 
 def analyse_checkpoints(cfg) -> list[dict]:
