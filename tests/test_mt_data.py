@@ -60,7 +60,7 @@ def test_synthetic_pairs_are_deterministic_with_agreement_and_reordering():
         number = "sg" if s[0] == "ta" else "pl"
         assert t[0] == lang.tgt_det[(gender, number)]
         assert t[1] == stem + ("en" if number == "pl" else "")
-        assert t[-2][-1] == ("t" if number == "sg" else "n")  # the verb comes last and agrees with the subject
+        assert t[-1][-2] == ("t" if number == "sg" else "n")  # the verb comes last (before ".") and agrees with the subject
 
 
 def test_tokenizer_round_trip_and_reload(tmp_path):

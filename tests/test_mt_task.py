@@ -19,10 +19,10 @@ SMALL = ["data.synthetic.sizes.train=300", "data.synthetic.sizes.valid=20", "dat
          "data.tokenizer.vocab_size=200", "data.importance.size=16", "data.eval_batch_size=8", "task.beam_size=3"]
 
 
-def mt_cfg(tmp_path, *overrides):
+def mt_cfg(tmp_path, *overrides, small=SMALL):
     """The real experiment config, shrunk: tiny Marian, a small synthetic set, no logger, output in tmp_path."""
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=mt_train", "model=tiny_marian", "logger=none", *SMALL,
+        cfg = compose("config", overrides=["experiment=mt_train", "model=tiny_marian", "logger=none", *small,
                                            "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
                                            "+trainer.enable_model_summary=false", *overrides])
     with open_dict(cfg):
@@ -171,3 +171,12 @@ def test_checkpoint_reload_matches_the_saved_model(tmp_path):
     _, from_ckpt = load_translation_task(mt_cfg(tmp_path, f"model.pretrained={ckpt}"))
     _, from_dir = load_translation_task(mt_cfg(tmp_path, f"model.pretrained={tmp_path / 'model'}"))
     assert from_ckpt.translate(beam_size=2) == from_dir.translate(beam_size=2)
+
+
+def test_pretrained_dir_without_tokenizer_is_a_clear_error(tmp_path):
+    from headprune.tasks.mt import load_translation_task
+
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="comes without a tokenizer.*model.tokenizer"):
+        load_translation_task(mt_cfg(tmp_path, f"model.pretrained={tmp_path / 'bare'}"))

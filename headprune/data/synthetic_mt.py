@@ -84,7 +84,7 @@ class SyntheticTranslation:
             src += [prep[0]] + pp_src
             pp_tgt = [prep[1]] + pp_np
         tgt = subj_tgt + pp_tgt + obj_tgt + [verb[1] + ("t" if number == "sg" else "n")]
-        return " ".join(src) + " .", " ".join(tgt) + " ."
+        return " ".join(src) + ".", " ".join(tgt) + "."
 
     def pairs(self, n: int, seed: int) -> tuple[list[str], list[str]]:
         """``n`` sentence pairs sampled with ``seed`` (the same seed always gives the same pairs)."""

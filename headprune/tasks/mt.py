@@ -213,17 +213,28 @@ class TranslationModule(L.LightningModule):
 
 # ---- construction from a Hydra config ----------------------------------------------------------
 def _task_tokenizer(cfg):
-    """The tokenizer of a saved/pretrained model, ``model.tokenizer``, ``data.tokenizer.path``, or None (train one)."""
+    """The tokenizer of a saved/pretrained model, ``model.tokenizer``, the run's own, or None (train one)."""
     pretrained = cfg.model.get("pretrained")
-    if pretrained and not str(pretrained).endswith(".ckpt") and (has_tokenizer(pretrained) or not Path(str(pretrained)).exists()):
-        return load_tokenizer(pretrained)
+    is_ckpt = bool(pretrained) and str(pretrained).endswith(".ckpt")
+    if pretrained and not is_ckpt and (has_tokenizer(pretrained) or not Path(str(pretrained)).exists()):
+        return load_tokenizer(pretrained)  # a saved run dir with its tokenizer, or a hub name
     if cfg.model.get("tokenizer"):
         return load_tokenizer(cfg.model.tokenizer)
-    if pretrained and str(pretrained).endswith(".ckpt"):
+    if is_ckpt:
         run_dir = Path(pretrained).resolve().parent.parent  # <run>/checkpoints/x.ckpt -> <run>
-        for candidate in (run_dir / "tokenizer", run_dir / "model"):
-            if has_tokenizer(candidate):
-                return load_tokenizer(candidate)
+        candidates = [run_dir / "tokenizer", run_dir / "model"]
+    elif cfg.get("ckpt_path"):
+        candidates = [Path(cfg.paths.output_dir) / "tokenizer"]  # resuming: reuse this run's tokenizer
+    else:
+        candidates = []
+    for candidate in candidates:
+        if has_tokenizer(candidate):
+            return load_tokenizer(candidate)
+    if pretrained and not (cfg.data.tokenizer.get("path") and has_tokenizer(cfg.data.tokenizer.path)):
+        raise FileNotFoundError(
+            f"model.pretrained={pretrained} comes without a tokenizer: looked in {[str(c) for c in candidates] or pretrained}; "
+            "set model.tokenizer=<dir> (or data.tokenizer.path) to the tokenizer it was trained with"
+        )
     return None
 
 
