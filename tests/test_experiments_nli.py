@@ -145,4 +145,4 @@ def test_study_falls_back_to_synthetic_nli_and_says_so(tmp_path):
     assert cfg.data.source == "local"
     note = study.choose_data(cfg)
     assert "synthetic" in note and "not found" in note
-    assert cfg.data.source == "synthetic" and cfg.data.limit_eval == 33 and cfg.data.importance_size == 200
+    assert cfg.data.source == "synthetic" and cfg.data.limit_eval == 33 and cfg.data.importance_size == 150
