@@ -180,3 +180,11 @@ def test_pretrained_dir_without_tokenizer_is_a_clear_error(tmp_path):
     (tmp_path / "bare" / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="comes without a tokenizer.*model.tokenizer"):
         load_translation_task(mt_cfg(tmp_path, f"model.pretrained={tmp_path / 'bare'}"))
+
+
+def test_importance_scores_cover_all_three_groups(task):
+    from headprune.importance import importance_scores
+
+    scores = importance_scores(task.model, task.gates, task.importance_batches())
+    assert {g: tuple(s.shape) for g, s in scores.items()} == {"enc_self": (2, 4), "enc_dec": (2, 4), "dec_self": (2, 4)}
+    assert all(torch.isfinite(s).all() and (s > 0).any() for s in scores.values())
