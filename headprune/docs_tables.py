@@ -1,0 +1,175 @@
+"""Render the tables of docs/results.md from committed results files, and check that they agree.
+
+docs/results.md holds blocks ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; each is rendered by
+``TABLES[name]`` from the JSON files in docs/results/. ``python -m headprune.docs_tables`` rewrites
+the blocks; tests/test_results_docs.py (``make check-results``) fails when they disagree.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+BLOCK = re.compile(r"<!-- BEGIN (\w+) -->\n(.*?)<!-- END \1 -->", re.S)
+PAPER_KEEP_ONE_BERT = "-0.96 .. +0.10"
+PAPER_SPEED = {1: 1.9, 4: 2.7, 16: 17.5, 64: 17.5}
+PAPER_DYNAMICS = {1: 3.0, 2: 6.2, 3: 18.1, 5: 26.9, 10: 30.6, 20: 34.5, 30: 34.7, 40: 34.9}
+
+
+def _load(results_dir: Path, name: str) -> dict:
+    return json.loads((results_dir / f"{name}.json").read_text())
+
+
+def _results(payload: dict) -> dict:
+    return payload.get("results", payload)
+
+
+def _fmt(value, digits=2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:+.{digits}f}" if isinstance(value, float) and value != abs(value) else f"{value:.{digits}f}"
+
+
+def _signed(value, digits=2) -> str:
+    return f"{value:+.{digits}f}"
+
+
+# ---- single-head ablation ---------------------------------------------------------------------
+def ablation_table(study: dict, split: str = "eval") -> str:
+    abl = _results(study)["ablate"]["splits"][split]
+    lines = ["| group | heads | not significant | significantly worse | significantly better | largest drop | largest gain |",
+             "|---|---|---|---|---|---|---|"]
+    for group, g in abl["per_group"].items():
+        not_sig = g["heads"] - g["significant"]
+        lines.append(f"| {group} | {g['heads']} | {not_sig} ({100 * not_sig / g['heads']:.0f}%) | {g['significant_worse']} | "
+                     f"{g['significant_better']} | {g['max_drop'] + 0.0:.2f} | {g['max_gain'] + 0.0:.2f} |")
+    boot = abl["bootstrap"]
+    lines.append("")
+    lines.append(f"Base {abl['metric']} {abl['base_score']:.2f} on {abl['n_examples']} examples of `{abl['split']}`; "
+                 f"{boot['test']}, {boot['n_samples']} resamples, p < {boot['alpha']}, seed {boot['seed']}.")
+    return "\n".join(lines)
+
+
+# ---- keep one head per layer --------------------------------------------------------------------
+def keep_one_table(study: dict) -> str:
+    k = _results(study)["keep_one"]
+    lines = ["| group | layer | best head (chosen on selection split) | score | change | p | significant |", "|---|---|---|---|---|---|---|"]
+    for r in k["rows"]:
+        lines.append(f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {_signed(r['delta'])} | "
+                     f"{r['p_value']:.3f} | {'yes' if r['significant'] else 'no'} |")
+    lines.append("")
+    lines.append(f"Base {k['metric']} {k['base_score']:.2f} on {k['n_examples']} examples of `{k['split']}`; "
+                 f"heads chosen on `{k['selection_split']}` (base {k['selection_base_score']:.2f}).")
+    return "\n".join(lines)
+
+
+# ---- greedy pruning -----------------------------------------------------------------------------
+def prunable(steps: list[dict], base: float, tolerance: float) -> float:
+    """The largest fraction up to which every step stays within ``tolerance`` of the unpruned score."""
+    best = 0.0
+    for step in steps:
+        if step["score"] < base - tolerance:
+            break
+        best = step["fraction"]
+    return best
+
+
+def prune_table(study: dict, curves: str = "orders", tolerance: float = 1.0) -> str:
+    p = _results(study)["prune"]
+    source = p[curves] if curves == "orders" else {g: v["orders"]["importance"] for g, v in p["by_group"].items()}
+    names = list(source)
+    lines = ["| heads pruned | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for index, fraction in enumerate(p["fractions"]):
+        cells = " | ".join(f"{source[n]['steps'][index]['score']:.2f}" for n in names)
+        lines.append(f"| {100 * fraction:.0f}% | {cells} |")
+    lines.append("| **prunable with < {0:g} point loss** | ".format(tolerance)
+                 + " | ".join(f"{100 * prunable(source[n]['steps'], source[n]['steps'][0]['score'], tolerance):.0f}%" for n in names) + " |")
+    return "\n".join(lines)
+
+
+# ---- speed ----------------------------------------------------------------------------------------
+def speed_table(study: dict) -> str:
+    s = _results(study)["speed"]
+    lines = ["| batch | original ex/s | pruned ex/s | gain | FLOP-ideal gain | measured / ideal | paper gain (BERT-base, GPU) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in s["rows"]:
+        o, q = r["original"], r["pruned"]
+        ratio = "n/a" if r.get("gain_vs_ideal") is None else f"{100 * r['gain_vs_ideal']:.0f}%"
+        paper = PAPER_SPEED.get(r["batch_size"])
+        lines.append(f"| {r['batch_size']} | {o['examples_per_s']:.1f} +- {o['spread']:.1f} | {q['examples_per_s']:.1f} +- {q['spread']:.1f} | "
+                     f"{100 * r['gain']:+.1f}% | {100 * r['flop_ideal_gain']:+.1f}% | {ratio} | {'+' if paper else ''}{paper if paper else 'n/a'}% |")
+    cost = s["cost"]
+    check = s["score_check"]
+    lines.append("")
+    lines.append(f"{s['heads_pruned']} of {s['heads_total']} heads removed on `{s['device']}`; parameters "
+                 f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
+                 f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; "
+                 f"masked score {check['masked']:.2f}, pruned score {check['pruned']:.2f} (equal: {check['equal']}).")
+    return "\n".join(lines)
+
+
+# ---- training dynamics --------------------------------------------------------------------------
+def dynamics_table(dynamics: dict, at: float = 0.4) -> str:
+    lines = ["| epoch | unpruned BLEU | BLEU at 40% pruned | relative | prunable (< 1 BLEU) | rank stability | paper unpruned BLEU |",
+             "|---|---|---|---|---|---|---|"]
+    for s in dynamics["snapshots"]:
+        index = min(range(len(s["fractions"])), key=lambda i: abs(s["fractions"][i] - at))
+        epoch = s["epoch"] + 1
+        stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
+        paper = PAPER_DYNAMICS.get(epoch)
+        lines.append(f"| {epoch} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
+                     f"{100 * s['prunable_fraction']:.0f}% | {stab} | {paper if paper is not None else 'n/a'} |")
+    return "\n".join(lines)
+
+
+def correlation_line(study: dict) -> str:
+    c = _results(study)["ablate"].get("correlation")
+    if not c:
+        return "No second evaluation set was ablated."
+    return (f"Pearson r = {c['pearson_r']:.2f} (p = {c['p_value']:.3g}) between the per-head ablation differences on "
+            f"`{c['splits'][0]}` and `{c['splits'][1]}` (paper: 0.68 MNLI matched vs mismatched, 0.56 newstest2013 vs MTNT).")
+
+
+TABLES = {
+    "mnli_ablation": lambda d: ablation_table(_load(d, "mnli_study")),
+    "mnli_keep_one": lambda d: keep_one_table(_load(d, "mnli_study")),
+    "mnli_prune": lambda d: prune_table(_load(d, "mnli_study")),
+    "mnli_speed": lambda d: speed_table(_load(d, "mnli_study")),
+    "mnli_correlation": lambda d: correlation_line(_load(d, "mnli_study")),
+    "mt_ablation": lambda d: ablation_table(_load(d, "mt_study")),
+    "mt_keep_one": lambda d: keep_one_table(_load(d, "mt_study")),
+    "mt_prune": lambda d: prune_table(_load(d, "mt_study")),
+    "mt_prune_groups": lambda d: prune_table(_load(d, "mt_study"), curves="by_group"),
+    "mt_correlation": lambda d: correlation_line(_load(d, "mt_study")),
+    "mt_dynamics": lambda d: dynamics_table(_load(d, "mt_dynamics")),
+}
+
+
+def render_blocks(markdown: str, results_dir: Path) -> str:
+    """The markdown with every known block re-rendered from the results files."""
+    def replace(match):
+        name = match.group(1)
+        if name not in TABLES:
+            raise KeyError(f"docs block {name!r} has no renderer in headprune/docs_tables.py")
+        return f"<!-- BEGIN {name} -->\n{TABLES[name](results_dir)}\n<!-- END {name} -->"
+
+    return BLOCK.sub(replace, markdown)
+
+
+def blocks(markdown: str) -> dict[str, str]:
+    """{name: body} of the blocks in a markdown text."""
+    return {m.group(1): m.group(2) for m in BLOCK.finditer(markdown)}
+
+
+def main(argv=None) -> None:
+    argv = argv or sys.argv[1:]
+    doc = Path(argv[0] if argv else "docs/results.md")
+    results_dir = Path(argv[1]) if len(argv) > 1 else doc.parent / "results"
+    doc.write_text(render_blocks(doc.read_text(), results_dir))
+    print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} from {results_dir}")
+
+
+if __name__ == "__main__":
+    main()
