@@ -20,6 +20,9 @@ def main():
     parser.add_argument("--examples", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--clock", choices=["wall", "process"], default="wall",
+                        help="process: CPU seconds of this process (use with --threads 1 on a shared machine)")
+    parser.add_argument("--eval-examples", type=int, default=1000)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from headprune.experiments.prune import importance_of
@@ -27,11 +30,11 @@ def main():
     from headprune.ordering import masks_for_fractions
     from omegaconf import OmegaConf
 
-    task, data = minilm_task(1000, ["data.importance_size=64"])
+    task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])
     scores = importance_of(task, OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False}))
     mask = masks_for_fractions(scores, task.gates.groups, [args.fraction])[0]
-    result = speed_stage(task, mask, "eval", args.batch_sizes, args.examples, warmup=2, repeats=args.repeats)
-    print(f"bench_speed: MiniLM, {result['heads_pruned']}/{result['heads_total']} heads pruned, {data} eval inputs; {machine()}")
+    result = speed_stage(task, mask, "eval", args.batch_sizes, args.examples, warmup=2, repeats=args.repeats, clock=args.clock)
+    print(f"bench_speed: MiniLM, {result['heads_pruned']}/{result['heads_total']} heads pruned, {data} eval inputs; {machine()}; clock={args.clock}")
     print(f"score check (masked == pruned): {result['score_check']}")
     print(f"{'batch':>5s} {'len':>4s} {'original ex/s':>16s} {'pruned ex/s':>16s} {'gain':>7s} {'FLOP-ideal':>10s} {'gain/ideal':>10s}")
     for r in result["rows"]:

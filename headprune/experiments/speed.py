@@ -63,7 +63,7 @@ def eval_batches(task, split: str) -> list[dict]:
 
 
 def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
-                repeats: int = 5, seed: int = 0, check_score: bool = True) -> dict:
+                repeats: int = 5, seed: int = 0, check_score: bool = True, clock: str = "wall") -> dict:
     """Throughput of the original vs the physically pruned model, FLOP counts, and the masked == pruned check."""
     device = next(task.model.parameters()).device
     original = task.model
@@ -85,7 +85,8 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
     with _attn_implementation(original, task.gates.inner), _attn_implementation(pruned, pruned_gates.inner):
         for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
             batches = make_batches(pool, int(size), examples, seed, device)
-            timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device)
+            timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device,
+                                        clock if device.type == "cpu" else "wall")
             seq_len = mean_length(batches)
             cost_o, cost_p = model_cost(original, seq_len), model_cost(pruned, seq_len)
             ideal = cost_o.flops / cost_p.flops - 1
@@ -133,8 +134,11 @@ def run(cfg) -> dict:
     split = str(settings.split)
     common.check_split(task, split)
     mask, origin = choose_mask(cfg, task)
+    clock = str(settings.get("clock", "wall"))
+    if clock not in ("wall", "process"):
+        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
     result = speed_stage(task, mask, split, sizes, int(settings.examples), int(settings.warmup), int(settings.repeats),
-                         int(cfg.seed), bool(settings.check_score))
+                         int(cfg.seed), bool(settings.check_score), clock)
     out = common.output_dir(cfg)
     figure = speed_bars(result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})")
     common.write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])

@@ -178,7 +178,7 @@ def run(cfg) -> dict:
         mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
     speed = stage(out, "speed", key(speed=cfg.speed), lambda: speed_stage(
         task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
-        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score)))
+        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), str(cfg.speed.get("clock", "wall"))))
     bar.update(1)
     bar.close()
 
