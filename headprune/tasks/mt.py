@@ -255,7 +255,10 @@ def load_translation_task(cfg, tokenizer=None) -> tuple[TranslationDataModule, T
             model = build_model(fresh, vocab_size=len(tokenizer), **special_ids(tokenizer))
         if pretrained:
             state = torch.load(pretrained, map_location="cpu", weights_only=False)["state_dict"]
-            model.load_state_dict({k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}, strict=False)
+            try:
+                model.load_state_dict({k[len("model."):]: v for k, v in state.items() if k.startswith("model.")})
+            except RuntimeError as err:
+                raise ValueError(f"checkpoint {pretrained} does not fit model={cfg.model.get('name')} with this tokenizer: {err}") from err
     model.generation_config.max_length = None  # max_new_tokens is set per batch
     module = TranslationModule(model, tokenizer, data, cfg.get("task"), cfg.get("optim"), cfg.get("scheduler"))
     module.model.eval()
