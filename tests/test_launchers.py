@@ -35,5 +35,8 @@ def test_multirun_prune_orders_in_parallel(tmp_path):
         payload = json.loads((tmp_path / job / "results.json").read_text())
         orders |= set(payload["results"]["orders"])
         assert (tmp_path / job / "prune.png").exists()
-        assert list((tmp_path / job / "wandb").glob("offline-run-*")), "W&B offline run missing"
+        runs = list((tmp_path / job / "wandb").glob("offline-run-*"))
+        assert runs, "W&B offline run missing"
+        media = {p.parent.name for p in runs[0].glob("files/media/*/*")}
+        assert media == {"table", "images"}, media  # the prune table and the curve
     assert orders == {"importance", "random"}

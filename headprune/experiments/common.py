@@ -188,8 +188,8 @@ def log_run(cfg, kind: str, numbers: dict, tables: dict | None = None, figures: 
                      config=OmegaConf.to_container(cfg, resolve=True))
     try:
         run.summary.update(flat_numbers(numbers))
-        payload = {name: wandb.Table(columns=list(columns), data=[list(r) for r in rows]) for name, (columns, rows) in tables.items()}
-        payload.update({Path(f).stem: wandb.Image(str(f)) for f in figures or []})
+        payload = {f"table/{name}": wandb.Table(columns=list(columns), data=[list(r) for r in rows]) for name, (columns, rows) in tables.items()}
+        payload.update({f"figure/{Path(f).stem}": wandb.Image(str(f)) for f in figures or []})
         if payload:
             run.log(payload)
     finally:
