@@ -95,12 +95,16 @@ def _ensure_shared(inner: str) -> str:
 
 @contextmanager
 def _patched(module: nn.Module, fn):
-    """Temporarily replace ``module.forward`` by ``fn``."""
+    """Temporarily replace ``module.forward`` by ``fn`` (an instance-level forward already there is restored)."""
+    previous = module.__dict__.get("forward")
     module.forward = fn
     try:
         yield
     finally:
-        del module.forward
+        if previous is None:
+            del module.forward
+        else:
+            module.forward = previous
 
 
 @contextmanager
