@@ -129,3 +129,12 @@ def test_datamodule_files_source_trains_joint_tokenizer(tmp_path):
     assert sorted(i for b in batches for i in b["ids"].tolist()) == list(range(8))
     importance = data.importance_batches()
     assert sum(len(b["input_ids"]) for b in importance) == 10 and all("labels" in b for b in importance)
+
+
+def test_eval_batches_shard_by_example(tmp_path):
+    cfg = OmegaConf.load("conf/data/mt_defaults.yaml")
+    cfg.merge_with({"source": "synthetic", "synthetic": {"seed": 0, "sizes": {"train": 50, "valid": 5, "test": 5}},
+                    "tokenizer": {"vocab_size": 200}})
+    data = TranslationDataModule(cfg, seed=0)
+    shards = [[i for b in data.eval_batches("valid", rank=r, world=2) for i in b["ids"].tolist()] for r in range(2)]
+    assert sorted(shards[0]) == [0, 2, 4] and sorted(shards[1]) == [1, 3]  # a one-batch split still feeds every rank

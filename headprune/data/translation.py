@@ -211,19 +211,21 @@ class TranslationDataModule(L.LightningDataModule):
     def train_dataloader(self):
         return DataLoader(self.train_set, batch_size=None, num_workers=int(self.cfg.get("num_workers", 0)))
 
-    def eval_batches(self, split: str, with_targets: bool = True) -> list[dict]:
-        """Fixed, length-sorted batches of a whole split (each with ``ids`` = the example indices)."""
+    def eval_batches(self, split: str, with_targets: bool = True, rank: int = 0, world: int = 1) -> list[dict]:
+        """Fixed, length-sorted batches of a split (examples ``rank::world``), each with ``ids`` = the example indices."""
         src, tgt = self.split_encoded(split)
-        order = token_batches([len(s) for s in src], [len(t) for t in tgt], int(self.cfg.eval_max_tokens), shuffle=False,
+        keep = list(range(len(src)))[rank::world]
+        order = token_batches([len(src[i]) for i in keep], [len(tgt[i]) for i in keep], int(self.cfg.eval_max_tokens), shuffle=False,
                               max_sentences=int(self.cfg.eval_batch_size))
+        order = [[keep[j] for j in idx] for idx in order]
         return [collate([src[i] for i in idx], [tgt[i] for i in idx] if with_targets else None, self.pad_id, self.start_id, ids=idx) for idx in order]
 
     def val_dataloader(self):
-        batches = self.eval_batches("valid")
+        rank, world = 0, 1
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-            batches = batches[rank::world]  # uneven shards are fine: BLEU gathers hypotheses by id
-        return DataLoader(batches, batch_size=None, collate_fn=lambda b: b)
+        # each rank translates every world-th sentence; validation BLEU gathers the hypotheses by id
+        return DataLoader(self.eval_batches("valid", rank=rank, world=world), batch_size=None, collate_fn=lambda b: b)
 
     def importance_batches(self) -> list[dict]:
         """Batches (with labels) of a fixed random subset of the *training* split, for head importance."""
