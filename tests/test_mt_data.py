@@ -138,3 +138,29 @@ def test_eval_batches_shard_by_example(tmp_path):
     data = TranslationDataModule(cfg, seed=0)
     shards = [[i for b in data.eval_batches("valid", rank=r, world=2) for i in b["ids"].tolist()] for r in range(2)]
     assert sorted(shards[0]) == [0, 2, 4] and sorted(shards[1]) == [1, 3]  # a one-batch split still feeds every rank
+
+
+def test_hub_source_reads_both_row_layouts(monkeypatch):
+    import datasets
+
+    from headprune.data import translation
+
+    tables = {
+        "wmt14": datasets.Dataset.from_dict({"translation": [{"en": "a cat", "fr": "un chat"}, {"en": "a dog", "fr": "un chien"}]}),
+        "bentrevett/multi30k": datasets.Dataset.from_dict({"en": ["a cat", "a dog"], "de": ["eine Katze", "ein Hund"]}),
+    }
+    calls = []
+
+    def fake_load(path, name=None, split=None, **kwargs):
+        calls.append((path, name, split))
+        return tables[path]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    cfg = OmegaConf.load("conf/data/mt_hub.yaml")
+    cfg.merge_with(OmegaConf.load("conf/data/mt_defaults.yaml"))
+    cfg.merge_with({"source": "hub", "hub": {"path": "wmt14", "name": "fr-en"}, "src_lang": "en", "tgt_lang": "fr",
+                    "splits": {"train": "train", "valid": "validation", "test": "test"}})
+    assert translation.load_texts(cfg, "valid") == (["a cat", "a dog"], ["un chat", "un chien"])
+    cfg.merge_with({"hub": {"path": "bentrevett/multi30k", "name": None}, "tgt_lang": "de", "limits": {"test": 1}})
+    assert translation.load_texts(cfg, "test") == (["a cat"], ["eine Katze"])
+    assert calls == [("wmt14", "fr-en", "validation"), ("bentrevett/multi30k", None, "test")]
