@@ -40,9 +40,16 @@ def training_config(ckpt_dir: Path, cfg):
         train_cfg.model.pretrained = str(model_dir)  # architecture and tokenizer; weights come from each checkpoint
         train_cfg.model.tokenizer = str(model_dir)
     train_cfg.paths = cfg.paths
-    for key, value in (cfg.get("dynamics_overrides") or {}).items():
-        OmegaConf.update(train_cfg, key, value, force_add=True)
+    overrides = cfg.get("dynamics_overrides") or []
+    pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in overrides)
+    for key, value in pairs:
+        OmegaConf.update(train_cfg, key, OmegaConf.create({"v": value}).v if not isinstance(value, str) else _parse(value), force_add=True)
     return train_cfg
+
+
+def _parse(text: str):
+    """A dotlist value as YAML would read it (``300`` -> 300, ``[a,b]`` -> list)."""
+    return OmegaConf.from_dotlist([f"v={text}"]).v
 
 
 def analyse_checkpoints(cfg) -> list[dict]:
