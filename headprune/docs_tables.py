@@ -38,7 +38,8 @@ def _signed(value, digits=2) -> str:
 
 # ---- single-head ablation ---------------------------------------------------------------------
 def ablation_table(study: dict, split: str = "eval") -> str:
-    abl = _results(study)["ablate"]["splits"][split]
+    results = _results(study)
+    abl = results.get("ablate", results)["splits"][split]  # a study's ablate stage, or an ablate run
     lines = ["| group | heads | not significant | significantly worse | significantly better | largest drop | largest gain |",
              "|---|---|---|---|---|---|---|"]
     for group, g in abl["per_group"].items():
@@ -77,7 +78,8 @@ def prunable(steps: list[dict], base: float, tolerance: float) -> float:
 
 
 def prune_table(study: dict, curves: str = "orders", tolerance: float = 1.0) -> str:
-    p = _results(study)["prune"]
+    results = _results(study)
+    p = results.get("prune", results)
     source = p[curves] if curves == "orders" else {g: v["orders"]["importance"] for g, v in p["by_group"].items()}
     names = list(source)
     lines = ["| heads pruned | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
@@ -87,6 +89,23 @@ def prune_table(study: dict, curves: str = "orders", tolerance: float = 1.0) -> 
     lines.append("| **prunable with < {0:g} point loss** | ".format(tolerance)
                  + " | ".join(f"{100 * prunable(source[n]['steps'], source[n]['steps'][0]['score'], tolerance):.0f}%" for n in names) + " |")
     return "\n".join(lines)
+
+
+def prune_groups_table(runs: dict[str, dict], tolerance: float = 1.0) -> str:
+    """Importance-order pruning of all heads and of each group alone (paper Figures 2 and 3)."""
+    curves = {name: _results(run)["orders"]["importance"]["steps"] for name, run in runs.items()}
+    names = list(curves)
+    fractions = [step["fraction"] for step in curves[names[0]]]
+    lines = ["| share of the pruned heads' group(s) removed | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for index, fraction in enumerate(fractions):
+        lines.append(f"| {100 * fraction:.0f}% | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
+    lines.append(f"| **prunable with < {tolerance:g} BLEU loss** | "
+                 + " | ".join(f"{100 * prunable(curves[n], curves[n][0]['score'], tolerance):.0f}%" for n in names) + " |")
+    return "\n".join(lines)
+
+
+MT_PRUNE_RUNS = {"all groups": "mt_prune_all", "enc_self only": "mt_prune_enc_self", "enc_dec only": "mt_prune_enc_dec",
+                 "dec_self only": "mt_prune_dec_self"}
 
 
 # ---- speed ----------------------------------------------------------------------------------------
@@ -125,7 +144,8 @@ def dynamics_table(dynamics: dict, at: float = 0.4) -> str:
 
 
 def correlation_line(study: dict) -> str:
-    c = _results(study)["ablate"].get("correlation")
+    results = _results(study)
+    c = results.get("ablate", results).get("correlation")
     if not c:
         return "No second evaluation set was ablated."
     return (f"Pearson r = {c['pearson_r']:.2f} (p = {c['p_value']:.3g}) between the per-head ablation differences on "
@@ -138,11 +158,10 @@ TABLES = {
     "mnli_prune": lambda d: prune_table(_load(d, "mnli_study")),
     "mnli_speed": lambda d: speed_table(_load(d, "mnli_study")),
     "mnli_correlation": lambda d: correlation_line(_load(d, "mnli_study")),
-    "mt_ablation": lambda d: ablation_table(_load(d, "mt_study")),
-    "mt_keep_one": lambda d: keep_one_table(_load(d, "mt_study")),
-    "mt_prune": lambda d: prune_table(_load(d, "mt_study")),
-    "mt_prune_groups": lambda d: prune_table(_load(d, "mt_study"), curves="by_group"),
-    "mt_correlation": lambda d: correlation_line(_load(d, "mt_study")),
+    "mt_ablation": lambda d: ablation_table(_load(d, "mt_ablate")),
+    "mt_ablation_heldout": lambda d: ablation_table(_load(d, "mt_ablate"), split="heldout"),
+    "mt_prune_groups": lambda d: prune_groups_table({k: _load(d, v) for k, v in MT_PRUNE_RUNS.items()}),
+    "mt_correlation": lambda d: correlation_line(_load(d, "mt_ablate")),
     "mt_dynamics": lambda d: dynamics_table(_load(d, "mt_dynamics")),
 }
 
