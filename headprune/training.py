@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
         filename="epoch{epoch:03d}-step{step}",
         auto_insert_metric_name=False,
         save_last=True,
-        every_n_epochs=ckpt_cfg.get("every_n_epochs", 1),
+        every_n_epochs=ckpt_cfg.get("every_n_epochs", 1) if not ckpt_cfg.get("every_n_train_steps") else None,
+        every_n_train_steps=ckpt_cfg.get("every_n_train_steps"),
         save_top_k=ckpt_cfg.get("save_top_k", -1),
         monitor=ckpt_cfg.get("monitor"),
     )
@@ -113,10 +115,6 @@ def fit(cfg, module, datamodule, callbacks=()) -> dict:
 
 def _finish_wandb(trainer) -> None:
     """Close the W&B run so that multirun jobs do not share one."""
-    try:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
-    except ImportError:
-        pass
+    wandb = sys.modules.get("wandb")  # never import wandb just to close it (logger=csv|none)
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()

@@ -9,7 +9,7 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(1)  # one intra-op thread: on a shared 2-core machine two threads were 3-10x slower
 
 
 def tiny_bert(seed: int = 0, layers: int = 3, heads: int = 4, dtype=torch.float32):
