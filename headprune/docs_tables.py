@@ -110,7 +110,8 @@ MT_PRUNE_RUNS = {"all groups": "mt_prune_all", "enc_self only": "mt_prune_enc_se
 
 # ---- speed ----------------------------------------------------------------------------------------
 def speed_table(study: dict) -> str:
-    s = _results(study)["speed"]
+    results = _results(study)
+    s = results.get("speed", results)
     lines = ["| batch | original ex/s | pruned ex/s | gain | FLOP-ideal gain | measured / ideal | paper gain (BERT-base, GPU) |",
              "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
@@ -153,11 +154,10 @@ def correlation_line(study: dict) -> str:
 
 
 TABLES = {
-    "mnli_ablation": lambda d: ablation_table(_load(d, "mnli_study")),
-    "mnli_keep_one": lambda d: keep_one_table(_load(d, "mnli_study")),
-    "mnli_prune": lambda d: prune_table(_load(d, "mnli_study")),
-    "mnli_speed": lambda d: speed_table(_load(d, "mnli_study")),
-    "mnli_correlation": lambda d: correlation_line(_load(d, "mnli_study")),
+    "mnli_ablation": lambda d: ablation_table(_load(d, "mnli_ablate")),
+    "mnli_keep_one": lambda d: keep_one_table(_load(d, "mnli_keep_one")),
+    "mnli_prune": lambda d: prune_table(_load(d, "mnli_prune")),
+    "mnli_speed": lambda d: speed_table(_load(d, "mnli_speed")),
     "mt_ablation": lambda d: ablation_table(_load(d, "mt_ablate")),
     "mt_ablation_heldout": lambda d: ablation_table(_load(d, "mt_ablate"), split="heldout"),
     "mt_prune_groups": lambda d: prune_groups_table({k: _load(d, v) for k, v in MT_PRUNE_RUNS.items()}),
