@@ -25,11 +25,9 @@ from contextlib import ExitStack, contextmanager
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers import AttentionInterface
 
-from headprune.heads import PREFIX, HeadGates, _broadcast_gate, _configs
+from headprune.heads import PREFIX, HeadGates, _broadcast_gate, _configs, register_wrapper
 
 SHARED = "headprune_shared_"
 
@@ -85,12 +83,7 @@ def _make_shared(inner: str):
 
 
 def _ensure_shared(inner: str) -> str:
-    name = SHARED + inner
-    if name not in ALL_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(name, _make_shared(inner))
-        mask_fn = ALL_MASK_ATTENTION_FUNCTIONS[inner] if inner in ALL_MASK_ATTENTION_FUNCTIONS else None
-        AttentionMaskInterface.register(name, mask_fn or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-    return name
+    return register_wrapper(SHARED, inner, _make_shared)
 
 
 @contextmanager

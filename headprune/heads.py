@@ -94,14 +94,19 @@ def _broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return gate.view(batch, 1, -1, 1)
 
 
-def _ensure_registered(inner_name: str) -> str:
-    """Register the gated wrapper (and the matching mask function) for one implementation."""
-    name = PREFIX + inner_name
+def register_wrapper(prefix: str, inner_name: str, make) -> str:
+    """Register ``make(inner_name)`` as attention function ``prefix + inner_name``, with the inner one's mask format."""
+    name = prefix + inner_name
     if name not in ALL_ATTENTION_FUNCTIONS:
-        AttentionInterface.register(name, _make_gated(inner_name))
+        AttentionInterface.register(name, make(inner_name))
         mask_fn = ALL_MASK_ATTENTION_FUNCTIONS[inner_name] if inner_name in ALL_MASK_ATTENTION_FUNCTIONS else None
         AttentionMaskInterface.register(name, mask_fn or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     return name
+
+
+def _ensure_registered(inner_name: str) -> str:
+    """Register the gated wrapper (and the matching mask function) for one implementation."""
+    return register_wrapper(PREFIX, inner_name, _make_gated)
 
 
 def _configs(model: nn.Module):
