@@ -43,7 +43,7 @@ def training_config(ckpt_dir: Path, cfg):
     overrides = cfg.get("dynamics_overrides") or []
     pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in overrides)
     for key, value in pairs:
-        OmegaConf.update(train_cfg, key, OmegaConf.create({"v": value}).v if not isinstance(value, str) else _parse(value), force_add=True)
+        OmegaConf.update(train_cfg, key, _parse(value) if isinstance(value, str) else value, force_add=True)
     return train_cfg
 
 
