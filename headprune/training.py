@@ -93,6 +93,7 @@ def fit(cfg, module, datamodule, callbacks=()) -> dict:
     L.seed_everything(cfg.seed, workers=True)
     trainer = build_trainer(cfg, callbacks=callbacks)
     start = time.perf_counter()
+    module.train()  # HF models load in eval mode, and Lightning keeps the mode it is given: dropout on for fitting
     trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg))
     train_seconds = time.perf_counter() - start
     final = trainer.validate(module, datamodule=datamodule, verbose=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
@@ -17,16 +19,48 @@ MT = ["model=tiny_marian", "data=mt_synthetic", "data.synthetic.sizes.train=300"
 FAST = ["logger=none", "ablate.n_samples=200"]
 
 
-def make_cfg(tmp_path, experiment: str, task: str, *overrides):
-    """The experiment's config for the NLI or MT test task, output in ``tmp_path``."""
-    base = NLI if task == "nli" else MT
+def compose_cfg(tmp_path, overrides: list[str]):
+    """The real ``conf/`` config composed with ``overrides``, its outputs and data cache in ``tmp_path``."""
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        extra = [o for o in FAST if o.split("=")[0].split(".")[0] in ("logger", experiment)]
-        cfg = compose("config", overrides=[f"experiment={experiment}", *base, "device=cpu", *extra, *overrides])
+        cfg = compose("config", overrides=overrides)
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path)
         cfg.paths.data_dir = str(tmp_path / "data")
     return cfg
+
+
+def training_cfg(tmp_path, experiment: str, model: str, small: list[str], *overrides):
+    """A training experiment's config shrunk to a tiny model, small data, one epoch and no logger."""
+    return compose_cfg(tmp_path, [f"experiment={experiment}", f"model={model}", "logger=none", *small,
+                                  "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+                                  "+trainer.enable_model_summary=false", *overrides])
+
+
+def make_cfg(tmp_path, experiment: str, task: str, *overrides):
+    """The experiment's config for the NLI or MT test task, output in ``tmp_path``."""
+    base = NLI if task == "nli" else MT
+    extra = [o for o in FAST if o.split("=")[0].split(".")[0] in ("logger", experiment)]
+    return compose_cfg(tmp_path, [f"experiment={experiment}", *base, "device=cpu", *extra, *overrides])
+
+
+def task_fixtures(task_name: str):
+    """Fixtures ``task`` (the test task, loaded once per module) and ``shared_task`` (experiments reuse it)."""
+
+    @pytest.fixture(scope="module")
+    def task(tmp_path_factory):
+        torch.set_num_threads(1)
+        from headprune.experiments import common
+
+        return common.load_task(make_cfg(tmp_path_factory.mktemp("task"), "ablate", task_name))
+
+    @pytest.fixture
+    def shared_task(task, monkeypatch):
+        from headprune.experiments import common
+
+        monkeypatch.setattr(common, "load_task", lambda cfg: task)
+        return task
+
+    return task, shared_task
 
 
 def results(tmp_path) -> dict:

@@ -2,25 +2,14 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
-from headprune.experiments import ablate, common, keep_one, prune, speed, study
-from experiment_helpers import make_cfg, results
+from headprune.experiments import ablate, keep_one, prune, speed, study
+from experiment_helpers import make_cfg, results, task_fixtures
 
 TASK = "mt"
 
 
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    torch.set_num_threads(1)
-    cfg = make_cfg(tmp_path_factory.mktemp("task"), "ablate", TASK)
-    return common.load_task(cfg)
-
-
-@pytest.fixture
-def shared_task(task, monkeypatch):
-    monkeypatch.setattr(common, "load_task", lambda cfg: task)
-    return task
+task, shared_task = task_fixtures(TASK)
 
 
 def test_ablate_three_groups_with_sacrebleu_bootstrap(shared_task, tmp_path):

@@ -6,29 +6,19 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import open_dict
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
-ROOT = Path(__file__).resolve().parents[1]
+from experiment_helpers import CONF, ROOT, training_cfg
+
 SMALL = ["data.synthetic.sizes.train=300", "data.synthetic.sizes.valid=20", "data.synthetic.sizes.test=24",
          "data.tokenizer.vocab_size=200", "data.importance.size=16", "data.eval_batch_size=8", "task.beam_size=3"]
 
 
 def mt_cfg(tmp_path, *overrides, small=SMALL):
     """The real experiment config, shrunk: tiny Marian, a small synthetic set, no logger, output in tmp_path."""
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=mt_train", "model=tiny_marian", "logger=none", *small,
-                                           "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-                                           "+trainer.enable_model_summary=false", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path)
-        cfg.paths.data_dir = str(tmp_path / "data")
-    return cfg
+    return training_cfg(tmp_path, "mt_train", "tiny_marian", small, *overrides)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import lightning as L
 import pytest
@@ -13,8 +12,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
-ROOT = Path(__file__).resolve().parents[1]
+from experiment_helpers import CONF, ROOT, training_cfg
+
 SMALL = ["data=nli_synthetic", "data.synthetic.train_size=240", "data.synthetic.eval_size=60",
          "data.synthetic.mismatched_size=30", "data.importance_size=20", "data.batch_size=16"]
 
@@ -30,14 +29,7 @@ def one_thread():
 
 def nli_cfg(tmp_path, *overrides):
     """The real experiment config, shrunk: tiny BERT, a small synthetic set, no logger, output in tmp_path."""
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=nli_finetune", "model=tiny_bert", "logger=none", *SMALL,
-                                           "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-                                           "+trainer.enable_model_summary=false", *overrides])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path)
-        cfg.paths.data_dir = str(tmp_path / "data")
-    return cfg
+    return training_cfg(tmp_path, "nli_finetune", "tiny_bert", SMALL, *overrides)
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +92,8 @@ def test_finetune_save_and_reload_in_fresh_process(tmp_path):
     assert results["eval/correct"] == round(results["eval/accuracy"] * 60)  # Lightning's metric and evaluate() agree
     assert (tmp_path / "checkpoints" / "last.ckpt").exists() and (tmp_path / "model" / "config.json").exists()
     code = (
-        "import json, sys; sys.argv = sys.argv[:1]\n"
-        "from tests.test_nli_task import nli_cfg\nfrom headprune.tasks.nli import load_nli_task\n"
+        "import json, sys; sys.argv = sys.argv[:1]; sys.path.insert(0, 'tests')\n"
+        "from test_nli_task import nli_cfg\nfrom headprune.tasks.nli import load_nli_task\n"
         "from omegaconf import open_dict\nfrom pathlib import Path\n"
         f"cfg = nli_cfg(Path({str(tmp_path / 'fresh')!r}), 'model.pretrained={tmp_path / 'model'}')\n"
         "t = load_nli_task(cfg)\n"
