@@ -14,6 +14,7 @@ from pathlib import Path
 
 BLOCK = re.compile(r"<!-- BEGIN (\w+) -->\n(.*?)<!-- END \1 -->", re.S)
 PAPER_KEEP_ONE_BERT = "-0.96 .. +0.10"
+MNLI_STUDY = "mnli_study"  # docs/results/mnli_study.json: ablate (eval + importance), keep_one, prune, speed
 PAPER_SPEED = {1: 1.9, 4: 2.7, 16: 17.5, 64: 17.5}
 PAPER_DYNAMICS = {1: 3.0, 2: 6.2, 3: 18.1, 5: 26.9, 10: 30.6, 20: 34.5, 30: 34.7, 40: 34.9}
 
@@ -55,7 +56,8 @@ def ablation_table(study: dict, split: str = "eval") -> str:
 
 # ---- keep one head per layer --------------------------------------------------------------------
 def keep_one_table(study: dict) -> str:
-    k = _results(study)["keep_one"]
+    results = _results(study)
+    k = results.get("keep_one", results)  # a study's keep_one stage, or a keep_one run
     lines = ["| group | layer | best head (chosen on selection split) | score | change | p | significant |", "|---|---|---|---|---|---|---|"]
     for r in k["rows"]:
         lines.append(f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {_signed(r['delta'])} | "
@@ -77,7 +79,7 @@ def prunable(steps: list[dict], base: float, tolerance: float) -> float:
     return best
 
 
-def prune_table(study: dict, curves: str = "orders", tolerance: float = 1.0) -> str:
+def prune_table(study: dict, curves: str = "orders", tolerance: float = 1.0, unit: str = "point") -> str:
     results = _results(study)
     p = results.get("prune", results)
     source = p[curves] if curves == "orders" else {g: v["orders"]["importance"] for g, v in p["by_group"].items()}
@@ -86,7 +88,7 @@ def prune_table(study: dict, curves: str = "orders", tolerance: float = 1.0) -> 
     for index, fraction in enumerate(p["fractions"]):
         cells = " | ".join(f"{source[n]['steps'][index]['score']:.2f}" for n in names)
         lines.append(f"| {100 * fraction:.0f}% | {cells} |")
-    lines.append("| **prunable with < {0:g} point loss** | ".format(tolerance)
+    lines.append(f"| **prunable with < {tolerance:g} {unit} loss** | "
                  + " | ".join(f"{100 * prunable(source[n]['steps'], source[n]['steps'][0]['score'], tolerance):.0f}%" for n in names) + " |")
     return "\n".join(lines)
 
@@ -104,6 +106,14 @@ def prune_groups_table(runs: dict[str, dict], tolerance: float = 1.0) -> str:
     return "\n".join(lines)
 
 
+def study_groups_table(study: dict, tolerance: float = 1.0) -> str:
+    """A study's importance-order pruning of all groups and of each group alone."""
+    p = _results(study)["prune"]
+    runs = {"all groups": p, **{f"{g} only": v for g, v in p["by_group"].items()}}
+    return prune_groups_table(runs, tolerance)
+
+
+MT_STUDY = "mt_study"  # docs/results/mt_study.json: ablate (test + valid), keep_one, prune (orders and groups), speed
 MT_PRUNE_RUNS = {"all groups": "mt_prune_all", "enc_self only": "mt_prune_enc_self", "enc_dec only": "mt_prune_enc_dec",
                  "dec_self only": "mt_prune_dec_self"}
 
@@ -154,10 +164,13 @@ def correlation_line(study: dict) -> str:
 
 
 TABLES = {
-    "mnli_ablation": lambda d: ablation_table(_load(d, "mnli_ablate")),
-    "mnli_keep_one": lambda d: keep_one_table(_load(d, "mnli_keep_one")),
-    "mnli_prune": lambda d: prune_table(_load(d, "mnli_prune")),
-    "mnli_speed": lambda d: speed_table(_load(d, "mnli_speed")),
+    "mnli_ablation": lambda d: ablation_table(_load(d, MNLI_STUDY)),
+    "mnli_ablation_heldout": lambda d: ablation_table(_load(d, MNLI_STUDY), split="importance"),
+    "mnli_correlation": lambda d: correlation_line(_load(d, MNLI_STUDY)),
+    "mnli_keep_one": lambda d: keep_one_table(_load(d, MNLI_STUDY)),
+    "mnli_prune": lambda d: prune_table(_load(d, MNLI_STUDY)),
+    "mnli_speed": lambda d: speed_table(_load(d, MNLI_STUDY)),
+    "mt_keep_one": lambda d: keep_one_table(_load(d, "mt_keep_one")),
     "mt_ablation": lambda d: ablation_table(_load(d, "mt_ablate")),
     "mt_ablation_heldout": lambda d: ablation_table(_load(d, "mt_ablate"), split="heldout"),
     "mt_prune_groups": lambda d: prune_groups_table({k: _load(d, v) for k, v in MT_PRUNE_RUNS.items()}),
