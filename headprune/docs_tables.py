@@ -114,8 +114,6 @@ def study_groups_table(study: dict, tolerance: float = 1.0) -> str:
 
 
 MT_STUDY = "mt_study"  # docs/results/mt_study.json: ablate (test + valid), keep_one, prune (orders and groups), speed
-MT_PRUNE_RUNS = {"all groups": "mt_prune_all", "enc_self only": "mt_prune_enc_self", "enc_dec only": "mt_prune_enc_dec",
-                 "dec_self only": "mt_prune_dec_self"}
 
 
 # ---- speed ----------------------------------------------------------------------------------------
@@ -169,12 +167,14 @@ TABLES = {
     "mnli_correlation": lambda d: correlation_line(_load(d, MNLI_STUDY)),
     "mnli_keep_one": lambda d: keep_one_table(_load(d, MNLI_STUDY)),
     "mnli_prune": lambda d: prune_table(_load(d, MNLI_STUDY)),
+    "mnli_prune_full_dev": lambda d: prune_table(_load(d, "mnli_prune_full_dev")),
     "mnli_speed": lambda d: speed_table(_load(d, MNLI_STUDY)),
-    "mt_keep_one": lambda d: keep_one_table(_load(d, "mt_keep_one")),
-    "mt_ablation": lambda d: ablation_table(_load(d, "mt_ablate")),
-    "mt_ablation_heldout": lambda d: ablation_table(_load(d, "mt_ablate"), split="heldout"),
-    "mt_prune_groups": lambda d: prune_groups_table({k: _load(d, v) for k, v in MT_PRUNE_RUNS.items()}),
-    "mt_correlation": lambda d: correlation_line(_load(d, "mt_ablate")),
+    "mt_ablation": lambda d: ablation_table(_load(d, MT_STUDY)),
+    "mt_ablation_heldout": lambda d: ablation_table(_load(d, MT_STUDY), split="heldout"),
+    "mt_keep_one": lambda d: keep_one_table(_load(d, MT_STUDY)),
+    "mt_prune": lambda d: prune_table(_load(d, MT_STUDY), unit="BLEU"),
+    "mt_prune_groups": lambda d: study_groups_table(_load(d, MT_STUDY)),
+    "mt_correlation": lambda d: correlation_line(_load(d, MT_STUDY)),
     "mt_dynamics": lambda d: dynamics_table(_load(d, "mt_dynamics")),
 }
 
