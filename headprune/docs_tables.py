@@ -161,9 +161,27 @@ def correlation_line(study: dict) -> str:
             f"`{c['splits'][0]}` and `{c['splits'][1]}` (paper: 0.68 MNLI matched vs mismatched, 0.56 newstest2013 vs MTNT).")
 
 
+def _ablation_split(payload: dict, split: str) -> dict:
+    results = _results(payload)
+    return results.get("ablate", results)["splits"][split]
+
+
+def cross_file_correlation_line(first: dict, first_split: str, second: dict, second_split: str, sizes: str) -> str:
+    """Pearson r between the per-head ablation differences of two result files (paper section 3.4)."""
+    from headprune.experiments.ablate import correlation
+
+    c = correlation(_ablation_split(first, first_split), _ablation_split(second, second_split))
+    return (f"Pearson r = {c['pearson_r']:.2f} (p = {c['p_value']:.3g}) between the per-head ablation differences on "
+            f"`{first_split}` and `{second_split}` ({sizes}).")
+
+
 TABLES = {
     "mnli_ablation": lambda d: ablation_table(_load(d, MNLI_STUDY)),
     "mnli_ablation_heldout": lambda d: ablation_table(_load(d, MNLI_STUDY), split="importance"),
+    "mnli_ablation_full_dev": lambda d: ablation_table(_load(d, "mnli_ablate_full_dev")),
+    "mnli_correlation_full_dev": lambda d: cross_file_correlation_line(
+        _load(d, "mnli_ablate_full_dev"), "eval", _load(d, MNLI_STUDY), "importance",
+        "all 9,815 dev-matched examples vs the 500 held-out training examples"),
     "mnli_correlation": lambda d: correlation_line(_load(d, MNLI_STUDY)),
     "mnli_keep_one": lambda d: keep_one_table(_load(d, MNLI_STUDY)),
     "mnli_prune": lambda d: prune_table(_load(d, MNLI_STUDY)),
