@@ -300,11 +300,11 @@ def keep_one_masks(shape: dict[str, tuple[int, int]], group: str, layer: int) ->
     return masks
 
 
-def evaluate_many_classifier(task, masks, split: str = "eval", max_rows: int = 128) -> list:
+def evaluate_many_classifier(task, masks, split: str = "eval", max_rows: int = 128, on_batch=None) -> list:
     """EvalResults (accuracy, per-example correctness) of a classifier task for many masks, batched.
 
     ``task`` is an NLI task (``task.data.loader(split)`` yields batches with ``idx`` and ``labels``);
-    its ``evaluate_many`` can delegate here.
+    its ``evaluate_many`` can delegate here. ``on_batch(n)`` is called after each batch of ``n`` examples.
     """
     from headprune.tasks.base import EvalResult
 
@@ -321,6 +321,8 @@ def evaluate_many_classifier(task, masks, split: str = "eval", max_rows: int = 1
             idx, labels = batch.pop("idx"), batch.pop("labels")
             logits = engine.logits({k: v.to(device) for k, v in batch.items()}, masks)  # (M, B, C)
             correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
+            if on_batch is not None:
+                on_batch(len(idx))
     finally:
         task.model.train(was_training)
     metric = getattr(task, "metric", "accuracy")

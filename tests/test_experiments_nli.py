@@ -135,3 +135,14 @@ def test_study_falls_back_to_synthetic_nli_and_says_so(tmp_path):
     note = study.choose_data(cfg)
     assert "synthetic" in note and "not found" in note
     assert cfg.data.source == "synthetic" and cfg.data.limit_eval == 33 and cfg.data.importance_size == 150
+
+
+def test_evaluate_many_reports_every_batch(shared_task):
+    """The progress callback sees each evaluation example once, and the chunked results equal one call."""
+    masks = [None, *[shared_task.gates.ones() for _ in range(3)]]
+    masks[1]["enc_self"][0, 0] = 0
+    seen = []
+    direct = shared_task.evaluate_many(masks, split="eval", on_batch=seen.append)
+    assert sum(seen) == common.split_size(shared_task, "eval")
+    chunked = common.evaluate_many(shared_task, masks, "eval", chunk=3, progress=True)
+    assert [r.per_example for r in chunked] == [r.per_example for r in direct]

@@ -96,11 +96,17 @@ def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36
     from tqdm.auto import tqdm
 
     results = []
-    with tqdm(total=len(masks), desc=desc or f"evaluate {split}", disable=not progress, leave=False) as bar:
+    n = max(split_size(task, split), 1)
+    # the bar counts masks; it moves after every data batch (a chunk of masks over n examples)
+    with tqdm(total=len(masks), desc=desc or f"evaluate {split}", unit="mask", disable=not progress, leave=False,
+              bar_format="{l_bar}{bar}| {n:.1f}/{total} masks [{elapsed}<{remaining}]") as bar:
         for start in range(0, len(masks), chunk):
-            part = task.evaluate_many(masks[start:start + chunk], split=split)
+            size = len(masks[start:start + chunk])
+            done = bar.n
+            part = task.evaluate_many(masks[start:start + chunk], split=split,
+                                      on_batch=lambda examples: bar.update(size * examples / n))
             results.extend(part)
-            bar.update(len(part))
+            bar.update(done + len(part) - bar.n)  # exact count at the chunk's end
     return results
 
 

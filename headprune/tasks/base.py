@@ -26,8 +26,8 @@ class HeadTask(Protocol):
     def evaluate(self, mask=None, split: str = "eval") -> EvalResult:
         """Score the model on ``split`` with heads gated by ``mask`` ({group: [L, H]} or None)."""
 
-    def evaluate_many(self, masks: list, split: str = "eval") -> list[EvalResult]:
-        """Score several masks; implementations batch them (one forward for many masks)."""
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list[EvalResult]:
+        """Score several masks, batched; ``on_batch(n)`` is called after each data batch of ``n`` examples."""
 
     def importance_batches(self) -> Iterable[dict]:
         """Model-input batches (with labels) of the fixed importance subset of the *training* split."""

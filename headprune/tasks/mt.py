@@ -159,8 +159,11 @@ class TranslationModule(L.LightningModule):
         """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default)."""
         return self._result(self.translate(split, mask, beam_size), split)
 
-    def evaluate_many(self, masks: list, split: str = "eval", beam_size: int | None = None) -> list[EvalResult]:
-        """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row)."""
+    def evaluate_many(self, masks: list, split: str = "eval", beam_size: int | None = None, on_batch=None) -> list[EvalResult]:
+        """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row).
+
+        ``on_batch(n)``, when given, is called after each data batch of ``n`` examples (progress bars).
+        """
         if not masks:
             return []
         split_name = split_of(self.data.cfg, split)
@@ -186,6 +189,8 @@ class TranslationModule(L.LightningModule):
                         for j in range(k):
                             for i, h in zip(ids, out[j * n:(j + 1) * n]):
                                 hyps[start + j][i] = h
+                    if on_batch is not None:
+                        on_batch(n)
         finally:
             self.model.train(was_training)
         return [self._result([h[i] for i in range(len(h))], split_name) for h in hyps]

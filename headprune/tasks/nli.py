@@ -117,11 +117,11 @@ class NLIModule(L.LightningModule):
         return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n,
                           per_example={"correct": correct.tolist()})
 
-    def evaluate_many(self, masks: list, split: str = "eval") -> list[EvalResult]:
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list[EvalResult]:
         """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.ablation)."""
         from headprune.ablation import evaluate_many_classifier
 
-        return evaluate_many_classifier(self, masks, split)
+        return evaluate_many_classifier(self, masks, split, on_batch=on_batch)
 
     def importance_batches(self, batch_size: int | None = None):
         """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training file."""
