@@ -7,14 +7,13 @@ the blocks; tests/test_results_docs.py (``make check-results``) fails when they 
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from pathlib import Path
 
 BLOCK = re.compile(r"<!-- BEGIN (\w+) -->\n(.*?)<!-- END \1 -->", re.S)
-PAPER_KEEP_ONE_BERT = "-0.96 .. +0.10"
 MNLI_STUDY = "mnli_study"  # docs/results/mnli_study.json: ablate (eval + importance), keep_one, prune, speed
+MT_STUDY = "mt_study"  # docs/results/mt_study.json: ablate (test + valid), keep_one, prune (orders and groups), speed
 PAPER_SPEED = {1: 1.9, 4: 2.7, 16: 17.5, 64: 17.5}
 PAPER_DYNAMICS = {1: 3.0, 2: 6.2, 3: 18.1, 5: 26.9, 10: 30.6, 20: 34.5, 30: 34.7, 40: 34.9}
 
@@ -27,10 +26,10 @@ def _results(payload: dict) -> dict:
     return payload.get("results", payload)
 
 
-def _fmt(value, digits=2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:+.{digits}f}" if isinstance(value, float) and value != abs(value) else f"{value:.{digits}f}"
+def _stage(payload: dict, name: str) -> dict:
+    """A study's stage ``name`` (ablate, keep_one, prune, speed), or the numbers of a run of that experiment alone."""
+    results = _results(payload)
+    return results.get(name, results)
 
 
 def _signed(value, digits=2) -> str:
@@ -39,8 +38,7 @@ def _signed(value, digits=2) -> str:
 
 # ---- single-head ablation ---------------------------------------------------------------------
 def ablation_table(study: dict, split: str = "eval") -> str:
-    results = _results(study)
-    abl = results.get("ablate", results)["splits"][split]  # a study's ablate stage, or an ablate run
+    abl = _stage(study, "ablate")["splits"][split]
     lines = ["| group | heads | not significant | significantly worse | significantly better | largest drop | largest gain |",
              "|---|---|---|---|---|---|---|"]
     for group, g in abl["per_group"].items():
@@ -56,8 +54,7 @@ def ablation_table(study: dict, split: str = "eval") -> str:
 
 # ---- keep one head per layer --------------------------------------------------------------------
 def keep_one_table(study: dict) -> str:
-    results = _results(study)
-    k = results.get("keep_one", results)  # a study's keep_one stage, or a keep_one run
+    k = _stage(study, "keep_one")
     lines = ["| group | layer | best head (chosen on selection split) | score | change | p | significant |", "|---|---|---|---|---|---|---|"]
     for r in k["rows"]:
         lines.append(f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {_signed(r['delta'])} | "
@@ -79,47 +76,34 @@ def prunable(steps: list[dict], base: float, tolerance: float) -> float:
     return best
 
 
-def prune_table(study: dict, curves: str = "orders", tolerance: float = 1.0, unit: str = "point") -> str:
-    results = _results(study)
-    p = results.get("prune", results)
-    source = p[curves] if curves == "orders" else {g: v["orders"]["importance"] for g, v in p["by_group"].items()}
-    names = list(source)
-    lines = ["| heads pruned | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for index, fraction in enumerate(p["fractions"]):
-        cells = " | ".join(f"{source[n]['steps'][index]['score']:.2f}" for n in names)
-        lines.append(f"| {100 * fraction:.0f}% | {cells} |")
-    lines.append(f"| **prunable with < {tolerance:g} {unit} loss** | "
-                 + " | ".join(f"{100 * prunable(source[n]['steps'], source[n]['steps'][0]['score'], tolerance):.0f}%" for n in names) + " |")
-    return "\n".join(lines)
-
-
-def prune_groups_table(runs: dict[str, dict], tolerance: float = 1.0) -> str:
-    """Importance-order pruning of all heads and of each group alone (paper Figures 2 and 3)."""
-    curves = {name: _results(run)["orders"]["importance"]["steps"] for name, run in runs.items()}
+def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str) -> str:
+    """Score at each fraction, one column per curve, and the largest fraction within ``tolerance`` of unpruned."""
     names = list(curves)
-    fractions = [step["fraction"] for step in curves[names[0]]]
-    lines = ["| share of the pruned heads' group(s) removed | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for index, fraction in enumerate(fractions):
-        lines.append(f"| {100 * fraction:.0f}% | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
-    lines.append(f"| **prunable with < {tolerance:g} BLEU loss** | "
+    lines = [f"| {first_column} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for index, step in enumerate(curves[names[0]]):
+        lines.append(f"| {100 * step['fraction']:.0f}% | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
+    lines.append(f"| **prunable with < {tolerance:g} {unit} loss** | "
                  + " | ".join(f"{100 * prunable(curves[n], curves[n][0]['score'], tolerance):.0f}%" for n in names) + " |")
     return "\n".join(lines)
 
 
+def prune_table(study: dict, tolerance: float = 1.0, unit: str = "point") -> str:
+    """Greedy pruning, one column per order (paper Figure 2)."""
+    orders = _stage(study, "prune")["orders"]
+    return _curves_table("heads pruned", {name: curve["steps"] for name, curve in orders.items()}, tolerance, unit)
+
+
 def study_groups_table(study: dict, tolerance: float = 1.0) -> str:
-    """A study's importance-order pruning of all groups and of each group alone."""
-    p = _results(study)["prune"]
-    runs = {"all groups": p, **{f"{g} only": v for g, v in p["by_group"].items()}}
-    return prune_groups_table(runs, tolerance)
-
-
-MT_STUDY = "mt_study"  # docs/results/mt_study.json: ablate (test + valid), keep_one, prune (orders and groups), speed
+    """A study's importance-order pruning of all groups and of each group alone (paper Figures 2 and 3)."""
+    p = _stage(study, "prune")
+    curves = {"all groups": p["orders"]["importance"]["steps"],
+              **{f"{g} only": v["orders"]["importance"]["steps"] for g, v in p["by_group"].items()}}
+    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, "BLEU")
 
 
 # ---- speed ----------------------------------------------------------------------------------------
 def speed_table(study: dict) -> str:
-    results = _results(study)
-    s = results.get("speed", results)
+    s = _stage(study, "speed")
     lines = ["| batch | original ex/s | pruned ex/s | gain | FLOP-ideal gain | measured / ideal | paper gain (BERT-base, GPU) |",
              "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
@@ -152,27 +136,25 @@ def dynamics_table(dynamics: dict, at: float = 0.4) -> str:
     return "\n".join(lines)
 
 
+def _correlation_sentence(c: dict, first: str, second: str, tail: str) -> str:
+    return (f"Pearson r = {c['pearson_r']:.2f} (p = {c['p_value']:.3g}) between the per-head ablation differences on "
+            f"`{first}` and `{second}` ({tail}).")
+
+
 def correlation_line(study: dict) -> str:
-    results = _results(study)
-    c = results.get("ablate", results).get("correlation")
+    c = _stage(study, "ablate").get("correlation")
     if not c:
         return "No second evaluation set was ablated."
-    return (f"Pearson r = {c['pearson_r']:.2f} (p = {c['p_value']:.3g}) between the per-head ablation differences on "
-            f"`{c['splits'][0]}` and `{c['splits'][1]}` (paper: 0.68 MNLI matched vs mismatched, 0.56 newstest2013 vs MTNT).")
-
-
-def _ablation_split(payload: dict, split: str) -> dict:
-    results = _results(payload)
-    return results.get("ablate", results)["splits"][split]
+    return _correlation_sentence(c, c["splits"][0], c["splits"][1],
+                                 "paper: 0.68 MNLI matched vs mismatched, 0.56 newstest2013 vs MTNT")
 
 
 def cross_file_correlation_line(first: dict, first_split: str, second: dict, second_split: str, sizes: str) -> str:
     """Pearson r between the per-head ablation differences of two result files (paper section 3.4)."""
     from headprune.experiments.ablate import correlation
 
-    c = correlation(_ablation_split(first, first_split), _ablation_split(second, second_split))
-    return (f"Pearson r = {c['pearson_r']:.2f} (p = {c['p_value']:.3g}) between the per-head ablation differences on "
-            f"`{first_split}` and `{second_split}` ({sizes}).")
+    c = correlation(_stage(first, "ablate")["splits"][first_split], _stage(second, "ablate")["splits"][second_split])
+    return _correlation_sentence(c, first_split, second_split, sizes)
 
 
 TABLES = {
