@@ -101,10 +101,8 @@ def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36
     with tqdm(total=len(masks), desc=desc or f"evaluate {split}", unit="mask", disable=not progress, leave=False,
               bar_format="{l_bar}{bar}| {n:.1f}/{total} masks [{elapsed}<{remaining}]") as bar:
         for start in range(0, len(masks), chunk):
-            size = len(masks[start:start + chunk])
-            done = bar.n
-            part = task.evaluate_many(masks[start:start + chunk], split=split,
-                                      on_batch=lambda examples: bar.update(size * examples / n))
+            todo, done = masks[start:start + chunk], bar.n
+            part = task.evaluate_many(todo, split=split, on_batch=lambda examples: bar.update(len(todo) * examples / n))
             results.extend(part)
             bar.update(done + len(part) - bar.n)  # exact count at the chunk's end
     return results

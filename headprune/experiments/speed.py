@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import torch
-
 from headprune.ablation import _attn_implementation
 from headprune.counting import model_cost
 from headprune.experiments import common
@@ -60,6 +58,14 @@ def eval_batches(task, split: str) -> list[dict]:
 
         return data.eval_batches(split_of(data.cfg, split), with_targets=True)
     return list(data.loader(split))
+
+
+def clock_of(settings) -> str:
+    """The validated ``speed.clock`` setting: wall (default) or process."""
+    clock = str(settings.get("clock", "wall"))
+    if clock not in ("wall", "process"):
+        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
+    return clock
 
 
 def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
@@ -134,9 +140,7 @@ def run(cfg) -> dict:
     split = str(settings.split)
     common.check_split(task, split)
     mask, origin = choose_mask(cfg, task)
-    clock = str(settings.get("clock", "wall"))
-    if clock not in ("wall", "process"):
-        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
+    clock = clock_of(settings)
     result = speed_stage(task, mask, split, sizes, int(settings.examples), int(settings.warmup), int(settings.repeats),
                          int(cfg.seed), bool(settings.check_score), clock)
     out = common.output_dir(cfg)

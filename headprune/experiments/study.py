@@ -18,7 +18,7 @@ from headprune.experiments import common
 from headprune.experiments.ablate import ablation_figure, ablation_stage, ablation_table, correlation
 from headprune.experiments.keep_one import keep_one_stage, keep_one_table
 from headprune.experiments.prune import curves_of, fractions_of, importance_of, orders_of, prune_stage, prune_table
-from headprune.experiments.speed import speed_stage, speed_table
+from headprune.experiments.speed import clock_of, speed_stage, speed_table
 from headprune.ordering import check_fractions, check_groups
 from headprune.plots import keep_one_bars, pruning_curves, speed_bars
 from headprune.results import SCHEMA_VERSION, read_json, write_json_atomic
@@ -109,6 +109,7 @@ def run(cfg) -> dict:
     fractions = fractions_of(cfg.prune)  # validate everything cheap before any work
     orders = orders_of(cfg.prune)
     check_fractions([cfg.speed.fraction])
+    clock = clock_of(cfg.speed)
     bar = common.stage_progress(list(STAGES))
     bar.set_postfix_str("train")
     trained = train_stage(cfg, out) if settings.train else None
@@ -178,7 +179,7 @@ def run(cfg) -> dict:
         mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
     speed = stage(out, "speed", key(speed=cfg.speed), lambda: speed_stage(
         task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
-        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), str(cfg.speed.get("clock", "wall"))))
+        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), clock))
     bar.update(1)
     bar.close()
 

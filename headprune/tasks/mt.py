@@ -275,8 +275,7 @@ def train(cfg) -> dict:
     from headprune.results import read_json, write_json_atomic
     from headprune.training import fit, output_dir
 
-    data, module = load_translation_task(cfg)
-    module.model.train()
+    data, module = load_translation_task(cfg)  # fit() switches the module to train mode
     out = output_dir(cfg)
     if not cfg.model.get("pretrained"):
         data.build_tokenizer().save_pretrained(str(out / "tokenizer"))
