@@ -1,36 +1,68 @@
-"""What every task offers the experiments: evaluation under a head mask, importance batches, per-example loss."""
+"""The task protocol: everything an experiment may ask of a task. A new task is one class implementing it.
+
+Experiments (``headprune/experiments``) talk to tasks through this protocol only: they never test which
+task they hold (no ``hasattr`` on task data, no metric-name or model-kind branches).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol, runtime_checkable
 
 import torch
+from torch import nn
 
 
 @dataclass
 class EvalResult:
     """A score on one evaluation set plus what a paired significance test needs."""
 
-    score: float  # accuracy in percent (NLI) or corpus BLEU (MT)
-    metric: str  # "accuracy" or "bleu"
+    score: float  # the task's metric: accuracy in percent (NLI), corpus BLEU (MT), perplexity (LM)
+    metric: str  # the metric's name, e.g. "accuracy", "bleu", "perplexity"
     n: int  # examples evaluated
-    per_example: dict = field(default_factory=dict)  # NLI: {"correct": [0/1...]}; MT: {"hypotheses": [...], "references": [...]}
+    per_example: dict = field(default_factory=dict)  # what the task's paired_test resamples (e.g. {"correct": [0/1, ...]})
+    loss: float | None = None  # mean per-example loss when the task computes it (None otherwise)
 
 
-class HeadTask(Protocol):
-    """The interface that experiments use; NLIModule and TranslationModule implement it."""
+@runtime_checkable
+class Task(Protocol):
+    """What every experiment uses. NLIModule, TranslationModule and LanguageModelingTask implement it."""
 
-    gates: object  # headprune.heads.HeadGates on self.model
-    metric: str
+    name: str  # short task name: "nli", "mt", "lm"
+    metric: str  # name of the evaluation metric
+    higher_is_better: bool  # direction of the metric (accuracy, BLEU: True; perplexity: False)
+    model: nn.Module  # the HF model, gated by ``gates``
+    gates: object  # headprune.heads.HeadGates on ``model``
 
+    # ---- data --------------------------------------------------------------------------------
+    def split_sizes(self) -> dict[str, int]:
+        """{split name: number of examples} for every split the task's data has (0 = empty)."""
+
+    @property
+    def selection_split(self) -> str:
+        """The held-out split for choices (keep-one's head, max_drop targets): never the evaluation split."""
+
+    def data_fingerprint(self, split: str) -> str:
+        """A hash of a split's texts: a resumed study reuses results only on the same data."""
+
+    # ---- evaluation --------------------------------------------------------------------------
     def evaluate(self, mask=None, split: str = "eval") -> EvalResult:
         """Score the model on ``split`` with heads gated by ``mask`` ({group: [L, H]} or None)."""
 
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list[EvalResult]:
-        """Score several masks, batched; ``on_batch(n)`` is called after each data batch of ``n`` examples."""
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> list[EvalResult]:
+        """Score several masks, batched where the task can; ``on_batch(n)`` after each data batch of ``n`` examples."""
 
+    def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int, seed: int, alpha: float) -> list:
+        """Paired bootstrap of each system against the baseline: a list of headprune.significance.PairedResult."""
+
+    # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self) -> Iterable[dict]:
-        """Model-input batches (with labels) of the fixed importance subset of the *training* split."""
+        """Model-input batches (with labels) of the fixed importance subset of the *training* data."""
 
     def per_example_loss(self, batch: dict) -> torch.Tensor:
-        """Loss of each example in a batch, shape (B,)."""
+        """Forward a batch (labels kept out of the model's inputs) and return each example's loss, shape (B,)."""
+
+    def timing_batches(self, batch_size: int, examples: int, split: str = "eval") -> list[dict]:
+        """Model-input batches of ``batch_size`` for the speed experiment (``examples`` in all)."""
+
+    def timed_call(self, batch: dict) -> None:
+        """One inference call on a timing batch: what the speed experiment times (forward, generate, ...)."""
