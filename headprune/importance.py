@@ -1,6 +1,7 @@
 """Head importance (Michel et al. 2019, section 4.1) and attention entropy per head.
 
-    I_h = E_x | dL(x) / d xi_h |
+    I_h = E_x | dL(x) / d xi_h |          (importance)
+    F_h = E_x ( dL(x) / d xi_h )^2        (empirical Fisher of the gate, Kwon et al. 2022)
 
 The gate gradient comes from per-token probes (B, T, H) of ones that HeadGates multiplies into each
 head's output: dL/d probe[b, t, h] = <Att_h(x)[b, t], dL/dAtt_h(x)[b, t]>, so summing over t gives
@@ -14,7 +15,7 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-REDUCTIONS = ("example", "token", "batch")
+REDUCTIONS = ("example", "token", "batch", "fisher")
 
 
 def per_example_loss(outputs, batch: dict) -> torch.Tensor:
@@ -60,7 +61,8 @@ def importance_scores(
     """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set).
 
     reduce: ``example`` |sum over tokens| per example (the paper's formula, default), ``token`` |.| per
-    token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example).
+    token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example),
+    ``fisher`` (sum over tokens)^2 per example (the empirical Fisher of the gate; see ``fisher_scores``).
     ``mask`` evaluates the gradient under the current pruning mask (re-estimation). Heads already removed
     from the weights score 0.
     """
@@ -85,6 +87,8 @@ def importance_scores(
                     contribution = grad.double()  # (B, T, H): dL(x_b)/d xi_h restricted to token t
                     if reduce == "example":
                         value = contribution.sum(1).abs().sum(0)
+                    elif reduce == "fisher":
+                        value = contribution.sum(1).pow(2).sum(0)
                     elif reduce == "token":
                         value = contribution.abs().sum(1).sum(0)
                     else:
@@ -97,6 +101,17 @@ def importance_scores(
         raise ValueError("importance_scores got no batches: the importance subset is empty")
     scores = {g: (t / count).float() for g, t in totals.items()}
     return normalize_scores(scores, layers=normalize_layers, global_minmax=normalize_global)
+
+
+def fisher_scores(model, gates, batches: Iterable[dict], loss_fn: Callable = per_example_loss, mask=None,
+                  normalize_layers: bool = False, progress: bool = False) -> dict[str, torch.Tensor]:
+    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]}.
+
+    Lower = less important (pruned first). ``mask`` re-estimates it under a pruning mask; removed heads score 0.
+    Unnormalised by default (Fisher values are comparable across layers, which a cost-aware search needs).
+    """
+    return importance_scores(model, gates, batches, loss_fn=loss_fn, reduce="fisher", normalize_layers=normalize_layers,
+                             mask=mask, progress=progress)
 
 
 def per_example_gate_gradients(model, gates, batch: dict, loss_fn: Callable = per_example_loss, mask=None) -> dict[str, torch.Tensor]:

@@ -85,3 +85,28 @@ def test_entropy_is_within_bounds():
     entropy = attention_entropy(model, gates, [batch])["enc_self"]
     assert entropy.shape == (3, 4)
     assert torch.all(entropy > 0) and torch.all(entropy <= torch.log(torch.tensor(9.0)) + 1e-5)
+
+
+def test_fisher_from_one_backward_equals_single_example_loop():
+    from headprune.importance import fisher_scores
+
+    model = tiny_bert(dtype=torch.float64)
+    gates = HeadGates(model)
+    batches = [classifier_batch(seed=s) for s in range(2)]
+    batched = fisher_scores(model, gates, batches)["enc_self"]
+    singles = [_single(b, r) for b in batches for r in range(4)]
+    loop = sum(per_example_gate_gradients(model, gates, one)["enc_self"][0] ** 2 for one in singles) / len(singles)
+    torch.testing.assert_close(batched.double(), loop, atol=1e-6, rtol=1e-5)
+    assert torch.all(batched > 0)
+
+
+def test_fisher_under_mask_scores_masked_heads_zero():
+    from headprune.importance import fisher_scores
+
+    model = tiny_bert()
+    gates = HeadGates(model)
+    mask = gates.ones()
+    mask["enc_self"][1, 2] = 0
+    scores = fisher_scores(model, gates, [classifier_batch()], mask=mask)["enc_self"]
+    unmasked = fisher_scores(model, gates, [classifier_batch()])["enc_self"]
+    assert scores[1, 2] == 0 and unmasked[1, 2] > 0
