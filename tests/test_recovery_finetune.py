@@ -1,0 +1,92 @@
+"""Fine-tune recovery and the iterative schedule on a tiny random BERT with synthetic data (a few steps)."""
+import copy
+
+import pytest
+import torch
+from conftest import tiny_bert
+
+from headprune.heads import HeadGates
+from headprune.importance import per_example_loss
+from headprune.pruning import prune_heads, pruning_record
+from headprune.recovery import lsq_recoverer
+from headprune.recovery_finetune import RecoveryModule, distillation_loss, finetune_recover, finetune_recoverer
+from headprune.schedule import iterative_prune
+
+
+def _synthetic(n_batches=4, batch=8, length=10, seed=0):
+    """Learnable synthetic classification: the label is the first token's id modulo 3."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_batches):
+        ids = torch.randint(3, 100, (batch, length), generator=gen)
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 0] % 3})
+    return out
+
+
+def _mean_loss(model, batches):
+    model.eval()
+    with torch.no_grad():
+        return float(torch.cat([per_example_loss(model(**b), b) for b in batches]).mean())
+
+
+def test_distillation_term_is_zero_when_student_is_teacher():
+    logits = torch.randn(5, 3)
+    assert float(distillation_loss(logits, logits.clone(), temperature=3.0)) == pytest.approx(0.0, abs=1e-7)
+    assert float(distillation_loss(logits, torch.randn(5, 3), temperature=3.0)) > 0
+    model = tiny_bert()
+    module = RecoveryModule(model, teacher=copy.deepcopy(model), distill_weight=0.5)
+    model.eval()
+    task, distill = module.losses(_synthetic(1)[0])
+    assert float(distill) == pytest.approx(0.0, abs=1e-7) and float(task) > 0
+
+
+def test_distillation_matches_the_definition_and_masks_padding_tokens():
+    student, teacher = torch.randn(2, 4, 7), torch.randn(2, 4, 7)
+    valid = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]]).bool()
+    t = 2.0
+    p = torch.softmax(teacher / t, -1)
+    kl = (p * (p.log() - torch.log_softmax(student / t, -1))).sum(-1)
+    torch.testing.assert_close(distillation_loss(student, teacher, t, valid), kl[valid].mean() * t * t)
+    with pytest.raises(ValueError, match="temperature"):
+        distillation_loss(student, teacher, 0.0)
+
+
+def test_finetune_lowers_the_loss_and_pruned_heads_stay_pruned():
+    model = tiny_bert()
+    teacher = copy.deepcopy(model)
+    prune_heads(model, {"enc_self": {0: [0, 1], 2: [0, 1, 2, 3]}})
+    record = pruning_record(model)
+    shapes = {k: v.shape for k, v in model.state_dict().items()}
+    batches = _synthetic()
+    before = _mean_loss(model, batches)
+    history = finetune_recover(model, batches, teacher=teacher, distill_weight=0.3, max_steps=24, lr=3e-3, accelerator="cpu")
+    assert len(history) == 24 and all(h["distill"] >= 0 for h in history)
+    assert _mean_loss(model, batches) < before
+    assert pruning_record(model) == record
+    assert {k: v.shape for k, v in model.state_dict().items()} == shapes
+    assert not model.training
+
+
+def test_iterative_schedule_rescores_recovers_and_nests_masks():
+    model = tiny_bert()
+    batches = _synthetic(n_batches=2)
+    steps = iterative_prune(model, [0.25, 0.5], batches, recover=lsq_recoverer())
+    assert [s.fraction for s in steps] == [0.25, 0.5]
+    removed = [int((s.mask["enc_self"] == 0).sum()) for s in steps]
+    assert removed == [3, 6]
+    assert torch.all(steps[1].mask["enc_self"] <= steps[0].mask["enc_self"])  # nested: pruned heads stay pruned
+    for step in steps:
+        present = HeadGates(step.model).present()["enc_self"]
+        assert torch.equal(present, step.mask["enc_self"].bool())
+    assert torch.all(steps[1].scores["enc_self"][steps[0].mask["enc_self"] == 0] == 0)  # re-scored on the pruned model
+
+
+def test_iterative_schedule_with_finetune_recovery():
+    model = tiny_bert()
+    batches = _synthetic(n_batches=2)
+    steps = iterative_prune(model, [0.25, 0.5], batches, recover=finetune_recoverer(max_steps=2, lr=1e-3, accelerator="cpu"),
+                            keep_models=False)
+    assert [int((s.mask["enc_self"] == 0).sum()) for s in steps] == [3, 6] and steps[-1].model is None
+    assert torch.equal(HeadGates(model).present()["enc_self"], steps[-1].mask["enc_self"].bool())
+    with pytest.raises(ValueError, match="grow"):
+        iterative_prune(model, [0.5, 0.25], batches)
