@@ -15,15 +15,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def minilm_task(limit_eval: int = 400, extra=()):
-    """The NLI task with MiniLM (3-way head) on MNLI dev_matched when ../shared/data/mnli exists, else synthetic NLI."""
+def minilm_task(limit_eval: int = 400, extra=(), data: str | None = None):
+    """The NLI task with MiniLM (3-way head) on MNLI dev_matched when ../shared/data/mnli exists, else synthetic NLI (or ``data``)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
     from headprune.experiments.common import load_task
 
     data_dir = Path(os.environ.get("HEADPRUNE_DATA_DIR", ROOT.parent / "shared" / "data"))
-    data = "nli_local" if (data_dir / "mnli").exists() else "nli_synthetic"
+    data = data or ("nli_local" if (data_dir / "mnli").exists() else "nli_synthetic")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=["experiment=ablate", "model=minilm", f"data={data}", f"data.limit_eval={limit_eval}",
                                            "logger=none", "device=cpu", *extra])

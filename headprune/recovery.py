@@ -114,6 +114,8 @@ def lsq_recover(model: nn.Module, gates: HeadGates, batches: Iterable[dict], tea
         raise ValueError("lsq_recover got no batches: give a few training batches (model inputs)")
     teacher, teacher_gates = _teacher_of(model, gates, teacher)
     mask = gates.normalize_mask(mask) if mask is not None else None
+    if mask is not None and any(m.dim() != 2 for m in mask.values()):
+        raise ValueError("lsq_recover needs one mask for the whole model ({group: [layers, heads]}), not one per example")
     scales = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
     was_training = model.training
     model.eval()

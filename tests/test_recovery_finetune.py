@@ -90,3 +90,18 @@ def test_iterative_schedule_with_finetune_recovery():
     assert torch.equal(HeadGates(model).present()["enc_self"], steps[-1].mask["enc_self"].bool())
     with pytest.raises(ValueError, match="grow"):
         iterative_prune(model, [0.5, 0.25], batches)
+
+
+def test_iterative_schedule_of_speedup_targets():
+    from headprune.costs import flops_cost_model
+
+    model = tiny_bert()
+    costs = flops_cost_model(model, seq_len=32)
+    batches = _synthetic(n_batches=2)
+    steps = iterative_prune(model, [{"speedup": 1.1}, {"speedup": 1.3}], batches, recover=lsq_recoverer(), costs=costs)
+    speedups = [costs.speedup(s.mask) for s in steps]
+    assert speedups[0] >= 1.1 and speedups[1] >= 1.3 and steps[1].target.value == 1.3
+    assert torch.all(steps[1].mask["enc_self"] <= steps[0].mask["enc_self"])
+    assert 0 < steps[0].fraction < steps[1].fraction
+    with pytest.raises(ValueError, match="costs="):
+        iterative_prune(model, [{"speedup": 1.5}], batches)
