@@ -126,19 +126,21 @@ def search_mask(scores: dict[str, torch.Tensor], costs: CostModel, target, evalu
     """The mask that meets ``target`` (a PruneTarget or a one-key dict) removing the fewest heads of the greedy order.
 
     ``evaluate(mask) -> score`` is needed for ``max_drop`` only: call it on a selection split, never the
-    evaluation split. It is assumed to fall as more heads go (bisection).
+    evaluation split. It is assumed to fall as more heads go (bisection). For a model that already has heads
+    removed, pass ``start=gates.present()`` and a cost model of the unpruned model.
     """
     target = PruneTarget.from_config(target)
     shape = costs.groups
     order = removal_order(scores, costs, start, min_per_layer, groups)
     masks = lambda k: mask_after(order, k, shape, start)  # noqa: E731
+    along = costs_along(order, costs, start)  # cost after k = 0..n removals
     evaluations: dict[int, float] = {}
     if target.kind == "flops":
         if costs.unit != "flops":
             raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
-        k = _first(len(order), lambda k: costs.kept_fraction(masks(k)) <= target.value + 1e-12)
+        k = next((k for k, c in enumerate(along) if c / costs.total <= target.value + 1e-12), None)
     elif target.kind == "speedup":
-        k = _first(len(order), lambda k: costs.speedup(masks(k)) >= target.value - 1e-12)
+        k = next((k for k, c in enumerate(along) if costs.total / c >= target.value - 1e-12), None)
     else:
         if evaluate is None:
             raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
@@ -150,20 +152,21 @@ def search_mask(scores: dict[str, torch.Tensor], costs: CostModel, target, evalu
 
         k = _last_within_drop(len(order), score_of, target.value, higher_is_better)
     if k is None:
-        best = masks(len(order))
         raise ValueError(f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
-                         f"removable head gives a kept fraction of {costs.kept_fraction(best):.3f} and a speed-up of "
-                         f"{costs.speedup(best):.3f} ({costs.unit})")
+                         f"removable head keeps {along[-1] / costs.total:.3f} of the cost, a speed-up of "
+                         f"{costs.total / along[-1]:.3f} ({costs.unit})")
     mask = masks(k)
     return SearchResult(mask, order[:k], costs.cost(mask), costs.kept_fraction(mask), costs.speedup(mask), target, evaluations)
 
 
-def _first(n: int, meets: Callable[[int], bool]) -> int | None:
-    """The smallest k in 0..n with ``meets(k)`` (costs fall monotonically along the order), or None."""
-    for k in range(n + 1):
-        if meets(k):
-            return k
-    return None
+def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:
+    """The predicted cost after removing the first k heads of ``order``, for k = 0..len(order)."""
+    kept = costs.kept_counts(start)
+    along = [costs.cost(start)]
+    for group, layer, _ in order:
+        along.append(along[-1] - costs.saving(group, layer, int(kept[group][layer])))
+        kept[group][layer] -= 1
+    return along
 
 
 def _last_within_drop(n: int, score_of: Callable[[int], float], max_drop: float, higher_is_better: bool) -> int:

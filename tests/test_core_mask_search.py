@@ -126,3 +126,13 @@ def test_latency_tables_are_cached(tmp_path, monkeypatch):
     again = latency.cached_latency_model(model, inputs, tmp_path)
     torch.testing.assert_close(again.tables["enc_self"], first.tables["enc_self"])
     assert again.fixed == pytest.approx(first.fixed) and len(list(tmp_path.glob("latency-*.json"))) == 1
+    assert first.total == pytest.approx(first.info["whole_seconds"])
+
+
+def test_speedup_target_on_a_latency_table():
+    tables = {"enc_self": torch.tensor([[0.0, 1.0, 1.5, 2.0, 2.5]] * 3, dtype=torch.float64)}  # the first head costs most
+    costs = CostModel("seconds", 4.0, tables)
+    scores = {"enc_self": torch.rand(3, 4, generator=torch.Generator().manual_seed(0))}
+    result = search_mask(scores, costs, {"speedup": 1.5})
+    assert result.speedup >= 1.5 and costs.speedup(mask_after(result.removed, len(result.removed) - 1, costs.groups)) < 1.5
+    assert result.cost == pytest.approx(costs.total / result.speedup)

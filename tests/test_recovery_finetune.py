@@ -8,7 +8,7 @@ from conftest import tiny_bert
 from headprune.heads import HeadGates
 from headprune.importance import per_example_loss
 from headprune.pruning import prune_heads, pruning_record
-from headprune.recovery import lsq_recoverer
+from headprune.recovery import lsq_recoverer, model_inputs
 from headprune.recovery_finetune import RecoveryModule, distillation_loss, finetune_recover, finetune_recoverer
 from headprune.schedule import iterative_prune
 
@@ -17,16 +17,17 @@ def _synthetic(n_batches=4, batch=8, length=10, seed=0):
     """Learnable synthetic classification: the label is the first token's id modulo 3."""
     gen = torch.Generator().manual_seed(seed)
     out = []
-    for _ in range(n_batches):
+    for number in range(n_batches):
         ids = torch.randint(3, 100, (batch, length), generator=gen)
-        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 0] % 3})
+        idx = torch.arange(number * batch, (number + 1) * batch)  # a dataset key that is no model input
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids[:, 0] % 3, "idx": idx})
     return out
 
 
 def _mean_loss(model, batches):
     model.eval()
     with torch.no_grad():
-        return float(torch.cat([per_example_loss(model(**b), b) for b in batches]).mean())
+        return float(torch.cat([per_example_loss(model(**model_inputs(b)), b) for b in batches]).mean())
 
 
 def test_distillation_term_is_zero_when_student_is_teacher():
