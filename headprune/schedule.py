@@ -3,9 +3,9 @@
 Each step of ``schedule`` is a fraction of the original heads (pruned in score order) or a target
 mapping such as ``{"speedup": 1.5}`` (the cost-aware search of ``headprune.mask_search``, with a
 cost model of the unpruned model). Generic: it needs a model, a per-example loss and training
-batches, not a task class. Heads are
-removed physically at every step, so a recovery step (``recover(model, teacher, batches)``:
-``recovery.lsq_recoverer`` or ``recovery_finetune.finetune_recoverer``) can never bring them back.
+batches, not a task class. Heads are removed physically at every step, so a recovery step
+(``recover(model, teacher, batches)``: ``recovery.lsq_recoverer`` or
+``recovery_finetune.finetune_recoverer``) can never bring them back.
 """
 from __future__ import annotations
 

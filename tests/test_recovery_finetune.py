@@ -106,3 +106,16 @@ def test_iterative_schedule_of_speedup_targets():
     assert 0 < steps[0].fraction < steps[1].fraction
     with pytest.raises(ValueError, match="costs="):
         iterative_prune(model, [{"speedup": 1.5}], batches)
+
+
+def test_seq2seq_distillation_counts_only_target_tokens():
+    from conftest import seq2seq_batch, tiny_marian
+
+    model = tiny_marian()
+    module = RecoveryModule(model, teacher=copy.deepcopy(model), distill_weight=1.0)
+    batch = seq2seq_batch()
+    task, distill = module.losses(batch)
+    assert float(distill) == pytest.approx(0.0, abs=1e-7) and float(task) > 0
+    with torch.no_grad():
+        module.teacher.model.decoder.layers[0].fc1.weight.add_(0.5)  # a different teacher
+    assert float(module.losses(batch)[1]) > 0
