@@ -39,7 +39,6 @@ def main():
     torch.set_num_threads(args.threads)
     from headprune.costs import flops_cost_model
     from headprune.experiments.common import selection_split
-    from headprune.heads import HeadGates
     from headprune.importance import fisher_scores, importance_scores
     from headprune.mask_search import search_mask
     from headprune.ordering import greedy_mask, heads_removed, ranked_heads

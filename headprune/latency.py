@@ -44,14 +44,13 @@ def _seconds(model: nn.Module, inputs: dict, device, repeats: int, warmup: int, 
 
 def measure_latency_model(model: nn.Module, inputs: dict, device="cpu", repeats: int = 5, warmup: int = 1,
                           clock: str = "wall") -> CostModel:
-    """Time the model whole and with each group's layers pruned to n = 0..H heads; returns a seconds CostModel."""
+    """Time the model with each group's layers pruned to n = 0..H heads; returns a seconds CostModel (model moved to ``device``)."""
     if pruning_record(model):
         raise ValueError("measure latency tables on the unpruned model: this one already has heads removed")
     sites = find_sites(model)
     inputs = {k: v.to(device) for k, v in inputs.items()}
     model = model.to(device).eval()
-    whole = _seconds(model, inputs, device, repeats, warmup, clock)
-    tables, attention = {}, 0.0
+    tables, attention, whole = {}, 0.0, []
     for group in dict.fromkeys(s.group for s in sites):
         layers = [s for s in sites if s.group == group]
         heads = max(s.num_heads_orig for s in layers)
@@ -61,10 +60,12 @@ def measure_latency_model(model: nn.Module, inputs: dict, device="cpu", repeats:
             prune_heads(pruned, {group: {s.layer: list(range(kept, s.num_heads_orig)) for s in layers}})
             times.append(_seconds(pruned, inputs, device, repeats, warmup, clock))
             del pruned
+        whole.append(times[-1])  # every head kept: the unpruned model
         per_layer = (torch.tensor(times, dtype=torch.float64) - times[0]).clamp(min=0) / len(layers)
         per_layer = torch.cummax(per_layer, 0).values  # more heads never cost less: keep the table monotone under noise
         tables[group] = per_layer.repeat(max(s.layer for s in layers) + 1, 1)
         attention += float(tables[group][:, -1].sum())
+    whole = statistics.median(whole)
     info = {"device": str(device), "clock": clock, "repeats": repeats,
             "input_shapes": {k: list(v.shape) for k, v in inputs.items()}, "whole_seconds": whole}
     return CostModel("seconds", max(whole - attention, 0.0), tables, info=info)
