@@ -38,7 +38,6 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from headprune.costs import flops_cost_model
-    from headprune.experiments.common import selection_split
     from headprune.importance import fisher_scores, importance_scores
     from headprune.mask_search import search_mask
     from headprune.ordering import greedy_mask, heads_removed, ranked_heads
@@ -61,7 +60,7 @@ def main():
 
     costs = timed("cost model", lambda: flops_cost_model(model, args.seq_len))
     fisher = timed("fisher scores", lambda: fisher_scores(model, gates, batches))
-    selection = selection_split(task)
+    selection = getattr(task, "selection_split", None) or "importance"  # the task's held-out training subset, never eval
     result = timed("mask search", lambda: search_mask(fisher, costs, parse_target(args.target),
                                                       evaluate=lambda mask: task.evaluate(mask, selection).score))
     n_removed = heads_removed(result.mask)
