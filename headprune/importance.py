@@ -28,6 +28,20 @@ def per_example_loss(outputs, batch: dict) -> torch.Tensor:
     return (token_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
 
 
+def model_inputs(model, batch: dict) -> dict:
+    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
+
+    An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
+    the model itself would have done.
+    """
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    labels = batch.get("labels")
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if labels is not None and "decoder_input_ids" not in inputs and prepare is not None and labels.dim() == 2:
+        inputs["decoder_input_ids"] = prepare(labels=labels)
+    return inputs
+
+
 def _zeros(gates) -> dict[str, torch.Tensor]:
     return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in gates.groups.items()}
 
@@ -60,9 +74,12 @@ def importance_scores(
     """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set).
 
     reduce: ``example`` |sum over tokens| per example (the paper's formula, default), ``token`` |.| per
-    token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example).
+    token then summed over tokens (the paper's code), ``batch`` |.| of the gradient of each batch's MEAN
+    loss, averaged over batches (the bertology example; that script never zeroes the gate gradient between
+    batches, so it accumulates |g_1 + ... + g_k| instead: the same for a single batch).
     ``mask`` evaluates the gradient under the current pruning mask (re-estimation). Heads already removed
-    from the weights score 0.
+    from the weights score 0. The model is called without ``labels``; ``loss_fn(outputs, batch)`` reads
+    them from the batch.
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
@@ -72,7 +89,7 @@ def importance_scores(
     batches = _progress(batches, progress, "importance")
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
-            outputs = model(**batch)
+            outputs = model(**model_inputs(model, batch))
             losses = loss_fn(outputs, batch)  # (B,)
             probes = [probe for site in gates.sites for probe in site.probes]
             grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)  # only the probes' gradients
@@ -88,7 +105,7 @@ def importance_scores(
                     elif reduce == "token":
                         value = contribution.abs().sum(1).sum(0)
                     else:
-                        value = contribution.sum((0, 1)).abs()
+                        value = contribution.sum((0, 1)).abs() / losses.shape[0]  # gradient of the batch-mean loss
                     totals[site.group][site.layer, site.head_ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
@@ -104,7 +121,7 @@ def per_example_gate_gradients(model, gates, batch: dict, loss_fn: Callable = pe
     model.eval()
     out = {}
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
-        outputs = model(**batch)
+        outputs = model(**model_inputs(model, batch))
         losses = loss_fn(outputs, batch)
         probes = [probe for site in gates.sites for probe in site.probes]
         grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
