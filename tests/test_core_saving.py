@@ -3,7 +3,7 @@ import json
 
 import pytest
 import torch
-from conftest import classifier_batch, tiny_bert, tiny_marian
+from conftest import classifier_batch, encoder_logits, tiny_bert, tiny_marian
 from safetensors.torch import load_file, save_file
 
 from headprune.heads import HeadGates
@@ -11,11 +11,6 @@ from headprune.pruning import prune_heads, prune_mask
 from headprune.saving import RECORD_FILE, load_pruned, save_pruned
 
 V4_PRUNED = {"0": [0, 2], "1": [3], "2": [0, 1, 2, 3]}  # layer 2 loses every head
-
-
-def _logits(model, batch):
-    with torch.no_grad():
-        return model(**{k: v for k, v in batch.items() if k != "labels"}).logits
 
 
 def _v4_slice(state, pruned_heads, heads=4, head_dim=8):
@@ -44,7 +39,7 @@ def test_load_a_directory_pruned_by_transformers_v4(tmp_path):
     batch = classifier_batch()
     gates = HeadGates(model)
     with gates.masked(_mask_of(V4_PRUNED)):
-        masked = _logits(model, batch)
+        masked = encoder_logits(model, batch)
     gates.remove()
     model.save_pretrained(tmp_path)  # the full model, then rewritten in v4's pruned layout
     state = load_file(str(tmp_path / "model.safetensors"))
@@ -54,7 +49,7 @@ def test_load_a_directory_pruned_by_transformers_v4(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     loaded = load_pruned(tmp_path)
     assert loaded.config.headprune_pruned_heads == {"enc_self": V4_PRUNED}
-    torch.testing.assert_close(_logits(loaded, batch), masked, atol=1e-5, rtol=0)
+    torch.testing.assert_close(encoder_logits(loaded, batch), masked, atol=1e-5, rtol=0)
 
 
 def test_saved_directory_has_v4_pruned_heads_and_v4_weights(tmp_path):
@@ -107,4 +102,4 @@ def test_directory_without_digest_still_loads(tmp_path):
     meta = json.loads((tmp_path / RECORD_FILE).read_text())
     del meta["weights_sha256"]
     (tmp_path / RECORD_FILE).write_text(json.dumps(meta))
-    torch.testing.assert_close(_logits(load_pruned(tmp_path), batch), _logits(model, batch), atol=1e-6, rtol=0)
+    torch.testing.assert_close(encoder_logits(load_pruned(tmp_path), batch), encoder_logits(model, batch), atol=1e-6, rtol=0)
