@@ -196,11 +196,11 @@ class HeadGates:
         return {g: torch.ones(l, h) for g, (l, h) in self.groups.items()}
 
     # ---- masks -----------------------------------------------------------------------------
-    def normalize_mask(self, mask) -> dict[str, torch.Tensor]:
-        """Check a mask against the model and return it as {group: tensor [L, H] or [B, L, H]}."""
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a mask against the model and return it as {group: tensor [L, H] or [B, L, H]} (``hard``: 0/1 only)."""
         from headprune.masks import normalize_mask
 
-        return normalize_mask(mask, self.groups)
+        return normalize_mask(mask, self.groups, hard=hard)
 
     def set_mask(self, mask) -> None:
         """Gate every head by ``mask`` ({group: [L, H] or [B, L, H]}); ``None`` removes all gates."""
