@@ -74,12 +74,14 @@ def importance_scores(
     """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set).
 
     reduce: ``example`` |sum over tokens| per example (the paper's formula, default), ``token`` |.| per
-    token then summed over tokens (the paper's code), ``batch`` |.| of the gradient of each batch's MEAN
-    loss, averaged over batches (the bertology example; that script never zeroes the gate gradient between
-    batches, so it accumulates |g_1 + ... + g_k| instead: the same for a single batch).
+    token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example).
     ``mask`` evaluates the gradient under the current pruning mask (re-estimation). Heads already removed
-    from the weights score 0. The model is called without ``labels``; ``loss_fn(outputs, batch)`` reads
-    them from the batch.
+    from the weights score 0.
+
+    ``batch`` takes |.| of the gradient of each batch's MEAN loss (uneven batches weigh alike) and averages
+    over batches, as the bertology example means to; that script itself never zeroes the gate gradient
+    between batches and so accumulates it (|g_1 + ... + g_k| at batch k; equal for a single batch).
+    The model is called without ``labels``; ``loss_fn(outputs, batch)`` reads them from the batch.
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")

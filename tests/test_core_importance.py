@@ -78,15 +78,6 @@ def test_reductions_and_normalisation():
     assert glob.min() == 0 and abs(glob.max().item() - 1) < 1e-6
 
 
-def test_entropy_is_within_bounds():
-    model = tiny_bert()
-    gates = HeadGates(model)
-    batch = classifier_batch()
-    entropy = attention_entropy(model, gates, [batch])["enc_self"]
-    assert entropy.shape == (3, 4)
-    assert torch.all(entropy > 0) and torch.all(entropy <= torch.log(torch.tensor(9.0)) + 1e-5)
-
-
 def _direct_batch_mean_gradients(model, batch):
     """|d mean_b L(x_b) / d xi| for one batch, through a plain leaf gate tensor (the bertology recipe)."""
     gates = HeadGates(model)
@@ -117,3 +108,13 @@ def test_importance_keeps_labels_out_of_the_forward():
     per_example_gate_gradients(model, gates, batch)
     assert seen and all("labels" not in keys and "decoder_input_ids" in keys for keys in seen)
     assert "labels" in batch  # the caller's batch is left as it was
+
+
+def test_entropy_is_within_bounds():
+    model = tiny_bert()
+    gates = HeadGates(model)
+    batch = classifier_batch()
+    entropy = attention_entropy(model, gates, [batch])["enc_self"]
+    assert entropy.shape == (3, 4)
+    assert torch.all(entropy > 0) and torch.all(entropy <= torch.log(torch.tensor(9.0)) + 1e-5)
+
