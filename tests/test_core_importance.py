@@ -117,4 +117,3 @@ def test_entropy_is_within_bounds():
     entropy = attention_entropy(model, gates, [batch])["enc_self"]
     assert entropy.shape == (3, 4)
     assert torch.all(entropy > 0) and torch.all(entropy <= torch.log(torch.tensor(9.0)) + 1e-5)
-
