@@ -28,20 +28,6 @@ def per_example_loss(outputs, batch: dict) -> torch.Tensor:
     return (token_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
 
 
-def model_inputs(model, batch: dict) -> dict:
-    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
-
-    An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
-    the model itself would have done.
-    """
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
-    labels = batch.get("labels")
-    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
-    if labels is not None and "decoder_input_ids" not in inputs and prepare is not None and labels.dim() == 2:
-        inputs["decoder_input_ids"] = prepare(labels=labels)
-    return inputs
-
-
 def _zeros(gates) -> dict[str, torch.Tensor]:
     return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in gates.groups.items()}
 
@@ -94,7 +80,8 @@ def importance_scores(
             outputs = model(**model_inputs(model, batch))
             losses = loss_fn(outputs, batch)  # (B,)
             probes = [probe for site in gates.sites for probe in site.probes]
-            grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)  # only the probes' gradients
+            total = losses.mean() if reduce == "batch" else losses.sum()  # batch: the gradient of the batch-MEAN loss
+            grads = torch.autograd.grad(total, probes, allow_unused=True)  # only the probes' gradients
             grad_of = dict(zip(map(id, probes), grads))
             for site in gates.sites:
                 for probe in site.probes:
@@ -107,7 +94,7 @@ def importance_scores(
                     elif reduce == "token":
                         value = contribution.abs().sum(1).sum(0)
                     else:
-                        value = contribution.sum((0, 1)).abs() / losses.shape[0]  # gradient of the batch-mean loss
+                        value = contribution.sum((0, 1)).abs()
                     totals[site.group][site.layer, site.head_ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
@@ -186,6 +173,20 @@ def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = Fa
             site.entropy_hook = None
         model.train(was_training)
     return {g: (recorder.totals[g] / recorder.counts[g].clamp(min=1)).float() for g in recorder.totals}
+
+
+def model_inputs(model, batch: dict) -> dict:
+    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
+
+    An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
+    the model itself would have done.
+    """
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    labels = batch.get("labels")
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if labels is not None and "decoder_input_ids" not in inputs and prepare is not None and labels.dim() == 2:
+        inputs["decoder_input_ids"] = prepare(labels=labels)
+    return inputs
 
 
 def _decoder_valid(batch: dict):

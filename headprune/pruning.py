@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from headprune.heads import AttentionSite, find_sites, site_groups
+from headprune.heads import AttentionSite, find_sites
 
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
 
@@ -121,6 +121,7 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
 
 def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     """Remove every head whose mask entry is 0 ({group: [layers, heads]}, or a bare [layers, heads] for one group)."""
+    from headprune.heads import site_groups
     from headprune.masks import head_list, normalize_mask
 
     mask = normalize_mask(mask, site_groups(find_sites(model)), hard=True)
