@@ -4,6 +4,23 @@ from __future__ import annotations
 import torch
 
 
+def _check_values(group: str, value: torch.Tensor, hard: bool) -> None:
+    """Raise a ValueError naming the first NaN/inf entry (or, for a hard mask, the first entry not 0/1)."""
+    bad = ~torch.isfinite(value)
+    expected = "finite gate values"
+    if hard:
+        bad |= (value != 0) & (value != 1)
+        expected = "0 (remove the head) or 1 (keep it)"
+    if bad.any():
+        where = bad.nonzero()[0].tolist()
+        batch = f"example {where[0]}, " if len(where) == 3 else ""
+        layer, head = where[-2:]
+        raise ValueError(
+            f"mask for group {group!r} has {value[tuple(where)].item()} at {batch}layer {layer}, head {head} "
+            f"({int(bad.sum())} such entries); expected {expected}"
+        )
+
+
 def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False) -> dict[str, torch.Tensor]:
     """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}.
 
@@ -55,20 +72,3 @@ def head_list(mask: dict[str, torch.Tensor]) -> dict[str, dict[int, list[int]]]:
         for layer, head in (value == 0).nonzero().tolist():
             removed.setdefault(group, {}).setdefault(layer, []).append(head)
     return removed
-
-
-def _check_values(group: str, value: torch.Tensor, hard: bool) -> None:
-    """Raise a ValueError naming the first NaN/inf entry (or, for a hard mask, the first entry not 0/1)."""
-    bad = ~torch.isfinite(value)
-    expected = "finite gate values"
-    if hard:
-        bad |= (value != 0) & (value != 1)
-        expected = "0 (remove the head) or 1 (keep it)"
-    if bad.any():
-        where = bad.nonzero()[0].tolist()
-        batch = f"example {where[0]}, " if len(where) == 3 else ""
-        layer, head = where[-2:]
-        raise ValueError(
-            f"mask for group {group!r} has {value[tuple(where)].item()} at {batch}layer {layer}, head {head} "
-            f"({int(bad.sum())} such entries); expected {expected}"
-        )
