@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.headprune-installed
 
-.PHONY: venv test demo bench check-results clean
+.PHONY: venv test test-fast demo bench check-results clean
 
 venv: $(STAMP)
 
@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow"
 
 demo: $(STAMP)
 	$(BIN)/headprune experiment=study

@@ -10,7 +10,18 @@ from omegaconf import DictConfig
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")  # the project's conf/ (editable install)
+
+
+def config_dir() -> str:
+    """The Hydra config directory: headprune/conf inside an installed wheel, else conf/ at the top of the source tree."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "conf", package.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return str(candidate)
+    raise FileNotFoundError(f"no Hydra config (config.yaml) in {package / 'conf'} or {package.parent / 'conf'}: reinstall headprune")
+
+
+CONFIG_DIR = config_dir()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")

@@ -144,6 +144,15 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
     return sites
 
 
+def site_groups(sites: list[AttentionSite]) -> dict[str, tuple[int, int]]:
+    """{group: (layers, heads per layer in the original model)} of a list of attention modules."""
+    shape = {}
+    for site in sites:
+        layers, heads = shape.get(site.group, (0, 0))
+        shape[site.group] = (max(layers, site.layer + 1), max(heads, site.num_heads_orig))
+    return shape
+
+
 class HeadGates:
     """Gates on every attention head of a model: set a mask, read the groups, record gate gradients."""
 
@@ -160,11 +169,7 @@ class HeadGates:
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, heads per layer in the original model)}."""
-        shape = {}
-        for site in self.sites:
-            layers, heads = shape.get(site.group, (0, 0))
-            shape[site.group] = (max(layers, site.layer + 1), max(heads, site.num_heads_orig))
-        return shape
+        return site_groups(self.sites)
 
     @property
     def num_heads(self) -> int:
@@ -191,11 +196,11 @@ class HeadGates:
         return {g: torch.ones(l, h) for g, (l, h) in self.groups.items()}
 
     # ---- masks -----------------------------------------------------------------------------
-    def normalize_mask(self, mask) -> dict[str, torch.Tensor]:
-        """Check a mask against the model and return it as {group: tensor [L, H] or [B, L, H]}."""
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a mask against the model and return it as {group: tensor [L, H] or [B, L, H]} (``hard``: 0/1 only)."""
         from headprune.masks import normalize_mask
 
-        return normalize_mask(mask, self.groups)
+        return normalize_mask(mask, self.groups, hard=hard)
 
     def set_mask(self, mask) -> None:
         """Gate every head by ``mask`` ({group: [L, H] or [B, L, H]}); ``None`` removes all gates."""

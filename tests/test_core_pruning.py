@@ -3,7 +3,7 @@ import copy
 
 import pytest
 import torch
-from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
+from conftest import classifier_batch, encoder_logits, seq2seq_batch, seq2seq_logits, tiny_bert, tiny_marian
 
 from headprune.counting import model_cost
 from headprune.heads import HeadGates
@@ -29,20 +29,9 @@ def _random_masks(groups, seed):
     return masks
 
 
-def _encoder_logits(model, batch):
-    with torch.no_grad():
-        return model(**{k: v for k, v in batch.items() if k != "labels"}).logits
-
-
-def _seq2seq_logits(model, batch):
-    with torch.no_grad():
-        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                     decoder_input_ids=batch["labels"].clamp(min=0)).logits
-
-
 @pytest.mark.parametrize("make,batch_fn,logits_fn", [
-    (tiny_bert, classifier_batch, _encoder_logits),
-    (tiny_marian, seq2seq_batch, _seq2seq_logits),
+    (tiny_bert, classifier_batch, encoder_logits),
+    (tiny_marian, seq2seq_batch, seq2seq_logits),
 ])
 def test_pruned_equals_masked_and_survives_save_load(tmp_path, make, batch_fn, logits_fn):
     model = make()
@@ -82,7 +71,7 @@ def test_two_steps_equal_one_and_twice_is_noop():
     prune_heads(twice, {"enc_self": {0: [2], 2: [1, 3]}})
     prune_heads(twice, {"enc_self": {0: [0, 3, 2], 1: [1], 2: [0, 2]}})  # head 2 of layer 0 again: a no-op
     assert pruning_record(once) == pruning_record(twice) == {"enc_self": {"0": [0, 2, 3], "1": [1], "2": [0, 1, 2, 3]}}
-    torch.testing.assert_close(_encoder_logits(once, batch), _encoder_logits(twice, batch), atol=1e-6, rtol=0)
+    torch.testing.assert_close(encoder_logits(once, batch), encoder_logits(twice, batch), atol=1e-6, rtol=0)
     for a, b in zip(once.state_dict().values(), twice.state_dict().values()):
         assert torch.equal(a, b)
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a training run in a subprocess
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["data=nli_synthetic", "model=tiny_bert", "data.synthetic.train_size=240", "data.synthetic.eval_size=60",
         "data.synthetic.mismatched_size=60", "data.importance_size=40", "task.lr=2e-3", "trainer.log_every_n_steps=1"]

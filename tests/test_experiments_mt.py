@@ -44,6 +44,7 @@ def test_speed(shared_task, tmp_path):
     assert res["score_check"]["equal"] and res["heads_pruned"] == 12
 
 
+@pytest.mark.slow
 def test_study(tmp_path, monkeypatch):
     over = ["study.train=false", "study.n_samples=50", "prune.step=0.5", "prune.order=[importance,random]", "study.reestimate=false",
             "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1"]

@@ -94,6 +94,10 @@ def test_mask_file_for_another_model(shared_task, tmp_path):
     cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'mask.json'}")
     with pytest.raises(ValueError, match="does not fit this model"):
         speed.run(cfg)
+    (tmp_path / "soft.json").write_text(json.dumps({"mask": {"enc_self": [[1, 0.5, 1, 1], [1] * 4]}}))
+    cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'soft.json'}")
+    with pytest.raises(ValueError, match=r"0.5 at layer 0, head 1 .*expected 0 \(remove the head\) or 1"):
+        speed.run(cfg)
     (tmp_path / "other.json").write_text(json.dumps({"model_fingerprint": "0123456789abcdef", "mask": {"enc_self": [[1] * 4] * 2}}))
     cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'other.json'}")
     with pytest.raises(ValueError, match="another model"):

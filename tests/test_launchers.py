@@ -24,6 +24,7 @@ def test_launcher_composes(launcher, target):
         assert cfg.hydra.launcher.n_jobs == 2
 
 
+@pytest.mark.slow
 def test_multirun_prune_orders_in_parallel(tmp_path):
     env = dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "headprune.cli", "-m", "hydra/launcher=local", "experiment=prune", "prune.order=importance,random",

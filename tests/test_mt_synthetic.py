@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from test_mt_task import mt_cfg
+
+pytestmark = pytest.mark.slow  # trains a translation model
 
 LEARNS = ["data.synthetic.sizes.train=4000", "data.synthetic.sizes.valid=100", "data.synthetic.sizes.test=100",
           "data.tokenizer.vocab_size=600", "data.max_tokens=1024", "model.config.d_model=128",

@@ -125,6 +125,7 @@ def test_inverse_sqrt_schedule():
     assert [round(f(s), 3) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, round((4 / 5) ** 0.5, 3), round((4 / 6) ** 0.5, 3)]
 
 
+@pytest.mark.slow
 def test_train_save_and_reload_in_a_fresh_process_reproduces_bleu(tmp_path):
     from headprune.tasks.mt import train
 
@@ -152,6 +153,7 @@ def test_train_save_and_reload_in_a_fresh_process_reproduces_bleu(tmp_path):
     assert reloaded["bleu"] == metrics["test/bleu"]
 
 
+@pytest.mark.slow
 def test_checkpoint_reload_matches_the_saved_model(tmp_path):
     from headprune.tasks.mt import load_translation_task, train
 

@@ -13,6 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # trains to 95% accuracy
+
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 600  # generous: the target is 3 minutes on an idle 2-core machine; 5 min measured with 3 other jobs running
 

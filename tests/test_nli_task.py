@@ -82,6 +82,7 @@ def test_importance_batches_are_the_training_subset(task):
     torch.testing.assert_close(losses.mean(), out.loss)
 
 
+@pytest.mark.slow
 def test_finetune_save_and_reload_in_fresh_process(tmp_path):
     from headprune.tasks.nli import finetune
 
@@ -121,6 +122,7 @@ class CrashAt(L.Callback):
 NO_DROPOUT = ["+model.config.hidden_dropout_prob=0", "+model.config.attention_probs_dropout_prob=0"]
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, monkeypatch):
     from headprune import training
     from headprune.tasks.nli import finetune

@@ -45,7 +45,7 @@ def mask_from_file(path, task, order: str, fraction: float) -> dict:
             raise ValueError(f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)}")
         raw = steps[round(fraction, 6)]["mask"]
     try:
-        return task.gates.normalize_mask(common.mask_from_json(raw))
+        return task.gates.normalize_mask(common.mask_from_json(raw), hard=True)
     except ValueError as err:
         raise ValueError(f"mask file {path} does not fit this model: {err}") from None
 

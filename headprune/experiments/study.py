@@ -52,7 +52,9 @@ def choose_data(cfg) -> str:
     data = cfg.data
     if data.get("source") == "local" and data.get("dir") and not Path(str(data.dir)).exists():
         fallback = str(cfg.study.fallback_data)
-        conf = Path(__file__).resolve().parents[2] / "conf" / "data"
+        from headprune.cli import config_dir
+
+        conf = Path(config_dir()) / "data"
         try:
             from hydra import compose
 
