@@ -190,13 +190,16 @@ def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = Fa
     return {g: (recorder.totals[g] / recorder.counts[g].clamp(min=1)).float() for g in recorder.totals}
 
 
+NON_INPUTS = ("labels", "idx", "ids")  # batch keys the forward never gets: labels (we compute the loss), dataset bookkeeping
+
+
 def model_inputs(model, batch: dict) -> dict:
     """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
 
     An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
     the model itself would have done.
     """
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    inputs = {k: v for k, v in batch.items() if k not in NON_INPUTS}
     labels = batch.get("labels")
     prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
     if labels is not None and "decoder_input_ids" not in inputs and prepare is not None and labels.dim() == 2:

@@ -25,16 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from headprune.heads import AttentionSite, HeadGates
-from headprune.importance import _decoder_valid
+from headprune.importance import _decoder_valid, model_inputs
 from headprune.pruning import pruning_record
-
-
-NON_INPUTS = ("idx", "ids")  # batch keys that datasets add and models do not take (labels stay: seq2seq models need them)
-
-
-def model_inputs(batch: dict) -> dict:
-    """The keys of a batch that the model's forward takes."""
-    return {k: v for k, v in batch.items() if k not in NON_INPUTS}
 
 
 class _Stop(Exception):
@@ -52,7 +44,7 @@ def _captured_inputs(model: nn.Module, sites: list[AttentionSite], batch: dict, 
                 raise _Stop
         handles.append(site.linear("output").register_forward_hook(hook))
     try:
-        model(**model_inputs(batch))
+        model(**model_inputs(model, batch))
     except _Stop:
         pass
     finally:

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from headprune.importance import per_example_loss
-from headprune.recovery import model_inputs
+from headprune.importance import model_inputs
 
 
 def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 2.0,
@@ -59,12 +59,12 @@ class RecoveryModule(L.LightningModule):
 
     def losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(task loss, distillation loss) of one batch; the distillation term is 0 without a teacher."""
-        outputs = self.model(**model_inputs(batch))
+        outputs = self.model(**model_inputs(self.model, batch))
         task = self.loss_fn(outputs, batch).mean()
         if self.teacher is None or self.distill_weight == 0:
             return task, task.new_zeros(())
         with torch.no_grad():
-            teacher_logits = self.teacher(**model_inputs(batch)).logits
+            teacher_logits = self.teacher(**model_inputs(self.teacher, batch)).logits
         return task, distillation_loss(outputs.logits, teacher_logits, self.temperature, _valid_positions(outputs.logits, batch))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:

@@ -21,7 +21,6 @@ from headprune.importance import fisher_scores, per_example_loss
 from headprune.mask_search import PruneTarget, search_mask
 from headprune.ordering import check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
 from headprune.pruning import prune_mask
-from headprune.recovery import model_inputs
 
 
 @dataclass
@@ -66,7 +65,7 @@ def iterative_prune(model: nn.Module, schedule, batches: Iterable[dict], loss_fn
     plan = check_schedule(schedule)
     if isinstance(plan[0], PruneTarget) and costs is None:
         raise ValueError("a schedule of targets needs costs= (headprune.costs.flops_cost_model(model) of the unpruned model)")
-    batches = [model_inputs(batch) for batch in batches]
+    batches = list(batches)
     teacher = copy.deepcopy(model).eval() if teacher is None else teacher
     steps = []
     for step in plan:

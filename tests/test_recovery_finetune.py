@@ -8,7 +8,8 @@ from conftest import tiny_bert
 from headprune.heads import HeadGates
 from headprune.importance import per_example_loss
 from headprune.pruning import prune_heads, pruning_record
-from headprune.recovery import lsq_recoverer, model_inputs
+from headprune.importance import model_inputs
+from headprune.recovery import lsq_recoverer
 from headprune.recovery_finetune import RecoveryModule, distillation_loss, finetune_recover, finetune_recoverer
 from headprune.schedule import iterative_prune
 
@@ -27,7 +28,7 @@ def _synthetic(n_batches=4, batch=8, length=10, seed=0):
 def _mean_loss(model, batches):
     model.eval()
     with torch.no_grad():
-        return float(torch.cat([per_example_loss(model(**model_inputs(b)), b) for b in batches]).mean())
+        return float(torch.cat([per_example_loss(model(**model_inputs(model, b)), b) for b in batches]).mean())
 
 
 def test_distillation_term_is_zero_when_student_is_teacher():
