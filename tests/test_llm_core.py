@@ -156,3 +156,21 @@ def test_kv_group_importance_is_the_gradient_of_a_shared_gate():
     torch.testing.assert_close(probed, direct, atol=1e-6, rtol=1e-4)
     scores = importance_scores(model, gates, [batch], loss_fn=causal_lm_loss, unit="kv_group", normalize_layers=False)
     torch.testing.assert_close(scores["dec_self"].double(), direct.abs().mean(0), atol=1e-6, rtol=1e-4)
+
+
+def test_kv_cache_bytes_per_token_match_the_cache_of_a_forward():
+    from transformers import DynamicCache
+
+    from headprune.counting import kv_cache_bytes_per_token
+
+    model = tiny_llama()
+    prune_heads(model, {"dec_self": {0: [0, 1], 2: [0, 1, 2, 3]}})  # KV head 0 of layer 0 goes; layer 2 keeps a phantom
+    cache = DynamicCache(config=model.config)
+    batch = lm_batch(batch=1)
+    with torch.no_grad():
+        model(input_ids=batch["input_ids"], past_key_values=cache, use_cache=True)
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    tokens = batch["input_ids"].shape[1]
+    assert kv_cache_bytes_per_token(model) * tokens == held
+    assert kv_cache_bytes_per_token(model) == 2 * (1 + 2 + 1) * 8 * 4
+    assert kv_cache_bytes_per_token(model, ideal=True) == 2 * (1 + 2 + 0) * 8 * 4
