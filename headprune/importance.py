@@ -191,6 +191,8 @@ def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = Fa
 
 
 def _decoder_valid(batch: dict):
+    if "decoder_input_ids" not in batch:
+        return batch.get("attention_mask")  # a decoder-only model: its input is the decoder's
     if batch.get("decoder_attention_mask") is not None:
         return batch["decoder_attention_mask"]
     labels = batch.get("labels")

@@ -174,3 +174,16 @@ def test_kv_cache_bytes_per_token_match_the_cache_of_a_forward():
     assert kv_cache_bytes_per_token(model) * tokens == held
     assert kv_cache_bytes_per_token(model) == 2 * (1 + 2 + 1) * 8 * 4
     assert kv_cache_bytes_per_token(model, ideal=True) == 2 * (1 + 2 + 0) * 8 * 4
+
+
+def test_entropy_counts_every_real_token_of_a_decoder_only_model():
+    model = tiny_llama(layers=1, attn="eager")  # eager returns the attention probabilities
+    gates = HeadGates(model)
+    batch = lm_batch(batch=2)
+    entropy = attention_entropy(model, gates, [batch])["dec_self"][0]
+    with torch.no_grad():  # by hand: mean over real query tokens of the entropy of each head's attention row
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_attentions=True)
+    probs = out.attentions[0]  # (B, H, T, T)
+    rows = -(probs * probs.clamp(min=1e-30).log()).sum(-1)  # (B, H, T)
+    valid = batch["attention_mask"].unsqueeze(1).float()
+    torch.testing.assert_close(entropy, ((rows * valid).sum((0, 2)) / valid.sum((0, 2))).float(), atol=1e-5, rtol=0)
