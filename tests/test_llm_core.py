@@ -187,3 +187,17 @@ def test_entropy_counts_every_real_token_of_a_decoder_only_model():
     rows = -(probs * probs.clamp(min=1e-30).log()).sum(-1)  # (B, H, T)
     valid = batch["attention_mask"].unsqueeze(1).float()
     torch.testing.assert_close(entropy, ((rows * valid).sum((0, 2)) / valid.sum((0, 2))).float(), atol=1e-5, rtol=0)
+
+
+def test_prune_kv_groups_equals_the_query_head_mask():
+    from headprune.pruning import prune_kv_groups
+
+    by_groups, by_mask = tiny_qwen2(), tiny_qwen2()
+    record = prune_kv_groups(by_groups, {"dec_self": {0: [1], 1: [0, 1]}})
+    kv_mask = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    assert record == prune_mask(by_mask, kv_to_head_mask({"dec_self": kv_mask}, {"dec_self": 3}))
+    assert record == {"dec_self": {"0": [3, 4, 5], "1": [0, 1, 2, 3, 4, 5]}}
+    batch = lm_batch()
+    torch.testing.assert_close(_logits(by_groups, batch), _logits(by_mask, batch), atol=0, rtol=0)
+    with pytest.raises(IndexError, match=r"KV head ids \[2\] out of range for dec_self layer 0 \(2 KV heads\)"):
+        prune_kv_groups(tiny_qwen2(), {"dec_self": {0: [2]}})
