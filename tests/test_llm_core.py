@@ -3,7 +3,7 @@ import copy
 
 import pytest
 import torch
-from tiny_llms import causal_lm_loss, lm_batch, tiny_llama, tiny_qwen2
+from tiny_llms import causal_lm_loss, lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
 
 from headprune.heads import HeadGates
 from headprune.importance import attention_entropy, importance_scores, per_example_gate_gradients
@@ -103,7 +103,7 @@ def test_kv_heads_leave_with_their_last_query_head():
 
 
 @pytest.mark.parametrize("make,mask", [(tiny_llama, _llama_masks()[0]), (tiny_qwen2, _qwen_masks()[0])])
-def test_greedy_generation_with_cache_pruned_equals_gated(make, mask):
+def test_greedy_generation_with_cache_pruned_equals_gated(tmp_path, make, mask):
     model = make()
     gates = HeadGates(model)
     batch = lm_batch(left_pad=True)
@@ -114,6 +114,8 @@ def test_greedy_generation_with_cache_pruned_equals_gated(make, mask):
     pruned = make()
     prune_mask(pruned, mask)
     assert torch.equal(pruned.generate(**kwargs), gated)
+    save_pruned(pruned, tmp_path / "model")
+    assert torch.equal(load_pruned(tmp_path / "model").generate(**kwargs), gated)
 
 
 def test_entropy_of_present_heads_pruned_equals_masked():
@@ -201,3 +203,20 @@ def test_prune_kv_groups_equals_the_query_head_mask():
     torch.testing.assert_close(_logits(by_groups, batch), _logits(by_mask, batch), atol=0, rtol=0)
     with pytest.raises(IndexError, match=r"KV head ids \[2\] out of range for dec_self layer 0 \(2 KV heads\)"):
         prune_kv_groups(tiny_qwen2(), {"dec_self": {0: [2]}})
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "qwen3"])
+def test_other_llama_like_types_prune_like_their_masks(model_type):
+    model = tiny_decoder(model_type)
+    gates = HeadGates(model)
+    assert type(model).__name__.lower().startswith(model_type) and gates.kv_groups == {"dec_self": (2, 2)}
+    batch = lm_batch()
+    plain = _logits(model, batch)
+    gates.set_mask(gates.ones())
+    torch.testing.assert_close(_logits(model, batch), plain, atol=1e-6, rtol=0)
+    mask = {"dec_self": torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])}
+    with gates.masked(mask):
+        masked = _logits(model, batch)
+    pruned = tiny_decoder(model_type)
+    prune_mask(pruned, mask)
+    torch.testing.assert_close(_logits(pruned, batch), masked, atol=1e-5, rtol=0)

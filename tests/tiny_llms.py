@@ -51,3 +51,14 @@ def causal_lm_loss(outputs, batch: dict) -> torch.Tensor:
     nll = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T-1)
     valid = (labels != -100).float()
     return (nll * valid).sum(1) / valid.sum(1).clamp(min=1)
+
+
+def tiny_decoder(model_type: str, seed: int = 0):
+    """A random causal LM of another Llama-like type (mistral, qwen3): 2 layers, 4 query heads over 2 KV heads."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(model_type, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
