@@ -50,6 +50,21 @@ def gguf_file(name: str) -> Path:
     return ggufs[0]
 
 
+def _plain_copy(model):
+    """The same (dequantised, fp32) weights in a model built from the config alone, with no quantizer attached."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    plain.load_state_dict(model.state_dict(), strict=True)  # fails loudly if any weight stayed in GGUF blocks
+    plain.generation_config = model.generation_config
+    return plain.eval()
+
+
 def _convert(gguf: Path, target: Path) -> None:
     """Dequantise ``gguf`` to an fp32 HF model + tokenizer in a temporary directory, then rename it to ``target``."""
     try:
@@ -62,8 +77,9 @@ def _convert(gguf: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = _plain_copy(loaded)  # transformers refuses to save a model loaded through its GGUF quantizer
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / DONE_FILE).write_text(json.dumps({"gguf": gguf.name, "bytes": gguf.stat().st_size}))
