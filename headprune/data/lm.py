@@ -85,10 +85,12 @@ def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
     return {split: sample(t, limits.get(split), int(cfg.get("seed", 0)), split) for split, t in texts.items()}
 
 
-def encode_texts(tokenizer, texts: list[str], max_length: int, add_bos: bool = True, add_eos: bool = False) -> list[list[int]]:
-    """Token ids of each text (BOS first when asked and the tokenizer has one), truncated to ``max_length``."""
+def encode_texts(tokenizer, texts: list[str], max_length: int, add_bos: bool = True, add_eos: bool = False,
+                 bos_id: int | None = None) -> list[list[int]]:
+    """Token ids of each text (``bos_id`` or the tokenizer's BOS first when asked), truncated to ``max_length``."""
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-    bos = [tokenizer.bos_token_id] if add_bos and tokenizer.bos_token_id is not None else []
+    bos_id = bos_id if bos_id is not None else tokenizer.bos_token_id
+    bos = [bos_id] if add_bos and bos_id is not None else []
     eos = [tokenizer.eos_token_id] if add_eos and tokenizer.eos_token_id is not None else []
     return [(bos + x + eos)[:max_length] for x in ids]
 
@@ -114,7 +116,7 @@ class LMData:
     """Tokenized texts per split and their batches (sorted by length, ``idx`` = position in the split)."""
 
     def __init__(self, texts: dict[str, list[str]], tokenizer, max_length: int = 128, batch_size: int = 16,
-                 eval_batch_size: int = 32, add_bos: bool = True, add_eos: bool = False):
+                 eval_batch_size: int = 32, add_bos: bool = True, add_eos: bool = False, bos_id: int | None = None):
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos token to pad batches with")
         self.tokenizer = tokenizer
@@ -122,16 +124,17 @@ class LMData:
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
         self.texts, self.ids = {}, {}
         for split, split_texts in texts.items():
-            encoded = encode_texts(tokenizer, split_texts, int(max_length), add_bos, add_eos)
+            encoded = encode_texts(tokenizer, split_texts, int(max_length), add_bos, add_eos, bos_id)
             kept = [i for i, ids in enumerate(encoded) if len(ids) >= 2]  # a text needs one predicted token
             self.texts[split] = [split_texts[i] for i in kept]
             self.ids[split] = [encoded[i] for i in kept]
 
     @classmethod
-    def from_config(cls, cfg, tokenizer, texts: dict[str, list[str]] | None = None) -> "LMData":
+    def from_config(cls, cfg, tokenizer, texts: dict[str, list[str]] | None = None, bos_id: int | None = None) -> "LMData":
         """Batch settings (and the texts, unless given) from a ``data=lm_*`` config."""
         return cls(texts if texts is not None else load_texts(cfg), tokenizer, max_length=cfg.max_length, batch_size=cfg.batch_size,
-                   eval_batch_size=cfg.eval_batch_size, add_bos=cfg.get("add_bos", True), add_eos=cfg.get("add_eos", False))
+                   eval_batch_size=cfg.eval_batch_size, add_bos=cfg.get("add_bos", True), add_eos=cfg.get("add_eos", False),
+                   bos_id=bos_id)
 
     def split(self, name: str) -> list[list[int]]:
         """Token ids of every text of a split, with an error that lists the splits."""

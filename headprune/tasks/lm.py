@@ -192,4 +192,15 @@ def load_lm_task(cfg) -> LanguageModelingTask:
         with torch.random.fork_rng():
             torch.manual_seed(int(cfg.seed))
             model = build_model(cfg.model, vocab_size=len(tokenizer), **ids)
-    return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts), **settings)
+    return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, _text_start(cfg, tokenizer)), **settings)
+
+
+def _text_start(cfg, tokenizer) -> int | None:
+    """The id of ``model.text_start`` (the token the model saw before each document), or None for the tokenizer's BOS."""
+    token = cfg.model.get("text_start")
+    if token is None:
+        return None
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
+        raise ValueError(f"model.text_start={token!r} is not a token of the {cfg.model.get('name')} tokenizer")
+    return int(token_id)
