@@ -100,6 +100,10 @@ def test_kv_heads_leave_with_their_last_query_head():
     assert [a.num_key_value_groups for a in attn] == [1, 2, 1]  # layer 0 uneven (1 + 2): mapped per query head
     assert gates.sites[0].kv_index.tolist() == [0, 1, 1]
     assert gates.sites[1].kv_index is None  # one full group left: the model's own expansion
+    batch = lm_batch()
+    before = _logits(model, batch)
+    gates.remove()  # uneven groups still need the wrapper's KV mapping: it stays
+    torch.testing.assert_close(_logits(model, batch), before, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("make,mask", [(tiny_llama, _llama_masks()[0]), (tiny_qwen2, _qwen_masks()[0])])
