@@ -152,3 +152,21 @@ def test_text_start_token_from_the_model_config(tmp_path):
     assert {ids[0] for ids in task.data.split("eval")} == {task.tokenizer.eos_token_id}
     with pytest.raises(ValueError, match="model.text_start='<nope>' is not a token of the tiny_llama tokenizer"):
         load_lm_task(compose_cfg(tmp_path, LM + ["+model.text_start='<nope>'"]))
+
+
+def test_hub_texts_drop_empty_lines(tmp_path, monkeypatch):
+    import datasets
+
+    from headprune.data.lm import load_texts
+
+    calls = []
+
+    def fake_load_dataset(path, name, split):
+        calls.append((path, name, split))
+        return {"text": ["", " = Heading = \n", "A sentence of the corpus .\n", "  "]}
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    cfg = compose_cfg(tmp_path, ["model=tiny_llama", "data=lm_hub"])
+    texts = load_texts(cfg.data)
+    assert texts["eval"] == ["= Heading =", "A sentence of the corpus ."]
+    assert ("Salesforce/wikitext", "wikitext-103-raw-v1", "test") in calls and len(calls) == 3
