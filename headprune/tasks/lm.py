@@ -19,6 +19,7 @@ from headprune.tasks.base import EvalResult
 
 TASK_DEFAULTS = {"mask_chunk": 8, "selection_split": "importance"}
 MODEL_INPUTS = ("input_ids", "attention_mask")
+HEAD_ROWS = 8  # texts whose (T, V) logits exist at once: the vocabulary projection runs in row chunks
 
 
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,8 +75,12 @@ class LanguageModelingTask:
 
     # ---- evaluation --------------------------------------------------------------------------
     def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.model(**self._inputs(batch)).logits  # (B, T, V)
-        return token_nll(logits, batch["labels"].to(logits.device))
+        """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
+        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
+        head = self.model.get_output_embeddings()
+        labels = batch["labels"].to(hidden.device)
+        parts = [token_nll(head(hidden[i:i + HEAD_ROWS]), labels[i:i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     def _result(self, nll: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
         total_tokens = int(tokens.sum())
