@@ -92,3 +92,38 @@ def test_inspect_smollm2_lists_query_and_kv_heads(tmp_path):
     assert "kv_heads/layer" in result.stdout and "heads present: 270 of 270" in result.stdout
     numbers = json.loads((tmp_path / "results.json").read_text())["results"]
     assert numbers["groups"] == {"dec_self": [30, 9]} and numbers["kv_groups"] == {"dec_self": [30, 3]}
+
+
+@pytest.mark.slow
+def test_smollm2_lm_task_on_local_texts(tmp_path):
+    from pathlib import Path
+
+    from experiment_helpers import compose_cfg
+    from omegaconf import open_dict
+
+    from headprune.masks import kv_to_head_mask
+    from headprune.pruning import prune_mask
+    from headprune.tasks.lm import LanguageModelingTask, load_lm_task
+
+    data_dir = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (data_dir / "wmt").is_dir():
+        pytest.skip(f"no local data in {data_dir}")
+    try:
+        embedded.gguf_file("smollm2")
+    except ModuleNotFoundError as err:
+        pytest.skip(str(err))
+    torch.set_num_threads(1)
+    cfg = compose_cfg(tmp_path, ["model=smollm2", "data=lm_local", "data.limits.eval=6", "data.limits.importance=4",
+                                 "data.limits.heldout=2", "data.max_length=40"])
+    with open_dict(cfg):
+        cfg.paths.data_dir = str(data_dir)
+    task = load_lm_task(cfg)
+    assert {ids[0] for ids in task.data.split("eval")} == {task.tokenizer.convert_tokens_to_ids("<|endoftext|>")}
+    kv_mask = torch.ones(30, 3)
+    kv_mask[:, 0] = 0
+    mask = kv_to_head_mask({"dec_self": kv_mask}, task.gates.heads_per_kv)
+    base, masked = task.evaluate_many([None, mask])
+    assert 1 < base.score < 1000 and masked.score > base.score
+    pruned = LanguageModelingTask(copy.deepcopy(task.model), task.tokenizer, task.data)
+    prune_mask(pruned.model, mask)
+    assert pruned.evaluate().score == pytest.approx(masked.score, rel=1e-4)
