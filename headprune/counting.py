@@ -49,3 +49,20 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
         attention_flops=attention_flops + score_flops,
         seq_len=seq_len,
     )
+
+
+def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False, bytes_per_value: int | None = None) -> int:
+    """Bytes the decoder's self-attention KV cache holds per token of context (K and V, every layer, one sequence).
+
+    ``ideal`` leaves out the phantom KV heads of emptied layers (what a model without those layers would hold);
+    ``bytes_per_value`` defaults to the element size of the key projection's weights.
+    """
+    total = 0
+    for site in find_sites(model):
+        if site.group != "dec_self":
+            continue  # encoder self-attention caches nothing; cross-attention caches per source token
+        key = site.linear("key")
+        kv_heads = len(site.kv_ids) if ideal else key.out_features // site.head_dim
+        size = bytes_per_value or key.weight.element_size()
+        total += 2 * kv_heads * site.head_dim * size  # K and V: (KV heads, head_dim) per token
+    return total

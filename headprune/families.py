@@ -19,9 +19,10 @@ class Family:
     key: str
     value: str
     output: str  # path from the block to the output projection
-    head_count_attr: str  # attribute on the core holding the number of heads
+    head_count_attr: str | None  # attribute on the core holding the number of heads (None: query width / head_dim)
     width_attrs: tuple[str, ...] = ()  # attributes on the core holding heads * head_dim
     head_dim_attr: str = "head_dim"
+    kv_groups_attr: str | None = None  # grouped KV heads: attribute on the core holding query heads per KV head
 
 
 BERT_LIKE = Family(
@@ -59,7 +60,21 @@ BART_LIKE = Family(
     head_dim_attr="head_dim",
 )
 
-FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE)
+LLAMA_LIKE = Family(
+    name="llama-like",
+    model_types=("llama", "mistral", "qwen2", "qwen3"),
+    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="o_proj",
+    head_count_attr=None,
+    head_dim_attr="head_dim",
+    kv_groups_attr="num_key_value_groups",
+)
+
+FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE)
 
 
 def supported_model_types() -> list[str]:

@@ -36,6 +36,9 @@ class AttentionSite:
     head_dim: int
     num_heads_orig: int
     head_ids: list[int]  # original ids of the heads still present, in weight order
+    num_kv_heads_orig: int = 0  # KV heads in the original module (= num_heads_orig without grouped KV heads)
+    kv_ids: list[int] = field(default_factory=list)  # original ids of the KV heads still present, in weight order
+    kv_index: torch.Tensor | None = None  # (H,) KV position of each computed query head when groups became uneven
     gate: torch.Tensor | None = None  # (H,) or (B, H) over the present heads; None = no gating
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
     recording: bool = False  # add a probe per forward while gate gradients are recorded
@@ -48,6 +51,21 @@ class AttentionSite:
     @property
     def num_heads(self) -> int:
         return len(self.head_ids)
+
+    @property
+    def heads_per_kv(self) -> int:
+        """Query heads per KV head in the original module (1 without grouped KV heads)."""
+        return self.num_heads_orig // self.num_kv_heads_orig
+
+    def kv_of(self, head: int) -> int:
+        """The original id of the KV head that query head ``head`` (original id) attends with."""
+        return int(head) // self.heads_per_kv  # repeat_kv: query head h reads KV head h // groups
+
+    def kv_positions(self) -> list[int]:
+        """Position in the k/v weights of the KV head of every computed query head (the phantom reads the phantom)."""
+        if not self.head_ids:
+            return [0]
+        return [self.kv_ids.index(self.kv_of(h)) for h in self.head_ids]
 
 
 def _module_eager(module: nn.Module):
@@ -63,11 +81,17 @@ def _make_gated(inner_name: str):
 
     def gated_attention(module, query, key, value, attention_mask, **kwargs):
         inner = _module_eager(module) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS[inner_name]
-        out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
         site = getattr(module, "_headprune_site", None)
+        if site is not None and site.kv_index is not None:
+            # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head
+            index = site.kv_index.to(key.device)
+            key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1
+        out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
         if site is None:
             return out, weights
         if site.entropy_hook is not None:
+            if key.shape[1] != query.shape[1]:
+                key = key.index_select(1, torch.tensor(site.kv_positions(), device=key.device))  # (B, H, T, D)
             site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"))
         gate = site.gate
         if gate is not None:
@@ -119,6 +143,16 @@ def _configs(model: nn.Module):
     return seen
 
 
+def route_attention(model: nn.Module) -> str:
+    """Point every config of the model at headprune's wrapper of its attention; returns the wrapped implementation."""
+    original = model.config._attn_implementation or "sdpa"
+    inner = original[len(PREFIX):] if original.startswith(PREFIX) else original
+    gated_name = _ensure_registered(inner)
+    for config in _configs(model):
+        config._attn_implementation_internal = gated_name
+    return inner
+
+
 def find_sites(model: nn.Module) -> list[AttentionSite]:
     """All attention modules of a model, ordered by group then layer."""
     family = family_for(model)
@@ -133,9 +167,14 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
         if existing is not None:
             sites.append(existing)
             continue
-        n_heads = int(getattr(core, family.head_count_attr))
         head_dim = int(getattr(core, family.head_dim_attr))
-        site = AttentionSite(path, group, layer, block, core, family, head_dim, n_heads, list(range(n_heads)))
+        if family.head_count_attr:
+            n_heads = int(getattr(core, family.head_count_attr))
+        else:
+            n_heads = block.get_submodule(family.query).out_features // head_dim
+        n_kv = n_heads // int(getattr(core, family.kv_groups_attr)) if family.kv_groups_attr else n_heads
+        site = AttentionSite(path, group, layer, block, core, family, head_dim, n_heads, list(range(n_heads)),
+                             num_kv_heads_orig=n_kv, kv_ids=list(range(n_kv)))
         core._headprune_site = site  # the site (and its head bookkeeping) lives with the module
         sites.append(site)
     if not sites:
@@ -159,17 +198,31 @@ class HeadGates:
     def __init__(self, model: nn.Module):
         self.model = model
         self.sites = find_sites(model)
-        original = model.config._attn_implementation or "sdpa"
-        self.inner = original[len(PREFIX):] if original.startswith(PREFIX) else original
-        gated_name = _ensure_registered(self.inner)
-        for config in _configs(model):
-            config._attn_implementation_internal = gated_name
+        self.inner = route_attention(model)
 
     # ---- structure -------------------------------------------------------------------------
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, heads per layer in the original model)}."""
         return site_groups(self.sites)
+
+    @property
+    def kv_groups(self) -> dict[str, tuple[int, int]]:
+        """{group: (layers, KV heads per layer in the original model)}: a KV group is a KV head with all its query heads."""
+        shape = {}
+        for site in self.sites:
+            layers, kv_heads = shape.get(site.group, (0, 0))
+            shape[site.group] = (max(layers, site.layer + 1), max(kv_heads, site.num_kv_heads_orig))
+        return shape
+
+    @property
+    def heads_per_kv(self) -> dict[str, int]:
+        """{group: query heads per KV head in the original model} (1 without grouped KV heads)."""
+        return {g: heads // self.kv_groups[g][1] for g, (_, heads) in self.groups.items()}
+
+    def kv_of_heads(self) -> dict[tuple[str, int], dict[int, int]]:
+        """{(group, layer): {present query head id: its KV head id}}, by original ids."""
+        return {(s.group, s.layer): {h: s.kv_of(h) for h in s.head_ids} for s in self.sites}
 
     @property
     def num_heads(self) -> int:
@@ -243,6 +296,8 @@ class HeadGates:
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
         self.set_mask(None)
+        if any(site.kv_index is not None for site in self.sites):
+            return  # uneven KV groups after pruning: the wrapper maps query heads to their KV heads, keep it
         for config in _configs(self.model):
             config._attn_implementation_internal = self.inner
 
@@ -251,5 +306,10 @@ class HeadGates:
         lines = []
         for group, (layers, heads) in self.groups.items():
             kept = [len(s.head_ids) for s in self.sites if s.group == group]
-            lines.append(f"{group:9s} layers={layers} heads/layer={heads} present={kept}")
+            line = f"{group:9s} layers={layers} heads/layer={heads} present={kept}"
+            kv_layers, kv_heads = self.kv_groups[group]
+            if kv_heads != heads:
+                kv_kept = [len(s.kv_ids) for s in self.sites if s.group == group]
+                line += f" kv_heads/layer={kv_heads} kv_present={kv_kept}"
+            lines.append(line)
         return "\n".join(lines)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 REDUCTIONS = ("example", "token", "batch", "fisher")
+UNITS = ("head", "kv_group")
 
 
 def per_example_loss(outputs, batch: dict) -> torch.Tensor:
@@ -29,8 +30,20 @@ def per_example_loss(outputs, batch: dict) -> torch.Tensor:
     return (token_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
 
 
-def _zeros(gates) -> dict[str, torch.Tensor]:
-    return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in gates.groups.items()}
+def _zeros(gates, unit: str = "head") -> dict[str, torch.Tensor]:
+    shape = gates.groups if unit == "head" else gates.kv_groups
+    return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
+
+
+def _per_unit(site, grad: torch.Tensor, unit: str) -> tuple[torch.Tensor, list[int]]:
+    """Probe gradients (B, T, H) of one site per unit: (gradients (B, T, U), original ids of the U units)."""
+    if unit not in UNITS:
+        raise ValueError(f"importance unit must be one of {UNITS}, got {unit!r}")
+    if unit == "head":
+        return grad, site.head_ids
+    positions = torch.tensor(site.kv_positions(), device=grad.device)
+    summed = grad.new_zeros(*grad.shape[:2], len(site.kv_ids)).index_add_(2, positions, grad)  # (B, T, KV)
+    return summed, site.kv_ids  # the gradient of one gate shared by a KV head's query heads
 
 
 def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
@@ -57,8 +70,12 @@ def importance_scores(
     normalize_global: bool = False,
     mask=None,
     progress: bool = False,
+    unit: str = "head",
 ) -> dict[str, torch.Tensor]:
     """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set).
+
+    unit: ``head`` (query heads) or ``kv_group`` ({group: [layers, KV heads]}: a KV head with all of its
+    query heads, scored by the gradient of a gate they share, i.e. their gradients summed before the |.|).
 
     reduce: ``example`` |sum over tokens| per example (the paper's formula, default), ``token`` |.| per
     token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example),
@@ -73,9 +90,11 @@ def importance_scores(
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    if unit not in UNITS:
+        raise ValueError(f"importance unit must be one of {UNITS}, got {unit!r}")
     was_training = model.training
     model.eval()
-    totals, count = _zeros(gates), 0
+    totals, count = _zeros(gates, unit), 0
     batches = _progress(batches, progress, "importance")
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
@@ -90,7 +109,7 @@ def importance_scores(
                     grad = grad_of[id(probe)]
                     if grad is None or not site.head_ids:
                         continue
-                    contribution = grad.double()  # (B, T, H): dL(x_b)/d xi_h restricted to token t
+                    contribution, ids = _per_unit(site, grad.double(), unit)  # (B, T, U): dL(x_b)/d xi_u restricted to token t
                     if reduce == "example":
                         value = contribution.sum(1).abs().sum(0)
                     elif reduce == "fisher":
@@ -99,7 +118,7 @@ def importance_scores(
                         value = contribution.abs().sum(1).sum(0)
                     else:
                         value = contribution.sum((0, 1)).abs()
-                    totals[site.group][site.layer, site.head_ids] += value.cpu()
+                    totals[site.group][site.layer, ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
     model.train(was_training)
@@ -110,18 +129,19 @@ def importance_scores(
 
 
 def fisher_scores(model, gates, batches: Iterable[dict], loss_fn: Callable = per_example_loss, mask=None,
-                  normalize_layers: bool = False, progress: bool = False) -> dict[str, torch.Tensor]:
+                  normalize_layers: bool = False, progress: bool = False, unit: str = "head") -> dict[str, torch.Tensor]:
     """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]}.
 
     Lower = less important (pruned first). ``mask`` re-estimates it under a pruning mask; removed heads score 0.
     Unnormalised by default (Fisher values are comparable across layers, which a cost-aware search needs).
     """
     return importance_scores(model, gates, batches, loss_fn=loss_fn, reduce="fisher", normalize_layers=normalize_layers,
-                             mask=mask, progress=progress)
+                             mask=mask, progress=progress, unit=unit)
 
 
-def per_example_gate_gradients(model, gates, batch: dict, loss_fn: Callable = per_example_loss, mask=None) -> dict[str, torch.Tensor]:
-    """Signed dL(x_b)/d xi_h for every example of one batch: {group: [B, layers, heads]}."""
+def per_example_gate_gradients(model, gates, batch: dict, loss_fn: Callable = per_example_loss, mask=None,
+                               unit: str = "head") -> dict[str, torch.Tensor]:
+    """Signed dL(x_b)/d xi_h for every example of one batch: {group: [B, layers, heads]} (``kv_group``: [B, layers, KV])."""
     model.eval()
     out = {}
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
@@ -130,13 +150,14 @@ def per_example_gate_gradients(model, gates, batch: dict, loss_fn: Callable = pe
         probes = [probe for site in gates.sites for probe in site.probes]
         grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
         grad_of = dict(zip(map(id, probes), grads))
-        for g, (layers, heads) in gates.groups.items():
+        for g, (layers, heads) in (gates.groups if unit == "head" else gates.kv_groups).items():
             out[g] = torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64)
         for site in gates.sites:
             for probe in site.probes:
                 grad = grad_of[id(probe)]
                 if grad is not None and site.head_ids:
-                    out[site.group][:, site.layer, site.head_ids] += grad.double().sum(1).cpu()
+                    contribution, ids = _per_unit(site, grad.double(), unit)
+                    out[site.group][:, site.layer, ids] += contribution.sum(1).cpu()
     return out
 
 
@@ -208,6 +229,8 @@ def model_inputs(model, batch: dict) -> dict:
 
 
 def _decoder_valid(batch: dict):
+    if "decoder_input_ids" not in batch:
+        return batch.get("attention_mask")  # a decoder-only model: its input is the decoder's
     if batch.get("decoder_attention_mask") is not None:
         return batch["decoder_attention_mask"]
     labels = batch.get("labels")

@@ -10,6 +10,10 @@ def resolve_pretrained(name: str | None) -> str | None:
     """Map an embedded short name (``minilm``) to its directory; other names pass through."""
     if name is None:
         return None
+    from headprune.embedded import EMBEDDED_LLMS, embedded_model_dir
+
+    if name in EMBEDDED_LLMS:
+        return str(embedded_model_dir(name))  # converted once from the package's GGUF file
     if name in EMBEDDED:
         import importlib
 
@@ -21,7 +25,8 @@ def resolve_pretrained(name: str | None) -> str | None:
 def _model_class(kind: str):
     import transformers
 
-    classes = {"classifier": transformers.AutoModelForSequenceClassification, "seq2seq": transformers.AutoModelForSeq2SeqLM}
+    classes = {"classifier": transformers.AutoModelForSequenceClassification, "seq2seq": transformers.AutoModelForSeq2SeqLM,
+               "causal_lm": transformers.AutoModelForCausalLM}
     if kind not in classes:
         raise ValueError(f"model.kind must be one of {sorted(classes)}, got {kind!r}")
     return classes[kind]

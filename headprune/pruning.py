@@ -5,13 +5,17 @@ same ``head_dim`` input columns of the output projection. The model's own ``view
 head_dim)`` then sees fewer heads, so layers with different head counts just work. A layer that
 loses every head keeps one all-zero "phantom" head: its attention output is exactly the output
 projection's bias, and the model code runs unchanged (caches included).
+
+With grouped KV heads (Llama family) the query heads are the unit: a KV head's k/v rows go when
+its last query head goes (the KV cache shrinks with them). Where the remaining query heads no
+longer form equal groups, the attention wrapper of headprune.heads maps each one to its KV head.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from headprune.heads import AttentionSite, find_sites
+from headprune.heads import AttentionSite, find_sites, route_attention
 
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
 
@@ -76,18 +80,36 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
         return  # nothing new to remove: pruning twice is a no-op
     phantom = site.head_dim if not keep else 0
     rows = _rows(keep, site.head_dim)
-    for which in ("query", "key", "value"):
-        _set_linear(site, which, _sliced_linear(site.linear(which), rows, 0, phantom))
+    needed_kv = {site.kv_of(site.head_ids[pos]) for pos in keep}
+    kv_keep = [pos for pos, kv in enumerate(site.kv_ids) if kv in needed_kv]  # a KV head goes with its last query head
+    kv_rows = _rows(kv_keep, site.head_dim)
+    _set_linear(site, "query", _sliced_linear(site.linear("query"), rows, 0, phantom))
+    for which in ("key", "value"):
+        _set_linear(site, which, _sliced_linear(site.linear(which), kv_rows, 0, phantom))
     _set_linear(site, "output", _sliced_linear(site.linear("output"), rows, 1, phantom))
     if site.gate is not None and keep:
         site.gate = site.gate[..., keep]
     elif site.gate is not None:
         site.gate = site.gate[..., :1] * 0
     site.head_ids = [site.head_ids[pos] for pos in keep]
+    site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
     computed_heads = max(len(keep), 1)  # the phantom head still runs
-    setattr(site.core, site.family.head_count_attr, computed_heads)
+    if site.family.head_count_attr:
+        setattr(site.core, site.family.head_count_attr, computed_heads)
     for attr in site.family.width_attrs:
         setattr(site.core, attr, computed_heads * site.head_dim)
+    if site.family.kv_groups_attr:
+        _set_kv_groups(site)
+
+
+def _set_kv_groups(site: AttentionSite) -> None:
+    """Keep the model's own KV expansion where query heads still form equal groups, else map each query head itself."""
+    positions = site.kv_positions()  # (H,) KV position of each computed query head
+    kv_heads = max(len(site.kv_ids), 1)
+    groups = len(positions) // kv_heads
+    even = len(positions) == groups * kv_heads and positions == [p // groups for p in range(len(positions))]
+    setattr(site.core, site.family.kv_groups_attr, groups if even else 1)
+    site.kv_index = None if even else torch.tensor(positions, dtype=torch.long)
 
 
 def pruning_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
@@ -114,6 +136,8 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
                 n_layers = 1 + max(l for g, l in sites if g == group)
                 raise IndexError(f"layer {layer} out of range for group {group!r} ({n_layers} layers)")
             prune_site(site, list(ids))
+    if any(site.kv_index is not None for site in sites.values()):
+        route_attention(model)  # uneven KV groups run through headprune's attention wrapper
     record = pruning_record(model)
     setattr(model.config, RECORD_ATTR, record)
     return record
@@ -129,3 +153,21 @@ def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     if batched:
         raise ValueError(f"prune_mask takes one [layers, heads] mask per group, got a batch of masks for {batched}")
     return prune_heads(model, head_list({g: m.detach().cpu() for g, m in mask.items()}))
+
+
+def prune_kv_groups(model: nn.Module, kv_heads: dict) -> dict[str, dict[str, list[int]]]:
+    """Remove KV heads {group: {layer: [original KV ids]}} together with all of their query heads."""
+    sites = {(s.group, s.layer): s for s in find_sites(model)}
+    heads: dict[str, dict] = {}
+    for group, layers in kv_heads.items():
+        for layer, ids in layers.items():
+            site = sites.get((group, int(layer)))
+            if site is None:
+                heads.setdefault(group, {})[layer] = list(ids)  # prune_heads names the unknown group or layer
+                continue
+            bad = [k for k in ids if not 0 <= int(k) < site.num_kv_heads_orig]
+            if bad:
+                raise IndexError(f"KV head ids {bad} out of range for {group} layer {layer} ({site.num_kv_heads_orig} KV heads)")
+            n = site.heads_per_kv
+            heads.setdefault(group, {})[layer] = [h for k in ids for h in range(int(k) * n, (int(k) + 1) * n)]
+    return prune_heads(model, heads)

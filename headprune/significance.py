@@ -1,4 +1,4 @@
-"""Paired significance tests between a baseline and masked systems: bootstrap for accuracy and BLEU.
+"""Paired significance tests between a baseline and masked systems: bootstrap for accuracy, BLEU and perplexity.
 
 Both follow Koehn (2004) as sacrebleu and Moses implement it: resample the evaluation set with
 replacement ``n_samples`` times (the same indices for both systems), take the absolute score
@@ -39,6 +39,16 @@ def _p_value(sample_diffs: np.ndarray, observed: float) -> float:
     return float((np.sum(centred > observed) + 1) / (len(sample_diffs) + 1))
 
 
+def _resample_counts(n: int, n_samples: int, seed: int) -> np.ndarray:
+    """(R, N) how often each example is drawn in each of R resamples with replacement (shared by every system)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_samples, n))  # (R, N)
+    # sums over resampled examples via counts: (R, N) counts @ (N,) is exact and cheaper than fancy indexing
+    counts = np.zeros((n_samples, n), dtype=np.float32)
+    np.add.at(counts, (np.arange(n_samples)[:, None], idx), 1.0)
+    return counts.astype(np.float64)
+
+
 def paired_bootstrap_accuracy(baseline_correct, systems_correct, n_samples: int = 1000, seed: int = 0,
                               alpha: float = 0.01) -> list[PairedResult]:
     """Paired bootstrap on per-example correctness (0/1): one result per system, accuracy in percent."""
@@ -46,12 +56,7 @@ def paired_bootstrap_accuracy(baseline_correct, systems_correct, n_samples: int 
     systems = np.asarray(systems_correct, dtype=np.float64).reshape(-1, base.shape[0])  # (S, N)
     if base.size == 0:
         raise ValueError("paired bootstrap needs at least one evaluated example")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, base.shape[0], size=(n_samples, base.shape[0]))  # (R, N), shared by every system
-    # sum over resampled examples via counts: (R, N) counts @ (N,) is exact and cheaper than fancy indexing
-    counts = np.zeros((n_samples, base.shape[0]), dtype=np.float32)
-    np.add.at(counts, (np.arange(n_samples)[:, None], idx), 1.0)
-    counts = counts.astype(np.float64)
+    counts = _resample_counts(base.shape[0], n_samples, seed)
     base_scores = 100.0 * counts @ base / base.shape[0]  # (R,)
     sys_scores = 100.0 * counts @ systems.T / base.shape[0]  # (R, S)
     out = []
@@ -63,6 +68,29 @@ def paired_bootstrap_accuracy(baseline_correct, systems_correct, n_samples: int 
         p = _p_value(np.abs(diffs), abs(delta))
         lo, hi = np.percentile(diffs, [2.5, 97.5])
         out.append(PairedResult(float(score), float(base_score), float(delta), p, bool(p < alpha), float(lo), float(hi)))
+    return out
+
+
+def paired_bootstrap_perplexity(baseline_nll, baseline_tokens, systems_nll, systems_tokens, n_samples: int = 1000,
+                                seed: int = 0, alpha: float = 0.01) -> list[PairedResult]:
+    """Paired bootstrap on per-text (NLL sum, token count): corpus perplexity exp(sum NLL / sum tokens) of each resample."""
+    base_nll, base_tok = np.asarray(baseline_nll, dtype=np.float64), np.asarray(baseline_tokens, dtype=np.float64)
+    if base_nll.size == 0:
+        raise ValueError("paired bootstrap needs at least one evaluated text")
+    sys_nll = np.asarray(systems_nll, dtype=np.float64).reshape(-1, base_nll.shape[0])  # (S, N)
+    sys_tok = np.asarray(systems_tokens, dtype=np.float64).reshape(-1, base_nll.shape[0])
+    counts = _resample_counts(base_nll.shape[0], n_samples, seed)
+    base_scores = np.exp(counts @ base_nll / (counts @ base_tok))  # (R,)
+    sys_scores = np.exp(counts @ sys_nll.T / (counts @ sys_tok.T))  # (R, S)
+    base_score = float(np.exp(base_nll.sum() / base_tok.sum()))
+    out = []
+    for s in range(sys_nll.shape[0]):
+        score = float(np.exp(sys_nll[s].sum() / sys_tok[s].sum()))
+        delta = score - base_score
+        diffs = sys_scores[:, s] - base_scores
+        p = _p_value(np.abs(diffs), abs(delta))
+        lo, hi = np.percentile(diffs, [2.5, 97.5])
+        out.append(PairedResult(score, base_score, float(delta), p, bool(p < alpha), float(lo), float(hi)))
     return out
 
 
@@ -115,4 +143,8 @@ def paired_test(metric: str, baseline, systems, n_samples: int = 1000, seed: int
     if metric == "bleu":
         return paired_bootstrap_bleu(baseline.per_example["hypotheses"], [s.per_example["hypotheses"] for s in systems],
                                      baseline.per_example["references"], n_samples=n_samples, seed=seed, alpha=alpha)
-    raise ValueError(f"no paired test for metric {metric!r}; expected 'accuracy' or 'bleu'")
+    if metric == "perplexity":
+        return paired_bootstrap_perplexity(baseline.per_example["nll"], baseline.per_example["tokens"],
+                                           [s.per_example["nll"] for s in systems], [s.per_example["tokens"] for s in systems],
+                                           n_samples=n_samples, seed=seed, alpha=alpha)
+    raise ValueError(f"no paired test for metric {metric!r}; expected 'accuracy', 'bleu' or 'perplexity'")

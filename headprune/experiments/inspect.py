@@ -18,14 +18,17 @@ def run(cfg) -> dict:
     cost = model_cost(model, seq_len=cfg.inspect.seq_len)
     print(f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "
           f"attention={gates.inner} under headprune gates)")
-    print(f"{'group':9s} {'layers':>6s} {'heads/layer':>11s} {'heads':>6s}")
+    grouped_kv = gates.kv_groups != gates.groups  # grouped-query attention: fewer KV heads than query heads
+    print(f"{'group':9s} {'layers':>6s} {'heads/layer':>11s} {'heads':>6s}" + (f" {'kv_heads/layer':>14s}" if grouped_kv else ""))
     for group, (layers, heads) in gates.groups.items():
-        print(f"{group:9s} {layers:6d} {heads:11d} {layers * heads:6d}")
+        print(f"{group:9s} {layers:6d} {heads:11d} {layers * heads:6d}" + (f" {gates.kv_groups[group][1]:14d}" if grouped_kv else ""))
     print(f"heads present: {cost.heads} of {gates.num_heads}")
     print(f"parameters: {cost.parameters:,} (attention projections: {cost.attention_parameters:,})")
     print(f"forward FLOPs per example at seq_len={cost.seq_len}: {cost.flops:,} "
           f"(attention: {cost.attention_flops:,}, {100 * cost.attention_flops / cost.flops:.1f}%)")
     numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": cost.as_dict()}
+    if grouped_kv:
+        numbers["kv_groups"] = {g: list(s) for g, s in gates.kv_groups.items()}
     payload = results_payload("inspect", OmegaConf.to_container(cfg, resolve=False), numbers, model=model_fingerprint(model))
     write_json_atomic(Path(cfg.paths.output_dir) / "results.json", payload)
     return numbers
