@@ -17,7 +17,7 @@ SPLITS = ("train", "valid", "test")
 def load_texts(data_cfg, split: str) -> tuple[list[str], list[str]]:
     """(sources, targets) of one split ("train", "valid" or "test") from the configured source."""
     source = data_cfg.source
-    limit = (data_cfg.get("limits") or {}).get(split)
+    limit = split_limit(data_cfg, split)
     if source == "synthetic":
         from headprune.data.synthetic_mt import synthetic_splits
 
@@ -33,9 +33,19 @@ def load_texts(data_cfg, split: str) -> tuple[list[str], list[str]]:
         src, tgt = _load_hub(data_cfg, split)
     else:
         raise ValueError(f"data.source must be synthetic, files or hub, got {source!r}")
-    if limit:
-        src, tgt = src[: int(limit)], tgt[: int(limit)]
+    if limit is not None:
+        src, tgt = src[:limit], tgt[:limit]
     return src, tgt
+
+
+def split_limit(data_cfg, split: str) -> int | None:
+    """``data.limits.<split>``: a positive number of pairs to keep, or None (all)."""
+    value = (data_cfg.get("limits") or {}).get(split)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"data.limits.{split} must be a positive integer (pairs kept) or null (all), got {value!r}")
+    return value
 
 
 def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:
