@@ -20,6 +20,7 @@ from headprune.plots import speed_bars
 from headprune.pruning import prune_mask
 from headprune.results import model_fingerprint, read_json
 from headprune.speed import compare_throughput, example_pool, make_batches, mean_length
+from headprune.validation import check_binary_mask
 
 
 def mask_from_file(path, task, order: str, fraction: float) -> dict:
@@ -44,6 +45,7 @@ def mask_from_file(path, task, order: str, fraction: float) -> dict:
         if round(fraction, 6) not in steps:
             raise ValueError(f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)}")
         raw = steps[round(fraction, 6)]["mask"]
+    check_binary_mask(raw, str(path))
     try:
         return task.gates.normalize_mask(common.mask_from_json(raw))
     except ValueError as err:

@@ -118,6 +118,7 @@ def run(cfg) -> dict:
     split, selection = str(settings.split), common.selection_split(task, settings.get("selection_split"))
     common.check_split(task, split)
     common.check_split(task, selection, "selection")
+    common.check_split(task, str(cfg.prune.get("ablation_split") or split), "ablation")
     groups = check_groups(cfg.prune.get("groups"), task.gates.groups)
     base = task.evaluate(None, split=split)
     print(f"[study] unmasked {task.metric} on {split}: {base.score:.2f} ({base.n} examples)", flush=True)
@@ -142,7 +143,9 @@ def run(cfg) -> dict:
         "splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}})
     if len(splits) > 1:
         ablate["correlation"] = correlation(ablate["splits"][splits[0]], ablate["splits"][splits[1]])
-    shared["ablation_deltas"] = {g: torch.tensor(v) for g, v in ablate["splits"][split]["delta"].items()}
+    ablation_split = str(cfg.prune.get("ablation_split") or split)  # the oracle order's data
+    if ablation_split in ablate["splits"]:
+        shared["ablation_deltas"] = {g: torch.tensor(v) for g, v in ablate["splits"][ablation_split]["delta"].items()}
     bar.update(1)
 
     bar.set_postfix_str("keep_one")
@@ -155,7 +158,7 @@ def run(cfg) -> dict:
 
     def prune_all():
         result = prune_stage(task, orders, fractions, groups, int(cfg.prune.min_heads_per_layer or 0), False, cfg.importance,
-                             split, seed, shared, base=base)
+                             split, seed, shared, ablation_split, n_samples, base=base)
         if settings.reestimate:
             again = prune_stage(task, ["importance"], fractions, groups, int(cfg.prune.min_heads_per_layer or 0), True,
                                 cfg.importance, split, seed, {}, base=base)
