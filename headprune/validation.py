@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
 MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
 CLOCKS = ("wall", "process")
+LOGGER_KINDS = ("wandb", "csv", "none")
 TRAINING_RUNS = ("headprune.tasks.mt.train", "headprune.tasks.nli.finetune")
 NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.report.run")
 
@@ -130,8 +131,6 @@ def check_importance(importance) -> None:
 
 
 def check_logger(cfg) -> None:
-    from headprune.training import LOGGER_KINDS
-
     logger = cfg.get("logger")
     if logger is not None:
         choice(logger.get("kind"), "logger.kind", LOGGER_KINDS)
@@ -157,7 +156,7 @@ def check_trainer(trainer) -> None:
 def concrete_split(cfg, split: str) -> str:
     """The data split a protocol name reads (MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
     if is_mt(cfg):
-        from headprune.data.translation import split_of
+        from headprune.data.mt_config import split_of
 
         choice(split, "split", MT_SPLITS)
         return split_of(cfg.data, split)
@@ -289,7 +288,7 @@ def check_data(cfg, check_files: bool = True) -> None:
 
 
 def check_mt_data(data, check_files: bool) -> None:
-    from headprune.data.translation import SPLITS, split_limit
+    from headprune.data.mt_config import SPLITS, split_limit
 
     for split in SPLITS:
         try:
@@ -311,7 +310,7 @@ def check_mt_data(data, check_files: bool) -> None:
 
 
 def check_nli_data(data, check_files: bool) -> None:
-    from headprune.data.nli import REQUIRED, SPLITS, NLIDataConfig
+    from headprune.data.nli_config import REQUIRED, SPLITS, NLIDataConfig
     from headprune.data.nli_files import find_split_file
     from headprune.data.text_lines import check_utf8
 
@@ -382,3 +381,11 @@ def validate(cfg) -> None:
     if study:
         check_bootstrap(cfg.study, "study")
         check_selection(cfg, "study")
+        check_saved_results(Path(str(cfg.paths.output_dir)))
+
+
+def check_saved_results(out: Path) -> None:
+    """A study resumed in ``out``: its saved stage files and training results must be readable JSON."""
+    for path in sorted((out / "stages").glob("*.json")) + [out / "train" / "results.json"]:
+        if path.is_file():
+            read_json_file(path)

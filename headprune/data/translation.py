@@ -8,9 +8,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from headprune.data.mt_config import SPLITS, split_limit, split_of  # noqa: F401 (split_of re-exported)
 from headprune.tokenization import encode, has_tokenizer, load_tokenizer, train_tokenizer
 
-SPLITS = ("train", "valid", "test")
 
 
 # ---- sources --------------------------------------------------------------------------------
@@ -37,15 +37,6 @@ def load_texts(data_cfg, split: str) -> tuple[list[str], list[str]]:
         src, tgt = src[:limit], tgt[:limit]
     return src, tgt
 
-
-def split_limit(data_cfg, split: str) -> int | None:
-    """``data.limits.<split>``: a positive number of pairs to keep, or None (all)."""
-    value = (data_cfg.get("limits") or {}).get(split)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"data.limits.{split} must be a positive integer (pairs kept) or null (all), got {value!r}")
-    return value
 
 
 def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:
@@ -251,14 +242,3 @@ class TranslationDataModule(L.LightningDataModule):
 
     def references(self, split: str) -> list[str]:
         return self.split_texts(split)[1]
-
-
-def split_of(data_cfg, split: str) -> str:
-    """Map the protocol's ``eval``/``heldout`` to a concrete split name."""
-    if split == "eval":
-        return data_cfg.get("eval_split", "test")
-    if split == "heldout":
-        return data_cfg.get("heldout_split", "valid")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: use train, valid, test, eval or heldout")
-    return split
