@@ -196,6 +196,9 @@ class TranslationDataModule(L.LightningDataModule):
         return self.pad_id  # Marian convention: the decoder starts from pad
 
     def setup(self, stage: str | None = None) -> None:
+        if self.cfg.source == "files":
+            for split in SPLITS:  # every split's files read and checked before any training
+                self.split_texts(split)
         self.build_tokenizer()
         if stage in (None, "fit"):
             self.split_encoded("train")

@@ -151,6 +151,7 @@ def run(cfg) -> dict:
     """Prune physically, time original vs pruned at each batch size, check scores; results.json + figure."""
     settings = cfg.speed
     check_fractions([settings.fraction])
+    clock = clock_of(settings)
     sizes = [int(b) for b in settings.batch_sizes]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"speed.batch_sizes must be positive integers, got {list(settings.batch_sizes)}")
@@ -158,7 +159,6 @@ def run(cfg) -> dict:
     split = str(settings.split)
     common.check_split(task, split)
     mask, origin = choose_mask(cfg, task)
-    clock = clock_of(settings)
     result = speed_stage(task, mask, split, sizes, int(settings.examples), int(settings.warmup), int(settings.repeats),
                          int(cfg.seed), bool(settings.check_score), clock, **adaptive_settings(settings))
     out = common.output_dir(cfg)
