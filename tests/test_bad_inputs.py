@@ -262,6 +262,21 @@ def _resolve_relative(tmp_path):
     resolve_pretrained("outputs/nope/train/model")
 
 
+def _hub_unreachable(tmp_path):
+    """No HF_HUB_OFFLINE, but the hub's host refuses connections: a hub name fails at once."""
+    from huggingface_hub import constants
+
+    from headprune.models import resolve_pretrained
+
+    os.environ.pop("HF_HUB_OFFLINE", None)
+    offline, endpoint = constants.HF_HUB_OFFLINE, constants.ENDPOINT
+    constants.HF_HUB_OFFLINE, constants.ENDPOINT = False, "http://127.0.0.1:9"
+    try:
+        resolve_pretrained("no_such_dir")
+    finally:
+        constants.HF_HUB_OFFLINE, constants.ENDPOINT = offline, endpoint
+
+
 def _tokenizer_missing(tmp_path):
     from omegaconf import OmegaConf
 
@@ -340,6 +355,7 @@ API_ROWS = [
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
     pytest.param(_read_jsonl_utf8, "dev_matched.jsonl:4", id="api-read-jsonl-utf8"),
     pytest.param(_resolve_relative, "not found", id="api-resolve-relative-path"),
+    pytest.param(_hub_unreachable, "cannot be reached", id="api-hub-name-no-network"),
     pytest.param(_tokenizer_missing, "tokenizer files", id="api-build-tokenizer-without-files"),
     pytest.param(_greedy_floor, "min_heads_per_layer", id="api-greedy-floor-above-heads"),
     pytest.param(_read_json_corrupt, "results.json is not valid JSON", id="api-read-json-corrupt"),

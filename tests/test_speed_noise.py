@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import copy
+import tempfile
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -85,3 +87,25 @@ def test_busy_cpu_never_gives_a_confident_wrong_sign():
         assert abs(busy["gain"] - quiet["gain"]) <= quiet["gain_spread"] + (quiet["gain_interval"][1] - quiet["gain"]), (quiet, busy)
         if quiet["verdict"] == "confident":
             assert (busy["gain"] > 0) == (quiet["gain"] > 0), (quiet, busy)
+
+
+def test_tables_show_inconclusive_instead_of_a_number():
+    """The docs table, the run's table and the figure say "inconclusive" where the verdict does; old rows keep numbers."""
+    from headprune.docs_tables import speed_table as docs_speed_table
+    from headprune.experiments.speed import speed_table
+    from headprune.plots import speed_bars
+
+    timing = {"examples_per_s": 10.0, "spread": 1.0}
+    noisy = {"batch_size": 1, "original": timing, "pruned": timing, "flop_ideal_gain": 0.2, "gain_vs_ideal": 0.5,
+             **gain_summary([1.0, 0.5, 1.5, 1.0], [0.7, 1.0, 0.9, 1.3])}
+    noisy["verdict"] = verdict(noisy)
+    old = {"batch_size": 4, "original": timing, "pruned": timing, "gain": 0.123, "flop_ideal_gain": 0.2, "gain_vs_ideal": 0.6}
+    cost = {"parameters": 1, "attention_flops": 1}
+    result = {"rows": [noisy, old], "cost": {"original": cost, "pruned": cost}, "heads_pruned": 1, "heads_total": 2,
+              "device": "cpu", "score_check": {"equal": True, "metric": "accuracy", "masked": 1.0, "pruned": 1.0}}
+    columns, rows = speed_table(result)
+    assert rows[0][columns.index("gain")] is None and rows[0][columns.index("verdict")] == "inconclusive"
+    assert rows[1][columns.index("gain")] == 0.123
+    text = docs_speed_table({"results": result})
+    assert "| inconclusive |" in text and "+12.3%" in text
+    assert speed_bars(result["rows"], Path(tempfile.mkdtemp()) / "speed.png", "t").stat().st_size > 1000

@@ -97,6 +97,9 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
         for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
             batches = make_batches(pool, int(size), examples, seed, device)
             load = load_average()  # the machine's load when this measurement started
+            if load and load[0] > (os.cpu_count() or 1):
+                print(f"batch {size:3d}: the machine is busy (load {load[0]} on {os.cpu_count()} cores): "
+                      "timings may be noise; a gain within the noise is reported as inconclusive", flush=True)
             timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device,
                                         clock if device.type == "cpu" else "wall", max_seconds, tolerance, max_repeats)
             seq_len = mean_length(batches)
