@@ -7,11 +7,12 @@ aligned) are checked, and the first problem is raised as a ``ConfigError`` namin
 """
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from headprune.checks import ConfigError, choice, fractions, integer, number, string_list
+from headprune.saved_files import check_mask_file, check_saved_results, read_json_file
 
 NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
 MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
@@ -19,65 +20,6 @@ CLOCKS = ("wall", "process")
 LOGGER_KINDS = ("wandb", "csv", "none")
 TRAINING_RUNS = ("headprune.tasks.mt.train", "headprune.tasks.nli.finetune")
 NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.report.run")
-
-
-class ConfigError(ValueError):
-    """A setting, data file or model directory that cannot be used, named with how to fix it."""
-
-
-# ---- typed settings ---------------------------------------------------------------------------
-
-
-def integer(value, name: str, low: int | None = None) -> int:
-    """``value`` as an int (>= ``low``), or a ConfigError naming the setting."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
-    if low is not None and value < low:
-        raise ConfigError(f"{name} must be >= {low}, got {value}")
-    return value
-
-
-def number(value, name: str, low: float | None = None, high: float | None = None, closed: str = "[)") -> float:
-    """``value`` as a finite float within [low, high) (``closed`` picks the brackets), or a ConfigError."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        out = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number, got {value!r}") from None
-    if math.isnan(out) or math.isinf(out):
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    below = low is not None and (out < low if closed[0] == "[" else out <= low)
-    above = high is not None and (out > high if closed[1] == "]" else out >= high)
-    if below or above:
-        raise ConfigError(f"{name} must be in {closed[0]}{low}, {high}{closed[1]}, got {value!r}")
-    return out
-
-
-def choice(value, name: str, choices) -> str:
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return str(value)
-
-
-def string_list(value, name: str) -> list[str]:
-    """A list of strings (a single string counts as a one-item list)."""
-    if isinstance(value, str):
-        return [value]
-    if not OmegaConf.is_list(value) and not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{name} must be a list of names, got {value!r}")
-    items = list(value)
-    if not all(isinstance(v, str) for v in items):
-        raise ConfigError(f"{name} must be a list of names, got {items!r}")
-    return items
-
-
-def fractions(value, name: str) -> list[float]:
-    """A fraction or a list of them, each in [0, 1)."""
-    items = list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else [value]
-    if not items:
-        raise ConfigError(f"{name} is empty: give fractions in [0, 1), e.g. [0, 0.5]")
-    return [number(v, name, 0.0, 1.0) for v in items]
 
 
 # ---- sections -----------------------------------------------------------------------------------
@@ -231,46 +173,7 @@ def heads_per_layer(model_cfg) -> int | None:
     return min(counts) if counts else None
 
 
-# ---- files --------------------------------------------------------------------------------------
-
-
-def read_json_file(path) -> dict:
-    """A JSON file, or a ConfigError naming it."""
-    from headprune.results import read_json
-
-    try:
-        return read_json(path)
-    except (OSError, ValueError) as err:
-        raise ConfigError(str(err)) from None
-
-
-def check_mask_file(path) -> None:
-    """speed.mask_file exists, is JSON, and every mask in it holds only 0 (pruned) and 1 (kept)."""
-    path = Path(str(path))
-    if not path.is_file():
-        raise ConfigError(f"speed.mask_file={path} does not exist ({path.resolve()})")
-    payload = read_json_file(path)
-    if "mask" in payload:
-        check_binary_mask(payload["mask"], f"{path}")
-        return
-    orders = (payload.get("results") or {}).get("orders") or ((payload.get("results") or {}).get("prune") or {}).get("orders") or {}
-    for order, result in orders.items():
-        for step in result.get("steps", []):
-            check_binary_mask(step.get("mask") or {}, f"{path} (order {order}, fraction {step.get('fraction')})")
-
-
-def check_binary_mask(raw: dict, where: str) -> None:
-    """Every value of a JSON mask {group: [[...]]} is 0 or 1; else a ConfigError naming group, layer and head."""
-    if not isinstance(raw, dict) or not raw:
-        raise ConfigError(f"{where}: a mask is {{group: [[0/1 per head] per layer]}}, got {type(raw).__name__}")
-    for group, layers in raw.items():
-        if not isinstance(layers, list) or not all(isinstance(row, list) for row in layers):
-            raise ConfigError(f"{where}: mask of group {group!r} must be a list of layers, each a list of 0/1 per head")
-        for layer, row in enumerate(layers):
-            for head, value in enumerate(row):
-                if isinstance(value, bool) or value not in (0, 1):
-                    raise ConfigError(f"{where}: group {group} layer {layer + 1} head {head + 1} has {value!r}; "
-                                      "a mask holds 0 (pruned) or 1 (kept)")
+# ---- data ---------------------------------------------------------------------------------------
 
 
 def check_data(cfg, check_files: bool = True) -> None:
@@ -383,9 +286,3 @@ def validate(cfg) -> None:
         check_selection(cfg, "study")
         check_saved_results(Path(str(cfg.paths.output_dir)))
 
-
-def check_saved_results(out: Path) -> None:
-    """A study resumed in ``out``: its saved stage files and training results must be readable JSON."""
-    for path in sorted((out / "stages").glob("*.json")) + [out / "train" / "results.json"]:
-        if path.is_file():
-            read_json_file(path)

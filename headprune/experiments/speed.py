@@ -22,7 +22,7 @@ from headprune.pruning import prune_mask
 from headprune.results import model_fingerprint, read_json
 from headprune.speed import compare_throughput, example_pool, make_batches, mean_length
 from headprune.speed_verdict import gain_summary, gain_text, is_inconclusive, load_average, verdict
-from headprune.validation import check_binary_mask
+from headprune.saved_files import check_binary_mask
 
 
 def mask_from_file(path, task, order: str, fraction: float) -> dict:
