@@ -19,6 +19,7 @@ MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
 CLOCKS = ("wall", "process")
 LOGGER_KINDS = ("wandb", "csv", "none")
 TRAINING_RUNS = ("headprune.tasks.mt.train", "headprune.tasks.nli.finetune")
+DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
 NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.report.run")
 
 
@@ -259,7 +260,8 @@ def validate(cfg) -> None:
     check_model(cfg)
     study = run == "headprune.experiments.study.run"
     local_missing = (cfg.get("data") or {}).get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
-    check_data(cfg, check_files=not (study and local_missing))  # the study falls back to synthetic data
+    if run in DATA_RUNS or cfg.get("data") is not None:
+        check_data(cfg, check_files=not (study and local_missing))  # the study falls back to synthetic data
     if run in TRAINING_RUNS:
         check_trainer(cfg.trainer)
     if study and cfg.study.get("train"):
