@@ -9,13 +9,14 @@ interval is tight or the time budget runs out, and a gain that stays within the 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
-from headprune.speed_verdict import gain_summary
+from headprune.speed_verdict import gain_summary, load_average, verdict
 
 DROP = ("idx", "ids", "labels")
 
@@ -113,6 +114,21 @@ def compare_throughput(models: dict, batches: list[dict], warmup: int = 2, repea
                      "min": min(rates), "max": max(rates), "seconds": seconds, "examples": examples, "clock": clock,
                      "elapsed_s": time.perf_counter() - start}
     return out
+
+
+def measure_gain(original, pruned, batches: list[dict], warmup: int = 2, repeats: int = 5, device="cpu", clock: str = "wall",
+                 max_seconds: float = 0.0, tolerance: float = 0.0, max_repeats: int | None = None) -> dict:
+    """Time ``original`` vs ``pruned`` (adaptive repeats): both timings, the gain with its interval, the load and a verdict."""
+    load = load_average()  # the machine's load when this measurement started
+    cores = os.cpu_count() or 1
+    if load and load[0] > cores:
+        print(f"the machine is busy (load {load[0]} on {cores} cores): timings may be noise; "
+              "a gain within the noise is reported as inconclusive", flush=True)
+    timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device, clock,
+                                max_seconds, tolerance, max_repeats)
+    summary = gain_summary(timing["original"]["seconds"], timing["pruned"]["seconds"])
+    return {"original": timing["original"], "pruned": timing["pruned"], **summary, "verdict": verdict(summary),
+            "load_average": load, "cpu_count": cores}
 
 
 def mean_length(batches: list[dict]) -> int:

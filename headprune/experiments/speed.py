@@ -9,7 +9,6 @@ whether the pruned model scores exactly like the masked one.
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 from headprune.ablation import _attn_implementation
@@ -20,9 +19,9 @@ from headprune.ordering import check_fractions, heads_removed, masks_for_fractio
 from headprune.plots import speed_bars
 from headprune.pruning import prune_mask
 from headprune.results import model_fingerprint, read_json
-from headprune.speed import compare_throughput, example_pool, make_batches, mean_length
-from headprune.speed_verdict import gain_summary, gain_text, is_inconclusive, load_average, verdict
 from headprune.saved_files import check_binary_mask
+from headprune.speed import example_pool, make_batches, mean_length, measure_gain
+from headprune.speed_verdict import gain_text, is_inconclusive
 
 
 def mask_from_file(path, task, order: str, fraction: float) -> dict:
@@ -96,23 +95,18 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
     with _attn_implementation(original, task.gates.inner), _attn_implementation(pruned, pruned_gates.inner):
         for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
             batches = make_batches(pool, int(size), examples, seed, device)
-            load = load_average()  # the machine's load when this measurement started
-            if load and load[0] > (os.cpu_count() or 1):
-                print(f"batch {size:3d}: the machine is busy (load {load[0]} on {os.cpu_count()} cores): "
-                      "timings may be noise; a gain within the noise is reported as inconclusive", flush=True)
-            timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device,
-                                        clock if device.type == "cpu" else "wall", max_seconds, tolerance, max_repeats)
+            timing = measure_gain(original, pruned, batches, warmup, repeats, device, clock if device.type == "cpu" else "wall",
+                                  max_seconds, tolerance, max_repeats)
             seq_len = mean_length(batches)
             cost_o, cost_p = model_cost(original, seq_len), model_cost(pruned, seq_len)
             ideal = cost_o.flops / cost_p.flops - 1
-            summary = gain_summary(timing["original"]["seconds"], timing["pruned"]["seconds"])
-            gain = summary["gain"]
-            rows.append({"batch_size": int(size), "seq_len": seq_len, "original": timing["original"], "pruned": timing["pruned"],
-                         **summary, "verdict": verdict(summary), "load_average": load, "cpu_count": os.cpu_count(),
-                         "flop_ideal_gain": ideal, "gain_vs_ideal": gain / ideal if ideal > 0 else None})
+            gain = timing["gain"]
+            rows.append({"batch_size": int(size), "seq_len": seq_len, **timing, "flop_ideal_gain": ideal,
+                         "gain_vs_ideal": gain / ideal if ideal > 0 else None})
             print(f"batch {size:3d}: original {timing['original']['examples_per_s']:.1f} +- {timing['original']['spread']:.1f} ex/s, "
                   f"pruned {timing['pruned']['examples_per_s']:.1f} +- {timing['pruned']['spread']:.1f} ex/s, "
-                  f"gain {gain_text(rows[-1])} (FLOP-ideal {100 * ideal:+.1f}%; {summary['repeats']} repeats, load {load})", flush=True)
+                  f"gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; {timing['repeats']} repeats, load {timing['load_average']})",
+                  flush=True)
     seq_len = rows[-1]["seq_len"] if rows else 128
     out["cost"] = {"original": model_cost(original, seq_len).as_dict(), "pruned": model_cost(pruned, seq_len).as_dict()}
     out["rows"] = rows
