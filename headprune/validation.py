@@ -54,8 +54,8 @@ def check_speed(speed) -> None:
     sizes = speed.get("batch_sizes")
     if not OmegaConf.is_list(sizes) or not list(sizes):
         raise ConfigError(f"speed.batch_sizes must be a non-empty list of positive integers, got {sizes!r}")
-    for size in sizes:
-        integer(size, "speed.batch_sizes[...]", 1)
+    if any(isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in sizes):
+        raise ConfigError(f"speed.batch_sizes must be positive integers, got {list(sizes)}")
     integer(speed.get("examples"), "speed.examples", 1)
     integer(speed.get("warmup"), "speed.warmup", 0)
     integer(speed.get("repeats"), "speed.repeats", 1)
