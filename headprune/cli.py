@@ -26,7 +26,10 @@ CONFIG_DIR = config_dir()
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig):
-    """Run ``cfg.run`` (set by the experiment file) and return its optimized metric, if any."""
+    """Check the config, run ``cfg.run`` (set by the experiment file) and return its optimized metric, if any."""
+    from headprune.validation import validate
+
+    validate(cfg)
     result = get_method(cfg.run)(cfg)
     if isinstance(result, dict):
         return result.get("objective")

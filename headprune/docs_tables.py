@@ -11,6 +11,8 @@ import re
 import sys
 from pathlib import Path
 
+from headprune.speed_verdict import is_inconclusive
+
 BLOCK = re.compile(r"<!-- BEGIN (\w+) -->\n(.*?)<!-- END \1 -->", re.S)
 MNLI_STUDY = "mnli_study"  # docs/results/mnli_study.json: ablate (eval + importance), keep_one, prune, speed
 MT_STUDY = "mt_study"  # docs/results/mt_study.json: ablate (test + valid), keep_one, prune (orders and groups), speed
@@ -108,10 +110,12 @@ def speed_table(study: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
         o, q = r["original"], r["pruned"]
-        ratio = "n/a" if r.get("gain_vs_ideal") is None else f"{100 * r['gain_vs_ideal']:.0f}%"
+        noise = is_inconclusive(r)
+        ratio = "n/a" if r.get("gain_vs_ideal") is None or noise else f"{100 * r['gain_vs_ideal']:.0f}%"
+        gain = "inconclusive" if noise else f"{100 * r['gain']:+.1f}%"
         paper = PAPER_SPEED.get(r["batch_size"])
         lines.append(f"| {r['batch_size']} | {o['examples_per_s']:.1f} +- {o['spread']:.1f} | {q['examples_per_s']:.1f} +- {q['spread']:.1f} | "
-                     f"{100 * r['gain']:+.1f}% | {100 * r['flop_ideal_gain']:+.1f}% | {ratio} | {'+' if paper else ''}{paper if paper else 'n/a'}% |")
+                     f"{gain} | {100 * r['flop_ideal_gain']:+.1f}% | {ratio} | {'+' if paper else ''}{paper if paper else 'n/a'}% |")
     cost = s["cost"]
     check = s["score_check"]
     lines.append("")

@@ -15,8 +15,9 @@ def _check_values(group: str, value: torch.Tensor, hard: bool) -> None:
         where = bad.nonzero()[0].tolist()
         batch = f"example {where[0]}, " if len(where) == 3 else ""
         layer, head = where[-2:]
+        found = value[tuple(where)].item()
         raise ValueError(
-            f"mask for group {group!r} has {value[tuple(where)].item()} at {batch}layer {layer}, head {head} "
+            f"mask for group {group!r} has {'NaN' if found != found else found} at {batch}layer {layer}, head {head} "
             f"({int(bad.sum())} such entries); expected {expected}"
         )
 

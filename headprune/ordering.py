@@ -91,6 +91,10 @@ def n_to_prune(fraction: float, shape: dict[str, tuple[int, int]], groups: list[
 def greedy_mask(order: list[Head], shape: dict[str, tuple[int, int]], n_prune: int, min_per_layer: int = 0,
                 start: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Mask heads in ``order`` until ``n_prune`` are masked in total (``start``'s zeros count), keeping >= min_per_layer per layer."""
+    heads = min((shape[g][1] for g in {group for group, _, _ in order}), default=None)
+    if heads is not None and min_per_layer >= heads:
+        raise ValueError(f"min_heads_per_layer={min_per_layer} keeps every head: the layers have {heads} heads, "
+                         f"so it must be at most {heads - 1} (0 = no floor)")
     mask = {g: (start[g].clone().float() if start is not None else torch.ones(l, h)) for g, (l, h) in shape.items()}
     pruned = sum(int((m == 0).sum()) for m in mask.values())
     for group, layer, head in order:

@@ -9,6 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from headprune.speed_verdict import is_inconclusive  # noqa: E402
+
 GROUP_TITLES = {"enc_self": "Enc-Enc (encoder self-attention)", "enc_dec": "Enc-Dec (cross-attention)",
                 "dec_self": "Dec-Dec (decoder self-attention)"}
 
@@ -83,12 +85,17 @@ def keep_one_bars(rows: list[dict], path: str | Path, title: str, ylabel: str) -
 
 
 def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
-    """Examples/s of the original and pruned models per batch size, with the spread as error bars."""
+    """Examples/s of the original and pruned models per batch size (spread as error bars), the gain or "inconclusive" above."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     x = np.arange(len(rows))
     for offset, key, label in ((-0.2, "original", "original"), (0.2, "pruned", "pruned")):
         ax.bar(x + offset, [r[key]["examples_per_s"] for r in rows], width=0.4, label=label,
                yerr=[r[key]["spread"] for r in rows], capsize=2)
+    for i, r in enumerate(rows):  # the gain above each pair of bars, or "inconclusive" when it is within the noise
+        if "verdict" in r:
+            top = max(r[k]["examples_per_s"] + r[k]["spread"] for k in ("original", "pruned"))
+            label = "inconclusive" if is_inconclusive(r) else f"{100 * r['gain']:+.0f}%"
+            ax.annotate(label, (x[i], top), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x)
     ax.set_xticklabels([str(r["batch_size"]) for r in rows])
     ax.set_xlabel("batch size")

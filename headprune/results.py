@@ -25,8 +25,12 @@ def write_json_atomic(path: str | Path, payload) -> Path:
 
 
 def read_json(path: str | Path):
-    """Load a JSON file."""
-    return json.loads(Path(path).read_text())
+    """Load a JSON file; a damaged one is a ValueError naming the file (delete it to recompute what it held)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}): the file is damaged (an interrupted write?); "
+                         "delete it to recompute what it held") from None
 
 
 def _jsonable(value):

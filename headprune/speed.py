@@ -2,16 +2,21 @@
 
 Forward only, under ``torch.inference_mode``; warm-up passes first; the original and the pruned
 model alternate repeat by repeat (so background load hits both alike); CUDA is synchronised
-around every timed pass; median and spread over repeats.
+around every timed pass; median and spread over repeats. Repeats go on until the gain's 95%
+interval is tight or the time budget runs out, and a gain that stays within the noise is called
+``inconclusive`` rather than reported as a number.
 """
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
+
+from headprune.speed_verdict import gain_summary, load_average, verdict
 
 DROP = ("idx", "ids", "labels")
 
@@ -73,24 +78,57 @@ def time_pass(model, batches, device, clock: str = "wall") -> float:
     return timer() - start
 
 
-def compare_throughput(models: dict, batches: list[dict], warmup: int = 2, repeats: int = 5, device="cpu", clock: str = "wall") -> dict:
-    """{name: {examples_per_s (median), spread (std), min, max, seconds[]}} for each model on the same batches."""
+def compare_throughput(models: dict, batches: list[dict], warmup: int = 2, repeats: int = 5, device="cpu", clock: str = "wall",
+                       max_seconds: float = 0.0, tolerance: float = 0.0, max_repeats: int | None = None) -> dict:
+    """{name: {examples_per_s (median), spread (std), min, max, seconds[]}} for each model on the same batches.
+
+    The models alternate repeat by repeat. After ``repeats`` rounds, two models keep being timed
+    until the gain of the second over the first is known to +- ``tolerance`` (95% interval
+    half-width), ``max_seconds`` have passed or ``max_repeats`` rounds were run.
+    """
     examples = sum(b["input_ids"].shape[0] for b in batches)
     times = {name: [] for name in models}
     names = list(models)
+    limit = max(repeats, max_repeats or repeats)
+    start = time.perf_counter()
+
+    def tight() -> bool:
+        if len(names) != 2 or tolerance <= 0:
+            return True
+        interval = gain_summary(times[names[0]], times[names[1]])["gain_interval"]
+        return interval is not None and (interval[1] - interval[0]) / 2 <= tolerance
+
     with torch.inference_mode():
         for name in names:
             for _ in range(warmup):
                 time_pass(models[name], batches[:max(1, min(len(batches), 4))], device)
-        for r in range(repeats):
+        r = 0
+        while r < repeats or (r < limit and time.perf_counter() - start < max_seconds and not tight()):
             for name in (names if r % 2 == 0 else names[::-1]):  # alternate who goes first
                 times[name].append(time_pass(models[name], batches, device, clock))
+            r += 1
     out = {}
     for name, seconds in times.items():
         rates = [examples / s for s in seconds]
         out[name] = {"examples_per_s": statistics.median(rates), "spread": statistics.pstdev(rates) if len(rates) > 1 else 0.0,
-                     "min": min(rates), "max": max(rates), "seconds": seconds, "examples": examples, "clock": clock}
+                     "min": min(rates), "max": max(rates), "seconds": seconds, "examples": examples, "clock": clock,
+                     "elapsed_s": time.perf_counter() - start}
     return out
+
+
+def measure_gain(original, pruned, batches: list[dict], warmup: int = 2, repeats: int = 5, device="cpu", clock: str = "wall",
+                 max_seconds: float = 0.0, tolerance: float = 0.0, max_repeats: int | None = None) -> dict:
+    """Time ``original`` vs ``pruned`` (adaptive repeats): both timings, the gain with its interval, the load and a verdict."""
+    load = load_average()  # the machine's load when this measurement started
+    cores = os.cpu_count() or 1
+    if load and load[0] > cores:
+        print(f"the machine is busy (load {load[0]} on {cores} cores): timings may be noise; "
+              "a gain within the noise is reported as inconclusive", flush=True)
+    timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device, clock,
+                                max_seconds, tolerance, max_repeats)
+    summary = gain_summary(timing["original"]["seconds"], timing["pruned"]["seconds"])
+    return {"original": timing["original"], "pruned": timing["pruned"], **summary, "verdict": verdict(summary),
+            "load_average": load, "cpu_count": cores}
 
 
 def mean_length(batches: list[dict]) -> int:

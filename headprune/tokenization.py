@@ -49,13 +49,19 @@ def load_tokenizer(path: str | Path):
     """A tokenizer saved by ``save_pretrained`` (ours or a pretrained model's), from a directory or the hub."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path))
+    from headprune.models import resolve_pretrained
+
+    return AutoTokenizer.from_pretrained(resolve_pretrained(str(path), "tokenizer"))
+
+
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "source.spm", "spiece.model", "sentencepiece.bpe.model",
+                    "tokenizer.model")  # a saved tokenizer has at least one of these (a config alone is not a vocabulary)
 
 
 def has_tokenizer(path: str | Path) -> bool:
-    """True when ``path`` is a directory holding saved tokenizer files."""
+    """True when ``path`` is a directory holding a saved tokenizer's vocabulary."""
     path = Path(path)
-    return path.is_dir() and any((path / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "source.spm"))
+    return path.is_dir() and any((path / name).exists() for name in VOCABULARY_FILES)
 
 
 def special_ids(tokenizer) -> dict[str, int]:

@@ -12,8 +12,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
 from headprune.results import model_fingerprint, results_payload, write_json_atomic
+from headprune.validation import LOGGER_KINDS
 
-LOGGER_KINDS = ("wandb", "csv", "none")
 
 
 def output_dir(cfg) -> Path:

@@ -77,7 +77,7 @@ def test_prune_mask_takes_a_bare_tensor_and_checks_its_shape():
     assert prune_mask(model, np.ones((3, 4))) == {"enc_self": {"1": [2]}}
 
 
-@pytest.mark.parametrize("value,message", [(0.5, "0.5 at layer 2, head 1"), (float("nan"), "nan at layer 2, head 1"),
+@pytest.mark.parametrize("value,message", [(0.5, "0.5 at layer 2, head 1"), (float("nan"), "NaN at layer 2, head 1"),
                                            (float("inf"), "inf at layer 2, head 1")])
 def test_hard_masks_must_be_zero_or_one(value, message):
     from headprune.pruning import prune_mask
@@ -99,7 +99,7 @@ def test_soft_gates_are_allowed_but_not_nan_or_inf():
             gates.set_mask(bad)
     batched = torch.ones(2, 3, 4)
     batched[1, 2, 0] = float("nan")
-    with pytest.raises(ValueError, match="nan at example 1, layer 2, head 0"):
+    with pytest.raises(ValueError, match="NaN at example 1, layer 2, head 0"):
         gates.set_mask(batched)
 
 

@@ -3,18 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headprune.data.text_lines import utf8_lines
+
 
 class AlignmentError(ValueError):
     """Two parallel files that do not line up (different line counts or empty lines)."""
 
 
 def _read_lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8", newline="") as handle:
-        text = handle.read()
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start a new one
-    return [line.rstrip("\r") for line in lines]
+    """The lines of a UTF-8 file without their endings (a bad byte is an error naming the file and line)."""
+    return [line.rstrip("\n").rstrip("\r") for _, line in utf8_lines(path)]
 
 
 def split_files(data_dir: str | Path, split: str, src: str, tgt: str) -> tuple[Path, Path]:

@@ -6,10 +6,11 @@ ids (entailment=0, neutral=1, contradiction=2, the GLUE/HF order). Errors name t
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import sys
 from pathlib import Path
+
+from headprune.data.text_lines import utf8_lines
 
 LABELS = ("entailment", "neutral", "contradiction")
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".tsv", ".tsv.gz")
@@ -50,12 +51,6 @@ def find_split_file(directory: str | Path, stem: str, split: str) -> Path:
     raise FileNotFoundError(f"no file for the {split!r} split: looked for {looked} in {directory}{hint}")
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, "r", encoding="utf-8", newline="")
-
-
 def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
     for key in keys:
         if key in row and row[key] is not None:
@@ -77,20 +72,19 @@ def read_jsonl(path: str | Path, limit: int | None = None) -> dict[str, list]:
     """Examples from a JSON Lines file (one object per line with premise, hypothesis, label); blank lines are skipped."""
     path = Path(path)
     out = {"premise": [], "hypothesis": [], "label": []}
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if limit is not None and len(out["label"]) >= limit:
-                break
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise NLIDataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-            if not isinstance(row, dict):
-                raise NLIDataError(f"{where}: expected a JSON object with premise, hypothesis and label, got {type(row).__name__}")
-            _add(out, row, where)
+    for number, line in utf8_lines(path):
+        if limit is not None and len(out["label"]) >= limit:
+            break
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise NLIDataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(row, dict):
+            raise NLIDataError(f"{where}: expected a JSON object with premise, hypothesis and label, got {type(row).__name__}")
+        _add(out, row, where)
     return out
 
 
@@ -99,23 +93,22 @@ def read_tsv(path: str | Path, limit: int | None = None) -> dict[str, list]:
     path = Path(path)
     out = {"premise": [], "hypothesis": [], "label": []}
     csv.field_size_limit(sys.maxsize)
-    with _open_text(path) as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)  # GLUE's TSVs contain bare quotes
-        header = next(reader, None)
-        if header is None:
-            raise NLIDataError(f"{path}:1: empty file, expected a header row")
-        header = [h.strip() for h in header]
-        for keys, what in ((PREMISE_KEYS, "premise"), (HYPOTHESIS_KEYS, "hypothesis"), (LABEL_KEYS, "label")):
-            if not any(k in header for k in keys):
-                raise NLIDataError(f"{path}:1: the header has no {what} column (one of {list(keys)}); it has {header}")
-        for number, cells in enumerate(reader, start=2):
-            if limit is not None and len(out["label"]) >= limit:
-                break
-            if not cells or cells == [""]:
-                continue
-            if len(cells) < len(header):
-                raise NLIDataError(f"{path}:{number}: expected {len(header)} tab-separated columns (as in the header), got {len(cells)}")
-            _add(out, dict(zip(header, cells)), f"{path}:{number}")
+    reader = csv.reader((line for _, line in utf8_lines(path)), delimiter="\t", quoting=csv.QUOTE_NONE)  # GLUE's TSVs contain bare quotes
+    header = next(reader, None)
+    if header is None:
+        raise NLIDataError(f"{path}:1: empty file, expected a header row")
+    header = [h.strip() for h in header]
+    for keys, what in ((PREMISE_KEYS, "premise"), (HYPOTHESIS_KEYS, "hypothesis"), (LABEL_KEYS, "label")):
+        if not any(k in header for k in keys):
+            raise NLIDataError(f"{path}:1: the header has no {what} column (one of {list(keys)}); it has {header}")
+    for number, cells in enumerate(reader, start=2):
+        if limit is not None and len(out["label"]) >= limit:
+            break
+        if not cells or cells == [""]:
+            continue
+        if len(cells) < len(header):
+            raise NLIDataError(f"{path}:{number}: expected {len(header)} tab-separated columns (as in the header), got {len(cells)}")
+        _add(out, dict(zip(header, cells)), f"{path}:{number}")
     return out
 
 

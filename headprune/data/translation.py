@@ -8,16 +8,16 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from headprune.data.mt_config import SPLITS, split_limit, split_of  # noqa: F401 (split_of re-exported)
 from headprune.tokenization import encode, has_tokenizer, load_tokenizer, train_tokenizer
 
-SPLITS = ("train", "valid", "test")
 
 
 # ---- sources --------------------------------------------------------------------------------
 def load_texts(data_cfg, split: str) -> tuple[list[str], list[str]]:
     """(sources, targets) of one split ("train", "valid" or "test") from the configured source."""
     source = data_cfg.source
-    limit = (data_cfg.get("limits") or {}).get(split)
+    limit = split_limit(data_cfg, split)
     if source == "synthetic":
         from headprune.data.synthetic_mt import synthetic_splits
 
@@ -33,9 +33,10 @@ def load_texts(data_cfg, split: str) -> tuple[list[str], list[str]]:
         src, tgt = _load_hub(data_cfg, split)
     else:
         raise ValueError(f"data.source must be synthetic, files or hub, got {source!r}")
-    if limit:
-        src, tgt = src[: int(limit)], tgt[: int(limit)]
+    if limit is not None:
+        src, tgt = src[:limit], tgt[:limit]
     return src, tgt
+
 
 
 def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:
@@ -195,6 +196,9 @@ class TranslationDataModule(L.LightningDataModule):
         return self.pad_id  # Marian convention: the decoder starts from pad
 
     def setup(self, stage: str | None = None) -> None:
+        if self.cfg.source == "files":
+            for split in SPLITS:  # every split's files read and checked before any training
+                self.split_texts(split)
         self.build_tokenizer()
         if stage in (None, "fit"):
             self.split_encoded("train")
@@ -241,14 +245,3 @@ class TranslationDataModule(L.LightningDataModule):
 
     def references(self, split: str) -> list[str]:
         return self.split_texts(split)[1]
-
-
-def split_of(data_cfg, split: str) -> str:
-    """Map the protocol's ``eval``/``heldout`` to a concrete split name."""
-    if split == "eval":
-        return data_cfg.get("eval_split", "test")
-    if split == "heldout":
-        return data_cfg.get("heldout_split", "valid")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}: use train, valid, test, eval or heldout")
-    return split

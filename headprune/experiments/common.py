@@ -60,15 +60,19 @@ def selection_split(task, name: str | None = None) -> str:
 
 
 def split_size(task, split: str) -> int:
-    """Number of examples of a split (0 when it is missing)."""
+    """Number of examples of a split (0 when the task has no such split; unreadable data files raise)."""
     data = task.data
-    try:
-        if hasattr(data, "references"):
-            from headprune.data.translation import split_of
+    if hasattr(data, "references"):
+        from headprune.data.translation import split_of
 
-            return len(data.references(split_of(data.cfg, split)))
+        try:
+            name = split_of(data.cfg, split)
+        except ValueError:
+            return 0
+        return len(data.references(name))
+    try:
         return len(data.dataset(split))
-    except (KeyError, ValueError, FileNotFoundError):
+    except KeyError:
         return 0
 
 

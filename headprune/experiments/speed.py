@@ -19,7 +19,9 @@ from headprune.ordering import check_fractions, heads_removed, masks_for_fractio
 from headprune.plots import speed_bars
 from headprune.pruning import prune_mask
 from headprune.results import model_fingerprint, read_json
-from headprune.speed import compare_throughput, example_pool, make_batches, mean_length
+from headprune.saved_files import check_binary_mask
+from headprune.speed import example_pool, make_batches, mean_length, measure_gain
+from headprune.speed_verdict import gain_text, is_inconclusive
 
 
 def mask_from_file(path, task, order: str, fraction: float) -> dict:
@@ -44,6 +46,7 @@ def mask_from_file(path, task, order: str, fraction: float) -> dict:
         if round(fraction, 6) not in steps:
             raise ValueError(f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)}")
         raw = steps[round(fraction, 6)]["mask"]
+    check_binary_mask(raw, str(path))
     try:
         return task.gates.normalize_mask(common.mask_from_json(raw), hard=True)
     except ValueError as err:
@@ -69,7 +72,8 @@ def clock_of(settings) -> str:
 
 
 def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
-                repeats: int = 5, seed: int = 0, check_score: bool = True, clock: str = "wall") -> dict:
+                repeats: int = 5, seed: int = 0, check_score: bool = True, clock: str = "wall", max_seconds: float = 0.0,
+                tolerance: float = 0.0, max_repeats: int | None = None) -> dict:
     """Throughput of the original vs the physically pruned model, FLOP counts, and the masked == pruned check."""
     device = next(task.model.parameters()).device
     original = task.model
@@ -91,17 +95,18 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
     with _attn_implementation(original, task.gates.inner), _attn_implementation(pruned, pruned_gates.inner):
         for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
             batches = make_batches(pool, int(size), examples, seed, device)
-            timing = compare_throughput({"original": original, "pruned": pruned}, batches, warmup, repeats, device,
-                                        clock if device.type == "cpu" else "wall")
+            timing = measure_gain(original, pruned, batches, warmup, repeats, device, clock if device.type == "cpu" else "wall",
+                                  max_seconds, tolerance, max_repeats)
             seq_len = mean_length(batches)
             cost_o, cost_p = model_cost(original, seq_len), model_cost(pruned, seq_len)
             ideal = cost_o.flops / cost_p.flops - 1
-            gain = timing["pruned"]["examples_per_s"] / timing["original"]["examples_per_s"] - 1
-            rows.append({"batch_size": int(size), "seq_len": seq_len, "original": timing["original"], "pruned": timing["pruned"],
-                         "gain": gain, "flop_ideal_gain": ideal, "gain_vs_ideal": gain / ideal if ideal > 0 else None})
+            gain = timing["gain"]
+            rows.append({"batch_size": int(size), "seq_len": seq_len, **timing, "flop_ideal_gain": ideal,
+                         "gain_vs_ideal": gain / ideal if ideal > 0 else None})
             print(f"batch {size:3d}: original {timing['original']['examples_per_s']:.1f} +- {timing['original']['spread']:.1f} ex/s, "
                   f"pruned {timing['pruned']['examples_per_s']:.1f} +- {timing['pruned']['spread']:.1f} ex/s, "
-                  f"gain {100 * gain:+.1f}% (FLOP-ideal {100 * ideal:+.1f}%)", flush=True)
+                  f"gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; {timing['repeats']} repeats, load {timing['load_average']})",
+                  flush=True)
     seq_len = rows[-1]["seq_len"] if rows else 128
     out["cost"] = {"original": model_cost(original, seq_len).as_dict(), "pruned": model_cost(pruned, seq_len).as_dict()}
     out["rows"] = rows
@@ -109,9 +114,19 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
 
 
 def speed_table(result: dict) -> tuple[list[str], list[list]]:
-    columns = ["batch_size", "original_ex_s", "original_spread", "pruned_ex_s", "pruned_spread", "gain", "flop_ideal_gain"]
+    """Rows per batch size; the gain is empty (None) where the verdict is inconclusive."""
+    columns = ["batch_size", "original_ex_s", "original_spread", "pruned_ex_s", "pruned_spread", "gain", "verdict",
+               "gain_low", "gain_high", "repeats", "load_1min", "flop_ideal_gain"]
     return columns, [[r["batch_size"], r["original"]["examples_per_s"], r["original"]["spread"], r["pruned"]["examples_per_s"],
-                      r["pruned"]["spread"], r["gain"], r["flop_ideal_gain"]] for r in result["rows"]]
+                      r["pruned"]["spread"], None if is_inconclusive(r) else r["gain"], r.get("verdict"),
+                      *(r.get("gain_interval") or [None, None]), r.get("repeats"), (r.get("load_average") or [None])[0],
+                      r["flop_ideal_gain"]] for r in result["rows"]]
+
+
+def adaptive_settings(settings) -> dict:
+    """speed.max_seconds / tolerance / max_repeats as keyword arguments of speed_stage."""
+    return {"max_seconds": float(settings.get("max_seconds", 0.0)), "tolerance": float(settings.get("tolerance", 0.0)),
+            "max_repeats": int(settings.get("max_repeats") or settings.repeats)}
 
 
 def choose_mask(cfg, task, shared: dict | None = None) -> tuple[dict, dict]:
@@ -133,6 +148,7 @@ def run(cfg) -> dict:
     """Prune physically, time original vs pruned at each batch size, check scores; results.json + figure."""
     settings = cfg.speed
     check_fractions([settings.fraction])
+    clock = clock_of(settings)
     sizes = [int(b) for b in settings.batch_sizes]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"speed.batch_sizes must be positive integers, got {list(settings.batch_sizes)}")
@@ -140,9 +156,8 @@ def run(cfg) -> dict:
     split = str(settings.split)
     common.check_split(task, split)
     mask, origin = choose_mask(cfg, task)
-    clock = clock_of(settings)
     result = speed_stage(task, mask, split, sizes, int(settings.examples), int(settings.warmup), int(settings.repeats),
-                         int(cfg.seed), bool(settings.check_score), clock)
+                         int(cfg.seed), bool(settings.check_score), clock, **adaptive_settings(settings))
     out = common.output_dir(cfg)
     figure = speed_bars(result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})")
     common.write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])

@@ -18,10 +18,11 @@ from headprune.experiments import common
 from headprune.experiments.ablate import ablation_figure, ablation_stage, ablation_table, correlation
 from headprune.experiments.keep_one import keep_one_stage, keep_one_table
 from headprune.experiments.prune import curves_of, fractions_of, importance_of, orders_of, prune_stage, prune_table
-from headprune.experiments.speed import clock_of, speed_stage, speed_table
+from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage, speed_table
 from headprune.ordering import check_fractions, check_groups
 from headprune.plots import keep_one_bars, pruning_curves, speed_bars
 from headprune.results import SCHEMA_VERSION, read_json, write_json_atomic
+from headprune.speed_verdict import is_inconclusive
 
 STAGES = ("train", "scores", "ablate", "keep_one", "prune", "speed")
 
@@ -120,6 +121,7 @@ def run(cfg) -> dict:
     split, selection = str(settings.split), common.selection_split(task, settings.get("selection_split"))
     common.check_split(task, split)
     common.check_split(task, selection, "selection")
+    common.check_split(task, str(cfg.prune.get("ablation_split") or split), "ablation")
     groups = check_groups(cfg.prune.get("groups"), task.gates.groups)
     base = task.evaluate(None, split=split)
     print(f"[study] unmasked {task.metric} on {split}: {base.score:.2f} ({base.n} examples)", flush=True)
@@ -144,7 +146,9 @@ def run(cfg) -> dict:
         "splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}})
     if len(splits) > 1:
         ablate["correlation"] = correlation(ablate["splits"][splits[0]], ablate["splits"][splits[1]])
-    shared["ablation_deltas"] = {g: torch.tensor(v) for g, v in ablate["splits"][split]["delta"].items()}
+    ablation_split = str(cfg.prune.get("ablation_split") or split)  # the oracle order's data
+    if ablation_split in ablate["splits"]:
+        shared["ablation_deltas"] = {g: torch.tensor(v) for g, v in ablate["splits"][ablation_split]["delta"].items()}
     bar.update(1)
 
     bar.set_postfix_str("keep_one")
@@ -157,7 +161,7 @@ def run(cfg) -> dict:
 
     def prune_all():
         result = prune_stage(task, orders, fractions, groups, int(cfg.prune.min_heads_per_layer or 0), False, cfg.importance,
-                             split, seed, shared, base=base)
+                             split, seed, shared, ablation_split, n_samples, base=base)
         if settings.reestimate:
             again = prune_stage(task, ["importance"], fractions, groups, int(cfg.prune.min_heads_per_layer or 0), True,
                                 cfg.importance, split, seed, {}, base=base)
@@ -181,7 +185,7 @@ def run(cfg) -> dict:
         mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
     speed = stage(out, "speed", key(speed=cfg.speed), lambda: speed_stage(
         task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
-        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), clock))
+        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), clock, **adaptive_settings(cfg.speed)))
     bar.update(1)
     bar.close()
 
@@ -201,7 +205,7 @@ def run(cfg) -> dict:
     tables = {f"ablate_{s}": ablation_table(r) for s, r in ablate["splits"].items()}
     tables.update(keep_one=keep_one_table(keep_one), prune=prune_table(prune), speed=speed_table(speed))
     summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
-               "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] else None}
+               "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] and not is_inconclusive(speed["rows"][-1]) else None}
     common.log_run(cfg, "study", summary, tables, figures)
     print(f"[study] done: {out / 'results.json'}", flush=True)
     return {"objective": base.score, **numbers}

@@ -1,0 +1,290 @@
+"""One check of a composed experiment config before any work: settings, data files and the model directory.
+
+``validate(cfg)`` is called by the ``headprune`` entry point for every experiment (each stage of a
+study included). It reads no model weights and runs no forward pass: types, ranges and choices of
+the settings, the model directory (config, weights, tokenizer) and the data files (readable, UTF-8,
+aligned) are checked, and the first problem is raised as a ``ConfigError`` naming the setting.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from headprune.checks import ConfigError, choice, fractions, integer, number, string_list
+from headprune.saved_files import check_mask_file, check_saved_results, read_json_file
+
+NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
+MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
+CLOCKS = ("wall", "process")
+LOGGER_KINDS = ("wandb", "csv", "none")
+TRAINING_RUNS = ("headprune.tasks.mt.train", "headprune.tasks.nli.finetune")
+DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
+NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.report.run")
+
+
+# ---- sections -----------------------------------------------------------------------------------
+
+
+def check_bootstrap(section, prefix: str) -> None:
+    integer(section.get("n_samples"), f"{prefix}.n_samples", 1)
+    number(section.get("alpha"), f"{prefix}.alpha", 0.0, 1.0, "()")
+
+
+def check_prune(prune, heads: int | None) -> None:
+    from headprune.ordering import ORDERS
+
+    for order in string_list(prune.get("order"), "prune.order"):
+        choice(order, "prune.order", ORDERS)
+    if prune.get("fractions") is not None:
+        fractions(prune.fractions, "prune.fractions")
+    else:
+        number(prune.get("step"), "prune.step", 0.0, 1.0, "()")
+        number(prune.get("max_fraction", 0.9), "prune.max_fraction", 0.0, 1.0)
+    string_list(prune.get("groups") or [], "prune.groups")
+    k = integer(prune.get("min_heads_per_layer") or 0, "prune.min_heads_per_layer", 0)
+    if heads is not None and k >= heads:
+        raise ConfigError(f"prune.min_heads_per_layer={k} keeps every head: the model's layers have {heads} heads, "
+                          f"so it must be at most {heads - 1} (0 = no floor)")
+    integer(prune.get("n_samples", 1000), "prune.n_samples", 1)
+
+
+def check_speed(speed) -> None:
+    number(speed.get("fraction"), "speed.fraction", 0.0, 1.0)
+    sizes = speed.get("batch_sizes")
+    if not OmegaConf.is_list(sizes) or not list(sizes):
+        raise ConfigError(f"speed.batch_sizes must be a non-empty list of positive integers, got {sizes!r}")
+    if any(isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in sizes):
+        raise ConfigError(f"speed.batch_sizes must be positive integers, got {list(sizes)}")
+    integer(speed.get("examples"), "speed.examples", 1)
+    integer(speed.get("warmup"), "speed.warmup", 0)
+    integer(speed.get("repeats"), "speed.repeats", 1)
+    integer(speed.get("max_repeats", 100), "speed.max_repeats", 2)
+    number(speed.get("max_seconds", 60), "speed.max_seconds", 0.0, None, "()")
+    number(speed.get("tolerance", 0.02), "speed.tolerance", 0.0, None, "()")
+    choice(str(speed.get("clock", "wall")), "speed.clock", CLOCKS)
+    if speed.get("mask_file"):
+        check_mask_file(speed.mask_file)
+
+
+def check_importance(importance) -> None:
+    from headprune.importance import REDUCTIONS
+
+    choice(importance.get("reduce"), "importance.reduce", REDUCTIONS)
+
+
+def check_logger(cfg) -> None:
+    logger = cfg.get("logger")
+    if logger is not None:
+        choice(logger.get("kind"), "logger.kind", LOGGER_KINDS)
+
+
+def check_trainer(trainer) -> None:
+    """Training must end: an unbounded epoch count needs trainer.max_steps or trainer.max_time."""
+    epochs = trainer.get("max_epochs")
+    if epochs is None:
+        return  # Lightning's own default (1000 epochs, or max_steps)
+    integer(epochs, "trainer.max_epochs", -1)
+    if epochs == 0:
+        raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
+    steps = trainer.get("max_steps", -1)
+    if epochs < 0 and (steps is None or steps < 1) and not trainer.get("max_time"):
+        raise ConfigError("trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "
+                          "+trainer.max_time=DD:HH:MM:SS, or give a number of epochs")
+
+
+# ---- splits -------------------------------------------------------------------------------------
+
+
+def concrete_split(cfg, split: str) -> str:
+    """The data split a protocol name reads (MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
+    if is_mt(cfg):
+        from headprune.data.mt_config import split_of
+
+        choice(split, "split", MT_SPLITS)
+        return split_of(cfg.data, split)
+    choice(split, "split", NLI_SPLITS)
+    return split
+
+
+def check_selection(cfg, section: str) -> None:
+    """The selection split (appendix A) must differ from the evaluation split."""
+    settings = cfg[section]
+    split = str(settings.get("split"))
+    selection = settings.get("selection_split") or ("heldout" if is_mt(cfg) else "importance")
+    try:
+        same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
+    except ConfigError as err:
+        raise ConfigError(f"{section}: {err} (splits: {list(MT_SPLITS if is_mt(cfg) else NLI_SPLITS)})") from None
+    if same:
+        raise ConfigError(f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
+                          "choose the head on other data (null = the task's held-out data)")
+
+
+def check_splits(cfg, names, setting: str) -> None:
+    for name in names:
+        try:
+            concrete_split(cfg, str(name))
+        except ConfigError:
+            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(MT_SPLITS if is_mt(cfg) else NLI_SPLITS)}") from None
+
+
+# ---- model --------------------------------------------------------------------------------------
+
+
+def is_mt(cfg) -> bool:
+    return cfg.model.get("kind") == "seq2seq"
+
+
+def check_model(cfg) -> None:
+    """model.kind, and a pretrained model that exists and is complete (config, weights, tokenizer)."""
+    from headprune.models import check_model_dir, resolve_pretrained, tokenizer_source
+
+    model = cfg.model
+    choice(model.get("kind"), "model.kind", ("classifier", "seq2seq", "causal_lm"))
+    pretrained = model.get("pretrained")
+    if pretrained and str(pretrained).endswith(".ckpt"):
+        resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist
+    elif pretrained:
+        source = resolve_pretrained(str(pretrained))
+        own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
+        if is_mt(cfg) and (cfg.get("data") or {}).get("tokenizer", {}).get("path"):
+            own_tokenizer = False  # data.tokenizer.path gives the tokenizer
+        check_model_dir(source, tokenizer=own_tokenizer)
+    elif model.get("config") is None:
+        raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
+    if model.get("tokenizer") or not is_mt(cfg):
+        tokenizer_source(model)
+
+
+def heads_per_layer(model_cfg) -> int | None:
+    """The fewest heads of any attention group, from model.config or the local model's config.json (None: unknown)."""
+    fields = model_cfg.get("config")
+    if fields is None and model_cfg.get("pretrained"):
+        from headprune.models import resolve_pretrained
+
+        path = Path(resolve_pretrained(str(model_cfg.pretrained))) / "config.json"
+        if not path.is_file():
+            return None
+        fields = read_json_file(path)
+    if fields is None:
+        return None
+    counts = [fields.get(key) for key in ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads")]
+    counts = [int(c) for c in counts if isinstance(c, int)]
+    return min(counts) if counts else None
+
+
+# ---- data ---------------------------------------------------------------------------------------
+
+
+def check_data(cfg, check_files: bool = True) -> None:
+    """The data settings, and (``check_files``) every split's files: present, UTF-8, aligned."""
+    from headprune.experiments.common import task_kind
+
+    try:
+        kind = task_kind(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if kind == "mt":
+        check_mt_data(cfg.data, check_files)
+    else:
+        check_nli_data(cfg.data, check_files)
+
+
+def check_mt_data(data, check_files: bool) -> None:
+    from headprune.data.mt_config import SPLITS, split_limit
+
+    for split in SPLITS:
+        try:
+            split_limit(data, split)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    for key in ("max_tokens", "eval_max_tokens", "eval_batch_size", "max_len"):
+        integer(data.get(key), f"data.{key}", 1)
+    choice(data.get("source"), "data.source", ("files", "hub", "synthetic"))
+    if data.source != "files" or not check_files:
+        return
+    from headprune.data.aligned_files import read_aligned
+
+    for split in SPLITS:
+        try:
+            read_aligned(data.dir, data.splits[split], data.src_lang, data.tgt_lang)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"data split {split!r}: {err}") from None
+
+
+def check_nli_data(data, check_files: bool) -> None:
+    from headprune.data.nli_config import REQUIRED, SPLITS, NLIDataConfig
+    from headprune.data.nli_files import find_split_file
+    from headprune.data.text_lines import check_utf8
+
+    try:
+        config = NLIDataConfig.from_cfg(data)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+    if config.source != "local" or not check_files:
+        return
+    for split in SPLITS:
+        stem = config.files.get(split)
+        if not stem:
+            continue
+        try:
+            check_utf8(find_split_file(config.dir, stem, split))
+        except FileNotFoundError as err:
+            if split in REQUIRED:
+                raise ConfigError(str(err)) from None
+        except (OSError, ValueError) as err:
+            raise ConfigError(str(err)) from None
+
+
+def training_config(cfg):
+    """The study's training-stage config: ``study.train_overrides`` applied to a copy."""
+    sub = cfg.copy()
+    for key, value in (cfg.study.get("train_overrides") or {}).items():
+        OmegaConf.update(sub, key, value, force_add=True)
+    return sub
+
+
+# ---- the whole config ---------------------------------------------------------------------------
+
+
+def validate(cfg) -> None:
+    """Check a composed experiment config before any work; the first problem is a ConfigError naming the setting."""
+    run = str(cfg.get("run"))
+    check_logger(cfg)
+    integer(cfg.get("seed", 0), "seed")
+    if run in NO_TASK_RUNS:
+        if run == "headprune.experiments.inspect.run":
+            check_model(cfg)
+        return
+    check_model(cfg)
+    study = run == "headprune.experiments.study.run"
+    local_missing = (cfg.get("data") or {}).get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
+    if run in DATA_RUNS or cfg.get("data") is not None:
+        check_data(cfg, check_files=not (study and local_missing))  # the study falls back to synthetic data
+    if run in TRAINING_RUNS:
+        check_trainer(cfg.trainer)
+    if study and cfg.study.get("train"):
+        check_trainer(training_config(cfg).trainer)
+    if cfg.get("importance") is not None and run not in TRAINING_RUNS:
+        check_importance(cfg.importance)
+    if "prune" in cfg and run in ("headprune.experiments.prune.run", "headprune.experiments.study.run"):
+        check_prune(cfg.prune, heads_per_layer(cfg.model))
+        check_splits(cfg, [cfg.prune.split, cfg.prune.get("ablation_split", cfg.prune.split)], "prune.split/ablation_split")
+    if run == "headprune.experiments.ablate.run":
+        check_bootstrap(cfg.ablate, "ablate")
+        splits = string_list(cfg.ablate.get("splits") or [], "ablate.splits")
+        if not splits:
+            raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
+        check_splits(cfg, splits, "ablate.splits")
+    if run == "headprune.experiments.keep_one.run":
+        check_bootstrap(cfg.keep_one, "keep_one")
+        check_selection(cfg, "keep_one")
+    if "speed" in cfg and run in ("headprune.experiments.speed.run", "headprune.experiments.study.run"):
+        check_speed(cfg.speed)
+        check_splits(cfg, [cfg.speed.split], "speed.split")
+    if study:
+        check_bootstrap(cfg.study, "study")
+        check_selection(cfg, "study")
+        check_saved_results(Path(str(cfg.paths.output_dir)))
+

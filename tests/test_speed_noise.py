@@ -1,0 +1,111 @@
+"""The speed measurement says when a gain is noise: paired interval, verdict, adaptive repeats, a busy CPU."""
+from __future__ import annotations
+
+import copy
+import tempfile
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_bert
+from headprune.speed import compare_throughput
+from headprune.speed_verdict import gain_summary, gain_text, verdict
+
+
+def test_interval_matches_scipy_ttest():
+    """The gain's 95% interval is the one-sample t interval of the paired per-repeat gains."""
+    from scipy.stats import ttest_1samp
+
+    original = [1.00, 1.10, 0.95, 1.20, 1.05, 0.98]
+    pruned = [0.80, 0.92, 0.81, 0.90, 0.86, 0.83]
+    summary = gain_summary(original, pruned)
+    gains = [o / p - 1 for o, p in zip(original, pruned)]
+    expected = ttest_1samp(gains, 0.0).confidence_interval(0.95)
+    assert summary["gain_interval"] == pytest.approx([expected.low, expected.high])
+    assert summary["gain"] == pytest.approx(sum(gains) / len(gains))
+    assert summary["repeats"] == 6 and verdict(summary) == "confident"
+
+
+@pytest.mark.parametrize("original,pruned,expected", [
+    ([1.0, 1.0, 1.0, 1.0], [0.8, 0.81, 0.79, 0.8], "confident"),          # a steady 25% gain
+    ([1.0, 0.5, 1.5, 1.0], [0.7, 1.0, 0.9, 1.3], "inconclusive"),          # interval includes zero
+    ([1.0, 1.0, 1.0, 1.0, 1.0, 1.0] * 20, [0.6, 1.5, 0.6, 1.5, 0.6, 0.9] * 20, "inconclusive"),  # spread > gain
+    ([1.0], [0.5], "inconclusive"),                                        # one repeat: no interval
+])
+def test_verdict(original, pruned, expected):
+    summary = gain_summary(original, pruned)
+    assert verdict(summary) == expected
+    row = {**summary, "verdict": verdict(summary)}
+    assert gain_text(row).startswith("inconclusive") == (expected == "inconclusive")
+
+
+def _models_and_batches():
+    from headprune.pruning import prune_mask
+
+    torch.manual_seed(0)
+    original = tiny_bert(layers=4, heads=8)
+    pruned = copy.deepcopy(original)
+    mask = torch.ones(4, 8)
+    mask[:, :6] = 0  # 6 of 8 heads gone in every layer
+    prune_mask(pruned, {"enc_self": mask})
+    gen = torch.Generator().manual_seed(0)
+    batches = [{"input_ids": torch.randint(3, 100, (16, 48), generator=gen), "attention_mask": torch.ones(16, 48, dtype=torch.long)}
+               for _ in range(2)]
+    return {"original": original, "pruned": pruned}, batches
+
+
+def test_adaptive_repeats_stop_when_tight_or_at_the_cap():
+    models, batches = _models_and_batches()
+    loose = compare_throughput(models, batches[:1], warmup=1, repeats=3, max_seconds=30, tolerance=10.0, max_repeats=50)
+    assert len(loose["original"]["seconds"]) == 3  # tight at once: the minimum only
+    strict = compare_throughput(models, batches[:1], warmup=1, repeats=3, max_seconds=30, tolerance=1e-9, max_repeats=8)
+    assert len(strict["original"]["seconds"]) == len(strict["pruned"]["seconds"]) == 8
+
+
+def _measure(models, batches, busy: bool) -> dict:
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if busy else 0)]
+    try:
+        timing = compare_throughput(models, batches, warmup=1, repeats=4, max_seconds=3.0, tolerance=0.02, max_repeats=400)
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
+    summary = gain_summary(timing["original"]["seconds"], timing["pruned"]["seconds"])
+    return {**summary, "verdict": verdict(summary)}
+
+
+def test_busy_cpu_never_gives_a_confident_wrong_sign():
+    """Measured with two processes spinning on the CPU, the gain is within the quiet run's spread or inconclusive."""
+    models, batches = _models_and_batches()
+    quiet = _measure(models, batches, busy=False)
+    busy = _measure(models, batches, busy=True)
+    if busy["verdict"] == "confident":
+        assert quiet["gain_spread"] is not None
+        assert abs(busy["gain"] - quiet["gain"]) <= quiet["gain_spread"] + (quiet["gain_interval"][1] - quiet["gain"]), (quiet, busy)
+        if quiet["verdict"] == "confident":
+            assert (busy["gain"] > 0) == (quiet["gain"] > 0), (quiet, busy)
+
+
+def test_tables_show_inconclusive_instead_of_a_number():
+    """The docs table, the run's table and the figure say "inconclusive" where the verdict does; old rows keep numbers."""
+    from headprune.docs_tables import speed_table as docs_speed_table
+    from headprune.experiments.speed import speed_table
+    from headprune.plots import speed_bars
+
+    timing = {"examples_per_s": 10.0, "spread": 1.0}
+    noisy = {"batch_size": 1, "original": timing, "pruned": timing, "flop_ideal_gain": 0.2, "gain_vs_ideal": 0.5,
+             **gain_summary([1.0, 0.5, 1.5, 1.0], [0.7, 1.0, 0.9, 1.3])}
+    noisy["verdict"] = verdict(noisy)
+    old = {"batch_size": 4, "original": timing, "pruned": timing, "gain": 0.123, "flop_ideal_gain": 0.2, "gain_vs_ideal": 0.6}
+    cost = {"parameters": 1, "attention_flops": 1}
+    result = {"rows": [noisy, old], "cost": {"original": cost, "pruned": cost}, "heads_pruned": 1, "heads_total": 2,
+              "device": "cpu", "score_check": {"equal": True, "metric": "accuracy", "masked": 1.0, "pruned": 1.0}}
+    columns, rows = speed_table(result)
+    assert rows[0][columns.index("gain")] is None and rows[0][columns.index("verdict")] == "inconclusive"
+    assert rows[1][columns.index("gain")] == 0.123
+    text = docs_speed_table({"results": result})
+    assert "| inconclusive |" in text and "+12.3%" in text
+    assert speed_bars(result["rows"], Path(tempfile.mkdtemp()) / "speed.png", "t").stat().st_size > 1000
