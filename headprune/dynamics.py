@@ -75,11 +75,3 @@ def with_stability(history: list[dict]) -> list[dict]:
         snap["rank_stability"] = spearman(history[index - 1]["importance"], snap["importance"]) if index else None
         out.append(snap)
     return out
-
-
-def score_at(snapshot: dict, fraction: float) -> float:
-    """The snapshot's score at a fraction of its grid."""
-    for f, s in zip(snapshot["fractions"], snapshot["scores"]):
-        if abs(f - fraction) < 1e-9:
-            return s
-    raise KeyError(f"fraction {fraction} is not on this snapshot's grid {snapshot['fractions']}")

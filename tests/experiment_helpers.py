@@ -49,15 +49,15 @@ def task_fixtures(task_name: str):
     @pytest.fixture(scope="module")
     def task(tmp_path_factory):
         torch.set_num_threads(1)
-        from headprune.experiments import common
+        from headprune.tasks import registry
 
-        return common.load_task(make_cfg(tmp_path_factory.mktemp("task"), "ablate", task_name))
+        return registry.load_task(make_cfg(tmp_path_factory.mktemp("task"), "ablate", task_name))
 
     @pytest.fixture
     def shared_task(task, monkeypatch):
-        from headprune.experiments import common
+        from headprune.tasks import registry
 
-        monkeypatch.setattr(common, "load_task", lambda cfg: task)
+        monkeypatch.setattr(registry, "load_task", lambda cfg: task)
         return task
 
     return task, shared_task

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from headprune.experiments import ablate, common, keep_one, prune, speed, study
+from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
 from experiment_helpers import make_cfg, results, task_fixtures
 
 TASK = "nli"
@@ -81,7 +81,10 @@ def test_speed_and_mask_file(shared_task, tmp_path):
 ])
 def test_bad_input_fails_before_work(tmp_path, experiment, override, message, monkeypatch):
     calls = []
-    monkeypatch.setattr(common, "evaluate_many", lambda *a, **k: calls.append(1))
+    from headprune.tasks.nli import NLIModule
+
+    monkeypatch.setattr(NLIModule, "evaluate_many", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(NLIModule, "evaluate", lambda *a, **k: calls.append(1))
     cfg = make_cfg(tmp_path, experiment, TASK, override)
     runner = {"prune": prune.run, "ablate": ablate.run, "speed": speed.run}[experiment]
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
@@ -108,7 +111,8 @@ def test_study_resumes(tmp_path):
     payload = results(tmp_path)
     res = payload["results"]
     assert {"ablate", "keep_one", "prune", "speed", "scores"} <= set(res) and payload["inputs"]["data"] == "nli_synthetic"
-    assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random", "importance (re-estimated)"}
+    assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random", "importance (re-estimated)",
+                                         "entropy (re-estimated)"}
     assert "correlation" in res["ablate"]
     assert {"ablate_eval.png", "keep_one.png", "prune.png", "speed.png"} <= set(payload["figures"])
     stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").iterdir()}
@@ -143,6 +147,6 @@ def test_evaluate_many_reports_every_batch(shared_task):
     masks[1]["enc_self"][0, 0] = 0
     seen = []
     direct = shared_task.evaluate_many(masks, split="eval", on_batch=seen.append)
-    assert sum(seen) == common.split_size(shared_task, "eval")
-    chunked = common.evaluate_many(shared_task, masks, "eval", chunk=3, progress=True)
+    assert sum(seen) == evaluation.split_size(shared_task, "eval")
+    chunked = evaluation.evaluate_many(shared_task, masks, "eval", chunk=3, progress=True)
     assert [r.per_example for r in chunked] == [r.per_example for r in direct]

@@ -30,6 +30,7 @@ class Task(Protocol):
     name: str  # short task name: "nli", "mt", "lm"
     metric: str  # name of the evaluation metric
     higher_is_better: bool  # direction of the metric (accuracy, BLEU: True; perplexity: False)
+    paired_test_name: str  # what ``paired_test`` runs, written beside its results (e.g. "paired bootstrap (Koehn 2004)")
     model: nn.Module  # the HF model, gated by ``gates``
     gates: object  # headprune.heads.HeadGates on ``model``
 
@@ -61,8 +62,8 @@ class Task(Protocol):
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Forward a batch (labels kept out of the model's inputs) and return each example's loss, shape (B,)."""
 
-    def timing_batches(self, batch_size: int, examples: int, split: str = "eval") -> list[dict]:
-        """Model-input batches of ``batch_size`` for the speed experiment (``examples`` in all)."""
+    def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
+        """Model-input batches of ``batch_size`` for the speed experiment (``examples`` in all, drawn with ``seed``)."""
 
     def timed_call(self, batch: dict) -> None:
         """One inference call on a timing batch: what the speed experiment times (forward, generate, ...)."""

@@ -10,7 +10,9 @@ from omegaconf import OmegaConf
 
 from headprune.data.translation import TranslationDataModule, split_of
 from headprune.heads import HeadGates
+from headprune.results import texts_fingerprint
 from headprune.tasks.base import EvalResult
+from headprune.tasks.shared import SharedTaskMethods
 from headprune.tokenization import decode, has_tokenizer, load_tokenizer, special_ids
 
 DEFAULT_TASK = {"label_smoothing": 0.1, "beam_size": 5, "val_beam_size": 1, "len_ratio": 1.5, "len_extra": 10, "mask_chunk": 8}
@@ -37,10 +39,14 @@ def inverse_sqrt(warmup: int):
     return factor
 
 
-class TranslationModule(L.LightningModule):
+class TranslationModule(SharedTaskMethods, L.LightningModule):
     """Train and evaluate a seq2seq model (corpus BLEU) with every attention head gated."""
 
+    name = "mt"
     metric = "bleu"
+    higher_is_better = True
+    paired_test_name = "sacrebleu PairedTest(bs)"
+    selection_split = "heldout"  # data.heldout_split (valid): the paper's appendix A
 
     def __init__(self, model, tokenizer, data: TranslationDataModule | None = None, task_cfg=None, optim_cfg=None, scheduler_cfg=None):
         super().__init__()
@@ -133,6 +139,31 @@ class TranslationModule(L.LightningModule):
 
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device) for k, v in batch.items() if k != "ids"}
+
+    def split_sizes(self) -> dict[str, int]:
+        """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing)."""
+        sizes = {}
+        for split in ("train", "valid", "test", "eval", "heldout"):
+            try:
+                sizes[split] = len(self.data.references(split_of(self.data.cfg, split)))
+            except (KeyError, ValueError, FileNotFoundError):
+                sizes[split] = 0
+        return sizes
+
+    def data_fingerprint(self, split: str) -> str:
+        """A hash of the split's reference translations."""
+        return texts_fingerprint(self.data.references(split_of(self.data.cfg, split)))
+
+    def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0,
+                    alpha: float = 0.01) -> list:
+        """sacrebleu's paired bootstrap of corpus BLEU."""
+        from headprune.significance import paired_bootstrap_bleu
+
+        return paired_bootstrap_bleu(baseline.per_example["hypotheses"], [s.per_example["hypotheses"] for s in systems],
+                                     baseline.per_example["references"], n_samples=n_samples, seed=seed, alpha=alpha)
+
+    def forward_batches(self, split: str) -> list[dict]:
+        return self.data.eval_batches(split_of(self.data.cfg, split), with_targets=True)
 
     def translate(self, split: str = "eval", mask=None, beam_size: int | None = None) -> list[str]:
         """Translations of every source sentence of ``split``, in the split's order."""
@@ -243,8 +274,8 @@ def _task_tokenizer(cfg):
     return None
 
 
-def load_translation_task(cfg, tokenizer=None) -> tuple[TranslationDataModule, TranslationModule]:
-    """Datamodule + TranslationModule from a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
+def load_translation_task(cfg, tokenizer=None) -> TranslationModule:
+    """The TranslationModule (datamodule at ``.data``) of a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
     from headprune.models import build_model
 
     tokenizer = tokenizer or _task_tokenizer(cfg)
@@ -267,15 +298,16 @@ def load_translation_task(cfg, tokenizer=None) -> tuple[TranslationDataModule, T
     model.generation_config.max_length = None  # max_new_tokens is set per batch
     module = TranslationModule(model, tokenizer, data, cfg.get("task"), cfg.get("optim"), cfg.get("scheduler"))
     module.model.eval()
-    return data, module
+    return module
 
 
 def train(cfg) -> dict:
     """experiment=mt_train: train, validate (greedy BLEU), save, then beam-search BLEU on the test split."""
-    from headprune.results import read_json, write_json_atomic
-    from headprune.training import fit, output_dir
+    from headprune.results import output_dir, read_json, write_json_atomic
+    from headprune.training import fit
 
-    data, module = load_translation_task(cfg)  # fit() switches the module to train mode
+    module = load_translation_task(cfg)  # fit() switches the module to train mode
+    data = module.data
     out = output_dir(cfg)
     if not cfg.model.get("pretrained"):
         data.build_tokenizer().save_pretrained(str(out / "tokenizer"))
