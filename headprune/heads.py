@@ -109,16 +109,6 @@ def _ensure_registered(inner_name: str) -> str:
     return register_wrapper(PREFIX, inner_name, _make_gated)
 
 
-def _configs(model: nn.Module):
-    """The model's config and every sub-config that carries an attention implementation."""
-    seen = []
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and all(config is not c for c in seen):
-            seen.append(config)
-    return seen
-
-
 def find_sites(model: nn.Module) -> list[AttentionSite]:
     """All attention modules of a model, ordered by group then layer."""
     family = family_for(model)
@@ -152,9 +142,7 @@ class HeadGates:
         self.sites = find_sites(model)
         original = model.config._attn_implementation or "sdpa"
         self.inner = original[len(PREFIX):] if original.startswith(PREFIX) else original
-        gated_name = _ensure_registered(self.inner)
-        for config in _configs(model):
-            config._attn_implementation_internal = gated_name
+        model.set_attn_implementation(_ensure_registered(self.inner))
 
     # ---- structure -------------------------------------------------------------------------
     @property
@@ -238,8 +226,7 @@ class HeadGates:
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
         self.set_mask(None)
-        for config in _configs(self.model):
-            config._attn_implementation_internal = self.inner
+        self.model.set_attn_implementation(self.inner)
 
     def describe(self) -> str:
         """A one-line-per-group summary of the attention modules."""
