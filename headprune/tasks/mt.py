@@ -15,7 +15,7 @@ from headprune.tasks.base import EvalResult
 from headprune.tasks.shared import SharedTaskMethods
 from headprune.tokenization import decode, has_tokenizer, load_tokenizer, special_ids
 
-DEFAULT_TASK = {"label_smoothing": 0.1, "beam_size": 5, "val_beam_size": 1, "len_ratio": 1.5, "len_extra": 10, "mask_chunk": 8}
+TASK_SETTINGS = ("label_smoothing", "beam_size", "val_beam_size", "len_ratio", "len_extra", "mask_chunk")  # task.* besides name (conf/task/mt.yaml)
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, list[list[int]]]:
@@ -48,13 +48,13 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     paired_test_name = "sacrebleu PairedTest(bs)"
     selection_split = "heldout"  # data.heldout_split (valid): the paper's appendix A
 
-    def __init__(self, model, tokenizer, data: TranslationDataModule | None = None, task_cfg=None, optim_cfg=None, scheduler_cfg=None):
+    def __init__(self, model, tokenizer, data: TranslationDataModule | None, task_cfg, optim_cfg=None, scheduler_cfg=None):
         super().__init__()
         self.model = model
         self.gates = HeadGates(model)
         self.tokenizer = tokenizer
         self.data = data
-        self.task_cfg = {**DEFAULT_TASK, **(OmegaConf.to_container(task_cfg, resolve=True) if task_cfg is not None and not isinstance(task_cfg, dict) else task_cfg or {})}
+        self.task_cfg = _task_settings(task_cfg)
         self.optim_cfg, self.scheduler_cfg = optim_cfg, scheduler_cfg
         self._val_outputs: list[tuple[list[int], list[str]]] = []
         self._val_nll: list[tuple[float, int]] = []
@@ -234,9 +234,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def configure_optimizers(self):
         from hydra.utils import instantiate
 
-        optim_cfg = self.optim_cfg or {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 5e-4, "betas": [0.9, 0.98], "eps": 1e-9}
-        optimizer = instantiate(optim_cfg)(self.parameters())
-        warmup = (self.scheduler_cfg or {}).get("warmup_steps", 1000)
+        if self.optim_cfg is None or self.scheduler_cfg is None:
+            raise ValueError("training needs optim and scheduler settings: compose the config with the MT task group (conf/task/mt.yaml)")
+        optimizer = instantiate(self.optim_cfg)(self.parameters())
+        warmup = self.scheduler_cfg["warmup_steps"]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -248,6 +249,15 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
 
 # ---- construction from a Hydra config ----------------------------------------------------------
+def _task_settings(task_cfg) -> dict:
+    """``task.*`` (conf/task/mt.yaml) as a dict, with every setting present."""
+    given = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})
+    missing = sorted(set(TASK_SETTINGS) - set(given))
+    if missing:
+        raise ValueError(f"task setting(s) {missing} missing: compose the config with the MT task group (conf/task/mt.yaml)")
+    return given
+
+
 def _task_tokenizer(cfg):
     """The tokenizer of a saved/pretrained model, ``model.tokenizer``, the run's own, or None (train one)."""
     pretrained = cfg.model.get("pretrained")

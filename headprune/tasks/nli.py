@@ -21,7 +21,7 @@ from headprune.results import texts_fingerprint
 from headprune.tasks.base import EvalResult
 from headprune.tasks.shared import SharedTaskMethods
 
-TASK_DEFAULTS = {"lr": 5e-5, "weight_decay": 0.01, "warmup_ratio": 0.06, "warmup_steps": None, "exact_eval": True}
+TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/nli.yaml)
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -34,9 +34,8 @@ class NLIModule(SharedTaskMethods, L.LightningModule):
     paired_test_name = "paired bootstrap (Koehn 2004)"
     selection_split = "importance"  # the held-out training subset (appendix A), never the evaluation data
 
-    def __init__(self, model: nn.Module, tokenizer=None, data: NLIDataModule | None = None, lr: float = 5e-5,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.06, warmup_steps: int | None = None,
-                 eval_splits: tuple[str, ...] | None = None):
+    def __init__(self, model: nn.Module, tokenizer=None, data: NLIDataModule | None = None, *, lr: float, weight_decay: float,
+                 warmup_ratio: float, warmup_steps: int | None = None, eval_splits: tuple[str, ...] | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer", "data"])
         self.model = model
@@ -190,12 +189,15 @@ class WeightsDigest(L.Callback):
 
 
 def _task_settings(cfg) -> dict:
-    task = dict(TASK_DEFAULTS)
-    given = cfg.get("task") or {}
-    unknown = sorted(set(given) - set(TASK_DEFAULTS) - {"name"})
+    """``task.*`` (conf/task/nli.yaml), checked: every setting present, none unknown, numbers in range."""
+    given = {k: v for k, v in (cfg.get("task") or {}).items() if k != "name"}
+    unknown = sorted(set(given) - set(TASK_SETTINGS))
     if unknown:
-        raise ValueError(f"unknown task setting(s) {unknown}; the NLI task settings are {sorted(TASK_DEFAULTS)}")
-    task.update({k: v for k, v in given.items() if k != "name"})
+        raise ValueError(f"unknown task setting(s) {unknown}; the NLI task settings are {sorted(TASK_SETTINGS)}")
+    missing = sorted(set(TASK_SETTINGS) - set(given))
+    if missing:
+        raise ValueError(f"task setting(s) {missing} missing: compose the config with the NLI task group (conf/task/nli.yaml)")
+    task = dict(given)
     try:
         task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
     except (TypeError, ValueError) as err:
