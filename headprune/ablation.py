@@ -308,33 +308,3 @@ def keep_one_masks(shape: dict[str, tuple[int, int]], group: str, layer: int) ->
         mask[group][layer, head] = 1.0
         masks.append(mask)
     return masks
-
-
-def evaluate_many_classifier(task, masks, split: str = "eval", max_rows: int = 128, on_batch=None) -> list:
-    """EvalResults (accuracy, per-example correctness) of a classifier task for many masks, batched.
-
-    ``task`` is an NLI task (``task.data.loader(split)`` yields batches with ``idx`` and ``labels``);
-    its ``evaluate_many`` can delegate here. ``on_batch(n)`` is called after each batch of ``n`` examples.
-    """
-    from headprune.tasks.base import EvalResult
-
-    if not masks:
-        return []
-    n = len(task.data.dataset(split))
-    correct = torch.zeros(len(masks), n, dtype=torch.long)
-    device = next(task.model.parameters()).device
-    engine = MaskBatcher(task.model, task.gates, max_rows=max_rows)
-    was_training = task.model.training
-    task.model.eval()
-    try:
-        for batch in task.data.loader(split):
-            idx, labels = batch.pop("idx"), batch.pop("labels")
-            logits = engine.logits({k: v.to(device) for k, v in batch.items()}, masks)  # (M, B, C)
-            correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
-            if on_batch is not None:
-                on_batch(len(idx))
-    finally:
-        task.model.train(was_training)
-    metric = getattr(task, "metric", "accuracy")
-    return [EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=metric, n=n, per_example={"correct": c.tolist()})
-            for c in correct]

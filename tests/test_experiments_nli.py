@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
-from experiment_helpers import make_cfg, results, task_fixtures
+from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
 TASK = "nli"
 
@@ -150,3 +151,26 @@ def test_evaluate_many_reports_every_batch(shared_task):
     assert sum(seen) == evaluation.split_size(shared_task, "eval")
     chunked = evaluation.evaluate_many(shared_task, masks, "eval", chunk=3, progress=True)
     assert [r.per_example for r in chunked] == [r.per_example for r in direct]
+
+
+def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
+    """Re-estimation under an all-ones mask gives the unmasked scores; its first greedy step is the fixed order's."""
+    from omegaconf import OmegaConf
+
+    from headprune.experiments.orders import ORDERS, OrderSettings
+    from headprune.ordering import masks_for_fractions
+
+    settings = OrderSettings(importance=OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
+    groups = list(shared_task.gates.groups)
+    reestimable = [name for name, order in ORDERS.items() if order.reestimable]
+    assert {"importance", "entropy"} <= set(reestimable)
+    for name in reestimable:
+        fixed = ORDERS[name].scores(shared_task, settings)
+        under_ones = ORDERS[name].scores(shared_task, settings, mask=shared_task.gates.ones())
+        for group in fixed:
+            assert torch.allclose(fixed[group].float(), under_ones[group].float(), atol=1e-6)
+        first = prune.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, progress=False)[0]
+        expected = masks_for_fractions(fixed, shared_task.gates.groups, [0.25])[0]
+        assert all(torch.equal(first[g], expected[g]) for g in groups)
+    with pytest.raises(ValueError, match="cannot be re-estimated"):
+        ORDERS["ablation"].scores(shared_task, settings, mask=shared_task.gates.ones())

@@ -148,11 +148,31 @@ class NLIModule(SharedTaskMethods, L.LightningModule):
         return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n,
                           per_example={"correct": correct.tolist()})
 
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list[EvalResult]:
-        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.ablation)."""
-        from headprune.ablation import evaluate_many_classifier
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
+        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.ablation).
 
-        return evaluate_many_classifier(self, masks, split, on_batch=on_batch)
+        ``on_batch(n)`` is called after each data batch of ``n`` examples (progress bars).
+        """
+        from headprune.ablation import MaskBatcher
+
+        if not masks:
+            return []
+        n = len(self._require_data().dataset(split))
+        correct = torch.zeros(len(masks), n, dtype=torch.long)
+        engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in self.data.loader(split):
+                idx, labels = batch.pop("idx"), batch.pop("labels")
+                logits = engine.logits(self._to_device(batch), masks)  # (M, B, C)
+                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
+                if on_batch is not None:
+                    on_batch(len(idx))
+        finally:
+            self.model.train(was_training)
+        return [EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": c.tolist()})
+                for c in correct]
 
     def importance_batches(self, batch_size: int | None = None):
         """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training file."""
