@@ -55,6 +55,9 @@ def test_study(tmp_path, monkeypatch):
 
 def test_evaluate_many_reports_every_batch(shared_task):
     """The progress callback sees each test sentence once per call."""
+    from headprune.tasks.base import Task
+
+    assert isinstance(shared_task, Task) and shared_task.name == TASK
     seen = []
     shared_task.evaluate_many([None, None], split="eval", on_batch=seen.append)
     assert sum(seen) == evaluation.split_size(shared_task, "eval")
