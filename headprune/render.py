@@ -7,12 +7,17 @@ from __future__ import annotations
 
 from headprune.significance import correlation
 
-UNITS = {"accuracy": "point", "bleu": "BLEU"}  # how a score difference is read; other metrics by name
+NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
+UNITS = {"accuracy": "point", "bleu": "BLEU"}  # how a score difference is read; others by the metric's name
+
+
+def name_of(metric: str) -> str:
+    return NAMES.get(metric, metric)
 
 
 def unit_of(metric: str) -> str:
     """The unit of a score difference of ``metric`` (accuracy points, BLEU, ...)."""
-    return UNITS.get(metric, metric)
+    return UNITS.get(metric, name_of(metric))
 
 
 PAPER_SPEED = {1: 1.9, 4: 2.7, 16: 17.5, 64: 17.5}
@@ -123,9 +128,9 @@ def speed_table(study: dict) -> str:
 def dynamics_table(dynamics: dict, at: float = 0.4, paper: dict | None = None) -> str:
     """Per snapshot: unpruned score, score at ``at`` pruned, prunable share, rank stability (and the paper's score)."""
     snaps = dynamics["snapshots"]
-    label = unit_of(snaps[0]["metric"]) if snaps else ""
-    tolerance = snaps[0]["tolerance"] if snaps else 1.0
-    head = (f"| epoch | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {label}) "
+    metric = snaps[0]["metric"] if snaps else ""
+    label, tolerance = name_of(metric), snaps[0]["tolerance"] if snaps else 1.0
+    head = (f"| epoch | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
             "| rank stability |")
     lines = [head + (f" paper unpruned {label} |" if paper else ""), "|---" * (7 if paper else 6) + "|"]
     for s in snaps:
