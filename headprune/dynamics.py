@@ -13,11 +13,7 @@ import torch
 from headprune.importance import importance_scores
 from headprune.ordering import check_fractions, masks_for_fractions
 
-DEFAULT_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-
-
-def take_snapshot(task, fractions=DEFAULT_FRACTIONS, split: str = "eval", reduce: str = "example",
-                  tolerance: float = 1.0, epoch: int | None = None, step: int | None = None) -> dict:
+def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, epoch: int | None = None, step: int | None = None) -> dict:
     """Importance of every head and the score at each fraction pruned (greedy by that importance)."""
     fractions = check_fractions(fractions)
     if 0.0 not in fractions:

@@ -24,16 +24,16 @@ def _callbacks_from_config(cfg) -> list:
 
 def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
     """A Trainer from ``cfg.trainer`` with per-epoch checkpoints in ``<output_dir>/checkpoints``."""
-    ckpt_cfg = (cfg.get("callbacks") or {}).get("checkpoint") or {}
+    ckpt_cfg = cfg.callbacks.checkpoint  # conf/callbacks/default.yaml
     checkpoint = ModelCheckpoint(
         dirpath=str(output_dir(cfg) / "checkpoints"),
         filename="epoch{epoch:03d}-step{step}",
         auto_insert_metric_name=False,
         save_last=True,
-        every_n_epochs=ckpt_cfg.get("every_n_epochs", 1) if not ckpt_cfg.get("every_n_train_steps") else None,
-        every_n_train_steps=ckpt_cfg.get("every_n_train_steps"),
-        save_top_k=ckpt_cfg.get("save_top_k", -1),
-        monitor=ckpt_cfg.get("monitor"),
+        every_n_epochs=ckpt_cfg.every_n_epochs if not ckpt_cfg.every_n_train_steps else None,
+        every_n_train_steps=ckpt_cfg.every_n_train_steps,
+        save_top_k=ckpt_cfg.save_top_k,
+        monitor=ckpt_cfg.monitor,
     )
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     return L.Trainer(
