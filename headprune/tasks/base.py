@@ -6,7 +6,7 @@ task they hold (no ``hasattr`` on task data, no metric-name or model-kind branch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, runtime_checkable
+from typing import Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -35,8 +35,8 @@ class Task(Protocol):
     gates: object  # headprune.heads.HeadGates on ``model``
 
     # ---- data --------------------------------------------------------------------------------
-    def split_sizes(self) -> dict[str, int]:
-        """{split name: number of examples} for every split the task's data has (0 = empty)."""
+    def split_sizes(self) -> Mapping[str, int]:
+        """{split name: number of examples} for every split the task's data has (0 = empty); may count lazily."""
 
     @property
     def selection_split(self) -> str:

@@ -12,7 +12,7 @@ from headprune.data.translation import TranslationDataModule, split_of
 from headprune.heads import HeadGates
 from headprune.results import texts_fingerprint
 from headprune.tasks.base import EvalResult
-from headprune.tasks.shared import SharedTaskMethods
+from headprune.tasks.shared import LazySizes, SharedTaskMethods
 from headprune.tokenization import decode, has_tokenizer, load_tokenizer, special_ids
 
 TASK_SETTINGS = ("label_smoothing", "beam_size", "val_beam_size", "len_ratio", "len_extra", "mask_chunk")  # task.* besides name (conf/task/mt.yaml)
@@ -140,15 +140,15 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device) for k, v in batch.items() if k != "ids"}
 
-    def split_sizes(self) -> dict[str, int]:
-        """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing)."""
-        sizes = {}
-        for split in ("train", "valid", "test", "eval", "heldout"):
+    def split_sizes(self) -> LazySizes:
+        """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing), counted when read."""
+        def count(split: str) -> int:
             try:
-                sizes[split] = len(self.data.references(split_of(self.data.cfg, split)))
+                return len(self.data.references(split_of(self.data.cfg, split)))
             except (KeyError, ValueError, FileNotFoundError):
-                sizes[split] = 0
-        return sizes
+                return 0
+
+        return LazySizes(("train", "valid", "test", "eval", "heldout"), count)
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's reference translations."""

@@ -1,7 +1,33 @@
 """What the tasks share of the protocol in headprune.tasks.base: timing batches and the timed call."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Callable
+
 import torch
+
+
+class LazySizes(Mapping):
+    """{split: examples} whose sizes are counted on first access (a large training split is read only when asked for)."""
+
+    def __init__(self, splits, count: Callable[[str], int]):
+        self._splits, self._count, self._known = list(splits), count, {}
+
+    def __getitem__(self, split: str) -> int:
+        if split not in self._splits:
+            raise KeyError(split)
+        if split not in self._known:
+            self._known[split] = self._count(split)
+        return self._known[split]
+
+    def __iter__(self):
+        return iter(self._splits)
+
+    def __len__(self) -> int:
+        return len(self._splits)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 class SharedTaskMethods:
