@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, dataclass
-from pathlib import Path
 
 import lightning as L
 import torch

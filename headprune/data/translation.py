@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import lightning as L
 import torch

@@ -1,4 +1,5 @@
-"""The task protocol: everything an experiment may ask of a task. A new task is one class implementing it.
+"""The task protocol: everything an experiment may ask of a task. A new task is one class implementing it
+and one ``TaskSpec`` line in ``headprune.tasks.registry.TASKS`` (its loader and trainer).
 
 Experiments (``headprune/experiments``) talk to tasks through this protocol only: they never test which
 task they hold (no ``hasattr`` on task data, no metric-name or model-kind branches).
