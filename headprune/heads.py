@@ -142,7 +142,11 @@ class HeadGates:
         self.sites = find_sites(model)
         original = model.config._attn_implementation or "sdpa"
         self.inner = original[len(PREFIX):] if original.startswith(PREFIX) else original
-        model.set_attn_implementation(_ensure_registered(self.inner))
+        gated_name = _ensure_registered(self.inner)
+        model.set_attn_implementation(gated_name)
+        if model.config._attn_implementation != gated_name:
+            raise ValueError(f"{type(model).__name__} cannot switch its attention implementation (transformers' "
+                             "AttentionInterface), so its heads cannot be gated")
 
     # ---- structure -------------------------------------------------------------------------
     @property
