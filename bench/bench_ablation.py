@@ -32,7 +32,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from headprune.ablation import evaluate_many_classifier, single_head_masks
+    from headprune.ablation import single_head_masks
 
     task, data = minilm_task(args.examples)
     masks, _ = single_head_masks(task.gates.groups)
@@ -43,7 +43,7 @@ def main():
         base = task.evaluate(None)
         plain.append(since(start))
     start = clock()
-    batched = evaluate_many_classifier(task, masks)
+    batched = task.evaluate_many(masks)
     ablation = since(start)
     for _ in range(2):
         start = clock()

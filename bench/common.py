@@ -20,7 +20,7 @@ def minilm_task(limit_eval: int = 400, extra=(), data: str | None = None):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from headprune.experiments.common import load_task
+    from headprune.tasks.registry import load_task
 
     data_dir = Path(os.environ.get("HEADPRUNE_DATA_DIR", ROOT.parent / "shared" / "data"))
     data = data or ("nli_local" if (data_dir / "mnli").exists() else "nli_synthetic")

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.heads import PREFIX, HeadGates, _broadcast_gate, _configs, register_wrapper
+from headprune.heads import PREFIX, HeadGates, _broadcast_gate, register_wrapper
 
 SHARED = "headprune_shared_"
 
@@ -41,22 +41,34 @@ def _layer_path(site) -> str:
     raise ValueError(f"cannot find the layer module of {site.path}")
 
 
-class _Shared:
-    """State of the shared-attention function: which module shares, and the batch layout."""
+class SharedAttention:
+    """Which attention modules a batched pass shares and the batch layout; owned by a MaskBatcher, set during a pass."""
 
-    core: nn.Module | None = None  # the layer whose projections and attention probabilities are shared
-    cut_core: nn.Module | None = None  # the last layer's attention when it runs on the first token only
-    batch: int = 0
-    copies: int = 1
+    def __init__(self):
+        self.core: nn.Module | None = None  # the layer whose projections and attention probabilities are shared
+        self.cut_core: nn.Module | None = None  # the last layer's attention when it runs on the first token only
+        self.batch: int = 0
+        self.copies: int = 1
 
-
-_STATE = _Shared()
+    @contextmanager
+    def attached(self, modules):
+        """Mark ``modules`` (the attention modules of one model) as read by this state for the duration of a pass."""
+        for module in modules:
+            module._headprune_shared = self
+        try:
+            yield self
+        finally:
+            for module in modules:
+                del module._headprune_shared
 
 
 def _make_shared(inner: str):
     def shared_attention(module, query, key, value, attention_mask, **kwargs):
         gated = ALL_ATTENTION_FUNCTIONS[PREFIX + inner]
-        if module is _STATE.cut_core and key.shape[1] != query.shape[1]:
+        state = getattr(module, "_headprune_shared", None)
+        if state is None:  # a model outside a MaskBatcher pass: plain gated attention
+            return gated(module, query, key, value, attention_mask, **kwargs)
+        if module is state.cut_core and key.shape[1] != query.shape[1]:
             # keys/values of T tokens went through the model's view(N, 1, -1, D): (N, T*H, 1, D) -> (N, H, T, D)
             n, heads, d = key.shape[0], query.shape[1], key.shape[-1]
             key = key.reshape(n, -1, heads, d).transpose(1, 2)
@@ -64,9 +76,9 @@ def _make_shared(inner: str):
         q_len, k_len = query.shape[-2], key.shape[-2]
         if attention_mask is not None and q_len < k_len and attention_mask.shape[-2] == k_len:
             attention_mask = attention_mask[..., :q_len, :]  # first-token-only layer: the query rows kept
-        if module is not _STATE.core:
+        if module is not state.core:
             return gated(module, query, key, value, attention_mask, **kwargs)
-        b, m = _STATE.batch, _STATE.copies  # query etc. are (M*B, H, T, D) made of M identical copies
+        b, m = state.batch, state.copies  # query etc. are (M*B, H, T, D) made of M identical copies
         site = module._headprune_site
         gate, site.gate = site.gate, None
         try:
@@ -101,16 +113,14 @@ def _patched(module: nn.Module, fn):
 
 
 @contextmanager
-def _attn_implementation(model: nn.Module, name: str):
-    configs = _configs(model)
-    previous = [c._attn_implementation_internal for c in configs]
-    for c in configs:
-        c._attn_implementation_internal = name
+def attention_implementation(model: nn.Module, name: str):
+    """Run a block with the model's attention implementation set to ``name`` (a registered one), then restore it."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(name)
     try:
         yield
     finally:
-        for c, p in zip(configs, previous):
-            c._attn_implementation_internal = p
+        model.set_attn_implementation(previous)
 
 
 def _repeat(value, copies: int, batch: int):
@@ -152,6 +162,7 @@ class MaskBatcher:
         self.shared_name = _ensure_shared(gates.inner)
         self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
         self.first_token: bool | None = None
+        self.shared = SharedAttention()  # read by the shared-attention function through the attention modules
 
     def _base(self, batch: dict):
         """Logits of the unmasked model and every layer's output, from one forward pass."""
@@ -181,12 +192,14 @@ class MaskBatcher:
         m = masks.shape[0]
         rows = masks.repeat_interleave(b, dim=0)  # (M*B, L, H): row m*B + b is mask m
         replay = _repeat(cache[first - 1], m, b) if first > 0 else None
-        _STATE.core, _STATE.batch, _STATE.copies = self.sites[first].core, b, m
+        state = self.shared
+        state.core, state.batch, state.copies, state.cut_core = self.sites[first].core, b, m, None
         last = len(self.layers) - 1
         stash: dict = {}
         with ExitStack() as stack:
             stack.enter_context(self.gates.masked({"enc_self": rows}))
-            stack.enter_context(_attn_implementation(self.model, self.shared_name))
+            stack.enter_context(state.attached([site.core for site in self.sites]))
+            stack.enter_context(attention_implementation(self.model, self.shared_name))
             for layer in self.layers[:first]:
                 stack.enter_context(_patched(layer, lambda *a, **k: replay))
             for i in range(first, last + 1):
@@ -206,11 +219,8 @@ class MaskBatcher:
                     return own(hidden[:, :1], *args, **kwargs)  # queries, output and FFN: the first token only
 
                 stack.enter_context(_patched(layer, first_token_forward))
-                _STATE.cut_core = self.sites[last].core
-            try:
-                logits = self.model(**_repeat_inputs(batch, m)).logits
-            finally:
-                _STATE.core = _STATE.cut_core = None
+                state.cut_core = self.sites[last].core
+            logits = self.model(**_repeat_inputs(batch, m)).logits
         return logits.view(m, b, -1)
 
     def _check_first_token(self, batch: dict, cache, masks: torch.Tensor) -> bool:
@@ -298,33 +308,3 @@ def keep_one_masks(shape: dict[str, tuple[int, int]], group: str, layer: int) ->
         mask[group][layer, head] = 1.0
         masks.append(mask)
     return masks
-
-
-def evaluate_many_classifier(task, masks, split: str = "eval", max_rows: int = 128, on_batch=None) -> list:
-    """EvalResults (accuracy, per-example correctness) of a classifier task for many masks, batched.
-
-    ``task`` is an NLI task (``task.data.loader(split)`` yields batches with ``idx`` and ``labels``);
-    its ``evaluate_many`` can delegate here. ``on_batch(n)`` is called after each batch of ``n`` examples.
-    """
-    from headprune.tasks.base import EvalResult
-
-    if not masks:
-        return []
-    n = len(task.data.dataset(split))
-    correct = torch.zeros(len(masks), n, dtype=torch.long)
-    device = next(task.model.parameters()).device
-    engine = MaskBatcher(task.model, task.gates, max_rows=max_rows)
-    was_training = task.model.training
-    task.model.eval()
-    try:
-        for batch in task.data.loader(split):
-            idx, labels = batch.pop("idx"), batch.pop("labels")
-            logits = engine.logits({k: v.to(device) for k, v in batch.items()}, masks)  # (M, B, C)
-            correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
-            if on_batch is not None:
-                on_batch(len(idx))
-    finally:
-        task.model.train(was_training)
-    metric = getattr(task, "metric", "accuracy")
-    return [EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=metric, n=n, per_example={"correct": c.tolist()})
-            for c in correct]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import lightning as L
 
-from headprune.dynamics import DEFAULT_FRACTIONS, take_snapshot, with_stability
+from headprune.dynamics import take_snapshot, with_stability
 from headprune.results import write_json_atomic
 
 
@@ -16,9 +16,8 @@ class HeadImportanceTracker(L.Callback):
     series. It is written to ``<output_dir>/dynamics.json`` and logged to W&B as it grows.
     """
 
-    def __init__(self, every_n_epochs: int | None = 1, every_n_steps: int | None = None, fractions=DEFAULT_FRACTIONS,
-                 split: str = "eval", reduce: str = "example", tolerance: float = 1.0, output_dir: str | None = None,
-                 on_checkpoint: bool = True):
+    def __init__(self, fractions, split: str, reduce: str, tolerance: float, every_n_epochs: int | None = 1,
+                 every_n_steps: int | None = None, output_dir: str | None = None, on_checkpoint: bool = True):
         self.every_n_epochs = every_n_epochs
         self.every_n_steps = every_n_steps
         self.fractions = list(fractions)

@@ -8,7 +8,6 @@ import hydra
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
-os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 

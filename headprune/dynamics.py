@@ -13,11 +13,7 @@ import torch
 from headprune.importance import importance_scores
 from headprune.ordering import check_fractions, masks_for_fractions
 
-DEFAULT_FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-
-
-def take_snapshot(task, fractions=DEFAULT_FRACTIONS, split: str = "eval", reduce: str = "example",
-                  tolerance: float = 1.0, epoch: int | None = None, step: int | None = None) -> dict:
+def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, epoch: int | None = None, step: int | None = None) -> dict:
     """Importance of every head and the score at each fraction pruned (greedy by that importance)."""
     fractions = check_fractions(fractions)
     if 0.0 not in fractions:
@@ -75,11 +71,3 @@ def with_stability(history: list[dict]) -> list[dict]:
         snap["rank_stability"] = spearman(history[index - 1]["importance"], snap["importance"]) if index else None
         out.append(snap)
     return out
-
-
-def score_at(snapshot: dict, fraction: float) -> float:
-    """The snapshot's score at a fraction of its grid."""
-    for f, s in zip(snapshot["fractions"], snapshot["scores"]):
-        if abs(f - fraction) < 1e-9:
-            return s
-    raise KeyError(f"fraction {fraction} is not on this snapshot's grid {snapshot['fractions']}")

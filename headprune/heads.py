@@ -133,23 +133,15 @@ def _ensure_registered(inner_name: str) -> str:
     return register_wrapper(PREFIX, inner_name, _make_gated)
 
 
-def _configs(model: nn.Module):
-    """The model's config and every sub-config that carries an attention implementation."""
-    seen = []
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is not None and all(config is not c for c in seen):
-            seen.append(config)
-    return seen
-
-
 def route_attention(model: nn.Module) -> str:
-    """Point every config of the model at headprune's wrapper of its attention; returns the wrapped implementation."""
+    """Point the model at headprune's wrapper of its attention (public setter); returns the wrapped implementation."""
     original = model.config._attn_implementation or "sdpa"
     inner = original[len(PREFIX):] if original.startswith(PREFIX) else original
     gated_name = _ensure_registered(inner)
-    for config in _configs(model):
-        config._attn_implementation_internal = gated_name
+    model.set_attn_implementation(gated_name)
+    if model.config._attn_implementation != gated_name:
+        raise ValueError(f"{type(model).__name__} cannot switch its attention implementation (transformers' "
+                         "AttentionInterface), so its heads cannot be gated")
     return inner
 
 
@@ -298,8 +290,7 @@ class HeadGates:
         self.set_mask(None)
         if any(site.kv_index is not None for site in self.sites):
             return  # uneven KV groups after pruning: the wrapper maps query heads to their KV heads, keep it
-        for config in _configs(self.model):
-            config._attn_implementation_internal = self.inner
+        self.model.set_attn_implementation(self.inner)
 
     def describe(self) -> str:
         """A one-line-per-group summary of the attention modules."""

@@ -36,10 +36,13 @@ def synthetic_inputs(model: nn.Module, batch_size: int = 1, seq_len: int = 128, 
 
 def _seconds(model: nn.Module, inputs: dict, device, repeats: int, warmup: int, clock: str) -> float:
     """Median seconds of one forward pass on ``inputs``."""
+    def forward(batch):
+        model(**batch)
+
     with torch.inference_mode():
         for _ in range(warmup):
-            time_pass(model, [inputs], device)
-        return statistics.median(time_pass(model, [inputs], device, clock) for _ in range(repeats))
+            time_pass(forward, [inputs], device)
+        return statistics.median(time_pass(forward, [inputs], device, clock) for _ in range(repeats))
 
 
 def measure_latency_model(model: nn.Module, inputs: dict, device="cpu", repeats: int = 5, warmup: int = 1,

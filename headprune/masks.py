@@ -1,4 +1,4 @@
-"""Head masks: validation and conversion between dicts of tensors and flat vectors."""
+"""Head masks: validation, and the heads a mask removes."""
 from __future__ import annotations
 
 import torch
@@ -49,20 +49,6 @@ def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False)
             )
         out[group] = value.float() if not value.is_floating_point() else value
         _check_values(group, out[group], hard)
-    return out
-
-
-def flatten(mask: dict[str, torch.Tensor], groups: dict[str, tuple[int, int]]) -> torch.Tensor:
-    """Concatenate a {group: [L, H]} dict into one vector in group order."""
-    return torch.cat([mask[g].reshape(-1) for g in groups])
-
-
-def unflatten(vector: torch.Tensor, groups: dict[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
-    """The inverse of ``flatten``."""
-    out, start = {}, 0
-    for group, (layers, heads) in groups.items():
-        out[group] = vector[start:start + layers * heads].reshape(layers, heads)
-        start += layers * heads
     return out
 
 

@@ -11,7 +11,6 @@ import math
 
 import torch
 
-ORDERS = ("importance", "ablation", "entropy", "random")
 Head = tuple[str, int, int]  # (group, layer, head)
 
 
@@ -34,13 +33,6 @@ def fraction_grid(step: float, stop: float = 0.9) -> list[float]:
         raise ValueError(f"fraction step {step} must be in (0, 1)")
     n = int(math.floor(float(stop) / float(step) + 1e-9))
     return check_fractions([i * float(step) for i in range(n + 1)])
-
-
-def check_order(order: str) -> str:
-    """The order name, or a ValueError listing the known ones."""
-    if order not in ORDERS:
-        raise ValueError(f"unknown pruning order {order!r}; choose one of {list(ORDERS)}")
-    return order
 
 
 def check_groups(groups, shape: dict[str, tuple[int, int]]) -> list[str]:

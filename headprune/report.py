@@ -1,11 +1,13 @@
-"""Gather a run directory's results into one report.md (and report.html) readable without W&B."""
+"""Gather a run directory's results into one report.md (and report.html) readable without W&B.
+
+Each results file gets its scalars and the same tables as docs/results.md (headprune.render)."""
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 
-from headprune.results import read_json
+from headprune.render import markdown_sections
+from headprune.results import read_json, write_text_atomic
 
 
 def _results_files(run_dir: Path) -> list[Path]:
@@ -21,22 +23,6 @@ def _summary_lines(payload: dict) -> list[str]:
         if isinstance(value, (int, float, str, bool)) or value is None:
             lines.append(f"- **{key}**: {value}")
     return lines
-
-
-def _dynamics_table(payload: dict) -> list[str]:
-    snaps = payload.get("snapshots") or []
-    if not snaps:
-        return []
-    fractions = snaps[0]["fractions"]
-    head = "| epoch | unpruned | " + " | ".join(f"{int(round(100 * f))}%" for f in fractions) + " | prunable | rank stability |"
-    sep = "|" + "---|" * (len(fractions) + 4)
-    rows = [head, sep]
-    for s in snaps:
-        epoch = (s["epoch"] or 0) + 1
-        stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
-        cells = " | ".join(f"{v:.1f}" for v in s["scores"])
-        rows.append(f"| {epoch} | {s['unpruned']:.2f} | {cells} | {100 * s['prunable_fraction']:.0f}% | {stab} |")
-    return rows
 
 
 def build_report(run_dir: str | Path) -> Path:
@@ -56,15 +42,14 @@ def build_report(run_dir: str | Path) -> Path:
         if payload.get("fingerprints"):
             lines += ["Fingerprints: " + ", ".join(f"{k}={v}" for k, v in payload["fingerprints"].items()), ""]
         lines += _summary_lines(payload) + [""]
-        lines += _dynamics_table(payload) + [""]
+        lines += markdown_sections(payload)
     if figures:
         lines += ["## Figures", ""]
         for fig in figures:
             rel = fig.relative_to(run_dir)
             lines += [f"### {fig.stem}", "", f"![{fig.stem}]({rel.as_posix()})", ""]
-    md_path = run_dir / "report.md"
-    _atomic_text(md_path, "\n".join(lines))
-    _atomic_text(run_dir / "report.html", _html(lines))
+    md_path = write_text_atomic(run_dir / "report.md", "\n".join(lines))
+    write_text_atomic(run_dir / "report.html", _html(lines))
     return md_path
 
 
@@ -98,12 +83,6 @@ def _html(lines: list[str]) -> str:
         body.append("</table>")
     style = "body{font-family:sans-serif;max-width:1000px;margin:2em auto}td{border:1px solid #ccc;padding:2px 6px}"
     return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{''.join(body)}</body></html>"
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def run(cfg) -> dict:

@@ -11,17 +11,29 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 
 
-def write_json_atomic(path: str | Path, payload) -> Path:
-    """Write JSON to a temp file beside ``path`` and rename it over ``path`` (never a half-written file)."""
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write text to a temp file beside ``path`` and rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as handle:
-        json.dump(payload, handle, indent=1, default=_jsonable)
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     return path
+
+
+def write_json_atomic(path: str | Path, payload) -> Path:
+    """Write JSON atomically (see ``write_text_atomic``): never a half-written file."""
+    return write_text_atomic(path, json.dumps(payload, indent=1, default=_jsonable))
+
+
+def output_dir(cfg) -> Path:
+    """The run directory (Hydra's output dir), created when missing."""
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def read_json(path: str | Path):

@@ -41,7 +41,7 @@ def check_binary_mask(raw: dict, where: str) -> None:
         for layer, row in enumerate(layers):
             for head, value in enumerate(row):
                 if isinstance(value, bool) or value not in (0, 1):
-                    raise ConfigError(f"{where}: group {group} layer {layer + 1} head {head + 1} has {value!r}; "
+                    raise ConfigError(f"{where}: group {group} layer {layer} head {head} has {value!r} (0-based ids); "
                                       "a mask holds 0 (pruned) or 1 (kept)")
 
 

@@ -1,4 +1,4 @@
-"""Paired significance tests between a baseline and masked systems: bootstrap for accuracy, BLEU and perplexity.
+"""Paired significance tests between a baseline and masked systems (bootstrap for accuracy, BLEU and perplexity), and correlations.
 
 Both follow Koehn (2004) as sacrebleu and Moses implement it: resample the evaluation set with
 replacement ``n_samples`` times (the same indices for both systems), take the absolute score
@@ -135,16 +135,13 @@ def paired_bootstrap_bleu(baseline_hyps, systems_hyps, references, n_samples: in
     return out
 
 
-def paired_test(metric: str, baseline, systems, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01):
-    """Dispatch on the task's metric: ``baseline``/``systems`` are EvalResults (per_example filled in)."""
-    if metric == "accuracy":
-        return paired_bootstrap_accuracy(baseline.per_example["correct"], [s.per_example["correct"] for s in systems],
-                                         n_samples=n_samples, seed=seed, alpha=alpha)
-    if metric == "bleu":
-        return paired_bootstrap_bleu(baseline.per_example["hypotheses"], [s.per_example["hypotheses"] for s in systems],
-                                     baseline.per_example["references"], n_samples=n_samples, seed=seed, alpha=alpha)
-    if metric == "perplexity":
-        return paired_bootstrap_perplexity(baseline.per_example["nll"], baseline.per_example["tokens"],
-                                           [s.per_example["nll"] for s in systems], [s.per_example["tokens"] for s in systems],
-                                           n_samples=n_samples, seed=seed, alpha=alpha)
-    raise ValueError(f"no paired test for metric {metric!r}; expected 'accuracy', 'bleu' or 'perplexity'")
+def correlation(first: dict, second: dict) -> dict:
+    """Pearson r between the per-head differences of two ablation results (paper section 3.4)."""
+    a = np.concatenate([np.asarray(first["delta"][g], dtype=float).ravel() for g in first["delta"]])
+    b = np.concatenate([np.asarray(second["delta"][g], dtype=float).ravel() for g in first["delta"]])
+    if a.std() == 0 or b.std() == 0:
+        return {"pearson_r": float("nan"), "p_value": float("nan"), "splits": [first["split"], second["split"]]}
+    from scipy.stats import pearsonr
+
+    r, p = pearsonr(a, b)
+    return {"pearson_r": float(r), "p_value": float(p), "splits": [first["split"], second["split"]]}

@@ -63,8 +63,8 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_pass(model, batches, device, clock: str = "wall") -> float:
-    """Seconds for one forward pass over ``batches`` (device synchronised before and after).
+def time_pass(call, batches, device, clock: str = "wall") -> float:
+    """Seconds for one ``call(batch)`` (e.g. a forward pass) over ``batches`` (device synchronised before and after).
 
     ``clock="process"`` counts this process's CPU seconds instead of wall-clock seconds: on a CPU
     shared with other jobs and one intra-op thread it measures the work, not the waiting.
@@ -73,22 +73,22 @@ def time_pass(model, batches, device, clock: str = "wall") -> float:
     _sync(device)
     start = timer()
     for batch in batches:
-        model(**batch)
+        call(batch)
     _sync(device)
     return timer() - start
 
 
-def compare_throughput(models: dict, batches: list[dict], warmup: int = 2, repeats: int = 5, device="cpu", clock: str = "wall",
+def compare_throughput(calls: dict, batches: list[dict], warmup: int = 2, repeats: int = 5, device="cpu", clock: str = "wall",
                        max_seconds: float = 0.0, tolerance: float = 0.0, max_repeats: int | None = None) -> dict:
-    """{name: {examples_per_s (median), spread (std), min, max, seconds[]}} for each model on the same batches.
+    """{name: {examples_per_s (median), spread (std), min, max, seconds[]}} for each ``call(batch)`` on the same batches.
 
-    The models alternate repeat by repeat. After ``repeats`` rounds, two models keep being timed
+    The calls alternate repeat by repeat. After ``repeats`` rounds, two calls keep being timed
     until the gain of the second over the first is known to +- ``tolerance`` (95% interval
     half-width), ``max_seconds`` have passed or ``max_repeats`` rounds were run.
     """
     examples = sum(b["input_ids"].shape[0] for b in batches)
-    times = {name: [] for name in models}
-    names = list(models)
+    times = {name: [] for name in calls}
+    names = list(calls)
     limit = max(repeats, max_repeats or repeats)
     start = time.perf_counter()
 
@@ -101,11 +101,11 @@ def compare_throughput(models: dict, batches: list[dict], warmup: int = 2, repea
     with torch.inference_mode():
         for name in names:
             for _ in range(warmup):
-                time_pass(models[name], batches[:max(1, min(len(batches), 4))], device)
+                time_pass(calls[name], batches[:max(1, min(len(batches), 4))], device)
         r = 0
         while r < repeats or (r < limit and time.perf_counter() - start < max_seconds and not tight()):
             for name in (names if r % 2 == 0 else names[::-1]):  # alternate who goes first
-                times[name].append(time_pass(models[name], batches, device, clock))
+                times[name].append(time_pass(calls[name], batches, device, clock))
             r += 1
     out = {}
     for name, seconds in times.items():

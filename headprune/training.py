@@ -1,8 +1,6 @@
-"""Training plumbing shared by the tasks: logger, trainer, fit-and-save."""
+"""Training plumbing shared by the tasks: trainer, fit-and-save."""
 from __future__ import annotations
 
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -11,39 +9,8 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
-from headprune.results import model_fingerprint, results_payload, write_json_atomic
-from headprune.validation import LOGGER_KINDS
-
-
-
-def output_dir(cfg) -> Path:
-    """The run directory (Hydra's output dir)."""
-    return Path(cfg.paths.output_dir)
-
-
-def build_logger(cfg):
-    """The configured Lightning logger: W&B (offline by default), CSV, or none (False)."""
-    kind = cfg.logger.kind if cfg.get("logger") else "none"
-    if kind not in LOGGER_KINDS:
-        raise ValueError(f"logger.kind must be one of {LOGGER_KINDS}, got {kind!r} (choose with logger=wandb|csv|none)")
-    out = output_dir(cfg)
-    if kind == "none":
-        return False
-    if kind == "csv":
-        from lightning.pytorch.loggers import CSVLogger
-
-        return CSVLogger(save_dir=str(out), name="csv")
-    from lightning.pytorch.loggers import WandbLogger
-
-    os.environ.setdefault("WANDB_MODE", cfg.logger.mode)
-    return WandbLogger(
-        project=cfg.logger.project,
-        entity=cfg.logger.get("entity"),
-        save_dir=str(out),
-        mode=cfg.logger.mode,
-        tags=list(cfg.logger.get("tags") or []),
-        config=OmegaConf.to_container(cfg, resolve=True),
-    )
+from headprune.loggers import build_logger, finish_wandb
+from headprune.results import model_fingerprint, output_dir, results_payload, write_json_atomic
 
 
 def _callbacks_from_config(cfg) -> list:
@@ -57,16 +24,16 @@ def _callbacks_from_config(cfg) -> list:
 
 def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
     """A Trainer from ``cfg.trainer`` with per-epoch checkpoints in ``<output_dir>/checkpoints``."""
-    ckpt_cfg = (cfg.get("callbacks") or {}).get("checkpoint") or {}
+    ckpt_cfg = cfg.callbacks.checkpoint  # conf/callbacks/default.yaml
     checkpoint = ModelCheckpoint(
         dirpath=str(output_dir(cfg) / "checkpoints"),
         filename="epoch{epoch:03d}-step{step}",
         auto_insert_metric_name=False,
         save_last=True,
-        every_n_epochs=ckpt_cfg.get("every_n_epochs", 1) if not ckpt_cfg.get("every_n_train_steps") else None,
-        every_n_train_steps=ckpt_cfg.get("every_n_train_steps"),
-        save_top_k=ckpt_cfg.get("save_top_k", -1),
-        monitor=ckpt_cfg.get("monitor"),
+        every_n_epochs=ckpt_cfg.every_n_epochs if not ckpt_cfg.every_n_train_steps else None,
+        every_n_train_steps=ckpt_cfg.every_n_train_steps,
+        save_top_k=ckpt_cfg.save_top_k,
+        monitor=ckpt_cfg.monitor,
     )
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     return L.Trainer(
@@ -110,12 +77,5 @@ def fit(cfg, module, datamodule, callbacks=()) -> dict:
         )
         payload["model_dir"] = str(model_dir)
         write_json_atomic(output_dir(cfg) / "results.json", payload)
-    _finish_wandb(trainer)
+    finish_wandb()
     return metrics
-
-
-def _finish_wandb(trainer) -> None:
-    """Close the W&B run so that multirun jobs do not share one."""
-    wandb = sys.modules.get("wandb")  # never import wandb just to close it (logger=csv|none)
-    if wandb is not None and wandb.run is not None:
-        wandb.finish()

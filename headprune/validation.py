@@ -12,12 +12,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headprune.checks import ConfigError, choice, fractions, integer, number, string_list
+from headprune.loggers import LOGGER_KINDS
 from headprune.saved_files import check_mask_file, check_saved_results, read_json_file
 
 NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
 MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
 CLOCKS = ("wall", "process")
-LOGGER_KINDS = ("wandb", "csv", "none")
 TRAINING_RUNS = ("headprune.tasks.mt.train", "headprune.tasks.nli.finetune")
 DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
 NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.report.run")
@@ -32,7 +32,7 @@ def check_bootstrap(section, prefix: str) -> None:
 
 
 def check_prune(prune, heads: int | None) -> None:
-    from headprune.ordering import ORDERS
+    from headprune.experiments.orders import ORDERS
 
     for order in string_list(prune.get("order"), "prune.order"):
         choice(order, "prune.order", ORDERS)
@@ -179,16 +179,13 @@ def heads_per_layer(model_cfg) -> int | None:
 
 def check_data(cfg, check_files: bool = True) -> None:
     """The data settings, and (``check_files``) every split's files: present, UTF-8, aligned."""
-    from headprune.experiments.common import task_kind
+    from headprune.tasks.registry import task_spec
 
     try:
-        kind = task_kind(cfg)
+        name = task_spec(cfg).name
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if kind == "mt":
-        check_mt_data(cfg.data, check_files)
-    else:
-        check_nli_data(cfg.data, check_files)
+    DATA_CHECKS[name](cfg.data, check_files)
 
 
 def check_mt_data(data, check_files: bool) -> None:
@@ -248,6 +245,23 @@ def training_config(cfg):
 # ---- the whole config ---------------------------------------------------------------------------
 
 
+def check_lm_data(data, check_files: bool) -> None:
+    """Language-modelling data: positive limits, and (local files) every split's texts readable before any work."""
+    for split, limit in dict(data.get("limits") or {}).items():
+        if limit is not None:
+            integer(limit, f"data.limits.{split}", low=1)
+    if check_files and data.get("source") in ("local", "synthetic"):
+        from headprune.data.lm import load_texts
+
+        try:
+            load_texts(data)
+        except (ValueError, OSError) as err:
+            raise ConfigError(f"data={data.get('name')}: {err}") from None
+
+
+DATA_CHECKS = {"nli": check_nli_data, "mt": check_mt_data, "lm": check_lm_data}  # task name -> its data check
+
+
 def validate(cfg) -> None:
     """Check a composed experiment config before any work; the first problem is a ConfigError naming the setting."""
     run = str(cfg.get("run"))
@@ -287,4 +301,3 @@ def validate(cfg) -> None:
         check_bootstrap(cfg.study, "study")
         check_selection(cfg, "study")
         check_saved_results(Path(str(cfg.paths.output_dir)))
-

@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NLI = ["model=tiny_bert", "data=nli_synthetic", "data.synthetic.train_size=240", "data.synthetic.eval_size=60",
        "data.synthetic.mismatched_size=40", "data.importance_size=40", "data.batch_size=16"]
 MT = ["model=tiny_marian", "data=mt_synthetic", "data.synthetic.sizes.train=300", "data.synthetic.sizes.valid=16",
-      "data.synthetic.sizes.test=16", "data.importance.size=32", "data.tokenizer.vocab_size=300", "+task.beam_size=1",
-      "+task.len_extra=2", "+task.len_ratio=1.0"]
+      "data.synthetic.sizes.test=16", "data.importance.size=32", "data.tokenizer.vocab_size=300", "task.beam_size=1",
+      "task.len_extra=2", "task.len_ratio=1.0"]
 FAST = ["logger=none", "ablate.n_samples=200"]
 
 
@@ -49,15 +49,15 @@ def task_fixtures(task_name: str):
     @pytest.fixture(scope="module")
     def task(tmp_path_factory):
         torch.set_num_threads(1)
-        from headprune.experiments import common
+        from headprune.tasks import registry
 
-        return common.load_task(make_cfg(tmp_path_factory.mktemp("task"), "ablate", task_name))
+        return registry.load_task(make_cfg(tmp_path_factory.mktemp("task"), "ablate", task_name))
 
     @pytest.fixture
     def shared_task(task, monkeypatch):
-        from headprune.experiments import common
+        from headprune.tasks import registry
 
-        monkeypatch.setattr(common, "load_task", lambda cfg: task)
+        monkeypatch.setattr(registry, "load_task", lambda cfg: task)
         return task
 
     return task, shared_task

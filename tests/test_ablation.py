@@ -17,7 +17,7 @@ def _tiny(kind: str, attn: str):
         config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                                intermediate_size=64, num_labels=3, pad_token_id=1)
         model = RobertaForSequenceClassification(config)
-    model.config._attn_implementation_internal = attn
+    model.set_attn_implementation(attn)
     return model.eval()
 
 

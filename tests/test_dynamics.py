@@ -63,7 +63,7 @@ def test_offline_analysis_equals_live_callback(interrupted_run, tmp_path):
     assert (out / "dynamics_importance.png").stat().st_size > 10_000
     _headprune("experiment=report", f"run_dir={out}", f"hydra.run.dir={tmp_path / 'report'}")
     report = (out / "report.md").read_text()
-    assert "| epoch | unpruned |" in report and "dynamics_pruning_curves.png" in report
+    assert "| epoch | unpruned accuracy |" in report and "dynamics_pruning_curves.png" in report
     assert (out / "report.html").exists()
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from headprune.experiments import ablate, common, keep_one, prune, speed, study
+from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
 from experiment_helpers import make_cfg, results, task_fixtures
 
 TASK = "mt"
@@ -56,6 +56,9 @@ def test_study(tmp_path, monkeypatch):
 
 def test_evaluate_many_reports_every_batch(shared_task):
     """The progress callback sees each test sentence once per call."""
+    from headprune.tasks.base import Task
+
+    assert isinstance(shared_task, Task) and shared_task.name == TASK
     seen = []
     shared_task.evaluate_many([None, None], split="eval", on_batch=seen.append)
-    assert sum(seen) == common.split_size(shared_task, "eval")
+    assert sum(seen) == evaluation.split_size(shared_task, "eval")

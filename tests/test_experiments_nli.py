@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from headprune.experiments import ablate, common, keep_one, prune, speed, study
-from experiment_helpers import make_cfg, results, task_fixtures
+from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
+from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
 TASK = "nli"
 
@@ -81,7 +82,10 @@ def test_speed_and_mask_file(shared_task, tmp_path):
 ])
 def test_bad_input_fails_before_work(tmp_path, experiment, override, message, monkeypatch):
     calls = []
-    monkeypatch.setattr(common, "evaluate_many", lambda *a, **k: calls.append(1))
+    from headprune.tasks.nli import NLIModule
+
+    monkeypatch.setattr(NLIModule, "evaluate_many", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(NLIModule, "evaluate", lambda *a, **k: calls.append(1))
     cfg = make_cfg(tmp_path, experiment, TASK, override)
     runner = {"prune": prune.run, "ablate": ablate.run, "speed": speed.run}[experiment]
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
@@ -96,7 +100,7 @@ def test_mask_file_for_another_model(shared_task, tmp_path):
         speed.run(cfg)
     (tmp_path / "soft.json").write_text(json.dumps({"mask": {"enc_self": [[1, 0.5, 1, 1], [1] * 4]}}))
     cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'soft.json'}")
-    with pytest.raises(ValueError, match=r"0.5 at layer 0, head 1 .*expected 0 \(remove the head\) or 1"):
+    with pytest.raises(ValueError, match=r"layer 0 head 1 has 0.5 \(0-based ids\); a mask holds 0 \(pruned\) or 1 \(kept\)"):
         speed.run(cfg)
     (tmp_path / "other.json").write_text(json.dumps({"model_fingerprint": "0123456789abcdef", "mask": {"enc_self": [[1] * 4] * 2}}))
     cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'other.json'}")
@@ -112,7 +116,8 @@ def test_study_resumes(tmp_path):
     payload = results(tmp_path)
     res = payload["results"]
     assert {"ablate", "keep_one", "prune", "speed", "scores"} <= set(res) and payload["inputs"]["data"] == "nli_synthetic"
-    assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random", "importance (re-estimated)"}
+    assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random", "importance (re-estimated)",
+                                         "entropy (re-estimated)"}
     assert "correlation" in res["ablate"]
     assert {"ablate_eval.png", "keep_one.png", "prune.png", "speed.png"} <= set(payload["figures"])
     stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").iterdir()}
@@ -147,6 +152,29 @@ def test_evaluate_many_reports_every_batch(shared_task):
     masks[1]["enc_self"][0, 0] = 0
     seen = []
     direct = shared_task.evaluate_many(masks, split="eval", on_batch=seen.append)
-    assert sum(seen) == common.split_size(shared_task, "eval")
-    chunked = common.evaluate_many(shared_task, masks, "eval", chunk=3, progress=True)
+    assert sum(seen) == evaluation.split_size(shared_task, "eval")
+    chunked = evaluation.evaluate_many(shared_task, masks, "eval", chunk=3, progress=True)
     assert [r.per_example for r in chunked] == [r.per_example for r in direct]
+
+
+def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
+    """Re-estimation under an all-ones mask gives the unmasked scores; its first greedy step is the fixed order's."""
+    from omegaconf import OmegaConf
+
+    from headprune.experiments.orders import ORDERS, OrderSettings
+    from headprune.ordering import masks_for_fractions
+
+    settings = OrderSettings(importance=OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
+    groups = list(shared_task.gates.groups)
+    reestimable = [name for name, order in ORDERS.items() if order.reestimable]
+    assert {"importance", "entropy"} <= set(reestimable)
+    for name in reestimable:
+        fixed = ORDERS[name].scores(shared_task, settings)
+        under_ones = ORDERS[name].scores(shared_task, settings, mask=shared_task.gates.ones())
+        for group in fixed:
+            assert torch.allclose(fixed[group].float(), under_ones[group].float(), atol=1e-6)
+        first = prune.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, progress=False)[0]
+        expected = masks_for_fractions(fixed, shared_task.gates.groups, [0.25])[0]
+        assert all(torch.equal(first[g], expected[g]) for g in groups)
+    with pytest.raises(ValueError, match="cannot be re-estimated"):
+        ORDERS["ablation"].scores(shared_task, settings, mask=shared_task.gates.ones())

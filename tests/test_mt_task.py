@@ -34,7 +34,7 @@ def one_thread():
 def task(one_thread, tmp_path_factory):
     from headprune.tasks.mt import load_translation_task
 
-    _, module = load_translation_task(mt_cfg(tmp_path_factory.mktemp("task")))
+    module = load_translation_task(mt_cfg(tmp_path_factory.mktemp("task")))
     return module
 
 
@@ -140,7 +140,7 @@ def test_train_save_and_reload_in_a_fresh_process_reproduces_bleu(tmp_path):
         "from headprune.tasks.mt import load_translation_task\n"
         f"with initialize_config_dir(config_dir={CONF!r}, version_base='1.3'):\n"
         f"    cfg = compose('config', overrides={['experiment=mt_train', 'model=tiny_marian', *SMALL]!r} + ['model.pretrained=' + sys.argv[1], 'paths.output_dir=/tmp', 'paths.data_dir=/tmp'])\n"
-        "_, task = load_translation_task(cfg)\n"
+        "task = load_translation_task(cfg)\n"
         "r = task.evaluate()\n"
         "print(json.dumps({'bleu': r.score, 'hyps': r.per_example['hypotheses']}))\n"
     )
@@ -160,8 +160,8 @@ def test_checkpoint_reload_matches_the_saved_model(tmp_path):
     cfg = mt_cfg(tmp_path)
     train(cfg)
     ckpt = sorted((tmp_path / "checkpoints").glob("epoch000*.ckpt"))[0]
-    _, from_ckpt = load_translation_task(mt_cfg(tmp_path, f"model.pretrained={ckpt}"))
-    _, from_dir = load_translation_task(mt_cfg(tmp_path, f"model.pretrained={tmp_path / 'model'}"))
+    from_ckpt = load_translation_task(mt_cfg(tmp_path, f"model.pretrained={ckpt}"))
+    from_dir = load_translation_task(mt_cfg(tmp_path, f"model.pretrained={tmp_path / 'model'}"))
     assert from_ckpt.translate(beam_size=2) == from_dir.translate(beam_size=2)
 
 

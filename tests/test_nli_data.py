@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,6 +41,20 @@ GLUE_HEADER = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
                "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
 
 
+def data_values(values: dict) -> dict:
+    """``values`` over conf/data/nli_local.yaml (and nli_<source>.yaml), as a composed config holds them."""
+    from omegaconf import OmegaConf
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "data"
+    base = OmegaConf.load(conf / "nli_local.yaml")
+    base.dir = None  # ${paths.data_dir} exists only in a composed config
+    if values.get("source") in ("hub", "synthetic"):
+        extra = OmegaConf.load(conf / f"nli_{values['source']}.yaml")
+        extra.pop("defaults")
+        base = OmegaConf.merge(base, extra)
+    return OmegaConf.to_container(OmegaConf.merge(base, values))
+
+
 def _write_glue_tsv(path, rows):
     lines = ["\t".join(GLUE_HEADER)]
     for i, r in enumerate(rows):
@@ -52,7 +67,7 @@ def _write_glue_tsv(path, rows):
 def _local(tmp_path, tokenizer, **kw):
     values = {"source": "local", "dir": str(tmp_path), "importance_size": 4, "batch_size": 4, "eval_batch_size": 5}
     values.update(kw)
-    return NLIDataModule(NLIDataConfig.from_cfg(values), tokenizer)
+    return NLIDataModule(NLIDataConfig.from_cfg(data_values(values)), tokenizer)
 
 
 def test_jsonl_gzip_and_label_ids(tmp_path):
@@ -108,11 +123,11 @@ def test_missing_split_says_which_file(tmp_path, tokenizer):
 
 def test_bad_settings_are_rejected():
     with pytest.raises(NLIDataError, match=r"data.source='web' is not one of"):
-        NLIDataConfig.from_cfg({"source": "web"})
+        NLIDataConfig.from_cfg(data_values({"source": "web"}))
     with pytest.raises(NLIDataError, match=r"data.limit_train must be a positive integer or null"):
-        NLIDataConfig.from_cfg({"source": "synthetic", "limit_train": -5})
+        NLIDataConfig.from_cfg(data_values({"source": "synthetic", "limit_train": -5}))
     with pytest.raises(NLIDataError, match=r"unknown data setting\(s\) \['batchsize'\]"):
-        NLIDataConfig.from_cfg({"source": "synthetic", "batchsize": 8})
+        NLIDataConfig.from_cfg(data_values({"source": "synthetic", "batchsize": 8}))
 
 
 def test_local_splits_limits_and_importance_holdout(tmp_path, tokenizer):
@@ -135,8 +150,8 @@ def test_local_splits_limits_and_importance_holdout(tmp_path, tokenizer):
 
 
 def test_dynamic_padding_and_eval_loader_order(tokenizer):
-    dm = NLIDataModule(NLIDataConfig.from_cfg({"source": "synthetic", "importance_size": 10, "eval_batch_size": 64,
-                                               "synthetic": {"seed": 1, "train_size": 90, "eval_size": 60, "mismatched_size": 30}}), tokenizer)
+    dm = NLIDataModule(NLIDataConfig.from_cfg(data_values({"source": "synthetic", "importance_size": 10, "eval_batch_size": 64,
+                                               "synthetic": {"seed": 1, "train_size": 90, "eval_size": 60, "mismatched_size": 30}})), tokenizer)
     seen = []
     for batch in dm.loader("eval"):
         lengths = batch["attention_mask"].sum(1)
@@ -182,7 +197,7 @@ def test_hub_source_maps_glue_splits(monkeypatch, tokenizer):
                 "label": [["entailment", "neutral", "contradiction"].index(r["label"]) for r in rows]}
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    dm = NLIDataModule(NLIDataConfig.from_cfg({"source": "hub", "importance_size": 5}), tokenizer)
+    dm = NLIDataModule(NLIDataConfig.from_cfg(data_values({"source": "hub", "importance_size": 5})), tokenizer)
     dm.setup()
     assert ("nyu-mll/glue", "mnli", "validation_mismatched") in asked
     assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 25, "importance": 5, "eval": 6, "eval_mismatched": 6}

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from headprune.ordering import (check_fractions, check_groups, check_order, fraction_grid, greedy_mask, masks_for_fractions,
+from headprune.ordering import (check_fractions, check_groups, fraction_grid, greedy_mask, masks_for_fractions,
                                 random_scores, ranked_heads)
+from headprune.experiments.orders import check_order
 from headprune.significance import paired_bootstrap_accuracy, paired_bootstrap_bleu
 
 

@@ -54,7 +54,7 @@ def _models_and_batches():
     gen = torch.Generator().manual_seed(0)
     batches = [{"input_ids": torch.randint(3, 100, (16, 48), generator=gen), "attention_mask": torch.ones(16, 48, dtype=torch.long)}
                for _ in range(2)]
-    return {"original": original, "pruned": pruned}, batches
+    return {name: (lambda batch, m=m: m(**batch)) for name, m in (("original", original), ("pruned", pruned))}, batches
 
 
 def test_adaptive_repeats_stop_when_tight_or_at_the_cap():
@@ -92,7 +92,7 @@ def test_busy_cpu_never_gives_a_confident_wrong_sign():
 def test_tables_show_inconclusive_instead_of_a_number():
     """The docs table, the run's table and the figure say "inconclusive" where the verdict does; old rows keep numbers."""
     from headprune.docs_tables import speed_table as docs_speed_table
-    from headprune.experiments.speed import speed_table
+    from headprune.render import speed_rows as speed_table
     from headprune.plots import speed_bars
 
     timing = {"examples_per_s": 10.0, "spread": 1.0}

@@ -20,9 +20,8 @@ class Captured(Exception):
 def test_study_prunes_by_the_ablation_split(tmp_path, shared_task, monkeypatch, ablation_split):
     seen = {}
 
-    def prune_stage(task, orders, fractions, groups, min_per_layer, reestimate, icfg, split, seed, shared, ablation_split, n_samples,
-                    **kwargs):
-        seen.update(split=split, ablation_split=ablation_split, deltas=shared.get("ablation_deltas"))
+    def prune_stage(task, orders, fractions, settings, groups, min_per_layer, reestimate, split, shared, **kwargs):
+        seen.update(split=split, ablation_split=settings.ablation_split, deltas=shared.get("ablation_deltas"))
         raise Captured
 
     monkeypatch.setattr(study, "prune_stage", prune_stage)

@@ -8,7 +8,6 @@ dynamically; training batches group examples of similar length.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import lightning as L
 import torch

@@ -1,7 +1,7 @@
 """The NLI data settings (``cfg.data``), checked without reading any data (no torch or Lightning import)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass
 
 from headprune.data.nli_files import NLIDataError
 
@@ -12,28 +12,28 @@ REQUIRED = ("train", "eval")
 
 @dataclass
 class NLIDataConfig:
-    """Everything the datamodule reads from ``cfg.data``."""
+    """Everything the datamodule reads from ``cfg.data`` (values in conf/data/nli_*.yaml, none repeated here)."""
 
-    source: str = "synthetic"
-    dir: str | None = None  # local: the directory with one file per split
-    files: dict = field(default_factory=lambda: {"train": "train", "eval": "dev_matched", "eval_mismatched": "dev_mismatched"})
-    hub_path: str = "nyu-mll/glue"
-    hub_name: str = "mnli"
-    hub_splits: dict = field(default_factory=lambda: {"train": "train", "eval": "validation_matched", "eval_mismatched": "validation_mismatched"})
-    synthetic: dict = field(default_factory=lambda: {"seed": 0, "train_size": 3000, "eval_size": 600, "mismatched_size": 600})
-    max_length: int = 128
-    batch_size: int = 32
-    eval_batch_size: int = 128
-    limit_train: int | None = None  # examples of train kept after the importance subset is set aside
-    limit_eval: int | None = None  # examples of each evaluation split (the first ones in file order)
-    importance_size: int = 2000
-    importance_holdout: bool = True  # remove the importance subset from the training examples
-    importance_batch_size: int = 32
-    group_by_length: bool = True
-    megabatch: int = 50  # length grouping sorts within windows of megabatch * batch_size examples
-    seed: int = 0
-    num_workers: int = 0
-    name: str | None = None
+    name: str | None
+    source: str  # local | hub | synthetic
+    dir: str | None  # local: the directory with one file per split
+    files: dict  # split -> file stem (local)
+    max_length: int
+    batch_size: int
+    eval_batch_size: int
+    limit_train: int | None  # examples of train kept after the importance subset is set aside
+    limit_eval: int | None  # examples of each evaluation split (the first ones in file order)
+    importance_size: int
+    importance_holdout: bool  # remove the importance subset from the training examples
+    importance_batch_size: int
+    group_by_length: bool
+    megabatch: int  # length grouping sorts within windows of megabatch * batch_size examples
+    seed: int
+    num_workers: int
+    hub_path: str | None = None  # hub only (conf/data/nli_hub.yaml)
+    hub_name: str | None = None
+    hub_splits: dict | None = None
+    synthetic: dict | None = None  # synthetic only (conf/data/nli_synthetic.yaml): seed and split sizes
 
     @classmethod
     def from_cfg(cls, cfg) -> "NLIDataConfig":
@@ -45,6 +45,9 @@ class NLIDataConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise NLIDataError(f"unknown data setting(s) {unknown}; the NLI data settings are {sorted(known)}")
+        missing = sorted(k for k, f in cls.__dataclass_fields__.items() if k not in values and f.default is MISSING)
+        if missing:
+            raise NLIDataError(f"data setting(s) {missing} missing: start the data config from conf/data/nli_local.yaml")
         out = cls(**values)
         out.check()
         return out
@@ -52,6 +55,9 @@ class NLIDataConfig:
     def check(self) -> None:
         if self.source not in SOURCES:
             raise NLIDataError(f"data.source={self.source!r} is not one of {list(SOURCES)}")
+        needs = {"hub": ("hub_path", "hub_name", "hub_splits"), "synthetic": ("synthetic",)}.get(self.source, ())
+        if any(getattr(self, key) is None for key in needs):
+            raise NLIDataError(f"data.source={self.source} needs data.{', data.'.join(needs)} (conf/data/nli_{self.source}.yaml)")
         if self.source == "local" and not self.dir:
             raise NLIDataError("data.source=local needs data.dir (a directory with train.jsonl[.gz] / dev_matched.jsonl or GLUE TSVs)")
         for key in ("batch_size", "eval_batch_size", "importance_batch_size", "max_length", "megabatch"):

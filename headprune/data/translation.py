@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -239,9 +238,6 @@ class TranslationDataModule(L.LightningDataModule):
         sub_src, sub_tgt = [src[i] for i in chosen], [tgt[i] for i in chosen]
         order = token_batches([len(s) for s in sub_src], [len(t) for t in sub_tgt], int(self.cfg.importance.max_tokens), shuffle=False)
         return [collate([sub_src[i] for i in idx], [sub_tgt[i] for i in idx], self.pad_id, self.start_id) for idx in order]
-
-    def steps_per_epoch(self) -> int:
-        return max(1, len(self.train_set))
 
     def references(self, split: str) -> list[str]:
         return self.split_texts(split)[1]

@@ -8,9 +8,9 @@ import torch
 from omegaconf import OmegaConf
 
 from headprune.dynamics import take_snapshot, with_stability
-from headprune.experiments.common import load_task
 from headprune.dynamics_plots import importance_over_time, pruning_curves_by_epoch
-from headprune.results import read_json, results_payload, write_json_atomic
+from headprune.results import results_payload, write_json_atomic
+from headprune.tasks import registry
 
 EPOCH_FILE = re.compile(r"epoch(\d+)-step(\d+)\.ckpt$")
 
@@ -57,7 +57,7 @@ def analyse_checkpoints(cfg) -> list[dict]:
     ckpt_dir = Path(cfg.ckpt_dir)
     checkpoints = epoch_checkpoints(ckpt_dir)
     train_cfg = training_config(ckpt_dir, cfg)
-    task = load_task(train_cfg)
+    task = registry.load_task(train_cfg)
     settings = cfg.dynamics
     snapshots = []
     from tqdm.auto import tqdm
@@ -87,8 +87,3 @@ def run(cfg) -> dict:
         print(f"epoch {snap['epoch'] + 1:3d}: unpruned {snap['unpruned']:.2f}  at {100 * snap['fractions'][index]:.0f}% pruned "
               f"{snap['scores'][index]:.2f}  prunable {100 * snap['prunable_fraction']:.0f}%")
     return {"snapshots": snapshots}
-
-
-def live_history(run_dir: str | Path) -> list[dict]:
-    """The snapshots that the live callback wrote into a training run directory."""
-    return read_json(Path(run_dir) / "dynamics.json")["snapshots"]

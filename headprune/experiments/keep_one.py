@@ -7,10 +7,14 @@ that scores highest on the *selection* split when it alone is kept; the drop is 
 from __future__ import annotations
 
 from headprune.ablation import keep_one_masks
-from headprune.experiments import common
+from headprune.experiments.evaluation import check_split, evaluate_many, selection_split
+from headprune.experiments.rundir import write_results
+from headprune.loggers import log_run
 from headprune.ordering import check_groups
 from headprune.plots import keep_one_bars
-from headprune.significance import paired_test
+from headprune.render import keep_one_rows
+from headprune.results import output_dir
+from headprune.tasks import registry
 
 
 def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_samples: int = 1000, seed: int = 0,
@@ -21,7 +25,7 @@ def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_sam
     layers = [(g, l) for g in groups for l in range(shape[g][0])]
     candidates = [m for g, l in layers for m in keep_one_masks(shape, g, l)]
     selection_base = task.evaluate(None, split=selection)
-    chosen_scores = common.evaluate_many(task, candidates, selection, desc=f"keep_one select ({selection})", progress=progress)
+    chosen_scores = evaluate_many(task, candidates, selection, desc=f"keep_one select ({selection})", progress=progress)
     best, masks, start = [], [], 0
     for group, layer in layers:
         n_heads = shape[group][1]
@@ -31,8 +35,8 @@ def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_sam
         masks.append(candidates[start + head])
         start += n_heads
     base = base or task.evaluate(None, split=split)
-    results = common.evaluate_many(task, masks, split, desc=f"keep_one eval ({split})", progress=progress)
-    tests = paired_test(task.metric, base, results, n_samples=n_samples, seed=seed, alpha=alpha)
+    results = evaluate_many(task, masks, split, desc=f"keep_one eval ({split})", progress=progress)
+    tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, alpha=alpha)
     rows = []
     for (group, layer, head, scores), res, test in zip(best, results, tests):
         rows.append({"group": group, "layer": layer, "best_head": head, "selection_score": scores[head],
@@ -42,29 +46,23 @@ def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_sam
             "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha}, "rows": rows}
 
 
-def keep_one_table(result: dict) -> tuple[list[str], list[list]]:
-    columns = ["group", "layer", "best_head", "score", "delta", "p_value", "significant"]
-    return columns, [[r["group"], r["layer"] + 1, r["best_head"] + 1, r["score"], r["delta"], r["p_value"], r["significant"]]
-                     for r in result["rows"]]
-
-
 def run(cfg) -> dict:
     """Keep only the best head per layer; write results.json, a bar chart and log to W&B."""
     settings = cfg.keep_one
-    task = common.load_task(cfg)
-    selection = common.selection_split(task, settings.get("selection_split"))
+    task = registry.load_task(cfg)
+    selection = selection_split(task, settings.get("selection_split"))
     split = str(settings.split)
     if selection == split:
         raise ValueError(f"keep_one.selection_split and keep_one.split are both {split!r}: choose the head on other data")
-    common.check_split(task, split)
-    common.check_split(task, selection, "selection")
+    check_split(task, split)
+    check_split(task, selection, "selection")
     groups = check_groups(settings.get("groups"), task.gates.groups)
     result = keep_one_stage(task, selection, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha))
-    out = common.output_dir(cfg)
+    out = output_dir(cfg)
     figure = keep_one_bars(result["rows"], out / "keep_one.png", f"Keep only the best head per layer ({cfg.model.name}, {split})",
                            f"{result['metric']} difference")
     for r in result["rows"]:
         print(f"{r['group']} layer {r['layer'] + 1}: keep head {r['best_head'] + 1} -> {r['delta']:+.2f} (p={r['p_value']:.3f})")
-    common.write_results(cfg, "keep_one", result, task, split, inputs={"selection_split": selection}, figures=[figure])
-    common.log_run(cfg, "keep_one", result, {"keep_one": keep_one_table(result)}, [figure])
+    write_results(cfg, "keep_one", result, task, split, inputs={"selection_split": selection}, figures=[figure])
+    log_run(cfg, "keep_one", result, {"keep_one": keep_one_rows(result)}, [figure])
     return {"objective": result["base_score"], **result}

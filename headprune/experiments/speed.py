@@ -11,17 +11,23 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from headprune.ablation import _attn_implementation
+from headprune.ablation import attention_implementation
 from headprune.counting import model_cost
-from headprune.experiments import common
+from headprune.experiments.evaluation import check_split, examples_differing, swapped_model
+from headprune.experiments.orders import ORDERS
+from headprune.experiments.prune import order_settings
+from headprune.experiments.rundir import mask_from_json, mask_to_json, write_results
 from headprune.heads import HeadGates
+from headprune.loggers import log_run
 from headprune.ordering import check_fractions, heads_removed, masks_for_fractions
 from headprune.plots import speed_bars
 from headprune.pruning import prune_mask
-from headprune.results import model_fingerprint, read_json
+from headprune.render import speed_rows
+from headprune.results import model_fingerprint, output_dir, read_json
 from headprune.saved_files import check_binary_mask
-from headprune.speed import example_pool, make_batches, mean_length, measure_gain
-from headprune.speed_verdict import gain_text, is_inconclusive
+from headprune.speed import mean_length, measure_gain
+from headprune.speed_verdict import gain_text
+from headprune.tasks import registry
 
 
 def mask_from_file(path, task, order: str, fraction: float) -> dict:
@@ -48,27 +54,26 @@ def mask_from_file(path, task, order: str, fraction: float) -> dict:
         raw = steps[round(fraction, 6)]["mask"]
     check_binary_mask(raw, str(path))
     try:
-        return task.gates.normalize_mask(common.mask_from_json(raw), hard=True)
+        return task.gates.normalize_mask(mask_from_json(raw), hard=True)
     except ValueError as err:
         raise ValueError(f"mask file {path} does not fit this model: {err}") from None
 
 
-def eval_batches(task, split: str) -> list[dict]:
-    """The evaluation split's model inputs (with targets for MT: forward = teacher-forced encoder+decoder)."""
-    data = task.data
-    if hasattr(data, "eval_batches"):
-        from headprune.data.translation import split_of
-
-        return data.eval_batches(split_of(data.cfg, split), with_targets=True)
-    return list(data.loader(split))
-
-
 def clock_of(settings) -> str:
     """The validated ``speed.clock`` setting: wall (default) or process."""
-    clock = str(settings.get("clock", "wall"))
+    clock = str(settings.clock)
     if clock not in ("wall", "process"):
         raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
     return clock
+
+
+def timed_call(task, model, gates):
+    """The task's timed call (``task.timed_call``) made with ``model`` in place of the task's own."""
+    def call(batch):
+        with swapped_model(task, model, gates):
+            task.timed_call(batch)
+
+    return call
 
 
 def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
@@ -81,22 +86,21 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
     record = prune_mask(pruned, mask)
     pruned_gates = HeadGates(pruned)
     out = {"split": split, "device": str(device), "heads_total": task.gates.num_heads, "heads_pruned": heads_removed(mask),
-           "pruning_record": record, "mask": common.mask_to_json(mask)}
+           "pruning_record": record, "mask": mask_to_json(mask)}
     if check_score:
         masked = task.evaluate(mask, split=split)
-        with common.swapped_model(task, pruned, pruned_gates):
+        with swapped_model(task, pruned, pruned_gates):
             physical = task.evaluate(None, split=split)
-        key = "correct" if task.metric == "accuracy" else "hypotheses"
-        differ = sum(a != b for a, b in zip(masked.per_example[key], physical.per_example[key]))
+        differ = examples_differing(masked, physical)
         out["score_check"] = {"metric": task.metric, "masked": masked.score, "pruned": physical.score,
                               "examples_differing": int(differ), "equal": bool(differ == 0 and masked.score == physical.score)}
-    pool = example_pool(eval_batches(task, split))
+    calls = {"original": timed_call(task, original, task.gates), "pruned": timed_call(task, pruned, pruned_gates)}
     rows = []
-    with _attn_implementation(original, task.gates.inner), _attn_implementation(pruned, pruned_gates.inner):
+    with attention_implementation(original, task.gates.inner), attention_implementation(pruned, pruned_gates.inner):
         for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
-            batches = make_batches(pool, int(size), examples, seed, device)
-            timing = measure_gain(original, pruned, batches, warmup, repeats, device, clock if device.type == "cpu" else "wall",
-                                  max_seconds, tolerance, max_repeats)
+            batches = task.timing_batches(int(size), examples, split, seed=seed)
+            timing = measure_gain(calls["original"], calls["pruned"], batches, warmup, repeats, device,
+                                  clock if device.type == "cpu" else "wall", max_seconds, tolerance, max_repeats)
             seq_len = mean_length(batches)
             cost_o, cost_p = model_cost(original, seq_len), model_cost(pruned, seq_len)
             ideal = cost_o.flops / cost_p.flops - 1
@@ -113,33 +117,20 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
     return out
 
 
-def speed_table(result: dict) -> tuple[list[str], list[list]]:
-    """Rows per batch size; the gain is empty (None) where the verdict is inconclusive."""
-    columns = ["batch_size", "original_ex_s", "original_spread", "pruned_ex_s", "pruned_spread", "gain", "verdict",
-               "gain_low", "gain_high", "repeats", "load_1min", "flop_ideal_gain"]
-    return columns, [[r["batch_size"], r["original"]["examples_per_s"], r["original"]["spread"], r["pruned"]["examples_per_s"],
-                      r["pruned"]["spread"], None if is_inconclusive(r) else r["gain"], r.get("verdict"),
-                      *(r.get("gain_interval") or [None, None]), r.get("repeats"), (r.get("load_average") or [None])[0],
-                      r["flop_ideal_gain"]] for r in result["rows"]]
-
-
 def adaptive_settings(settings) -> dict:
     """speed.max_seconds / tolerance / max_repeats as keyword arguments of speed_stage."""
-    return {"max_seconds": float(settings.get("max_seconds", 0.0)), "tolerance": float(settings.get("tolerance", 0.0)),
-            "max_repeats": int(settings.get("max_repeats") or settings.repeats)}
+    return {"max_seconds": float(settings.max_seconds), "tolerance": float(settings.tolerance),
+            "max_repeats": int(settings.max_repeats or settings.repeats)}
 
 
-def choose_mask(cfg, task, shared: dict | None = None) -> tuple[dict, dict]:
+def choose_mask(cfg, task) -> tuple[dict, dict]:
     """The mask to prune and where it came from (validated before any timing)."""
     settings = cfg.speed
     fraction = check_fractions([settings.fraction])[0]
     if settings.get("mask_file"):
         mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction)
         return mask, {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
-    from headprune.experiments.prune import importance_of
-
-    shared = {} if shared is None else shared
-    scores = shared.get("importance") or importance_of(task, cfg.importance)
+    scores = ORDERS["importance"].scores(task, order_settings(cfg))
     mask = masks_for_fractions(scores, task.gates.groups, [fraction])[0]
     return mask, {"mask_order": "importance", "fraction": fraction, "mask_source": "importance on the training subset"}
 
@@ -152,14 +143,14 @@ def run(cfg) -> dict:
     sizes = [int(b) for b in settings.batch_sizes]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"speed.batch_sizes must be positive integers, got {list(settings.batch_sizes)}")
-    task = common.load_task(cfg)
+    task = registry.load_task(cfg)
     split = str(settings.split)
-    common.check_split(task, split)
+    check_split(task, split)
     mask, origin = choose_mask(cfg, task)
     result = speed_stage(task, mask, split, sizes, int(settings.examples), int(settings.warmup), int(settings.repeats),
                          int(cfg.seed), bool(settings.check_score), clock, **adaptive_settings(settings))
-    out = common.output_dir(cfg)
+    out = output_dir(cfg)
     figure = speed_bars(result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})")
-    common.write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])
-    common.log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_table(result)}, [figure])
+    write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])
+    log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_rows(result)}, [figure])
     return {"objective": result["rows"][-1]["gain"], **result}

@@ -14,15 +14,21 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from headprune.experiments import common
-from headprune.experiments.ablate import ablation_figure, ablation_stage, ablation_table, correlation
-from headprune.experiments.keep_one import keep_one_stage, keep_one_table
-from headprune.experiments.prune import curves_of, fractions_of, importance_of, orders_of, prune_stage, prune_table
-from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage, speed_table
-from headprune.ordering import check_fractions, check_groups
+from headprune.experiments.ablate import ablation_figure, ablation_stage
+from headprune.experiments.evaluation import check_split, selection_split, split_size
+from headprune.experiments.keep_one import keep_one_stage
+from headprune.experiments.orders import ORDERS
+from headprune.experiments.prune import curves_of, fractions_of, order_settings, orders_of, prune_stage
+from headprune.experiments.rundir import fingerprints, mask_from_json, tensor_dict, write_results
+from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
+from headprune.loggers import log_run
+from headprune.ordering import check_fractions, check_groups, masks_for_fractions
 from headprune.plots import keep_one_bars, pruning_curves, speed_bars
-from headprune.results import SCHEMA_VERSION, read_json, write_json_atomic
+from headprune.render import ablation_rows, keep_one_rows, prune_rows, speed_rows
+from headprune.results import SCHEMA_VERSION, output_dir, read_json, write_json_atomic
+from headprune.significance import correlation
 from headprune.speed_verdict import is_inconclusive
+from headprune.tasks import registry
 
 STAGES = ("train", "scores", "ablate", "keep_one", "prune", "speed")
 
@@ -75,7 +81,7 @@ def choose_data(cfg) -> str:
 
 
 def train_stage(cfg, out: Path) -> str | None:
-    """Fine-tune (NLI) or train (MT) into <out>/train and point ``model.pretrained`` at the result."""
+    """Train the task's model into <out>/train and point ``model.pretrained`` (and its tokenizer) at the result."""
     train_dir = out / "train"
     model_dir = train_dir / "model"
     if (train_dir / "results.json").exists() and model_dir.exists() and read_json(train_dir / "results.json").get("results"):
@@ -87,61 +93,59 @@ def train_stage(cfg, out: Path) -> str | None:
             sub.experiment_name = "study_train"
             for key, value in (cfg.study.get("train_overrides") or {}).items():
                 OmegaConf.update(sub, key, value, force_add=True)
-        if common.task_kind(cfg) == "nli":
-            from headprune.tasks.nli import finetune
-
-            finetune(sub)
-        else:
-            from headprune.tasks.mt import train
-
-            train(sub)
+        registry.train_task(sub)
     with open_dict(cfg):
         cfg.model.pretrained = str(model_dir)
-        if common.task_kind(cfg) == "mt":
-            cfg.model.tokenizer = str(model_dir)
+        cfg.model.tokenizer = str(model_dir)  # the saved model dir holds its tokenizer
     return str(model_dir)
 
 
 def run(cfg) -> dict:
     """Every experiment of the paper on one model, sharing what can be shared; results.json + figures + W&B."""
+    from tqdm.auto import tqdm
+
     settings = cfg.study
-    out = common.output_dir(cfg)
+    out = output_dir(cfg)
     note = choose_data(cfg)
     print(f"[study] {note}", flush=True)
-    common.task_kind(cfg)
+    registry.task_spec(cfg)
     fractions = fractions_of(cfg.prune)  # validate everything cheap before any work
     orders = orders_of(cfg.prune)
     check_fractions([cfg.speed.fraction])
     clock = clock_of(cfg.speed)
-    bar = common.stage_progress(list(STAGES))
+    bar = tqdm(list(STAGES), desc="study", leave=True)
     bar.set_postfix_str("train")
     trained = train_stage(cfg, out) if settings.train else None
     bar.update(1)
-    task = common.load_task(cfg)
-    split, selection = str(settings.split), common.selection_split(task, settings.get("selection_split"))
-    common.check_split(task, split)
-    common.check_split(task, selection, "selection")
-    common.check_split(task, str(cfg.prune.get("ablation_split") or split), "ablation")
+    task = registry.load_task(cfg)
+    split, selection = str(settings.split), selection_split(task, settings.get("selection_split"))
+    check_split(task, split)
+    check_split(task, selection, "selection")
+    check_split(task, str(cfg.prune.get("ablation_split") or split), "ablation")
     groups = check_groups(cfg.prune.get("groups"), task.gates.groups)
     base = task.evaluate(None, split=split)
     print(f"[study] unmasked {task.metric} on {split}: {base.score:.2f} ({base.n} examples)", flush=True)
-    fp = common.fingerprints(task, split)
+    fp = fingerprints(task, split)
     seed, n_samples, alpha = int(cfg.seed), int(settings.n_samples), float(settings.alpha)
+    order_cfg = order_settings(cfg)
 
     def key(**extra):
         return {"fingerprints": fp, "split": split, "seed": seed, **extra}
 
     bar.set_postfix_str("scores")
-    scores = stage(out, "scores", key(importance=cfg.importance), lambda: {
-        "importance": common.tensor_dict(importance_of(task, cfg.importance)),
-        "entropy": common.tensor_dict(__import__("headprune.importance", fromlist=["x"]).attention_entropy(
-            task.model, task.gates, task.importance_batches()))})
+    def raw_scores():
+        cache: dict = {}  # the orders keep their unmasked raw scores here
+        for order in ("importance", "entropy"):
+            ORDERS[order].scores(task, order_cfg, shared=cache)
+        return {"importance": tensor_dict(cache["importance_raw"]), "entropy": tensor_dict(cache["entropy_raw"])}
+
+    scores = stage(out, "scores", key(importance=cfg.importance), raw_scores)
     bar.update(1)
     shared = {"importance_raw": {g: torch.tensor(v) for g, v in scores["importance"].items()},
               "entropy_raw": {g: torch.tensor(v) for g, v in scores["entropy"].items()}}
 
     bar.set_postfix_str("ablate")
-    splits = [split] + [s for s in (settings.get("extra_splits") or []) if common.split_size(task, s) > 0]
+    splits = [split] + [s for s in (settings.get("extra_splits") or []) if split_size(task, s) > 0]
     ablate = stage(out, "ablate", key(splits=splits, n_samples=n_samples, alpha=alpha), lambda: {
         "splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}})
     if len(splits) > 1:
@@ -158,17 +162,17 @@ def run(cfg) -> dict:
 
     bar.set_postfix_str("prune")
     prune_key = key(prune=cfg.prune, importance=cfg.importance)
+    min_per_layer = int(cfg.prune.min_heads_per_layer or 0)
 
     def prune_all():
-        result = prune_stage(task, orders, fractions, groups, int(cfg.prune.min_heads_per_layer or 0), False, cfg.importance,
-                             split, seed, shared, ablation_split, n_samples, base=base)
-        if settings.reestimate:
-            again = prune_stage(task, ["importance"], fractions, groups, int(cfg.prune.min_heads_per_layer or 0), True,
-                                cfg.importance, split, seed, {}, base=base)
-            result["orders"]["importance (re-estimated)"] = again["orders"]["importance"]
+        result = prune_stage(task, orders, fractions, order_cfg, groups, min_per_layer, False, split, shared, base=base)
+        if settings.reestimate:  # one more curve per order that can be recomputed under the current mask
+            for order in [o for o in orders if ORDERS[o].reestimable]:
+                again = prune_stage(task, [order], fractions, order_cfg, groups, min_per_layer, True, split, {}, base=base)
+                result["orders"][f"{order} (re-estimated)"] = again["orders"][order]
         if len(task.gates.groups) > 1:  # paper section 5: one group at a time
-            result["by_group"] = {g: prune_stage(task, ["importance"], fractions, [g], 0, False, cfg.importance, split, seed,
-                                                 {}, base=base) for g in task.gates.groups}
+            result["by_group"] = {g: prune_stage(task, ["importance"], fractions, order_cfg, [g], 0, False, split, {}, base=base)
+                                  for g in task.gates.groups}
         return result
 
     prune = stage(out, "prune", prune_key, prune_all)
@@ -178,10 +182,8 @@ def run(cfg) -> dict:
     fraction = check_fractions([cfg.speed.fraction])[0]
     steps = {round(s["fraction"], 6): s for s in prune["orders"].get("importance", {"steps": []})["steps"]}
     if round(fraction, 6) in steps:
-        mask = task.gates.normalize_mask(common.mask_from_json(steps[round(fraction, 6)]["mask"]))
+        mask = task.gates.normalize_mask(mask_from_json(steps[round(fraction, 6)]["mask"]))
     else:
-        from headprune.ordering import masks_for_fractions
-
         mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
     speed = stage(out, "speed", key(speed=cfg.speed), lambda: speed_stage(
         task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
@@ -195,17 +197,16 @@ def run(cfg) -> dict:
                                  f"{task.metric} difference"))
     figures.append(pruning_curves(curves_of(prune), out / "prune.png", f"Greedy pruning ({name}, {split})", task.metric, base.score))
     if "by_group" in prune:
-        curves = {g: v["orders"]["importance"] for g, v in prune["by_group"].items()}
-        figures.append(pruning_curves({g: ([s["fraction"] for s in c["steps"]], [s["score"] for s in c["steps"]]) for g, c in curves.items()},
+        figures.append(pruning_curves({g: curves_of(v)["importance"] for g, v in prune["by_group"].items()},
                                       out / "prune_groups.png", f"Pruning one attention group at a time ({name})", task.metric, base.score))
     figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
     numbers = {"data_note": note, "trained_model": trained, "base_score": base.score, "metric": task.metric,
                "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed}
-    common.write_results(cfg, "study", numbers, task, split, inputs={"selection_split": selection, "data_note": note}, figures=figures)
-    tables = {f"ablate_{s}": ablation_table(r) for s, r in ablate["splits"].items()}
-    tables.update(keep_one=keep_one_table(keep_one), prune=prune_table(prune), speed=speed_table(speed))
+    write_results(cfg, "study", numbers, task, split, inputs={"selection_split": selection, "data_note": note}, figures=figures)
+    tables = {f"ablate_{s}": ablation_rows(r) for s, r in ablate["splits"].items()}
+    tables.update(keep_one=keep_one_rows(keep_one), prune=prune_rows(prune), speed=speed_rows(speed))
     summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
                "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] and not is_inconclusive(speed["rows"][-1]) else None}
-    common.log_run(cfg, "study", summary, tables, figures)
+    log_run(cfg, "study", summary, tables, figures)
     print(f"[study] done: {out / 'results.json'}", flush=True)
     return {"objective": base.score, **numbers}

@@ -1,4 +1,5 @@
-"""The task protocol: everything an experiment may ask of a task. A new task is one class implementing it.
+"""The task protocol: everything an experiment may ask of a task. A new task is one class implementing it
+and one ``TaskSpec`` line in ``headprune.tasks.registry.TASKS`` (its loader and trainer).
 
 Experiments (``headprune/experiments``) talk to tasks through this protocol only: they never test which
 task they hold (no ``hasattr`` on task data, no metric-name or model-kind branches).
@@ -6,7 +7,7 @@ task they hold (no ``hasattr`` on task data, no metric-name or model-kind branch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, runtime_checkable
+from typing import Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -30,12 +31,13 @@ class Task(Protocol):
     name: str  # short task name: "nli", "mt", "lm"
     metric: str  # name of the evaluation metric
     higher_is_better: bool  # direction of the metric (accuracy, BLEU: True; perplexity: False)
+    paired_test_name: str  # what ``paired_test`` runs, written beside its results (e.g. "paired bootstrap (Koehn 2004)")
     model: nn.Module  # the HF model, gated by ``gates``
     gates: object  # headprune.heads.HeadGates on ``model``
 
     # ---- data --------------------------------------------------------------------------------
-    def split_sizes(self) -> dict[str, int]:
-        """{split name: number of examples} for every split the task's data has (0 = empty)."""
+    def split_sizes(self) -> Mapping[str, int]:
+        """{split name: number of examples} for every split the task's data has (0 = empty); may count lazily."""
 
     @property
     def selection_split(self) -> str:
@@ -61,8 +63,8 @@ class Task(Protocol):
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Forward a batch (labels kept out of the model's inputs) and return each example's loss, shape (B,)."""
 
-    def timing_batches(self, batch_size: int, examples: int, split: str = "eval") -> list[dict]:
-        """Model-input batches of ``batch_size`` for the speed experiment (``examples`` in all)."""
+    def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
+        """Model-input batches of ``batch_size`` for the speed experiment (``examples`` in all, drawn with ``seed``)."""
 
     def timed_call(self, batch: dict) -> None:
         """One inference call on a timing batch: what the speed experiment times (forward, generate, ...)."""

@@ -125,9 +125,11 @@ class LanguageModelingTask:
     def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0,
                     alpha: float = 0.01) -> list:
         """Paired bootstrap of corpus perplexity (resampling texts) of each system against the baseline."""
-        from headprune.significance import paired_test
+        from headprune.significance import paired_bootstrap_perplexity
 
-        return paired_test(self.metric, baseline, systems, n_samples=n_samples, seed=seed, alpha=alpha)
+        return paired_bootstrap_perplexity(baseline.per_example["nll"], baseline.per_example["tokens"],
+                                           [s.per_example["nll"] for s in systems], [s.per_example["tokens"] for s in systems],
+                                           n_samples=n_samples, seed=seed, alpha=alpha)
 
     # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self, batch_size: int | None = None):

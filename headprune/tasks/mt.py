@@ -10,10 +10,12 @@ from omegaconf import OmegaConf
 
 from headprune.data.translation import TranslationDataModule, split_of
 from headprune.heads import HeadGates
+from headprune.results import texts_fingerprint
 from headprune.tasks.base import EvalResult
+from headprune.tasks.shared import LazySizes, SharedTaskMethods
 from headprune.tokenization import decode, has_tokenizer, load_tokenizer, special_ids
 
-DEFAULT_TASK = {"label_smoothing": 0.1, "beam_size": 5, "val_beam_size": 1, "len_ratio": 1.5, "len_extra": 10, "mask_chunk": 8}
+TASK_SETTINGS = ("label_smoothing", "beam_size", "val_beam_size", "len_ratio", "len_extra", "mask_chunk")  # task.* besides name (conf/task/mt.yaml)
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, list[list[int]]]:
@@ -37,18 +39,22 @@ def inverse_sqrt(warmup: int):
     return factor
 
 
-class TranslationModule(L.LightningModule):
+class TranslationModule(SharedTaskMethods, L.LightningModule):
     """Train and evaluate a seq2seq model (corpus BLEU) with every attention head gated."""
 
+    name = "mt"
     metric = "bleu"
+    higher_is_better = True
+    paired_test_name = "sacrebleu PairedTest(bs)"
+    selection_split = "heldout"  # data.heldout_split (valid): the paper's appendix A
 
-    def __init__(self, model, tokenizer, data: TranslationDataModule | None = None, task_cfg=None, optim_cfg=None, scheduler_cfg=None):
+    def __init__(self, model, tokenizer, data: TranslationDataModule | None, task_cfg, optim_cfg=None, scheduler_cfg=None):
         super().__init__()
         self.model = model
         self.gates = HeadGates(model)
         self.tokenizer = tokenizer
         self.data = data
-        self.task_cfg = {**DEFAULT_TASK, **(OmegaConf.to_container(task_cfg, resolve=True) if task_cfg is not None and not isinstance(task_cfg, dict) else task_cfg or {})}
+        self.task_cfg = _task_settings(task_cfg)
         self.optim_cfg, self.scheduler_cfg = optim_cfg, scheduler_cfg
         self._val_outputs: list[tuple[list[int], list[str]]] = []
         self._val_nll: list[tuple[float, int]] = []
@@ -134,6 +140,32 @@ class TranslationModule(L.LightningModule):
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device) for k, v in batch.items() if k != "ids"}
 
+    def split_sizes(self) -> LazySizes:
+        """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing), counted when read."""
+        def count(split: str) -> int:  # an unknown split is 0; unreadable data files raise (they are not "empty")
+            try:
+                name = split_of(self.data.cfg, split)
+            except ValueError:
+                return 0
+            return len(self.data.references(name))
+
+        return LazySizes(("train", "valid", "test", "eval", "heldout"), count)
+
+    def data_fingerprint(self, split: str) -> str:
+        """A hash of the split's reference translations."""
+        return texts_fingerprint(self.data.references(split_of(self.data.cfg, split)))
+
+    def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0,
+                    alpha: float = 0.01) -> list:
+        """sacrebleu's paired bootstrap of corpus BLEU."""
+        from headprune.significance import paired_bootstrap_bleu
+
+        return paired_bootstrap_bleu(baseline.per_example["hypotheses"], [s.per_example["hypotheses"] for s in systems],
+                                     baseline.per_example["references"], n_samples=n_samples, seed=seed, alpha=alpha)
+
+    def forward_batches(self, split: str) -> list[dict]:
+        return self.data.eval_batches(split_of(self.data.cfg, split), with_targets=True)
+
     def translate(self, split: str = "eval", mask=None, beam_size: int | None = None) -> list[str]:
         """Translations of every source sentence of ``split``, in the split's order."""
         split = split_of(self.data.cfg, split)
@@ -203,9 +235,10 @@ class TranslationModule(L.LightningModule):
     def configure_optimizers(self):
         from hydra.utils import instantiate
 
-        optim_cfg = self.optim_cfg or {"_target_": "torch.optim.Adam", "_partial_": True, "lr": 5e-4, "betas": [0.9, 0.98], "eps": 1e-9}
-        optimizer = instantiate(optim_cfg)(self.parameters())
-        warmup = (self.scheduler_cfg or {}).get("warmup_steps", 1000)
+        if self.optim_cfg is None or self.scheduler_cfg is None:
+            raise ValueError("training needs optim and scheduler settings: compose the config with the MT task group (conf/task/mt.yaml)")
+        optimizer = instantiate(self.optim_cfg)(self.parameters())
+        warmup = self.scheduler_cfg["warmup_steps"]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -217,6 +250,15 @@ class TranslationModule(L.LightningModule):
 
 
 # ---- construction from a Hydra config ----------------------------------------------------------
+def _task_settings(task_cfg) -> dict:
+    """``task.*`` (conf/task/mt.yaml) as a dict, with every setting present."""
+    given = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})
+    missing = sorted(set(TASK_SETTINGS) - set(given))
+    if missing:
+        raise ValueError(f"task setting(s) {missing} missing: compose the config with the MT task group (conf/task/mt.yaml)")
+    return given
+
+
 def _task_tokenizer(cfg):
     """The tokenizer of a saved/pretrained model, ``model.tokenizer``, the run's own, or None (train one)."""
     pretrained = cfg.model.get("pretrained")
@@ -243,8 +285,8 @@ def _task_tokenizer(cfg):
     return None
 
 
-def load_translation_task(cfg, tokenizer=None) -> tuple[TranslationDataModule, TranslationModule]:
-    """Datamodule + TranslationModule from a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
+def load_translation_task(cfg, tokenizer=None) -> TranslationModule:
+    """The TranslationModule (datamodule at ``.data``) of a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
     from headprune.models import build_model
 
     tokenizer = tokenizer or _task_tokenizer(cfg)
@@ -267,15 +309,16 @@ def load_translation_task(cfg, tokenizer=None) -> tuple[TranslationDataModule, T
     model.generation_config.max_length = None  # max_new_tokens is set per batch
     module = TranslationModule(model, tokenizer, data, cfg.get("task"), cfg.get("optim"), cfg.get("scheduler"))
     module.model.eval()
-    return data, module
+    return module
 
 
 def train(cfg) -> dict:
     """experiment=mt_train: train, validate (greedy BLEU), save, then beam-search BLEU on the test split."""
-    from headprune.results import read_json, write_json_atomic
-    from headprune.training import fit, output_dir
+    from headprune.results import output_dir, read_json, write_json_atomic
+    from headprune.training import fit
 
-    data, module = load_translation_task(cfg)  # fit() switches the module to train mode
+    module = load_translation_task(cfg)  # fit() switches the module to train mode
+    data = module.data
     out = output_dir(cfg)
     if not cfg.model.get("pretrained"):
         data.build_tokenizer().save_pretrained(str(out / "tokenizer"))

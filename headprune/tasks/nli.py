@@ -17,20 +17,25 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from headprune.data.nli import LABELS, NLIDataModule
 from headprune.heads import HeadGates
+from headprune.results import texts_fingerprint
 from headprune.tasks.base import EvalResult
+from headprune.tasks.shared import SharedTaskMethods
 
-TASK_DEFAULTS = {"lr": 5e-5, "weight_decay": 0.01, "warmup_ratio": 0.06, "warmup_steps": None, "exact_eval": True}
+TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/nli.yaml)
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-class NLIModule(L.LightningModule):
+class NLIModule(SharedTaskMethods, L.LightningModule):
     """A 3-way NLI classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
 
+    name = "nli"
     metric = "accuracy"
+    higher_is_better = True
+    paired_test_name = "paired bootstrap (Koehn 2004)"
+    selection_split = "importance"  # the held-out training subset (appendix A), never the evaluation data
 
-    def __init__(self, model: nn.Module, tokenizer=None, data: NLIDataModule | None = None, lr: float = 5e-5,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.06, warmup_steps: int | None = None,
-                 eval_splits: tuple[str, ...] | None = None):
+    def __init__(self, model: nn.Module, tokenizer=None, data: NLIDataModule | None = None, *, lr: float, weight_decay: float,
+                 warmup_ratio: float, warmup_steps: int | None = None, eval_splits: tuple[str, ...] | None = None):
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer", "data"])
         self.model = model
@@ -97,12 +102,38 @@ class NLIModule(L.LightningModule):
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device) for k, v in batch.items()}
 
+    def _require_data(self) -> NLIDataModule:
+        if self.data is None:
+            raise ValueError("this NLIModule has no datamodule: build it with load_nli_task(cfg) or NLIModule(..., data=...)")
+        return self.data
+
+    def split_sizes(self) -> dict[str, int]:
+        """{split: examples} of train, importance, eval and (when present) eval_mismatched."""
+        data = self._require_data()
+        return {split: len(data.dataset(split)) for split in data.splits}
+
+    def data_fingerprint(self, split: str) -> str:
+        """A hash of the split's premise/hypothesis pairs (of its labels when the texts are not kept)."""
+        dataset = self._require_data().dataset(split)
+        texts = getattr(dataset, "texts", {}) or {}
+        pairs = [f"{p}\t{h}" for p, h in zip(texts.get("premise", []), texts.get("hypothesis", []))]
+        return texts_fingerprint(pairs) if pairs else texts_fingerprint(map(str, dataset.labels))
+
+    def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0,
+                    alpha: float = 0.01) -> list:
+        """Paired bootstrap of accuracy on per-example correctness."""
+        from headprune.significance import paired_bootstrap_accuracy
+
+        return paired_bootstrap_accuracy(baseline.per_example["correct"], [s.per_example["correct"] for s in systems],
+                                         n_samples=n_samples, seed=seed, alpha=alpha)
+
+    def forward_batches(self, split: str) -> list[dict]:
+        return list(self._require_data().loader(split))
+
     @torch.no_grad()
     def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None) -> EvalResult:
         """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order."""
-        if self.data is None:
-            raise ValueError("this NLIModule has no datamodule: build it with load_nli_task(cfg) or NLIModule(..., data=...)")
-        dataset = self.data.dataset(split)
+        dataset = self._require_data().dataset(split)
         correct = torch.zeros(len(dataset), dtype=torch.long)
         was_training = self.model.training
         self.model.eval()  # no dropout: masked and pruned models give identical scores
@@ -117,17 +148,35 @@ class NLIModule(L.LightningModule):
         return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n,
                           per_example={"correct": correct.tolist()})
 
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list[EvalResult]:
-        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.ablation)."""
-        from headprune.ablation import evaluate_many_classifier
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
+        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.ablation).
 
-        return evaluate_many_classifier(self, masks, split, on_batch=on_batch)
+        ``on_batch(n)`` is called after each data batch of ``n`` examples (progress bars).
+        """
+        from headprune.ablation import MaskBatcher
+
+        if not masks:
+            return []
+        n = len(self._require_data().dataset(split))
+        correct = torch.zeros(len(masks), n, dtype=torch.long)
+        engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in self.data.loader(split):
+                idx, labels = batch.pop("idx"), batch.pop("labels")
+                logits = engine.logits(self._to_device(batch), masks)  # (M, B, C)
+                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
+                if on_batch is not None:
+                    on_batch(len(idx))
+        finally:
+            self.model.train(was_training)
+        return [EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": c.tolist()})
+                for c in correct]
 
     def importance_batches(self, batch_size: int | None = None):
         """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training file."""
-        if self.data is None:
-            raise ValueError("this NLIModule has no datamodule")
-        for batch in self.data.loader("importance", batch_size):
+        for batch in self._require_data().loader("importance", batch_size):
             batch.pop("idx")
             yield self._to_device(batch)
 
@@ -160,12 +209,15 @@ class WeightsDigest(L.Callback):
 
 
 def _task_settings(cfg) -> dict:
-    task = dict(TASK_DEFAULTS)
-    given = cfg.get("task") or {}
-    unknown = sorted(set(given) - set(TASK_DEFAULTS) - {"name"})
+    """``task.*`` (conf/task/nli.yaml), checked: every setting present, none unknown, numbers in range."""
+    given = {k: v for k, v in (cfg.get("task") or {}).items() if k != "name"}
+    unknown = sorted(set(given) - set(TASK_SETTINGS))
     if unknown:
-        raise ValueError(f"unknown task setting(s) {unknown}; the NLI task settings are {sorted(TASK_DEFAULTS)}")
-    task.update({k: v for k, v in given.items() if k != "name"})
+        raise ValueError(f"unknown task setting(s) {unknown}; the NLI task settings are {sorted(TASK_SETTINGS)}")
+    missing = sorted(set(TASK_SETTINGS) - set(given))
+    if missing:
+        raise ValueError(f"task setting(s) {missing} missing: compose the config with the NLI task group (conf/task/nli.yaml)")
+    task = dict(given)
     try:
         task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
     except (TypeError, ValueError) as err:
@@ -199,8 +251,8 @@ def finetune(cfg) -> dict:
     """experiment=nli_finetune: fine-tune, validate, save <output_dir>/model, and record exact dev accuracies."""
     from omegaconf import OmegaConf
 
-    from headprune.results import read_json, write_json_atomic
-    from headprune.training import fit, output_dir
+    from headprune.results import output_dir, read_json, write_json_atomic
+    from headprune.training import fit
 
     start = time.perf_counter()
     L.seed_everything(cfg.seed, workers=True)  # the classifier head's initialisation too

@@ -1,0 +1,101 @@
+"""The pruning orders: ``ORDERS = {name: Order}``, each one score function with one signature.
+
+``scores(task, settings, mask=None, shared=None) -> {group: [L, H]}``, lower = pruned first. ``mask``
+(re-estimation) recomputes the scores with the heads it removes gated off; ``shared`` caches what an
+unmasked computation found (importance, entropy and ablation results shared by a study's stages).
+A new order is one function and one line of ``ORDERS``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from headprune.importance import attention_entropy, importance_scores
+from headprune.ordering import ablation_scores, entropy_scores, random_scores
+
+
+@dataclass(frozen=True)
+class OrderSettings:
+    """What the score functions read: the ``importance`` block, the seed and the ablation order's evaluation."""
+
+    importance: Any  # reduce, normalize_layers, normalize_global
+    seed: int
+    ablation_split: str | None  # None: no ablation order here (experiment=speed)
+    n_samples: int | None  # bootstrap resamples of the ablation order's own ablation run
+
+
+def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) -> dict:
+    """``compute()``, kept in ``shared[key]`` when unmasked (a masked result depends on the mask)."""
+    if mask is not None or shared is None:
+        return compute()
+    if key not in shared:
+        shared[key] = compute()
+    return shared[key]
+
+
+def importance_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """Head importance on the task's training subset (the paper's estimator, switchable reductions)."""
+    icfg = settings.importance
+    return _cached(shared, "importance_raw", mask, lambda: importance_scores(
+        task.model, task.gates, task.importance_batches(), reduce=str(icfg.reduce), normalize_layers=bool(icfg.normalize_layers),
+        normalize_global=bool(icfg.normalize_global), mask=mask))
+
+
+def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """Minus the mean attention entropy on the training subset: diffuse heads go first."""
+    def compute():
+        with task.gates.masked(mask):
+            return attention_entropy(task.model, task.gates, task.importance_batches())
+
+    return entropy_scores(_cached(shared, "entropy_raw", mask, compute))
+
+
+def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """The oracle: base score - score without the head, from single-head ablation on ``settings.ablation_split``."""
+    if mask is not None:
+        raise ValueError("the ablation order cannot be re-estimated: each step would ablate every remaining head again")
+    if settings.ablation_split is None:
+        raise ValueError("the ablation order needs prune.ablation_split and prune.n_samples")
+
+    def compute():
+        from headprune.experiments.ablate import ablation_stage
+
+        result = ablation_stage(task, settings.ablation_split, None, n_samples=settings.n_samples, seed=settings.seed)
+        return {g: torch.tensor(v) for g, v in result["delta"].items()}
+
+    return ablation_scores(_cached(shared, "ablation_deltas", None, compute))
+
+
+def random_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """A seeded random permutation."""
+    return random_scores(task.gates.groups, settings.seed)
+
+
+@dataclass(frozen=True)
+class Order:
+    """A pruning order: its score function and whether it can be recomputed under the current mask."""
+
+    scores: Callable[..., dict]
+    reestimable: bool  # ablation: no (one evaluation per remaining head per step); random: nothing to recompute
+
+
+ORDERS: dict[str, Order] = {
+    "importance": Order(importance_order, reestimable=True),
+    "ablation": Order(ablation_order, reestimable=False),
+    "entropy": Order(entropy_order, reestimable=True),
+    "random": Order(random_order, reestimable=False),
+}
+
+
+def check_order(order: str) -> str:
+    """The order name, or a ValueError listing the known ones."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown pruning order {order!r}; choose one of {list(ORDERS)}")
+    return order
+
+
+def order_scores(task, order: str, settings: OrderSettings, shared: dict | None = None, mask=None) -> dict:
+    """The score per head of one order (lower = pruned first); unmasked scores are kept in ``shared[order]``."""
+    return _cached(shared, order, mask, lambda: ORDERS[check_order(order)].scores(task, settings, mask=mask, shared=shared))

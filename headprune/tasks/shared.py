@@ -1,0 +1,52 @@
+"""What the tasks share of the protocol in headprune.tasks.base: timing batches and the timed call."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Callable
+
+import torch
+
+
+class LazySizes(Mapping):
+    """{split: examples} whose sizes are counted on first access (a large training split is read only when asked for)."""
+
+    def __init__(self, splits, count: Callable[[str], int]):
+        self._splits, self._count, self._known = list(splits), count, {}
+
+    def __getitem__(self, split: str) -> int:
+        if split not in self._splits:
+            raise KeyError(split)
+        if split not in self._known:
+            self._known[split] = self._count(split)
+        return self._known[split]
+
+    def __iter__(self):
+        return iter(self._splits)
+
+    def __len__(self) -> int:
+        return len(self._splits)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+class SharedTaskMethods:
+    """Mixed into every task; a task provides ``forward_batches(split)`` (model inputs with targets, on the CPU)."""
+
+    @property
+    def model_device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def forward_batches(self, split: str) -> list[dict]:
+        """The split's batches as the model's forward pass takes them (targets teacher-forced)."""
+        raise NotImplementedError
+
+    def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
+        """Batches of ``batch_size`` random examples of ``split`` (about ``examples`` in all), on the model's device."""
+        from headprune.speed import example_pool, make_batches
+
+        return make_batches(example_pool(self.forward_batches(split)), int(batch_size), examples, seed, self.model_device)
+
+    def timed_call(self, batch: dict) -> None:
+        """One forward pass of the model on a timing batch."""
+        self.model(**batch)
