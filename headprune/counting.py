@@ -1,7 +1,7 @@
 """Parameter and FLOP counts, overall and for the attention modules."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from torch import nn
 
@@ -18,9 +18,6 @@ class ModelCost:
     flops: int
     attention_flops: int
     seq_len: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:

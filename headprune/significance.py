@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,9 +26,6 @@ class PairedResult:
     significant: bool
     ci_low: float
     ci_high: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _p_value(sample_diffs: np.ndarray, observed: float) -> float:

@@ -32,28 +32,24 @@ def _other(rng: random.Random, items: list[str], not_this: str) -> str:
     return choice
 
 
+HYPOTHESES = {  # str.format templates per label; the fillers of each label are drawn in _hypothesis
+    ENTAILMENT: ("{name} is {action}.", "Someone is {action} in the {place}.", "{name} is in the {place}.", "A person is {action}."),
+    NEUTRAL: ("{name} is {action} {extra}.", "{name} is {action} {reason}.", "{name} is {feeling} in the {place}.",
+              "{other_name} is also in the {place}."),
+    CONTRADICTION: ("{name} is not {action}.", "Nobody is in the {place}.", "{name} is in the {other_place} right now.",
+                    "{name} is sleeping at home."),
+}
+
+
 def _hypothesis(rng: random.Random, label: int, name: str, action: str, place: str, names, places) -> str:
     """One hypothesis with the given label for the premise (name, action, place)."""
-    if label == ENTAILMENT:
-        return rng.choice([
-            f"{name} is {action}.",
-            f"Someone is {action} in the {place}.",
-            f"{name} is in the {place}.",
-            f"A person is {action}.",
-        ])
+    fillers = {}  # drawn before the template, in this order, so a seed gives the same set as ever
     if label == NEUTRAL:
-        return rng.choice([
-            f"{name} is {action} {rng.choice(EXTRAS)}.",
-            f"{name} is {action} {rng.choice(REASONS)}.",
-            f"{name} is {rng.choice(FEELINGS)} in the {place}.",
-            f"{_other(rng, names, name)} is also in the {place}.",
-        ])
-    return rng.choice([
-        f"{name} is not {action}.",
-        f"Nobody is in the {place}.",
-        f"{name} is in the {_other(rng, places, place)} right now.",
-        f"{name} is sleeping at home.",
-    ])
+        fillers = {"extra": rng.choice(EXTRAS), "reason": rng.choice(REASONS), "feeling": rng.choice(FEELINGS),
+                   "other_name": _other(rng, names, name)}
+    elif label == CONTRADICTION:
+        fillers = {"other_place": _other(rng, places, place)}
+    return rng.choice(HYPOTHESES[label]).format(name=name, action=action, place=place, **fillers)
 
 
 def generate(n: int, seed: int, mismatched: bool = False) -> dict[str, list]:

@@ -5,6 +5,8 @@ differences across the two evaluation sets).
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 
 from headprune.ablation import single_head_masks
@@ -36,7 +38,7 @@ def ablation_stage(task, split: str = "eval", groups=None, n_samples: int = 1000
         delta[group][layer, head] = test.delta
         p_value[group][layer, head] = test.p_value
         significant[group][layer, head] = test.significant
-        rows.append({"group": group, "layer": layer, "head": head, "score": res.score, **test.as_dict()})
+        rows.append({"group": group, "layer": layer, "head": head, "score": res.score, **asdict(test)})
     per_group = {}
     for group in groups:
         sig = significant[group]

@@ -1,6 +1,7 @@
 """experiment=inspect: print a model's attention groups, heads, parameters and attention FLOPs."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -26,7 +27,7 @@ def run(cfg) -> dict:
     print(f"parameters: {cost.parameters:,} (attention projections: {cost.attention_parameters:,})")
     print(f"forward FLOPs per example at seq_len={cost.seq_len}: {cost.flops:,} "
           f"(attention: {cost.attention_flops:,}, {100 * cost.attention_flops / cost.flops:.1f}%)")
-    numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": cost.as_dict()}
+    numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": asdict(cost)}
     if grouped_kv:
         numbers["kv_groups"] = {g: list(s) for g, s in gates.kv_groups.items()}
     payload = results_payload("inspect", OmegaConf.to_container(cfg, resolve=False), numbers, model=model_fingerprint(model))

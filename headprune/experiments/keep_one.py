@@ -6,6 +6,8 @@ that scores highest on the *selection* split when it alone is kept; the drop is 
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from headprune.ablation import keep_one_masks
 from headprune.experiments.evaluation import check_split, evaluate_many, selection_split
 from headprune.experiments.rundir import write_results
@@ -40,7 +42,7 @@ def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_sam
     rows = []
     for (group, layer, head, scores), res, test in zip(best, results, tests):
         rows.append({"group": group, "layer": layer, "best_head": head, "selection_score": scores[head],
-                     "selection_scores": scores, "score": res.score, **test.as_dict()})
+                     "selection_scores": scores, "score": res.score, **asdict(test)})
     return {"metric": task.metric, "selection_split": selection, "selection_base_score": selection_base.score,
             "split": split, "n_examples": base.n, "base_score": base.score,
             "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha}, "rows": rows}

@@ -9,6 +9,7 @@ whether the pruned model scores exactly like the masked one.
 from __future__ import annotations
 
 import copy
+from dataclasses import asdict
 from pathlib import Path
 
 from headprune.ablation import attention_implementation
@@ -112,7 +113,7 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
                   f"gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; {timing['repeats']} repeats, load {timing['load_average']})",
                   flush=True)
     seq_len = rows[-1]["seq_len"] if rows else 128
-    out["cost"] = {"original": model_cost(original, seq_len).as_dict(), "pruned": model_cost(pruned, seq_len).as_dict()}
+    out["cost"] = {"original": asdict(model_cost(original, seq_len)), "pruned": asdict(model_cost(pruned, seq_len))}
     out["rows"] = rows
     return out
 
