@@ -52,15 +52,18 @@ def changed_settings(old, new) -> str:
     """The settings that differ between two keys, e.g. ``importance.reduce: "example" -> "token"``."""
     before, after = flatten(old if isinstance(old, dict) else {"key": old}), flatten(new)
     missing = object()
-    changed = [k for k in sorted(set(before) | set(after)) if before.get(k, missing) != after.get(k, missing)]
+    names = list(dict.fromkeys([*after, *before]))  # the key's own order: settings, then fingerprints, then inputs
+    changed = [k for k in names if before.get(k, missing) != after.get(k, missing)]
     shown = [describe_change(k, before.get(k), after.get(k)) for k in changed[:SHOWN_CHANGES]]
     more = len(changed) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def describe_change(dotted: str, old, new) -> str:
-    """``name: old -> new``, or ``name changed`` when a value is too long to show (a mask, a list of scores)."""
+    """``name: old -> new``, or ``... changed`` for an earlier stage's digest or a value too long to show (a mask)."""
     name = dotted.removeprefix("settings.")
+    if name.startswith("inputs."):  # a digest of an earlier stage's results: its value says nothing
+        return f"input {name.removeprefix('inputs.')} changed"
     old, new = json.dumps(old), json.dumps(new)
     return f"{name}: {old} -> {new}" if max(len(old), len(new)) <= SHOWN_VALUE else f"{name} changed"
 

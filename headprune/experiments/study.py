@@ -140,10 +140,11 @@ def run(cfg) -> dict:
             data_fps[name] = batches_fingerprint(task.importance_batches()) if name == IMPORTANCE_DATA else task.data_fingerprint(name)
         return data_fps[name]
 
-    def key(settings: dict, data: list[str], inputs: dict | None = None) -> dict:
-        """A stage's key: the settings it reads, the model and data it runs on, digests of the earlier results it uses."""
-        return {"settings": {"seed": seed, **settings}, "inputs": inputs or {},
-                "fingerprints": {"model": model_fp, "data": {name: data_fingerprint(name) for name in dict.fromkeys(data)}}}
+    def key(reads: dict, data: list[str], inputs: dict | None = None) -> dict:
+        """A stage's key: the settings it reads, the model and data it runs on, digests of the earlier stages it uses."""
+        return {"settings": {"seed": seed, **reads},
+                "fingerprints": {"model": model_fp, "data": {name: data_fingerprint(name) for name in dict.fromkeys(data)}},
+                "inputs": inputs or {}}
 
     bar.set_postfix_str("scores")
     def raw_scores():
@@ -152,15 +153,19 @@ def run(cfg) -> dict:
             ORDERS[order].scores(task, order_cfg, shared=cache)
         return {"importance": tensor_dict(cache["importance_raw"]), "entropy": tensor_dict(cache["entropy_raw"])}
 
-    scores = stage(out, "scores", key({"importance": cfg.importance}, [IMPORTANCE_DATA]), raw_scores)
+    scores_key = key({"importance": cfg.importance}, [IMPORTANCE_DATA])
+    scores = stage(out, "scores", scores_key, raw_scores)
+    upstream = {"scores": digest([scores_key, scores])}  # what a later stage saw of an earlier one: its key and results
     bar.update(1)
     shared = {"importance_raw": {g: torch.tensor(v) for g, v in scores["importance"].items()},
               "entropy_raw": {g: torch.tensor(v) for g, v in scores["entropy"].items()}}
 
     bar.set_postfix_str("ablate")
     splits = [split] + [s for s in (settings.get("extra_splits") or []) if split_size(task, s) > 0]
-    ablate = stage(out, "ablate", key({"splits": splits, "n_samples": n_samples, "alpha": alpha}, splits), lambda: {
+    ablate_key = key({"splits": splits, "n_samples": n_samples, "alpha": alpha}, splits)
+    ablate = stage(out, "ablate", ablate_key, lambda: {
         "splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}})
+    upstream["ablate"] = digest([ablate_key, ablate])
     if len(splits) > 1:
         ablate["correlation"] = correlation(ablate["splits"][splits[0]], ablate["splits"][splits[1]])
     ablation_split = str(cfg.prune.get("ablation_split") or split)  # the oracle order's data
@@ -177,7 +182,7 @@ def run(cfg) -> dict:
     bar.set_postfix_str("prune")
     prune_key = key({"split": split, "prune": cfg.prune, "importance": cfg.importance, "reestimate": settings.reestimate},
                     [split, ablation_split, IMPORTANCE_DATA],
-                    {"scores": digest(scores), "ablation_deltas": digest(shared.get("ablation_deltas"))})
+                    {"scores": upstream["scores"], "ablate": upstream["ablate"] if "ablation_deltas" in shared else None})
     min_per_layer = int(cfg.prune.min_heads_per_layer or 0)
 
     def prune_all():
@@ -192,6 +197,7 @@ def run(cfg) -> dict:
         return result
 
     prune = stage(out, "prune", prune_key, prune_all)
+    upstream["prune"] = digest([prune_key, prune])
     bar.update(1)
 
     bar.set_postfix_str("speed")
@@ -201,7 +207,8 @@ def run(cfg) -> dict:
         mask = task.gates.normalize_mask(mask_from_json(steps[round(fraction, 6)]["mask"]))
     else:
         mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
-    speed = stage(out, "speed", key({"split": split, "speed": cfg.speed}, [split], {"mask": mask_to_json(mask)}), lambda: speed_stage(
+    speed_key = key({"split": split, "speed": cfg.speed}, [split], {"mask": mask_to_json(mask), "prune": upstream["prune"]})
+    speed = stage(out, "speed", speed_key, lambda: speed_stage(
         task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
         int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), clock, **adaptive_settings(cfg.speed)))
     bar.update(1)
