@@ -86,6 +86,10 @@ def test_changed_training_setting_retrains(tmp_path, capsys):
     assert json.loads(record.read_text())["key"]["settings"]["task"]["lr"] == 3e-5
     saved = json.loads((tmp_path / "train" / "results.json").read_text())
     assert saved["config"]["task"]["lr"] == 3e-5  # the model on disk is the retrained one
+    (tmp_path / "train" / "results.json").write_text("{")  # damaged: named, and the model retrained
+    study.train_stage(make_cfg(tmp_path, "study", "nli", *train, "study.train_overrides={task.lr:3e-5}"), tmp_path)
+    assert "results.json is not valid JSON (damaged: an interrupted write?): retraining" in capsys.readouterr().out
+    assert json.loads((tmp_path / "train" / "results.json").read_text())["config"]["task"]["lr"] == 3e-5
 
 
 # ---- the whole study (untrained tiny model) -----------------------------------------------------
@@ -113,7 +117,9 @@ def test_study_resume_recomputes_exactly_the_stages_whose_inputs_changed(shared_
     assert "speed: settings changed since speed.json (input prune changed" in out
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["config"]["importance"]["reduce"] == "token"
-    assert payload["results"]["scores"] == json.loads((tmp_path / "stages" / "scores.json").read_text())["results"]
+    saved = json.loads((tmp_path / "stages" / "scores.json").read_text())
+    assert payload["results"]["scores"] == saved["results"]
+    assert payload["inputs"]["stage_fingerprints"]["scores"] == saved["fingerprint"]  # results.json says which settings
 
     (tmp_path / "stages" / "prune.json").write_text('{"schema_version": 1, "stage": "pr')  # an interrupted write
     study.run(make_cfg(tmp_path, "study", "nli", *SMALL, "importance.reduce=token"))

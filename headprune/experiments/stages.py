@@ -60,10 +60,12 @@ def changed_settings(old, new) -> str:
 
 
 def describe_change(dotted: str, old, new) -> str:
-    """``name: old -> new``, or ``... changed`` for an earlier stage's digest or a value too long to show (a mask)."""
+    """``name: old -> new``, or ``... changed`` for a fingerprint, an earlier stage's digest or a long value (a mask)."""
     name = dotted.removeprefix("settings.")
     if name.startswith("inputs."):  # a digest of an earlier stage's results: its value says nothing
         return f"input {name.removeprefix('inputs.')} changed"
+    if name.startswith("fingerprints."):  # the weights or the data the stage ran on
+        return f"{name.removeprefix('fingerprints.')} fingerprint changed"
     old, new = json.dumps(old), json.dumps(new)
     return f"{name}: {old} -> {new}" if max(len(old), len(new)) <= SHOWN_VALUE else f"{name} changed"
 

@@ -174,8 +174,8 @@ def run(cfg) -> dict:
     bar.update(1)
 
     bar.set_postfix_str("keep_one")
-    keep_one = stage(out, "keep_one", key({"split": split, "selection": selection, "n_samples": n_samples, "alpha": alpha},
-                                          [split, selection]),
+    keep_one_key = key({"split": split, "selection": selection, "n_samples": n_samples, "alpha": alpha}, [split, selection])
+    keep_one = stage(out, "keep_one", keep_one_key,
                      lambda: keep_one_stage(task, selection, split, None, n_samples, seed, alpha, base=base))
     bar.update(1)
 
@@ -225,7 +225,9 @@ def run(cfg) -> dict:
     figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
     numbers = {"data_note": note, "trained_model": trained, "base_score": base.score, "metric": task.metric,
                "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed}
-    write_results(cfg, "study", numbers, task, split, inputs={"selection_split": selection, "data_note": note}, figures=figures)
+    stage_keys = {"scores": scores_key, "ablate": ablate_key, "keep_one": keep_one_key, "prune": prune_key, "speed": speed_key}
+    write_results(cfg, "study", numbers, task, split, figures=figures, inputs={
+        "selection_split": selection, "data_note": note, "stage_fingerprints": {k: digest(v) for k, v in stage_keys.items()}})
     tables = {f"ablate_{s}": ablation_rows(r) for s, r in ablate["splits"].items()}
     tables.update(keep_one=keep_one_rows(keep_one), prune=prune_rows(prune), speed=speed_rows(speed))
     summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
