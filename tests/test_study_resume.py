@@ -31,7 +31,7 @@ def test_stage_reuses_same_key_and_recomputes_changed_or_damaged(tmp_path, capsy
     assert "scores: complete in" in capsys.readouterr().out
     changed = {"settings": {"importance": {"reduce": "token"}}, "inputs": {}}
     assert stages.stage(tmp_path, "scores", changed, compute) == {"value": 2}
-    assert 'scores: settings changed since scores.json (importance.reduce: "example" -> "token"): recomputing' in capsys.readouterr().out
+    assert 'scores: changed since scores.json (importance.reduce: "example" -> "token"): recomputing' in capsys.readouterr().out
     (tmp_path / "stages" / "scores.json").write_text('{"complete": tr')
     assert stages.stage(tmp_path, "scores", changed, compute) == {"value": 3}
     assert f"scores: {tmp_path / 'stages' / 'scores.json'} is not valid JSON" in capsys.readouterr().out
@@ -82,7 +82,7 @@ def test_changed_training_setting_retrains(tmp_path, capsys):
     study.train_stage(make_cfg(tmp_path, "study", "nli", *train), tmp_path)
     assert record.stat().st_mtime_ns == first and "train: complete in" in capsys.readouterr().out
     study.train_stage(make_cfg(tmp_path, "study", "nli", *train, "study.train_overrides={task.lr:3e-5}"), tmp_path)
-    assert "train: settings changed since train.json (task.lr: 0.0001 -> 3e-05): recomputing" in capsys.readouterr().out
+    assert "train: changed since train.json (task.lr: 0.0001 -> 3e-05): recomputing" in capsys.readouterr().out
     assert json.loads(record.read_text())["key"]["settings"]["task"]["lr"] == 3e-5
     saved = json.loads((tmp_path / "train" / "results.json").read_text())
     assert saved["config"]["task"]["lr"] == 3e-5  # the model on disk is the retrained one
@@ -113,8 +113,8 @@ def test_study_resume_recomputes_exactly_the_stages_whose_inputs_changed(shared_
     again = stamps(tmp_path)
     assert {name for name in RUN_STAGES if again[name] != first[name]} == {"scores", "prune", "speed"}
     out = capsys.readouterr().out
-    assert 'scores: settings changed since scores.json (importance.reduce: "example" -> "token"): recomputing' in out
-    assert "speed: settings changed since speed.json (input prune changed" in out
+    assert 'scores: changed since scores.json (importance.reduce: "example" -> "token"): recomputing' in out
+    assert "speed: changed since speed.json (input prune changed" in out
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["config"]["importance"]["reduce"] == "token"
     saved = json.loads((tmp_path / "stages" / "scores.json").read_text())

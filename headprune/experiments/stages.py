@@ -72,7 +72,7 @@ def describe_change(dotted: str, old, new) -> str:
 
 def training_settings(training_cfg) -> dict:
     """What a trained model depends on: the training config (overrides applied) minus outputs, logging and later stages."""
-    settings = {k: v for k, v in plain(training_cfg).items() if k not in NOT_TRAINING}
+    settings = {k: plain(training_cfg[k]) for k in training_cfg if k not in NOT_TRAINING}  # excluded ones never resolved
     for dotted in DISPLAY_ONLY:
         section, _, name = dotted.partition(".")
         (settings.get(section) or {}).pop(name, None)
@@ -92,7 +92,7 @@ def saved_results(path: Path, name: str, key) -> dict | None:
         print(f"[study] {name}: {path} holds no complete results: recomputing", flush=True)
         return None
     if saved.get("key") != key:
-        print(f"[study] {name}: settings changed since {path.name} ({changed_settings(saved.get('key'), key)}): recomputing",
+        print(f"[study] {name}: changed since {path.name} ({changed_settings(saved.get('key'), key)}): recomputing",
               flush=True)
         return None
     print(f"[study] {name}: complete in {path} with the same settings, skipped", flush=True)
