@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from experiment_helpers import make_cfg, task_fixtures
 from headprune.experiments import stages, study
 

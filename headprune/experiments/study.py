@@ -4,8 +4,9 @@ The stages share the model, the data, the unmasked score and the importance/entr
 stage writes ``stages/<name>.json`` with its key (settings, model and data fingerprints, the earlier
 results it used) when it completes; a rerun in the same run directory (``hydra.run.dir=<that dir>``)
 skips every stage whose key is unchanged, and recomputes, saying why, a stage whose settings or
-inputs changed or whose file is damaged (see ``headprune.experiments.stages``). ``make demo`` runs this on the embedded MiniLM: fine-tuned on the local MNLI copy
-when there is one, else on the synthetic NLI set (it says which).
+inputs changed or whose file is damaged (see ``headprune.experiments.stages``). ``make demo`` runs
+this on the embedded MiniLM: fine-tuned on the local MNLI copy when there is one, else on the
+synthetic NLI set (it says which).
 """
 from __future__ import annotations
 
