@@ -74,6 +74,21 @@ def texts_fingerprint(texts) -> str:
     return digest.hexdigest()[:16]
 
 
+def batches_fingerprint(batches) -> str:
+    """A short hash of model-input batches ({name: tensor}): the data a computation such as importance read."""
+    digest = hashlib.sha256()
+    for batch in batches:
+        for name, value in sorted(batch.items()):
+            digest.update(name.encode())
+            if not hasattr(value, "detach"):
+                digest.update(repr(value).encode())
+                continue
+            tensor = value.detach().cpu()
+            digest.update(str(tuple(tensor.shape)).encode())
+            digest.update((tensor.float() if tensor.is_floating_point() else tensor.long()).contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def results_payload(kind: str, config: dict, numbers: dict, **fingerprints) -> dict:
     """The common envelope of every results.json."""
     return {

@@ -1,4 +1,4 @@
-"""Files a run reads back before any work: mask files (0/1 only) and a resumed study's saved JSON."""
+"""Files a run reads back before any work: mask files (0/1 only)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,10 +43,3 @@ def check_binary_mask(raw: dict, where: str) -> None:
                 if isinstance(value, bool) or value not in (0, 1):
                     raise ConfigError(f"{where}: group {group} layer {layer} head {head} has {value!r} (0-based ids); "
                                       "a mask holds 0 (pruned) or 1 (kept)")
-
-
-def check_saved_results(out: Path) -> None:
-    """A study resumed in ``out``: its saved stage files and training results must be readable JSON."""
-    for path in sorted((out / "stages").glob("*.json")) + [out / "train" / "results.json"]:
-        if path.is_file():
-            read_json_file(path)

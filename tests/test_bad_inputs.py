@@ -3,6 +3,8 @@
 Config rows compose the real ``conf/`` (tiny models, synthetic or tmp_path data) and run
 ``validate(cfg)``, the check the ``headprune`` entry point runs first; CLI rows run the entry point
 in-process; API rows call a library function. Every row asserts the words of the error and the time.
+Recovered rows are damaged files a resumed study repairs itself (it names them and recomputes them):
+they pass validation.
 """
 from __future__ import annotations
 
@@ -163,8 +165,6 @@ CONFIG_ROWS = [
     ("speed-tolerance-zero", "nli", ["experiment=speed", "speed.tolerance=0"], "speed.tolerance", None),
     ("speed-max-seconds-negative", "nli", ["experiment=speed", "speed.max_seconds=-1"], "speed.max_seconds", None),
     ("importance-reduce-bogus", "nli", ["experiment=prune", "importance.reduce=mean"], "importance.reduce", None),
-    ("study-stage-corrupt", "nli", ["experiment=study"], "scores.json is not valid JSON", "stage_corrupt"),
-    ("study-train-results-corrupt", "nli", ["experiment=study"], "results.json is not valid JSON", "train_corrupt"),
     ("model-kind-bogus", "nli", ["experiment=ablate", "model.kind=decoder"], "model.kind", None),
     ("model-neither", "nli", ["experiment=ablate", "model.config=null"], "neither", None),
     ("model-data-mismatch", "nli", ["experiment=ablate", "data=mt_synthetic"], "does not fit", None),
@@ -202,6 +202,23 @@ def test_config_error(tmp_path, model_dirs, no_forward, monkeypatch, task, overr
         validate(compose_row(tmp_path, task, overrides, model_dirs))
     assert words in str(err.value), str(err.value)
     assert time.perf_counter() - start < SECONDS
+
+
+# ---- recovered rows: a resumed study names a damaged stage file and recomputes it ---------------
+
+RECOVERED_ROWS = [  # (id, files): validation lets these through; tests/test_study_resume.py shows the recomputation
+    ("study-stage-corrupt", "stage_corrupt"),
+    ("study-train-results-corrupt", "train_corrupt"),
+]
+
+
+@pytest.mark.parametrize("files", [pytest.param(row[1], id=row[0]) for row in RECOVERED_ROWS])
+def test_recovered_input_passes_validation(tmp_path, model_dirs, no_forward, monkeypatch, files):
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    PRE[files](tmp_path)
+    validate(compose_row(tmp_path, "nli", ["experiment=study"], model_dirs))
 
 
 # ---- CLI rows: the entry point runs validate() before the experiment -----------------------------
@@ -380,7 +397,7 @@ def test_api_error(tmp_path, no_forward, monkeypatch, call, words):
 
 
 def test_table_is_complete():
-    """At least 40 bad inputs, each with its own id."""
-    ids = [row[0] for row in CONFIG_ROWS] + [row[0] for row in CLI_ROWS] + [p.id for p in API_ROWS]
+    """At least 40 bad inputs, each with its own id (recovered rows included)."""
+    ids = [row[0] for row in CONFIG_ROWS + RECOVERED_ROWS] + [row[0] for row in CLI_ROWS] + [p.id for p in API_ROWS]
     assert len(ids) >= 40 and len(ids) == len(set(ids))
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # set by conftest: nothing loads from the hub

@@ -1,14 +1,16 @@
 """experiment=study: fine-tune (or load) once, then ablate, keep_one, prune (all orders) and speed.
 
 The stages share the model, the data, the unmasked score and the importance/entropy scores. Each
-stage writes ``stages/<name>.json`` when it completes; a rerun in the same run directory
-(``hydra.run.dir=<that dir>``) skips every stage whose results are complete and whose settings
-are unchanged. ``make demo`` runs this on the embedded MiniLM: fine-tuned on the local MNLI copy
-when there is one, else on the synthetic NLI set (it says which).
+stage writes ``stages/<name>.json`` with its key (settings, model and data fingerprints, the earlier
+results it used) when it completes; a rerun in the same run directory (``hydra.run.dir=<that dir>``)
+skips every stage whose key is unchanged, and recomputes, saying why, a stage whose settings or
+inputs changed or whose file is damaged (see ``headprune.experiments.stages``). ``make demo`` runs
+this on the embedded MiniLM: fine-tuned on the local MNLI copy when there is one, else on the
+synthetic NLI set (it says which).
 """
 from __future__ import annotations
 
-import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -19,39 +21,21 @@ from headprune.experiments.evaluation import check_split, selection_split, split
 from headprune.experiments.keep_one import keep_one_stage
 from headprune.experiments.orders import ORDERS
 from headprune.experiments.prune import curves_of, fractions_of, order_settings, orders_of, prune_stage
-from headprune.experiments.rundir import fingerprints, mask_from_json, tensor_dict, write_results
+from headprune.experiments.rundir import mask_from_json, mask_to_json, tensor_dict, write_results
 from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
+from headprune.experiments.stages import digest, stage, training_settings
 from headprune.loggers import log_run
 from headprune.ordering import check_fractions, check_groups, masks_for_fractions
 from headprune.plots import keep_one_bars, pruning_curves, speed_bars
 from headprune.render import ablation_rows, keep_one_rows, prune_rows, speed_rows
-from headprune.results import SCHEMA_VERSION, output_dir, read_json, write_json_atomic
+from headprune.results import batches_fingerprint, model_fingerprint, output_dir, read_json
 from headprune.significance import correlation
 from headprune.speed_verdict import is_inconclusive
 from headprune.tasks import registry
+from headprune.validation import training_config
 
 STAGES = ("train", "scores", "ablate", "keep_one", "prune", "speed")
-
-
-def _plain(value):
-    def default(o):
-        return OmegaConf.to_container(o, resolve=True) if OmegaConf.is_config(o) else str(o)
-
-    return json.loads(json.dumps(value, default=default))
-
-
-def stage(out: Path, name: str, key, compute) -> dict:
-    """Load ``stages/<name>.json`` when complete with the same settings, else compute and write it atomically."""
-    path = out / "stages" / f"{name}.json"
-    key = _plain(key)
-    if path.exists():
-        saved = read_json(path)
-        if saved.get("complete") and saved.get("key") == key:
-            print(f"[study] {name}: complete in {path}, skipped", flush=True)
-            return saved["results"]
-    numbers = compute()
-    write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "stage": name, "key": key, "complete": True, "results": numbers})
-    return numbers
+IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
 
 
 def choose_data(cfg) -> str:
@@ -80,24 +64,47 @@ def choose_data(cfg) -> str:
     return f"data={data.get('name')} ({data.get('source')})"
 
 
-def train_stage(cfg, out: Path) -> str | None:
-    """Train the task's model into <out>/train and point ``model.pretrained`` (and its tokenizer) at the result."""
+def train_stage(cfg, out: Path) -> str:
+    """Train the task's model into <out>/train (reused when its settings are unchanged); point ``model.pretrained`` at it."""
     train_dir = out / "train"
     model_dir = train_dir / "model"
-    if (train_dir / "results.json").exists() and model_dir.exists() and read_json(train_dir / "results.json").get("results"):
-        print(f"[study] train: complete in {train_dir}, skipped", flush=True)
-    else:
-        sub = cfg.copy()
+    sub = training_config(cfg)
+    key = {"settings": training_settings(sub)}
+    problem = missing_training_output(train_dir)
+    record = out / "stages" / "train.json"
+    if problem and record.exists():
+        print(f"[study] train: {problem}: retraining", flush=True)
+        record.unlink()
+    elif not problem and not record.exists():
+        print(f"[study] train: no record of the settings the model in {model_dir} was trained with: retraining", flush=True)
+
+    def train() -> dict:
+        if (train_dir / "checkpoints").exists() and (train_dir / "results.json").exists():
+            print(f"[study] train: removing the previous training's checkpoints in {train_dir / 'checkpoints'}", flush=True)
+            shutil.rmtree(train_dir / "checkpoints")  # a finished run's last.ckpt must not seed this one (ckpt_path=last)
         with open_dict(sub):
             sub.paths.output_dir = str(train_dir)
             sub.experiment_name = "study_train"
-            for key, value in (cfg.study.get("train_overrides") or {}).items():
-                OmegaConf.update(sub, key, value, force_add=True)
-        registry.train_task(sub)
+        return {"model_dir": str(model_dir), "metrics": registry.train_task(sub)}
+
+    stage(out, "train", key, train)
     with open_dict(cfg):
         cfg.model.pretrained = str(model_dir)
         cfg.model.tokenizer = str(model_dir)  # the saved model dir holds its tokenizer
     return str(model_dir)
+
+
+def missing_training_output(train_dir: Path) -> str | None:
+    """Why a finished training in ``train_dir`` cannot be reused (model or results.json missing or damaged), or None."""
+    if not (train_dir / "model" / "config.json").is_file():
+        return f"no saved model in {train_dir / 'model'}"
+    try:
+        read_json(train_dir / "results.json")
+    except FileNotFoundError:
+        return f"{train_dir / 'results.json'} is missing"
+    except ValueError:
+        return f"{train_dir / 'results.json'} is not valid JSON (damaged: an interrupted write?)"
+    return None
 
 
 def run(cfg) -> dict:
@@ -125,12 +132,20 @@ def run(cfg) -> dict:
     groups = check_groups(cfg.prune.get("groups"), task.gates.groups)
     base = task.evaluate(None, split=split)
     print(f"[study] unmasked {task.metric} on {split}: {base.score:.2f} ({base.n} examples)", flush=True)
-    fp = fingerprints(task, split)
     seed, n_samples, alpha = int(cfg.seed), int(settings.n_samples), float(settings.alpha)
     order_cfg = order_settings(cfg)
+    model_fp, data_fps = model_fingerprint(task.model), {}
 
-    def key(**extra):
-        return {"fingerprints": fp, "split": split, "seed": seed, **extra}
+    def data_fingerprint(name: str) -> str:
+        if name not in data_fps:  # "importance batches": what the importance and entropy scores read
+            data_fps[name] = batches_fingerprint(task.importance_batches()) if name == IMPORTANCE_DATA else task.data_fingerprint(name)
+        return data_fps[name]
+
+    def key(reads: dict, data: list[str], inputs: dict | None = None) -> dict:
+        """A stage's key: the settings it reads, the model and data it runs on, digests of the earlier stages it uses."""
+        return {"settings": {"seed": seed, **reads},
+                "fingerprints": {"model": model_fp, "data": {name: data_fingerprint(name) for name in dict.fromkeys(data)}},
+                "inputs": inputs or {}}
 
     bar.set_postfix_str("scores")
     def raw_scores():
@@ -139,15 +154,19 @@ def run(cfg) -> dict:
             ORDERS[order].scores(task, order_cfg, shared=cache)
         return {"importance": tensor_dict(cache["importance_raw"]), "entropy": tensor_dict(cache["entropy_raw"])}
 
-    scores = stage(out, "scores", key(importance=cfg.importance), raw_scores)
+    scores_key = key({"importance": cfg.importance}, [IMPORTANCE_DATA])
+    scores = stage(out, "scores", scores_key, raw_scores)
+    upstream = {"scores": digest([scores_key, scores])}  # what a later stage saw of an earlier one: its key and results
     bar.update(1)
     shared = {"importance_raw": {g: torch.tensor(v) for g, v in scores["importance"].items()},
               "entropy_raw": {g: torch.tensor(v) for g, v in scores["entropy"].items()}}
 
     bar.set_postfix_str("ablate")
     splits = [split] + [s for s in (settings.get("extra_splits") or []) if split_size(task, s) > 0]
-    ablate = stage(out, "ablate", key(splits=splits, n_samples=n_samples, alpha=alpha), lambda: {
+    ablate_key = key({"splits": splits, "n_samples": n_samples, "alpha": alpha}, splits)
+    ablate = stage(out, "ablate", ablate_key, lambda: {
         "splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}})
+    upstream["ablate"] = digest([ablate_key, ablate])
     if len(splits) > 1:
         ablate["correlation"] = correlation(ablate["splits"][splits[0]], ablate["splits"][splits[1]])
     ablation_split = str(cfg.prune.get("ablation_split") or split)  # the oracle order's data
@@ -156,12 +175,15 @@ def run(cfg) -> dict:
     bar.update(1)
 
     bar.set_postfix_str("keep_one")
-    keep_one = stage(out, "keep_one", key(selection=selection, n_samples=n_samples, alpha=alpha),
+    keep_one_key = key({"split": split, "selection": selection, "n_samples": n_samples, "alpha": alpha}, [split, selection])
+    keep_one = stage(out, "keep_one", keep_one_key,
                      lambda: keep_one_stage(task, selection, split, None, n_samples, seed, alpha, base=base))
     bar.update(1)
 
     bar.set_postfix_str("prune")
-    prune_key = key(prune=cfg.prune, importance=cfg.importance)
+    prune_key = key({"split": split, "prune": cfg.prune, "importance": cfg.importance, "reestimate": settings.reestimate},
+                    [split, ablation_split, IMPORTANCE_DATA],
+                    {"scores": upstream["scores"], "ablate": upstream["ablate"] if "ablation_deltas" in shared else None})
     min_per_layer = int(cfg.prune.min_heads_per_layer or 0)
 
     def prune_all():
@@ -176,6 +198,7 @@ def run(cfg) -> dict:
         return result
 
     prune = stage(out, "prune", prune_key, prune_all)
+    upstream["prune"] = digest([prune_key, prune])
     bar.update(1)
 
     bar.set_postfix_str("speed")
@@ -185,7 +208,8 @@ def run(cfg) -> dict:
         mask = task.gates.normalize_mask(mask_from_json(steps[round(fraction, 6)]["mask"]))
     else:
         mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
-    speed = stage(out, "speed", key(speed=cfg.speed), lambda: speed_stage(
+    speed_key = key({"split": split, "speed": cfg.speed}, [split], {"mask": mask_to_json(mask), "prune": upstream["prune"]})
+    speed = stage(out, "speed", speed_key, lambda: speed_stage(
         task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
         int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), clock, **adaptive_settings(cfg.speed)))
     bar.update(1)
@@ -202,7 +226,9 @@ def run(cfg) -> dict:
     figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
     numbers = {"data_note": note, "trained_model": trained, "base_score": base.score, "metric": task.metric,
                "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed}
-    write_results(cfg, "study", numbers, task, split, inputs={"selection_split": selection, "data_note": note}, figures=figures)
+    stage_keys = {"scores": scores_key, "ablate": ablate_key, "keep_one": keep_one_key, "prune": prune_key, "speed": speed_key}
+    write_results(cfg, "study", numbers, task, split, figures=figures, inputs={
+        "selection_split": selection, "data_note": note, "stage_fingerprints": {k: digest(v) for k, v in stage_keys.items()}})
     tables = {f"ablate_{s}": ablation_rows(r) for s, r in ablate["splits"].items()}
     tables.update(keep_one=keep_one_rows(keep_one), prune=prune_rows(prune), speed=speed_rows(speed))
     summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},

@@ -1,0 +1,111 @@
+"""A resumable study's stages: each saved with the settings it depends on, reused only when they match.
+
+``stages/<name>.json`` holds a stage's results and its key: the config slice it read, the model and
+data fingerprints, and digests of the earlier stages' results it used. A rerun reuses the stage only
+when the key is the same; otherwise it says which setting changed (or that the file is damaged) and
+recomputes it. A stage fed by a recomputed one sees new inputs in its key, so it is recomputed too.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable
+
+from omegaconf import OmegaConf
+
+from headprune.results import SCHEMA_VERSION, write_json_atomic
+
+SHOWN_CHANGES = 3  # settings named in a "changed" line; the rest are counted
+SHOWN_VALUE = 40  # longer values are not printed, only named
+DISPLAY_ONLY = ("trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps")
+NOT_TRAINING = ("paths", "logger", "hydra", "run", "experiment_name", "study", "prune", "speed", "importance", "ablate",
+                "keep_one", "dynamics")  # config sections the training stage does not read
+
+
+def plain(value):
+    """``value`` as plain JSON data (configs resolved, tensors and arrays as lists, other objects as text)."""
+    def default(o):
+        if OmegaConf.is_config(o):
+            return OmegaConf.to_container(o, resolve=True)
+        return o.tolist() if hasattr(o, "tolist") else str(o)
+
+    return json.loads(json.dumps(value, default=default))
+
+
+def digest(value) -> str:
+    """A short hash of ``value``'s canonical JSON: equal for equal settings or results."""
+    return hashlib.sha256(json.dumps(plain(value), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def flatten(value, prefix: str = "") -> dict:
+    """{dotted.key: leaf} of nested dicts (lists are leaves)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    flat = {}
+    for key, inner in value.items():
+        flat.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def changed_settings(old, new) -> str:
+    """The settings that differ between two keys, e.g. ``importance.reduce: "example" -> "token"``."""
+    before, after = flatten(old if isinstance(old, dict) else {"key": old}), flatten(new)
+    missing = object()
+    names = list(dict.fromkeys([*after, *before]))  # the key's own order: settings, then fingerprints, then inputs
+    changed = [k for k in names if before.get(k, missing) != after.get(k, missing)]
+    shown = [describe_change(k, before.get(k), after.get(k)) for k in changed[:SHOWN_CHANGES]]
+    more = len(changed) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def describe_change(dotted: str, old, new) -> str:
+    """``name: old -> new``, or ``... changed`` for a fingerprint, an earlier stage's digest or a long value (a mask)."""
+    name = dotted.removeprefix("settings.")
+    if name.startswith("inputs."):  # a digest of an earlier stage's results: its value says nothing
+        return f"input {name.removeprefix('inputs.')} changed"
+    if name.startswith("fingerprints."):  # the weights or the data the stage ran on
+        return f"{name.removeprefix('fingerprints.')} fingerprint changed"
+    old, new = json.dumps(old), json.dumps(new)
+    return f"{name}: {old} -> {new}" if max(len(old), len(new)) <= SHOWN_VALUE else f"{name} changed"
+
+
+def training_settings(training_cfg) -> dict:
+    """What a trained model depends on: the training config (overrides applied) minus outputs, logging and later stages."""
+    settings = {k: plain(training_cfg[k]) for k in training_cfg if k not in NOT_TRAINING}  # excluded ones never resolved
+    for dotted in DISPLAY_ONLY:
+        section, _, name = dotted.partition(".")
+        (settings.get(section) or {}).pop(name, None)
+    return settings
+
+
+def saved_results(path: Path, name: str, key) -> dict | None:
+    """The saved results when ``path`` is complete with the same key; else None, saying in one line why it is recomputed."""
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        print(f"[study] {name}: {path} is not valid JSON ({err}; an interrupted write?): recomputing", flush=True)
+        return None
+    if not isinstance(saved, dict) or not saved.get("complete") or "results" not in saved:
+        print(f"[study] {name}: {path} holds no complete results: recomputing", flush=True)
+        return None
+    if saved.get("key") != key:
+        print(f"[study] {name}: changed since {path.name} ({changed_settings(saved.get('key'), key)}): recomputing",
+              flush=True)
+        return None
+    print(f"[study] {name}: complete in {path} with the same settings, skipped", flush=True)
+    return saved["results"]
+
+
+def stage(out: Path, name: str, key, compute: Callable[[], dict]) -> dict:
+    """Reuse ``stages/<name>.json`` when complete with the same key, else compute it and write it atomically."""
+    path = out / "stages" / f"{name}.json"
+    key = plain(key)
+    numbers = saved_results(path, name, key)
+    if numbers is None:
+        numbers = plain(compute())
+        write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "stage": name, "fingerprint": digest(key), "key": key,
+                                 "complete": True, "results": numbers})
+    return numbers
