@@ -23,14 +23,15 @@ from headprune.experiments.rundir import fingerprints, mask_from_json, tensor_di
 from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
 from headprune.loggers import log_run
 from headprune.ordering import check_fractions, check_groups, masks_for_fractions
-from headprune.plots import keep_one_bars, pruning_curves, speed_bars
-from headprune.render import ablation_rows, keep_one_rows, prune_rows, speed_rows
+from headprune.experiments.prune_speed import for_speed, pareto_stage
+from headprune.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
+from headprune.render import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
 from headprune.results import SCHEMA_VERSION, output_dir, read_json, write_json_atomic
 from headprune.significance import correlation
 from headprune.speed_verdict import is_inconclusive
 from headprune.tasks import registry
 
-STAGES = ("train", "scores", "ablate", "keep_one", "prune", "speed")
+STAGES = ("train", "scores", "ablate", "keep_one", "prune", "pareto", "speed")
 
 
 def _plain(value):
@@ -178,6 +179,14 @@ def run(cfg) -> dict:
     prune = stage(out, "prune", prune_key, prune_all)
     bar.update(1)
 
+    bar.set_postfix_str("pareto")  # pruning for speed: prune.target / schedule / recover (skipped when none is set)
+    pareto = None
+    if for_speed(cfg.prune):
+        pareto = stage(out, "pareto", key(prune=cfg.prune, importance=cfg.importance, selection=selection,
+                                          speed=cfg.speed if cfg.prune.get("measure_speed") else None),
+                       lambda: pareto_stage(task, cfg, order_cfg, orders, fractions, split, selection, out, base=base, shared=shared))
+    bar.update(1)
+
     bar.set_postfix_str("speed")
     fraction = check_fractions([cfg.speed.fraction])[0]
     steps = {round(s["fraction"], 6): s for s in prune["orders"].get("importance", {"steps": []})["steps"]}
@@ -199,12 +208,17 @@ def run(cfg) -> dict:
     if "by_group" in prune:
         figures.append(pruning_curves({g: curves_of(v)["importance"] for g, v in prune["by_group"].items()},
                                       out / "prune_groups.png", f"Pruning one attention group at a time ({name})", task.metric, base.score))
+    if pareto is not None:
+        figures.append(pareto_figure(pareto, out / "pareto.png", f"Quality against speed ({name}, {split})"))
     figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
     numbers = {"data_note": note, "trained_model": trained, "base_score": base.score, "metric": task.metric,
-               "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed}
+               "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed,
+               **({"pareto": pareto} if pareto is not None else {})}
     write_results(cfg, "study", numbers, task, split, inputs={"selection_split": selection, "data_note": note}, figures=figures)
     tables = {f"ablate_{s}": ablation_rows(r) for s, r in ablate["splits"].items()}
     tables.update(keep_one=keep_one_rows(keep_one), prune=prune_rows(prune), speed=speed_rows(speed))
+    if pareto is not None:
+        tables["pareto"] = pareto_rows(pareto)
     summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
                "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] and not is_inconclusive(speed["rows"][-1]) else None}
     log_run(cfg, "study", summary, tables, figures)
