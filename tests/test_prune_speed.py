@@ -165,3 +165,39 @@ def test_study_adds_a_pareto_stage(tmp_path):
     points = payload["results"]["pareto"]["points"]
     assert [(p["order"], p["recovery"]) for p in points] == [("unpruned", "none"), ("importance", "lsq"), ("fisher", "lsq")]
     assert "pareto.png" in payload["figures"] and (tmp_path / "stages" / "pareto.json").exists()
+
+
+@pytest.fixture(scope="module")
+def mt_task(tmp_path_factory):
+    from headprune.tasks import registry
+
+    return registry.load_task(make_cfg(tmp_path_factory.mktemp("mt"), "ablate", "mt"))
+
+
+def test_seq2seq_target_with_every_recovery(mt_task, tmp_path, monkeypatch):
+    from headprune.tasks import registry
+
+    monkeypatch.setattr(registry, "load_task", lambda cfg: mt_task)
+    cfg = make_cfg(tmp_path, "prune", "mt", "prune.order=fisher", "prune.target={speedup:1.1}", "prune.recover=[none,lsq,finetune]",
+                   *QUICK_FINETUNE)
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert [p["recovery"] for p in points] == ["none", "none", "lsq", "finetune"]
+    assert len({repr(p["mask"]) for p in points[1:]}) == 1 and points[1]["predicted_speedup"] >= 1.1
+    assert results(tmp_path)["results"]["selection_split"] == "heldout"
+
+
+def test_decoder_only_lm_with_a_drop_target_and_a_schedule(tmp_path):
+    """Perplexity (lower is better): a max_drop target on the held-out texts, and a schedule of targets with lsq."""
+    from experiment_helpers import compose_cfg
+
+    lm = ["experiment=prune", "model=tiny_llama", "data=lm_synthetic", "data.synthetic.sizes.eval=24", "data.synthetic.sizes.importance=40",
+          "data.synthetic.sizes.heldout=8", "data.eval_batch_size=7", "logger=none", "device=cpu", "prune.order=fisher"]
+    prune.run(compose_cfg(tmp_path / "drop", [*lm, "prune.target={max_drop:0.5}"]))
+    payload = results(tmp_path / "drop")["results"]
+    assert payload["higher_is_better"] is False and payload["selection_split"] != payload["split"] == "eval"
+    prune.run(compose_cfg(tmp_path / "schedule", [*lm, "prune.schedule=[{speedup:1.05},{speedup:1.1}]", "prune.recover=lsq",
+                                                  "prune.recover_examples=16"]))
+    points = points_of(tmp_path / "schedule")
+    assert [p["step"] for p in points] == ["0%", "speedup=1.05", "speedup=1.1"]
+    assert points[1]["predicted_speedup"] >= 1.05 and points[2]["predicted_speedup"] >= 1.1
