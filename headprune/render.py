@@ -124,6 +124,10 @@ def speed_table(study: dict) -> str:
     lines.append(f"{s['heads_pruned']} of {s['heads_total']} heads removed on `{s['device']}`; parameters "
                  f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
                  f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}.")
+    target = s.get("target")
+    if target and target.get("speedup"):
+        measured = ", ".join("inconclusive" if is_inconclusive(r) else f"{1 + r['gain']:.2f}x at batch {r['batch_size']}" for r in s["rows"])
+        lines.append(f"Speed-up target {target['speedup']:g} (predicted {target['predicted_speedup']:.2f}x): measured {measured}.")
     return "\n".join(lines)
 
 
@@ -145,6 +149,14 @@ def pareto_front(points: list[dict], higher_is_better: bool = True) -> list[bool
     speed = [point_speed(p) for p in points]
     return [not any(quality[j] >= quality[i] and speed[j] >= speed[i] and (quality[j] > quality[i] or speed[j] > speed[i])
                     for j in range(len(points))) for i in range(len(points))]
+
+
+def target_check(point: dict) -> str:
+    """`` (target met)`` / `` (target missed)`` for a timed point pruned to a speed-up target, else empty."""
+    wanted = (point.get("target") or {}).get("speedup")
+    if wanted is None or not point.get("measured"):
+        return ""
+    return " (target met)" if point["measured"]["speedup"] >= wanted else " (target missed)"
 
 
 def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
@@ -172,7 +184,7 @@ def pareto_table(study: dict) -> str:
         cells = [point_name(q), q["step"], f"{q['heads_pruned']}/{q['heads_total']}", f"{q['score']:.2f}", f"{q['predicted_speedup']:.2f}x",
                  f"{100 * q['flops_kept']:.0f}%"]
         if timed:
-            cells += [f"{measured['examples_per_s']:.1f}" if measured else "n/a", f"{measured['speedup']:.2f}x" if measured else "n/a"]
+            cells += [f"{measured['examples_per_s']:.1f}" if measured else "n/a", f"{measured['speedup']:.2f}x{target_check(q)}" if measured else "n/a"]
         lines.append("| " + " | ".join(cells + ["yes" if best else ""]) + " |")
     speed_of = "measured speed-up (largest timed batch)" if timed else f"speed-up predicted by the {p['cost']} cost model"
     lines += ["", f"{name_of(p['metric'])} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "

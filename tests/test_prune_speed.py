@@ -201,3 +201,21 @@ def test_decoder_only_lm_with_a_drop_target_and_a_schedule(tmp_path):
     points = points_of(tmp_path / "schedule")
     assert [p["step"] for p in points] == ["0%", "speedup=1.05", "speedup=1.1"]
     assert points[1]["predicted_speedup"] >= 1.05 and points[2]["predicted_speedup"] >= 1.1
+
+
+def test_speed_experiment_checks_a_pareto_point_beside_its_target(shared_task, tmp_path):
+    from headprune.experiments import speed
+    from headprune.render import speed_table
+    from headprune.validation import validate
+
+    prune.run(make_cfg(tmp_path / "p", "prune", TASK, "prune.order=fisher", "prune.target={speedup:1.05}", "prune.recover=[none,lsq]"))
+    point = points_of(tmp_path / "p")[2]
+    cfg = make_cfg(tmp_path / "s", "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.mask_order=fisher+lsq",
+                   "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2", "speed.max_repeats=2", "speed.warmup=1")
+    validate(cfg)  # the mask file's Pareto masks are checked before any work
+    speed.run(cfg)
+    payload = results(tmp_path / "s")
+    assert payload["results"]["heads_pruned"] == point["heads_pruned"] and payload["inputs"]["step"] == "speedup=1.05"
+    assert payload["results"]["target"]["speedup"] == 1.05 and "Speed-up target 1.05" in speed_table(payload)
+    with pytest.raises(ValueError, match="no Pareto points of 'entropy'"):
+        speed.run(make_cfg(tmp_path / "e", "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.mask_order=entropy"))
