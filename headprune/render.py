@@ -186,9 +186,9 @@ def pareto_table(study: dict) -> str:
         if timed:
             cells += [f"{measured['examples_per_s']:.1f}" if measured else "n/a", f"{measured['speedup']:.2f}x{target_check(q)}" if measured else "n/a"]
         lines.append("| " + " | ".join(cells + ["yes" if best else ""]) + " |")
-    speed_of = "measured speed-up (largest timed batch)" if timed else f"speed-up predicted by the {p['cost']} cost model"
+    speed_of = "measured speed-up at the largest timed batch" if timed else f"speed-up predicted by the {p['cost']} cost model"
     lines += ["", f"{name_of(p['metric'])} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "
-              f"good and at least as fast ({speed_of}); targets chosen on `{p['selection_split']}`."]
+              f"good and at least as fast, by {speed_of}; targets chosen on `{p['selection_split']}`."]
     return "\n".join(lines)
 
 
