@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from headprune.render import (ablation_table, correlation_line, cross_file_correlation_line, dynamics_table, keep_one_table,
-                              prune_table, speed_table, study_groups_table)
+                              pareto_table, prune_table, speed_table, study_groups_table)
 
 BLOCK = re.compile(r"<!-- BEGIN (\w+) -->\n(.*?)<!-- END \1 -->", re.S)
 MNLI_STUDY = "mnli_study"  # docs/results/mnli_study.json: ablate (eval + importance), keep_one, prune, speed
@@ -36,6 +36,7 @@ TABLES = {
     "mnli_prune": lambda d: prune_table(_load(d, MNLI_STUDY)),
     "mnli_prune_full_dev": lambda d: prune_table(_load(d, "mnli_prune_full_dev")),
     "mnli_speed": lambda d: speed_table(_load(d, MNLI_STUDY)),
+    "pareto_mnli": lambda d: pareto_table(_load(d, "mnli_pareto")),  # docs/results/mnli_pareto.json: a prune-for-speed run
     "mt_ablation": lambda d: ablation_table(_load(d, MT_STUDY)),
     "mt_ablation_heldout": lambda d: ablation_table(_load(d, MT_STUDY), split="heldout"),
     "mt_keep_one": lambda d: keep_one_table(_load(d, MT_STUDY)),

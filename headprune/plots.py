@@ -67,6 +67,27 @@ def pruning_curves(curves: dict[str, tuple[list[float], list[float]]], path: str
     return _save(fig, path)
 
 
+def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
+    """Score against speed-up (measured where timed, else predicted), one marker series per order+recovery, the front joined."""
+    from headprune.render import pareto_front, point_name, point_speed
+
+    points = result["points"]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for name in dict.fromkeys(point_name(p) for p in points):
+        mine = [p for p in points if point_name(p) == name]
+        ax.plot([point_speed(p) for p in mine], [p["score"] for p in mine], marker="*" if name == "unpruned" else "o",
+                markersize=9 if name == "unpruned" else 4, linestyle="" if name == "unpruned" else "-", label=name)
+    front = sorted((point_speed(p), p["score"]) for p, best in zip(points, pareto_front(points, result.get("higher_is_better", True))) if best)
+    ax.plot([s for s, _ in front], [q for _, q in front], color="grey", linestyle=":", linewidth=1, label="Pareto front")
+    timed = any(p.get("measured") for p in points)
+    ax.set_xlabel("measured speed-up" if timed else f"predicted speed-up ({result.get('cost', 'flops')})")
+    ax.set_ylabel(result["metric"])
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def keep_one_bars(rows: list[dict], path: str | Path, title: str, ylabel: str) -> Path:
     """Score change per layer when only the layer's best head is kept (error bars: 95% bootstrap interval)."""
     fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(rows) + 2), 3.6))

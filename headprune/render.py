@@ -124,6 +124,71 @@ def speed_table(study: dict) -> str:
     lines.append(f"{s['heads_pruned']} of {s['heads_total']} heads removed on `{s['device']}`; parameters "
                  f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
                  f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}.")
+    target = s.get("target")
+    if target and target.get("speedup"):
+        measured = ", ".join("inconclusive" if is_inconclusive(r) else f"{1 + r['gain']:.2f}x at batch {r['batch_size']}" for r in s["rows"])
+        lines.append(f"Speed-up target {target['speedup']:g} (predicted {target['predicted_speedup']:.2f}x): measured {measured}.")
+    return "\n".join(lines)
+
+
+# ---- pruning for speed: quality against throughput -----------------------------------------------
+def point_name(point: dict) -> str:
+    """``fisher+lsq``, ``importance``, ``unpruned``: the order and its recovery."""
+    return point["order"] if point["recovery"] == "none" else f"{point['order']}+{point['recovery']}"
+
+
+def point_speed(point: dict) -> float:
+    """A point's speed-up: measured when it was timed, else predicted by the cost model."""
+    measured = point.get("measured")
+    return float(measured["speedup"]) if measured else float(point["predicted_speedup"])
+
+
+def pareto_front(points: list[dict], higher_is_better: bool = True) -> list[bool]:
+    """For each point, whether no other point is at least as good and as fast, and better or faster."""
+    quality = [p["score"] if higher_is_better else -p["score"] for p in points]
+    speed = [point_speed(p) for p in points]
+    return [not any(quality[j] >= quality[i] and speed[j] >= speed[i] and (quality[j] > quality[i] or speed[j] > speed[i])
+                    for j in range(len(points))) for i in range(len(points))]
+
+
+def target_check(point: dict) -> str:
+    """`` (target met)`` / `` (target missed)`` for a timed point pruned to a speed-up target, else empty."""
+    wanted = (point.get("target") or {}).get("speedup")
+    if wanted is None or not point.get("measured"):
+        return ""
+    return " (target met)" if point["measured"]["speedup"] >= wanted else " (target missed)"
+
+
+def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
+    """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
+    points = _stage(result, "pareto")["points"]
+    front = pareto_front(points, _stage(result, "pareto").get("higher_is_better", True))
+    columns = ["method", "order", "recovery", "step", "heads_pruned", "score", "predicted_speedup", "flops_kept",
+               "measured_examples_per_s", "measured_speedup", "pareto"]
+    return columns, [[point_name(p), p["order"], p["recovery"], p["step"], p["heads_pruned"], p["score"], p["predicted_speedup"],
+                      p["flops_kept"], (p.get("measured") or {}).get("examples_per_s"), (p.get("measured") or {}).get("speedup"), f]
+                     for p, f in zip(points, front)]
+
+
+def pareto_table(study: dict) -> str:
+    """Quality against measured (or predicted) throughput for every order and recovery, Pareto points marked."""
+    p = _stage(study, "pareto")
+    points = p["points"]
+    front = pareto_front(points, p.get("higher_is_better", True))
+    timed = any(q.get("measured") for q in points)
+    lines = [f"| method | step | heads removed | {name_of(p['metric'])} | predicted speed-up | FLOPs kept | "
+             + ("measured ex/s | measured speed-up | " if timed else "") + "Pareto |",
+             "|---|---|---|---|---|---|" + ("---|---|" if timed else "") + "---|"]
+    for q, best in zip(points, front):
+        measured = q.get("measured") or {}
+        cells = [point_name(q), q["step"], f"{q['heads_pruned']}/{q['heads_total']}", f"{q['score']:.2f}", f"{q['predicted_speedup']:.2f}x",
+                 f"{100 * q['flops_kept']:.0f}%"]
+        if timed:
+            cells += [f"{measured['examples_per_s']:.1f}" if measured else "n/a", f"{measured['speedup']:.2f}x{target_check(q)}" if measured else "n/a"]
+        lines.append("| " + " | ".join(cells + ["yes" if best else ""]) + " |")
+    speed_of = "measured speed-up at the largest timed batch" if timed else f"speed-up predicted by the {p['cost']} cost model"
+    lines += ["", f"{name_of(p['metric'])} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "
+              f"good and at least as fast, by {speed_of}; targets chosen on `{p['selection_split']}`."]
     return "\n".join(lines)
 
 
@@ -216,6 +281,8 @@ def markdown_sections(payload: dict) -> list[str]:
         out += ["### Greedy pruning", "", prune_table(payload, unit=unit), ""]
         if prune.get("by_group"):
             out += ["### Pruning one group at a time", "", study_groups_table(payload, unit=unit), ""]
+    if "points" in _stage(payload, "pareto"):
+        out += ["### Quality against speed", "", pareto_table(payload), ""]
     if "cost" in _stage(payload, "speed"):
         out += ["### Speed", "", speed_table(payload), ""]
     return out if results else []

@@ -29,6 +29,10 @@ def check_mask_file(path) -> None:
     for order, result in orders.items():
         for step in result.get("steps", []):
             check_binary_mask(step.get("mask") or {}, f"{path} (order {order}, fraction {step.get('fraction')})")
+    results = payload.get("results") or {}
+    for point in results.get("points") or (results.get("pareto") or {}).get("points") or []:
+        if "mask" in point:  # the unpruned point has none
+            check_binary_mask(point["mask"], f"{path} (Pareto point {point.get('order')}+{point.get('recovery')} {point.get('step')})")
 
 
 def check_binary_mask(raw: dict, where: str) -> None:

@@ -49,6 +49,67 @@ def check_prune(prune, heads: int | None) -> None:
     integer(prune.get("n_samples", 1000), "prune.n_samples", 1)
 
 
+RECOVERIES = ("none", "lsq", "finetune")
+COSTS = ("flops", "latency")
+
+
+def target_of(value, name: str):
+    """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
+    from headprune.mask_search import PruneTarget
+
+    try:
+        return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+    except ValueError as err:
+        raise ConfigError(f"{name}: {err}") from None
+
+
+def schedule_of(value) -> list:
+    """The validated ``prune.schedule``: growing fractions or targets, or a ConfigError."""
+    from headprune.schedule import check_schedule
+
+    steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if not isinstance(steps, (list, tuple)):
+        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
+    try:
+        return check_schedule(steps)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"prune.schedule: {err}") from None
+
+
+def check_prune_for_speed(cfg) -> None:
+    """prune.target / schedule / cost / recover / finetune / measure_speed, and the selection split a max_drop reads."""
+    prune = cfg.prune
+    choice(str(prune.get("cost", "flops")), "prune.cost", COSTS)
+    target = prune.get("target")
+    steps = [target_of(target, "prune.target")] if target is not None else []
+    if prune.get("schedule") is not None:
+        if steps:
+            raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
+        steps = schedule_of(prune.schedule)
+    targets = [s for s in steps if not isinstance(s, float)]
+    if any(t.kind == "flops" for t in targets) and str(prune.get("cost", "flops")) != "flops":
+        raise ConfigError("a flops target needs prune.cost=flops (a latency table predicts seconds, not FLOPs)")
+    if any(t.kind == "max_drop" for t in targets):
+        check_selection(cfg, "prune")
+    for recovery in string_list(prune.get("recover") or "none", "prune.recover"):
+        choice(recovery, "prune.recover", RECOVERIES)
+    integer(prune.get("recover_examples", 256), "prune.recover_examples", 1)
+    integer(prune.get("seq_len", 128), "prune.seq_len", 1)
+    integer(prune.get("latency_batch_size", 1), "prune.latency_batch_size", 1)
+    lsq = prune.get("lsq") or {}
+    number(lsq.get("ridge", 1e-3), "prune.lsq.ridge", 0.0, None, "()")
+    number(lsq.get("max_scale", 10.0), "prune.lsq.max_scale", 0.0, None, "()")
+    finetune = prune.get("finetune") or {}
+    integer(finetune.get("max_steps", 100), "prune.finetune.max_steps", 1)
+    number(finetune.get("lr", 2e-5), "prune.finetune.lr", 0.0, None, "()")
+    number(finetune.get("distill_weight", 0.5), "prune.finetune.distill_weight", 0.0, 1.0, "[]")
+    number(finetune.get("temperature", 2.0), "prune.finetune.temperature", 0.0, None, "()")
+    if prune.get("measure_speed"):
+        if cfg.get("speed") is None:
+            raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
+        check_speed(cfg.speed)
+
+
 def check_speed(speed) -> None:
     number(speed.get("fraction"), "speed.fraction", 0.0, 1.0)
     sizes = speed.get("batch_sizes")
@@ -285,6 +346,7 @@ def validate(cfg) -> None:
     if "prune" in cfg and run in ("headprune.experiments.prune.run", "headprune.experiments.study.run"):
         check_prune(cfg.prune, heads_per_layer(cfg.model))
         check_splits(cfg, [cfg.prune.split, cfg.prune.get("ablation_split", cfg.prune.split)], "prune.split/ablation_split")
+        check_prune_for_speed(cfg)
     if run == "headprune.experiments.ablate.run":
         check_bootstrap(cfg.ablate, "ablate")
         splits = string_list(cfg.ablate.get("splits") or [], "ablate.splits")

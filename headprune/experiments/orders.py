@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from headprune.importance import attention_entropy, importance_scores
+from headprune.importance import attention_entropy, fisher_scores, importance_scores
 from headprune.ordering import ablation_scores, entropy_scores, random_scores
 
 
@@ -41,6 +41,11 @@ def importance_order(task, settings: OrderSettings, mask=None, shared: dict | No
     return _cached(shared, "importance_raw", mask, lambda: importance_scores(
         task.model, task.gates, task.importance_batches(), reduce=str(icfg.reduce), normalize_layers=bool(icfg.normalize_layers),
         normalize_global=bool(icfg.normalize_global), mask=mask))
+
+
+def fisher_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """Empirical Fisher of each head gate on the training subset, unnormalised (comparable across layers for a cost-aware search)."""
+    return _cached(shared, "fisher_raw", mask, lambda: fisher_scores(task.model, task.gates, task.importance_batches(), mask=mask))
 
 
 def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
@@ -83,6 +88,7 @@ class Order:
 
 ORDERS: dict[str, Order] = {
     "importance": Order(importance_order, reestimable=True),
+    "fisher": Order(fisher_order, reestimable=True),
     "ablation": Order(ablation_order, reestimable=False),
     "entropy": Order(entropy_order, reestimable=True),
     "random": Order(random_order, reestimable=False),

@@ -8,14 +8,14 @@ the training-split subset (``task.importance_batches()``), never from the evalua
 """
 from __future__ import annotations
 
-from headprune.experiments.evaluation import check_split, evaluate_many
+from headprune.experiments.evaluation import check_split, evaluate_many, selection_split
 from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores
 from headprune.experiments.rundir import mask_to_json, tensor_dict, write_results
 from headprune.loggers import log_run
 from headprune.ordering import (check_fractions, check_groups, fraction_grid, greedy_mask, heads_removed, masks_for_fractions,
                                 n_to_prune, ranked_heads)
-from headprune.plots import pruning_curves
-from headprune.render import prune_rows
+from headprune.plots import pareto_figure, pruning_curves
+from headprune.render import pareto_rows, prune_rows
 from headprune.results import output_dir
 from headprune.tasks import registry
 
@@ -87,8 +87,28 @@ def curves_of(result: dict) -> dict:
     return {order: ([s["fraction"] for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()}
 
 
+def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: str) -> dict:
+    """Pruning for speed (``prune.target`` / ``schedule`` / ``recover``): Pareto points in results.json, a table and a figure."""
+    from headprune.experiments.prune_speed import pareto_stage
+
+    selection = selection_split(task, cfg.prune.get("selection_split"))
+    check_split(task, selection, "selection")
+    out = output_dir(cfg)
+    result = pareto_stage(task, cfg, order_settings(cfg), orders, fractions, split, selection, out)
+    figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
+    for p in result["points"]:
+        print(f"{p['order']:>10} {p['recovery']:>8} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
+              + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else ""))
+    write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])
+    log_run(cfg, "prune", {k: v for k, v in result.items() if k != "points"}, {"pareto": pareto_rows(result)}, [figure])
+    best = max(result["points"][1:], key=lambda p: p["score"] if task.higher_is_better else -p["score"])
+    return {"objective": best["score"], **result}
+
+
 def run(cfg) -> dict:
     """Greedy pruning curve(s); results.json holds every step's mask and score, plus a figure."""
+    from headprune.experiments.prune_speed import for_speed
+
     settings = cfg.prune
     orders = orders_of(settings)
     fractions = fractions_of(settings)
@@ -101,6 +121,8 @@ def run(cfg) -> dict:
     check_split(task, split)
     if "ablation" in orders:
         check_split(task, str(settings.ablation_split), "ablation")
+    if for_speed(settings):
+        return run_for_speed(cfg, task, orders, fractions, split)
     result = prune_stage(task, orders, fractions, order_settings(cfg), groups, min_per_layer, bool(settings.reestimate), split)
     out = output_dir(cfg)
     title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"

@@ -31,8 +31,34 @@ from headprune.speed_verdict import gain_text
 from headprune.tasks import registry
 
 
-def mask_from_file(path, task, order: str, fraction: float) -> dict:
-    """A mask from a prune results.json (order + fraction) or a mask JSON, checked against this model."""
+def pareto_points(payload: dict) -> list[dict]:
+    """The Pareto points of a prune-for-speed results file (a prune run or a study's pareto stage), else []."""
+    results = payload.get("results") or {}
+    return results.get("points") or (results.get("pareto") or {}).get("points") or []
+
+
+def pareto_point(points: list[dict], method: str, fraction: float, step: str | None, path) -> dict:
+    """The point of ``method`` (e.g. ``fisher+lsq``) at ``step`` (e.g. ``speedup=1.3``; None: its only point, else ``fraction``)."""
+    from headprune.render import point_name
+
+    mine = [p for p in points if point_name(p) == method]
+    if not mine:
+        raise ValueError(f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} "
+                         "(set speed.mask_order)")
+    if step is not None:
+        chosen = [p for p in mine if p["step"] == step]
+    elif len(mine) == 1:
+        chosen = mine
+    else:
+        chosen = [p for p in mine if p.get("fraction") is not None and round(p["fraction"], 6) == round(fraction, 6)]
+    if not chosen:
+        raise ValueError(f"{path} has no {method!r} point at {step or f'fraction {fraction}'}; its steps are "
+                         f"{[p['step'] for p in mine]} (set speed.mask_step)")
+    return chosen[0]
+
+
+def mask_from_file(path, task, order: str, fraction: float, step: str | None = None) -> dict:
+    """A mask from a prune results.json (order + fraction, or a Pareto point's method + step) or a mask JSON, checked against this model."""
     path = Path(str(path))
     if not path.exists():
         raise FileNotFoundError(f"speed.mask_file={path} does not exist")
@@ -41,8 +67,11 @@ def mask_from_file(path, task, order: str, fraction: float) -> dict:
     if made_for and made_for != model_fingerprint(task.model):
         raise ValueError(f"mask file {path} was made for another model (fingerprint {made_for}, "
                          f"this model is {model_fingerprint(task.model)}): use the same model.pretrained")
+    points = pareto_points(payload)
     if "mask" in payload:
         raw = payload["mask"]
+    elif points:
+        raw = pareto_point(points, order, fraction, step, path)["mask"]
     else:
         orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
         if not orders:
@@ -129,8 +158,15 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     settings = cfg.speed
     fraction = check_fractions([settings.fraction])[0]
     if settings.get("mask_file"):
-        mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction)
-        return mask, {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
+        step = settings.get("mask_step")
+        mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction, None if step is None else str(step))
+        origin = {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
+        points = pareto_points(read_json(Path(str(settings.mask_file))))
+        if points:  # a Pareto point: its target and predicted speed-up are reported beside the measured gain
+            point = pareto_point(points, str(settings.mask_order), fraction, None if step is None else str(step), settings.mask_file)
+            origin.update(fraction=point["heads_pruned"] / point["heads_total"], step=point["step"], target=point.get("target"),
+                          predicted_speedup=point["predicted_speedup"])
+        return mask, origin
     scores = ORDERS["importance"].scores(task, order_settings(cfg))
     mask = masks_for_fractions(scores, task.gates.groups, [fraction])[0]
     return mask, {"mask_order": "importance", "fraction": fraction, "mask_source": "importance on the training subset"}
@@ -152,6 +188,10 @@ def run(cfg) -> dict:
                          int(cfg.seed), bool(settings.check_score), clock, **adaptive_settings(settings))
     out = output_dir(cfg)
     figure = speed_bars(result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})")
+    if origin.get("target"):
+        result["target"] = {**origin["target"], "predicted_speedup": origin["predicted_speedup"]}
+        print(f"target {origin['step']} (predicted {origin['predicted_speedup']:.2f}x): measured "
+              + ", ".join(f"batch {r['batch_size']} {1 + r['gain']:.2f}x" for r in result["rows"]), flush=True)
     write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])
     log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_rows(result)}, [figure])
     return {"objective": result["rows"][-1]["gain"], **result}

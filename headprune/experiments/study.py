@@ -21,20 +21,21 @@ from headprune.experiments.evaluation import check_split, selection_split, split
 from headprune.experiments.keep_one import keep_one_stage
 from headprune.experiments.orders import ORDERS
 from headprune.experiments.prune import curves_of, fractions_of, order_settings, orders_of, prune_stage
+from headprune.experiments.prune_speed import for_speed, pareto_stage
 from headprune.experiments.rundir import mask_from_json, mask_to_json, tensor_dict, write_results
 from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
 from headprune.experiments.stages import digest, stage, training_settings
 from headprune.loggers import log_run
 from headprune.ordering import check_fractions, check_groups, masks_for_fractions
-from headprune.plots import keep_one_bars, pruning_curves, speed_bars
-from headprune.render import ablation_rows, keep_one_rows, prune_rows, speed_rows
+from headprune.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
+from headprune.render import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
 from headprune.results import batches_fingerprint, model_fingerprint, output_dir, read_json
 from headprune.significance import correlation
 from headprune.speed_verdict import is_inconclusive
 from headprune.tasks import registry
 from headprune.validation import training_config
 
-STAGES = ("train", "scores", "ablate", "keep_one", "prune", "speed")
+STAGES = ("train", "scores", "ablate", "keep_one", "prune", "pareto", "speed")
 IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
 
 
@@ -201,6 +202,16 @@ def run(cfg) -> dict:
     upstream["prune"] = digest([prune_key, prune])
     bar.update(1)
 
+    bar.set_postfix_str("pareto")  # pruning for speed: prune.target / schedule / recover (skipped when none is set)
+    pareto = None
+    if for_speed(cfg.prune):
+        pareto_key = key({"split": split, "selection": selection, "prune": cfg.prune, "importance": cfg.importance,
+                          "speed": cfg.speed if cfg.prune.get("measure_speed") else None},
+                         [split, selection, IMPORTANCE_DATA], {"scores": upstream["scores"]})
+        pareto = stage(out, "pareto", pareto_key,
+                       lambda: pareto_stage(task, cfg, order_cfg, orders, fractions, split, selection, out, base=base, shared=shared))
+    bar.update(1)
+
     bar.set_postfix_str("speed")
     fraction = check_fractions([cfg.speed.fraction])[0]
     steps = {round(s["fraction"], 6): s for s in prune["orders"].get("importance", {"steps": []})["steps"]}
@@ -223,14 +234,20 @@ def run(cfg) -> dict:
     if "by_group" in prune:
         figures.append(pruning_curves({g: curves_of(v)["importance"] for g, v in prune["by_group"].items()},
                                       out / "prune_groups.png", f"Pruning one attention group at a time ({name})", task.metric, base.score))
+    if pareto is not None:
+        figures.append(pareto_figure(pareto, out / "pareto.png", f"Quality against speed ({name}, {split})"))
     figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
     numbers = {"data_note": note, "trained_model": trained, "base_score": base.score, "metric": task.metric,
-               "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed}
-    stage_keys = {"scores": scores_key, "ablate": ablate_key, "keep_one": keep_one_key, "prune": prune_key, "speed": speed_key}
+               "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed,
+               **({"pareto": pareto} if pareto is not None else {})}
+    stage_keys = {"scores": scores_key, "ablate": ablate_key, "keep_one": keep_one_key, "prune": prune_key, "speed": speed_key,
+                  **({"pareto": pareto_key} if pareto is not None else {})}
     write_results(cfg, "study", numbers, task, split, figures=figures, inputs={
         "selection_split": selection, "data_note": note, "stage_fingerprints": {k: digest(v) for k, v in stage_keys.items()}})
     tables = {f"ablate_{s}": ablation_rows(r) for s, r in ablate["splits"].items()}
     tables.update(keep_one=keep_one_rows(keep_one), prune=prune_rows(prune), speed=speed_rows(speed))
+    if pareto is not None:
+        tables["pareto"] = pareto_rows(pareto)
     summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
                "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] and not is_inconclusive(speed["rows"][-1]) else None}
     log_run(cfg, "study", summary, tables, figures)

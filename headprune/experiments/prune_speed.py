@@ -1,0 +1,229 @@
+"""Pruning for speed: targets, recovery and schedules, one Pareto point per (order, recovery, step).
+
+Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d}), ``prune.schedule``
+(growing fractions or targets: prune, recover, re-score, prune more) or ``prune.recover`` (none | lsq |
+finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
+``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.mask_search``
+(``max_drop`` measured on the selection split, never the evaluation split). Recovery uses
+``prune.recover_examples`` training examples of the task's importance subset. Every point records its
+score on the evaluation split, the predicted speed-up and FLOPs kept, and, with ``prune.measure_speed``,
+the measured throughput of the physically pruned model (what a Pareto table needs).
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from headprune.ablation import attention_implementation
+from headprune.costs import CostModel, flops_cost_model
+from headprune.experiments.evaluation import evaluate_many, swapped_model
+from headprune.experiments.orders import ORDERS, OrderSettings, order_scores
+from headprune.experiments.rundir import mask_to_json
+from headprune.heads import HeadGates
+from headprune.latency import cached_latency_model, synthetic_inputs
+from headprune.mask_search import PruneTarget, search_mask
+from headprune.ordering import check_groups, heads_removed, masks_for_fractions
+from headprune.pruning import prune_mask
+from headprune.recovery import lsq_recover
+from headprune.recovery_finetune import finetune_recover
+from headprune.schedule import check_schedule, iterative_prune
+
+
+def _plain(value):
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def recoveries_of(settings) -> list[str]:
+    """``prune.recover`` as a list (none | lsq | finetune)."""
+    given = settings.get("recover") or "none"
+    return [str(given)] if isinstance(given, str) else [str(r) for r in given]
+
+
+def for_speed(settings) -> bool:
+    """Whether ``prune`` asks for pruning for speed (a target, a schedule or a recovery)."""
+    return settings.get("target") is not None or settings.get("schedule") is not None or recoveries_of(settings) != ["none"]
+
+
+def step_label(step) -> str:
+    """How a step is written: ``speedup=1.3`` for a target, ``40%`` for a fraction of the heads."""
+    return f"{step.kind}={step.value:g}" if isinstance(step, PruneTarget) else f"{100 * step:.0f}%"
+
+
+def recovery_batches(task, examples: int) -> list[dict]:
+    """The first ``examples`` training examples of the task's importance subset, as model-input batches."""
+    out, seen = [], 0
+    for batch in task.importance_batches():
+        size = next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
+        keep = min(size, examples - seen)
+        out.append(batch if keep == size else {k: v[:keep] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items()})
+        seen += keep
+        if seen >= examples:
+            break
+    if not out:
+        raise ValueError("recovery needs training examples, but the task's importance subset is empty")
+    return out
+
+
+def cost_model(task, settings, out: Path) -> CostModel:
+    """``prune.cost``: analytic FLOPs, or latency tables measured on this machine and cached in ``out/latency``."""
+    seq_len = int(settings.get("seq_len", 128))
+    if str(settings.get("cost", "flops")) == "flops":
+        return flops_cost_model(task.model, seq_len)
+    device = next(task.model.parameters()).device
+    inputs = synthetic_inputs(task.model, int(settings.get("latency_batch_size", 1)), seq_len)
+    with attention_implementation(task.model, task.gates.inner):  # time the model's own attention, not the gate wrapper
+        return cached_latency_model(task.model, inputs, out / "latency", device=device)
+
+
+def finetune_in_place(model, teacher, batches: list[dict], finetune) -> list[dict]:
+    """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
+    weight = float(finetune.distill_weight)
+    device = next(model.parameters()).device
+    flags = [p.requires_grad for p in teacher.parameters()]
+    try:
+        return finetune_recover(model, batches, teacher=teacher if weight > 0 else None, distill_weight=weight,
+                                temperature=float(finetune.temperature), max_steps=int(finetune.max_steps), lr=float(finetune.lr),
+                                accelerator="cpu" if device.type == "cpu" else "auto")
+    finally:
+        for parameter, flag in zip(teacher.parameters(), flags):
+            parameter.requires_grad_(flag)
+
+
+def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict]):
+    """(model, gates, mask to evaluate with) after ``recovery`` of the heads ``mask`` keeps; the task's model is untouched.
+
+    lsq: a copy of the whole model with the least-squares scales folded in, run under ``mask`` (equal to the
+    physically pruned copy); finetune: a physically pruned copy fine-tuned (mask None).
+    """
+    if recovery == "none":
+        return task.model, task.gates, mask
+    model = copy.deepcopy(task.model)
+    if recovery == "lsq":
+        gates = HeadGates(model)
+        lsq_recover(model, gates, batches, mask=mask, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
+        return model, gates, mask
+    if recovery == "finetune":
+        prune_mask(model, mask)
+        finetune_in_place(model, task.model, batches, settings.finetune)
+        return model, HeadGates(model), None
+    raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
+
+
+def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dict:
+    return {"order": order, "recovery": recovery, "step": step_label(step),
+            "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
+            "fraction": None if isinstance(step, PruneTarget) else float(step), "heads_pruned": heads_removed(mask),
+            "heads_total": task.gates.num_heads, "score": result.score, "relative": result.score / base.score if base.score else None,
+            "predicted_speedup": costs.speedup(mask), "flops_kept": flops.kept_fraction(mask), "cost_unit": costs.unit,
+            "mask": mask_to_json(mask)}
+
+
+def one_shot_points(task, order, recoveries, steps, ctx) -> list[dict]:
+    """Points of one order pruned once per step (a target or a fraction) from its unmasked scores, each recovered."""
+    scores = order_scores(task, order, ctx["order_settings"], ctx["shared"])
+    masks = []
+    for step in steps:
+        if isinstance(step, PruneTarget):
+            evaluate = lambda m: task.evaluate(m, split=ctx["selection"]).score  # noqa: E731
+            masks.append(search_mask(scores, ctx["costs"], step, evaluate, task.higher_is_better, min_per_layer=ctx["min_per_layer"],
+                                     groups=ctx["groups"]).mask)
+        else:
+            masks.append(masks_for_fractions(scores, task.gates.groups, [step], ctx["groups"], ctx["min_per_layer"])[0])
+    points = []
+    for recovery in recoveries:
+        if recovery == "none":
+            results = evaluate_many(task, masks, ctx["split"], desc=f"{order} targets", progress=False)
+        else:
+            results = []
+            for mask in masks:
+                model, gates, evaluate_mask = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"])
+                with swapped_model(task, model, gates):
+                    results.append(task.evaluate(evaluate_mask, split=ctx["split"]))
+                del model, gates
+        points += [_point(order, recovery, s, m, r, ctx["base"], ctx["costs"], ctx["flops"], task) for s, m, r in zip(steps, masks, results)]
+    return points
+
+
+def scheduled_points(task, order, recoveries, steps, ctx) -> list[dict]:
+    """Points of one order pruned step by step (``headprune.schedule.iterative_prune``), re-scored and recovered after each step."""
+    settings = ctx["settings"]
+    points = []
+    for recovery in recoveries:
+        work = copy.deepcopy(task.model)
+
+        def scores(model, gates, batches, loss_fn):
+            with swapped_model(task, model, gates):
+                return ORDERS[order].scores(task, ctx["order_settings"])
+
+        def evaluate(mask):  # a max_drop step: the current pruned model under a further mask, on the selection split
+            with swapped_model(task, work, HeadGates(work)):
+                return task.evaluate(mask, split=ctx["selection"]).score
+
+        def recover(model, teacher, batches):
+            recovered = {"lsq": lambda: lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=float(settings.lsq.ridge),
+                                                    max_scale=float(settings.lsq.max_scale)),
+                         "finetune": lambda: finetune_in_place(model, teacher, batches, settings.finetune)}
+            recovered[recovery]()
+
+        done = iterative_prune(work, steps, ctx["batches"], recover=None if recovery == "none" else recover, score_fn=scores,
+                               min_per_layer=ctx["min_per_layer"], groups=ctx["groups"], teacher=task.model, costs=ctx["costs"],
+                               evaluate=evaluate)
+        for step, result in zip(steps, done):
+            with swapped_model(task, result.model, HeadGates(result.model)):
+                scored = task.evaluate(None, split=ctx["split"])
+            points.append(_point(order, recovery, step, result.mask, scored, ctx["base"], ctx["costs"], ctx["flops"], task))
+        del work, done
+    return points
+
+
+def measure_points(task, points: list[dict], base_point: dict, speed, split: str, seed: int) -> None:
+    """Time each distinct mask's physically pruned model against the unpruned one (largest of ``speed.batch_sizes``)."""
+    from headprune.experiments.rundir import mask_from_json
+    from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
+
+    measured: dict[str, dict] = {}
+    for point in points:
+        key = repr(point["mask"])
+        if key not in measured:
+            stage = speed_stage(task, task.gates.normalize_mask(mask_from_json(point["mask"]), hard=True), split,
+                                [int(b) for b in speed.batch_sizes], int(speed.examples), int(speed.warmup), int(speed.repeats), seed,
+                                False, clock_of(speed), **adaptive_settings(speed))
+            row = stage["rows"][-1]
+            measured[key] = {"batch_size": row["batch_size"], "examples_per_s": row["pruned"]["examples_per_s"],
+                             "original_examples_per_s": row["original"]["examples_per_s"], "speedup": 1 + row["gain"],
+                             "verdict": row.get("verdict"), "device": stage["device"]}
+        point["measured"] = measured[key]
+    if measured:
+        first = next(iter(measured.values()))
+        base_point["measured"] = {"batch_size": first["batch_size"], "examples_per_s": first["original_examples_per_s"],
+                                  "original_examples_per_s": first["original_examples_per_s"], "speedup": 1.0, "device": first["device"]}
+
+
+def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fractions: list[float], split: str, selection: str,
+                 out: Path, base=None, shared: dict | None = None) -> dict:
+    """Every (order, recovery, step) point and the unpruned one: scores on ``split``, predicted and measured speed."""
+    settings = cfg.prune
+    target, schedule = settings.get("target"), settings.get("schedule")
+    steps = check_schedule(_plain(schedule)) if schedule is not None else (
+        [PruneTarget.from_config(_plain(target))] if target is not None else [f for f in fractions if f > 0])
+    recoveries = recoveries_of(settings)
+    base = base or task.evaluate(None, split=split)
+    ctx = {"settings": settings, "order_settings": order_settings, "shared": {} if shared is None else shared, "split": split,
+           "selection": selection, "base": base, "groups": check_groups(settings.get("groups"), task.gates.groups),
+           "min_per_layer": int(settings.get("min_heads_per_layer") or 0), "costs": cost_model(task, settings, out),
+           "flops": flops_cost_model(task.model, int(settings.get("seq_len", 128))),
+           "batches": recovery_batches(task, int(settings.recover_examples)) if schedule is not None or recoveries != ["none"] else []}
+    make = scheduled_points if schedule is not None else one_shot_points
+    points = [p for order in orders for p in make(task, order, recoveries, steps, ctx)]
+    unpruned = {"order": "unpruned", "recovery": "none", "step": "0%", "target": None, "fraction": 0.0, "heads_pruned": 0,
+                "heads_total": task.gates.num_heads, "score": base.score, "relative": 1.0, "predicted_speedup": 1.0, "flops_kept": 1.0,
+                "cost_unit": ctx["costs"].unit}
+    if settings.get("measure_speed"):
+        measure_points(task, points, unpruned, cfg.speed, str(cfg.speed.split), int(cfg.seed))
+    return {"metric": task.metric, "higher_is_better": bool(task.higher_is_better), "split": split, "selection_split": selection,
+            "n_examples": base.n, "base_score": base.score, "groups": ctx["groups"], "cost": ctx["costs"].unit,
+            "cost_info": ctx["costs"].info or {}, "schedule": schedule is not None, "recover_examples": int(settings.recover_examples),
+            "points": [unpruned, *points]}

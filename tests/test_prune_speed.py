@@ -1,0 +1,221 @@
+"""Pruning for speed through the prune experiment and the study: fisher order, targets, recovery, schedule, Pareto rows."""
+from __future__ import annotations
+
+import copy
+import sys
+
+import pytest
+import torch
+
+from experiment_helpers import NLI, make_cfg, results, task_fixtures
+
+from headprune.experiments import prune, study
+
+TASK = "nli"
+task, shared_task = task_fixtures(TASK)
+QUICK_FINETUNE = ["prune.finetune.max_steps=2", "prune.recover_examples=32"]
+
+
+def points_of(tmp_path) -> list[dict]:
+    payload = results(tmp_path)
+    assert "pareto.png" in payload["figures"]
+    return payload["results"]["points"]
+
+
+def test_fisher_order_is_the_fisher_of_the_gates(shared_task):
+    from headprune.experiments.orders import ORDERS, OrderSettings
+    from headprune.importance import fisher_scores
+
+    settings = OrderSettings(importance=None, seed=0, ablation_split=None, n_samples=None)
+    direct = fisher_scores(shared_task.model, shared_task.gates, shared_task.importance_batches())
+    ordered = ORDERS["fisher"].scores(shared_task, settings)
+    assert ORDERS["fisher"].reestimable
+    for group in direct:
+        assert torch.allclose(direct[group], ordered[group], rtol=1e-5, atol=1e-12)
+    mask = {g: torch.ones_like(s) for g, s in direct.items()}
+    mask["enc_self"][0, 1] = 0
+    again = ORDERS["fisher"].scores(shared_task, settings, mask=mask)
+    assert float(again["enc_self"][0, 1]) == 0.0
+
+
+def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path):
+    from headprune.render import pareto_rows, pareto_table
+
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=[importance,fisher]", "prune.target={speedup:1.05}", "prune.recover=[none,lsq]")
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert [(p["order"], p["recovery"]) for p in points] == [("unpruned", "none"), ("importance", "none"), ("importance", "lsq"),
+                                                             ("fisher", "none"), ("fisher", "lsq")]
+    for p in points[1:]:
+        assert p["predicted_speedup"] >= 1.05 and p["target"] == {"speedup": 1.05} and p["heads_pruned"] > 0
+        assert 0 < p["flops_kept"] < 1 and p["score"] is not None and p["mask"]
+    columns, rows = pareto_rows(results(tmp_path))
+    assert len(rows) == 5 and rows[0][columns.index("method")] == "unpruned" and rows[4][0] == "fisher+lsq"
+    table = pareto_table(results(tmp_path))
+    assert "fisher+lsq" in table and "speedup=1.05" in table and "Pareto" in table
+
+
+def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(shared_task, tmp_path):
+    from headprune.experiments.prune_speed import recovered_model, recovery_batches
+    from headprune.ordering import masks_for_fractions
+    from headprune.pruning import prune_mask
+
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.recover=lsq")
+    scores = {g: torch.rand(l, h, generator=torch.Generator().manual_seed(1)) for g, (l, h) in shared_task.gates.groups.items()}
+    mask = masks_for_fractions(scores, shared_task.gates.groups, [0.5])[0]
+    batches = recovery_batches(shared_task, 32)
+    assert sum(b["input_ids"].shape[0] for b in batches) == 32
+    before = {k: v.clone() for k, v in shared_task.model.state_dict().items()}
+    model, gates, evaluate_mask = recovered_model(shared_task, mask, "lsq", cfg.prune, batches)
+    assert all(torch.equal(before[k], v) for k, v in shared_task.model.state_dict().items())  # the task's model is untouched
+    pruned = copy.deepcopy(model)
+    prune_mask(pruned, evaluate_mask)
+    inputs = {k: v for k, v in batches[0].items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad(), gates.masked(evaluate_mask):
+        masked_logits = model(**inputs).logits
+    with torch.no_grad():
+        pruned_logits = pruned(**inputs).logits
+    assert torch.allclose(masked_logits, pruned_logits, atol=1e-5)
+    with torch.no_grad(), shared_task.gates.masked(mask):
+        plain_logits = shared_task.model(**inputs).logits
+    assert not torch.allclose(masked_logits, plain_logits, atol=1e-5)  # the scales did something
+
+
+def test_flops_target_with_finetune_recovery(shared_task, tmp_path):
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.target={flops:0.9}", "prune.recover=finetune", *QUICK_FINETUNE)
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert [p["recovery"] for p in points] == ["none", "finetune"]
+    assert points[1]["flops_kept"] <= 0.9 + 1e-9
+
+
+def test_max_drop_target_is_chosen_on_the_selection_split(shared_task, tmp_path, monkeypatch):
+    seen = []
+    evaluate = type(shared_task).evaluate
+
+    def spy(self, mask=None, split="eval"):
+        seen.append(split)
+        return evaluate(self, mask, split)
+
+    monkeypatch.setattr(type(shared_task), "evaluate", spy)
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.target={max_drop:100.0}")
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert results(tmp_path)["results"]["selection_split"] == "importance"
+    assert "importance" in seen and points[1]["heads_pruned"] == shared_task.gates.num_heads - 2  # all may go but the last head per layer (it saves nothing)
+
+
+def test_schedule_prunes_recovers_and_prunes_more(shared_task, tmp_path):
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.schedule=[0.25,0.5]", "prune.recover=lsq",
+                   "prune.recover_examples=32")
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert [(p["step"], p["heads_pruned"]) for p in points] == [("0%", 0), ("25%", 2), ("50%", 4)]
+    first, second = (torch.tensor(points[i]["mask"]["enc_self"]) for i in (1, 2))
+    assert bool(((first == 0) <= (second == 0)).all())  # each step removes more, never brings a head back
+
+
+def test_latency_cost_is_cached_in_the_run_dir_and_speed_is_measured(shared_task, tmp_path, monkeypatch):
+    from headprune import latency
+    from headprune.costs import CostModel
+
+    def steady_tables(model, inputs, device="cpu", **kwargs):  # a tiny model's timings are noise: a fixed seconds table
+        return CostModel("seconds", 1.0, {"enc_self": torch.arange(5.0).clamp(min=1).repeat(2, 1) / 10})
+
+    monkeypatch.setattr(latency, "measure_latency_model", steady_tables)
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.target={speedup:1.05}", "prune.cost=latency", "prune.seq_len=16",
+                   "prune.measure_speed=true", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2", "speed.max_repeats=2",
+                   "speed.warmup=1", "speed.max_seconds=5")
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert list((tmp_path / "latency").glob("latency-*.json"))
+    assert points[1]["cost_unit"] == "seconds" and points[1]["predicted_speedup"] >= 1.05
+    assert all(p["measured"]["examples_per_s"] > 0 for p in points) and points[0]["measured"]["speedup"] == 1.0
+
+
+def test_pareto_front_marks_undominated_points():
+    from headprune.render import pareto_front
+
+    points = [{"score": 80, "predicted_speedup": 1.0}, {"score": 79, "predicted_speedup": 1.3}, {"score": 78, "predicted_speedup": 1.2},
+              {"score": 70, "predicted_speedup": 1.3, "measured": {"speedup": 1.5}}]
+    assert pareto_front(points) == [True, True, False, True]
+    assert pareto_front(points, higher_is_better=False) == [False, False, False, True]
+
+
+def test_target_and_recovery_from_the_command_line(tmp_path, monkeypatch):
+    from headprune import cli
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = ["headprune", "experiment=prune", *NLI, "logger=none", "device=cpu", "prune.order=fisher", "prune.target={speedup:1.05}",
+            "prune.recover=lsq", "prune.recover_examples=16", f"hydra.run.dir={tmp_path}/run", f"paths.data_dir={tmp_path}/data"]
+    monkeypatch.setattr(sys, "argv", argv)
+    try:
+        cli.main()
+    except SystemExit as exit_:
+        assert not exit_.code
+    assert [p["recovery"] for p in points_of(tmp_path / "run")] == ["none", "lsq"]
+
+
+def test_study_adds_a_pareto_stage(tmp_path):
+    over = ["study.n_samples=20", "prune.step=0.5", "prune.order=[importance,fisher]", "prune.target={speedup:1.05}", "prune.recover=lsq",
+            "prune.recover_examples=16", "study.extra_splits=[]", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1",
+            "speed.warmup=1", "study.train=false"]
+    study.run(make_cfg(tmp_path, "study", TASK, *over))
+    payload = results(tmp_path)
+    points = payload["results"]["pareto"]["points"]
+    assert [(p["order"], p["recovery"]) for p in points] == [("unpruned", "none"), ("importance", "lsq"), ("fisher", "lsq")]
+    assert "pareto.png" in payload["figures"] and (tmp_path / "stages" / "pareto.json").exists()
+
+
+@pytest.fixture(scope="module")
+def mt_task(tmp_path_factory):
+    from headprune.tasks import registry
+
+    return registry.load_task(make_cfg(tmp_path_factory.mktemp("mt"), "ablate", "mt"))
+
+
+def test_seq2seq_target_with_every_recovery(mt_task, tmp_path, monkeypatch):
+    from headprune.tasks import registry
+
+    monkeypatch.setattr(registry, "load_task", lambda cfg: mt_task)
+    cfg = make_cfg(tmp_path, "prune", "mt", "prune.order=fisher", "prune.target={speedup:1.1}", "prune.recover=[none,lsq,finetune]",
+                   *QUICK_FINETUNE)
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert [p["recovery"] for p in points] == ["none", "none", "lsq", "finetune"]
+    assert len({repr(p["mask"]) for p in points[1:]}) == 1 and points[1]["predicted_speedup"] >= 1.1
+    assert results(tmp_path)["results"]["selection_split"] == "heldout"
+
+
+def test_decoder_only_lm_with_a_drop_target_and_a_schedule(tmp_path):
+    """Perplexity (lower is better): a max_drop target on the held-out texts, and a schedule of targets with lsq."""
+    from experiment_helpers import compose_cfg
+
+    lm = ["experiment=prune", "model=tiny_llama", "data=lm_synthetic", "data.synthetic.sizes.eval=24", "data.synthetic.sizes.importance=40",
+          "data.synthetic.sizes.heldout=8", "data.eval_batch_size=7", "logger=none", "device=cpu", "prune.order=fisher"]
+    prune.run(compose_cfg(tmp_path / "drop", [*lm, "prune.target={max_drop:0.5}"]))
+    payload = results(tmp_path / "drop")["results"]
+    assert payload["higher_is_better"] is False and payload["selection_split"] != payload["split"] == "eval"
+    prune.run(compose_cfg(tmp_path / "schedule", [*lm, "prune.schedule=[{speedup:1.05},{speedup:1.1}]", "prune.recover=lsq",
+                                                  "prune.recover_examples=16"]))
+    points = points_of(tmp_path / "schedule")
+    assert [p["step"] for p in points] == ["0%", "speedup=1.05", "speedup=1.1"]
+    assert points[1]["predicted_speedup"] >= 1.05 and points[2]["predicted_speedup"] >= 1.1
+
+
+def test_speed_experiment_checks_a_pareto_point_beside_its_target(shared_task, tmp_path):
+    from headprune.experiments import speed
+    from headprune.render import speed_table
+    from headprune.validation import validate
+
+    prune.run(make_cfg(tmp_path / "p", "prune", TASK, "prune.order=fisher", "prune.target={speedup:1.05}", "prune.recover=[none,lsq]"))
+    point = points_of(tmp_path / "p")[2]
+    cfg = make_cfg(tmp_path / "s", "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.mask_order=fisher+lsq",
+                   "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2", "speed.max_repeats=2", "speed.warmup=1")
+    validate(cfg)  # the mask file's Pareto masks are checked before any work
+    speed.run(cfg)
+    payload = results(tmp_path / "s")
+    assert payload["results"]["heads_pruned"] == point["heads_pruned"] and payload["inputs"]["step"] == "speedup=1.05"
+    assert payload["results"]["target"]["speedup"] == 1.05 and "Speed-up target 1.05" in speed_table(payload)
+    with pytest.raises(ValueError, match="no Pareto points of 'entropy'"):
+        speed.run(make_cfg(tmp_path / "e", "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.mask_order=entropy"))
