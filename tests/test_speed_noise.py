@@ -82,9 +82,12 @@ def test_busy_cpu_never_gives_a_confident_wrong_sign():
     models, batches = _models_and_batches()
     quiet = _measure(models, batches, busy=False)
     busy = _measure(models, batches, busy=True)
-    if busy["verdict"] == "confident":
+    if busy["verdict"] == "confident":  # then it must agree with the quiet run: the same sign, and intervals that meet
         assert quiet["gain_spread"] is not None
-        assert abs(busy["gain"] - quiet["gain"]) <= quiet["gain_spread"] + (quiet["gain_interval"][1] - quiet["gain"]), (quiet, busy)
+        low, high = busy["gain_interval"]
+        quiet_low, quiet_high = quiet["gain_interval"]
+        within_spread = abs(busy["gain"] - quiet["gain"]) <= quiet["gain_spread"] + (quiet_high - quiet["gain"])
+        assert within_spread or (low <= quiet_high and quiet_low <= high), (quiet, busy)
         if quiet["verdict"] == "confident":
             assert (busy["gain"] > 0) == (quiet["gain"] > 0), (quiet, busy)
 
