@@ -20,9 +20,10 @@ class UnitTask:
         return getattr(self.task, name)
 
     def __setattr__(self, name, value):
-        if name == "gates":  # a swapped model's HeadGates (speed): seen in this unit too
-            self.task.gates = value
-            self.__dict__["_gates"] = unit_gates(value, self.unit)
+        if name == "gates":  # a swapped model's gates (speed), in either unit: the task keeps HeadGates, seen here in this unit
+            heads = value if value.unit == "head" else value.heads
+            self.task.gates = heads
+            self.__dict__["_gates"] = unit_gates(heads, self.unit)
         else:
             setattr(self.task, name, value)
 
