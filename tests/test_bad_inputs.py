@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiment_helpers import BASES, compose_cfg
+from experiment_helpers import BASES, NLI, compose_cfg
 
 SECONDS = 10.0
 
