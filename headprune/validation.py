@@ -323,6 +323,14 @@ def check_lm_data(data, check_files: bool) -> None:
             raise ConfigError(f"data={data.get('name')}: {err}") from None
 
 
+def check_lm_task(task) -> None:
+    """The language-modelling task settings (conf/task/lm.yaml): positive counts, a selection split other than eval."""
+    integer(task.get("mask_chunk"), "task.mask_chunk", 1)
+    integer(task.get("decode_tokens"), "task.decode_tokens", 1)
+    integer(task.get("decode_prompt_tokens"), "task.decode_prompt_tokens", 1)
+    choice(task.get("selection_split"), "task.selection_split", ("importance", "heldout"))
+
+
 DATA_CHECKS = {"nli": check_nli_data, "mt": check_mt_data, "lm": check_lm_data}  # task name -> its data check
 
 
@@ -342,6 +350,8 @@ def validate(cfg) -> None:
         check_data(cfg, check_files=not (study and local_missing))  # the study falls back to synthetic data
     if run in TRAINING_RUNS:
         check_trainer(cfg.trainer)
+    if cfg.model.get("kind") == "causal_lm" and cfg.get("task") is not None:
+        check_lm_task(cfg.task)
     if study and cfg.study.get("train"):
         check_trainer(training_config(cfg).trainer)
     if cfg.get("importance") is not None and run not in TRAINING_RUNS:

@@ -178,6 +178,8 @@ CONFIG_ROWS = [
     ("unit-kv-group-speed-mask-kv-out-of-range", "lm", ["experiment=speed", "prune.unit=kv_group", "speed.mask_file={tmp}/mask.json"],
      "within 0..1", "mask_kv3"),
     ("unit-head-speed-mask-is-kv-shaped", "lm", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "4 heads", "mask_kv_ok"),
+    ("lm-decode-tokens-zero", "lm", ["experiment=speed", "task.decode_tokens=0"], "task.decode_tokens", None),
+    ("lm-selection-is-eval", "lm", ["experiment=keep_one", "task.selection_split=eval"], "task.selection_split", None),
     ("lm-min-heads-kv-group", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.min_heads_per_layer=2"], "at most 1", None),
 ]
 
