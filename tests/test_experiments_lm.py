@@ -138,6 +138,14 @@ def test_speed_prefill_decode_and_kv_cache(shared_task, tmp_path, unit):
     assert memory["pruned"] == (memory["original"] // 2 if unit == "kv_group" else memory["original"])
 
 
+def test_speed_with_uneven_kv_groups(shared_task, tmp_path):
+    """One query head pruned leaves its KV head with fewer query heads: the pruned model is timed through the wrapper."""
+    res = run(tmp_path, "speed", "speed.fraction=0.125", "speed.batch_sizes=[2]", "speed.examples=2", "speed.repeats=1",
+              "speed.warmup=0", "speed.max_seconds=0.1", "speed.check_score=false")
+    assert res["query_heads_pruned"] == 1 and len(res["rows"]) == 2
+    assert res["memory"]["kv_cache_bytes_per_token"]["saving"] == 0  # the KV head still serves the other query head
+
+
 def test_speed_rows_of_nli_keep_their_columns():
     """A task with one timed call renders the same speed table as before; several calls add their name and rate."""
     from headprune.render import speed_rows

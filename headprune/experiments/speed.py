@@ -76,6 +76,12 @@ def timed_call(task, model, gates, call=None):
     return timed
 
 
+def own_attention(model, gates):
+    """Run a block with the model's own attention, or with the gate wrapper where uneven KV groups need its query->KV head map."""
+    uneven = any(site.kv_index is not None for site in gates.sites)
+    return attention_implementation(model, model.config._attn_implementation if uneven else gates.inner)
+
+
 def span_of(timed, batches: list[dict]) -> tuple[int, int]:
     """The mean (context before, context after) per row of a timed call over ``batches`` (rows weigh alike)."""
     rows = [b["input_ids"].shape[0] for b in batches]
@@ -122,8 +128,8 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
                               "examples_differing": int(differ), "equal": bool(differ == 0 and masked.score == physical.score)}
     timed_calls = task.timed_calls()
     rows = []
-    with attention_implementation(original, task.gates.inner), attention_implementation(pruned, pruned_gates.inner):
-        for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
+    with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
+        for size in batch_sizes:  # time both with the models' own attention (no gate wrapper where the model can do without)
             batches = task.timing_batches(int(size), examples, split, seed=seed)
             for name, timed in timed_calls.items():
                 timing = measure_gain(timed_call(task, original, task.gates, timed.call), timed_call(task, pruned, pruned_gates, timed.call),
