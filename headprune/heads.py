@@ -187,6 +187,8 @@ def site_groups(sites: list[AttentionSite]) -> dict[str, tuple[int, int]]:
 class HeadGates:
     """Gates on every attention head of a model: set a mask, read the groups, record gate gradients."""
 
+    unit = "head"  # masks and scores are per query head (headprune.units.KVGroupGates: per KV group)
+
     def __init__(self, model: nn.Module):
         self.model = model
         self.sites = find_sites(model)
@@ -246,6 +248,14 @@ class HeadGates:
         from headprune.masks import normalize_mask
 
         return normalize_mask(mask, self.groups, hard=hard)
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """The query-head mask of a mask in this unit: the checked mask itself."""
+        return self.normalize_mask(mask, hard=hard)
+
+    def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Scores in this unit from per-query-head scores: themselves."""
+        return scores
 
     def set_mask(self, mask) -> None:
         """Gate every head by ``mask`` ({group: [L, H] or [B, L, H]}); ``None`` removes all gates."""

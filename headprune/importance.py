@@ -166,7 +166,11 @@ class _EntropyRecorder:
     """Accumulates the mean entropy of each head's attention distribution over valid query tokens."""
 
     def __init__(self, gates):
-        self.totals, self.counts = _zeros(gates), _zeros(gates)
+        from headprune.heads import site_groups
+
+        shape = site_groups(gates.sites)  # per query head, whatever unit the gates are seen in
+        self.totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
+        self.counts = {g: t.clone() for g, t in self.totals.items()}
         self.valid: dict[str, torch.Tensor | None] = {}
 
     def __call__(self, site, query, key, attention_mask, scaling):
@@ -193,7 +197,7 @@ class _EntropyRecorder:
 
 
 def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = False) -> dict[str, torch.Tensor]:
-    """Mean attention entropy (nats) of every head {group: [layers, heads]}; low = peaked attention."""
+    """Mean attention entropy (nats) of every query head {group: [layers, heads]}; low = peaked attention."""
     recorder = _EntropyRecorder(gates)
     was_training = model.training
     model.eval()

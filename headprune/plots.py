@@ -118,7 +118,8 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
             label = "inconclusive" if is_inconclusive(r) else f"{100 * r['gain']:+.0f}%"
             ax.annotate(label, (x[i], top), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(x)
-    ax.set_xticklabels([str(r["batch_size"]) for r in rows])
+    several = len({r.get("call") for r in rows}) > 1  # e.g. prefill and decode: name the call under each pair
+    ax.set_xticklabels([f"{r['call']} {r['batch_size']}" if several else str(r["batch_size"]) for r in rows], fontsize=7 if several else None)
     ax.set_xlabel("batch size")
     ax.set_ylabel("examples / s")
     ax.set_title(title, fontsize=10)

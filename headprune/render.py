@@ -255,10 +255,14 @@ def speed_rows(result: dict) -> tuple[list[str], list[list]]:
     """Rows per batch size; the gain is empty (None) where the verdict is inconclusive."""
     columns = ["batch_size", "original_ex_s", "original_spread", "pruned_ex_s", "pruned_spread", "gain", "verdict",
                "gain_low", "gain_high", "repeats", "load_1min", "flop_ideal_gain"]
-    return columns, [[r["batch_size"], r["original"]["examples_per_s"], r["original"]["spread"], r["pruned"]["examples_per_s"],
-                      r["pruned"]["spread"], None if is_inconclusive(r) else r["gain"], r.get("verdict"),
-                      *(r.get("gain_interval") or [None, None]), r.get("repeats"), (r.get("load_average") or [None])[0],
-                      r["flop_ideal_gain"]] for r in result["rows"]]
+    rows = [[r["batch_size"], r["original"]["examples_per_s"], r["original"]["spread"], r["pruned"]["examples_per_s"],
+             r["pruned"]["spread"], None if is_inconclusive(r) else r["gain"], r.get("verdict"),
+             *(r.get("gain_interval") or [None, None]), r.get("repeats"), (r.get("load_average") or [None])[0],
+             r["flop_ideal_gain"]] for r in result["rows"]]
+    if len({r.get("call") for r in result["rows"]}) > 1:  # several timed calls (LM prefill, decode): their name, unit and rate
+        columns = ["call", "unit", "original_units_s", "pruned_units_s", *columns]
+        rows = [[r["call"], r["unit"], r["original"]["units_per_s"], r["pruned"]["units_per_s"], *row] for r, row in zip(result["rows"], rows)]
+    return columns, rows
 
 
 # ---- a results file as markdown sections (report.md) ------------------------------------------

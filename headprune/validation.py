@@ -17,6 +17,7 @@ from headprune.saved_files import check_mask_file, read_json_file
 
 NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
 MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
+LM_SPLITS = ("eval", "importance", "heldout")
 CLOCKS = ("wall", "process")
 TRAINING_RUNS = ("headprune.tasks.mt.train", "headprune.tasks.nli.finetune")
 DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
@@ -80,6 +81,11 @@ def check_prune_for_speed(cfg) -> None:
     """prune.target / schedule / cost / recover / finetune / measure_speed, and the selection split a max_drop reads."""
     prune = cfg.prune
     choice(str(prune.get("cost", "flops")), "prune.cost", COSTS)
+    asks = prune.get("target") is not None or prune.get("schedule") is not None or any(
+        r != "none" for r in string_list(prune.get("recover") or "none", "prune.recover"))
+    if asks and str(prune.get("unit", "head")) != "head":
+        raise ConfigError("prune.target / prune.schedule / prune.recover prune query heads: use prune.unit=head with them "
+                          "(the KV-group unit works with the plain pruning curves)")
     target = prune.get("target")
     steps = [target_of(target, "prune.target")] if target is not None else []
     if prune.get("schedule") is not None:
@@ -108,6 +114,40 @@ def check_prune_for_speed(cfg) -> None:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
         check_speed(cfg.speed)
+
+
+def check_unit(cfg) -> str:
+    """prune.unit: head, or kv_group on a model with grouped-query attention (fewer KV heads than query heads)."""
+    from headprune.units import UNITS
+
+    unit = choice((cfg.get("prune") or {}).get("unit", "head"), "prune.unit", UNITS)
+    fields = model_fields(cfg.model) if unit == "kv_group" else None
+    if fields is not None and kv_heads_per_layer(fields) is None:
+        raise ConfigError(f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
+                          f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head")
+    return unit
+
+
+def check_mask_units(cfg, unit: str) -> None:
+    """Every mask of speed.mask_file has one row per layer and one entry per unit (query head or KV head) of the model."""
+    fields = model_fields(cfg.model)
+    if fields is None:
+        return
+    per_layer = kv_heads_per_layer(fields) if unit == "kv_group" else fields.get("num_attention_heads")
+    layers = fields.get("num_hidden_layers")
+    if not isinstance(per_layer, int) or not isinstance(layers, int) or cfg.model.get("kind") != "causal_lm":
+        return  # encoder-decoder groups differ in size: the task checks them when it loads the mask
+    payload = read_json_file(Path(str(cfg.speed.mask_file)))
+    orders = (payload.get("results") or {}).get("orders") or ((payload.get("results") or {}).get("prune") or {}).get("orders") or {}
+    masks = [payload["mask"]] if "mask" in payload else [step.get("mask") or {} for o in orders.values() for step in o.get("steps", [])]
+    what = "KV heads" if unit == "kv_group" else "heads"
+    for mask in masks:
+        for group, rows in mask.items():
+            for layer, row in enumerate(rows):
+                if len(row) != per_layer or len(rows) != layers:
+                    raise ConfigError(f"speed.mask_file={cfg.speed.mask_file}: group {group} layer {layer} has {len(row)} entries "
+                                      f"({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x {per_layer} {what} "
+                                      f"(prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}")
 
 
 def check_speed(speed) -> None:
@@ -164,7 +204,7 @@ def concrete_split(cfg, split: str) -> str:
 
         choice(split, "split", MT_SPLITS)
         return split_of(cfg.data, split)
-    choice(split, "split", NLI_SPLITS)
+    choice(split, "split", splits_of(cfg))
     return split
 
 
@@ -176,7 +216,7 @@ def check_selection(cfg, section: str) -> None:
     try:
         same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
     except ConfigError as err:
-        raise ConfigError(f"{section}: {err} (splits: {list(MT_SPLITS if is_mt(cfg) else NLI_SPLITS)})") from None
+        raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
     if same:
         raise ConfigError(f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
                           "choose the head on other data (null = the task's held-out data)")
@@ -187,10 +227,15 @@ def check_splits(cfg, names, setting: str) -> None:
         try:
             concrete_split(cfg, str(name))
         except ConfigError:
-            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(MT_SPLITS if is_mt(cfg) else NLI_SPLITS)}") from None
+            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(splits_of(cfg))}") from None
 
 
 # ---- model --------------------------------------------------------------------------------------
+
+
+def splits_of(cfg) -> tuple[str, ...]:
+    """The split names the config's task reads."""
+    return MT_SPLITS if is_mt(cfg) else LM_SPLITS if cfg.model.get("kind") == "causal_lm" else NLI_SPLITS
 
 
 def is_mt(cfg) -> bool:
@@ -203,6 +248,16 @@ def check_model(cfg) -> None:
 
     model = cfg.model
     choice(model.get("kind"), "model.kind", ("classifier", "seq2seq", "causal_lm"))
+    try:
+        _check_model_files(cfg)
+    except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
+        raise ConfigError(str(err)) from None
+
+
+def _check_model_files(cfg) -> None:
+    from headprune.models import check_model_dir, resolve_pretrained, tokenizer_source
+
+    model = cfg.model
     pretrained = model.get("pretrained")
     if pretrained and str(pretrained).endswith(".ckpt"):
         resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist
@@ -214,22 +269,36 @@ def check_model(cfg) -> None:
         check_model_dir(source, tokenizer=own_tokenizer)
     elif model.get("config") is None:
         raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
-    if model.get("tokenizer") or not is_mt(cfg):
+    if model.get("tokenizer") or model.get("kind") == "classifier":  # MT and LM models built fresh train their own tokenizer
         tokenizer_source(model)
 
 
-def heads_per_layer(model_cfg) -> int | None:
-    """The fewest heads of any attention group, from model.config or the local model's config.json (None: unknown)."""
+def model_fields(model_cfg) -> dict | None:
+    """The model's config fields: model.config, or the local model's config.json (None: unknown, e.g. a hub name)."""
     fields = model_cfg.get("config")
-    if fields is None and model_cfg.get("pretrained"):
+    if fields is None and model_cfg.get("pretrained") and not str(model_cfg.pretrained).endswith(".ckpt"):
         from headprune.models import resolve_pretrained
 
         path = Path(resolve_pretrained(str(model_cfg.pretrained))) / "config.json"
         if not path.is_file():
             return None
         fields = read_json_file(path)
+    return None if fields is None else dict(fields)
+
+
+def kv_heads_per_layer(fields: dict) -> int | None:
+    """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
+    kv, heads = fields.get("num_key_value_heads"), fields.get("num_attention_heads")
+    return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
+
+
+def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
+    """The fewest heads (``unit=kv_group``: KV heads) of any attention group, from the model's config fields (None: unknown)."""
+    fields = model_fields(model_cfg)
     if fields is None:
         return None
+    if unit == "kv_group":
+        return kv_heads_per_layer(fields)
     counts = [fields.get(key) for key in ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads")]
     counts = [int(c) for c in counts if isinstance(c, int)]
     return min(counts) if counts else None
@@ -320,6 +389,14 @@ def check_lm_data(data, check_files: bool) -> None:
             raise ConfigError(f"data={data.get('name')}: {err}") from None
 
 
+def check_lm_task(task) -> None:
+    """The language-modelling task settings (conf/task/lm.yaml): positive counts, a selection split other than eval."""
+    integer(task.get("mask_chunk"), "task.mask_chunk", 1)
+    integer(task.get("decode_tokens"), "task.decode_tokens", 1)
+    integer(task.get("decode_prompt_tokens"), "task.decode_prompt_tokens", 1)
+    choice(task.get("selection_split"), "task.selection_split", ("importance", "heldout"))
+
+
 DATA_CHECKS = {"nli": check_nli_data, "mt": check_mt_data, "lm": check_lm_data}  # task name -> its data check
 
 
@@ -339,12 +416,15 @@ def validate(cfg) -> None:
         check_data(cfg, check_files=not (study and local_missing))  # the study falls back to synthetic data
     if run in TRAINING_RUNS:
         check_trainer(cfg.trainer)
+    if cfg.model.get("kind") == "causal_lm" and cfg.get("task") is not None:
+        check_lm_task(cfg.task)
     if study and cfg.study.get("train"):
         check_trainer(training_config(cfg).trainer)
     if cfg.get("importance") is not None and run not in TRAINING_RUNS:
         check_importance(cfg.importance)
+    unit = check_unit(cfg) if run in DATA_RUNS else "head"
     if "prune" in cfg and run in ("headprune.experiments.prune.run", "headprune.experiments.study.run"):
-        check_prune(cfg.prune, heads_per_layer(cfg.model))
+        check_prune(cfg.prune, heads_per_layer(cfg.model, unit))
         check_splits(cfg, [cfg.prune.split, cfg.prune.get("ablation_split", cfg.prune.split)], "prune.split/ablation_split")
         check_prune_for_speed(cfg)
     if run == "headprune.experiments.ablate.run":
@@ -359,6 +439,8 @@ def validate(cfg) -> None:
     if "speed" in cfg and run in ("headprune.experiments.speed.run", "headprune.experiments.study.run"):
         check_speed(cfg.speed)
         check_splits(cfg, [cfg.speed.split], "speed.split")
+        if cfg.speed.get("mask_file"):
+            check_mask_units(cfg, unit)
     if study:
         check_bootstrap(cfg.study, "study")
         check_selection(cfg, "study")  # a resumed study's damaged stage files are named and recomputed, not errors

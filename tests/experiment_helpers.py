@@ -16,7 +16,10 @@ NLI = ["model=tiny_bert", "data=nli_synthetic", "data.synthetic.train_size=240",
 MT = ["model=tiny_marian", "data=mt_synthetic", "data.synthetic.sizes.train=300", "data.synthetic.sizes.valid=16",
       "data.synthetic.sizes.test=16", "data.importance.size=32", "data.tokenizer.vocab_size=300", "task.beam_size=1",
       "task.len_extra=2", "task.len_ratio=1.0"]
+LM = ["model=tiny_llama", "data=lm_synthetic", "data.synthetic.sizes.eval=24", "data.synthetic.sizes.importance=24",
+      "data.synthetic.sizes.heldout=16", "data.tokenizer.vocab_size=200", "task.decode_tokens=4", "task.decode_prompt_tokens=4"]
 FAST = ["logger=none", "ablate.n_samples=200"]
+BASES = {"nli": NLI, "mt": MT, "lm": LM}  # the tiny test configuration of each task
 
 
 def compose_cfg(tmp_path, overrides: list[str]):
@@ -37,8 +40,8 @@ def training_cfg(tmp_path, experiment: str, model: str, small: list[str], *overr
 
 
 def make_cfg(tmp_path, experiment: str, task: str, *overrides):
-    """The experiment's config for the NLI or MT test task, output in ``tmp_path``."""
-    base = NLI if task == "nli" else MT
+    """The experiment's config for the NLI, MT or LM test task, output in ``tmp_path``."""
+    base = BASES[task]
     extra = [o for o in FAST if o.split("=")[0].split(".")[0] in ("logger", experiment)]
     return compose_cfg(tmp_path, [f"experiment={experiment}", *base, "device=cpu", *extra, *overrides])
 

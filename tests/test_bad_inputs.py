@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiment_helpers import MT, NLI, compose_cfg
+from experiment_helpers import BASES, NLI, compose_cfg
 
 SECONDS = 10.0
 
@@ -99,6 +99,8 @@ PRE = {  # a row's files, written before composing
     "mask_half": lambda tmp: mask_file(tmp, 0.5),
     "mask_two": lambda tmp: mask_file(tmp, 2),
     "mask_text": lambda tmp: (tmp / "mask.json").write_text("{not json"),
+    "mask_kv3": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0], [1, 1, 1]]}})),  # a third KV head
+    "mask_kv_ok": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 0], [1, 1]]}})),
     "stage_corrupt": lambda tmp: ((tmp / "stages").mkdir(), (tmp / "stages" / "scores.json").write_text('{"complete": tr')),
     "train_corrupt": lambda tmp: ((tmp / "train").mkdir(), (tmp / "train" / "results.json").write_text("{")),
 }
@@ -195,6 +197,18 @@ CONFIG_ROWS = [
     ("model-neither", "nli", ["experiment=ablate", "model.config=null"], "neither", None),
     ("model-data-mismatch", "nli", ["experiment=ablate", "data=mt_synthetic"], "does not fit", None),
     ("seed-text", "nli", ["experiment=ablate", "seed=abc"], "seed", None),
+    ("unit-bogus", "lm", ["experiment=prune", "prune.unit=layer"], "prune.unit", None),
+    ("unit-kv-group-without-gqa", "lm", ["experiment=prune", "prune.unit=kv_group", "model.config.num_key_value_heads=4"],
+     "grouped-query attention", None),
+    ("unit-kv-group-encoder", "nli", ["experiment=ablate", "prune.unit=kv_group"], "grouped-query attention", None),
+    ("unit-kv-group-with-target", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.target={speedup:1.3}"],
+     "use prune.unit=head", None),
+    ("unit-kv-group-speed-mask-kv-out-of-range", "lm", ["experiment=speed", "prune.unit=kv_group", "speed.mask_file={tmp}/mask.json"],
+     "within 0..1", "mask_kv3"),
+    ("unit-head-speed-mask-is-kv-shaped", "lm", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "4 heads", "mask_kv_ok"),
+    ("lm-decode-tokens-zero", "lm", ["experiment=speed", "task.decode_tokens=0"], "task.decode_tokens", None),
+    ("lm-selection-is-eval", "lm", ["experiment=keep_one", "task.selection_split=eval"], "task.selection_split", None),
+    ("lm-min-heads-kv-group", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.min_heads_per_layer=2"], "at most 1", None),
 ]
 
 
@@ -202,7 +216,7 @@ def compose_row(tmp_path, task: str, overrides: list[str], models: Path | None =
     """The task's tiny base overrides, minus those a row replaces, plus the row's own."""
     given = [o.format(tmp=tmp_path, models=models) for o in overrides]
     keys = {o.split("=")[0].lstrip("+") for o in given}
-    base = ["+" + o if o.startswith("+") else o for o in (NLI if task == "nli" else MT)  # ++: add or override
+    base = ["+" + o if o.startswith("+") else o for o in BASES[task]  # ++: add or override
             if o.split("=")[0].lstrip("+") not in keys and not (o.startswith("data.") and "data" in keys)]
     return compose_cfg(tmp_path, [*base, "++device=cpu", "logger=none", *given])
 
@@ -396,6 +410,26 @@ def _edited_record(tmp_path):
     load_pruned(tmp_path / "pruned")
 
 
+def _gguf_missing(tmp_path):
+    """validate() on model=smollm2 with no converted copy and no gguf package: the error comes before any conversion."""
+    from headprune.validation import validate
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HEADPRUNE_CACHE", str(tmp_path / "cache"))
+        patch.setitem(sys.modules, "gguf", None)  # import gguf raises ImportError
+        validate(compose_row(tmp_path, "lm", ["experiment=prune", "model=smollm2", "data=lm_synthetic"]))
+
+
+def _unit_gates_without_gqa(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    from headprune.heads import HeadGates
+    from headprune.units import unit_gates
+
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
+    unit_gates(HeadGates(model), "kv_group")
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -411,6 +445,8 @@ API_ROWS = [
     pytest.param(_prune_mask_shape(2, 4), "shape", id="api-prune-mask-too-few-layers"),
     pytest.param(_prune_mask_shape(3, 5), "shape", id="api-prune-mask-too-many-heads"),
     pytest.param(_edited_record, "SHA-256", id="api-edited-pruning-record"),
+    pytest.param(_gguf_missing, "pip install gguf", id="api-validate-embedded-llm-without-gguf"),
+    pytest.param(_unit_gates_without_gqa, "grouped-query attention", id="api-kv-group-unit-without-gqa"),
 ]
 
 

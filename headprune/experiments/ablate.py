@@ -10,7 +10,7 @@ from dataclasses import asdict
 import torch
 
 from headprune.ablation import single_head_masks
-from headprune.experiments.evaluation import check_split, evaluate_many
+from headprune.experiments.evaluation import check_split, evaluate_many, unit_counts
 from headprune.experiments.rundir import tensor_dict, write_results
 from headprune.loggers import log_run
 from headprune.ordering import check_groups
@@ -47,7 +47,7 @@ def ablation_stage(task, split: str = "eval", groups=None, n_samples: int = 1000
                             "significant_better": int((sig & (d > 0)).sum()), "significant_worse": int((sig & (d < 0)).sum()),
                             "max_drop": float(-d.min()), "max_gain": float(d.max())}
     return {
-        "metric": task.metric, "split": split, "n_examples": base.n, "base_score": base.score,
+        "metric": task.metric, "split": split, "n_examples": base.n, "base_score": base.score, **unit_counts(task.gates, groups),
         "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha, "test": task.paired_test_name},
         "per_group": per_group,
         "delta": tensor_dict(delta), "p_value": tensor_dict(p_value),

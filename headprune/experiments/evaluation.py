@@ -53,3 +53,11 @@ def swapped_model(task, model, gates):
         yield task
     finally:
         task.model, task.gates = own_model, own_gates
+
+
+def unit_counts(gates, groups=None) -> dict:
+    """The pruning unit and how many units and query heads ``groups`` (all when None) hold."""
+    groups = list(gates.groups) if groups is None else groups
+    query = gates.head_mask(gates.ones())
+    return {"unit": gates.unit, "units_total": sum(gates.groups[g][0] * gates.groups[g][1] for g in groups),
+            "query_heads_total": sum(int(query[g].numel()) for g in groups)}

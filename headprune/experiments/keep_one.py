@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from headprune.ablation import keep_one_masks
-from headprune.experiments.evaluation import check_split, evaluate_many, selection_split
+from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
 from headprune.experiments.rundir import write_results
 from headprune.loggers import log_run
 from headprune.ordering import check_groups
@@ -44,7 +44,7 @@ def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_sam
         rows.append({"group": group, "layer": layer, "best_head": head, "selection_score": scores[head],
                      "selection_scores": scores, "score": res.score, **asdict(test)})
     return {"metric": task.metric, "selection_split": selection, "selection_base_score": selection_base.score,
-            "split": split, "n_examples": base.n, "base_score": base.score,
+            "split": split, "n_examples": base.n, "base_score": base.score, **unit_counts(task.gates, groups),
             "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha}, "rows": rows}
 
 

@@ -36,23 +36,24 @@ def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) ->
 
 
 def importance_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
-    """Head importance on the task's training subset (the paper's estimator, switchable reductions)."""
+    """Head (or KV-group) importance on the task's training subset (the paper's estimator, switchable reductions)."""
     icfg = settings.importance
     return _cached(shared, "importance_raw", mask, lambda: importance_scores(
         task.model, task.gates, task.importance_batches(), reduce=str(icfg.reduce), normalize_layers=bool(icfg.normalize_layers),
-        normalize_global=bool(icfg.normalize_global), mask=mask))
+        normalize_global=bool(icfg.normalize_global), mask=mask, unit=task.gates.unit))
 
 
 def fisher_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Empirical Fisher of each head gate on the training subset, unnormalised (comparable across layers for a cost-aware search)."""
-    return _cached(shared, "fisher_raw", mask, lambda: fisher_scores(task.model, task.gates, task.importance_batches(), mask=mask))
+    return _cached(shared, "fisher_raw", mask, lambda: fisher_scores(task.model, task.gates, task.importance_batches(), mask=mask,
+                                                                    unit=task.gates.unit))
 
 
 def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
-    """Minus the mean attention entropy on the training subset: diffuse heads go first."""
+    """Minus the mean attention entropy on the training subset: diffuse heads go first (a KV group: its query heads' mean)."""
     def compute():
         with task.gates.masked(mask):
-            return attention_entropy(task.model, task.gates, task.importance_batches())
+            return task.gates.scores_from_heads(attention_entropy(task.model, task.gates, task.importance_batches()))
 
     return entropy_scores(_cached(shared, "entropy_raw", mask, compute))
 

@@ -8,7 +8,7 @@ the training-split subset (``task.importance_batches()``), never from the evalua
 """
 from __future__ import annotations
 
-from headprune.experiments.evaluation import check_split, evaluate_many, selection_split
+from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
 from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores
 from headprune.experiments.rundir import mask_to_json, tensor_dict, write_results
 from headprune.loggers import log_run
@@ -66,7 +66,7 @@ def prune_stage(task, orders, fractions, settings: OrderSettings, groups=None, m
     base = base or task.evaluate(None, split=split)
     out = {"metric": task.metric, "split": split, "n_examples": base.n, "base_score": base.score, "groups": groups,
            "total_heads": sum(shape[g][0] * shape[g][1] for g in groups), "min_heads_per_layer": min_per_layer,
-           "reestimate": reestimate, "fractions": fractions, "orders": {}}
+           "reestimate": reestimate, "fractions": fractions, "orders": {}, **unit_counts(task.gates, groups)}
     for order in orders:
         if reestimate and ORDERS[order].reestimable:
             masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress)
@@ -74,7 +74,8 @@ def prune_stage(task, orders, fractions, settings: OrderSettings, groups=None, m
             scores = order_scores(task, order, settings, shared)
             masks = masks_for_fractions(scores, shape, fractions, groups, min_per_layer)
         results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
-        steps = [{"fraction": f, "heads_pruned": heads_removed(m), "score": r.score, "relative": r.score / base.score if base.score else None,
+        steps = [{"fraction": f, "heads_pruned": heads_removed(m), "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
+                  "score": r.score, "relative": r.score / base.score if base.score else None,
                   "mask": mask_to_json(m)} for f, m, r in zip(fractions, masks, results)]
         out["orders"][order] = {"steps": steps}
         if order in shared:
@@ -128,7 +129,7 @@ def run(cfg) -> dict:
     title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"
     figure = pruning_curves(curves_of(result), out / "prune.png", title, result["metric"], result["base_score"])
     for order, v in result["orders"].items():
-        print(f"{order}: " + " ".join(f"{100 * s['fraction']:.0f}%={s['score']:.2f}" for s in v["steps"]))
+        print(f"{order} ({result['unit']}): " + " ".join(f"{100 * s['fraction']:.0f}%={s['score']:.2f}" for s in v["steps"]))
     write_results(cfg, "prune", result, task, split, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "orders"}, {"prune": prune_rows(result)}, [figure])
     return {"objective": result["orders"][orders[0]]["steps"][-1]["score"], **result}

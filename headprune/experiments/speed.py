@@ -14,7 +14,7 @@ from pathlib import Path
 
 from headprune.ablation import attention_implementation
 from headprune.counting import model_cost
-from headprune.experiments.evaluation import check_split, examples_differing, swapped_model
+from headprune.experiments.evaluation import check_split, examples_differing, swapped_model, unit_counts
 from headprune.experiments.orders import ORDERS
 from headprune.experiments.prune import order_settings
 from headprune.experiments.rundir import mask_from_json, mask_to_json, write_results
@@ -97,26 +97,58 @@ def clock_of(settings) -> str:
     return clock
 
 
-def timed_call(task, model, gates):
-    """The task's timed call (``task.timed_call``) made with ``model`` in place of the task's own."""
-    def call(batch):
+def timed_call(task, model, gates, call=None):
+    """The task's timed call (``call``, default ``task.timed_call``) made with ``model`` in place of the task's own."""
+    def timed(batch):
         with swapped_model(task, model, gates):
-            task.timed_call(batch)
+            (call or task.timed_call)(batch)
 
-    return call
+    return timed
+
+
+def own_attention(model, gates):
+    """Run a block with the model's own attention, or with the gate wrapper where uneven KV groups need its query->KV head map."""
+    uneven = any(site.kv_index is not None for site in gates.sites)
+    return attention_implementation(model, model.config._attn_implementation if uneven else gates.inner)
+
+
+def span_of(timed, batches: list[dict]) -> tuple[int, int]:
+    """The mean (context before, context after) per row of a timed call over ``batches`` (rows weigh alike)."""
+    rows = [b["input_ids"].shape[0] for b in batches]
+    spans = [timed.span(b) for b in batches]
+    return tuple(max(0, round(sum(n * s[i] for n, s in zip(rows, spans)) / sum(rows))) for i in (0, 1))
+
+
+def flops_between(model, start: int, end: int) -> int:
+    """Forward FLOPs of the tokens from position ``start`` to ``end`` of one row (model_cost(end) - model_cost(start))."""
+    return model_cost(model, end).flops - (model_cost(model, start).flops if start else 0)
+
+
+def memory_rows(task, original, pruned) -> dict:
+    """The task's memory measures of both models, with the pruned model's saving and its byte-ideal saving."""
+    before, after = task.memory_measures(original), task.memory_measures(pruned)
+    out = {name: {"original": value, "pruned": after[name], "saving": 1 - after[name] / value if value else None}
+           for name, value in before.items()}
+    for name in [n for n in out if n.endswith("_ideal")]:
+        out[name.removesuffix("_ideal")]["byte_ideal_saving"] = out[name]["saving"]
+    return out
 
 
 def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
                 repeats: int = 5, seed: int = 0, check_score: bool = True, clock: str = "wall", max_seconds: float = 0.0,
                 tolerance: float = 0.0, max_repeats: int | None = None) -> dict:
-    """Throughput of the original vs the physically pruned model, FLOP counts, and the masked == pruned check."""
+    """Throughput of each timed call of the task, original vs physically pruned model, FLOP counts, memory, masked == pruned check.
+
+    ``mask`` is in the unit of ``task.gates`` (query heads or KV groups); the model is pruned by its query-head mask.
+    """
     device = next(task.model.parameters()).device
     original = task.model
     pruned = copy.deepcopy(original)
-    record = prune_mask(pruned, mask)
+    head_mask = task.gates.head_mask(mask, hard=True)
+    record = prune_mask(pruned, head_mask)
     pruned_gates = HeadGates(pruned)
     out = {"split": split, "device": str(device), "heads_total": task.gates.num_heads, "heads_pruned": heads_removed(mask),
-           "pruning_record": record, "mask": mask_to_json(mask)}
+           **unit_counts(task.gates), "query_heads_pruned": heads_removed(head_mask), "pruning_record": record, "mask": mask_to_json(mask)}
     if check_score:
         masked = task.evaluate(mask, split=split)
         with swapped_model(task, pruned, pruned_gates):
@@ -124,25 +156,34 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
         differ = examples_differing(masked, physical)
         out["score_check"] = {"metric": task.metric, "masked": masked.score, "pruned": physical.score,
                               "examples_differing": int(differ), "equal": bool(differ == 0 and masked.score == physical.score)}
-    calls = {"original": timed_call(task, original, task.gates), "pruned": timed_call(task, pruned, pruned_gates)}
+    timed_calls = task.timed_calls()
     rows = []
-    with attention_implementation(original, task.gates.inner), attention_implementation(pruned, pruned_gates.inner):
-        for size in batch_sizes:  # time both with the models' own attention (no gate wrapper)
+    with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
+        for size in batch_sizes:  # time both with the models' own attention (no gate wrapper where the model can do without)
             batches = task.timing_batches(int(size), examples, split, seed=seed)
-            timing = measure_gain(calls["original"], calls["pruned"], batches, warmup, repeats, device,
-                                  clock if device.type == "cpu" else "wall", max_seconds, tolerance, max_repeats)
-            seq_len = mean_length(batches)
-            cost_o, cost_p = model_cost(original, seq_len), model_cost(pruned, seq_len)
-            ideal = cost_o.flops / cost_p.flops - 1
-            gain = timing["gain"]
-            rows.append({"batch_size": int(size), "seq_len": seq_len, **timing, "flop_ideal_gain": ideal,
-                         "gain_vs_ideal": gain / ideal if ideal > 0 else None})
-            print(f"batch {size:3d}: original {timing['original']['examples_per_s']:.1f} +- {timing['original']['spread']:.1f} ex/s, "
-                  f"pruned {timing['pruned']['examples_per_s']:.1f} +- {timing['pruned']['spread']:.1f} ex/s, "
-                  f"gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; {timing['repeats']} repeats, load {timing['load_average']})",
-                  flush=True)
+            for name, timed in timed_calls.items():
+                timing = measure_gain(timed_call(task, original, task.gates, timed.call), timed_call(task, pruned, pruned_gates, timed.call),
+                                      batches, warmup, repeats, device, clock if device.type == "cpu" else "wall", max_seconds,
+                                      tolerance, max_repeats)
+                start, end = span_of(timed, batches)
+                ideal = flops_between(original, start, end) / flops_between(pruned, start, end) - 1
+                gain = timing["gain"]
+                per_example = sum(timed.count(b) for b in batches) / sum(b["input_ids"].shape[0] for b in batches)
+                for model in ("original", "pruned"):
+                    timing[model]["units_per_s"] = timing[model]["examples_per_s"] * per_example
+                rows.append({"batch_size": int(size), "seq_len": end - start, **timing, "flop_ideal_gain": ideal,
+                             "gain_vs_ideal": gain / ideal if ideal > 0 else None, "call": name, "unit": timed.unit, "context": [start, end]})
+                print(f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
+                      f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
+                      f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
+                      f"{timing['repeats']} repeats, load {timing['load_average']})", flush=True)
     seq_len = rows[-1]["seq_len"] if rows else 128
     out["cost"] = {"original": asdict(model_cost(original, seq_len)), "pruned": asdict(model_cost(pruned, seq_len))}
+    memory = memory_rows(task, original, pruned)
+    if memory:
+        out["memory"] = memory
+        for name, row in memory.items():
+            print(f"{name}: original {row['original']}, pruned {row['pruned']} (saving {100 * (row['saving'] or 0):.1f}%)", flush=True)
     out["rows"] = rows
     return out
 

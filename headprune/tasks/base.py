@@ -24,6 +24,26 @@ class EvalResult:
     loss: float | None = None  # mean per-example loss when the task computes it (None otherwise)
 
 
+def rows_of(batch: dict) -> int:
+    """Examples in a timing batch (the unit of a forward pass)."""
+    return int(batch["input_ids"].shape[0])
+
+
+def tokens_of(batch: dict) -> int:
+    """Padded token positions of a timing batch: what the FLOP count of a forward over it covers."""
+    return int(batch["input_ids"].numel())
+
+
+@dataclass(frozen=True)
+class TimedCall:
+    """One named inference call of the speed experiment and how to count what it processes."""
+
+    call: Callable[[dict], None]  # one call on a timing batch (forward, generate, ...)
+    unit: str = "examples"  # what ``count`` counts: "examples", "tokens", "new tokens"
+    count: Callable[[dict], int] = rows_of  # units one call processes on a batch
+    span: Callable[[dict], tuple[int, int]] = lambda batch: (0, tokens_of(batch) // rows_of(batch))  # (context before, after) per row: FLOPs of the tokens in between
+
+
 @runtime_checkable
 class Task(Protocol):
     """What every experiment uses. NLIModule, TranslationModule and LanguageModelingTask implement it."""
@@ -68,3 +88,9 @@ class Task(Protocol):
 
     def timed_call(self, batch: dict) -> None:
         """One inference call on a timing batch: what the speed experiment times (forward, generate, ...)."""
+
+    def timed_calls(self) -> dict[str, TimedCall]:
+        """{name: TimedCall} the speed experiment times, each on the same timing batches (NLI/MT: their one timed_call)."""
+
+    def memory_measures(self, model: nn.Module) -> dict[str, int]:
+        """Per-model sizes the speed experiment reports for the original and the pruned model (e.g. KV-cache bytes per token)."""

@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from headprune.data.lm import LMData, collate, load_texts
 from headprune.heads import HeadGates
 from headprune.results import texts_fingerprint
-from headprune.tasks.base import EvalResult
+from headprune.tasks.base import EvalResult, TimedCall, rows_of
 
-TASK_DEFAULTS = {"mask_chunk": 8, "selection_split": "importance"}
+TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
 MODEL_INPUTS = ("input_ids", "attention_mask")
 HEAD_ROWS = 8  # texts whose (T, V) logits exist at once: the vocabulary projection runs in row chunks
 
@@ -36,7 +36,8 @@ class LanguageModelingTask:
     higher_is_better = False
     paired_test_name = "paired bootstrap of corpus perplexity over texts (Koehn 2004)"
 
-    def __init__(self, model, tokenizer, data: LMData, mask_chunk: int = 8, selection_split: str = "importance"):
+    def __init__(self, model, tokenizer, data: LMData, mask_chunk: int = 8, selection_split: str = "importance",
+                 decode_tokens: int = 32, decode_prompt_tokens: int = 16):
         self.model = model
         self.tokenizer = tokenizer
         self.data = data
@@ -45,6 +46,10 @@ class LanguageModelingTask:
         if selection_split == "eval":
             raise ValueError("task.selection_split must not be the evaluation split: choose importance or heldout")
         self._selection = str(selection_split)
+        self.decode_tokens = int(decode_tokens)
+        self.decode_prompt_tokens = int(decode_prompt_tokens)
+        if self.decode_tokens < 1 or self.decode_prompt_tokens < 1:
+            raise ValueError(f"task.decode_tokens and task.decode_prompt_tokens must be >= 1, got {decode_tokens} and {decode_prompt_tokens}")
         model.eval()
 
     # ---- placement and data ------------------------------------------------------------------
@@ -159,6 +164,34 @@ class LanguageModelingTask:
         """The prefill forward of generation: the whole prompt, filling the KV cache, logits of the last position only."""
         self.model(**batch, use_cache=True, logits_to_keep=1)
 
+    def _prompt_length(self, batch: dict) -> int:
+        """Prompt tokens of a decode call: ``decode_prompt_tokens``, at most the shortest text (no padding in the prompt)."""
+        return max(1, min(self.decode_prompt_tokens, int(batch["attention_mask"].sum(1).min())))
+
+    @torch.no_grad()
+    def timed_decode(self, batch: dict) -> None:
+        """Greedy generation of exactly ``decode_tokens`` new tokens with the KV cache after each text's first tokens."""
+        prompt = batch["input_ids"][:, :self._prompt_length(batch)]
+        self.model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=self.decode_tokens,
+                            min_new_tokens=self.decode_tokens, do_sample=False, use_cache=True, pad_token_id=self.data.pad_id)
+
+    def timed_calls(self) -> dict[str, TimedCall]:
+        """Prefill (prompt tokens/s, one forward filling the KV cache) and decode (new tokens/s, greedy with the cache)."""
+        def decode_span(batch):
+            start = self._prompt_length(batch)
+            return start, start + self.decode_tokens
+
+        return {"prefill": TimedCall(self.timed_call, "tokens", lambda b: int(b["attention_mask"].sum()),
+                                     lambda b: (0, int(b["input_ids"].shape[1]))),
+                "decode": TimedCall(self.timed_decode, "new tokens", lambda b: rows_of(b) * self.decode_tokens, decode_span)}
+
+    def memory_measures(self, model) -> dict[str, int]:
+        """KV-cache bytes per token of context: as the model holds it, and without the phantom KV heads of emptied layers."""
+        from headprune.counting import kv_cache_bytes_per_token
+
+        return {"kv_cache_bytes_per_token": kv_cache_bytes_per_token(model),
+                "kv_cache_bytes_per_token_ideal": kv_cache_bytes_per_token(model, ideal=True)}
+
     # ---- saving ------------------------------------------------------------------------------
     def save_hf(self, path: str | Path) -> Path:
         """Write the (pruned) model, its tokenizer and the pruning record to ``path``."""
@@ -168,13 +201,15 @@ class LanguageModelingTask:
 
 
 def _settings(cfg) -> dict:
-    settings = dict(TASK_DEFAULTS)
-    given = dict(cfg.get("task") or {})
-    unknown = sorted(set(given) - set(TASK_DEFAULTS) - {"name"})
+    """``task.*`` (conf/task/lm.yaml), checked: every setting present, none unknown."""
+    given = {k: v for k, v in dict(cfg.get("task") or {}).items() if k != "name"}
+    unknown = sorted(set(given) - set(TASK_SETTINGS))
     if unknown:
-        raise ValueError(f"unknown task setting(s) {unknown}; the language-modelling task settings are {sorted(TASK_DEFAULTS)}")
-    settings.update({k: v for k, v in given.items() if k != "name"})
-    return settings
+        raise ValueError(f"unknown task setting(s) {unknown}; the language-modelling task settings are {sorted(TASK_SETTINGS)}")
+    missing = sorted(set(TASK_SETTINGS) - set(given))
+    if missing:
+        raise ValueError(f"task setting(s) {missing} missing: compose the config with the LM task group (conf/task/lm.yaml)")
+    return given
 
 
 def load_lm_task(cfg) -> LanguageModelingTask:

@@ -53,11 +53,13 @@ def device_of(cfg) -> torch.device:
 
 
 def load_task(cfg):
-    """The Task (model with gates + data) that the config describes, in eval mode on its device."""
+    """The Task (model with gates + data) that the config describes, in eval mode on its device, in ``prune.unit``."""
+    from headprune.tasks.units import in_unit, unit_of
+
     task = get_method(task_spec(cfg).load)(cfg)
     task.to(device_of(cfg))
     task.model.eval()
-    return task
+    return in_unit(task, unit_of(cfg))
 
 
 def train_task(cfg) -> dict:

@@ -50,3 +50,13 @@ class SharedTaskMethods:
     def timed_call(self, batch: dict) -> None:
         """One forward pass of the model on a timing batch."""
         self.model(**batch)
+
+    def timed_calls(self) -> dict:
+        """The one timed call, counted in examples."""
+        from headprune.tasks.base import TimedCall
+
+        return {"forward": TimedCall(self.timed_call)}
+
+    def memory_measures(self, model) -> dict[str, int]:
+        """No per-model memory measure."""
+        return {}

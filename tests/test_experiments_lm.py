@@ -1,0 +1,158 @@
+"""Every experiment on the LM task (tiny random Llama with grouped KV heads, synthetic text) in both pruning units."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from experiment_helpers import make_cfg, results
+
+TASK = "lm"
+UNITS = ("head", "kv_group")
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    torch.set_num_threads(1)
+    from headprune.tasks import registry
+
+    return registry.load_task(make_cfg(tmp_path_factory.mktemp("task"), "ablate", TASK))
+
+
+@pytest.fixture
+def shared_task(task, monkeypatch):
+    """The loaded task reused by every experiment, seen in the config's prune.unit as load_task would."""
+    from headprune.tasks import registry
+    from headprune.tasks.units import in_unit, unit_of
+
+    monkeypatch.setattr(registry, "load_task", lambda cfg: in_unit(task, unit_of(cfg)))
+    return task
+
+
+def run(tmp_path, experiment: str, *overrides) -> dict:
+    """Validate and run ``headprune experiment=<experiment>`` on the tiny LM config; its results.json payload."""
+    from hydra.utils import get_method
+
+    from headprune.validation import validate
+
+    cfg = make_cfg(tmp_path, experiment, TASK, *overrides)
+    validate(cfg)
+    get_method(cfg.run)(cfg)
+    return results(tmp_path)["results"]
+
+
+def test_tiny_llama_shapes(task):
+    assert task.gates.groups == {"dec_self": (2, 4)} and task.gates.kv_groups == {"dec_self": (2, 2)}
+
+
+def test_swapped_model_restores_the_unit_view(task):
+    """Speed swaps the pruned model in and back: the task keeps HeadGates, the view keeps KV-group gates."""
+    import copy
+
+    from headprune.experiments.evaluation import swapped_model
+    from headprune.heads import HeadGates
+    from headprune.tasks.units import in_unit
+
+    kv_task = in_unit(task, "kv_group")
+    other = copy.deepcopy(task.model)
+    with swapped_model(kv_task, other, HeadGates(other)):
+        assert task.model is other and kv_task.gates.unit == "kv_group"
+    assert task.gates.unit == "head" and kv_task.gates.heads is task.gates and task.model is not other
+
+
+def test_kv_group_evaluation_is_its_query_head_mask(task):
+    """A KV-group mask evaluates exactly like the query-head mask with all of the group's heads zeroed."""
+    from headprune.tasks.units import in_unit
+
+    kv_task = in_unit(task, "kv_group")
+    kv_mask = {"dec_self": torch.tensor([[1.0, 0.0], [0.0, 1.0]])}
+    heads = {"dec_self": torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])}  # KV head k serves query heads 2k, 2k+1
+    assert kv_task.evaluate(kv_mask).per_example == task.evaluate(heads).per_example
+    many = kv_task.evaluate_many([kv_mask, None])
+    assert many[0].score == task.evaluate(heads).score and many[1].score == task.evaluate(None).score
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_ablate(shared_task, tmp_path, unit):
+    res = run(tmp_path, "ablate", f"prune.unit={unit}", "ablate.n_samples=50")["splits"]["eval"]
+    kv = unit == "kv_group"
+    assert res["unit"] == unit and res["units_total"] == (4 if kv else 8) and res["query_heads_total"] == 8
+    assert len(res["rows"]) == res["units_total"]
+    for row in res["rows"]:  # each unit's ablation equals evaluating its query heads removed
+        mask = shared_task.gates.ones()
+        heads = [2 * row["head"], 2 * row["head"] + 1] if kv else [row["head"]]
+        mask["dec_self"][row["layer"], heads] = 0
+        assert row["score"] == pytest.approx(shared_task.evaluate(mask).score, rel=1e-9)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_keep_one(shared_task, tmp_path, unit):
+    res = run(tmp_path, "keep_one", f"prune.unit={unit}", "keep_one.n_samples=50")
+    assert res["unit"] == unit and res["selection_split"] == "importance" and len(res["rows"]) == 2
+    assert all(0 <= r["best_head"] < (2 if unit == "kv_group" else 4) for r in res["rows"])
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_prune_every_order(shared_task, tmp_path, unit):
+    res = run(tmp_path, "prune", f"prune.unit={unit}", "prune.fractions=[0,0.5]", "prune.n_samples=50",
+              "prune.order=[importance,entropy,random,ablation]")
+    per_unit = 2 if unit == "kv_group" else 1
+    assert res["unit"] == unit and res["total_heads"] == 8 // per_unit
+    for order in ("importance", "entropy", "random", "ablation"):
+        steps = res["orders"][order]["steps"]
+        assert [s["heads_pruned"] for s in steps] == [0, 4 // per_unit]
+        assert [s["query_heads_pruned"] for s in steps] == [0, 4]
+        assert len(steps[1]["mask"]["dec_self"][0]) == 4 // per_unit
+
+
+def test_kv_group_scores_from_the_query_head_gates(task):
+    """Importance per KV group = importance_scores(unit=kv_group); entropy per KV group = the mean of its query heads."""
+    from omegaconf import OmegaConf
+
+    from headprune.experiments.orders import ORDERS, OrderSettings
+    from headprune.importance import attention_entropy, importance_scores
+    from headprune.tasks.units import in_unit
+
+    settings = OrderSettings(OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False}), 0, None, None)
+    kv_task = in_unit(task, "kv_group")
+    direct = importance_scores(task.model, task.gates, task.importance_batches(), unit="kv_group")
+    assert torch.allclose(ORDERS["importance"].scores(kv_task, settings)["dec_self"], direct["dec_self"])
+    entropy = attention_entropy(task.model, task.gates, task.importance_batches())["dec_self"]
+    expected = -entropy.view(2, 2, 2).mean(-1)
+    assert torch.allclose(ORDERS["entropy"].scores(kv_task, settings)["dec_self"], expected)
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_speed_prefill_decode_and_kv_cache(shared_task, tmp_path, unit):
+    from headprune.counting import kv_cache_bytes_per_token
+
+    res = run(tmp_path, "speed", f"prune.unit={unit}", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2",
+              "speed.warmup=1", "speed.max_seconds=0.5")
+    check = res["score_check"]  # removing a whole KV group changes the o_proj sum's length: equal up to float rounding
+    assert check["pruned"] == pytest.approx(check["masked"], rel=1e-6) and res["unit"] == unit and res["query_heads_pruned"] == 4
+    assert [(r["call"], r["unit"]) for r in res["rows"]] == [("prefill", "tokens"), ("decode", "new tokens")]
+    decode = res["rows"][1]
+    assert decode["original"]["units_per_s"] == pytest.approx(decode["original"]["examples_per_s"] * 4)  # 4 new tokens per text
+    assert decode["flop_ideal_gain"] > 0 and decode["seq_len"] == 4
+    memory = res["memory"]["kv_cache_bytes_per_token"]
+    assert memory["original"] == kv_cache_bytes_per_token(shared_task.model) == 2 * 2 * 2 * 8 * 4  # layers x KV heads x (K, V) x dim x fp32
+    assert memory["pruned"] == (memory["original"] // 2 if unit == "kv_group" else memory["original"])
+
+
+def test_speed_with_uneven_kv_groups(shared_task, tmp_path):
+    """One query head pruned leaves its KV head with fewer query heads: the pruned model is timed through the wrapper."""
+    res = run(tmp_path, "speed", "speed.fraction=0.125", "speed.batch_sizes=[2]", "speed.examples=2", "speed.repeats=1",
+              "speed.warmup=0", "speed.max_seconds=0.1", "speed.check_score=false")
+    assert res["query_heads_pruned"] == 1 and len(res["rows"]) == 2
+    assert res["memory"]["kv_cache_bytes_per_token"]["saving"] == 0  # the KV head still serves the other query head
+
+
+def test_speed_rows_of_nli_keep_their_columns():
+    """A task with one timed call renders the same speed table as before; several calls add their name and rate."""
+    from headprune.render import speed_rows
+
+    timing = {"examples_per_s": 10.0, "spread": 1.0, "units_per_s": 50.0}
+    row = {"batch_size": 1, "original": timing, "pruned": timing, "gain": 0.1, "verdict": "faster", "flop_ideal_gain": 0.2}
+    columns, rows = speed_rows({"rows": [{**row, "call": "forward"}]})
+    assert columns[0] == "batch_size" and len(rows[0]) == len(columns)
+    columns, rows = speed_rows({"rows": [{**row, "call": "prefill", "unit": "tokens"}, {**row, "call": "decode", "unit": "new tokens"}]})
+    assert columns[:4] == ["call", "unit", "original_units_s", "pruned_units_s"] and rows[1][:3] == ["decode", "new tokens", 50.0]
