@@ -201,7 +201,7 @@ CONFIG_ROWS = [
     ("unit-kv-group-without-gqa", "lm", ["experiment=prune", "prune.unit=kv_group", "model.config.num_key_value_heads=4"],
      "grouped-query attention", None),
     ("unit-kv-group-encoder", "nli", ["experiment=ablate", "prune.unit=kv_group"], "grouped-query attention", None),
-    ("unit-kv-group-with-target", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.target={speedup:1.3}"],
+    ("unit-kv-group-with-target", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}"],
      "use prune.unit=head", None),
     ("unit-kv-group-speed-mask-kv-out-of-range", "lm", ["experiment=speed", "prune.unit=kv_group", "speed.mask_file={tmp}/mask.json"],
      "within 0..1", "mask_kv3"),
