@@ -16,6 +16,7 @@ from headprune.data.lm import LMData, collate, load_texts
 from headprune.heads import HeadGates
 from headprune.results import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
+from headprune.tasks.shared import checked_settings
 
 TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
 MODEL_INPUTS = ("input_ids", "attention_mask")
@@ -202,14 +203,7 @@ class LanguageModelingTask:
 
 def _settings(cfg) -> dict:
     """``task.*`` (conf/task/lm.yaml), checked: every setting present, none unknown."""
-    given = {k: v for k, v in dict(cfg.get("task") or {}).items() if k != "name"}
-    unknown = sorted(set(given) - set(TASK_SETTINGS))
-    if unknown:
-        raise ValueError(f"unknown task setting(s) {unknown}; the language-modelling task settings are {sorted(TASK_SETTINGS)}")
-    missing = sorted(set(TASK_SETTINGS) - set(given))
-    if missing:
-        raise ValueError(f"task setting(s) {missing} missing: compose the config with the LM task group (conf/task/lm.yaml)")
-    return given
+    return checked_settings(cfg, TASK_SETTINGS, "language-modelling", "conf/task/lm.yaml")
 
 
 def load_lm_task(cfg) -> LanguageModelingTask:

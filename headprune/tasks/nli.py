@@ -19,7 +19,7 @@ from headprune.data.nli import LABELS, NLIDataModule
 from headprune.heads import HeadGates
 from headprune.results import texts_fingerprint
 from headprune.tasks.base import EvalResult
-from headprune.tasks.shared import SharedTaskMethods
+from headprune.tasks.shared import SharedTaskMethods, checked_settings
 
 TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/nli.yaml)
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -210,14 +210,7 @@ class WeightsDigest(L.Callback):
 
 def _task_settings(cfg) -> dict:
     """``task.*`` (conf/task/nli.yaml), checked: every setting present, none unknown, numbers in range."""
-    given = {k: v for k, v in (cfg.get("task") or {}).items() if k != "name"}
-    unknown = sorted(set(given) - set(TASK_SETTINGS))
-    if unknown:
-        raise ValueError(f"unknown task setting(s) {unknown}; the NLI task settings are {sorted(TASK_SETTINGS)}")
-    missing = sorted(set(TASK_SETTINGS) - set(given))
-    if missing:
-        raise ValueError(f"task setting(s) {missing} missing: compose the config with the NLI task group (conf/task/nli.yaml)")
-    task = dict(given)
+    task = checked_settings(cfg, TASK_SETTINGS, "NLI", "conf/task/nli.yaml")
     try:
         task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
     except (TypeError, ValueError) as err:

@@ -7,6 +7,18 @@ from typing import Callable
 import torch
 
 
+def checked_settings(cfg, known, task_name: str, config_file: str) -> dict:
+    """``task.*`` of a composed config: every setting of ``known`` present, none unknown (``name`` aside)."""
+    given = {k: v for k, v in dict(cfg.get("task") or {}).items() if k != "name"}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"unknown task setting(s) {unknown}; the {task_name} task settings are {sorted(known)}")
+    missing = sorted(set(known) - set(given))
+    if missing:
+        raise ValueError(f"task setting(s) {missing} missing: compose the config with the {task_name} task group ({config_file})")
+    return given
+
+
 class LazySizes(Mapping):
     """{split: examples} whose sizes are counted on first access (a large training split is read only when asked for)."""
 
