@@ -58,9 +58,11 @@ def task_fixtures(task_name: str):
 
     @pytest.fixture
     def shared_task(task, monkeypatch):
+        """The loaded task reused by every experiment, seen in the config's prune.unit as load_task would."""
         from headprune.tasks import registry
+        from headprune.tasks.units import in_unit, unit_of
 
-        monkeypatch.setattr(registry, "load_task", lambda cfg: task)
+        monkeypatch.setattr(registry, "load_task", lambda cfg: in_unit(task, unit_of(cfg)))
         return task
 
     return task, shared_task

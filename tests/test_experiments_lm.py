@@ -4,28 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiment_helpers import make_cfg, results
+from experiment_helpers import make_cfg, results, task_fixtures
 
 TASK = "lm"
 UNITS = ("head", "kv_group")
 
 
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    torch.set_num_threads(1)
-    from headprune.tasks import registry
-
-    return registry.load_task(make_cfg(tmp_path_factory.mktemp("task"), "ablate", TASK))
-
-
-@pytest.fixture
-def shared_task(task, monkeypatch):
-    """The loaded task reused by every experiment, seen in the config's prune.unit as load_task would."""
-    from headprune.tasks import registry
-    from headprune.tasks.units import in_unit, unit_of
-
-    monkeypatch.setattr(registry, "load_task", lambda cfg: in_unit(task, unit_of(cfg)))
-    return task
+task, shared_task = task_fixtures(TASK)
 
 
 def run(tmp_path, experiment: str, *overrides) -> dict:
