@@ -46,7 +46,8 @@ class RecoveryModule(L.LightningModule):
     """Fine-tune ``model`` on its per-example loss, mixed with distillation from ``teacher`` when one is given."""
 
     def __init__(self, model: nn.Module, loss_fn: Callable = per_example_loss, teacher: nn.Module | None = None,
-                 temperature: float = 2.0, distill_weight: float = 0.5, lr: float = 2e-5, weight_decay: float = 0.0):
+                 temperature: float = 2.0, distill_weight: float = 0.5, lr: float = 2e-5, weight_decay: float = 0.0,
+                 warmup: float = 0.0, total_steps: int | None = None, log_prefix: str = "recover"):
         super().__init__()
         if not 0.0 <= distill_weight <= 1.0:
             raise ValueError(f"distill_weight mixes task and distillation losses: it must be in [0, 1], got {distill_weight}")
@@ -54,7 +55,10 @@ class RecoveryModule(L.LightningModule):
             raise ValueError("distill_weight > 0 needs a teacher (the unpruned model); pass teacher= or distill_weight=0")
         self.model, self.loss_fn = model, loss_fn
         self.teacher = teacher.eval().requires_grad_(False) if teacher is not None else None
+        if not 0.0 <= warmup < 1.0:
+            raise ValueError(f"warmup is the fraction of the fine-tune's steps spent warming up: it must be in [0, 1), got {warmup}")
         self.temperature, self.distill_weight, self.lr, self.weight_decay = temperature, distill_weight, lr, weight_decay
+        self.warmup, self.total_steps, self.log_prefix = warmup, total_steps, log_prefix
         self.history: list[dict] = []
 
     def losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,13 +75,30 @@ class RecoveryModule(L.LightningModule):
         task, distill = self.losses(batch)
         loss = (1 - self.distill_weight) * task + self.distill_weight * distill
         n = next(iter(batch.values())).shape[0]
-        self.log_dict({"recover/loss": loss, "recover/task": task, "recover/distill": distill}, batch_size=n)
+        prefix = self.log_prefix
+        self.log_dict({f"{prefix}/loss": loss, f"{prefix}/task": task, f"{prefix}/distill": distill}, batch_size=n)
         self.history.append({"loss": float(loss), "task": float(task), "distill": float(distill)})
         return loss
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        if not self.total_steps:
+            return optimizer
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_warmup_decay(self.total_steps, self.warmup))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def linear_warmup_decay(total_steps: int, warmup: float):
+    """lr factor at step t: linear from 0 to 1 over ``warmup * total_steps`` steps, then linear down to 0 at ``total_steps``."""
+    warm = max(int(round(warmup * total_steps)), 0)
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(total_steps - step, 0) / max(total_steps - warm, 1)
+
+    return factor
 
 
 def _loader(batches) -> DataLoader:
@@ -88,10 +109,15 @@ def _loader(batches) -> DataLoader:
 def finetune_recover(model: nn.Module, batches: Iterable[dict] | DataLoader, loss_fn: Callable = per_example_loss,
                      teacher: nn.Module | None = None, temperature: float = 2.0, distill_weight: float = 0.0,
                      max_steps: int = 100, max_epochs: int | None = None, lr: float = 2e-5, weight_decay: float = 0.0,
-                     **trainer_kwargs) -> list[dict]:
-    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses."""
-    module = RecoveryModule(model, loss_fn, teacher, temperature, distill_weight, lr, weight_decay)
-    settings = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                     warmup: float = 0.0, decay: bool = False, log_prefix: str = "recover", **trainer_kwargs) -> list[dict]:
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses.
+
+    ``decay``: linear warm-up over a ``warmup`` fraction of the steps, then linear decay to 0 (``max_steps`` runs only).
+    A ``logger=`` (Lightning) gets every step's losses under ``log_prefix``.
+    """
+    total = int(max_steps) if decay and max_epochs is None else None
+    module = RecoveryModule(model, loss_fn, teacher, temperature, distill_weight, lr, weight_decay, warmup, total, log_prefix)
+    settings = dict(logger=False, log_every_n_steps=1, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                     accelerator="auto", devices=1, num_sanity_val_steps=0)
     settings.update(trainer_kwargs)
     trainer = L.Trainer(max_steps=max_steps if max_epochs is None else -1, max_epochs=max_epochs, **settings)

@@ -110,6 +110,9 @@ def check_prune_for_speed(cfg) -> None:
     number(finetune.get("lr", 2e-5), "prune.finetune.lr", 0.0, None, "()")
     number(finetune.get("distill_weight", 0.5), "prune.finetune.distill_weight", 0.0, 1.0, "[]")
     number(finetune.get("temperature", 2.0), "prune.finetune.temperature", 0.0, None, "()")
+    number(finetune.get("warmup", 0.0), "prune.finetune.warmup", 0.0, 1.0, "[)")
+    if finetune.get("examples") is not None:
+        integer(finetune.get("examples"), "prune.finetune.examples", 1)
     if prune.get("measure_speed"):
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")

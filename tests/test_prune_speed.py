@@ -89,6 +89,47 @@ def test_flops_target_with_finetune_recovery(shared_task, tmp_path):
     assert points[1]["flops_kept"] <= 0.9 + 1e-9
 
 
+def test_finetune_recovery_trains_on_the_training_split_and_logs_every_step(shared_task, tmp_path, monkeypatch):
+    """prune.finetune.examples draws training examples (not the importance subset); the losses land in results and the logger."""
+    drawn = []
+    original = type(shared_task).training_batches
+
+    def spy(self, examples, seed=0):
+        drawn.append((examples, seed))
+        return original(self, examples, seed)
+
+    monkeypatch.setattr(type(shared_task), "training_batches", spy)
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.fractions=0.25", "prune.recover=finetune", "logger=csv",
+                   "prune.finetune.max_steps=3", "prune.finetune.examples=40", "prune.finetune.decay=true", "prune.finetune.warmup=0.3")
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert drawn == [(40, 0)]
+    assert [p["recovery"] for p in points] == ["none", "finetune"] and len(points[1]["finetune_losses"]) == 3
+    assert results(tmp_path)["results"]["finetune"]["examples"] == 40
+    logged = (tmp_path / "csv").rglob("metrics.csv")
+    assert any("recover/fisher/25%/loss" in path.read_text() for path in logged)
+
+
+def test_a_schedule_fine_tunes_each_round_on_a_new_draw(shared_task, tmp_path, monkeypatch):
+    drawn = []
+    original = type(shared_task).training_batches
+    monkeypatch.setattr(type(shared_task), "training_batches", lambda self, n, seed=0: drawn.append(seed) or original(self, n, seed))
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.schedule=[0.25,0.5]", "prune.recover=finetune",
+                   "prune.finetune.max_steps=2", "prune.finetune.examples=16", "prune.finetune.seed=5")
+    prune.run(cfg)
+    assert drawn == [5, 6]
+    assert [p["step"] for p in points_of(tmp_path)] == ["0%", "25%", "50%"]
+
+
+def test_training_batches_are_seeded_draws_of_the_training_split(shared_task):
+    first, again, other = (shared_task.training_batches(20, seed=s) for s in (0, 0, 1))
+    assert sum(len(b["labels"]) for b in first) == 20
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, again))
+    assert not all(a["input_ids"].shape == b["input_ids"].shape and torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, other))
+    assert "idx" not in first[0]
+    shared_task.per_example_loss(first[0])  # model inputs the task's loss accepts
+
+
 def test_max_drop_target_is_chosen_on_the_selection_split(shared_task, tmp_path, monkeypatch):
     seen = []
     evaluate = type(shared_task).evaluate
@@ -184,6 +225,9 @@ def test_seq2seq_target_with_every_recovery(mt_task, tmp_path, monkeypatch):
     points = points_of(tmp_path)
     assert [p["recovery"] for p in points] == ["none", "none", "lsq", "finetune"]
     assert len({repr(p["mask"]) for p in points[1:]}) == 1 and points[1]["predicted_speedup"] >= 1.1
+    batches = mt_task.training_batches(10, seed=0)
+    assert sum(len(b["input_ids"]) for b in batches) >= 10 and "ids" not in batches[0]
+    assert mt_task.per_example_loss(batches[0]).shape == (len(batches[0]["input_ids"]),)
     assert results(tmp_path)["results"]["selection_split"] == "heldout"
 
 

@@ -120,3 +120,14 @@ def test_seq2seq_distillation_counts_only_target_tokens():
     with torch.no_grad():
         module.teacher.model.decoder.layers[0].fc1.weight.add_(0.5)  # a different teacher
     assert float(module.losses(batch)[1]) > 0
+
+
+def test_linear_warmup_decay_rises_then_falls_to_zero():
+    from headprune.recovery_finetune import linear_warmup_decay
+
+    factor = linear_warmup_decay(10, 0.2)
+    values = [factor(t) for t in range(11)]
+    assert values[:2] == [0.5, 1.0] and values[10] == 0.0
+    assert all(a >= b for a, b in zip(values[1:], values[2:]))
+    with pytest.raises(ValueError, match="warmup"):
+        RecoveryModule(tiny_bert(), warmup=1.0, distill_weight=0.0)

@@ -95,7 +95,11 @@ def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: s
     selection = selection_split(task, cfg.prune.get("selection_split"))
     check_split(task, selection, "selection")
     out = output_dir(cfg)
-    result = pareto_stage(task, cfg, order_settings(cfg), orders, fractions, split, selection, out)
+    from headprune.experiments.prune_speed import recoveries_of
+    from headprune.loggers import build_logger
+
+    logger = build_logger(cfg, job_type="prune") if "finetune" in recoveries_of(cfg.prune) else False
+    result = pareto_stage(task, cfg, order_settings(cfg), orders, fractions, split, selection, out, logger=logger)
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
         print(f"{p['order']:>10} {p['recovery']:>8} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"

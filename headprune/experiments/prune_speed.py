@@ -78,7 +78,16 @@ def cost_model(task, settings, out: Path) -> CostModel:
         return cached_latency_model(task.model, inputs, out / "latency", device=device)
 
 
-def finetune_in_place(model, teacher, batches: list[dict], finetune) -> list[dict]:
+def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> list[dict]:
+    """What ``prune.recover=finetune`` trains on: ``prune.finetune.examples`` training examples (a new draw for each
+    ``round_`` of a schedule), or the lsq batches when null."""
+    examples = settings.finetune.get("examples")
+    if examples is None:
+        return recovery
+    return task.training_batches(int(examples), seed=int(settings.finetune.get("seed", 0)) + round_)
+
+
+def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=False, label: str = "recover") -> list[dict]:
     """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
     weight = float(finetune.distill_weight)
     device = next(model.parameters()).device
@@ -86,17 +95,19 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune) -> list[dic
     try:
         return finetune_recover(model, batches, teacher=teacher if weight > 0 else None, distill_weight=weight,
                                 temperature=float(finetune.temperature), max_steps=int(finetune.max_steps), lr=float(finetune.lr),
-                                accelerator="cpu" if device.type == "cpu" else "auto")
+                                warmup=float(finetune.get("warmup", 0.0)), decay=bool(finetune.get("decay", False)),
+                                accelerator="cpu" if device.type == "cpu" else "auto", logger=logger, log_prefix=f"recover/{label}")
     finally:
         for parameter, flag in zip(teacher.parameters(), flags):
             parameter.requires_grad_(flag)
 
 
-def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict]):
+def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None = None,
+                    logger=False, label: str = "recover"):
     """(model, gates, mask to evaluate with) after ``recovery`` of the heads ``mask`` keeps; the task's model is untouched.
 
     lsq: a copy of the whole model with the least-squares scales folded in, run under ``mask`` (equal to the
-    physically pruned copy); finetune: a physically pruned copy fine-tuned (mask None).
+    physically pruned copy); finetune: a physically pruned copy fine-tuned on ``tuning`` (default ``batches``; mask None).
     """
     if recovery == "none":
         return task.model, task.gates, mask
@@ -107,7 +118,8 @@ def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dic
         return model, gates, mask
     if recovery == "finetune":
         prune_mask(model, mask)
-        finetune_in_place(model, task.model, batches, settings.finetune)
+        model.headprune_finetune_losses = [h["loss"] for h in finetune_in_place(model, task.model, tuning or batches, settings.finetune,
+                                                                                logger, label)]
         return model, HeadGates(model), None
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
@@ -138,12 +150,20 @@ def one_shot_points(task, order, recoveries, steps, ctx) -> list[dict]:
             results = evaluate_many(task, masks, ctx["split"], desc=f"{order} targets", progress=False)
         else:
             results = []
-            for mask in masks:
-                model, gates, evaluate_mask = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"])
+            losses = []
+            for step, mask in zip(steps, masks):
+                model, gates, evaluate_mask = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"], ctx["tuning"],
+                                                              ctx["logger"], f"{order}/{step_label(step)}")
                 with swapped_model(task, model, gates):
                     results.append(task.evaluate(evaluate_mask, split=ctx["split"]))
+                losses.append(getattr(model, "headprune_finetune_losses", None))
                 del model, gates
-        points += [_point(order, recovery, s, m, r, ctx["base"], ctx["costs"], ctx["flops"], task) for s, m, r in zip(steps, masks, results)]
+        made = [_point(order, recovery, s, m, r, ctx["base"], ctx["costs"], ctx["flops"], task) for s, m, r in zip(steps, masks, results)]
+        if recovery != "none":
+            for point, curve in zip(made, losses):
+                if curve is not None:
+                    point["finetune_losses"] = curve
+        points += made
     return points
 
 
@@ -162,10 +182,14 @@ def scheduled_points(task, order, recoveries, steps, ctx) -> list[dict]:
             with swapped_model(task, work, HeadGates(work)):
                 return task.evaluate(mask, split=ctx["selection"]).score
 
+        log: list = []
+
         def recover(model, teacher, batches):
+            log.append(None)
             recovered = {"lsq": lambda: lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=float(settings.lsq.ridge),
                                                     max_scale=float(settings.lsq.max_scale)),
-                         "finetune": lambda: finetune_in_place(model, teacher, batches, settings.finetune)}
+                         "finetune": lambda: finetune_in_place(model, teacher, finetune_batches(task, settings, batches, len(log) - 1),
+                                                               settings.finetune, ctx["logger"], f"{order}/step{len(log)}")}
             recovered[recovery]()
 
         done = iterative_prune(work, steps, ctx["batches"], recover=None if recovery == "none" else recover, score_fn=scores,
@@ -203,8 +227,11 @@ def measure_points(task, points: list[dict], base_point: dict, speed, split: str
 
 
 def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fractions: list[float], split: str, selection: str,
-                 out: Path, base=None, shared: dict | None = None) -> dict:
-    """Every (order, recovery, step) point and the unpruned one: scores on ``split``, predicted and measured speed."""
+                 out: Path, base=None, shared: dict | None = None, logger=False) -> dict:
+    """Every (order, recovery, step) point and the unpruned one: scores on ``split``, predicted and measured speed.
+
+    ``logger`` (Lightning, or False) receives every fine-tune recovery step's losses.
+    """
     settings = cfg.prune
     target, schedule = settings.get("target"), settings.get("schedule")
     steps = check_schedule(_plain(schedule)) if schedule is not None else (
@@ -215,7 +242,9 @@ def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fr
            "selection": selection, "base": base, "groups": check_groups(settings.get("groups"), task.gates.groups),
            "min_per_layer": int(settings.get("min_heads_per_layer") or 0), "costs": cost_model(task, settings, out),
            "flops": flops_cost_model(task.model, int(settings.get("seq_len", 128))),
-           "batches": recovery_batches(task, int(settings.recover_examples)) if schedule is not None or recoveries != ["none"] else []}
+           "batches": recovery_batches(task, int(settings.recover_examples)) if schedule is not None or recoveries != ["none"] else [],
+           "logger": logger}
+    ctx["tuning"] = finetune_batches(task, settings, ctx["batches"]) if "finetune" in recoveries and schedule is None else None
     make = scheduled_points if schedule is not None else one_shot_points
     points = [p for order in orders for p in make(task, order, recoveries, steps, ctx)]
     unpruned = {"order": "unpruned", "recovery": "none", "step": "0%", "target": None, "fraction": 0.0, "heads_pruned": 0,
@@ -226,4 +255,5 @@ def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fr
     return {"metric": task.metric, "higher_is_better": bool(task.higher_is_better), "split": split, "selection_split": selection,
             "n_examples": base.n, "base_score": base.score, "groups": ctx["groups"], "cost": ctx["costs"].unit,
             "cost_info": ctx["costs"].info or {}, "schedule": schedule is not None, "recover_examples": int(settings.recover_examples),
+            "finetune": _plain(settings.finetune) if "finetune" in recoveries else None,
             "points": [unpruned, *points]}

@@ -80,6 +80,9 @@ class Task(Protocol):
     def importance_batches(self) -> Iterable[dict]:
         """Model-input batches (with labels) of the fixed importance subset of the *training* data."""
 
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """About ``examples`` shuffled training examples as model-input batches with labels (fine-tune recovery)."""
+
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Forward a batch (labels kept out of the model's inputs) and return each example's loss, shape (B,)."""
 

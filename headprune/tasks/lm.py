@@ -143,6 +143,14 @@ class LanguageModelingTask:
         for batch in self.data.batches("importance", batch_size or self.data.batch_size):
             yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
 
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """``examples`` texts of the importance split (the training text) drawn with ``seed``, in batches."""
+        ids = self.data.split("importance")
+        chosen = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))[:max(int(examples), 0)].tolist()
+        size = int(self.data.batch_size)
+        return [{k: v.to(self.device) for k, v in collate([ids[i] for i in chosen[s:s + size]], self.data.pad_id).items()}
+                for s in range(0, len(chosen), size)]
+
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Mean token NLL of each text, shape (B,)."""
         logits = self.model(**self._inputs(batch)).logits

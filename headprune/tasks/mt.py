@@ -231,6 +231,20 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         """Batches with labels of the fixed importance subset of the training split (model inputs only)."""
         return [self._to_device(b) for b in self.data.importance_batches()]
 
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """Shuffled token-count batches of the training split (``seed``) until about ``examples`` sentences are in."""
+        from headprune.data.translation import TokenBatches
+
+        src, tgt = self.data.split_encoded("train")
+        shuffled = TokenBatches(src, tgt, self.data.pad_id, self.data.start_id, int(self.data.cfg.max_tokens), shuffle=True, seed=seed)
+        batches, seen = [], 0
+        for batch in shuffled:
+            if seen >= examples:
+                break
+            batches.append(self._to_device(batch))
+            seen += len(batch["input_ids"])
+        return batches
+
     # ---- optimisation and saving -----------------------------------------------------------
     def configure_optimizers(self):
         from hydra.utils import instantiate

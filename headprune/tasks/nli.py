@@ -180,6 +180,19 @@ class NLIModule(SharedTaskMethods, L.LightningModule):
             batch.pop("idx")
             yield self._to_device(batch)
 
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """``examples`` training examples drawn with ``seed``, in batches of the training batch size (labels kept)."""
+        data = self._require_data()
+        train = data.dataset("train")
+        chosen = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[:max(int(examples), 0)].tolist()
+        size = int(data.config.batch_size)
+        batches = []
+        for start in range(0, len(chosen), size):
+            batch = data.collate([train[i] for i in chosen[start:start + size]])
+            batch.pop("idx", None)
+            batches.append(self._to_device(batch))
+        return batches
+
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Cross-entropy of each example, shape (B,)."""
         return F.cross_entropy(self(batch), batch["labels"], reduction="none")
