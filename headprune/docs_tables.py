@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from headprune.render import (ablation_table, correlation_line, cross_file_correlation_line, dynamics_table, keep_one_table,
-                              pareto_table, prune_table, speed_table, study_groups_table)
+                              merged_pareto, pareto_table, prune_table, speed_table, study_groups_table)
 
 BLOCK = re.compile(r"<!-- BEGIN (\w+) -->\n(.*?)<!-- END \1 -->", re.S)
 MNLI_STUDY = "mnli_study"  # docs/results/mnli_study.json: ablate (eval + importance), keep_one, prune, speed
@@ -22,6 +22,29 @@ PAPER_DYNAMICS = {1: 3.0, 2: 6.2, 3: 18.1, 5: 26.9, 10: 30.6, 20: 34.5, 30: 34.7
 
 def _load(results_dir: Path, name: str) -> dict:
     return json.loads((results_dir / f"{name}.json").read_text())
+
+
+PARETO_RUNS = {  # prune-for-speed runs (docs/results/<name>.json) merged into one Pareto table and figure per task
+    "mnli": ("mnli_pareto_free", "mnli_pareto_finetune"),
+    "mt": ("mt_pareto_free", "mt_pareto_finetune"),
+}
+
+
+def pareto_of(results_dir: Path, task: str) -> dict:
+    """The merged Pareto result of one task's committed runs."""
+    return merged_pareto(*(_load(results_dir, name) for name in PARETO_RUNS[task]))
+
+
+def pareto_figures(results_dir: Path) -> list[Path]:
+    """docs/results/<task>_pareto.png for every task whose runs are all committed."""
+    from headprune.plots import pareto_figure
+
+    made = []
+    for task, names in PARETO_RUNS.items():
+        if all((results_dir / f"{n}.json").exists() for n in names):
+            result = pareto_of(results_dir, task)
+            made.append(pareto_figure(result, results_dir / f"{task}_pareto.png", f"{task.upper()}: quality against measured speed-up"))
+    return made
 
 
 TABLES = {
@@ -36,7 +59,8 @@ TABLES = {
     "mnli_prune": lambda d: prune_table(_load(d, MNLI_STUDY)),
     "mnli_prune_full_dev": lambda d: prune_table(_load(d, "mnli_prune_full_dev")),
     "mnli_speed": lambda d: speed_table(_load(d, MNLI_STUDY)),
-    "pareto_mnli": lambda d: pareto_table(_load(d, "mnli_pareto")),  # docs/results/mnli_pareto.json: a prune-for-speed run
+    "pareto_mnli": lambda d: pareto_table(pareto_of(d, "mnli")),
+    "pareto_mt": lambda d: pareto_table(pareto_of(d, "mt")),
     "mt_ablation": lambda d: ablation_table(_load(d, MT_STUDY)),
     "mt_ablation_heldout": lambda d: ablation_table(_load(d, MT_STUDY), split="heldout"),
     "mt_keep_one": lambda d: keep_one_table(_load(d, MT_STUDY)),
@@ -68,7 +92,8 @@ def main(argv=None) -> None:
     doc = Path(argv[0] if argv else "docs/results.md")
     results_dir = Path(argv[1]) if len(argv) > 1 else doc.parent / "results"
     doc.write_text(render_blocks(doc.read_text(), results_dir))
-    print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} from {results_dir}")
+    figures = pareto_figures(results_dir)
+    print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} and {len(figures)} figures from {results_dir}")
 
 
 if __name__ == "__main__":

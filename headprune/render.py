@@ -159,6 +159,21 @@ def target_check(point: dict) -> str:
     return " (target met)" if point["measured"]["speedup"] >= wanted else " (target missed)"
 
 
+def merged_pareto(*payloads: dict) -> dict:
+    """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point).
+
+    Each point keeps its own measured speed-up (timed against the unpruned model in its own run).
+    """
+    stages = [_stage(p, "pareto") for p in payloads]
+    first = stages[0]
+    for other in stages[1:]:
+        for key in ("metric", "split", "n_examples", "base_score"):
+            if other.get(key) != first.get(key):
+                raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
+    points = [*first["points"], *(q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned")]
+    return {**first, "points": points}
+
+
 def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
     """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
     points = _stage(result, "pareto")["points"]

@@ -183,6 +183,25 @@ def test_pareto_front_marks_undominated_points():
     assert pareto_front(points, higher_is_better=False) == [False, False, False, True]
 
 
+def test_pareto_runs_merge_into_one_table_with_one_unpruned_row():
+    from headprune.render import merged_pareto, pareto_table
+
+    def run(order, score):
+        unpruned = {"order": "unpruned", "recovery": "none", "step": "0%", "heads_pruned": 0, "heads_total": 4, "score": 80.0,
+                    "predicted_speedup": 1.0, "flops_kept": 1.0}
+        point = {**unpruned, "order": order, "step": "50%", "heads_pruned": 2, "score": score, "predicted_speedup": 1.2, "flops_kept": 0.8}
+        return {"results": {"metric": "accuracy", "split": "eval", "n_examples": 10, "base_score": 80.0, "cost": "flops",
+                            "selection_split": "importance", "points": [unpruned, point]}}
+
+    merged = merged_pareto(run("fisher", 70.0), run("fisher", 79.0))
+    assert [p["order"] for p in merged["points"]] == ["unpruned", "fisher", "fisher"]
+    assert pareto_table(merged).count("| unpruned |") == 1
+    other = run("fisher", 1.0)
+    other["results"]["n_examples"] = 11
+    with pytest.raises(ValueError, match="n_examples"):
+        merged_pareto(run("fisher", 70.0), other)
+
+
 def test_target_and_recovery_from_the_command_line(tmp_path, monkeypatch):
     from headprune import cli
 
