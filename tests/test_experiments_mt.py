@@ -42,6 +42,7 @@ def test_speed(shared_task, tmp_path):
     speed.run(make_cfg(tmp_path, "speed", TASK, "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1"))
     res = results(tmp_path)["results"]
     assert res["score_check"]["equal"] and res["heads_pruned"] == 12
+    assert [(r["call"], r["unit"]) for r in res["rows"]] == [("forward", "examples"), ("beam", "sentences")]  # beam timed last
 
 
 @pytest.mark.slow

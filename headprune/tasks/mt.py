@@ -105,6 +105,17 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         )
         return decode(self.tokenizer, out)
 
+    @torch.no_grad()
+    def timed_beam(self, batch: dict) -> None:
+        """Beam search (``task.beam_size``) of a timing batch's sources, detokenized: what a translation user waits for."""
+        self.generate(batch, int(self.task_cfg["beam_size"]))
+
+    def timed_calls(self) -> dict:
+        """The teacher-forced forward (examples/s) and beam-search translation (sentences/s, timed last: Pareto points use it)."""
+        from headprune.tasks.base import TimedCall
+
+        return {"forward": TimedCall(self.timed_call), "beam": TimedCall(self.timed_beam, "sentences")}
+
     def validation_step(self, batch, batch_idx):
         ids = batch["ids"].tolist()
         labels = batch["labels"]
