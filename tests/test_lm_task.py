@@ -96,6 +96,14 @@ def test_importance_batches_are_training_texts_with_next_token_labels(task):
         torch.testing.assert_close(importance_loss(outputs, batch), task.per_example_loss(batch), atol=1e-6, rtol=1e-6)
 
 
+def test_training_batches_draw_training_texts(task):
+    drawn = task.training_batches(5, seed=1)
+    texts = {tuple(row[row != task.data.pad_id].tolist()) for b in drawn for row in b["input_ids"]}
+    training = {tuple(ids) for ids in task.data.split("importance")}
+    assert len(texts) == 5 and texts <= training
+    assert task.per_example_loss(drawn[0]).shape == (len(drawn[0]["input_ids"]),)
+
+
 def test_timing_batches_and_prefill(task):
     batches = task.timing_batches(batch_size=4, examples=10, seed=3)
     assert [len(b["input_ids"]) for b in batches] == [4, 4, 2] and set(batches[0]) == {"input_ids", "attention_mask"}
