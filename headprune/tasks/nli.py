@@ -181,14 +181,17 @@ class NLIModule(SharedTaskMethods, L.LightningModule):
             yield self._to_device(batch)
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training examples drawn with ``seed``, in batches of the training batch size (labels kept)."""
+        """``examples`` training examples drawn with ``seed``, in length-grouped batches of the training batch size, shuffled."""
         data = self._require_data()
         train = data.dataset("train")
-        chosen = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[:max(int(examples), 0)].tolist()
+        generator = torch.Generator().manual_seed(seed)
+        chosen = torch.randperm(len(train), generator=generator)[:max(int(examples), 0)].tolist()
+        chosen.sort(key=lambda i: train.lengths[i])  # batches of similar lengths (little padding), then shuffled
         size = int(data.config.batch_size)
+        groups = [chosen[start:start + size] for start in range(0, len(chosen), size)]
         batches = []
-        for start in range(0, len(chosen), size):
-            batch = data.collate([train[i] for i in chosen[start:start + size]])
+        for group in (groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()):
+            batch = data.collate([train[i] for i in group])
             batch.pop("idx", None)
             batches.append(self._to_device(batch))
         return batches
