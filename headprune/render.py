@@ -162,7 +162,8 @@ def target_check(point: dict) -> str:
 def merged_pareto(*payloads: dict) -> dict:
     """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point).
 
-    Each point keeps its own measured speed-up (timed against the unpruned model in its own run).
+    Each point keeps its own measured speed-up (timed against the unpruned model in its own run); an untimed point
+    whose mask a timed point shares takes that timing (the physically pruned architecture is the same).
     """
     stages = [_stage(p, "pareto") for p in payloads]
     first = stages[0]
@@ -170,7 +171,11 @@ def merged_pareto(*payloads: dict) -> dict:
         for key in ("metric", "split", "n_examples", "base_score"):
             if other.get(key) != first.get(key):
                 raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
-    points = [*first["points"], *(q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned")]
+    points = [dict(q) for q in (*first["points"], *(q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned"))]
+    timed = {repr(q["mask"]): q["measured"] for q in points if q.get("measured") and "mask" in q}
+    for q in points:  # speed depends on the mask only: an untimed point takes the timing of a timed point with the same mask
+        if not q.get("measured") and repr(q.get("mask")) in timed:
+            q["measured"] = {**timed[repr(q["mask"])], "same_mask_as_timed_point": True}
     return {**first, "points": points}
 
 

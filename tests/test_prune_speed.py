@@ -193,8 +193,13 @@ def test_pareto_runs_merge_into_one_table_with_one_unpruned_row():
         return {"results": {"metric": "accuracy", "split": "eval", "n_examples": 10, "base_score": 80.0, "cost": "flops",
                             "selection_split": "importance", "points": [unpruned, point]}}
 
-    merged = merged_pareto(run("fisher", 70.0), run("fisher", 79.0))
+    timed = run("fisher", 70.0)
+    timed["results"]["points"][1].update(mask={"enc_self": [[1, 0]]}, measured={"speedup": 1.3, "examples_per_s": 13.0})
+    untimed = run("fisher", 79.0)
+    untimed["results"]["points"][1].update(mask={"enc_self": [[1, 0]]}, recovery="lsq")
+    merged = merged_pareto(timed, untimed)
     assert [p["order"] for p in merged["points"]] == ["unpruned", "fisher", "fisher"]
+    assert merged["points"][2]["measured"]["speedup"] == 1.3 and "measured" not in untimed["results"]["points"][1]
     assert pareto_table(merged).count("| unpruned |") == 1
     other = run("fisher", 1.0)
     other["results"]["n_examples"] = 11
