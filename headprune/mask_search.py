@@ -122,17 +122,21 @@ def mask_after(order: list[Head], k: int, shape: dict[str, tuple[int, int]], sta
 
 
 def search_mask(scores: dict[str, torch.Tensor], costs: CostModel, target, evaluate: Callable | None = None,
-                higher_is_better: bool = True, start=None, min_per_layer: int = 0, groups=None) -> SearchResult:
+                higher_is_better: bool = True, start=None, min_per_layer: int = 0, groups=None,
+                refine: Callable | None = None) -> SearchResult:
     """The mask that meets ``target`` (a PruneTarget or a one-key dict) removing the fewest heads of the greedy order.
 
     ``evaluate(mask) -> score`` is needed for ``max_drop`` only: call it on a selection split, never the
     evaluation split. It is assumed to fall as more heads go (bisection). For a model that already has heads
-    removed, pass ``start=gates.present()`` and a cost model of the unpruned model.
+    removed, pass ``start=gates.present()`` and a cost model of the unpruned model. ``refine(mask) -> mask``
+    (e.g. ``rearrange.rearrange_mask``) changes every candidate mask, the returned one included, but must keep
+    each layer's count (the cost depends on the counts only); ``removed`` stays the greedy order's.
     """
     target = PruneTarget.from_config(target)
     shape = costs.groups
     order = removal_order(scores, costs, start, min_per_layer, groups)
-    masks = lambda k: mask_after(order, k, shape, start)  # noqa: E731
+    refine = refine or (lambda mask: mask)
+    masks = lambda k: refine(mask_after(order, k, shape, start))  # noqa: E731
     along = costs_along(order, costs, start)  # cost after k = 0..n removals
     evaluations: dict[int, float] = {}
     if target.kind == "flops":

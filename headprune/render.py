@@ -133,8 +133,9 @@ def speed_table(study: dict) -> str:
 
 # ---- pruning for speed: quality against throughput -----------------------------------------------
 def point_name(point: dict) -> str:
-    """``fisher+lsq``, ``importance``, ``unpruned``: the order and its recovery."""
-    return point["order"] if point["recovery"] == "none" else f"{point['order']}+{point['recovery']}"
+    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``: the order, its rearrangement and its recovery."""
+    name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
+    return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
 
 
 def point_speed(point: dict) -> float:

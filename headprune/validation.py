@@ -81,11 +81,17 @@ def check_prune_for_speed(cfg) -> None:
     """prune.target / schedule / cost / recover / finetune / measure_speed, and the selection split a max_drop reads."""
     prune = cfg.prune
     choice(str(prune.get("cost", "flops")), "prune.cost", COSTS)
-    asks = prune.get("target") is not None or prune.get("schedule") is not None or any(
+    rearrange = prune.get("rearrange", False)
+    if rearrange not in (None, "both") and not isinstance(rearrange, bool):
+        raise ConfigError(f"prune.rearrange must be false, true or both, got {rearrange!r}")
+    asks = prune.get("target") is not None or prune.get("schedule") is not None or bool(rearrange) or any(
         r != "none" for r in string_list(prune.get("recover") or "none", "prune.recover"))
     if asks and str(prune.get("unit", "head")) != "head":
-        raise ConfigError("prune.target / prune.schedule / prune.recover prune query heads: use prune.unit=head with them "
-                          "(the KV-group unit works with the plain pruning curves)")
+        raise ConfigError("prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
+                          "with them (the KV-group unit works with the plain pruning curves)")
+    if rearrange and prune.get("schedule") is not None:
+        raise ConfigError("prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
+                          "not with prune.schedule: drop one of them")
     target = prune.get("target")
     steps = [target_of(target, "prune.target")] if target is not None else []
     if prune.get("schedule") is not None:

@@ -11,7 +11,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headprune"
 CORE = ("heads", "families", "masks", "pruning", "saving", "importance", "counting",
-        "costs", "latency", "mask_search", "recovery", "schedule", "ordering", "significance", "speed", "embedded")
+        "costs", "latency", "mask_search", "rearrange", "recovery", "schedule", "ordering", "significance", "speed", "embedded")
 FORBIDDEN_IN_CORE = ("lightning", "pytorch_lightning", "hydra", "headprune.tasks", "headprune.experiments")
 
 

@@ -15,7 +15,7 @@ from headprune.loggers import log_run
 from headprune.ordering import (check_fractions, check_groups, fraction_grid, greedy_mask, heads_removed, masks_for_fractions,
                                 n_to_prune, ranked_heads)
 from headprune.plots import pareto_figure, pruning_curves
-from headprune.render import pareto_rows, prune_rows
+from headprune.render import pareto_rows, point_name, prune_rows
 from headprune.results import output_dir
 from headprune.tasks import registry
 
@@ -102,7 +102,7 @@ def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: s
     result = pareto_stage(task, cfg, order_settings(cfg), orders, fractions, split, selection, out, logger=logger)
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
-        print(f"{p['order']:>10} {p['recovery']:>8} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
+        print(f"{point_name(p):>22} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
               + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else ""))
     write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "points"}, {"pareto": pareto_rows(result)}, [figure])

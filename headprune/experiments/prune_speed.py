@@ -5,7 +5,9 @@ Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d})
 finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
 ``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.mask_search``
 (``max_drop`` measured on the selection split, never the evaluation split). Recovery uses
-``prune.recover_examples`` training examples of the task's importance subset. Every point records its
+``prune.recover_examples`` training examples of the task's importance subset. ``prune.rearrange`` (true, or
+``both`` for points with and without) re-chooses each layer's kept heads of every one-shot mask by the layers'
+Fisher blocks, counts kept (``headprune.rearrange``, Kwon et al. 2022). Every point records its
 score on the evaluation split, the predicted speed-up and FLOPs kept, and, with ``prune.measure_speed``,
 the measured throughput of the physically pruned model (what a Pareto table needs).
 """
@@ -23,10 +25,12 @@ from headprune.experiments.evaluation import evaluate_many, swapped_model
 from headprune.experiments.orders import ORDERS, OrderSettings, order_scores
 from headprune.experiments.rundir import mask_to_json
 from headprune.heads import HeadGates
+from headprune.importance import fisher_blocks
 from headprune.latency import cached_latency_model, synthetic_inputs
-from headprune.mask_search import PruneTarget, search_mask
+from headprune.mask_search import PruneTarget, mask_after, search_mask
 from headprune.ordering import check_groups, heads_removed, masks_for_fractions
 from headprune.pruning import prune_mask
+from headprune.rearrange import quadratic_form, rearrange_mask
 from headprune.recovery import lsq_recover
 from headprune.recovery_finetune import finetune_recover
 from headprune.schedule import check_schedule, iterative_prune
@@ -42,9 +46,22 @@ def recoveries_of(settings) -> list[str]:
     return [str(given)] if isinstance(given, str) else [str(r) for r in given]
 
 
+def rearrangements_of(settings) -> list[bool]:
+    """``prune.rearrange`` as the variants to make: false -> [False], true -> [True], both -> [False, True]."""
+    given = settings.get("rearrange", False)
+    if given is None or given is False:
+        return [False]
+    if given is True:
+        return [True]
+    if given == "both":
+        return [False, True]
+    raise ValueError(f"prune.rearrange must be false, true or both, got {given!r}")
+
+
 def for_speed(settings) -> bool:
-    """Whether ``prune`` asks for pruning for speed (a target, a schedule or a recovery)."""
-    return settings.get("target") is not None or settings.get("schedule") is not None or recoveries_of(settings) != ["none"]
+    """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery or a rearrangement)."""
+    return (settings.get("target") is not None or settings.get("schedule") is not None or recoveries_of(settings) != ["none"]
+            or rearrangements_of(settings) != [False])
 
 
 def step_label(step) -> str:
@@ -124,6 +141,34 @@ def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dic
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
 
+def rearranged(task, mask: dict, ctx) -> tuple[dict, dict]:
+    """(``mask`` with each layer's kept heads re-chosen by the Fisher blocks of the training subset, what that changed)."""
+    if "fisher_blocks" not in ctx["shared"]:
+        ctx["shared"]["fisher_blocks"] = fisher_blocks(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
+    blocks = ctx["shared"]["fisher_blocks"]
+    done = rearrange_mask(mask, blocks, ctx["groups"], ctx["min_per_layer"], present=task.gates.present())
+    return done.mask, {"layers_changed": done.layers_changed, "exact": all(all(f) for f in done.exact.values()),
+                       "fisher_form_before": sum(float(v.sum()) for v in done.before.values()),
+                       "fisher_form_after": sum(float(v.sum()) for v in done.after.values())}
+
+
+def step_masks(task, scores, steps, ctx, rearrange: bool) -> tuple[list[dict], list[dict | None]]:
+    """(one mask per step: a target's cost-aware search or a fraction's greedy mask, rearranged or not; rearrangement info)."""
+    refine = (lambda m: rearranged(task, m, ctx)[0]) if rearrange else None
+    masks = []
+    for step in steps:
+        if isinstance(step, PruneTarget):
+            evaluate = lambda m: task.evaluate(m, split=ctx["selection"]).score  # noqa: E731
+            found = search_mask(scores, ctx["costs"], step, evaluate, task.higher_is_better, min_per_layer=ctx["min_per_layer"],
+                                groups=ctx["groups"], refine=refine)  # a max_drop target is checked on rearranged masks
+            masks.append(mask_after(found.removed, len(found.removed), ctx["costs"].groups))  # the greedy mask, rearranged below
+        else:
+            masks.append(masks_for_fractions(scores, task.gates.groups, [step], ctx["groups"], ctx["min_per_layer"])[0])
+    if not rearrange:
+        return masks, [None] * len(masks)
+    return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
+
+
 def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dict:
     return {"order": order, "recovery": recovery, "step": step_label(step),
             "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
@@ -133,37 +178,44 @@ def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dic
             "mask": mask_to_json(mask)}
 
 
-def one_shot_points(task, order, recoveries, steps, ctx) -> list[dict]:
-    """Points of one order pruned once per step (a target or a fraction) from its unmasked scores, each recovered."""
-    scores = order_scores(task, order, ctx["order_settings"], ctx["shared"])
-    masks = []
-    for step in steps:
-        if isinstance(step, PruneTarget):
-            evaluate = lambda m: task.evaluate(m, split=ctx["selection"]).score  # noqa: E731
-            masks.append(search_mask(scores, ctx["costs"], step, evaluate, task.higher_is_better, min_per_layer=ctx["min_per_layer"],
-                                     groups=ctx["groups"]).mask)
-        else:
-            masks.append(masks_for_fractions(scores, task.gates.groups, [step], ctx["groups"], ctx["min_per_layer"])[0])
-    points = []
-    for recovery in recoveries:
-        if recovery == "none":
-            results = evaluate_many(task, masks, ctx["split"], desc=f"{order} targets", progress=False)
-        else:
-            results = []
-            losses = []
-            for step, mask in zip(steps, masks):
-                model, gates, evaluate_mask = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"], ctx["tuning"],
-                                                              ctx["logger"], f"{order}/{step_label(step)}")
-                with swapped_model(task, model, gates):
-                    results.append(task.evaluate(evaluate_mask, split=ctx["split"]))
-                losses.append(getattr(model, "headprune_finetune_losses", None))
-                del model, gates
-        made = [_point(order, recovery, s, m, r, ctx["base"], ctx["costs"], ctx["flops"], task) for s, m, r in zip(steps, masks, results)]
+def recovered_results(task, masks: list[dict], recovery: str, ctx, labels: list[str]) -> list:
+    """The evaluation split's result of every mask after ``recovery``; a mask already evaluated (``ctx["evaluated"]``) is not again.
+
+    A fine-tune's per-step losses go to ``ctx["finetune_losses"]`` and its logger under each mask's label.
+    """
+    done = ctx.setdefault("evaluated", {})
+    losses = ctx.setdefault("finetune_losses", {})
+    label_of = dict(zip([repr(mask_to_json(m)) for m in masks], labels))
+    keys = [(recovery, repr(mask_to_json(m))) for m in masks]
+    todo = {k: m for k, m in zip(keys, masks) if k not in done}
+    if recovery == "none" and todo:
+        done.update(zip(todo, evaluate_many(task, list(todo.values()), ctx["split"], desc="one-shot masks", progress=False)))
+    for key, mask in todo.items():
         if recovery != "none":
-            for point, curve in zip(made, losses):
-                if curve is not None:
-                    point["finetune_losses"] = curve
-        points += made
+            model, gates, evaluate_mask = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"], ctx["tuning"],
+                                                          ctx["logger"], label_of[key[1]])
+            with swapped_model(task, model, gates):
+                done[key] = task.evaluate(evaluate_mask, split=ctx["split"])
+            if hasattr(model, "headprune_finetune_losses"):
+                losses[key] = model.headprune_finetune_losses
+            del model, gates
+    return [done[k] for k in keys]
+
+
+def one_shot_points(task, order, recoveries, steps, ctx) -> list[dict]:
+    """Points of one order pruned once per step (a target or a fraction) from its unmasked scores, rearranged or not, each recovered."""
+    scores = order_scores(task, order, ctx["order_settings"], ctx["shared"])
+    points = []
+    for rearrange in ctx["rearrange"]:
+        masks, infos = step_masks(task, scores, steps, ctx, rearrange)
+        labels = [f"{order}{'+rearrange' if rearrange else ''}/{step_label(step)}" for step in steps]
+        for recovery in recoveries:
+            results = recovered_results(task, masks, recovery, ctx, labels)
+            for step, mask, result, info in zip(steps, masks, results, infos):
+                point = _point(order, recovery, step, mask, result, ctx["base"], ctx["costs"], ctx["flops"], task)
+                curve = ctx["finetune_losses"].get((recovery, repr(mask_to_json(mask))))
+                points.append({**point, "rearranged": rearrange, **({"rearrangement": info} if info else {}),
+                               **({"finetune_losses": curve} if curve is not None else {})})
     return points
 
 
@@ -245,6 +297,9 @@ def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fr
            "batches": recovery_batches(task, int(settings.recover_examples)) if schedule is not None or recoveries != ["none"] else [],
            "logger": logger}
     ctx["tuning"] = finetune_batches(task, settings, ctx["batches"]) if "finetune" in recoveries and schedule is None else None
+    ctx["rearrange"] = rearrangements_of(settings)
+    if schedule is not None and ctx["rearrange"] != [False]:
+        raise ValueError("prune.rearrange works on one-shot masks (prune.fractions or prune.target), not with prune.schedule")
     make = scheduled_points if schedule is not None else one_shot_points
     points = [p for order in orders for p in make(task, order, recoveries, steps, ctx)]
     unpruned = {"order": "unpruned", "recovery": "none", "step": "0%", "target": None, "fraction": 0.0, "heads_pruned": 0,
