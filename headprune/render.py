@@ -172,7 +172,12 @@ def merged_pareto(*payloads: dict) -> dict:
         for key in ("metric", "split", "n_examples", "base_score"):
             if other.get(key) != first.get(key):
                 raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
-    points = [dict(q) for q in (*first["points"], *(q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned"))]
+    points, seen = [], set()
+    for q in (*first["points"], *(q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned")):
+        key = (point_name(q), q["step"], repr(q.get("mask")), q["score"])
+        if key not in seen:  # the same point in two runs (same method, step, mask and score) is listed once
+            seen.add(key)
+            points.append(dict(q))
     timed = {repr(q["mask"]): q["measured"] for q in points if q.get("measured") and "mask" in q}
     for q in points:  # speed depends on the mask only: an untimed point takes the timing of a timed point with the same mask
         if not q.get("measured") and repr(q.get("mask")) in timed:
