@@ -1,0 +1,163 @@
+"""Many head masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask.
+
+The engine of ``headprune.ablation`` (``MaskBatcher``) for the Llama-like family (one ``dec_self`` group,
+query heads sharing KV heads). For M masks that first differ from "keep everything" at layer l:
+
+1. one plain forward of the batch gives the unmasked NLL and records the decoder layers' outputs;
+2. layers < l are replayed from that record: nothing below layer l is recomputed;
+3. layer l computes its q/k/v projections, RoPE and attention on B rows once (a mask of heads or of
+   KV groups changes none of them); the gated head outputs, o_proj and the MLP run on M*B rows;
+4. layers > l run on M*B rows with per-row gates [M*B, L, H] (row m*B + b = mask m, text b);
+5. real tokens only: the texts of a right-padded batch run in groups of similar length, each group cut
+   to its longest text (a causal model's real tokens never read the padding after them), and the
+   vocabulary projection + log-softmax run only where a label is not -100, ``head_tokens`` at a time.
+
+Per-text NLL sums equal evaluating every mask separately (tests/test_ablation_causal.py, allclose).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from headprune.ablation import MaskBatcher, _first_changed_layer, _repeat, _repeat_inputs, recorded_outputs
+from headprune.heads import HeadGates
+
+MODEL_INPUTS = ("input_ids", "attention_mask")
+
+
+def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, head_tokens: int = 1024) -> torch.Tensor:
+    """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored.
+
+    The vocabulary projection runs on the labelled positions only, ``head_tokens`` of them at a time.
+    """
+    keep = labels != -100  # (R, T)
+    row = keep.nonzero()[:, 0]  # the row of each labelled position, in the order of hidden[keep]
+    picked, targets = hidden[keep], labels[keep]  # (N, D), (N,)
+    sums = torch.zeros(hidden.shape[0], dtype=torch.float64, device=hidden.device)
+    for start in range(0, picked.shape[0], head_tokens):
+        logits = head(picked[start:start + head_tokens])  # (n, V)
+        nll = F.cross_entropy(logits.float(), targets[start:start + head_tokens], reduction="none")
+        sums.index_add_(0, row[start:start + head_tokens], nll.double())
+    return sums
+
+
+def text_lengths(attention_mask: torch.Tensor) -> list[int] | None:
+    """Tokens of each row of a right-padded batch (ones then zeros), or None when some row is padded otherwise."""
+    lengths = attention_mask.sum(1)
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    right_padded = bool(((positions < lengths[:, None]).long() == attention_mask.long()).all())
+    return lengths.tolist() if right_padded else None
+
+
+def length_groups(lengths: list[int], copies: int, pass_tokens: int) -> list[list[int]]:
+    """Rows in groups of similar length, longest first, that minimise the padded work of the passes.
+
+    A group of r rows cut to its longest text T costs copies * r * T token rows plus ``pass_tokens``
+    (the fixed cost of one pass); the best split of the rows sorted by length is a small dynamic program.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: least cost of the j longest rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):
+            cost = best[i] + copies * (j - i) * lengths[order[i]] + pass_tokens
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]
+
+
+def _take(value, rows: torch.Tensor, length: int):
+    """The rows ``rows`` and first ``length`` positions of every (B, T, ...) tensor in a layer output."""
+    if isinstance(value, torch.Tensor):
+        return value.index_select(0, rows)[:, :length] if value.dim() >= 2 else value
+    if isinstance(value, tuple):
+        return tuple(_take(v, rows, length) for v in value)
+    return value
+
+
+def batchable(gates: HeadGates, masks: list) -> bool:
+    """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group) and masks [L, H] (None = keep all)."""
+    if set(gates.groups) != {CausalMaskBatcher.group}:
+        return False
+    return all(m is None or all(torch.as_tensor(v).dim() == 2 for v in (m.values() if isinstance(m, dict) else [m])) for m in masks)
+
+
+class CausalMaskBatcher(MaskBatcher):
+    """Per-text NLL of a decoder-only causal LM under many head masks, in batched passes (see the module doc)."""
+
+    group = "dec_self"
+    handles = "decoder-only causal LMs"
+
+    def __init__(self, model: nn.Module, gates: HeadGates, max_tokens: int = 16384, head_tokens: int = 1024,
+                 pass_tokens: int = 64):
+        super().__init__(model, gates, first_token=False)
+        self.backbone = model.base_model  # the decoder stack and its final norm, without the LM head
+        self.head = model.get_output_embeddings()
+        if self.head is None or self.backbone is model:
+            raise ValueError(f"{type(model).__name__} is not a causal LM with an LM head (e.g. LlamaForCausalLM)")
+        self.max_tokens = int(max_tokens)  # token rows (masks x texts x positions) of one pass at most
+        self.head_tokens = int(head_tokens)  # positions whose vocabulary logits exist at once
+        self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
+
+    @torch.inference_mode()
+    def nll(self, batch: dict, masks) -> torch.Tensor:
+        """NLL sums (M, B) in float64 on the CPU of every text under each mask (a list of {group: [L, H]} or a tensor (M, L, H)).
+
+        ``batch`` holds input_ids, attention_mask and next-token labels (B, T) with -100 where nothing is predicted.
+        """
+        stacked = self._stack(masks)
+        inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
+        b, t = labels.shape
+        layers = len(self.layers)
+        firsts = [_first_changed_layer(mk, layers) for mk in stacked]
+        needed = sorted({f - 1 for f in firsts if 0 < f < layers})  # the layer outputs some pass replays
+        with recorded_outputs([self.layers[i] for i in needed]) as recorded, self.gates.masked(None):
+            base = label_nll(self.backbone(**inputs).last_hidden_state, labels, self.head, self.head_tokens)
+        cache = dict(zip(needed, recorded))
+        base = base.cpu()
+        out = torch.empty((len(stacked), b), dtype=torch.float64)
+        lengths = text_lengths(inputs["attention_mask"])
+        for first in sorted(set(firsts)):
+            idx = [i for i, f in enumerate(firsts) if f == first]
+            if first == layers:
+                out[idx] = base
+                continue
+            groups = [list(range(b))] if lengths is None else length_groups(lengths, len(idx), self.pass_tokens)
+            for rows in groups:
+                length = t if lengths is None else max(lengths[r] for r in rows)
+                chunk = max(1, self.max_tokens // (len(rows) * length))
+                where = torch.tensor(rows, device=labels.device)
+                for start in range(0, len(idx), chunk):
+                    part = idx[start:start + chunk]
+                    sums = self._group_nll(inputs, labels, cache.get(first - 1), first, stacked[part], where, length)
+                    out[torch.tensor(part)[:, None], torch.tensor(rows)[None, :]] = sums.cpu()
+        return out
+
+    def _group_nll(self, inputs: dict, labels: torch.Tensor, below, first: int, masks: torch.Tensor, rows: torch.Tensor,
+                   length: int) -> torch.Tensor:
+        """NLL sums (M, r) of the texts ``rows``, cut to ``length`` positions, under masks (M, L, H) first changing at ``first``."""
+        m, r = masks.shape[0], rows.shape[0]
+        part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
+        replay = _repeat(_take(below, rows, length), m, r) if first > 0 else None  # layer first-1's output, M copies
+        with self._pass(replay, first, masks.to(labels.device), r):
+            hidden = self.backbone(**_repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
+        targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
+        return label_nll(hidden, targets, self.head, self.head_tokens).view(m, r)
+
+
+def looped_nll(model: nn.Module, gates: HeadGates, batch: dict, masks) -> torch.Tensor:
+    """The reference: one plain forward per mask, full logits, NLL sums (M, B) in float64."""
+    outs = []
+    with torch.inference_mode():
+        for mk in masks:
+            with gates.masked(mk):
+                logits = model(**{k: batch[k] for k in MODEL_INPUTS}).logits.float()  # (B, T, V)
+            nll = F.cross_entropy(logits.transpose(1, 2), batch["labels"], ignore_index=-100, reduction="none")
+            outs.append(nll.double().sum(1))
+    return torch.stack(outs)
