@@ -96,11 +96,11 @@ class CausalMaskBatcher(MaskBatcher):
 
     def __init__(self, model: nn.Module, gates: HeadGates, max_tokens: int = 16384, head_tokens: int = 1024,
                  pass_tokens: int = 64):
-        super().__init__(model, gates, first_token=False)
         self.backbone = model.base_model  # the decoder stack and its final norm, without the LM head
         self.head = model.get_output_embeddings()
         if self.head is None or self.backbone is model:
             raise ValueError(f"{type(model).__name__} is not a causal LM with an LM head (e.g. LlamaForCausalLM)")
+        super().__init__(model, gates, first_token=False)
         self.max_tokens = int(max_tokens)  # token rows (masks x texts x positions) of one pass at most
         self.head_tokens = int(head_tokens)  # positions whose vocabulary logits exist at once
         self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
