@@ -8,25 +8,31 @@ query heads sharing KV heads). For M masks that first differ from "keep everythi
 3. layer l computes its q/k/v projections, RoPE and attention on B rows once (a mask of heads or of
    KV groups changes none of them); the gated head outputs, o_proj and the MLP run on M*B rows;
 4. layers > l run on M*B rows with per-row gates [M*B, L, H] (row m*B + b = mask m, text b);
-5. real tokens only: the texts of a right-padded batch run in groups of similar length, each group cut
-   to its longest text (a causal model's real tokens never read the padding after them), and the
-   vocabulary projection + log-softmax run only where a label is not -100, ``head_tokens`` at a time.
+5. only the positions that matter: a position is read only by itself and later ones (causal), so
+   every text needs its positions up to its last label (not -100), never its padding nor its last
+   token; the texts run in groups of similar such length, each group cut to its longest, and the
+   vocabulary projection + log-softmax run only at labelled positions, ``head_tokens`` at a time.
+
+The plain pass of step 1 stops after the last layer whose output some mask replays (it reaches the
+LM head only when a mask keeps every head).
 
 Per-text NLL sums equal evaluating every mask separately (tests/test_ablation_causal.py, allclose).
 """
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune.ablation import MaskBatcher, _first_changed_layer, _repeat, _repeat_inputs, recorded_outputs
+from headprune.ablation import MaskBatcher, _first_changed_layer, _patched, _repeat, _repeat_inputs, recorded_outputs
 from headprune.heads import HeadGates
 
 MODEL_INPUTS = ("input_ids", "attention_mask")
 
 
-def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, head_tokens: int = 1024) -> torch.Tensor:
+def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, head_tokens: int = 128) -> torch.Tensor:
     """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored.
 
     The vocabulary projection runs on the labelled positions only, ``head_tokens`` of them at a time.
@@ -42,12 +48,10 @@ def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, head_
     return sums
 
 
-def text_lengths(attention_mask: torch.Tensor) -> list[int] | None:
-    """Tokens of each row of a right-padded batch (ones then zeros), or None when some row is padded otherwise."""
-    lengths = attention_mask.sum(1)
-    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-    right_padded = bool(((positions < lengths[:, None]).long() == attention_mask.long()).all())
-    return lengths.tolist() if right_padded else None
+def needed_lengths(labels: torch.Tensor) -> list[int]:
+    """Positions each row needs (B,): up to its last label that is not -100 (0 for a row with none)."""
+    positions = torch.arange(1, labels.shape[1] + 1, device=labels.device)
+    return ((labels != -100) * positions).amax(1).tolist()
 
 
 def length_groups(lengths: list[int], copies: int, pass_tokens: int) -> list[list[int]]:
@@ -81,6 +85,11 @@ def _take(value, rows: torch.Tensor, length: int):
     return value
 
 
+def _identity(hidden, *args, **kwargs):
+    """The forward of a layer left out: its input unchanged."""
+    return hidden
+
+
 def batchable(gates: HeadGates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group) and masks [L, H] (None = keep all)."""
     if set(gates.groups) != {CausalMaskBatcher.group}:
@@ -94,15 +103,17 @@ class CausalMaskBatcher(MaskBatcher):
     group = "dec_self"
     handles = "decoder-only causal LMs"
 
-    def __init__(self, model: nn.Module, gates: HeadGates, max_tokens: int = 16384, head_tokens: int = 1024,
+    def __init__(self, model: nn.Module, gates: HeadGates, max_tokens: int = 4096, head_tokens: int = 128,
                  pass_tokens: int = 64):
         self.backbone = model.base_model  # the decoder stack and its final norm, without the LM head
         self.head = model.get_output_embeddings()
         if self.head is None or self.backbone is model:
             raise ValueError(f"{type(model).__name__} is not a causal LM with an LM head (e.g. LlamaForCausalLM)")
         super().__init__(model, gates, first_token=False)
-        self.max_tokens = int(max_tokens)  # token rows (masks x texts x positions) of one pass at most
-        self.head_tokens = int(head_tokens)  # positions whose vocabulary logits exist at once
+        # token rows (masks x texts x positions) of one pass at most, and positions whose vocabulary logits exist at
+        # once: small enough that a layer's activations and a logits chunk (128 x 49,152 floats = 25 MB) stay modest
+        self.max_tokens = int(max_tokens)
+        self.head_tokens = int(head_tokens)
         self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
 
     @torch.inference_mode()
@@ -113,24 +124,28 @@ class CausalMaskBatcher(MaskBatcher):
         """
         stacked = self._stack(masks)
         inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
-        b, t = labels.shape
+        b = labels.shape[0]
         layers = len(self.layers)
         firsts = [_first_changed_layer(mk, layers) for mk in stacked]
         needed = sorted({f - 1 for f in firsts if 0 < f < layers})  # the layer outputs some pass replays
-        with recorded_outputs([self.layers[i] for i in needed]) as recorded, self.gates.masked(None):
-            base = label_nll(self.backbone(**inputs).last_hidden_state, labels, self.head, self.head_tokens)
+        keep_all = layers in firsts
+        top = layers if keep_all else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
+        with recorded_outputs([self.layers[i] for i in needed]) as recorded, self.gates.masked(None), ExitStack() as stack:
+            for layer in self.layers[top:]:
+                stack.enter_context(_patched(layer, _identity))
+            hidden = self.backbone(**inputs).last_hidden_state if top > 0 else None
         cache = dict(zip(needed, recorded))
-        base = base.cpu()
-        out = torch.empty((len(stacked), b), dtype=torch.float64)
-        lengths = text_lengths(inputs["attention_mask"])
+        out = torch.zeros((len(stacked), b), dtype=torch.float64)  # a text with no label keeps NLL 0
+        lengths = needed_lengths(labels)
+        texts = [r for r in range(b) if lengths[r] > 0]
         for first in sorted(set(firsts)):
             idx = [i for i, f in enumerate(firsts) if f == first]
             if first == layers:
-                out[idx] = base
+                out[idx] = label_nll(hidden, labels, self.head, self.head_tokens).cpu()
                 continue
-            groups = [list(range(b))] if lengths is None else length_groups(lengths, len(idx), self.pass_tokens)
-            for rows in groups:
-                length = t if lengths is None else max(lengths[r] for r in rows)
+            for group in length_groups([lengths[r] for r in texts], len(idx), self.pass_tokens):
+                rows = [texts[g] for g in group]
+                length = max(lengths[r] for r in rows)
                 chunk = max(1, self.max_tokens // (len(rows) * length))
                 where = torch.tensor(rows, device=labels.device)
                 for start in range(0, len(idx), chunk):

@@ -7,7 +7,7 @@ import torch
 
 from experiment_helpers import compose_cfg
 from headprune.ablation import keep_one_masks, single_head_masks
-from headprune.ablation_causal import CausalMaskBatcher, batchable, length_groups, looped_nll, text_lengths
+from headprune.ablation_causal import CausalMaskBatcher, batchable, length_groups, looped_nll, needed_lengths
 from headprune.heads import HeadGates
 from headprune.units import KVGroupGates
 from tiny_llms import lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
@@ -62,19 +62,22 @@ def test_batched_equals_looped(build, attn):
     assert model.config._attn_implementation.startswith("headprune_") and all(s.gate is None for s in gates.sites)
 
 
-def test_left_padding_runs_uncut():
+def test_left_padding_and_a_text_without_labels():
     model = tiny_llama()
     gates = HeadGates(model)
     batch = _batch(left_pad=True)
-    assert text_lengths(batch["attention_mask"]) is None
-    masks = _masks(gates)[:6]
-    torch.testing.assert_close(CausalMaskBatcher(model, gates).nll(batch, masks), looped_nll(model, gates, batch, masks),
-                               atol=1e-5, rtol=1e-5)
+    batch["labels"][2] = -100  # nothing to predict: NLL 0, no pass
+    assert needed_lengths(batch["labels"]) == [10, 10, 0, 10, 10, 10]  # up to the last label: never the last token
+    masks = _masks(gates)[:6] + [gates.ones()]
+    batched = CausalMaskBatcher(model, gates).nll(batch, masks)
+    torch.testing.assert_close(batched, looped_nll(model, gates, batch, masks), atol=1e-5, rtol=1e-5)
+    assert (batched[:, 2] == 0).all()
 
 
 def test_length_groups_partition_rows_by_length():
     lengths = [3, 9, 9, 2, 8, 3]
-    assert text_lengths(torch.tensor([[1] * n + [0] * (9 - n) for n in lengths])) == lengths
+    labels = torch.tensor([[5] * (n - 1) + [-100] * (10 - n) for n in lengths])  # a text of n tokens predicts n - 1
+    assert needed_lengths(labels) == [n - 1 for n in lengths]
     for pass_tokens in (0, 5, 1000):
         groups = length_groups(lengths, copies=3, pass_tokens=pass_tokens)
         assert sorted(r for g in groups for r in g) == list(range(len(lengths)))
