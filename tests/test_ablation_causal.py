@@ -62,6 +62,18 @@ def test_batched_equals_looped(build, attn):
     assert model.config._attn_implementation.startswith("headprune_") and all(s.gate is None for s in gates.sites)
 
 
+def test_pruned_model_with_uneven_kv_groups_and_an_emptied_layer():
+    from headprune.pruning import prune_heads
+
+    model = tiny_llama(attn="sdpa")
+    prune_heads(model, {"dec_self": {0: [1], 1: [0, 1], 2: [0, 1, 2, 3]}})  # layer 0 uneven, layer 2 empty (a phantom)
+    gates = HeadGates(model)
+    batch = _batch()
+    masks = _masks(gates)
+    torch.testing.assert_close(CausalMaskBatcher(model, gates, max_tokens=90).nll(batch, masks),
+                               looped_nll(model, gates, batch, masks), atol=1e-5, rtol=1e-5)
+
+
 def test_left_padding_and_a_text_without_labels():
     model = tiny_llama()
     gates = HeadGates(model)
