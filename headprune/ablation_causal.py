@@ -5,8 +5,9 @@ query heads sharing KV heads). For M masks that first differ from "keep everythi
 
 1. one plain forward of the batch gives the unmasked NLL and records the decoder layers' outputs;
 2. layers < l are replayed from that record: nothing below layer l is recomputed;
-3. layer l computes its q/k/v projections, RoPE and attention on B rows once (a mask of heads or of
-   KV groups changes none of them); the gated head outputs, o_proj and the MLP run on M*B rows;
+3. layer l computes its q/k/v projections and attention on B rows once (a mask of heads or of KV
+   groups changes neither; RoPE, elementwise, runs on the repeated rows); the gated head outputs,
+   o_proj and the MLP run on M*B rows;
 4. layers > l run on M*B rows with per-row gates [M*B, L, H] (row m*B + b = mask m, text b);
 5. only the positions that matter: a position is read only by itself and later ones (causal), so
    every text needs its positions up to its last label (not -100), never its padding nor its last
@@ -94,7 +95,11 @@ def batchable(gates: HeadGates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group) and masks [L, H] (None = keep all)."""
     if set(gates.groups) != {CausalMaskBatcher.group}:
         return False
-    return all(m is None or all(torch.as_tensor(v).dim() == 2 for v in (m.values() if isinstance(m, dict) else [m])) for m in masks)
+    for mask in masks:
+        values = [] if mask is None else mask.values() if isinstance(mask, dict) else [mask]
+        if any(torch.as_tensor(v).dim() != 2 for v in values):
+            return False
+    return True
 
 
 class CausalMaskBatcher(MaskBatcher):
