@@ -13,32 +13,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
-import tempfile
 import time
 
 import torch
 
-from common import ROOT, machine
-
-
-def lm_task(model: str, data: str, texts: int):
-    """The language-modelling task of ``model=...`` on ``data=...`` (the local copy of the data by default)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import open_dict
-
-    from headprune.tasks.lm import load_lm_task
-
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model}", f"data={data}", "logger=none"])
-    with open_dict(cfg):
-        cfg.paths.data_dir = os.environ.get("HEADPRUNE_DATA_DIR", str(ROOT.parent / "shared" / "data"))
-        cfg.paths.output_dir = tempfile.mkdtemp(prefix="headprune-bench-")
-        if cfg.data.source == "local":
-            cfg.data.limits = {"eval": texts, "importance": texts, "heldout": 1}
-    torch.manual_seed(0)
-    return load_lm_task(cfg)
+from common import lm_task, machine
 
 
 def drop_one_kv_group_per_layer(task) -> dict:

@@ -1,4 +1,4 @@
-"""Shared set-up for the benchmarks: the embedded MiniLM on MNLI inputs (the local copy, else the synthetic set)."""
+"""Shared set-up for the benchmarks: the embedded MiniLM on MNLI inputs (the local copy, else the synthetic set), an LLM on texts."""
 from __future__ import annotations
 
 import os
@@ -33,6 +33,24 @@ def minilm_task(limit_eval: int = 400, extra=(), data: str | None = None):
     torch.manual_seed(0)
     task = load_task(cfg)
     return task, data
+
+
+def lm_task(model: str, data: str, texts: int):
+    """The language-modelling task of ``model=...`` on ``data=...`` (the local copy of the data by default)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from headprune.tasks.lm import load_lm_task
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"model={model}", f"data={data}", "logger=none"])
+    with open_dict(cfg):
+        cfg.paths.data_dir = os.environ.get("HEADPRUNE_DATA_DIR", str(ROOT.parent / "shared" / "data"))
+        cfg.paths.output_dir = tempfile.mkdtemp(prefix="headprune-bench-")
+        if cfg.data.source == "local":
+            cfg.data.limits = {"eval": texts, "importance": texts, "heldout": 1}
+    torch.manual_seed(0)
+    return load_lm_task(cfg)
 
 
 def machine() -> str:

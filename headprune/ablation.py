@@ -15,7 +15,8 @@ For an encoder classifier and M masks that first differ from "keep everything" a
 
 The model's own code still builds the attention masks, the pooler and the classifier, so this
 stays generic across the families of ``headprune.families``. The result equals evaluating every
-mask separately (tests/test_ablation.py checks allclose).
+mask separately (tests/test_ablation.py checks allclose). ``headprune.ablation_causal`` extends the
+engine to decoder-only causal LMs (per-text NLL instead of logits).
 """
 from __future__ import annotations
 
@@ -123,6 +124,18 @@ def attention_implementation(model: nn.Module, name: str):
         model.set_attn_implementation(previous)
 
 
+@contextmanager
+def recorded_outputs(layers):
+    """Within the block, record the output of every module in ``layers``: yields the list they fill."""
+    cache = [None] * len(layers)
+    handles = [layer.register_forward_hook(lambda mod, args, out, i=i: cache.__setitem__(i, out)) for i, layer in enumerate(layers)]
+    try:
+        yield cache
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _repeat(value, copies: int, batch: int):
     """Repeat every batch-first tensor in a layer output ``copies`` times along the batch."""
     if isinstance(value, torch.Tensor):
@@ -144,20 +157,24 @@ def _repeat_inputs(batch: dict, copies: int) -> dict:
     return {k: (v.repeat(copies, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
 
 
-def _first_changed_layer(mask: dict[str, torch.Tensor], layers: int) -> int:
-    """The lowest enc_self layer whose gates are not all one (``layers`` when the mask keeps every head)."""
-    changed = [l for l in range(layers) if bool((mask["enc_self"][l] != 1).any())]
+def _first_changed_layer(mask: torch.Tensor, layers: int) -> int:
+    """The lowest layer of a mask [L, H] whose gates are not all one (``layers`` when the mask keeps every head)."""
+    changed = [l for l in range(layers) if bool((mask[l] != 1).any())]
     return changed[0] if changed else layers
 
 
 class MaskBatcher:
     """Evaluate many head masks of an encoder classifier in batched forward passes (see the module doc)."""
 
+    group = "enc_self"  # the one attention group of the models this engine handles
+    handles = "encoder-only classifiers"
+
     def __init__(self, model: nn.Module, gates: HeadGates, max_rows: int = 128, first_token: bool = True):
-        if set(gates.groups) != {"enc_self"}:
-            raise ValueError(f"the batched engine handles encoder-only classifiers; this model has groups {list(gates.groups)}")
+        if set(gates.groups) != {self.group}:
+            raise ValueError(f"{type(self).__name__} handles {self.handles} (attention group {self.group} only); "
+                             f"this model has groups {list(gates.groups)}")
         self.model, self.gates, self.max_rows = model, gates, int(max_rows)
-        self.sites = [s for s in gates.sites if s.group == "enc_self"]  # ordered by layer
+        self.sites = [s for s in gates.sites if s.group == self.group]  # ordered by layer
         self.layers = [model.get_submodule(_layer_path(s)) for s in self.sites]
         self.shared_name = _ensure_shared(gates.inner)
         self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
@@ -166,15 +183,8 @@ class MaskBatcher:
 
     def _base(self, batch: dict):
         """Logits of the unmasked model and every layer's output, from one forward pass."""
-        cache = [None] * len(self.layers)
-        handles = [layer.register_forward_hook(lambda mod, args, out, i=i: cache.__setitem__(i, out))
-                   for i, layer in enumerate(self.layers)]
-        try:
-            with self.gates.masked(None):
-                logits = self.model(**batch).logits
-        finally:
-            for h in handles:
-                h.remove()
+        with recorded_outputs(self.layers) as cache, self.gates.masked(None):
+            logits = self.model(**batch).logits
         return logits, cache
 
     def _projection(self, linear: nn.Linear, b: int, m: int, share: bool, source=None):
@@ -190,14 +200,25 @@ class MaskBatcher:
         """Logits (M, B, C) for masks (M, L, H) whose first changed layer is ``first``."""
         b = next(v for v in batch.values() if isinstance(v, torch.Tensor)).shape[0]
         m = masks.shape[0]
-        rows = masks.repeat_interleave(b, dim=0)  # (M*B, L, H): row m*B + b is mask m
         replay = _repeat(cache[first - 1], m, b) if first > 0 else None
+        with self._pass(replay, first, masks, b, first_token):
+            logits = self.model(**_repeat_inputs(batch, m)).logits
+        return logits.view(m, b, -1)
+
+    @contextmanager
+    def _pass(self, replay, first: int, masks: torch.Tensor, b: int, first_token: bool = False):
+        """Set up one pass on M*B rows: per-row gates, layers < ``first`` replayed, layer ``first``'s attention shared.
+
+        ``replay`` is the output of layer first-1 for the M*B rows (row m*B + b: mask m, example b), None when first = 0.
+        """
+        m = masks.shape[0]
+        rows = masks.repeat_interleave(b, dim=0)  # (M*B, L, H): row m*B + b is mask m
         state = self.shared
         state.core, state.batch, state.copies, state.cut_core = self.sites[first].core, b, m, None
         last = len(self.layers) - 1
         stash: dict = {}
         with ExitStack() as stack:
-            stack.enter_context(self.gates.masked({"enc_self": rows}))
+            stack.enter_context(self.gates.masked({self.group: rows}))
             stack.enter_context(state.attached([site.core for site in self.sites]))
             stack.enter_context(attention_implementation(self.model, self.shared_name))
             for layer in self.layers[:first]:
@@ -220,8 +241,7 @@ class MaskBatcher:
 
                 stack.enter_context(_patched(layer, first_token_forward))
                 state.cut_core = self.sites[last].core
-            logits = self.model(**_repeat_inputs(batch, m)).logits
-        return logits.view(m, b, -1)
+            yield
 
     def _check_first_token(self, batch: dict, cache, masks: torch.Tensor) -> bool:
         """Whether the model reads only the first token of the last layer (checked numerically, once)."""
@@ -229,7 +249,7 @@ class MaskBatcher:
             probe = masks[:1]
             small = {k: (v[:4] if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
             batch, cache = small, [_slice(c, 4) for c in cache]  # four examples are enough for the check
-            first = _first_changed_layer({"enc_self": probe[0]}, len(self.layers))
+            first = _first_changed_layer(probe[0], len(self.layers))
             full = self._run(batch, cache, first, probe, False)
             try:
                 with_cut = self._run(batch, cache, first, probe, True)
@@ -245,7 +265,7 @@ class MaskBatcher:
         base, cache = self._base(batch)
         b = base.shape[0]
         out = base.new_empty((stacked.shape[0], b, base.shape[-1]))
-        firsts = [_first_changed_layer({"enc_self": mk}, len(self.layers)) for mk in stacked]
+        firsts = [_first_changed_layer(mk, len(self.layers)) for mk in stacked]
         chunk = max(1, self.max_rows // max(b, 1))
         for first in sorted(set(firsts)):
             idx = [i for i, f in enumerate(firsts) if f == first]
@@ -264,7 +284,7 @@ class MaskBatcher:
         if len(masks) == 0:
             raise ValueError("no masks to evaluate")
         ones = self.gates.ones()  # None = no mask
-        return torch.stack([self.gates.normalize_mask(ones if mk is None else mk)["enc_self"].float() for mk in masks])
+        return torch.stack([self.gates.normalize_mask(ones if mk is None else mk)[self.group].float() for mk in masks])
 
 
 def batched_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks, max_rows: int = 128,

@@ -25,8 +25,10 @@ HEAD_ROWS = 8  # texts whose (T, V) logits exist at once: the vocabulary project
 
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(NLL sum (B,), predicted tokens (B,)) from logits (B, T, V) and next-token labels (B, T) with -100 ignored."""
-    nll = F.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T)
-    return nll.double().sum(1), (labels != -100).sum(1)
+    # log-softmax over the contiguous vocabulary axis: (B*T, V), not a (B, V, T) view, whose float32 sums over
+    # 49,152 words are off by up to 1e-4 nats per token (headprune.ablation_causal.label_nll rounds the same way)
+    nll = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="none")
+    return nll.view_as(labels).double().sum(1), (labels != -100).sum(1)
 
 
 class LanguageModelingTask:
@@ -99,12 +101,20 @@ class LanguageModelingTask:
         return self.evaluate_many([mask], split)[0]
 
     @torch.no_grad()
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list[EvalResult]:
-        """Perplexity for each mask: ``mask_chunk`` masks share one forward (the batch repeated, a mask per row)."""
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, batched: bool = True) -> list[EvalResult]:
+        """Perplexity for each mask, several masks per forward pass.
+
+        Several masks [L, H] of a decoder-only model go through ``headprune.ablation_causal.CausalMaskBatcher``
+        (unchanged lower layers reused, real tokens only); otherwise (or ``batched=False``) ``mask_chunk`` masks
+        share one forward of the batch repeated, a mask per row. ``on_batch(n)`` after each batch of ``n`` texts.
+        """
+        from headprune.ablation_causal import CausalMaskBatcher, batchable
+
         if not masks:
             return []
         ones = self.gates.ones()
         masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
+        engine = CausalMaskBatcher(self.model, self.gates) if batched and len(masks) > 1 and batchable(self.gates, masks) else None
         n = len(self.data.split(split))
         nll = torch.zeros(len(masks), n, dtype=torch.float64)
         tokens = torch.zeros(n, dtype=torch.long)
@@ -114,19 +124,29 @@ class LanguageModelingTask:
             for batch in self.data.batches(split):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
-                for start in range(0, len(masks), self.mask_chunk):
-                    group = masks[start:start + self.mask_chunk]
-                    k = len(group)
-                    stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(len(rows), dim=0) for g in group[0]}  # (k*B, L, H)
-                    repeated = {key: batch[key].repeat(k, 1) for key in (*MODEL_INPUTS, "labels")}  # row j*B + b: text b, mask j
-                    with self.gates.masked(stacked):
-                        sums, _ = self._nll(repeated)
-                    nll[start:start + k, rows] = sums.cpu().view(k, len(rows))
+                if engine is not None:
+                    nll[:, rows] = engine.nll({k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}, masks)
+                else:
+                    nll[:, rows] = self._repeated_nll(batch, masks)
                 if on_batch is not None:
                     on_batch(len(rows))
         finally:
             self.model.train(was_training)
         return [self._result(nll[j], tokens) for j in range(len(masks))]
+
+    def _repeated_nll(self, batch: dict, masks: list) -> torch.Tensor:
+        """NLL sums (M, B) of a batch: ``mask_chunk`` masks per forward, the batch repeated with a mask per row."""
+        b = len(batch["labels"])
+        out = torch.zeros(len(masks), b, dtype=torch.float64)
+        for start in range(0, len(masks), self.mask_chunk):
+            group = masks[start:start + self.mask_chunk]
+            k = len(group)
+            stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(b, dim=0) for g in group[0]}  # (k*B, L, H)
+            repeated = {key: batch[key].repeat(k, 1) for key in (*MODEL_INPUTS, "labels")}  # row j*B + b: text b, mask j
+            with self.gates.masked(stacked):
+                sums, _ = self._nll(repeated)
+            out[start:start + k] = sums.cpu().view(k, b)
+        return out
 
     def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0,
                     alpha: float = 0.01) -> list:
