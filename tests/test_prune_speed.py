@@ -121,6 +121,28 @@ def test_a_schedule_fine_tunes_each_round_on_a_new_draw(shared_task, tmp_path, m
     assert [p["step"] for p in points_of(tmp_path)] == ["0%", "25%", "50%"]
 
 
+def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_path, monkeypatch):
+    """Generation speed depends on the weights: a recovered point is timed on its own recovered, physically pruned model."""
+    from headprune.experiments import speed as speed_experiment
+    from headprune.pruning import pruning_record
+
+    timed = []
+    original = speed_experiment.speed_stage
+
+    def spy(*args, pruned_model=None, **kwargs):
+        timed.append(None if pruned_model is None else len(pruning_record(pruned_model)))
+        return original(*args, pruned_model=pruned_model, **kwargs)
+
+    monkeypatch.setattr(speed_experiment, "speed_stage", spy)
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.fractions=0.25", "prune.recover=[none,lsq,finetune]",
+                   "prune.finetune.max_steps=1", "prune.recover_examples=16", "prune.measure_speed=true", "speed.batch_sizes=[2]",
+                   "speed.examples=4", "speed.repeats=1", "speed.warmup=1", "speed.max_seconds=0")
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert timed[0] is None and all(n for n in timed[1:]) and len(timed) == 3
+    assert [p["measured"]["model"] for p in points[1:]] == ["pruned by the mask", "recovered", "recovered"]
+
+
 def test_training_batches_are_seeded_draws_of_the_training_split(shared_task):
     first, again, other = (shared_task.training_batches(20, seed=s) for s in (0, 0, 1))
     assert sum(len(b["labels"]) for b in first) == 20

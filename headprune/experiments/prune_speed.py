@@ -178,6 +178,14 @@ def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dic
             "mask": mask_to_json(mask)}
 
 
+def keep_for_timing(ctx, key: tuple, model, mask) -> None:
+    """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights."""
+    if ctx["settings"].get("measure_speed"):
+        if mask is not None:
+            prune_mask(model, mask)
+        ctx.setdefault("models", {})[key] = model
+
+
 def recovered_results(task, masks: list[dict], recovery: str, ctx, labels: list[str]) -> list:
     """The evaluation split's result of every mask after ``recovery``; a mask already evaluated (``ctx["evaluated"]``) is not again.
 
@@ -198,6 +206,7 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx, labels: list[
                 done[key] = task.evaluate(evaluate_mask, split=ctx["split"])
             if hasattr(model, "headprune_finetune_losses"):
                 losses[key] = model.headprune_finetune_losses
+            keep_for_timing(ctx, key, model, evaluate_mask)
             del model, gates
     return [done[k] for k in keys]
 
@@ -250,25 +259,33 @@ def scheduled_points(task, order, recoveries, steps, ctx) -> list[dict]:
         for step, result in zip(steps, done):
             with swapped_model(task, result.model, HeadGates(result.model)):
                 scored = task.evaluate(None, split=ctx["split"])
+            if recovery != "none":
+                keep_for_timing(ctx, (recovery, repr(mask_to_json(result.mask))), result.model, None)
             points.append(_point(order, recovery, step, result.mask, scored, ctx["base"], ctx["costs"], ctx["flops"], task))
         del work, done
     return points
 
 
-def measure_points(task, points: list[dict], base_point: dict, speed, split: str, seed: int) -> None:
-    """Time each distinct mask's physically pruned model against the unpruned one (largest of ``speed.batch_sizes``)."""
+def measure_points(task, points: list[dict], base_point: dict, speed, split: str, seed: int, models: dict | None = None) -> None:
+    """Time each distinct physically pruned model against the unpruned one (largest of ``speed.batch_sizes``).
+
+    A recovered point is timed on its own recovered model (``models[(recovery, mask)]``), others on the mask's pruned copy.
+    """
     from headprune.experiments.rundir import mask_from_json
     from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
 
+    models = models or {}
     measured: dict[str, dict] = {}
     for point in points:
-        key = repr(point["mask"])
+        own = models.get((point["recovery"], repr(point["mask"])))
+        key = repr((point["recovery"], point["mask"])) if own is not None else repr(point["mask"])
         if key not in measured:
             stage = speed_stage(task, task.gates.normalize_mask(mask_from_json(point["mask"]), hard=True), split,
                                 [int(b) for b in speed.batch_sizes], int(speed.examples), int(speed.warmup), int(speed.repeats), seed,
-                                False, clock_of(speed), **adaptive_settings(speed))
+                                False, clock_of(speed), **adaptive_settings(speed), pruned_model=own)
             row = stage["rows"][-1]
-            measured[key] = {"batch_size": row["batch_size"], "examples_per_s": row["pruned"]["examples_per_s"],
+            measured[key] = {"model": "recovered" if own is not None else "pruned by the mask",
+                             "batch_size": row["batch_size"], "examples_per_s": row["pruned"]["examples_per_s"],
                              "original_examples_per_s": row["original"]["examples_per_s"], "speedup": 1 + row["gain"],
                              "verdict": row.get("verdict"), "device": stage["device"]}
         point["measured"] = measured[key]
@@ -306,7 +323,7 @@ def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fr
                 "heads_total": task.gates.num_heads, "score": base.score, "relative": 1.0, "predicted_speedup": 1.0, "flops_kept": 1.0,
                 "cost_unit": ctx["costs"].unit}
     if settings.get("measure_speed"):
-        measure_points(task, points, unpruned, cfg.speed, str(cfg.speed.split), int(cfg.seed))
+        measure_points(task, points, unpruned, cfg.speed, str(cfg.speed.split), int(cfg.seed), ctx.get("models"))
     return {"metric": task.metric, "higher_is_better": bool(task.higher_is_better), "split": split, "selection_split": selection,
             "n_examples": base.n, "base_score": base.score, "groups": ctx["groups"], "cost": ctx["costs"].unit,
             "cost_info": ctx["costs"].info or {}, "schedule": schedule is not None, "recover_examples": int(settings.recover_examples),

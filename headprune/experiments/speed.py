@@ -22,7 +22,7 @@ from headprune.heads import HeadGates
 from headprune.loggers import log_run
 from headprune.ordering import check_fractions, heads_removed, masks_for_fractions
 from headprune.plots import speed_bars
-from headprune.pruning import prune_mask
+from headprune.pruning import prune_mask, pruning_record
 from headprune.render import speed_rows
 from headprune.results import model_fingerprint, output_dir, read_json
 from headprune.saved_files import check_binary_mask
@@ -136,16 +136,21 @@ def memory_rows(task, original, pruned) -> dict:
 
 def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
                 repeats: int = 5, seed: int = 0, check_score: bool = True, clock: str = "wall", max_seconds: float = 0.0,
-                tolerance: float = 0.0, max_repeats: int | None = None) -> dict:
+                tolerance: float = 0.0, max_repeats: int | None = None, pruned_model=None) -> dict:
     """Throughput of each timed call of the task, original vs physically pruned model, FLOP counts, memory, masked == pruned check.
 
     ``mask`` is in the unit of ``task.gates`` (query heads or KV groups); the model is pruned by its query-head mask.
+    ``pruned_model``: time this model instead (``mask``'s heads already removed from it, e.g. after recovery: generation
+    speed depends on the weights through the output lengths); it has no masked twin, so no score check.
     """
     device = next(task.model.parameters()).device
     original = task.model
-    pruned = copy.deepcopy(original)
     head_mask = task.gates.head_mask(mask, hard=True)
-    record = prune_mask(pruned, head_mask)
+    if pruned_model is None:
+        pruned = copy.deepcopy(original)
+        record = prune_mask(pruned, head_mask)
+    else:
+        pruned, record, check_score = pruned_model, pruning_record(pruned_model), False
     pruned_gates = HeadGates(pruned)
     out = {"split": split, "device": str(device), "heads_total": task.gates.num_heads, "heads_pruned": heads_removed(mask),
            **unit_counts(task.gates), "query_heads_pruned": heads_removed(head_mask), "pruning_record": record, "mask": mask_to_json(mask)}
