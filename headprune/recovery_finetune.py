@@ -77,7 +77,7 @@ class RecoveryModule(L.LightningModule):
         n = next(iter(batch.values())).shape[0]
         prefix = self.log_prefix
         self.log_dict({f"{prefix}/loss": loss, f"{prefix}/task": task, f"{prefix}/distill": distill}, batch_size=n)
-        self.history.append({"loss": float(loss), "task": float(task), "distill": float(distill)})
+        self.history.append({"loss": float(loss.detach()), "task": float(task.detach()), "distill": float(distill.detach())})
         return loss
 
     def configure_optimizers(self):
