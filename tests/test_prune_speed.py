@@ -143,6 +143,14 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
     assert [p["measured"]["model"] for p in points[1:]] == ["pruned by the mask", "recovered", "recovered"]
 
 
+def test_measured_speed_alone_gives_pareto_points(shared_task, tmp_path):
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=importance", "prune.fractions=0.25", "prune.measure_speed=true",
+                   "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1", "speed.max_seconds=0")
+    prune.run(cfg)
+    points = points_of(tmp_path)
+    assert [p["order"] for p in points] == ["unpruned", "importance"] and all("measured" in p for p in points)
+
+
 def test_training_batches_are_seeded_draws_of_the_training_split(shared_task):
     first, again, other = (shared_task.training_batches(20, seed=s) for s in (0, 0, 1))
     assert sum(len(b["labels"]) for b in first) == 20

@@ -59,9 +59,9 @@ def rearrangements_of(settings) -> list[bool]:
 
 
 def for_speed(settings) -> bool:
-    """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery or a rearrangement)."""
+    """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery, a rearrangement or measured speed)."""
     return (settings.get("target") is not None or settings.get("schedule") is not None or recoveries_of(settings) != ["none"]
-            or rearrangements_of(settings) != [False])
+            or rearrangements_of(settings) != [False] or bool(settings.get("measure_speed")))
 
 
 def step_label(step) -> str:
