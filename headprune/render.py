@@ -178,7 +178,8 @@ def merged_pareto(*payloads: dict) -> dict:
         if key not in seen:  # the same point in two runs (same method, step, mask and score) is listed once
             seen.add(key)
             points.append(dict(q))
-    timed = {repr(q["mask"]): q["measured"] for q in points if q.get("measured") and "mask" in q}
+    timed = {repr(q["mask"]): q["measured"] for q in points  # timings of the mask's own pruned copy, not of a recovered model
+             if q.get("measured") and "mask" in q and q["measured"].get("model") != "recovered"}
     for q in points:  # speed depends on the mask only: an untimed point takes the timing of a timed point with the same mask
         if not q.get("measured") and repr(q.get("mask")) in timed:
             q["measured"] = {**timed[repr(q["mask"])], "same_mask_as_timed_point": True}

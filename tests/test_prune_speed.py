@@ -231,6 +231,8 @@ def test_pareto_runs_merge_into_one_table_with_one_unpruned_row():
     assert [p["order"] for p in merged["points"]] == ["unpruned", "fisher", "fisher"]
     assert merged["points"][2]["measured"]["speedup"] == 1.3 and "measured" not in untimed["results"]["points"][1]
     assert len(merged_pareto(timed, timed)["points"]) == 2  # a point in two runs is listed once
+    timed["results"]["points"][1]["measured"]["model"] = "recovered"  # a recovered model's timing is its own
+    assert "measured" not in merged_pareto(timed, untimed)["points"][2]
     assert pareto_table(merged).count("| unpruned |") == 1
     other = run("fisher", 1.0)
     other["results"]["n_examples"] = 11
