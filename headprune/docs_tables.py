@@ -25,7 +25,7 @@ def _load(results_dir: Path, name: str) -> dict:
 
 
 PARETO_RUNS = {  # prune-for-speed runs (docs/results/<name>.json) merged into one Pareto table and figure per task
-    "mnli": ("mnli_pareto_free", "mnli_pareto_lsq", "mnli_pareto_finetune", "mnli_pareto_finetune_long"),
+    "mnli": ("mnli_pareto_free", "mnli_pareto_lsq", "mnli_pareto_finetune", "mnli_pareto_finetune_long", "mnli_pareto_finetune_44"),
     "mt": ("mt_pareto_free", "mt_pareto_lsq", "mt_pareto_finetune"),
 }
 
