@@ -66,7 +66,7 @@ def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(share
     batches = recovery_batches(shared_task, 32)
     assert sum(b["input_ids"].shape[0] for b in batches) == 32
     before = {k: v.clone() for k, v in shared_task.model.state_dict().items()}
-    model, gates, evaluate_mask = recovered_model(shared_task, mask, "lsq", cfg.prune, batches)
+    model, gates, evaluate_mask, _ = recovered_model(shared_task, mask, "lsq", cfg.prune, batches)
     assert all(torch.equal(before[k], v) for k, v in shared_task.model.state_dict().items())  # the task's model is untouched
     pruned = copy.deepcopy(model)
     prune_mask(pruned, evaluate_mask)

@@ -121,23 +121,23 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=Fals
 
 def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None = None,
                     logger=False, label: str = "recover"):
-    """(model, gates, mask to evaluate with) after ``recovery`` of the heads ``mask`` keeps; the task's model is untouched.
+    """(model, gates, mask to evaluate with, fine-tune losses or None) after ``recovery`` of the heads ``mask`` keeps.
 
-    lsq: a copy of the whole model with the least-squares scales folded in, run under ``mask`` (equal to the
-    physically pruned copy); finetune: a physically pruned copy fine-tuned on ``tuning`` (default ``batches``; mask None).
+    The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
+    under ``mask`` (equal to the physically pruned copy); finetune: a physically pruned copy fine-tuned on
+    ``tuning`` (default ``batches``; mask None), with each step's loss.
     """
     if recovery == "none":
-        return task.model, task.gates, mask
+        return task.model, task.gates, mask, None
     model = copy.deepcopy(task.model)
     if recovery == "lsq":
         gates = HeadGates(model)
         lsq_recover(model, gates, batches, mask=mask, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
-        return model, gates, mask
+        return model, gates, mask, None
     if recovery == "finetune":
         prune_mask(model, mask)
-        model.headprune_finetune_losses = [h["loss"] for h in finetune_in_place(model, task.model, tuning or batches, settings.finetune,
-                                                                                logger, label)]
-        return model, HeadGates(model), None
+        history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
+        return model, HeadGates(model), None, [h["loss"] for h in history]
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
 
@@ -178,6 +178,11 @@ def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dic
             "mask": mask_to_json(mask)}
 
 
+def mask_key(mask: dict) -> str:
+    """A mask as a hashable key (its JSON form), the same for a tensor mask and its results.json copy."""
+    return repr(mask_to_json(mask))
+
+
 def keep_for_timing(ctx, key: tuple, model, mask) -> None:
     """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights."""
     if ctx["settings"].get("measure_speed"):
@@ -193,21 +198,22 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx, labels: list[
     """
     done = ctx.setdefault("evaluated", {})
     losses = ctx.setdefault("finetune_losses", {})
-    label_of = dict(zip([repr(mask_to_json(m)) for m in masks], labels))
-    keys = [(recovery, repr(mask_to_json(m))) for m in masks]
-    todo = {k: m for k, m in zip(keys, masks) if k not in done}
-    if recovery == "none" and todo:
-        done.update(zip(todo, evaluate_many(task, list(todo.values()), ctx["split"], desc="one-shot masks", progress=False)))
-    for key, mask in todo.items():
-        if recovery != "none":
-            model, gates, evaluate_mask = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"], ctx["tuning"],
-                                                          ctx["logger"], label_of[key[1]])
-            with swapped_model(task, model, gates):
-                done[key] = task.evaluate(evaluate_mask, split=ctx["split"])
-            if hasattr(model, "headprune_finetune_losses"):
-                losses[key] = model.headprune_finetune_losses
-            keep_for_timing(ctx, key, model, evaluate_mask)
-            del model, gates
+    keys = [(recovery, mask_key(m)) for m in masks]
+    todo = {k: (m, label) for k, m, label in zip(keys, masks, labels) if k not in done}
+    if recovery == "none":
+        if todo:
+            masks_to_score = [m for m, _ in todo.values()]
+            done.update(zip(todo, evaluate_many(task, masks_to_score, ctx["split"], desc="one-shot masks", progress=False)))
+        return [done[k] for k in keys]
+    for key, (mask, label) in todo.items():
+        model, gates, evaluate_mask, curve = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"], ctx["tuning"],
+                                                             ctx["logger"], label)
+        with swapped_model(task, model, gates):
+            done[key] = task.evaluate(evaluate_mask, split=ctx["split"])
+        if curve is not None:
+            losses[key] = curve
+        keep_for_timing(ctx, key, model, evaluate_mask)
+        del model, gates
     return [done[k] for k in keys]
 
 
@@ -222,7 +228,7 @@ def one_shot_points(task, order, recoveries, steps, ctx) -> list[dict]:
             results = recovered_results(task, masks, recovery, ctx, labels)
             for step, mask, result, info in zip(steps, masks, results, infos):
                 point = _point(order, recovery, step, mask, result, ctx["base"], ctx["costs"], ctx["flops"], task)
-                curve = ctx["finetune_losses"].get((recovery, repr(mask_to_json(mask))))
+                curve = ctx["finetune_losses"].get((recovery, mask_key(mask)))
                 points.append({**point, "rearranged": rearrange, **({"rearrangement": info} if info else {}),
                                **({"finetune_losses": curve} if curve is not None else {})})
     return points
@@ -243,15 +249,18 @@ def scheduled_points(task, order, recoveries, steps, ctx) -> list[dict]:
             with swapped_model(task, work, HeadGates(work)):
                 return task.evaluate(mask, split=ctx["selection"]).score
 
-        log: list = []
+        rounds = iter(range(len(steps)))
 
         def recover(model, teacher, batches):
-            log.append(None)
-            recovered = {"lsq": lambda: lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=float(settings.lsq.ridge),
-                                                    max_scale=float(settings.lsq.max_scale)),
-                         "finetune": lambda: finetune_in_place(model, teacher, finetune_batches(task, settings, batches, len(log) - 1),
-                                                               settings.finetune, ctx["logger"], f"{order}/step{len(log)}")}
-            recovered[recovery]()
+            round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
+            if recovery == "lsq":
+                lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=float(settings.lsq.ridge),
+                            max_scale=float(settings.lsq.max_scale))
+            elif recovery == "finetune":
+                finetune_in_place(model, teacher, finetune_batches(task, settings, batches, round_), settings.finetune, ctx["logger"],
+                                  f"{order}/step{round_ + 1}")
+            else:
+                raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
         done = iterative_prune(work, steps, ctx["batches"], recover=None if recovery == "none" else recover, score_fn=scores,
                                min_per_layer=ctx["min_per_layer"], groups=ctx["groups"], teacher=task.model, costs=ctx["costs"],
@@ -260,7 +269,7 @@ def scheduled_points(task, order, recoveries, steps, ctx) -> list[dict]:
             with swapped_model(task, result.model, HeadGates(result.model)):
                 scored = task.evaluate(None, split=ctx["split"])
             if recovery != "none":
-                keep_for_timing(ctx, (recovery, repr(mask_to_json(result.mask))), result.model, None)
+                keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
             points.append(_point(order, recovery, step, result.mask, scored, ctx["base"], ctx["costs"], ctx["flops"], task))
         del work, done
     return points
