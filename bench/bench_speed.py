@@ -25,13 +25,15 @@ def main():
     parser.add_argument("--eval-examples", type=int, default=1000)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from headprune.experiments.prune import importance_of
-    from headprune.experiments.speed import speed_stage
-    from headprune.ordering import masks_for_fractions
     from omegaconf import OmegaConf
 
+    from headprune.experiments.orders import OrderSettings, order_scores
+    from headprune.experiments.speed import speed_stage
+    from headprune.ordering import masks_for_fractions
+
     task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])
-    scores = importance_of(task, OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False}))
+    importance = OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False})
+    scores = order_scores(task, "importance", OrderSettings(importance, seed=0, ablation_split=None, n_samples=None))
     mask = masks_for_fractions(scores, task.gates.groups, [args.fraction])[0]
     result = speed_stage(task, mask, "eval", args.batch_sizes, args.examples, warmup=2, repeats=args.repeats, clock=args.clock)
     print(f"bench_speed: MiniLM, {result['heads_pruned']}/{result['heads_total']} heads pruned, {data} eval inputs; {machine()}; clock={args.clock}")

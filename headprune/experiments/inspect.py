@@ -14,7 +14,7 @@ from headprune.results import model_fingerprint, results_payload, write_json_ato
 
 def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
-    model = build_model(cfg.model)
+    model = build_model(cfg.model, seed=int(cfg.get("seed", 0)))
     gates = HeadGates(model)
     cost = model_cost(model, seq_len=cfg.inspect.seq_len)
     print(f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "

@@ -27,7 +27,7 @@ from headprune.experiments.rundir import mask_to_json
 from headprune.heads import HeadGates
 from headprune.importance import fisher_blocks
 from headprune.latency import cached_latency_model, synthetic_inputs
-from headprune.mask_search import PruneTarget, mask_after, search_mask
+from headprune.mask_search import PruneTarget, given_target, mask_after, search_mask
 from headprune.ordering import check_groups, heads_removed, masks_for_fractions
 from headprune.pruning import prune_mask
 from headprune.rearrange import quadratic_form, rearrange_mask
@@ -60,7 +60,7 @@ def rearrangements_of(settings) -> list[bool]:
 
 def for_speed(settings) -> bool:
     """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery, a rearrangement or measured speed)."""
-    return (settings.get("target") is not None or settings.get("schedule") is not None or recoveries_of(settings) != ["none"]
+    return (given_target(settings.get("target")) is not None or settings.get("schedule") is not None or recoveries_of(settings) != ["none"]
             or rearrangements_of(settings) != [False] or bool(settings.get("measure_speed")))
 
 
@@ -311,7 +311,7 @@ def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fr
     ``logger`` (Lightning, or False) receives every fine-tune recovery step's losses.
     """
     settings = cfg.prune
-    target, schedule = settings.get("target"), settings.get("schedule")
+    target, schedule = given_target(settings.get("target")), settings.get("schedule")
     steps = check_schedule(_plain(schedule)) if schedule is not None else (
         [PruneTarget.from_config(_plain(target))] if target is not None else [f for f in fractions if f > 0])
     recoveries = recoveries_of(settings)

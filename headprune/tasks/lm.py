@@ -247,15 +247,13 @@ def load_lm_task(cfg) -> LanguageModelingTask:
     texts = load_texts(cfg.data)
     if cfg.model.get("tokenizer"):
         tokenizer = build_tokenizer(cfg.model)
-        model = build_model(cfg.model)
+        model = build_model(cfg.model, seed=int(cfg.seed))
     elif cfg.model.get("pretrained"):
         raise ValueError(f"model.pretrained={cfg.model.pretrained} needs model.tokenizer (usually the same directory)")
     else:  # a fresh model: a BPE tokenizer trained on the importance (training) texts
         tokenizer = train_tokenizer(texts["importance"], vocab_size=int(cfg.data.tokenizer.vocab_size))
         ids = {k: v for k, v in special_ids(tokenizer).items() if k in ("pad_token_id", "eos_token_id", "bos_token_id")}
-        with torch.random.fork_rng():
-            torch.manual_seed(int(cfg.seed))
-            model = build_model(cfg.model, vocab_size=len(tokenizer), **ids)
+        model = build_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids)
     return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, _text_start(cfg, tokenizer)), **settings)
 
 

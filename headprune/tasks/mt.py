@@ -319,12 +319,10 @@ def load_translation_task(cfg, tokenizer=None) -> TranslationModule:
     tokenizer = data.build_tokenizer()
     pretrained = cfg.model.get("pretrained")
     if pretrained and not str(pretrained).endswith(".ckpt"):
-        model = build_model(cfg.model)
+        model = build_model(cfg.model, seed=int(cfg.seed))
     else:
-        with torch.random.fork_rng():
-            torch.manual_seed(int(cfg.seed))
-            fresh = OmegaConf.merge(cfg.model, {"pretrained": None})
-            model = build_model(fresh, vocab_size=len(tokenizer), **special_ids(tokenizer))
+        fresh = OmegaConf.merge(cfg.model, {"pretrained": None})
+        model = build_model(fresh, vocab_size=len(tokenizer), seed=int(cfg.seed), **special_ids(tokenizer))
         if pretrained:
             state = torch.load(pretrained, map_location="cpu", weights_only=False)["state_dict"]
             try:

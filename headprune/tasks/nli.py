@@ -251,7 +251,7 @@ def load_nli_task(cfg) -> NLIModule:
     tokenizer = build_tokenizer(cfg.model)
     data = NLIDataModule.from_config(cfg.data, tokenizer)
     data.setup()
-    model = build_model(cfg.model)
+    model = build_model(cfg.model, seed=int(cfg.seed))
     settings.pop("exact_eval")
     return NLIModule(model, tokenizer, data, **settings)
 
