@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.headprune-installed
 
-.PHONY: venv test test-fast demo bench check-results clean lock
+.PHONY: venv test test-fast lint demo bench check-results clean lock
 
 venv: $(STAMP)
 
@@ -26,8 +26,12 @@ lock:
 	  .venv-lock/bin/pip freeze --exclude-editable | grep -v '^headprune' | sed -E 's/^(torch==[0-9.]+)\+.*/\1/'; } > constraints.txt
 	rm -rf .venv-lock
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check headprune tests bench tools
+	$(BIN)/ruff format --check headprune tests bench tools
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow"

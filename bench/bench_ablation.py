@@ -11,6 +11,7 @@ of all single-head masks at once. An LLM: the ablation as experiment=ablate runs
 (``headprune.experiments.evaluation.evaluate_many``, 36 masks per call), for each pruning unit of
 ``--units`` (query heads; KV groups, each a KV head with its query heads).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,7 @@ import time
 
 import numpy as np
 import torch
-
-from common import lm_task, machine, minilm_task
+from common import lm_task, machine, minilm_task, parse_args
 
 
 def clock():
@@ -53,7 +53,7 @@ def report(title: str, plain: list, n: int, ablation, unit: str = "heads") -> No
 
 
 def minilm(args) -> None:
-    from headprune.ablation import single_head_masks
+    from headprune.engine.ablation import single_head_masks
 
     task, data = minilm_task(args.examples)
     masks, _ = single_head_masks(task.gates.groups)
@@ -70,9 +70,9 @@ def minilm(args) -> None:
 
 
 def llm(args) -> None:
-    from headprune.ablation import single_head_masks
+    from headprune.engine.ablation import single_head_masks
     from headprune.experiments.evaluation import evaluate_many
-    from headprune.tasks.units import in_unit
+    from headprune.tasks.unit_task import in_unit
 
     task = lm_task(args.model, args.data, args.texts)
     batches = task.data.batches("eval")
@@ -95,10 +95,12 @@ def llm(args) -> None:
             together = np.array(batched[i].per_example["nll"])
             np.testing.assert_allclose(together, alone, rtol=1e-4, atol=1e-4, err_msg=f"mask {i} differs")
             worst = max(worst, float(np.abs(together - alone).max()))
-    print(f"bench_ablation: {args.model} on {len(task.data.split('eval'))} {args.data} eval texts in {len(batches)} batches "
-          f"({real} real tokens of {padded} padded positions, {100 * real / padded:.0f}%); {machine()}")
+    print(
+        f"bench_ablation: {args.model} on {len(task.data.split('eval'))} {args.data} eval texts in {len(batches)} batches "
+        f"({real} real tokens of {padded} padded positions, {100 * real / padded:.0f}%); {machine()}"
+    )
     print(f"spot check: per-text NLL of 3 masks per unit equals a separate evaluation (max abs difference {worst:.1e})")
-    for unit, (unit_task, masks, _, ablation) in runs.items():
+    for unit, (_, masks, _, ablation) in runs.items():
         report(f"unit {unit}: {len(masks)} masks", plain, len(masks), ablation, "heads" if unit == "head" else "KV groups")
 
 
@@ -110,7 +112,7 @@ def main():
     parser.add_argument("--data", default="lm_local", help="an LLM: the data config")
     parser.add_argument("--units", nargs="+", default=["head", "kv_group"], help="an LLM: pruning units to ablate")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"examples": 8, "units": ["head"], "texts": 4, "model": "minilm"})
     torch.set_num_threads(args.threads)
     minilm(args) if args.model == "minilm" else llm(args)
 

@@ -1,7 +1,8 @@
 """Importance with exact per-example |dL/dxi| vs one plain forward+backward pass. Target ratio <= 1.3.
 
-    .venv/bin/python bench/bench_importance.py [--examples 256] [--threads 1]
+.venv/bin/python bench/bench_importance.py [--examples 256] [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,7 @@ import statistics
 import time
 
 import torch
-
-from common import machine, minilm_task
+from common import machine, minilm_task, parse_args
 
 
 def main():
@@ -18,9 +18,9 @@ def main():
     parser.add_argument("--examples", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"examples": 8, "repeats": 1})
     torch.set_num_threads(args.threads)
-    from headprune.importance import importance_scores, per_example_loss
+    from headprune.scoring.importance import importance_scores, per_example_loss
 
     task, data = minilm_task(50, [f"data.importance_size={args.examples}"])
     model = task.model
@@ -37,7 +37,7 @@ def main():
     plain(), importance()  # warm-up
     times = {"plain": [], "importance": []}
     for r in range(args.repeats):
-        for name, fn in ((("plain", plain), ("importance", importance)) if r % 2 == 0 else (("importance", importance), ("plain", plain))):
+        for name, fn in (("plain", plain), ("importance", importance)) if r % 2 == 0 else (("importance", importance), ("plain", plain)):
             start = (time.perf_counter(), time.process_time())
             fn()
             times[name].append((time.perf_counter() - start[0], time.process_time() - start[1]))

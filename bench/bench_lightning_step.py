@@ -8,6 +8,7 @@ optimizer, scheduler, logging: everything the loop does). The two loops alternat
 rounds so that load from other processes falls on both; the ratio is of the medians.
 Target: Lightning / plain <= 1.05.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,24 +22,39 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from common import parse_args  # noqa: E402
 
 
 def make_task(model_name: str, n_batches: int, batch_size: int):
     """An NLIModule and a list of ready (padded) synthetic batches."""
-    from headprune.data.nli import NLIDataConfig, NLIDataModule
-    from headprune.models import build_model, build_tokenizer
-    from headprune.tasks.nli import NLIModule
+    from hydra import compose, initialize_config_dir
 
-    model_cfg = OmegaConf.load(os.path.join(os.path.dirname(__file__), "..", "conf", "model", f"{model_name}.yaml"))
+    from headprune.models.build import build_model, build_tokenizer
+    from headprune.tasks.nli.data import NLIDataConfig, NLIDataModule
+    from headprune.tasks.nli.task import NLIModule
+
+    conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conf")
+    with initialize_config_dir(config_dir=os.path.abspath(conf), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "experiment=nli_finetune",
+                f"model={model_name}",
+                "data=nli_synthetic",
+                f"data.batch_size={batch_size}",
+                "data.importance_size=0",
+                f"data.synthetic.train_size={n_batches * batch_size}",
+                "data.synthetic.eval_size=30",
+                "data.synthetic.mismatched_size=30",
+            ],
+        )
+    model_cfg = cfg.model
     tokenizer = build_tokenizer(model_cfg)
-    data = NLIDataModule(NLIDataConfig.from_cfg({"source": "synthetic", "batch_size": batch_size, "importance_size": 0,
-                                                  "synthetic": {"seed": 0, "train_size": n_batches * batch_size,
-                                                                "eval_size": 30, "mismatched_size": 30}}), tokenizer)
+    data = NLIDataModule(NLIDataConfig.from_cfg(cfg.data), tokenizer)
     data.setup()
     batches = [b for b in data.train_dataloader()][:n_batches]
     torch.manual_seed(0)
-    return NLIModule(build_model(model_cfg), tokenizer, data, lr=5e-5), batches
+    return NLIModule(build_model(model_cfg), tokenizer, data, lr=5e-5, weight_decay=0.01, warmup_ratio=0.06), batches
 
 
 class StepClock(L.Callback):
@@ -56,9 +72,19 @@ class StepClock(L.Callback):
 
 def lightning_steps(module, batches, warmup: int) -> list[float]:
     clock = StepClock()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=len(batches), logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, gradient_clip_val=1.0,
-                        limit_val_batches=0, num_sanity_val_steps=0, callbacks=[clock])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=len(batches),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        gradient_clip_val=1.0,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[clock],
+    )
     loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
     trainer.fit(module, train_dataloaders=loader)
     times = [b - a for a, b in zip(clock.marks, clock.marks[1:])]
@@ -98,7 +124,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the two loops")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 1)))
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"model": "tiny_bert", "steps": 2, "warmup": 1, "rounds": 1, "batch_size": 4})
     torch.set_num_threads(args.threads)
     import logging
 

@@ -9,6 +9,7 @@ over left-padded prompts filling the cache; decode: greedy ``generate`` of ``--n
 the KV cache, less the prefill time. The two models alternate repeat by repeat. Ideals: prefill FLOPs,
 decode FLOPs per token at the mean context, and decode bytes per step (weights + KV cache read once).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,14 +18,13 @@ import statistics
 import time
 
 import torch
-
-from common import lm_task, machine
+from common import lm_task, machine, parse_args
 
 
 def drop_one_kv_group_per_layer(task) -> dict:
     """The query-head mask that removes, in every layer, the KV group of lowest importance."""
-    from headprune.importance import importance_scores
-    from headprune.masks import kv_to_head_mask
+    from headprune.core.masks import kv_to_head_mask
+    from headprune.scoring.importance import importance_scores
 
     scores = importance_scores(task.model, task.gates, task.importance_batches(), unit="kv_group")["dec_self"]  # (L, KV)
     kv_mask = torch.ones_like(scores)
@@ -38,15 +38,15 @@ def left_padded(ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     for row, seq in enumerate(ids):
-        input_ids[row, width - len(seq):] = torch.tensor(seq)
-        attention_mask[row, width - len(seq):] = 1
+        input_ids[row, width - len(seq) :] = torch.tensor(seq)
+        attention_mask[row, width - len(seq) :] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
 def decode_flops_per_token(model, context: int) -> int:
     """Forward FLOPs of one new token attending to ``context`` cached tokens."""
-    from headprune.counting import model_cost
-    from headprune.heads import find_sites
+    from headprune.core.counting import model_cost
+    from headprune.core.gates import find_sites
 
     width = sum(site.linear("query").out_features for site in find_sites(model))  # computed heads * head_dim
     return model_cost(model, seq_len=1).flops + 2 * 2 * (context - 1) * width  # q k^T and probs @ v over the context
@@ -77,10 +77,21 @@ def main():
     parser.add_argument("--importance-texts", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args()
+    args = parse_args(
+        parser,
+        smoke={
+            "model": "tiny_llama",
+            "data": "lm_synthetic",
+            "batch_size": 2,
+            "prompt_tokens": 4,
+            "new_tokens": 4,
+            "repeats": 1,
+            "importance_texts": 4,
+        },
+    )
     torch.set_num_threads(args.threads)
-    from headprune.counting import kv_cache_bytes_per_token, model_cost
-    from headprune.pruning import prune_mask
+    from headprune.core.counting import kv_cache_bytes_per_token, model_cost
+    from headprune.core.pruning import prune_mask
 
     task = lm_task(args.model, args.data, args.importance_texts)
     mask = drop_one_kv_group_per_layer(task)
@@ -90,19 +101,20 @@ def main():
     task.gates.set_mask(None)
     models = {"original": task.model.to(device).eval(), "pruned": pruned.to(device).eval()}
 
-    prompts = [ids[:args.prompt_tokens] for ids in task.data.split("eval")[:args.batch_size]]
+    prompts = [ids[: args.prompt_tokens] for ids in task.data.split("eval")[: args.batch_size]]
     batch = {k: v.to(device) for k, v in left_padded(prompts, task.data.pad_id).items()}
     prompt_tokens = int(batch["attention_mask"].sum())
     new_tokens = args.batch_size * args.new_tokens
-    generate = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, use_cache=True,
-                    pad_token_id=task.data.pad_id)
+    generate = dict(
+        max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, use_cache=True, pad_token_id=task.data.pad_id
+    )
     with torch.inference_mode():
         with task.gates.masked(mask):
             masked = models["original"].generate(**batch, **generate)  # also the warm-up
         same = torch.equal(models["pruned"].generate(**batch, **generate), masked)
         times = {name: {"prefill": [], "decode": []} for name in models}
         for r in range(args.repeats):
-            for name in (list(models) if r % 2 == 0 else list(models)[::-1]):  # alternate who goes first
+            for name in list(models) if r % 2 == 0 else list(models)[::-1]:  # alternate who goes first
                 model = models[name]
                 prefill = timed(lambda: model(**batch, use_cache=True, logits_to_keep=1), device)
                 total = timed(lambda: model.generate(**batch, **generate), device)
@@ -115,19 +127,25 @@ def main():
     decode_flops = {n: decode_flops_per_token(m, context) for n, m in models.items()}
     kv = {n: kv_cache_bytes_per_token(m) for n, m in models.items()}
     step_bytes = {n: param_bytes(m) + args.batch_size * context * kv[n] for n, m in models.items()}
-    print(f"bench_llm_decode: {args.model}, {int(mask['dec_self'].numel() - mask['dec_self'].sum())}/{mask['dec_self'].numel()} "
-          f"query heads pruned (one KV group per layer), batch {args.batch_size}, prompt width {width}, {args.new_tokens} new tokens; "
-          f"{machine()}; device {device}; pruned generation == masked generation: {same}")
+    print(
+        f"bench_llm_decode: {args.model}, {int(mask['dec_self'].numel() - mask['dec_self'].sum())}/{mask['dec_self'].numel()} "
+        f"query heads pruned (one KV group per layer), batch {args.batch_size}, prompt width {width}, {args.new_tokens} new tokens; "
+        f"{machine()}; device {device}; pruned generation == masked generation: {same}"
+    )
     print(f"{'':9s} {'prefill tok/s':>16s} {'decode tok/s':>16s} {'KV bytes/token':>15s} {'params':>12s}")
     for name in models:
         p, d = times[name]["prefill"], times[name]["decode"]
-        print(f"{name:9s} {statistics.median(p):10.1f} +- {statistics.pstdev(p):4.1f} {statistics.median(d):10.1f} +- "
-              f"{statistics.pstdev(d):4.1f} {kv[name]:15,d} {sum(q.numel() for q in models[name].parameters()):12,d}")
+        print(
+            f"{name:9s} {statistics.median(p):10.1f} +- {statistics.pstdev(p):4.1f} {statistics.median(d):10.1f} +- "
+            f"{statistics.pstdev(d):4.1f} {kv[name]:15,d} {sum(q.numel() for q in models[name].parameters()):12,d}"
+        )
     gain = {kind: statistics.median(times["pruned"][kind]) / statistics.median(times["original"][kind]) for kind in ("prefill", "decode")}
     print(f"measured speed-up: prefill x{gain['prefill']:.3f}, decode x{gain['decode']:.3f}")
-    print(f"ideal: prefill FLOPs x{cost['original'] / cost['pruned']:.3f}; decode FLOPs/token x{decode_flops['original'] / decode_flops['pruned']:.3f}; "
-          f"decode bytes/step (weights + KV cache) x{step_bytes['original'] / step_bytes['pruned']:.3f}; "
-          f"KV cache x{kv['original'] / kv['pruned']:.3f} smaller")
+    print(
+        f"ideal: prefill FLOPs x{cost['original'] / cost['pruned']:.3f}; decode FLOPs/token x{decode_flops['original'] / decode_flops['pruned']:.3f}; "
+        f"decode bytes/step (weights + KV cache) x{step_bytes['original'] / step_bytes['pruned']:.3f}; "
+        f"KV cache x{kv['original'] / kv['pruned']:.3f} smaller"
+    )
 
 
 if __name__ == "__main__":

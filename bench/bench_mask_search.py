@@ -8,6 +8,7 @@ importance subset of the training file, quality on dev_matched. Without it the u
 runs on the small synthetic set (a smoke run: the accuracies mean little). It reports the seconds of
 each stage and the accuracy of four masks at the same number of heads removed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,7 @@ import copy
 import time
 
 import torch
-
-from common import machine, minilm_task
+from common import machine, minilm_task, parse_args
 
 
 def parse_target(text: str) -> dict:
@@ -35,13 +35,13 @@ def main():
     parser.add_argument("--recover-examples", type=int, default=512, help="training examples for scores and lsq")
     parser.add_argument("--seq-len", type=int, default=128, help="sequence length of the FLOPs cost model")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
+    args = parse_args(parser, smoke={"eval_examples": 16, "recover_examples": 8, "seq_len": 32})
     torch.set_num_threads(args.threads)
-    from headprune.costs import flops_cost_model
-    from headprune.importance import fisher_scores, importance_scores
-    from headprune.mask_search import search_mask
-    from headprune.ordering import greedy_mask, heads_removed, ranked_heads
-    from headprune.recovery import lsq_recover
+    from headprune.scoring.importance import fisher_scores, importance_scores
+    from headprune.selection.costs import flops_cost_model
+    from headprune.selection.greedy import greedy_mask, heads_removed, ranked_heads
+    from headprune.selection.lsq import lsq_recover
+    from headprune.selection.mask_search import search_mask
 
     extra = [f"data.importance_size={args.recover_examples}"]
     if args.model_dir:
@@ -61,8 +61,10 @@ def main():
     costs = timed("cost model", lambda: flops_cost_model(model, args.seq_len))
     fisher = timed("fisher scores", lambda: fisher_scores(model, gates, batches))
     selection = getattr(task, "selection_split", None) or "importance"  # the task's held-out training subset, never eval
-    result = timed("mask search", lambda: search_mask(fisher, costs, parse_target(args.target),
-                                                      evaluate=lambda mask: task.evaluate(mask, selection).score))
+    result = timed(
+        "mask search",
+        lambda: search_mask(fisher, costs, parse_target(args.target), evaluate=lambda mask: task.evaluate(mask, selection).score),
+    )
     n_removed = heads_removed(result.mask)
     importance = importance_scores(model, gates, batches)
     plain = greedy_mask(ranked_heads(importance, list(gates.groups)), gates.groups, n_removed)
@@ -74,9 +76,11 @@ def main():
         rows[name] = task.evaluate(mask, "eval").score
         model.load_state_dict(original)
     print(f"bench_mask_search: MiniLM{' fine-tuned' if args.model_dir else ' untuned'} on {data}, target {args.target}; {machine()}")
-    print(f"removed {n_removed}/{gates.num_heads} heads; predicted speed-up {result.speedup:.3f}, FLOPs kept {result.kept_fraction:.3f} "
-          f"(seq_len {args.seq_len}); {sum(b['input_ids'].shape[0] for b in batches)} training examples for scores and lsq"
-          + (f"; {len(result.evaluations)} evaluations on {selection}" if result.evaluations else ""))
+    print(
+        f"removed {n_removed}/{gates.num_heads} heads; predicted speed-up {result.speedup:.3f}, FLOPs kept {result.kept_fraction:.3f} "
+        f"(seq_len {args.seq_len}); {sum(b['input_ids'].shape[0] for b in batches)} training examples for scores and lsq"
+        + (f"; {len(result.evaluations)} evaluations on {selection}" if result.evaluations else "")
+    )
     print(f"{'stage':34s} {'seconds':>9s}")
     for name, value in seconds.items():
         print(f"{name:34s} {value:9.2f}")

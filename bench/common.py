@@ -1,4 +1,5 @@
 """Shared set-up for the benchmarks: the embedded MiniLM on MNLI inputs (the local copy, else the synthetic set), an LLM on texts."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,18 @@ def minilm_task(limit_eval: int = 400, extra=(), data: str | None = None):
     data_dir = Path(os.environ.get("HEADPRUNE_DATA_DIR", ROOT.parent / "shared" / "data"))
     data = data or ("nli_local" if (data_dir / "mnli").exists() else "nli_synthetic")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=ablate", "model=minilm", f"data={data}", f"data.limit_eval={limit_eval}",
-                                           "logger=none", "device=cpu", *extra])
+        cfg = compose(
+            "config",
+            overrides=[
+                "experiment=ablate",
+                "model=minilm",
+                f"data={data}",
+                f"data.limit_eval={limit_eval}",
+                "logger=none",
+                "device=cpu",
+                *extra,
+            ],
+        )
     with open_dict(cfg):
         cfg.paths.data_dir = str(data_dir)
         cfg.paths.output_dir = tempfile.mkdtemp(prefix="headprune-bench-")
@@ -40,7 +51,7 @@ def lm_task(model: str, data: str, texts: int):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from headprune.tasks.lm import load_lm_task
+    from headprune.tasks.lm.task import load_lm_task
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", f"data={data}", "logger=none"])
@@ -54,4 +65,18 @@ def lm_task(model: str, data: str, texts: int):
 
 
 def machine() -> str:
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+
+
+def parse_args(parser, smoke: dict):
+    """Parse the command line; ``--smoke`` replaces the defaults with ``smoke`` (tiny sizes: the suite runs every bench so)."""
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds: checks that the benchmark runs")
+    args = parser.parse_args()
+    if args.smoke:
+        given = {a.split("=")[0].lstrip("-").replace("-", "_") for a in sys.argv[1:] if a.startswith("--")}
+        for key, value in smoke.items():
+            if key not in given:
+                setattr(args, key, value)
+    return args

@@ -1,2 +1,44 @@
-"""headprune: study and prune the attention heads of Transformers."""
+"""headprune: study and prune the attention heads of Transformers.
+
+The public API (torch and transformers only; Lightning, Hydra, tasks and experiments sit above it):
+gates on every attention head, head importance, physical pruning, saving, costs and the pruning search.
+"""
+
+from headprune.core.counting import kv_cache_bytes_per_token, model_cost
+from headprune.core.families import FAMILIES, Family, supported_model_types
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_heads, prune_kv_groups, prune_mask, pruning_record
+from headprune.core.saving import load_pruned, save_pruned
+from headprune.engine.ablation import MaskBatcher
+from headprune.engine.ablation_causal import CausalMaskBatcher
+from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
+from headprune.selection.costs import flops_cost_model
+from headprune.selection.lsq import lsq_recoverer
+from headprune.selection.mask_search import PruneTarget, search_mask
+from headprune.selection.schedule import iterative_prune
+
 __version__ = "0.1.0"
+__all__ = [
+    "HeadGates",
+    "importance_scores",
+    "fisher_scores",
+    "attention_entropy",
+    "prune_mask",
+    "prune_heads",
+    "prune_kv_groups",
+    "pruning_record",
+    "save_pruned",
+    "load_pruned",
+    "model_cost",
+    "kv_cache_bytes_per_token",
+    "MaskBatcher",
+    "CausalMaskBatcher",
+    "flops_cost_model",
+    "search_mask",
+    "PruneTarget",
+    "iterative_prune",
+    "lsq_recoverer",
+    "Family",
+    "FAMILIES",
+    "supported_model_types",
+]

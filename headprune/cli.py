@@ -1,23 +1,16 @@
 """The Hydra entry point ``headprune``: compose the config and run the chosen experiment."""
+
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import hydra
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
+from headprune.experiments.conf_dir import config_dir
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def config_dir() -> str:
-    """The Hydra config directory: headprune/conf inside an installed wheel, else conf/ at the top of the source tree."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "conf", package.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return str(candidate)
-    raise FileNotFoundError(f"no Hydra config (config.yaml) in {package / 'conf'} or {package.parent / 'conf'}: reinstall headprune")
 
 
 CONFIG_DIR = config_dir()

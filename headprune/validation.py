@@ -5,24 +5,26 @@ study included). It reads no model weights and runs no forward pass: types, rang
 the settings, the model directory (config, weights, tokenizer) and the data files (readable, UTF-8,
 aligned) are checked, and the first problem is raised as a ``ConfigError`` naming the setting.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headprune.mask_search import given_target
-from headprune.checks import ConfigError, choice, fractions, integer, number, string_list
-from headprune.loggers import LOGGER_KINDS
-from headprune.saved_files import check_mask_file, read_json_file
+from headprune.core.checks import ConfigError, choice, fractions, integer, number, string_list
+from headprune.experiments.study import study_training_config
+from headprune.lightning.loggers import LOGGER_KINDS
+from headprune.results.readers import check_mask_file, read_json_file
+from headprune.selection.mask_search import given_target
 
 NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
 MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
 LM_SPLITS = ("eval", "importance", "heldout")
 CLOCKS = ("wall", "process")
-TRAINING_RUNS = ("headprune.tasks.mt.train", "headprune.tasks.nli.finetune")
+TRAINING_RUNS = ("headprune.tasks.mt.task.train", "headprune.tasks.nli.task.finetune")
 DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
-NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.report.run")
+NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.viz.report.run")
 
 
 # ---- sections -----------------------------------------------------------------------------------
@@ -46,8 +48,10 @@ def check_prune(prune, heads: int | None) -> None:
     string_list(prune.get("groups") or [], "prune.groups")
     k = integer(prune.get("min_heads_per_layer") or 0, "prune.min_heads_per_layer", 0)
     if heads is not None and k >= heads:
-        raise ConfigError(f"prune.min_heads_per_layer={k} keeps every head: the model's layers have {heads} heads, "
-                          f"so it must be at most {heads - 1} (0 = no floor)")
+        raise ConfigError(
+            f"prune.min_heads_per_layer={k} keeps every head: the model's layers have {heads} heads, "
+            f"so it must be at most {heads - 1} (0 = no floor)"
+        )
     integer(prune.get("n_samples", 1000), "prune.n_samples", 1)
 
 
@@ -57,7 +61,7 @@ COSTS = ("flops", "latency")
 
 def target_of(value, name: str):
     """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
-    from headprune.mask_search import PruneTarget
+    from headprune.selection.mask_search import PruneTarget
 
     try:
         return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
@@ -67,7 +71,7 @@ def target_of(value, name: str):
 
 def schedule_of(value) -> list:
     """The validated ``prune.schedule``: growing fractions or targets, or a ConfigError."""
-    from headprune.schedule import check_schedule
+    from headprune.selection.schedule import check_schedule
 
     steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     if not isinstance(steps, (list, tuple)):
@@ -85,14 +89,22 @@ def check_prune_for_speed(cfg) -> None:
     rearrange = prune.get("rearrange", False)
     if rearrange not in (None, "both") and not isinstance(rearrange, bool):
         raise ConfigError(f"prune.rearrange must be false, true or both, got {rearrange!r}")
-    asks = given_target(prune.get("target")) is not None or prune.get("schedule") is not None or bool(rearrange) or any(
-        r != "none" for r in string_list(prune.get("recover") or "none", "prune.recover"))
+    asks = (
+        given_target(prune.get("target")) is not None
+        or prune.get("schedule") is not None
+        or bool(rearrange)
+        or any(r != "none" for r in string_list(prune.get("recover") or "none", "prune.recover"))
+    )
     if asks and str(prune.get("unit", "head")) != "head":
-        raise ConfigError("prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
-                          "with them (the KV-group unit works with the plain pruning curves)")
+        raise ConfigError(
+            "prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
+            "with them (the KV-group unit works with the plain pruning curves)"
+        )
     if rearrange and prune.get("schedule") is not None:
-        raise ConfigError("prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
-                          "not with prune.schedule: drop one of them")
+        raise ConfigError(
+            "prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
+            "not with prune.schedule: drop one of them"
+        )
     target = given_target(prune.get("target"))
     steps = [target_of(target, "prune.target")] if target is not None else []
     if prune.get("schedule") is not None:
@@ -128,13 +140,15 @@ def check_prune_for_speed(cfg) -> None:
 
 def check_unit(cfg) -> str:
     """prune.unit: head, or kv_group on a model with grouped-query attention (fewer KV heads than query heads)."""
-    from headprune.units import UNITS
+    from headprune.core.units import UNITS
 
     unit = choice((cfg.get("prune") or {}).get("unit", "head"), "prune.unit", UNITS)
     fields = model_fields(cfg.model) if unit == "kv_group" else None
     if fields is not None and kv_heads_per_layer(fields) is None:
-        raise ConfigError(f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
-                          f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head")
+        raise ConfigError(
+            f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
+            f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head"
+        )
     return unit
 
 
@@ -155,9 +169,11 @@ def check_mask_units(cfg, unit: str) -> None:
         for group, rows in mask.items():
             for layer, row in enumerate(rows):
                 if len(row) != per_layer or len(rows) != layers:
-                    raise ConfigError(f"speed.mask_file={cfg.speed.mask_file}: group {group} layer {layer} has {len(row)} entries "
-                                      f"({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x {per_layer} {what} "
-                                      f"(prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}")
+                    raise ConfigError(
+                        f"speed.mask_file={cfg.speed.mask_file}: group {group} layer {layer} has {len(row)} entries "
+                        f"({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x {per_layer} {what} "
+                        f"(prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}"
+                    )
 
 
 def check_speed(speed) -> None:
@@ -179,7 +195,7 @@ def check_speed(speed) -> None:
 
 
 def check_importance(importance) -> None:
-    from headprune.importance import REDUCTIONS
+    from headprune.scoring.importance import REDUCTIONS
 
     choice(importance.get("reduce"), "importance.reduce", REDUCTIONS)
 
@@ -200,8 +216,10 @@ def check_trainer(trainer) -> None:
         raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
     steps = trainer.get("max_steps", -1)
     if epochs < 0 and (steps is None or steps < 1) and not trainer.get("max_time"):
-        raise ConfigError("trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "
-                          "+trainer.max_time=DD:HH:MM:SS, or give a number of epochs")
+        raise ConfigError(
+            "trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "
+            "+trainer.max_time=DD:HH:MM:SS, or give a number of epochs"
+        )
 
 
 # ---- splits -------------------------------------------------------------------------------------
@@ -210,7 +228,7 @@ def check_trainer(trainer) -> None:
 def concrete_split(cfg, split: str) -> str:
     """The data split a protocol name reads (MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
     if is_mt(cfg):
-        from headprune.data.mt_config import split_of
+        from headprune.tasks.mt.config import split_of
 
         choice(split, "split", MT_SPLITS)
         return split_of(cfg.data, split)
@@ -228,8 +246,10 @@ def check_selection(cfg, section: str) -> None:
     except ConfigError as err:
         raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
     if same:
-        raise ConfigError(f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
-                          "choose the head on other data (null = the task's held-out data)")
+        raise ConfigError(
+            f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
+            "choose the head on other data (null = the task's held-out data)"
+        )
 
 
 def check_splits(cfg, names, setting: str) -> None:
@@ -254,7 +274,6 @@ def is_mt(cfg) -> bool:
 
 def check_model(cfg) -> None:
     """model.kind, and a pretrained model that exists and is complete (config, weights, tokenizer)."""
-    from headprune.models import check_model_dir, resolve_pretrained, tokenizer_source
 
     model = cfg.model
     choice(model.get("kind"), "model.kind", ("classifier", "seq2seq", "causal_lm"))
@@ -265,7 +284,8 @@ def check_model(cfg) -> None:
 
 
 def _check_model_files(cfg) -> None:
-    from headprune.models import check_model_dir, resolve_pretrained, tokenizer_source
+    from headprune.models.build import tokenizer_source
+    from headprune.models.sources import check_model_dir, resolve_pretrained
 
     model = cfg.model
     pretrained = model.get("pretrained")
@@ -287,7 +307,7 @@ def model_fields(model_cfg) -> dict | None:
     """The model's config fields: model.config, or the local model's config.json (None: unknown, e.g. a hub name)."""
     fields = model_cfg.get("config")
     if fields is None and model_cfg.get("pretrained") and not str(model_cfg.pretrained).endswith(".ckpt"):
-        from headprune.models import resolve_pretrained
+        from headprune.models.sources import resolve_pretrained
 
         path = Path(resolve_pretrained(str(model_cfg.pretrained))) / "config.json"
         if not path.is_file():
@@ -329,7 +349,7 @@ def check_data(cfg, check_files: bool = True) -> None:
 
 
 def check_mt_data(data, check_files: bool) -> None:
-    from headprune.data.mt_config import SPLITS, split_limit
+    from headprune.tasks.mt.config import SPLITS, split_limit
 
     for split in SPLITS:
         try:
@@ -341,7 +361,7 @@ def check_mt_data(data, check_files: bool) -> None:
     choice(data.get("source"), "data.source", ("files", "hub", "synthetic"))
     if data.source != "files" or not check_files:
         return
-    from headprune.data.aligned_files import read_aligned
+    from headprune.tasks.mt.files import read_aligned
 
     for split in SPLITS:
         try:
@@ -351,9 +371,9 @@ def check_mt_data(data, check_files: bool) -> None:
 
 
 def check_nli_data(data, check_files: bool) -> None:
-    from headprune.data.nli_config import REQUIRED, SPLITS, NLIDataConfig
-    from headprune.data.nli_files import find_split_file
-    from headprune.data.text_lines import check_utf8
+    from headprune.tasks.nli.config import REQUIRED, SPLITS, NLIDataConfig
+    from headprune.tasks.nli.files import find_split_file
+    from headprune.tasks.text_lines import check_utf8
 
     try:
         config = NLIDataConfig.from_cfg(data)
@@ -374,14 +394,6 @@ def check_nli_data(data, check_files: bool) -> None:
             raise ConfigError(str(err)) from None
 
 
-def training_config(cfg):
-    """The study's training-stage config: ``study.train_overrides`` applied to a copy."""
-    sub = cfg.copy()
-    for key, value in (cfg.study.get("train_overrides") or {}).items():
-        OmegaConf.update(sub, key, value, force_add=True)
-    return sub
-
-
 # ---- the whole config ---------------------------------------------------------------------------
 
 
@@ -391,7 +403,7 @@ def check_lm_data(data, check_files: bool) -> None:
         if limit is not None:
             integer(limit, f"data.limits.{split}", low=1)
     if check_files and data.get("source") in ("local", "synthetic"):
-        from headprune.data.lm import load_texts
+        from headprune.tasks.lm.data import load_texts
 
         try:
             load_texts(data)
@@ -437,7 +449,7 @@ def validate(cfg) -> None:
     if cfg.model.get("kind") == "causal_lm" and cfg.get("task") is not None:
         check_lm_task(cfg.task)
     if study and cfg.study.get("train"):
-        check_trainer(training_config(cfg).trainer)
+        check_trainer(study_training_config(cfg).trainer)
     if cfg.get("importance") is not None and run not in TRAINING_RUNS:
         check_importance(cfg.importance)
     unit = check_unit(cfg) if run in DATA_RUNS else "head"

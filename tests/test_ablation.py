@@ -1,21 +1,22 @@
 """The batched multi-mask engine equals evaluating every mask on its own."""
+
 import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
 
-from headprune.ablation import MaskBatcher, batched_mask_logits, keep_one_masks, looped_mask_logits, single_head_masks
-from headprune.heads import HeadGates
+from headprune.core.gates import HeadGates
+from headprune.engine.ablation import MaskBatcher, batched_mask_logits, keep_one_masks, looped_mask_logits, single_head_masks
 
 
 def _tiny(kind: str, attn: str):
     torch.manual_seed(0)
     if kind == "bert":
-        config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                            intermediate_size=64, num_labels=3)
+        config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, num_labels=3)
         model = BertForSequenceClassification(config)
     else:
-        config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                               intermediate_size=64, num_labels=3, pad_token_id=1)
+        config = RobertaConfig(
+            vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, num_labels=3, pad_token_id=1
+        )
         model = RobertaForSequenceClassification(config)
     model.set_attn_implementation(attn)
     return model.eval()

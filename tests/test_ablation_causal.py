@@ -1,19 +1,28 @@
 """The batched engine for causal LMs equals evaluating every mask on its own (per-text NLL, allclose)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-
 from experiment_helpers import compose_cfg
-from headprune.ablation import keep_one_masks, single_head_masks
-from headprune.ablation_causal import CausalMaskBatcher, batchable, length_groups, looped_nll, needed_lengths
-from headprune.heads import HeadGates
-from headprune.units import KVGroupGates
 from tiny_llms import lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
 
-LM = ["experiment=ablate", "model=tiny_llama", "data=lm_synthetic", "data.synthetic.sizes.eval=20",
-      "data.synthetic.sizes.importance=20", "data.synthetic.sizes.heldout=4", "data.eval_batch_size=8", "logger=none"]
+from headprune.core.gates import HeadGates
+from headprune.core.units import KVGroupGates
+from headprune.engine.ablation import keep_one_masks, single_head_masks
+from headprune.engine.ablation_causal import CausalMaskBatcher, batchable, length_groups, looped_nll, needed_lengths
+
+LM = [
+    "experiment=ablate",
+    "model=tiny_llama",
+    "data=lm_synthetic",
+    "data.synthetic.sizes.eval=20",
+    "data.synthetic.sizes.importance=20",
+    "data.synthetic.sizes.heldout=4",
+    "data.eval_batch_size=8",
+    "logger=none",
+]
 
 
 def _batch(left_pad: bool = False) -> dict:
@@ -41,8 +50,9 @@ def _masks(gates: HeadGates) -> list:
     return heads + [kv.head_mask(g) for g in groups] + keep_one_masks(gates.groups, "dec_self", layers - 1) + [mixed, gates.ones()]
 
 
-@pytest.mark.parametrize("build,attn", [(tiny_llama, "sdpa"), (tiny_llama, "eager"), (tiny_qwen2, "sdpa"),
-                                        (lambda attn: tiny_decoder("qwen3"), "sdpa")])
+@pytest.mark.parametrize(
+    "build,attn", [(tiny_llama, "sdpa"), (tiny_llama, "eager"), (tiny_qwen2, "sdpa"), (lambda attn: tiny_decoder("qwen3"), "sdpa")]
+)
 def test_batched_equals_looped(build, attn):
     model = build(attn=attn)
     gates = HeadGates(model)
@@ -63,15 +73,16 @@ def test_batched_equals_looped(build, attn):
 
 
 def test_pruned_model_with_uneven_kv_groups_and_an_emptied_layer():
-    from headprune.pruning import prune_heads
+    from headprune.core.pruning import prune_heads
 
     model = tiny_llama(attn="sdpa")
     prune_heads(model, {"dec_self": {0: [1], 1: [0, 1], 2: [0, 1, 2, 3]}})  # layer 0 uneven, layer 2 empty (a phantom)
     gates = HeadGates(model)
     batch = _batch()
     masks = _masks(gates)
-    torch.testing.assert_close(CausalMaskBatcher(model, gates, max_tokens=90).nll(batch, masks),
-                               looped_nll(model, gates, batch, masks), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        CausalMaskBatcher(model, gates, max_tokens=90).nll(batch, masks), looped_nll(model, gates, batch, masks), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_left_padding_and_a_text_without_labels():
@@ -123,7 +134,7 @@ def task(tmp_path_factory):
 
 @pytest.mark.parametrize("unit", ["head", "kv_group"])
 def test_task_evaluate_many_uses_the_engine(task, unit, monkeypatch):
-    from headprune.tasks.units import in_unit
+    from headprune.tasks.unit_task import in_unit
 
     seen = []
     monkeypatch.setattr(CausalMaskBatcher, "nll", lambda self, *a, **k: _spy(seen, self, *a, **k))

@@ -1,4 +1,5 @@
-"""The layering: the core imports no framework, tasks or experiments; experiments use the task protocol only."""
+"""The layering: one folder per layer, imports only downward, no cycle; the core imports no framework; experiments use the task protocol only."""
+
 from __future__ import annotations
 
 import ast
@@ -10,9 +11,38 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headprune"
-CORE = ("heads", "families", "masks", "pruning", "saving", "importance", "counting",
-        "costs", "latency", "mask_search", "rearrange", "recovery", "schedule", "ordering", "significance", "speed", "embedded")
-FORBIDDEN_IN_CORE = ("lightning", "pytorch_lightning", "hydra", "headprune.tasks", "headprune.experiments")
+# One folder per layer; a module imports only its own layer and the layers before it.
+LAYERS = (
+    "core",
+    "results",
+    "scoring",
+    "engine",
+    "selection",
+    "viz",
+    "models",
+    "export",
+    "lightning",
+    "tasks",
+    "experiments",
+    "validation",
+    "cli",
+)
+CORE_LAYERS = ("core", "results", "scoring", "engine", "selection")  # torch and transformers only
+FORBIDDEN_IN_CORE = ("lightning", "pytorch_lightning", "hydra", "headprune.tasks", "headprune.experiments", "headprune.lightning")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of a headprune module (None for the package's own __init__, the public API)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -27,23 +57,70 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def headprune_imports(module: str) -> set[str]:
+    """The headprune modules (not packages' names alone) that ``module`` imports."""
+    return {n for n in imported_modules(MODULES[module]) if n in MODULES and n != module and n != "headprune"}
+
+
 def _forbidden(names: set[str], prefixes) -> list[str]:
     return sorted(n for n in names if any(n == p or n.startswith(p + ".") for p in prefixes))
 
 
-@pytest.mark.parametrize("module", CORE)
+def test_every_module_sits_in_a_layer():
+    assert [m for m in MODULES if m != "headprune" and layer_of(m) is None] == []
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m != "headprune"])
+def test_no_module_imports_a_later_layer(module):
+    upward = sorted(d for d in headprune_imports(module) if layer_of(d) is not None and layer_of(d) > layer_of(module))
+    assert upward == [], f"{module} imports later layers: {upward} (layer order: {LAYERS})"
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if layer_of(m) is not None and LAYERS[layer_of(m)] in CORE_LAYERS])
 def test_core_imports_no_framework_task_or_experiment(module):
-    assert not _forbidden(imported_modules(PACKAGE / f"{module}.py"), FORBIDDEN_IN_CORE)
+    assert not _forbidden(imported_modules(MODULES[module]), FORBIDDEN_IN_CORE)
 
 
-def test_ablation_engine_imports_no_task():
-    assert not _forbidden(imported_modules(PACKAGE / "ablation.py"), FORBIDDEN_IN_CORE)
+def import_cycles() -> list[list[str]]:
+    """Every cycle of the import graph (imports inside functions included), each as a closed path."""
+    graph = {m: headprune_imports(m) for m in MODULES}
+    state, stack, cycles = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                cycles.append(stack[stack.index(dep) :] + [dep])
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return cycles
 
 
-def test_importing_the_core_loads_no_framework():
-    code = ("import sys\n" + "".join(f"import headprune.{m}\n" for m in (*CORE, "ablation"))
-            + f"print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning', 'hydra') "
-              "or m.startswith(('headprune.tasks', 'headprune.experiments'))))")
+def test_the_import_graph_has_no_cycle():
+    assert import_cycles() == []
+
+
+def test_no_two_modules_share_a_name_across_layers():
+    by_name = {}
+    for module in MODULES:
+        if layer_of(module) is not None and not module.endswith(("__init__", "headprune")) and module.count(".") >= 2:
+            by_name.setdefault(module.rsplit(".", 1)[1], set()).add(module.split(".")[1])
+    assert {n: sorted(layers) for n, layers in by_name.items() if len(layers) > 1} == {}
+
+
+def test_importing_the_public_api_loads_no_framework():
+    code = (
+        "import sys\nimport headprune\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning', 'hydra') "
+        "or m.startswith(('headprune.tasks', 'headprune.experiments', 'headprune.lightning'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -74,8 +151,10 @@ def task_branches(path: Path) -> list[str]:
 
 def test_task_branch_finder_finds_branches(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text('def f(task, cfg):\n    if task.metric == "bleu" or hasattr(task.data, "references") or cfg.model.kind:\n'
-                   '        return isinstance(task, int)\n')
+    bad.write_text(
+        'def f(task, cfg):\n    if task.metric == "bleu" or hasattr(task.data, "references") or cfg.model.kind:\n'
+        "        return isinstance(task, int)\n"
+    )
     assert len(task_branches(bad)) == 5
 
 

@@ -6,6 +6,7 @@ in-process; API rows call a library function. Every row asserts the words of the
 Recovered rows are damaged files a resumed study repairs itself (it names them and recomputes them):
 they pass validation.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from experiment_helpers import BASES, NLI, compose_cfg
 
 SECONDS = 10.0
@@ -63,12 +63,21 @@ def model_dirs(tmp_path_factory):
     """A saved tiny BERT: complete, and with its tokenizer, weights or config removed."""
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from headprune.models import resolve_pretrained
+    from headprune.models.sources import resolve_pretrained
 
     root = tmp_path_factory.mktemp("models")
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                     intermediate_size=64, num_labels=3, max_position_embeddings=128))
+    model = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=30522,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            num_labels=3,
+            max_position_embeddings=128,
+        )
+    )
     tokenizer = AutoTokenizer.from_pretrained(resolve_pretrained("minilm"))
     for name in ("complete", "no_tokenizer", "no_weights", "no_config"):
         model.save_pretrained(root / name)
@@ -108,13 +117,31 @@ MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=
 
 CONFIG_ROWS = [
     # (id, task, overrides, words, files)
-    ("pretrained-without-tokenizer", "nli", ["experiment=prune", "model=minilm", "model.pretrained={models}/no_tokenizer"], "tokenizer files", None),
+    (
+        "pretrained-without-tokenizer",
+        "nli",
+        ["experiment=prune", "model=minilm", "model.pretrained={models}/no_tokenizer"],
+        "tokenizer files",
+        None,
+    ),
     ("tokenizer-dir-without-tokenizer", "nli", ["experiment=ablate", "model.tokenizer={models}/no_tokenizer"], "tokenizer files", None),
     ("pretrained-without-weights", "nli", ["experiment=ablate", "model=minilm", "model.pretrained={models}/no_weights"], "weights", None),
     ("pretrained-without-config", "nli", ["experiment=ablate", "model=minilm", "model.pretrained={models}/no_config"], "config.json", None),
-    ("pretrained-relative-missing", "nli", ["experiment=ablate", "model=minilm", "model.pretrained=outputs/nope/train/model"], "not found", None),
+    (
+        "pretrained-relative-missing",
+        "nli",
+        ["experiment=ablate", "model=minilm", "model.pretrained=outputs/nope/train/model"],
+        "not found",
+        None,
+    ),
     ("pretrained-dot-missing", "nli", ["experiment=ablate", "model=minilm", "model.pretrained=./nope"], "not found", None),
-    ("pretrained-hub-offline", "nli", ["experiment=ablate", "model=minilm", "model.pretrained=no_such_dir"], "model.pretrained=<dir>", None),
+    (
+        "pretrained-hub-offline",
+        "nli",
+        ["experiment=ablate", "model=minilm", "model.pretrained=no_such_dir"],
+        "model.pretrained=<dir>",
+        None,
+    ),
     ("mt-ckpt-missing", "mt", ["experiment=ablate", "model.pretrained=runs/x/checkpoints/last.ckpt"], "not found", None),
     ("min-heads-above-layer", "nli", ["experiment=prune", "prune.min_heads_per_layer=20"], "min_heads_per_layer", None),
     ("min-heads-equal-layer", "nli", ["experiment=prune", "prune.min_heads_per_layer=4"], "at most 3", None),
@@ -165,20 +192,43 @@ CONFIG_ROWS = [
     ("prune-schedule-shrinking", "nli", ["experiment=prune", "prune.schedule=[0.4,0.2]"], "grow", None),
     ("prune-schedule-empty", "nli", ["experiment=prune", "prune.schedule=[]"], "empty", None),
     ("prune-schedule-bad-target", "nli", ["experiment=prune", "prune.schedule=[{{speedup:1.2}},{{speedup:0.9}}]"], "must be > 1", None),
-    ("prune-flops-target-latency-cost", "nli", ["experiment=prune", "prune.target={{flops:0.6}}", "prune.cost=latency"], "prune.cost=flops", None),
+    (
+        "prune-flops-target-latency-cost",
+        "nli",
+        ["experiment=prune", "prune.target={{flops:0.6}}", "prune.cost=latency"],
+        "prune.cost=flops",
+        None,
+    ),
     ("prune-cost-bogus", "nli", ["experiment=prune", "prune.cost=energy"], "prune.cost", None),
     ("prune-recover-bogus", "nli", ["experiment=prune", "prune.recover=retrain"], "prune.recover", None),
     ("prune-recover-list-bogus", "mt", ["experiment=prune", "prune.recover=[lsq,magic]"], "prune.recover", None),
     ("prune-recover-examples-zero", "nli", ["experiment=prune", "prune.recover_examples=0"], "prune.recover_examples", None),
     ("prune-rearrange-bogus", "nli", ["experiment=prune", "prune.rearrange=always"], "prune.rearrange must be false, true or both", None),
-    ("prune-rearrange-schedule", "nli", ["experiment=prune", "prune.rearrange=true", "prune.schedule=[0.2,0.4]"], "not with",
-     None),
+    ("prune-rearrange-schedule", "nli", ["experiment=prune", "prune.rearrange=true", "prune.schedule=[0.2,0.4]"], "not with", None),
     ("prune-finetune-steps-zero", "nli", ["experiment=prune", "prune.finetune.max_steps=0"], "prune.finetune.max_steps", None),
     ("prune-finetune-distill-two", "nli", ["experiment=prune", "prune.finetune.distill_weight=2"], "prune.finetune.distill_weight", None),
     ("prune-finetune-temperature-zero", "nli", ["experiment=prune", "prune.finetune.temperature=0"], "prune.finetune.temperature", None),
-    ("prune-max-drop-on-eval", "nli", ["experiment=prune", "prune.target={{max_drop:1.0}}", "prune.selection_split=eval"], "same data", None),
-    ("prune-max-drop-mt-on-test", "mt", ["experiment=prune", "prune.target={{max_drop:1.0}}", "prune.selection_split=test"], "same data", None),
-    ("prune-measure-speed-bad-batch", "nli", ["experiment=prune", "prune.measure_speed=true", "speed.batch_sizes=[0]"], "speed.batch_sizes", None),
+    (
+        "prune-max-drop-on-eval",
+        "nli",
+        ["experiment=prune", "prune.target={{max_drop:1.0}}", "prune.selection_split=eval"],
+        "same data",
+        None,
+    ),
+    (
+        "prune-max-drop-mt-on-test",
+        "mt",
+        ["experiment=prune", "prune.target={{max_drop:1.0}}", "prune.selection_split=test"],
+        "same data",
+        None,
+    ),
+    (
+        "prune-measure-speed-bad-batch",
+        "nli",
+        ["experiment=prune", "prune.measure_speed=true", "speed.batch_sizes=[0]"],
+        "speed.batch_sizes",
+        None,
+    ),
     ("study-target-flops-zero", "nli", ["experiment=study", "prune.target={{flops:0}}"], "(0, 1]", None),
     ("study-recover-bogus", "mt", ["experiment=study", "prune.recover=retrain"], "prune.recover", None),
     ("nli-utf8", "nli", ["experiment=ablate", "data=nli_local", "data.dir={tmp}/nli"], "dev_matched.jsonl:4: not valid UTF-8", "nli_utf8"),
@@ -200,13 +250,28 @@ CONFIG_ROWS = [
     ("model-data-mismatch", "nli", ["experiment=ablate", "data=mt_synthetic"], "does not fit", None),
     ("seed-text", "nli", ["experiment=ablate", "seed=abc"], "seed", None),
     ("unit-bogus", "lm", ["experiment=prune", "prune.unit=layer"], "prune.unit", None),
-    ("unit-kv-group-without-gqa", "lm", ["experiment=prune", "prune.unit=kv_group", "model.config.num_key_value_heads=4"],
-     "grouped-query attention", None),
+    (
+        "unit-kv-group-without-gqa",
+        "lm",
+        ["experiment=prune", "prune.unit=kv_group", "model.config.num_key_value_heads=4"],
+        "grouped-query attention",
+        None,
+    ),
     ("unit-kv-group-encoder", "nli", ["experiment=ablate", "prune.unit=kv_group"], "grouped-query attention", None),
-    ("unit-kv-group-with-target", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}"],
-     "use prune.unit=head", None),
-    ("unit-kv-group-speed-mask-kv-out-of-range", "lm", ["experiment=speed", "prune.unit=kv_group", "speed.mask_file={tmp}/mask.json"],
-     "within 0..1", "mask_kv3"),
+    (
+        "unit-kv-group-with-target",
+        "lm",
+        ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}"],
+        "use prune.unit=head",
+        None,
+    ),
+    (
+        "unit-kv-group-speed-mask-kv-out-of-range",
+        "lm",
+        ["experiment=speed", "prune.unit=kv_group", "speed.mask_file={tmp}/mask.json"],
+        "within 0..1",
+        "mask_kv3",
+    ),
     ("unit-head-speed-mask-is-kv-shaped", "lm", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "4 heads", "mask_kv_ok"),
     ("lm-decode-tokens-zero", "lm", ["experiment=speed", "task.decode_tokens=0"], "task.decode_tokens", None),
     ("lm-selection-is-eval", "lm", ["experiment=keep_one", "task.selection_split=eval"], "task.selection_split", None),
@@ -218,14 +283,18 @@ def compose_row(tmp_path, task: str, overrides: list[str], models: Path | None =
     """The task's tiny base overrides, minus those a row replaces, plus the row's own."""
     given = [o.format(tmp=tmp_path, models=models) for o in overrides]
     keys = {o.split("=")[0].lstrip("+") for o in given}
-    base = ["+" + o if o.startswith("+") else o for o in BASES[task]  # ++: add or override
-            if o.split("=")[0].lstrip("+") not in keys and not (o.startswith("data.") and "data" in keys)]
+    base = [
+        "+" + o if o.startswith("+") else o
+        for o in BASES[task]  # ++: add or override
+        if o.split("=")[0].lstrip("+") not in keys and not (o.startswith("data.") and "data" in keys)
+    ]
     return compose_cfg(tmp_path, [*base, "++device=cpu", "logger=none", *given])
 
 
 @pytest.fixture
 def no_forward(monkeypatch):
     """Any module forward fails the test: the errors must come before any model runs."""
+
     def forbidden(self, *args, **kwargs):
         raise AssertionError(f"{type(self).__name__} ran a forward pass before the error")
 
@@ -303,8 +372,16 @@ def test_cli_error(tmp_path, no_forward, monkeypatch, overrides, words):
 
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    argv = ["headprune", *[o for o in NLI if not o.startswith("data.")], "data.synthetic.train_size=240", "logger=none",
-            "device=cpu", *overrides, f"hydra.run.dir={tmp_path}/run", f"paths.data_dir={tmp_path}/data"]
+    argv = [
+        "headprune",
+        *[o for o in NLI if not o.startswith("data.")],
+        "data.synthetic.train_size=240",
+        "logger=none",
+        "device=cpu",
+        *overrides,
+        f"hydra.run.dir={tmp_path}/run",
+        f"paths.data_dir={tmp_path}/data",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     start = time.perf_counter()
     with pytest.raises((ValueError, FileNotFoundError)) as err:
@@ -319,26 +396,37 @@ def test_cli_error(tmp_path, no_forward, monkeypatch, overrides, words):
 def _mt_limit(tmp_path):
     from omegaconf import OmegaConf
 
-    from headprune.data.translation import load_texts
+    from headprune.tasks.mt.data import load_texts
 
-    load_texts(OmegaConf.create({"source": "files", "dir": str(write_mt(tmp_path / "mt")), "splits": {"test": "test"},
-                                 "src_lang": "en", "tgt_lang": "de", "limits": {"test": -5}}), "test")
+    load_texts(
+        OmegaConf.create(
+            {
+                "source": "files",
+                "dir": str(write_mt(tmp_path / "mt")),
+                "splits": {"test": "test"},
+                "src_lang": "en",
+                "tgt_lang": "de",
+                "limits": {"test": -5},
+            }
+        ),
+        "test",
+    )
 
 
 def _read_aligned_utf8(tmp_path):
-    from headprune.data.aligned_files import read_aligned
+    from headprune.tasks.mt.files import read_aligned
 
     read_aligned(write_mt(tmp_path / "mt", "utf8"), "valid", "en", "de")
 
 
 def _read_jsonl_utf8(tmp_path):
-    from headprune.data.nli_files import read_jsonl
+    from headprune.tasks.nli.files import read_jsonl
 
     read_jsonl(write_nli(tmp_path / "nli", "utf8") / "dev_matched.jsonl")
 
 
 def _resolve_relative(tmp_path):
-    from headprune.models import resolve_pretrained
+    from headprune.models.sources import resolve_pretrained
 
     resolve_pretrained("outputs/nope/train/model")
 
@@ -347,7 +435,7 @@ def _hub_unreachable(tmp_path):
     """No HF_HUB_OFFLINE, but the hub's host refuses connections: a hub name fails at once."""
     from huggingface_hub import constants
 
-    from headprune.models import resolve_pretrained
+    from headprune.models.sources import resolve_pretrained
 
     os.environ.pop("HF_HUB_OFFLINE", None)
     offline, endpoint = constants.HF_HUB_OFFLINE, constants.ENDPOINT
@@ -361,7 +449,7 @@ def _hub_unreachable(tmp_path):
 def _tokenizer_missing(tmp_path):
     from omegaconf import OmegaConf
 
-    from headprune.models import build_tokenizer
+    from headprune.models.build import build_tokenizer
 
     (tmp_path / "empty_model").mkdir()
     (tmp_path / "empty_model" / "config.json").write_text("{}")
@@ -369,13 +457,13 @@ def _tokenizer_missing(tmp_path):
 
 
 def _greedy_floor(tmp_path):
-    from headprune.ordering import greedy_mask
+    from headprune.selection.greedy import greedy_mask
 
     greedy_mask([("enc_self", 0, 0)], {"enc_self": (2, 4)}, 1, min_per_layer=20)
 
 
 def _read_json_corrupt(tmp_path):
-    from headprune.results import read_json
+    from headprune.results.writer import read_json
 
     (tmp_path / "results.json").write_text('{"a": ')
     read_json(tmp_path / "results.json")
@@ -383,7 +471,8 @@ def _read_json_corrupt(tmp_path):
 
 def _tiny_gates():
     from conftest import tiny_bert
-    from headprune.heads import HeadGates
+
+    from headprune.core.gates import HeadGates
 
     model = tiny_bert()
     return model, HeadGates(model)
@@ -395,14 +484,14 @@ def _set_mask_nan(tmp_path):
 
 
 def _prune_head_id_fraction(tmp_path):
-    from headprune.pruning import prune_heads
+    from headprune.core.pruning import prune_heads
 
     model, _ = _tiny_gates()
     prune_heads(model, {"enc_self": {"0": [1.7]}})
 
 
 def _prune_mask_half(tmp_path):
-    from headprune.pruning import prune_mask
+    from headprune.core.pruning import prune_mask
 
     model, _ = _tiny_gates()
     prune_mask(model, {"enc_self": torch.tensor([[1.0, 0.5, 1, 1]] * 3)})
@@ -410,7 +499,7 @@ def _prune_mask_half(tmp_path):
 
 def _prune_mask_shape(layers, heads):
     def call(tmp_path):
-        from headprune.pruning import prune_mask
+        from headprune.core.pruning import prune_mask
 
         model, _ = _tiny_gates()
         prune_mask(model, {"enc_self": torch.ones(layers, heads)})
@@ -419,8 +508,8 @@ def _prune_mask_shape(layers, heads):
 
 
 def _edited_record(tmp_path):
-    from headprune.pruning import prune_heads
-    from headprune.saving import load_pruned, save_pruned
+    from headprune.core.pruning import prune_heads
+    from headprune.core.saving import load_pruned, save_pruned
 
     model, _ = _tiny_gates()
     prune_heads(model, {"enc_self": {"0": [1]}})
@@ -446,8 +535,8 @@ def _gguf_missing(tmp_path):
 def _unit_gates_without_gqa(tmp_path):
     from transformers import BertConfig, BertModel
 
-    from headprune.heads import HeadGates
-    from headprune.units import unit_gates
+    from headprune.core.gates import HeadGates
+    from headprune.core.units import unit_gates
 
     model = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))
     unit_gates(HeadGates(model), "kv_group")

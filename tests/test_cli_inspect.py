@@ -1,4 +1,5 @@
 """The first user-facing command: `headprune experiment=inspect`."""
+
 import json
 import os
 import subprocess
@@ -12,7 +13,11 @@ def test_inspect_minilm_prints_structure_and_writes_results(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     result = subprocess.run(
         [sys.executable, "-m", "headprune.cli", "experiment=inspect", "model=minilm", f"hydra.run.dir={tmp_path}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout

@@ -1,13 +1,14 @@
 """Bad input gets an error that names the problem."""
+
 import json
 
 import pytest
 import torch
 from conftest import tiny_bert, tiny_marian
 
-from headprune.heads import HeadGates
-from headprune.pruning import prune_heads
-from headprune.saving import load_pruned, save_pruned
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_heads
+from headprune.core.saving import load_pruned, save_pruned
 
 
 def test_unsupported_family_lists_supported():
@@ -62,7 +63,7 @@ def test_record_that_does_not_match_the_model(tmp_path):
 def test_prune_mask_takes_a_bare_tensor_and_checks_its_shape():
     import numpy as np
 
-    from headprune.pruning import prune_mask, pruning_record
+    from headprune.core.pruning import prune_mask, pruning_record
 
     model = tiny_bert()  # 3 layers x 4 heads
     for wrong in (torch.zeros(2, 4), torch.zeros(3, 3), torch.zeros(4, 4)):
@@ -77,10 +78,11 @@ def test_prune_mask_takes_a_bare_tensor_and_checks_its_shape():
     assert prune_mask(model, np.ones((3, 4))) == {"enc_self": {"1": [2]}}
 
 
-@pytest.mark.parametrize("value,message", [(0.5, "0.5 at layer 2, head 1"), (float("nan"), "NaN at layer 2, head 1"),
-                                           (float("inf"), "inf at layer 2, head 1")])
+@pytest.mark.parametrize(
+    "value,message", [(0.5, "0.5 at layer 2, head 1"), (float("nan"), "NaN at layer 2, head 1"), (float("inf"), "inf at layer 2, head 1")]
+)
 def test_hard_masks_must_be_zero_or_one(value, message):
-    from headprune.pruning import prune_mask
+    from headprune.core.pruning import prune_mask
 
     mask = torch.ones(3, 4)
     mask[2, 1] = value
@@ -106,7 +108,7 @@ def test_soft_gates_are_allowed_but_not_nan_or_inf():
 def test_head_and_layer_ids_must_be_integers():
     import numpy as np
 
-    from headprune.pruning import pruning_record
+    from headprune.core.pruning import pruning_record
 
     model = tiny_bert()
     with pytest.raises(ValueError, match=r"head id for enc_self layer 0 must be an integer, got 1.7"):

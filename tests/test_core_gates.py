@@ -1,8 +1,9 @@
 """Gates at 1 change nothing; gates at 0 remove heads; per-example masks equal one mask at a time."""
+
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bart, tiny_bert, tiny_marian, tiny_roberta
 
-from headprune.heads import HeadGates
+from headprune.core.gates import HeadGates
 
 
 def _inputs(batch):
@@ -49,8 +50,12 @@ def test_all_ones_equals_plain_model_seq2seq():
 
 def test_all_ones_equals_plain_model_minilm(minilm):
     model, tokenizer = minilm
-    batch = tokenizer(["A man plays a guitar.", "Nobody is here at all today."], ["A person makes music.", "The room is empty."],
-                      padding=True, return_tensors="pt")
+    batch = tokenizer(
+        ["A man plays a guitar.", "Nobody is here at all today."],
+        ["A person makes music.", "The room is empty."],
+        padding=True,
+        return_tensors="pt",
+    )
     with torch.no_grad():
         plain = model(**batch).logits
         gates = HeadGates(model)

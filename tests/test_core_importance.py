@@ -1,15 +1,16 @@
 """Per-example importance from one backward pass equals the per-example loop and finite differences."""
+
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
 
-from headprune.heads import HeadGates
-from headprune.importance import attention_entropy, importance_scores, per_example_gate_gradients, per_example_loss
+from headprune.core.gates import HeadGates
+from headprune.scoring.importance import attention_entropy, importance_scores, per_example_gate_gradients, per_example_loss
 
 
 def _single(batch, row):
     """Example ``row`` alone, without its padding."""
     length = int(batch["attention_mask"][row].sum())
-    return {k: (v[row:row + 1, :length] if k != "labels" else v[row:row + 1]) for k, v in batch.items()}
+    return {k: (v[row : row + 1, :length] if k != "labels" else v[row : row + 1]) for k, v in batch.items()}
 
 
 def test_batched_gradients_equal_single_example_loop():
@@ -40,8 +41,11 @@ def test_seq2seq_batched_gradients_equal_loop():
         src_len = int(batch["attention_mask"][row].sum())
         labels = batch["labels"][row]
         tgt_len = int((labels != -100).sum())
-        one = {"input_ids": batch["input_ids"][row:row + 1, :src_len], "attention_mask": batch["attention_mask"][row:row + 1, :src_len],
-               "labels": labels[None, :tgt_len]}
+        one = {
+            "input_ids": batch["input_ids"][row : row + 1, :src_len],
+            "attention_mask": batch["attention_mask"][row : row + 1, :src_len],
+            "labels": labels[None, :tgt_len],
+        }
         alone = per_example_gate_gradients(model, gates, one)
         for group in together:
             torch.testing.assert_close(together[group][row], alone[group][0], atol=1e-6, rtol=0)
@@ -120,7 +124,7 @@ def test_entropy_is_within_bounds():
 
 
 def test_fisher_from_one_backward_equals_single_example_loop():
-    from headprune.importance import fisher_scores
+    from headprune.scoring.importance import fisher_scores
 
     model = tiny_bert(dtype=torch.float64)
     gates = HeadGates(model)
@@ -133,7 +137,7 @@ def test_fisher_from_one_backward_equals_single_example_loop():
 
 
 def test_fisher_under_mask_scores_masked_heads_zero():
-    from headprune.importance import fisher_scores
+    from headprune.scoring.importance import fisher_scores
 
     model = tiny_bert()
     gates = HeadGates(model)

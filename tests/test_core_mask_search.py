@@ -1,16 +1,17 @@
 """Cost models and the cost-aware mask search: predictions equal counted FLOPs, targets are met minimally."""
+
 import copy
 
 import pytest
 import torch
 from conftest import classifier_batch, tiny_bert, tiny_marian
 
-from headprune.costs import CostModel, flops_cost_model
-from headprune.counting import model_cost
-from headprune.heads import HeadGates
-from headprune.importance import fisher_scores
-from headprune.mask_search import PruneTarget, mask_after, removal_order, search_mask
-from headprune.pruning import prune_mask
+from headprune.core.counting import model_cost
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_mask
+from headprune.scoring.importance import fisher_scores
+from headprune.selection.costs import CostModel, flops_cost_model
+from headprune.selection.mask_search import PruneTarget, mask_after, removal_order, search_mask
 
 
 def _pruned_flops(model, mask, seq_len):
@@ -83,18 +84,21 @@ def test_max_drop_bisection_finds_the_largest_removal_within_the_drop():
     assert len(calls) <= 6  # bisection, not a scan
 
 
-@pytest.mark.parametrize("config,message", [
-    ({"speedup": 1.0}, "must be > 1"),
-    ({"speedup": 0.5}, "must be > 1"),
-    ({"flops": 0.0}, r"\(0, 1\]"),
-    ({"flops": 1.5}, r"\(0, 1\]"),
-    ({"max_drop": -0.5}, ">= 0"),
-    ({"flops": 0.5, "speedup": 1.2}, "exactly one"),
-    ({}, "exactly one"),
-    ({"latency": 2.0}, "unknown pruning target"),
-    ({"speedup": "fast"}, "finite number"),
-    ("speedup", "mapping"),
-])
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"speedup": 1.0}, "must be > 1"),
+        ({"speedup": 0.5}, "must be > 1"),
+        ({"flops": 0.0}, r"\(0, 1\]"),
+        ({"flops": 1.5}, r"\(0, 1\]"),
+        ({"max_drop": -0.5}, ">= 0"),
+        ({"flops": 0.5, "speedup": 1.2}, "exactly one"),
+        ({}, "exactly one"),
+        ({"latency": 2.0}, "unknown pruning target"),
+        ({"speedup": "fast"}, "finite number"),
+        ("speedup", "mapping"),
+    ],
+)
 def test_bad_targets_are_clear_errors(config, message):
     with pytest.raises(ValueError, match=message):
         PruneTarget.from_config(config)
@@ -114,7 +118,7 @@ def test_unreachable_and_mismatched_targets_are_errors():
 
 
 def test_latency_tables_are_cached(tmp_path, monkeypatch):
-    from headprune import latency
+    from headprune.selection import latency
 
     model = tiny_bert()
     HeadGates(model)

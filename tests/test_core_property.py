@@ -1,4 +1,5 @@
 """Property test: on random tiny configs of every family and random masks, masked == physically pruned."""
+
 import copy
 
 import pytest
@@ -9,8 +10,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from headprune.heads import HeadGates  # noqa: E402
-from headprune.pruning import prune_mask  # noqa: E402
+from headprune.core.gates import HeadGates  # noqa: E402
+from headprune.core.pruning import prune_mask  # noqa: E402
 
 SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, database=None)
 
@@ -19,12 +20,21 @@ def _encoder(kind: str, shape: dict):
     """A random BERT or RoBERTa classifier with ``shape``'s layers, heads and head size."""
     from transformers import BertConfig, BertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
 
-    config_class, model_class = {"bert": (BertConfig, BertForSequenceClassification),
-                                 "roberta": (RobertaConfig, RobertaForSequenceClassification)}[kind]
+    config_class, model_class = {
+        "bert": (BertConfig, BertForSequenceClassification),
+        "roberta": (RobertaConfig, RobertaForSequenceClassification),
+    }[kind]
     heads = shape["enc_heads"]
-    config = config_class(vocab_size=100, hidden_size=heads * shape["head_dim"], num_hidden_layers=shape["enc_layers"],
-                          num_attention_heads=heads, intermediate_size=16, num_labels=3, max_position_embeddings=70,
-                          pad_token_id=1)
+    config = config_class(
+        vocab_size=100,
+        hidden_size=heads * shape["head_dim"],
+        num_hidden_layers=shape["enc_layers"],
+        num_attention_heads=heads,
+        intermediate_size=16,
+        num_labels=3,
+        max_position_embeddings=70,
+        pad_token_id=1,
+    )
     return model_class(config).eval()
 
 
@@ -34,10 +44,21 @@ def _seq2seq(kind: str, shape: dict):
 
     config_class, model_class = {"bart": (BartConfig, BartForConditionalGeneration), "marian": (MarianConfig, MarianMTModel)}[kind]
     width = shape["enc_heads"] * shape["dec_heads"] * shape["head_dim"]  # divisible by both head counts
-    config = config_class(vocab_size=50, d_model=width, encoder_layers=shape["enc_layers"], decoder_layers=shape["dec_layers"],
-                          encoder_attention_heads=shape["enc_heads"], decoder_attention_heads=shape["dec_heads"],
-                          encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=0, bos_token_id=0, eos_token_id=1,
-                          decoder_start_token_id=0, max_position_embeddings=64)
+    config = config_class(
+        vocab_size=50,
+        d_model=width,
+        encoder_layers=shape["enc_layers"],
+        decoder_layers=shape["dec_layers"],
+        encoder_attention_heads=shape["enc_heads"],
+        decoder_attention_heads=shape["dec_heads"],
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        max_position_embeddings=64,
+    )
     return model_class(config).eval()
 
 
@@ -48,10 +69,16 @@ FAMILIES = {
     "marian": (_seq2seq, seq2seq_batch, seq2seq_logits),
 }
 
-shapes = st.fixed_dictionaries({
-    "enc_layers": st.integers(1, 3), "dec_layers": st.integers(1, 2), "enc_heads": st.integers(1, 4),
-    "dec_heads": st.integers(1, 3), "head_dim": st.sampled_from([2, 4]), "seed": st.integers(0, 2**16),
-})
+shapes = st.fixed_dictionaries(
+    {
+        "enc_layers": st.integers(1, 3),
+        "dec_layers": st.integers(1, 2),
+        "enc_heads": st.integers(1, 4),
+        "dec_heads": st.integers(1, 3),
+        "head_dim": st.sampled_from([2, 4]),
+        "seed": st.integers(0, 2**16),
+    }
+)
 
 
 @st.composite

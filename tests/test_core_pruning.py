@@ -1,15 +1,16 @@
 """A physically pruned model gives the same outputs as the gated model with the same mask."""
+
 import copy
 
 import pytest
 import torch
 from conftest import classifier_batch, encoder_logits, seq2seq_batch, seq2seq_logits, tiny_bert, tiny_marian
 
-from headprune.counting import model_cost
-from headprune.heads import HeadGates
-from headprune.masks import head_list
-from headprune.pruning import prune_heads, prune_mask, pruning_record
-from headprune.saving import load_pruned, save_pruned
+from headprune.core.counting import model_cost
+from headprune.core.gates import HeadGates
+from headprune.core.masks import head_list
+from headprune.core.pruning import prune_heads, prune_mask, pruning_record
+from headprune.core.saving import load_pruned, save_pruned
 
 
 def _random_masks(groups, seed):
@@ -29,10 +30,13 @@ def _random_masks(groups, seed):
     return masks
 
 
-@pytest.mark.parametrize("make,batch_fn,logits_fn", [
-    (tiny_bert, classifier_batch, encoder_logits),
-    (tiny_marian, seq2seq_batch, seq2seq_logits),
-])
+@pytest.mark.parametrize(
+    "make,batch_fn,logits_fn",
+    [
+        (tiny_bert, classifier_batch, encoder_logits),
+        (tiny_marian, seq2seq_batch, seq2seq_logits),
+    ],
+)
 def test_pruned_equals_masked_and_survives_save_load(tmp_path, make, batch_fn, logits_fn):
     model = make()
     gates = HeadGates(model)

@@ -1,34 +1,37 @@
 """Fisher blocks of the gates (diagonal = Fisher scores, one backward = single-example loop) and mask rearrangement."""
+
 import itertools
 
 import pytest
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
 
-from headprune.heads import HeadGates
-from headprune.importance import fisher_blocks, fisher_scores, per_example_gate_gradients
-from headprune.rearrange import quadratic_form, rearrange_layer, rearrange_mask, removed_form
+from headprune.core.gates import HeadGates
+from headprune.scoring.importance import fisher_blocks, fisher_scores, per_example_gate_gradients
+from headprune.selection.rearrange import quadratic_form, rearrange_layer, rearrange_mask, removed_form
 
 
 def _single(batch, row):
     """Example ``row`` alone, without its padding."""
     length = int(batch["attention_mask"][row].sum())
-    return {k: (v[row:row + 1, :length] if k != "labels" else v[row:row + 1]) for k, v in batch.items()}
+    return {k: (v[row : row + 1, :length] if k != "labels" else v[row : row + 1]) for k, v in batch.items()}
 
 
 def _random_blocks(layers: int, heads: int, seed: int) -> torch.Tensor:
     """Random empirical-Fisher-like blocks: mean of g g^T over a few correlated random gradients, (L, H, H)."""
     gen = torch.Generator().manual_seed(seed)
-    grads = torch.randn(layers, 6, heads, generator=gen, dtype=torch.float64) @ torch.randn(layers, heads, heads, generator=gen,
-                                                                                              dtype=torch.float64)
+    grads = torch.randn(layers, 6, heads, generator=gen, dtype=torch.float64) @ torch.randn(
+        layers, heads, heads, generator=gen, dtype=torch.float64
+    )
     return torch.einsum("lbh,lbk->lhk", grads, grads) / 6
 
 
 def _brute_force(block: torch.Tensor, n_removed: int) -> float:
     """The minimum of (1 - m)^T F (1 - m) over every mask of the layer that removes ``n_removed`` heads."""
     heads = block.shape[0]
-    return min(removed_form(torch.tensor([float(h in s) for h in range(heads)]), block)
-               for s in itertools.combinations(range(heads), n_removed))
+    return min(
+        removed_form(torch.tensor([float(h in s) for h in range(heads)]), block) for s in itertools.combinations(range(heads), n_removed)
+    )
 
 
 def test_block_diagonals_are_the_fisher_scores():
@@ -107,7 +110,7 @@ def test_diagonal_blocks_leave_the_diagonal_greedy_mask_alone():
     blocks = {"enc_self": torch.diag_embed(scores)}
     mask = {"enc_self": torch.ones(3, 5)}
     for layer in range(3):
-        mask["enc_self"][layer, scores[layer].argsort()[:layer + 1]] = 0  # the lowest diagonal entries go
+        mask["enc_self"][layer, scores[layer].argsort()[: layer + 1]] = 0  # the lowest diagonal entries go
     for limit in (0, 10_000):
         done = rearrange_mask(mask, blocks, exhaustive_limit=limit)
         assert torch.equal(done.mask["enc_self"], mask["enc_self"]) and done.layers_changed == 0

@@ -1,4 +1,5 @@
 """Least-squares recovery: identity when nothing is pruned, masked and pruned twins agree, it survives save/load."""
+
 import copy
 import subprocess
 import sys
@@ -7,10 +8,10 @@ import textwrap
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
 
-from headprune.heads import HeadGates
-from headprune.pruning import prune_mask
-from headprune.recovery import layer_output_errors, lsq_recover
-from headprune.saving import load_pruned, save_pruned
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_mask
+from headprune.core.saving import load_pruned, save_pruned
+from headprune.selection.lsq import layer_output_errors, lsq_recover
 
 
 def _logits(model, batch):
@@ -98,12 +99,12 @@ def test_recovered_model_saves_and_loads_in_a_fresh_process(tmp_path):
     torch.save(BATCHES[1], tmp_path / "batch.pt")
     script = textwrap.dedent(f"""
         import torch
-        from headprune.saving import load_pruned
-        model = load_pruned({str(tmp_path / 'model')!r})
-        batch = torch.load({str(tmp_path / 'batch.pt')!r})
+        from headprune.core.saving import load_pruned
+        model = load_pruned({str(tmp_path / "model")!r})
+        batch = torch.load({str(tmp_path / "batch.pt")!r})
         with torch.no_grad():
             logits = model(**{{k: v for k, v in batch.items() if k != 'labels'}}).logits
-        torch.save(logits, {str(tmp_path / 'logits.pt')!r})
+        torch.save(logits, {str(tmp_path / "logits.pt")!r})
     """)
     subprocess.run([sys.executable, "-c", script], check=True)
     torch.testing.assert_close(torch.load(tmp_path / "logits.pt"), _logits(model, BATCHES[1]), atol=1e-5, rtol=0)

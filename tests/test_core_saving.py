@@ -1,4 +1,5 @@
 """Saved pruned models: transformers v4's pruned_heads layout in both directions, and the weights digest."""
+
 import json
 
 import pytest
@@ -6,9 +7,9 @@ import torch
 from conftest import classifier_batch, encoder_logits, tiny_bert, tiny_marian
 from safetensors.torch import load_file, save_file
 
-from headprune.heads import HeadGates
-from headprune.pruning import prune_heads, prune_mask
-from headprune.saving import RECORD_FILE, load_pruned, save_pruned
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_heads, prune_mask
+from headprune.core.saving import RECORD_FILE, load_pruned, save_pruned
 
 V4_PRUNED = {"0": [0, 2], "1": [3], "2": [0, 1, 2, 3]}  # layer 2 loses every head
 

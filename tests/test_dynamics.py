@@ -1,4 +1,5 @@
 """Training dynamics: the live callback survives an interruption, and the offline analysis agrees with it."""
+
 import json
 import os
 import subprocess
@@ -10,14 +11,23 @@ import pytest
 pytestmark = pytest.mark.slow  # a training run in a subprocess
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["data=nli_synthetic", "model=tiny_bert", "data.synthetic.train_size=240", "data.synthetic.eval_size=60",
-        "data.synthetic.mismatched_size=60", "data.importance_size=40", "task.lr=2e-3", "trainer.log_every_n_steps=1"]
+TINY = [
+    "data=nli_synthetic",
+    "model=tiny_bert",
+    "data.synthetic.train_size=240",
+    "data.synthetic.eval_size=60",
+    "data.synthetic.mismatched_size=60",
+    "data.importance_size=40",
+    "task.lr=2e-3",
+    "trainer.log_every_n_steps=1",
+]
 
 
 def _headprune(*overrides, timeout=420):
     env = dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1", WANDB_SILENT="true")
-    result = subprocess.run([sys.executable, "-m", "headprune.cli", *overrides], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "headprune.cli", *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 

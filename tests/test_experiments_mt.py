@@ -1,10 +1,11 @@
 """Every experiment on the MT task (tiny Marian, synthetic translation, greedy search): results, figures, groups."""
+
 from __future__ import annotations
 
 import pytest
+from experiment_helpers import make_cfg, results, task_fixtures
 
 from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
-from experiment_helpers import make_cfg, results, task_fixtures
 
 TASK = "mt"
 
@@ -47,8 +48,17 @@ def test_speed(shared_task, tmp_path):
 
 @pytest.mark.slow
 def test_study(tmp_path, monkeypatch):
-    over = ["study.train=false", "study.n_samples=50", "prune.step=0.5", "prune.order=[importance,random]", "study.reestimate=false",
-            "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1"]
+    over = [
+        "study.train=false",
+        "study.n_samples=50",
+        "prune.step=0.5",
+        "prune.order=[importance,random]",
+        "study.reestimate=false",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+    ]
     study.run(make_cfg(tmp_path, "study", TASK, *over))
     payload = results(tmp_path)
     assert set(payload["results"]["prune"]["by_group"]) == {"enc_self", "enc_dec", "dec_self"}

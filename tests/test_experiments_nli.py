@@ -1,13 +1,14 @@
 """Every experiment on the NLI task (tiny BERT, synthetic NLI): results.json, figures, and bad input."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
 from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
-from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
 TASK = "nli"
 
@@ -45,8 +46,15 @@ def test_keep_one(shared_task, tmp_path):
     assert row["score"] == pytest.approx(shared_task.evaluate(mask).score)
 
 
-@pytest.mark.parametrize("order,extra", [("importance", ["prune.reestimate=true"]), ("random", ["prune.min_heads_per_layer=1"]),
-                                         ("entropy", []), ("ablation", ["prune.n_samples=50"])])
+@pytest.mark.parametrize(
+    "order,extra",
+    [
+        ("importance", ["prune.reestimate=true"]),
+        ("random", ["prune.min_heads_per_layer=1"]),
+        ("entropy", []),
+        ("ablation", ["prune.n_samples=50"]),
+    ],
+)
 def test_prune_orders(shared_task, tmp_path, order, extra):
     cfg = make_cfg(tmp_path, "prune", TASK, f"prune.order={order}", "prune.step=0.25", *extra)
     prune.run(cfg)
@@ -62,8 +70,16 @@ def test_prune_orders(shared_task, tmp_path, order, extra):
 def test_speed_and_mask_file(shared_task, tmp_path):
     cfg = make_cfg(tmp_path / "p", "prune", TASK, "prune.fractions=[0.5]")
     prune.run(cfg)
-    cfg = make_cfg(tmp_path, "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.batch_sizes=[1,4]",
-                   "speed.examples=8", "speed.repeats=2", "speed.warmup=1")
+    cfg = make_cfg(
+        tmp_path,
+        "speed",
+        TASK,
+        f"speed.mask_file={tmp_path / 'p' / 'results.json'}",
+        "speed.batch_sizes=[1,4]",
+        "speed.examples=8",
+        "speed.repeats=2",
+        "speed.warmup=1",
+    )
     speed.run(cfg)
     res = results(tmp_path)["results"]
     assert res["score_check"]["equal"] and res["heads_pruned"] == 4
@@ -72,17 +88,20 @@ def test_speed_and_mask_file(shared_task, tmp_path):
     assert res["cost"]["pruned"]["attention_flops"] < res["cost"]["original"]["attention_flops"]
 
 
-@pytest.mark.parametrize("experiment,override,message", [
-    ("prune", "prune.fractions=[1.0]", "outside [0, 1)"),
-    ("prune", "prune.fractions=[-0.1]", "outside [0, 1)"),
-    ("prune", "prune.order=magnitude", "unknown pruning order"),
-    ("prune", "prune.groups=[enc_dec]", "unknown attention group"),
-    ("ablate", "data.synthetic.eval_size=0", "empty"),
-    ("speed", "speed.fraction=1.5", "outside [0, 1)"),
-])
+@pytest.mark.parametrize(
+    "experiment,override,message",
+    [
+        ("prune", "prune.fractions=[1.0]", "outside [0, 1)"),
+        ("prune", "prune.fractions=[-0.1]", "outside [0, 1)"),
+        ("prune", "prune.order=magnitude", "unknown pruning order"),
+        ("prune", "prune.groups=[enc_dec]", "unknown attention group"),
+        ("ablate", "data.synthetic.eval_size=0", "empty"),
+        ("speed", "speed.fraction=1.5", "outside [0, 1)"),
+    ],
+)
 def test_bad_input_fails_before_work(tmp_path, experiment, override, message, monkeypatch):
     calls = []
-    from headprune.tasks.nli import NLIModule
+    from headprune.tasks.nli.task import NLIModule
 
     monkeypatch.setattr(NLIModule, "evaluate_many", lambda *a, **k: calls.append(1))
     monkeypatch.setattr(NLIModule, "evaluate", lambda *a, **k: calls.append(1))
@@ -109,15 +128,30 @@ def test_mask_file_for_another_model(shared_task, tmp_path):
 
 
 def test_study_resumes(tmp_path):
-    over = ["study.n_samples=50", "prune.step=0.5", "study.reestimate=true", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1",
-            "speed.warmup=1", "trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false"]
+    over = [
+        "study.n_samples=50",
+        "prune.step=0.5",
+        "study.reestimate=true",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+        "trainer.enable_progress_bar=false",
+        "+trainer.enable_model_summary=false",
+    ]
     cfg = make_cfg(tmp_path, "study", TASK, *over)
     study.run(cfg)
     payload = results(tmp_path)
     res = payload["results"]
     assert {"ablate", "keep_one", "prune", "speed", "scores"} <= set(res) and payload["inputs"]["data"] == "nli_synthetic"
-    assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random", "importance (re-estimated)",
-                                         "entropy (re-estimated)"}
+    assert set(res["prune"]["orders"]) == {
+        "importance",
+        "ablation",
+        "entropy",
+        "random",
+        "importance (re-estimated)",
+        "entropy (re-estimated)",
+    }
     assert "correlation" in res["ablate"]
     assert {"ablate_eval.png", "keep_one.png", "prune.png", "speed.png"} <= set(payload["figures"])
     stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "stages").iterdir()}
@@ -130,10 +164,9 @@ def test_study_resumes(tmp_path):
 
 
 def test_study_falls_back_to_synthetic_nli_and_says_so(tmp_path):
+    from experiment_helpers import CONF
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
-
-    from experiment_helpers import CONF
 
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=["experiment=study", "model=tiny_bert", "logger=none", "data.limit_eval=33"])
@@ -162,9 +195,11 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
     from omegaconf import OmegaConf
 
     from headprune.experiments.orders import ORDERS, OrderSettings
-    from headprune.ordering import masks_for_fractions
+    from headprune.selection.greedy import masks_for_fractions
 
-    settings = OrderSettings(importance=OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
+    settings = OrderSettings(
+        importance=OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50
+    )
     groups = list(shared_task.gates.groups)
     reestimable = [name for name, order in ORDERS.items() if order.reestimable]
     assert {"importance", "entropy"} <= set(reestimable)

@@ -1,4 +1,5 @@
 """The sweep launchers compose, and a real multirun sweep of experiment=prune runs (local parallel jobs, W&B offline)."""
+
 from __future__ import annotations
 
 import json
@@ -7,13 +8,17 @@ import subprocess
 import sys
 
 import pytest
+from experiment_helpers import CONF, NLI, ROOT
 from hydra import compose, initialize_config_dir
 
-from experiment_helpers import CONF, NLI, ROOT
 
-
-@pytest.mark.parametrize("launcher,target", [("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
-                                             ("local", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher")])
+@pytest.mark.parametrize(
+    "launcher,target",
+    [
+        ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+        ("local", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
+    ],
+)
 def test_launcher_composes(launcher, target):
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=["experiment=prune", f"hydra/launcher={launcher}"], return_hydra_config=True)
@@ -27,8 +32,20 @@ def test_launcher_composes(launcher, target):
 @pytest.mark.slow
 def test_multirun_prune_orders_in_parallel(tmp_path):
     env = dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "headprune.cli", "-m", "hydra/launcher=local", "experiment=prune", "prune.order=importance,random",
-           "prune.step=0.5", "device=cpu", "logger=wandb", f"hydra.sweep.dir={tmp_path}", *NLI]
+    cmd = [
+        sys.executable,
+        "-m",
+        "headprune.cli",
+        "-m",
+        "hydra/launcher=local",
+        "experiment=prune",
+        "prune.order=importance,random",
+        "prune.step=0.5",
+        "device=cpu",
+        "logger=wandb",
+        f"hydra.sweep.dir={tmp_path}",
+        *NLI,
+    ]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     orders = set()

@@ -1,15 +1,14 @@
 """Llama-family models with grouped KV heads: gates, KV-group masks and importance, physical pruning, generation."""
-import copy
 
 import pytest
 import torch
 from tiny_llms import causal_lm_loss, lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
 
-from headprune.heads import HeadGates
-from headprune.importance import attention_entropy, importance_scores, per_example_gate_gradients
-from headprune.masks import head_to_kv_mask, kv_to_head_mask
-from headprune.pruning import prune_heads, prune_mask, pruning_record
-from headprune.saving import load_pruned, save_pruned
+from headprune.core.gates import HeadGates
+from headprune.core.masks import head_to_kv_mask, kv_to_head_mask
+from headprune.core.pruning import prune_heads, prune_mask, pruning_record
+from headprune.core.saving import load_pruned, save_pruned
+from headprune.scoring.importance import attention_entropy, importance_scores, per_example_gate_gradients
 
 
 def _logits(model, batch):
@@ -111,8 +110,14 @@ def test_greedy_generation_with_cache_pruned_equals_gated(tmp_path, make, mask):
     model = make()
     gates = HeadGates(model)
     batch = lm_batch(left_pad=True)
-    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=6,
-                  do_sample=False, use_cache=True, pad_token_id=0)
+    kwargs = dict(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        max_new_tokens=6,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=0,
+    )
     with gates.masked(mask):
         gated = model.generate(**kwargs)
     pruned = make()
@@ -144,7 +149,7 @@ def test_per_example_gradients_equal_single_example_loop(unit):
     batch = lm_batch(batch=3)
     together = per_example_gate_gradients(model, gates, batch, loss_fn=causal_lm_loss, unit=unit)["dec_self"]
     for row in range(3):
-        single = {k: v[row:row + 1] for k, v in batch.items()}
+        single = {k: v[row : row + 1] for k, v in batch.items()}
         alone = per_example_gate_gradients(model, gates, single, loss_fn=causal_lm_loss, unit=unit)["dec_self"]
         torch.testing.assert_close(together[row], alone[0], atol=1e-6, rtol=1e-4)
 
@@ -167,7 +172,7 @@ def test_kv_group_importance_is_the_gradient_of_a_shared_gate():
 def test_kv_cache_bytes_per_token_match_the_cache_of_a_forward():
     from transformers import DynamicCache
 
-    from headprune.counting import kv_cache_bytes_per_token
+    from headprune.core.counting import kv_cache_bytes_per_token
 
     model = tiny_llama()
     prune_heads(model, {"dec_self": {0: [0, 1], 2: [0, 1, 2, 3]}})  # KV head 0 of layer 0 goes; layer 2 keeps a phantom
@@ -196,7 +201,7 @@ def test_entropy_counts_every_real_token_of_a_decoder_only_model():
 
 
 def test_prune_kv_groups_equals_the_query_head_mask():
-    from headprune.pruning import prune_kv_groups
+    from headprune.core.pruning import prune_kv_groups
 
     by_groups, by_mask = tiny_qwen2(), tiny_qwen2()
     record = prune_kv_groups(by_groups, {"dec_self": {0: [1], 1: [0, 1]}})

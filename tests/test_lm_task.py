@@ -1,24 +1,32 @@
 """LanguageModelingTask on a tiny random Llama and the synthetic language: perplexity, batched masks, paired test."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
+from experiment_helpers import compose_cfg
 from omegaconf import open_dict
 
-from experiment_helpers import compose_cfg
-from headprune.importance import per_example_loss as importance_loss
-from headprune.masks import kv_to_head_mask
-from headprune.significance import paired_bootstrap_perplexity
+from headprune.core.masks import kv_to_head_mask
+from headprune.scoring.importance import per_example_loss as importance_loss
+from headprune.scoring.significance import paired_bootstrap_perplexity
 
-LM = ["experiment=inspect", "model=tiny_llama", "data=lm_synthetic", "data.synthetic.sizes.eval=24",
-      "data.synthetic.sizes.importance=40", "data.synthetic.sizes.heldout=8", "data.eval_batch_size=7", "logger=none"]
+LM = [
+    "experiment=inspect",
+    "model=tiny_llama",
+    "data=lm_synthetic",
+    "data.synthetic.sizes.eval=24",
+    "data.synthetic.sizes.importance=40",
+    "data.synthetic.sizes.heldout=8",
+    "data.eval_batch_size=7",
+    "logger=none",
+]
 
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    from headprune.tasks.lm import load_lm_task
+    from headprune.tasks.lm.task import load_lm_task
 
     torch.set_num_threads(1)
     return load_lm_task(compose_cfg(tmp_path_factory.mktemp("lm"), LM))
@@ -48,9 +56,12 @@ def test_evaluate_equals_text_by_text_computation(task):
 def test_evaluate_many_equals_evaluate_per_mask(task):
     gen = torch.Generator().manual_seed(0)
     layers, heads = task.gates.groups["dec_self"]
-    masks = [None, {"dec_self": (torch.rand(layers, heads, generator=gen) > 0.4).float()},
-             kv_to_head_mask({"dec_self": torch.tensor([[1.0, 0.0], [0.0, 0.0]])}, task.gates.heads_per_kv),
-             {"dec_self": torch.zeros(layers, heads)}]
+    masks = [
+        None,
+        {"dec_self": (torch.rand(layers, heads, generator=gen) > 0.4).float()},
+        kv_to_head_mask({"dec_self": torch.tensor([[1.0, 0.0], [0.0, 0.0]])}, task.gates.heads_per_kv),
+        {"dec_self": torch.zeros(layers, heads)},
+    ]
     task.mask_chunk = 3  # two chunks: 3 masks + 1
     together = task.evaluate_many(masks)
     for mask, result in zip(masks, together):
@@ -114,8 +125,8 @@ def test_timing_batches_and_prefill(task):
 def test_saved_pruned_task_model_reloads_with_the_same_perplexity(task, tmp_path):
     import copy
 
-    from headprune.pruning import prune_mask
-    from headprune.tasks.lm import LanguageModelingTask, load_lm_task
+    from headprune.core.pruning import prune_mask
+    from headprune.tasks.lm.task import LanguageModelingTask, load_lm_task
 
     mask = {"dec_self": torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0]])}
     masked = task.evaluate(mask)
@@ -129,15 +140,24 @@ def test_saved_pruned_task_model_reloads_with_the_same_perplexity(task, tmp_path
 
 
 def test_local_text_files(tmp_path):
-    from headprune.data.lm import load_texts
+    from headprune.tasks.lm.data import load_texts
 
     data = tmp_path / "data"
     (data / "news").mkdir(parents=True)
     (data / "news" / "a.en").write_text("first news line\n\nsecond news line\n")
     (data / "news" / "b.en").write_text("third news line\n")
     (data / "train.en").write_text("".join(f"training sentence {i}\n" for i in range(10)))
-    cfg = compose_cfg(tmp_path, ["model=tiny_llama", "data=lm_local", "data.files.eval=[news/a.en,news/b.en]",
-                                 "data.files.importance=[train.en]", "data.files.heldout=[train.en]", "data.limits.importance=4"])
+    cfg = compose_cfg(
+        tmp_path,
+        [
+            "model=tiny_llama",
+            "data=lm_local",
+            "data.files.eval=[news/a.en,news/b.en]",
+            "data.files.importance=[train.en]",
+            "data.files.heldout=[train.en]",
+            "data.limits.importance=4",
+        ],
+    )
     with open_dict(cfg):
         cfg.data.dir = str(data)
     texts = load_texts(cfg.data)
@@ -154,7 +174,7 @@ def test_local_text_files(tmp_path):
 
 
 def test_text_start_token_from_the_model_config(tmp_path):
-    from headprune.tasks.lm import load_lm_task
+    from headprune.tasks.lm.task import load_lm_task
 
     task = load_lm_task(compose_cfg(tmp_path, LM + ["+model.text_start='</s>'"]))
     assert {ids[0] for ids in task.data.split("eval")} == {task.tokenizer.eos_token_id}
@@ -165,7 +185,7 @@ def test_text_start_token_from_the_model_config(tmp_path):
 def test_hub_texts_drop_empty_lines(tmp_path, monkeypatch):
     import datasets
 
-    from headprune.data.lm import load_texts
+    from headprune.tasks.lm.data import load_texts
 
     calls = []
 

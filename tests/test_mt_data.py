@@ -1,13 +1,14 @@
 """Translation data: aligned-file checks, the synthetic language pair, the tokenizer, token batching."""
+
 from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
 
-from headprune.data.aligned_files import AlignmentError, read_aligned
-from headprune.data.synthetic_mt import SyntheticTranslation, synthetic_splits
-from headprune.data.translation import TokenBatches, TranslationDataModule, collate, token_batches
-from headprune.tokenization import decode, encode, load_tokenizer, train_tokenizer
+from headprune.models.tokenizers import decode, encode, load_tokenizer, train_tokenizer
+from headprune.tasks.mt.data import TokenBatches, TranslationDataModule, collate, token_batches
+from headprune.tasks.mt.files import AlignmentError, read_aligned
+from headprune.tasks.mt.synthetic import SyntheticTranslation, synthetic_splits
 
 
 def _write(path, lines):
@@ -118,8 +119,17 @@ def test_datamodule_files_source_trains_joint_tokenizer(tmp_path):
         _write(tmp_path / f"{split}.xx", src[:n])
         _write(tmp_path / f"{split}.yy", tgt[:n])
     cfg = OmegaConf.load("conf/data/mt_defaults.yaml")
-    cfg.merge_with({"source": "files", "dir": str(tmp_path), "src_lang": "xx", "tgt_lang": "yy", "tokenizer": {"vocab_size": 200},
-                    "limits": {"train": 80}, "importance": {"size": 10}})
+    cfg.merge_with(
+        {
+            "source": "files",
+            "dir": str(tmp_path),
+            "src_lang": "xx",
+            "tgt_lang": "yy",
+            "tokenizer": {"vocab_size": 200},
+            "limits": {"train": 80},
+            "importance": {"size": 10},
+        }
+    )
     data = TranslationDataModule(cfg, seed=0)
     data.setup("fit")
     assert len(data.split_texts("train")[0]) == 80
@@ -133,8 +143,9 @@ def test_datamodule_files_source_trains_joint_tokenizer(tmp_path):
 
 def test_eval_batches_shard_by_example(tmp_path):
     cfg = OmegaConf.load("conf/data/mt_defaults.yaml")
-    cfg.merge_with({"source": "synthetic", "synthetic": {"seed": 0, "sizes": {"train": 50, "valid": 5, "test": 5}},
-                    "tokenizer": {"vocab_size": 200}})
+    cfg.merge_with(
+        {"source": "synthetic", "synthetic": {"seed": 0, "sizes": {"train": 50, "valid": 5, "test": 5}}, "tokenizer": {"vocab_size": 200}}
+    )
     data = TranslationDataModule(cfg, seed=0)
     shards = [[i for b in data.eval_batches("valid", rank=r, world=2) for i in b["ids"].tolist()] for r in range(2)]
     assert sorted(shards[0]) == [0, 2, 4] and sorted(shards[1]) == [1, 3]  # a one-batch split still feeds every rank
@@ -143,7 +154,7 @@ def test_eval_batches_shard_by_example(tmp_path):
 def test_hub_source_reads_both_row_layouts(monkeypatch):
     import datasets
 
-    from headprune.data import translation
+    from headprune.tasks.mt import data as translation
 
     tables = {
         "wmt14": datasets.Dataset.from_dict({"translation": [{"en": "a cat", "fr": "un chat"}, {"en": "a dog", "fr": "un chien"}]}),
@@ -158,8 +169,15 @@ def test_hub_source_reads_both_row_layouts(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     cfg = OmegaConf.load("conf/data/mt_hub.yaml")
     cfg.merge_with(OmegaConf.load("conf/data/mt_defaults.yaml"))
-    cfg.merge_with({"source": "hub", "hub": {"path": "wmt14", "name": "fr-en"}, "src_lang": "en", "tgt_lang": "fr",
-                    "splits": {"train": "train", "valid": "validation", "test": "test"}})
+    cfg.merge_with(
+        {
+            "source": "hub",
+            "hub": {"path": "wmt14", "name": "fr-en"},
+            "src_lang": "en",
+            "tgt_lang": "fr",
+            "splits": {"train": "train", "valid": "validation", "test": "test"},
+        }
+    )
     assert translation.load_texts(cfg, "valid") == (["a cat", "a dog"], ["un chat", "un chien"])
     cfg.merge_with({"hub": {"path": "bentrevett/multi30k", "name": None}, "tgt_lang": "de", "limits": {"test": 1}})
     assert translation.load_texts(cfg, "test") == (["a cat"], ["eine Katze"])

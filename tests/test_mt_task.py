@@ -1,4 +1,5 @@
 """TranslationModule on a tiny Marian and the synthetic task: gates vs ungated, gated vs pruned, masks, save/reload."""
+
 from __future__ import annotations
 
 import copy
@@ -9,11 +10,17 @@ import sys
 
 import pytest
 import torch
-
 from experiment_helpers import CONF, ROOT, training_cfg
 
-SMALL = ["data.synthetic.sizes.train=300", "data.synthetic.sizes.valid=20", "data.synthetic.sizes.test=24",
-         "data.tokenizer.vocab_size=200", "data.importance.size=16", "data.eval_batch_size=8", "task.beam_size=3"]
+SMALL = [
+    "data.synthetic.sizes.train=300",
+    "data.synthetic.sizes.valid=20",
+    "data.synthetic.sizes.test=24",
+    "data.tokenizer.vocab_size=200",
+    "data.importance.size=16",
+    "data.eval_batch_size=8",
+    "task.beam_size=3",
+]
 
 
 def mt_cfg(tmp_path, *overrides, small=SMALL):
@@ -32,7 +39,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def task(one_thread, tmp_path_factory):
-    from headprune.tasks.mt import load_translation_task
+    from headprune.tasks.mt.task import load_translation_task
 
     module = load_translation_task(mt_cfg(tmp_path_factory.mktemp("task")))
     return module
@@ -61,7 +68,7 @@ def test_gates_at_one_translate_exactly_like_the_ungated_model(task):
 
 
 def test_pruned_model_translates_like_the_gated_model(task):
-    from headprune.pruning import prune_mask
+    from headprune.core.pruning import prune_mask
 
     mask = _some_mask(task)
     gated = task.translate(mask=mask, beam_size=3)
@@ -103,8 +110,12 @@ def test_per_example_loss_matches_one_sentence_at_a_time(task):
         for row in range(2):
             width = int(batch["attention_mask"][row].sum())
             length = int((batch["labels"][row] != -100).sum())
-            one = {"input_ids": batch["input_ids"][row:row + 1, :width], "attention_mask": batch["attention_mask"][row:row + 1, :width],
-                   "decoder_input_ids": batch["decoder_input_ids"][row:row + 1, :length], "labels": batch["labels"][row:row + 1, :length]}
+            one = {
+                "input_ids": batch["input_ids"][row : row + 1, :width],
+                "attention_mask": batch["attention_mask"][row : row + 1, :width],
+                "decoder_input_ids": batch["decoder_input_ids"][row : row + 1, :length],
+                "labels": batch["labels"][row : row + 1, :length],
+            }
             hf_loss = task.model(**one).loss  # HF's own mean token cross-entropy
             torch.testing.assert_close(losses[row], hf_loss, atol=1e-5, rtol=1e-5)
 
@@ -113,13 +124,20 @@ def test_importance_batches_come_from_the_training_split(task):
     batches = task.importance_batches()
     assert sum(len(b["input_ids"]) for b in batches) == 16
     train_sources = set(task.data.split_texts("train")[0])
-    from headprune.tokenization import decode
+    from headprune.models.tokenizers import decode
 
-    assert set(decode(task.tokenizer, torch.cat([b["input_ids"] for b in batches if b["input_ids"].shape[1] == batches[0]["input_ids"].shape[1]]))) <= train_sources
+    assert (
+        set(
+            decode(
+                task.tokenizer, torch.cat([b["input_ids"] for b in batches if b["input_ids"].shape[1] == batches[0]["input_ids"].shape[1]])
+            )
+        )
+        <= train_sources
+    )
 
 
 def test_inverse_sqrt_schedule():
-    from headprune.tasks.mt import inverse_sqrt
+    from headprune.tasks.mt.task import inverse_sqrt
 
     f = inverse_sqrt(4)
     assert [round(f(s), 3) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, round((4 / 5) ** 0.5, 3), round((4 / 6) ** 0.5, 3)]
@@ -127,25 +145,33 @@ def test_inverse_sqrt_schedule():
 
 @pytest.mark.slow
 def test_train_save_and_reload_in_a_fresh_process_reproduces_bleu(tmp_path):
-    from headprune.tasks.mt import train
+    from headprune.tasks.mt.task import train
 
     cfg = mt_cfg(tmp_path, "trainer.max_epochs=2")
     metrics = train(cfg)
     assert metrics["epochs"] == 2 and "val/bleu" in metrics and "test/bleu" in metrics
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["results"]["test/bleu"] == metrics["test/bleu"]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))[:2] == ["epoch000-step" + p.name.split("step")[1] for p in sorted((tmp_path / "checkpoints").glob("epoch000*"))] + ["epoch001-step" + p.name.split("step")[1] for p in sorted((tmp_path / "checkpoints").glob("epoch001*"))]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))[:2] == [
+        "epoch000-step" + p.name.split("step")[1] for p in sorted((tmp_path / "checkpoints").glob("epoch000*"))
+    ] + ["epoch001-step" + p.name.split("step")[1] for p in sorted((tmp_path / "checkpoints").glob("epoch001*"))]
     code = (
         "import json, sys; from hydra import compose, initialize_config_dir\n"
-        "from headprune.tasks.mt import load_translation_task\n"
+        "from headprune.tasks.mt.task import load_translation_task\n"
         f"with initialize_config_dir(config_dir={CONF!r}, version_base='1.3'):\n"
         f"    cfg = compose('config', overrides={['experiment=mt_train', 'model=tiny_marian', *SMALL]!r} + ['model.pretrained=' + sys.argv[1], 'paths.output_dir=/tmp', 'paths.data_dir=/tmp'])\n"
         "task = load_translation_task(cfg)\n"
         "r = task.evaluate()\n"
         "print(json.dumps({'bleu': r.score, 'hyps': r.per_example['hypotheses']}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "model")], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "model")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     reloaded = json.loads(out.stdout.strip().splitlines()[-1])
     saved = json.loads((tmp_path / "translations.test.json").read_text())
@@ -155,7 +181,7 @@ def test_train_save_and_reload_in_a_fresh_process_reproduces_bleu(tmp_path):
 
 @pytest.mark.slow
 def test_checkpoint_reload_matches_the_saved_model(tmp_path):
-    from headprune.tasks.mt import load_translation_task, train
+    from headprune.tasks.mt.task import load_translation_task, train
 
     cfg = mt_cfg(tmp_path)
     train(cfg)
@@ -166,7 +192,7 @@ def test_checkpoint_reload_matches_the_saved_model(tmp_path):
 
 
 def test_pretrained_dir_without_tokenizer_is_a_clear_error(tmp_path):
-    from headprune.tasks.mt import load_translation_task
+    from headprune.tasks.mt.task import load_translation_task
 
     (tmp_path / "bare").mkdir()
     (tmp_path / "bare" / "config.json").write_text("{}")
@@ -175,7 +201,7 @@ def test_pretrained_dir_without_tokenizer_is_a_clear_error(tmp_path):
 
 
 def test_importance_scores_cover_all_three_groups(task):
-    from headprune.importance import importance_scores
+    from headprune.scoring.importance import importance_scores
 
     scores = importance_scores(task.model, task.gates, task.importance_batches())
     assert {g: tuple(s.shape) for g, s in scores.items()} == {"enc_self": (2, 4), "enc_dec": (2, 4), "dec_self": (2, 4)}

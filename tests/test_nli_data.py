@@ -1,4 +1,5 @@
 """NLIDataModule: file formats, clear errors, splits, the importance subset, padding and length grouping."""
+
 from __future__ import annotations
 
 import gzip
@@ -8,23 +9,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from headprune.data.nli import LengthGroupedSampler, NLIDataConfig, NLIDataModule
-from headprune.data.nli_files import NLIDataError, read_jsonl, read_tsv
-from headprune.data.synthetic_nli import synthetic_splits
+from headprune.tasks.nli.data import LengthGroupedSampler, NLIDataConfig, NLIDataModule
+from headprune.tasks.nli.files import NLIDataError, read_jsonl, read_tsv
+from headprune.tasks.nli.synthetic import synthetic_splits
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from headprune.models import resolve_pretrained
     from transformers import AutoTokenizer
+
+    from headprune.models.sources import resolve_pretrained
 
     return AutoTokenizer.from_pretrained(resolve_pretrained("minilm"))
 
 
 def _rows(n, offset=0):
     labels = ["entailment", "neutral", "contradiction"]
-    return [{"premise": f"A man number {i + offset} walks {'far ' * (i % 7)}away.", "hypothesis": f"Someone walks {i}.",
-             "label": labels[i % 3]} for i in range(n)]
+    return [
+        {"premise": f"A man number {i + offset} walks {'far ' * (i % 7)}away.", "hypothesis": f"Someone walks {i}.", "label": labels[i % 3]}
+        for i in range(n)
+    ]
 
 
 def _write_jsonl(path, rows, gz=False):
@@ -37,8 +41,20 @@ def _write_jsonl(path, rows, gz=False):
     return path
 
 
-GLUE_HEADER = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-               "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
+GLUE_HEADER = [
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+    "label1",
+    "gold_label",
+]
 
 
 def data_values(values: dict) -> dict:
@@ -58,8 +74,9 @@ def data_values(values: dict) -> dict:
 def _write_glue_tsv(path, rows):
     lines = ["\t".join(GLUE_HEADER)]
     for i, r in enumerate(rows):
-        lines.append("\t".join([str(i), "1", f"{i}e", "fiction", "(x)", "(y)", "(X)", "(Y)", r["premise"], r["hypothesis"],
-                                r["label"], r["label"]]))
+        lines.append(
+            "\t".join([str(i), "1", f"{i}e", "fiction", "(x)", "(y)", "(X)", "(Y)", r["premise"], r["hypothesis"], r["label"], r["label"]])
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -108,7 +125,9 @@ def test_unknown_label_lists_valid_ones(tmp_path):
     rows = _rows(3)
     rows[2]["label"] = "maybe"
     path = _write_jsonl(tmp_path / "train.jsonl", rows)
-    with pytest.raises(NLIDataError, match=r"train\.jsonl:3: unknown label 'maybe'; valid labels are entailment \(0\), neutral \(1\), contradiction \(2\)"):
+    with pytest.raises(
+        NLIDataError, match=r"train\.jsonl:3: unknown label 'maybe'; valid labels are entailment \(0\), neutral \(1\), contradiction \(2\)"
+    ):
         read_jsonl(path)
 
 
@@ -150,8 +169,19 @@ def test_local_splits_limits_and_importance_holdout(tmp_path, tokenizer):
 
 
 def test_dynamic_padding_and_eval_loader_order(tokenizer):
-    dm = NLIDataModule(NLIDataConfig.from_cfg(data_values({"source": "synthetic", "importance_size": 10, "eval_batch_size": 64,
-                                               "synthetic": {"seed": 1, "train_size": 90, "eval_size": 60, "mismatched_size": 30}})), tokenizer)
+    dm = NLIDataModule(
+        NLIDataConfig.from_cfg(
+            data_values(
+                {
+                    "source": "synthetic",
+                    "importance_size": 10,
+                    "eval_batch_size": 64,
+                    "synthetic": {"seed": 1, "train_size": 90, "eval_size": 60, "mismatched_size": 30},
+                }
+            )
+        ),
+        tokenizer,
+    )
     seen = []
     for batch in dm.loader("eval"):
         lengths = batch["attention_mask"].sum(1)
@@ -166,7 +196,7 @@ def test_length_grouped_sampler_shards_and_groups():
     lengths = torch.randint(5, 120, (1000,), generator=gen).tolist()
     one = list(LengthGroupedSampler(lengths, batch_size=8, megabatch=10, seed=3))
     assert sorted(one) == list(range(1000))
-    batches = [one[i:i + 8] for i in range(0, 1000, 8)]
+    batches = [one[i : i + 8] for i in range(0, 1000, 8)]
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
     assert spread < 15  # random batches would spread over ~90
     ranks = [list(LengthGroupedSampler(lengths, batch_size=8, num_replicas=2, rank=r, seed=3)) for r in (0, 1)]
@@ -177,7 +207,10 @@ def test_length_grouped_sampler_shards_and_groups():
 
 
 def test_synthetic_is_deterministic_and_disjoint():
-    a, b = synthetic_splits(seed=5, train_size=300, eval_size=60, mismatched_size=30), synthetic_splits(seed=5, train_size=300, eval_size=60, mismatched_size=30)
+    a, b = (
+        synthetic_splits(seed=5, train_size=300, eval_size=60, mismatched_size=30),
+        synthetic_splits(seed=5, train_size=300, eval_size=60, mismatched_size=30),
+    )
     assert a == b
     assert synthetic_splits(seed=6, train_size=300)["train"] != a["train"]
     pairs = set(zip(a["train"]["premise"], a["train"]["hypothesis"]))
@@ -193,8 +226,11 @@ def test_hub_source_maps_glue_splits(monkeypatch, tokenizer):
     def fake_load(path, name, split):
         asked.append((path, name, split))
         rows = _rows(30 if split == "train" else 6)
-        return {"premise": [r["premise"] for r in rows], "hypothesis": [r["hypothesis"] for r in rows],
-                "label": [["entailment", "neutral", "contradiction"].index(r["label"]) for r in rows]}
+        return {
+            "premise": [r["premise"] for r in rows],
+            "hypothesis": [r["hypothesis"] for r in rows],
+            "label": [["entailment", "neutral", "contradiction"].index(r["label"]) for r in rows],
+        }
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     dm = NLIDataModule(NLIDataConfig.from_cfg(data_values({"source": "hub", "importance_size": 5})), tokenizer)

@@ -4,6 +4,7 @@ The slowest NLI test (about 2-3 minutes on 2 shared CPU cores): it runs the real
 overrides but the run directory, so it guards the whole pipeline (config, data, Lightning, W&B
 offline logging, saving, the exact re-evaluation).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,14 @@ BOUND_S = 600  # generous: the target is 3 minutes on an idle 2-core machine; 5 
 
 def test_synthetic_finetune_reaches_95_percent(tmp_path):
     cli = Path(sys.executable).parent / "headprune"
-    command = [str(cli) if cli.exists() else sys.executable, *([] if cli.exists() else ["-m", "headprune.cli"]),
-               "experiment=nli_finetune", "data=nli_synthetic", "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp_path}"]
+    command = [
+        str(cli) if cli.exists() else sys.executable,
+        *([] if cli.exists() else ["-m", "headprune.cli"]),
+        "experiment=nli_finetune",
+        "data=nli_synthetic",
+        "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={tmp_path}",
+    ]
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     start = time.perf_counter()
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

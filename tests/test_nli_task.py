@@ -1,4 +1,5 @@
 """NLIModule on a tiny BERT and the synthetic set: evaluation under masks, importance batches, fit/save/load, resume, errors."""
+
 from __future__ import annotations
 
 import json
@@ -9,13 +10,18 @@ import sys
 import lightning as L
 import pytest
 import torch
+from experiment_helpers import CONF, ROOT, training_cfg
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-from experiment_helpers import CONF, ROOT, training_cfg
-
-SMALL = ["data=nli_synthetic", "data.synthetic.train_size=240", "data.synthetic.eval_size=60",
-         "data.synthetic.mismatched_size=30", "data.importance_size=20", "data.batch_size=16"]
+SMALL = [
+    "data=nli_synthetic",
+    "data.synthetic.train_size=240",
+    "data.synthetic.eval_size=60",
+    "data.synthetic.mismatched_size=30",
+    "data.importance_size=20",
+    "data.batch_size=16",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -34,14 +40,14 @@ def nli_cfg(tmp_path, *overrides):
 
 @pytest.fixture(scope="module")
 def task(tmp_path_factory):
-    from headprune.tasks.nli import load_nli_task
+    from headprune.tasks.nli.task import load_nli_task
 
     torch.manual_seed(0)
     return load_nli_task(nli_cfg(tmp_path_factory.mktemp("task")))
 
 
 def test_evaluate_under_masks_and_pruning(task):
-    from headprune.pruning import prune_mask
+    from headprune.core.pruning import prune_mask
 
     base = task.evaluate()
     assert base.metric == "accuracy" and base.n == 60 and len(base.per_example["correct"]) == 60
@@ -84,7 +90,7 @@ def test_importance_batches_are_the_training_subset(task):
 
 @pytest.mark.slow
 def test_finetune_save_and_reload_in_fresh_process(tmp_path):
-    from headprune.tasks.nli import finetune
+    from headprune.tasks.nli.task import finetune
 
     cfg = nli_cfg(tmp_path, "trainer.max_epochs=2", "task.lr=1e-3")
     metrics = finetune(cfg)
@@ -94,14 +100,15 @@ def test_finetune_save_and_reload_in_fresh_process(tmp_path):
     assert (tmp_path / "checkpoints" / "last.ckpt").exists() and (tmp_path / "model" / "config.json").exists()
     code = (
         "import json, sys; sys.argv = sys.argv[:1]; sys.path.insert(0, 'tests')\n"
-        "from test_nli_task import nli_cfg\nfrom headprune.tasks.nli import load_nli_task\n"
+        "from test_nli_task import nli_cfg\nfrom headprune.tasks.nli.task import load_nli_task\n"
         "from omegaconf import open_dict\nfrom pathlib import Path\n"
         f"cfg = nli_cfg(Path({str(tmp_path / 'fresh')!r}), 'model.pretrained={tmp_path / 'model'}')\n"
         "t = load_nli_task(cfg)\n"
         "print(json.dumps({s: t.evaluate(split=s).per_example['correct'] for s in t.eval_splits}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     fresh = json.loads(out.stdout.strip().splitlines()[-1])
     assert sum(fresh["eval"]) == results["eval/correct"] and sum(fresh["eval_mismatched"]) == results["eval_mismatched/correct"]
@@ -125,7 +132,7 @@ NO_DROPOUT = ["+model.config.hidden_dropout_prob=0", "+model.config.attention_pr
 @pytest.mark.slow
 def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, monkeypatch):
     from headprune import training
-    from headprune.tasks.nli import finetune
+    from headprune.tasks.nli.task import finetune
 
     straight = finetune(nli_cfg(tmp_path / "straight", "trainer.max_epochs=2", *NO_DROPOUT))
     original_fit = training.fit
@@ -142,23 +149,30 @@ def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, monkeypat
         torch.testing.assert_close(a[key], b[key], msg=key)  # same data order, optimizer and schedule state
 
 
-@pytest.mark.parametrize("override, error, message", [
-    (["task.lr=fast"], ValueError, "task.lr, task.weight_decay and task.warmup_ratio must be numbers"),
-    (["+task.learning_rate=1e-4"], ValueError, r"unknown task setting\(s\) \['learning_rate'\]"),
-    (["data.source=web"], ValueError, "data.source='web' is not one of"),
-    (["data.batch_size=0"], ValueError, "data.batch_size must be a positive integer"),
-    (["model.pretrained=/no/such/model"], FileNotFoundError, "model.pretrained=/no/such/model does not exist"),
-    (["data.source=local", "data.dir=/no/such/dir"], FileNotFoundError, r"no file for the 'train' split: looked for train.jsonl.*does not exist"),
-])
+@pytest.mark.parametrize(
+    "override, error, message",
+    [
+        (["task.lr=fast"], ValueError, "task.lr, task.weight_decay and task.warmup_ratio must be numbers"),
+        (["+task.learning_rate=1e-4"], ValueError, r"unknown task setting\(s\) \['learning_rate'\]"),
+        (["data.source=web"], ValueError, "data.source='web' is not one of"),
+        (["data.batch_size=0"], ValueError, "data.batch_size must be a positive integer"),
+        (["model.pretrained=/no/such/model"], FileNotFoundError, "model.pretrained=/no/such/model does not exist"),
+        (
+            ["data.source=local", "data.dir=/no/such/dir"],
+            FileNotFoundError,
+            r"no file for the 'train' split: looked for train.jsonl.*does not exist",
+        ),
+    ],
+)
 def test_bad_overrides_give_clear_errors(tmp_path, override, error, message):
-    from headprune.tasks.nli import load_nli_task
+    from headprune.tasks.nli.task import load_nli_task
 
     with pytest.raises(error, match=message):
         load_nli_task(nli_cfg(tmp_path, *override))
 
 
 def test_no_data_and_unbounded_schedule_errors(tmp_path):
-    from headprune.tasks.nli import finetune, load_nli_task
+    from headprune.tasks.nli.task import finetune, load_nli_task
 
     cfg = nli_cfg(tmp_path)
     with open_dict(cfg):
@@ -171,10 +185,11 @@ def test_no_data_and_unbounded_schedule_errors(tmp_path):
 
 def test_experiment_composes_with_local_mnli_default():
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=["experiment=nli_finetune", "trainer.max_epochs=1", "data.limit_train=20000"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config", overrides=["experiment=nli_finetune", "trainer.max_epochs=1", "data.limit_train=20000"], return_hydra_config=True
+        )
     assert cfg.data.source == "local" and cfg.data.limit_train == 20000 and cfg.trainer.max_epochs == 1
-    assert cfg.model.name == "minilm" and cfg.logger.kind == "wandb" and cfg.run == "headprune.tasks.nli.finetune"
+    assert cfg.model.name == "minilm" and cfg.logger.kind == "wandb" and cfg.run == "headprune.tasks.nli.task.finetune"
     from omegaconf import OmegaConf
 
     assert OmegaConf.to_container(cfg.data)["dir"] == "${paths.data_dir}/mnli"  # ../shared/data/mnli unless overridden

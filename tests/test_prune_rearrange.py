@@ -1,10 +1,10 @@
 """Mask rearrangement in the prune experiment: Pareto points with and without, counts kept, the CLI."""
+
 from __future__ import annotations
 
 import sys
 
 import torch
-
 from experiment_helpers import NLI, make_cfg, results, task_fixtures
 
 from headprune.experiments import prune
@@ -14,18 +14,31 @@ task, shared_task = task_fixtures(TASK)
 
 
 def test_both_rearrangements_for_fractions_and_recoveries(shared_task, tmp_path):
-    from headprune.importance import fisher_blocks
-    from headprune.rearrange import quadratic_form
-    from headprune.render import pareto_rows
+    from headprune.scoring.importance import fisher_blocks
+    from headprune.selection.rearrange import quadratic_form
+    from headprune.viz.tables import pareto_rows
 
-    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.fractions=[0.25,0.5]", "prune.recover=[none,lsq]",
-                   "prune.rearrange=both", "prune.recover_examples=16")
+    cfg = make_cfg(
+        tmp_path,
+        "prune",
+        TASK,
+        "prune.order=fisher",
+        "prune.fractions=[0.25,0.5]",
+        "prune.recover=[none,lsq]",
+        "prune.rearrange=both",
+        "prune.recover_examples=16",
+    )
     prune.run(cfg)
     payload = results(tmp_path)
     points = payload["results"]["points"]
     names = pareto_rows(payload["results"])[1]
-    assert [row[0] for row in names] == ["unpruned", *["fisher"] * 2, *["fisher+lsq"] * 2, *["fisher+rearrange"] * 2,
-                                         *["fisher+rearrange+lsq"] * 2]
+    assert [row[0] for row in names] == [
+        "unpruned",
+        *["fisher"] * 2,
+        *["fisher+lsq"] * 2,
+        *["fisher+rearrange"] * 2,
+        *["fisher+rearrange+lsq"] * 2,
+    ]
     blocks = fisher_blocks(shared_task.model, shared_task.gates, shared_task.importance_batches())
     plain = {p["step"]: p for p in points[1:] if not p["rearranged"] and p["recovery"] == "none"}
     for p in points[1:]:
@@ -65,8 +78,18 @@ def test_rearrange_from_the_command_line(tmp_path, monkeypatch):
     from headprune import cli
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    argv = ["headprune", "experiment=prune", *NLI, "logger=none", "device=cpu", "prune.order=fisher", "prune.rearrange=true",
-            "prune.fractions=[0.5]", f"hydra.run.dir={tmp_path}/run", f"paths.data_dir={tmp_path}/data"]
+    argv = [
+        "headprune",
+        "experiment=prune",
+        *NLI,
+        "logger=none",
+        "device=cpu",
+        "prune.order=fisher",
+        "prune.rearrange=true",
+        "prune.fractions=[0.5]",
+        f"hydra.run.dir={tmp_path}/run",
+        f"paths.data_dir={tmp_path}/data",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     try:
         cli.main()
@@ -74,4 +97,6 @@ def test_rearrange_from_the_command_line(tmp_path, monkeypatch):
         assert not exit_.code
     points = results(tmp_path / "run")["results"]["points"]
     assert [(p["order"], p.get("rearranged"), p["recovery"], p["step"]) for p in points] == [
-        ("unpruned", None, "none", "0%"), ("fisher", True, "none", "50%")]
+        ("unpruned", None, "none", "0%"),
+        ("fisher", True, "none", "50%"),
+    ]

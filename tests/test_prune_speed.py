@@ -1,4 +1,5 @@
 """Pruning for speed through the prune experiment and the study: fisher order, targets, recovery, schedule, Pareto rows."""
+
 from __future__ import annotations
 
 import copy
@@ -6,7 +7,6 @@ import sys
 
 import pytest
 import torch
-
 from experiment_helpers import NLI, make_cfg, results, task_fixtures
 
 from headprune.experiments import prune, study
@@ -24,7 +24,7 @@ def points_of(tmp_path) -> list[dict]:
 
 def test_fisher_order_is_the_fisher_of_the_gates(shared_task):
     from headprune.experiments.orders import ORDERS, OrderSettings
-    from headprune.importance import fisher_scores
+    from headprune.scoring.importance import fisher_scores
 
     settings = OrderSettings(importance=None, seed=0, ablation_split=None, n_samples=None)
     direct = fisher_scores(shared_task.model, shared_task.gates, shared_task.importance_batches())
@@ -39,13 +39,18 @@ def test_fisher_order_is_the_fisher_of_the_gates(shared_task):
 
 
 def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path):
-    from headprune.render import pareto_rows, pareto_table
+    from headprune.viz.tables import pareto_rows, pareto_table
 
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=[importance,fisher]", "prune.target={speedup:1.05}", "prune.recover=[none,lsq]")
     prune.run(cfg)
     points = points_of(tmp_path)
-    assert [(p["order"], p["recovery"]) for p in points] == [("unpruned", "none"), ("importance", "none"), ("importance", "lsq"),
-                                                             ("fisher", "none"), ("fisher", "lsq")]
+    assert [(p["order"], p["recovery"]) for p in points] == [
+        ("unpruned", "none"),
+        ("importance", "none"),
+        ("importance", "lsq"),
+        ("fisher", "none"),
+        ("fisher", "lsq"),
+    ]
     for p in points[1:]:
         assert p["predicted_speedup"] >= 1.05 and p["target"] == {"speedup": 1.05} and p["heads_pruned"] > 0
         assert 0 < p["flops_kept"] < 1 and p["score"] is not None and p["mask"]
@@ -56,9 +61,9 @@ def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path)
 
 
 def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(shared_task, tmp_path):
+    from headprune.core.pruning import prune_mask
     from headprune.experiments.prune_speed import recovered_model, recovery_batches
-    from headprune.ordering import masks_for_fractions
-    from headprune.pruning import prune_mask
+    from headprune.selection.greedy import masks_for_fractions
 
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.recover=lsq")
     scores = {g: torch.rand(l, h, generator=torch.Generator().manual_seed(1)) for g, (l, h) in shared_task.gates.groups.items()}
@@ -99,8 +104,19 @@ def test_finetune_recovery_trains_on_the_training_split_and_logs_every_step(shar
         return original(self, examples, seed)
 
     monkeypatch.setattr(type(shared_task), "training_batches", spy)
-    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.fractions=0.25", "prune.recover=finetune", "logger=csv",
-                   "prune.finetune.max_steps=3", "prune.finetune.examples=40", "prune.finetune.decay=true", "prune.finetune.warmup=0.3")
+    cfg = make_cfg(
+        tmp_path,
+        "prune",
+        TASK,
+        "prune.order=fisher",
+        "prune.fractions=0.25",
+        "prune.recover=finetune",
+        "logger=csv",
+        "prune.finetune.max_steps=3",
+        "prune.finetune.examples=40",
+        "prune.finetune.decay=true",
+        "prune.finetune.warmup=0.3",
+    )
     prune.run(cfg)
     points = points_of(tmp_path)
     assert drawn == [(40, 0)]
@@ -114,8 +130,17 @@ def test_a_schedule_fine_tunes_each_round_on_a_new_draw(shared_task, tmp_path, m
     drawn = []
     original = type(shared_task).training_batches
     monkeypatch.setattr(type(shared_task), "training_batches", lambda self, n, seed=0: drawn.append(seed) or original(self, n, seed))
-    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.schedule=[0.25,0.5]", "prune.recover=finetune",
-                   "prune.finetune.max_steps=2", "prune.finetune.examples=16", "prune.finetune.seed=5")
+    cfg = make_cfg(
+        tmp_path,
+        "prune",
+        TASK,
+        "prune.order=fisher",
+        "prune.schedule=[0.25,0.5]",
+        "prune.recover=finetune",
+        "prune.finetune.max_steps=2",
+        "prune.finetune.examples=16",
+        "prune.finetune.seed=5",
+    )
     prune.run(cfg)
     assert drawn == [5, 6]
     assert [p["step"] for p in points_of(tmp_path)] == ["0%", "25%", "50%"]
@@ -123,8 +148,8 @@ def test_a_schedule_fine_tunes_each_round_on_a_new_draw(shared_task, tmp_path, m
 
 def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_path, monkeypatch):
     """Generation speed depends on the weights: a recovered point is timed on its own recovered, physically pruned model."""
+    from headprune.core.pruning import pruning_record
     from headprune.experiments import speed as speed_experiment
-    from headprune.pruning import pruning_record
 
     timed = []
     original = speed_experiment.speed_stage
@@ -134,9 +159,22 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
         return original(*args, pruned_model=pruned_model, **kwargs)
 
     monkeypatch.setattr(speed_experiment, "speed_stage", spy)
-    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.fractions=0.25", "prune.recover=[none,lsq,finetune]",
-                   "prune.finetune.max_steps=1", "prune.recover_examples=16", "prune.measure_speed=true", "speed.batch_sizes=[2]",
-                   "speed.examples=4", "speed.repeats=1", "speed.warmup=1", "speed.max_seconds=0")
+    cfg = make_cfg(
+        tmp_path,
+        "prune",
+        TASK,
+        "prune.order=fisher",
+        "prune.fractions=0.25",
+        "prune.recover=[none,lsq,finetune]",
+        "prune.finetune.max_steps=1",
+        "prune.recover_examples=16",
+        "prune.measure_speed=true",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+        "speed.max_seconds=0",
+    )
     prune.run(cfg)
     points = points_of(tmp_path)
     assert timed[0] is None and all(n for n in timed[1:]) and len(timed) == 3
@@ -144,8 +182,19 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
 
 
 def test_measured_speed_alone_gives_pareto_points(shared_task, tmp_path):
-    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=importance", "prune.fractions=0.25", "prune.measure_speed=true",
-                   "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1", "speed.max_seconds=0")
+    cfg = make_cfg(
+        tmp_path,
+        "prune",
+        TASK,
+        "prune.order=importance",
+        "prune.fractions=0.25",
+        "prune.measure_speed=true",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+        "speed.max_seconds=0",
+    )
     prune.run(cfg)
     points = points_of(tmp_path)
     assert [p["order"] for p in points] == ["unpruned", "importance"] and all("measured" in p for p in points)
@@ -155,7 +204,9 @@ def test_training_batches_are_seeded_draws_of_the_training_split(shared_task):
     first, again, other = (shared_task.training_batches(20, seed=s) for s in (0, 0, 1))
     assert sum(len(b["labels"]) for b in first) == 20
     assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, again))
-    assert not all(a["input_ids"].shape == b["input_ids"].shape and torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, other))
+    assert not all(
+        a["input_ids"].shape == b["input_ids"].shape and torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, other)
+    )
     assert "idx" not in first[0]
     shared_task.per_example_loss(first[0])  # model inputs the task's loss accepts
 
@@ -173,12 +224,15 @@ def test_max_drop_target_is_chosen_on_the_selection_split(shared_task, tmp_path,
     prune.run(cfg)
     points = points_of(tmp_path)
     assert results(tmp_path)["results"]["selection_split"] == "importance"
-    assert "importance" in seen and points[1]["heads_pruned"] == shared_task.gates.num_heads - 2  # all may go but the last head per layer (it saves nothing)
+    assert (
+        "importance" in seen and points[1]["heads_pruned"] == shared_task.gates.num_heads - 2
+    )  # all may go but the last head per layer (it saves nothing)
 
 
 def test_schedule_prunes_recovers_and_prunes_more(shared_task, tmp_path):
-    cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.schedule=[0.25,0.5]", "prune.recover=lsq",
-                   "prune.recover_examples=32")
+    cfg = make_cfg(
+        tmp_path, "prune", TASK, "prune.order=fisher", "prune.schedule=[0.25,0.5]", "prune.recover=lsq", "prune.recover_examples=32"
+    )
     prune.run(cfg)
     points = points_of(tmp_path)
     assert [(p["step"], p["heads_pruned"]) for p in points] == [("0%", 0), ("25%", 2), ("50%", 4)]
@@ -187,16 +241,28 @@ def test_schedule_prunes_recovers_and_prunes_more(shared_task, tmp_path):
 
 
 def test_latency_cost_is_cached_in_the_run_dir_and_speed_is_measured(shared_task, tmp_path, monkeypatch):
-    from headprune import latency
-    from headprune.costs import CostModel
+    from headprune.selection import latency
+    from headprune.selection.costs import CostModel
 
     def steady_tables(model, inputs, device="cpu", **kwargs):  # a tiny model's timings are noise: a fixed seconds table
         return CostModel("seconds", 1.0, {"enc_self": torch.arange(5.0).clamp(min=1).repeat(2, 1) / 10})
 
     monkeypatch.setattr(latency, "measure_latency_model", steady_tables)
-    cfg = make_cfg(tmp_path, "prune", TASK, "prune.target={speedup:1.05}", "prune.cost=latency", "prune.seq_len=16",
-                   "prune.measure_speed=true", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2", "speed.max_repeats=2",
-                   "speed.warmup=1", "speed.max_seconds=5")
+    cfg = make_cfg(
+        tmp_path,
+        "prune",
+        TASK,
+        "prune.target={speedup:1.05}",
+        "prune.cost=latency",
+        "prune.seq_len=16",
+        "prune.measure_speed=true",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=2",
+        "speed.max_repeats=2",
+        "speed.warmup=1",
+        "speed.max_seconds=5",
+    )
     prune.run(cfg)
     points = points_of(tmp_path)
     assert list((tmp_path / "latency").glob("latency-*.json"))
@@ -205,23 +271,44 @@ def test_latency_cost_is_cached_in_the_run_dir_and_speed_is_measured(shared_task
 
 
 def test_pareto_front_marks_undominated_points():
-    from headprune.render import pareto_front
+    from headprune.viz.tables import pareto_front
 
-    points = [{"score": 80, "predicted_speedup": 1.0}, {"score": 79, "predicted_speedup": 1.3}, {"score": 78, "predicted_speedup": 1.2},
-              {"score": 70, "predicted_speedup": 1.3, "measured": {"speedup": 1.5}}]
+    points = [
+        {"score": 80, "predicted_speedup": 1.0},
+        {"score": 79, "predicted_speedup": 1.3},
+        {"score": 78, "predicted_speedup": 1.2},
+        {"score": 70, "predicted_speedup": 1.3, "measured": {"speedup": 1.5}},
+    ]
     assert pareto_front(points) == [True, True, False, True]
     assert pareto_front(points, higher_is_better=False) == [False, False, False, True]
 
 
 def test_pareto_runs_merge_into_one_table_with_one_unpruned_row():
-    from headprune.render import merged_pareto, pareto_table
+    from headprune.viz.tables import merged_pareto, pareto_table
 
     def run(order, score):
-        unpruned = {"order": "unpruned", "recovery": "none", "step": "0%", "heads_pruned": 0, "heads_total": 4, "score": 80.0,
-                    "predicted_speedup": 1.0, "flops_kept": 1.0}
+        unpruned = {
+            "order": "unpruned",
+            "recovery": "none",
+            "step": "0%",
+            "heads_pruned": 0,
+            "heads_total": 4,
+            "score": 80.0,
+            "predicted_speedup": 1.0,
+            "flops_kept": 1.0,
+        }
         point = {**unpruned, "order": order, "step": "50%", "heads_pruned": 2, "score": score, "predicted_speedup": 1.2, "flops_kept": 0.8}
-        return {"results": {"metric": "accuracy", "split": "eval", "n_examples": 10, "base_score": 80.0, "cost": "flops",
-                            "selection_split": "importance", "points": [unpruned, point]}}
+        return {
+            "results": {
+                "metric": "accuracy",
+                "split": "eval",
+                "n_examples": 10,
+                "base_score": 80.0,
+                "cost": "flops",
+                "selection_split": "importance",
+                "points": [unpruned, point],
+            }
+        }
 
     timed = run("fisher", 70.0)
     timed["results"]["points"][1].update(mask={"enc_self": [[1, 0]]}, measured={"speedup": 1.3, "examples_per_s": 13.0})
@@ -244,8 +331,19 @@ def test_target_and_recovery_from_the_command_line(tmp_path, monkeypatch):
     from headprune import cli
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    argv = ["headprune", "experiment=prune", *NLI, "logger=none", "device=cpu", "prune.order=fisher", "prune.target={speedup:1.05}",
-            "prune.recover=lsq", "prune.recover_examples=16", f"hydra.run.dir={tmp_path}/run", f"paths.data_dir={tmp_path}/data"]
+    argv = [
+        "headprune",
+        "experiment=prune",
+        *NLI,
+        "logger=none",
+        "device=cpu",
+        "prune.order=fisher",
+        "prune.target={speedup:1.05}",
+        "prune.recover=lsq",
+        "prune.recover_examples=16",
+        f"hydra.run.dir={tmp_path}/run",
+        f"paths.data_dir={tmp_path}/data",
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     try:
         cli.main()
@@ -255,9 +353,20 @@ def test_target_and_recovery_from_the_command_line(tmp_path, monkeypatch):
 
 
 def test_study_adds_a_pareto_stage(tmp_path):
-    over = ["study.n_samples=20", "prune.step=0.5", "prune.order=[importance,fisher]", "prune.target={speedup:1.05}", "prune.recover=lsq",
-            "prune.recover_examples=16", "study.extra_splits=[]", "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1",
-            "speed.warmup=1", "study.train=false"]
+    over = [
+        "study.n_samples=20",
+        "prune.step=0.5",
+        "prune.order=[importance,fisher]",
+        "prune.target={speedup:1.05}",
+        "prune.recover=lsq",
+        "prune.recover_examples=16",
+        "study.extra_splits=[]",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+        "study.train=false",
+    ]
     study.run(make_cfg(tmp_path, "study", TASK, *over))
     payload = results(tmp_path)
     points = payload["results"]["pareto"]["points"]
@@ -276,8 +385,9 @@ def test_seq2seq_target_with_every_recovery(mt_task, tmp_path, monkeypatch):
     from headprune.tasks import registry
 
     monkeypatch.setattr(registry, "load_task", lambda cfg: mt_task)
-    cfg = make_cfg(tmp_path, "prune", "mt", "prune.order=fisher", "prune.target={speedup:1.1}", "prune.recover=[none,lsq,finetune]",
-                   *QUICK_FINETUNE)
+    cfg = make_cfg(
+        tmp_path, "prune", "mt", "prune.order=fisher", "prune.target={speedup:1.1}", "prune.recover=[none,lsq,finetune]", *QUICK_FINETUNE
+    )
     prune.run(cfg)
     points = points_of(tmp_path)
     assert [p["recovery"] for p in points] == ["none", "none", "lsq", "finetune"]
@@ -292,13 +402,26 @@ def test_decoder_only_lm_with_a_drop_target_and_a_schedule(tmp_path):
     """Perplexity (lower is better): a max_drop target on the held-out texts, and a schedule of targets with lsq."""
     from experiment_helpers import compose_cfg
 
-    lm = ["experiment=prune", "model=tiny_llama", "data=lm_synthetic", "data.synthetic.sizes.eval=24", "data.synthetic.sizes.importance=40",
-          "data.synthetic.sizes.heldout=8", "data.eval_batch_size=7", "logger=none", "device=cpu", "prune.order=fisher"]
+    lm = [
+        "experiment=prune",
+        "model=tiny_llama",
+        "data=lm_synthetic",
+        "data.synthetic.sizes.eval=24",
+        "data.synthetic.sizes.importance=40",
+        "data.synthetic.sizes.heldout=8",
+        "data.eval_batch_size=7",
+        "logger=none",
+        "device=cpu",
+        "prune.order=fisher",
+    ]
     prune.run(compose_cfg(tmp_path / "drop", [*lm, "prune.target={max_drop:0.5}"]))
     payload = results(tmp_path / "drop")["results"]
     assert payload["higher_is_better"] is False and payload["selection_split"] != payload["split"] == "eval"
-    prune.run(compose_cfg(tmp_path / "schedule", [*lm, "prune.schedule=[{speedup:1.05},{speedup:1.1}]", "prune.recover=lsq",
-                                                  "prune.recover_examples=16"]))
+    prune.run(
+        compose_cfg(
+            tmp_path / "schedule", [*lm, "prune.schedule=[{speedup:1.05},{speedup:1.1}]", "prune.recover=lsq", "prune.recover_examples=16"]
+        )
+    )
     points = points_of(tmp_path / "schedule")
     assert [p["step"] for p in points] == ["0%", "speedup=1.05", "speedup=1.1"]
     assert points[1]["predicted_speedup"] >= 1.05 and points[2]["predicted_speedup"] >= 1.1
@@ -306,13 +429,23 @@ def test_decoder_only_lm_with_a_drop_target_and_a_schedule(tmp_path):
 
 def test_speed_experiment_checks_a_pareto_point_beside_its_target(shared_task, tmp_path):
     from headprune.experiments import speed
-    from headprune.render import speed_table
     from headprune.validation import validate
+    from headprune.viz.tables import speed_table
 
     prune.run(make_cfg(tmp_path / "p", "prune", TASK, "prune.order=fisher", "prune.target={speedup:1.05}", "prune.recover=[none,lsq]"))
     point = points_of(tmp_path / "p")[2]
-    cfg = make_cfg(tmp_path / "s", "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.mask_order=fisher+lsq",
-                   "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2", "speed.max_repeats=2", "speed.warmup=1")
+    cfg = make_cfg(
+        tmp_path / "s",
+        "speed",
+        TASK,
+        f"speed.mask_file={tmp_path / 'p' / 'results.json'}",
+        "speed.mask_order=fisher+lsq",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=2",
+        "speed.max_repeats=2",
+        "speed.warmup=1",
+    )
     validate(cfg)  # the mask file's Pareto masks are checked before any work
     speed.run(cfg)
     payload = results(tmp_path / "s")

@@ -1,17 +1,18 @@
 """Fine-tune recovery and the iterative schedule on a tiny random BERT with synthetic data (a few steps)."""
+
 import copy
 
 import pytest
 import torch
 from conftest import tiny_bert
 
-from headprune.heads import HeadGates
-from headprune.importance import per_example_loss
-from headprune.pruning import prune_heads, pruning_record
-from headprune.importance import model_inputs
-from headprune.recovery import lsq_recoverer
-from headprune.recovery_finetune import RecoveryModule, distillation_loss, finetune_recover, finetune_recoverer
-from headprune.schedule import iterative_prune
+from headprune.core.gates import HeadGates
+from headprune.core.inputs import model_inputs
+from headprune.core.pruning import prune_heads, pruning_record
+from headprune.lightning.finetune import RecoveryModule, distillation_loss, finetune_recover, finetune_recoverer
+from headprune.scoring.importance import per_example_loss
+from headprune.selection.lsq import lsq_recoverer
+from headprune.selection.schedule import iterative_prune
 
 
 def _synthetic(n_batches=4, batch=8, length=10, seed=0):
@@ -86,8 +87,9 @@ def test_iterative_schedule_rescores_recovers_and_nests_masks():
 def test_iterative_schedule_with_finetune_recovery():
     model = tiny_bert()
     batches = _synthetic(n_batches=2)
-    steps = iterative_prune(model, [0.25, 0.5], batches, recover=finetune_recoverer(max_steps=2, lr=1e-3, accelerator="cpu"),
-                            keep_models=False)
+    steps = iterative_prune(
+        model, [0.25, 0.5], batches, recover=finetune_recoverer(max_steps=2, lr=1e-3, accelerator="cpu"), keep_models=False
+    )
     assert [int((s.mask["enc_self"] == 0).sum()) for s in steps] == [3, 6] and steps[-1].model is None
     assert torch.equal(HeadGates(model).present()["enc_self"], steps[-1].mask["enc_self"].bool())
     with pytest.raises(ValueError, match="grow"):
@@ -95,7 +97,7 @@ def test_iterative_schedule_with_finetune_recovery():
 
 
 def test_iterative_schedule_of_speedup_targets():
-    from headprune.costs import flops_cost_model
+    from headprune.selection.costs import flops_cost_model
 
     model = tiny_bert()
     costs = flops_cost_model(model, seq_len=32)
@@ -138,12 +140,13 @@ def test_distillation_loss_ignores_positions_outside_valid():
     far = teacher.clone()
     far[~valid] = 50.0 * torch.randn(int((~valid).sum()), 11, generator=gen)  # huge divergence where not valid
     assert float(distillation_loss(student, far, 1.0, valid)) == pytest.approx(
-        float(distillation_loss(student, teacher, 1.0, valid)), rel=1e-5)
+        float(distillation_loss(student, teacher, 1.0, valid)), rel=1e-5
+    )
     assert float(distillation_loss(student, far, 1.0)) > 1.1 * float(distillation_loss(student, teacher, 1.0, valid))
 
 
 def test_linear_warmup_decay_rises_then_falls_to_zero():
-    from headprune.recovery_finetune import linear_warmup_decay
+    from headprune.lightning.finetune import linear_warmup_decay
 
     factor = linear_warmup_decay(10, 0.2)
     values = [factor(t) for t in range(11)]

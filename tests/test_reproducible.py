@@ -1,11 +1,11 @@
 """The same command twice gives the same model and the same results.json (timestamps and paths aside)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-
 from experiment_helpers import make_cfg
 
 VOLATILE = {"created", "timestamp", "started", "finished", "elapsed_s", "seconds", "output_dir", "run_dir", "load_average"}
@@ -22,7 +22,7 @@ def _stable(value):
 
 @pytest.mark.parametrize("task", ["nli", "mt", "lm"])
 def test_a_fresh_model_is_seeded_from_the_config(tmp_path, task):
-    from headprune.results import model_fingerprint
+    from headprune.results.writer import model_fingerprint
     from headprune.tasks.registry import load_task
 
     prints = []

@@ -1,9 +1,9 @@
 """Every table in docs/results.md is what the committed results files say (make check-results)."""
+
 from pathlib import Path
 
 import pytest
-
-from headprune.docs_tables import TABLES, blocks, render_blocks
+from docs_tables import TABLES, blocks, render_blocks
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -25,8 +25,9 @@ def test_a_study_report_shows_the_docs_tables(tmp_path, study):
     """report.md of a study's run directory holds the same tables as docs/results.md (one renderer)."""
     import shutil
 
-    from headprune.docs_tables import TABLES
-    from headprune.report import build_report
+    from docs_tables import TABLES
+
+    from headprune.viz.report import build_report
 
     source = DOCS / "results" / f"{study}.json"
     if not source.exists():
@@ -38,3 +39,69 @@ def test_a_study_report_shows_the_docs_tables(tmp_path, study):
     assert names
     for name in names:
         assert TABLES[name](DOCS / "results") in report, name
+
+
+def _markdown_tables(text: str) -> list[list[list[str]]]:
+    """Every pipe table of a markdown text as rows of cell texts (the |---| separator row left out)."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _html_tables(page: str) -> list[list[list[str]]]:
+    """Every <table> of an HTML page as rows of cell texts, read by the standard library's HTML parser."""
+    from html.parser import HTMLParser
+
+    class Tables(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables, self.cell = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.tables.append([])
+            elif tag == "tr":
+                self.tables[-1].append([])
+            elif tag in ("td", "th"):
+                self.cell = ""
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th"):
+                self.tables[-1][-1].append(self.cell.strip())
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell += data
+
+    parser = Tables()
+    parser.feed(page)
+    return parser.tables
+
+
+def test_report_html_has_the_tables_of_report_md(tmp_path):
+    """report.html shows each table of report.md with the same rows and cells (no separator row, nothing flattened)."""
+    import shutil
+
+    from headprune.viz.report import build_report
+
+    source = DOCS / "results" / "mnli_study.json"
+    if not source.exists():
+        pytest.skip(f"{source.name} not committed")
+    shutil.copy(source, tmp_path / "results.json")
+    markdown = build_report(tmp_path).read_text()
+    expected = _markdown_tables(markdown)
+    assert len(expected) >= 3
+    found = _html_tables((tmp_path / "report.html").read_text())
+
+    def plain(table):  # markdown emphasis and code marks are rendered, not shown
+        return [[c.replace("**", "").replace("`", "") for c in row] for row in table]
+
+    assert [plain(t) for t in found] == [plain(t) for t in expected]

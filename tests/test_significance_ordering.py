@@ -1,14 +1,22 @@
 """Paired bootstrap (accuracy and sacrebleu BLEU) and the greedy pruning orders."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from headprune.ordering import (check_fractions, check_groups, fraction_grid, greedy_mask, masks_for_fractions,
-                                random_scores, ranked_heads)
 from headprune.experiments.orders import check_order
-from headprune.significance import paired_bootstrap_accuracy, paired_bootstrap_bleu
+from headprune.scoring.significance import paired_bootstrap_accuracy, paired_bootstrap_bleu
+from headprune.selection.greedy import (
+    check_fractions,
+    check_groups,
+    fraction_grid,
+    greedy_mask,
+    masks_for_fractions,
+    random_scores,
+    ranked_heads,
+)
 
 
 def test_accuracy_bootstrap():

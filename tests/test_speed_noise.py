@@ -1,17 +1,17 @@
 """The speed measurement says when a gain is noise: paired interval, verdict, adaptive repeats, a busy CPU."""
+
 from __future__ import annotations
 
 import copy
 import tempfile
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import tiny_bert
-from headprune.speed import compare_throughput
-from headprune.speed_verdict import gain_summary, gain_text, verdict
+
+from headprune.engine.timing import compare_throughput
+from headprune.engine.verdict import gain_summary, gain_text, verdict
 
 
 def test_interval_matches_scipy_ttest():
@@ -28,12 +28,15 @@ def test_interval_matches_scipy_ttest():
     assert summary["repeats"] == 6 and verdict(summary) == "confident"
 
 
-@pytest.mark.parametrize("original,pruned,expected", [
-    ([1.0, 1.0, 1.0, 1.0], [0.8, 0.81, 0.79, 0.8], "confident"),          # a steady 25% gain
-    ([1.0, 0.5, 1.5, 1.0], [0.7, 1.0, 0.9, 1.3], "inconclusive"),          # interval includes zero
-    ([1.0, 1.0, 1.0, 1.0, 1.0, 1.0] * 20, [0.6, 1.5, 0.6, 1.5, 0.6, 0.9] * 20, "inconclusive"),  # spread > gain
-    ([1.0], [0.5], "inconclusive"),                                        # one repeat: no interval
-])
+@pytest.mark.parametrize(
+    "original,pruned,expected",
+    [
+        ([1.0, 1.0, 1.0, 1.0], [0.8, 0.81, 0.79, 0.8], "confident"),  # a steady 25% gain
+        ([1.0, 0.5, 1.5, 1.0], [0.7, 1.0, 0.9, 1.3], "inconclusive"),  # interval includes zero
+        ([1.0, 1.0, 1.0, 1.0, 1.0, 1.0] * 20, [0.6, 1.5, 0.6, 1.5, 0.6, 0.9] * 20, "inconclusive"),  # spread > gain
+        ([1.0], [0.5], "inconclusive"),  # one repeat: no interval
+    ],
+)
 def test_verdict(original, pruned, expected):
     summary = gain_summary(original, pruned)
     assert verdict(summary) == expected
@@ -42,7 +45,7 @@ def test_verdict(original, pruned, expected):
 
 
 def _models_and_batches():
-    from headprune.pruning import prune_mask
+    from headprune.core.pruning import prune_mask
 
     torch.manual_seed(0)
     original = tiny_bert(layers=4, heads=8)
@@ -51,8 +54,10 @@ def _models_and_batches():
     mask[:, :6] = 0  # 6 of 8 heads gone in every layer
     prune_mask(pruned, {"enc_self": mask})
     gen = torch.Generator().manual_seed(0)
-    batches = [{"input_ids": torch.randint(3, 100, (16, 48), generator=gen), "attention_mask": torch.ones(16, 48, dtype=torch.long)}
-               for _ in range(2)]
+    batches = [
+        {"input_ids": torch.randint(3, 100, (16, 48), generator=gen), "attention_mask": torch.ones(16, 48, dtype=torch.long)}
+        for _ in range(2)
+    ]
     return {name: (lambda batch, m=m: m(**batch)) for name, m in (("original", original), ("pruned", pruned))}, batches
 
 
@@ -66,18 +71,31 @@ def test_adaptive_repeats_stop_when_tight_or_at_the_cap():
 
 def test_tables_show_inconclusive_instead_of_a_number():
     """The docs table, the run's table and the figure say "inconclusive" where the verdict does; old rows keep numbers."""
-    from headprune.docs_tables import speed_table as docs_speed_table
-    from headprune.render import speed_rows as speed_table
-    from headprune.plots import speed_bars
+    from docs_tables import speed_table as docs_speed_table
+
+    from headprune.viz.plots import speed_bars
+    from headprune.viz.tables import speed_rows as speed_table
 
     timing = {"examples_per_s": 10.0, "spread": 1.0}
-    noisy = {"batch_size": 1, "original": timing, "pruned": timing, "flop_ideal_gain": 0.2, "gain_vs_ideal": 0.5,
-             **gain_summary([1.0, 0.5, 1.5, 1.0], [0.7, 1.0, 0.9, 1.3])}
+    noisy = {
+        "batch_size": 1,
+        "original": timing,
+        "pruned": timing,
+        "flop_ideal_gain": 0.2,
+        "gain_vs_ideal": 0.5,
+        **gain_summary([1.0, 0.5, 1.5, 1.0], [0.7, 1.0, 0.9, 1.3]),
+    }
     noisy["verdict"] = verdict(noisy)
     old = {"batch_size": 4, "original": timing, "pruned": timing, "gain": 0.123, "flop_ideal_gain": 0.2, "gain_vs_ideal": 0.6}
     cost = {"parameters": 1, "attention_flops": 1}
-    result = {"rows": [noisy, old], "cost": {"original": cost, "pruned": cost}, "heads_pruned": 1, "heads_total": 2,
-              "device": "cpu", "score_check": {"equal": True, "metric": "accuracy", "masked": 1.0, "pruned": 1.0}}
+    result = {
+        "rows": [noisy, old],
+        "cost": {"original": cost, "pruned": cost},
+        "heads_pruned": 1,
+        "heads_total": 2,
+        "device": "cpu",
+        "score_check": {"equal": True, "metric": "accuracy", "masked": 1.0, "pruned": 1.0},
+    }
     columns, rows = speed_table(result)
     assert rows[0][columns.index("gain")] is None and rows[0][columns.index("verdict")] == "inconclusive"
     assert rows[1][columns.index("gain")] == 0.123

@@ -1,12 +1,13 @@
 """The study's oracle (ablation) pruning order reads prune.ablation_split, not always the evaluation split."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-
 from experiment_helpers import make_cfg, task_fixtures
+
 from headprune.experiments import study
 
 task, shared_task = task_fixtures("nli")

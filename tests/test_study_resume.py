@@ -1,15 +1,27 @@
 """A resumed study reuses a stage only when its settings and inputs are unchanged; damaged stage files are recomputed."""
+
 from __future__ import annotations
 
 import json
 
 from experiment_helpers import make_cfg, task_fixtures
+
 from headprune.experiments import stages, study
 
 task, shared_task = task_fixtures("nli")
 
-SMALL = ["study.train=false", "study.n_samples=20", "study.extra_splits=[]", "prune.step=0.5", "speed.batch_sizes=[2]",
-         "speed.examples=4", "speed.warmup=0", "speed.repeats=1", "speed.max_repeats=2", "speed.max_seconds=1"]
+SMALL = [
+    "study.train=false",
+    "study.n_samples=20",
+    "study.extra_splits=[]",
+    "prune.step=0.5",
+    "speed.batch_sizes=[2]",
+    "speed.examples=4",
+    "speed.warmup=0",
+    "speed.repeats=1",
+    "speed.max_repeats=2",
+    "speed.max_seconds=1",
+]
 RUN_STAGES = ("scores", "ablate", "keep_one", "prune", "speed")  # the stages of a study with study.train=false
 
 
@@ -46,10 +58,10 @@ def test_changed_settings_names_each_setting_and_hides_digests():
 
 
 def test_training_settings_are_the_training_config_with_overrides(tmp_path):
-    from headprune.validation import training_config
+    from headprune.experiments.study import study_training_config
 
     cfg = make_cfg(tmp_path, "study", "nli", "study.train_overrides={task.lr:3e-5}", "data.limit_train=300")
-    settings = stages.training_settings(training_config(cfg))
+    settings = stages.training_settings(study_training_config(cfg))
     assert settings["task"]["lr"] == 3e-5 and settings["data"]["limit_train"] == 300 and settings["seed"] == cfg.seed
     assert {"model", "trainer"} <= set(settings) and not {"paths", "logger", "study", "prune", "speed", "importance"} & set(settings)
     assert "enable_progress_bar" not in settings["trainer"]  # display only: no retraining for a progress bar
@@ -69,8 +81,12 @@ def test_damaged_training_results_are_named(tmp_path):
 
 
 def test_changed_training_setting_retrains(tmp_path, capsys):
-    train = ["study.train_overrides={task.lr:1e-4}", "data.limit_train=32", "trainer.enable_progress_bar=false",
-             "+trainer.enable_model_summary=false"]
+    train = [
+        "study.train_overrides={task.lr:1e-4}",
+        "data.limit_train=32",
+        "trainer.enable_progress_bar=false",
+        "+trainer.enable_model_summary=false",
+    ]
     cfg = make_cfg(tmp_path, "study", "nli", *train)
     study.train_stage(cfg, tmp_path)
     record = tmp_path / "stages" / "train.json"

@@ -1,4 +1,5 @@
 """Tiny random decoder-only LLMs with grouped KV heads, and a causal-LM batch and loss for them."""
+
 from __future__ import annotations
 
 import torch
@@ -10,9 +11,20 @@ def tiny_llama(seed: int = 0, layers: int = 3, heads: int = 4, kv_heads: int = 2
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=8, max_position_embeddings=64,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation=attn)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=8,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        attn_implementation=attn,
+    )
     return LlamaForCausalLM(config).to(dtype).eval()
 
 
@@ -21,9 +33,19 @@ def tiny_qwen2(seed: int = 0, attn: str = "sdpa"):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=64, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=6,
-                         num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                         attn_implementation=attn)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        attn_implementation=attn,
+    )
     model = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -58,7 +80,18 @@ def tiny_decoder(model_type: str, seed: int = 0):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = AutoConfig.for_model(model_type, vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-                                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()

@@ -3,26 +3,28 @@
 Paper section 3.2 (Table 1, Figure 1); with two splits also section 3.4 (Pearson r of the per-head
 differences across the two evaluation sets).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
 
 import torch
 
-from headprune.ablation import single_head_masks
+from headprune.engine.ablation import single_head_masks
 from headprune.experiments.evaluation import check_split, evaluate_many, unit_counts
-from headprune.experiments.rundir import tensor_dict, write_results
-from headprune.loggers import log_run
-from headprune.ordering import check_groups
-from headprune.plots import head_heatmaps
-from headprune.render import ablation_rows
-from headprune.results import output_dir
-from headprune.significance import correlation
+from headprune.lightning.loggers import log_run
+from headprune.results.run_dir import tensor_dict, write_results
+from headprune.results.writer import output_dir
+from headprune.scoring.significance import correlation
+from headprune.selection.greedy import check_groups
 from headprune.tasks import registry
+from headprune.viz.plots import head_heatmaps
+from headprune.viz.tables import ablation_rows
 
 
-def ablation_stage(task, split: str = "eval", groups=None, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01,
-                   progress: bool = True, base=None) -> dict:
+def ablation_stage(
+    task, split: str = "eval", groups=None, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01, progress: bool = True, base=None
+) -> dict:
     """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance, rows."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
@@ -43,14 +45,24 @@ def ablation_stage(task, split: str = "eval", groups=None, n_samples: int = 1000
     for group in groups:
         sig = significant[group]
         d = delta[group]
-        per_group[group] = {"heads": int(d.numel()), "significant": int(sig.sum()),
-                            "significant_better": int((sig & (d > 0)).sum()), "significant_worse": int((sig & (d < 0)).sum()),
-                            "max_drop": float(-d.min()), "max_gain": float(d.max())}
+        per_group[group] = {
+            "heads": int(d.numel()),
+            "significant": int(sig.sum()),
+            "significant_better": int((sig & (d > 0)).sum()),
+            "significant_worse": int((sig & (d < 0)).sum()),
+            "max_drop": float(-d.min()),
+            "max_gain": float(d.max()),
+        }
     return {
-        "metric": task.metric, "split": split, "n_examples": base.n, "base_score": base.score, **unit_counts(task.gates, groups),
+        "metric": task.metric,
+        "split": split,
+        "n_examples": base.n,
+        "base_score": base.score,
+        **unit_counts(task.gates, groups),
         "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha, "test": task.paired_test_name},
         "per_group": per_group,
-        "delta": tensor_dict(delta), "p_value": tensor_dict(p_value),
+        "delta": tensor_dict(delta),
+        "p_value": tensor_dict(p_value),
         "significant": {g: s.int().tolist() for g, s in significant.items()},
         "rows": rows,
     }
@@ -77,8 +89,10 @@ def run(cfg) -> dict:
         numbers["splits"][split] = result
         figures.append(ablation_figure(result, out / f"ablate_{split}.png", f"Single-head ablation on {split} ({cfg.model.name})"))
         tables[f"ablate_{split}"] = ablation_rows(result)
-        print(f"{split}: base {result['metric']} {result['base_score']:.2f}; significant heads per group: "
-              + ", ".join(f"{g}={v['significant']}/{v['heads']}" for g, v in result["per_group"].items()))
+        print(
+            f"{split}: base {result['metric']} {result['base_score']:.2f}; significant heads per group: "
+            + ", ".join(f"{g}={v['significant']}/{v['heads']}" for g, v in result["per_group"].items())
+        )
     if len(splits) > 1:
         numbers["correlation"] = correlation(numbers["splits"][splits[0]], numbers["splits"][splits[1]])
     write_results(cfg, "ablate", numbers, task, splits[0], figures=figures)

@@ -1,4 +1,5 @@
 """experiment=dynamics: importance and pruning curves over a directory of saved training checkpoints."""
+
 from __future__ import annotations
 
 import re
@@ -7,10 +8,10 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from headprune.dynamics import take_snapshot, with_stability
-from headprune.dynamics_plots import importance_over_time, pruning_curves_by_epoch
-from headprune.results import results_payload, write_json_atomic
+from headprune.lightning.head_dynamics import take_snapshot, with_stability
+from headprune.results.writer import write_results_file
 from headprune.tasks import registry
+from headprune.viz.dynamics_plots import importance_over_time, pruning_curves_by_epoch
 
 EPOCH_FILE = re.compile(r"epoch(\d+)-step(\d+)\.ckpt$")
 
@@ -27,7 +28,7 @@ def epoch_checkpoints(ckpt_dir: Path) -> list[tuple[int, int, Path]]:
     return sorted(found)
 
 
-def training_config(ckpt_dir: Path, cfg):
+def checkpoint_training_config(ckpt_dir: Path, cfg):
     """The training run's own Hydra config, with the model loaded from its saved HF directory."""
     run_dir = ckpt_dir.parent
     saved = run_dir / ".hydra" / "config.yaml"
@@ -56,7 +57,7 @@ def analyse_checkpoints(cfg) -> list[dict]:
     """A snapshot per epoch checkpoint, with the same settings as the live callback."""
     ckpt_dir = Path(cfg.ckpt_dir)
     checkpoints = epoch_checkpoints(ckpt_dir)
-    train_cfg = training_config(ckpt_dir, cfg)
+    train_cfg = checkpoint_training_config(ckpt_dir, cfg)
     task = registry.load_task(train_cfg)
     settings = cfg.dynamics
     snapshots = []
@@ -65,8 +66,9 @@ def analyse_checkpoints(cfg) -> list[dict]:
     for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
         state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
         task.load_state_dict(state)
-        snapshots.append(take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance,
-                                       epoch=epoch, step=step))
+        snapshots.append(
+            take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=epoch, step=step)
+        )
     return with_stability(snapshots)
 
 
@@ -74,16 +76,22 @@ def run(cfg) -> dict:
     """Analyse the checkpoints, write dynamics.json and the figures, and print the per-epoch table."""
     out = Path(cfg.paths.output_dir)
     snapshots = analyse_checkpoints(cfg)
-    payload = results_payload("dynamics", OmegaConf.to_container(cfg, resolve=True), {"n_snapshots": len(snapshots)},
-                              ckpt_dir=str(cfg.ckpt_dir))
-    payload["source"] = "checkpoints"
-    payload["snapshots"] = snapshots
-    write_json_atomic(out / "dynamics.json", payload)
+    write_results_file(
+        out / "dynamics.json",
+        "dynamics",
+        OmegaConf.to_container(cfg, resolve=True),
+        {"n_snapshots": len(snapshots)},
+        {"ckpt_dir": str(cfg.ckpt_dir)},
+        source="checkpoints",
+        snapshots=snapshots,
+    )
     pruning_curves_by_epoch(snapshots, out / "dynamics_pruning_curves.png")
     importance_over_time(snapshots, out / "dynamics_importance.png")
     at = cfg.dynamics.report_fraction
     for snap in snapshots:
         index = min(range(len(snap["fractions"])), key=lambda i: abs(snap["fractions"][i] - at))
-        print(f"epoch {snap['epoch'] + 1:3d}: unpruned {snap['unpruned']:.2f}  at {100 * snap['fractions'][index]:.0f}% pruned "
-              f"{snap['scores'][index]:.2f}  prunable {100 * snap['prunable_fraction']:.0f}%")
+        print(
+            f"epoch {snap['epoch'] + 1:3d}: unpruned {snap['unpruned']:.2f}  at {100 * snap['fractions'][index]:.0f}% pruned "
+            f"{snap['scores'][index]:.2f}  prunable {100 * snap['prunable_fraction']:.0f}%"
+        )
     return {"snapshots": snapshots}

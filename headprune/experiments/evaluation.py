@@ -1,4 +1,5 @@
 """Evaluation helpers of the experiments, on the task protocol only: split checks, many masks, swapped models."""
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -12,8 +13,10 @@ def split_size(task, split: str) -> int:
 def check_split(task, split: str, what: str = "evaluation") -> None:
     """A clear error when an evaluation split is empty or missing, before any work."""
     if split_size(task, split) == 0:
-        raise ValueError(f"the {what} split {split!r} is empty or missing: nothing to evaluate "
-                         f"(check data.limit_eval / data.limits and the data files); this task's splits: {task.split_sizes()}")
+        raise ValueError(
+            f"the {what} split {split!r} is empty or missing: nothing to evaluate "
+            f"(check data.limit_eval / data.limits and the data files); this task's splits: {task.split_sizes()}"
+        )
 
 
 def selection_split(task, name: str | None = None) -> str:
@@ -28,10 +31,16 @@ def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36
     results = []
     n = max(split_size(task, split), 1)
     # the bar counts masks; it moves after every data batch (a chunk of masks over n examples)
-    with tqdm(total=len(masks), desc=desc or f"evaluate {split}", unit="mask", disable=not progress, leave=False,
-              bar_format="{l_bar}{bar}| {n:.1f}/{total} masks [{elapsed}<{remaining}]") as bar:
+    with tqdm(
+        total=len(masks),
+        desc=desc or f"evaluate {split}",
+        unit="mask",
+        disable=not progress,
+        leave=False,
+        bar_format="{l_bar}{bar}| {n:.1f}/{total} masks [{elapsed}<{remaining}]",
+    ) as bar:
         for start in range(0, len(masks), chunk):
-            todo, done = masks[start:start + chunk], bar.n
+            todo, done = masks[start : start + chunk], bar.n
             part = task.evaluate_many(todo, split=split, on_batch=lambda examples: bar.update(len(todo) * examples / n))
             results.extend(part)
             bar.update(done + len(part) - bar.n)  # exact count at the chunk's end
@@ -59,5 +68,8 @@ def unit_counts(gates, groups=None) -> dict:
     """The pruning unit and how many units and query heads ``groups`` (all when None) hold."""
     groups = list(gates.groups) if groups is None else groups
     query = gates.head_mask(gates.ones())
-    return {"unit": gates.unit, "units_total": sum(gates.groups[g][0] * gates.groups[g][1] for g in groups),
-            "query_heads_total": sum(int(query[g].numel()) for g in groups)}
+    return {
+        "unit": gates.unit,
+        "units_total": sum(gates.groups[g][0] * gates.groups[g][1] for g in groups),
+        "query_heads_total": sum(int(query[g].numel()) for g in groups),
+    }

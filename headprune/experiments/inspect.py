@@ -1,4 +1,5 @@
 """experiment=inspect: print a model's attention groups, heads, parameters and attention FLOPs."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -6,10 +7,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headprune.counting import model_cost
-from headprune.heads import HeadGates
-from headprune.models import build_model
-from headprune.results import model_fingerprint, results_payload, write_json_atomic
+from headprune.core.counting import model_cost
+from headprune.core.gates import HeadGates
+from headprune.models.build import build_model
+from headprune.results.writer import model_fingerprint, write_results_file
 
 
 def run(cfg) -> dict:
@@ -17,19 +18,28 @@ def run(cfg) -> dict:
     model = build_model(cfg.model, seed=int(cfg.get("seed", 0)))
     gates = HeadGates(model)
     cost = model_cost(model, seq_len=cfg.inspect.seq_len)
-    print(f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "
-          f"attention={gates.inner} under headprune gates)")
+    print(
+        f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "
+        f"attention={gates.inner} under headprune gates)"
+    )
     grouped_kv = gates.kv_groups != gates.groups  # grouped-query attention: fewer KV heads than query heads
     print(f"{'group':9s} {'layers':>6s} {'heads/layer':>11s} {'heads':>6s}" + (f" {'kv_heads/layer':>14s}" if grouped_kv else ""))
     for group, (layers, heads) in gates.groups.items():
         print(f"{group:9s} {layers:6d} {heads:11d} {layers * heads:6d}" + (f" {gates.kv_groups[group][1]:14d}" if grouped_kv else ""))
     print(f"heads present: {cost.heads} of {gates.num_heads}")
     print(f"parameters: {cost.parameters:,} (attention projections: {cost.attention_parameters:,})")
-    print(f"forward FLOPs per example at seq_len={cost.seq_len}: {cost.flops:,} "
-          f"(attention: {cost.attention_flops:,}, {100 * cost.attention_flops / cost.flops:.1f}%)")
+    print(
+        f"forward FLOPs per example at seq_len={cost.seq_len}: {cost.flops:,} "
+        f"(attention: {cost.attention_flops:,}, {100 * cost.attention_flops / cost.flops:.1f}%)"
+    )
     numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": asdict(cost)}
     if grouped_kv:
         numbers["kv_groups"] = {g: list(s) for g, s in gates.kv_groups.items()}
-    payload = results_payload("inspect", OmegaConf.to_container(cfg, resolve=False), numbers, model=model_fingerprint(model))
-    write_json_atomic(Path(cfg.paths.output_dir) / "results.json", payload)
+    write_results_file(
+        Path(cfg.paths.output_dir) / "results.json",
+        "inspect",
+        OmegaConf.to_container(cfg, resolve=False),
+        numbers,
+        {"model": model_fingerprint(model)},
+    )
     return numbers

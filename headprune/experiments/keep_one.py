@@ -4,23 +4,33 @@ Paper section 3.3 (Tables 2 and 3) with appendix A's protocol: the best head of 
 that scores highest on the *selection* split when it alone is kept; the drop is measured on the
 *evaluation* split, so the choice is not biased by the test data.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from headprune.ablation import keep_one_masks
+from headprune.engine.ablation import keep_one_masks
 from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
-from headprune.experiments.rundir import write_results
-from headprune.loggers import log_run
-from headprune.ordering import check_groups
-from headprune.plots import keep_one_bars
-from headprune.render import keep_one_rows
-from headprune.results import output_dir
+from headprune.lightning.loggers import log_run
+from headprune.results.run_dir import write_results
+from headprune.results.writer import output_dir
+from headprune.selection.greedy import check_groups
 from headprune.tasks import registry
+from headprune.viz.plots import keep_one_bars
+from headprune.viz.tables import keep_one_rows
 
 
-def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_samples: int = 1000, seed: int = 0,
-                   alpha: float = 0.01, progress: bool = True, base=None) -> dict:
+def keep_one_stage(
+    task,
+    selection: str,
+    split: str = "eval",
+    groups=None,
+    n_samples: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.01,
+    progress: bool = True,
+    base=None,
+) -> dict:
     """Per layer: the best single head on ``selection``, and the score change on ``split`` with only it kept."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
@@ -31,7 +41,7 @@ def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_sam
     best, masks, start = [], [], 0
     for group, layer in layers:
         n_heads = shape[group][1]
-        scores = [r.score for r in chosen_scores[start:start + n_heads]]
+        scores = [r.score for r in chosen_scores[start : start + n_heads]]
         head = max(range(n_heads), key=lambda h: (scores[h], -h))
         best.append((group, layer, head, scores))
         masks.append(candidates[start + head])
@@ -41,11 +51,28 @@ def keep_one_stage(task, selection: str, split: str = "eval", groups=None, n_sam
     tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, alpha=alpha)
     rows = []
     for (group, layer, head, scores), res, test in zip(best, results, tests):
-        rows.append({"group": group, "layer": layer, "best_head": head, "selection_score": scores[head],
-                     "selection_scores": scores, "score": res.score, **asdict(test)})
-    return {"metric": task.metric, "selection_split": selection, "selection_base_score": selection_base.score,
-            "split": split, "n_examples": base.n, "base_score": base.score, **unit_counts(task.gates, groups),
-            "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha}, "rows": rows}
+        rows.append(
+            {
+                "group": group,
+                "layer": layer,
+                "best_head": head,
+                "selection_score": scores[head],
+                "selection_scores": scores,
+                "score": res.score,
+                **asdict(test),
+            }
+        )
+    return {
+        "metric": task.metric,
+        "selection_split": selection,
+        "selection_base_score": selection_base.score,
+        "split": split,
+        "n_examples": base.n,
+        "base_score": base.score,
+        **unit_counts(task.gates, groups),
+        "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha},
+        "rows": rows,
+    }
 
 
 def run(cfg) -> dict:
@@ -61,8 +88,12 @@ def run(cfg) -> dict:
     groups = check_groups(settings.get("groups"), task.gates.groups)
     result = keep_one_stage(task, selection, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha))
     out = output_dir(cfg)
-    figure = keep_one_bars(result["rows"], out / "keep_one.png", f"Keep only the best head per layer ({cfg.model.name}, {split})",
-                           f"{result['metric']} difference")
+    figure = keep_one_bars(
+        result["rows"],
+        out / "keep_one.png",
+        f"Keep only the best head per layer ({cfg.model.name}, {split})",
+        f"{result['metric']} difference",
+    )
     for r in result["rows"]:
         print(f"{r['group']} layer {r['layer'] + 1}: keep head {r['best_head'] + 1} -> {r['delta']:+.2f} (p={r['p_value']:.3f})")
     write_results(cfg, "keep_one", result, task, split, inputs={"selection_split": selection}, figures=[figure])

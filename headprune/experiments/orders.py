@@ -5,15 +5,17 @@
 unmasked computation found (importance, entropy and ablation results shared by a study's stages).
 A new order is one function and one line of ``ORDERS``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from headprune.importance import attention_entropy, fisher_scores, importance_scores
-from headprune.ordering import ablation_scores, entropy_scores, random_scores
+from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
+from headprune.selection.greedy import ablation_scores, entropy_scores, random_scores
 
 
 @dataclass(frozen=True)
@@ -38,19 +40,36 @@ def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) ->
 def importance_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Head (or KV-group) importance on the task's training subset (the paper's estimator, switchable reductions)."""
     icfg = settings.importance
-    return _cached(shared, "importance_raw", mask, lambda: importance_scores(
-        task.model, task.gates, task.importance_batches(), reduce=str(icfg.reduce), normalize_layers=bool(icfg.normalize_layers),
-        normalize_global=bool(icfg.normalize_global), mask=mask, unit=task.gates.unit))
+    return _cached(
+        shared,
+        "importance_raw",
+        mask,
+        lambda: importance_scores(
+            task.model,
+            task.gates,
+            task.importance_batches(),
+            reduce=str(icfg.reduce),
+            normalize_layers=bool(icfg.normalize_layers),
+            normalize_global=bool(icfg.normalize_global),
+            mask=mask,
+            unit=task.gates.unit,
+        ),
+    )
 
 
 def fisher_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Empirical Fisher of each head gate on the training subset, unnormalised (comparable across layers for a cost-aware search)."""
-    return _cached(shared, "fisher_raw", mask, lambda: fisher_scores(task.model, task.gates, task.importance_batches(), mask=mask,
-                                                                    unit=task.gates.unit))
+    return _cached(
+        shared,
+        "fisher_raw",
+        mask,
+        lambda: fisher_scores(task.model, task.gates, task.importance_batches(), mask=mask, unit=task.gates.unit),
+    )
 
 
 def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Minus the mean attention entropy on the training subset: diffuse heads go first (a KV group: its query heads' mean)."""
+
     def compute():
         with task.gates.masked(mask):
             return task.gates.scores_from_heads(attention_entropy(task.model, task.gates, task.importance_batches()))
@@ -94,6 +113,17 @@ ORDERS: dict[str, Order] = {
     "entropy": Order(entropy_order, reestimable=True),
     "random": Order(random_order, reestimable=False),
 }
+
+
+def order_settings(cfg) -> OrderSettings:
+    """What the orders read, from the ``importance`` block and (for the ablation order) the ``prune`` block."""
+    prune = cfg.get("prune")  # experiment=speed has none: it orders by importance only
+    return OrderSettings(
+        importance=cfg.importance,
+        seed=int(cfg.seed),
+        ablation_split=str(prune.ablation_split) if prune else None,
+        n_samples=int(prune.n_samples) if prune else None,
+    )
 
 
 def check_order(order: str) -> str:

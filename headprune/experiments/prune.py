@@ -6,18 +6,27 @@ entropy, random); with ``prune.reestimate=true`` every order that can be recompu
 entropy) is re-estimated under the current mask before each step. Importance and entropy come from
 the training-split subset (``task.importance_batches()``), never from the evaluation data.
 """
+
 from __future__ import annotations
 
 from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
-from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores
-from headprune.experiments.rundir import mask_to_json, tensor_dict, write_results
-from headprune.loggers import log_run
-from headprune.ordering import (check_fractions, check_groups, fraction_grid, greedy_mask, heads_removed, masks_for_fractions,
-                                n_to_prune, ranked_heads)
-from headprune.plots import pareto_figure, pruning_curves
-from headprune.render import pareto_rows, point_name, prune_rows
-from headprune.results import output_dir
+from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores, order_settings
+from headprune.lightning.loggers import log_run
+from headprune.results.run_dir import mask_to_json, tensor_dict, write_results
+from headprune.results.writer import output_dir
+from headprune.selection.greedy import (
+    check_fractions,
+    check_groups,
+    fraction_grid,
+    greedy_mask,
+    heads_removed,
+    masks_for_fractions,
+    n_to_prune,
+    ranked_heads,
+)
 from headprune.tasks import registry
+from headprune.viz.plots import pareto_figure, pruning_curves
+from headprune.viz.tables import pareto_rows, point_name, prune_rows
 
 
 def fractions_of(settings) -> list[float]:
@@ -36,15 +45,9 @@ def orders_of(settings) -> list[str]:
     return [check_order(str(o)) for o in orders]
 
 
-def order_settings(cfg) -> OrderSettings:
-    """What the orders read, from the ``importance`` block and (for the ablation order) the ``prune`` block."""
-    prune = cfg.get("prune")  # experiment=speed has none: it orders by importance only
-    return OrderSettings(importance=cfg.importance, seed=int(cfg.seed), ablation_split=str(prune.ablation_split) if prune else None,
-                         n_samples=int(prune.n_samples) if prune else None)
-
-
-def reestimated_masks(task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int,
-                      progress: bool = True) -> list[dict]:
+def reestimated_masks(
+    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool = True
+) -> list[dict]:
     """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
     from tqdm.auto import tqdm
 
@@ -57,16 +60,37 @@ def reestimated_masks(task, order: str, settings: OrderSettings, fractions, grou
     return masks
 
 
-def prune_stage(task, orders, fractions, settings: OrderSettings, groups=None, min_per_layer: int = 0, reestimate: bool = False,
-                split: str = "eval", shared: dict | None = None, progress: bool = True, base=None) -> dict:
+def prune_stage(
+    task,
+    orders,
+    fractions,
+    settings: OrderSettings,
+    groups=None,
+    min_per_layer: int = 0,
+    reestimate: bool = False,
+    split: str = "eval",
+    shared: dict | None = None,
+    progress: bool = True,
+    base=None,
+) -> dict:
     """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
     base = base or task.evaluate(None, split=split)
-    out = {"metric": task.metric, "split": split, "n_examples": base.n, "base_score": base.score, "groups": groups,
-           "total_heads": sum(shape[g][0] * shape[g][1] for g in groups), "min_heads_per_layer": min_per_layer,
-           "reestimate": reestimate, "fractions": fractions, "orders": {}, **unit_counts(task.gates, groups)}
+    out = {
+        "metric": task.metric,
+        "split": split,
+        "n_examples": base.n,
+        "base_score": base.score,
+        "groups": groups,
+        "total_heads": sum(shape[g][0] * shape[g][1] for g in groups),
+        "min_heads_per_layer": min_per_layer,
+        "reestimate": reestimate,
+        "fractions": fractions,
+        "orders": {},
+        **unit_counts(task.gates, groups),
+    }
     for order in orders:
         if reestimate and ORDERS[order].reestimable:
             masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress)
@@ -74,9 +98,17 @@ def prune_stage(task, orders, fractions, settings: OrderSettings, groups=None, m
             scores = order_scores(task, order, settings, shared)
             masks = masks_for_fractions(scores, shape, fractions, groups, min_per_layer)
         results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
-        steps = [{"fraction": f, "heads_pruned": heads_removed(m), "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
-                  "score": r.score, "relative": r.score / base.score if base.score else None,
-                  "mask": mask_to_json(m)} for f, m, r in zip(fractions, masks, results)]
+        steps = [
+            {
+                "fraction": f,
+                "heads_pruned": heads_removed(m),
+                "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
+                "score": r.score,
+                "relative": r.score / base.score if base.score else None,
+                "mask": mask_to_json(m),
+            }
+            for f, m, r in zip(fractions, masks, results)
+        ]
         out["orders"][order] = {"steps": steps}
         if order in shared:
             out["orders"][order]["head_scores"] = tensor_dict(shared[order])
@@ -96,14 +128,16 @@ def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: s
     check_split(task, selection, "selection")
     out = output_dir(cfg)
     from headprune.experiments.prune_speed import recoveries_of
-    from headprune.loggers import build_logger
+    from headprune.lightning.loggers import build_logger
 
     logger = build_logger(cfg, job_type="prune") if "finetune" in recoveries_of(cfg.prune) else False
     result = pareto_stage(task, cfg, order_settings(cfg), orders, fractions, split, selection, out, logger=logger)
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
-        print(f"{point_name(p):>22} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
-              + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else ""))
+        print(
+            f"{point_name(p):>22} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
+            + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else "")
+        )
     write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "points"}, {"pareto": pareto_rows(result)}, [figure])
     best = max(result["points"][1:], key=lambda p: p["score"] if task.higher_is_better else -p["score"])

@@ -3,37 +3,40 @@
 Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d}), ``prune.schedule``
 (growing fractions or targets: prune, recover, re-score, prune more) or ``prune.recover`` (none | lsq |
 finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
-``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.mask_search``
+``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.selection.mask_search``
 (``max_drop`` measured on the selection split, never the evaluation split). Recovery uses
 ``prune.recover_examples`` training examples of the task's importance subset. ``prune.rearrange`` (true, or
 ``both`` for points with and without) re-chooses each layer's kept heads of every one-shot mask by the layers'
-Fisher blocks, counts kept (``headprune.rearrange``, Kwon et al. 2022). Every point records its
+Fisher blocks, counts kept (``headprune.selection.rearrange``, Kwon et al. 2022). Every point records its
 score on the evaluation split, the predicted speed-up and FLOPs kept, and, with ``prune.measure_speed``,
 the measured throughput of the physically pruned model (what a Pareto table needs).
 """
+
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 
-from headprune.ablation import attention_implementation
-from headprune.costs import CostModel, flops_cost_model
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_mask
+from headprune.engine.ablation import attention_implementation
 from headprune.experiments.evaluation import evaluate_many, swapped_model
 from headprune.experiments.orders import ORDERS, OrderSettings, order_scores
-from headprune.experiments.rundir import mask_to_json
-from headprune.heads import HeadGates
-from headprune.importance import fisher_blocks
-from headprune.latency import cached_latency_model, synthetic_inputs
-from headprune.mask_search import PruneTarget, given_target, mask_after, search_mask
-from headprune.ordering import check_groups, heads_removed, masks_for_fractions
-from headprune.pruning import prune_mask
-from headprune.rearrange import quadratic_form, rearrange_mask
-from headprune.recovery import lsq_recover
-from headprune.recovery_finetune import finetune_recover
-from headprune.schedule import check_schedule, iterative_prune
+from headprune.lightning.finetune import finetune_recover
+from headprune.results.run_dir import mask_to_json
+from headprune.scoring.importance import fisher_blocks
+from headprune.selection.costs import CostModel, flops_cost_model
+from headprune.selection.greedy import check_groups, heads_removed, masks_for_fractions
+from headprune.selection.latency import cached_latency_model, synthetic_inputs
+from headprune.selection.lsq import lsq_recover
+from headprune.selection.mask_search import PruneTarget, given_target, mask_after, search_mask
+from headprune.selection.rearrange import rearrange_mask
+from headprune.selection.schedule import check_schedule, iterative_prune
 
 
 def _plain(value):
@@ -60,8 +63,13 @@ def rearrangements_of(settings) -> list[bool]:
 
 def for_speed(settings) -> bool:
     """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery, a rearrangement or measured speed)."""
-    return (given_target(settings.get("target")) is not None or settings.get("schedule") is not None or recoveries_of(settings) != ["none"]
-            or rearrangements_of(settings) != [False] or bool(settings.get("measure_speed")))
+    return (
+        given_target(settings.get("target")) is not None
+        or settings.get("schedule") is not None
+        or recoveries_of(settings) != ["none"]
+        or rearrangements_of(settings) != [False]
+        or bool(settings.get("measure_speed"))
+    )
 
 
 def step_label(step) -> str:
@@ -110,17 +118,28 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=Fals
     device = next(model.parameters()).device
     flags = [p.requires_grad for p in teacher.parameters()]
     try:
-        return finetune_recover(model, batches, teacher=teacher if weight > 0 else None, distill_weight=weight,
-                                temperature=float(finetune.temperature), max_steps=int(finetune.max_steps), lr=float(finetune.lr),
-                                warmup=float(finetune.get("warmup", 0.0)), decay=bool(finetune.get("decay", False)),
-                                accelerator="cpu" if device.type == "cpu" else "auto", logger=logger, log_prefix=f"recover/{label}")
+        return finetune_recover(
+            model,
+            batches,
+            teacher=teacher if weight > 0 else None,
+            distill_weight=weight,
+            temperature=float(finetune.temperature),
+            max_steps=int(finetune.max_steps),
+            lr=float(finetune.lr),
+            warmup=float(finetune.get("warmup", 0.0)),
+            decay=bool(finetune.get("decay", False)),
+            accelerator="cpu" if device.type == "cpu" else "auto",
+            logger=logger,
+            log_prefix=f"recover/{label}",
+        )
     finally:
         for parameter, flag in zip(teacher.parameters(), flags):
             parameter.requires_grad_(flag)
 
 
-def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None = None,
-                    logger=False, label: str = "recover"):
+def recovered_model(
+    task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None = None, logger=False, label: str = "recover"
+):
     """(model, gates, mask to evaluate with, fine-tune losses or None) after ``recovery`` of the heads ``mask`` keeps.
 
     The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
@@ -141,41 +160,84 @@ def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dic
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
 
-def rearranged(task, mask: dict, ctx) -> tuple[dict, dict]:
+@dataclass
+class ParetoRun:
+    """What every point of one pruning-for-speed run shares: settings, data, costs, and what was computed so far."""
+
+    settings: Any  # the prune block
+    order_settings: OrderSettings
+    shared: dict  # unmasked order scores, shared by a study's stages
+    split: str  # where points are scored
+    selection: str  # where a max_drop target is measured
+    base: Any  # the unpruned model's EvalResult on split
+    groups: list[str]  # the attention groups pruned
+    min_per_layer: int
+    costs: CostModel  # the cost model the search reads (FLOPs or latency)
+    flops: CostModel  # FLOPs, for every point's flops_kept
+    batches: list  # recovery batches (lsq; the fine-tune's teacher inputs)
+    logger: Any  # Lightning logger or False
+    tuning: list | None  # one-shot fine-tune training batches
+    rearrange: list[bool]
+    models: dict = field(default_factory=dict)  # (recovery, mask key) -> recovered model kept for timing
+    evaluated: dict = field(default_factory=dict)  # (recovery, mask key) -> score, reused across orders
+    finetune_losses: dict = field(default_factory=dict)  # label -> fine-tune losses
+
+
+def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
     """(``mask`` with each layer's kept heads re-chosen by the Fisher blocks of the training subset, what that changed)."""
-    if "fisher_blocks" not in ctx["shared"]:
-        ctx["shared"]["fisher_blocks"] = fisher_blocks(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
-    blocks = ctx["shared"]["fisher_blocks"]
-    done = rearrange_mask(mask, blocks, ctx["groups"], ctx["min_per_layer"], present=task.gates.present())
-    return done.mask, {"layers_changed": done.layers_changed, "exact": all(all(f) for f in done.exact.values()),
-                       "fisher_form_before": sum(float(v.sum()) for v in done.before.values()),
-                       "fisher_form_after": sum(float(v.sum()) for v in done.after.values())}
+    if "fisher_blocks" not in ctx.shared:
+        ctx.shared["fisher_blocks"] = fisher_blocks(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
+    blocks = ctx.shared["fisher_blocks"]
+    done = rearrange_mask(mask, blocks, ctx.groups, ctx.min_per_layer, present=task.gates.present())
+    return done.mask, {
+        "layers_changed": done.layers_changed,
+        "exact": all(all(f) for f in done.exact.values()),
+        "fisher_form_before": sum(float(v.sum()) for v in done.before.values()),
+        "fisher_form_after": sum(float(v.sum()) for v in done.after.values()),
+    }
 
 
-def step_masks(task, scores, steps, ctx, rearrange: bool) -> tuple[list[dict], list[dict | None]]:
+def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[list[dict], list[dict | None]]:
     """(one mask per step: a target's cost-aware search or a fraction's greedy mask, rearranged or not; rearrangement info)."""
     refine = (lambda m: rearranged(task, m, ctx)[0]) if rearrange else None
     masks = []
     for step in steps:
         if isinstance(step, PruneTarget):
-            evaluate = lambda m: task.evaluate(m, split=ctx["selection"]).score  # noqa: E731
-            found = search_mask(scores, ctx["costs"], step, evaluate, task.higher_is_better, min_per_layer=ctx["min_per_layer"],
-                                groups=ctx["groups"], refine=refine)  # a max_drop target is checked on rearranged masks
-            masks.append(mask_after(found.removed, len(found.removed), ctx["costs"].groups))  # the greedy mask, rearranged below
+            evaluate = lambda m: task.evaluate(m, split=ctx.selection).score  # noqa: E731
+            found = search_mask(
+                scores,
+                ctx.costs,
+                step,
+                evaluate,
+                task.higher_is_better,
+                min_per_layer=ctx.min_per_layer,
+                groups=ctx.groups,
+                refine=refine,
+            )  # a max_drop target is checked on rearranged masks
+            masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
         else:
-            masks.append(masks_for_fractions(scores, task.gates.groups, [step], ctx["groups"], ctx["min_per_layer"])[0])
+            masks.append(masks_for_fractions(scores, task.gates.groups, [step], ctx.groups, ctx.min_per_layer)[0])
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
 
 
 def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dict:
-    return {"order": order, "recovery": recovery, "step": step_label(step),
-            "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
-            "fraction": None if isinstance(step, PruneTarget) else float(step), "heads_pruned": heads_removed(mask),
-            "heads_total": task.gates.num_heads, "score": result.score, "relative": result.score / base.score if base.score else None,
-            "predicted_speedup": costs.speedup(mask), "flops_kept": flops.kept_fraction(mask), "cost_unit": costs.unit,
-            "mask": mask_to_json(mask)}
+    return {
+        "order": order,
+        "recovery": recovery,
+        "step": step_label(step),
+        "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
+        "fraction": None if isinstance(step, PruneTarget) else float(step),
+        "heads_pruned": heads_removed(mask),
+        "heads_total": task.gates.num_heads,
+        "score": result.score,
+        "relative": result.score / base.score if base.score else None,
+        "predicted_speedup": costs.speedup(mask),
+        "flops_kept": flops.kept_fraction(mask),
+        "cost_unit": costs.unit,
+        "mask": mask_to_json(mask),
+    }
 
 
 def mask_key(mask: dict) -> str:
@@ -183,33 +245,32 @@ def mask_key(mask: dict) -> str:
     return repr(mask_to_json(mask))
 
 
-def keep_for_timing(ctx, key: tuple, model, mask) -> None:
+def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask) -> None:
     """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights."""
-    if ctx["settings"].get("measure_speed"):
+    if ctx.settings.get("measure_speed"):
         if mask is not None:
             prune_mask(model, mask)
-        ctx.setdefault("models", {})[key] = model
+        ctx.models[key] = model
 
 
-def recovered_results(task, masks: list[dict], recovery: str, ctx, labels: list[str]) -> list:
-    """The evaluation split's result of every mask after ``recovery``; a mask already evaluated (``ctx["evaluated"]``) is not again.
+def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list:
+    """The evaluation split's result of every mask after ``recovery``; a mask already evaluated (``ctx.evaluated``) is not again.
 
-    A fine-tune's per-step losses go to ``ctx["finetune_losses"]`` and its logger under each mask's label.
+    A fine-tune's per-step losses go to ``ctx.finetune_losses`` and its logger under each mask's label.
     """
-    done = ctx.setdefault("evaluated", {})
-    losses = ctx.setdefault("finetune_losses", {})
+    done = ctx.evaluated
+    losses = ctx.finetune_losses
     keys = [(recovery, mask_key(m)) for m in masks]
     todo = {k: (m, label) for k, m, label in zip(keys, masks, labels) if k not in done}
     if recovery == "none":
         if todo:
             masks_to_score = [m for m, _ in todo.values()]
-            done.update(zip(todo, evaluate_many(task, masks_to_score, ctx["split"], desc="one-shot masks", progress=False)))
+            done.update(zip(todo, evaluate_many(task, masks_to_score, ctx.split, desc="one-shot masks", progress=False)))
         return [done[k] for k in keys]
     for key, (mask, label) in todo.items():
-        model, gates, evaluate_mask, curve = recovered_model(task, mask, recovery, ctx["settings"], ctx["batches"], ctx["tuning"],
-                                                             ctx["logger"], label)
+        model, gates, evaluate_mask, curve = recovered_model(task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label)
         with swapped_model(task, model, gates):
-            done[key] = task.evaluate(evaluate_mask, split=ctx["split"])
+            done[key] = task.evaluate(evaluate_mask, split=ctx.split)
         if curve is not None:
             losses[key] = curve
         keep_for_timing(ctx, key, model, evaluate_mask)
@@ -217,61 +278,88 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx, labels: list[
     return [done[k] for k in keys]
 
 
-def one_shot_points(task, order, recoveries, steps, ctx) -> list[dict]:
+def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict]:
     """Points of one order pruned once per step (a target or a fraction) from its unmasked scores, rearranged or not, each recovered."""
-    scores = order_scores(task, order, ctx["order_settings"], ctx["shared"])
+    scores = order_scores(task, order, ctx.order_settings, ctx.shared)
     points = []
-    for rearrange in ctx["rearrange"]:
+    for rearrange in ctx.rearrange:
         masks, infos = step_masks(task, scores, steps, ctx, rearrange)
         labels = [f"{order}{'+rearrange' if rearrange else ''}/{step_label(step)}" for step in steps]
         for recovery in recoveries:
             results = recovered_results(task, masks, recovery, ctx, labels)
             for step, mask, result, info in zip(steps, masks, results, infos):
-                point = _point(order, recovery, step, mask, result, ctx["base"], ctx["costs"], ctx["flops"], task)
-                curve = ctx["finetune_losses"].get((recovery, mask_key(mask)))
-                points.append({**point, "rearranged": rearrange, **({"rearrangement": info} if info else {}),
-                               **({"finetune_losses": curve} if curve is not None else {})})
+                point = _point(order, recovery, step, mask, result, ctx.base, ctx.costs, ctx.flops, task)
+                curve = ctx.finetune_losses.get((recovery, mask_key(mask)))
+                points.append(
+                    {
+                        **point,
+                        "rearranged": rearrange,
+                        **({"rearrangement": info} if info else {}),
+                        **({"finetune_losses": curve} if curve is not None else {}),
+                    }
+                )
     return points
 
 
-def scheduled_points(task, order, recoveries, steps, ctx) -> list[dict]:
-    """Points of one order pruned step by step (``headprune.schedule.iterative_prune``), re-scored and recovered after each step."""
-    settings = ctx["settings"]
+def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict]:
+    """Points of one order pruned step by step (``headprune.selection.schedule.iterative_prune``), re-scored and recovered after each step."""
+    settings = ctx.settings
     points = []
     for recovery in recoveries:
         work = copy.deepcopy(task.model)
 
         def scores(model, gates, batches, loss_fn):
             with swapped_model(task, model, gates):
-                return ORDERS[order].scores(task, ctx["order_settings"])
+                return ORDERS[order].scores(task, ctx.order_settings)
 
         def evaluate(mask):  # a max_drop step: the current pruned model under a further mask, on the selection split
             with swapped_model(task, work, HeadGates(work)):
-                return task.evaluate(mask, split=ctx["selection"]).score
+                return task.evaluate(mask, split=ctx.selection).score
 
         rounds = iter(range(len(steps)))
 
         def recover(model, teacher, batches):
             round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
             if recovery == "lsq":
-                lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=float(settings.lsq.ridge),
-                            max_scale=float(settings.lsq.max_scale))
+                lsq_recover(
+                    model,
+                    HeadGates(model),
+                    batches,
+                    teacher=teacher,
+                    ridge=float(settings.lsq.ridge),
+                    max_scale=float(settings.lsq.max_scale),
+                )
             elif recovery == "finetune":
-                finetune_in_place(model, teacher, finetune_batches(task, settings, batches, round_), settings.finetune, ctx["logger"],
-                                  f"{order}/step{round_ + 1}")
+                finetune_in_place(
+                    model,
+                    teacher,
+                    finetune_batches(task, settings, batches, round_),
+                    settings.finetune,
+                    ctx.logger,
+                    f"{order}/step{round_ + 1}",
+                )
             else:
                 raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
-        done = iterative_prune(work, steps, ctx["batches"], recover=None if recovery == "none" else recover, score_fn=scores,
-                               min_per_layer=ctx["min_per_layer"], groups=ctx["groups"], teacher=task.model, costs=ctx["costs"],
-                               evaluate=evaluate)
+        done = iterative_prune(
+            work,
+            steps,
+            ctx.batches,
+            recover=None if recovery == "none" else recover,
+            score_fn=scores,
+            min_per_layer=ctx.min_per_layer,
+            groups=ctx.groups,
+            teacher=task.model,
+            costs=ctx.costs,
+            evaluate=evaluate,
+        )
         for step, result in zip(steps, done):
             with swapped_model(task, result.model, HeadGates(result.model)):
-                scored = task.evaluate(None, split=ctx["split"])
+                scored = task.evaluate(None, split=ctx.split)
             if recovery != "none":
                 keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
-            points.append(_point(order, recovery, step, result.mask, scored, ctx["base"], ctx["costs"], ctx["flops"], task))
-        del work, done
+            points.append(_point(order, recovery, step, result.mask, scored, ctx.base, ctx.costs, ctx.flops, task))
+
     return points
 
 
@@ -280,8 +368,8 @@ def measure_points(task, points: list[dict], base_point: dict, speed, split: str
 
     A recovered point is timed on its own recovered model (``models[(recovery, mask)]``), others on the mask's pruned copy.
     """
-    from headprune.experiments.rundir import mask_from_json
     from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
+    from headprune.results.run_dir import mask_from_json
 
     models = models or {}
     measured: dict[str, dict] = {}
@@ -289,52 +377,117 @@ def measure_points(task, points: list[dict], base_point: dict, speed, split: str
         own = models.get((point["recovery"], repr(point["mask"])))
         key = repr((point["recovery"], point["mask"])) if own is not None else repr(point["mask"])
         if key not in measured:
-            stage = speed_stage(task, task.gates.normalize_mask(mask_from_json(point["mask"]), hard=True), split,
-                                [int(b) for b in speed.batch_sizes], int(speed.examples), int(speed.warmup), int(speed.repeats), seed,
-                                False, clock_of(speed), **adaptive_settings(speed), pruned_model=own)
+            stage = speed_stage(
+                task,
+                task.gates.normalize_mask(mask_from_json(point["mask"]), hard=True),
+                split,
+                [int(b) for b in speed.batch_sizes],
+                int(speed.examples),
+                int(speed.warmup),
+                int(speed.repeats),
+                seed,
+                False,
+                clock_of(speed),
+                **adaptive_settings(speed),
+                pruned_model=own,
+            )
             row = stage["rows"][-1]
-            measured[key] = {"model": "recovered" if own is not None else "pruned by the mask",
-                             "batch_size": row["batch_size"], "examples_per_s": row["pruned"]["examples_per_s"],
-                             "original_examples_per_s": row["original"]["examples_per_s"], "speedup": 1 + row["gain"],
-                             "verdict": row.get("verdict"), "device": stage["device"]}
+            measured[key] = {
+                "model": "recovered" if own is not None else "pruned by the mask",
+                "batch_size": row["batch_size"],
+                "examples_per_s": row["pruned"]["examples_per_s"],
+                "original_examples_per_s": row["original"]["examples_per_s"],
+                "speedup": 1 + row["gain"],
+                "verdict": row.get("verdict"),
+                "device": stage["device"],
+            }
         point["measured"] = measured[key]
     if measured:
         first = next(iter(measured.values()))
-        base_point["measured"] = {"batch_size": first["batch_size"], "examples_per_s": first["original_examples_per_s"],
-                                  "original_examples_per_s": first["original_examples_per_s"], "speedup": 1.0, "device": first["device"]}
+        base_point["measured"] = {
+            "batch_size": first["batch_size"],
+            "examples_per_s": first["original_examples_per_s"],
+            "original_examples_per_s": first["original_examples_per_s"],
+            "speedup": 1.0,
+            "device": first["device"],
+        }
 
 
-def pareto_stage(task, cfg, order_settings: OrderSettings, orders: list[str], fractions: list[float], split: str, selection: str,
-                 out: Path, base=None, shared: dict | None = None, logger=False) -> dict:
+def pareto_stage(
+    task,
+    cfg,
+    order_settings: OrderSettings,
+    orders: list[str],
+    fractions: list[float],
+    split: str,
+    selection: str,
+    out: Path,
+    base=None,
+    shared: dict | None = None,
+    logger=False,
+) -> dict:
     """Every (order, recovery, step) point and the unpruned one: scores on ``split``, predicted and measured speed.
 
     ``logger`` (Lightning, or False) receives every fine-tune recovery step's losses.
     """
     settings = cfg.prune
     target, schedule = given_target(settings.get("target")), settings.get("schedule")
-    steps = check_schedule(_plain(schedule)) if schedule is not None else (
-        [PruneTarget.from_config(_plain(target))] if target is not None else [f for f in fractions if f > 0])
+    steps = (
+        check_schedule(_plain(schedule))
+        if schedule is not None
+        else ([PruneTarget.from_config(_plain(target))] if target is not None else [f for f in fractions if f > 0])
+    )
     recoveries = recoveries_of(settings)
     base = base or task.evaluate(None, split=split)
-    ctx = {"settings": settings, "order_settings": order_settings, "shared": {} if shared is None else shared, "split": split,
-           "selection": selection, "base": base, "groups": check_groups(settings.get("groups"), task.gates.groups),
-           "min_per_layer": int(settings.get("min_heads_per_layer") or 0), "costs": cost_model(task, settings, out),
-           "flops": flops_cost_model(task.model, int(settings.get("seq_len", 128))),
-           "batches": recovery_batches(task, int(settings.recover_examples)) if schedule is not None or recoveries != ["none"] else [],
-           "logger": logger}
-    ctx["tuning"] = finetune_batches(task, settings, ctx["batches"]) if "finetune" in recoveries and schedule is None else None
-    ctx["rearrange"] = rearrangements_of(settings)
-    if schedule is not None and ctx["rearrange"] != [False]:
+    batches = recovery_batches(task, int(settings.recover_examples)) if schedule is not None or recoveries != ["none"] else []
+    ctx = ParetoRun(
+        settings=settings,
+        order_settings=order_settings,
+        shared={} if shared is None else shared,
+        split=split,
+        selection=selection,
+        base=base,
+        groups=check_groups(settings.get("groups"), task.gates.groups),
+        min_per_layer=int(settings.get("min_heads_per_layer") or 0),
+        costs=cost_model(task, settings, out),
+        flops=flops_cost_model(task.model, int(settings.get("seq_len", 128))),
+        batches=batches,
+        logger=logger,
+        tuning=finetune_batches(task, settings, batches) if "finetune" in recoveries and schedule is None else None,
+        rearrange=rearrangements_of(settings),
+    )
+    if schedule is not None and ctx.rearrange != [False]:
         raise ValueError("prune.rearrange works on one-shot masks (prune.fractions or prune.target), not with prune.schedule")
     make = scheduled_points if schedule is not None else one_shot_points
     points = [p for order in orders for p in make(task, order, recoveries, steps, ctx)]
-    unpruned = {"order": "unpruned", "recovery": "none", "step": "0%", "target": None, "fraction": 0.0, "heads_pruned": 0,
-                "heads_total": task.gates.num_heads, "score": base.score, "relative": 1.0, "predicted_speedup": 1.0, "flops_kept": 1.0,
-                "cost_unit": ctx["costs"].unit}
+    unpruned = {
+        "order": "unpruned",
+        "recovery": "none",
+        "step": "0%",
+        "target": None,
+        "fraction": 0.0,
+        "heads_pruned": 0,
+        "heads_total": task.gates.num_heads,
+        "score": base.score,
+        "relative": 1.0,
+        "predicted_speedup": 1.0,
+        "flops_kept": 1.0,
+        "cost_unit": ctx.costs.unit,
+    }
     if settings.get("measure_speed"):
-        measure_points(task, points, unpruned, cfg.speed, str(cfg.speed.split), int(cfg.seed), ctx.get("models"))
-    return {"metric": task.metric, "higher_is_better": bool(task.higher_is_better), "split": split, "selection_split": selection,
-            "n_examples": base.n, "base_score": base.score, "groups": ctx["groups"], "cost": ctx["costs"].unit,
-            "cost_info": ctx["costs"].info or {}, "schedule": schedule is not None, "recover_examples": int(settings.recover_examples),
-            "finetune": _plain(settings.finetune) if "finetune" in recoveries else None,
-            "points": [unpruned, *points]}
+        measure_points(task, points, unpruned, cfg.speed, str(cfg.speed.split), int(cfg.seed), ctx.models or None)
+    return {
+        "metric": task.metric,
+        "higher_is_better": bool(task.higher_is_better),
+        "split": split,
+        "selection_split": selection,
+        "n_examples": base.n,
+        "base_score": base.score,
+        "groups": ctx.groups,
+        "cost": ctx.costs.unit,
+        "cost_info": ctx.costs.info or {},
+        "schedule": schedule is not None,
+        "recover_examples": int(settings.recover_examples),
+        "finetune": _plain(settings.finetune) if "finetune" in recoveries else None,
+        "points": [unpruned, *points],
+    }

@@ -6,29 +6,29 @@ of heads by importance (training subset). Reports examples/s of the original and
 each batch size, the measured gain beside the FLOP-ideal gain, parameters, attention FLOPs, and
 whether the pruned model scores exactly like the masked one.
 """
+
 from __future__ import annotations
 
 import copy
 from dataclasses import asdict
 from pathlib import Path
 
-from headprune.ablation import attention_implementation
-from headprune.counting import model_cost
+from headprune.core.counting import model_cost
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_mask, pruning_record
+from headprune.engine.ablation import attention_implementation
+from headprune.engine.timing import measure_gain
+from headprune.engine.verdict import gain_text
 from headprune.experiments.evaluation import check_split, examples_differing, swapped_model, unit_counts
-from headprune.experiments.orders import ORDERS
-from headprune.experiments.prune import order_settings
-from headprune.experiments.rundir import mask_from_json, mask_to_json, write_results
-from headprune.heads import HeadGates
-from headprune.loggers import log_run
-from headprune.ordering import check_fractions, heads_removed, masks_for_fractions
-from headprune.plots import speed_bars
-from headprune.pruning import prune_mask, pruning_record
-from headprune.render import speed_rows
-from headprune.results import model_fingerprint, output_dir, read_json
-from headprune.saved_files import check_binary_mask
-from headprune.speed import mean_length, measure_gain
-from headprune.speed_verdict import gain_text
+from headprune.experiments.orders import ORDERS, order_settings
+from headprune.lightning.loggers import log_run
+from headprune.results.readers import check_binary_mask
+from headprune.results.run_dir import mask_from_json, mask_to_json, write_results
+from headprune.results.writer import model_fingerprint, output_dir, read_json
+from headprune.selection.greedy import check_fractions, heads_removed, masks_for_fractions
 from headprune.tasks import registry
+from headprune.viz.plots import speed_bars
+from headprune.viz.tables import speed_rows
 
 
 def pareto_points(payload: dict) -> list[dict]:
@@ -39,12 +39,13 @@ def pareto_points(payload: dict) -> list[dict]:
 
 def pareto_point(points: list[dict], method: str, fraction: float, step: str | None, path) -> dict:
     """The point of ``method`` (e.g. ``fisher+lsq``) at ``step`` (e.g. ``speedup=1.3``; None: its only point, else ``fraction``)."""
-    from headprune.render import point_name
+    from headprune.viz.tables import point_name
 
     mine = [p for p in points if point_name(p) == method]
     if not mine:
-        raise ValueError(f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} "
-                         "(set speed.mask_order)")
+        raise ValueError(
+            f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} (set speed.mask_order)"
+        )
     if step is not None:
         chosen = [p for p in mine if p["step"] == step]
     elif len(mine) == 1:
@@ -52,8 +53,10 @@ def pareto_point(points: list[dict], method: str, fraction: float, step: str | N
     else:
         chosen = [p for p in mine if p.get("fraction") is not None and round(p["fraction"], 6) == round(fraction, 6)]
     if not chosen:
-        raise ValueError(f"{path} has no {method!r} point at {step or f'fraction {fraction}'}; its steps are "
-                         f"{[p['step'] for p in mine]} (set speed.mask_step)")
+        raise ValueError(
+            f"{path} has no {method!r} point at {step or f'fraction {fraction}'}; its steps are "
+            f"{[p['step'] for p in mine]} (set speed.mask_step)"
+        )
     return chosen[0]
 
 
@@ -65,8 +68,10 @@ def mask_from_file(path, task, order: str, fraction: float, step: str | None = N
     payload = read_json(path)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
     if made_for and made_for != model_fingerprint(task.model):
-        raise ValueError(f"mask file {path} was made for another model (fingerprint {made_for}, "
-                         f"this model is {model_fingerprint(task.model)}): use the same model.pretrained")
+        raise ValueError(
+            f"mask file {path} was made for another model (fingerprint {made_for}, "
+            f"this model is {model_fingerprint(task.model)}): use the same model.pretrained"
+        )
     points = pareto_points(payload)
     if "mask" in payload:
         raw = payload["mask"]
@@ -99,6 +104,7 @@ def clock_of(settings) -> str:
 
 def timed_call(task, model, gates, call=None):
     """The task's timed call (``call``, default ``task.timed_call``) made with ``model`` in place of the task's own."""
+
     def timed(batch):
         with swapped_model(task, model, gates):
             (call or task.timed_call)(batch)
@@ -127,16 +133,31 @@ def flops_between(model, start: int, end: int) -> int:
 def memory_rows(task, original, pruned) -> dict:
     """The task's memory measures of both models, with the pruned model's saving and its byte-ideal saving."""
     before, after = task.memory_measures(original), task.memory_measures(pruned)
-    out = {name: {"original": value, "pruned": after[name], "saving": 1 - after[name] / value if value else None}
-           for name, value in before.items()}
+    out = {
+        name: {"original": value, "pruned": after[name], "saving": 1 - after[name] / value if value else None}
+        for name, value in before.items()
+    }
     for name in [n for n in out if n.endswith("_ideal")]:
         out[name.removesuffix("_ideal")]["byte_ideal_saving"] = out[name]["saving"]
     return out
 
 
-def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64), examples: int = 256, warmup: int = 2,
-                repeats: int = 5, seed: int = 0, check_score: bool = True, clock: str = "wall", max_seconds: float = 0.0,
-                tolerance: float = 0.0, max_repeats: int | None = None, pruned_model=None) -> dict:
+def speed_stage(
+    task,
+    mask: dict,
+    split: str = "eval",
+    batch_sizes=(1, 4, 16, 64),
+    examples: int = 256,
+    warmup: int = 2,
+    repeats: int = 5,
+    seed: int = 0,
+    check_score: bool = True,
+    clock: str = "wall",
+    max_seconds: float = 0.0,
+    tolerance: float = 0.0,
+    max_repeats: int | None = None,
+    pruned_model=None,
+) -> dict:
     """Throughput of each timed call of the task, original vs physically pruned model, FLOP counts, memory, masked == pruned check.
 
     ``mask`` is in the unit of ``task.gates`` (query heads or KV groups); the model is pruned by its query-head mask.
@@ -152,36 +173,71 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
     else:
         pruned, record, check_score = pruned_model, pruning_record(pruned_model), False
     pruned_gates = HeadGates(pruned)
-    out = {"split": split, "device": str(device), "heads_total": task.gates.num_heads, "heads_pruned": heads_removed(mask),
-           **unit_counts(task.gates), "query_heads_pruned": heads_removed(head_mask), "pruning_record": record, "mask": mask_to_json(mask)}
+    out = {
+        "split": split,
+        "device": str(device),
+        "heads_total": task.gates.num_heads,
+        "heads_pruned": heads_removed(mask),
+        **unit_counts(task.gates),
+        "query_heads_pruned": heads_removed(head_mask),
+        "pruning_record": record,
+        "mask": mask_to_json(mask),
+    }
     if check_score:
         masked = task.evaluate(mask, split=split)
         with swapped_model(task, pruned, pruned_gates):
             physical = task.evaluate(None, split=split)
         differ = examples_differing(masked, physical)
-        out["score_check"] = {"metric": task.metric, "masked": masked.score, "pruned": physical.score,
-                              "examples_differing": int(differ), "equal": bool(differ == 0 and masked.score == physical.score)}
+        out["score_check"] = {
+            "metric": task.metric,
+            "masked": masked.score,
+            "pruned": physical.score,
+            "examples_differing": int(differ),
+            "equal": bool(differ == 0 and masked.score == physical.score),
+        }
     timed_calls = task.timed_calls()
     rows = []
     with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
         for size in batch_sizes:  # time both with the models' own attention (no gate wrapper where the model can do without)
             batches = task.timing_batches(int(size), examples, split, seed=seed)
             for name, timed in timed_calls.items():
-                timing = measure_gain(timed_call(task, original, task.gates, timed.call), timed_call(task, pruned, pruned_gates, timed.call),
-                                      batches, warmup, repeats, device, clock if device.type == "cpu" else "wall", max_seconds,
-                                      tolerance, max_repeats)
+                timing = measure_gain(
+                    timed_call(task, original, task.gates, timed.call),
+                    timed_call(task, pruned, pruned_gates, timed.call),
+                    batches,
+                    warmup,
+                    repeats,
+                    device,
+                    clock if device.type == "cpu" else "wall",
+                    max_seconds,
+                    tolerance,
+                    max_repeats,
+                )
                 start, end = span_of(timed, batches)
                 ideal = flops_between(original, start, end) / flops_between(pruned, start, end) - 1
                 gain = timing["gain"]
                 per_example = sum(timed.count(b) for b in batches) / sum(b["input_ids"].shape[0] for b in batches)
                 for model in ("original", "pruned"):
                     timing[model]["units_per_s"] = timing[model]["examples_per_s"] * per_example
-                rows.append({"batch_size": int(size), "seq_len": end - start, **timing, "flop_ideal_gain": ideal,
-                             "gain_vs_ideal": gain / ideal if ideal > 0 else None, "call": name, "unit": timed.unit, "context": [start, end]})
-                print(f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
-                      f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
-                      f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
-                      f"{timing['repeats']} repeats, load {timing['load_average']})", flush=True)
+                rows.append(
+                    {
+                        "batch_size": int(size),
+                        "seq_len": end - start,
+                        **timing,
+                        "flop_ideal_gain": ideal,
+                        "gain_vs_ideal": gain / ideal if ideal > 0 else None,
+                        "call": name,
+                        "unit": timed.unit,
+                        "context": [start, end],
+                    }
+                )
+                print(
+                    f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
+                    f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
+                    f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
+                    f"{timing['repeats']} repeats, load {timing['load_average']})",
+                    flush=True,
+                )
     seq_len = rows[-1]["seq_len"] if rows else 128
     out["cost"] = {"original": asdict(model_cost(original, seq_len)), "pruned": asdict(model_cost(pruned, seq_len))}
     memory = memory_rows(task, original, pruned)
@@ -195,8 +251,11 @@ def speed_stage(task, mask: dict, split: str = "eval", batch_sizes=(1, 4, 16, 64
 
 def adaptive_settings(settings) -> dict:
     """speed.max_seconds / tolerance / max_repeats as keyword arguments of speed_stage."""
-    return {"max_seconds": float(settings.max_seconds), "tolerance": float(settings.tolerance),
-            "max_repeats": int(settings.max_repeats or settings.repeats)}
+    return {
+        "max_seconds": float(settings.max_seconds),
+        "tolerance": float(settings.tolerance),
+        "max_repeats": int(settings.max_repeats or settings.repeats),
+    }
 
 
 def choose_mask(cfg, task) -> tuple[dict, dict]:
@@ -210,8 +269,12 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
         points = pareto_points(read_json(Path(str(settings.mask_file))))
         if points:  # a Pareto point: its target and predicted speed-up are reported beside the measured gain
             point = pareto_point(points, str(settings.mask_order), fraction, None if step is None else str(step), settings.mask_file)
-            origin.update(fraction=point["heads_pruned"] / point["heads_total"], step=point["step"], target=point.get("target"),
-                          predicted_speedup=point["predicted_speedup"])
+            origin.update(
+                fraction=point["heads_pruned"] / point["heads_total"],
+                step=point["step"],
+                target=point.get("target"),
+                predicted_speedup=point["predicted_speedup"],
+            )
         return mask, origin
     scores = ORDERS["importance"].scores(task, order_settings(cfg))
     mask = masks_for_fractions(scores, task.gates.groups, [fraction])[0]
@@ -230,14 +293,30 @@ def run(cfg) -> dict:
     split = str(settings.split)
     check_split(task, split)
     mask, origin = choose_mask(cfg, task)
-    result = speed_stage(task, mask, split, sizes, int(settings.examples), int(settings.warmup), int(settings.repeats),
-                         int(cfg.seed), bool(settings.check_score), clock, **adaptive_settings(settings))
+    result = speed_stage(
+        task,
+        mask,
+        split,
+        sizes,
+        int(settings.examples),
+        int(settings.warmup),
+        int(settings.repeats),
+        int(cfg.seed),
+        bool(settings.check_score),
+        clock,
+        **adaptive_settings(settings),
+    )
     out = output_dir(cfg)
-    figure = speed_bars(result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})")
+    figure = speed_bars(
+        result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})"
+    )
     if origin.get("target"):
         result["target"] = {**origin["target"], "predicted_speedup": origin["predicted_speedup"]}
-        print(f"target {origin['step']} (predicted {origin['predicted_speedup']:.2f}x): measured "
-              + ", ".join(f"batch {r['batch_size']} {1 + r['gain']:.2f}x" for r in result["rows"]), flush=True)
+        print(
+            f"target {origin['step']} (predicted {origin['predicted_speedup']:.2f}x): measured "
+            + ", ".join(f"batch {r['batch_size']} {1 + r['gain']:.2f}x" for r in result["rows"]),
+            flush=True,
+        )
     write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])
     log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_rows(result)}, [figure])
     return {"objective": result["rows"][-1]["gain"], **result}

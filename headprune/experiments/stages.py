@@ -5,26 +5,40 @@ data fingerprints, and digests of the earlier stages' results it used. A rerun r
 when the key is the same; otherwise it says which setting changed (or that the file is damaged) and
 recomputes it. A stage fed by a recomputed one sees new inputs in its key, so it is recomputed too.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from omegaconf import OmegaConf
 
-from headprune.results import SCHEMA_VERSION, write_json_atomic
+from headprune.results.writer import SCHEMA_VERSION, write_json_atomic
 
 SHOWN_CHANGES = 3  # settings named in a "changed" line; the rest are counted
 SHOWN_VALUE = 40  # longer values are not printed, only named
 DISPLAY_ONLY = ("trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps")
-NOT_TRAINING = ("paths", "logger", "hydra", "run", "experiment_name", "study", "prune", "speed", "importance", "ablate",
-                "keep_one", "dynamics")  # config sections the training stage does not read
+NOT_TRAINING = (
+    "paths",
+    "logger",
+    "hydra",
+    "run",
+    "experiment_name",
+    "study",
+    "prune",
+    "speed",
+    "importance",
+    "ablate",
+    "keep_one",
+    "dynamics",
+)  # config sections the training stage does not read
 
 
 def plain(value):
     """``value`` as plain JSON data (configs resolved, tensors and arrays as lists, other objects as text)."""
+
     def default(o):
         if OmegaConf.is_config(o):
             return OmegaConf.to_container(o, resolve=True)
@@ -92,8 +106,7 @@ def saved_results(path: Path, name: str, key) -> dict | None:
         print(f"[study] {name}: {path} holds no complete results: recomputing", flush=True)
         return None
     if saved.get("key") != key:
-        print(f"[study] {name}: changed since {path.name} ({changed_settings(saved.get('key'), key)}): recomputing",
-              flush=True)
+        print(f"[study] {name}: changed since {path.name} ({changed_settings(saved.get('key'), key)}): recomputing", flush=True)
         return None
     print(f"[study] {name}: complete in {path} with the same settings, skipped", flush=True)
     return saved["results"]
@@ -106,6 +119,8 @@ def stage(out: Path, name: str, key, compute: Callable[[], dict]) -> dict:
     numbers = saved_results(path, name, key)
     if numbers is None:
         numbers = plain(compute())
-        write_json_atomic(path, {"schema_version": SCHEMA_VERSION, "stage": name, "fingerprint": digest(key), "key": key,
-                                 "complete": True, "results": numbers})
+        write_json_atomic(
+            path,
+            {"schema_version": SCHEMA_VERSION, "stage": name, "fingerprint": digest(key), "key": key, "complete": True, "results": numbers},
+        )
     return numbers

@@ -8,6 +8,7 @@ inputs changed or whose file is damaged (see ``headprune.experiments.stages``). 
 this on the embedded MiniLM: fine-tuned on the local MNLI copy when there is one, else on the
 synthetic NLI set (it says which).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -16,27 +17,35 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf, open_dict
 
+from headprune.engine.verdict import is_inconclusive
 from headprune.experiments.ablate import ablation_figure, ablation_stage
+from headprune.experiments.conf_dir import config_dir
 from headprune.experiments.evaluation import check_split, selection_split, split_size
 from headprune.experiments.keep_one import keep_one_stage
-from headprune.experiments.orders import ORDERS
-from headprune.experiments.prune import curves_of, fractions_of, order_settings, orders_of, prune_stage
+from headprune.experiments.orders import ORDERS, order_settings
+from headprune.experiments.prune import curves_of, fractions_of, orders_of, prune_stage
 from headprune.experiments.prune_speed import for_speed, pareto_stage
-from headprune.experiments.rundir import mask_from_json, mask_to_json, tensor_dict, write_results
 from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
 from headprune.experiments.stages import digest, stage, training_settings
-from headprune.loggers import log_run
-from headprune.ordering import check_fractions, check_groups, masks_for_fractions
-from headprune.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
-from headprune.render import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
-from headprune.results import batches_fingerprint, model_fingerprint, output_dir, read_json
-from headprune.significance import correlation
-from headprune.speed_verdict import is_inconclusive
+from headprune.lightning.loggers import log_run
+from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict, write_results
+from headprune.results.writer import batches_fingerprint, model_fingerprint, output_dir, read_json
+from headprune.scoring.significance import correlation
+from headprune.selection.greedy import check_fractions, check_groups, masks_for_fractions
 from headprune.tasks import registry
-from headprune.validation import training_config
+from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
+from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
 
 STAGES = ("train", "scores", "ablate", "keep_one", "prune", "pareto", "speed")
 IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
+
+
+def study_training_config(cfg):
+    """The study's training-stage config: ``study.train_overrides`` applied to a copy."""
+    sub = cfg.copy()
+    for key, value in (cfg.study.get("train_overrides") or {}).items():
+        OmegaConf.update(sub, key, value, force_add=True)
+    return sub
 
 
 def choose_data(cfg) -> str:
@@ -44,8 +53,6 @@ def choose_data(cfg) -> str:
     data = cfg.data
     if data.get("source") == "local" and data.get("dir") and not Path(str(data.dir)).exists():
         fallback = str(cfg.study.fallback_data)
-        from headprune.cli import config_dir
-
         conf = Path(config_dir()) / "data"
         try:
             from hydra import compose
@@ -69,7 +76,7 @@ def train_stage(cfg, out: Path) -> str:
     """Train the task's model into <out>/train (reused when its settings are unchanged); point ``model.pretrained`` at it."""
     train_dir = out / "train"
     model_dir = train_dir / "model"
-    sub = training_config(cfg)
+    sub = study_training_config(cfg)
     key = {"settings": training_settings(sub)}
     problem = missing_training_output(train_dir)
     record = out / "stages" / "train.json"
@@ -144,11 +151,14 @@ def run(cfg) -> dict:
 
     def key(reads: dict, data: list[str], inputs: dict | None = None) -> dict:
         """A stage's key: the settings it reads, the model and data it runs on, digests of the earlier stages it uses."""
-        return {"settings": {"seed": seed, **reads},
-                "fingerprints": {"model": model_fp, "data": {name: data_fingerprint(name) for name in dict.fromkeys(data)}},
-                "inputs": inputs or {}}
+        return {
+            "settings": {"seed": seed, **reads},
+            "fingerprints": {"model": model_fp, "data": {name: data_fingerprint(name) for name in dict.fromkeys(data)}},
+            "inputs": inputs or {},
+        }
 
     bar.set_postfix_str("scores")
+
     def raw_scores():
         cache: dict = {}  # the orders keep their unmasked raw scores here
         for order in ("importance", "entropy"):
@@ -159,14 +169,20 @@ def run(cfg) -> dict:
     scores = stage(out, "scores", scores_key, raw_scores)
     upstream = {"scores": digest([scores_key, scores])}  # what a later stage saw of an earlier one: its key and results
     bar.update(1)
-    shared = {"importance_raw": {g: torch.tensor(v) for g, v in scores["importance"].items()},
-              "entropy_raw": {g: torch.tensor(v) for g, v in scores["entropy"].items()}}
+    shared = {
+        "importance_raw": {g: torch.tensor(v) for g, v in scores["importance"].items()},
+        "entropy_raw": {g: torch.tensor(v) for g, v in scores["entropy"].items()},
+    }
 
     bar.set_postfix_str("ablate")
     splits = [split] + [s for s in (settings.get("extra_splits") or []) if split_size(task, s) > 0]
     ablate_key = key({"splits": splits, "n_samples": n_samples, "alpha": alpha}, splits)
-    ablate = stage(out, "ablate", ablate_key, lambda: {
-        "splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}})
+    ablate = stage(
+        out,
+        "ablate",
+        ablate_key,
+        lambda: {"splits": {s: ablation_stage(task, s, None, n_samples, seed, alpha, base=base if s == split else None) for s in splits}},
+    )
     upstream["ablate"] = digest([ablate_key, ablate])
     if len(splits) > 1:
         ablate["correlation"] = correlation(ablate["splits"][splits[0]], ablate["splits"][splits[1]])
@@ -177,14 +193,15 @@ def run(cfg) -> dict:
 
     bar.set_postfix_str("keep_one")
     keep_one_key = key({"split": split, "selection": selection, "n_samples": n_samples, "alpha": alpha}, [split, selection])
-    keep_one = stage(out, "keep_one", keep_one_key,
-                     lambda: keep_one_stage(task, selection, split, None, n_samples, seed, alpha, base=base))
+    keep_one = stage(out, "keep_one", keep_one_key, lambda: keep_one_stage(task, selection, split, None, n_samples, seed, alpha, base=base))
     bar.update(1)
 
     bar.set_postfix_str("prune")
-    prune_key = key({"split": split, "prune": cfg.prune, "importance": cfg.importance, "reestimate": settings.reestimate},
-                    [split, ablation_split, IMPORTANCE_DATA],
-                    {"scores": upstream["scores"], "ablate": upstream["ablate"] if "ablation_deltas" in shared else None})
+    prune_key = key(
+        {"split": split, "prune": cfg.prune, "importance": cfg.importance, "reestimate": settings.reestimate},
+        [split, ablation_split, IMPORTANCE_DATA],
+        {"scores": upstream["scores"], "ablate": upstream["ablate"] if "ablation_deltas" in shared else None},
+    )
     min_per_layer = int(cfg.prune.min_heads_per_layer or 0)
 
     def prune_all():
@@ -194,8 +211,9 @@ def run(cfg) -> dict:
                 again = prune_stage(task, [order], fractions, order_cfg, groups, min_per_layer, True, split, {}, base=base)
                 result["orders"][f"{order} (re-estimated)"] = again["orders"][order]
         if len(task.gates.groups) > 1:  # paper section 5: one group at a time
-            result["by_group"] = {g: prune_stage(task, ["importance"], fractions, order_cfg, [g], 0, False, split, {}, base=base)
-                                  for g in task.gates.groups}
+            result["by_group"] = {
+                g: prune_stage(task, ["importance"], fractions, order_cfg, [g], 0, False, split, {}, base=base) for g in task.gates.groups
+            }
         return result
 
     prune = stage(out, "prune", prune_key, prune_all)
@@ -205,11 +223,23 @@ def run(cfg) -> dict:
     bar.set_postfix_str("pareto")  # pruning for speed: prune.target / schedule / recover (skipped when none is set)
     pareto = None
     if for_speed(cfg.prune):
-        pareto_key = key({"split": split, "selection": selection, "prune": cfg.prune, "importance": cfg.importance,
-                          "speed": cfg.speed if cfg.prune.get("measure_speed") else None},
-                         [split, selection, IMPORTANCE_DATA], {"scores": upstream["scores"]})
-        pareto = stage(out, "pareto", pareto_key,
-                       lambda: pareto_stage(task, cfg, order_cfg, orders, fractions, split, selection, out, base=base, shared=shared))
+        pareto_key = key(
+            {
+                "split": split,
+                "selection": selection,
+                "prune": cfg.prune,
+                "importance": cfg.importance,
+                "speed": cfg.speed if cfg.prune.get("measure_speed") else None,
+            },
+            [split, selection, IMPORTANCE_DATA],
+            {"scores": upstream["scores"]},
+        )
+        pareto = stage(
+            out,
+            "pareto",
+            pareto_key,
+            lambda: pareto_stage(task, cfg, order_cfg, orders, fractions, split, selection, out, base=base, shared=shared),
+        )
     bar.update(1)
 
     bar.set_postfix_str("speed")
@@ -220,36 +250,84 @@ def run(cfg) -> dict:
     else:
         mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
     speed_key = key({"split": split, "speed": cfg.speed}, [split], {"mask": mask_to_json(mask), "prune": upstream["prune"]})
-    speed = stage(out, "speed", speed_key, lambda: speed_stage(
-        task, mask, split, [int(b) for b in cfg.speed.batch_sizes], int(cfg.speed.examples), int(cfg.speed.warmup),
-        int(cfg.speed.repeats), seed, bool(cfg.speed.check_score), clock, **adaptive_settings(cfg.speed)))
+    speed = stage(
+        out,
+        "speed",
+        speed_key,
+        lambda: speed_stage(
+            task,
+            mask,
+            split,
+            [int(b) for b in cfg.speed.batch_sizes],
+            int(cfg.speed.examples),
+            int(cfg.speed.warmup),
+            int(cfg.speed.repeats),
+            seed,
+            bool(cfg.speed.check_score),
+            clock,
+            **adaptive_settings(cfg.speed),
+        ),
+    )
     bar.update(1)
     bar.close()
 
     name = cfg.model.get("name")
     figures = [ablation_figure(r, out / f"ablate_{s}.png", f"Single-head ablation on {s} ({name})") for s, r in ablate["splits"].items()]
-    figures.append(keep_one_bars(keep_one["rows"], out / "keep_one.png", f"Keep only the best head per layer ({name})",
-                                 f"{task.metric} difference"))
+    figures.append(
+        keep_one_bars(keep_one["rows"], out / "keep_one.png", f"Keep only the best head per layer ({name})", f"{task.metric} difference")
+    )
     figures.append(pruning_curves(curves_of(prune), out / "prune.png", f"Greedy pruning ({name}, {split})", task.metric, base.score))
     if "by_group" in prune:
-        figures.append(pruning_curves({g: curves_of(v)["importance"] for g, v in prune["by_group"].items()},
-                                      out / "prune_groups.png", f"Pruning one attention group at a time ({name})", task.metric, base.score))
+        figures.append(
+            pruning_curves(
+                {g: curves_of(v)["importance"] for g, v in prune["by_group"].items()},
+                out / "prune_groups.png",
+                f"Pruning one attention group at a time ({name})",
+                task.metric,
+                base.score,
+            )
+        )
     if pareto is not None:
         figures.append(pareto_figure(pareto, out / "pareto.png", f"Quality against speed ({name}, {split})"))
     figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
-    numbers = {"data_note": note, "trained_model": trained, "base_score": base.score, "metric": task.metric,
-               "scores": scores, "ablate": ablate, "keep_one": keep_one, "prune": prune, "speed": speed,
-               **({"pareto": pareto} if pareto is not None else {})}
-    stage_keys = {"scores": scores_key, "ablate": ablate_key, "keep_one": keep_one_key, "prune": prune_key, "speed": speed_key,
-                  **({"pareto": pareto_key} if pareto is not None else {})}
-    write_results(cfg, "study", numbers, task, split, figures=figures, inputs={
-        "selection_split": selection, "data_note": note, "stage_fingerprints": {k: digest(v) for k, v in stage_keys.items()}})
+    numbers = {
+        "data_note": note,
+        "trained_model": trained,
+        "base_score": base.score,
+        "metric": task.metric,
+        "scores": scores,
+        "ablate": ablate,
+        "keep_one": keep_one,
+        "prune": prune,
+        "speed": speed,
+        **({"pareto": pareto} if pareto is not None else {}),
+    }
+    stage_keys = {
+        "scores": scores_key,
+        "ablate": ablate_key,
+        "keep_one": keep_one_key,
+        "prune": prune_key,
+        "speed": speed_key,
+        **({"pareto": pareto_key} if pareto is not None else {}),
+    }
+    write_results(
+        cfg,
+        "study",
+        numbers,
+        task,
+        split,
+        figures=figures,
+        inputs={"selection_split": selection, "data_note": note, "stage_fingerprints": {k: digest(v) for k, v in stage_keys.items()}},
+    )
     tables = {f"ablate_{s}": ablation_rows(r) for s, r in ablate["splits"].items()}
     tables.update(keep_one=keep_one_rows(keep_one), prune=prune_rows(prune), speed=speed_rows(speed))
     if pareto is not None:
         tables["pareto"] = pareto_rows(pareto)
-    summary = {"base_score": base.score, "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
-               "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] and not is_inconclusive(speed["rows"][-1]) else None}
+    summary = {
+        "base_score": base.score,
+        "ablate": {s: r["per_group"] for s, r in ablate["splits"].items()},
+        "speed_gain_at_largest_batch": speed["rows"][-1]["gain"] if speed["rows"] and not is_inconclusive(speed["rows"][-1]) else None,
+    }
     log_run(cfg, "study", summary, tables, figures)
     print(f"[study] done: {out / 'results.json'}", flush=True)
     return {"objective": base.score, **numbers}

@@ -4,10 +4,12 @@ and one ``TaskSpec`` line in ``headprune.tasks.registry.TASKS`` (its loader and 
 Experiments (``headprune/experiments``) talk to tasks through this protocol only: they never test which
 task they hold (no ``hasattr`` on task data, no metric-name or model-kind branches).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -41,7 +43,10 @@ class TimedCall:
     call: Callable[[dict], None]  # one call on a timing batch (forward, generate, ...)
     unit: str = "examples"  # what ``count`` counts: "examples", "tokens", "new tokens"
     count: Callable[[dict], int] = rows_of  # units one call processes on a batch
-    span: Callable[[dict], tuple[int, int]] = lambda batch: (0, tokens_of(batch) // rows_of(batch))  # (context before, after) per row: FLOPs of the tokens in between
+    span: Callable[[dict], tuple[int, int]] = lambda batch: (
+        0,
+        tokens_of(batch) // rows_of(batch),
+    )  # (context before, after) per row: FLOPs of the tokens in between
 
 
 @runtime_checkable
@@ -53,7 +58,7 @@ class Task(Protocol):
     higher_is_better: bool  # direction of the metric (accuracy, BLEU: True; perplexity: False)
     paired_test_name: str  # what ``paired_test`` runs, written beside its results (e.g. "paired bootstrap (Koehn 2004)")
     model: nn.Module  # the HF model, gated by ``gates``
-    gates: object  # headprune.heads.HeadGates on ``model``
+    gates: object  # headprune.core.gates.HeadGates on ``model``
 
     # ---- data --------------------------------------------------------------------------------
     def split_sizes(self) -> Mapping[str, int]:
@@ -74,7 +79,7 @@ class Task(Protocol):
         """Score several masks, batched where the task can; ``on_batch(n)`` after each data batch of ``n`` examples."""
 
     def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int, seed: int, alpha: float) -> list:
-        """Paired bootstrap of each system against the baseline: a list of headprune.significance.PairedResult."""
+        """Paired bootstrap of each system against the baseline: a list of headprune.scoring.significance.PairedResult."""
 
     # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self) -> Iterable[dict]:

@@ -2,6 +2,7 @@
 
 A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,11 +23,17 @@ class TaskSpec:
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
-    "classifier": TaskSpec("nli", None, "data=nli_synthetic|nli_local|nli_hub", "headprune.tasks.nli.load_nli_task",
-                           "headprune.tasks.nli.finetune"),
-    "seq2seq": TaskSpec("mt", "translation", "data=mt_synthetic|mt_multi30k|mt_iwslt14|mt_wmt|mt_hub",
-                        "headprune.tasks.mt.load_translation_task", "headprune.tasks.mt.train"),
-    "causal_lm": TaskSpec("lm", "lm", "data=lm_local|lm_synthetic|lm_hub", "headprune.tasks.lm.load_lm_task", None),
+    "classifier": TaskSpec(
+        "nli", None, "data=nli_synthetic|nli_local|nli_hub", "headprune.tasks.nli.task.load_nli_task", "headprune.tasks.nli.task.finetune"
+    ),
+    "seq2seq": TaskSpec(
+        "mt",
+        "translation",
+        "data=mt_synthetic|mt_multi30k|mt_iwslt14|mt_wmt|mt_hub",
+        "headprune.tasks.mt.task.load_translation_task",
+        "headprune.tasks.mt.task.train",
+    ),
+    "causal_lm": TaskSpec("lm", "lm", "data=lm_local|lm_synthetic|lm_hub", "headprune.tasks.lm.task.load_lm_task", None),
 }
 
 
@@ -39,8 +46,10 @@ def task_spec(cfg) -> TaskSpec:
     if cfg.get("data") is None:
         raise ValueError(f"no data chosen: add {spec.data_choices} for model.kind={kind}")
     if cfg.data.get("kind") != spec.data_kind:
-        raise ValueError(f"model {cfg.model.get('name')} ({kind}) does not fit data {cfg.data.get('name')}: "
-                         f"the {spec.name} task reads {spec.data_choices}")
+        raise ValueError(
+            f"model {cfg.model.get('name')} ({kind}) does not fit data {cfg.data.get('name')}: "
+            f"the {spec.name} task reads {spec.data_choices}"
+        )
     return spec
 
 
@@ -54,7 +63,7 @@ def device_of(cfg) -> torch.device:
 
 def load_task(cfg):
     """The Task (model with gates + data) that the config describes, in eval mode on its device, in ``prune.unit``."""
-    from headprune.tasks.units import in_unit, unit_of
+    from headprune.tasks.unit_task import in_unit, unit_of
 
     task = get_method(task_spec(cfg).load)(cfg)
     task.to(device_of(cfg))
@@ -66,5 +75,7 @@ def train_task(cfg) -> dict:
     """Fine-tune / train the config's model into ``<output_dir>/model`` with its task's trainer."""
     spec = task_spec(cfg)
     if spec.train is None:
-        raise ValueError(f"the {spec.name} task has no trainer: use a trained model (model.pretrained=...) and, in a study, study.train=false")
+        raise ValueError(
+            f"the {spec.name} task has no trainer: use a trained model (model.pretrained=...) and, in a study, study.train=false"
+        )
     return get_method(spec.train)(cfg)

@@ -1,0 +1,64 @@
+"""Parameter and FLOP counts, overall and for the attention modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from headprune.core.gates import find_sites
+
+
+@dataclass
+class ModelCost:
+    """Sizes and forward FLOPs of one example of ``seq_len`` tokens (multiply-add = 2 FLOPs)."""
+
+    parameters: int
+    attention_parameters: int
+    heads: int
+    flops: int
+    attention_flops: int
+    seq_len: int
+
+
+def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
+    """Parameters and analytic forward FLOPs for one example (source and target both ``seq_len`` tokens)."""
+    sites = find_sites(model)
+    attention_ids = set()
+    attention_params = attention_flops = score_flops = 0
+    for site in sites:
+        for which in ("query", "key", "value", "output"):
+            linear = site.linear(which)
+            attention_ids.add(id(linear))
+            attention_params += sum(p.numel() for p in linear.parameters())
+            attention_flops += 2 * linear.in_features * linear.out_features * seq_len
+        width = site.linear("query").out_features  # computed heads * head_dim (the phantom counts)
+        score_flops += 2 * 2 * seq_len * seq_len * width  # q k^T and probs @ v
+    other_linear = sum(
+        2 * m.in_features * m.out_features * seq_len for m in model.modules() if isinstance(m, nn.Linear) and id(m) not in attention_ids
+    )
+    return ModelCost(
+        parameters=sum(p.numel() for p in model.parameters()),
+        attention_parameters=attention_params,
+        heads=sum(len(s.head_ids) for s in sites),
+        flops=other_linear + attention_flops + score_flops,
+        attention_flops=attention_flops + score_flops,
+        seq_len=seq_len,
+    )
+
+
+def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False, bytes_per_value: int | None = None) -> int:
+    """Bytes the decoder's self-attention KV cache holds per token of context (K and V, every layer, one sequence).
+
+    ``ideal`` leaves out the phantom KV heads of emptied layers (what a model without those layers would hold);
+    ``bytes_per_value`` defaults to the element size of the key projection's weights.
+    """
+    total = 0
+    for site in find_sites(model):
+        if site.group != "dec_self":
+            continue  # encoder self-attention caches nothing; cross-attention caches per source token
+        key = site.linear("key")
+        kv_heads = len(site.kv_ids) if ideal else key.out_features // site.head_dim
+        size = bytes_per_value or key.weight.element_size()
+        total += 2 * kv_heads * site.head_dim * size  # K and V: (KV heads, head_dim) per token
+    return total

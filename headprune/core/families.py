@@ -1,0 +1,105 @@
+"""The table of supported model families: where their attention modules live and what they are called."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GROUPS = ("enc_self", "enc_dec", "dec_self")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row of the table: how to find and slice the attention modules of one model family."""
+
+    name: str
+    model_types: tuple[str, ...]
+    sites: tuple[tuple[str, str], ...]  # (regex on the block's module path with one (\d+) for the layer, group)
+    core: str  # path from the block to the module that calls the attention function ("" = the block itself)
+    query: str
+    key: str
+    value: str
+    output: str  # path from the block to the output projection
+    head_count_attr: str | None  # attribute on the core holding the number of heads (None: query width / head_dim)
+    width_attrs: tuple[str, ...] = ()  # attributes on the core holding heads * head_dim
+    head_dim_attr: str = "head_dim"
+    kv_groups_attr: str | None = None  # grouped KV heads: attribute on the core holding query heads per KV head
+
+
+BERT_LIKE = Family(
+    name="bert-like",
+    model_types=("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text", "xmod"),
+    sites=(
+        (r"(?:^|\.)encoder\.layer\.(\d+)\.attention$", "enc_self"),
+        (r"(?:^|\.)encoder\.layer\.(\d+)\.crossattention$", "enc_dec"),
+    ),
+    core="self",
+    query="self.query",
+    key="self.key",
+    value="self.value",
+    output="output.dense",
+    head_count_attr="num_attention_heads",
+    width_attrs=("all_head_size",),
+    head_dim_attr="attention_head_size",
+)
+
+BART_LIKE = Family(
+    name="bart/marian-like",
+    model_types=("bart", "marian", "mbart", "pegasus", "blenderbot", "blenderbot-small", "plbart"),
+    sites=(
+        (r"(?:^|\.)encoder\.layers\.(\d+)\.self_attn$", "enc_self"),
+        (r"(?:^|\.)decoder\.layers\.(\d+)\.encoder_attn$", "enc_dec"),
+        (r"(?:^|\.)decoder\.layers\.(\d+)\.self_attn$", "dec_self"),
+    ),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="out_proj",
+    head_count_attr="num_heads",
+    width_attrs=("embed_dim",),
+    head_dim_attr="head_dim",
+)
+
+LLAMA_LIKE = Family(
+    name="llama-like",
+    model_types=("llama", "mistral", "qwen2", "qwen3"),
+    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="o_proj",
+    head_count_attr=None,
+    head_dim_attr="head_dim",
+    kv_groups_attr="num_key_value_groups",
+)
+
+FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE)
+
+
+def supported_model_types() -> list[str]:
+    """All model types that some family of the table covers."""
+    return sorted(t for f in FAMILIES for t in f.model_types)
+
+
+def family_for(model) -> Family:
+    """The table row for a model, or a ValueError that lists the supported model types."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    raise ValueError(
+        f"headprune does not support model type {model_type!r} "
+        f"({type(model).__name__}). Supported model types: {', '.join(supported_model_types())}. "
+        "To add a family, add a row to headprune/core/families.py."
+    )
+
+
+def match_site(family: Family, module_path: str) -> tuple[str, int] | None:
+    """(group, layer) when a module path is one of the family's attention blocks, else None."""
+    for pattern, group in family.sites:
+        found = re.search(pattern, module_path)
+        if found:
+            return group, int(found.group(1))
+    return None

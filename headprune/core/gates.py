@@ -1,0 +1,330 @@
+"""Head gates: find a model's attention modules and multiply each head's output by a gate.
+
+The gates work through transformers' attention interface: every supported attention module
+calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``. We register one wrapper per
+underlying implementation (``headprune_sdpa``, ``headprune_eager``, ...) that calls the
+model's own implementation and then scales the per-head output ``(B, T, H, D)`` by the
+module's gate. No model code is forked.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from headprune.core.families import GROUPS, Family, family_for, match_site
+
+PREFIX = "headprune_"
+
+
+@dataclass(eq=False)
+class AttentionSite:
+    """One attention module: its group, layer, projections and the original ids of its heads."""
+
+    path: str
+    group: str
+    layer: int
+    block: nn.Module
+    core: nn.Module
+    family: Family
+    head_dim: int
+    num_heads_orig: int
+    head_ids: list[int]  # original ids of the heads still present, in weight order
+    num_kv_heads_orig: int = 0  # KV heads in the original module (= num_heads_orig without grouped KV heads)
+    kv_ids: list[int] = field(default_factory=list)  # original ids of the KV heads still present, in weight order
+    kv_index: torch.Tensor | None = None  # (H,) KV position of each computed query head when groups became uneven
+    gate: torch.Tensor | None = None  # (H,) or (B, H) over the present heads; None = no gating
+    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
+    recording: bool = False  # add a probe per forward while gate gradients are recorded
+    entropy_hook: object = None  # callable(site, query, key, mask, scaling) while entropy is recorded
+
+    def linear(self, which: str) -> nn.Linear:
+        """The q/k/v/output projection named by the family table."""
+        return self.block.get_submodule(getattr(self.family, which))
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.head_ids)
+
+    @property
+    def heads_per_kv(self) -> int:
+        """Query heads per KV head in the original module (1 without grouped KV heads)."""
+        return self.num_heads_orig // self.num_kv_heads_orig
+
+    def kv_of(self, head: int) -> int:
+        """The original id of the KV head that query head ``head`` (original id) attends with."""
+        return int(head) // self.heads_per_kv  # repeat_kv: query head h reads KV head h // groups
+
+    def kv_positions(self) -> list[int]:
+        """Position in the k/v weights of the KV head of every computed query head (the phantom reads the phantom)."""
+        if not self.head_ids:
+            return [0]
+        return [self.kv_ids.index(self.kv_of(h)) for h in self.head_ids]
+
+
+def _module_eager(module: nn.Module):
+    """The eager attention function defined next to a module's class (its own math)."""
+    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if fn is None:
+        from transformers.models.bert.modeling_bert import eager_attention_forward as fn
+    return fn
+
+
+def _make_gated(inner_name: str):
+    """An attention function that runs ``inner_name`` and then applies the module's head gate."""
+
+    def gated_attention(module, query, key, value, attention_mask, **kwargs):
+        inner = _module_eager(module) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS[inner_name]
+        site = getattr(module, "_headprune_site", None)
+        if site is not None and site.kv_index is not None:
+            # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head
+            index = site.kv_index.to(key.device)
+            key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1
+        out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
+        if site is None:
+            return out, weights
+        if site.entropy_hook is not None:
+            if key.shape[1] != query.shape[1]:
+                key = key.index_select(1, torch.tensor(site.kv_positions(), device=key.device))  # (B, H, T, D)
+            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"))
+        gate = site.gate
+        if gate is not None:
+            out = out * _broadcast_gate(gate, out)
+        if site.recording and torch.is_grad_enabled():
+            probe = torch.ones(out.shape[:3], dtype=out.dtype, device=out.device, requires_grad=True)
+            site.probes.append(probe)
+            out = out * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = sum_d out * grad: the gate gradient per token
+        return out, weights
+
+    return gated_attention
+
+
+def _broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
+    gate = gate.to(dtype=out.dtype, device=out.device)
+    if gate.dim() == 1:
+        return gate.view(1, 1, -1, 1)
+    batch = out.shape[0]
+    if gate.shape[0] != batch:
+        if batch % gate.shape[0]:
+            raise ValueError(f"per-example mask has {gate.shape[0]} rows but the batch has {batch} examples")
+        gate = gate.repeat_interleave(batch // gate.shape[0], dim=0)  # beam search expands each example in place
+    return gate.view(batch, 1, -1, 1)
+
+
+def register_wrapper(prefix: str, inner_name: str, make) -> str:
+    """Register ``make(inner_name)`` as attention function ``prefix + inner_name``, with the inner one's mask format."""
+    name = prefix + inner_name
+    if name not in ALL_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(name, make(inner_name))
+        mask_fn = ALL_MASK_ATTENTION_FUNCTIONS[inner_name] if inner_name in ALL_MASK_ATTENTION_FUNCTIONS else None
+        AttentionMaskInterface.register(name, mask_fn or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return name
+
+
+def _ensure_registered(inner_name: str) -> str:
+    """Register the gated wrapper (and the matching mask function) for one implementation."""
+    return register_wrapper(PREFIX, inner_name, _make_gated)
+
+
+def route_attention(model: nn.Module) -> str:
+    """Point the model at headprune's wrapper of its attention (public setter); returns the wrapped implementation."""
+    original = model.config._attn_implementation or "sdpa"
+    inner = original[len(PREFIX) :] if original.startswith(PREFIX) else original
+    gated_name = _ensure_registered(inner)
+    model.set_attn_implementation(gated_name)
+    if model.config._attn_implementation != gated_name:
+        raise ValueError(
+            f"{type(model).__name__} cannot switch its attention implementation (transformers' "
+            "AttentionInterface), so its heads cannot be gated"
+        )
+    return inner
+
+
+def find_sites(model: nn.Module) -> list[AttentionSite]:
+    """All attention modules of a model, ordered by group then layer."""
+    family = family_for(model)
+    sites = []
+    for path, block in model.named_modules():
+        matched = match_site(family, path)
+        if matched is None:
+            continue
+        group, layer = matched
+        core = block.get_submodule(family.core) if family.core else block
+        existing = getattr(core, "_headprune_site", None)
+        if existing is not None:
+            sites.append(existing)
+            continue
+        head_dim = int(getattr(core, family.head_dim_attr))
+        if family.head_count_attr:
+            n_heads = int(getattr(core, family.head_count_attr))
+        else:
+            n_heads = block.get_submodule(family.query).out_features // head_dim
+        n_kv = n_heads // int(getattr(core, family.kv_groups_attr)) if family.kv_groups_attr else n_heads
+        site = AttentionSite(
+            path,
+            group,
+            layer,
+            block,
+            core,
+            family,
+            head_dim,
+            n_heads,
+            list(range(n_heads)),
+            num_kv_heads_orig=n_kv,
+            kv_ids=list(range(n_kv)),
+        )
+        core._headprune_site = site  # the site (and its head bookkeeping) lives with the module
+        sites.append(site)
+    if not sites:
+        raise ValueError(f"found no attention modules in {type(model).__name__} for family {family.name}")
+    sites.sort(key=lambda s: (GROUPS.index(s.group), s.layer))
+    return sites
+
+
+def site_groups(sites: list[AttentionSite]) -> dict[str, tuple[int, int]]:
+    """{group: (layers, heads per layer in the original model)} of a list of attention modules."""
+    shape = {}
+    for site in sites:
+        layers, heads = shape.get(site.group, (0, 0))
+        shape[site.group] = (max(layers, site.layer + 1), max(heads, site.num_heads_orig))
+    return shape
+
+
+class HeadGates:
+    """Gates on every attention head of a model: set a mask, read the groups, record gate gradients."""
+
+    unit = "head"  # masks and scores are per query head (headprune.core.units.KVGroupGates: per KV group)
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.sites = find_sites(model)
+        self.inner = route_attention(model)
+
+    # ---- structure -------------------------------------------------------------------------
+    @property
+    def groups(self) -> dict[str, tuple[int, int]]:
+        """{group: (layers, heads per layer in the original model)}."""
+        return site_groups(self.sites)
+
+    @property
+    def kv_groups(self) -> dict[str, tuple[int, int]]:
+        """{group: (layers, KV heads per layer in the original model)}: a KV group is a KV head with all its query heads."""
+        shape = {}
+        for site in self.sites:
+            layers, kv_heads = shape.get(site.group, (0, 0))
+            shape[site.group] = (max(layers, site.layer + 1), max(kv_heads, site.num_kv_heads_orig))
+        return shape
+
+    @property
+    def heads_per_kv(self) -> dict[str, int]:
+        """{group: query heads per KV head in the original model} (1 without grouped KV heads)."""
+        return {g: heads // self.kv_groups[g][1] for g, (_, heads) in self.groups.items()}
+
+    def kv_of_heads(self) -> dict[tuple[str, int], dict[int, int]]:
+        """{(group, layer): {present query head id: its KV head id}}, by original ids."""
+        return {(s.group, s.layer): {h: s.kv_of(h) for h in s.head_ids} for s in self.sites}
+
+    @property
+    def num_heads(self) -> int:
+        """Heads in the original model, all groups."""
+        return sum(layers * heads for layers, heads in self.groups.values())
+
+    def site(self, group: str, layer: int) -> AttentionSite:
+        """The attention module of one group and layer."""
+        for site in self.sites:
+            if site.group == group and site.layer == layer:
+                return site
+        layers = self.groups.get(group, (0, 0))[0]
+        raise IndexError(f"no attention module for group {group!r} layer {layer}: groups are {self.groups} ({layers} layers in that group)")
+
+    def present(self) -> dict[str, torch.Tensor]:
+        """{group: bool [layers, heads]}: True where a head is still in the weights (not pruned)."""
+        out = {g: torch.zeros(l, h, dtype=torch.bool) for g, (l, h) in self.groups.items()}
+        for site in self.sites:
+            out[site.group][site.layer, site.head_ids] = True
+        return out
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        """A mask that keeps every head: {group: ones [layers, heads]}."""
+        return {g: torch.ones(l, h) for g, (l, h) in self.groups.items()}
+
+    # ---- masks -----------------------------------------------------------------------------
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a mask against the model and return it as {group: tensor [L, H] or [B, L, H]} (``hard``: 0/1 only)."""
+        from headprune.core.masks import normalize_mask
+
+        return normalize_mask(mask, self.groups, hard=hard)
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """The query-head mask of a mask in this unit: the checked mask itself."""
+        return self.normalize_mask(mask, hard=hard)
+
+    def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Scores in this unit from per-query-head scores: themselves."""
+        return scores
+
+    def set_mask(self, mask) -> None:
+        """Gate every head by ``mask`` ({group: [L, H] or [B, L, H]}); ``None`` removes all gates."""
+        if mask is None:
+            for site in self.sites:
+                site.gate = None
+            return
+        mask = self.normalize_mask(mask)
+        for site in self.sites:
+            if site.group not in mask:
+                site.gate = None
+                continue
+            group_mask = mask[site.group]
+            ids = torch.tensor(site.head_ids or [0], dtype=torch.long)
+            site.gate = group_mask[..., site.layer, :].index_select(-1, ids.to(group_mask.device))
+
+    @contextmanager
+    def masked(self, mask):
+        """Run a block with ``mask`` set, restoring the previous gates afterwards."""
+        previous = [site.gate for site in self.sites]
+        self.set_mask(mask)
+        try:
+            yield self
+        finally:
+            for site, gate in zip(self.sites, previous):
+                site.gate = gate
+
+    # ---- gate gradients --------------------------------------------------------------------
+    @contextmanager
+    def probing(self):
+        """Record per-token gate probes (B, T, H) on every forward, to read gate gradients after backward."""
+        for site in self.sites:
+            site.recording, site.probes = True, []
+        try:
+            yield self
+        finally:
+            for site in self.sites:
+                site.recording, site.probes = False, []
+
+    def remove(self) -> None:
+        """Detach the gates and restore the model's own attention implementation."""
+        self.set_mask(None)
+        if any(site.kv_index is not None for site in self.sites):
+            return  # uneven KV groups after pruning: the wrapper maps query heads to their KV heads, keep it
+        self.model.set_attn_implementation(self.inner)
+
+    def describe(self) -> str:
+        """A one-line-per-group summary of the attention modules."""
+        lines = []
+        for group, (layers, heads) in self.groups.items():
+            kept = [len(s.head_ids) for s in self.sites if s.group == group]
+            line = f"{group:9s} layers={layers} heads/layer={heads} present={kept}"
+            kv_layers, kv_heads = self.kv_groups[group]
+            if kv_heads != heads:
+                kv_kept = [len(s.kv_ids) for s in self.sites if s.group == group]
+                line += f" kv_heads/layer={kv_heads} kv_present={kv_kept}"
+            lines.append(line)
+        return "\n".join(lines)

@@ -1,0 +1,31 @@
+"""What a model's forward gets from a batch, and which of its positions are real."""
+
+from __future__ import annotations
+
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what an encoder classifier's forward takes
+DECODER_INPUTS = ("input_ids", "attention_mask")  # ... and a decoder-only LM's
+NON_INPUTS = ("labels", "idx", "ids")  # batch keys the forward never gets: labels (we compute the loss), dataset bookkeeping
+
+
+def model_inputs(model, batch: dict) -> dict:
+    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
+
+    An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
+    the model itself would have done.
+    """
+    inputs = {k: v for k, v in batch.items() if k not in NON_INPUTS}
+    labels = batch.get("labels")
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if labels is not None and "decoder_input_ids" not in inputs and prepare is not None and labels.dim() == 2:
+        inputs["decoder_input_ids"] = prepare(labels=labels)
+    return inputs
+
+
+def decoder_valid(batch: dict):
+    """(B, T) mask of the real decoder positions of a batch (the input's own mask for decoder-only models)."""
+    if "decoder_input_ids" not in batch:
+        return batch.get("attention_mask")  # a decoder-only model: its input is the decoder's
+    if batch.get("decoder_attention_mask") is not None:
+        return batch["decoder_attention_mask"]
+    labels = batch.get("labels")
+    return (labels != -100).long() if labels is not None and labels.dim() == 2 else None

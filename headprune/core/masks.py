@@ -1,0 +1,77 @@
+"""Head masks: validation, and the heads a mask removes."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _check_values(group: str, value: torch.Tensor, hard: bool) -> None:
+    """Raise a ValueError naming the first NaN/inf entry (or, for a hard mask, the first entry not 0/1)."""
+    bad = ~torch.isfinite(value)
+    expected = "finite gate values"
+    if hard:
+        bad |= (value != 0) & (value != 1)
+        expected = "0 (remove the head) or 1 (keep it)"
+    if bad.any():
+        where = bad.nonzero()[0].tolist()
+        batch = f"example {where[0]}, " if len(where) == 3 else ""
+        layer, head = where[-2:]
+        found = value[tuple(where)].item()
+        raise ValueError(
+            f"mask for group {group!r} has {'NaN' if found != found else found} at {batch}layer {layer}, head {head} "
+            f"({int(bad.sum())} such entries); expected {expected}"
+        )
+
+
+def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False) -> dict[str, torch.Tensor]:
+    """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}.
+
+    A mask is a dict {group: [layers, heads] or [batch, layers, heads]}, or a bare tensor when the
+    model has one group. Groups left out are not gated. Every entry must be finite; ``hard`` masks
+    (pruning, mask files) must also be exactly 0 or 1.
+    """
+    if isinstance(mask, torch.Tensor) or not isinstance(mask, dict):
+        if len(groups) != 1:
+            raise ValueError(
+                f"this model has several attention groups {sorted(groups)}: give the mask as a dict {{group: tensor [layers, heads]}}"
+            )
+        mask = {next(iter(groups)): mask}
+    out = {}
+    for group, value in mask.items():
+        if group not in groups:
+            raise ValueError(f"unknown attention group {group!r} in mask; this model has {sorted(groups)}")
+        value = torch.as_tensor(value, dtype=torch.float32) if not isinstance(value, torch.Tensor) else value
+        layers, heads = groups[group]
+        if value.dim() not in (2, 3) or tuple(value.shape[-2:]) != (layers, heads):
+            raise ValueError(
+                f"mask for group {group!r} has shape {tuple(value.shape)}; expected [{layers}, {heads}] "
+                f"(layers x heads) or [batch, {layers}, {heads}] (one mask per example)"
+            )
+        out[group] = value.float() if not value.is_floating_point() else value
+        _check_values(group, out[group], hard)
+    return out
+
+
+def head_list(mask: dict[str, torch.Tensor]) -> dict[str, dict[int, list[int]]]:
+    """The heads a 0/1 mask removes: {group: {layer: [head ids]}}."""
+    removed = {}
+    for group, value in mask.items():
+        for layer, head in (value == 0).nonzero().tolist():
+            removed.setdefault(group, {}).setdefault(layer, []).append(head)
+    return removed
+
+
+def kv_to_head_mask(kv_mask: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
+    """A KV-group mask {group: [..., L, KV]} as a query-head mask {group: [..., L, KV * heads_per_kv]}."""
+    return {g: m.repeat_interleave(heads_per_kv[g], dim=-1) for g, m in kv_mask.items()}  # repeat_kv's head order
+
+
+def head_to_kv_mask(mask: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
+    """A query-head mask {group: [..., L, H]} as a KV-group mask: the largest gate of each group's query heads."""
+    out = {}
+    for g, m in mask.items():
+        n = heads_per_kv[g]
+        if m.shape[-1] % n:
+            raise ValueError(f"group {g!r} has {m.shape[-1]} heads per layer, not a multiple of {n} query heads per KV head")
+        out[g] = m.unflatten(-1, (m.shape[-1] // n, n)).amax(-1)  # (..., L, KV): 0 only when every query head is 0
+    return out

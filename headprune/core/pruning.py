@@ -1,0 +1,174 @@
+"""Physical head pruning: remove heads from the weights, by original head id.
+
+A head's weights are ``head_dim`` output rows of the query, key and value projections and the
+same ``head_dim`` input columns of the output projection. The model's own ``view(..., -1,
+head_dim)`` then sees fewer heads, so layers with different head counts just work. A layer that
+loses every head keeps one all-zero "phantom" head: its attention output is exactly the output
+projection's bias, and the model code runs unchanged (caches included).
+
+With grouped KV heads (Llama family) the query heads are the unit: a KV head's k/v rows go when
+its last query head goes (the KV cache shrinks with them). Where the remaining query heads no
+longer form equal groups, the attention wrapper of headprune.core.gates maps each one to its KV head.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from headprune.core.gates import AttentionSite, find_sites, route_attention
+
+RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
+
+
+def integer_id(value, what: str) -> int:
+    """``value`` as an int (ints, numpy/torch integers, integral floats such as 2.0, digit strings), else a ValueError."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if not isinstance(value, bool):
+        try:
+            as_float = float(value)
+            if as_float == int(as_float):
+                return int(as_float)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    raise ValueError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
+
+
+def _rows(head_positions: list[int], head_dim: int) -> torch.Tensor:
+    """Weight rows (or columns) of the heads at these positions."""
+    if not head_positions:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat([torch.arange(p * head_dim, (p + 1) * head_dim) for p in head_positions])
+
+
+def _sliced_linear(linear: nn.Linear, index: torch.Tensor, dim: int, phantom: int = 0) -> nn.Linear:
+    """A copy of ``linear`` keeping ``index`` along ``dim`` (0 = outputs, 1 = inputs), plus zero phantom units."""
+    weight = linear.weight.detach().index_select(dim, index.to(linear.weight.device))
+    bias = linear.bias.detach() if linear.bias is not None else None
+    if dim == 0 and bias is not None:
+        bias = bias.index_select(0, index.to(bias.device))
+    if phantom:
+        pad_shape = (phantom, weight.shape[1]) if dim == 0 else (weight.shape[0], phantom)
+        weight = torch.cat([weight, weight.new_zeros(pad_shape)], dim=dim)
+        if dim == 0 and bias is not None:
+            bias = torch.cat([bias, bias.new_zeros(phantom)])
+    new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    new.weight = nn.Parameter(weight.clone(), requires_grad=linear.weight.requires_grad)
+    if bias is not None:
+        new.bias = nn.Parameter(bias.clone(), requires_grad=linear.bias.requires_grad)
+    return new
+
+
+def _set_linear(site: AttentionSite, which: str, linear: nn.Linear) -> None:
+    path = getattr(site.family, which)
+    parent_path, _, name = path.rpartition(".")
+    parent = site.block.get_submodule(parent_path) if parent_path else site.block
+    setattr(parent, name, linear)
+
+
+def prune_site(site: AttentionSite, heads: list[int]) -> None:
+    """Remove the heads with these *original* ids from one attention module (already-removed ids are ignored)."""
+    heads = [integer_id(h, f"head id for {site.group} layer {site.layer}") for h in heads]
+    bad = [h for h in heads if not 0 <= h < site.num_heads_orig]
+    if bad:
+        raise IndexError(f"head ids {bad} out of range for {site.group} layer {site.layer} ({site.num_heads_orig} heads)")
+    remove = set(heads)
+    keep = [pos for pos, head in enumerate(site.head_ids) if head not in remove]
+    if len(keep) == len(site.head_ids):
+        return  # nothing new to remove: pruning twice is a no-op
+    phantom = site.head_dim if not keep else 0
+    rows = _rows(keep, site.head_dim)
+    needed_kv = {site.kv_of(site.head_ids[pos]) for pos in keep}
+    kv_keep = [pos for pos, kv in enumerate(site.kv_ids) if kv in needed_kv]  # a KV head goes with its last query head
+    kv_rows = _rows(kv_keep, site.head_dim)
+    _set_linear(site, "query", _sliced_linear(site.linear("query"), rows, 0, phantom))
+    for which in ("key", "value"):
+        _set_linear(site, which, _sliced_linear(site.linear(which), kv_rows, 0, phantom))
+    _set_linear(site, "output", _sliced_linear(site.linear("output"), rows, 1, phantom))
+    if site.gate is not None and keep:
+        site.gate = site.gate[..., keep]
+    elif site.gate is not None:
+        site.gate = site.gate[..., :1] * 0
+    site.head_ids = [site.head_ids[pos] for pos in keep]
+    site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
+    computed_heads = max(len(keep), 1)  # the phantom head still runs
+    if site.family.head_count_attr:
+        setattr(site.core, site.family.head_count_attr, computed_heads)
+    for attr in site.family.width_attrs:
+        setattr(site.core, attr, computed_heads * site.head_dim)
+    if site.family.kv_groups_attr:
+        _set_kv_groups(site)
+
+
+def _set_kv_groups(site: AttentionSite) -> None:
+    """Keep the model's own KV expansion where query heads still form equal groups, else map each query head itself."""
+    positions = site.kv_positions()  # (H,) KV position of each computed query head
+    kv_heads = max(len(site.kv_ids), 1)
+    groups = len(positions) // kv_heads
+    even = len(positions) == groups * kv_heads and positions == [p // groups for p in range(len(positions))]
+    setattr(site.core, site.family.kv_groups_attr, groups if even else 1)
+    site.kv_index = None if even else torch.tensor(positions, dtype=torch.long)
+
+
+def pruning_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
+    """{group: {layer (str): [removed original head ids]}} for a model."""
+    record: dict[str, dict[str, list[int]]] = {}
+    for site in find_sites(model):
+        removed = sorted(set(range(site.num_heads_orig)) - set(site.head_ids))
+        if removed:
+            record.setdefault(site.group, {})[str(site.layer)] = removed
+    return record
+
+
+def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]]:
+    """Remove heads {group: {layer: [original ids]}} from the weights; returns the cumulative record."""
+    sites = {(s.group, s.layer): s for s in find_sites(model)}
+    groups = sorted({g for g, _ in sites})
+    for group, layers in heads.items():
+        if group not in groups:
+            raise ValueError(f"unknown attention group {group!r}; this model has {groups}")
+        for layer, ids in layers.items():
+            layer = integer_id(layer, f"layer id for group {group!r}")
+            site = sites.get((group, layer))
+            if site is None:
+                n_layers = 1 + max(l for g, l in sites if g == group)
+                raise IndexError(f"layer {layer} out of range for group {group!r} ({n_layers} layers)")
+            prune_site(site, list(ids))
+    if any(site.kv_index is not None for site in sites.values()):
+        route_attention(model)  # uneven KV groups run through headprune's attention wrapper
+    record = pruning_record(model)
+    setattr(model.config, RECORD_ATTR, record)
+    return record
+
+
+def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
+    """Remove every head whose mask entry is 0 ({group: [layers, heads]}, or a bare [layers, heads] for one group)."""
+    from headprune.core.gates import site_groups
+    from headprune.core.masks import head_list, normalize_mask
+
+    mask = normalize_mask(mask, site_groups(find_sites(model)), hard=True)
+    batched = [g for g, m in mask.items() if m.dim() != 2]
+    if batched:
+        raise ValueError(f"prune_mask takes one [layers, heads] mask per group, got a batch of masks for {batched}")
+    return prune_heads(model, head_list({g: m.detach().cpu() for g, m in mask.items()}))
+
+
+def prune_kv_groups(model: nn.Module, kv_heads: dict) -> dict[str, dict[str, list[int]]]:
+    """Remove KV heads {group: {layer: [original KV ids]}} together with all of their query heads."""
+    sites = {(s.group, s.layer): s for s in find_sites(model)}
+    heads: dict[str, dict] = {}
+    for group, layers in kv_heads.items():
+        for layer, ids in layers.items():
+            site = sites.get((group, int(layer)))
+            if site is None:
+                heads.setdefault(group, {})[layer] = list(ids)  # prune_heads names the unknown group or layer
+                continue
+            bad = [k for k in ids if not 0 <= int(k) < site.num_kv_heads_orig]
+            if bad:
+                raise IndexError(f"KV head ids {bad} out of range for {group} layer {layer} ({site.num_kv_heads_orig} KV heads)")
+            n = site.heads_per_kv
+            heads.setdefault(group, {})[layer] = [h for k in ids for h in range(int(k) * n, (int(k) + 1) * n)]
+    return prune_heads(model, heads)

@@ -1,0 +1,162 @@
+"""Save and load physically pruned models: HF ``save_pretrained`` files plus the pruning record.
+
+The record (config.json's ``headprune_pruned_heads`` and ``headprune_pruning.json``) names the removed
+heads by original id; ``headprune_pruning.json`` also holds a SHA-256 per attention module of its kept
+head ids and weights, checked on load. For BERT-like models config.json also gets transformers v4's
+``pruned_heads``, so v4 loads the directory, and ``load_pruned`` reads directories pruned by v4.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from headprune.core.families import family_for
+from headprune.core.gates import AttentionSite, find_sites
+from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
+
+RECORD_FILE = "headprune_pruning.json"
+V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group
+V4_GROUP = {"bert-like": "enc_self"}  # families whose v4 models pruned heads, and the group v4 meant
+
+
+def v4_pruned_heads(model: nn.Module, record: dict) -> dict[str, list[int]] | None:
+    """The record in v4's ``config.pruned_heads`` layout ({layer: [ids]}), or None when v4 cannot express it."""
+    group = V4_GROUP.get(family_for(model).name)
+    if group is None or set(record) - {group}:
+        return None
+    return {layer: list(ids) for layer, ids in record.get(group, {}).items()}
+
+
+def _record_from_v4(family_name: str, pruned_heads: dict) -> dict[str, dict[str, list[int]]]:
+    """A headprune record from v4's ``config.pruned_heads`` of a model of this family."""
+    group = V4_GROUP.get(family_name)
+    if group is None:
+        raise ValueError(f"config.json has v4 pruned_heads, but v4 pruned no heads in the {family_name} family")
+    layers = {str(int(layer)): sorted(int(h) for h in ids) for layer, ids in pruned_heads.items() if ids}
+    return {group: layers} if layers else {}
+
+
+def weights_digest(site: AttentionSite) -> str:
+    """SHA-256 of one attention module's kept head ids and its q/k/v/output weights (as float32)."""
+    digest = hashlib.sha256(json.dumps(site.head_ids).encode())
+    for which in ("query", "key", "value", "output"):
+        linear = site.linear(which)
+        tensors = [linear.weight] + ([linear.bias] if linear.bias is not None and which != "output" else [])
+        for tensor in tensors:
+            digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
+    """Write the model (HF format), its tokenizer and ``headprune_pruning.json`` to ``path``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    record = pruning_record(model)
+    setattr(model.config, RECORD_ATTR, record)
+    v4_record = v4_pruned_heads(model, record)
+    if v4_record is not None:
+        setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
+    model.save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    sites = find_sites(model)
+    heads = {f"{s.group}.{s.layer}": len(s.head_ids) for s in sites}
+    digests = {f"{s.group}.{s.layer}": weights_digest(s) for s in sites}
+    meta = {
+        "model_type": model.config.model_type,
+        "architecture": type(model).__name__,
+        "pruned_heads": record,
+        "heads_present": heads,
+        "weights_sha256": digests,
+    }
+    (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
+    return path
+
+
+def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
+    files = sorted(path.glob("*.safetensors"))
+    if files:
+        state = {}
+        for file in files:
+            state.update(load_file(str(file)))
+        return state
+    bin_file = path / "pytorch_model.bin"
+    if bin_file.exists():
+        return torch.load(bin_file, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"no weights (*.safetensors or pytorch_model.bin) in {path}")
+
+
+def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Module:
+    """Load a model saved by ``save_pruned`` (or any HF model dir), rebuilding the uneven head counts."""
+    from transformers import AutoConfig
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} holds no config.json: is it a directory written by save_pruned/save_pretrained?")
+    config = AutoConfig.from_pretrained(path, **config_overrides)
+    if model_class is None:
+        import transformers
+
+        model_class = getattr(transformers, config.architectures[0])
+    record = getattr(config, RECORD_ATTR, None) or {}
+    meta_file = path / RECORD_FILE
+    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    if meta and meta["pruned_heads"] != record:
+        raise ValueError(f"{meta_file} and config.json disagree on the pruned heads: {meta['pruned_heads']} vs {record}")
+    model = model_class._from_config(config)
+    v4_record = getattr(config, V4_ATTR, None)
+    if v4_record and not record:  # a directory pruned by transformers v4 (save_pruned writes both: ours wins)
+        record = _record_from_v4(family_for(model).name, v4_record)
+    try:
+        prune_heads(model, record)
+    except (IndexError, ValueError) as err:
+        raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
+    state = _state_dict_from(path)
+    expected = model.state_dict()
+    _pad_emptied_v4_layers(state, expected)
+    wrong = [k for k, v in state.items() if k in expected and expected[k].shape != v.shape]
+    if wrong:
+        k = wrong[0]
+        raise ValueError(
+            f"the pruning record in {path} does not match its weights: {k} has shape {tuple(state[k].shape)} "
+            f"in the file but {tuple(expected[k].shape)} after pruning {record} ({len(wrong)} tensors differ)"
+        )
+    missing, _ = model.load_state_dict(state, strict=False)
+    _check_digests(model, meta.get("weights_sha256"), path)
+    model.tie_weights()
+    tied = {
+        name for name, p in model.named_parameters(remove_duplicate=False) if any(p is q for n, q in model.named_parameters() if n in state)
+    }
+    left = [k for k in missing if k not in tied and not k.endswith("embed_positions.weight")]
+    if left:
+        raise ValueError(f"weights missing from {path}: {left[:5]}")
+    return model.eval()
+
+
+def _pad_emptied_v4_layers(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    """v4 stores a layer with no heads left as 0-row q/k/v and 0-column output weights: add our zero phantom head."""
+    for key, value in state.items():
+        target = expected.get(key)
+        if target is None or target.shape == value.shape or value.numel() or value.dim() != target.dim():
+            continue
+        state[key] = value.new_zeros(target.shape)
+
+
+def _check_digests(model: nn.Module, digests: dict | None, path: Path) -> None:
+    """Compare each attention module's weights digest with the one saved (directories without digests pass)."""
+    if not digests:
+        return
+    for site in find_sites(model):
+        name = f"{site.group}.{site.layer}"
+        if name in digests and digests[name] != weights_digest(site):
+            raise ValueError(
+                f"the pruning record in {path} does not match its weights: attention module {name} (kept heads "
+                f"{site.head_ids}) has another SHA-256 than when it was saved; the record names other heads than "
+                f"were pruned, or the weights changed after saving. Restore {RECORD_FILE} and config.json."
+            )

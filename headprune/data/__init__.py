@@ -1,1 +1,0 @@
-"""Datamodules and built-in synthetic tasks."""

@@ -1,0 +1,336 @@
+"""Many head masks in one batched forward pass, reusing the activations of the unchanged lower layers.
+
+For an encoder classifier and M masks that first differ from "keep everything" at layer l:
+
+1. one plain forward of the batch (B examples) records every encoder layer's output (hooks);
+2. layers < l are *replayed*: their forward is swapped for one that returns the recorded output
+   of layer l-1 repeated M times along the batch, so nothing below layer l is recomputed;
+3. layer l shares what no mask changes: its query/key/value projections and the attention
+   probabilities are computed once on B rows and repeated; only the gated head outputs, the
+   output projection and the feed-forward block run on M*B rows;
+4. layers > l run on M*B rows with per-example gates [M*B, L, H] (row m*B + b = mask m, example b);
+5. when the classifier reads only the first token of the last layer (BERT's pooler and RoBERTa's
+   head do; checked numerically once per engine, else skipped), the last layer computes keys and
+   values for every token but queries, output projection and feed-forward for the first token only.
+
+The model's own code still builds the attention masks, the pooler and the classifier, so this
+stays generic across the families of ``headprune.core.families``. The result equals evaluating every
+mask separately (tests/test_ablation.py checks allclose). ``headprune.engine.ablation_causal`` extends the
+engine to decoder-only causal LMs (per-text NLL instead of logits).
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import ExitStack, contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from headprune.core.gates import PREFIX, HeadGates, _broadcast_gate, register_wrapper
+
+SHARED = "headprune_shared_"
+
+
+def _layer_path(site) -> str:
+    """The module path of the transformer layer that holds an attention site (``...layer.3``)."""
+    for pattern, group in site.family.sites:
+        found = re.search(pattern, site.path)
+        if found and group == site.group:
+            return site.path[: found.end(1)]
+    raise ValueError(f"cannot find the layer module of {site.path}")
+
+
+class SharedAttention:
+    """Which attention modules a batched pass shares and the batch layout; owned by a MaskBatcher, set during a pass."""
+
+    def __init__(self):
+        self.core: nn.Module | None = None  # the layer whose projections and attention probabilities are shared
+        self.cut_core: nn.Module | None = None  # the last layer's attention when it runs on the first token only
+        self.batch: int = 0
+        self.copies: int = 1
+
+    @contextmanager
+    def attached(self, modules):
+        """Mark ``modules`` (the attention modules of one model) as read by this state for the duration of a pass."""
+        for module in modules:
+            module._headprune_shared = self
+        try:
+            yield self
+        finally:
+            for module in modules:
+                del module._headprune_shared
+
+
+def _make_shared(inner: str):
+    def shared_attention(module, query, key, value, attention_mask, **kwargs):
+        gated = ALL_ATTENTION_FUNCTIONS[PREFIX + inner]
+        state = getattr(module, "_headprune_shared", None)
+        if state is None:  # a model outside a MaskBatcher pass: plain gated attention
+            return gated(module, query, key, value, attention_mask, **kwargs)
+        if module is state.cut_core and key.shape[1] != query.shape[1]:
+            # keys/values of T tokens went through the model's view(N, 1, -1, D): (N, T*H, 1, D) -> (N, H, T, D)
+            n, heads, d = key.shape[0], query.shape[1], key.shape[-1]
+            key = key.reshape(n, -1, heads, d).transpose(1, 2)
+            value = value.reshape(n, -1, heads, d).transpose(1, 2)
+        q_len, k_len = query.shape[-2], key.shape[-2]
+        if attention_mask is not None and q_len < k_len and attention_mask.shape[-2] == k_len:
+            attention_mask = attention_mask[..., :q_len, :]  # first-token-only layer: the query rows kept
+        if module is not state.core:
+            return gated(module, query, key, value, attention_mask, **kwargs)
+        b, m = state.batch, state.copies  # query etc. are (M*B, H, T, D) made of M identical copies
+        site = module._headprune_site
+        gate, site.gate = site.gate, None
+        try:
+            mask = attention_mask[:b] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
+            out, weights = gated(module, query[:b], key[:b], value[:b], mask, **kwargs)
+        finally:
+            site.gate = gate
+        out = out.repeat(m, 1, 1, 1)  # (M*B, T, H, D)
+        if gate is not None:
+            out = out * _broadcast_gate(gate, out)
+        return out, weights
+
+    return shared_attention
+
+
+def _ensure_shared(inner: str) -> str:
+    return register_wrapper(SHARED, inner, _make_shared)
+
+
+@contextmanager
+def _patched(module: nn.Module, fn):
+    """Temporarily replace ``module.forward`` by ``fn`` (an instance-level forward already there is restored)."""
+    previous = module.__dict__.get("forward")
+    module.forward = fn
+    try:
+        yield
+    finally:
+        if previous is None:
+            del module.forward
+        else:
+            module.forward = previous
+
+
+@contextmanager
+def attention_implementation(model: nn.Module, name: str):
+    """Run a block with the model's attention implementation set to ``name`` (a registered one), then restore it."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
+@contextmanager
+def recorded_outputs(layers):
+    """Within the block, record the output of every module in ``layers``: yields the list they fill."""
+    cache = [None] * len(layers)
+    handles = [layer.register_forward_hook(lambda mod, args, out, i=i: cache.__setitem__(i, out)) for i, layer in enumerate(layers)]
+    try:
+        yield cache
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _repeat(value, copies: int, batch: int):
+    """Repeat every batch-first tensor in a layer output ``copies`` times along the batch."""
+    if isinstance(value, torch.Tensor):
+        return value.repeat(copies, *([1] * (value.dim() - 1))) if value.dim() and value.shape[0] == batch else value
+    if isinstance(value, tuple):
+        return tuple(_repeat(v, copies, batch) for v in value)
+    return value
+
+
+def _slice(value, n: int):
+    if isinstance(value, torch.Tensor):
+        return value[:n] if value.dim() else value
+    if isinstance(value, tuple):
+        return tuple(_slice(v, n) for v in value)
+    return value
+
+
+def _repeat_inputs(batch: dict, copies: int) -> dict:
+    return {k: (v.repeat(copies, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
+
+
+def _first_changed_layer(mask: torch.Tensor, layers: int) -> int:
+    """The lowest layer of a mask [L, H] whose gates are not all one (``layers`` when the mask keeps every head)."""
+    changed = [l for l in range(layers) if bool((mask[l] != 1).any())]
+    return changed[0] if changed else layers
+
+
+class MaskBatcher:
+    """Evaluate many head masks of an encoder classifier in batched forward passes (see the module doc)."""
+
+    group = "enc_self"  # the one attention group of the models this engine handles
+    handles = "encoder-only classifiers"
+
+    def __init__(self, model: nn.Module, gates: HeadGates, max_rows: int = 128, first_token: bool = True):
+        if set(gates.groups) != {self.group}:
+            raise ValueError(
+                f"{type(self).__name__} handles {self.handles} (attention group {self.group} only); "
+                f"this model has groups {list(gates.groups)}"
+            )
+        self.model, self.gates, self.max_rows = model, gates, int(max_rows)
+        self.sites = [s for s in gates.sites if s.group == self.group]  # ordered by layer
+        self.layers = [model.get_submodule(_layer_path(s)) for s in self.sites]
+        self.shared_name = _ensure_shared(gates.inner)
+        self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
+        self.first_token: bool | None = None
+        self.shared = SharedAttention()  # read by the shared-attention function through the attention modules
+
+    def _base(self, batch: dict):
+        """Logits of the unmasked model and every layer's output, from one forward pass."""
+        with recorded_outputs(self.layers) as cache, self.gates.masked(None):
+            logits = self.model(**batch).logits
+        return logits, cache
+
+    def _projection(self, linear: nn.Linear, b: int, m: int, share: bool, source=None):
+        """A forward for a q/k/v projection: on B rows repeated M times when shared; from ``source`` when given."""
+
+        def forward(x):
+            x = source["full"] if source is not None else x
+            if share:  # the rows are M copies of B: project B rows once (a copy is far cheaper than the matmul)
+                return F.linear(x[:b], linear.weight, linear.bias).repeat(m, 1, 1)
+            return F.linear(x, linear.weight, linear.bias)
+
+        return forward
+
+    def _run(self, batch: dict, cache, first: int, masks: torch.Tensor, first_token: bool) -> torch.Tensor:
+        """Logits (M, B, C) for masks (M, L, H) whose first changed layer is ``first``."""
+        b = next(v for v in batch.values() if isinstance(v, torch.Tensor)).shape[0]
+        m = masks.shape[0]
+        replay = _repeat(cache[first - 1], m, b) if first > 0 else None
+        with self._pass(replay, first, masks, b, first_token):
+            logits = self.model(**_repeat_inputs(batch, m)).logits
+        return logits.view(m, b, -1)
+
+    @contextmanager
+    def _pass(self, replay, first: int, masks: torch.Tensor, b: int, first_token: bool = False):
+        """Set up one pass on M*B rows: per-row gates, layers < ``first`` replayed, layer ``first``'s attention shared.
+
+        ``replay`` is the output of layer first-1 for the M*B rows (row m*B + b: mask m, example b), None when first = 0.
+        """
+        m = masks.shape[0]
+        rows = masks.repeat_interleave(b, dim=0)  # (M*B, L, H): row m*B + b is mask m
+        state = self.shared
+        state.core, state.batch, state.copies, state.cut_core = self.sites[first].core, b, m, None
+        last = len(self.layers) - 1
+        stash: dict = {}
+        with ExitStack() as stack:
+            stack.enter_context(self.gates.masked({self.group: rows}))
+            stack.enter_context(state.attached([site.core for site in self.sites]))
+            stack.enter_context(attention_implementation(self.model, self.shared_name))
+            for layer in self.layers[:first]:
+                stack.enter_context(_patched(layer, lambda *a, **k: replay))
+            for i in range(first, last + 1):
+                cut = first_token and i == last
+                if i != first and not cut:
+                    continue
+                site = self.sites[i]
+                for which in ("query", "key", "value"):
+                    source = stash if cut and which != "query" else None
+                    stack.enter_context(_patched(site.linear(which), self._projection(site.linear(which), b, m, i == first, source)))
+            if first_token:
+                layer = self.layers[last]
+                own = type(layer).forward.__get__(layer)
+
+                def first_token_forward(hidden, *args, **kwargs):
+                    stash["full"] = hidden  # keys and values still see every token
+                    return own(hidden[:, :1], *args, **kwargs)  # queries, output and FFN: the first token only
+
+                stack.enter_context(_patched(layer, first_token_forward))
+                state.cut_core = self.sites[last].core
+            yield
+
+    def _check_first_token(self, batch: dict, cache, masks: torch.Tensor) -> bool:
+        """Whether the model reads only the first token of the last layer (checked numerically, once)."""
+        if self.first_token is None:
+            probe = masks[:1]
+            small = {k: (v[:4] if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
+            batch, cache = small, [_slice(c, 4) for c in cache]  # four examples are enough for the check
+            first = _first_changed_layer(probe[0], len(self.layers))
+            full = self._run(batch, cache, first, probe, False)
+            try:
+                with_cut = self._run(batch, cache, first, probe, True)
+                self.first_token = bool(torch.allclose(with_cut, full, atol=1e-5, rtol=1e-4))
+            except (RuntimeError, ValueError, IndexError):  # a family whose layer code does not allow it
+                self.first_token = False
+        return self.first_token
+
+    @torch.inference_mode()
+    def logits(self, batch: dict, masks) -> torch.Tensor:
+        """Logits (M, B, C) of the model under each mask (a list of {group: [L, H]} or a tensor (M, L, H))."""
+        stacked = self._stack(masks)
+        base, cache = self._base(batch)
+        b = base.shape[0]
+        out = base.new_empty((stacked.shape[0], b, base.shape[-1]))
+        firsts = [_first_changed_layer(mk, len(self.layers)) for mk in stacked]
+        chunk = max(1, self.max_rows // max(b, 1))
+        for first in sorted(set(firsts)):
+            idx = [i for i, f in enumerate(firsts) if f == first]
+            if first == len(self.layers):
+                out[idx] = base
+                continue
+            first_token = self.first_token_ok and self._check_first_token(batch, cache, stacked[idx])
+            for start in range(0, len(idx), chunk):
+                part = idx[start : start + chunk]
+                out[part] = self._run(batch, cache, first, stacked[part], first_token)
+        return out
+
+    def _stack(self, masks) -> torch.Tensor:
+        if isinstance(masks, torch.Tensor) and masks.dim() == 3:
+            masks = [masks[i] for i in range(masks.shape[0])]
+        if len(masks) == 0:
+            raise ValueError("no masks to evaluate")
+        ones = self.gates.ones()  # None = no mask
+        return torch.stack([self.gates.normalize_mask(ones if mk is None else mk)[self.group].float() for mk in masks])
+
+
+def batched_mask_logits(
+    model: nn.Module, gates: HeadGates, batch: dict, masks, max_rows: int = 128, first_token: bool = True
+) -> torch.Tensor:
+    """Logits (M, B, C) of a classifier under each of M masks, in batched passes (see ``MaskBatcher``)."""
+    return MaskBatcher(model, gates, max_rows=max_rows, first_token=first_token).logits(batch, masks)
+
+
+@torch.inference_mode()
+def looped_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks) -> torch.Tensor:
+    """The reference: one plain forward per mask, logits (M, B, C)."""
+    outs = []
+    for mk in masks:
+        with gates.masked(mk):
+            outs.append(model(**batch).logits)
+    return torch.stack(outs)
+
+
+def single_head_masks(shape: dict[str, tuple[int, int]], groups=None) -> tuple[list, list[tuple[str, int, int]]]:
+    """One mask per head that removes only that head, and the (group, layer, head) of each."""
+    masks, heads = [], []
+    for group, (layers, n_heads) in shape.items():
+        if groups and group not in groups:
+            continue
+        for layer in range(layers):
+            for head in range(n_heads):
+                mask = {g: torch.ones(l, h) for g, (l, h) in shape.items()}
+                mask[group][layer, head] = 0.0
+                masks.append(mask)
+                heads.append((group, layer, head))
+    return masks, heads
+
+
+def keep_one_masks(shape: dict[str, tuple[int, int]], group: str, layer: int) -> list:
+    """For one layer: one mask per head that keeps only that head of the layer (all other layers intact)."""
+    layers, n_heads = shape[group]
+    masks = []
+    for head in range(n_heads):
+        mask = {g: torch.ones(l, h) for g, (l, h) in shape.items()}
+        mask[group][layer] = 0.0
+        mask[group][layer, head] = 1.0
+        masks.append(mask)
+    return masks

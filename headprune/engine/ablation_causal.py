@@ -1,0 +1,185 @@
+"""Many head masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask.
+
+The engine of ``headprune.engine.ablation`` (``MaskBatcher``) for the Llama-like family (one ``dec_self`` group,
+query heads sharing KV heads). For M masks that first differ from "keep everything" at layer l:
+
+1. one plain forward of the batch gives the unmasked NLL and records the decoder layers' outputs;
+2. layers < l are replayed from that record: nothing below layer l is recomputed;
+3. layer l computes its q/k/v projections and attention on B rows once (a mask of heads or of KV
+   groups changes neither; RoPE, elementwise, runs on the repeated rows); the gated head outputs,
+   o_proj and the MLP run on M*B rows;
+4. layers > l run on M*B rows with per-row gates [M*B, L, H] (row m*B + b = mask m, text b);
+5. only the positions that matter: a position is read only by itself and later ones (causal), so
+   every text needs its positions up to its last label (not -100), never its padding nor its last
+   token; the texts run in groups of similar such length, each group cut to its longest, and the
+   vocabulary projection + log-softmax run only at labelled positions, ``head_tokens`` at a time.
+
+The plain pass of step 1 stops after the last layer whose output some mask replays (it reaches the
+LM head only when a mask keeps every head).
+
+Per-text NLL sums equal evaluating every mask separately (tests/test_ablation_causal.py, allclose).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from headprune.core.gates import HeadGates
+from headprune.core.inputs import DECODER_INPUTS
+from headprune.engine.ablation import MaskBatcher, _first_changed_layer, _patched, _repeat, _repeat_inputs, recorded_outputs
+
+MODEL_INPUTS = DECODER_INPUTS
+
+
+def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, head_tokens: int = 128) -> torch.Tensor:
+    """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored.
+
+    The vocabulary projection runs on the labelled positions only, ``head_tokens`` of them at a time.
+    """
+    keep = labels != -100  # (R, T)
+    row = keep.nonzero()[:, 0]  # the row of each labelled position, in the order of hidden[keep]
+    picked, targets = hidden[keep], labels[keep]  # (N, D), (N,)
+    sums = torch.zeros(hidden.shape[0], dtype=torch.float64, device=hidden.device)
+    for start in range(0, picked.shape[0], head_tokens):
+        logits = head(picked[start : start + head_tokens])  # (n, V)
+        nll = F.cross_entropy(logits.float(), targets[start : start + head_tokens], reduction="none")
+        sums.index_add_(0, row[start : start + head_tokens], nll.double())
+    return sums
+
+
+def needed_lengths(labels: torch.Tensor) -> list[int]:
+    """Positions each row needs (B,): up to its last label that is not -100 (0 for a row with none)."""
+    positions = torch.arange(1, labels.shape[1] + 1, device=labels.device)
+    return ((labels != -100) * positions).amax(1).tolist()
+
+
+def length_groups(lengths: list[int], copies: int, pass_tokens: int) -> list[list[int]]:
+    """Rows in groups of similar length, longest first, that minimise the padded work of the passes.
+
+    A group of r rows cut to its longest text T costs copies * r * T token rows plus ``pass_tokens``
+    (the fixed cost of one pass); the best split of the rows sorted by length is a small dynamic program.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: least cost of the j longest rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):
+            cost = best[i] + copies * (j - i) * lengths[order[i]] + pass_tokens
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = cut[j]
+    return groups[::-1]
+
+
+def _take(value, rows: torch.Tensor, length: int):
+    """The rows ``rows`` and first ``length`` positions of every (B, T, ...) tensor in a layer output."""
+    if isinstance(value, torch.Tensor):
+        return value.index_select(0, rows)[:, :length] if value.dim() >= 2 else value
+    if isinstance(value, tuple):
+        return tuple(_take(v, rows, length) for v in value)
+    return value
+
+
+def _identity(hidden, *args, **kwargs):
+    """The forward of a layer left out: its input unchanged."""
+    return hidden
+
+
+def batchable(gates: HeadGates, masks: list) -> bool:
+    """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group) and masks [L, H] (None = keep all)."""
+    if set(gates.groups) != {CausalMaskBatcher.group}:
+        return False
+    for mask in masks:
+        values = [] if mask is None else mask.values() if isinstance(mask, dict) else [mask]
+        if any(torch.as_tensor(v).dim() != 2 for v in values):
+            return False
+    return True
+
+
+class CausalMaskBatcher(MaskBatcher):
+    """Per-text NLL of a decoder-only causal LM under many head masks, in batched passes (see the module doc)."""
+
+    group = "dec_self"
+    handles = "decoder-only causal LMs"
+
+    def __init__(self, model: nn.Module, gates: HeadGates, max_tokens: int = 4096, head_tokens: int = 128, pass_tokens: int = 64):
+        self.backbone = model.base_model  # the decoder stack and its final norm, without the LM head
+        self.head = model.get_output_embeddings()
+        if self.head is None or self.backbone is model:
+            raise ValueError(f"{type(model).__name__} is not a causal LM with an LM head (e.g. LlamaForCausalLM)")
+        super().__init__(model, gates, first_token=False)
+        # token rows (masks x texts x positions) of one pass at most, and positions whose vocabulary logits exist at
+        # once: small enough that a layer's activations and a logits chunk (128 x 49,152 floats = 25 MB) stay modest
+        self.max_tokens = int(max_tokens)
+        self.head_tokens = int(head_tokens)
+        self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
+
+    @torch.inference_mode()
+    def nll(self, batch: dict, masks) -> torch.Tensor:
+        """NLL sums (M, B) in float64 on the CPU of every text under each mask (a list of {group: [L, H]} or a tensor (M, L, H)).
+
+        ``batch`` holds input_ids, attention_mask and next-token labels (B, T) with -100 where nothing is predicted.
+        """
+        stacked = self._stack(masks)
+        inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
+        b = labels.shape[0]
+        layers = len(self.layers)
+        firsts = [_first_changed_layer(mk, layers) for mk in stacked]
+        needed = sorted({f - 1 for f in firsts if 0 < f < layers})  # the layer outputs some pass replays
+        keep_all = layers in firsts
+        top = layers if keep_all else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
+        with recorded_outputs([self.layers[i] for i in needed]) as recorded, self.gates.masked(None), ExitStack() as stack:
+            for layer in self.layers[top:]:
+                stack.enter_context(_patched(layer, _identity))
+            hidden = self.backbone(**inputs).last_hidden_state if top > 0 else None
+        cache = dict(zip(needed, recorded))
+        out = torch.zeros((len(stacked), b), dtype=torch.float64)  # a text with no label keeps NLL 0
+        lengths = needed_lengths(labels)
+        texts = [r for r in range(b) if lengths[r] > 0]
+        for first in sorted(set(firsts)):
+            idx = [i for i, f in enumerate(firsts) if f == first]
+            if first == layers:
+                out[idx] = label_nll(hidden, labels, self.head, self.head_tokens).cpu()
+                continue
+            for group in length_groups([lengths[r] for r in texts], len(idx), self.pass_tokens):
+                rows = [texts[g] for g in group]
+                length = max(lengths[r] for r in rows)
+                chunk = max(1, self.max_tokens // (len(rows) * length))
+                where = torch.tensor(rows, device=labels.device)
+                for start in range(0, len(idx), chunk):
+                    part = idx[start : start + chunk]
+                    sums = self._group_nll(inputs, labels, cache.get(first - 1), first, stacked[part], where, length)
+                    out[torch.tensor(part)[:, None], torch.tensor(rows)[None, :]] = sums.cpu()
+        return out
+
+    def _group_nll(
+        self, inputs: dict, labels: torch.Tensor, below, first: int, masks: torch.Tensor, rows: torch.Tensor, length: int
+    ) -> torch.Tensor:
+        """NLL sums (M, r) of the texts ``rows``, cut to ``length`` positions, under masks (M, L, H) first changing at ``first``."""
+        m, r = masks.shape[0], rows.shape[0]
+        part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
+        replay = _repeat(_take(below, rows, length), m, r) if first > 0 else None  # layer first-1's output, M copies
+        with self._pass(replay, first, masks.to(labels.device), r):
+            hidden = self.backbone(**_repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
+        targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
+        return label_nll(hidden, targets, self.head, self.head_tokens).view(m, r)
+
+
+def looped_nll(model: nn.Module, gates: HeadGates, batch: dict, masks) -> torch.Tensor:
+    """The reference: one plain forward per mask, full logits, NLL sums (M, B) in float64."""
+    outs = []
+    with torch.inference_mode():
+        for mk in masks:
+            with gates.masked(mk):
+                logits = model(**{k: batch[k] for k in MODEL_INPUTS}).logits.float()  # (B, T, V)
+            nll = F.cross_entropy(logits.transpose(1, 2), batch["labels"], ignore_index=-100, reduction="none")
+            outs.append(nll.double().sum(1))
+    return torch.stack(outs)

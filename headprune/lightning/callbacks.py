@@ -1,0 +1,138 @@
+"""Lightning callbacks: HeadImportanceTracker records head importance and prunability across training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+
+from headprune.lightning.head_dynamics import take_snapshot, with_stability
+from headprune.results.writer import write_results_file
+
+
+class HeadImportanceTracker(L.Callback):
+    """Every N epochs (or steps), and at every checkpoint, snapshot importance and a pruning curve.
+
+    The history is part of the checkpoint (``state_dict``), so a resumed run continues the same
+    series. It is written to ``<output_dir>/dynamics.json`` and logged to W&B as it grows.
+    """
+
+    def __init__(
+        self,
+        fractions,
+        split: str,
+        reduce: str,
+        tolerance: float,
+        every_n_epochs: int | None = 1,
+        every_n_steps: int | None = None,
+        output_dir: str | None = None,
+        on_checkpoint: bool = True,
+    ):
+        self.every_n_epochs = every_n_epochs
+        self.every_n_steps = every_n_steps
+        self.fractions = list(fractions)
+        self.split = split
+        self.reduce = reduce
+        self.tolerance = tolerance
+        self.output_dir = output_dir
+        self.on_checkpoint = on_checkpoint
+        self.history: list[dict] = []
+
+    # ---- when to snapshot --------------------------------------------------------------------
+    def _taken_at(self, step: int) -> bool:
+        return any(s["step"] == step for s in self.history)
+
+    def _snapshot(self, trainer: L.Trainer, pl_module) -> None:
+        if trainer.sanity_checking or self._taken_at(trainer.global_step) or not trainer.is_global_zero:
+            return
+        snap = take_snapshot(
+            pl_module, self.fractions, self.split, self.reduce, self.tolerance, epoch=trainer.current_epoch, step=trainer.global_step
+        )
+        self.history.append(snap)
+        self.history = with_stability(self.history)
+        self._write(trainer)
+        self._log(trainer, pl_module, self.history[-1])
+
+    def on_validation_end(self, trainer, pl_module):
+        """At the end of each training epoch's validation (before the epoch checkpoint is written)."""
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0 and self._epoch_end(trainer):
+            self._snapshot(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        """Runs without validation still get their epoch snapshot."""
+        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self._snapshot(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self._snapshot(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        """Every checkpoint carries a snapshot of its own weights (taken now if missing)."""
+        if self.on_checkpoint and not self._taken_at(trainer.global_step):
+            self._snapshot(trainer, pl_module)
+        for key, state in checkpoint.get("callbacks", {}).items():
+            if key == self.state_key:
+                state.update(self.state_dict())
+
+    @staticmethod
+    def _epoch_end(trainer) -> bool:
+        batches = trainer.num_training_batches
+        return batches == float("inf") or trainer.fit_loop.epoch_loop.batch_progress.current.ready % max(int(batches), 1) == 0
+
+    # ---- persistence ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.history = list(state_dict.get("history", []))
+
+    def _path(self, trainer) -> Path:
+        return Path(self.output_dir or trainer.default_root_dir) / "dynamics.json"
+
+    def _write(self, trainer) -> None:
+        write_results_file(self._path(trainer), "dynamics", None, source="callback", snapshots=self.history)
+
+    def _log(self, trainer, pl_module, snap: dict) -> None:
+        """Scalars to any logger; curve, table and heatmap images to W&B."""
+        scalars = {
+            "dynamics/unpruned": snap["unpruned"],
+            "dynamics/prunable_fraction": snap["prunable_fraction"],
+        }
+        if snap.get("rank_stability") is not None:
+            scalars["dynamics/rank_stability"] = snap["rank_stability"]
+        for fraction, relative in zip(snap["fractions"], snap["relative"]):
+            scalars[f"dynamics/relative@{fraction:.2f}"] = relative
+        for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=trainer.global_step)
+        try:
+            from lightning.pytorch.loggers import WandbLogger
+        except ImportError:
+            return
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                _log_wandb(logger.experiment, snap, trainer.global_step)
+
+
+def _log_wandb(run, snap: dict, step: int) -> None:
+    import wandb
+
+    from headprune.viz.dynamics_plots import importance_heatmaps
+
+    epoch = snap["epoch"]
+    table = wandb.Table(
+        columns=["fraction", "score", "relative"], data=[[f, s, r] for f, s, r in zip(snap["fractions"], snap["scores"], snap["relative"])]
+    )
+    figure = importance_heatmaps(snap["importance"], title=f"head importance, epoch {epoch}")
+    run.log(
+        {
+            f"dynamics/pruning_curve_epoch{epoch}": wandb.plot.line(table, "fraction", "relative", title=f"pruning curve, epoch {epoch}"),
+            "dynamics/importance": wandb.Image(figure),
+            "trainer/global_step": step,
+        }
+    )
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)

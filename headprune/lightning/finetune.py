@@ -1,0 +1,173 @@
+"""Fine-tune recovery through Lightning: a short fine-tune of a physically pruned model, optionally distilled.
+
+    loss = (1 - w) * task_loss + w * T^2 * KL(softmax(teacher / T) || softmax(student / T))
+
+The pruned heads are gone from the weights, so no step can bring them back. Generic: it needs the
+model, a per-example loss ``loss_fn(outputs, batch) -> (B,)`` and training batches (a list of
+model-input dicts or a DataLoader, e.g. a task's ``train_dataloader()``), not a task class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+from headprune.core.inputs import model_inputs
+from headprune.scoring.importance import per_example_loss
+
+
+def distillation_loss(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 2.0, valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """KL(teacher_T || student_T) * T^2, averaged over examples (or over the ``valid`` tokens of sequence outputs)."""
+    if temperature <= 0:
+        raise ValueError(f"distillation temperature must be > 0, got {temperature}")
+    vocab = student_logits.shape[-1]
+    student = F.log_softmax(student_logits.float().reshape(-1, vocab) / temperature, dim=-1)
+    teacher = F.log_softmax(teacher_logits.float().reshape(-1, vocab) / temperature, dim=-1)
+    kl = (teacher.exp() * (teacher - student)).sum(-1)  # (N,)
+    if valid is not None:
+        kl = kl[valid.reshape(-1).to(kl.device).bool()]
+    return kl.mean() * temperature**2
+
+
+def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
+    """Bool mask of real target tokens for sequence logits (B, T, V); None for one prediction per example."""
+    labels = batch.get("labels")
+    if logits.dim() == 3 and labels is not None and labels.shape == logits.shape[:2]:
+        return labels != -100
+    return None
+
+
+class RecoveryModule(L.LightningModule):
+    """Fine-tune ``model`` on its per-example loss, mixed with distillation from ``teacher`` when one is given."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: Callable = per_example_loss,
+        teacher: nn.Module | None = None,
+        temperature: float = 2.0,
+        distill_weight: float = 0.5,
+        lr: float = 2e-5,
+        weight_decay: float = 0.0,
+        warmup: float = 0.0,
+        total_steps: int | None = None,
+        log_prefix: str = "recover",
+    ):
+        super().__init__()
+        if not 0.0 <= distill_weight <= 1.0:
+            raise ValueError(f"distill_weight mixes task and distillation losses: it must be in [0, 1], got {distill_weight}")
+        if distill_weight > 0 and teacher is None:
+            raise ValueError("distill_weight > 0 needs a teacher (the unpruned model); pass teacher= or distill_weight=0")
+        self.model, self.loss_fn = model, loss_fn
+        self.teacher = teacher.eval().requires_grad_(False) if teacher is not None else None
+        if not 0.0 <= warmup < 1.0:
+            raise ValueError(f"warmup is the fraction of the fine-tune's steps spent warming up: it must be in [0, 1), got {warmup}")
+        self.temperature, self.distill_weight, self.lr, self.weight_decay = temperature, distill_weight, lr, weight_decay
+        self.warmup, self.total_steps, self.log_prefix = warmup, total_steps, log_prefix
+        self.history: list[dict] = []
+
+    def losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(task loss, distillation loss) of one batch; the distillation term is 0 without a teacher."""
+        outputs = self.model(**model_inputs(self.model, batch))
+        task = self.loss_fn(outputs, batch).mean()
+        if self.teacher is None or self.distill_weight == 0:
+            return task, task.new_zeros(())
+        with torch.no_grad():
+            teacher_logits = self.teacher(**model_inputs(self.teacher, batch)).logits
+        return task, distillation_loss(outputs.logits, teacher_logits, self.temperature, _valid_positions(outputs.logits, batch))
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        task, distill = self.losses(batch)
+        loss = (1 - self.distill_weight) * task + self.distill_weight * distill
+        n = next(iter(batch.values())).shape[0]
+        prefix = self.log_prefix
+        self.log_dict({f"{prefix}/loss": loss, f"{prefix}/task": task, f"{prefix}/distill": distill}, batch_size=n)
+        self.history.append({"loss": float(loss.detach()), "task": float(task.detach()), "distill": float(distill.detach())})
+        return loss
+
+    def configure_optimizers(self):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        if not self.total_steps:
+            return optimizer
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_warmup_decay(self.total_steps, self.warmup))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def linear_warmup_decay(total_steps: int, warmup: float):
+    """lr factor at step t: linear from 0 to 1 over ``warmup * total_steps`` steps, then linear down to 0 at ``total_steps``."""
+    warm = max(int(round(warmup * total_steps)), 0)
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(total_steps - step, 0) / max(total_steps - warm, 1)
+
+    return factor
+
+
+def _loader(batches) -> DataLoader:
+    """A DataLoader that yields the given model-input dicts as they are."""
+    return batches if isinstance(batches, DataLoader) else DataLoader(list(batches), batch_size=None, shuffle=False)
+
+
+def finetune_recover(
+    model: nn.Module,
+    batches: Iterable[dict] | DataLoader,
+    loss_fn: Callable = per_example_loss,
+    teacher: nn.Module | None = None,
+    temperature: float = 2.0,
+    distill_weight: float = 0.0,
+    max_steps: int = 100,
+    max_epochs: int | None = None,
+    lr: float = 2e-5,
+    weight_decay: float = 0.0,
+    warmup: float = 0.0,
+    decay: bool = False,
+    log_prefix: str = "recover",
+    **trainer_kwargs,
+) -> list[dict]:
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses.
+
+    ``decay``: linear warm-up over a ``warmup`` fraction of the steps, then linear decay to 0 (``max_steps`` runs only).
+    A ``logger=`` (Lightning) gets every step's losses under ``log_prefix``.
+    """
+    total = int(max_steps) if decay and max_epochs is None else None
+    module = RecoveryModule(model, loss_fn, teacher, temperature, distill_weight, lr, weight_decay, warmup, total, log_prefix)
+    settings = dict(
+        logger=False,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="auto",
+        devices=1,
+        num_sanity_val_steps=0,
+    )
+    settings.update(trainer_kwargs)
+    trainer = L.Trainer(max_steps=max_steps if max_epochs is None else -1, max_epochs=max_epochs, **settings)
+    model.train()  # dropout on while fine-tuning (HF models load in eval mode and Lightning keeps the mode)
+    try:
+        trainer.fit(module, train_dataloaders=_loader(batches))
+    finally:
+        model.eval()
+    return module.history
+
+
+def finetune_recoverer(loss_fn: Callable = per_example_loss, distill: bool = True, **kwargs):
+    """A ``recover(model, teacher, batches)`` step for ``headprune.selection.schedule.iterative_prune`` (distilled by default)."""
+
+    def recover(model, teacher, batches):
+        settings = dict(kwargs)
+        if distill:
+            settings.setdefault("distill_weight", 0.5)
+        finetune_recover(model, batches, loss_fn, teacher=teacher if distill else None, **settings)
+
+    return recover

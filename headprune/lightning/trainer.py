@@ -1,0 +1,82 @@
+"""Training plumbing shared by the tasks: trainer, fit-and-save."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import OmegaConf
+
+from headprune.lightning.loggers import build_logger, finish_wandb
+from headprune.results.writer import model_fingerprint, output_dir, write_results_file
+
+
+def _callbacks_from_config(cfg) -> list:
+    extra = []
+    for name, spec in (cfg.get("callbacks") or {}).items():
+        if name == "checkpoint" or spec is None:
+            continue
+        extra.append(instantiate(spec))
+    return extra
+
+
+def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
+    """A Trainer from ``cfg.trainer`` with per-epoch checkpoints in ``<output_dir>/checkpoints``."""
+    ckpt_cfg = cfg.callbacks.checkpoint  # conf/callbacks/default.yaml
+    checkpoint = ModelCheckpoint(
+        dirpath=str(output_dir(cfg) / "checkpoints"),
+        filename="epoch{epoch:03d}-step{step}",
+        auto_insert_metric_name=False,
+        save_last=True,
+        every_n_epochs=ckpt_cfg.every_n_epochs if not ckpt_cfg.every_n_train_steps else None,
+        every_n_train_steps=ckpt_cfg.every_n_train_steps,
+        save_top_k=ckpt_cfg.save_top_k,
+        monitor=ckpt_cfg.monitor,
+    )
+    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    return L.Trainer(
+        **trainer_kwargs,
+        default_root_dir=str(output_dir(cfg)),
+        logger=build_logger(cfg) if logger is None else logger,
+        callbacks=[checkpoint, *_callbacks_from_config(cfg), *callbacks],
+    )
+
+
+def resolve_ckpt_path(cfg) -> str | None:
+    """``ckpt_path=last`` means this run directory's last.ckpt (when it exists)."""
+    path = cfg.get("ckpt_path")
+    if path == "last":
+        last = output_dir(cfg) / "checkpoints" / "last.ckpt"
+        return str(last) if last.exists() else None
+    if path and not Path(path).exists():
+        raise FileNotFoundError(f"ckpt_path={path} does not exist; give a checkpoint file or `last`")
+    return path
+
+
+def fit(cfg, module, datamodule, callbacks=()) -> dict:
+    """Train ``module`` on ``datamodule``, validate, save the HF model to <output_dir>/model, write results.json."""
+    L.seed_everything(cfg.seed, workers=True)
+    trainer = build_trainer(cfg, callbacks=callbacks)
+    start = time.perf_counter()
+    module.train()  # HF models load in eval mode, and Lightning keeps the mode it is given: dropout on for fitting
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg))
+    train_seconds = time.perf_counter() - start
+    final = trainer.validate(module, datamodule=datamodule, verbose=False)
+    metrics = {k: float(v) for k, v in (final[0] if final else {}).items()}
+    metrics.update(train_seconds=train_seconds, epochs=trainer.current_epoch, global_step=trainer.global_step)
+    if trainer.is_global_zero:
+        model_dir = output_dir(cfg) / "model"
+        module.save_hf(model_dir)
+        write_results_file(
+            output_dir(cfg) / "results.json",
+            cfg.get("experiment_name", "train"),
+            OmegaConf.to_container(cfg, resolve=True),
+            metrics,
+            {"model": model_fingerprint(module.model)},
+            model_dir=str(model_dir),
+        )
+    finish_wandb()
+    return metrics

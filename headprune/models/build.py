@@ -1,0 +1,79 @@
+"""Build models and tokenizers from a model config: the embedded MiniLM, the hub, a local dir, or a fresh config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from headprune.core.saving import RECORD_FILE
+from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained
+
+
+def _model_class(kind: str):
+    import transformers
+
+    classes = {
+        "classifier": transformers.AutoModelForSequenceClassification,
+        "seq2seq": transformers.AutoModelForSeq2SeqLM,
+        "causal_lm": transformers.AutoModelForCausalLM,
+    }
+    if kind not in classes:
+        raise ValueError(f"model.kind must be one of {sorted(classes)}, got {kind!r}")
+    return classes[kind]
+
+
+def tokenizer_source(model_cfg) -> str:
+    """The resolved ``model.tokenizer`` (embedded name, hub name or a directory that holds tokenizer files)."""
+    name = model_cfg.get("tokenizer")
+    if not name:
+        raise ValueError(f"model {model_cfg.get('name')!r} sets no tokenizer: set model.tokenizer=<dir, hub name or minilm>")
+    source = resolve_pretrained(name, "model.tokenizer")
+    if Path(source).is_dir():
+        if not has_tokenizer(source):
+            raise FileNotFoundError(
+                f"model.tokenizer={name} ({source}) holds no tokenizer files (one of {', '.join(VOCABULARY_FILES)}): "
+                "save the tokenizer the model was trained with into it, or set model.tokenizer=<dir with it>"
+            )
+    return source
+
+
+def build_tokenizer(model_cfg):
+    """The tokenizer named by ``model_cfg.tokenizer`` (embedded name, hub name or directory)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_source(model_cfg))
+
+
+def build_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
+    """A HF model from ``model_cfg`` (pretrained weights, else a fresh config); new weights drawn from ``seed`` when given."""
+    if seed is None:
+        return _build_model(model_cfg, vocab_size, **overrides)
+    with torch.random.fork_rng():  # the caller's random stream is left as it was
+        torch.manual_seed(int(seed))
+        return _build_model(model_cfg, vocab_size, **overrides)
+
+
+def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
+    from transformers import AutoConfig
+
+    model_class = _model_class(model_cfg.kind)
+    extra = {"num_labels": model_cfg.num_labels} if model_cfg.kind == "classifier" else {}
+    extra.update(overrides)
+    attn = model_cfg.get("attn_implementation", "sdpa")
+    if model_cfg.pretrained:
+        source = resolve_pretrained(model_cfg.pretrained)
+        check_model_dir(source, tokenizer=False)  # the tokenizer is checked where it is built
+        if Path(source).is_dir() and (Path(source) / RECORD_FILE).exists():
+            from headprune.core.saving import load_pruned
+
+            return load_pruned(source, **extra)
+        return model_class.from_pretrained(source, attn_implementation=attn, **extra)
+    if model_cfg.config is None:
+        raise ValueError(f"model {model_cfg.get('name')!r} sets neither `pretrained` nor `config`: set one of them")
+    fields = dict(model_cfg.config)
+    model_type = fields.pop("model_type")
+    if vocab_size is not None:
+        fields["vocab_size"] = vocab_size
+    config = AutoConfig.for_model(model_type, **fields, **extra)
+    return model_class.from_config(config, attn_implementation=attn)

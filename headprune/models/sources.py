@@ -1,0 +1,115 @@
+"""Where a model comes from: an embedded short name, a local directory or checkpoint, or the HF hub.
+
+Where ``model.pretrained`` points: an embedded short name (``minilm``), else a path when it exists
+locally or looks like one (starts with ``.``, ``/`` or ``~``, holds more than one ``/``, or ends in
+``.ckpt``), else a hub name (``org/name`` or ``name``), usable only from the local HF cache or with a
+network connection. A local model directory must be complete: config, weights and tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
+
+VOCABULARY_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "source.spm",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+)  # a saved tokenizer has at least one of these (a config alone is not a vocabulary)
+
+
+def has_tokenizer(path: str | Path) -> bool:
+    """True when ``path`` is a directory holding a saved tokenizer's vocabulary."""
+    path = Path(path)
+    return path.is_dir() and any((path / name).exists() for name in VOCABULARY_FILES)
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def looks_like_path(name: str) -> bool:
+    """True for a value that can only be a path, never a hub name."""
+    return name.startswith((".", "/", "~", "\\")) or name.count("/") > 1 or "\\" in name or name.endswith(".ckpt")
+
+
+def hub_reachable(timeout: float = 1.5) -> bool:
+    """False in offline mode (HF_HUB_OFFLINE=1) or when the hub's host cannot be reached within ``timeout`` seconds."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str) or isinstance(
+            try_to_load_from_cache(name, "tokenizer_config.json"), str
+        )
+    except Exception:  # noqa: BLE001 - a malformed repo id is simply not cached
+        return False
+
+
+def resolve_pretrained(name: str | None, setting: str = "model.pretrained") -> str | None:
+    """The directory of an embedded name or a local path (absolute), or a hub name that can be loaded now."""
+    if name is None:
+        return None
+    name = str(name)
+    if name in EMBEDDED_LLMS:
+        return str(embedded_model_dir(name))  # converted once from the package's GGUF file
+    if name in EMBEDDED:
+        import importlib
+
+        package = importlib.import_module(EMBEDDED[name])
+        return str(Path(package.get_model_path()))
+    path = Path(name).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if looks_like_path(name):
+        raise FileNotFoundError(
+            f"{setting}={name} not found: no file or directory {path.resolve()} "
+            "(a trained model is <run dir>/model; a study's is <run dir>/train/model)"
+        )
+    if _in_hub_cache(name) or hub_reachable():
+        return name
+    raise FileNotFoundError(
+        f"{setting}={name} is no local directory ({path.resolve()} does not exist) and the Hugging Face hub "
+        f"cannot be reached (offline): download it on a machine with a network (`hf download {name} "
+        f"--local-dir <dir>`) and point at the copy with {setting}=<dir>"
+    )
+
+
+def check_model_dir(path: str | Path, setting: str = "model.pretrained", tokenizer: bool = True) -> None:
+    """A clear error unless a local model directory holds config.json, weights and (with ``tokenizer``) a tokenizer."""
+    path = Path(path)
+    if not path.is_dir():
+        return  # a hub name or a checkpoint file
+    missing = []
+    if not (path / "config.json").is_file():
+        missing.append("config.json")
+    if not any((path / name).is_file() for name in WEIGHT_FILES):
+        missing.append(f"weights (one of {', '.join(WEIGHT_FILES)})")
+    if tokenizer and not has_tokenizer(path):
+        missing.append(f"tokenizer files (one of {', '.join(VOCABULARY_FILES)})")
+    if missing:
+        raise FileNotFoundError(
+            f"{setting}={path} is not a complete model directory: it lacks {'; '.join(missing)}. "
+            "Save model and tokenizer together (model.save_pretrained(dir); tokenizer.save_pretrained(dir))"
+            + (", or set model.tokenizer=<dir with the tokenizer>" if tokenizer else "")
+        )

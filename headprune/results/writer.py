@@ -1,0 +1,122 @@
+"""Results files: atomic JSON writes, a versioned schema, and fingerprints of inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write text to a temp file beside ``path`` and rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def write_json_atomic(path: str | Path, payload) -> Path:
+    """Write JSON atomically (see ``write_text_atomic``): never a half-written file."""
+    return write_text_atomic(path, json.dumps(payload, indent=1, default=_jsonable))
+
+
+def output_dir(cfg) -> Path:
+    """The run directory (Hydra's output dir), created when missing."""
+    out = Path(cfg.paths.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def read_json(path: str | Path):
+    """Load a JSON file; a damaged one is a ValueError naming the file (delete it to recompute what it held)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{path} is not valid JSON ({err}): the file is damaged (an interrupted write?); delete it to recompute what it held"
+        ) from None
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def model_fingerprint(model) -> str:
+    """A short hash of a model's parameter names, shapes and a sample of values."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        flat = tensor.detach().reshape(-1)
+        if flat.numel():
+            digest.update(flat[:: max(1, flat.numel() // 64)].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def texts_fingerprint(texts) -> str:
+    """A short hash of a sequence of strings (data fingerprint)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(str(text).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def batches_fingerprint(batches) -> str:
+    """A short hash of model-input batches ({name: tensor}): the data a computation such as importance read."""
+    digest = hashlib.sha256()
+    for batch in batches:
+        for name, value in sorted(batch.items()):
+            digest.update(name.encode())
+            if not hasattr(value, "detach"):
+                digest.update(repr(value).encode())
+                continue
+            tensor = value.detach().cpu()
+            digest.update(str(tuple(tensor.shape)).encode())
+            digest.update((tensor.float() if tensor.is_floating_point() else tensor.long()).contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def write_results_file(
+    path: str | Path, kind: str, config: dict | None, numbers: dict | None = None, fingerprints: dict | None = None, **fields
+) -> Path:
+    """The one writer of results files: the versioned envelope (``results_payload``) plus ``fields``, written atomically."""
+    payload = results_payload(kind, config or {}, numbers if numbers is not None else {}, **(fingerprints or {}))
+    payload.update(fields)
+    return write_json_atomic(path, payload)
+
+
+def update_results(path: str | Path, numbers: dict, config: dict | None = None, kind: str = "train") -> Path:
+    """Merge ``numbers`` into the ``results`` of an existing results file (or write a new one), atomically."""
+    path = Path(path)
+    if not path.exists():
+        return write_results_file(path, kind, config, numbers)
+    payload = read_json(path)
+    payload.setdefault("results", {}).update(numbers)
+    return write_json_atomic(path, payload)
+
+
+def results_payload(kind: str, config: dict, numbers: dict, **fingerprints) -> dict:
+    """The common envelope of every results.json."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "experiment": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "fingerprints": fingerprints,
+        "config": config,
+        "results": numbers,
+    }

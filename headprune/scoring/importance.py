@@ -1,0 +1,259 @@
+"""Head importance (Michel et al. 2019, section 4.1) and attention entropy per head.
+
+    I_h = E_x | dL(x) / d xi_h |          (importance)
+    F_h = E_x ( dL(x) / d xi_h )^2        (empirical Fisher of the gate, Kwon et al. 2022)
+
+The gate gradient comes from per-token probes (B, T, H) of ones that HeadGates multiplies into each
+head's output: dL/d probe[b, t, h] = <Att_h(x)[b, t], dL/dAtt_h(x)[b, t]>, so summing over t gives
+dL(x_b)/d xi_h for every example b at once (one backward pass, exact per-example values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+
+from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.units import UNITS
+
+REDUCTIONS = ("example", "token", "batch", "fisher")
+
+
+def per_example_loss(outputs, batch: dict) -> torch.Tensor:
+    """Cross-entropy per example (B,): per sequence for classifiers, mean over target tokens for seq2seq."""
+    logits, labels = outputs.logits, batch["labels"]
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    if logits.dim() == 2:
+        return F.cross_entropy(logits, labels, reduction="none")
+    token_loss = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none", ignore_index=-100)  # (B, T)
+    valid = (labels != -100).float()
+    return (token_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
+
+
+def _zeros(gates, unit: str = "head") -> dict[str, torch.Tensor]:
+    shape = gates.groups if unit == "head" else gates.kv_groups
+    return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
+
+
+def _per_unit(site, grad: torch.Tensor, unit: str) -> tuple[torch.Tensor, list[int]]:
+    """Probe gradients (B, T, H) of one site per unit: (gradients (B, T, U), original ids of the U units)."""
+    if unit not in UNITS:
+        raise ValueError(f"importance unit must be one of {UNITS}, got {unit!r}")
+    if unit == "head":
+        return grad, site.head_ids
+    positions = torch.tensor(site.kv_positions(), device=grad.device)
+    summed = grad.new_zeros(*grad.shape[:2], len(site.kv_ids)).index_add_(2, positions, grad)  # (B, T, KV)
+    return summed, site.kv_ids  # the gradient of one gate shared by a KV head's query heads
+
+
+def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
+    """L2-normalise each layer's scores, then optionally min-max over the whole network."""
+    out = {g: s.clone() for g, s in scores.items()}
+    if layers:
+        for g, s in out.items():
+            out[g] = s / (s.norm(dim=-1, keepdim=True) + 1e-20)
+    if global_minmax:
+        flat = torch.cat([s.reshape(-1) for s in out.values()])
+        low, high = flat.min(), flat.max()
+        for g, s in out.items():
+            out[g] = (s - low) / (high - low + 1e-20)
+    return out
+
+
+def importance_scores(
+    model,
+    gates,
+    batches: Iterable[dict],
+    loss_fn: Callable = per_example_loss,
+    reduce: str = "example",
+    normalize_layers: bool = True,
+    normalize_global: bool = False,
+    mask=None,
+    progress: bool = False,
+    unit: str = "head",
+) -> dict[str, torch.Tensor]:
+    """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set).
+
+    unit: ``head`` (query heads) or ``kv_group`` ({group: [layers, KV heads]}: a KV head with all of its
+    query heads, scored by the gradient of a gate they share, i.e. their gradients summed before the |.|).
+
+    reduce: ``example`` |sum over tokens| per example (the paper's formula, default), ``token`` |.| per
+    token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example),
+    ``fisher`` (sum over tokens)^2 per example (the empirical Fisher of the gate; see ``fisher_scores``).
+    ``mask`` evaluates the gradient under the current pruning mask (re-estimation). Heads already removed
+    from the weights score 0.
+
+    ``batch`` takes |.| of the gradient of each batch's MEAN loss (uneven batches weigh alike) and averages
+    over batches, as the bertology example means to; that script itself never zeroes the gate gradient
+    between batches and so accumulates it (|g_1 + ... + g_k| at batch k; equal for a single batch).
+    The model is called without ``labels``; ``loss_fn(outputs, batch)`` reads them from the batch.
+    """
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    if unit not in UNITS:
+        raise ValueError(f"importance unit must be one of {UNITS}, got {unit!r}")
+    was_training = model.training
+    model.eval()
+    totals, count = _zeros(gates, unit), 0
+    batches = _progress(batches, progress, "importance")
+    with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
+        for batch in batches:
+            outputs = model(**model_inputs(model, batch))
+            losses = loss_fn(outputs, batch)  # (B,)
+            probes = [probe for site in gates.sites for probe in site.probes]
+            total = losses.mean() if reduce == "batch" else losses.sum()  # batch: the gradient of the batch-MEAN loss
+            grads = torch.autograd.grad(total, probes, allow_unused=True)  # only the probes' gradients
+            grad_of = dict(zip(map(id, probes), grads))
+            for site in gates.sites:
+                for probe in site.probes:
+                    grad = grad_of[id(probe)]
+                    if grad is None or not site.head_ids:
+                        continue
+                    contribution, ids = _per_unit(site, grad.double(), unit)  # (B, T, U): dL(x_b)/d xi_u restricted to token t
+                    if reduce == "example":
+                        value = contribution.sum(1).abs().sum(0)
+                    elif reduce == "fisher":
+                        value = contribution.sum(1).pow(2).sum(0)
+                    elif reduce == "token":
+                        value = contribution.abs().sum(1).sum(0)
+                    else:
+                        value = contribution.sum((0, 1)).abs()
+                    totals[site.group][site.layer, ids] += value.cpu()
+                site.probes.clear()
+            count += losses.shape[0] if reduce != "batch" else 1
+    model.train(was_training)
+    if count == 0:
+        raise ValueError("importance_scores got no batches: the importance subset is empty")
+    scores = {g: (t / count).float() for g, t in totals.items()}
+    return normalize_scores(scores, layers=normalize_layers, global_minmax=normalize_global)
+
+
+def fisher_scores(
+    model,
+    gates,
+    batches: Iterable[dict],
+    loss_fn: Callable = per_example_loss,
+    mask=None,
+    normalize_layers: bool = False,
+    progress: bool = False,
+    unit: str = "head",
+) -> dict[str, torch.Tensor]:
+    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]}.
+
+    Lower = less important (pruned first). ``mask`` re-estimates it under a pruning mask; removed heads score 0.
+    Unnormalised by default (Fisher values are comparable across layers, which a cost-aware search needs).
+    """
+    return importance_scores(
+        model, gates, batches, loss_fn=loss_fn, reduce="fisher", normalize_layers=normalize_layers, mask=mask, progress=progress, unit=unit
+    )
+
+
+def fisher_blocks(
+    model, gates, batches: Iterable[dict], loss_fn: Callable = per_example_loss, mask=None, progress: bool = False, unit: str = "head"
+) -> dict[str, torch.Tensor]:
+    """Empirical Fisher of each layer's gates, mean over examples of g g^T with g = dL(x)/d xi_l: {group: [layers, H, H]} float64.
+
+    Heads of different layers are treated as independent (Kwon et al. 2022: block-diagonal Fisher); the
+    diagonal of each block is ``fisher_scores``. One backward pass per batch (``per_example_gate_gradients``).
+    """
+    was_training = model.training
+    totals, count = None, 0
+    try:
+        for batch in _progress(batches, progress, "fisher blocks"):
+            grads = per_example_gate_gradients(model, gates, batch, loss_fn=loss_fn, mask=mask, unit=unit)  # {group: (B, L, H)}
+            outer = {g: torch.einsum("blh,blk->lhk", v, v) for g, v in grads.items()}  # (L, H, H) summed over examples
+            totals = outer if totals is None else {g: totals[g] + outer[g] for g in totals}
+            count += next(iter(grads.values())).shape[0]
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise ValueError("fisher_blocks got no batches: the importance subset is empty")
+    return {g: t / count for g, t in totals.items()}
+
+
+def per_example_gate_gradients(
+    model, gates, batch: dict, loss_fn: Callable = per_example_loss, mask=None, unit: str = "head"
+) -> dict[str, torch.Tensor]:
+    """Signed dL(x_b)/d xi_h for every example of one batch: {group: [B, layers, heads]} (``kv_group``: [B, layers, KV])."""
+    model.eval()
+    out = {}
+    with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
+        outputs = model(**model_inputs(model, batch))
+        losses = loss_fn(outputs, batch)
+        probes = [probe for site in gates.sites for probe in site.probes]
+        grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
+        grad_of = dict(zip(map(id, probes), grads))
+        for g, (layers, heads) in (gates.groups if unit == "head" else gates.kv_groups).items():
+            out[g] = torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64)
+        for site in gates.sites:
+            for probe in site.probes:
+                grad = grad_of[id(probe)]
+                if grad is not None and site.head_ids:
+                    contribution, ids = _per_unit(site, grad.double(), unit)
+                    out[site.group][:, site.layer, ids] += contribution.sum(1).cpu()
+    return out
+
+
+# ---- attention entropy ------------------------------------------------------------------------
+class _EntropyRecorder:
+    """Accumulates the mean entropy of each head's attention distribution over valid query tokens."""
+
+    def __init__(self, gates):
+        from headprune.core.gates import site_groups
+
+        shape = site_groups(gates.sites)  # per query head, whatever unit the gates are seen in
+        self.totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
+        self.counts = {g: t.clone() for g, t in self.totals.items()}
+        self.valid: dict[str, torch.Tensor | None] = {}
+
+    def __call__(self, site, query, key, attention_mask, scaling):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
+        if attention_mask is not None:
+            if attention_mask.dtype == torch.bool:
+                scores = scores.masked_fill(~attention_mask, float("-inf"))
+            else:
+                scores = scores + attention_mask.float()
+        elif getattr(site.core, "is_causal", False) and scores.shape[-2] > 1:
+            tq, tk = scores.shape[-2:]
+            causal = torch.ones(tq, tk, dtype=torch.bool, device=scores.device).tril(tk - tq)
+            scores = scores.masked_fill(~causal, float("-inf"))
+        log_p = torch.log_softmax(scores, dim=-1)
+        entropy = -(log_p.exp() * log_p.nan_to_num(neginf=0.0)).sum(-1)  # (B, H, Tq)
+        valid = self.valid.get("enc" if site.group == "enc_self" else "dec")
+        if valid is None or valid.shape != (entropy.shape[0], entropy.shape[-1]):
+            valid = torch.ones(entropy.shape[0], entropy.shape[-1], device=entropy.device)
+        valid = valid.to(entropy.device, entropy.dtype).unsqueeze(1)  # (B, 1, Tq)
+        if site.head_ids:
+            self.totals[site.group][site.layer, site.head_ids] += (entropy * valid).sum((0, 2)).double().cpu()
+            self.counts[site.group][site.layer, site.head_ids] += valid.sum().double().cpu()
+
+
+def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = False) -> dict[str, torch.Tensor]:
+    """Mean attention entropy (nats) of every query head {group: [layers, heads]}; low = peaked attention."""
+    recorder = _EntropyRecorder(gates)
+    was_training = model.training
+    model.eval()
+    for site in gates.sites:
+        site.entropy_hook = recorder
+    try:
+        with torch.inference_mode():
+            for batch in _progress(batches, progress, "entropy"):
+                recorder.valid = {"enc": batch.get("attention_mask"), "dec": decoder_valid(batch)}
+                model(**batch)
+    finally:
+        for site in gates.sites:
+            site.entropy_hook = None
+        model.train(was_training)
+    return {g: (recorder.totals[g] / recorder.counts[g].clamp(min=1)).float() for g in recorder.totals}
+
+
+def _progress(iterable, enabled: bool, desc: str):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, leave=False)

@@ -1,0 +1,148 @@
+"""Paired significance tests between a baseline and masked systems (bootstrap for accuracy, BLEU and perplexity), and correlations.
+
+Both follow Koehn (2004) as sacrebleu and Moses implement it: resample the evaluation set with
+replacement ``n_samples`` times (the same indices for both systems), take the absolute score
+difference in every resample, centre those differences, and count how often they exceed the
+observed difference: ``p = (count + 1) / (n_samples + 1)``. BLEU goes through sacrebleu's own
+``PairedTest(test_type="bs")`` (corpus BLEU from summed sufficient statistics in every resample).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class PairedResult:
+    """The observed difference system - baseline, its p-value and a 95% bootstrap interval of the difference."""
+
+    score: float
+    baseline: float
+    delta: float
+    p_value: float
+    significant: bool
+    ci_low: float
+    ci_high: float
+
+
+def _p_value(sample_diffs: np.ndarray, observed: float) -> float:
+    """Moses/sacrebleu p-value from absolute resample differences (centred) and the observed |delta|."""
+    if observed == 0.0:
+        return 1.0  # no observed difference is never significant (the centred count alone would say p = 1/(R+1))
+    centred = sample_diffs - sample_diffs.mean()
+    return float((np.sum(centred > observed) + 1) / (len(sample_diffs) + 1))
+
+
+def _resample_counts(n: int, n_samples: int, seed: int) -> np.ndarray:
+    """(R, N) how often each example is drawn in each of R resamples with replacement (shared by every system)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_samples, n))  # (R, N)
+    # sums over resampled examples via counts: (R, N) counts @ (N,) is exact and cheaper than fancy indexing
+    counts = np.zeros((n_samples, n), dtype=np.float32)
+    np.add.at(counts, (np.arange(n_samples)[:, None], idx), 1.0)
+    return counts.astype(np.float64)
+
+
+def paired_bootstrap_accuracy(
+    baseline_correct, systems_correct, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
+) -> list[PairedResult]:
+    """Paired bootstrap on per-example correctness (0/1): one result per system, accuracy in percent."""
+    base = np.asarray(baseline_correct, dtype=np.float64)
+    systems = np.asarray(systems_correct, dtype=np.float64).reshape(-1, base.shape[0])  # (S, N)
+    if base.size == 0:
+        raise ValueError("paired bootstrap needs at least one evaluated example")
+    counts = _resample_counts(base.shape[0], n_samples, seed)
+    base_scores = 100.0 * counts @ base / base.shape[0]  # (R,)
+    sys_scores = 100.0 * counts @ systems.T / base.shape[0]  # (R, S)
+    out = []
+    base_score = 100.0 * base.mean()
+    for s in range(systems.shape[0]):
+        score = 100.0 * systems[s].mean()
+        delta = score - base_score
+        diffs = sys_scores[:, s] - base_scores
+        p = _p_value(np.abs(diffs), abs(delta))
+        lo, hi = np.percentile(diffs, [2.5, 97.5])
+        out.append(PairedResult(float(score), float(base_score), float(delta), p, bool(p < alpha), float(lo), float(hi)))
+    return out
+
+
+def paired_bootstrap_perplexity(
+    baseline_nll, baseline_tokens, systems_nll, systems_tokens, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
+) -> list[PairedResult]:
+    """Paired bootstrap on per-text (NLL sum, token count): corpus perplexity exp(sum NLL / sum tokens) of each resample."""
+    base_nll, base_tok = np.asarray(baseline_nll, dtype=np.float64), np.asarray(baseline_tokens, dtype=np.float64)
+    if base_nll.size == 0:
+        raise ValueError("paired bootstrap needs at least one evaluated text")
+    sys_nll = np.asarray(systems_nll, dtype=np.float64).reshape(-1, base_nll.shape[0])  # (S, N)
+    sys_tok = np.asarray(systems_tokens, dtype=np.float64).reshape(-1, base_nll.shape[0])
+    counts = _resample_counts(base_nll.shape[0], n_samples, seed)
+    base_scores = np.exp(counts @ base_nll / (counts @ base_tok))  # (R,)
+    sys_scores = np.exp(counts @ sys_nll.T / (counts @ sys_tok.T))  # (R, S)
+    base_score = float(np.exp(base_nll.sum() / base_tok.sum()))
+    out = []
+    for s in range(sys_nll.shape[0]):
+        score = float(np.exp(sys_nll[s].sum() / sys_tok[s].sum()))
+        delta = score - base_score
+        diffs = sys_scores[:, s] - base_scores
+        p = _p_value(np.abs(diffs), abs(delta))
+        lo, hi = np.percentile(diffs, [2.5, 97.5])
+        out.append(PairedResult(score, base_score, float(delta), p, bool(p < alpha), float(lo), float(hi)))
+    return out
+
+
+@contextmanager
+def _sacrebleu_seed(seed: int):
+    previous = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = previous
+
+
+def paired_bootstrap_bleu(
+    baseline_hyps, systems_hyps, references, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01, tokenize: str | None = None
+) -> list[PairedResult]:
+    """sacrebleu's paired bootstrap (``PairedTest(test_type='bs')``) of each system against the baseline."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if not references:
+        raise ValueError("paired bootstrap needs at least one evaluated sentence")
+    seed = seed if seed else 12345  # sacrebleu treats seed 0 as "unseeded"
+    import logging
+
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # one INFO line per system otherwise
+    named = [("baseline", list(baseline_hyps))] + [(f"sys{i}", list(h)) for i, h in enumerate(systems_hyps)]
+    metric = BLEU(tokenize=tokenize) if tokenize else BLEU()
+    with _sacrebleu_seed(seed):
+        test = PairedTest(named, {"BLEU": metric}, [list(references)], test_type="bs", n_samples=n_samples)
+        _, scores = test()
+    results = scores["BLEU"]
+    base = results[0].score
+    out = []
+    for res in results[1:]:
+        delta = res.score - base
+        p = 1.0 if delta == 0.0 else float(res.p_value)
+        lo, hi = delta - res.ci, delta + res.ci  # sacrebleu's 95% half-width is of the system score; centred on delta
+        out.append(PairedResult(float(res.score), float(base), float(delta), p, bool(p < alpha), float(lo), float(hi)))
+    return out
+
+
+def correlation(first: dict, second: dict) -> dict:
+    """Pearson r between the per-head differences of two ablation results (paper section 3.4)."""
+    a = np.concatenate([np.asarray(first["delta"][g], dtype=float).ravel() for g in first["delta"]])
+    b = np.concatenate([np.asarray(second["delta"][g], dtype=float).ravel() for g in first["delta"]])
+    if a.std() == 0 or b.std() == 0:
+        return {"pearson_r": float("nan"), "p_value": float("nan"), "splits": [first["split"], second["split"]]}
+    from scipy.stats import pearsonr
+
+    r, p = pearsonr(a, b)
+    return {"pearson_r": float(r), "p_value": float(p), "splits": [first["split"], second["split"]]}

@@ -1,0 +1,119 @@
+"""Head orders and greedy pruning masks: which heads go first, and the mask at each fraction pruned.
+
+Every order is a score per head where *lower means pruned first*: importance as it is; the
+oracle "ablation" order uses base score - ablated score (a head whose removal costs little goes
+first); "entropy" uses minus the mean attention entropy (diffuse heads go first); "random" draws a
+seeded permutation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+Head = tuple[str, int, int]  # (group, layer, head)
+
+
+def check_fractions(fractions) -> list[float]:
+    """Sorted unique fractions, each in [0, 1), or a ValueError naming the bad one."""
+    out = []
+    for f in fractions:
+        f = float(f)
+        if not 0.0 <= f < 1.0 or math.isnan(f):
+            raise ValueError(f"pruning fraction {f} is outside [0, 1): at least one head must stay")
+        out.append(round(f, 6))
+    if not out:
+        raise ValueError("no pruning fractions given")
+    return sorted(set(out))
+
+
+def fraction_grid(step: float, stop: float = 0.9) -> list[float]:
+    """0, step, 2*step, ... up to ``stop`` (inclusive), e.g. 0.1 -> [0, 0.1, ..., 0.9]."""
+    if not 0.0 < float(step) < 1.0:
+        raise ValueError(f"fraction step {step} must be in (0, 1)")
+    n = int(math.floor(float(stop) / float(step) + 1e-9))
+    return check_fractions([i * float(step) for i in range(n + 1)])
+
+
+def check_groups(groups, shape: dict[str, tuple[int, int]]) -> list[str]:
+    """The groups to prune (all of the model's when empty), or a ValueError naming an unknown one."""
+    if not groups:
+        return list(shape)
+    groups = [str(g) for g in groups]
+    unknown = [g for g in groups if g not in shape]
+    if unknown:
+        raise ValueError(f"unknown attention group(s) {unknown}; this model has {list(shape)}")
+    return groups
+
+
+def ranked_heads(scores: dict[str, torch.Tensor], groups: list[str]) -> list[Head]:
+    """Heads of ``groups`` sorted by score ascending (ties broken by group, layer, head: deterministic)."""
+    heads = []
+    for group in groups:
+        value = scores[group].detach().float().cpu()
+        for layer in range(value.shape[0]):
+            for head in range(value.shape[1]):
+                heads.append((float(value[layer, head]), groups.index(group), layer, head, group))
+    heads.sort(key=lambda t: (t[0], t[1], t[2], t[3]))
+    return [(g, l, h) for _, _, l, h, g in heads]
+
+
+def random_scores(shape: dict[str, tuple[int, int]], seed: int) -> dict[str, torch.Tensor]:
+    """A seeded random score per head (a random order)."""
+    generator = torch.Generator().manual_seed(int(seed))
+    return {g: torch.rand(l, h, generator=generator) for g, (l, h) in shape.items()}
+
+
+def ablation_scores(deltas: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Order scores from single-head ablation: the loss caused by removing a head (base - ablated)."""
+    return {g: -torch.as_tensor(d, dtype=torch.float32) for g, d in deltas.items()}
+
+
+def entropy_scores(entropy: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Order scores from attention entropy: diffuse (high-entropy) heads are pruned first."""
+    return {g: -torch.as_tensor(e, dtype=torch.float32) for g, e in entropy.items()}
+
+
+def n_to_prune(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str]) -> int:
+    """How many heads a fraction means: of the heads in ``groups`` (the paper prunes a share of the total)."""
+    total = sum(shape[g][0] * shape[g][1] for g in groups)
+    return int(round(fraction * total))
+
+
+def greedy_mask(
+    order: list[Head], shape: dict[str, tuple[int, int]], n_prune: int, min_per_layer: int = 0, start: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """Mask heads in ``order`` until ``n_prune`` are masked in total (``start``'s zeros count), keeping >= min_per_layer per layer."""
+    heads = min((shape[g][1] for g in {group for group, _, _ in order}), default=None)
+    if heads is not None and min_per_layer >= heads:
+        raise ValueError(
+            f"min_heads_per_layer={min_per_layer} keeps every head: the layers have {heads} heads, "
+            f"so it must be at most {heads - 1} (0 = no floor)"
+        )
+    mask = {g: (start[g].clone().float() if start is not None else torch.ones(l, h)) for g, (l, h) in shape.items()}
+    pruned = sum(int((m == 0).sum()) for m in mask.values())
+    for group, layer, head in order:
+        if pruned >= n_prune:
+            break
+        if mask[group][layer, head] == 0:
+            continue
+        if int(mask[group][layer].sum()) - 1 < min_per_layer:
+            continue  # this layer is at its floor: skip to the next head in the order
+        mask[group][layer, head] = 0.0
+        pruned += 1
+    return mask
+
+
+def masks_for_fractions(
+    scores: dict[str, torch.Tensor], shape: dict[str, tuple[int, int]], fractions, groups=None, min_per_layer: int = 0
+) -> list[dict[str, torch.Tensor]]:
+    """One mask per fraction from a fixed score (nested: each mask removes a superset of the previous one)."""
+    groups = check_groups(groups, shape)
+    order = ranked_heads(scores, groups)
+    return [greedy_mask(order, shape, n_to_prune(f, shape, groups), min_per_layer) for f in check_fractions(fractions)]
+
+
+def heads_removed(mask: dict[str, torch.Tensor]) -> int:
+    """Number of zero entries of a mask."""
+    return sum(int((m == 0).sum()) for m in mask.values())

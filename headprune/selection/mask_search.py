@@ -1,0 +1,208 @@
+"""Cost-aware mask search: remove heads by score per unit of cost saved until a target is met.
+
+Targets (one at a time, ``PruneTarget.from_config``):
+
+- ``flops: f``     keep at most a fraction f of the model's FLOPs (needs a FLOPs cost model)
+- ``speedup: s``   predicted total cost / remaining cost >= s (FLOPs or a measured latency table)
+- ``max_drop: d``  the largest removal whose metric drop on a *selection* split stays <= d points
+                   (bisection over the number of heads removed; ``evaluate(mask) -> score`` is given)
+
+The removal order is greedy: at each step, in every layer above its floor, the kept head with the
+lowest score is a candidate, and the candidate with the lowest score / saving goes (lower score =
+less important). The order does not depend on the target, so the targets only cut it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from headprune.selection.costs import CostModel
+from headprune.selection.greedy import Head, check_groups
+
+TARGET_KINDS = ("flops", "speedup", "max_drop")
+
+
+def given_target(value):
+    """The target setting, or None when it is unset (null, or a mapping whose kinds are all null)."""
+    if value is None or (hasattr(value, "items") and all(v is None for _, v in value.items())):
+        return None
+    return value
+
+
+@dataclass(frozen=True)
+class PruneTarget:
+    """One validated pruning target: ``flops`` in (0, 1], ``speedup`` > 1 or ``max_drop`` >= 0."""
+
+    kind: str
+    value: float
+
+    def __post_init__(self):
+        if self.kind not in TARGET_KINDS:
+            raise ValueError(f"unknown pruning target {self.kind!r}; give one of {list(TARGET_KINDS)}, e.g. {{speedup: 1.3}}")
+        value = self.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
+            raise ValueError(f"pruning target {self.kind} must be a finite number, got {value!r}")
+        if self.kind == "flops" and not 0.0 < value <= 1.0:
+            raise ValueError(f"flops target {value} is the fraction of the model's FLOPs kept: it must be in (0, 1], e.g. 0.6")
+        if self.kind == "speedup" and value <= 1.0:
+            raise ValueError(f"speedup target {value} must be > 1 (1.3 = 30% faster); 1 or less removes nothing")
+        if self.kind == "max_drop" and value < 0:
+            raise ValueError(f"max_drop target {value} is the metric points one may lose: it must be >= 0")
+
+    @classmethod
+    def from_config(cls, config) -> PruneTarget:
+        """A target from a one-key mapping such as ``{"speedup": 1.3}``."""
+        if isinstance(config, cls):
+            return config
+        if not hasattr(config, "items"):
+            raise ValueError(f"a pruning target is a mapping with one key of {list(TARGET_KINDS)}, got {config!r}")
+        given = {str(k): v for k, v in config.items() if v is not None}
+        unknown = sorted(set(given) - set(TARGET_KINDS))
+        if unknown:
+            raise ValueError(f"unknown pruning target key(s) {unknown}; choose one of {list(TARGET_KINDS)}")
+        if len(given) != 1:
+            raise ValueError(f"give exactly one pruning target of {list(TARGET_KINDS)}, got {sorted(given) or 'none'}")
+        kind, value = next(iter(given.items()))
+        return cls(kind, float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value)
+
+
+@dataclass
+class SearchResult:
+    """The chosen mask, the heads it removes (in removal order) and what the cost model predicts for it."""
+
+    mask: dict[str, torch.Tensor]
+    removed: list[Head]
+    cost: float
+    kept_fraction: float  # of the cost model's total (FLOPs kept for a FLOPs model)
+    speedup: float
+    target: PruneTarget
+    evaluations: dict[int, float] = field(default_factory=dict)  # heads removed -> selection score (max_drop)
+
+
+def _nonnegative(scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Scores shifted to >= 0 when some are negative (score / cost needs a common zero); the order is unchanged."""
+    low = min(float(s.min()) for s in scores.values())
+    return {g: s.double() - low if low < 0 else s.double() for g, s in scores.items()}
+
+
+def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None, min_per_layer: int = 0, groups=None) -> list[Head]:
+    """Every head the greedy score-per-saving search would remove, in order (``start``'s zeros are already gone)."""
+    shape = costs.groups
+    groups = check_groups(groups, shape)
+    scores = _nonnegative({g: scores[g].detach().cpu() for g in groups})
+    mask = {
+        g: (start[g].detach().cpu().clone().float() if start is not None and g in start else torch.ones(l, h))
+        for g, (l, h) in shape.items()
+    }
+    order: list[Head] = []
+    while True:
+        best = None
+        for gi, group in enumerate(groups):
+            for layer in range(shape[group][0]):
+                kept = int(mask[group][layer].sum())
+                if kept - 1 < min_per_layer:
+                    continue
+                saving = costs.saving(group, layer, kept)
+                if saving <= 0:
+                    continue  # removing it buys nothing (the last head leaves a phantom that costs the same)
+                alive = mask[group][layer].nonzero().flatten().tolist()
+                head = min(alive, key=lambda h: (float(scores[group][layer, h]), h))
+                key = (float(scores[group][layer, head]) / saving, gi, layer, head)
+                if best is None or key < best[0]:
+                    best = (key, (group, layer, head))
+        if best is None:
+            return order
+        group, layer, head = best[1]
+        mask[group][layer, head] = 0.0
+        order.append((group, layer, head))
+
+
+def mask_after(order: list[Head], k: int, shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
+    """``start`` (or all ones) with the first ``k`` heads of ``order`` removed."""
+    mask = {
+        g: (start[g].detach().cpu().clone().float() if start is not None and g in start else torch.ones(l, h))
+        for g, (l, h) in shape.items()
+    }
+    for group, layer, head in order[:k]:
+        mask[group][layer, head] = 0.0
+    return mask
+
+
+def search_mask(
+    scores: dict[str, torch.Tensor],
+    costs: CostModel,
+    target,
+    evaluate: Callable | None = None,
+    higher_is_better: bool = True,
+    start=None,
+    min_per_layer: int = 0,
+    groups=None,
+    refine: Callable | None = None,
+) -> SearchResult:
+    """The mask that meets ``target`` (a PruneTarget or a one-key dict) removing the fewest heads of the greedy order.
+
+    ``evaluate(mask) -> score`` is needed for ``max_drop`` only: call it on a selection split, never the
+    evaluation split. It is assumed to fall as more heads go (bisection). For a model that already has heads
+    removed, pass ``start=gates.present()`` and a cost model of the unpruned model. ``refine(mask) -> mask``
+    (e.g. ``rearrange.rearrange_mask``) changes every candidate mask, the returned one included, but must keep
+    each layer's count (the cost depends on the counts only); ``removed`` stays the greedy order's.
+    """
+    target = PruneTarget.from_config(target)
+    shape = costs.groups
+    order = removal_order(scores, costs, start, min_per_layer, groups)
+    refine = refine or (lambda mask: mask)
+    masks = lambda k: refine(mask_after(order, k, shape, start))  # noqa: E731
+    along = costs_along(order, costs, start)  # cost after k = 0..n removals
+    evaluations: dict[int, float] = {}
+    if target.kind == "flops":
+        if costs.unit != "flops":
+            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
+        k = next((k for k, c in enumerate(along) if c / costs.total <= target.value + 1e-12), None)
+    elif target.kind == "speedup":
+        k = next((k for k, c in enumerate(along) if costs.total / c >= target.value - 1e-12), None)
+    else:
+        if evaluate is None:
+            raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
+
+        def score_of(k: int) -> float:
+            if k not in evaluations:
+                evaluations[k] = float(evaluate(masks(k)))
+            return evaluations[k]
+
+        k = _last_within_drop(len(order), score_of, target.value, higher_is_better)
+    if k is None:
+        raise ValueError(
+            f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
+            f"removable head keeps {along[-1] / costs.total:.3f} of the cost, a speed-up of "
+            f"{costs.total / along[-1]:.3f} ({costs.unit})"
+        )
+    mask = masks(k)
+    return SearchResult(mask, order[:k], costs.cost(mask), costs.kept_fraction(mask), costs.speedup(mask), target, evaluations)
+
+
+def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:
+    """The predicted cost after removing the first k heads of ``order``, for k = 0..len(order)."""
+    kept = costs.kept_counts(start)
+    along = [costs.cost(start)]
+    for group, layer, _ in order:
+        along.append(along[-1] - costs.saving(group, layer, int(kept[group][layer])))
+        kept[group][layer] -= 1
+    return along
+
+
+def _last_within_drop(n: int, score_of: Callable[[int], float], max_drop: float, higher_is_better: bool) -> int:
+    """The largest k in 0..n whose drop from k = 0 is <= max_drop, by bisection."""
+    base = score_of(0)
+    drop = lambda k: (base - score_of(k)) if higher_is_better else (score_of(k) - base)  # noqa: E731
+    low, high = 0, n
+    while low < high:
+        mid = (low + high + 1) // 2
+        if drop(mid) <= max_drop + 1e-12:
+            low = mid
+        else:
+            high = mid - 1
+    return low

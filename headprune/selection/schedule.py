@@ -1,0 +1,98 @@
+"""Iterative pruning: prune to 20%, recover, re-score the recovered model, prune to 40%, recover, ...
+
+Each step of ``schedule`` is a fraction of the original heads (pruned in score order) or a target
+mapping such as ``{"speedup": 1.5}`` (the cost-aware search of ``headprune.selection.mask_search``, with a
+cost model of the unpruned model). Generic: it needs a model, a per-example loss and training
+batches, not a task class. Heads are removed physically at every step, so a recovery step
+(``recover(model, teacher, batches)``: ``recovery.lsq_recoverer`` or
+``recovery_finetune.finetune_recoverer``) can never bring them back.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_mask
+from headprune.scoring.importance import fisher_scores, per_example_loss
+from headprune.selection.greedy import check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
+from headprune.selection.mask_search import PruneTarget, search_mask
+
+
+@dataclass
+class PruneStep:
+    """One step of a schedule: the fraction of the original heads pruned, the cumulative mask and the model after recovery."""
+
+    fraction: float  # of the original heads removed so far
+    mask: dict[str, torch.Tensor]  # {group: 0/1 [layers, heads]} over the original heads
+    scores: dict[str, torch.Tensor]  # the scores this step pruned by (estimated on the previous step's recovered model)
+    model: nn.Module | None  # a copy of the pruned, recovered model (None with keep_models=False)
+    target: PruneTarget | None = None  # the step's target when the schedule gives targets
+
+
+def _fisher(model, gates, batches, loss_fn):
+    return fisher_scores(model, gates, batches, loss_fn=loss_fn)
+
+
+def check_schedule(schedule) -> list:
+    """Growing fractions ([0.2, 0.4, 0.6]) or targets ([{"speedup": 1.2}, {"speedup": 1.5}]), or a ValueError."""
+    steps = list(schedule or [])
+    if not steps:
+        raise ValueError("the pruning schedule is empty: give growing fractions such as [0.2, 0.4, 0.6]")
+    if all(hasattr(step, "items") or isinstance(step, PruneTarget) for step in steps):
+        return [PruneTarget.from_config(step) for step in steps]
+    fractions = check_fractions(steps)
+    if [float(f) for f in steps] != fractions:
+        raise ValueError(f"a pruning schedule must grow step by step, e.g. [0.2, 0.4, 0.6]; got {steps}")
+    return fractions
+
+
+def iterative_prune(
+    model: nn.Module,
+    schedule,
+    batches: Iterable[dict],
+    loss_fn: Callable = per_example_loss,
+    recover: Callable | None = None,
+    score_fn: Callable = _fisher,
+    min_per_layer: int = 0,
+    groups=None,
+    teacher: nn.Module | None = None,
+    keep_models: bool = True,
+    costs=None,
+    evaluate: Callable | None = None,
+) -> list[PruneStep]:
+    """Prune ``model`` in place to each step of ``schedule`` in turn, re-scoring and recovering after each step.
+
+    ``score_fn(model, gates, batches, loss_fn) -> {group: [L, H]}`` (lower = pruned first; default Fisher);
+    ``teacher`` is the unpruned reference for recovery (default: a copy of ``model`` before the first step);
+    ``costs`` (a ``CostModel`` of the unpruned model) and ``evaluate`` (for ``max_drop``, on a selection split;
+    each step's drop counts from the previous step's recovered model) serve target steps.
+    """
+    plan = check_schedule(schedule)
+    if isinstance(plan[0], PruneTarget) and costs is None:
+        raise ValueError("a schedule of targets needs costs= (headprune.selection.costs.flops_cost_model(model) of the unpruned model)")
+    batches = list(batches)
+    teacher = copy.deepcopy(model).eval() if teacher is None else teacher
+    steps = []
+    for step in plan:
+        gates = HeadGates(model)
+        shape = gates.groups
+        chosen = check_groups(groups, shape)
+        scores = score_fn(model, gates, batches, loss_fn)
+        present = {g: p.float() for g, p in gates.present().items()}
+        if isinstance(step, PruneTarget):
+            mask = search_mask(scores, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
+        else:
+            mask = greedy_mask(ranked_heads(scores, chosen), shape, n_to_prune(step, shape, chosen), min_per_layer, start=present)
+        prune_mask(model, mask)
+        if recover is not None:
+            recover(model, teacher, batches)
+        target = step if isinstance(step, PruneTarget) else None
+        fraction = sum(int((m == 0).sum()) for m in mask.values()) / gates.num_heads if target else step
+        steps.append(PruneStep(fraction, mask, scores, copy.deepcopy(model) if keep_models else None, target))
+    return steps

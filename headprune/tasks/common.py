@@ -1,0 +1,85 @@
+"""What the tasks share of the protocol in headprune.tasks.base: timing batches and the timed call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from headprune.core.saving import save_pruned
+
+
+def checked_settings(cfg, known, task_name: str, config_file: str) -> dict:
+    """``task.*`` of a composed config: every setting of ``known`` present, none unknown (``name`` aside)."""
+    given = {k: v for k, v in dict(cfg.get("task") or {}).items() if k != "name"}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"unknown task setting(s) {unknown}; the {task_name} task settings are {sorted(known)}")
+    missing = sorted(set(known) - set(given))
+    if missing:
+        raise ValueError(f"task setting(s) {missing} missing: compose the config with the {task_name} task group ({config_file})")
+    return given
+
+
+class LazySizes(Mapping):
+    """{split: examples} whose sizes are counted on first access (a large training split is read only when asked for)."""
+
+    def __init__(self, splits, count: Callable[[str], int]):
+        self._splits, self._count, self._known = list(splits), count, {}
+
+    def __getitem__(self, split: str) -> int:
+        if split not in self._splits:
+            raise KeyError(split)
+        if split not in self._known:
+            self._known[split] = self._count(split)
+        return self._known[split]
+
+    def __iter__(self):
+        return iter(self._splits)
+
+    def __len__(self) -> int:
+        return len(self._splits)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+class SavesHF:
+    """``save_hf``: a task's model (HF format, pruning record included) and tokenizer written to a directory."""
+
+    def save_hf(self, path) -> Path:
+        """Write the model and its tokenizer to ``path``."""
+        return save_pruned(self.model, path, tokenizer=self.tokenizer)
+
+
+class SharedTaskMethods(SavesHF):
+    """Mixed into every task; a task provides ``forward_batches(split)`` (model inputs with targets, on the CPU)."""
+
+    @property
+    def model_device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def forward_batches(self, split: str) -> list[dict]:
+        """The split's batches as the model's forward pass takes them (targets teacher-forced)."""
+        raise NotImplementedError
+
+    def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
+        """Batches of ``batch_size`` random examples of ``split`` (about ``examples`` in all), on the model's device."""
+        from headprune.engine.timing import example_pool, make_batches
+
+        return make_batches(example_pool(self.forward_batches(split)), int(batch_size), examples, seed, self.model_device)
+
+    def timed_call(self, batch: dict) -> None:
+        """One forward pass of the model on a timing batch."""
+        self.model(**batch)
+
+    def timed_calls(self) -> dict:
+        """The one timed call, counted in examples."""
+        from headprune.tasks.base import TimedCall
+
+        return {"forward": TimedCall(self.timed_call)}
+
+    def memory_measures(self, model) -> dict[str, int]:
+        """No per-model memory measure."""
+        return {}

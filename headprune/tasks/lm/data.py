@@ -1,0 +1,178 @@
+"""Texts for language modelling: local text files, a hub corpus or a synthetic language, per split.
+
+Splits inside headprune: ``eval`` (perplexity), ``importance`` (head importance: training text, never
+the evaluation text) and ``heldout`` (choices such as keep-one's head). Each text is one example:
+its tokens (optionally after a BOS token) are predicted left to right, so a text of n ids gives
+n - 1 scored tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+SPLITS = ("eval", "importance", "heldout")
+
+
+def read_texts(path: str | Path) -> list[str]:
+    """The non-empty lines of a UTF-8 text file (one text per line)."""
+    path = Path(path)
+    if not path.is_file():
+        present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+        where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
+        raise FileNotFoundError(f"language-modelling text file {path} not found ({where}); set data.files or paths.data_dir")
+    with open(path, encoding="utf-8") as handle:
+        return [line.strip() for line in handle if line.strip()]
+
+
+def sample(texts: list[str], limit: int | None, seed: int, split: str) -> list[str]:
+    """``limit`` texts drawn with ``seed`` (kept in file order), or all of them."""
+    if limit is None or limit >= len(texts):
+        return list(texts)
+    if limit <= 0:
+        raise ValueError(f"data.limits.{split} must be a positive number of texts or null, got {limit}")
+    keep = sorted(random.Random(f"{seed}-{split}").sample(range(len(texts)), limit))
+    return [texts[i] for i in keep]
+
+
+def local_texts(cfg, data_dir: str | Path) -> dict[str, list[str]]:
+    """{split: texts} from ``cfg.files`` ({split: [paths relative to data_dir]})."""
+    files = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in dict(cfg.files).items()}
+    unknown = sorted(set(files) - set(SPLITS))
+    if unknown:
+        raise ValueError(f"data.files has unknown split(s) {unknown}; the language-modelling splits are {list(SPLITS)}")
+    shared = set(files.get("eval", [])) & (set(files.get("importance", [])) | set(files.get("heldout", [])))
+    if shared:
+        raise ValueError(f"data.files uses {sorted(shared)} for evaluation and for importance/held-out choices: keep them apart")
+    return {split: [t for path in paths for t in read_texts(Path(data_dir) / path)] for split, paths in files.items()}
+
+
+def hub_texts(cfg) -> dict[str, list[str]]:
+    """{split: texts} from a Hugging Face dataset (``hub_path``, ``hub_name``, ``hub_splits``, ``text_field``)."""
+    from datasets import load_dataset
+
+    out = {}
+    for split, hub_split in dict(cfg.hub_splits).items():
+        rows = load_dataset(cfg.hub_path, cfg.get("hub_name"), split=hub_split)
+        out[split] = [t.strip() for t in rows[cfg.get("text_field", "text")] if t and t.strip()]
+    return out
+
+
+def synthetic_texts(cfg) -> dict[str, list[str]]:
+    """{split: texts} in the synthetic target language of headprune.tasks.mt.synthetic (agreement needs attention)."""
+    from headprune.tasks.mt.synthetic import SyntheticConfig, SyntheticTranslation
+
+    syn = cfg.synthetic
+    language = SyntheticTranslation(SyntheticConfig(seed=int(syn.seed)))
+    return {split: language.pairs(int(n), seed=index + 1)[1] for index, (split, n) in enumerate(sorted(dict(syn.sizes).items()))}
+
+
+def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
+    """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``."""
+    source = cfg.get("source")
+    if source == "local":
+        texts = local_texts(cfg, data_dir if data_dir is not None else cfg.dir)
+    elif source == "hub":
+        texts = hub_texts(cfg)
+    elif source == "synthetic":
+        texts = synthetic_texts(cfg)
+    else:
+        raise ValueError(f"data.source must be local, hub or synthetic for language modelling, got {source!r}")
+    if "eval" not in texts or "importance" not in texts:
+        raise ValueError(f"language-modelling data needs an eval and an importance split, got {sorted(texts)}")
+    limits = dict(cfg.get("limits") or {})
+    return {split: sample(t, limits.get(split), int(cfg.get("seed", 0)), split) for split, t in texts.items()}
+
+
+def encode_texts(
+    tokenizer, texts: list[str], max_length: int, add_bos: bool = True, add_eos: bool = False, bos_id: int | None = None
+) -> list[list[int]]:
+    """Token ids of each text (``bos_id`` or the tokenizer's BOS first when asked), truncated to ``max_length``."""
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    bos_id = bos_id if bos_id is not None else tokenizer.bos_token_id
+    bos = [bos_id] if add_bos and bos_id is not None else []
+    eos = [tokenizer.eos_token_id] if add_eos and tokenizer.eos_token_id is not None else []
+    return [(bos + x + eos)[:max_length] for x in ids]
+
+
+def collate(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``/``attention_mask`` and next-token ``labels`` aligned with the logits.
+
+    ``labels[b, t]`` is the token that position t predicts (``input_ids[b, t + 1]``), -100 after the
+    last token: the cross-entropy of logits (B, T, V) against labels (B, T) is the next-token NLL.
+    """
+    length = max(len(s) for s in sequences)
+    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for row, seq in enumerate(sequences):
+        input_ids[row, : len(seq)] = torch.tensor(seq)
+        attention_mask[row, : len(seq)] = 1
+        labels[row, : len(seq) - 1] = torch.tensor(seq[1:], dtype=torch.long)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+class LMData:
+    """Tokenized texts per split and their batches (sorted by length, ``idx`` = position in the split)."""
+
+    def __init__(
+        self,
+        texts: dict[str, list[str]],
+        tokenizer,
+        max_length: int = 128,
+        batch_size: int = 16,
+        eval_batch_size: int = 32,
+        add_bos: bool = True,
+        add_eos: bool = False,
+        bos_id: int | None = None,
+    ):
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
+            raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a pad nor an eos token to pad batches with")
+        self.tokenizer = tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
+        self.texts, self.ids = {}, {}
+        for split, split_texts in texts.items():
+            encoded = encode_texts(tokenizer, split_texts, int(max_length), add_bos, add_eos, bos_id)
+            kept = [i for i, ids in enumerate(encoded) if len(ids) >= 2]  # a text needs one predicted token
+            self.texts[split] = [split_texts[i] for i in kept]
+            self.ids[split] = [encoded[i] for i in kept]
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, texts: dict[str, list[str]] | None = None, bos_id: int | None = None) -> LMData:
+        """Batch settings (and the texts, unless given) from a ``data=lm_*`` config."""
+        return cls(
+            texts if texts is not None else load_texts(cfg),
+            tokenizer,
+            max_length=cfg.max_length,
+            batch_size=cfg.batch_size,
+            eval_batch_size=cfg.eval_batch_size,
+            add_bos=cfg.get("add_bos", True),
+            add_eos=cfg.get("add_eos", False),
+            bos_id=bos_id,
+        )
+
+    def split(self, name: str) -> list[list[int]]:
+        """Token ids of every text of a split, with an error that lists the splits."""
+        if name not in self.ids:
+            raise KeyError(f"no language-modelling split {name!r}; this data has {sorted(self.ids)}")
+        return self.ids[name]
+
+    def batches(self, split: str, batch_size: int | None = None) -> list[dict[str, torch.Tensor]]:
+        """Batches of a split, longest texts first (little padding); ``idx`` gives each row's position."""
+        ids = self.split(split)
+        size = int(batch_size or self.eval_batch_size)
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        out = []
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            batch = collate([ids[i] for i in rows], self.pad_id)
+            batch["idx"] = torch.tensor(rows, dtype=torch.long)
+            out.append(batch)
+        return out
+
+    def describe(self) -> str:
+        """One line per split: texts and tokens."""
+        return "\n".join(f"{split:10s} texts={len(ids):6d} tokens={sum(map(len, ids)):8d}" for split, ids in self.ids.items())

@@ -1,0 +1,301 @@
+"""LanguageModelingTask: perplexity of a decoder-only LLM on texts, with head gates on its attention.
+
+Per text: the NLL sum of its predicted tokens and their count. Perplexity = exp(total NLL / total
+tokens) over the split (corpus-level, never an average of per-text perplexities); the per-text
+loss is the mean token NLL of that text.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+from headprune.core.gates import HeadGates
+from headprune.core.inputs import DECODER_INPUTS
+from headprune.results.writer import texts_fingerprint
+from headprune.tasks.base import EvalResult, TimedCall, rows_of
+from headprune.tasks.common import SavesHF, checked_settings
+from headprune.tasks.lm.data import LMData, collate, load_texts
+
+TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
+MODEL_INPUTS = DECODER_INPUTS
+HEAD_ROWS = 8  # texts whose (T, V) logits exist at once: the vocabulary projection runs in row chunks
+
+
+def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(NLL sum (B,), predicted tokens (B,)) from logits (B, T, V) and next-token labels (B, T) with -100 ignored."""
+    # log-softmax over the contiguous vocabulary axis: (B*T, V), not a (B, V, T) view, whose float32 sums over
+    # 49,152 words are off by up to 1e-4 nats per token (headprune.engine.ablation_causal.label_nll rounds the same way)
+    nll = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="none")
+    return nll.view_as(labels).double().sum(1), (labels != -100).sum(1)
+
+
+class LanguageModelingTask(SavesHF):
+    """A causal LM under HeadGates and its texts: the task protocol of headprune.tasks.base (metric: perplexity)."""
+
+    name = "lm"
+    metric = "perplexity"
+    higher_is_better = False
+    paired_test_name = "paired bootstrap of corpus perplexity over texts (Koehn 2004)"
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        data: LMData,
+        mask_chunk: int = 8,
+        selection_split: str = "importance",
+        decode_tokens: int = 32,
+        decode_prompt_tokens: int = 16,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.data = data
+        self.gates = HeadGates(model)
+        self.mask_chunk = max(1, int(mask_chunk))
+        if selection_split == "eval":
+            raise ValueError("task.selection_split must not be the evaluation split: choose importance or heldout")
+        self._selection = str(selection_split)
+        self.decode_tokens = int(decode_tokens)
+        self.decode_prompt_tokens = int(decode_prompt_tokens)
+        if self.decode_tokens < 1 or self.decode_prompt_tokens < 1:
+            raise ValueError(
+                f"task.decode_tokens and task.decode_prompt_tokens must be >= 1, got {decode_tokens} and {decode_prompt_tokens}"
+            )
+        model.eval()
+
+    # ---- placement and data ------------------------------------------------------------------
+    def to(self, device) -> LanguageModelingTask:
+        self.model.to(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _inputs(self, batch: dict) -> dict:
+        return {k: batch[k].to(self.device) for k in MODEL_INPUTS}
+
+    def split_sizes(self) -> dict[str, int]:
+        """{split: texts} (texts shorter than one predicted token are left out)."""
+        return {split: len(ids) for split, ids in self.data.ids.items()}
+
+    @property
+    def selection_split(self) -> str:
+        """The split for choices such as keep-one's head (``task.selection_split``)."""
+        return self._selection
+
+    def data_fingerprint(self, split: str) -> str:
+        """A hash of the texts of ``split``."""
+        self.data.split(split)
+        return texts_fingerprint(self.data.texts[split])
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
+        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
+        head = self.model.get_output_embeddings()
+        labels = batch["labels"].to(hidden.device)
+        parts = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def _result(self, nll: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
+        total_tokens = int(tokens.sum())
+        per_text = nll / tokens.clamp(min=1)
+        return EvalResult(
+            score=float(torch.exp(nll.sum() / max(total_tokens, 1))),
+            metric=self.metric,
+            n=len(nll),
+            per_example={"nll": nll.tolist(), "tokens": tokens.tolist()},
+            loss=float(per_text.mean()),
+        )
+
+    def evaluate(self, mask=None, split: str = "eval") -> EvalResult:
+        """Corpus perplexity on ``split`` with heads gated by ``mask``; per_example holds each text's NLL sum and tokens."""
+        return self.evaluate_many([mask], split)[0]
+
+    @torch.no_grad()
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, batched: bool = True) -> list[EvalResult]:
+        """Perplexity for each mask, several masks per forward pass.
+
+        Several masks [L, H] of a decoder-only model go through ``headprune.engine.ablation_causal.CausalMaskBatcher``
+        (unchanged lower layers reused, real tokens only); otherwise (or ``batched=False``) ``mask_chunk`` masks
+        share one forward of the batch repeated, a mask per row. ``on_batch(n)`` after each batch of ``n`` texts.
+        """
+        from headprune.engine.ablation_causal import CausalMaskBatcher, batchable
+
+        if not masks:
+            return []
+        ones = self.gates.ones()
+        masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
+        engine = CausalMaskBatcher(self.model, self.gates) if batched and len(masks) > 1 and batchable(self.gates, masks) else None
+        n = len(self.data.split(split))
+        nll = torch.zeros(len(masks), n, dtype=torch.float64)
+        tokens = torch.zeros(n, dtype=torch.long)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in self.data.batches(split):
+                rows = batch["idx"]
+                tokens[rows] = (batch["labels"] != -100).sum(1)
+                if engine is not None:
+                    nll[:, rows] = engine.nll({k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}, masks)
+                else:
+                    nll[:, rows] = self._repeated_nll(batch, masks)
+                if on_batch is not None:
+                    on_batch(len(rows))
+        finally:
+            self.model.train(was_training)
+        return [self._result(nll[j], tokens) for j in range(len(masks))]
+
+    def _repeated_nll(self, batch: dict, masks: list) -> torch.Tensor:
+        """NLL sums (M, B) of a batch: ``mask_chunk`` masks per forward, the batch repeated with a mask per row."""
+        b = len(batch["labels"])
+        out = torch.zeros(len(masks), b, dtype=torch.float64)
+        for start in range(0, len(masks), self.mask_chunk):
+            group = masks[start : start + self.mask_chunk]
+            k = len(group)
+            stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(b, dim=0) for g in group[0]}  # (k*B, L, H)
+            repeated = {key: batch[key].repeat(k, 1) for key in (*MODEL_INPUTS, "labels")}  # row j*B + b: text b, mask j
+            with self.gates.masked(stacked):
+                sums, _ = self._nll(repeated)
+            out[start : start + k] = sums.cpu().view(k, b)
+        return out
+
+    def paired_test(
+        self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
+    ) -> list:
+        """Paired bootstrap of corpus perplexity (resampling texts) of each system against the baseline."""
+        from headprune.scoring.significance import paired_bootstrap_perplexity
+
+        return paired_bootstrap_perplexity(
+            baseline.per_example["nll"],
+            baseline.per_example["tokens"],
+            [s.per_example["nll"] for s in systems],
+            [s.per_example["tokens"] for s in systems],
+            n_samples=n_samples,
+            seed=seed,
+            alpha=alpha,
+        )
+
+    # ---- gradients and timing ----------------------------------------------------------------
+    def importance_batches(self, batch_size: int | None = None):
+        """Batches (inputs + next-token labels, on the model's device) of the importance texts (training data)."""
+        for batch in self.data.batches("importance", batch_size or self.data.batch_size):
+            yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
+
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """``examples`` texts of the importance split (the training text) drawn with ``seed``, in batches."""
+        ids = self.data.split("importance")
+        chosen = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))[: max(int(examples), 0)].tolist()
+        size = int(self.data.batch_size)
+        return [
+            {k: v.to(self.device) for k, v in collate([ids[i] for i in chosen[s : s + size]], self.data.pad_id).items()}
+            for s in range(0, len(chosen), size)
+        ]
+
+    def per_example_loss(self, batch: dict) -> torch.Tensor:
+        """Mean token NLL of each text, shape (B,)."""
+        logits = self.model(**self._inputs(batch)).logits
+        nll, tokens = token_nll(logits, batch["labels"].to(logits.device))
+        return (nll / tokens.clamp(min=1)).to(logits.dtype)
+
+    def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
+        """``examples`` texts of ``split`` drawn with ``seed`` (with replacement past the split's size), in batches."""
+        ids = self.data.split(split)
+        rng = random.Random(f"timing-{seed}")
+        chosen = [ids[rng.randrange(len(ids))] for _ in range(int(examples))]
+        out = []
+        for start in range(0, len(chosen), int(batch_size)):
+            batch = collate(chosen[start : start + int(batch_size)], self.data.pad_id)
+            out.append({k: batch[k].to(self.device) for k in MODEL_INPUTS})
+        return out
+
+    @torch.no_grad()
+    def timed_call(self, batch: dict) -> None:
+        """The prefill forward of generation: the whole prompt, filling the KV cache, logits of the last position only."""
+        self.model(**batch, use_cache=True, logits_to_keep=1)
+
+    def _prompt_length(self, batch: dict) -> int:
+        """Prompt tokens of a decode call: ``decode_prompt_tokens``, at most the shortest text (no padding in the prompt)."""
+        return max(1, min(self.decode_prompt_tokens, int(batch["attention_mask"].sum(1).min())))
+
+    @torch.no_grad()
+    def timed_decode(self, batch: dict) -> None:
+        """Greedy generation of exactly ``decode_tokens`` new tokens with the KV cache after each text's first tokens."""
+        prompt = batch["input_ids"][:, : self._prompt_length(batch)]
+        self.model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=self.decode_tokens,
+            min_new_tokens=self.decode_tokens,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=self.data.pad_id,
+        )
+
+    def timed_calls(self) -> dict[str, TimedCall]:
+        """Prefill (prompt tokens/s, one forward filling the KV cache) and decode (new tokens/s, greedy with the cache)."""
+
+        def decode_span(batch):
+            start = self._prompt_length(batch)
+            return start, start + self.decode_tokens
+
+        return {
+            "prefill": TimedCall(
+                self.timed_call, "tokens", lambda b: int(b["attention_mask"].sum()), lambda b: (0, int(b["input_ids"].shape[1]))
+            ),
+            "decode": TimedCall(self.timed_decode, "new tokens", lambda b: rows_of(b) * self.decode_tokens, decode_span),
+        }
+
+    def memory_measures(self, model) -> dict[str, int]:
+        """KV-cache bytes per token of context: as the model holds it, and without the phantom KV heads of emptied layers."""
+        from headprune.core.counting import kv_cache_bytes_per_token
+
+        return {
+            "kv_cache_bytes_per_token": kv_cache_bytes_per_token(model),
+            "kv_cache_bytes_per_token_ideal": kv_cache_bytes_per_token(model, ideal=True),
+        }
+
+    # ---- saving ------------------------------------------------------------------------------
+
+
+def _settings(cfg) -> dict:
+    """``task.*`` (conf/task/lm.yaml), checked: every setting present, none unknown."""
+    return checked_settings(cfg, TASK_SETTINGS, "language-modelling", "conf/task/lm.yaml")
+
+
+def load_lm_task(cfg) -> LanguageModelingTask:
+    """The texts and LanguageModelingTask of a Hydra config (``model.kind=causal_lm``, ``data=lm_*``)."""
+    from headprune.models.build import build_model, build_tokenizer
+    from headprune.models.tokenizers import special_ids, train_tokenizer
+
+    if cfg.get("data") is None or cfg.data.get("kind") != "lm":
+        raise ValueError("the language-modelling task needs data=lm_local (../shared/data), data=lm_synthetic or data=lm_hub")
+    if cfg.model.get("kind") != "causal_lm":
+        raise ValueError(f"the language-modelling task needs a causal LM (model.kind=causal_lm), got model={cfg.model.get('name')}")
+    settings = _settings(cfg)
+    texts = load_texts(cfg.data)
+    if cfg.model.get("tokenizer"):
+        tokenizer = build_tokenizer(cfg.model)
+        model = build_model(cfg.model, seed=int(cfg.seed))
+    elif cfg.model.get("pretrained"):
+        raise ValueError(f"model.pretrained={cfg.model.pretrained} needs model.tokenizer (usually the same directory)")
+    else:  # a fresh model: a BPE tokenizer trained on the importance (training) texts
+        tokenizer = train_tokenizer(texts["importance"], vocab_size=int(cfg.data.tokenizer.vocab_size))
+        ids = {k: v for k, v in special_ids(tokenizer).items() if k in ("pad_token_id", "eos_token_id", "bos_token_id")}
+        model = build_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids)
+    return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, _text_start(cfg, tokenizer)), **settings)
+
+
+def _text_start(cfg, tokenizer) -> int | None:
+    """The id of ``model.text_start`` (the token the model saw before each document), or None for the tokenizer's BOS."""
+    token = cfg.model.get("text_start")
+    if token is None:
+        return None
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
+        raise ValueError(f"model.text_start={token!r} is not a token of the {cfg.model.get('name')} tokenizer")
+    return int(token_id)

@@ -1,0 +1,275 @@
+"""NLIDataModule: MNLI-style premise/hypothesis pairs from the HF hub, local files or a built-in synthetic set.
+
+Splits: ``train`` (what the model is fitted on), ``importance`` (a fixed subset of the training
+file, held out of ``train`` by default, for head-importance scores; never evaluation data),
+``eval`` (MNLI dev-matched) and ``eval_mismatched`` (when there is one). Batches are padded
+dynamically; training batches group examples of similar length.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+
+from headprune.tasks.nli.config import REQUIRED, SOURCES, SPLITS, NLIDataConfig  # noqa: F401 (re-exported)
+from headprune.tasks.nli.files import LABELS, NLIDataError, find_split_file, label_id, read_split
+
+
+class TokenizedPairs(Dataset):
+    """Tokenized premise/hypothesis pairs; items carry their index so results can be put back in order."""
+
+    def __init__(self, encodings: dict[str, list], labels: list[int], texts: dict[str, list] | None = None):
+        self.encodings = encodings
+        self.labels = labels
+        self.texts = texts or {}
+        self.lengths = [len(ids) for ids in encodings["input_ids"]]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict:
+        item = {key: values[i] for key, values in self.encodings.items()}
+        item["labels"] = self.labels[i]
+        item["idx"] = i
+        return item
+
+
+class PadCollator:
+    """Pad a list of items to the longest in the batch: tensors input_ids/attention_mask/token_type_ids (B, T), labels, idx."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(item["input_ids"]) for item in items)
+        batch = {}
+        for key in items[0]:
+            if key in ("labels", "idx"):
+                batch[key] = torch.tensor([item[key] for item in items], dtype=torch.long)
+                continue
+            pad = self.pad_id if key == "input_ids" else 0
+            batch[key] = torch.tensor([item[key] + [pad] * (width - len(item[key])) for item in items], dtype=torch.long)
+        if "attention_mask" not in batch:
+            batch["attention_mask"] = (batch["input_ids"] != self.pad_id).long()
+        return batch
+
+
+class LengthGroupedSampler(DistributedSampler):
+    """Shuffled batches of similar-length examples, sharded over ranks (one rank: all of them).
+
+    Each epoch: shuffle, sort windows of ``megabatch * batch_size * world`` examples by length,
+    cut them into global batches of ``batch_size * world`` and shuffle the batch order; rank r
+    takes every world-th example of each global batch. A DistributedSampler, so Lightning
+    leaves it in place under DDP.
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0, megabatch: int = 50):
+        super().__init__(lengths, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
+        self.lengths = lengths
+        self.batch_size = batch_size
+        self.megabatch = megabatch
+        self.num_samples = math.ceil(len(lengths) / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.lengths), generator=gen).tolist()
+        order += order[: self.total_size - len(order)]  # pad so every rank gets the same count
+        global_batch = self.batch_size * self.num_replicas
+        window = global_batch * self.megabatch
+        batches = []
+        for start in range(0, len(order), window):
+            chunk = sorted(order[start : start + window], key=lambda i: -self.lengths[i])
+            batches += [chunk[b : b + global_batch] for b in range(0, len(chunk), global_batch)]
+        perm = torch.randperm(len(batches), generator=gen).tolist()
+        return iter([i for b in perm for i in batches[b][self.rank :: self.num_replicas]])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class SortedSampler(Sampler):
+    """Indices sorted by length, longest first (deterministic evaluation with little padding)."""
+
+    def __init__(self, lengths: list[int]):
+        self.order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+def _select(examples: dict[str, list], indices: list[int]) -> dict[str, list]:
+    return {key: [values[i] for i in indices] for key, values in examples.items()}
+
+
+def _first(examples: dict[str, list], n: int | None) -> dict[str, list]:
+    return examples if n is None else {key: values[:n] for key, values in examples.items()}
+
+
+class NLIDataModule(L.LightningDataModule):
+    """Premise/hypothesis pairs -> padded, length-grouped batches; see the module docstring for the splits."""
+
+    def __init__(self, config: NLIDataConfig, tokenizer):
+        super().__init__()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.collate = PadCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.datasets: dict[str, TokenizedPairs] = {}
+
+    @classmethod
+    def from_config(cls, data_cfg, tokenizer) -> NLIDataModule:
+        """The datamodule described by ``cfg.data``."""
+        return cls(NLIDataConfig.from_cfg(data_cfg), tokenizer)
+
+    # ---- reading -----------------------------------------------------------------------------
+    def read_raw(self) -> dict[str, dict[str, list]]:
+        """{split: {"premise", "hypothesis", "label"}} from the configured source, before limits."""
+        c = self.config
+        if c.source == "synthetic":
+            from headprune.tasks.nli.synthetic import synthetic_splits
+
+            return synthetic_splits(**c.synthetic)
+        if c.source == "hub":
+            return self._read_hub()
+        raw = {}
+        for split in SPLITS:
+            stem = c.files.get(split)
+            if not stem:
+                continue
+            try:
+                path = find_split_file(c.dir, stem, split)
+            except FileNotFoundError:
+                if split in REQUIRED:
+                    raise
+                continue
+            raw[split] = read_split(path, limit=c.limit_eval if split != "train" else None)
+        return raw
+
+    def _read_hub(self) -> dict[str, dict[str, list]]:
+        import datasets
+
+        c = self.config
+        raw = {}
+        for split, hub_split in c.hub_splits.items():
+            if not hub_split:
+                continue
+            try:
+                data = datasets.load_dataset(c.hub_path, c.hub_name, split=hub_split)
+            except Exception as err:  # noqa: BLE001 - re-raised with what was asked for
+                if split not in REQUIRED:
+                    continue
+                raise NLIDataError(
+                    f"could not load split {hub_split!r} of {c.hub_path}/{c.hub_name} from the HF hub "
+                    f"(needs internet or a cache; data=nli_local reads local files): {err}"
+                ) from err
+            where = f"{c.hub_path}/{c.hub_name}[{hub_split}]"
+            raw[split] = {
+                "premise": list(data["premise"]),
+                "hypothesis": list(data["hypothesis"]),
+                "label": [label_id(int(v), f"{where} row {i}") for i, v in enumerate(data["label"])],
+            }
+        return raw
+
+    def prepare_data(self) -> None:
+        """Download the hub data once (on rank 0); local and synthetic data need nothing."""
+        if self.config.source == "hub":
+            self._read_hub()
+
+    # ---- setup -------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        """Read, split off the importance subset, apply limits and tokenize (once)."""
+        if self.datasets:
+            return
+        c = self.config
+        raw = self.read_raw()
+        for split in REQUIRED:
+            if split not in raw or not raw[split]["label"]:
+                raise NLIDataError(f"the {split!r} split of the {c.source} NLI data is empty")
+        train = raw.pop("train")
+        n = len(train["label"])
+        if c.importance_size > (n // 2 if c.importance_holdout else n):
+            raise NLIDataError(
+                f"data.importance_size={c.importance_size} is too large for {n} training examples "
+                f"(at most {n // 2 if c.importance_holdout else n}{' with importance_holdout' if c.importance_holdout else ''})"
+            )
+        gen = torch.Generator().manual_seed(c.seed)
+        chosen = sorted(torch.randperm(n, generator=gen)[: c.importance_size].tolist())
+        taken = set(chosen)
+        rest = [i for i in range(n) if i not in taken] if c.importance_holdout else list(range(n))
+        splits = {"train": _first(_select(train, rest), c.limit_train), "importance": _select(train, chosen)}
+        splits.update({name: _first(examples, c.limit_eval) for name, examples in raw.items()})
+        self.datasets = {name: self._tokenize(examples) for name, examples in splits.items() if examples["label"] or name == "importance"}
+
+    def _tokenize(self, examples: dict[str, list]) -> TokenizedPairs:
+        if not examples["label"]:
+            return TokenizedPairs({"input_ids": []}, [], examples)
+        enc = self.tokenizer(examples["premise"], examples["hypothesis"], truncation=True, max_length=self.config.max_length)
+        keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
+        return TokenizedPairs({k: enc[k] for k in keys}, list(examples["label"]), examples)
+
+    @property
+    def eval_splits(self) -> list[str]:
+        """The evaluation sets present: ``eval`` (matched) and, when there is one, ``eval_mismatched``."""
+        self.setup()
+        return [s for s in ("eval", "eval_mismatched") if s in self.datasets]
+
+    @property
+    def splits(self) -> list[str]:
+        self.setup()
+        return list(self.datasets)
+
+    def dataset(self, split: str) -> TokenizedPairs:
+        """The tokenized examples of one split."""
+        self.setup()
+        if split not in self.datasets:
+            raise KeyError(f"no NLI split {split!r}; this data has {sorted(self.datasets)}")
+        return self.datasets[split]
+
+    # ---- loaders -----------------------------------------------------------------------------
+    def loader(self, split: str, batch_size: int | None = None) -> DataLoader:
+        """A deterministic loader over one split (length-sorted batches, each with ``idx``), for evaluation."""
+        data = self.dataset(split)
+        size = batch_size or (self.config.importance_batch_size if split == "importance" else self.config.eval_batch_size)
+        return DataLoader(
+            data, batch_size=size, sampler=SortedSampler(data.lengths), collate_fn=self.collate, num_workers=self.config.num_workers
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        data = self.dataset("train")
+        world, rank = 1, 0
+        if self.trainer is not None:
+            world, rank = self.trainer.world_size, self.trainer.global_rank
+        c = self.config
+        if c.group_by_length:
+            sampler = LengthGroupedSampler(data.lengths, c.batch_size, world, rank, seed=c.seed, megabatch=c.megabatch)
+        else:
+            sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=c.seed)
+        return DataLoader(
+            data,
+            batch_size=c.batch_size,
+            sampler=sampler,
+            collate_fn=self.collate,
+            num_workers=c.num_workers,
+            persistent_workers=c.num_workers > 0,
+        )
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [self.loader(split) for split in self.eval_splits]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return self.val_dataloader()
+
+    def describe(self) -> str:
+        """Split sizes in one line."""
+        self.setup()
+        sizes = ", ".join(f"{name}={len(data)}" for name, data in self.datasets.items())
+        return f"NLI data ({self.config.source}{': ' + str(self.config.dir) if self.config.source == 'local' else ''}): {sizes}"
+
+
+__all__ = ["LABELS", "NLIDataConfig", "NLIDataError", "NLIDataModule", "LengthGroupedSampler", "PadCollator"]

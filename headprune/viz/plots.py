@@ -1,0 +1,143 @@
+"""Figures of the experiments (matplotlib, Agg backend): per-group heatmaps and pruning curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from headprune.engine.verdict import is_inconclusive  # noqa: E402
+
+GROUP_TITLES = {
+    "enc_self": "Enc-Enc (encoder self-attention)",
+    "enc_dec": "Enc-Dec (cross-attention)",
+    "dec_self": "Dec-Dec (decoder self-attention)",
+}
+
+
+def _save(fig, path: str | Path) -> Path:
+    """Write a PNG atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def head_heatmaps(values: dict, significant: dict | None, path: str | Path, title: str, label: str) -> Path:
+    """One heatmap per group (layers x heads) of ``values``; cells with ``significant`` True get a star."""
+    groups = list(values)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 1, 3.6), squeeze=False)
+    bound = max(1e-9, max(float(np.nanmax(np.abs(np.asarray(values[g], dtype=float)))) for g in groups))
+    image = None
+    for ax, group in zip(axes[0], groups):
+        data = np.asarray(values[group], dtype=float)
+        image = ax.imshow(data, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+        ax.set_title(GROUP_TITLES.get(group, group), fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_xticks(range(data.shape[1]))
+        ax.set_yticks(range(data.shape[0]))
+        ax.set_yticklabels([str(i + 1) for i in range(data.shape[0])])
+        ax.set_xticklabels([str(i + 1) for i in range(data.shape[1])], fontsize=7)
+        if significant is not None:
+            marks = np.asarray(significant[group], dtype=bool)
+            for layer, head in zip(*np.nonzero(marks)):
+                ax.text(head, layer, "*", ha="center", va="center", fontsize=12, color="black")
+    fig.colorbar(image, ax=axes[0].tolist(), label=label, shrink=0.9)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def pruning_curves(
+    curves: dict[str, tuple[list[float], list[float]]], path: str | Path, title: str, ylabel: str, baseline: float | None = None
+) -> Path:
+    """Score vs fraction of heads pruned, one line per curve name ({name: (fractions, scores)})."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for name, (fractions, scores) in curves.items():
+        ax.plot(100 * np.asarray(fractions), scores, marker="o", markersize=3, label=name)
+    if baseline is not None:
+        ax.axhline(baseline, color="grey", linestyle=":", linewidth=1, label="unpruned")
+    ax.set_xlabel("heads pruned (%)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
+    """Score against speed-up (measured where timed, else predicted), one marker series per order+recovery, the front joined."""
+    from headprune.viz.tables import pareto_front, point_name, point_speed
+
+    points = result["points"]
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for name in dict.fromkeys(point_name(p) for p in points):
+        mine = sorted((p for p in points if point_name(p) == name), key=point_speed)  # one line left to right
+        ax.plot(
+            [point_speed(p) for p in mine],
+            [p["score"] for p in mine],
+            marker="*" if name == "unpruned" else "o",
+            markersize=9 if name == "unpruned" else 4,
+            linestyle="" if name == "unpruned" else "-",
+            label=name,
+        )
+    front = sorted(
+        (point_speed(p), p["score"]) for p, best in zip(points, pareto_front(points, result.get("higher_is_better", True))) if best
+    )
+    ax.plot([s for s, _ in front], [q for _, q in front], color="grey", linestyle=":", linewidth=1, label="Pareto front")
+    timed = any(p.get("measured") for p in points)
+    ax.set_xlabel("measured speed-up" if timed else f"predicted speed-up ({result.get('cost', 'flops')})")
+    ax.set_ylabel(result["metric"])
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def keep_one_bars(rows: list[dict], path: str | Path, title: str, ylabel: str) -> Path:
+    """Score change per layer when only the layer's best head is kept (error bars: 95% bootstrap interval)."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(rows) + 2), 3.6))
+    names = [f"{r['group']}\nL{r['layer'] + 1}" for r in rows]
+    deltas = np.asarray([r["delta"] for r in rows], dtype=float)
+    low = deltas - np.asarray([r["ci_low"] for r in rows], dtype=float)
+    high = np.asarray([r["ci_high"] for r in rows], dtype=float) - deltas
+    colors = ["tab:red" if r["significant"] else "tab:blue" for r in rows]
+    ax.bar(range(len(rows)), deltas, yerr=np.vstack([low.clip(0), high.clip(0)]), color=colors, capsize=2)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(names, fontsize=7)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title + " (red: p < 0.01)", fontsize=10)
+    return _save(fig, path)
+
+
+def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
+    """Examples/s of the original and pruned models per batch size (spread as error bars), the gain or "inconclusive" above."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    x = np.arange(len(rows))
+    for offset, key, label in ((-0.2, "original", "original"), (0.2, "pruned", "pruned")):
+        ax.bar(
+            x + offset, [r[key]["examples_per_s"] for r in rows], width=0.4, label=label, yerr=[r[key]["spread"] for r in rows], capsize=2
+        )
+    for i, r in enumerate(rows):  # the gain above each pair of bars, or "inconclusive" when it is within the noise
+        if "verdict" in r:
+            top = max(r[k]["examples_per_s"] + r[k]["spread"] for k in ("original", "pruned"))
+            label = "inconclusive" if is_inconclusive(r) else f"{100 * r['gain']:+.0f}%"
+            ax.annotate(label, (x[i], top), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(x)
+    several = len({r.get("call") for r in rows}) > 1  # e.g. prefill and decode: name the call under each pair
+    ax.set_xticklabels(
+        [f"{r['call']} {r['batch_size']}" if several else str(r["batch_size"]) for r in rows], fontsize=7 if several else None
+    )
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("examples / s")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

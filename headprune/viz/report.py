@@ -1,0 +1,80 @@
+"""Gather a run directory's results into one report.md (and report.html) readable without W&B.
+
+Each results file gets its scalars and the same tables as docs/results.md (headprune.viz.tables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headprune.results.writer import read_json, write_text_atomic
+from headprune.viz.tables import markdown_sections
+
+
+def _results_files(run_dir: Path) -> list[Path]:
+    files = sorted(run_dir.rglob("results.json")) + sorted(run_dir.rglob("dynamics.json"))
+    return [f for f in files if "wandb" not in f.parts]
+
+
+def _summary_lines(payload: dict) -> list[str]:
+    """Scalar numbers of a results file as markdown bullet lines."""
+    numbers = payload.get("results") or {}
+    lines = []
+    for key, value in numbers.items():
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            lines.append(f"- **{key}**: {value}")
+    return lines
+
+
+def build_report(run_dir: str | Path) -> Path:
+    """Write ``report.md`` and ``report.html`` into ``run_dir`` from its results files and PNG figures."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run_dir {run_dir} is not a directory: give a Hydra run directory (outputs/...)")
+    files = _results_files(run_dir)
+    figures = sorted(p for p in run_dir.rglob("*.png") if "wandb" not in p.parts)
+    if not files and not figures:
+        raise FileNotFoundError(f"{run_dir} holds no results.json, dynamics.json or PNG figures to report")
+    lines = [f"# headprune report: {run_dir.name}", "", f"Run directory: `{run_dir}`", ""]
+    for file in files:
+        payload = read_json(file)
+        rel = file.relative_to(run_dir)
+        lines += [f"## {payload.get('experiment', file.stem)} (`{rel}`)", ""]
+        if payload.get("fingerprints"):
+            lines += ["Fingerprints: " + ", ".join(f"{k}={v}" for k, v in payload["fingerprints"].items()), ""]
+        lines += _summary_lines(payload) + [""]
+        lines += markdown_sections(payload)
+    if figures:
+        lines += ["## Figures", ""]
+        for fig in figures:
+            rel = fig.relative_to(run_dir)
+            lines += [f"### {fig.stem}", "", f"![{fig.stem}]({rel.as_posix()})", ""]
+    md_path = write_text_atomic(run_dir / "report.md", "\n".join(lines))
+    write_text_atomic(run_dir / "report.html", _html(lines))
+    return md_path
+
+
+def _html(lines: list[str]) -> str:
+    """report.md rendered to a self-contained HTML page by markdown-it-py (CommonMark with GFM tables)."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render("\n".join(lines))
+    style = (
+        "body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:900px}"
+    )
+    return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{body}</body></html>"
+
+
+def run(cfg) -> dict:
+    """experiment=report: ``headprune experiment=report run_dir=outputs/...``."""
+    if not cfg.get("run_dir"):
+        raise ValueError("experiment=report needs run_dir=<a Hydra run directory>")
+    path = build_report(cfg.run_dir)
+    print(f"report written to {path} (and report.html beside it)")
+    return {"report": str(path)}
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(build_report(sys.argv[1]))

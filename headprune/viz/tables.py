@@ -1,0 +1,433 @@
+"""The one renderer of results: markdown tables (docs/results.md, report.md) and table rows (W&B, CSV).
+
+Every function reads a results payload (or a study's stage of one), so docs/results.md, a run's
+report and the experiments' logged tables show the same numbers the same way.
+"""
+
+from __future__ import annotations
+
+from headprune.engine.verdict import is_inconclusive
+from headprune.scoring.significance import correlation
+
+NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
+UNITS = {"accuracy": "point", "bleu": "BLEU"}  # how a score difference is read; others by the metric's name
+
+
+def name_of(metric: str) -> str:
+    return NAMES.get(metric, metric)
+
+
+def unit_of(metric: str) -> str:
+    """The unit of a score difference of ``metric`` (accuracy points, BLEU, ...)."""
+    return UNITS.get(metric, name_of(metric))
+
+
+PAPER_SPEED = {1: 1.9, 4: 2.7, 16: 17.5, 64: 17.5}
+
+
+def _results(payload: dict) -> dict:
+    return payload.get("results", payload)
+
+
+def _stage(payload: dict, name: str) -> dict:
+    """A study's stage ``name`` (ablate, keep_one, prune, speed), or the numbers of a run of that experiment alone."""
+    results = _results(payload)
+    return results.get(name, results)
+
+
+def _signed(value, digits=2) -> str:
+    return f"{value:+.{digits}f}"
+
+
+# ---- single-head ablation ---------------------------------------------------------------------
+def ablation_table(study: dict, split: str = "eval") -> str:
+    abl = _stage(study, "ablate")["splits"][split]
+    lines = [
+        "| group | heads | not significant | significantly worse | significantly better | largest drop | largest gain |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for group, g in abl["per_group"].items():
+        not_sig = g["heads"] - g["significant"]
+        lines.append(
+            f"| {group} | {g['heads']} | {not_sig} ({100 * not_sig / g['heads']:.0f}%) | {g['significant_worse']} | "
+            f"{g['significant_better']} | {g['max_drop'] + 0.0:.2f} | {g['max_gain'] + 0.0:.2f} |"
+        )
+    boot = abl["bootstrap"]
+    lines.append("")
+    lines.append(
+        f"Base {abl['metric']} {abl['base_score']:.2f} on {abl['n_examples']} examples of `{abl['split']}`; "
+        f"{boot['test']}, {boot['n_samples']} resamples, p < {boot['alpha']}, seed {boot['seed']}."
+    )
+    return "\n".join(lines)
+
+
+# ---- keep one head per layer --------------------------------------------------------------------
+def keep_one_table(study: dict) -> str:
+    k = _stage(study, "keep_one")
+    lines = [
+        "| group | layer | best head (chosen on selection split) | score | change | p | significant |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in k["rows"]:
+        lines.append(
+            f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {_signed(r['delta'])} | "
+            f"{r['p_value']:.3f} | {'yes' if r['significant'] else 'no'} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Base {k['metric']} {k['base_score']:.2f} on {k['n_examples']} examples of `{k['split']}`; "
+        f"heads chosen on `{k['selection_split']}` (base {k['selection_base_score']:.2f})."
+    )
+    return "\n".join(lines)
+
+
+# ---- greedy pruning -----------------------------------------------------------------------------
+def prunable(steps: list[dict], base: float, tolerance: float) -> float:
+    """The largest fraction up to which every step stays within ``tolerance`` of the unpruned score."""
+    best = 0.0
+    for step in steps:
+        if step["score"] < base - tolerance:
+            break
+        best = step["fraction"]
+    return best
+
+
+def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str) -> str:
+    """Score at each fraction, one column per curve, and the largest fraction within ``tolerance`` of unpruned."""
+    names = list(curves)
+    lines = [f"| {first_column} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for index, step in enumerate(curves[names[0]]):
+        lines.append(f"| {100 * step['fraction']:.0f}% | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
+    lines.append(
+        f"| **prunable with < {tolerance:g} {unit} loss** | "
+        + " | ".join(f"{100 * prunable(curves[n], curves[n][0]['score'], tolerance):.0f}%" for n in names)
+        + " |"
+    )
+    return "\n".join(lines)
+
+
+def prune_table(study: dict, tolerance: float = 1.0, unit: str = "point") -> str:
+    """Greedy pruning, one column per order (paper Figure 2)."""
+    orders = _stage(study, "prune")["orders"]
+    return _curves_table("heads pruned", {name: curve["steps"] for name, curve in orders.items()}, tolerance, unit)
+
+
+def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") -> str:
+    """A study's importance-order pruning of all groups and of each group alone (paper Figures 2 and 3)."""
+    p = _stage(study, "prune")
+    curves = {
+        "all groups": p["orders"]["importance"]["steps"],
+        **{f"{g} only": v["orders"]["importance"]["steps"] for g, v in p["by_group"].items()},
+    }
+    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit)
+
+
+# ---- speed ----------------------------------------------------------------------------------------
+def speed_table(study: dict) -> str:
+    s = _stage(study, "speed")
+    lines = [
+        "| batch | original ex/s | pruned ex/s | gain | FLOP-ideal gain | measured / ideal | paper gain (BERT-base, GPU) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in s["rows"]:
+        o, q = r["original"], r["pruned"]
+        noise = is_inconclusive(r)
+        ratio = "n/a" if r.get("gain_vs_ideal") is None or noise else f"{100 * r['gain_vs_ideal']:.0f}%"
+        gain = "inconclusive" if noise else f"{100 * r['gain']:+.1f}%"
+        paper = PAPER_SPEED.get(r["batch_size"])
+        lines.append(
+            f"| {r['batch_size']} | {o['examples_per_s']:.1f} +- {o['spread']:.1f} | {q['examples_per_s']:.1f} +- {q['spread']:.1f} | "
+            f"{gain} | {100 * r['flop_ideal_gain']:+.1f}% | {ratio} | {'+' if paper else ''}{paper if paper else 'n/a'}% |"
+        )
+    cost = s["cost"]
+    check = s.get("score_check")
+    checked = (
+        f"masked score {check['masked']:.2f}, pruned score {check['pruned']:.2f} (equal: {check['equal']})"
+        if check
+        else "scores not checked"
+    )
+    lines.append("")
+    lines.append(
+        f"{s['heads_pruned']} of {s['heads_total']} heads removed on `{s['device']}`; parameters "
+        f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
+        f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}."
+    )
+    target = s.get("target")
+    if target and target.get("speedup"):
+        measured = ", ".join(
+            "inconclusive" if is_inconclusive(r) else f"{1 + r['gain']:.2f}x at batch {r['batch_size']}" for r in s["rows"]
+        )
+        lines.append(f"Speed-up target {target['speedup']:g} (predicted {target['predicted_speedup']:.2f}x): measured {measured}.")
+    return "\n".join(lines)
+
+
+# ---- pruning for speed: quality against throughput -----------------------------------------------
+def point_name(point: dict) -> str:
+    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``: the order, its rearrangement and its recovery."""
+    name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
+    return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
+
+
+def point_speed(point: dict) -> float:
+    """A point's speed-up: measured when it was timed, else predicted by the cost model."""
+    measured = point.get("measured")
+    return float(measured["speedup"]) if measured else float(point["predicted_speedup"])
+
+
+def pareto_front(points: list[dict], higher_is_better: bool = True) -> list[bool]:
+    """For each point, whether no other point is at least as good and as fast, and better or faster."""
+    quality = [p["score"] if higher_is_better else -p["score"] for p in points]
+    speed = [point_speed(p) for p in points]
+    return [
+        not any(
+            quality[j] >= quality[i] and speed[j] >= speed[i] and (quality[j] > quality[i] or speed[j] > speed[i])
+            for j in range(len(points))
+        )
+        for i in range(len(points))
+    ]
+
+
+def target_check(point: dict) -> str:
+    """`` (target met)`` / `` (target missed)`` for a timed point pruned to a speed-up target, else empty."""
+    wanted = (point.get("target") or {}).get("speedup")
+    if wanted is None or not point.get("measured"):
+        return ""
+    return " (target met)" if point["measured"]["speedup"] >= wanted else " (target missed)"
+
+
+def merged_pareto(*payloads: dict) -> dict:
+    """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point).
+
+    Each point keeps its own measured speed-up (timed against the unpruned model in its own run); an untimed point
+    whose mask a timed point shares takes that timing (the physically pruned architecture is the same).
+    """
+    stages = [_stage(p, "pareto") for p in payloads]
+    first = stages[0]
+    for other in stages[1:]:
+        for key in ("metric", "split", "n_examples", "base_score"):
+            if other.get(key) != first.get(key):
+                raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
+    points, seen = [], set()
+    for q in (*first["points"], *(q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned")):
+        key = (point_name(q), q["step"], repr(q.get("mask")), q["score"])
+        if key not in seen:  # the same point in two runs (same method, step, mask and score) is listed once
+            seen.add(key)
+            points.append(dict(q))
+    timed = {
+        repr(q["mask"]): q["measured"]
+        for q in points  # timings of the mask's own pruned copy, not of a recovered model
+        if q.get("measured") and "mask" in q and q["measured"].get("model") != "recovered"
+    }
+    for q in points:  # speed depends on the mask only: an untimed point takes the timing of a timed point with the same mask
+        if not q.get("measured") and repr(q.get("mask")) in timed:
+            q["measured"] = {**timed[repr(q["mask"])], "same_mask_as_timed_point": True}
+    return {**first, "points": points}
+
+
+def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
+    """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
+    points = _stage(result, "pareto")["points"]
+    front = pareto_front(points, _stage(result, "pareto").get("higher_is_better", True))
+    columns = [
+        "method",
+        "order",
+        "recovery",
+        "step",
+        "heads_pruned",
+        "score",
+        "predicted_speedup",
+        "flops_kept",
+        "measured_examples_per_s",
+        "measured_speedup",
+        "pareto",
+    ]
+    return columns, [
+        [
+            point_name(p),
+            p["order"],
+            p["recovery"],
+            p["step"],
+            p["heads_pruned"],
+            p["score"],
+            p["predicted_speedup"],
+            p["flops_kept"],
+            (p.get("measured") or {}).get("examples_per_s"),
+            (p.get("measured") or {}).get("speedup"),
+            f,
+        ]
+        for p, f in zip(points, front)
+    ]
+
+
+def pareto_table(study: dict) -> str:
+    """Quality against measured (or predicted) throughput for every order and recovery, Pareto points marked."""
+    p = _stage(study, "pareto")
+    points = p["points"]
+    front = pareto_front(points, p.get("higher_is_better", True))
+    timed = any(q.get("measured") for q in points)
+    lines = [
+        f"| method | step | heads removed | {name_of(p['metric'])} | predicted speed-up | FLOPs kept | "
+        + ("measured ex/s | measured speed-up | " if timed else "")
+        + "Pareto |",
+        "|---|---|---|---|---|---|" + ("---|---|" if timed else "") + "---|",
+    ]
+    for q, best in zip(points, front):
+        measured = q.get("measured") or {}
+        cells = [
+            point_name(q),
+            q["step"],
+            f"{q['heads_pruned']}/{q['heads_total']}",
+            f"{q['score']:.2f}",
+            f"{q['predicted_speedup']:.2f}x",
+            f"{100 * q['flops_kept']:.0f}%",
+        ]
+        if timed:
+            cells += [
+                f"{measured['examples_per_s']:.1f}" if measured else "n/a",
+                f"{measured['speedup']:.2f}x{target_check(q)}" if measured else "n/a",
+            ]
+        lines.append("| " + " | ".join(cells + ["yes" if best else ""]) + " |")
+    speed_of = "measured speed-up at the largest timed batch" if timed else f"speed-up predicted by the {p['cost']} cost model"
+    lines += [
+        "",
+        f"{name_of(p['metric'])} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "
+        f"good and at least as fast, by {speed_of}; targets chosen on `{p['selection_split']}`.",
+    ]
+    return "\n".join(lines)
+
+
+# ---- training dynamics --------------------------------------------------------------------------
+def dynamics_table(dynamics: dict, at: float = 0.4, paper: dict | None = None) -> str:
+    """Per snapshot: unpruned score, score at ``at`` pruned, prunable share, rank stability (and the paper's score)."""
+    snaps = dynamics["snapshots"]
+    metric = snaps[0]["metric"] if snaps else ""
+    label, tolerance = name_of(metric), snaps[0]["tolerance"] if snaps else 1.0
+    head = (
+        f"| epoch | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
+        "| rank stability |"
+    )
+    lines = [head + (f" paper unpruned {label} |" if paper else ""), "|---" * (7 if paper else 6) + "|"]
+    for s in snaps:
+        index = min(range(len(s["fractions"])), key=lambda i: abs(s["fractions"][i] - at))
+        epoch = (s["epoch"] or 0) + 1
+        stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
+        line = (
+            f"| {epoch} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
+            f"{100 * s['prunable_fraction']:.0f}% | {stab} |"
+        )
+        if paper:
+            line += f" {paper.get(epoch, 'n/a')} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _correlation_sentence(c: dict, first: str, second: str, tail: str) -> str:
+    return (
+        f"Pearson r = {c['pearson_r']:.2f} (p = {c['p_value']:.3g}) between the per-head ablation differences on "
+        f"`{first}` and `{second}` ({tail})."
+    )
+
+
+def correlation_line(study: dict) -> str:
+    c = _stage(study, "ablate").get("correlation")
+    if not c:
+        return "No second evaluation set was ablated."
+    return _correlation_sentence(c, c["splits"][0], c["splits"][1], "paper: 0.68 MNLI matched vs mismatched, 0.56 newstest2013 vs MTNT")
+
+
+def cross_file_correlation_line(first: dict, first_split: str, second: dict, second_split: str, sizes: str) -> str:
+    """Pearson r between the per-head ablation differences of two result files (paper section 3.4)."""
+    c = correlation(_stage(first, "ablate")["splits"][first_split], _stage(second, "ablate")["splits"][second_split])
+    return _correlation_sentence(c, first_split, second_split, sizes)
+
+
+# ---- rows for loggers (W&B tables, CSV files) ---------------------------------------------------
+def ablation_rows(result: dict) -> tuple[list[str], list[list]]:
+    columns = ["group", "layer", "head", "score", "delta", "p_value", "significant"]
+    return columns, [
+        [r["group"], r["layer"] + 1, r["head"] + 1, r["score"], r["delta"], r["p_value"], r["significant"]] for r in result["rows"]
+    ]
+
+
+def keep_one_rows(result: dict) -> tuple[list[str], list[list]]:
+    columns = ["group", "layer", "best_head", "score", "delta", "p_value", "significant"]
+    return columns, [
+        [r["group"], r["layer"] + 1, r["best_head"] + 1, r["score"], r["delta"], r["p_value"], r["significant"]] for r in result["rows"]
+    ]
+
+
+def prune_rows(result: dict) -> tuple[list[str], list[list]]:
+    columns = ["order", "groups", "fraction", "heads_pruned", "score"]
+    rows = [
+        [order, "+".join(result["groups"]), s["fraction"], s["heads_pruned"], s["score"]]
+        for order, v in result["orders"].items()
+        for s in v["steps"]
+    ]
+    return columns, rows
+
+
+def speed_rows(result: dict) -> tuple[list[str], list[list]]:
+    """Rows per batch size; the gain is empty (None) where the verdict is inconclusive."""
+    columns = [
+        "batch_size",
+        "original_ex_s",
+        "original_spread",
+        "pruned_ex_s",
+        "pruned_spread",
+        "gain",
+        "verdict",
+        "gain_low",
+        "gain_high",
+        "repeats",
+        "load_1min",
+        "flop_ideal_gain",
+    ]
+    rows = [
+        [
+            r["batch_size"],
+            r["original"]["examples_per_s"],
+            r["original"]["spread"],
+            r["pruned"]["examples_per_s"],
+            r["pruned"]["spread"],
+            None if is_inconclusive(r) else r["gain"],
+            r.get("verdict"),
+            *(r.get("gain_interval") or [None, None]),
+            r.get("repeats"),
+            (r.get("load_average") or [None])[0],
+            r["flop_ideal_gain"],
+        ]
+        for r in result["rows"]
+    ]
+    if len({r.get("call") for r in result["rows"]}) > 1:  # several timed calls (LM prefill, decode): their name, unit and rate
+        columns = ["call", "unit", "original_units_s", "pruned_units_s", *columns]
+        rows = [
+            [r["call"], r["unit"], r["original"]["units_per_s"], r["pruned"]["units_per_s"], *row] for r, row in zip(result["rows"], rows)
+        ]
+    return columns, rows
+
+
+# ---- a results file as markdown sections (report.md) ------------------------------------------
+def markdown_sections(payload: dict) -> list[str]:
+    """The tables of docs/results.md that a results file holds, each under a heading (empty for other files)."""
+    if payload.get("snapshots"):
+        return ["### Training dynamics", "", dynamics_table(payload), ""]
+    results = _results(payload)
+    out = []
+    ablate = _stage(payload, "ablate")
+    for split in (ablate.get("splits") or {}) if isinstance(ablate, dict) else {}:
+        out += [f"### Single-head ablation on `{split}`", "", ablation_table(payload, split), ""]
+    if isinstance(ablate, dict) and ablate.get("correlation"):
+        out += [correlation_line(payload), ""]
+    if any("best_head" in row for row in _stage(payload, "keep_one").get("rows") or []):
+        out += ["### Keep one head per layer", "", keep_one_table(payload), ""]
+    prune = _stage(payload, "prune")
+    if "orders" in prune:
+        unit = unit_of(prune["metric"])
+        out += ["### Greedy pruning", "", prune_table(payload, unit=unit), ""]
+        if prune.get("by_group"):
+            out += ["### Pruning one group at a time", "", study_groups_table(payload, unit=unit), ""]
+    if "points" in _stage(payload, "pareto"):
+        out += ["### Quality against speed", "", pareto_table(payload), ""]
+    if "cost" in _stage(payload, "speed"):
+        out += ["### Speed", "", speed_table(payload), ""]
+    return out if results else []

@@ -1,0 +1,116 @@
+"""Render the tables of docs/results.md from committed results files, and check that they agree.
+
+docs/results.md holds blocks ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; each is rendered by
+``TABLES[name]`` (a renderer of headprune.viz.tables) from the JSON files in docs/results/. ``python tools/docs_tables.py`` rewrites
+the blocks; tests/test_results_docs.py (``make check-results``) fails when they disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from headprune.viz.tables import (
+    ablation_table,
+    correlation_line,
+    cross_file_correlation_line,
+    dynamics_table,
+    keep_one_table,
+    merged_pareto,
+    pareto_table,
+    prune_table,
+    speed_table,
+    study_groups_table,
+)
+
+BLOCK = re.compile(r"<!-- BEGIN (\w+) -->\n(.*?)<!-- END \1 -->", re.S)
+MNLI_STUDY = "mnli_study"  # docs/results/mnli_study.json: ablate (eval + importance), keep_one, prune, speed
+MT_STUDY = "mt_study"  # docs/results/mt_study.json: ablate (test + valid), keep_one, prune (orders and groups), speed
+PAPER_DYNAMICS = {1: 3.0, 2: 6.2, 3: 18.1, 5: 26.9, 10: 30.6, 20: 34.5, 30: 34.7, 40: 34.9}  # the paper's unpruned BLEU per epoch
+
+
+def _load(results_dir: Path, name: str) -> dict:
+    return json.loads((results_dir / f"{name}.json").read_text())
+
+
+PARETO_RUNS = {  # prune-for-speed runs (docs/results/<name>.json) merged into one Pareto table and figure per task
+    "mnli": ("mnli_pareto_free", "mnli_pareto_lsq", "mnli_pareto_finetune", "mnli_pareto_finetune_long", "mnli_pareto_finetune_44"),
+    "mt": ("mt_pareto_free", "mt_pareto_lsq", "mt_pareto_finetune"),
+}
+
+
+def pareto_of(results_dir: Path, task: str) -> dict:
+    """The merged Pareto result of one task's committed runs."""
+    return merged_pareto(*(_load(results_dir, name) for name in PARETO_RUNS[task]))
+
+
+def pareto_figures(results_dir: Path) -> list[Path]:
+    """docs/results/<task>_pareto.png for every task whose runs are all committed."""
+    from headprune.viz.plots import pareto_figure
+
+    made = []
+    for task, names in PARETO_RUNS.items():
+        if all((results_dir / f"{n}.json").exists() for n in names):
+            result = pareto_of(results_dir, task)
+            made.append(pareto_figure(result, results_dir / f"{task}_pareto.png", f"{task.upper()}: quality against measured speed-up"))
+    return made
+
+
+TABLES = {
+    "mnli_ablation": lambda d: ablation_table(_load(d, MNLI_STUDY)),
+    "mnli_ablation_heldout": lambda d: ablation_table(_load(d, MNLI_STUDY), split="importance"),
+    "mnli_ablation_full_dev": lambda d: ablation_table(_load(d, "mnli_ablate_full_dev")),
+    "mnli_correlation_full_dev": lambda d: cross_file_correlation_line(
+        _load(d, "mnli_ablate_full_dev"),
+        "eval",
+        _load(d, MNLI_STUDY),
+        "importance",
+        "all 9,815 dev-matched examples vs the 500 held-out training examples",
+    ),
+    "mnli_correlation": lambda d: correlation_line(_load(d, MNLI_STUDY)),
+    "mnli_keep_one": lambda d: keep_one_table(_load(d, MNLI_STUDY)),
+    "mnli_prune": lambda d: prune_table(_load(d, MNLI_STUDY)),
+    "mnli_prune_full_dev": lambda d: prune_table(_load(d, "mnli_prune_full_dev")),
+    "mnli_speed": lambda d: speed_table(_load(d, MNLI_STUDY)),
+    "pareto_mnli": lambda d: pareto_table(pareto_of(d, "mnli")),
+    "pareto_mt": lambda d: pareto_table(pareto_of(d, "mt")),
+    "mt_ablation": lambda d: ablation_table(_load(d, MT_STUDY)),
+    "mt_ablation_heldout": lambda d: ablation_table(_load(d, MT_STUDY), split="heldout"),
+    "mt_keep_one": lambda d: keep_one_table(_load(d, MT_STUDY)),
+    "mt_prune": lambda d: prune_table(_load(d, MT_STUDY), unit="BLEU"),
+    "mt_prune_groups": lambda d: study_groups_table(_load(d, MT_STUDY)),
+    "mt_correlation": lambda d: correlation_line(_load(d, MT_STUDY)),
+    "mt_dynamics": lambda d: dynamics_table(_load(d, "mt_dynamics"), paper=PAPER_DYNAMICS),
+}
+
+
+def render_blocks(markdown: str, results_dir: Path) -> str:
+    """The markdown with every known block re-rendered from the results files."""
+
+    def replace(match):
+        name = match.group(1)
+        if name not in TABLES:
+            raise KeyError(f"docs block {name!r} has no renderer in tools/docs_tables.py")
+        return f"<!-- BEGIN {name} -->\n{TABLES[name](results_dir)}\n<!-- END {name} -->"
+
+    return BLOCK.sub(replace, markdown)
+
+
+def blocks(markdown: str) -> dict[str, str]:
+    """{name: body} of the blocks in a markdown text."""
+    return {m.group(1): m.group(2) for m in BLOCK.finditer(markdown)}
+
+
+def main(argv=None) -> None:
+    argv = argv or sys.argv[1:]
+    doc = Path(argv[0] if argv else "docs/results.md")
+    results_dir = Path(argv[1]) if len(argv) > 1 else doc.parent / "results"
+    doc.write_text(render_blocks(doc.read_text(), results_dir))
+    figures = pareto_figures(results_dir)
+    print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} and {len(figures)} figures from {results_dir}")
+
+
+if __name__ == "__main__":
+    main()
