@@ -89,8 +89,9 @@ def test_max_drop_bisection_finds_the_largest_removal_within_the_drop():
     [
         ({"speedup": 1.0}, "must be > 1"),
         ({"speedup": 0.5}, "must be > 1"),
-        ({"flops": 0.0}, r"\(0, 1\]"),
-        ({"flops": 1.5}, r"\(0, 1\]"),
+        ({"flops": 0.0}, r"\(0, 1\)"),
+        ({"flops": 1.5}, r"\(0, 1\)"),
+        ({"flops": 1.0}, "removes nothing"),
         ({"max_drop": -0.5}, ">= 0"),
         ({"flops": 0.5, "speedup": 1.2}, "exactly one"),
         ({}, "exactly one"),

@@ -35,7 +35,7 @@ def given_target(value):
 
 @dataclass(frozen=True)
 class PruneTarget:
-    """One validated pruning target: ``flops`` in (0, 1], ``speedup`` > 1 or ``max_drop`` >= 0."""
+    """One validated pruning target: ``flops`` in (0, 1), ``speedup`` > 1 or ``max_drop`` >= 0."""
 
     kind: str
     value: float
@@ -46,8 +46,10 @@ class PruneTarget:
         value = self.value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
             raise ValueError(f"pruning target {self.kind} must be a finite number, got {value!r}")
-        if self.kind == "flops" and not 0.0 < value <= 1.0:
-            raise ValueError(f"flops target {value} is the fraction of the model's FLOPs kept: it must be in (0, 1], e.g. 0.6")
+        if self.kind == "flops" and not 0.0 < value < 1.0:
+            raise ValueError(
+                f"flops target {value} is the fraction of the model's FLOPs kept: it must be in (0, 1), e.g. 0.6 (1 or more removes nothing)"
+            )
         if self.kind == "speedup" and value <= 1.0:
             raise ValueError(f"speedup target {value} must be > 1 (1.3 = 30% faster); 1 or less removes nothing")
         if self.kind == "max_drop" and value < 0:

@@ -39,14 +39,47 @@ def _fisher(model, gates, batches, loss_fn):
     return fisher_scores(model, gates, batches, loss_fn=loss_fn)
 
 
+def _is_target(step) -> bool:
+    return hasattr(step, "items") or isinstance(step, PruneTarget)
+
+
+def check_targets(targets: list[PruneTarget]) -> list[PruneTarget]:
+    """One kind of target, each step beyond the one before (a speed-up that grows, a FLOPs share that shrinks), or a ValueError.
+
+    A later step that the earlier one already meets would remove nothing and be labelled with a target it does
+    not describe. ``max_drop`` steps count from the previous step's recovered model: any values may follow.
+    """
+    kinds = sorted({t.kind for t in targets})
+    if len(kinds) > 1:
+        raise ValueError(f"a schedule of targets uses one kind of target, got {kinds}: e.g. [{{speedup: 1.2}}, {{speedup: 1.5}}]")
+    for before, after in zip(targets, targets[1:]):
+        met = (after.kind == "speedup" and after.value <= before.value) or (after.kind == "flops" and after.value >= before.value)
+        if met:
+            raise ValueError(
+                f"step {after.kind}={after.value:g} is already met by the step before it ({before.kind}={before.value:g}): "
+                f"a schedule must go further at every step ({'growing speed-ups' if after.kind == 'speedup' else 'shrinking FLOPs shares'})"
+            )
+    return targets
+
+
 def check_schedule(schedule) -> list:
-    """Growing fractions ([0.2, 0.4, 0.6]) or targets ([{"speedup": 1.2}, {"speedup": 1.5}]), or a ValueError."""
+    """Growing fractions ([0.2, 0.4, 0.6]) or targets of one kind ([{"speedup": 1.2}, {"speedup": 1.5}]), or a ValueError."""
     steps = list(schedule or [])
     if not steps:
         raise ValueError("the pruning schedule is empty: give growing fractions such as [0.2, 0.4, 0.6]")
-    if all(hasattr(step, "items") or isinstance(step, PruneTarget) for step in steps):
-        return [PruneTarget.from_config(step) for step in steps]
+    targets = [_is_target(step) for step in steps]
+    if all(targets):
+        return check_targets([PruneTarget.from_config(step) for step in steps])
+    if any(targets):
+        raise ValueError(
+            f"a schedule is all fractions ([0.2, 0.4]) or all targets ([{{speedup: 1.2}}, {{speedup: 1.5}}]), not a mix: got {steps}"
+        )
+    wrong = [step for step in steps if isinstance(step, bool) or not isinstance(step, (int, float))]
+    if wrong:
+        raise ValueError(f"a schedule step is a fraction of the heads (0.2) or a target ({{speedup: 1.2}}), got {wrong[0]!r}")
     fractions = check_fractions(steps)
+    if fractions[0] == 0.0:
+        raise ValueError(f"a schedule step of 0 prunes nothing: start with a fraction above 0, e.g. [0.2, 0.4]; got {steps}")
     if [float(f) for f in steps] != fractions:
         raise ValueError(f"a pruning schedule must grow step by step, e.g. [0.2, 0.4, 0.6]; got {steps}")
     return fractions
