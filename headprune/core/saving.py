@@ -79,16 +79,36 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     return path
 
 
+def _read_weights(file: Path) -> dict[str, torch.Tensor]:
+    """One weights file, or a ValueError naming it (a truncated or damaged file)."""
+    try:
+        if file.suffix == ".safetensors":
+            return load_file(str(file))
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - safetensors and torch raise their own types for a damaged file
+        raise ValueError(
+            f"{file} cannot be read as weights ({type(err).__name__}: {err}): the file is damaged or truncated; save the model again"
+        ) from None
+
+
+def _read_record(file: Path) -> dict:
+    """``headprune_pruning.json``, or a ValueError naming it."""
+    try:
+        return json.loads(file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{file} is not valid JSON ({err}): the file is damaged or truncated; save the model again") from None
+
+
 def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
     files = sorted(path.glob("*.safetensors"))
     if files:
         state = {}
         for file in files:
-            state.update(load_file(str(file)))
+            state.update(_read_weights(file))
         return state
     bin_file = path / "pytorch_model.bin"
     if bin_file.exists():
-        return torch.load(bin_file, map_location="cpu", weights_only=True)
+        return _read_weights(bin_file)
     raise FileNotFoundError(f"no weights (*.safetensors or pytorch_model.bin) in {path}")
 
 
@@ -99,14 +119,17 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} holds no config.json: is it a directory written by save_pruned/save_pretrained?")
-    config = AutoConfig.from_pretrained(path, **config_overrides)
+    try:
+        config = AutoConfig.from_pretrained(path, **config_overrides)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path / 'config.json'} cannot be read ({err}): the file is damaged or truncated; save the model again") from None
     if model_class is None:
         import transformers
 
         model_class = getattr(transformers, config.architectures[0])
     record = getattr(config, RECORD_ATTR, None) or {}
     meta_file = path / RECORD_FILE
-    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    meta = _read_record(meta_file) if meta_file.exists() else {}
     if meta and meta["pruned_heads"] != record:
         raise ValueError(f"{meta_file} and config.json disagree on the pruned heads: {meta['pruned_heads']} vs {record}")
     model = model_class._from_config(config)

@@ -22,8 +22,17 @@ from headprune.core.units import UNITS
 REDUCTIONS = ("example", "token", "batch", "fisher")
 
 
+def _require_labels(batch: dict) -> None:
+    if "labels" not in batch:
+        raise ValueError(
+            f"the per-example loss needs each batch's labels (the targets), but the batch holds only {sorted(batch)}: "
+            "add labels to the batches, or pass loss_fn=<your per-example loss>"
+        )
+
+
 def per_example_loss(outputs, batch: dict) -> torch.Tensor:
     """Cross-entropy per example (B,): per sequence for classifiers, mean over target tokens for seq2seq."""
+    _require_labels(batch)
     logits, labels = outputs.logits, batch["labels"]
     logits = logits if logits.dtype == torch.float64 else logits.float()
     if logits.dim() == 2:
@@ -101,6 +110,8 @@ def importance_scores(
     batches = _progress(batches, progress, "importance")
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
+            if loss_fn is per_example_loss:
+                _require_labels(batch)
             outputs = model(**model_inputs(model, batch))
             losses = loss_fn(outputs, batch)  # (B,)
             probes = [probe for site in gates.sites for probe in site.probes]

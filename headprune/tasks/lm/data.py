@@ -13,18 +13,19 @@ from pathlib import Path
 
 import torch
 
+from headprune.tasks.text_lines import utf8_lines
+
 SPLITS = ("eval", "importance", "heldout")
 
 
 def read_texts(path: str | Path) -> list[str]:
-    """The non-empty lines of a UTF-8 text file (one text per line)."""
+    """The non-empty lines of a UTF-8 (optionally gzip) text file (one text per line)."""
     path = Path(path)
     if not path.is_file():
         present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
         where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
         raise FileNotFoundError(f"language-modelling text file {path} not found ({where}); set data.files or paths.data_dir")
-    with open(path, encoding="utf-8") as handle:
-        return [line.strip() for line in handle if line.strip()]
+    return [line.strip() for _, line in utf8_lines(path) if line.strip()]  # a bad byte names the file and line
 
 
 def sample(texts: list[str], limit: int | None, seed: int, split: str) -> list[str]:

@@ -249,6 +249,11 @@ class TranslationDataModule(L.LightningDataModule):
         """Batches (with labels) of a fixed random subset of the *training* split, for head importance."""
         src, tgt = self.split_encoded("train")
         size = min(int(self.cfg.importance.size), len(src))
+        if size < 1:
+            raise ValueError(
+                f"the importance subset is empty (data.importance.size={self.cfg.importance.size}, {len(src)} training "
+                "pairs): set data.importance.size to a number of training sentences, e.g. 2000"
+            )
         chosen = sorted(random.Random(f"importance-{self.seed}").sample(range(len(src)), size))
         sub_src, sub_tgt = [src[i] for i in chosen], [tgt[i] for i in chosen]
         order = token_batches([len(s) for s in sub_src], [len(t) for t in sub_tgt], int(self.cfg.importance.max_tokens), shuffle=False)

@@ -190,7 +190,8 @@ class NLIDataModule(L.LightningDataModule):
         raw = self.read_raw()
         for split in REQUIRED:
             if split not in raw or not raw[split]["label"]:
-                raise NLIDataError(f"the {split!r} split of the {c.source} NLI data is empty")
+                where = f" ({c.dir}/{c.files.get(split)}.*, data.files.{split})" if c.source == "local" else ""
+                raise NLIDataError(f"the {split!r} split of the {c.source} NLI data is empty{where}: it needs labelled examples")
         train = raw.pop("train")
         n = len(train["label"])
         if c.importance_size > (n // 2 if c.importance_holdout else n):

@@ -193,7 +193,13 @@ class NLIModule(SharedTaskMethods, L.LightningModule):
 
     def importance_batches(self, batch_size: int | None = None):
         """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training file."""
-        for batch in self._require_data().loader("importance", batch_size):
+        data = self._require_data()
+        if len(data.dataset("importance")) == 0:
+            raise ValueError(
+                f"the importance subset is empty (data.importance_size={data.config.importance_size}): set "
+                "data.importance_size to a number of training examples, e.g. 2000"
+            )
+        for batch in data.loader("importance", batch_size):
             batch.pop("idx")
             yield self._to_device(batch)
 
