@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from experiment_helpers import make_cfg, results, task_fixtures
@@ -166,3 +168,47 @@ def test_speed_rows_of_nli_keep_their_columns():
     assert columns[0] == "batch_size" and len(rows[0]) == len(columns)
     columns, rows = speed_rows({"rows": [{**row, "call": "prefill", "unit": "tokens"}, {**row, "call": "decode", "unit": "new tokens"}]})
     assert columns[:4] == ["call", "unit", "original_units_s", "pruned_units_s"] and rows[1][:3] == ["decode", "new tokens", 50.0]
+
+
+def test_score_check_allows_float_rounding_only():
+    """Masked and pruned perplexities that differ by float rounding agree; a real difference does not."""
+    from headprune.experiments.evaluation import score_check
+    from headprune.tasks.base import EvalResult
+
+    def result(nll):
+        return EvalResult(sum(nll), "perplexity", len(nll), {"nll": nll, "tokens": [10] * len(nll)})
+
+    nll = [30.123456789 + i for i in range(118)]
+    rounded = [v * (1 + 3e-9) for v in nll]  # as the o_proj sum of a pruned model rounds
+    check = score_check(result(nll), result(rounded))
+    assert check["agree"] and not check["equal"] and check["examples_not_identical"] == 118 and check["examples_differing"] == 0
+    changed = rounded[:-1] + [rounded[-1] + 0.5]
+    assert not score_check(result(nll), result(changed))["agree"]
+    tokens = result(nll)
+    tokens.per_example["tokens"] = [10] * 117 + [11]  # a discrete record must match exactly
+    assert not score_check(result(nll), tokens)["agree"]
+
+
+def test_speed_refuses_a_pruned_model_that_scores_otherwise(shared_task, monkeypatch):
+    """A physically pruned model that does not score like the masked one stops the speed stage before any timing."""
+    from headprune.experiments import speed
+
+    monkeypatch.setattr(speed, "prune_mask", lambda model, mask: {})  # "pruning" that removes nothing
+    mask = shared_task.gates.ones()
+    mask["dec_self"][0, :2] = 0
+    with pytest.raises(RuntimeError, match="does not score like the masked one"):
+        speed.speed_stage(shared_task, mask, batch_sizes=[2], examples=2, repeats=1, warmup=0)
+
+
+def test_time_budget_stops_a_long_generation(shared_task, monkeypatch):
+    """speed.max_seconds bounds a generation too: cut at the budget, the pass is dropped and the error says what to change."""
+    from headprune.engine.timing import TimeBudgetError, compare_throughput
+
+    batches = shared_task.timing_batches(2, 2)
+    monkeypatch.setattr(shared_task, "decode_tokens", 120)  # 4 prompt tokens + 120 new ones: within the 128 positions
+    calls = {name: shared_task.timed_decode for name in ("original", "pruned")}
+    whole = compare_throughput(calls, batches, warmup=0, repeats=1)["original"]["seconds"][0]  # one pass, no budget
+    start = time.perf_counter()
+    with pytest.raises(TimeBudgetError, match="task.decode_tokens"):
+        compare_throughput(calls, batches, warmup=0, repeats=1, max_seconds=whole / 4)  # the generation starts, then stops
+    assert time.perf_counter() - start < whole  # well before the pass would have ended

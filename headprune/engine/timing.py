@@ -2,9 +2,10 @@
 
 Forward only, under ``torch.inference_mode``; warm-up passes first; the original and the pruned
 model alternate repeat by repeat (so background load hits both alike); CUDA is synchronised
-around every timed pass; median and spread over repeats. Repeats go on until the gain's 95%
-interval is tight or the time budget runs out, and a gain that stays within the noise is called
-``inconclusive`` rather than reported as a number.
+around every timed pass; throughput is examples / mean time, and the gain is the ratio of the mean
+times (headprune.engine.verdict.gain_summary). Repeats go on until the gain's 95% interval is tight or
+the time budget runs out (it bounds every timed call, generation included), and a gain that stays
+within the noise is called ``inconclusive`` rather than reported as a number.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import math
 import os
 import statistics
 import time
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
 
+from headprune.core.checks import ConfigError
 from headprune.engine.verdict import gain_summary, load_average, verdict
 
 DROP = ("idx", "ids", "labels")
@@ -64,19 +67,53 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_pass(call, batches, device, clock: str = "wall") -> float:
+_DEADLINE: ContextVar[float | None] = ContextVar("headprune_timing_deadline", default=None)
+_CUT: ContextVar[list | None] = ContextVar("headprune_timing_cut", default=None)
+
+
+class TimeBudgetError(ConfigError):
+    """The time budget (speed.max_seconds) ran out before both models were timed once."""
+
+
+def seconds_left() -> float | None:
+    """Seconds left of the running measurement's time budget (None: no budget): a long call (generation) stops there."""
+    deadline = _DEADLINE.get()
+    return None if deadline is None else max(0.0, deadline - time.perf_counter())
+
+
+def budget_cut() -> None:
+    """Called by a timed call that stopped early at the time budget (e.g. generation cut short): its pass is not used."""
+    cut = _CUT.get()
+    if cut is not None:
+        cut.append(True)
+
+
+def _over() -> bool:
+    left = seconds_left()
+    return left is not None and left <= 0.0
+
+
+def time_pass(call, batches, device, clock: str = "wall") -> float | None:
     """Seconds for one ``call(batch)`` (e.g. a forward pass) over ``batches`` (device synchronised before and after).
 
     ``clock="process"`` counts this process's CPU seconds instead of wall-clock seconds: on a CPU
-    shared with other jobs and one intra-op thread it measures the work, not the waiting.
+    shared with other jobs and one intra-op thread it measures the work, not the waiting. None when
+    the time budget (``compare_throughput``'s ``max_seconds``) ran out before the pass was done.
     """
     timer = time.process_time if clock == "process" else time.perf_counter
-    _sync(device)
-    start = timer()
-    for batch in batches:
-        call(batch)
-    _sync(device)
-    return timer() - start
+    cut: list = []
+    token = _CUT.set(cut)
+    try:
+        _sync(device)
+        start = timer()
+        for batch in batches:
+            if _over():
+                return None
+            call(batch)
+        _sync(device)
+        return None if cut else timer() - start
+    finally:
+        _CUT.reset(token)
 
 
 def compare_throughput(
@@ -90,17 +127,21 @@ def compare_throughput(
     tolerance: float = 0.0,
     max_repeats: int | None = None,
 ) -> dict:
-    """{name: {examples_per_s (median), spread (std), min, max, seconds[]}} for each ``call(batch)`` on the same batches.
+    """{name: {examples_per_s (examples / mean seconds), spread (std), min, max, seconds[]}} for each ``call(batch)`` on the same batches.
 
     The calls alternate repeat by repeat. After ``repeats`` rounds, two calls keep being timed
     until the gain of the second over the first is known to +- ``tolerance`` (95% interval
-    half-width), ``max_seconds`` have passed or ``max_repeats`` rounds were run.
+    half-width) or ``max_repeats`` rounds were run. ``max_seconds`` > 0 bounds everything, warm-up
+    and the first ``repeats`` included: no pass starts or goes on past it, a call may read
+    ``seconds_left()`` to stop early (generation), and a round cut short is dropped; a
+    TimeBudgetError when not one round was done.
     """
     examples = sum(b["input_ids"].shape[0] for b in batches)
     times = {name: [] for name in calls}
     names = list(calls)
     limit = max(repeats, max_repeats or repeats)
     start = time.perf_counter()
+    token = _DEADLINE.set(start + max_seconds if max_seconds > 0 else None)
 
     def tight() -> bool:
         if len(names) != 2 or tolerance <= 0:
@@ -108,20 +149,31 @@ def compare_throughput(
         interval = gain_summary(times[names[0]], times[names[1]])["gain_interval"]
         return interval is not None and (interval[1] - interval[0]) / 2 <= tolerance
 
-    with torch.inference_mode():
-        for name in names:
-            for _ in range(warmup):
-                time_pass(calls[name], batches[: max(1, min(len(batches), 4))], device)
-        r = 0
-        while r < repeats or (r < limit and time.perf_counter() - start < max_seconds and not tight()):
-            for name in names if r % 2 == 0 else names[::-1]:  # alternate who goes first
-                times[name].append(time_pass(calls[name], batches, device, clock))
-            r += 1
+    try:
+        with torch.inference_mode():
+            for name in names:
+                for _ in range(warmup):
+                    time_pass(calls[name], batches[: max(1, min(len(batches), 4))], device)
+            r = 0
+            while (r < repeats or (r < limit and max_seconds > 0 and not tight())) and not _over():
+                round_ = {name: time_pass(calls[name], batches, device, clock) for name in (names if r % 2 == 0 else names[::-1])}
+                if any(seconds is None for seconds in round_.values()):
+                    break  # the budget ran out within this round
+                for name, seconds in round_.items():
+                    times[name].append(seconds)
+                r += 1
+    finally:
+        _DEADLINE.reset(token)
+    if not all(times.values()):
+        raise TimeBudgetError(
+            f"speed.max_seconds={max_seconds:g} ran out before one timed pass of every model ({examples} examples at batch "
+            f"{batches[0]['input_ids'].shape[0]}): raise speed.max_seconds, or time less (speed.examples, task.decode_tokens)"
+        )
     out = {}
     for name, seconds in times.items():
         rates = [examples / s for s in seconds]
         out[name] = {
-            "examples_per_s": statistics.median(rates),
+            "examples_per_s": examples / statistics.fmean(seconds),  # the rate of the mean time: the gain's own definition
             "spread": statistics.pstdev(rates) if len(rates) > 1 else 0.0,
             "min": min(rates),
             "max": max(rates),

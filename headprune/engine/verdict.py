@@ -12,21 +12,29 @@ import statistics
 
 
 def gain_summary(original_seconds: list[float], pruned_seconds: list[float]) -> dict:
-    """The pruned model's throughput gain from paired repeats: mean, spread (std) and Student-t 95% interval.
+    """The pruned model's throughput gain from paired repeats: mean original time / mean pruned time - 1, with a 95% interval.
 
-    Repeat i timed both models on the same batches back to back, so its gain is
-    t_original[i] / t_pruned[i] - 1; pairing cancels load that hits both alike.
+    The gain is the ratio of mean times R = mean(t_o) / mean(t_p) minus 1, the same as the ratio of the two
+    throughputs examples / mean time printed beside it, so its sign always agrees with them. Repeat i timed
+    both models on the same batches back to back; the interval of R is the delta method on the paired
+    residuals d_i = t_o[i] - R t_p[i]: se(R) = sd(d) / (sqrt(n) mean(t_p)), with Student's t on n - 1
+    degrees of freedom (pairing cancels load that hits both alike). ``gain_spread`` is the standard deviation
+    of the per-repeat gains t_o[i] / t_p[i] - 1: the repeat-to-repeat noise the verdict compares with the gain.
     """
-    gains = [o / p - 1 for o, p in zip(original_seconds, pruned_seconds)]
-    n = len(gains)
-    mean = statistics.fmean(gains) if gains else 0.0
+    n = min(len(original_seconds), len(pruned_seconds))
+    if n == 0:
+        raise ValueError("no timed repeats to compare: both models need at least one timed pass")
+    original, pruned = list(original_seconds[:n]), list(pruned_seconds[:n])
+    ratio = statistics.fmean(original) / statistics.fmean(pruned)
     if n < 2:
-        return {"gain": mean, "gain_interval": None, "gain_spread": None, "repeats": n}  # no interval from one repeat
+        return {"gain": ratio - 1, "gain_interval": None, "gain_spread": None, "repeats": n}  # no interval from one repeat
     from scipy.stats import t
 
-    spread = statistics.stdev(gains)
-    half = float(t.ppf(0.975, n - 1)) * spread / math.sqrt(n)  # 95% interval of the mean gain
-    return {"gain": mean, "gain_interval": [mean - half, mean + half], "gain_spread": spread, "repeats": n}
+    residuals = [o - ratio * p for o, p in zip(original, pruned)]  # sum to 0 by the choice of R
+    se = statistics.stdev(residuals) / (math.sqrt(n) * statistics.fmean(pruned))
+    half = float(t.ppf(0.975, n - 1)) * se
+    spread = statistics.stdev([o / p - 1 for o, p in zip(original, pruned)])
+    return {"gain": ratio - 1, "gain_interval": [ratio - 1 - half, ratio - 1 + half], "gain_spread": spread, "repeats": n}
 
 
 def verdict(summary: dict) -> str:

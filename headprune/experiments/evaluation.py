@@ -53,6 +53,48 @@ def examples_differing(first, second) -> int:
     return sum(any(first.per_example[k][i] != second.per_example[k][i] for k in keys) for i in range(first.n))
 
 
+SCORE_RTOL = 1e-6  # a masked and a physically pruned model differ by float rounding only: relative 1e-6 of each quantity
+
+
+def _differs(first: list, second: list, rtol: float) -> list[bool]:
+    """Per example: does a record differ? Numbers within ``rtol`` of the record's mean magnitude agree; others must be equal."""
+    if not all(isinstance(v, float) for v in first + second):
+        return [a != b for a, b in zip(first, second)]  # discrete: labels, counts, translations
+    scale = max(sum(abs(v) for v in first) / max(len(first), 1), 1e-30)
+    return [abs(a - b) > rtol * max(abs(a), abs(b), scale) for a, b in zip(first, second)]
+
+
+def score_check(masked, pruned, rtol: float = SCORE_RTOL) -> dict:
+    """Do a masked and a pruned model's EvalResults agree? The score within ``rtol`` (relative), each example's records too."""
+    keys = [k for k in masked.per_example if len(masked.per_example[k]) == masked.n]
+    beyond = [False] * masked.n
+    for key in keys:
+        beyond = [x or y for x, y in zip(beyond, _differs(masked.per_example[key], pruned.per_example[key], rtol))]
+    close = abs(masked.score - pruned.score) <= rtol * max(abs(masked.score), abs(pruned.score), 1e-12)
+    return {
+        "metric": masked.metric,
+        "masked": masked.score,
+        "pruned": pruned.score,
+        "equal": bool(masked.score == pruned.score and examples_differing(masked, pruned) == 0),  # bit for bit
+        "examples_differing": int(sum(beyond)),  # beyond the tolerance
+        "examples_not_identical": int(examples_differing(masked, pruned)),
+        "tolerance": rtol,
+        "agree": bool(close and not any(beyond)),
+    }
+
+
+def score_check_text(check: dict) -> str:
+    """One line: the masked and pruned scores and whether they agree (bit for bit, within the tolerance, or not)."""
+    how = (
+        "identical"
+        if check["equal"]
+        else f"agree within relative {check['tolerance']:g} ({check['examples_not_identical']} examples differ by float rounding only)"
+        if check["agree"]
+        else f"differ beyond relative {check['tolerance']:g} ({check['examples_differing']} examples)"
+    )
+    return f"score check ({check['metric']}): masked {check['masked']:.8g}, pruned {check['pruned']:.8g}: {how}"
+
+
 @contextmanager
 def swapped_model(task, model, gates):
     """Evaluate ``task`` with another model (e.g. the physically pruned copy) in place of its own."""

@@ -13,13 +13,14 @@ import copy
 from dataclasses import asdict
 from pathlib import Path
 
+from headprune.core.checks import ConfigError
 from headprune.core.counting import model_cost
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import measure_gain
 from headprune.engine.verdict import gain_text
-from headprune.experiments.evaluation import check_split, examples_differing, swapped_model, unit_counts
+from headprune.experiments.evaluation import check_split, score_check, score_check_text, swapped_model, unit_counts
 from headprune.experiments.orders import ORDERS, order_settings
 from headprune.lightning.loggers import log_run
 from headprune.results.readers import check_binary_mask
@@ -43,7 +44,7 @@ def pareto_point(points: list[dict], method: str, fraction: float, step: str | N
 
     mine = [p for p in points if point_name(p) == method]
     if not mine:
-        raise ValueError(
+        raise ConfigError(
             f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} (set speed.mask_order)"
         )
     if step is not None:
@@ -53,11 +54,29 @@ def pareto_point(points: list[dict], method: str, fraction: float, step: str | N
     else:
         chosen = [p for p in mine if p.get("fraction") is not None and round(p["fraction"], 6) == round(fraction, 6)]
     if not chosen:
-        raise ValueError(
+        raise ConfigError(
             f"{path} has no {method!r} point at {step or f'fraction {fraction}'}; its steps are "
             f"{[p['step'] for p in mine]} (set speed.mask_step)"
         )
     return chosen[0]
+
+
+def chosen_mask(payload: dict, path, order: str, fraction: float, step: str | None = None) -> dict:
+    """The JSON mask a results file holds for the speed settings: its ``mask``, a Pareto point, or a prune step."""
+    points = pareto_points(payload)
+    if "mask" in payload:
+        return payload["mask"]
+    if points:
+        return pareto_point(points, order, fraction, step, path)["mask"]
+    orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
+    if not orders:
+        raise ConfigError(f"{path} holds neither a mask nor prune results")
+    if order not in orders:
+        raise ConfigError(f"{path} has no order {order!r}; it has {sorted(orders)} (set speed.mask_order)")
+    steps = {round(s["fraction"], 6): s for s in orders[order]["steps"]}
+    if round(fraction, 6) not in steps:
+        raise ConfigError(f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)} (set speed.fraction)")
+    return steps[round(fraction, 6)]["mask"]
 
 
 def mask_from_file(path, task, order: str, fraction: float, step: str | None = None) -> dict:
@@ -68,30 +87,16 @@ def mask_from_file(path, task, order: str, fraction: float, step: str | None = N
     payload = read_json(path)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
     if made_for and made_for != model_fingerprint(task.model):
-        raise ValueError(
+        raise ConfigError(
             f"mask file {path} was made for another model (fingerprint {made_for}, "
             f"this model is {model_fingerprint(task.model)}): use the same model.pretrained"
         )
-    points = pareto_points(payload)
-    if "mask" in payload:
-        raw = payload["mask"]
-    elif points:
-        raw = pareto_point(points, order, fraction, step, path)["mask"]
-    else:
-        orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
-        if not orders:
-            raise ValueError(f"{path} holds neither a mask nor prune results")
-        if order not in orders:
-            raise ValueError(f"{path} has no order {order!r}; it has {sorted(orders)}")
-        steps = {round(s["fraction"], 6): s for s in orders[order]["steps"]}
-        if round(fraction, 6) not in steps:
-            raise ValueError(f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)}")
-        raw = steps[round(fraction, 6)]["mask"]
+    raw = chosen_mask(payload, path, order, fraction, step)
     check_binary_mask(raw, str(path))
     try:
         return task.gates.normalize_mask(mask_from_json(raw), hard=True)
     except ValueError as err:
-        raise ValueError(f"mask file {path} does not fit this model: {err}") from None
+        raise ConfigError(f"mask file {path} does not fit this model: {err}") from None
 
 
 def clock_of(settings) -> str:
@@ -187,14 +192,13 @@ def speed_stage(
         masked = task.evaluate(mask, split=split)
         with swapped_model(task, pruned, pruned_gates):
             physical = task.evaluate(None, split=split)
-        differ = examples_differing(masked, physical)
-        out["score_check"] = {
-            "metric": task.metric,
-            "masked": masked.score,
-            "pruned": physical.score,
-            "examples_differing": int(differ),
-            "equal": bool(differ == 0 and masked.score == physical.score),
-        }
+        out["score_check"] = score_check(masked, physical)
+        print(score_check_text(out["score_check"]), flush=True)
+        if not out["score_check"]["agree"]:
+            raise RuntimeError(
+                f"the physically pruned model does not score like the masked one: {score_check_text(out['score_check'])}; "
+                "pruning changed more than the masked heads (set speed.check_score=false to time it anyway)"
+            )
     timed_calls = task.timed_calls()
     rows = []
     with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
@@ -276,9 +280,22 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
                 predicted_speedup=point["predicted_speedup"],
             )
         return mask, origin
-    scores = ORDERS["importance"].scores(task, order_settings(cfg))
+    order = str(settings.mask_order)
+    if order not in ORDERS:
+        raise ConfigError(f"speed.mask_order={order} is no pruning order ({list(ORDERS)}); a Pareto point's method needs speed.mask_file")
+    scores = ORDERS[order].scores(task, order_settings(cfg))
     mask = masks_for_fractions(scores, task.gates.groups, [fraction])[0]
-    return mask, {"mask_order": "importance", "fraction": fraction, "mask_source": "importance on the training subset"}
+    return mask, {"mask_order": order, "fraction": fraction, "mask_source": f"the lowest {fraction:g} of the heads by {order}"}
+
+
+def check_removes_some(mask: dict, origin: dict) -> None:
+    """Timing a mask that removes no head, or every head, compares nothing: a ConfigError naming where it came from."""
+    removed, total = heads_removed(mask), sum(int(m.numel()) for m in mask.values())
+    where = origin.get("mask_file") or f"speed.fraction={origin.get('fraction')}"
+    if removed == 0:
+        raise ConfigError(f"the mask of {where} removes no head: the two timed models would be the same; prune some heads")
+    if removed == total:
+        raise ConfigError(f"the mask of {where} removes every head ({total}): nothing would be left to time; keep some heads")
 
 
 def run(cfg) -> dict:
@@ -293,6 +310,7 @@ def run(cfg) -> dict:
     split = str(settings.split)
     check_split(task, split)
     mask, origin = choose_mask(cfg, task)
+    check_removes_some(mask, origin)
     result = speed_stage(
         task,
         mask,

@@ -142,7 +142,8 @@ def speed_table(study: dict) -> str:
     cost = s["cost"]
     check = s.get("score_check")
     checked = (
-        f"masked score {check['masked']:.2f}, pruned score {check['pruned']:.2f} (equal: {check['equal']})"
+        f"masked score {check['masked']:.2f}, pruned score {check['pruned']:.2f} "
+        f"(equal: {check['equal']}{'' if check.get('agree') is None else ', agree within the tolerance: ' + str(check['agree'])})"
         if check
         else "scores not checked"
     )

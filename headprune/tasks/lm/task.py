@@ -183,6 +183,11 @@ class LanguageModelingTask(SavesHF):
     # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self, batch_size: int | None = None):
         """Batches (inputs + next-token labels, on the model's device) of the importance texts (training data)."""
+        if not self.data.split("importance"):
+            raise ValueError(
+                "the importance split holds no text of two tokens or more: check data.files.importance "
+                "(one text per line) and data.limits.importance"
+            )
         for batch in self.data.batches("importance", batch_size or self.data.batch_size):
             yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
 
@@ -224,9 +229,14 @@ class LanguageModelingTask(SavesHF):
 
     @torch.no_grad()
     def timed_decode(self, batch: dict) -> None:
-        """Greedy generation of exactly ``decode_tokens`` new tokens with the KV cache after each text's first tokens."""
+        """Greedy generation of exactly ``decode_tokens`` new tokens with the KV cache after each text's first tokens.
+
+        Stops at the speed experiment's time budget (``headprune.engine.timing.seconds_left``) and says so.
+        """
+        from headprune.engine.timing import budget_cut, seconds_left
+
         prompt = batch["input_ids"][:, : self._prompt_length(batch)]
-        self.model.generate(
+        out = self.model.generate(
             input_ids=prompt,
             attention_mask=torch.ones_like(prompt),
             max_new_tokens=self.decode_tokens,
@@ -234,7 +244,10 @@ class LanguageModelingTask(SavesHF):
             do_sample=False,
             use_cache=True,
             pad_token_id=self.data.pad_id,
+            max_time=seconds_left(),
         )
+        if out.shape[1] - prompt.shape[1] < self.decode_tokens:
+            budget_cut()
 
     def timed_calls(self) -> dict[str, TimedCall]:
         """Prefill (prompt tokens/s, one forward filling the KV cache) and decode (new tokens/s, greedy with the cache)."""

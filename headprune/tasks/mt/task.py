@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import lightning as L
@@ -99,8 +100,8 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             datamodule.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
 
     # ---- generation ------------------------------------------------------------------------
-    def generate(self, batch: dict, beam_size: int) -> list[str]:
-        """Detokenized translations of a batch (beam search, or greedy when ``beam_size`` is 1)."""
+    def generate(self, batch: dict, beam_size: int, max_time: float | None = None) -> list[str]:
+        """Detokenized translations of a batch (beam search, or greedy when ``beam_size`` is 1), stopped after ``max_time`` s."""
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         max_pos = getattr(self.model.config, "max_position_embeddings", 512)
         max_new = min(int(input_ids.shape[1] * self.task_cfg["len_ratio"] + self.task_cfg["len_extra"]), max_pos - 1)
@@ -117,13 +118,22 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             eos_token_id=config.eos_token_id,
             pad_token_id=config.pad_token_id,
             bad_words_ids=[[config.pad_token_id]],
+            max_time=max_time,
         )
         return decode(self.tokenizer, out)
 
     @torch.no_grad()
     def timed_beam(self, batch: dict) -> None:
-        """Beam search (``task.beam_size``) of a timing batch's sources, detokenized: what a translation user waits for."""
-        self.generate(batch, int(self.task_cfg["beam_size"]))
+        """Beam search (``task.beam_size``) of a timing batch's sources, detokenized: what a translation user waits for.
+
+        Stops at the speed experiment's time budget (``headprune.engine.timing.seconds_left``) and says so.
+        """
+        from headprune.engine.timing import budget_cut, seconds_left
+
+        left, start = seconds_left(), time.perf_counter()
+        self.generate(batch, int(self.task_cfg["beam_size"]), max_time=left)
+        if left is not None and time.perf_counter() - start >= left:
+            budget_cut()
 
     def timed_calls(self) -> dict:
         """The teacher-forced forward (examples/s) and beam-search translation (sentences/s, timed last: Pareto points use it)."""
