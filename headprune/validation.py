@@ -1,282 +1,82 @@
 """One check of a composed experiment config before any work: settings, data files and the model directory.
 
 ``validate(cfg)`` is called by the ``headprune`` entry point for every experiment (each stage of a
-study included). It reads no model weights and runs no forward pass: types, ranges and choices of
-the settings, the model directory (config, weights, tokenizer) and the data files (readable, UTF-8,
-aligned) are checked, and the first problem is raised as a ``ConfigError`` naming the setting.
+study included). It reads no model weights and runs no forward pass. In turn: top-level keys that no
+config group defines (a ConfigWarning), every setting's type, range and choices
+(``headprune.experiments.schema.SCHEMA``), the device, the model directory (config, weights,
+tokenizer), the task's own check (``TaskSpec.check``: its task.* and data.* settings, data files,
+lengths the model can take), then the entry point's checks of settings that depend on each other or
+would be ignored (``RUNS``). The first problem is raised as a ``ConfigError`` naming the setting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headprune.core.checks import ConfigError, choice, fractions, integer, number, string_list
+from headprune.core.checks import ConfigError, check_schema, choice, integer, string_list, warn
+from headprune.experiments.schema import SCHEMA
 from headprune.experiments.study import study_training_config
-from headprune.lightning.loggers import LOGGER_KINDS
+from headprune.models.sources import config_fields as model_fields
+from headprune.models.sources import heads_per_layer, kv_heads_per_layer
 from headprune.results.readers import check_mask_file, read_json_file
 from headprune.selection.mask_search import given_target
 
-NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
-MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
-LM_SPLITS = ("eval", "importance", "heldout")
-CLOCKS = ("wall", "process")
-TRAINING_RUNS = ("headprune.tasks.mt.task.train", "headprune.tasks.nli.task.finetune")
-DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
-NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.viz.report.run")
+# ---- keys, device, model ------------------------------------------------------------------------
 
 
-# ---- sections -----------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def known_keys() -> frozenset[str]:
+    """Every top-level key a config group can set: config.yaml's, the groups' names and the keys of ``@package _global_`` files."""
+    from headprune.experiments.conf_dir import config_dir
+
+    root = Path(config_dir())
+    keys = set(OmegaConf.load(root / "config.yaml"))
+    for path in root.rglob("*.yaml"):
+        parts = path.relative_to(root).parts
+        keys.add(parts[0].removesuffix(".yaml"))
+        header = [line for line in path.read_text().splitlines() if line.startswith("#")][:3]
+        if any("@package _global_" in line for line in header):
+            keys.update(OmegaConf.load(path))
+    return frozenset(keys - {"defaults"})
 
 
-def check_bootstrap(section, prefix: str) -> None:
-    integer(section.get("n_samples"), f"{prefix}.n_samples", 1)
-    number(section.get("alpha"), f"{prefix}.alpha", 0.0, 1.0, "()")
-
-
-def check_prune(prune, heads: int | None) -> None:
-    from headprune.experiments.orders import ORDERS
-
-    for order in string_list(prune.get("order"), "prune.order"):
-        choice(order, "prune.order", ORDERS)
-    if prune.get("fractions") is not None:
-        fractions(prune.fractions, "prune.fractions")
-    else:
-        number(prune.get("step"), "prune.step", 0.0, 1.0, "()")
-        number(prune.get("max_fraction", 0.9), "prune.max_fraction", 0.0, 1.0)
-    string_list(prune.get("groups") or [], "prune.groups")
-    k = integer(prune.get("min_heads_per_layer") or 0, "prune.min_heads_per_layer", 0)
-    if heads is not None and k >= heads:
-        raise ConfigError(
-            f"prune.min_heads_per_layer={k} keeps every head: the model's layers have {heads} heads, "
-            f"so it must be at most {heads - 1} (0 = no floor)"
+def warn_unknown_keys(cfg) -> None:
+    """A ConfigWarning for top-level keys (``+foo=1``) that no config group defines: nothing reads them."""
+    unknown = sorted(set(cfg) - known_keys())
+    if unknown:
+        warn(
+            f"setting(s) {unknown} are defined by no config group, so no experiment reads them: check the spelling "
+            "(e.g. prune.step, not +step); they are ignored"
         )
-    integer(prune.get("n_samples", 1000), "prune.n_samples", 1)
 
 
-RECOVERIES = ("none", "lsq", "finetune")
-COSTS = ("flops", "latency")
+def check_device(cfg) -> None:
+    """``device`` names a device this machine has (``auto``: CUDA when there is one)."""
+    import torch
 
-
-def target_of(value, name: str):
-    """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
-    from headprune.selection.mask_search import PruneTarget
-
-    try:
-        return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
-    except ValueError as err:
-        raise ConfigError(f"{name}: {err}") from None
-
-
-def schedule_of(value) -> list:
-    """The validated ``prune.schedule``: growing fractions or targets, or a ConfigError."""
-    from headprune.selection.schedule import check_schedule
-
-    steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    if not isinstance(steps, (list, tuple)):
-        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
-    try:
-        return check_schedule(steps)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"prune.schedule: {err}") from None
-
-
-def check_prune_for_speed(cfg) -> None:
-    """prune.target / schedule / cost / recover / finetune / measure_speed, and the selection split a max_drop reads."""
-    prune = cfg.prune
-    choice(str(prune.get("cost", "flops")), "prune.cost", COSTS)
-    rearrange = prune.get("rearrange", False)
-    if rearrange not in (None, "both") and not isinstance(rearrange, bool):
-        raise ConfigError(f"prune.rearrange must be false, true or both, got {rearrange!r}")
-    asks = (
-        given_target(prune.get("target")) is not None
-        or prune.get("schedule") is not None
-        or bool(rearrange)
-        or any(r != "none" for r in string_list(prune.get("recover") or "none", "prune.recover"))
-    )
-    if asks and str(prune.get("unit", "head")) != "head":
-        raise ConfigError(
-            "prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
-            "with them (the KV-group unit works with the plain pruning curves)"
-        )
-    if rearrange and prune.get("schedule") is not None:
-        raise ConfigError(
-            "prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
-            "not with prune.schedule: drop one of them"
-        )
-    target = given_target(prune.get("target"))
-    steps = [target_of(target, "prune.target")] if target is not None else []
-    if prune.get("schedule") is not None:
-        if steps:
-            raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
-        steps = schedule_of(prune.schedule)
-    targets = [s for s in steps if not isinstance(s, float)]
-    if any(t.kind == "flops" for t in targets) and str(prune.get("cost", "flops")) != "flops":
-        raise ConfigError("a flops target needs prune.cost=flops (a latency table predicts seconds, not FLOPs)")
-    if any(t.kind == "max_drop" for t in targets):
-        check_selection(cfg, "prune")
-    for recovery in string_list(prune.get("recover") or "none", "prune.recover"):
-        choice(recovery, "prune.recover", RECOVERIES)
-    integer(prune.get("recover_examples", 256), "prune.recover_examples", 1)
-    integer(prune.get("seq_len", 128), "prune.seq_len", 1)
-    integer(prune.get("latency_batch_size", 1), "prune.latency_batch_size", 1)
-    lsq = prune.get("lsq") or {}
-    number(lsq.get("ridge", 1e-3), "prune.lsq.ridge", 0.0, None, "()")
-    number(lsq.get("max_scale", 10.0), "prune.lsq.max_scale", 0.0, None, "()")
-    finetune = prune.get("finetune") or {}
-    integer(finetune.get("max_steps", 100), "prune.finetune.max_steps", 1)
-    number(finetune.get("lr", 2e-5), "prune.finetune.lr", 0.0, None, "()")
-    number(finetune.get("distill_weight", 0.5), "prune.finetune.distill_weight", 0.0, 1.0, "[]")
-    number(finetune.get("temperature", 2.0), "prune.finetune.temperature", 0.0, None, "()")
-    number(finetune.get("warmup", 0.0), "prune.finetune.warmup", 0.0, 1.0, "[)")
-    if finetune.get("examples") is not None:
-        integer(finetune.get("examples"), "prune.finetune.examples", 1)
-    if prune.get("measure_speed"):
-        if cfg.get("speed") is None:
-            raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
-        check_speed(cfg.speed)
-
-
-def check_unit(cfg) -> str:
-    """prune.unit: head, or kv_group on a model with grouped-query attention (fewer KV heads than query heads)."""
-    from headprune.core.units import UNITS
-
-    unit = choice((cfg.get("prune") or {}).get("unit", "head"), "prune.unit", UNITS)
-    fields = model_fields(cfg.model) if unit == "kv_group" else None
-    if fields is not None and kv_heads_per_layer(fields) is None:
-        raise ConfigError(
-            f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
-            f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head"
-        )
-    return unit
-
-
-def check_mask_units(cfg, unit: str) -> None:
-    """Every mask of speed.mask_file has one row per layer and one entry per unit (query head or KV head) of the model."""
-    fields = model_fields(cfg.model)
-    if fields is None:
+    name = str(cfg.get("device") or "auto")
+    if name == "auto":
         return
-    per_layer = kv_heads_per_layer(fields) if unit == "kv_group" else fields.get("num_attention_heads")
-    layers = fields.get("num_hidden_layers")
-    if not isinstance(per_layer, int) or not isinstance(layers, int) or cfg.model.get("kind") != "causal_lm":
-        return  # encoder-decoder groups differ in size: the task checks them when it loads the mask
-    payload = read_json_file(Path(str(cfg.speed.mask_file)))
-    orders = (payload.get("results") or {}).get("orders") or ((payload.get("results") or {}).get("prune") or {}).get("orders") or {}
-    masks = [payload["mask"]] if "mask" in payload else [step.get("mask") or {} for o in orders.values() for step in o.get("steps", [])]
-    what = "KV heads" if unit == "kv_group" else "heads"
-    for mask in masks:
-        for group, rows in mask.items():
-            for layer, row in enumerate(rows):
-                if len(row) != per_layer or len(rows) != layers:
-                    raise ConfigError(
-                        f"speed.mask_file={cfg.speed.mask_file}: group {group} layer {layer} has {len(row)} entries "
-                        f"({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x {per_layer} {what} "
-                        f"(prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}"
-                    )
-
-
-def check_speed(speed) -> None:
-    number(speed.get("fraction"), "speed.fraction", 0.0, 1.0)
-    sizes = speed.get("batch_sizes")
-    if not OmegaConf.is_list(sizes) or not list(sizes):
-        raise ConfigError(f"speed.batch_sizes must be a non-empty list of positive integers, got {sizes!r}")
-    if any(isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in sizes):
-        raise ConfigError(f"speed.batch_sizes must be positive integers, got {list(sizes)}")
-    integer(speed.get("examples"), "speed.examples", 1)
-    integer(speed.get("warmup"), "speed.warmup", 0)
-    integer(speed.get("repeats"), "speed.repeats", 1)
-    integer(speed.get("max_repeats", 100), "speed.max_repeats", 2)
-    number(speed.get("max_seconds", 60), "speed.max_seconds", 0.0, None, "()")
-    number(speed.get("tolerance", 0.02), "speed.tolerance", 0.0, None, "()")
-    choice(str(speed.get("clock", "wall")), "speed.clock", CLOCKS)
-    if speed.get("mask_file"):
-        check_mask_file(speed.mask_file)
-
-
-def check_importance(importance) -> None:
-    from headprune.scoring.importance import REDUCTIONS
-
-    choice(importance.get("reduce"), "importance.reduce", REDUCTIONS)
-
-
-def check_logger(cfg) -> None:
-    logger = cfg.get("logger")
-    if logger is not None:
-        choice(logger.get("kind"), "logger.kind", LOGGER_KINDS)
-
-
-def check_trainer(trainer) -> None:
-    """Training must end: an unbounded epoch count needs trainer.max_steps or trainer.max_time."""
-    epochs = trainer.get("max_epochs")
-    if epochs is None:
-        return  # Lightning's own default (1000 epochs, or max_steps)
-    integer(epochs, "trainer.max_epochs", -1)
-    if epochs == 0:
-        raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
-    steps = trainer.get("max_steps", -1)
-    if epochs < 0 and (steps is None or steps < 1) and not trainer.get("max_time"):
-        raise ConfigError(
-            "trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "
-            "+trainer.max_time=DD:HH:MM:SS, or give a number of epochs"
-        )
-
-
-# ---- splits -------------------------------------------------------------------------------------
-
-
-def concrete_split(cfg, split: str) -> str:
-    """The data split a protocol name reads (MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
-    if is_mt(cfg):
-        from headprune.tasks.mt.config import split_of
-
-        choice(split, "split", MT_SPLITS)
-        return split_of(cfg.data, split)
-    choice(split, "split", splits_of(cfg))
-    return split
-
-
-def check_selection(cfg, section: str) -> None:
-    """The selection split (appendix A) must differ from the evaluation split."""
-    settings = cfg[section]
-    split = str(settings.get("split"))
-    selection = settings.get("selection_split") or ("heldout" if is_mt(cfg) else "importance")
     try:
-        same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
-    except ConfigError as err:
-        raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
-    if same:
-        raise ConfigError(
-            f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
-            "choose the head on other data (null = the task's held-out data)"
-        )
-
-
-def check_splits(cfg, names, setting: str) -> None:
-    for name in names:
-        try:
-            concrete_split(cfg, str(name))
-        except ConfigError:
-            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(splits_of(cfg))}") from None
-
-
-# ---- model --------------------------------------------------------------------------------------
-
-
-def splits_of(cfg) -> tuple[str, ...]:
-    """The split names the config's task reads."""
-    return MT_SPLITS if is_mt(cfg) else LM_SPLITS if cfg.model.get("kind") == "causal_lm" else NLI_SPLITS
-
-
-def is_mt(cfg) -> bool:
-    return cfg.model.get("kind") == "seq2seq"
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name} is no device: use auto, cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asks for a CUDA GPU, but there is no GPU here: use device=auto or device=cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device={name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0")
 
 
 def check_model(cfg) -> None:
     """model.kind, and a pretrained model that exists and is complete (config, weights, tokenizer)."""
+    from headprune.tasks.registry import TASKS
 
-    model = cfg.model
-    choice(model.get("kind"), "model.kind", ("classifier", "seq2seq", "causal_lm"))
+    choice(cfg.model.get("kind"), "model.kind", TASKS)
     try:
         _check_model_files(cfg)
     except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
@@ -294,132 +94,383 @@ def _check_model_files(cfg) -> None:
     elif pretrained:
         source = resolve_pretrained(str(pretrained))
         own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
-        if is_mt(cfg) and (cfg.get("data") or {}).get("tokenizer", {}).get("path"):
+        if ((cfg.get("data") or {}).get("tokenizer") or {}).get("path"):
             own_tokenizer = False  # data.tokenizer.path gives the tokenizer
         check_model_dir(source, tokenizer=own_tokenizer)
     elif model.get("config") is None:
         raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
-    if model.get("tokenizer") or model.get("kind") == "classifier":  # MT and LM models built fresh train their own tokenizer
+    if model.get("tokenizer"):  # models built fresh without one train their own (MT, LM); the NLI task requires one
         tokenizer_source(model)
 
 
-def model_fields(model_cfg) -> dict | None:
-    """The model's config fields: model.config, or the local model's config.json (None: unknown, e.g. a hub name)."""
-    fields = model_cfg.get("config")
-    if fields is None and model_cfg.get("pretrained") and not str(model_cfg.pretrained).endswith(".ckpt"):
-        from headprune.models.sources import resolve_pretrained
-
-        path = Path(resolve_pretrained(str(model_cfg.pretrained))) / "config.json"
-        if not path.is_file():
-            return None
-        fields = read_json_file(path)
-    return None if fields is None else dict(fields)
+# ---- the task -----------------------------------------------------------------------------------
 
 
-def kv_heads_per_layer(fields: dict) -> int | None:
-    """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
-    kv, heads = fields.get("num_key_value_heads"), fields.get("num_attention_heads")
-    return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
-
-
-def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
-    """The fewest heads (``unit=kv_group``: KV heads) of any attention group, from the model's config fields (None: unknown)."""
-    fields = model_fields(model_cfg)
-    if fields is None:
-        return None
-    if unit == "kv_group":
-        return kv_heads_per_layer(fields)
-    counts = [fields.get(key) for key in ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads")]
-    counts = [int(c) for c in counts if isinstance(c, int)]
-    return min(counts) if counts else None
-
-
-# ---- data ---------------------------------------------------------------------------------------
-
-
-def check_data(cfg, check_files: bool = True) -> None:
-    """The data settings, and (``check_files``) every split's files: present, UTF-8, aligned."""
+def task_spec_of(cfg):
+    """The TaskSpec of model.kind, fitting the chosen data, or a ConfigError."""
     from headprune.tasks.registry import task_spec
 
     try:
-        name = task_spec(cfg).name
+        return task_spec(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    DATA_CHECKS[name](cfg.data, check_files)
 
 
-def check_mt_data(data, check_files: bool) -> None:
-    from headprune.tasks.mt.config import SPLITS, split_limit
+def check_task(cfg, run: Run) -> None:
+    """The task's own check (``TaskSpec.check``): its settings, data files (unless a study falls back) and lengths."""
+    from hydra.utils import get_method
 
-    for split in SPLITS:
+    spec = task_spec_of(cfg)
+    local_missing = cfg.data.get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
+    get_method(spec.check)(cfg, files=not (run.falls_back and local_missing), importance=run.importance)
+
+
+def splits_of(cfg) -> tuple[str, ...]:
+    """The split names the config's task reads."""
+    return task_spec_of(cfg).splits
+
+
+def concrete_split(cfg, split: str) -> str:
+    """The data split a split name reads (e.g. MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
+    from hydra.utils import get_method
+
+    spec = task_spec_of(cfg)
+    if split not in spec.splits:
+        raise ConfigError(f"split must be one of {list(spec.splits)}, got {split!r}")
+    return get_method(spec.data_split)(cfg.data, split) if spec.data_split else split
+
+
+def check_splits(cfg, names, setting: str) -> None:
+    for name in names:
         try:
-            split_limit(data, split)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-    for key in ("max_tokens", "eval_max_tokens", "eval_batch_size", "max_len"):
-        integer(data.get(key), f"data.{key}", 1)
-    choice(data.get("source"), "data.source", ("files", "hub", "synthetic"))
-    if data.source != "files" or not check_files:
+            concrete_split(cfg, str(name))
+        except ConfigError:
+            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(splits_of(cfg))}") from None
+
+
+def check_selection(cfg, section: str) -> None:
+    """The selection split (appendix A) must differ from the evaluation split."""
+    settings = cfg[section]
+    split = str(settings.get("split"))
+    selection = settings.get("selection_split") or (cfg.get("task") or {}).get("selection_split") or task_spec_of(cfg).selection
+    try:
+        same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
+    except ConfigError as err:
+        raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
+    if same:
+        raise ConfigError(
+            f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
+            "choose the head on other data (null = the task's held-out data)"
+        )
+
+
+# ---- units --------------------------------------------------------------------------------------
+
+
+def check_unit(cfg) -> None:
+    """prune.unit: head, or kv_group on a model with grouped-query attention (fewer KV heads than query heads)."""
+    fields = model_fields(cfg.model) if str(cfg.prune.unit) == "kv_group" else None
+    if fields is not None and kv_heads_per_layer(fields) is None:
+        raise ConfigError(
+            f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
+            f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head"
+        )
+
+
+def check_mask_units(cfg, mask: dict) -> None:
+    """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
+    unit = str(cfg.prune.unit)
+    fields = model_fields(cfg.model) or {}
+    per_layer = kv_heads_per_layer(fields) if unit == "kv_group" else fields.get("num_attention_heads")
+    layers = fields.get("num_hidden_layers")
+    if not isinstance(per_layer, int) or not isinstance(layers, int) or len(mask) != 1:
+        return  # encoder-decoder groups differ in size: the task checks them when it loads the mask
+    what = "KV heads" if unit == "kv_group" else "heads"
+    for group, rows in mask.items():
+        for layer, row in enumerate(rows):
+            if len(row) != per_layer or len(rows) != layers:
+                raise ConfigError(
+                    f"speed.mask_file={cfg.speed.mask_file}: group {group} layer {layer} has {len(row)} entries "
+                    f"({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x {per_layer} {what} "
+                    f"(prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}"
+                )
+
+
+# ---- prune --------------------------------------------------------------------------------------
+
+
+def check_prune(cfg) -> None:
+    """prune.*: a per-layer floor below the layers' head count, known splits, re-estimation where it does something."""
+    prune = cfg.prune
+    heads = heads_per_layer(cfg.model, str(prune.unit))
+    k = prune.min_heads_per_layer
+    if heads is not None and k >= heads:
+        raise ConfigError(
+            f"prune.min_heads_per_layer={k} keeps every head: the model's layers have {heads} heads, "
+            f"so it must be at most {heads - 1} (0 = no floor)"
+        )
+    check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
+    check_reestimate(prune)
+
+
+def check_reestimate(prune) -> None:
+    """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
+    from headprune.experiments.orders import ORDERS
+    from headprune.experiments.prune_speed import for_speed
+
+    if not prune.reestimate:
         return
-    from headprune.tasks.mt.files import read_aligned
+    if for_speed(prune):
+        raise ConfigError(
+            "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
+            "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
+        )
+    orders = string_list(prune.order, "prune.order")
+    if not any(ORDERS[order].reestimable for order in orders):
+        raise ConfigError(
+            f"prune.reestimate=true, but no order of prune.order={orders} can be re-estimated (random and ablation "
+            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
+        )
 
-    for split in SPLITS:
-        try:
-            read_aligned(data.dir, data.splits[split], data.src_lang, data.tgt_lang)
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"data split {split!r}: {err}") from None
 
-
-def check_nli_data(data, check_files: bool) -> None:
-    from headprune.tasks.nli.config import REQUIRED, SPLITS, NLIDataConfig
-    from headprune.tasks.nli.files import find_split_file
-    from headprune.tasks.text_lines import check_utf8
+def target_of(value, name: str):
+    """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
+    from headprune.selection.mask_search import PruneTarget
 
     try:
-        config = NLIDataConfig.from_cfg(data)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from None
-    if config.source != "local" or not check_files:
+        return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+    except ValueError as err:
+        raise ConfigError(f"{name}: {err}") from None
+
+
+def schedule_of(value) -> list:
+    """The validated ``prune.schedule``: growing fractions, or targets of one kind that go further each step, or a ConfigError."""
+    from headprune.selection.schedule import check_schedule
+
+    steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if not isinstance(steps, (list, tuple)):
+        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
+    try:
+        return check_schedule(steps)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"prune.schedule: {err}") from None
+
+
+def prune_steps(prune) -> list:
+    """The steps of prune.target or prune.schedule (targets or fractions; [] for neither), or a ConfigError."""
+    target = given_target(prune.get("target"))
+    if target is not None and prune.get("schedule") is not None:
+        raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
+    if prune.get("schedule") is not None:
+        return schedule_of(prune.schedule)
+    return [] if target is None else [target_of(target, "prune.target")]
+
+
+def check_prune_for_speed(cfg) -> None:
+    """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
+    prune = cfg.prune
+    steps = prune_steps(prune)
+    check_speed_unit(prune)
+    targets = [s for s in steps if not isinstance(s, float)]
+    check_cost(prune, targets)
+    if any(t.kind == "max_drop" for t in targets):
+        check_selection(cfg, "prune")
+    check_finetune(prune.finetune)
+    if prune.measure_speed:
+        if cfg.get("speed") is None:
+            raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
+        check_speed(cfg.speed)
+
+
+def check_speed_unit(prune) -> None:
+    """Pruning for speed prunes query heads, and rearranges one-shot masks only."""
+    rearrange = prune.rearrange
+    asks = (
+        given_target(prune.get("target")) is not None
+        or prune.get("schedule") is not None
+        or bool(rearrange)
+        or any(r != "none" for r in string_list(prune.recover, "prune.recover"))
+    )
+    if asks and str(prune.unit) != "head":
+        raise ConfigError(
+            "prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
+            "with them (the KV-group unit works with the plain pruning curves)"
+        )
+    if rearrange and prune.get("schedule") is not None:
+        raise ConfigError(
+            "prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
+            "not with prune.schedule: drop one of them"
+        )
+
+
+def check_cost(prune, targets: list) -> None:
+    """prune.cost: a flops target needs the FLOPs model; a latency table serves targets only."""
+    if any(t.kind == "flops" for t in targets) and prune.cost != "flops":
+        raise ConfigError("a flops target needs prune.cost=flops (a latency table predicts seconds, not FLOPs)")
+    if prune.cost == "latency" and not targets:
+        raise ConfigError(
+            "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
+            "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
+        )
+
+
+def check_finetune(finetune) -> None:
+    """prune.finetune: a warm-up is part of the decaying lr schedule only."""
+    if finetune.warmup > 0 and not finetune.decay:
+        raise ConfigError(
+            f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
+            "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
+        )
+
+
+# ---- speed --------------------------------------------------------------------------------------
+
+
+def check_speed(speed) -> None:
+    """speed.* timing: at least as many repeats allowed as asked for."""
+    if speed.repeats > speed.max_repeats:
+        raise ConfigError(
+            f"speed.repeats={speed.repeats} timed passes at least, but speed.max_repeats={speed.max_repeats} at most: "
+            f"raise speed.max_repeats to {speed.repeats} or more, or lower speed.repeats"
+        )
+
+
+def check_speed_run(cfg) -> None:
+    """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask."""
+    speed = cfg.speed
+    check_speed(speed)
+    check_splits(cfg, [speed.split], "speed.split")
+    if speed.get("mask_file"):
+        check_mask_file(speed.mask_file)
+        check_chosen_mask(cfg)
         return
-    for split in SPLITS:
-        stem = config.files.get(split)
-        if not stem:
-            continue
-        try:
-            check_utf8(find_split_file(config.dir, stem, split))
-        except FileNotFoundError as err:
-            if split in REQUIRED:
-                raise ConfigError(str(err)) from None
-        except (OSError, ValueError) as err:
-            raise ConfigError(str(err)) from None
+    from headprune.experiments.orders import ORDERS
+
+    if speed.get("mask_step") is not None:
+        raise ConfigError(
+            f"speed.mask_step={speed.mask_step} picks a Pareto point of speed.mask_file, which is not set: "
+            "add speed.mask_file=<prune run>/results.json or drop speed.mask_step"
+        )
+    if speed.mask_order not in ORDERS:
+        raise ConfigError(
+            f"speed.mask_order={speed.mask_order}: without speed.mask_file the mask is the lowest speed.fraction of the heads "
+            f"by an order of {list(ORDERS)}; a Pareto point's method (e.g. fisher+lsq) needs speed.mask_file"
+        )
+    if speed.fraction == 0:
+        raise ConfigError("speed.fraction=0 prunes no head: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5")
+
+
+def check_chosen_mask(cfg) -> None:
+    """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
+    from headprune.experiments.speed import chosen_mask
+
+    speed = cfg.speed
+    path = Path(str(speed.mask_file))
+    step = None if speed.get("mask_step") is None else str(speed.mask_step)
+    mask = chosen_mask(read_json_file(path), path, str(speed.mask_order), float(speed.fraction), step)
+    check_mask_units(cfg, mask)
+    entries = [value for rows in mask.values() for row in rows for value in row]
+    if 0 not in entries:
+        raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")
+    if 1 not in entries:
+        raise ConfigError(
+            f"speed.mask_file={path}: the chosen mask removes every head ({len(entries)}): nothing would be left to time "
+            "(as speed.fraction=1 is refused); choose a mask that keeps some heads"
+        )
+
+
+# ---- the other experiments ----------------------------------------------------------------------
+
+
+def check_ablate(cfg) -> None:
+    splits = cfg.ablate.splits
+    if not splits:
+        raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
+    check_splits(cfg, splits, "ablate.splits")
+
+
+def check_keep_one(cfg) -> None:
+    check_selection(cfg, "keep_one")
+
+
+def check_trainer(trainer) -> None:
+    """Training must end, on a device this machine has: an unbounded epoch count needs trainer.max_steps or trainer.max_time."""
+    import torch
+
+    accelerator = str(trainer.get("accelerator") or "cpu")
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
+        )
+    epochs = trainer.get("max_epochs")
+    if epochs is None:
+        return  # Lightning's own default (1000 epochs, or max_steps)
+    integer(epochs, "trainer.max_epochs", -1)
+    if epochs == 0:
+        raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
+    steps = trainer.get("max_steps", -1)
+    if epochs < 0 and (steps is None or steps < 1) and not trainer.get("max_time"):
+        raise ConfigError(
+            "trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "
+            "+trainer.max_time=DD:HH:MM:SS, or give a number of epochs"
+        )
+
+
+def check_training(cfg) -> None:
+    check_trainer(cfg.trainer)
+
+
+def check_study(cfg) -> None:
+    """experiment=study: its selection split, its training, and the settings of other experiments it would ignore."""
+    check_selection(cfg, "study")  # a resumed study's damaged stage files are named and recomputed, not errors
+    if cfg.study.train:
+        check_trainer(study_training_config(cfg).trainer)
+    if cfg.prune.reestimate:
+        raise ConfigError("the study re-estimates with study.reestimate=true (one more curve per order); prune.reestimate is ignored here")
+    speed = cfg.speed
+    if speed.get("mask_file") or speed.get("mask_step") is not None or speed.mask_order != "importance":
+        raise ConfigError(
+            "the study times the importance order's mask at speed.fraction: speed.mask_file, speed.mask_step and "
+            "speed.mask_order belong to experiment=speed; drop them here"
+        )
 
 
 # ---- the whole config ---------------------------------------------------------------------------
 
 
-def check_lm_data(data, check_files: bool) -> None:
-    """Language-modelling data: positive limits, and (local files) every split's texts readable before any work."""
-    for split, limit in dict(data.get("limits") or {}).items():
-        if limit is not None:
-            integer(limit, f"data.limits.{split}", low=1)
-    if check_files and data.get("source") in ("local", "synthetic"):
-        from headprune.tasks.lm.data import load_texts
+@dataclass(frozen=True)
+class Run:
+    """What an entry point reads: the model, a task (its data), and its own checks of settings that depend on each other."""
 
-        try:
-            load_texts(data)
-        except (ValueError, OSError) as err:
-            raise ConfigError(f"data={data.get('name')}: {err}") from None
+    checks: tuple[Callable, ...] = ()
+    model: bool = True
+    task: bool = True
+    importance: bool = True  # reads the task's importance subset (head scores, held-out choices): it must not be empty
+    falls_back: bool = False  # the study replaces missing local data with synthetic data: its files are not read
 
 
-def check_lm_task(task) -> None:
-    """The language-modelling task settings (conf/task/lm.yaml): positive counts, a selection split other than eval."""
-    integer(task.get("mask_chunk"), "task.mask_chunk", 1)
-    integer(task.get("decode_tokens"), "task.decode_tokens", 1)
-    integer(task.get("decode_prompt_tokens"), "task.decode_prompt_tokens", 1)
-    choice(task.get("selection_split"), "task.selection_split", ("importance", "heldout"))
+RUNS = {  # a task's trainer (TaskSpec.train) and other entry points: see run_of
+    "headprune.experiments.inspect.run": Run(task=False),
+    "headprune.experiments.dynamics.run": Run(model=False, task=False),
+    "headprune.viz.report.run": Run(model=False, task=False),
+    "headprune.experiments.ablate.run": Run((check_unit, check_ablate), importance=False),
+    "headprune.experiments.keep_one.run": Run((check_unit, check_keep_one)),
+    "headprune.experiments.prune.run": Run((check_unit, check_prune, check_prune_for_speed)),
+    "headprune.experiments.speed.run": Run((check_unit, check_speed_run)),
+    "headprune.experiments.study.run": Run((check_unit, check_study, check_prune, check_prune_for_speed, check_speed_run), falls_back=True),
+}
 
 
-DATA_CHECKS = {"nli": check_nli_data, "mt": check_mt_data, "lm": check_lm_data}  # task name -> its data check
+def run_of(cfg) -> Run:
+    """The checks of ``cfg.run``: a known experiment, a task's trainer, or another entry point (its data when it has some)."""
+    from headprune.tasks.registry import TASKS
+
+    name = str(cfg.get("run"))
+    if name in RUNS:
+        return RUNS[name]
+    if any(name == spec.train for spec in TASKS.values()):
+        return Run((check_training,), importance=False)
+    return Run(task=cfg.get("data") is not None)
 
 
 def unset_empty_target(cfg) -> None:
@@ -431,46 +482,14 @@ def unset_empty_target(cfg) -> None:
 
 def validate(cfg) -> None:
     """Check a composed experiment config before any work; the first problem is a ConfigError naming the setting."""
-    run = str(cfg.get("run"))
     unset_empty_target(cfg)
-    check_logger(cfg)
-    integer(cfg.get("seed", 0), "seed")
-    if run in NO_TASK_RUNS:
-        if run == "headprune.experiments.inspect.run":
-            check_model(cfg)
-        return
-    check_model(cfg)
-    study = run == "headprune.experiments.study.run"
-    local_missing = (cfg.get("data") or {}).get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
-    if run in DATA_RUNS or cfg.get("data") is not None:
-        check_data(cfg, check_files=not (study and local_missing))  # the study falls back to synthetic data
-    if run in TRAINING_RUNS:
-        check_trainer(cfg.trainer)
-    if cfg.model.get("kind") == "causal_lm" and cfg.get("task") is not None:
-        check_lm_task(cfg.task)
-    if study and cfg.study.get("train"):
-        check_trainer(study_training_config(cfg).trainer)
-    if cfg.get("importance") is not None and run not in TRAINING_RUNS:
-        check_importance(cfg.importance)
-    unit = check_unit(cfg) if run in DATA_RUNS else "head"
-    if "prune" in cfg and run in ("headprune.experiments.prune.run", "headprune.experiments.study.run"):
-        check_prune(cfg.prune, heads_per_layer(cfg.model, unit))
-        check_splits(cfg, [cfg.prune.split, cfg.prune.get("ablation_split", cfg.prune.split)], "prune.split/ablation_split")
-        check_prune_for_speed(cfg)
-    if run == "headprune.experiments.ablate.run":
-        check_bootstrap(cfg.ablate, "ablate")
-        splits = string_list(cfg.ablate.get("splits") or [], "ablate.splits")
-        if not splits:
-            raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
-        check_splits(cfg, splits, "ablate.splits")
-    if run == "headprune.experiments.keep_one.run":
-        check_bootstrap(cfg.keep_one, "keep_one")
-        check_selection(cfg, "keep_one")
-    if "speed" in cfg and run in ("headprune.experiments.speed.run", "headprune.experiments.study.run"):
-        check_speed(cfg.speed)
-        check_splits(cfg, [cfg.speed.split], "speed.split")
-        if cfg.speed.get("mask_file"):
-            check_mask_units(cfg, unit)
-    if study:
-        check_bootstrap(cfg.study, "study")
-        check_selection(cfg, "study")  # a resumed study's damaged stage files are named and recomputed, not errors
+    warn_unknown_keys(cfg)
+    check_schema(cfg, SCHEMA)
+    run = run_of(cfg)
+    if run.model:
+        check_device(cfg)
+        check_model(cfg)
+    if run.task:
+        check_task(cfg, run)
+    for check in run.checks:
+        check(cfg)

@@ -65,6 +65,21 @@ def test_prune_orders(shared_task, tmp_path, order, extra):
     if "prune.min_heads_per_layer=1" in extra:
         assert all(min(sum(row) for row in s["mask"]["enc_self"]) >= 1 for s in steps)
     assert steps[0]["score"] == pytest.approx(res["base_score"])
+    assert res["reestimate"] == res["orders"][order]["reestimated"] == ("prune.reestimate=true" in extra)
+
+
+def test_reestimate_is_recorded_per_order(shared_task):
+    """results.json says an order was re-estimated only when it was: random and ablation cannot be."""
+    from omegaconf import OmegaConf
+
+    from headprune.experiments.orders import OrderSettings
+
+    settings = OrderSettings(OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
+    only_random = prune.prune_stage(shared_task, ["random"], [0.0, 0.5], settings, reestimate=True, progress=False)
+    assert only_random["reestimate"] is False and only_random["reestimated_orders"] == []
+    mixed = prune.prune_stage(shared_task, ["importance", "random"], [0.0, 0.5], settings, reestimate=True, progress=False)
+    assert mixed["reestimate"] is True and mixed["reestimated_orders"] == ["importance"]
+    assert mixed["orders"]["importance"]["reestimated"] and not mixed["orders"]["random"]["reestimated"]
 
 
 def test_speed_and_mask_file(shared_task, tmp_path):
@@ -86,6 +101,18 @@ def test_speed_and_mask_file(shared_task, tmp_path):
     assert [r["batch_size"] for r in res["rows"]] == [1, 4]
     assert all(r["flop_ideal_gain"] > 0 and r["original"]["examples_per_s"] > 0 for r in res["rows"])
     assert res["cost"]["pruned"]["attention_flops"] < res["cost"]["original"]["attention_flops"]
+
+
+def test_speed_mask_order_picks_the_mask(shared_task, tmp_path):
+    """Without a mask file, speed.mask_order names the order whose lowest speed.fraction of the heads go."""
+    from headprune.results.run_dir import mask_to_json
+    from headprune.selection.greedy import masks_for_fractions, random_scores
+
+    cfg = make_cfg(tmp_path, "speed", TASK, "speed.mask_order=random", "speed.fraction=0.25", "speed.batch_sizes=[4]", "speed.examples=8")
+    speed.run(cfg)
+    res = results(tmp_path)["results"]
+    expected = masks_for_fractions(random_scores(shared_task.gates.groups, 0), shared_task.gates.groups, [0.25])[0]
+    assert res["mask"] == mask_to_json(expected) and res["heads_pruned"] == 2
 
 
 @pytest.mark.parametrize(

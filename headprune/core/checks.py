@@ -1,22 +1,42 @@
-"""Typed checks of single settings: each returns the value or raises a ConfigError naming the setting."""
+"""Typed checks of single settings: each returns the value or raises a ConfigError naming the setting.
+
+A schema is a mapping {dotted setting: rule}, each rule a ``check(value, name)`` built from the
+functions below (``rule(integer, low=1)``, ``optional(rule(boolean))``, ...); ``check_schema`` applies
+it to the settings a config holds. Values come from the YAML config groups: no default is restated here.
+"""
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 
 from omegaconf import OmegaConf
+
+Rule = Callable[[object, str], object]  # check(value, setting name) -> the value, or a ConfigError
 
 
 class ConfigError(ValueError):
     """A setting, data file or model directory that cannot be used, named with how to fix it."""
 
 
-def integer(value, name: str, low: int | None = None) -> int:
-    """``value`` as an int (>= ``low``), or a ConfigError naming the setting."""
+class ConfigWarning(UserWarning):
+    """A setting that is allowed but will not do what it seems to (e.g. a key no experiment reads)."""
+
+
+def warn(message: str) -> None:
+    """Warn about a setting (a ConfigWarning, shown once per message)."""
+    warnings.warn(message, ConfigWarning, stacklevel=3)
+
+
+def integer(value, name: str, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int (>= ``low``, <= ``high``), or a ConfigError naming the setting."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an integer, got {value!r}")
     if low is not None and value < low:
         raise ConfigError(f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ConfigError(f"{name} must be <= {high}, got {value}")
     return value
 
 
@@ -37,14 +57,28 @@ def number(value, name: str, low: float | None = None, high: float | None = None
     return out
 
 
+def boolean(value, name: str) -> bool:
+    """``value`` as a bool (true or false, never a word such as ``maybe`` or a number), or a ConfigError."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
 def choice(value, name: str, choices) -> str:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {list(choices)}, got {value!r}")
     return str(value)
 
 
-def string_list(value, name: str) -> list[str]:
-    """A list of strings (a single string counts as a one-item list)."""
+def text(value, name: str) -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{name} must be a non-empty text, got {value!r}")
+    return value
+
+
+def string_list(value, name: str, empty: bool = True) -> list[str]:
+    """A list of strings (a single string counts as a one-item list); ``empty=False`` refuses []."""
     if isinstance(value, str):
         return [value]
     if not OmegaConf.is_list(value) and not isinstance(value, (list, tuple)):
@@ -52,6 +86,16 @@ def string_list(value, name: str) -> list[str]:
     items = list(value)
     if not all(isinstance(v, str) for v in items):
         raise ConfigError(f"{name} must be a list of names, got {items!r}")
+    if not items and not empty:
+        raise ConfigError(f"{name} is empty: give at least one name")
+    return items
+
+
+def choices(value, name: str, known) -> list[str]:
+    """A name or a non-empty list of names, each one of ``known``."""
+    items = string_list(value, name, empty=False)
+    for item in items:
+        choice(item, name, known)
     return items
 
 
@@ -61,3 +105,50 @@ def fractions(value, name: str) -> list[float]:
     if not items:
         raise ConfigError(f"{name} is empty: give fractions in [0, 1), e.g. [0, 0.5]")
     return [number(v, name, 0.0, 1.0) for v in items]
+
+
+def positive_ints(value, name: str) -> list[int]:
+    """A non-empty list of positive integers."""
+    if not (OmegaConf.is_list(value) or isinstance(value, (list, tuple))) or not list(value):
+        raise ConfigError(f"{name} must be a non-empty list of positive integers, got {value!r}")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value):
+        raise ConfigError(f"{name} must be positive integers, got {list(value)}")
+    return list(value)
+
+
+def rule(check: Callable, *args, **kwargs) -> Rule:
+    """A schema rule: ``check(value, name, *args, **kwargs)``."""
+    return lambda value, name: check(value, name, *args, **kwargs)
+
+
+def optional(inner: Rule) -> Rule:
+    """``inner``, or null."""
+    return lambda value, name: None if value is None else inner(value, name)
+
+
+def boolean_or(value, name: str, words: tuple[str, ...]):
+    """true, false or one of ``words`` (e.g. ``both``), or a ConfigError."""
+    if isinstance(value, bool) or (isinstance(value, str) and value in words):
+        return value
+    raise ConfigError(f"{name} must be false, true or {' or '.join(words)}, got {value!r}")
+
+
+def setting(cfg, dotted: str, missing=None):
+    """The value of a dotted setting, or ``missing`` when the config lacks it or a section on the way."""
+    node = cfg
+    for part in dotted.split("."):
+        if node is None or not hasattr(node, "get") or part not in node:
+            return missing
+        node = node[part]
+    return node
+
+
+ABSENT = object()
+
+
+def check_schema(cfg, schema: dict[str, Rule]) -> None:
+    """Apply every rule of ``schema`` to the setting the config holds (settings it lacks are not checked)."""
+    for dotted, check in schema.items():
+        value = setting(cfg, dotted, ABSENT)
+        if value is not ABSENT:
+            check(value, dotted)

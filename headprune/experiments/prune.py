@@ -78,6 +78,7 @@ def prune_stage(
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
     base = base or task.evaluate(None, split=split)
+    reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # random and ablation cannot be
     out = {
         "metric": task.metric,
         "split": split,
@@ -86,13 +87,14 @@ def prune_stage(
         "groups": groups,
         "total_heads": sum(shape[g][0] * shape[g][1] for g in groups),
         "min_heads_per_layer": min_per_layer,
-        "reestimate": reestimate,
+        "reestimate": bool(reestimated),  # true only when some order was re-estimated
+        "reestimated_orders": reestimated,
         "fractions": fractions,
         "orders": {},
         **unit_counts(task.gates, groups),
     }
     for order in orders:
-        if reestimate and ORDERS[order].reestimable:
+        if order in reestimated:
             masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress)
         else:
             scores = order_scores(task, order, settings, shared)
@@ -109,7 +111,7 @@ def prune_stage(
             }
             for f, m, r in zip(fractions, masks, results)
         ]
-        out["orders"][order] = {"steps": steps}
+        out["orders"][order] = {"steps": steps, "reestimated": order in reestimated}
         if order in shared:
             out["orders"][order]["head_scores"] = tensor_dict(shared[order])
     return out

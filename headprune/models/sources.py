@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from headprune.core.checks import ConfigError
 from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
 
 VOCABULARY_FILES = (
@@ -79,6 +80,10 @@ def resolve_pretrained(name: str | None, setting: str = "model.pretrained") -> s
         package = importlib.import_module(EMBEDDED[name])
         return str(Path(package.get_model_path()))
     path = Path(name).expanduser()
+    if path.is_file() and not name.endswith(".ckpt"):
+        raise ConfigError(
+            f"{setting}={name} is a file; a model is a directory (config.json, weights, tokenizer): set {setting}={path.resolve().parent}"
+        )
     if path.exists():
         return str(path.resolve())
     if looks_like_path(name):
@@ -113,3 +118,41 @@ def check_model_dir(path: str | Path, setting: str = "model.pretrained", tokeniz
             "Save model and tokenizer together (model.save_pretrained(dir); tokenizer.save_pretrained(dir))"
             + (", or set model.tokenizer=<dir with the tokenizer>" if tokenizer else "")
         )
+
+
+def config_fields(model_cfg) -> dict | None:
+    """The model's config fields: model.config, or the local model's config.json (None: unknown, e.g. a hub name)."""
+    from headprune.results.readers import read_json_file
+
+    fields = model_cfg.get("config")
+    if fields is None and model_cfg.get("pretrained") and not str(model_cfg.pretrained).endswith(".ckpt"):
+        path = Path(resolve_pretrained(str(model_cfg.pretrained))) / "config.json"
+        if not path.is_file():
+            return None
+        fields = read_json_file(path)
+    return None if fields is None else dict(fields)
+
+
+def kv_heads_per_layer(fields: dict) -> int | None:
+    """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
+    kv, heads = fields.get("num_key_value_heads"), fields.get("num_attention_heads")
+    return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
+
+
+def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
+    """The fewest heads (``unit=kv_group``: KV heads) of any attention group, from the model's config fields (None: unknown)."""
+    fields = config_fields(model_cfg)
+    if fields is None:
+        return None
+    if unit == "kv_group":
+        return kv_heads_per_layer(fields)
+    counts = [fields.get(key) for key in ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads")]
+    counts = [int(c) for c in counts if isinstance(c, int)]
+    return min(counts) if counts else None
+
+
+def max_positions(model_cfg) -> int | None:
+    """The most token positions the model takes (``max_position_embeddings``; None: unknown or unbounded)."""
+    fields = config_fields(model_cfg)
+    value = None if fields is None else fields.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

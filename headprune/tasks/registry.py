@@ -13,18 +13,29 @@ from hydra.utils import get_method
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A task: its name, the data it reads, and the dotted paths of its loader and trainer."""
+    """A task: its name, the data it reads, its splits, and the dotted paths of its loader, trainer and config check."""
 
     name: str  # "nli", "mt", ...
     data_kind: str | None  # the ``data.kind`` its data configs carry (None: they carry none)
     data_choices: str  # the data configs to suggest in errors
     load: str  # cfg -> Task (model with gates + data)
     train: str | None  # cfg -> metrics: fine-tune / train the model and save <output_dir>/model (None: no trainer)
+    splits: tuple[str, ...]  # the split names its experiments may name (prune.split, ablate.splits, ...)
+    check: str  # check(cfg, files=True, importance=True): its task.* and data.* settings, data files, lengths; ConfigError
+    selection: str  # the held-out split for choices when no setting names one (never the evaluation split)
+    data_split: str | None = None  # (data cfg, split) -> the data split a name reads (e.g. MT eval -> test); None: itself
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
     "classifier": TaskSpec(
-        "nli", None, "data=nli_synthetic|nli_local|nli_hub", "headprune.tasks.nli.task.load_nli_task", "headprune.tasks.nli.task.finetune"
+        "nli",
+        None,
+        "data=nli_synthetic|nli_local|nli_hub",
+        "headprune.tasks.nli.task.load_nli_task",
+        "headprune.tasks.nli.task.finetune",
+        splits=("train", "importance", "eval", "eval_mismatched"),
+        check="headprune.tasks.nli.config_check.check",
+        selection="importance",
     ),
     "seq2seq": TaskSpec(
         "mt",
@@ -32,8 +43,21 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         "data=mt_synthetic|mt_multi30k|mt_iwslt14|mt_wmt|mt_hub",
         "headprune.tasks.mt.task.load_translation_task",
         "headprune.tasks.mt.task.train",
+        splits=("train", "valid", "test", "eval", "heldout"),
+        check="headprune.tasks.mt.config_check.check",
+        selection="heldout",
+        data_split="headprune.tasks.mt.config.split_of",
     ),
-    "causal_lm": TaskSpec("lm", "lm", "data=lm_local|lm_synthetic|lm_hub", "headprune.tasks.lm.task.load_lm_task", None),
+    "causal_lm": TaskSpec(
+        "lm",
+        "lm",
+        "data=lm_local|lm_synthetic|lm_hub",
+        "headprune.tasks.lm.task.load_lm_task",
+        None,
+        splits=("eval", "importance", "heldout"),
+        check="headprune.tasks.lm.config_check.check",
+        selection="importance",
+    ),
 }
 
 

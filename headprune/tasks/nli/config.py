@@ -69,5 +69,8 @@ class NLIDataConfig:
             value = getattr(self, key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise NLIDataError(f"data.{key} must be a positive integer or null (no limit), got {value!r}")
-        if not isinstance(self.importance_size, int) or self.importance_size < 0:
+        for key in ("importance_holdout", "group_by_length"):
+            if not isinstance(getattr(self, key), bool):
+                raise NLIDataError(f"data.{key} must be true or false, got {getattr(self, key)!r}")
+        if not isinstance(self.importance_size, int) or isinstance(self.importance_size, bool) or self.importance_size < 0:
             raise NLIDataError(f"data.importance_size must be an integer >= 0, got {self.importance_size!r}")

@@ -1,0 +1,70 @@
+"""The language-modelling task's config check: task.* and data.* settings, its text files, lengths the model can take."""
+
+from __future__ import annotations
+
+from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, text
+from headprune.models.sources import max_positions
+
+SOURCES = ("local", "hub", "synthetic")
+SCHEMA = {
+    "task.mask_chunk": rule(integer, low=1),
+    "task.decode_tokens": rule(integer, low=1),
+    "task.decode_prompt_tokens": rule(integer, low=1),
+    "task.selection_split": rule(choice, choices=("importance", "heldout")),
+    "data.source": rule(choice, choices=SOURCES),
+    "data.seed": rule(integer),
+    "data.max_length": rule(integer, low=2),
+    "data.add_bos": rule(boolean),
+    "data.add_eos": rule(boolean),
+    "data.batch_size": rule(integer, low=1),
+    "data.eval_batch_size": rule(integer, low=1),
+    "data.tokenizer.vocab_size": rule(integer, low=1),
+    "data.text_field": rule(text),
+    **{f"data.limits.{split}": optional(rule(integer, low=1)) for split in ("eval", "importance", "heldout")},
+}
+
+
+def check(cfg, files: bool = True, importance: bool = True) -> None:
+    """The LM settings, every split's texts (readable, UTF-8, not empty) and prompt + new tokens within the model's positions."""
+    check_schema(cfg, SCHEMA)
+    check_lengths(cfg)
+    if files and cfg.data.get("source") in ("local", "synthetic"):
+        check_texts(cfg.data)
+
+
+def check_lengths(cfg) -> None:
+    """Decoding (prompt + new tokens) and the evaluated texts must fit the model's position embeddings."""
+    positions = max_positions(cfg.model)
+    task = cfg.get("task") or {}
+    if positions is None:
+        return
+    prompt, new = task.get("decode_prompt_tokens"), task.get("decode_tokens")
+    if prompt is not None and new is not None and prompt + new > positions:
+        raise ConfigError(
+            f"task.decode_prompt_tokens={prompt} + task.decode_tokens={new} = {prompt + new} tokens, but model "
+            f"{cfg.model.get('name')} takes at most {positions} positions: lower task.decode_tokens to at most {max(positions - prompt, 0)}"
+        )
+    length = cfg.data.get("max_length")
+    if isinstance(length, int) and length > positions:
+        raise ConfigError(
+            f"data.max_length={length} tokens per text, but model {cfg.model.get('name')} takes at most {positions} "
+            f"positions: set data.max_length<={positions}"
+        )
+
+
+def check_texts(data) -> None:
+    """Every split's texts readable before any work, and none empty (the error names its files)."""
+    from headprune.tasks.lm.data import load_texts
+
+    try:
+        texts = load_texts(data)
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"data={data.get('name')}: {err}") from None
+    for split, lines in texts.items():
+        if not lines:
+            files = (data.get("files") or {}).get(split)
+            where = f"data.files.{split}={list(files) if files is not None and not isinstance(files, str) else files}"
+            raise ConfigError(
+                f"data={data.get('name')}: the {split} split holds no text ({where} has no non-empty line under data.dir={data.get('dir')}): "
+                "give files with one text per line"
+            )

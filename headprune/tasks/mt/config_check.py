@@ -1,0 +1,66 @@
+"""The translation task's config check: task.* and data.* settings, its aligned files, lengths the model can take."""
+
+from __future__ import annotations
+
+from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, number, rule
+from headprune.models.sources import max_positions
+from headprune.tasks.mt.config import SPLITS, split_limit
+
+SCHEMA = {
+    "task.label_smoothing": rule(number, low=0.0, high=1.0),
+    "task.beam_size": rule(integer, low=1),
+    "task.val_beam_size": rule(integer, low=1),
+    "task.len_ratio": rule(number, low=0.0, closed="()"),
+    "task.len_extra": rule(integer, low=0),
+    "task.mask_chunk": rule(integer, low=1),
+    "optim.lr": rule(number, low=0.0, closed="()"),
+    "scheduler.warmup_steps": rule(integer, low=0),
+    "data.source": rule(choice, choices=("files", "hub", "synthetic")),
+    "data.eval_split": rule(choice, choices=SPLITS),
+    "data.heldout_split": rule(choice, choices=SPLITS),
+    "data.tokenizer.kind": rule(choice, choices=("bpe", "unigram")),
+    "data.tokenizer.vocab_size": rule(integer, low=1),
+    "data.tokenizer.min_frequency": rule(integer, low=1),
+    "data.hub.trust_remote_code": rule(boolean),
+    "data.num_workers": rule(integer, low=0),
+    "data.importance.max_tokens": rule(integer, low=1),
+    **{f"data.{key}": rule(integer, low=1) for key in ("max_tokens", "eval_max_tokens", "eval_batch_size", "max_len")},
+}
+
+
+def check(cfg, files: bool = True, importance: bool = True) -> None:
+    """The MT settings, an importance subset where importance is read, lengths, and every split's aligned files."""
+    check_schema(cfg, SCHEMA)
+    data = cfg.data
+    for split in SPLITS:
+        try:
+            split_limit(data, split)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    if importance:
+        integer(data.importance.size, "data.importance.size", 1)
+    check_lengths(cfg)
+    if files and data.source == "files":
+        check_files(data)
+
+
+def check_lengths(cfg) -> None:
+    """Training pairs of data.max_len tokens must fit the model's position embeddings."""
+    positions = max_positions(cfg.model)
+    length = cfg.data.get("max_len")
+    if positions is not None and isinstance(length, int) and length > positions:
+        raise ConfigError(
+            f"data.max_len={length} tokens per sentence, but model {cfg.model.get('name')} takes at most {positions} "
+            f"positions: set data.max_len<={positions}"
+        )
+
+
+def check_files(data) -> None:
+    """Every split's two files: present, UTF-8, aligned line by line (errors name file and line)."""
+    from headprune.tasks.mt.files import read_aligned
+
+    for split in SPLITS:
+        try:
+            read_aligned(data.dir, data.splits[split], data.src_lang, data.tgt_lang)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"data split {split!r}: {err}") from None

@@ -1,0 +1,63 @@
+"""The NLI task's config check: task.* and data.* settings, its data files, lengths the model can take."""
+
+from __future__ import annotations
+
+from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
+from headprune.models.sources import max_positions
+
+SCHEMA = {
+    "task.lr": rule(number, low=0.0, closed="()"),
+    "task.weight_decay": rule(number, low=0.0),
+    "task.warmup_ratio": rule(number, low=0.0, high=1.0),
+    "task.warmup_steps": optional(rule(integer, low=0)),
+    "task.exact_eval": rule(boolean),
+}
+
+
+def check(cfg, files: bool = True, importance: bool = True) -> None:
+    """The NLI settings, a tokenizer, an importance subset where importance is read, lengths, and the local files."""
+    from headprune.tasks.nli.config import NLIDataConfig
+
+    check_schema(cfg, SCHEMA)
+    try:
+        config = NLIDataConfig.from_cfg(cfg.data)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err)) from None
+    if not cfg.model.get("tokenizer"):
+        raise ConfigError(f"model {cfg.model.get('name')!r} sets no tokenizer: set model.tokenizer=<dir, hub name or minilm>")
+    if importance and config.importance_size < 1:
+        raise ConfigError(
+            "data.importance_size=0 leaves the importance subset empty (head importance and the held-out choices "
+            "read it): set data.importance_size to a number of training examples, e.g. 2000"
+        )
+    positions = max_positions(cfg.model)
+    if positions is not None and config.max_length > positions:
+        raise ConfigError(
+            f"data.max_length={config.max_length} tokens per pair, but model {cfg.model.get('name')} takes at most "
+            f"{positions} positions: set data.max_length<={positions}"
+        )
+    if config.source == "local" and files:
+        check_files(config)
+
+
+def check_files(config) -> None:
+    """Every split's file: present (train and eval), UTF-8, not empty; errors name file and line."""
+    from headprune.tasks.nli.config import REQUIRED, SPLITS
+    from headprune.tasks.nli.files import find_split_file
+    from headprune.tasks.text_lines import check_utf8
+
+    for split in SPLITS:
+        stem = config.files.get(split)
+        if not stem:
+            continue
+        try:
+            path = find_split_file(config.dir, stem, split)
+            lines = check_utf8(path)
+        except FileNotFoundError as err:
+            if split in REQUIRED:
+                raise ConfigError(str(err)) from None
+            continue
+        except (OSError, ValueError) as err:
+            raise ConfigError(str(err)) from None
+        if lines == 0 and split in REQUIRED:
+            raise ConfigError(f"{path} (data.files.{split}) is empty: the {split} split needs labelled examples")
