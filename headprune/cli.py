@@ -1,31 +1,86 @@
-"""The Hydra entry point ``headprune``: compose the config and run the chosen experiment."""
+"""The Hydra entry point ``headprune``: compose the config and run the chosen experiment.
+
+An input failure (a ConfigError, a missing input file, a config that does not compose) prints one
+message to stderr, saying what is wrong, where and how to fix it, and exits with status 2; its
+traceback only with ``--verbose`` or ``HYDRA_FULL_ERROR=1``. Any other error is a failure of
+headprune itself and keeps its traceback (status 1).
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 
 import hydra
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
+from headprune.core.checks import ConfigError, ConfigWarning
 from headprune.experiments.conf_dir import config_dir
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 CONFIG_DIR = config_dir()
+INPUT_ERRORS = (ConfigError, FileNotFoundError)  # what the user gave is wrong: one message, no traceback
+USAGE_ERROR = 2  # exit status of an input failure (1: a failure of headprune itself)
+_started: list[bool] = []  # set once Hydra composed the config and called the task function
+
+
+def verbose() -> bool:
+    """Tracebacks of input failures too (``--verbose`` or ``HYDRA_FULL_ERROR=1``)."""
+    return os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0")
+
+
+def input_failure(err: BaseException) -> None:
+    """Print an input failure as one message to stderr and exit with status 2."""
+    print(f"headprune: error: {err}", file=sys.stderr, flush=True)
+    print("(run with --verbose for the traceback)", file=sys.stderr, flush=True)
+    raise SystemExit(USAGE_ERROR)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
-def main(cfg: DictConfig):
+def run_app(cfg: DictConfig):
     """Check the config, run ``cfg.run`` (set by the experiment file) and return its optimized metric, if any."""
     from headprune.validation import validate
 
-    validate(cfg)
-    result = get_method(cfg.run)(cfg)
+    _started.append(True)
+    try:
+        validate(cfg)
+        result = get_method(cfg.run)(cfg)
+    except INPUT_ERRORS as err:
+        if verbose():
+            raise
+        input_failure(err)
     if isinstance(result, dict):
         return result.get("objective")
     return result
+
+
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A ConfigWarning as one line about the setting (no source line); others as Python formats them."""
+    if issubclass(category, ConfigWarning):
+        return f"headprune: warning: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
+
+
+_python_format = warnings.formatwarning
+
+
+def main():
+    """``headprune [--verbose] [hydra options] key=value ...``: run ``run_app``; a config that does not compose exits with status 2."""
+    warnings.formatwarning = _format_warning
+    if "--verbose" in sys.argv[1:]:
+        sys.argv.remove("--verbose")
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    _started.clear()
+    try:
+        return run_app()
+    except SystemExit as done:
+        if done.code not in (0, None, USAGE_ERROR) and not _started:  # Hydra printed why the config does not compose
+            raise SystemExit(USAGE_ERROR) from None
+        raise
 
 
 if __name__ == "__main__":
