@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.headprune-installed
 
-.PHONY: venv test test-fast lint demo bench check-results clean lock
+.PHONY: venv test test-fast test-slurm lint demo bench check-results clean lock
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ lint: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow"
+
+# A one-node SLURM cluster (root, apt: slurmctld, slurmd, munge), a 2-job CPU sweep and an srun DDP fine-tune on it.
+test-slurm: $(STAMP)
+	PYTHON=$(abspath $(BIN)/python) tools/slurm_local.sh
 
 demo: $(STAMP)
 	$(BIN)/headprune experiment=study

@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
     "launcher,target",
     [
         ("slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+        ("slurm_cpu", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
         ("local", "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"),
     ],
 )
@@ -25,6 +26,9 @@ def test_launcher_composes(launcher, target):
     assert cfg.hydra.launcher._target_ == target
     if launcher == "slurm":
         assert cfg.hydra.launcher.gpus_per_node == 1 and cfg.hydra.launcher.timeout_min == 240
+    elif launcher == "slurm_cpu":
+        got = cfg.hydra.launcher
+        assert (got.gpus_per_node, got.cpus_per_task, got.mem_gb, got.partition, got.timeout_min) == (0, 1, 4, "cpu", 240)
     else:
         assert cfg.hydra.launcher.n_jobs == 2
 
