@@ -12,13 +12,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from experiment_helpers import BASES, NLI, compose_cfg
+from experiment_helpers import BASES, NLI, ROOT, compose_cfg
 
 SECONDS = 10.0
 
@@ -97,6 +98,37 @@ def mask_file(root: Path, value) -> Path:
     return path
 
 
+def full_mask_file(root: Path, value: int) -> Path:
+    """A mask JSON for tiny_bert whose every entry is ``value`` (0: every head removed, 1: none)."""
+    path = root / "mask.json"
+    path.write_text(json.dumps({"mask": {"enc_self": [[value] * 4, [value] * 4]}}))
+    return path
+
+
+def prune_results_file(root: Path) -> Path:
+    """A prune results.json for tiny_bert: the importance order at fractions 0 and 0.25."""
+    steps = [
+        {"fraction": 0.0, "mask": {"enc_self": [[1, 1, 1, 1], [1, 1, 1, 1]]}},
+        {"fraction": 0.25, "mask": {"enc_self": [[1, 0, 1, 1], [1, 1, 0, 1]]}},
+    ]
+    path = root / "prune.json"
+    path.write_text(json.dumps({"results": {"orders": {"importance": {"steps": steps}}}}))
+    return path
+
+
+def write_lm(root: Path, fault: str) -> Path:
+    """eval.txt, importance.txt and heldout.txt (one text per line), with an empty importance file or a bad byte."""
+    root.mkdir(parents=True, exist_ok=True)
+    for split in ("eval", "importance", "heldout"):
+        data = "".join(f"a {split} text number {i}\n" for i in range(8)).encode()
+        if fault == "empty" and split == "importance":
+            data = b"\n\n"
+        if fault == "utf8" and split == "heldout":
+            data = data.replace(b"number 2", b"num\xffber 2")
+        (root / f"{split}.txt").write_bytes(data)
+    return root
+
+
 # ---- config rows: overrides -> words of the error -----------------------------------------------
 
 PRE = {  # a row's files, written before composing
@@ -112,8 +144,21 @@ PRE = {  # a row's files, written before composing
     "mask_kv_ok": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 0], [1, 1]]}})),
     "stage_corrupt": lambda tmp: ((tmp / "stages").mkdir(), (tmp / "stages" / "scores.json").write_text('{"complete": tr')),
     "train_corrupt": lambda tmp: ((tmp / "train").mkdir(), (tmp / "train" / "results.json").write_text("{")),
+    "mask_none_kept": lambda tmp: full_mask_file(tmp, 0),
+    "mask_all_kept": lambda tmp: full_mask_file(tmp, 1),
+    "prune_results": prune_results_file,
+    "lm_empty": lambda tmp: write_lm(tmp / "lm", "empty"),
+    "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
+LM_FILES = [
+    "data=lm_local",
+    "data.dir={tmp}/lm",
+    "data.files.eval=[eval.txt]",
+    "data.files.importance=[importance.txt]",
+    "data.files.heldout=[heldout.txt]",
+    "data.tokenizer.vocab_size=200",
+]
 
 CONFIG_ROWS = [
     # (id, task, overrides, words, files)
@@ -182,8 +227,8 @@ CONFIG_ROWS = [
     ("prune-n-samples-0", "nli", ["experiment=prune", "prune.n_samples=0"], "prune.n_samples", None),
     ("prune-target-speedup-one", "nli", ["experiment=prune", "prune.target={{speedup:1.0}}"], "must be > 1", None),
     ("prune-target-speedup-below-one", "nli", ["experiment=prune", "prune.target={{speedup:0.8}}"], "prune.target", None),
-    ("prune-target-flops-zero", "nli", ["experiment=prune", "prune.target={{flops:0}}"], "(0, 1]", None),
-    ("prune-target-flops-above-one", "mt", ["experiment=prune", "prune.target={{flops:1.5}}"], "(0, 1]", None),
+    ("prune-target-flops-zero", "nli", ["experiment=prune", "prune.target={{flops:0}}"], "(0, 1)", None),
+    ("prune-target-flops-above-one", "mt", ["experiment=prune", "prune.target={{flops:1.5}}"], "(0, 1)", None),
     ("prune-target-drop-negative", "nli", ["experiment=prune", "prune.target={{max_drop:-1}}"], "must be >= 0", None),
     ("prune-target-two-at-once", "nli", ["experiment=prune", "prune.target={{speedup:1.3,flops:0.6}}"], "exactly one", None),
     ("prune-target-not-a-mapping", "nli", ["experiment=prune", "prune.target=1.3"], "a mapping with one key", None),
@@ -229,7 +274,7 @@ CONFIG_ROWS = [
         "speed.batch_sizes",
         None,
     ),
-    ("study-target-flops-zero", "nli", ["experiment=study", "prune.target={{flops:0}}"], "(0, 1]", None),
+    ("study-target-flops-zero", "nli", ["experiment=study", "prune.target={{flops:0}}"], "(0, 1)", None),
     ("study-recover-bogus", "mt", ["experiment=study", "prune.recover=retrain"], "prune.recover", None),
     ("nli-utf8", "nli", ["experiment=ablate", "data=nli_local", "data.dir={tmp}/nli"], "dev_matched.jsonl:4: not valid UTF-8", "nli_utf8"),
     ("nli-missing-dir", "nli", ["experiment=prune", "data=nli_local", "data.dir={tmp}/nothing"], "does not exist", None),
@@ -276,6 +321,190 @@ CONFIG_ROWS = [
     ("lm-decode-tokens-zero", "lm", ["experiment=speed", "task.decode_tokens=0"], "task.decode_tokens", None),
     ("lm-selection-is-eval", "lm", ["experiment=keep_one", "task.selection_split=eval"], "task.selection_split", None),
     ("lm-min-heads-kv-group", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.min_heads_per_layer=2"], "at most 1", None),
+    # schedules of targets: one kind, each step beyond the one before
+    (
+        "prune-schedule-shrinking-speedup",
+        "nli",
+        ["experiment=prune", "prune.schedule=[{{speedup:1.5}},{{speedup:1.2}}]"],
+        "already met",
+        None,
+    ),
+    ("prune-schedule-equal-speedup", "mt", ["experiment=prune", "prune.schedule=[{{speedup:1.2}},{{speedup:1.2}}]"], "already met", None),
+    ("prune-schedule-growing-flops", "nli", ["experiment=prune", "prune.schedule=[{{flops:0.6}},{{flops:0.8}}]"], "already met", None),
+    (
+        "prune-schedule-mixed-kinds",
+        "nli",
+        ["experiment=prune", "prune.schedule=[{{speedup:1.2}},{{flops:0.9}}]"],
+        "one kind of target",
+        None,
+    ),
+    ("prune-schedule-fraction-then-target", "nli", ["experiment=prune", "prune.schedule=[0.2,{{speedup:1.2}}]"], "not a mix", None),
+    ("prune-schedule-words", "nli", ["experiment=prune", "prune.schedule=[a,b]"], "a schedule step is a fraction", None),
+    ("prune-schedule-zero-first", "nli", ["experiment=prune", "prune.schedule=[0,0.2]"], "prunes nothing", None),
+    ("prune-target-flops-one", "nli", ["experiment=prune", "prune.target={{flops:1.0}}"], "removes nothing", None),
+    ("study-schedule-mixed", "nli", ["experiment=study", "prune.schedule=[0.2,{{speedup:1.2}}]"], "not a mix", None),
+    # settings that would be ignored or contradict each other
+    ("speed-mask-order-without-file", "nli", ["experiment=speed", "speed.mask_order=fisher+lsq"], "needs speed.mask_file", None),
+    ("speed-mask-step-without-file", "nli", ["experiment=speed", "speed.mask_step='speedup=1.3'"], "speed.mask_step", None),
+    ("speed-mask-step-not-text", "nli", ["experiment=speed", "speed.mask_step=0.4"], "speed.mask_step must be a non-empty text", None),
+    ("prune-finetune-warmup-without-decay", "nli", ["experiment=prune", "prune.finetune.warmup=0.1"], "decay=true", None),
+    ("speed-repeats-above-max", "nli", ["experiment=speed", "speed.repeats=10", "speed.max_repeats=3"], "speed.max_repeats", None),
+    (
+        "prune-measure-speed-repeats-above-max",
+        "nli",
+        ["experiment=prune", "prune.measure_speed=true", "speed.repeats=9", "speed.max_repeats=4"],
+        "speed.max_repeats",
+        None,
+    ),
+    ("prune-latency-without-target", "nli", ["experiment=prune", "prune.cost=latency"], "without one", None),
+    ("prune-latency-with-fractions", "nli", ["experiment=prune", "prune.cost=latency", "prune.recover=lsq"], "without one", None),
+    (
+        "prune-reestimate-with-target",
+        "nli",
+        ["experiment=prune", "prune.reestimate=true", "prune.target={{speedup:1.3}}"],
+        "would be ignored",
+        None,
+    ),
+    (
+        "prune-reestimate-with-schedule",
+        "mt",
+        ["experiment=prune", "prune.reestimate=true", "prune.schedule=[0.2,0.4]"],
+        "would be ignored",
+        None,
+    ),
+    (
+        "prune-reestimate-random-only",
+        "nli",
+        ["experiment=prune", "prune.reestimate=true", "prune.order=random"],
+        "can be re-estimated",
+        None,
+    ),
+    (
+        "prune-reestimate-ablation-random",
+        "nli",
+        ["experiment=prune", "prune.reestimate=true", "prune.order=[ablation,random]"],
+        "can be re-estimated",
+        None,
+    ),
+    ("study-prune-reestimate", "nli", ["experiment=study", "prune.reestimate=true"], "study.reestimate", None),
+    ("study-speed-mask-file", "nli", ["experiment=study", "speed.mask_file={tmp}/mask.json"], "belong to experiment=speed", "mask_half"),
+    ("study-speed-mask-order", "nli", ["experiment=study", "speed.mask_order=fisher"], "belong to experiment=speed", None),
+    ("speed-fraction-zero", "nli", ["experiment=speed", "speed.fraction=0"], "prunes no head", None),
+    ("study-speed-fraction-zero", "mt", ["experiment=study", "speed.fraction=0"], "prunes no head", None),
+    ("speed-mask-file-every-head", "nli", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "removes every head", "mask_none_kept"),
+    ("speed-mask-file-no-head", "nli", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "removes no head", "mask_all_kept"),
+    (
+        "speed-prune-results-fraction-zero",
+        "nli",
+        ["experiment=speed", "speed.mask_file={tmp}/prune.json", "speed.fraction=0"],
+        "removes no head",
+        "prune_results",
+    ),
+    (
+        "speed-prune-results-no-order",
+        "nli",
+        ["experiment=speed", "speed.mask_file={tmp}/prune.json", "speed.mask_order=entropy", "speed.fraction=0.25"],
+        "has no order 'entropy'",
+        "prune_results",
+    ),
+    (
+        "speed-prune-results-no-step",
+        "nli",
+        ["experiment=speed", "speed.mask_file={tmp}/prune.json", "speed.fraction=0.5"],
+        "no step at fraction 0.5",
+        "prune_results",
+    ),
+    # booleans are booleans
+    (
+        "prune-finetune-decay-maybe",
+        "nli",
+        ["experiment=prune", "prune.finetune.decay=maybe"],
+        "prune.finetune.decay must be true or false",
+        None,
+    ),
+    (
+        "importance-normalize-layers-maybe",
+        "nli",
+        ["experiment=prune", "importance.normalize_layers=maybe"],
+        "importance.normalize_layers",
+        None,
+    ),
+    ("importance-normalize-global-one", "mt", ["experiment=speed", "importance.normalize_global=1"], "must be true or false", None),
+    ("prune-reestimate-maybe", "nli", ["experiment=prune", "prune.reestimate=maybe"], "prune.reestimate must be true or false", None),
+    ("prune-measure-speed-maybe", "nli", ["experiment=prune", "prune.measure_speed=maybe"], "prune.measure_speed", None),
+    ("prune-rearrange-number", "nli", ["experiment=prune", "prune.rearrange=2"], "false, true or both", None),
+    ("speed-check-score-maybe", "nli", ["experiment=speed", "speed.check_score=maybe"], "speed.check_score", None),
+    ("study-train-maybe", "nli", ["experiment=study", "study.train=maybe"], "study.train must be true or false", None),
+    ("study-reestimate-text", "mt", ["experiment=study", "study.reestimate=yes"], "study.reestimate", None),
+    ("nli-importance-holdout-maybe", "nli", ["experiment=ablate", "data.importance_holdout=maybe"], "data.importance_holdout", None),
+    ("nli-group-by-length-maybe", "nli", ["experiment=nli_finetune", "data.group_by_length=maybe"], "data.group_by_length", None),
+    ("nli-exact-eval-maybe", "nli", ["experiment=nli_finetune", "task.exact_eval=maybe"], "task.exact_eval", None),
+    ("lm-add-bos-maybe", "lm", ["experiment=prune", "data.add_bos=maybe"], "data.add_bos must be true or false", None),
+    (
+        "mt-trust-remote-code-maybe",
+        "mt",
+        ["experiment=ablate", "data=mt_hub", "data.hub.trust_remote_code=maybe"],
+        "trust_remote_code",
+        None,
+    ),
+    (
+        "trainer-progress-bar-maybe",
+        "nli",
+        ["experiment=nli_finetune", "trainer.enable_progress_bar=maybe"],
+        "trainer.enable_progress_bar",
+        None,
+    ),
+    (
+        "trainer-deterministic-maybe",
+        "mt",
+        ["experiment=mt_train", "model=tiny_marian", "trainer.deterministic=maybe"],
+        "false, true or warn",
+        None,
+    ),
+    # other types and ranges of the schema
+    ("prune-lsq-ridge-zero", "nli", ["experiment=prune", "prune.lsq.ridge=0"], "prune.lsq.ridge", None),
+    ("prune-seq-len-zero", "nli", ["experiment=prune", "prune.seq_len=0"], "prune.seq_len", None),
+    ("checkpoint-top-k", "nli", ["experiment=nli_finetune", "callbacks.checkpoint.save_top_k=-2"], "save_top_k", None),
+    ("inspect-seq-len-zero", "nli", ["experiment=inspect", "inspect.seq_len=0"], "inspect.seq_len", None),
+    (
+        "dynamics-report-fraction",
+        "mt",
+        ["experiment=dynamics", "ckpt_dir=x", "dynamics.report_fraction=2"],
+        "dynamics.report_fraction",
+        None,
+    ),
+    ("mt-beam-size-zero", "mt", ["experiment=ablate", "task.beam_size=0"], "task.beam_size", None),
+    ("nli-lr-negative", "nli", ["experiment=nli_finetune", "task.lr=-1"], "task.lr", None),
+    ("lm-limit-zero", "lm", ["experiment=ablate", "data.limits.eval=0"], "data.limits.eval", None),
+    # lengths past the model (tiny models take 128 positions)
+    ("lm-decode-past-positions", "lm", ["experiment=speed", "task.decode_tokens=300"], "at most 128 positions", None),
+    ("lm-decode-a-billion", "lm", ["experiment=speed", "task.decode_tokens=1000000000"], "lower task.decode_tokens", None),
+    ("lm-prompt-plus-decode", "lm", ["experiment=speed", "task.decode_tokens=120", "task.decode_prompt_tokens=16"], "136 tokens", None),
+    ("lm-max-length-past-positions", "lm", ["experiment=prune", "data.max_length=512"], "data.max_length=512", None),
+    ("nli-max-length-past-positions", "nli", ["experiment=ablate", "data.max_length=512"], "data.max_length=512", None),
+    ("mt-max-len-past-positions", "mt", ["experiment=mt_train", "model=tiny_marian", "data.max_len=256"], "data.max_len=256", None),
+    # unclear errors made clear
+    ("prune-order-empty", "nli", ["experiment=prune", "prune.order=[]"], "prune.order is empty", None),
+    ("study-order-empty", "mt", ["experiment=study", "prune.order=[]"], "prune.order is empty", None),
+    ("nli-importance-size-zero", "nli", ["experiment=prune", "data.importance_size=0"], "data.importance_size=0", None),
+    ("nli-keep-one-importance-size-zero", "nli", ["experiment=keep_one", "data.importance_size=0"], "data.importance_size", None),
+    ("mt-importance-size-zero", "mt", ["experiment=prune", "data.importance.size=0"], "data.importance.size", None),
+    ("lm-importance-file-empty", "lm", ["experiment=prune", *LM_FILES], "data.files.importance=['importance.txt']", "lm_empty"),
+    ("lm-utf8", "lm", ["experiment=ablate", *LM_FILES], "heldout.txt:3: not valid UTF-8", "lm_utf8"),
+    (
+        "pretrained-is-config-json",
+        "nli",
+        ["experiment=ablate", "model=minilm", "model.pretrained={models}/complete/config.json"],
+        "is a file",
+        None,
+    ),
+    ("tokenizer-is-a-file", "nli", ["experiment=ablate", "model.tokenizer={models}/complete/config.json"], "model.tokenizer", None),
+    ("device-cuda-without-gpu", "nli", ["experiment=prune", "device=cuda"], "no GPU here", None),
+    ("device-cuda-index-without-gpu", "lm", ["experiment=speed", "device=cuda:1"], "no GPU here", None),
+    ("device-bogus", "nli", ["experiment=ablate", "device=tpu9"], "is no device", None),
+    ("trainer-gpu-without-gpu", "nli", ["experiment=nli_finetune", "trainer=gpu"], "no GPU here", None),
+    ("mt-train-gpu-without-gpu", "mt", ["experiment=mt_train", "model=tiny_marian", "trainer=gpu"], "trainer=cpu", None),
+    ("study-train-gpu-without-gpu", "nli", ["experiment=study", "trainer=gpu"], "no GPU here", None),
 ]
 
 
@@ -306,6 +535,7 @@ def test_config_error(tmp_path, model_dirs, no_forward, monkeypatch, task, overr
     from headprune.validation import validate
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same answers on a machine with a GPU
     if files:
         PRE[files](tmp_path)
     start = time.perf_counter()
@@ -363,6 +593,9 @@ CLI_ROWS = [
     ("cli-study-batch-zero", ["experiment=study", "speed.batch_sizes=[0]"], "speed.batch_sizes"),
     ("cli-prune-speedup-one", ["experiment=prune", "prune.target={speedup:1}"], "must be > 1"),
     ("cli-prune-two-targets", ["experiment=prune", "prune.target={speedup:1.3,max_drop:1}"], "exactly one"),
+    ("cli-prune-order-empty", ["experiment=prune", "prune.order=[]"], "prune.order is empty"),
+    ("cli-schedule-fraction-and-target", ["experiment=prune", "prune.schedule=[0.2,{speedup:1.2}]"], "not a mix"),
+    ("cli-decay-maybe", ["experiment=prune", "prune.finetune.decay=maybe"], "must be true or false"),
 ]
 
 
@@ -542,6 +775,92 @@ def _unit_gates_without_gqa(tmp_path):
     unit_gates(HeadGates(model), "kv_group")
 
 
+def _saved_tiny(tmp_path) -> Path:
+    from headprune.core.pruning import prune_heads
+    from headprune.core.saving import save_pruned
+
+    model, _ = _tiny_gates()
+    prune_heads(model, {"enc_self": {"0": [1]}})
+    return save_pruned(model, tmp_path / "pruned")
+
+
+def _truncated(name: str):
+    def call(tmp_path):
+        from headprune.core.saving import load_pruned
+
+        path = _saved_tiny(tmp_path) / name
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        load_pruned(tmp_path / "pruned")
+
+    return call
+
+
+def _importance_without_labels(tmp_path):
+    from headprune.scoring.importance import importance_scores
+
+    model, gates = _tiny_gates()
+    batch = {"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+    importance_scores(model, gates, [batch])
+
+
+def _schedule(steps):
+    def call(tmp_path):
+        from headprune.selection.schedule import check_schedule
+
+        check_schedule(steps)
+
+    return call
+
+
+def _iterative_prune_shrinking(tmp_path):
+    from headprune.selection.costs import flops_cost_model
+    from headprune.selection.schedule import iterative_prune
+
+    model, _ = _tiny_gates()
+    iterative_prune(model, [{"speedup": 1.5}, {"speedup": 1.2}], [], costs=flops_cost_model(model, seq_len=8))
+
+
+def _lm_read_texts_utf8(tmp_path):
+    from headprune.tasks.lm.data import read_texts
+
+    read_texts(write_lm(tmp_path / "lm", "utf8") / "heldout.txt")
+
+
+def _resolve_config_json(tmp_path):
+    from headprune.models.sources import resolve_pretrained
+
+    (tmp_path / "config.json").write_text("{}")
+    resolve_pretrained(str(tmp_path / "config.json"))
+
+
+def _time_budget(tmp_path):
+    """A call slower than the whole budget (as a long generation): stopped at the budget, with a clear error."""
+    from headprune.engine.timing import compare_throughput
+
+    slow = {name: (lambda batch: time.sleep(0.3)) for name in ("original", "pruned")}
+    batches = [{"input_ids": torch.ones(1, 4, dtype=torch.long)}] * 20  # 6 s a pass without the budget
+    compare_throughput(slow, batches, warmup=0, repeats=2, max_seconds=0.2)
+
+
+def _gain_of_nothing(tmp_path):
+    from headprune.engine.verdict import gain_summary
+
+    gain_summary([], [])
+
+
+def _chosen_mask_no_order(tmp_path):
+    from headprune.experiments.speed import chosen_mask
+
+    path = prune_results_file(tmp_path)
+    chosen_mask(json.loads(path.read_text()), path, "fisher", 0.25)
+
+
+def _flops_target_one(tmp_path):
+    from headprune.selection.mask_search import PruneTarget
+
+    PruneTarget("flops", 1.0)
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -559,6 +878,20 @@ API_ROWS = [
     pytest.param(_edited_record, "SHA-256", id="api-edited-pruning-record"),
     pytest.param(_gguf_missing, "pip install gguf", id="api-validate-embedded-llm-without-gguf"),
     pytest.param(_unit_gates_without_gqa, "grouped-query attention", id="api-kv-group-unit-without-gqa"),
+    pytest.param(_truncated("model.safetensors"), "model.safetensors cannot be read", id="api-load-pruned-truncated-weights"),
+    pytest.param(_truncated("headprune_pruning.json"), "headprune_pruning.json is not valid JSON", id="api-load-pruned-truncated-record"),
+    pytest.param(_truncated("config.json"), "config.json cannot be read", id="api-load-pruned-truncated-config"),
+    pytest.param(_importance_without_labels, "needs each batch's labels", id="api-importance-without-labels"),
+    pytest.param(_schedule([0.2, {"speedup": 1.2}]), "not a mix", id="api-schedule-fraction-and-target"),
+    pytest.param(_schedule([{"speedup": 1.5}, {"speedup": 1.2}]), "already met", id="api-schedule-shrinking-speedup"),
+    pytest.param(_schedule([{"speedup": 1.2}, {"flops": 0.9}]), "one kind", id="api-schedule-mixed-kinds"),
+    pytest.param(_iterative_prune_shrinking, "already met", id="api-iterative-prune-shrinking-targets"),
+    pytest.param(_lm_read_texts_utf8, "heldout.txt:3", id="api-lm-read-texts-utf8"),
+    pytest.param(_resolve_config_json, "is a file", id="api-resolve-pretrained-config-json"),
+    pytest.param(_time_budget, "speed.max_seconds=0.2 ran out", id="api-time-budget-bounds-a-slow-call"),
+    pytest.param(_gain_of_nothing, "no timed repeats", id="api-gain-without-repeats"),
+    pytest.param(_chosen_mask_no_order, "has no order 'fisher'", id="api-speed-mask-order-missing"),
+    pytest.param(_flops_target_one, "removes nothing", id="api-flops-target-one"),
 ]
 
 
@@ -572,8 +905,70 @@ def test_api_error(tmp_path, no_forward, monkeypatch, call, words):
     assert time.perf_counter() - start < SECONDS
 
 
+# ---- warning rows: allowed, but a ConfigWarning says it does nothing ---------------------------------
+
+WARNING_ROWS = [
+    ("warn-unknown-top-level-key", "nli", ["experiment=prune", "+foo=1"], "['foo']"),
+    ("warn-misplaced-prune-setting", "mt", ["experiment=ablate", "+step=0.2"], "prune.step, not +step"),
+]
+
+
+@pytest.mark.parametrize("task,overrides,words", [pytest.param(*row[1:], id=row[0]) for row in WARNING_ROWS])
+def test_config_warning(tmp_path, no_forward, monkeypatch, task, overrides, words):
+    from headprune.core.checks import ConfigWarning
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.warns(ConfigWarning, match=".") as caught:
+        validate(compose_row(tmp_path, task, overrides))
+    assert any(words in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+def test_known_settings_do_not_warn(tmp_path, no_forward, monkeypatch):
+    import warnings
+
+    from headprune.core.checks import ConfigWarning
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        for experiment in ("prune", "study", "speed"):
+            validate(compose_row(tmp_path, "nli", [f"experiment={experiment}"]))
+
+
+# ---- process rows: the installed command, one message on stderr and status 2 -----------------------
+
+PROCESS_ROWS = [
+    ("proc-config-error", ["experiment=prune", "+foo=1", "prune.order=[]"], "prune.order is empty"),
+    ("proc-composition-error", ["experiment=prune", "prune.nope=1"], "nope"),
+]
+
+
+def _headprune(tmp_path, overrides: list[str], *extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"} | {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "headprune.cli", *extra, *NLI, "logger=none", "device=cpu", *overrides]
+    command += [f"hydra.run.dir={tmp_path}/run", f"paths.data_dir={tmp_path}/data"]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow  # two to three interpreter starts
+@pytest.mark.parametrize("overrides,words", [pytest.param(*row[1:], id=row[0]) for row in PROCESS_ROWS])
+def test_command_prints_one_message(tmp_path, overrides, words):
+    """An input failure: its message on stderr, no traceback, status 2; ``--verbose`` adds the traceback."""
+    done = _headprune(tmp_path, overrides)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert words in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "run" / "results.json").exists()
+    if overrides == PROCESS_ROWS[0][1]:
+        assert "headprune: warning: setting(s) ['foo']" in done.stderr  # a warning is one line too
+        loud = _headprune(tmp_path, overrides, "--verbose")
+        assert loud.returncode != 0 and "Traceback" in loud.stderr and words in loud.stderr
+
+
 def test_table_is_complete():
-    """At least 40 bad inputs, each with its own id (recovered rows included)."""
-    ids = [row[0] for row in CONFIG_ROWS + RECOVERED_ROWS] + [row[0] for row in CLI_ROWS] + [p.id for p in API_ROWS]
-    assert len(ids) >= 40 and len(ids) == len(set(ids))
+    """At least 150 bad inputs, each with its own id (recovered and warning rows included)."""
+    rows = CONFIG_ROWS + RECOVERED_ROWS + CLI_ROWS + WARNING_ROWS + PROCESS_ROWS
+    ids = [row[0] for row in rows] + [p.id for p in API_ROWS]
+    assert len(ids) >= 150 and len(ids) == len(set(ids))
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # set by conftest: nothing loads from the hub
