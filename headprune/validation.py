@@ -408,7 +408,7 @@ def check_trainer(trainer) -> None:
     integer(epochs, "trainer.max_epochs", -1)
     if epochs == 0:
         raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
-    steps = trainer.get("max_steps", -1)
+    steps = trainer.get("max_steps")
     if epochs < 0 and (steps is None or steps < 1) and not trainer.get("max_time"):
         raise ConfigError(
             "trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "

@@ -42,6 +42,8 @@ def fractions_of(settings) -> list[float]:
 def orders_of(settings) -> list[str]:
     given = settings.order
     orders = [given] if isinstance(given, str) else list(given)
+    if not orders:
+        raise ValueError(f"prune.order is empty: give at least one of {list(ORDERS)}")
     return [check_order(str(o)) for o in orders]
 
 
