@@ -20,7 +20,7 @@ from headprune.selection.mask_search import given_target
 
 NLI_SPLITS = ("train", "importance", "eval", "eval_mismatched")
 MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
-LM_SPLITS = ("eval", "importance", "heldout")
+LM_SPLITS = ("eval", "eval_other", "importance", "heldout", "train")
 CLOCKS = ("wall", "process")
 TRAINING_RUNS = ("headprune.tasks.mt.task.train", "headprune.tasks.nli.task.finetune")
 DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
@@ -89,16 +89,9 @@ def check_prune_for_speed(cfg) -> None:
     rearrange = prune.get("rearrange", False)
     if rearrange not in (None, "both") and not isinstance(rearrange, bool):
         raise ConfigError(f"prune.rearrange must be false, true or both, got {rearrange!r}")
-    asks = (
-        given_target(prune.get("target")) is not None
-        or prune.get("schedule") is not None
-        or bool(rearrange)
-        or any(r != "none" for r in string_list(prune.get("recover") or "none", "prune.recover"))
-    )
-    if asks and str(prune.get("unit", "head")) != "head":
+    if str(prune.get("unit", "head")) != "head" and str(prune.get("cost", "flops")) == "latency":
         raise ConfigError(
-            "prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
-            "with them (the KV-group unit works with the plain pruning curves)"
+            "prune.cost=latency measures its tables per query head: use prune.cost=flops with prune.unit=kv_group (or prune.unit=head)"
         )
     if rearrange and prune.get("schedule") is not None:
         raise ConfigError(
@@ -132,10 +125,76 @@ def check_prune_for_speed(cfg) -> None:
     number(finetune.get("warmup", 0.0), "prune.finetune.warmup", 0.0, 1.0, "[)")
     if finetune.get("examples") is not None:
         integer(finetune.get("examples"), "prune.finetune.examples", 1)
+    check_finetune_budget(cfg, finetune)
+    check_control(cfg)
     if prune.get("measure_speed"):
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
         check_speed(cfg.speed)
+
+
+def check_finetune_budget(cfg, finetune) -> None:
+    """prune.finetune.tokens (a positive token budget) and the LoRA settings (a rank no larger than the smallest projection)."""
+    if finetune.get("tokens") is not None:
+        tokens = finetune.get("tokens")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ConfigError(
+                f"prune.finetune.tokens is the fine-tune's budget of real input tokens: a positive integer such as "
+                f"100000, or null for prune.finetune.examples / max_steps; got {tokens!r}"
+            )
+    rank = finetune.get("lora_rank")
+    if rank is not None:
+        integer(rank, "prune.finetune.lora_rank", 1)
+        from importlib.util import find_spec
+
+        if find_spec("peft") is None:
+            raise ConfigError(
+                "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
+                "or prune.finetune.lora_rank=null for a full fine-tune"
+            )
+        smallest = smallest_projection(cfg.model)
+        if smallest is not None and rank > smallest:
+            raise ConfigError(
+                f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
+                f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
+                f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
+            )
+    if finetune.get("lora_alpha") is not None:
+        number(finetune.get("lora_alpha"), "prune.finetune.lora_alpha", 0.0, None, "()")
+    if not isinstance(finetune.get("progress", True), bool):
+        raise ConfigError(f"prune.finetune.progress must be true or false, got {finetune.get('progress')!r}")
+
+
+def check_control(cfg) -> None:
+    """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
+    prune = cfg.prune
+    control = prune.get("control", False)
+    if not isinstance(control, bool):
+        raise ConfigError(f"prune.control must be true or false, got {control!r}")
+    if control and "finetune" not in string_list(prune.get("recover") or "none", "prune.recover"):
+        raise ConfigError(
+            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
+            f"has no finetune ({prune.get('recover')!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+        )
+    extra = string_list(prune.get("extra_splits") or [], "prune.extra_splits")
+    check_splits(cfg, extra, "prune.extra_splits")
+    if str(prune.get("split")) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
+
+
+def smallest_projection(model_cfg) -> int | None:
+    """min(in, out) over the attention and MLP projections a model's config describes (None: unknown)."""
+    fields = model_fields(model_cfg)
+    if fields is None:
+        return None
+    width = fields.get("hidden_size") or fields.get("d_model")
+    ffn = [fields.get(k) for k in ("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim")]
+    heads = fields.get("num_attention_heads") or fields.get("encoder_attention_heads")
+    head_dim = fields.get("head_dim") or (width // heads if isinstance(width, int) and isinstance(heads, int) and heads else None)
+    kv = fields.get("num_key_value_heads") or heads
+    sizes = [width, *ffn, head_dim * kv if isinstance(head_dim, int) and isinstance(kv, int) else None]
+    sizes = [int(x) for x in sizes if isinstance(x, int) and not isinstance(x, bool)]
+    return min(sizes) if sizes else None
 
 
 def check_unit(cfg) -> str:

@@ -259,10 +259,10 @@ CONFIG_ROWS = [
     ),
     ("unit-kv-group-encoder", "nli", ["experiment=ablate", "prune.unit=kv_group"], "grouped-query attention", None),
     (
-        "unit-kv-group-with-target",
+        "unit-kv-group-with-latency-costs",
         "lm",
-        ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}"],
-        "use prune.unit=head",
+        ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}", "prune.cost=latency"],
+        "prune.cost=flops with prune.unit=kv_group",
         None,
     ),
     (

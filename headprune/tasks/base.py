@@ -71,6 +71,9 @@ class Task(Protocol):
     def data_fingerprint(self, split: str) -> str:
         """A hash of a split's texts: a resumed study reuses results only on the same data."""
 
+    def split_summary(self) -> Mapping[str, Mapping[str, int]]:
+        """{split: {"examples": n, ...}} for every split (a language-modelling task adds its token counts)."""
+
     # ---- evaluation --------------------------------------------------------------------------
     def evaluate(self, mask=None, split: str = "eval") -> EvalResult:
         """Score the model on ``split`` with heads gated by ``mask`` ({group: [L, H]} or None)."""
