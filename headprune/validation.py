@@ -23,7 +23,9 @@ MT_SPLITS = ("train", "valid", "test", "eval", "heldout")
 LM_SPLITS = ("eval", "eval_other", "importance", "heldout", "train")
 CLOCKS = ("wall", "process")
 TRAINING_RUNS = ("headprune.tasks.mt.task.train", "headprune.tasks.nli.task.finetune")
-DATA_RUNS = TRAINING_RUNS + tuple(f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study"))
+DATA_RUNS = TRAINING_RUNS + tuple(
+    f"headprune.experiments.{name}.run" for name in ("ablate", "keep_one", "prune", "speed", "study", "export")
+)
 NO_TASK_RUNS = ("headprune.experiments.inspect.run", "headprune.experiments.dynamics.run", "headprune.viz.report.run")
 
 
@@ -249,6 +251,7 @@ def check_speed(speed) -> None:
     number(speed.get("max_seconds", 60), "speed.max_seconds", 0.0, None, "()")
     number(speed.get("tolerance", 0.02), "speed.tolerance", 0.0, None, "()")
     choice(str(speed.get("clock", "wall")), "speed.clock", CLOCKS)
+    choice(str(speed.get("runtime") or "torch"), "speed.runtime", ("torch", "onnxruntime"))
     if speed.get("mask_file"):
         check_mask_file(speed.mask_file)
 
@@ -481,6 +484,24 @@ def check_lm_task(task) -> None:
 DATA_CHECKS = {"nli": check_nli_data, "mt": check_mt_data, "lm": check_lm_data}  # task name -> its data check
 
 
+def check_export(cfg) -> None:
+    """experiment=export: what the model kind allows, then the export's own checks (headprune.experiments.export.check)."""
+    from headprune.experiments.export import check
+
+    fmt, kind = cfg.export.get("format"), cfg.model.get("kind")
+    if fmt in ("hf", "gguf") and kind != "causal_lm":
+        from headprune.export.hf import not_stock_message
+
+        raise ConfigError(not_stock_message(f"{cfg.model.get('name')} ({kind})").replace("export.format=hf", f"export.format={fmt}"))
+    if str(cfg.export.get("quantize") or "none") == "int8" and is_mt(cfg):
+        raise ConfigError(
+            "export.quantize=int8 is checked by the task's metric through ONNX Runtime; BLEU needs beam search, which "
+            "the cache-free ONNX graphs do not run: export seq2seq models in f32 (export.quantize=none)"
+        )
+    check(cfg)
+    check_splits(cfg, [cfg.export.split], "export.split")
+
+
 def unset_empty_target(cfg) -> None:
     """``prune.target`` with every kind null (the YAML default, so that ``prune.target.speedup=1.3`` works) is no target."""
     prune = cfg.get("prune")
@@ -512,6 +533,8 @@ def validate(cfg) -> None:
     if cfg.get("importance") is not None and run not in TRAINING_RUNS:
         check_importance(cfg.importance)
     unit = check_unit(cfg) if run in DATA_RUNS else "head"
+    if "prune" in cfg:
+        choice(str(cfg.prune.get("layout") or "global"), "prune.layout", ("global", "uniform"))
     if "prune" in cfg and run in ("headprune.experiments.prune.run", "headprune.experiments.study.run"):
         check_prune(cfg.prune, heads_per_layer(cfg.model, unit))
         check_splits(cfg, [cfg.prune.split, cfg.prune.get("ablation_split", cfg.prune.split)], "prune.split/ablation_split")
@@ -530,6 +553,8 @@ def validate(cfg) -> None:
         check_splits(cfg, [cfg.speed.split], "speed.split")
         if cfg.speed.get("mask_file"):
             check_mask_units(cfg, unit)
+    if run == "headprune.experiments.export.run":
+        check_export(cfg)
     if study:
         check_bootstrap(cfg.study, "study")
         check_selection(cfg, "study")  # a resumed study's damaged stage files are named and recomputed, not errors

@@ -31,12 +31,13 @@ from headprune.experiments.orders import ORDERS, OrderSettings, order_scores
 from headprune.results.run_dir import mask_to_json
 from headprune.scoring.importance import fisher_blocks
 from headprune.selection.costs import CostModel, flops_cost_model, kv_group_flops_cost_model
-from headprune.selection.greedy import check_groups, heads_removed, masks_for_fractions
+from headprune.selection.greedy import check_groups, heads_removed
 from headprune.selection.latency import cached_latency_model, synthetic_inputs
 from headprune.selection.lsq import lsq_recover
-from headprune.selection.mask_search import PruneTarget, given_target, mask_after, search_mask
+from headprune.selection.mask_search import PruneTarget, given_target, mask_after
 from headprune.selection.rearrange import rearrange_mask
 from headprune.selection.schedule import check_schedule, iterative_prune
+from headprune.selection.uniform import layout_mask, layout_of, layout_search
 
 
 def _plain(value):
@@ -154,6 +155,7 @@ class ParetoRun:
     logger: Any  # Lightning logger or False
     tuning: list | None  # one-shot fine-tune training batches
     rearrange: list[bool]
+    layout: str = "global"  # global or uniform (headprune.selection.uniform)
     extra_splits: list[str] = field(default_factory=list)  # more evaluation splits for every point (prune.extra_splits)
     base_extra: dict = field(default_factory=dict)  # split -> the unpruned model's EvalResult there
     rounds: list = field(default_factory=list)  # fine-tune batches of each round (one-shot: one round); the control's too
@@ -183,7 +185,7 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
     for step in steps:
         if isinstance(step, PruneTarget):
             evaluate = lambda m: task.evaluate(m, split=ctx.selection).score  # noqa: E731
-            found = search_mask(
+            found = layout_search(ctx.layout)(
                 scores,
                 ctx.costs,
                 step,
@@ -195,7 +197,7 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
             )  # a max_drop target is checked on rearranged masks
             masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
         else:
-            masks.append(masks_for_fractions(scores, task.gates.groups, [step], ctx.groups, ctx.min_per_layer)[0])
+            masks.append(layout_mask(scores, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
@@ -354,6 +356,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             costs=ctx.costs,
             evaluate=evaluate,
             unit=task.gates.unit,
+            layout=ctx.layout,
         )
         for step, result in zip(steps, done):
             with swapped_model(task, result.model, HeadGates(result.model)):
@@ -491,6 +494,7 @@ def pareto_stage(
         logger=logger,
         tuning=tuning_rounds[0] if tuning_rounds and schedule is None else None,
         rearrange=rearrangements_of(settings),
+        layout=layout_of(settings),
         extra_splits=extra,
         base_extra={s: task.evaluate(None, split=s) for s in extra},
         rounds=tuning_rounds,
@@ -532,6 +536,7 @@ def pareto_stage(
         "base_score": base.score,
         "groups": ctx.groups,
         "unit": task.gates.unit,
+        "layout": ctx.layout,
         "cost": ctx.costs.unit,
         "cost_info": ctx.costs.info or {},
         "schedule": schedule is not None,

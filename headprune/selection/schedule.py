@@ -21,8 +21,9 @@ from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
 from headprune.core.units import unit_gates
 from headprune.scoring.importance import fisher_scores, per_example_loss
-from headprune.selection.greedy import check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, search_mask
+from headprune.selection.greedy import check_fractions, check_groups
+from headprune.selection.mask_search import PruneTarget
+from headprune.selection.uniform import layout_mask, layout_search
 
 
 @dataclass
@@ -67,6 +68,7 @@ def iterative_prune(
     costs=None,
     evaluate: Callable | None = None,
     unit: str = "head",
+    layout: str = "global",
 ) -> list[PruneStep]:
     """Prune ``model`` in place to each step of ``schedule`` in turn, re-scoring and recovering after each step.
 
@@ -75,7 +77,8 @@ def iterative_prune(
     ``costs`` (a ``CostModel`` of the unpruned model) and ``evaluate`` (for ``max_drop``, on a selection split;
     each step's drop counts from the previous step's recovered model) serve target steps.
     ``unit``: ``head`` or ``kv_group`` (``headprune.core.units``): scores, masks, fractions and costs count that unit;
-    ``score_fn`` gets the gates in that unit.
+    ``score_fn`` gets the gates in that unit. ``layout``: ``global`` or ``uniform`` (every layer of a group loses as many units,
+    ``headprune.selection.uniform``).
     """
     plan = check_schedule(schedule)
     if isinstance(plan[0], PruneTarget) and costs is None:
@@ -90,9 +93,10 @@ def iterative_prune(
         scores = score_fn(model, gates, batches, loss_fn)
         present = {g: p.float() for g, p in gates.present().items()}
         if isinstance(step, PruneTarget):
-            mask = search_mask(scores, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
+            search = layout_search(layout)
+            mask = search(scores, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
         else:
-            mask = greedy_mask(ranked_heads(scores, chosen), shape, n_to_prune(step, shape, chosen), min_per_layer, start=present)
+            mask = layout_mask(scores, shape, step, chosen, min_per_layer, layout, start=present)
         prune_mask(model, gates.head_mask(mask, hard=True))
         if recover is not None:
             recover(model, teacher, batches)

@@ -59,6 +59,7 @@ class Task(Protocol):
     paired_test_name: str  # what ``paired_test`` runs, written beside its results (e.g. "paired bootstrap (Koehn 2004)")
     model: nn.Module  # the HF model, gated by ``gates``
     gates: object  # headprune.core.gates.HeadGates on ``model``
+    tokenizer: object  # the model's tokenizer (saved beside exported models)
 
     # ---- data --------------------------------------------------------------------------------
     def split_sizes(self) -> Mapping[str, int]:
