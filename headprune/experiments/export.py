@@ -118,7 +118,7 @@ def check(cfg) -> None:
     if bool(settings.get("mask_file")) == bool(settings.get("model")):
         raise ConfigError(
             "give one source of the pruned model: export.mask_file=<prune run>/results.json (with export.mask_order, "
-            "export.mask_step or export.fraction) or export.model=<dir written by headprune.saving.save_pruned>"
+            "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
         )
     if settings.get("mask_file"):
         check_mask_file(settings.mask_file, "export.mask_file")
@@ -127,7 +127,7 @@ def check(cfg) -> None:
         if not (path / "config.json").is_file():
             raise ConfigError(
                 f"export.model={settings.model} is no model directory (no config.json): give a directory written by "
-                "headprune.saving.save_pruned (or a task's save_hf)"
+                "headprune.save_pruned (or a task's save_hf)"
             )
         try:
             check_model_dir(path, "export.model")

@@ -58,7 +58,9 @@ def stock_shape(model: nn.Module) -> StockShape:
             )
             for key, layers in shapes.items()
         )
-        raise ConfigError(f"export.format=hf needs the same attention shape in every layer, but {described}. " + UNIFORM_HINT)
+        raise ConfigError(
+            f"a stock checkpoint (export.format=hf or gguf) needs the same attention shape in every layer, but {described}. " + UNIFORM_HINT
+        )
     heads, kv_heads, head_dim = next(iter(shapes))
     return StockShape(heads, kv_heads, head_dim)
 
@@ -90,7 +92,7 @@ def mask_stock_shape(rows: list[list[int]], heads_per_kv: int = 1) -> tuple[int,
 UNIFORM_HINT = (
     "Prune with prune.layout=uniform (with prune.unit=kv_group for grouped-query models, so that every KV head keeps "
     "all of its query heads), or export with export.format=onnx (any layout), or keep headprune's own format "
-    "(headprune.saving.save_pruned / load_pruned)."
+    "(headprune.save_pruned / load_pruned)."
 )
 
 
@@ -100,7 +102,7 @@ def not_stock_message(model_type) -> str:
         f"export.format=hf writes stock transformers checkpoints of Llama-family decoders only ({', '.join(STOCK_TYPES)}); "
         f"model {model_type!r} cannot hold pruned heads in a stock config (BERT- and BART-like configs derive the head "
         "size from hidden_size / num_attention_heads and share one head count across layers). Use export.format=onnx, or "
-        "headprune's own format (headprune.saving.save_pruned / load_pruned)."
+        "headprune's own format (headprune.save_pruned / load_pruned)."
     )
 
 
