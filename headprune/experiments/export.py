@@ -241,6 +241,10 @@ def run(cfg) -> dict:
         "check": report,
         "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
     }
+    if reference_model is not task.model:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
+        with task.gates.masked(mask):
+            masked = reference_logits(task.model, [{k: v.to(next(task.model.parameters()).device) for k, v in b.items()} for b in batches])
+        result["f16_vs_masked_max_abs_diff"] = max(float(abs(m - r).max()) for m, r in zip(masked, reference))
     print(
         f"[export] check: max |export - masked| = {report['max_abs_diff']:.2e} (tolerance {report['tolerance']:.1e})"
         + (f", greedy tokens equal: {report['greedy_equal']}" if "greedy_equal" in report else ""),
