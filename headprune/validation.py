@@ -275,7 +275,8 @@ def check_prune_for_speed(cfg) -> None:
     check_cost(prune, targets)
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
-    check_finetune(prune.finetune)
+    check_finetune(cfg)
+    check_control(cfg)
     if prune.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
@@ -283,18 +284,11 @@ def check_prune_for_speed(cfg) -> None:
 
 
 def check_speed_unit(prune) -> None:
-    """Pruning for speed prunes query heads, and rearranges one-shot masks only."""
+    """Latency tables are measured per query head; rearranging re-chooses one-shot masks only."""
     rearrange = prune.rearrange
-    asks = (
-        given_target(prune.get("target")) is not None
-        or prune.get("schedule") is not None
-        or bool(rearrange)
-        or any(r != "none" for r in string_list(prune.recover, "prune.recover"))
-    )
-    if asks and str(prune.unit) != "head":
+    if str(prune.unit) != "head" and str(prune.cost) == "latency":
         raise ConfigError(
-            "prune.target / prune.schedule / prune.recover / prune.rearrange prune query heads: use prune.unit=head "
-            "with them (the KV-group unit works with the plain pruning curves)"
+            "prune.cost=latency measures its tables per query head: use prune.cost=flops with prune.unit=kv_group (or prune.unit=head)"
         )
     if rearrange and prune.get("schedule") is not None:
         raise ConfigError(
@@ -314,13 +308,60 @@ def check_cost(prune, targets: list) -> None:
         )
 
 
-def check_finetune(finetune) -> None:
-    """prune.finetune: a warm-up is part of the decaying lr schedule only."""
+def check_finetune(cfg) -> None:
+    """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
+    finetune = cfg.prune.finetune
     if finetune.warmup > 0 and not finetune.decay:
         raise ConfigError(
             f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
             "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
         )
+    rank = finetune.get("lora_rank")
+    if rank is None:
+        return
+    from importlib.util import find_spec
+
+    if find_spec("peft") is None:
+        raise ConfigError(
+            "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
+            "or prune.finetune.lora_rank=null for a full fine-tune"
+        )
+    smallest = smallest_projection(cfg.model)
+    if smallest is not None and rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
+            f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
+            f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
+        )
+
+
+def smallest_projection(model_cfg) -> int | None:
+    """min(in, out) over the attention and MLP projections a model's config describes (None: unknown)."""
+    fields = model_fields(model_cfg)
+    if fields is None:
+        return None
+    width = fields.get("hidden_size") or fields.get("d_model")
+    ffn = [fields.get(k) for k in ("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim")]
+    heads = fields.get("num_attention_heads") or fields.get("encoder_attention_heads")
+    head_dim = fields.get("head_dim") or (width // heads if isinstance(width, int) and isinstance(heads, int) and heads else None)
+    kv = fields.get("num_key_value_heads") or heads
+    sizes = [width, *ffn, head_dim * kv if isinstance(head_dim, int) and isinstance(kv, int) else None]
+    sizes = [int(x) for x in sizes if isinstance(x, int) and not isinstance(x, bool)]
+    return min(sizes) if sizes else None
+
+
+def check_control(cfg) -> None:
+    """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
+    prune = cfg.prune
+    if prune.control and "finetune" not in string_list(prune.recover, "prune.recover"):
+        raise ConfigError(
+            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
+            f"has no finetune ({prune.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+        )
+    extra = string_list(prune.extra_splits, "prune.extra_splits")
+    check_splits(cfg, extra, "prune.extra_splits")
+    if str(prune.split) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
 
 
 # ---- speed --------------------------------------------------------------------------------------
@@ -362,12 +403,12 @@ def check_speed_run(cfg) -> None:
 
 def check_chosen_mask(cfg) -> None:
     """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
-    from headprune.experiments.speed import chosen_mask
+    from headprune.experiments.speed import raw_mask
 
     speed = cfg.speed
     path = Path(str(speed.mask_file))
     step = None if speed.get("mask_step") is None else str(speed.mask_step)
-    mask = chosen_mask(read_json_file(path), path, str(speed.mask_order), float(speed.fraction), step)
+    mask = raw_mask(read_json_file(path), str(speed.mask_order), float(speed.fraction), step, path)
     check_mask_units(cfg, mask)
     entries = [value for rows in mask.values() for row in rows for value in row]
     if 0 not in entries:
@@ -438,6 +479,24 @@ def check_study(cfg) -> None:
 # ---- the whole config ---------------------------------------------------------------------------
 
 
+def check_export(cfg) -> None:
+    """experiment=export: what the model kind allows, then the export's own checks (headprune.experiments.export.check)."""
+    from headprune.experiments.export import check
+
+    fmt, kind = cfg.export.get("format"), cfg.model.get("kind")
+    if fmt in ("hf", "gguf") and kind != "causal_lm":
+        from headprune.export.hf import not_stock_message
+
+        raise ConfigError(not_stock_message(f"{cfg.model.get('name')} ({kind})").replace("export.format=hf", f"export.format={fmt}"))
+    if str(cfg.export.get("quantize") or "none") == "int8" and kind == "seq2seq":
+        raise ConfigError(
+            "export.quantize=int8 is checked by the task's metric through ONNX Runtime; BLEU needs beam search, which "
+            "the cache-free ONNX graphs do not run: export seq2seq models in f32 (export.quantize=none)"
+        )
+    check(cfg)
+    check_splits(cfg, [cfg.export.split], "export.split")
+
+
 @dataclass(frozen=True)
 class Run:
     """What an entry point reads: the model, a task (its data), and its own checks of settings that depend on each other."""
@@ -457,6 +516,7 @@ RUNS = {  # a task's trainer (TaskSpec.train) and other entry points: see run_of
     "headprune.experiments.keep_one.run": Run((check_unit, check_keep_one)),
     "headprune.experiments.prune.run": Run((check_unit, check_prune, check_prune_for_speed)),
     "headprune.experiments.speed.run": Run((check_unit, check_speed_run)),
+    "headprune.experiments.export.run": Run((check_export,)),
     "headprune.experiments.study.run": Run((check_unit, check_study, check_prune, check_prune_for_speed, check_speed_run), falls_back=True),
 }
 

@@ -157,6 +157,9 @@ LM_FILES = [
     "data.files.eval=[eval.txt]",
     "data.files.importance=[importance.txt]",
     "data.files.heldout=[heldout.txt]",
+    "data.files.eval_other=null",
+    "data.files.train=null",
+    "data.max_length=64",
     "data.tokenizer.vocab_size=200",
 ]
 
@@ -304,10 +307,10 @@ CONFIG_ROWS = [
     ),
     ("unit-kv-group-encoder", "nli", ["experiment=ablate", "prune.unit=kv_group"], "grouped-query attention", None),
     (
-        "unit-kv-group-with-target",
+        "unit-kv-group-with-latency-costs",
         "lm",
-        ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}"],
-        "use prune.unit=head",
+        ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}", "prune.cost=latency"],
+        "prune.cost=flops with prune.unit=kv_group",
         None,
     ),
     (
@@ -321,6 +324,35 @@ CONFIG_ROWS = [
     ("lm-decode-tokens-zero", "lm", ["experiment=speed", "task.decode_tokens=0"], "task.decode_tokens", None),
     ("lm-selection-is-eval", "lm", ["experiment=keep_one", "task.selection_split=eval"], "task.selection_split", None),
     ("lm-min-heads-kv-group", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.min_heads_per_layer=2"], "at most 1", None),
+    # layouts, recovery budgets, LoRA, the control and extra evaluation splits
+    ("prune-layout-bogus", "lm", ["experiment=prune", "prune.layout=diagonal"], "prune.layout", None),
+    ("prune-control-not-boolean", "lm", ["experiment=prune", "prune.recover=finetune", "prune.control=maybe"], "prune.control", None),
+    ("prune-control-without-finetune", "lm", ["experiment=prune", "prune.recover=lsq", "prune.control=true"], "has no finetune", None),
+    (
+        "prune-finetune-tokens-negative",
+        "lm",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.tokens=-5"],
+        "prune.finetune.tokens",
+        None,
+    ),
+    (
+        "prune-lora-rank-above-projection",
+        "lm",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.lora_rank=100000"],
+        "larger than the smallest projection",
+        None,
+    ),
+    (
+        "prune-lora-alpha-zero",
+        "lm",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.lora_rank=2", "prune.finetune.lora_alpha=0"],
+        "prune.finetune.lora_alpha",
+        None,
+    ),
+    ("prune-finetune-progress-not-boolean", "lm", ["experiment=prune", "prune.finetune.progress=maybe"], "prune.finetune.progress", None),
+    ("prune-extra-splits-repeat-the-split", "lm", ["experiment=prune", "prune.extra_splits=[eval]"], "repeats prune.split", None),
+    ("prune-extra-splits-unknown", "lm", ["experiment=prune", "prune.extra_splits=[valid]"], "prune.extra_splits", None),
+    ("speed-runtime-bogus", "lm", ["experiment=speed", "speed.runtime=tensorrt"], "speed.runtime", None),
     # schedules of targets: one kind, each step beyond the one before
     (
         "prune-schedule-shrinking-speedup",
@@ -848,11 +880,11 @@ def _gain_of_nothing(tmp_path):
     gain_summary([], [])
 
 
-def _chosen_mask_no_order(tmp_path):
-    from headprune.experiments.speed import chosen_mask
+def _raw_mask_no_order(tmp_path):
+    from headprune.experiments.speed import raw_mask
 
     path = prune_results_file(tmp_path)
-    chosen_mask(json.loads(path.read_text()), path, "fisher", 0.25)
+    raw_mask(json.loads(path.read_text()), "fisher", 0.25, None, path)
 
 
 def _flops_target_one(tmp_path):
@@ -890,7 +922,7 @@ API_ROWS = [
     pytest.param(_resolve_config_json, "is a file", id="api-resolve-pretrained-config-json"),
     pytest.param(_time_budget, "speed.max_seconds=0.2 ran out", id="api-time-budget-bounds-a-slow-call"),
     pytest.param(_gain_of_nothing, "no timed repeats", id="api-gain-without-repeats"),
-    pytest.param(_chosen_mask_no_order, "has no order 'fisher'", id="api-speed-mask-order-missing"),
+    pytest.param(_raw_mask_no_order, "has no order 'fisher'", id="api-speed-mask-order-missing"),
     pytest.param(_flops_target_one, "removes nothing", id="api-flops-target-one"),
 ]
 

@@ -110,7 +110,7 @@ def test_importance_batches_are_training_texts_with_next_token_labels(task):
 def test_training_batches_draw_training_texts(task):
     drawn = task.training_batches(5, seed=1)
     texts = {tuple(row[row != task.data.pad_id].tolist()) for b in drawn for row in b["input_ids"]}
-    training = {tuple(ids) for ids in task.data.split("importance")}
+    training = {tuple(ids) for ids in task.data.split("train")}
     assert len(texts) == 5 and texts <= training
     assert task.per_example_loss(drawn[0]).shape == (len(drawn[0]["input_ids"]),)
 
@@ -156,6 +156,8 @@ def test_local_text_files(tmp_path):
             "data.files.importance=[train.en]",
             "data.files.heldout=[train.en]",
             "data.limits.importance=4",
+            "data.files.eval_other=null",
+            "data.files.train=null",
         ],
     )
     with open_dict(cfg):

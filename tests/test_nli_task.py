@@ -131,7 +131,7 @@ NO_DROPOUT = ["+model.config.hidden_dropout_prob=0", "+model.config.attention_pr
 
 @pytest.mark.slow
 def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, monkeypatch):
-    from headprune import training
+    from headprune.lightning import trainer as training
     from headprune.tasks.nli.task import finetune
 
     straight = finetune(nli_cfg(tmp_path / "straight", "trainer.max_epochs=2", *NO_DROPOUT))

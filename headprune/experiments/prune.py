@@ -14,16 +14,8 @@ from headprune.experiments.orders import ORDERS, OrderSettings, check_order, ord
 from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import mask_to_json, tensor_dict, write_results
 from headprune.results.writer import output_dir
-from headprune.selection.greedy import (
-    check_fractions,
-    check_groups,
-    fraction_grid,
-    greedy_mask,
-    heads_removed,
-    masks_for_fractions,
-    n_to_prune,
-    ranked_heads,
-)
+from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
+from headprune.selection.uniform import layout_mask, layout_masks, layout_of
 from headprune.tasks import registry
 from headprune.viz.plots import pareto_figure, pruning_curves
 from headprune.viz.tables import pareto_rows, point_name, prune_rows
@@ -48,7 +40,7 @@ def orders_of(settings) -> list[str]:
 
 
 def reestimated_masks(
-    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool = True
+    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool = True, layout: str = "global"
 ) -> list[dict]:
     """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
     from tqdm.auto import tqdm
@@ -57,7 +49,7 @@ def reestimated_masks(
     masks, current = [], None
     for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
         scores = ORDERS[order].scores(task, settings, mask=current)
-        current = greedy_mask(ranked_heads(scores, groups), shape, n_to_prune(fraction, shape, groups), min_per_layer, start=current)
+        current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
         masks.append(current)
     return masks
 
@@ -74,8 +66,9 @@ def prune_stage(
     shared: dict | None = None,
     progress: bool = True,
     base=None,
+    layout: str = "global",
 ) -> dict:
-    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}."""
+    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
@@ -92,15 +85,16 @@ def prune_stage(
         "reestimate": bool(reestimated),  # true only when some order was re-estimated
         "reestimated_orders": reestimated,
         "fractions": fractions,
+        "layout": layout,
         "orders": {},
         **unit_counts(task.gates, groups),
     }
     for order in orders:
         if order in reestimated:
-            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress)
+            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout)
         else:
             scores = order_scores(task, order, settings, shared)
-            masks = masks_for_fractions(scores, shape, fractions, groups, min_per_layer)
+            masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
         results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
         steps = [
             {
@@ -166,7 +160,9 @@ def run(cfg) -> dict:
         check_split(task, str(settings.ablation_split), "ablation")
     if for_speed(settings):
         return run_for_speed(cfg, task, orders, fractions, split)
-    result = prune_stage(task, orders, fractions, order_settings(cfg), groups, min_per_layer, bool(settings.reestimate), split)
+    result = prune_stage(
+        task, orders, fractions, order_settings(cfg), groups, min_per_layer, bool(settings.reestimate), split, layout=layout_of(settings)
+    )
     out = output_dir(cfg)
     title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"
     figure = pruning_curves(curves_of(result), out / "prune.png", title, result["metric"], result["base_score"])

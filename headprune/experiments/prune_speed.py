@@ -26,17 +26,18 @@ from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
 from headprune.engine.ablation import attention_implementation
 from headprune.experiments.evaluation import evaluate_many, swapped_model
+from headprune.experiments.finetune_runs import budget_info, control_model, finetune_batches, finetune_in_place
 from headprune.experiments.orders import ORDERS, OrderSettings, order_scores
-from headprune.lightning.finetune import finetune_recover
 from headprune.results.run_dir import mask_to_json
 from headprune.scoring.importance import fisher_blocks
-from headprune.selection.costs import CostModel, flops_cost_model
-from headprune.selection.greedy import check_groups, heads_removed, masks_for_fractions
+from headprune.selection.costs import CostModel, flops_cost_model, kv_group_flops_cost_model
+from headprune.selection.greedy import check_groups, heads_removed
 from headprune.selection.latency import cached_latency_model, synthetic_inputs
 from headprune.selection.lsq import lsq_recover
-from headprune.selection.mask_search import PruneTarget, given_target, mask_after, search_mask
+from headprune.selection.mask_search import PruneTarget, given_target, mask_after
 from headprune.selection.rearrange import rearrange_mask
 from headprune.selection.schedule import check_schedule, iterative_prune
+from headprune.selection.uniform import layout_mask, layout_of, layout_search
 
 
 def _plain(value):
@@ -62,13 +63,14 @@ def rearrangements_of(settings) -> list[bool]:
 
 
 def for_speed(settings) -> bool:
-    """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery, a rearrangement or measured speed)."""
+    """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery, a rearrangement, measured speed or extra splits)."""
     return (
         given_target(settings.get("target")) is not None
         or settings.get("schedule") is not None
         or recoveries_of(settings) != ["none"]
         or rearrangements_of(settings) != [False]
         or bool(settings.get("measure_speed"))
+        or bool(settings.get("extra_splits"))
     )
 
 
@@ -92,49 +94,22 @@ def recovery_batches(task, examples: int) -> list[dict]:
     return out
 
 
+def flops_model(task, seq_len: int) -> CostModel:
+    """Analytic FLOPs with tables in the task's pruning unit (query heads or KV groups)."""
+    return kv_group_flops_cost_model(task.model, seq_len) if task.gates.unit == "kv_group" else flops_cost_model(task.model, seq_len)
+
+
 def cost_model(task, settings, out: Path) -> CostModel:
     """``prune.cost``: analytic FLOPs, or latency tables measured on this machine and cached in ``out/latency``."""
     seq_len = int(settings.get("seq_len", 128))
     if str(settings.get("cost", "flops")) == "flops":
-        return flops_cost_model(task.model, seq_len)
+        return flops_model(task, seq_len)
+    if task.gates.unit != "head":
+        raise ValueError("prune.cost=latency measures tables per query head: use prune.cost=flops with prune.unit=kv_group")
     device = next(task.model.parameters()).device
     inputs = synthetic_inputs(task.model, int(settings.get("latency_batch_size", 1)), seq_len)
     with attention_implementation(task.model, task.gates.inner):  # time the model's own attention, not the gate wrapper
         return cached_latency_model(task.model, inputs, out / "latency", device=device)
-
-
-def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> list[dict]:
-    """What ``prune.recover=finetune`` trains on: ``prune.finetune.examples`` training examples (a new draw for each
-    ``round_`` of a schedule), or the lsq batches when null."""
-    examples = settings.finetune.get("examples")
-    if examples is None:
-        return recovery
-    return task.training_batches(int(examples), seed=int(settings.finetune.get("seed", 0)) + round_)
-
-
-def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=False, label: str = "recover") -> list[dict]:
-    """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
-    weight = float(finetune.distill_weight)
-    device = next(model.parameters()).device
-    flags = [p.requires_grad for p in teacher.parameters()]
-    try:
-        return finetune_recover(
-            model,
-            batches,
-            teacher=teacher if weight > 0 else None,
-            distill_weight=weight,
-            temperature=float(finetune.temperature),
-            max_steps=int(finetune.max_steps),
-            lr=float(finetune.lr),
-            warmup=float(finetune.get("warmup", 0.0)),
-            decay=bool(finetune.get("decay", False)),
-            accelerator="cpu" if device.type == "cpu" else "auto",
-            logger=logger,
-            log_prefix=f"recover/{label}",
-        )
-    finally:
-        for parameter, flag in zip(teacher.parameters(), flags):
-            parameter.requires_grad_(flag)
 
 
 def recovered_model(
@@ -144,17 +119,19 @@ def recovered_model(
 
     The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
     under ``mask`` (equal to the physically pruned copy); finetune: a physically pruned copy fine-tuned on
-    ``tuning`` (default ``batches``; mask None), with each step's loss.
+    ``tuning`` (default ``batches``; mask None), with each step's loss. ``mask`` is in the task's unit (query
+    heads or KV groups); the core gets its query-head mask.
     """
     if recovery == "none":
         return task.model, task.gates, mask, None
     model = copy.deepcopy(task.model)
+    heads = task.gates.head_mask(mask, hard=True)
     if recovery == "lsq":
         gates = HeadGates(model)
-        lsq_recover(model, gates, batches, mask=mask, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
+        lsq_recover(model, gates, batches, mask=heads, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
         return model, gates, mask, None
     if recovery == "finetune":
-        prune_mask(model, mask)
+        prune_mask(model, heads)
         history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
         return model, HeadGates(model), None, [h["loss"] for h in history]
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
@@ -178,8 +155,12 @@ class ParetoRun:
     logger: Any  # Lightning logger or False
     tuning: list | None  # one-shot fine-tune training batches
     rearrange: list[bool]
+    layout: str = "global"  # global or uniform (headprune.selection.uniform)
+    extra_splits: list[str] = field(default_factory=list)  # more evaluation splits for every point (prune.extra_splits)
+    base_extra: dict = field(default_factory=dict)  # split -> the unpruned model's EvalResult there
+    rounds: list = field(default_factory=list)  # fine-tune batches of each round (one-shot: one round); the control's too
     models: dict = field(default_factory=dict)  # (recovery, mask key) -> recovered model kept for timing
-    evaluated: dict = field(default_factory=dict)  # (recovery, mask key) -> score, reused across orders
+    evaluated: dict = field(default_factory=dict)  # (recovery, mask key) -> {split: result}, reused across orders
     finetune_losses: dict = field(default_factory=dict)  # label -> fine-tune losses
 
 
@@ -204,7 +185,7 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
     for step in steps:
         if isinstance(step, PruneTarget):
             evaluate = lambda m: task.evaluate(m, split=ctx.selection).score  # noqa: E731
-            found = search_mask(
+            found = layout_search(ctx.layout)(
                 scores,
                 ctx.costs,
                 step,
@@ -216,13 +197,32 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
             )  # a max_drop target is checked on rearranged masks
             masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
         else:
-            masks.append(masks_for_fractions(scores, task.gates.groups, [step], ctx.groups, ctx.min_per_layer)[0])
+            masks.append(layout_mask(scores, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
 
 
-def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dict:
+def eval_splits(ctx: ParetoRun) -> list[str]:
+    """The evaluation split, then ``prune.extra_splits``: every point is scored on each."""
+    return [ctx.split, *ctx.extra_splits]
+
+
+def _relative(score: float, base: float) -> float | None:
+    return score / base if base else None
+
+
+def extra_scores(results: dict, ctx: ParetoRun) -> dict:
+    """{split: {"score", "relative"}} of a point on each of ``prune.extra_splits`` (relative to the unpruned model there)."""
+    return {
+        split: {"score": results[split].score, "relative": _relative(results[split].score, ctx.base_extra[split].score)}
+        for split in ctx.extra_splits
+    }
+
+
+def _point(order, recovery, step, mask, results: dict, ctx: ParetoRun, task) -> dict:
+    """One Pareto point: ``results`` holds its result on every evaluation split (``eval_splits``)."""
+    result = results[ctx.split]
     return {
         "order": order,
         "recovery": recovery,
@@ -230,12 +230,14 @@ def _point(order, recovery, step, mask, result, base, costs, flops, task) -> dic
         "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
         "fraction": None if isinstance(step, PruneTarget) else float(step),
         "heads_pruned": heads_removed(mask),
+        "query_heads_pruned": heads_removed(task.gates.head_mask(mask)),
         "heads_total": task.gates.num_heads,
         "score": result.score,
-        "relative": result.score / base.score if base.score else None,
-        "predicted_speedup": costs.speedup(mask),
-        "flops_kept": flops.kept_fraction(mask),
-        "cost_unit": costs.unit,
+        "relative": _relative(result.score, ctx.base.score),
+        **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
+        "predicted_speedup": ctx.costs.speedup(mask),
+        "flops_kept": ctx.flops.kept_fraction(mask),
+        "cost_unit": ctx.costs.unit,
         "mask": mask_to_json(mask),
     }
 
@@ -245,16 +247,20 @@ def mask_key(mask: dict) -> str:
     return repr(mask_to_json(mask))
 
 
-def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask) -> None:
-    """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights."""
+def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) -> None:
+    """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights.
+
+    ``mask`` (in the unit of ``unit_gates``, the task's gates) is pruned from the weights first when given.
+    """
     if ctx.settings.get("measure_speed"):
         if mask is not None:
-            prune_mask(model, mask)
+            prune_mask(model, unit_gates.head_mask(mask, hard=True))
         ctx.models[key] = model
 
 
-def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list:
-    """The evaluation split's result of every mask after ``recovery``; a mask already evaluated (``ctx.evaluated``) is not again.
+def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list[dict]:
+    """{split: result} on the evaluation splits of every mask after ``recovery``; a mask already evaluated
+    (``ctx.evaluated``) is not again.
 
     A fine-tune's per-step losses go to ``ctx.finetune_losses`` and its logger under each mask's label.
     """
@@ -265,15 +271,19 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, la
     if recovery == "none":
         if todo:
             masks_to_score = [m for m, _ in todo.values()]
-            done.update(zip(todo, evaluate_many(task, masks_to_score, ctx.split, desc="one-shot masks", progress=False)))
+            scored = {
+                split: evaluate_many(task, masks_to_score, split, desc=f"one-shot masks ({split})", progress=False)
+                for split in eval_splits(ctx)
+            }
+            done.update((key, {split: scored[split][i] for split in scored}) for i, key in enumerate(todo))
         return [done[k] for k in keys]
     for key, (mask, label) in todo.items():
         model, gates, evaluate_mask, curve = recovered_model(task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label)
         with swapped_model(task, model, gates):
-            done[key] = task.evaluate(evaluate_mask, split=ctx.split)
+            done[key] = {split: task.evaluate(evaluate_mask, split=split) for split in eval_splits(ctx)}
         if curve is not None:
             losses[key] = curve
-        keep_for_timing(ctx, key, model, evaluate_mask)
+        keep_for_timing(ctx, key, model, evaluate_mask, task.gates)
         del model, gates
     return [done[k] for k in keys]
 
@@ -288,7 +298,7 @@ def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict
         for recovery in recoveries:
             results = recovered_results(task, masks, recovery, ctx, labels)
             for step, mask, result, info in zip(steps, masks, results, infos):
-                point = _point(order, recovery, step, mask, result, ctx.base, ctx.costs, ctx.flops, task)
+                point = _point(order, recovery, step, mask, result, ctx, task)
                 curve = ctx.finetune_losses.get((recovery, mask_key(mask)))
                 points.append(
                     {
@@ -330,14 +340,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
                     max_scale=float(settings.lsq.max_scale),
                 )
             elif recovery == "finetune":
-                finetune_in_place(
-                    model,
-                    teacher,
-                    finetune_batches(task, settings, batches, round_),
-                    settings.finetune,
-                    ctx.logger,
-                    f"{order}/step{round_ + 1}",
-                )
+                finetune_in_place(model, teacher, ctx.rounds[round_], settings.finetune, ctx.logger, f"{order}/step{round_ + 1}")
             else:
                 raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
@@ -352,13 +355,15 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             teacher=task.model,
             costs=ctx.costs,
             evaluate=evaluate,
+            unit=task.gates.unit,
+            layout=ctx.layout,
         )
         for step, result in zip(steps, done):
             with swapped_model(task, result.model, HeadGates(result.model)):
-                scored = task.evaluate(None, split=ctx.split)
+                scored = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
             if recovery != "none":
                 keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
-            points.append(_point(order, recovery, step, result.mask, scored, ctx.base, ctx.costs, ctx.flops, task))
+            points.append(_point(order, recovery, step, result.mask, scored, ctx, task))
 
     return points
 
@@ -413,6 +418,33 @@ def measure_points(task, points: list[dict], base_point: dict, speed, split: str
         }
 
 
+def control_point(task, ctx: ParetoRun) -> dict:
+    """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
+    model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
+    with swapped_model(task, model, HeadGates(model)):
+        results = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
+    del model
+    score = results[ctx.split].score
+    return {
+        "order": "unpruned",
+        "recovery": "finetune",
+        "control": True,
+        "step": "0%",
+        "target": None,
+        "fraction": 0.0,
+        "heads_pruned": 0,
+        "query_heads_pruned": 0,
+        "heads_total": task.gates.num_heads,
+        "score": score,
+        "relative": _relative(score, ctx.base.score),
+        **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
+        "predicted_speedup": 1.0,
+        "flops_kept": 1.0,
+        "cost_unit": ctx.costs.unit,
+        "finetune_losses": losses,
+    }
+
+
 def pareto_stage(
     task,
     cfg,
@@ -426,7 +458,8 @@ def pareto_stage(
     shared: dict | None = None,
     logger=False,
 ) -> dict:
-    """Every (order, recovery, step) point and the unpruned one: scores on ``split``, predicted and measured speed.
+    """Every (order, recovery, step) point and the unpruned one: scores on ``split`` (and ``prune.extra_splits``),
+    predicted and measured speed; with ``prune.control`` the unpruned model given the same fine-tune.
 
     ``logger`` (Lightning, or False) receives every fine-tune recovery step's losses.
     """
@@ -438,8 +471,14 @@ def pareto_stage(
         else ([PruneTarget.from_config(_plain(target))] if target is not None else [f for f in fractions if f > 0])
     )
     recoveries = recoveries_of(settings)
+    control = bool(settings.get("control", False))
+    if control and "finetune" not in recoveries:
+        raise ValueError("prune.control=true gives the unpruned model the pruned models' fine-tune: add finetune to prune.recover")
+    extra = [str(s) for s in settings.get("extra_splits") or []]
     base = base or task.evaluate(None, split=split)
     batches = recovery_batches(task, int(settings.recover_examples)) if schedule is not None or recoveries != ["none"] else []
+    rounds = len(steps) if schedule is not None else 1
+    tuning_rounds = [finetune_batches(task, settings, batches, r) for r in range(rounds)] if "finetune" in recoveries else []
     ctx = ParetoRun(
         settings=settings,
         order_settings=order_settings,
@@ -450,11 +489,15 @@ def pareto_stage(
         groups=check_groups(settings.get("groups"), task.gates.groups),
         min_per_layer=int(settings.get("min_heads_per_layer") or 0),
         costs=cost_model(task, settings, out),
-        flops=flops_cost_model(task.model, int(settings.get("seq_len", 128))),
+        flops=flops_model(task, int(settings.get("seq_len", 128))),
         batches=batches,
         logger=logger,
-        tuning=finetune_batches(task, settings, batches) if "finetune" in recoveries and schedule is None else None,
+        tuning=tuning_rounds[0] if tuning_rounds and schedule is None else None,
         rearrange=rearrangements_of(settings),
+        layout=layout_of(settings),
+        extra_splits=extra,
+        base_extra={s: task.evaluate(None, split=s) for s in extra},
+        rounds=tuning_rounds,
     )
     if schedule is not None and ctx.rearrange != [False]:
         raise ValueError("prune.rearrange works on one-shot masks (prune.fractions or prune.target), not with prune.schedule")
@@ -467,27 +510,39 @@ def pareto_stage(
         "target": None,
         "fraction": 0.0,
         "heads_pruned": 0,
+        "query_heads_pruned": 0,
         "heads_total": task.gates.num_heads,
         "score": base.score,
         "relative": 1.0,
+        **({"extra": {s: {"score": r.score, "relative": 1.0} for s, r in ctx.base_extra.items()}} if extra else {}),
         "predicted_speedup": 1.0,
         "flops_kept": 1.0,
         "cost_unit": ctx.costs.unit,
     }
+    controls = [control_point(task, ctx)] if control else []
     if settings.get("measure_speed"):
         measure_points(task, points, unpruned, cfg.speed, str(cfg.speed.split), int(cfg.seed), ctx.models or None)
+        for point in controls:  # the unpruned architecture: its timing is the unpruned model's
+            if unpruned.get("measured"):
+                point["measured"] = dict(unpruned["measured"])
+    finetune = {**_plain(settings.finetune), **budget_info(settings.finetune, ctx.rounds)} if "finetune" in recoveries else None
     return {
         "metric": task.metric,
         "higher_is_better": bool(task.higher_is_better),
         "split": split,
         "selection_split": selection,
+        "extra_splits": extra,
         "n_examples": base.n,
         "base_score": base.score,
         "groups": ctx.groups,
+        "unit": task.gates.unit,
+        "layout": ctx.layout,
         "cost": ctx.costs.unit,
         "cost_info": ctx.costs.info or {},
         "schedule": schedule is not None,
         "recover_examples": int(settings.recover_examples),
-        "finetune": _plain(settings.finetune) if "finetune" in recoveries else None,
-        "points": [unpruned, *points],
+        "finetune": finetune,
+        "control": control,
+        "data": task.split_summary(),
+        "points": [unpruned, *controls, *points],
     }

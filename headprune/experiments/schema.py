@@ -2,7 +2,7 @@
 
 ``SCHEMA`` maps a dotted setting to a rule of ``headprune.core.checks``; ``headprune.validation`` applies it
 to every setting a composed config holds, before any work. Task settings (``task.*``, ``data.*``) are
-checked by each task's own ``checks.py``; settings that depend on each other by ``headprune.validation``.
+checked by each task's own ``config_check.py``; settings that depend on each other by ``headprune.validation``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from headprune.core.units import UNITS
 from headprune.experiments.orders import ORDERS
 from headprune.lightning.loggers import LOGGER_KINDS
 from headprune.scoring.importance import REDUCTIONS
+from headprune.selection.uniform import LAYOUTS
 
 RECOVERIES = ("none", "lsq", "finetune")
 COSTS = ("flops", "latency")
 CLOCKS = ("wall", "process")
+RUNTIMES = ("torch", "onnxruntime")
 
 PROBABILITY = rule(number, low=0.0, high=1.0, closed="()")
 POSITIVE = rule(number, low=0.0, closed="()")
@@ -40,6 +42,7 @@ BOOTSTRAP = {"n_samples": COUNT, "alpha": PROBABILITY}
 PRUNE = {
     "unit": rule(choice, choices=UNITS),
     "order": rule(choices, known=ORDERS),
+    "layout": rule(choice, choices=LAYOUTS),
     "reestimate": rule(boolean),
     "step": rule(number, low=0.0, high=1.0, closed="()"),
     "max_fraction": rule(number, low=0.0, high=1.0),
@@ -65,6 +68,12 @@ PRUNE = {
     "finetune.seed": rule(integer),
     "finetune.warmup": rule(number, low=0.0, high=1.0),
     "finetune.decay": rule(boolean),
+    "finetune.tokens": optional(COUNT),
+    "finetune.lora_rank": optional(COUNT),
+    "finetune.lora_alpha": optional(POSITIVE),
+    "finetune.progress": rule(boolean),
+    "control": rule(boolean),
+    "extra_splits": NAMES,
     "selection_split": optional(rule(text)),
     "measure_speed": rule(boolean),
 }
@@ -84,6 +93,7 @@ SPEED = {
     "split": rule(text),
     "check_score": rule(boolean),
     "clock": rule(choice, choices=CLOCKS),
+    "runtime": rule(choice, choices=RUNTIMES),
 }
 
 IMPORTANCE = {"reduce": rule(choice, choices=REDUCTIONS), "normalize_layers": rule(boolean), "normalize_global": rule(boolean)}

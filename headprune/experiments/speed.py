@@ -26,7 +26,8 @@ from headprune.lightning.loggers import log_run
 from headprune.results.readers import check_binary_mask
 from headprune.results.run_dir import mask_from_json, mask_to_json, write_results
 from headprune.results.writer import model_fingerprint, output_dir, read_json
-from headprune.selection.greedy import check_fractions, heads_removed, masks_for_fractions
+from headprune.selection.greedy import check_fractions, heads_removed
+from headprune.selection.uniform import layout_masks, layout_of
 from headprune.tasks import registry
 from headprune.viz.plots import speed_bars
 from headprune.viz.tables import speed_rows
@@ -38,14 +39,14 @@ def pareto_points(payload: dict) -> list[dict]:
     return results.get("points") or (results.get("pareto") or {}).get("points") or []
 
 
-def pareto_point(points: list[dict], method: str, fraction: float, step: str | None, path) -> dict:
+def pareto_point(points: list[dict], method: str, fraction: float, step: str | None, path, setting: str = "speed") -> dict:
     """The point of ``method`` (e.g. ``fisher+lsq``) at ``step`` (e.g. ``speedup=1.3``; None: its only point, else ``fraction``)."""
     from headprune.viz.tables import point_name
 
     mine = [p for p in points if point_name(p) == method]
     if not mine:
         raise ConfigError(
-            f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} (set speed.mask_order)"
+            f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} (set {setting}.mask_order)"
         )
     if step is not None:
         chosen = [p for p in mine if p["step"] == step]
@@ -56,34 +57,39 @@ def pareto_point(points: list[dict], method: str, fraction: float, step: str | N
     if not chosen:
         raise ConfigError(
             f"{path} has no {method!r} point at {step or f'fraction {fraction}'}; its steps are "
-            f"{[p['step'] for p in mine]} (set speed.mask_step)"
+            f"{[p['step'] for p in mine]} (set {setting}.mask_step)"
         )
     return chosen[0]
 
 
-def chosen_mask(payload: dict, path, order: str, fraction: float, step: str | None = None) -> dict:
-    """The JSON mask a results file holds for the speed settings: its ``mask``, a Pareto point, or a prune step."""
+def raw_mask(payload: dict, order: str, fraction: float, step: str | None, path, setting: str = "speed") -> dict:
+    """The JSON mask of a prune results payload (order + fraction, or a Pareto point's method + step) or of a mask JSON."""
     points = pareto_points(payload)
     if "mask" in payload:
-        return payload["mask"]
-    if points:
-        return pareto_point(points, order, fraction, step, path)["mask"]
-    orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
-    if not orders:
-        raise ConfigError(f"{path} holds neither a mask nor prune results")
-    if order not in orders:
-        raise ConfigError(f"{path} has no order {order!r}; it has {sorted(orders)} (set speed.mask_order)")
-    steps = {round(s["fraction"], 6): s for s in orders[order]["steps"]}
-    if round(fraction, 6) not in steps:
-        raise ConfigError(f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)} (set speed.fraction)")
-    return steps[round(fraction, 6)]["mask"]
+        raw = payload["mask"]
+    elif points:
+        raw = pareto_point(points, order, fraction, step, path, setting)["mask"]
+    else:
+        orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
+        if not orders:
+            raise ConfigError(f"{path} holds neither a mask nor prune results")
+        if order not in orders:
+            raise ConfigError(f"{path} has no order {order!r}; it has {sorted(orders)} (set {setting}.mask_order)")
+        steps = {round(s["fraction"], 6): s for s in orders[order]["steps"]}
+        if round(fraction, 6) not in steps:
+            raise ConfigError(
+                f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)} (set {setting}.fraction)"
+            )
+        raw = steps[round(fraction, 6)]["mask"]
+    check_binary_mask(raw, str(path))
+    return raw
 
 
-def mask_from_file(path, task, order: str, fraction: float, step: str | None = None) -> dict:
+def mask_from_file(path, task, order: str, fraction: float, step: str | None = None, setting: str = "speed") -> dict:
     """A mask from a prune results.json (order + fraction, or a Pareto point's method + step) or a mask JSON, checked against this model."""
     path = Path(str(path))
     if not path.exists():
-        raise FileNotFoundError(f"speed.mask_file={path} does not exist")
+        raise FileNotFoundError(f"{setting}.mask_file={path} does not exist")
     payload = read_json(path)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
     if made_for and made_for != model_fingerprint(task.model):
@@ -91,8 +97,7 @@ def mask_from_file(path, task, order: str, fraction: float, step: str | None = N
             f"mask file {path} was made for another model (fingerprint {made_for}, "
             f"this model is {model_fingerprint(task.model)}): use the same model.pretrained"
         )
-    raw = chosen_mask(payload, path, order, fraction, step)
-    check_binary_mask(raw, str(path))
+    raw = raw_mask(payload, order, fraction, step, path, setting)
     try:
         return task.gates.normalize_mask(mask_from_json(raw), hard=True)
     except ValueError as err:
@@ -162,12 +167,16 @@ def speed_stage(
     tolerance: float = 0.0,
     max_repeats: int | None = None,
     pruned_model=None,
+    runtime: str = "torch",
+    export_dir: Path | None = None,
 ) -> dict:
     """Throughput of each timed call of the task, original vs physically pruned model, FLOP counts, memory, masked == pruned check.
 
     ``mask`` is in the unit of ``task.gates`` (query heads or KV groups); the model is pruned by its query-head mask.
     ``pruned_model``: time this model instead (``mask``'s heads already removed from it, e.g. after recovery: generation
     speed depends on the weights through the output lengths); it has no masked twin, so no score check.
+    ``runtime="onnxruntime"``: both models are exported to ONNX (``export_dir``) and timed in ONNX Runtime; calls the
+    graphs cannot make (generation: no KV cache) are left out and listed under ``calls_not_timed``.
     """
     device = next(task.model.parameters()).device
     original = task.model
@@ -202,12 +211,17 @@ def speed_stage(
     timed_calls = task.timed_calls()
     rows = []
     with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
+        runners = {"original": original, "pruned": pruned}
+        if runtime == "onnxruntime":
+            runners, out["runtime"] = onnx_runners(task, runners, split, seed, export_dir, timed_calls)
         for size in batch_sizes:  # time both with the models' own attention (no gate wrapper where the model can do without)
             batches = task.timing_batches(int(size), examples, split, seed=seed)
             for name, timed in timed_calls.items():
+                if name in out.get("runtime", {}).get("calls_not_timed", {}):
+                    continue
                 timing = measure_gain(
-                    timed_call(task, original, task.gates, timed.call),
-                    timed_call(task, pruned, pruned_gates, timed.call),
+                    timed_call(task, runners["original"], task.gates, timed.call),
+                    timed_call(task, runners["pruned"], pruned_gates, timed.call),
                     batches,
                     warmup,
                     repeats,
@@ -253,6 +267,31 @@ def speed_stage(
     return out
 
 
+def onnx_runners(task, models: dict, split: str, seed: int, export_dir: Path | None, timed_calls: dict) -> tuple[dict, dict]:
+    """Both models exported to ONNX and loaded into ONNX Runtime (this process's threads), checked against PyTorch on one
+    batch; the timed calls the graphs cannot make (generation) are listed, not timed."""
+    import torch
+
+    from headprune.export.runtime import onnx_runtime_models
+
+    if export_dir is None:
+        raise ValueError("speed.runtime=onnxruntime needs a directory for the ONNX exports")
+    example = {k: v.cpu() for k, v in task.timing_batches(4, 4, split, seed=seed)[0].items()}
+    runners = onnx_runtime_models(models, example, export_dir, torch.get_num_threads())
+    info = {"name": "onnxruntime", "files": {n: str(export_dir / n) for n in models}, "calls_not_timed": {}, "max_abs_diff": {}}
+    with torch.no_grad():
+        for name, model in models.items():
+            expected = model(**{k: v.to(next(model.parameters()).device) for k, v in example.items()}).logits.float().cpu()
+            info["max_abs_diff"][name] = float((runners[name](**example).logits - expected).abs().max())
+    for call, timed in timed_calls.items():
+        try:
+            timed_call(task, runners["pruned"], task.gates, timed.call)(example)
+        except NotImplementedError as err:
+            info["calls_not_timed"][call] = str(err)
+            print(f"not timed in ONNX Runtime: {call} ({err})", flush=True)
+    return runners, info
+
+
 def adaptive_settings(settings) -> dict:
     """speed.max_seconds / tolerance / max_repeats as keyword arguments of speed_stage."""
     return {
@@ -262,29 +301,36 @@ def adaptive_settings(settings) -> dict:
     }
 
 
+def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
+    """The mask of ``<setting>.mask_file`` (with mask_order, mask_step, fraction) and where it came from."""
+    fraction = check_fractions([settings.fraction])[0]
+    step = settings.get("mask_step")
+    step = None if step is None else str(step)
+    mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction, step, setting)
+    origin = {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
+    points = pareto_points(read_json(Path(str(settings.mask_file))))
+    if points:  # a Pareto point: its target and predicted speed-up are reported beside the measured gain
+        point = pareto_point(points, str(settings.mask_order), fraction, step, settings.mask_file, setting)
+        origin.update(
+            fraction=point["heads_pruned"] / point["heads_total"],
+            step=point["step"],
+            target=point.get("target"),
+            predicted_speedup=point["predicted_speedup"],
+        )
+    return mask, origin
+
+
 def choose_mask(cfg, task) -> tuple[dict, dict]:
     """The mask to prune and where it came from (validated before any timing)."""
     settings = cfg.speed
     fraction = check_fractions([settings.fraction])[0]
     if settings.get("mask_file"):
-        step = settings.get("mask_step")
-        mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction, None if step is None else str(step))
-        origin = {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
-        points = pareto_points(read_json(Path(str(settings.mask_file))))
-        if points:  # a Pareto point: its target and predicted speed-up are reported beside the measured gain
-            point = pareto_point(points, str(settings.mask_order), fraction, None if step is None else str(step), settings.mask_file)
-            origin.update(
-                fraction=point["heads_pruned"] / point["heads_total"],
-                step=point["step"],
-                target=point.get("target"),
-                predicted_speedup=point["predicted_speedup"],
-            )
-        return mask, origin
+        return file_mask(settings, task)
     order = str(settings.mask_order)
     if order not in ORDERS:
         raise ConfigError(f"speed.mask_order={order} is no pruning order ({list(ORDERS)}); a Pareto point's method needs speed.mask_file")
     scores = ORDERS[order].scores(task, order_settings(cfg))
-    mask = masks_for_fractions(scores, task.gates.groups, [fraction])[0]
+    mask = layout_masks(scores, task.gates.groups, [fraction], layout=layout_of(cfg.get("prune")))[0]
     return mask, {"mask_order": order, "fraction": fraction, "mask_source": f"the lowest {fraction:g} of the heads by {order}"}
 
 
@@ -323,6 +369,8 @@ def run(cfg) -> dict:
         bool(settings.check_score),
         clock,
         **adaptive_settings(settings),
+        runtime=str(settings.get("runtime") or "torch"),
+        export_dir=output_dir(cfg) / "onnx",
     )
     out = output_dir(cfg)
     figure = speed_bars(

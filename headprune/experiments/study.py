@@ -31,7 +31,8 @@ from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict, write_results
 from headprune.results.writer import batches_fingerprint, model_fingerprint, output_dir, read_json
 from headprune.scoring.significance import correlation
-from headprune.selection.greedy import check_fractions, check_groups, masks_for_fractions
+from headprune.selection.greedy import check_fractions, check_groups
+from headprune.selection.uniform import layout_masks, layout_of
 from headprune.tasks import registry
 from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
 from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
@@ -203,16 +204,18 @@ def run(cfg) -> dict:
         {"scores": upstream["scores"], "ablate": upstream["ablate"] if "ablation_deltas" in shared else None},
     )
     min_per_layer = int(cfg.prune.min_heads_per_layer or 0)
+    layout = layout_of(cfg.prune)
 
     def prune_all():
-        result = prune_stage(task, orders, fractions, order_cfg, groups, min_per_layer, False, split, shared, base=base)
+        result = prune_stage(task, orders, fractions, order_cfg, groups, min_per_layer, False, split, shared, base=base, layout=layout)
         if settings.reestimate:  # one more curve per order that can be recomputed under the current mask
             for order in [o for o in orders if ORDERS[o].reestimable]:
-                again = prune_stage(task, [order], fractions, order_cfg, groups, min_per_layer, True, split, {}, base=base)
+                again = prune_stage(task, [order], fractions, order_cfg, groups, min_per_layer, True, split, {}, base=base, layout=layout)
                 result["orders"][f"{order} (re-estimated)"] = again["orders"][order]
         if len(task.gates.groups) > 1:  # paper section 5: one group at a time
             result["by_group"] = {
-                g: prune_stage(task, ["importance"], fractions, order_cfg, [g], 0, False, split, {}, base=base) for g in task.gates.groups
+                g: prune_stage(task, ["importance"], fractions, order_cfg, [g], 0, False, split, {}, base=base, layout=layout)
+                for g in task.gates.groups
             }
         return result
 
@@ -248,7 +251,7 @@ def run(cfg) -> dict:
     if round(fraction, 6) in steps:
         mask = task.gates.normalize_mask(mask_from_json(steps[round(fraction, 6)]["mask"]))
     else:
-        mask = masks_for_fractions(shared["importance_raw"], task.gates.groups, [fraction], groups)[0]
+        mask = layout_masks(shared["importance_raw"], task.gates.groups, [fraction], groups, layout=layout)[0]
     speed_key = key({"split": split, "speed": cfg.speed}, [split], {"mask": mask_to_json(mask), "prune": upstream["prune"]})
     speed = stage(
         out,

@@ -1,0 +1,58 @@
+"""Pruned models out of headprune: stock HF checkpoints, ONNX and GGUF files, each checked without headprune.
+
+- ``hf`` (headprune.export.hf): a directory stock transformers loads (Llama, Mistral, Qwen2, Qwen3 decoders
+  whose layers all keep the same heads: ``prune.layout=uniform``, with ``prune.unit=kv_group`` for
+  grouped-query models);
+- ``onnx`` (headprune.export.onnx): any encoder, decoder or encoder-decoder, uneven heads included
+  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime);
+- ``gguf`` (headprune.export.gguf): llama.cpp's format for uniformly pruned Llama and Mistral decoders.
+
+``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+FORMATS = ("hf", "onnx", "gguf")
+
+
+def export_model(
+    fmt: str,
+    model: nn.Module,
+    tokenizer,
+    out: Path,
+    example: dict,
+    gguf_dtype: str = "f32",
+    name: str = "model",
+    tokenizer_pre: str = "default",
+) -> dict:
+    """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}.
+
+    ``example`` is a batch of model inputs (ONNX traces on it); ``job`` tells the checker how to load the export.
+    """
+    if fmt == "hf":
+        from headprune.export.hf import export_hf
+
+        files = export_hf(model, tokenizer, out)
+        return {
+            "files": files,
+            "job": {"format": "hf", "dir": str(out), "auto_class": "AutoModelForCausalLM", "tokenizer": tokenizer is not None},
+        }
+    if fmt == "onnx":
+        from headprune.export.onnx import export_onnx
+
+        graphs = export_onnx(model, example, out)
+        return {
+            "files": list(graphs.values()),
+            "graphs": graphs,
+            "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}},
+        }
+    if fmt == "gguf":
+        from headprune.export.gguf import export_gguf
+
+        path = export_gguf(model, tokenizer, out, gguf_dtype, name, tokenizer_pre)
+        return {"files": [path], "job": {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}}
+    raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")

@@ -28,16 +28,22 @@ def distillation_loss(
     if temperature <= 0:
         raise ValueError(f"distillation temperature must be > 0, got {temperature}")
     vocab = student_logits.shape[-1]
-    student = F.log_softmax(student_logits.float().reshape(-1, vocab) / temperature, dim=-1)
-    teacher = F.log_softmax(teacher_logits.float().reshape(-1, vocab) / temperature, dim=-1)
+    student_logits, teacher_logits = student_logits.reshape(-1, vocab), teacher_logits.reshape(-1, vocab)  # (N, V)
+    if valid is not None:  # only the valid rows get a softmax over the vocabulary (an LLM's is large)
+        keep = valid.reshape(-1).to(student_logits.device).bool()
+        student_logits, teacher_logits = student_logits[keep], teacher_logits[keep]
+    student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    teacher = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
     kl = (teacher.exp() * (teacher - student)).sum(-1)  # (N,)
-    if valid is not None:
-        kl = kl[valid.reshape(-1).to(kl.device).bool()]
     return kl.mean() * temperature**2
 
 
 def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
-    """Bool mask of real target tokens for sequence logits (B, T, V); None for one prediction per example."""
+    """Bool mask of real target tokens for sequence logits (B, T, V); None for one prediction per example.
+
+    Labels are aligned with the logits (seq2seq targets; a causal LM's next-token labels, as headprune's LM
+    data makes them): -100 marks padding, prompt positions and a text's last token, which predict nothing.
+    """
     labels = batch.get("labels")
     if logits.dim() == 3 and labels is not None and labels.shape == logits.shape[:2]:
         return labels != -100
@@ -132,20 +138,29 @@ def finetune_recover(
     warmup: float = 0.0,
     decay: bool = False,
     log_prefix: str = "recover",
+    lora_rank: int | None = None,
+    lora_alpha: float | None = None,
+    seed: int = 0,
+    progress: bool = False,
     **trainer_kwargs,
 ) -> list[dict]:
     """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses.
 
     ``decay``: linear warm-up over a ``warmup`` fraction of the steps, then linear decay to 0 (``max_steps`` runs only).
-    A ``logger=`` (Lightning) gets every step's losses under ``log_prefix``.
+    ``lora_rank``: train LoRA adapters of that rank on the attention and MLP projections (``headprune.lightning.lora``) and
+    merge them into the weights at the end (None: every parameter trains). A ``logger=`` (Lightning) gets every
+    step's losses under ``log_prefix``; ``progress`` shows Lightning's progress bar.
     """
+    from headprune.lightning.lora import add_lora, merge_lora
+
     total = int(max_steps) if decay and max_epochs is None else None
-    module = RecoveryModule(model, loss_fn, teacher, temperature, distill_weight, lr, weight_decay, warmup, total, log_prefix)
+    trained = add_lora(model, int(lora_rank), lora_alpha, seed) if lora_rank is not None else model
+    module = RecoveryModule(trained, loss_fn, teacher, temperature, distill_weight, lr, weight_decay, warmup, total, log_prefix)
     settings = dict(
         logger=False,
         log_every_n_steps=1,
         enable_checkpointing=False,
-        enable_progress_bar=False,
+        enable_progress_bar=progress,
         enable_model_summary=False,
         accelerator="auto",
         devices=1,
@@ -157,6 +172,8 @@ def finetune_recover(
     try:
         trainer.fit(module, train_dataloaders=_loader(batches))
     finally:
+        if lora_rank is not None:
+            merge_lora(trained)  # the adapters folded into ``model``'s own projections
         model.eval()
     return module.history
 

@@ -17,11 +17,11 @@ def read_json_file(path) -> dict:
         raise ConfigError(str(err)) from None
 
 
-def check_mask_file(path) -> None:
-    """speed.mask_file exists, is JSON, and every mask in it holds only 0 (pruned) and 1 (kept)."""
+def check_mask_file(path, setting: str = "speed.mask_file") -> None:
+    """A mask file (``setting``) exists, is JSON, and every mask in it holds only 0 (pruned) and 1 (kept)."""
     path = Path(str(path))
     if not path.is_file():
-        raise ConfigError(f"speed.mask_file={path} does not exist ({path.resolve()})")
+        raise ConfigError(f"{setting}={path} does not exist ({path.resolve()})")
     payload = read_json_file(path)
     if "mask" in payload:
         check_binary_mask(payload["mask"], f"{path}")

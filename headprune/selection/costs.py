@@ -116,3 +116,30 @@ def flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
         kept = torch.arange(site.num_heads_orig + 1).clamp(min=1)  # 0 heads kept = the phantom head
         tables[site.group][site.layer, : site.num_heads_orig + 1] = kept.double() * head_flops(site, seq_len)
     return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len})
+
+
+def kv_group_flops(site, seq_len: int) -> int:
+    """Forward FLOPs of one KV group of a grouped-query attention module: its query heads, their KV head and scores."""
+    n = site.heads_per_kv
+    rows = n * site.linear("query").in_features + site.linear("key").in_features + site.linear("value").in_features
+    return 2 * seq_len * site.head_dim * (rows + n * site.linear("output").out_features) + 2 * 2 * seq_len * seq_len * site.head_dim * n
+
+
+def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
+    """Analytic FLOPs per example with tables in KV groups ({group: [layers, KV heads + 1]}), for ``prune.unit=kv_group``.
+
+    A layer keeping k >= 1 KV groups computes k KV heads and their k * heads_per_kv query heads; with none left it
+    runs the zero phantom (one query head over one KV head), as ``headprune.core.pruning`` leaves it.
+    """
+    sites = find_sites(model)
+    whole = model_cost(model, seq_len)
+    shape: dict[str, tuple[int, int]] = {}
+    for site in sites:
+        layers, kv = shape.get(site.group, (0, 0))
+        shape[site.group] = (max(layers, site.layer + 1), max(kv, site.num_kv_heads_orig))
+    tables = {g: torch.zeros(layers, kv + 1, dtype=torch.float64) for g, (layers, kv) in shape.items()}
+    for site in sites:
+        kept = torch.arange(site.num_kv_heads_orig + 1).double() * kv_group_flops(site, seq_len)
+        kept[0] = head_flops(site, seq_len)  # the phantom: one query head, one KV head
+        tables[site.group][site.layer, : site.num_kv_heads_orig + 1] = kept
+    return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len, "unit": "kv_group"})

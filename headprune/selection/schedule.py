@@ -19,9 +19,11 @@ from torch import nn
 
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
+from headprune.core.units import unit_gates
 from headprune.scoring.importance import fisher_scores, per_example_loss
-from headprune.selection.greedy import check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, search_mask
+from headprune.selection.greedy import check_fractions, check_groups
+from headprune.selection.mask_search import PruneTarget
+from headprune.selection.uniform import layout_mask, layout_search
 
 
 @dataclass
@@ -29,14 +31,14 @@ class PruneStep:
     """One step of a schedule: the fraction of the original heads pruned, the cumulative mask and the model after recovery."""
 
     fraction: float  # of the original heads removed so far
-    mask: dict[str, torch.Tensor]  # {group: 0/1 [layers, heads]} over the original heads
+    mask: dict[str, torch.Tensor]  # {group: 0/1 [layers, units]} over the original heads (or KV groups)
     scores: dict[str, torch.Tensor]  # the scores this step pruned by (estimated on the previous step's recovered model)
     model: nn.Module | None  # a copy of the pruned, recovered model (None with keep_models=False)
     target: PruneTarget | None = None  # the step's target when the schedule gives targets
 
 
 def _fisher(model, gates, batches, loss_fn):
-    return fisher_scores(model, gates, batches, loss_fn=loss_fn)
+    return fisher_scores(model, gates, batches, loss_fn=loss_fn, unit=gates.unit)
 
 
 def _is_target(step) -> bool:
@@ -98,6 +100,8 @@ def iterative_prune(
     keep_models: bool = True,
     costs=None,
     evaluate: Callable | None = None,
+    unit: str = "head",
+    layout: str = "global",
 ) -> list[PruneStep]:
     """Prune ``model`` in place to each step of ``schedule`` in turn, re-scoring and recovering after each step.
 
@@ -105,6 +109,9 @@ def iterative_prune(
     ``teacher`` is the unpruned reference for recovery (default: a copy of ``model`` before the first step);
     ``costs`` (a ``CostModel`` of the unpruned model) and ``evaluate`` (for ``max_drop``, on a selection split;
     each step's drop counts from the previous step's recovered model) serve target steps.
+    ``unit``: ``head`` or ``kv_group`` (``headprune.core.units``): scores, masks, fractions and costs count that unit;
+    ``score_fn`` gets the gates in that unit. ``layout``: ``global`` or ``uniform`` (every layer of a group loses as many units,
+    ``headprune.selection.uniform``).
     """
     plan = check_schedule(schedule)
     if isinstance(plan[0], PruneTarget) and costs is None:
@@ -113,16 +120,17 @@ def iterative_prune(
     teacher = copy.deepcopy(model).eval() if teacher is None else teacher
     steps = []
     for step in plan:
-        gates = HeadGates(model)
+        gates = unit_gates(HeadGates(model), unit)
         shape = gates.groups
         chosen = check_groups(groups, shape)
         scores = score_fn(model, gates, batches, loss_fn)
         present = {g: p.float() for g, p in gates.present().items()}
         if isinstance(step, PruneTarget):
-            mask = search_mask(scores, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
+            search = layout_search(layout)
+            mask = search(scores, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
         else:
-            mask = greedy_mask(ranked_heads(scores, chosen), shape, n_to_prune(step, shape, chosen), min_per_layer, start=present)
-        prune_mask(model, mask)
+            mask = layout_mask(scores, shape, step, chosen, min_per_layer, layout, start=present)
+        prune_mask(model, gates.head_mask(mask, hard=True))
         if recover is not None:
             recover(model, teacher, batches)
         target = step if isinstance(step, PruneTarget) else None

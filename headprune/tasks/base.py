@@ -59,6 +59,7 @@ class Task(Protocol):
     paired_test_name: str  # what ``paired_test`` runs, written beside its results (e.g. "paired bootstrap (Koehn 2004)")
     model: nn.Module  # the HF model, gated by ``gates``
     gates: object  # headprune.core.gates.HeadGates on ``model``
+    tokenizer: object  # the model's tokenizer (saved beside exported models)
 
     # ---- data --------------------------------------------------------------------------------
     def split_sizes(self) -> Mapping[str, int]:
@@ -70,6 +71,9 @@ class Task(Protocol):
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of a split's texts: a resumed study reuses results only on the same data."""
+
+    def split_summary(self) -> Mapping[str, Mapping[str, int]]:
+        """{split: {"examples": n, ...}} for every split (a language-modelling task adds its token counts)."""
 
     # ---- evaluation --------------------------------------------------------------------------
     def evaluate(self, mask=None, split: str = "eval") -> EvalResult:

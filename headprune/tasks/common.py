@@ -83,3 +83,7 @@ class SharedTaskMethods(SavesHF):
     def memory_measures(self, model) -> dict[str, int]:
         """No per-model memory measure."""
         return {}
+
+    def split_summary(self) -> dict[str, dict[str, int]]:
+        """{split: {"examples": n}} of every split."""
+        return {split: {"examples": int(n)} for split, n in self.split_sizes().items()}

@@ -54,7 +54,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         "data=lm_local|lm_synthetic|lm_hub",
         "headprune.tasks.lm.task.load_lm_task",
         None,
-        splits=("eval", "importance", "heldout"),
+        splits=("eval", "eval_other", "importance", "heldout", "train"),
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
     ),

@@ -164,7 +164,10 @@ def speed_table(study: dict) -> str:
 
 # ---- pruning for speed: quality against throughput -----------------------------------------------
 def point_name(point: dict) -> str:
-    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``: the order, its rearrangement and its recovery."""
+    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``, ``unpruned + same training`` (the control):
+    the order, its rearrangement and its recovery."""
+    if point.get("control"):
+        return "unpruned + same training"
     name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
     return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
 
@@ -229,6 +232,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
     """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
     points = _stage(result, "pareto")["points"]
     front = pareto_front(points, _stage(result, "pareto").get("higher_is_better", True))
+    extra = _stage(result, "pareto").get("extra_splits") or []
     columns = [
         "method",
         "order",
@@ -236,6 +240,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
         "step",
         "heads_pruned",
         "score",
+        *(f"score_{s}" for s in extra),
         "predicted_speedup",
         "flops_kept",
         "measured_examples_per_s",
@@ -250,6 +255,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
             p["step"],
             p["heads_pruned"],
             p["score"],
+            *(((p.get("extra") or {}).get(s) or {}).get("score") for s in extra),
             p["predicted_speedup"],
             p["flops_kept"],
             (p.get("measured") or {}).get("examples_per_s"),
@@ -266,11 +272,15 @@ def pareto_table(study: dict) -> str:
     points = p["points"]
     front = pareto_front(points, p.get("higher_is_better", True))
     timed = any(q.get("measured") for q in points)
+    extra = p.get("extra_splits") or []
+    removed = "KV groups removed" if p.get("unit") == "kv_group" else "heads removed"
     lines = [
-        f"| method | step | heads removed | {name_of(p['metric'])} | predicted speed-up | FLOPs kept | "
+        f"| method | step | {removed} | {name_of(p['metric'])} | "
+        + "".join(f"{name_of(p['metric'])} on `{s}` | " for s in extra)
+        + "predicted speed-up | FLOPs kept | "
         + ("measured ex/s | measured speed-up | " if timed else "")
         + "Pareto |",
-        "|---|---|---|---|---|---|" + ("---|---|" if timed else "") + "---|",
+        "|---|---|---|---|" + "---|" * len(extra) + "---|---|" + ("---|---|" if timed else "") + "---|",
     ]
     for q, best in zip(points, front):
         measured = q.get("measured") or {}
@@ -279,6 +289,7 @@ def pareto_table(study: dict) -> str:
             q["step"],
             f"{q['heads_pruned']}/{q['heads_total']}",
             f"{q['score']:.2f}",
+            *(f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a" for s in extra),
             f"{q['predicted_speedup']:.2f}x",
             f"{100 * q['flops_kept']:.0f}%",
         ]

@@ -20,7 +20,7 @@ SCHEMA = {
     "data.eval_batch_size": rule(integer, low=1),
     "data.tokenizer.vocab_size": rule(integer, low=1),
     "data.text_field": rule(text),
-    **{f"data.limits.{split}": optional(rule(integer, low=1)) for split in ("eval", "importance", "heldout")},
+    **{f"data.limits.{split}": optional(rule(integer, low=1)) for split in ("eval", "eval_other", "importance", "heldout", "train")},
 }
 
 

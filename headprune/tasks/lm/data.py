@@ -1,7 +1,10 @@
 """Texts for language modelling: local text files, a hub corpus or a synthetic language, per split.
 
-Splits inside headprune: ``eval`` (perplexity), ``importance`` (head importance: training text, never
-the evaluation text) and ``heldout`` (choices such as keep-one's head). Each text is one example:
+Splits inside headprune: ``eval`` (perplexity), ``eval_other`` (a second evaluation set, of another domain),
+``importance`` (calibration: head importance, Fisher, least squares; training text, never the evaluation
+text), ``heldout`` (choices such as keep-one's head) and ``train`` (fine-tune recovery). Local files: a file
+listed for several splits gives each of them other lines, and a text drawn for evaluation is left out of
+every other split's draw, so no two splits share a text. Each text is one example:
 its tokens (optionally after a BOS token) are predicted left to right, so a text of n ids gives
 n - 1 scored tokens.
 """
@@ -15,7 +18,8 @@ import torch
 
 from headprune.tasks.text_lines import utf8_lines
 
-SPLITS = ("eval", "importance", "heldout")
+SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
+EVAL_SPLITS = ("eval", "eval_other")
 
 
 def read_texts(path: str | Path) -> list[str]:
@@ -28,8 +32,8 @@ def read_texts(path: str | Path) -> list[str]:
     return [line.strip() for _, line in utf8_lines(path) if line.strip()]  # a bad byte names the file and line
 
 
-def sample(texts: list[str], limit: int | None, seed: int, split: str) -> list[str]:
-    """``limit`` texts drawn with ``seed`` (kept in file order), or all of them."""
+def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
+    """``limit`` texts (or any items) drawn with ``seed`` (kept in file order), or all of them."""
     if limit is None or limit >= len(texts):
         return list(texts)
     if limit <= 0:
@@ -38,16 +42,45 @@ def sample(texts: list[str], limit: int | None, seed: int, split: str) -> list[s
     return [texts[i] for i in keep]
 
 
-def local_texts(cfg, data_dir: str | Path) -> dict[str, list[str]]:
-    """{split: texts} from ``cfg.files`` ({split: [paths relative to data_dir]})."""
-    files = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in dict(cfg.files).items()}
+def local_lines(cfg, data_dir: str | Path) -> dict[str, list[tuple[tuple[str, int], str]]]:
+    """{split: [((file, line number), text)]} from ``cfg.files`` ({split: [paths relative to data_dir]}; null = no such split)."""
+    files = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in dict(cfg.files).items() if paths is not None}
     unknown = sorted(set(files) - set(SPLITS))
     if unknown:
         raise ValueError(f"data.files has unknown split(s) {unknown}; the language-modelling splits are {list(SPLITS)}")
-    shared = set(files.get("eval", [])) & (set(files.get("importance", [])) | set(files.get("heldout", [])))
+    evaluated = {path for split in EVAL_SPLITS for path in files.get(split, [])}
+    shared = evaluated & {path for split, paths in files.items() if split not in EVAL_SPLITS for path in paths}
     if shared:
-        raise ValueError(f"data.files uses {sorted(shared)} for evaluation and for importance/held-out choices: keep them apart")
-    return {split: [t for path in paths for t in read_texts(Path(data_dir) / path)] for split, paths in files.items()}
+        raise ValueError(
+            f"data.files uses {sorted(shared)} for evaluation and for importance/held-out choices or training: keep them apart"
+        )
+    return {
+        split: [((path, number), text) for path in paths for number, text in enumerate(read_texts(Path(data_dir) / path))]
+        for split, paths in files.items()
+    }
+
+
+def draw_splits(
+    lines: dict[str, list[tuple[object, str]]], limits: dict, seed: int, exclude_evaluated: bool = True
+) -> dict[str, list[str]]:
+    """{split: texts} drawn in ``SPLITS`` order, each split ``limits[split]`` items (null = all) of its own pool.
+
+    An item (a file line) drawn for one split is never drawn for a later one; with ``exclude_evaluated``, a text
+    drawn for an evaluation split is left out of the other splits' pools (the same sentence in two files).
+    """
+    taken, evaluated, out = set(), set(), {}
+    for split in [s for s in SPLITS if s in lines] + [s for s in lines if s not in SPLITS]:
+        pool = [
+            (key, text)
+            for key, text in lines[split]
+            if key not in taken and (split in EVAL_SPLITS or not exclude_evaluated or text not in evaluated)
+        ]
+        drawn = sample(pool, limits.get(split), seed, split)
+        taken.update(key for key, _ in drawn)
+        if split in EVAL_SPLITS:
+            evaluated.update(text for _, text in drawn)
+        out[split] = [text for _, text in drawn]
+    return out
 
 
 def hub_texts(cfg) -> dict[str, list[str]]:
@@ -71,20 +104,19 @@ def synthetic_texts(cfg) -> dict[str, list[str]]:
 
 
 def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
-    """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``."""
+    """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``, splits disjoint."""
     source = cfg.get("source")
     if source == "local":
-        texts = local_texts(cfg, data_dir if data_dir is not None else cfg.dir)
-    elif source == "hub":
-        texts = hub_texts(cfg)
-    elif source == "synthetic":
-        texts = synthetic_texts(cfg)
+        lines = local_lines(cfg, data_dir if data_dir is not None else cfg.dir)
+    elif source in ("hub", "synthetic"):
+        texts = hub_texts(cfg) if source == "hub" else synthetic_texts(cfg)
+        lines = {split: [((split, i), text) for i, text in enumerate(split_texts)] for split, split_texts in texts.items()}
     else:
         raise ValueError(f"data.source must be local, hub or synthetic for language modelling, got {source!r}")
-    if "eval" not in texts or "importance" not in texts:
-        raise ValueError(f"language-modelling data needs an eval and an importance split, got {sorted(texts)}")
+    if "eval" not in lines or "importance" not in lines:
+        raise ValueError(f"language-modelling data needs an eval and an importance split, got {sorted(lines)}")
     limits = dict(cfg.get("limits") or {})
-    return {split: sample(t, limits.get(split), int(cfg.get("seed", 0)), split) for split, t in texts.items()}
+    return draw_splits(lines, limits, int(cfg.get("seed", 0)), exclude_evaluated=source == "local")
 
 
 def encode_texts(
@@ -173,6 +205,13 @@ class LMData:
             batch["idx"] = torch.tensor(rows, dtype=torch.long)
             out.append(batch)
         return out
+
+    def split_summary(self) -> dict[str, dict[str, int]]:
+        """{split: {"examples" (texts), "tokens" (BOS included, after truncation), "predicted_tokens"}}."""
+        return {
+            split: {"examples": len(ids), "tokens": sum(map(len, ids)), "predicted_tokens": sum(len(x) - 1 for x in ids)}
+            for split, ids in self.ids.items()
+        }
 
     def describe(self) -> str:
         """One line per split: texts and tokens."""

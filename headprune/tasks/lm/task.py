@@ -192,14 +192,24 @@ class LanguageModelingTask(SavesHF):
             yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` texts of the importance split (the training text) drawn with ``seed``, in batches."""
-        ids = self.data.split("importance")
-        chosen = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))[: max(int(examples), 0)].tolist()
+        """``examples`` texts of the training split (``train``, else ``importance``) drawn with ``seed``, in batches of
+        similar lengths (little padding) in a seeded random order; ``idx`` gives each row's position in the split."""
+        split = "train" if "train" in self.data.ids else "importance"
+        ids = self.data.split(split)
+        generator = torch.Generator().manual_seed(seed)
+        chosen = torch.randperm(len(ids), generator=generator)[: max(int(examples), 0)].tolist()
+        chosen.sort(key=lambda i: len(ids[i]))
         size = int(self.data.batch_size)
-        return [
-            {k: v.to(self.device) for k, v in collate([ids[i] for i in chosen[s : s + size]], self.data.pad_id).items()}
-            for s in range(0, len(chosen), size)
-        ]
+        groups = [chosen[s : s + size] for s in range(0, len(chosen), size)]
+        out = []
+        for group in (groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()):
+            batch = collate([ids[i] for i in group], self.data.pad_id)
+            out.append({**{k: v.to(self.device) for k, v in batch.items()}, "idx": torch.tensor(group)})
+        return out
+
+    def split_summary(self) -> dict[str, dict[str, int]]:
+        """{split: {"examples" (texts), "tokens", "predicted_tokens"}} of every split, as tokenized (BOS included, truncated)."""
+        return self.data.split_summary()
 
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Mean token NLL of each text, shape (B,)."""

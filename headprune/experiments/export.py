@@ -1,0 +1,266 @@
+"""experiment=export: write a pruned model as a stock HF checkpoint, ONNX (optionally int8) or GGUF, and check it.
+
+The mask comes from ``export.mask_file`` (with ``export.mask_order`` / ``mask_step`` / ``fraction``, read as
+experiment=speed reads ``speed.mask_file``), or the model is a directory saved by ``save_pruned``
+(``export.model``). The physically pruned copy is exported into ``<run>/export/<format>``; a fresh interpreter
+that cannot import headprune loads it with stock libraries and compares its logits on the task's check batches
+with the masked model's (and, for decoder-only LMs, its greedy tokens). ``export.quantize=int8`` (ONNX) is not
+exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's.
+results.json records the source mask, the format, the files and the check.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from omegaconf import OmegaConf, open_dict
+
+from headprune.core.checks import ConfigError, choice, integer, number
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import prune_mask, pruning_record
+from headprune.experiments.evaluation import check_split, swapped_model
+from headprune.experiments.speed import file_mask, raw_mask
+from headprune.export import FORMATS, export_model
+from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
+from headprune.results.run_dir import mask_to_json, write_results
+from headprune.results.writer import output_dir, read_json
+from headprune.tasks import registry
+
+QUANTIZE = ("none", "int8")
+
+
+# ---- checks before any work --------------------------------------------------------------------
+
+
+def with_source_model(cfg):
+    """``cfg`` with ``model.pretrained`` (and its tokenizer) pointing at ``export.model`` when that is set."""
+    source = cfg.export.get("model")
+    if not source:
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.model.pretrained = str(source)
+        cfg.model.tokenizer = str(source)
+        cfg.model.config = None
+    return cfg
+
+
+def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
+    """The query-head mask {group: [layers][heads]} the export will apply (mask file), or the saved model's pruning record."""
+    settings = cfg.export
+    if settings.get("model"):
+        record = read_json(Path(str(settings.model)) / "config.json").get("headprune_pruned_heads") or {}
+        layers, heads = int(fields["num_hidden_layers"]), int(fields["num_attention_heads"])
+        return {
+            group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
+            for group, removed in (record or {"dec_self": {}}).items()
+        }
+    step = settings.get("mask_step")
+    rows = raw_mask(
+        read_json(Path(str(settings.mask_file))),
+        str(settings.mask_order),
+        float(settings.fraction),
+        None if step is None else str(step),
+        settings.mask_file,
+        "export",
+    )
+    if str((cfg.get("prune") or {}).get("unit") or "head") == "kv_group":
+        n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
+        rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
+    return rows
+
+
+def model_fields(model_cfg) -> dict:
+    """The model's config fields: ``model.config``, or the config.json of its (local or embedded) directory ({} when unknown)."""
+    from headprune.models.sources import resolve_pretrained
+
+    if model_cfg.get("config") is not None:
+        return dict(model_cfg.config)
+    if not model_cfg.get("pretrained"):
+        return {}
+    path = Path(resolve_pretrained(str(model_cfg.pretrained))) / "config.json"
+    return dict(read_json(path)) if path.is_file() else {}
+
+
+def check_stock(cfg, fmt: str) -> None:
+    """hf / gguf: a Llama-family decoder whose mask keeps the same heads in every layer (else a ConfigError naming what works)."""
+    from headprune.export.gguf import gguf_head_count_message, refusal
+    from headprune.export.hf import STOCK_TYPES, mask_stock_shape, not_stock_message
+
+    fields = model_fields(with_source_model(cfg).model)
+    model_type = fields.get("model_type")
+    if model_type not in STOCK_TYPES:
+        raise ConfigError(not_stock_message(model_type).replace("export.format=hf", f"export.format={fmt}"))
+    if fmt == "gguf" and refusal(fields):
+        raise ConfigError(refusal(fields))
+    n = int(fields["num_attention_heads"]) // int(fields.get("num_key_value_heads") or fields["num_attention_heads"])
+    for rows in source_rows(cfg, fields).values():
+        heads, _ = mask_stock_shape(rows, n)
+        if fmt == "gguf" and int(fields["hidden_size"]) % heads:
+            raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
+
+
+def check(cfg) -> None:
+    """Every export.* setting, the mask source and the format's demands on the model, before any work (the model kind's
+    demands: headprune.validation.check_export)."""
+    from headprune.models.sources import check_model_dir
+    from headprune.results.readers import check_mask_file
+
+    settings = cfg.export
+    fmt = choice(settings.get("format"), "export.format", FORMATS)
+    quantize = choice(str(settings.get("quantize") or "none"), "export.quantize", QUANTIZE)
+    choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
+    for name in ("examples", "batch_size", "new_tokens"):
+        integer(settings.get(name), f"export.{name}", 1)
+    number(settings.get("tolerance"), "export.tolerance", 0.0, None, "()")
+    number(settings.get("fraction"), "export.fraction", 0.0, 1.0)
+    if bool(settings.get("mask_file")) == bool(settings.get("model")):
+        raise ConfigError(
+            "give one source of the pruned model: export.mask_file=<prune run>/results.json (with export.mask_order, "
+            "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
+        )
+    if settings.get("mask_file"):
+        check_mask_file(settings.mask_file, "export.mask_file")
+    else:
+        path = Path(str(settings.model)).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"export.model={settings.model} is no model directory (no config.json): give a directory written by "
+                "headprune.save_pruned (or a task's save_hf)"
+            )
+        try:
+            check_model_dir(path, "export.model")
+        except FileNotFoundError as err:
+            raise ConfigError(str(err)) from None
+    if quantize == "int8" and fmt != "onnx":
+        raise ConfigError(
+            f"export.quantize=int8 quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
+        )
+    if fmt in ("hf", "gguf"):
+        check_stock(cfg, fmt)
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+
+def export_source(cfg, task) -> tuple[dict | None, dict]:
+    """(the mask in the task's unit, or None for a saved pruned model; where the pruned model came from)."""
+    settings = cfg.export
+    if settings.get("mask_file"):
+        return file_mask(settings, task, "export")
+    return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
+
+
+def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float) -> dict:
+    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime."""
+    from headprune.export.onnx import quantize_int8
+    from headprune.export.runtime import OnnxRuntimeModel
+
+    quantized = quantize_int8(graphs, out / "int8", per_channel)
+    scores = {}
+    for name, files in (("f32", graphs), ("int8", quantized)):
+        with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
+            scores[name] = task.evaluate(None, split=split).score
+    return {
+        "metric": task.metric,
+        "split": split,
+        "masked_torch": masked_score,
+        "onnx_f32": scores["f32"],
+        "onnx_int8": scores["int8"],
+        "int8_minus_f32": scores["int8"] - scores["f32"],
+        "per_channel": per_channel,
+        "files": [str(p.relative_to(out)) for p in quantized.values()],
+        "bytes": {
+            "f32": sum(Path(p).stat().st_size for p in graphs.values()),
+            "int8": sum(Path(p).stat().st_size for p in quantized.values()),
+        },
+    }
+
+
+def tokenizer_pre(cfg) -> str:
+    """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
+    given = cfg.export.get("tokenizer_pre")
+    if given:
+        return str(given)
+    from headprune.export.gguf import tokenizer_pre_from_gguf
+    from headprune.models.embedded import EMBEDDED_LLMS, gguf_file
+
+    name = str(cfg.model.get("pretrained"))
+    return (tokenizer_pre_from_gguf(gguf_file(name)) if name in EMBEDDED_LLMS else None) or "default"
+
+
+def run(cfg) -> dict:
+    """Prune, export, check in a fresh interpreter; results.json with the source, format, files and check."""
+    cfg = with_source_model(cfg)
+    settings = cfg.export
+    fmt, split = str(settings.format), str(settings.split)
+    task = registry.load_task(cfg)
+    check_split(task, split)
+    mask, origin = export_source(cfg, task)
+    head_mask = None if mask is None else task.gates.head_mask(mask, hard=True)
+    batches = [
+        {k: v.cpu() for k, v in b.items()}
+        for b in task.timing_batches(int(settings.batch_size), int(settings.examples), split, seed=int(cfg.seed))
+    ]
+    pruned = copy.deepcopy(task.model).cpu()
+    if head_mask is not None:
+        prune_mask(pruned, head_mask)
+    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
+    reference_model = task.model  # under the mask
+    if fmt == "gguf" and str(settings.gguf_dtype) == "f16":
+        from headprune.export.gguf import rounded_like_gguf
+
+        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
+    with task.gates.masked(mask if reference_model is task.model else None):
+        reference = reference_logits(
+            reference_model, [{k: v.to(next(reference_model.parameters()).device) for k, v in b.items()} for b in batches]
+        )
+        greedy = None
+        if is_decoder_lm(pruned):
+            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
+            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    out = output_dir(cfg) / "export" / fmt
+    name = f"{cfg.model.get('name')}-pruned"
+    exported = export_model(
+        fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, tokenizer_pre(cfg) if fmt == "gguf" else "default"
+    )
+    print(f"[export] {fmt}: {len(exported['files'])} files in {out}; checking in a fresh interpreter without headprune", flush=True)
+    job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
+    report = check_export(job, batches, reference, greedy, float(settings.tolerance))
+    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
+    result = {
+        "format": fmt,
+        "files": [str(Path(p).relative_to(output_dir(cfg))) for p in exported["files"]],
+        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
+        "mask": None if mask is None else mask_to_json(mask),
+        "unit": task.gates.unit,
+        "pruning_record": pruning_record(pruned),
+        "heads_per_layer": [list(s) for s in shapes],
+        "gguf_dtype": str(settings.gguf_dtype) if fmt == "gguf" else None,
+        "check": report,
+        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
+    }
+    if reference_model is not task.model:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
+        with task.gates.masked(mask):
+            masked = reference_logits(task.model, [{k: v.to(next(task.model.parameters()).device) for k, v in b.items()} for b in batches])
+        result["f16_vs_masked_max_abs_diff"] = max(float(abs(m - r).max()) for m, r in zip(masked, reference))
+    print(
+        f"[export] check: max |export - masked| = {report['max_abs_diff']:.2e} (tolerance {report['tolerance']:.1e})"
+        + (f", greedy tokens equal: {report['greedy_equal']}" if "greedy_equal" in report else ""),
+        flush=True,
+    )
+    if str(settings.get("quantize") or "none") == "int8":
+        masked_score = task.evaluate(mask, split=split).score
+        result["quantized"] = int8_check(task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), masked_score)
+        q = result["quantized"]
+        print(
+            f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}",
+            flush=True,
+        )
+    write_results(
+        cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
+    )
+    if not report["passed"]:
+        raise ValueError(f"the {fmt} export does not reproduce the masked model: {report}")
+    return {"objective": report["max_abs_diff"], **result}

@@ -1,0 +1,122 @@
+"""Fine-tune recovery inside the prune experiment: its training batches (examples or a token budget) and its control.
+
+A token budget (``prune.finetune.tokens``) takes shuffled training batches until that many real input tokens
+(attention-mask ones) are in, and trains one pass over them. The control (``prune.control=true``) gives the
+unpruned model the same fine-tune: the same batches in the same order, the same steps, lr and schedule, and
+distillation from its own frozen copy where the pruned model distils from the unpruned one.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from headprune.lightning.finetune import finetune_recover
+
+
+def batch_tokens(batch: dict) -> int:
+    """Real input tokens of a training batch (attention-mask ones; every position without a mask)."""
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+
+
+def batch_rows(batch: dict) -> int:
+    return int(batch["input_ids"].shape[0])
+
+
+def budget_batches(task, tokens: int, seed: int = 0) -> list[dict]:
+    """The first shuffled training batches (``task.training_batches`` with ``seed``) that hold ``tokens`` real input tokens."""
+    if tokens < 1:
+        raise ValueError(f"a fine-tune token budget must be >= 1 token, got {tokens}")
+    wanted = 64
+    while True:
+        batches = task.training_batches(wanted, seed=seed)
+        drawn, total = sum(map(batch_rows, batches)), sum(map(batch_tokens, batches))
+        if total >= tokens or drawn < wanted:  # enough tokens, or the whole training split drawn
+            break
+        wanted *= 2
+    if total < tokens:
+        raise ValueError(
+            f"prune.finetune.tokens={tokens}: the training split holds only {total} tokens ({drawn} examples); "
+            "lower the budget or give more training text"
+        )
+    out, seen = [], 0
+    for batch in batches:
+        out.append(batch)
+        seen += batch_tokens(batch)
+        if seen >= tokens:
+            return out
+    return out
+
+
+def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> list[dict]:
+    """What ``prune.recover=finetune`` trains on: ``prune.finetune.tokens`` real input tokens or ``prune.finetune.examples``
+    training examples (a new draw for each ``round_`` of a schedule), or the lsq batches when both are null."""
+    finetune = settings.finetune
+    seed = int(finetune.get("seed", 0)) + round_
+    if finetune.get("tokens") is not None:
+        return budget_batches(task, int(finetune.tokens), seed)
+    if finetune.get("examples") is not None:
+        return task.training_batches(int(finetune.examples), seed=seed)
+    return recovery
+
+
+def finetune_steps(finetune, batches: list[dict]) -> int:
+    """Optimizer steps of one fine-tune: one pass over a token budget's batches, else ``prune.finetune.max_steps``."""
+    return len(batches) if finetune.get("tokens") is not None else int(finetune.max_steps)
+
+
+def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=False, label: str = "recover") -> list[dict]:
+    """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
+    weight = float(finetune.distill_weight)
+    device = next(model.parameters()).device
+    flags = [p.requires_grad for p in teacher.parameters()]
+    rank = finetune.get("lora_rank")
+    try:
+        return finetune_recover(
+            model,
+            batches,
+            teacher=teacher if weight > 0 else None,
+            distill_weight=weight,
+            temperature=float(finetune.temperature),
+            max_steps=finetune_steps(finetune, batches),
+            lr=float(finetune.lr),
+            warmup=float(finetune.get("warmup", 0.0)),
+            decay=bool(finetune.get("decay", False)),
+            lora_rank=None if rank is None else int(rank),
+            lora_alpha=finetune.get("lora_alpha"),
+            seed=int(finetune.get("seed", 0)),
+            progress=bool(finetune.get("progress", False)),
+            accelerator="cpu" if device.type == "cpu" else "auto",
+            logger=logger,
+            log_prefix=f"recover/{label}",
+        )
+    finally:
+        for parameter, flag in zip(teacher.parameters(), flags):
+            parameter.requires_grad_(flag)
+
+
+def control_model(task, rounds: list[list[dict]], finetune, logger=False) -> tuple[object, list[float]]:
+    """(a copy of the unpruned model fine-tuned like the pruned ones, each step's loss): one fine-tune per round of
+    batches, in order, distilled from a frozen copy of the unpruned model."""
+    model = copy.deepcopy(task.model)
+    teacher = copy.deepcopy(task.model).eval()
+    losses = []
+    for number, batches in enumerate(rounds):
+        label = "control" if len(rounds) == 1 else f"control/step{number + 1}"
+        losses += [h["loss"] for h in finetune_in_place(model, teacher, batches, finetune, logger, label)]
+    return model, losses
+
+
+def budget_info(finetune, rounds: list[list[dict]]) -> dict:
+    """What a fine-tune trained on: rounds, steps, examples and real input tokens of each round."""
+    return {
+        "rounds": [
+            {
+                "steps": finetune_steps(finetune, batches),
+                "batches": len(batches),
+                "examples": sum(map(batch_rows, batches)),
+                "tokens": sum(map(batch_tokens, batches)),
+            }
+            for batches in rounds
+        ]
+    }

@@ -1,0 +1,147 @@
+"""The check of an export, run as a script in a fresh interpreter that cannot import headprune.
+
+    python -I -S checker.py jobs.json       (cwd: the jobs' directory; prints one JSON line)
+
+It imports only numpy, torch, transformers, onnxruntime and gguf (through transformers): what a user of
+the exported files has. Each job of ``jobs.json`` names the format, the files, the site-packages to add to
+``sys.path`` (no ``.pth`` files run, so an editable headprune stays out) and ``arrays.npz``: the check
+batches and the masked model's outputs. The script asserts ``import headprune`` fails, runs the export on
+every batch, and reports the largest difference and whether greedy generation gives the same tokens.
+This file imports nothing of headprune, so headprune also uses its ONNX Runtime runner in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+class OnnxRunner:
+    """An ONNX export run by ONNX Runtime: ``model.onnx`` (one graph to logits) or ``encoder.onnx`` + ``decoder.onnx``."""
+
+    def __init__(self, files: dict, threads: int = 1):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.sessions = {name: ort.InferenceSession(path, options, providers=["CPUExecutionProvider"]) for name, path in files.items()}
+        self.inputs = {name: [i.name for i in s.get_inputs()] for name, s in self.sessions.items()}
+
+    def _run(self, name: str, arrays: dict):
+        return self.sessions[name].run(None, {k: arrays[k] for k in self.inputs[name]})[0]
+
+    def logits(self, batch: dict):
+        """Logits (numpy) of a batch of numpy int64 inputs; an encoder-decoder runs its encoder, then its decoder once."""
+        if "model" in self.sessions:
+            return self._run("model", batch)
+        hidden = self._run("encoder", batch)
+        return self._run("decoder", {**batch, "encoder_hidden_states": hidden})
+
+
+def greedy_loop(next_logits, prompt, new_tokens: int, eos: list[int], pad: int):
+    """Greedy decoding without a cache: append the argmax of the last position until ``new_tokens`` or every row hit EOS."""
+    import numpy as np
+
+    ids = prompt.astype(np.int64)
+    done = np.zeros(len(ids), dtype=bool)
+    for _ in range(new_tokens):
+        logits = next_logits(ids, np.ones_like(ids))[:, -1]  # (B, V)
+        token = np.where(done, pad, logits.argmax(-1))
+        ids = np.concatenate([ids, token[:, None]], axis=1)
+        done |= np.isin(token, eos)
+        if done.all():
+            break
+    return ids[:, prompt.shape[1] :]
+
+
+def _torch_model(job: dict):
+    import torch
+    import transformers
+
+    auto = getattr(transformers, job["auto_class"])
+    extra = {"gguf_file": job["gguf_file"]} if job["format"] == "gguf" else {}
+    model = auto.from_pretrained(job["dir"], dtype=torch.float32, **extra).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], **extra) if job.get("tokenizer", True) else None
+    return model, tokenizer
+
+
+def run_job(job: dict, arrays) -> dict:
+    """Outputs of the export on every check batch against the reference, and greedy tokens against the reference tokens."""
+    import numpy as np
+
+    names = job["input_names"]
+    diffs, scales, report = [], [], {"format": job["format"]}
+    if job["format"] == "onnx":
+        runner = OnnxRunner(job["files"])
+        logits_of = runner.logits
+        step = lambda ids, mask: runner.logits({"input_ids": ids, "attention_mask": mask})  # noqa: E731
+        report["providers"] = sorted({p for s in runner.sessions.values() for p in s.get_providers()})
+    else:
+        import torch
+
+        model, tokenizer = _torch_model(job)
+        report.update(architecture=type(model).__name__, tokenizer=type(tokenizer).__name__ if tokenizer is not None else None)
+
+        def logits_of(batch):
+            with torch.no_grad():
+                return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.float().numpy()
+
+    for b in range(job["batches"]):
+        batch = {name: arrays[f"batch{b}.{name}"] for name in names if f"batch{b}.{name}" in arrays}
+        reference = arrays[f"reference{b}"]
+        out = logits_of(batch)
+        if out.shape != reference.shape:
+            raise AssertionError(f"batch {b}: the export gives logits of shape {out.shape}, the masked model {reference.shape}")
+        diffs.append(float(np.abs(out - reference).max()))
+        scales.append(float(np.abs(reference).max()))
+    report["max_abs_diff"] = max(diffs)
+    report["reference_max_abs"] = max(scales)
+    report["tolerance"] = job["tolerance"] * max(1.0, max(scales))  # relative to the logits' scale, at least absolute
+    report["outputs_match"] = report["max_abs_diff"] <= report["tolerance"]
+    if "greedy_prompt" in arrays:
+        prompt, expected = arrays["greedy_prompt"], arrays["greedy_tokens"]
+        if job["format"] == "onnx":
+            tokens = greedy_loop(step, prompt, job["new_tokens"], job["eos"], job["pad"])
+        else:
+            import torch
+            from transformers import GenerationConfig
+
+            config = GenerationConfig(do_sample=False, max_new_tokens=job["new_tokens"], eos_token_id=job["eos"], pad_token_id=job["pad"])
+            with torch.no_grad():
+                ids = torch.from_numpy(prompt)
+                tokens = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config).numpy()
+            tokens = tokens[:, prompt.shape[1] :]
+        report["greedy_tokens"] = tokens.tolist()
+        report["greedy_equal"] = tokens.shape == expected.shape and bool((tokens == expected).all())
+    if job.get("texts") and job["format"] != "onnx" and tokenizer is not None:
+        encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in job["texts"]]
+        report["tokenizer_equal"] = encoded == job["text_ids"]  # the exported tokenizer splits texts as the model's own
+    report["passed"] = report["outputs_match"] and report.get("greedy_equal", True) and report.get("tokenizer_equal", True)
+    return report
+
+
+def main(path: str) -> None:
+    """Run every job of ``path`` (a list) and print the list of reports as one JSON line."""
+    jobs = json.loads(open(path, encoding="utf-8").read())
+    sys.path[:0] = [p for p in jobs[0]["site_packages"] if p not in sys.path]
+    try:
+        import headprune  # noqa: F401
+    except ImportError:
+        isolated = True
+    else:
+        isolated = False
+    if not isolated:
+        raise AssertionError("headprune is importable in the checker's interpreter: the check would not be independent")
+    import numpy as np
+
+    reports = []
+    for job in jobs:
+        with np.load(job["arrays"]) as arrays:
+            report = run_job(job, {k: arrays[k] for k in arrays.files})
+        reports.append({**report, "headprune_importable": False})
+    print(json.dumps(reports))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,198 @@
+"""GGUF files of uniformly pruned Llama-family decoders, in llama.cpp's conventions (its convert_hf_to_gguf.py for Llama).
+
+Written with the ``gguf`` package: architecture ``llama`` (Mistral too, as llama.cpp writes it); tensor names from
+``gguf.get_tensor_name_map`` (``token_embd``, ``blk.N.attn_q`` ..., ``output_norm``, ``output`` unless the
+embeddings are tied); the query and key rows permuted from the HF rotary layout (halves) to llama.cpp's
+(interleaved pairs) with the pruned head counts; metadata ``llama.*`` with the pruned ``attention.head_count``,
+``head_count_kv``, ``key_length``/``value_length`` and ``rope.dimension_count`` (= head size); the byte-level BPE
+tokenizer as ``tokenizer.ggml.*`` (model ``gpt2``, tokens by id, token types, merges and special ids through
+``gguf.SpecialVocab``). f32 writes every tensor in float32; f16 writes matrices in float16 and 1-D tensors
+(norms) in float32, as llama.cpp does. The check loads the file back through transformers' GGUF reader.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from headprune.core.checks import ConfigError
+from headprune.export.hf import stock_shape
+
+GGUF_TYPES = ("llama", "mistral")  # written as llama.cpp's llama architecture
+DTYPES = ("f32", "f16")
+
+
+def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """q/k rows from HF's rotary layout (each head: first half, second half) to llama.cpp's (interleaved pairs)."""
+    rows = weight.shape[0]
+    return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def refusal(fields: dict) -> str | None:
+    """Why a Llama-family config cannot be written as GGUF (None when it can)."""
+    model_type = fields.get("model_type")
+    if model_type not in GGUF_TYPES:
+        return (
+            f"export.format=gguf writes Llama and Mistral decoders (llama.cpp's llama architecture), not {model_type!r}: "
+            "transformers' GGUF reader derives the Qwen2/Qwen3 head size from hidden_size / num_attention_heads, so a pruned "
+            "one cannot be read back; use export.format=hf or export.format=onnx"
+        )
+    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):
+        return f"export.format=gguf writes default or linear rotary embeddings only, this model has {rope}: use export.format=hf or onnx"
+    if fields.get("attention_bias") or fields.get("mlp_bias"):
+        return "export.format=gguf writes Llama models without attention or MLP biases: use export.format=hf or onnx"
+    return None
+
+
+def tokenizer_pre_from_gguf(path: Path) -> str | None:
+    """``tokenizer.ggml.pre`` of a GGUF file (the source of an embedded model), or None."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
+    return None if field is None else str(field.contents())
+
+
+def _add_metadata(writer, config, shape, dtype: str, name: str) -> None:
+    import gguf
+
+    writer.add_name(name)
+    writer.add_context_length(int(config.max_position_embeddings))
+    writer.add_embedding_length(int(config.hidden_size))
+    writer.add_feed_forward_length(int(config.intermediate_size))
+    writer.add_block_count(int(config.num_hidden_layers))
+    writer.add_head_count(shape.heads)
+    writer.add_head_count_kv(shape.kv_heads)
+    writer.add_key_length(shape.head_dim)
+    writer.add_value_length(shape.head_dim)
+    rope = getattr(config, "rope_parameters", None) or {}
+    writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
+    if rope.get("rope_type") == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_vocab_size(int(config.vocab_size))
+    writer.add_rope_dimension_count(shape.head_dim)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+def _add_tokenizer(writer, tokenizer, vocab_size: int, pre: str) -> None:
+    """The tokenizer as llama.cpp's convert writes a GPT-2-style byte-level BPE (its get_vocab_base + SpecialVocab)."""
+    import gguf
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or type(backend.model).__name__ != "BPE":
+        raise ConfigError(
+            f"export.format=gguf writes byte-level BPE tokenizers (tokenizer.ggml.model gpt2); this model's tokenizer is "
+            f"{type(tokenizer).__name__}: use export.format=hf or onnx"
+        )
+    vocab = tokenizer.get_vocab()
+    if max(vocab.values()) >= vocab_size:
+        raise ValueError(f"the tokenizer has ids up to {max(vocab.values())}, beyond the model's vocabulary of {vocab_size}")
+    by_id = {i: token for token, i in vocab.items()}
+    added = tokenizer.get_added_vocab()
+    decoder = tokenizer.added_tokens_decoder
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in by_id:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+        elif by_id[i] in added:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.CONTROL if decoder[i].special else gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.NORMAL)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer.save_pretrained(folder)
+        special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
+    if not special.merges:
+        raise ValueError(
+            "the tokenizer has no BPE merges (a vocabulary of single bytes), which llama.cpp's gpt2 tokenizer needs: "
+            "train it with a larger vocabulary (data.tokenizer.vocab_size)"
+        )
+    special.add_to_gguf(writer, quiet=True)
+
+
+def gguf_tensors(model: nn.Module, shape, dtype: str):
+    """(GGUF name, numpy array) of every weight: names mapped, q/k permuted, matrices in f16 for ``dtype=f16``."""
+    import gguf
+
+    config = model.config
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, int(config.num_hidden_layers))
+    for hf_name, tensor in model.state_dict().items():
+        if hf_name == "lm_head.weight" and config.tie_word_embeddings:
+            continue  # tied: llama.cpp reads the output projection from token_embd
+        if hf_name.endswith("rotary_emb.inv_freq"):
+            continue
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise ValueError(f"no GGUF name for tensor {hf_name} of {type(model).__name__}")
+        data = tensor.detach().to("cpu", torch.float32)
+        if hf_name.endswith("q_proj.weight"):
+            data = permute_rotary(data, shape.heads)
+        elif hf_name.endswith("k_proj.weight"):
+            data = permute_rotary(data, shape.kv_heads)
+        array = data.numpy()
+        if dtype == "f16" and array.ndim > 1 and not name.endswith("_norm.weight"):
+            array = array.astype(np.float16)
+        yield name, np.ascontiguousarray(array)
+
+
+def rounded_like_gguf(model: nn.Module, dtype: str) -> nn.Module:
+    """``model`` with the weights rounded as the GGUF stores them (f16: every matrix), for the reference of the check."""
+    if dtype == "f32":
+        return model
+    import copy
+
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in rounded.parameters():
+            if parameter.dim() > 1:
+                parameter.copy_(parameter.to(torch.float16).to(parameter.dtype))
+    return rounded
+
+
+def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default") -> Path:
+    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned Llama or Mistral model; the file."""
+    import gguf
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"export.gguf_dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    config = model.config
+    why = refusal(config.to_dict())
+    if why:
+        raise ConfigError(why)
+    shape = stock_shape(model)
+    if config.hidden_size % shape.heads:
+        raise ConfigError(gguf_head_count_message(config.hidden_size, shape.heads))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}-{dtype}.gguf"
+    writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
+    _add_metadata(writer, config, shape, dtype, name)
+    _add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
+    for tensor_name, array in gguf_tensors(model, shape, dtype):
+        writer.add_tensor(tensor_name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def gguf_head_count_message(hidden: int, heads: int) -> str:
+    """Why a GGUF with this head count cannot be checked, and what to do."""
+    return (
+        f"export.format=gguf: {heads} query heads do not divide the hidden size {hidden}; transformers' GGUF reader "
+        "builds a LlamaConfig from the file, which refuses that, so the export could not be checked. Prune to a "
+        "head count that divides the hidden size, or use export.format=hf (written as Mistral) or export.format=onnx"
+    )

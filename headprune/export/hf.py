@@ -1,0 +1,158 @@
+"""Stock transformers checkpoints of pruned Llama-family decoders: a directory ``AutoModelForCausalLM`` loads alone.
+
+A stock architecture needs the same query heads, KV heads and head size in every layer, each KV head
+serving an equal run of query heads (``repeat_kv``'s order): what ``prune.layout=uniform`` with
+``prune.unit=kv_group`` always gives. The config is the model's own with the pruned
+``num_attention_heads``, ``num_key_value_heads`` and ``head_dim``; the weights are loaded strictly into a
+model built from that config, so a shape that the config would not rebuild fails here, not at the user's.
+
+transformers refuses a ``LlamaConfig`` whose hidden size is no multiple of its heads even with ``head_dim``
+given (hidden 576 over 7 heads), while ``MistralConfig`` takes it. A Llama without attention or MLP biases
+computes the same function as a Mistral with the same weights and no sliding window, so such a Llama is
+written as Mistral. Qwen2's config class has no ``head_dim`` field, but Qwen2's attention reads
+``config.head_dim`` when config.json holds it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from headprune.core.checks import ConfigError
+from headprune.core.gates import find_sites
+from headprune.core.pruning import RECORD_ATTR
+
+STOCK_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+V4_ATTR = "pruned_heads"
+
+
+@dataclass(frozen=True)
+class StockShape:
+    """The attention shape every layer of a stock checkpoint shares."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def stock_shape(model: nn.Module) -> StockShape:
+    """The one attention shape of all layers of a (pruned) Llama-family model, or a ConfigError naming the layers that differ."""
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in STOCK_TYPES:
+        raise ConfigError(not_stock_message(model_type))
+    shapes = {}
+    for site in find_sites(model):
+        uneven = site.kv_index is not None or not site.head_ids
+        key = "uneven" if uneven else (len(site.head_ids), len(site.kv_ids), site.head_dim)
+        shapes.setdefault(key, []).append(site.layer)
+    if len(shapes) != 1 or "uneven" in shapes:
+        described = "; ".join(
+            f"layers {layers}: "
+            + (
+                "query heads unevenly spread over their KV heads (or none left)"
+                if key == "uneven"
+                else f"{key[0]} query heads over {key[1]} KV heads"
+            )
+            for key, layers in shapes.items()
+        )
+        raise ConfigError(
+            f"a stock checkpoint (export.format=hf or gguf) needs the same attention shape in every layer, but {described}. " + UNIFORM_HINT
+        )
+    heads, kv_heads, head_dim = next(iter(shapes))
+    return StockShape(heads, kv_heads, head_dim)
+
+
+def mask_stock_shape(rows: list[list[int]], heads_per_kv: int = 1) -> tuple[int, int]:
+    """(query heads, KV heads) that every layer keeps under a 0/1 query-head mask [layers][heads], or a ConfigError."""
+    shapes: dict = {}
+    for layer, row in enumerate(rows):
+        per_kv = [sum(row[k : k + heads_per_kv]) for k in range(0, len(row), heads_per_kv)]  # query heads kept per KV head
+        kept = [count for count in per_kv if count]
+        key = (sum(kept), len(kept)) if kept and len(set(kept)) == 1 else "uneven"
+        shapes.setdefault(key, []).append(layer)
+    if len(shapes) != 1 or "uneven" in shapes:
+        described = "; ".join(
+            f"layers {layers}: "
+            + (
+                "query heads unevenly spread over their KV heads (or none left)"
+                if key == "uneven"
+                else f"{key[0]} query heads over {key[1]} KV heads"
+            )
+            for key, layers in shapes.items()
+        )
+        raise ConfigError(
+            f"a stock checkpoint needs the same attention shape in every layer, but the mask keeps {described}. " + UNIFORM_HINT
+        )
+    return next(iter(shapes))
+
+
+UNIFORM_HINT = (
+    "Prune with prune.layout=uniform (with prune.unit=kv_group for grouped-query models, so that every KV head keeps "
+    "all of its query heads), or export with export.format=onnx (any layout), or keep headprune's own format "
+    "(headprune.save_pruned / load_pruned)."
+)
+
+
+def not_stock_message(model_type) -> str:
+    """Why export.format=hf refuses a model type, and what works instead."""
+    return (
+        f"export.format=hf writes stock transformers checkpoints of Llama-family decoders only ({', '.join(STOCK_TYPES)}); "
+        f"model {model_type!r} cannot hold pruned heads in a stock config (BERT- and BART-like configs derive the head "
+        "size from hidden_size / num_attention_heads and share one head count across layers). Use export.format=onnx, or "
+        "headprune's own format (headprune.save_pruned / load_pruned)."
+    )
+
+
+def stock_config(model: nn.Module, shape: StockShape):
+    """The config of the stock checkpoint: the model's own, with its pruned head counts and head size (Llama -> Mistral when needed)."""
+    from transformers import AutoConfig
+
+    fields = copy.deepcopy(model.config.to_dict())
+    for key in (RECORD_ATTR, V4_ATTR, "_attn_implementation_autoset", "architectures", "transformers_version", "model_type"):
+        fields.pop(key, None)
+    fields.update(num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim)
+    model_type = model.config.model_type
+    if model_type == "llama" and fields["hidden_size"] % shape.heads:
+        if fields.get("attention_bias") or fields.get("mlp_bias"):
+            raise ConfigError(
+                f"a pruned Llama with {shape.heads} heads of {shape.head_dim} in hidden size {fields['hidden_size']} "
+                "is refused by LlamaConfig (hidden size no multiple of the heads), and with attention or MLP biases "
+                "it has no stock twin: prune to a head count that divides the hidden size, or use export.format=onnx"
+            )
+        model_type = "mistral"  # same function without biases and without a sliding window
+        fields.update(sliding_window=None)
+        for key in ("attention_bias", "mlp_bias", "pretraining_tp"):
+            fields.pop(key, None)
+    config = AutoConfig.for_model(model_type, **fields)
+    if model_type == "qwen2":
+        config.head_dim = shape.head_dim  # Qwen2Attention reads config.head_dim when present
+    return config
+
+
+def stock_model(model: nn.Module) -> nn.Module:
+    """A stock transformers model (built from ``stock_config``) holding the pruned model's weights, loaded strictly."""
+    from transformers import AutoModelForCausalLM
+
+    config = stock_config(model, stock_shape(model))
+    stock = AutoModelForCausalLM.from_config(config, dtype=next(model.parameters()).dtype)
+    missing, unexpected = stock.load_state_dict(model.state_dict(), strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ValueError(
+            f"the pruned weights do not fit the stock {type(stock).__name__}: missing {missing[:4]}, unexpected {unexpected[:4]}"
+        )
+    stock.generation_config = copy.deepcopy(model.generation_config)
+    return stock.eval()
+
+
+def export_hf(model: nn.Module, tokenizer, out: Path) -> list[Path]:
+    """Write the stock checkpoint (config, safetensors, generation config) and the tokenizer into ``out``; the files written."""
+    stock = stock_model(model)
+    out.mkdir(parents=True, exist_ok=True)
+    stock.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return sorted(p for p in out.iterdir() if p.is_file())

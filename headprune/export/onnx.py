@@ -1,0 +1,154 @@
+"""ONNX export of any (pruned) model: encoders, decoders and encoder-decoders, uneven heads included.
+
+``torch.onnx.export`` with the TorchScript exporter (``dynamo=False``) at opset 17, batch and sequence
+axes dynamic. In torch 2.13 the torch.export-based exporter (``dynamo=True``, the default) writes opset
+18 and its down-conversion to 17 fails on Llama-family graphs (a ReduceMean whose axes are no constant),
+while the TorchScript exporter writes opset 17 directly for every family; tests run each graph at other
+batch sizes and lengths than it was traced with. A pruned layer's own ``view(..., -1, head_dim)`` is
+traced with its own head count, so uneven layers need nothing special. Graphs:
+
+- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]) -> logits;
+  decoder-only LMs run without a KV cache (every position's logits);
+- encoder-decoders: ``encoder.onnx`` (input_ids, attention_mask -> last_hidden_state) and ``decoder.onnx``
+  (decoder_input_ids, encoder_hidden_states, attention_mask -> logits), one decoder pass without a cache.
+
+``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+OPSET = 17
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class _Logits(nn.Module):
+    """model(**named inputs).logits with positional inputs (the TorchScript exporter's calling convention)."""
+
+    def __init__(self, model: nn.Module, names: list[str], extra: dict):
+        super().__init__()
+        self.model, self.names, self.extra = model, names, extra
+
+    def forward(self, *tensors):
+        return self.model(**dict(zip(self.names, tensors)), **self.extra).logits
+
+
+class _Encoder(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+class _Decoder(nn.Module):
+    """One decoder pass over all target positions (no cache) given the encoder's states."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, decoder_input_ids, encoder_hidden_states, attention_mask):
+        return self.model(
+            encoder_outputs=(encoder_hidden_states,), attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=False
+        ).logits
+
+
+def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], output: str, axes: dict) -> Path:
+    module.eval()  # the exporter restores the wrapper's mode afterwards, recursively: a training-mode wrapper would leave dropout on
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript tracer's notes on Python booleans and the exporter's deprecation
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=inputs,
+            output_names=[output],
+            dynamic_axes=axes,
+            do_constant_folding=True,
+        )
+    return path
+
+
+def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
+    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs)."""
+    names = [k for k in ENCODER_INPUTS if k in batch]
+    if "input_ids" not in names:
+        raise ValueError(f"an ONNX export needs input_ids in the check batch; it has {sorted(batch)}")
+    return names
+
+
+def padded(batch: dict) -> dict:
+    """``batch`` with one padded position appended to every row of the source inputs.
+
+    The tracer records the Python branch taken for its example; tracing on padded inputs keeps the attention mask
+    in the graph even where a model would drop an all-ones mask in Python.
+    """
+    out = dict(batch)
+    for key in ENCODER_INPUTS:
+        if key in out:
+            out[key] = torch.cat([out[key], out[key].new_zeros(out[key].shape[0], 1)], dim=1)  # mask 0: a padded position
+    return out
+
+
+def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
+    """Write the model's graph(s) into ``out`` traced on ``batch`` (model inputs, CPU; padding added); {graph name: file}."""
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.eval().cpu()
+    batch = padded({k: v.cpu() for k, v in batch.items()})
+    with torch.no_grad():
+        if getattr(model.config, "is_encoder_decoder", False):
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+            seq = {0: "batch", 1: "source"}
+            encoder = _export(
+                _Encoder(model),
+                (ids, mask),
+                out / "encoder.onnx",
+                ["input_ids", "attention_mask"],
+                "last_hidden_state",
+                {"input_ids": seq, "attention_mask": seq, "last_hidden_state": seq},
+            )
+            hidden = _Encoder(model)(ids, mask)
+            target = {0: "batch", 1: "target"}
+            decoder = _export(
+                _Decoder(model),
+                (batch["decoder_input_ids"], hidden, mask),
+                out / "decoder.onnx",
+                ["decoder_input_ids", "encoder_hidden_states", "attention_mask"],
+                "logits",
+                {"decoder_input_ids": target, "encoder_hidden_states": seq, "attention_mask": seq, "logits": target},
+            )
+            return {"encoder": encoder, "decoder": decoder}
+        names = graph_inputs(model, batch)
+        extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
+        axes = {name: {0: "batch", 1: "sequence"} for name in names}
+        axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
+        path = _export(_Logits(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
+        return {"model": path}
+
+
+def quantize_int8(files: dict[str, Path], out: Path, per_channel: bool = True) -> dict[str, Path]:
+    """Dynamic int8 quantisation of every graph (weights int8, activations quantised at run time) into ``out``."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    out.mkdir(parents=True, exist_ok=True)
+    done = {}
+    for name, path in files.items():
+        target = out / Path(path).name
+        prepared = out / f"{Path(path).stem}.prepared.onnx"
+        quant_pre_process(
+            str(path), str(prepared), skip_symbolic_shape=True
+        )  # ONNX shape inference and graph clean-up, as ONNX Runtime recommends
+        quantize_dynamic(str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
+        prepared.unlink()
+        done[name] = target
+    return done

@@ -1,0 +1,63 @@
+"""An ONNX Runtime export seen as the HF model it came from, so that tasks evaluate and time it unchanged.
+
+``forward(**inputs)`` returns an output with ``.logits`` (torch, from ONNX Runtime). A decoder-only LM's task
+computes its loss from ``base_model(...).last_hidden_state`` through ``get_output_embeddings()``: here the
+"hidden state" is already the logits and the output embedding is the identity. ``generate`` is not
+available (the graphs have no KV cache): callers that need it get NotImplementedError.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from torch import nn
+
+from headprune.export.checker import OnnxRunner
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
+
+
+class OnnxRuntimeModel(nn.Module):
+    """ONNX Runtime sessions of one export behind the HF call convention (logits only)."""
+
+    def __init__(self, files: dict, config, threads: int = 1):
+        super().__init__()
+        self.runner = OnnxRunner({name: str(path) for name, path in files.items()}, threads)
+        self.config = config
+        self.anchor = nn.Parameter(torch.zeros(1), requires_grad=False)  # device of the outputs (CPU)
+        self.base_model = _LogitsAsHidden(self)
+
+    def forward(self, **inputs):
+        arrays = {
+            k: np.ascontiguousarray(v.detach().cpu().numpy().astype(np.int64))
+            for k, v in inputs.items()
+            if k in INPUTS and torch.is_tensor(v)
+        }
+        return SimpleNamespace(logits=torch.from_numpy(self.runner.logits(arrays)))
+
+    def get_output_embeddings(self) -> nn.Module:
+        return nn.Identity()
+
+    def generate(self, *args, **kwargs):
+        raise NotImplementedError("generation through ONNX Runtime needs an export with a KV cache; these graphs have none")
+
+
+class _LogitsAsHidden:
+    """``base_model`` of an OnnxRuntimeModel: its ``last_hidden_state`` is the logits (the output embedding is the identity)."""
+
+    def __init__(self, owner: OnnxRuntimeModel):
+        self.owner = owner
+
+    def __call__(self, **inputs):
+        return SimpleNamespace(last_hidden_state=self.owner(**inputs).logits)
+
+
+def onnx_runtime_models(models: dict, example: dict, out, threads: int = 1) -> dict:
+    """{name: OnnxRuntimeModel} of each model exported to ONNX into ``out/<name>`` (traced on ``example``)."""
+    from pathlib import Path
+
+    from headprune.export.onnx import export_onnx
+
+    return {name: OnnxRuntimeModel(export_onnx(model, example, Path(out) / name), model.config, threads) for name, model in models.items()}

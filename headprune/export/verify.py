@@ -1,0 +1,148 @@
+"""Check an export in a fresh interpreter that cannot import headprune: its outputs against the masked model's.
+
+The parent computes the reference (the masked model's logits on the check batches and, for decoder-only
+LMs, its greedy tokens), writes them beside a job file, and runs ``checker.py`` with ``python -I -S`` from
+another directory: no ``PYTHON*`` variables, no user site, no ``.pth`` files (so an editable headprune
+install stays out), only the interpreter's site-packages on ``sys.path``. The checker asserts that
+``import headprune`` fails, loads the export with stock libraries and reports the largest difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+CHECKER = Path(__file__).with_name("checker.py")
+TOLERANCE = 1e-5  # f32: largest |export - reference| over the logits' scale (at least 1)
+
+
+def site_packages() -> list[str]:
+    """The interpreter's site-packages directories (where torch, transformers, onnxruntime and gguf live)."""
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    return list(dict.fromkeys(p for p in paths if Path(p).is_dir()))
+
+
+def is_decoder_lm(model: nn.Module) -> bool:
+    """A decoder-only model that generates (its greedy tokens are checked too)."""
+    return model.can_generate() and not getattr(model.config, "is_encoder_decoder", False)
+
+
+@torch.no_grad()
+def reference_logits(model: nn.Module, batches: list[dict]) -> list[np.ndarray]:
+    """The model's logits (float32) on each batch: call it under the mask (``gates.masked``) for the masked reference."""
+    model.eval()
+    return [model(**batch).logits.float().cpu().numpy() for batch in batches]
+
+
+def greedy_prompt(batches: list[dict], rows: int = 4, length: int = 8) -> torch.Tensor:
+    """Unpadded prompts (B, T) for the greedy check: the first tokens of the first texts, cut to the shortest."""
+    batch = batches[0]
+    ids, mask = batch["input_ids"][:rows], batch.get("attention_mask", torch.ones_like(batch["input_ids"]))[:rows]
+    keep = max(1, min(length, int(mask.sum(1).min())))
+    return ids[:, :keep].cpu()
+
+
+def eos_and_pad(model: nn.Module) -> tuple[list[int], int]:
+    """The EOS ids (a list) and the pad id greedy generation stops with and fills in."""
+    config = model.generation_config
+    eos = config.eos_token_id if config.eos_token_id is not None else model.config.eos_token_id
+    eos = [] if eos is None else [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+    pad = config.pad_token_id if config.pad_token_id is not None else model.config.pad_token_id
+    return eos, int(pad if pad is not None else (eos[0] if eos else 0))
+
+
+@torch.no_grad()
+def greedy_tokens(model: nn.Module, prompt: torch.Tensor, new_tokens: int) -> np.ndarray:
+    """The new tokens of plain greedy generation (stopping at EOS, padding finished rows): call it under the mask."""
+    from transformers import GenerationConfig
+
+    eos, pad = eos_and_pad(model)
+    config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad)
+    device = next(model.parameters()).device
+    ids = prompt.to(device)
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    return out[:, prompt.shape[1] :].cpu().numpy()
+
+
+def sample_texts(tokenizer, batches: list[dict], rows: int = 4) -> dict:
+    """Texts decoded from the first check rows and the model's own tokenizer's ids of them: the exported tokenizer must agree."""
+    if tokenizer is None:
+        return {}
+    texts = tokenizer.batch_decode(batches[0]["input_ids"][:rows].tolist(), skip_special_tokens=True)
+    return {"texts": texts, "text_ids": [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]}
+
+
+def check_export(
+    job: dict,
+    batches: list[dict],
+    reference: list[np.ndarray],
+    greedy: tuple | None = None,
+    tolerance: float = TOLERANCE,
+    timeout: float = 600.0,
+) -> dict:
+    """Run the checker on ``job`` (format, files or dir, auto_class; ``texts``/``text_ids`` from ``sample_texts``) in a fresh
+    interpreter; its report (``passed``)."""
+    return check_exports([(job, batches, reference, greedy)], tolerance, timeout)[0]
+
+
+def _arrays(batches: list[dict], reference: list[np.ndarray], greedy: tuple | None) -> dict:
+    arrays = {f"reference{b}": r for b, r in enumerate(reference)}
+    for b, batch in enumerate(batches):
+        arrays.update({f"batch{b}.{k}": v.detach().cpu().numpy() for k, v in batch.items()})
+    if greedy is not None:
+        arrays.update(greedy_prompt=greedy[0].numpy(), greedy_tokens=greedy[1])
+    return arrays
+
+
+def check_exports(items: list[tuple], tolerance: float = TOLERANCE, timeout: float = 600.0) -> list[dict]:
+    """``check_export`` of several (job, batches, reference, greedy) in one fresh interpreter; one report each."""
+    with tempfile.TemporaryDirectory(prefix="headprune-check-") as folder:
+        folder = Path(folder)
+        jobs = []
+        for i, (job, batches, reference, greedy) in enumerate(items):
+            np.savez(folder / f"arrays{i}.npz", **_arrays(batches, reference, greedy))
+            extra = {} if greedy is None else {"eos": greedy[2], "pad": greedy[3], "new_tokens": greedy[4]}
+            jobs.append(
+                {
+                    **job,
+                    **extra,
+                    "arrays": str(folder / f"arrays{i}.npz"),
+                    "batches": len(batches),
+                    "tolerance": tolerance,
+                    "input_names": sorted({k for batch in batches for k in batch}),
+                    "site_packages": site_packages(),
+                }
+            )
+        (folder / "jobs.json").write_text(json.dumps(jobs, default=str))
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "HOME": os.environ.get("HOME", str(folder)),
+        }
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", str(CHECKER), str(folder / "jobs.json")],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"the export check failed in its fresh interpreter (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    reports = json.loads(done.stdout.strip().splitlines()[-1])
+    for report in reports:
+        report["interpreter"] = f"{Path(sys.executable).name} -I -S (no headprune, cwd outside the project)"
+    return reports

@@ -1,0 +1,185 @@
+"""The uniform layout: every layer of a group loses the same number of units (heads or KV groups).
+
+``prune.layout=global`` (the default) ranks all units of the chosen groups together; ``uniform`` keeps
+the per-layer shape of the model: a count k per group, and in each layer the k lowest-scoring units go.
+A fraction f removes floor(f x units per layer) in every layer, never more than f of the units. A target
+takes the uniform count that meets it: the fewest removed for ``flops`` / ``speedup`` (as the global
+search), the most whose drop stays within ``max_drop``. With grouped-query attention and KV-group units
+the pruned model keeps a stock architecture (equal query and KV heads in every layer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
+from headprune.selection.mask_search import PruneTarget, SearchResult, _last_within_drop
+
+LAYOUTS = ("global", "uniform")
+
+
+def check_layout(layout: str) -> str:
+    """The layout name, or a ValueError listing the known ones."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"prune.layout must be one of {list(LAYOUTS)}, got {layout!r}")
+    return layout
+
+
+def layout_of(settings) -> str:
+    """``prune.layout`` of a settings mapping (global when unset), checked."""
+    return check_layout(str((settings or {}).get("layout") or "global"))
+
+
+def uniform_counts(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str], min_per_layer: int = 0) -> dict[str, int]:
+    """{group: units removed per layer}: floor(fraction x units per layer), at most units - max(min_per_layer, 1)."""
+    counts = {}
+    for group in groups:
+        units = shape[group][1]
+        counts[group] = min(int(math.floor(fraction * units + 1e-9)), units - max(min_per_layer, 1))
+    return counts
+
+
+def _start_mask(shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
+    return {
+        g: (start[g].detach().cpu().clone().float() if start is not None and g in start else torch.ones(l, h))
+        for g, (l, h) in shape.items()
+    }
+
+
+def uniform_mask(
+    scores: dict[str, torch.Tensor], shape: dict[str, tuple[int, int]], counts: dict[str, int], start: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """``start`` (or all ones) with the lowest-scoring units of every layer removed until ``counts[group]`` are gone per layer."""
+    mask = _start_mask(shape, start)
+    for group, count in counts.items():
+        value = scores[group].detach().float().cpu()
+        for layer in range(shape[group][0]):
+            row = mask[group][layer]
+            gone = int((row == 0).sum())
+            kept = sorted(row.nonzero().flatten().tolist(), key=lambda h: (float(value[layer, h]), h))  # lowest score first
+            for head in kept[: max(count - gone, 0)]:
+                row[head] = 0.0
+    return mask
+
+
+def layout_mask(
+    scores: dict[str, torch.Tensor],
+    shape: dict[str, tuple[int, int]],
+    fraction: float,
+    groups=None,
+    min_per_layer: int = 0,
+    layout: str = "global",
+    start: dict[str, torch.Tensor] | None = None,
+) -> dict[str, torch.Tensor]:
+    """The mask of one fraction in ``layout`` (``start``'s zeros count as removed)."""
+    groups = check_groups(groups, shape)
+    if check_layout(layout) == "global":
+        return greedy_mask(ranked_heads(scores, groups), shape, n_to_prune(fraction, shape, groups), min_per_layer, start=start)
+    return uniform_mask(scores, shape, uniform_counts(fraction, shape, groups, min_per_layer), start)
+
+
+def layout_masks(
+    scores: dict[str, torch.Tensor],
+    shape: dict[str, tuple[int, int]],
+    fractions,
+    groups=None,
+    min_per_layer: int = 0,
+    layout: str = "global",
+) -> list[dict[str, torch.Tensor]]:
+    """One mask per fraction from a fixed score, nested (each removes a superset of the previous one's units)."""
+    return [layout_mask(scores, shape, f, groups, min_per_layer, layout) for f in check_fractions(fractions)]
+
+
+def layer_counts(mask: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    """{group: units removed in each layer} of a 0/1 mask."""
+    return {g: (m == 0).sum(-1).long().tolist() for g, m in mask.items()}
+
+
+def is_uniform(mask: dict[str, torch.Tensor]) -> bool:
+    """Whether every layer of each group removes as many units as the group's other layers."""
+    return all(len(set(counts)) <= 1 for counts in layer_counts(mask).values())
+
+
+def _removed_in_order(
+    mask: dict[str, torch.Tensor], start: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], groups: list[str]
+) -> list[Head]:
+    """The units ``mask`` removes beyond ``start``, lowest score first (the order of a SearchResult)."""
+    new = [(g, l, h) for g in groups for l, h in ((mask[g] == 0) & (start[g] != 0)).nonzero().tolist()]
+    return sorted(new, key=lambda u: (float(scores[u[0]][u[1], u[2]]), groups.index(u[0]), u[1], u[2]))
+
+
+def uniform_search(
+    scores: dict[str, torch.Tensor],
+    costs,
+    target,
+    evaluate: Callable | None = None,
+    higher_is_better: bool = True,
+    start=None,
+    min_per_layer: int = 0,
+    groups=None,
+    refine: Callable | None = None,
+) -> SearchResult:
+    """``mask_search.search_mask`` in the uniform layout: the uniform count k (every layer of the chosen groups) that meets ``target``.
+
+    ``flops`` / ``speedup``: the smallest k that meets it; ``max_drop``: the largest k whose drop on the selection split
+    (``evaluate``) stays within it. ``start`` (uniform itself) counts as removed; ``refine`` must keep each layer's count.
+    """
+    target = PruneTarget.from_config(target)
+    shape = costs.groups
+    groups = check_groups(groups, shape)
+    base = _start_mask(shape, start)
+    already = {g: max(layer_counts({g: base[g]})[g] or [0]) for g in groups}
+    top = max(shape[g][1] - max(min_per_layer, 1) for g in groups)
+    levels = list(range(max(already.values(), default=0), top + 1))  # k = the count removed per layer in every chosen group
+    refine = refine or (lambda mask: mask)
+
+    def mask_at(level: int) -> dict[str, torch.Tensor]:
+        counts = {g: min(level, shape[g][1] - max(min_per_layer, 1)) for g in groups}
+        return refine(uniform_mask(scores, shape, counts, base))
+
+    masks = [mask_at(level) for level in levels]
+    evaluations: dict[int, float] = {}
+    if target.kind == "flops":
+        if costs.unit != "flops":
+            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
+        i = next((i for i, m in enumerate(masks) if costs.kept_fraction(m) <= target.value + 1e-12), None)
+    elif target.kind == "speedup":
+        i = next((i for i, m in enumerate(masks) if costs.speedup(m) >= target.value - 1e-12), None)
+    else:
+        if evaluate is None:
+            raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
+
+        def score_of(i: int) -> float:
+            removed = sum(int((masks[i][g] == 0).sum()) for g in groups)
+            if removed not in evaluations:
+                evaluations[removed] = float(evaluate(masks[i]))
+            return evaluations[removed]
+
+        i = _last_within_drop(len(masks) - 1, score_of, target.value, higher_is_better)
+    if i is None:
+        last = masks[-1]
+        raise ValueError(
+            f"target {target.kind}={target.value} cannot be met in the uniform layout with min_per_layer={min_per_layer}: "
+            f"removing {levels[-1]} units in every layer keeps {costs.kept_fraction(last):.3f} of the cost, a speed-up "
+            f"of {costs.speedup(last):.3f} ({costs.unit}); use prune.layout=global or a lower target"
+        )
+    mask = masks[i]
+    return SearchResult(
+        mask,
+        _removed_in_order(mask, base, scores, groups),
+        costs.cost(mask),
+        costs.kept_fraction(mask),
+        costs.speedup(mask),
+        target,
+        evaluations,
+    )
+
+
+def layout_search(layout: str = "global"):
+    """The cost-aware search of a layout: ``mask_search.search_mask`` (global) or ``uniform_search``."""
+    from headprune.selection.mask_search import search_mask
+
+    return search_mask if check_layout(layout) == "global" else uniform_search
