@@ -327,6 +327,33 @@ def test_pareto_runs_merge_into_one_table_with_one_unpruned_row():
         merged_pareto(run("fisher", 70.0), other)
 
 
+def test_fine_tuned_points_are_shown_against_the_control_of_their_own_run():
+    """'vs control' is each fine-tuned point's score against its own run's control (perplexity in percent), and the KV
+    cache kept is counted from the mask (an emptied layer keeps one phantom KV head)."""
+    from headprune.viz.tables import merged_pareto, pareto_table
+
+    def run(control_score, pruned_score, mask):
+        base = {"order": "unpruned", "recovery": "none", "step": "0%", "heads_pruned": 0, "heads_total": 6, "score": 50.0}
+        base.update(predicted_speedup=1.0, flops_kept=1.0)
+        control = {**base, "recovery": "finetune", "control": True, "score": control_score}
+        pruned = {**base, "order": "fisher", "recovery": "finetune", "step": "50%", "heads_pruned": 3, "score": pruned_score}
+        pruned.update(mask={"dec_self": mask}, predicted_speedup=1.1, flops_kept=0.9)
+        results = {"metric": "perplexity", "higher_is_better": False, "split": "eval", "n_examples": 10, "base_score": 50.0}
+        results.update(cost="flops", selection_split="importance", unit="kv_group", points=[base, control, pruned])
+        return {"results": results}
+
+    uniform = run(40.0, 46.0, [[1, 0, 1], [0, 1, 1]])  # 4 of 6 KV heads kept
+    emptied = run(30.0, 45.0, [[0, 0, 0], [1, 0, 1]])  # the empty layer keeps a phantom head: 3 of 6
+    table = pareto_table(uniform)
+    row = next(line for line in table.splitlines() if line.startswith("| fisher+finetune"))
+    assert "| +15.0% |" in row and f"| {100 * 4 / 6:.1f}% |" in row and "vs control" in table
+    merged = merged_pareto(uniform, emptied)
+    assert [p.get("control_score") for p in merged["points"] if p["order"] == "fisher"] == [40.0, 30.0]
+    assert sum(1 for p in merged["points"] if p.get("control")) == 2
+    rows = [line for line in pareto_table(merged).splitlines() if line.startswith("| fisher+finetune")]
+    assert "| +50.0% |" in rows[1] and "| 50.0% |" in rows[1]
+
+
 def test_target_and_recovery_from_the_command_line(tmp_path, monkeypatch):
     from headprune import cli
 

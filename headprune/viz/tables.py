@@ -212,7 +212,10 @@ def merged_pareto(*payloads: dict) -> dict:
             if other.get(key) != first.get(key):
                 raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
     points, seen = [], set()
-    for q in (*first["points"], *(q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned")):
+    stages = [{**stage, "points": with_control_scores(stage["points"])} for stage in stages]
+    first = stages[0]
+    later = (q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned" or q.get("control"))
+    for q in (*first["points"], *later):
         key = (point_name(q), q["step"], repr(q.get("mask")), q["score"])
         if key not in seen:  # the same point in two runs (same method, step, mask and score) is listed once
             seen.add(key)
@@ -226,6 +229,37 @@ def merged_pareto(*payloads: dict) -> dict:
         if not q.get("measured") and repr(q.get("mask")) in timed:
             q["measured"] = {**timed[repr(q["mask"])], "same_mask_as_timed_point": True}
     return {**first, "points": points}
+
+
+def with_control_scores(points: list[dict]) -> list[dict]:
+    """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control
+    ("unpruned + same training"), when it has one."""
+    control = next((q for q in points if q.get("control")), None)
+    out = [dict(q) for q in points]
+    if control is not None:
+        for q in out:
+            if q.get("recovery") == "finetune" and not q.get("control"):
+                q.setdefault("control_score", control["score"])
+    return out
+
+
+def versus_control(point: dict, higher_is_better: bool) -> str:
+    """A fine-tuned point against its control: metric points (accuracy, BLEU) or percent (perplexity); "" without one."""
+    control = point.get("control_score")
+    if control is None:
+        return ""
+    if higher_is_better:
+        return f"{point['score'] - control:+.2f}"
+    return f"{100 * (point['score'] / control - 1):+.1f}%"
+
+
+def kv_cache_kept(point: dict) -> float | None:
+    """The share of the KV cache a KV-group mask keeps (a layer left without a KV head keeps one phantom head)."""
+    mask = point.get("mask")
+    if not mask:
+        return None
+    rows = [row for group in mask.values() for row in group]
+    return sum(max(sum(row), 1) for row in rows) / sum(len(row) for row in rows)
 
 
 def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
@@ -269,27 +303,35 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
 def pareto_table(study: dict) -> str:
     """Quality against measured (or predicted) throughput for every order and recovery, Pareto points marked."""
     p = _stage(study, "pareto")
-    points = p["points"]
-    front = pareto_front(points, p.get("higher_is_better", True))
+    higher = p.get("higher_is_better", True)
+    points = with_control_scores(p["points"])
+    front = pareto_front(points, higher)
     timed = any(q.get("measured") for q in points)
     extra = p.get("extra_splits") or []
-    removed = "KV groups removed" if p.get("unit") == "kv_group" else "heads removed"
+    kv = p.get("unit") == "kv_group"
+    controlled = any(q.get("control") for q in points)
+    removed = "KV groups removed" if kv else "heads removed"
     lines = [
         f"| method | step | {removed} | {name_of(p['metric'])} | "
+        + ("vs control | " if controlled else "")
         + "".join(f"{name_of(p['metric'])} on `{s}` | " for s in extra)
+        + ("KV cache kept | " if kv else "")
         + "predicted speed-up | FLOPs kept | "
         + ("measured ex/s | measured speed-up | " if timed else "")
         + "Pareto |",
-        "|---|---|---|---|" + "---|" * len(extra) + "---|---|" + ("---|---|" if timed else "") + "---|",
+        "|---|---|---|---|" + "---|" * (len(extra) + controlled + kv) + "---|---|" + ("---|---|" if timed else "") + "---|",
     ]
     for q, best in zip(points, front):
         measured = q.get("measured") or {}
+        kept = kv_cache_kept(q) if q["heads_pruned"] else 1.0
         cells = [
             point_name(q),
             q["step"],
             f"{q['heads_pruned']}/{q['heads_total']}",
             f"{q['score']:.2f}",
+            *([versus_control(q, higher)] if controlled else []),
             *(f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a" for s in extra),
+            *([f"{100 * kept:.1f}%" if kept is not None else "n/a"] if kv else []),
             f"{q['predicted_speedup']:.2f}x",
             f"{100 * q['flops_kept']:.0f}%",
         ]
@@ -303,7 +345,13 @@ def pareto_table(study: dict) -> str:
     lines += [
         "",
         f"{name_of(p['metric'])} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "
-        f"good and at least as fast, by {speed_of}; targets chosen on `{p['selection_split']}`.",
+        f"good and at least as fast, by {speed_of}; targets chosen on `{p['selection_split']}`."
+        + (
+            " vs control: a fine-tuned point against the unpruned model given the same fine-tune in its run "
+            "(a schedule's control had every round)."
+            if controlled
+            else ""
+        ),
     ]
     return "\n".join(lines)
 
