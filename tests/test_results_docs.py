@@ -3,21 +3,22 @@
 from pathlib import Path
 
 import pytest
-from docs_tables import TABLES, blocks, render_blocks
+from docs_tables import DOCS_WITH_TABLES, TABLES, blocks, render_blocks
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
-def test_results_tables_agree_with_result_files():
-    doc = DOCS / "results.md"
+@pytest.mark.parametrize("name", DOCS_WITH_TABLES)
+def test_results_tables_agree_with_result_files(name):
+    doc = DOCS / name
     if not doc.exists():
-        pytest.skip("docs/results.md not written yet")
+        pytest.skip(f"docs/{name} not written yet")
     text = doc.read_text()
     found = blocks(text)
-    assert found, "docs/results.md has no generated blocks"
+    assert found, f"docs/{name} has no generated blocks"
     unknown = set(found) - set(TABLES)
     assert not unknown, f"blocks without a renderer: {unknown}"
-    assert blocks(render_blocks(text, DOCS / "results")) == found, "a table in docs/results.md disagrees with docs/results/*.json"
+    assert blocks(render_blocks(text, DOCS / "results")) == found, f"a table in docs/{name} disagrees with docs/results/*.json"
 
 
 @pytest.mark.parametrize("study", ["mnli_study", "mt_study"])

@@ -1,6 +1,6 @@
-"""Render the tables of docs/results.md from committed results files, and check that they agree.
+"""Render the tables of docs/results.md and docs/results_llm.md from committed results files, and check that they agree.
 
-docs/results.md holds blocks ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; each is rendered by
+Each doc holds blocks ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; each is rendered by
 ``TABLES[name]`` (a renderer of headprune.viz.tables) from the JSON files in docs/results/. ``python tools/docs_tables.py`` rewrites
 the blocks; tests/test_results_docs.py (``make check-results``) fails when they disagree.
 """
@@ -83,7 +83,14 @@ TABLES = {
     "mt_prune_groups": lambda d: study_groups_table(_load(d, MT_STUDY)),
     "mt_correlation": lambda d: correlation_line(_load(d, MT_STUDY)),
     "mt_dynamics": lambda d: dynamics_table(_load(d, "mt_dynamics"), paper=PAPER_DYNAMICS),
+    # docs/results.md, section 4: a smaller MiniLM's fine-tuned points beside their controls
+    "mnli8k_control_oneshot": lambda d: pareto_table(_load(d, "mnli8k_control_oneshot")),
+    "mnli8k_control_schedule": lambda d: pareto_table(_load(d, "mnli8k_control_schedule")),
+    # docs/results_llm.md: SmolLM2 KV groups, in-domain calibration, recovery beside its control
+    "lm_recovery_uniform": lambda d: pareto_table(_load(d, "lm_recovery_uniform")),
+    "lm_recovery_uniform_lr5e5": lambda d: pareto_table(_load(d, "lm_recovery_uniform_lr5e5")),
 }
+DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
 
 
 def render_blocks(markdown: str, results_dir: Path) -> str:
@@ -105,11 +112,12 @@ def blocks(markdown: str) -> dict[str, str]:
 
 def main(argv=None) -> None:
     argv = argv or sys.argv[1:]
-    doc = Path(argv[0] if argv else "docs/results.md")
-    results_dir = Path(argv[1]) if len(argv) > 1 else doc.parent / "results"
-    doc.write_text(render_blocks(doc.read_text(), results_dir))
-    figures = pareto_figures(results_dir)
-    print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} and {len(figures)} figures from {results_dir}")
+    docs = [Path(argv[0])] if argv else [Path("docs") / name for name in DOCS_WITH_TABLES]
+    results_dir = Path(argv[1]) if len(argv) > 1 else docs[0].parent / "results"
+    for doc in docs:
+        doc.write_text(render_blocks(doc.read_text(), results_dir))
+        print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} from {results_dir}")
+    print(f"{len(pareto_figures(results_dir))} Pareto figures")
 
 
 if __name__ == "__main__":
