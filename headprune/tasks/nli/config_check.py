@@ -43,21 +43,12 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
 def check_files(config) -> None:
     """Every split's file: present (train and eval), UTF-8, not empty; errors name file and line."""
     from headprune.tasks.nli.config import REQUIRED, SPLITS
-    from headprune.tasks.nli.files import find_split_file
+    from headprune.tasks.nli.files import present_split_files
     from headprune.tasks.text_lines import check_utf8
 
-    for split in SPLITS:
-        stem = config.files.get(split)
-        if not stem:
-            continue
-        try:
-            path = find_split_file(config.dir, stem, split)
-            lines = check_utf8(path)
-        except FileNotFoundError as err:
-            if split in REQUIRED:
-                raise ConfigError(str(err)) from None
-            continue
-        except (OSError, ValueError) as err:
-            raise ConfigError(str(err)) from None
-        if lines == 0 and split in REQUIRED:
-            raise ConfigError(f"{path} (data.files.{split}) is empty: the {split} split needs labelled examples")
+    try:
+        for split, path in present_split_files(config.dir, config.files, SPLITS, REQUIRED):
+            if check_utf8(path) == 0 and split in REQUIRED:
+                raise ConfigError(f"{path} (data.files.{split}) is empty: the {split} split needs labelled examples")
+    except (OSError, ValueError) as err:  # a missing required file, a bad byte (file:line)
+        raise ConfigError(str(err)) from None

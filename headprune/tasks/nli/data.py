@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from headprune.tasks.nli.config import REQUIRED, SOURCES, SPLITS, NLIDataConfig  # noqa: F401 (re-exported)
-from headprune.tasks.nli.files import LABELS, NLIDataError, find_split_file, label_id, read_split
+from headprune.tasks.nli.files import LABELS, NLIDataError, label_id, present_split_files, read_split
 
 
 class TokenizedPairs(Dataset):
@@ -138,16 +138,7 @@ class NLIDataModule(L.LightningDataModule):
         if c.source == "hub":
             return self._read_hub()
         raw = {}
-        for split in SPLITS:
-            stem = c.files.get(split)
-            if not stem:
-                continue
-            try:
-                path = find_split_file(c.dir, stem, split)
-            except FileNotFoundError:
-                if split in REQUIRED:
-                    raise
-                continue
+        for split, path in present_split_files(c.dir, c.files, SPLITS, REQUIRED):
             raw[split] = read_split(path, limit=c.limit_eval if split != "train" else None)
         return raw
 

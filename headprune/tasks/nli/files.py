@@ -52,6 +52,22 @@ def find_split_file(directory: str | Path, stem: str, split: str) -> Path:
     raise FileNotFoundError(f"no file for the {split!r} split: looked for {looked} in {directory}{hint}")
 
 
+def present_split_files(directory: str | Path, files, splits, required):
+    """(split, path) of every split ``files`` names whose file is found, in ``splits`` order; a missing file of a
+    ``required`` split raises find_split_file's FileNotFoundError, a missing optional one is skipped."""
+    for split in splits:
+        stem = files.get(split)
+        if not stem:
+            continue
+        try:
+            path = find_split_file(directory, stem, split)
+        except FileNotFoundError:
+            if split in required:
+                raise
+            continue
+        yield split, path
+
+
 def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
     for key in keys:
         if key in row and row[key] is not None:
