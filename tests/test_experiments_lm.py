@@ -97,6 +97,22 @@ def test_prune_every_order(shared_task, tmp_path, unit):
         assert [s["heads_pruned"] for s in steps] == [0, 4 // per_unit]
         assert [s["query_heads_pruned"] for s in steps] == [0, 4]
         assert len(steps[1]["mask"]["dec_self"][0]) == 4 // per_unit
+    _check_prunable_row(res)
+
+
+def _check_prunable_row(res):
+    """The table's prunable share reads a perplexity rise as the loss: the same as the mirrored higher-is-better curve."""
+    from headprune.engine.verdict import prunable_fraction
+    from headprune.viz.tables import prune_table
+
+    assert res["higher_is_better"] is False
+    for tolerance in (0.0, 1.0, 1e9):
+        row = prune_table(res, tolerance=tolerance, unit="perplexity").splitlines()[-1]
+        cells = [c.strip() for c in row.strip("|").split("|")[1:]]
+        for order, cell in zip(res["orders"], cells):
+            steps = res["orders"][order]["steps"]
+            mirrored = prunable_fraction([s["fraction"] for s in steps], [-s["score"] for s in steps], tolerance)
+            assert cell == f"{100 * mirrored:.0f}%", (order, tolerance)
 
 
 def test_kv_group_scores_from_the_query_head_gates(task):

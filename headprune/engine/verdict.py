@@ -1,4 +1,4 @@
-"""Is a measured speed gain real? Paired repeats, a 95% interval, and a verdict (torch-free, for tables too).
+"""Verdicts on measured numbers (torch-free, for tables too): is a speed gain real, how far pruning can go.
 
 A gain whose interval includes zero, or whose repeat-to-repeat spread exceeds it, is
 ``inconclusive``: tables and figures show that word instead of a number.
@@ -68,3 +68,14 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+def prunable_fraction(fractions, scores, tolerance: float = 1.0, higher_is_better: bool = True) -> float:
+    """The largest fraction up to which every step loses at most ``tolerance`` (in the metric's unit) against the first."""
+    best = 0.0
+    for fraction, score in zip(fractions, scores):
+        loss = scores[0] - score if higher_is_better else score - scores[0]  # perplexity: a rise is the loss
+        if loss > tolerance:
+            break
+        best = fraction
+    return best

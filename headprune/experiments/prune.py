@@ -76,6 +76,7 @@ def prune_stage(
     reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # random and ablation cannot be
     out = {
         "metric": task.metric,
+        "higher_is_better": bool(task.higher_is_better),
         "split": split,
         "n_examples": base.n,
         "base_score": base.score,

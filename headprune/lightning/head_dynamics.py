@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from headprune.engine.verdict import prunable_fraction
 from headprune.scoring.importance import importance_scores
 from headprune.selection.greedy import check_fractions, masks_for_fractions
 
@@ -39,20 +40,10 @@ def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, ep
         "scores": curve,
         "relative": [s / unpruned if unpruned else float("nan") for s in curve],
         "unpruned": unpruned,
-        "prunable_fraction": prunable_fraction(fractions, curve, tolerance),
+        "prunable_fraction": prunable_fraction(fractions, curve, tolerance, task.higher_is_better),
         "tolerance": tolerance,
         "importance": {g: s.tolist() for g, s in scores.items()},
     }
-
-
-def prunable_fraction(fractions, scores, tolerance: float = 1.0) -> float:
-    """The largest fraction on the grid up to which every step stays within ``tolerance`` points of unpruned."""
-    best = 0.0
-    for fraction, score in zip(fractions, scores):
-        if score < scores[0] - tolerance:
-            break
-        best = fraction
-    return best
 
 
 def spearman(a: dict, b: dict) -> float:

@@ -6,7 +6,7 @@ report and the experiments' logged tables show the same numbers the same way.
 
 from __future__ import annotations
 
-from headprune.engine.verdict import is_inconclusive
+from headprune.engine.verdict import is_inconclusive, prunable_fraction
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -82,17 +82,7 @@ def keep_one_table(study: dict) -> str:
 
 
 # ---- greedy pruning -----------------------------------------------------------------------------
-def prunable(steps: list[dict], base: float, tolerance: float) -> float:
-    """The largest fraction up to which every step stays within ``tolerance`` of the unpruned score."""
-    best = 0.0
-    for step in steps:
-        if step["score"] < base - tolerance:
-            break
-        best = step["fraction"]
-    return best
-
-
-def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str) -> str:
+def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, higher_is_better: bool = True) -> str:
     """Score at each fraction, one column per curve, and the largest fraction within ``tolerance`` of unpruned."""
     names = list(curves)
     lines = [f"| {first_column} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
@@ -100,16 +90,27 @@ def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: f
         lines.append(f"| {100 * step['fraction']:.0f}% | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
     lines.append(
         f"| **prunable with < {tolerance:g} {unit} loss** | "
-        + " | ".join(f"{100 * prunable(curves[n], curves[n][0]['score'], tolerance):.0f}%" for n in names)
+        + " | ".join(f"{100 * _prunable(curves[n], tolerance, higher_is_better):.0f}%" for n in names)
         + " |"
     )
     return "\n".join(lines)
 
 
+def _prunable(steps: list[dict], tolerance: float, higher_is_better: bool) -> float:
+    """The largest fraction of a curve within ``tolerance`` of its first (unpruned) step."""
+    return prunable_fraction([s["fraction"] for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
+
+
+def _higher_is_better(stage: dict) -> bool:
+    """The metric's direction from a stage (results before the field: perplexity is the one lower-is-better metric)."""
+    return bool(stage.get("higher_is_better", stage.get("metric") != "perplexity"))
+
+
 def prune_table(study: dict, tolerance: float = 1.0, unit: str = "point") -> str:
     """Greedy pruning, one column per order (paper Figure 2)."""
-    orders = _stage(study, "prune")["orders"]
-    return _curves_table("heads pruned", {name: curve["steps"] for name, curve in orders.items()}, tolerance, unit)
+    stage = _stage(study, "prune")
+    curves = {name: curve["steps"] for name, curve in stage["orders"].items()}
+    return _curves_table("heads pruned", curves, tolerance, unit, _higher_is_better(stage))
 
 
 def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") -> str:
@@ -119,7 +120,7 @@ def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") 
         "all groups": p["orders"]["importance"]["steps"],
         **{f"{g} only": v["orders"]["importance"]["steps"] for g, v in p["by_group"].items()},
     }
-    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit)
+    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit, _higher_is_better(p))
 
 
 # ---- speed ----------------------------------------------------------------------------------------
