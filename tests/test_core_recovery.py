@@ -58,6 +58,23 @@ def test_masked_twin_and_pruned_twin_agree_and_give_the_same_scales():
     torch.testing.assert_close(_logits(twin, BATCHES[1]), masked, atol=1e-5, rtol=0)
 
 
+def test_cached_teacher_targets_give_the_scales_of_a_teacher_run_per_layer():
+    for make, batches in ((tiny_bert, BATCHES), (tiny_marian, [seq2seq_batch(seed=s) for s in range(2)])):
+        model = make()
+        teacher = copy.deepcopy(model)
+        gates = HeadGates(model)
+        mask = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
+        for group in mask:
+            mask[group][0, :2] = 0
+            mask[group][-1, 1] = 0
+        prune_mask(model, mask)
+        twin = copy.deepcopy(model)
+        cached = lsq_recover(model, gates, batches, teacher=teacher)
+        per_layer = lsq_recover(twin, HeadGates(twin), batches, teacher=teacher, max_cache_bytes=0)
+        for group in cached:
+            torch.testing.assert_close(cached[group], per_layer[group], atol=1e-5, rtol=1e-5)
+
+
 def test_recovery_lowers_the_layer_output_error():
     model = tiny_bert(seed=1)
     teacher = copy.deepcopy(model)

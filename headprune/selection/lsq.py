@@ -12,7 +12,9 @@ like any other, and the scales survive ``prune_mask`` of a masked model.
 
 Layers are tuned sequentially, in forward order, on the pruned model's own inputs: when a layer is
 fitted, the layers before it are already pruned and rescaled, so each layer also corrects the error
-that reaches it from below (better than fitting every layer on the unpruned model's inputs).
+that reaches it from below (better than fitting every layer on the unpruned model's inputs). The
+teacher never changes, so its targets y of every layer come from one forward per batch, kept while
+they fit in ``max_cache_bytes`` (else each layer runs the teacher again, as the student does).
 """
 
 from __future__ import annotations
@@ -114,12 +116,13 @@ def lsq_recover(
     mask=None,
     ridge: float = 1e-3,
     max_scale: float = 10.0,
+    max_cache_bytes: int = 2**30,
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept heads of every layer by least squares and fold the scales into the output projections.
 
     ``model`` is either physically pruned (pass ``teacher``, the unpruned model) or whole and gated by ``mask``
-    (the teacher is then a copy of it before recovery). ``batches`` are model inputs from the training data.
-    Returns the scales {group: [layers, heads]} (1 for heads not kept).
+    (the teacher is then a copy of it before recovery). ``batches`` are model inputs from the training data;
+    the teacher's targets are computed once when they fit in ``max_cache_bytes`` (0: never cached). Returns the scales {group: [layers, heads]} (1 for heads not kept).
     """
     batches = list(batches)
     if not batches:
@@ -135,11 +138,13 @@ def lsq_recover(
         with gates.masked(mask) if mask is not None else nullcontext():
             forward_order = _captured_inputs(model, gates.sites, batches[0])
             order = sorted(gates.sites, key=lambda s: list(forward_order).index(id(s)))
+            targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
             for site in order:
                 positions = _kept_positions(site, mask)
                 if not positions:
                     continue
-                s = _fit_site(model, site, teacher, teacher_gates.site(site.group, site.layer), positions, batches, ridge, max_scale)
+                teacher_site = teacher_gates.site(site.group, site.layer)
+                s = _fit_site(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
                 output = site.linear("output")
                 cols = output.weight.reshape(output.out_features, -1, site.head_dim)  # (hidden, heads, D): a view
                 cols[:, positions] *= s.to(cols.dtype).to(cols.device).view(1, -1, 1)
@@ -149,16 +154,39 @@ def lsq_recover(
     return scales
 
 
-def _fit_site(model, site, teacher, teacher_site, positions, batches, ridge, max_scale) -> torch.Tensor:
-    """The least-squares scales of one layer's kept heads against the teacher layer's output."""
+def _target(teacher_site: AttentionSite, batch: dict, x_teacher: torch.Tensor) -> torch.Tensor:
+    """The teacher layer's sum over all its heads at the real tokens, y (N, hidden), without the bias."""
+    return F.linear(x_teacher[_valid_tokens(teacher_site, batch, x_teacher)], teacher_site.linear("output").weight)
+
+
+def _teacher_targets(teacher, teacher_gates: HeadGates, batches: list[dict], max_cache_bytes: int) -> dict | None:
+    """{(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit."""
+    sites = teacher_gates.sites
+    tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
+    hidden = max(site.linear("output").out_features for site in sites)
+    if tokens * hidden * len(sites) * 4 > max_cache_bytes:
+        return None
+    targets = {}
+    for index, batch in enumerate(batches):
+        inputs = _captured_inputs(teacher, sites, batch)
+        for site in sites:
+            targets[id(site), index] = _target(site, batch, inputs[id(site)])
+    return targets
+
+
+def _fit_site(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets=None) -> torch.Tensor:
+    """The least-squares scales of one layer's kept heads against the teacher layer's output (``targets``: cached y)."""
     gram = torch.zeros(len(positions), len(positions), dtype=torch.float64)
     rhs = torch.zeros(len(positions), dtype=torch.float64)
-    for batch in batches:
+    for index, batch in enumerate(batches):
         x = _captured_inputs(model, [site], batch, stop=True)[id(site)]
-        x_teacher = _captured_inputs(teacher, [teacher_site], batch, stop=True)[id(teacher_site)]
+        if targets is None:
+            target = _target(teacher_site, batch, _captured_inputs(teacher, [teacher_site], batch, stop=True)[id(teacher_site)])
+        else:
+            target = targets[id(teacher_site), index]
+        target = target.double()  # (N, hidden)
         valid = _valid_tokens(site, batch, x)
         contributions = head_contributions(x[valid], site.linear("output"), positions, site.head_dim).double()  # (N, K, hidden)
-        target = F.linear(x_teacher[valid], teacher_site.linear("output").weight).double()  # (N, hidden), no bias
         gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
         rhs += torch.einsum("nko,no->k", contributions, target).cpu()
     return _solve(gram, rhs, ridge, max_scale)
