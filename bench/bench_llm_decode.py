@@ -1,10 +1,12 @@
 """Prefill and decode speed of an LLM with one third of its KV groups removed vs the original, beside the ideals.
 
     .venv/bin/python bench/bench_llm_decode.py [--model smollm2] [--batch-size 16] [--new-tokens 128] [--repeats 5]
+    .venv/bin/python bench/bench_llm_decode.py --mask-file <prune run>/results.json --mask-order fisher --fraction 0.333334
     .venv/bin/python bench/bench_llm_decode.py --model tiny_llama --data lm_synthetic --new-tokens 4 --repeats 1  # check
 
 Per layer, the KV group (a KV head and its query heads) of lowest importance on the training texts is
-removed, so each layer keeps equal groups and the KV cache shrinks by a third. Prefill: one forward
+removed, so each layer keeps equal groups and the KV cache shrinks by a third; ``--mask-file`` times the
+KV-group mask of a prune run instead (a global one leaves layers uneven). Prefill: one forward
 over left-padded prompts filling the cache; decode: greedy ``generate`` of ``--new-tokens`` tokens with
 the KV cache, less the prefill time. The two models alternate repeat by repeat. Ideals: prefill FLOPs,
 decode FLOPs per token at the mean context, and decode bytes per step (weights + KV cache read once).
@@ -30,6 +32,16 @@ def drop_one_kv_group_per_layer(task) -> dict:
     kv_mask = torch.ones_like(scores)
     kv_mask[torch.arange(len(scores)), scores.argmin(1)] = 0
     return kv_to_head_mask({"dec_self": kv_mask}, task.gates.heads_per_kv)
+
+
+def mask_of_run(task, path: str, order: str, fraction: float) -> dict:
+    """The query-head mask of a KV-group prune run's step (``prune.unit=kv_group`` results.json)."""
+    from headprune.core.masks import kv_to_head_mask
+    from headprune.experiments.speed import mask_from_file
+    from headprune.tasks.unit_task import in_unit
+
+    kv_mask = mask_from_file(path, in_unit(task, "kv_group"), order, fraction, setting="--mask-file")
+    return kv_to_head_mask(kv_mask, task.gates.heads_per_kv)
 
 
 def left_padded(ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -76,6 +88,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--importance-texts", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--mask-file", help="a prune.unit=kv_group run's results.json (default: one KV group per layer)")
+    parser.add_argument("--mask-order", default="fisher")
+    parser.add_argument("--fraction", type=float, default=0.333334)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parse_args(
         parser,
@@ -94,7 +109,7 @@ def main():
     from headprune.core.pruning import prune_mask
 
     task = lm_task(args.model, args.data, args.importance_texts)
-    mask = drop_one_kv_group_per_layer(task)
+    mask = mask_of_run(task, args.mask_file, args.mask_order, args.fraction) if args.mask_file else drop_one_kv_group_per_layer(task)
     device = torch.device(args.device)
     pruned = copy.deepcopy(task.model)
     prune_mask(pruned, mask)
@@ -129,7 +144,7 @@ def main():
     step_bytes = {n: param_bytes(m) + args.batch_size * context * kv[n] for n, m in models.items()}
     print(
         f"bench_llm_decode: {args.model}, {int(mask['dec_self'].numel() - mask['dec_self'].sum())}/{mask['dec_self'].numel()} "
-        f"query heads pruned (one KV group per layer), batch {args.batch_size}, prompt width {width}, {args.new_tokens} new tokens; "
+        f"query heads pruned ({'mask of ' + args.mask_file if args.mask_file else 'one KV group per layer'}), batch {args.batch_size}, prompt width {width}, {args.new_tokens} new tokens; "
         f"{machine()}; device {device}; pruned generation == masked generation: {same}"
     )
     print(f"{'':9s} {'prefill tok/s':>16s} {'decode tok/s':>16s} {'KV bytes/token':>15s} {'params':>12s}")
