@@ -143,3 +143,14 @@ def test_study_resume_recomputes_exactly_the_stages_whose_inputs_changed(shared_
     assert record["complete"] and record["results"]["orders"]["importance"]["steps"]
     final = stamps(tmp_path)
     assert all(final[name] == again[name] for name in ("scores", "ablate", "keep_one"))
+
+
+def test_atomic_results_get_the_mode_of_a_plain_write(tmp_path):
+    import os
+
+    from headprune.results.writer import write_json_atomic
+
+    (tmp_path / "plain.json").write_text("{}")
+    write_json_atomic(tmp_path / "atomic.json", {})
+    assert os.stat(tmp_path / "atomic.json").st_mode == os.stat(tmp_path / "plain.json").st_mode
+    assert not list(tmp_path.glob(".*.tmp"))

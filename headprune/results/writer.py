@@ -12,11 +12,19 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it, then put back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write text to a temp file beside ``path`` and rename it over ``path``."""
+    """Write text to a temp file beside ``path`` and rename it over ``path``, with the mode a plain ``open`` gives."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: results are read by others (collaborators, a web server)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
         handle.flush()
