@@ -89,6 +89,8 @@ TABLES = {
     # docs/results_llm.md: SmolLM2 KV groups, in-domain calibration, recovery beside its control
     "lm_recovery_uniform": lambda d: pareto_table(_load(d, "lm_recovery_uniform")),
     "lm_recovery_uniform_lr5e5": lambda d: pareto_table(_load(d, "lm_recovery_uniform_lr5e5")),
+    "lm_recovery_global": lambda d: pareto_table(_load(d, "lm_recovery_global")),
+    "lm_recovery_global_any_layer": lambda d: pareto_table(_load(d, "lm_recovery_global_any_layer")),
 }
 DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
 
