@@ -91,6 +91,7 @@ TABLES = {
     "lm_recovery_uniform_lr5e5": lambda d: pareto_table(_load(d, "lm_recovery_uniform_lr5e5")),
     "lm_recovery_global": lambda d: pareto_table(_load(d, "lm_recovery_global")),
     "lm_recovery_global_any_layer": lambda d: pareto_table(_load(d, "lm_recovery_global_any_layer")),
+    "lm_recovery_global_80k": lambda d: pareto_table(_load(d, "lm_recovery_global_80k")),
 }
 DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
 
