@@ -30,6 +30,19 @@ def _mask(gates):
 BATCHES = [classifier_batch(seed=s, batch=8, length=12) for s in range(3)]
 
 
+def _pruned_with_teacher(model, last_layer_too: bool = False):
+    """(teacher copy, gates) after removing the first two heads of layer 1 of every group (and head 2 of the last layer)."""
+    teacher = copy.deepcopy(model)
+    gates = HeadGates(model)
+    mask = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
+    for group in mask:
+        mask[group][0, :2] = 0
+        if last_layer_too:
+            mask[group][-1, 1] = 0
+    prune_mask(model, mask)
+    return teacher, gates
+
+
 def test_keeping_every_head_is_the_identity():
     model = tiny_bert()
     before = _logits(model, BATCHES[0])
@@ -61,13 +74,7 @@ def test_masked_twin_and_pruned_twin_agree_and_give_the_same_scales():
 def test_cached_teacher_targets_give_the_scales_of_a_teacher_run_per_layer():
     for make, batches in ((tiny_bert, BATCHES), (tiny_marian, [seq2seq_batch(seed=s) for s in range(2)])):
         model = make()
-        teacher = copy.deepcopy(model)
-        gates = HeadGates(model)
-        mask = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
-        for group in mask:
-            mask[group][0, :2] = 0
-            mask[group][-1, 1] = 0
-        prune_mask(model, mask)
+        teacher, gates = _pruned_with_teacher(model, last_layer_too=True)
         twin = copy.deepcopy(model)
         cached = lsq_recover(model, gates, batches, teacher=teacher)
         per_layer = lsq_recover(twin, HeadGates(twin), batches, teacher=teacher, max_cache_bytes=0)
@@ -91,12 +98,7 @@ def test_recovery_lowers_the_layer_output_error():
 
 def test_seq2seq_recovery_runs_every_group_and_lowers_the_error():
     model = tiny_marian()
-    teacher = copy.deepcopy(model)
-    gates = HeadGates(model)
-    mask = {g: torch.ones(l, h) for g, (l, h) in gates.groups.items()}
-    for group in mask:
-        mask[group][0, :2] = 0
-    prune_mask(model, mask)
+    teacher, gates = _pruned_with_teacher(model)
     batches = [seq2seq_batch(seed=s) for s in range(3)]
     before = layer_output_errors(model, gates, teacher, batches)
     scales = lsq_recover(model, gates, batches, teacher=teacher)
