@@ -36,12 +36,11 @@ def drop_one_kv_group_per_layer(task) -> dict:
 
 def mask_of_run(task, path: str, order: str, fraction: float) -> dict:
     """The query-head mask of a KV-group prune run's step (``prune.unit=kv_group`` results.json)."""
-    from headprune.core.masks import kv_to_head_mask
     from headprune.experiments.speed import mask_from_file
     from headprune.tasks.unit_task import in_unit
 
-    kv_mask = mask_from_file(path, in_unit(task, "kv_group"), order, fraction, setting="--mask-file")
-    return kv_to_head_mask(kv_mask, task.gates.heads_per_kv)
+    kv_task = in_unit(task, "kv_group")
+    return kv_task.gates.head_mask(mask_from_file(path, kv_task, order, fraction, setting="--mask-file"))
 
 
 def left_padded(ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -122,7 +122,8 @@ def lsq_recover(
 
     ``model`` is either physically pruned (pass ``teacher``, the unpruned model) or whole and gated by ``mask``
     (the teacher is then a copy of it before recovery). ``batches`` are model inputs from the training data;
-    the teacher's targets are computed once when they fit in ``max_cache_bytes`` (0: never cached). Returns the scales {group: [layers, heads]} (1 for heads not kept).
+    the teacher's targets are computed once when they fit in ``max_cache_bytes`` (0: never cached).
+    Returns the scales {group: [layers, heads]} (1 for heads not kept).
     """
     batches = list(batches)
     if not batches:
