@@ -83,9 +83,11 @@ TABLES = {
     "mt_prune_groups": lambda d: study_groups_table(_load(d, MT_STUDY)),
     "mt_correlation": lambda d: correlation_line(_load(d, MT_STUDY)),
     "mt_dynamics": lambda d: dynamics_table(_load(d, "mt_dynamics"), paper=PAPER_DYNAMICS),
-    # docs/results.md, section 4: a smaller MiniLM's fine-tuned points beside their controls
+    # docs/results.md, section 4: the fine-tuned points beside their controls (full-size bases, and a smaller MiniLM)
+    "control_mnli_oneshot": lambda d: pareto_table(_load(d, "mnli_control_oneshot")),
+    "control_mnli_schedule": lambda d: pareto_table(_load(d, "mnli_control_schedule")),
+    "control_mt_schedule": lambda d: pareto_table(_load(d, "mt_control_schedule")),
     "mnli8k_control_oneshot": lambda d: pareto_table(_load(d, "mnli8k_control_oneshot")),
-    "mnli8k_control_schedule": lambda d: pareto_table(_load(d, "mnli8k_control_schedule")),
     # docs/results_llm.md: SmolLM2 KV groups, in-domain calibration, recovery beside its control
     "lm_recovery_uniform": lambda d: pareto_table(_load(d, "lm_recovery_uniform")),
     "lm_recovery_uniform_lr5e5": lambda d: pareto_table(_load(d, "lm_recovery_uniform_lr5e5")),

@@ -48,19 +48,7 @@ def stock_shape(model: nn.Module) -> StockShape:
         uneven = site.kv_index is not None or not site.head_ids
         key = "uneven" if uneven else (len(site.head_ids), len(site.kv_ids), site.head_dim)
         shapes.setdefault(key, []).append(site.layer)
-    if len(shapes) != 1 or "uneven" in shapes:
-        described = "; ".join(
-            f"layers {layers}: "
-            + (
-                "query heads unevenly spread over their KV heads (or none left)"
-                if key == "uneven"
-                else f"{key[0]} query heads over {key[1]} KV heads"
-            )
-            for key, layers in shapes.items()
-        )
-        raise ConfigError(
-            f"a stock checkpoint (export.format=hf or gguf) needs the same attention shape in every layer, but {described}. " + UNIFORM_HINT
-        )
+    _require_one_shape(shapes, "a stock checkpoint (export.format=hf or gguf) needs the same attention shape in every layer, but")
     heads, kv_heads, head_dim = next(iter(shapes))
     return StockShape(heads, kv_heads, head_dim)
 
@@ -73,20 +61,24 @@ def mask_stock_shape(rows: list[list[int]], heads_per_kv: int = 1) -> tuple[int,
         kept = [count for count in per_kv if count]
         key = (sum(kept), len(kept)) if kept and len(set(kept)) == 1 else "uneven"
         shapes.setdefault(key, []).append(layer)
-    if len(shapes) != 1 or "uneven" in shapes:
-        described = "; ".join(
-            f"layers {layers}: "
-            + (
-                "query heads unevenly spread over their KV heads (or none left)"
-                if key == "uneven"
-                else f"{key[0]} query heads over {key[1]} KV heads"
-            )
-            for key, layers in shapes.items()
-        )
-        raise ConfigError(
-            f"a stock checkpoint needs the same attention shape in every layer, but the mask keeps {described}. " + UNIFORM_HINT
-        )
+    _require_one_shape(shapes, "a stock checkpoint needs the same attention shape in every layer, but the mask keeps")
     return next(iter(shapes))
+
+
+def _require_one_shape(shapes: dict, lead: str) -> None:
+    """A ConfigError naming the layers of each shape unless ``shapes`` ({shape or "uneven": [layers]}) holds one even shape."""
+    if len(shapes) == 1 and "uneven" not in shapes:
+        return
+    described = "; ".join(
+        f"layers {layers}: "
+        + (
+            "query heads unevenly spread over their KV heads (or none left)"
+            if key == "uneven"
+            else f"{key[0]} query heads over {key[1]} KV heads"
+        )
+        for key, layers in shapes.items()
+    )
+    raise ConfigError(f"{lead} {described}. " + UNIFORM_HINT)
 
 
 UNIFORM_HINT = (
