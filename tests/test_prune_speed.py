@@ -181,6 +181,40 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
     assert [p["measured"]["model"] for p in points[1:]] == ["pruned by the mask", "recovered", "recovered"]
 
 
+def test_a_speed_budget_that_runs_out_keeps_the_recovered_scores(shared_task, tmp_path, monkeypatch):
+    """Hours of recovery are not lost to speed.max_seconds: the point that could not be timed is written without timing."""
+    from headprune.engine.timing import TimeBudgetError
+    from headprune.experiments import speed as speed_experiment
+
+    original = speed_experiment.speed_stage
+
+    def budget_runs_out_on_recovered_models(*args, pruned_model=None, **kwargs):
+        if pruned_model is not None:
+            raise TimeBudgetError("speed.max_seconds=1 ran out before one timed pass of every model")
+        return original(*args, pruned_model=pruned_model, **kwargs)
+
+    monkeypatch.setattr(speed_experiment, "speed_stage", budget_runs_out_on_recovered_models)
+    cfg = make_cfg(
+        tmp_path,
+        "prune",
+        TASK,
+        "prune.order=fisher",
+        "prune.fractions=0.25",
+        "prune.recover=[none,finetune]",
+        "prune.finetune.max_steps=1",
+        "prune.measure_speed=true",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+        "speed.max_seconds=0",
+    )
+    prune.run(cfg)
+    points = {p["recovery"]: p for p in points_of(tmp_path)[1:]}
+    assert "measured" in points["none"] and "measured" not in points["finetune"]
+    assert 0.0 <= points["finetune"]["score"] <= 100.0
+
+
 def test_measured_speed_alone_gives_pareto_points(shared_task, tmp_path):
     cfg = make_cfg(
         tmp_path,

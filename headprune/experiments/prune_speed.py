@@ -15,6 +15,7 @@ the measured throughput of the physically pruned model (what a Pareto table need
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from omegaconf import OmegaConf
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
 from headprune.engine.ablation import attention_implementation
+from headprune.engine.timing import TimeBudgetError
 from headprune.experiments.evaluation import evaluate_many, swapped_model
 from headprune.experiments.finetune_runs import budget_info, control_model, finetune_batches, finetune_in_place
 from headprune.experiments.orders import ORDERS, OrderSettings, order_scores
@@ -382,20 +384,25 @@ def measure_points(task, points: list[dict], base_point: dict, speed, split: str
         own = models.get((point["recovery"], repr(point["mask"])))
         key = repr((point["recovery"], point["mask"])) if own is not None else repr(point["mask"])
         if key not in measured:
-            stage = speed_stage(
-                task,
-                task.gates.normalize_mask(mask_from_json(point["mask"]), hard=True),
-                split,
-                [int(b) for b in speed.batch_sizes],
-                int(speed.examples),
-                int(speed.warmup),
-                int(speed.repeats),
-                seed,
-                False,
-                clock_of(speed),
-                **adaptive_settings(speed),
-                pruned_model=own,
-            )
+            try:
+                stage = speed_stage(
+                    task,
+                    task.gates.normalize_mask(mask_from_json(point["mask"]), hard=True),
+                    split,
+                    [int(b) for b in speed.batch_sizes],
+                    int(speed.examples),
+                    int(speed.warmup),
+                    int(speed.repeats),
+                    seed,
+                    False,
+                    clock_of(speed),
+                    **adaptive_settings(speed),
+                    pruned_model=own,
+                )
+            except TimeBudgetError as error:  # the scores stand: only this point's timing is lost
+                print(f"headprune: point not timed, its quality is kept: {error}", file=sys.stderr)
+                measured[key] = None
+                continue
             row = stage["rows"][-1]
             measured[key] = {
                 "model": "recovered" if own is not None else "pruned by the mask",
@@ -406,9 +413,11 @@ def measure_points(task, points: list[dict], base_point: dict, speed, split: str
                 "verdict": row.get("verdict"),
                 "device": stage["device"],
             }
-        point["measured"] = measured[key]
-    if measured:
-        first = next(iter(measured.values()))
+        if measured[key] is not None:
+            point["measured"] = measured[key]
+    timed = [m for m in measured.values() if m is not None]
+    if timed:
+        first = timed[0]
         base_point["measured"] = {
             "batch_size": first["batch_size"],
             "examples_per_s": first["original_examples_per_s"],
