@@ -106,3 +106,22 @@ def test_report_html_has_the_tables_of_report_md(tmp_path):
         return [[c.replace("**", "").replace("`", "") for c in row] for row in table]
 
     assert [plain(t) for t in found] == [plain(t) for t in expected]
+
+
+def test_committed_results_name_no_machine_path():
+    """docs/results/*.json keep paths relative to the project (tools/publish_run.py writes them so)."""
+    from publish_run import absolute_paths
+
+    found = {p.name: absolute_paths(p.read_text()) for p in sorted((DOCS / "results").glob("*.json"))}
+    assert not {name: paths for name, paths in found.items() if paths}, "run python tools/publish_run.py --fix"
+
+
+def test_publishing_makes_checkout_paths_relative():
+    import json
+
+    from publish_run import absolute_paths, relative_paths
+
+    payload = {"data": {"dir": "/work/clone/../shared/data"}, "model": "/home/me/headprune/outputs/run/model", "name": "outputs"}
+    text = relative_paths(json.dumps(payload))
+    assert json.loads(text) == {"data": {"dir": "../shared/data"}, "model": "outputs/run/model", "name": "outputs"}
+    assert absolute_paths(json.dumps(payload)) and not absolute_paths(text)
