@@ -95,6 +95,7 @@ TABLES = {
     "lm_recovery_global_any_layer": lambda d: pareto_table(_load(d, "lm_recovery_global_any_layer")),
     "lm_recovery_global_80k": lambda d: pareto_table(_load(d, "lm_recovery_global_80k")),
     "lm_recovery_global_lora": lambda d: pareto_table(_load(d, "lm_recovery_global_lora")),
+    "lm_recovery_global_fractions": lambda d: pareto_table(_load(d, "lm_recovery_global_fractions")),
 }
 DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
 
