@@ -14,6 +14,14 @@ from headprune.experiments import prune, study
 TASK = "nli"
 task, shared_task = task_fixtures(TASK)
 QUICK_FINETUNE = ["prune.finetune.max_steps=2", "prune.recover_examples=32"]
+QUICK_TIMING = [  # one timed pass of 4 examples per model, no time budget
+    "prune.measure_speed=true",
+    "speed.batch_sizes=[2]",
+    "speed.examples=4",
+    "speed.repeats=1",
+    "speed.warmup=1",
+    "speed.max_seconds=0",
+]
 
 
 def points_of(tmp_path) -> list[dict]:
@@ -168,12 +176,7 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
         "prune.recover=[none,lsq,finetune]",
         "prune.finetune.max_steps=1",
         "prune.recover_examples=16",
-        "prune.measure_speed=true",
-        "speed.batch_sizes=[2]",
-        "speed.examples=4",
-        "speed.repeats=1",
-        "speed.warmup=1",
-        "speed.max_seconds=0",
+        *QUICK_TIMING,
     )
     prune.run(cfg)
     points = points_of(tmp_path)
@@ -202,12 +205,7 @@ def test_a_speed_budget_that_runs_out_keeps_the_recovered_scores(shared_task, tm
         "prune.fractions=0.25",
         "prune.recover=[none,finetune]",
         "prune.finetune.max_steps=1",
-        "prune.measure_speed=true",
-        "speed.batch_sizes=[2]",
-        "speed.examples=4",
-        "speed.repeats=1",
-        "speed.warmup=1",
-        "speed.max_seconds=0",
+        *QUICK_TIMING,
     )
     prune.run(cfg)
     points = {p["recovery"]: p for p in points_of(tmp_path)[1:]}
@@ -222,12 +220,7 @@ def test_measured_speed_alone_gives_pareto_points(shared_task, tmp_path):
         TASK,
         "prune.order=importance",
         "prune.fractions=0.25",
-        "prune.measure_speed=true",
-        "speed.batch_sizes=[2]",
-        "speed.examples=4",
-        "speed.repeats=1",
-        "speed.warmup=1",
-        "speed.max_seconds=0",
+        *QUICK_TIMING,
     )
     prune.run(cfg)
     points = points_of(tmp_path)

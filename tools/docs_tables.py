@@ -83,20 +83,23 @@ TABLES = {
     "mt_prune_groups": lambda d: study_groups_table(_load(d, MT_STUDY)),
     "mt_correlation": lambda d: correlation_line(_load(d, MT_STUDY)),
     "mt_dynamics": lambda d: dynamics_table(_load(d, "mt_dynamics"), paper=PAPER_DYNAMICS),
-    # docs/results.md, section 4: the fine-tuned points beside their controls (full-size bases, and a smaller MiniLM)
-    "control_mnli_oneshot": lambda d: pareto_table(_load(d, "mnli_control_oneshot")),
-    "control_mnli_schedule": lambda d: pareto_table(_load(d, "mnli_control_schedule")),
-    "control_mt_schedule": lambda d: pareto_table(_load(d, "mt_control_schedule")),
-    "mnli8k_control_oneshot": lambda d: pareto_table(_load(d, "mnli8k_control_oneshot")),
-    # docs/results_llm.md: SmolLM2 KV groups, in-domain calibration, recovery beside its control
-    "lm_recovery_uniform": lambda d: pareto_table(_load(d, "lm_recovery_uniform")),
-    "lm_recovery_uniform_lr5e5": lambda d: pareto_table(_load(d, "lm_recovery_uniform_lr5e5")),
-    "lm_recovery_global": lambda d: pareto_table(_load(d, "lm_recovery_global")),
-    "lm_recovery_global_any_layer": lambda d: pareto_table(_load(d, "lm_recovery_global_any_layer")),
-    "lm_recovery_global_80k": lambda d: pareto_table(_load(d, "lm_recovery_global_80k")),
-    "lm_recovery_global_lora": lambda d: pareto_table(_load(d, "lm_recovery_global_lora")),
-    "lm_recovery_global_fractions": lambda d: pareto_table(_load(d, "lm_recovery_global_fractions")),
 }
+ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered as its own Pareto table
+    # docs/results.md, section 4: the fine-tuned points beside their controls (full-size bases, and a smaller MiniLM)
+    "control_mnli_oneshot": "mnli_control_oneshot",
+    "control_mnli_schedule": "mnli_control_schedule",
+    "control_mt_schedule": "mt_control_schedule",
+    "mnli8k_control_oneshot": "mnli8k_control_oneshot",
+    # docs/results_llm.md: SmolLM2 KV groups, in-domain calibration, recovery beside its control
+    "lm_recovery_uniform": "lm_recovery_uniform",
+    "lm_recovery_uniform_lr5e5": "lm_recovery_uniform_lr5e5",
+    "lm_recovery_global": "lm_recovery_global",
+    "lm_recovery_global_any_layer": "lm_recovery_global_any_layer",
+    "lm_recovery_global_80k": "lm_recovery_global_80k",
+    "lm_recovery_global_lora": "lm_recovery_global_lora",
+    "lm_recovery_global_fractions": "lm_recovery_global_fractions",
+}
+TABLES.update({block: (lambda d, name=name: pareto_table(_load(d, name))) for block, name in ONE_RUN_PARETO.items()})
 DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
 
 
