@@ -98,3 +98,22 @@ def run(cfg) -> dict:
     write_results(cfg, "ablate", numbers, task, splits[0], figures=figures)
     log_run(cfg, "ablate", numbers, tables, figures)
     return {"objective": numbers["splits"][splits[0]]["base_score"], **numbers}
+
+
+READS = ("ablate", "prune.unit")  # the settings groups (and keys) experiment=ablate reads
+
+
+def check(cfg) -> None:
+    """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
+    from headprune.core.checks import ConfigError
+    from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
+
+    check_model_and_task(cfg, importance=False)
+    check_reads(cfg, READS)
+    check_unit(cfg)
+    splits = cfg.ablate.splits
+    if not splits:
+        raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
+    no_duplicates(splits, "ablate.splits")
+    no_duplicates(cfg.ablate.groups, "ablate.groups")
+    check_splits(cfg, splits, "ablate.splits")

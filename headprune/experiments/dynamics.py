@@ -95,3 +95,21 @@ def run(cfg) -> dict:
             f"{snap['scores'][index]:.2f}  prunable {100 * snap['prunable_fraction']:.0f}%"
         )
     return {"snapshots": snapshots}
+
+
+READS = ("dynamics",)
+
+
+def check(cfg) -> None:
+    """experiment=dynamics: a checkpoint directory that exists, and dynamics.* listed once."""
+    from headprune.core.checks import ConfigError
+    from headprune.experiments.shared_checks import check_reads, no_duplicates
+
+    check_reads(cfg, READS)
+    no_duplicates(cfg.dynamics.fractions, "dynamics.fractions")
+    given = None if OmegaConf.is_missing(cfg, "ckpt_dir") else cfg.ckpt_dir
+    if not given or not Path(str(given)).expanduser().is_dir():
+        raise ConfigError(
+            f"ckpt_dir={given} is not a directory: give a training run's checkpoints folder "
+            "(e.g. ckpt_dir=outputs/mt_train/<date>/checkpoints)"
+        )

@@ -101,15 +101,58 @@ def check_stock(cfg, fmt: str) -> None:
             raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
 
 
+READS = ("export", "prune.unit")  # the settings groups (and keys) experiment=export reads
+
+
 def check(cfg) -> None:
-    """Every export.* setting, the mask source and the format's demands on the model, before any work (the model kind's
-    demands: headprune.validation.check_export)."""
+    """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
+    from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_splits
+
+    check_model_and_task(cfg)
+    check_reads(cfg, READS)
+    check_model_kind(cfg)
+    check_settings(cfg)
+    check_splits(cfg, [cfg.export.split], "export.split")
+
+
+def check_model_kind(cfg) -> None:
+    """What the task's models take (``TaskSpec.exports``): stock checkpoints of decoder-only LMs, int8 where the metric runs in ONNX Runtime."""
+    from headprune.experiments.shared_checks import task_spec_of
+
+    spec = task_spec_of(cfg)
+    fmt = cfg.export.get("format")
+    if fmt in ("hf", "gguf") and fmt not in spec.exports:
+        from headprune.export.hf import not_stock_message
+
+        what = f"{cfg.model.get('name')} ({spec.name} task)"
+        raise ConfigError(not_stock_message(what).replace("export.format=hf", f"export.format={fmt}"))
+    if str(cfg.export.get("quantize") or "none") == "int8" and "int8" not in spec.exports:
+        raise ConfigError(
+            f"export.quantize=int8 is checked by the task's metric through ONNX Runtime, where the {spec.name} task's metric "
+            "cannot run (BLEU needs beam search, which the cache-free ONNX graphs of seq2seq models do not run): "
+            "export in f32 (export.quantize=none)"
+        )
+
+
+def check_settings(cfg) -> None:
+    """Every export.* setting, the mask source and the format's demands on the model."""
+    from headprune.experiments.shared_checks import refuse_given
     from headprune.models.sources import check_model_dir
     from headprune.results.readers import check_mask_file
 
     settings = cfg.export
     fmt = choice(settings.get("format"), "export.format", FORMATS)
     quantize = choice(str(settings.get("quantize") or "none"), "export.quantize", QUANTIZE)
+    if settings.get("model"):
+        refuse_given(
+            cfg,
+            ("export.mask_order", "export.mask_step", "export.fraction"),
+            f"export.model={settings.model} is exported as it is (they pick a mask of export.mask_file)",
+        )
+    if fmt != "gguf":
+        refuse_given(cfg, ("export.gguf_dtype", "export.tokenizer_pre"), f"they shape GGUF files, and export.format={fmt}")
+    if quantize != "int8":
+        refuse_given(cfg, ("export.per_channel",), "it sets the int8 scales of export.quantize=int8 only")
     choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
     for name in ("examples", "batch_size", "new_tokens"):
         integer(settings.get(name), f"export.{name}", 1)

@@ -43,3 +43,11 @@ def run(cfg) -> dict:
         {"model": model_fingerprint(model)},
     )
     return numbers
+
+
+def check(cfg) -> None:
+    """experiment=inspect: the device and the model (no task, no data)."""
+    from headprune.experiments.shared_checks import check_device, check_model
+
+    check_device(cfg)
+    check_model(cfg)

@@ -172,3 +172,20 @@ def run(cfg) -> dict:
     write_results(cfg, "prune", result, task, split, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "orders"}, {"prune": prune_rows(result)}, [figure])
     return {"objective": result["orders"][orders[0]]["steps"][-1]["score"], **result}
+
+
+READS = ("prune", "importance", "speed")  # speed.* only with prune.measure_speed=true (a row of check)
+
+
+def check(cfg) -> None:
+    """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
+    from headprune.experiments.prune_checks import check_prune, check_prune_for_speed
+    from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_unit, refuse_given
+
+    check_model_and_task(cfg)
+    check_reads(cfg, READS)
+    if not cfg.prune.measure_speed:
+        refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
+    check_unit(cfg)
+    check_prune(cfg)
+    check_prune_for_speed(cfg)

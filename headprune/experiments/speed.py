@@ -386,3 +386,80 @@ def run(cfg) -> dict:
     write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])
     log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_rows(result)}, [figure])
     return {"objective": result["rows"][-1]["gain"], **result}
+
+
+READS = ("speed", "importance", "prune.unit", "prune.layout", "prune.ablation_split", "prune.n_samples")
+
+
+def check(cfg) -> None:
+    """experiment=speed: the model and task, the unit, speed.* and the mask it times (importance.* only without a mask file)."""
+    from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_unit, refuse_given
+
+    check_model_and_task(cfg)
+    check_reads(cfg, READS)
+    if cfg.speed.get("mask_file"):
+        refuse_given(
+            cfg,
+            ("importance", "prune.layout", "prune.ablation_split", "prune.n_samples"),
+            "with speed.mask_file the mask comes from the file, not from an order's scores",
+        )
+    check_unit(cfg)
+    check_speed_run(cfg)
+
+
+def check_speed(speed) -> None:
+    """speed.* timing: at least as many repeats allowed as asked for, batch sizes listed once."""
+    from headprune.experiments.shared_checks import no_duplicates
+
+    no_duplicates(speed.batch_sizes, "speed.batch_sizes")
+    if speed.repeats > speed.max_repeats:
+        raise ConfigError(
+            f"speed.repeats={speed.repeats} timed passes at least, but speed.max_repeats={speed.max_repeats} at most: "
+            f"raise speed.max_repeats to {speed.repeats} or more, or lower speed.repeats"
+        )
+
+
+def check_speed_run(cfg) -> None:
+    """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask."""
+    from headprune.experiments.shared_checks import check_splits
+    from headprune.results.readers import check_mask_file
+
+    speed = cfg.speed
+    check_speed(speed)
+    check_splits(cfg, [speed.split], "speed.split")
+    if speed.get("mask_file"):
+        check_mask_file(speed.mask_file)
+        check_chosen_mask(cfg)
+        return
+    if speed.get("mask_step") is not None:
+        raise ConfigError(
+            f"speed.mask_step={speed.mask_step} picks a Pareto point of speed.mask_file, which is not set: "
+            "add speed.mask_file=<prune run>/results.json or drop speed.mask_step"
+        )
+    if speed.mask_order not in ORDERS:
+        raise ConfigError(
+            f"speed.mask_order={speed.mask_order}: without speed.mask_file the mask is the lowest speed.fraction of the heads "
+            f"by an order of {list(ORDERS)}; a Pareto point's method (e.g. fisher+lsq) needs speed.mask_file"
+        )
+    if speed.fraction == 0:
+        raise ConfigError("speed.fraction=0 prunes no head: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5")
+
+
+def check_chosen_mask(cfg) -> None:
+    """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
+    from headprune.experiments.shared_checks import check_mask_units
+    from headprune.results.readers import read_json_file
+
+    speed = cfg.speed
+    path = Path(str(speed.mask_file))
+    step = None if speed.get("mask_step") is None else str(speed.mask_step)
+    mask = raw_mask(read_json_file(path), str(speed.mask_order), float(speed.fraction), step, path)
+    check_mask_units(cfg, mask)
+    entries = [value for rows in mask.values() for row in rows for value in row]
+    if 0 not in entries:
+        raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")
+    if 1 not in entries:
+        raise ConfigError(
+            f"speed.mask_file={path}: the chosen mask removes every head ({len(entries)}): nothing would be left to time "
+            "(as speed.fraction=1 is refused); choose a mask that keeps some heads"
+        )

@@ -334,3 +334,40 @@ def run(cfg) -> dict:
     log_run(cfg, "study", summary, tables, figures)
     print(f"[study] done: {out / 'results.json'}", flush=True)
     return {"objective": base.score, **numbers}
+
+
+READS = ("study", "prune", "speed", "importance")  # the groups of its stages
+
+
+def check(cfg) -> None:
+    """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
+    from headprune.core.checks import ConfigError
+    from headprune.experiments.prune_checks import check_prune, check_prune_for_speed
+    from headprune.experiments.shared_checks import (
+        check_model_and_task,
+        check_reads,
+        check_selection,
+        check_trainer,
+        check_unit,
+        no_duplicates,
+    )
+    from headprune.experiments.speed import check_speed_run
+
+    check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
+    check_reads(cfg, READS)
+    check_unit(cfg)
+    check_selection(cfg, "study")
+    no_duplicates(cfg.study.extra_splits, "study.extra_splits")
+    if cfg.study.train:
+        check_trainer(study_training_config(cfg).trainer)
+    if cfg.prune.reestimate:
+        raise ConfigError("the study re-estimates with study.reestimate=true (one more curve per order); prune.reestimate is ignored here")
+    speed = cfg.speed
+    if speed.get("mask_file") or speed.get("mask_step") is not None or speed.mask_order != "importance":
+        raise ConfigError(
+            "the study times the importance order's mask at speed.fraction: speed.mask_file, speed.mask_step and "
+            "speed.mask_order belong to experiment=speed; drop them here"
+        )
+    check_prune(cfg)
+    check_prune_for_speed(cfg)
+    check_speed_run(cfg)

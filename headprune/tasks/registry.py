@@ -24,6 +24,7 @@ class TaskSpec:
     check: str  # check(cfg, files=True, importance=True): its task.* and data.* settings, data files, lengths; ConfigError
     selection: str  # the held-out split for choices when no setting names one (never the evaluation split)
     data_split: str | None = None  # (data cfg, split) -> the data split a name reads (e.g. MT eval -> test); None: itself
+    exports: tuple[str, ...] = ("onnx", "int8")  # export.format values its models take, and int8 where its metric runs in ONNX Runtime
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -47,6 +48,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.mt.config_check.check",
         selection="heldout",
         data_split="headprune.tasks.mt.config.split_of",
+        exports=("onnx",),  # BLEU needs beam search, which the cache-free ONNX graphs do not run: no int8 check
     ),
     "causal_lm": TaskSpec(
         "lm",
@@ -57,16 +59,23 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("eval", "eval_other", "importance", "heldout", "train"),
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
+        exports=("onnx", "int8", "hf", "gguf"),
     ),
 }
 
 
-def task_spec(cfg) -> TaskSpec:
-    """The task of ``model.kind``, checked against the chosen data config."""
-    kind = cfg.model.get("kind")
+def model_task(model_cfg) -> TaskSpec:
+    """The task a model config's ``kind`` names, or a ValueError listing the kinds."""
+    kind = model_cfg.get("kind")
     if kind not in TASKS:
         raise ValueError(f"model.kind must be one of {sorted(TASKS)}, got {kind!r}")
-    spec = TASKS[kind]
+    return TASKS[kind]
+
+
+def task_spec(cfg) -> TaskSpec:
+    """The task of ``model.kind``, checked against the chosen data config."""
+    spec = model_task(cfg.model)
+    kind = cfg.model.get("kind")
     if cfg.get("data") is None:
         raise ValueError(f"no data chosen: add {spec.data_choices} for model.kind={kind}")
     if cfg.data.get("kind") != spec.data_kind:

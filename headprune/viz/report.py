@@ -78,3 +78,14 @@ if __name__ == "__main__":
     import sys
 
     print(build_report(sys.argv[1]))
+
+
+def check(cfg) -> None:
+    """experiment=report: a run directory that exists."""
+    from omegaconf import OmegaConf
+
+    from headprune.core.checks import ConfigError
+
+    given = None if OmegaConf.is_missing(cfg, "run_dir") else cfg.get("run_dir")
+    if not given or not Path(str(given)).expanduser().is_dir():
+        raise ConfigError(f"run_dir={given} is not a directory: give a run directory (run_dir=outputs/<experiment>/<date>)")

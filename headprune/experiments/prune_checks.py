@@ -1,0 +1,184 @@
+"""Checks of the prune.* settings, shared by the experiments that read them (prune and the study).
+
+Each rule names the setting, what is wrong and how to fix it (a ConfigError); the experiments' ``check``
+functions call the rules of the settings they read.
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from headprune.core.checks import ConfigError, string_list
+from headprune.experiments.shared_checks import check_selection, check_splits
+from headprune.models.sources import config_fields as model_fields
+from headprune.models.sources import heads_per_layer
+from headprune.selection.mask_search import given_target
+
+# ---- prune --------------------------------------------------------------------------------------
+
+
+def check_prune(cfg) -> None:
+    """prune.*: a per-layer floor below the layers' head count, known splits, re-estimation where it does something."""
+    prune = cfg.prune
+    heads = heads_per_layer(cfg.model, str(prune.unit))
+    k = prune.min_heads_per_layer
+    if heads is not None and k >= heads:
+        raise ConfigError(
+            f"prune.min_heads_per_layer={k} keeps every head: the model's layers have {heads} heads, "
+            f"so it must be at most {heads - 1} (0 = no floor)"
+        )
+    check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
+    check_reestimate(prune)
+
+
+def check_reestimate(prune) -> None:
+    """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
+    from headprune.experiments.orders import ORDERS
+    from headprune.experiments.prune_speed import for_speed
+
+    if not prune.reestimate:
+        return
+    if for_speed(prune):
+        raise ConfigError(
+            "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
+            "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
+        )
+    orders = string_list(prune.order, "prune.order")
+    if not any(ORDERS[order].reestimable for order in orders):
+        raise ConfigError(
+            f"prune.reestimate=true, but no order of prune.order={orders} can be re-estimated (random and ablation "
+            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
+        )
+
+
+def target_of(value, name: str):
+    """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
+    from headprune.selection.mask_search import PruneTarget
+
+    try:
+        return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+    except ValueError as err:
+        raise ConfigError(f"{name}: {err}") from None
+
+
+def schedule_of(value) -> list:
+    """The validated ``prune.schedule``: growing fractions, or targets of one kind that go further each step, or a ConfigError."""
+    from headprune.selection.schedule import check_schedule
+
+    steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if not isinstance(steps, (list, tuple)):
+        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
+    try:
+        return check_schedule(steps)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"prune.schedule: {err}") from None
+
+
+def prune_steps(prune) -> list:
+    """The steps of prune.target or prune.schedule (targets or fractions; [] for neither), or a ConfigError."""
+    target = given_target(prune.get("target"))
+    if target is not None and prune.get("schedule") is not None:
+        raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
+    if prune.get("schedule") is not None:
+        return schedule_of(prune.schedule)
+    return [] if target is None else [target_of(target, "prune.target")]
+
+
+def check_prune_for_speed(cfg) -> None:
+    """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
+    prune = cfg.prune
+    steps = prune_steps(prune)
+    check_speed_unit(prune)
+    targets = [s for s in steps if not isinstance(s, float)]
+    check_cost(prune, targets)
+    if any(t.kind == "max_drop" for t in targets):
+        check_selection(cfg, "prune")
+    check_finetune(cfg)
+    check_control(cfg)
+    if prune.measure_speed:
+        if cfg.get("speed") is None:
+            raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
+        from headprune.experiments.speed import check_speed
+
+        check_speed(cfg.speed)
+
+
+def check_speed_unit(prune) -> None:
+    """Latency tables are measured per query head; rearranging re-chooses one-shot masks only."""
+    rearrange = prune.rearrange
+    if str(prune.unit) != "head" and str(prune.cost) == "latency":
+        raise ConfigError(
+            "prune.cost=latency measures its tables per query head: use prune.cost=flops with prune.unit=kv_group (or prune.unit=head)"
+        )
+    if rearrange and prune.get("schedule") is not None:
+        raise ConfigError(
+            "prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
+            "not with prune.schedule: drop one of them"
+        )
+
+
+def check_cost(prune, targets: list) -> None:
+    """prune.cost: a flops target needs the FLOPs model; a latency table serves targets only."""
+    if any(t.kind == "flops" for t in targets) and prune.cost != "flops":
+        raise ConfigError("a flops target needs prune.cost=flops (a latency table predicts seconds, not FLOPs)")
+    if prune.cost == "latency" and not targets:
+        raise ConfigError(
+            "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
+            "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
+        )
+
+
+def check_finetune(cfg) -> None:
+    """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
+    finetune = cfg.prune.finetune
+    if finetune.warmup > 0 and not finetune.decay:
+        raise ConfigError(
+            f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
+            "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
+        )
+    rank = finetune.get("lora_rank")
+    if rank is None:
+        return
+    from importlib.util import find_spec
+
+    if find_spec("peft") is None:
+        raise ConfigError(
+            "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
+            "or prune.finetune.lora_rank=null for a full fine-tune"
+        )
+    smallest = smallest_projection(cfg.model)
+    if smallest is not None and rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
+            f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
+            f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
+        )
+
+
+def smallest_projection(model_cfg) -> int | None:
+    """min(in, out) over the attention and MLP projections a model's config describes (None: unknown)."""
+    fields = model_fields(model_cfg)
+    if fields is None:
+        return None
+    width = fields.get("hidden_size") or fields.get("d_model")
+    ffn = [fields.get(k) for k in ("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim")]
+    heads = fields.get("num_attention_heads") or fields.get("encoder_attention_heads")
+    head_dim = fields.get("head_dim") or (width // heads if isinstance(width, int) and isinstance(heads, int) and heads else None)
+    kv = fields.get("num_key_value_heads") or heads
+    sizes = [width, *ffn, head_dim * kv if isinstance(head_dim, int) and isinstance(kv, int) else None]
+    sizes = [int(x) for x in sizes if isinstance(x, int) and not isinstance(x, bool)]
+    return min(sizes) if sizes else None
+
+
+def check_control(cfg) -> None:
+    """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
+    prune = cfg.prune
+    if prune.control and "finetune" not in string_list(prune.recover, "prune.recover"):
+        raise ConfigError(
+            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
+            f"has no finetune ({prune.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+        )
+    extra = string_list(prune.extra_splits, "prune.extra_splits")
+    check_splits(cfg, extra, "prune.extra_splits")
+    if str(prune.split) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")

@@ -1,0 +1,361 @@
+"""Checks every experiment shares: top-level keys, the device, the model, the task and its splits, the unit, the trainer.
+
+Each experiment module owns a ``check(cfg)`` beside its ``run``; it calls these for what it reads and adds
+the rows of its own settings. ``headprune.validation.validate`` dispatches to it by the module of ``cfg.run``.
+"""
+
+from __future__ import annotations
+
+from functools import cache, lru_cache
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from headprune.core.checks import ConfigError, integer, warn
+from headprune.models.sources import config_fields as model_fields
+from headprune.models.sources import kv_heads_per_layer
+
+# ---- keys ---------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def known_keys() -> frozenset[str]:
+    """Every top-level key a config group can set: config.yaml's, the groups' names and the keys of ``@package _global_`` files."""
+    from headprune.experiments.conf_dir import config_dir
+
+    root = Path(config_dir())
+    keys = set(OmegaConf.load(root / "config.yaml"))
+    for path in root.rglob("*.yaml"):
+        parts = path.relative_to(root).parts
+        keys.add(parts[0].removesuffix(".yaml"))
+        header = [line for line in path.read_text().splitlines() if line.startswith("#")][:3]
+        if any("@package _global_" in line for line in header):
+            keys.update(OmegaConf.load(path))
+    return frozenset(keys - {"defaults"})
+
+
+def warn_unknown_keys(cfg) -> None:
+    """A ConfigWarning for top-level keys (``+foo=1``) that no config group defines: nothing reads them."""
+    unknown = sorted(set(cfg) - known_keys())
+    if unknown:
+        warn(
+            f"setting(s) {unknown} are defined by no config group, so no experiment reads them: check the spelling "
+            "(e.g. prune.step, not +step); they are ignored"
+        )
+
+
+def no_duplicates(values, name: str) -> None:
+    """A list setting names each item once (a repeat would compute and write the same thing twice)."""
+    items = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
+    repeated = [v for i, v in enumerate(items) if v in items[:i]]
+    if repeated:
+        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: list each item once")
+
+
+# ---- device, model ------------------------------------------------------------------------------
+
+
+def check_device(cfg) -> None:
+    """``device`` names a device this machine has (``auto``: CUDA when there is one)."""
+    import torch
+
+    name = str(cfg.get("device") or "auto")
+    if name == "auto":
+        return
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name} is no device: use auto, cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asks for a CUDA GPU, but there is no GPU here: use device=auto or device=cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device={name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0")
+
+
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+def check_model(cfg) -> None:
+    """The model's kind (a task), its attention implementation, and a pretrained model that exists and is complete."""
+    from headprune.tasks.registry import model_task
+
+    try:
+        model_task(cfg.model)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    implementation = cfg.model.get("attn_implementation")
+    if implementation is not None and implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ConfigError(
+            f"model.attn_implementation={implementation} is no attention implementation of transformers: "
+            f"choose one of {list(ATTENTION_IMPLEMENTATIONS)} (or null for the model's default)"
+        )
+    try:
+        _check_model_files(cfg)
+    except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
+        raise ConfigError(str(err)) from None
+
+
+def _check_model_files(cfg) -> None:
+    from headprune.models.build import tokenizer_source
+    from headprune.models.sources import check_model_dir, resolve_pretrained
+
+    model = cfg.model
+    pretrained = model.get("pretrained")
+    if pretrained and str(pretrained).endswith(".ckpt"):
+        resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist
+    elif pretrained:
+        source = resolve_pretrained(str(pretrained))
+        own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
+        if ((cfg.get("data") or {}).get("tokenizer") or {}).get("path"):
+            own_tokenizer = False  # data.tokenizer.path gives the tokenizer
+        check_model_dir(source, tokenizer=own_tokenizer)
+    elif model.get("config") is None:
+        raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
+    if model.get("tokenizer"):  # models built fresh without one train their own (MT, LM); the NLI task requires one
+        tokenizer_source(model)
+
+
+# ---- the task -----------------------------------------------------------------------------------
+
+
+def task_spec_of(cfg):
+    """The TaskSpec of the model, fitting the chosen data, or a ConfigError."""
+    from headprune.tasks.registry import task_spec
+
+    try:
+        return task_spec(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_task(cfg, importance: bool = True, falls_back: bool = False) -> None:
+    """The task's own check (``TaskSpec.check``): its settings, data files (unless a study falls back) and lengths."""
+    from hydra.utils import get_method
+
+    spec = task_spec_of(cfg)
+    local_missing = cfg.data.get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
+    get_method(spec.check)(cfg, files=not (falls_back and local_missing), importance=importance)
+
+
+def check_model_and_task(cfg, importance: bool = True, falls_back: bool = False) -> None:
+    """What every experiment on a task reads: the device, the model, the task (``importance``: its importance subset is read)."""
+    check_device(cfg)
+    check_model(cfg)
+    check_task(cfg, importance=importance, falls_back=falls_back)
+
+
+def splits_of(cfg) -> tuple[str, ...]:
+    """The split names the config's task reads."""
+    return task_spec_of(cfg).splits
+
+
+def concrete_split(cfg, split: str) -> str:
+    """The data split a split name reads (e.g. MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
+    from hydra.utils import get_method
+
+    spec = task_spec_of(cfg)
+    if split not in spec.splits:
+        raise ConfigError(f"split must be one of {list(spec.splits)}, got {split!r}")
+    return get_method(spec.data_split)(cfg.data, split) if spec.data_split else split
+
+
+def check_splits(cfg, names, setting: str) -> None:
+    """Every split name is one the task reads, and its data exists (``data`` lists the splits a data config has)."""
+    for name in names:
+        try:
+            concrete_split(cfg, str(name))
+        except ConfigError:
+            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(splits_of(cfg))}") from None
+        missing = missing_split(cfg, str(name))
+        if missing:
+            raise ConfigError(f"{setting}: split {name!r} {missing}")
+
+
+def missing_split(cfg, name: str) -> str | None:
+    """Why the chosen data lacks the split a name reads (its table of files or synthetic sizes omits it), or None."""
+    data = cfg.get("data") or {}
+    source = data.get("source")
+    where = {"local": "data.files", "synthetic": "data.synthetic.sizes"}.get(str(source))
+    table = data.get("files") if source == "local" else (data.get("synthetic") or {}).get("sizes")
+    if where is None or not OmegaConf.is_dict(table):
+        return None  # the data config names its splits otherwise: its task checks them
+    split = concrete_split(cfg, name)
+    if table.get(split) is None:
+        have = sorted(k for k in table if table[k] is not None)
+        return f"is not in data {data.get('name')} ({where} has {have}): drop it, or choose data that has it"
+    return None
+
+
+def check_selection(cfg, section: str) -> None:
+    """The selection split (appendix A) must differ from the evaluation split."""
+    settings = cfg[section]
+    split = str(settings.get("split"))
+    selection = settings.get("selection_split") or (cfg.get("task") or {}).get("selection_split") or task_spec_of(cfg).selection
+    try:
+        same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
+    except ConfigError as err:
+        raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
+    if same:
+        raise ConfigError(
+            f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
+            "choose the head on other data (null = the task's held-out data)"
+        )
+
+
+# ---- units --------------------------------------------------------------------------------------
+
+
+def check_unit(cfg) -> None:
+    """prune.unit: head, or kv_group on a model with grouped-query attention (fewer KV heads than query heads)."""
+    fields = model_fields(cfg.model) if str(cfg.prune.unit) == "kv_group" else None
+    if fields is not None and kv_heads_per_layer(fields) is None:
+        raise ConfigError(
+            f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
+            f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head"
+        )
+
+
+def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
+    """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
+    unit = str(cfg.prune.unit)
+    fields = model_fields(cfg.model) or {}
+    per_layer = kv_heads_per_layer(fields) if unit == "kv_group" else fields.get("num_attention_heads")
+    layers = fields.get("num_hidden_layers")
+    if not isinstance(per_layer, int) or not isinstance(layers, int) or len(mask) != 1:
+        return  # encoder-decoder groups differ in size: the task checks them when it loads the mask
+    what = "KV heads" if unit == "kv_group" else "heads"
+    for group, rows in mask.items():
+        for layer, row in enumerate(rows):
+            if len(row) != per_layer or len(rows) != layers:
+                raise ConfigError(
+                    f"{setting}={cfg.speed.mask_file if setting == 'speed.mask_file' else ''}: group {group} layer {layer} "
+                    f"has {len(row)} entries ({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x "
+                    f"{per_layer} {what} (prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}"
+                )
+
+
+# ---- training -----------------------------------------------------------------------------------
+
+
+def check_trainer(trainer) -> None:
+    """Training must end, on a device this machine has: an unbounded epoch count needs trainer.max_steps or trainer.max_time."""
+    import torch
+
+    accelerator = str(trainer.get("accelerator") or "cpu")
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
+        )
+    epochs = trainer.get("max_epochs")
+    if epochs is None:
+        return  # Lightning's own default (1000 epochs, or max_steps)
+    integer(epochs, "trainer.max_epochs", -1)
+    if epochs == 0:
+        raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
+    steps = trainer.get("max_steps")
+    if epochs < 0 and (steps is None or steps < 1) and not trainer.get("max_time"):
+        raise ConfigError(
+            "trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "
+            "+trainer.max_time=DD:HH:MM:SS, or give a number of epochs"
+        )
+
+
+def check_training_run(cfg) -> None:
+    """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
+    check_model_and_task(cfg, importance=False)
+    check_trainer(cfg.trainer)
+    check_resume(cfg)
+
+
+def check_resume(cfg) -> None:
+    """``ckpt_path=last`` resumes ``<output_dir>/checkpoints/last.ckpt``: it must exist (a path must exist too)."""
+    path = cfg.get("ckpt_path")
+    if path is None:
+        return
+    target = Path(str(cfg.paths.output_dir)) / "checkpoints" / "last.ckpt" if str(path) == "last" else Path(str(path))
+    if not target.is_file():
+        raise ConfigError(
+            f"ckpt_path={path}: there is nothing to resume ({target} does not exist): give the run's own directory "
+            "(hydra.run.dir=<run>) with ckpt_path=last, a checkpoint file, or drop ckpt_path to train from the start"
+        )
+
+
+# ---- settings a run does not read -----------------------------------------------------------------
+
+GROUP_DEFAULTS = ("prune", "speed", "importance", "export", "dynamics")  # groups of conf/<group>/default.yaml
+
+
+@lru_cache(maxsize=1)
+def experiment_files() -> dict[str, tuple[str, dict]]:
+    """{entry point: (experiment name, its file's settings)} for every file of conf/experiment/."""
+    from headprune.experiments.conf_dir import config_dir
+
+    files = {}
+    for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml")):
+        settings = OmegaConf.to_container(OmegaConf.load(path))
+        files[str(settings.get("run"))] = (path.stem, settings)
+    return files
+
+
+@cache
+def group_defaults(run: str, group: str) -> dict:
+    """The composed default of a settings group for an entry point: conf/<group>/default.yaml, then its experiment file's."""
+    from headprune.experiments.conf_dir import config_dir
+
+    path = Path(config_dir()) / group / "default.yaml"
+    base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+    own = experiment_files().get(run, ("", {}))[1].get(group) or {}
+    return OmegaConf.to_container(OmegaConf.merge(base, own))
+
+
+def leaves(node, prefix: str) -> dict[str, object]:
+    """{dotted key: value} of every leaf of a mapping (lists are leaves)."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out = {}
+    for key, value in node.items():
+        out.update(leaves(value, f"{prefix}.{key}"))
+    return out
+
+
+def given_settings(cfg, group: str) -> dict[str, object]:
+    """{dotted key: value} of a group's settings that differ from the run's composed default."""
+    node = cfg.get(group)
+    if node is None or not OmegaConf.is_dict(node):
+        return {}
+    defaults = leaves(group_defaults(str(cfg.get("run")), group), group)
+    given = leaves(OmegaConf.to_container(node, resolve=False), group)
+    return {
+        key: value
+        for key, value in given.items()
+        if (key in defaults and defaults[key] != value) or (key not in defaults and value is not None)  # an unset target is None
+    }
+
+
+def experiment_name(cfg) -> str:
+    """The experiment file that sets ``cfg.run`` (e.g. ``prune``)."""
+    return experiment_files().get(str(cfg.get("run")), (str(cfg.get("run")), {}))[0]
+
+
+def reads(key: str, read: tuple[str, ...]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in read)
+
+
+def check_reads(cfg, read: tuple[str, ...]) -> None:
+    """The general rule: a setting of a settings group that this run does not read, given another value than its default, is refused."""
+    for group in GROUP_DEFAULTS:
+        for key, value in given_settings(cfg, group).items():
+            if not reads(key, read):
+                raise ConfigError(
+                    f"{key}={value} is not read by experiment={experiment_name(cfg)} (it reads "
+                    f"{[r for r in read if r.split('.')[0] in GROUP_DEFAULTS] or 'none of ' + group + '.*'}): "
+                    "it would be ignored; drop it, or run the experiment that reads it"
+                )
+
+
+def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
+    """A conditional read: ``keys`` are read only when ``why`` says; given another value than their default otherwise, refused."""
+    for group in {key.split(".")[0] for key in keys}:
+        for key, value in given_settings(cfg, group).items():
+            if reads(key, keys):
+                raise ConfigError(f"{key}={value} would be ignored: {why}; drop it")
