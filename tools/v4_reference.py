@@ -164,6 +164,7 @@ def reference_of(name: str, torch, transformers, weights) -> dict:
         "config": kwargs,
         "attn_implementation": "eager",
         "parameters": {key: list(value.shape) for key, value in model.named_parameters()},
+        "weights_sha256": weights.weights_digest(dict(model.named_parameters())),
         "inputs": {key: value.tolist() for key, value in inputs.items()},
         "mask_arguments": {group: argument for group, (argument, _) in groups.items()},
         "unmasked": outputs_of(model, inputs, torch),
