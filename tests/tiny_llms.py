@@ -68,7 +68,8 @@ def lm_batch(seed: int = 0, batch: int = 3, length: int = 9, vocab: int = 64, le
 
 def causal_lm_loss(outputs, batch: dict) -> torch.Tensor:
     """Mean next-token NLL of each sequence (B,), written out independently of headprune's LM task."""
-    logits = outputs.logits[:, :-1].float()
+    logits = outputs.logits[:, :-1]
+    logits = logits if logits.dtype == torch.float64 else logits.float()
     labels = batch["labels"][:, 1:]
     nll = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T-1)
     valid = (labels != -100).float()
