@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from headprune.core.gates import AttentionSite, find_sites, route_attention
+from headprune.core.output_gate import attach_output_gate
 
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
 
@@ -88,6 +89,8 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
     for which in ("key", "value"):
         _set_linear(site, which, _sliced_linear(site.linear(which), kv_rows, 0, phantom))
     _set_linear(site, "output", _sliced_linear(site.linear("output"), rows, 1, phantom))
+    attach_output_gate(site)  # the new output projection needs the gate hook again
+    _slice_head_rows(site, rows, phantom)
     if site.gate is not None and keep:
         site.gate = site.gate[..., keep]
     elif site.gate is not None:
@@ -101,6 +104,16 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
         setattr(site.core, attr, computed_heads * site.head_dim)
     if site.family.kv_groups_attr:
         _set_kv_groups(site)
+
+
+def _slice_head_rows(site: AttentionSite, rows: torch.Tensor, phantom: int) -> None:
+    """Slice the family's other per-head projections (``head_rows``) that this module has, like the query."""
+    for path in site.family.head_rows:
+        parent_path, _, name = path.rpartition(".")
+        parent = site.block.get_submodule(parent_path) if parent_path else site.block
+        linear = getattr(parent, name, None)
+        if isinstance(linear, nn.Linear):
+            setattr(parent, name, _sliced_linear(linear, rows, 0, phantom))
 
 
 def _set_kv_groups(site: AttentionSite) -> None:
@@ -137,8 +150,8 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
                 n_layers = 1 + max(l for g, l in sites if g == group)
                 raise IndexError(f"layer {layer} out of range for group {group!r} ({n_layers} layers)")
             prune_site(site, list(ids))
-    if any(site.kv_index is not None for site in sites.values()):
-        route_attention(model)  # uneven KV groups run through headprune's attention wrapper
+    if any(site.needs_wrapper for site in sites.values()):
+        route_attention(model)  # uneven KV groups and head-indexed kwargs to cut run through headprune's attention wrapper
     record = pruning_record(model)
     setattr(model.config, RECORD_ATTR, record)
     return record
