@@ -140,7 +140,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         prune_heads(model, record)
     except (IndexError, ValueError) as err:
         raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
-    state = _state_dict_from(path)
+    state = _in_model_names(model, _state_dict_from(path))
     expected = model.state_dict()
     _pad_emptied_v4_layers(state, expected)
     wrong = [k for k, v in state.items() if k in expected and expected[k].shape != v.shape]
@@ -160,6 +160,16 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     if left:
         raise ValueError(f"weights missing from {path}: {left[:5]}")
     return model.eval()
+
+
+def _in_model_names(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The file's weights under the model's names: transformers writes some models (ViT, DeiT) in their older layout."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    own = model.state_dict()
+    by_tensor = {id(tensor): name for name, tensor in own.items()}
+    renamed = {saved: by_tensor.get(id(tensor)) for saved, tensor in revert_weight_conversion(model, dict(own)).items()}
+    return {renamed.get(name) or name: tensor for name, tensor in state.items()}  # renames only; other conversions stay as saved
 
 
 def _pad_emptied_v4_layers(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
