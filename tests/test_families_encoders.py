@@ -3,6 +3,8 @@
 Every check compares two ways of computing the same thing on a tiny random model (fp32, 2-3 layers x 4 heads).
 """
 
+import json
+
 import pytest
 import torch
 from conftest import classifier_batch, tiny_bert
@@ -13,7 +15,7 @@ from headprune.core.families import family_for, supported_model_types
 from headprune.core.gates import HeadGates, find_sites
 from headprune.core.inputs import model_inputs
 from headprune.core.pruning import prune_mask
-from headprune.core.saving import load_pruned, save_pruned
+from headprune.core.saving import RECORD_FILE, load_pruned, save_pruned
 from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_head_masks
 from headprune.scoring.importance import per_example_gate_gradients, per_example_loss
 
@@ -169,3 +171,20 @@ def test_unsupported_model_type_lists_the_new_families():
         HeadGates(model)
     for model_type in ("distilbert", "vit", "deit", "t5", "whisper", "deberta-v2"):
         assert model_type in supported_model_types() and model_type in str(err.value)
+
+
+@pytest.mark.parametrize("model_type", ["distilbert", "vit", "deit"])
+def test_v4_pruned_heads_written_and_read(model_type, tmp_path):
+    """DistilBERT, ViT and DeiT get v4's config.pruned_heads; a directory holding only that (as v4 wrote it) loads the same."""
+    make, make_batch = FAMILY_MODELS[model_type]
+    model, batch = make(), make_batch()
+    prune_mask(model, {"enc_self": torch.tensor([[1, 0, 1, 0], [1, 1, 1, 1], [0, 1, 1, 1]])})
+    save_pruned(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["pruned_heads"] == {"0": [1, 3], "2": [0]}
+    del config["headprune_pruned_heads"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / RECORD_FILE).unlink()
+    loaded = load_pruned(tmp_path)
+    assert loaded.config.headprune_pruned_heads == {"enc_self": {"0": [1, 3], "2": [0]}}
+    torch.testing.assert_close(_logits(loaded, batch), _logits(model, batch), atol=0, rtol=0)

@@ -2,8 +2,8 @@
 
 The record (config.json's ``headprune_pruned_heads`` and ``headprune_pruning.json``) names the removed
 heads by original id; ``headprune_pruning.json`` also holds a SHA-256 per attention module of its kept
-head ids and weights, checked on load. For BERT-like models config.json also gets transformers v4's
-``pruned_heads``, so v4 loads the directory, and ``load_pruned`` reads directories pruned by v4.
+head ids and weights, checked on load. For BERT-like, DistilBERT, ViT and DeiT models config.json also gets
+transformers v4's ``pruned_heads``, so v4 loads the directory, and ``load_pruned`` reads directories pruned by v4.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
 RECORD_FILE = "headprune_pruning.json"
 V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group
-V4_GROUP = {"bert-like": "enc_self"}  # families whose v4 models pruned heads, and the group v4 meant
+V4_GROUP = {"bert-like": "enc_self", "distilbert": "enc_self", "vit-like": "enc_self"}  # families v4 pruned, and the group it meant
+# (v4's T5 prune_heads failed with an AttributeError, so no T5 directory was ever pruned by v4 nor loads pruned in it)
 
 
 def v4_pruned_heads(model: nn.Module, record: dict) -> dict[str, list[int]] | None:
