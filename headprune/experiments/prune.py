@@ -179,13 +179,30 @@ READS = ("prune", "importance", "speed")  # speed.* only with prune.measure_spee
 
 def check(cfg) -> None:
     """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
-    from headprune.experiments.prune_checks import check_prune, check_prune_for_speed
+    from headprune.experiments.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
     from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_unit, refuse_given
 
     check_model_and_task(cfg)
+    check_prune_lists(cfg.prune)
+    check_trainer_not_read(cfg)
     check_reads(cfg, READS)
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
     check_unit(cfg)
     check_prune(cfg)
     check_prune_for_speed(cfg)
+    check_conditional_reads(cfg)
+
+
+def check_trainer_not_read(cfg) -> None:
+    """trainer.* sets training runs: a recovery fine-tune runs on the model's device (``device``), not the trainer's."""
+    from headprune.core.checks import ConfigError, string_list
+    from headprune.experiments.shared_checks import given_settings
+
+    given = given_settings(cfg, "trainer")
+    if given and "finetune" in string_list(cfg.prune.recover, "prune.recover"):
+        key, value = next(iter(given.items()))
+        raise ConfigError(
+            f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "
+            "trainer's (trainer.* is read by training runs only): drop it and set device=cuda (or device=cpu) instead"
+        )

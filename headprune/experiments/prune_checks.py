@@ -182,3 +182,56 @@ def check_control(cfg) -> None:
     check_splits(cfg, extra, "prune.extra_splits")
     if str(prune.split) in extra:
         raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
+
+
+# ---- settings read only when others say so ---------------------------------------------------------
+
+
+def check_prune_lists(prune) -> None:
+    """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
+    from headprune.experiments.shared_checks import no_duplicates
+
+    for name in ("order", "recover", "groups", "extra_splits", "fractions"):  # a schedule must grow: its own check
+        value = prune.get(name)
+        if OmegaConf.is_list(value):
+            no_duplicates(value, f"prune.{name}")
+
+
+def check_conditional_reads(cfg, experiment: bool = True) -> None:
+    """prune.* settings read only when another setting has some value: given otherwise, each is refused (``experiment``:
+    experiment=prune, whose ablation order alone reads prune.ablation_split / n_samples; the study ablates anyway)."""
+    from headprune.experiments.prune_speed import for_speed
+    from headprune.experiments.shared_checks import refuse_given
+
+    prune = cfg.prune
+    recover = string_list(prune.recover, "prune.recover")
+    if prune.get("fractions") is not None:
+        refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")
+    if "finetune" not in recover:
+        refuse_given(
+            cfg,
+            ("prune.finetune",),
+            f"prune.finetune.* sets the fine-tune of prune.recover=finetune, and prune.recover={recover} runs none "
+            "(add finetune to prune.recover)",
+        )
+    if "lsq" not in recover:
+        refuse_given(cfg, ("prune.lsq",), f"prune.lsq.* sets the least squares of prune.recover=lsq, and prune.recover={recover}")
+    if recover == ["none"] * len(recover) and prune.get("schedule") is None:
+        refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
+    if prune.finetune.get("tokens") is not None:
+        refuse_given(
+            cfg,
+            ("prune.finetune.max_steps",),
+            f"with prune.finetune.tokens={prune.finetune.tokens} the fine-tune is one pass over the budget's batches",
+        )
+    if prune.finetune.get("lora_rank") is None:
+        refuse_given(cfg, ("prune.finetune.lora_alpha",), "LoRA's scale needs prune.finetune.lora_rank (null: a full fine-tune)")
+    targets = [s for s in prune_steps(prune) if not isinstance(s, float)]
+    if not any(t.kind == "max_drop" for t in targets):
+        refuse_given(cfg, ("prune.selection_split",), "it is where a max_drop target is measured, and no prune.target / schedule has one")
+    if str(prune.cost) != "latency":
+        refuse_given(cfg, ("prune.latency_batch_size",), "it is the batch of prune.cost=latency's tables")
+    if not for_speed(prune):
+        refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
+    if experiment and "ablation" not in string_list(prune.order, "prune.order"):
+        refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")

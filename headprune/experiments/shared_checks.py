@@ -263,6 +263,7 @@ def check_trainer(trainer) -> None:
 def check_training_run(cfg) -> None:
     """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
     check_model_and_task(cfg, importance=False)
+    check_reads(cfg, ("trainer", "callbacks"))
     check_trainer(cfg.trainer)
     check_resume(cfg)
 
@@ -282,7 +283,16 @@ def check_resume(cfg) -> None:
 
 # ---- settings a run does not read -----------------------------------------------------------------
 
-GROUP_DEFAULTS = ("prune", "speed", "importance", "export", "dynamics")  # groups of conf/<group>/default.yaml
+SETTINGS_GROUPS = ("prune", "speed", "importance", "export", "dynamics", "trainer", "callbacks")  # read by some runs only
+
+
+@lru_cache(maxsize=1)
+def root_choices() -> dict[str, str]:
+    """{group: the file config.yaml picks for it} (e.g. trainer: cpu); other groups' default file is ``default.yaml``."""
+    from headprune.experiments.conf_dir import config_dir
+
+    entries = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults", [])
+    return {k: str(v) for entry in entries if isinstance(entry, dict) for k, v in entry.items()}
 
 
 @lru_cache(maxsize=1)
@@ -302,8 +312,9 @@ def group_defaults(run: str, group: str) -> dict:
     """The composed default of a settings group for an entry point: conf/<group>/default.yaml, then its experiment file's."""
     from headprune.experiments.conf_dir import config_dir
 
-    path = Path(config_dir()) / group / "default.yaml"
+    path = Path(config_dir()) / group / f"{root_choices().get(group, 'default')}.yaml"
     base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+    base.pop("defaults", None)
     own = experiment_files().get(run, ("", {}))[1].get(group) or {}
     return OmegaConf.to_container(OmegaConf.merge(base, own))
 
@@ -343,12 +354,12 @@ def reads(key: str, read: tuple[str, ...]) -> bool:
 
 def check_reads(cfg, read: tuple[str, ...]) -> None:
     """The general rule: a setting of a settings group that this run does not read, given another value than its default, is refused."""
-    for group in GROUP_DEFAULTS:
+    for group in SETTINGS_GROUPS:
         for key, value in given_settings(cfg, group).items():
             if not reads(key, read):
                 raise ConfigError(
                     f"{key}={value} is not read by experiment={experiment_name(cfg)} (it reads "
-                    f"{[r for r in read if r.split('.')[0] in GROUP_DEFAULTS] or 'none of ' + group + '.*'}): "
+                    f"{[r for r in read if r.split('.')[0] in SETTINGS_GROUPS] or 'none of ' + group + '.*'}): "
                     "it would be ignored; drop it, or run the experiment that reads it"
                 )
 

@@ -338,13 +338,13 @@ def run(cfg) -> dict:
     return {"objective": base.score, **numbers}
 
 
-READS = ("study", "prune", "speed", "importance")  # the groups of its stages
+READS = ("study", "prune", "speed", "importance", "trainer", "callbacks")  # the groups of its stages
 
 
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
     from headprune.core.checks import ConfigError
-    from headprune.experiments.prune_checks import check_prune, check_prune_for_speed
+    from headprune.experiments.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
     from headprune.experiments.shared_checks import (
         check_model_and_task,
         check_reads,
@@ -356,6 +356,7 @@ def check(cfg) -> None:
     from headprune.experiments.speed import check_speed_run
 
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
+    check_prune_lists(cfg.prune)
     check_reads(cfg, READS)
     check_unit(cfg)
     check_selection(cfg, "study")
@@ -372,4 +373,5 @@ def check(cfg) -> None:
         )
     check_prune(cfg)
     check_prune_for_speed(cfg)
+    check_conditional_reads(cfg, experiment=False)
     check_speed_run(cfg)
