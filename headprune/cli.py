@@ -36,7 +36,8 @@ def verbose() -> bool:
 def input_failure(err: BaseException) -> None:
     """Print an input failure as one message to stderr and exit with status 2."""
     print(f"headprune: error: {err}", file=sys.stderr, flush=True)
-    print("(run with --verbose for the traceback)", file=sys.stderr, flush=True)
+    if not verbose():
+        print("(run with --verbose for the traceback)", file=sys.stderr, flush=True)
     raise SystemExit(USAGE_ERROR)
 
 
@@ -68,6 +69,44 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 _python_format = warnings.formatwarning
 
 
+def sweep_jobs(argv: list[str]) -> list[list[str]]:
+    """The overrides of every job of a multirun command line (``-m``), Hydra's own settings left out; [] for a single run."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not {"-m", "--multirun"} & set(argv):
+        return []
+    given = [a for a in argv if not a.startswith("-") and "=" in a and not a.lstrip("+~").startswith("hydra")]
+    batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(given), None)
+    return [job for batch in batches for job in batch]
+
+
+def check_sweep(argv: list[str]) -> None:
+    """Check every job of a sweep before the first one starts: one bad value runs nothing, naming the job's overrides."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+
+    from headprune.validation import validate
+
+    try:
+        jobs = sweep_jobs(argv)
+    except HydraException:
+        return  # a command line Hydra's grammar refuses: Hydra says why when it parses it
+    for number, overrides in enumerate(jobs if len(jobs) > 1 else []):
+        try:
+            with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+                cfg = compose("config", overrides=overrides)
+        except HydraException:
+            return  # a config that does not compose: Hydra reports it, naming the override
+        with open_dict(cfg):
+            cfg.paths.output_dir = f"<sweep dir>/{number}"  # a job's own directory: nothing to resume there yet
+        try:
+            validate(cfg)
+        except INPUT_ERRORS as err:
+            raise type(err)(f"sweep job {number} ({' '.join(overrides)}): {err}; no job was run") from err
+
+
 def main():
     """``headprune [--verbose] [hydra options] key=value ...``: run ``run_app``; a config that does not compose exits with status 2."""
     warnings.formatwarning = _format_warning
@@ -76,11 +115,24 @@ def main():
         os.environ["HYDRA_FULL_ERROR"] = "1"
     _started.clear()
     try:
+        check_sweep(sys.argv[1:])
         return run_app()
+    except INPUT_ERRORS as err:  # --verbose: Hydra re-raised it after printing nothing; the traceback, then status 2
+        import traceback
+
+        traceback.print_exc()
+        input_failure(err)
     except SystemExit as done:
         if done.code not in (0, None, USAGE_ERROR) and not _started:  # Hydra printed why the config does not compose
+            print(grammar_hint(sys.argv[1:]), end="", file=sys.stderr, flush=True)
             raise SystemExit(USAGE_ERROR) from None
         raise
+
+
+def grammar_hint(argv: list[str]) -> str:
+    """A line for overrides whose value holds '=' (e.g. speed.mask_step=speedup=1.3): Hydra's grammar needs it quoted."""
+    bad = [a for a in argv if a.count("=") > 1 and "'" not in a and '"' not in a and "{" not in a]
+    return "".join(f"headprune: hint: quote a value that holds '=': \"{a.split('=', 1)[0]}='{a.split('=', 1)[1]}'\"\n" for a in bad)
 
 
 if __name__ == "__main__":

@@ -744,14 +744,17 @@ CLI_ROWS = [
     ("cli-prune-order-empty", ["experiment=prune", "prune.order=[]"], "prune.order is empty"),
     ("cli-schedule-fraction-and-target", ["experiment=prune", "prune.schedule=[0.2,{speedup:1.2}]"], "not a mix"),
     ("cli-decay-maybe", ["experiment=prune", "prune.finetune.decay=maybe"], "must be true or false"),
+    ("cli-sweep-one-bad-job", ["-m", "experiment=prune", "prune.order=importance,magnitude"], "prune.order=magnitude"),
+    ("cli-sweep-bad-job-later", ["-m", "experiment=ablate", "ablate.alpha=0.01,5"], "sweep job 1"),
+    ("cli-mask-step-unquoted", ["experiment=speed", "speed.mask_step=speedup=1.3"], "\"speed.mask_step='speedup=1.3'\""),
 ]
 
 
 @pytest.mark.parametrize("overrides,words", [pytest.param(*row[1:], id=row[0]) for row in CLI_ROWS])
-def test_cli_error(tmp_path, no_forward, monkeypatch, overrides, words):
+def test_cli_error(tmp_path, no_forward, monkeypatch, capsys, overrides, words):
     from headprune import cli
 
-    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv = [
         "headprune",
@@ -759,16 +762,21 @@ def test_cli_error(tmp_path, no_forward, monkeypatch, overrides, words):
         "data.synthetic.train_size=240",
         "logger=none",
         "device=cpu",
-        *overrides,
+        *[o for o in overrides if not o.startswith("-")],
         f"hydra.run.dir={tmp_path}/run",
+        f"hydra.sweep.dir={tmp_path}/sweep",
         f"paths.data_dir={tmp_path}/data",
     ]
+    argv[1:1] = [o for o in overrides if o.startswith("-")]  # Hydra's flags first
     monkeypatch.setattr(sys, "argv", argv)
     start = time.perf_counter()
-    with pytest.raises((ValueError, FileNotFoundError)) as err:
+    with pytest.raises(SystemExit) as done:
         cli.main()
-    assert words in str(err.value), str(err.value)
+    message = capsys.readouterr().err
+    assert done.value.code == 2 and words in message, message
+    assert "no job was run" in message or not overrides[0].startswith("-m")
     assert time.perf_counter() - start < SECONDS
+    assert not list(tmp_path.rglob("results.json"))  # no job ran
 
 
 # ---- API rows --------------------------------------------------------------------------------------
@@ -1111,7 +1119,7 @@ def test_command_prints_one_message(tmp_path, overrides, words):
     if overrides == PROCESS_ROWS[0][1]:
         assert "headprune: warning: setting(s) ['foo']" in done.stderr  # a warning is one line too
         loud = _headprune(tmp_path, overrides, "--verbose")
-        assert loud.returncode != 0 and "Traceback" in loud.stderr and words in loud.stderr
+        assert loud.returncode == 2 and "Traceback" in loud.stderr and words in loud.stderr
 
 
 def test_table_is_complete():
