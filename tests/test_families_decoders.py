@@ -168,3 +168,23 @@ def test_output_logits_from_hidden_states_equal_the_forward(model_type):
     with torch.no_grad():
         hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
         _close(output_logits(model)(hidden), _logits(model, batch))
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "gpt_neox", "phi3"])
+def test_least_squares_recovery_masked_twin_equals_pruned_twin(model_type):
+    import copy
+
+    from headprune.selection.lsq import lsq_recover
+
+    model = tiny_family(model_type)
+    gates = HeadGates(model)
+    batches = [lm_batch(seed=s, batch=4, length=10) for s in range(2)]
+    mask = {"dec_self": UNEVEN}
+    teacher, pruned = copy.deepcopy(model), copy.deepcopy(model)
+    prune_mask(pruned, mask)
+    masked_scales = lsq_recover(model, gates, batches, mask=mask)["dec_self"]
+    pruned_scales = lsq_recover(pruned, HeadGates(pruned), batches, teacher=teacher)["dec_self"]
+    torch.testing.assert_close(masked_scales, pruned_scales, atol=1e-4, rtol=1e-4)
+    assert (masked_scales[UNEVEN.bool()] - 1).abs().max() > 1e-3  # the kept heads were rescaled
+    with gates.masked(mask):
+        _close(_logits(pruned, batches[0]), _logits(model, batches[0]), rel=1e-4)
