@@ -101,6 +101,20 @@ def test_onnx_decoders_with_uneven_query_heads_and_greedy_tokens(tmp_path):
         assert report["passed"] and report["greedy_equal"]
 
 
+@pytest.mark.slow
+def test_onnx_of_other_decoder_families_with_an_emptied_layer(tmp_path):
+    from tiny_llms import tiny_family
+
+    items = []
+    for model_type in ("gpt2", "gpt_neox", "gemma2", "phi3"):
+        removed = {"dec_self": {0: [1], 1: [0, 1, 2, 3], 2: [0, 2, 3]}}  # uneven, emptied (a phantom head), uneven
+        batches = [inputs(lm_batch(seed=s, batch=2 + s, length=6 + 3 * s)) for s in range(2)]
+        model = tiny_family(model_type, attn="eager" if model_type == "gemma2" else "sdpa")
+        items.append(prepared("onnx", model, removed, batches, tmp_path / model_type, generate=True))
+    for report in checked(items):
+        assert report["passed"] and report["greedy_equal"]
+
+
 def kv_removed(model, per_layer: list[list[int]]) -> dict:
     """The query heads of the KV groups ``per_layer`` ({layer: [KV ids]}) as {group: {layer: [head ids]}}."""
     n = model.config.num_attention_heads // model.config.num_key_value_heads
