@@ -118,6 +118,9 @@ def _patched(module: nn.Module, fn):
 @contextmanager
 def attention_implementation(model: nn.Module, name: str):
     """Run a block with the model's attention implementation set to ``name`` (a registered one), then restore it."""
+    if not model._can_set_attn_implementation():  # attention that ignores transformers' interface (DeBERTa-v2): its own code runs
+        yield
+        return
     previous = model.config._attn_implementation
     model.set_attn_implementation(name)
     try:
