@@ -188,3 +188,36 @@ def test_v4_pruned_heads_written_and_read(model_type, tmp_path):
     loaded = load_pruned(tmp_path)
     assert loaded.config.headprune_pruned_heads == {"enc_self": {"0": [1, 3], "2": [0]}}
     torch.testing.assert_close(_logits(loaded, batch), _logits(model, batch), atol=0, rtol=0)
+
+
+def test_attention_entropy_refuses_heads_gated_at_the_output():
+    from headprune.core.checks import ConfigError
+    from headprune.scoring.importance import attention_entropy
+
+    make, make_batch = FAMILY_MODELS["deberta-v2"]
+    model = make()
+    batch = {k: v for k, v in make_batch().items() if k != "labels"}
+    with pytest.raises(ConfigError, match="prune.order=importance"):
+        attention_entropy(model, HeadGates(model), [batch])
+    model = tiny_bert()
+    assert attention_entropy(model, HeadGates(model), [batch])["enc_self"].min() > 0  # through the wrapper: recorded
+
+
+def test_t5_attention_entropy_includes_the_position_bias():
+    """Entropy read in the wrapper == the entropy of the probabilities eager attention returns, in all three groups."""
+    from headprune.scoring.importance import attention_entropy
+
+    model = FAMILY_MODELS["t5"][0]()
+    model.set_attn_implementation("eager")
+    gen = torch.Generator().manual_seed(3)
+    batch = {"input_ids": torch.randint(2, 50, (2, 7), generator=gen), "labels": torch.randint(2, 50, (2, 5), generator=gen)}
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    with torch.no_grad():
+        out = model(**model_inputs(model, batch), output_attentions=True)
+    probabilities = {"enc_self": out.encoder_attentions, "enc_dec": out.cross_attentions, "dec_self": out.decoder_attentions}
+    expected = {
+        g: torch.stack([-(p * p.clamp(min=1e-30).log()).sum(-1).mean((0, 2)) for p in layers]) for g, layers in probabilities.items()
+    }
+    recorded = attention_entropy(model, HeadGates(model), [model_inputs(model, batch) | {"labels": batch["labels"]}])
+    for group, value in expected.items():
+        _assert_close_scaled(recorded[group], value)

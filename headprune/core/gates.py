@@ -22,7 +22,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
-from headprune.core.head_tensors import gate_heads, slice_head_kwargs
+from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.output_gate import attach_output_gate
 
 PREFIX = "headprune_"
@@ -47,7 +47,7 @@ class AttentionSite:
     gate: torch.Tensor | None = None  # (H,) or (B, H) over the present heads; None = no gating
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
     recording: bool = False  # add a probe per forward while gate gradients are recorded
-    entropy_hook: object = None  # callable(site, query, key, mask, scaling) while entropy is recorded
+    entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
     gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
 
     def linear(self, which: str) -> nn.Module:
@@ -120,7 +120,7 @@ def _make_gated(inner_name: str):
         if site.entropy_hook is not None:
             if key.shape[1] != query.shape[1]:
                 key = key.index_select(1, torch.tensor(site.kv_positions(), device=key.device))  # (B, H, T, D)
-            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"))
+            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"), bias=score_bias(site, kwargs))
         if site.gate_at == "attention":
             out = gate_heads(site, out)
         return out, weights
