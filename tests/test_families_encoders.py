@@ -122,6 +122,19 @@ def test_batched_ablation_engine_equals_loop(model_type):
     _assert_close_scaled(batched, looped_mask_logits(model, gates, batch, masks))
 
 
+def test_batched_ablation_engine_with_the_output_gate_on_bert():
+    """The engine shares layer attention across masks; with the hook the gate is applied once, at the output projection."""
+    model = tiny_bert()
+    batch = {k: v for k, v in classifier_batch().items() if k != "labels"}
+    gates = HeadGates(model, gate_at="output")
+    masks, _ = single_head_masks(gates.groups)
+    masks.append(_uneven_mask(gates))
+    batched = MaskBatcher(model, gates, max_rows=16).logits(batch, masks)
+    _assert_close_scaled(batched, looped_mask_logits(model, gates, batch, masks))
+    reference = tiny_bert()
+    _assert_close_scaled(batched, looped_mask_logits(reference, HeadGates(reference), batch, masks))
+
+
 def _bert_batch():
     return classifier_batch()
 

@@ -138,7 +138,7 @@ def register_wrapper(prefix: str, inner_name: str, make) -> str:
     return name
 
 
-def _ensure_registered(inner_name: str) -> str:
+def ensure_gated(inner_name: str) -> str:
     """Register the gated wrapper (and the matching mask function) for one implementation."""
     return register_wrapper(PREFIX, inner_name, _make_gated)
 
@@ -153,7 +153,7 @@ def route_attention(model: nn.Module) -> str:
     """Point the model at headprune's wrapper of its attention (public setter); returns the wrapped implementation."""
     original = model.config._attn_implementation or "sdpa"
     inner = original[len(PREFIX) :] if original.startswith(PREFIX) else original
-    gated_name = _ensure_registered(inner)
+    gated_name = ensure_gated(inner)
     model.set_attn_implementation(gated_name)
     if model.config._attn_implementation != gated_name:
         raise ValueError(
