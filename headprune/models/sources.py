@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
+from headprune.core.families import FAMILIES
 from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
 
 VOCABULARY_FILES = (
@@ -159,7 +160,8 @@ def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
         return None
     if unit == "kv_group":
         return kv_heads_per_layer(fields)
-    counts = [fields.get(key) for key in ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads")]
+    keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # where each family keeps its head count
+    counts = [fields.get(key) for key in keys]
     counts = [int(c) for c in counts if isinstance(c, int)]
     return min(counts) if counts else None
 
