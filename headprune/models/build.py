@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from headprune.core.saving import RECORD_FILE
 from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained, split_revision
@@ -73,7 +74,7 @@ def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
         return model_class.from_pretrained(name, revision=revision, attn_implementation=attn, **extra)
     if model_cfg.config is None:
         raise ValueError(f"model {model_cfg.get('name')!r} sets neither `pretrained` nor `config`: set one of them")
-    fields = dict(model_cfg.config)
+    fields = OmegaConf.to_container(model_cfg.config, resolve=True) if OmegaConf.is_config(model_cfg.config) else dict(model_cfg.config)
     model_type = fields.pop("model_type")
     if vocab_size is not None:
         fields["vocab_size"] = vocab_size
