@@ -28,7 +28,8 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.core.gates import PREFIX, HeadGates, _broadcast_gate, register_wrapper
+from headprune.core.gates import PREFIX, HeadGates, register_wrapper
+from headprune.core.head_tensors import broadcast_gate
 
 SHARED = "headprune_shared_"
 
@@ -88,8 +89,8 @@ def _make_shared(inner: str):
         finally:
             site.gate = gate
         out = out.repeat(m, 1, 1, 1)  # (M*B, T, H, D)
-        if gate is not None:
-            out = out * _broadcast_gate(gate, out)
+        if gate is not None and site.gate_at == "attention":  # else the output projection's hook gates it
+            out = out * broadcast_gate(gate, out)
         return out, weights
 
     return shared_attention

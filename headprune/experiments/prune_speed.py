@@ -403,6 +403,10 @@ def measure_points(task, points: list[dict], base_point: dict, speed, split: str
                 print(f"headprune: point not timed, its quality is kept: {error}", file=sys.stderr)
                 measured[key] = None
                 continue
+            if not stage["rows"]:  # the budget cut every timing: the scores stand
+                print(f"headprune: point not timed, its quality is kept: {stage['verdict']}", file=sys.stderr)
+                measured[key] = None
+                continue
             row = stage["rows"][-1]
             measured[key] = {
                 "model": "recovered" if own is not None else "pruned by the mask",

@@ -18,8 +18,8 @@ from headprune.core.counting import model_cost
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.engine.ablation import attention_implementation
-from headprune.engine.timing import measure_gain
-from headprune.engine.verdict import gain_text
+from headprune.engine.timing import TimeBudgetError, measure_gain
+from headprune.engine.verdict import NOT_TIMED, gain_text
 from headprune.experiments.evaluation import check_split, score_check, score_check_text, swapped_model, unit_counts
 from headprune.experiments.orders import ORDERS, order_settings
 from headprune.lightning.loggers import log_run
@@ -209,7 +209,7 @@ def speed_stage(
                 "pruning changed more than the masked heads (set speed.check_score=false to time it anyway)"
             )
     timed_calls = task.timed_calls()
-    rows = []
+    rows, untimed = [], []
     with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
         runners = {"original": original, "pruned": pruned}
         if runtime == "onnxruntime":
@@ -219,44 +219,30 @@ def speed_stage(
             for name, timed in timed_calls.items():
                 if name in out.get("runtime", {}).get("calls_not_timed", {}):
                     continue
-                timing = measure_gain(
-                    timed_call(task, runners["original"], task.gates, timed.call),
-                    timed_call(task, runners["pruned"], pruned_gates, timed.call),
-                    batches,
-                    warmup,
-                    repeats,
-                    device,
-                    clock if device.type == "cpu" else "wall",
-                    max_seconds,
-                    tolerance,
-                    max_repeats,
-                )
-                start, end = span_of(timed, batches)
-                ideal = flops_between(original, start, end) / flops_between(pruned, start, end) - 1
-                gain = timing["gain"]
-                per_example = sum(timed.count(b) for b in batches) / sum(b["input_ids"].shape[0] for b in batches)
-                for model in ("original", "pruned"):
-                    timing[model]["units_per_s"] = timing[model]["examples_per_s"] * per_example
-                rows.append(
-                    {
-                        "batch_size": int(size),
-                        "seq_len": end - start,
-                        **timing,
-                        "flop_ideal_gain": ideal,
-                        "gain_vs_ideal": gain / ideal if ideal > 0 else None,
-                        "call": name,
-                        "unit": timed.unit,
-                        "context": [start, end],
-                    }
-                )
-                print(
-                    f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
-                    f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
-                    f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
-                    f"{timing['repeats']} repeats, load {timing['load_average']})",
-                    flush=True,
-                )
-    seq_len = rows[-1]["seq_len"] if rows else 128
+                span = span_of(timed, batches)
+                try:
+                    timing = measure_gain(
+                        timed_call(task, runners["original"], task.gates, timed.call),
+                        timed_call(task, runners["pruned"], pruned_gates, timed.call),
+                        batches,
+                        warmup,
+                        repeats,
+                        device,
+                        clock if device.type == "cpu" else "wall",
+                        max_seconds,
+                        tolerance,
+                        max_repeats,
+                    )
+                except TimeBudgetError as error:  # a slow machine: this row is not timed, everything else stands
+                    untimed.append(
+                        {"batch_size": int(size), "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
+                        | {"reason": str(error)}
+                    )
+                    print(f"batch {size:3d} {name}: {NOT_TIMED} ({error})", flush=True)
+                    continue
+                rows.append(timing_row(timed, name, int(size), span, batches, timing, original, pruned))
+    measured = rows or untimed
+    seq_len = measured[-1]["seq_len"] if measured else 128
     out["cost"] = {"original": asdict(model_cost(original, seq_len)), "pruned": asdict(model_cost(pruned, seq_len))}
     memory = memory_rows(task, original, pruned)
     if memory:
@@ -264,7 +250,38 @@ def speed_stage(
         for name, row in memory.items():
             print(f"{name}: original {row['original']}, pruned {row['pruned']} (saving {100 * (row['saving'] or 0):.1f}%)", flush=True)
     out["rows"] = rows
+    if untimed:
+        out["not_timed"] = untimed
+    if not rows:
+        out["verdict"] = NOT_TIMED
     return out
+
+
+def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list[dict], timing: dict, original, pruned) -> dict:
+    """One row of the speed table: both timings, the gain beside its FLOP-ideal, per-unit rates; printed as it is made."""
+    start, end = span
+    ideal = flops_between(original, start, end) / flops_between(pruned, start, end) - 1
+    gain = timing["gain"]
+    per_example = sum(timed.count(b) for b in batches) / sum(b["input_ids"].shape[0] for b in batches)
+    for model in ("original", "pruned"):
+        timing[model]["units_per_s"] = timing[model]["examples_per_s"] * per_example
+    print(
+        f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
+        f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
+        f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
+        f"{timing['repeats']} repeats, load {timing['load_average']})",
+        flush=True,
+    )
+    return {
+        "batch_size": size,
+        "seq_len": end - start,
+        **timing,
+        "flop_ideal_gain": ideal,
+        "gain_vs_ideal": gain / ideal if ideal > 0 else None,
+        "call": name,
+        "unit": timed.unit,
+        "context": [start, end],
+    }
 
 
 def onnx_runners(task, models: dict, split: str, seed: int, export_dir: Path | None, timed_calls: dict) -> tuple[dict, dict]:
@@ -373,9 +390,8 @@ def run(cfg) -> dict:
         export_dir=output_dir(cfg) / "onnx",
     )
     out = output_dir(cfg)
-    figure = speed_bars(
-        result["rows"], out / "speed.png", f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})"
-    )
+    title = f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})"
+    figures = [speed_bars(result["rows"], out / "speed.png", title)] if result["rows"] else []
     if origin.get("target"):
         result["target"] = {**origin["target"], "predicted_speedup": origin["predicted_speedup"]}
         print(
@@ -383,6 +399,19 @@ def run(cfg) -> dict:
             + ", ".join(f"batch {r['batch_size']} {1 + r['gain']:.2f}x" for r in result["rows"]),
             flush=True,
         )
-    write_results(cfg, "speed", result, task, split, inputs=origin, figures=[figure])
-    log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_rows(result)}, [figure])
-    return {"objective": result["rows"][-1]["gain"], **result}
+    write_results(cfg, "speed", result, task, split, inputs=origin, figures=figures)
+    log_run(cfg, "speed", {k: v for k, v in result.items() if k not in ("rows", "mask")}, {"speed": speed_rows(result)}, figures)
+    untimed_note(result, settings.max_seconds, "[speed]")
+    return {"objective": result["rows"][-1]["gain"] if result["rows"] else None, **result}
+
+
+def untimed_note(result: dict, max_seconds, prefix: str) -> None:
+    """Say at the end of a run which timings the time budget cut (their rows are recorded as not timed)."""
+    cut = result.get("not_timed") or []
+    if cut:
+        which = ", ".join(f"batch {r['batch_size']} {r['call']}" for r in cut)
+        print(
+            f"{prefix} {NOT_TIMED} ({which}; speed.max_seconds={max_seconds}): every other result is kept; "
+            "raise speed.max_seconds to time them",
+            flush=True,
+        )

@@ -25,7 +25,7 @@ from headprune.experiments.keep_one import keep_one_stage
 from headprune.experiments.orders import ORDERS, order_settings
 from headprune.experiments.prune import curves_of, fractions_of, orders_of, prune_stage
 from headprune.experiments.prune_speed import for_speed, pareto_stage
-from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage
+from headprune.experiments.speed import adaptive_settings, clock_of, speed_stage, untimed_note
 from headprune.experiments.stages import digest, stage, training_settings
 from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict, write_results
@@ -292,7 +292,8 @@ def run(cfg) -> dict:
         )
     if pareto is not None:
         figures.append(pareto_figure(pareto, out / "pareto.png", f"Quality against speed ({name}, {split})"))
-    figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
+    if speed["rows"]:
+        figures.append(speed_bars(speed["rows"], out / "speed.png", f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"))
     numbers = {
         "data_note": note,
         "trained_model": trained,
@@ -333,4 +334,5 @@ def run(cfg) -> dict:
     }
     log_run(cfg, "study", summary, tables, figures)
     print(f"[study] done: {out / 'results.json'}", flush=True)
+    untimed_note(speed, cfg.speed.max_seconds, "[study] speed:")
     return {"objective": base.score, **numbers}

@@ -140,6 +140,8 @@ def speed_table(study: dict) -> str:
             f"| {r['batch_size']} | {o['examples_per_s']:.1f} +- {o['spread']:.1f} | {q['examples_per_s']:.1f} +- {q['spread']:.1f} | "
             f"{gain} | {100 * r['flop_ideal_gain']:+.1f}% | {ratio} | {'+' if paper else ''}{paper if paper else 'n/a'}% |"
         )
+    for r in s.get("not_timed") or []:  # the time budget ran out on this machine
+        lines.append(f"| {r['batch_size']} | {r['verdict']} | | | | | |")
     cost = s["cost"]
     check = s.get("score_check")
     checked = (
