@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import re
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from client_env import ROOT, pinned  # noqa: E402
+
 PACKAGES = ("onnxruntime", "tokenizers", "numpy")
 PAIRS = [
     ["A man is eating pizza in the park.", "Someone eats."],
@@ -32,17 +33,6 @@ PAIRS = [
 ]
 
 
-def pinned(packages=PACKAGES) -> list[str]:
-    """``name==version`` from constraints.txt where it pins the package, else the bare name."""
-    constraints = ROOT / "constraints.txt"
-    text = constraints.read_text() if constraints.is_file() else ""
-    out = []
-    for name in packages:
-        match = re.search(rf"^{re.escape(name)}==(\S+)", text, flags=re.MULTILINE | re.IGNORECASE)
-        out.append(f"{name}=={match.group(1)}" if match else name)
-    return out
-
-
 def client_python(folder: Path) -> str:
     """The venv's interpreter, created with onnxruntime, tokenizers and numpy on first use."""
     python = folder / "venv" / "bin" / "python"
@@ -50,7 +40,7 @@ def client_python(folder: Path) -> str:
         venv.EnvBuilder(with_pip=True, clear=True).create(folder / "venv")
     ready = subprocess.run([str(python), "-c", "import onnxruntime, tokenizers, numpy"], capture_output=True).returncode == 0
     if not ready:
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *pinned()], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *map(pinned, PACKAGES)], check=True)
     extra = subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode == 0
     if extra:
         raise RuntimeError(f"{folder / 'venv'} can import torch: remove it and run again")
