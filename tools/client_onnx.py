@@ -1,12 +1,14 @@
 """The ONNX export in the client people run: plain ONNX Runtime and tokenizers, in a venv that has nothing else.
 
-    python tools/client_onnx.py [--dir .clients/onnx]        (exit 0 when every check passes)
+    python tools/client_onnx.py [--dir .clients/onnx] [--optimum]        (exit 0 when every check passes)
 
 Creates ``<dir>/venv`` (reused on the next run) with only onnxruntime, tokenizers and numpy (the versions of
 constraints.txt), prunes the embedded MiniLM (as a 3-way NLI classifier, a seeded uneven mask), exports it with
 ``export.format=onnx`` into ``<dir>/minilm-pruned`` (and its int8 version), and runs
 ``headprune/export/onnx_client.py`` in that venv on raw sentence pairs: its token ids, logits and labels against the
-masked model's in PyTorch. The int8 directory is opened too (its labels are counted against f32, not required equal).
+masked model's in PyTorch. The int8 directory is opened too (its labels are counted against f32, not required equal). ``--optimum`` also opens
+the directory with optimum's ``ORTModelForSequenceClassification`` (tools/client_optimum.py) in ``<dir>/optimum-venv``:
+optimum-onnx 0.1 pins transformers < 4.58, so it cannot share a venv with headprune.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_env import ROOT, pinned  # noqa: E402
 
 PACKAGES = ("onnxruntime", "tokenizers", "numpy")
+OPTIMUM = "optimum-onnx[onnxruntime]==0.1.0"
 PAIRS = [
     ["A man is eating pizza in the park.", "Someone eats."],
     ["Two dogs run on the beach.", "The animals are asleep indoors."],
@@ -44,6 +47,17 @@ def client_python(folder: Path) -> str:
     extra = subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode == 0
     if extra:
         raise RuntimeError(f"{folder / 'venv'} can import torch: remove it and run again")
+    return str(python)
+
+
+def optimum_python(folder: Path) -> str:
+    """A second venv with optimum-onnx 0.1 (which pins transformers < 4.58), torch and onnxruntime, created on first use."""
+    python = folder / "optimum-venv" / "bin" / "python"
+    if not python.is_file():
+        venv.EnvBuilder(with_pip=True, clear=True).create(folder / "optimum-venv")
+    if subprocess.run([str(python), "-c", "import optimum.onnxruntime"], capture_output=True).returncode != 0:
+        packages = [pinned("torch"), pinned("onnxruntime"), OPTIMUM, "transformers<4.58"]
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
     return str(python)
 
 
@@ -77,6 +91,7 @@ def pruned_minilm(seed: int = 0):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=str(ROOT / ".clients" / "onnx"), help="where the venv and the export go")
+    parser.add_argument("--optimum", action="store_true", help=f"also open the directory with {OPTIMUM} in a venv of its own")
     args = parser.parse_args()
     folder = Path(args.dir).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -103,6 +118,12 @@ def main() -> int:
     report["examples"] = len(PAIRS)
     report["heads_per_layer"] = description["heads_per_layer"]
     report["client"] = f"{python} -I (onnxruntime, tokenizers, numpy only)"
+    if args.optimum:
+        optimum = run_client(
+            out, PAIRS, python=optimum_python(folder), client=Path(__file__).with_name("client_optimum.py"), blocked=("headprune",)
+        )
+        report["optimum"] = compare_predictions(optimum, reference, blocked=("headprune",))
+        report["passed"] = report["passed"] and report["optimum"]["passed"]
     print(json.dumps(report, indent=1))
     print(f"[client onnx] {'PASS' if report['passed'] else 'FAIL'}: {out}")
     return 0 if report["passed"] else 1

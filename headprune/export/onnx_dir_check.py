@@ -36,14 +36,23 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def run_client(directory: Path, texts: list, new_tokens: int = 8, python: str | None = None, timeout: float = 600.0) -> dict:
-    """The client's answer for ``texts`` from the export in ``directory``, run by ``python`` (this interpreter by default)."""
+def run_client(
+    directory: Path,
+    texts: list,
+    new_tokens: int = 8,
+    python: str | None = None,
+    timeout: float = 600.0,
+    client: Path = CLIENT,
+    blocked: tuple = BLOCKED,
+) -> dict:
+    """The answer of ``client`` (``onnx_client.py`` by default) for ``texts`` from the export in ``directory``, run by
+    ``python`` (this interpreter by default) with the ``blocked`` modules refused."""
     with tempfile.TemporaryDirectory(prefix="headprune-client-") as folder:
         requests = Path(folder) / "requests.json"
         requests.write_text(json.dumps({"texts": texts, "new_tokens": new_tokens}))
         env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "HOME": folder}
         done = subprocess.run(
-            [python or sys.executable, "-I", "-c", BOOTSTRAP, ",".join(BLOCKED), str(CLIENT), str(directory), str(requests)],
+            [python or sys.executable, "-I", "-c", BOOTSTRAP, ",".join(blocked), str(client), str(directory), str(requests)],
             cwd=folder,
             env=env,
             capture_output=True,
@@ -51,7 +60,7 @@ def run_client(directory: Path, texts: list, new_tokens: int = 8, python: str | 
             timeout=timeout,
         )
     if done.returncode != 0:
-        raise RuntimeError(f"the ONNX client failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"the ONNX client {Path(client).name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -83,8 +92,9 @@ def masked_predictions(model: nn.Module, tokenizer, texts: list, description: di
     return out
 
 
-def compare_predictions(client: dict, reference: dict, tolerance: float = TOLERANCE) -> dict:
-    """Token ids, logits (within ``tolerance`` of their scale), labels or greedy tokens of the client against the reference."""
+def compare_predictions(client: dict, reference: dict, tolerance: float = TOLERANCE, blocked: tuple = BLOCKED) -> dict:
+    """Token ids, logits (within ``tolerance`` of their scale), labels or greedy tokens of the client against the
+    reference; none of the ``blocked`` modules may have been loaded by the client."""
     key = "logits" if "logits" in reference else "last_logits"
     ours, theirs = np.asarray(client[key]), np.asarray(reference[key])
     report = {"ids_equal": client["ids"] == reference["ids"], "shape_equal": ours.shape == theirs.shape}
@@ -95,7 +105,7 @@ def compare_predictions(client: dict, reference: dict, tolerance: float = TOLERA
         report["labels_equal"] = client["labels"] == reference["labels"]
     if "new_ids" in reference:
         report["greedy_equal"] = client["new_ids"] == reference["new_ids"]
-    report["blocked_loaded"] = sorted(set(client["modules"]) & set(BLOCKED))
+    report["blocked_loaded"] = sorted(set(client["modules"]) & set(blocked))
     report["passed"] = (
         report["ids_equal"]
         and report["outputs_match"]
