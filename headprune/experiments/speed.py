@@ -226,7 +226,7 @@ def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: d
         runners = {"original": original, "pruned": pruned}
         if speed.runtime == "onnxruntime":
             runners, out["runtime"] = onnx_runners(task, runners, str(speed.split), seed, export_dir, timed_calls)
-        skipped = out.get("runtime", {}).get("calls_not_timed", {})
+        skipped = out["runtime"]["calls_not_timed"] if "runtime" in out else {}
         for size in [int(b) for b in speed.batch_sizes]:  # both timed with the models' own attention where they can do without gates
             batches = task.timing_batches(size, int(speed.examples), str(speed.split), seed=seed)
             for name, timed in [(n, t) for n, t in timed_calls.items() if n not in skipped]:
