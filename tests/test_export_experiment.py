@@ -77,34 +77,35 @@ def test_uniform_kv_group_lm_export_in_every_format(lm_masks, tmp_path, fmt):
     assert all((tmp_path / f).is_file() for f in result["files"])
 
 
-def test_onnx_takes_an_uneven_global_mask_that_hf_refuses_before_any_work(lm_masks, tmp_path, monkeypatch):
+def test_onnx_and_gguf_deci_take_an_uneven_global_mask_that_hf_refuses_before_any_work(lm_masks, tmp_path, monkeypatch):
     from headprune.validation import validate
 
-    for fmt in ("hf", "gguf"):
-        cfg = make_cfg(
+    cfg = make_cfg(
+        tmp_path / "hf",
+        "export",
+        "lm",
+        *LM,
+        "export.format=hf",
+        f"export.mask_file={lm_masks[1]}",
+        "export.mask_order=random",
+        "export.fraction=0.25",
+    )
+    with pytest.raises(ConfigError, match="prune.layout=uniform.*export.format=onnx.*save_pruned"):
+        validate(cfg)
+    for fmt in ("onnx", "gguf"):
+        result = run(
             tmp_path / fmt,
             "export",
             "lm",
-            *LM,
             f"export.format={fmt}",
             f"export.mask_file={lm_masks[1]}",
             "export.mask_order=random",
             "export.fraction=0.25",
-        )
-        with pytest.raises(ConfigError, match="prune.layout=uniform.*export.format=onnx.*save_pruned"):
-            validate(cfg)
-    result = run(
-        tmp_path / "onnx",
-        "export",
-        "lm",
-        "export.format=onnx",
-        f"export.mask_file={lm_masks[1]}",
-        "export.mask_order=random",
-        "export.fraction=0.25",
-        "export.examples=8",
-        "export.batch_size=4",
-    )["results"]
-    assert result["check"]["passed"] and [heads for heads, _ in result["heads_per_layer"]] == [2, 4]  # layers differ
+            "export.examples=8",
+            "export.batch_size=4",
+        )["results"]
+        assert result["check"]["passed"] and [heads for heads, _ in result["heads_per_layer"]] == [2, 4]  # layers differ
+    assert result["check"]["architecture"] == "deci" and result["check"]["layout_equal"] and result["check"]["greedy_equal"]
 
 
 def test_refusals_are_config_errors_before_any_work(shared, lm_masks, tmp_path, monkeypatch):

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from headprune.core.fused import concatenated, interleaved
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
+GATE_MECHANISMS = ("attention", "output")  # scale each head's output in the attention function, or at the output projection's input
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,15 @@ class Family:
     width_attrs: tuple[str, ...] = ()  # attributes on the core holding heads * head_dim
     head_dim_attr: str = "head_dim"
     kv_groups_attr: str | None = None  # grouped KV heads: attribute on the core holding query heads per KV head
+    kv_count_attrs: tuple[str, ...] = ()  # attributes on the core holding the number of KV heads
+    config_heads: str | None = None  # model config attribute holding the query heads (when the core has none)
+    config_head_attrs: tuple[str, ...] = ()  # config fields the attention reads for its own head count at run time
+    fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
+    cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
+    gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (OUTPUT_GATE)
+    head_rows: tuple[str, ...] = ()  # more projections whose output rows are per head, sliced like the query (when present)
+    head_indexed_kwargs: tuple[str, ...] = ()  # attention-function kwargs with a head axis 1 by original id (T5's position bias)
+    config_head_counts: tuple[str, ...] = ("num_attention_heads",)  # config fields holding heads per layer
 
 
 BERT_LIKE = Family(
@@ -59,11 +72,12 @@ BART_LIKE = Family(
     head_count_attr="num_heads",
     width_attrs=("embed_dim",),
     head_dim_attr="head_dim",
+    config_head_counts=("encoder_attention_heads", "decoder_attention_heads"),
 )
 
 LLAMA_LIKE = Family(
     name="llama-like",
-    model_types=("llama", "mistral", "qwen2", "qwen3"),
+    model_types=("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text"),
     sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
     core="",
     query="q_proj",
@@ -75,7 +89,142 @@ LLAMA_LIKE = Family(
     kv_groups_attr="num_key_value_groups",
 )
 
-FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE)
+OLMO2 = Family(
+    name="olmo2",
+    model_types=("olmo2",),
+    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="o_proj",
+    head_count_attr=None,
+    kv_groups_attr="num_key_value_groups",
+    cross_head_norms=("q_norm", "k_norm"),
+)
+
+OPT = Family(
+    name="opt",
+    model_types=("opt",),
+    sites=((r"(?:^|\.)decoder\.layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="out_proj",
+    head_count_attr="num_heads",
+)
+
+GPT2 = Family(
+    name="gpt2",
+    model_types=("gpt2",),
+    sites=((r"(?:^|\.)h\.(\d+)\.attn$", "dec_self"),),
+    core="",
+    query="c_attn",  # one Conv1D: q | k | v
+    key="c_attn",
+    value="c_attn",
+    output="c_proj",
+    head_count_attr="num_heads",
+    width_attrs=("split_size",),
+    fused_layout=concatenated,
+)
+
+GPT_NEOX = Family(
+    name="gpt-neox",
+    model_types=("gpt_neox",),
+    sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "dec_self"),),
+    core="",
+    query="query_key_value",  # per head [q | k | v]
+    key="query_key_value",
+    value="query_key_value",
+    output="dense",
+    head_count_attr=None,
+    head_dim_attr="head_size",
+    config_heads="num_attention_heads",
+    fused_layout=interleaved,
+)
+
+PHI3 = Family(
+    name="phi3",
+    model_types=("phi3",),
+    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="qkv_proj",  # q (heads * D) | k (KV * D) | v (KV * D)
+    key="qkv_proj",
+    value="qkv_proj",
+    output="o_proj",
+    head_count_attr=None,
+    kv_groups_attr="num_key_value_groups",
+    kv_count_attrs=("num_key_value_heads",),
+    config_heads="num_attention_heads",
+    config_head_attrs=("num_attention_heads",),  # its forward splits q from k at config.num_attention_heads * D
+    fused_layout=concatenated,
+)
+
+DISTILBERT = Family(
+    name="distilbert",
+    model_types=("distilbert",),
+    sites=((r"(?:^|\.)transformer\.layer\.(\d+)\.attention$", "enc_self"),),
+    core="",
+    query="q_lin",
+    key="k_lin",
+    value="v_lin",
+    output="out_lin",
+    head_count_attr="n_heads",
+    width_attrs=("dim",),
+    head_dim_attr="attention_head_size",
+    config_head_counts=("n_heads",),
+)
+
+VIT_LIKE = Family(
+    name="vit-like",
+    model_types=("vit", "deit"),
+    sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "enc_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="o_proj",
+    head_count_attr="num_attention_heads",
+)
+
+T5_LIKE = Family(
+    name="t5",
+    model_types=("t5",),
+    sites=(
+        (r"(?:^|\.)encoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "enc_self"),
+        (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.1\.EncDecAttention$", "enc_dec"),
+        (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "dec_self"),
+    ),
+    core="",
+    query="q",
+    key="k",
+    value="v",
+    output="o",
+    head_count_attr=None,  # n_heads stays the original count: the position bias it sizes is sliced per layer
+    width_attrs=("inner_dim",),
+    head_dim_attr="key_value_proj_dim",
+    head_indexed_kwargs=("position_bias",),  # (1, H, Tq, Tk): made by each stack's first layer for every layer
+    config_head_counts=("num_heads",),
+)
+
+WHISPER = replace(BART_LIKE, name="whisper", model_types=("whisper",))
+
+DEBERTA_V2 = replace(
+    BERT_LIKE,
+    name="deberta-v2",
+    model_types=("deberta-v2",),
+    sites=((r"(?:^|\.)encoder\.layer\.(\d+)\.attention$", "enc_self"),),
+    query="self.query_proj",
+    key="self.key_proj",
+    value="self.value_proj",
+    gate="output",  # its attention does not call transformers' attention interface
+    head_rows=("self.pos_key_proj", "self.pos_query_proj"),  # relative-position projections without share_att_key
+)
+
+ENCODER_FAMILIES = (DISTILBERT, VIT_LIKE, T5_LIKE, WHISPER, DEBERTA_V2)
+
+FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3, *ENCODER_FAMILIES)
 
 
 def supported_model_types() -> list[str]:

@@ -19,7 +19,9 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.core.families import GROUPS, Family, family_for, match_site
+from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
+from headprune.core.head_tensors import gate_heads, slice_head_kwargs
+from headprune.core.output_gate import attach_output_gate
 
 PREFIX = "headprune_"
 
@@ -44,14 +46,30 @@ class AttentionSite:
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
     recording: bool = False  # add a probe per forward while gate gradients are recorded
     entropy_hook: object = None  # callable(site, query, key, mask, scaling) while entropy is recorded
+    gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
 
-    def linear(self, which: str) -> nn.Linear:
-        """The q/k/v/output projection named by the family table."""
+    def linear(self, which: str) -> nn.Module:
+        """The q/k/v/output projection named by the family table (nn.Linear or Conv1D; one module for fused q/k/v)."""
         return self.block.get_submodule(getattr(self.family, which))
+
+    def projections(self) -> list[nn.Module]:
+        """The distinct q/k/v/output projection modules (a fused q/k/v projection once)."""
+        modules = {id(m): m for m in (self.linear(w) for w in ("query", "key", "value", "output"))}
+        return list(modules.values())
 
     @property
     def num_heads(self) -> int:
         return len(self.head_ids)
+
+    @property
+    def computed_heads(self) -> int:
+        """Query heads the module computes: the present ones, or the one zero phantom of an emptied layer."""
+        return max(len(self.head_ids), 1)
+
+    @property
+    def computed_kv_heads(self) -> int:
+        """KV heads the module computes (the phantom counts as one)."""
+        return max(len(self.kv_ids), 1)
 
     @property
     def heads_per_kv(self) -> int:
@@ -61,6 +79,11 @@ class AttentionSite:
     def kv_of(self, head: int) -> int:
         """The original id of the KV head that query head ``head`` (original id) attends with."""
         return int(head) // self.heads_per_kv  # repeat_kv: query head h reads KV head h // groups
+
+    @property
+    def needs_wrapper(self) -> bool:
+        """Whether the pruned weights only run through the attention wrapper (uneven KV groups, head-indexed kwargs to cut)."""
+        return self.kv_index is not None or (bool(self.family.head_indexed_kwargs) and self.num_heads != self.num_heads_orig)
 
     def kv_positions(self) -> list[int]:
         """Position in the k/v weights of the KV head of every computed query head (the phantom reads the phantom)."""
@@ -87,6 +110,8 @@ def _make_gated(inner_name: str):
             # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head
             index = site.kv_index.to(key.device)
             key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1
+        if site is not None:
+            kwargs = slice_head_kwargs(site, kwargs)
         out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
         if site is None:
             return out, weights
@@ -94,29 +119,11 @@ def _make_gated(inner_name: str):
             if key.shape[1] != query.shape[1]:
                 key = key.index_select(1, torch.tensor(site.kv_positions(), device=key.device))  # (B, H, T, D)
             site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"))
-        gate = site.gate
-        if gate is not None:
-            out = out * _broadcast_gate(gate, out)
-        if site.recording and torch.is_grad_enabled():
-            probe = torch.ones(out.shape[:3], dtype=out.dtype, device=out.device, requires_grad=True)
-            site.probes.append(probe)
-            out = out * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = sum_d out * grad: the gate gradient per token
+        if site.gate_at == "attention":
+            out = gate_heads(site, out)
         return out, weights
 
     return gated_attention
-
-
-def _broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
-    gate = gate.to(dtype=out.dtype, device=out.device)
-    if gate.dim() == 1:
-        return gate.view(1, 1, -1, 1)
-    batch = out.shape[0]
-    if gate.shape[0] != batch:
-        if batch % gate.shape[0]:
-            raise ValueError(f"per-example mask has {gate.shape[0]} rows but the batch has {batch} examples")
-        gate = gate.repeat_interleave(batch // gate.shape[0], dim=0)  # beam search expands each example in place
-    return gate.view(batch, 1, -1, 1)
 
 
 def register_wrapper(prefix: str, inner_name: str, make) -> str:
@@ -132,6 +139,12 @@ def register_wrapper(prefix: str, inner_name: str, make) -> str:
 def _ensure_registered(inner_name: str) -> str:
     """Register the gated wrapper (and the matching mask function) for one implementation."""
     return register_wrapper(PREFIX, inner_name, _make_gated)
+
+
+def own_attention_name(model: nn.Module) -> str:
+    """The model's own attention implementation (the one headprune's wrapper wraps, if it is routed through it)."""
+    original = model.config._attn_implementation or "sdpa"
+    return original[len(PREFIX) :] if original.startswith(PREFIX) else original
 
 
 def route_attention(model: nn.Module) -> str:
@@ -165,6 +178,8 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
         head_dim = int(getattr(core, family.head_dim_attr))
         if family.head_count_attr:
             n_heads = int(getattr(core, family.head_count_attr))
+        elif family.config_heads:
+            n_heads = int(getattr(model.config, family.config_heads))
         else:
             n_heads = block.get_submodule(family.query).out_features // head_dim
         n_kv = n_heads // int(getattr(core, family.kv_groups_attr)) if family.kv_groups_attr else n_heads
@@ -180,6 +195,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
             list(range(n_heads)),
             num_kv_heads_orig=n_kv,
             kv_ids=list(range(n_kv)),
+            gate_at=family.gate,
         )
         core._headprune_site = site  # the site (and its head bookkeeping) lives with the module
         sites.append(site)
@@ -203,10 +219,23 @@ class HeadGates:
 
     unit = "head"  # masks and scores are per query head (headprune.core.units.KVGroupGates: per KV group)
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, gate_at: str | None = None):
+        """``gate_at``: "attention" or "output" for every site (default: each family's own mechanism)."""
         self.model = model
         self.sites = find_sites(model)
-        self.inner = route_attention(model)
+        if gate_at is not None:
+            if gate_at not in GATE_MECHANISMS:
+                raise ValueError(f"gate_at must be one of {GATE_MECHANISMS}, got {gate_at!r}")
+            for site in self.sites:
+                site.gate_at = gate_at
+        for site in self.sites:
+            attach_output_gate(site)
+        if any(site.gate_at == "attention" or site.needs_wrapper for site in self.sites):
+            self.inner = route_attention(model)
+        else:
+            self.inner = own_attention_name(model)
+            if model.config._attn_implementation != self.inner:
+                model.set_attn_implementation(self.inner)  # gated at the output projection: the model's own attention
 
     # ---- structure -------------------------------------------------------------------------
     @property
@@ -312,8 +341,8 @@ class HeadGates:
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
         self.set_mask(None)
-        if any(site.kv_index is not None for site in self.sites):
-            return  # uneven KV groups after pruning: the wrapper maps query heads to their KV heads, keep it
+        if any(site.needs_wrapper for site in self.sites):
+            return  # uneven KV groups or sliced head-indexed kwargs after pruning: keep the wrapper
         self.model.set_attn_implementation(self.inner)
 
     def describe(self) -> str:

@@ -85,8 +85,10 @@ def model_fields(model_cfg) -> dict:
 
 
 def check_stock(cfg, fmt: str) -> None:
-    """hf / gguf: a Llama-family decoder whose mask keeps the same heads in every layer (else a ConfigError naming what works)."""
+    """hf / gguf: a Llama-family decoder whose mask keeps the same heads in every layer, or for gguf equal query groups
+    under every kept KV head (llama.cpp's deci); else a ConfigError naming what works."""
     from headprune.export.gguf import gguf_head_count_message, refusal
+    from headprune.export.gguf_deci import gguf_architecture, mask_layer_shapes
     from headprune.export.hf import STOCK_TYPES, mask_stock_shape, not_stock_message
 
     fields = model_fields(with_source_model(cfg).model)
@@ -97,6 +99,8 @@ def check_stock(cfg, fmt: str) -> None:
         raise ConfigError(refusal(fields))
     n = int(fields["num_attention_heads"]) // int(fields.get("num_key_value_heads") or fields["num_attention_heads"])
     for rows in source_rows(cfg, fields).values():
+        if fmt == "gguf" and gguf_architecture(mask_layer_shapes(rows, n)) == "deci":
+            continue  # uneven layers: llama.cpp's deci architecture, per-layer head counts
         heads, _ = mask_stock_shape(rows, n)
         if fmt == "gguf" and int(fields["hidden_size"]) % heads:
             raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))

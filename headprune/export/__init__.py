@@ -5,7 +5,8 @@
   grouped-query models);
 - ``onnx`` (headprune.export.onnx): any encoder, decoder or encoder-decoder, uneven heads included
   (opset 17; ``int8``: dynamic quantisation by ONNX Runtime);
-- ``gguf`` (headprune.export.gguf): llama.cpp's format for uniformly pruned Llama and Mistral decoders.
+- ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
+  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts) for global masks.
 
 ``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
 """
@@ -51,8 +52,12 @@ def export_model(
             "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}},
         }
     if fmt == "gguf":
-        from headprune.export.gguf import export_gguf
+        from headprune.export.gguf_deci import write_gguf
 
-        path = export_gguf(model, tokenizer, out, gguf_dtype, name, tokenizer_pre)
-        return {"files": [path], "job": {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}}
+        written = write_gguf(model, tokenizer, out, gguf_dtype, name, tokenizer_pre)
+        path = written["path"]
+        job = {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}
+        if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
+            job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv")})
+        return {"files": [path], "architecture": written["architecture"], "job": job}
     raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
