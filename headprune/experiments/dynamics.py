@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from headprune.experiments.settings import listed
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
 from headprune.results.writer import write_results_file
 from headprune.tasks import registry
@@ -47,8 +48,8 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
         train_cfg.model.pretrained = str(model_dir)  # architecture and tokenizer; weights come from each checkpoint
         train_cfg.model.tokenizer = str(model_dir)
     train_cfg.paths = cfg.paths
-    overrides = cfg.get("dynamics_overrides") or []
-    pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in overrides)
+    overrides = cfg.dynamics_overrides
+    pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in listed(overrides))
     for key, value in pairs:
         OmegaConf.update(train_cfg, key, _parse(value) if isinstance(value, str) else value, force_add=True)
     return train_cfg

@@ -28,6 +28,7 @@ from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, gr
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.writer import output_dir, read_json
 from headprune.tasks import registry
+from headprune.tasks.unit_task import unit_of
 
 QUANTIZE = ("none", "int8")
 
@@ -67,7 +68,7 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
         settings.mask_file,
         "export",
     )
-    if str((cfg.get("prune") or {}).get("unit") or "head") == "kv_group":
+    if unit_of(cfg) == "kv_group":
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
     return rows
@@ -115,7 +116,7 @@ def check(cfg) -> None:
 
     settings = cfg.export
     fmt = choice(settings.get("format"), "export.format", FORMATS)
-    quantize = choice(str(settings.get("quantize") or "none"), "export.quantize", QUANTIZE)
+    quantize = choice(str(settings.quantize), "export.quantize", QUANTIZE)
     choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
     for name in ("examples", "batch_size", "new_tokens"):
         integer(settings.get(name), f"export.{name}", 1)
@@ -262,7 +263,7 @@ def run(cfg) -> dict:
         + (f", greedy tokens equal: {report['greedy_equal']}" if "greedy_equal" in report else ""),
         flush=True,
     )
-    if str(settings.get("quantize") or "none") == "int8":
+    if str(settings.quantize) == "int8":
         masked_score = task.evaluate(mask, split=split).score
         sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
         result["quantized"] = int8_check(

@@ -62,7 +62,7 @@ def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
     model_class = _model_class(model_cfg.kind)
     extra = {"num_labels": model_cfg.num_labels} if model_cfg.kind == "classifier" else {}
     extra.update(overrides)
-    attn = model_cfg.get("attn_implementation", "sdpa")
+    attn = model_cfg.attn_implementation
     if model_cfg.pretrained:
         source = resolve_pretrained(model_cfg.pretrained)
         check_model_dir(source, tokenizer=False)  # the tokenizer is checked where it is built
