@@ -39,6 +39,7 @@ from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prun
 
 STAGES = ("train", "scores", "ablate", "keep_one", "prune", "pareto", "speed")
 IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
+REUSES_STAGES = True  # rerun in its directory with other settings: unchanged stages reused, the rest recomputed (cli.py)
 
 
 def study_training_config(cfg):
