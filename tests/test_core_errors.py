@@ -12,10 +12,10 @@ from headprune.core.saving import load_pruned, save_pruned
 
 
 def test_unsupported_family_lists_supported():
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import BloomConfig, BloomForCausalLM
 
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10))
-    with pytest.raises(ValueError, match=r"does not support model type 'gpt2'.*bert.*marian"):
+    model = BloomForCausalLM(BloomConfig(n_layer=1, n_head=2, hidden_size=8, vocab_size=10))
+    with pytest.raises(ValueError, match=r"does not support model type 'bloom'.*bert.*marian"):
         HeadGates(model)
 
 

@@ -42,11 +42,11 @@ def test_family_row_and_kv_structure():
     assert "kv_heads/layer=2" in gates.describe()
 
 
-def test_unsupported_fused_attention_lists_llama():
-    from transformers import GPT2Config, GPT2LMHeadModel
+def test_unsupported_model_type_lists_the_supported():
+    from transformers import BloomConfig, BloomForCausalLM
 
-    with pytest.raises(ValueError, match=r"does not support model type 'gpt2'.*llama.*mistral.*qwen2.*qwen3"):
-        HeadGates(GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=10)))
+    with pytest.raises(ValueError, match=r"does not support model type 'bloom'.*gpt2.*llama.*mistral.*qwen2.*qwen3"):
+        HeadGates(BloomForCausalLM(BloomConfig(n_layer=1, n_head=2, hidden_size=8, vocab_size=10)))
 
 
 @pytest.mark.parametrize("make", [tiny_llama, tiny_qwen2])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from headprune.core.gates import find_sites
+from headprune.core.projections import in_features, is_projection, out_features
 
 
 @dataclass
@@ -27,15 +28,14 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
     attention_ids = set()
     attention_params = attention_flops = score_flops = 0
     for site in sites:
-        for which in ("query", "key", "value", "output"):
-            linear = site.linear(which)
-            attention_ids.add(id(linear))
-            attention_params += sum(p.numel() for p in linear.parameters())
-            attention_flops += 2 * linear.in_features * linear.out_features * seq_len
-        width = site.linear("query").out_features  # computed heads * head_dim (the phantom counts)
+        for projection in site.projections():
+            attention_ids.add(id(projection))
+            attention_params += sum(p.numel() for p in projection.parameters())
+            attention_flops += 2 * in_features(projection) * out_features(projection) * seq_len
+        width = site.computed_heads * site.head_dim  # the phantom counts
         score_flops += 2 * 2 * seq_len * seq_len * width  # q k^T and probs @ v
     other_linear = sum(
-        2 * m.in_features * m.out_features * seq_len for m in model.modules() if isinstance(m, nn.Linear) and id(m) not in attention_ids
+        2 * in_features(m) * out_features(m) * seq_len for m in model.modules() if is_projection(m) and id(m) not in attention_ids
     )
     return ModelCost(
         parameters=sum(p.numel() for p in model.parameters()),
@@ -57,8 +57,7 @@ def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False, bytes_per_va
     for site in find_sites(model):
         if site.group != "dec_self":
             continue  # encoder self-attention caches nothing; cross-attention caches per source token
-        key = site.linear("key")
-        kv_heads = len(site.kv_ids) if ideal else key.out_features // site.head_dim
-        size = bytes_per_value or key.weight.element_size()
+        kv_heads = len(site.kv_ids) if ideal else site.computed_kv_heads
+        size = bytes_per_value or site.linear("key").weight.element_size()
         total += 2 * kv_heads * site.head_dim * size  # K and V: (KV heads, head_dim) per token
     return total

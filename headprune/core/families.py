@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from headprune.core.fused import concatenated, interleaved
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
 
@@ -24,6 +27,11 @@ class Family:
     width_attrs: tuple[str, ...] = ()  # attributes on the core holding heads * head_dim
     head_dim_attr: str = "head_dim"
     kv_groups_attr: str | None = None  # grouped KV heads: attribute on the core holding query heads per KV head
+    kv_count_attrs: tuple[str, ...] = ()  # attributes on the core holding the number of KV heads
+    config_heads: str | None = None  # model config attribute holding the query heads (when the core has none)
+    config_head_attrs: tuple[str, ...] = ()  # config fields the attention reads for its own head count at run time
+    fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
+    cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
 
 
 BERT_LIKE = Family(
@@ -63,7 +71,7 @@ BART_LIKE = Family(
 
 LLAMA_LIKE = Family(
     name="llama-like",
-    model_types=("llama", "mistral", "qwen2", "qwen3"),
+    model_types=("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text"),
     sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
     core="",
     query="q_proj",
@@ -75,7 +83,79 @@ LLAMA_LIKE = Family(
     kv_groups_attr="num_key_value_groups",
 )
 
-FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE)
+OLMO2 = Family(
+    name="olmo2",
+    model_types=("olmo2",),
+    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="o_proj",
+    head_count_attr=None,
+    kv_groups_attr="num_key_value_groups",
+    cross_head_norms=("q_norm", "k_norm"),
+)
+
+OPT = Family(
+    name="opt",
+    model_types=("opt",),
+    sites=((r"(?:^|\.)decoder\.layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="out_proj",
+    head_count_attr="num_heads",
+)
+
+GPT2 = Family(
+    name="gpt2",
+    model_types=("gpt2",),
+    sites=((r"(?:^|\.)h\.(\d+)\.attn$", "dec_self"),),
+    core="",
+    query="c_attn",  # one Conv1D: q | k | v
+    key="c_attn",
+    value="c_attn",
+    output="c_proj",
+    head_count_attr="num_heads",
+    width_attrs=("split_size",),
+    fused_layout=concatenated,
+)
+
+GPT_NEOX = Family(
+    name="gpt-neox",
+    model_types=("gpt_neox",),
+    sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "dec_self"),),
+    core="",
+    query="query_key_value",  # per head [q | k | v]
+    key="query_key_value",
+    value="query_key_value",
+    output="dense",
+    head_count_attr=None,
+    head_dim_attr="head_size",
+    config_heads="num_attention_heads",
+    fused_layout=interleaved,
+)
+
+PHI3 = Family(
+    name="phi3",
+    model_types=("phi3",),
+    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    core="",
+    query="qkv_proj",  # q (heads * D) | k (KV * D) | v (KV * D)
+    key="qkv_proj",
+    value="qkv_proj",
+    output="o_proj",
+    head_count_attr=None,
+    kv_groups_attr="num_key_value_groups",
+    kv_count_attrs=("num_key_value_heads",),
+    config_heads="num_attention_heads",
+    config_head_attrs=("num_attention_heads",),  # its forward splits q from k at config.num_attention_heads * D
+    fused_layout=concatenated,
+)
+
+FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3)
 
 
 def supported_model_types() -> list[str]:

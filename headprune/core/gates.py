@@ -45,13 +45,28 @@ class AttentionSite:
     recording: bool = False  # add a probe per forward while gate gradients are recorded
     entropy_hook: object = None  # callable(site, query, key, mask, scaling) while entropy is recorded
 
-    def linear(self, which: str) -> nn.Linear:
-        """The q/k/v/output projection named by the family table."""
+    def linear(self, which: str) -> nn.Module:
+        """The q/k/v/output projection named by the family table (nn.Linear or Conv1D; one module for fused q/k/v)."""
         return self.block.get_submodule(getattr(self.family, which))
+
+    def projections(self) -> list[nn.Module]:
+        """The distinct q/k/v/output projection modules (a fused q/k/v projection once)."""
+        modules = {id(m): m for m in (self.linear(w) for w in ("query", "key", "value", "output"))}
+        return list(modules.values())
 
     @property
     def num_heads(self) -> int:
         return len(self.head_ids)
+
+    @property
+    def computed_heads(self) -> int:
+        """Query heads the module computes: the present ones, or the one zero phantom of an emptied layer."""
+        return max(len(self.head_ids), 1)
+
+    @property
+    def computed_kv_heads(self) -> int:
+        """KV heads the module computes (the phantom counts as one)."""
+        return max(len(self.kv_ids), 1)
 
     @property
     def heads_per_kv(self) -> int:
@@ -165,6 +180,8 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
         head_dim = int(getattr(core, family.head_dim_attr))
         if family.head_count_attr:
             n_heads = int(getattr(core, family.head_count_attr))
+        elif family.config_heads:
+            n_heads = int(getattr(model.config, family.config_heads))
         else:
             n_heads = block.get_submodule(family.query).out_features // head_dim
         n_kv = n_heads // int(getattr(core, family.kv_groups_attr)) if family.kv_groups_attr else n_heads

@@ -16,7 +16,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from headprune.core.checks import ConfigError
 from headprune.core.gates import AttentionSite, find_sites, route_attention
+from headprune.core.layer_config import with_layer_fields
+from headprune.core.projections import sliced_projection
 
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
 
@@ -37,36 +40,42 @@ def integer_id(value, what: str) -> int:
     raise ValueError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
 
 
-def _rows(head_positions: list[int], head_dim: int) -> torch.Tensor:
-    """Weight rows (or columns) of the heads at these positions."""
+def _units(head_positions: list[int], head_dim: int) -> torch.Tensor:
+    """Weight units (rows or columns) of the heads at these positions; none left: one zero phantom head (-1s)."""
     if not head_positions:
-        return torch.zeros(0, dtype=torch.long)
+        return torch.full((head_dim,), -1, dtype=torch.long)
     return torch.cat([torch.arange(p * head_dim, (p + 1) * head_dim) for p in head_positions])
 
 
-def _sliced_linear(linear: nn.Linear, index: torch.Tensor, dim: int, phantom: int = 0) -> nn.Linear:
-    """A copy of ``linear`` keeping ``index`` along ``dim`` (0 = outputs, 1 = inputs), plus zero phantom units."""
-    weight = linear.weight.detach().index_select(dim, index.to(linear.weight.device))
-    bias = linear.bias.detach() if linear.bias is not None else None
-    if dim == 0 and bias is not None:
-        bias = bias.index_select(0, index.to(bias.device))
-    if phantom:
-        pad_shape = (phantom, weight.shape[1]) if dim == 0 else (weight.shape[0], phantom)
-        weight = torch.cat([weight, weight.new_zeros(pad_shape)], dim=dim)
-        if dim == 0 and bias is not None:
-            bias = torch.cat([bias, bias.new_zeros(phantom)])
-    new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
-    new.weight = nn.Parameter(weight.clone(), requires_grad=linear.weight.requires_grad)
-    if bias is not None:
-        new.bias = nn.Parameter(bias.clone(), requires_grad=linear.bias.requires_grad)
-    return new
+def _fused_units(site: AttentionSite, keep: list[int], kv_keep: list[int]) -> torch.Tensor:
+    """Output units of a fused q/k/v projection keeping these query and KV head positions, in its layout."""
+    layout, d = site.family.fused_layout, site.head_dim
+    old = layout(site.computed_heads, site.computed_kv_heads, d)  # (H, D), (KV, D), (KV, D) in the present weights
+    new = layout(max(len(keep), 1), max(len(kv_keep), 1), d)
+    index = torch.full((sum(part.numel() for part in new),), -1, dtype=torch.long)  # -1: the phantom head's zeros
+    for old_part, new_part, positions in zip(old, new, (keep, kv_keep, kv_keep)):
+        if positions:
+            index[new_part.flatten()] = old_part[positions].flatten()
+    return index
 
 
-def _set_linear(site: AttentionSite, which: str, linear: nn.Linear) -> None:
+def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
     path = getattr(site.family, which)
     parent_path, _, name = path.rpartition(".")
     parent = site.block.get_submodule(parent_path) if parent_path else site.block
-    setattr(parent, name, linear)
+    setattr(parent, name, module)
+
+
+def refuse_inexact(site: AttentionSite) -> None:
+    """A ConfigError when removing heads from this module cannot give the masked model's outputs (norms across heads)."""
+    norms = site.family.cross_head_norms
+    if norms:
+        raise ConfigError(
+            f"{site.family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
+            f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "
+            f"{site.family.name} model cannot equal the masked one, and headprune does not prune it ({site.path}). "
+            "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+        )
 
 
 def prune_site(site: AttentionSite, heads: list[int]) -> None:
@@ -79,34 +88,45 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
     keep = [pos for pos, head in enumerate(site.head_ids) if head not in remove]
     if len(keep) == len(site.head_ids):
         return  # nothing new to remove: pruning twice is a no-op
-    phantom = site.head_dim if not keep else 0
-    rows = _rows(keep, site.head_dim)
+    refuse_inexact(site)
     needed_kv = {site.kv_of(site.head_ids[pos]) for pos in keep}
     kv_keep = [pos for pos, kv in enumerate(site.kv_ids) if kv in needed_kv]  # a KV head goes with its last query head
-    kv_rows = _rows(kv_keep, site.head_dim)
-    _set_linear(site, "query", _sliced_linear(site.linear("query"), rows, 0, phantom))
-    for which in ("key", "value"):
-        _set_linear(site, which, _sliced_linear(site.linear(which), kv_rows, 0, phantom))
-    _set_linear(site, "output", _sliced_linear(site.linear("output"), rows, 1, phantom))
+    if site.family.fused_layout is not None:
+        fused = site.linear("query")
+        _set_projection(site, "query", sliced_projection(fused, _fused_units(site, keep, kv_keep), outputs=True))
+    else:
+        _set_projection(site, "query", sliced_projection(site.linear("query"), _units(keep, site.head_dim), outputs=True))
+        for which in ("key", "value"):
+            _set_projection(site, which, sliced_projection(site.linear(which), _units(kv_keep, site.head_dim), outputs=True))
+    _set_projection(site, "output", sliced_projection(site.linear("output"), _units(keep, site.head_dim), outputs=False))
     if site.gate is not None and keep:
         site.gate = site.gate[..., keep]
     elif site.gate is not None:
         site.gate = site.gate[..., :1] * 0
     site.head_ids = [site.head_ids[pos] for pos in keep]
     site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
-    computed_heads = max(len(keep), 1)  # the phantom head still runs
-    if site.family.head_count_attr:
-        setattr(site.core, site.family.head_count_attr, computed_heads)
-    for attr in site.family.width_attrs:
-        setattr(site.core, attr, computed_heads * site.head_dim)
-    if site.family.kv_groups_attr:
+    _set_head_counts(site)
+
+
+def _set_head_counts(site: AttentionSite) -> None:
+    """Tell the attention module its new head and KV head counts (the phantom head counts as one)."""
+    family, heads, kv_heads = site.family, site.computed_heads, site.computed_kv_heads
+    if family.head_count_attr:
+        setattr(site.core, family.head_count_attr, heads)
+    for attr in family.width_attrs:
+        setattr(site.core, attr, heads * site.head_dim)
+    for attr in family.kv_count_attrs:
+        setattr(site.core, attr, kv_heads)
+    if family.config_head_attrs:
+        site.core.config = with_layer_fields(site.core.config, **dict.fromkeys(family.config_head_attrs, heads))
+    if family.kv_groups_attr:
         _set_kv_groups(site)
 
 
 def _set_kv_groups(site: AttentionSite) -> None:
     """Keep the model's own KV expansion where query heads still form equal groups, else map each query head itself."""
     positions = site.kv_positions()  # (H,) KV position of each computed query head
-    kv_heads = max(len(site.kv_ids), 1)
+    kv_heads = site.computed_kv_heads
     groups = len(positions) // kv_heads
     even = len(positions) == groups * kv_heads and positions == [p // groups for p in range(len(positions))]
     setattr(site.core, site.family.kv_groups_attr, groups if even else 1)

@@ -140,8 +140,8 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         prune_heads(model, record)
     except (IndexError, ValueError) as err:
         raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
-    state = _state_dict_from(path)
     expected = model.state_dict()
+    state = _model_keys(model, _state_dict_from(path), expected)
     _pad_emptied_v4_layers(state, expected)
     wrong = [k for k, v in state.items() if k in expected and expected[k].shape != v.shape]
     if wrong:
@@ -160,6 +160,17 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     if left:
         raise ValueError(f"weights missing from {path}: {left[:5]}")
     return model.eval()
+
+
+def _model_keys(model: nn.Module, state: dict[str, torch.Tensor], expected: dict) -> dict[str, torch.Tensor]:
+    """The file's keys renamed as transformers renames them on load (GPT-NeoX saves ``embed_out``, loads ``lm_head``)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, apply_renamings
+
+    if all(key in expected for key in state):
+        return state
+    renamings = [t for t in get_model_conversion_mapping(model) if type(t) is WeightRenaming]
+    return {key if key in expected else apply_renamings(key, renamings): value for key, value in state.items()}
 
 
 def _pad_emptied_v4_layers(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:

@@ -25,7 +25,6 @@ import re
 from contextlib import ExitStack, contextmanager
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -190,14 +189,15 @@ class MaskBatcher:
             logits = self.model(**batch).logits
         return logits, cache
 
-    def _projection(self, linear: nn.Linear, b: int, m: int, share: bool, source=None):
-        """A forward for a q/k/v projection: on B rows repeated M times when shared; from ``source`` when given."""
+    def _projection(self, linear: nn.Module, b: int, m: int, share: bool, source=None):
+        """A forward for a q/k/v projection (nn.Linear or Conv1D): on B rows repeated M times when shared; from ``source`` when given."""
+        own = type(linear).forward
 
         def forward(x):
             x = source["full"] if source is not None else x
             if share:  # the rows are M copies of B: project B rows once (a copy is far cheaper than the matmul)
-                return F.linear(x[:b], linear.weight, linear.bias).repeat(m, 1, 1)
-            return F.linear(x, linear.weight, linear.bias)
+                return own(linear, x[:b]).repeat(m, 1, 1)
+            return own(linear, x)
 
         return forward
 

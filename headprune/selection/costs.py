@@ -18,6 +18,7 @@ from torch import nn
 
 from headprune.core.counting import model_cost
 from headprune.core.gates import find_sites
+from headprune.core.projections import in_features, out_features
 
 UNITS = ("flops", "seconds")
 
@@ -99,7 +100,7 @@ class CostModel:
 
 def head_flops(site, seq_len: int) -> int:
     """Forward FLOPs of one head of an attention module: its q/k/v rows, output columns and scores."""
-    projections = sum(site.linear(w).in_features for w in ("query", "key", "value")) + site.linear("output").out_features
+    projections = sum(in_features(site.linear(w)) for w in ("query", "key", "value")) + out_features(site.linear("output"))
     return 2 * seq_len * site.head_dim * projections + 2 * 2 * seq_len * seq_len * site.head_dim  # q k^T and probs @ v
 
 
@@ -121,8 +122,8 @@ def flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
 def kv_group_flops(site, seq_len: int) -> int:
     """Forward FLOPs of one KV group of a grouped-query attention module: its query heads, their KV head and scores."""
     n = site.heads_per_kv
-    rows = n * site.linear("query").in_features + site.linear("key").in_features + site.linear("value").in_features
-    return 2 * seq_len * site.head_dim * (rows + n * site.linear("output").out_features) + 2 * 2 * seq_len * seq_len * site.head_dim * n
+    rows = n * in_features(site.linear("query")) + in_features(site.linear("key")) + in_features(site.linear("value"))
+    return 2 * seq_len * site.head_dim * (rows + n * out_features(site.linear("output"))) + 2 * 2 * seq_len * seq_len * site.head_dim * n
 
 
 def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:

@@ -1,0 +1,30 @@
+"""Fused q/k/v projections: where each head's rows sit in the one output of the fused layer.
+
+A layout is ``layout(heads, kv_heads, head_dim) -> (query (H, D), key (KV, D), value (KV, D))``: the
+output units of the fused projection that hold each query head, key head and value head.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _blocks(start: int, count: int, head_dim: int) -> torch.Tensor:
+    """Rows of ``count`` consecutive heads from unit ``start`` on: (count, head_dim)."""
+    return torch.arange(start, start + count * head_dim).view(count, head_dim)
+
+
+def concatenated(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (heads * D) | k (kv_heads * D) | v (kv_heads * D): GPT-2's ``c_attn``, Phi-3's ``qkv_proj``."""
+    query = _blocks(0, heads, head_dim)
+    key = _blocks(heads * head_dim, kv_heads, head_dim)
+    value = _blocks((heads + kv_heads) * head_dim, kv_heads, head_dim)
+    return query, key, value
+
+
+def interleaved(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per head [q | k | v], head after head (GPT-NeoX's ``query_key_value``, viewed as (heads, 3, D))."""
+    if kv_heads != heads:
+        raise ValueError(f"an interleaved q/k/v layout has one KV head per query head, got {heads} and {kv_heads}")
+    rows = torch.arange(heads * 3 * head_dim).view(heads, 3, head_dim)  # (H, 3, D)
+    return rows[:, 0], rows[:, 1], rows[:, 2]

@@ -1,0 +1,58 @@
+"""Projection layers of either orientation: ``nn.Linear`` (weight [out, in]) and GPT-2's ``Conv1D`` (weight [in, out]).
+
+Pruning keeps a list of output units or input units of a projection; an index of -1 stands for a zero
+"phantom" unit (a row or column of zeros, bias 0), so a fused q|k|v projection can place its phantom
+head wherever its layout puts heads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+
+def is_projection(module: nn.Module) -> bool:
+    """Whether a module is a dense projection (nn.Linear or Conv1D)."""
+    return isinstance(module, (nn.Linear, Conv1D))
+
+
+def in_features(module: nn.Module) -> int:
+    """Input width of a projection."""
+    return module.nx if isinstance(module, Conv1D) else module.in_features
+
+
+def out_features(module: nn.Module) -> int:
+    """Output width of a projection."""
+    return module.nf if isinstance(module, Conv1D) else module.out_features
+
+
+def linear_weight(module: nn.Module) -> torch.Tensor:
+    """The weight as nn.Linear holds it, [out, in] (a transposed view for Conv1D)."""
+    return module.weight.t() if isinstance(module, Conv1D) else module.weight
+
+
+def _take(tensor: torch.Tensor, index: torch.Tensor, dim: int) -> torch.Tensor:
+    """``tensor`` indexed along ``dim`` by ``index``, with zeros where the index is -1."""
+    index = index.to(tensor.device)
+    taken = tensor.index_select(dim, index.clamp(min=0))
+    phantom = (index < 0).view([-1 if d == dim else 1 for d in range(tensor.dim())])
+    return taken.masked_fill(phantom, 0)
+
+
+def sliced_projection(module: nn.Module, index: torch.Tensor, outputs: bool) -> nn.Module:
+    """A copy of a projection keeping the output (``outputs``) or input units ``index`` (-1: a zero unit)."""
+    weight = linear_weight(module).detach()  # (out, in)
+    weight = _take(weight, index, 0 if outputs else 1)
+    bias = module.bias.detach() if module.bias is not None else None
+    if outputs and bias is not None:
+        bias = _take(bias, index, 0)
+    if isinstance(module, Conv1D):
+        new = Conv1D(weight.shape[0], weight.shape[1]).to(device=weight.device, dtype=weight.dtype)
+        new.weight = nn.Parameter(weight.t().contiguous(), requires_grad=module.weight.requires_grad)
+    else:
+        new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+        new.weight = nn.Parameter(weight.clone(), requires_grad=module.weight.requires_grad)
+    if bias is not None:
+        new.bias = nn.Parameter(bias.clone(), requires_grad=module.bias.requires_grad)
+    return new

@@ -1,0 +1,143 @@
+"""Every decoder family of the table on a tiny random model: gates, per-example gates, importance, pruning, saving, FLOPs."""
+
+import pytest
+import torch
+from tiny_llms import DECODER_CONFIGS, causal_lm_loss, lm_batch, tiny_family
+from torch.utils.flop_counter import FlopCounterMode
+
+from headprune.core.checks import ConfigError
+from headprune.core.counting import kv_cache_bytes_per_token, model_cost
+from headprune.core.gates import HeadGates
+from headprune.core.masks import kv_to_head_mask
+from headprune.core.pruning import prune_kv_groups, prune_mask, pruning_record
+from headprune.core.saving import load_pruned, save_pruned
+from headprune.scoring.importance import importance_scores, per_example_gate_gradients
+
+PRUNABLE = [t for t in DECODER_CONFIGS if t != "olmo2"]  # OLMo 2 normalises across heads: gates only
+GROUPED = ["phi3", "gemma2", "gemma3_text", "olmo2", "granite"]  # 4 query heads over 2 KV heads
+ATTENTION = {"gemma2": ["eager"]}  # Gemma 2's soft-capping has no sdpa path in transformers
+UNEVEN = torch.tensor([[1, 0, 1, 1], [0, 0, 0, 0], [0, 1, 0, 0]]).float()  # 3, 0 (emptied) and 1 heads
+
+
+def _cases(types):
+    return [(t, attn) for t in types for attn in ATTENTION.get(t, ["sdpa", "eager"])]
+
+
+def _logits(model, batch):
+    with torch.no_grad():
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+
+def _close(actual, expected, rel=1e-5):
+    """Equal within ``rel`` of the output scale."""
+    torch.testing.assert_close(actual, expected, atol=rel * float(expected.abs().max()), rtol=0)
+
+
+def _masks():
+    gen = torch.Generator().manual_seed(3)
+    return [UNEVEN] + [(torch.rand(3, 4, generator=gen) > 0.5).float() for _ in range(2)]
+
+
+@pytest.mark.parametrize("model_type,attn", _cases(PRUNABLE))
+def test_pruned_equals_masked_and_survives_save_load(tmp_path, model_type, attn):
+    model = tiny_family(model_type, attn=attn)
+    gates = HeadGates(model)
+    batch = lm_batch()
+    plain = _logits(model, batch)
+    for number, mask in enumerate(_masks()):
+        with gates.masked({"dec_self": mask}):
+            masked = _logits(model, batch)
+        assert (masked - plain).abs().max() > 1e-3 * plain.abs().max()  # the mask changes the output
+        pruned = tiny_family(model_type, attn=attn)  # never gated: pruning alone must make it run
+        prune_mask(pruned, {"dec_self": mask})
+        _close(_logits(pruned, batch), masked)
+        save_pruned(pruned, tmp_path / f"m{number}")
+        reloaded = load_pruned(tmp_path / f"m{number}")
+        _close(_logits(reloaded, batch), masked)
+        assert pruning_record(reloaded) == pruning_record(pruned)
+
+
+@pytest.mark.parametrize("model_type", PRUNABLE)
+def test_greedy_generation_with_cache_pruned_equals_gated(model_type):
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    gates = HeadGates(model)
+    batch = lm_batch(left_pad=True)
+    kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=5, do_sample=False, pad_token_id=0)
+    with gates.masked({"dec_self": UNEVEN}):
+        gated = model.generate(**kwargs)
+    pruned = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    prune_mask(pruned, {"dec_self": UNEVEN})
+    assert torch.equal(pruned.generate(**kwargs), gated)
+
+
+@pytest.mark.parametrize("model_type", [t for t in GROUPED if t != "olmo2"])
+def test_kv_groups_pruned_equal_masked(model_type):
+    model = tiny_family(model_type, attn="eager")
+    gates = HeadGates(model)
+    assert gates.kv_groups == {"dec_self": (3, 2)}
+    kv_mask = {"dec_self": torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])}
+    with gates.masked(kv_to_head_mask(kv_mask, gates.heads_per_kv)):
+        masked = _logits(model, lm_batch())
+    prune_kv_groups(model, {"dec_self": {0: [1], 1: [0, 1], 2: [0]}})
+    _close(_logits(model, lm_batch()), masked)
+    assert [len(s.kv_ids) for s in gates.sites] == [1, 0, 1]
+    head_dim = gates.sites[0].head_dim
+    assert kv_cache_bytes_per_token(model) == 2 * 3 * head_dim * 4  # one KV head per layer (the emptied one: its phantom)
+
+
+@pytest.mark.parametrize("model_type,attn", _cases(DECODER_CONFIGS))
+def test_per_example_gates_equal_one_mask_at_a_time(model_type, attn):
+    model = tiny_family(model_type, attn=attn)
+    gates = HeadGates(model)
+    batch = lm_batch(batch=3)
+    per_example = torch.stack(_masks())  # (B, L, H): example b under mask b
+    with gates.masked({"dec_self": per_example}):
+        together = _logits(model, batch)
+    for row in range(3):
+        single = {k: v[row : row + 1] for k, v in batch.items()}
+        with gates.masked({"dec_self": per_example[row]}):
+            _close(together[row : row + 1], _logits(model, single))
+
+
+@pytest.mark.parametrize("model_type", list(DECODER_CONFIGS))
+def test_importance_from_one_backward_equals_explicit_gates_and_the_example_loop(model_type):
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    gates = HeadGates(model)
+    batch = lm_batch(batch=3)
+    probed = per_example_gate_gradients(model, gates, batch, loss_fn=causal_lm_loss)["dec_self"]  # (B, L, H)
+    gate = torch.ones(3, 3, 4, requires_grad=True)  # an explicit gate per example, layer and head
+    with gates.masked({"dec_self": gate}), torch.enable_grad():
+        causal_lm_loss(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]), batch).sum().backward()
+    scale = float(gate.grad.abs().max())
+    torch.testing.assert_close(probed.float(), gate.grad, atol=1e-5 * scale, rtol=0)
+    for row in range(3):  # one example at a time
+        single = {k: v[row : row + 1] for k, v in batch.items()}
+        alone = per_example_gate_gradients(model, gates, single, loss_fn=causal_lm_loss)["dec_self"][0]
+        torch.testing.assert_close(probed[row], alone, atol=1e-5 * scale, rtol=0)
+    scores = importance_scores(model, gates, [batch], loss_fn=causal_lm_loss, normalize_layers=False)["dec_self"]
+    torch.testing.assert_close(scores.double(), probed.abs().mean(0), atol=1e-5 * scale, rtol=0)
+
+
+@pytest.mark.parametrize("model_type", PRUNABLE)
+def test_flops_counted_equal_a_flop_counter(model_type):
+    model = tiny_family(model_type, attn="eager")
+    prune_mask(model, {"dec_self": UNEVEN})
+    tokens = 12
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(input_ids=torch.randint(3, 64, (1, tokens)))
+    assert model_cost(model, seq_len=tokens).flops == counter.get_total_flops()
+    assert model_cost(model).heads == 4
+
+
+def test_olmo2_pruning_is_refused_with_the_reason():
+    model = tiny_family("olmo2")
+    with pytest.raises(ConfigError, match=r"normalises all heads together.*cannot equal the masked one.*use masks"):
+        prune_mask(model, {"dec_self": UNEVEN})
+    prune_mask(model, {"dec_self": torch.ones(3, 4)})  # removing nothing is allowed
+
+
+def test_family_shapes_read_from_the_model():
+    heads = {t: HeadGates(tiny_family(t, attn=ATTENTION.get(t, ["sdpa"])[0])) for t in DECODER_CONFIGS}
+    assert all(g.groups == {"dec_self": (3, 4)} for g in heads.values())
+    assert {t for t, g in heads.items() if g.kv_groups["dec_self"][1] == 2} == set(GROUPED)
+    assert heads["gemma2"].sites[0].head_dim == 16  # head_dim apart from hidden / heads
