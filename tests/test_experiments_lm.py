@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from experiment_helpers import make_cfg, results, task_fixtures
+from experiment_helpers import make_cfg, results, speed_settings, task_fixtures
 
 TASK = "lm"
 UNITS = ("head", "kv_group")
@@ -213,7 +213,7 @@ def test_speed_refuses_a_pruned_model_that_scores_otherwise(shared_task, monkeyp
     mask = shared_task.gates.ones()
     mask["dec_self"][0, :2] = 0
     with pytest.raises(RuntimeError, match="does not score like the masked one"):
-        speed.speed_stage(shared_task, mask, batch_sizes=[2], examples=2, repeats=1, warmup=0)
+        speed.speed_stage(shared_task, mask, speed_settings(batch_sizes=[2], examples=2, repeats=1, warmup=0), 0)
 
 
 def test_time_budget_stops_a_long_generation(shared_task, monkeypatch):

@@ -113,12 +113,15 @@ class LanguageModelingTask(SavesHF):
             loss=float(per_text.mean()),
         )
 
-    def evaluate(self, mask=None, split: str = "eval") -> EvalResult:
-        """Corpus perplexity on ``split`` with heads gated by ``mask``; per_example holds each text's NLL sum and tokens."""
-        return self.evaluate_many([mask], split)[0]
+    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None) -> EvalResult:
+        """Corpus perplexity on ``split`` with heads gated by ``mask`` (batches of ``batch_size`` texts, else
+        ``data.eval_batch_size``); per_example holds each text's NLL sum and tokens."""
+        return self.evaluate_many([mask], split, batch_size=batch_size)[0]
 
     @torch.no_grad()
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, batched: bool = True) -> list[EvalResult]:
+    def evaluate_many(
+        self, masks: list, split: str = "eval", on_batch=None, batched: bool = True, batch_size: int | None = None
+    ) -> list[EvalResult]:
         """Perplexity for each mask, several masks per forward pass.
 
         Several masks [L, H] of a decoder-only model go through ``headprune.engine.ablation_causal.CausalMaskBatcher``
@@ -138,7 +141,7 @@ class LanguageModelingTask(SavesHF):
         was_training = self.model.training
         self.model.eval()
         try:
-            for batch in self.data.batches(split):
+            for batch in self.data.batches(split, batch_size):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
                 if engine is not None:
