@@ -188,3 +188,42 @@ def test_least_squares_recovery_masked_twin_equals_pruned_twin(model_type):
     assert (masked_scales[UNEVEN.bool()] - 1).abs().max() > 1e-3  # the kept heads were rescaled
     with gates.masked(mask):
         _close(_logits(pruned, batches[0]), _logits(model, batches[0]), rel=1e-4)
+
+
+def _falcon(**variant):
+    """A tiny Falcon of another layout: classic multi-head (q/k/v per head), grouped KV (new decoder architecture), ALiBi."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("falcon", **{**DECODER_CONFIGS["falcon"], **variant})
+    return AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+
+
+@pytest.mark.parametrize("variant", [dict(multi_query=False), dict(new_decoder_architecture=True, num_kv_heads=2)])
+def test_falcon_layouts_pruned_equal_masked(variant):
+    model = _falcon(**variant)
+    gates = HeadGates(model)
+    grouped = variant.get("num_kv_heads") == 2
+    mask = (
+        kv_to_head_mask({"dec_self": torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])}, {"dec_self": 2})["dec_self"]
+        if grouped
+        else UNEVEN
+    )
+    with gates.masked({"dec_self": mask}):
+        masked = _logits(model, lm_batch())
+    pruned = _falcon(**variant)
+    prune_mask(pruned, {"dec_self": mask})
+    _close(_logits(pruned, lm_batch()), masked)
+    if grouped:  # its grouped layout cannot run unequal groups: refused, naming the way that works
+        with pytest.raises(ConfigError, match=r"as many query heads for every KV head.*prune.unit=kv_group"):
+            prune_mask(_falcon(**variant), {"dec_self": UNEVEN})
+
+
+def test_falcon_with_alibi_gates_but_refuses_pruning():
+    model = _falcon(alibi=True)
+    gates = HeadGates(model)
+    with gates.masked({"dec_self": UNEVEN}):
+        masked = _logits(model, lm_batch())
+    assert (masked - _logits(model, lm_batch())).abs().max() > 1e-4
+    with pytest.raises(ConfigError, match=r"alibi=True cannot be pruned physically.*ALiBi"):
+        prune_mask(model, {"dec_self": UNEVEN})

@@ -169,5 +169,5 @@ def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
 def max_positions(model_cfg) -> int | None:
     """The most token positions the model takes (``max_position_embeddings``; None: unknown or unbounded)."""
     fields = config_fields(model_cfg)
-    value = None if fields is None else fields.get("max_position_embeddings")
+    value = None if fields is None else fields.get("max_position_embeddings", fields.get("n_positions"))  # n_positions: GPT-2
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
