@@ -106,7 +106,7 @@ def test_onnx_of_other_decoder_families_with_an_emptied_layer(tmp_path):
     from tiny_llms import tiny_family
 
     items = []
-    for model_type in ("gpt2", "gpt_neox", "gemma2", "phi3"):
+    for model_type in ("gpt2", "gpt_neox", "opt", "phi3", "gemma2", "gemma3_text", "granite", "falcon"):
         removed = {"dec_self": {0: [1], 1: [0, 1, 2, 3], 2: [0, 2, 3]}}  # uneven, emptied (a phantom head), uneven
         batches = [inputs(lm_batch(seed=s, batch=2 + s, length=6 + 3 * s)) for s in range(2)]
         model = tiny_family(model_type, attn="eager" if model_type == "gemma2" else "sdpa")

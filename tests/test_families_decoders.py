@@ -170,13 +170,13 @@ def test_output_logits_from_hidden_states_equal_the_forward(model_type):
         _close(output_logits(model)(hidden), _logits(model, batch))
 
 
-@pytest.mark.parametrize("model_type", ["gpt2", "gpt_neox", "phi3"])
+@pytest.mark.parametrize("model_type", PRUNABLE)
 def test_least_squares_recovery_masked_twin_equals_pruned_twin(model_type):
     import copy
 
     from headprune.selection.lsq import lsq_recover
 
-    model = tiny_family(model_type)
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
     gates = HeadGates(model)
     batches = [lm_batch(seed=s, batch=4, length=10) for s in range(2)]
     mask = {"dec_self": UNEVEN}
@@ -227,3 +227,19 @@ def test_falcon_with_alibi_gates_but_refuses_pruning():
     assert (masked - _logits(model, lm_batch())).abs().max() > 1e-4
     with pytest.raises(ConfigError, match=r"alibi=True cannot be pruned physically.*ALiBi"):
         prune_mask(model, {"dec_self": UNEVEN})
+
+
+def test_a_deep_copy_of_a_model_gated_at_the_output_projection_has_gates_of_its_own():
+    import copy
+
+    model = tiny_family("falcon")
+    gates = HeadGates(model)
+    twin = copy.deepcopy(model)
+    batch = lm_batch()
+    plain = _logits(twin, batch)
+    with gates.masked({"dec_self": UNEVEN}):
+        torch.testing.assert_close(_logits(twin, batch), plain, atol=0, rtol=0)  # the original's mask leaves the copy alone
+    with HeadGates(twin).masked({"dec_self": UNEVEN}):
+        masked = _logits(twin, batch)
+    with gates.masked({"dec_self": UNEVEN}):
+        _close(masked, _logits(model, batch))
