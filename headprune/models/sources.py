@@ -149,7 +149,9 @@ def config_fields(model_cfg) -> dict | None:
 
 def kv_heads_per_layer(fields: dict) -> int | None:
     """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
-    kv, heads = fields.get("num_key_value_heads"), fields.get("num_attention_heads")
+    kv, heads = fields.get("num_key_value_heads", fields.get("num_kv_heads")), fields.get("num_attention_heads")
+    if fields.get("multi_query") and not fields.get("new_decoder_architecture"):
+        kv = 1  # Falcon's multi-query attention: one KV head for all query heads
     return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
 
 
