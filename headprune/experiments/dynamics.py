@@ -117,7 +117,7 @@ def check(cfg) -> None:
     from headprune.core.checks import ConfigError
     from headprune.models.sources import check_model_dir, resolve_pretrained
 
-    listed = [str(c) for c in cfg.get("checkpoints") or []]
+    listed = [str(c) for c in cfg.checkpoints]
     if bool(listed) == (cfg.get("ckpt_dir") is not None):
         raise ConfigError(
             "experiment=dynamics reads one of ckpt_dir=<training run>/checkpoints (a headprune training run's epochs) or "

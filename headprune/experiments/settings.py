@@ -133,6 +133,7 @@ class ExportSettings:
     per_channel: bool
     gguf_dtype: str
     tokenizer_pre: str | None
+    int8_batch_sizes: list[int]
     split: str
     examples: int
     batch_size: int
