@@ -115,6 +115,20 @@ def test_onnx_of_other_decoder_families_with_an_emptied_layer(tmp_path):
         assert report["passed"] and report["greedy_equal"]
 
 
+@pytest.mark.slow
+def test_stock_hf_checkpoints_of_other_grouped_query_decoders(tmp_path):
+    from tiny_llms import tiny_family
+
+    items, models = [], {}
+    for model_type in ("granite", "gemma2", "gemma3_text", "phi3"):
+        model = models[model_type] = tiny_family(model_type, attn="eager" if model_type == "gemma2" else "sdpa")
+        removed = kv_removed(model, [[layer % 2] for layer in range(model.config.num_hidden_layers)])  # one KV group of two per layer
+        batches = [inputs(lm_batch(seed=s, batch=2 + s, length=6 + 3 * s)) for s in range(2)]
+        items.append(prepared("hf", model, removed, batches, tmp_path / model_type, generate=True))
+    for (model_type, model), report in zip(models.items(), checked(items)):
+        assert report["passed"] and report["greedy_equal"] and report["architecture"] == type(model).__name__, model_type
+
+
 def kv_removed(model, per_layer: list[list[int]]) -> dict:
     """The query heads of the KV groups ``per_layer`` ({layer: [KV ids]}) as {group: {layer: [head ids]}}."""
     n = model.config.num_attention_heads // model.config.num_key_value_heads
