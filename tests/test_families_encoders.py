@@ -237,3 +237,21 @@ def test_t5_attention_entropy_includes_the_position_bias():
     recorded = attention_entropy(model, HeadGates(model), [model_inputs(model, batch) | {"labels": batch["labels"]}])
     for group, value in expected.items():
         _assert_close_scaled(recorded[group], value)
+
+
+@pytest.mark.parametrize("model_type", ["t5", "whisper"])
+def test_generation_with_cache_pruned_equals_masked(model_type):
+    """Beam search with the KV cache (T5: the position bias of later steps) gives the masked model's tokens and scores."""
+    make, make_batch = FAMILY_MODELS[model_type]
+    model, twin = make(), make()
+    inputs = {k: v for k, v in make_batch().items() if k not in ("labels", "decoder_input_ids")}
+    gates = HeadGates(model)
+    mask = _uneven_mask(gates)
+    prune_mask(twin, mask)
+    settings = {"max_new_tokens": 5, "num_beams": 2, "do_sample": False, "output_scores": True, "return_dict_in_generate": True}
+    with torch.no_grad(), gates.masked(mask):
+        masked = model.generate(**inputs, **settings)
+    with torch.no_grad():
+        pruned = twin.generate(**inputs, **settings)
+    assert torch.equal(masked.sequences, pruned.sequences)
+    _assert_close_scaled(torch.stack(pruned.scores), torch.stack(masked.scores))

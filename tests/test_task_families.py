@@ -1,15 +1,15 @@
-"""NLI on DistilBERT and DeBERTa-v2 (tiny random models, synthetic NLI): ablation, pruning and the pruned model's speed check."""
+"""NLI on DistilBERT and DeBERTa-v2, MT on T5 (tiny random models, synthetic data): the experiments run unchanged."""
 
 from __future__ import annotations
 
 import pytest
-from experiment_helpers import FAST, NLI, compose_cfg, results
+from experiment_helpers import FAST, MT, NLI, compose_cfg, results
 
 from headprune.experiments import ablate, prune, speed
 
 
-def _cfg(tmp_path, model: str, experiment: str, *overrides):
-    base = [f"model={model}" if o.startswith("model=") else o for o in NLI]
+def _cfg(tmp_path, model: str, experiment: str, *overrides, task: list[str] = NLI):
+    base = [f"model={model}" if o.startswith("model=") else o for o in task]
     extra = [o for o in FAST if o.split("=")[0].split(".")[0] in ("logger", experiment)]
     return compose_cfg(tmp_path, [f"experiment={experiment}", *base, "device=cpu", *extra, *overrides])
 
@@ -32,3 +32,11 @@ def test_min_heads_check_reads_distilbert_head_count(tmp_path):
 
     with pytest.raises(ConfigError, match="at most 3"):
         validate(_cfg(tmp_path, "tiny_distilbert", "prune", "prune.min_heads_per_layer=4"))  # n_heads: 4
+
+
+def test_mt_prune_on_t5(tmp_path):
+    """T5 (trained tokenizer, start token = pad) through the MT task: importance order, pruned at 0 and 50%."""
+    prune.run(_cfg(tmp_path, "tiny_t5", "prune", "prune.fractions=[0,0.5]", task=MT))
+    res = results(tmp_path)["results"]
+    assert res["groups"] == ["enc_self", "enc_dec", "dec_self"] and res["total_heads"] == 3 * 2 * 4
+    assert [step["heads_pruned"] for step in res["orders"]["importance"]["steps"]] == [0, 12]
