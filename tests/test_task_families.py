@@ -40,3 +40,22 @@ def test_mt_prune_on_t5(tmp_path):
     res = results(tmp_path)["results"]
     assert res["groups"] == ["enc_self", "enc_dec", "dec_self"] and res["total_heads"] == 3 * 2 * 4
     assert [step["heads_pruned"] for step in res["orders"]["importance"]["steps"]] == [0, 12]
+
+
+def test_mt_source_prefix_goes_before_every_source(tmp_path):
+    """``data.source_prefix`` (T5's task prefix) is tokenized in front of each source sentence; targets are unchanged."""
+    from headprune.core.checks import ConfigError
+    from headprune.models.tokenizers import encode
+    from headprune.tasks import registry
+    from headprune.validation import validate
+
+    prefix = "translate English to German: "
+    cfg = _cfg(tmp_path, "tiny_t5", "ablate", f"data.source_prefix='{prefix}'", task=MT)
+    validate(cfg)
+    data = registry.load_task(cfg).data
+    texts, targets = data.split_texts("valid")
+    sources, labels = data.split_encoded("valid")
+    assert sources == encode(data.build_tokenizer(), [prefix + line for line in texts])
+    assert labels == encode(data.build_tokenizer(), targets, target=True)
+    with pytest.raises(ConfigError, match="data.source_prefix"):
+        validate(_cfg(tmp_path, "tiny_t5", "ablate", "data.source_prefix=5", task=MT))
