@@ -59,3 +59,18 @@ def test_mt_source_prefix_goes_before_every_source(tmp_path):
     assert labels == encode(data.build_tokenizer(), targets, target=True)
     with pytest.raises(ConfigError, match="data.source_prefix"):
         validate(_cfg(tmp_path, "tiny_t5", "ablate", "data.source_prefix=5", task=MT))
+
+
+@pytest.mark.parametrize(
+    "model,task,groups",
+    [
+        ("tiny_distilbert", NLI, {"enc_self": [2, 4]}),
+        ("tiny_deberta_v2", NLI, {"enc_self": [2, 4]}),
+        ("tiny_t5", MT, {"enc_self": [2, 4], "enc_dec": [2, 4], "dec_self": [2, 4]}),
+    ],
+)
+def test_inspect_shows_the_family(model, task, groups, tmp_path, capsys):
+    from headprune.experiments import inspect
+
+    numbers = inspect.run(_cfg(tmp_path, model, "inspect", task=task))
+    assert numbers["groups"] == groups and f"heads present: {sum(l * h for l, h in groups.values())} of" in capsys.readouterr().out
