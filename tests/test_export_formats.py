@@ -83,6 +83,25 @@ def test_onnx_encoders_and_encoder_decoders_with_uneven_heads(tmp_path):
         assert report["passed"] and report["max_abs_diff"] <= 1e-5
 
 
+def test_onnx_of_distilbert_deberta_v2_and_t5_with_an_emptied_layer(tmp_path):
+    from tiny_encoders import VOCAB, tiny_deberta_v2, tiny_distilbert, tiny_t5
+
+    items = []
+    for name, make in (("distilbert", tiny_distilbert), ("deberta-v2", tiny_deberta_v2)):
+        batches = [inputs(classifier_batch(seed=s, batch=3 + s, length=7 + 2 * s, vocab=VOCAB)) for s in range(2)]
+        items.append(prepared("onnx", make(), {"enc_self": {0: [1, 2], 1: [0, 1, 2, 3]}}, batches, tmp_path / name))
+    batches = []
+    for s in range(2):
+        batch = seq2seq_batch(seed=s, batch=3 + s, src_len=7 + s, tgt_len=5 + 2 * s, vocab=VOCAB)
+        batches.append(
+            {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "decoder_input_ids": batch["labels"].clamp(min=2)}
+        )
+    removed = {"enc_self": {0: [1, 2]}, "enc_dec": {1: [0, 1, 2, 3]}, "dec_self": {0: [3], 2: [1]}}  # T5: position bias cut per layer
+    items.append(prepared("onnx", tiny_t5(), removed, batches, tmp_path / "t5"))
+    for report in checked(items):
+        assert report["passed"] and report["max_abs_diff"] <= 1e-5
+
+
 LLAMA_FAMILY = {
     "llama": lambda: tiny_llama(),
     "mistral": lambda: tiny_decoder("mistral"),
