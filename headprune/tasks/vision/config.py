@@ -37,7 +37,9 @@ class ImageDataConfig:
         numbers = {}
         for key, low in (("seed", 0), ("eval_size", 1), ("importance_size", 0), ("batch_size", 1), ("eval_batch_size", 1)):
             numbers[key] = _integer(data.get(key), f"data.{key}", low)
-        limits = {key: None if data.get(key) is None else _integer(data.get(key), f"data.{key}", 1) for key in ("limit_train", "limit_eval")}
+        limits = {
+            key: None if data.get(key) is None else _integer(data.get(key), f"data.{key}", 1) for key in ("limit_train", "limit_eval")
+        }
         config = cls(
             source=source,
             **numbers,

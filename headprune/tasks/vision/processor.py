@@ -20,9 +20,7 @@ def build_processor(model_cfg, model):
         return AutoImageProcessor.from_pretrained(resolve_pretrained(model_cfg.pretrained))
     settings = model_cfg.get("processor")
     if not settings:
-        raise ValueError(
-            f"model {model_cfg.get('name')!r} is built fresh but sets no model.processor: give it image_mean and image_std"
-        )
+        raise ValueError(f"model {model_cfg.get('name')!r} is built fresh but sets no model.processor: give it image_mean and image_std")
     size, _ = image_geometry(model)
     return ViTImageProcessorPil(
         size={"height": size, "width": size}, image_mean=list(settings.image_mean), image_std=list(settings.image_std)
