@@ -265,7 +265,7 @@ def test_finetune_learns_the_digits(trained):
     out, metrics = trained
     assert metrics["eval/accuracy_exact"] > 50.0 and metrics["eval/n"] == 360
     assert {"config.json", "model.safetensors", "preprocessor_config.json"} <= {p.name for p in (out / "model").iterdir()}
-    assert json.loads((out / "results.json").read_text())["metrics"]["eval/accuracy_exact"] == metrics["eval/accuracy_exact"]
+    assert json.loads((out / "results.json").read_text())["results"]["eval/accuracy_exact"] == metrics["eval/accuracy_exact"]
 
 
 @pytest.mark.slow
