@@ -102,7 +102,7 @@ def test_training_and_timing_batches(task):
 
 def test_splits_are_disjoint_deterministic_and_fingerprinted(task, tmp_path):
     from headprune.tasks.vision.config import ImageDataConfig
-    from headprune.tasks.vision.sources import split_pool
+    from headprune.tasks.vision.image_sources import split_pool
 
     config = ImageDataConfig.from_cfg(vision_cfg(tmp_path).data)
     parts = split_pool(list(range(500)), [0] * 500, config)
@@ -135,7 +135,7 @@ def test_hub_rows_read_the_configured_columns_of_a_dataset():
     from datasets import Dataset
     from PIL import Image
 
-    from headprune.tasks.vision.sources import hub_rows
+    from headprune.tasks.vision.image_sources import hub_rows
 
     images = [Image.fromarray(np.full((6, 6), 40 * i, dtype=np.uint8)) for i in range(4)]
     dataset = Dataset.from_dict({"img": images, "fine_label": [3, 1, 0, 2]})
@@ -152,7 +152,7 @@ def test_image_hub_holds_importance_out_of_train(tmp_path, monkeypatch):
     from datasets import Dataset
     from PIL import Image
 
-    from headprune.tasks.vision import sources
+    from headprune.tasks.vision import image_sources as sources
     from headprune.tasks.vision.config import ImageDataConfig
 
     def fake(path, name=None, split=None):

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from headprune.tasks.vision.config import SPLITS, ImageDataConfig
-from headprune.tasks.vision.sources import SOURCE_READERS
+from headprune.tasks.vision.image_sources import SOURCE_READERS
 
 
 class ImageTensors(Dataset):
