@@ -302,3 +302,15 @@ def test_study_runs_unchanged_on_the_trained_vit(trained, tmp_path):
     assert set(res["prune"]["orders"]) == {"importance", "ablation", "entropy", "random"}
     assert len(res["ablate"]["splits"]["eval"]["rows"]) == 16
     assert res["speed"]["score_check"]["masked"] == pytest.approx(res["speed"]["score_check"]["pruned"])
+
+    from headprune.experiments import export
+
+    out = tmp_path / "export"
+    over = ["experiment=export", *over[1:4], f"model.pretrained={model_dir}", "data.limit_eval=120"]
+    cfg = compose_cfg(out, [*over, f"export.mask_file={tmp_path / 'results.json'}", "export.quantize=int8", "speed.batch_sizes=[8]"])
+    validate(cfg)
+    export.run(cfg)
+    check = results(out)["results"]["check"]
+    assert check["outputs_match"] and check["headprune_importable"] is False
+    described = json.loads((out / "export" / "onnx" / "headprune_export.json").read_text())
+    assert described["task"] == "image-classification" and described["image_inputs"]["size"] == {"height": 16, "width": 16}
