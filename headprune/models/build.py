@@ -18,6 +18,7 @@ def _model_class(kind: str):
         "classifier": transformers.AutoModelForSequenceClassification,
         "seq2seq": transformers.AutoModelForSeq2SeqLM,
         "causal_lm": transformers.AutoModelForCausalLM,
+        "image_classifier": transformers.AutoModelForImageClassification,
     }
     if kind not in classes:
         raise ValueError(f"model.kind must be one of {sorted(classes)}, got {kind!r}")

@@ -23,6 +23,7 @@ VOCABULARY_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
     "tokenizer.model",
+    "preprocessor_config.json",  # an image model's processor: what turns its inputs into tensors
 )  # a saved tokenizer has at least one of these (a config alone is not a vocabulary)
 
 

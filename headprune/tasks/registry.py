@@ -58,6 +58,16 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
     ),
+    "image_classifier": TaskSpec(
+        "vision",
+        "image",
+        "data=image_digits|image_hub",
+        "headprune.tasks.vision.task.load_vision_task",
+        "headprune.tasks.vision.task.finetune",
+        splits=("train", "importance", "eval"),
+        check="headprune.tasks.vision.config_check.check",
+        selection="importance",
+    ),
 }
 
 
