@@ -12,13 +12,14 @@ from __future__ import annotations
 from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
 from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores, order_settings
 from headprune.lightning.loggers import log_run
+from headprune.results.points import point_name
 from headprune.results.run_dir import mask_to_json, tensor_dict, write_results
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.uniform import layout_mask, layout_masks, layout_of
 from headprune.tasks import registry
 from headprune.viz.plots import pareto_figure, pruning_curves
-from headprune.viz.tables import pareto_rows, point_name, prune_rows
+from headprune.viz.tables import pareto_rows, prune_rows
 
 
 def fractions_of(settings) -> list[float]:

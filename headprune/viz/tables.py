@@ -7,6 +7,7 @@ report and the experiments' logged tables show the same numbers the same way.
 from __future__ import annotations
 
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
+from headprune.results.points import point_name
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -164,15 +165,6 @@ def speed_table(study: dict) -> str:
 
 
 # ---- pruning for speed: quality against throughput -----------------------------------------------
-def point_name(point: dict) -> str:
-    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``, ``unpruned + same training`` (the control):
-    the order, its rearrangement and its recovery."""
-    if point.get("control"):
-        return "unpruned + same training"
-    name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
-    return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
-
-
 def point_speed(point: dict) -> float:
     """A point's speed-up: measured when it was timed, else predicted by the cost model."""
     measured = point.get("measured")
