@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.headprune-installed
 
-.PHONY: venv test test-fast test-slurm lint demo bench check-results clean lock
+.PHONY: venv test test-fast test-slurm test-clients lint demo bench check-results clean lock
 
 venv: $(STAMP)
 
@@ -39,6 +39,10 @@ test-fast: $(STAMP)
 # A one-node SLURM cluster (root, apt: slurmctld, slurmd, munge), a 2-job CPU sweep and an srun DDP fine-tune on it.
 test-slurm: $(STAMP)
 	PYTHON=$(abspath $(BIN)/python) tools/slurm_local.sh
+
+# Each export loaded by its client, without headprune: stock transformers and llama.cpp (built once into .clients/).
+test-clients: $(STAMP)
+	$(BIN)/python tools/test_clients.py
 
 demo: $(STAMP)
 	$(BIN)/headprune experiment=study

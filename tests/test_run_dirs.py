@@ -97,7 +97,8 @@ def test_an_export_killed_mid_way_leaves_the_old_export_intact(prune_run, capsys
     assert status == 0, err
     files = json.loads((export_dir / "results.json").read_text())["results"]["files"]
     on_disk = sorted(str(p.relative_to(export_dir)) for p in (export_dir / "export").rglob("*") if p.is_file())
-    assert on_disk == sorted(files) == ["export/onnx/model.onnx"]  # the old int8 graphs went with the old export
+    assert set(files) <= set(on_disk) and "export/onnx/model.onnx" in files
+    assert not [name for name in on_disk if "int8" in name]  # the old int8 graphs went with the old export
     assert not (export_dir / ".export.next").exists()
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from headprune.core.fused import concatenated, interleaved
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
+GATE_MECHANISMS = ("attention", "output")  # scale each head's output in the attention function, or at the output projection's input
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class Family:
     config_head_attrs: tuple[str, ...] = ()  # config fields the attention reads for its own head count at run time
     fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
     cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
+    gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (OUTPUT_GATE)
+    head_rows: tuple[str, ...] = ()  # more projections whose output rows are per head, sliced like the query (when present)
+    head_indexed_kwargs: tuple[str, ...] = ()  # attention-function kwargs with a head axis 1 by original id (T5's position bias)
+    config_head_counts: tuple[str, ...] = ("num_attention_heads",)  # config fields holding heads per layer
 
 
 BERT_LIKE = Family(
@@ -67,6 +72,7 @@ BART_LIKE = Family(
     head_count_attr="num_heads",
     width_attrs=("embed_dim",),
     head_dim_attr="head_dim",
+    config_head_counts=("encoder_attention_heads", "decoder_attention_heads"),
 )
 
 LLAMA_LIKE = Family(
@@ -155,7 +161,70 @@ PHI3 = Family(
     fused_layout=concatenated,
 )
 
-FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3)
+DISTILBERT = Family(
+    name="distilbert",
+    model_types=("distilbert",),
+    sites=((r"(?:^|\.)transformer\.layer\.(\d+)\.attention$", "enc_self"),),
+    core="",
+    query="q_lin",
+    key="k_lin",
+    value="v_lin",
+    output="out_lin",
+    head_count_attr="n_heads",
+    width_attrs=("dim",),
+    head_dim_attr="attention_head_size",
+    config_head_counts=("n_heads",),
+)
+
+VIT_LIKE = Family(
+    name="vit-like",
+    model_types=("vit", "deit"),
+    sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "enc_self"),),
+    core="",
+    query="q_proj",
+    key="k_proj",
+    value="v_proj",
+    output="o_proj",
+    head_count_attr="num_attention_heads",
+)
+
+T5_LIKE = Family(
+    name="t5",
+    model_types=("t5", "mt5"),
+    sites=(
+        (r"(?:^|\.)encoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "enc_self"),
+        (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.1\.EncDecAttention$", "enc_dec"),
+        (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "dec_self"),
+    ),
+    core="",
+    query="q",
+    key="k",
+    value="v",
+    output="o",
+    head_count_attr=None,  # n_heads stays the original count: the position bias it sizes is sliced per layer
+    width_attrs=("inner_dim",),
+    head_dim_attr="key_value_proj_dim",
+    head_indexed_kwargs=("position_bias",),  # (1, H, Tq, Tk): made by each stack's first layer for every layer
+    config_head_counts=("num_heads",),
+)
+
+WHISPER = replace(BART_LIKE, name="whisper", model_types=("whisper",))
+
+DEBERTA_V2 = replace(
+    BERT_LIKE,
+    name="deberta-v2",
+    model_types=("deberta-v2",),
+    sites=((r"(?:^|\.)encoder\.layer\.(\d+)\.attention$", "enc_self"),),
+    query="self.query_proj",
+    key="self.key_proj",
+    value="self.value_proj",
+    gate="output",  # its attention does not call transformers' attention interface
+    head_rows=("self.pos_key_proj", "self.pos_query_proj"),  # relative-position projections without share_att_key
+)
+
+ENCODER_FAMILIES = (DISTILBERT, VIT_LIKE, T5_LIKE, WHISPER, DEBERTA_V2)
+
+FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3, *ENCODER_FAMILIES)
 
 
 def supported_model_types() -> list[str]:

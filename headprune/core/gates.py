@@ -4,7 +4,9 @@ The gates work through transformers' attention interface: every supported attent
 calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``. We register one wrapper per
 underlying implementation (``headprune_sdpa``, ``headprune_eager``, ...) that calls the
 model's own implementation and then scales the per-head output ``(B, T, H, D)`` by the
-module's gate. No model code is forked.
+module's gate. No model code is forked. A family whose attention ignores that interface
+(DeBERTa-v2) gates at its output projection instead (headprune.core.output_gate); any
+site can be switched to either with ``HeadGates(model, gate_at=...)``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.core.families import GROUPS, Family, family_for, match_site
+from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
+from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
+from headprune.core.output_gate import attach_output_gate
 
 PREFIX = "headprune_"
 
@@ -43,7 +47,8 @@ class AttentionSite:
     gate: torch.Tensor | None = None  # (H,) or (B, H) over the present heads; None = no gating
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
     recording: bool = False  # add a probe per forward while gate gradients are recorded
-    entropy_hook: object = None  # callable(site, query, key, mask, scaling) while entropy is recorded
+    entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
+    gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
 
     def linear(self, which: str) -> nn.Module:
         """The q/k/v/output projection named by the family table (nn.Linear or Conv1D; one module for fused q/k/v)."""
@@ -77,6 +82,11 @@ class AttentionSite:
         """The original id of the KV head that query head ``head`` (original id) attends with."""
         return int(head) // self.heads_per_kv  # repeat_kv: query head h reads KV head h // groups
 
+    @property
+    def needs_wrapper(self) -> bool:
+        """Whether the pruned weights only run through the attention wrapper (uneven KV groups, head-indexed kwargs to cut)."""
+        return self.kv_index is not None or (bool(self.family.head_indexed_kwargs) and self.num_heads != self.num_heads_orig)
+
     def kv_positions(self) -> list[int]:
         """Position in the k/v weights of the KV head of every computed query head (the phantom reads the phantom)."""
         if not self.head_ids:
@@ -102,36 +112,20 @@ def _make_gated(inner_name: str):
             # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head
             index = site.kv_index.to(key.device)
             key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1
+        if site is not None:
+            kwargs = slice_head_kwargs(site, kwargs)
         out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
         if site is None:
             return out, weights
         if site.entropy_hook is not None:
             if key.shape[1] != query.shape[1]:
                 key = key.index_select(1, torch.tensor(site.kv_positions(), device=key.device))  # (B, H, T, D)
-            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"))
-        gate = site.gate
-        if gate is not None:
-            out = out * _broadcast_gate(gate, out)
-        if site.recording and torch.is_grad_enabled():
-            probe = torch.ones(out.shape[:3], dtype=out.dtype, device=out.device, requires_grad=True)
-            site.probes.append(probe)
-            out = out * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = sum_d out * grad: the gate gradient per token
+            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"), bias=score_bias(site, kwargs))
+        if site.gate_at == "attention":
+            out = gate_heads(site, out)
         return out, weights
 
     return gated_attention
-
-
-def _broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
-    gate = gate.to(dtype=out.dtype, device=out.device)
-    if gate.dim() == 1:
-        return gate.view(1, 1, -1, 1)
-    batch = out.shape[0]
-    if gate.shape[0] != batch:
-        if batch % gate.shape[0]:
-            raise ValueError(f"per-example mask has {gate.shape[0]} rows but the batch has {batch} examples")
-        gate = gate.repeat_interleave(batch // gate.shape[0], dim=0)  # beam search expands each example in place
-    return gate.view(batch, 1, -1, 1)
 
 
 def register_wrapper(prefix: str, inner_name: str, make) -> str:
@@ -144,16 +138,22 @@ def register_wrapper(prefix: str, inner_name: str, make) -> str:
     return name
 
 
-def _ensure_registered(inner_name: str) -> str:
+def ensure_gated(inner_name: str) -> str:
     """Register the gated wrapper (and the matching mask function) for one implementation."""
     return register_wrapper(PREFIX, inner_name, _make_gated)
+
+
+def own_attention_name(model: nn.Module) -> str:
+    """The model's own attention implementation (the one headprune's wrapper wraps, if it is routed through it)."""
+    original = model.config._attn_implementation or "sdpa"
+    return original[len(PREFIX) :] if original.startswith(PREFIX) else original
 
 
 def route_attention(model: nn.Module) -> str:
     """Point the model at headprune's wrapper of its attention (public setter); returns the wrapped implementation."""
     original = model.config._attn_implementation or "sdpa"
     inner = original[len(PREFIX) :] if original.startswith(PREFIX) else original
-    gated_name = _ensure_registered(inner)
+    gated_name = ensure_gated(inner)
     model.set_attn_implementation(gated_name)
     if model.config._attn_implementation != gated_name:
         raise ValueError(
@@ -197,6 +197,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
             list(range(n_heads)),
             num_kv_heads_orig=n_kv,
             kv_ids=list(range(n_kv)),
+            gate_at=family.gate,
         )
         core._headprune_site = site  # the site (and its head bookkeeping) lives with the module
         sites.append(site)
@@ -220,10 +221,23 @@ class HeadGates:
 
     unit = "head"  # masks and scores are per query head (headprune.core.units.KVGroupGates: per KV group)
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, gate_at: str | None = None):
+        """``gate_at``: "attention" or "output" for every site (default: each family's own mechanism)."""
         self.model = model
         self.sites = find_sites(model)
-        self.inner = route_attention(model)
+        if gate_at is not None:
+            if gate_at not in GATE_MECHANISMS:
+                raise ValueError(f"gate_at must be one of {GATE_MECHANISMS}, got {gate_at!r}")
+            for site in self.sites:
+                site.gate_at = gate_at
+        for site in self.sites:
+            attach_output_gate(site)
+        if any(site.gate_at == "attention" or site.needs_wrapper for site in self.sites):
+            self.inner = route_attention(model)
+        else:
+            self.inner = own_attention_name(model)
+            if model.config._attn_implementation != self.inner:
+                model.set_attn_implementation(self.inner)  # gated at the output projection: the model's own attention
 
     # ---- structure -------------------------------------------------------------------------
     @property
@@ -329,8 +343,8 @@ class HeadGates:
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
         self.set_mask(None)
-        if any(site.kv_index is not None for site in self.sites):
-            return  # uneven KV groups after pruning: the wrapper maps query heads to their KV heads, keep it
+        if any(site.needs_wrapper for site in self.sites):
+            return  # uneven KV groups or sliced head-indexed kwargs after pruning: keep the wrapper
         self.model.set_attn_implementation(self.inner)
 
     def describe(self) -> str:

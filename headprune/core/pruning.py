@@ -19,6 +19,7 @@ from torch import nn
 from headprune.core.checks import ConfigError
 from headprune.core.gates import AttentionSite, find_sites, route_attention
 from headprune.core.layer_config import with_layer_fields
+from headprune.core.output_gate import attach_output_gate
 from headprune.core.projections import sliced_projection
 
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
@@ -99,6 +100,8 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
         for which in ("key", "value"):
             _set_projection(site, which, sliced_projection(site.linear(which), _units(kv_keep, site.head_dim), outputs=True))
     _set_projection(site, "output", sliced_projection(site.linear("output"), _units(keep, site.head_dim), outputs=False))
+    attach_output_gate(site)  # the new output projection needs the gate hook again
+    _slice_head_rows(site, _units(keep, site.head_dim))
     if site.gate is not None and keep:
         site.gate = site.gate[..., keep]
     elif site.gate is not None:
@@ -121,6 +124,16 @@ def _set_head_counts(site: AttentionSite) -> None:
         site.core.config = with_layer_fields(site.core.config, **dict.fromkeys(family.config_head_attrs, heads))
     if family.kv_groups_attr:
         _set_kv_groups(site)
+
+
+def _slice_head_rows(site: AttentionSite, units: torch.Tensor) -> None:
+    """Slice the family's other per-head projections (``head_rows``) that this module has, like the query."""
+    for path in site.family.head_rows:
+        parent_path, _, name = path.rpartition(".")
+        parent = site.block.get_submodule(parent_path) if parent_path else site.block
+        linear = getattr(parent, name, None)
+        if isinstance(linear, nn.Linear):
+            setattr(parent, name, sliced_projection(linear, units, outputs=True))
 
 
 def _set_kv_groups(site: AttentionSite) -> None:
@@ -157,8 +170,8 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
                 n_layers = 1 + max(l for g, l in sites if g == group)
                 raise IndexError(f"layer {layer} out of range for group {group!r} ({n_layers} layers)")
             prune_site(site, list(ids))
-    if any(site.kv_index is not None for site in sites.values()):
-        route_attention(model)  # uneven KV groups run through headprune's attention wrapper
+    if any(site.needs_wrapper for site in sites.values()):
+        route_attention(model)  # uneven KV groups and head-indexed kwargs to cut run through headprune's attention wrapper
     record = pruning_record(model)
     setattr(model.config, RECORD_ATTR, record)
     return record

@@ -2,8 +2,8 @@
 
 The record (config.json's ``headprune_pruned_heads`` and ``headprune_pruning.json``) names the removed
 heads by original id; ``headprune_pruning.json`` also holds a SHA-256 per attention module of its kept
-head ids and weights, checked on load. For BERT-like models config.json also gets transformers v4's
-``pruned_heads``, so v4 loads the directory, and ``load_pruned`` reads directories pruned by v4.
+head ids and weights, checked on load. For BERT-like, DistilBERT, ViT and DeiT models config.json also gets
+transformers v4's ``pruned_heads``, so v4 loads the directory, and ``load_pruned`` reads directories pruned by v4.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
 RECORD_FILE = "headprune_pruning.json"
 V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group
-V4_GROUP = {"bert-like": "enc_self"}  # families whose v4 models pruned heads, and the group v4 meant
+V4_GROUP = {"bert-like": "enc_self", "distilbert": "enc_self", "vit-like": "enc_self"}  # families v4 pruned, and the group it meant
+# (v4's T5 prune_heads failed with an AttributeError, so no T5 directory was ever pruned by v4 nor loads pruned in it)
 
 
 def v4_pruned_heads(model: nn.Module, record: dict) -> dict[str, list[int]] | None:
@@ -141,7 +142,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     except (IndexError, ValueError) as err:
         raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
     expected = model.state_dict()
-    state = _model_keys(model, _state_dict_from(path), expected)
+    state = _model_keys(model, _in_model_names(model, _state_dict_from(path)), expected)
     _pad_emptied_v4_layers(state, expected)
     wrong = [k for k, v in state.items() if k in expected and expected[k].shape != v.shape]
     if wrong:
@@ -171,6 +172,16 @@ def _model_keys(model: nn.Module, state: dict[str, torch.Tensor], expected: dict
         return state
     renamings = [t for t in get_model_conversion_mapping(model) if type(t) is WeightRenaming]
     return {key if key in expected else apply_renamings(key, renamings): value for key, value in state.items()}
+
+
+def _in_model_names(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The file's weights under the model's names: transformers writes some models (ViT, DeiT) in their older layout."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    own = model.state_dict()
+    by_tensor = {id(tensor): name for name, tensor in own.items()}
+    renamed = {saved: by_tensor.get(id(tensor)) for saved, tensor in revert_weight_conversion(model, dict(own)).items()}
+    return {renamed.get(name) or name: tensor for name, tensor in state.items()}  # renames only; other conversions stay as saved
 
 
 def _pad_emptied_v4_layers(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:

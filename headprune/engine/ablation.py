@@ -28,7 +28,8 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.core.gates import PREFIX, HeadGates, _broadcast_gate, register_wrapper
+from headprune.core.gates import PREFIX, HeadGates, ensure_gated, register_wrapper
+from headprune.core.head_tensors import broadcast_gate
 
 SHARED = "headprune_shared_"
 
@@ -88,14 +89,15 @@ def _make_shared(inner: str):
         finally:
             site.gate = gate
         out = out.repeat(m, 1, 1, 1)  # (M*B, T, H, D)
-        if gate is not None:
-            out = out * _broadcast_gate(gate, out)
+        if gate is not None and site.gate_at == "attention":  # else the output projection's hook gates it
+            out = out * broadcast_gate(gate, out)
         return out, weights
 
     return shared_attention
 
 
 def _ensure_shared(inner: str) -> str:
+    ensure_gated(inner)  # the shared function calls the gated one (not registered yet when heads gate at the output)
     return register_wrapper(SHARED, inner, _make_shared)
 
 
@@ -116,6 +118,9 @@ def _patched(module: nn.Module, fn):
 @contextmanager
 def attention_implementation(model: nn.Module, name: str):
     """Run a block with the model's attention implementation set to ``name`` (a registered one), then restore it."""
+    if not model._can_set_attn_implementation():  # attention that ignores transformers' interface (DeBERTa-v2): its own code runs
+        yield
+        return
     previous = model.config._attn_implementation
     model.set_attn_implementation(name)
     try:

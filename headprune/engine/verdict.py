@@ -47,6 +47,9 @@ def verdict(summary: dict) -> str:
     return "confident"
 
 
+NOT_TIMED = "not timed: ran out of speed.max_seconds on this machine"  # a measurement the time budget cut before one pass
+
+
 def is_inconclusive(row: dict) -> bool:
     """True for a timing row whose verdict is inconclusive (rows from before verdicts count as numbers)."""
     return row.get("verdict") == "inconclusive"

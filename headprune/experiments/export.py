@@ -5,7 +5,8 @@ experiment=speed reads ``speed.mask_file``), or the model is a directory saved b
 (``export.model``). The physically pruned copy is exported into ``<run>/export/<format>``; a fresh interpreter
 that cannot import headprune loads it with stock libraries and compares its logits on the task's check batches
 with the masked model's (and, for decoder-only LMs, its greedy tokens). ``export.quantize=int8`` (ONNX) is not
-exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's.
+exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's, at the task's
+evaluation batching and at each of ``export.int8_batch_sizes`` (the speed stage's batch sizes), with their spread.
 results.json records the source mask, the format, the files and the check.
 """
 
@@ -16,17 +17,19 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
-from headprune.core.checks import ConfigError, choice, integer, number
+from headprune.core.checks import ConfigError, choice, integer, number, positive_ints
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
 from headprune.experiments.mask_source import chosen_mask, file_mask, with_file_unit
 from headprune.export import FORMATS, export_model
+from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
 from headprune.tasks import registry
+from headprune.tasks.unit_task import unit_of
 
 QUANTIZE = ("none", "int8")
 EXPORT_DIR = "export"  # <run>/export/<format>/
@@ -61,7 +64,7 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
         }
     found, chosen = chosen_mask(settings, "export")
     rows = chosen.mask
-    if (found.unit or str((cfg.get("prune") or {}).get("unit") or "head")) == "kv_group":
+    if (found.unit or unit_of(cfg)) == "kv_group":
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
     return rows
@@ -80,8 +83,10 @@ def model_fields(model_cfg) -> dict:
 
 
 def check_stock(cfg, fmt: str) -> None:
-    """hf / gguf: a Llama-family decoder whose mask keeps the same heads in every layer (else a ConfigError naming what works)."""
+    """hf / gguf: a Llama-family decoder whose mask keeps the same heads in every layer, or for gguf equal query groups
+    under every kept KV head (llama.cpp's deci); else a ConfigError naming what works."""
     from headprune.export.gguf import gguf_head_count_message, refusal
+    from headprune.export.gguf_deci import gguf_architecture, mask_layer_shapes
     from headprune.export.hf import STOCK_TYPES, mask_stock_shape, not_stock_message
 
     fields = model_fields(with_source_model(cfg).model)
@@ -92,6 +97,8 @@ def check_stock(cfg, fmt: str) -> None:
         raise ConfigError(refusal(fields))
     n = int(fields["num_attention_heads"]) // int(fields.get("num_key_value_heads") or fields["num_attention_heads"])
     for rows in source_rows(cfg, fields).values():
+        if fmt == "gguf" and gguf_architecture(mask_layer_shapes(rows, n)) == "deci":
+            continue  # uneven layers: llama.cpp's deci architecture, per-layer head counts
         heads, _ = mask_stock_shape(rows, n)
         if fmt == "gguf" and int(fields["hidden_size"]) % heads:
             raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
@@ -105,7 +112,7 @@ def check(cfg) -> None:
 
     settings = cfg.export
     fmt = choice(settings.get("format"), "export.format", FORMATS)
-    quantize = choice(str(settings.get("quantize") or "none"), "export.quantize", QUANTIZE)
+    quantize = choice(str(settings.quantize), "export.quantize", QUANTIZE)
     choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
     for name in ("examples", "batch_size", "new_tokens"):
         integer(settings.get(name), f"export.{name}", 1)
@@ -135,6 +142,8 @@ def check(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
+    if quantize == "int8":
+        positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
     if quantize == "int8" and fmt != "onnx":
         raise ConfigError(
             f"export.quantize=int8 quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
@@ -154,16 +163,19 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
 
 
-def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float) -> dict:
-    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime."""
+def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
+    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime: at the
+    task's evaluation batching, and at each of ``batch_sizes`` (dynamic int8 moves with batching; f32 beside it)."""
+    from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
     quantized = quantize_int8(graphs, out / "int8", per_channel)
-    scores = {}
+    scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
             scores[name] = task.evaluate(None, split=split).score
+            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
     return {
         "metric": task.metric,
         "split": split,
@@ -171,8 +183,9 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
         "onnx_f32": scores["f32"],
         "onnx_int8": scores["int8"],
         "int8_minus_f32": scores["int8"] - scores["f32"],
+        "by_batch_size": spreads,  # {"f32" | "int8": {"batch_sizes", "scores", "min", "max", "spread"}}
         "per_channel": per_channel,
-        "files": [str(p.relative_to(out)) for p in quantized.values()],
+        "files": sorted(str(p.relative_to(out)) for p in (out / "int8").iterdir() if p.is_file()),
         "bytes": {
             "f32": sum(Path(p).stat().st_size for p in graphs.values()),
             "int8": sum(Path(p).stat().st_size for p in quantized.values()),
@@ -256,12 +269,16 @@ def run(cfg) -> dict:
         + (f", greedy tokens equal: {report['greedy_equal']}" if "greedy_equal" in report else ""),
         flush=True,
     )
-    if str(settings.get("quantize") or "none") == "int8":
+    if str(settings.quantize) == "int8":
         masked_score = task.evaluate(mask, split=split).score
-        result["quantized"] = int8_check(task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), masked_score)
+        sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
+        result["quantized"] = int8_check(
+            task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), masked_score, sizes
+        )
         q = result["quantized"]
         print(
-            f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}",
+            f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
+            + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
             flush=True,
         )
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)

@@ -4,8 +4,10 @@
   whose layers all keep the same heads: ``prune.layout=uniform``, with ``prune.unit=kv_group`` for
   grouped-query models);
 - ``onnx`` (headprune.export.onnx): any encoder, decoder or encoder-decoder, uneven heads included
-  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime);
-- ``gguf`` (headprune.export.gguf): llama.cpp's format for uniformly pruned Llama and Mistral decoders.
+  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime), in a directory with its tokenizer, config and
+  description (headprune.export.onnx_dir) that plain ONNX Runtime runs from raw text (headprune.export.onnx_client);
+- ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
+  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts) for global masks.
 
 ``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
 """
@@ -43,16 +45,21 @@ def export_model(
         }
     if fmt == "onnx":
         from headprune.export.onnx import export_onnx
+        from headprune.export.onnx_dir import write_onnx_dir
 
         graphs = export_onnx(model, example, out)
         return {
-            "files": list(graphs.values()),
+            "files": write_onnx_dir(model, tokenizer, out, graphs),
             "graphs": graphs,
             "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}},
         }
     if fmt == "gguf":
-        from headprune.export.gguf import export_gguf
+        from headprune.export.gguf_deci import write_gguf
 
-        path = export_gguf(model, tokenizer, out, gguf_dtype, name, tokenizer_pre)
-        return {"files": [path], "job": {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}}
+        written = write_gguf(model, tokenizer, out, gguf_dtype, name, tokenizer_pre)
+        path = written["path"]
+        job = {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}
+        if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
+            job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv")})
+        return {"files": [path], "architecture": written["architecture"], "job": job}
     raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")

@@ -3,7 +3,8 @@
     python -I -S checker.py jobs.json       (cwd: the jobs' directory; prints one JSON line)
 
 It imports only numpy, torch, transformers, onnxruntime and gguf (through transformers): what a user of
-the exported files has. Each job of ``jobs.json`` names the format, the files, the site-packages to add to
+the exported files has. A ``deci`` GGUF, which transformers cannot read, is read with the gguf package and run in
+numpy by ``gguf_numpy.py`` (loaded by path; it imports nothing else). Each job of ``jobs.json`` names the format, the files, the site-packages to add to
 ``sys.path`` (no ``.pth`` files run, so an editable headprune stays out) and ``arrays.npz``: the check
 batches and the masked model's outputs. The script asserts ``import headprune`` fails, runs the export on
 every batch, and reports the largest difference and whether greedy generation gives the same tokens.
@@ -66,6 +67,17 @@ def _torch_model(job: dict):
     return model, tokenizer
 
 
+def _gguf_decoder(job: dict):
+    """A deci GGUF file read by headprune's numpy reader (gguf_numpy.py beside this file, loaded by path: numpy and gguf only)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("gguf_numpy_reader", Path(__file__).with_name("gguf_numpy.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
+
+
 def run_job(job: dict, arrays) -> dict:
     """Outputs of the export on every check batch against the reference, and greedy tokens against the reference tokens."""
     import numpy as np
@@ -77,6 +89,12 @@ def run_job(job: dict, arrays) -> dict:
         logits_of = runner.logits
         step = lambda ids, mask: runner.logits({"input_ids": ids, "attention_mask": mask})  # noqa: E731
         report["providers"] = sorted({p for s in runner.sessions.values() for p in s.get_providers()})
+    elif job.get("architecture") == "deci":
+        decoder = _gguf_decoder(job)
+        logits_of = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
+        step = decoder.logits
+        layout = {key: decoder.layout[key] for key in job["layout"]}
+        report.update(architecture="deci", reader="gguf + numpy", layout=layout, layout_equal=layout == job["layout"])
     else:
         import torch
 
@@ -101,7 +119,7 @@ def run_job(job: dict, arrays) -> dict:
     report["outputs_match"] = report["max_abs_diff"] <= report["tolerance"]
     if "greedy_prompt" in arrays:
         prompt, expected = arrays["greedy_prompt"], arrays["greedy_tokens"]
-        if job["format"] == "onnx":
+        if job["format"] == "onnx" or job.get("architecture") == "deci":
             tokens = greedy_loop(step, prompt, job["new_tokens"], job["eos"], job["pad"])
         else:
             import torch
@@ -114,10 +132,10 @@ def run_job(job: dict, arrays) -> dict:
             tokens = tokens[:, prompt.shape[1] :]
         report["greedy_tokens"] = tokens.tolist()
         report["greedy_equal"] = tokens.shape == expected.shape and bool((tokens == expected).all())
-    if job.get("texts") and job["format"] != "onnx" and tokenizer is not None:
+    if job.get("texts") and job["format"] != "onnx" and job.get("architecture") != "deci" and tokenizer is not None:
         encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in job["texts"]]
         report["tokenizer_equal"] = encoded == job["text_ids"]  # the exported tokenizer splits texts as the model's own
-    report["passed"] = report["outputs_match"] and report.get("greedy_equal", True) and report.get("tokenizer_equal", True)
+    report["passed"] = all(report.get(key, True) for key in ("outputs_match", "greedy_equal", "tokenizer_equal", "layout_equal"))
     return report
 
 

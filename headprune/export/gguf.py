@@ -57,18 +57,19 @@ def tokenizer_pre_from_gguf(path: Path) -> str | None:
     return None if field is None else str(field.contents())
 
 
-def _add_metadata(writer, config, shape, dtype: str, name: str) -> None:
+def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None) -> None:
+    """Model metadata; ``heads`` / ``kv_heads`` / ``feed_forward`` are one int, or one per layer (deci)."""
     import gguf
 
     writer.add_name(name)
     writer.add_context_length(int(config.max_position_embeddings))
     writer.add_embedding_length(int(config.hidden_size))
-    writer.add_feed_forward_length(int(config.intermediate_size))
+    writer.add_feed_forward_length(int(config.intermediate_size) if feed_forward is None else feed_forward)
     writer.add_block_count(int(config.num_hidden_layers))
-    writer.add_head_count(shape.heads)
-    writer.add_head_count_kv(shape.kv_heads)
-    writer.add_key_length(shape.head_dim)
-    writer.add_value_length(shape.head_dim)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
     rope = getattr(config, "rope_parameters", None) or {}
     writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
     if rope.get("rope_type") == "linear":
@@ -76,12 +77,12 @@ def _add_metadata(writer, config, shape, dtype: str, name: str) -> None:
         writer.add_rope_scaling_factor(float(rope["factor"]))
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(int(config.vocab_size))
-    writer.add_rope_dimension_count(shape.head_dim)
+    writer.add_rope_dimension_count(head_dim)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def _add_tokenizer(writer, tokenizer, vocab_size: int, pre: str) -> None:
+def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str) -> None:
     """The tokenizer as llama.cpp's convert writes a GPT-2-style byte-level BPE (its get_vocab_base + SpecialVocab)."""
     import gguf
 
@@ -123,13 +124,16 @@ def _add_tokenizer(writer, tokenizer, vocab_size: int, pre: str) -> None:
     special.add_to_gguf(writer, quiet=True)
 
 
-def gguf_tensors(model: nn.Module, shape, dtype: str):
-    """(GGUF name, numpy array) of every weight: names mapped, q/k permuted, matrices in f16 for ``dtype=f16``."""
+def gguf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, arch=None, skip=lambda hf_name: False):
+    """(GGUF name, numpy array) of every weight but those ``skip`` names: names mapped, q/k permuted with the layer's
+    (query heads, KV heads) of ``layer_heads``, matrices in f16 for ``dtype=f16``."""
     import gguf
 
     config = model.config
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, int(config.num_hidden_layers))
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA if arch is None else arch, int(config.num_hidden_layers))
     for hf_name, tensor in model.state_dict().items():
+        if skip(hf_name):
+            continue
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
             continue  # tied: llama.cpp reads the output projection from token_embd
         if hf_name.endswith("rotary_emb.inv_freq"):
@@ -138,14 +142,18 @@ def gguf_tensors(model: nn.Module, shape, dtype: str):
         if name is None:
             raise ValueError(f"no GGUF name for tensor {hf_name} of {type(model).__name__}")
         data = tensor.detach().to("cpu", torch.float32)
-        if hf_name.endswith("q_proj.weight"):
-            data = permute_rotary(data, shape.heads)
-        elif hf_name.endswith("k_proj.weight"):
-            data = permute_rotary(data, shape.kv_heads)
+        if hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads, kv_heads = layer_heads[layer_of(hf_name)]
+            data = permute_rotary(data, heads if hf_name.endswith("q_proj.weight") else kv_heads)
         array = data.numpy()
         if dtype == "f16" and array.ndim > 1 and not name.endswith("_norm.weight"):
             array = array.astype(np.float16)
         yield name, np.ascontiguousarray(array)
+
+
+def layer_of(hf_name: str) -> int:
+    """The layer index of a decoder weight name (``model.layers.<i>.``...)."""
+    return int(hf_name.split("layers.", 1)[1].split(".", 1)[0])
 
 
 def rounded_like_gguf(model: nn.Module, dtype: str) -> nn.Module:
@@ -178,9 +186,10 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
     writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
-    _add_metadata(writer, config, shape, dtype, name)
-    _add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
-    for tensor_name, array in gguf_tensors(model, shape, dtype):
+    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name)
+    add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
+    layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
+    for tensor_name, array in gguf_tensors(model, layer_heads, dtype):
         writer.add_tensor(tensor_name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -141,6 +141,8 @@ def speed_table(study: dict) -> str:
             f"| {r['batch_size']} | {o['examples_per_s']:.1f} +- {o['spread']:.1f} | {q['examples_per_s']:.1f} +- {q['spread']:.1f} | "
             f"{gain} | {100 * r['flop_ideal_gain']:+.1f}% | {ratio} | {'+' if paper else ''}{paper if paper else 'n/a'}% |"
         )
+    for r in s.get("not_timed") or []:  # the time budget ran out on this machine
+        lines.append(f"| {r['batch_size']} | {r['verdict']} | | | | | |")
     cost = s["cost"]
     check = s.get("score_check")
     checked = (
@@ -355,17 +357,19 @@ def dynamics_table(dynamics: dict, at: float = 0.4, paper: dict | None = None) -
     snaps = dynamics["snapshots"]
     metric = snaps[0]["metric"] if snaps else ""
     label, tolerance = name_of(metric), snaps[0]["tolerance"] if snaps else 1.0
+    by_step = any(s.get("label") for s in snaps)  # checkpoints of a pretraining run, named by step
     head = (
-        f"| epoch | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
+        f"| {'checkpoint' if by_step else 'epoch'} | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
         "| rank stability |"
     )
     lines = [head + (f" paper unpruned {label} |" if paper else ""), "|---" * (7 if paper else 6) + "|"]
     for s in snaps:
         index = min(range(len(s["fractions"])), key=lambda i: abs(s["fractions"][i] - at))
         epoch = (s["epoch"] or 0) + 1
+        name = s.get("label") or epoch
         stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
         line = (
-            f"| {epoch} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
+            f"| {name} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
             f"{100 * s['prunable_fraction']:.0f}% | {stab} |"
         )
         if paper:

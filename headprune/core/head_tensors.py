@@ -1,0 +1,48 @@
+"""Head-indexed tensors: gates and probes on per-head outputs, and attention kwargs with a head axis."""
+
+from __future__ import annotations
+
+import torch
+
+
+def broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
+    gate = gate.to(dtype=out.dtype, device=out.device)
+    if gate.dim() == 1:
+        return gate.view(1, 1, -1, 1)
+    batch = out.shape[0]
+    if gate.shape[0] != batch:
+        if batch % gate.shape[0]:
+            raise ValueError(f"per-example mask has {gate.shape[0]} rows but the batch has {batch} examples")
+        gate = gate.repeat_interleave(batch // gate.shape[0], dim=0)  # beam search expands each example in place
+    return gate.view(batch, 1, -1, 1)
+
+
+def gate_heads(site, heads: torch.Tensor) -> torch.Tensor:
+    """Per-head outputs (B, T, H, D) times the site's gate, and times a fresh probe while gate gradients are recorded."""
+    if site.gate is not None:
+        heads = heads * broadcast_gate(site.gate, heads)
+    if site.recording and torch.is_grad_enabled():
+        probe = torch.ones(heads.shape[:3], dtype=heads.dtype, device=heads.device, requires_grad=True)
+        site.probes.append(probe)
+        heads = heads * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = sum_d out * grad: the gate gradient per token
+    return heads
+
+
+def slice_head_kwargs(site, kwargs: dict) -> dict:
+    """Attention kwargs whose head axis 1 spans the original heads (the family's ``head_indexed_kwargs``), cut to the present heads."""
+    if not site.family.head_indexed_kwargs or site.num_heads == site.num_heads_orig:
+        return kwargs
+    out = dict(kwargs)
+    for name in site.family.head_indexed_kwargs:
+        tensor = kwargs.get(name)
+        if isinstance(tensor, torch.Tensor) and tensor.dim() > 1 and tensor.shape[1] == site.num_heads_orig:
+            ids = torch.tensor(site.head_ids or [0], device=tensor.device)  # an emptied layer's phantom reads head 0: its values are 0
+            out[name] = tensor.index_select(1, ids)  # (B, H_orig, Tq, Tk) -> (B, H, Tq, Tk), by original head id
+    return out
+
+
+def score_bias(site, kwargs: dict) -> torch.Tensor | None:
+    """The sum of the (already cut) head-indexed kwargs, additive biases of the attention scores (B, H, Tq, Tk), or None."""
+    biases = [kwargs[name] for name in site.family.head_indexed_kwargs if isinstance(kwargs.get(name), torch.Tensor)]
+    return sum(biases[1:], biases[0]) if biases else None

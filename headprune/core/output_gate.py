@@ -1,0 +1,33 @@
+"""The output-projection gate: a forward pre-hook that scales each head's slice of the output projection's input.
+
+Every family concatenates its heads right before the output projection, so this gate works where the
+attention does not call transformers' attention interface (DeBERTa-v2). A site gates here when its
+``gate_at`` is ``"output"``; the hook lives on the projection module and is attached again after pruning
+replaces it.
+"""
+
+from __future__ import annotations
+
+from headprune.core.head_tensors import gate_heads
+
+HOOK_ATTR = "_headprune_output_gate"  # the hook handle, on the output projection it is registered on
+
+
+def _make_hook(site):
+    def scale_heads(module, args):
+        if site.gate_at != "output" or (site.gate is None and not site.recording):
+            return None
+        hidden, *rest = args
+        heads = hidden.unflatten(-1, (-1, site.head_dim))  # (B, T, H * D) -> (B, T, H, D)
+        return (gate_heads(site, heads).flatten(-2), *rest)
+
+    return scale_heads
+
+
+def attach_output_gate(site) -> None:
+    """Register the gate hook on the site's output projection once (a no-op unless the site gates at the output)."""
+    if site.gate_at != "output":
+        return
+    output = site.linear("output")
+    if getattr(output, HOOK_ATTR, None) is None:
+        setattr(output, HOOK_ATTR, output.register_forward_pre_hook(_make_hook(site)))

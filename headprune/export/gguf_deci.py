@@ -1,0 +1,140 @@
+"""llama.cpp's ``deci`` architecture for Llama-family decoders pruned unevenly: per-layer head counts in one GGUF file.
+
+llama.cpp's deci (NVIDIA's Nemotron-NAS, ``src/models/deci.cpp``) reads ``deci.attention.head_count``,
+``head_count_kv`` and ``feed_forward_length`` as per-layer arrays and skips attention in a layer with 0 / 0 heads;
+such a layer has no attention tensors and no attention norm in the file. llama.cpp takes the head size from layer 0,
+so an emptied layer 0 keeps one all-zero head (1 / 1: headprune's phantom head, whose output is exactly 0). A layer
+with query heads but no KV head is a linear layer to deci, and a layer whose query heads are unevenly spread over its
+KV heads has no grouped-query form: both are refused. Tensors, rotary permutation and tokenizer as the llama writer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from headprune.core.checks import ConfigError
+from headprune.core.gates import find_sites
+from headprune.export.gguf import DTYPES, add_metadata, add_tokenizer, gguf_tensors, layer_of, refusal
+
+ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
+
+
+def layer_shape(kept_per_kv: list[int]) -> tuple[int, int] | None:
+    """(query heads, KV heads) of a layer from its kept query heads per original KV head; None when the groups are unequal."""
+    kept = [count for count in kept_per_kv if count]
+    if not kept:
+        return (0, 0)
+    return (sum(kept), len(kept)) if len(set(kept)) == 1 else None
+
+
+def uneven_groups_message(layer: int, kept_per_kv: list[int]) -> str:
+    """Why a layer with unequal query groups under its KV heads cannot be written as GGUF, and what works."""
+    return (
+        f"export.format=gguf: layer {layer} keeps {kept_per_kv} query heads under its KV heads; llama.cpp (deci, like every "
+        "grouped-query runtime) gives each KV head of a layer the same number of query heads, so this layout has no GGUF "
+        "form. Prune whole KV groups (prune.unit=kv_group), or export it with export.format=onnx, which takes any layout"
+    )
+
+
+def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[int, int]]:
+    """(query heads, KV heads) of every layer under a 0/1 query-head mask [layers][heads], or a ConfigError."""
+    shapes = []
+    for layer, row in enumerate(rows):
+        per_kv = [int(sum(row[k : k + heads_per_kv])) for k in range(0, len(row), heads_per_kv)]  # repeat_kv's order
+        shape = layer_shape(per_kv)
+        if shape is None:
+            raise ConfigError(uneven_groups_message(layer, per_kv))
+        shapes.append(shape)
+    return shapes
+
+
+def model_layer_shapes(model: nn.Module) -> list[tuple[int, int]]:
+    """(query heads, KV heads) of every layer of a physically pruned model ((0, 0) when emptied), or a ConfigError."""
+    shapes = []
+    for site in find_sites(model):
+        per_kv = [sum(1 for h in site.head_ids if site.kv_of(h) == kv) for kv in site.kv_ids]
+        shape = layer_shape(per_kv)
+        if shape is None or (site.head_ids and site.kv_index is not None):
+            raise ConfigError(uneven_groups_message(site.layer, per_kv))
+        shapes.append(shape)
+    return shapes
+
+
+def gguf_architecture(shapes: list[tuple[int, int]]) -> str:
+    """``llama`` when every layer keeps the same query and KV heads, else ``deci``."""
+    return "llama" if len(set(shapes)) == 1 and shapes[0][0] > 0 else "deci"
+
+
+def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The per-layer counts the deci file holds: an emptied layer 0 keeps its one all-zero head (1 / 1)."""
+    return [(1, 1) if layer == 0 and heads == 0 else (heads, kv) for layer, (heads, kv) in enumerate(shapes)]
+
+
+def _check_phantoms(model: nn.Module, emptied: set[int]) -> None:
+    """An emptied layer's remaining (phantom) head must add exactly nothing, since the file leaves its attention out."""
+    for site in find_sites(model):
+        if site.layer in emptied and site.linear("output").weight.detach().abs().max() > 0:
+            raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
+
+
+def export_gguf_deci(
+    model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default"
+) -> Path:
+    """Write ``<out>/<name>-<dtype>.gguf`` of an unevenly pruned Llama or Mistral model as llama.cpp's deci; the file."""
+    import gguf
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"export.gguf_dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    config = model.config
+    why = refusal(config.to_dict())
+    if why:
+        raise ConfigError(why)
+    shapes = written_shapes(model_layer_shapes(model))
+    emptied = {layer for layer, (heads, _) in enumerate(shapes) if heads == 0}
+    _check_phantoms(model, emptied)
+    head_dim = int(find_sites(model)[0].head_dim)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}-{dtype}.gguf"
+    writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.DECI])
+    layers = int(config.num_hidden_layers)
+    add_metadata(
+        writer,
+        config,
+        [heads for heads, _ in shapes],
+        [kv for _, kv in shapes],
+        head_dim,
+        dtype,
+        name,
+        feed_forward=[int(config.intermediate_size)] * layers,
+    )
+    add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
+
+    def attention_of_emptied(hf_name: str) -> bool:
+        return any(part in hf_name for part in ATTENTION_PARTS) and layer_of(hf_name) in emptied
+
+    for tensor_name, array in gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=attention_of_emptied):
+        writer.add_tensor(tensor_name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default") -> dict:
+    """The GGUF file of a pruned Llama-family model: ``llama`` when every layer keeps one shape, else ``deci``.
+
+    Returns {"path", "architecture", "head_count", "head_count_kv"}: the per-layer counts the file holds."""
+    from headprune.export.gguf import export_gguf
+
+    why = refusal(model.config.to_dict())
+    if why:
+        raise ConfigError(why)
+    shapes = model_layer_shapes(model)
+    if gguf_architecture(shapes) == "llama":
+        path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
+    else:
+        path, architecture, shapes = export_gguf_deci(model, tokenizer, out, dtype, name, tokenizer_pre), "deci", written_shapes(shapes)
+    return {"path": path, "architecture": architecture, "head_count": [h for h, _ in shapes], "head_count_kv": [kv for _, kv in shapes]}

@@ -1,0 +1,138 @@
+"""The clients' side of ``make test-clients``: run in the clients venv (stock transformers, llama-cpp-python; no headprune).
+
+    python -I tools/clients_check.py <work dir>/jobs.json     (prints one JSON line: a list of rows)
+
+Each job names an export (an HF directory or a GGUF file) and ``arrays.npz``: the prompts' token ids, the masked
+model's logits on every prompt and its greedy continuation. A row per check: logits within the job's tolerance
+(relative to the logits' scale, at least 1), the same greedy tokens, the same token ids for the texts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+
+def _row(job: dict, client: str, check: str, passed: bool, detail: str) -> dict:
+    return {"client": client, "file": job["name"], "check": check, "passed": bool(passed), "detail": detail}
+
+
+def _logit_rows(job: dict, client: str, logits: list, arrays, label: str = "logits") -> list[dict]:
+    references = [arrays[f"reference{i}"] for i in range(job["prompts"])]
+    diff = max(float(np.abs(got - ref).max()) for got, ref in zip(logits, references))
+    scale = max(float(np.abs(ref).max()) for ref in references)
+    tolerance = job["tolerance"] * max(1.0, scale)
+    return [_row(job, client, label, diff <= tolerance, f"max |diff| {diff:.2e} at scale {scale:.1f} (tolerance {tolerance:.1e})")]
+
+
+def _greedy_row(job: dict, client: str, tokens: list[list[int]], arrays, label: str = "greedy tokens") -> dict:
+    expected = [arrays[f"greedy{i}"].tolist() for i in range(job["prompts"])]
+    equal = [sum(a == b for a, b in zip(got, want)) for got, want in zip(tokens, expected)]
+    total = sum(len(want) for want in expected)
+    return _row(job, client, label, sum(equal) == total, f"{sum(equal)}/{total} equal over {len(expected)} prompts")
+
+
+def check_hf(job: dict, arrays) -> list[dict]:
+    """Stock transformers: AutoModelForCausalLM and AutoTokenizer from the exported directory."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    client = f"transformers {__import__('transformers').__version__}"
+    model = AutoModelForCausalLM.from_pretrained(job["path"], dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(job["path"])
+    logits, tokens = [], []
+    with torch.no_grad():
+        for i in range(job["prompts"]):
+            ids = torch.from_numpy(arrays[f"prompt{i}"])[None]
+            logits.append(model(input_ids=ids).logits[0].float().numpy())
+            n = len(arrays[f"greedy{i}"])
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n, min_new_tokens=n)
+            tokens.append(out[0, ids.shape[1] :].tolist())
+    encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in job["texts"]]
+    return [
+        *_logit_rows(job, client, logits, arrays),
+        _greedy_row(job, client, tokens, arrays),
+        _row(job, client, "tokenizer", encoded == job["text_ids"], f"{len(job['texts'])} texts"),
+        _row(job, client, "architecture", type(model).__name__ == job["expect"], type(model).__name__),
+    ]
+
+
+def _llama_cpp_run(job: dict, arrays, flash: bool) -> tuple[list, list, list, str]:
+    """Logits of every prompt, the greedy continuation through llama.cpp's KV cache, the texts' token ids, the architecture."""
+    from llama_cpp import Llama
+
+    length = max(len(arrays[f"prompt{i}"]) + len(arrays[f"greedy{i}"]) for i in range(job["prompts"]))
+    llm = Llama(job["path"], n_ctx=length + 8, n_batch=length + 8, n_threads=2, logits_all=True, flash_attn=flash, verbose=False)
+    logits, tokens = [], []
+    for i in range(job["prompts"]):
+        prompt = arrays[f"prompt{i}"].tolist()
+        llm.reset()
+        llm.eval(prompt)
+        logits.append(np.array(llm.scores[: len(prompt)], dtype=np.float32))
+        new = []
+        for _ in range(len(arrays[f"greedy{i}"])):
+            new.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            llm.eval([new[-1]])
+        tokens.append(new)
+    encoded = [llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) for text in job["texts"]]
+    architecture = llm.metadata.get("general.architecture")
+    del llm
+    return logits, tokens, encoded, architecture
+
+
+def check_gguf(job: dict, arrays) -> list[dict]:
+    """llama.cpp through its Python bindings: the file loads, its logits and greedy tokens match (flash attention off and on)."""
+    import llama_cpp
+
+    client = f"llama.cpp (llama-cpp-python {llama_cpp.__version__})"
+    rows = []
+    for flash in (False, True):
+        logits, tokens, encoded, architecture = _llama_cpp_run(job, arrays, flash)
+        suffix = ", flash attention" if flash else ""
+        rows += _logit_rows(job, client, logits, arrays, "logits" + suffix)
+        rows.append(_greedy_row(job, client, tokens, arrays, "greedy tokens" + suffix))
+    rows.append(_row(job, client, "architecture", architecture == job["expect"], str(architecture)))
+    if job.get("check_tokenizer", True):
+        rows.append(_row(job, client, "tokenizer", encoded == job["text_ids"], f"{len(job['texts'])} texts"))
+    return rows
+
+
+def check_lm_eval(job: dict, arrays) -> list[dict]:
+    """lm-evaluation-harness on the hf export: a local rolling-loglikelihood task; word perplexity against the masked model's."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    client = f"lm-eval {lm_eval.__version__ if hasattr(lm_eval, '__version__') else ''}".strip()
+    args = f"pretrained={job['path']},dtype=float32,prefix_token_id={job['prefix_token_id']}"
+    results = lm_eval.simple_evaluate(
+        model="hf", model_args=args, tasks=[job["task"]], task_manager=TaskManager(include_path=job["task_dir"]), device="cpu", batch_size=1
+    )
+    got = float(results["results"][job["task"]]["word_perplexity,none"])
+    expected = float(arrays["word_perplexity"])
+    gap = abs(got - expected) / expected
+    return [_row(job, client, "word perplexity", gap <= job["tolerance"], f"{got:.6f} against {expected:.6f} (relative {gap:.1e})")]
+
+
+def main(path: str) -> None:
+    try:
+        import headprune  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise AssertionError("headprune is importable in the clients' venv: the checks would not be independent")
+    rows = []
+    for job in json.loads(open(path, encoding="utf-8").read()):
+        with np.load(job["arrays"]) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        try:
+            check = {"hf": check_hf, "gguf": check_gguf, "lm_eval": check_lm_eval}[job["format"]]
+            rows += check(job, arrays)
+        except Exception as err:  # one client failing is one failed row, the others still run
+            rows.append(_row(job, job["format"], "loads", False, f"{type(err).__name__}: {err}"[:300]))
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,256 @@
+"""``make test-clients``: each export of a pruned model loaded by the client people run it in, without headprune.
+
+A tiny random Llama and the embedded SmolLM2-135M are pruned (uniform KV groups; a global mask with uneven query and
+KV heads and an emptied layer; for the tiny model also an emptied layer 0) and exported: ``hf`` -> stock
+transformers, ``gguf`` (llama.cpp's ``llama`` for the uniform mask, ``deci`` for the global ones) -> llama.cpp built
+from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
+which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
+tokenizer's ids; lm-evaluation-harness (installed beside them when pip can) scores SmolLM2's hf export on a local
+task against the masked model's word perplexity. Prints a table (client, file, check, result) and exits 1 when a check fails.
+
+    python tools/test_clients.py [--only tiny|smollm2] [--new-tokens 30] [--no-lm-eval]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from client_env import ROOT, ensure_env  # noqa: E402
+
+TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 3e-3}  # |logits - masked| over the logits' scale (at least 1)
+TINY_TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
+SMOL_TEXTS = [
+    "The history of the city goes back to the Roman period, when a small fort was built on the river.",
+    "Researchers said on Tuesday that the new vaccine had been tested on more than two thousand volunteers.",
+    "If you want to learn a language quickly, the best thing you can do is to speak it every day.",
+]
+
+
+def kv_mask(gates, removed: dict[int, list[int]], heads_per_kv: int) -> dict:
+    """The query-head mask that removes KV groups {layer: [KV ids]} (each with all of its query heads)."""
+    mask = gates.ones()
+    group = next(iter(mask))
+    for layer, kv_ids in removed.items():
+        for kv in kv_ids:
+            mask[group][layer, kv * heads_per_kv : (kv + 1) * heads_per_kv] = 0.0
+    return mask
+
+
+@torch.no_grad()
+def masked_outputs(model, gates, mask, prompts: list[list[int]], new_tokens: int) -> dict:
+    """The masked model's logits on every prompt and its greedy continuation (no cache: the plain definition)."""
+    arrays = {}
+    with gates.masked(mask):
+        for i, prompt in enumerate(prompts):
+            ids = torch.tensor([prompt])
+            arrays[f"prompt{i}"] = np.array(prompt, dtype=np.int64)
+            arrays[f"reference{i}"] = model(input_ids=ids).logits[0].float().numpy()
+            for _ in range(new_tokens):
+                ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            arrays[f"greedy{i}"] = ids[0, len(prompt) :].numpy()
+    return arrays
+
+
+def export_case(model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Path, texts: list[str], tokenizer_pre: str, new_tokens: int):
+    """Prune a copy by ``mask``, export it, and compute the reference: one job for the clients."""
+    from headprune.core.gates import HeadGates
+    from headprune.core.pruning import prune_mask
+    from headprune.export import export_model
+    from headprune.export.gguf import rounded_like_gguf
+
+    gates = HeadGates(model)
+    pruned = copy.deepcopy(model)
+    prune_mask(pruned, {g: m.clone() for g, m in mask.items()})
+    HeadGates(pruned).remove()
+    folder = out / f"{name}-{fmt}-{dtype}"
+    exported = export_model(fmt, pruned, tokenizer, folder, {}, dtype, name, tokenizer_pre)
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    if dtype == "f16":  # the reference holds the matrices as the file stores them
+        rounded = rounded_like_gguf(pruned, dtype)
+        arrays = masked_outputs(rounded, HeadGates(rounded), None, prompts, new_tokens)
+    else:
+        arrays = masked_outputs(model, gates, mask, prompts, new_tokens)
+    gates.remove()
+    np.savez(folder / "arrays.npz", **arrays)
+    path = folder if fmt == "hf" else exported["files"][0]
+    layers = [(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites]
+    return {
+        "name": f"{name} {fmt} {dtype if fmt == 'gguf' else ''}".strip() + (f" ({exported['architecture']})" if fmt == "gguf" else ""),
+        "format": fmt,
+        "path": str(path),
+        "arrays": str(folder / "arrays.npz"),
+        "prompts": len(prompts),
+        "tolerance": TOLERANCE["hf" if fmt == "hf" else dtype],
+        "texts": texts,
+        "text_ids": prompts,
+        "expect": exported.get("architecture", "LlamaForCausalLM"),
+        "check_tokenizer": tokenizer_pre != "default",  # a trained test tokenizer has no pre-tokenizer llama.cpp knows
+        "layers": [list(shape) for shape in layers],
+    }
+
+
+def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
+    """A random 4-layer Llama (4 query heads over 2 KV heads) with a trained BPE tokenizer, three masks."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from headprune.core.gates import HeadGates
+    from headprune.models.tokenizers import train_tokenizer
+
+    tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4.0)  # larger logits than at init: differences in the last digits show
+    gates = HeadGates(model)
+    masks = {
+        "tiny uniform": kv_mask(gates, {layer: [1] for layer in range(4)}, 2),
+        "tiny global": kv_mask(gates, {1: [0], 2: [0, 1]}, 2),  # 2 KV groups, 1, none (emptied), 2
+        "tiny layer-0-emptied": kv_mask(gates, {0: [0, 1], 3: [1]}, 2),
+    }
+    masks["tiny global"]["dec_self"][3, [1, 3]] = 0.0  # layer 3: one query head in each group (2 over 2)
+    gates.remove()
+    texts = TINY_TEXTS[:3]
+    jobs = [export_case(model, tokenizer, "tiny uniform", masks["tiny uniform"], "hf", "f32", out, texts, "default", new_tokens)]
+    for name, mask in masks.items():
+        for dtype in ("f32", "f16"):
+            jobs.append(export_case(model, tokenizer, name, mask, "gguf", dtype, out, texts, "default", new_tokens))
+    return jobs
+
+
+def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
+    """The embedded SmolLM2-135M (30 layers x 9 query heads over 3 KV heads): a uniform and a global KV-group mask."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from headprune.core.gates import HeadGates
+    from headprune.export.gguf import tokenizer_pre_from_gguf
+    from headprune.models.embedded import embedded_model_dir, gguf_file
+
+    folder = embedded_model_dir("smollm2")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    pre = tokenizer_pre_from_gguf(gguf_file("smollm2")) or "default"
+    gates = HeadGates(model)
+    uniform = kv_mask(gates, {layer: [2] for layer in range(30)}, 3)
+    uneven = {layer: list(range(layer % 3)) for layer in range(30)}  # 3, 2, 1 KV groups kept in turn
+    uneven[15] = [0, 1, 2]  # an emptied middle layer
+    global_mask = kv_mask(gates, uneven, 3)
+    gates.remove()
+    return [
+        export_case(model, tokenizer, "smollm2 uniform", uniform, "hf", "f32", out, SMOL_TEXTS, pre, new_tokens),
+        export_case(model, tokenizer, "smollm2 uniform", uniform, "gguf", "f32", out, SMOL_TEXTS, pre, new_tokens),
+        export_case(model, tokenizer, "smollm2 global", global_mask, "gguf", "f32", out, SMOL_TEXTS, pre, new_tokens),
+        export_case(model, tokenizer, "smollm2 global", global_mask, "gguf", "f16", out, SMOL_TEXTS, pre, new_tokens),
+    ]
+
+
+LM_EVAL_TASK = """task: {task}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+"""
+
+
+@torch.no_grad()
+def lm_eval_job(hf_job: dict, out: Path) -> dict:
+    """lm-evaluation-harness on an hf export: a local task of the job's texts, and the word perplexity the masked model gives
+    them (each text after the tokenizer's BOS as lm-eval's prefix token, so both score the same tokens)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = out / "lm_eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "lines.jsonl"
+    data.write_text("".join(json.dumps({"text": text}) + "\n" for text in hf_job["texts"]), encoding="utf-8")
+    (folder / "headprune_lines.yaml").write_text(LM_EVAL_TASK.format(task="headprune_lines", data=data), encoding="utf-8")
+    model = AutoModelForCausalLM.from_pretrained(hf_job["path"], dtype=torch.float32).eval()  # pruned: equals the masked model
+    tokenizer = AutoTokenizer.from_pretrained(hf_job["path"])
+    prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    nll, words = 0.0, 0
+    for text in hf_job["texts"]:
+        ids = torch.tensor([[prefix, *tokenizer(text, add_special_tokens=False)["input_ids"]]])
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), -1)
+        nll -= float(logprobs.gather(1, ids[0, 1:, None]).sum())
+        words += len(text.split())
+    np.savez(folder / "arrays.npz", word_perplexity=np.array(np.exp(nll / words)))
+    return {
+        **{k: hf_job[k] for k in ("path", "texts")},
+        "name": hf_job["name"],
+        "format": "lm_eval",
+        "arrays": str(folder / "arrays.npz"),
+        "task": "headprune_lines",
+        "task_dir": str(folder),
+        "prefix_token_id": int(prefix),
+        "tolerance": 1e-4,  # relative: lm-eval batches and pads, headprune scores one text at a time
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    """client | file | check | result, as a Markdown table."""
+    print("\n| client | file | check | result |\n|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['client']} | {row['file']} | {row['check']} | {'pass' if row['passed'] else 'FAIL'}: {row['detail']} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("tiny", "smollm2"), default=None)
+    parser.add_argument("--new-tokens", type=int, default=30)
+    parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
+    parser.add_argument("--no-lm-eval", action="store_true", help="skip lm-evaluation-harness (it installs into the venv on first use)")
+    args = parser.parse_args()
+    env = ensure_env(args.clients, with_lm_eval=not args.no_lm_eval)
+    out = args.clients / "work"
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    if args.only in (None, "tiny"):
+        jobs += tiny_jobs(out, min(args.new_tokens, 20))
+    if args.only in (None, "smollm2"):
+        jobs += smollm2_jobs(out, args.new_tokens)
+    hf_smollm2 = [job for job in jobs if job["format"] == "hf" and job["name"].startswith("smollm2")]
+    if env["lm_eval"] and hf_smollm2:
+        jobs.append(lm_eval_job(hf_smollm2[0], out))
+    elif not env["lm_eval"] and not args.no_lm_eval:
+        print("lm-evaluation-harness did not install in the clients' venv: its check is skipped")
+    (out / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
+    done = subprocess.run(
+        [str(env["python"]), "-I", str(Path(__file__).with_name("clients_check.py")), str(out / "jobs.json")],
+        cwd=args.clients,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        print(done.stderr[-4000:], file=sys.stderr)
+        return 1
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    for job in jobs:
+        if "layers" in job:
+            print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}")
+    print_table(rows)
+    failed = [row for row in rows if not row["passed"]]
+    print(f"\n{len(rows) - len(failed)} of {len(rows)} checks passed" + (f"; failed: {len(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
