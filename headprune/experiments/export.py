@@ -138,11 +138,11 @@ def check(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
-    if quantize == "int8" and fmt != "onnx":
+    if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
-            f"export.quantize=int8 quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
+            f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
-    if fmt in ("hf", "gguf"):
+    if FORMATS[fmt].decoder_only:
         check_stock(cfg, fmt)
 
 
@@ -157,16 +157,22 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
 
 
-def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float) -> dict:
-    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime."""
+def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, mask) -> dict:
+    """Quantise the ONNX graphs to int8 and score both exports and the masked model with the task's metric (ONNX Runtime)."""
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
+
+    masked_score = task.evaluate(mask, split=split).score
 
     quantized = quantize_int8(graphs, out / "int8", per_channel)
     scores = {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
             scores[name] = task.evaluate(None, split=split).score
+    print(
+        f"[export] {task.metric} on {split}: masked {masked_score:.4g}, ONNX f32 {scores['f32']:.4g}, ONNX int8 {scores['int8']:.4g}",
+        flush=True,
+    )
     return {
         "metric": task.metric,
         "split": split,
@@ -181,6 +187,35 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
             "int8": sum(Path(p).stat().st_size for p in quantized.values()),
         },
     }
+
+
+def pruned_copy(task, mask):
+    """A CPU copy of the task's model with ``mask``'s heads removed (None: as it is), running its own attention."""
+    pruned = copy.deepcopy(task.model).cpu()
+    if mask is not None:
+        prune_mask(pruned, task.gates.head_mask(mask, hard=True))
+    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
+    return pruned
+
+
+def reference_outputs(task, pruned, mask, batches: list[dict], settings) -> tuple:
+    """(the model the export must reproduce, its logits on ``batches``, its greedy tokens for a decoder-only LM or None).
+
+    The masked task model; for a format that stores rounded weights (f16 GGUF), the pruned model rounded as the file is.
+    """
+    reference_model = task.model  # under the mask
+    if FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16":
+        from headprune.export.gguf import rounded_like_gguf
+
+        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
+    with task.gates.masked(mask if reference_model is task.model else None):
+        device = next(reference_model.parameters()).device
+        reference = reference_logits(reference_model, [{k: v.to(device) for k, v in b.items()} for b in batches])
+        greedy = None
+        if is_decoder_lm(pruned):
+            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
+            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    return reference_model, reference, greedy
 
 
 def tokenizer_pre(cfg) -> str:
@@ -200,35 +235,27 @@ def run(cfg) -> dict:
     cfg = with_source_model(cfg)
     settings = cfg.export
     fmt, split = str(settings.format), str(settings.split)
+    reads = FORMATS[fmt].reads
     task = registry.load_task(cfg)
     check_split(task, split)
     mask, origin = export_source(cfg, task)
-    head_mask = None if mask is None else task.gates.head_mask(mask, hard=True)
     batches = [
         {k: v.cpu() for k, v in b.items()}
         for b in task.timing_batches(int(settings.batch_size), int(settings.examples), split, seed=int(cfg.seed))
     ]
-    pruned = copy.deepcopy(task.model).cpu()
-    if head_mask is not None:
-        prune_mask(pruned, head_mask)
-    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
-    reference_model = task.model  # under the mask
-    if fmt == "gguf" and str(settings.gguf_dtype) == "f16":
-        from headprune.export.gguf import rounded_like_gguf
-
-        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
-    with task.gates.masked(mask if reference_model is task.model else None):
-        reference = reference_logits(
-            reference_model, [{k: v.to(next(reference_model.parameters()).device) for k, v in b.items()} for b in batches]
-        )
-        greedy = None
-        if is_decoder_lm(pruned):
-            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
-            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    pruned = pruned_copy(task, mask)
+    reference_model, reference, greedy = reference_outputs(task, pruned, mask, batches, settings)
     out = output_dir(cfg) / "export" / fmt
     name = f"{cfg.model.get('name')}-pruned"
     exported = export_model(
-        fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, tokenizer_pre(cfg) if fmt == "gguf" else "default"
+        fmt,
+        pruned,
+        task.tokenizer,
+        out,
+        batches[0],
+        str(settings.gguf_dtype),
+        name,
+        tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default",
     )
     print(f"[export] {fmt}: {len(exported['files'])} files in {out}; checking in a fresh interpreter without headprune", flush=True)
     job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
@@ -242,7 +269,7 @@ def run(cfg) -> dict:
         "unit": task.gates.unit,
         "pruning_record": pruning_record(pruned),
         "heads_per_layer": [list(s) for s in shapes],
-        "gguf_dtype": str(settings.gguf_dtype) if fmt == "gguf" else None,
+        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
         "check": report,
         "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
     }
@@ -256,13 +283,7 @@ def run(cfg) -> dict:
         flush=True,
     )
     if str(settings.quantize) == "int8":
-        masked_score = task.evaluate(mask, split=split).score
-        result["quantized"] = int8_check(task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), masked_score)
-        q = result["quantized"]
-        print(
-            f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}",
-            flush=True,
-        )
+        result["quantized"] = int8_check(task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), mask)
     write_results(
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
