@@ -5,7 +5,8 @@ experiment=speed reads ``speed.mask_file``), or the model is a directory saved b
 (``export.model``). The physically pruned copy is exported into ``<run>/export/<format>``; a fresh interpreter
 that cannot import headprune loads it with stock libraries and compares its logits on the task's check batches
 with the masked model's (and, for decoder-only LMs, its greedy tokens). ``export.quantize=int8`` (ONNX) is not
-exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's.
+exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's, at the task's
+evaluation batching and at each of ``export.int8_batch_sizes`` (the speed stage's batch sizes), with their spread.
 results.json records the source mask, the format, the files and the check.
 """
 
@@ -16,19 +17,23 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
-from headprune.core.checks import ConfigError, choice, integer, number
+from headprune.core.checks import ConfigError, choice, integer, number, positive_ints
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
 from headprune.experiments.speed import file_mask, raw_mask
 from headprune.export import FORMATS, export_model
+from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
 from headprune.results.run_dir import mask_to_json, write_results
+from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
 
 QUANTIZE = ("none", "int8")
+EXPORT_DIR = "export"  # <run>/export/<format>/
+STAGING = ".export.next"  # where an export is written and checked before it replaces <run>/export
 
 
 # ---- checks before any work --------------------------------------------------------------------
@@ -138,6 +143,8 @@ def check(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
+    if quantize == "int8":
+        positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
     if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
@@ -157,22 +164,19 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
 
 
-def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, mask) -> dict:
-    """Quantise the ONNX graphs to int8 and score both exports and the masked model with the task's metric (ONNX Runtime)."""
+def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
+    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime: at the
+    task's evaluation batching, and at each of ``batch_sizes`` (dynamic int8 moves with batching; f32 beside it)."""
+    from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
-    masked_score = task.evaluate(mask, split=split).score
-
     quantized = quantize_int8(graphs, out / "int8", per_channel)
-    scores = {}
+    scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
             scores[name] = task.evaluate(None, split=split).score
-    print(
-        f"[export] {task.metric} on {split}: masked {masked_score:.4g}, ONNX f32 {scores['f32']:.4g}, ONNX int8 {scores['int8']:.4g}",
-        flush=True,
-    )
+            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
     return {
         "metric": task.metric,
         "split": split,
@@ -180,13 +184,28 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
         "onnx_f32": scores["f32"],
         "onnx_int8": scores["int8"],
         "int8_minus_f32": scores["int8"] - scores["f32"],
+        "by_batch_size": spreads,  # {"f32" | "int8": {"batch_sizes", "scores", "min", "max", "spread"}}
         "per_channel": per_channel,
-        "files": [str(p.relative_to(out)) for p in quantized.values()],
+        "files": sorted(str(p.relative_to(out)) for p in (out / "int8").iterdir() if p.is_file()),
         "bytes": {
             "f32": sum(Path(p).stat().st_size for p in graphs.values()),
             "int8": sum(Path(p).stat().st_size for p in quantized.values()),
         },
     }
+
+
+def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
+    """The int8 check (``int8_check``) beside the masked model's score, printed."""
+    split = str(settings.split)
+    masked_score = task.evaluate(mask, split=split).score
+    sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
+    q = int8_check(task, graphs, config, out, split, bool(settings.per_channel), masked_score, sizes)
+    print(
+        f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
+        + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
+        flush=True,
+    )
+    return q
 
 
 def pruned_copy(task, mask):
@@ -245,25 +264,21 @@ def run(cfg) -> dict:
     ]
     pruned = pruned_copy(task, mask)
     reference_model, reference, greedy = reference_outputs(task, pruned, mask, batches, settings)
-    out = output_dir(cfg) / "export" / fmt
+    staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
+    out = staging / fmt
+    pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
     name = f"{cfg.model.get('name')}-pruned"
-    exported = export_model(
-        fmt,
-        pruned,
-        task.tokenizer,
-        out,
-        batches[0],
-        str(settings.gguf_dtype),
-        name,
-        tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default",
+    exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
+    print(
+        f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
+        flush=True,
     )
-    print(f"[export] {fmt}: {len(exported['files'])} files in {out}; checking in a fresh interpreter without headprune", flush=True)
     job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
     report = check_export(job, batches, reference, greedy, float(settings.tolerance))
     shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
     result = {
         "format": fmt,
-        "files": [str(Path(p).relative_to(output_dir(cfg))) for p in exported["files"]],
+        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
         "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
         "mask": None if mask is None else mask_to_json(mask),
         "unit": task.gates.unit,
@@ -283,8 +298,9 @@ def run(cfg) -> dict:
         flush=True,
     )
     if str(settings.quantize) == "int8":
-        result["quantized"] = int8_check(task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), mask)
-    write_results(
+        result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
+    replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
+    write_results(  # last: results.json never describes files that are not there
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
     if not report["passed"]:

@@ -125,7 +125,7 @@ def timed_call(task, model, gates, call=None):
 
 def own_attention(model, gates):
     """Run a block with the model's own attention, or with the gate wrapper where uneven KV groups need its query->KV head map."""
-    uneven = any(site.kv_index is not None for site in gates.sites)
+    uneven = any(site.needs_wrapper for site in gates.sites)
     return attention_implementation(model, model.config._attn_implementation if uneven else gates.inner)
 
 

@@ -42,6 +42,7 @@ from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, sp
 from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
 
 IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
+REUSES_STAGES = True  # rerun in its directory with other settings: unchanged stages reused, the rest recomputed (cli.py)
 
 
 def study_training_config(cfg):

@@ -4,7 +4,8 @@
   whose layers all keep the same heads: ``prune.layout=uniform``, with ``prune.unit=kv_group`` for
   grouped-query models);
 - ``onnx`` (headprune.export.onnx): any encoder, decoder or encoder-decoder, uneven heads included
-  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime);
+  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime), in a directory with its tokenizer, config and
+  description (headprune.export.onnx_dir) that plain ONNX Runtime runs from raw text (headprune.export.onnx_client);
 - ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
   architecture when every layer keeps one shape, its ``deci`` (per-layer head counts) for global masks.
 
@@ -41,9 +42,11 @@ def write_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: Exp
 def write_onnx(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
     """``model.onnx``, or ``encoder.onnx`` + ``decoder.onnx``, traced on ``example``."""
     from headprune.export.onnx import export_onnx
+    from headprune.export.onnx_dir import write_onnx_dir
 
     graphs = export_onnx(model, example, out)
-    return {"files": list(graphs.values()), "graphs": graphs, "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}}}
+    files = write_onnx_dir(model, tokenizer, out, graphs)
+    return {"files": files, "graphs": graphs, "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}}}
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:

@@ -12,7 +12,8 @@ traced with its own head count, so uneven layers need nothing special. Graphs:
 - encoder-decoders: ``encoder.onnx`` (input_ids, attention_mask -> last_hidden_state) and ``decoder.onnx``
   (decoder_input_ids, encoder_hidden_states, attention_mask -> logits), one decoder pass without a cache.
 
-``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default).
+``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default), into
+``int8/`` beside the f32 graphs, with the export directory's other files (``headprune.export.onnx_dir``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from headprune.export.onnx_dir import DESCRIPTION, copy_onnx_dir
 
 OPSET = 17
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -151,4 +154,8 @@ def quantize_int8(files: dict[str, Path], out: Path, per_channel: bool = True) -
         quantize_dynamic(str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
         prepared.unlink()
         done[name] = target
+    source = Path(next(iter(files.values()))).parent
+    if (source / DESCRIPTION).is_file():  # an export directory: the int8 one gets its config, tokenizer and description too
+        weights = "per-channel" if per_channel else "per-tensor"
+        copy_onnx_dir(source, out, done, f"int8 ({weights} weights; activations quantised per batch at run time)")
     return done
