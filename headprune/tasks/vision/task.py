@@ -220,14 +220,14 @@ def build_image_model(cfg):
     from pathlib import Path
 
     from headprune.core.saving import RECORD_FILE
-    from headprune.models.build import build_model
     from headprune.models.sources import resolve_pretrained
+    from headprune.tasks.registry import build_task_model
 
     overrides = {"num_labels": int(cfg.model.num_labels)}
     pretrained = cfg.model.get("pretrained")
     if pretrained and not (Path(resolve_pretrained(str(pretrained))) / RECORD_FILE).exists():
         overrides["ignore_mismatched_sizes"] = True  # a hub head of other classes (ImageNet's 1,000) is replaced
-    return build_model(cfg.model, seed=int(cfg.seed), **overrides)
+    return build_task_model(cfg.model, seed=int(cfg.seed), **overrides)
 
 
 def load_vision_task(cfg) -> ImageClassificationModule:
