@@ -7,12 +7,13 @@ while the TorchScript exporter writes opset 17 directly for every family; tests 
 batch sizes and lengths than it was traced with. A pruned layer's own ``view(..., -1, head_dim)`` is
 traced with its own head count, so uneven layers need nothing special. Graphs:
 
-- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]) -> logits;
+- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]; an image model: pixel_values) -> logits;
   decoder-only LMs run without a KV cache (every position's logits);
 - encoder-decoders: ``encoder.onnx`` (input_ids, attention_mask -> last_hidden_state) and ``decoder.onnx``
   (decoder_input_ids, encoder_hidden_states, attention_mask -> logits), one decoder pass without a cache.
 
-``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default).
+``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default), into
+``int8/`` beside the f32 graphs, with the export directory's other files (``headprune.export.onnx_dir``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from headprune.export.onnx_dir import DESCRIPTION, copy_onnx_dir
+
 OPSET = 17
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+IMAGE_INPUT = "pixel_values"  # (batch, channels, height, width): one graph input, dynamic batch
 
 
 class _Logits(nn.Module):
@@ -79,10 +83,12 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outpu
 
 
 def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
-    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs)."""
+    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs; images for vision models)."""
+    if IMAGE_INPUT in batch:
+        return [IMAGE_INPUT]
     names = [k for k in ENCODER_INPUTS if k in batch]
     if "input_ids" not in names:
-        raise ValueError(f"an ONNX export needs input_ids in the check batch; it has {sorted(batch)}")
+        raise ValueError(f"an ONNX export needs input_ids (or pixel_values) in the check batch; it has {sorted(batch)}")
     return names
 
 
@@ -129,7 +135,7 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
             return {"encoder": encoder, "decoder": decoder}
         names = graph_inputs(model, batch)
         extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
-        axes = {name: {0: "batch", 1: "sequence"} for name in names}
+        axes = {name: {0: "batch"} if name == IMAGE_INPUT else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
         path = _export(_Logits(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
         return {"model": path}
@@ -151,4 +157,8 @@ def quantize_int8(files: dict[str, Path], out: Path, per_channel: bool = True) -
         quantize_dynamic(str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
         prepared.unlink()
         done[name] = target
+    source = Path(next(iter(files.values()))).parent
+    if (source / DESCRIPTION).is_file():  # an export directory: the int8 one gets its config, tokenizer and description too
+        weights = "per-channel" if per_channel else "per-tensor"
+        copy_onnx_dir(source, out, done, f"int8 ({weights} weights; activations quantised per batch at run time)")
     return done

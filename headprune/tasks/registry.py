@@ -1,6 +1,7 @@
 """Which task a config asks for, decided in one place: ``TASKS`` maps ``model.kind`` to the task that reads it.
 
-A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``).
+A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``), and its model
+class (``model_class``) when its models are built from a model config.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from hydra.utils import get_method
+from hydra.utils import get_class, get_method
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class TaskSpec:
     selection: str  # the held-out split for choices when no setting names one (never the evaluation split)
     data_split: str | None = None  # (data cfg, split) -> the data split a name reads (e.g. MT eval -> test); None: itself
     exports: tuple[str, ...] = ("onnx", "int8")  # export.format values its models take, and int8 where its metric runs in ONNX Runtime
+    model_class: str | None = None  # the transformers auto class its models are built as (None: its loader builds its own)
+    model_config: tuple[str, ...] = ()  # model.* settings that go into the model's config (a classifier's num_labels)
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -37,6 +40,8 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("train", "importance", "eval", "eval_mismatched"),
         check="headprune.tasks.nli.config_check.check",
         selection="importance",
+        model_class="transformers.AutoModelForSequenceClassification",
+        model_config=("num_labels",),
     ),
     "seq2seq": TaskSpec(
         "mt",
@@ -49,6 +54,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         selection="heldout",
         data_split="headprune.tasks.mt.config.split_of",
         exports=("onnx",),  # BLEU needs beam search, which the cache-free ONNX graphs do not run: no int8 check
+        model_class="transformers.AutoModelForSeq2SeqLM",
     ),
     "causal_lm": TaskSpec(
         "lm",
@@ -60,6 +66,18 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
         exports=("onnx", "int8", "hf", "gguf"),
+        model_class="transformers.AutoModelForCausalLM",
+    ),
+    "image_classifier": TaskSpec(
+        "vision",
+        "image",
+        "data=image_digits|image_hub",
+        "headprune.tasks.vision.task.load_vision_task",
+        "headprune.tasks.vision.task.finetune",
+        splits=("train", "importance", "eval"),
+        check="headprune.tasks.vision.config_check.check",
+        selection="importance",
+        model_class="transformers.AutoModelForImageClassification",
     ),
 }
 
@@ -86,9 +104,22 @@ def task_spec(cfg) -> TaskSpec:
     return spec
 
 
+def build_task_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
+    """The model of ``model.kind``'s task: its ``TaskSpec.model_class`` built from ``model_cfg`` (headprune.models.build)."""
+    from headprune.models.build import build_model
+
+    kind = model_cfg.get("kind")
+    if kind not in TASKS or TASKS[kind].model_class is None:
+        known = sorted(k for k, spec in TASKS.items() if spec.model_class)
+        raise ValueError(f"model.kind must be one of {known} to build its model from the config, got {kind!r}")
+    spec = TASKS[kind]
+    fields = {name: model_cfg[name] for name in spec.model_config}
+    return build_model(model_cfg, get_class(spec.model_class), vocab_size, seed, **fields, **overrides)
+
+
 def device_of(cfg) -> torch.device:
     """``device=auto`` (default): CUDA when available, else CPU."""
-    name = str(cfg.get("device") or "auto")
+    name = str(cfg.device)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
