@@ -643,6 +643,7 @@ CONFIG_ROWS = [
         None,
     ),
     # unclear errors made clear
+    ("mt-len-extra-past-positions", "mt", ["experiment=ablate", "task.len_extra=100000"], "task.len_extra=100000", None),
     ("lm-extra-splits-not-in-data", "lm", ["experiment=prune", "prune.extra_splits=[eval_other]"], "is not in data lm_synthetic", None),
     (
         "model-attn-implementation-bogus",

@@ -46,13 +46,20 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
 
 
 def check_lengths(cfg) -> None:
-    """Training pairs of data.max_len tokens must fit the model's position embeddings."""
+    """Training pairs of data.max_len tokens and generated translations must fit the model's position embeddings."""
     positions = max_positions(cfg.model)
     length = cfg.data.get("max_len")
     if positions is not None and isinstance(length, int) and length > positions:
         raise ConfigError(
             f"data.max_len={length} tokens per sentence, but model {cfg.model.get('name')} takes at most {positions} "
             f"positions: set data.max_len<={positions}"
+        )
+    extra = (cfg.get("task") or {}).get("len_extra")
+    if positions is not None and isinstance(extra, int) and extra >= positions:
+        raise ConfigError(
+            f"task.len_extra={extra} tokens beyond task.len_ratio x the source length, but model {cfg.model.get('name')} "
+            f"generates at most {positions - 1} tokens (it takes {positions} positions): every translation would run "
+            f"to that limit; set task.len_extra below {positions} (e.g. 10)"
         )
 
 
