@@ -116,6 +116,13 @@ def prune_results_file(root: Path) -> Path:
     return path
 
 
+def truncated_checkpoint(path: Path) -> Path:
+    """A training checkpoint cut in half (a copy interrupted, a disk that filled up)."""
+    torch.save({"state_dict": {"model.w": torch.zeros(64, 64)}}, path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
+
+
 def write_lm(root: Path, fault: str) -> Path:
     """eval.txt, importance.txt and heldout.txt (one text per line), with an empty importance file or a bad byte."""
     root.mkdir(parents=True, exist_ok=True)
@@ -148,6 +155,7 @@ PRE = {  # a row's files, written before composing
     "mask_all_kept": lambda tmp: full_mask_file(tmp, 1),
     "prune_results": prune_results_file,
     "lm_empty": lambda tmp: write_lm(tmp / "lm", "empty"),
+    "ckpt_truncated": lambda tmp: truncated_checkpoint(tmp / "last.ckpt"),
     "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
@@ -644,6 +652,13 @@ CONFIG_ROWS = [
     ),
     # unclear errors made clear
     ("mt-len-extra-past-positions", "mt", ["experiment=ablate", "task.len_extra=100000"], "task.len_extra=100000", None),
+    (
+        "mt-ckpt-truncated",
+        "mt",
+        ["experiment=ablate", "model.pretrained={tmp}/last.ckpt"],
+        "last.ckpt is no readable checkpoint",
+        "ckpt_truncated",
+    ),
     ("lm-extra-splits-not-in-data", "lm", ["experiment=prune", "prune.extra_splits=[eval_other]"], "is not in data lm_synthetic", None),
     (
         "model-attn-implementation-bogus",
@@ -999,6 +1014,12 @@ def _time_budget(tmp_path):
     compare_throughput(slow, batches, warmup=0, repeats=2, max_seconds=0.2)
 
 
+def _read_truncated_checkpoint(tmp_path):
+    from headprune.lightning.trainer import read_training_checkpoint
+
+    read_training_checkpoint(truncated_checkpoint(tmp_path / "epoch=1.ckpt"))
+
+
 def _gain_of_nothing(tmp_path):
     from headprune.engine.verdict import gain_summary
 
@@ -1047,6 +1068,7 @@ API_ROWS = [
     pytest.param(_resolve_config_json, "is a file", id="api-resolve-pretrained-config-json"),
     pytest.param(_time_budget, "speed.max_seconds=0.2 ran out", id="api-time-budget-bounds-a-slow-call"),
     pytest.param(_gain_of_nothing, "no timed repeats", id="api-gain-without-repeats"),
+    pytest.param(_read_truncated_checkpoint, "epoch=1.ckpt cannot be read", id="api-read-truncated-checkpoint"),
     pytest.param(_raw_mask_no_order, "has no order 'fisher'", id="api-speed-mask-order-missing"),
     pytest.param(_flops_target_one, "removes nothing", id="api-flops-target-one"),
 ]

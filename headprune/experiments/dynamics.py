@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 from headprune.experiments.settings import listed as list_of
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
+from headprune.lightning.trainer import read_training_checkpoint
 from headprune.results.writer import write_results_file
 from headprune.tasks import registry
 from headprune.viz.dynamics_plots import importance_over_time, pruning_curves_by_epoch
@@ -71,7 +71,7 @@ def analyse_checkpoints(cfg) -> list[dict]:
     from tqdm.auto import tqdm
 
     for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
-        state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+        state = read_training_checkpoint(path)["state_dict"]
         task.load_state_dict(state)
         snapshots.append(
             take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=epoch, step=step)

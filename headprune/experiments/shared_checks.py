@@ -102,7 +102,14 @@ def _check_model_files(cfg) -> None:
     model = cfg.model
     pretrained = model.get("pretrained")
     if pretrained and str(pretrained).endswith(".ckpt"):
-        resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist
+        import zipfile
+
+        path = resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist, a whole zip archive
+        if not zipfile.is_zipfile(path):
+            raise ConfigError(
+                f"model.pretrained={pretrained}: {path} is no readable checkpoint (damaged or truncated): use another "
+                "checkpoint of the run (<run>/checkpoints/), or train again"
+            )
     elif pretrained:
         source = resolve_pretrained(str(pretrained))
         own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)

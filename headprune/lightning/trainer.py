@@ -80,3 +80,20 @@ def fit(cfg, module, datamodule, callbacks=()) -> dict:
         )
     finish_wandb()
     return metrics
+
+
+def read_training_checkpoint(path) -> dict:
+    """A Lightning checkpoint's contents, or a ConfigError naming the file (missing, truncated or not a checkpoint)."""
+    import torch
+
+    from headprune.core.checks import ConfigError
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise ConfigError(f"checkpoint {path} does not exist: give a .ckpt file a training run wrote (<run>/checkpoints/)") from None
+    except Exception as err:  # noqa: BLE001 - torch raises RuntimeError, zip, pickle or EOF errors for a damaged file
+        raise ConfigError(
+            f"checkpoint {path} cannot be read ({type(err).__name__}: {err}): the file is damaged or truncated; "
+            "use another checkpoint of the run, or train again"
+        ) from None

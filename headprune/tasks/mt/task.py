@@ -351,7 +351,9 @@ def load_translation_task(cfg, tokenizer=None) -> TranslationModule:
         fresh = OmegaConf.merge(cfg.model, {"pretrained": None})
         model = build_task_model(fresh, vocab_size=len(tokenizer), seed=int(cfg.seed), **special_ids(tokenizer))
         if pretrained:
-            state = torch.load(pretrained, map_location="cpu", weights_only=False)["state_dict"]
+            from headprune.lightning.trainer import read_training_checkpoint
+
+            state = read_training_checkpoint(pretrained)["state_dict"]
             try:
                 model.load_state_dict({k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")})
             except RuntimeError as err:
