@@ -1151,3 +1151,34 @@ def test_table_is_complete():
     ids = [row[0] for row in rows] + [p.id for p in API_ROWS]
     assert len(ids) >= 150 and len(ids) == len(set(ids))
     assert os.environ.get("HF_HUB_OFFLINE") == "1"  # set by conftest: nothing loads from the hub
+
+
+# ---- run rows: refused by the run before any scoring (what validation cannot know without the model) ----------
+
+
+@pytest.mark.parametrize(
+    "overrides,words",
+    [
+        pytest.param(["prune.target={{speedup:100}}"], "cannot be met", id="run-unreachable-speedup"),
+        pytest.param(["prune.schedule=[{{flops:0.5}},{{flops:0.01}}]"], "choose a target within reach", id="run-unreachable-flops-step"),
+        pytest.param(["prune.target={{speedup:1.3}}", "prune.cost=latency"], "latency tables measured here are flat", id="run-flat-latency"),
+    ],
+)
+def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, overrides, words):
+    from hydra.utils import get_method
+
+    from headprune.core.checks import ConfigError
+    from headprune.experiments import prune_speed
+    from headprune.selection import latency
+    from headprune.selection.costs import CostModel
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    flat = lambda model, inputs, device="cpu", **kwargs: CostModel("seconds", 1.0, {"enc_self": torch.ones(2, 5)})  # noqa: E731
+    monkeypatch.setattr(latency, "measure_latency_model", flat)
+    monkeypatch.setattr(prune_speed, "order_scores", lambda *a, **k: pytest.fail("scored before refusing the target"))
+    cfg = compose_row(tmp_path, "nli", ["experiment=prune", "prune.order=fisher", *overrides])
+    validate(cfg)
+    with pytest.raises(ConfigError) as err:
+        get_method(cfg.run)(cfg)
+    assert words in str(err.value), str(err.value)

@@ -269,7 +269,28 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     )
     if scheduled and ctx.rearrange != [False]:
         raise ValueError("prune.rearrange works on one-shot masks (prune.fractions or prune.target), not with prune.schedule")
+    check_reachable(steps, ctx)
     return ctx
+
+
+def check_reachable(steps: list, ctx: ParetoRun) -> None:
+    """A speedup or flops target that removing every removable head cannot meet is refused before any scoring."""
+    import torch
+
+    from headprune.core.checks import ConfigError
+
+    any_order = {group: torch.zeros(shape) for group, shape in ctx.costs.groups.items()}  # the cost at full removal is order-free
+    for step in steps:
+        if not isinstance(step, PruneTarget) or step.kind == "max_drop":
+            continue
+        try:
+            layout_search(ctx.layout)(any_order, ctx.costs, step, None, True, min_per_layer=ctx.min_per_layer, groups=ctx.groups)
+        except ValueError as err:
+            flat = " (the latency tables measured here are flat: removing heads saves no measured time; try prune.cost=flops)"
+            raise ConfigError(
+                f"prune.target / prune.schedule: {err}: choose a target within reach, lower prune.min_heads_per_layer, "
+                f"or prune more groups{flat if ctx.costs.unit == 'seconds' else ''}"
+            ) from None
 
 
 def pareto_stage(
