@@ -42,3 +42,21 @@ def test_an_unknown_run_is_refused(tmp_path):
             cfg.run = run
         with pytest.raises(ConfigError, match="no experiment headprune knows"):
             validate(cfg)
+
+
+def test_the_data_directory_is_beside_the_project_wherever_headprune_starts(tmp_path, monkeypatch):
+    """paths.data_dir: HEADPRUNE_DATA_DIR, else ../shared/data next to the directory holding conf/ (not the working directory)."""
+    from hydra import compose, initialize_config_dir
+
+    from headprune.experiments.conf_dir import config_dir, project_dir
+
+    monkeypatch.delenv("HEADPRUNE_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=ablate", "model=tiny_bert"])
+    assert Path(cfg.paths.data_dir).resolve() == (Path(config_dir()).parent / ".." / "shared" / "data").resolve()
+    assert Path(project_dir()) == Path(config_dir()).parent
+    monkeypatch.setenv("HEADPRUNE_DATA_DIR", str(tmp_path / "mine"))
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=ablate", "model=tiny_bert"])
+    assert cfg.data.dir == f"{tmp_path / 'mine'}/mnli"
