@@ -24,6 +24,7 @@ class TaskSpec:
     check: str  # check(cfg, files=True, importance=True): its task.* and data.* settings, data files, lengths; ConfigError
     selection: str  # the held-out split for choices when no setting names one (never the evaluation split)
     data_split: str | None = None  # (data cfg, split) -> the data split a name reads (e.g. MT eval -> test); None: itself
+    architectures: tuple[str, ...] = ()  # how the HF architectures of its models end (config.json "architectures")
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -36,6 +37,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("train", "importance", "eval", "eval_mismatched"),
         check="headprune.tasks.nli.config_check.check",
         selection="importance",
+        architectures=("ForSequenceClassification",),
     ),
     "seq2seq": TaskSpec(
         "mt",
@@ -47,6 +49,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.mt.config_check.check",
         selection="heldout",
         data_split="headprune.tasks.mt.config.split_of",
+        architectures=("ForConditionalGeneration", "MTModel"),
     ),
     "causal_lm": TaskSpec(
         "lm",
@@ -57,8 +60,23 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("eval", "eval_other", "importance", "heldout", "train"),
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
+        architectures=("ForCausalLM",),
     ),
 }
+
+
+def check_model_dir_kind(fields: dict, cfg, setting: str) -> None:
+    """A model directory (its config.json ``fields``) of the kind the configured task serves; else a ConfigError naming both."""
+    from headprune.core.checks import ConfigError
+
+    architectures = [str(a) for a in fields.get("architectures") or []]
+    kinds = [kind for kind, spec in TASKS.items() if any(a.endswith(e) for a in architectures for e in spec.architectures)]
+    if kinds and str(cfg.model.get("kind")) not in kinds:
+        raise ConfigError(
+            f"{setting} holds a {', '.join(architectures)} ({fields.get('model_type')}, model.kind {kinds[0]}), but "
+            f"model={cfg.model.get('name')} is a {cfg.model.get('kind')} and its data another task: give a model and data "
+            f"of kind {kinds[0]} ({TASKS[kinds[0]].data_choices})"
+        )
 
 
 def task_spec(cfg) -> TaskSpec:
