@@ -169,11 +169,11 @@ def check(cfg) -> None:
         known_tokenizer_pre(str(settings.tokenizer_pre))
     if quantize == "int8":
         positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
-    if quantize == "int8" and fmt != "onnx":
+    if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
-            f"export.quantize=int8 quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
+            f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
-    if fmt in ("hf", "gguf"):
+    if FORMATS[fmt].decoder_only:
         check_stock(cfg, fmt)
 
 
@@ -221,6 +221,49 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
     }
 
 
+def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
+    """The int8 check (``int8_check``) beside the masked model's score, printed."""
+    split = str(settings.split)
+    masked_score = task.evaluate(mask, split=split).score
+    sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
+    q = int8_check(task, graphs, config, out, split, bool(settings.per_channel), masked_score, sizes)
+    print(
+        f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
+        + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
+        flush=True,
+    )
+    return q
+
+
+def pruned_copy(task, mask):
+    """A CPU copy of the task's model with ``mask``'s heads removed (None: as it is), running its own attention."""
+    pruned = copy.deepcopy(task.model).cpu()
+    if mask is not None:
+        prune_mask(pruned, task.gates.head_mask(mask, hard=True))
+    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
+    return pruned
+
+
+def reference_outputs(task, pruned, mask, batches: list[dict], settings) -> tuple:
+    """(the model the export must reproduce, its logits on ``batches``, its greedy tokens for a decoder-only LM or None).
+
+    The masked task model; for a format that stores rounded weights (f16 GGUF), the pruned model rounded as the file is.
+    """
+    reference_model = task.model  # under the mask
+    if FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16":
+        from headprune.export.gguf import rounded_like_gguf
+
+        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
+    with task.gates.masked(mask if reference_model is task.model else None):
+        device = next(reference_model.parameters()).device
+        reference = reference_logits(reference_model, [{k: v.to(device) for k, v in b.items()} for b in batches])
+        greedy = None
+        if is_decoder_lm(pruned):
+            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
+            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    return reference_model, reference, greedy
+
+
 def tokenizer_pre(cfg) -> str:
     """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
     given = cfg.export.get("tokenizer_pre")
@@ -238,38 +281,22 @@ def run(cfg) -> dict:
     cfg = with_file_unit(with_source_model(cfg), "export")  # a mask file says its own unit (head or kv_group)
     settings = cfg.export
     fmt, split = str(settings.format), str(settings.split)
+    reads = FORMATS[fmt].reads
     task = registry.load_task(cfg)
     check_split(task, split)
     mask, origin = export_source(cfg, task)
-    head_mask = None if mask is None else task.gates.head_mask(mask, hard=True)
     batches = [
         {k: v.cpu() for k, v in b.items()}
         for b in task.timing_batches(int(settings.batch_size), int(settings.examples), split, seed=int(cfg.seed))
     ]
-    pruned = copy.deepcopy(task.model).cpu()
-    if head_mask is not None:
-        prune_mask(pruned, head_mask)
-    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
-    reference_model = task.model  # under the mask
-    if fmt == "gguf" and str(settings.gguf_dtype) == "f16":
-        from headprune.export.gguf import rounded_like_gguf
-
-        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
-    with task.gates.masked(mask if reference_model is task.model else None):
-        reference = reference_logits(
-            reference_model, [{k: v.to(next(reference_model.parameters()).device) for k, v in b.items()} for b in batches]
-        )
-        greedy = None
-        if is_decoder_lm(pruned):
-            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
-            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    pruned = pruned_copy(task, mask)
+    reference_model, reference, greedy = reference_outputs(task, pruned, mask, batches, settings)
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
+    pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
     is_pruned = bool(pruning_record(pruned))  # an unpruned directory is exported, and recorded, as what it is
     name = f"{cfg.model.get('name')}-pruned" if is_pruned else str(cfg.model.get("name"))
-    exported = export_model(
-        fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, tokenizer_pre(cfg) if fmt == "gguf" else "default"
-    )
+    exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
         flush=True,
@@ -288,7 +315,7 @@ def run(cfg) -> dict:
         "architecture": type(pruned).__name__,
         "pruning_record": pruning_record(pruned),
         "heads_per_layer": [list(s) for s in shapes],
-        "gguf_dtype": str(settings.gguf_dtype) if fmt == "gguf" else None,
+        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
         "check": report,
         "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
     }
@@ -302,17 +329,7 @@ def run(cfg) -> dict:
         flush=True,
     )
     if str(settings.quantize) == "int8":
-        masked_score = task.evaluate(mask, split=split).score
-        sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
-        result["quantized"] = int8_check(
-            task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), masked_score, sizes
-        )
-        q = result["quantized"]
-        print(
-            f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
-            + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
-            flush=True,
-        )
+        result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
     write_results(  # last: results.json never describes files that are not there
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}

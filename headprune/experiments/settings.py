@@ -131,8 +131,10 @@ class ExportSettings:
     model: str | None
     quantize: str
     per_channel: bool
+    int8_batch_sizes: list
     gguf_dtype: str
     tokenizer_pre: str | None
+    int8_batch_sizes: list[int]
     split: str
     examples: int
     batch_size: int
