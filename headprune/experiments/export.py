@@ -21,7 +21,7 @@ from headprune.core.checks import ConfigError, choice, integer, number, positive
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.speed import file_mask, raw_mask
+from headprune.experiments.mask_source import chosen_mask, file_mask, with_file_unit
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
@@ -62,16 +62,9 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
             group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
             for group, removed in (record or {"dec_self": {}}).items()
         }
-    step = settings.get("mask_step")
-    rows = raw_mask(
-        read_json(Path(str(settings.mask_file))),
-        str(settings.mask_order),
-        float(settings.fraction),
-        None if step is None else str(step),
-        settings.mask_file,
-        "export",
-    )
-    if unit_of(cfg) == "kv_group":
+    found, chosen = chosen_mask(settings, "export")
+    rows = chosen.mask
+    if (found.unit or unit_of(cfg)) == "kv_group":
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
     return rows
@@ -132,6 +125,12 @@ def check(cfg) -> None:
         )
     if settings.get("mask_file"):
         check_mask_file(settings.mask_file, "export.mask_file")
+        if settings.get("fraction") is not None and float(settings.fraction) == 0:
+            raise ConfigError(
+                "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
+                "pick a step that removes some, or leave export.fraction out when the file holds one"
+            )
+        chosen_mask(settings, "export")  # one candidate, or the list to pick from
     else:
         path = Path(str(settings.model)).expanduser()
         if not (path / "config.json").is_file():
@@ -251,7 +250,7 @@ def tokenizer_pre(cfg) -> str:
 
 def run(cfg) -> dict:
     """Prune, export, check in a fresh interpreter; results.json with the source, format, files and check."""
-    cfg = with_source_model(cfg)
+    cfg = with_file_unit(with_source_model(cfg), "export")  # a mask file says its own unit (head or kv_group)
     settings = cfg.export
     fmt, split = str(settings.format), str(settings.split)
     reads = FORMATS[fmt].reads

@@ -65,6 +65,17 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         selection="importance",
         model_class="transformers.AutoModelForCausalLM",
     ),
+    "image_classifier": TaskSpec(
+        "vision",
+        "image",
+        "data=image_digits|image_hub",
+        "headprune.tasks.vision.task.load_vision_task",
+        "headprune.tasks.vision.task.finetune",
+        splits=("train", "importance", "eval"),
+        check="headprune.tasks.vision.config_check.check",
+        selection="importance",
+        model_class="transformers.AutoModelForImageClassification",
+    ),
 }
 
 
