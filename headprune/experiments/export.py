@@ -21,7 +21,7 @@ from headprune.core.checks import ConfigError, choice, integer, number, positive
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.mask_source import chosen_mask, file_mask, with_file_unit
+from headprune.experiments.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
@@ -41,7 +41,7 @@ STAGING = ".export.next"  # where an export is written and checked before it rep
 
 def with_source_model(cfg):
     """``cfg`` with ``model.pretrained`` (and its tokenizer) pointing at ``export.model`` when that is set."""
-    source = cfg.export.get("model")
+    source = point_model_dir(cfg.export, "export") or cfg.export.get("model")
     if not source:
         return cfg
     cfg = copy.deepcopy(cfg)
@@ -55,8 +55,9 @@ def with_source_model(cfg):
 def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     """The query-head mask {group: [layers][heads]} the export will apply (mask file), or the saved model's pruning record."""
     settings = cfg.export
-    if settings.get("model"):
-        record = read_json(Path(str(settings.model)) / "config.json").get("headprune_pruned_heads") or {}
+    folder = point_model_dir(settings, "export") or settings.get("model")
+    if folder:
+        record = read_json(Path(str(folder)) / "config.json").get("headprune_pruned_heads") or {}
         layers, heads = int(fields["num_hidden_layers"]), int(fields["num_attention_heads"])
         return {
             group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
@@ -130,7 +131,12 @@ def check(cfg) -> None:
                 "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
                 "pick a step that removes some, or leave export.fraction out when the file holds one"
             )
-        chosen_mask(settings, "export")  # one candidate, or the list to pick from
+        if settings.get("point"):
+            point_model_dir(settings, "export")  # a point of the file (the error lists them), with its model when recovered
+        else:
+            chosen_mask(settings, "export")  # one candidate, or the list to pick from
+    elif settings.get("point"):
+        raise ConfigError("export.point names a point of a prune run: give export.mask_file=<prune run>/results.json, not export.model")
     else:
         path = Path(str(settings.model)).expanduser()
         if not (path / "config.json").is_file():
@@ -158,6 +164,16 @@ def check(cfg) -> None:
 def export_source(cfg, task) -> tuple[dict | None, dict]:
     """(the mask in the task's unit, or None for a saved pruned model; where the pruned model came from)."""
     settings = cfg.export
+    if settings.get("point"):
+        folder = point_model_dir(settings, "export")
+        if folder is not None:  # the recovered model itself, not the base under the point's mask
+            return None, {
+                "point": str(settings.point),
+                "model": str(folder),
+                "mask_file": str(settings.mask_file),
+                "pruning_record": pruning_record(task.model),
+            }
+        return point_mask(settings, task, "export")
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
     return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
