@@ -497,6 +497,15 @@ def check_export(cfg) -> None:
     check_splits(cfg, [cfg.export.split], "export.split")
 
 
+def check_dynamics(cfg) -> None:
+    """experiment=dynamics: its checkpoints (headprune.experiments.dynamics.check), and the task they are scored on."""
+    from headprune.experiments.dynamics import check
+
+    check(cfg)
+    if cfg.get("checkpoints"):
+        check_task(cfg, Run())
+
+
 @dataclass(frozen=True)
 class Run:
     """What an entry point reads: the model, a task (its data), and its own checks of settings that depend on each other."""
@@ -510,7 +519,7 @@ class Run:
 
 RUNS = {  # a task's trainer (TaskSpec.train) and other entry points: see run_of
     "headprune.experiments.inspect.run": Run(task=False),
-    "headprune.experiments.dynamics.run": Run(model=False, task=False),
+    "headprune.experiments.dynamics.run": Run((check_dynamics,), model=False, task=False),
     "headprune.viz.report.run": Run(model=False, task=False),
     "headprune.experiments.ablate.run": Run((check_unit, check_ablate), importance=False),
     "headprune.experiments.keep_one.run": Run((check_unit, check_keep_one)),

@@ -141,3 +141,50 @@ def test_family_shapes_read_from_the_model():
     assert all(g.groups == {"dec_self": (3, 4)} for g in heads.values())
     assert {t for t, g in heads.items() if g.kv_groups["dec_self"][1] == 2} == set(GROUPED)
     assert heads["gemma2"].sites[0].head_dim == 16  # head_dim apart from hidden / heads
+
+
+@pytest.mark.parametrize("model_type", list(DECODER_CONFIGS))
+def test_batched_ablation_equals_one_mask_at_a_time(model_type):
+    from headprune.engine.ablation import single_head_masks
+    from headprune.engine.ablation_causal import CausalMaskBatcher, looped_nll
+
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    gates = HeadGates(model)
+    batch = lm_batch(seed=1, batch=4, length=10)
+    batch["labels"] = torch.cat([batch["labels"][:, 1:], torch.full((4, 1), -100)], 1)  # next-token labels
+    masks, _ = single_head_masks(gates.groups)
+    masks = masks + [{"dec_self": UNEVEN}, None]
+    batched = CausalMaskBatcher(model, gates, max_tokens=60, head_tokens=7, pass_tokens=4).nll(batch, masks)
+    looped = looped_nll(model, gates, batch, masks)
+    torch.testing.assert_close(batched, looped, atol=1e-5 * float(looped.abs().max()), rtol=0)
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "granite", "gpt2"])
+def test_output_logits_from_hidden_states_equal_the_forward(model_type):
+    from headprune.engine.ablation_causal import output_logits
+
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    batch = lm_batch()
+    with torch.no_grad():
+        hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        _close(output_logits(model)(hidden), _logits(model, batch))
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "gpt_neox", "phi3"])
+def test_least_squares_recovery_masked_twin_equals_pruned_twin(model_type):
+    import copy
+
+    from headprune.selection.lsq import lsq_recover
+
+    model = tiny_family(model_type)
+    gates = HeadGates(model)
+    batches = [lm_batch(seed=s, batch=4, length=10) for s in range(2)]
+    mask = {"dec_self": UNEVEN}
+    teacher, pruned = copy.deepcopy(model), copy.deepcopy(model)
+    prune_mask(pruned, mask)
+    masked_scales = lsq_recover(model, gates, batches, mask=mask)["dec_self"]
+    pruned_scales = lsq_recover(pruned, HeadGates(pruned), batches, teacher=teacher)["dec_self"]
+    torch.testing.assert_close(masked_scales, pruned_scales, atol=1e-4, rtol=1e-4)
+    assert (masked_scales[UNEVEN.bool()] - 1).abs().max() > 1e-3  # the kept heads were rescaled
+    with gates.masked(mask):
+        _close(_logits(pruned, batches[0]), _logits(model, batches[0]), rel=1e-4)

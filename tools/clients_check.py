@@ -99,6 +99,22 @@ def check_gguf(job: dict, arrays) -> list[dict]:
     return rows
 
 
+def check_lm_eval(job: dict, arrays) -> list[dict]:
+    """lm-evaluation-harness on the hf export: a local rolling-loglikelihood task; word perplexity against the masked model's."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    client = f"lm-eval {lm_eval.__version__ if hasattr(lm_eval, '__version__') else ''}".strip()
+    args = f"pretrained={job['path']},dtype=float32,prefix_token_id={job['prefix_token_id']}"
+    results = lm_eval.simple_evaluate(
+        model="hf", model_args=args, tasks=[job["task"]], task_manager=TaskManager(include_path=job["task_dir"]), device="cpu", batch_size=1
+    )
+    got = float(results["results"][job["task"]]["word_perplexity,none"])
+    expected = float(arrays["word_perplexity"])
+    gap = abs(got - expected) / expected
+    return [_row(job, client, "word perplexity", gap <= job["tolerance"], f"{got:.6f} against {expected:.6f} (relative {gap:.1e})")]
+
+
 def main(path: str) -> None:
     try:
         import headprune  # noqa: F401
@@ -111,7 +127,8 @@ def main(path: str) -> None:
         with np.load(job["arrays"]) as npz:
             arrays = {k: npz[k] for k in npz.files}
         try:
-            rows += check_hf(job, arrays) if job["format"] == "hf" else check_gguf(job, arrays)
+            check = {"hf": check_hf, "gguf": check_gguf, "lm_eval": check_lm_eval}[job["format"]]
+            rows += check(job, arrays)
         except Exception as err:  # one client failing is one failed row, the others still run
             rows.append(_row(job, job["format"], "loads", False, f"{type(err).__name__}: {err}"[:300]))
     print(json.dumps(rows))

@@ -5,9 +5,10 @@ KV heads and an emptied layer; for the tiny model also an emptied layer 0) and e
 transformers, ``gguf`` (llama.cpp's ``llama`` for the uniform mask, ``deci`` for the global ones) -> llama.cpp built
 from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
 which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
-tokenizer's ids. Prints a table (client, file, check, result) and exits 1 when a check fails.
+tokenizer's ids; lm-evaluation-harness (installed beside them when pip can) scores SmolLM2's hf export on a local
+task against the masked model's word perplexity. Prints a table (client, file, check, result) and exits 1 when a check fails.
 
-    python tools/test_clients.py [--only tiny|smollm2] [--new-tokens 30]
+    python tools/test_clients.py [--only tiny|smollm2] [--new-tokens 30] [--no-lm-eval]
 """
 
 from __future__ import annotations
@@ -157,6 +158,53 @@ def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
     ]
 
 
+LM_EVAL_TASK = """task: {task}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+"""
+
+
+@torch.no_grad()
+def lm_eval_job(hf_job: dict, out: Path) -> dict:
+    """lm-evaluation-harness on an hf export: a local task of the job's texts, and the word perplexity the masked model gives
+    them (each text after the tokenizer's BOS as lm-eval's prefix token, so both score the same tokens)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = out / "lm_eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "lines.jsonl"
+    data.write_text("".join(json.dumps({"text": text}) + "\n" for text in hf_job["texts"]), encoding="utf-8")
+    (folder / "headprune_lines.yaml").write_text(LM_EVAL_TASK.format(task="headprune_lines", data=data), encoding="utf-8")
+    model = AutoModelForCausalLM.from_pretrained(hf_job["path"], dtype=torch.float32).eval()  # pruned: equals the masked model
+    tokenizer = AutoTokenizer.from_pretrained(hf_job["path"])
+    prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    nll, words = 0.0, 0
+    for text in hf_job["texts"]:
+        ids = torch.tensor([[prefix, *tokenizer(text, add_special_tokens=False)["input_ids"]]])
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), -1)
+        nll -= float(logprobs.gather(1, ids[0, 1:, None]).sum())
+        words += len(text.split())
+    np.savez(folder / "arrays.npz", word_perplexity=np.array(np.exp(nll / words)))
+    return {
+        **{k: hf_job[k] for k in ("path", "texts")},
+        "name": hf_job["name"],
+        "format": "lm_eval",
+        "arrays": str(folder / "arrays.npz"),
+        "task": "headprune_lines",
+        "task_dir": str(folder),
+        "prefix_token_id": int(prefix),
+        "tolerance": 1e-4,  # relative: lm-eval batches and pads, headprune scores one text at a time
+    }
+
+
 def print_table(rows: list[dict]) -> None:
     """client | file | check | result, as a Markdown table."""
     print("\n| client | file | check | result |\n|---|---|---|---|")
@@ -169,8 +217,9 @@ def main() -> int:
     parser.add_argument("--only", choices=("tiny", "smollm2"), default=None)
     parser.add_argument("--new-tokens", type=int, default=30)
     parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
+    parser.add_argument("--no-lm-eval", action="store_true", help="skip lm-evaluation-harness (it installs into the venv on first use)")
     args = parser.parse_args()
-    env = ensure_env(args.clients, with_lm_eval=False)
+    env = ensure_env(args.clients, with_lm_eval=not args.no_lm_eval)
     out = args.clients / "work"
     out.mkdir(parents=True, exist_ok=True)
     jobs = []
@@ -178,6 +227,11 @@ def main() -> int:
         jobs += tiny_jobs(out, min(args.new_tokens, 20))
     if args.only in (None, "smollm2"):
         jobs += smollm2_jobs(out, args.new_tokens)
+    hf_smollm2 = [job for job in jobs if job["format"] == "hf" and job["name"].startswith("smollm2")]
+    if env["lm_eval"] and hf_smollm2:
+        jobs.append(lm_eval_job(hf_smollm2[0], out))
+    elif not env["lm_eval"] and not args.no_lm_eval:
+        print("lm-evaluation-harness did not install in the clients' venv: its check is skipped")
     (out / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     done = subprocess.run(
         [str(env["python"]), "-I", str(Path(__file__).with_name("clients_check.py")), str(out / "jobs.json")],
@@ -190,7 +244,8 @@ def main() -> int:
         return 1
     rows = json.loads(done.stdout.strip().splitlines()[-1])
     for job in jobs:
-        print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}")
+        if "layers" in job:
+            print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}")
     print_table(rows)
     failed = [row for row in rows if not row["passed"]]
     print(f"\n{len(rows) - len(failed)} of {len(rows)} checks passed" + (f"; failed: {len(failed)}" if failed else ""))

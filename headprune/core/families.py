@@ -190,7 +190,7 @@ VIT_LIKE = Family(
 
 T5_LIKE = Family(
     name="t5",
-    model_types=("t5",),
+    model_types=("t5", "mt5"),
     sites=(
         (r"(?:^|\.)encoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "enc_self"),
         (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.1\.EncDecAttention$", "enc_dec"),

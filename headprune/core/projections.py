@@ -56,3 +56,15 @@ def sliced_projection(module: nn.Module, index: torch.Tensor, outputs: bool) -> 
     if bias is not None:
         new.bias = nn.Parameter(bias.clone(), requires_grad=module.bias.requires_grad)
     return new
+
+
+@torch.no_grad()
+def scale_input_heads(module: nn.Module, positions: list[int], head_dim: int, scales: torch.Tensor) -> None:
+    """Multiply in place the input columns of the heads at ``positions`` by ``scales`` (K,) (an output projection)."""
+    factor = scales.to(dtype=module.weight.dtype, device=module.weight.device)
+    if isinstance(module, Conv1D):
+        rows = module.weight.view(-1, head_dim, module.weight.shape[1])  # (heads, D, hidden): a view of [in, out]
+        rows[positions] *= factor.view(-1, 1, 1)
+    else:
+        cols = module.weight.view(module.weight.shape[0], -1, head_dim)  # (hidden, heads, D): a view of [out, in]
+        cols[:, positions] *= factor.view(1, -1, 1)

@@ -26,10 +26,14 @@ from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
 from headprune.results.run_dir import mask_to_json, write_results
+from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
 from headprune.tasks import registry
+from headprune.tasks.unit_task import unit_of
 
 QUANTIZE = ("none", "int8")
+EXPORT_DIR = "export"  # <run>/export/<format>/
+STAGING = ".export.next"  # where an export is written and checked before it replaces <run>/export
 
 
 # ---- checks before any work --------------------------------------------------------------------
@@ -67,7 +71,7 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
         settings.mask_file,
         "export",
     )
-    if str((cfg.get("prune") or {}).get("unit") or "head") == "kv_group":
+    if unit_of(cfg) == "kv_group":
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
     return rows
@@ -115,7 +119,7 @@ def check(cfg) -> None:
 
     settings = cfg.export
     fmt = choice(settings.get("format"), "export.format", FORMATS)
-    quantize = choice(str(settings.get("quantize") or "none"), "export.quantize", QUANTIZE)
+    quantize = choice(str(settings.quantize), "export.quantize", QUANTIZE)
     choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
     for name in ("examples", "batch_size", "new_tokens"):
         integer(settings.get(name), f"export.{name}", 1)
@@ -232,18 +236,22 @@ def run(cfg) -> dict:
         if is_decoder_lm(pruned):
             prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
             greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
-    out = output_dir(cfg) / "export" / fmt
+    staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
+    out = staging / fmt
     name = f"{cfg.model.get('name')}-pruned"
     exported = export_model(
         fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, tokenizer_pre(cfg) if fmt == "gguf" else "default"
     )
-    print(f"[export] {fmt}: {len(exported['files'])} files in {out}; checking in a fresh interpreter without headprune", flush=True)
+    print(
+        f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
+        flush=True,
+    )
     job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
     report = check_export(job, batches, reference, greedy, float(settings.tolerance))
     shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
     result = {
         "format": fmt,
-        "files": [str(Path(p).relative_to(output_dir(cfg))) for p in exported["files"]],
+        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
         "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
         "mask": None if mask is None else mask_to_json(mask),
         "unit": task.gates.unit,
@@ -262,7 +270,7 @@ def run(cfg) -> dict:
         + (f", greedy tokens equal: {report['greedy_equal']}" if "greedy_equal" in report else ""),
         flush=True,
     )
-    if str(settings.get("quantize") or "none") == "int8":
+    if str(settings.quantize) == "int8":
         masked_score = task.evaluate(mask, split=split).score
         sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
         result["quantized"] = int8_check(
@@ -274,7 +282,8 @@ def run(cfg) -> dict:
             + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
             flush=True,
         )
-    write_results(
+    replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
+    write_results(  # last: results.json never describes files that are not there
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
     if not report["passed"]:

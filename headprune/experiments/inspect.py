@@ -15,7 +15,7 @@ from headprune.results.writer import model_fingerprint, write_results_file
 
 def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
-    model = build_model(cfg.model, seed=int(cfg.get("seed", 0)))
+    model = build_model(cfg.model, seed=int(cfg.seed))
     gates = HeadGates(model)
     cost = model_cost(model, seq_len=cfg.inspect.seq_len)
     print(

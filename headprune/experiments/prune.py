@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
 from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores, order_settings
+from headprune.experiments.prune_speed import for_speed, pareto_stage, recoveries_of
+from headprune.experiments.settings import RunSettings, listed
 from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import mask_to_json, tensor_dict, write_results
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
-from headprune.selection.uniform import layout_mask, layout_masks, layout_of
+from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.tasks import registry
 from headprune.viz.plots import pareto_figure, pruning_curves
 from headprune.viz.tables import pareto_rows, point_name, prune_rows
@@ -23,24 +25,21 @@ from headprune.viz.tables import pareto_rows, point_name, prune_rows
 
 def fractions_of(settings) -> list[float]:
     """``prune.fractions`` (a number or a list) or the grid 0, step, ... max_fraction."""
-    given = settings.get("fractions")
-    if given is None:
+    if settings.fractions is None:
         return fraction_grid(float(settings.step), float(settings.max_fraction))
-    if isinstance(given, (int, float)):
-        given = [given]
-    return check_fractions(list(given))
+    return check_fractions(listed(settings.fractions))
 
 
 def orders_of(settings) -> list[str]:
-    given = settings.order
-    orders = [given] if isinstance(given, str) else list(given)
+    """``prune.order`` as a list of known orders."""
+    orders = listed(settings.order)
     if not orders:
         raise ValueError(f"prune.order is empty: give at least one of {list(ORDERS)}")
     return [check_order(str(o)) for o in orders]
 
 
 def reestimated_masks(
-    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool = True, layout: str = "global"
+    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, layout: str
 ) -> list[dict]:
     """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
     from tqdm.auto import tqdm
@@ -59,14 +58,15 @@ def prune_stage(
     orders,
     fractions,
     settings: OrderSettings,
-    groups=None,
-    min_per_layer: int = 0,
-    reestimate: bool = False,
-    split: str = "eval",
-    shared: dict | None = None,
-    progress: bool = True,
+    groups,
+    min_per_layer: int,
+    reestimate: bool,
+    split: str,
+    shared: dict | None,
+    layout: str,
+    *,
+    progress: bool,
     base=None,
-    layout: str = "global",
 ) -> dict:
     """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform."""
     shape = task.gates.groups
@@ -119,18 +119,16 @@ def curves_of(result: dict) -> dict:
     return {order: ([s["fraction"] for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()}
 
 
-def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: str) -> dict:
+def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions: list[float], split: str) -> dict:
     """Pruning for speed (``prune.target`` / ``schedule`` / ``recover``): Pareto points in results.json, a table and a figure."""
-    from headprune.experiments.prune_speed import pareto_stage
-
-    selection = selection_split(task, cfg.prune.get("selection_split"))
-    check_split(task, selection, "selection")
-    out = output_dir(cfg)
-    from headprune.experiments.prune_speed import recoveries_of
     from headprune.lightning.loggers import build_logger
 
-    logger = build_logger(cfg, job_type="prune") if "finetune" in recoveries_of(cfg.prune) else False
-    result = pareto_stage(task, cfg, order_settings(cfg), orders, fractions, split, selection, out, logger=logger)
+    selection = selection_split(task, settings.prune.selection_split)
+    check_split(task, selection, "selection")
+    out = output_dir(cfg)
+    logger = build_logger(cfg, job_type="prune") if "finetune" in recoveries_of(settings.prune) else False
+    where = {"split": split, "selection": selection, "seed": int(cfg.seed)}
+    result = pareto_stage(task, settings, order_settings(cfg), orders, fractions, where, out, logger)
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
         print(
@@ -145,24 +143,33 @@ def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: s
 
 def run(cfg) -> dict:
     """Greedy pruning curve(s); results.json holds every step's mask and score, plus a figure."""
-    from headprune.experiments.prune_speed import for_speed
-
-    settings = cfg.prune
-    orders = orders_of(settings)
-    fractions = fractions_of(settings)
-    min_per_layer = int(settings.get("min_heads_per_layer") or 0)
+    settings = RunSettings.of(cfg)
+    prune = settings.prune
+    orders = orders_of(prune)
+    fractions = fractions_of(prune)
+    min_per_layer = int(prune.min_heads_per_layer)
     if min_per_layer < 0:
         raise ValueError(f"prune.min_heads_per_layer must be >= 0, got {min_per_layer}")
     task = registry.load_task(cfg)
-    groups = check_groups(settings.get("groups"), task.gates.groups)
-    split = str(settings.split)
+    groups = check_groups(prune.groups, task.gates.groups)
+    split = str(prune.split)
     check_split(task, split)
     if "ablation" in orders:
-        check_split(task, str(settings.ablation_split), "ablation")
-    if for_speed(settings):
-        return run_for_speed(cfg, task, orders, fractions, split)
+        check_split(task, str(prune.ablation_split), "ablation")
+    if for_speed(prune):
+        return run_for_speed(cfg, settings, task, orders, fractions, split)
     result = prune_stage(
-        task, orders, fractions, order_settings(cfg), groups, min_per_layer, bool(settings.reestimate), split, layout=layout_of(settings)
+        task,
+        orders,
+        fractions,
+        order_settings(cfg),
+        groups,
+        min_per_layer,
+        bool(prune.reestimate),
+        split,
+        None,
+        str(prune.layout),
+        progress=True,
     )
     out = output_dir(cfg)
     title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"

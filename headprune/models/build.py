@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from headprune.core.saving import RECORD_FILE
-from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained
+from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained, split_revision
 
 
 def _model_class(kind: str):
@@ -42,7 +43,8 @@ def build_tokenizer(model_cfg):
     """The tokenizer named by ``model_cfg.tokenizer`` (embedded name, hub name or directory)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(tokenizer_source(model_cfg))
+    name, revision = split_revision(tokenizer_source(model_cfg))
+    return AutoTokenizer.from_pretrained(name, revision=revision)
 
 
 def build_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
@@ -60,7 +62,7 @@ def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
     model_class = _model_class(model_cfg.kind)
     extra = {"num_labels": model_cfg.num_labels} if model_cfg.kind == "classifier" else {}
     extra.update(overrides)
-    attn = model_cfg.get("attn_implementation", "sdpa")
+    attn = model_cfg.attn_implementation
     if model_cfg.pretrained:
         source = resolve_pretrained(model_cfg.pretrained)
         check_model_dir(source, tokenizer=False)  # the tokenizer is checked where it is built
@@ -68,10 +70,11 @@ def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
             from headprune.core.saving import load_pruned
 
             return load_pruned(source, **extra)
-        return model_class.from_pretrained(source, attn_implementation=attn, **extra)
+        name, revision = split_revision(source)  # a hub name@revision: one of a pretraining run's checkpoints
+        return model_class.from_pretrained(name, revision=revision, attn_implementation=attn, **extra)
     if model_cfg.config is None:
         raise ValueError(f"model {model_cfg.get('name')!r} sets neither `pretrained` nor `config`: set one of them")
-    fields = dict(model_cfg.config)
+    fields = OmegaConf.to_container(model_cfg.config, resolve=True) if OmegaConf.is_config(model_cfg.config) else dict(model_cfg.config)
     model_type = fields.pop("model_type")
     if vocab_size is not None:
         fields["vocab_size"] = vocab_size

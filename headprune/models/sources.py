@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
+from headprune.core.families import FAMILIES
 from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
 
 VOCABULARY_FILES = (
@@ -56,12 +57,23 @@ def hub_reachable(timeout: float = 1.5) -> bool:
         return False
 
 
+def split_revision(name: str) -> tuple[str, str | None]:
+    """A hub name and its revision from ``org/name@revision`` (Pythia's ``step1000``, a branch, a commit); else (name, None)."""
+    if "@" not in name or looks_like_path(name) or Path(name).expanduser().exists():
+        return name, None
+    repo, _, revision = name.rpartition("@")
+    if not repo or not revision:
+        raise ConfigError(f"{name!r} is neither a local path nor a hub name: write org/name@revision, e.g. EleutherAI/pythia-70m@step1000")
+    return repo, revision
+
+
 def _in_hub_cache(name: str) -> bool:
+    repo, revision = split_revision(name)
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        return isinstance(try_to_load_from_cache(name, "config.json"), str) or isinstance(
-            try_to_load_from_cache(name, "tokenizer_config.json"), str
+        return isinstance(try_to_load_from_cache(repo, "config.json", revision=revision), str) or isinstance(
+            try_to_load_from_cache(repo, "tokenizer_config.json", revision=revision), str
         )
     except Exception:  # noqa: BLE001 - a malformed repo id is simply not cached
         return False
@@ -93,9 +105,11 @@ def resolve_pretrained(name: str | None, setting: str = "model.pretrained") -> s
         )
     if _in_hub_cache(name) or hub_reachable():
         return name
+    repo, revision = split_revision(name)
+    download = f"hf download {repo}" + (f" --revision {revision}" if revision else "")
     raise FileNotFoundError(
         f"{setting}={name} is no local directory ({path.resolve()} does not exist) and the Hugging Face hub "
-        f"cannot be reached (offline): download it on a machine with a network (`hf download {name} "
+        f"cannot be reached (offline): download it on a machine with a network (`{download} "
         f"--local-dir <dir>`) and point at the copy with {setting}=<dir>"
     )
 
@@ -146,7 +160,8 @@ def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
         return None
     if unit == "kv_group":
         return kv_heads_per_layer(fields)
-    counts = [fields.get(key) for key in ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads")]
+    keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # where each family keeps its head count
+    counts = [fields.get(key) for key in keys]
     counts = [int(c) for c in counts if isinstance(c, int)]
     return min(counts) if counts else None
 

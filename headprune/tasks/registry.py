@@ -79,7 +79,7 @@ def task_spec(cfg) -> TaskSpec:
 
 def device_of(cfg) -> torch.device:
     """``device=auto`` (default): CUDA when available, else CPU."""
-    name = str(cfg.get("device") or "auto")
+    name = str(cfg.device)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)

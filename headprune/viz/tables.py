@@ -365,17 +365,19 @@ def dynamics_table(dynamics: dict, at: float = 0.4, paper: dict | None = None) -
     snaps = dynamics["snapshots"]
     metric = snaps[0]["metric"] if snaps else ""
     label, tolerance = name_of(metric), snaps[0]["tolerance"] if snaps else 1.0
+    by_step = any(s.get("label") for s in snaps)  # checkpoints of a pretraining run, named by step
     head = (
-        f"| epoch | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
+        f"| {'checkpoint' if by_step else 'epoch'} | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
         "| rank stability |"
     )
     lines = [head + (f" paper unpruned {label} |" if paper else ""), "|---" * (7 if paper else 6) + "|"]
     for s in snaps:
         index = min(range(len(s["fractions"])), key=lambda i: abs(s["fractions"][i] - at))
         epoch = (s["epoch"] or 0) + 1
+        name = s.get("label") or epoch
         stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
         line = (
-            f"| {epoch} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
+            f"| {name} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
             f"{100 * s['prunable_fraction']:.0f}% | {stab} |"
         )
         if paper:

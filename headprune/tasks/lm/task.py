@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from headprune.core.gates import HeadGates
 from headprune.core.inputs import DECODER_INPUTS
+from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
 from headprune.tasks.common import SavesHF, checked_settings
@@ -96,7 +97,7 @@ class LanguageModelingTask(SavesHF):
     def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
         hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
-        head = self.model.get_output_embeddings()
+        head = output_logits(self.model)  # the LM head and the model's own logit scaling or soft-capping
         labels = batch["labels"].to(hidden.device)
         parts = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS)]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
