@@ -164,19 +164,28 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
 
 
-def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
-    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime: at the
-    task's evaluation batching, and at each of ``batch_sizes`` (dynamic int8 moves with batching; f32 beside it)."""
+def int8_check(task, mask, graphs: dict, config, out: Path, settings) -> dict:
+    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime beside the
+    masked model: at the task's evaluation batching, and at each of ``export.int8_batch_sizes`` (dynamic int8 moves with
+    batching; f32 beside it). Prints the summary."""
     from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
+    split, per_channel = str(settings.split), bool(settings.per_channel)
+    sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
+    masked_score = task.evaluate(mask, split=split).score
     quantized = quantize_int8(graphs, out / "int8", per_channel)
     scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
             scores[name] = task.evaluate(None, split=split).score
-            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
+            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in sizes})
+    print(
+        f"[export] {task.metric} on {split}: masked {masked_score:.4g}, ONNX f32 {scores['f32']:.4g}, ONNX int8 {scores['int8']:.4g}; "
+        + "; ".join(spread_line(f"ONNX {name}", spreads[name]) for name in ("int8", "f32")),
+        flush=True,
+    )
     return {
         "metric": task.metric,
         "split": split,
@@ -271,17 +280,7 @@ def run(cfg) -> dict:
         flush=True,
     )
     if str(settings.quantize) == "int8":
-        masked_score = task.evaluate(mask, split=split).score
-        sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
-        result["quantized"] = int8_check(
-            task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), masked_score, sizes
-        )
-        q = result["quantized"]
-        print(
-            f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
-            + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
-            flush=True,
-        )
+        result["quantized"] = int8_check(task, mask, exported["graphs"], pruned.config, out, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
     write_results(  # last: results.json never describes files that are not there
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}

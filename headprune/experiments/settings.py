@@ -131,6 +131,7 @@ class ExportSettings:
     model: str | None
     quantize: str
     per_channel: bool
+    int8_batch_sizes: list
     gguf_dtype: str
     tokenizer_pre: str | None
     split: str

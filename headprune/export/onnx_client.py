@@ -2,7 +2,7 @@
 
     python onnx_client.py <export dir> <requests.json>       (prints one JSON line)
 
-``requests.json`` is ``{"texts": [text or [text, text_pair], ...], "new_tokens": n}``. A classifier answers each
+``requests.json`` is ``{"texts": [text or [text, text_pair], ...], "new_tokens": n}`` (n: for a decoder-only LM). A classifier answers each
 text's token ids, logits and label; a decoder-only LM each text's ids, the logits of its last position and its greedy
 continuation (no KV cache: the whole sequence runs again for every new token). The directory's
 ``headprune_export.json`` says how text becomes inputs. This file imports nothing of headprune: copy it anywhere.
@@ -114,7 +114,7 @@ def main(directory: str, requests: str) -> None:
     if export.description["task"] == "text-classification":
         answer = export.classify(asked["texts"])
     else:
-        answer = export.continue_text(asked["texts"], int(asked.get("new_tokens", 8)))
+        answer = export.continue_text(asked["texts"], int(asked["new_tokens"]))
     answer["modules"] = sorted({name.partition(".")[0] for name in sys.modules})
     print(json.dumps(answer))
 
