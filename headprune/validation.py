@@ -23,7 +23,7 @@ from headprune.experiments.schema import SCHEMA
 from headprune.experiments.study import study_training_config
 from headprune.models.sources import config_fields as model_fields
 from headprune.models.sources import heads_per_layer, kv_heads_per_layer
-from headprune.results.readers import check_mask_file, read_json_file
+from headprune.results.readers import check_mask_file
 from headprune.selection.mask_search import given_target
 
 # ---- keys, device, model ------------------------------------------------------------------------
@@ -403,13 +403,12 @@ def check_speed_run(cfg) -> None:
 
 def check_chosen_mask(cfg) -> None:
     """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
-    from headprune.experiments.speed import raw_mask
+    from headprune.experiments.mask_source import chosen_mask, with_file_unit
 
     speed = cfg.speed
     path = Path(str(speed.mask_file))
-    step = None if speed.get("mask_step") is None else str(speed.mask_step)
-    mask = raw_mask(read_json_file(path), str(speed.mask_order), float(speed.fraction), step, path)
-    check_mask_units(cfg, mask)
+    mask = chosen_mask(speed, "speed")[1].mask
+    check_mask_units(with_file_unit(cfg, "speed"), mask)
     entries = [value for rows in mask.values() for row in rows for value in row]
     if 0 not in entries:
         raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")

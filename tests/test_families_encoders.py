@@ -44,9 +44,9 @@ def _uneven_mask(gates):
     return mask
 
 
-@pytest.mark.parametrize("model_type", FAMILY_MODELS)
-def test_masked_model_equals_pruned_twin(model_type):
-    make, make_batch = FAMILY_MODELS[model_type]
+@pytest.mark.parametrize("name", FAMILY_MODELS)
+def test_masked_model_equals_pruned_twin(name):
+    make, make_batch = FAMILY_MODELS[name]
     model, batch = make(), make_batch()
     gates = HeadGates(model)
     mask = _uneven_mask(gates)
@@ -67,9 +67,9 @@ def test_masked_model_equals_pruned_twin(model_type):
         _assert_close_scaled(_logits(twin, batch), _logits(model, batch))
 
 
-@pytest.mark.parametrize("model_type", FAMILY_MODELS)
-def test_per_example_gates_equal_one_mask_at_a_time(model_type):
-    make, make_batch = FAMILY_MODELS[model_type]
+@pytest.mark.parametrize("name", FAMILY_MODELS)
+def test_per_example_gates_equal_one_mask_at_a_time(name):
+    make, make_batch = FAMILY_MODELS[name]
     model, batch = make(), make_batch()
     gates = HeadGates(model)
     rows = next(iter(batch.values())).shape[0]
@@ -83,10 +83,10 @@ def test_per_example_gates_equal_one_mask_at_a_time(model_type):
         _assert_close_scaled(together[row], alone)
 
 
-@pytest.mark.parametrize("model_type", FAMILY_MODELS)
-def test_one_backward_importance_equals_gate_gradient(model_type):
+@pytest.mark.parametrize("name", FAMILY_MODELS)
+def test_one_backward_importance_equals_gate_gradient(name):
     """Per-token probes read in one backward pass == autograd's gradient of each example's loss by its own gate."""
-    make, make_batch = FAMILY_MODELS[model_type]
+    make, make_batch = FAMILY_MODELS[name]
     model, batch = make(), make_batch()
     gates = HeadGates(model)
     probed = per_example_gate_gradients(model, gates, batch)  # {group: (B, L, H)}
@@ -99,9 +99,9 @@ def test_one_backward_importance_equals_gate_gradient(model_type):
         _assert_close_scaled(probed[group].float(), grad)
 
 
-@pytest.mark.parametrize("model_type", FAMILY_MODELS)
-def test_save_load_round_trip(model_type, tmp_path):
-    make, make_batch = FAMILY_MODELS[model_type]
+@pytest.mark.parametrize("name", FAMILY_MODELS)
+def test_save_load_round_trip(name, tmp_path):
+    make, make_batch = FAMILY_MODELS[name]
     model, batch = make(), make_batch()
     record = prune_mask(model, _uneven_mask(HeadGates(model)))
     save_pruned(model, tmp_path / "pruned")
@@ -110,9 +110,9 @@ def test_save_load_round_trip(model_type, tmp_path):
     torch.testing.assert_close(_logits(loaded, batch), _logits(model, batch), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("model_type", ["distilbert", "vit", "deit", "deberta-v2"])
-def test_batched_ablation_engine_equals_loop(model_type):
-    make, make_batch = FAMILY_MODELS[model_type]
+@pytest.mark.parametrize("name", ["distilbert", "vit", "deit", "deberta-v2"])
+def test_batched_ablation_engine_equals_loop(name):
+    make, make_batch = FAMILY_MODELS[name]
     model = make()
     batch = {k: v for k, v in make_batch().items() if k != "labels"}
     gates = HeadGates(model)
@@ -189,10 +189,10 @@ def test_unsupported_model_type_lists_the_new_families():
         assert model_type in supported_model_types() and model_type in str(err.value)
 
 
-@pytest.mark.parametrize("model_type", ["distilbert", "vit", "deit"])
-def test_v4_pruned_heads_written_and_read(model_type, tmp_path):
+@pytest.mark.parametrize("name", ["distilbert", "vit", "deit"])
+def test_v4_pruned_heads_written_and_read(name, tmp_path):
     """DistilBERT, ViT and DeiT get v4's config.pruned_heads; a directory holding only that (as v4 wrote it) loads the same."""
-    make, make_batch = FAMILY_MODELS[model_type]
+    make, make_batch = FAMILY_MODELS[name]
     model, batch = make(), make_batch()
     prune_mask(model, {"enc_self": torch.tensor([[1, 0, 1, 0], [1, 1, 1, 1], [0, 1, 1, 1]])})
     save_pruned(model, tmp_path)
@@ -237,3 +237,21 @@ def test_t5_attention_entropy_includes_the_position_bias():
     recorded = attention_entropy(model, HeadGates(model), [model_inputs(model, batch) | {"labels": batch["labels"]}])
     for group, value in expected.items():
         _assert_close_scaled(recorded[group], value)
+
+
+@pytest.mark.parametrize("name", ["t5", "whisper"])
+def test_generation_with_cache_pruned_equals_masked(name):
+    """Beam search with the KV cache (T5: the position bias of later steps) gives the masked model's tokens and scores."""
+    make, make_batch = FAMILY_MODELS[name]
+    model, twin = make(), make()
+    inputs = {k: v for k, v in make_batch().items() if k not in ("labels", "decoder_input_ids")}
+    gates = HeadGates(model)
+    mask = _uneven_mask(gates)
+    prune_mask(twin, mask)
+    settings = {"max_new_tokens": 5, "num_beams": 2, "do_sample": False, "output_scores": True, "return_dict_in_generate": True}
+    with torch.no_grad(), gates.masked(mask):
+        masked = model.generate(**inputs, **settings)
+    with torch.no_grad():
+        pruned = twin.generate(**inputs, **settings)
+    assert torch.equal(masked.sequences, pruned.sequences)
+    _assert_close_scaled(torch.stack(pruned.scores), torch.stack(masked.scores))

@@ -296,7 +296,7 @@ def test_kv_group_flop_tables_predict_the_physically_pruned_model(name):
 
 
 def test_the_control_of_an_nli_fine_tune_trains_on_the_same_batches(tmp_path, monkeypatch):
-    from headprune.viz.tables import point_name
+    from headprune.results.points import point_name
 
     calls = _spy_finetunes(monkeypatch)
     cfg = make_cfg(

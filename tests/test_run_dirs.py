@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
-import torch
+from cli_runs import headprune as cli_run
 from experiment_helpers import NLI
-
-from headprune import cli
 
 FAST = ["logger=none"]
 RUN = ["device=cpu", "prune.step=0.5"]  # the experiments on a loaded task (not the fine-tune)
@@ -19,26 +16,9 @@ EXPORT = ["export.format=onnx", "export.examples=4", "export.batch_size=4", "exp
 
 
 def headprune(capsys, monkeypatch, tmp_path, run_dir: Path, *overrides: str) -> tuple[int, str]:
-    """Run ``headprune overrides...`` in this process into ``run_dir``: (exit status, stderr)."""
-    capsys.readouterr()
+    """The tiny NLI run ``headprune overrides...`` into ``run_dir``: (exit status, stderr)."""
     training = any(o.startswith("experiment=nli_finetune") for o in overrides)
-    argv = [
-        "headprune",
-        *NLI,
-        *FAST,
-        *([] if training else RUN),
-        *overrides,
-        f"hydra.run.dir={run_dir}",
-        f"paths.data_dir={tmp_path / 'data'}",
-    ]
-    monkeypatch.setattr(sys, "argv", argv)
-    torch.set_num_threads(1)
-    try:
-        cli.main()
-        status = 0
-    except SystemExit as done:
-        status = done.code or 0
-    return status, capsys.readouterr().err
+    return cli_run(capsys, monkeypatch, tmp_path, run_dir, *NLI, *FAST, *([] if training else RUN), *overrides)
 
 
 def digest(path: Path) -> dict[str, str]:
@@ -117,7 +97,8 @@ def test_an_export_killed_mid_way_leaves_the_old_export_intact(prune_run, capsys
     assert status == 0, err
     files = json.loads((export_dir / "results.json").read_text())["results"]["files"]
     on_disk = sorted(str(p.relative_to(export_dir)) for p in (export_dir / "export").rglob("*") if p.is_file())
-    assert on_disk == sorted(files) == ["export/onnx/model.onnx"]  # the old int8 graphs went with the old export
+    assert set(files) <= set(on_disk) and "export/onnx/model.onnx" in files
+    assert not [name for name in on_disk if "int8" in name]  # the old int8 graphs went with the old export
     assert not (export_dir / ".export.next").exists()
 
 

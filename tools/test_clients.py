@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_env import ROOT, ensure_env  # noqa: E402
 
-TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 3e-3}  # |logits - masked| over the logits' scale (at least 1)
+TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 1e-2}  # |logits - masked| over the logits' scale (at least 1); f16: any rounding
 TINY_TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
 SMOL_TEXTS = [
     "The history of the city goes back to the Roman period, when a small fort was built on the river.",
@@ -90,6 +90,8 @@ def export_case(model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Pa
         "arrays": str(folder / "arrays.npz"),
         "prompts": len(prompts),
         "tolerance": TOLERANCE["hf" if fmt == "hf" else dtype],
+        "f16_tolerance": TOLERANCE["f16"],  # f16 files, flash attention, llama.cpp's default f16 KV cache
+        "dtype": dtype,
         "texts": texts,
         "text_ids": prompts,
         "expect": exported.get("architecture", "LlamaForCausalLM"),
@@ -209,7 +211,8 @@ def print_table(rows: list[dict]) -> None:
     """client | file | check | result, as a Markdown table."""
     print("\n| client | file | check | result |\n|---|---|---|---|")
     for row in rows:
-        print(f"| {row['client']} | {row['file']} | {row['check']} | {'pass' if row['passed'] else 'FAIL'}: {row['detail']} |")
+        verdict = {True: "pass", False: "FAIL", None: "info"}[row["passed"]]
+        print(f"| {row['client']} | {row['file']} | {row['check']} | {verdict}: {row['detail']} |")
 
 
 def main() -> int:
@@ -247,8 +250,9 @@ def main() -> int:
         if "layers" in job:
             print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}")
     print_table(rows)
-    failed = [row for row in rows if not row["passed"]]
-    print(f"\n{len(rows) - len(failed)} of {len(rows)} checks passed" + (f"; failed: {len(failed)}" if failed else ""))
+    failed = [row for row in rows if row["passed"] is False]
+    checks = [row for row in rows if row["passed"] is not None]
+    print(f"\n{len(checks) - len(failed)} of {len(checks)} checks passed" + (f"; failed: {len(failed)}" if failed else ""))
     return 1 if failed else 0
 
 

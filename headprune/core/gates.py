@@ -184,7 +184,10 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
             n_heads = int(getattr(model.config, family.config_heads))
         else:
             n_heads = block.get_submodule(family.query).out_features // head_dim
-        n_kv = n_heads // int(getattr(core, family.kv_groups_attr)) if family.kv_groups_attr else n_heads
+        if family.kv_groups_attr:
+            n_kv = n_heads // int(getattr(core, family.kv_groups_attr))
+        else:
+            n_kv = int(getattr(core, family.kv_count_attrs[0])) if family.kv_count_attrs else n_heads
         site = AttentionSite(
             path,
             group,

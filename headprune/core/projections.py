@@ -51,7 +51,8 @@ def sliced_projection(module: nn.Module, index: torch.Tensor, outputs: bool) -> 
         new = Conv1D(weight.shape[0], weight.shape[1]).to(device=weight.device, dtype=weight.dtype)
         new.weight = nn.Parameter(weight.t().contiguous(), requires_grad=module.weight.requires_grad)
     else:
-        new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+        kind = type(module) if type(module).__init__ is nn.Linear.__init__ else nn.Linear  # e.g. FalconLinear
+        new = kind(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
         new.weight = nn.Parameter(weight.clone(), requires_grad=module.weight.requires_grad)
     if bias is not None:
         new.bias = nn.Parameter(bias.clone(), requires_grad=module.bias.requires_grad)

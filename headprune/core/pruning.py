@@ -69,6 +69,12 @@ def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
 
 def refuse_inexact(site: AttentionSite) -> None:
     """A ConfigError when removing heads from this module cannot give the masked model's outputs (norms across heads)."""
+    for flag, why in site.family.unprunable_if:
+        if getattr(site.core.config, flag, False):
+            raise ConfigError(
+                f"a {site.family.name} model with {flag}=True cannot be pruned physically: {why} ({site.path}). "
+                "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+            )
     norms = site.family.cross_head_norms
     if norms:
         raise ConfigError(
@@ -76,6 +82,18 @@ def refuse_inexact(site: AttentionSite) -> None:
             f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "
             f"{site.family.name} model cannot equal the masked one, and headprune does not prune it ({site.path}). "
             "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+        )
+
+
+def _refuse_uneven_groups(site: AttentionSite, keep: list[int]) -> None:
+    """A ConfigError when KV heads would keep unequal numbers of query heads in a model that cannot map them one by one."""
+    per_kv = [sum(site.kv_of(site.head_ids[p]) == kv for p in keep) for kv in site.kv_ids]
+    counts = {n for n in per_kv if n}
+    if len(counts) > 1:
+        raise ConfigError(
+            f"{site.family.name} attention needs as many query heads for every KV head, and this mask leaves "
+            f"{per_kv} query heads over the KV heads {site.kv_ids} of {site.path}: prune whole KV groups "
+            "(prune.unit=kv_group, headprune.prune_kv_groups) or as many heads of every group"
         )
 
 
@@ -92,6 +110,8 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
     refuse_inexact(site)
     needed_kv = {site.kv_of(site.head_ids[pos]) for pos in keep}
     kv_keep = [pos for pos, kv in enumerate(site.kv_ids) if kv in needed_kv]  # a KV head goes with its last query head
+    if not site.family.kv_groups_attr:
+        _refuse_uneven_groups(site, keep)
     if site.family.fused_layout is not None:
         fused = site.linear("query")
         _set_projection(site, "query", sliced_projection(fused, _fused_units(site, keep, kv_keep), outputs=True))

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from headprune.experiments.settings import listed
+from headprune.experiments.settings import listed as list_of
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
 from headprune.results.writer import write_results_file
 from headprune.tasks import registry
@@ -49,7 +49,7 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
         train_cfg.model.tokenizer = str(model_dir)
     train_cfg.paths = cfg.paths
     overrides = cfg.dynamics_overrides
-    pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in listed(overrides))
+    pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in list_of(overrides))
     for key, value in pairs:
         OmegaConf.update(train_cfg, key, _parse(value) if isinstance(value, str) else value, force_add=True)
     return train_cfg
@@ -117,7 +117,7 @@ def check(cfg) -> None:
     from headprune.core.checks import ConfigError
     from headprune.models.sources import check_model_dir, resolve_pretrained
 
-    listed = [str(c) for c in cfg.get("checkpoints") or []]
+    listed = [str(c) for c in list_of(cfg.checkpoints)]
     if bool(listed) == (cfg.get("ckpt_dir") is not None):
         raise ConfigError(
             "experiment=dynamics reads one of ckpt_dir=<training run>/checkpoints (a headprune training run's epochs) or "

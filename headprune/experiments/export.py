@@ -21,7 +21,7 @@ from headprune.core.checks import ConfigError, choice, integer, number, positive
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.speed import file_mask, raw_mask
+from headprune.experiments.mask_source import chosen_mask, file_mask, with_file_unit
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
@@ -62,16 +62,9 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
             group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
             for group, removed in (record or {"dec_self": {}}).items()
         }
-    step = settings.get("mask_step")
-    rows = raw_mask(
-        read_json(Path(str(settings.mask_file))),
-        str(settings.mask_order),
-        float(settings.fraction),
-        None if step is None else str(step),
-        settings.mask_file,
-        "export",
-    )
-    if unit_of(cfg) == "kv_group":
+    found, chosen = chosen_mask(settings, "export")
+    rows = chosen.mask
+    if (found.unit or unit_of(cfg)) == "kv_group":
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
     return rows
@@ -132,6 +125,12 @@ def check(cfg) -> None:
         )
     if settings.get("mask_file"):
         check_mask_file(settings.mask_file, "export.mask_file")
+        if settings.get("fraction") is not None and float(settings.fraction) == 0:
+            raise ConfigError(
+                "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
+                "pick a step that removes some, or leave export.fraction out when the file holds one"
+            )
+        chosen_mask(settings, "export")  # one candidate, or the list to pick from
     else:
         path = Path(str(settings.model)).expanduser()
         if not (path / "config.json").is_file():
@@ -145,11 +144,11 @@ def check(cfg) -> None:
             raise ConfigError(str(err)) from None
     if quantize == "int8":
         positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
-    if quantize == "int8" and fmt != "onnx":
+    if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
-            f"export.quantize=int8 quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
+            f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
-    if fmt in ("hf", "gguf"):
+    if FORMATS[fmt].decoder_only:
         check_stock(cfg, fmt)
 
 
@@ -164,28 +163,19 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
 
 
-def int8_check(task, mask, graphs: dict, config, out: Path, settings) -> dict:
-    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime beside the
-    masked model: at the task's evaluation batching, and at each of ``export.int8_batch_sizes`` (dynamic int8 moves with
-    batching; f32 beside it). Prints the summary."""
+def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
+    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime: at the
+    task's evaluation batching, and at each of ``batch_sizes`` (dynamic int8 moves with batching; f32 beside it)."""
     from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
-    split, per_channel = str(settings.split), bool(settings.per_channel)
-    sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
-    masked_score = task.evaluate(mask, split=split).score
     quantized = quantize_int8(graphs, out / "int8", per_channel)
     scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
             scores[name] = task.evaluate(None, split=split).score
-            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in sizes})
-    print(
-        f"[export] {task.metric} on {split}: masked {masked_score:.4g}, ONNX f32 {scores['f32']:.4g}, ONNX int8 {scores['int8']:.4g}; "
-        + "; ".join(spread_line(f"ONNX {name}", spreads[name]) for name in ("int8", "f32")),
-        flush=True,
-    )
+            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
     return {
         "metric": task.metric,
         "split": split,
@@ -203,6 +193,49 @@ def int8_check(task, mask, graphs: dict, config, out: Path, settings) -> dict:
     }
 
 
+def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
+    """The int8 check (``int8_check``) beside the masked model's score, printed."""
+    split = str(settings.split)
+    masked_score = task.evaluate(mask, split=split).score
+    sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
+    q = int8_check(task, graphs, config, out, split, bool(settings.per_channel), masked_score, sizes)
+    print(
+        f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
+        + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
+        flush=True,
+    )
+    return q
+
+
+def pruned_copy(task, mask):
+    """A CPU copy of the task's model with ``mask``'s heads removed (None: as it is), running its own attention."""
+    pruned = copy.deepcopy(task.model).cpu()
+    if mask is not None:
+        prune_mask(pruned, task.gates.head_mask(mask, hard=True))
+    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
+    return pruned
+
+
+def reference_outputs(task, pruned, mask, batches: list[dict], settings) -> tuple:
+    """(the model the export must reproduce, its logits on ``batches``, its greedy tokens for a decoder-only LM or None).
+
+    The masked task model; for a format that stores rounded weights (f16 GGUF), the pruned model rounded as the file is.
+    """
+    reference_model = task.model  # under the mask
+    if FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16":
+        from headprune.export.gguf import rounded_like_gguf
+
+        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
+    with task.gates.masked(mask if reference_model is task.model else None):
+        device = next(reference_model.parameters()).device
+        reference = reference_logits(reference_model, [{k: v.to(device) for k, v in b.items()} for b in batches])
+        greedy = None
+        if is_decoder_lm(pruned):
+            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
+            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    return reference_model, reference, greedy
+
+
 def tokenizer_pre(cfg) -> str:
     """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
     given = cfg.export.get("tokenizer_pre")
@@ -217,40 +250,24 @@ def tokenizer_pre(cfg) -> str:
 
 def run(cfg) -> dict:
     """Prune, export, check in a fresh interpreter; results.json with the source, format, files and check."""
-    cfg = with_source_model(cfg)
+    cfg = with_file_unit(with_source_model(cfg), "export")  # a mask file says its own unit (head or kv_group)
     settings = cfg.export
     fmt, split = str(settings.format), str(settings.split)
+    reads = FORMATS[fmt].reads
     task = registry.load_task(cfg)
     check_split(task, split)
     mask, origin = export_source(cfg, task)
-    head_mask = None if mask is None else task.gates.head_mask(mask, hard=True)
     batches = [
         {k: v.cpu() for k, v in b.items()}
         for b in task.timing_batches(int(settings.batch_size), int(settings.examples), split, seed=int(cfg.seed))
     ]
-    pruned = copy.deepcopy(task.model).cpu()
-    if head_mask is not None:
-        prune_mask(pruned, head_mask)
-    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
-    reference_model = task.model  # under the mask
-    if fmt == "gguf" and str(settings.gguf_dtype) == "f16":
-        from headprune.export.gguf import rounded_like_gguf
-
-        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
-    with task.gates.masked(mask if reference_model is task.model else None):
-        reference = reference_logits(
-            reference_model, [{k: v.to(next(reference_model.parameters()).device) for k, v in b.items()} for b in batches]
-        )
-        greedy = None
-        if is_decoder_lm(pruned):
-            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
-            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    pruned = pruned_copy(task, mask)
+    reference_model, reference, greedy = reference_outputs(task, pruned, mask, batches, settings)
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
+    pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
     name = f"{cfg.model.get('name')}-pruned"
-    exported = export_model(
-        fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, tokenizer_pre(cfg) if fmt == "gguf" else "default"
-    )
+    exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
         flush=True,
@@ -266,7 +283,7 @@ def run(cfg) -> dict:
         "unit": task.gates.unit,
         "pruning_record": pruning_record(pruned),
         "heads_per_layer": [list(s) for s in shapes],
-        "gguf_dtype": str(settings.gguf_dtype) if fmt == "gguf" else None,
+        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
         "check": report,
         "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
     }
@@ -280,7 +297,7 @@ def run(cfg) -> dict:
         flush=True,
     )
     if str(settings.quantize) == "int8":
-        result["quantized"] = int8_check(task, mask, exported["graphs"], pruned.config, out, settings)
+        result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
     write_results(  # last: results.json never describes files that are not there
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}

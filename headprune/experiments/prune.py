@@ -9,24 +9,32 @@ the training-split subset (``task.importance_batches()``), never from the evalua
 
 from __future__ import annotations
 
+from headprune.core.checks import warn
 from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
 from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores, order_settings
 from headprune.experiments.prune_speed import for_speed, pareto_stage, recoveries_of
 from headprune.experiments.settings import RunSettings, listed
 from headprune.lightning.loggers import log_run
+from headprune.results.points import percent, point_name, removed_fraction, step_label
 from headprune.results.run_dir import mask_to_json, tensor_dict, write_results
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.tasks import registry
 from headprune.viz.plots import pareto_figure, pruning_curves
-from headprune.viz.tables import pareto_rows, point_name, prune_rows
+from headprune.viz.tables import pareto_rows, prune_rows
 
 
 def fractions_of(settings) -> list[float]:
     """``prune.fractions`` (a number or a list) or the grid 0, step, ... max_fraction."""
     if settings.fractions is None:
-        return fraction_grid(float(settings.step), float(settings.max_fraction))
+        grid = fraction_grid(float(settings.step), float(settings.max_fraction))
+        if grid == [0.0] and float(settings.max_fraction) > 0:
+            warn(
+                f"prune.max_fraction={settings.max_fraction} is below prune.step={settings.step}: the only point is 0% "
+                "(no unit removed); lower prune.step or give prune.fractions"
+            )
+        return grid
     return check_fractions(listed(settings.fractions))
 
 
@@ -100,6 +108,7 @@ def prune_stage(
         steps = [
             {
                 "fraction": f,
+                **what_was_removed(f, heads_removed(m), out["units_total"]),
                 "heads_pruned": heads_removed(m),
                 "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
                 "score": r.score,
@@ -114,9 +123,34 @@ def prune_stage(
     return out
 
 
+def what_was_removed(fraction: float, removed: int, total: int) -> dict:
+    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked
+    (a uniform layout's floor per layer or prune.min_heads_per_layer can leave fewer)."""
+    return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
+
+
+def warn_unmet(result: dict) -> None:
+    """One warning line per order whose steps removed fewer units than their fractions ask."""
+    total, unit = result["units_total"], result["unit"]
+    for order, v in result["orders"].items():
+        unmet = [s for s in v["steps"] if s.get("fraction_met") is False]
+        if unmet:
+            shown = "; ".join(
+                f"{percent(s['fraction'])} asks {int(round(s['fraction'] * total))} of {total} {unit}s, {s['heads_pruned']} removed"
+                for s in unmet
+            )
+            warn(
+                f"{order}: {shown}: the {result['layout']} layout or prune.min_heads_per_layer={result['min_heads_per_layer']} "
+                "allows no more; each point is labelled by what it removed (fraction_removed in results.json)"
+            )
+
+
 def curves_of(result: dict) -> dict:
-    """{order: (fractions, scores)} of a prune result, for the figure."""
-    return {order: ([s["fraction"] for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()}
+    """{order: (fractions removed, scores)} of a prune result, for the figure."""
+    total = result.get("units_total")
+    return {
+        order: ([removed_fraction(s, total) for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()
+    }
 
 
 def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions: list[float], split: str) -> dict:
@@ -175,7 +209,8 @@ def run(cfg) -> dict:
     title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"
     figure = pruning_curves(curves_of(result), out / "prune.png", title, result["metric"], result["base_score"])
     for order, v in result["orders"].items():
-        print(f"{order} ({result['unit']}): " + " ".join(f"{100 * s['fraction']:.0f}%={s['score']:.2f}" for s in v["steps"]))
+        print(f"{order} ({result['unit']}): " + " ".join(f"{step_label(s)}={s['score']:.2f}" for s in v["steps"]))
+    warn_unmet(result)
     write_results(cfg, "prune", result, task, split, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "orders"}, {"prune": prune_rows(result)}, [figure])
     return {"objective": result["orders"][orders[0]]["steps"][-1]["score"], **result}

@@ -134,6 +134,7 @@ class ExportSettings:
     int8_batch_sizes: list
     gguf_dtype: str
     tokenizer_pre: str | None
+    int8_batch_sizes: list[int]
     split: str
     examples: int
     batch_size: int

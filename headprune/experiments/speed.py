@@ -21,88 +21,18 @@ from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, gain_text
 from headprune.experiments.evaluation import check_split, score_check, score_check_text, swapped_model, unit_counts
+from headprune.experiments.mask_source import file_mask, with_file_unit
 from headprune.experiments.orders import ORDERS, order_settings
 from headprune.experiments.settings import RunSettings
 from headprune.lightning.loggers import log_run
-from headprune.results.readers import check_binary_mask
-from headprune.results.run_dir import mask_from_json, mask_to_json, write_results
-from headprune.results.writer import model_fingerprint, output_dir, read_json
+from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
+from headprune.results.run_dir import mask_to_json, write_results
+from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_fractions, heads_removed
 from headprune.selection.uniform import layout_masks, layout_of
 from headprune.tasks import registry
 from headprune.viz.plots import speed_bars
 from headprune.viz.tables import speed_rows
-
-
-def pareto_points(payload: dict) -> list[dict]:
-    """The Pareto points of a prune-for-speed results file (a prune run or a study's pareto stage), else []."""
-    results = payload.get("results") or {}
-    return results.get("points") or (results.get("pareto") or {}).get("points") or []
-
-
-def pareto_point(points: list[dict], method: str, fraction: float, step: str | None, path, setting: str = "speed") -> dict:
-    """The point of ``method`` (e.g. ``fisher+lsq``) at ``step`` (e.g. ``speedup=1.3``; None: its only point, else ``fraction``)."""
-    from headprune.viz.tables import point_name
-
-    mine = [p for p in points if point_name(p) == method]
-    if not mine:
-        raise ConfigError(
-            f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} (set {setting}.mask_order)"
-        )
-    if step is not None:
-        chosen = [p for p in mine if p["step"] == step]
-    elif len(mine) == 1:
-        chosen = mine
-    else:
-        chosen = [p for p in mine if p.get("fraction") is not None and round(p["fraction"], 6) == round(fraction, 6)]
-    if not chosen:
-        raise ConfigError(
-            f"{path} has no {method!r} point at {step or f'fraction {fraction}'}; its steps are "
-            f"{[p['step'] for p in mine]} (set {setting}.mask_step)"
-        )
-    return chosen[0]
-
-
-def raw_mask(payload: dict, order: str, fraction: float, step: str | None, path, setting: str = "speed") -> dict:
-    """The JSON mask of a prune results payload (order + fraction, or a Pareto point's method + step) or of a mask JSON."""
-    points = pareto_points(payload)
-    if "mask" in payload:
-        raw = payload["mask"]
-    elif points:
-        raw = pareto_point(points, order, fraction, step, path, setting)["mask"]
-    else:
-        orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
-        if not orders:
-            raise ConfigError(f"{path} holds neither a mask nor prune results")
-        if order not in orders:
-            raise ConfigError(f"{path} has no order {order!r}; it has {sorted(orders)} (set {setting}.mask_order)")
-        steps = {round(s["fraction"], 6): s for s in orders[order]["steps"]}
-        if round(fraction, 6) not in steps:
-            raise ConfigError(
-                f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)} (set {setting}.fraction)"
-            )
-        raw = steps[round(fraction, 6)]["mask"]
-    check_binary_mask(raw, str(path))
-    return raw
-
-
-def mask_from_file(path, task, order: str, fraction: float, step: str | None = None, setting: str = "speed") -> dict:
-    """A mask from a prune results.json (order + fraction, or a Pareto point's method + step) or a mask JSON, checked against this model."""
-    path = Path(str(path))
-    if not path.exists():
-        raise FileNotFoundError(f"{setting}.mask_file={path} does not exist")
-    payload = read_json(path)
-    made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
-    if made_for and made_for != model_fingerprint(task.model):
-        raise ConfigError(
-            f"mask file {path} was made for another model (fingerprint {made_for}, "
-            f"this model is {model_fingerprint(task.model)}): use the same model.pretrained"
-        )
-    raw = raw_mask(payload, order, fraction, step, path, setting)
-    try:
-        return task.gates.normalize_mask(mask_from_json(raw), hard=True)
-    except ValueError as err:
-        raise ConfigError(f"mask file {path} does not fit this model: {err}") from None
 
 
 def clock_of(settings) -> str:
@@ -309,25 +239,6 @@ def adaptive_settings(settings) -> dict:
     }
 
 
-def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
-    """The mask of ``<setting>.mask_file`` (with mask_order, mask_step, fraction) and where it came from."""
-    fraction = check_fractions([settings.fraction])[0]
-    step = settings.get("mask_step")
-    step = None if step is None else str(step)
-    mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction, step, setting)
-    origin = {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
-    points = pareto_points(read_json(Path(str(settings.mask_file))))
-    if points:  # a Pareto point: its target and predicted speed-up are reported beside the measured gain
-        point = pareto_point(points, str(settings.mask_order), fraction, step, settings.mask_file, setting)
-        origin.update(
-            fraction=point["heads_pruned"] / point["heads_total"],
-            step=point["step"],
-            target=point.get("target"),
-            predicted_speedup=point["predicted_speedup"],
-        )
-    return mask, origin
-
-
 def choose_mask(cfg, task) -> tuple[dict, dict]:
     """The mask to prune and where it came from (validated before any timing)."""
     settings = cfg.speed
@@ -354,6 +265,7 @@ def check_removes_some(mask: dict, origin: dict) -> None:
 
 def run(cfg) -> dict:
     """Prune physically, time original vs pruned at each batch size, check scores; results.json + figure."""
+    cfg = with_file_unit(cfg, "speed")  # a mask file says its own unit (head or kv_group)
     settings = RunSettings.of(cfg).speed
     check_fractions([settings.fraction])
     clock_of(settings)
@@ -367,7 +279,8 @@ def run(cfg) -> dict:
     check_removes_some(mask, origin)
     result = speed_stage(task, mask, settings, int(cfg.seed), export_dir=output_dir(cfg) / "onnx")
     out = output_dir(cfg)
-    title = f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})"
+    removed = origin.get("fraction_removed", origin["fraction"])
+    title = f"Throughput, {100 * removed:.0f}% of the {task.gates.unit}s pruned ({cfg.model.name})"
     figures = [speed_bars(result["rows"], out / "speed.png", title)] if result["rows"] else []
     if origin.get("target"):
         result["target"] = {**origin["target"], "predicted_speedup": origin["predicted_speedup"]}

@@ -7,7 +7,7 @@ while the TorchScript exporter writes opset 17 directly for every family; tests 
 batch sizes and lengths than it was traced with. A pruned layer's own ``view(..., -1, head_dim)`` is
 traced with its own head count, so uneven layers need nothing special. Graphs:
 
-- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]) -> logits;
+- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]; an image model: pixel_values) -> logits;
   decoder-only LMs run without a KV cache (every position's logits);
 - encoder-decoders: ``encoder.onnx`` (input_ids, attention_mask -> last_hidden_state) and ``decoder.onnx``
   (decoder_input_ids, encoder_hidden_states, attention_mask -> logits), one decoder pass without a cache.
@@ -28,6 +28,7 @@ from headprune.export.onnx_dir import DESCRIPTION, copy_onnx_dir
 
 OPSET = 17
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+IMAGE_INPUT = "pixel_values"  # (batch, channels, height, width): one graph input, dynamic batch
 
 
 class _Logits(nn.Module):
@@ -82,10 +83,12 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outpu
 
 
 def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
-    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs)."""
+    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs; images for vision models)."""
+    if IMAGE_INPUT in batch:
+        return [IMAGE_INPUT]
     names = [k for k in ENCODER_INPUTS if k in batch]
     if "input_ids" not in names:
-        raise ValueError(f"an ONNX export needs input_ids in the check batch; it has {sorted(batch)}")
+        raise ValueError(f"an ONNX export needs input_ids (or pixel_values) in the check batch; it has {sorted(batch)}")
     return names
 
 
@@ -132,7 +135,7 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
             return {"encoder": encoder, "decoder": decoder}
         names = graph_inputs(model, batch)
         extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
-        axes = {name: {0: "batch", 1: "sequence"} for name in names}
+        axes = {name: {0: "batch"} if name == IMAGE_INPUT else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
         path = _export(_Logits(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
         return {"model": path}

@@ -60,6 +60,8 @@ def graph_signature(path: Path) -> dict:
 
 def task_of(model: nn.Module) -> str:
     """The pipeline task name of the model's head (what optimum's ORTModel class is for)."""
+    if getattr(model, "main_input_name", None) == "pixel_values":
+        return "image-classification"
     if getattr(model.config, "is_encoder_decoder", False):
         return "text2text-generation"
     if model.can_generate():
@@ -91,6 +93,20 @@ def text_inputs(model: nn.Module, tokenizer, task: str) -> dict:
         "prepend_token_id": None,
         "how": "Tokenizer.encode(text) or Tokenizer.encode(text, text_pair) for sentence pairs (NLI: premise, hypothesis); "
         "token_type_ids from the encoding's type_ids where the graph takes them",
+    }
+
+
+def image_inputs(processor) -> dict:
+    """How an image becomes the graph's ``pixel_values`` with the saved image processor's numbers."""
+    size = {k: v for k, v in dict(processor.size).items() if v is not None}
+    return {
+        "processor": "preprocessor_config.json",
+        "size": size,
+        "rescale_factor": processor.rescale_factor,
+        "image_mean": list(processor.image_mean),
+        "image_std": list(processor.image_std),
+        "how": "RGB image resized to size, times rescale_factor, minus image_mean, over image_std, channels first: "
+        "pixel_values (batch, channels, height, width) float32; a 1-channel model takes the first channel",
     }
 
 
@@ -127,11 +143,12 @@ def write_onnx_dir(model: nn.Module, tokenizer, out: Path, graphs: dict[str, Pat
     if task == "text-generation":
         config.use_cache = False  # the graphs take no past key values
     config.save_pretrained(out)
-    if task != "text-classification":
+    if task not in ("text-classification", "image-classification"):
         model.generation_config.save_pretrained(out)
+    images = task == "image-classification"  # ``tokenizer`` is then the model's image processor
     if tokenizer is not None:
-        save_tokenizer(tokenizer, out)
-    labels = getattr(config, "id2label", None) if task == "text-classification" else None
+        tokenizer.save_pretrained(out) if images else save_tokenizer(tokenizer, out)
+    labels = getattr(config, "id2label", None) if task in ("text-classification", "image-classification") else None
     description = {
         "format": "onnx",
         "precision": precision,
@@ -139,7 +156,8 @@ def write_onnx_dir(model: nn.Module, tokenizer, out: Path, graphs: dict[str, Pat
         "model_type": config.model_type,
         "architecture": type(model).__name__,
         "graphs": {name: {"file": Path(path).name, **graph_signature(Path(path))} for name, path in graphs.items()},
-        "text_inputs": text_inputs(model, tokenizer, task) if tokenizer is not None else None,
+        "text_inputs": text_inputs(model, tokenizer, task) if tokenizer is not None and not images else None,
+        **({"image_inputs": image_inputs(tokenizer)} if images and tokenizer is not None else {}),
         "labels": {str(k): v for k, v in labels.items()} if labels else None,
         "heads_per_layer": getattr(config, HEADS_FIELD),
         "pruned_heads": getattr(config, "headprune_pruned_heads", None) or {},

@@ -11,19 +11,6 @@ from headprune.core.saving import RECORD_FILE
 from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained, split_revision
 
 
-def _model_class(kind: str):
-    import transformers
-
-    classes = {
-        "classifier": transformers.AutoModelForSequenceClassification,
-        "seq2seq": transformers.AutoModelForSeq2SeqLM,
-        "causal_lm": transformers.AutoModelForCausalLM,
-    }
-    if kind not in classes:
-        raise ValueError(f"model.kind must be one of {sorted(classes)}, got {kind!r}")
-    return classes[kind]
-
-
 def tokenizer_source(model_cfg) -> str:
     """The resolved ``model.tokenizer`` (embedded name, hub name or a directory that holds tokenizer files)."""
     name = model_cfg.get("tokenizer")
@@ -47,21 +34,20 @@ def build_tokenizer(model_cfg):
     return AutoTokenizer.from_pretrained(name, revision=revision)
 
 
-def build_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
-    """A HF model from ``model_cfg`` (pretrained weights, else a fresh config); new weights drawn from ``seed`` when given."""
+def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int | None = None, **overrides):
+    """A ``model_class`` (a transformers auto class) from ``model_cfg``: pretrained weights, else a fresh config; new weights
+    drawn from ``seed`` when given; ``overrides`` go into the model's config (e.g. num_labels)."""
     if seed is None:
-        return _build_model(model_cfg, vocab_size, **overrides)
+        return _build_model(model_cfg, model_class, vocab_size, **overrides)
     with torch.random.fork_rng():  # the caller's random stream is left as it was
         torch.manual_seed(int(seed))
-        return _build_model(model_cfg, vocab_size, **overrides)
+        return _build_model(model_cfg, model_class, vocab_size, **overrides)
 
 
-def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
+def _build_model(model_cfg, model_class, vocab_size: int | None = None, **overrides):
     from transformers import AutoConfig
 
-    model_class = _model_class(model_cfg.kind)
-    extra = {"num_labels": model_cfg.num_labels} if model_cfg.kind == "classifier" else {}
-    extra.update(overrides)
+    extra = dict(overrides)
     attn = model_cfg.attn_implementation
     if model_cfg.pretrained:
         source = resolve_pretrained(model_cfg.pretrained)

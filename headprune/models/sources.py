@@ -23,6 +23,7 @@ VOCABULARY_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
     "tokenizer.model",
+    "preprocessor_config.json",  # an image model's processor: what turns its inputs into tensors
 )  # a saved tokenizer has at least one of these (a config alone is not a vocabulary)
 
 
@@ -149,7 +150,9 @@ def config_fields(model_cfg) -> dict | None:
 
 def kv_heads_per_layer(fields: dict) -> int | None:
     """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
-    kv, heads = fields.get("num_key_value_heads"), fields.get("num_attention_heads")
+    kv, heads = fields.get("num_key_value_heads", fields.get("num_kv_heads")), fields.get("num_attention_heads")
+    if fields.get("multi_query") and not fields.get("new_decoder_architecture"):
+        kv = 1  # Falcon's multi-query attention: one KV head for all query heads
     return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
 
 
@@ -169,5 +172,5 @@ def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
 def max_positions(model_cfg) -> int | None:
     """The most token positions the model takes (``max_position_embeddings``; None: unknown or unbounded)."""
     fields = config_fields(model_cfg)
-    value = None if fields is None else fields.get("max_position_embeddings")
+    value = None if fields is None else fields.get("max_position_embeddings", fields.get("n_positions"))  # n_positions: GPT-2
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -1,6 +1,7 @@
 """Which task a config asks for, decided in one place: ``TASKS`` maps ``model.kind`` to the task that reads it.
 
-A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``).
+A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``), and its model
+class (``model_class``) when its models are built from a model config.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from hydra.utils import get_method
+from hydra.utils import get_class, get_method
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class TaskSpec:
     check: str  # check(cfg, files=True, importance=True): its task.* and data.* settings, data files, lengths; ConfigError
     selection: str  # the held-out split for choices when no setting names one (never the evaluation split)
     data_split: str | None = None  # (data cfg, split) -> the data split a name reads (e.g. MT eval -> test); None: itself
+    model_class: str | None = None  # the transformers auto class its models are built as (None: its loader builds its own)
+    model_config: tuple[str, ...] = ()  # model.* settings that go into the model's config (a classifier's num_labels)
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -36,6 +39,8 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("train", "importance", "eval", "eval_mismatched"),
         check="headprune.tasks.nli.config_check.check",
         selection="importance",
+        model_class="transformers.AutoModelForSequenceClassification",
+        model_config=("num_labels",),
     ),
     "seq2seq": TaskSpec(
         "mt",
@@ -47,6 +52,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.mt.config_check.check",
         selection="heldout",
         data_split="headprune.tasks.mt.config.split_of",
+        model_class="transformers.AutoModelForSeq2SeqLM",
     ),
     "causal_lm": TaskSpec(
         "lm",
@@ -57,6 +63,18 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("eval", "eval_other", "importance", "heldout", "train"),
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
+        model_class="transformers.AutoModelForCausalLM",
+    ),
+    "image_classifier": TaskSpec(
+        "vision",
+        "image",
+        "data=image_digits|image_hub",
+        "headprune.tasks.vision.task.load_vision_task",
+        "headprune.tasks.vision.task.finetune",
+        splits=("train", "importance", "eval"),
+        check="headprune.tasks.vision.config_check.check",
+        selection="importance",
+        model_class="transformers.AutoModelForImageClassification",
     ),
 }
 
@@ -75,6 +93,19 @@ def task_spec(cfg) -> TaskSpec:
             f"the {spec.name} task reads {spec.data_choices}"
         )
     return spec
+
+
+def build_task_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
+    """The model of ``model.kind``'s task: its ``TaskSpec.model_class`` built from ``model_cfg`` (headprune.models.build)."""
+    from headprune.models.build import build_model
+
+    kind = model_cfg.get("kind")
+    if kind not in TASKS or TASKS[kind].model_class is None:
+        known = sorted(k for k, spec in TASKS.items() if spec.model_class)
+        raise ValueError(f"model.kind must be one of {known} to build its model from the config, got {kind!r}")
+    spec = TASKS[kind]
+    fields = {name: model_cfg[name] for name in spec.model_config}
+    return build_model(model_cfg, get_class(spec.model_class), vocab_size, seed, **fields, **overrides)
 
 
 def device_of(cfg) -> torch.device:

@@ -7,6 +7,7 @@ report and the experiments' logged tables show the same numbers the same way.
 from __future__ import annotations
 
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
+from headprune.results.points import point_name, removed_fraction, step_label
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -87,7 +88,7 @@ def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: f
     names = list(curves)
     lines = [f"| {first_column} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for index, step in enumerate(curves[names[0]]):
-        lines.append(f"| {100 * step['fraction']:.0f}% | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
+        lines.append(f"| {step_label(step)} | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
     lines.append(
         f"| **prunable with < {tolerance:g} {unit} loss** | "
         + " | ".join(f"{100 * _prunable(curves[n], tolerance, higher_is_better):.0f}%" for n in names)
@@ -98,7 +99,7 @@ def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: f
 
 def _prunable(steps: list[dict], tolerance: float, higher_is_better: bool) -> float:
     """The largest fraction of a curve within ``tolerance`` of its first (unpruned) step."""
-    return prunable_fraction([s["fraction"] for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
+    return prunable_fraction([removed_fraction(s) for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
 
 
 def _higher_is_better(stage: dict) -> bool:
@@ -166,15 +167,6 @@ def speed_table(study: dict) -> str:
 
 
 # ---- pruning for speed: quality against throughput -----------------------------------------------
-def point_name(point: dict) -> str:
-    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``, ``unpruned + same training`` (the control):
-    the order, its rearrangement and its recovery."""
-    if point.get("control"):
-        return "unpruned + same training"
-    name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
-    return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
-
-
 def point_speed(point: dict) -> float:
     """A point's speed-up: measured when it was timed, else predicted by the cost model."""
     measured = point.get("measured")
@@ -422,9 +414,9 @@ def keep_one_rows(result: dict) -> tuple[list[str], list[list]]:
 
 
 def prune_rows(result: dict) -> tuple[list[str], list[list]]:
-    columns = ["order", "groups", "fraction", "heads_pruned", "score"]
+    columns = ["order", "groups", "fraction", "fraction_removed", "heads_pruned", "score"]
     rows = [
-        [order, "+".join(result["groups"]), s["fraction"], s["heads_pruned"], s["score"]]
+        [order, "+".join(result["groups"]), s["fraction"], removed_fraction(s, result.get("units_total")), s["heads_pruned"], s["score"]]
         for order, v in result["orders"].items()
         for s in v["steps"]
     ]

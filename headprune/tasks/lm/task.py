@@ -296,8 +296,9 @@ def _settings(cfg) -> dict:
 
 def load_lm_task(cfg) -> LanguageModelingTask:
     """The texts and LanguageModelingTask of a Hydra config (``model.kind=causal_lm``, ``data=lm_*``)."""
-    from headprune.models.build import build_model, build_tokenizer
+    from headprune.models.build import build_tokenizer
     from headprune.models.tokenizers import special_ids, train_tokenizer
+    from headprune.tasks.registry import build_task_model
 
     if cfg.get("data") is None or cfg.data.get("kind") != "lm":
         raise ValueError("the language-modelling task needs data=lm_local (../shared/data), data=lm_synthetic or data=lm_hub")
@@ -307,13 +308,13 @@ def load_lm_task(cfg) -> LanguageModelingTask:
     texts = load_texts(cfg.data)
     if cfg.model.get("tokenizer"):
         tokenizer = build_tokenizer(cfg.model)
-        model = build_model(cfg.model, seed=int(cfg.seed))
+        model = build_task_model(cfg.model, seed=int(cfg.seed))
     elif cfg.model.get("pretrained"):
         raise ValueError(f"model.pretrained={cfg.model.pretrained} needs model.tokenizer (usually the same directory)")
     else:  # a fresh model: a BPE tokenizer trained on the importance (training) texts
         tokenizer = train_tokenizer(texts["importance"], vocab_size=int(cfg.data.tokenizer.vocab_size))
         ids = {k: v for k, v in special_ids(tokenizer).items() if k in ("pad_token_id", "eos_token_id", "bos_token_id")}
-        model = build_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids)
+        model = build_task_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids)
     return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, _text_start(cfg, tokenizer)), **settings)
 
 

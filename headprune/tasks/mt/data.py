@@ -185,10 +185,12 @@ class TranslationDataModule(L.LightningDataModule):
         return self.tokenizer
 
     def split_encoded(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
-        """Token ids of a split (sources and targets end with eos; training pairs truncated to ``max_len``)."""
+        """Token ids of a split (sources after ``data.source_prefix``, and targets, end with eos; training pairs truncated to ``max_len``)."""
         if split not in self.encoded:
             tok = self.build_tokenizer()
             src, tgt = self.split_texts(split)
+            prefix = self.cfg.get("source_prefix")
+            src = [prefix + line for line in src] if prefix else src
             max_len = int(self.cfg.max_len) if split == "train" else None
             self.encoded[split] = (encode(tok, src, max_len), encode(tok, tgt, max_len, target=True))
         return self.encoded[split]
