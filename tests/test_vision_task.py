@@ -314,3 +314,33 @@ def test_study_runs_unchanged_on_the_trained_vit(trained, tmp_path):
     assert check["outputs_match"] and check["headprune_importable"] is False
     described = json.loads((out / "export" / "onnx" / "headprune_export.json").read_text())
     assert described["task"] == "image-classification" and described["image_inputs"]["size"] == {"height": 16, "width": 16}
+
+
+def test_a_model_dir_whose_processor_makes_other_sizes_is_a_config_error(tmp_path):
+    from tiny_encoders import tiny_vit
+    from transformers import ViTImageProcessorPil
+
+    from headprune.core.saving import save_pruned
+    from headprune.validation import validate
+
+    model_dir = tmp_path / "model"
+    save_pruned(tiny_vit(), model_dir, tokenizer=ViTImageProcessorPil(size={"height": 8, "width": 8}))
+    cfg = compose_cfg(tmp_path, ["experiment=prune", *VISION, f"model.pretrained={model_dir}", "model.num_labels=3"])
+    with pytest.raises(ConfigError, match=r"preprocessor_config.json makes 8x8 images, but the model .* takes 16x16"):
+        validate(cfg)
+
+
+def test_tiny_deit_takes_the_protocol_with_its_distillation_token(tmp_path):
+    from headprune.tasks.registry import load_task
+
+    task = load_task(vision_cfg(tmp_path, "model=tiny_deit", "data.eval_size=24"))
+    assert type(task.model).__name__ == "DeiTForImageClassification"
+    assert task.tokens_per_image() == (16 // 4) ** 2 + 2  # patches + CLS + distillation
+    masks = masks_of(task.gates)
+    for batched, mask in zip(task.evaluate_many(masks), masks):
+        logits = masked_logits(task, mask)
+        top2 = logits.topk(2, dim=-1).values
+        clear = (top2[:, 0] - top2[:, 1]) > TOLERANCE * logits.abs().max()
+        single = task.evaluate(mask)
+        agree = torch.tensor(batched.per_example["correct"]) == torch.tensor(single.per_example["correct"])
+        assert bool(agree[clear].all())
