@@ -212,14 +212,16 @@ def test_bad_inputs_are_config_errors(tmp_path, overrides, message):
         validate(cfg)
 
 
-def test_onnx_export_of_a_pruned_vit_equals_the_masked_model(tmp_path):
-    from tiny_encoders import image_batch, tiny_vit
+@pytest.mark.parametrize("family", ["vit", "deit"])
+def test_onnx_export_of_a_pruned_vit_equals_the_masked_model(family, tmp_path):
+    import tiny_encoders
+    from tiny_encoders import image_batch
 
     from headprune.core.pruning import prune_heads
     from headprune.export import export_model
     from headprune.export.verify import check_exports, reference_logits
 
-    model = tiny_vit()
+    model = getattr(tiny_encoders, f"tiny_{family}")()
     removed = {"enc_self": {0: [1, 2], 1: [0, 1, 2, 3], 2: [3]}}  # uneven, layer 1 emptied
     gates = HeadGates(model)
     mask = gates.ones()
