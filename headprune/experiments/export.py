@@ -105,6 +105,28 @@ def check_stock(cfg, fmt: str) -> None:
             raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
 
 
+def check_source_kind(cfg) -> None:
+    """export.model holds a model of the kind the task serves (a Llama directory is no ``model=tiny_bert`` classifier)."""
+    fields = read_json(Path(str(cfg.export.model)).expanduser() / "config.json")
+    registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
+
+
+def known_tokenizer_pre(name: str) -> str:
+    """``name`` when llama.cpp knows it as a BPE pre-tokenizer (else it falls back to ``default`` in silence): a ConfigError."""
+    from difflib import get_close_matches
+
+    from headprune.export.gguf import LLAMA_CPP_PRE_TOKENIZERS
+
+    if name not in LLAMA_CPP_PRE_TOKENIZERS:
+        close = get_close_matches(name, LLAMA_CPP_PRE_TOKENIZERS, n=3)
+        raise ConfigError(
+            f"export.tokenizer_pre={name} is no pre-tokenizer llama.cpp knows (it would tokenize as 'default'): "
+            + (f"did you mean {', '.join(close)}? " if close else "")
+            + "leave it null (the source GGUF's, else default) or give one of llama.cpp's names, e.g. llama-bpe, smollm, qwen2"
+        )
+    return name
+
+
 def check(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model, before any work (the model kind's
     demands: headprune.validation.check_export)."""
@@ -148,6 +170,9 @@ def check(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
+        check_source_kind(cfg)
+    if settings.get("tokenizer_pre"):
+        known_tokenizer_pre(str(settings.tokenizer_pre))
     if quantize == "int8":
         positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
     if quantize not in FORMATS[fmt].quantize:
@@ -176,7 +201,10 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
         return point_mask(settings, task, "export")
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
-    return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
+    record = pruning_record(task.model)
+    if not record:
+        print(f"[export] export.model={settings.model} holds no pruned head: it is exported, and recorded, as unpruned", flush=True)
+    return None, {"model": str(settings.model), "pruning_record": record, "pruned": bool(record)}
 
 
 def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
@@ -256,7 +284,7 @@ def tokenizer_pre(cfg) -> str:
     """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
     given = cfg.export.get("tokenizer_pre")
     if given:
-        return str(given)
+        return known_tokenizer_pre(str(given))
     from headprune.export.gguf import tokenizer_pre_from_gguf
     from headprune.models.embedded import EMBEDDED_LLMS, gguf_file
 
@@ -282,7 +310,8 @@ def run(cfg) -> dict:
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
     pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
-    name = f"{cfg.model.get('name')}-pruned"
+    is_pruned = bool(pruning_record(pruned))  # an unpruned directory is exported, and recorded, as what it is
+    name = f"{cfg.model.get('name')}-pruned" if is_pruned else str(cfg.model.get("name"))
     exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
@@ -297,6 +326,9 @@ def run(cfg) -> dict:
         "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
         "mask": None if mask is None else mask_to_json(mask),
         "unit": task.gates.unit,
+        "pruned": is_pruned,
+        "model_type": pruned.config.model_type,
+        "architecture": type(pruned).__name__,
         "pruning_record": pruning_record(pruned),
         "heads_per_layer": [list(s) for s in shapes],
         "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
