@@ -21,7 +21,7 @@ from headprune.core.checks import ConfigError, choice, integer, number, positive
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.mask_source import chosen_mask, file_mask, with_file_unit
+from headprune.experiments.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
@@ -41,7 +41,7 @@ STAGING = ".export.next"  # where an export is written and checked before it rep
 
 def with_source_model(cfg):
     """``cfg`` with ``model.pretrained`` (and its tokenizer) pointing at ``export.model`` when that is set."""
-    source = cfg.export.get("model")
+    source = point_model_dir(cfg.export, "export") or cfg.export.get("model")
     if not source:
         return cfg
     cfg = copy.deepcopy(cfg)
@@ -55,8 +55,9 @@ def with_source_model(cfg):
 def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     """The query-head mask {group: [layers][heads]} the export will apply (mask file), or the saved model's pruning record."""
     settings = cfg.export
-    if settings.get("model"):
-        record = read_json(Path(str(settings.model)) / "config.json").get("headprune_pruned_heads") or {}
+    folder = point_model_dir(settings, "export") or settings.get("model")
+    if folder:
+        record = read_json(Path(str(folder)) / "config.json").get("headprune_pruned_heads") or {}
         layers, heads = int(fields["num_hidden_layers"]), int(fields["num_attention_heads"])
         return {
             group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
@@ -104,6 +105,28 @@ def check_stock(cfg, fmt: str) -> None:
             raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
 
 
+def check_source_kind(cfg) -> None:
+    """export.model holds a model of the kind the task serves (a Llama directory is no ``model=tiny_bert`` classifier)."""
+    fields = read_json(Path(str(cfg.export.model)).expanduser() / "config.json")
+    registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
+
+
+def known_tokenizer_pre(name: str) -> str:
+    """``name`` when llama.cpp knows it as a BPE pre-tokenizer (else it falls back to ``default`` in silence): a ConfigError."""
+    from difflib import get_close_matches
+
+    from headprune.export.gguf import LLAMA_CPP_PRE_TOKENIZERS
+
+    if name not in LLAMA_CPP_PRE_TOKENIZERS:
+        close = get_close_matches(name, LLAMA_CPP_PRE_TOKENIZERS, n=3)
+        raise ConfigError(
+            f"export.tokenizer_pre={name} is no pre-tokenizer llama.cpp knows (it would tokenize as 'default'): "
+            + (f"did you mean {', '.join(close)}? " if close else "")
+            + "leave it null (the source GGUF's, else default) or give one of llama.cpp's names, e.g. llama-bpe, smollm, qwen2"
+        )
+    return name
+
+
 def check(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model, before any work (the model kind's
     demands: headprune.validation.check_export)."""
@@ -130,7 +153,12 @@ def check(cfg) -> None:
                 "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
                 "pick a step that removes some, or leave export.fraction out when the file holds one"
             )
-        chosen_mask(settings, "export")  # one candidate, or the list to pick from
+        if settings.get("point"):
+            point_model_dir(settings, "export")  # a point of the file (the error lists them), with its model when recovered
+        else:
+            chosen_mask(settings, "export")  # one candidate, or the list to pick from
+    elif settings.get("point"):
+        raise ConfigError("export.point names a point of a prune run: give export.mask_file=<prune run>/results.json, not export.model")
     else:
         path = Path(str(settings.model)).expanduser()
         if not (path / "config.json").is_file():
@@ -142,6 +170,9 @@ def check(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
+        check_source_kind(cfg)
+    if settings.get("tokenizer_pre"):
+        known_tokenizer_pre(str(settings.tokenizer_pre))
     if quantize == "int8":
         positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
     if quantize not in FORMATS[fmt].quantize:
@@ -158,9 +189,22 @@ def check(cfg) -> None:
 def export_source(cfg, task) -> tuple[dict | None, dict]:
     """(the mask in the task's unit, or None for a saved pruned model; where the pruned model came from)."""
     settings = cfg.export
+    if settings.get("point"):
+        folder = point_model_dir(settings, "export")
+        if folder is not None:  # the recovered model itself, not the base under the point's mask
+            return None, {
+                "point": str(settings.point),
+                "model": str(folder),
+                "mask_file": str(settings.mask_file),
+                "pruning_record": pruning_record(task.model),
+            }
+        return point_mask(settings, task, "export")
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
-    return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
+    record = pruning_record(task.model)
+    if not record:
+        print(f"[export] export.model={settings.model} holds no pruned head: it is exported, and recorded, as unpruned", flush=True)
+    return None, {"model": str(settings.model), "pruning_record": record, "pruned": bool(record)}
 
 
 def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
@@ -240,7 +284,7 @@ def tokenizer_pre(cfg) -> str:
     """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
     given = cfg.export.get("tokenizer_pre")
     if given:
-        return str(given)
+        return known_tokenizer_pre(str(given))
     from headprune.export.gguf import tokenizer_pre_from_gguf
     from headprune.models.embedded import EMBEDDED_LLMS, gguf_file
 
@@ -266,7 +310,8 @@ def run(cfg) -> dict:
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
     pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
-    name = f"{cfg.model.get('name')}-pruned"
+    is_pruned = bool(pruning_record(pruned))  # an unpruned directory is exported, and recorded, as what it is
+    name = f"{cfg.model.get('name')}-pruned" if is_pruned else str(cfg.model.get("name"))
     exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
@@ -281,6 +326,9 @@ def run(cfg) -> dict:
         "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
         "mask": None if mask is None else mask_to_json(mask),
         "unit": task.gates.unit,
+        "pruned": is_pruned,
+        "model_type": pruned.config.model_type,
+        "architecture": type(pruned).__name__,
         "pruning_record": pruning_record(pruned),
         "heads_per_layer": [list(s) for s in shapes],
         "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,

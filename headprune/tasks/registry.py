@@ -27,6 +27,7 @@ class TaskSpec:
     data_split: str | None = None  # (data cfg, split) -> the data split a name reads (e.g. MT eval -> test); None: itself
     model_class: str | None = None  # the transformers auto class its models are built as (None: its loader builds its own)
     model_config: tuple[str, ...] = ()  # model.* settings that go into the model's config (a classifier's num_labels)
+    architectures: tuple[str, ...] = ()  # how the HF architectures of its models end (config.json "architectures")
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -41,6 +42,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         selection="importance",
         model_class="transformers.AutoModelForSequenceClassification",
         model_config=("num_labels",),
+        architectures=("ForSequenceClassification",),
     ),
     "seq2seq": TaskSpec(
         "mt",
@@ -53,6 +55,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         selection="heldout",
         data_split="headprune.tasks.mt.config.split_of",
         model_class="transformers.AutoModelForSeq2SeqLM",
+        architectures=("ForConditionalGeneration", "MTModel"),
     ),
     "causal_lm": TaskSpec(
         "lm",
@@ -64,6 +67,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
         model_class="transformers.AutoModelForCausalLM",
+        architectures=("ForCausalLM",),
     ),
     "image_classifier": TaskSpec(
         "vision",
@@ -75,8 +79,23 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.vision.config_check.check",
         selection="importance",
         model_class="transformers.AutoModelForImageClassification",
+        architectures=("ForImageClassification", "ForImageClassificationWithTeacher"),
     ),
 }
+
+
+def check_model_dir_kind(fields: dict, cfg, setting: str) -> None:
+    """A model directory (its config.json ``fields``) of the kind the configured task serves; else a ConfigError naming both."""
+    from headprune.core.checks import ConfigError
+
+    architectures = [str(a) for a in fields.get("architectures") or []]
+    kinds = [kind for kind, spec in TASKS.items() if any(a.endswith(e) for a in architectures for e in spec.architectures)]
+    if kinds and str(cfg.model.get("kind")) not in kinds:
+        raise ConfigError(
+            f"{setting} holds a {', '.join(architectures)} ({fields.get('model_type')}, model.kind {kinds[0]}), but "
+            f"model={cfg.model.get('name')} is a {cfg.model.get('kind')} and its data another task: give a model and data "
+            f"of kind {kinds[0]} ({TASKS[kinds[0]].data_choices})"
+        )
 
 
 def task_spec(cfg) -> TaskSpec:
