@@ -64,8 +64,8 @@ def processed_size(path: Path) -> tuple[int, int] | None:
     """(height, width) an image processor's JSON resizes to (None: it sets no fixed size); a ConfigError naming a damaged file."""
     from headprune.results.readers import read_json_file
 
-    size = read_json_file(path).get("size", {})
-    if "height" in size and "width" in size:
+    size = read_json_file(path).get("size")
+    if isinstance(size, dict) and "height" in size and "width" in size:
         return int(size["height"]), int(size["width"])
     return None
 
