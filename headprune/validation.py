@@ -277,6 +277,10 @@ def check_prune_for_speed(cfg) -> None:
         check_selection(cfg, "prune")
     check_finetune(cfg)
     check_control(cfg)
+    from headprune.experiments.point_models import check_save
+    from headprune.experiments.prune_speed import for_speed
+
+    check_save(OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save, for_speed(prune))
     if prune.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")

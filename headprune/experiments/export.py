@@ -21,7 +21,7 @@ from headprune.core.checks import ConfigError, choice, integer, number, positive
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.mask_source import chosen_mask, file_mask, with_file_unit
+from headprune.experiments.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
@@ -41,7 +41,7 @@ STAGING = ".export.next"  # where an export is written and checked before it rep
 
 def with_source_model(cfg):
     """``cfg`` with ``model.pretrained`` (and its tokenizer) pointing at ``export.model`` when that is set."""
-    source = cfg.export.get("model")
+    source = point_model_dir(cfg.export, "export") or cfg.export.get("model")
     if not source:
         return cfg
     cfg = copy.deepcopy(cfg)
@@ -55,8 +55,9 @@ def with_source_model(cfg):
 def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     """The query-head mask {group: [layers][heads]} the export will apply (mask file), or the saved model's pruning record."""
     settings = cfg.export
-    if settings.get("model"):
-        record = read_json(Path(str(settings.model)) / "config.json").get("headprune_pruned_heads") or {}
+    folder = point_model_dir(settings, "export") or settings.get("model")
+    if folder:
+        record = read_json(Path(str(folder)) / "config.json").get("headprune_pruned_heads") or {}
         layers, heads = int(fields["num_hidden_layers"]), int(fields["num_attention_heads"])
         return {
             group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
@@ -152,7 +153,12 @@ def check(cfg) -> None:
                 "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
                 "pick a step that removes some, or leave export.fraction out when the file holds one"
             )
-        chosen_mask(settings, "export")  # one candidate, or the list to pick from
+        if settings.get("point"):
+            point_model_dir(settings, "export")  # a point of the file (the error lists them), with its model when recovered
+        else:
+            chosen_mask(settings, "export")  # one candidate, or the list to pick from
+    elif settings.get("point"):
+        raise ConfigError("export.point names a point of a prune run: give export.mask_file=<prune run>/results.json, not export.model")
     else:
         path = Path(str(settings.model)).expanduser()
         if not (path / "config.json").is_file():
@@ -183,6 +189,16 @@ def check(cfg) -> None:
 def export_source(cfg, task) -> tuple[dict | None, dict]:
     """(the mask in the task's unit, or None for a saved pruned model; where the pruned model came from)."""
     settings = cfg.export
+    if settings.get("point"):
+        folder = point_model_dir(settings, "export")
+        if folder is not None:  # the recovered model itself, not the base under the point's mask
+            return None, {
+                "point": str(settings.point),
+                "model": str(folder),
+                "mask_file": str(settings.mask_file),
+                "pruning_record": pruning_record(task.model),
+            }
+        return point_mask(settings, task, "export")
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
     record = pruning_record(task.model)
@@ -276,6 +292,27 @@ def tokenizer_pre(cfg) -> str:
     return (tokenizer_pre_from_gguf(gguf_file(name)) if name in EMBEDDED_LLMS else None) or "default"
 
 
+def export_record(task, pruned, mask, exported: dict, staging: Path, report: dict, batches: list, settings) -> dict:
+    """What results.json says of an export: its files, the model it holds (pruned or not, its heads) and the check."""
+    reads = FORMATS[str(settings.format)].reads
+    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
+    return {
+        "format": str(settings.format),
+        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
+        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
+        "mask": None if mask is None else mask_to_json(mask),
+        "unit": task.gates.unit,
+        "pruned": bool(pruning_record(pruned)),  # an unpruned directory is exported, and recorded, as what it is
+        "model_type": pruned.config.model_type,
+        "architecture": type(pruned).__name__,
+        "pruning_record": pruning_record(pruned),
+        "heads_per_layer": [list(s) for s in shapes],
+        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
+        "check": report,
+        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
+    }
+
+
 def run(cfg) -> dict:
     """Prune, export, check in a fresh interpreter; results.json with the source, format, files and check."""
     cfg = with_file_unit(with_source_model(cfg), "export")  # a mask file says its own unit (head or kv_group)
@@ -294,8 +331,7 @@ def run(cfg) -> dict:
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
     pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
-    is_pruned = bool(pruning_record(pruned))  # an unpruned directory is exported, and recorded, as what it is
-    name = f"{cfg.model.get('name')}-pruned" if is_pruned else str(cfg.model.get("name"))
+    name = f"{cfg.model.get('name')}-pruned" if pruning_record(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
     exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
@@ -303,22 +339,7 @@ def run(cfg) -> dict:
     )
     job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
     report = check_export(job, batches, reference, greedy, float(settings.tolerance))
-    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
-    result = {
-        "format": fmt,
-        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
-        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
-        "mask": None if mask is None else mask_to_json(mask),
-        "unit": task.gates.unit,
-        "pruned": is_pruned,
-        "model_type": pruned.config.model_type,
-        "architecture": type(pruned).__name__,
-        "pruning_record": pruning_record(pruned),
-        "heads_per_layer": [list(s) for s in shapes],
-        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
-        "check": report,
-        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
-    }
+    result = export_record(task, pruned, mask, exported, staging, report, batches, settings)
     if reference_model is not task.model:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
         with task.gates.masked(mask):
             masked = reference_logits(task.model, [{k: v.to(next(task.model.parameters()).device) for k, v in b.items()} for b in batches])

@@ -66,8 +66,8 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("eval", "eval_other", "importance", "heldout", "train"),
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
-        architectures=("ForCausalLM",),
         model_class="transformers.AutoModelForCausalLM",
+        architectures=("ForCausalLM",),
     ),
     "image_classifier": TaskSpec(
         "vision",
@@ -79,7 +79,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.vision.config_check.check",
         selection="importance",
         model_class="transformers.AutoModelForImageClassification",
-        architectures=("ForImageClassification",),
+        architectures=("ForImageClassification", "ForImageClassificationWithTeacher"),
     ),
 }
 
@@ -88,7 +88,7 @@ def check_model_dir_kind(fields: dict, cfg, setting: str) -> None:
     """A model directory (its config.json ``fields``) of the kind the configured task serves; else a ConfigError naming both."""
     from headprune.core.checks import ConfigError
 
-    architectures = [str(a) for a in fields.get("architectures") or []]
+    architectures = [str(a) for a in fields.get("architectures", ())]
     kinds = [kind for kind, spec in TASKS.items() if any(a.endswith(e) for a in architectures for e in spec.architectures)]
     if kinds and str(cfg.model.get("kind")) not in kinds:
         raise ConfigError(
