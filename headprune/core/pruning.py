@@ -88,7 +88,7 @@ def inexact_reason(family: Family, config) -> str | None:
 
 def refuse_inexact(site: AttentionSite) -> None:
     """A ConfigError when removing heads from this module cannot give the masked model's outputs (norms across heads)."""
-    reason = inexact_reason(site.family, site.core.config)
+    reason = inexact_reason(site.family, getattr(site.core, "config", None))  # some attention modules keep no config
     if reason:
         raise ConfigError(f"{reason} ({site.path}). {MASKS_INSTEAD}")
 
