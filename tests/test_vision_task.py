@@ -199,6 +199,7 @@ def test_image_folder_source(tmp_path):
         (["data.source=folder", "data.dir=BAD"], r"broken.png is not a readable image"),
         (["data.source=pictures"], r"data.source='pictures' is not an image source"),
         (["data.importance_size=0"], "importance subset empty"),
+        (["data=image_hub", "+data.hub_splits.valid=validation"], r"unknown keys: \['valid'\]"),
         (["data=nli_synthetic"], "does not fit data"),
     ],
 )

@@ -292,6 +292,27 @@ def tokenizer_pre(cfg) -> str:
     return (tokenizer_pre_from_gguf(gguf_file(name)) if name in EMBEDDED_LLMS else None) or "default"
 
 
+def export_record(task, pruned, mask, exported: dict, staging: Path, report: dict, batches: list, settings) -> dict:
+    """What results.json says of an export: its files, the model it holds (pruned or not, its heads) and the check."""
+    reads = FORMATS[str(settings.format)].reads
+    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
+    return {
+        "format": str(settings.format),
+        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
+        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
+        "mask": None if mask is None else mask_to_json(mask),
+        "unit": task.gates.unit,
+        "pruned": bool(pruning_record(pruned)),  # an unpruned directory is exported, and recorded, as what it is
+        "model_type": pruned.config.model_type,
+        "architecture": type(pruned).__name__,
+        "pruning_record": pruning_record(pruned),
+        "heads_per_layer": [list(s) for s in shapes],
+        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
+        "check": report,
+        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
+    }
+
+
 def run(cfg) -> dict:
     """Prune, export, check in a fresh interpreter; results.json with the source, format, files and check."""
     cfg = with_file_unit(with_source_model(cfg), "export")  # a mask file says its own unit (head or kv_group)
@@ -310,8 +331,7 @@ def run(cfg) -> dict:
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
     pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
-    is_pruned = bool(pruning_record(pruned))  # an unpruned directory is exported, and recorded, as what it is
-    name = f"{cfg.model.get('name')}-pruned" if is_pruned else str(cfg.model.get("name"))
+    name = f"{cfg.model.get('name')}-pruned" if pruning_record(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
     exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
@@ -319,22 +339,7 @@ def run(cfg) -> dict:
     )
     job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
     report = check_export(job, batches, reference, greedy, float(settings.tolerance))
-    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
-    result = {
-        "format": fmt,
-        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
-        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
-        "mask": None if mask is None else mask_to_json(mask),
-        "unit": task.gates.unit,
-        "pruned": is_pruned,
-        "model_type": pruned.config.model_type,
-        "architecture": type(pruned).__name__,
-        "pruning_record": pruning_record(pruned),
-        "heads_per_layer": [list(s) for s in shapes],
-        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
-        "check": report,
-        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
-    }
+    result = export_record(task, pruned, mask, exported, staging, report, batches, settings)
     if reference_model is not task.model:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
         with task.gates.masked(mask):
             masked = reference_logits(task.model, [{k: v.to(next(task.model.parameters()).device) for k, v in b.items()} for b in batches])

@@ -52,8 +52,8 @@ def with_file_unit(cfg, setting: str):
     if found.unit is None:
         return cfg
     given = given_keys() or set()
-    asked = str((cfg.get("prune") or {}).get("unit") or "head")
-    if "prune.unit" in given and asked != found.unit:
+    if "prune.unit" in given and str(cfg.prune.unit) != found.unit:
+        asked = str(cfg.prune.unit)
         raise ConfigError(
             f"prune.unit={asked}, but {setting}.mask_file={found.path} holds masks of unit {found.unit}: drop prune.unit "
             "(the file's unit is used)"

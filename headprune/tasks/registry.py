@@ -88,7 +88,7 @@ def check_model_dir_kind(fields: dict, cfg, setting: str) -> None:
     """A model directory (its config.json ``fields``) of the kind the configured task serves; else a ConfigError naming both."""
     from headprune.core.checks import ConfigError
 
-    architectures = [str(a) for a in fields.get("architectures") or []]
+    architectures = [str(a) for a in fields.get("architectures", ())]
     kinds = [kind for kind, spec in TASKS.items() if any(a.endswith(e) for a in architectures for e in spec.architectures)]
     if kinds and str(cfg.model.get("kind")) not in kinds:
         raise ConfigError(

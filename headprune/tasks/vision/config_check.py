@@ -49,8 +49,9 @@ def check_geometry(model_cfg) -> None:
             f"model {model_cfg.get('name')}: image_size={size} is not a whole number of patch_size={patch} patches: "
             f"set model.config.image_size to a multiple of {patch}"
         )
-    processor = Path(str(model_cfg.get("pretrained") or "")).expanduser() / PROCESSOR_FILE
-    if model_cfg.get("pretrained") and processor.is_file():
+    pretrained = model_cfg.get("pretrained")
+    processor = Path(str(pretrained)).expanduser() / PROCESSOR_FILE if pretrained else None
+    if processor is not None and processor.is_file():
         made = processed_size(processor)
         if made is not None and made != (size, size):
             raise ConfigError(
@@ -63,8 +64,8 @@ def processed_size(path: Path) -> tuple[int, int] | None:
     """(height, width) an image processor's JSON resizes to (None: it sets no fixed size); a ConfigError naming a damaged file."""
     from headprune.results.readers import read_json_file
 
-    size = read_json_file(path).get("size") or {}
-    if "height" in size and "width" in size:
+    size = read_json_file(path).get("size")
+    if isinstance(size, dict) and "height" in size and "width" in size:
         return int(size["height"]), int(size["width"])
     return None
 
