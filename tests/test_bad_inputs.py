@@ -1161,7 +1161,9 @@ def test_table_is_complete():
     [
         pytest.param(["prune.target={{speedup:100}}"], "cannot be met", id="run-unreachable-speedup"),
         pytest.param(["prune.schedule=[{{flops:0.5}},{{flops:0.01}}]"], "choose a target within reach", id="run-unreachable-flops-step"),
-        pytest.param(["prune.target={{speedup:1.3}}", "prune.cost=latency"], "latency tables measured here are flat", id="run-flat-latency"),
+        pytest.param(
+            ["prune.target={{speedup:1.3}}", "prune.cost=latency"], "latency tables measured here are flat", id="run-flat-latency"
+        ),
     ],
 )
 def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, overrides, words):

@@ -120,6 +120,7 @@ def test_refusals_are_config_errors_before_any_work(shared, lm_masks, tmp_path, 
         ("mt", ["export.format=onnx", "export.quantize=int8", f"export.mask_file={lm_masks[0]}"], "seq2seq"),
         ("lm", ["export.format=tflite", f"export.mask_file={lm_masks[0]}"], "export.format"),
         ("lm", ["export.format=onnx", f"export.model={tmp_path}"], "no model directory"),
+        ("nli", ["export.quantize=int8", f"export.mask_file={lm_masks[0]}", "export.int8_batch_sizes=[0,4]"], "export.int8_batch_sizes"),
     ]
     for task, overrides, message in cases:
         with pytest.raises(ConfigError, match=message):

@@ -93,7 +93,7 @@ def test_a_pruned_classifier_directory_classifies_raw_text_without_torch(minilm_
 
 
 def test_a_pruned_llama_directory_continues_raw_text_without_torch(tmp_path):
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoTokenizer
 
     from headprune.models.tokenizers import train_tokenizer
 
@@ -116,6 +116,12 @@ def test_a_pruned_llama_directory_continues_raw_text_without_torch(tmp_path):
     stock = AutoConfig.from_pretrained(out)
     assert (stock.num_attention_heads, stock.num_key_value_heads) == (4, 2)  # the unpruned counts: a valid LlamaConfig
     assert description["task"] == "text-generation" and description["text_inputs"]["prepend_token_id"] == tokenizer.bos_token_id
+    settings = json.loads((out / "tokenizer_config.json").read_text())  # names transformers 4 reads too (optimum-onnx 0.1)
+    assert settings["tokenizer_class"] == "PreTrainedTokenizerFast" and settings["add_prefix_space"] is True
+    saved = AutoTokenizer.from_pretrained(out)
+    assert [saved(t, add_special_tokens=False)["input_ids"] for t in PROMPTS] == [
+        tokenizer(t, add_special_tokens=False)["input_ids"] for t in PROMPTS
+    ]
 
     with gates.masked(mask):
         reference = masked_predictions(model, tokenizer, PROMPTS, description, new_tokens=6)

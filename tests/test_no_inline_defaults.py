@@ -29,6 +29,8 @@ NOT_CONFIG = {
     "stage",
     "point",
     "p",
+    "fields",  # a model's config.json fields
+    "read_json_file",  # a file's JSON (an image processor's config)
 }
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from experiment_helpers import make_cfg, task_fixtures
 
-from headprune.experiments import study
+from headprune.experiments import study, study_stages
 
 task, shared_task = task_fixtures("nli")
 
@@ -25,7 +25,7 @@ def test_study_prunes_by_the_ablation_split(tmp_path, shared_task, monkeypatch, 
         seen.update(split=split, ablation_split=settings.ablation_split, deltas=shared.get("ablation_deltas"))
         raise Captured
 
-    monkeypatch.setattr(study, "prune_stage", prune_stage)
+    monkeypatch.setattr(study_stages, "prune_stage", prune_stage)
     cfg = make_cfg(tmp_path, "study", "nli", "study.train=false", "study.n_samples=20", f"prune.ablation_split={ablation_split}")
     with pytest.raises(Captured):
         study.run(cfg)

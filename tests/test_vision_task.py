@@ -199,6 +199,7 @@ def test_image_folder_source(tmp_path):
         (["data.source=folder", "data.dir=BAD"], r"broken.png is not a readable image"),
         (["data.source=pictures"], r"data.source='pictures' is not an image source"),
         (["data.importance_size=0"], "importance subset empty"),
+        (["data=image_hub", "+data.hub_splits.valid=validation"], r"unknown keys: \['valid'\]"),
         (["data=nli_synthetic"], "does not fit data"),
     ],
 )
@@ -212,14 +213,16 @@ def test_bad_inputs_are_config_errors(tmp_path, overrides, message):
         validate(cfg)
 
 
-def test_onnx_export_of_a_pruned_vit_equals_the_masked_model(tmp_path):
-    from tiny_encoders import image_batch, tiny_vit
+@pytest.mark.parametrize("family", ["vit", "deit"])
+def test_onnx_export_of_a_pruned_vit_equals_the_masked_model(family, tmp_path):
+    import tiny_encoders
+    from tiny_encoders import image_batch
 
     from headprune.core.pruning import prune_heads
     from headprune.export import export_model
     from headprune.export.verify import check_exports, reference_logits
 
-    model = tiny_vit()
+    model = getattr(tiny_encoders, f"tiny_{family}")()
     removed = {"enc_self": {0: [1, 2], 1: [0, 1, 2, 3], 2: [3]}}  # uneven, layer 1 emptied
     gates = HeadGates(model)
     mask = gates.ones()
@@ -250,7 +253,7 @@ def trained(tmp_path_factory):
         [
             "experiment=vit_finetune",
             "logger=none",
-            "trainer.max_epochs=5",
+            "trainer.max_epochs=6",
             "trainer.enable_progress_bar=false",
             "+trainer.enable_model_summary=false",
         ],
@@ -261,7 +264,7 @@ def trained(tmp_path_factory):
 
 @pytest.mark.slow
 def test_finetune_learns_the_digits(trained):
-    """Five epochs over 1,287 training digits: eval accuracy far above the 10% of chance."""
+    """Six epochs over 1,287 training digits: eval accuracy far above the 10% of chance."""
     out, metrics = trained
     assert metrics["eval/accuracy_exact"] > 50.0 and metrics["eval/n"] == 360
     assert {"config.json", "model.safetensors", "preprocessor_config.json"} <= {p.name for p in (out / "model").iterdir()}
@@ -314,3 +317,33 @@ def test_study_runs_unchanged_on_the_trained_vit(trained, tmp_path):
     assert check["outputs_match"] and check["headprune_importable"] is False
     described = json.loads((out / "export" / "onnx" / "headprune_export.json").read_text())
     assert described["task"] == "image-classification" and described["image_inputs"]["size"] == {"height": 16, "width": 16}
+
+
+def test_a_model_dir_whose_processor_makes_other_sizes_is_a_config_error(tmp_path):
+    from tiny_encoders import tiny_vit
+    from transformers import ViTImageProcessorPil
+
+    from headprune.core.saving import save_pruned
+    from headprune.validation import validate
+
+    model_dir = tmp_path / "model"
+    save_pruned(tiny_vit(), model_dir, tokenizer=ViTImageProcessorPil(size={"height": 8, "width": 8}))
+    cfg = compose_cfg(tmp_path, ["experiment=prune", *VISION, f"model.pretrained={model_dir}", "model.num_labels=3"])
+    with pytest.raises(ConfigError, match=r"preprocessor_config.json makes 8x8 images, but the model .* takes 16x16"):
+        validate(cfg)
+
+
+def test_tiny_deit_takes_the_protocol_with_its_distillation_token(tmp_path):
+    from headprune.tasks.registry import load_task
+
+    task = load_task(vision_cfg(tmp_path, "model=tiny_deit", "data.eval_size=24"))
+    assert type(task.model).__name__ == "DeiTForImageClassification"
+    assert task.tokens_per_image() == (16 // 4) ** 2 + 2  # patches + CLS + distillation
+    masks = masks_of(task.gates)
+    for batched, mask in zip(task.evaluate_many(masks), masks):
+        logits = masked_logits(task, mask)
+        top2 = logits.topk(2, dim=-1).values
+        clear = (top2[:, 0] - top2[:, 1]) > TOLERANCE * logits.abs().max()
+        single = task.evaluate(mask)
+        agree = torch.tensor(batched.per_example["correct"]) == torch.tensor(single.per_example["correct"])
+        assert bool(agree[clear].all())

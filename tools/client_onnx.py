@@ -3,10 +3,11 @@
     python tools/client_onnx.py [--dir .clients/onnx] [--optimum]        (exit 0 when every check passes)
 
 Creates ``<dir>/venv`` (reused on the next run) with only onnxruntime, tokenizers and numpy (the versions of
-constraints.txt), prunes the embedded MiniLM (as a 3-way NLI classifier, a seeded uneven mask), exports it with
-``export.format=onnx`` into ``<dir>/minilm-pruned`` (and its int8 version), and runs
-``headprune/export/onnx_client.py`` in that venv on raw sentence pairs: its token ids, logits and labels against the
-masked model's in PyTorch. The int8 directory is opened too (its labels are counted against f32, not required equal). ``--optimum`` also opens
+constraints.txt), prunes the embedded MiniLM (as a 3-way NLI classifier, a seeded uneven mask) and a tiny random Llama
+(uneven query heads, an emptied layer), exports each with ``export.format=onnx`` into ``<dir>/<name>`` (and its int8
+version), and runs ``headprune/export/onnx_client.py`` in that venv on raw text: token ids, logits and labels (or
+greedy tokens) against the masked model's in PyTorch. The int8 directories are opened too (their answers are
+counted against f32, not required equal). ``--optimum`` also opens
 the directory with optimum's ``ORTModelForSequenceClassification`` (tools/client_optimum.py) in ``<dir>/optimum-venv``:
 optimum-onnx 0.1 pins transformers < 4.58, so it cannot share a venv with headprune.
 """
@@ -26,6 +27,7 @@ from client_env import ROOT, pinned  # noqa: E402
 
 PACKAGES = ("onnxruntime", "tokenizers", "numpy")
 OPTIMUM = "optimum-onnx[onnxruntime]==0.1.0"
+PROMPTS = ["the cat sat on the", "a dog near home", "the bird"]
 PAIRS = [
     ["A man is eating pizza in the park.", "Someone eats."],
     ["Two dogs run on the beach.", "The animals are asleep indoors."],
@@ -61,13 +63,23 @@ def optimum_python(folder: Path) -> str:
     return str(python)
 
 
-def pruned_minilm(seed: int = 0):
-    """(the embedded MiniLM as an NLI classifier with head gates, a seeded uneven mask of about half its heads, the pruned copy, tokenizer)."""
+def masked_and_pruned(model, mask: dict):
+    """(head gates on ``model``, a physically pruned copy) for a query-head mask {group: [L, H]}."""
+    from headprune.core.gates import HeadGates
+    from headprune.core.pruning import prune_mask
+
+    pruned = copy.deepcopy(model)
+    prune_mask(pruned, {g: m.clone() for g, m in mask.items()})
+    HeadGates(pruned).remove()
+    return HeadGates(model), pruned
+
+
+def pruned_minilm(seed: int = 0) -> dict:
+    """The embedded MiniLM as a 3-way NLI classifier with about half its heads masked (seeded, uneven per layer)."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from headprune.core.gates import HeadGates
-    from headprune.core.pruning import prune_mask
     from headprune.models.sources import resolve_pretrained
 
     path = resolve_pretrained("minilm")
@@ -80,53 +92,106 @@ def pruned_minilm(seed: int = 0):
     generator = torch.Generator().manual_seed(seed)
     for values in mask.values():
         layers, heads = values.shape
-        values.view(-1)[torch.randperm(layers * heads, generator=generator)[: layers * heads // 2]] = 0.0  # uneven per layer
-    pruned = copy.deepcopy(model)
+        values.view(-1)[torch.randperm(layers * heads, generator=generator)[: layers * heads // 2]] = 0.0
     gates.remove()
-    prune_mask(pruned, mask)
-    HeadGates(pruned).remove()
-    return model, mask, pruned, AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return {
+        "name": "minilm-pruned",
+        "model": model,
+        "mask": mask,
+        "tokenizer": tokenizer,
+        "texts": PAIRS,
+        "example": dict(tokenizer(*zip(*PAIRS[:2]), padding=True, return_tensors="pt")),
+    }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=str(ROOT / ".clients" / "onnx"), help="where the venv and the export go")
-    parser.add_argument("--optimum", action="store_true", help=f"also open the directory with {OPTIMUM} in a venv of its own")
-    args = parser.parse_args()
-    folder = Path(args.dir).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    python = client_python(folder)
+def pruned_tiny_llama(seed: int = 0) -> dict:
+    """A random tiny Llama (3 layers, 4 query heads over 2 KV heads) with uneven query heads and an emptied layer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from headprune.core.gates import HeadGates
+    from headprune.models.tokenizers import train_tokenizer
+
+    texts = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
+    tokenizer = train_tokenizer(texts * 5, vocab_size=300)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config).eval()
+    gates = HeadGates(model)
+    mask = gates.ones()
+    mask["dec_self"][0, 1] = 0.0  # layer 0: 3 query heads over 2 KV heads (uneven)
+    mask["dec_self"][1] = 0.0  # layer 1: emptied
+    gates.remove()
+    batch = tokenizer(texts[:2], padding=True, return_tensors="pt")
+    return {
+        "name": "tiny-llama-pruned",
+        "model": model,
+        "mask": mask,
+        "tokenizer": tokenizer,
+        "texts": PROMPTS,
+        "example": {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]},
+    }
+
+
+def check_case(case: dict, folder: Path, python: str, optimum: str | None) -> dict:
+    """Export the pruned model into ``folder`` (and its int8 version) and check the directory in each client."""
     from headprune.export import export_model
     from headprune.export.onnx import quantize_int8
     from headprune.export.onnx_dir_check import compare_predictions, masked_predictions, run_client
 
-    model, mask, pruned, tokenizer = pruned_minilm()
-    out = folder / "minilm-pruned"
-    example = dict(tokenizer(*zip(*PAIRS[:2]), padding=True, return_tensors="pt"))
-    graphs = export_model("onnx", pruned, tokenizer, out, example)["graphs"]
+    gates, pruned = masked_and_pruned(case["model"], case["mask"])
+    out = folder / case["name"]
+    graphs = export_model("onnx", pruned, case["tokenizer"], out, case["example"])["graphs"]
     quantize_int8(graphs, out / "int8")
     description = json.loads((out / "headprune_export.json").read_text())
-    gates = HeadGates(model)
-    with gates.masked(mask):
-        reference = masked_predictions(model, tokenizer, PAIRS, description)
-    answer = run_client(out, PAIRS, python=python)
-    report = compare_predictions(answer, reference)
-    int8 = run_client(out / "int8", PAIRS, python=python)
-    report["int8_labels_equal_f32"] = sum(a == b for a, b in zip(int8["labels"], answer["labels"]))
-    report["examples"] = len(PAIRS)
-    report["heads_per_layer"] = description["heads_per_layer"]
-    report["client"] = f"{python} -I (onnxruntime, tokenizers, numpy only)"
-    if args.optimum:
-        optimum = run_client(
-            out, PAIRS, python=optimum_python(folder), client=Path(__file__).with_name("client_optimum.py"), blocked=("headprune",)
+    with gates.masked(case["mask"]):
+        reference = masked_predictions(case["model"], case["tokenizer"], case["texts"], description)
+    answer = run_client(out, case["texts"], python=python)
+    report = {"dir": str(out), "heads_per_layer": description["heads_per_layer"], "texts": len(case["texts"])}
+    report["onnxruntime"] = compare_predictions(answer, reference)
+    int8 = run_client(out / "int8", case["texts"], python=python)
+    key = "labels" if "labels" in answer else "new_ids"
+    report["int8_answers_equal_f32"] = sum(a == b for a, b in zip(int8[key], answer[key]))
+    if optimum:
+        client = Path(__file__).with_name("client_optimum.py")
+        answer = run_client(out, case["texts"], python=optimum, client=client, blocked=("headprune",))
+        report["optimum"] = compare_predictions(answer, reference, blocked=("headprune",))
+    report["passed"] = report["onnxruntime"]["passed"] and report.get("optimum", {}).get("passed", True)
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=str(ROOT / ".clients" / "onnx"), help="where the venvs and the exports go")
+    parser.add_argument("--optimum", action="store_true", help=f"also open the directories with {OPTIMUM} in a venv of its own")
+    args = parser.parse_args()
+    folder = Path(args.dir).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    python = client_python(folder)
+    optimum = optimum_python(folder) if args.optimum else None
+    reports = [check_case(make(), folder, python, optimum) for make in (pruned_minilm, pruned_tiny_llama)]
+    print(json.dumps(reports, indent=1))
+    for report in reports:
+        clients = ", ".join(
+            f"{name}: {'PASS' if report[name]['passed'] else 'FAIL'} (max |logits - masked| {report[name]['max_abs_diff']:.1e})"
+            for name in ("onnxruntime", "optimum")
+            if name in report
         )
-        report["optimum"] = compare_predictions(optimum, reference, blocked=("headprune",))
-        report["passed"] = report["passed"] and report["optimum"]["passed"]
-    print(json.dumps(report, indent=1))
-    print(f"[client onnx] {'PASS' if report['passed'] else 'FAIL'}: {out}")
-    return 0 if report["passed"] else 1
+        print(f"[client onnx] {report['dir']}: {clients}")
+    return 0 if all(r["passed"] for r in reports) else 1
 
 
 if __name__ == "__main__":

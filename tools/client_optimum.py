@@ -44,7 +44,7 @@ def main(directory: str, requests: str) -> None:
             mask = torch.ones_like(ids)
             answer["ids"].append(ids[0].tolist())
             answer["last_logits"].append(model(input_ids=ids, attention_mask=mask).logits[0, -1].tolist())
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=int(asked.get("new_tokens", 8)), do_sample=False)
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=int(asked["new_tokens"]), do_sample=False)
             answer["new_ids"].append(out[0, ids.shape[1] :].tolist())
     answer["modules"] = sorted({name.partition(".")[0] for name in sys.modules})
     print(json.dumps(answer))

@@ -21,7 +21,7 @@ from headprune.core.checks import ConfigError, choice, integer, number, positive
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.mask_source import chosen_mask, file_mask, with_file_unit
+from headprune.experiments.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
@@ -41,7 +41,7 @@ STAGING = ".export.next"  # where an export is written and checked before it rep
 
 def with_source_model(cfg):
     """``cfg`` with ``model.pretrained`` (and its tokenizer) pointing at ``export.model`` when that is set."""
-    source = cfg.export.get("model")
+    source = point_model_dir(cfg.export, "export") or cfg.export.get("model")
     if not source:
         return cfg
     cfg = copy.deepcopy(cfg)
@@ -55,8 +55,9 @@ def with_source_model(cfg):
 def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     """The query-head mask {group: [layers][heads]} the export will apply (mask file), or the saved model's pruning record."""
     settings = cfg.export
-    if settings.get("model"):
-        record = read_json(Path(str(settings.model)) / "config.json").get("headprune_pruned_heads") or {}
+    folder = point_model_dir(settings, "export") or settings.get("model")
+    if folder:
+        record = read_json(Path(str(folder)) / "config.json").get("headprune_pruned_heads") or {}
         layers, heads = int(fields["num_hidden_layers"]), int(fields["num_attention_heads"])
         return {
             group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
@@ -104,15 +105,38 @@ def check_stock(cfg, fmt: str) -> None:
             raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
 
 
+def check_source_kind(cfg) -> None:
+    """export.model holds a model of the kind the task serves (a Llama directory is no ``model=tiny_bert`` classifier)."""
+    fields = read_json(Path(str(cfg.export.model)).expanduser() / "config.json")
+    registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
+
+
+def known_tokenizer_pre(name: str) -> str:
+    """``name`` when llama.cpp knows it as a BPE pre-tokenizer (else it falls back to ``default`` in silence): a ConfigError."""
+    from difflib import get_close_matches
+
+    from headprune.export.gguf import LLAMA_CPP_PRE_TOKENIZERS
+
+    if name not in LLAMA_CPP_PRE_TOKENIZERS:
+        close = get_close_matches(name, LLAMA_CPP_PRE_TOKENIZERS, n=3)
+        raise ConfigError(
+            f"export.tokenizer_pre={name} is no pre-tokenizer llama.cpp knows (it would tokenize as 'default'): "
+            + (f"did you mean {', '.join(close)}? " if close else "")
+            + "leave it null (the source GGUF's, else default) or give one of llama.cpp's names, e.g. llama-bpe, smollm, qwen2"
+        )
+    return name
+
+
 READS = ("export", "prune.unit")  # the settings groups (and keys) experiment=export reads
 
 
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
-    from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_splits
+    from headprune.experiments.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
 
     check_model_and_task(cfg)
     check_reads(cfg, READS)
+    check_exact_pruning(cfg, "export.mask_file: it writes the physically pruned model" if cfg.export.get("mask_file") else None)
     check_model_kind(cfg)
     check_settings(cfg)
     check_splits(cfg, [cfg.export.split], "export.split")
@@ -155,7 +179,7 @@ def check_settings(cfg) -> None:
     if fmt != "gguf":
         refuse_given(cfg, ("export.gguf_dtype", "export.tokenizer_pre"), f"they shape GGUF files, and export.format={fmt}")
     if quantize != "int8":
-        refuse_given(cfg, ("export.per_channel",), "it sets the int8 scales of export.quantize=int8 only")
+        refuse_given(cfg, ("export.per_channel", "export.int8_batch_sizes"), "they set the int8 graphs of export.quantize=int8 only")
     choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
     for name in ("examples", "batch_size", "new_tokens"):
         integer(settings.get(name), f"export.{name}", 1)
@@ -173,7 +197,12 @@ def check_settings(cfg) -> None:
                 "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
                 "pick a step that removes some, or leave export.fraction out when the file holds one"
             )
-        chosen_mask(settings, "export")  # one candidate, or the list to pick from
+        if settings.get("point"):
+            point_model_dir(settings, "export")  # a point of the file (the error lists them), with its model when recovered
+        else:
+            chosen_mask(settings, "export")  # one candidate, or the list to pick from
+    elif settings.get("point"):
+        raise ConfigError("export.point names a point of a prune run: give export.mask_file=<prune run>/results.json, not export.model")
     else:
         path = Path(str(settings.model)).expanduser()
         if not (path / "config.json").is_file():
@@ -185,6 +214,9 @@ def check_settings(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
+        check_source_kind(cfg)
+    if settings.get("tokenizer_pre"):
+        known_tokenizer_pre(str(settings.tokenizer_pre))
     if quantize == "int8":
         positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
     if quantize not in FORMATS[fmt].quantize:
@@ -201,9 +233,22 @@ def check_settings(cfg) -> None:
 def export_source(cfg, task) -> tuple[dict | None, dict]:
     """(the mask in the task's unit, or None for a saved pruned model; where the pruned model came from)."""
     settings = cfg.export
+    if settings.get("point"):
+        folder = point_model_dir(settings, "export")
+        if folder is not None:  # the recovered model itself, not the base under the point's mask
+            return None, {
+                "point": str(settings.point),
+                "model": str(folder),
+                "mask_file": str(settings.mask_file),
+                "pruning_record": pruning_record(task.model),
+            }
+        return point_mask(settings, task, "export")
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
-    return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
+    record = pruning_record(task.model)
+    if not record:
+        print(f"[export] export.model={settings.model} holds no pruned head: it is exported, and recorded, as unpruned", flush=True)
+    return None, {"model": str(settings.model), "pruning_record": record, "pruned": bool(record)}
 
 
 def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
@@ -283,12 +328,33 @@ def tokenizer_pre(cfg) -> str:
     """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
     given = cfg.export.get("tokenizer_pre")
     if given:
-        return str(given)
+        return known_tokenizer_pre(str(given))
     from headprune.export.gguf import tokenizer_pre_from_gguf
     from headprune.models.embedded import EMBEDDED_LLMS, gguf_file
 
     name = str(cfg.model.get("pretrained"))
     return (tokenizer_pre_from_gguf(gguf_file(name)) if name in EMBEDDED_LLMS else None) or "default"
+
+
+def export_record(task, pruned, mask, exported: dict, staging: Path, report: dict, batches: list, settings) -> dict:
+    """What results.json says of an export: its files, the model it holds (pruned or not, its heads) and the check."""
+    reads = FORMATS[str(settings.format)].reads
+    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
+    return {
+        "format": str(settings.format),
+        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
+        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
+        "mask": None if mask is None else mask_to_json(mask),
+        "unit": task.gates.unit,
+        "pruned": bool(pruning_record(pruned)),  # an unpruned directory is exported, and recorded, as what it is
+        "model_type": pruned.config.model_type,
+        "architecture": type(pruned).__name__,
+        "pruning_record": pruning_record(pruned),
+        "heads_per_layer": [list(s) for s in shapes],
+        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
+        "check": report,
+        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
+    }
 
 
 def run(cfg) -> dict:
@@ -309,7 +375,7 @@ def run(cfg) -> dict:
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
     pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
-    name = f"{cfg.model.get('name')}-pruned"
+    name = f"{cfg.model.get('name')}-pruned" if pruning_record(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
     exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
@@ -317,19 +383,7 @@ def run(cfg) -> dict:
     )
     job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
     report = check_export(job, batches, reference, greedy, float(settings.tolerance))
-    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
-    result = {
-        "format": fmt,
-        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
-        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
-        "mask": None if mask is None else mask_to_json(mask),
-        "unit": task.gates.unit,
-        "pruning_record": pruning_record(pruned),
-        "heads_per_layer": [list(s) for s in shapes],
-        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
-        "check": report,
-        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
-    }
+    result = export_record(task, pruned, mask, exported, staging, report, batches, settings)
     if reference_model is not task.model:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
         with task.gates.masked(mask):
             masked = reference_logits(task.model, [{k: v.to(next(task.model.parameters()).device) for k, v in b.items()} for b in batches])

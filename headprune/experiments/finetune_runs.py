@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+from headprune.core.checks import ConfigError
 from headprune.lightning.finetune import finetune_recover
 
 
@@ -65,12 +66,27 @@ def finetune_steps(finetune, batches: list[dict]) -> int:
     return len(batches) if finetune.tokens is not None else int(finetune.max_steps)
 
 
+def check_lora_rank(model, rank: int) -> None:
+    """A LoRA rank no larger than the smallest projection of the model it adapts: the pruned one, whose q/k/v/o projections
+    are narrower than the unpruned model's that the config check saw (a ConfigError otherwise)."""
+    from headprune.lightning.lora import smallest_projection
+
+    smallest = smallest_projection(model)
+    if rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection of the pruned model ({smallest} features: "
+            f"pruning narrowed its attention projections); choose at most {smallest}, or null for a full fine-tune"
+        )
+
+
 def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, label: str) -> list[dict]:
     """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
     weight = float(finetune.distill_weight)
     device = next(model.parameters()).device
     flags = [p.requires_grad for p in teacher.parameters()]
     rank = finetune.lora_rank
+    if rank is not None:
+        check_lora_rank(model, int(rank))
     try:
         return finetune_recover(
             model,

@@ -9,6 +9,7 @@ from omegaconf import open_dict
 from headprune.core.checks import ConfigError
 from headprune.results.mask_files import Candidate, MaskFile, choose_candidate, mask_for_model, read_mask_file
 from headprune.results.points import removed_fraction
+from headprune.tasks.unit_task import unit_of
 
 PICKS = ("mask_order", "fraction", "mask_step")  # the settings that pick a mask among a file's candidates
 
@@ -52,7 +53,7 @@ def with_file_unit(cfg, setting: str):
     if found.unit is None:
         return cfg
     given = given_keys() or set()
-    asked = str((cfg.get("prune") or {}).get("unit") or "head")
+    asked = unit_of(cfg)
     if "prune.unit" in given and asked != found.unit:
         raise ConfigError(
             f"prune.unit={asked}, but {setting}.mask_file={found.path} holds masks of unit {found.unit}: drop prune.unit "
@@ -89,3 +90,41 @@ def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
             predicted_speedup=point["predicted_speedup"],
         )
     return mask, origin
+
+
+def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
+    """The Pareto point ``<setting>.point`` names in ``<setting>.mask_file`` (a ConfigError listing the file's points)."""
+    from headprune.experiments.point_models import find_point
+
+    if not settings.get("mask_file"):
+        raise ConfigError(f"{setting}.point names a point of a prune run: give {setting}.mask_file=<prune run>/results.json")
+    found = read_mask_file(settings.mask_file, setting)
+    points = [c.point for c in found.candidates if c.point is not None]
+    point = find_point(points, str(settings.point), f"{setting}.mask_file={found.path}")
+    return found, next(c for c in found.candidates if c.point is point)
+
+
+def point_model_dir(settings, setting: str):
+    """The directory of the model ``<setting>.point`` was recovered to (None: the point kept no model, its mask is used)."""
+    if not settings.get("point"):
+        return None
+    found, chosen = point_source(settings, setting)
+    if not chosen.point.get("model_dir"):
+        if chosen.point.get("recovery", "none") != "none":
+            raise ConfigError(
+                f"{setting}.point={settings.point} was recovered ({chosen.point['recovery']}) but its run kept no model "
+                "(prune.save): rerun the prune with prune.save=recovered, or export its mask alone with "
+                f"{setting}.mask_order / {setting}.mask_step"
+            )
+        return None
+    folder = found.path.parent / chosen.point["model_dir"]
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{setting}.point={settings.point}: its model directory {folder} is missing")
+    return folder
+
+
+def point_mask(settings, task, setting: str) -> tuple[dict, dict]:
+    """The mask of a point without a saved model (recovery none), in the task's unit, and where it came from."""
+    found, chosen = point_source(settings, setting)
+    mask = mask_for_model(found, chosen, task.gates, task.model, setting)
+    return mask, {"mask_file": str(settings.mask_file), "point": str(settings.point), "unit": task.gates.unit}

@@ -49,6 +49,8 @@ class ParetoRun:
     models: dict = field(default_factory=dict)  # (recovery, mask key) -> recovered model kept for timing
     evaluated: dict = field(default_factory=dict)  # (recovery, mask key) -> {split: result}, reused across orders
     finetune_losses: dict = field(default_factory=dict)  # label -> fine-tune losses
+    out: Any = None  # the run directory: recovered models go to <out>/models/<point> (prune.save)
+    saved: dict = field(default_factory=dict)  # (recovery, mask key) -> the saved model's directory, relative to out
 
 
 def eval_splits(ctx: ParetoRun) -> list[str]:

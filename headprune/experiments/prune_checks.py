@@ -95,6 +95,10 @@ def check_prune_for_speed(cfg) -> None:
         check_selection(cfg, "prune")
     check_finetune(cfg)
     check_control(cfg)
+    from headprune.experiments.point_models import check_save
+    from headprune.experiments.prune_speed import for_speed
+
+    check_save(OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save, for_speed(prune))
     if prune.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
@@ -235,3 +239,22 @@ def check_conditional_reads(cfg, experiment: bool = True) -> None:
         refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
     if experiment and "ablation" not in string_list(prune.order, "prune.order"):
         refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
+
+
+def physical_pruning(prune) -> str | None:
+    """What in experiment=prune removes heads physically (None: it only masks them)."""
+    from headprune.experiments.prune_speed import for_speed, recoveries_of
+
+    if not for_speed(prune):
+        return None
+    recover = recoveries_of(prune)
+    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    uses = {
+        "prune.recover=finetune (it fine-tunes a pruned copy)": "finetune" in recover,
+        "prune.measure_speed=true (it times pruned copies)": bool(prune.measure_speed),
+        "prune.schedule (it removes heads at every step)": prune.get("schedule") is not None,
+        "prune.cost=latency (it times pruned copies)": str(prune.cost) == "latency",
+        f"prune.save={save} (it keeps pruned models; prune.save=none keeps none)": save != "none"
+        and (save == "all" or not isinstance(save, str) or recover != ["none"]),
+    }
+    return next((what for what, used in uses.items() if used), None)

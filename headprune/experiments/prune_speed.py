@@ -32,7 +32,9 @@ from headprune.experiments.pareto_measure import (
     recovery_batches,
 )
 from headprune.experiments.pareto_points import ParetoRun, eval_splits, mask_key, point_record, step_label, unpruned_point
+from headprune.experiments.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.experiments.settings import RunSettings, listed
+from headprune.results.run_dir import mask_to_json
 from headprune.scoring.importance import fisher_blocks
 from headprune.selection.greedy import check_groups
 from headprune.selection.lsq import lsq_recover
@@ -134,14 +136,35 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, la
             done.update((key, {split: scored[split][i] for split in scored}) for i, key in enumerate(todo))
         return [done[k] for k in keys]
     for key, (mask, label) in todo.items():
-        model, gates, evaluate_mask, curve = recovered_model(task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label)
+        recipe = point_recipe(ctx, label, recovery, mask)
+        model = saved_model(ctx.out, recipe) if recipe else None
+        if model is not None:  # an earlier run saved this recipe's model: no second recovery
+            gates, evaluate_mask, curve = HeadGates(model), None, None
+            ctx.saved[key] = saved_dir(recipe)
+        else:
+            model, gates, evaluate_mask, curve = recovered_model(
+                task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label
+            )
         with swapped_model(task, model, gates):
             done[key] = {split: task.evaluate(evaluate_mask, split=split) for split in eval_splits(ctx)}
         if curve is not None:
             losses[key] = curve
+        if recipe and key not in ctx.saved:
+            scores = {split: result.score for split, result in done[key].items()}
+            ctx.saved[key] = save_point_model(ctx.out, model, task.gates, evaluate_mask, task.tokenizer, recipe, scores)
         keep_for_timing(ctx, key, model, evaluate_mask, task.gates)
         del model, gates
     return [done[k] for k in keys]
+
+
+def point_recipe(ctx: ParetoRun, label: str, recovery: str, mask) -> dict | None:
+    """The recipe of the point ``label`` (``order[+rearrange]/step``) after ``recovery`` when ``prune.save`` keeps its model."""
+    method, step = label.split("/", 1)
+    name = method if recovery == "none" else f"{method}+{recovery}"
+    point = point_id(name, step)
+    if ctx.out is None or not wants_model(ctx.settings.save, recovery, point):
+        return None
+    return recipe_of(ctx, point, method, recovery, step, mask_to_json(mask))
 
 
 def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict]:
@@ -155,6 +178,8 @@ def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict
             results = recovered_results(task, masks, recovery, ctx, labels)
             for step, mask, result, info in zip(steps, masks, results, infos):
                 point = point_record(order, recovery, step, mask, result, ctx, task)
+                if (recovery, mask_key(mask)) in ctx.saved:
+                    point["model_dir"] = ctx.saved[(recovery, mask_key(mask))]
                 curve = ctx.finetune_losses.get((recovery, mask_key(mask)))
                 points.append(
                     {
@@ -219,7 +244,12 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
                 scored = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
             if recovery != "none":
                 keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
-            points.append(point_record(order, recovery, step, result.mask, scored, ctx, task))
+            point = point_record(order, recovery, step, result.mask, scored, ctx, task)
+            recipe = point_recipe(ctx, f"{order}/{step_label(step)}", recovery, result.mask)
+            if recipe:  # a schedule's models are saved, not reused: each step starts from the one before
+                scores = {split: r.score for split, r in scored.items()}
+                point["model_dir"] = save_point_model(ctx.out, result.model, task.gates, None, task.tokenizer, recipe, scores)
+            points.append(point)
 
     return points
 
@@ -266,6 +296,7 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
         rounds=rounds,
         speed=settings.speed,
         seed=where["seed"],
+        out=out,
     )
     if scheduled and ctx.rearrange != [False]:
         raise ValueError("prune.rearrange works on one-shot masks (prune.fractions or prune.target), not with prune.schedule")

@@ -94,6 +94,7 @@ class PruneSettings:
     extra_splits: list
     selection_split: str | None
     measure_speed: bool
+    save: Any  # recovered | all | none, or a list of point names
     lsq: LsqSettings = section(LsqSettings)
     finetune: FinetuneSettings = section(FinetuneSettings)
 
@@ -129,6 +130,7 @@ class ExportSettings:
     mask_step: str | None
     fraction: float
     model: str | None
+    point: str | None
     quantize: str
     per_channel: bool
     int8_batch_sizes: list

@@ -377,3 +377,23 @@ def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
         for key, value in given_settings(cfg, group).items():
             if reads(key, keys):
                 raise ConfigError(f"{key}={value} would be ignored: {why}; drop it")
+
+
+# ---- physical pruning -----------------------------------------------------------------------------
+
+
+def check_exact_pruning(cfg, what: str | None) -> None:
+    """A run that prunes physically (``what`` says how; None: it only masks) is refused before work on a model whose
+    pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
+    from headprune.core.families import FAMILIES
+    from headprune.core.pruning import MASKS_INSTEAD, inexact_reason
+
+    fields = model_fields(cfg.model) or {}
+    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    reason = family and inexact_reason(family, fields)
+    if reason and what:
+        raise ConfigError(
+            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. {MASKS_INSTEAD} "
+            "(experiment=ablate, keep_one, or prune without prune.recover=finetune, measure_speed, schedule, cost=latency "
+            "and with prune.save=none)"
+        )

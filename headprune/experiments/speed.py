@@ -312,7 +312,7 @@ READS = ("speed", "importance", "prune.unit", "prune.layout", "prune.ablation_sp
 
 def check(cfg) -> None:
     """experiment=speed: the model and task, the unit, speed.* and the mask it times (importance.* only without a mask file)."""
-    from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_unit, refuse_given
+    from headprune.experiments.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
 
     check_model_and_task(cfg)
     check_reads(cfg, READS)
@@ -323,6 +323,7 @@ def check(cfg) -> None:
             "with speed.mask_file the mask comes from the file, not from an order's scores",
         )
     check_unit(cfg)
+    check_exact_pruning(cfg, "it times the physically pruned model")
     check_speed_run(cfg)
 
 

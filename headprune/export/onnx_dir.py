@@ -110,17 +110,28 @@ def image_inputs(processor) -> dict:
     }
 
 
-def save_tokenizer(tokenizer, out: Path) -> list[Path]:
-    """The tokenizer's files in ``out``, with tokenizer.json padding to the longest row of a batch (not a fixed length)."""
-    written = [Path(p) for p in tokenizer.save_pretrained(out)]
-    path = out / "tokenizer.json"
-    if path.is_file() and tokenizer.pad_token_id is not None:
+def save_tokenizer(tokenizer, out: Path) -> None:
+    """The tokenizer's files in ``out``: tokenizer.json padding to the longest row of a batch (not a fixed length), and
+    tokenizer_config.json readable by transformers 4 too (optimum-onnx 0.1 pins it)."""
+    tokenizer.save_pretrained(out)
+    path, settings_path = out / "tokenizer.json", out / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    if tokenizer.pad_token_id is not None:
         from tokenizers import Tokenizer
 
         backend = Tokenizer.from_file(str(path))
         backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token)  # no length: the batch's longest
         backend.save(str(path))
-    return sorted({p for p in written if p.is_file()})
+    if settings_path.is_file():
+        settings = json.loads(settings_path.read_text())
+        if settings.get("tokenizer_class") == "TokenizersBackend":  # transformers 5's generic class: 4 names it so
+            settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        pre = json.loads(path.read_text()).get("pre_tokenizer") or {}
+        for step in pre.get("pretokenizers", [pre]):
+            if step.get("type") == "ByteLevel" and "add_prefix_space" not in settings:
+                settings["add_prefix_space"] = bool(step.get("add_prefix_space"))  # transformers 4 resets it when absent
+        settings_path.write_text(json.dumps(settings, indent=2))
 
 
 def write_onnx_dir(model: nn.Module, tokenizer, out: Path, graphs: dict[str, Path], precision: str = "f32") -> list[Path]:

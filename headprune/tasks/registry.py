@@ -28,6 +28,7 @@ class TaskSpec:
     exports: tuple[str, ...] = ("onnx", "int8")  # export.format values its models take, and int8 where its metric runs in ONNX Runtime
     model_class: str | None = None  # the transformers auto class its models are built as (None: its loader builds its own)
     model_config: tuple[str, ...] = ()  # model.* settings that go into the model's config (a classifier's num_labels)
+    architectures: tuple[str, ...] = ()  # how the HF architectures of its models end (config.json "architectures")
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -42,6 +43,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         selection="importance",
         model_class="transformers.AutoModelForSequenceClassification",
         model_config=("num_labels",),
+        architectures=("ForSequenceClassification",),
     ),
     "seq2seq": TaskSpec(
         "mt",
@@ -55,6 +57,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         data_split="headprune.tasks.mt.config.split_of",
         exports=("onnx",),  # BLEU needs beam search, which the cache-free ONNX graphs do not run: no int8 check
         model_class="transformers.AutoModelForSeq2SeqLM",
+        architectures=("ForConditionalGeneration", "MTModel"),
     ),
     "causal_lm": TaskSpec(
         "lm",
@@ -67,6 +70,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         selection="importance",
         exports=("onnx", "int8", "hf", "gguf"),
         model_class="transformers.AutoModelForCausalLM",
+        architectures=("ForCausalLM",),
     ),
     "image_classifier": TaskSpec(
         "vision",
@@ -78,8 +82,23 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.vision.config_check.check",
         selection="importance",
         model_class="transformers.AutoModelForImageClassification",
+        architectures=("ForImageClassification", "ForImageClassificationWithTeacher"),
     ),
 }
+
+
+def check_model_dir_kind(fields: dict, cfg, setting: str) -> None:
+    """A model directory (its config.json ``fields``) of the kind the configured task serves; else a ConfigError naming both."""
+    from headprune.core.checks import ConfigError
+
+    architectures = [str(a) for a in fields.get("architectures", ())]
+    kinds = [kind for kind, spec in TASKS.items() if any(a.endswith(e) for a in architectures for e in spec.architectures)]
+    if kinds and str(cfg.model.get("kind")) not in kinds:
+        raise ConfigError(
+            f"{setting} holds a {', '.join(architectures)} ({fields.get('model_type')}, model.kind {kinds[0]}), but "
+            f"model={cfg.model.get('name')} is a {cfg.model.get('kind')} and its data another task: give a model and data "
+            f"of kind {kinds[0]} ({TASKS[kinds[0]].data_choices})"
+        )
 
 
 def model_task(model_cfg) -> TaskSpec:

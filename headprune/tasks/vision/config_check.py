@@ -7,6 +7,8 @@ from pathlib import Path
 from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
 from headprune.models.sources import config_fields
 
+PROCESSOR_FILE = "preprocessor_config.json"
+
 SCHEMA = {
     "task.lr": rule(number, low=0.0, closed="()"),
     "task.weight_decay": rule(number, low=0.0),
@@ -37,7 +39,7 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
 
 
 def check_geometry(model_cfg) -> None:
-    """A fresh model's image_size must be a whole number of patches (the model cuts images into patch_size squares)."""
+    """image_size must be a whole number of patches, and a model directory's image processor must make images of that size."""
     fields = config_fields(model_cfg) or {}
     size, patch = fields.get("image_size"), fields.get("patch_size")
     if size is None or patch is None:
@@ -47,6 +49,25 @@ def check_geometry(model_cfg) -> None:
             f"model {model_cfg.get('name')}: image_size={size} is not a whole number of patch_size={patch} patches: "
             f"set model.config.image_size to a multiple of {patch}"
         )
+    pretrained = model_cfg.get("pretrained")
+    processor = Path(str(pretrained)).expanduser() / PROCESSOR_FILE if pretrained else None
+    if processor is not None and processor.is_file():
+        made = processed_size(processor)
+        if made is not None and made != (size, size):
+            raise ConfigError(
+                f"{processor} makes {made[0]}x{made[1]} images, but the model in {processor.parent} takes {size}x{size}: "
+                f"set its size to {{height: {size}, width: {size}}}, or save the processor the model was trained with"
+            )
+
+
+def processed_size(path: Path) -> tuple[int, int] | None:
+    """(height, width) an image processor's JSON resizes to (None: it sets no fixed size); a ConfigError naming a damaged file."""
+    from headprune.results.readers import read_json_file
+
+    size = read_json_file(path).get("size")
+    if isinstance(size, dict) and "height" in size and "width" in size:
+        return int(size["height"]), int(size["width"])
+    return None
 
 
 def check_folder(root: Path) -> None:
