@@ -11,14 +11,16 @@ from cli_runs import headprune as cli_run
 from experiment_helpers import NLI
 
 FAST = ["logger=none"]
-RUN = ["device=cpu", "prune.step=0.5"]  # the experiments on a loaded task (not the fine-tune)
+RUN = ["device=cpu"]  # the experiments on a loaded task (not the fine-tune)
+PRUNE = ["prune.step=0.5"]  # experiment=prune only: the others do not read prune.step (and refuse it)
 EXPORT = ["export.format=onnx", "export.examples=4", "export.batch_size=4", "export.fraction=0.5"]
 
 
 def headprune(capsys, monkeypatch, tmp_path, run_dir: Path, *overrides: str) -> tuple[int, str]:
     """The tiny NLI run ``headprune overrides...`` into ``run_dir``: (exit status, stderr)."""
     training = any(o.startswith("experiment=nli_finetune") for o in overrides)
-    return cli_run(capsys, monkeypatch, tmp_path, run_dir, *NLI, *FAST, *([] if training else RUN), *overrides)
+    pruning = "experiment=prune" in overrides
+    return cli_run(capsys, monkeypatch, tmp_path, run_dir, *NLI, *FAST, *([] if training else RUN), *(PRUNE if pruning else []), *overrides)
 
 
 def digest(path: Path) -> dict[str, str]:
