@@ -368,6 +368,51 @@ def check_control(cfg) -> None:
         raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
 
 
+# ---- physical pruning --------------------------------------------------------------------------
+
+
+def physical_pruning(cfg) -> str | None:
+    """What in this run removes heads physically (None: it only masks them)."""
+    from headprune.experiments.prune_speed import for_speed, recoveries_of
+
+    run = str(cfg.get("run"))
+    if run.endswith(("speed.run", "study.run")):
+        return "it times the physically pruned model"
+    if run.endswith("export.run"):
+        return "export.mask_file: it writes the physically pruned model" if cfg.export.get("mask_file") else None
+    prune = cfg.prune
+    if not run.endswith("prune.run") or not for_speed(prune):
+        return None
+    recover = recoveries_of(prune)
+    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    uses = {
+        "prune.recover=finetune (it fine-tunes a pruned copy)": "finetune" in recover,
+        "prune.measure_speed=true (it times pruned copies)": bool(prune.measure_speed),
+        "prune.schedule (it removes heads at every step)": prune.get("schedule") is not None,
+        "prune.cost=latency (it times pruned copies)": str(prune.cost) == "latency",
+        f"prune.save={save} (it keeps pruned models; prune.save=none keeps none)": save != "none"
+        and (save == "all" or not isinstance(save, str) or recover != ["none"]),
+    }
+    return next((what for what, used in uses.items() if used), None)
+
+
+def check_exact_pruning(cfg) -> None:
+    """A run that prunes physically is refused before work on a model whose pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
+    from headprune.core.families import FAMILIES
+    from headprune.core.pruning import MASKS_INSTEAD, inexact_reason
+
+    fields = model_fields(cfg.model) or {}
+    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    reason = family and inexact_reason(family, fields)
+    what = reason and physical_pruning(cfg)
+    if what:
+        raise ConfigError(
+            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. {MASKS_INSTEAD} "
+            "(experiment=ablate, keep_one, or prune without prune.recover=finetune, measure_speed, schedule, cost=latency "
+            "and with prune.save=none)"
+        )
+
+
 # ---- speed --------------------------------------------------------------------------------------
 
 
@@ -526,10 +571,12 @@ RUNS = {  # a task's trainer (TaskSpec.train) and other entry points: see run_of
     "headprune.viz.report.run": Run(model=False, task=False),
     "headprune.experiments.ablate.run": Run((check_unit, check_ablate), importance=False),
     "headprune.experiments.keep_one.run": Run((check_unit, check_keep_one)),
-    "headprune.experiments.prune.run": Run((check_unit, check_prune, check_prune_for_speed)),
-    "headprune.experiments.speed.run": Run((check_unit, check_speed_run)),
-    "headprune.experiments.export.run": Run((check_export,)),
-    "headprune.experiments.study.run": Run((check_unit, check_study, check_prune, check_prune_for_speed, check_speed_run), falls_back=True),
+    "headprune.experiments.prune.run": Run((check_unit, check_exact_pruning, check_prune, check_prune_for_speed)),
+    "headprune.experiments.speed.run": Run((check_unit, check_exact_pruning, check_speed_run)),
+    "headprune.experiments.export.run": Run((check_exact_pruning, check_export)),
+    "headprune.experiments.study.run": Run(
+        (check_unit, check_exact_pruning, check_study, check_prune, check_prune_for_speed, check_speed_run), falls_back=True
+    ),
 }
 
 

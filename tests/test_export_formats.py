@@ -102,6 +102,21 @@ def test_onnx_of_distilbert_deberta_v2_and_t5_with_an_emptied_layer(tmp_path):
         assert report["passed"] and report["max_abs_diff"] <= 1e-5
 
 
+def test_onnx_of_whisper_takes_speech_features(tmp_path):
+    """Whisper: encoder.onnx reads input_features (float), decoder.onnx no source mask; other batch sizes than traced."""
+    from tiny_encoders import speech_batch, tiny_whisper
+
+    batches = [inputs(speech_batch(seed=s, batch=3 + s)) for s in range(2)]
+    removed = {"enc_self": {0: [1, 2], 1: [0, 1, 2, 3]}, "enc_dec": {1: [0]}, "dec_self": {0: [3]}}  # uneven, an emptied layer
+    import onnx
+
+    job, *rest = prepared("onnx", tiny_whisper(), removed, batches, tmp_path / "whisper")
+    graph_inputs = {name: [i.name for i in onnx.load(path).graph.input] for name, path in job["files"].items()}
+    assert graph_inputs == {"encoder": ["input_features"], "decoder": ["decoder_input_ids", "encoder_hidden_states"]}
+    report = checked([(job, *rest)])[0]
+    assert report["passed"] and report["max_abs_diff"] <= 1e-5 * max(1.0, report["reference_max_abs"])
+
+
 LLAMA_FAMILY = {
     "llama": lambda: tiny_llama(),
     "mistral": lambda: tiny_decoder("mistral"),

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from headprune.core.checks import ConfigError
+from headprune.core.families import Family
 from headprune.core.gates import AttentionSite, find_sites, route_attention
 from headprune.core.layer_config import with_layer_fields
 from headprune.core.output_gate import attach_output_gate
@@ -67,22 +68,29 @@ def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
     setattr(parent, name, module)
 
 
+MASKS_INSTEAD = "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+
+
+def inexact_reason(family: Family, config) -> str | None:
+    """Why removing heads from this family's attention cannot give the masked model's outputs (None: it can); ``config`` is a model config or its fields."""
+    for flag, why in family.unprunable_if:
+        if config.get(flag, False) if isinstance(config, dict) else getattr(config, flag, False):
+            return f"a {family.name} model with {flag}=True cannot be pruned physically: {why}"
+    norms = family.cross_head_norms
+    if norms:
+        return (
+            f"{family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
+            f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "
+            f"{family.name} model cannot equal the masked one, and headprune does not prune it"
+        )
+    return None
+
+
 def refuse_inexact(site: AttentionSite) -> None:
     """A ConfigError when removing heads from this module cannot give the masked model's outputs (norms across heads)."""
-    for flag, why in site.family.unprunable_if:
-        if getattr(site.core.config, flag, False):
-            raise ConfigError(
-                f"a {site.family.name} model with {flag}=True cannot be pruned physically: {why} ({site.path}). "
-                "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
-            )
-    norms = site.family.cross_head_norms
-    if norms:
-        raise ConfigError(
-            f"{site.family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
-            f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "
-            f"{site.family.name} model cannot equal the masked one, and headprune does not prune it ({site.path}). "
-            "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
-        )
+    reason = inexact_reason(site.family, getattr(site.core, "config", None))  # some attention modules keep no config
+    if reason:
+        raise ConfigError(f"{reason} ({site.path}). {MASKS_INSTEAD}")
 
 
 def _refuse_uneven_groups(site: AttentionSite, keep: list[int]) -> None:

@@ -17,7 +17,7 @@ from torch import nn
 from headprune.export.checker import OnnxRunner
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
-IMAGE_INPUT = "pixel_values"
+FLOAT_INPUTS = ("pixel_values", "input_features")  # images, speech features: float32, not token ids
 
 
 class OnnxRuntimeModel(nn.Module):
@@ -36,8 +36,9 @@ class OnnxRuntimeModel(nn.Module):
             for k, v in inputs.items()
             if k in INPUTS and torch.is_tensor(v)
         }
-        if torch.is_tensor(inputs.get(IMAGE_INPUT)):  # an image model's pixels stay float32
-            arrays[IMAGE_INPUT] = np.ascontiguousarray(inputs[IMAGE_INPUT].detach().cpu().numpy().astype(np.float32))
+        for name in FLOAT_INPUTS:  # an image model's pixels, a speech model's features stay float32
+            if torch.is_tensor(inputs.get(name)):
+                arrays[name] = np.ascontiguousarray(inputs[name].detach().cpu().numpy().astype(np.float32))
         return SimpleNamespace(logits=torch.from_numpy(self.runner.logits(arrays)))
 
     def get_output_embeddings(self) -> nn.Module:
