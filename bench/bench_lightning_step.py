@@ -29,9 +29,10 @@ def make_task(model_name: str, n_batches: int, batch_size: int):
     """An NLIModule and a list of ready (padded) synthetic batches."""
     from hydra import compose, initialize_config_dir
 
-    from headprune.models.build import build_model, build_tokenizer
+    from headprune.models.build import build_tokenizer
     from headprune.tasks.nli.data import NLIDataConfig, NLIDataModule
     from headprune.tasks.nli.task import NLIModule
+    from headprune.tasks.registry import build_task_model
 
     conf = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conf")
     with initialize_config_dir(config_dir=os.path.abspath(conf), version_base="1.3"):
@@ -54,7 +55,7 @@ def make_task(model_name: str, n_batches: int, batch_size: int):
     data.setup()
     batches = [b for b in data.train_dataloader()][:n_batches]
     torch.manual_seed(0)
-    return NLIModule(build_model(model_cfg), tokenizer, data, lr=5e-5, weight_decay=0.01, warmup_ratio=0.06), batches
+    return NLIModule(build_task_model(model_cfg), tokenizer, data, lr=5e-5, weight_decay=0.01, warmup_ratio=0.06), batches
 
 
 class StepClock(L.Callback):

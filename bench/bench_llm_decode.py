@@ -36,11 +36,13 @@ def drop_one_kv_group_per_layer(task) -> dict:
 
 def mask_of_run(task, path: str, order: str, fraction: float) -> dict:
     """The query-head mask of a KV-group prune run's step (``prune.unit=kv_group`` results.json)."""
-    from headprune.experiments.speed import mask_from_file
+    from headprune.results.mask_files import choose_candidate, mask_for_model, read_mask_file
     from headprune.tasks.unit_task import in_unit
 
     kv_task = in_unit(task, "kv_group")
-    return kv_task.gates.head_mask(mask_from_file(path, kv_task, order, fraction, setting="--mask-file"))
+    found = read_mask_file(path, "--mask-file")
+    chosen = choose_candidate(found, order, fraction, None, "--mask-file")
+    return kv_task.gates.head_mask(mask_for_model(found, chosen, kv_task.gates, kv_task.model, "--mask-file"))
 
 
 def left_padded(ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:

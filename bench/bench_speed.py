@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from common import machine, minilm_task, parse_args
+from common import ROOT, machine, minilm_task, parse_args
 
 
 def main():
@@ -32,6 +32,7 @@ def main():
     from omegaconf import OmegaConf
 
     from headprune.experiments.orders import OrderSettings, order_scores
+    from headprune.experiments.settings import SpeedSettings, read_settings
     from headprune.experiments.speed import speed_stage
     from headprune.selection.greedy import masks_for_fractions
 
@@ -39,7 +40,10 @@ def main():
     importance = OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False})
     scores = order_scores(task, "importance", OrderSettings(importance, seed=0, ablation_split=None, n_samples=None))
     mask = masks_for_fractions(scores, task.gates.groups, [args.fraction])[0]
-    result = speed_stage(task, mask, "eval", args.batch_sizes, args.examples, warmup=2, repeats=args.repeats, clock=args.clock)
+    given = {"batch_sizes": args.batch_sizes, "examples": args.examples, "warmup": 2, "repeats": args.repeats, "clock": args.clock}
+    given["max_seconds"] = 0.0  # no time budget: the benchmark times every repeat it asks for
+    speed = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "speed" / "default.yaml"), given)
+    result = speed_stage(task, mask, read_settings(SpeedSettings, speed, "speed"), 0)
     print(
         f"bench_speed: MiniLM, {result['heads_pruned']}/{result['heads_total']} heads pruned, {data} eval inputs; {machine()}; clock={args.clock}"
     )

@@ -11,13 +11,17 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from contextlib import contextmanager
+from importlib import import_module
+from pathlib import Path
 
 import hydra
 from hydra.utils import get_method
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from headprune.core.checks import ConfigError, ConfigWarning
 from headprune.experiments.conf_dir import config_dir
+from headprune.results.run_claim import claim_run_dir, results_stamp, settle_run_record, write_run_record
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -48,7 +52,8 @@ def run_app(cfg: DictConfig):
     _started.append(True)
     try:
         validate(cfg)
-        result = get_method(cfg.run)(cfg)
+        with claimed_run_dir(cfg):
+            result = get_method(cfg.run)(cfg)
     except INPUT_ERRORS as err:
         if verbose():
             raise
@@ -56,6 +61,42 @@ def run_app(cfg: DictConfig):
     if isinstance(result, dict):
         return result.get("objective")
     return result
+
+
+def main_process() -> bool:
+    """False in the other ranks of a distributed run (Lightning's DDP workers, SLURM tasks): rank 0 owns the directory."""
+    return all(os.environ.get(name, "0") == "0" for name in ("LOCAL_RANK", "RANK", "SLURM_PROCID"))
+
+
+@contextmanager
+def claimed_run_dir(cfg):
+    """Run in ``paths.output_dir`` only when it holds no other finished run (``overwrite=true`` replaces one), with
+    ``.hydra/`` (written here, not by Hydra: ``hydra.output_subdir`` is null) always describing the results beside it."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from headprune.core.checks import boolean
+
+    if not main_process():
+        yield
+        return
+    hydra_cfg = HydraConfig.get()
+    out = Path(cfg.paths.output_dir)
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    reuses_stages = bool(getattr(import_module(cfg.run.rsplit(".", 1)[0]), "REUSES_STAGES", False))
+    replacing = claim_run_dir(
+        out, str(hydra_cfg.runtime.choices.get("experiment")), settings, boolean(cfg.get("overwrite"), "overwrite"), reuses_stages
+    )
+    record = {
+        "config.yaml": OmegaConf.to_yaml(cfg),
+        "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+        "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.overrides.task),
+    }
+    before = results_stamp(out)
+    write_run_record(out, record, replacing)
+    try:
+        yield
+    finally:
+        settle_run_record(out, before)
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:

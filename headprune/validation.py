@@ -23,7 +23,7 @@ from headprune.experiments.schema import SCHEMA
 from headprune.experiments.study import study_training_config
 from headprune.models.sources import config_fields as model_fields
 from headprune.models.sources import heads_per_layer, kv_heads_per_layer
-from headprune.results.readers import check_mask_file, read_json_file
+from headprune.results.readers import check_mask_file
 from headprune.selection.mask_search import given_target
 
 # ---- keys, device, model ------------------------------------------------------------------------
@@ -277,6 +277,10 @@ def check_prune_for_speed(cfg) -> None:
         check_selection(cfg, "prune")
     check_finetune(cfg)
     check_control(cfg)
+    from headprune.experiments.point_models import check_save
+    from headprune.experiments.prune_speed import for_speed
+
+    check_save(OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save, for_speed(prune))
     if prune.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
@@ -364,6 +368,51 @@ def check_control(cfg) -> None:
         raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
 
 
+# ---- physical pruning --------------------------------------------------------------------------
+
+
+def physical_pruning(cfg) -> str | None:
+    """What in this run removes heads physically (None: it only masks them)."""
+    from headprune.experiments.prune_speed import for_speed, recoveries_of
+
+    run = str(cfg.get("run"))
+    if run.endswith(("speed.run", "study.run")):
+        return "it times the physically pruned model"
+    if run.endswith("export.run"):
+        return "export.mask_file: it writes the physically pruned model" if cfg.export.get("mask_file") else None
+    prune = cfg.prune
+    if not run.endswith("prune.run") or not for_speed(prune):
+        return None
+    recover = recoveries_of(prune)
+    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    uses = {
+        "prune.recover=finetune (it fine-tunes a pruned copy)": "finetune" in recover,
+        "prune.measure_speed=true (it times pruned copies)": bool(prune.measure_speed),
+        "prune.schedule (it removes heads at every step)": prune.get("schedule") is not None,
+        "prune.cost=latency (it times pruned copies)": str(prune.cost) == "latency",
+        f"prune.save={save} (it keeps pruned models; prune.save=none keeps none)": save != "none"
+        and (save == "all" or not isinstance(save, str) or recover != ["none"]),
+    }
+    return next((what for what, used in uses.items() if used), None)
+
+
+def check_exact_pruning(cfg) -> None:
+    """A run that prunes physically is refused before work on a model whose pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
+    from headprune.core.families import FAMILIES
+    from headprune.core.pruning import MASKS_INSTEAD, inexact_reason
+
+    fields = model_fields(cfg.model) or {}
+    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    reason = family and inexact_reason(family, fields)
+    what = reason and physical_pruning(cfg)
+    if what:
+        raise ConfigError(
+            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. {MASKS_INSTEAD} "
+            "(experiment=ablate, keep_one, or prune without prune.recover=finetune, measure_speed, schedule, cost=latency "
+            "and with prune.save=none)"
+        )
+
+
 # ---- speed --------------------------------------------------------------------------------------
 
 
@@ -403,13 +452,12 @@ def check_speed_run(cfg) -> None:
 
 def check_chosen_mask(cfg) -> None:
     """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
-    from headprune.experiments.speed import raw_mask
+    from headprune.experiments.mask_source import chosen_mask, with_file_unit
 
     speed = cfg.speed
     path = Path(str(speed.mask_file))
-    step = None if speed.get("mask_step") is None else str(speed.mask_step)
-    mask = raw_mask(read_json_file(path), str(speed.mask_order), float(speed.fraction), step, path)
-    check_mask_units(cfg, mask)
+    mask = chosen_mask(speed, "speed")[1].mask
+    check_mask_units(with_file_unit(cfg, "speed"), mask)
     entries = [value for rows in mask.values() for row in rows for value in row]
     if 0 not in entries:
         raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")
@@ -497,6 +545,15 @@ def check_export(cfg) -> None:
     check_splits(cfg, [cfg.export.split], "export.split")
 
 
+def check_dynamics(cfg) -> None:
+    """experiment=dynamics: its checkpoints (headprune.experiments.dynamics.check), and the task they are scored on."""
+    from headprune.experiments.dynamics import check
+
+    check(cfg)
+    if cfg.get("checkpoints"):
+        check_task(cfg, Run())
+
+
 @dataclass(frozen=True)
 class Run:
     """What an entry point reads: the model, a task (its data), and its own checks of settings that depend on each other."""
@@ -510,14 +567,16 @@ class Run:
 
 RUNS = {  # a task's trainer (TaskSpec.train) and other entry points: see run_of
     "headprune.experiments.inspect.run": Run(task=False),
-    "headprune.experiments.dynamics.run": Run(model=False, task=False),
+    "headprune.experiments.dynamics.run": Run((check_dynamics,), model=False, task=False),
     "headprune.viz.report.run": Run(model=False, task=False),
     "headprune.experiments.ablate.run": Run((check_unit, check_ablate), importance=False),
     "headprune.experiments.keep_one.run": Run((check_unit, check_keep_one)),
-    "headprune.experiments.prune.run": Run((check_unit, check_prune, check_prune_for_speed)),
-    "headprune.experiments.speed.run": Run((check_unit, check_speed_run)),
-    "headprune.experiments.export.run": Run((check_export,)),
-    "headprune.experiments.study.run": Run((check_unit, check_study, check_prune, check_prune_for_speed, check_speed_run), falls_back=True),
+    "headprune.experiments.prune.run": Run((check_unit, check_exact_pruning, check_prune, check_prune_for_speed)),
+    "headprune.experiments.speed.run": Run((check_unit, check_exact_pruning, check_speed_run)),
+    "headprune.experiments.export.run": Run((check_exact_pruning, check_export)),
+    "headprune.experiments.study.run": Run(
+        (check_unit, check_exact_pruning, check_study, check_prune, check_prune_for_speed, check_speed_run), falls_back=True
+    ),
 }
 
 

@@ -81,6 +81,16 @@ def make_cfg(tmp_path, experiment: str, task: str, *overrides):
     return compose_cfg(tmp_path, [f"experiment={experiment}", *base, "device=cpu", *extra, *overrides])
 
 
+def speed_settings(**overrides):
+    """The speed settings of conf/speed/default.yaml with ``overrides``."""
+    from omegaconf import OmegaConf
+
+    from headprune.experiments.settings import SpeedSettings, read_settings
+
+    merged = OmegaConf.merge(OmegaConf.load(Path(CONF) / "speed" / "default.yaml"), overrides)
+    return read_settings(SpeedSettings, merged, "speed")
+
+
 def task_fixtures(task_name: str):
     """Fixtures ``task`` (the test task, loaded once per module) and ``shared_task`` (experiments reuse it)."""
 

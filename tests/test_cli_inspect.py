@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -25,3 +27,17 @@ def test_inspect_minilm_prints_structure_and_writes_results(tmp_path):
     assert "parameters: 22,714,371" in out and "attention:" in out
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["schema_version"] == 1 and payload["results"]["groups"] == {"enc_self": [6, 12]}
+
+
+@pytest.mark.parametrize(
+    "model,model_type,kv", [("tiny_gpt2", "gpt2", None), ("tiny_pythia", "gpt_neox", None), ("tiny_gemma", "gemma2", "kv_heads/layer")]
+)
+def test_inspect_shows_the_tiny_decoder_families(tmp_path, capsys, model, model_type, kv):
+    from experiment_helpers import compose_cfg
+    from hydra.utils import get_method
+
+    cfg = compose_cfg(tmp_path, ["experiment=inspect", f"model={model}", "data=lm_synthetic", "logger=none"])
+    get_method(cfg.run)(cfg)
+    out = capsys.readouterr().out
+    assert f"model_type={model_type}" in out and "heads present: 8 of 8" in out
+    assert (kv in out) if kv else "kv_heads" not in out

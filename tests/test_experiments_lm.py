@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from experiment_helpers import make_cfg, results, task_fixtures
+from experiment_helpers import make_cfg, results, speed_settings, task_fixtures
 
 TASK = "lm"
 UNITS = ("head", "kv_group")
@@ -213,7 +213,7 @@ def test_speed_refuses_a_pruned_model_that_scores_otherwise(shared_task, monkeyp
     mask = shared_task.gates.ones()
     mask["dec_self"][0, :2] = 0
     with pytest.raises(RuntimeError, match="does not score like the masked one"):
-        speed.speed_stage(shared_task, mask, batch_sizes=[2], examples=2, repeats=1, warmup=0)
+        speed.speed_stage(shared_task, mask, speed_settings(batch_sizes=[2], examples=2, repeats=1, warmup=0), 0)
 
 
 def test_time_budget_stops_a_long_generation(shared_task, monkeypatch):
@@ -228,3 +228,25 @@ def test_time_budget_stops_a_long_generation(shared_task, monkeypatch):
     with pytest.raises(TimeBudgetError, match="task.decode_tokens"):
         compare_throughput(calls, batches, warmup=0, repeats=1, max_seconds=whole / 4)  # the generation starts, then stops
     assert time.perf_counter() - start < whole  # well before the pass would have ended
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["tiny_gpt2", "tiny_pythia", "tiny_gemma"])
+def test_study_on_other_decoder_families(tmp_path, model):
+    from headprune.experiments import study
+
+    over = [
+        f"model={model}",
+        "study.train=false",
+        "study.n_samples=50",
+        "prune.step=0.5",
+        "prune.order=[importance,random]",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+    ]
+    study.run(make_cfg(tmp_path, "study", TASK, *over))
+    payload = results(tmp_path)
+    assert {"ablate", "keep_one", "prune", "speed"} <= set(payload["results"]), sorted(payload["results"])
+    assert payload["config"]["model"]["name"] == model

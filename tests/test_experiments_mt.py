@@ -73,3 +73,25 @@ def test_evaluate_many_reports_every_batch(shared_task):
     seen = []
     shared_task.evaluate_many([None, None], split="eval", on_batch=seen.append)
     assert sum(seen) == evaluation.split_size(shared_task, "eval")
+
+
+@pytest.mark.slow
+def test_study_on_t5(tmp_path):
+    """A tiny T5 (relative position bias, three groups) through every stage of the study on synthetic MT data."""
+    over = [
+        "model=tiny_t5",
+        "study.train=false",
+        "study.n_samples=50",
+        "prune.step=0.5",
+        "prune.order=[importance,random]",
+        "study.reestimate=false",
+        "speed.batch_sizes=[2]",
+        "speed.examples=4",
+        "speed.repeats=1",
+        "speed.warmup=1",
+    ]
+    study.run(make_cfg(tmp_path, "study", TASK, *over))
+    payload = results(tmp_path)
+    assert {"ablate", "keep_one", "prune", "speed"} <= set(payload["results"]), sorted(payload["results"])
+    assert set(payload["results"]["prune"]["by_group"]) == {"enc_self", "enc_dec", "dec_self"}
+    assert payload["config"]["model"]["name"] == "tiny_t5"

@@ -120,6 +120,7 @@ def test_refusals_are_config_errors_before_any_work(shared, lm_masks, tmp_path, 
         ("mt", ["export.format=onnx", "export.quantize=int8", f"export.mask_file={lm_masks[0]}"], "seq2seq"),
         ("lm", ["export.format=tflite", f"export.mask_file={lm_masks[0]}"], "export.format"),
         ("lm", ["export.format=onnx", f"export.model={tmp_path}"], "no model directory"),
+        ("nli", ["export.quantize=int8", f"export.mask_file={lm_masks[0]}", "export.int8_batch_sizes=[0,4]"], "export.int8_batch_sizes"),
     ]
     for task, overrides, message in cases:
         with pytest.raises(ConfigError, match=message):
@@ -169,6 +170,40 @@ def test_onnx_int8_is_checked_by_the_task_metric_beside_f32(shared, tmp_path):
     assert quantized["onnx_f32"] == pytest.approx(quantized["masked_torch"], abs=100 / 60 + 1e-9)  # at most one of 60 examples flips
     assert 0 <= quantized["onnx_int8"] <= 100 and quantized["bytes"]["int8"] < quantized["bytes"]["f32"]
     assert (tmp_path / "export" / "export" / "onnx" / "int8" / "model.onnx").is_file()
+    assert "int8/tokenizer.json" in quantized["files"] and "int8/config.json" in quantized["files"]  # self-contained
+    assert_spread_per_batch_size(quantized, [1, 4, 16, 64], 100 / 60)  # the speed stage's batch sizes (conf/speed)
+
+
+def assert_spread_per_batch_size(quantized: dict, sizes: list[int], one_example: float) -> None:
+    """One score per batch size for f32 and int8, and min/max/spread that agree with those scores."""
+    for name in ("f32", "int8"):
+        record = quantized["by_batch_size"][name]
+        assert record["batch_sizes"] == sizes and len(record["scores"]) == len(sizes)
+        assert (record["min"], record["max"]) == (min(record["scores"]), max(record["scores"]))
+        assert record["spread"] == pytest.approx(record["max"] - record["min"], abs=1e-12)
+    f32 = quantized["by_batch_size"]["f32"]["scores"]  # f32 moves only by float rounding: at most one example flips
+    assert all(abs(score - quantized["onnx_f32"]) <= one_example + 1e-9 for score in f32)
+
+
+def test_lm_onnx_int8_is_scored_at_each_batch_size(shared, tmp_path):
+    run(tmp_path / "prune", "prune", "lm", "prune.fractions=[0,0.25]")
+    result = run(
+        tmp_path / "export",
+        "export",
+        "lm",
+        "export.format=onnx",
+        "export.quantize=int8",
+        f"export.mask_file={tmp_path / 'prune' / 'results.json'}",
+        "export.fraction=0.25",
+        "export.examples=4",
+        "export.batch_size=2",
+        "speed.batch_sizes=[1,3]",
+    )["results"]
+    quantized = result["quantized"]
+    assert quantized["metric"] == "perplexity" and quantized["by_batch_size"]["int8"]["batch_sizes"] == [1, 3]
+    f32 = quantized["by_batch_size"]["f32"]["scores"]
+    assert max(f32) - min(f32) <= 1e-4 * quantized["onnx_f32"]  # perplexity of the f32 export: batching moves only rounding
+    assert all(s > 0 for s in quantized["by_batch_size"]["int8"]["scores"])
 
 
 def test_seq2seq_onnx_export_of_encoder_and_decoder(shared, tmp_path):
@@ -182,7 +217,9 @@ def test_seq2seq_onnx_export_of_encoder_and_decoder(shared, tmp_path):
         "export.examples=8",
         "export.batch_size=4",
     )["results"]
-    assert result["check"]["passed"] and sorted(f.split("/")[-1] for f in result["files"]) == ["decoder.onnx", "encoder.onnx"]
+    names = {f.split("/")[-1] for f in result["files"]}
+    assert result["check"]["passed"] and sorted(n for n in names if n.endswith(".onnx")) == ["decoder.onnx", "encoder.onnx"]
+    assert {"config.json", "generation_config.json", "tokenizer.json", "headprune_export.json"} <= names  # self-contained
 
 
 @pytest.mark.parametrize("task", ["nli", "lm"])

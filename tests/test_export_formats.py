@@ -83,6 +83,40 @@ def test_onnx_encoders_and_encoder_decoders_with_uneven_heads(tmp_path):
         assert report["passed"] and report["max_abs_diff"] <= 1e-5
 
 
+def test_onnx_of_distilbert_deberta_v2_and_t5_with_an_emptied_layer(tmp_path):
+    from tiny_encoders import VOCAB, tiny_deberta_v2, tiny_distilbert, tiny_t5
+
+    items = []
+    for name, make in (("distilbert", tiny_distilbert), ("deberta-v2", tiny_deberta_v2)):
+        batches = [inputs(classifier_batch(seed=s, batch=3 + s, length=7 + 2 * s, vocab=VOCAB)) for s in range(2)]
+        items.append(prepared("onnx", make(), {"enc_self": {0: [1, 2], 1: [0, 1, 2, 3]}}, batches, tmp_path / name))
+    batches = []
+    for s in range(2):
+        batch = seq2seq_batch(seed=s, batch=3 + s, src_len=7 + s, tgt_len=5 + 2 * s, vocab=VOCAB)
+        batches.append(
+            {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "decoder_input_ids": batch["labels"].clamp(min=2)}
+        )
+    removed = {"enc_self": {0: [1, 2]}, "enc_dec": {1: [0, 1, 2, 3]}, "dec_self": {0: [3], 2: [1]}}  # T5: position bias cut per layer
+    items.append(prepared("onnx", tiny_t5(), removed, batches, tmp_path / "t5"))
+    for report in checked(items):
+        assert report["passed"] and report["max_abs_diff"] <= 1e-5
+
+
+def test_onnx_of_whisper_takes_speech_features(tmp_path):
+    """Whisper: encoder.onnx reads input_features (float), decoder.onnx no source mask; other batch sizes than traced."""
+    from tiny_encoders import speech_batch, tiny_whisper
+
+    batches = [inputs(speech_batch(seed=s, batch=3 + s)) for s in range(2)]
+    removed = {"enc_self": {0: [1, 2], 1: [0, 1, 2, 3]}, "enc_dec": {1: [0]}, "dec_self": {0: [3]}}  # uneven, an emptied layer
+    import onnx
+
+    job, *rest = prepared("onnx", tiny_whisper(), removed, batches, tmp_path / "whisper")
+    graph_inputs = {name: [i.name for i in onnx.load(path).graph.input] for name, path in job["files"].items()}
+    assert graph_inputs == {"encoder": ["input_features"], "decoder": ["decoder_input_ids", "encoder_hidden_states"]}
+    report = checked([(job, *rest)])[0]
+    assert report["passed"] and report["max_abs_diff"] <= 1e-5 * max(1.0, report["reference_max_abs"])
+
+
 LLAMA_FAMILY = {
     "llama": lambda: tiny_llama(),
     "mistral": lambda: tiny_decoder("mistral"),
@@ -99,6 +133,34 @@ def test_onnx_decoders_with_uneven_query_heads_and_greedy_tokens(tmp_path):
         items.append(prepared("onnx", make(), removed, batches, tmp_path / family, generate=True))
     for report in checked(items):
         assert report["passed"] and report["greedy_equal"]
+
+
+@pytest.mark.slow
+def test_onnx_of_other_decoder_families_with_an_emptied_layer(tmp_path):
+    from tiny_llms import tiny_family
+
+    items = []
+    for model_type in ("gpt2", "gpt_neox", "opt", "phi3", "gemma2", "gemma3_text", "granite", "falcon"):
+        removed = {"dec_self": {0: [1], 1: [0, 1, 2, 3], 2: [0, 2, 3]}}  # uneven, emptied (a phantom head), uneven
+        batches = [inputs(lm_batch(seed=s, batch=2 + s, length=6 + 3 * s)) for s in range(2)]
+        model = tiny_family(model_type, attn="eager" if model_type == "gemma2" else "sdpa")
+        items.append(prepared("onnx", model, removed, batches, tmp_path / model_type, generate=True))
+    for report in checked(items):
+        assert report["passed"] and report["greedy_equal"]
+
+
+@pytest.mark.slow
+def test_stock_hf_checkpoints_of_other_grouped_query_decoders(tmp_path):
+    from tiny_llms import tiny_family
+
+    items, models = [], {}
+    for model_type in ("granite", "gemma2", "gemma3_text", "phi3"):
+        model = models[model_type] = tiny_family(model_type, attn="eager" if model_type == "gemma2" else "sdpa")
+        removed = kv_removed(model, [[layer % 2] for layer in range(model.config.num_hidden_layers)])  # one KV group of two per layer
+        batches = [inputs(lm_batch(seed=s, batch=2 + s, length=6 + 3 * s)) for s in range(2)]
+        items.append(prepared("hf", model, removed, batches, tmp_path / model_type, generate=True))
+    for (model_type, model), report in zip(models.items(), checked(items)):
+        assert report["passed"] and report["greedy_equal"] and report["architecture"] == type(model).__name__, model_type
 
 
 def kv_removed(model, per_layer: list[list[int]]) -> dict:

@@ -141,3 +141,116 @@ def test_family_shapes_read_from_the_model():
     assert all(g.groups == {"dec_self": (3, 4)} for g in heads.values())
     assert {t for t, g in heads.items() if g.kv_groups["dec_self"][1] == 2} == set(GROUPED)
     assert heads["gemma2"].sites[0].head_dim == 16  # head_dim apart from hidden / heads
+
+
+@pytest.mark.parametrize("model_type", list(DECODER_CONFIGS))
+def test_batched_ablation_equals_one_mask_at_a_time(model_type):
+    from headprune.engine.ablation import single_head_masks
+    from headprune.engine.ablation_causal import CausalMaskBatcher, looped_nll
+
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    gates = HeadGates(model)
+    batch = lm_batch(seed=1, batch=4, length=10)
+    batch["labels"] = torch.cat([batch["labels"][:, 1:], torch.full((4, 1), -100)], 1)  # next-token labels
+    masks, _ = single_head_masks(gates.groups)
+    masks = masks + [{"dec_self": UNEVEN}, None]
+    batched = CausalMaskBatcher(model, gates, max_tokens=60, head_tokens=7, pass_tokens=4).nll(batch, masks)
+    looped = looped_nll(model, gates, batch, masks)
+    torch.testing.assert_close(batched, looped, atol=1e-5 * float(looped.abs().max()), rtol=0)
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "granite", "gpt2"])
+def test_output_logits_from_hidden_states_equal_the_forward(model_type):
+    from headprune.engine.ablation_causal import output_logits
+
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    batch = lm_batch()
+    with torch.no_grad():
+        hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        _close(output_logits(model)(hidden), _logits(model, batch))
+
+
+@pytest.mark.parametrize("model_type", PRUNABLE)
+def test_least_squares_recovery_masked_twin_equals_pruned_twin(model_type):
+    import copy
+
+    from headprune.selection.lsq import lsq_recover
+
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    gates = HeadGates(model)
+    batches = [lm_batch(seed=s, batch=4, length=10) for s in range(2)]
+    mask = {"dec_self": UNEVEN}
+    teacher, pruned = copy.deepcopy(model), copy.deepcopy(model)
+    prune_mask(pruned, mask)
+    masked_scales = lsq_recover(model, gates, batches, mask=mask)["dec_self"]
+    pruned_scales = lsq_recover(pruned, HeadGates(pruned), batches, teacher=teacher)["dec_self"]
+    torch.testing.assert_close(masked_scales, pruned_scales, atol=1e-4, rtol=1e-4)
+    assert (masked_scales[UNEVEN.bool()] - 1).abs().max() > 1e-3  # the kept heads were rescaled
+    with gates.masked(mask):
+        _close(_logits(pruned, batches[0]), _logits(model, batches[0]), rel=1e-4)
+
+
+def _falcon(**variant):
+    """A tiny Falcon of another layout: classic multi-head (q/k/v per head), grouped KV (new decoder architecture), ALiBi."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("falcon", **{**DECODER_CONFIGS["falcon"], **variant})
+    return AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+
+
+@pytest.mark.parametrize("variant", [dict(multi_query=False), dict(new_decoder_architecture=True, num_kv_heads=2)])
+def test_falcon_layouts_pruned_equal_masked(variant):
+    model = _falcon(**variant)
+    gates = HeadGates(model)
+    grouped = variant.get("num_kv_heads") == 2
+    mask = (
+        kv_to_head_mask({"dec_self": torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])}, {"dec_self": 2})["dec_self"]
+        if grouped
+        else UNEVEN
+    )
+    with gates.masked({"dec_self": mask}):
+        masked = _logits(model, lm_batch())
+    pruned = _falcon(**variant)
+    prune_mask(pruned, {"dec_self": mask})
+    _close(_logits(pruned, lm_batch()), masked)
+    if grouped:  # its grouped layout cannot run unequal groups: refused, naming the way that works
+        with pytest.raises(ConfigError, match=r"as many query heads for every KV head.*prune.unit=kv_group"):
+            prune_mask(_falcon(**variant), {"dec_self": UNEVEN})
+
+
+def test_falcon_with_alibi_gates_but_refuses_pruning():
+    model = _falcon(alibi=True)
+    gates = HeadGates(model)
+    with gates.masked({"dec_self": UNEVEN}):
+        masked = _logits(model, lm_batch())
+    assert (masked - _logits(model, lm_batch())).abs().max() > 1e-4
+    with pytest.raises(ConfigError, match=r"alibi=True cannot be pruned physically.*ALiBi"):
+        prune_mask(model, {"dec_self": UNEVEN})
+
+
+def test_a_deep_copy_of_a_model_gated_at_the_output_projection_has_gates_of_its_own():
+    import copy
+
+    model = tiny_family("falcon")
+    gates = HeadGates(model)
+    twin = copy.deepcopy(model)
+    batch = lm_batch()
+    plain = _logits(twin, batch)
+    with gates.masked({"dec_self": UNEVEN}):
+        torch.testing.assert_close(_logits(twin, batch), plain, atol=0, rtol=0)  # the original's mask leaves the copy alone
+    with HeadGates(twin).masked({"dec_self": UNEVEN}):
+        masked = _logits(twin, batch)
+    with gates.masked({"dec_self": UNEVEN}):
+        _close(masked, _logits(model, batch))
+
+
+@pytest.mark.parametrize("model_type", list(DECODER_CONFIGS))
+def test_config_checks_read_the_head_counts_the_model_has(model_type):
+    from headprune.models.sources import heads_per_layer, kv_heads_per_layer
+
+    model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
+    gates = HeadGates(model)
+    fields = model.config.to_dict()
+    assert heads_per_layer({"config": fields}) == gates.groups["dec_self"][1]
+    assert (kv_heads_per_layer(fields) or gates.groups["dec_self"][1]) == gates.kv_groups["dec_self"][1]

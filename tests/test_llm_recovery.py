@@ -156,12 +156,12 @@ def test_a_token_budget_takes_the_shortest_prefix_of_batches_that_holds_it():
     from headprune.experiments.finetune_runs import batch_tokens, budget_batches
 
     for tokens, batches in ((1, 1), (10, 1), (11, 2), (50, 5)):
-        chosen = budget_batches(FakeTask(), tokens)
+        chosen = budget_batches(FakeTask(), tokens, 0)
         assert len(chosen) == batches and sum(map(batch_tokens, chosen)) >= tokens
     with pytest.raises(ValueError, match="holds only 50 tokens"):
-        budget_batches(FakeTask(), 51)
+        budget_batches(FakeTask(), 51, 0)
     with pytest.raises(ValueError, match=">= 1 token"):
-        budget_batches(FakeTask(), -5)
+        budget_batches(FakeTask(), -5, 0)
 
 
 # ---- the control and KV groups through the prune experiment -----------------------------------------------
@@ -296,7 +296,7 @@ def test_kv_group_flop_tables_predict_the_physically_pruned_model(name):
 
 
 def test_the_control_of_an_nli_fine_tune_trains_on_the_same_batches(tmp_path, monkeypatch):
-    from headprune.viz.tables import point_name
+    from headprune.results.points import point_name
 
     calls = _spy_finetunes(monkeypatch)
     cfg = make_cfg(

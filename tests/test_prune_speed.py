@@ -70,7 +70,7 @@ def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path)
 
 def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(shared_task, tmp_path):
     from headprune.core.pruning import prune_mask
-    from headprune.experiments.prune_speed import recovered_model, recovery_batches
+    from headprune.experiments.pareto_measure import recovered_model, recovery_batches
     from headprune.selection.greedy import masks_for_fractions
 
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.recover=lsq")
@@ -79,7 +79,7 @@ def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(share
     batches = recovery_batches(shared_task, 32)
     assert sum(b["input_ids"].shape[0] for b in batches) == 32
     before = {k: v.clone() for k, v in shared_task.model.state_dict().items()}
-    model, gates, evaluate_mask, _ = recovered_model(shared_task, mask, "lsq", cfg.prune, batches)
+    model, gates, evaluate_mask, _ = recovered_model(shared_task, mask, "lsq", cfg.prune, batches, None, False, "recover")
     assert all(torch.equal(before[k], v) for k, v in shared_task.model.state_dict().items())  # the task's model is untouched
     pruned = copy.deepcopy(model)
     prune_mask(pruned, evaluate_mask)
@@ -157,7 +157,7 @@ def test_a_schedule_fine_tunes_each_round_on_a_new_draw(shared_task, tmp_path, m
 def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_path, monkeypatch):
     """Generation speed depends on the weights: a recovered point is timed on its own recovered, physically pruned model."""
     from headprune.core.pruning import pruning_record
-    from headprune.experiments import speed as speed_experiment
+    from headprune.experiments import pareto_measure as speed_experiment
 
     timed = []
     original = speed_experiment.speed_stage
@@ -187,7 +187,7 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
 def test_a_speed_budget_that_runs_out_keeps_the_recovered_scores(shared_task, tmp_path, monkeypatch):
     """Hours of recovery are not lost to speed.max_seconds: the point that could not be timed is written without timing."""
     from headprune.engine.timing import TimeBudgetError
-    from headprune.experiments import speed as speed_experiment
+    from headprune.experiments import pareto_measure as speed_experiment
 
     original = speed_experiment.speed_stage
 

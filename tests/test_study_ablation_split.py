@@ -8,7 +8,7 @@ import pytest
 import torch
 from experiment_helpers import make_cfg, task_fixtures
 
-from headprune.experiments import study
+from headprune.experiments import study, study_stages
 
 task, shared_task = task_fixtures("nli")
 
@@ -21,11 +21,11 @@ class Captured(Exception):
 def test_study_prunes_by_the_ablation_split(tmp_path, shared_task, monkeypatch, ablation_split):
     seen = {}
 
-    def prune_stage(task, orders, fractions, settings, groups, min_per_layer, reestimate, split, shared, **kwargs):
+    def prune_stage(task, orders, fractions, settings, groups, min_per_layer, reestimate, split, shared, *args, **kwargs):
         seen.update(split=split, ablation_split=settings.ablation_split, deltas=shared.get("ablation_deltas"))
         raise Captured
 
-    monkeypatch.setattr(study, "prune_stage", prune_stage)
+    monkeypatch.setattr(study_stages, "prune_stage", prune_stage)
     cfg = make_cfg(tmp_path, "study", "nli", "study.train=false", "study.n_samples=20", f"prune.ablation_split={ablation_split}")
     with pytest.raises(Captured):
         study.run(cfg)

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from experiment_helpers import NLI, ROOT, make_cfg, results, task_fixtures
+from experiment_helpers import NLI, ROOT, make_cfg, results, speed_settings, task_fixtures
 
 from headprune.engine.verdict import NOT_TIMED
 from headprune.experiments import speed, study
@@ -30,7 +30,7 @@ SMALL = [
 def test_speed_stage_records_untimed_rows_and_keeps_the_rest(shared_task, tmp_path):
     mask = shared_task.gates.ones()
     mask["enc_self"][0, 0] = 0
-    result = speed.speed_stage(shared_task, mask, "eval", [2, 4], 4, 0, 1, max_seconds=1e-9)
+    result = speed.speed_stage(shared_task, mask, speed_settings(batch_sizes=[2, 4], examples=4, warmup=0, repeats=1, max_seconds=1e-9), 0)
     assert result["rows"] == [] and result["verdict"] == NOT_TIMED
     assert [(r["batch_size"], r["verdict"]) for r in result["not_timed"]] == [(2, NOT_TIMED), (4, NOT_TIMED)]
     assert result["score_check"]["agree"] and result["cost"]["pruned"]["parameters"] < result["cost"]["original"]["parameters"]

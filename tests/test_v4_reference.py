@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from v4_fixture_weights import fill_parameters
+from v4_fixture_weights import fill_parameters, weights_digest
 
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
@@ -93,11 +93,12 @@ def test_fixture_is_small_and_from_v4():
 
 @pytest.mark.parametrize("name", list(REFERENCE["models"]))
 def test_v5_rebuilds_the_v4_model(name):
-    """Same parameter names (after the explicit renames), shapes and unmasked outputs: the weights are the same."""
+    """Same parameter names (after the explicit renames), shapes, bits and unmasked outputs."""
     entry = REFERENCE["models"][name]
     model = build_v5_model(name)
-    shapes = {v4_parameter_name(entry["model_type"], k): list(v.shape) for k, v in model.named_parameters()}
-    assert shapes == entry["parameters"]
+    named = {v4_parameter_name(entry["model_type"], k): v for k, v in model.named_parameters()}
+    assert {k: list(v.shape) for k, v in named.items()} == entry["parameters"]
+    assert weights_digest(named) == entry["weights_sha256"]
     assert_matches_v4(outputs_of(model, name), entry["unmasked"], f"{name} unmasked")
 
 

@@ -41,15 +41,15 @@ def tiny_deit(seed: int = 0):
     return _seeded(seed, lambda: DeiTForImageClassificationWithTeacher(_image_config(DeiTConfig)))
 
 
-def tiny_t5(seed: int = 0):
-    """A random T5 translation model: 3+3 layers x 4 heads of dim 8, relative position bias in each stack's first layer."""
-    from transformers import T5Config, T5ForConditionalGeneration
+def tiny_t5(seed: int = 0, model_type: str = "t5"):
+    """A random T5 (or mT5) translation model: 3+3 layers x 4 heads of dim 8, relative position bias in each stack's first layer."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
-    config = T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=3, num_heads=4, relative_attention_num_buckets=8,
+    config = AutoConfig.for_model(
+        model_type, vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=3, num_heads=4, relative_attention_num_buckets=8,
         pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
     )  # fmt: skip
-    return _seeded(seed, lambda: T5ForConditionalGeneration(config))
+    return _seeded(seed, lambda: AutoModelForSeq2SeqLM.from_config(config))
 
 
 def tiny_whisper(seed: int = 0):
@@ -64,13 +64,13 @@ def tiny_whisper(seed: int = 0):
     return _seeded(seed, lambda: WhisperForConditionalGeneration(config))
 
 
-def tiny_deberta_v2(seed: int = 0):
-    """A random DeBERTa-v2 classifier with relative attention (c2p and p2c, own position projections), 3 layers x 4 heads."""
+def tiny_deberta_v2(seed: int = 0, share_att_key: bool = False):
+    """A random DeBERTa-v2 classifier with relative attention (c2p and p2c; own position projections unless shared), 3 layers x 4 heads."""
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
 
     config = DebertaV2Config(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, num_labels=3,
-        max_position_embeddings=64, relative_attention=True, pos_att_type=["c2p", "p2c"], position_buckets=8, share_att_key=False,
+        max_position_embeddings=64, relative_attention=True, pos_att_type=["c2p", "p2c"], position_buckets=8, share_att_key=share_att_key,
     )  # fmt: skip
     return _seeded(seed, lambda: DebertaV2ForSequenceClassification(config))
 
@@ -95,11 +95,13 @@ def text_pair_batch(seed: int = 0):
     return seq2seq_batch(seed, vocab=VOCAB)
 
 
-FAMILY_MODELS = {  # model type: (tiny model, its batch)
+FAMILY_MODELS = {  # name: (tiny model, its batch)
     "distilbert": (tiny_distilbert, lambda: classifier_batch(vocab=VOCAB)),
     "vit": (tiny_vit, image_batch),
     "deit": (tiny_deit, image_batch),
     "t5": (tiny_t5, text_pair_batch),
+    "mt5": (lambda seed=0: tiny_t5(seed, "mt5"), text_pair_batch),
     "whisper": (tiny_whisper, speech_batch),
     "deberta-v2": (tiny_deberta_v2, lambda: classifier_batch(vocab=VOCAB)),
+    "deberta-v2 shared keys": (lambda seed=0: tiny_deberta_v2(seed, share_att_key=True), lambda: classifier_batch(vocab=VOCAB)),
 }

@@ -115,6 +115,7 @@ DECODER_CONFIGS = {
     "gemma2": dict(_GEMMA, attn_logit_softcapping=2.0, final_logit_softcapping=5.0, layer_types=_LAYER_TYPES),
     "gemma3_text": dict(_GEMMA, layer_types=_LAYER_TYPES),
     "olmo2": dict(_GQA),
+    "falcon": dict(_SIZES, alibi=False, multi_query=True, new_decoder_architecture=False, bias=True, bos_token_id=1, eos_token_id=2),
     "granite": dict(_GQA, attention_multiplier=0.3, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0),
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 import torch
@@ -45,3 +46,12 @@ def fill_parameters(model: torch.nn.Module, seed: int, names: dict[str, str] | N
             parameter.copy_(fixture_tensor(seed, name, tuple(parameter.shape)))
             used.append(name)
     return used
+
+
+def weights_digest(named: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over the (name, float32 bytes) of every tensor in name order: equal digests, equal weights."""
+    digest = hashlib.sha256()
+    for name in sorted(named):
+        digest.update(name.encode())
+        digest.update(named[name].detach().to(torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()

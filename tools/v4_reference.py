@@ -137,11 +137,14 @@ def removed_heads(mask: list[list[float]]) -> dict[int, list[int]]:
     return {layer: ids for layer, ids in heads.items() if ids}
 
 
-def prune_v4(model, model_type: str, mask: dict) -> str:
-    """Prune with v4's own prune_heads; returns which call did it."""
-    if model_type != "t5":
+PRUNED_BY = {"t5": "T5Attention.prune_heads on each attention module"}  # else the model's own prune_heads
+
+
+def prune_v4(model, model_type: str, mask: dict) -> None:
+    """Prune with v4's own prune_heads (T5: each attention module's, as v4's T5Model.prune_heads fails)."""
+    if model_type not in PRUNED_BY:
         model.prune_heads(removed_heads(next(iter(mask.values()))))
-        return "model.prune_heads"
+        return
     modules = {
         "enc_self": lambda i: model.encoder.block[i].layer[0].SelfAttention,
         "dec_self": lambda i: model.decoder.block[i].layer[0].SelfAttention,
@@ -150,7 +153,6 @@ def prune_v4(model, model_type: str, mask: dict) -> str:
     for group, group_mask_ in mask.items():
         for layer, heads in removed_heads(group_mask_).items():
             modules[group](layer).prune_heads(heads)
-    return "T5Attention.prune_heads on each attention module"
 
 
 def reference_of(name: str, torch, transformers, weights) -> dict:
@@ -164,6 +166,7 @@ def reference_of(name: str, torch, transformers, weights) -> dict:
         "config": kwargs,
         "attn_implementation": "eager",
         "parameters": {key: list(value.shape) for key, value in model.named_parameters()},
+        "weights_sha256": weights.weights_digest(dict(model.named_parameters())),
         "inputs": {key: value.tolist() for key, value in inputs.items()},
         "mask_arguments": {group: argument for group, (argument, _) in groups.items()},
         "unmasked": outputs_of(model, inputs, torch),
@@ -173,10 +176,15 @@ def reference_of(name: str, torch, transformers, weights) -> dict:
         entry["note"] = T5_NOTE
     for case, mask in build_masks(groups).items():
         arguments = {groups[group][0]: torch.tensor(value) for group, value in mask.items()}
-        result = {"mask": mask, "masked": outputs_of(model, inputs, torch, **arguments), "pruned": None}
+        result = {
+            "mask": mask,
+            "masked": outputs_of(model, inputs, torch, **arguments),
+            "pruned_by": PRUNED_BY.get(model_type, "model.prune_heads"),
+            "pruned": None,
+        }
         pruned = build_v4_model(name, transformers, weights.fill_parameters)
         try:
-            result["pruned_by"] = prune_v4(pruned, model_type, mask)
+            prune_v4(pruned, model_type, mask)
             result["pruned"] = outputs_of(pruned, inputs, torch)
         except Exception as error:  # v4 itself cannot run some pruned shapes (an emptied layer): record why
             result["prune_error"] = f"{type(error).__name__}: {error}"

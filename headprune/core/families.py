@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from headprune.core.fused import concatenated, interleaved
+from headprune.core.fused import concatenated, grouped, interleaved
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
 GATE_MECHANISMS = ("attention", "output")  # scale each head's output in the attention function, or at the output projection's input
@@ -33,6 +33,7 @@ class Family:
     config_head_attrs: tuple[str, ...] = ()  # config fields the attention reads for its own head count at run time
     fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
     cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
+    unprunable_if: tuple[tuple[str, str], ...] = ()  # (model config flag, why) under which pruning cannot be exact
     gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (OUTPUT_GATE)
     head_rows: tuple[str, ...] = ()  # more projections whose output rows are per head, sliced like the query (when present)
     head_indexed_kwargs: tuple[str, ...] = ()  # attention-function kwargs with a head axis 1 by original id (T5's position bias)
@@ -127,6 +128,7 @@ GPT2 = Family(
     head_count_attr="num_heads",
     width_attrs=("split_size",),
     fused_layout=concatenated,
+    config_head_counts=("n_head",),
 )
 
 GPT_NEOX = Family(
@@ -190,7 +192,7 @@ VIT_LIKE = Family(
 
 T5_LIKE = Family(
     name="t5",
-    model_types=("t5",),
+    model_types=("t5", "mt5"),
     sites=(
         (r"(?:^|\.)encoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "enc_self"),
         (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.1\.EncDecAttention$", "enc_dec"),
@@ -224,7 +226,23 @@ DEBERTA_V2 = replace(
 
 ENCODER_FAMILIES = (DISTILBERT, VIT_LIKE, T5_LIKE, WHISPER, DEBERTA_V2)
 
-FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3, *ENCODER_FAMILIES)
+FALCON = Family(
+    name="falcon",
+    model_types=("falcon",),
+    sites=((r"(?:^|\.)h\.(\d+)\.self_attention$", "dec_self"),),
+    core="",
+    query="query_key_value",  # per KV head [its query heads | k | v]
+    key="query_key_value",
+    value="query_key_value",
+    output="dense",
+    head_count_attr="num_heads",
+    kv_count_attrs=("num_kv_heads",),
+    fused_layout=grouped,
+    gate="output",  # its attention does not call transformers' attention interface
+    unprunable_if=(("alibi", "its ALiBi slopes are built for the config's head count in every forward"),),
+)
+
+FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3, FALCON, *ENCODER_FAMILIES)
 
 
 def supported_model_types() -> list[str]:

@@ -28,3 +28,15 @@ def interleaved(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor,
         raise ValueError(f"an interleaved q/k/v layout has one KV head per query head, got {heads} and {kv_heads}")
     rows = torch.arange(heads * 3 * head_dim).view(heads, 3, head_dim)  # (H, 3, D)
     return rows[:, 0], rows[:, 1], rows[:, 2]
+
+
+def grouped(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per KV head [its query heads | k | v], group after group (Falcon's ``query_key_value``, viewed as (KV, H / KV + 2, D)).
+
+    One KV head is q | k | v (multi-query); one query head per KV head is GPT-NeoX's interleaved layout.
+    """
+    if heads % kv_heads:
+        raise ValueError(f"a grouped q/k/v layout needs as many query heads for every KV head, got {heads} over {kv_heads}")
+    per_kv = heads // kv_heads
+    rows = torch.arange(kv_heads * (per_kv + 2) * head_dim).view(kv_heads, per_kv + 2, head_dim)  # (KV, H / KV + 2, D)
+    return rows[:, :per_kv].reshape(heads, head_dim), rows[:, per_kv], rows[:, per_kv + 1]

@@ -4,7 +4,9 @@ The gates work through transformers' attention interface: every supported attent
 calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``. We register one wrapper per
 underlying implementation (``headprune_sdpa``, ``headprune_eager``, ...) that calls the
 model's own implementation and then scales the per-head output ``(B, T, H, D)`` by the
-module's gate. No model code is forked.
+module's gate. No model code is forked. A family whose attention ignores that interface
+(DeBERTa-v2) gates at its output projection instead (headprune.core.output_gate); any
+site can be switched to either with ``HeadGates(model, gate_at=...)``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
-from headprune.core.head_tensors import gate_heads, slice_head_kwargs
+from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.output_gate import attach_output_gate
 
 PREFIX = "headprune_"
@@ -45,7 +47,7 @@ class AttentionSite:
     gate: torch.Tensor | None = None  # (H,) or (B, H) over the present heads; None = no gating
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
     recording: bool = False  # add a probe per forward while gate gradients are recorded
-    entropy_hook: object = None  # callable(site, query, key, mask, scaling) while entropy is recorded
+    entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
     gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
 
     def linear(self, which: str) -> nn.Module:
@@ -118,7 +120,7 @@ def _make_gated(inner_name: str):
         if site.entropy_hook is not None:
             if key.shape[1] != query.shape[1]:
                 key = key.index_select(1, torch.tensor(site.kv_positions(), device=key.device))  # (B, H, T, D)
-            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"))
+            site.entropy_hook(site, query, key, attention_mask, kwargs.get("scaling"), bias=score_bias(site, kwargs))
         if site.gate_at == "attention":
             out = gate_heads(site, out)
         return out, weights
@@ -136,7 +138,7 @@ def register_wrapper(prefix: str, inner_name: str, make) -> str:
     return name
 
 
-def _ensure_registered(inner_name: str) -> str:
+def ensure_gated(inner_name: str) -> str:
     """Register the gated wrapper (and the matching mask function) for one implementation."""
     return register_wrapper(PREFIX, inner_name, _make_gated)
 
@@ -151,7 +153,7 @@ def route_attention(model: nn.Module) -> str:
     """Point the model at headprune's wrapper of its attention (public setter); returns the wrapped implementation."""
     original = model.config._attn_implementation or "sdpa"
     inner = original[len(PREFIX) :] if original.startswith(PREFIX) else original
-    gated_name = _ensure_registered(inner)
+    gated_name = ensure_gated(inner)
     model.set_attn_implementation(gated_name)
     if model.config._attn_implementation != gated_name:
         raise ValueError(
@@ -182,7 +184,10 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
             n_heads = int(getattr(model.config, family.config_heads))
         else:
             n_heads = block.get_submodule(family.query).out_features // head_dim
-        n_kv = n_heads // int(getattr(core, family.kv_groups_attr)) if family.kv_groups_attr else n_heads
+        if family.kv_groups_attr:
+            n_kv = n_heads // int(getattr(core, family.kv_groups_attr))
+        else:
+            n_kv = int(getattr(core, family.kv_count_attrs[0])) if family.kv_count_attrs else n_heads
         site = AttentionSite(
             path,
             group,

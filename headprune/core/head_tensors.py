@@ -40,3 +40,9 @@ def slice_head_kwargs(site, kwargs: dict) -> dict:
             ids = torch.tensor(site.head_ids or [0], device=tensor.device)  # an emptied layer's phantom reads head 0: its values are 0
             out[name] = tensor.index_select(1, ids)  # (B, H_orig, Tq, Tk) -> (B, H, Tq, Tk), by original head id
     return out
+
+
+def score_bias(site, kwargs: dict) -> torch.Tensor | None:
+    """The sum of the (already cut) head-indexed kwargs, additive biases of the attention scores (B, H, Tq, Tk), or None."""
+    biases = [kwargs[name] for name in site.family.head_indexed_kwargs if isinstance(kwargs.get(name), torch.Tensor)]
+    return sum(biases[1:], biases[0]) if biases else None

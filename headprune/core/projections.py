@@ -51,8 +51,21 @@ def sliced_projection(module: nn.Module, index: torch.Tensor, outputs: bool) -> 
         new = Conv1D(weight.shape[0], weight.shape[1]).to(device=weight.device, dtype=weight.dtype)
         new.weight = nn.Parameter(weight.t().contiguous(), requires_grad=module.weight.requires_grad)
     else:
-        new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+        kind = type(module) if type(module).__init__ is nn.Linear.__init__ else nn.Linear  # e.g. FalconLinear
+        new = kind(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
         new.weight = nn.Parameter(weight.clone(), requires_grad=module.weight.requires_grad)
     if bias is not None:
         new.bias = nn.Parameter(bias.clone(), requires_grad=module.bias.requires_grad)
     return new
+
+
+@torch.no_grad()
+def scale_input_heads(module: nn.Module, positions: list[int], head_dim: int, scales: torch.Tensor) -> None:
+    """Multiply in place the input columns of the heads at ``positions`` by ``scales`` (K,) (an output projection)."""
+    factor = scales.to(dtype=module.weight.dtype, device=module.weight.device)
+    if isinstance(module, Conv1D):
+        rows = module.weight.view(-1, head_dim, module.weight.shape[1])  # (heads, D, hidden): a view of [in, out]
+        rows[positions] *= factor.view(-1, 1, 1)
+    else:
+        cols = module.weight.view(module.weight.shape[0], -1, head_dim)  # (hidden, heads, D): a view of [out, in]
+        cols[:, positions] *= factor.view(1, -1, 1)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from headprune.core.checks import ConfigError
+from headprune.core.families import Family
 from headprune.core.gates import AttentionSite, find_sites, route_attention
 from headprune.core.layer_config import with_layer_fields
 from headprune.core.output_gate import attach_output_gate
@@ -67,15 +68,40 @@ def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
     setattr(parent, name, module)
 
 
+MASKS_INSTEAD = "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+
+
+def inexact_reason(family: Family, config) -> str | None:
+    """Why removing heads from this family's attention cannot give the masked model's outputs (None: it can); ``config`` is a model config or its fields."""
+    for flag, why in family.unprunable_if:
+        if config.get(flag, False) if isinstance(config, dict) else getattr(config, flag, False):
+            return f"a {family.name} model with {flag}=True cannot be pruned physically: {why}"
+    norms = family.cross_head_norms
+    if norms:
+        return (
+            f"{family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
+            f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "
+            f"{family.name} model cannot equal the masked one, and headprune does not prune it"
+        )
+    return None
+
+
 def refuse_inexact(site: AttentionSite) -> None:
     """A ConfigError when removing heads from this module cannot give the masked model's outputs (norms across heads)."""
-    norms = site.family.cross_head_norms
-    if norms:
+    reason = inexact_reason(site.family, getattr(site.core, "config", None))  # some attention modules keep no config
+    if reason:
+        raise ConfigError(f"{reason} ({site.path}). {MASKS_INSTEAD}")
+
+
+def _refuse_uneven_groups(site: AttentionSite, keep: list[int]) -> None:
+    """A ConfigError when KV heads would keep unequal numbers of query heads in a model that cannot map them one by one."""
+    per_kv = [sum(site.kv_of(site.head_ids[p]) == kv for p in keep) for kv in site.kv_ids]
+    counts = {n for n in per_kv if n}
+    if len(counts) > 1:
         raise ConfigError(
-            f"{site.family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
-            f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "
-            f"{site.family.name} model cannot equal the masked one, and headprune does not prune it ({site.path}). "
-            "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+            f"{site.family.name} attention needs as many query heads for every KV head, and this mask leaves "
+            f"{per_kv} query heads over the KV heads {site.kv_ids} of {site.path}: prune whole KV groups "
+            "(prune.unit=kv_group, headprune.prune_kv_groups) or as many heads of every group"
         )
 
 
@@ -92,6 +118,8 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
     refuse_inexact(site)
     needed_kv = {site.kv_of(site.head_ids[pos]) for pos in keep}
     kv_keep = [pos for pos, kv in enumerate(site.kv_ids) if kv in needed_kv]  # a KV head goes with its last query head
+    if not site.family.kv_groups_attr:
+        _refuse_uneven_groups(site, keep)
     if site.family.fused_layout is not None:
         fused = site.linear("query")
         _set_projection(site, "query", sliced_projection(fused, _fused_units(site, keep, kv_keep), outputs=True))

@@ -13,7 +13,8 @@ import torch
 
 from headprune.core.masks import kv_to_head_mask, normalize_mask
 
-UNITS = ("head", "kv_group")
+QUERY_HEADS = "head"  # the unit every model has: its query heads
+UNITS = (QUERY_HEADS, "kv_group")
 
 
 class KVGroupGates:

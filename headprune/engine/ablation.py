@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.core.gates import PREFIX, HeadGates, register_wrapper
+from headprune.core.gates import PREFIX, HeadGates, ensure_gated, register_wrapper
 from headprune.core.head_tensors import broadcast_gate
 
 SHARED = "headprune_shared_"
@@ -97,6 +97,7 @@ def _make_shared(inner: str):
 
 
 def _ensure_shared(inner: str) -> str:
+    ensure_gated(inner)  # the shared function calls the gated one (not registered yet when heads gate at the output)
     return register_wrapper(SHARED, inner, _make_shared)
 
 
@@ -117,6 +118,9 @@ def _patched(module: nn.Module, fn):
 @contextmanager
 def attention_implementation(model: nn.Module, name: str):
     """Run a block with the model's attention implementation set to ``name`` (a registered one), then restore it."""
+    if not model._can_set_attn_implementation():  # attention that ignores transformers' interface (DeBERTa-v2): its own code runs
+        yield
+        return
     previous = model.config._attn_implementation
     model.set_attn_implementation(name)
     try:

@@ -27,6 +27,7 @@ from contextlib import ExitStack
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import PreTrainedModel
 
 from headprune.core.gates import HeadGates
 from headprune.core.inputs import DECODER_INPUTS
@@ -35,7 +36,7 @@ from headprune.engine.ablation import MaskBatcher, _first_changed_layer, _patche
 MODEL_INPUTS = DECODER_INPUTS
 
 
-def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, head_tokens: int = 128) -> torch.Tensor:
+def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
     """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored.
 
     The vocabulary projection runs on the labelled positions only, ``head_tokens`` of them at a time.
@@ -49,6 +50,27 @@ def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head: nn.Module, head_
         nll = F.cross_entropy(logits.float(), targets[start : start + head_tokens], reduction="none")
         sums.index_add_(0, row[start : start + head_tokens], nll.double())
     return sums
+
+
+def output_logits(model: nn.Module):
+    """The LM head followed by what the model's forward does to its logits: Granite's scaling, Gemma's soft-capping.
+
+    Only a transformers model applies these; another module (an ONNX Runtime export) gives its final logits.
+    """
+    head = model.get_output_embeddings()
+    if not isinstance(model, PreTrainedModel):
+        return head
+    scaling = getattr(model.config, "logits_scaling", None)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if not scaling and not cap:
+        return head
+
+    def logits(hidden: torch.Tensor) -> torch.Tensor:
+        out = head(hidden)
+        out = out / scaling if scaling else out
+        return torch.tanh(out / cap) * cap if cap else out
+
+    return logits
 
 
 def needed_lengths(labels: torch.Tensor) -> list[int]:
@@ -112,9 +134,9 @@ class CausalMaskBatcher(MaskBatcher):
 
     def __init__(self, model: nn.Module, gates: HeadGates, max_tokens: int = 4096, head_tokens: int = 128, pass_tokens: int = 64):
         self.backbone = model.base_model  # the decoder stack and its final norm, without the LM head
-        self.head = model.get_output_embeddings()
-        if self.head is None or self.backbone is model:
+        if model.get_output_embeddings() is None or self.backbone is model:
             raise ValueError(f"{type(model).__name__} is not a causal LM with an LM head (e.g. LlamaForCausalLM)")
+        self.head = output_logits(model)
         super().__init__(model, gates, first_token=False)
         # token rows (masks x texts x positions) of one pass at most, and positions whose vocabulary logits exist at
         # once: small enough that a layer's activations and a logits chunk (128 x 49,152 floats = 25 MB) stay modest

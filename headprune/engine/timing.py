@@ -26,10 +26,14 @@ DROP = ("idx", "ids", "labels")
 
 
 def example_pool(batches) -> dict[str, torch.Tensor]:
-    """Concatenate padded batches into one padded tensor per input (labels kept for the decoder lengths)."""
-    keys = [k for k, v in batches[0].items() if isinstance(v, torch.Tensor) and v.dim() == 2]
+    """Concatenate batches into one tensor per input: token inputs padded to the longest (labels kept for the decoder
+    lengths), image inputs (B, C, H, W) as they are."""
+    keys = [k for k, v in batches[0].items() if isinstance(v, torch.Tensor) and v.dim() >= 2]
     pool = {}
     for key in keys:
+        if batches[0][key].dim() > 2:
+            pool[key] = torch.cat([b[key] for b in batches])
+            continue
         width = max(b[key].shape[1] for b in batches)
         pad = -100 if key == "labels" else 0
         pool[key] = torch.cat([F.pad(b[key], (0, width - b[key].shape[1]), value=pad) for b in batches])

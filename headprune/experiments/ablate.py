@@ -22,16 +22,17 @@ from headprune.viz.plots import head_heatmaps
 from headprune.viz.tables import ablation_rows
 
 
-def ablation_stage(
-    task, split: str = "eval", groups=None, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01, progress: bool = True, base=None
-) -> dict:
-    """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance, rows."""
+def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:
+    """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance, rows.
+
+    ``alpha`` None: the task's own significance level (the oracle pruning order reads only the deltas).
+    """
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     masks, heads = single_head_masks(shape, groups)
     base = base or task.evaluate(None, split=split)
     results = evaluate_many(task, masks, split, desc=f"ablate {split}", progress=progress)
-    tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, alpha=alpha)
+    tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, **({} if alpha is None else {"alpha": alpha}))
     delta = {g: torch.full(shape[g], float("nan")) for g in groups}
     p_value = {g: torch.full(shape[g], float("nan")) for g in groups}
     significant = {g: torch.zeros(shape[g], dtype=torch.bool) for g in groups}
@@ -81,11 +82,11 @@ def run(cfg) -> dict:
         raise ValueError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
     for split in splits:
         check_split(task, split)
-    groups = check_groups(settings.get("groups"), task.gates.groups)
+    groups = check_groups(settings.groups, task.gates.groups)
     out = output_dir(cfg)
     numbers, figures, tables = {"splits": {}}, [], {}
     for split in splits:
-        result = ablation_stage(task, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha))
+        result = ablation_stage(task, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha), progress=True)
         numbers["splits"][split] = result
         figures.append(ablation_figure(result, out / f"ablate_{split}.png", f"Single-head ablation on {split} ({cfg.model.name})"))
         tables[f"ablate_{split}"] = ablation_rows(result)

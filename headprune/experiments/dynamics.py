@@ -1,4 +1,9 @@
-"""experiment=dynamics: importance and pruning curves over a directory of saved training checkpoints."""
+"""experiment=dynamics: importance and pruning curves over saved training checkpoints.
+
+Either a training run's per-epoch Lightning checkpoints (``ckpt_dir``), or a list of model checkpoints
+(``checkpoints``): local model directories, or hub names at a revision (``EleutherAI/pythia-70m@step1000``), as
+Pythia and OLMo publish the checkpoints of their pretraining runs.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,14 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from headprune.experiments.settings import listed as list_of
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
 from headprune.results.writer import write_results_file
 from headprune.tasks import registry
 from headprune.viz.dynamics_plots import importance_over_time, pruning_curves_by_epoch
 
 EPOCH_FILE = re.compile(r"epoch(\d+)-step(\d+)\.ckpt$")
+STEP_IN_NAME = re.compile(r"(?:step|checkpoint)[-_]?(\d+)", re.IGNORECASE)  # Pythia's step1000, HF's checkpoint-500
 
 
 def epoch_checkpoints(ckpt_dir: Path) -> list[tuple[int, int, Path]]:
@@ -41,8 +48,8 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
         train_cfg.model.pretrained = str(model_dir)  # architecture and tokenizer; weights come from each checkpoint
         train_cfg.model.tokenizer = str(model_dir)
     train_cfg.paths = cfg.paths
-    overrides = cfg.get("dynamics_overrides") or []
-    pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in overrides)
+    overrides = cfg.dynamics_overrides
+    pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in list_of(overrides))
     for key, value in pairs:
         OmegaConf.update(train_cfg, key, _parse(value) if isinstance(value, str) else value, force_add=True)
     return train_cfg
@@ -72,16 +79,74 @@ def analyse_checkpoints(cfg) -> list[dict]:
     return with_stability(snapshots)
 
 
+def checkpoint_step(entry: str, index: int) -> int:
+    """The training step a checkpoint's name tells (``...@step1000``, ``checkpoint-500``), else its position in the list."""
+    found = STEP_IN_NAME.findall(str(entry).rstrip("/").rsplit("/", 1)[-1].rsplit("@", 1)[-1])
+    return int(found[-1]) if found else index
+
+
+def config_for_checkpoint(cfg, entry: str):
+    """The config with the model read from one checkpoint (and its tokenizer, when the checkpoint holds one)."""
+    from headprune.models.sources import has_tokenizer, looks_like_path
+
+    one = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    one.model.pretrained = str(entry)
+    local = looks_like_path(str(entry)) or Path(str(entry)).expanduser().exists()
+    if not local or has_tokenizer(Path(str(entry)).expanduser()):
+        one.model.tokenizer = str(entry)
+    return one
+
+
+def analyse_models(cfg) -> list[dict]:
+    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision), in the order given."""
+    from tqdm.auto import tqdm
+
+    settings = cfg.dynamics
+    snapshots = []
+    for index, entry in enumerate(tqdm(list(cfg.checkpoints), desc="checkpoints")):
+        task = registry.load_task(config_for_checkpoint(cfg, entry))
+        step = checkpoint_step(entry, index)
+        snap = take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=index, step=step)
+        snapshots.append({**snap, "checkpoint": str(entry), "label": f"step {step}"})
+        del task
+    return with_stability(snapshots)
+
+
+def check(cfg) -> None:
+    """Exactly one source of checkpoints; each listed checkpoint once, and present (a local one complete)."""
+    from headprune.core.checks import ConfigError
+    from headprune.models.sources import check_model_dir, resolve_pretrained
+
+    listed = [str(c) for c in list_of(cfg.checkpoints)]
+    if bool(listed) == (cfg.get("ckpt_dir") is not None):
+        raise ConfigError(
+            "experiment=dynamics reads one of ckpt_dir=<training run>/checkpoints (a headprune training run's epochs) or "
+            "'checkpoints=[<model dir or hub name@revision>,...]' (a pretraining run's checkpoints): "
+            + ("both were given" if listed else "give one")
+        )
+    twice = sorted({c for c in listed if listed.count(c) > 1})
+    if twice:
+        raise ConfigError(f"checkpoints lists {twice} more than once: each checkpoint is one snapshot; remove the repeats")
+    if listed and cfg.get("dynamics_overrides"):
+        raise ConfigError(
+            "dynamics_overrides changes the saved training config of a ckpt_dir run; with checkpoints=[...] set the "
+            "settings directly (e.g. data.limits.eval=300) and drop dynamics_overrides"
+        )
+    for entry in listed:
+        check_model_dir(resolve_pretrained(entry, "checkpoints"), "checkpoints", tokenizer=False)
+
+
 def run(cfg) -> dict:
     """Analyse the checkpoints, write dynamics.json and the figures, and print the per-epoch table."""
     out = Path(cfg.paths.output_dir)
-    snapshots = analyse_checkpoints(cfg)
+    snapshots = analyse_models(cfg) if cfg.checkpoints else analyse_checkpoints(cfg)
+    source = {"checkpoints": [str(c) for c in cfg.checkpoints]} if cfg.checkpoints else {"ckpt_dir": str(cfg.ckpt_dir)}
     write_results_file(
         out / "dynamics.json",
         "dynamics",
         OmegaConf.to_container(cfg, resolve=True),
         {"n_snapshots": len(snapshots)},
-        {"ckpt_dir": str(cfg.ckpt_dir)},
+        source,
         source="checkpoints",
         snapshots=snapshots,
     )
@@ -90,8 +155,9 @@ def run(cfg) -> dict:
     at = cfg.dynamics.report_fraction
     for snap in snapshots:
         index = min(range(len(snap["fractions"])), key=lambda i: abs(snap["fractions"][i] - at))
+        label = snap.get("label") or f"epoch {snap['epoch'] + 1:3d}"
         print(
-            f"epoch {snap['epoch'] + 1:3d}: unpruned {snap['unpruned']:.2f}  at {100 * snap['fractions'][index]:.0f}% pruned "
+            f"{label}: unpruned {snap['unpruned']:.2f}  at {100 * snap['fractions'][index]:.0f}% pruned "
             f"{snap['scores'][index]:.2f}  prunable {100 * snap['prunable_fraction']:.0f}%"
         )
     return {"snapshots": snapshots}

@@ -24,7 +24,7 @@ def selection_split(task, name: str | None = None) -> str:
     return str(name) if name else task.selection_split
 
 
-def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36, progress: bool = True) -> list:
+def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36, *, progress: bool) -> list:
     """EvalResults of many masks through the task's batched ``evaluate_many``, with a progress bar."""
     from tqdm.auto import tqdm
 

@@ -5,7 +5,8 @@ experiment=speed reads ``speed.mask_file``), or the model is a directory saved b
 (``export.model``). The physically pruned copy is exported into ``<run>/export/<format>``; a fresh interpreter
 that cannot import headprune loads it with stock libraries and compares its logits on the task's check batches
 with the masked model's (and, for decoder-only LMs, its greedy tokens). ``export.quantize=int8`` (ONNX) is not
-exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's.
+exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's, at the task's
+evaluation batching and at each of ``export.int8_batch_sizes`` (the speed stage's batch sizes), with their spread.
 results.json records the source mask, the format, the files and the check.
 """
 
@@ -16,18 +17,23 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
-from headprune.core.checks import ConfigError, choice, integer, number
+from headprune.core.checks import ConfigError, choice, integer, number, positive_ints
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.speed import file_mask, raw_mask
+from headprune.experiments.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.export import FORMATS, export_model
+from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
 from headprune.results.run_dir import mask_to_json, write_results
+from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
 from headprune.tasks import registry
+from headprune.tasks.unit_task import unit_of
 
 QUANTIZE = ("none", "int8")
+EXPORT_DIR = "export"  # <run>/export/<format>/
+STAGING = ".export.next"  # where an export is written and checked before it replaces <run>/export
 
 
 # ---- checks before any work --------------------------------------------------------------------
@@ -35,7 +41,7 @@ QUANTIZE = ("none", "int8")
 
 def with_source_model(cfg):
     """``cfg`` with ``model.pretrained`` (and its tokenizer) pointing at ``export.model`` when that is set."""
-    source = cfg.export.get("model")
+    source = point_model_dir(cfg.export, "export") or cfg.export.get("model")
     if not source:
         return cfg
     cfg = copy.deepcopy(cfg)
@@ -49,23 +55,17 @@ def with_source_model(cfg):
 def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     """The query-head mask {group: [layers][heads]} the export will apply (mask file), or the saved model's pruning record."""
     settings = cfg.export
-    if settings.get("model"):
-        record = read_json(Path(str(settings.model)) / "config.json").get("headprune_pruned_heads") or {}
+    folder = point_model_dir(settings, "export") or settings.get("model")
+    if folder:
+        record = read_json(Path(str(folder)) / "config.json").get("headprune_pruned_heads") or {}
         layers, heads = int(fields["num_hidden_layers"]), int(fields["num_attention_heads"])
         return {
             group: [[0 if h in set(removed.get(str(layer), [])) else 1 for h in range(heads)] for layer in range(layers)]
             for group, removed in (record or {"dec_self": {}}).items()
         }
-    step = settings.get("mask_step")
-    rows = raw_mask(
-        read_json(Path(str(settings.mask_file))),
-        str(settings.mask_order),
-        float(settings.fraction),
-        None if step is None else str(step),
-        settings.mask_file,
-        "export",
-    )
-    if str((cfg.get("prune") or {}).get("unit") or "head") == "kv_group":
+    found, chosen = chosen_mask(settings, "export")
+    rows = chosen.mask
+    if (found.unit or unit_of(cfg)) == "kv_group":
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
     return rows
@@ -105,6 +105,28 @@ def check_stock(cfg, fmt: str) -> None:
             raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
 
 
+def check_source_kind(cfg) -> None:
+    """export.model holds a model of the kind the task serves (a Llama directory is no ``model=tiny_bert`` classifier)."""
+    fields = read_json(Path(str(cfg.export.model)).expanduser() / "config.json")
+    registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
+
+
+def known_tokenizer_pre(name: str) -> str:
+    """``name`` when llama.cpp knows it as a BPE pre-tokenizer (else it falls back to ``default`` in silence): a ConfigError."""
+    from difflib import get_close_matches
+
+    from headprune.export.gguf import LLAMA_CPP_PRE_TOKENIZERS
+
+    if name not in LLAMA_CPP_PRE_TOKENIZERS:
+        close = get_close_matches(name, LLAMA_CPP_PRE_TOKENIZERS, n=3)
+        raise ConfigError(
+            f"export.tokenizer_pre={name} is no pre-tokenizer llama.cpp knows (it would tokenize as 'default'): "
+            + (f"did you mean {', '.join(close)}? " if close else "")
+            + "leave it null (the source GGUF's, else default) or give one of llama.cpp's names, e.g. llama-bpe, smollm, qwen2"
+        )
+    return name
+
+
 def check(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model, before any work (the model kind's
     demands: headprune.validation.check_export)."""
@@ -113,7 +135,7 @@ def check(cfg) -> None:
 
     settings = cfg.export
     fmt = choice(settings.get("format"), "export.format", FORMATS)
-    quantize = choice(str(settings.get("quantize") or "none"), "export.quantize", QUANTIZE)
+    quantize = choice(str(settings.quantize), "export.quantize", QUANTIZE)
     choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
     for name in ("examples", "batch_size", "new_tokens"):
         integer(settings.get(name), f"export.{name}", 1)
@@ -126,6 +148,17 @@ def check(cfg) -> None:
         )
     if settings.get("mask_file"):
         check_mask_file(settings.mask_file, "export.mask_file")
+        if settings.get("fraction") is not None and float(settings.fraction) == 0:
+            raise ConfigError(
+                "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
+                "pick a step that removes some, or leave export.fraction out when the file holds one"
+            )
+        if settings.get("point"):
+            point_model_dir(settings, "export")  # a point of the file (the error lists them), with its model when recovered
+        else:
+            chosen_mask(settings, "export")  # one candidate, or the list to pick from
+    elif settings.get("point"):
+        raise ConfigError("export.point names a point of a prune run: give export.mask_file=<prune run>/results.json, not export.model")
     else:
         path = Path(str(settings.model)).expanduser()
         if not (path / "config.json").is_file():
@@ -137,11 +170,16 @@ def check(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
-    if quantize == "int8" and fmt != "onnx":
+        check_source_kind(cfg)
+    if settings.get("tokenizer_pre"):
+        known_tokenizer_pre(str(settings.tokenizer_pre))
+    if quantize == "int8":
+        positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
+    if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
-            f"export.quantize=int8 quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
+            f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
-    if fmt in ("hf", "gguf"):
+    if FORMATS[fmt].decoder_only:
         check_stock(cfg, fmt)
 
 
@@ -151,21 +189,37 @@ def check(cfg) -> None:
 def export_source(cfg, task) -> tuple[dict | None, dict]:
     """(the mask in the task's unit, or None for a saved pruned model; where the pruned model came from)."""
     settings = cfg.export
+    if settings.get("point"):
+        folder = point_model_dir(settings, "export")
+        if folder is not None:  # the recovered model itself, not the base under the point's mask
+            return None, {
+                "point": str(settings.point),
+                "model": str(folder),
+                "mask_file": str(settings.mask_file),
+                "pruning_record": pruning_record(task.model),
+            }
+        return point_mask(settings, task, "export")
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
-    return None, {"model": str(settings.model), "pruning_record": pruning_record(task.model)}
+    record = pruning_record(task.model)
+    if not record:
+        print(f"[export] export.model={settings.model} holds no pruned head: it is exported, and recorded, as unpruned", flush=True)
+    return None, {"model": str(settings.model), "pruning_record": record, "pruned": bool(record)}
 
 
-def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float) -> dict:
-    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime."""
+def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
+    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime: at the
+    task's evaluation batching, and at each of ``batch_sizes`` (dynamic int8 moves with batching; f32 beside it)."""
+    from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
     quantized = quantize_int8(graphs, out / "int8", per_channel)
-    scores = {}
+    scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
             scores[name] = task.evaluate(None, split=split).score
+            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
     return {
         "metric": task.metric,
         "split": split,
@@ -173,8 +227,9 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
         "onnx_f32": scores["f32"],
         "onnx_int8": scores["int8"],
         "int8_minus_f32": scores["int8"] - scores["f32"],
+        "by_batch_size": spreads,  # {"f32" | "int8": {"batch_sizes", "scores", "min", "max", "spread"}}
         "per_channel": per_channel,
-        "files": [str(p.relative_to(out)) for p in quantized.values()],
+        "files": sorted(str(p.relative_to(out)) for p in (out / "int8").iterdir() if p.is_file()),
         "bytes": {
             "f32": sum(Path(p).stat().st_size for p in graphs.values()),
             "int8": sum(Path(p).stat().st_size for p in quantized.values()),
@@ -182,11 +237,54 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
     }
 
 
+def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
+    """The int8 check (``int8_check``) beside the masked model's score, printed."""
+    split = str(settings.split)
+    masked_score = task.evaluate(mask, split=split).score
+    sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
+    q = int8_check(task, graphs, config, out, split, bool(settings.per_channel), masked_score, sizes)
+    print(
+        f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
+        + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),
+        flush=True,
+    )
+    return q
+
+
+def pruned_copy(task, mask):
+    """A CPU copy of the task's model with ``mask``'s heads removed (None: as it is), running its own attention."""
+    pruned = copy.deepcopy(task.model).cpu()
+    if mask is not None:
+        prune_mask(pruned, task.gates.head_mask(mask, hard=True))
+    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
+    return pruned
+
+
+def reference_outputs(task, pruned, mask, batches: list[dict], settings) -> tuple:
+    """(the model the export must reproduce, its logits on ``batches``, its greedy tokens for a decoder-only LM or None).
+
+    The masked task model; for a format that stores rounded weights (f16 GGUF), the pruned model rounded as the file is.
+    """
+    reference_model = task.model  # under the mask
+    if FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16":
+        from headprune.export.gguf import rounded_like_gguf
+
+        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
+    with task.gates.masked(mask if reference_model is task.model else None):
+        device = next(reference_model.parameters()).device
+        reference = reference_logits(reference_model, [{k: v.to(device) for k, v in b.items()} for b in batches])
+        greedy = None
+        if is_decoder_lm(pruned):
+            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
+            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
+    return reference_model, reference, greedy
+
+
 def tokenizer_pre(cfg) -> str:
     """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
     given = cfg.export.get("tokenizer_pre")
     if given:
-        return str(given)
+        return known_tokenizer_pre(str(given))
     from headprune.export.gguf import tokenizer_pre_from_gguf
     from headprune.models.embedded import EMBEDDED_LLMS, gguf_file
 
@@ -194,57 +292,54 @@ def tokenizer_pre(cfg) -> str:
     return (tokenizer_pre_from_gguf(gguf_file(name)) if name in EMBEDDED_LLMS else None) or "default"
 
 
+def export_record(task, pruned, mask, exported: dict, staging: Path, report: dict, batches: list, settings) -> dict:
+    """What results.json says of an export: its files, the model it holds (pruned or not, its heads) and the check."""
+    reads = FORMATS[str(settings.format)].reads
+    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
+    return {
+        "format": str(settings.format),
+        "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
+        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
+        "mask": None if mask is None else mask_to_json(mask),
+        "unit": task.gates.unit,
+        "pruned": bool(pruning_record(pruned)),  # an unpruned directory is exported, and recorded, as what it is
+        "model_type": pruned.config.model_type,
+        "architecture": type(pruned).__name__,
+        "pruning_record": pruning_record(pruned),
+        "heads_per_layer": [list(s) for s in shapes],
+        "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
+        "check": report,
+        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
+    }
+
+
 def run(cfg) -> dict:
     """Prune, export, check in a fresh interpreter; results.json with the source, format, files and check."""
-    cfg = with_source_model(cfg)
+    cfg = with_file_unit(with_source_model(cfg), "export")  # a mask file says its own unit (head or kv_group)
     settings = cfg.export
     fmt, split = str(settings.format), str(settings.split)
+    reads = FORMATS[fmt].reads
     task = registry.load_task(cfg)
     check_split(task, split)
     mask, origin = export_source(cfg, task)
-    head_mask = None if mask is None else task.gates.head_mask(mask, hard=True)
     batches = [
         {k: v.cpu() for k, v in b.items()}
         for b in task.timing_batches(int(settings.batch_size), int(settings.examples), split, seed=int(cfg.seed))
     ]
-    pruned = copy.deepcopy(task.model).cpu()
-    if head_mask is not None:
-        prune_mask(pruned, head_mask)
-    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
-    reference_model = task.model  # under the mask
-    if fmt == "gguf" and str(settings.gguf_dtype) == "f16":
-        from headprune.export.gguf import rounded_like_gguf
-
-        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
-    with task.gates.masked(mask if reference_model is task.model else None):
-        reference = reference_logits(
-            reference_model, [{k: v.to(next(reference_model.parameters()).device) for k, v in b.items()} for b in batches]
-        )
-        greedy = None
-        if is_decoder_lm(pruned):
-            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
-            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
-    out = output_dir(cfg) / "export" / fmt
-    name = f"{cfg.model.get('name')}-pruned"
-    exported = export_model(
-        fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, tokenizer_pre(cfg) if fmt == "gguf" else "default"
+    pruned = pruned_copy(task, mask)
+    reference_model, reference, greedy = reference_outputs(task, pruned, mask, batches, settings)
+    staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
+    out = staging / fmt
+    pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
+    name = f"{cfg.model.get('name')}-pruned" if pruning_record(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
+    exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
+    print(
+        f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
+        flush=True,
     )
-    print(f"[export] {fmt}: {len(exported['files'])} files in {out}; checking in a fresh interpreter without headprune", flush=True)
     job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
     report = check_export(job, batches, reference, greedy, float(settings.tolerance))
-    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
-    result = {
-        "format": fmt,
-        "files": [str(Path(p).relative_to(output_dir(cfg))) for p in exported["files"]],
-        "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
-        "mask": None if mask is None else mask_to_json(mask),
-        "unit": task.gates.unit,
-        "pruning_record": pruning_record(pruned),
-        "heads_per_layer": [list(s) for s in shapes],
-        "gguf_dtype": str(settings.gguf_dtype) if fmt == "gguf" else None,
-        "check": report,
-        "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
-    }
+    result = export_record(task, pruned, mask, exported, staging, report, batches, settings)
     if reference_model is not task.model:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
         with task.gates.masked(mask):
             masked = reference_logits(task.model, [{k: v.to(next(task.model.parameters()).device) for k, v in b.items()} for b in batches])
@@ -254,15 +349,10 @@ def run(cfg) -> dict:
         + (f", greedy tokens equal: {report['greedy_equal']}" if "greedy_equal" in report else ""),
         flush=True,
     )
-    if str(settings.get("quantize") or "none") == "int8":
-        masked_score = task.evaluate(mask, split=split).score
-        result["quantized"] = int8_check(task, exported["graphs"], pruned.config, out, split, bool(settings.per_channel), masked_score)
-        q = result["quantized"]
-        print(
-            f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}",
-            flush=True,
-        )
-    write_results(
+    if str(settings.quantize) == "int8":
+        result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
+    replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
+    write_results(  # last: results.json never describes files that are not there
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
     if not report["passed"]:

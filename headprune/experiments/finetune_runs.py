@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+from headprune.core.checks import ConfigError
 from headprune.lightning.finetune import finetune_recover
 
 
@@ -23,7 +24,7 @@ def batch_rows(batch: dict) -> int:
     return int(batch["input_ids"].shape[0])
 
 
-def budget_batches(task, tokens: int, seed: int = 0) -> list[dict]:
+def budget_batches(task, tokens: int, seed: int) -> list[dict]:
     """The first shuffled training batches (``task.training_batches`` with ``seed``) that hold ``tokens`` real input tokens."""
     if tokens < 1:
         raise ValueError(f"a fine-tune token budget must be >= 1 token, got {tokens}")
@@ -52,25 +53,40 @@ def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> l
     """What ``prune.recover=finetune`` trains on: ``prune.finetune.tokens`` real input tokens or ``prune.finetune.examples``
     training examples (a new draw for each ``round_`` of a schedule), or the lsq batches when both are null."""
     finetune = settings.finetune
-    seed = int(finetune.get("seed", 0)) + round_
-    if finetune.get("tokens") is not None:
+    seed = int(finetune.seed) + round_
+    if finetune.tokens is not None:
         return budget_batches(task, int(finetune.tokens), seed)
-    if finetune.get("examples") is not None:
+    if finetune.examples is not None:
         return task.training_batches(int(finetune.examples), seed=seed)
     return recovery
 
 
 def finetune_steps(finetune, batches: list[dict]) -> int:
     """Optimizer steps of one fine-tune: one pass over a token budget's batches, else ``prune.finetune.max_steps``."""
-    return len(batches) if finetune.get("tokens") is not None else int(finetune.max_steps)
+    return len(batches) if finetune.tokens is not None else int(finetune.max_steps)
 
 
-def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=False, label: str = "recover") -> list[dict]:
+def check_lora_rank(model, rank: int) -> None:
+    """A LoRA rank no larger than the smallest projection of the model it adapts: the pruned one, whose q/k/v/o projections
+    are narrower than the unpruned model's that the config check saw (a ConfigError otherwise)."""
+    from headprune.lightning.lora import smallest_projection
+
+    smallest = smallest_projection(model)
+    if rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection of the pruned model ({smallest} features: "
+            f"pruning narrowed its attention projections); choose at most {smallest}, or null for a full fine-tune"
+        )
+
+
+def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, label: str) -> list[dict]:
     """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
     weight = float(finetune.distill_weight)
     device = next(model.parameters()).device
     flags = [p.requires_grad for p in teacher.parameters()]
-    rank = finetune.get("lora_rank")
+    rank = finetune.lora_rank
+    if rank is not None:
+        check_lora_rank(model, int(rank))
     try:
         return finetune_recover(
             model,
@@ -80,12 +96,12 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=Fals
             temperature=float(finetune.temperature),
             max_steps=finetune_steps(finetune, batches),
             lr=float(finetune.lr),
-            warmup=float(finetune.get("warmup", 0.0)),
-            decay=bool(finetune.get("decay", False)),
+            warmup=float(finetune.warmup),
+            decay=bool(finetune.decay),
             lora_rank=None if rank is None else int(rank),
-            lora_alpha=finetune.get("lora_alpha"),
-            seed=int(finetune.get("seed", 0)),
-            progress=bool(finetune.get("progress", False)),
+            lora_alpha=finetune.lora_alpha,
+            seed=int(finetune.seed),
+            progress=bool(finetune.progress),
             accelerator="cpu" if device.type == "cpu" else "auto",
             logger=logger,
             log_prefix=f"recover/{label}",
@@ -95,7 +111,7 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger=Fals
             parameter.requires_grad_(flag)
 
 
-def control_model(task, rounds: list[list[dict]], finetune, logger=False) -> tuple[object, list[float]]:
+def control_model(task, rounds: list[list[dict]], finetune, logger) -> tuple[object, list[float]]:
     """(a copy of the unpruned model fine-tuned like the pruned ones, each step's loss): one fine-tune per round of
     batches, in order, distilled from a frozen copy of the unpruned model."""
     model = copy.deepcopy(task.model)

@@ -9,13 +9,13 @@ from omegaconf import OmegaConf
 
 from headprune.core.counting import model_cost
 from headprune.core.gates import HeadGates
-from headprune.models.build import build_model
 from headprune.results.writer import model_fingerprint, write_results_file
+from headprune.tasks.registry import build_task_model
 
 
 def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
-    model = build_model(cfg.model, seed=int(cfg.get("seed", 0)))
+    model = build_task_model(cfg.model, seed=int(cfg.seed))
     gates = HeadGates(model)
     cost = model_cost(model, seq_len=cfg.inspect.seq_len)
     print(

@@ -23,12 +23,13 @@ from headprune.viz.tables import keep_one_rows
 def keep_one_stage(
     task,
     selection: str,
-    split: str = "eval",
-    groups=None,
-    n_samples: int = 1000,
-    seed: int = 0,
-    alpha: float = 0.01,
-    progress: bool = True,
+    split: str,
+    groups,
+    n_samples: int,
+    seed: int,
+    alpha: float,
+    *,
+    progress: bool,
     base=None,
 ) -> dict:
     """Per layer: the best single head on ``selection``, and the score change on ``split`` with only it kept."""
@@ -79,14 +80,14 @@ def run(cfg) -> dict:
     """Keep only the best head per layer; write results.json, a bar chart and log to W&B."""
     settings = cfg.keep_one
     task = registry.load_task(cfg)
-    selection = selection_split(task, settings.get("selection_split"))
+    selection = selection_split(task, settings.selection_split)
     split = str(settings.split)
     if selection == split:
         raise ValueError(f"keep_one.selection_split and keep_one.split are both {split!r}: choose the head on other data")
     check_split(task, split)
     check_split(task, selection, "selection")
-    groups = check_groups(settings.get("groups"), task.gates.groups)
-    result = keep_one_stage(task, selection, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha))
+    groups = check_groups(settings.groups, task.gates.groups)
+    result = keep_one_stage(task, selection, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha), progress=True)
     out = output_dir(cfg)
     figure = keep_one_bars(
         result["rows"],

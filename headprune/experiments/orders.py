@@ -87,7 +87,7 @@ def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None
     def compute():
         from headprune.experiments.ablate import ablation_stage
 
-        result = ablation_stage(task, settings.ablation_split, None, n_samples=settings.n_samples, seed=settings.seed)
+        result = ablation_stage(task, settings.ablation_split, None, settings.n_samples, settings.seed, None, progress=True)
         return {g: torch.tensor(v) for g, v in result["delta"].items()}
 
     return ablation_scores(_cached(shared, "ablation_deltas", None, compute))

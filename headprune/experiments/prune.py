@@ -9,38 +9,45 @@ the training-split subset (``task.importance_batches()``), never from the evalua
 
 from __future__ import annotations
 
+from headprune.core.checks import warn
 from headprune.experiments.evaluation import check_split, evaluate_many, selection_split, unit_counts
 from headprune.experiments.orders import ORDERS, OrderSettings, check_order, order_scores, order_settings
+from headprune.experiments.prune_speed import for_speed, pareto_stage, recoveries_of
+from headprune.experiments.settings import RunSettings, listed
 from headprune.lightning.loggers import log_run
+from headprune.results.points import percent, point_name, point_step, removed_fraction, step_label
 from headprune.results.run_dir import mask_to_json, tensor_dict, write_results
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
-from headprune.selection.uniform import layout_mask, layout_masks, layout_of
+from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.tasks import registry
 from headprune.viz.plots import pareto_figure, pruning_curves
-from headprune.viz.tables import pareto_rows, point_name, prune_rows
+from headprune.viz.tables import pareto_rows, prune_rows
 
 
 def fractions_of(settings) -> list[float]:
     """``prune.fractions`` (a number or a list) or the grid 0, step, ... max_fraction."""
-    given = settings.get("fractions")
-    if given is None:
-        return fraction_grid(float(settings.step), float(settings.max_fraction))
-    if isinstance(given, (int, float)):
-        given = [given]
-    return check_fractions(list(given))
+    if settings.fractions is None:
+        grid = fraction_grid(float(settings.step), float(settings.max_fraction))
+        if grid == [0.0] and float(settings.max_fraction) > 0:
+            warn(
+                f"prune.max_fraction={settings.max_fraction} is below prune.step={settings.step}: the only point is 0% "
+                "(no unit removed); lower prune.step or give prune.fractions"
+            )
+        return grid
+    return check_fractions(listed(settings.fractions))
 
 
 def orders_of(settings) -> list[str]:
-    given = settings.order
-    orders = [given] if isinstance(given, str) else list(given)
+    """``prune.order`` as a list of known orders."""
+    orders = listed(settings.order)
     if not orders:
         raise ValueError(f"prune.order is empty: give at least one of {list(ORDERS)}")
     return [check_order(str(o)) for o in orders]
 
 
 def reestimated_masks(
-    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool = True, layout: str = "global"
+    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, layout: str
 ) -> list[dict]:
     """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
     from tqdm.auto import tqdm
@@ -59,14 +66,15 @@ def prune_stage(
     orders,
     fractions,
     settings: OrderSettings,
-    groups=None,
-    min_per_layer: int = 0,
-    reestimate: bool = False,
-    split: str = "eval",
-    shared: dict | None = None,
-    progress: bool = True,
+    groups,
+    min_per_layer: int,
+    reestimate: bool,
+    split: str,
+    shared: dict | None,
+    layout: str,
+    *,
+    progress: bool,
     base=None,
-    layout: str = "global",
 ) -> dict:
     """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform."""
     shape = task.gates.groups
@@ -100,6 +108,7 @@ def prune_stage(
         steps = [
             {
                 "fraction": f,
+                **what_was_removed(f, heads_removed(m), out["units_total"]),
                 "heads_pruned": heads_removed(m),
                 "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
                 "score": r.score,
@@ -114,27 +123,50 @@ def prune_stage(
     return out
 
 
+def what_was_removed(fraction: float, removed: int, total: int) -> dict:
+    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked
+    (a uniform layout's floor per layer or prune.min_heads_per_layer can leave fewer)."""
+    return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
+
+
+def warn_unmet(result: dict) -> None:
+    """One warning line per order whose steps removed fewer units than their fractions ask."""
+    total, unit = result["units_total"], result["unit"]
+    for order, v in result["orders"].items():
+        unmet = [s for s in v["steps"] if s.get("fraction_met") is False]
+        if unmet:
+            shown = "; ".join(
+                f"{percent(s['fraction'])} asks {int(round(s['fraction'] * total))} of {total} {unit}s, {s['heads_pruned']} removed"
+                for s in unmet
+            )
+            warn(
+                f"{order}: {shown}: the {result['layout']} layout or prune.min_heads_per_layer={result['min_heads_per_layer']} "
+                "allows no more; each point is labelled by what it removed (fraction_removed in results.json)"
+            )
+
+
 def curves_of(result: dict) -> dict:
-    """{order: (fractions, scores)} of a prune result, for the figure."""
-    return {order: ([s["fraction"] for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()}
+    """{order: (fractions removed, scores)} of a prune result, for the figure."""
+    total = result.get("units_total")
+    return {
+        order: ([removed_fraction(s, total) for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()
+    }
 
 
-def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: str) -> dict:
+def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions: list[float], split: str) -> dict:
     """Pruning for speed (``prune.target`` / ``schedule`` / ``recover``): Pareto points in results.json, a table and a figure."""
-    from headprune.experiments.prune_speed import pareto_stage
-
-    selection = selection_split(task, cfg.prune.get("selection_split"))
-    check_split(task, selection, "selection")
-    out = output_dir(cfg)
-    from headprune.experiments.prune_speed import recoveries_of
     from headprune.lightning.loggers import build_logger
 
-    logger = build_logger(cfg, job_type="prune") if "finetune" in recoveries_of(cfg.prune) else False
-    result = pareto_stage(task, cfg, order_settings(cfg), orders, fractions, split, selection, out, logger=logger)
+    selection = selection_split(task, settings.prune.selection_split)
+    check_split(task, selection, "selection")
+    out = output_dir(cfg)
+    logger = build_logger(cfg, job_type="prune") if "finetune" in recoveries_of(settings.prune) else False
+    where = {"split": split, "selection": selection, "seed": int(cfg.seed)}
+    result = pareto_stage(task, settings, order_settings(cfg), orders, fractions, where, out, logger)
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
         print(
-            f"{point_name(p):>22} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
+            f"{point_name(p):>22} {point_step(p):>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
             + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else "")
         )
     write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])
@@ -145,30 +177,40 @@ def run_for_speed(cfg, task, orders: list[str], fractions: list[float], split: s
 
 def run(cfg) -> dict:
     """Greedy pruning curve(s); results.json holds every step's mask and score, plus a figure."""
-    from headprune.experiments.prune_speed import for_speed
-
-    settings = cfg.prune
-    orders = orders_of(settings)
-    fractions = fractions_of(settings)
-    min_per_layer = int(settings.get("min_heads_per_layer") or 0)
+    settings = RunSettings.of(cfg)
+    prune = settings.prune
+    orders = orders_of(prune)
+    fractions = fractions_of(prune)
+    min_per_layer = int(prune.min_heads_per_layer)
     if min_per_layer < 0:
         raise ValueError(f"prune.min_heads_per_layer must be >= 0, got {min_per_layer}")
     task = registry.load_task(cfg)
-    groups = check_groups(settings.get("groups"), task.gates.groups)
-    split = str(settings.split)
+    groups = check_groups(prune.groups, task.gates.groups)
+    split = str(prune.split)
     check_split(task, split)
     if "ablation" in orders:
-        check_split(task, str(settings.ablation_split), "ablation")
-    if for_speed(settings):
-        return run_for_speed(cfg, task, orders, fractions, split)
+        check_split(task, str(prune.ablation_split), "ablation")
+    if for_speed(prune):
+        return run_for_speed(cfg, settings, task, orders, fractions, split)
     result = prune_stage(
-        task, orders, fractions, order_settings(cfg), groups, min_per_layer, bool(settings.reestimate), split, layout=layout_of(settings)
+        task,
+        orders,
+        fractions,
+        order_settings(cfg),
+        groups,
+        min_per_layer,
+        bool(prune.reestimate),
+        split,
+        None,
+        str(prune.layout),
+        progress=True,
     )
     out = output_dir(cfg)
     title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"
     figure = pruning_curves(curves_of(result), out / "prune.png", title, result["metric"], result["base_score"])
     for order, v in result["orders"].items():
-        print(f"{order} ({result['unit']}): " + " ".join(f"{100 * s['fraction']:.0f}%={s['score']:.2f}" for s in v["steps"]))
+        print(f"{order} ({result['unit']}): " + " ".join(f"{step_label(s)}={s['score']:.2f}" for s in v["steps"]))
+    warn_unmet(result)
     write_results(cfg, "prune", result, task, split, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "orders"}, {"prune": prune_rows(result)}, [figure])
     return {"objective": result["orders"][orders[0]]["steps"][-1]["score"], **result}

@@ -18,90 +18,21 @@ from headprune.core.counting import model_cost
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.engine.ablation import attention_implementation
-from headprune.engine.timing import TimeBudgetError, measure_gain
+from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, gain_text
 from headprune.experiments.evaluation import check_split, score_check, score_check_text, swapped_model, unit_counts
+from headprune.experiments.mask_source import file_mask, with_file_unit
 from headprune.experiments.orders import ORDERS, order_settings
+from headprune.experiments.settings import RunSettings
 from headprune.lightning.loggers import log_run
-from headprune.results.readers import check_binary_mask
-from headprune.results.run_dir import mask_from_json, mask_to_json, write_results
-from headprune.results.writer import model_fingerprint, output_dir, read_json
+from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
+from headprune.results.run_dir import mask_to_json, write_results
+from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_fractions, heads_removed
 from headprune.selection.uniform import layout_masks, layout_of
 from headprune.tasks import registry
 from headprune.viz.plots import speed_bars
 from headprune.viz.tables import speed_rows
-
-
-def pareto_points(payload: dict) -> list[dict]:
-    """The Pareto points of a prune-for-speed results file (a prune run or a study's pareto stage), else []."""
-    results = payload.get("results") or {}
-    return results.get("points") or (results.get("pareto") or {}).get("points") or []
-
-
-def pareto_point(points: list[dict], method: str, fraction: float, step: str | None, path, setting: str = "speed") -> dict:
-    """The point of ``method`` (e.g. ``fisher+lsq``) at ``step`` (e.g. ``speedup=1.3``; None: its only point, else ``fraction``)."""
-    from headprune.viz.tables import point_name
-
-    mine = [p for p in points if point_name(p) == method]
-    if not mine:
-        raise ConfigError(
-            f"{path} has no Pareto points of {method!r}; it has {sorted({point_name(p) for p in points})} (set {setting}.mask_order)"
-        )
-    if step is not None:
-        chosen = [p for p in mine if p["step"] == step]
-    elif len(mine) == 1:
-        chosen = mine
-    else:
-        chosen = [p for p in mine if p.get("fraction") is not None and round(p["fraction"], 6) == round(fraction, 6)]
-    if not chosen:
-        raise ConfigError(
-            f"{path} has no {method!r} point at {step or f'fraction {fraction}'}; its steps are "
-            f"{[p['step'] for p in mine]} (set {setting}.mask_step)"
-        )
-    return chosen[0]
-
-
-def raw_mask(payload: dict, order: str, fraction: float, step: str | None, path, setting: str = "speed") -> dict:
-    """The JSON mask of a prune results payload (order + fraction, or a Pareto point's method + step) or of a mask JSON."""
-    points = pareto_points(payload)
-    if "mask" in payload:
-        raw = payload["mask"]
-    elif points:
-        raw = pareto_point(points, order, fraction, step, path, setting)["mask"]
-    else:
-        orders = (payload.get("results") or {}).get("orders") or (payload.get("results") or {}).get("prune", {}).get("orders")
-        if not orders:
-            raise ConfigError(f"{path} holds neither a mask nor prune results")
-        if order not in orders:
-            raise ConfigError(f"{path} has no order {order!r}; it has {sorted(orders)} (set {setting}.mask_order)")
-        steps = {round(s["fraction"], 6): s for s in orders[order]["steps"]}
-        if round(fraction, 6) not in steps:
-            raise ConfigError(
-                f"{path} has no step at fraction {fraction} for order {order!r}; it has {sorted(steps)} (set {setting}.fraction)"
-            )
-        raw = steps[round(fraction, 6)]["mask"]
-    check_binary_mask(raw, str(path))
-    return raw
-
-
-def mask_from_file(path, task, order: str, fraction: float, step: str | None = None, setting: str = "speed") -> dict:
-    """A mask from a prune results.json (order + fraction, or a Pareto point's method + step) or a mask JSON, checked against this model."""
-    path = Path(str(path))
-    if not path.exists():
-        raise FileNotFoundError(f"{setting}.mask_file={path} does not exist")
-    payload = read_json(path)
-    made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
-    if made_for and made_for != model_fingerprint(task.model):
-        raise ConfigError(
-            f"mask file {path} was made for another model (fingerprint {made_for}, "
-            f"this model is {model_fingerprint(task.model)}): use the same model.pretrained"
-        )
-    raw = raw_mask(payload, order, fraction, step, path, setting)
-    try:
-        return task.gates.normalize_mask(mask_from_json(raw), hard=True)
-    except ValueError as err:
-        raise ConfigError(f"mask file {path} does not fit this model: {err}") from None
 
 
 def clock_of(settings) -> str:
@@ -124,7 +55,7 @@ def timed_call(task, model, gates, call=None):
 
 def own_attention(model, gates):
     """Run a block with the model's own attention, or with the gate wrapper where uneven KV groups need its query->KV head map."""
-    uneven = any(site.kv_index is not None for site in gates.sites)
+    uneven = any(site.needs_wrapper for site in gates.sites)
     return attention_implementation(model, model.config._attn_implementation if uneven else gates.inner)
 
 
@@ -152,44 +83,27 @@ def memory_rows(task, original, pruned) -> dict:
     return out
 
 
-def speed_stage(
-    task,
-    mask: dict,
-    split: str = "eval",
-    batch_sizes=(1, 4, 16, 64),
-    examples: int = 256,
-    warmup: int = 2,
-    repeats: int = 5,
-    seed: int = 0,
-    check_score: bool = True,
-    clock: str = "wall",
-    max_seconds: float = 0.0,
-    tolerance: float = 0.0,
-    max_repeats: int | None = None,
-    pruned_model=None,
-    runtime: str = "torch",
-    export_dir: Path | None = None,
-) -> dict:
+def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_dir: Path | None = None) -> dict:
     """Throughput of each timed call of the task, original vs physically pruned model, FLOP counts, memory, masked == pruned check.
 
     ``mask`` is in the unit of ``task.gates`` (query heads or KV groups); the model is pruned by its query-head mask.
+    ``speed``: the speed settings (split, batch sizes, repeats, time budget, clock, runtime, check_score).
     ``pruned_model``: time this model instead (``mask``'s heads already removed from it, e.g. after recovery: generation
     speed depends on the weights through the output lengths); it has no masked twin, so no score check.
     ``runtime="onnxruntime"``: both models are exported to ONNX (``export_dir``) and timed in ONNX Runtime; calls the
     graphs cannot make (generation: no KV cache) are left out and listed under ``calls_not_timed``.
     """
-    device = next(task.model.parameters()).device
     original = task.model
     head_mask = task.gates.head_mask(mask, hard=True)
     if pruned_model is None:
         pruned = copy.deepcopy(original)
         record = prune_mask(pruned, head_mask)
     else:
-        pruned, record, check_score = pruned_model, pruning_record(pruned_model), False
+        pruned, record = pruned_model, pruning_record(pruned_model)
     pruned_gates = HeadGates(pruned)
     out = {
-        "split": split,
-        "device": str(device),
+        "split": str(speed.split),
+        "device": str(next(original.parameters()).device),
         "heads_total": task.gates.num_heads,
         "heads_pruned": heads_removed(mask),
         **unit_counts(task.gates),
@@ -197,52 +111,11 @@ def speed_stage(
         "pruning_record": record,
         "mask": mask_to_json(mask),
     }
-    if check_score:
-        masked = task.evaluate(mask, split=split)
-        with swapped_model(task, pruned, pruned_gates):
-            physical = task.evaluate(None, split=split)
-        out["score_check"] = score_check(masked, physical)
-        print(score_check_text(out["score_check"]), flush=True)
-        if not out["score_check"]["agree"]:
-            raise RuntimeError(
-                f"the physically pruned model does not score like the masked one: {score_check_text(out['score_check'])}; "
-                "pruning changed more than the masked heads (set speed.check_score=false to time it anyway)"
-            )
-    timed_calls = task.timed_calls()
-    rows, untimed = [], []
-    with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
-        runners = {"original": original, "pruned": pruned}
-        if runtime == "onnxruntime":
-            runners, out["runtime"] = onnx_runners(task, runners, split, seed, export_dir, timed_calls)
-        for size in batch_sizes:  # time both with the models' own attention (no gate wrapper where the model can do without)
-            batches = task.timing_batches(int(size), examples, split, seed=seed)
-            for name, timed in timed_calls.items():
-                if name in out.get("runtime", {}).get("calls_not_timed", {}):
-                    continue
-                span = span_of(timed, batches)
-                try:
-                    timing = measure_gain(
-                        timed_call(task, runners["original"], task.gates, timed.call),
-                        timed_call(task, runners["pruned"], pruned_gates, timed.call),
-                        batches,
-                        warmup,
-                        repeats,
-                        device,
-                        clock if device.type == "cpu" else "wall",
-                        max_seconds,
-                        tolerance,
-                        max_repeats,
-                    )
-                except TimeBudgetError as error:  # a slow machine: this row is not timed, everything else stands
-                    untimed.append(
-                        {"batch_size": int(size), "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
-                        | {"reason": str(error)}
-                    )
-                    print(f"batch {size:3d} {name}: {NOT_TIMED} ({error})", flush=True)
-                    continue
-                rows.append(timing_row(timed, name, int(size), span, batches, timing, original, pruned))
+    if speed.check_score and pruned_model is None:
+        out["score_check"] = checked_scores(task, mask, pruned, pruned_gates, str(speed.split))
+    rows, untimed = timing_rows(task, pruned, pruned_gates, speed, seed, export_dir, out)
     measured = rows or untimed
-    seq_len = measured[-1]["seq_len"] if measured else 128
+    seq_len = measured[-1]["seq_len"] if measured else mean_length(task.timing_batches(1, int(speed.examples), out["split"], seed=seed))
     out["cost"] = {"original": asdict(model_cost(original, seq_len)), "pruned": asdict(model_cost(pruned, seq_len))}
     memory = memory_rows(task, original, pruned)
     if memory:
@@ -255,6 +128,54 @@ def speed_stage(
     if not rows:
         out["verdict"] = NOT_TIMED
     return out
+
+
+def checked_scores(task, mask: dict, pruned, pruned_gates, split: str) -> dict:
+    """The masked and the physically pruned model's scores on ``split``; a RuntimeError when they differ beyond rounding."""
+    masked = task.evaluate(mask, split=split)
+    with swapped_model(task, pruned, pruned_gates):
+        physical = task.evaluate(None, split=split)
+    check = score_check(masked, physical)
+    print(score_check_text(check), flush=True)
+    if not check["agree"]:
+        raise RuntimeError(
+            f"the physically pruned model does not score like the masked one: {score_check_text(check)}; "
+            "pruning changed more than the masked heads (set speed.check_score=false to time it anyway)"
+        )
+    return check
+
+
+def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: dict) -> tuple[list[dict], list[dict]]:
+    """(a row per batch size and timed call, the ones the time budget cut); ONNX Runtime's info goes into ``out``."""
+    original = task.model
+    device = next(original.parameters()).device
+    clock = clock_of(speed) if device.type == "cpu" else "wall"
+    timed_calls = task.timed_calls()
+    rows, untimed = [], []
+    with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
+        runners = {"original": original, "pruned": pruned}
+        if speed.runtime == "onnxruntime":
+            runners, out["runtime"] = onnx_runners(task, runners, str(speed.split), seed, export_dir, timed_calls)
+        skipped = out["runtime"]["calls_not_timed"] if "runtime" in out else {}
+        for size in [int(b) for b in speed.batch_sizes]:  # both timed with the models' own attention where they can do without gates
+            batches = task.timing_batches(size, int(speed.examples), str(speed.split), seed=seed)
+            for name, timed in [(n, t) for n, t in timed_calls.items() if n not in skipped]:
+                span = span_of(timed, batches)
+                calls = (
+                    timed_call(task, runners["original"], task.gates, timed.call),
+                    timed_call(task, runners["pruned"], pruned_gates, timed.call),
+                )
+                try:
+                    timing = measure_gain(*calls, batches, int(speed.warmup), int(speed.repeats), device, clock, **adaptive_settings(speed))
+                except TimeBudgetError as error:  # a slow machine: this row is not timed, everything else stands
+                    untimed.append(
+                        {"batch_size": size, "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
+                        | {"reason": str(error)}
+                    )
+                    print(f"batch {size:3d} {name}: {NOT_TIMED} ({error})", flush=True)
+                    continue
+                rows.append(timing_row(timed, name, size, span, batches, timing, original, pruned))
+    return rows, untimed
 
 
 def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list[dict], timing: dict, original, pruned) -> dict:
@@ -318,25 +239,6 @@ def adaptive_settings(settings) -> dict:
     }
 
 
-def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
-    """The mask of ``<setting>.mask_file`` (with mask_order, mask_step, fraction) and where it came from."""
-    fraction = check_fractions([settings.fraction])[0]
-    step = settings.get("mask_step")
-    step = None if step is None else str(step)
-    mask = mask_from_file(settings.mask_file, task, str(settings.mask_order), fraction, step, setting)
-    origin = {"mask_file": str(settings.mask_file), "mask_order": str(settings.mask_order), "fraction": fraction}
-    points = pareto_points(read_json(Path(str(settings.mask_file))))
-    if points:  # a Pareto point: its target and predicted speed-up are reported beside the measured gain
-        point = pareto_point(points, str(settings.mask_order), fraction, step, settings.mask_file, setting)
-        origin.update(
-            fraction=point["heads_pruned"] / point["heads_total"],
-            step=point["step"],
-            target=point.get("target"),
-            predicted_speedup=point["predicted_speedup"],
-        )
-    return mask, origin
-
-
 def choose_mask(cfg, task) -> tuple[dict, dict]:
     """The mask to prune and where it came from (validated before any timing)."""
     settings = cfg.speed
@@ -347,7 +249,7 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     if order not in ORDERS:
         raise ConfigError(f"speed.mask_order={order} is no pruning order ({list(ORDERS)}); a Pareto point's method needs speed.mask_file")
     scores = ORDERS[order].scores(task, order_settings(cfg))
-    mask = layout_masks(scores, task.gates.groups, [fraction], layout=layout_of(cfg.get("prune")))[0]
+    mask = layout_masks(scores, task.gates.groups, [fraction], layout=layout_of(cfg.prune))[0]
     return mask, {"mask_order": order, "fraction": fraction, "mask_source": f"the lowest {fraction:g} of the heads by {order}"}
 
 
@@ -363,9 +265,10 @@ def check_removes_some(mask: dict, origin: dict) -> None:
 
 def run(cfg) -> dict:
     """Prune physically, time original vs pruned at each batch size, check scores; results.json + figure."""
-    settings = cfg.speed
+    cfg = with_file_unit(cfg, "speed")  # a mask file says its own unit (head or kv_group)
+    settings = RunSettings.of(cfg).speed
     check_fractions([settings.fraction])
-    clock = clock_of(settings)
+    clock_of(settings)
     sizes = [int(b) for b in settings.batch_sizes]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"speed.batch_sizes must be positive integers, got {list(settings.batch_sizes)}")
@@ -374,23 +277,10 @@ def run(cfg) -> dict:
     check_split(task, split)
     mask, origin = choose_mask(cfg, task)
     check_removes_some(mask, origin)
-    result = speed_stage(
-        task,
-        mask,
-        split,
-        sizes,
-        int(settings.examples),
-        int(settings.warmup),
-        int(settings.repeats),
-        int(cfg.seed),
-        bool(settings.check_score),
-        clock,
-        **adaptive_settings(settings),
-        runtime=str(settings.get("runtime") or "torch"),
-        export_dir=output_dir(cfg) / "onnx",
-    )
+    result = speed_stage(task, mask, settings, int(cfg.seed), export_dir=output_dir(cfg) / "onnx")
     out = output_dir(cfg)
-    title = f"Throughput, {100 * origin['fraction']:.0f}% of heads pruned ({cfg.model.name})"
+    removed = origin.get("fraction_removed", origin["fraction"])
+    title = f"Throughput, {100 * removed:.0f}% of the {task.gates.unit}s pruned ({cfg.model.name})"
     figures = [speed_bars(result["rows"], out / "speed.png", title)] if result["rows"] else []
     if origin.get("target"):
         result["target"] = {**origin["target"], "predicted_speedup": origin["predicted_speedup"]}

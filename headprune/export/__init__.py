@@ -4,7 +4,8 @@
   whose layers all keep the same heads: ``prune.layout=uniform``, with ``prune.unit=kv_group`` for
   grouped-query models);
 - ``onnx`` (headprune.export.onnx): any encoder, decoder or encoder-decoder, uneven heads included
-  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime);
+  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime), in a directory with its tokenizer, config and
+  description (headprune.export.onnx_dir) that plain ONNX Runtime runs from raw text (headprune.export.onnx_client);
 - ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
   architecture when every layer keeps one shape, its ``deci`` (per-layer head counts) for global masks.
 
@@ -13,11 +14,69 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from torch import nn
 
-FORMATS = ("hf", "onnx", "gguf")
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre``."""
+
+    gguf_dtype: str
+    name: str
+    tokenizer_pre: str
+
+
+def write_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
+    """A directory stock transformers loads with ``AutoModelForCausalLM``."""
+    from headprune.export.hf import export_hf
+
+    files = export_hf(model, tokenizer, out)
+    job = {"format": "hf", "dir": str(out), "auto_class": "AutoModelForCausalLM", "tokenizer": tokenizer is not None}
+    return {"files": files, "job": job}
+
+
+def write_onnx(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
+    """``model.onnx``, or ``encoder.onnx`` + ``decoder.onnx``, traced on ``example``."""
+    from headprune.export.onnx import export_onnx
+    from headprune.export.onnx_dir import write_onnx_dir
+
+    graphs = export_onnx(model, example, out)
+    files = write_onnx_dir(model, tokenizer, out, graphs)
+    return {"files": files, "graphs": graphs, "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}}}
+
+
+def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
+    """One GGUF file for llama.cpp: its ``llama`` architecture, or ``deci`` for uneven layers."""
+    from headprune.export.gguf_deci import write_gguf as write
+
+    written = write(model, tokenizer, out, options.gguf_dtype, options.name, options.tokenizer_pre)
+    path = written["path"]
+    job = {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}
+    if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
+        job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv")})
+    return {"files": [path], "architecture": written["architecture"], "job": job}
+
+
+@dataclass(frozen=True)
+class Format:
+    """An export format: its writer and what it demands of the model and the settings."""
+
+    write: Callable[..., dict]  # (model, tokenizer, out, example, ExportOptions) -> {"files", "job", ...}
+    decoder_only: bool  # Llama-family decoders with a stock layer shape only (headprune.export.hf.STOCK_TYPES)
+    quantize: tuple[str, ...]  # export.quantize values it takes
+    reads: tuple[str, ...]  # export.* settings only this format reads
+    rounds_weights: bool  # the file stores rounded weights (gguf f16): the check compares with the model as rounded
+
+
+FORMATS: dict[str, Format] = {
+    "hf": Format(write_hf, decoder_only=True, quantize=("none",), reads=(), rounds_weights=False),
+    "onnx": Format(write_onnx, decoder_only=False, quantize=("none", "int8"), reads=("quantize", "per_channel"), rounds_weights=False),
+    "gguf": Format(write_gguf, decoder_only=True, quantize=("none",), reads=("gguf_dtype", "tokenizer_pre"), rounds_weights=True),
+}
 
 
 def export_model(
@@ -34,30 +93,6 @@ def export_model(
 
     ``example`` is a batch of model inputs (ONNX traces on it); ``job`` tells the checker how to load the export.
     """
-    if fmt == "hf":
-        from headprune.export.hf import export_hf
-
-        files = export_hf(model, tokenizer, out)
-        return {
-            "files": files,
-            "job": {"format": "hf", "dir": str(out), "auto_class": "AutoModelForCausalLM", "tokenizer": tokenizer is not None},
-        }
-    if fmt == "onnx":
-        from headprune.export.onnx import export_onnx
-
-        graphs = export_onnx(model, example, out)
-        return {
-            "files": list(graphs.values()),
-            "graphs": graphs,
-            "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}},
-        }
-    if fmt == "gguf":
-        from headprune.export.gguf_deci import write_gguf
-
-        written = write_gguf(model, tokenizer, out, gguf_dtype, name, tokenizer_pre)
-        path = written["path"]
-        job = {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}
-        if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
-            job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv")})
-        return {"files": [path], "architecture": written["architecture"], "job": job}
-    raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
+    if fmt not in FORMATS:
+        raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
+    return FORMATS[fmt].write(model, tokenizer, out, example, ExportOptions(gguf_dtype, name, tokenizer_pre))

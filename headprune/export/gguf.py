@@ -26,6 +26,18 @@ GGUF_TYPES = ("llama", "mistral")  # written as llama.cpp's llama architecture
 DTYPES = ("f32", "f16")
 
 
+# tokenizer.ggml.pre names llama.cpp's BPE vocabularies know (src/llama-vocab.cpp); any other is read as "default"
+LLAMA_CPP_PRE_TOKENIZERS = (
+    "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "deepseek-llm",
+    "deepseek-coder", "deepseek-v3", "falcon", "mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat",
+    "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "jina-v1-en", "jina-v2-code", "roberta-bpe", "refact", "command-r",
+    "qwen2", "deepseek-r1-qwen", "kormo", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "glm4", "chatglm-bpe",
+    "viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4", "chameleon",
+    "minerva-7b", "megrez", "gpt-4o", "llama4", "superbpe", "trillion", "granite-docling", "bailingmoe", "bailingmoe2",
+    "llada-moe", "seed-coder", "hunyuan", "hunyuan-dense", "kimi-k2", "grok-2", "afmoe", "minimax-m2",
+)  # fmt: skip
+
+
 def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     """q/k rows from HF's rotary layout (each head: first half, second half) to llama.cpp's (interleaved pairs)."""
     rows = weight.shape[0]

@@ -1,4 +1,4 @@
-"""Stock transformers checkpoints of pruned Llama-family decoders: a directory ``AutoModelForCausalLM`` loads alone.
+"""Stock transformers checkpoints of pruned Llama-like decoders (Granite, Gemma, Phi-3 too): a directory ``AutoModelForCausalLM`` loads alone.
 
 A stock architecture needs the same query heads, KV heads and head size in every layer, each KV head
 serving an equal run of query heads (``repeat_kv``'s order): what ``prune.layout=uniform`` with
@@ -25,7 +25,7 @@ from headprune.core.checks import ConfigError
 from headprune.core.gates import find_sites
 from headprune.core.pruning import RECORD_ATTR
 
-STOCK_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+STOCK_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text", "phi3")
 V4_ATTR = "pruned_heads"
 
 

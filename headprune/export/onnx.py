@@ -7,12 +7,14 @@ while the TorchScript exporter writes opset 17 directly for every family; tests 
 batch sizes and lengths than it was traced with. A pruned layer's own ``view(..., -1, head_dim)`` is
 traced with its own head count, so uneven layers need nothing special. Graphs:
 
-- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]) -> logits;
+- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]; an image model: pixel_values) -> logits;
   decoder-only LMs run without a KV cache (every position's logits);
 - encoder-decoders: ``encoder.onnx`` (input_ids, attention_mask -> last_hidden_state) and ``decoder.onnx``
-  (decoder_input_ids, encoder_hidden_states, attention_mask -> logits), one decoder pass without a cache.
+  (decoder_input_ids, encoder_hidden_states, attention_mask -> logits), one decoder pass without a cache; a speech model
+  (Whisper) takes input_features in the encoder and no source mask.
 
-``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default).
+``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default), into
+``int8/`` beside the f32 graphs, with the export directory's other files (``headprune.export.onnx_dir``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from headprune.export.onnx_dir import DESCRIPTION, copy_onnx_dir
+
 OPSET = 17
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+IMAGE_INPUT = "pixel_values"  # (batch, channels, height, width): one graph input, dynamic batch
+SPEECH_INPUT = "input_features"  # (batch, mel bins, frames): a speech encoder-decoder's source, dynamic batch
 
 
 class _Logits(nn.Module):
@@ -39,25 +45,28 @@ class _Logits(nn.Module):
 
 
 class _Encoder(nn.Module):
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
+    """The encoder's last hidden state from its source inputs (token ids and mask, or a speech model's features)."""
 
-    def forward(self, input_ids, attention_mask):
-        return self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def __init__(self, model: nn.Module, names: list[str]):
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *tensors):
+        return self.model.get_encoder()(**dict(zip(self.names, tensors))).last_hidden_state
 
 
 class _Decoder(nn.Module):
-    """One decoder pass over all target positions (no cache) given the encoder's states."""
+    """One decoder pass over all target positions (no cache) given the encoder's states (and the source mask, if any)."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, names: list[str]):
         super().__init__()
-        self.model = model
+        self.model, self.names = model, names
 
-    def forward(self, decoder_input_ids, encoder_hidden_states, attention_mask):
-        return self.model(
-            encoder_outputs=(encoder_hidden_states,), attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=False
-        ).logits
+    def forward(self, decoder_input_ids, encoder_hidden_states, *source):
+        extra = dict(zip(self.names, source))
+        if not source:  # a full target mask: without one transformers looks for packed sequences with aten::diff (no ONNX op)
+            extra["decoder_attention_mask"] = torch.ones_like(decoder_input_ids)
+        return self.model(encoder_outputs=(encoder_hidden_states,), decoder_input_ids=decoder_input_ids, use_cache=False, **extra).logits
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], output: str, axes: dict) -> Path:
@@ -79,10 +88,12 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outpu
 
 
 def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
-    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs)."""
+    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs; images for vision models)."""
+    if IMAGE_INPUT in batch:
+        return [IMAGE_INPUT]
     names = [k for k in ENCODER_INPUTS if k in batch]
     if "input_ids" not in names:
-        raise ValueError(f"an ONNX export needs input_ids in the check batch; it has {sorted(batch)}")
+        raise ValueError(f"an ONNX export needs input_ids (or pixel_values) in the check batch; it has {sorted(batch)}")
     return names
 
 
@@ -106,33 +117,41 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
     batch = padded({k: v.cpu() for k, v in batch.items()})
     with torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
-            ids, mask = batch["input_ids"], batch["attention_mask"]
-            seq = {0: "batch", 1: "source"}
-            encoder = _export(
-                _Encoder(model),
-                (ids, mask),
-                out / "encoder.onnx",
-                ["input_ids", "attention_mask"],
-                "last_hidden_state",
-                {"input_ids": seq, "attention_mask": seq, "last_hidden_state": seq},
-            )
-            hidden = _Encoder(model)(ids, mask)
-            target = {0: "batch", 1: "target"}
-            decoder = _export(
-                _Decoder(model),
-                (batch["decoder_input_ids"], hidden, mask),
-                out / "decoder.onnx",
-                ["decoder_input_ids", "encoder_hidden_states", "attention_mask"],
-                "logits",
-                {"decoder_input_ids": target, "encoder_hidden_states": seq, "attention_mask": seq, "logits": target},
-            )
-            return {"encoder": encoder, "decoder": decoder}
+            return _export_encoder_decoder(model, batch, out)
         names = graph_inputs(model, batch)
         extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
-        axes = {name: {0: "batch", 1: "sequence"} for name in names}
+        axes = {name: {0: "batch"} if name == IMAGE_INPUT else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
         path = _export(_Logits(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
         return {"model": path}
+
+
+def _export_encoder_decoder(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
+    """``encoder.onnx`` (source inputs -> last_hidden_state) and ``decoder.onnx`` (target ids, encoder states[, source mask] -> logits)."""
+    speech = SPEECH_INPUT in batch  # Whisper: (batch, mel bins, frames), the frame count fixed by the model; no source mask
+    names = [SPEECH_INPUT] if speech else ["input_ids", "attention_mask"]
+    source = {0: "batch"} if speech else {0: "batch", 1: "source"}
+    sources = tuple(batch[n] for n in names)
+    encoder = _export(
+        _Encoder(model, names),
+        sources,
+        out / "encoder.onnx",
+        names,
+        "last_hidden_state",
+        {**dict.fromkeys(names, source), "last_hidden_state": source},
+    )
+    hidden = _Encoder(model, names)(*sources)
+    masks = [] if speech else ["attention_mask"]
+    target = {0: "batch", 1: "target"}
+    decoder = _export(
+        _Decoder(model, masks),
+        (batch["decoder_input_ids"], hidden, *(batch[n] for n in masks)),
+        out / "decoder.onnx",
+        ["decoder_input_ids", "encoder_hidden_states", *masks],
+        "logits",
+        {"decoder_input_ids": target, "encoder_hidden_states": source, **dict.fromkeys(masks, source), "logits": target},
+    )
+    return {"encoder": encoder, "decoder": decoder}
 
 
 def quantize_int8(files: dict[str, Path], out: Path, per_channel: bool = True) -> dict[str, Path]:
@@ -151,4 +170,8 @@ def quantize_int8(files: dict[str, Path], out: Path, per_channel: bool = True) -
         quantize_dynamic(str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
         prepared.unlink()
         done[name] = target
+    source = Path(next(iter(files.values()))).parent
+    if (source / DESCRIPTION).is_file():  # an export directory: the int8 one gets its config, tokenizer and description too
+        weights = "per-channel" if per_channel else "per-tensor"
+        copy_onnx_dir(source, out, done, f"int8 ({weights} weights; activations quantised per batch at run time)")
     return done

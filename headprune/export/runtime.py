@@ -17,6 +17,7 @@ from torch import nn
 from headprune.export.checker import OnnxRunner
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
+FLOAT_INPUTS = ("pixel_values", "input_features")  # images, speech features: float32, not token ids
 
 
 class OnnxRuntimeModel(nn.Module):
@@ -35,6 +36,9 @@ class OnnxRuntimeModel(nn.Module):
             for k, v in inputs.items()
             if k in INPUTS and torch.is_tensor(v)
         }
+        for name in FLOAT_INPUTS:  # an image model's pixels, a speech model's features stay float32
+            if torch.is_tensor(inputs.get(name)):
+                arrays[name] = np.ascontiguousarray(inputs[name].detach().cpu().numpy().astype(np.float32))
         return SimpleNamespace(logits=torch.from_numpy(self.runner.logits(arrays)))
 
     def get_output_embeddings(self) -> nn.Module:

@@ -76,7 +76,7 @@ def greedy_tokens(model: nn.Module, prompt: torch.Tensor, new_tokens: int) -> np
 
 def sample_texts(tokenizer, batches: list[dict], rows: int = 4) -> dict:
     """Texts decoded from the first check rows and the model's own tokenizer's ids of them: the exported tokenizer must agree."""
-    if tokenizer is None:
+    if tokenizer is None or not hasattr(tokenizer, "batch_decode"):  # no text: an image model's processor
         return {}
     texts = tokenizer.batch_decode(batches[0]["input_ids"][:rows].tolist(), skip_special_tokens=True)
     return {"texts": texts, "text_ids": [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]}

@@ -39,7 +39,7 @@ def build_logger(cfg, job_type: str | None = None):
         entity=cfg.logger.get("entity"),
         save_dir=str(out),
         mode=cfg.logger.mode,
-        tags=list(cfg.logger.get("tags") or []),
+        tags=list(cfg.logger.tags),
         config=OmegaConf.to_container(cfg, resolve=True),
         **extra,
     )

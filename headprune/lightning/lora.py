@@ -25,9 +25,11 @@ def lora_targets(model: nn.Module) -> list[str]:
 
 
 def smallest_projection(model: nn.Module) -> int:
-    """min(in_features, out_features) over the projections LoRA adapts: the largest rank that is still low rank."""
+    """min(in_features, out_features) over the projections LoRA adapts (a pruned model's narrower ones included; those of a
+    layer that lost every head, 0 wide, left out): the largest rank that is still low rank."""
     modules = dict(model.named_modules())
-    return min(min(modules[name].in_features, modules[name].out_features) for name in lora_targets(model))
+    widths = [min(modules[name].in_features, modules[name].out_features) for name in lora_targets(model)]
+    return min([w for w in widths if w > 0] or widths)
 
 
 def add_lora(model: nn.Module, rank: int, alpha: float | None = None, seed: int = 0):

@@ -72,7 +72,7 @@ def fit(cfg, module, datamodule, callbacks=()) -> dict:
         module.save_hf(model_dir)
         write_results_file(
             output_dir(cfg) / "results.json",
-            cfg.get("experiment_name", "train"),
+            str(cfg.experiment_name),
             OmegaConf.to_container(cfg, resolve=True),
             metrics,
             {"model": model_fingerprint(module.model)},

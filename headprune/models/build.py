@@ -5,22 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from headprune.core.saving import RECORD_FILE
-from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained
-
-
-def _model_class(kind: str):
-    import transformers
-
-    classes = {
-        "classifier": transformers.AutoModelForSequenceClassification,
-        "seq2seq": transformers.AutoModelForSeq2SeqLM,
-        "causal_lm": transformers.AutoModelForCausalLM,
-    }
-    if kind not in classes:
-        raise ValueError(f"model.kind must be one of {sorted(classes)}, got {kind!r}")
-    return classes[kind]
+from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained, split_revision
 
 
 def tokenizer_source(model_cfg) -> str:
@@ -42,25 +30,25 @@ def build_tokenizer(model_cfg):
     """The tokenizer named by ``model_cfg.tokenizer`` (embedded name, hub name or directory)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(tokenizer_source(model_cfg))
+    name, revision = split_revision(tokenizer_source(model_cfg))
+    return AutoTokenizer.from_pretrained(name, revision=revision)
 
 
-def build_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
-    """A HF model from ``model_cfg`` (pretrained weights, else a fresh config); new weights drawn from ``seed`` when given."""
+def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int | None = None, **overrides):
+    """A ``model_class`` (a transformers auto class) from ``model_cfg``: pretrained weights, else a fresh config; new weights
+    drawn from ``seed`` when given; ``overrides`` go into the model's config (e.g. num_labels)."""
     if seed is None:
-        return _build_model(model_cfg, vocab_size, **overrides)
+        return _build_model(model_cfg, model_class, vocab_size, **overrides)
     with torch.random.fork_rng():  # the caller's random stream is left as it was
         torch.manual_seed(int(seed))
-        return _build_model(model_cfg, vocab_size, **overrides)
+        return _build_model(model_cfg, model_class, vocab_size, **overrides)
 
 
-def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
+def _build_model(model_cfg, model_class, vocab_size: int | None = None, **overrides):
     from transformers import AutoConfig
 
-    model_class = _model_class(model_cfg.kind)
-    extra = {"num_labels": model_cfg.num_labels} if model_cfg.kind == "classifier" else {}
-    extra.update(overrides)
-    attn = model_cfg.get("attn_implementation", "sdpa")
+    extra = dict(overrides)
+    attn = model_cfg.attn_implementation
     if model_cfg.pretrained:
         source = resolve_pretrained(model_cfg.pretrained)
         check_model_dir(source, tokenizer=False)  # the tokenizer is checked where it is built
@@ -68,10 +56,11 @@ def _build_model(model_cfg, vocab_size: int | None = None, **overrides):
             from headprune.core.saving import load_pruned
 
             return load_pruned(source, **extra)
-        return model_class.from_pretrained(source, attn_implementation=attn, **extra)
+        name, revision = split_revision(source)  # a hub name@revision: one of a pretraining run's checkpoints
+        return model_class.from_pretrained(name, revision=revision, attn_implementation=attn, **extra)
     if model_cfg.config is None:
         raise ValueError(f"model {model_cfg.get('name')!r} sets neither `pretrained` nor `config`: set one of them")
-    fields = dict(model_cfg.config)
+    fields = OmegaConf.to_container(model_cfg.config, resolve=True) if OmegaConf.is_config(model_cfg.config) else dict(model_cfg.config)
     model_type = fields.pop("model_type")
     if vocab_size is not None:
         fields["vocab_size"] = vocab_size

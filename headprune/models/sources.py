@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
+from headprune.core.families import FAMILIES
 from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
 
 VOCABULARY_FILES = (
@@ -22,6 +23,7 @@ VOCABULARY_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
     "tokenizer.model",
+    "preprocessor_config.json",  # an image model's processor: what turns its inputs into tensors
 )  # a saved tokenizer has at least one of these (a config alone is not a vocabulary)
 
 
@@ -56,12 +58,23 @@ def hub_reachable(timeout: float = 1.5) -> bool:
         return False
 
 
+def split_revision(name: str) -> tuple[str, str | None]:
+    """A hub name and its revision from ``org/name@revision`` (Pythia's ``step1000``, a branch, a commit); else (name, None)."""
+    if "@" not in name or looks_like_path(name) or Path(name).expanduser().exists():
+        return name, None
+    repo, _, revision = name.rpartition("@")
+    if not repo or not revision:
+        raise ConfigError(f"{name!r} is neither a local path nor a hub name: write org/name@revision, e.g. EleutherAI/pythia-70m@step1000")
+    return repo, revision
+
+
 def _in_hub_cache(name: str) -> bool:
+    repo, revision = split_revision(name)
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        return isinstance(try_to_load_from_cache(name, "config.json"), str) or isinstance(
-            try_to_load_from_cache(name, "tokenizer_config.json"), str
+        return isinstance(try_to_load_from_cache(repo, "config.json", revision=revision), str) or isinstance(
+            try_to_load_from_cache(repo, "tokenizer_config.json", revision=revision), str
         )
     except Exception:  # noqa: BLE001 - a malformed repo id is simply not cached
         return False
@@ -93,9 +106,11 @@ def resolve_pretrained(name: str | None, setting: str = "model.pretrained") -> s
         )
     if _in_hub_cache(name) or hub_reachable():
         return name
+    repo, revision = split_revision(name)
+    download = f"hf download {repo}" + (f" --revision {revision}" if revision else "")
     raise FileNotFoundError(
         f"{setting}={name} is no local directory ({path.resolve()} does not exist) and the Hugging Face hub "
-        f"cannot be reached (offline): download it on a machine with a network (`hf download {name} "
+        f"cannot be reached (offline): download it on a machine with a network (`{download} "
         f"--local-dir <dir>`) and point at the copy with {setting}=<dir>"
     )
 
@@ -135,7 +150,9 @@ def config_fields(model_cfg) -> dict | None:
 
 def kv_heads_per_layer(fields: dict) -> int | None:
     """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
-    kv, heads = fields.get("num_key_value_heads"), fields.get("num_attention_heads")
+    kv, heads = fields.get("num_key_value_heads", fields.get("num_kv_heads")), fields.get("num_attention_heads")
+    if fields.get("multi_query") and not fields.get("new_decoder_architecture"):
+        kv = 1  # Falcon's multi-query attention: one KV head for all query heads
     return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
 
 
@@ -146,7 +163,8 @@ def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
         return None
     if unit == "kv_group":
         return kv_heads_per_layer(fields)
-    counts = [fields.get(key) for key in ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads")]
+    keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # where each family keeps its head count
+    counts = [fields.get(key) for key in keys]
     counts = [int(c) for c in counts if isinstance(c, int)]
     return min(counts) if counts else None
 
@@ -154,5 +172,5 @@ def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
 def max_positions(model_cfg) -> int | None:
     """The most token positions the model takes (``max_position_embeddings``; None: unknown or unbounded)."""
     fields = config_fields(model_cfg)
-    value = None if fields is None else fields.get("max_position_embeddings")
+    value = None if fields is None else fields.get("max_position_embeddings", fields.get("n_positions"))  # n_positions: GPT-2
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

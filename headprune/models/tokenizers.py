@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from headprune.models.sources import VOCABULARY_FILES, has_tokenizer, resolve_pretrained  # noqa: F401 (re-exported)
+from headprune.models.sources import VOCABULARY_FILES, has_tokenizer, resolve_pretrained, split_revision  # noqa: F401 (re-exported)
 
 PAD, EOS, UNK, BOS = "<pad>", "</s>", "<unk>", "<s>"
 SPECIALS = [PAD, EOS, UNK, BOS]  # ids 0..3 in every tokenizer we train
@@ -55,7 +55,8 @@ def load_tokenizer(path: str | Path):
     """A tokenizer saved by ``save_pretrained`` (ours or a pretrained model's), from a directory or the hub."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_pretrained(str(path), "tokenizer"))
+    name, revision = split_revision(resolve_pretrained(str(path), "tokenizer"))
+    return AutoTokenizer.from_pretrained(name, revision=revision)
 
 
 def special_ids(tokenizer) -> dict[str, int]:

@@ -16,6 +16,7 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
+from headprune.core.checks import ConfigError
 from headprune.core.inputs import decoder_valid, model_inputs
 from headprune.core.units import UNITS
 
@@ -220,9 +221,11 @@ class _EntropyRecorder:
         self.counts = {g: t.clone() for g, t in self.totals.items()}
         self.valid: dict[str, torch.Tensor | None] = {}
 
-    def __call__(self, site, query, key, attention_mask, scaling):
+    def __call__(self, site, query, key, attention_mask, scaling, bias=None):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
+        if bias is not None:
+            scores = scores + bias.float()  # additive per-head score bias (T5's relative positions)
         if attention_mask is not None:
             if attention_mask.dtype == torch.bool:
                 scores = scores.masked_fill(~attention_mask, float("-inf"))
@@ -259,6 +262,12 @@ def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = Fa
         for site in gates.sites:
             site.entropy_hook = None
         model.train(was_training)
+    if recorder.valid and not any(bool(c.any()) for c in recorder.counts.values()):
+        raise ConfigError(
+            f"attention entropy reads each head's attention inside transformers' attention interface, and no attention of "
+            f"{type(model).__name__} went through it (heads gated at the output projection, e.g. DeBERTa-v2): "
+            "use another order (prune.order=importance, fisher, ablation or random)"
+        )
     return {g: (recorder.totals[g] / recorder.counts[g].clamp(min=1)).float() for g in recorder.totals}
 
 

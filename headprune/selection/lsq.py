@@ -29,6 +29,7 @@ from torch import nn
 
 from headprune.core.gates import AttentionSite, HeadGates
 from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
 
 
@@ -70,7 +71,7 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     """Each listed head's share of the output projection (N, K, hidden), from its input rows x (N, width)."""
     heads = x.shape[-1] // head_dim
     a = x.reshape(-1, heads, head_dim)[:, positions]  # (N, K, D)
-    w = output.weight.reshape(output.out_features, heads, head_dim)[:, positions]  # (hidden, K, D)
+    w = linear_weight(output).reshape(out_features(output), heads, head_dim)[:, positions]  # (hidden, K, D)
     return torch.einsum("nkd,okd->nko", a, w)
 
 
@@ -146,9 +147,7 @@ def lsq_recover(
                     continue
                 teacher_site = teacher_gates.site(site.group, site.layer)
                 s = _fit_site(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
-                output = site.linear("output")
-                cols = output.weight.reshape(output.out_features, -1, site.head_dim)  # (hidden, heads, D): a view
-                cols[:, positions] *= s.to(cols.dtype).to(cols.device).view(1, -1, 1)
+                scale_input_heads(site.linear("output"), positions, site.head_dim, s)
                 scales[site.group][site.layer, [site.head_ids[p] for p in positions]] = s.float()
     finally:
         model.train(was_training)
@@ -157,14 +156,14 @@ def lsq_recover(
 
 def _target(teacher_site: AttentionSite, batch: dict, x_teacher: torch.Tensor) -> torch.Tensor:
     """The teacher layer's sum over all its heads at the real tokens, y (N, hidden), without the bias."""
-    return F.linear(x_teacher[_valid_tokens(teacher_site, batch, x_teacher)], teacher_site.linear("output").weight)
+    return F.linear(x_teacher[_valid_tokens(teacher_site, batch, x_teacher)], linear_weight(teacher_site.linear("output")))
 
 
 def _teacher_targets(teacher, teacher_gates: HeadGates, batches: list[dict], max_cache_bytes: int) -> dict | None:
     """{(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit."""
     sites = teacher_gates.sites
     tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
-    hidden = max(site.linear("output").out_features for site in sites)
+    hidden = max(out_features(site.linear("output")) for site in sites)
     if tokens * hidden * len(sites) * 4 > max_cache_bytes:
         return None
     targets = {}
@@ -214,8 +213,8 @@ def layer_output_errors(
                 for site, teacher_site in zip(gates.sites, teacher_gates.sites):
                     x = student[id(site)]
                     valid = _valid_tokens(site, batch, x)
-                    out = F.linear(x[valid], site.linear("output").weight).double()
-                    ref = F.linear(reference[id(teacher_site)][valid], teacher_site.linear("output").weight).double()
+                    out = F.linear(x[valid], linear_weight(site.linear("output"))).double()
+                    ref = F.linear(reference[id(teacher_site)][valid], linear_weight(teacher_site.linear("output"))).double()
                     errors[site.group][site.layer] += float((out - ref).pow(2).sum())
                     norms[site.group][site.layer] += float(ref.pow(2).sum())
     finally:

@@ -29,8 +29,8 @@ def check_layout(layout: str) -> str:
 
 
 def layout_of(settings) -> str:
-    """``prune.layout`` of a settings mapping (global when unset), checked."""
-    return check_layout(str((settings or {}).get("layout") or "global"))
+    """``prune.layout`` of the prune settings, checked."""
+    return check_layout(str(settings.layout))
 
 
 def uniform_counts(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str], min_per_layer: int = 0) -> dict[str, int]:

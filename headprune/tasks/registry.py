@@ -1,6 +1,7 @@
 """Which task a config asks for, decided in one place: ``TASKS`` maps ``model.kind`` to the task that reads it.
 
-A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``).
+A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``), and its model
+class (``model_class``) when its models are built from a model config.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from hydra.utils import get_method
+from hydra.utils import get_class, get_method
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class TaskSpec:
     check: str  # check(cfg, files=True, importance=True): its task.* and data.* settings, data files, lengths; ConfigError
     selection: str  # the held-out split for choices when no setting names one (never the evaluation split)
     data_split: str | None = None  # (data cfg, split) -> the data split a name reads (e.g. MT eval -> test); None: itself
+    model_class: str | None = None  # the transformers auto class its models are built as (None: its loader builds its own)
+    model_config: tuple[str, ...] = ()  # model.* settings that go into the model's config (a classifier's num_labels)
+    architectures: tuple[str, ...] = ()  # how the HF architectures of its models end (config.json "architectures")
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -36,6 +40,9 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("train", "importance", "eval", "eval_mismatched"),
         check="headprune.tasks.nli.config_check.check",
         selection="importance",
+        model_class="transformers.AutoModelForSequenceClassification",
+        model_config=("num_labels",),
+        architectures=("ForSequenceClassification",),
     ),
     "seq2seq": TaskSpec(
         "mt",
@@ -47,6 +54,8 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         check="headprune.tasks.mt.config_check.check",
         selection="heldout",
         data_split="headprune.tasks.mt.config.split_of",
+        model_class="transformers.AutoModelForSeq2SeqLM",
+        architectures=("ForConditionalGeneration", "MTModel"),
     ),
     "causal_lm": TaskSpec(
         "lm",
@@ -57,8 +66,36 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("eval", "eval_other", "importance", "heldout", "train"),
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
+        model_class="transformers.AutoModelForCausalLM",
+        architectures=("ForCausalLM",),
+    ),
+    "image_classifier": TaskSpec(
+        "vision",
+        "image",
+        "data=image_digits|image_hub",
+        "headprune.tasks.vision.task.load_vision_task",
+        "headprune.tasks.vision.task.finetune",
+        splits=("train", "importance", "eval"),
+        check="headprune.tasks.vision.config_check.check",
+        selection="importance",
+        model_class="transformers.AutoModelForImageClassification",
+        architectures=("ForImageClassification", "ForImageClassificationWithTeacher"),
     ),
 }
+
+
+def check_model_dir_kind(fields: dict, cfg, setting: str) -> None:
+    """A model directory (its config.json ``fields``) of the kind the configured task serves; else a ConfigError naming both."""
+    from headprune.core.checks import ConfigError
+
+    architectures = [str(a) for a in fields.get("architectures", ())]
+    kinds = [kind for kind, spec in TASKS.items() if any(a.endswith(e) for a in architectures for e in spec.architectures)]
+    if kinds and str(cfg.model.get("kind")) not in kinds:
+        raise ConfigError(
+            f"{setting} holds a {', '.join(architectures)} ({fields.get('model_type')}, model.kind {kinds[0]}), but "
+            f"model={cfg.model.get('name')} is a {cfg.model.get('kind')} and its data another task: give a model and data "
+            f"of kind {kinds[0]} ({TASKS[kinds[0]].data_choices})"
+        )
 
 
 def task_spec(cfg) -> TaskSpec:
@@ -77,9 +114,22 @@ def task_spec(cfg) -> TaskSpec:
     return spec
 
 
+def build_task_model(model_cfg, vocab_size: int | None = None, seed: int | None = None, **overrides):
+    """The model of ``model.kind``'s task: its ``TaskSpec.model_class`` built from ``model_cfg`` (headprune.models.build)."""
+    from headprune.models.build import build_model
+
+    kind = model_cfg.get("kind")
+    if kind not in TASKS or TASKS[kind].model_class is None:
+        known = sorted(k for k, spec in TASKS.items() if spec.model_class)
+        raise ValueError(f"model.kind must be one of {known} to build its model from the config, got {kind!r}")
+    spec = TASKS[kind]
+    fields = {name: model_cfg[name] for name in spec.model_config}
+    return build_model(model_cfg, get_class(spec.model_class), vocab_size, seed, **fields, **overrides)
+
+
 def device_of(cfg) -> torch.device:
     """``device=auto`` (default): CUDA when available, else CPU."""
-    name = str(cfg.get("device") or "auto")
+    name = str(cfg.device)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)

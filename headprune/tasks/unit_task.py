@@ -6,7 +6,7 @@ masks reach the task's own evaluation as query-head masks (``KVGroupGates.head_m
 
 from __future__ import annotations
 
-from headprune.core.units import unit_gates
+from headprune.core.units import QUERY_HEADS, unit_gates
 
 
 class UnitTask:
@@ -45,5 +45,5 @@ def in_unit(task, unit: str = "head"):
 
 
 def unit_of(cfg) -> str:
-    """``prune.unit`` (head when the config has no prune block)."""
-    return str((cfg.get("prune") or {}).get("unit") or "head")
+    """``prune.unit``; a run without a prune group (training) gates the model's query heads."""
+    return str(cfg.prune.unit) if cfg.get("prune") is not None else QUERY_HEADS

@@ -9,6 +9,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def snapshot_label(snap: dict) -> str:
+    """A snapshot's name in figures: its checkpoint's step (``step 1000``) or its training epoch (``epoch 3``)."""
+    if snap.get("label"):
+        return str(snap["label"])
+    return f"epoch {snap['epoch'] + 1 if snap.get('epoch') is not None else '?'}"
+
+
 def importance_heatmaps(importance: dict, title: str = "head importance"):
     """One layer x head heatmap per attention group."""
     groups = list(importance)
@@ -32,7 +39,7 @@ def pruning_curves_by_epoch(snapshots: list[dict], path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4.2))
     colors = plt.cm.viridis(np.linspace(0, 1, max(len(snapshots), 2)))
     for color, snap in zip(colors, snapshots):
-        label = f"epoch {snap['epoch'] + 1 if snap['epoch'] is not None else '?'} ({snap['unpruned']:.1f})"
+        label = f"{snapshot_label(snap)} ({snap['unpruned']:.1f})"
         ax.plot(np.asarray(snap["fractions"]) * 100, np.asarray(snap["relative"]) * 100, marker="o", ms=3, color=color, label=label)
     ax.set_xlabel("heads pruned (%)")
     ax.set_ylabel(f"{snapshots[0]['metric']} relative to unpruned (%)")
@@ -56,21 +63,23 @@ def importance_over_time(snapshots: list[dict], path) -> None:
     values = np.asarray(rows)
     fig, axes = plt.subplots(1, 2, figsize=(10, max(3.5, 0.08 * len(rows) + 1.5)), gridspec_kw={"width_ratios": [2, 1]})
     image = axes[0].imshow(values, aspect="auto", cmap="magma")
-    axes[0].set_xlabel("snapshot (epoch)")
+    axes[0].set_xlabel("snapshot")
     axes[0].set_xticks(range(len(snapshots)))
-    axes[0].set_xticklabels([str((s["epoch"] or 0) + 1) for s in snapshots], fontsize=7)
+    axes[0].set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
     axes[0].set_ylabel("head (group layer.head)")
     step = max(1, len(labels) // 24)
     axes[0].set_yticks(range(0, len(labels), step))
     axes[0].set_yticklabels(labels[::step], fontsize=6)
     axes[0].set_title("head importance over training")
     fig.colorbar(image, ax=axes[0], fraction=0.046)
-    epochs = [(s["epoch"] or 0) + 1 for s in snapshots]
+    epochs = list(range(len(snapshots)))
     axes[1].plot(epochs, [s["prunable_fraction"] * 100 for s in snapshots], marker="o", label="prunable (%)")
     stability = [s.get("rank_stability") for s in snapshots]
     if any(v is not None for v in stability):
         axes[1].plot(epochs[1:], [100 * (v or 0) for v in stability[1:]], marker="s", label="rank stability (Spearman x100)")
-    axes[1].set_xlabel("epoch")
+    axes[1].set_xlabel("snapshot")
+    axes[1].set_xticks(epochs)
+    axes[1].set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
     axes[1].set_title("prunability and rank stability")
     axes[1].grid(alpha=0.3)
     axes[1].legend(fontsize=7)

@@ -74,7 +74,8 @@ def pruning_curves(
 
 def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
     """Score against speed-up (measured where timed, else predicted), one marker series per order+recovery, the front joined."""
-    from headprune.viz.tables import pareto_front, point_name, point_speed
+    from headprune.results.points import point_name
+    from headprune.viz.tables import pareto_front, point_speed
 
     points = result["points"]
     fig, ax = plt.subplots(figsize=(5.5, 3.8))

@@ -7,6 +7,7 @@ report and the experiments' logged tables show the same numbers the same way.
 from __future__ import annotations
 
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
+from headprune.results.points import point_name, point_step, removed_fraction, step_label
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -87,7 +88,7 @@ def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: f
     names = list(curves)
     lines = [f"| {first_column} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for index, step in enumerate(curves[names[0]]):
-        lines.append(f"| {100 * step['fraction']:.0f}% | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
+        lines.append(f"| {step_label(step)} | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
     lines.append(
         f"| **prunable with < {tolerance:g} {unit} loss** | "
         + " | ".join(f"{100 * _prunable(curves[n], tolerance, higher_is_better):.0f}%" for n in names)
@@ -98,7 +99,7 @@ def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: f
 
 def _prunable(steps: list[dict], tolerance: float, higher_is_better: bool) -> float:
     """The largest fraction of a curve within ``tolerance`` of its first (unpruned) step."""
-    return prunable_fraction([s["fraction"] for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
+    return prunable_fraction([removed_fraction(s) for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
 
 
 def _higher_is_better(stage: dict) -> bool:
@@ -166,15 +167,6 @@ def speed_table(study: dict) -> str:
 
 
 # ---- pruning for speed: quality against throughput -----------------------------------------------
-def point_name(point: dict) -> str:
-    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``, ``unpruned + same training`` (the control):
-    the order, its rearrangement and its recovery."""
-    if point.get("control"):
-        return "unpruned + same training"
-    name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
-    return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
-
-
 def point_speed(point: dict) -> float:
     """A point's speed-up: measured when it was timed, else predicted by the cost model."""
     measured = point.get("measured")
@@ -289,7 +281,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
             point_name(p),
             p["order"],
             p["recovery"],
-            p["step"],
+            point_step(p),
             p["heads_pruned"],
             p["score"],
             *(((p.get("extra") or {}).get(s) or {}).get("score") for s in extra),
@@ -329,7 +321,7 @@ def pareto_table(study: dict) -> str:
         kept = kv_cache_kept(q) if q["heads_pruned"] else 1.0
         cells = [
             point_name(q),
-            q["step"],
+            point_step(q),
             f"{q['heads_pruned']}/{q['heads_total']}",
             f"{q['score']:.2f}",
             *([versus_control(q, higher)] if controlled else []),
@@ -365,17 +357,19 @@ def dynamics_table(dynamics: dict, at: float = 0.4, paper: dict | None = None) -
     snaps = dynamics["snapshots"]
     metric = snaps[0]["metric"] if snaps else ""
     label, tolerance = name_of(metric), snaps[0]["tolerance"] if snaps else 1.0
+    by_step = any(s.get("label") for s in snaps)  # checkpoints of a pretraining run, named by step
     head = (
-        f"| epoch | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
+        f"| {'checkpoint' if by_step else 'epoch'} | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
         "| rank stability |"
     )
     lines = [head + (f" paper unpruned {label} |" if paper else ""), "|---" * (7 if paper else 6) + "|"]
     for s in snaps:
         index = min(range(len(s["fractions"])), key=lambda i: abs(s["fractions"][i] - at))
         epoch = (s["epoch"] or 0) + 1
+        name = s.get("label") or epoch
         stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
         line = (
-            f"| {epoch} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
+            f"| {name} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
             f"{100 * s['prunable_fraction']:.0f}% | {stab} |"
         )
         if paper:
@@ -420,9 +414,9 @@ def keep_one_rows(result: dict) -> tuple[list[str], list[list]]:
 
 
 def prune_rows(result: dict) -> tuple[list[str], list[list]]:
-    columns = ["order", "groups", "fraction", "heads_pruned", "score"]
+    columns = ["order", "groups", "fraction", "fraction_removed", "heads_pruned", "score"]
     rows = [
-        [order, "+".join(result["groups"]), s["fraction"], s["heads_pruned"], s["score"]]
+        [order, "+".join(result["groups"]), s["fraction"], removed_fraction(s, result.get("units_total")), s["heads_pruned"], s["score"]]
         for order, v in result["orders"].items()
         for s in v["steps"]
     ]

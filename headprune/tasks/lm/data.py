@@ -90,7 +90,7 @@ def hub_texts(cfg) -> dict[str, list[str]]:
     out = {}
     for split, hub_split in dict(cfg.hub_splits).items():
         rows = load_dataset(cfg.hub_path, cfg.get("hub_name"), split=hub_split)
-        out[split] = [t.strip() for t in rows[cfg.get("text_field", "text")] if t and t.strip()]
+        out[split] = [t.strip() for t in rows[cfg.text_field] if t and t.strip()]
     return out
 
 
@@ -116,7 +116,7 @@ def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
     if "eval" not in lines or "importance" not in lines:
         raise ValueError(f"language-modelling data needs an eval and an importance split, got {sorted(lines)}")
     limits = dict(cfg.get("limits") or {})
-    return draw_splits(lines, limits, int(cfg.get("seed", 0)), exclude_evaluated=source == "local")
+    return draw_splits(lines, limits, int(cfg.seed), exclude_evaluated=source == "local")
 
 
 def encode_texts(
@@ -182,8 +182,8 @@ class LMData:
             max_length=cfg.max_length,
             batch_size=cfg.batch_size,
             eval_batch_size=cfg.eval_batch_size,
-            add_bos=cfg.get("add_bos", True),
-            add_eos=cfg.get("add_eos", False),
+            add_bos=cfg.add_bos,
+            add_eos=cfg.add_eos,
             bos_id=bos_id,
         )
 

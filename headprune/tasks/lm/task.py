@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from headprune.core.gates import HeadGates
 from headprune.core.inputs import DECODER_INPUTS
+from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
 from headprune.tasks.common import SavesHF, checked_settings
@@ -96,7 +97,7 @@ class LanguageModelingTask(SavesHF):
     def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
         hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
-        head = self.model.get_output_embeddings()
+        head = output_logits(self.model)  # the LM head and the model's own logit scaling or soft-capping
         labels = batch["labels"].to(hidden.device)
         parts = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS)]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
@@ -112,12 +113,15 @@ class LanguageModelingTask(SavesHF):
             loss=float(per_text.mean()),
         )
 
-    def evaluate(self, mask=None, split: str = "eval") -> EvalResult:
-        """Corpus perplexity on ``split`` with heads gated by ``mask``; per_example holds each text's NLL sum and tokens."""
-        return self.evaluate_many([mask], split)[0]
+    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None) -> EvalResult:
+        """Corpus perplexity on ``split`` with heads gated by ``mask`` (batches of ``batch_size`` texts, else
+        ``data.eval_batch_size``); per_example holds each text's NLL sum and tokens."""
+        return self.evaluate_many([mask], split, batch_size=batch_size)[0]
 
     @torch.no_grad()
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, batched: bool = True) -> list[EvalResult]:
+    def evaluate_many(
+        self, masks: list, split: str = "eval", on_batch=None, batched: bool = True, batch_size: int | None = None
+    ) -> list[EvalResult]:
         """Perplexity for each mask, several masks per forward pass.
 
         Several masks [L, H] of a decoder-only model go through ``headprune.engine.ablation_causal.CausalMaskBatcher``
@@ -137,7 +141,7 @@ class LanguageModelingTask(SavesHF):
         was_training = self.model.training
         self.model.eval()
         try:
-            for batch in self.data.batches(split):
+            for batch in self.data.batches(split, batch_size):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
                 if engine is not None:
@@ -292,8 +296,9 @@ def _settings(cfg) -> dict:
 
 def load_lm_task(cfg) -> LanguageModelingTask:
     """The texts and LanguageModelingTask of a Hydra config (``model.kind=causal_lm``, ``data=lm_*``)."""
-    from headprune.models.build import build_model, build_tokenizer
+    from headprune.models.build import build_tokenizer
     from headprune.models.tokenizers import special_ids, train_tokenizer
+    from headprune.tasks.registry import build_task_model
 
     if cfg.get("data") is None or cfg.data.get("kind") != "lm":
         raise ValueError("the language-modelling task needs data=lm_local (../shared/data), data=lm_synthetic or data=lm_hub")
@@ -303,13 +308,13 @@ def load_lm_task(cfg) -> LanguageModelingTask:
     texts = load_texts(cfg.data)
     if cfg.model.get("tokenizer"):
         tokenizer = build_tokenizer(cfg.model)
-        model = build_model(cfg.model, seed=int(cfg.seed))
+        model = build_task_model(cfg.model, seed=int(cfg.seed))
     elif cfg.model.get("pretrained"):
         raise ValueError(f"model.pretrained={cfg.model.pretrained} needs model.tokenizer (usually the same directory)")
     else:  # a fresh model: a BPE tokenizer trained on the importance (training) texts
         tokenizer = train_tokenizer(texts["importance"], vocab_size=int(cfg.data.tokenizer.vocab_size))
         ids = {k: v for k, v in special_ids(tokenizer).items() if k in ("pad_token_id", "eos_token_id", "bos_token_id")}
-        model = build_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids)
+        model = build_task_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids)
     return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, _text_start(cfg, tokenizer)), **settings)
 
 

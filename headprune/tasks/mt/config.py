@@ -18,9 +18,9 @@ def split_limit(data_cfg, split: str) -> int | None:
 def split_of(data_cfg, split: str) -> str:
     """Map the protocol's ``eval``/``heldout`` to a concrete split name."""
     if split == "eval":
-        return data_cfg.get("eval_split", "test")
+        return data_cfg.eval_split
     if split == "heldout":
-        return data_cfg.get("heldout_split", "valid")
+        return data_cfg.heldout_split
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use train, valid, test, eval or heldout")
     return split

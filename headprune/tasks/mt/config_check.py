@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, number, rule
+from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, number, optional, rule, text
 from headprune.models.sources import max_positions
 from headprune.tasks.mt.config import SPLITS, split_limit
 
@@ -16,6 +16,7 @@ SCHEMA = {
     "optim.lr": rule(number, low=0.0, closed="()"),
     "scheduler.warmup_steps": rule(integer, low=0),
     "data.source": rule(choice, choices=("files", "hub", "synthetic")),
+    "data.source_prefix": optional(rule(text)),
     "data.eval_split": rule(choice, choices=SPLITS),
     "data.heldout_split": rule(choice, choices=SPLITS),
     "data.tokenizer.kind": rule(choice, choices=("bpe", "unigram")),

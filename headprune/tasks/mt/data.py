@@ -44,7 +44,7 @@ def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:
     hub = data_cfg.hub
     name = hub.get("name")
     ds = (
-        load_dataset(hub.path, name, split=data_cfg.splits[split], trust_remote_code=hub.get("trust_remote_code", False))
+        load_dataset(hub.path, name, split=data_cfg.splits[split], trust_remote_code=hub.trust_remote_code)
         if name
         else load_dataset(hub.path, split=data_cfg.splits[split])
     )
@@ -178,17 +178,19 @@ class TranslationDataModule(L.LightningDataModule):
             return self.tokenizer
         src, tgt = self.split_texts("train")
         self.tokenizer = train_tokenizer(
-            src + tgt, vocab_size=int(tok_cfg.vocab_size), kind=tok_cfg.kind, min_frequency=int(tok_cfg.get("min_frequency", 2))
+            src + tgt, vocab_size=int(tok_cfg.vocab_size), kind=tok_cfg.kind, min_frequency=int(tok_cfg.min_frequency)
         )
         if tok_cfg.get("path"):
             self.tokenizer.save_pretrained(str(tok_cfg.path))
         return self.tokenizer
 
     def split_encoded(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
-        """Token ids of a split (sources and targets end with eos; training pairs truncated to ``max_len``)."""
+        """Token ids of a split (sources after ``data.source_prefix``, and targets, end with eos; training pairs truncated to ``max_len``)."""
         if split not in self.encoded:
             tok = self.build_tokenizer()
             src, tgt = self.split_texts(split)
+            prefix = self.cfg.get("source_prefix")
+            src = [prefix + line for line in src] if prefix else src
             max_len = int(self.cfg.max_len) if split == "train" else None
             self.encoded[split] = (encode(tok, src, max_len), encode(tok, tgt, max_len, target=True))
         return self.encoded[split]
@@ -219,7 +221,7 @@ class TranslationDataModule(L.LightningDataModule):
         return self._train_set
 
     def train_dataloader(self):
-        return DataLoader(self.train_set, batch_size=None, num_workers=int(self.cfg.get("num_workers", 0)))
+        return DataLoader(self.train_set, batch_size=None, num_workers=int(self.cfg.num_workers))
 
     def eval_batches(self, split: str, with_targets: bool = True, rank: int = 0, world: int = 1) -> list[dict]:
         """Fixed, length-sorted batches of a split (examples ``rank::world``), each with ``ids`` = the example indices."""

@@ -339,17 +339,17 @@ def _task_tokenizer(cfg):
 
 def load_translation_task(cfg, tokenizer=None) -> TranslationModule:
     """The TranslationModule (datamodule at ``.data``) of a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
-    from headprune.models.build import build_model
+    from headprune.tasks.registry import build_task_model
 
     tokenizer = tokenizer or _task_tokenizer(cfg)
     data = TranslationDataModule(cfg.data, tokenizer=tokenizer, seed=int(cfg.seed))
     tokenizer = data.build_tokenizer()
     pretrained = cfg.model.get("pretrained")
     if pretrained and not str(pretrained).endswith(".ckpt"):
-        model = build_model(cfg.model, seed=int(cfg.seed))
+        model = build_task_model(cfg.model, seed=int(cfg.seed))
     else:
         fresh = OmegaConf.merge(cfg.model, {"pretrained": None})
-        model = build_model(fresh, vocab_size=len(tokenizer), seed=int(cfg.seed), **special_ids(tokenizer))
+        model = build_task_model(fresh, vocab_size=len(tokenizer), seed=int(cfg.seed), **special_ids(tokenizer))
         if pretrained:
             state = torch.load(pretrained, map_location="cpu", weights_only=False)["state_dict"]
             try:

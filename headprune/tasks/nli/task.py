@@ -256,7 +256,8 @@ def _task_settings(cfg) -> dict:
 
 def load_nli_task(cfg) -> NLIModule:
     """The datamodule and NLIModule described by a Hydra config (``model.pretrained=<dir>`` loads fine-tuned weights)."""
-    from headprune.models.build import build_model, build_tokenizer
+    from headprune.models.build import build_tokenizer
+    from headprune.tasks.registry import build_task_model
 
     if cfg.get("data") is None:
         raise ValueError("no data chosen: add data=nli_local (../shared/data/mnli), data=nli_synthetic or data=nli_hub")
@@ -275,7 +276,7 @@ def load_nli_task(cfg) -> NLIModule:
     tokenizer = build_tokenizer(cfg.model)
     data = NLIDataModule.from_config(cfg.data, tokenizer)
     data.setup()
-    model = build_model(cfg.model, seed=int(cfg.seed))
+    model = build_task_model(cfg.model, seed=int(cfg.seed))
     settings.pop("exact_eval")
     return NLIModule(model, tokenizer, data, **settings)
 

@@ -1,0 +1,149 @@
+"""The models a prune run's recovery made, kept in ``<run>/models/<point>/`` (``prune.save``) and found again by name.
+
+A saved point is a ``save_pruned`` directory (config, weights, tokenizer, pruning record) plus ``recipe.json``: how it
+was made (order, step, recovery and its settings, the mask) and the scores its table row shows. A rerun with the same
+recipe reuses the directory instead of recovering again; ``export.point`` / ``speed.point`` take it by name.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from headprune.core.checks import ConfigError
+from headprune.core.pruning import prune_mask
+from headprune.core.saving import load_pruned, save_pruned
+from headprune.results.staging import fresh_dir, replace_dir
+
+MODELS_DIR = "models"
+RECIPE_FILE = "recipe.json"
+SAVE_CHOICES = ("recovered", "all", "none")  # or a list of point names
+
+
+def check_save(save, pareto: bool) -> None:
+    """``prune.save``: recovered, all, none, or a list of point names (``name@step``), each once; read by pruning for speed."""
+    if isinstance(save, str):
+        if save not in SAVE_CHOICES:
+            raise ConfigError(
+                f"prune.save={save!r}: choose one of {', '.join(SAVE_CHOICES)}, or a list of point names (fisher+finetune@40%)"
+            )
+        listed = []
+    else:
+        listed = [str(s) for s in save]
+        bad = [s for s in listed if "@" not in s]
+        if bad or not listed:
+            raise ConfigError(f"prune.save lists {bad or 'nothing'}: name points as their table does, method@step (fisher+finetune@40%)")
+        twice = sorted({s for s in listed if listed.count(s) > 1})
+        if twice:
+            raise ConfigError(f"prune.save lists {twice} more than once: remove the repeats")
+    if not pareto and (listed or save == "all"):
+        raise ConfigError(
+            "prune.save keeps the models of Pareto points (prune.recover, target, schedule, rearrange or measure_speed): "
+            "a plain pruning curve keeps none; drop prune.save"
+        )
+
+
+def point_id(name: str, step: str) -> str:
+    """A point's name as its table and ``export.point`` write it: ``fisher+finetune@40%``, ``importance+lsq@speedup=1.3``."""
+    return f"{name}@{step}"
+
+
+def point_slug(point: str) -> str:
+    """The directory name of a point (``fisher+finetune@40%`` -> ``fisher+finetune@40pct``)."""
+    return re.sub(r"[^A-Za-z0-9+@=._-]", "_", point.replace("%", "pct"))
+
+
+def wants_model(save, recovery: str, point: str) -> bool:
+    """Whether ``prune.save`` keeps this point's model: ``recovered`` (recovered points), ``all``, ``none`` or a list of names."""
+    if isinstance(save, str):
+        return save == "all" or (save == "recovered" and recovery != "none")
+    return point in {str(s) for s in save}
+
+
+def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_json) -> dict:
+    """What makes a point's model: the point, its mask, recovery and the settings recovery reads."""
+    prune = ctx.settings
+    settings = {"lsq": prune.lsq, "finetune": prune.finetune}.get(recovery)
+    return {
+        "point": point,
+        "order": order_name,
+        "recovery": recovery,
+        "step": step,
+        "seed": ctx.seed,
+        "recover_examples": int(prune.recover_examples),
+        "settings": _plain(settings),
+        "mask": mask_json,
+    }
+
+
+def _plain(value):
+    """Settings (dataclass or OmegaConf) as plain JSON values."""
+    if value is None:
+        return None
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    if hasattr(value, "__dataclass_fields__"):
+        import dataclasses
+
+        return json.loads(json.dumps(dataclasses.asdict(value), default=str))
+    return value
+
+
+def saved_dir(recipe: dict) -> str:
+    """Where a recipe's model lives, relative to the run directory."""
+    return f"{MODELS_DIR}/{point_slug(recipe['point'])}"
+
+
+def saved_model(out: Path, recipe: dict):
+    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
+    folder = Path(out) / MODELS_DIR / point_slug(recipe["point"])
+    path = folder / RECIPE_FILE
+    if not path.is_file():
+        return None
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if {k: v for k, v in earlier.items() if k != "scores"} != json.loads(json.dumps(recipe)):
+        return None
+    print(f"[prune] reusing the saved model of {recipe['point']} ({folder})", flush=True)
+    return load_pruned(folder)
+
+
+def save_point_model(out: Path, model, gates, mask, tokenizer, recipe: dict, scores: dict) -> str:
+    """Write a point's model (physically pruned: a mask still applied is pruned from a copy) atomically; its relative path."""
+    if mask is not None:
+        model = copy.deepcopy(model)
+        prune_mask(model, gates.head_mask(mask, hard=True))
+    models = Path(out) / MODELS_DIR
+    slug = point_slug(recipe["point"])
+    staging = fresh_dir(models / f".{slug}.next")
+    save_pruned(model, staging, tokenizer=tokenizer)
+    (staging / RECIPE_FILE).write_text(json.dumps({**recipe, "scores": scores}, indent=1, default=str))
+    replace_dir(staging, models / slug)
+    return saved_dir(recipe)
+
+
+def point_names(points: list[dict]) -> list[str]:
+    """The names of a run's points (``point_id``), in the run's order."""
+    from headprune.results.points import point_name
+
+    return [point_id(point_name(p), str(p.get("step"))) for p in points if p.get("order") != "unpruned" and not p.get("control")]
+
+
+def find_point(points: list[dict], name: str, source: str) -> dict:
+    """The point of a run called ``name`` (its ``point_id`` or directory name), or a ConfigError listing the run's points."""
+    from headprune.results.points import point_name
+
+    for p in points:
+        if p.get("order") == "unpruned" or p.get("control"):
+            continue
+        full = point_id(point_name(p), str(p.get("step")))
+        if name in (full, point_slug(full)):
+            return p
+    listed = ", ".join(point_names(points)) or "none"
+    raise ConfigError(f"export.point={name}: {source} has no such point; its points are: {listed}")

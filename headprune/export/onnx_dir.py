@@ -1,0 +1,179 @@
+"""The self-contained ONNX export directory: graphs, tokenizer, config and a description of the graphs' inputs and outputs.
+
+Beside ``model.onnx`` (or ``encoder.onnx`` + ``decoder.onnx``) the directory holds what a user of plain ONNX Runtime
+needs to go from raw text to predictions, and what optimum's ``ORTModel*`` classes read:
+
+- ``tokenizer.json`` + ``tokenizer_config.json`` (the model's own tokenizer, saved by transformers); its padding is
+  set to the longest row of a batch, so that ``tokenizers.Tokenizer.encode_batch`` pads as the model was run;
+- ``config.json``: the model's config with its labels (``id2label`` / ``label2id`` of classifiers) and the pruned
+  head counts in ``headprune_heads_per_layer`` ({group: {"query_heads": [...], "kv_heads": [...]}}); the stock
+  head fields keep their unpruned values, which stay valid for the config class (a head count that divides the
+  hidden size); decoder-only LMs get ``use_cache: false`` (the graphs take no KV cache);
+- ``headprune_export.json``: each graph's inputs and outputs (names, element types, axes), how text becomes inputs,
+  the labels and the head counts; ``onnx_client.py`` in this package runs a directory from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+from torch import nn
+
+from headprune.core.gates import find_sites
+
+DESCRIPTION = "headprune_export.json"
+HEADS_FIELD = "headprune_heads_per_layer"
+ELEMENT_TYPES = {1: "float32", 6: "int32", 7: "int64", 10: "float16", 11: "float64"}  # onnx.TensorProto codes
+
+
+def heads_per_layer(model: nn.Module) -> dict[str, dict[str, list[int]]]:
+    """{group: {"query_heads": [per layer], "kv_heads": [per layer]}}: the heads each attention module keeps."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for site in sorted(find_sites(model), key=lambda s: (s.group, s.layer)):
+        group = out.setdefault(site.group, {"query_heads": [], "kv_heads": []})
+        group["query_heads"].append(len(site.head_ids))
+        group["kv_heads"].append(len(site.kv_ids) if site.num_kv_heads_orig else len(site.head_ids))
+    return out
+
+
+def graph_signature(path: Path) -> dict:
+    """{"inputs": [...], "outputs": [...]} of an ONNX file, each {"name", "type", "shape"} (axis names or sizes)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+
+    def described(values) -> list[dict]:
+        return [
+            {
+                "name": v.name,
+                "type": ELEMENT_TYPES.get(v.type.tensor_type.elem_type, str(v.type.tensor_type.elem_type)),
+                "shape": [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
+            }
+            for v in values
+        ]
+
+    return {"inputs": described(graph.input), "outputs": described(graph.output)}
+
+
+def task_of(model: nn.Module) -> str:
+    """The pipeline task name of the model's head (what optimum's ORTModel class is for)."""
+    if getattr(model, "main_input_name", None) == "pixel_values":
+        return "image-classification"
+    if getattr(model.config, "is_encoder_decoder", False):
+        return "text2text-generation"
+    if model.can_generate():
+        return "text-generation"
+    return "text-classification"
+
+
+def text_inputs(model: nn.Module, tokenizer, task: str) -> dict:
+    """How raw text becomes the graph's inputs with the ``tokenizers`` library alone."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else model.config.pad_token_id
+    recipe = {
+        "tokenizer": "tokenizer.json",
+        "pad_token_id": pad,
+        "padding_side": "right",
+        "attention_mask": "1 for real tokens, 0 for padding",
+    }
+    if task == "text-generation":  # headprune's language-modelling convention: BOS, then the text without special tokens
+        bos = model.config.bos_token_id if model.config.bos_token_id is not None else tokenizer.bos_token_id
+        return {
+            **recipe,
+            "add_special_tokens": False,
+            "prepend_token_id": bos,
+            "how": "ids = [prepend_token_id] + Tokenizer.encode(text, add_special_tokens=False).ids; logits[b, t] predicts "
+            "token t + 1; no KV cache: greedy decoding appends the argmax of the last real position and runs again",
+        }
+    return {
+        **recipe,
+        "add_special_tokens": True,
+        "prepend_token_id": None,
+        "how": "Tokenizer.encode(text) or Tokenizer.encode(text, text_pair) for sentence pairs (NLI: premise, hypothesis); "
+        "token_type_ids from the encoding's type_ids where the graph takes them",
+    }
+
+
+def image_inputs(processor) -> dict:
+    """How an image becomes the graph's ``pixel_values`` with the saved image processor's numbers."""
+    size = {k: v for k, v in dict(processor.size).items() if v is not None}
+    return {
+        "processor": "preprocessor_config.json",
+        "size": size,
+        "rescale_factor": processor.rescale_factor,
+        "image_mean": list(processor.image_mean),
+        "image_std": list(processor.image_std),
+        "how": "RGB image resized to size, times rescale_factor, minus image_mean, over image_std, channels first: "
+        "pixel_values (batch, channels, height, width) float32; a 1-channel model takes the first channel",
+    }
+
+
+def save_tokenizer(tokenizer, out: Path) -> None:
+    """The tokenizer's files in ``out``: tokenizer.json padding to the longest row of a batch (not a fixed length), and
+    tokenizer_config.json readable by transformers 4 too (optimum-onnx 0.1 pins it)."""
+    tokenizer.save_pretrained(out)
+    path, settings_path = out / "tokenizer.json", out / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    if tokenizer.pad_token_id is not None:
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_file(str(path))
+        backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token)  # no length: the batch's longest
+        backend.save(str(path))
+    if settings_path.is_file():
+        settings = json.loads(settings_path.read_text())
+        if settings.get("tokenizer_class") == "TokenizersBackend":  # transformers 5's generic class: 4 names it so
+            settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+        pre = json.loads(path.read_text()).get("pre_tokenizer") or {}
+        for step in pre.get("pretokenizers", [pre]):
+            if step.get("type") == "ByteLevel" and "add_prefix_space" not in settings:
+                settings["add_prefix_space"] = bool(step.get("add_prefix_space"))  # transformers 4 resets it when absent
+        settings_path.write_text(json.dumps(settings, indent=2))
+
+
+def write_onnx_dir(model: nn.Module, tokenizer, out: Path, graphs: dict[str, Path], precision: str = "f32") -> list[Path]:
+    """Write config.json, the tokenizer and ``headprune_export.json`` beside ``graphs`` in ``out``; every file of the directory."""
+    out.mkdir(parents=True, exist_ok=True)
+    task = task_of(model)
+    config = copy.deepcopy(model.config)
+    setattr(config, HEADS_FIELD, heads_per_layer(model))
+    if task == "text-generation":
+        config.use_cache = False  # the graphs take no past key values
+    config.save_pretrained(out)
+    if task not in ("text-classification", "image-classification"):
+        model.generation_config.save_pretrained(out)
+    images = task == "image-classification"  # ``tokenizer`` is then the model's image processor
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out) if images else save_tokenizer(tokenizer, out)
+    labels = getattr(config, "id2label", None) if task in ("text-classification", "image-classification") else None
+    description = {
+        "format": "onnx",
+        "precision": precision,
+        "task": task,
+        "model_type": config.model_type,
+        "architecture": type(model).__name__,
+        "graphs": {name: {"file": Path(path).name, **graph_signature(Path(path))} for name, path in graphs.items()},
+        "text_inputs": text_inputs(model, tokenizer, task) if tokenizer is not None and not images else None,
+        **({"image_inputs": image_inputs(tokenizer)} if images and tokenizer is not None else {}),
+        "labels": {str(k): v for k, v in labels.items()} if labels else None,
+        "heads_per_layer": getattr(config, HEADS_FIELD),
+        "pruned_heads": getattr(config, "headprune_pruned_heads", None) or {},
+        "kv_cache": False,
+        "runtime": "onnxruntime (CPUExecutionProvider); tokenizers for text",
+    }
+    (out / DESCRIPTION).write_text(json.dumps(description, indent=1))
+    return sorted(p for p in out.iterdir() if p.is_file())
+
+
+def copy_onnx_dir(source: Path, out: Path, graphs: dict[str, Path], precision: str) -> list[Path]:
+    """Make ``out`` (holding ``graphs``, e.g. their int8 versions) self-contained with the files of the export in ``source``."""
+    description = json.loads((source / DESCRIPTION).read_text())
+    for path in source.iterdir():
+        if path.is_file() and path.suffix != ".onnx" and path.name != DESCRIPTION:
+            shutil.copy2(path, out / path.name)
+    description.update(precision=precision, graphs={name: {"file": Path(p).name, **graph_signature(Path(p))} for name, p in graphs.items()})
+    (out / DESCRIPTION).write_text(json.dumps(description, indent=1))
+    return sorted(p for p in out.iterdir() if p.is_file())

@@ -1,0 +1,116 @@
+"""Check an ONNX export directory from raw text, as its users run it: onnxruntime and tokenizers, nothing else.
+
+``run_client`` runs ``onnx_client.py`` in a fresh interpreter (``-I``: no ``PYTHON*`` variables, no user site, no
+current directory on the path; a clean environment) whose import system refuses torch, transformers and headprune
+(a meta-path finder that raises ImportError for them, as if they were not installed). ``masked_predictions``
+computes the same answers with the model's own tokenizer and the model in PyTorch (call it under the mask), and
+``compare_predictions`` puts the two side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+CLIENT = Path(__file__).with_name("onnx_client.py")
+BLOCKED = ("torch", "transformers", "headprune")
+TOLERANCE = 1e-5  # f32: largest |client - reference| over the logits' scale (at least 1)
+BOOTSTRAP = """
+import runpy, sys
+blocked = set(sys.argv[1].split(","))
+class Refused:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ImportError(f"{name} is not available to this client")
+sys.meta_path.insert(0, Refused())
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_client(
+    directory: Path,
+    texts: list,
+    new_tokens: int = 8,
+    python: str | None = None,
+    timeout: float = 600.0,
+    client: Path = CLIENT,
+    blocked: tuple = BLOCKED,
+) -> dict:
+    """The answer of ``client`` (``onnx_client.py`` by default) for ``texts`` from the export in ``directory``, run by
+    ``python`` (this interpreter by default) with the ``blocked`` modules refused."""
+    with tempfile.TemporaryDirectory(prefix="headprune-client-") as folder:
+        requests = Path(folder) / "requests.json"
+        requests.write_text(json.dumps({"texts": texts, "new_tokens": new_tokens}))
+        env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "HOME": folder}
+        done = subprocess.run(
+            [python or sys.executable, "-I", "-c", BOOTSTRAP, ",".join(blocked), str(client), str(directory), str(requests)],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"the ONNX client {Path(client).name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@torch.no_grad()
+def masked_predictions(model: nn.Module, tokenizer, texts: list, description: dict, new_tokens: int = 8) -> dict:
+    """The client's answer computed with transformers' tokenizer and the model in PyTorch (call it under the mask)."""
+    from headprune.export.verify import greedy_tokens
+
+    model.eval()
+    device = next(model.parameters()).device
+    if description["task"] == "text-classification":
+        pairs = [list(t) if isinstance(t, (list, tuple)) else [t] for t in texts]
+        batch = tokenizer(*zip(*pairs), padding=True, return_tensors="pt")
+        logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+        labels = model.config.id2label
+        return {
+            "ids": [row[: int(m.sum())].tolist() for row, m in zip(batch["input_ids"], batch["attention_mask"])],
+            "logits": logits.tolist(),
+            "labels": [labels[i] for i in logits.argmax(-1).tolist()],
+        }
+    first = description["text_inputs"]["prepend_token_id"]
+    out = {"ids": [], "last_logits": [], "new_ids": []}
+    for text in texts:
+        ids = ([] if first is None else [first]) + tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompt = torch.tensor([ids])
+        out["ids"].append(ids)
+        out["last_logits"].append(model(input_ids=prompt.to(device)).logits[0, -1].float().cpu().tolist())
+        out["new_ids"].append(greedy_tokens(model, prompt, new_tokens)[0].tolist())
+    return out
+
+
+def compare_predictions(client: dict, reference: dict, tolerance: float = TOLERANCE, blocked: tuple = BLOCKED) -> dict:
+    """Token ids, logits (within ``tolerance`` of their scale), labels or greedy tokens of the client against the
+    reference; none of the ``blocked`` modules may have been loaded by the client."""
+    key = "logits" if "logits" in reference else "last_logits"
+    ours, theirs = np.asarray(client[key]), np.asarray(reference[key])
+    report = {"ids_equal": client["ids"] == reference["ids"], "shape_equal": ours.shape == theirs.shape}
+    report["max_abs_diff"] = float(np.abs(ours - theirs).max()) if report["shape_equal"] else float("inf")
+    report["tolerance"] = tolerance * max(1.0, float(np.abs(theirs).max()))
+    report["outputs_match"] = report["max_abs_diff"] <= report["tolerance"]
+    if "labels" in reference:
+        report["labels_equal"] = client["labels"] == reference["labels"]
+    if "new_ids" in reference:
+        report["greedy_equal"] = client["new_ids"] == reference["new_ids"]
+    report["blocked_loaded"] = sorted(set(client["modules"]) & set(blocked))
+    report["passed"] = (
+        report["ids_equal"]
+        and report["outputs_match"]
+        and report.get("labels_equal", True)
+        and report.get("greedy_equal", True)
+        and not report["blocked_loaded"]
+    )
+    return report

@@ -1,0 +1,183 @@
+"""Mask files: a prune run's results.json (orders and steps, or Pareto points), a speed or export results.json, or a
+mask JSON ({"mask": {group: [[0/1]]}}). A file says its own unit, layout and candidates; settings pick one only when
+it holds several."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headprune.core.checks import ConfigError
+from headprune.results.points import point_name, removed_fraction
+from headprune.results.readers import check_binary_mask
+
+UNITS = ("head", "kv_group")
+
+
+@dataclass
+class Candidate:
+    """One mask a file holds: its method (order, or a Pareto point's method), fraction asked and step."""
+
+    method: str | None
+    fraction: float | None
+    step: str | None
+    mask: dict
+    removed: int
+    point: dict | None = None
+
+    def describe(self, setting: str) -> str:
+        """How to pick it: ``fisher at 33% (3 of 9 units): export.mask_order=fisher export.fraction=0.333334``."""
+        picks = [f"{setting}.mask_order={self.method}"] if self.method else []
+        if self.point is not None:
+            picks.append(f"{setting}.mask_step={self.step}")
+        elif self.fraction is not None:
+            picks.append(f"{setting}.fraction={self.fraction:g}")
+        what = self.method or "the mask"
+        at = f" at {self.step}" if self.point is not None else (f" at fraction {self.fraction:g}" if self.fraction is not None else "")
+        return f"{what}{at} ({self.removed} {'unit' if self.removed == 1 else 'units'} removed): {' '.join(picks) or 'no setting needed'}"
+
+
+@dataclass
+class MaskFile:
+    """A mask file read: the unit and layout it records (None when it does not say), its candidates, the model it was made for."""
+
+    path: Path
+    unit: str | None
+    layout: str | None
+    model_fingerprint: str | None
+    candidates: list[Candidate] = field(default_factory=list)
+    single_mask: bool = False  # a mask JSON, or a speed or export run's results.json: its one mask, whatever the settings
+
+
+def read_mask_payload(path: Path, setting: str) -> dict:
+    """The JSON of a mask file; a missing, empty or truncated one is a ConfigError saying it is a damaged input."""
+    if not path.is_file():
+        raise ConfigError(f"{setting}.mask_file={path} does not exist ({path.resolve()})")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as err:
+        what = "empty" if not text.strip() else f"not valid JSON ({err})"
+        raise ConfigError(
+            f"{setting}.mask_file={path} is {what}: a damaged input (an interrupted write or copy?); give an intact "
+            'results.json of a prune, speed or export run, or a mask JSON {"mask": {group: [[0/1]]}}'
+        ) from None
+    if not isinstance(payload, dict):
+        raise ConfigError(f"{setting}.mask_file={path} holds a JSON {type(payload).__name__}, not a results.json or mask JSON object")
+    return payload
+
+
+def _units(mask: dict) -> int:
+    return sum(1 for rows in mask.values() for row in rows for value in row if value == 0)
+
+
+def _sections(results: dict) -> list[dict]:
+    """The result blocks that may hold orders or points: a prune run's results, a study's prune and pareto stages."""
+    return [results, results.get("prune") or {}, results.get("pareto") or {}]
+
+
+def read_mask_file(path, setting: str = "speed") -> MaskFile:
+    """Every mask of a mask file with its method, fraction and step; binary masks checked (ConfigError naming the entry)."""
+    path = Path(str(path))
+    return mask_file_of(read_mask_payload(path, setting), path)
+
+
+def mask_file_of(payload: dict, path: Path) -> MaskFile:
+    """The masks of a mask file's JSON ``payload`` (see ``read_mask_file``)."""
+    results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
+    sections = _sections(results)
+    unit = next((s["unit"] for s in sections if s.get("unit") in UNITS), None)
+    layout = next((s["layout"] for s in sections if s.get("layout")), None)
+    made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
+    found = MaskFile(path, unit, layout, made_for)
+    if isinstance(payload.get("mask"), dict) or isinstance(results.get("mask"), dict):
+        mask = payload["mask"] if isinstance(payload.get("mask"), dict) else results["mask"]
+        check_binary_mask(mask, str(path))
+        origin = (payload.get("inputs") or {}) if "mask" not in payload else {}
+        found.candidates.append(Candidate(origin.get("mask_order"), None, None, mask, _units(mask)))
+        found.single_mask = True
+        return found
+    for section in sections:
+        for point in section.get("points") or []:
+            if "mask" in point and not point.get("control"):  # the unpruned points have none
+                where = f"{path} (Pareto point {point_name(point)} {point.get('step')})"
+                check_binary_mask(point["mask"], where)
+                found.candidates.append(
+                    Candidate(point_name(point), point.get("fraction"), point["step"], point["mask"], _units(point["mask"]), point)
+                )
+        for order, result in (section.get("orders") or {}).items():
+            for step in result.get("steps", []):
+                check_binary_mask(step.get("mask") or {}, f"{path} (order {order}, fraction {step.get('fraction')})")
+                found.candidates.append(Candidate(order, float(step["fraction"]), None, step["mask"], _units(step["mask"]), None))
+        if found.candidates:
+            break
+    return found
+
+
+def choose_candidate(found: MaskFile, order: str | None, fraction: float | None, step: str | None, setting: str) -> Candidate:
+    """The one candidate the settings pick (None: not given): a mask JSON (or a speed or export results.json) holds one;
+    a prune run's steps and points that remove some unit are picked by method, step and fraction (a method's only
+    Pareto point needs no fraction). None or several left is a ConfigError listing them with the settings that pick each."""
+    if not found.candidates:
+        raise ConfigError(
+            f"{setting}.mask_file={found.path} holds no mask (neither prune results nor a mask): give a prune run's results.json"
+        )
+    if found.single_mask:
+        return found.candidates[0]
+    usable = [c for c in found.candidates if c.removed > 0]
+    pool = [c for c in usable if (order is None or c.method == order) and (step is None or c.step == step)]
+    if fraction is not None and step is None and not (len(pool) == 1 and pool[0].point is not None):
+        pool = [c for c in pool if _same_fraction(c, fraction)]
+    if len(pool) == 1:
+        return pool[0]
+    listed = "; ".join(c.describe(setting) for c in usable) or "none removes any unit"
+    given = (("mask_order", order), ("fraction", fraction), ("mask_step", step))
+    asked = ", ".join(f"{setting}.{name}={value}" for name, value in given if value is not None)
+    methods = sorted({str(c.method) for c in usable})
+    if order is not None and order not in methods:
+        what = "Pareto points of" if any(c.point is not None for c in usable) else "order"
+        raise ConfigError(f"{setting}.mask_file={found.path} has no {what} {order!r}; it has {methods}. It holds: {listed}")
+    empty = [c for c in found.candidates if c.removed == 0 and (order is None or c.method == order)]
+    if not pool and fraction is not None and any(_same_fraction(c, fraction) for c in empty):
+        raise ConfigError(
+            f"{setting}.mask_file={found.path}: the chosen mask removes no head: the pruned model would be the unpruned one; "
+            f"it holds: {listed}"
+        )
+    if not pool and fraction is not None and step is None:
+        raise ConfigError(f"{setting}.mask_file={found.path} has no step at fraction {fraction} for order {order!r}; it holds: {listed}")
+    if not pool:
+        raise ConfigError(
+            f"{setting}.mask_file={found.path} has no mask {('for ' + asked) if asked else 'that removes any unit'}; it holds: {listed}"
+        )
+    raise ConfigError(f"{setting}.mask_file={found.path} holds {len(pool)} masks{(' for ' + asked) if asked else ''}: pick one: {listed}")
+
+
+def _same_fraction(candidate: Candidate, fraction: float) -> bool:
+    """A plain step at the fraction asked, or a Pareto point of that fraction (asked, or removed)."""
+    if candidate.fraction is not None and round(candidate.fraction, 6) == round(fraction, 6):
+        return True
+    point = candidate.point
+    return point is not None and round(removed_fraction(point), 6) == round(fraction, 6)
+
+
+def mask_for_model(found: MaskFile, chosen: Candidate, gates, model, setting: str) -> dict:
+    """The chosen mask as tensors in ``gates``' unit, checked against ``model`` (the fingerprint it was made for, its shape)."""
+    from headprune.results.run_dir import mask_from_json
+    from headprune.results.writer import model_fingerprint
+
+    if found.model_fingerprint and found.model_fingerprint != model_fingerprint(model):
+        raise ConfigError(
+            f"{setting}.mask_file={found.path} was made for another model (fingerprint {found.model_fingerprint}, "
+            f"this model is {model_fingerprint(model)}): use the same model.pretrained"
+        )
+    try:
+        return gates.normalize_mask(mask_from_json(chosen.mask), hard=True)
+    except ValueError as err:
+        raise ConfigError(f"{setting}.mask_file={found.path} does not fit this model: {err}") from None
+
+
+def raw_mask(payload: dict, order: str | None, fraction: float | None, step: str | None, path, setting: str = "speed") -> dict:
+    """The JSON mask {group: [[0/1]]} a mask file's ``payload`` holds for these settings (None: left to the file)."""
+    found = mask_file_of(payload, Path(str(path)))
+    return choose_candidate(found, order, fraction, step, setting).mask

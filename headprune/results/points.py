@@ -1,0 +1,59 @@
+"""What a pruning point is called: its method (order, rearrangement, recovery) and what it removed."""
+
+from __future__ import annotations
+
+
+def point_name(point: dict) -> str:
+    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``, ``unpruned + same training`` (the control):
+    the order, its rearrangement and its recovery."""
+    if point.get("control"):
+        return "unpruned + same training"
+    name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
+    return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
+
+
+def removed_fraction(step: dict, units_total: int | None = None) -> float:
+    """The fraction of the pruning units a step (or point) removed: ``fraction_removed``, else heads_pruned / total (older
+    files), else the fraction asked."""
+    if step.get("fraction_removed") is not None:
+        return float(step["fraction_removed"])
+    total = step.get("heads_total") or units_total
+    if step.get("heads_pruned") is not None and total:
+        return step["heads_pruned"] / total
+    return float(step["fraction"])
+
+
+def percent(fraction: float) -> str:
+    """``33%``; a fraction that rounds to 0% or 100% without being it shows a decimal (``0.4%``, ``99.6%``)."""
+    text = f"{100 * fraction:.0f}%"
+    if text in ("0%", "100%") and 0 < fraction < 1:
+        text = f"{100 * fraction:.1f}%"
+    return text
+
+
+def fraction_met(step: dict, units_total: int | None = None) -> bool:
+    """Whether a step removed the round(fraction x total) units its fraction asks: ``fraction_met``, else from its counts
+    (older files), else True."""
+    if step.get("fraction_met") is not None:
+        return bool(step["fraction_met"])
+    total = step.get("heads_total") or units_total
+    if step.get("fraction") is None or step.get("heads_pruned") is None or not total:
+        return True
+    return step["heads_pruned"] == int(round(float(step["fraction"]) * total))
+
+
+def step_label(step: dict, units_total: int | None = None) -> str:
+    """A step's label: the fraction asked when it removed that many units (``20%``: 14 of 72, rounded), else what it
+    removed with the fraction asked beside it (``0% (asked 10%)``)."""
+    asked = step.get("fraction")
+    if asked is not None and fraction_met(step, units_total):
+        return percent(float(asked))
+    label = percent(removed_fraction(step, units_total))
+    return label if asked is None else f"{label} (asked {percent(float(asked))})"
+
+
+def point_step(point: dict) -> str:
+    """A Pareto point's step: a target as asked (``speedup=1.3``), a fraction by what it removed (``25% (asked 40%)``)."""
+    if point.get("fraction") is None or point.get("heads_pruned") is None or not point.get("heads_total"):
+        return str(point["step"])
+    return step_label(point)

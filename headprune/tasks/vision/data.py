@@ -1,0 +1,129 @@
+"""ImageDataModule: labelled images turned into the model's pixel tensors once, batched for training and evaluation.
+
+Splits: ``train``, ``importance`` (held out of the training images: head importance and held-out choices)
+and ``eval``. Each image goes through the model's image processor (resize to ``image_size``, rescale,
+normalise), then its channels are fitted to the model's ``num_channels``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from headprune.tasks.vision.config import SPLITS, ImageDataConfig
+from headprune.tasks.vision.image_sources import SOURCE_READERS
+
+
+class ImageTensors(Dataset):
+    """Pixel tensors (N, C, H, W) and labels (N,); items carry their index so results go back in order."""
+
+    def __init__(self, pixels: torch.Tensor, labels: torch.Tensor, fingerprints: list[str]):
+        self.pixels, self.labels, self.fingerprints = pixels, labels, fingerprints
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"pixel_values": self.pixels[i], "labels": self.labels[i], "idx": i}
+
+
+def collate(items: list[dict]) -> dict[str, torch.Tensor]:
+    """Stack items: pixel_values (B, C, H, W), labels (B,), idx (B,)."""
+    return {
+        "pixel_values": torch.stack([item["pixel_values"] for item in items]),
+        "labels": torch.tensor([int(item["labels"]) for item in items], dtype=torch.long),
+        "idx": torch.tensor([item["idx"] for item in items], dtype=torch.long),
+    }
+
+
+def fit_channels(pixels: torch.Tensor, channels: int) -> torch.Tensor:
+    """(N, 3, H, W) RGB pixels as ``channels`` channels: the first repeated for grayscale-like models, kept for RGB."""
+    if pixels.shape[1] == channels:
+        return pixels
+    return pixels[:, :1].repeat(1, channels, 1, 1)
+
+
+def image_fingerprint(image, label: int) -> str:
+    """A hash of one image's pixels and its label."""
+    rgb = image.convert("RGB")
+    return hashlib.sha256(rgb.tobytes() + f"{rgb.size}:{label}".encode()).hexdigest()[:16]
+
+
+def to_tensors(images: list, labels: list[int], processor, channels: int) -> ImageTensors:
+    """Run the image processor over the images (RGB) and fit the channels to the model's."""
+    fingerprints = [image_fingerprint(image, label) for image, label in zip(images, labels)]
+    if not images:
+        size = processor.size
+        return ImageTensors(torch.zeros(0, channels, size["height"], size["width"]), torch.zeros(0, dtype=torch.long), [])
+    pixels = processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"]
+    return ImageTensors(fit_channels(pixels.float(), channels), torch.tensor(labels, dtype=torch.long), fingerprints)
+
+
+class ImageDataModule(L.LightningDataModule):
+    """The train / importance / eval splits of one image source as model inputs."""
+
+    splits = SPLITS
+    eval_splits = ("eval",)
+
+    def __init__(self, config: ImageDataConfig, processor, channels: int, num_labels: int):
+        super().__init__()
+        self.config, self.processor, self.channels, self.num_labels = config, processor, channels, num_labels
+        self.datasets: dict[str, ImageTensors] = {}
+
+    @classmethod
+    def from_config(cls, data_cfg, processor, channels: int, num_labels: int) -> ImageDataModule:
+        return cls(ImageDataConfig.from_cfg(data_cfg), processor, channels, num_labels)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read the source once, apply the limits, check the labels fit the model's classes, make the tensors."""
+        if self.datasets:
+            return
+        parts = SOURCE_READERS[self.config.source](self.config)
+        limits = {"train": self.config.limit_train, "eval": self.config.limit_eval}
+        for split in SPLITS:
+            images, labels = parts[split]
+            limit = limits.get(split)
+            if limit is not None:
+                images, labels = images[:limit], labels[:limit]
+            if labels and max(labels) >= self.num_labels:
+                raise ValueError(
+                    f"the {split} images have class {max(labels)}, but the model has model.num_labels={self.num_labels} "
+                    f"classes: set model.num_labels={max(labels) + 1} or more"
+                )
+            self.datasets[split] = to_tensors(images, labels, self.processor, self.channels)
+
+    def dataset(self, split: str) -> ImageTensors:
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r}: the image task has {list(self.splits)}")
+        self.setup()
+        return self.datasets[split]
+
+    def collate_rows(self, dataset: ImageTensors, rows: list[int]) -> dict[str, torch.Tensor]:
+        """The batch of ``dataset``'s ``rows`` (pixel_values, labels)."""
+        batch = collate([dataset[i] for i in rows])
+        batch.pop("idx")
+        return batch
+
+    def loader(self, split: str, batch_size: int | None = None, shuffle: bool = False) -> DataLoader:
+        """Batches of ``split`` in dataset order (training: shuffled by the seed)."""
+        size = batch_size or (self.config.batch_size if split == "train" else self.config.eval_batch_size)
+        generator = torch.Generator().manual_seed(self.config.seed) if shuffle else None
+        return DataLoader(self.dataset(split), batch_size=int(size), shuffle=shuffle, collate_fn=collate, generator=generator)
+
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train", shuffle=True)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [self.loader(split) for split in self.eval_splits]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return self.val_dataloader()
+
+    def describe(self) -> str:
+        """One line: the source and the size of each split."""
+        sizes = ", ".join(f"{split} {len(self.dataset(split))}" for split in SPLITS)
+        size = self.processor.size
+        return f"images from {self.config.source}: {sizes} ({self.channels} channels, {size['height']}x{size['width']})"

@@ -1,0 +1,27 @@
+"""The image processor of a model config: the pretrained model's own, or one built from ``model.processor`` and its config."""
+
+from __future__ import annotations
+
+
+def image_geometry(model) -> tuple[int, int]:
+    """(image_size, num_channels) the model takes."""
+    return int(model.config.image_size), int(model.config.num_channels)
+
+
+def build_processor(model_cfg, model):
+    """``AutoImageProcessor`` of ``model.pretrained``, else a ViT processor sized to the model with ``model.processor``'s mean/std."""
+    from transformers import ViTImageProcessorPil
+
+    from headprune.models.sources import resolve_pretrained
+
+    if model_cfg.get("pretrained"):
+        from transformers import AutoImageProcessor
+
+        return AutoImageProcessor.from_pretrained(resolve_pretrained(model_cfg.pretrained))
+    settings = model_cfg.get("processor")
+    if not settings:
+        raise ValueError(f"model {model_cfg.get('name')!r} is built fresh but sets no model.processor: give it image_mean and image_std")
+    size, _ = image_geometry(model)
+    return ViTImageProcessorPil(
+        size={"height": size, "width": size}, image_mean=list(settings.image_mean), image_std=list(settings.image_std)
+    )

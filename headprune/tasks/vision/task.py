@@ -1,0 +1,270 @@
+"""ImageClassificationModule: fine-tune and evaluate a ViT/DeiT image classifier under head gates (the task protocol).
+
+``experiment=vit_finetune`` runs :func:`finetune`; experiments that need a trained image classifier call
+:func:`load_vision_task` (``model.pretrained=<dir of a fine-tuned model>``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from headprune.core.gates import HeadGates
+from headprune.results.writer import texts_fingerprint
+from headprune.tasks.base import EvalResult
+from headprune.tasks.common import SharedTaskMethods, checked_settings
+from headprune.tasks.vision.data import ImageDataModule
+from headprune.tasks.vision.optim import adamw_with_linear_warmup
+from headprune.tasks.vision.processor import build_processor, image_geometry
+
+TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/vision.yaml)
+TOKEN_POSITIONS = "input_ids"  # timing batches carry the patch-token positions (B, T): the speed experiment counts rows and tokens by them
+
+
+class ImageClassificationModule(SharedTaskMethods, L.LightningModule):
+    """An image classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
+
+    name = "vision"
+    metric = "accuracy"
+    higher_is_better = True
+    paired_test_name = "paired bootstrap (Koehn 2004)"
+    selection_split = "importance"  # held out of the training images, never the evaluation data
+
+    def __init__(
+        self,
+        model: nn.Module,
+        processor=None,
+        data: ImageDataModule | None = None,
+        *,
+        lr: float,
+        weight_decay: float,
+        warmup_ratio: float,
+        warmup_steps: int | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["model", "processor", "data"])
+        self.model = model
+        self.tokenizer = processor  # the protocol's input processor: saved beside the model
+        self.data = data
+        self.gates = HeadGates(model)
+        model.eval()
+        self.eval_splits = list(data.eval_splits) if data is not None else ["eval"]
+        classes = model.config.num_labels
+        self.val_accuracy = nn.ModuleDict({f"acc_{s}": MulticlassAccuracy(num_classes=classes, average="micro") for s in self.eval_splits})
+        self._tokens: int | None = None
+
+    # ---- Lightning ---------------------------------------------------------------------------
+    def forward(self, batch: dict) -> torch.Tensor:
+        """Logits (B, classes) of a batch's pixel_values (other keys are ignored)."""
+        return self.model(pixel_values=batch["pixel_values"]).logits
+
+    def on_train_epoch_start(self) -> None:
+        self.model.train()
+
+    def on_train_end(self) -> None:
+        self.model.eval()
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = F.cross_entropy(self(batch), batch["labels"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        split = self.eval_splits[dataloader_idx]
+        logits = self(batch)
+        metric = self.val_accuracy[f"acc_{split}"]
+        metric.update(logits.argmax(-1), batch["labels"])
+        n = len(batch["labels"])
+        self.log(f"{split}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=n, sync_dist=True, add_dataloader_idx=False)
+        self.log(f"{split}/accuracy", metric, batch_size=n, prog_bar=True, add_dataloader_idx=False)
+
+    def configure_optimizers(self):
+        return adamw_with_linear_warmup(self.model, self.hparams, self.trainer.estimated_stepping_batches)
+
+    # ---- task protocol -----------------------------------------------------------------------
+    def _to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.model_device) for k, v in batch.items()}
+
+    def _require_data(self) -> ImageDataModule:
+        if self.data is None:
+            raise ValueError("this task has no images: build it with load_vision_task(cfg) or ImageClassificationModule(..., data=...)")
+        return self.data
+
+    def split_sizes(self) -> dict[str, int]:
+        """{split: images} of train, importance and eval."""
+        data = self._require_data()
+        return {split: len(data.dataset(split)) for split in data.splits}
+
+    def data_fingerprint(self, split: str) -> str:
+        """A hash of the split's images (pixels before resizing) and labels."""
+        return texts_fingerprint(self._require_data().dataset(split).fingerprints)
+
+    def paired_test(
+        self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
+    ) -> list:
+        """Paired bootstrap of accuracy on per-example correctness."""
+        from headprune.scoring.significance import paired_bootstrap_accuracy
+
+        return paired_bootstrap_accuracy(
+            baseline.per_example["correct"], [s.per_example["correct"] for s in systems], n_samples=n_samples, seed=seed, alpha=alpha
+        )
+
+    def _result(self, correct: torch.Tensor) -> EvalResult:
+        n = len(correct)
+        return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
+
+    @torch.no_grad()
+    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None) -> EvalResult:
+        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order."""
+        data = self._require_data()
+        correct = torch.zeros(len(data.dataset(split)), dtype=torch.long)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self.gates.masked(mask):
+                for batch in data.loader(split, batch_size):
+                    logits = self(self._to_device(batch))
+                    correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
+        finally:
+            self.model.train(was_training)
+        return self._result(correct)
+
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
+        """Scores of several masks, many masks per forward pass (headprune.engine.ablation); ``on_batch(n)`` after each batch."""
+        from headprune.engine.ablation import MaskBatcher
+
+        if not masks:
+            return []
+        data = self._require_data()
+        correct = torch.zeros(len(masks), len(data.dataset(split)), dtype=torch.long)
+        engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in data.loader(split):
+                idx, labels = batch.pop("idx"), batch.pop("labels")
+                logits = engine.logits(self._to_device(batch), masks)  # (M, B, classes)
+                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
+                if on_batch is not None:
+                    on_batch(len(idx))
+        finally:
+            self.model.train(was_training)
+        return [self._result(c) for c in correct]
+
+    def importance_batches(self, batch_size: int | None = None):
+        """Batches (pixel_values + labels, on the model's device) of the held-out importance images."""
+        data = self._require_data()
+        if len(data.dataset("importance")) == 0:
+            raise ValueError(
+                f"the importance subset is empty (data.importance_size={data.config.importance_size}): "
+                "set data.importance_size to a number of training images, e.g. 150"
+            )
+        for batch in data.loader("importance", batch_size):
+            batch.pop("idx")
+            yield self._to_device(batch)
+
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """``examples`` training images drawn with ``seed``, in batches of the training batch size."""
+        data = self._require_data()
+        train = data.dataset("train")
+        chosen = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[: max(int(examples), 0)].tolist()
+        size = int(data.config.batch_size)
+        batches = []
+        for start in range(0, len(chosen), size):
+            batch = data.collate_rows(train, chosen[start : start + size])
+            batches.append(self._to_device(batch))
+        return batches
+
+    def per_example_loss(self, batch: dict) -> torch.Tensor:
+        """Cross-entropy of each image, shape (B,)."""
+        return F.cross_entropy(self(batch), batch["labels"], reduction="none")
+
+    # ---- timing ------------------------------------------------------------------------------
+    def tokens_per_image(self) -> int:
+        """Tokens the encoder sees per image (patches plus CLS, and DeiT's distillation token)."""
+        if self._tokens is None:
+            size, channels = image_geometry(self.model)
+            with torch.no_grad():
+                probe = torch.zeros(1, channels, size, size, device=self.model_device)
+                self._tokens = int(self.model.base_model.embeddings(probe).shape[1])
+        return self._tokens
+
+    def forward_batches(self, split: str) -> list[dict]:
+        """The split's pixel batches with their token positions (B, T), what the speed experiment counts by."""
+        batches = []
+        for batch in self._require_data().loader(split):
+            rows = batch["pixel_values"].shape[0]
+            positions = torch.arange(self.tokens_per_image()).expand(rows, -1)
+            batches.append({"pixel_values": batch["pixel_values"], TOKEN_POSITIONS: positions.clone()})
+        return batches
+
+    def timed_call(self, batch: dict) -> None:
+        """One forward pass of the model on a timing batch's images."""
+        self.model(pixel_values=batch["pixel_values"])
+
+
+def _task_settings(cfg) -> dict:
+    """``task.*`` (conf/task/vision.yaml), every setting present and none unknown."""
+    task = checked_settings(cfg, TASK_SETTINGS, "vision", "conf/task/vision.yaml")
+    task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
+    return task
+
+
+def build_image_model(cfg):
+    """The image classifier of ``cfg.model`` with ``model.num_labels`` classes (a pretrained head of another size is replaced)."""
+    from pathlib import Path
+
+    from headprune.core.saving import RECORD_FILE
+    from headprune.models.sources import resolve_pretrained
+    from headprune.tasks.registry import build_task_model
+
+    overrides = {"num_labels": int(cfg.model.num_labels)}
+    pretrained = cfg.model.get("pretrained")
+    if pretrained and not (Path(resolve_pretrained(str(pretrained))) / RECORD_FILE).exists():
+        overrides["ignore_mismatched_sizes"] = True  # a hub head of other classes (ImageNet's 1,000) is replaced
+    return build_task_model(cfg.model, seed=int(cfg.seed), **overrides)
+
+
+def load_vision_task(cfg) -> ImageClassificationModule:
+    """The image data and ImageClassificationModule described by a Hydra config."""
+    settings = _task_settings(cfg)
+    settings.pop("exact_eval")
+    model = build_image_model(cfg)
+    processor = build_processor(cfg.model, model)
+    _, channels = image_geometry(model)
+    data = ImageDataModule.from_config(cfg.data, processor, channels, int(model.config.num_labels))
+    data.setup()
+    return ImageClassificationModule(model, processor, data, **settings)
+
+
+def finetune(cfg) -> dict:
+    """experiment=vit_finetune: fine-tune, validate, save <output_dir>/model (with its image processor), exact eval accuracy."""
+    from omegaconf import OmegaConf
+
+    from headprune.lightning.trainer import fit
+    from headprune.results.writer import output_dir, update_results
+
+    start = time.perf_counter()
+    L.seed_everything(cfg.seed, workers=True)
+    module = load_vision_task(cfg)
+    print(module.data.describe(), flush=True)
+    metrics = fit(cfg, module, module.data)
+    if module.global_rank != 0:
+        return metrics
+    metrics.update(split_sizes=module.split_sizes())
+    if _task_settings(cfg)["exact_eval"]:
+        for split in module.eval_splits:
+            result = module.evaluate(split=split)
+            metrics[f"{split}/accuracy_exact"] = result.score
+            metrics[f"{split}/correct"] = sum(result.per_example["correct"])
+            metrics[f"{split}/n"] = result.n
+            print(f"{split}: accuracy {result.score:.2f}% ({sum(result.per_example['correct'])}/{result.n})", flush=True)
+    metrics["wall_seconds"] = time.perf_counter() - start
+    metrics["objective"] = metrics.get("eval/accuracy_exact", metrics.get("eval/accuracy"))
+    update_results(output_dir(cfg) / "results.json", metrics, OmegaConf.to_container(cfg, resolve=True))
+    return metrics

@@ -1,0 +1,91 @@
+"""An export records what it did: an unpruned model as unpruned, the model kind of its own directory, names llama.cpp
+knows, and a LoRA rank checked against the pruned projections."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from experiment_helpers import make_cfg, results
+from torch import nn
+
+from headprune.core.checks import ConfigError
+
+LM = ["data.tokenizer.vocab_size=300"]
+
+
+@pytest.fixture(scope="module")
+def lm_task(tmp_path_factory):
+    """The tiny Llama task (2 layers x 4 query heads over 2 KV heads, head_dim 8), loaded once."""
+    from headprune.tasks import registry
+
+    torch.set_num_threads(1)
+    return registry.load_task(make_cfg(tmp_path_factory.mktemp("lm"), "ablate", "lm", *LM))
+
+
+@pytest.fixture
+def saved_llama(lm_task, tmp_path):
+    """An unpruned tiny Llama saved by save_pruned."""
+    from headprune.core.saving import save_pruned
+
+    save_pruned(copy.deepcopy(lm_task.model), tmp_path / "saved", tokenizer=lm_task.tokenizer)
+    return tmp_path / "saved"
+
+
+def test_an_unpruned_directory_is_exported_and_recorded_as_unpruned(lm_task, saved_llama, tmp_path, monkeypatch):
+    from hydra.utils import get_method
+
+    from headprune.tasks import registry
+    from headprune.validation import validate
+
+    monkeypatch.setattr(registry, "load_task", lambda cfg: lm_task)
+    cfg = make_cfg(
+        tmp_path / "out",
+        "export",
+        "lm",
+        *LM,
+        "export.format=onnx",
+        f"export.model={saved_llama}",
+        "export.examples=4",
+        "export.batch_size=4",
+    )
+    validate(cfg)
+    get_method(cfg.run)(cfg)
+    result = results(tmp_path / "out")
+    assert result["results"]["pruned"] is False and result["inputs"]["pruned"] is False and result["results"]["pruning_record"] == {}
+    assert result["results"]["model_type"] == "llama" and result["results"]["architecture"] == "LlamaForCausalLM"
+
+
+def test_a_directory_of_another_kind_than_the_task_is_refused(saved_llama, tmp_path):
+    from headprune.experiments import export
+
+    cfg = make_cfg(tmp_path, "export", "nli", "export.format=onnx", f"export.model={saved_llama}")
+    with pytest.raises(ConfigError, match=r"holds a LlamaForCausalLM \(llama, model.kind causal_lm\), but model=tiny_bert is a classifier"):
+        export.check(cfg)
+
+
+def test_only_pre_tokenizers_llama_cpp_knows_are_written():
+    from headprune.experiments.export import known_tokenizer_pre
+
+    assert known_tokenizer_pre("llama-bpe") == "llama-bpe" and known_tokenizer_pre("smollm") == "smollm"
+    with pytest.raises(ConfigError, match="did you mean llama-bpe"):
+        known_tokenizer_pre("llama_bpe")
+    with pytest.raises(ConfigError, match="is no pre-tokenizer llama.cpp knows"):
+        known_tokenizer_pre("banana")
+
+
+def test_a_lora_rank_is_checked_against_the_pruned_projections(lm_task):
+    from headprune.core.pruning import prune_kv_groups
+    from headprune.experiments.finetune_runs import check_lora_rank
+    from headprune.lightning.lora import lora_targets, smallest_projection
+
+    model = copy.deepcopy(lm_task.model)
+    prune_kv_groups(model, {"dec_self": {0: [1], 1: [0]}})  # each layer keeps 1 KV head: k/v_proj 32 -> 8 features
+    modules = dict(model.named_modules())
+    widths = [min(m.in_features, m.out_features) for name, m in modules.items() if name in lora_targets(model) and isinstance(m, nn.Linear)]
+    assert smallest_projection(model) == min(widths) == 8  # 1 KV head x head_dim 8
+    assert smallest_projection(lm_task.model) == 16  # unpruned: 2 KV heads x 8, below the config check's view of it
+    check_lora_rank(model, 8)
+    with pytest.raises(ConfigError, match="lora_rank=16 is larger than the smallest projection of the pruned model \\(8 features"):
+        check_lora_rank(model, 16)

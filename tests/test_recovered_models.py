@@ -1,0 +1,144 @@
+"""A prune run keeps what recovery made: models/<point>/ loads to the score its row shows, and export.point ships it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_runs import headprune as cli_run
+from experiment_helpers import LM, NLI, compose_cfg
+
+pytestmark = pytest.mark.slow  # real prune runs with fine-tunes through the command line
+
+FAST = ["logger=none", "device=cpu", "prune.finetune.max_steps=3", "prune.finetune.progress=false", "prune.recover_examples=32"]
+RUNS = {
+    "bert": [*NLI, "experiment=prune", "prune.order=importance", "prune.fractions=0.5", "prune.recover=[none,finetune]"],
+    "llama": [
+        *LM,
+        "experiment=prune",
+        "prune.unit=kv_group",
+        "prune.layout=uniform",
+        "prune.order=importance",
+        "prune.fractions=0.5",
+        "prune.recover=finetune",
+    ],
+}
+
+
+def run(capsys, monkeypatch, tmp_path, run_dir, *overrides):
+    status, err = cli_run(capsys, monkeypatch, tmp_path, run_dir, *FAST, *overrides)
+    assert status == 0, err
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def recovered_points(payload: dict) -> list[dict]:
+    return [p for p in payload["results"]["points"] if p.get("recovery") == "finetune" and not p.get("control")]
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_recovered_model_is_kept_scores_its_row_and_exports(family, capsys, monkeypatch, tmp_path):
+    from headprune.core.saving import load_pruned
+    from headprune.tasks import registry
+    from headprune.tasks.unit_task import in_unit
+
+    run_dir = tmp_path / "prune"
+    payload = run(capsys, monkeypatch, tmp_path, run_dir, *RUNS[family])
+    (point,) = recovered_points(payload)
+    folder = run_dir / point["model_dir"]
+    assert (folder / "recipe.json").is_file() and (folder / "headprune_pruning.json").is_file()
+    recipe = json.loads((folder / "recipe.json").read_text())
+    assert recipe["recovery"] == "finetune" and recipe["point"].endswith("@50%")
+    if family == "bert":  # the point without recovery keeps no model under the default prune.save=recovered
+        assert not any("model_dir" in p for p in payload["results"]["points"] if p.get("recovery") == "none")
+
+    # loading it gives the score its table row shows, on the same split
+    base = RUNS[family][: len(NLI) if family == "bert" else len(LM)]
+    cfg = compose_cfg(tmp_path / "load", ["experiment=ablate", *base, "device=cpu", "logger=none"])
+    cfg.paths.data_dir = str(tmp_path / "data")
+    task = in_unit(registry.load_task(cfg), "head")
+    model = load_pruned(folder)
+    from headprune.core.gates import HeadGates
+    from headprune.experiments.evaluation import swapped_model
+
+    with swapped_model(task, model, HeadGates(model)):
+        score = task.evaluate(None, split="eval").score
+    assert score == pytest.approx(point["score"], rel=1e-6)
+
+    # a rerun with the same settings reuses the saved model (no second fine-tune), same scores
+    written = (folder / "recipe.json").stat().st_mtime_ns
+    again = run(capsys, monkeypatch, tmp_path, run_dir, *RUNS[family])
+    assert recovered_points(again)[0]["score"] == pytest.approx(point["score"], rel=1e-6)
+    assert recovered_points(again)[0]["model_dir"] == point["model_dir"]
+    assert (folder / "recipe.json").stat().st_mtime_ns == written  # reused, not fine-tuned and written again
+
+    # export.point ships exactly that model, checked against it (not the base under the mask)
+    fmt = "onnx" if family == "bert" else "hf"
+    name = recipe["point"]
+    out = tmp_path / "export"
+    status, err = cli_run(
+        capsys,
+        monkeypatch,
+        tmp_path,
+        out,
+        *base,
+        *FAST,
+        "experiment=export",
+        f"export.format={fmt}",
+        f"export.mask_file={run_dir / 'results.json'}",
+        f"export.point={name}",
+        "export.examples=8",
+        "export.batch_size=4",
+        *(["prune.unit=kv_group"] if family == "llama" else []),
+    )
+    assert status == 0, err
+    exported = json.loads((out / "results.json").read_text())
+    assert exported["inputs"]["point"] == name and Path(exported["inputs"]["model"]) == folder
+    assert exported["results"]["check"]["passed"]
+
+
+def test_unknown_point_lists_the_run_points(capsys, monkeypatch, tmp_path):
+    run_dir = tmp_path / "prune"
+    run(capsys, monkeypatch, tmp_path, run_dir, *RUNS["bert"])
+    status, err = cli_run(
+        capsys,
+        monkeypatch,
+        tmp_path,
+        tmp_path / "export",
+        *NLI,
+        *FAST,
+        "experiment=export",
+        f"export.mask_file={run_dir / 'results.json'}",
+        "export.point=fisher+lsq@90%",
+    )
+    assert status == 2 and "importance+finetune@50%" in err and "importance@50%" in err, err
+
+
+def test_prune_save_none_keeps_no_model(capsys, monkeypatch, tmp_path):
+    run_dir = tmp_path / "prune"
+    payload = run(capsys, monkeypatch, tmp_path, run_dir, *RUNS["bert"], "prune.save=none")
+    assert not (run_dir / "models").exists()
+    assert not any("model_dir" in p for p in payload["results"]["points"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (["prune.recover=finetune", "prune.save=some"], "choose one of recovered, all, none"),
+        (["prune.recover=finetune", "prune.save=[a@50%,a@50%]"], "more than once"),
+        (["prune.recover=finetune", "prune.save=[fisher]"], "method@step"),
+        (["prune.save=all"], "a plain pruning curve keeps none"),
+        (["export.point=x@50%"], None),
+    ],
+)
+def test_prune_save_bad_inputs(tmp_path, overrides, fragment):
+    from headprune.core.checks import ConfigError
+    from headprune.validation import validate
+
+    if fragment is None:  # export.point without a mask file
+        cfg = compose_cfg(tmp_path, ["experiment=export", *NLI, "export.model=somewhere", *overrides])
+        fragment = "give export.mask_file"
+    else:
+        cfg = compose_cfg(tmp_path, ["experiment=prune", *NLI, *overrides])
+    with pytest.raises(ConfigError, match=fragment):
+        validate(cfg)
