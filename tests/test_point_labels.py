@@ -53,4 +53,13 @@ def test_older_files_are_labelled_from_their_counts():
     old = {"fraction": 0.5, "heads_pruned": 2, "heads_total": 8, "score": 1.0}  # a point written before fraction_removed
     assert removed_fraction(old) == 0.25 and step_label(old) == "25% (asked 50%)"
     assert step_label({"fraction": 0.3}) == "30%"  # nothing but the fraction: the fraction
+    assert step_label({"fraction": 0.2, "heads_pruned": 14, "heads_total": 72}) == "20%"  # 14.4 rounded: met, as asked
     assert (percent(0.004), percent(0.999), percent(1.0)) == ("0.4%", "99.9%", "100%")
+
+
+def test_pareto_points_show_a_fraction_by_what_it_removed_and_a_target_as_asked():
+    from headprune.results.points import point_step
+
+    assert point_step({"fraction": 0.4, "heads_pruned": 2, "heads_total": 8, "step": "40%"}) == "25% (asked 40%)"
+    assert point_step({"fraction": 0.5, "heads_pruned": 4, "heads_total": 8, "step": "50%"}) == "50%"
+    assert point_step({"fraction": None, "heads_pruned": 3, "heads_total": 8, "step": "speedup=1.3"}) == "speedup=1.3"

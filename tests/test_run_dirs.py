@@ -111,3 +111,31 @@ def test_a_finetune_rerun_with_other_settings_is_refused(capsys, monkeypatch, tm
     status, err = headprune(capsys, monkeypatch, tmp_path, run_dir, *train, "trainer.max_epochs=2")
     assert status == 2 and "experiment=nli_finetune with other settings" in err and "trainer.max_epochs: 1 there, 2 here" in err, err
     assert digest(run_dir) == before  # results.json, model/ and checkpoints/ untouched
+
+
+def finished(run_dir: Path, settings: dict) -> None:
+    """A directory holding a finished run of ``settings`` (its results.json and .hydra/config.yaml)."""
+    from omegaconf import OmegaConf
+
+    from headprune.results.run_claim import write_run_record
+
+    write_run_record(run_dir, {"config.yaml": OmegaConf.to_yaml(OmegaConf.create(settings))}, replacing=False)
+    (run_dir / "results.json").write_text(json.dumps({"experiment": "train", "config": settings, "results": {}}))
+
+
+def test_a_resumed_training_may_train_longer_and_a_study_reuses_its_stages(tmp_path):
+    from headprune.core.checks import ConfigError
+    from headprune.results.run_claim import claim_run_dir
+
+    train = {"run": "headprune.tasks.nli.task.finetune", "trainer": {"max_epochs": 1}, "ckpt_path": None, "logger": {"a": 1}}
+    finished(tmp_path, train)
+    longer = {**train, "trainer": {"max_epochs": 3}, "logger": {"a": 2}}
+    with pytest.raises(ConfigError, match="trainer.max_epochs: 1 there, 3 here"):
+        claim_run_dir(tmp_path, "nli_finetune", longer, overwrite=False)
+    assert claim_run_dir(tmp_path, "nli_finetune", {**longer, "ckpt_path": "last"}, overwrite=False) is False  # a resume
+    assert claim_run_dir(tmp_path, "nli_finetune", {**train, "logger": {"a": 2}}, overwrite=False) is False  # logs elsewhere
+    assert claim_run_dir(tmp_path, "nli_finetune", longer, overwrite=True) is True  # replaces it once its results land
+    study = {"run": "headprune.experiments.study.run", "prune": {"step": 0.1}}
+    finished(tmp_path / "study", study)
+    changed = {**study, "prune": {"step": 0.2}}
+    assert claim_run_dir(tmp_path / "study", "study", changed, overwrite=False, reuses_stages=True) is False

@@ -9,6 +9,7 @@ from omegaconf import open_dict
 from headprune.core.checks import ConfigError
 from headprune.results.mask_files import Candidate, MaskFile, choose_candidate, mask_for_model, read_mask_file
 from headprune.results.points import removed_fraction
+from headprune.tasks.unit_task import unit_of
 
 PICKS = ("mask_order", "fraction", "mask_step")  # the settings that pick a mask among a file's candidates
 
@@ -52,8 +53,8 @@ def with_file_unit(cfg, setting: str):
     if found.unit is None:
         return cfg
     given = given_keys() or set()
-    if "prune.unit" in given and str(cfg.prune.unit) != found.unit:
-        asked = str(cfg.prune.unit)
+    asked = unit_of(cfg)
+    if "prune.unit" in given and asked != found.unit:
         raise ConfigError(
             f"prune.unit={asked}, but {setting}.mask_file={found.path} holds masks of unit {found.unit}: drop prune.unit "
             "(the file's unit is used)"

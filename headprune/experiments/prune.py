@@ -15,7 +15,7 @@ from headprune.experiments.orders import ORDERS, OrderSettings, check_order, ord
 from headprune.experiments.prune_speed import for_speed, pareto_stage, recoveries_of
 from headprune.experiments.settings import RunSettings, listed
 from headprune.lightning.loggers import log_run
-from headprune.results.points import percent, point_name, removed_fraction, step_label
+from headprune.results.points import percent, point_name, point_step, removed_fraction, step_label
 from headprune.results.run_dir import mask_to_json, tensor_dict, write_results
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
@@ -166,7 +166,7 @@ def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
         print(
-            f"{point_name(p):>22} {p['step']:>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
+            f"{point_name(p):>22} {point_step(p):>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
             + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else "")
         )
     write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])

@@ -31,12 +31,29 @@ def percent(fraction: float) -> str:
     return text
 
 
+def fraction_met(step: dict, units_total: int | None = None) -> bool:
+    """Whether a step removed the round(fraction x total) units its fraction asks: ``fraction_met``, else from its counts
+    (older files), else True."""
+    if step.get("fraction_met") is not None:
+        return bool(step["fraction_met"])
+    total = step.get("heads_total") or units_total
+    if step.get("fraction") is None or step.get("heads_pruned") is None or not total:
+        return True
+    return step["heads_pruned"] == int(round(float(step["fraction"]) * total))
+
+
 def step_label(step: dict, units_total: int | None = None) -> str:
-    """A step labelled by what it removed (``25%``), with the fraction asked beside it when that could not be met
-    (``0% (asked 10%)``)."""
-    removed = removed_fraction(step, units_total)
+    """A step's label: the fraction asked when it removed that many units (``20%``: 14 of 72, rounded), else what it
+    removed with the fraction asked beside it (``0% (asked 10%)``)."""
     asked = step.get("fraction")
-    label = percent(removed)
-    if asked is not None and percent(float(asked)) != label:
-        label += f" (asked {percent(float(asked))})"
-    return label
+    if asked is not None and fraction_met(step, units_total):
+        return percent(float(asked))
+    label = percent(removed_fraction(step, units_total))
+    return label if asked is None else f"{label} (asked {percent(float(asked))})"
+
+
+def point_step(point: dict) -> str:
+    """A Pareto point's step: a target as asked (``speedup=1.3``), a fraction by what it removed (``25% (asked 40%)``)."""
+    if point.get("fraction") is None or point.get("heads_pruned") is None or not point.get("heads_total"):
+        return str(point["step"])
+    return step_label(point)

@@ -7,7 +7,7 @@ report and the experiments' logged tables show the same numbers the same way.
 from __future__ import annotations
 
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
-from headprune.results.points import point_name, removed_fraction, step_label
+from headprune.results.points import point_name, point_step, removed_fraction, step_label
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -281,7 +281,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
             point_name(p),
             p["order"],
             p["recovery"],
-            p["step"],
+            point_step(p),
             p["heads_pruned"],
             p["score"],
             *(((p.get("extra") or {}).get(s) or {}).get("score") for s in extra),
@@ -321,7 +321,7 @@ def pareto_table(study: dict) -> str:
         kept = kv_cache_kept(q) if q["heads_pruned"] else 1.0
         cells = [
             point_name(q),
-            q["step"],
+            point_step(q),
             f"{q['heads_pruned']}/{q['heads_total']}",
             f"{q['score']:.2f}",
             *([versus_control(q, higher)] if controlled else []),
