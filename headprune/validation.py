@@ -377,21 +377,20 @@ def physical_pruning(cfg) -> str | None:
 
     run = str(cfg.get("run"))
     if run.endswith(("speed.run", "study.run")):
-        return "it times the physically pruned model"
+        return "its speed measurement times the physically pruned model"
     if run.endswith("export.run"):
-        return "export.mask_file: it writes the physically pruned model" if cfg.export.get("mask_file") else None
+        return "the export writes the model pruned by export.mask_file" if cfg.export.get("mask_file") else None
     prune = cfg.prune
     if not run.endswith("prune.run") or not for_speed(prune):
         return None
     recover = recoveries_of(prune)
     save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
     uses = {
-        "prune.recover=finetune (it fine-tunes a pruned copy)": "finetune" in recover,
-        "prune.measure_speed=true (it times pruned copies)": bool(prune.measure_speed),
-        "prune.schedule (it removes heads at every step)": prune.get("schedule") is not None,
-        "prune.cost=latency (it times pruned copies)": str(prune.cost) == "latency",
-        f"prune.save={save} (it keeps pruned models; prune.save=none keeps none)": save != "none"
-        and (save == "all" or not isinstance(save, str) or recover != ["none"]),
+        "prune.recover=finetune fine-tunes a pruned copy": "finetune" in recover,
+        "prune.measure_speed=true times pruned copies": bool(prune.measure_speed),
+        "prune.schedule removes heads at every step": prune.get("schedule") is not None,
+        "prune.cost=latency times pruned copies": str(prune.cost) == "latency",
+        f"prune.save={save} keeps pruned models": save != "none" and (save == "all" or not isinstance(save, str) or recover != ["none"]),
     }
     return next((what for what, used in uses.items() if used), None)
 
@@ -399,7 +398,7 @@ def physical_pruning(cfg) -> str | None:
 def check_exact_pruning(cfg) -> None:
     """A run that prunes physically is refused before work on a model whose pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
     from headprune.core.families import FAMILIES
-    from headprune.core.pruning import MASKS_INSTEAD, inexact_reason
+    from headprune.core.pruning import inexact_reason
 
     fields = model_fields(cfg.model) or {}
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
@@ -407,9 +406,9 @@ def check_exact_pruning(cfg) -> None:
     what = reason and physical_pruning(cfg)
     if what:
         raise ConfigError(
-            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. {MASKS_INSTEAD} "
-            "(experiment=ablate, keep_one, or prune without prune.recover=finetune, measure_speed, schedule, cost=latency "
-            "and with prune.save=none)"
+            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. Gates, importance scores and "
+            "ablation work on it: run experiment=ablate or keep_one, or experiment=prune with masks only (no "
+            "prune.recover=finetune, measure_speed, schedule or cost=latency, and prune.save=none)"
         )
 
 
