@@ -41,8 +41,9 @@ test-slurm: $(STAMP)
 	PYTHON=$(abspath $(BIN)/python) tools/slurm_local.sh
 
 # Each export loaded by its client, without headprune: stock transformers and llama.cpp (built once into .clients/).
-test-clients: $(STAMP)
+test-clients: $(STAMP)   # each export in the client people run it in: transformers, llama.cpp, lm-eval, ONNX Runtime
 	$(BIN)/python tools/test_clients.py
+	$(BIN)/python tools/client_onnx.py
 
 demo: $(STAMP)
 	$(BIN)/headprune experiment=study

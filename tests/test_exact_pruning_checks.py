@@ -31,7 +31,7 @@ def _cfg(tmp_path, experiment: str, *overrides):
 )
 @pytest.mark.parametrize(("model", "reason"), [(OLMO2, NORMS), (ALIBI_FALCON, ALIBI)])
 def test_physical_pruning_is_refused_before_work(tmp_path, experiment, overrides, model, reason):
-    with pytest.raises(ConfigError, match=r"this run prunes physically.*use masks"):
+    with pytest.raises(ConfigError, match=r"this run prunes physically.*experiment=ablate"):
         validate(_cfg(tmp_path, experiment, *model, *overrides))
     with pytest.raises(ConfigError, match=reason):
         validate(_cfg(tmp_path, experiment, *model, *overrides))

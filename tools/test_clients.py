@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,7 @@ def main() -> int:
     done = subprocess.run(
         [str(env["python"]), "-I", str(Path(__file__).with_name("clients_check.py")), str(out / "jobs.json")],
         cwd=args.clients,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},  # the exports and the local task only
         capture_output=True,
         text=True,
     )

@@ -136,7 +136,7 @@ def check(cfg) -> None:
 
     check_model_and_task(cfg)
     check_reads(cfg, READS)
-    check_exact_pruning(cfg, "export.mask_file: it writes the physically pruned model" if cfg.export.get("mask_file") else None)
+    check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if cfg.export.get("mask_file") else None)
     check_model_kind(cfg)
     check_settings(cfg)
     check_splits(cfg, [cfg.export.split], "export.split")

@@ -250,11 +250,10 @@ def physical_pruning(prune) -> str | None:
     recover = recoveries_of(prune)
     save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
     uses = {
-        "prune.recover=finetune (it fine-tunes a pruned copy)": "finetune" in recover,
-        "prune.measure_speed=true (it times pruned copies)": bool(prune.measure_speed),
-        "prune.schedule (it removes heads at every step)": prune.get("schedule") is not None,
-        "prune.cost=latency (it times pruned copies)": str(prune.cost) == "latency",
-        f"prune.save={save} (it keeps pruned models; prune.save=none keeps none)": save != "none"
-        and (save == "all" or not isinstance(save, str) or recover != ["none"]),
+        "prune.recover=finetune fine-tunes a pruned copy": "finetune" in recover,
+        "prune.measure_speed=true times pruned copies": bool(prune.measure_speed),
+        "prune.schedule removes heads at every step": prune.get("schedule") is not None,
+        "prune.cost=latency times pruned copies": str(prune.cost) == "latency",
+        f"prune.save={save} keeps pruned models": save != "none" and (save == "all" or not isinstance(save, str) or recover != ["none"]),
     }
     return next((what for what, used in uses.items() if used), None)

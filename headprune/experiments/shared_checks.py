@@ -386,14 +386,14 @@ def check_exact_pruning(cfg, what: str | None) -> None:
     """A run that prunes physically (``what`` says how; None: it only masks) is refused before work on a model whose
     pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
     from headprune.core.families import FAMILIES
-    from headprune.core.pruning import MASKS_INSTEAD, inexact_reason
+    from headprune.core.pruning import inexact_reason
 
     fields = model_fields(cfg.model) or {}
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
     reason = family and inexact_reason(family, fields)
     if reason and what:
         raise ConfigError(
-            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. {MASKS_INSTEAD} "
-            "(experiment=ablate, keep_one, or prune without prune.recover=finetune, measure_speed, schedule, cost=latency "
-            "and with prune.save=none)"
+            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. Gates, importance scores and "
+            "ablation work on it: run experiment=ablate or keep_one, or experiment=prune with masks only (no "
+            "prune.recover=finetune, measure_speed, schedule or cost=latency, and prune.save=none)"
         )

@@ -323,7 +323,7 @@ def check(cfg) -> None:
             "with speed.mask_file the mask comes from the file, not from an order's scores",
         )
     check_unit(cfg)
-    check_exact_pruning(cfg, "it times the physically pruned model")
+    check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
     check_speed_run(cfg)
 
 

@@ -255,7 +255,7 @@ def check(cfg) -> None:
     check_prune_lists(cfg.prune)
     check_reads(cfg, READS)
     check_unit(cfg)
-    check_exact_pruning(cfg, "it times the physically pruned model")
+    check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
     check_selection(cfg, "study")
     no_duplicates(cfg.study.extra_splits, "study.extra_splits")
     if cfg.study.train:
