@@ -11,7 +11,8 @@ from experiment_helpers import LM, NLI, compose_cfg
 
 pytestmark = pytest.mark.slow  # real prune runs with fine-tunes through the command line
 
-FAST = ["logger=none", "device=cpu", "prune.finetune.max_steps=3", "prune.finetune.progress=false", "prune.recover_examples=32"]
+FAST = ["logger=none", "device=cpu"]
+TUNE = ["prune.finetune.max_steps=3", "prune.finetune.progress=false", "prune.recover_examples=32"]  # read by the prune run
 RUNS = {
     "bert": [*NLI, "experiment=prune", "prune.order=importance", "prune.fractions=0.5", "prune.recover=[none,finetune]"],
     "llama": [
@@ -27,7 +28,7 @@ RUNS = {
 
 
 def run(capsys, monkeypatch, tmp_path, run_dir, *overrides):
-    status, err = cli_run(capsys, monkeypatch, tmp_path, run_dir, *FAST, *overrides)
+    status, err = cli_run(capsys, monkeypatch, tmp_path, run_dir, *FAST, *TUNE, *overrides)
     assert status == 0, err
     return json.loads((run_dir / "results.json").read_text())
 

@@ -109,7 +109,7 @@ def check(cfg) -> None:
     from headprune.core.checks import ConfigError
     from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
 
-    check_model_and_task(cfg, importance=False)
+    check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg, READS)
     check_unit(cfg)
     splits = cfg.ablate.splits

@@ -127,7 +127,7 @@ def known_tokenizer_pre(name: str) -> str:
     return name
 
 
-READS = ("export", "prune.unit")  # the settings groups (and keys) experiment=export reads
+READS = ("export", "prune.unit", "speed.batch_sizes")  # what experiment=export reads (int8_batch_sizes: the speed batch sizes)
 
 
 def check(cfg) -> None:
@@ -153,7 +153,7 @@ def check_model_kind(cfg) -> None:
 
         what = f"{cfg.model.get('name')} ({spec.name} task)"
         raise ConfigError(not_stock_message(what).replace("export.format=hf", f"export.format={fmt}"))
-    if str(cfg.export.get("quantize") or "none") == "int8" and "int8" not in spec.exports:
+    if str(cfg.export.quantize) == "int8" and "int8" not in spec.exports:
         raise ConfigError(
             f"export.quantize=int8 is checked by the task's metric through ONNX Runtime, where the {spec.name} task's metric "
             "cannot run (BLEU needs beam search, which the cache-free ONNX graphs of seq2seq models do not run): "
@@ -164,8 +164,6 @@ def check_model_kind(cfg) -> None:
 def check_settings(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model."""
     from headprune.experiments.shared_checks import refuse_given
-    from headprune.models.sources import check_model_dir
-    from headprune.results.readers import check_mask_file
 
     settings = cfg.export
     fmt = choice(settings.get("format"), "export.format", FORMATS)
@@ -190,6 +188,25 @@ def check_settings(cfg) -> None:
             "give one source of the pruned model: export.mask_file=<prune run>/results.json (with export.mask_order, "
             "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
         )
+    check_source(cfg)
+    if settings.get("tokenizer_pre"):
+        known_tokenizer_pre(str(settings.tokenizer_pre))
+    if quantize == "int8":
+        positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
+    if quantize not in FORMATS[fmt].quantize:
+        raise ConfigError(
+            f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
+        )
+    if FORMATS[fmt].decoder_only:
+        check_stock(cfg, fmt)
+
+
+def check_source(cfg) -> None:
+    """The pruned model's source: a mask of ``export.mask_file`` (a point of it) or an ``export.model`` directory."""
+    from headprune.models.sources import check_model_dir
+    from headprune.results.readers import check_mask_file
+
+    settings = cfg.export
     if settings.get("mask_file"):
         check_mask_file(settings.mask_file, "export.mask_file")
         if settings.get("fraction") is not None and float(settings.fraction) == 0:
@@ -215,16 +232,6 @@ def check_settings(cfg) -> None:
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
         check_source_kind(cfg)
-    if settings.get("tokenizer_pre"):
-        known_tokenizer_pre(str(settings.tokenizer_pre))
-    if quantize == "int8":
-        positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
-    if quantize not in FORMATS[fmt].quantize:
-        raise ConfigError(
-            f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
-        )
-    if FORMATS[fmt].decoder_only:
-        check_stock(cfg, fmt)
 
 
 # ---- the run ------------------------------------------------------------------------------------

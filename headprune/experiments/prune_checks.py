@@ -201,8 +201,8 @@ def check_prune_lists(prune) -> None:
             no_duplicates(value, f"prune.{name}")
 
 
-def check_conditional_reads(cfg, experiment: bool = True) -> None:
-    """prune.* settings read only when another setting has some value: given otherwise, each is refused (``experiment``:
+def check_conditional_reads(cfg, alone: bool = True) -> None:
+    """prune.* settings read only when another setting has some value: given otherwise, each is refused (``alone``:
     experiment=prune, whose ablation order alone reads prune.ablation_split / n_samples; the study ablates anyway)."""
     from headprune.experiments.prune_speed import for_speed
     from headprune.experiments.shared_checks import refuse_given
@@ -237,7 +237,7 @@ def check_conditional_reads(cfg, experiment: bool = True) -> None:
         refuse_given(cfg, ("prune.latency_batch_size",), "it is the batch of prune.cost=latency's tables")
     if not for_speed(prune):
         refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
-    if experiment and "ablation" not in string_list(prune.order, "prune.order"):
+    if alone and "ablation" not in string_list(prune.order, "prune.order"):
         refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
 
 

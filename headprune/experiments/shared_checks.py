@@ -59,7 +59,7 @@ def check_device(cfg) -> None:
     """``device`` names a device this machine has (``auto``: CUDA when there is one)."""
     import torch
 
-    name = str(cfg.get("device") or "auto")
+    name = str(cfg.device)
     if name == "auto":
         return
     try:
@@ -135,20 +135,20 @@ def task_spec_of(cfg):
         raise ConfigError(str(err)) from None
 
 
-def check_task(cfg, importance: bool = True, falls_back: bool = False) -> None:
+def check_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> None:
     """The task's own check (``TaskSpec.check``): its settings, data files (unless a study falls back) and lengths."""
     from hydra.utils import get_method
 
     spec = task_spec_of(cfg)
     local_missing = cfg.data.get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
-    get_method(spec.check)(cfg, files=not (falls_back and local_missing), importance=importance)
+    get_method(spec.check)(cfg, files=not (falls_back and local_missing), importance=reads_importance)
 
 
-def check_model_and_task(cfg, importance: bool = True, falls_back: bool = False) -> None:
-    """What every experiment on a task reads: the device, the model, the task (``importance``: its importance subset is read)."""
+def check_model_and_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> None:
+    """What every experiment on a task reads: the device, the model, the task (``reads_importance``: its importance subset is read)."""
     check_device(cfg)
     check_model(cfg)
-    check_task(cfg, importance=importance, falls_back=falls_back)
+    check_task(cfg, reads_importance=reads_importance, falls_back=falls_back)
 
 
 def splits_of(cfg) -> tuple[str, ...]:
@@ -248,7 +248,7 @@ def check_trainer(trainer) -> None:
     """Training must end, on a device this machine has: an unbounded epoch count needs trainer.max_steps or trainer.max_time."""
     import torch
 
-    accelerator = str(trainer.get("accelerator") or "cpu")
+    accelerator = str(trainer.accelerator)
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
@@ -269,7 +269,7 @@ def check_trainer(trainer) -> None:
 
 def check_training_run(cfg) -> None:
     """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
-    check_model_and_task(cfg, importance=False)
+    check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg, ("trainer", "callbacks"))
     check_trainer(cfg.trainer)
     check_resume(cfg)

@@ -270,5 +270,5 @@ def check(cfg) -> None:
         )
     check_prune(cfg)
     check_prune_for_speed(cfg)
-    check_conditional_reads(cfg, experiment=False)
+    check_conditional_reads(cfg, alone=False)
     check_speed_run(cfg)
