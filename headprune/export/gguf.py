@@ -182,16 +182,21 @@ def rounded_like_gguf(model: nn.Module, dtype: str) -> nn.Module:
     return rounded
 
 
+def check_writable(model: nn.Module, dtype: str) -> None:
+    """A ConfigError unless GGUF can store this model (its family and settings) in ``dtype``."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"export.gguf_dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    why = refusal(model.config.to_dict())
+    if why:
+        raise ConfigError(why)
+
+
 def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default") -> Path:
     """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned Llama or Mistral model; the file."""
     import gguf
 
-    if dtype not in DTYPES:
-        raise ConfigError(f"export.gguf_dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    check_writable(model, dtype)
     config = model.config
-    why = refusal(config.to_dict())
-    if why:
-        raise ConfigError(why)
     shape = stock_shape(model)
     if config.hidden_size % shape.heads:
         raise ConfigError(gguf_head_count_message(config.hidden_size, shape.heads))

@@ -16,7 +16,7 @@ from torch import nn
 
 from headprune.core.checks import ConfigError
 from headprune.core.gates import find_sites
-from headprune.export.gguf import DTYPES, add_metadata, add_tokenizer, gguf_tensors, layer_of, refusal
+from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, gguf_tensors, layer_of
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
 
@@ -85,12 +85,8 @@ def export_gguf_deci(
     """Write ``<out>/<name>-<dtype>.gguf`` of an unevenly pruned Llama or Mistral model as llama.cpp's deci; the file."""
     import gguf
 
-    if dtype not in DTYPES:
-        raise ConfigError(f"export.gguf_dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    check_writable(model, dtype)
     config = model.config
-    why = refusal(config.to_dict())
-    if why:
-        raise ConfigError(why)
     shapes = written_shapes(model_layer_shapes(model))
     emptied = {layer for layer, (heads, _) in enumerate(shapes) if heads == 0}
     _check_phantoms(model, emptied)
@@ -129,9 +125,7 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
     Returns {"path", "architecture", "head_count", "head_count_kv"}: the per-layer counts the file holds."""
     from headprune.export.gguf import export_gguf
 
-    why = refusal(model.config.to_dict())
-    if why:
-        raise ConfigError(why)
+    check_writable(model, dtype)  # before the layer shapes: a family GGUF cannot store is told so
     shapes = model_layer_shapes(model)
     if gguf_architecture(shapes) == "llama":
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
