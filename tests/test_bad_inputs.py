@@ -387,6 +387,9 @@ CONFIG_ROWS = [
     ("speed-mask-order-without-file", "nli", ["experiment=speed", "speed.mask_order=fisher+lsq"], "needs speed.mask_file", None),
     ("speed-mask-step-without-file", "nli", ["experiment=speed", "speed.mask_step='speedup=1.3'"], "speed.mask_step", None),
     ("speed-mask-step-not-text", "nli", ["experiment=speed", "speed.mask_step=0.4"], "speed.mask_step must be a non-empty text", None),
+    ("speed-point-without-file", "nli", ["experiment=speed", "speed.point=fisher+finetune@40%"], "give speed.mask_file", None),
+    ("speed-point-not-text", "nli", ["experiment=speed", "speed.point=0.4"], "speed.point must be a non-empty text", None),
+    ("study-speed-point", "nli", ["experiment=study", "speed.point=fisher+finetune@40%"], "speed.point", None),
     ("prune-finetune-warmup-without-decay", "nli", ["experiment=prune", "prune.finetune.warmup=0.1"], "decay=true", None),
     ("speed-repeats-above-max", "nli", ["experiment=speed", "speed.repeats=10", "speed.max_repeats=3"], "speed.max_repeats", None),
     (

@@ -143,3 +143,51 @@ def test_prune_save_bad_inputs(tmp_path, overrides, fragment):
         cfg = compose_cfg(tmp_path, ["experiment=prune", *NLI, *overrides])
     with pytest.raises(ConfigError, match=fragment):
         validate(cfg)
+
+
+def test_control_is_kept_and_speed_point_times_the_recovered_model(capsys, monkeypatch, tmp_path):
+    """The control's model is kept beside the points; speed.point times a point's recovered model, checked to score its row."""
+    run_dir = tmp_path / "prune"
+    payload = run(capsys, monkeypatch, tmp_path, run_dir, *RUNS["bert"], "prune.control=true")
+    (control,) = [p for p in payload["results"]["points"] if p.get("control")]
+    folder = run_dir / control["model_dir"]
+    assert json.loads((folder / "recipe.json").read_text())["point"] == "control@0%"
+    written = (folder / "recipe.json").stat().st_mtime_ns
+    again = run(capsys, monkeypatch, tmp_path, run_dir, *RUNS["bert"], "prune.control=true")
+    (control_again,) = [p for p in again["results"]["points"] if p.get("control")]
+    assert control_again["score"] == pytest.approx(control["score"], rel=1e-6)
+    assert (folder / "recipe.json").stat().st_mtime_ns == written  # reused, not fine-tuned again
+
+    results = run_dir / "results.json"
+    exported = tmp_path / "export"
+    status, err = cli_run(
+        capsys, monkeypatch, tmp_path, exported, *NLI, *FAST, "experiment=export", f"export.mask_file={results}",
+        "export.point=control@0%", "export.examples=8", "export.batch_size=4",
+    )  # fmt: skip
+    assert status == 0, err
+    payload = json.loads((exported / "results.json").read_text())
+    assert Path(payload["inputs"]["model"]) == folder and payload["results"]["check"]["passed"]
+
+    timing = ["speed.batch_sizes=[4]", "speed.examples=8", "speed.warmup=0", "speed.repeats=2", "speed.max_repeats=2"]
+    timed = tmp_path / "speed"
+    name = recovered_points(again)[0]
+    status, err = cli_run(
+        capsys, monkeypatch, tmp_path, timed, *NLI, *FAST, *timing, "experiment=speed", f"speed.mask_file={results}",
+        f"speed.point=importance+finetune@{name['step']}",
+    )  # fmt: skip
+    assert status == 0, err
+    speed = json.loads((timed / "results.json").read_text())
+    assert Path(speed["inputs"]["model"]) == run_dir / name["model_dir"]
+    check = speed["results"]["score_check"]
+    assert check["agree"] and check["loaded"] == pytest.approx(name["score"], rel=1e-6)
+    assert speed["results"]["rows"] and speed["results"]["heads_pruned"] == name["heads_pruned"]
+
+    for overrides, fragment in [
+        (["speed.point=control@0%"], "is the control"),
+        (["speed.point=importance+finetune@50%", "speed.mask_step=50%"], "names the point itself"),
+        (["speed.point=fisher@10%"], "importance+finetune@50%"),
+    ]:
+        status, err = cli_run(
+            capsys, monkeypatch, tmp_path, tmp_path / "bad", *NLI, *FAST, "experiment=speed", f"speed.mask_file={results}", *overrides
+        )
+        assert status == 2 and fragment in err, (overrides, err)

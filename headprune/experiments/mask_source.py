@@ -71,6 +71,11 @@ def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
     """The mask of ``<setting>.mask_file`` in the task's unit, and where it came from (method, step, what it removed)."""
     found, chosen = chosen_mask(settings, setting)
     mask = mask_for_model(found, chosen, task.gates, task.model, setting)
+    return mask, mask_origin(settings, found, chosen, mask, task)
+
+
+def mask_origin(settings, found: MaskFile, chosen: Candidate, mask: dict, task) -> dict:
+    """Where a file's mask came from: the file, method, fraction asked and removed, unit, layout, and a Pareto point's step."""
     total = sum(int(m.numel()) for m in mask.values())
     origin = {
         "mask_file": str(settings.mask_file),
@@ -89,7 +94,7 @@ def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
             target=point.get("target"),
             predicted_speedup=point["predicted_speedup"],
         )
-    return mask, origin
+    return origin
 
 
 def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
@@ -99,8 +104,10 @@ def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
     if not settings.get("mask_file"):
         raise ConfigError(f"{setting}.point names a point of a prune run: give {setting}.mask_file=<prune run>/results.json")
     found = read_mask_file(settings.mask_file, setting)
-    points = [c.point for c in found.candidates if c.point is not None]
+    points = [c.point for c in found.candidates if c.point is not None] + found.controls
     point = find_point(points, str(settings.point), f"{setting}.mask_file={found.path}")
+    if point.get("control"):  # unpruned: its model is all there is
+        return found, Candidate("control", 0.0, point.get("step"), {}, 0, point)
     return found, next(c for c in found.candidates if c.point is point)
 
 
@@ -127,4 +134,4 @@ def point_mask(settings, task, setting: str) -> tuple[dict, dict]:
     """The mask of a point without a saved model (recovery none), in the task's unit, and where it came from."""
     found, chosen = point_source(settings, setting)
     mask = mask_for_model(found, chosen, task.gates, task.model, setting)
-    return mask, {"mask_file": str(settings.mask_file), "point": str(settings.point), "unit": task.gates.unit}
+    return mask, {**mask_origin(settings, found, chosen, mask, task), "point": str(settings.point)}

@@ -21,6 +21,14 @@ from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.experiments.evaluation import swapped_model
 from headprune.experiments.finetune_runs import control_model, finetune_in_place
+from headprune.experiments.point_models import (
+    CONTROL_POINT,
+    recipe_of,
+    save_point_model,
+    saved_model,
+    saved_model_dir,
+    wants_model,
+)
 from headprune.experiments.pareto_points import ParetoRun, eval_splits, extra_scores, relative
 from headprune.experiments.speed import speed_stage
 from headprune.results.run_dir import mask_from_json
@@ -148,9 +156,18 @@ def timed_point(task, point: dict, own, ctx: ParetoRun) -> dict | None:
 
 def control_point(task, ctx: ParetoRun) -> dict:
     """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
-    model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
+    recipe = control_recipe(ctx)
+    model = saved_model(ctx.out, recipe) if recipe else None
+    losses = None
+    if model is None:
+        model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
     with swapped_model(task, model, HeadGates(model)):
         results = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
+    saved = {}
+    if recipe:
+        scores = {split: result.score for split, result in results.items()}
+        folder = saved_model_dir(ctx.out, recipe) if losses is None else None
+        saved["model_dir"] = folder or save_point_model(ctx.out, model, task.gates, None, task.tokenizer, recipe, scores)
     del model
     score = results[ctx.split].score
     return {
@@ -169,5 +186,14 @@ def control_point(task, ctx: ParetoRun) -> dict:
         "predicted_speedup": 1.0,
         "flops_kept": 1.0,
         "cost_unit": ctx.costs.unit,
-        "finetune_losses": losses,
+        **({"finetune_losses": losses} if losses is not None else {}),
+        **saved,
     }
+
+
+def control_recipe(ctx: ParetoRun) -> dict | None:
+    """The recipe of the control's model (its fine-tune rounds of batches) when ``prune.save`` keeps it, else None."""
+    if ctx.out is None or not wants_model(ctx.settings.save, "finetune", CONTROL_POINT):
+        return None
+    recipe = recipe_of(ctx, CONTROL_POINT, "unpruned", "finetune", "0%", None)
+    return {**recipe, "rounds": [len(batches) for batches in ctx.rounds]}

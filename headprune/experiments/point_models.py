@@ -22,6 +22,8 @@ from headprune.results.staging import fresh_dir, replace_dir
 MODELS_DIR = "models"
 RECIPE_FILE = "recipe.json"
 SAVE_CHOICES = ("recovered", "all", "none")  # or a list of point names
+CONTROL_POINT = "control@0%"  # the control's model ("unpruned + same training" in the tables)
+CONTROL_NAMES = (CONTROL_POINT, "unpruned + same training@0%", "control")
 
 
 def check_save(save, pareto: bool) -> None:
@@ -98,18 +100,25 @@ def saved_dir(recipe: dict) -> str:
     return f"{MODELS_DIR}/{point_slug(recipe['point'])}"
 
 
-def saved_model(out: Path, recipe: dict):
-    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
-    folder = Path(out) / MODELS_DIR / point_slug(recipe["point"])
-    path = folder / RECIPE_FILE
+def saved_model_dir(out: Path, recipe: dict) -> str | None:
+    """The directory (relative to ``out``) of the model an earlier run saved for this very recipe, else None."""
+    path = Path(out) / saved_dir(recipe) / RECIPE_FILE
     if not path.is_file():
         return None
     try:
         earlier = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if {k: v for k, v in earlier.items() if k != "scores"} != json.loads(json.dumps(recipe)):
+    if {k: v for k, v in earlier.items() if k != "scores"} != json.loads(json.dumps(recipe, default=str)):
         return None
+    return saved_dir(recipe)
+
+
+def saved_model(out: Path, recipe: dict):
+    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
+    if saved_model_dir(out, recipe) is None:
+        return None
+    folder = Path(out) / saved_dir(recipe)
     print(f"[prune] reusing the saved model of {recipe['point']} ({folder})", flush=True)
     return load_pruned(folder)
 
@@ -132,18 +141,25 @@ def point_names(points: list[dict]) -> list[str]:
     """The names of a run's points (``point_id``), in the run's order."""
     from headprune.results.points import point_name
 
-    return [point_id(point_name(p), str(p.get("step"))) for p in points if p.get("order") != "unpruned" and not p.get("control")]
+    return [_id_of(p) for p in points if p.get("order") != "unpruned" or p.get("control")]
+
+
+def _id_of(point: dict) -> str:
+    """A point's name: ``point_id`` of its table name and step, ``control@0%`` for the control."""
+    from headprune.results.points import point_name
+
+    return CONTROL_POINT if point.get("control") else point_id(point_name(point), str(point.get("step")))
 
 
 def find_point(points: list[dict], name: str, source: str) -> dict:
-    """The point of a run called ``name`` (its ``point_id`` or directory name), or a ConfigError listing the run's points."""
-    from headprune.results.points import point_name
-
+    """The point of a run called ``name`` (its ``point_id`` or directory name; the control also by its table name), or a
+    ConfigError listing the run's points."""
     for p in points:
-        if p.get("order") == "unpruned" or p.get("control"):
+        if p.get("order") == "unpruned" and not p.get("control"):
             continue
-        full = point_id(point_name(p), str(p.get("step")))
-        if name in (full, point_slug(full)):
+        full = _id_of(p)
+        names = CONTROL_NAMES if p.get("control") else (full,)
+        if name in names or name == point_slug(full):
             return p
     listed = ", ".join(point_names(points)) or "none"
     raise ConfigError(f"export.point={name}: {source} has no such point; its points are: {listed}")

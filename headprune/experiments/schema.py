@@ -83,6 +83,7 @@ SPEED = {
     "mask_file": optional(rule(text)),
     "mask_order": rule(text),
     "mask_step": optional(rule(text)),
+    "point": optional(rule(text)),
     "batch_sizes": rule(positive_ints),
     "examples": COUNT,
     "warmup": rule(integer, low=0),

@@ -107,6 +107,7 @@ class SpeedSettings:
     mask_file: str | None
     mask_order: str
     mask_step: str | None
+    point: str | None
     batch_sizes: list
     examples: int
     warmup: int

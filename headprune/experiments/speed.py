@@ -20,14 +20,16 @@ from headprune.core.pruning import prune_mask, pruning_record
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, gain_text
-from headprune.experiments.evaluation import check_split, score_check, score_check_text, swapped_model, unit_counts
-from headprune.experiments.mask_source import file_mask, with_file_unit
+from headprune.core.saving import load_pruned
+from headprune.experiments.evaluation import SCORE_RTOL, check_split, score_check, score_check_text, swapped_model, unit_counts
+from headprune.experiments.mask_source import file_mask, point_mask, point_model_dir, with_file_unit
+from headprune.experiments.point_models import RECIPE_FILE
 from headprune.experiments.orders import ORDERS, order_settings
 from headprune.experiments.settings import RunSettings
 from headprune.lightning.loggers import log_run
 from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
 from headprune.results.run_dir import mask_to_json, write_results
-from headprune.results.writer import output_dir
+from headprune.results.writer import output_dir, read_json
 from headprune.selection.greedy import check_fractions, heads_removed
 from headprune.selection.uniform import layout_masks, layout_of
 from headprune.tasks import registry
@@ -243,6 +245,8 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     """The mask to prune and where it came from (validated before any timing)."""
     settings = cfg.speed
     fraction = check_fractions([settings.fraction])[0]
+    if settings.get("point"):
+        return point_mask(settings, task, "speed")
     if settings.get("mask_file"):
         return file_mask(settings, task)
     order = str(settings.mask_order)
@@ -251,6 +255,35 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     scores = ORDERS[order].scores(task, order_settings(cfg))
     mask = layout_masks(scores, task.gates.groups, [fraction], layout=layout_of(cfg.prune))[0]
     return mask, {"mask_order": order, "fraction": fraction, "mask_source": f"the lowest {fraction:g} of the heads by {order}"}
+
+
+def point_model(settings, task, split: str) -> tuple:
+    """(the recovered model ``speed.point`` names, the check that it scores its table row on ``split``); (None, None) for no
+    point or one without recovery (timed by its mask). ``speed.check_score=false`` skips the check."""
+    folder = point_model_dir(settings, "speed") if settings.get("point") else None
+    if folder is None:
+        return None, None
+    model = load_pruned(folder).to(next(task.model.parameters()).device).eval()
+    return model, recorded_score_check(task, model, folder, split) if settings.check_score else None
+
+
+def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
+    """The loaded model's score on ``split`` against the one its prune run recorded (``recipe.json``); a RuntimeError when
+    they differ beyond rounding, None when the run did not score that split."""
+    recorded = (read_json(Path(folder) / RECIPE_FILE).get("scores") or {}).get(split)
+    if recorded is None:
+        return None
+    with swapped_model(task, model, HeadGates(model)):
+        loaded = task.evaluate(None, split=split).score
+    agree = abs(loaded - recorded) <= SCORE_RTOL * max(abs(loaded), abs(recorded), 1e-12)
+    check = {"metric": task.metric, "recorded": recorded, "loaded": loaded, "tolerance": SCORE_RTOL, "agree": bool(agree)}
+    print(f"score check ({task.metric}): recorded {recorded:.8g}, saved model {loaded:.8g}: {'agree' if agree else 'differ'}", flush=True)
+    if not agree:
+        raise RuntimeError(
+            f"the model saved in {folder} scores {loaded:.8g} on {split}, its prune run recorded {recorded:.8g}: it is not the "
+            "model of that row (was the directory replaced?); set speed.check_score=false to time it anyway"
+        )
+    return check
 
 
 def check_removes_some(mask: dict, origin: dict) -> None:
@@ -277,7 +310,11 @@ def run(cfg) -> dict:
     check_split(task, split)
     mask, origin = choose_mask(cfg, task)
     check_removes_some(mask, origin)
-    result = speed_stage(task, mask, settings, int(cfg.seed), export_dir=output_dir(cfg) / "onnx")
+    recovered, checked = point_model(cfg.speed, task, split)
+    result = speed_stage(task, mask, settings, int(cfg.seed), pruned_model=recovered, export_dir=output_dir(cfg) / "onnx")
+    if recovered is not None:
+        origin["model"] = str(point_model_dir(cfg.speed, "speed"))
+        result["score_check"] = checked
     out = output_dir(cfg)
     removed = origin.get("fraction_removed", origin["fraction"])
     title = f"Throughput, {100 * removed:.0f}% of the {task.gates.unit}s pruned ({cfg.model.name})"
@@ -347,6 +384,9 @@ def check_speed_run(cfg) -> None:
     speed = cfg.speed
     check_speed(speed)
     check_splits(cfg, [speed.split], "speed.split")
+    if speed.get("point"):
+        check_point(cfg)
+        return
     if speed.get("mask_file"):
         check_mask_file(speed.mask_file)
         check_chosen_mask(cfg)
@@ -363,6 +403,26 @@ def check_speed_run(cfg) -> None:
         )
     if speed.fraction == 0:
         raise ConfigError("speed.fraction=0 prunes no head: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5")
+
+
+def check_point(cfg) -> None:
+    """speed.point: a point of speed.mask_file's prune run, picked by name alone; one that removed some heads (not the control)."""
+    from headprune.experiments.mask_source import point_source
+    from headprune.experiments.shared_checks import refuse_given
+    from headprune.results.readers import check_mask_file
+
+    speed = cfg.speed
+    refuse_given(cfg, ("speed.mask_order", "speed.mask_step", "speed.fraction"), f"speed.point={speed.point} names the point itself")
+    if not speed.get("mask_file"):
+        raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
+    check_mask_file(speed.mask_file)
+    point = point_source(speed, "speed")[1].point
+    if point.get("control"):
+        raise ConfigError(
+            f"speed.point={speed.point} is the control, the unpruned model fine-tuned: it has the unpruned model's shape, so "
+            "timing it against the unpruned model compares nothing; name a pruned point"
+        )
+    point_model_dir(speed, "speed")  # a recovered point's model directory must be there
 
 
 def check_chosen_mask(cfg) -> None:

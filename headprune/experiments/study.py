@@ -263,10 +263,10 @@ def check(cfg) -> None:
     if cfg.prune.reestimate:
         raise ConfigError("the study re-estimates with study.reestimate=true (one more curve per order); prune.reestimate is ignored here")
     speed = cfg.speed
-    if speed.get("mask_file") or speed.get("mask_step") is not None or speed.mask_order != "importance":
+    if speed.get("mask_file") or speed.get("mask_step") is not None or speed.get("point") or speed.mask_order != "importance":
         raise ConfigError(
-            "the study times the importance order's mask at speed.fraction: speed.mask_file, speed.mask_step and "
-            "speed.mask_order belong to experiment=speed; drop them here"
+            "the study times the importance order's mask at speed.fraction: speed.mask_file, speed.mask_step, speed.point "
+            "and speed.mask_order belong to experiment=speed; drop them here"
         )
     check_prune(cfg)
     check_prune_for_speed(cfg)

@@ -48,6 +48,7 @@ class MaskFile:
     model_fingerprint: str | None
     candidates: list[Candidate] = field(default_factory=list)
     single_mask: bool = False  # a mask JSON, or a speed or export run's results.json: its one mask, whatever the settings
+    controls: list[dict] = field(default_factory=list)  # a prune run's control points (the unpruned model given the fine-tune)
 
 
 def read_mask_payload(path: Path, setting: str) -> dict:
@@ -100,7 +101,9 @@ def mask_file_of(payload: dict, path: Path) -> MaskFile:
         return found
     for section in sections:
         for point in section.get("points") or []:
-            if "mask" in point and not point.get("control"):  # the unpruned points have none
+            if point.get("control"):  # no mask: the unpruned model, fine-tuned like the pruned ones
+                found.controls.append(point)
+            elif "mask" in point:  # the unpruned point has none
                 where = f"{path} (Pareto point {point_name(point)} {point.get('step')})"
                 check_binary_mask(point["mask"], where)
                 found.candidates.append(
