@@ -1,0 +1,132 @@
+"""A deployer's numbers of GGUF exports in llama.cpp: perplexity on headprune's texts, KV cache bytes per token, speed.
+
+    python tools/llamacpp_numbers.py --gguf unpruned=<f.gguf> --gguf global=<f.gguf> ... [--model smollm2 --data lm_local]
+        [--split eval] [--cache f16] [--repeats 5] [--threads 2] [--out numbers.json]
+
+The texts are the token ids of ``--split`` of the LM task headprune builds from ``--model`` / ``--data`` (BOS first, as
+headprune scores them), so llama.cpp's corpus perplexity stands beside the ``results.json`` of the prune or export
+runs. The measures run in the clients venv of ``make test-clients`` (``.clients/``, built on first use): llama.cpp
+through llama-cpp-python, without headprune. The first ``--gguf`` is the reference of the speed ratios; the KV cache
+is read from llama.cpp's log with flash attention off and on (without it llama.cpp pads the V cache of uneven layers
+to the widest layer). Speed: llama-bench's pp512 / tg128 through the bindings, the files taking turns repeat by repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def dump_texts(model: str, data: str, split: str, out: Path) -> dict:
+    """The split's token ids (``ids<i>``, BOS first) as the LM task builds them; its size."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from headprune.tasks.lm.task import load_lm_task
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"model={model}", f"data={data}", "logger=none"])
+    with open_dict(cfg):
+        cfg.paths.data_dir = os.environ.get("HEADPRUNE_DATA_DIR", str(ROOT.parent / "shared" / "data"))
+    ids = load_lm_task(cfg).data.split(split)  # the texts as the task scores them: its tokenizer, text start and length
+    np.savez(out, **{f"ids{i}": np.asarray(text, dtype=np.int64) for i, text in enumerate(ids)})
+    return {"model": model, "data": data, "split": split, "texts": len(ids), "tokens_predicted": sum(len(t) - 1 for t in ids)}
+
+
+def client(python: Path, *args: str) -> dict:
+    """One measure in the clients venv: its JSON line."""
+    done = subprocess.run([str(python), "-I", str(ROOT / "tools" / "client_llamacpp.py"), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"client_llamacpp.py {' '.join(args[:2])} failed: {done.stderr[-1500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def noise_verdict(ratio: float, half: float) -> str:
+    """faster / slower when the 95% interval of the ratio excludes 1, else within noise."""
+    if ratio - half > 1:
+        return "faster"
+    if ratio + half < 1:
+        return "slower"
+    return "within noise"
+
+
+def print_table(result: dict) -> None:
+    """A markdown table: perplexity, KV bytes per token (flash off / on), pp and tg tokens/s with ratio and verdict."""
+    print("| file | perplexity | KV bytes/token (no flash / flash) | prompt tok/s | ratio | generation tok/s | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    speed = result.get("speed", {}).get("files", {})
+    for name, row in result["files"].items():
+        cells = [name, f"{row['perplexity']['perplexity']:.2f}" if "perplexity" in row else ""]
+        cells.append(" / ".join(f"{row['kv'][k]['bytes_per_token']:,.0f}" for k in ("no_flash", "flash")))
+        for kind in ("pp", "tg"):
+            if name in speed:
+                got = speed[name][kind]
+                cells += [
+                    f"{got['median']:.1f}",
+                    f"x{got['ratio']:.3f} +- {got['ratio_95']:.3f} ({noise_verdict(got['ratio'], got['ratio_95'])})",
+                ]
+            else:
+                cells += ["", ""]
+        print("| " + " | ".join(cells) + " |")
+
+
+def main() -> int:
+    from client_env import ensure_env, python_of
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gguf", action="append", required=True, help="name=path of a GGUF file (the first: the speed reference)")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--data", default="lm_local")
+    parser.add_argument("--split", default="eval")
+    parser.add_argument("--cache", choices=["f16", "f32"], default="f16", help="llama.cpp's KV cache type (its default: f16)")
+    parser.add_argument("--flash", action="store_true", help="flash attention for perplexity and speed")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--no-perplexity", action="store_true")
+    parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    files = dict(item.split("=", 1) for item in args.gguf)
+    missing = [path for path in files.values() if not Path(path).is_file()]
+    if missing:
+        parser.error(f"no such GGUF file: {missing[0]}")
+    ensure_env(args.clients, with_lm_eval=False)
+    python = python_of(args.clients)
+    flash = ["--flash"] if args.flash else []
+    result = {"settings": {k: str(v) for k, v in vars(args).items() if k not in ("gguf", "clients")}, "files": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = Path(tmp) / "texts.npz"
+        if not args.no_perplexity:
+            result["texts"] = dump_texts(args.model, args.data, args.split, texts)
+        for name, path in files.items():
+            row = result["files"][name] = {"path": path}
+            row["kv"] = {
+                key: client(python, "kv", path, "--cache", args.cache, *f) for key, f in (("no_flash", []), ("flash", ["--flash"]))
+            }
+            if not args.no_perplexity:
+                measured = client(python, "perplexity", str(texts), path, "--cache", args.cache, "--threads", str(args.threads), *flash)
+                row["perplexity"] = {k: v for k, v in measured.items() if k != "nll"}
+                print(f"{name}: perplexity {measured['perplexity']:.4f} in {measured['seconds']:.0f} s", flush=True)
+    if not args.no_speed:
+        threads = ["--threads", str(args.threads), "--repeats", str(args.repeats), "--cache", args.cache, *flash]
+        result["speed"] = client(python, "speed", *[f"{name}={path}" for name, path in files.items()], *threads)
+    print_table(result)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
