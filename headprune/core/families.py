@@ -29,7 +29,7 @@ class Family:
     head_dim_attr: str = "head_dim"
     kv_groups_attr: str | None = None  # grouped KV heads: attribute on the core holding query heads per KV head
     kv_count_attrs: tuple[str, ...] = ()  # attributes on the core holding the number of KV heads
-    config_heads: str | None = None  # model config attribute holding the query heads (when the core has none)
+    heads_in_config: bool = False  # the core holds no head count: the model config's config_head_counts[0] does
     config_head_attrs: tuple[str, ...] = ()  # config fields the attention reads for its own head count at run time
     fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
     cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
@@ -142,7 +142,7 @@ GPT_NEOX = Family(
     output="dense",
     head_count_attr=None,
     head_dim_attr="head_size",
-    config_heads="num_attention_heads",
+    heads_in_config=True,
     fused_layout=interleaved,
 )
 
@@ -158,7 +158,7 @@ PHI3 = Family(
     head_count_attr=None,
     kv_groups_attr="num_key_value_groups",
     kv_count_attrs=("num_key_value_heads",),
-    config_heads="num_attention_heads",
+    heads_in_config=True,
     config_head_attrs=("num_attention_heads",),  # its forward splits q from k at config.num_attention_heads * D
     fused_layout=concatenated,
 )

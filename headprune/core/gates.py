@@ -180,8 +180,8 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
         head_dim = int(getattr(core, family.head_dim_attr))
         if family.head_count_attr:
             n_heads = int(getattr(core, family.head_count_attr))
-        elif family.config_heads:
-            n_heads = int(getattr(model.config, family.config_heads))
+        elif family.heads_in_config:
+            n_heads = int(getattr(model.config, family.config_head_counts[0]))
         else:
             n_heads = block.get_submodule(family.query).out_features // head_dim
         if family.kv_groups_attr:
