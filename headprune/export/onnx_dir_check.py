@@ -10,8 +10,6 @@ computes the same answers with the model's own tokenizer and the model in PyTorc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+
+from headprune.export.fresh import run_fresh
 
 CLIENT = Path(__file__).with_name("onnx_client.py")
 BLOCKED = ("torch", "transformers", "headprune")
@@ -50,21 +50,10 @@ def run_client(
     with tempfile.TemporaryDirectory(prefix="headprune-client-") as folder:
         requests = Path(folder) / "requests.json"
         requests.write_text(json.dumps({"texts": texts, "new_tokens": new_tokens}))
-        env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "HOME": folder}
-        done = subprocess.run(
-            [python or sys.executable, "-I", "-c", BOOTSTRAP, ",".join(blocked), str(client), str(directory), str(requests)],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    if done.returncode != 0:
-        raise RuntimeError(f"the ONNX client {Path(client).name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        command = [python or sys.executable, "-I", "-c", BOOTSTRAP, ",".join(blocked), str(client), str(directory), str(requests)]
+        return run_fresh(command, Path(folder), f"the ONNX client {Path(client).name}", timeout)
 
 
-@torch.no_grad()
 def masked_predictions(model: nn.Module, tokenizer, texts: list, description: dict, new_tokens: int = 8) -> dict:
     """The client's answer computed with transformers' tokenizer and the model in PyTorch (call it under the mask)."""
     from headprune.export.verify import greedy_tokens

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import site
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -21,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+
+from headprune.export.fresh import run_fresh
 
 CHECKER = Path(__file__).with_name("checker.py")
 TOLERANCE = 1e-5  # f32: largest |export - reference| over the logits' scale (at least 1)
@@ -124,25 +125,14 @@ def check_exports(items: list[tuple], tolerance: float = TOLERANCE, timeout: flo
                 }
             )
         (folder / "jobs.json").write_text(json.dumps(jobs, default=str))
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "OMP_NUM_THREADS": "1",
+        command = [sys.executable, "-I", "-S", str(CHECKER), str(folder / "jobs.json")]
+        offline = {
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "HOME": os.environ.get("HOME", str(folder)),
         }
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", str(CHECKER), str(folder / "jobs.json")],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-    if done.returncode != 0:
-        raise RuntimeError(f"the export check failed in its fresh interpreter (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    reports = json.loads(done.stdout.strip().splitlines()[-1])
+        reports = run_fresh(command, folder, "the export check in its fresh interpreter", timeout, **offline)
     for report in reports:
         report["interpreter"] = f"{Path(sys.executable).name} -I -S (no headprune, cwd outside the project)"
     return reports
