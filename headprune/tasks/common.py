@@ -87,3 +87,29 @@ class SharedTaskMethods(SavesHF):
     def split_summary(self) -> dict[str, dict[str, int]]:
         """{split: {"examples": n}} of every split."""
         return {split: {"examples": int(n)} for split, n in self.split_sizes().items()}
+
+
+class ClassifierSubsets:
+    """Mixed into the classification tasks (NLI, images): their importance batches and per-example loss.
+
+    A task sets ``IMPORTANCE_EXAMPLE`` (a typical ``data.importance_size``, for the error) and has ``_require_data`` and
+    ``_to_device``.
+    """
+
+    IMPORTANCE_EXAMPLE = 2000
+
+    def importance_batches(self, batch_size: int | None = None):
+        """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training data."""
+        data = self._require_data()
+        if len(data.dataset("importance")) == 0:
+            raise ValueError(
+                f"the importance subset is empty (data.importance_size={data.config.importance_size}): set "
+                f"data.importance_size to a number of training examples, e.g. {self.IMPORTANCE_EXAMPLE}"
+            )
+        for batch in data.loader("importance", batch_size):
+            batch.pop("idx")
+            yield self._to_device(batch)
+
+    def per_example_loss(self, batch: dict) -> torch.Tensor:
+        """Cross-entropy of each example, shape (B,)."""
+        return torch.nn.functional.cross_entropy(self(batch), batch["labels"], reduction="none")

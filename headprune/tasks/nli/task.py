@@ -20,14 +20,14 @@ from headprune.core.gates import HeadGates
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
-from headprune.tasks.common import SharedTaskMethods, checked_settings
+from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
 from headprune.tasks.nli.data import LABELS, NLIDataModule
 
 TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/nli.yaml)
 MODEL_INPUTS = ENCODER_INPUTS
 
 
-class NLIModule(SharedTaskMethods, L.LightningModule):
+class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
     """A 3-way NLI classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     name = "nli"
@@ -191,18 +191,6 @@ class NLIModule(SharedTaskMethods, L.LightningModule):
             for c in correct
         ]
 
-    def importance_batches(self, batch_size: int | None = None):
-        """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training file."""
-        data = self._require_data()
-        if len(data.dataset("importance")) == 0:
-            raise ValueError(
-                f"the importance subset is empty (data.importance_size={data.config.importance_size}): set "
-                "data.importance_size to a number of training examples, e.g. 2000"
-            )
-        for batch in data.loader("importance", batch_size):
-            batch.pop("idx")
-            yield self._to_device(batch)
-
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """``examples`` training examples drawn with ``seed``, in length-grouped batches of the training batch size, shuffled."""
         data = self._require_data()
@@ -218,10 +206,6 @@ class NLIModule(SharedTaskMethods, L.LightningModule):
             batch.pop("idx", None)
             batches.append(self._to_device(batch))
         return batches
-
-    def per_example_loss(self, batch: dict) -> torch.Tensor:
-        """Cross-entropy of each example, shape (B,)."""
-        return F.cross_entropy(self(batch), batch["labels"], reduction="none")
 
     # ---- saving ------------------------------------------------------------------------------
 

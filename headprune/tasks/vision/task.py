@@ -17,7 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from headprune.core.gates import HeadGates
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
-from headprune.tasks.common import SharedTaskMethods, checked_settings
+from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
 from headprune.tasks.vision.data import ImageDataModule
 from headprune.tasks.vision.optim import adamw_with_linear_warmup
 from headprune.tasks.vision.processor import build_processor, image_geometry
@@ -26,8 +26,10 @@ TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_ev
 TOKEN_POSITIONS = "input_ids"  # timing batches carry the patch-token positions (B, T): the speed experiment counts rows and tokens by them
 
 
-class ImageClassificationModule(SharedTaskMethods, L.LightningModule):
+class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
     """An image classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
+
+    IMPORTANCE_EXAMPLE = 150
 
     name = "vision"
     metric = "accuracy"
@@ -156,18 +158,6 @@ class ImageClassificationModule(SharedTaskMethods, L.LightningModule):
             self.model.train(was_training)
         return [self._result(c) for c in correct]
 
-    def importance_batches(self, batch_size: int | None = None):
-        """Batches (pixel_values + labels, on the model's device) of the held-out importance images."""
-        data = self._require_data()
-        if len(data.dataset("importance")) == 0:
-            raise ValueError(
-                f"the importance subset is empty (data.importance_size={data.config.importance_size}): "
-                "set data.importance_size to a number of training images, e.g. 150"
-            )
-        for batch in data.loader("importance", batch_size):
-            batch.pop("idx")
-            yield self._to_device(batch)
-
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """``examples`` training images drawn with ``seed``, in batches of the training batch size."""
         data = self._require_data()
@@ -179,10 +169,6 @@ class ImageClassificationModule(SharedTaskMethods, L.LightningModule):
             batch = data.collate_rows(train, chosen[start : start + size])
             batches.append(self._to_device(batch))
         return batches
-
-    def per_example_loss(self, batch: dict) -> torch.Tensor:
-        """Cross-entropy of each image, shape (B,)."""
-        return F.cross_entropy(self(batch), batch["labels"], reduction="none")
 
     # ---- timing ------------------------------------------------------------------------------
     def tokens_per_image(self) -> int:
