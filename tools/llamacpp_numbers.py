@@ -52,32 +52,34 @@ def client(python: Path, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def noise_verdict(ratio: float, half: float) -> str:
-    """faster / slower when the 95% interval of the ratio excludes 1, else within noise."""
-    if ratio - half > 1:
-        return "faster"
-    if ratio + half < 1:
-        return "slower"
-    return "within noise"
+def speed_gains(speed: dict) -> None:
+    """Each file's pp and tg gain over the first file: paired by repeat, with headprune's 95% interval and verdict."""
+    from headprune.engine.verdict import gain_summary, verdict
+
+    files = speed["files"]
+    first = files[next(iter(files))]
+    for row in files.values():
+        for kind in ("pp", "tg"):
+            tokens = speed["prompt"] if kind == "pp" else speed["gen"]
+            seconds = [[tokens / rate for rate in got[kind]["rates"]] for got in (first, row)]
+            summary = gain_summary(*seconds)
+            row[kind]["gain"] = {**summary, "verdict": verdict(summary)}
 
 
 def print_table(result: dict) -> None:
-    """A markdown table: perplexity, KV bytes per token (flash off / on), pp and tg tokens/s with ratio and verdict."""
-    print("| file | perplexity | KV bytes/token (no flash / flash) | prompt tok/s | ratio | generation tok/s | ratio |")
+    """A markdown table: perplexity, KV bytes per token (flash off / on), pp and tg tokens/s with the gain and its verdict."""
+    from headprune.engine.verdict import gain_text
+
+    print("| file | perplexity | KV bytes/token (no flash / flash) | prompt tok/s | gain | generation tok/s | gain |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     speed = result.get("speed", {}).get("files", {})
     for name, row in result["files"].items():
         cells = [name, f"{row['perplexity']['perplexity']:.2f}" if "perplexity" in row else ""]
         cells.append(" / ".join(f"{row['kv'][k]['bytes_per_token']:,.0f}" for k in ("no_flash", "flash")))
         for kind in ("pp", "tg"):
-            if name in speed:
-                got = speed[name][kind]
-                cells += [
-                    f"{got['median']:.1f}",
-                    f"x{got['ratio']:.3f} +- {got['ratio_95']:.3f} ({noise_verdict(got['ratio'], got['ratio_95'])})",
-                ]
-            else:
-                cells += ["", ""]
+            got = speed.get(name, {}).get(kind)
+            first = name == next(iter(speed), None)
+            cells += [f"{got['median']:.1f}", "reference" if first else gain_text(got["gain"])] if got else ["", ""]
         print("| " + " | ".join(cells) + " |")
 
 
@@ -122,6 +124,7 @@ def main() -> int:
     if not args.no_speed:
         threads = ["--threads", str(args.threads), "--repeats", str(args.repeats), "--cache", args.cache, *flash]
         result["speed"] = client(python, "speed", *[f"{name}={path}" for name, path in files.items()], *threads)
+        speed_gains(result["speed"])
     print_table(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
