@@ -102,6 +102,7 @@ def kv(path: str, cache: str, flash: bool, n_ctx: int = 4096) -> dict:
         "cells": cells,
         "layers_with_cache": layers,
         "bytes_per_token": mib * 2**20 / cells,
+        "resolution": 0.005 * 2**20 / cells,  # bytes per token: the log's MiB have two decimals
         "log": found.group(0),
     }
 

@@ -16,7 +16,7 @@ import numpy as np
 
 
 def _row(job: dict, client: str, check: str, passed: bool, detail: str) -> dict:
-    return {"client": client, "file": job["name"], "check": check, "passed": bool(passed), "detail": detail}
+    return {"client": client, "file": job["name"], "check": check, "passed": None if passed is None else bool(passed), "detail": detail}
 
 
 def _logit_rows(job: dict, client: str, logits: list, arrays, label: str = "logits") -> list[dict]:
@@ -133,6 +133,44 @@ def check_lm_eval(job: dict, arrays) -> list[dict]:
     return [_row(job, client, "word perplexity", gap <= job["tolerance"], f"{got:.6f} against {expected:.6f} (relative {gap:.1e})")]
 
 
+def _sibling(name: str):
+    """A module of this folder (the venv runs with -I: this folder is not on the path)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_numbers(job: dict, arrays) -> list[dict]:
+    """tools/client_llamacpp.py on a GGUF file: corpus perplexity of the prompts against the masked model's (from its
+    logits), and the KV cache llama.cpp allocates against the pruned shape's (f16 cache: 2 bytes for K and for V)."""
+    import tempfile
+    from pathlib import Path
+
+    numbers = _sibling("client_llamacpp")
+    client = "llama.cpp (tools/client_llamacpp.py)"
+    prompts = [arrays[f"prompt{i}"] for i in range(job["prompts"])]
+    nll = sum(-numbers.log_softmax(arrays[f"reference{i}"][:-1])[np.arange(len(p) - 1), p[1:]].sum() for i, p in enumerate(prompts))
+    expected = float(np.exp(nll / sum(len(p) - 1 for p in prompts)))
+    with tempfile.TemporaryDirectory() as folder:
+        texts = Path(folder) / "texts.npz"
+        np.savez(texts, **{f"ids{i}": p for i, p in enumerate(prompts)})
+        got = numbers.perplexity(str(texts), job["path"], "f32", False, 2)["perplexity"]
+    gap = abs(got - expected) / expected
+    rows = [_row(job, client, "corpus perplexity", gap <= job["tolerance"], f"{got:.6f} against {expected:.6f} (relative {gap:.1e})")]
+    kv_heads = [kv for _, kv in job["layers"]]
+    flash = numbers.kv(job["path"], "f16", True)
+    got, want = flash["bytes_per_token"], 2 * 2 * job["head_dim"] * sum(kv_heads)
+    close = abs(got - want) <= 1.001 * flash["resolution"]  # llama.cpp logs MiB with two decimals: half a unit off at most
+    rows.append(_row(job, client, "KV bytes/token, flash attention", close, f"{got:,.1f} against {want:,} of the pruned shape"))
+    plain = numbers.kv(job["path"], "f16", False)["bytes_per_token"]
+    rows.append(_row(job, client, "KV bytes/token, no flash attention", None, f"{plain:,.0f} (V padded to the widest layer)"))
+    return rows
+
+
 def main(path: str) -> None:
     try:
         import headprune  # noqa: F401
@@ -145,7 +183,7 @@ def main(path: str) -> None:
         with np.load(job["arrays"]) as npz:
             arrays = {k: npz[k] for k in npz.files}
         try:
-            check = {"hf": check_hf, "gguf": check_gguf, "lm_eval": check_lm_eval}[job["format"]]
+            check = {"hf": check_hf, "gguf": check_gguf, "lm_eval": check_lm_eval, "numbers": check_numbers}[job["format"]]
             rows += check(job, arrays)
         except Exception as err:  # one client failing is one failed row, the others still run
             rows.append(_row(job, job["format"], "loads", False, f"{type(err).__name__}: {err}"[:300]))

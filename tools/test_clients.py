@@ -5,7 +5,8 @@ KV heads and an emptied layer; for the tiny model also an emptied layer 0) and e
 transformers, ``gguf`` (llama.cpp's ``llama`` for the uniform mask, ``deci`` for the global ones) -> llama.cpp built
 from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
 which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
-tokenizer's ids; lm-evaluation-harness (installed beside them when pip can) scores SmolLM2's hf export on a local
+tokenizer's ids; on the global f32 files the deployer's measures of tools/llamacpp_numbers.py (corpus perplexity
+against the masked model's, the KV cache llama.cpp allocates against the pruned shape's); lm-evaluation-harness (installed beside them when pip can) scores SmolLM2's hf export on a local
 task against the masked model's word perplexity. Prints a table (client, file, check, result) and exits 1 when a check fails.
 
     python tools/test_clients.py [--only tiny|smollm2] [--new-tokens 30] [--no-lm-eval]
@@ -98,6 +99,7 @@ def export_case(model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Pa
         "expect": exported.get("architecture", "LlamaForCausalLM"),
         "check_tokenizer": tokenizer_pre != "default",  # a trained test tokenizer has no pre-tokenizer llama.cpp knows
         "layers": [list(shape) for shape in layers],
+        "head_dim": int(getattr(pruned.config, "head_dim", None) or pruned.config.hidden_size // pruned.config.num_attention_heads),
     }
 
 
@@ -231,6 +233,8 @@ def main() -> int:
         jobs += tiny_jobs(out, min(args.new_tokens, 20))
     if args.only in (None, "smollm2"):
         jobs += smollm2_jobs(out, args.new_tokens)
+    global_f32 = [job for job in jobs if job["name"].endswith("global gguf f32 (deci)")]
+    jobs += [{**job, "format": "numbers", "tolerance": 1e-4} for job in global_f32]  # the deployer's measures of tools/llamacpp_numbers.py
     hf_smollm2 = [job for job in jobs if job["format"] == "hf" and job["name"].startswith("smollm2")]
     if env["lm_eval"] and hf_smollm2:
         jobs.append(lm_eval_job(hf_smollm2[0], out))
