@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -191,3 +194,17 @@ def test_control_is_kept_and_speed_point_times_the_recovered_model(capsys, monke
             capsys, monkeypatch, tmp_path, tmp_path / "bad", *NLI, *FAST, "experiment=speed", f"speed.mask_file={results}", *overrides
         )
         assert status == 2 and fragment in err, (overrides, err)
+
+    # the deployer's numbers of the saved models: ONNX f32 scores as PyTorch does; every model and runtime is timed
+    numbers = tmp_path / "numbers.json"
+    tool = Path(__file__).resolve().parents[1] / "tools" / "onnx_numbers.py"
+    command = [sys.executable, str(tool), "--task-model", "tiny_bert", "--data", "nli_synthetic", "--batch-sizes", "1", "4"]
+    command += ["--examples", "8", "--repeats", "2", "--model", f"control={folder}", "--model", f"point={run_dir / name['model_dir']}"]
+    done = subprocess.run([*command, "--out", str(numbers)], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(numbers.read_text())
+    for model in result["models"].values():
+        accuracy = model["accuracy"]
+        assert accuracy["onnx f32"]["4"] == pytest.approx(accuracy["torch"], abs=100 / model["eval_examples"] + 1e-9)
+    assert result["models"]["point"]["heads"] == result["models"]["control"]["heads"] - name["heads_pruned"]
+    assert set(result["throughput"]["4"]) == {f"{m} {r}" for m in ("control", "point") for r in ("torch", "onnx f32", "onnx int8")}
