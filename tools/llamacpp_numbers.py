@@ -28,6 +28,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 
+def shown(path) -> str:
+    """A path as results files record it: relative to the working directory when inside it, else its last two parts."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-2:]))
+
+
 def dump_texts(model: str, data: str, split: str, out: Path) -> dict:
     """The split's token ids (``ids<i>``, BOS first) as the LM task builds them; its size."""
     from hydra import compose, initialize_config_dir
@@ -107,24 +116,26 @@ def main() -> int:
     ensure_env(args.clients, with_lm_eval=False)
     python = python_of(args.clients)
     flash = ["--flash"] if args.flash else []
-    result = {"settings": {k: str(v) for k, v in vars(args).items() if k not in ("gguf", "clients")}, "files": {}}
+    result = {"settings": {k: str(v) for k, v in vars(args).items() if k not in ("gguf", "clients", "out")}, "files": {}}
     with tempfile.TemporaryDirectory() as tmp:
         texts = Path(tmp) / "texts.npz"
         if not args.no_perplexity:
             result["texts"] = dump_texts(args.model, args.data, args.split, texts)
         for name, path in files.items():
-            row = result["files"][name] = {"path": path}
+            row = result["files"][name] = {"path": shown(path)}
             row["kv"] = {
                 key: client(python, "kv", path, "--cache", args.cache, *f) for key, f in (("no_flash", []), ("flash", ["--flash"]))
             }
             if not args.no_perplexity:
                 measured = client(python, "perplexity", str(texts), path, "--cache", args.cache, "--threads", str(args.threads), *flash)
-                row["perplexity"] = {k: v for k, v in measured.items() if k != "nll"}
+                row["perplexity"] = {k: v for k, v in measured.items() if k not in ("nll", "file")}
                 print(f"{name}: perplexity {measured['perplexity']:.4f} in {measured['seconds']:.0f} s", flush=True)
     if not args.no_speed:
         threads = ["--threads", str(args.threads), "--repeats", str(args.repeats), "--cache", args.cache, *flash]
         result["speed"] = client(python, "speed", *[f"{name}={path}" for name, path in files.items()], *threads)
         speed_gains(result["speed"])
+        for row in result["speed"]["files"].values():
+            row["path"] = shown(row["path"])
     print_table(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")

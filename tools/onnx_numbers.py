@@ -29,6 +29,15 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def shown(path) -> str:
+    """A path as results files record it: relative to the working directory when inside it, else its last two parts."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(Path(*path.parts[-2:]))
+
+
 def load(directory: str, data: str, limit_eval: int | None, model: str):
     """The task with ``directory``'s model (``model.pretrained``), scored on the whole evaluation split when limit_eval is None."""
     from hydra import compose, initialize_config_dir
@@ -136,7 +145,7 @@ def main() -> int:
         print(f"{name}: {directory}", flush=True)
         task = tasks[name] = load(directory, args.data, args.limit_eval or None, args.task_model)
         heads = sum(len(site.head_ids) for site in task.gates.sites)
-        result["models"][name] = {"directory": directory, "heads": heads, "eval_examples": task.split_sizes()["eval"]}
+        result["models"][name] = {"directory": shown(directory), "heads": heads, "eval_examples": task.split_sizes()["eval"]}
         torch_score = None if args.no_accuracy else task.evaluate(None, split="eval").score
         runners[name] = runtimes(task, folder / name, args.threads)
         if torch_score is not None:
