@@ -175,7 +175,9 @@ def check_settings(cfg) -> None:
             f"export.model={settings.model} is exported as it is (they pick a mask of export.mask_file)",
         )
     if settings.get("point"):
-        refuse_given(cfg, ("export.mask_order", "export.mask_step", "export.fraction"), f"export.point={settings.point} names the point itself")
+        refuse_given(
+            cfg, ("export.mask_order", "export.mask_step", "export.fraction"), f"export.point={settings.point} names the point itself"
+        )
     if fmt != "gguf":
         refuse_given(cfg, ("export.gguf_dtype", "export.tokenizer_pre"), f"they shape GGUF files, and export.format={fmt}")
     if quantize != "int8":

@@ -21,6 +21,7 @@ from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.experiments.evaluation import swapped_model
 from headprune.experiments.finetune_runs import control_model, finetune_in_place
+from headprune.experiments.pareto_points import ParetoRun, eval_splits, extra_scores, relative
 from headprune.experiments.point_models import (
     CONTROL_POINT,
     recipe_of,
@@ -29,7 +30,6 @@ from headprune.experiments.point_models import (
     saved_model_dir,
     wants_model,
 )
-from headprune.experiments.pareto_points import ParetoRun, eval_splits, extra_scores, relative
 from headprune.experiments.speed import speed_stage
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel, flops_cost_model, kv_group_flops_cost_model

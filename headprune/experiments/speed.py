@@ -17,14 +17,14 @@ from headprune.core.checks import ConfigError
 from headprune.core.counting import model_cost
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
+from headprune.core.saving import load_pruned
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, gain_text
-from headprune.core.saving import load_pruned
 from headprune.experiments.evaluation import SCORE_RTOL, check_split, score_check, score_check_text, swapped_model, unit_counts
 from headprune.experiments.mask_source import file_mask, point_mask, point_model_dir, with_file_unit
-from headprune.experiments.point_models import RECIPE_FILE
 from headprune.experiments.orders import ORDERS, order_settings
+from headprune.experiments.point_models import RECIPE_FILE
 from headprune.experiments.settings import RunSettings
 from headprune.lightning.loggers import log_run
 from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
