@@ -138,7 +138,7 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     models = dict(item.split("=", 1) for item in args.model)
-    result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "models": {}}
+    result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "model")}, "models": {}}
     tasks, runners = {}, {}
     folder = Path(tempfile.mkdtemp(prefix="headprune-onnx-numbers-"))
     for name, directory in models.items():
