@@ -33,7 +33,7 @@ def main():
 
     from headprune.experiments.orders import OrderSettings, order_scores
     from headprune.experiments.settings import SpeedSettings, read_settings
-    from headprune.experiments.speed import speed_stage
+    from headprune.experiments.speed_stage import speed_stage
     from headprune.selection.greedy import masks_for_fractions
 
     task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])

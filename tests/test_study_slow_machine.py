@@ -11,6 +11,7 @@ from experiment_helpers import NLI, ROOT, make_cfg, results, speed_settings, tas
 
 from headprune.engine.verdict import NOT_TIMED
 from headprune.experiments import speed, study
+from headprune.experiments.speed_stage import speed_stage
 
 task, shared_task = task_fixtures("nli")
 
@@ -30,7 +31,7 @@ SMALL = [
 def test_speed_stage_records_untimed_rows_and_keeps_the_rest(shared_task, tmp_path):
     mask = shared_task.gates.ones()
     mask["enc_self"][0, 0] = 0
-    result = speed.speed_stage(shared_task, mask, speed_settings(batch_sizes=[2, 4], examples=4, warmup=0, repeats=1, max_seconds=1e-9), 0)
+    result = speed_stage(shared_task, mask, speed_settings(batch_sizes=[2, 4], examples=4, warmup=0, repeats=1, max_seconds=1e-9), 0)
     assert result["rows"] == [] and result["verdict"] == NOT_TIMED
     assert [(r["batch_size"], r["verdict"]) for r in result["not_timed"]] == [(2, NOT_TIMED), (4, NOT_TIMED)]
     assert result["score_check"]["agree"] and result["cost"]["pruned"]["parameters"] < result["cost"]["original"]["parameters"]

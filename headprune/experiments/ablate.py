@@ -6,71 +6,15 @@ differences across the two evaluation sets).
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
-import torch
-
-from headprune.engine.ablation import single_head_masks
-from headprune.experiments.evaluation import check_split, evaluate_many, unit_counts
+from headprune.experiments.ablation_stage import ablation_figure, ablation_stage
+from headprune.experiments.evaluation import check_split
 from headprune.lightning.loggers import log_run
-from headprune.results.run_dir import tensor_dict, write_results
+from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir
 from headprune.scoring.significance import correlation
 from headprune.selection.greedy import check_groups
 from headprune.tasks import registry
-from headprune.viz.plots import head_heatmaps
 from headprune.viz.tables import ablation_rows
-
-
-def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:
-    """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance, rows.
-
-    ``alpha`` None: the task's own significance level (the oracle pruning order reads only the deltas).
-    """
-    shape = task.gates.groups
-    groups = check_groups(groups, shape)
-    masks, heads = single_head_masks(shape, groups)
-    base = base or task.evaluate(None, split=split)
-    results = evaluate_many(task, masks, split, desc=f"ablate {split}", progress=progress)
-    tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, **({} if alpha is None else {"alpha": alpha}))
-    delta = {g: torch.full(shape[g], float("nan")) for g in groups}
-    p_value = {g: torch.full(shape[g], float("nan")) for g in groups}
-    significant = {g: torch.zeros(shape[g], dtype=torch.bool) for g in groups}
-    rows = []
-    for (group, layer, head), res, test in zip(heads, results, tests):
-        delta[group][layer, head] = test.delta
-        p_value[group][layer, head] = test.p_value
-        significant[group][layer, head] = test.significant
-        rows.append({"group": group, "layer": layer, "head": head, "score": res.score, **asdict(test)})
-    per_group = {}
-    for group in groups:
-        sig = significant[group]
-        d = delta[group]
-        per_group[group] = {
-            "heads": int(d.numel()),
-            "significant": int(sig.sum()),
-            "significant_better": int((sig & (d > 0)).sum()),
-            "significant_worse": int((sig & (d < 0)).sum()),
-            "max_drop": float(-d.min()),
-            "max_gain": float(d.max()),
-        }
-    return {
-        "metric": task.metric,
-        "split": split,
-        "n_examples": base.n,
-        "base_score": base.score,
-        **unit_counts(task.gates, groups),
-        "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha, "test": task.paired_test_name},
-        "per_group": per_group,
-        "delta": tensor_dict(delta),
-        "p_value": tensor_dict(p_value),
-        "significant": {g: s.int().tolist() for g, s in significant.items()},
-        "rows": rows,
-    }
-
-
-def ablation_figure(result: dict, path, title: str):
-    return head_heatmaps(result["delta"], result["significant"], path, title, f"{result['metric']} difference")
 
 
 def run(cfg) -> dict:

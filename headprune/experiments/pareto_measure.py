@@ -30,7 +30,7 @@ from headprune.experiments.point_models import (
     saved_model_dir,
     wants_model,
 )
-from headprune.experiments.speed import speed_stage
+from headprune.experiments.speed_stage import speed_stage
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel, flops_cost_model, kv_group_flops_cost_model
 from headprune.selection.latency import cached_latency_model, synthetic_inputs

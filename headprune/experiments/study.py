@@ -17,13 +17,13 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from headprune.engine.verdict import is_inconclusive
-from headprune.experiments.ablate import ablation_figure
+from headprune.experiments.ablation_stage import ablation_figure
 from headprune.experiments.conf_dir import config_dir
 from headprune.experiments.evaluation import check_split, selection_split
 from headprune.experiments.orders import order_settings
 from headprune.experiments.prune import curves_of, fractions_of, orders_of
 from headprune.experiments.settings import RunSettings
-from headprune.experiments.speed import clock_of, untimed_note
+from headprune.experiments.speed_stage import clock_of, untimed_note
 from headprune.experiments.stages import digest, stage, training_settings
 from headprune.experiments.study_stages import STUDY_STAGES, StudyRun, run_stage
 from headprune.lightning.loggers import log_run

@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from headprune.experiments.ablate import ablation_stage
+from headprune.experiments.ablation_stage import ablation_stage
 from headprune.experiments.evaluation import split_size
 from headprune.experiments.keep_one import keep_one_stage
 from headprune.experiments.orders import ORDERS, OrderSettings
 from headprune.experiments.prune import prune_stage
 from headprune.experiments.prune_speed import for_speed, pareto_stage
 from headprune.experiments.settings import RunSettings, listed
-from headprune.experiments.speed import speed_stage
+from headprune.experiments.speed_stage import speed_stage
 from headprune.experiments.stages import digest, stage
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.writer import batches_fingerprint
