@@ -236,7 +236,7 @@ def main() -> int:
     global_f32 = [job for job in jobs if job["name"].endswith("global gguf f32 (deci)")]
     jobs += [{**job, "format": "numbers", "tolerance": 1e-4} for job in global_f32]  # the deployer's measures of tools/llamacpp_numbers.py
     hf_smollm2 = [job for job in jobs if job["format"] == "hf" and job["name"].startswith("smollm2")]
-    if env["lm_eval"] and hf_smollm2:
+    if env["lm_eval"] and hf_smollm2 and not args.no_lm_eval:
         jobs.append(lm_eval_job(hf_smollm2[0], out))
     elif not env["lm_eval"] and not args.no_lm_eval:
         print("lm-evaluation-harness did not install in the clients' venv: its check is skipped")
