@@ -109,6 +109,10 @@ def main() -> int:
     parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    bad = [item for item in args.gguf if "=" not in item or not item.split("=", 1)[0]]
+    names = [item.split("=", 1)[0] for item in args.gguf]
+    if bad or len(set(names)) < len(names):
+        parser.error(f"--gguf takes name=path, each name once: got {bad or names}")
     files = dict(item.split("=", 1) for item in args.gguf)
     missing = [path for path in files.values() if not Path(path).is_file()]
     if missing:

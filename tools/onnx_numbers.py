@@ -137,7 +137,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    bad = [item for item in args.model if "=" not in item or not item.split("=", 1)[0]]
+    names = [item.split("=", 1)[0] for item in args.model]
+    if bad or len(set(names)) < len(names):
+        parser.error(f"--model takes name=path, each name once: got {bad or names}")
     models = dict(item.split("=", 1) for item in args.model)
+    missing = [path for path in models.values() if not (Path(path) / "config.json").is_file()]
+    if missing:
+        parser.error(f"no model directory (config.json) at {missing[0]}: give a task's model/ or a prune run's models/<point>/")
     result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "model")}, "models": {}}
     tasks, runners = {}, {}
     folder = Path(tempfile.mkdtemp(prefix="headprune-onnx-numbers-"))
