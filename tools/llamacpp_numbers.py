@@ -27,14 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-
-def shown(path) -> str:
-    """A path as results files record it: relative to the working directory when inside it, else its last two parts."""
-    path = Path(path).resolve()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(Path(*path.parts[-2:]))
+from shown_paths import shown  # noqa: E402
 
 
 def dump_texts(model: str, data: str, split: str, out: Path) -> dict:

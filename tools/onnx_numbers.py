@@ -25,17 +25,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-
-def shown(path) -> str:
-    """A path as results files record it: relative to the working directory when inside it, else its last two parts."""
-    path = Path(path).resolve()
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(Path(*path.parts[-2:]))
+from shown_paths import shown  # noqa: E402
 
 
 def load(directory: str, data: str, limit_eval: int | None, model: str):
