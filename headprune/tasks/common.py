@@ -90,13 +90,29 @@ class SharedTaskMethods(SavesHF):
 
 
 class ClassifierSubsets:
-    """Mixed into the classification tasks (NLI, images): their importance batches and per-example loss.
+    """Mixed into the classification tasks (NLI, images): batches on the model's device, split sizes, importance batches,
+    per-example loss and the paired test of accuracy.
 
     A task sets ``IMPORTANCE_EXAMPLE`` (a typical ``data.importance_size``, for the error) and has ``_require_data`` and
-    ``_to_device``.
+    ``model_device``.
     """
 
     IMPORTANCE_EXAMPLE = 2000
+
+    def _to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.model_device) for k, v in batch.items()}
+
+    def split_sizes(self) -> dict[str, int]:
+        """{split: examples} of every split of the task's data (train, importance, eval, and eval_mismatched where present)."""
+        data = self._require_data()
+        return {split: len(data.dataset(split)) for split in data.splits}
+
+    def paired_test(self, baseline, systems: list, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01) -> list:
+        """Paired bootstrap of accuracy on per-example correctness."""
+        from headprune.scoring.significance import paired_bootstrap_accuracy
+
+        correct = [s.per_example["correct"] for s in systems]
+        return paired_bootstrap_accuracy(baseline.per_example["correct"], correct, n_samples=n_samples, seed=seed, alpha=alpha)
 
     def importance_batches(self, batch_size: int | None = None):
         """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training data."""

@@ -113,18 +113,10 @@ class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # ---- task protocol -----------------------------------------------------------------------
-    def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device) for k, v in batch.items()}
-
     def _require_data(self) -> NLIDataModule:
         if self.data is None:
             raise ValueError("this NLIModule has no datamodule: build it with load_nli_task(cfg) or NLIModule(..., data=...)")
         return self.data
-
-    def split_sizes(self) -> dict[str, int]:
-        """{split: examples} of train, importance, eval and (when present) eval_mismatched."""
-        data = self._require_data()
-        return {split: len(data.dataset(split)) for split in data.splits}
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's premise/hypothesis pairs (of its labels when the texts are not kept)."""
@@ -132,16 +124,6 @@ class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
         texts = getattr(dataset, "texts", {}) or {}
         pairs = [f"{p}\t{h}" for p, h in zip(texts.get("premise", []), texts.get("hypothesis", []))]
         return texts_fingerprint(pairs) if pairs else texts_fingerprint(map(str, dataset.labels))
-
-    def paired_test(
-        self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
-    ) -> list:
-        """Paired bootstrap of accuracy on per-example correctness."""
-        from headprune.scoring.significance import paired_bootstrap_accuracy
-
-        return paired_bootstrap_accuracy(
-            baseline.per_example["correct"], [s.per_example["correct"] for s in systems], n_samples=n_samples, seed=seed, alpha=alpha
-        )
 
     def forward_batches(self, split: str) -> list[dict]:
         return list(self._require_data().loader(split))

@@ -89,32 +89,14 @@ class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.Lightnin
         return adamw_with_linear_warmup(self.model, self.hparams, self.trainer.estimated_stepping_batches)
 
     # ---- task protocol -----------------------------------------------------------------------
-    def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.model_device) for k, v in batch.items()}
-
     def _require_data(self) -> ImageDataModule:
         if self.data is None:
             raise ValueError("this task has no images: build it with load_vision_task(cfg) or ImageClassificationModule(..., data=...)")
         return self.data
 
-    def split_sizes(self) -> dict[str, int]:
-        """{split: images} of train, importance and eval."""
-        data = self._require_data()
-        return {split: len(data.dataset(split)) for split in data.splits}
-
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's images (pixels before resizing) and labels."""
         return texts_fingerprint(self._require_data().dataset(split).fingerprints)
-
-    def paired_test(
-        self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
-    ) -> list:
-        """Paired bootstrap of accuracy on per-example correctness."""
-        from headprune.scoring.significance import paired_bootstrap_accuracy
-
-        return paired_bootstrap_accuracy(
-            baseline.per_example["correct"], [s.per_example["correct"] for s in systems], n_samples=n_samples, seed=seed, alpha=alpha
-        )
 
     def _result(self, correct: torch.Tensor) -> EvalResult:
         n = len(correct)
