@@ -206,13 +206,18 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
     add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name)
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
-    for tensor_name, array in gguf_tensors(model, layer_heads, dtype):
+    finish_file(writer, gguf_tensors(model, layer_heads, dtype))
+    return path
+
+
+def finish_file(writer, tensors) -> None:
+    """Add the (name, array) ``tensors`` after the metadata already set, and write and close the file."""
+    for tensor_name, array in tensors:
         writer.add_tensor(tensor_name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
 
 
 def gguf_head_count_message(hidden: int, heads: int) -> str:

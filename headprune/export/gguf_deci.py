@@ -16,7 +16,7 @@ from torch import nn
 
 from headprune.core.checks import ConfigError
 from headprune.core.gates import find_sites
-from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, gguf_tensors, layer_of
+from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_of
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
 
@@ -110,12 +110,7 @@ def export_gguf_deci(
     def attention_of_emptied(hf_name: str) -> bool:
         return any(part in hf_name for part in ATTENTION_PARTS) and layer_of(hf_name) in emptied
 
-    for tensor_name, array in gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=attention_of_emptied):
-        writer.add_tensor(tensor_name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_file(writer, gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=attention_of_emptied))
     return path
 
 
