@@ -26,8 +26,8 @@ from headprune.experiments.point_models import (
     CONTROL_POINT,
     recipe_of,
     save_point_model,
+    saved_dir,
     saved_model,
-    saved_model_dir,
     wants_model,
 )
 from headprune.experiments.speed_stage import speed_stage
@@ -158,16 +158,17 @@ def control_point(task, ctx: ParetoRun) -> dict:
     """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
     recipe = control_recipe(ctx)
     model = saved_model(ctx.out, recipe) if recipe else None
-    losses = None
-    if model is None:
+    reused, losses = model is not None, None
+    if not reused:
         model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
     with swapped_model(task, model, HeadGates(model)):
         results = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
     saved = {}
     if recipe:
         scores = {split: result.score for split, result in results.items()}
-        folder = saved_model_dir(ctx.out, recipe) if losses is None else None
-        saved["model_dir"] = folder or save_point_model(ctx.out, model, task.gates, None, task.tokenizer, recipe, scores)
+        saved["model_dir"] = (
+            saved_dir(recipe) if reused else save_point_model(ctx.out, model, task.gates, None, task.tokenizer, recipe, scores)
+        )
     del model
     score = results[ctx.split].score
     return {

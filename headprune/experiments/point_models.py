@@ -100,25 +100,18 @@ def saved_dir(recipe: dict) -> str:
     return f"{MODELS_DIR}/{point_slug(recipe['point'])}"
 
 
-def saved_model_dir(out: Path, recipe: dict) -> str | None:
-    """The directory (relative to ``out``) of the model an earlier run saved for this very recipe, else None."""
-    path = Path(out) / saved_dir(recipe) / RECIPE_FILE
+def saved_model(out: Path, recipe: dict):
+    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
+    folder = Path(out) / saved_dir(recipe)
+    path = folder / RECIPE_FILE
     if not path.is_file():
         return None
     try:
         earlier = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if {k: v for k, v in earlier.items() if k != "scores"} != json.loads(json.dumps(recipe, default=str)):
+    if {k: v for k, v in earlier.items() if k != "scores"} != json.loads(json.dumps(recipe)):
         return None
-    return saved_dir(recipe)
-
-
-def saved_model(out: Path, recipe: dict):
-    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
-    if saved_model_dir(out, recipe) is None:
-        return None
-    folder = Path(out) / saved_dir(recipe)
     print(f"[prune] reusing the saved model of {recipe['point']} ({folder})", flush=True)
     return load_pruned(folder)
 
