@@ -52,13 +52,13 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
 
 
 def point_model(settings, task, split: str) -> tuple:
-    """(the recovered model ``speed.point`` names, the check that it scores its table row on ``split``); (None, None) for no
-    point or one without recovery (timed by its mask). ``speed.check_score=false`` skips the check."""
+    """(the recovered model ``speed.point`` names, the check that it scores its table row on ``split``, its directory);
+    (None, None, None) for no point or one without recovery (timed by its mask). ``speed.check_score=false`` skips the check."""
     folder = point_model_dir(settings, "speed") if settings.get("point") else None
     if folder is None:
-        return None, None
+        return None, None, None
     model = load_pruned(folder).to(next(task.model.parameters()).device).eval()
-    return model, recorded_score_check(task, model, folder, split) if settings.check_score else None
+    return model, recorded_score_check(task, model, folder, split) if settings.check_score else None, folder
 
 
 def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
@@ -104,10 +104,10 @@ def run(cfg) -> dict:
     check_split(task, split)
     mask, origin = choose_mask(cfg, task)
     check_removes_some(mask, origin)
-    recovered, checked = point_model(cfg.speed, task, split)
+    recovered, checked, folder = point_model(cfg.speed, task, split)
     result = speed_stage(task, mask, settings, int(cfg.seed), pruned_model=recovered, export_dir=output_dir(cfg) / "onnx")
     if recovered is not None:
-        origin["model"] = str(point_model_dir(cfg.speed, "speed"))
+        origin["model"] = str(folder)
         result["score_check"] = checked
     out = output_dir(cfg)
     removed = origin.get("fraction_removed", origin["fraction"])
