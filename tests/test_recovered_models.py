@@ -189,6 +189,7 @@ def test_control_is_kept_and_speed_point_times_the_recovered_model(capsys, monke
         (["speed.point=control@0%"], "is the control"),
         (["speed.point=importance+finetune@50%", "speed.mask_step=50%"], "names the point itself"),
         (["speed.point=fisher@10%"], "importance+finetune@50%"),
+        (["speed.point=fisher@10%"], "speed.point=fisher@10%: speed.mask_file="),
     ]:
         status, err = cli_run(
             capsys, monkeypatch, tmp_path, tmp_path / "bad", *NLI, *FAST, "experiment=speed", f"speed.mask_file={results}", *overrides

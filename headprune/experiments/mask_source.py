@@ -105,7 +105,7 @@ def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
         raise ConfigError(f"{setting}.point names a point of a prune run: give {setting}.mask_file=<prune run>/results.json")
     found = read_mask_file(settings.mask_file, setting)
     points = [c.point for c in found.candidates if c.point is not None] + found.controls
-    point = find_point(points, str(settings.point), f"{setting}.mask_file={found.path}")
+    point = find_point(points, str(settings.point), f"{setting}.mask_file={found.path}", setting)
     if point.get("control"):  # unpruned: its model is all there is
         return found, Candidate("control", 0.0, point.get("step"), {}, 0, point)
     return found, next(c for c in found.candidates if c.point is point)

@@ -143,7 +143,7 @@ def _id_of(point: dict) -> str:
     return CONTROL_POINT if point.get("control") else point_id(point_name(point), str(point.get("step")))
 
 
-def find_point(points: list[dict], name: str, source: str) -> dict:
+def find_point(points: list[dict], name: str, source: str, setting: str = "export") -> dict:
     """The point of a run called ``name`` (its ``point_id`` or directory name; the control also by its table name), or a
     ConfigError listing the run's points."""
     for p in points:
@@ -154,4 +154,4 @@ def find_point(points: list[dict], name: str, source: str) -> dict:
         if name in names or name == point_slug(full):
             return p
     listed = ", ".join(point_names(points)) or "none"
-    raise ConfigError(f"export.point={name}: {source} has no such point; its points are: {listed}")
+    raise ConfigError(f"{setting}.point={name}: {source} has no such point; its points are: {listed}")
