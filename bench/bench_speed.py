@@ -31,9 +31,9 @@ def main():
     torch.set_num_threads(args.threads)
     from omegaconf import OmegaConf
 
-    from headprune.experiments.orders import OrderSettings, order_scores
-    from headprune.experiments.settings import SpeedSettings, read_settings
-    from headprune.experiments.speed_stage import speed_stage
+    from headprune.pipeline.orders import OrderSettings, order_scores
+    from headprune.pipeline.settings import SpeedSettings, read_settings
+    from headprune.pipeline.speed_stage import speed_stage
     from headprune.selection.greedy import masks_for_fractions
 
     task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])

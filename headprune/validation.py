@@ -2,10 +2,10 @@
 
 ``validate(cfg)`` is called by the ``headprune`` entry point for every experiment (each job of a sweep
 first). It reads no model weights and runs no forward pass. In turn: top-level keys that no config group
-defines (a ConfigWarning), every setting's type, range and choices (``headprune.experiments.schema.SCHEMA``),
+defines (a ConfigWarning), every setting's type, range and choices (``headprune.pipeline.schema.SCHEMA``),
 then the check of the entry point ``cfg.run``: a task's trainer (``TaskSpec.train``) gets the shared training
 check, any other entry point the ``check(cfg)`` of its own module (each experiment owns the rows of its
-settings; what they share is ``headprune.experiments.shared_checks``). An entry point without one is refused.
+settings; what they share is ``headprune.pipeline.shared_checks``). An entry point without one is refused.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from importlib import import_module
 
 from headprune.core.checks import ConfigError, check_schema
-from headprune.experiments.schema import SCHEMA
-from headprune.experiments.shared_checks import check_training_run, warn_unknown_keys
+from headprune.pipeline.schema import SCHEMA
+from headprune.pipeline.shared_checks import check_training_run, warn_unknown_keys
 from headprune.selection.mask_search import given_target
 
 

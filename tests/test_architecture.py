@@ -23,6 +23,7 @@ LAYERS = (
     "export",
     "lightning",
     "tasks",
+    "pipeline",
     "experiments",
     "validation",
     "cli",
@@ -158,6 +159,33 @@ def test_task_branch_finder_finds_branches(tmp_path):
     assert len(task_branches(bad)) == 5
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "experiments").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted([*(PACKAGE / "experiments").glob("*.py"), *(PACKAGE / "pipeline").glob("*.py")]), ids=lambda p: p.name
+)
 def test_experiments_do_not_branch_on_the_task(path):
     assert not task_branches(path)
+
+
+# ---- experiments/ holds the entry points only ------------------------------------------------------
+EXPERIMENT_MODULES = [m for m in MODULES if m.startswith("headprune.experiments.")]
+
+
+def entry_points() -> set[str]:
+    """The modules that conf/experiment/*.yaml name in ``run:``."""
+    conf = PACKAGE.parent / "conf" / "experiment"
+    runs = (re.search(r"^run:\s*(\S+)", p.read_text(), re.M) for p in conf.glob("*.yaml"))
+    return {r.group(1).rpartition(".")[0] for r in runs if r}
+
+
+@pytest.mark.parametrize("module", EXPERIMENT_MODULES)
+def test_every_module_of_experiments_is_an_experiment(module):
+    tree = ast.parse(MODULES[module].read_text())
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert {"run", "check"} <= defined, f"{module} is not an experiment (no run and check): move it to headprune/pipeline/"
+    assert module in entry_points(), f"{module} is named by no conf/experiment/*.yaml"
+
+
+@pytest.mark.parametrize("module", EXPERIMENT_MODULES)
+def test_no_experiment_imports_another(module):
+    others = sorted(d for d in headprune_imports(module) if d.startswith("headprune.experiments.") and d != module)
+    assert others == [], f"{module} imports other experiments {others}: what they share belongs in headprune/pipeline/"

@@ -72,7 +72,7 @@ def test_reestimate_is_recorded_per_order(shared_task):
     """results.json says an order was re-estimated only when it was: random and ablation cannot be."""
     from omegaconf import OmegaConf
 
-    from headprune.experiments.orders import OrderSettings
+    from headprune.pipeline.orders import OrderSettings
 
     settings = OrderSettings(OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
     only_random = prune.prune_stage(shared_task, ["random"], [0.0, 0.5], settings, None, 0, True, "eval", None, "global", progress=False)
@@ -223,7 +223,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
     """Re-estimation under an all-ones mask gives the unmasked scores; its first greedy step is the fixed order's."""
     from omegaconf import OmegaConf
 
-    from headprune.experiments.orders import ORDERS, OrderSettings
+    from headprune.pipeline.orders import ORDERS, OrderSettings
     from headprune.selection.greedy import masks_for_fractions
 
     settings = OrderSettings(

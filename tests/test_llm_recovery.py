@@ -153,7 +153,7 @@ class FakeTask:
 
 
 def test_a_token_budget_takes_the_shortest_prefix_of_batches_that_holds_it():
-    from headprune.experiments.finetune_runs import batch_tokens, budget_batches
+    from headprune.pipeline.finetune_runs import batch_tokens, budget_batches
 
     for tokens, batches in ((1, 1), (10, 1), (11, 2), (50, 5)):
         chosen = budget_batches(FakeTask(), tokens, 0)

@@ -31,7 +31,7 @@ def points_of(tmp_path) -> list[dict]:
 
 
 def test_fisher_order_is_the_fisher_of_the_gates(shared_task):
-    from headprune.experiments.orders import ORDERS, OrderSettings
+    from headprune.pipeline.orders import ORDERS, OrderSettings
     from headprune.scoring.importance import fisher_scores
 
     settings = OrderSettings(importance=None, seed=0, ablation_split=None, n_samples=None)
@@ -70,7 +70,7 @@ def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path)
 
 def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(shared_task, tmp_path):
     from headprune.core.pruning import prune_mask
-    from headprune.experiments.pareto_measure import recovered_model, recovery_batches
+    from headprune.pipeline.pareto_measure import recovered_model, recovery_batches
     from headprune.selection.greedy import masks_for_fractions
 
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.recover=lsq")

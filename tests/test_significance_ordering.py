@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from headprune.experiments.orders import check_order
+from headprune.pipeline.orders import check_order
 from headprune.scoring.significance import paired_bootstrap_accuracy, paired_bootstrap_bleu
 from headprune.selection.greedy import (
     check_fractions,

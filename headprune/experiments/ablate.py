@@ -6,9 +6,9 @@ differences across the two evaluation sets).
 
 from __future__ import annotations
 
-from headprune.experiments.ablation_stage import ablation_figure, ablation_stage
-from headprune.experiments.evaluation import check_split
 from headprune.lightning.loggers import log_run
+from headprune.pipeline.ablation_stage import ablation_figure, ablation_stage
+from headprune.pipeline.evaluation import check_split
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir
 from headprune.scoring.significance import correlation
@@ -51,7 +51,7 @@ READS = ("ablate", "prune.unit")  # the settings groups (and keys) experiment=ab
 def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
     from headprune.core.checks import ConfigError
-    from headprune.experiments.shared_checks import check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
+    from headprune.pipeline.shared_checks import check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
 
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg, READS)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headprune.experiments.settings import listed as list_of
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
+from headprune.pipeline.settings import listed as list_of
 from headprune.results.writer import write_results_file
 from headprune.tasks import registry
 from headprune.viz.dynamics_plots import importance_over_time, pruning_curves_by_epoch
@@ -119,8 +119,8 @@ def check(cfg) -> None:
     """Exactly one source of checkpoints (a ckpt_dir that exists); each listed checkpoint once, and present (a local one
     complete), with the task they are scored on; dynamics.fractions listed once."""
     from headprune.core.checks import ConfigError
-    from headprune.experiments.shared_checks import check_reads, check_task, no_duplicates
     from headprune.models.sources import check_model_dir, resolve_pretrained
+    from headprune.pipeline.shared_checks import check_reads, check_task, no_duplicates
 
     check_reads(cfg, READS)
     no_duplicates(cfg.dynamics.fractions, "dynamics.fractions")

@@ -20,11 +20,11 @@ from omegaconf import OmegaConf, open_dict
 from headprune.core.checks import ConfigError, choice, integer, number, positive_ints
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
-from headprune.experiments.evaluation import check_split, swapped_model
-from headprune.experiments.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
+from headprune.pipeline.evaluation import check_split, swapped_model
+from headprune.pipeline.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
@@ -132,7 +132,7 @@ READS = ("export", "prune.unit", "speed.batch_sizes")  # what experiment=export 
 
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
-    from headprune.experiments.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
+    from headprune.pipeline.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
 
     check_model_and_task(cfg)
     check_reads(cfg, READS)
@@ -144,7 +144,7 @@ def check(cfg) -> None:
 
 def check_model_kind(cfg) -> None:
     """What the task's models take (``TaskSpec.exports``): stock checkpoints of decoder-only LMs, int8 where the metric runs in ONNX Runtime."""
-    from headprune.experiments.shared_checks import task_spec_of
+    from headprune.pipeline.shared_checks import task_spec_of
 
     spec = task_spec_of(cfg)
     fmt = cfg.export.get("format")
@@ -163,7 +163,7 @@ def check_model_kind(cfg) -> None:
 
 def check_settings(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model."""
-    from headprune.experiments.shared_checks import refuse_given
+    from headprune.pipeline.shared_checks import refuse_given
 
     settings = cfg.export
     fmt = choice(settings.get("format"), "export.format", FORMATS)

@@ -47,7 +47,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=inspect: the device and the model (no task, no data)."""
-    from headprune.experiments.shared_checks import check_device, check_model
+    from headprune.pipeline.shared_checks import check_device, check_model
 
     check_device(cfg)
     check_model(cfg)

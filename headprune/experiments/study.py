@@ -4,7 +4,7 @@ The stages share the model, the data, the unmasked score and the importance/entr
 stage writes ``stages/<name>.json`` with its key (settings, model and data fingerprints, the earlier
 results it used) when it completes; a rerun in the same run directory (``hydra.run.dir=<that dir>``)
 skips every stage whose key is unchanged, and recomputes, saying why, a stage whose settings or
-inputs changed or whose file is damaged (see ``headprune.experiments.stages``). ``make demo`` runs
+inputs changed or whose file is damaged (see ``headprune.pipeline.stages``). ``make demo`` runs
 this on the embedded MiniLM: fine-tuned on the local MNLI copy when there is one, else on the
 synthetic NLI set (it says which).
 """
@@ -17,16 +17,16 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from headprune.engine.verdict import is_inconclusive
-from headprune.experiments.ablation_stage import ablation_figure
-from headprune.experiments.conf_dir import config_dir
-from headprune.experiments.evaluation import check_split, selection_split
-from headprune.experiments.orders import order_settings
-from headprune.experiments.prune import curves_of, fractions_of, orders_of
-from headprune.experiments.settings import RunSettings
-from headprune.experiments.speed_stage import clock_of, untimed_note
-from headprune.experiments.stages import digest, stage, training_settings
-from headprune.experiments.study_stages import STUDY_STAGES, StudyRun, run_stage
 from headprune.lightning.loggers import log_run
+from headprune.pipeline.ablation_stage import ablation_figure
+from headprune.pipeline.conf_dir import config_dir
+from headprune.pipeline.evaluation import check_split, selection_split
+from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of
+from headprune.pipeline.orders import order_settings
+from headprune.pipeline.settings import RunSettings
+from headprune.pipeline.speed_stage import clock_of, untimed_note
+from headprune.pipeline.stages import digest, stage, training_settings
+from headprune.pipeline.study_stages import STUDY_STAGES, StudyRun, run_stage
 from headprune.results.run_dir import write_results
 from headprune.results.writer import model_fingerprint, output_dir, read_json
 from headprune.selection.greedy import check_fractions, check_groups
@@ -239,8 +239,8 @@ READS = ("study", "prune", "speed", "importance", "trainer", "callbacks")  # the
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
     from headprune.core.checks import ConfigError
-    from headprune.experiments.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
-    from headprune.experiments.shared_checks import (
+    from headprune.pipeline.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
+    from headprune.pipeline.shared_checks import (
         check_exact_pruning,
         check_model_and_task,
         check_reads,
@@ -249,7 +249,7 @@ def check(cfg) -> None:
         check_unit,
         no_duplicates,
     )
-    from headprune.experiments.speed import check_speed_run
+    from headprune.pipeline.speed_checks import check_speed_run
 
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
     check_prune_lists(cfg.prune)

@@ -15,7 +15,7 @@ from headprune.core.pruning import prune_mask, pruning_record
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, gain_text
-from headprune.experiments.evaluation import score_check, score_check_text, swapped_model, unit_counts
+from headprune.pipeline.evaluation import score_check, score_check_text, swapped_model, unit_counts
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import heads_removed
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from headprune.experiments.orders import OrderSettings
-from headprune.experiments.settings import PruneSettings
+from headprune.pipeline.orders import OrderSettings
+from headprune.pipeline.settings import PruneSettings
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
 from headprune.selection.greedy import heads_removed

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import torch
 
 from headprune.engine.ablation import single_head_masks
-from headprune.experiments.evaluation import evaluate_many, unit_counts
+from headprune.pipeline.evaluation import evaluate_many, unit_counts
 from headprune.results.run_dir import tensor_dict
 from headprune.selection.greedy import check_groups
 from headprune.viz.plots import head_heatmaps

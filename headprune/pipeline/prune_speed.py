@@ -7,7 +7,7 @@ finetune, or a list). Without a target or schedule the steps are ``prune.fractio
 (``max_drop`` measured on the selection split, never the evaluation split). ``prune.rearrange`` (true, or
 ``both`` for points with and without) re-chooses each layer's kept heads of every one-shot mask by the layers'
 Fisher blocks, counts kept (``headprune.selection.rearrange``, Kwon et al. 2022). Recovery, timing and the
-control live in ``headprune.experiments.pareto_measure``; the point records in ``pareto_points``.
+control live in ``headprune.pipeline.pareto_measure``; the point records in ``pareto_points``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headprune.core.gates import HeadGates
-from headprune.experiments.evaluation import evaluate_many, swapped_model
-from headprune.experiments.finetune_runs import budget_info, finetune_batches, finetune_in_place
-from headprune.experiments.orders import ORDERS, OrderSettings, order_scores
-from headprune.experiments.pareto_measure import (
+from headprune.pipeline.evaluation import evaluate_many, swapped_model
+from headprune.pipeline.finetune_runs import budget_info, finetune_batches, finetune_in_place
+from headprune.pipeline.orders import ORDERS, OrderSettings, order_scores
+from headprune.pipeline.pareto_measure import (
     control_point,
     cost_model,
     flops_model,
@@ -31,9 +31,9 @@ from headprune.experiments.pareto_measure import (
     recovered_model,
     recovery_batches,
 )
-from headprune.experiments.pareto_points import ParetoRun, eval_splits, mask_key, point_record, step_label, unpruned_point
-from headprune.experiments.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
-from headprune.experiments.settings import RunSettings, listed
+from headprune.pipeline.pareto_points import ParetoRun, eval_splits, mask_key, point_record, step_label, unpruned_point
+from headprune.pipeline.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
+from headprune.pipeline.settings import RunSettings, listed
 from headprune.results.run_dir import mask_to_json
 from headprune.scoring.importance import fisher_blocks
 from headprune.selection.greedy import check_groups

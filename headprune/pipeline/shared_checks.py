@@ -21,7 +21,7 @@ from headprune.models.sources import kv_heads_per_layer
 @lru_cache(maxsize=1)
 def known_keys() -> frozenset[str]:
     """Every top-level key a config group can set: config.yaml's, the groups' names and the keys of ``@package _global_`` files."""
-    from headprune.experiments.conf_dir import config_dir
+    from headprune.pipeline.conf_dir import config_dir
 
     root = Path(config_dir())
     keys = set(OmegaConf.load(root / "config.yaml"))
@@ -296,7 +296,7 @@ SETTINGS_GROUPS = ("prune", "speed", "importance", "export", "dynamics", "traine
 @lru_cache(maxsize=1)
 def root_choices() -> dict[str, str]:
     """{group: the file config.yaml picks for it} (e.g. trainer: cpu); other groups' default file is ``default.yaml``."""
-    from headprune.experiments.conf_dir import config_dir
+    from headprune.pipeline.conf_dir import config_dir
 
     entries = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults", [])
     return {k: str(v) for entry in entries if isinstance(entry, dict) for k, v in entry.items()}
@@ -305,7 +305,7 @@ def root_choices() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def experiment_files() -> dict[str, tuple[str, dict]]:
     """{entry point: (experiment name, its file's settings)} for every file of conf/experiment/."""
-    from headprune.experiments.conf_dir import config_dir
+    from headprune.pipeline.conf_dir import config_dir
 
     files = {}
     for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml")):
@@ -317,7 +317,7 @@ def experiment_files() -> dict[str, tuple[str, dict]]:
 @cache
 def group_defaults(run: str, group: str) -> dict:
     """The composed default of a settings group for an entry point: conf/<group>/default.yaml, then its experiment file's."""
-    from headprune.experiments.conf_dir import config_dir
+    from headprune.pipeline.conf_dir import config_dir
 
     path = Path(config_dir()) / group / f"{root_choices().get(group, 'default')}.yaml"
     base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})

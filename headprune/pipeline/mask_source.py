@@ -99,7 +99,7 @@ def mask_origin(settings, found: MaskFile, chosen: Candidate, mask: dict, task) 
 
 def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
     """The Pareto point ``<setting>.point`` names in ``<setting>.mask_file`` (a ConfigError listing the file's points)."""
-    from headprune.experiments.point_models import find_point
+    from headprune.pipeline.point_models import find_point
 
     if not settings.get("mask_file"):
         raise ConfigError(f"{setting}.point names a point of a prune run: give {setting}.mask_file=<prune run>/results.json")

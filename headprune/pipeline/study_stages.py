@@ -2,7 +2,7 @@
 
 ``STUDY_STAGES`` runs in order after training. A row's key holds the settings it reads, the model and data
 fingerprints and digests of the earlier stages it used; ``run_stage`` reuses ``stages/<name>.json`` when the key
-is unchanged (``headprune.experiments.stages.stage``), else computes it, then hands later stages what they read.
+is unchanged (``headprune.pipeline.stages.stage``), else computes it, then hands later stages what they read.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Any
 
 import torch
 
-from headprune.experiments.ablation_stage import ablation_stage
-from headprune.experiments.evaluation import split_size
-from headprune.experiments.keep_one import keep_one_stage
-from headprune.experiments.orders import ORDERS, OrderSettings
-from headprune.experiments.prune import prune_stage
-from headprune.experiments.prune_speed import for_speed, pareto_stage
-from headprune.experiments.settings import RunSettings, listed
-from headprune.experiments.speed_stage import speed_stage
-from headprune.experiments.stages import digest, stage
+from headprune.pipeline.ablation_stage import ablation_stage
+from headprune.pipeline.evaluation import split_size
+from headprune.pipeline.greedy_stage import prune_stage
+from headprune.pipeline.keep_one_stage import keep_one_stage
+from headprune.pipeline.orders import ORDERS, OrderSettings
+from headprune.pipeline.prune_speed import for_speed, pareto_stage
+from headprune.pipeline.settings import RunSettings, listed
+from headprune.pipeline.speed_stage import speed_stage
+from headprune.pipeline.stages import digest, stage
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.writer import batches_fingerprint
 from headprune.scoring.significance import correlation

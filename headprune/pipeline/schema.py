@@ -22,8 +22,8 @@ from headprune.core.checks import (
     text,
 )
 from headprune.core.units import UNITS
-from headprune.experiments.orders import ORDERS
 from headprune.lightning.loggers import LOGGER_KINDS
+from headprune.pipeline.orders import ORDERS
 from headprune.scoring.importance import REDUCTIONS
 from headprune.selection.uniform import LAYOUTS
 

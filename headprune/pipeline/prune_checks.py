@@ -9,9 +9,9 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from headprune.core.checks import ConfigError, string_list
-from headprune.experiments.shared_checks import check_selection, check_splits
 from headprune.models.sources import config_fields as model_fields
 from headprune.models.sources import heads_per_layer
+from headprune.pipeline.shared_checks import check_selection, check_splits
 from headprune.selection.mask_search import given_target
 
 # ---- prune --------------------------------------------------------------------------------------
@@ -33,8 +33,8 @@ def check_prune(cfg) -> None:
 
 def check_reestimate(prune) -> None:
     """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
-    from headprune.experiments.orders import ORDERS
-    from headprune.experiments.prune_speed import for_speed
+    from headprune.pipeline.orders import ORDERS
+    from headprune.pipeline.prune_speed import for_speed
 
     if not prune.reestimate:
         return
@@ -95,14 +95,14 @@ def check_prune_for_speed(cfg) -> None:
         check_selection(cfg, "prune")
     check_finetune(cfg)
     check_control(cfg)
-    from headprune.experiments.point_models import check_save
-    from headprune.experiments.prune_speed import for_speed
+    from headprune.pipeline.point_models import check_save
+    from headprune.pipeline.prune_speed import for_speed
 
     check_save(OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save, for_speed(prune))
     if prune.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
-        from headprune.experiments.speed import check_speed
+        from headprune.pipeline.speed_checks import check_speed
 
         check_speed(cfg.speed)
 
@@ -193,7 +193,7 @@ def check_control(cfg) -> None:
 
 def check_prune_lists(prune) -> None:
     """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
-    from headprune.experiments.shared_checks import no_duplicates
+    from headprune.pipeline.shared_checks import no_duplicates
 
     for name in ("order", "recover", "groups", "extra_splits", "fractions"):  # a schedule must grow: its own check
         value = prune.get(name)
@@ -204,8 +204,8 @@ def check_prune_lists(prune) -> None:
 def check_conditional_reads(cfg, alone: bool = True) -> None:
     """prune.* settings read only when another setting has some value: given otherwise, each is refused (``alone``:
     experiment=prune, whose ablation order alone reads prune.ablation_split / n_samples; the study ablates anyway)."""
-    from headprune.experiments.prune_speed import for_speed
-    from headprune.experiments.shared_checks import refuse_given
+    from headprune.pipeline.prune_speed import for_speed
+    from headprune.pipeline.shared_checks import refuse_given
 
     prune = cfg.prune
     recover = string_list(prune.recover, "prune.recover")
@@ -243,7 +243,7 @@ def check_conditional_reads(cfg, alone: bool = True) -> None:
 
 def physical_pruning(prune) -> str | None:
     """What in experiment=prune removes heads physically (None: it only masks them)."""
-    from headprune.experiments.prune_speed import for_speed, recoveries_of
+    from headprune.pipeline.prune_speed import for_speed, recoveries_of
 
     if not for_speed(prune):
         return None

@@ -19,10 +19,10 @@ from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
-from headprune.experiments.evaluation import swapped_model
-from headprune.experiments.finetune_runs import control_model, finetune_in_place
-from headprune.experiments.pareto_points import ParetoRun, eval_splits, extra_scores, relative
-from headprune.experiments.point_models import (
+from headprune.pipeline.evaluation import swapped_model
+from headprune.pipeline.finetune_runs import control_model, finetune_in_place
+from headprune.pipeline.pareto_points import ParetoRun, eval_splits, extra_scores, relative
+from headprune.pipeline.point_models import (
     CONTROL_POINT,
     recipe_of,
     save_point_model,
@@ -30,7 +30,7 @@ from headprune.experiments.point_models import (
     saved_model,
     wants_model,
 )
-from headprune.experiments.speed_stage import speed_stage
+from headprune.pipeline.speed_stage import speed_stage
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel, flops_cost_model, kv_group_flops_cost_model
 from headprune.selection.latency import cached_latency_model, synthetic_inputs

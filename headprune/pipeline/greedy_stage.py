@@ -1,0 +1,140 @@
+"""The greedy pruning stage (paper section 4, Figure 2): score every order's masks at each fraction."""
+
+from __future__ import annotations
+
+from headprune.core.checks import warn
+from headprune.pipeline.evaluation import evaluate_many, unit_counts
+from headprune.pipeline.orders import ORDERS, OrderSettings, check_order, order_scores
+from headprune.pipeline.settings import listed
+from headprune.results.points import percent, removed_fraction
+from headprune.results.run_dir import mask_to_json, tensor_dict
+from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
+from headprune.selection.uniform import layout_mask, layout_masks
+
+
+def fractions_of(settings) -> list[float]:
+    """``prune.fractions`` (a number or a list) or the grid 0, step, ... max_fraction."""
+    if settings.fractions is None:
+        grid = fraction_grid(float(settings.step), float(settings.max_fraction))
+        if grid == [0.0] and float(settings.max_fraction) > 0:
+            warn(
+                f"prune.max_fraction={settings.max_fraction} is below prune.step={settings.step}: the only point is 0% "
+                "(no unit removed); lower prune.step or give prune.fractions"
+            )
+        return grid
+    return check_fractions(listed(settings.fractions))
+
+
+def orders_of(settings) -> list[str]:
+    """``prune.order`` as a list of known orders."""
+    orders = listed(settings.order)
+    if not orders:
+        raise ValueError(f"prune.order is empty: give at least one of {list(ORDERS)}")
+    return [check_order(str(o)) for o in orders]
+
+
+def reestimated_masks(
+    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, layout: str
+) -> list[dict]:
+    """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
+    from tqdm.auto import tqdm
+
+    shape = task.gates.groups
+    masks, current = [], None
+    for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
+        scores = ORDERS[order].scores(task, settings, mask=current)
+        current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
+        masks.append(current)
+    return masks
+
+
+def prune_stage(
+    task,
+    orders,
+    fractions,
+    settings: OrderSettings,
+    groups,
+    min_per_layer: int,
+    reestimate: bool,
+    split: str,
+    shared: dict | None,
+    layout: str,
+    *,
+    progress: bool,
+    base=None,
+) -> dict:
+    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform."""
+    shape = task.gates.groups
+    groups = check_groups(groups, shape)
+    shared = {} if shared is None else shared
+    base = base or task.evaluate(None, split=split)
+    reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # random and ablation cannot be
+    out = {
+        "metric": task.metric,
+        "higher_is_better": bool(task.higher_is_better),
+        "split": split,
+        "n_examples": base.n,
+        "base_score": base.score,
+        "groups": groups,
+        "total_heads": sum(shape[g][0] * shape[g][1] for g in groups),
+        "min_heads_per_layer": min_per_layer,
+        "reestimate": bool(reestimated),  # true only when some order was re-estimated
+        "reestimated_orders": reestimated,
+        "fractions": fractions,
+        "layout": layout,
+        "orders": {},
+        **unit_counts(task.gates, groups),
+    }
+    for order in orders:
+        if order in reestimated:
+            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout)
+        else:
+            scores = order_scores(task, order, settings, shared)
+            masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
+        results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
+        steps = [
+            {
+                "fraction": f,
+                **what_was_removed(f, heads_removed(m), out["units_total"]),
+                "heads_pruned": heads_removed(m),
+                "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
+                "score": r.score,
+                "relative": r.score / base.score if base.score else None,
+                "mask": mask_to_json(m),
+            }
+            for f, m, r in zip(fractions, masks, results)
+        ]
+        out["orders"][order] = {"steps": steps, "reestimated": order in reestimated}
+        if order in shared:
+            out["orders"][order]["head_scores"] = tensor_dict(shared[order])
+    return out
+
+
+def what_was_removed(fraction: float, removed: int, total: int) -> dict:
+    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked
+    (a uniform layout's floor per layer or prune.min_heads_per_layer can leave fewer)."""
+    return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
+
+
+def warn_unmet(result: dict) -> None:
+    """One warning line per order whose steps removed fewer units than their fractions ask."""
+    total, unit = result["units_total"], result["unit"]
+    for order, v in result["orders"].items():
+        unmet = [s for s in v["steps"] if s.get("fraction_met") is False]
+        if unmet:
+            shown = "; ".join(
+                f"{percent(s['fraction'])} asks {int(round(s['fraction'] * total))} of {total} {unit}s, {s['heads_pruned']} removed"
+                for s in unmet
+            )
+            warn(
+                f"{order}: {shown}: the {result['layout']} layout or prune.min_heads_per_layer={result['min_heads_per_layer']} "
+                "allows no more; each point is labelled by what it removed (fraction_removed in results.json)"
+            )
+
+
+def curves_of(result: dict) -> dict:
+    """{order: (fractions removed, scores)} of a prune result, for the figure."""
+    total = result.get("units_total")
+    return {
+        order: ([removed_fraction(s, total) for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()
+    }
