@@ -8,7 +8,8 @@ import pytest
 import torch
 from experiment_helpers import make_cfg, task_fixtures
 
-from headprune.experiments import study, study_stages
+from headprune.experiments import study
+from headprune.pipeline import study_stages
 
 task, shared_task = task_fixtures("nli")
 
