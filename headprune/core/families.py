@@ -7,6 +7,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from headprune.core.fused import concatenated, grouped, interleaved
+from headprune.core.mlp_layouts import (
+    BART_MLP,
+    BERT_MLP,
+    DISTILBERT_MLP,
+    FALCON_MLP,
+    GATED_MLP,
+    GPT2_MLP,
+    GPT_NEOX_MLP,
+    OPT_MLP,
+    PHI3_MLP,
+    T5_MLP,
+    VIT_MLP,
+    MLPLayout,
+)
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
 GATE_MECHANISMS = ("attention", "output")  # scale each head's output in the attention function, or at the output projection's input
@@ -38,6 +52,7 @@ class Family:
     head_rows: tuple[str, ...] = ()  # more projections whose output rows are per head, sliced like the query (when present)
     head_indexed_kwargs: tuple[str, ...] = ()  # attention-function kwargs with a head axis 1 by original id (T5's position bias)
     config_head_counts: tuple[str, ...] = ("num_attention_heads",)  # config fields holding heads per layer
+    mlp: MLPLayout | None = None  # its feed-forward blocks (FFN neurons as a unit): headprune.core.mlp_layouts; None: none
 
 
 BERT_LIKE = Family(
@@ -55,6 +70,7 @@ BERT_LIKE = Family(
     head_count_attr="num_attention_heads",
     width_attrs=("all_head_size",),
     head_dim_attr="attention_head_size",
+    mlp=BERT_MLP,
 )
 
 BART_LIKE = Family(
@@ -74,6 +90,7 @@ BART_LIKE = Family(
     width_attrs=("embed_dim",),
     head_dim_attr="head_dim",
     config_head_counts=("encoder_attention_heads", "decoder_attention_heads"),
+    mlp=BART_MLP,
 )
 
 LLAMA_LIKE = Family(
@@ -88,6 +105,7 @@ LLAMA_LIKE = Family(
     head_count_attr=None,
     head_dim_attr="head_dim",
     kv_groups_attr="num_key_value_groups",
+    mlp=GATED_MLP,
 )
 
 OLMO2 = Family(
@@ -102,6 +120,7 @@ OLMO2 = Family(
     head_count_attr=None,
     kv_groups_attr="num_key_value_groups",
     cross_head_norms=("q_norm", "k_norm"),
+    mlp=GATED_MLP,
 )
 
 OPT = Family(
@@ -114,6 +133,7 @@ OPT = Family(
     value="v_proj",
     output="out_proj",
     head_count_attr="num_heads",
+    mlp=OPT_MLP,
 )
 
 GPT2 = Family(
@@ -129,6 +149,7 @@ GPT2 = Family(
     width_attrs=("split_size",),
     fused_layout=concatenated,
     config_head_counts=("n_head",),
+    mlp=GPT2_MLP,
 )
 
 GPT_NEOX = Family(
@@ -144,6 +165,7 @@ GPT_NEOX = Family(
     head_dim_attr="head_size",
     heads_in_config=True,
     fused_layout=interleaved,
+    mlp=GPT_NEOX_MLP,
 )
 
 PHI3 = Family(
@@ -161,6 +183,7 @@ PHI3 = Family(
     heads_in_config=True,
     config_head_attrs=("num_attention_heads",),  # its forward splits q from k at config.num_attention_heads * D
     fused_layout=concatenated,
+    mlp=PHI3_MLP,
 )
 
 DISTILBERT = Family(
@@ -176,6 +199,7 @@ DISTILBERT = Family(
     width_attrs=("dim",),
     head_dim_attr="attention_head_size",
     config_head_counts=("n_heads",),
+    mlp=DISTILBERT_MLP,
 )
 
 VIT_LIKE = Family(
@@ -188,6 +212,7 @@ VIT_LIKE = Family(
     value="v_proj",
     output="o_proj",
     head_count_attr="num_attention_heads",
+    mlp=VIT_MLP,
 )
 
 T5_LIKE = Family(
@@ -208,6 +233,7 @@ T5_LIKE = Family(
     head_dim_attr="key_value_proj_dim",
     head_indexed_kwargs=("position_bias",),  # (1, H, Tq, Tk): made by each stack's first layer for every layer
     config_head_counts=("num_heads",),
+    mlp=T5_MLP,
 )
 
 WHISPER = replace(BART_LIKE, name="whisper", model_types=("whisper",))
@@ -240,6 +266,7 @@ FALCON = Family(
     fused_layout=grouped,
     gate="output",  # its attention does not call transformers' attention interface
     unprunable_if=(("alibi", "its ALiBi slopes are built for the config's head count in every forward"),),
+    mlp=FALCON_MLP,
 )
 
 FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3, FALCON, *ENCODER_FAMILIES)
