@@ -1,54 +1,57 @@
-"""Head masks: validation, and the heads a mask removes."""
+"""Masks of heads (and of FFN neurons): validation, and the units a mask removes."""
 
 from __future__ import annotations
 
 import torch
 
+KIND_OF_UNIT = {"head": "attention", "neuron": "FFN"}  # how the groups of a unit's masks are named in messages
 
-def _check_values(group: str, value: torch.Tensor, hard: bool) -> None:
+
+def _check_values(group: str, value: torch.Tensor, hard: bool, unit: str = "head") -> None:
     """Raise a ValueError naming the first NaN/inf entry (or, for a hard mask, the first entry not 0/1)."""
     bad = ~torch.isfinite(value)
     expected = "finite gate values"
     if hard:
         bad |= (value != 0) & (value != 1)
-        expected = "0 (remove the head) or 1 (keep it)"
+        expected = f"0 (remove the {unit}) or 1 (keep it)"
     if bad.any():
         where = bad.nonzero()[0].tolist()
         batch = f"example {where[0]}, " if len(where) == 3 else ""
         layer, head = where[-2:]
         found = value[tuple(where)].item()
         raise ValueError(
-            f"mask for group {group!r} has {'NaN' if found != found else found} at {batch}layer {layer}, head {head} "
+            f"mask for group {group!r} has {'NaN' if found != found else found} at {batch}layer {layer}, {unit} {head} "
             f"({int(bad.sum())} such entries); expected {expected}"
         )
 
 
-def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False) -> dict[str, torch.Tensor]:
+def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False, unit: str = "head") -> dict[str, torch.Tensor]:
     """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}.
 
     A mask is a dict {group: [layers, heads] or [batch, layers, heads]}, or a bare tensor when the
     model has one group. Groups left out are not gated. Every entry must be finite; ``hard`` masks
-    (pruning, mask files) must also be exactly 0 or 1.
+    (pruning, mask files) must also be exactly 0 or 1. ``unit`` names the last axis in messages ("neuron": FFN masks).
     """
+    kind = KIND_OF_UNIT.get(unit, unit)
     if isinstance(mask, torch.Tensor) or not isinstance(mask, dict):
         if len(groups) != 1:
             raise ValueError(
-                f"this model has several attention groups {sorted(groups)}: give the mask as a dict {{group: tensor [layers, heads]}}"
+                f"this model has several {kind} groups {sorted(groups)}: give the mask as a dict {{group: tensor [layers, {unit}s]}}"
             )
         mask = {next(iter(groups)): mask}
     out = {}
     for group, value in mask.items():
         if group not in groups:
-            raise ValueError(f"unknown attention group {group!r} in mask; this model has {sorted(groups)}")
+            raise ValueError(f"unknown {kind} group {group!r} in mask; this model has {sorted(groups)}")
         value = torch.as_tensor(value, dtype=torch.float32) if not isinstance(value, torch.Tensor) else value
         layers, heads = groups[group]
         if value.dim() not in (2, 3) or tuple(value.shape[-2:]) != (layers, heads):
             raise ValueError(
                 f"mask for group {group!r} has shape {tuple(value.shape)}; expected [{layers}, {heads}] "
-                f"(layers x heads) or [batch, {layers}, {heads}] (one mask per example)"
+                f"(layers x {unit}s) or [batch, {layers}, {heads}] (one mask per example)"
             )
         out[group] = value.float() if not value.is_floating_point() else value
-        _check_values(group, out[group], hard)
+        _check_values(group, out[group], hard, unit)
     return out
 
 

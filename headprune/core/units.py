@@ -14,7 +14,10 @@ import torch
 from headprune.core.masks import kv_to_head_mask, normalize_mask
 
 QUERY_HEADS = "head"  # the unit every model has: its query heads
-UNITS = (QUERY_HEADS, "kv_group")
+UNITS = (QUERY_HEADS, "kv_group")  # the units prune.unit offers
+FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn_gates.FFNGates)
+JOINT = "head+ffn"  # heads and FFN neurons under one mask (headprune.core.joint.JointGates)
+SCORED_UNITS = (*UNITS, FFN, JOINT)  # the units the core gates, scores and prunes
 
 
 class KVGroupGates:

@@ -1,0 +1,112 @@
+"""Physical FFN neuron pruning: remove intermediate channels from the weights, by original neuron id.
+
+A neuron is one output row of every up projection (each of a fused projection's row blocks) and the same
+input column of the down projection, so the block computes exactly what the masked block computes. A
+block that loses every neuron keeps one all-zero "phantom" neuron: its output is exactly the down
+projection's bias, and the model code runs unchanged (GPT-2's Conv1D cannot take a zero-width input).
+The model config follows: a config field whose blocks all keep one width holds that width (a stock
+transformers load then builds the model), and ``headprune_ffn_widths`` holds the width of every block.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from headprune.core.ffn_sites import HOOK_ATTR, FFNSite, attach_neuron_gate, ffn_groups, find_ffn_sites
+from headprune.core.masks import head_list, normalize_mask
+from headprune.core.projections import out_features, sliced_projection
+from headprune.core.pruning import integer_id
+
+WIDTHS_ATTR = "headprune_ffn_widths"  # config field: {group: [neurons each block computes]} once a neuron is pruned
+
+
+def _row_index(positions: list[int], width: int, blocks: int) -> torch.Tensor:
+    """Up-projection rows of the neurons at ``positions`` in each of ``blocks`` row blocks of ``width``; none: the phantom (-1)."""
+    index = torch.tensor(positions or [-1], dtype=torch.long)
+    return torch.cat([torch.where(index < 0, index, index + block * width) for block in range(blocks)])
+
+
+def prune_ffn_site(site: FFNSite, neurons: list[int]) -> None:
+    """Remove the neurons with these *original* ids from one feed-forward block (already-removed ids are ignored)."""
+    neurons = [integer_id(n, f"neuron id for {site.group} layer {site.layer}") for n in neurons]
+    bad = [n for n in neurons if not 0 <= n < site.width_orig]
+    if bad:
+        raise IndexError(f"neuron ids {bad[:10]} out of range for {site.group} layer {site.layer} ({site.width_orig} neurons)")
+    remove = set(neurons)
+    keep = [pos for pos, neuron in enumerate(site.neuron_ids) if neuron not in remove]
+    if len(keep) == len(site.neuron_ids):
+        return  # nothing new to remove: pruning twice is a no-op
+    width, blocks = site.computed_width, site.layout.blocks
+    for path in site.up_paths():
+        up = site.projection(path)
+        if out_features(up) != blocks * width:
+            raise ValueError(f"{site.path}.{path} has {out_features(up)} output rows, not {blocks} x {width} neurons")
+        site.set_projection(path, sliced_projection(up, _row_index(keep, width, blocks), outputs=True))
+    down = site.down()
+    gated = getattr(down, HOOK_ATTR, None) is not None
+    site.set_projection(site.layout.down, sliced_projection(down, _row_index(keep, width, 1), outputs=False))
+    if gated:
+        attach_neuron_gate(site)  # the new down projection needs the gate hook again
+    if site.gate is not None:
+        site.gate = site.gate[..., keep] if keep else site.gate[..., :1] * 0
+    site.neuron_ids = [site.neuron_ids[pos] for pos in keep]
+
+
+def ffn_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
+    """{group: {layer (str): [removed original neuron ids]}} for a model ({} when nothing is pruned)."""
+    record: dict[str, dict[str, list[int]]] = {}
+    for site in find_ffn_sites(model):
+        removed = sorted(set(range(site.width_orig)) - set(site.neuron_ids))
+        if removed:
+            record.setdefault(site.group, {})[str(site.layer)] = removed
+    return record
+
+
+def computed_widths(sites: list[FFNSite]) -> dict[str, list[int]]:
+    """{group: [neurons each block computes]} (an emptied block's phantom counts as one)."""
+    out = {g: [0] * layers for g, (layers, _) in ffn_groups(sites).items()}
+    for site in sites:
+        out[site.group][site.layer] = site.computed_width
+    return out
+
+
+def sync_ffn_config(model: nn.Module, sites: list[FFNSite]) -> None:
+    """Write the blocks' widths into the model config: each width field (one width for all its blocks, else the original one) and ``headprune_ffn_widths``."""
+    if all(s.width == s.width_orig for s in sites):
+        return  # nothing pruned: the config stays as it was
+    by_field: dict[str, list[FFNSite]] = {}
+    for site in sites:
+        by_field.setdefault(site.config_field, []).append(site)
+    for name, field_sites in by_field.items():
+        widths = {s.computed_width for s in field_sites}
+        setattr(model.config, name, widths.pop() if len(widths) == 1 else max(s.width_orig for s in field_sites))
+    setattr(model.config, WIDTHS_ATTR, computed_widths(sites))
+
+
+def prune_neurons(model: nn.Module, neurons: dict) -> dict[str, dict[str, list[int]]]:
+    """Remove FFN neurons {group: {layer: [original ids]}} from the weights; returns the cumulative record."""
+    all_sites = find_ffn_sites(model)
+    sites = {(s.group, s.layer): s for s in all_sites}
+    groups = sorted({g for g, _ in sites})
+    for group, layers in neurons.items():
+        if group not in groups:
+            raise ValueError(f"unknown FFN group {group!r}; this model has {groups}")
+        for layer, ids in layers.items():
+            layer = integer_id(layer, f"layer id for group {group!r}")
+            site = sites.get((group, layer))
+            if site is None:
+                n_layers = 1 + max(l for g, l in sites if g == group)
+                raise IndexError(f"layer {layer} out of range for FFN group {group!r} ({n_layers} layers)")
+            prune_ffn_site(site, list(ids))
+    sync_ffn_config(model, all_sites)
+    return ffn_record(model)
+
+
+def prune_ffn_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
+    """Remove every FFN neuron whose mask entry is 0 ({group: [layers, neurons]}, or a bare [layers, neurons] for one group)."""
+    mask = normalize_mask(mask, ffn_groups(find_ffn_sites(model)), hard=True, unit="neuron")
+    batched = [g for g, m in mask.items() if m.dim() != 2]
+    if batched:
+        raise ValueError(f"prune_ffn_mask takes one [layers, neurons] mask per group, got a batch of masks for {batched}")
+    return prune_neurons(model, head_list({g: m.detach().cpu() for g, m in mask.items()}))

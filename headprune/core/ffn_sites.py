@@ -1,0 +1,169 @@
+"""FFN sites: a model's feed-forward blocks, found by the family's MLP layout, and the neuron gate on their down projection.
+
+The gate is a forward pre-hook on the down projection that multiplies its input (..., W) channel-wise by the
+site's gate, (W,) or (B, W) over the neurons present; while gate gradients are recorded it also multiplies a
+fresh probe of ones shaped like the input, as head gates do (headprune.core.head_tensors).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from headprune.core.families import family_for
+from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
+from headprune.core.projections import in_features
+
+SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
+HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
+
+
+@dataclass(eq=False)
+class FFNSite:
+    """One feed-forward block: its group, layer, projections and the original ids of its neurons."""
+
+    path: str
+    group: str
+    layer: int
+    module: nn.Module  # the module the layout's paths start from
+    layout: MLPLayout
+    config_field: str  # the model config field holding this block's width
+    width_orig: int
+    neuron_ids: list[int]  # original ids of the neurons still present, in weight order
+    gate: torch.Tensor | None = None  # (W,) or (B, W) over the present neurons; None = no gating
+    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes shaped like the down input (..., W)
+    recording: bool = False  # add a probe per forward while gate gradients are recorded
+
+    def up_paths(self) -> list[str]:
+        """The layout's up projections this block has (T5: ``wi``, or ``wi_0`` and ``wi_1``)."""
+        return [p for p in self.layout.up if _has_submodule(self.module, p)]
+
+    def projection(self, path: str) -> nn.Module:
+        return self.module.get_submodule(path)
+
+    def down(self) -> nn.Module:
+        return self.projection(self.layout.down)
+
+    @property
+    def width(self) -> int:
+        """Neurons present (0 for an emptied block)."""
+        return len(self.neuron_ids)
+
+    @property
+    def computed_width(self) -> int:
+        """Neurons the block computes: the present ones, or the one zero phantom of an emptied block."""
+        return max(len(self.neuron_ids), 1)
+
+    def set_projection(self, path: str, module: nn.Module) -> None:
+        parent_path, _, name = path.rpartition(".")
+        setattr(self.module.get_submodule(parent_path) if parent_path else self.module, name, module)
+
+
+def _has_submodule(module: nn.Module, path: str) -> bool:
+    try:
+        module.get_submodule(path)
+    except AttributeError:
+        return False
+    return True
+
+
+def refuse_without_mlp(model: nn.Module):
+    """The model's MLP layout, or a ValueError naming the model type whose family row declares none."""
+    family = family_for(model)
+    if family.mlp is None:
+        raise ValueError(
+            f"model type {model.config.model_type!r} ({family.name} family) has no MLP layout in headprune's family table, "
+            "so its FFN neurons cannot be gated or pruned: add mlp=MLPLayout(...) to its row in headprune/core/families.py"
+        )
+    return family.mlp
+
+
+def _match(layout: MLPLayout, path: str) -> tuple[str, int, str] | None:
+    """(group, layer, config field) when a module path is one of the layout's feed-forward blocks, else None."""
+    for pattern, group, config_field in layout.sites:
+        found = re.search(pattern, path)
+        if found:
+            return group, int(found.group(1)), config_field
+    return None
+
+
+def find_ffn_sites(model: nn.Module) -> list[FFNSite]:
+    """All feed-forward blocks of a model, ordered by group then layer (a ValueError where the family has no MLP layout)."""
+    layout = refuse_without_mlp(model)
+    sites = []
+    for path, module in model.named_modules():
+        matched = _match(layout, path)
+        if matched is None:
+            continue
+        existing = getattr(module, SITE_ATTR, None)
+        if existing is not None:
+            sites.append(existing)
+            continue
+        group, layer, config_field = matched
+        width = in_features(module.get_submodule(layout.down))
+        site = FFNSite(path, group, layer, module, layout, config_field, width, list(range(width)))
+        if not site.up_paths():
+            raise ValueError(f"{path} has none of the up projections {layout.up} its family's MLP layout names")
+        setattr(module, SITE_ATTR, site)  # the neuron bookkeeping lives with the module
+        sites.append(site)
+    if not sites:
+        raise ValueError(f"found no feed-forward blocks in {type(model).__name__} for the MLP layout {layout.sites}")
+    sites.sort(key=lambda s: (FFN_GROUPS.index(s.group), s.layer))
+    return sites
+
+
+def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:
+    """The model's feed-forward blocks, or [] where its family declares no MLP layout or none of its modules matches."""
+    if family_for(model).mlp is None:
+        return []
+    try:
+        return find_ffn_sites(model)
+    except ValueError:
+        return []
+
+
+def ffn_groups(sites: list[FFNSite]) -> dict[str, tuple[int, int]]:
+    """{group: (layers, neurons per layer in the original model)} of a list of feed-forward blocks."""
+    shape = {}
+    for site in sites:
+        layers, width = shape.get(site.group, (0, 0))
+        shape[site.group] = (max(layers, site.layer + 1), max(width, site.width_orig))
+    return shape
+
+
+def broadcast_neuron_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Reshape a gate (W,) or (B, W) to multiply a down projection's input (B', ..., W) or (B' * T, W) (example-major rows)."""
+    gate = gate.to(dtype=hidden.dtype, device=hidden.device)
+    if gate.dim() == 1:
+        return gate
+    rows = hidden.shape[0]
+    if rows % gate.shape[0]:
+        raise ValueError(f"per-example FFN mask has {gate.shape[0]} rows but the down projection's input has {rows}")
+    gate = gate.repeat_interleave(rows // gate.shape[0], dim=0)  # beams, or OPT's flattened (B * T, W) tokens
+    return gate.view(rows, *[1] * (hidden.dim() - 2), gate.shape[-1])
+
+
+def _gate_neurons(module, args):
+    """The pre-hook: the down projection's input times its site's gate (and a fresh probe while recording)."""
+    site = getattr(module, SITE_ATTR)
+    if site.gate is None and not site.recording:
+        return None
+    hidden, *rest = args
+    if site.gate is not None:
+        hidden = hidden * broadcast_neuron_gate(site.gate, hidden)
+    if site.recording and torch.is_grad_enabled():
+        probe = torch.ones(hidden.shape, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
+        site.probes.append(probe)
+        hidden = hidden * probe  # d loss / d probe[b, t, i] = h * grad: neuron i's gate gradient at token t
+    return (hidden, *rest)
+
+
+def attach_neuron_gate(site: FFNSite) -> None:
+    """Register the gate hook on the site's down projection once (again after pruning replaced it)."""
+    down = site.down()
+    setattr(down, SITE_ATTR, site)
+    if getattr(down, HOOK_ATTR, None) is None:
+        setattr(down, HOOK_ATTR, down.register_forward_pre_hook(_gate_neurons))
