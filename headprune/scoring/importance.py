@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
+from headprune.core.ffn_sites import FFNSite
 from headprune.core.inputs import decoder_valid, model_inputs
-from headprune.core.units import UNITS
+from headprune.core.units import SCORED_UNITS
 
 REDUCTIONS = ("example", "token", "batch", "fisher")
 
@@ -44,15 +45,23 @@ def per_example_loss(outputs, batch: dict) -> torch.Tensor:
 
 
 def _zeros(gates, unit: str = "head") -> dict[str, torch.Tensor]:
-    shape = gates.groups if unit == "head" else gates.kv_groups
+    shape = gates.kv_groups if unit == "kv_group" else gates.groups
     return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
 
 
-def _per_unit(site, grad: torch.Tensor, unit: str) -> tuple[torch.Tensor, list[int]]:
-    """Probe gradients (B, T, H) of one site per unit: (gradients (B, T, U), original ids of the U units)."""
-    if unit not in UNITS:
-        raise ValueError(f"importance unit must be one of {UNITS}, got {unit!r}")
-    if unit == "head":
+def _has_units(site) -> bool:
+    """Whether a site still holds any unit (an emptied one holds only its phantom, which is not scored)."""
+    return bool(site.neuron_ids if isinstance(site, FFNSite) else site.head_ids)
+
+
+def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int]]:
+    """Probe gradients (B, T, H) or (B, T, W) of one site per unit: (gradients (B, T, U), original ids of the U units)."""
+    if unit not in SCORED_UNITS:
+        raise ValueError(f"importance unit must be one of {SCORED_UNITS}, got {unit!r}")
+    grad = grad.reshape(batch, -1, grad.shape[-1])  # OPT's feed-forward block flattens its tokens: (B * T, W) -> (B, T, W)
+    if isinstance(site, FFNSite):
+        return grad, site.neuron_ids  # FFN sites score neurons whatever the unit of the heads beside them
+    if unit != "kv_group":
         return grad, site.head_ids
     positions = torch.tensor(site.kv_positions(), device=grad.device)
     summed = grad.new_zeros(*grad.shape[:2], len(site.kv_ids)).index_add_(2, positions, grad)  # (B, T, KV)
@@ -88,7 +97,9 @@ def importance_scores(
     """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set).
 
     unit: ``head`` (query heads) or ``kv_group`` ({group: [layers, KV heads]}: a KV head with all of its
-    query heads, scored by the gradient of a gate they share, i.e. their gradients summed before the |.|).
+    query heads, scored by the gradient of a gate they share, i.e. their gradients summed before the |.|),
+    ``ffn`` (``FFNGates``: {group: [layers, neurons]}, each FFN neuron's gate on the down projection's input) or
+    ``head+ffn`` (``JointGates``: both kinds of groups from the same backward pass).
 
     reduce: ``example`` |sum over tokens| per example (the paper's formula, default), ``token`` |.| per
     token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example),
@@ -103,8 +114,8 @@ def importance_scores(
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
-    if unit not in UNITS:
-        raise ValueError(f"importance unit must be one of {UNITS}, got {unit!r}")
+    if unit not in SCORED_UNITS:
+        raise ValueError(f"importance unit must be one of {SCORED_UNITS}, got {unit!r}")
     was_training = model.training
     model.eval()
     totals, count = _zeros(gates, unit), 0
@@ -122,9 +133,11 @@ def importance_scores(
             for site in gates.sites:
                 for probe in site.probes:
                     grad = grad_of[id(probe)]
-                    if grad is None or not site.head_ids:
+                    if grad is None or not _has_units(site):
                         continue
-                    contribution, ids = _per_unit(site, grad.double(), unit)  # (B, T, U): dL(x_b)/d xi_u restricted to token t
+                    contribution, ids = _per_unit(
+                        site, grad.double(), unit, losses.shape[0]
+                    )  # (B, T, U): dL(x_b)/d xi_u restricted to token t
                     if reduce == "example":
                         value = contribution.sum(1).abs().sum(0)
                     elif reduce == "fisher":
@@ -189,7 +202,7 @@ def fisher_blocks(
 def per_example_gate_gradients(
     model, gates, batch: dict, loss_fn: Callable = per_example_loss, mask=None, unit: str = "head"
 ) -> dict[str, torch.Tensor]:
-    """Signed dL(x_b)/d xi_h for every example of one batch: {group: [B, layers, heads]} (``kv_group``: [B, layers, KV])."""
+    """Signed dL(x_b)/d xi_h for every example of one batch: {group: [B, layers, heads]} (``kv_group``: [B, layers, KV]; ``ffn``: [B, layers, neurons])."""
     model.eval()
     out = {}
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
@@ -198,13 +211,13 @@ def per_example_gate_gradients(
         probes = [probe for site in gates.sites for probe in site.probes]
         grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
         grad_of = dict(zip(map(id, probes), grads))
-        for g, (layers, heads) in (gates.groups if unit == "head" else gates.kv_groups).items():
+        for g, (layers, heads) in (gates.kv_groups if unit == "kv_group" else gates.groups).items():
             out[g] = torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64)
         for site in gates.sites:
             for probe in site.probes:
                 grad = grad_of[id(probe)]
-                if grad is not None and site.head_ids:
-                    contribution, ids = _per_unit(site, grad.double(), unit)
+                if grad is not None and _has_units(site):
+                    contribution, ids = _per_unit(site, grad.double(), unit, losses.shape[0])
                     out[site.group][:, site.layer, ids] += contribution.sum(1).cpu()
     return out
 
