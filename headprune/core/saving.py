@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from headprune.core.families import family_for
+from headprune.core.ffn_saving import check_ffn_digests, ffn_meta, rebuild_ffn
 from headprune.core.gates import AttentionSite, find_sites
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
@@ -63,6 +64,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     v4_record = v4_pruned_heads(model, record)
     if v4_record is not None:
         setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
+    ffn = ffn_meta(model)  # FFN neurons: the config's width fields are brought up to date before it is written
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -75,6 +77,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
         "pruned_heads": record,
         "heads_present": heads,
         "weights_sha256": digests,
+        **ffn,
     }
     (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
     return path
@@ -141,6 +144,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         prune_heads(model, record)
     except (IndexError, ValueError) as err:
         raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
+    rebuild_ffn(model, meta, path)  # FFN widths per layer, by original neuron id
     expected = model.state_dict()
     state = _model_keys(model, _in_model_names(model, _state_dict_from(path)), expected)
     _pad_emptied_v4_layers(state, expected)
@@ -153,6 +157,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         )
     missing, _ = model.load_state_dict(state, strict=False)
     _check_digests(model, meta.get("weights_sha256"), path)
+    check_ffn_digests(model, meta, path)
     model.tie_weights()
     tied = {
         name for name, p in model.named_parameters(remove_duplicate=False) if any(p is q for n, q in model.named_parameters() if n in state)

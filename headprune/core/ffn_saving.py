@@ -1,0 +1,100 @@
+"""The FFN part of a saved pruned model: per-block widths in config.json, neuron ids and weight digests in the record file.
+
+config.json: each width field (``intermediate_size``, ``encoder_ffn_dim``, ``d_ff``, ...) holds the one width
+its blocks keep, else the original width, and ``headprune_ffn_widths`` {group: [width per layer]} holds every
+block's width; stock transformers loads a model whose width fields are uniform. ``headprune_pruning.json``
+adds ``ffn_widths_orig``, ``pruned_neurons`` ({group: {layer: [removed original ids]}}) and a SHA-256 per block.
+``load_pruned`` slices the freshly built blocks to the recorded widths (by original id) before loading weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from headprune.core.ffn_pruning import WIDTHS_ATTR, computed_widths, ffn_record, prune_ffn_site, sync_ffn_config
+from headprune.core.ffn_sites import FFNSite, ffn_groups, ffn_sites_if_any, find_ffn_sites, refuse_without_mlp
+
+DIGESTS = "ffn_weights_sha256"
+
+
+def ffn_digest(site: FFNSite) -> str:
+    """SHA-256 of one feed-forward block's kept neuron ids and its up / down weights (as float32)."""
+    digest = hashlib.sha256(json.dumps(site.neuron_ids).encode())
+    up = [site.projection(p) for p in site.up_paths()]
+    for tensor in [t for m in up for t in (m.weight, m.bias) if t is not None] + [site.down().weight]:
+        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def ffn_meta(model: nn.Module) -> dict:
+    """The FFN entries of ``headprune_pruning.json`` ({} when no neuron is pruned); brings the config's widths up to date first."""
+    sites = ffn_sites_if_any(model)
+    if all(s.width == s.width_orig for s in sites):
+        return {}
+    sync_ffn_config(model, sites)
+    return {
+        "ffn_widths_orig": {g: width for g, (_, width) in ffn_groups(sites).items()},
+        "pruned_neurons": ffn_record(model),
+        DIGESTS: {f"{s.group}.{s.layer}": ffn_digest(s) for s in sites},
+    }
+
+
+def _kept(site: FFNSite, removed: dict | None, width: int) -> list[int]:
+    """Original ids of the neurons a saved block keeps: all but the recorded ones, or (no record) its first ``width``."""
+    if removed is None:
+        return list(range(width))
+    gone = {int(n) for n in removed.get(site.group, {}).get(str(site.layer), [])}
+    return [n for n in range(site.width_orig) if n not in gone]
+
+
+def rebuild_ffn(model: nn.Module, meta: dict, path: Path) -> None:
+    """Give a freshly built model the saved FFN widths: slice blocks built at the original width, relabel those built at the kept one."""
+    widths = getattr(model.config, WIDTHS_ATTR, None)
+    if not widths:
+        return
+    refuse_without_mlp(model)
+    sites = find_ffn_sites(model)
+    originals, removed = meta.get("ffn_widths_orig", {}), meta.get("pruned_neurons")
+    for site in sites:
+        try:
+            target = int(widths[site.group][site.layer])
+        except (KeyError, IndexError, TypeError):
+            raise ValueError(
+                f"{WIDTHS_ATTR} in {path / 'config.json'} has no width for {site.group} layer {site.layer}: {widths}"
+            ) from None
+        built = site.width_orig  # what the config's width field built
+        site.width_orig = int(originals.get(site.group, built))
+        kept = _kept(site, removed, target)
+        if built == site.width_orig:
+            prune_ffn_site(site, sorted(set(range(built)) - set(kept)))  # built at the original width: slice by original id
+        elif built == max(len(kept), 1):
+            site.neuron_ids = kept  # built at the kept width (a uniform width field): only the ids to restore
+        else:
+            raise ValueError(
+                f"the FFN record in {path} does not match a {model.config.model_type} model with this config: {site.path} was built {built} wide, but the record keeps {len(kept)} of {site.width_orig} neurons"
+            )
+    if computed_widths(sites) != {g: [int(w) for w in v] for g, v in widths.items()}:
+        raise ValueError(
+            f"the FFN record in {path} does not match its config.json: {WIDTHS_ATTR} is {widths}, the record gives {computed_widths(sites)}"
+        )
+    sync_ffn_config(model, sites)
+
+
+def check_ffn_digests(model: nn.Module, meta: dict, path: Path) -> None:
+    """Compare each feed-forward block's weights digest with the one saved (directories without digests pass)."""
+    digests = meta.get(DIGESTS)
+    if not digests:
+        return
+    for site in find_ffn_sites(model):
+        name = f"{site.group}.{site.layer}"
+        if name in digests and digests[name] != ffn_digest(site):
+            raise ValueError(
+                f"the FFN record in {path} does not match its weights: feed-forward block {name} ({site.width} neurons kept) has "
+                "another SHA-256 than when it was saved; the record names other neurons than were pruned, or the weights changed "
+                "after saving. Restore headprune_pruning.json and config.json."
+            )
