@@ -1,12 +1,15 @@
 """headprune: study and prune the attention heads of Transformers.
 
 The public API (torch and transformers only; Lightning, Hydra, tasks and experiments sit above it):
-gates on every attention head, head importance, physical pruning, saving, costs and the pruning search.
+gates on every attention head (and FFN neuron), importance, physical pruning, saving, costs and the pruning search.
 """
 
 from headprune.core.counting import kv_cache_bytes_per_token, model_cost
 from headprune.core.families import FAMILIES, Family, supported_model_types
+from headprune.core.ffn_gates import FFNGates
+from headprune.core.ffn_pruning import ffn_record, prune_ffn_mask, prune_neurons
 from headprune.core.gates import HeadGates
+from headprune.core.joint import JointGates, prune_joint_mask
 from headprune.core.pruning import prune_heads, prune_kv_groups, prune_mask, pruning_record
 from headprune.core.saving import load_pruned, save_pruned
 from headprune.engine.ablation import MaskBatcher
@@ -41,4 +44,10 @@ __all__ = [
     "Family",
     "FAMILIES",
     "supported_model_types",
+    "FFNGates",
+    "JointGates",
+    "prune_neurons",
+    "prune_ffn_mask",
+    "prune_joint_mask",
+    "ffn_record",
 ]

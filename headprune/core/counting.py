@@ -1,4 +1,4 @@
-"""Parameter and FLOP counts, overall and for the attention modules."""
+"""Parameter and FLOP counts, overall, for the attention modules and for the feed-forward blocks."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from headprune.core.ffn_sites import FFNSite, ffn_sites_if_any
 from headprune.core.gates import find_sites
 from headprune.core.projections import in_features, is_projection, out_features
 
@@ -20,6 +21,9 @@ class ModelCost:
     flops: int
     attention_flops: int
     seq_len: int
+    ffn_parameters: int = 0  # the up / gate / down projections of the feed-forward blocks
+    ffn_flops: int = 0  # their forward FLOPs, by the width each block computes (part of ``flops``)
+    neurons: int = 0  # FFN neurons present, all blocks
 
 
 def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
@@ -37,6 +41,8 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
     other_linear = sum(
         2 * in_features(m) * out_features(m) * seq_len for m in model.modules() if is_projection(m) and id(m) not in attention_ids
     )
+    ffn_sites = ffn_sites_if_any(model)
+    ffn_projections = [m for site in ffn_sites for m in ffn_projections_of(site)]
     return ModelCost(
         parameters=sum(p.numel() for p in model.parameters()),
         attention_parameters=attention_params,
@@ -44,7 +50,21 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
         flops=other_linear + attention_flops + score_flops,
         attention_flops=attention_flops + score_flops,
         seq_len=seq_len,
+        ffn_parameters=sum(p.numel() for m in ffn_projections for p in m.parameters()),
+        ffn_flops=sum(2 * in_features(m) * out_features(m) * seq_len for m in ffn_projections),
+        neurons=sum(site.width for site in ffn_sites),
     )
+
+
+def ffn_projections_of(site: FFNSite) -> list[nn.Module]:
+    """The up (and gate) projections and the down projection of one feed-forward block."""
+    return [site.projection(p) for p in site.up_paths()] + [site.down()]
+
+
+def neuron_flops(site: FFNSite, seq_len: int) -> int:
+    """Forward FLOPs of one neuron of a feed-forward block: its rows of every up projection and its down column."""
+    rows = sum(in_features(site.projection(p)) for p in site.up_paths()) * site.layout.blocks
+    return 2 * seq_len * (rows + out_features(site.down()))
 
 
 def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False, bytes_per_value: int | None = None) -> int:
