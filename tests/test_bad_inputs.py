@@ -1042,6 +1042,53 @@ def _flops_target_one(tmp_path):
     PruneTarget("flops", 1.0)
 
 
+def _ffn_mask_shape(tmp_path):
+    from headprune.core.ffn_gates import FFNGates
+
+    model, _ = _tiny_gates()
+    FFNGates(model).set_mask({"enc_ffn": torch.ones(3, 65)})
+
+
+def _prune_ffn_mask_half(tmp_path):
+    from headprune.core.ffn_pruning import prune_ffn_mask
+
+    model, _ = _tiny_gates()
+    prune_ffn_mask(model, {"enc_ffn": torch.full((3, 64), 0.5)})
+
+
+def _joint_mask_unknown_group(tmp_path):
+    from headprune.core.joint import JointGates
+
+    model, _ = _tiny_gates()
+    JointGates(model).set_mask({"ffn": torch.ones(3, 64)})
+
+
+def _ffn_without_mlp_layout(tmp_path):
+    from dataclasses import replace
+
+    from headprune.core import families
+    from headprune.core.ffn_gates import FFNGates
+
+    model, _ = _tiny_gates()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(families, "FAMILIES", tuple(replace(f, mlp=None) for f in families.FAMILIES))
+        FFNGates(model)
+
+
+def _edited_ffn_record(tmp_path):
+    from headprune.core.ffn_pruning import prune_neurons
+    from headprune.core.saving import load_pruned, save_pruned
+
+    model, _ = _tiny_gates()
+    prune_neurons(model, {"enc_ffn": {"0": [1, 2]}})
+    save_pruned(model, tmp_path / "pruned")
+    path = tmp_path / "pruned" / "headprune_pruning.json"
+    saved = json.loads(path.read_text())
+    saved["pruned_neurons"] = {"enc_ffn": {"0": [1, 3]}}  # the same width, another neuron
+    path.write_text(json.dumps(saved))
+    load_pruned(tmp_path / "pruned")
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -1074,6 +1121,11 @@ API_ROWS = [
     pytest.param(_read_truncated_checkpoint, "epoch=1.ckpt cannot be read", id="api-read-truncated-checkpoint"),
     pytest.param(_raw_mask_no_order, "has no order 'fisher'", id="api-speed-mask-order-missing"),
     pytest.param(_flops_target_one, "removes nothing", id="api-flops-target-one"),
+    pytest.param(_ffn_mask_shape, "expected [3, 64] (layers x neurons)", id="api-ffn-mask-shape"),
+    pytest.param(_prune_ffn_mask_half, "0 (remove the neuron) or 1 (keep it)", id="api-prune-ffn-mask-half"),
+    pytest.param(_joint_mask_unknown_group, "the FFN groups ['enc_ffn']", id="api-joint-mask-unknown-group"),
+    pytest.param(_ffn_without_mlp_layout, "has no MLP layout", id="api-ffn-unit-without-mlp-layout"),
+    pytest.param(_edited_ffn_record, "SHA-256", id="api-edited-ffn-record"),
 ]
 
 
