@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from headprune.core.ffn_pruning import WIDTHS_ATTR, computed_widths, ffn_record, prune_ffn_site, sync_ffn_config
-from headprune.core.ffn_sites import FFNSite, ffn_groups, ffn_sites_if_any, find_ffn_sites, refuse_without_mlp
+from headprune.core.ffn_sites import FFNSite, ffn_groups, ffn_sites_if_any, find_ffn_sites
 
 DIGESTS = "ffn_weights_sha256"
 
@@ -57,7 +57,6 @@ def rebuild_ffn(model: nn.Module, meta: dict, path: Path) -> None:
     widths = getattr(model.config, WIDTHS_ATTR, None)
     if not widths:
         return
-    refuse_without_mlp(model)
     sites = find_ffn_sites(model)
     originals, removed = meta.get("ffn_widths_orig", {}), meta.get("pruned_neurons")
     for site in sites:

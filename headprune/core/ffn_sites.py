@@ -70,7 +70,7 @@ def _has_submodule(module: nn.Module, path: str) -> bool:
     return True
 
 
-def refuse_without_mlp(model: nn.Module):
+def mlp_layout_of(model: nn.Module):
     """The model's MLP layout, or a ValueError naming the model type whose family row declares none."""
     family = family_for(model)
     if family.mlp is None:
@@ -92,7 +92,7 @@ def _match(layout: MLPLayout, path: str) -> tuple[str, int, str] | None:
 
 def find_ffn_sites(model: nn.Module) -> list[FFNSite]:
     """All feed-forward blocks of a model, ordered by group then layer (a ValueError where the family has no MLP layout)."""
-    layout = refuse_without_mlp(model)
+    layout = mlp_layout_of(model)
     sites = []
     for path, module in model.named_modules():
         matched = _match(layout, path)
