@@ -87,9 +87,6 @@ def run(cfg) -> dict:
     return {"objective": result["orders"][orders[0]]["steps"][-1]["score"], **result}
 
 
-READS = ("prune", "importance", "speed")  # speed.* only with prune.measure_speed=true (a row of check)
-
-
 def check(cfg) -> None:
     """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
     from headprune.pipeline.prune_checks import (
@@ -104,7 +101,7 @@ def check(cfg) -> None:
     check_model_and_task(cfg)
     check_prune_lists(cfg.prune)
     check_trainer_not_read(cfg)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
     check_unit(cfg)

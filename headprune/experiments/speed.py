@@ -127,15 +127,12 @@ def run(cfg) -> dict:
     return {"objective": result["rows"][-1]["gain"] if result["rows"] else None, **result}
 
 
-READS = ("speed", "importance", "prune.unit", "prune.layout", "prune.ablation_split", "prune.n_samples")
-
-
 def check(cfg) -> None:
     """experiment=speed: the model and task, the unit, speed.* and the mask it times (importance.* only without a mask file)."""
     from headprune.pipeline.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
 
     check_model_and_task(cfg)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     if cfg.speed.get("mask_file"):
         refuse_given(
             cfg,

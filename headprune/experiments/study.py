@@ -233,9 +233,6 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     return numbers
 
 
-READS = ("study", "prune", "speed", "importance", "trainer", "callbacks")  # the groups of its stages
-
-
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
     from headprune.core.checks import ConfigError
@@ -253,7 +250,7 @@ def check(cfg) -> None:
 
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
     check_prune_lists(cfg.prune)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     check_unit(cfg)
     check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
     check_selection(cfg, "study")
