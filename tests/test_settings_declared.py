@@ -86,7 +86,12 @@ def test_readers_are_experiment_files():
 
 @pytest.mark.parametrize("group", [g for g in DECLARED if g.name], ids=lambda g: g.name)
 def test_the_yaml_keys_of_each_group_are_its_declarations(group):
-    in_yaml, declared_keys = group_yaml_keys(group), {d.key for d in declared(group.settings, group.name)}
+    """Each key of the group's YAML is declared, and each declaration has its YAML key (the default lives in conf/) but
+    for the Lightning arguments a group passes on that conf/ leaves to Lightning's default (``added``)."""
+    found = declared(group.settings, group.name)
+    assert group.passes_on or not any(d.added for d in found), "only a group that passes keys on has added ones"
+    in_yaml, declared_keys = group_yaml_keys(group), {d.key for d in found if not d.added}
+    assert not {d.key for d in found if d.added} & in_yaml, "an added key is set in conf/: drop added=True"
     assert not in_yaml - declared_keys, f"YAML keys of {group.name} with no declaration: {sorted(in_yaml - declared_keys)}"
     assert not declared_keys - in_yaml, f"declarations with no YAML key (the default lives in conf/): {sorted(declared_keys - in_yaml)}"
 

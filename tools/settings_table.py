@@ -125,7 +125,8 @@ def group_table(group) -> str:
     lines += ["", "| setting | takes | default | read by |", "|---|---|---|---|"]
     for d in declared(group.settings, group.name):
         relative = d.key.removeprefix(f"{group.name}.") if group.name else d.key
-        lines.append(f"| `{d.key}` | {cell(d.accepts)} | {cell(default_cell(relative, base, others))} | {readers_cell(d.read_by)} |")
+        default = f"not set (Lightning's default): `+{d.key}=...`" if d.added else default_cell(relative, base, others)
+        lines.append(f"| `{d.key}` | {cell(d.accepts)} | {cell(default)} | {readers_cell(d.read_by)} |")
     return "\n".join(lines) + "\n"
 
 

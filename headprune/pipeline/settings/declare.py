@@ -25,10 +25,11 @@ MAYBE_NAME = optional(rule(text))
 NAMES = rule(string_list)
 
 
-def setting(check: Rule | None = None, read_by: tuple[str, ...] = (), accepts: str | None = None) -> Field:
+def setting(check: Rule | None = None, read_by: tuple[str, ...] = (), accepts: str | None = None, added: bool = False) -> Field:
     """A setting's declaration: its rule (None: checked elsewhere, or passed on as given, ``accepts`` says what it takes)
-    and the experiments (conf/experiment file names, ``TRAINING`` or ``EVERY``) that read it."""
-    return field(metadata={"rule": check, "read_by": tuple(read_by), "accepts": accepts})
+    and the experiments (conf/experiment file names, ``TRAINING`` or ``EVERY``) that read it. ``added``: a key of a group
+    that passes keys on (a Lightning argument) that conf/ does not set: given with ``+trainer.<key>=...``, checked then."""
+    return field(metadata={"rule": check, "read_by": tuple(read_by), "accepts": accepts, "added": added})
 
 
 def section(cls) -> Field:
@@ -44,6 +45,7 @@ class Declared:
     rule: Rule | None
     read_by: tuple[str, ...]
     accepts: str
+    added: bool  # not in conf/: given with +key=value only
 
 
 @dataclass(frozen=True)
@@ -68,5 +70,6 @@ def declared(cls, prefix: str = "") -> list[Declared]:
             found += declared(f.metadata["section"], key)
         else:
             check = f.metadata["rule"]
-            found.append(Declared(key, check, f.metadata["read_by"], str(check) if check else f.metadata["accepts"] or str(f.type)))
+            accepts = str(check) if check else f.metadata["accepts"] or str(f.type)
+            found.append(Declared(key, check, f.metadata["read_by"], accepts, f.metadata["added"]))
     return found

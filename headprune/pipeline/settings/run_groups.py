@@ -54,7 +54,7 @@ class TrainerSettings:
     accumulate_grad_batches: int = setting(COUNT, TRAINERS)
     num_sanity_val_steps: int = setting(rule(integer, low=-1), TRAINERS)
     enable_progress_bar: bool = setting(rule(boolean), TRAINERS)
-    enable_model_summary: bool = setting(rule(boolean), TRAINERS)
+    enable_model_summary: bool = setting(rule(boolean), TRAINERS, added=True)  # Lightning's default: true
     deterministic: Any = setting(rule(boolean_or, words=("warn",)), TRAINERS)
 
 
