@@ -22,8 +22,6 @@ def run(cfg) -> dict:
     settings = cfg.ablate
     task = registry.load_task(cfg)
     splits = list(settings.splits)
-    if not splits:
-        raise ValueError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
     for split in splits:
         check_split(task, split)
     groups = check_groups(settings.groups, task.gates.groups)

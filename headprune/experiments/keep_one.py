@@ -24,8 +24,6 @@ def run(cfg) -> dict:
     task = registry.load_task(cfg)
     selection = selection_split(task, settings.selection_split)
     split = str(settings.split)
-    if selection == split:
-        raise ValueError(f"keep_one.selection_split and keep_one.split are both {split!r}: choose the head on other data")
     check_split(task, split)
     check_split(task, selection, "selection")
     groups = check_groups(settings.groups, task.gates.groups)

@@ -53,8 +53,6 @@ def run(cfg) -> dict:
     orders = orders_of(prune)
     fractions = fractions_of(prune)
     min_per_layer = int(prune.min_heads_per_layer)
-    if min_per_layer < 0:
-        raise ValueError(f"prune.min_heads_per_layer must be >= 0, got {min_per_layer}")
     task = registry.load_task(cfg)
     groups = check_groups(prune.groups, task.gates.groups)
     split = str(prune.split)
