@@ -364,11 +364,15 @@ def reads(key: str, read: tuple[str, ...]) -> bool:
 def check_reads(cfg, reader: str | None = None) -> None:
     """The general rule: a setting this run does not read (its declaration's ``read_by``), given another value than its
     default, is refused. ``reader``: the experiment (default: the one of ``cfg.run``), or ``TRAINING`` for a task's trainer."""
-    from headprune.pipeline.schema import checked_groups, is_read, reads_of
+    from headprune.pipeline.schema import checked_groups, is_read, read_by, reads_of
 
     reader = reader or experiment_name(cfg)
     for group in checked_groups():
         for key, value in given_settings(cfg, group).items():
+            if not read_by(key):
+                raise ConfigError(
+                    f"{key}={value} is no setting of {group}.* (docs/settings.md lists them): check the spelling; no experiment reads it"
+                )
             if not is_read(key, reader):
                 raise ConfigError(
                     f"{key}={value} is not read by experiment={experiment_name(cfg)} (it reads {reads_of(reader)}): "
