@@ -2,8 +2,8 @@
 
 ``validate(cfg)`` is called by the ``headprune`` entry point for every experiment (each job of a sweep
 first). It reads no model weights and runs no forward pass. In turn: top-level keys that no config group
-defines (a ConfigWarning), every setting's type, range and choices (``headprune.pipeline.schema.SCHEMA``),
-then the check of the entry point ``cfg.run``: a task's trainer (``TaskSpec.train``) gets the shared training
+defines (a ConfigWarning), every setting's type, range and choices (``headprune.pipeline.schema.SCHEMA``, derived
+from each setting's declaration in ``headprune.pipeline.settings``), then the check of the entry point ``cfg.run``: a task's trainer (``TaskSpec.train``) gets the shared training
 check, any other entry point the ``check(cfg)`` of its own module (each experiment owns the rows of its
 settings; what they share is ``headprune.pipeline.shared_checks``). An entry point without one is refused.
 """

@@ -1,19 +1,20 @@
 """Typed checks of single settings: each returns the value or raises a ConfigError naming the setting.
 
 A schema is a mapping {dotted setting: rule}, each rule a ``check(value, name)`` built from the
-functions below (``rule(integer, low=1)``, ``optional(rule(boolean))``, ...); ``check_schema`` applies
-it to the settings a config holds. Values come from the YAML config groups: no default is restated here.
+functions below (``rule(integer, low=1)``, ``optional(rule(boolean))``, ...) that also says what it accepts
+(``str(rule)``: ``integer >= 1``); ``check_schema`` applies it to the settings a config holds. Values come
+from the YAML config groups: no default is restated here.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from omegaconf import OmegaConf
-
-Rule = Callable[[object, str], object]  # check(value, setting name) -> the value, or a ConfigError
 
 
 class ConfigError(ValueError):
@@ -116,21 +117,69 @@ def positive_ints(value, name: str) -> list[int]:
     return list(value)
 
 
-def rule(check: Callable, *args, **kwargs) -> Rule:
-    """A schema rule: ``check(value, name, *args, **kwargs)``."""
-    return lambda value, name: check(value, name, *args, **kwargs)
-
-
-def optional(inner: Rule) -> Rule:
-    """``inner``, or null."""
-    return lambda value, name: None if value is None else inner(value, name)
-
-
 def boolean_or(value, name: str, words: tuple[str, ...]):
     """true, false or one of ``words`` (e.g. ``both``), or a ConfigError."""
     if isinstance(value, bool) or (isinstance(value, str) and value in words):
         return value
     raise ConfigError(f"{name} must be false, true or {' or '.join(words)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A schema rule: ``rule(value, name)`` is ``check(value, name, *args, **kwargs)`` (null passes when ``nullable``)."""
+
+    check: Callable
+    args: tuple = ()
+    kwargs: tuple = ()  # (keyword, value) pairs
+    nullable: bool = False
+
+    def __call__(self, value, name: str):
+        if self.nullable and value is None:
+            return None
+        return self.check(value, name, *self.args, **dict(self.kwargs))
+
+    def __str__(self) -> str:
+        """What the rule accepts, in words (``number in (0.0, 1.0)``, ``one of head, kv_group``, ``... or null``)."""
+        bound = inspect.signature(self.check).bind(None, "", *self.args, **dict(self.kwargs))
+        bound.apply_defaults()
+        said = DESCRIPTIONS[self.check.__name__](**{k: v for k, v in bound.arguments.items() if k not in ("value", "name")})
+        return f"{said} or null" if self.nullable else said
+
+
+def rule(check: Callable, *args, **kwargs) -> Rule:
+    """A schema rule: ``check(value, name, *args, **kwargs)``."""
+    return Rule(check, args, tuple(kwargs.items()))
+
+
+def optional(inner: Rule) -> Rule:
+    """``inner``, or null."""
+    return replace(inner, nullable=True)
+
+
+def _bounds(low, high, closed: str = "[]") -> str:
+    if low is not None and high is not None:
+        return f" in {closed[0]}{low}, {high}{closed[1]}"
+    if low is not None:
+        return f" {'>=' if closed[0] == '[' else '>'} {low}"
+    return f" {'<=' if closed[1] == ']' else '<'} {high}" if high is not None else ""
+
+
+def _names(items) -> str:
+    return ", ".join(str(i) for i in items)
+
+
+DESCRIPTIONS = {  # check function -> what it accepts, from its arguments
+    "integer": lambda low, high: "integer" + _bounds(low, high),
+    "number": lambda low, high, closed: "number" + _bounds(low, high, closed),
+    "boolean": lambda: "true or false",
+    "choice": lambda choices: f"one of {_names(choices)}",
+    "choices": lambda known: f"one or a list of {_names(known)}",
+    "text": lambda: "text",
+    "string_list": lambda empty: "list of names" + ("" if empty else " (not empty)"),
+    "fractions": lambda: "fraction or list of fractions in [0, 1)",
+    "positive_ints": lambda: "list of positive integers",
+    "boolean_or": lambda words: f"true, false or {' or '.join(words)}",
+}
 
 
 def setting(cfg, dotted: str, missing=None):

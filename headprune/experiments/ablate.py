@@ -22,8 +22,6 @@ def run(cfg) -> dict:
     settings = cfg.ablate
     task = registry.load_task(cfg)
     splits = list(settings.splits)
-    if not splits:
-        raise ValueError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
     for split in splits:
         check_split(task, split)
     groups = check_groups(settings.groups, task.gates.groups)
@@ -45,16 +43,13 @@ def run(cfg) -> dict:
     return {"objective": numbers["splits"][splits[0]]["base_score"], **numbers}
 
 
-READS = ("ablate", "prune.unit")  # the settings groups (and keys) experiment=ablate reads
-
-
 def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
     from headprune.core.checks import ConfigError
     from headprune.pipeline.shared_checks import check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
 
     check_model_and_task(cfg, reads_importance=False)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     check_unit(cfg)
     splits = cfg.ablate.splits
     if not splits:

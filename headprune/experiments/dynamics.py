@@ -112,9 +112,6 @@ def analyse_models(cfg) -> list[dict]:
     return with_stability(snapshots)
 
 
-READS = ("dynamics",)
-
-
 def check(cfg) -> None:
     """Exactly one source of checkpoints (a ckpt_dir that exists); each listed checkpoint once, and present (a local one
     complete), with the task they are scored on; dynamics.fractions listed once."""
@@ -122,7 +119,7 @@ def check(cfg) -> None:
     from headprune.models.sources import check_model_dir, resolve_pretrained
     from headprune.pipeline.shared_checks import check_reads, check_task, no_duplicates
 
-    check_reads(cfg, READS)
+    check_reads(cfg)
     no_duplicates(cfg.dynamics.fractions, "dynamics.fractions")
     listed = [str(c) for c in list_of(cfg.checkpoints)]
     if bool(listed) == (cfg.get("ckpt_dir") is not None):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
-from headprune.core.checks import ConfigError, choice, integer, number, positive_ints
+from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask, pruning_record
 from headprune.export import FORMATS, export_model
@@ -31,7 +31,6 @@ from headprune.results.writer import output_dir, read_json
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
 
-QUANTIZE = ("none", "int8")
 EXPORT_DIR = "export"  # <run>/export/<format>/
 STAGING = ".export.next"  # where an export is written and checked before it replaces <run>/export
 
@@ -127,15 +126,12 @@ def known_tokenizer_pre(name: str) -> str:
     return name
 
 
-READS = ("export", "prune.unit", "speed.batch_sizes")  # what experiment=export reads (int8_batch_sizes: the speed batch sizes)
-
-
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
     from headprune.pipeline.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
 
     check_model_and_task(cfg)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if cfg.export.get("mask_file") else None)
     check_model_kind(cfg)
     check_settings(cfg)
@@ -166,8 +162,7 @@ def check_settings(cfg) -> None:
     from headprune.pipeline.shared_checks import refuse_given
 
     settings = cfg.export
-    fmt = choice(settings.get("format"), "export.format", FORMATS)
-    quantize = choice(str(settings.quantize), "export.quantize", QUANTIZE)
+    fmt, quantize = str(settings.format), str(settings.quantize)  # their choices: the schema's (ExportSettings)
     if settings.get("model"):
         refuse_given(
             cfg,
@@ -182,11 +177,6 @@ def check_settings(cfg) -> None:
         refuse_given(cfg, ("export.gguf_dtype", "export.tokenizer_pre"), f"they shape GGUF files, and export.format={fmt}")
     if quantize != "int8":
         refuse_given(cfg, ("export.per_channel", "export.int8_batch_sizes"), "they set the int8 graphs of export.quantize=int8 only")
-    choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
-    for name in ("examples", "batch_size", "new_tokens"):
-        integer(settings.get(name), f"export.{name}", 1)
-    number(settings.get("tolerance"), "export.tolerance", 0.0, None, "()")
-    number(settings.get("fraction"), "export.fraction", 0.0, 1.0)
     if bool(settings.get("mask_file")) == bool(settings.get("model")):
         raise ConfigError(
             "give one source of the pruned model: export.mask_file=<prune run>/results.json (with export.mask_order, "
@@ -195,8 +185,6 @@ def check_settings(cfg) -> None:
     check_source(cfg)
     if settings.get("tokenizer_pre"):
         known_tokenizer_pre(str(settings.tokenizer_pre))
-    if quantize == "int8":
-        positive_ints(settings.get("int8_batch_sizes"), "export.int8_batch_sizes")
     if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
@@ -296,7 +284,7 @@ def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> d
     """The int8 check (``int8_check``) beside the masked model's score, printed."""
     split = str(settings.split)
     masked_score = task.evaluate(mask, split=split).score
-    sizes = positive_ints(settings.int8_batch_sizes, "export.int8_batch_sizes")
+    sizes = [int(b) for b in settings.int8_batch_sizes]
     q = int8_check(task, graphs, config, out, split, bool(settings.per_channel), masked_score, sizes)
     print(
         f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "

@@ -24,8 +24,6 @@ def run(cfg) -> dict:
     task = registry.load_task(cfg)
     selection = selection_split(task, settings.selection_split)
     split = str(settings.split)
-    if selection == split:
-        raise ValueError(f"keep_one.selection_split and keep_one.split are both {split!r}: choose the head on other data")
     check_split(task, split)
     check_split(task, selection, "selection")
     groups = check_groups(settings.groups, task.gates.groups)
@@ -44,15 +42,12 @@ def run(cfg) -> dict:
     return {"objective": result["base_score"], **result}
 
 
-READS = ("keep_one", "prune.unit")  # the settings groups (and keys) experiment=keep_one reads
-
-
 def check(cfg) -> None:
     """experiment=keep_one: the model and task, the unit, and a selection split other than the evaluation split."""
     from headprune.pipeline.shared_checks import check_model_and_task, check_reads, check_selection, check_unit, no_duplicates
 
     check_model_and_task(cfg)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     check_unit(cfg)
     no_duplicates(cfg.keep_one.groups, "keep_one.groups")
     check_selection(cfg, "keep_one")

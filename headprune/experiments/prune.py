@@ -53,8 +53,6 @@ def run(cfg) -> dict:
     orders = orders_of(prune)
     fractions = fractions_of(prune)
     min_per_layer = int(prune.min_heads_per_layer)
-    if min_per_layer < 0:
-        raise ValueError(f"prune.min_heads_per_layer must be >= 0, got {min_per_layer}")
     task = registry.load_task(cfg)
     groups = check_groups(prune.groups, task.gates.groups)
     split = str(prune.split)
@@ -87,9 +85,6 @@ def run(cfg) -> dict:
     return {"objective": result["orders"][orders[0]]["steps"][-1]["score"], **result}
 
 
-READS = ("prune", "importance", "speed")  # speed.* only with prune.measure_speed=true (a row of check)
-
-
 def check(cfg) -> None:
     """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
     from headprune.pipeline.prune_checks import (
@@ -104,7 +99,7 @@ def check(cfg) -> None:
     check_model_and_task(cfg)
     check_prune_lists(cfg.prune)
     check_trainer_not_read(cfg)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
     check_unit(cfg)

@@ -24,12 +24,12 @@ from headprune.pipeline.evaluation import check_split, selection_split
 from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of
 from headprune.pipeline.orders import order_settings
 from headprune.pipeline.settings import RunSettings
-from headprune.pipeline.speed_stage import clock_of, untimed_note
+from headprune.pipeline.speed_stage import untimed_note
 from headprune.pipeline.stages import digest, stage, training_settings
 from headprune.pipeline.study_stages import STUDY_STAGES, StudyRun, run_stage
 from headprune.results.run_dir import write_results
 from headprune.results.writer import model_fingerprint, output_dir, read_json
-from headprune.selection.greedy import check_fractions, check_groups
+from headprune.selection.greedy import check_groups
 from headprune.tasks import registry
 from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
 from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
@@ -168,9 +168,7 @@ def run(cfg) -> dict:
     note = choose_data(cfg)
     print(f"[study] {note}", flush=True)
     registry.task_spec(cfg)
-    fractions, orders = fractions_of(settings.prune), orders_of(settings.prune)  # validate everything cheap before any work
-    check_fractions([settings.speed.fraction])
-    clock_of(settings.speed)
+    fractions, orders = fractions_of(settings.prune), orders_of(settings.prune)
     bar = tqdm(list(STAGES), desc="study", leave=True)
     bar.set_postfix_str("train")
     trained = train_stage(cfg, out) if settings.study.train else None
@@ -203,7 +201,7 @@ def study_figures(ctx: StudyRun) -> list:
     if "pareto" in r:
         figures.append(pareto_figure(r["pareto"], out / "pareto.png", f"Quality against speed ({name}, {ctx.split})"))
     if r["speed"]["rows"]:
-        fraction = check_fractions([ctx.settings.speed.fraction])[0]
+        fraction = float(ctx.settings.speed.fraction)
         title = f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"
         figures.append(speed_bars(r["speed"]["rows"], out / "speed.png", title))
     return figures
@@ -233,9 +231,6 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     return numbers
 
 
-READS = ("study", "prune", "speed", "importance", "trainer", "callbacks")  # the groups of its stages
-
-
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
     from headprune.core.checks import ConfigError
@@ -253,7 +248,7 @@ def check(cfg) -> None:
 
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
     check_prune_lists(cfg.prune)
-    check_reads(cfg, READS)
+    check_reads(cfg)
     check_unit(cfg)
     check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
     check_selection(cfg, "study")

@@ -269,8 +269,6 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     selection, base, shared, seed)."""
     prune = settings.prune
     scheduled, recoveries = prune.schedule is not None, recoveries_of(prune)
-    if prune.control and "finetune" not in recoveries:
-        raise ValueError("prune.control=true gives the unpruned model the pruned models' fine-tune: add finetune to prune.recover")
     batches = recovery_batches(task, int(prune.recover_examples)) if scheduled or recoveries != ["none"] else []
     count = len(steps) if scheduled else 1
     rounds = [finetune_batches(task, prune, batches, r) for r in range(count)] if "finetune" in recoveries else []
@@ -298,8 +296,6 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
         seed=where["seed"],
         out=out,
     )
-    if scheduled and ctx.rearrange != [False]:
-        raise ValueError("prune.rearrange works on one-shot masks (prune.fractions or prune.target), not with prune.schedule")
     check_reachable(steps, ctx)
     return ctx
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headprune.core.checks import ConfigError, integer, warn
+from headprune.core.checks import ConfigError, check_schema, warn
 from headprune.models.sources import config_fields as model_fields
 from headprune.models.sources import kv_heads_per_layer
 
@@ -253,10 +253,12 @@ def check_trainer(trainer) -> None:
         raise ConfigError(
             f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
         )
+    from headprune.pipeline.schema import rules_under
+
+    check_schema({"trainer": trainer}, rules_under("trainer"))  # the study's training stage: with its train_overrides
     epochs = trainer.get("max_epochs")
     if epochs is None:
         return  # Lightning's own default (1000 epochs, or max_steps)
-    integer(epochs, "trainer.max_epochs", -1)
     if epochs == 0:
         raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
     steps = trainer.get("max_steps")
@@ -269,8 +271,10 @@ def check_trainer(trainer) -> None:
 
 def check_training_run(cfg) -> None:
     """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
+    from headprune.pipeline.settings.declare import TRAINING
+
     check_model_and_task(cfg, reads_importance=False)
-    check_reads(cfg, ("trainer", "callbacks"))
+    check_reads(cfg, TRAINING)
     check_trainer(cfg.trainer)
     check_resume(cfg)
 
@@ -289,8 +293,6 @@ def check_resume(cfg) -> None:
 
 
 # ---- settings a run does not read -----------------------------------------------------------------
-
-SETTINGS_GROUPS = ("prune", "speed", "importance", "export", "dynamics", "trainer", "callbacks")  # read by some runs only
 
 
 @lru_cache(maxsize=1)
@@ -359,14 +361,21 @@ def reads(key: str, read: tuple[str, ...]) -> bool:
     return any(key == r or key.startswith(r + ".") for r in read)
 
 
-def check_reads(cfg, read: tuple[str, ...]) -> None:
-    """The general rule: a setting of a settings group that this run does not read, given another value than its default, is refused."""
-    for group in SETTINGS_GROUPS:
+def check_reads(cfg, reader: str | None = None) -> None:
+    """The general rule: a setting this run does not read (its declaration's ``read_by``), given another value than its
+    default, is refused. ``reader``: the experiment (default: the one of ``cfg.run``), or ``TRAINING`` for a task's trainer."""
+    from headprune.pipeline.schema import checked_groups, is_read, read_by, reads_of
+
+    reader = reader or experiment_name(cfg)
+    for group in checked_groups():
         for key, value in given_settings(cfg, group).items():
-            if not reads(key, read):
+            if not read_by(key):
                 raise ConfigError(
-                    f"{key}={value} is not read by experiment={experiment_name(cfg)} (it reads "
-                    f"{[r for r in read if r.split('.')[0] in SETTINGS_GROUPS] or 'none of ' + group + '.*'}): "
+                    f"{key}={value} is no setting of {group}.* (docs/settings.md lists them): check the spelling; no experiment reads it"
+                )
+            if not is_read(key, reader):
+                raise ConfigError(
+                    f"{key}={value} is not read by experiment={experiment_name(cfg)} (it reads {reads_of(reader)}): "
                     "it would be ignored; drop it, or run the experiment that reads it"
                 )
 

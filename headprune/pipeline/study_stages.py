@@ -26,7 +26,6 @@ from headprune.pipeline.stages import digest, stage
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.writer import batches_fingerprint
 from headprune.scoring.significance import correlation
-from headprune.selection.greedy import check_fractions
 from headprune.selection.uniform import layout_masks
 
 IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
@@ -198,7 +197,7 @@ def pareto_all(ctx: StudyRun) -> dict:
 
 def speed_mask(ctx: StudyRun) -> dict:
     """The prune stage's importance mask at ``speed.fraction``, or the importance scores' mask there."""
-    fraction = check_fractions([ctx.settings.speed.fraction])[0]
+    fraction = float(ctx.settings.speed.fraction)
     orders = ctx.results["prune"]["orders"]
     steps = {round(s["fraction"], 6): s for s in (orders["importance"]["steps"] if "importance" in orders else [])}
     if round(fraction, 6) in steps:
