@@ -148,6 +148,22 @@ def check_sweep(argv: list[str]) -> None:
             raise type(err)(f"sweep job {number} ({' '.join(overrides)}): {err}; no job was run") from err
 
 
+def check_output_dirs(argv: list[str]) -> None:
+    """``hydra.run.dir`` / ``hydra.sweep.dir`` given on the command line: a directory, or a path to create under one (not a file)."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        value = value.strip("'\"")
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or not value or "${" in value:
+            continue
+        path = Path(value).expanduser()
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise ConfigError(
+                f"{key}={value}: {blocker} is a file, not a directory: the run writes its results in {key}; give a new "
+                "directory (or a run's own directory to resume it)"
+            )
+
+
 def main():
     """``headprune [--verbose] [hydra options] key=value ...``: run ``run_app``; a config that does not compose exits with status 2."""
     warnings.formatwarning = _format_warning
@@ -156,12 +172,14 @@ def main():
         os.environ["HYDRA_FULL_ERROR"] = "1"
     _started.clear()
     try:
+        check_output_dirs(sys.argv[1:])
         check_sweep(sys.argv[1:])
         return run_app()
-    except INPUT_ERRORS as err:  # --verbose: Hydra re-raised it after printing nothing; the traceback, then status 2
-        import traceback
+    except INPUT_ERRORS as err:  # a sweep's bad job, or (--verbose) one Hydra re-raised after printing nothing
+        if verbose():
+            import traceback
 
-        traceback.print_exc()
+            traceback.print_exc()
         input_failure(err)
     except SystemExit as done:
         if done.code not in (0, None, USAGE_ERROR) and not _started:  # Hydra printed why the config does not compose

@@ -157,6 +157,15 @@ PRE = {  # a row's files, written before composing
     "lm_empty": lambda tmp: write_lm(tmp / "lm", "empty"),
     "ckpt_truncated": lambda tmp: truncated_checkpoint(tmp / "last.ckpt"),
     "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
+    "mask_empty": lambda tmp: (tmp / "mask.json").write_text(""),
+    "mask_garbage": lambda tmp: (tmp / "mask.json").write_text("enc_self: 1 1 0 1"),
+    "mask_truncated": lambda tmp: (tmp / "mask.json").write_text('{"mask": {"enc_self": [[1, 1, 0, 1], [1, 1'),
+    "mask_bare": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"enc_self": [[1, 1, 0, 1], [1, 1, 1, 1]]})),
+    "mask_list": lambda tmp: (tmp / "mask.json").write_text(json.dumps([[1, 1, 0, 1], [1, 1, 1, 1]])),
+    "ablate_results": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"experiment": "ablate", "results": {"splits": {}}})),
+    "prior_run": lambda tmp: ((tmp / "prior").mkdir(), (tmp / "prior" / "results.json").write_text("{}")),
+    "run_damaged": lambda tmp: ((tmp / "prior").mkdir(), (tmp / "prior" / "results.json").write_text('{"results": {"sco')),
+    "run_list": lambda tmp: ((tmp / "prior").mkdir(), (tmp / "prior" / "results.json").write_text("[]")),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
 LM_FILES = [
@@ -716,6 +725,73 @@ CONFIG_ROWS = [
     ),
     ("report-run-dir-missing", "nli", ["experiment=report", "run_dir={tmp}/nothing"], "run_dir=", None),
     ("dynamics-ckpt-dir-missing", "mt", ["experiment=dynamics", "ckpt_dir={tmp}/nothing"], "is not a directory", None),
+    # mask files and run directories are inputs: what is wrong with them and what they hold, never "delete it"
+    ("export-mask-file-empty", "nli", ["experiment=export", "export.mask_file={tmp}/mask.json"], "is empty (an interrupted", "mask_empty"),
+    (
+        "export-mask-file-garbage",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/mask.json"],
+        "no mask can be read from it; a mask file is the results.json of a prune run (or of a study",
+        "mask_garbage",
+    ),
+    ("speed-mask-file-truncated", "nli", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], '{"mask": {group:', "mask_truncated"),
+    (
+        "export-mask-file-bare-mask",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/mask.json"],
+        'without its wrapper: a mask JSON puts it under "mask"',
+        "mask_bare",
+    ),
+    ("speed-mask-file-bare-mask", "lm", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "without its wrapper", "mask_bare"),
+    (
+        "speed-mask-file-a-list",
+        "nli",
+        ["experiment=speed", "speed.mask_file={tmp}/mask.json"],
+        "holds a JSON list, not an object",
+        "mask_list",
+    ),
+    (
+        "export-mask-file-ablate-results",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/mask.json"],
+        "holds no mask (it is the results.json of experiment=ablate)",
+        "ablate_results",
+    ),
+    (
+        "speed-mask-file-a-directory",
+        "nli",
+        ["experiment=speed", "speed.mask_file={tmp}/prior"],
+        "is a directory (did you mean",
+        "prior_run",
+    ),
+    ("report-results-damaged", "nli", ["experiment=report", "run_dir={tmp}/prior"], "the report only reads it", "run_damaged"),
+    ("report-results-a-list", "nli", ["experiment=report", "run_dir={tmp}/prior"], "holds a JSON list", "run_list"),
+    # groups the model does not have, lengths past its positions
+    ("prune-groups-not-in-encoder", "nli", ["experiment=prune", "prune.groups=[dec_self]"], "has the attention groups ['enc_self']", None),
+    (
+        "ablate-groups-not-in-decoder",
+        "lm",
+        ["experiment=ablate", "ablate.groups=[enc_self]"],
+        "has the attention groups ['dec_self']",
+        None,
+    ),
+    ("keep-one-groups-not-in-encoder", "nli", ["experiment=keep_one", "keep_one.groups=[enc_dec]"], "names ['enc_dec']", None),
+    ("study-groups-not-in-decoder", "lm", ["experiment=study", "prune.groups=[enc_dec]"], "prune.groups=['enc_dec']", None),
+    ("prune-groups-unknown-name", "mt", ["experiment=prune", "prune.groups=[decoder]"], "['enc_self', 'enc_dec', 'dec_self']", None),
+    (
+        "prune-latency-seq-len-past-positions",
+        "nli",
+        ["experiment=prune", "prune.target={{speedup:1.3}}", "prune.cost=latency", "prune.seq_len=100000"],
+        "set prune.seq_len<=128",
+        None,
+    ),
+    (
+        "study-latency-seq-len-past-positions",
+        "lm",
+        ["experiment=study", "prune.target={{speedup:1.3}}", "prune.cost=latency", "prune.seq_len=129"],
+        "takes at most 128 positions",
+        None,
+    ),
 ]
 
 
@@ -753,6 +829,7 @@ def test_config_error(tmp_path, model_dirs, no_forward, monkeypatch, task, overr
     with pytest.raises((ValueError, FileNotFoundError)) as err:
         validate(compose_row(tmp_path, task, overrides, model_dirs))
     assert words in str(err.value), str(err.value)
+    assert "delete" not in str(err.value), str(err.value)  # what the user gave is an input: never advise deleting it
     assert time.perf_counter() - start < SECONDS
 
 
@@ -810,6 +887,13 @@ CLI_ROWS = [
     ("cli-sweep-one-bad-job", ["-m", "experiment=prune", "prune.order=importance,magnitude"], "prune.order=magnitude"),
     ("cli-sweep-bad-job-later", ["-m", "experiment=ablate", "ablate.alpha=0.01,5"], "sweep job 1"),
     ("cli-mask-step-unquoted", ["experiment=speed", "speed.mask_step=speedup=1.3"], "\"speed.mask_step='speedup=1.3'\""),
+    (
+        "cli-sweep-bad-fraction",
+        ["-m", "experiment=prune", "prune.fractions=0.5,abc"],
+        "prune.fractions must be a number, got 'abc'; no job was run",
+    ),
+    ("cli-run-dir-is-a-file", ["experiment=ablate", "hydra.run.dir={tmp}/a_file"], "a_file is a file, not a directory"),
+    ("cli-run-dir-under-a-file", ["experiment=ablate", "hydra.run.dir={tmp}/a_file/run"], "a_file is a file, not a directory"),
 ]
 
 
@@ -819,6 +903,8 @@ def test_cli_error(tmp_path, no_forward, monkeypatch, capsys, overrides, words):
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "a_file").write_text("")  # for rows that give it as a directory
+    overrides = [o.replace("{tmp}", str(tmp_path)) for o in overrides]
     argv = [
         "headprune",
         *[o for o in NLI if not o.startswith("data.")],
@@ -837,6 +923,7 @@ def test_cli_error(tmp_path, no_forward, monkeypatch, capsys, overrides, words):
         cli.main()
     message = capsys.readouterr().err
     assert done.value.code == 2 and words in message, message
+    assert "Traceback" not in message, message
     assert "no job was run" in message or not overrides[0].startswith("-m")
     assert time.perf_counter() - start < SECONDS
     assert not list(tmp_path.rglob("results.json"))  # no job ran
@@ -1133,6 +1220,26 @@ def _edited_ffn_record(tmp_path):
     load_pruned(tmp_path / "pruned")
 
 
+def _load_pruned(path):
+    def call(tmp_path):
+        from headprune.core.saving import load_pruned
+
+        (tmp_path / "a_file").write_text("")
+        load_pruned(path if not isinstance(path, str) or "{tmp}" not in path else path.format(tmp=tmp_path))
+
+    return call
+
+
+def _prune_mask_value(value):
+    def call(tmp_path):
+        from headprune.core.pruning import prune_mask
+
+        model, _ = _tiny_gates()
+        prune_mask(model, value)
+
+    return call
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -1170,6 +1277,18 @@ API_ROWS = [
     pytest.param(_joint_mask_unknown_group, "the FFN groups ['enc_ffn']", id="api-joint-mask-unknown-group"),
     pytest.param(_ffn_without_mlp_layout, "has no MLP layout", id="api-ffn-unit-without-mlp-layout"),
     pytest.param(_edited_ffn_record, "SHA-256", id="api-edited-ffn-record"),
+    pytest.param(_load_pruned(None), "load_pruned takes the directory save_pruned", id="api-load-pruned-none"),
+    pytest.param(_load_pruned(""), "load_pruned got an empty path", id="api-load-pruned-empty-path"),
+    pytest.param(_load_pruned("{tmp}/nothing"), "nothing does not exist", id="api-load-pruned-missing-dir"),
+    pytest.param(_load_pruned("{tmp}/a_file"), "a_file is a file", id="api-load-pruned-a-file"),
+    pytest.param(
+        _prune_mask_value({"enc_self": "abc"}),
+        "mask for group 'enc_self' must be a tensor or nested list of numbers of shape [3, 4]",
+        id="api-prune-mask-text",
+    ),
+    pytest.param(_prune_mask_value({"enc_self": [[1, 0], [1]]}), "got list [[1, 0], [1]]", id="api-prune-mask-ragged"),
+    pytest.param(_prune_mask_value({"enc_self": {"0": [1]}}), "is what prune_heads takes", id="api-prune-mask-head-ids"),
+    pytest.param(_prune_mask_value(None), "the mask is None", id="api-prune-mask-none"),
 ]
 
 

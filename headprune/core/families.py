@@ -277,6 +277,17 @@ def supported_model_types() -> list[str]:
     return sorted(t for f in FAMILIES for t in f.model_types)
 
 
+def config_groups(fields: dict) -> list[str] | None:
+    """The attention groups a model of these config fields has (None: a model type the table does not cover); the
+    cross-attention of a family without a decoder stack only when the config adds it (BERT's ``add_cross_attention``)."""
+    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    if family is None:
+        return None
+    groups = list(dict.fromkeys(group for _, group in family.sites))
+    no_cross = "dec_self" not in groups and not fields.get("add_cross_attention")
+    return [group for group in groups if not (no_cross and group == "enc_dec")]
+
+
 def family_for(model) -> Family:
     """The table row for a model, or a ValueError that lists the supported model types."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)

@@ -25,6 +25,27 @@ def _check_values(group: str, value: torch.Tensor, hard: bool, unit: str = "head
         )
 
 
+def _shapes(groups: dict[str, tuple[int, int]]) -> str:
+    """``enc_self [12, 12], dec_self [6, 8]``: each group with its [layers, heads]."""
+    return ", ".join(f"{g} [{layers}, {heads}]" for g, (layers, heads) in groups.items())
+
+
+def _as_tensor(group: str, value, layers: int, heads: int, unit: str = "head") -> torch.Tensor:
+    """A group's mask given as nested lists (or numbers) as a float tensor; a TypeError / ValueError saying what it must be."""
+    expected = f"a tensor or nested list of numbers of shape [{layers}, {heads}] (layers x {unit}s; 1 keeps a {unit}, 0 removes it)"
+    given = f"got {type(value).__name__} {value!r:.60}"
+    if isinstance(value, dict):
+        given += " ({layer: [head ids]} is what prune_heads takes)"
+    if isinstance(value, (str, bytes, dict)) or value is None:
+        raise TypeError(f"mask for group {group!r} must be {expected}, {given}")
+    try:
+        return torch.as_tensor(value, dtype=torch.float32)
+    except ValueError as err:  # rows of different lengths
+        raise ValueError(f"mask for group {group!r} must be {expected}, {given}: {err}") from None
+    except (TypeError, RuntimeError) as err:
+        raise TypeError(f"mask for group {group!r} must be {expected}, {given}: {err}") from None
+
+
 def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False, unit: str = "head") -> dict[str, torch.Tensor]:
     """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}.
 
@@ -33,6 +54,8 @@ def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False,
     (pruning, mask files) must also be exactly 0 or 1. ``unit`` names the last axis in messages ("neuron": FFN masks).
     """
     kind = KIND_OF_UNIT.get(unit, unit)
+    if mask is None:
+        raise TypeError(f"the mask is None: give a dict {{group: tensor [layers, {unit}s]}} with the groups {_shapes(groups)}")
     if isinstance(mask, torch.Tensor) or not isinstance(mask, dict):
         if len(groups) != 1:
             raise ValueError(
@@ -43,8 +66,8 @@ def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False,
     for group, value in mask.items():
         if group not in groups:
             raise ValueError(f"unknown {kind} group {group!r} in mask; this model has {sorted(groups)}")
-        value = torch.as_tensor(value, dtype=torch.float32) if not isinstance(value, torch.Tensor) else value
         layers, heads = groups[group]
+        value = value if isinstance(value, torch.Tensor) else _as_tensor(group, value, layers, heads, unit)
         if value.dim() not in (2, 3) or tuple(value.shape[-2:]) != (layers, heads):
             raise ValueError(
                 f"mask for group {group!r} has shape {tuple(value.shape)}; expected [{layers}, {heads}] "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -116,13 +117,28 @@ def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"no weights (*.safetensors or pytorch_model.bin) in {path}")
 
 
+def _model_dir(path) -> Path:
+    """``path`` as the directory of a saved model; a TypeError, ValueError or FileNotFoundError saying what to give instead."""
+    wanted = "the directory save_pruned (or save_pretrained) wrote"
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_pruned takes {wanted}, as a str or Path; got {type(path).__name__} {path!r:.60}")
+    if not str(path).strip():
+        raise ValueError(f"load_pruned got an empty path: give {wanted}")
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist ({path.resolve()}): give {wanted}")
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is a file: give {wanted} (the folder that holds config.json and the weights)")
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} holds no config.json: is it a directory written by save_pruned/save_pretrained?")
+    return path
+
+
 def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Module:
     """Load a model saved by ``save_pruned`` (or any HF model dir), rebuilding the uneven head counts."""
     from transformers import AutoConfig
 
-    path = Path(path)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path} holds no config.json: is it a directory written by save_pruned/save_pretrained?")
+    path = _model_dir(path)
     try:
         config = AutoConfig.from_pretrained(path, **config_overrides)
     except (OSError, ValueError) as err:

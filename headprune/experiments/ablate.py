@@ -46,7 +46,14 @@ def run(cfg) -> dict:
 def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
     from headprune.core.checks import ConfigError
-    from headprune.pipeline.shared_checks import check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
+    from headprune.pipeline.shared_checks import (
+        check_group_names,
+        check_model_and_task,
+        check_reads,
+        check_splits,
+        check_unit,
+        no_duplicates,
+    )
 
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg)
@@ -55,5 +62,5 @@ def check(cfg) -> None:
     if not splits:
         raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
     no_duplicates(splits, "ablate.splits")
-    no_duplicates(cfg.ablate.groups, "ablate.groups")
+    check_group_names(cfg, cfg.ablate.groups, "ablate.groups")
     check_splits(cfg, splits, "ablate.splits")

@@ -196,11 +196,11 @@ def check_settings(cfg) -> None:
 def check_source(cfg) -> None:
     """The pruned model's source: a mask of ``export.mask_file`` (a point of it) or an ``export.model`` directory."""
     from headprune.models.sources import check_model_dir
-    from headprune.results.readers import check_mask_file
+    from headprune.results.mask_files import read_mask_file
 
     settings = cfg.export
     if settings.get("mask_file"):
-        check_mask_file(settings.mask_file, "export.mask_file")
+        read_mask_file(settings.mask_file, "export")
         if settings.get("fraction") is not None and float(settings.fraction) == 0:
             raise ConfigError(
                 "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "

@@ -44,10 +44,16 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=keep_one: the model and task, the unit, and a selection split other than the evaluation split."""
-    from headprune.pipeline.shared_checks import check_model_and_task, check_reads, check_selection, check_unit, no_duplicates
+    from headprune.pipeline.shared_checks import (
+        check_group_names,
+        check_model_and_task,
+        check_reads,
+        check_selection,
+        check_unit,
+    )
 
     check_model_and_task(cfg)
     check_reads(cfg)
     check_unit(cfg)
-    no_duplicates(cfg.keep_one.groups, "keep_one.groups")
+    check_group_names(cfg, cfg.keep_one.groups, "keep_one.groups")
     check_selection(cfg, "keep_one")

@@ -11,14 +11,14 @@ from omegaconf import OmegaConf
 from headprune.core.checks import ConfigError, string_list
 from headprune.models.sources import config_fields as model_fields
 from headprune.models.sources import heads_per_layer
-from headprune.pipeline.shared_checks import check_selection, check_splits
+from headprune.pipeline.shared_checks import check_group_names, check_selection, check_splits
 from headprune.selection.mask_search import given_target
 
 # ---- prune --------------------------------------------------------------------------------------
 
 
 def check_prune(cfg) -> None:
-    """prune.*: a per-layer floor below the layers' head count, known splits, re-estimation where it does something."""
+    """prune.*: a per-layer floor below the layers' head count, known splits and groups, re-estimation where it does something."""
     prune = cfg.prune
     heads = heads_per_layer(cfg.model, str(prune.unit))
     k = prune.min_heads_per_layer
@@ -28,6 +28,7 @@ def check_prune(cfg) -> None:
             f"so it must be at most {heads - 1} (0 = no floor)"
         )
     check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
+    check_group_names(cfg, prune.groups, "prune.groups")
     check_reestimate(prune)
 
 
@@ -91,6 +92,7 @@ def check_prune_for_speed(cfg) -> None:
     check_speed_unit(prune)
     targets = [s for s in steps if not isinstance(s, float)]
     check_cost(prune, targets)
+    check_latency_length(cfg)
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
     check_finetune(cfg)
@@ -129,6 +131,19 @@ def check_cost(prune, targets: list) -> None:
         raise ConfigError(
             "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
             "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
+        )
+
+
+def check_latency_length(cfg) -> None:
+    """prune.cost=latency times the model on inputs of prune.seq_len tokens: within the positions the model takes."""
+    from headprune.models.sources import max_positions
+
+    prune = cfg.prune
+    positions = max_positions(cfg.model) if str(prune.cost) == "latency" else None
+    if positions is not None and int(prune.seq_len) > positions:
+        raise ConfigError(
+            f"prune.seq_len={prune.seq_len}: prune.cost=latency times model {cfg.model.get('name')} on inputs of that "
+            f"many tokens, but it takes at most {positions} positions: set prune.seq_len<={positions}"
         )
 
 

@@ -222,6 +222,21 @@ def check_unit(cfg) -> None:
         )
 
 
+def check_group_names(cfg, groups, setting: str) -> None:
+    """A list of attention groups (empty: all) names each once, each a group the model has (from its config fields)."""
+    from headprune.core.families import GROUPS, config_groups
+
+    no_duplicates(groups, setting)
+    fields = model_fields(cfg.model)
+    have = (config_groups(fields) if fields is not None else None) or list(GROUPS)
+    unknown = [str(g) for g in groups if str(g) not in have]
+    if unknown:
+        raise ConfigError(
+            f"{setting}={[str(g) for g in groups]} names {unknown}, but model {cfg.model.get('name')} has the attention "
+            f"groups {have}: choose among them (empty = all)"
+        )
+
+
 def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
     """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
     unit = str(cfg.prune.unit)

@@ -24,7 +24,7 @@ def check_speed(speed) -> None:
 def check_speed_run(cfg) -> None:
     """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask."""
     from headprune.pipeline.shared_checks import check_splits
-    from headprune.results.readers import check_mask_file
+    from headprune.results.mask_files import read_mask_file
 
     speed = cfg.speed
     check_speed(speed)
@@ -33,7 +33,7 @@ def check_speed_run(cfg) -> None:
         check_point(cfg)
         return
     if speed.get("mask_file"):
-        check_mask_file(speed.mask_file)
+        read_mask_file(speed.mask_file, "speed")
         check_chosen_mask(cfg)
         return
     if speed.get("mask_step") is not None:
@@ -54,13 +54,13 @@ def check_point(cfg) -> None:
     """speed.point: a point of speed.mask_file's prune run, picked by name alone; one that removed some heads (not the control)."""
     from headprune.pipeline.mask_source import point_source
     from headprune.pipeline.shared_checks import refuse_given
-    from headprune.results.readers import check_mask_file
+    from headprune.results.mask_files import read_mask_file
 
     speed = cfg.speed
     refuse_given(cfg, ("speed.mask_order", "speed.mask_step", "speed.fraction"), f"speed.point={speed.point} names the point itself")
     if not speed.get("mask_file"):
         raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
-    check_mask_file(speed.mask_file)
+    read_mask_file(speed.mask_file, "speed")
     point = point_source(speed, "speed")[1].point
     if point.get("control"):
         raise ConfigError(

@@ -49,24 +49,41 @@ class MaskFile:
     candidates: list[Candidate] = field(default_factory=list)
     single_mask: bool = False  # a mask JSON, or a speed or export run's results.json: its one mask, whatever the settings
     controls: list[dict] = field(default_factory=list)  # a prune run's control points (the unpruned model given the fine-tune)
+    experiment: str | None = None  # the experiment whose results.json it is (None: a mask JSON or another file)
+
+
+FORMS = (
+    "a mask file is the results.json of a prune run (or of a study, a speed or an export run) or a mask JSON "
+    '{"mask": {group: [[1 or 0 per head] per layer]}} (group: enc_self, enc_dec or dec_self; 0 removes the head)'
+)
 
 
 def read_mask_payload(path: Path, setting: str) -> dict:
-    """The JSON of a mask file; a missing, empty or truncated one is a ConfigError saying it is a damaged input."""
+    """The JSON object of a mask file; a missing, empty, unreadable or non-object one is a ConfigError naming the setting."""
+    where = f"{setting}.mask_file={path}"
+    if path.is_dir():
+        inside = f" (did you mean {path / 'results.json'}?)" if (path / "results.json").is_file() else ""
+        raise ConfigError(f"{where} is a directory{inside}: {FORMS}")
     if not path.is_file():
-        raise ConfigError(f"{setting}.mask_file={path} does not exist ({path.resolve()})")
+        raise ConfigError(f"{where} does not exist ({path.resolve()}): {FORMS}")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as err:
-        what = "empty" if not text.strip() else f"not valid JSON ({err})"
-        raise ConfigError(
-            f"{setting}.mask_file={path} is {what}: a damaged input (an interrupted write or copy?); give an intact "
-            'results.json of a prune, speed or export run, or a mask JSON {"mask": {group: [[0/1]]}}'
-        ) from None
+        what = "empty (an interrupted write or copy?)" if not text.strip() else f"not valid JSON ({err}; a damaged copy, or another file?)"
+        raise ConfigError(f"{where} is {what}: no mask can be read from it; {FORMS}") from None
     if not isinstance(payload, dict):
-        raise ConfigError(f"{setting}.mask_file={path} holds a JSON {type(payload).__name__}, not a results.json or mask JSON object")
+        raise ConfigError(f"{where} holds a JSON {type(payload).__name__}, not an object: {FORMS}")
     return payload
+
+
+def bare_mask(payload: dict) -> bool:
+    """A mask's {group: rows} written without the ``{"mask": ...}`` that makes it a mask JSON."""
+    return (
+        bool(payload)
+        and "mask" not in payload
+        and all(isinstance(rows, list) and all(isinstance(row, list) for row in rows) for rows in payload.values())
+    )
 
 
 def _units(mask: dict) -> int:
@@ -81,20 +98,26 @@ def _sections(results: dict) -> list[dict]:
 def read_mask_file(path, setting: str = "speed") -> MaskFile:
     """Every mask of a mask file with its method, fraction and step; binary masks checked (ConfigError naming the entry)."""
     path = Path(str(path))
-    return mask_file_of(read_mask_payload(path, setting), path)
+    return mask_file_of(read_mask_payload(path, setting), path, setting)
 
 
-def mask_file_of(payload: dict, path: Path) -> MaskFile:
+def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
     """The masks of a mask file's JSON ``payload`` (see ``read_mask_file``)."""
+    if bare_mask(payload):
+        raise ConfigError(
+            f"{setting}.mask_file={path} holds a bare mask {{group: rows}} (groups {list(payload)}) without its wrapper: "
+            f'a mask JSON puts it under "mask", as {{"mask": {{"{next(iter(payload))}": [[1, 0, ...], ...]}}}}; '
+            "write the file's object there"
+        )
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
     sections = _sections(results)
     unit = next((s["unit"] for s in sections if s.get("unit") in UNITS), None)
     layout = next((s["layout"] for s in sections if s.get("layout")), None)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
-    found = MaskFile(path, unit, layout, made_for)
-    if isinstance(payload.get("mask"), dict) or isinstance(results.get("mask"), dict):
-        mask = payload["mask"] if isinstance(payload.get("mask"), dict) else results["mask"]
-        check_binary_mask(mask, str(path))
+    found = MaskFile(path, unit, layout, made_for, experiment=payload.get("experiment"))
+    if "mask" in payload or isinstance(results.get("mask"), dict):
+        mask = payload["mask"] if "mask" in payload else results["mask"]
+        check_binary_mask(mask, f"{setting}.mask_file={path}")
         origin = (payload.get("inputs") or {}) if "mask" not in payload else {}
         found.candidates.append(Candidate(origin.get("mask_order"), None, None, mask, _units(mask)))
         found.single_mask = True
@@ -123,9 +146,8 @@ def choose_candidate(found: MaskFile, order: str | None, fraction: float | None,
     a prune run's steps and points that remove some unit are picked by method, step and fraction (a method's only
     Pareto point needs no fraction). None or several left is a ConfigError listing them with the settings that pick each."""
     if not found.candidates:
-        raise ConfigError(
-            f"{setting}.mask_file={found.path} holds no mask (neither prune results nor a mask): give a prune run's results.json"
-        )
+        of = f" (it is the results.json of experiment={found.experiment})" if found.experiment else ""
+        raise ConfigError(f"{setting}.mask_file={found.path} holds no mask{of}: {FORMS}")
     if found.single_mask:
         return found.candidates[0]
     usable = [c for c in found.candidates if c.removed > 0]
@@ -182,5 +204,5 @@ def mask_for_model(found: MaskFile, chosen: Candidate, gates, model, setting: st
 
 def raw_mask(payload: dict, order: str | None, fraction: float | None, step: str | None, path, setting: str = "speed") -> dict:
     """The JSON mask {group: [[0/1]]} a mask file's ``payload`` holds for these settings (None: left to the file)."""
-    found = mask_file_of(payload, Path(str(path)))
+    found = mask_file_of(payload, Path(str(path)), setting)
     return choose_candidate(found, order, fraction, step, setting).mask

@@ -1,8 +1,6 @@
-"""Files a run reads back before any work: mask files (0/1 only)."""
+"""Files a run reads back before any work: JSON inputs, and the 0/1 check of a mask (mask files: ``mask_files``)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from headprune.core.checks import ConfigError
 
@@ -15,25 +13,6 @@ def read_json_file(path) -> dict:
         return read_json(path)
     except (OSError, ValueError) as err:
         raise ConfigError(str(err)) from None
-
-
-def check_mask_file(path, setting: str = "speed.mask_file") -> None:
-    """A mask file (``setting``) exists, is JSON, and every mask in it holds only 0 (pruned) and 1 (kept)."""
-    path = Path(str(path))
-    if not path.is_file():
-        raise ConfigError(f"{setting}={path} does not exist ({path.resolve()})")
-    payload = read_json_file(path)
-    if "mask" in payload:
-        check_binary_mask(payload["mask"], f"{path}")
-        return
-    orders = (payload.get("results") or {}).get("orders") or ((payload.get("results") or {}).get("prune") or {}).get("orders") or {}
-    for order, result in orders.items():
-        for step in result.get("steps", []):
-            check_binary_mask(step.get("mask") or {}, f"{path} (order {order}, fraction {step.get('fraction')})")
-    results = payload.get("results") or {}
-    for point in results.get("points") or (results.get("pareto") or {}).get("points") or []:
-        if "mask" in point:  # the unpruned point has none
-            check_binary_mask(point["mask"], f"{path} (Pareto point {point.get('order')}+{point.get('recovery')} {point.get('step')})")
 
 
 def check_binary_mask(raw: dict, where: str) -> None:

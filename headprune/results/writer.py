@@ -45,14 +45,15 @@ def output_dir(cfg) -> Path:
     return out
 
 
-def read_json(path: str | Path):
-    """Load a JSON file; a damaged one is a ValueError naming the file (delete it to recompute what it held)."""
+OWN_FILE_FIX = "delete it to recompute what it held"  # a file a run wrote itself (never a user's input)
+
+
+def read_json(path: str | Path, fix: str = "replace it with an intact copy"):
+    """Load a JSON file; a damaged one is a ValueError naming the file and ``fix`` (how to get an intact one)."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(
-            f"{path} is not valid JSON ({err}): the file is damaged (an interrupted write?); delete it to recompute what it held"
-        ) from None
+        raise ValueError(f"{path} is not valid JSON ({err}): the file is damaged (an interrupted write or copy?); {fix}") from None
 
 
 def _jsonable(value):
@@ -113,7 +114,7 @@ def update_results(path: str | Path, numbers: dict, config: dict | None = None, 
     path = Path(path)
     if not path.exists():
         return write_results_file(path, kind, config, numbers)
-    payload = read_json(path)
+    payload = read_json(path, OWN_FILE_FIX)
     payload.setdefault("results", {}).update(numbers)
     return write_json_atomic(path, payload)
 

@@ -15,6 +15,19 @@ def _results_files(run_dir: Path) -> list[Path]:
     return [f for f in files if "wandb" not in f.parts]
 
 
+def read_results(file: Path, run_dir: Path) -> dict:
+    """One results file of ``run_dir`` as a JSON object, or a ConfigError naming run_dir and the file (an input: never deleted)."""
+    from headprune.core.checks import ConfigError
+
+    try:
+        payload = read_json(file, "the report only reads it: restore it from a copy, or run again the experiment that wrote it")
+    except ValueError as err:
+        raise ConfigError(f"run_dir={run_dir}: {err}") from None
+    if not isinstance(payload, dict):
+        raise ConfigError(f"run_dir={run_dir}: {file} holds a JSON {type(payload).__name__}, not the object a headprune run writes")
+    return payload
+
+
 def _summary_lines(payload: dict) -> list[str]:
     """Scalar numbers of a results file as markdown bullet lines."""
     numbers = payload.get("results") or {}
@@ -36,7 +49,7 @@ def build_report(run_dir: str | Path) -> Path:
         raise FileNotFoundError(f"{run_dir} holds no results.json, dynamics.json or PNG figures to report")
     lines = [f"# headprune report: {run_dir.name}", "", f"Run directory: `{run_dir}`", ""]
     for file in files:
-        payload = read_json(file)
+        payload = read_results(file, run_dir)
         rel = file.relative_to(run_dir)
         lines += [f"## {payload.get('experiment', file.stem)} (`{rel}`)", ""]
         if payload.get("fingerprints"):
@@ -81,7 +94,7 @@ if __name__ == "__main__":
 
 
 def check(cfg) -> None:
-    """experiment=report: a run directory that exists."""
+    """experiment=report: a run directory that exists, whose results files are readable."""
     from omegaconf import OmegaConf
 
     from headprune.core.checks import ConfigError
@@ -89,3 +102,6 @@ def check(cfg) -> None:
     given = None if OmegaConf.is_missing(cfg, "run_dir") else cfg.get("run_dir")
     if not given or not Path(str(given)).expanduser().is_dir():
         raise ConfigError(f"run_dir={given} is not a directory: give a run directory (run_dir=outputs/<experiment>/<date>)")
+    run_dir = Path(str(given)).expanduser()
+    for file in _results_files(run_dir):
+        read_results(file, run_dir)
