@@ -16,8 +16,9 @@ from headprune.tasks.registry import build_task_model
 def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
     model = build_task_model(cfg.model, seed=int(cfg.seed))
+    seq_len, tokens = sequence(model, int(cfg.inspect.seq_len))
     gates = HeadGates(model)
-    cost = model_cost(model, seq_len=cfg.inspect.seq_len)
+    cost = model_cost(model, seq_len=seq_len)
     print(
         f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "
         f"attention={gates.inner} under headprune gates)"
@@ -29,10 +30,10 @@ def run(cfg) -> dict:
     print(f"heads present: {cost.heads} of {gates.num_heads}")
     print(f"parameters: {cost.parameters:,} (attention projections: {cost.attention_parameters:,})")
     print(
-        f"forward FLOPs per example at seq_len={cost.seq_len}: {cost.flops:,} "
+        f"forward FLOPs per example at {tokens}: {cost.flops:,} "
         f"(attention: {cost.attention_flops:,}, {100 * cost.attention_flops / cost.flops:.1f}%)"
     )
-    numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": asdict(cost)}
+    numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": asdict(cost), "tokens": tokens}
     if grouped_kv:
         numbers["kv_groups"] = {g: list(s) for g, s in gates.kv_groups.items()}
     write_results_file(
@@ -45,9 +46,22 @@ def run(cfg) -> dict:
     return numbers
 
 
+def sequence(model, seq_len: int) -> tuple[int, str]:
+    """(tokens per example, how they were chosen): an image model's own patches + CLS, else ``inspect.seq_len``."""
+    if getattr(model, "main_input_name", None) != "pixel_values":
+        return seq_len, f"seq_len={seq_len} (inspect.seq_len)"
+    from headprune.tasks.vision.processor import image_patches, image_tokens
+
+    tokens, patches = image_tokens(model), image_patches(model)
+    extra = {1: "CLS", 2: "CLS + distillation"}.get(tokens - patches, f"{tokens - patches} special tokens")
+    return tokens, f"seq_len={tokens} (the model's own tokens per image: {patches} patches + {extra})"
+
+
 def check(cfg) -> None:
-    """experiment=inspect: the device and the model (no task, no data)."""
-    from headprune.pipeline.shared_checks import check_device, check_model
+    """experiment=inspect: the device and the model (no task, no data); an image model's length is its own."""
+    from headprune.pipeline.shared_checks import check_device, check_model, refuse_given
 
     check_device(cfg)
     check_model(cfg)
+    if cfg.model.get("kind") == "image_classifier":
+        refuse_given(cfg, ("inspect.seq_len",), "an image model is counted at its own tokens per image (patches + CLS)")
