@@ -978,6 +978,9 @@ CLI_ROWS = [
     ("cli-sweep-one-bad-job", ["-m", "experiment=prune", "prune.order=importance,magnitude"], "prune.order=magnitude"),
     ("cli-sweep-bad-job-later", ["-m", "experiment=ablate", "ablate.alpha=0.01,5"], "sweep job 1"),
     ("cli-mask-step-unquoted", ["experiment=speed", "speed.mask_step=speedup=1.3"], "\"speed.mask_step='speedup=1.3'\""),
+    ("cli-flash-attention-without-package", ["experiment=ablate", "model.attn_implementation=flash_attention_2"], "flash_attention_2"),
+    ("cli-synthetic-train-zero", ["experiment=nli_finetune", "data.synthetic.train_size=0"], "data.synthetic.train_size"),
+    ("cli-model-type-unknown", ["experiment=inspect", "model.config.model_type=foobar"], "model_type='foobar'"),
 ]
 
 
@@ -1400,3 +1403,40 @@ def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, ove
     with pytest.raises(ConfigError) as err:
         get_method(cfg.run)(cfg)
     assert words in str(err.value), str(err.value)
+
+
+# ---- advice names what the user set; a cached hub dataset is no error ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "task,overrides",
+    [
+        pytest.param("lm", ["data=lm_local", "data.dir={tmp}/nothing", "data.max_length=64"], id="lm"),
+        pytest.param("mt", ["data=mt_multi30k", "data.dir={tmp}/nothing"], id="mt"),
+        pytest.param("nli", ["data=nli_local", "data.dir={tmp}/nothing"], id="nli"),
+    ],
+)
+def test_data_dir_advice_names_data_dir_only(tmp_path, no_forward, monkeypatch, task, overrides):
+    """With data.dir given, the advice points at data.dir, never at paths.data_dir (which no longer decides the directory)."""
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError) as err:
+        validate(compose_row(tmp_path, task, ["experiment=ablate", *overrides]))
+    assert "data.dir" in str(err.value) and "paths.data_dir" not in str(err.value), str(err.value)
+
+
+def test_a_cached_hub_dataset_passes_offline(tmp_path, monkeypatch):
+    """Offline, a hub dataset that datasets prepared once (its cache folder) passes the check; another is refused."""
+    import datasets
+
+    from headprune.core.checks import ConfigError
+    from headprune.tasks.hub_data import check_hub_dataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))
+    (tmp_path / "ylecun___mnist" / "mnist" / "0.0.0" / "abc123").mkdir(parents=True)  # as load_dataset leaves it
+    data = {"name": "image_hub"}
+    check_hub_dataset(data, "ylecun/mnist", "data.hub_path", "data=image_digits")
+    with pytest.raises(ConfigError, match="uoft-cs/cifar10 is not in the datasets cache"):
+        check_hub_dataset(data, "uoft-cs/cifar10", "data.hub_path", "data=image_digits")
