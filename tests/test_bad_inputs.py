@@ -1258,6 +1258,12 @@ def _flops_target_one(tmp_path):
     PruneTarget("flops", 1.0)
 
 
+def _load_pruned_foreign_type(tmp_path):
+    from headprune.core.saving import load_pruned
+
+    load_pruned(foreign_model_dir(tmp_path / "foobar", "foobar"))
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -1290,6 +1296,7 @@ API_ROWS = [
     pytest.param(_read_truncated_checkpoint, "epoch=1.ckpt cannot be read", id="api-read-truncated-checkpoint"),
     pytest.param(_raw_mask_no_order, "has no order 'fisher'", id="api-speed-mask-order-missing"),
     pytest.param(_flops_target_one, "removes nothing", id="api-flops-target-one"),
+    pytest.param(_load_pruned_foreign_type, "model_type='foobar', which headprune does not support", id="api-load-pruned-unknown-type"),
 ]
 
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from headprune.core.counting import model_cost
 from headprune.core.gates import HeadGates
 from headprune.results.writer import model_fingerprint, write_results_file
-from headprune.tasks.registry import build_task_model
+from headprune.tasks.registry import build_task_model, model_task
 
 
 def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
     model = build_task_model(cfg.model, seed=int(cfg.seed))
-    seq_len, tokens = sequence(model, int(cfg.inspect.seq_len))
+    seq_len, tokens = sequence(cfg, model)
     gates = HeadGates(model)
     cost = model_cost(model, seq_len=seq_len)
     print(
@@ -46,22 +47,22 @@ def run(cfg) -> dict:
     return numbers
 
 
-def sequence(model, seq_len: int) -> tuple[int, str]:
-    """(tokens per example, how they were chosen): an image model's own patches + CLS, else ``inspect.seq_len``."""
-    if getattr(model, "main_input_name", None) != "pixel_values":
-        return seq_len, f"seq_len={seq_len} (inspect.seq_len)"
-    from headprune.tasks.vision.processor import image_patches, image_tokens
-
-    tokens, patches = image_tokens(model), image_patches(model)
-    extra = {1: "CLS", 2: "CLS + distillation"}.get(tokens - patches, f"{tokens - patches} special tokens")
-    return tokens, f"seq_len={tokens} (the model's own tokens per image: {patches} patches + {extra})"
+def sequence(cfg, model) -> tuple[int, str]:
+    """(tokens per example, how they were chosen): the model's own length where its task fixes one (an image model's
+    patches + CLS), else ``inspect.seq_len``."""
+    own = model_task(cfg.model).own_length
+    if own is None:
+        return int(cfg.inspect.seq_len), f"seq_len={cfg.inspect.seq_len} (inspect.seq_len)"
+    tokens, how = get_method(own)(model)
+    return tokens, f"seq_len={tokens} ({how})"
 
 
 def check(cfg) -> None:
-    """experiment=inspect: the device and the model (no task, no data); an image model's length is its own."""
+    """experiment=inspect: the device and the model (no task, no data); inspect.seq_len only where the model has no
+    length of its own."""
     from headprune.pipeline.shared_checks import check_device, check_model, refuse_given
 
     check_device(cfg)
     check_model(cfg)
-    if cfg.model.get("kind") == "image_classifier":
-        refuse_given(cfg, ("inspect.seq_len",), "an image model is counted at its own tokens per image (patches + CLS)")
+    if model_task(cfg.model).own_length is not None:
+        refuse_given(cfg, ("inspect.seq_len",), "this model is counted at its own tokens per example (an image's patches + CLS)")

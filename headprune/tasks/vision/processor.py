@@ -23,6 +23,13 @@ def image_patches(model) -> int:
     return (int(model.config.image_size) // int(model.config.patch_size)) ** 2
 
 
+def own_length(model) -> tuple[int, str]:
+    """(tokens per image, what they are): every image is its patches plus CLS (and DeiT's distillation token)."""
+    tokens, patches = image_tokens(model), image_patches(model)
+    extra = {1: "CLS", 2: "CLS + distillation"}.get(tokens - patches, f"{tokens - patches} special tokens")
+    return tokens, f"the model's own tokens per image: {patches} patches + {extra}"
+
+
 def build_processor(model_cfg, model):
     """``AutoImageProcessor`` of ``model.pretrained``, else a ViT processor sized to the model with ``model.processor``'s mean/std."""
     from transformers import ViTImageProcessorPil
