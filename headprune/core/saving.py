@@ -113,7 +113,7 @@ def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"no weights (*.safetensors or pytorch_model.bin) in {path}")
 
 
-def unsupported(config_file: Path) -> None:
+def _refuse_unsupported_type(config_file: Path) -> None:
     """A ValueError naming the model type of a readable config.json that no family covers (else nothing)."""
     from headprune.core.families import supported_model_types
 
@@ -138,7 +138,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     try:
         config = AutoConfig.from_pretrained(path, **config_overrides)
     except (OSError, ValueError) as err:
-        unsupported(path / "config.json")
+        _refuse_unsupported_type(path / "config.json")
         raise ValueError(f"{path / 'config.json'} cannot be read ({err}): the file is damaged or truncated; save the model again") from None
     if model_class is None:
         import transformers
