@@ -136,6 +136,68 @@ def write_lm(root: Path, fault: str) -> Path:
     return root
 
 
+def write_image_folder(root: Path, counts: dict[str, int]) -> Path:
+    """One subfolder of small PNG images per class (``counts``: class name -> images)."""
+    from PIL import Image
+
+    for index, (name, count) in enumerate(counts.items()):
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            Image.new("RGB", (10, 10), (20 * i % 256, 60 * index % 256, 0)).save(root / name / f"{i}.png")
+    return root
+
+
+def saved_vit(root: Path) -> Path:
+    """A tiny ViT of 3 classes saved by headprune with its 16x16 image processor."""
+    from tiny_encoders import tiny_vit
+    from transformers import ViTImageProcessorPil
+
+    from headprune.core.saving import save_pruned
+
+    return save_pruned(tiny_vit(), root, tokenizer=ViTImageProcessorPil(size={"height": 16, "width": 16}))
+
+
+def saved_model(root: Path, config, truncate: bool = False) -> Path:
+    """A random model of ``config`` saved with save_pretrained; ``truncate``: its weights cut in half."""
+    from transformers import AutoModel
+
+    AutoModel.from_config(config).save_pretrained(root)
+    if truncate:
+        weights = root / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return root
+
+
+def tiny_llama_config():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def tiny_bert_config():  # the layout of model_dirs' tiny BERT
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+
+
+def epoch_checkpoints(run: Path) -> Path:
+    """A training run's checkpoints folder: a whole first epoch checkpoint and a truncated second one."""
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (run / "checkpoints").mkdir()
+    torch.save({"state_dict": {}}, run / "checkpoints" / "epoch000-step10.ckpt")
+    truncated_checkpoint(run / "checkpoints" / "epoch001-step20.ckpt")
+    return run / "checkpoints"
+
+
+def foreign_model_dir(root: Path, model_type: str) -> Path:
+    """A model directory whose config.json names ``model_type`` (weights present)."""
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": ["FoobarForSequenceClassification"]}))
+    (root / "model.safetensors").write_bytes(b"")
+    return root
+
+
 # ---- config rows: overrides -> words of the error -----------------------------------------------
 
 PRE = {  # a row's files, written before composing
@@ -166,6 +228,13 @@ PRE = {  # a row's files, written before composing
     "prior_run": lambda tmp: ((tmp / "prior").mkdir(), (tmp / "prior" / "results.json").write_text("{}")),
     "run_damaged": lambda tmp: ((tmp / "prior").mkdir(), (tmp / "prior" / "results.json").write_text('{"results": {"sco')),
     "run_list": lambda tmp: ((tmp / "prior").mkdir(), (tmp / "prior" / "results.json").write_text("[]")),
+    "images_one_class": lambda tmp: write_image_folder(tmp / "images", {"cat": 12}),
+    "images_one_rare": lambda tmp: write_image_folder(tmp / "images", {"cat": 12, "dog": 12, "owl": 1}),
+    "vit_saved": lambda tmp: saved_vit(tmp / "vit3"),
+    "foobar_dir": lambda tmp: foreign_model_dir(tmp / "foobar", "foobar"),
+    "llama_dir": lambda tmp: saved_model(tmp / "llama", tiny_llama_config()),
+    "bert_truncated": lambda tmp: saved_model(tmp / "bert", tiny_bert_config(), truncate=True),
+    "epochs_truncated": lambda tmp: epoch_checkpoints(tmp / "run"),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
 LM_FILES = [
@@ -792,6 +861,149 @@ CONFIG_ROWS = [
         "takes at most 128 positions",
         None,
     ),
+    # image folders: their classes are the model's
+    (
+        "image-folder-one-class",
+        "vision",
+        ["experiment=vit_finetune", "data.source=folder", "data.dir={tmp}/images", "data.eval_size=4", "data.importance_size=2"],
+        "a classifier needs two classes or more",
+        "images_one_class",
+    ),
+    (
+        "image-folder-class-too-few-images",
+        "vision",
+        ["experiment=vit_finetune", "data.source=folder", "data.dir={tmp}/images", "data.eval_size=6", "data.importance_size=4"],
+        "class 'owl' (data.dir=",
+        "images_one_rare",
+    ),
+    (
+        "image-folder-fewer-images-than-splits",
+        "vision",
+        ["experiment=ablate", "data.source=folder", "data.dir={tmp}/images"],
+        "25 images cannot give data.eval_size=60",
+        "images_one_rare",
+    ),
+    ("image-model-of-other-classes", "vision", ["experiment=ablate", "model.pretrained={tmp}/vit3"], "classifies 3 classes", "vit_saved"),
+    # hub datasets without network or cache: one line before any download
+    (
+        "image-hub-offline",
+        "vision",
+        ["experiment=vit_finetune", "data=image_hub", "data.hub_path=headprune-tests/no-such-images"],
+        "the hub cannot be reached",
+        None,
+    ),
+    (
+        "lm-hub-offline",
+        "lm",
+        ["experiment=ablate", "data=lm_hub", "data.hub_path=headprune-tests/no-such-texts", "data.max_length=64"],
+        "the hub cannot be reached",
+        None,
+    ),
+    (
+        "nli-hub-offline",
+        "nli",
+        ["experiment=ablate", "data=nli_hub", "data.hub_path=headprune-tests/no-such-pairs"],
+        "not in the datasets cache",
+        None,
+    ),
+    ("mt-hub-offline", "mt", ["experiment=ablate", "data=mt_hub", "data.hub.path=headprune-tests/no-such-pairs"], "data.hub.path=", None),
+    # synthetic sets of no examples
+    ("nli-synthetic-train-zero", "nli", ["experiment=nli_finetune", "data.synthetic.train_size=0"], "data.synthetic.train_size", None),
+    ("nli-synthetic-eval-zero", "nli", ["experiment=ablate", "data.synthetic.eval_size=0"], "data.synthetic.eval_size", None),
+    (
+        "nli-synthetic-train-below-importance",
+        "nli",
+        ["experiment=prune", "data.synthetic.train_size=50"],
+        "data.importance_size=40 is more than the 25 examples",
+        None,
+    ),
+    (
+        "mt-synthetic-train-zero",
+        "mt",
+        ["experiment=mt_train", "model=tiny_marian", "data.synthetic.sizes.train=0"],
+        "data.synthetic.sizes.train",
+        None,
+    ),
+    (
+        "lm-synthetic-importance-zero",
+        "lm",
+        ["experiment=ablate", "data.synthetic.sizes.importance=0"],
+        "data.synthetic.sizes.importance",
+        None,
+    ),
+    # attention implementations and model types headprune cannot run
+    (
+        "flash-attention-without-package",
+        "nli",
+        ["experiment=ablate", "model.attn_implementation=flash_attention_2"],
+        "model.attn_implementation=flash_attention_2",
+        None,
+    ),
+    ("model-type-unknown-config", "nli", ["experiment=ablate", "model.config.model_type=foobar"], "model_type='foobar'", None),
+    ("model-type-mamba-inspect", "lm", ["experiment=inspect", "model.config.model_type=mamba"], "model_type='mamba'", None),
+    (
+        "model-type-unknown-model-dir",
+        "nli",
+        ["experiment=ablate", "model=minilm", "model.pretrained={tmp}/foobar"],
+        "foobar/config.json says model_type='foobar'",
+        "foobar_dir",
+    ),
+    # advice names the setting that gave the data directory
+    (
+        "lm-data-dir-missing-files",
+        "lm",
+        ["experiment=ablate", "data=lm_local", "data.dir={tmp}/nothing", "data.max_length=64"],
+        "point data.dir at the directory with wmt/en-de/newstest2014.en",
+        None,
+    ),
+    (
+        "mt-data-dir-missing-files",
+        "mt",
+        ["experiment=ablate", "data=mt_multi30k", "data.dir={tmp}/nothing"],
+        "point data.dir at the directory with train.en and train.de",
+        None,
+    ),
+    ("nli-data-dir-missing-files", "nli", ["experiment=ablate", "data=nli_local", "data.dir={tmp}/nothing"], "point data.dir at", None),
+    ("lm-paths-data-dir-missing-files", "lm", ["experiment=ablate", "data=lm_local", "data.max_length=64"], "under paths.data_dir", None),
+    # dynamics: every checkpoint checked before the first is analysed
+    (
+        "dynamics-steps-named-in-part",
+        "lm",
+        ["experiment=dynamics", "checkpoints=[{tmp}/run/step100,{tmp}/run/final]"],
+        "name no step",
+        None,
+    ),
+    (
+        "dynamics-steps-repeated",
+        "lm",
+        ["experiment=dynamics", "checkpoints=[{tmp}/a/step100,{tmp}/b/checkpoint-100]"],
+        "all tell step 100",
+        None,
+    ),
+    (
+        "dynamics-llama-beside-bert",
+        "nli",
+        ["experiment=dynamics", "checkpoints=[{models}/complete,{tmp}/llama]"],
+        "is not the same model as",
+        "llama_dir",
+    ),
+    (
+        "dynamics-truncated-weights-second",
+        "nli",
+        ["experiment=dynamics", "checkpoints=[{models}/complete,{tmp}/bert]"],
+        "model.safetensors cannot be read as weights",
+        "bert_truncated",
+    ),
+    (
+        "dynamics-ckpt-truncated-second",
+        "mt",
+        ["experiment=dynamics", "ckpt_dir={tmp}/run/checkpoints"],
+        "epoch001-step20.ckpt is no readable checkpoint",
+        "epochs_truncated",
+    ),
+    ("dynamics-ckpt-dir-without-epochs", "mt", ["experiment=dynamics", "ckpt_dir={tmp}"], "no per-epoch checkpoints", None),
+    # inspect counts an image model at its own tokens
+    ("inspect-seq-len-image-model", "vision", ["experiment=inspect", "inspect.seq_len=64"], "inspect.seq_len=64 would be ignored", None),
 ]
 
 
@@ -894,6 +1106,9 @@ CLI_ROWS = [
     ),
     ("cli-run-dir-is-a-file", ["experiment=ablate", "hydra.run.dir={tmp}/a_file"], "a_file is a file, not a directory"),
     ("cli-run-dir-under-a-file", ["experiment=ablate", "hydra.run.dir={tmp}/a_file/run"], "a_file is a file, not a directory"),
+    ("cli-flash-attention-without-package", ["experiment=ablate", "model.attn_implementation=flash_attention_2"], "flash_attention_2"),
+    ("cli-synthetic-train-zero", ["experiment=nli_finetune", "data.synthetic.train_size=0"], "data.synthetic.train_size"),
+    ("cli-model-type-unknown", ["experiment=inspect", "model.config.model_type=foobar"], "model_type='foobar'"),
 ]
 
 
@@ -909,6 +1124,7 @@ def test_cli_error(tmp_path, no_forward, monkeypatch, capsys, overrides, words):
         "headprune",
         *[o for o in NLI if not o.startswith("data.")],
         "data.synthetic.train_size=240",
+        "data.importance_size=40",  # at most half the training examples (the importance subset is held out)
         "logger=none",
         "device=cpu",
         *[o for o in overrides if not o.startswith("-")],
@@ -1240,6 +1456,12 @@ def _prune_mask_value(value):
     return call
 
 
+def _load_pruned_foreign_type(tmp_path):
+    from headprune.core.saving import load_pruned
+
+    load_pruned(foreign_model_dir(tmp_path / "foobar", "foobar"))
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -1289,6 +1511,7 @@ API_ROWS = [
     pytest.param(_prune_mask_value({"enc_self": [[1, 0], [1]]}), "got list [[1, 0], [1]]", id="api-prune-mask-ragged"),
     pytest.param(_prune_mask_value({"enc_self": {"0": [1]}}), "is what prune_heads takes", id="api-prune-mask-head-ids"),
     pytest.param(_prune_mask_value(None), "the mask is None", id="api-prune-mask-none"),
+    pytest.param(_load_pruned_foreign_type, "model_type='foobar', which headprune does not support", id="api-load-pruned-unknown-type"),
 ]
 
 
@@ -1402,3 +1625,40 @@ def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, ove
     with pytest.raises(ConfigError) as err:
         get_method(cfg.run)(cfg)
     assert words in str(err.value), str(err.value)
+
+
+# ---- advice names what the user set; a cached hub dataset is no error ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "task,overrides",
+    [
+        pytest.param("lm", ["data=lm_local", "data.dir={tmp}/nothing", "data.max_length=64"], id="lm"),
+        pytest.param("mt", ["data=mt_multi30k", "data.dir={tmp}/nothing"], id="mt"),
+        pytest.param("nli", ["data=nli_local", "data.dir={tmp}/nothing"], id="nli"),
+    ],
+)
+def test_data_dir_advice_names_data_dir_only(tmp_path, no_forward, monkeypatch, task, overrides):
+    """With data.dir given, the advice points at data.dir, never at paths.data_dir (which no longer decides the directory)."""
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError) as err:
+        validate(compose_row(tmp_path, task, ["experiment=ablate", *overrides]))
+    assert "data.dir" in str(err.value) and "paths.data_dir" not in str(err.value), str(err.value)
+
+
+def test_a_cached_hub_dataset_passes_offline(tmp_path, monkeypatch):
+    """Offline, a hub dataset that datasets prepared once (its cache folder) passes the check; another is refused."""
+    import datasets
+
+    from headprune.core.checks import ConfigError
+    from headprune.tasks.hub_data import check_hub_dataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))
+    (tmp_path / "ylecun___mnist" / "mnist" / "0.0.0" / "abc123").mkdir(parents=True)  # as load_dataset leaves it
+    data = {"name": "image_hub"}
+    check_hub_dataset(data, "ylecun/mnist", "data.hub_path", "data=image_digits")
+    with pytest.raises(ConfigError, match="uoft-cs/cifar10 is not in the datasets cache"):
+        check_hub_dataset(data, "uoft-cs/cifar10", "data.hub_path", "data=image_digits")

@@ -41,3 +41,24 @@ def test_inspect_shows_the_tiny_decoder_families(tmp_path, capsys, model, model_
     out = capsys.readouterr().out
     assert f"model_type={model_type}" in out and "heads present: 8 of 8" in out
     assert (kv in out) if kv else "kv_heads" not in out
+
+
+@pytest.mark.parametrize("model,tokens", [("tiny_vit", 17), ("tiny_deit", 18)])
+def test_inspect_counts_an_image_model_at_its_own_tokens(tmp_path, capsys, model, tokens):
+    """An image model's FLOPs are at its patches + CLS (+ DeiT's distillation token), the length of its hidden states."""
+    import torch
+    from experiment_helpers import compose_cfg
+    from hydra.utils import get_method
+
+    from headprune.core.counting import model_cost
+    from headprune.tasks.registry import build_task_model
+
+    cfg = compose_cfg(tmp_path, ["experiment=inspect", f"model={model}", "data=image_digits", "logger=none"])
+    numbers = get_method(cfg.run)(cfg)
+    out = capsys.readouterr().out
+    assert f"at seq_len={tokens} (the model's own tokens per image: 16 patches + CLS" in out
+    built = build_task_model(cfg.model, seed=int(cfg.seed)).eval()
+    with torch.no_grad():
+        hidden = built(pixel_values=torch.zeros(1, 3, 16, 16), output_hidden_states=True).hidden_states[0]
+    assert numbers["cost"]["seq_len"] == hidden.shape[1] == tokens
+    assert numbers["cost"]["flops"] == model_cost(built, seq_len=tokens).flops

@@ -103,3 +103,45 @@ def test_checkpoint_step_from_names():
     assert checkpoint_step("runs/out/checkpoint-500/", 1) == 500
     assert checkpoint_step("allenai/OLMo-2-0425-1B@stage1-step10000-tokens21B", 0) == 10000
     assert checkpoint_step("my_models/final", 3) == 3
+
+
+def test_checkpoints_are_analysed_by_the_step_in_their_names(checkpoint_dirs, tmp_path, capsys):
+    """Listed newest first, the checkpoints are analysed oldest first (a line says so), as the same list given in order."""
+    from headprune.experiments.dynamics import analyse_models
+
+    early, late = checkpoint_dirs[0], checkpoint_dirs[2]
+    given = analyse_models(dynamics_cfg(tmp_path, f"checkpoints=[{late},{early}]", "dynamics.fractions=[0.0,0.5]"))
+    assert "checkpoints taken by the step in their names: step 0" in capsys.readouterr().out
+    ordered = analyse_models(dynamics_cfg(tmp_path, f"checkpoints=[{early},{late}]", "dynamics.fractions=[0.0,0.5]"))
+    assert [s["step"] for s in given] == [0, 2000] and [s["checkpoint"] for s in given] == [str(early), str(late)]
+    for a, b in zip(given, ordered):
+        scale = max(abs(x) for x in b["scores"])
+        assert a["scores"] == pytest.approx(b["scores"], abs=1e-5 * scale)
+
+
+def test_ordered_checkpoints():
+    from headprune.pipeline.checkpoint_lists import ordered_checkpoints
+
+    assert ordered_checkpoints(["run/step200", "org/m@step100"]) == [(100, "org/m@step100"), (200, "run/step200")]
+    assert ordered_checkpoints(["late", "early"]) == [(0, "late"), (1, "early")]  # no steps: the order given
+    with pytest.raises(ConfigError, match="name no step"):
+        ordered_checkpoints(["run/step200", "run/final"])
+    with pytest.raises(ConfigError, match="all tell step 5"):
+        ordered_checkpoints(["a/step5", "b/checkpoint-5"])
+
+
+def test_every_checkpoint_is_checked_before_the_first_is_analysed(checkpoint_dirs, tmp_path, monkeypatch):
+    """A damaged third checkpoint is refused by validation: nothing is loaded."""
+    import shutil
+
+    from headprune.tasks import registry
+    from headprune.validation import validate
+
+    broken = tmp_path / "step3000"
+    shutil.copytree(checkpoint_dirs[2], broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    monkeypatch.setattr(registry, "load_task", lambda cfg: pytest.fail("a checkpoint was loaded before the check"))
+    listed = ",".join(str(d) for d in [*checkpoint_dirs[:2], broken])
+    with pytest.raises(ConfigError, match="step3000/model.safetensors cannot be read"):
+        validate(dynamics_cfg(tmp_path, f"checkpoints=[{listed}]"))

@@ -347,3 +347,74 @@ def test_tiny_deit_takes_the_protocol_with_its_distillation_token(tmp_path):
         single = task.evaluate(mask)
         agree = torch.tensor(batched.per_example["correct"]) == torch.tensor(single.per_example["correct"])
         assert bool(agree[clear].all())
+
+
+def test_a_folder_names_the_classes_of_the_saved_model_and_of_its_onnx_export(tmp_path, capsys, monkeypatch):
+    """experiment=vit_finetune on class folders (the command line): the saved config holds the folders' classes, and so
+    do the ONNX export's config.json and description."""
+    from cli_runs import headprune
+    from PIL import Image
+
+    from headprune.core.saving import load_pruned
+    from headprune.export import export_model
+    from headprune.tasks.vision.processor import build_processor
+
+    names = ["cat", "dog", "owl"]
+    root = tmp_path / "images"
+    for index, name in enumerate(names):
+        (root / name).mkdir(parents=True)
+        for i in range(8):
+            Image.new("RGB", (10, 10), (25 * i, 80 * index, 0)).save(root / name / f"{i}.png")
+    run = tmp_path / "run"
+    status, err = headprune(
+        capsys,
+        monkeypatch,
+        tmp_path,
+        run,
+        "experiment=vit_finetune",
+        "logger=none",
+        "device=cpu",
+        "data.source=folder",
+        f"data.dir={root}",
+        "data.eval_size=6",
+        "data.importance_size=3",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+    )
+    assert status == 0, err[-2000:]
+    saved = json.loads((run / "model" / "config.json").read_text())
+    assert saved["id2label"] == {"0": "cat", "1": "dog", "2": "owl"} and saved["label2id"] == {"cat": 0, "dog": 1, "owl": 2}
+    model = load_pruned(run / "model").eval()
+    assert model.config.num_labels == 3
+    processor = build_processor(compose_cfg(tmp_path, ["model=tiny_vit", f"model.pretrained={run / 'model'}"]).model, model)
+    out = tmp_path / "onnx"
+    export_model("onnx", model, processor, out, {"pixel_values": torch.zeros(2, 3, 16, 16)})
+    exported = json.loads((out / "config.json").read_text())
+    assert exported["id2label"] == saved["id2label"]
+    assert json.loads((out / "headprune_export.json").read_text())["labels"] == saved["id2label"]
+
+
+def test_classes_come_from_the_source(tmp_path):
+    """A folder's subfolders and the ten digits name the head's classes; a hub dataset takes model.num_labels."""
+    from headprune.tasks.vision.task import label_settings
+
+    root = write_folder(tmp_path / "images")
+    folder = label_settings(vision_cfg(tmp_path, "data.source=folder", f"data.dir={root}"))
+    assert folder == {"num_labels": 2, "id2label": {0: "cat", 1: "dog"}, "label2id": {"cat": 0, "dog": 1}}
+    digits = label_settings(vision_cfg(tmp_path))
+    assert digits["num_labels"] == 10 and digits["id2label"][7] == "7"
+    hub = compose_cfg(tmp_path, ["experiment=ablate", "model=tiny_vit", "data=image_hub", "model.num_labels=5"])
+    assert label_settings(hub) == {"num_labels": 5}
+
+
+def test_every_class_in_train_and_eval_passes_the_folder_check(tmp_path):
+    """The check's split is the data module's: a folder it passes gives every class training and evaluation images."""
+    from headprune.tasks.vision.task import load_vision_task
+    from headprune.validation import validate
+
+    root = write_folder(tmp_path / "images")
+    cfg = vision_cfg(tmp_path, "data.source=folder", f"data.dir={root}", "data.eval_size=6", "data.importance_size=4")
+    validate(cfg)
+    task = load_vision_task(cfg)
+    for split in ("train", "eval"):
+        assert set(task.data.dataset(split).labels.tolist()) == {0, 1}

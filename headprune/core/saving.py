@@ -134,6 +134,21 @@ def _model_dir(path) -> Path:
     return path
 
 
+def _refuse_unsupported_type(config_file: Path) -> None:
+    """A ValueError naming the model type of a readable config.json that no family covers (else nothing)."""
+    from headprune.core.families import supported_model_types
+
+    try:
+        model_type = json.loads(config_file.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return  # unreadable: the caller says the file is damaged
+    if model_type not in supported_model_types():
+        raise ValueError(
+            f"{config_file} says model_type={model_type!r}, which headprune does not support: the supported model types "
+            f"are {', '.join(supported_model_types())} (headprune/core/families.py)"
+        ) from None
+
+
 def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Module:
     """Load a model saved by ``save_pruned`` (or any HF model dir), rebuilding the uneven head counts."""
     from transformers import AutoConfig
@@ -142,6 +157,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     try:
         config = AutoConfig.from_pretrained(path, **config_overrides)
     except (OSError, ValueError) as err:
+        _refuse_unsupported_type(path / "config.json")
         raise ValueError(f"{path / 'config.json'} cannot be read ({err}): the file is damaged or truncated; save the model again") from None
     if model_class is None:
         import transformers

@@ -7,32 +7,17 @@ Pythia and OLMo publish the checkpoints of their pretraining runs.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
+from headprune.pipeline.checkpoint_lists import epoch_checkpoints, named_step, ordered_checkpoints
 from headprune.pipeline.settings import listed as list_of
 from headprune.results.writer import write_results_file
 from headprune.tasks import registry
 from headprune.viz.dynamics_plots import importance_over_time, pruning_curves_by_epoch
-
-EPOCH_FILE = re.compile(r"epoch(\d+)-step(\d+)\.ckpt$")
-STEP_IN_NAME = re.compile(r"(?:step|checkpoint)[-_]?(\d+)", re.IGNORECASE)  # Pythia's step1000, HF's checkpoint-500
-
-
-def epoch_checkpoints(ckpt_dir: Path) -> list[tuple[int, int, Path]]:
-    """(epoch, step, path) of every per-epoch checkpoint in a directory, oldest first."""
-    found = []
-    for path in ckpt_dir.glob("*.ckpt"):
-        match = EPOCH_FILE.search(path.name)
-        if match:
-            found.append((int(match.group(1)), int(match.group(2)), path))
-    if not found:
-        raise FileNotFoundError(f"no per-epoch checkpoints (epochNNN-stepN.ckpt) in {ckpt_dir}")
-    return sorted(found)
 
 
 def checkpoint_training_config(ckpt_dir: Path, cfg):
@@ -81,8 +66,8 @@ def analyse_checkpoints(cfg) -> list[dict]:
 
 def checkpoint_step(entry: str, index: int) -> int:
     """The training step a checkpoint's name tells (``...@step1000``, ``checkpoint-500``), else its position in the list."""
-    found = STEP_IN_NAME.findall(str(entry).rstrip("/").rsplit("/", 1)[-1].rsplit("@", 1)[-1])
-    return int(found[-1]) if found else index
+    step = named_step(entry)
+    return index if step is None else step
 
 
 def config_for_checkpoint(cfg, entry: str):
@@ -97,15 +82,24 @@ def config_for_checkpoint(cfg, entry: str):
     return one
 
 
+def series(cfg) -> list[tuple[int, str]]:
+    """(step, checkpoint) of ``checkpoints``, by the step their names tell (a line says so when that is not the order
+    given), else in the order given."""
+    listed = [str(c) for c in cfg.checkpoints]
+    ordered = ordered_checkpoints(listed)
+    if [entry for _, entry in ordered] != listed:
+        print(f"checkpoints taken by the step in their names: {', '.join(f'step {s} ({e})' for s, e in ordered)}", flush=True)
+    return ordered
+
+
 def analyse_models(cfg) -> list[dict]:
-    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision), in the order given."""
+    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision), oldest step first."""
     from tqdm.auto import tqdm
 
     settings = cfg.dynamics
     snapshots = []
-    for index, entry in enumerate(tqdm(list(cfg.checkpoints), desc="checkpoints")):
+    for index, (step, entry) in enumerate(tqdm(series(cfg), desc="checkpoints")):
         task = registry.load_task(config_for_checkpoint(cfg, entry))
-        step = checkpoint_step(entry, index)
         snap = take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=index, step=step)
         snapshots.append({**snap, "checkpoint": str(entry), "label": f"step {step}"})
         del task
@@ -113,10 +107,11 @@ def analyse_models(cfg) -> list[dict]:
 
 
 def check(cfg) -> None:
-    """Exactly one source of checkpoints (a ckpt_dir that exists); each listed checkpoint once, and present (a local one
-    complete), with the task they are scored on; dynamics.fractions listed once."""
+    """Exactly one source of checkpoints, every one checked before the first is analysed: a ckpt_dir's per-epoch
+    checkpoints each whole; listed checkpoints each once, in an order their names make clear, present, readable and one
+    model (headprune.pipeline.checkpoint_lists), with the task they are scored on; dynamics.fractions listed once."""
     from headprune.core.checks import ConfigError
-    from headprune.models.sources import check_model_dir, resolve_pretrained
+    from headprune.pipeline.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints
     from headprune.pipeline.shared_checks import check_reads, check_task, no_duplicates
 
     check_reads(cfg)
@@ -136,22 +131,24 @@ def check(cfg) -> None:
             "dynamics_overrides changes the saved training config of a ckpt_dir run; with checkpoints=[...] set the "
             "settings directly (e.g. data.limits.eval=300) and drop dynamics_overrides"
         )
-    for entry in listed:
-        check_model_dir(resolve_pretrained(entry, "checkpoints"), "checkpoints", tokenizer=False)
     if listed:
+        ordered_checkpoints(listed)
+        check_checkpoint_models(cfg, listed)
         check_task(cfg)
     elif not Path(str(cfg.ckpt_dir)).expanduser().is_dir():
         raise ConfigError(
             f"ckpt_dir={cfg.ckpt_dir} is not a directory: give a training run's checkpoints folder "
             "(e.g. ckpt_dir=outputs/mt_train/<date>/checkpoints)"
         )
+    else:
+        check_epoch_checkpoints(Path(str(cfg.ckpt_dir)).expanduser())
 
 
 def run(cfg) -> dict:
     """Analyse the checkpoints, write dynamics.json and the figures, and print the per-epoch table."""
     out = Path(cfg.paths.output_dir)
     snapshots = analyse_models(cfg) if cfg.checkpoints else analyse_checkpoints(cfg)
-    source = {"checkpoints": [str(c) for c in cfg.checkpoints]} if cfg.checkpoints else {"ckpt_dir": str(cfg.ckpt_dir)}
+    source = {"checkpoints": [s["checkpoint"] for s in snapshots]} if cfg.checkpoints else {"ckpt_dir": str(cfg.ckpt_dir)}
     write_results_file(
         out / "dynamics.json",
         "dynamics",

@@ -5,19 +5,21 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from headprune.core.counting import model_cost
 from headprune.core.gates import HeadGates
 from headprune.results.writer import model_fingerprint, write_results_file
-from headprune.tasks.registry import build_task_model
+from headprune.tasks.registry import build_task_model, model_task
 
 
 def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
     model = build_task_model(cfg.model, seed=int(cfg.seed))
+    seq_len, tokens = sequence(cfg, model)
     gates = HeadGates(model)
-    cost = model_cost(model, seq_len=cfg.inspect.seq_len)
+    cost = model_cost(model, seq_len=seq_len)
     print(
         f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "
         f"attention={gates.inner} under headprune gates)"
@@ -29,10 +31,10 @@ def run(cfg) -> dict:
     print(f"heads present: {cost.heads} of {gates.num_heads}")
     print(f"parameters: {cost.parameters:,} (attention projections: {cost.attention_parameters:,})")
     print(
-        f"forward FLOPs per example at seq_len={cost.seq_len}: {cost.flops:,} "
+        f"forward FLOPs per example at {tokens}: {cost.flops:,} "
         f"(attention: {cost.attention_flops:,}, {100 * cost.attention_flops / cost.flops:.1f}%)"
     )
-    numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": asdict(cost)}
+    numbers = {"groups": {g: list(s) for g, s in gates.groups.items()}, "cost": asdict(cost), "tokens": tokens}
     if grouped_kv:
         numbers["kv_groups"] = {g: list(s) for g, s in gates.kv_groups.items()}
     write_results_file(
@@ -45,9 +47,22 @@ def run(cfg) -> dict:
     return numbers
 
 
+def sequence(cfg, model) -> tuple[int, str]:
+    """(tokens per example, how they were chosen): the model's own length where its task fixes one (an image model's
+    patches + CLS), else ``inspect.seq_len``."""
+    own = model_task(cfg.model).own_length
+    if own is None:
+        return int(cfg.inspect.seq_len), f"seq_len={cfg.inspect.seq_len} (inspect.seq_len)"
+    tokens, how = get_method(own)(model)
+    return tokens, f"seq_len={tokens} ({how})"
+
+
 def check(cfg) -> None:
-    """experiment=inspect: the device and the model (no task, no data)."""
-    from headprune.pipeline.shared_checks import check_device, check_model
+    """experiment=inspect: the device and the model (no task, no data); inspect.seq_len only where the model has no
+    length of its own."""
+    from headprune.pipeline.shared_checks import check_device, check_model, refuse_given
 
     check_device(cfg)
     check_model(cfg)
+    if model_task(cfg.model).own_length is not None:
+        refuse_given(cfg, ("inspect.seq_len",), "this model is counted at its own tokens per example (an image's patches + CLS)")

@@ -174,3 +174,26 @@ def max_positions(model_cfg) -> int | None:
     fields = config_fields(model_cfg)
     value = None if fields is None else fields.get("max_position_embeddings", fields.get("n_positions"))  # n_positions: GPT-2
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def check_weights_readable(path: str | Path, setting: str = "model.pretrained") -> None:
+    """A ConfigError naming the first weight file of a local model directory that cannot be read (truncated or damaged):
+    safetensors headers must cover their files, PyTorch files must be whole zip archives; no tensor is loaded."""
+    import zipfile
+
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_dir():
+        return
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), "pt"):
+                pass
+        except Exception as err:  # noqa: BLE001 - safetensors raises its own error type for a damaged header
+            raise ConfigError(
+                f"{setting}: {file} cannot be read as weights ({err}): the file is damaged or truncated; copy it again"
+            ) from None
+    for file in sorted(path.glob("pytorch_model*.bin")):
+        if not zipfile.is_zipfile(file):
+            raise ConfigError(f"{setting}: {file} is no readable weight file (damaged or truncated): copy it again")

@@ -89,10 +89,69 @@ def check_model(cfg) -> None:
             f"model.attn_implementation={implementation} is no attention implementation of transformers: "
             f"choose one of {list(ATTENTION_IMPLEMENTATIONS)} (or null for the model's default)"
         )
+    check_flash_attention(cfg, implementation)
+    try:
+        built = built_config(cfg.model)
+    except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
+        raise ConfigError(str(err)) from None
+    if built is not None:
+        check_model_type(*built)
     try:
         _check_model_files(cfg)
     except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
         raise ConfigError(str(err)) from None
+
+
+FLASH_ATTENTION = {"flash_attention_2": ("flash_attn", "flash-attn"), "flash_attention_3": ("flash_attn_interface", "flash-attn-3")}
+
+
+def check_flash_attention(cfg, implementation) -> None:
+    """FlashAttention needs its package and a CUDA GPU: refused before the model is built when either is missing."""
+    import importlib.util
+
+    import torch
+
+    if implementation not in FLASH_ATTENTION:
+        return
+    module, package = FLASH_ATTENTION[implementation]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"model.attn_implementation={implementation} needs the {package} package, which is not installed here: "
+            f"install it on a machine with a CUDA GPU (pip install {package}), or use model.attn_implementation=sdpa"
+        )
+    if not torch.cuda.is_available() or str(cfg.get("device")).startswith("cpu"):
+        raise ConfigError(
+            f"model.attn_implementation={implementation} runs on a CUDA GPU only (device={cfg.get('device')}, "
+            f"{'no GPU here' if not torch.cuda.is_available() else 'the CPU asked'}): use model.attn_implementation=sdpa"
+        )
+
+
+def built_config(model_cfg) -> tuple[dict, str] | None:
+    """(config fields, where they are read) of the model that will be built: a local model.pretrained's config.json,
+    else model.config (None: a hub name or a training checkpoint, known only once loaded)."""
+    from headprune.models.sources import resolve_pretrained
+    from headprune.results.readers import read_json_file
+
+    pretrained = model_cfg.get("pretrained")
+    if pretrained and not str(pretrained).endswith(".ckpt"):
+        path = Path(resolve_pretrained(str(pretrained))) / "config.json"
+        return (read_json_file(path), str(path)) if path.is_file() else None
+    if model_cfg.get("config") is not None and not pretrained:
+        return dict(model_cfg.config), "model.config"
+    return None
+
+
+def check_model_type(fields: dict, config_file: str) -> None:
+    """The model type of a model's config fields (read from ``config_file``) is one the family table covers."""
+    from headprune.core.families import supported_model_types
+
+    model_type = fields.get("model_type")
+    if model_type not in supported_model_types():
+        raise ConfigError(
+            f"{config_file} says model_type={model_type!r}, which headprune does not support (no row of "
+            f"headprune/core/families.py covers it): use a model of one of the supported types "
+            f"{', '.join(supported_model_types())}"
+        )
 
 
 def _check_model_files(cfg) -> None:

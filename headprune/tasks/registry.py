@@ -29,6 +29,7 @@ class TaskSpec:
     model_class: str | None = None  # the transformers auto class its models are built as (None: its loader builds its own)
     model_config: tuple[str, ...] = ()  # model.* settings that go into the model's config (a classifier's num_labels)
     architectures: tuple[str, ...] = ()  # how the HF architectures of its models end (config.json "architectures")
+    own_length: str | None = None  # model -> (tokens, how): inputs of the model's own length (images: patches + CLS)
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -83,6 +84,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         selection="importance",
         model_class="transformers.AutoModelForImageClassification",
         architectures=("ForImageClassification", "ForImageClassificationWithTeacher"),
+        own_length="headprune.tasks.vision.processor.own_length",
     ),
 }
 

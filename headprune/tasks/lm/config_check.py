@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, text
 from headprune.models.sources import max_positions
+from headprune.tasks.data_dir import dir_setting
+from headprune.tasks.hub_data import check_hub_dataset
 
 SOURCES = ("local", "hub", "synthetic")
 SCHEMA = {
@@ -21,6 +23,7 @@ SCHEMA = {
     "data.tokenizer.vocab_size": rule(integer, low=1),
     "data.text_field": rule(text),
     **{f"data.limits.{split}": optional(rule(integer, low=1)) for split in ("eval", "eval_other", "importance", "heldout", "train")},
+    **{f"data.synthetic.sizes.{split}": rule(integer, low=1) for split in ("eval", "eval_other", "importance", "heldout", "train")},
 }
 
 
@@ -30,6 +33,8 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
     check_lengths(cfg)
     if files and cfg.data.get("source") in ("local", "synthetic"):
         check_texts(cfg.data)
+    if files and cfg.data.get("source") == "hub":
+        check_hub_dataset(cfg.data, cfg.data.get("hub_path"), "data.hub_path", "data=lm_local (text files) or data=lm_synthetic")
 
 
 def check_lengths(cfg) -> None:
@@ -65,6 +70,6 @@ def check_texts(data) -> None:
             files = (data.get("files") or {}).get(split)
             where = f"data.files.{split}={list(files) if files is not None and not isinstance(files, str) else files}"
             raise ConfigError(
-                f"data={data.get('name')}: the {split} split holds no text ({where} has no non-empty line under data.dir={data.get('dir')}): "
-                "give files with one text per line"
+                f"data={data.get('name')}: the {split} split holds no text ({where} has no non-empty line under "
+                f"{dir_setting(data)}={data.get('dir')}): give files with one text per line"
             )

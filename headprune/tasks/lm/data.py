@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from headprune.tasks.data_dir import dir_advice
 from headprune.tasks.text_lines import utf8_lines
 
 SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
@@ -28,7 +29,7 @@ def read_texts(path: str | Path) -> list[str]:
     if not path.is_file():
         present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
         where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
-        raise FileNotFoundError(f"language-modelling text file {path} not found ({where}); set data.files or paths.data_dir")
+        raise FileNotFoundError(f"language-modelling text file {path} not found ({where})")
     return [line.strip() for _, line in utf8_lines(path) if line.strip()]  # a bad byte names the file and line
 
 
@@ -54,10 +55,18 @@ def local_lines(cfg, data_dir: str | Path) -> dict[str, list[tuple[tuple[str, in
         raise ValueError(
             f"data.files uses {sorted(shared)} for evaluation and for importance/held-out choices or training: keep them apart"
         )
-    return {
-        split: [((path, number), text) for path in paths for number, text in enumerate(read_texts(Path(data_dir) / path))]
-        for split, paths in files.items()
-    }
+    out = {}
+    for split, paths in files.items():
+        out[split] = []
+        for path in paths:
+            try:
+                texts = read_texts(Path(data_dir) / path)
+            except FileNotFoundError as err:
+                raise FileNotFoundError(
+                    f"{err}: data.files.{split} names {path}; {dir_advice(cfg, path)}, or name your files in data.files.{split}"
+                ) from None
+            out[split] += [((path, number), text) for number, text in enumerate(texts)]
+    return out
 
 
 def draw_splits(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, number, optional, rule, text
 from headprune.models.sources import max_positions
+from headprune.tasks.data_dir import dir_advice
+from headprune.tasks.hub_data import check_hub_dataset
 from headprune.tasks.mt.config import SPLITS, split_limit
 
 SCHEMA = {
@@ -26,6 +28,7 @@ SCHEMA = {
     "data.num_workers": rule(integer, low=0),
     "data.importance.max_tokens": rule(integer, low=1),
     **{f"data.{key}": rule(integer, low=1) for key in ("max_tokens", "eval_max_tokens", "eval_batch_size", "max_len")},
+    **{f"data.synthetic.sizes.{split}": rule(integer, low=1) for split in SPLITS},  # data=mt_synthetic: pairs made per split
 }
 
 
@@ -43,6 +46,8 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
     check_lengths(cfg)
     if files and data.source == "files":
         check_files(data)
+    if files and data.source == "hub":
+        check_hub_dataset(data, data.hub.path, "data.hub.path", "data=mt_multi30k, mt_iwslt14 or mt_wmt (local files) or data=mt_synthetic")
 
 
 def check_lengths(cfg) -> None:
@@ -68,7 +73,12 @@ def check_files(data) -> None:
     from headprune.tasks.mt.files import read_aligned
 
     for split in SPLITS:
+        stem = data.splits[split]
         try:
-            read_aligned(data.dir, data.splits[split], data.src_lang, data.tgt_lang)
+            read_aligned(data.dir, stem, data.src_lang, data.tgt_lang)
+        except FileNotFoundError as err:
+            raise ConfigError(
+                f"data split {split!r}: {err}; {dir_advice(data, f'{stem}.{data.src_lang} and {stem}.{data.tgt_lang}')}"
+            ) from None
         except (OSError, ValueError) as err:
             raise ConfigError(f"data split {split!r}: {err}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
 from headprune.models.sources import max_positions
+from headprune.tasks.hub_data import check_hub_dataset
 
 SCHEMA = {
     "task.lr": rule(number, low=0.0, closed="()"),
@@ -11,6 +12,9 @@ SCHEMA = {
     "task.warmup_ratio": rule(number, low=0.0, high=1.0),
     "task.warmup_steps": optional(rule(integer, low=0)),
     "task.exact_eval": rule(boolean),
+    "data.synthetic.train_size": rule(integer, low=1),  # data=nli_synthetic: examples made per split
+    "data.synthetic.eval_size": rule(integer, low=1),
+    "data.synthetic.mismatched_size": rule(integer, low=0),  # 0: no eval_mismatched split
 }
 
 
@@ -30,6 +34,16 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
             "data.importance_size=0 leaves the importance subset empty (head importance and the held-out choices "
             "read it): set data.importance_size to a number of training examples, e.g. 2000"
         )
+    if config.source == "synthetic":
+        made = int(config.synthetic["train_size"])
+        most = made // 2 if config.importance_holdout else made
+        if config.importance_size > most:
+            raise ConfigError(
+                f"data.importance_size={config.importance_size} is more than the {most} examples the importance subset "
+                f"can take of data.synthetic.train_size={made}"
+                + (" (half of them with data.importance_holdout=true)" if config.importance_holdout else "")
+                + ": lower data.importance_size or raise data.synthetic.train_size"
+            )
     positions = max_positions(cfg.model)
     if positions is not None and config.max_length > positions:
         raise ConfigError(
@@ -37,11 +51,15 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
             f"{positions} positions: set data.max_length<={positions}"
         )
     if config.source == "local" and files:
-        check_files(config)
+        check_files(config, cfg.data)
+    if config.source == "hub" and files:
+        check_hub_dataset(cfg.data, config.hub_path, "data.hub_path", "data=nli_local (MNLI files) or data=nli_synthetic")
 
 
-def check_files(config) -> None:
-    """Every split's file: present (train and eval), UTF-8, not empty; errors name file and line."""
+def check_files(config, data) -> None:
+    """Every split's file: present (train and eval), UTF-8, not empty; errors name file and line, and the setting
+    that gave the directory (``data``: the data config)."""
+    from headprune.tasks.data_dir import dir_advice
     from headprune.tasks.nli.config import REQUIRED, SPLITS
     from headprune.tasks.nli.files import present_split_files
     from headprune.tasks.text_lines import check_utf8
@@ -50,5 +68,7 @@ def check_files(config) -> None:
         for split, path in present_split_files(config.dir, config.files, SPLITS, REQUIRED):
             if check_utf8(path) == 0 and split in REQUIRED:
                 raise ConfigError(f"{path} (data.files.{split}) is empty: the {split} split needs labelled examples")
-    except (OSError, ValueError) as err:  # a missing required file, a bad byte (file:line)
+    except FileNotFoundError as err:  # a missing required file
+        raise ConfigError(f"{err}; {dir_advice(data, 'the MNLI files (train.jsonl, dev_matched.jsonl, ...)')}") from None
+    except (OSError, ValueError) as err:  # a bad byte (file:line)
         raise ConfigError(str(err)) from None

@@ -48,7 +48,7 @@ def find_split_file(directory: str | Path, stem: str, split: str) -> Path:
         if path.is_file():
             return path
     looked = ", ".join(p.name for p in candidates)
-    hint = "" if directory.is_dir() else f" (the directory {directory} does not exist; set data.dir=... or HEADPRUNE_DATA_DIR)"
+    hint = "" if directory.is_dir() else f" (the directory {directory} does not exist)"
     raise FileNotFoundError(f"no file for the {split!r} split: looked for {looked} in {directory}{hint}")
 
 

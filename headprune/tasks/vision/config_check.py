@@ -1,4 +1,5 @@
-"""The vision task's config check: task.* and data.* settings, the image size the model takes, a local image folder."""
+"""The vision task's config check: task.* and data.* settings, the image size the model takes, a local image folder
+(two classes or more, each in the splits), a saved model's classes, a hub dataset that can be loaded."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
 from headprune.models.sources import config_fields
+from headprune.tasks.hub_data import check_hub_dataset
 
 PROCESSOR_FILE = "preprocessor_config.json"
 
@@ -20,7 +22,8 @@ SCHEMA = {
 
 
 def check(cfg, files: bool = True, importance: bool = True) -> None:
-    """The settings, an importance subset where importance is read, the model's image geometry, the image folder."""
+    """The settings, an importance subset where importance is read, the model's image geometry, the image folder, the
+    classes of a saved model, the hub dataset."""
     from headprune.tasks.vision.config import ImageDataConfig
 
     check_schema(cfg, SCHEMA)
@@ -35,7 +38,12 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
         )
     check_geometry(cfg.model)
     if config.source == "folder" and files:
-        check_folder(Path(config.dir).expanduser())
+        check_folder(Path(config.dir).expanduser(), config)
+    check_saved_classes(cfg, config)
+    if config.source == "hub" and files:
+        check_hub_dataset(
+            cfg.data, config.hub_path, "data.hub_path", "data=image_digits or data.source=folder data.dir=<dir of class folders>"
+        )
 
 
 def check_geometry(model_cfg) -> None:
@@ -70,19 +78,27 @@ def processed_size(path: Path) -> tuple[int, int] | None:
     return None
 
 
-def check_folder(root: Path) -> None:
-    """``data.dir`` holds class subfolders, each with at least one image file that PIL can read (errors name the file)."""
+def check_folder(root: Path, config) -> None:
+    """``data.dir`` holds two class subfolders or more, each with images that PIL can read (errors name the file), and
+    enough of each class that the split (``config``: ImageDataConfig) gives every class training and evaluation images."""
     from PIL import Image, UnidentifiedImageError
 
     from headprune.tasks.vision.config import IMAGE_SUFFIXES
+    from headprune.tasks.vision.image_sources import class_folders, folder_image_files
 
     if not root.is_dir():
         raise ConfigError(f"data.dir={root} does not exist: point it at a directory with one subfolder of images per class")
-    classes = sorted(p for p in root.iterdir() if p.is_dir())
+    classes = class_folders(root)
     if not classes:
         raise ConfigError(f"data.dir={root} holds no class subfolders: put the images of each class in data.dir/<class name>/")
-    for folder in classes:
-        images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if len(classes) < 2:
+        raise ConfigError(
+            f"data.dir={root} holds one class subfolder ({classes[0].name!r}): a classifier needs two classes or more "
+            "(every image would be right); put the images of each class in data.dir/<class name>/"
+        )
+    labels = []
+    for label, folder in enumerate(classes):
+        images = folder_image_files(folder)
         if not images:
             raise ConfigError(f"{folder} (class {folder.name!r}) holds no image ({', '.join(IMAGE_SUFFIXES)}): add images or remove it")
         for path in images:
@@ -91,3 +107,54 @@ def check_folder(root: Path) -> None:
                     image.verify()
             except (OSError, UnidentifiedImageError, SyntaxError) as err:
                 raise ConfigError(f"{path} is not a readable image ({err}): remove it or replace it") from None
+        labels += [label] * len(images)
+    check_classes_split(root, [folder.name for folder in classes], labels, config)
+
+
+def check_classes_split(root: Path, names: list[str], labels: list[int], config) -> None:
+    """Every class has images in train and in eval after the split by ``data.seed`` and the limits, as the data module
+    makes them; else a ConfigError naming the class and its image count."""
+    from headprune.tasks.vision.image_sources import split_rows
+
+    rows = split_rows(len(labels), config)
+    limits = {"train": config.limit_train, "eval": config.limit_eval}
+    for split, limit in limits.items():
+        present = {labels[i] for i in rows[split][:limit]}
+        for label, name in enumerate(names):
+            if label in present:
+                continue
+            count = labels.count(label)
+            kept = f", of which data.limit_{split}={limit} are kept" if limit else ""
+            raise ConfigError(
+                f"class {name!r} (data.dir={root}) has {count} image{'s' * (count != 1)}, too few for the splits: none is "
+                f"in {split} (data.seed={config.seed} shuffles the {len(labels)} images into data.eval_size={config.eval_size} "
+                f"for eval, data.importance_size={config.importance_size} held out and the rest for train{kept}): add images "
+                f"of class {name!r}, or change data.eval_size / data.seed"
+            )
+
+
+def check_saved_classes(cfg, config) -> None:
+    """A model directory saved by headprune keeps its head: its classes must be the data's (the names, where both name them)."""
+    from headprune.core.saving import RECORD_FILE
+    from headprune.models.sources import resolve_pretrained
+    from headprune.results.readers import read_json_file
+    from headprune.tasks.vision.image_sources import class_names
+
+    pretrained = cfg.model.get("pretrained")
+    if not pretrained or str(pretrained).endswith(".ckpt"):
+        return
+    path = Path(resolve_pretrained(str(pretrained)))
+    if not (path / RECORD_FILE).is_file() or not (path / "config.json").is_file():
+        return  # a hub model: its head is replaced by one of the data's classes
+    saved = read_json_file(path / "config.json").get("id2label") or {}
+    saved = [str(saved[key]) for key in sorted(saved, key=int)]
+    names = class_names(config)
+    wanted = len(names) if names else int(cfg.model.num_labels)
+    generic = saved == [f"LABEL_{i}" for i in range(len(saved))]  # a model saved without class names
+    if saved and (len(saved) != wanted or (names and not generic and saved != names)):
+        has = f"{len(names)} classes {names}" if names else f"model.num_labels={wanted} classes"
+        raise ConfigError(
+            f"model.pretrained={pretrained} classifies {len(saved)} classes {saved}, but data={cfg.data.get('name')} "
+            f"(data.source={config.source}) has {has}: use it on the data it was trained on, or fine-tune a model on "
+            "this data (experiment=vit_finetune)"
+        )

@@ -14,19 +14,46 @@ from headprune.core.checks import ConfigError
 from headprune.tasks.vision.config import IMAGE_SUFFIXES, ImageDataConfig
 
 DIGITS_MAX = 16  # scikit-learn's digits are 8x8 counts of 0..16 set pixels
+DIGIT_CLASSES = [str(digit) for digit in range(10)]
+
+
+def split_rows(count: int, config: ImageDataConfig) -> dict[str, list[int]]:
+    """The rows of a pool of ``count`` images shuffled by ``data.seed``: eval (first ``eval_size``), importance (next
+    ``importance_size``) and train (the rest); a ConfigError when the pool is too small."""
+    needed = config.eval_size + config.importance_size + 1
+    if count < needed:
+        raise ConfigError(
+            f"{count} images cannot give data.eval_size={config.eval_size} + data.importance_size="
+            f"{config.importance_size} + at least one training image: lower them"
+        )
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(config.seed)).tolist()
+    return {"eval": order[: config.eval_size], "importance": order[config.eval_size : needed - 1], "train": order[needed - 1 :]}
 
 
 def split_pool(images: list, labels: list[int], config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
-    """One pool shuffled by ``data.seed`` into eval (first ``eval_size``), importance (next ``importance_size``) and train."""
-    needed = config.eval_size + config.importance_size + 1
-    if len(images) < needed:
-        raise ConfigError(
-            f"{len(images)} images cannot give data.eval_size={config.eval_size} + data.importance_size="
-            f"{config.importance_size} + at least one training image: lower them"
-        )
-    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(config.seed)).tolist()
-    cuts = {"eval": order[: config.eval_size], "importance": order[config.eval_size : needed - 1], "train": order[needed - 1 :]}
+    """One pool split by ``split_rows``: (images, labels) of eval, importance and train."""
+    cuts = split_rows(len(images), config)
     return {split: ([images[i] for i in rows], [labels[i] for i in rows]) for split, rows in cuts.items()}
+
+
+def class_folders(root: Path) -> list[Path]:
+    """The class subfolders of ``data.dir``, in sorted order: class i is the i-th."""
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def folder_image_files(folder: Path) -> list[Path]:
+    """The image files of one class folder, in sorted order."""
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def class_names(config: ImageDataConfig) -> list[str] | None:
+    """The class names of a source whose classes are known before any image is read (a folder's subfolders, the ten
+    digits); None for a hub dataset (the model's head has ``model.num_labels`` classes)."""
+    if config.source == "folder":
+        return [folder.name for folder in class_folders(Path(config.dir).expanduser())]
+    if config.source == "digits":
+        return list(DIGIT_CLASSES)
+    return None
 
 
 def digits_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
@@ -44,12 +71,12 @@ def folder_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
     from PIL import Image, UnidentifiedImageError
 
     root = Path(config.dir).expanduser()
-    classes = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    classes = class_folders(root)
     if not classes:
         raise ConfigError(f"data.dir={root} holds no class subfolders: put the images of each class in data.dir/<class name>/")
     images, labels = [], []
     for label, folder in enumerate(classes):
-        for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
+        for path in folder_image_files(folder):
             try:
                 with Image.open(path) as image:
                     images.append(image.copy())

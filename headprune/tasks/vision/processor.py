@@ -8,6 +8,28 @@ def image_geometry(model) -> tuple[int, int]:
     return int(model.config.image_size), int(model.config.num_channels)
 
 
+def image_tokens(model) -> int:
+    """Tokens the encoder sees per image: its patches plus CLS (and DeiT's distillation token), by running its embeddings."""
+    import torch
+
+    size, channels = image_geometry(model)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        return int(model.base_model.embeddings(torch.zeros(1, channels, size, size, device=device)).shape[1])
+
+
+def image_patches(model) -> int:
+    """Patches per image: (image_size / patch_size) squared."""
+    return (int(model.config.image_size) // int(model.config.patch_size)) ** 2
+
+
+def own_length(model) -> tuple[int, str]:
+    """(tokens per image, what they are): every image is its patches plus CLS (and DeiT's distillation token)."""
+    tokens, patches = image_tokens(model), image_patches(model)
+    extra = {1: "CLS", 2: "CLS + distillation"}.get(tokens - patches, f"{tokens - patches} special tokens")
+    return tokens, f"the model's own tokens per image: {patches} patches + {extra}"
+
+
 def build_processor(model_cfg, model):
     """``AutoImageProcessor`` of ``model.pretrained``, else a ViT processor sized to the model with ``model.processor``'s mean/std."""
     from transformers import ViTImageProcessorPil

@@ -20,7 +20,7 @@ from headprune.tasks.base import EvalResult
 from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
 from headprune.tasks.vision.data import ImageDataModule
 from headprune.tasks.vision.optim import adamw_with_linear_warmup
-from headprune.tasks.vision.processor import build_processor, image_geometry
+from headprune.tasks.vision.processor import build_processor, image_geometry, image_tokens
 
 TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/vision.yaml)
 TOKEN_POSITIONS = "input_ids"  # timing batches carry the patch-token positions (B, T): the speed experiment counts rows and tokens by them
@@ -156,10 +156,7 @@ class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.Lightnin
     def tokens_per_image(self) -> int:
         """Tokens the encoder sees per image (patches plus CLS, and DeiT's distillation token)."""
         if self._tokens is None:
-            size, channels = image_geometry(self.model)
-            with torch.no_grad():
-                probe = torch.zeros(1, channels, size, size, device=self.model_device)
-                self._tokens = int(self.model.base_model.embeddings(probe).shape[1])
+            self._tokens = image_tokens(self.model)
         return self._tokens
 
     def forward_batches(self, split: str) -> list[dict]:
@@ -183,15 +180,28 @@ def _task_settings(cfg) -> dict:
     return task
 
 
+def label_settings(cfg) -> dict:
+    """The classes of the model's head: the data's own where it names them before reading images (a folder's
+    subfolders, the ten digits: num_labels, id2label and label2id), else ``model.num_labels`` (a hub dataset)."""
+    from headprune.tasks.vision.config import ImageDataConfig
+    from headprune.tasks.vision.image_sources import class_names
+
+    names = class_names(ImageDataConfig.from_cfg(cfg.data))
+    if not names:
+        return {"num_labels": int(cfg.model.num_labels)}
+    return {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
+
+
 def build_image_model(cfg):
-    """The image classifier of ``cfg.model`` with ``model.num_labels`` classes (a pretrained head of another size is replaced)."""
+    """The image classifier of ``cfg.model`` with the data's classes (``label_settings``; a pretrained hub head of other
+    classes is replaced)."""
     from pathlib import Path
 
     from headprune.core.saving import RECORD_FILE
     from headprune.models.sources import resolve_pretrained
     from headprune.tasks.registry import build_task_model
 
-    overrides = {"num_labels": int(cfg.model.num_labels)}
+    overrides = label_settings(cfg)
     pretrained = cfg.model.get("pretrained")
     if pretrained and not (Path(resolve_pretrained(str(pretrained))) / RECORD_FILE).exists():
         overrides["ignore_mismatched_sizes"] = True  # a hub head of other classes (ImageNet's 1,000) is replaced
