@@ -244,3 +244,19 @@ def test_mask_files_say_their_unit_and_kinds_and_label_what_each_kind_lost(tmp_p
     assert old.unit == "head" and old.kinds == ("head",)
     assert kind_counts(mask, "head+ffn") == {"head": (1, 4), "ffn": (3, 8)}
     assert kinds_label(mask, "kv_group+ffn") == "KV groups 25%, neurons 38%"
+
+
+def test_iterative_pruning_of_heads_and_neurons_with_neuron_recovery():
+    from headprune.selection.ffn_lsq import ffn_lsq_recoverer
+    from headprune.selection.schedule import iterative_prune
+
+    model = tiny_bert()
+    batches = [classifier_batch(seed=s, batch=8, length=12) for s in range(2)]
+    costs = unit_flops_cost_model(model, "head+ffn", seq_len=SEQ)
+    steps = iterative_prune(model, [{"flops": 0.8}, {"flops": 0.6}], batches, recover=ffn_lsq_recoverer(), costs=costs, unit="head+ffn")
+    assert [set(s.mask) for s in steps] == [{"enc_self", "enc_ffn"}] * 2
+    for before, after in zip(steps, steps[1:]):
+        assert all(bool((after.mask[g] <= before.mask[g]).all()) for g in after.mask)  # removed units stay removed
+    gates = unit_gates(model, "head+ffn")
+    assert all(torch.equal(gates.present()[g], m.bool()) for g, m in steps[-1].mask.items())
+    assert model_cost(model, SEQ).flops <= 0.6 * costs.total * (1 + 1e-9) and 0 < steps[0].fraction < steps[1].fraction
