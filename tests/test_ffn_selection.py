@@ -20,9 +20,8 @@ from headprune.core.pruning import prune_heads, prune_kv_groups, pruning_record
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.results.mask_files import mask_file_of
 from headprune.results.points import kind_counts, kinds_label
-from headprune.scoring.importance import per_example_gate_gradients
 from headprune.selection.ffn_lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
-from headprune.selection.ffn_rearrange import gradient_form, rearrange_ffn_mask
+from headprune.selection.ffn_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 from headprune.selection.greedy import random_scores
 from headprune.selection.mask_search import _nonnegative, removal_order, search_mask
 from headprune.selection.uniform import is_uniform, uniform_mask, uniform_search
@@ -208,7 +207,8 @@ def test_ffn_lsq_lowers_every_block_s_output_error_and_equals_the_explicit_least
 def test_ffn_rearrangement_keeps_each_count_and_never_raises_the_gradient_form():
     model, batch = tiny_llama(), lm_batch()
     gates = FFNGates(model)
-    grads = per_example_gate_gradients(model, gates, batch, unit="ffn")
+    grads = example_gradients(model, gates, [batch, lm_batch(seed=1)], unit="ffn")
+    assert grads["dec_ffn"].shape == (6, 3, 64)
     mask = _ffn_mask(gates.groups)
     result = rearrange_ffn_mask(mask, grads)
     assert torch.equal(result.mask["dec_ffn"].sum(-1), mask["dec_ffn"].sum(-1))

@@ -12,8 +12,17 @@ from __future__ import annotations
 
 import torch
 
+from headprune.scoring.importance import per_example_gate_gradients, per_example_loss
 from headprune.selection.greedy import check_groups
 from headprune.selection.rearrange import Rearrangement
+
+
+def example_gradients(model, gates, batches, loss_fn=per_example_loss, unit: str = "ffn", mask=None) -> dict[str, torch.Tensor]:
+    """{group: (N, L, U)} signed per-example gate gradients over every example of ``batches`` (what rearrange_ffn_mask takes)."""
+    parts = [per_example_gate_gradients(model, gates, batch, loss_fn=loss_fn, mask=mask, unit=unit) for batch in batches]
+    if not parts:
+        raise ValueError("example_gradients got no batches: the importance subset is empty")
+    return {g: torch.cat([p[g] for p in parts]) for g in parts[0]}
 
 
 def gradient_form(removed: torch.Tensor, grads: torch.Tensor) -> float:
