@@ -260,3 +260,18 @@ def test_iterative_pruning_of_heads_and_neurons_with_neuron_recovery():
     gates = unit_gates(model, "head+ffn")
     assert all(torch.equal(gates.present()[g], m.bool()) for g, m in steps[-1].mask.items())
     assert model_cost(model, SEQ).flops <= 0.6 * costs.total * (1 + 1e-9) and 0 < steps[0].fraction < steps[1].fraction
+
+
+def test_the_pareto_table_of_a_joint_unit_says_what_each_kind_lost():
+    from headprune.viz.tables import kv_cache_kept, pareto_table
+
+    mask = {"dec_self": [[1, 0], [1, 1]], "dec_ffn": [[1, 0, 0, 1], [0, 1, 1, 1]]}
+    point = {"order": "fisher", "recovery": "none", "step": "flops=0.8", "heads_pruned": 4, "heads_total": 12, "score": 30.0}
+    point.update(predicted_speedup=1.2, flops_kept=0.8, mask=mask)
+    unpruned = {**point, "step": "0%", "heads_pruned": 0, "predicted_speedup": 1.0, "flops_kept": 1.0, "score": 29.0}
+    unpruned.pop("mask")
+    study = {"pareto": {"unit": "kv_group+ffn", "metric": "perplexity", "higher_is_better": False, "points": [unpruned, point]}}
+    study["pareto"].update(cost="flops", split="eval", n_examples=10, selection_split="heldout")
+    table = pareto_table(study)
+    assert "| units removed |" in table and "4/12 (KV groups 25%, neurons 38%)" in table
+    assert kv_cache_kept(point) == 0.75  # the FFN groups are no part of the KV cache
