@@ -246,14 +246,18 @@ def test_mask_files_say_their_unit_and_kinds_and_label_what_each_kind_lost(tmp_p
     assert kinds_label(mask, "kv_group+ffn") == "KV groups 25%, neurons 38%"
 
 
-def test_iterative_pruning_of_heads_and_neurons_with_neuron_recovery():
-    from headprune.selection.ffn_lsq import ffn_lsq_recoverer
+def test_iterative_pruning_of_heads_and_neurons_with_head_and_neuron_recovery():
+    from headprune.selection.ffn_lsq import unit_lsq_recoverer
     from headprune.selection.schedule import iterative_prune
 
     model = tiny_bert()
+    plain = copy.deepcopy(model)
     batches = [classifier_batch(seed=s, batch=8, length=12) for s in range(2)]
     costs = unit_flops_cost_model(model, "head+ffn", seq_len=SEQ)
-    steps = iterative_prune(model, [{"flops": 0.8}, {"flops": 0.6}], batches, recover=ffn_lsq_recoverer(), costs=costs, unit="head+ffn")
+    schedule = [{"flops": 0.8}, {"flops": 0.6}]
+    steps = iterative_prune(model, schedule, batches, recover=unit_lsq_recoverer("head+ffn"), costs=costs, unit="head+ffn")
+    iterative_prune(plain, schedule, batches, costs=costs, unit="head+ffn", keep_models=False)
+    assert float((_logits(model, batches[0]) - _logits(plain, batches[0])).abs().max()) > 1e-4  # the recovery moved the weights
     assert [set(s.mask) for s in steps] == [{"enc_self", "enc_ffn"}] * 2
     for before, after in zip(steps, steps[1:]):
         assert all(bool((after.mask[g] <= before.mask[g]).all()) for g in after.mask)  # removed units stay removed

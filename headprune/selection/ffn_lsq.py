@@ -198,3 +198,23 @@ def ffn_lsq_recoverer(ridge: float = 1e-3, max_scale: float = 10.0):
         ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
 
     return recover
+
+
+def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 10.0):
+    """A ``recover(model, teacher, batches)`` step for a physically pruned model in any unit: least-squares head scales
+    (``headprune.selection.lsq``) where the unit prunes attention, then neuron scales where it prunes FFN blocks (fitted on
+    the rescaled attention)."""
+    from headprune.core.gates import HeadGates
+    from headprune.core.unit_kinds import unit_parts
+    from headprune.selection.lsq import lsq_recover
+
+    parts = unit_parts(unit)
+
+    def recover(model, teacher, batches):
+        batches = list(batches)
+        if "attention" in parts:
+            lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
+        if "ffn" in parts:
+            ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
+
+    return recover
