@@ -150,6 +150,11 @@ def unit_gates(gates, unit: str = "head"):
     return JointGates(model, heads=heads if "head" in kinds else _kv_view(heads), ffn=ffn)
 
 
+def unit_count(gates) -> int:
+    """Units of the original model in the unit of ``gates``, all groups (heads, KV groups, neurons, blocks, or their sum)."""
+    return sum(layers * units for layers, units in gates.groups.values())
+
+
 def base_mask(gates, mask, hard: bool = False) -> dict[str, torch.Tensor]:
     """A mask in the unit of ``gates`` as the masks that act, in one dict: {attention group: [..., L, H], FFN group: [..., L, W]}."""
     base = gates.base_masks(mask, hard=hard)
