@@ -4,6 +4,7 @@ The public API (torch and transformers only; Lightning, Hydra, tasks and experim
 gates on every attention head (and FFN neuron), importance, physical pruning, saving, costs and the pruning search.
 """
 
+from headprune.core.blocks import BlockGates
 from headprune.core.counting import kv_cache_bytes_per_token, model_cost
 from headprune.core.families import FAMILIES, Family, supported_model_types
 from headprune.core.ffn_gates import FFNGates
@@ -12,13 +13,16 @@ from headprune.core.gates import HeadGates
 from headprune.core.joint import JointGates, prune_joint_mask
 from headprune.core.pruning import prune_heads, prune_kv_groups, prune_mask, pruning_record
 from headprune.core.saving import load_pruned, save_pruned
+from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.engine.ablation import MaskBatcher
 from headprune.engine.ablation_causal import CausalMaskBatcher
 from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
 from headprune.selection.costs import flops_cost_model
+from headprune.selection.ffn_lsq import ffn_lsq_recoverer
 from headprune.selection.lsq import lsq_recoverer
 from headprune.selection.mask_search import PruneTarget, search_mask
 from headprune.selection.schedule import iterative_prune
+from headprune.selection.unit_costs import unit_flops_cost_model
 
 __version__ = "0.1.0"
 __all__ = [
@@ -50,4 +54,9 @@ __all__ = [
     "prune_ffn_mask",
     "prune_joint_mask",
     "ffn_record",
+    "BlockGates",
+    "unit_gates",
+    "prune_unit_mask",
+    "unit_flops_cost_model",
+    "ffn_lsq_recoverer",
 ]

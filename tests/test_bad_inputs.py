@@ -1462,6 +1462,34 @@ def _load_pruned_foreign_type(tmp_path):
     load_pruned(foreign_model_dir(tmp_path / "foobar", "foobar"))
 
 
+def _unit_of_overlapping_kinds(tmp_path):
+    from headprune.core.units import unit_gates
+
+    model, _ = _tiny_gates()
+    unit_gates(model, ["head", "block"])
+
+
+def _single_neuron_ablation(tmp_path):
+    from headprune.core.units import unit_gates
+    from headprune.engine.ablation import single_head_masks
+
+    model, _ = _tiny_gates()
+    single_head_masks(unit_gates(model, "ffn").groups, unit="ffn")
+
+
+def _block_mask_shape(tmp_path):
+    from headprune.core.blocks import BlockGates
+
+    model, _ = _tiny_gates()
+    BlockGates(model).set_mask({"enc_self_block": torch.ones(3, 2)})
+
+
+def _stock_hf_uneven_ffn_mask(tmp_path):
+    from headprune.export.hf import mask_ffn_width
+
+    mask_ffn_width([[1, 1, 0], [1, 0, 0]])
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -1512,6 +1540,10 @@ API_ROWS = [
     pytest.param(_prune_mask_value({"enc_self": {"0": [1]}}), "is what prune_heads takes", id="api-prune-mask-head-ids"),
     pytest.param(_prune_mask_value(None), "the mask is None", id="api-prune-mask-none"),
     pytest.param(_load_pruned_foreign_type, "model_type='foobar', which headprune does not support", id="api-load-pruned-unknown-type"),
+    pytest.param(_unit_of_overlapping_kinds, "which both prune the attention blocks", id="api-unit-overlapping-kinds"),
+    pytest.param(_single_neuron_ablation, "no useful pruning order", id="api-single-neuron-ablation"),
+    pytest.param(_block_mask_shape, "(layers x blocks)", id="api-block-mask-shape"),
+    pytest.param(_stock_hf_uneven_ffn_mask, "one FFN width in every layer", id="api-stock-hf-uneven-ffn-mask"),
 ]
 
 

@@ -67,6 +67,15 @@ class FFNGates:
         """Check a mask against the model: {group: [L, W] or [B, L, W]} (``hard``: 0/1 only)."""
         return normalize_mask(mask, self.groups, hard=hard, unit="neuron")
 
+    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+        """{"ffn": the checked neuron mask}: what the mask gates, by the kind of gates that act."""
+        return {"ffn": self.normalize_mask(mask, hard=hard)}
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """No head is gated by a neuron mask: {} (checked first)."""
+        self.normalize_mask(mask, hard=hard)
+        return {}
+
     def set_mask(self, mask) -> None:
         """Gate every neuron by ``mask`` ({group: [L, W] or [B, L, W]}); ``None`` removes all gates."""
         mask = {} if mask is None else self.normalize_mask(mask)

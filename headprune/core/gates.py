@@ -305,6 +305,10 @@ class HeadGates:
         """Scores in this unit from per-query-head scores: themselves."""
         return scores
 
+    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+        """{"head": the checked mask}: what the mask gates, by the kind of gates that act."""
+        return {"head": self.normalize_mask(mask, hard=hard)}
+
     def set_mask(self, mask) -> None:
         """Gate every head by ``mask`` ({group: [L, H] or [B, L, H]}); ``None`` removes all gates."""
         if mask is None:

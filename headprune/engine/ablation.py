@@ -1,14 +1,17 @@
-"""Many head masks in one batched forward pass, reusing the activations of the unchanged lower layers.
+"""Many masks in one batched forward pass, reusing the activations of the unchanged lower layers.
 
-For an encoder classifier and M masks that first differ from "keep everything" at layer l:
+Masks are in the unit of the gates given (heads, KV groups, FFN neurons, whole blocks or a joint unit,
+headprune.core.units); each becomes the query-head and neuron masks that act (``base_mask``), and a mask's first
+changed layer is the lowest layer where either changes. For an encoder classifier and M masks that first differ
+from "keep everything" at layer l:
 
 1. one plain forward of the batch (B examples) records every encoder layer's output (hooks);
 2. layers < l are *replayed*: their forward is swapped for one that returns the recorded output
    of layer l-1 repeated M times along the batch, so nothing below layer l is recomputed;
 3. layer l shares what no mask changes: its query/key/value projections and the attention
    probabilities are computed once on B rows and repeated; only the gated head outputs, the
-   output projection and the feed-forward block run on M*B rows;
-4. layers > l run on M*B rows with per-example gates [M*B, L, H] (row m*B + b = mask m, example b);
+   output projection and the (gated) feed-forward block run on M*B rows;
+4. layers > l run on M*B rows with per-example gates [M*B, L, H] and [M*B, L, W] (row m*B + b = mask m, example b);
 5. when the classifier reads only the first token of the last layer (BERT's pooler and RoBERTa's
    head do; checked numerically once per engine, else skipped), the last layer computes keys and
    values for every token but queries, output projection and feed-forward for the first token only.
@@ -30,6 +33,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from headprune.core.gates import PREFIX, HeadGates, ensure_gated, register_wrapper
 from headprune.core.head_tensors import broadcast_gate
+from headprune.core.unit_kinds import ablation_refusal
+from headprune.core.units import base_mask, primitive_gates
 
 SHARED = "headprune_shared_"
 
@@ -168,29 +173,58 @@ def _first_changed_layer(mask: torch.Tensor, layers: int) -> int:
     return changed[0] if changed else layers
 
 
+def first_changed(masks: dict[str, torch.Tensor], index: int, layers: int) -> int:
+    """The lowest layer where mask ``index`` of stacked masks {group: (M, L, U)} changes any group (``layers``: none)."""
+    return min(_first_changed_layer(value[index], layers) for value in masks.values())
+
+
+def _take_masks(masks: dict[str, torch.Tensor], index) -> dict[str, torch.Tensor]:
+    """The masks ``index`` (a list or a slice) of stacked masks {group: (M, L, U)}."""
+    return {g: v[index] for g, v in masks.items()}
+
+
+def _count(masks: dict[str, torch.Tensor]) -> int:
+    return next(iter(masks.values())).shape[0]
+
+
 class MaskBatcher:
-    """Evaluate many head masks of an encoder classifier in batched forward passes (see the module doc)."""
+    """Evaluate many masks of an encoder classifier in batched forward passes (see the module doc)."""
 
     group = "enc_self"  # the one attention group of the models this engine handles
+    ffn_group = "enc_ffn"  # and their feed-forward group
     handles = "encoder-only classifiers"
 
-    def __init__(self, model: nn.Module, gates: HeadGates, max_rows: int = 128, first_token: bool = True):
-        if set(gates.groups) != {self.group}:
+    def __init__(self, model: nn.Module, gates, max_rows: int = 128, first_token: bool = True):
+        """``gates``: the gates of the masks' unit (HeadGates, KV-group, FFN, block or joint gates of ``model``)."""
+        heads, ffn = primitive_gates(gates)
+        heads = heads if heads is not None else HeadGates(model)  # the engine shares attention through the head sites
+        ffn_groups = set(ffn.groups) if ffn is not None else set()
+        if set(heads.groups) != {self.group} or not ffn_groups <= {self.ffn_group}:
             raise ValueError(
                 f"{type(self).__name__} handles {self.handles} (attention group {self.group} only); "
-                f"this model has groups {list(gates.groups)}"
+                f"this model has groups {[*heads.groups, *ffn_groups]}"
             )
         self.model, self.gates, self.max_rows = model, gates, int(max_rows)
-        self.sites = [s for s in gates.sites if s.group == self.group]  # ordered by layer
+        self.heads, self.ffn = heads, ffn
+        self.sites = [s for s in heads.sites if s.group == self.group]  # ordered by layer
         self.layers = [model.get_submodule(_layer_path(s)) for s in self.sites]
-        self.shared_name = _ensure_shared(gates.inner)
+        self.shared_name = _ensure_shared(heads.inner)
         self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
         self.first_token: bool | None = None
         self.shared = SharedAttention()  # read by the shared-attention function through the attention modules
 
+    @contextmanager
+    def _gated(self, masks: dict[str, torch.Tensor] | None):
+        """Run with the query-head and neuron gates set to base masks {group: ...} (None: every gate removed)."""
+        with ExitStack() as stack:
+            stack.enter_context(self.heads.masked(None if masks is None else {self.group: masks[self.group]}))
+            if self.ffn is not None:
+                stack.enter_context(self.ffn.masked(None if masks is None else {g: masks[g] for g in self.ffn.groups if g in masks}))
+            yield
+
     def _base(self, batch: dict):
         """Logits of the unmasked model and every layer's output, from one forward pass."""
-        with recorded_outputs(self.layers) as cache, self.gates.masked(None):
+        with recorded_outputs(self.layers) as cache, self._gated(None):
             logits = self.model(**batch).logits
         return logits, cache
 
@@ -206,29 +240,29 @@ class MaskBatcher:
 
         return forward
 
-    def _run(self, batch: dict, cache, first: int, masks: torch.Tensor, first_token: bool) -> torch.Tensor:
-        """Logits (M, B, C) for masks (M, L, H) whose first changed layer is ``first``."""
+    def _run(self, batch: dict, cache, first: int, masks: dict[str, torch.Tensor], first_token: bool) -> torch.Tensor:
+        """Logits (M, B, C) for base masks {group: (M, L, U)} whose first changed layer is ``first``."""
         b = next(v for v in batch.values() if isinstance(v, torch.Tensor)).shape[0]
-        m = masks.shape[0]
+        m = _count(masks)
         replay = _repeat(cache[first - 1], m, b) if first > 0 else None
         with self._pass(replay, first, masks, b, first_token):
             logits = self.model(**_repeat_inputs(batch, m)).logits
         return logits.view(m, b, -1)
 
     @contextmanager
-    def _pass(self, replay, first: int, masks: torch.Tensor, b: int, first_token: bool = False):
+    def _pass(self, replay, first: int, masks: dict[str, torch.Tensor], b: int, first_token: bool = False):
         """Set up one pass on M*B rows: per-row gates, layers < ``first`` replayed, layer ``first``'s attention shared.
 
         ``replay`` is the output of layer first-1 for the M*B rows (row m*B + b: mask m, example b), None when first = 0.
         """
-        m = masks.shape[0]
-        rows = masks.repeat_interleave(b, dim=0)  # (M*B, L, H): row m*B + b is mask m
+        m = _count(masks)
+        rows = {g: v.repeat_interleave(b, dim=0) for g, v in masks.items()}  # (M*B, L, U): row m*B + b is mask m
         state = self.shared
         state.core, state.batch, state.copies, state.cut_core = self.sites[first].core, b, m, None
         last = len(self.layers) - 1
         stash: dict = {}
         with ExitStack() as stack:
-            stack.enter_context(self.gates.masked({self.group: rows}))
+            stack.enter_context(self._gated(rows))
             stack.enter_context(state.attached([site.core for site in self.sites]))
             stack.enter_context(attention_implementation(self.model, self.shared_name))
             for layer in self.layers[:first]:
@@ -256,10 +290,10 @@ class MaskBatcher:
     def _check_first_token(self, batch: dict, cache, masks: torch.Tensor) -> bool:
         """Whether the model reads only the first token of the last layer (checked numerically, once)."""
         if self.first_token is None:
-            probe = masks[:1]
+            probe = _take_masks(masks, slice(0, 1))
             small = {k: (v[:4] if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
             batch, cache = small, [_slice(c, 4) for c in cache]  # four examples are enough for the check
-            first = _first_changed_layer(probe[0], len(self.layers))
+            first = first_changed(probe, 0, len(self.layers))
             full = self._run(batch, cache, first, probe, False)
             try:
                 with_cut = self._run(batch, cache, first, probe, True)
@@ -270,31 +304,38 @@ class MaskBatcher:
 
     @torch.inference_mode()
     def logits(self, batch: dict, masks) -> torch.Tensor:
-        """Logits (M, B, C) of the model under each mask (a list of {group: [L, H]} or a tensor (M, L, H))."""
+        """Logits (M, B, C) of the model under each mask (a list of masks in the gates' unit, or a tensor (M, L, H))."""
         stacked = self._stack(masks)
         base, cache = self._base(batch)
         b = base.shape[0]
-        out = base.new_empty((stacked.shape[0], b, base.shape[-1]))
-        firsts = [_first_changed_layer(mk, len(self.layers)) for mk in stacked]
+        out = base.new_empty((_count(stacked), b, base.shape[-1]))
+        firsts = [first_changed(stacked, i, len(self.layers)) for i in range(_count(stacked))]
         chunk = max(1, self.max_rows // max(b, 1))
         for first in sorted(set(firsts)):
             idx = [i for i, f in enumerate(firsts) if f == first]
             if first == len(self.layers):
                 out[idx] = base
                 continue
-            first_token = self.first_token_ok and self._check_first_token(batch, cache, stacked[idx])
+            first_token = self.first_token_ok and self._check_first_token(batch, cache, _take_masks(stacked, idx))
             for start in range(0, len(idx), chunk):
                 part = idx[start : start + chunk]
-                out[part] = self._run(batch, cache, first, stacked[part], first_token)
+                out[part] = self._run(batch, cache, first, _take_masks(stacked, part), first_token)
         return out
 
-    def _stack(self, masks) -> torch.Tensor:
+    def _stack(self, masks) -> dict[str, torch.Tensor]:
+        """The masks as base masks stacked per group {group: (M, L, U)}: query heads, and neurons when the gates have them."""
         if isinstance(masks, torch.Tensor) and masks.dim() == 3:
             masks = [masks[i] for i in range(masks.shape[0])]
         if len(masks) == 0:
             raise ValueError("no masks to evaluate")
-        ones = self.gates.ones()  # None = no mask
-        return torch.stack([self.gates.normalize_mask(ones if mk is None else mk)[self.group].float() for mk in masks])
+        ones = {**self.heads.ones(), **(self.ffn.ones() if self.ffn is not None else {})}
+        full = []
+        for mk in masks:
+            base = {**ones, **base_mask(self.gates, self.gates.ones() if mk is None else mk)}  # None = no mask
+            if any(v.dim() != 2 for v in base.values()):
+                raise ValueError("the engine evaluates one mask [layers, units] per group for the whole batch, not one per example")
+            full.append(base)
+        return {g: torch.stack([f[g].float() for f in full]) for g in ones}
 
 
 def batched_mask_logits(
@@ -314,8 +355,12 @@ def looped_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks) -
     return torch.stack(outs)
 
 
-def single_head_masks(shape: dict[str, tuple[int, int]], groups=None) -> tuple[list, list[tuple[str, int, int]]]:
-    """One mask per head that removes only that head, and the (group, layer, head) of each."""
+def single_head_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str = "head") -> tuple[list, list[tuple[str, int, int]]]:
+    """One mask per unit that removes only that unit, and the (group, layer, unit) of each; a ValueError for a unit whose
+    single-unit ablation is no useful order (FFN neurons: ``headprune.core.unit_kinds.ablation_refusal``)."""
+    refusal = ablation_refusal(unit)
+    if refusal:
+        raise ValueError(refusal)
     masks, heads = [], []
     for group, (layers, n_heads) in shape.items():
         if groups and group not in groups:

@@ -1,14 +1,15 @@
-"""Many head masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask.
+"""Many masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask.
 
 The engine of ``headprune.engine.ablation`` (``MaskBatcher``) for the Llama-like family (one ``dec_self`` group,
-query heads sharing KV heads). For M masks that first differ from "keep everything" at layer l:
+query heads sharing KV heads, and its ``dec_ffn`` feed-forward blocks), with masks in any unit (heads, KV groups,
+FFN neurons, whole blocks, joint units). For M masks that first differ from "keep everything" at layer l:
 
 1. one plain forward of the batch gives the unmasked NLL and records the decoder layers' outputs;
 2. layers < l are replayed from that record: nothing below layer l is recomputed;
-3. layer l computes its q/k/v projections and attention on B rows once (a mask of heads or of KV
-   groups changes neither; RoPE, elementwise, runs on the repeated rows); the gated head outputs,
-   o_proj and the MLP run on M*B rows;
-4. layers > l run on M*B rows with per-row gates [M*B, L, H] (row m*B + b = mask m, text b);
+3. layer l computes its q/k/v projections and attention on B rows once (a mask of heads, KV groups or
+   neurons changes neither; RoPE, elementwise, runs on the repeated rows); the gated head outputs,
+   o_proj and the (gated) MLP run on M*B rows;
+4. layers > l run on M*B rows with per-row gates [M*B, L, H] and [M*B, L, W] (row m*B + b = mask m, text b);
 5. only the positions that matter: a position is read only by itself and later ones (causal), so
    every text needs its positions up to its last label (not -100), never its padding nor its last
    token; the texts run in groups of similar such length, each group cut to its longest, and the
@@ -29,9 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from headprune.core.gates import HeadGates
 from headprune.core.inputs import DECODER_INPUTS
-from headprune.engine.ablation import MaskBatcher, _first_changed_layer, _patched, _repeat, _repeat_inputs, recorded_outputs
+from headprune.core.units import primitive_gates
+from headprune.engine.ablation import MaskBatcher, _count, _patched, _repeat, _repeat_inputs, _take_masks, first_changed, recorded_outputs
 
 MODEL_INPUTS = DECODER_INPUTS
 
@@ -115,9 +116,12 @@ def _identity(hidden, *args, **kwargs):
     return hidden
 
 
-def batchable(gates: HeadGates, masks: list) -> bool:
-    """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group) and masks [L, H] (None = keep all)."""
-    if set(gates.groups) != {CausalMaskBatcher.group}:
+def batchable(gates, masks: list) -> bool:
+    """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
+    heads, ffn = primitive_gates(gates)
+    if heads is not None and set(heads.groups) != {CausalMaskBatcher.group}:
+        return False
+    if ffn is not None and not set(ffn.groups) <= {CausalMaskBatcher.ffn_group}:
         return False
     for mask in masks:
         values = [] if mask is None else mask.values() if isinstance(mask, dict) else [mask]
@@ -130,9 +134,10 @@ class CausalMaskBatcher(MaskBatcher):
     """Per-text NLL of a decoder-only causal LM under many head masks, in batched passes (see the module doc)."""
 
     group = "dec_self"
+    ffn_group = "dec_ffn"
     handles = "decoder-only causal LMs"
 
-    def __init__(self, model: nn.Module, gates: HeadGates, max_tokens: int = 4096, head_tokens: int = 128, pass_tokens: int = 64):
+    def __init__(self, model: nn.Module, gates, max_tokens: int = 4096, head_tokens: int = 128, pass_tokens: int = 64):
         self.backbone = model.base_model  # the decoder stack and its final norm, without the LM head
         if model.get_output_embeddings() is None or self.backbone is model:
             raise ValueError(f"{type(model).__name__} is not a causal LM with an LM head (e.g. LlamaForCausalLM)")
@@ -146,7 +151,7 @@ class CausalMaskBatcher(MaskBatcher):
 
     @torch.inference_mode()
     def nll(self, batch: dict, masks) -> torch.Tensor:
-        """NLL sums (M, B) in float64 on the CPU of every text under each mask (a list of {group: [L, H]} or a tensor (M, L, H)).
+        """NLL sums (M, B) in float64 on the CPU of every text under each mask (a list of masks in the gates' unit, or a tensor (M, L, H)).
 
         ``batch`` holds input_ids, attention_mask and next-token labels (B, T) with -100 where nothing is predicted.
         """
@@ -154,16 +159,16 @@ class CausalMaskBatcher(MaskBatcher):
         inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
         b = labels.shape[0]
         layers = len(self.layers)
-        firsts = [_first_changed_layer(mk, layers) for mk in stacked]
+        firsts = [first_changed(stacked, i, layers) for i in range(_count(stacked))]
         needed = sorted({f - 1 for f in firsts if 0 < f < layers})  # the layer outputs some pass replays
         keep_all = layers in firsts
         top = layers if keep_all else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
-        with recorded_outputs([self.layers[i] for i in needed]) as recorded, self.gates.masked(None), ExitStack() as stack:
+        with recorded_outputs([self.layers[i] for i in needed]) as recorded, self._gated(None), ExitStack() as stack:
             for layer in self.layers[top:]:
                 stack.enter_context(_patched(layer, _identity))
             hidden = self.backbone(**inputs).last_hidden_state if top > 0 else None
         cache = dict(zip(needed, recorded))
-        out = torch.zeros((len(stacked), b), dtype=torch.float64)  # a text with no label keeps NLL 0
+        out = torch.zeros((_count(stacked), b), dtype=torch.float64)  # a text with no label keeps NLL 0
         lengths = needed_lengths(labels)
         texts = [r for r in range(b) if lengths[r] > 0]
         for first in sorted(set(firsts)):
@@ -178,24 +183,24 @@ class CausalMaskBatcher(MaskBatcher):
                 where = torch.tensor(rows, device=labels.device)
                 for start in range(0, len(idx), chunk):
                     part = idx[start : start + chunk]
-                    sums = self._group_nll(inputs, labels, cache.get(first - 1), first, stacked[part], where, length)
+                    sums = self._group_nll(inputs, labels, cache.get(first - 1), first, _take_masks(stacked, part), where, length)
                     out[torch.tensor(part)[:, None], torch.tensor(rows)[None, :]] = sums.cpu()
         return out
 
     def _group_nll(
-        self, inputs: dict, labels: torch.Tensor, below, first: int, masks: torch.Tensor, rows: torch.Tensor, length: int
+        self, inputs: dict, labels: torch.Tensor, below, first: int, masks: dict[str, torch.Tensor], rows: torch.Tensor, length: int
     ) -> torch.Tensor:
-        """NLL sums (M, r) of the texts ``rows``, cut to ``length`` positions, under masks (M, L, H) first changing at ``first``."""
-        m, r = masks.shape[0], rows.shape[0]
+        """NLL sums (M, r) of the texts ``rows``, cut to ``length`` positions, under base masks {group: (M, L, U)} first changing at ``first``."""
+        m, r = _count(masks), rows.shape[0]
         part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
         replay = _repeat(_take(below, rows, length), m, r) if first > 0 else None  # layer first-1's output, M copies
-        with self._pass(replay, first, masks.to(labels.device), r):
+        with self._pass(replay, first, {g: v.to(labels.device) for g, v in masks.items()}, r):
             hidden = self.backbone(**_repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
         targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
         return label_nll(hidden, targets, self.head, self.head_tokens).view(m, r)
 
 
-def looped_nll(model: nn.Module, gates: HeadGates, batch: dict, masks) -> torch.Tensor:
+def looped_nll(model: nn.Module, gates, batch: dict, masks) -> torch.Tensor:
     """The reference: one plain forward per mask, full logits, NLL sums (M, B) in float64."""
     outs = []
     with torch.inference_mode():

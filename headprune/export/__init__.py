@@ -7,7 +7,7 @@
   (opset 17; ``int8``: dynamic quantisation by ONNX Runtime), in a directory with its tokenizer, config and
   description (headprune.export.onnx_dir) that plain ONNX Runtime runs from raw text (headprune.export.onnx_client);
 - ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
-  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts) for global masks.
+  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts and FFN widths) for global masks.
 
 ``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
 """
@@ -57,7 +57,7 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: E
     path = written["path"]
     job = {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}
     if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
-        job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv")})
+        job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv", "feed_forward_length")})
     return {"files": [path], "architecture": written["architecture"], "job": job}
 
 

@@ -1,4 +1,4 @@
-"""llama.cpp's ``deci`` architecture for Llama-family decoders pruned unevenly: per-layer head counts in one GGUF file.
+"""llama.cpp's ``deci`` architecture for Llama-family decoders pruned unevenly: per-layer head counts and FFN widths in one GGUF file.
 
 llama.cpp's deci (NVIDIA's Nemotron-NAS, ``src/models/deci.cpp``) reads ``deci.attention.head_count``,
 ``head_count_kv`` and ``feed_forward_length`` as per-layer arrays and skips attention in a layer with 0 / 0 heads;
@@ -6,6 +6,12 @@ such a layer has no attention tensors and no attention norm in the file. llama.c
 so an emptied layer 0 keeps one all-zero head (1 / 1: headprune's phantom head, whose output is exactly 0). A layer
 with query heads but no KV head is a linear layer to deci, and a layer whose query heads are unevenly spread over its
 KV heads has no grouped-query form: both are refused. Tensors, rotary permutation and tokenizer as the llama writer.
+
+Each layer's ``feed_forward_length`` is the neurons its block keeps. A layer with ``feed_forward_length`` 0 has no FFN
+tensors and no FFN norm, and deci's graph ends the layer there (``if (n_ff == 0) continue``) before it adds the
+attention output to the residual stream: only a layer whose attention is skipped too may say 0. An emptied FFN block
+beside attention that runs (heads kept, or layer 0's placeholder head) keeps headprune's phantom neuron, all zero:
+``feed_forward_length`` 1, whose output is exactly 0.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from pathlib import Path
 from torch import nn
 
 from headprune.core.checks import ConfigError
+from headprune.core.ffn_sites import find_ffn_sites
 from headprune.core.gates import find_sites
 from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_of
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
+FFN_PARTS = (".mlp.", ".post_attention_layernorm.")  # the tensors a layer without FFN leaves out
 
 
 def layer_shape(kept_per_kv: list[int]) -> tuple[int, int] | None:
@@ -62,9 +70,15 @@ def model_layer_shapes(model: nn.Module) -> list[tuple[int, int]]:
     return shapes
 
 
-def gguf_architecture(shapes: list[tuple[int, int]]) -> str:
-    """``llama`` when every layer keeps the same query and KV heads, else ``deci``."""
-    return "llama" if len(set(shapes)) == 1 and shapes[0][0] > 0 else "deci"
+def model_ffn_widths(model: nn.Module) -> list[int]:
+    """The neurons each layer's feed-forward block keeps (0 when emptied: it computes only its zero phantom neuron)."""
+    return [site.width for site in find_ffn_sites(model)]
+
+
+def gguf_architecture(shapes: list[tuple[int, int]], ffn_widths: list[int] | None = None) -> str:
+    """``llama`` when every layer keeps the same query and KV heads and the same FFN width, else ``deci``."""
+    widths = set(ffn_widths or [1])
+    return "llama" if len(set(shapes)) == 1 and shapes[0][0] > 0 and len(widths) == 1 and min(widths) > 0 else "deci"
 
 
 def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -72,11 +86,20 @@ def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(1, 1) if layer == 0 and heads == 0 else (heads, kv) for layer, (heads, kv) in enumerate(shapes)]
 
 
-def _check_phantoms(model: nn.Module, emptied: set[int]) -> None:
-    """An emptied layer's remaining (phantom) head must add exactly nothing, since the file leaves its attention out."""
+def written_ffn_widths(written: list[tuple[int, int]], widths: list[int]) -> list[int]:
+    """The per-layer ``feed_forward_length`` of the deci file: the neurons kept; an emptied block 0 where the layer's attention
+    is skipped too, else 1 (its zero phantom neuron: deci would drop the attention output of an FFN-free layer)."""
+    return [width if width else (0 if heads == 0 else 1) for (heads, _), width in zip(written, widths)]
+
+
+def _check_phantoms(model: nn.Module, emptied: set[int], ffn_free: set[int] = frozenset()) -> None:
+    """An emptied layer's remaining (phantom) head or neuron must add exactly nothing, since the file leaves it out."""
     for site in find_sites(model):
         if site.layer in emptied and site.linear("output").weight.detach().abs().max() > 0:
             raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
+    for site in find_ffn_sites(model):
+        if site.layer in ffn_free and site.down().weight.detach().abs().max() > 0:
+            raise ValueError(f"layer {site.layer} has no FFN neurons left but its down projection is not zero")
 
 
 def export_gguf_deci(
@@ -88,42 +111,43 @@ def export_gguf_deci(
     check_writable(model, dtype)
     config = model.config
     shapes = written_shapes(model_layer_shapes(model))
+    feed_forward = written_ffn_widths(shapes, model_ffn_widths(model))
     emptied = {layer for layer, (heads, _) in enumerate(shapes) if heads == 0}
-    _check_phantoms(model, emptied)
+    ffn_free = {layer for layer, width in enumerate(feed_forward) if width == 0}
+    _check_phantoms(model, emptied, ffn_free)
     head_dim = int(find_sites(model)[0].head_dim)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
     writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.DECI])
-    layers = int(config.num_hidden_layers)
-    add_metadata(
-        writer,
-        config,
-        [heads for heads, _ in shapes],
-        [kv for _, kv in shapes],
-        head_dim,
-        dtype,
-        name,
-        feed_forward=[int(config.intermediate_size)] * layers,
-    )
+    add_metadata(writer, config, [heads for heads, _ in shapes], [kv for _, kv in shapes], head_dim, dtype, name, feed_forward=feed_forward)
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
 
-    def attention_of_emptied(hf_name: str) -> bool:
-        return any(part in hf_name for part in ATTENTION_PARTS) and layer_of(hf_name) in emptied
+    def left_out(hf_name: str) -> bool:
+        if any(part in hf_name for part in ATTENTION_PARTS):
+            return layer_of(hf_name) in emptied
+        return any(part in hf_name for part in FFN_PARTS) and layer_of(hf_name) in ffn_free
 
-    finish_file(writer, gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=attention_of_emptied))
+    finish_file(writer, gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=left_out))
     return path
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default") -> dict:
     """The GGUF file of a pruned Llama-family model: ``llama`` when every layer keeps one shape, else ``deci``.
 
-    Returns {"path", "architecture", "head_count", "head_count_kv"}: the per-layer counts the file holds."""
+    Returns {"path", "architecture", "head_count", "head_count_kv", "feed_forward_length"}: the per-layer counts the file holds."""
     from headprune.export.gguf import export_gguf
 
     check_writable(model, dtype)  # before the layer shapes: a family GGUF cannot store is told so
-    shapes = model_layer_shapes(model)
-    if gguf_architecture(shapes) == "llama":
+    shapes, widths = model_layer_shapes(model), model_ffn_widths(model)
+    if gguf_architecture(shapes, widths) == "llama":
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
     else:
         path, architecture, shapes = export_gguf_deci(model, tokenizer, out, dtype, name, tokenizer_pre), "deci", written_shapes(shapes)
-    return {"path": path, "architecture": architecture, "head_count": [h for h, _ in shapes], "head_count_kv": [kv for _, kv in shapes]}
+        widths = written_ffn_widths(shapes, widths)
+    return {
+        "path": path,
+        "architecture": architecture,
+        "head_count": [h for h, _ in shapes],
+        "head_count_kv": [kv for _, kv in shapes],
+        "feed_forward_length": widths,
+    }

@@ -3,7 +3,9 @@
 Standalone (numpy and gguf only, nothing of headprune or torch), so the export checker loads it by path in its
 fresh interpreter: transformers cannot read deci files. The forward pass is llama.cpp's for these architectures:
 RMS norms, rotary embeddings on interleaved pairs (the writer permuted q/k rows into that layout), grouped-query
-attention with the layer's own head counts, none in a layer with 0 heads, and a SwiGLU feed-forward.
+attention with the layer's own head counts, none in a layer with 0 heads, and a SwiGLU feed-forward of the layer's
+own width; a layer with ``feed_forward_length`` 0 ends before its residual additions, as deci's graph does (its input
+passes on unchanged, any attention output dropped).
 """
 
 from __future__ import annotations
@@ -91,8 +93,12 @@ class GGUFDecoder:
         keys_valid = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else attention_mask.astype(bool)
         x = self.weights["token_embd.weight"][input_ids]  # (B, T, hidden)
         for layer in range(len(self.layout["head_count"])):
+            attention = None
             if self.layout["head_count"][layer] > 0:
-                x = x + self._attention(self._norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
+                attention = self._attention(self._norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
+            if self.layout["feed_forward_length"][layer] == 0:
+                continue  # deci: an FFN-free layer leaves the residual stream as it came in
+            x = x if attention is None else x + attention
             h = self._norm(x, f"blk.{layer}.ffn_norm.weight")
             gate = h @ self.weights[f"blk.{layer}.ffn_gate.weight"].T
             up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T

@@ -2,9 +2,10 @@
 
 A stock architecture needs the same query heads, KV heads and head size in every layer, each KV head
 serving an equal run of query heads (``repeat_kv``'s order): what ``prune.layout=uniform`` with
-``prune.unit=kv_group`` always gives. The config is the model's own with the pruned
-``num_attention_heads``, ``num_key_value_heads`` and ``head_dim``; the weights are loaded strictly into a
-model built from that config, so a shape that the config would not rebuild fails here, not at the user's.
+``prune.unit=kv_group`` always gives; and one FFN width in every layer (``intermediate_size``): what the uniform
+layout gives FFN neurons (an emptied block computes its one zero phantom neuron). The config is the model's own with
+the pruned ``num_attention_heads``, ``num_key_value_heads``, ``head_dim`` and FFN width; the weights are loaded
+strictly into a model built from that config, so a shape that the config would not rebuild fails here, not at the user's.
 
 transformers refuses a ``LlamaConfig`` whose hidden size is no multiple of its heads even with ``head_dim``
 given (hidden 576 over 7 heads), while ``MistralConfig`` takes it. A Llama without attention or MLP biases
@@ -22,6 +23,8 @@ from pathlib import Path
 from torch import nn
 
 from headprune.core.checks import ConfigError
+from headprune.core.ffn_pruning import WIDTHS_ATTR
+from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import find_sites
 from headprune.core.pruning import RECORD_ATTR
 
@@ -65,6 +68,29 @@ def mask_stock_shape(rows: list[list[int]], heads_per_kv: int = 1) -> tuple[int,
     return next(iter(shapes))
 
 
+def stock_ffn_width(model: nn.Module) -> dict[str, int]:
+    """{config field: the one width every feed-forward block computes}, or a ConfigError naming the layers of each width."""
+    widths: dict[str, dict[int, list[int]]] = {}
+    for site in ffn_sites_if_any(model):
+        widths.setdefault(site.config_field, {}).setdefault(site.computed_width, []).append(site.layer)
+    for field, by_width in widths.items():
+        if len(by_width) > 1:
+            described = "; ".join(f"layers {layers}: {width} neurons" for width, layers in by_width.items())
+            raise ConfigError(f"a stock checkpoint needs one FFN width ({field}) in every layer, but {described}. " + UNIFORM_HINT)
+    return {field: next(iter(by_width)) for field, by_width in widths.items()}
+
+
+def mask_ffn_width(rows: list[list[int]]) -> int:
+    """The FFN width every layer keeps under a 0/1 neuron mask [layers][neurons] (an emptied block: its phantom, 1), or a ConfigError."""
+    by_width: dict[int, list[int]] = {}
+    for layer, row in enumerate(rows):
+        by_width.setdefault(max(int(sum(row)), 1), []).append(layer)
+    if len(by_width) > 1:
+        described = "; ".join(f"layers {layers}: {width} neurons" for width, layers in by_width.items())
+        raise ConfigError(f"a stock checkpoint needs one FFN width in every layer, but the mask keeps {described}. " + UNIFORM_HINT)
+    return next(iter(by_width))
+
+
 def _require_one_shape(shapes: dict, lead: str) -> None:
     """A ConfigError naming the layers of each shape unless ``shapes`` ({shape or "uneven": [layers]}) holds one even shape."""
     if len(shapes) == 1 and "uneven" not in shapes:
@@ -103,9 +129,10 @@ def stock_config(model: nn.Module, shape: StockShape):
     from transformers import AutoConfig
 
     fields = copy.deepcopy(model.config.to_dict())
-    for key in (RECORD_ATTR, V4_ATTR, "_attn_implementation_autoset", "architectures", "transformers_version", "model_type"):
+    for key in (RECORD_ATTR, V4_ATTR, WIDTHS_ATTR, "_attn_implementation_autoset", "architectures", "transformers_version", "model_type"):
         fields.pop(key, None)
     fields.update(num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim)
+    fields.update(stock_ffn_width(model))
     model_type = model.config.model_type
     if model_type == "llama" and fields["hidden_size"] % shape.heads:
         if fields.get("attention_bias") or fields.get("mlp_bias"):

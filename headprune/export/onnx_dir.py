@@ -8,9 +8,10 @@ needs to go from raw text to predictions, and what optimum's ``ORTModel*`` class
 - ``config.json``: the model's config with its labels (``id2label`` / ``label2id`` of classifiers) and the pruned
   head counts in ``headprune_heads_per_layer`` ({group: {"query_heads": [...], "kv_heads": [...]}}); the stock
   head fields keep their unpruned values, which stay valid for the config class (a head count that divides the
-  hidden size); decoder-only LMs get ``use_cache: false`` (the graphs take no KV cache);
+  hidden size), and the FFN widths in ``headprune_ffn_widths`` when neurons were pruned; decoder-only LMs get
+  ``use_cache: false`` (the graphs take no KV cache);
 - ``headprune_export.json``: each graph's inputs and outputs (names, element types, axes), how text becomes inputs,
-  the labels and the head counts; ``onnx_client.py`` in this package runs a directory from it.
+  the labels, the head counts and the FFN widths; ``onnx_client.py`` in this package runs a directory from it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from torch import nn
 
+from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import find_sites
 
 DESCRIPTION = "headprune_export.json"
@@ -36,6 +38,14 @@ def heads_per_layer(model: nn.Module) -> dict[str, dict[str, list[int]]]:
         group = out.setdefault(site.group, {"query_heads": [], "kv_heads": []})
         group["query_heads"].append(len(site.head_ids))
         group["kv_heads"].append(len(site.kv_ids) if site.num_kv_heads_orig else len(site.head_ids))
+    return out
+
+
+def ffn_widths_per_layer(model: nn.Module) -> dict[str, list[int]]:
+    """{FFN group: [neurons each feed-forward block keeps]} (0: an emptied block, which computes one zero neuron)."""
+    out: dict[str, list[int]] = {}
+    for site in ffn_sites_if_any(model):
+        out.setdefault(site.group, []).append(site.width)
     return out
 
 
@@ -160,6 +170,7 @@ def write_onnx_dir(model: nn.Module, tokenizer, out: Path, graphs: dict[str, Pat
         **({"image_inputs": image_inputs(tokenizer)} if images and tokenizer is not None else {}),
         "labels": {str(k): v for k, v in labels.items()} if labels else None,
         "heads_per_layer": getattr(config, HEADS_FIELD),
+        "ffn_widths_per_layer": ffn_widths_per_layer(model),
         "pruned_heads": getattr(config, "headprune_pruned_heads", None) or {},
         "kv_cache": False,
         "runtime": "onnxruntime (CPUExecutionProvider); tokenizers for text",

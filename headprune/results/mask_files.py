@@ -1,6 +1,7 @@
 """Mask files: a prune run's results.json (orders and steps, or Pareto points), a speed or export results.json, or a
-mask JSON ({"mask": {group: [[0/1]]}}). A file says its own unit, layout and candidates; settings pick one only when
-it holds several."""
+mask JSON ({"mask": {group: [[0/1]]}}). A file says its own unit (a kind such as ``head`` or ``ffn``, or a joint unit
+such as ``head+ffn``; files written before FFN units hold ``head`` or ``kv_group``), layout and candidates; settings
+pick one only when it holds several. A file that names no unit says its kinds by its masks' group names."""
 
 from __future__ import annotations
 
@@ -9,10 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
-from headprune.results.points import point_name, removed_fraction
+from headprune.core.unit_kinds import mask_kinds, unit_kinds, unit_name
+from headprune.results.points import kind_counts, point_name, removed_fraction
 from headprune.results.readers import check_binary_mask
 
-UNITS = ("head", "kv_group")
+UNITS = ("head", "kv_group")  # the units of files written before FFN units; any unit_kinds name is read (file_unit)
+
+
+def file_unit(value) -> str | None:
+    """The canonical unit a file records (``"head+ffn"`` for ``["ffn", "head"]`` too), or None when it records none it knows."""
+    if value is None:
+        return None
+    try:
+        return unit_name(value)
+    except (ValueError, TypeError):
+        return None
 
 
 @dataclass
@@ -25,6 +37,10 @@ class Candidate:
     mask: dict
     removed: int
     point: dict | None = None
+
+    def removed_by_kind(self, unit=None) -> dict[str, int]:
+        """{kind: units removed} of its mask (``unit`` tells heads from KV groups in attention groups)."""
+        return {kind: removed for kind, (removed, _) in kind_counts(self.mask, unit).items()}
 
     def describe(self, setting: str) -> str:
         """How to pick it: ``fisher at 33% (3 of 9 units): export.mask_order=fisher export.fraction=0.333334``."""
@@ -56,6 +72,17 @@ FORMS = (
     "a mask file is the results.json of a prune run (or of a study, a speed or an export run) or a mask JSON "
     '{"mask": {group: [[1 or 0 per head] per layer]}} (group: enc_self, enc_dec or dec_self; 0 removes the head)'
 )
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The unit kinds its masks hold: the recorded unit's, else those its masks' group names say (() when it holds none)."""
+        if self.unit is not None:
+            return unit_kinds(self.unit)
+        groups = {g for c in self.candidates for g in c.mask}
+        try:
+            return mask_kinds(groups)
+        except ValueError:
+            return ()
 
 
 def read_mask_payload(path: Path, setting: str) -> dict:
@@ -111,7 +138,7 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
         )
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
     sections = _sections(results)
-    unit = next((s["unit"] for s in sections if s.get("unit") in UNITS), None)
+    unit = next((file_unit(s["unit"]) for s in sections if file_unit(s.get("unit")) is not None), None)
     layout = next((s["layout"] for s in sections if s.get("layout")), None)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
     found = MaskFile(path, unit, layout, made_for, experiment=payload.get("experiment"))

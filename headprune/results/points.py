@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from headprune.core.unit_kinds import KINDS, group_kind
+
 
 def point_name(point: dict) -> str:
     """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``, ``unpruned + same training`` (the control):
@@ -57,3 +59,28 @@ def point_step(point: dict) -> str:
     if point.get("fraction") is None or point.get("heads_pruned") is None or not point.get("heads_total"):
         return str(point["step"])
     return step_label(point)
+
+
+def kind_counts(mask: dict, unit=None) -> dict[str, tuple[int, int]]:
+    """{kind: (units removed, units in all)} of a 0/1 mask {group: [[...]]} (JSON lists or tensors), in the registry's order.
+
+    A group's name says its kind (headprune.core.unit_kinds.group_kind); ``unit`` tells KV groups from heads.
+    """
+    counts: dict[str, list[int]] = {}
+    for group, rows in mask.items():
+        kind = group_kind(str(group), unit) or "unit"
+        values = rows.flatten().tolist() if hasattr(rows, "flatten") else [v for row in rows for v in row]
+        entry = counts.setdefault(kind, [0, 0])
+        entry[0] += sum(1 for v in values if v == 0)
+        entry[1] += len(values)
+    order = [*KINDS, "unit"]
+    return {k: (counts[k][0], counts[k][1]) for k in sorted(counts, key=order.index)}
+
+
+def kinds_label(mask: dict, unit=None) -> str:
+    """What each kind of a mask lost: ``heads 25%, neurons 40%`` (one kind: ``heads 25%``)."""
+    parts = []
+    for kind, (removed, total) in kind_counts(mask, unit).items():
+        noun = KINDS[kind].noun if kind in KINDS else kind
+        parts.append(f"{noun}s {percent(removed / total if total else 0.0)}")
+    return ", ".join(parts)

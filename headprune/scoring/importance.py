@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from headprune.core.checks import ConfigError
 from headprune.core.ffn_sites import FFNSite
 from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.unit_kinds import block_group, unit_kinds
 from headprune.core.units import SCORED_UNITS
 
 REDUCTIONS = ("example", "token", "batch", "fisher")
@@ -44,9 +45,13 @@ def per_example_loss(outputs, batch: dict) -> torch.Tensor:
     return (token_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
 
 
+def _shape(gates, unit: str = "head") -> dict[str, tuple[int, int]]:
+    """{group: (layers, units)} of the scores: the gates' own groups (HeadGates asked for KV groups: theirs)."""
+    return gates.kv_groups if unit == "kv_group" and gates.unit == "head" else gates.groups
+
+
 def _zeros(gates, unit: str = "head") -> dict[str, torch.Tensor]:
-    shape = gates.kv_groups if unit == "kv_group" else gates.groups
-    return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
+    return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in _shape(gates, unit).items()}
 
 
 def _has_units(site) -> bool:
@@ -54,18 +59,27 @@ def _has_units(site) -> bool:
     return bool(site.neuron_ids if isinstance(site, FFNSite) else site.head_ids)
 
 
-def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int]]:
-    """Probe gradients (B, T, H) or (B, T, W) of one site per unit: (gradients (B, T, U), original ids of the U units)."""
-    if unit not in SCORED_UNITS:
-        raise ValueError(f"importance unit must be one of {SCORED_UNITS}, got {unit!r}")
+def _kinds(unit: str) -> tuple[str, ...]:
+    """The kinds of an importance unit, or a ValueError listing the units scored."""
+    try:
+        return unit_kinds(unit)
+    except ValueError:
+        raise ValueError(f"importance unit must be one of {SCORED_UNITS}, got {unit!r}") from None
+
+
+def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int], str]:
+    """Probe gradients (B, T, H) or (B, T, W) of one site per unit: (gradients (B, T, U), original ids of the U units, their group)."""
+    kinds = _kinds(unit)
     grad = grad.reshape(batch, -1, grad.shape[-1])  # OPT's feed-forward block flattens its tokens: (B * T, W) -> (B, T, W)
+    if "block" in kinds:
+        return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
     if isinstance(site, FFNSite):
-        return grad, site.neuron_ids  # FFN sites score neurons whatever the unit of the heads beside them
-    if unit != "kv_group":
-        return grad, site.head_ids
+        return grad, site.neuron_ids, site.group  # FFN sites score neurons whatever the unit of the heads beside them
+    if "kv_group" not in kinds:
+        return grad, site.head_ids, site.group
     positions = torch.tensor(site.kv_positions(), device=grad.device)
     summed = grad.new_zeros(*grad.shape[:2], len(site.kv_ids)).index_add_(2, positions, grad)  # (B, T, KV)
-    return summed, site.kv_ids  # the gradient of one gate shared by a KV head's query heads
+    return summed, site.kv_ids, site.group  # the gradient of one gate shared by a KV head's query heads
 
 
 def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
@@ -114,8 +128,7 @@ def importance_scores(
     """
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
-    if unit not in SCORED_UNITS:
-        raise ValueError(f"importance unit must be one of {SCORED_UNITS}, got {unit!r}")
+    _kinds(unit)
     was_training = model.training
     model.eval()
     totals, count = _zeros(gates, unit), 0
@@ -135,7 +148,7 @@ def importance_scores(
                     grad = grad_of[id(probe)]
                     if grad is None or not _has_units(site):
                         continue
-                    contribution, ids = _per_unit(
+                    contribution, ids, group = _per_unit(
                         site, grad.double(), unit, losses.shape[0]
                     )  # (B, T, U): dL(x_b)/d xi_u restricted to token t
                     if reduce == "example":
@@ -146,7 +159,7 @@ def importance_scores(
                         value = contribution.abs().sum(1).sum(0)
                     else:
                         value = contribution.sum((0, 1)).abs()
-                    totals[site.group][site.layer, ids] += value.cpu()
+                    totals[group][site.layer, ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
     model.train(was_training)
@@ -211,14 +224,14 @@ def per_example_gate_gradients(
         probes = [probe for site in gates.sites for probe in site.probes]
         grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
         grad_of = dict(zip(map(id, probes), grads))
-        for g, (layers, heads) in (gates.kv_groups if unit == "kv_group" else gates.groups).items():
+        for g, (layers, heads) in _shape(gates, unit).items():
             out[g] = torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64)
         for site in gates.sites:
             for probe in site.probes:
                 grad = grad_of[id(probe)]
                 if grad is not None and _has_units(site):
-                    contribution, ids = _per_unit(site, grad.double(), unit, losses.shape[0])
-                    out[site.group][:, site.layer, ids] += contribution.sum(1).cpu()
+                    contribution, ids, group = _per_unit(site, grad.double(), unit, losses.shape[0])
+                    out[group][:, site.layer, ids] += contribution.sum(1).cpu()
     return out
 
 

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from headprune.core.gates import HeadGates
-from headprune.core.pruning import prune_mask
-from headprune.core.units import unit_gates
+from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.scoring.importance import fisher_scores, per_example_loss
 from headprune.selection.greedy import check_fractions, check_groups
 from headprune.selection.mask_search import PruneTarget
@@ -109,8 +107,8 @@ def iterative_prune(
     ``teacher`` is the unpruned reference for recovery (default: a copy of ``model`` before the first step);
     ``costs`` (a ``CostModel`` of the unpruned model) and ``evaluate`` (for ``max_drop``, on a selection split;
     each step's drop counts from the previous step's recovered model) serve target steps.
-    ``unit``: ``head`` or ``kv_group`` (``headprune.core.units``): scores, masks, fractions and costs count that unit;
-    ``score_fn`` gets the gates in that unit. ``layout``: ``global`` or ``uniform`` (every layer of a group loses as many units,
+    ``unit``: any unit of ``headprune.core.units`` (``head``, ``kv_group``, ``ffn``, ``block``, ``head+ffn``, ...): scores,
+    masks, fractions and costs count that unit (costs: ``headprune.selection.unit_costs``); ``score_fn`` gets the gates in it. ``layout``: ``global`` or ``uniform`` (every layer of a group loses as many units,
     ``headprune.selection.uniform``).
     """
     plan = check_schedule(schedule)
@@ -120,7 +118,7 @@ def iterative_prune(
     teacher = copy.deepcopy(model).eval() if teacher is None else teacher
     steps = []
     for step in plan:
-        gates = unit_gates(HeadGates(model), unit)
+        gates = unit_gates(model, unit)
         shape = gates.groups
         chosen = check_groups(groups, shape)
         scores = score_fn(model, gates, batches, loss_fn)
@@ -130,10 +128,11 @@ def iterative_prune(
             mask = search(scores, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
         else:
             mask = layout_mask(scores, shape, step, chosen, min_per_layer, layout, start=present)
-        prune_mask(model, gates.head_mask(mask, hard=True))
+        prune_unit_mask(gates, mask)
         if recover is not None:
             recover(model, teacher, batches)
         target = step if isinstance(step, PruneTarget) else None
-        fraction = sum(int((m == 0).sum()) for m in mask.values()) / gates.num_heads if target else step
+        total = sum(layers * units for layers, units in shape.values())
+        fraction = sum(int((m == 0).sum()) for m in mask.values()) / total if target else step
         steps.append(PruneStep(fraction, mask, scores, copy.deepcopy(model) if keep_models else None, target))
     return steps

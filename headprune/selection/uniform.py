@@ -17,6 +17,7 @@ import torch
 
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
 from headprune.selection.mask_search import PruneTarget, SearchResult, _last_within_drop
+from headprune.selection.uniform_path import UniformPath
 
 LAYOUTS = ("global", "uniform")
 
@@ -122,51 +123,48 @@ def uniform_search(
     groups=None,
     refine: Callable | None = None,
 ) -> SearchResult:
-    """``mask_search.search_mask`` in the uniform layout: the uniform count k (every layer of the chosen groups) that meets ``target``.
+    """``mask_search.search_mask`` in the uniform layout: the uniform counts (every layer of the chosen groups) that meet ``target``.
 
-    ``flops`` / ``speedup``: the smallest k that meets it; ``max_drop``: the largest k whose drop on the selection split
-    (``evaluate``) stays within it. ``start`` (uniform itself) counts as removed; ``refine`` must keep each layer's count.
+    The levels are those of ``headprune.selection.uniform_path``: one count k for every group of a unit kind, and for a
+    joint unit (heads and neurons) the greedy sequence of uniform slices. ``flops`` / ``speedup``: the first level that
+    meets it; ``max_drop``: the last whose drop on the selection split (``evaluate``) stays within it. ``start`` (uniform
+    itself) counts as removed; ``refine`` must keep each layer's count. Masks are built only for the levels evaluated.
     """
     target = PruneTarget.from_config(target)
     shape = costs.groups
     groups = check_groups(groups, shape)
     base = _start_mask(shape, start)
-    already = {g: max(layer_counts({g: base[g]})[g] or [0]) for g in groups}
-    top = max(shape[g][1] - max(min_per_layer, 1) for g in groups)
-    levels = list(range(max(already.values(), default=0), top + 1))  # k = the count removed per layer in every chosen group
+    path = UniformPath(scores, costs, base, groups, max(min_per_layer, 1))
+    levels = path.levels()
     refine = refine or (lambda mask: mask)
-
-    def mask_at(level: int) -> dict[str, torch.Tensor]:
-        counts = {g: min(level, shape[g][1] - max(min_per_layer, 1)) for g in groups}
-        return refine(uniform_mask(scores, shape, counts, base))
-
-    masks = [mask_at(level) for level in levels]
+    mask_at = lambda i: refine(uniform_mask(scores, shape, levels[i], base))  # noqa: E731
+    cost_at = [path.cost(counts) for counts in levels]
     evaluations: dict[int, float] = {}
     if target.kind == "flops":
         if costs.unit != "flops":
             raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
-        i = next((i for i, m in enumerate(masks) if costs.kept_fraction(m) <= target.value + 1e-12), None)
+        i = next((i for i, c in enumerate(cost_at) if c / costs.total <= target.value + 1e-12), None)
     elif target.kind == "speedup":
-        i = next((i for i, m in enumerate(masks) if costs.speedup(m) >= target.value - 1e-12), None)
+        i = next((i for i, c in enumerate(cost_at) if costs.total / c >= target.value - 1e-12), None)
     else:
         if evaluate is None:
             raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
 
         def score_of(i: int) -> float:
-            removed = sum(int((masks[i][g] == 0).sum()) for g in groups)
+            mask = mask_at(i)
+            removed = sum(int((mask[g] == 0).sum()) for g in groups)
             if removed not in evaluations:
-                evaluations[removed] = float(evaluate(masks[i]))
+                evaluations[removed] = float(evaluate(mask))
             return evaluations[removed]
 
-        i = _last_within_drop(len(masks) - 1, score_of, target.value, higher_is_better)
+        i = _last_within_drop(len(levels) - 1, score_of, target.value, higher_is_better)
     if i is None:
-        last = masks[-1]
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met in the uniform layout with min_per_layer={min_per_layer}: "
-            f"removing {levels[-1]} units in every layer keeps {costs.kept_fraction(last):.3f} of the cost, a speed-up "
-            f"of {costs.speedup(last):.3f} ({costs.unit}); use prune.layout=global or a lower target"
+            f"removing {_counts_text(levels[-1])} units in every layer keeps {cost_at[-1] / costs.total:.3f} of the cost, a speed-up "
+            f"of {costs.total / cost_at[-1]:.3f} ({costs.unit}); use prune.layout=global or a lower target"
         )
-    mask = masks[i]
+    mask = mask_at(i)
     return SearchResult(
         mask,
         _removed_in_order(mask, base, scores, groups),
@@ -176,6 +174,12 @@ def uniform_search(
         target,
         evaluations,
     )
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    """``3`` when every group removes as many units per layer, else ``enc_self 3, enc_ffn 40``."""
+    values = set(counts.values())
+    return str(values.pop()) if len(values) == 1 else ", ".join(f"{g} {c}" for g, c in counts.items())
 
 
 def layout_search(layout: str = "global"):

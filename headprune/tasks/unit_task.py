@@ -1,12 +1,18 @@
-"""A task in another pruning unit: the same task whose masks and scores are per KV group (``prune.unit=kv_group``).
+"""A task in another pruning unit: the same task whose masks and scores are per KV group, FFN neuron, block or a joint unit
+(``prune.unit=kv_group``, ``ffn``, ``block``, ``[head, ffn]``, ...; headprune.core.units).
 
-Every experiment then runs unchanged on KV groups: its shapes come from ``task.gates.groups`` and its
-masks reach the task's own evaluation as query-head masks (``KVGroupGates.head_mask``).
+Every experiment then runs unchanged in that unit: its shapes come from ``task.gates.groups`` and its masks reach the
+task's own evaluation as the masks that act: query-head masks (``head_mask``) for attention units, and for units that
+gate FFN neurons the query-head and neuron masks together (``base_mask``), evaluated under joint head + neuron gates.
 """
 
 from __future__ import annotations
 
-from headprune.core.units import QUERY_HEADS, unit_gates
+from contextlib import contextmanager
+
+from headprune.core.joint import JointGates
+from headprune.core.unit_kinds import unit_name, unit_parts
+from headprune.core.units import QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 
 class UnitTask:
@@ -14,15 +20,16 @@ class UnitTask:
 
     def __init__(self, task, unit: str):
         self.__dict__["task"] = task
-        self.__dict__["unit"] = unit
+        self.__dict__["unit"] = unit_name(unit)
         self.__dict__["_gates"] = unit_gates(task.gates, unit)
 
     def __getattr__(self, name):
         return getattr(self.task, name)
 
     def __setattr__(self, name, value):
-        if name == "gates":  # a swapped model's gates (speed), in either unit: the task keeps HeadGates, seen here in this unit
-            heads = value if value.unit == "head" else value.heads
+        if name == "gates":  # a swapped model's gates (speed), in any unit: the task keeps HeadGates, seen here in this unit
+            heads, _ = primitive_gates(value)
+            heads = heads if heads is not None else unit_gates(value.model, QUERY_HEADS)
             self.task.gates = heads
             self.__dict__["_gates"] = unit_gates(heads, self.unit)
         else:
@@ -32,18 +39,51 @@ class UnitTask:
     def gates(self):
         return self._gates
 
+    @property
+    def gates_neurons(self) -> bool:
+        """Whether the unit gates FFN neurons (ffn, block or a joint unit with ffn): masks then act on heads and neurons."""
+        return "ffn" in unit_parts(self.unit)
+
+    @contextmanager
+    def _acting_gates(self):
+        """The task's gates, for the duration of an evaluation, as joint head + neuron gates when the unit gates neurons."""
+        if not self.gates_neurons:
+            yield
+            return
+        heads = self.task.gates
+        self.task.gates = JointGates(self.task.model, heads=heads, ffn=primitive_gates(self._gates)[1])
+        try:
+            yield
+        finally:
+            self.task.gates = heads
+
+    def _acting(self, mask):
+        """A mask in this unit as the masks that act: query heads, or query heads and neurons."""
+        if mask is None:
+            return None
+        return base_mask(self._gates, mask) if self.gates_neurons else self._gates.head_mask(mask)
+
     def evaluate(self, mask=None, split: str = "eval"):
-        return self.task.evaluate(None if mask is None else self._gates.head_mask(mask), split)
+        with self._acting_gates():
+            return self.task.evaluate(self._acting(mask), split)
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list:
-        return self.task.evaluate_many([None if m is None else self._gates.head_mask(m) for m in masks], split, on_batch)
+        with self._acting_gates():
+            return self.task.evaluate_many([self._acting(m) for m in masks], split, on_batch)
 
 
-def in_unit(task, unit: str = "head"):
+def in_unit(task, unit="head"):
     """The task itself for ``head``, else a UnitTask whose gates, masks and scores are per ``unit``."""
-    return task if unit == "head" else UnitTask(task, unit)
+    return task if unit_name(unit) == QUERY_HEADS else UnitTask(task, unit)
 
 
 def unit_of(cfg) -> str:
-    """``prune.unit``; a run without a prune group (training) gates the model's query heads."""
-    return str(cfg.prune.unit) if cfg.get("prune") is not None else QUERY_HEADS
+    """``prune.unit`` as a unit name (a list such as [head, ffn] as ``head+ffn``); a run without a prune group (training) gates
+    the model's query heads."""
+    if cfg.get("prune") is None:
+        return QUERY_HEADS
+    value = cfg.prune.unit
+    try:
+        return unit_name(value if isinstance(value, str) else list(value))
+    except (TypeError, ValueError):
+        return str(value)  # not a unit: the config check names it

@@ -6,8 +6,9 @@ report and the experiments' logged tables show the same numbers the same way.
 
 from __future__ import annotations
 
+from headprune.core.unit_kinds import group_kind, noun, unit_kinds
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
-from headprune.results.points import point_name, point_step, removed_fraction, step_label
+from headprune.results.points import kinds_label, point_name, point_step, removed_fraction, step_label
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -249,11 +250,11 @@ def versus_control(point: dict, higher_is_better: bool) -> str:
 
 
 def kv_cache_kept(point: dict) -> float | None:
-    """The share of the KV cache a KV-group mask keeps (a layer left without a KV head keeps one phantom head)."""
+    """The share of the KV cache a KV-group mask keeps (a layer left without a KV head keeps one phantom head); its FFN groups aside."""
     mask = point.get("mask")
     if not mask:
         return None
-    rows = [row for group in mask.values() for row in group]
+    rows = [row for name, group in mask.items() if group_kind(name) == "head" for row in group]  # attention groups
     return sum(max(sum(row), 1) for row in rows) / sum(len(row) for row in rows)
 
 
@@ -295,6 +296,14 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
     ]
 
 
+def _unit(value) -> str:
+    """A results file's unit as a unit name (``head`` when it names none this version knows)."""
+    try:
+        return "+".join(unit_kinds(value)) if value else "head"
+    except (ValueError, TypeError):
+        return "head"
+
+
 def pareto_table(study: dict) -> str:
     """Quality against measured (or predicted) throughput for every order and recovery, Pareto points marked."""
     p = _stage(study, "pareto")
@@ -303,9 +312,11 @@ def pareto_table(study: dict) -> str:
     front = pareto_front(points, higher)
     timed = any(q.get("measured") for q in points)
     extra = p.get("extra_splits") or []
-    kv = p.get("unit") == "kv_group"
+    unit = _unit(p.get("unit"))
+    kv = "kv_group" in unit_kinds(unit)
+    joint = len(unit_kinds(unit)) > 1
     controlled = any(q.get("control") for q in points)
-    removed = "KV groups removed" if kv else "heads removed"
+    removed = f"{noun(unit, plural=True)} removed"
     lines = [
         f"| method | step | {removed} | {name_of(p['metric'])} | "
         + ("vs control | " if controlled else "")
@@ -322,7 +333,7 @@ def pareto_table(study: dict) -> str:
         cells = [
             point_name(q),
             point_step(q),
-            f"{q['heads_pruned']}/{q['heads_total']}",
+            f"{q['heads_pruned']}/{q['heads_total']}" + (f" ({kinds_label(q['mask'], unit)})" if joint and q.get("mask") else ""),
             f"{q['score']:.2f}",
             *([versus_control(q, higher)] if controlled else []),
             *(f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a" for s in extra),

@@ -1,0 +1,106 @@
+"""Whole blocks as the unit: one gate per layer on its attention block and one on its feed-forward block.
+
+A block gate scales the sub-block's output without its bias: the attention's output projection input (every
+head at once) or the down projection's input (every neuron at once). So a block gate is the head gates (or
+neuron gates) of its layer all set to one value, and 0 leaves exactly what emptying every head or neuron
+leaves: the output projection's bias (headprune.core.pruning, headprune.core.ffn_pruning), which removes the
+sub-block from the weights. Masks are {"<group>_block": [layers, 1]} (or [batch, layers, 1] per example).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+
+import torch
+from torch import nn
+
+from headprune.core.ffn_gates import FFNGates
+from headprune.core.ffn_sites import ffn_sites_if_any
+from headprune.core.gates import HeadGates
+from headprune.core.masks import normalize_mask
+from headprune.core.unit_kinds import BLOCK_SUFFIX, block_group
+
+
+class BlockGates:
+    """A gate on each layer's attention block and feed-forward block: masks and scores are {"<group>_block": [layers, 1]}."""
+
+    unit = "block"
+
+    def __init__(self, model: nn.Module, heads: HeadGates | None = None, ffn: FFNGates | None = None):
+        self.model = model
+        self.heads = heads if heads is not None else HeadGates(model)
+        self.ffn = ffn if ffn is not None else (FFNGates(model) if ffn_sites_if_any(model) else None)
+
+    def _parts(self) -> list:
+        return [self.heads] if self.ffn is None else [self.heads, self.ffn]
+
+    @property
+    def sites(self) -> list:
+        """Every attention site, then every FFN site."""
+        return [site for part in self._parts() for site in part.sites]
+
+    @property
+    def groups(self) -> dict[str, tuple[int, int]]:
+        """{"<group>_block": (layers, 1)} of every attention and FFN group."""
+        return {block_group(g): (layers, 1) for part in self._parts() for g, (layers, _) in part.groups.items()}
+
+    @property
+    def unit_groups(self) -> dict[str, tuple[int, int]]:
+        """{attention or FFN group: (layers, heads or neurons)}: the groups whose units the blocks hold."""
+        return {g: shape for part in self._parts() for g, shape in part.groups.items()}
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        return {g: torch.ones(layers, 1) for g, (layers, _) in self.groups.items()}
+
+    def present(self) -> dict[str, torch.Tensor]:
+        """{"<group>_block": bool [layers, 1]}: True where the block still holds a head or a neuron."""
+        return {block_group(g): p.any(-1, keepdim=True) for part in self._parts() for g, p in part.present().items()}
+
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a block mask against the model ({"<group>_block": [L, 1] or [B, L, 1]})."""
+        return normalize_mask(mask, self.groups, hard=hard, unit="block")
+
+    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+        """{"head": head mask, "ffn": neuron mask}: every head and neuron of a block gated by the block's value."""
+        mask = self.normalize_mask(mask, hard=hard)
+        shapes = self.unit_groups
+        out: dict[str, dict[str, torch.Tensor]] = {}
+        for group, value in mask.items():
+            unit_group = group[: -len(BLOCK_SUFFIX)]
+            kind = "head" if unit_group in self.heads.groups else "ffn"
+            out.setdefault(kind, {})[unit_group] = value.expand(*value.shape[:-1], shapes[unit_group][1])
+        return out
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """The query-head mask of a block mask (attention blocks only; FFN blocks left out)."""
+        return self.base_masks(mask, hard=hard).get("head", {})
+
+    def set_mask(self, mask) -> None:
+        base = {} if mask is None else self.base_masks(mask)
+        self.heads.set_mask(base.get("head") if mask is not None else None)
+        if self.ffn is not None:
+            self.ffn.set_mask(base.get("ffn") if mask is not None else None)
+
+    @contextmanager
+    def masked(self, mask):
+        """Run a block of code with the block mask set (heads and neurons of other blocks ungated), then restore the gates."""
+        base = {} if mask is None else self.base_masks(mask)
+        with ExitStack() as stack:
+            stack.enter_context(self.heads.masked(None if mask is None else base.get("head", {})))
+            if self.ffn is not None:
+                stack.enter_context(self.ffn.masked(None if mask is None else base.get("ffn", {})))
+            yield self
+
+    @contextmanager
+    def probing(self):
+        with ExitStack() as stack:
+            for part in self._parts():
+                stack.enter_context(part.probing())
+            yield self
+
+    def remove(self) -> None:
+        for part in self._parts()[::-1]:
+            part.remove()
+
+    def describe(self) -> str:
+        return "\n".join(part.describe() for part in self._parts())

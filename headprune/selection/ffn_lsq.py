@@ -1,0 +1,220 @@
+"""Retraining-free recovery of FFN neurons: least-squares neuron scales per block (Kwon et al. 2022, mask tuning).
+
+For one feed-forward block with down-projection input x (N tokens, W neurons) and down weight W_d (hidden, W),
+neuron i contributes c_i = x[:, i] W_d[:, i]^T (N, hidden). Over the kept neurons we solve
+
+    min_s || sum_i s_i c_i - y ||^2 + lam || s - 1 ||^2,    C^T C = (x^T x) * (W_d^T W_d),  C^T y = sum_n x_n * (y_n W_d)
+
+(Kwon et al.'s ``get_ffn_lstsq``: the Gram matrix is the elementwise product of the inputs' and the columns' Gram
+matrices, so nothing of size N x W x hidden is formed), where y is the unpruned (teacher) block's output without its
+bias on the same examples, lam = ridge * mean(diag(C^T C)) pulls ill-posed blocks towards s = 1, and each s_i is
+folded into the down projection's input column i. Blocks are fitted in forward order on the pruned model's own
+inputs (the blocks below are already pruned and rescaled), as ``headprune.selection.lsq`` fits heads; Kwon et al.
+also add the residual stream's error to y, which needs each family's residual layout, and is left out here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+from headprune.core.ffn_gates import FFNGates
+from headprune.core.ffn_pruning import ffn_record
+from headprune.core.ffn_sites import FFNSite
+from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.projections import linear_weight
+
+
+class _Stop(Exception):
+    """Raised by a capture hook to end a forward pass once the wanted block has run."""
+
+
+def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
+    """{id(site): its down projection's input (gated, as the projection sees it)} in forward order; ``stop`` ends the pass early."""
+    store: dict[int, torch.Tensor] = {}
+    handles = []
+    for site in sites:
+
+        def hook(module, args, output, key=id(site)):  # noqa: B008 - the key is bound per site
+            store.setdefault(key, args[0].detach())
+            if stop and len(store) == len(sites):
+                raise _Stop
+
+        handles.append(site.down().register_forward_hook(hook))
+    try:
+        model(**model_inputs(model, batch))
+    except _Stop:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return store
+
+
+def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
+    """The real (not padding) tokens of a down input x (B, T, W), or (B * T, W) for OPT's flattened tokens, as x's rows (N, W)."""
+    valid = batch.get("attention_mask") if site.group == "enc_ffn" else decoder_valid(batch)
+    rows = x.reshape(-1, x.shape[-1])
+    if valid is None or valid.numel() != rows.shape[0]:
+        return rows
+    return rows[valid.to(x.device).reshape(-1).bool()]
+
+
+def _kept_positions(site: FFNSite, mask) -> list[int]:
+    """Weight positions of the neurons of a block that are present and kept by ``mask`` (None keeps all present)."""
+    if mask is None or site.group not in mask:
+        return list(range(site.width))
+    row = mask[site.group][site.layer]
+    return [p for p, neuron in enumerate(site.neuron_ids) if float(row[neuron]) != 0]
+
+
+def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
+    """argmin_s ||C s - y||^2 + lam ||s - 1||^2 from C^T C and C^T y, lam = ridge * mean(diag), clamped to [-max_scale, max_scale]."""
+    k = gram.shape[0]
+    lam = ridge * float(gram.diagonal().mean())
+    if lam <= 0:
+        return torch.ones(k, dtype=gram.dtype)  # the kept neurons contribute nothing: leave them
+    eye = torch.eye(k, dtype=gram.dtype)
+    return torch.linalg.solve(gram + lam * eye, rhs + lam * torch.ones(k, dtype=gram.dtype)).clamp(-max_scale, max_scale)
+
+
+@torch.no_grad()
+def scale_down_columns(down: nn.Module, positions: list[int], scales: torch.Tensor) -> None:
+    """Multiply in place the down projection's input columns at ``positions`` by ``scales`` (K,)."""
+    factor = scales.to(dtype=down.weight.dtype, device=down.weight.device)
+    index = torch.tensor(positions, device=down.weight.device)
+    if isinstance(down, Conv1D):  # weight [in, out]: a neuron is a row
+        down.weight[index] *= factor.view(-1, 1)
+    else:
+        down.weight[:, index] *= factor.view(1, -1)
+
+
+def _teacher_sites(model: nn.Module, teacher: nn.Module | None) -> tuple[nn.Module, FFNGates]:
+    """The unpruned reference model and its FFN gates, ungated (a copy of ``model`` when it has no neuron removed yet)."""
+    if teacher is None:
+        if ffn_record(model):
+            raise ValueError(
+                "this model already has FFN neurons removed from its weights: pass teacher=<the unpruned model> "
+                "(lsq fits each pruned block to the unpruned block's output)"
+            )
+        teacher = copy.deepcopy(model)
+    gates = FFNGates(teacher)
+    gates.set_mask(None)
+    return teacher.eval(), gates
+
+
+def _target(teacher_site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
+    """The teacher block's output without its bias at the real tokens, y (N, hidden)."""
+    return F.linear(valid_rows(teacher_site, batch, x), linear_weight(teacher_site.down()))
+
+
+def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets) -> torch.Tensor:
+    """The least-squares scales of one block's kept neurons against the teacher block's output."""
+    gram = torch.zeros(len(positions), len(positions), dtype=torch.float64)
+    rhs = torch.zeros(len(positions), dtype=torch.float64)
+    columns = linear_weight(site.down())[:, positions].double()  # (hidden, K)
+    column_gram = (columns.t() @ columns).cpu()  # (K, K)
+    for index, batch in enumerate(batches):
+        x = valid_rows(site, batch, captured_down_inputs(model, [site], batch, stop=True)[id(site)])[:, positions].double()  # (N, K)
+        if targets is None:
+            teacher_x = captured_down_inputs(teacher, [teacher_site], batch, stop=True)[id(teacher_site)]
+            target = _target(teacher_site, batch, teacher_x)
+        else:
+            target = targets[id(teacher_site), index]
+        gram += (x.t() @ x).cpu() * column_gram  # (K, K)
+        rhs += (x * (target.double() @ columns)).sum(0).cpu()  # (K,)
+    return ridge_solve(gram, rhs, ridge, max_scale)
+
+
+def _teacher_targets(teacher, gates: FFNGates, batches: list[dict], max_cache_bytes: int) -> dict | None:
+    """{(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit."""
+    tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
+    hidden = max(linear_weight(site.down()).shape[0] for site in gates.sites)
+    if tokens * hidden * len(gates.sites) * 4 > max_cache_bytes:
+        return None
+    targets = {}
+    for index, batch in enumerate(batches):
+        inputs = captured_down_inputs(teacher, gates.sites, batch)
+        for site in gates.sites:
+            targets[id(site), index] = _target(site, batch, inputs[id(site)])
+    return targets
+
+
+@torch.no_grad()
+def ffn_lsq_recover(
+    model: nn.Module,
+    gates: FFNGates,
+    batches: Iterable[dict],
+    teacher: nn.Module | None = None,
+    mask=None,
+    ridge: float = 1e-3,
+    max_scale: float = 10.0,
+    max_cache_bytes: int = 2**30,
+) -> dict[str, torch.Tensor]:
+    """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections.
+
+    ``model`` is either physically pruned (pass ``teacher``, the unpruned model) or whole and gated by ``mask`` (an FFN
+    mask {group: [layers, neurons]}; the teacher is then a copy of it before recovery). Returns the scales
+    {group: [layers, neurons]} (1 for neurons not kept).
+    """
+    batches = list(batches)
+    if not batches:
+        raise ValueError("ffn_lsq_recover got no batches: give a few training batches (model inputs)")
+    teacher, teacher_gates = _teacher_sites(model, teacher)
+    mask = gates.normalize_mask(mask) if mask is not None else None
+    if mask is not None and any(m.dim() != 2 for m in mask.values()):
+        raise ValueError("ffn_lsq_recover needs one mask for the whole model ({group: [layers, neurons]}), not one per example")
+    scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
+    was_training = model.training
+    model.eval()
+    try:
+        with gates.masked(mask) if mask is not None else nullcontext():
+            forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
+            order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
+            targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
+            for site in order:
+                positions = _kept_positions(site, mask)
+                if not positions:
+                    continue
+                teacher_site = teacher_gates.site(site.group, site.layer)
+                s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
+                scale_down_columns(site.down(), positions, s)
+                scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
+    finally:
+        model.train(was_training)
+    return scales
+
+
+def ffn_lsq_recoverer(ridge: float = 1e-3, max_scale: float = 10.0):
+    """A ``recover(model, teacher, batches)`` step (``headprune.selection.schedule.iterative_prune``) for FFN neurons."""
+
+    def recover(model, teacher, batches):
+        ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
+
+    return recover
+
+
+def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 10.0):
+    """A ``recover(model, teacher, batches)`` step for a physically pruned model in any unit: least-squares head scales
+    (``headprune.selection.lsq``) where the unit prunes attention, then neuron scales where it prunes FFN blocks (fitted on
+    the rescaled attention)."""
+    from headprune.core.gates import HeadGates
+    from headprune.core.unit_kinds import unit_parts
+    from headprune.selection.lsq import lsq_recover
+
+    parts = unit_parts(unit)
+
+    def recover(model, teacher, batches):
+        batches = list(batches)
+        if "attention" in parts:
+            lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
+        if "ffn" in parts:
+            ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
+
+    return recover

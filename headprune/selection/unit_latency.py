@@ -1,0 +1,115 @@
+"""Measured latency tables in any pruning unit: the attention tables of ``headprune.selection.latency`` and FFN tables.
+
+An FFN group of L layers of W neurons is timed with every block of the group pruned to n neurons, for n on a
+grid of ``points`` + 1 widths from 0 to W (the other groups whole); each block's table is
+``(time(n) - time(0)) / L``, linear between the grid widths, made monotone (more neurons never cost less).
+KV-group and block tables come from the head and FFN tables (``headprune.selection.unit_costs``). Tables are
+measured once per machine, architecture, input shape and unit, and cached as JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from headprune.core.ffn_pruning import ffn_record, prune_neurons
+from headprune.core.ffn_sites import find_ffn_sites
+from headprune.core.gates import HeadGates
+from headprune.core.unit_kinds import unit_kinds, unit_name
+from headprune.selection.costs import CostModel
+from headprune.selection.latency import _seconds, latency_key, measure_latency_model
+from headprune.selection.unit_costs import combine_cost_model, kv_group_tables
+
+
+def width_grid(width: int, points: int) -> list[int]:
+    """0 and ``points`` widths spread up to ``width`` (all of them when ``points`` >= width)."""
+    return sorted({round(width * i / max(points, 1)) for i in range(max(points, 1) + 1)} | {0, width})
+
+
+def interpolated(grid: list[int], values: list[float], width: int) -> torch.Tensor:
+    """Values at every width 0..``width`` (width + 1,), linear between the grid's widths."""
+    x = torch.arange(width + 1, dtype=torch.float64)
+    xs, ys = torch.tensor(grid, dtype=torch.float64), torch.tensor(values, dtype=torch.float64)
+    right = torch.searchsorted(xs, x).clamp(1, len(xs) - 1)
+    left = right - 1
+    share = (x - xs[left]) / (xs[right] - xs[left])
+    return ys[left] + share * (ys[right] - ys[left])
+
+
+def measure_ffn_latency_tables(
+    model: nn.Module, inputs: dict, device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall", points: int = 8
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """({FFN group: [layers, neurons + 1] seconds}, the unpruned model's times): each group's blocks timed at the grid's widths."""
+    if ffn_record(model):
+        raise ValueError("measure latency tables on the unpruned model: this one already has FFN neurons removed")
+    sites = find_ffn_sites(model)
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    model = model.to(device).eval()
+    tables, whole = {}, []
+    for group in dict.fromkeys(s.group for s in sites):
+        layers = [s for s in sites if s.group == group]
+        width = max(s.width_orig for s in layers)
+        grid = width_grid(width, points)
+        times = []
+        for kept in grid:
+            pruned = copy.deepcopy(model)
+            prune_neurons(pruned, {group: {s.layer: list(range(kept, s.width_orig)) for s in layers}})
+            times.append(_seconds(pruned, inputs, device, repeats, warmup, clock))
+            del pruned
+        whole.append(times[-1])
+        per_layer = (interpolated(grid, times, width) - times[0]).clamp(min=0) / len(layers)
+        per_layer = torch.cummax(per_layer, 0).values
+        tables[group] = per_layer.repeat(max(s.layer for s in layers) + 1, 1)
+    return tables, whole
+
+
+def measure_unit_latency_model(
+    model: nn.Module, inputs: dict, unit="head", device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall", points: int = 8
+) -> CostModel:
+    """A seconds CostModel in ``unit``: the attention tables per query head (``measure_latency_model``) when the unit holds an
+    attention kind or blocks, FFN tables when it holds neurons or blocks; ``fixed`` is what they leave of the model's time."""
+    kinds = unit_kinds(unit)
+    attention = None
+    if any(k in kinds for k in ("head", "kv_group", "block")):
+        attention = measure_latency_model(model, inputs, device=device, repeats=repeats, warmup=warmup, clock=clock)
+        if "kv_group" in kinds:
+            per_kv = HeadGates(model).heads_per_kv
+            attention = CostModel("seconds", attention.fixed, kv_group_tables(attention.tables, per_kv), info=attention.info)
+    ffn, whole = None, []
+    if "ffn" in kinds or "block" in kinds:
+        ffn, whole = measure_ffn_latency_tables(model, inputs, device, repeats, warmup, clock, points)
+    if attention is None:  # neurons only: the fixed cost is what the FFN tables leave of the unpruned model's time
+        whole_seconds = statistics.median(whole)
+        costs = combine_cost_model(kinds, None, ffn, whole_seconds, cost_unit="seconds")
+        costs.info = {**(costs.info or {}), "device": str(device), "clock": clock, "whole_seconds": whole_seconds}
+    else:
+        costs = combine_cost_model(kinds, attention, ffn)
+    costs.info = {**(costs.info or {}), "ffn_points": points}
+    costs.fixed = max(costs.fixed, 0.0)
+    return costs
+
+
+def cached_unit_latency_model(
+    model: nn.Module,
+    inputs: dict,
+    cache_dir: str | Path,
+    unit="head",
+    device="cpu",
+    repeats: int = 5,
+    warmup: int = 1,
+    clock: str = "wall",
+    points: int = 8,
+) -> CostModel:
+    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time."""
+    name = unit_name(unit)
+    key = latency_key(model, inputs, device, clock)
+    path = Path(cache_dir) / (f"latency-{key}.json" if name == "head" else f"latency-{key}-{name}-{points}.json")
+    if path.exists():
+        return CostModel.load(path)
+    costs = measure_unit_latency_model(model, inputs, name, device=device, repeats=repeats, warmup=warmup, clock=clock, points=points)
+    costs.save(path)
+    return costs
