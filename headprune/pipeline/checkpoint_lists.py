@@ -113,6 +113,6 @@ def check_epoch_checkpoints(ckpt_dir: Path) -> None:
     for _, _, path in checkpoints:
         if not zipfile.is_zipfile(path):
             raise ConfigError(
-                f"ckpt_dir={ckpt_dir}: {path.name} is no readable checkpoint (damaged or truncated): delete it (the series "
-                "then skips that epoch) or copy it again"
+                f"ckpt_dir={ckpt_dir}: {path.name} is no readable checkpoint (damaged or truncated): restore it from a copy, "
+                "or move it out of the folder to analyse the series without that epoch"
             )

@@ -67,12 +67,6 @@ class MaskFile:
     controls: list[dict] = field(default_factory=list)  # a prune run's control points (the unpruned model given the fine-tune)
     experiment: str | None = None  # the experiment whose results.json it is (None: a mask JSON or another file)
 
-
-FORMS = (
-    "a mask file is the results.json of a prune run (or of a study, a speed or an export run) or a mask JSON "
-    '{"mask": {group: [[1 or 0 per head] per layer]}} (group: enc_self, enc_dec or dec_self; 0 removes the head)'
-)
-
     @property
     def kinds(self) -> tuple[str, ...]:
         """The unit kinds its masks hold: the recorded unit's, else those its masks' group names say (() when it holds none)."""
@@ -83,6 +77,12 @@ FORMS = (
             return mask_kinds(groups)
         except ValueError:
             return ()
+
+
+FORMS = (
+    "a mask file is the results.json of a prune run (or of a study, a speed or an export run) or a mask JSON "
+    '{"mask": {group: [[1 or 0 per head] per layer]}} (group: enc_self, enc_dec or dec_self; 0 removes the head)'
+)
 
 
 def read_mask_payload(path: Path, setting: str) -> dict:
