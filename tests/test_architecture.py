@@ -189,3 +189,18 @@ def test_every_module_of_experiments_is_an_experiment(module):
 def test_no_experiment_imports_another(module):
     others = sorted(d for d in headprune_imports(module) if d.startswith("headprune.experiments.") and d != module)
     assert others == [], f"{module} imports other experiments {others}: what they share belongs in headprune/pipeline/"
+
+
+# ---- a modality lives in its task folder -----------------------------------------------------------
+MODALITY_INPUTS = {"pixel_values", "input_features"}  # an image task's and a speech model's inputs
+
+
+@pytest.mark.parametrize("layer", ["engine", "selection", "export", "pipeline", "experiments"])
+def test_no_layer_outside_the_tasks_names_a_modality_input(layer):
+    named = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted((PACKAGE / layer).glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in MODALITY_INPUTS
+    ]
+    assert named == [], f"{layer}/ names a modality's input {named}: read it from the model (main_input_name) or the task"

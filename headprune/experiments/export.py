@@ -260,7 +260,7 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
     quantized = quantize_int8(graphs, out / "int8", per_channel)
     scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
-        with swapped_model(task, OnnxRuntimeModel(files, config), task.gates):
+        with swapped_model(task, OnnxRuntimeModel(files, config, main_input_name=task.model.main_input_name), task.gates):
             scores[name] = task.evaluate(None, split=split).score
             spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
     return {

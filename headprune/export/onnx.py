@@ -29,8 +29,6 @@ from headprune.export.onnx_dir import DESCRIPTION, copy_onnx_dir
 
 OPSET = 17
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-IMAGE_INPUT = "pixel_values"  # (batch, channels, height, width): one graph input, dynamic batch
-SPEECH_INPUT = "input_features"  # (batch, mel bins, frames): a speech encoder-decoder's source, dynamic batch
 
 
 class _Logits(nn.Module):
@@ -87,13 +85,23 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outpu
     return path
 
 
+def feature_input(model: nn.Module, batch: dict) -> str | None:
+    """The model's main input when it is a float tensor of fixed shape past the batch (pixels, audio features), else None."""
+    name = getattr(model, "main_input_name", "input_ids")
+    value = batch.get(name)
+    return name if torch.is_tensor(value) and value.is_floating_point() else None
+
+
 def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
-    """The model inputs of a check batch that the single graph takes (encoders and decoder-only LMs; images for vision models)."""
-    if IMAGE_INPUT in batch:
-        return [IMAGE_INPUT]
+    """The model inputs of a check batch that the single graph takes: its float features alone, else its token inputs."""
+    features = feature_input(model, batch)
+    if features:
+        return [features]
     names = [k for k in ENCODER_INPUTS if k in batch]
     if "input_ids" not in names:
-        raise ValueError(f"an ONNX export needs input_ids (or pixel_values) in the check batch; it has {sorted(batch)}")
+        raise ValueError(
+            f"an ONNX export needs input_ids (or the model's float {model.main_input_name}) in the check batch; it has {sorted(batch)}"
+        )
     return names
 
 
@@ -120,7 +128,8 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
             return _export_encoder_decoder(model, batch, out)
         names = graph_inputs(model, batch)
         extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
-        axes = {name: {0: "batch"} if name == IMAGE_INPUT else {0: "batch", 1: "sequence"} for name in names}
+        features = feature_input(model, batch)
+        axes = {name: {0: "batch"} if name == features else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
         path = _export(_Logits(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
         return {"model": path}
@@ -128,8 +137,9 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
 
 def _export_encoder_decoder(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
     """``encoder.onnx`` (source inputs -> last_hidden_state) and ``decoder.onnx`` (target ids, encoder states[, source mask] -> logits)."""
-    speech = SPEECH_INPUT in batch  # Whisper: (batch, mel bins, frames), the frame count fixed by the model; no source mask
-    names = [SPEECH_INPUT] if speech else ["input_ids", "attention_mask"]
+    features = feature_input(model, batch)  # Whisper: (batch, mel bins, frames), the frame count fixed by the model; no source mask
+    speech = features is not None
+    names = [features] if speech else ["input_ids", "attention_mask"]
     source = {0: "batch"} if speech else {0: "batch", 1: "source"}
     sources = tuple(batch[n] for n in names)
     encoder = _export(

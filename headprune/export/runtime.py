@@ -17,14 +17,14 @@ from torch import nn
 from headprune.export.checker import OnnxRunner
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
-FLOAT_INPUTS = ("pixel_values", "input_features")  # images, speech features: float32, not token ids
 
 
 class OnnxRuntimeModel(nn.Module):
     """ONNX Runtime sessions of one export behind the HF call convention (logits only)."""
 
-    def __init__(self, files: dict, config, threads: int = 1):
+    def __init__(self, files: dict, config, threads: int = 1, main_input_name: str = "input_ids"):
         super().__init__()
+        self.main_input_name = main_input_name  # as the exported model's (HF's name for its first input)
         self.runner = OnnxRunner({name: str(path) for name, path in files.items()}, threads)
         self.config = config
         self.anchor = nn.Parameter(torch.zeros(1), requires_grad=False)  # device of the outputs (CPU)
@@ -36,9 +36,9 @@ class OnnxRuntimeModel(nn.Module):
             for k, v in inputs.items()
             if k in INPUTS and torch.is_tensor(v)
         }
-        for name in FLOAT_INPUTS:  # an image model's pixels, a speech model's features stay float32
-            if torch.is_tensor(inputs.get(name)):
-                arrays[name] = np.ascontiguousarray(inputs[name].detach().cpu().numpy().astype(np.float32))
+        name = self.main_input_name
+        if name not in INPUTS and torch.is_tensor(inputs.get(name)):  # pixels, audio features: float32, not token ids
+            arrays[name] = np.ascontiguousarray(inputs[name].detach().cpu().numpy().astype(np.float32))
         return SimpleNamespace(logits=torch.from_numpy(self.runner.logits(arrays)))
 
     def get_output_embeddings(self) -> nn.Module:
@@ -64,4 +64,7 @@ def onnx_runtime_models(models: dict, example: dict, out, threads: int = 1) -> d
 
     from headprune.export.onnx import export_onnx
 
-    return {name: OnnxRuntimeModel(export_onnx(model, example, Path(out) / name), model.config, threads) for name, model in models.items()}
+    return {
+        name: OnnxRuntimeModel(export_onnx(model, example, Path(out) / name), model.config, threads, model.main_input_name)
+        for name, model in models.items()
+    }
