@@ -37,7 +37,9 @@ def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
         print(
-            f"{point_name(p):>22} {point_step(p):>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
+            f"{point_name(p):>22} {point_step(p):>14}"
+            + (f" ({p['kinds_removed']})" if p.get("kinds_removed") else "")
+            + f": {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
             + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else "")
         )
     write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])
