@@ -271,11 +271,12 @@ def check_selection(cfg, section: str) -> None:
 # ---- units --------------------------------------------------------------------------------------
 
 
-def check_unit(cfg, single_units: bool = False) -> None:
+def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
     """prune.unit (a kind or a joint list; the schema checked its kinds): kv_group on grouped-query attention, neurons and
     blocks on a family with an MLP layout, blocks in the global layout, orders the unit can be ranked by; ``single_units``:
-    the experiment removes one unit at a time (ablate, keep_one)."""
+    the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
     from headprune.core.unit_kinds import ablation_refusal, unit_kinds, unit_parts
+    from headprune.pipeline.orders import unit_refusal
     from headprune.tasks.unit_task import unit_of
 
     unit = unit_of(cfg)
@@ -294,16 +295,12 @@ def check_unit(cfg, single_units: bool = False) -> None:
             "layer: use prune.layout=global (blocks ranked across layers)"
         )
     refusal = ablation_refusal(unit)
-    orders = [str(o) for o in listed_names(cfg.prune.get("order"))]
     if refusal and single_units:
         raise ConfigError(f"experiment={cfg.get('experiment_name')} removes one unit at a time, and prune.unit={unit}: {refusal}")
-    if refusal and "ablation" in orders:
-        raise ConfigError(f"prune.order=ablation with prune.unit={unit}: {refusal}")
-    if "entropy" in orders and not set(kinds) <= {"head", "kv_group"}:
-        raise ConfigError(
-            f"prune.order=entropy ranks heads by their attention entropy, and prune.unit={unit} holds units without "
-            "attention maps: use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
-        )
+    for order in [str(o) for o in listed_names(cfg.prune.get("order"))] if orders else []:
+        refused = unit_refusal(order, unit)
+        if refused:
+            raise ConfigError(f"prune.order={order} with prune.unit={unit}: {refused}")
 
 
 def listed_names(value) -> list:
