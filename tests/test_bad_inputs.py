@@ -1647,6 +1647,11 @@ def test_table_is_complete():
         pytest.param(
             ["prune.target={{speedup:1.3}}", "prune.cost=latency"], "latency tables measured here are flat", id="run-flat-latency"
         ),
+        pytest.param(
+            ["prune.unit=[head,ffn]", "prune.layout=uniform", "prune.min_heads_per_layer=1", "prune.target={{flops:0.2}}"],
+            "cannot be met in the uniform layout",
+            id="run-uniform-joint-unreachable-flops",
+        ),
     ],
 )
 def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, overrides, words):
