@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -55,7 +56,10 @@ def removed_share(mask: dict, groups: tuple[str, ...]) -> float:
 def test_kv_group_and_neurons_pruned_together_then_exported_to_deci_gguf(shared, tmp_path):
     """prune.unit=[kv_group,ffn] ranks KV groups and neurons under one fraction; its mask exports to a deci GGUF whose
     per-layer feed_forward_length is each layer's kept neurons, read back with the gguf package."""
+    from headprune.core.ffn_sites import find_ffn_sites
+    from headprune.core.units import prune_unit_mask, unit_gates
     from headprune.export.gguf_numpy import read_layout
+    from headprune.results.run_dir import mask_from_json
 
     pruned = run(tmp_path / "prune", "prune", "lm", "prune.unit=[kv_group,ffn]", "prune.fractions=[0.3]")["results"]
     assert pruned["unit"] == "kv_group+ffn"
@@ -66,7 +70,11 @@ def test_kv_group_and_neurons_pruned_together_then_exported_to_deci_gguf(shared,
 
     mask_file = tmp_path / "prune" / "results.json"
     run(tmp_path / "export", "export", "lm", "export.format=gguf", f"export.mask_file={mask_file}", "export.fraction=0.3")
-    kept = [sum(row) for row in step["mask"]["dec_ffn"]]
+    model = copy.deepcopy(shared["lm"].model)  # the widths of the model the mask prunes, one per layer
+    gates = unit_gates(model, "kv_group+ffn")
+    prune_unit_mask(gates, gates.normalize_mask(mask_from_json(step["mask"])))
+    kept = [len(site.neuron_ids) for site in sorted(find_ffn_sites(model), key=lambda site: site.layer)]
+    assert kept == [sum(row) for row in step["mask"]["dec_ffn"]]
     path = next((tmp_path / "export").rglob("*.gguf"))
     layout = read_layout(str(path))
     assert layout["architecture"] == "deci" and layout["feed_forward_length"] == kept
