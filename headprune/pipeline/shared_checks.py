@@ -339,7 +339,9 @@ def check_group_names(cfg, groups, setting: str) -> None:
 
 def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
     """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
-    unit = str(cfg.prune.unit)
+    from headprune.tasks.unit_task import unit_of
+
+    unit = unit_of(cfg)
     if unit not in ("head", "kv_group"):
         return  # neurons, blocks and joint masks: their groups are checked when the task loads the mask
     fields = model_fields(cfg.model) or {}
