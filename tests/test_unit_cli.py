@@ -147,3 +147,22 @@ def test_study_with_heads_and_neurons(shared, tmp_path):
     assert "ablate" not in saved and "keep_one" not in saved
     assert set(saved["prune"]["orders"]) == {"importance", "random"} and saved["prune"]["unit"] == "head+ffn"
     assert "kinds_removed" in saved["prune"]["orders"]["importance"]["steps"][1]
+
+
+def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, monkeypatch):
+    """prune.cost=latency with prune.unit=[head,ffn] reads tables of both kinds (cached in the run dir under the unit)."""
+    from headprune.core.units import unit_gates
+    from headprune.selection import unit_latency
+    from headprune.selection.costs import CostModel
+
+    groups = unit_gates(shared["nli"].gates, "head+ffn").groups
+
+    def steady_tables(model, inputs, unit, **kwargs):  # a tiny model's timings are noise: seconds growing with units kept
+        assert unit == "head+ffn"
+        return CostModel("seconds", 1.0, {g: torch.arange(n + 1.0).clamp(min=1).repeat(layers, 1) / n for g, (layers, n) in groups.items()})
+
+    monkeypatch.setattr(unit_latency, "measure_unit_latency_model", steady_tables)
+    got = run(tmp_path, "prune", "nli", "prune.unit=[head,ffn]", "prune.target={speedup:1.2}", "prune.cost=latency", "prune.seq_len=16")
+    point = got["results"]["points"][1]
+    assert list((tmp_path / "latency").glob("latency-*-head+ffn-*.json"))
+    assert point["cost_unit"] == "seconds" and point["predicted_speedup"] >= 1.2
