@@ -393,13 +393,6 @@ CONFIG_ROWS = [
     ),
     ("unit-kv-group-encoder", "nli", ["experiment=ablate", "prune.unit=kv_group"], "grouped-query attention", None),
     (
-        "unit-kv-group-with-latency-costs",
-        "lm",
-        ["experiment=prune", "prune.unit=kv_group", "prune.target={{speedup:1.3}}", "prune.cost=latency"],
-        "prune.cost=flops with prune.unit=kv_group",
-        None,
-    ),
-    (
         "unit-kv-group-speed-mask-kv-out-of-range",
         "lm",
         ["experiment=speed", "prune.unit=kv_group", "speed.mask_file={tmp}/mask.json"],
@@ -1004,6 +997,23 @@ CONFIG_ROWS = [
     ("dynamics-ckpt-dir-without-epochs", "mt", ["experiment=dynamics", "ckpt_dir={tmp}"], "no per-epoch checkpoints", None),
     # inspect counts an image model at its own tokens
     ("inspect-seq-len-image-model", "vision", ["experiment=inspect", "inspect.seq_len=64"], "inspect.seq_len=64 would be ignored", None),
+    # units beyond heads: kinds, joint lists and the orders and layouts they allow
+    ("unit-joint-unknown-kind", "lm", ["experiment=prune", "prune.unit=[kv_group,mlp]"], "unknown pruning unit", None),
+    ("unit-joint-kind-twice", "lm", ["experiment=prune", "prune.unit=[ffn,ffn]"], "names a kind twice", None),
+    ("unit-joint-same-part", "lm", ["experiment=prune", "prune.unit=[head,kv_group]"], "both prune the attention blocks", None),
+    ("unit-block-uniform", "nli", ["experiment=prune", "prune.unit=block", "prune.layout=uniform"], "prune.layout=global", None),
+    ("unit-ffn-ablation-order", "nli", ["experiment=prune", "prune.unit=ffn", "prune.order=ablation"], "one FFN neuron at a time", None),
+    ("unit-joint-ablate", "nli", ["experiment=ablate", "prune.unit=[head,ffn]"], "one FFN neuron at a time", None),
+    ("unit-ffn-keep-one", "nli", ["experiment=keep_one", "prune.unit=ffn"], "one FFN neuron at a time", None),
+    ("unit-ffn-entropy-order", "lm", ["experiment=prune", "prune.unit=[kv_group,ffn]", "prune.order=entropy"], "attention entropy", None),
+    ("unit-block-min-per-layer", "nli", ["experiment=prune", "prune.unit=block", "prune.min_heads_per_layer=1"], "at most 0", None),
+    (
+        "unit-ffn-rearrange",
+        "nli",
+        ["experiment=prune", "prune.unit=[head,ffn]", "prune.order=fisher", "prune.rearrange=true"],
+        "prune.rearrange re-chooses the heads",
+        None,
+    ),
 ]
 
 
@@ -1637,6 +1647,11 @@ def test_table_is_complete():
         pytest.param(
             ["prune.target={{speedup:1.3}}", "prune.cost=latency"], "latency tables measured here are flat", id="run-flat-latency"
         ),
+        pytest.param(
+            ["prune.unit=[head,ffn]", "prune.layout=uniform", "prune.min_heads_per_layer=1", "prune.target={{flops:0.2}}"],
+            "cannot be met in the uniform layout",
+            id="run-uniform-joint-unreachable-flops",
+        ),
     ],
 )
 def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, overrides, words):
@@ -1694,3 +1709,17 @@ def test_a_cached_hub_dataset_passes_offline(tmp_path, monkeypatch):
     check_hub_dataset(data, "ylecun/mnist", "data.hub_path", "data=image_digits")
     with pytest.raises(ConfigError, match="uoft-cs/cifar10 is not in the datasets cache"):
         check_hub_dataset(data, "uoft-cs/cifar10", "data.hub_path", "data=image_digits")
+
+
+def test_ffn_unit_on_a_family_without_mlp_layout(tmp_path, no_forward, monkeypatch):
+    """prune.unit holding ffn on a family row that declares no MLP layout is refused before work, naming the family."""
+    import dataclasses
+
+    from headprune.core import families
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    rows = tuple(dataclasses.replace(f, mlp=None) if "bert" in f.model_types else f for f in families.FAMILIES)
+    monkeypatch.setattr(families, "FAMILIES", rows)
+    with pytest.raises(ValueError, match="declares no MLP layout"):
+        validate(compose_row(tmp_path, "nli", ["experiment=prune", "prune.unit=[head,ffn]"]))

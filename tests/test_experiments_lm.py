@@ -209,7 +209,7 @@ def test_speed_refuses_a_pruned_model_that_scores_otherwise(shared_task, monkeyp
     """A physically pruned model that does not score like the masked one stops the speed stage before any timing."""
     from headprune.pipeline import speed_stage as speed
 
-    monkeypatch.setattr(speed, "prune_mask", lambda model, mask: {})  # "pruning" that removes nothing
+    monkeypatch.setattr(speed, "prune_unit_mask", lambda gates, mask: {})  # "pruning" that removes nothing
     mask = shared_task.gates.ones()
     mask["dec_self"][0, :2] = 0
     with pytest.raises(RuntimeError, match="does not score like the masked one"):

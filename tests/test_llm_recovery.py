@@ -326,7 +326,6 @@ def test_the_control_of_an_nli_fine_tune_trains_on_the_same_batches(tmp_path, mo
         (["prune.recover=finetune", "prune.finetune.lora_rank=0"], "prune.finetune.lora_rank must be >= 1"),
         (["prune.recover=lsq", "prune.control=true"], "prune.control=true"),
         (["prune.control=true"], "prune.control=true"),
-        (["prune.unit=kv_group", "prune.target={speedup:1.1}", "prune.cost=latency"], "prune.cost=latency"),
         (["prune.extra_splits=[eval]"], "repeats prune.split"),
         (["prune.extra_splits=[nope]"], "unknown split"),
     ],

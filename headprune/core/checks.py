@@ -100,6 +100,19 @@ def choices(value, name: str, known) -> list[str]:
     return items
 
 
+def pruning_unit(value, name: str, kinds) -> str:
+    """A unit kind (one of ``kinds``) or a list of kinds pruned together, as its canonical name (``head+ffn``)."""
+    from headprune.core.unit_kinds import unit_name
+
+    joint = OmegaConf.is_list(value) or isinstance(value, (list, tuple))
+    if not joint and not isinstance(value, str):
+        raise ConfigError(f"{name} must be one of {list(kinds)} or a list of them such as [head, ffn], got {value!r}")
+    try:
+        return unit_name(list(value) if joint else value)
+    except ValueError as err:
+        raise ConfigError(f"{name}: {err}") from None
+
+
 def fractions(value, name: str) -> list[float]:
     """A fraction or a list of them, each in [0, 1)."""
     items = list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else [value]
@@ -176,6 +189,7 @@ DESCRIPTIONS = {  # check function -> what it accepts, from its arguments
     "choices": lambda known: f"one or a list of {_names(known)}",
     "text": lambda: "text",
     "string_list": lambda empty: "list of names" + ("" if empty else " (not empty)"),
+    "pruning_unit": lambda kinds: f"one of {_names(kinds)}, or a list of kinds of different parts ([head, ffn])",
     "fractions": lambda: "fraction or list of fractions in [0, 1)",
     "positive_ints": lambda: "list of positive integers",
     "boolean_or": lambda words: f"true, false or {' or '.join(words)}",

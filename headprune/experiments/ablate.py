@@ -57,7 +57,7 @@ def check(cfg) -> None:
 
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg)
-    check_unit(cfg)
+    check_unit(cfg, single_units=True)
     splits = cfg.ablate.splits
     if not splits:
         raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")

@@ -19,7 +19,9 @@ from omegaconf import OmegaConf, open_dict
 
 from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
-from headprune.core.pruning import prune_mask, pruning_record
+from headprune.core.pruning import pruning_record
+from headprune.core.unit_kinds import group_kind, unit_kinds
+from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
@@ -63,8 +65,9 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
             for group, removed in (record or {"dec_self": {}}).items()
         }
     found, chosen = chosen_mask(settings, "export")
-    rows = chosen.mask
-    if (found.unit or unit_of(cfg)) == "kv_group":
+    unit = found.unit or unit_of(cfg)
+    rows = {g: r for g, r in chosen.mask.items() if group_kind(str(g), unit) in ("head", "kv_group")}  # the attention part
+    if "kv_group" in unit_kinds(unit):
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
     return rows
@@ -298,7 +301,7 @@ def pruned_copy(task, mask):
     """A CPU copy of the task's model with ``mask``'s heads removed (None: as it is), running its own attention."""
     pruned = copy.deepcopy(task.model).cpu()
     if mask is not None:
-        prune_mask(pruned, task.gates.head_mask(mask, hard=True))
+        prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
     HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
     return pruned
 

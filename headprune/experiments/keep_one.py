@@ -54,6 +54,6 @@ def check(cfg) -> None:
 
     check_model_and_task(cfg)
     check_reads(cfg)
-    check_unit(cfg)
+    check_unit(cfg, single_units=True)
     check_group_names(cfg, cfg.keep_one.groups, "keep_one.groups")
     check_selection(cfg, "keep_one")

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.evaluation import check_split, selection_split
-from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, warn_unmet
+from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
 from headprune.pipeline.orders import order_settings
 from headprune.pipeline.prune_speed import for_speed, pareto_stage, recoveries_of
 from headprune.pipeline.settings import RunSettings
-from headprune.results.points import point_name, point_step, step_label
+from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_groups
@@ -37,7 +37,9 @@ def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
     for p in result["points"]:
         print(
-            f"{point_name(p):>22} {point_step(p):>14}: {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
+            f"{point_name(p):>22} {point_step(p):>14}"
+            + (f" ({p['kinds_removed']})" if p.get("kinds_removed") else "")
+            + f": {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
             + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else "")
         )
     write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])
@@ -78,7 +80,7 @@ def run(cfg) -> dict:
     title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"
     figure = pruning_curves(curves_of(result), out / "prune.png", title, result["metric"], result["base_score"])
     for order, v in result["orders"].items():
-        print(f"{order} ({result['unit']}): " + " ".join(f"{step_label(s)}={s['score']:.2f}" for s in v["steps"]))
+        print(f"{order} ({result['unit']}): " + " ".join(f"{step_text(s, result['unit'])}={s['score']:.2f}" for s in v["steps"]))
     warn_unmet(result)
     write_results(cfg, "prune", result, task, split, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "orders"}, {"prune": prune_rows(result)}, [figure])

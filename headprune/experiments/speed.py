@@ -14,6 +14,7 @@ from pathlib import Path
 from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
 from headprune.core.saving import load_pruned
+from headprune.core.unit_kinds import is_joint, noun
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.evaluation import SCORE_RTOL, check_split, swapped_model
 from headprune.pipeline.mask_source import file_mask, point_mask, point_model_dir, with_file_unit
@@ -23,6 +24,7 @@ from headprune.pipeline.settings import RunSettings
 from headprune.pipeline.speed_checks import check_speed_run
 from headprune.pipeline.speed_stage import speed_stage, untimed_note
 from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
+from headprune.results.points import kinds_label
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir, read_json
 from headprune.selection.greedy import heads_removed
@@ -87,7 +89,7 @@ def check_removes_some(mask: dict, origin: dict) -> None:
 
 def run(cfg) -> dict:
     """Prune physically, time original vs pruned at each batch size, check scores; results.json + figure."""
-    cfg = with_file_unit(cfg, "speed")  # a mask file says its own unit (head or kv_group)
+    cfg = with_file_unit(cfg, "speed")  # a mask file says its own unit (head, kv_group, ffn, block or a joint list)
     settings = RunSettings.of(cfg).speed
     task = registry.load_task(cfg)
     split = str(settings.split)
@@ -101,7 +103,12 @@ def run(cfg) -> dict:
         result["score_check"] = checked
     out = output_dir(cfg)
     removed = origin.get("fraction_removed", origin["fraction"])
-    title = f"Throughput, {100 * removed:.0f}% of the {task.gates.unit}s pruned ({cfg.model.name})"
+    pruned = (
+        kinds_label(result["mask"], task.gates.unit)
+        if is_joint(task.gates.unit)
+        else f"{100 * removed:.0f}% of the {noun(task.gates.unit, plural=True)}"
+    )
+    title = f"Throughput, {pruned} pruned ({cfg.model.name})"
     figures = [speed_bars(result["rows"], out / "speed.png", title)] if result["rows"] else []
     if origin.get("target"):
         result["target"] = {**origin["target"], "predicted_speedup": origin["predicted_speedup"]}

@@ -16,13 +16,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
+from headprune.core.unit_kinds import ablation_refusal, noun
 from headprune.engine.verdict import is_inconclusive
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.ablation_stage import ablation_figure
 from headprune.pipeline.conf_dir import config_dir
 from headprune.pipeline.evaluation import check_split, selection_split
 from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of
-from headprune.pipeline.orders import order_settings
+from headprune.pipeline.orders import order_settings, unit_refusal
 from headprune.pipeline.settings import RunSettings
 from headprune.pipeline.speed_stage import untimed_note
 from headprune.pipeline.stages import digest, stage, training_settings
@@ -31,6 +32,7 @@ from headprune.results.run_dir import write_results
 from headprune.results.writer import model_fingerprint, output_dir, read_json
 from headprune.selection.greedy import check_groups
 from headprune.tasks import registry
+from headprune.tasks.unit_task import unit_of
 from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
 from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
 
@@ -130,6 +132,18 @@ def missing_training_output(train_dir: Path) -> str | None:
 STAGES = ("train", *(s.name for s in STUDY_STAGES))  # in the order they run
 
 
+def unit_orders(cfg, orders: list[str]) -> list[str]:
+    """The study's orders that can rank ``prune.unit`` (its default list holds ablation and entropy, for heads); one line
+    names those left out (orders given on the command line were checked before work)."""
+    unit = unit_of(cfg)
+    kept = [o for o in orders if unit_refusal(o, unit) is None]
+    if kept != orders:
+        print(f"[study] prune.unit={unit}: orders {[o for o in orders if o not in kept]} left out (they rank heads only)", flush=True)
+    if ablation_refusal(unit):
+        print(f"[study] prune.unit={unit}: the ablate and keep_one stages are skipped (one unit at a time)", flush=True)
+    return kept
+
+
 def study_run(cfg, settings: RunSettings, out: Path, orders: list[str], fractions: list[float]) -> StudyRun:
     """The loaded task, its checked splits and unpruned score: what every stage starts from."""
     task = registry.load_task(cfg)
@@ -168,7 +182,7 @@ def run(cfg) -> dict:
     note = choose_data(cfg)
     print(f"[study] {note}", flush=True)
     registry.task_spec(cfg)
-    fractions, orders = fractions_of(settings.prune), orders_of(settings.prune)
+    fractions, orders = fractions_of(settings.prune), unit_orders(cfg, orders_of(settings.prune))
     bar = tqdm(list(STAGES), desc="study", leave=True)
     bar.set_postfix_str("train")
     trained = train_stage(cfg, out) if settings.study.train else None
@@ -188,11 +202,11 @@ def run(cfg) -> dict:
 def study_figures(ctx: StudyRun) -> list:
     """Heatmaps per ablated split, keep_one bars, pruning curves (per group too), the Pareto plot and the speed bars."""
     r, out, name, task, base = ctx.results, ctx.out, ctx.cfg.model.get("name"), ctx.task, ctx.base.score
-    figures = [
-        ablation_figure(v, out / f"ablate_{s}.png", f"Single-head ablation on {s} ({name})") for s, v in r["ablate"]["splits"].items()
-    ]
-    title = f"Keep only the best head per layer ({name})"
-    figures.append(keep_one_bars(r["keep_one"]["rows"], out / "keep_one.png", title, f"{task.metric} difference"))
+    ablated = r["ablate"]["splits"] if "ablate" in r else {}  # neither ablate nor keep_one for neurons
+    figures = [ablation_figure(v, out / f"ablate_{s}.png", f"Single-head ablation on {s} ({name})") for s, v in ablated.items()]
+    if "keep_one" in r:
+        title = f"Keep only the best head per layer ({name})"
+        figures.append(keep_one_bars(r["keep_one"]["rows"], out / "keep_one.png", title, f"{task.metric} difference"))
     figures.append(pruning_curves(curves_of(r["prune"]), out / "prune.png", f"Greedy pruning ({name}, {ctx.split})", task.metric, base))
     if "by_group" in r["prune"]:
         by_group = {g: curves_of(v)["importance"] for g, v in r["prune"]["by_group"].items()}
@@ -202,7 +216,7 @@ def study_figures(ctx: StudyRun) -> list:
         figures.append(pareto_figure(r["pareto"], out / "pareto.png", f"Quality against speed ({name}, {ctx.split})"))
     if r["speed"]["rows"]:
         fraction = float(ctx.settings.speed.fraction)
-        title = f"Throughput, {100 * fraction:.0f}% of heads pruned ({name})"
+        title = f"Throughput, {100 * fraction:.0f}% of {noun(task.gates.unit, plural=True)} pruned ({name})"
         figures.append(speed_bars(r["speed"]["rows"], out / "speed.png", title))
     return figures
 
@@ -211,20 +225,22 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     """results.json (every stage's results, with each stage's fingerprint), and the tables and summary in W&B."""
     r, cfg = ctx.results, ctx.cfg
     numbers = {"data_note": note, "trained_model": trained, "base_score": ctx.base.score, "metric": ctx.task.metric}
-    numbers.update({name: r[name] for name in ("scores", "ablate", "keep_one", "prune", "speed")})
+    numbers.update({name: r[name] for name in ("scores", "ablate", "keep_one", "prune", "speed") if name in r})
     if "pareto" in r:
         numbers["pareto"] = r["pareto"]
     fingerprints = {k: digest(ctx.keys[k]) for k in ("scores", "ablate", "keep_one", "prune", "speed", "pareto") if k in ctx.keys}
     inputs = {"selection_split": ctx.selection, "data_note": note, "stage_fingerprints": fingerprints}
     write_results(cfg, "study", numbers, ctx.task, ctx.split, figures=figures, inputs=inputs)
-    tables = {f"ablate_{s}": ablation_rows(v) for s, v in r["ablate"]["splits"].items()}
-    tables.update(keep_one=keep_one_rows(r["keep_one"]), prune=prune_rows(r["prune"]), speed=speed_rows(r["speed"]))
+    tables = {f"ablate_{s}": ablation_rows(v) for s, v in (r["ablate"]["splits"] if "ablate" in r else {}).items()}
+    tables.update(prune=prune_rows(r["prune"]), speed=speed_rows(r["speed"]))
+    if "keep_one" in r:
+        tables["keep_one"] = keep_one_rows(r["keep_one"])
     if "pareto" in r:
         tables["pareto"] = pareto_rows(r["pareto"])
     last = r["speed"]["rows"][-1] if r["speed"]["rows"] else None
     summary = {
         "base_score": ctx.base.score,
-        "ablate": {s: v["per_group"] for s, v in r["ablate"]["splits"].items()},
+        "ablate": {s: v["per_group"] for s, v in r["ablate"]["splits"].items()} if "ablate" in r else None,
         "speed_gain_at_largest_batch": last["gain"] if last and not is_inconclusive(last) else None,
     }
     log_run(cfg, "study", summary, tables, figures)
@@ -234,6 +250,7 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
     from headprune.core.checks import ConfigError
+    from headprune.pipeline.mask_source import given_keys
     from headprune.pipeline.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
     from headprune.pipeline.shared_checks import (
         check_exact_pruning,
@@ -249,7 +266,8 @@ def check(cfg) -> None:
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
     check_prune_lists(cfg.prune)
     check_reads(cfg)
-    check_unit(cfg)
+    given = given_keys()
+    check_unit(cfg, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
     check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
     check_selection(cfg, "study")
     no_duplicates(cfg.study.extra_splits, "study.extra_splits")

@@ -107,11 +107,14 @@ def swapped_model(task, model, gates):
 
 
 def unit_counts(gates, groups=None) -> dict:
-    """The pruning unit and how many units and query heads ``groups`` (all when None) hold."""
+    """The pruning unit and how many units and query heads ``groups`` (all when None) hold (a block group counts the
+    query heads of its attention group; FFN groups hold none)."""
+    from headprune.core.unit_kinds import block_group
+
     groups = list(gates.groups) if groups is None else groups
     query = gates.head_mask(gates.ones())
     return {
         "unit": gates.unit,
         "units_total": sum(gates.groups[g][0] * gates.groups[g][1] for g in groups),
-        "query_heads_total": sum(int(query[g].numel()) for g in groups),
+        "query_heads_total": sum(int(m.numel()) for g, m in query.items() if g in groups or block_group(g) in groups),
     }

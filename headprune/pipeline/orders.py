@@ -115,6 +115,20 @@ ORDERS: dict[str, Order] = {
 }
 
 
+def unit_refusal(order: str, unit) -> str | None:
+    """Why ``order`` cannot rank the units of ``unit`` (a kind or a joint list), or None when it can."""
+    from headprune.core.unit_kinds import ablation_refusal, unit_kinds
+
+    if order == "ablation":
+        return ablation_refusal(unit)
+    if order == "entropy" and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+        return (
+            "the entropy order ranks heads by their attention entropy, and this unit holds units without attention maps: "
+            "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
+        )
+    return None
+
+
 def order_settings(cfg) -> OrderSettings:
     """What the orders read, from the ``importance`` block and (for the ablation order) the ``prune`` block."""
     prune = cfg.get("prune")  # experiment=speed has none: it orders by importance only

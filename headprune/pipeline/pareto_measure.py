@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 
 from headprune.core.gates import HeadGates
-from headprune.core.pruning import prune_mask
+from headprune.core.unit_kinds import unit_parts
+from headprune.core.units import prune_unit_mask, unit_count
+from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.pipeline.evaluation import swapped_model
@@ -32,9 +34,12 @@ from headprune.pipeline.point_models import (
 )
 from headprune.pipeline.speed_stage import speed_stage
 from headprune.results.run_dir import mask_from_json
-from headprune.selection.costs import CostModel, flops_cost_model, kv_group_flops_cost_model
+from headprune.selection.costs import CostModel
+from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.latency import cached_latency_model, synthetic_inputs
 from headprune.selection.lsq import lsq_recover
+from headprune.selection.unit_costs import unit_flops_cost_model
+from headprune.selection.unit_latency import cached_unit_latency_model
 
 
 def recovery_batches(task, examples: int) -> list[dict]:
@@ -53,8 +58,8 @@ def recovery_batches(task, examples: int) -> list[dict]:
 
 
 def flops_model(task, seq_len: int) -> CostModel:
-    """Analytic FLOPs with tables in the task's pruning unit (query heads or KV groups)."""
-    return kv_group_flops_cost_model(task.model, seq_len) if task.gates.unit == "kv_group" else flops_cost_model(task.model, seq_len)
+    """Analytic FLOPs with tables in the task's pruning unit (query heads, KV groups, neurons, blocks or a joint unit)."""
+    return unit_flops_cost_model(task.model, task.gates.unit, seq_len)
 
 
 def cost_model(task, settings, out: Path) -> CostModel:
@@ -62,12 +67,12 @@ def cost_model(task, settings, out: Path) -> CostModel:
     seq_len = int(settings.seq_len)
     if str(settings.cost) == "flops":
         return flops_model(task, seq_len)
-    if task.gates.unit != "head":
-        raise ValueError("prune.cost=latency measures tables per query head: use prune.cost=flops with prune.unit=kv_group")
     device = next(task.model.parameters()).device
     inputs = synthetic_inputs(task.model, int(settings.latency_batch_size), seq_len)
     with attention_implementation(task.model, task.gates.inner):  # time the model's own attention, not the gate wrapper
-        return cached_latency_model(task.model, inputs, out / "latency", device=device)
+        if task.gates.unit == "head":
+            return cached_latency_model(task.model, inputs, out / "latency", device=device)
+        return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
 
 
 def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str):
@@ -81,13 +86,18 @@ def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dic
     if recovery == "none":
         return task.model, task.gates, mask, None
     model = copy.deepcopy(task.model)
+    if recovery == "lsq" and "ffn" in unit_parts(task.gates.unit):  # neurons are fitted on the physically pruned copy
+        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
+        lsq = unit_lsq_recoverer(task.gates.unit, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
+        lsq(model, task.model, batches)
+        return model, HeadGates(model), None, None
     heads = task.gates.head_mask(mask, hard=True)
     if recovery == "lsq":
         gates = HeadGates(model)
         lsq_recover(model, gates, batches, mask=heads, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
         return model, gates, mask, None
     if recovery == "finetune":
-        prune_mask(model, heads)
+        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
         history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
         return model, HeadGates(model), None, [h["loss"] for h in history]
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
@@ -100,7 +110,7 @@ def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) ->
     """
     if ctx.settings.measure_speed:
         if mask is not None:
-            prune_mask(model, unit_gates.head_mask(mask, hard=True))
+            prune_unit_mask(unit_gates_of(model, unit_gates.unit), mask)
         ctx.models[key] = model
 
 
@@ -180,7 +190,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
         "fraction": 0.0,
         "heads_pruned": 0,
         "query_heads_pruned": 0,
-        "heads_total": task.gates.num_heads,
+        "heads_total": unit_count(task.gates),
         "score": score,
         "relative": relative(score, ctx.base.score),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),

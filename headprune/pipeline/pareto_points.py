@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from headprune.core.unit_kinds import is_joint
+from headprune.core.units import unit_count
 from headprune.pipeline.orders import OrderSettings
 from headprune.pipeline.settings import PruneSettings
+from headprune.results.points import kinds_label
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
 from headprune.selection.greedy import heads_removed
@@ -81,7 +84,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "fraction": None if isinstance(step, PruneTarget) else float(step),
         "heads_pruned": heads_removed(mask),
         "query_heads_pruned": heads_removed(task.gates.head_mask(mask)),
-        "heads_total": task.gates.num_heads,
+        "heads_total": unit_count(task.gates),
         "score": result.score,
         "relative": relative(result.score, ctx.base.score),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
@@ -89,6 +92,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "flops_kept": ctx.flops.kept_fraction(mask),
         "cost_unit": ctx.costs.unit,
         "mask": mask_to_json(mask),
+        **({"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)} if is_joint(task.gates.unit) else {}),
     }
 
 
@@ -107,7 +111,7 @@ def unpruned_point(ctx: ParetoRun, task) -> dict:
         "fraction": 0.0,
         "heads_pruned": 0,
         "query_heads_pruned": 0,
-        "heads_total": task.gates.num_heads,
+        "heads_total": unit_count(task.gates),
         "score": ctx.base.score,
         "relative": 1.0,
         **({"extra": {s: {"score": r.score, "relative": 1.0} for s, r in ctx.base_extra.items()}} if ctx.extra_splits else {}),

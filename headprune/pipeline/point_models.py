@@ -15,8 +15,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headprune.core.checks import ConfigError
-from headprune.core.pruning import prune_mask
 from headprune.core.saving import load_pruned, save_pruned
+from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.results.staging import fresh_dir, replace_dir
 
 MODELS_DIR = "models"
@@ -120,7 +120,7 @@ def save_point_model(out: Path, model, gates, mask, tokenizer, recipe: dict, sco
     """Write a point's model (physically pruned: a mask still applied is pruned from a copy) atomically; its relative path."""
     if mask is not None:
         model = copy.deepcopy(model)
-        prune_mask(model, gates.head_mask(mask, hard=True))
+        prune_unit_mask(unit_gates(model, gates.unit), mask)
     models = Path(out) / MODELS_DIR
     slug = point_slug(recipe["point"])
     staging = fresh_dir(models / f".{slug}.next")

@@ -19,12 +19,18 @@ from headprune.selection.mask_search import given_target
 
 def check_prune(cfg) -> None:
     """prune.*: a per-layer floor below the layers' head count, known splits and groups, re-estimation where it does something."""
+    from headprune.core.unit_kinds import unit_kinds
+    from headprune.tasks.unit_task import unit_of
+
     prune = cfg.prune
-    heads = heads_per_layer(cfg.model, str(prune.unit))
+    kinds = unit_kinds(unit_of(cfg))
+    heads = 1 if "block" in kinds else heads_per_layer(cfg.model, "kv_group" if "kv_group" in kinds else "head")
+    heads = None if kinds == ("ffn",) else heads  # a floor of neurons: the FFN widths are far above any sensible floor
+    what = "block of each kind" if "block" in kinds else "head"
     k = prune.min_heads_per_layer
     if heads is not None and k >= heads:
         raise ConfigError(
-            f"prune.min_heads_per_layer={k} keeps every head: the model's layers have {heads} heads, "
+            f"prune.min_heads_per_layer={k} keeps every {what}: the model's layers have {heads} {what}s, "
             f"so it must be at most {heads - 1} (0 = no floor)"
         )
     check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
@@ -110,11 +116,15 @@ def check_prune_for_speed(cfg) -> None:
 
 
 def check_speed_unit(prune) -> None:
-    """Latency tables are measured per query head; rearranging re-chooses one-shot masks only."""
+    """Rearranging re-chooses one-shot masks only."""
+    from headprune.core.unit_kinds import unit_kinds, unit_name
+
     rearrange = prune.rearrange
-    if str(prune.unit) != "head" and str(prune.cost) == "latency":
+    unit = unit_name(prune.unit if isinstance(prune.unit, str) else list(prune.unit))
+    if rearrange and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
         raise ConfigError(
-            "prune.cost=latency measures its tables per query head: use prune.cost=flops with prune.unit=kv_group (or prune.unit=head)"
+            f"prune.rearrange re-chooses the heads of each layer from their Fisher blocks, and prune.unit={unit} holds other "
+            "units: drop prune.rearrange (or use prune.unit=head / kv_group)"
         )
     if rearrange and prune.get("schedule") is not None:
         raise ConfigError(

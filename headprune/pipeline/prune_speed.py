@@ -19,6 +19,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headprune.core.gates import HeadGates
+from headprune.core.unit_kinds import unit_parts
 from headprune.pipeline.evaluation import evaluate_many, swapped_model
 from headprune.pipeline.finetune_runs import budget_info, finetune_batches, finetune_in_place
 from headprune.pipeline.orders import ORDERS, OrderSettings, order_scores
@@ -36,6 +37,7 @@ from headprune.pipeline.point_models import point_id, recipe_of, save_point_mode
 from headprune.pipeline.settings import RunSettings, listed
 from headprune.results.run_dir import mask_to_json
 from headprune.scoring.importance import fisher_blocks
+from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.greedy import check_groups
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, given_target, mask_after
@@ -211,7 +213,9 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
 
         def recover(model, teacher, batches):
             round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
-            if recovery == "lsq":
+            if recovery == "lsq" and "ffn" in unit_parts(task.gates.unit):  # heads, then neurons, of the pruned model
+                unit_lsq_recoverer(task.gates.unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
+            elif recovery == "lsq":
                 lsq_recover(
                     model,
                     HeadGates(model),

@@ -271,13 +271,54 @@ def check_selection(cfg, section: str) -> None:
 # ---- units --------------------------------------------------------------------------------------
 
 
-def check_unit(cfg) -> None:
-    """prune.unit: head, or kv_group on a model with grouped-query attention (fewer KV heads than query heads)."""
-    fields = model_fields(cfg.model) if str(cfg.prune.unit) == "kv_group" else None
-    if fields is not None and kv_heads_per_layer(fields) is None:
+def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
+    """prune.unit (a kind or a joint list; the schema checked its kinds): kv_group on grouped-query attention, neurons and
+    blocks on a family with an MLP layout, blocks in the global layout, orders the unit can be ranked by; ``single_units``:
+    the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
+    from headprune.core.unit_kinds import ablation_refusal, unit_kinds, unit_parts
+    from headprune.pipeline.orders import unit_refusal
+    from headprune.tasks.unit_task import unit_of
+
+    unit = unit_of(cfg)
+    kinds = unit_kinds(unit)
+    fields = model_fields(cfg.model) if "kv_group" in kinds or "ffn" in unit_parts(unit) else None
+    if "kv_group" in kinds and fields is not None and kv_heads_per_layer(fields) is None:
         raise ConfigError(
             f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
             f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head"
+        )
+    if "ffn" in unit_parts(unit) and fields is not None:
+        check_mlp_layout(cfg, unit, fields)
+    if "block" in kinds and str(cfg.prune.get("layout")) == "uniform":
+        raise ConfigError(
+            "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
+            "layer: use prune.layout=global (blocks ranked across layers)"
+        )
+    refusal = ablation_refusal(unit)
+    if refusal and single_units:
+        raise ConfigError(f"experiment={cfg.get('experiment_name')} removes one unit at a time, and prune.unit={unit}: {refusal}")
+    for order in [str(o) for o in listed_names(cfg.prune.get("order"))] if orders else []:
+        refused = unit_refusal(order, unit)
+        if refused:
+            raise ConfigError(f"prune.order={order} with prune.unit={unit}: {refused}")
+
+
+def listed_names(value) -> list:
+    """A name or a list of names as a list (None: [])."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def check_mlp_layout(cfg, unit: str, fields: dict) -> None:
+    """Neurons and blocks need the family's MLP layout (headprune.core.mlp_layouts) to find the feed-forward blocks."""
+    from headprune.core.families import FAMILIES
+
+    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    if family is not None and family.mlp is None:
+        raise ConfigError(
+            f"prune.unit={unit} prunes feed-forward blocks, but the {family.name} family (model {cfg.model.get('name')}) "
+            "declares no MLP layout: use prune.unit=head, or add its mlp=... to the family's row in headprune/core/families.py"
         )
 
 
@@ -298,7 +339,11 @@ def check_group_names(cfg, groups, setting: str) -> None:
 
 def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
     """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
-    unit = str(cfg.prune.unit)
+    from headprune.tasks.unit_task import unit_of
+
+    unit = unit_of(cfg)
+    if unit not in ("head", "kv_group"):
+        return  # neurons, blocks and joint masks: their groups are checked when the task loads the mask
     fields = model_fields(cfg.model) or {}
     per_layer = kv_heads_per_layer(fields) if unit == "kv_group" else fields.get("num_attention_heads")
     layers = fields.get("num_hidden_layers")

@@ -10,8 +10,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from headprune.core.counting import model_cost
+from headprune.core.ffn_pruning import ffn_record
+from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import HeadGates
-from headprune.core.pruning import prune_mask, pruning_record
+from headprune.core.pruning import pruning_record
+from headprune.core.units import prune_unit_mask, unit_count, unit_gates
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, gain_text
@@ -28,6 +31,11 @@ def clock_of(settings) -> str:
     return clock
 
 
+def removed_record(model) -> dict:
+    """{group: {layer: [removed original ids]}} of a pruned model: heads by attention group, neurons by FFN group."""
+    return {**pruning_record(model), **(ffn_record(model) if ffn_sites_if_any(model) else {})}
+
+
 def timed_call(task, model, gates, call=None):
     """The task's timed call (``call``, default ``task.timed_call``) made with ``model`` in place of the task's own."""
 
@@ -40,8 +48,9 @@ def timed_call(task, model, gates, call=None):
 
 def own_attention(model, gates):
     """Run a block with the model's own attention, or with the gate wrapper where uneven KV groups need its query->KV head map."""
-    uneven = any(site.needs_wrapper for site in gates.sites)
-    return attention_implementation(model, model.config._attn_implementation if uneven else gates.inner)
+    heads = unit_gates(gates, "head")  # the query-head gates under gates of any unit
+    uneven = any(site.needs_wrapper for site in heads.sites)
+    return attention_implementation(model, model.config._attn_implementation if uneven else heads.inner)
 
 
 def span_of(timed, batches: list[dict]) -> tuple[int, int]:
@@ -82,14 +91,15 @@ def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_di
     head_mask = task.gates.head_mask(mask, hard=True)
     if pruned_model is None:
         pruned = copy.deepcopy(original)
-        record = prune_mask(pruned, head_mask)
+        prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
     else:
-        pruned, record = pruned_model, pruning_record(pruned_model)
+        pruned = pruned_model
+    record = removed_record(pruned)
     pruned_gates = HeadGates(pruned)
     out = {
         "split": str(speed.split),
         "device": str(next(original.parameters()).device),
-        "heads_total": task.gates.num_heads,
+        "heads_total": unit_count(task.gates),
         "heads_pruned": heads_removed(mask),
         **unit_counts(task.gates),
         "query_heads_pruned": heads_removed(head_mask),

@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
+from headprune.core.unit_kinds import ablation_refusal
 from headprune.pipeline.ablation_stage import ablation_stage
 from headprune.pipeline.evaluation import split_size
 from headprune.pipeline.greedy_stage import prune_stage
 from headprune.pipeline.keep_one_stage import keep_one_stage
-from headprune.pipeline.orders import ORDERS, OrderSettings
+from headprune.pipeline.orders import ORDERS, OrderSettings, unit_refusal
 from headprune.pipeline.prune_speed import for_speed, pareto_stage
 from headprune.pipeline.settings import RunSettings, listed
 from headprune.pipeline.speed_stage import speed_stage
@@ -89,14 +90,21 @@ def scores_key(ctx: StudyRun) -> dict:
 
 def raw_scores(ctx: StudyRun) -> dict:
     cache: dict = {}  # the orders keep their unmasked raw scores here
-    for order in ("importance", "entropy"):
+    orders = [o for o in ("importance", "entropy") if unit_refusal(o, ctx.task.gates.unit) is None]  # entropy: attention units
+    for order in orders:
         ORDERS[order].scores(ctx.task, ctx.order_cfg, shared=cache)
-    return {"importance": tensor_dict(cache["importance_raw"]), "entropy": tensor_dict(cache["entropy_raw"])}
+    return {order: tensor_dict(cache[f"{order}_raw"]) for order in orders}
 
 
 def share_scores(ctx: StudyRun, scores: dict) -> None:
     ctx.shared["importance_raw"] = {g: torch.tensor(v) for g, v in scores["importance"].items()}
-    ctx.shared["entropy_raw"] = {g: torch.tensor(v) for g, v in scores["entropy"].items()}
+    if "entropy" in scores:
+        ctx.shared["entropy_raw"] = {g: torch.tensor(v) for g, v in scores["entropy"].items()}
+
+
+def single_units(ctx: StudyRun) -> bool:
+    """Whether removing one unit at a time is a useful measure in the task's unit (ablate and keep_one run; not for neurons)."""
+    return ablation_refusal(ctx.task.gates.unit) is None
 
 
 def ablation_splits(ctx: StudyRun) -> list[str]:
@@ -218,8 +226,8 @@ def speed_all(ctx: StudyRun) -> dict:
 
 STUDY_STAGES = (
     Stage("scores", scores_key, raw_scores, share_scores),
-    Stage("ablate", ablate_key, ablate_all, share_ablation),
-    Stage("keep_one", keep_one_key, keep_one_all),
+    Stage("ablate", ablate_key, ablate_all, share_ablation, wanted=single_units),
+    Stage("keep_one", keep_one_key, keep_one_all, wanted=single_units),
     Stage("prune", prune_key, prune_all),
     Stage("pareto", pareto_key, pareto_all, wanted=lambda ctx: for_speed(ctx.settings.prune)),
     Stage("speed", speed_key, speed_all),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from headprune.core.checks import boolean, boolean_or, choice, choices, fractions, integer, number, optional, rule
-from headprune.core.units import UNITS
+from headprune.core.checks import boolean, boolean_or, choice, choices, fractions, integer, number, optional, pruning_unit, rule
+from headprune.core.unit_kinds import KINDS
 from headprune.pipeline.orders import ORDERS
 from headprune.pipeline.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
 from headprune.selection.uniform import LAYOUTS
@@ -48,7 +48,7 @@ class FinetuneSettings:
 class PruneSettings:
     """prune: greedy pruning and pruning for speed (conf/prune/default.yaml)."""
 
-    unit: str = setting(rule(choice, choices=UNITS), ("ablate", "keep_one", "prune", "speed", "export"))
+    unit: Any = setting(rule(pruning_unit, kinds=tuple(KINDS)), ("ablate", "keep_one", "prune", "speed", "export"))
     order: Any = setting(rule(choices, known=ORDERS), PRUNE)  # a name or a list of names
     layout: str = setting(rule(choice, choices=LAYOUTS), MASK_BY_ORDER)
     reestimate: bool = setting(rule(boolean), PRUNE)

@@ -1,0 +1,168 @@
+"""Pruning units beyond heads from the experiments: joint prune runs labelled by kind, their GGUF export, speed and the study."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from experiment_helpers import make_cfg, results
+
+LM = ["data.tokenizer.vocab_size=300"]  # the GGUF tokenizer needs BPE merges (a vocabulary beyond single bytes)
+SMALL_SPEED = ["speed.batch_sizes=[4]", "speed.repeats=2", "speed.warmup=0", "speed.examples=8"]
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    """The LM and NLI test tasks, loaded once."""
+    from headprune.tasks import registry
+
+    torch.set_num_threads(1)
+    return {
+        name: registry.load_task(make_cfg(tmp_path_factory.mktemp(name), "ablate", name, *extra))
+        for name, extra in (("lm", LM), ("nli", []))
+    }
+
+
+@pytest.fixture
+def shared(tasks, monkeypatch):
+    """Every experiment reuses the loaded task of its model's kind, seen in the config's prune.unit."""
+    from headprune.tasks import registry
+    from headprune.tasks.unit_task import in_unit, unit_of
+
+    by_kind = {"causal_lm": "lm", "classifier": "nli"}
+    monkeypatch.setattr(registry, "load_task", lambda cfg: in_unit(tasks[by_kind[cfg.model.kind]], unit_of(cfg)))
+    return tasks
+
+
+def run(tmp_path, experiment: str, task: str, *overrides) -> dict:
+    from hydra.utils import get_method
+
+    from headprune.validation import validate
+
+    cfg = make_cfg(tmp_path, experiment, task, *(LM if task == "lm" else []), *overrides)
+    validate(cfg)
+    get_method(cfg.run)(cfg)
+    return results(tmp_path)
+
+
+def removed_share(mask: dict, groups: tuple[str, ...]) -> float:
+    """The share of zeros over ``groups`` of a JSON mask."""
+    values = [v for g in groups for row in mask[g] for v in row]
+    return values.count(0) / len(values)
+
+
+def test_kv_group_and_neurons_pruned_together_then_exported_to_deci_gguf(shared, tmp_path):
+    """prune.unit=[kv_group,ffn] ranks KV groups and neurons under one fraction; its mask exports to a deci GGUF whose
+    per-layer feed_forward_length is each layer's kept neurons, read back with the gguf package."""
+    from headprune.core.ffn_sites import find_ffn_sites
+    from headprune.core.units import prune_unit_mask, unit_gates
+    from headprune.export.gguf_numpy import read_layout
+    from headprune.results.run_dir import mask_from_json
+
+    pruned = run(tmp_path / "prune", "prune", "lm", "prune.unit=[kv_group,ffn]", "prune.fractions=[0.3]")["results"]
+    assert pruned["unit"] == "kv_group+ffn"
+    step = pruned["orders"]["importance"]["steps"][0]
+    kv, ffn = removed_share(step["mask"], ("dec_self",)), removed_share(step["mask"], ("dec_ffn",))
+    assert step["kinds_removed"] == f"KV groups {100 * kv:.0f}%, neurons {100 * ffn:.0f}%"
+    assert step["heads_pruned"] == round(0.3 * pruned["units_total"])
+
+    mask_file = tmp_path / "prune" / "results.json"
+    run(tmp_path / "export", "export", "lm", "export.format=gguf", f"export.mask_file={mask_file}", "export.fraction=0.3")
+    model = copy.deepcopy(shared["lm"].model)  # the widths of the model the mask prunes, one per layer
+    gates = unit_gates(model, "kv_group+ffn")
+    prune_unit_mask(gates, gates.normalize_mask(mask_from_json(step["mask"])))
+    kept = [len(site.neuron_ids) for site in sorted(find_ffn_sites(model), key=lambda site: site.layer)]
+    assert kept == [sum(row) for row in step["mask"]["dec_ffn"]]
+    path = next((tmp_path / "export").rglob("*.gguf"))
+    layout = read_layout(str(path))
+    assert layout["architecture"] == "deci" and layout["feed_forward_length"] == kept
+
+
+def test_heads_and_neurons_to_a_flops_target_then_timed(shared, tmp_path):
+    """prune.unit=[head,ffn] with a FLOPs target labels its point by what each kind lost, predicts the cost the FLOP model
+    gives, and experiment=speed times its mask beside the FLOP-ideal gain."""
+    from headprune.core.units import unit_gates
+    from headprune.results.run_dir import mask_from_json
+    from headprune.selection.unit_costs import unit_flops_cost_model
+
+    pruned = run(tmp_path / "prune", "prune", "nli", "prune.unit=[head,ffn]", "prune.target={flops:0.6}")["results"]
+    point = pruned["points"][1]
+    heads, neurons = removed_share(point["mask"], ("enc_self",)), removed_share(point["mask"], ("enc_ffn",))
+    assert point["kinds_removed"] == f"heads {100 * heads:.0f}%, neurons {100 * neurons:.0f}%"
+    assert point["flops_kept"] <= 0.6 + 1e-9
+    assert point["heads_total"] == sum(len(r) for g in ("enc_self", "enc_ffn") for r in point["mask"][g])
+
+    mask_file = tmp_path / "prune" / "results.json"
+    timed = run(tmp_path / "speed", "speed", "nli", f"speed.mask_file={mask_file}", *SMALL_SPEED)["results"]
+    assert timed["unit"] == "head+ffn" and timed["score_check"]["agree"]
+    assert set(timed["pruning_record"]) == {"enc_self", "enc_ffn"}
+    row = timed["rows"][0]  # its FLOP-ideal, counted on both models, is the FLOP cost model's at the timed length
+    model = shared["nli"].model
+    gates = unit_gates(shared["nli"].gates, "head+ffn")
+    costs = unit_flops_cost_model(model, "head+ffn", seq_len=row["seq_len"])
+    predicted = 1 / costs.kept_fraction(gates.normalize_mask(mask_from_json(point["mask"]))) - 1
+    assert "gain" in row and row["flop_ideal_gain"] == pytest.approx(predicted, rel=1e-3)
+
+
+def test_recoveries_and_the_control_in_a_joint_unit(shared, tmp_path):
+    """lsq (pruned copy, heads then neurons), fine-tune and the control all run on a head + neuron mask."""
+    got = run(
+        tmp_path,
+        "prune",
+        "nli",
+        "prune.unit=[head,ffn]",
+        "prune.fractions=[0.3]",
+        "prune.recover=[none,lsq,finetune]",
+        "prune.control=true",
+        "prune.finetune.max_steps=2",
+        "prune.recover_examples=16",
+        "prune.save=none",
+    )["results"]
+    names = {(p["order"], p["recovery"], bool(p.get("control"))) for p in got["points"]}
+    assert {("importance", "lsq", False), ("importance", "finetune", False), ("unpruned", "finetune", True)} <= names
+    assert all(torch.isfinite(torch.tensor(p["score"])) for p in got["points"])
+
+
+def test_study_with_heads_and_neurons(shared, tmp_path):
+    """experiment=study with prune.unit=[head,ffn]: its head-only orders and single-unit stages are left out, the rest run."""
+    from headprune.experiments import study
+
+    cfg = make_cfg(
+        tmp_path,
+        "study",
+        "nli",
+        "study.train=false",
+        "prune.unit=[head,ffn]",
+        "prune.order=[importance,random]",
+        "prune.fractions=[0,0.3]",
+        *SMALL_SPEED,
+    )
+    from headprune.validation import validate
+
+    validate(cfg)
+    study.run(cfg)
+    saved = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert "ablate" not in saved and "keep_one" not in saved
+    assert set(saved["prune"]["orders"]) == {"importance", "random"} and saved["prune"]["unit"] == "head+ffn"
+    assert "kinds_removed" in saved["prune"]["orders"]["importance"]["steps"][1]
+
+
+def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, monkeypatch):
+    """prune.cost=latency with prune.unit=[head,ffn] reads tables of both kinds (cached in the run dir under the unit)."""
+    from headprune.core.units import unit_gates
+    from headprune.selection import unit_latency
+    from headprune.selection.costs import CostModel
+
+    groups = unit_gates(shared["nli"].gates, "head+ffn").groups
+
+    def steady_tables(model, inputs, unit, **kwargs):  # a tiny model's timings are noise: seconds growing with units kept
+        assert unit == "head+ffn"
+        return CostModel("seconds", 1.0, {g: torch.arange(n + 1.0).clamp(min=1).repeat(layers, 1) / n for g, (layers, n) in groups.items()})
+
+    monkeypatch.setattr(unit_latency, "measure_unit_latency_model", steady_tables)
+    got = run(tmp_path, "prune", "nli", "prune.unit=[head,ffn]", "prune.target={speedup:1.2}", "prune.cost=latency", "prune.seq_len=16")
+    point = got["results"]["points"][1]
+    assert list((tmp_path / "latency").glob("latency-*-head+ffn-*.json"))
+    assert point["cost_unit"] == "seconds" and point["predicted_speedup"] >= 1.2
