@@ -116,6 +116,17 @@ def prune_results_file(root: Path) -> Path:
     return path
 
 
+def pareto_results_file(root: Path) -> Path:
+    """A prune results.json for tiny_bert with two Pareto points at 25%: the mask alone (no model kept, as under
+    prune.save=recovered) and its lsq recovery (a model kept)."""
+    mask = {"enc_self": [[1, 0, 1, 1], [1, 1, 0, 1]]}
+    point = {"order": "importance", "step": "25%", "fraction": 0.25, "mask": mask, "heads_pruned": 2, "heads_total": 8}
+    points = [{**point, "recovery": "none"}, {**point, "recovery": "lsq", "model_dir": "models/importance+lsq@25pct"}]
+    path = root / "pareto.json"
+    path.write_text(json.dumps({"results": {"unit": "head", "points": points}}))
+    return path
+
+
 def truncated_checkpoint(path: Path) -> Path:
     """A training checkpoint cut in half (a copy interrupted, a disk that filled up)."""
     torch.save({"state_dict": {"model.w": torch.zeros(64, 64)}}, path)
@@ -154,6 +165,7 @@ PRE = {  # a row's files, written before composing
     "mask_none_kept": lambda tmp: full_mask_file(tmp, 0),
     "mask_all_kept": lambda tmp: full_mask_file(tmp, 1),
     "prune_results": prune_results_file,
+    "pareto_results": pareto_results_file,
     "lm_empty": lambda tmp: write_lm(tmp / "lm", "empty"),
     "ckpt_truncated": lambda tmp: truncated_checkpoint(tmp / "last.ckpt"),
     "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
@@ -672,6 +684,35 @@ CONFIG_ROWS = [
     ),
     ("report-run-dir-missing", "nli", ["experiment=report", "run_dir={tmp}/nothing"], "run_dir=", None),
     ("dynamics-ckpt-dir-missing", "mt", ["experiment=dynamics", "ckpt_dir={tmp}/nothing"], "is not a directory", None),
+    # points named before the run makes them, and points a run kept no model of
+    (
+        "prune-save-point-the-run-does-not-make",
+        "nli",
+        ["experiment=prune", "prune.fractions=[0.5]", "prune.recover=[none,lsq]", "prune.save=[fisher+lsq@40%]"],
+        "fisher+lsq@40%, which this run does not make: its settings make importance@50%, importance+lsq@50%",
+        None,
+    ),
+    (
+        "prune-save-point-at-another-step",
+        "nli",
+        ["experiment=prune", "prune.fractions=[0.5]", "prune.recover=lsq", "prune.save=[importance+lsq@40%]"],
+        "its settings make importance+lsq@50%",
+        None,
+    ),
+    (
+        "export-point-without-saved-model",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/pareto.json", "export.point=importance@25%"],
+        "has no saved model",
+        "pareto_results",
+    ),
+    (
+        "export-point-without-saved-model-says-how",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/pareto.json", "export.point=importance@25%"],
+        "export.mask_order=importance export.mask_step=25% (in place of export.point)",
+        "pareto_results",
+    ),
 ]
 
 
@@ -1173,7 +1214,7 @@ def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, ove
     from hydra.utils import get_method
 
     from headprune.core.checks import ConfigError
-    from headprune.experiments import prune_speed
+    from headprune.pipeline import prune_speed
     from headprune.selection import latency
     from headprune.selection.costs import CostModel
     from headprune.validation import validate
@@ -1187,3 +1228,22 @@ def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, ove
     with pytest.raises(ConfigError) as err:
         get_method(cfg.run)(cfg)
     assert words in str(err.value), str(err.value)
+
+
+def test_finetune_budget_beyond_the_training_split_is_refused_before_scoring(tmp_path, monkeypatch):
+    """prune.finetune.tokens above what the training split holds: refused by the run before any forward pass, with the count."""
+    from hydra.utils import get_method
+
+    from headprune.core.checks import ConfigError
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = compose_row(tmp_path, "lm", ["experiment=prune", "prune.recover=finetune", "prune.finetune.tokens=10000000"])
+    validate(cfg)
+    monkeypatch.setattr(torch.nn.Module, "__call__", lambda self, *a, **k: pytest.fail(f"{type(self).__name__} ran before the refusal"))
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        get_method(cfg.run)(cfg)
+    assert "prune.finetune.tokens=10000000: the training split holds only" in str(err.value), str(err.value)
+    assert "set prune.finetune.tokens to at most" in str(err.value)
+    assert time.perf_counter() - start < SECONDS

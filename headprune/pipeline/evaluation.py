@@ -24,6 +24,14 @@ def selection_split(task, name: str | None = None) -> str:
     return str(name) if name else task.selection_split
 
 
+def evaluate_one(task, mask, split: str, desc: str, *, progress: bool):
+    """The EvalResult of one mask (None: the model as it is) on ``split``, with a progress bar over its examples."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=split_size(task, split), desc=f"{desc} ({split})", unit="example", disable=not progress, leave=False) as bar:
+        return task.evaluate(mask, split=split, on_batch=bar.update)
+
+
 def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36, *, progress: bool) -> list:
     """EvalResults of many masks through the task's batched ``evaluate_many``, with a progress bar."""
     from tqdm.auto import tqdm

@@ -19,7 +19,7 @@ from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
-from headprune.pipeline.evaluation import swapped_model
+from headprune.pipeline.evaluation import evaluate_one, swapped_model
 from headprune.pipeline.finetune_runs import control_model, finetune_in_place
 from headprune.pipeline.pareto_points import ParetoRun, eval_splits, extra_scores, relative
 from headprune.pipeline.point_models import (
@@ -70,7 +70,9 @@ def cost_model(task, settings, out: Path) -> CostModel:
         return cached_latency_model(task.model, inputs, out / "latency", device=device)
 
 
-def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str):
+def recovered_model(
+    task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str, progress: bool = False
+):
     """(model, gates, mask to evaluate with, fine-tune losses or None) after ``recovery`` of the heads ``mask`` keeps.
 
     The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
@@ -84,7 +86,9 @@ def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dic
     heads = task.gates.head_mask(mask, hard=True)
     if recovery == "lsq":
         gates = HeadGates(model)
-        lsq_recover(model, gates, batches, mask=heads, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
+        lsq_recover(
+            model, gates, batches, mask=heads, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale), progress=progress
+        )
         return model, gates, mask, None
     if recovery == "finetune":
         prune_mask(model, heads)
@@ -162,7 +166,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
     if not reused:
         model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
     with swapped_model(task, model, HeadGates(model)):
-        results = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
+        results = {split: evaluate_one(task, None, split, CONTROL_POINT, progress=ctx.progress) for split in eval_splits(ctx)}
     saved = {}
     if recipe:
         scores = {split: result.score for split, result in results.items()}

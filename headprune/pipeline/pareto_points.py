@@ -51,6 +51,8 @@ class ParetoRun:
     finetune_losses: dict = field(default_factory=dict)  # label -> fine-tune losses
     out: Any = None  # the run directory: recovered models go to <out>/models/<point> (prune.save)
     saved: dict = field(default_factory=dict)  # (recovery, mask key) -> the saved model's directory, relative to out
+    alone: dict = field(default_factory=dict)  # mask key -> its EvalResult on the selection split without recovery
+    progress: bool = False  # progress bars while scoring, recovering and evaluating
 
 
 def eval_splits(ctx: ParetoRun) -> list[str]:

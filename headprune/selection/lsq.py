@@ -118,6 +118,7 @@ def lsq_recover(
     ridge: float = 1e-3,
     max_scale: float = 10.0,
     max_cache_bytes: int = 2**30,
+    progress: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept heads of every layer by least squares and fold the scales into the output projections.
 
@@ -141,7 +142,7 @@ def lsq_recover(
             forward_order = _captured_inputs(model, gates.sites, batches[0])
             order = sorted(gates.sites, key=lambda s: list(forward_order).index(id(s)))
             targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
-            for site in order:
+            for site in _progress(order, progress):
                 positions = _kept_positions(site, mask)
                 if not positions:
                     continue
@@ -152,6 +153,15 @@ def lsq_recover(
     finally:
         model.train(was_training)
     return scales
+
+
+def _progress(sites: list, enabled: bool):
+    """The sites in order, with a progress bar over the layers fitted when ``enabled``."""
+    if not enabled:
+        return sites
+    from tqdm.auto import tqdm
+
+    return tqdm(sites, desc="lsq recovery", unit="layer", leave=False)
 
 
 def _target(teacher_site: AttentionSite, batch: dict, x_teacher: torch.Tensor) -> torch.Tensor:

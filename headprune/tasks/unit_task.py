@@ -32,8 +32,8 @@ class UnitTask:
     def gates(self):
         return self._gates
 
-    def evaluate(self, mask=None, split: str = "eval"):
-        return self.task.evaluate(None if mask is None else self._gates.head_mask(mask), split)
+    def evaluate(self, mask=None, split: str = "eval", on_batch=None):
+        return self.task.evaluate(None if mask is None else self._gates.head_mask(mask), split, on_batch=on_batch)
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list:
         return self.task.evaluate_many([None if m is None else self._gates.head_mask(m) for m in masks], split, on_batch)

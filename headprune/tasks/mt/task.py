@@ -210,8 +210,8 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def forward_batches(self, split: str) -> list[dict]:
         return self.data.eval_batches(split_of(self.data.cfg, split), with_targets=True)
 
-    def translate(self, split: str = "eval", mask=None, beam_size: int | None = None) -> list[str]:
-        """Translations of every source sentence of ``split``, in the split's order."""
+    def translate(self, split: str = "eval", mask=None, beam_size: int | None = None, on_batch=None) -> list[str]:
+        """Translations of every source sentence of ``split``, in the split's order; ``on_batch(n)`` after each batch of ``n``."""
         split = split_of(self.data.cfg, split)
         beam_size = int(beam_size or self.task_cfg["beam_size"])
         was_training = self.model.training
@@ -222,6 +222,8 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
                 for batch in self._eval_batches(split):
                     for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size)):
                         hyps[i] = h
+                    if on_batch is not None:
+                        on_batch(len(batch["ids"]))
         finally:
             self.model.train(was_training)
         return [hyps[i] for i in range(len(hyps))]
@@ -231,9 +233,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         score, stats = corpus_bleu(hyps, refs)
         return EvalResult(score=score, metric="bleu", n=len(refs), per_example={"hypotheses": hyps, "references": refs, "stats": stats})
 
-    def evaluate(self, mask=None, split: str = "eval", beam_size: int | None = None) -> EvalResult:
-        """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default)."""
-        return self._result(self.translate(split, mask, beam_size), split)
+    def evaluate(self, mask=None, split: str = "eval", beam_size: int | None = None, on_batch=None) -> EvalResult:
+        """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default);
+        ``on_batch(n)`` after each batch of ``n`` sentences."""
+        return self._result(self.translate(split, mask, beam_size, on_batch), split)
 
     def evaluate_many(self, masks: list, split: str = "eval", beam_size: int | None = None, on_batch=None) -> list[EvalResult]:
         """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row).
