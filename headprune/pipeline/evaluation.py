@@ -28,7 +28,13 @@ def evaluate_one(task, mask, split: str, desc: str, *, progress: bool):
     """The EvalResult of one mask (None: the model as it is) on ``split``, with a progress bar over its examples."""
     from tqdm.auto import tqdm
 
-    with tqdm(total=split_size(task, split), desc=f"{desc} ({split})", unit="example", disable=not progress, leave=False) as bar:
+    with tqdm(
+        total=split_size(task, split),
+        desc=f"{desc} ({split})",
+        disable=not progress,
+        leave=False,
+        bar_format="{l_bar}{bar}| {n:.0f}/{total} examples [{elapsed}<{remaining}]",
+    ) as bar:
         return task.evaluate(mask, split=split, on_batch=bar.update)
 
 
