@@ -73,27 +73,26 @@ def cost_model(task, settings, out: Path) -> CostModel:
 def recovered_model(
     task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str, progress: bool = False
 ):
-    """(model, gates, mask to evaluate with, fine-tune losses or None) after ``recovery`` of the heads ``mask`` keeps.
+    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the heads ``mask`` keeps.
 
     The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
-    under ``mask`` (equal to the physically pruned copy); finetune: a physically pruned copy fine-tuned on
-    ``tuning`` (default ``batches``; mask None), with each step's loss. ``mask`` is in the task's unit (query
+    under ``mask`` (equal to the physically pruned copy), with the shrink its loss on ``batches`` kept; finetune: a
+    physically pruned copy fine-tuned on ``tuning`` (default ``batches``; mask None), with each step's loss. ``mask`` is in the task's unit (query
     heads or KV groups); the core gets its query-head mask.
     """
     if recovery == "none":
-        return task.model, task.gates, mask, None
+        return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
     heads = task.gates.head_mask(mask, hard=True)
     if recovery == "lsq":
-        gates = HeadGates(model)
-        lsq_recover(
-            model, gates, batches, mask=heads, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale), progress=progress
-        )
-        return model, gates, mask, None
+        gates, report = HeadGates(model), {}
+        ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
+        lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
+        return model, gates, mask, {"lsq": report}
     if recovery == "finetune":
         prune_mask(model, heads)
         history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
-        return model, HeadGates(model), None, [h["loss"] for h in history]
+        return model, HeadGates(model), None, {"finetune_losses": [h["loss"] for h in history]}
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
 

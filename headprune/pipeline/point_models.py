@@ -80,8 +80,12 @@ def wants_model(save, recovery: str, point: str) -> bool:
 
 def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_json) -> dict:
     """What makes a point's model: the point, its mask, recovery and the settings recovery reads."""
+    from headprune.selection.lsq import SHRINKS
+
     prune = ctx.settings
-    settings = {"lsq": prune.lsq, "finetune": prune.finetune}.get(recovery)
+    settings = _plain({"lsq": prune.lsq, "finetune": prune.finetune}.get(recovery))
+    if recovery == "lsq":  # the shrinks tried are part of how the model was made (an older lsq tried none)
+        settings = {**settings, "shrinks": list(SHRINKS)}
     return {
         "point": point,
         "order": order_name,
@@ -89,7 +93,7 @@ def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_j
         "step": step,
         "seed": ctx.seed,
         "recover_examples": int(prune.recover_examples),
-        "settings": _plain(settings),
+        "settings": settings,
         "mask": mask_json,
     }
 

@@ -87,7 +87,8 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, la
     """{split: result} on the scored splits (``scored_splits``) of every mask after ``recovery``; a mask already
     evaluated (``ctx.evaluated``) is not again. A point ``prune.save`` keeps has its model saved (a mask alone too).
 
-    A fine-tune's per-step losses go to ``ctx.finetune_losses`` and its logger under each mask's label.
+    What a recovery records (a fine-tune's per-step losses, the lsq shrink) goes to ``ctx.recovery_records``; a
+    fine-tune's losses go to its logger under each mask's label too.
     """
     done = ctx.evaluated
     keys = [(recovery, mask_key(m)) for m in masks]
@@ -132,17 +133,16 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
     recipe; scored on the scored splits into ``ctx.evaluated[key]``."""
     model = saved_model(ctx.out, recipe) if recipe else None
     if model is not None:  # an earlier run saved this recipe's model: no second recovery
-        gates, evaluate_mask, curve = HeadGates(model), None, None
+        gates, evaluate_mask, record = HeadGates(model), None, {}
         ctx.saved[key] = saved_dir(recipe)
     else:
-        model, gates, evaluate_mask, curve = recovered_model(
+        model, gates, evaluate_mask, record = recovered_model(
             task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress
         )
     name = point_label(label, recovery)
     with swapped_model(task, model, gates):
         ctx.evaluated[key] = {split: evaluate_one(task, evaluate_mask, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
-    if curve is not None:
-        ctx.finetune_losses[key] = curve
+    ctx.recovery_records[key] = record
     return model, evaluate_mask
 
 
@@ -177,13 +177,12 @@ def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict
                     point["recovery_check"] = recovery_check(result[ctx.selection], alone, ctx, task)
                 if (recovery, mask_key(mask)) in ctx.saved:
                     point["model_dir"] = ctx.saved[(recovery, mask_key(mask))]
-                curve = ctx.finetune_losses.get((recovery, mask_key(mask)))
                 points.append(
                     {
                         **point,
                         "rearranged": rearrange,
                         **({"rearrangement": info} if info else {}),
-                        **({"finetune_losses": curve} if curve is not None else {}),
+                        **ctx.recovery_records.get((recovery, mask_key(mask)), {}),
                     }
                 )
     return points
