@@ -140,6 +140,14 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
             task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress
         )
     name = point_label(label, recovery)
+    lsq = record.get("lsq") or {}
+    if lsq.get("shrink") == 0:  # every share of the least squares raised the loss it was checked on
+        losses = lsq["fit_loss"]
+        print(
+            f"[prune] {name}: lsq keeps the mask alone: its least squares raised the loss on the batches it was fitted on "
+            f"({losses['1']:.4g} against {losses['0']:.4g} without it)",
+            flush=True,
+        )
     with swapped_model(task, model, gates):
         ctx.evaluated[key] = {split: evaluate_one(task, evaluate_mask, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
     ctx.recovery_records[key] = record
