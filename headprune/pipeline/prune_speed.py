@@ -142,10 +142,10 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
     name = point_label(label, recovery)
     lsq = record.get("lsq") or {}
     if lsq.get("shrink") == 0:  # every share of the least squares raised the loss it was checked on
-        losses = lsq["fit_loss"]
+        (most, loss), alone = next(iter(lsq["fit_loss"].items())), lsq["fit_loss"]["0"]
         print(
             f"[prune] {name}: lsq keeps the mask alone: its least squares raised the loss on the batches it was fitted on "
-            f"({losses['1']:.4g} against {losses['0']:.4g} without it)",
+            f"({loss:.4g} with {most} of it, {alone:.4g} without)",
             flush=True,
         )
     with swapped_model(task, model, gates):
