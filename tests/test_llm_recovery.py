@@ -166,7 +166,7 @@ def test_a_token_budget_takes_the_shortest_prefix_of_batches_that_holds_it():
 
 # ---- the control and KV groups through the prune experiment -----------------------------------------------
 def _spy_finetunes(monkeypatch) -> list[dict]:
-    from headprune.experiments import finetune_runs
+    from headprune.pipeline import finetune_runs
 
     calls = []
     original = finetune_runs.finetune_recover

@@ -157,7 +157,7 @@ def test_a_schedule_fine_tunes_each_round_on_a_new_draw(shared_task, tmp_path, m
 def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_path, monkeypatch):
     """Generation speed depends on the weights: a recovered point is timed on its own recovered, physically pruned model."""
     from headprune.core.pruning import pruning_record
-    from headprune.experiments import pareto_measure as speed_experiment
+    from headprune.pipeline import pareto_measure as speed_experiment
 
     timed = []
     original = speed_experiment.speed_stage
@@ -187,7 +187,7 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
 def test_a_speed_budget_that_runs_out_keeps_the_recovered_scores(shared_task, tmp_path, monkeypatch):
     """Hours of recovery are not lost to speed.max_seconds: the point that could not be timed is written without timing."""
     from headprune.engine.timing import TimeBudgetError
-    from headprune.experiments import pareto_measure as speed_experiment
+    from headprune.pipeline import pareto_measure as speed_experiment
 
     original = speed_experiment.speed_stage
 
@@ -242,9 +242,9 @@ def test_max_drop_target_is_chosen_on_the_selection_split(shared_task, tmp_path,
     seen = []
     evaluate = type(shared_task).evaluate
 
-    def spy(self, mask=None, split="eval"):
+    def spy(self, mask=None, split="eval", **kwargs):
         seen.append(split)
-        return evaluate(self, mask, split)
+        return evaluate(self, mask, split, **kwargs)
 
     monkeypatch.setattr(type(shared_task), "evaluate", spy)
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.target={max_drop:100.0}")
