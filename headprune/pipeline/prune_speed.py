@@ -120,7 +120,7 @@ def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
     for split in scored_splits(ctx):
         known = {k: ctx.alone[mask_key(m)] for k, m in masks.items() if split == ctx.selection and mask_key(m) in ctx.alone}
         rest = [k for k in masks if k not in known]
-        scored = evaluate_many(task, [masks[k] for k in rest], split, desc="masks alone", progress=ctx.progress) if rest else []
+        scored = evaluate_many(task, [masks[k] for k in rest], split, desc=f"masks alone ({split})", progress=ctx.progress) if rest else []
         for key, result in [*known.items(), *zip(rest, scored)]:
             out[key][split] = result
             if split == ctx.selection:
