@@ -207,7 +207,7 @@ def test_score_check_allows_float_rounding_only():
 
 def test_speed_refuses_a_pruned_model_that_scores_otherwise(shared_task, monkeypatch):
     """A physically pruned model that does not score like the masked one stops the speed stage before any timing."""
-    from headprune.experiments import speed_stage as speed
+    from headprune.pipeline import speed_stage as speed
 
     monkeypatch.setattr(speed, "prune_mask", lambda model, mask: {})  # "pruning" that removes nothing
     mask = shared_task.gates.ones()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from experiment_helpers import make_cfg, results, task_fixtures
 
-from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
+from headprune.experiments import ablate, keep_one, prune, speed, study
+from headprune.pipeline import evaluation
 
 TASK = "mt"
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
-from headprune.experiments import ablate, evaluation, keep_one, prune, speed, study
+from headprune.experiments import ablate, keep_one, prune, speed, study
+from headprune.pipeline import evaluation
 
 TASK = "nli"
 
@@ -223,6 +224,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
     """Re-estimation under an all-ones mask gives the unmasked scores; its first greedy step is the fixed order's."""
     from omegaconf import OmegaConf
 
+    from headprune.pipeline.greedy_stage import reestimated_masks
     from headprune.pipeline.orders import ORDERS, OrderSettings
     from headprune.selection.greedy import masks_for_fractions
 
@@ -237,7 +239,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
         under_ones = ORDERS[name].scores(shared_task, settings, mask=shared_task.gates.ones())
         for group in fixed:
             assert torch.allclose(fixed[group].float(), under_ones[group].float(), atol=1e-6)
-        first = prune.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, False, "global")[0]
+        first = reestimated_masks(shared_task, name, settings, [0.25], groups, 0, False, "global")[0]
         expected = masks_for_fractions(fixed, shared_task.gates.groups, [0.25])[0]
         assert all(torch.equal(first[g], expected[g]) for g in groups)
     with pytest.raises(ValueError, match="cannot be re-estimated"):

@@ -6,7 +6,8 @@ import json
 
 from experiment_helpers import make_cfg, task_fixtures
 
-from headprune.experiments import stages, study
+from headprune.experiments import study
+from headprune.pipeline import stages
 
 task, shared_task = task_fixtures("nli")
 
