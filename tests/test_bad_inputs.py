@@ -634,7 +634,7 @@ CONFIG_ROWS = [
         "needs prune.finetune.lora_rank",
         None,
     ),
-    ("prune-lsq-without-lsq", "nli", ["experiment=prune", "prune.lsq.ridge=0.1"], "prune.lsq.ridge=0.1 would be ignored", None),
+    ("prune-lsq-without-lsq", "nli", ["experiment=prune", "prune.lsq.ridge=0.5"], "prune.lsq.ridge=0.5 would be ignored", None),
     ("prune-recover-examples-without-recovery", "nli", ["experiment=prune", "prune.recover_examples=16"], "prune.recover=none", None),
     ("prune-selection-split-without-max-drop", "nli", ["experiment=prune", "prune.selection_split=importance"], "max_drop", None),
     ("prune-seq-len-plain-curves", "nli", ["experiment=prune", "prune.seq_len=64"], "cost model", None),
