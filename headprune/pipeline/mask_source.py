@@ -126,8 +126,9 @@ def point_model_dir(settings, setting: str, need_model: bool = False):
             )
         if need_model:
             raise ConfigError(
-                f"{setting}.point={settings.point} has no saved model: its run kept the models of recovered points only "
-                f"(prune.save), and this point has no recovery. Take its mask on the base model instead: "
+                f"{setting}.point={settings.point} has no saved model: this point has no recovery and its run did not keep "
+                "its model (prune.save=recovered, the default, keeps recovered points only). Take its mask on the base model "
+                "instead: "
                 f"{mask_picks(chosen, setting)} (in place of {setting}.point), or rerun the prune with prune.save=all"
             )
         return None
