@@ -116,6 +116,17 @@ def prune_results_file(root: Path) -> Path:
     return path
 
 
+def pareto_results_file(root: Path) -> Path:
+    """A prune results.json for tiny_bert with two Pareto points at 25%: the mask alone (no model kept, as under
+    prune.save=recovered) and its lsq recovery (a model kept)."""
+    mask = {"enc_self": [[1, 0, 1, 1], [1, 1, 0, 1]]}
+    point = {"order": "importance", "step": "25%", "fraction": 0.25, "mask": mask, "heads_pruned": 2, "heads_total": 8}
+    points = [{**point, "recovery": "none"}, {**point, "recovery": "lsq", "model_dir": "models/importance+lsq@25pct"}]
+    path = root / "pareto.json"
+    path.write_text(json.dumps({"results": {"unit": "head", "points": points}}))
+    return path
+
+
 def truncated_checkpoint(path: Path) -> Path:
     """A training checkpoint cut in half (a copy interrupted, a disk that filled up)."""
     torch.save({"state_dict": {"model.w": torch.zeros(64, 64)}}, path)
@@ -216,6 +227,7 @@ PRE = {  # a row's files, written before composing
     "mask_none_kept": lambda tmp: full_mask_file(tmp, 0),
     "mask_all_kept": lambda tmp: full_mask_file(tmp, 1),
     "prune_results": prune_results_file,
+    "pareto_results": pareto_results_file,
     "lm_empty": lambda tmp: write_lm(tmp / "lm", "empty"),
     "ckpt_truncated": lambda tmp: truncated_checkpoint(tmp / "last.ckpt"),
     "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
@@ -693,7 +705,7 @@ CONFIG_ROWS = [
         "needs prune.finetune.lora_rank",
         None,
     ),
-    ("prune-lsq-without-lsq", "nli", ["experiment=prune", "prune.lsq.ridge=0.1"], "prune.lsq.ridge=0.1 would be ignored", None),
+    ("prune-lsq-without-lsq", "nli", ["experiment=prune", "prune.lsq.ridge=0.5"], "prune.lsq.ridge=0.5 would be ignored", None),
     ("prune-recover-examples-without-recovery", "nli", ["experiment=prune", "prune.recover_examples=16"], "prune.recover=none", None),
     ("prune-selection-split-without-max-drop", "nli", ["experiment=prune", "prune.selection_split=importance"], "max_drop", None),
     ("prune-seq-len-plain-curves", "nli", ["experiment=prune", "prune.seq_len=64"], "cost model", None),
@@ -1013,6 +1025,35 @@ CONFIG_ROWS = [
         ["experiment=prune", "prune.unit=[head,ffn]", "prune.order=fisher", "prune.rearrange=true"],
         "prune.rearrange re-chooses the heads",
         None,
+    ),
+    # points named before the run makes them, and points a run kept no model of
+    (
+        "prune-save-point-the-run-does-not-make",
+        "nli",
+        ["experiment=prune", "prune.fractions=[0.5]", "prune.recover=[none,lsq]", "prune.save=[fisher+lsq@40%]"],
+        "fisher+lsq@40%, which this run does not make: its settings make importance@50%, importance+lsq@50%",
+        None,
+    ),
+    (
+        "prune-save-point-at-another-step",
+        "nli",
+        ["experiment=prune", "prune.fractions=[0.5]", "prune.recover=lsq", "prune.save=[importance+lsq@40%]"],
+        "its settings make importance+lsq@50%",
+        None,
+    ),
+    (
+        "export-point-without-saved-model",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/pareto.json", "export.point=importance@25%"],
+        "has no saved model",
+        "pareto_results",
+    ),
+    (
+        "export-point-without-saved-model-says-how",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/pareto.json", "export.point=importance@25%"],
+        "export.mask_order=importance export.mask_step=25% (in place of export.point)",
+        "pareto_results",
     ),
 ]
 
@@ -1723,3 +1764,22 @@ def test_ffn_unit_on_a_family_without_mlp_layout(tmp_path, no_forward, monkeypat
     monkeypatch.setattr(families, "FAMILIES", rows)
     with pytest.raises(ValueError, match="declares no MLP layout"):
         validate(compose_row(tmp_path, "nli", ["experiment=prune", "prune.unit=[head,ffn]"]))
+
+
+def test_finetune_budget_beyond_the_training_split_is_refused_before_scoring(tmp_path, monkeypatch):
+    """prune.finetune.tokens above what the training split holds: refused by the run before any forward pass, with the count."""
+    from hydra.utils import get_method
+
+    from headprune.core.checks import ConfigError
+    from headprune.validation import validate
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = compose_row(tmp_path, "lm", ["experiment=prune", "prune.recover=finetune", "prune.finetune.tokens=10000000"])
+    validate(cfg)
+    monkeypatch.setattr(torch.nn.Module, "__call__", lambda self, *a, **k: pytest.fail(f"{type(self).__name__} ran before the refusal"))
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        get_method(cfg.run)(cfg)
+    assert "prune.finetune.tokens=10000000: the training split holds only" in str(err.value), str(err.value)
+    assert "set prune.finetune.tokens to at most" in str(err.value)
+    assert time.perf_counter() - start < SECONDS

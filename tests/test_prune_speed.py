@@ -242,9 +242,9 @@ def test_max_drop_target_is_chosen_on_the_selection_split(shared_task, tmp_path,
     seen = []
     evaluate = type(shared_task).evaluate
 
-    def spy(self, mask=None, split="eval"):
+    def spy(self, mask=None, split="eval", **kwargs):
         seen.append(split)
-        return evaluate(self, mask, split)
+        return evaluate(self, mask, split, **kwargs)
 
     monkeypatch.setattr(type(shared_task), "evaluate", spy)
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.order=fisher", "prune.target={max_drop:100.0}")

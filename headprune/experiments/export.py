@@ -26,7 +26,7 @@ from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
 from headprune.pipeline.evaluation import check_split, swapped_model
-from headprune.pipeline.mask_source import chosen_mask, file_mask, point_mask, point_model_dir, with_file_unit
+from headprune.pipeline.mask_source import chosen_mask, file_mask, point_model_dir, with_file_unit
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
@@ -42,7 +42,7 @@ STAGING = ".export.next"  # where an export is written and checked before it rep
 
 def with_source_model(cfg):
     """``cfg`` with ``model.pretrained`` (and its tokenizer) pointing at ``export.model`` when that is set."""
-    source = point_model_dir(cfg.export, "export") or cfg.export.get("model")
+    source = point_model_dir(cfg.export, "export", need_model=True) or cfg.export.get("model")
     if not source:
         return cfg
     cfg = copy.deepcopy(cfg)
@@ -56,7 +56,7 @@ def with_source_model(cfg):
 def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     """The query-head mask {group: [layers][heads]} the export will apply (mask file), or the saved model's pruning record."""
     settings = cfg.export
-    folder = point_model_dir(settings, "export") or settings.get("model")
+    folder = point_model_dir(settings, "export", need_model=True) or settings.get("model")
     if folder:
         record = read_json(Path(str(folder)) / "config.json").get("headprune_pruned_heads") or {}
         layers, heads = int(fields["num_hidden_layers"]), int(fields["num_attention_heads"])
@@ -210,7 +210,7 @@ def check_source(cfg) -> None:
                 "pick a step that removes some, or leave export.fraction out when the file holds one"
             )
         if settings.get("point"):
-            point_model_dir(settings, "export")  # a point of the file (the error lists them), with its model when recovered
+            point_model_dir(settings, "export", need_model=True)  # a point of the file (the error lists them) with a saved model
         else:
             chosen_mask(settings, "export")  # one candidate, or the list to pick from
     elif settings.get("point"):
@@ -235,16 +235,14 @@ def check_source(cfg) -> None:
 def export_source(cfg, task) -> tuple[dict | None, dict]:
     """(the mask in the task's unit, or None for a saved pruned model; where the pruned model came from)."""
     settings = cfg.export
-    if settings.get("point"):
-        folder = point_model_dir(settings, "export")
-        if folder is not None:  # the recovered model itself, not the base under the point's mask
-            return None, {
-                "point": str(settings.point),
-                "model": str(folder),
-                "mask_file": str(settings.mask_file),
-                "pruning_record": pruning_record(task.model),
-            }
-        return point_mask(settings, task, "export")
+    if settings.get("point"):  # the point's saved model itself (check_source refused a point without one)
+        folder = point_model_dir(settings, "export", need_model=True)
+        return None, {
+            "point": str(settings.point),
+            "model": str(folder),
+            "mask_file": str(settings.mask_file),
+            "pruning_record": pruning_record(task.model),
+        }
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
     record = pruning_record(task.model)

@@ -13,7 +13,9 @@ from headprune.lightning.loggers import log_run
 from headprune.pipeline.evaluation import check_split, selection_split
 from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
 from headprune.pipeline.orders import order_settings
-from headprune.pipeline.prune_speed import for_speed, pareto_stage, recoveries_of
+from headprune.pipeline.pareto_plan import for_speed, recoveries_of
+from headprune.pipeline.prune_speed import pareto_stage
+from headprune.pipeline.recovery_check import say_worse
 from headprune.pipeline.settings import RunSettings
 from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
@@ -42,6 +44,7 @@ def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions
             + f": {p['score']:.2f}, predicted speed-up {p['predicted_speedup']:.2f}x"
             + (f", measured {p['measured']['speedup']:.2f}x" if p.get("measured") else "")
         )
+    say_worse(result["points"])
     write_results(cfg, "prune", result, task, split, inputs={"selection_split": selection}, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "points"}, {"pareto": pareto_rows(result)}, [figure])
     best = max(result["points"][1:], key=lambda p: p["score"] if task.higher_is_better else -p["score"])

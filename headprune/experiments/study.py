@@ -21,7 +21,8 @@ from headprune.engine.verdict import is_inconclusive
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.ablation_stage import ablation_figure
 from headprune.pipeline.conf_dir import config_dir
-from headprune.pipeline.evaluation import check_split, selection_split
+from headprune.pipeline.evaluation import check_split, evaluate_one, selection_split
+from headprune.pipeline.finetune_runs import check_finetune_budget
 from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of
 from headprune.pipeline.orders import order_settings, unit_refusal
 from headprune.pipeline.settings import RunSettings
@@ -154,7 +155,8 @@ def study_run(cfg, settings: RunSettings, out: Path, orders: list[str], fraction
     check_split(task, selection, "selection")
     check_split(task, ablation_split, "ablation")
     groups = check_groups(settings.prune.groups, task.gates.groups)
-    base = task.evaluate(None, split=split)
+    check_finetune_budget(task, settings.prune)  # the pareto stage's fine-tune budget, before any scoring
+    base = evaluate_one(task, None, split, "unpruned", progress=True)
     print(f"[study] unmasked {task.metric} on {split}: {base.score:.2f} ({base.n} examples)", flush=True)
     return StudyRun(
         cfg,

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import torch
 
 from headprune.engine.ablation import single_head_masks
-from headprune.pipeline.evaluation import evaluate_many, unit_counts
+from headprune.pipeline.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.results.run_dir import tensor_dict
 from headprune.selection.greedy import check_groups
 from headprune.viz.plots import head_heatmaps
@@ -21,7 +21,7 @@ def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: f
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     masks, heads = single_head_masks(shape, groups)
-    base = base or task.evaluate(None, split=split)
+    base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
     results = evaluate_many(task, masks, split, desc=f"ablate {split}", progress=progress)
     tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, **({} if alpha is None else {"alpha": alpha}))
     delta = {g: torch.full(shape[g], float("nan")) for g in groups}

@@ -24,6 +24,20 @@ def selection_split(task, name: str | None = None) -> str:
     return str(name) if name else task.selection_split
 
 
+def evaluate_one(task, mask, split: str, desc: str, *, progress: bool):
+    """The EvalResult of one mask (None: the model as it is) on ``split``, with a progress bar over its examples."""
+    from tqdm.auto import tqdm
+
+    with tqdm(
+        total=split_size(task, split),
+        desc=f"{desc} ({split})",
+        disable=not progress,
+        leave=False,
+        bar_format="{l_bar}{bar}| {n:.0f}/{total} examples [{elapsed}<{remaining}]",
+    ) as bar:
+        return task.evaluate(mask, split=split, on_batch=lambda examples: bar.update(min(examples, bar.total - bar.n)))
+
+
 def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36, *, progress: bool) -> list:
     """EvalResults of many masks through the task's batched ``evaluate_many``, with a progress bar."""
     from tqdm.auto import tqdm
@@ -41,7 +55,11 @@ def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36
     ) as bar:
         for start in range(0, len(masks), chunk):
             todo, done = masks[start : start + chunk], bar.n
-            part = task.evaluate_many(todo, split=split, on_batch=lambda examples: bar.update(len(todo) * examples / n))
+
+            def moved(examples, todo=todo, done=done):  # never past the chunk's end (float shares add up to a hair more)
+                bar.update(min(len(todo) * examples / n, done + len(todo) - bar.n))
+
+            part = task.evaluate_many(todo, split=split, on_batch=moved)
             results.extend(part)
             bar.update(done + len(part) - bar.n)  # exact count at the chunk's end
     return results

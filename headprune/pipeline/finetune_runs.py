@@ -36,9 +36,9 @@ def budget_batches(task, tokens: int, seed: int) -> list[dict]:
             break
         wanted *= 2
     if total < tokens:
-        raise ValueError(
-            f"prune.finetune.tokens={tokens}: the training split holds only {total} tokens ({drawn} examples); "
-            "lower the budget or give more training text"
+        raise ConfigError(
+            f"prune.finetune.tokens={tokens}: the training split holds only {total} tokens (real input tokens of its {drawn} "
+            f"examples); set prune.finetune.tokens to at most {total}, or give more training text"
         )
     out, seen = [], 0
     for batch in batches:
@@ -59,6 +59,14 @@ def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> l
     if finetune.examples is not None:
         return task.training_batches(int(finetune.examples), seed=seed)
     return recovery
+
+
+def check_finetune_budget(task, settings) -> None:
+    """A ``prune.finetune.tokens`` budget the training split can fill, before any work (a ConfigError saying what it holds)."""
+    from headprune.pipeline.pareto_plan import recoveries_of
+
+    if "finetune" in recoveries_of(settings) and settings.finetune.tokens is not None:
+        budget_batches(task, int(settings.finetune.tokens), int(settings.finetune.seed))
 
 
 def finetune_steps(finetune, batches: list[dict]) -> int:

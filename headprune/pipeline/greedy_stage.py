@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint
-from headprune.pipeline.evaluation import evaluate_many, unit_counts
+from headprune.pipeline.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.pipeline.orders import ORDERS, OrderSettings, check_order, order_scores
 from headprune.pipeline.settings import listed
 from headprune.results.points import kinds_label, percent, removed_fraction, step_label
@@ -68,7 +68,7 @@ def prune_stage(
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
-    base = base or task.evaluate(None, split=split)
+    base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
     reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # random and ablation cannot be
     out = {
         "metric": task.metric,

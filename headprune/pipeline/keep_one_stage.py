@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from headprune.engine.ablation import keep_one_masks
-from headprune.pipeline.evaluation import evaluate_many, unit_counts
+from headprune.pipeline.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.selection.greedy import check_groups
 
 
@@ -26,7 +26,7 @@ def keep_one_stage(
     groups = check_groups(groups, shape)
     layers = [(g, l) for g in groups for l in range(shape[g][0])]
     candidates = [m for g, l in layers for m in keep_one_masks(shape, g, l)]
-    selection_base = task.evaluate(None, split=selection)
+    selection_base = evaluate_one(task, None, selection, "unpruned", progress=progress)
     chosen_scores = evaluate_many(task, candidates, selection, desc=f"keep_one select ({selection})", progress=progress)
     best, masks, start = [], [], 0
     for group, layer in layers:
@@ -36,7 +36,7 @@ def keep_one_stage(
         best.append((group, layer, head, scores))
         masks.append(candidates[start + head])
         start += n_heads
-    base = base or task.evaluate(None, split=split)
+    base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
     results = evaluate_many(task, masks, split, desc=f"keep_one eval ({split})", progress=progress)
     tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, alpha=alpha)
     rows = []

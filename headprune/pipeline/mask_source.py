@@ -111,8 +111,9 @@ def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
     return found, next(c for c in found.candidates if c.point is point)
 
 
-def point_model_dir(settings, setting: str):
-    """The directory of the model ``<setting>.point`` was recovered to (None: the point kept no model, its mask is used)."""
+def point_model_dir(settings, setting: str, need_model: bool = False):
+    """The directory of the model ``<setting>.point`` was saved to (None: the point kept no model, its mask is used;
+    ``need_model``: a ConfigError saying how to take its mask instead)."""
     if not settings.get("point"):
         return None
     found, chosen = point_source(settings, setting)
@@ -123,11 +124,24 @@ def point_model_dir(settings, setting: str):
                 "(prune.save): rerun the prune with prune.save=recovered, or export its mask alone with "
                 f"{setting}.mask_order / {setting}.mask_step"
             )
+        if need_model:
+            raise ConfigError(
+                f"{setting}.point={settings.point} has no saved model: this point has no recovery and its run did not keep "
+                "its model (prune.save=recovered, the default, keeps recovered points only). Take its mask on the base model "
+                "instead: "
+                f"{mask_picks(chosen, setting)} (in place of {setting}.point), or rerun the prune with prune.save=all"
+            )
         return None
     folder = found.path.parent / chosen.point["model_dir"]
     if not folder.is_dir():
         raise FileNotFoundError(f"{setting}.point={settings.point}: its model directory {folder} is missing")
     return folder
+
+
+def mask_picks(chosen: Candidate, setting: str) -> str:
+    """The settings that pick a Pareto point's mask from its file, as given on the command line."""
+    step = f"{setting}.mask_step={chosen.step}"
+    return f"{setting}.mask_order={chosen.method} " + (f"\"{setting}.mask_step='{chosen.step}'\"" if "=" in str(chosen.step) else step)
 
 
 def point_mask(settings, task, setting: str) -> tuple[dict, dict]:

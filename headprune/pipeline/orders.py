@@ -26,6 +26,7 @@ class OrderSettings:
     seed: int
     ablation_split: str | None  # None: no ablation order here (experiment=speed)
     n_samples: int | None  # bootstrap resamples of the ablation order's own ablation run
+    progress: bool = False  # a progress bar over the training batches while scoring
 
 
 def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) -> dict:
@@ -52,6 +53,7 @@ def importance_order(task, settings: OrderSettings, mask=None, shared: dict | No
             normalize_layers=bool(icfg.normalize_layers),
             normalize_global=bool(icfg.normalize_global),
             mask=mask,
+            progress=settings.progress,
             unit=task.gates.unit,
         ),
     )
@@ -63,7 +65,9 @@ def fisher_order(task, settings: OrderSettings, mask=None, shared: dict | None =
         shared,
         "fisher_raw",
         mask,
-        lambda: fisher_scores(task.model, task.gates, task.importance_batches(), mask=mask, unit=task.gates.unit),
+        lambda: fisher_scores(
+            task.model, task.gates, task.importance_batches(), mask=mask, progress=settings.progress, unit=task.gates.unit
+        ),
     )
 
 
@@ -72,7 +76,9 @@ def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None 
 
     def compute():
         with task.gates.masked(mask):
-            return task.gates.scores_from_heads(attention_entropy(task.model, task.gates, task.importance_batches()))
+            return task.gates.scores_from_heads(
+                attention_entropy(task.model, task.gates, task.importance_batches(), progress=settings.progress)
+            )
 
     return entropy_scores(_cached(shared, "entropy_raw", mask, compute))
 
@@ -137,6 +143,7 @@ def order_settings(cfg) -> OrderSettings:
         seed=int(cfg.seed),
         ablation_split=str(prune.ablation_split) if prune else None,
         n_samples=int(prune.n_samples) if prune else None,
+        progress=True,
     )
 
 

@@ -21,7 +21,7 @@ from headprune.core.units import prune_unit_mask, unit_count
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
-from headprune.pipeline.evaluation import swapped_model
+from headprune.pipeline.evaluation import evaluate_one, swapped_model
 from headprune.pipeline.finetune_runs import control_model, finetune_in_place
 from headprune.pipeline.pareto_points import ParetoRun, eval_splits, extra_scores, relative
 from headprune.pipeline.point_models import (
@@ -75,16 +75,18 @@ def cost_model(task, settings, out: Path) -> CostModel:
         return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
 
 
-def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str):
-    """(model, gates, mask to evaluate with, fine-tune losses or None) after ``recovery`` of the heads ``mask`` keeps.
+def recovered_model(
+    task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str, progress: bool = False
+):
+    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the heads ``mask`` keeps.
 
     The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
-    under ``mask`` (equal to the physically pruned copy); finetune: a physically pruned copy fine-tuned on
-    ``tuning`` (default ``batches``; mask None), with each step's loss. ``mask`` is in the task's unit (query
+    under ``mask`` (equal to the physically pruned copy), with the shrink its loss on ``batches`` kept; finetune: a
+    physically pruned copy fine-tuned on ``tuning`` (default ``batches``; mask None), with each step's loss. ``mask`` is in the task's unit (query
     heads or KV groups); the core gets its query-head mask.
     """
     if recovery == "none":
-        return task.model, task.gates, mask, None
+        return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
     if recovery == "lsq" and "ffn" in unit_parts(task.gates.unit):  # neurons are fitted on the physically pruned copy
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
@@ -93,13 +95,14 @@ def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dic
         return model, HeadGates(model), None, None
     heads = task.gates.head_mask(mask, hard=True)
     if recovery == "lsq":
-        gates = HeadGates(model)
-        lsq_recover(model, gates, batches, mask=heads, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
-        return model, gates, mask, None
+        gates, report = HeadGates(model), {}
+        ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
+        lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
+        return model, gates, mask, {"lsq": report}
     if recovery == "finetune":
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
         history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
-        return model, HeadGates(model), None, [h["loss"] for h in history]
+        return model, HeadGates(model), None, {"finetune_losses": [h["loss"] for h in history]}
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
 
 
@@ -172,7 +175,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
     if not reused:
         model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
     with swapped_model(task, model, HeadGates(model)):
-        results = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
+        results = {split: evaluate_one(task, None, split, CONTROL_POINT, progress=ctx.progress) for split in eval_splits(ctx)}
     saved = {}
     if recipe:
         scores = {split: result.score for split, result in results.items()}

@@ -51,9 +51,11 @@ class ParetoRun:
     seed: int
     models: dict = field(default_factory=dict)  # (recovery, mask key) -> recovered model kept for timing
     evaluated: dict = field(default_factory=dict)  # (recovery, mask key) -> {split: result}, reused across orders
-    finetune_losses: dict = field(default_factory=dict)  # label -> fine-tune losses
+    recovery_records: dict = field(default_factory=dict)  # (recovery, mask key) -> what its recovery adds to the point
     out: Any = None  # the run directory: recovered models go to <out>/models/<point> (prune.save)
     saved: dict = field(default_factory=dict)  # (recovery, mask key) -> the saved model's directory, relative to out
+    alone: dict = field(default_factory=dict)  # mask key -> its EvalResult on the selection split without recovery
+    progress: bool = False  # progress bars while scoring, recovering and evaluating
 
 
 def eval_splits(ctx: ParetoRun) -> list[str]:

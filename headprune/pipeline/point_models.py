@@ -26,8 +26,9 @@ CONTROL_POINT = "control@0%"  # the control's model ("unpruned + same training" 
 CONTROL_NAMES = (CONTROL_POINT, "unpruned + same training@0%", "control")
 
 
-def check_save(save, pareto: bool) -> None:
-    """``prune.save``: recovered, all, none, or a list of point names (``name@step``), each once; read by pruning for speed."""
+def check_save(save, pareto: bool, planned: list[str] | None = None) -> None:
+    """``prune.save``: recovered, all, none, or a list of point names (``name@step``), each once and each a point of
+    ``planned`` (the names the run will make, when known); read by pruning for speed."""
     if isinstance(save, str):
         if save not in SAVE_CHOICES:
             raise ConfigError(
@@ -47,6 +48,17 @@ def check_save(save, pareto: bool) -> None:
             "prune.save keeps the models of Pareto points (prune.recover, target, schedule, rearrange or measure_speed): "
             "a plain pruning curve keeps none; drop prune.save"
         )
+    unknown = [s for s in listed if planned is not None and _canonical(s) not in planned]
+    if unknown:
+        raise ConfigError(
+            f"prune.save lists {', '.join(unknown)}, which this run does not make: its settings make {', '.join(planned)}; "
+            "name some of these (or prune.save=all)"
+        )
+
+
+def _canonical(name: str) -> str:
+    """A point name as ``point_id`` writes it (the control's other names as ``control@0%``)."""
+    return CONTROL_POINT if name in CONTROL_NAMES else name
 
 
 def point_id(name: str, step: str) -> str:
@@ -63,13 +75,17 @@ def wants_model(save, recovery: str, point: str) -> bool:
     """Whether ``prune.save`` keeps this point's model: ``recovered`` (recovered points), ``all``, ``none`` or a list of names."""
     if isinstance(save, str):
         return save == "all" or (save == "recovered" and recovery != "none")
-    return point in {str(s) for s in save}
+    return point in {_canonical(str(s)) for s in save}
 
 
 def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_json) -> dict:
     """What makes a point's model: the point, its mask, recovery and the settings recovery reads."""
+    from headprune.selection.lsq import SHRINKS
+
     prune = ctx.settings
-    settings = {"lsq": prune.lsq, "finetune": prune.finetune}.get(recovery)
+    settings = _plain({"lsq": prune.lsq, "finetune": prune.finetune}.get(recovery))
+    if recovery == "lsq":  # the shrinks tried are part of how the model was made (an older lsq tried none)
+        settings = {**settings, "shrinks": list(SHRINKS)}
     return {
         "point": point,
         "order": order_name,
@@ -77,7 +93,7 @@ def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_j
         "step": step,
         "seed": ctx.seed,
         "recover_examples": int(prune.recover_examples),
-        "settings": _plain(settings),
+        "settings": settings,
         "mask": mask_json,
     }
 
@@ -100,18 +116,23 @@ def saved_dir(recipe: dict) -> str:
     return f"{MODELS_DIR}/{point_slug(recipe['point'])}"
 
 
-def saved_model(out: Path, recipe: dict):
-    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
-    folder = Path(out) / saved_dir(recipe)
-    path = folder / RECIPE_FILE
+def has_saved(out: Path, recipe: dict) -> bool:
+    """Whether an earlier run in ``out`` saved this recipe's model (same recipe, scores aside)."""
+    path = Path(out) / saved_dir(recipe) / RECIPE_FILE
     if not path.is_file():
-        return None
+        return False
     try:
         earlier = json.loads(path.read_text())
     except (OSError, ValueError):
+        return False
+    return {k: v for k, v in earlier.items() if k != "scores"} == json.loads(json.dumps(recipe))
+
+
+def saved_model(out: Path, recipe: dict):
+    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
+    if not has_saved(out, recipe):
         return None
-    if {k: v for k, v in earlier.items() if k != "scores"} != json.loads(json.dumps(recipe)):
-        return None
+    folder = Path(out) / saved_dir(recipe)
     print(f"[prune] reusing the saved model of {recipe['point']} ({folder})", flush=True)
     return load_pruned(folder)
 

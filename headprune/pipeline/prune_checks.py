@@ -41,7 +41,7 @@ def check_prune(cfg) -> None:
 def check_reestimate(prune) -> None:
     """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
     from headprune.pipeline.orders import ORDERS
-    from headprune.pipeline.prune_speed import for_speed
+    from headprune.pipeline.pareto_plan import for_speed
 
     if not prune.reestimate:
         return
@@ -103,16 +103,25 @@ def check_prune_for_speed(cfg) -> None:
         check_selection(cfg, "prune")
     check_finetune(cfg)
     check_control(cfg)
-    from headprune.pipeline.point_models import check_save
-    from headprune.pipeline.prune_speed import for_speed
-
-    check_save(OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save, for_speed(prune))
+    check_save_names(prune)
     if prune.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
         from headprune.pipeline.speed_checks import check_speed
 
         check_speed(cfg.speed)
+
+
+def check_save_names(prune) -> None:
+    """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
+    from headprune.pipeline.greedy_stage import fractions_of, orders_of
+    from headprune.pipeline.pareto_plan import for_speed, planned_points
+    from headprune.pipeline.point_models import check_save
+
+    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    pareto = for_speed(prune)
+    planned = planned_points(prune, orders_of(prune), fractions_of(prune)) if pareto and not isinstance(save, str) else None
+    check_save(save, pareto, planned)
 
 
 def check_speed_unit(prune) -> None:
@@ -229,7 +238,7 @@ def check_prune_lists(prune) -> None:
 def check_conditional_reads(cfg, alone: bool = True) -> None:
     """prune.* settings read only when another setting has some value: given otherwise, each is refused (``alone``:
     experiment=prune, whose ablation order alone reads prune.ablation_split / n_samples; the study ablates anyway)."""
-    from headprune.pipeline.prune_speed import for_speed
+    from headprune.pipeline.pareto_plan import for_speed
     from headprune.pipeline.shared_checks import refuse_given
 
     prune = cfg.prune
@@ -268,7 +277,7 @@ def check_conditional_reads(cfg, alone: bool = True) -> None:
 
 def physical_pruning(prune) -> str | None:
     """What in experiment=prune removes heads physically (None: it only masks them)."""
-    from headprune.pipeline.prune_speed import for_speed, recoveries_of
+    from headprune.pipeline.pareto_plan import for_speed, recoveries_of
 
     if not for_speed(prune):
         return None

@@ -16,11 +16,9 @@ import copy
 from dataclasses import asdict
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from headprune.core.gates import HeadGates
 from headprune.core.unit_kinds import unit_parts
-from headprune.pipeline.evaluation import evaluate_many, swapped_model
+from headprune.pipeline.evaluation import evaluate_many, evaluate_one, swapped_model
 from headprune.pipeline.finetune_runs import budget_info, finetune_batches, finetune_in_place
 from headprune.pipeline.orders import ORDERS, OrderSettings, order_scores
 from headprune.pipeline.pareto_measure import (
@@ -32,51 +30,20 @@ from headprune.pipeline.pareto_measure import (
     recovered_model,
     recovery_batches,
 )
-from headprune.pipeline.pareto_points import ParetoRun, eval_splits, mask_key, point_record, step_label, unpruned_point
-from headprune.pipeline.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
+from headprune.pipeline.pareto_plan import pareto_steps, rearrangements_of, recoveries_of
+from headprune.pipeline.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
+from headprune.pipeline.point_models import has_saved, point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
+from headprune.pipeline.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
 from headprune.pipeline.settings import RunSettings, listed
 from headprune.results.run_dir import mask_to_json
 from headprune.scoring.importance import fisher_blocks
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.greedy import check_groups
 from headprune.selection.lsq import lsq_recover
-from headprune.selection.mask_search import PruneTarget, given_target, mask_after
+from headprune.selection.mask_search import PruneTarget, mask_after
 from headprune.selection.rearrange import rearrange_mask
-from headprune.selection.schedule import check_schedule, iterative_prune
+from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
-
-
-def _plain(value):
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
-def recoveries_of(settings) -> list[str]:
-    """``prune.recover`` as a list (none | lsq | finetune)."""
-    return [str(r) for r in listed(settings.recover)]
-
-
-def rearrangements_of(settings) -> list[bool]:
-    """``prune.rearrange`` as the variants to make: false -> [False], true -> [True], both -> [False, True]."""
-    given = settings.rearrange
-    if given is None or given is False:
-        return [False]
-    if given is True:
-        return [True]
-    if given == "both":
-        return [False, True]
-    raise ValueError(f"prune.rearrange must be false, true or both, got {given!r}")
-
-
-def for_speed(settings) -> bool:
-    """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery, a rearrangement, measured speed or extra splits)."""
-    return (
-        given_target(settings.target) is not None
-        or settings.schedule is not None
-        or recoveries_of(settings) != ["none"]
-        or rearrangements_of(settings) != [False]
-        or bool(settings.measure_speed)
-        or bool(settings.extra_splits)
-    )
 
 
 def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
@@ -119,51 +86,87 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
 
 
 def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list[dict]:
-    """{split: result} on the evaluation splits of every mask after ``recovery``; a mask already evaluated
-    (``ctx.evaluated``) is not again.
+    """{split: result} on the scored splits (``scored_splits``) of every mask after ``recovery``; a mask already
+    evaluated (``ctx.evaluated``) is not again. A point ``prune.save`` keeps has its model saved (a mask alone too).
 
-    A fine-tune's per-step losses go to ``ctx.finetune_losses`` and its logger under each mask's label.
+    What a recovery records (a fine-tune's per-step losses, the lsq shrink) goes to ``ctx.recovery_records``; a
+    fine-tune's losses go to its logger under each mask's label too.
     """
     done = ctx.evaluated
-    losses = ctx.finetune_losses
     keys = [(recovery, mask_key(m)) for m in masks]
     todo = {k: (m, label) for k, m, label in zip(keys, masks, labels) if k not in done}
     if recovery == "none":
-        if todo:
-            masks_to_score = [m for m, _ in todo.values()]
-            scored = {
-                split: evaluate_many(task, masks_to_score, split, desc=f"one-shot masks ({split})", progress=False)
-                for split in eval_splits(ctx)
-            }
-            done.update((key, {split: scored[split][i] for split in scored}) for i, key in enumerate(todo))
-        return [done[k] for k in keys]
+        done.update(masks_alone(task, todo, ctx))
     for key, (mask, label) in todo.items():
         recipe = point_recipe(ctx, label, recovery, mask)
-        model = saved_model(ctx.out, recipe) if recipe else None
-        if model is not None:  # an earlier run saved this recipe's model: no second recovery
-            gates, evaluate_mask, curve = HeadGates(model), None, None
-            ctx.saved[key] = saved_dir(recipe)
+        if recovery == "none":
+            model, evaluate_mask = task.model, mask
+            if recipe and has_saved(ctx.out, recipe):  # the same mask alone was saved by an earlier run
+                ctx.saved[key] = saved_dir(recipe)
         else:
-            model, gates, evaluate_mask, curve = recovered_model(
-                task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label
-            )
-        with swapped_model(task, model, gates):
-            done[key] = {split: task.evaluate(evaluate_mask, split=split) for split in eval_splits(ctx)}
-        if curve is not None:
-            losses[key] = curve
+            model, evaluate_mask = recover_point(task, key, mask, label, recovery, recipe, ctx)
         if recipe and key not in ctx.saved:
             scores = {split: result.score for split, result in done[key].items()}
             ctx.saved[key] = save_point_model(ctx.out, model, task.gates, evaluate_mask, task.tokenizer, recipe, scores)
-        keep_for_timing(ctx, key, model, evaluate_mask, task.gates)
-        del model, gates
+        if recovery != "none":
+            keep_for_timing(ctx, key, model, evaluate_mask, task.gates)
+        del model
     return [done[k] for k in keys]
+
+
+def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
+    """{key: {split: result}} of the masks of ``todo`` on the base model, without recovery, batched over masks; their
+    selection-split results are kept as each mask's score alone (``ctx.alone``)."""
+    masks = {key: mask for key, (mask, _) in todo.items()}
+    out = {key: {} for key in masks}
+    for split in scored_splits(ctx):
+        known = {k: ctx.alone[mask_key(m)] for k, m in masks.items() if split == ctx.selection and mask_key(m) in ctx.alone}
+        rest = [k for k in masks if k not in known]
+        scored = evaluate_many(task, [masks[k] for k in rest], split, desc=f"masks alone ({split})", progress=ctx.progress) if rest else []
+        for key, result in [*known.items(), *zip(rest, scored)]:
+            out[key][split] = result
+            if split == ctx.selection:
+                ctx.alone.setdefault(mask_key(masks[key]), result)
+    return out
+
+
+def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recipe: dict | None, ctx: ParetoRun) -> tuple:
+    """(the recovered model, the mask to evaluate it under) of one mask, or the model an earlier run saved for its
+    recipe; scored on the scored splits into ``ctx.evaluated[key]``."""
+    model = saved_model(ctx.out, recipe) if recipe else None
+    if model is not None:  # an earlier run saved this recipe's model: no second recovery
+        gates, evaluate_mask, record = HeadGates(model), None, {}
+        ctx.saved[key] = saved_dir(recipe)
+    else:
+        model, gates, evaluate_mask, record = recovered_model(
+            task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress
+        )
+    name = point_label(label, recovery)
+    record = record or {}
+    lsq = record.get("lsq") or {}
+    if lsq.get("shrink") == 0:  # every share of the least squares raised the loss it was checked on
+        (most, loss), alone = next(iter(lsq["fit_loss"].items())), lsq["fit_loss"]["0"]
+        print(
+            f"[prune] {name}: lsq keeps the mask alone: its least squares raised the loss on the batches it was fitted on "
+            f"({loss:.4g} with {most} of it, {alone:.4g} without)",
+            flush=True,
+        )
+    with swapped_model(task, model, gates):
+        ctx.evaluated[key] = {split: evaluate_one(task, evaluate_mask, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
+    ctx.recovery_records[key] = record
+    return model, evaluate_mask
+
+
+def point_label(label: str, recovery: str) -> str:
+    """``fisher+lsq@40%`` from a step label ``fisher/40%`` and its recovery."""
+    method, step = label.split("/", 1)
+    return point_id(method if recovery == "none" else f"{method}+{recovery}", step)
 
 
 def point_recipe(ctx: ParetoRun, label: str, recovery: str, mask) -> dict | None:
     """The recipe of the point ``label`` (``order[+rearrange]/step``) after ``recovery`` when ``prune.save`` keeps its model."""
     method, step = label.split("/", 1)
-    name = method if recovery == "none" else f"{method}+{recovery}"
-    point = point_id(name, step)
+    point = point_label(label, recovery)
     if ctx.out is None or not wants_model(ctx.settings.save, recovery, point):
         return None
     return recipe_of(ctx, point, method, recovery, step, mask_to_json(mask))
@@ -178,17 +181,19 @@ def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict
         labels = [f"{order}{'+rearrange' if rearrange else ''}/{step_label(step)}" for step in steps]
         for recovery in recoveries:
             results = recovered_results(task, masks, recovery, ctx, labels)
-            for step, mask, result, info in zip(steps, masks, results, infos):
+            for step, mask, result, info, label in zip(steps, masks, results, infos, labels):
                 point = point_record(order, recovery, step, mask, result, ctx, task)
+                if recovery != "none":
+                    alone = mask_alone(task, mask, ctx, point_label(label, "none"))
+                    point["recovery_check"] = recovery_check(result[ctx.selection], alone, ctx, task)
                 if (recovery, mask_key(mask)) in ctx.saved:
                     point["model_dir"] = ctx.saved[(recovery, mask_key(mask))]
-                curve = ctx.finetune_losses.get((recovery, mask_key(mask)))
                 points.append(
                     {
                         **point,
                         "rearranged": rearrange,
                         **({"rearrangement": info} if info else {}),
-                        **({"finetune_losses": curve} if curve is not None else {}),
+                        **ctx.recovery_records.get((recovery, mask_key(mask)), {}),
                     }
                 )
     return points
@@ -223,6 +228,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
                     teacher=teacher,
                     ridge=float(settings.lsq.ridge),
                     max_scale=float(settings.lsq.max_scale),
+                    progress=ctx.progress,
                 )
             elif recovery == "finetune":
                 finetune_in_place(model, teacher, ctx.rounds[round_], settings.finetune, ctx.logger, f"{order}/step{round_ + 1}")
@@ -244,28 +250,23 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             layout=ctx.layout,
         )
         for step, result in zip(steps, done):
+            label = f"{order}/{step_label(step)}"
             with swapped_model(task, result.model, HeadGates(result.model)):
-                scored = {split: task.evaluate(None, split=split) for split in eval_splits(ctx)}
+                name = point_label(label, recovery)
+                scored = {split: evaluate_one(task, None, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
             if recovery != "none":
                 keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
             point = point_record(order, recovery, step, result.mask, scored, ctx, task)
-            recipe = point_recipe(ctx, f"{order}/{step_label(step)}", recovery, result.mask)
+            if recovery != "none":
+                alone = mask_alone(task, result.mask, ctx, point_label(label, "none"))
+                point["recovery_check"] = recovery_check(scored[ctx.selection], alone, ctx, task)
+            recipe = point_recipe(ctx, label, recovery, result.mask)
             if recipe:  # a schedule's models are saved, not reused: each step starts from the one before
                 scores = {split: r.score for split, r in scored.items()}
                 point["model_dir"] = save_point_model(ctx.out, result.model, task.gates, None, task.tokenizer, recipe, scores)
             points.append(point)
 
     return points
-
-
-def pareto_steps(settings, fractions: list[float]) -> list:
-    """The steps of every order: ``prune.schedule``, else the one ``prune.target``, else the fractions above 0."""
-    target = given_target(settings.target)
-    if settings.schedule is not None:
-        return check_schedule(_plain(settings.schedule))
-    if target is not None:
-        return [PruneTarget.from_config(_plain(target))]
-    return [f for f in fractions if f > 0]
 
 
 def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps: list, where: dict, out: Path, logger) -> ParetoRun:
@@ -276,14 +277,13 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     batches = recovery_batches(task, int(prune.recover_examples)) if scheduled or recoveries != ["none"] else []
     count = len(steps) if scheduled else 1
     rounds = [finetune_batches(task, prune, batches, r) for r in range(count)] if "finetune" in recoveries else []
-    extra = [str(s) for s in listed(prune.extra_splits)]
     ctx = ParetoRun(
         settings=prune,
         order_settings=order_settings,
         shared=where["shared"],
         split=where["split"],
         selection=where["selection"],
-        base=where["base"],
+        base=where["base"],  # scored below, once the settings are known to work
         groups=check_groups(prune.groups, task.gates.groups),
         min_per_layer=int(prune.min_heads_per_layer),
         costs=cost_model(task, prune, out),
@@ -293,14 +293,17 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
         tuning=rounds[0] if rounds and not scheduled else None,
         rearrange=rearrangements_of(prune),
         layout=str(prune.layout),
-        extra_splits=extra,
-        base_extra={s: task.evaluate(None, split=s) for s in extra},
+        extra_splits=[str(s) for s in listed(prune.extra_splits)],
+        base_extra={},
         rounds=rounds,
         speed=settings.speed,
         seed=where["seed"],
         out=out,
+        progress=order_settings.progress,
     )
     check_reachable(steps, ctx)
+    ctx.base = ctx.base or evaluate_one(task, None, ctx.split, "unpruned", progress=ctx.progress)
+    ctx.base_extra = {s: evaluate_one(task, None, s, "unpruned", progress=ctx.progress) for s in ctx.extra_splits}
     return ctx
 
 
@@ -335,7 +338,6 @@ def pareto_stage(
     """
     prune = settings.prune
     where = {"base": None, "shared": None, **where}
-    where["base"] = where["base"] or task.evaluate(None, split=where["split"])
     where["shared"] = {} if where["shared"] is None else where["shared"]
     steps = pareto_steps(prune, fractions)
     ctx = pareto_run(task, settings, order_settings, steps, where, out, logger)
@@ -372,6 +374,7 @@ def pareto_summary(task, ctx: ParetoRun, points: list[dict]) -> dict:
         "recover_examples": int(prune.recover_examples),
         "finetune": finetune,
         "control": bool(prune.control),
+        "recoveries_worse": worse_points(points),  # recovered points scoring worse than their mask alone (selection split)
         "data": task.split_summary(),
         "points": points,
     }

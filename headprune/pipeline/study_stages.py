@@ -20,7 +20,9 @@ from headprune.pipeline.evaluation import split_size
 from headprune.pipeline.greedy_stage import prune_stage
 from headprune.pipeline.keep_one_stage import keep_one_stage
 from headprune.pipeline.orders import ORDERS, OrderSettings, unit_refusal
-from headprune.pipeline.prune_speed import for_speed, pareto_stage
+from headprune.pipeline.pareto_plan import for_speed
+from headprune.pipeline.prune_speed import pareto_stage
+from headprune.pipeline.recovery_check import say_worse
 from headprune.pipeline.settings import RunSettings, listed
 from headprune.pipeline.speed_stage import speed_stage
 from headprune.pipeline.stages import digest, stage
@@ -200,7 +202,9 @@ def pareto_key(ctx: StudyRun) -> dict:
 
 def pareto_all(ctx: StudyRun) -> dict:
     where = {"split": ctx.split, "selection": ctx.selection, "seed": int(ctx.cfg.seed), "base": ctx.base, "shared": ctx.shared}
-    return pareto_stage(ctx.task, ctx.settings, ctx.order_cfg, ctx.orders, ctx.fractions, where, ctx.out, False)
+    result = pareto_stage(ctx.task, ctx.settings, ctx.order_cfg, ctx.orders, ctx.fractions, where, ctx.out, False)
+    say_worse(result["points"])
+    return result
 
 
 def speed_mask(ctx: StudyRun) -> dict:

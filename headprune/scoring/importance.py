@@ -132,7 +132,7 @@ def importance_scores(
     was_training = model.training
     model.eval()
     totals, count = _zeros(gates, unit), 0
-    batches = _progress(batches, progress, "importance")
+    batches = _progress(batches, progress, "fisher" if reduce == "fisher" else "importance")
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
             if loss_fn is per_example_loss:
@@ -302,4 +302,4 @@ def _progress(iterable, enabled: bool, desc: str):
         return iterable
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, leave=False)
+    return tqdm(iterable, desc=f"{desc} (training batches)", unit="batch", leave=False)

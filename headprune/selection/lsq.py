@@ -1,26 +1,29 @@
 """Retraining-free recovery after pruning: least-squares head scales per layer (Kwon et al. 2022, mask tuning).
 
-For one attention layer with head outputs a_h (B*T, D) and output projection W_o, head h contributes
+For one attention layer with the unpruned model's head outputs a_h (N, D) at the real tokens of the batches and its
+output projection W_o, head h contributes
 
-    c_h = a_h @ W_o[:, cols_h]^T                      (B*T, hidden)
+    c_h = a_h @ W_o[:, cols_h]^T                      (N, hidden)
 
-We solve, over the kept heads, min_s || sum_h s_h c_h - y ||^2 + lam || s - 1 ||^2 where y is the
-unpruned (teacher) layer's sum over all its heads on the same examples, with
-lam = ridge * mean(diag(C^T C)) (the pull towards s = 1 keeps ill-posed layers where they were),
-and fold each s_h into W_o[:, cols_h]. The pruned model stays a plain HF model: it saves and loads
-like any other, and the scales survive ``prune_mask`` of a masked model.
+We solve, over the kept heads, min_s || sum_h s_h c_h - y ||^2 + lam || s - 1 ||^2 where y is the layer's output over
+all its heads on the same tokens (the removed heads' share is what the kept ones make up for), with
+lam = ridge * mean(diag(C^T C)) (damping relative to the Gram matrix's scale: an ill-posed layer stays near s = 1, and
+the condition number of C^T C + lam I is at most 1 + heads / ridge, so near-twin heads cannot take large scales of
+opposite signs that cancel on the fitted tokens and amplify every rounding of the weights), clamp s to [-max_scale, max_scale] and fold each s_h into W_o[:, cols_h]. The pruned model stays a plain HF model: it
+saves and loads like any other, and the scales survive ``prune_mask`` of a masked model.
 
-Layers are tuned sequentially, in forward order, on the pruned model's own inputs: when a layer is
-fitted, the layers before it are already pruned and rescaled, so each layer also corrects the error
-that reaches it from below (better than fitting every layer on the unpruned model's inputs). The
-teacher never changes, so its targets y of every layer come from one forward per batch, kept while
-they fit in ``max_cache_bytes`` (else each layer runs the teacher again, as the student does).
+Conditioning. Every layer is fitted on the unpruned model's inputs, all layers from one forward pass per batch. Fitting
+a layer on the pruned model's own inputs, which drift from the unpruned model's as layers below lose heads, against the
+unpruned layer's output is an errors-in-variables regression: it shrinks every head towards 0, in layers that lost no
+head too, and the shrinkage compounds over the layers (SmolLM2 at 33% of its KV groups: scales of 0.3-0.6 in untouched
+layers, perplexity 277 -> 576). Here a layer that keeps every head is left as it is. The deviations s - 1 of all layers
+are then shrunk by the factor t of ``SHRINKS`` whose model has the lowest loss (``loss_fn``) on the batches the scales
+were fitted on; t = 0 is the mask alone, so the recovered model never does worse than the mask alone on that data.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 
 import torch
@@ -31,6 +34,9 @@ from headprune.core.gates import AttentionSite, HeadGates
 from headprune.core.inputs import decoder_valid, model_inputs
 from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
+from headprune.scoring.importance import per_example_loss
+
+SHRINKS = (1.0, 0.5, 0.25, 0.0)  # the fractions of the least-squares deviations s - 1 tried; 0 = the mask alone
 
 
 class _Stop(Exception):
@@ -67,26 +73,26 @@ def _valid_tokens(site: AttentionSite, batch: dict, x: torch.Tensor) -> torch.Te
     return valid.to(x.device).bool()
 
 
-def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int], head_dim: int) -> torch.Tensor:
-    """Each listed head's share of the output projection (N, K, hidden), from its input rows x (N, width)."""
-    heads = x.shape[-1] // head_dim
-    a = x.reshape(-1, heads, head_dim)[:, positions]  # (N, K, D)
+def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int], head_dim: int, x_positions=None) -> torch.Tensor:
+    """Each listed head's share of the output projection (N, K, hidden), from its input rows x (N, width); ``x_positions``:
+    where those heads sit in x when x comes from another model (the unpruned one), else ``positions``."""
+    a = x.reshape(x.shape[0], -1, head_dim)[:, positions if x_positions is None else x_positions]  # (N, K, D)
+    heads = linear_weight(output).shape[1] // head_dim
     w = linear_weight(output).reshape(out_features(output), heads, head_dim)[:, positions]  # (hidden, K, D)
     return torch.einsum("nkd,okd->nko", a, w)
 
 
-def _teacher_of(model: nn.Module, gates: HeadGates, teacher: nn.Module | None):
-    """The unpruned reference model and its gates (a copy of ``model`` when it has no heads removed yet)."""
+def _reference_of(model: nn.Module, gates: HeadGates, teacher: nn.Module | None) -> tuple[nn.Module, HeadGates]:
+    """The unpruned reference model and its gates: ``teacher``, or the model itself (read with every head on, before any
+    scale is folded) when it has no head removed from its weights."""
     if teacher is None:
         if pruning_record(model):
             raise ValueError(
                 "this model already has heads removed from its weights: pass teacher=<the unpruned model> "
                 "(lsq fits each pruned layer to the unpruned layer's output)"
             )
-        teacher = copy.deepcopy(model)
-    teacher_gates = HeadGates(teacher)
-    teacher_gates.set_mask(None)
-    return teacher.eval(), teacher_gates
+        return model, gates
+    return teacher.eval(), HeadGates(teacher)
 
 
 def _solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
@@ -108,6 +114,49 @@ def _kept_positions(site: AttentionSite, mask) -> list[int]:
     return [p for p, head in enumerate(site.head_ids) if float(row[head]) != 0]
 
 
+def _fits(gates: HeadGates, reference: HeadGates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
+    """(site, its reference site, kept positions in the site, their positions in the reference) of every layer that lost
+    a head and keeps one; a layer that keeps every head is left as it is."""
+    out = []
+    for site in gates.sites:
+        ref = reference.site(site.group, site.layer)
+        positions = _kept_positions(site, mask)
+        if positions and len(positions) < len(ref.head_ids):
+            out.append((site, ref, positions, [ref.head_ids.index(site.head_ids[p]) for p in positions]))
+    return out
+
+
+@torch.no_grad()
+def _normal_equations(fits: list, reference_model, reference: HeadGates, batches: list[dict], bar) -> list[tuple]:
+    """(C^T C, C^T y) of every fitted layer, accumulated over ``batches`` from one reference forward each."""
+    sums = [(torch.zeros(len(p), len(p), dtype=torch.float64), torch.zeros(len(p), dtype=torch.float64)) for _, _, p, _ in fits]
+    sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
+    for batch in batches:
+        with reference.masked(None):
+            inputs = _captured_inputs(reference_model, sites, batch)
+        for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
+            x = inputs[id(ref)]
+            x = x[_valid_tokens(ref, batch, x)]  # (N, width) at the real tokens
+            target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
+            contributions = head_contributions(x, site.linear("output"), positions, site.head_dim, ref_positions).double()
+            gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
+            rhs += torch.einsum("nko,no->k", contributions, target).cpu()
+        bar.update(1)
+    return sums
+
+
+@torch.no_grad()
+def _mean_loss(model, gates: HeadGates, mask, batches: list[dict], loss_fn: Callable, bar) -> float:
+    """The mean per-example loss of the model (under ``mask``) on ``batches``."""
+    total, count = 0.0, 0
+    with gates.masked(mask) if mask is not None else nullcontext():
+        for batch in batches:
+            losses = loss_fn(model(**model_inputs(model, batch)), batch).double()
+            total, count = total + float(losses.sum()), count + losses.numel()
+            bar.update(1)
+    return total / max(count, 1)
+
+
 @torch.no_grad()
 def lsq_recover(
     model: nn.Module,
@@ -115,90 +164,76 @@ def lsq_recover(
     batches: Iterable[dict],
     teacher: nn.Module | None = None,
     mask=None,
-    ridge: float = 1e-3,
+    ridge: float = 0.1,
     max_scale: float = 10.0,
-    max_cache_bytes: int = 2**30,
+    loss_fn: Callable = per_example_loss,
+    shrinks: tuple[float, ...] = SHRINKS,
+    progress: bool = False,
+    report: dict | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Rescale the kept heads of every layer by least squares and fold the scales into the output projections.
+    """Rescale the kept heads of every layer that lost heads by least squares and fold the scales into the output projections.
 
-    ``model`` is either physically pruned (pass ``teacher``, the unpruned model) or whole and gated by ``mask``
-    (the teacher is then a copy of it before recovery). ``batches`` are model inputs from the training data;
-    the teacher's targets are computed once when they fit in ``max_cache_bytes`` (0: never cached).
-    Returns the scales {group: [layers, heads]} (1 for heads not kept).
+    ``model`` is either physically pruned (pass ``teacher``, the unpruned model) or whole and gated by ``mask`` (the
+    unpruned reference is then the model itself, read before recovery). ``batches`` are model inputs with labels from the
+    training data; ``loss_fn(outputs, batch)`` (per example) on them picks how much of the least squares to keep
+    among ``shrinks`` (one shrink: no loss is computed; ``(1.0,)`` is the plain least squares). Returns the scales {group: [layers, heads]} (1 for heads not kept); ``report``, when given, receives
+    the shrink kept, the loss of each shrink tried and the number of layers fitted.
     """
+    from tqdm.auto import tqdm
+
     batches = list(batches)
     if not batches:
         raise ValueError("lsq_recover got no batches: give a few training batches (model inputs)")
-    teacher, teacher_gates = _teacher_of(model, gates, teacher)
+    reference_model, reference = _reference_of(model, gates, teacher)
     mask = gates.normalize_mask(mask) if mask is not None else None
     if mask is not None and any(m.dim() != 2 for m in mask.values()):
         raise ValueError("lsq_recover needs one mask for the whole model ({group: [layers, heads]}), not one per example")
     scales = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
+    fits = _fits(gates, reference, mask)
+    if not fits:
+        if report is not None:
+            report.update(shrink=None, fit_loss={}, layers_fitted=0)
+        return scales
     was_training = model.training
     model.eval()
-    try:
-        with gates.masked(mask) if mask is not None else nullcontext():
-            forward_order = _captured_inputs(model, gates.sites, batches[0])
-            order = sorted(gates.sites, key=lambda s: list(forward_order).index(id(s)))
-            targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
-            for site in order:
-                positions = _kept_positions(site, mask)
-                if not positions:
-                    continue
-                teacher_site = teacher_gates.site(site.group, site.layer)
-                s = _fit_site(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
-                scale_input_heads(site.linear("output"), positions, site.head_dim, s)
-                scales[site.group][site.layer, [site.head_ids[p] for p in positions]] = s.float()
-    finally:
-        model.train(was_training)
+    steps = len(batches) * (1 + (len(shrinks) if len(shrinks) > 1 else 0))
+    with tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
+        try:
+            sums = _normal_equations(fits, reference_model, reference, batches, bar)
+            deviations = [_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
+            originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
+            losses = {}
+            for shrink in shrinks if len(shrinks) > 1 else ():
+                _fold(fits, originals, deviations, shrink)
+                losses[shrink] = _mean_loss(model, gates, mask, batches, loss_fn, bar)
+            best = min(shrinks, key=lambda t: losses.get(t, 0.0))  # the first of equal losses: the most least squares
+            _fold(fits, originals, deviations, best)
+        finally:
+            model.train(was_training)
+    for (site, _, positions, _), deviation in zip(fits, deviations):
+        scales[site.group][site.layer, [site.head_ids[p] for p in positions]] = (1 + best * deviation).float()
+    if report is not None:
+        report.update(shrink=best, fit_loss={f"{t:g}": loss for t, loss in losses.items()}, layers_fitted=len(fits))
     return scales
 
 
-def _target(teacher_site: AttentionSite, batch: dict, x_teacher: torch.Tensor) -> torch.Tensor:
-    """The teacher layer's sum over all its heads at the real tokens, y (N, hidden), without the bias."""
-    return F.linear(x_teacher[_valid_tokens(teacher_site, batch, x_teacher)], linear_weight(teacher_site.linear("output")))
-
-
-def _teacher_targets(teacher, teacher_gates: HeadGates, batches: list[dict], max_cache_bytes: int) -> dict | None:
-    """{(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit."""
-    sites = teacher_gates.sites
-    tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
-    hidden = max(out_features(site.linear("output")) for site in sites)
-    if tokens * hidden * len(sites) * 4 > max_cache_bytes:
-        return None
-    targets = {}
-    for index, batch in enumerate(batches):
-        inputs = _captured_inputs(teacher, sites, batch)
-        for site in sites:
-            targets[id(site), index] = _target(site, batch, inputs[id(site)])
-    return targets
-
-
-def _fit_site(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets=None) -> torch.Tensor:
-    """The least-squares scales of one layer's kept heads against the teacher layer's output (``targets``: cached y)."""
-    gram = torch.zeros(len(positions), len(positions), dtype=torch.float64)
-    rhs = torch.zeros(len(positions), dtype=torch.float64)
-    for index, batch in enumerate(batches):
-        x = _captured_inputs(model, [site], batch, stop=True)[id(site)]
-        if targets is None:
-            target = _target(teacher_site, batch, _captured_inputs(teacher, [teacher_site], batch, stop=True)[id(teacher_site)])
-        else:
-            target = targets[id(teacher_site), index]
-        target = target.double()  # (N, hidden)
-        valid = _valid_tokens(site, batch, x)
-        contributions = head_contributions(x[valid], site.linear("output"), positions, site.head_dim).double()  # (N, K, hidden)
-        gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
-        rhs += torch.einsum("nko,no->k", contributions, target).cpu()
-    return _solve(gram, rhs, ridge, max_scale)
+def _fold(fits: list, originals: list[torch.Tensor], deviations: list[torch.Tensor], shrink: float) -> None:
+    """Each fitted layer's output projection set to its original weights with the scales 1 + shrink * (s - 1) folded in."""
+    for (site, _, positions, _), original, deviation in zip(fits, originals, deviations):
+        output = site.linear("output")
+        output.weight.data.copy_(original)
+        scale_input_heads(output, positions, site.head_dim, 1 + shrink * deviation)
 
 
 @torch.no_grad()
 def layer_output_errors(
-    model: nn.Module, gates: HeadGates, teacher: nn.Module, batches: Iterable[dict], mask=None
+    model: nn.Module, gates: HeadGates, teacher: nn.Module, batches: Iterable[dict], mask=None, teacher_inputs: bool = False
 ) -> dict[str, torch.Tensor]:
     """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection.
 
     Returns {group: [layers]} over the valid tokens of ``batches``; the model runs under ``mask`` when given.
+    ``teacher_inputs``: each layer's kept heads read the teacher's head outputs (what ``lsq_recover`` fits), not the
+    model's own.
     """
     teacher_gates = HeadGates(teacher)
     errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
@@ -210,19 +245,25 @@ def layer_output_errors(
             for batch in batches:
                 student = _captured_inputs(model, gates.sites, batch)
                 reference = _captured_inputs(teacher, teacher_gates.sites, batch)
-                for site, teacher_site in zip(gates.sites, teacher_gates.sites):
-                    x = student[id(site)]
-                    valid = _valid_tokens(site, batch, x)
-                    out = F.linear(x[valid], linear_weight(site.linear("output"))).double()
-                    ref = F.linear(reference[id(teacher_site)][valid], linear_weight(teacher_site.linear("output"))).double()
-                    errors[site.group][site.layer] += float((out - ref).pow(2).sum())
-                    norms[site.group][site.layer] += float(ref.pow(2).sum())
+                for site in gates.sites:
+                    ref = teacher_gates.site(site.group, site.layer)
+                    x_ref = reference[id(ref)]
+                    valid = _valid_tokens(site, batch, x_ref)
+                    kept = _kept_positions(site, mask)
+                    if teacher_inputs:
+                        at = [ref.head_ids.index(site.head_ids[p]) for p in kept]
+                        out = head_contributions(x_ref[valid], site.linear("output"), kept, site.head_dim, at).sum(1).double()
+                    else:
+                        out = F.linear(student[id(site)][valid], linear_weight(site.linear("output"))).double()
+                    ref_out = F.linear(x_ref[valid], linear_weight(ref.linear("output"))).double()
+                    errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
+                    norms[site.group][site.layer] += float(ref_out.pow(2).sum())
     finally:
         model.train(was_training)
     return {g: errors[g] / norms[g].clamp(min=1e-30) for g in errors}
 
 
-def lsq_recoverer(ridge: float = 1e-3, max_scale: float = 10.0):
+def lsq_recoverer(ridge: float = 0.1, max_scale: float = 10.0):
     """A ``recover(model, teacher, batches)`` step for ``headprune.selection.schedule.iterative_prune``."""
 
     def recover(model, teacher, batches):

@@ -76,8 +76,9 @@ class Task(Protocol):
         """{split: {"examples": n, ...}} for every split (a language-modelling task adds its token counts)."""
 
     # ---- evaluation --------------------------------------------------------------------------
-    def evaluate(self, mask=None, split: str = "eval") -> EvalResult:
-        """Score the model on ``split`` with heads gated by ``mask`` ({group: [L, H]} or None)."""
+    def evaluate(self, mask=None, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> EvalResult:
+        """Score the model on ``split`` with heads gated by ``mask`` ({group: [L, H]} or None); ``on_batch(n)`` after each
+        data batch of ``n`` examples (progress bars)."""
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> list[EvalResult]:
         """Score several masks, batched where the task can; ``on_batch(n)`` after each data batch of ``n`` examples."""

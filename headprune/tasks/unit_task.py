@@ -63,9 +63,9 @@ class UnitTask:
             return None
         return base_mask(self._gates, mask) if self.gates_neurons else self._gates.head_mask(mask)
 
-    def evaluate(self, mask=None, split: str = "eval"):
+    def evaluate(self, mask=None, split: str = "eval", on_batch=None):
         with self._acting_gates():
-            return self.task.evaluate(self._acting(mask), split)
+            return self.task.evaluate(self._acting(mask), split, on_batch=on_batch)
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list:
         with self._acting_gates():

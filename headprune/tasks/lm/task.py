@@ -113,10 +113,10 @@ class LanguageModelingTask(SavesHF):
             loss=float(per_text.mean()),
         )
 
-    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None) -> EvalResult:
+    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
         """Corpus perplexity on ``split`` with heads gated by ``mask`` (batches of ``batch_size`` texts, else
-        ``data.eval_batch_size``); per_example holds each text's NLL sum and tokens."""
-        return self.evaluate_many([mask], split, batch_size=batch_size)[0]
+        ``data.eval_batch_size``); per_example holds each text's NLL sum and tokens; ``on_batch(n)`` after each batch."""
+        return self.evaluate_many([mask], split, on_batch=on_batch, batch_size=batch_size)[0]
 
     @torch.no_grad()
     def evaluate_many(

@@ -16,6 +16,7 @@ from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
 from headprune.tasks.common import LazySizes, SharedTaskMethods
 from headprune.tasks.mt.data import TranslationDataModule, split_of
+from headprune.tasks.mt.progress import BatchProgress
 
 TASK_SETTINGS = (
     "label_smoothing",
@@ -100,18 +101,22 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             datamodule.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
 
     # ---- generation ------------------------------------------------------------------------
-    def generate(self, batch: dict, beam_size: int, max_time: float | None = None) -> list[str]:
-        """Detokenized translations of a batch (beam search, or greedy when ``beam_size`` is 1), stopped after ``max_time`` s."""
-        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    def max_new_tokens(self, input_ids: torch.Tensor) -> int:
+        """The most tokens a translation of a batch may take: ``task.len_ratio`` x its length + ``task.len_extra``."""
         max_pos = getattr(self.model.config, "max_position_embeddings", 512)
-        max_new = min(int(input_ids.shape[1] * self.task_cfg["len_ratio"] + self.task_cfg["len_extra"]), max_pos - 1)
+        return min(int(input_ids.shape[1] * self.task_cfg["len_ratio"] + self.task_cfg["len_extra"]), max_pos - 1)
+
+    def generate(self, batch: dict, beam_size: int, max_time: float | None = None, progress: BatchProgress | None = None) -> list[str]:
+        """Detokenized translations of a batch (beam search, or greedy when ``beam_size`` is 1), stopped after ``max_time`` s;
+        ``progress`` is told of each decoding step."""
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         config = self.model.config
         out = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
             num_beams=int(beam_size),
             do_sample=False,
-            max_new_tokens=max_new,
+            max_new_tokens=self.max_new_tokens(input_ids),
             length_penalty=1.0,
             num_return_sequences=1,
             decoder_start_token_id=config.decoder_start_token_id,
@@ -119,6 +124,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             pad_token_id=config.pad_token_id,
             bad_words_ids=[[config.pad_token_id]],
             max_time=max_time,
+            stopping_criteria=None if progress is None else progress.criteria(),
         )
         return decode(self.tokenizer, out)
 
@@ -210,8 +216,8 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def forward_batches(self, split: str) -> list[dict]:
         return self.data.eval_batches(split_of(self.data.cfg, split), with_targets=True)
 
-    def translate(self, split: str = "eval", mask=None, beam_size: int | None = None) -> list[str]:
-        """Translations of every source sentence of ``split``, in the split's order."""
+    def translate(self, split: str = "eval", mask=None, beam_size: int | None = None, on_batch=None) -> list[str]:
+        """Translations of every source sentence of ``split``, in the split's order; ``on_batch(n)`` after each batch of ``n``."""
         split = split_of(self.data.cfg, split)
         beam_size = int(beam_size or self.task_cfg["beam_size"])
         was_training = self.model.training
@@ -220,8 +226,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         try:
             with torch.no_grad(), self.gates.masked(mask):
                 for batch in self._eval_batches(split):
-                    for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size)):
+                    progress = BatchProgress(on_batch, len(batch["ids"]), self.max_new_tokens(batch["input_ids"]))
+                    for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size, progress=progress)):
                         hyps[i] = h
+                    progress.done()
         finally:
             self.model.train(was_training)
         return [hyps[i] for i in range(len(hyps))]
@@ -231,9 +239,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         score, stats = corpus_bleu(hyps, refs)
         return EvalResult(score=score, metric="bleu", n=len(refs), per_example={"hypotheses": hyps, "references": refs, "stats": stats})
 
-    def evaluate(self, mask=None, split: str = "eval", beam_size: int | None = None) -> EvalResult:
-        """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default)."""
-        return self._result(self.translate(split, mask, beam_size), split)
+    def evaluate(self, mask=None, split: str = "eval", beam_size: int | None = None, on_batch=None) -> EvalResult:
+        """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default);
+        ``on_batch(n)`` after each batch of ``n`` sentences."""
+        return self._result(self.translate(split, mask, beam_size, on_batch), split)
 
     def evaluate_many(self, masks: list, split: str = "eval", beam_size: int | None = None, on_batch=None) -> list[EvalResult]:
         """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row).
@@ -255,18 +264,19 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
                 for batch in self._eval_batches(split_name):
                     ids, inputs = batch["ids"].tolist(), self._to_device(batch)
                     n = len(ids)
+                    steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
+                    progress = BatchProgress(on_batch, n, steps)
                     for start in range(0, len(masks), chunk):
                         group = masks[start : start + chunk]
                         k = len(group)
                         stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}  # (k*B, L, H)
                         repeated = {key: value.repeat(k, 1) for key, value in inputs.items()}  # row j*B + b = example b under mask j
                         with self.gates.masked(stacked):
-                            out = self.generate(repeated, beam_size)
+                            out = self.generate(repeated, beam_size, progress=progress)
                         for j in range(k):
                             for i, h in zip(ids, out[j * n : (j + 1) * n]):
                                 hyps[start + j][i] = h
-                    if on_batch is not None:
-                        on_batch(n)
+                    progress.done()
         finally:
             self.model.train(was_training)
         return [self._result([h[i] for i in range(len(h))], split_name) for h in hyps]

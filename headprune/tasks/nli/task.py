@@ -129,8 +129,9 @@ class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
         return list(self._require_data().loader(split))
 
     @torch.no_grad()
-    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None) -> EvalResult:
-        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order."""
+    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
+        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order;
+        ``on_batch(n)`` after each batch of ``n`` examples."""
         dataset = self._require_data().dataset(split)
         correct = torch.zeros(len(dataset), dtype=torch.long)
         was_training = self.model.training
@@ -140,6 +141,8 @@ class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
                 for batch in self.data.loader(split, batch_size):
                     logits = self(self._to_device(batch))
                     correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
+                    if on_batch is not None:
+                        on_batch(len(batch["idx"]))
         finally:
             self.model.train(was_training)
         n = len(dataset)

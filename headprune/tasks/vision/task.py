@@ -103,8 +103,9 @@ class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.Lightnin
         return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
 
     @torch.no_grad()
-    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None) -> EvalResult:
-        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order."""
+    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
+        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order;
+        ``on_batch(n)`` after each batch of ``n`` examples."""
         data = self._require_data()
         correct = torch.zeros(len(data.dataset(split)), dtype=torch.long)
         was_training = self.model.training
@@ -114,6 +115,8 @@ class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.Lightnin
                 for batch in data.loader(split, batch_size):
                     logits = self(self._to_device(batch))
                     correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
+                    if on_batch is not None:
+                        on_batch(len(batch["idx"]))
         finally:
             self.model.train(was_training)
         return self._result(correct)
