@@ -136,6 +136,14 @@ def write_lm(root: Path, fault: str) -> Path:
     return root
 
 
+def saved_bpe_tokenizer(folder: Path) -> Path:
+    """A byte-level BPE tokenizer trained here and saved: llama.cpp's converter has no name for it."""
+    from headprune.models.tokenizers import train_tokenizer
+
+    train_tokenizer([f"a text number {i} about tokens" for i in range(40)], vocab_size=300).save_pretrained(folder)
+    return folder
+
+
 # ---- config rows: overrides -> words of the error -----------------------------------------------
 
 PRE = {  # a row's files, written before composing
@@ -157,6 +165,7 @@ PRE = {  # a row's files, written before composing
     "lm_empty": lambda tmp: write_lm(tmp / "lm", "empty"),
     "ckpt_truncated": lambda tmp: truncated_checkpoint(tmp / "last.ckpt"),
     "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
+    "mask_kv_ok_tokenizer": lambda tmp: (PRE["mask_kv_ok"](tmp), saved_bpe_tokenizer(tmp / "tok")),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
 LM_FILES = [
@@ -672,6 +681,27 @@ CONFIG_ROWS = [
     ),
     ("report-run-dir-missing", "nli", ["experiment=report", "run_dir={tmp}/nothing"], "run_dir=", None),
     ("dynamics-ckpt-dir-missing", "mt", ["experiment=dynamics", "ckpt_dir={tmp}/nothing"], "is not a directory", None),
+    (
+        "export-gguf-tokenizer-trained-unnamed",
+        "lm",
+        ["experiment=export", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
+        "trained by the task, so llama.cpp has no name for it): set export.tokenizer_pre=",
+        "mask_kv_ok",
+    ),
+    (
+        "export-gguf-tokenizer-unknown-to-llama-cpp",
+        "lm",
+        ["experiment=export", "export.format=gguf", "export.mask_file={tmp}/mask.json", "model.tokenizer={tmp}/tok"],
+        "is not in llama.cpp's converter's table): set export.tokenizer_pre=",
+        "mask_kv_ok_tokenizer",
+    ),
+    (
+        "export-gguf-tokenizer-pre-unknown-name",
+        "lm",
+        ["experiment=export", "export.format=gguf", "export.mask_file={tmp}/mask.json", "export.tokenizer_pre=llama_bpe"],
+        "did you mean llama-bpe",
+        "mask_kv_ok",
+    ),
 ]
 
 

@@ -23,11 +23,12 @@ from torch import nn
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre``."""
+    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre`` (None:
+    the name llama.cpp's converter identifies for the tokenizer, else the writer refuses)."""
 
     gguf_dtype: str
     name: str
-    tokenizer_pre: str
+    tokenizer_pre: str | None
 
 
 def write_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
@@ -55,7 +56,13 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: E
 
     written = write(model, tokenizer, out, options.gguf_dtype, options.name, options.tokenizer_pre)
     path = written["path"]
-    job = {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}
+    job = {
+        "format": "gguf",
+        "dir": str(out),
+        "gguf_file": path.name,
+        "auto_class": "AutoModelForCausalLM",
+        "tokenizer_pre": written["tokenizer_pre"],
+    }
     if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
         job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv")})
     return {"files": [path], "architecture": written["architecture"], "job": job}
@@ -87,7 +94,7 @@ def export_model(
     example: dict,
     gguf_dtype: str = "f32",
     name: str = "model",
-    tokenizer_pre: str = "default",
+    tokenizer_pre: str | None = None,
 ) -> dict:
     """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}.
 

@@ -84,6 +84,7 @@ def run_job(job: dict, arrays) -> dict:
 
     names = job["input_names"]
     diffs, scales, report = [], [], {"format": job["format"]}
+    nll = {"export": (0.0, 0.0), "reference": (0.0, 0.0)}  # (summed NLL, tokens) of the check texts
     if job["format"] == "onnx":
         runner = OnnxRunner(job["files"])
         logits_of = runner.logits
@@ -113,10 +114,17 @@ def run_job(job: dict, arrays) -> dict:
             raise AssertionError(f"batch {b}: the export gives logits of shape {out.shape}, the masked model {reference.shape}")
         diffs.append(float(np.abs(out - reference).max()))
         scales.append(float(np.abs(reference).max()))
+        if job.get("causal"):
+            mask = batch.get("attention_mask", np.ones_like(batch["input_ids"]))
+            for which, logits in (("export", out), ("reference", reference)):
+                nll[which] = [x + y for x, y in zip(nll[which], token_nll(logits, batch["input_ids"], mask))]
     report["max_abs_diff"] = max(diffs)
     report["reference_max_abs"] = max(scales)
-    report["tolerance"] = job["tolerance"] * max(1.0, max(scales))  # relative to the logits' scale, at least absolute
+    report.update(tolerance_of(job, max(scales)))
     report["outputs_match"] = report["max_abs_diff"] <= report["tolerance"]
+    if job.get("causal"):
+        export, reference = (float(np.exp(total / max(count, 1.0))) for total, count in nll.values())
+        report.update(perplexity=export, reference_perplexity=reference, perplexity_rel_diff=abs(export - reference) / reference)
     if "greedy_prompt" in arrays:
         prompt, expected = arrays["greedy_prompt"], arrays["greedy_tokens"]
         if job["format"] == "onnx" or job.get("architecture") == "deci":
@@ -135,8 +143,52 @@ def run_job(job: dict, arrays) -> dict:
     if job.get("texts") and job["format"] != "onnx" and job.get("architecture") != "deci" and tokenizer is not None:
         encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in job["texts"]]
         report["tokenizer_equal"] = encoded == job["text_ids"]  # the exported tokenizer splits texts as the model's own
-    report["passed"] = all(report.get(key, True) for key in ("outputs_match", "greedy_equal", "tokenizer_equal", "layout_equal"))
+    if job["format"] == "gguf":
+        report.update(gguf_pre_report(job))
+    checks = ("outputs_match", "greedy_equal", "tokenizer_equal", "layout_equal", "tokenizer_pre_equal")
+    report["passed"] = all(report.get(key, True) for key in checks)
     return report
+
+
+def tolerance_of(job: dict, scale: float) -> dict:
+    """The check's tolerance: ``roundoff_multiple`` x the f32 round-off measured on the model (its spread against float64),
+    at least ``tolerance`` relative to the logits' scale (at least absolute)."""
+    floor = job["tolerance"] * max(1.0, scale)
+    from_roundoff = job.get("roundoff_multiple", 0.0) * job.get("f32_roundoff", 0.0)
+    return {
+        "tolerance": max(floor, from_roundoff),
+        "tolerance_floor": floor,
+        "f32_roundoff": job.get("f32_roundoff"),
+        "tolerance_from_roundoff": from_roundoff,
+        "tolerance_rule": f"max({job['tolerance']:g} x max(1, |reference logits|), {job.get('roundoff_multiple', 0.0):g} x f32 round-off)",
+    }
+
+
+def token_nll(logits, ids, mask) -> tuple[float, float]:
+    """(summed negative log-likelihood, tokens) of each next token of a batch (B, T), padding left out, in float64."""
+    import numpy as np
+
+    logits = logits[:, :-1].astype(np.float64)  # position t predicts token t + 1
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    picked = np.take_along_axis(logp, ids[:, 1:, None], -1)[..., 0]
+    keep = mask[:, 1:] * mask[:, :-1]
+    return float(-(picked * keep).sum()), float(keep.sum())
+
+
+def gguf_pre_report(job: dict) -> dict:
+    """The pre-tokenizer the GGUF file names (llama.cpp splits text by it) against the one chosen for the model's tokenizer."""
+    from pathlib import Path
+
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(Path(job["dir"]) / job["gguf_file"])).fields.get("tokenizer.ggml.pre")
+    written = None if field is None else str(field.contents())
+    return {
+        "tokenizer_pre": written,
+        "tokenizer_pre_expected": job.get("tokenizer_pre"),
+        "tokenizer_pre_equal": written == job.get("tokenizer_pre"),
+    }
 
 
 def main(path: str) -> None:

@@ -80,7 +80,7 @@ def _check_phantoms(model: nn.Module, emptied: set[int]) -> None:
 
 
 def export_gguf_deci(
-    model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default"
+    model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None
 ) -> Path:
     """Write ``<out>/<name>-<dtype>.gguf`` of an unevenly pruned Llama or Mistral model as llama.cpp's deci; the file."""
     import gguf
@@ -114,16 +114,26 @@ def export_gguf_deci(
     return path
 
 
-def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default") -> dict:
+def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:
     """The GGUF file of a pruned Llama-family model: ``llama`` when every layer keeps one shape, else ``deci``.
 
-    Returns {"path", "architecture", "head_count", "head_count_kv"}: the per-layer counts the file holds."""
-    from headprune.export.gguf import export_gguf
+    Returns {"path", "architecture", "head_count", "head_count_kv", "tokenizer_pre"}: the per-layer counts the file holds
+    and the pre-tokenizer it names (``tokenizer_pre``, else the one llama.cpp's converter identifies for ``tokenizer``)."""
+    from headprune.export.gguf import check_bpe, export_gguf
+    from headprune.export.gguf_pre import pre_tokenizer_of
 
     check_writable(model, dtype)  # before the layer shapes: a family GGUF cannot store is told so
     shapes = model_layer_shapes(model)
+    check_bpe(tokenizer)
+    tokenizer_pre = pre_tokenizer_of(tokenizer, tokenizer_pre)  # named, or identified as llama.cpp's converter does
     if gguf_architecture(shapes) == "llama":
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
     else:
         path, architecture, shapes = export_gguf_deci(model, tokenizer, out, dtype, name, tokenizer_pre), "deci", written_shapes(shapes)
-    return {"path": path, "architecture": architecture, "head_count": [h for h, _ in shapes], "head_count_kv": [kv for _, kv in shapes]}
+    return {
+        "path": path,
+        "architecture": architecture,
+        "head_count": [h for h, _ in shapes],
+        "head_count_kv": [kv for _, kv in shapes],
+        "tokenizer_pre": tokenizer_pre,
+    }
