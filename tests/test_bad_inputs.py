@@ -166,6 +166,7 @@ PRE = {  # a row's files, written before composing
     "ckpt_truncated": lambda tmp: truncated_checkpoint(tmp / "last.ckpt"),
     "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
     "mask_kv_ok_tokenizer": lambda tmp: (PRE["mask_kv_ok"](tmp), saved_bpe_tokenizer(tmp / "tok")),
+    "mask_dec_heads": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}})),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
 LM_FILES = [
@@ -701,6 +702,21 @@ CONFIG_ROWS = [
         ["experiment=export", "export.format=gguf", "export.mask_file={tmp}/mask.json", "export.tokenizer_pre=llama_bpe"],
         "did you mean llama-bpe",
         "mask_kv_ok",
+    ),
+    (
+        "export-gguf-gpt2-family",
+        "lm",
+        ["experiment=export", "model=tiny_gpt2", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
+        "export.format=gguf writes Llama and Mistral decoders (llama, mistral: llama.cpp's llama architecture, deci for uneven "
+        "layers), not 'gpt2': the writer maps Llama's tensor names",
+        "mask_dec_heads",
+    ),
+    (
+        "export-gguf-gemma-family",
+        "lm",
+        ["experiment=export", "model=tiny_gemma", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
+        "not 'gemma2': llama.cpp's gemma2 architecture has its own norms",
+        "mask_dec_heads",
     ),
 ]
 

@@ -86,26 +86,16 @@ def model_fields(model_cfg) -> dict:
     return dict(read_json(path)) if path.is_file() else {}
 
 
-def check_stock(cfg, fmt: str) -> None:
-    """hf / gguf: a Llama-family decoder whose mask keeps the same heads in every layer, or for gguf equal query groups
-    under every kept KV head (llama.cpp's deci); else a ConfigError naming what works."""
-    from headprune.export.gguf import gguf_head_count_message, refusal
-    from headprune.export.gguf_deci import gguf_architecture, mask_layer_shapes
-    from headprune.export.hf import STOCK_TYPES, mask_stock_shape, not_stock_message
-
+def check_format_takes(cfg, fmt: str) -> None:
+    """What the format demands of the model (its families and settings) and of the mask (``Format.check_mask``: hf one
+    stock shape in every layer, gguf equal query groups under every kept KV head), else a ConfigError naming what works."""
+    record = FORMATS[fmt]
     fields = model_fields(with_source_model(cfg).model)
-    model_type = fields.get("model_type")
-    if model_type not in STOCK_TYPES:
-        raise ConfigError(not_stock_message(model_type).replace("export.format=hf", f"export.format={fmt}"))
-    if fmt == "gguf" and refusal(fields):
-        raise ConfigError(refusal(fields))
-    n = int(fields["num_attention_heads"]) // int(fields.get("num_key_value_heads") or fields["num_attention_heads"])
-    for rows in source_rows(cfg, fields).values():
-        if fmt == "gguf" and gguf_architecture(mask_layer_shapes(rows, n)) == "deci":
-            continue  # uneven layers: llama.cpp's deci architecture, per-layer head counts
-        heads, _ = mask_stock_shape(rows, n)
-        if fmt == "gguf" and int(fields["hidden_size"]) % heads:
-            raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
+    why = record.family_refusal(fields) if record.family_refusal else None
+    if why:
+        raise ConfigError(why)
+    if record.check_mask:
+        record.check_mask(fields, source_rows(cfg, fields))
 
 
 def check_source_kind(cfg) -> None:
@@ -135,11 +125,8 @@ def check_model_kind(cfg) -> None:
 
     spec = task_spec_of(cfg)
     fmt = cfg.export.get("format")
-    if fmt in ("hf", "gguf") and fmt not in spec.exports:
-        from headprune.export.hf import not_stock_message
-
-        what = f"{cfg.model.get('name')} ({spec.name} task)"
-        raise ConfigError(not_stock_message(what).replace("export.format=hf", f"export.format={fmt}"))
+    if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:
+        raise ConfigError(FORMATS[fmt].family_refusal({"model_type": f"{cfg.model.get('name')} ({spec.name} task)"}))
     if str(cfg.export.quantize) == "int8" and "int8" not in spec.exports:
         raise ConfigError(
             f"export.quantize=int8 is checked by the task's metric through ONNX Runtime, where the {spec.name} task's metric "
@@ -165,8 +152,10 @@ def check_settings(cfg) -> None:
         refuse_given(
             cfg, ("export.mask_order", "export.mask_step", "export.fraction"), f"export.point={settings.point} names the point itself"
         )
-    if fmt != "gguf":
-        refuse_given(cfg, ("export.gguf_dtype", "export.tokenizer_pre"), f"they shape GGUF files, and export.format={fmt}")
+    for other, record in FORMATS.items():  # settings another format reads (quantize, per_channel: checked below)
+        foreign = tuple(f"export.{r}" for r in record.reads if r not in FORMATS[fmt].reads and r not in ("quantize", "per_channel"))
+        if foreign:
+            refuse_given(cfg, foreign, f"they shape {other.upper()} files, and export.format={fmt}")
     if quantize != "int8":
         refuse_given(cfg, ("export.per_channel", "export.int8_batch_sizes"), "they set the int8 graphs of export.quantize=int8 only")
     choice(settings.get("gguf_dtype"), "export.gguf_dtype", ("f32", "f16"))
@@ -187,7 +176,7 @@ def check_settings(cfg) -> None:
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
     if FORMATS[fmt].decoder_only:
-        check_stock(cfg, fmt)
+        check_format_takes(cfg, fmt)
     if "tokenizer_pre" in FORMATS[fmt].reads:
         choose_tokenizer_pre(settings, with_source_model(cfg).model)  # a tokenizer no llama.cpp name fits: refused now
 

@@ -32,14 +32,30 @@ def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
+NOT_WRITTEN = {  # families the hf format writes but GGUF does not, and why
+    "qwen2": "transformers' GGUF reader derives the Qwen2 head size from hidden_size / num_attention_heads, so a pruned one "
+    "could not be read back for the check",
+    "qwen3": "transformers' GGUF reader derives the Qwen3 head size from hidden_size / num_attention_heads, so a pruned one "
+    "could not be read back for the check",
+    "gemma2": "llama.cpp's gemma2 architecture has its own norms, soft-capping and tensor names, which this writer does not map",
+    "gemma3_text": "llama.cpp's gemma3 architecture has its own norms, q/k norms and tensor names, which this writer does not map",
+    "granite": "llama.cpp's granite architecture needs its embedding, residual, attention and logit multipliers, which this "
+    "writer does not write",
+    "phi3": "llama.cpp's phi3 architecture reads fused qkv and gate-up tensors, which this writer does not write",
+}
+
+
 def refusal(fields: dict) -> str | None:
-    """Why a Llama-family config cannot be written as GGUF (None when it can)."""
+    """Why a model of these config fields cannot be written as GGUF (None when it can): the families and settings it takes."""
     model_type = fields.get("model_type")
     if model_type not in GGUF_TYPES:
+        why = NOT_WRITTEN.get(
+            model_type, "the writer maps Llama's tensor names, rotary layout and tokenizer only (llama.cpp has other architectures)"
+        )
+        alternative = "export.format=hf or export.format=onnx" if model_type in NOT_WRITTEN else "export.format=onnx"
         return (
-            f"export.format=gguf writes Llama and Mistral decoders (llama.cpp's llama architecture), not {model_type!r}: "
-            "transformers' GGUF reader derives the Qwen2/Qwen3 head size from hidden_size / num_attention_heads, so a pruned "
-            "one cannot be read back; use export.format=hf or export.format=onnx"
+            f"export.format=gguf writes Llama and Mistral decoders ({', '.join(GGUF_TYPES)}: llama.cpp's llama architecture, "
+            f"deci for uneven layers), not {model_type!r}: {why}; use {alternative}"
         )
     rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):

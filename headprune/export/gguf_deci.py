@@ -50,6 +50,18 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
     return shapes
 
 
+def check_mask(fields: dict, rows: dict) -> None:
+    """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every
+    kept KV head (deci for uneven layers), and for one shape everywhere a head count that divides the hidden size."""
+    from headprune.export.gguf import gguf_head_count_message
+    from headprune.export.hf import heads_per_kv
+
+    for layers in rows.values():
+        shapes = mask_layer_shapes(layers, heads_per_kv(fields))
+        if gguf_architecture(shapes) == "llama" and int(fields["hidden_size"]) % shapes[0][0]:
+            raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), shapes[0][0]))
+
+
 def model_layer_shapes(model: nn.Module) -> list[tuple[int, int]]:
     """(query heads, KV heads) of every layer of a physically pruned model ((0, 0) when emptied), or a ConfigError."""
     shapes = []
