@@ -222,3 +222,61 @@ def test_a_refused_export_leaves_the_previous_export_and_results_whole(tmp_path,
     with pytest.raises(ValueError, match="does not reproduce"):
         run_export(tmp_path / "fresh", mask)
     assert not (tmp_path / "fresh" / "results.json").exists() and not (tmp_path / "fresh" / "export").exists()
+
+
+# ---- the embedded SmolLM2 on every path: point, saved directory, mask -----------------------------------------------
+
+
+@pytest.mark.slow  # SmolLM2 (30 layers) pruned with recovery and exported three times: minutes
+def test_smollm2_gguf_names_smollm_and_passes_its_check_on_every_path(tmp_path):
+    pytest.importorskip("gguf")
+    from hydra.utils import get_method
+
+    from headprune.models import embedded
+    from headprune.models.tokenizer_origin import RECORD
+    from headprune.validation import validate
+
+    try:
+        embedded.gguf_file("smollm2")
+    except ModuleNotFoundError as err:
+        pytest.skip(str(err))
+    from experiment_helpers import compose_cfg
+
+    small = [
+        "model=smollm2",
+        "data=lm_synthetic",
+        "data.synthetic.sizes.eval=4",
+        "data.synthetic.sizes.importance=8",
+        "data.synthetic.sizes.heldout=4",
+        "prune.unit=kv_group",
+        "logger=none",
+        "device=cpu",
+    ]
+
+    def run_real(path, experiment, *overrides):
+        cfg = compose_cfg(path, [f"experiment={experiment}", *small, *overrides])
+        validate(cfg)
+        get_method(cfg.run)(cfg)
+        return results(path)["results"]
+
+    prune = ["prune.fractions=[0.333334]", "prune.min_heads_per_layer=1", "prune.recover=lsq", "prune.recover_examples=8"]
+    run = run_real(tmp_path / "prune", "prune", *prune)
+    point = next(p for p in run.get("points") or run["pareto"]["points"] if p.get("model_dir"))
+    name = f"importance+lsq@{point['step']}"
+    assert json.loads((tmp_path / "prune" / point["model_dir"] / RECORD).read_text())["tokenizer_pre"] == "smollm"
+    mask_file = f"export.mask_file={tmp_path / 'prune' / 'results.json'}"
+    paths = {
+        "point": [mask_file, f"export.point={name}"],
+        "saved": [f"export.model={tmp_path / 'prune' / point['model_dir']}"],
+        "mask": [mask_file, "export.mask_order=importance+lsq", f"export.mask_step={point['step']}"],
+    }
+    import gguf
+
+    for path, overrides in paths.items():
+        out = tmp_path / path
+        result = run_real(out, "export", "export.format=gguf", "export.examples=4", "export.new_tokens=4", *overrides)
+        check = result["check"]
+        assert check["passed"] and check["tokenizer_pre"] == "smollm" and result["tokenizer_pre"]["identified"] == "smollm", path
+        assert check["tolerance"] >= check["tolerance_floor"] and check["perplexity_rel_diff"] < 1e-4, (path, check)
+        field = gguf.GGUFReader(str(out / result["files"][0])).fields["tokenizer.ggml.pre"]
+        assert str(field.contents()) == "smollm", path

@@ -166,7 +166,11 @@ def check_line(report: dict) -> str:
     """The printed line of a check: the difference beside its tolerance and where the tolerance comes from, then the rest."""
     line = f"[export] check: max |export - masked| = {report['max_abs_diff']:.2e}, tolerance {report['tolerance']:.2e}"
     if report.get("f32_roundoff") is not None:
-        line += f" (max of {report['tolerance_floor']:.1e} and {report['tolerance_from_roundoff']:.1e} = the multiple of the f32 round-off {report['f32_roundoff']:.1e})"
+        multiple = report["tolerance_from_roundoff"] / report["f32_roundoff"] if report["f32_roundoff"] else 0.0
+        line += (
+            f" = max(floor {report['tolerance_floor']:.1e}, {multiple:g} x the f32 round-off {report['f32_roundoff']:.1e} "
+            "measured on this model against float64)"
+        )
     if "perplexity" in report:
         line += f"; perplexity {report['perplexity']:.6g} against {report['reference_perplexity']:.6g} (relative {report['perplexity_rel_diff']:.1e})"
     if "greedy_equal" in report:
