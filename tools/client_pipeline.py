@@ -77,8 +77,8 @@ def exported_model(result: dict):
     from headprune.core.saving import load_pruned
     from headprune.models.embedded import embedded_model_dir
 
-    source = result["inputs"].get("model")
-    if source:
+    source = result["inputs"].get("model")  # a point's or export.model's directory; the mask path names the model
+    if source and Path(source).is_dir():
         return load_pruned(source).eval()
     model = AutoModelForCausalLM.from_pretrained(embedded_model_dir("smollm2"), dtype=torch.float32).eval()
     record = result["results"]["pruning_record"]

@@ -8,8 +8,9 @@ install stays out), only the interpreter's site-packages on ``sys.path``. The ch
 
 The tolerance is what f32 arithmetic gives on the model at hand: the largest |f32 logits - float64 logits| of the
 reference model (and of the pruned copy the export was written from), times ``ROUNDOFF_MULTIPLE`` (two f32
-computations of one function differ by up to the sum of their round-offs); ``export.tolerance`` relative to the logits'
-scale is its floor. A 30-layer model's round-off is far above a 2-layer one's, a wrong weight or setting far above both.
+computations of one function differ by up to the sum of their round-offs, and other implementations round more than
+PyTorch); ``export.tolerance`` relative to the logits' scale is its floor. A 30-layer model's round-off is far above a
+2-layer one's, a wrong weight or setting far above both.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from headprune.export.fresh import run_fresh
 
 CHECKER = Path(__file__).with_name("checker.py")
 TOLERANCE = 1e-5  # f32: largest |export - reference| over the logits' scale (at least 1): the floor of the tolerance
-ROUNDOFF_MULTIPLE = 4.0  # the tolerance: this many times the largest f32 round-off measured against float64
+# |export - reference| <= |export - exact| + |reference - exact|: another f32 implementation (the numpy reader of deci
+# files, llama.cpp) rounds up to a few times as much as PyTorch (2x on SmolLM2's recovered point: 2.0e-3 against 1.1e-3),
+# so the tolerance is this many times the largest f32 round-off of PyTorch measured against float64.
+ROUNDOFF_MULTIPLE = 8.0
 
 
 def site_packages() -> list[str]:
