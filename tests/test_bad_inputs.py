@@ -209,6 +209,14 @@ def foreign_model_dir(root: Path, model_type: str) -> Path:
     return root
 
 
+def saved_bpe_tokenizer(folder: Path) -> Path:
+    """A byte-level BPE tokenizer trained here and saved: llama.cpp's converter has no name for it."""
+    from headprune.models.tokenizers import train_tokenizer
+
+    train_tokenizer([f"a text number {i} about tokens" for i in range(40)], vocab_size=300).save_pretrained(folder)
+    return folder
+
+
 # ---- config rows: overrides -> words of the error -----------------------------------------------
 
 PRE = {  # a row's files, written before composing
@@ -247,6 +255,8 @@ PRE = {  # a row's files, written before composing
     "llama_dir": lambda tmp: saved_model(tmp / "llama", tiny_llama_config()),
     "bert_truncated": lambda tmp: saved_model(tmp / "bert", tiny_bert_config(), truncate=True),
     "epochs_truncated": lambda tmp: epoch_checkpoints(tmp / "run"),
+    "mask_kv_ok_tokenizer": lambda tmp: (PRE["mask_kv_ok"](tmp), saved_bpe_tokenizer(tmp / "tok")),
+    "mask_dec_heads": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}})),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
 LM_FILES = [
@@ -1054,6 +1064,42 @@ CONFIG_ROWS = [
         ["experiment=export", "export.mask_file={tmp}/pareto.json", "export.point=importance@25%"],
         "export.mask_order=importance export.mask_step=25% (in place of export.point)",
         "pareto_results",
+    ),
+    (
+        "export-gguf-tokenizer-trained-unnamed",
+        "lm",
+        ["experiment=export", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
+        "trained by the task, so llama.cpp has no name for it): set export.tokenizer_pre=",
+        "mask_kv_ok",
+    ),
+    (
+        "export-gguf-tokenizer-unknown-to-llama-cpp",
+        "lm",
+        ["experiment=export", "export.format=gguf", "export.mask_file={tmp}/mask.json", "model.tokenizer={tmp}/tok"],
+        "is not in llama.cpp's converter's table): set export.tokenizer_pre=",
+        "mask_kv_ok_tokenizer",
+    ),
+    (
+        "export-gguf-tokenizer-pre-unknown-name",
+        "lm",
+        ["experiment=export", "export.format=gguf", "export.mask_file={tmp}/mask.json", "export.tokenizer_pre=llama_bpe"],
+        "did you mean llama-bpe",
+        "mask_kv_ok",
+    ),
+    (
+        "export-gguf-gpt2-family",
+        "lm",
+        ["experiment=export", "model=tiny_gpt2", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
+        "export.format=gguf writes Llama and Mistral decoders (llama, mistral: llama.cpp's llama architecture, deci for uneven "
+        "layers), not 'gpt2': the writer maps Llama's tensor names",
+        "mask_dec_heads",
+    ),
+    (
+        "export-gguf-gemma-family",
+        "lm",
+        ["experiment=export", "model=tiny_gemma", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
+        "not 'gemma2': llama.cpp's gemma2 architecture has its own norms",
+        "mask_dec_heads",
     ),
 ]
 

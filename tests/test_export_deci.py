@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from test_export_formats import checked, masked_reference
+from test_export_formats import TRAINED_PRE, checked, masked_reference
 from tiny_llms import tiny_llama
 
 from headprune.core.checks import ConfigError
@@ -59,7 +59,7 @@ def pruned_copy(model, removed: dict):
 def test_global_masks_write_deci_with_the_models_layout(tokenizer, tmp_path, removed, heads, kv_heads):
     model = tiny_model(tokenizer)
     pruned = pruned_copy(model, removed)
-    path = export_model("gguf", pruned, tokenizer, tmp_path, {}, gguf_dtype="f32")["files"][0]
+    path = export_model("gguf", pruned, tokenizer, tmp_path, {}, gguf_dtype="f32", tokenizer_pre=TRAINED_PRE)["files"][0]
     layout = read_layout(str(path))
     assert (layout["architecture"], layout["head_count"], layout["head_count_kv"]) == ("deci", heads, kv_heads)
     assert layout["feed_forward_length"] == [model.config.intermediate_size] * 4
@@ -93,7 +93,9 @@ def test_deci_files_reproduce_the_masked_model_in_the_checker(tokenizer, tmp_pat
             if dtype == "f16":  # the reference holds the matrices as the file does
                 source = rounded_like_gguf(pruned, dtype)
                 reference, tokens = reference_logits(source, batches), greedy_tokens(source, prompt, 6)
-            exported = export_model("gguf", pruned, tokenizer, tmp_path / f"{name}-{dtype}", batches[0], gguf_dtype=dtype)
+            exported = export_model(
+                "gguf", pruned, tokenizer, tmp_path / f"{name}-{dtype}", batches[0], gguf_dtype=dtype, tokenizer_pre=TRAINED_PRE
+            )
             assert exported["architecture"] == "deci"
             job = {**exported["job"], **sample_texts(tokenizer, batches)}
             items.append((job, batches, reference, (prompt, tokens, *eos_and_pad(pruned), 6)))
@@ -105,7 +107,7 @@ def test_deci_files_reproduce_the_masked_model_in_the_checker(tokenizer, tmp_pat
 def test_the_numpy_reader_runs_a_uniform_llama_file_as_transformers_runs_the_model(tokenizer, tmp_path):
     model = tiny_model(tokenizer)
     pruned = pruned_copy(model, {layer: [2, 3] for layer in range(4)})  # one shape everywhere: llama.cpp's llama
-    exported = export_model("gguf", pruned, tokenizer, tmp_path, {}, gguf_dtype="f32")
+    exported = export_model("gguf", pruned, tokenizer, tmp_path, {}, gguf_dtype="f32", tokenizer_pre=TRAINED_PRE)
     assert exported["architecture"] == "llama"
     batch = batches_of(tokenizer)[0]
     with torch.no_grad():

@@ -13,6 +13,11 @@ from headprune.core.checks import ConfigError
 LM = ["data.tokenizer.vocab_size=300"]  # the GGUF tokenizer needs BPE merges (a vocabulary beyond single bytes)
 
 
+def named_pre(fmt: str) -> list[str]:
+    """A tokenizer the test task trains has no name llama.cpp knows: a GGUF export names its byte-level splitting."""
+    return ["export.tokenizer_pre=gpt-2"] if fmt == "gguf" else []
+
+
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):
     """The LM, NLI and MT test tasks, loaded once."""
@@ -64,6 +69,7 @@ def test_uniform_kv_group_lm_export_in_every_format(lm_masks, tmp_path, fmt):
         "lm",
         "prune.unit=kv_group",
         f"export.format={fmt}",
+        *named_pre(fmt),
         f"export.mask_file={lm_masks[0]}",
         "export.fraction=0.5",
         "export.examples=8",
@@ -98,6 +104,7 @@ def test_onnx_and_gguf_deci_take_an_uneven_global_mask_that_hf_refuses_before_an
             "export",
             "lm",
             f"export.format={fmt}",
+            *named_pre(fmt),
             f"export.mask_file={lm_masks[1]}",
             "export.mask_order=random",
             "export.fraction=0.25",
@@ -143,6 +150,7 @@ def test_a_model_saved_by_save_pruned_is_exported_as_it_is(tasks, tmp_path):
         "export",
         "lm",
         "export.format=gguf",
+        *named_pre("gguf"),
         f"export.model={tmp_path / 'saved'}",
         "export.examples=8",
         "export.batch_size=4",

@@ -15,6 +15,8 @@ from headprune.core.pruning import prune_heads, prune_kv_groups
 from headprune.export import export_model
 from headprune.export.verify import check_export, check_exports, eos_and_pad, greedy_tokens, reference_logits
 
+TRAINED_PRE = "gpt-2"  # a tokenizer trained here has no name llama.cpp knows: the tests name its byte-level splitting
+
 
 def inputs(batch: dict) -> dict:
     return {k: v for k, v in batch.items() if k != "labels"}
@@ -275,7 +277,9 @@ def test_gguf_of_uniformly_pruned_llama_and_mistral_in_f32_and_f16(tmp_path):
             reference, tokens = reference_logits(source, batches), greedy_tokens(source, prompt, 6)
             if dtype == "f16":
                 f16_gap[family] = float(abs(reference_logits(pruned, batches)[0] - reference[0]).max())
-            exported = export_model("gguf", pruned, tokenizer, tmp_path / f"{family}-{dtype}", batches[0], gguf_dtype=dtype)
+            exported = export_model(
+                "gguf", pruned, tokenizer, tmp_path / f"{family}-{dtype}", batches[0], gguf_dtype=dtype, tokenizer_pre=TRAINED_PRE
+            )
             job = {**exported["job"], **sample_texts(tokenizer, batches)}
             items.append((job, batches, reference, (prompt, tokens, *eos_and_pad(pruned), 6)))
     for report in checked(items):
@@ -295,7 +299,7 @@ def test_gguf_keeps_llama_cpp_names_permutation_and_metadata(tmp_path):
     model.resize_token_embeddings(len(tokenizer))
     prune_kv_groups(model, {"dec_self": {0: [0], 1: [1]}})
     HeadGates(model).remove()
-    path = export_model("gguf", model, tokenizer, tmp_path, {}, gguf_dtype="f16")["files"][0]
+    path = export_model("gguf", model, tokenizer, tmp_path, {}, gguf_dtype="f16", tokenizer_pre=TRAINED_PRE)["files"][0]
     reader = gguf.GGUFReader(str(path))
     field = lambda key: reader.fields[key].contents()  # noqa: E731
     assert field("general.architecture") == "llama"

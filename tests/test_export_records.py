@@ -66,13 +66,13 @@ def test_a_directory_of_another_kind_than_the_task_is_refused(saved_llama, tmp_p
 
 
 def test_only_pre_tokenizers_llama_cpp_knows_are_written():
-    from headprune.experiments.export import known_tokenizer_pre
+    from headprune.export.gguf_pre import known_name
 
-    assert known_tokenizer_pre("llama-bpe") == "llama-bpe" and known_tokenizer_pre("smollm") == "smollm"
+    assert known_name("llama-bpe") == "llama-bpe" and known_name("smollm") == "smollm"
     with pytest.raises(ConfigError, match="did you mean llama-bpe"):
-        known_tokenizer_pre("llama_bpe")
+        known_name("llama_bpe")
     with pytest.raises(ConfigError, match="is no pre-tokenizer llama.cpp knows"):
-        known_tokenizer_pre("banana")
+        known_name("banana")
 
 
 def test_a_lora_rank_is_checked_against_the_pruned_projections(lm_task):

@@ -65,7 +65,7 @@ def test_deci_gguf_holds_every_layer_s_ffn_width_and_reproduces_the_masked_model
     mask = joint_mask(kv_rows, kept)
     reference, tokens, pruned = masked_and_pruned(model, mask, batches, prompt)
     assert [s.width for s in find_ffn_sites(pruned)] == kept
-    exported = export_model("gguf", pruned, tokenizer, tmp_path, batches[0], gguf_dtype="f32")
+    exported = export_model("gguf", pruned, tokenizer, tmp_path, batches[0], gguf_dtype="f32", tokenizer_pre="gpt-2")
     path = str(exported["files"][0])
     layout = read_layout(path)  # the gguf package reads the file back
     assert (layout["architecture"], layout["head_count"], layout["feed_forward_length"]) == ("deci", heads, feed_forward)
@@ -88,7 +88,7 @@ def test_an_ffn_free_layer_beside_attention_would_lose_its_attention_in_deci(tok
     batches = batches_of(tokenizer)
     reference, _, pruned = masked_and_pruned(model, joint_mask(KV_MASK, FFN_KEPT), batches, batches[0]["input_ids"][:1, :2])
     monkeypatch.setattr(gguf_deci, "written_ffn_widths", lambda shapes, widths: list(widths))  # 0 for every emptied block
-    path = str(export_model("gguf", pruned, tokenizer, tmp_path, batches[0], gguf_dtype="f32")["files"][0])
+    path = str(export_model("gguf", pruned, tokenizer, tmp_path, batches[0], gguf_dtype="f32", tokenizer_pre="gpt-2")["files"][0])
     assert read_layout(path)["feed_forward_length"] == [40, 10, 0, 0]
     got = GGUFDecoder(path).logits(batches[0]["input_ids"].numpy(), batches[0]["attention_mask"].numpy())
     assert np.abs(got - reference[0]).max() > 1e-3 * float(np.abs(reference[0]).max())  # layer 3's attention is gone
@@ -102,7 +102,7 @@ def test_uniform_ffn_widths_write_llama_gguf_and_a_stock_hf_checkpoint(tokenizer
     reference, tokens, pruned = masked_and_pruned(model, mask, batches, prompt)
     items = []
     for fmt in ("gguf", "hf"):
-        exported = export_model(fmt, pruned, tokenizer, tmp_path / fmt, batches[0], gguf_dtype="f32")
+        exported = export_model(fmt, pruned, tokenizer, tmp_path / fmt, batches[0], gguf_dtype="f32", tokenizer_pre="gpt-2")
         items.append(
             ({**exported["job"], **sample_texts(tokenizer, batches)}, batches, reference, (prompt, tokens, *eos_and_pad(pruned), 6))
         )

@@ -69,7 +69,15 @@ def test_kv_group_and_neurons_pruned_together_then_exported_to_deci_gguf(shared,
     assert step["heads_pruned"] == round(0.3 * pruned["units_total"])
 
     mask_file = tmp_path / "prune" / "results.json"
-    run(tmp_path / "export", "export", "lm", "export.format=gguf", f"export.mask_file={mask_file}", "export.fraction=0.3")
+    run(
+        tmp_path / "export",
+        "export",
+        "lm",
+        "export.format=gguf",
+        "export.tokenizer_pre=gpt-2",
+        f"export.mask_file={mask_file}",
+        "export.fraction=0.3",
+    )
     model = copy.deepcopy(shared["lm"].model)  # the widths of the model the mask prunes, one per layer
     gates = unit_gates(model, "kv_group+ffn")
     prune_unit_mask(gates, gates.normalize_mask(mask_from_json(step["mask"])))

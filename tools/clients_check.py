@@ -4,7 +4,8 @@
 
 Each job names an export (an HF directory or a GGUF file) and ``arrays.npz``: the prompts' token ids, the masked
 model's logits on every prompt and its greedy continuation. A row per check: logits within the job's tolerance
-(relative to the logits' scale, at least 1), the same greedy tokens, the same token ids for the texts.
+(relative to the logits' scale, at least 1), the same greedy tokens, the same token ids for the texts. A ``pipeline`` job
+is a GGUF file of headprune's export command: its pre-tokenizer, llama.cpp's token ids of real lines and its perplexity.
 """
 
 from __future__ import annotations
@@ -171,6 +172,42 @@ def check_numbers(job: dict, arrays) -> list[dict]:
     return rows
 
 
+def check_pipeline(job: dict, arrays) -> list[dict]:
+    """A GGUF file headprune's export wrote: its pre-tokenizer, llama.cpp's token ids of real lines against the model's
+    tokenizer's, and llama.cpp's corpus perplexity of those lines (f32 KV cache) against PyTorch's."""
+    from llama_cpp import Llama
+
+    numbers = _sibling("client_llamacpp")
+    client = "llama.cpp (llama-cpp-python)"
+    llm = Llama(job["path"], n_ctx=512, n_threads=2, vocab_only=True, verbose=False)
+    written = llm.metadata.get("tokenizer.ggml.pre")
+    encoded = [llm.tokenize(text.encode("utf-8"), add_bos=False, special=False) for text in job["texts"]]
+    del llm
+    equal = sum(got == want for got, want in zip(encoded, job["text_ids"]))
+    differ = next((text for text, got, want in zip(job["texts"], encoded, job["text_ids"]) if got != want), None)
+    got = numbers.perplexity(job["arrays"], job["path"], "f32", False, 2)["perplexity"]
+    gap = abs(got - job["perplexity"]) / job["perplexity"]
+    check = job["check"]
+    return [
+        _row(job, client, "pre-tokenizer", written == job["expected_pre"], f"{written} (headprune chose {job['tokenizer_pre']})"),
+        _row(
+            job,
+            client,
+            "token ids of real text",
+            equal == len(job["texts"]),
+            f"{equal}/{len(job['texts'])} lines equal" + (f"; first that differs: {differ!r}" if differ else ""),
+        ),
+        _row(job, client, "perplexity", gap <= job["tolerance"], f"{got:.6f} against PyTorch {job['perplexity']:.6f} (relative {gap:.1e})"),
+        _row(
+            job,
+            "headprune's check",
+            "logits",
+            None,
+            f"max |diff| {check['max_abs_diff']:.2e}, tolerance {check['tolerance']:.2e} (f32 round-off {check['f32_roundoff']:.2e})",
+        ),
+    ]
+
+
 def main(path: str) -> None:
     try:
         import headprune  # noqa: F401
@@ -183,7 +220,8 @@ def main(path: str) -> None:
         with np.load(job["arrays"]) as npz:
             arrays = {k: npz[k] for k in npz.files}
         try:
-            check = {"hf": check_hf, "gguf": check_gguf, "lm_eval": check_lm_eval, "numbers": check_numbers}[job["format"]]
+            checks = {"hf": check_hf, "gguf": check_gguf, "lm_eval": check_lm_eval, "numbers": check_numbers, "pipeline": check_pipeline}
+            check = checks[job["format"]]
             rows += check(job, arrays)
         except Exception as err:  # one client failing is one failed row, the others still run
             rows.append(_row(job, job["format"], "loads", False, f"{type(err).__name__}: {err}"[:300]))

@@ -7,9 +7,12 @@ from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built o
 which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
 tokenizer's ids; on the global f32 files the deployer's measures of tools/llamacpp_numbers.py (corpus perplexity
 against the masked model's, the KV cache llama.cpp allocates against the pruned shape's); lm-evaluation-harness (installed beside them when pip can) scores SmolLM2's hf export on a local
-task against the masked model's word perplexity. Prints a table (client, file, check, result) and exits 1 when a check fails.
+task against the masked model's word perplexity. The real pipeline (tools/client_pipeline.py): SmolLM2 pruned with
+least-squares recovery by ``headprune experiment=prune`` (or ``--prune-run``), exported by ``experiment=export`` by point,
+by saved directory and by mask; llama.cpp's token ids of Multi30k English lines equal the tokenizer's, its perplexity
+PyTorch's within 1e-3. Prints a table (client, file, check, result) and exits 1 when a check fails.
 
-    python tools/test_clients.py [--only tiny|smollm2] [--new-tokens 30] [--no-lm-eval]
+    python tools/test_clients.py [--only tiny|smollm2|pipeline] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_env import ROOT, ensure_env  # noqa: E402
 
 TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 1e-2}  # |logits - masked| over the logits' scale (at least 1); f16: any rounding
+TRAINED_PRE = "gpt-2"  # the tiny model's tokenizer is trained here: its byte-level splitting named by hand
 TINY_TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
 SMOL_TEXTS = [
     "The history of the city goes back to the Roman period, when a small fort was built on the river.",
@@ -97,7 +101,7 @@ def export_case(model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Pa
         "texts": texts,
         "text_ids": prompts,
         "expect": exported.get("architecture", "LlamaForCausalLM"),
-        "check_tokenizer": tokenizer_pre != "default",  # a trained test tokenizer has no pre-tokenizer llama.cpp knows
+        "check_tokenizer": tokenizer_pre != TRAINED_PRE,  # a test tokenizer adds a prefix space no llama.cpp pre-tokenizer adds
         "layers": [list(shape) for shape in layers],
         "head_dim": int(getattr(pruned.config, "head_dim", None) or pruned.config.hidden_size // pruned.config.num_attention_heads),
     }
@@ -130,10 +134,10 @@ def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
     masks["tiny global"]["dec_self"][3, [1, 3]] = 0.0  # layer 3: one query head in each group (2 over 2)
     gates.remove()
     texts = TINY_TEXTS[:3]
-    jobs = [export_case(model, tokenizer, "tiny uniform", masks["tiny uniform"], "hf", "f32", out, texts, "default", new_tokens)]
+    jobs = [export_case(model, tokenizer, "tiny uniform", masks["tiny uniform"], "hf", "f32", out, texts, TRAINED_PRE, new_tokens)]
     for name, mask in masks.items():
         for dtype in ("f32", "f16"):
-            jobs.append(export_case(model, tokenizer, name, mask, "gguf", dtype, out, texts, "default", new_tokens))
+            jobs.append(export_case(model, tokenizer, name, mask, "gguf", dtype, out, texts, TRAINED_PRE, new_tokens))
     return jobs
 
 
@@ -142,13 +146,13 @@ def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from headprune.core.gates import HeadGates
-    from headprune.export.gguf import tokenizer_pre_from_gguf
     from headprune.models.embedded import embedded_model_dir, gguf_file
+    from headprune.models.tokenizer_origin import gguf_tokenizer_pre
 
     folder = embedded_model_dir("smollm2")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    pre = tokenizer_pre_from_gguf(gguf_file("smollm2")) or "default"
+    pre = gguf_tokenizer_pre(gguf_file("smollm2"))
     gates = HeadGates(model)
     uniform = kv_mask(gates, {layer: [2] for layer in range(30)}, 3)
     uneven = {layer: list(range(layer % 3)) for layer in range(30)}  # 3, 2, 1 KV groups kept in turn
@@ -220,7 +224,9 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("tiny", "smollm2"), default=None)
+    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline"), default=None)
+    parser.add_argument("--prune-run", type=Path, default=None, help="reuse this SmolLM2 prune run (kv_group, lsq) for the pipeline")
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the data directory (Multi30k)")
     parser.add_argument("--new-tokens", type=int, default=30)
     parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
     parser.add_argument("--no-lm-eval", action="store_true", help="skip lm-evaluation-harness (it installs into the venv on first use)")
@@ -233,6 +239,10 @@ def main() -> int:
         jobs += tiny_jobs(out, min(args.new_tokens, 20))
     if args.only in (None, "smollm2"):
         jobs += smollm2_jobs(out, args.new_tokens)
+    if args.only in (None, "pipeline"):
+        from client_pipeline import pipeline_jobs
+
+        jobs += pipeline_jobs(out, Path(os.environ.get("HEADPRUNE_DATA_DIR") or args.data), args.prune_run)
     global_f32 = [job for job in jobs if job["name"].endswith("global gguf f32 (deci)")]
     jobs += [{**job, "format": "numbers", "tolerance": 1e-4} for job in global_f32]  # the deployer's measures of tools/llamacpp_numbers.py
     hf_smollm2 = [job for job in jobs if job["format"] == "hf" and job["name"].startswith("smollm2")]

@@ -13,6 +13,7 @@ results.json records the source mask, the format, the files and the check.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
@@ -21,11 +22,12 @@ from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import group_kind, unit_kinds
-from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
-from headprune.export.verify import check_export, eos_and_pad, greedy_prompt, greedy_tokens, is_decoder_lm, reference_logits, sample_texts
+from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
 from headprune.pipeline.evaluation import check_split, swapped_model
+from headprune.pipeline.export_reference import check_fields, pruned_copy, reference_outputs
+from headprune.pipeline.gguf_tokenizer import choose_tokenizer_pre
 from headprune.pipeline.mask_source import chosen_mask, file_mask, point_model_dir, with_file_unit
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
@@ -85,48 +87,22 @@ def model_fields(model_cfg) -> dict:
     return dict(read_json(path)) if path.is_file() else {}
 
 
-def check_stock(cfg, fmt: str) -> None:
-    """hf / gguf: a Llama-family decoder whose mask keeps the same heads in every layer, or for gguf equal query groups
-    under every kept KV head (llama.cpp's deci); else a ConfigError naming what works."""
-    from headprune.export.gguf import gguf_head_count_message, refusal
-    from headprune.export.gguf_deci import gguf_architecture, mask_layer_shapes
-    from headprune.export.hf import STOCK_TYPES, mask_stock_shape, not_stock_message
-
+def check_format_takes(cfg, fmt: str) -> None:
+    """What the format demands of the model (its families and settings) and of the mask (``Format.check_mask``: hf one
+    stock shape in every layer, gguf equal query groups under every kept KV head), else a ConfigError naming what works."""
+    record = FORMATS[fmt]
     fields = model_fields(with_source_model(cfg).model)
-    model_type = fields.get("model_type")
-    if model_type not in STOCK_TYPES:
-        raise ConfigError(not_stock_message(model_type).replace("export.format=hf", f"export.format={fmt}"))
-    if fmt == "gguf" and refusal(fields):
-        raise ConfigError(refusal(fields))
-    n = int(fields["num_attention_heads"]) // int(fields.get("num_key_value_heads") or fields["num_attention_heads"])
-    for rows in source_rows(cfg, fields).values():
-        if fmt == "gguf" and gguf_architecture(mask_layer_shapes(rows, n)) == "deci":
-            continue  # uneven layers: llama.cpp's deci architecture, per-layer head counts
-        heads, _ = mask_stock_shape(rows, n)
-        if fmt == "gguf" and int(fields["hidden_size"]) % heads:
-            raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), heads))
+    why = record.family_refusal(fields) if record.family_refusal else None
+    if why:
+        raise ConfigError(why)
+    if record.check_mask:
+        record.check_mask(fields, source_rows(cfg, fields))
 
 
 def check_source_kind(cfg) -> None:
     """export.model holds a model of the kind the task serves (a Llama directory is no ``model=tiny_bert`` classifier)."""
     fields = read_json(Path(str(cfg.export.model)).expanduser() / "config.json")
     registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
-
-
-def known_tokenizer_pre(name: str) -> str:
-    """``name`` when llama.cpp knows it as a BPE pre-tokenizer (else it falls back to ``default`` in silence): a ConfigError."""
-    from difflib import get_close_matches
-
-    from headprune.export.gguf import LLAMA_CPP_PRE_TOKENIZERS
-
-    if name not in LLAMA_CPP_PRE_TOKENIZERS:
-        close = get_close_matches(name, LLAMA_CPP_PRE_TOKENIZERS, n=3)
-        raise ConfigError(
-            f"export.tokenizer_pre={name} is no pre-tokenizer llama.cpp knows (it would tokenize as 'default'): "
-            + (f"did you mean {', '.join(close)}? " if close else "")
-            + "leave it null (the source GGUF's, else default) or give one of llama.cpp's names, e.g. llama-bpe, smollm, qwen2"
-        )
-    return name
 
 
 def check(cfg) -> None:
@@ -147,11 +123,8 @@ def check_model_kind(cfg) -> None:
 
     spec = task_spec_of(cfg)
     fmt = cfg.export.get("format")
-    if fmt in ("hf", "gguf") and fmt not in spec.exports:
-        from headprune.export.hf import not_stock_message
-
-        what = f"{cfg.model.get('name')} ({spec.name} task)"
-        raise ConfigError(not_stock_message(what).replace("export.format=hf", f"export.format={fmt}"))
+    if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:
+        raise ConfigError(FORMATS[fmt].family_refusal({"model_type": f"{cfg.model.get('name')} ({spec.name} task)"}))
     if str(cfg.export.quantize) == "int8" and "int8" not in spec.exports:
         raise ConfigError(
             f"export.quantize=int8 is checked by the task's metric through ONNX Runtime, where the {spec.name} task's metric "
@@ -176,8 +149,10 @@ def check_settings(cfg) -> None:
         refuse_given(
             cfg, ("export.mask_order", "export.mask_step", "export.fraction"), f"export.point={settings.point} names the point itself"
         )
-    if fmt != "gguf":
-        refuse_given(cfg, ("export.gguf_dtype", "export.tokenizer_pre"), f"they shape GGUF files, and export.format={fmt}")
+    for other, record in FORMATS.items():  # settings another format reads (quantize, per_channel: checked below)
+        foreign = tuple(f"export.{r}" for r in record.reads if r not in FORMATS[fmt].reads and r not in ("quantize", "per_channel"))
+        if foreign:
+            refuse_given(cfg, foreign, f"they shape {other.upper()} files, and export.format={fmt}")
     if quantize != "int8":
         refuse_given(cfg, ("export.per_channel", "export.int8_batch_sizes"), "they set the int8 graphs of export.quantize=int8 only")
     if bool(settings.get("mask_file")) == bool(settings.get("model")):
@@ -186,14 +161,14 @@ def check_settings(cfg) -> None:
             "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
         )
     check_source(cfg)
-    if settings.get("tokenizer_pre"):
-        known_tokenizer_pre(str(settings.tokenizer_pre))
     if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
     if FORMATS[fmt].decoder_only:
-        check_stock(cfg, fmt)
+        check_format_takes(cfg, fmt)
+    if "tokenizer_pre" in FORMATS[fmt].reads:
+        choose_tokenizer_pre(settings, with_source_model(cfg).model)  # a tokenizer no llama.cpp name fits: refused now
 
 
 def check_source(cfg) -> None:
@@ -295,47 +270,6 @@ def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> d
     return q
 
 
-def pruned_copy(task, mask):
-    """A CPU copy of the task's model with ``mask``'s heads removed (None: as it is), running its own attention."""
-    pruned = copy.deepcopy(task.model).cpu()
-    if mask is not None:
-        prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
-    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
-    return pruned
-
-
-def reference_outputs(task, pruned, mask, batches: list[dict], settings) -> tuple:
-    """(the model the export must reproduce, its logits on ``batches``, its greedy tokens for a decoder-only LM or None).
-
-    The masked task model; for a format that stores rounded weights (f16 GGUF), the pruned model rounded as the file is.
-    """
-    reference_model = task.model  # under the mask
-    if FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16":
-        from headprune.export.gguf import rounded_like_gguf
-
-        reference_model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
-    with task.gates.masked(mask if reference_model is task.model else None):
-        device = next(reference_model.parameters()).device
-        reference = reference_logits(reference_model, [{k: v.to(device) for k, v in b.items()} for b in batches])
-        greedy = None
-        if is_decoder_lm(pruned):
-            prompt, eos_pad = greedy_prompt(batches), eos_and_pad(pruned)
-            greedy = (prompt, greedy_tokens(reference_model, prompt, int(settings.new_tokens)), *eos_pad, int(settings.new_tokens))
-    return reference_model, reference, greedy
-
-
-def tokenizer_pre(cfg) -> str:
-    """GGUF ``tokenizer.ggml.pre``: export.tokenizer_pre, else the source GGUF's for an embedded model, else ``default``."""
-    given = cfg.export.get("tokenizer_pre")
-    if given:
-        return known_tokenizer_pre(str(given))
-    from headprune.export.gguf import tokenizer_pre_from_gguf
-    from headprune.models.embedded import EMBEDDED_LLMS, gguf_file
-
-    name = str(cfg.model.get("pretrained"))
-    return (tokenizer_pre_from_gguf(gguf_file(name)) if name in EMBEDDED_LLMS else None) or "default"
-
-
 def export_record(task, pruned, mask, exported: dict, staging: Path, report: dict, batches: list, settings) -> dict:
     """What results.json says of an export: its files, the model it holds (pruned or not, its heads) and the check."""
     reads = FORMATS[str(settings.format)].reads
@@ -358,11 +292,11 @@ def export_record(task, pruned, mask, exported: dict, staging: Path, report: dic
 
 
 def run(cfg) -> dict:
-    """Prune, export, check in a fresh interpreter; results.json with the source, format, files and check."""
+    """Prune, export, check in a fresh interpreter; only a file that passes moves into export/, then results.json is written."""
     cfg = with_file_unit(with_source_model(cfg), "export")  # a mask file says its own unit (head or kv_group)
     settings = cfg.export
     fmt, split = str(settings.format), str(settings.split)
-    reads = FORMATS[fmt].reads
+    pre = choose_tokenizer_pre(settings, cfg.model) if "tokenizer_pre" in FORMATS[fmt].reads else None
     task = registry.load_task(cfg)
     check_split(task, split)
     mask, origin = export_source(cfg, task)
@@ -371,34 +305,30 @@ def run(cfg) -> dict:
         for b in task.timing_batches(int(settings.batch_size), int(settings.examples), split, seed=int(cfg.seed))
     ]
     pruned = pruned_copy(task, mask)
-    reference_model, reference, greedy = reference_outputs(task, pruned, mask, batches, settings)
+    reference = reference_outputs(task, pruned, mask, batches, settings)
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
-    pre = tokenizer_pre(cfg) if "tokenizer_pre" in reads else "default"
     name = f"{cfg.model.get('name')}-pruned" if pruning_record(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
-    exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre)
+    exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre and pre["name"])
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
         flush=True,
     )
-    job = {**exported["job"], **sample_texts(task.tokenizer, batches)}
-    report = check_export(job, batches, reference, greedy, float(settings.tolerance))
+    job = {**exported["job"], **sample_texts(task.tokenizer, batches), **check_fields(pruned, reference, pre)}
+    report = check_export(job, batches, reference.logits, reference.greedy, float(settings.tolerance))
     result = export_record(task, pruned, mask, exported, staging, report, batches, settings)
-    if reference_model is not task.model:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
-        with task.gates.masked(mask):
-            masked = reference_logits(task.model, [{k: v.to(next(task.model.parameters()).device) for k, v in b.items()} for b in batches])
-        result["f16_vs_masked_max_abs_diff"] = max(float(abs(m - r).max()) for m, r in zip(masked, reference))
-    print(
-        f"[export] check: max |export - masked| = {report['max_abs_diff']:.2e} (tolerance {report['tolerance']:.1e})"
-        + (f", greedy tokens equal: {report['greedy_equal']}" if "greedy_equal" in report else ""),
-        flush=True,
-    )
+    if pre is not None:
+        result["tokenizer_pre"] = pre
+    if reference.masked_logits is not None:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
+        result["f16_vs_masked_max_abs_diff"] = max(float(abs(m - r).max()) for m, r in zip(reference.masked_logits, reference.logits))
+    print(check_line(report), flush=True)
+    if not report["passed"]:
+        (staging / "check.json").write_text(json.dumps(report, indent=1, default=str))
+        raise ValueError(refusal_message(fmt, report, staging))
     if str(settings.quantize) == "int8":
         result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
     write_results(  # last: results.json never describes files that are not there
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
-    if not report["passed"]:
-        raise ValueError(f"the {fmt} export does not reproduce the masked model: {report}")
     return {"objective": report["max_abs_diff"], **result}

@@ -23,11 +23,12 @@ from torch import nn
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre``."""
+    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre`` (None:
+    the name llama.cpp's converter identifies for the tokenizer, else the writer refuses)."""
 
     gguf_dtype: str
     name: str
-    tokenizer_pre: str
+    tokenizer_pre: str | None
 
 
 def write_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
@@ -35,7 +36,13 @@ def write_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: Exp
     from headprune.export.hf import export_hf
 
     files = export_hf(model, tokenizer, out)
-    job = {"format": "hf", "dir": str(out), "auto_class": "AutoModelForCausalLM", "tokenizer": tokenizer is not None}
+    job = {
+        "format": "hf",
+        "reader": "transformers",
+        "dir": str(out),
+        "auto_class": "AutoModelForCausalLM",
+        "tokenizer": tokenizer is not None,
+    }
     return {"files": files, "job": job}
 
 
@@ -46,7 +53,8 @@ def write_onnx(model: nn.Module, tokenizer, out: Path, example: dict, options: E
 
     graphs = export_onnx(model, example, out)
     files = write_onnx_dir(model, tokenizer, out, graphs)
-    return {"files": files, "graphs": graphs, "job": {"format": "onnx", "files": {k: str(v) for k, v in graphs.items()}}}
+    job = {"format": "onnx", "reader": "onnxruntime", "files": {k: str(v) for k, v in graphs.items()}}
+    return {"files": files, "graphs": graphs, "job": job}
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
@@ -55,27 +63,69 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: E
 
     written = write(model, tokenizer, out, options.gguf_dtype, options.name, options.tokenizer_pre)
     path = written["path"]
-    job = {"format": "gguf", "dir": str(out), "gguf_file": path.name, "auto_class": "AutoModelForCausalLM"}
+    job = {
+        "format": "gguf",
+        "reader": "transformers",
+        "dir": str(out),
+        "gguf_file": path.name,
+        "auto_class": "AutoModelForCausalLM",
+        "tokenizer_pre": written["tokenizer_pre"],
+    }
     if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
-        job.update(architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv", "feed_forward_length")})
+        job.update(
+            reader="gguf-numpy", architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv", "feed_forward_length")}
+        )
     return {"files": [path], "architecture": written["architecture"], "job": job}
+
+
+def hf_family_refusal(fields: dict) -> str | None:
+    """Why export.format=hf cannot write this family (None when it can)."""
+    from headprune.export.hf import family_refusal
+
+    return family_refusal(fields)
+
+
+def hf_check_mask(fields: dict, rows: dict) -> None:
+    """export.format=hf: one stock shape in every layer, or a ConfigError."""
+    from headprune.export.hf import check_mask
+
+    check_mask(fields, rows)
+
+
+def gguf_family_refusal(fields: dict) -> str | None:
+    """Why export.format=gguf cannot write this family or its settings (None when it can)."""
+    from headprune.export.gguf import refusal
+
+    return refusal(fields)
+
+
+def gguf_check_mask(fields: dict, rows: dict) -> None:
+    """export.format=gguf: equal query groups under every kept KV head (llama, or deci for uneven layers), or a ConfigError."""
+    from headprune.export.gguf_deci import check_mask
+
+    check_mask(fields, rows)
 
 
 @dataclass(frozen=True)
 class Format:
-    """An export format: its writer and what it demands of the model and the settings."""
+    """An export format: its writer, what it demands of the model and the settings, and how the checker reads its files."""
 
     write: Callable[..., dict]  # (model, tokenizer, out, example, ExportOptions) -> {"files", "job", ...}
     decoder_only: bool  # Llama-family decoders with a stock layer shape only (headprune.export.hf.STOCK_TYPES)
     quantize: tuple[str, ...]  # export.quantize values it takes
     reads: tuple[str, ...]  # export.* settings only this format reads
     rounds_weights: bool  # the file stores rounded weights (gguf f16): the check compares with the model as rounded
+    reader: str  # how the checker runs its files (checker.READERS); a writer may name another in its job (GGUF's deci)
+    family_refusal: Callable[[dict], str | None] | None = None  # config fields -> why the family cannot be written
+    check_mask: Callable[[dict, dict], None] | None = None  # (config fields, {group: query-head mask rows}) -> ConfigError
 
 
 FORMATS: dict[str, Format] = {
-    "hf": Format(write_hf, decoder_only=True, quantize=("none",), reads=(), rounds_weights=False),
-    "onnx": Format(write_onnx, decoder_only=False, quantize=("none", "int8"), reads=("quantize", "per_channel"), rounds_weights=False),
-    "gguf": Format(write_gguf, decoder_only=True, quantize=("none",), reads=("gguf_dtype", "tokenizer_pre"), rounds_weights=True),
+    "hf": Format(write_hf, True, ("none",), (), False, "transformers", hf_family_refusal, hf_check_mask),
+    "onnx": Format(write_onnx, False, ("none", "int8"), ("quantize", "per_channel"), False, "onnxruntime"),
+    "gguf": Format(
+        write_gguf, True, ("none",), ("gguf_dtype", "tokenizer_pre"), True, "transformers", gguf_family_refusal, gguf_check_mask
+    ),
 }
 
 
@@ -87,7 +137,7 @@ def export_model(
     example: dict,
     gguf_dtype: str = "f32",
     name: str = "model",
-    tokenizer_pre: str = "default",
+    tokenizer_pre: str | None = None,
 ) -> dict:
     """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}.
 

@@ -2,12 +2,13 @@
 
     python -I -S checker.py jobs.json       (cwd: the jobs' directory; prints one JSON line)
 
-It imports only numpy, torch, transformers, onnxruntime and gguf (through transformers): what a user of
-the exported files has. A ``deci`` GGUF, which transformers cannot read, is read with the gguf package and run in
-numpy by ``gguf_numpy.py`` (loaded by path; it imports nothing else). Each job of ``jobs.json`` names the format, the files, the site-packages to add to
-``sys.path`` (no ``.pth`` files run, so an editable headprune stays out) and ``arrays.npz``: the check
-batches and the masked model's outputs. The script asserts ``import headprune`` fails, runs the export on
-every batch, and reports the largest difference and whether greedy generation gives the same tokens.
+It imports only numpy, torch, transformers, onnxruntime and gguf: what a user of the exported files has. Each job of
+``jobs.json`` names its reader (``READERS``: ONNX Runtime; transformers; for a ``deci`` GGUF, which transformers cannot
+read, the gguf package and numpy in ``gguf_numpy.py``, loaded by path, which imports nothing else), the files, the
+site-packages to add to ``sys.path`` (no ``.pth`` files run, so an editable headprune stays out) and ``arrays.npz``: the
+check batches and the masked model's outputs. The script asserts ``import headprune`` fails, runs the export on every
+batch, and reports the largest difference against a tolerance from the f32 round-off measured on the model, the check
+texts' perplexity, whether greedy generation gives the same tokens, the tokenizer's ids and a GGUF's pre-tokenizer.
 This file imports nothing of headprune, so headprune also uses its ONNX Runtime runner in-process.
 """
 
@@ -56,26 +57,68 @@ def greedy_loop(next_logits, prompt, new_tokens: int, eos: list[int], pad: int):
     return ids[:, prompt.shape[1] :]
 
 
-def _torch_model(job: dict):
+class Loaded:
+    """An export as the check runs it: logits of a batch, greedy new tokens of a prompt, its tokenizer (or None), and
+    what the reader reports of it."""
+
+    def __init__(self, logits, greedy, tokenizer=None, report: dict | None = None):
+        self.logits, self.greedy, self.tokenizer, self.report = logits, greedy, tokenizer, report or {}
+
+
+def read_onnx(job: dict) -> Loaded:
+    """ONNX graphs in ONNX Runtime; greedy decoding runs the whole sequence again per token (no KV cache)."""
+    runner = OnnxRunner(job["files"])
+    step = lambda ids, mask: runner.logits({"input_ids": ids, "attention_mask": mask})  # noqa: E731
+    providers = sorted({p for s in runner.sessions.values() for p in s.get_providers()})
+    return Loaded(
+        runner.logits, lambda prompt: greedy_loop(step, prompt, job["new_tokens"], job["eos"], job["pad"]), None, {"providers": providers}
+    )
+
+
+def read_transformers(job: dict) -> Loaded:
+    """A directory (or a GGUF file in it) loaded by stock transformers' auto class, with its tokenizer."""
     import torch
     import transformers
 
     auto = getattr(transformers, job["auto_class"])
-    extra = {"gguf_file": job["gguf_file"]} if job["format"] == "gguf" else {}
+    extra = {"gguf_file": job["gguf_file"]} if job.get("gguf_file") else {}
     model = auto.from_pretrained(job["dir"], dtype=torch.float32, **extra).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], **extra) if job.get("tokenizer", True) else None
-    return model, tokenizer
+
+    def logits(batch):
+        with torch.no_grad():
+            return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.float().numpy()
+
+    def greedy(prompt):
+        config = transformers.GenerationConfig(
+            do_sample=False, max_new_tokens=job["new_tokens"], eos_token_id=job["eos"], pad_token_id=job["pad"]
+        )
+        with torch.no_grad():
+            ids = torch.from_numpy(prompt)
+            tokens = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config).numpy()
+        return tokens[:, prompt.shape[1] :]
+
+    report = {"architecture": type(model).__name__, "tokenizer": type(tokenizer).__name__ if tokenizer is not None else None}
+    return Loaded(logits, greedy, tokenizer, report)
 
 
-def _gguf_decoder(job: dict):
-    """A deci GGUF file read by headprune's numpy reader (gguf_numpy.py beside this file, loaded by path: numpy and gguf only)."""
+def read_gguf_numpy(job: dict) -> Loaded:
+    """A GGUF file transformers cannot read (deci) read by headprune's numpy reader (gguf_numpy.py beside this file,
+    loaded by path: numpy and gguf only), its layout against the one written."""
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location("gguf_numpy_reader", Path(__file__).with_name("gguf_numpy.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
+    decoder = module.GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
+    layout = {key: decoder.layout[key] for key in job["layout"]}
+    report = {"architecture": job.get("architecture"), "reader": "gguf + numpy", "layout": layout, "layout_equal": layout == job["layout"]}
+    logits = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
+    return Loaded(logits, lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"]), None, report)
+
+
+READERS = {"onnxruntime": read_onnx, "transformers": read_transformers, "gguf-numpy": read_gguf_numpy}  # a job's "reader"
 
 
 def run_job(job: dict, arrays) -> dict:
@@ -83,60 +126,81 @@ def run_job(job: dict, arrays) -> dict:
     import numpy as np
 
     names = job["input_names"]
-    diffs, scales, report = [], [], {"format": job["format"]}
-    if job["format"] == "onnx":
-        runner = OnnxRunner(job["files"])
-        logits_of = runner.logits
-        step = lambda ids, mask: runner.logits({"input_ids": ids, "attention_mask": mask})  # noqa: E731
-        report["providers"] = sorted({p for s in runner.sessions.values() for p in s.get_providers()})
-    elif job.get("architecture") == "deci":
-        decoder = _gguf_decoder(job)
-        logits_of = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
-        step = decoder.logits
-        layout = {key: decoder.layout[key] for key in job["layout"]}
-        report.update(architecture="deci", reader="gguf + numpy", layout=layout, layout_equal=layout == job["layout"])
-    else:
-        import torch
-
-        model, tokenizer = _torch_model(job)
-        report.update(architecture=type(model).__name__, tokenizer=type(tokenizer).__name__ if tokenizer is not None else None)
-
-        def logits_of(batch):
-            with torch.no_grad():
-                return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.float().numpy()
-
+    loaded = READERS[job["reader"]](job)
+    diffs, scales, report = [], [], {"format": job["format"], **loaded.report}
+    nll = {"export": (0.0, 0.0), "reference": (0.0, 0.0)}  # (summed NLL, tokens) of the check texts
     for b in range(job["batches"]):
         batch = {name: arrays[f"batch{b}.{name}"] for name in names if f"batch{b}.{name}" in arrays}
         reference = arrays[f"reference{b}"]
-        out = logits_of(batch)
+        out = loaded.logits(batch)
         if out.shape != reference.shape:
             raise AssertionError(f"batch {b}: the export gives logits of shape {out.shape}, the masked model {reference.shape}")
         diffs.append(float(np.abs(out - reference).max()))
         scales.append(float(np.abs(reference).max()))
+        if job.get("causal"):
+            mask = batch.get("attention_mask", np.ones_like(batch["input_ids"]))
+            for which, logits in (("export", out), ("reference", reference)):
+                nll[which] = [x + y for x, y in zip(nll[which], token_nll(logits, batch["input_ids"], mask))]
     report["max_abs_diff"] = max(diffs)
     report["reference_max_abs"] = max(scales)
-    report["tolerance"] = job["tolerance"] * max(1.0, max(scales))  # relative to the logits' scale, at least absolute
+    report.update(tolerance_of(job, max(scales)))
     report["outputs_match"] = report["max_abs_diff"] <= report["tolerance"]
+    if job.get("causal"):
+        export, reference = (float(np.exp(total / max(count, 1.0))) for total, count in nll.values())
+        report.update(perplexity=export, reference_perplexity=reference, perplexity_rel_diff=abs(export - reference) / reference)
     if "greedy_prompt" in arrays:
-        prompt, expected = arrays["greedy_prompt"], arrays["greedy_tokens"]
-        if job["format"] == "onnx" or job.get("architecture") == "deci":
-            tokens = greedy_loop(step, prompt, job["new_tokens"], job["eos"], job["pad"])
-        else:
-            import torch
-            from transformers import GenerationConfig
-
-            config = GenerationConfig(do_sample=False, max_new_tokens=job["new_tokens"], eos_token_id=job["eos"], pad_token_id=job["pad"])
-            with torch.no_grad():
-                ids = torch.from_numpy(prompt)
-                tokens = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config).numpy()
-            tokens = tokens[:, prompt.shape[1] :]
+        tokens, expected = loaded.greedy(arrays["greedy_prompt"]), arrays["greedy_tokens"]
         report["greedy_tokens"] = tokens.tolist()
         report["greedy_equal"] = tokens.shape == expected.shape and bool((tokens == expected).all())
-    if job.get("texts") and job["format"] != "onnx" and job.get("architecture") != "deci" and tokenizer is not None:
-        encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in job["texts"]]
+    if job.get("texts") and loaded.tokenizer is not None:
+        encoded = [loaded.tokenizer(text, add_special_tokens=False)["input_ids"] for text in job["texts"]]
         report["tokenizer_equal"] = encoded == job["text_ids"]  # the exported tokenizer splits texts as the model's own
-    report["passed"] = all(report.get(key, True) for key in ("outputs_match", "greedy_equal", "tokenizer_equal", "layout_equal"))
+    if job.get("gguf_file"):
+        report.update(gguf_pre_report(job))
+    checks = ("outputs_match", "greedy_equal", "tokenizer_equal", "layout_equal", "tokenizer_pre_equal")
+    report["passed"] = all(report.get(key, True) for key in checks)
     return report
+
+
+def tolerance_of(job: dict, scale: float) -> dict:
+    """The check's tolerance: ``roundoff_multiple`` x the f32 round-off measured on the model (its spread against float64),
+    at least ``tolerance`` relative to the logits' scale (at least absolute)."""
+    floor = job["tolerance"] * max(1.0, scale)
+    from_roundoff = job.get("roundoff_multiple", 0.0) * job.get("f32_roundoff", 0.0)
+    return {
+        "tolerance": max(floor, from_roundoff),
+        "tolerance_floor": floor,
+        "f32_roundoff": job.get("f32_roundoff"),
+        "tolerance_from_roundoff": from_roundoff,
+        "tolerance_rule": f"max({job['tolerance']:g} x max(1, |reference logits|), {job.get('roundoff_multiple', 0.0):g} x f32 round-off)",
+    }
+
+
+def token_nll(logits, ids, mask) -> tuple[float, float]:
+    """(summed negative log-likelihood, tokens) of each next token of a batch (B, T), padding left out, in float64."""
+    import numpy as np
+
+    logits = logits[:, :-1].astype(np.float64)  # position t predicts token t + 1
+    top = logits.max(-1, keepdims=True)
+    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    picked = np.take_along_axis(logp, ids[:, 1:, None], -1)[..., 0]
+    keep = mask[:, 1:] * mask[:, :-1]
+    return float(-(picked * keep).sum()), float(keep.sum())
+
+
+def gguf_pre_report(job: dict) -> dict:
+    """The pre-tokenizer the GGUF file names (llama.cpp splits text by it) against the one chosen for the model's tokenizer."""
+    from pathlib import Path
+
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(Path(job["dir"]) / job["gguf_file"])).fields.get("tokenizer.ggml.pre")
+    written = None if field is None else str(field.contents())
+    return {
+        "tokenizer_pre": written,
+        "tokenizer_pre_expected": job.get("tokenizer_pre"),
+        "tokenizer_pre_equal": written == job.get("tokenizer_pre"),
+    }
 
 
 def main(path: str) -> None:

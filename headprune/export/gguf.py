@@ -5,7 +5,7 @@ Written with the ``gguf`` package: architecture ``llama`` (Mistral too, as llama
 embeddings are tied); the query and key rows permuted from the HF rotary layout (halves) to llama.cpp's
 (interleaved pairs) with the pruned head counts; metadata ``llama.*`` with the pruned ``attention.head_count``,
 ``head_count_kv``, ``key_length``/``value_length`` and ``rope.dimension_count`` (= head size); the byte-level BPE
-tokenizer as ``tokenizer.ggml.*`` (model ``gpt2``, tokens by id, token types, merges and special ids through
+tokenizer as ``tokenizer.ggml.*`` (model ``gpt2``, the pre-tokenizer llama.cpp must split text with, tokens by id, token types, merges and special ids through
 ``gguf.SpecialVocab``). f32 writes every tensor in float32; f16 writes matrices in float16 and 1-D tensors
 (norms) in float32, as llama.cpp does. The check loads the file back through transformers' GGUF reader.
 """
@@ -26,32 +26,36 @@ GGUF_TYPES = ("llama", "mistral")  # written as llama.cpp's llama architecture
 DTYPES = ("f32", "f16")
 
 
-# tokenizer.ggml.pre names llama.cpp's BPE vocabularies know (src/llama-vocab.cpp); any other is read as "default"
-LLAMA_CPP_PRE_TOKENIZERS = (
-    "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "deepseek-llm",
-    "deepseek-coder", "deepseek-v3", "falcon", "mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat",
-    "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "jina-v1-en", "jina-v2-code", "roberta-bpe", "refact", "command-r",
-    "qwen2", "deepseek-r1-qwen", "kormo", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "glm4", "chatglm-bpe",
-    "viking", "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4", "chameleon",
-    "minerva-7b", "megrez", "gpt-4o", "llama4", "superbpe", "trillion", "granite-docling", "bailingmoe", "bailingmoe2",
-    "llada-moe", "seed-coder", "hunyuan", "hunyuan-dense", "kimi-k2", "grok-2", "afmoe", "minimax-m2",
-)  # fmt: skip
-
-
 def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     """q/k rows from HF's rotary layout (each head: first half, second half) to llama.cpp's (interleaved pairs)."""
     rows = weight.shape[0]
     return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
+NOT_WRITTEN = {  # families the hf format writes but GGUF does not, and why
+    "qwen2": "transformers' GGUF reader derives the Qwen2 head size from hidden_size / num_attention_heads, so a pruned one "
+    "could not be read back for the check",
+    "qwen3": "transformers' GGUF reader derives the Qwen3 head size from hidden_size / num_attention_heads, so a pruned one "
+    "could not be read back for the check",
+    "gemma2": "llama.cpp's gemma2 architecture has its own norms, soft-capping and tensor names, which this writer does not map",
+    "gemma3_text": "llama.cpp's gemma3 architecture has its own norms, q/k norms and tensor names, which this writer does not map",
+    "granite": "llama.cpp's granite architecture needs its embedding, residual, attention and logit multipliers, which this "
+    "writer does not write",
+    "phi3": "llama.cpp's phi3 architecture reads fused qkv and gate-up tensors, which this writer does not write",
+}
+
+
 def refusal(fields: dict) -> str | None:
-    """Why a Llama-family config cannot be written as GGUF (None when it can)."""
+    """Why a model of these config fields cannot be written as GGUF (None when it can): the families and settings it takes."""
     model_type = fields.get("model_type")
     if model_type not in GGUF_TYPES:
+        why = NOT_WRITTEN.get(
+            model_type, "the writer maps Llama's tensor names, rotary layout and tokenizer only (llama.cpp has other architectures)"
+        )
+        alternative = "export.format=hf or export.format=onnx" if model_type in NOT_WRITTEN else "export.format=onnx"
         return (
-            f"export.format=gguf writes Llama and Mistral decoders (llama.cpp's llama architecture), not {model_type!r}: "
-            "transformers' GGUF reader derives the Qwen2/Qwen3 head size from hidden_size / num_attention_heads, so a pruned "
-            "one cannot be read back; use export.format=hf or export.format=onnx"
+            f"export.format=gguf writes Llama and Mistral decoders ({', '.join(GGUF_TYPES)}: llama.cpp's llama architecture, "
+            f"deci for uneven layers), not {model_type!r}: {why}; use {alternative}"
         )
     rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):
@@ -59,14 +63,6 @@ def refusal(fields: dict) -> str | None:
     if fields.get("attention_bias") or fields.get("mlp_bias"):
         return "export.format=gguf writes Llama models without attention or MLP biases: use export.format=hf or onnx"
     return None
-
-
-def tokenizer_pre_from_gguf(path: Path) -> str | None:
-    """``tokenizer.ggml.pre`` of a GGUF file (the source of an embedded model), or None."""
-    from gguf import GGUFReader
-
-    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
-    return None if field is None else str(field.contents())
 
 
 def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None) -> None:
@@ -94,16 +90,24 @@ def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, nam
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str) -> None:
-    """The tokenizer as llama.cpp's convert writes a GPT-2-style byte-level BPE (its get_vocab_base + SpecialVocab)."""
-    import gguf
-
+def check_bpe(tokenizer) -> None:
+    """A ConfigError unless ``tokenizer`` is a byte-level BPE (the only kind the GGUF writer writes)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or type(backend.model).__name__ != "BPE":
         raise ConfigError(
             f"export.format=gguf writes byte-level BPE tokenizers (tokenizer.ggml.model gpt2); this model's tokenizer is "
             f"{type(tokenizer).__name__}: use export.format=hf or onnx"
         )
+
+
+def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
+    """The tokenizer as llama.cpp's convert writes a GPT-2-style byte-level BPE (its get_vocab_base + SpecialVocab); ``pre``
+    its pre-tokenizer (None: the name llama.cpp's converter identifies, else a ValueError)."""
+    import gguf
+
+    from headprune.export.gguf_pre import pre_tokenizer_of
+
+    check_bpe(tokenizer)
     vocab = tokenizer.get_vocab()
     if max(vocab.values()) >= vocab_size:
         raise ValueError(f"the tokenizer has ids up to {max(vocab.values())}, beyond the model's vocabulary of {vocab_size}")
@@ -122,7 +126,7 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str) -> None:
             tokens.append(by_id[i])
             types.append(gguf.TokenType.NORMAL)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
+    writer.add_tokenizer_pre(pre_tokenizer_of(tokenizer, pre))
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     with tempfile.TemporaryDirectory() as folder:
@@ -191,7 +195,7 @@ def check_writable(model: nn.Module, dtype: str) -> None:
         raise ConfigError(why)
 
 
-def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default") -> Path:
+def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> Path:
     """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned Llama or Mistral model; the file."""
     import gguf
 

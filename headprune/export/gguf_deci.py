@@ -58,6 +58,18 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
     return shapes
 
 
+def check_mask(fields: dict, rows: dict) -> None:
+    """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every
+    kept KV head (deci for uneven layers), and for one shape everywhere a head count that divides the hidden size."""
+    from headprune.export.gguf import gguf_head_count_message
+    from headprune.export.hf import heads_per_kv
+
+    for layers in rows.values():
+        shapes = mask_layer_shapes(layers, heads_per_kv(fields))
+        if gguf_architecture(shapes) == "llama" and int(fields["hidden_size"]) % shapes[0][0]:
+            raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), shapes[0][0]))
+
+
 def model_layer_shapes(model: nn.Module) -> list[tuple[int, int]]:
     """(query heads, KV heads) of every layer of a physically pruned model ((0, 0) when emptied), or a ConfigError."""
     shapes = []
@@ -103,7 +115,7 @@ def _check_phantoms(model: nn.Module, emptied: set[int], ffn_free: set[int] = fr
 
 
 def export_gguf_deci(
-    model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default"
+    model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None
 ) -> Path:
     """Write ``<out>/<name>-<dtype>.gguf`` of an unevenly pruned Llama or Mistral model as llama.cpp's deci; the file."""
     import gguf
@@ -131,14 +143,19 @@ def export_gguf_deci(
     return path
 
 
-def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str = "default") -> dict:
+def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:
     """The GGUF file of a pruned Llama-family model: ``llama`` when every layer keeps one shape, else ``deci``.
 
-    Returns {"path", "architecture", "head_count", "head_count_kv", "feed_forward_length"}: the per-layer counts the file holds."""
-    from headprune.export.gguf import export_gguf
+    Returns {"path", "architecture", "head_count", "head_count_kv", "feed_forward_length", "tokenizer_pre"}: the per-layer
+    counts the file holds and the pre-tokenizer it names (``tokenizer_pre``, else the one llama.cpp's converter identifies
+    for ``tokenizer``)."""
+    from headprune.export.gguf import check_bpe, export_gguf
+    from headprune.export.gguf_pre import pre_tokenizer_of
 
     check_writable(model, dtype)  # before the layer shapes: a family GGUF cannot store is told so
     shapes, widths = model_layer_shapes(model), model_ffn_widths(model)
+    check_bpe(tokenizer)
+    tokenizer_pre = pre_tokenizer_of(tokenizer, tokenizer_pre)  # named, or identified as llama.cpp's converter does
     if gguf_architecture(shapes, widths) == "llama":
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
     else:
@@ -150,4 +167,5 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
         "head_count": [h for h, _ in shapes],
         "head_count_kv": [kv for _, kv in shapes],
         "feed_forward_length": widths,
+        "tokenizer_pre": tokenizer_pre,
     }

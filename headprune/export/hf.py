@@ -124,6 +124,23 @@ def not_stock_message(model_type) -> str:
     )
 
 
+def family_refusal(fields: dict) -> str | None:
+    """Why export.format=hf cannot write a model of these config fields (None when it can)."""
+    model_type = fields.get("model_type")
+    return None if model_type in STOCK_TYPES else not_stock_message(model_type)
+
+
+def heads_per_kv(fields: dict) -> int:
+    """Query heads per KV head of a config's fields (1 without grouped-query attention)."""
+    return int(fields["num_attention_heads"]) // int(fields.get("num_key_value_heads") or fields["num_attention_heads"])
+
+
+def check_mask(fields: dict, rows: dict) -> None:
+    """A ConfigError unless the query-head mask {group: [layers][heads]} keeps one stock shape in every layer."""
+    for layers in rows.values():
+        mask_stock_shape(layers, heads_per_kv(fields))
+
+
 def stock_config(model: nn.Module, shape: StockShape):
     """The config of the stock checkpoint: the model's own, with its pruned head counts and head size (Llama -> Mistral when needed)."""
     from transformers import AutoConfig

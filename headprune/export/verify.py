@@ -5,10 +5,17 @@ LMs, its greedy tokens), writes them beside a job file, and runs ``checker.py`` 
 another directory: no ``PYTHON*`` variables, no user site, no ``.pth`` files (so an editable headprune
 install stays out), only the interpreter's site-packages on ``sys.path``. The checker asserts that
 ``import headprune`` fails, loads the export with stock libraries and reports the largest difference.
+
+The tolerance is what f32 arithmetic gives on the model at hand: the largest |f32 logits - float64 logits| of the
+reference model (and of the pruned copy the export was written from), times ``ROUNDOFF_MULTIPLE`` (two f32
+computations of one function differ by up to the sum of their round-offs, and other implementations round more than
+PyTorch); ``export.tolerance`` relative to the logits' scale is its floor. A 30-layer model's round-off is far above a
+2-layer one's, a wrong weight or setting far above both.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import site
@@ -24,7 +31,11 @@ from torch import nn
 from headprune.export.fresh import run_fresh
 
 CHECKER = Path(__file__).with_name("checker.py")
-TOLERANCE = 1e-5  # f32: largest |export - reference| over the logits' scale (at least 1)
+TOLERANCE = 1e-5  # f32: largest |export - reference| over the logits' scale (at least 1): the floor of the tolerance
+# |export - reference| <= |export - exact| + |reference - exact|: another f32 implementation (the numpy reader of deci
+# files, llama.cpp) rounds up to a few times as much as PyTorch (2x on SmolLM2's recovered point: 2.0e-3 against 1.1e-3),
+# so the tolerance is this many times the largest f32 round-off of PyTorch measured against float64.
+ROUNDOFF_MULTIPLE = 8.0
 
 
 def site_packages() -> list[str]:
@@ -43,6 +54,23 @@ def reference_logits(model: nn.Module, batches: list[dict]) -> list[np.ndarray]:
     """The model's logits (float32) on each batch: call it under the mask (``gates.masked``) for the masked reference."""
     model.eval()
     return [model(**batch).logits.float().cpu().numpy() for batch in batches]
+
+
+@torch.no_grad()
+def exact_logits(model: nn.Module, batches: list[dict]) -> list[np.ndarray]:
+    """The logits of a float64 CPU copy of ``model`` on each batch (floating inputs in float64 too): what f32 rounds."""
+    exact = copy.deepcopy(model).to("cpu", torch.float64).eval()
+    out = []
+    for batch in batches:
+        inputs = {k: v.cpu().double() if v.is_floating_point() else v.cpu() for k, v in batch.items()}
+        out.append(exact(**inputs).logits.numpy())
+    del exact
+    return out
+
+
+def f32_roundoff(computed: list[list[np.ndarray]], exact: list[np.ndarray]) -> float:
+    """The largest |f32 logits - float64 logits| over every f32 computation in ``computed`` (each a list of batches)."""
+    return max(float(np.abs(c.astype(np.float64) - e).max()) for logits in computed for c, e in zip(logits, exact))
 
 
 def greedy_prompt(batches: list[dict], rows: int = 4, length: int = 8) -> torch.Tensor:
@@ -136,3 +164,40 @@ def check_exports(items: list[tuple], tolerance: float = TOLERANCE, timeout: flo
     for report in reports:
         report["interpreter"] = f"{Path(sys.executable).name} -I -S (no headprune, cwd outside the project)"
     return reports
+
+
+def check_line(report: dict) -> str:
+    """The printed line of a check: the difference beside its tolerance and where the tolerance comes from, then the rest."""
+    line = f"[export] check: max |export - masked| = {report['max_abs_diff']:.2e}, tolerance {report['tolerance']:.2e}"
+    if report.get("f32_roundoff") is not None:
+        multiple = report["tolerance_from_roundoff"] / report["f32_roundoff"] if report["f32_roundoff"] else 0.0
+        line += (
+            f" = max(floor {report['tolerance_floor']:.1e}, {multiple:g} x the f32 round-off {report['f32_roundoff']:.1e} "
+            "measured on this model against float64)"
+        )
+    if "perplexity" in report:
+        line += f"; perplexity {report['perplexity']:.6g} against {report['reference_perplexity']:.6g} (relative {report['perplexity_rel_diff']:.1e})"
+    if "greedy_equal" in report:
+        line += f"; greedy tokens equal: {report['greedy_equal']}"
+    if "tokenizer_pre" in report:
+        line += f"; pre-tokenizer {report['tokenizer_pre']} (expected {report['tokenizer_pre_expected']})"
+    return line
+
+
+FAILURES = {
+    "outputs_match": "its logits differ beyond the tolerance",
+    "greedy_equal": "its greedy tokens differ",
+    "tokenizer_equal": "its tokenizer splits the check texts otherwise",
+    "layout_equal": "its per-layer head counts differ",
+    "tokenizer_pre_equal": "it names another pre-tokenizer than the model's tokenizer has",
+}
+
+
+def refusal_message(fmt: str, report: dict, staging: Path) -> str:
+    """Why an export is refused, where its files are, and that the previous export and results.json are untouched."""
+    failed = "; ".join(why for key, why in FAILURES.items() if report.get(key) is False)
+    return (
+        f"the {fmt} export does not reproduce the masked model: {failed} (max |export - masked| {report['max_abs_diff']:.2e}, "
+        f"tolerance {report['tolerance']:.2e}; pre-tokenizer {report.get('tokenizer_pre')}, expected {report.get('tokenizer_pre_expected')}). "
+        f"The refused files and the check's report (check.json) are in {staging}; the export/ directory and results.json are unchanged"
+    )

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from headprune.core.checks import ConfigError
 from headprune.core.saving import load_pruned, save_pruned
 from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.models.tokenizer_origin import keep_origin
 from headprune.results.staging import fresh_dir, replace_dir
 
 MODELS_DIR = "models"
@@ -146,6 +147,7 @@ def save_point_model(out: Path, model, gates, mask, tokenizer, recipe: dict, sco
     slug = point_slug(recipe["point"])
     staging = fresh_dir(models / f".{slug}.next")
     save_pruned(model, staging, tokenizer=tokenizer)
+    keep_origin(tokenizer, staging)  # where the tokenizer came from (an embedded model's GGUF pre-tokenizer), for the GGUF export
     (staging / RECIPE_FILE).write_text(json.dumps({**recipe, "scores": scores}, indent=1, default=str))
     replace_dir(staging, models / slug)
     return saved_dir(recipe)

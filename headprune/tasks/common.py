@@ -49,8 +49,12 @@ class SavesHF:
     """``save_hf``: a task's model (HF format, pruning record included) and tokenizer written to a directory."""
 
     def save_hf(self, path) -> Path:
-        """Write the model and its tokenizer to ``path``."""
-        return save_pruned(self.model, path, tokenizer=self.tokenizer)
+        """Write the model and its tokenizer to ``path`` (with the record of where the tokenizer came from, when known)."""
+        from headprune.models.tokenizer_origin import keep_origin
+
+        saved = save_pruned(self.model, path, tokenizer=self.tokenizer)
+        keep_origin(self.tokenizer, path)
+        return saved
 
 
 class SharedTaskMethods(SavesHF):

@@ -1,0 +1,65 @@
+"""llama.cpp's pre-tokenizer for a tokenizer (GGUF ``tokenizer.ggml.pre``): a name llama.cpp knows, or the one its
+converter identifies.
+
+llama.cpp splits text with the regular expressions of the name a GGUF file carries, not with the tokenizer's own
+pre-tokenizer; the wrong name gives other token ids (``default`` splits `` "`` in two where SmolLM's ``smollm`` keeps it
+whole). ``convert_hf_to_gguf.py`` names a tokenizer by the sha256 of its ids of a check text (``get_vocab_base_pre``);
+``identify`` does the same with the converter's table (``llama_cpp_pre.py``).
+"""
+
+from __future__ import annotations
+
+from difflib import get_close_matches
+from hashlib import sha256
+
+from headprune.core.checks import ConfigError
+from headprune.export.llama_cpp_pre import CHKTXT, KNOWN, NAME_BY_HASH, SOURCE
+
+EXAMPLES = "llama-bpe (Llama 3), qwen2, smollm, gpt-2"
+
+
+def chktxt_hash(tokenizer) -> str:
+    """sha256 of the tokenizer's ids of llama.cpp's check text, as convert_hf_to_gguf computes it (special tokens added)."""
+    return sha256(str(tokenizer.encode(CHKTXT)).encode()).hexdigest()
+
+
+def identify(tokenizer) -> tuple[str | None, str]:
+    """(the name llama.cpp's converter gives ``tokenizer``, None when its table has no name llama.cpp knows; the hash)."""
+    digest = chktxt_hash(tokenizer)
+    name = NAME_BY_HASH.get(digest)
+    return (name if name in KNOWN else None), digest
+
+
+def known_name(name: str, where: str = "export.tokenizer_pre") -> str:
+    """``name`` when llama.cpp knows it as a BPE pre-tokenizer (it refuses, or older builds read ``default`` for, any other)."""
+    if name not in KNOWN:
+        close = get_close_matches(name, KNOWN, n=3)
+        raise ConfigError(
+            f"{where}={name} is no pre-tokenizer llama.cpp knows (it refuses the file, or an older build tokenizes as 'default'): "
+            + (f"did you mean {', '.join(close)}? " if close else "")
+            + f"give one of llama.cpp's names ({SOURCE}), e.g. {EXAMPLES}"
+        )
+    return name
+
+
+def unknown_message(what: str, digest: str | None, setting: str = "export.tokenizer_pre") -> str:
+    """Why a tokenizer no name fits is refused (``digest``: its converter hash; None: trained by the task), and how to name it."""
+    if digest:
+        found = f"the sha256 of its ids of llama.cpp's check text, {digest[:16]}..., is not in llama.cpp's converter's table"
+    else:
+        found = "it is trained by the task, so llama.cpp has no name for it"
+    return (
+        f"export.format=gguf: llama.cpp splits text by the GGUF's pre-tokenizer name, and the tokenizer of {what} has none "
+        f"headprune can tell ({found}): set {setting}=<the name whose splitting matches it>, e.g. {EXAMPLES}"
+    )
+
+
+def pre_tokenizer_of(tokenizer, given: str | None) -> str:
+    """The name to write for ``tokenizer``: ``given`` (a name llama.cpp knows), else the one its converter identifies, else a
+    ValueError saying how to name it."""
+    if given:
+        return known_name(given, "tokenizer_pre")
+    name, digest = identify(tokenizer)
+    if name is None:
+        raise ValueError(unknown_message(type(tokenizer).__name__, digest, "tokenizer_pre"))
+    return name

@@ -1,0 +1,63 @@
+"""Where a tokenizer came from, kept beside the models headprune saves: llama.cpp's name for its pre-tokenizer.
+
+A model directory may hold ``headprune_tokenizer.json``: ``{"tokenizer_pre": <GGUF tokenizer.ggml.pre>, "from": <where
+that name was read>}``. An embedded LLM's tokenizer comes from its package's GGUF file, whose ``tokenizer.ggml.pre``
+is the name; a saved point or a task's saved model copies the record of the directory its tokenizer was loaded from.
+The GGUF export reads it before identifying a tokenizer by hash, as llama.cpp's converter does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from headprune.models.embedded import DONE_FILE, EMBEDDED_LLMS, gguf_file
+
+RECORD = "headprune_tokenizer.json"
+
+
+def gguf_tokenizer_pre(path: str | Path) -> str | None:
+    """``tokenizer.ggml.pre`` of a GGUF file, or None when it has none."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
+    return None if field is None else str(field.contents())
+
+
+def embedded_origin(name: str) -> dict | None:
+    """The record of an embedded LLM's tokenizer: its package GGUF's pre-tokenizer (None when the file names none)."""
+    path = gguf_file(name)
+    pre = gguf_tokenizer_pre(path)
+    return (
+        None if pre is None else {"tokenizer_pre": pre, "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name].distribution})"}
+    )
+
+
+def _embedded_name(folder: Path) -> str | None:
+    """The embedded LLM a converted cache directory (``<name>-<gguf stem>`` with its done file) holds, or None."""
+    if not (folder / DONE_FILE).is_file():
+        return None
+    return next((name for name in EMBEDDED_LLMS if folder.name.startswith(f"{name}-")), None)
+
+
+def read_origin(source) -> dict | None:
+    """Where the tokenizer of ``source`` (an embedded name, or a directory) came from: its record, or None when unknown."""
+    if not source:
+        return None
+    source = str(source)
+    if source in EMBEDDED_LLMS:
+        return embedded_origin(source)
+    folder = Path(source).expanduser()
+    if (folder / RECORD).is_file():
+        return json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    embedded = _embedded_name(folder) if folder.is_dir() else None
+    return embedded_origin(embedded) if embedded else None
+
+
+def keep_origin(tokenizer, folder: str | Path) -> dict | None:
+    """Write into ``folder`` the record of the directory ``tokenizer`` was loaded from (its ``name_or_path``), when known."""
+    loaded_from = str(getattr(tokenizer, "name_or_path", "") or "")
+    origin = read_origin(loaded_from) if loaded_from and Path(loaded_from).expanduser().is_dir() else None
+    if origin is not None:
+        (Path(folder) / RECORD).write_text(json.dumps(origin, indent=1), encoding="utf-8")
+    return origin
