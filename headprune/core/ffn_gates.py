@@ -6,16 +6,15 @@ Masks and scores are {group: [layers, neurons]} (``enc_ffn``, ``dec_ffn``) by or
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 from torch import nn
 
 from headprune.core.ffn_sites import FFNSite, attach_neuron_gate, ffn_groups, find_ffn_sites
 from headprune.core.masks import normalize_mask
+from headprune.core.site_gates import SiteGateMethods
 
 
-class FFNGates:
+class FFNGates(SiteGateMethods):
     """Gates on every FFN neuron of a model: set a mask, read the groups, record gate gradients."""
 
     unit = "ffn"
@@ -88,29 +87,7 @@ class FFNGates:
             gate = value[..., site.layer, :].index_select(-1, ids)
             site.gate = gate if site.neuron_ids else gate * 0  # an emptied block's phantom neuron stays zero
 
-    @contextmanager
-    def masked(self, mask):
-        """Run a block with ``mask`` set, restoring the previous gates afterwards."""
-        previous = [site.gate for site in self.sites]
-        self.set_mask(mask)
-        try:
-            yield self
-        finally:
-            for site, gate in zip(self.sites, previous):
-                site.gate = gate
-
-    # ---- gate gradients --------------------------------------------------------------------
-    @contextmanager
-    def probing(self):
-        """Record per-token gate probes (shaped like each down projection's input) on every forward."""
-        for site in self.sites:
-            site.recording, site.probes = True, []
-        try:
-            yield self
-        finally:
-            for site in self.sites:
-                site.recording, site.probes = False, []
-
+    # ---- gate gradients: probing() comes from SiteGateMethods --------------------------------
     def remove(self) -> None:
         """Clear every gate (the hooks stay, and do nothing without a gate)."""
         self.set_mask(None)

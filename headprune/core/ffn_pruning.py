@@ -16,7 +16,7 @@ from torch import nn
 from headprune.core.ffn_sites import HOOK_ATTR, FFNSite, attach_neuron_gate, ffn_groups, find_ffn_sites
 from headprune.core.masks import head_list, normalize_mask
 from headprune.core.projections import out_features, sliced_projection
-from headprune.core.pruning import integer_id
+from headprune.core.pruning import integer_id, sites_named
 
 WIDTHS_ATTR = "headprune_ffn_widths"  # config field: {group: [neurons each block computes]} once a neuron is pruned
 
@@ -87,18 +87,8 @@ def sync_ffn_config(model: nn.Module, sites: list[FFNSite]) -> None:
 def prune_neurons(model: nn.Module, neurons: dict) -> dict[str, dict[str, list[int]]]:
     """Remove FFN neurons {group: {layer: [original ids]}} from the weights; returns the cumulative record."""
     all_sites = find_ffn_sites(model)
-    sites = {(s.group, s.layer): s for s in all_sites}
-    groups = sorted({g for g, _ in sites})
-    for group, layers in neurons.items():
-        if group not in groups:
-            raise ValueError(f"unknown FFN group {group!r}; this model has {groups}")
-        for layer, ids in layers.items():
-            layer = integer_id(layer, f"layer id for group {group!r}")
-            site = sites.get((group, layer))
-            if site is None:
-                n_layers = 1 + max(l for g, l in sites if g == group)
-                raise IndexError(f"layer {layer} out of range for FFN group {group!r} ({n_layers} layers)")
-            prune_ffn_site(site, list(ids))
+    for site, ids in sites_named(all_sites, neurons, "FFN group", "FFN group"):
+        prune_ffn_site(site, ids)
     sync_ffn_config(model, all_sites)
     return ffn_record(model)
 

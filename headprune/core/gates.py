@@ -12,7 +12,6 @@ site can be switched to either with ``HeadGates(model, gate_at=...)``.
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +23,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
 from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.output_gate import attach_output_gate
+from headprune.core.site_gates import SiteGateMethods
 
 PREFIX = "headprune_"
 
@@ -219,7 +219,7 @@ def site_groups(sites: list[AttentionSite]) -> dict[str, tuple[int, int]]:
     return shape
 
 
-class HeadGates:
+class HeadGates(SiteGateMethods):
     """Gates on every attention head of a model: set a mask, read the groups, record gate gradients."""
 
     unit = "head"  # masks and scores are per query head (headprune.core.units.KVGroupGates: per KV group)
@@ -324,29 +324,7 @@ class HeadGates:
             ids = torch.tensor(site.head_ids or [0], dtype=torch.long)
             site.gate = group_mask[..., site.layer, :].index_select(-1, ids.to(group_mask.device))
 
-    @contextmanager
-    def masked(self, mask):
-        """Run a block with ``mask`` set, restoring the previous gates afterwards."""
-        previous = [site.gate for site in self.sites]
-        self.set_mask(mask)
-        try:
-            yield self
-        finally:
-            for site, gate in zip(self.sites, previous):
-                site.gate = gate
-
-    # ---- gate gradients --------------------------------------------------------------------
-    @contextmanager
-    def probing(self):
-        """Record per-token gate probes (B, T, H) on every forward, to read gate gradients after backward."""
-        for site in self.sites:
-            site.recording, site.probes = True, []
-        try:
-            yield self
-        finally:
-            for site in self.sites:
-                site.recording, site.probes = False, []
-
+    # ---- gate gradients: probing() comes from SiteGateMethods --------------------------------
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
         self.set_mask(None)

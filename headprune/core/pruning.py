@@ -42,6 +42,25 @@ def integer_id(value, what: str) -> int:
     raise ValueError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
 
 
+def sites_named(sites: list, ids: dict, kind: str, short: str) -> list[tuple]:
+    """[(site, [ids])] for a {group: {layer: [original ids]}} record over ``sites`` (each with ``group`` and ``layer``);
+    an unknown group is a ValueError, a layer out of range an IndexError (``kind`` / ``short`` name the group in them)."""
+    by_key = {(s.group, s.layer): s for s in sites}
+    groups = sorted({g for g, _ in by_key})
+    out = []
+    for group, layers in ids.items():
+        if group not in groups:
+            raise ValueError(f"unknown {kind} {group!r}; this model has {groups}")
+        for layer, chosen in layers.items():
+            layer = integer_id(layer, f"layer id for group {group!r}")
+            site = by_key.get((group, layer))
+            if site is None:
+                n_layers = 1 + max(l for g, l in by_key if g == group)
+                raise IndexError(f"layer {layer} out of range for {short} {group!r} ({n_layers} layers)")
+            out.append((site, list(chosen)))
+    return out
+
+
 def _units(head_positions: list[int], head_dim: int) -> torch.Tensor:
     """Weight units (rows or columns) of the heads at these positions; none left: one zero phantom head (-1s)."""
     if not head_positions:
@@ -186,19 +205,10 @@ def pruning_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
 
 def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]]:
     """Remove heads {group: {layer: [original ids]}} from the weights; returns the cumulative record."""
-    sites = {(s.group, s.layer): s for s in find_sites(model)}
-    groups = sorted({g for g, _ in sites})
-    for group, layers in heads.items():
-        if group not in groups:
-            raise ValueError(f"unknown attention group {group!r}; this model has {groups}")
-        for layer, ids in layers.items():
-            layer = integer_id(layer, f"layer id for group {group!r}")
-            site = sites.get((group, layer))
-            if site is None:
-                n_layers = 1 + max(l for g, l in sites if g == group)
-                raise IndexError(f"layer {layer} out of range for group {group!r} ({n_layers} layers)")
-            prune_site(site, list(ids))
-    if any(site.needs_wrapper for site in sites.values()):
+    sites = find_sites(model)
+    for site, ids in sites_named(sites, heads, "attention group", "group"):
+        prune_site(site, ids)
+    if any(site.needs_wrapper for site in sites):
         route_attention(model)  # uneven KV groups and head-indexed kwargs to cut run through headprune's attention wrapper
     record = pruning_record(model)
     setattr(model.config, RECORD_ATTR, record)

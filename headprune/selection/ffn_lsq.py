@@ -27,34 +27,14 @@ from transformers.pytorch_utils import Conv1D
 from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.ffn_sites import FFNSite
-from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.inputs import decoder_valid
 from headprune.core.projections import linear_weight
-
-
-class _Stop(Exception):
-    """Raised by a capture hook to end a forward pass once the wanted block has run."""
+from headprune.selection.captures import captured_module_inputs
 
 
 def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
     """{id(site): its down projection's input (gated, as the projection sees it)} in forward order; ``stop`` ends the pass early."""
-    store: dict[int, torch.Tensor] = {}
-    handles = []
-    for site in sites:
-
-        def hook(module, args, output, key=id(site)):  # noqa: B008 - the key is bound per site
-            store.setdefault(key, args[0].detach())
-            if stop and len(store) == len(sites):
-                raise _Stop
-
-        handles.append(site.down().register_forward_hook(hook))
-    try:
-        model(**model_inputs(model, batch))
-    except _Stop:
-        pass
-    finally:
-        for handle in handles:
-            handle.remove()
-    return store
+    return captured_module_inputs(model, {id(site): site.down() for site in sites}, batch, stop)
 
 
 def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:

@@ -35,34 +35,14 @@ from headprune.core.inputs import decoder_valid, model_inputs
 from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
 from headprune.scoring.importance import per_example_loss
+from headprune.selection.captures import captured_module_inputs
 
 SHRINKS = (1.0, 0.5, 0.25, 0.0)  # the fractions of the least-squares deviations s - 1 tried; 0 = the mask alone
 
 
-class _Stop(Exception):
-    """Raised by a capture hook to end a forward pass once the wanted layer has run."""
-
-
 def _captured_inputs(model: nn.Module, sites: list[AttentionSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
     """{id(site): the input (B, T, heads * head_dim) of its output projection} in forward order; ``stop`` ends the pass early."""
-    store: dict[int, torch.Tensor] = {}
-    handles = []
-    for site in sites:
-
-        def hook(module, args, output, key=id(site)):  # noqa: B008 - the key is bound per site
-            store.setdefault(key, args[0].detach())
-            if stop and len(store) == len(sites):
-                raise _Stop
-
-        handles.append(site.linear("output").register_forward_hook(hook))
-    try:
-        model(**model_inputs(model, batch))
-    except _Stop:
-        pass
-    finally:
-        for handle in handles:
-            handle.remove()
-    return store
+    return captured_module_inputs(model, {id(site): site.linear("output") for site in sites}, batch, stop)
 
 
 def _valid_tokens(site: AttentionSite, batch: dict, x: torch.Tensor) -> torch.Tensor:

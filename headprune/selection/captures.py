@@ -1,0 +1,34 @@
+"""The inputs of chosen modules in one forward pass: what least-squares recovery fits its scales on."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from headprune.core.inputs import model_inputs
+
+
+class _Stop(Exception):
+    """Raised by a capture hook to end a forward pass once every wanted module has run."""
+
+
+def captured_module_inputs(model: nn.Module, modules: dict[int, nn.Module], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
+    """{key: the first input of ``modules[key]``} in forward order, from one forward pass; ``stop`` ends the pass early."""
+    store: dict[int, torch.Tensor] = {}
+    handles = []
+    for key, module in modules.items():
+
+        def hook(module, args, output, key=key):  # noqa: B008 - the key is bound per module
+            store.setdefault(key, args[0].detach())
+            if stop and len(store) == len(modules):
+                raise _Stop
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        model(**model_inputs(model, batch))
+    except _Stop:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return store
