@@ -1,4 +1,4 @@
-"""experiment=ablate: remove each head alone; score difference to the unmasked model, with significance.
+"""experiment=ablate: remove each unit (head, KV group or block) alone; score difference to the unmasked model, with significance.
 
 Paper section 3.2 (Table 1, Figure 1); with two splits also section 3.4 (Pearson r of the per-head
 differences across the two evaluation sets).
@@ -6,6 +6,7 @@ differences across the two evaluation sets).
 
 from __future__ import annotations
 
+from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.ablation_stage import ablation_figure, ablation_stage
 from headprune.pipeline.evaluation import check_split
@@ -18,7 +19,7 @@ from headprune.viz.tables import ablation_rows
 
 
 def run(cfg) -> dict:
-    """Ablate every head alone on each split of ``ablate.splits``; write results.json, heatmaps, W&B."""
+    """Ablate every unit alone on each split of ``ablate.splits``; write results.json, heatmaps, W&B."""
     settings = cfg.ablate
     task = registry.load_task(cfg)
     splits = list(settings.splits)
@@ -30,10 +31,11 @@ def run(cfg) -> dict:
     for split in splits:
         result = ablation_stage(task, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha), progress=True)
         numbers["splits"][split] = result
-        figures.append(ablation_figure(result, out / f"ablate_{split}.png", f"Single-head ablation on {split} ({cfg.model.name})"))
+        title = f"Single-{noun(task.gates.unit)} ablation on {split} ({cfg.model.name})"
+        figures.append(ablation_figure(result, out / f"ablate_{split}.png", title))
         tables[f"ablate_{split}"] = ablation_rows(result)
         print(
-            f"{split}: base {result['metric']} {result['base_score']:.2f}; significant heads per group: "
+            f"{split}: base {result['metric']} {result['base_score']:.2f}; significant {noun(task.gates.unit, plural=True)} per group: "
             + ", ".join(f"{g}={v['significant']}/{v['heads']}" for g, v in result["per_group"].items())
         )
     if len(splits) > 1:
