@@ -130,3 +130,7 @@ def test_bad_caches_are_refused():
         model(**_prompts(1), past_key_values=cache)
     with pytest.raises(ValueError, match="cannot be cropped"):
         cache.crop(-1)
+    stale = StreamCache(gates, _mask(gates))
+    gates.remove()
+    with pytest.raises(ValueError, match="were removed"), torch.no_grad():
+        model(**_prompts(1), past_key_values=stale)

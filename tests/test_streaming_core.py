@@ -214,3 +214,10 @@ def test_the_batched_ablation_engine_equals_the_loop_of_streaming_masks():
     looped = looped_nll(model, gates, batch, masks)
     assert (batched - looped).abs().max() <= 1e-5 * looped.abs().max()
     assert (looped[:-2] - looped[-2]).abs().min() > 1e-4  # streaming any one group changes the loss
+
+
+def test_an_attention_without_4d_masks_is_refused():
+    model = tiny_llama()
+    model.config._attn_implementation_internal = "flex_attention"  # as loaded with it (not run here)
+    with pytest.raises(ValueError, match="attn_implementation one of"):
+        StreamGates(model, SINK, WINDOW)

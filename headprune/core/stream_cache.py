@@ -61,6 +61,8 @@ class StreamedLayer(CacheLayerMixin):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """Cache the new keys and values (B, KV, T, D); return the full groups' keys and values, hand the streamed ones' over."""
+        if self.site.attention.stream is not self.site:
+            raise ValueError("the StreamGates this cache was made with were removed from the model: make a new StreamCache")
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         past, length = self.cumulative, key_states.shape[-2]

@@ -20,6 +20,7 @@ from headprune.core.streaming import check_span
 
 STREAMED_GROUP = "dec_self"  # the causal self-attention of a decoder: the only attention whose KV cache grows
 STREAM_UNITS = ("head", "kv_group")
+MASKED_ATTENTION = ("sdpa", "eager")  # the attention implementations that take any 4-D attention mask
 
 
 def _attach(site, sink: int, window: int) -> StreamSite:
@@ -48,6 +49,11 @@ class StreamGates(SiteGateMethods):
                 f"streaming limits a head to a sink and a recent window of its causal KV cache; {type(self.model).__name__} has "
                 f"no causal self-attention (attention groups {sorted(heads.groups)}): an encoder attends to every token at once "
                 "and caches nothing, so none of its heads can be streamed"
+            )
+        if heads.inner not in MASKED_ATTENTION:
+            raise ValueError(
+                f"streaming adds a sink + window mask to the attention, which the {heads.inner!r} implementation does not take "
+                f"as a 4-D mask: load the model with attn_implementation one of {MASKED_ATTENTION}"
             )
         sites = [site for site in heads.sites if site.group == STREAMED_GROUP]
         output_gated = [site.path for site in sites if site.gate_at != "attention"]
