@@ -49,6 +49,7 @@ class AttentionSite:
     recording: bool = False  # add a probe per forward while gate gradients are recorded
     entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
     gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
+    stream: object = None  # the streaming gate (headprune.core.stream_sites.StreamSite) while StreamGates are attached
 
     def linear(self, which: str) -> nn.Module:
         """The q/k/v/output projection named by the family table (nn.Linear or Conv1D; one module for fused q/k/v)."""
@@ -114,9 +115,16 @@ def _make_gated(inner_name: str):
             key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1
         if site is not None:
             kwargs = slice_head_kwargs(site, kwargs)
+        stream = site.stream if site is not None else None
+        handover = stream.take_handover() if stream is not None else None
+        if handover is not None:  # a StreamCache layer: its full KV groups in key/value, its streamed groups' short KV handed over
+            out = stream.split(handover, inner, module, query, key, value, attention_mask, kwargs)
+            return (gate_heads(site, out) if site.gate_at == "attention" else out), None
         out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
         if site is None:
             return out, weights
+        if stream is not None and stream.active:  # per head: alpha * full + (1 - alpha) * streamed (sink + window)
+            out = stream.mix(inner, module, query, key, value, attention_mask, kwargs, out)
         if site.entropy_hook is not None:
             if key.shape[1] != query.shape[1]:
                 key = key.index_select(1, torch.tensor(site.kv_positions(), device=key.device))  # (B, H, T, D)

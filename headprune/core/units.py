@@ -155,9 +155,22 @@ def unit_count(gates) -> int:
     return sum(layers * units for layers, units in gates.groups.values())
 
 
+STREAMING = (
+    "a streaming mask (headprune.core.stream_gates.StreamGates) keeps every weight: a streamed unit still attends, to its "
+    "sink and recent window only; it is no mask of heads or neurons that act or go"
+)
+
+
+def _removing(base: dict, what: str) -> dict:
+    """The base masks of a mask that removes units; a ValueError for a streaming mask, which ``what`` cannot take."""
+    if "stream" in base:
+        raise ValueError(f"{what}: {STREAMING}")
+    return base
+
+
 def base_mask(gates, mask, hard: bool = False) -> dict[str, torch.Tensor]:
     """A mask in the unit of ``gates`` as the masks that act, in one dict: {attention group: [..., L, H], FFN group: [..., L, W]}."""
-    base = gates.base_masks(mask, hard=hard)
+    base = _removing(gates.base_masks(mask, hard=hard), "the head and neuron masks of a mask")
     return {**base.get("head", {}), **base.get("ffn", {})}
 
 
@@ -168,7 +181,7 @@ def prune_unit_mask(gates, mask) -> dict:
     from headprune.core.ffn_sites import ffn_sites_if_any
     from headprune.core.pruning import prune_mask, pruning_record
 
-    base = gates.base_masks(mask, hard=True)
+    base = _removing(gates.base_masks(mask, hard=True), "pruning removes units from the weights")
     batched = [g for part in base.values() for g, m in part.items() if m.dim() != 2]
     if batched:
         raise ValueError(f"pruning takes one [layers, units] mask per group, got a batch of masks for {batched}")

@@ -2,8 +2,9 @@
 
 Masks are in the unit of the gates given (heads, KV groups, FFN neurons, whole blocks or a joint unit,
 headprune.core.units); each becomes the query-head and neuron masks that act (``base_mask``), and a mask's first
-changed layer is the lowest layer where either changes. For an encoder classifier and M masks that first differ
-from "keep everything" at layer l:
+changed layer is the lowest layer where either changes (the alphas of ``StreamGates`` stay as they are: 1 keeps a
+unit's full attention, 0 streams it, and the shared layer computes both on B rows). For an encoder classifier and M
+masks that first differ from "keep everything" at layer l:
 
 1. one plain forward of the batch (B examples) records every encoder layer's output (hooks);
 2. layers < l are *replayed*: their forward is swapped for one that returns the recorded output
@@ -33,6 +34,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from headprune.core.gates import PREFIX, HeadGates, ensure_gated, register_wrapper
 from headprune.core.head_tensors import broadcast_gate
+from headprune.core.stream_gates import StreamGates
 from headprune.core.unit_kinds import ablation_refusal
 from headprune.core.units import base_mask, primitive_gates
 
@@ -87,13 +89,25 @@ def _make_shared(inner: str):
             return gated(module, query, key, value, attention_mask, **kwargs)
         b, m = state.batch, state.copies  # query etc. are (M*B, H, T, D) made of M identical copies
         site = module._headprune_site
+        stream = site.stream
+        alphas = stream.gate if stream is not None else None  # streaming gates (M*B, H): both branches on B rows, mixed per row
         gate, site.gate = site.gate, None
+        mask = attention_mask[:b] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
         try:
-            mask = attention_mask[:b] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
+            if alphas is not None:
+                stream.gate = None
             out, weights = gated(module, query[:b], key[:b], value[:b], mask, **kwargs)
+            if alphas is not None:
+                stream.gate = torch.zeros(alphas.shape[-1], dtype=out.dtype, device=out.device)  # alpha 0: the streamed branch
+                streamed, _ = gated(module, query[:b], key[:b], value[:b], mask, **kwargs)
         finally:
             site.gate = gate
+            if alphas is not None:
+                stream.gate = alphas
         out = out.repeat(m, 1, 1, 1)  # (M*B, T, H, D)
+        if alphas is not None:
+            alpha = broadcast_gate(alphas, out)
+            out = alpha * out + (1 - alpha) * streamed.repeat(m, 1, 1, 1)
         if gate is not None and site.gate_at == "attention":  # else the output projection's hook gates it
             out = out * broadcast_gate(gate, out)
         return out, weights
@@ -198,6 +212,7 @@ class MaskBatcher:
         """``gates``: the gates of the masks' unit (HeadGates, KV-group, FFN, block or joint gates of ``model``)."""
         heads, ffn = primitive_gates(gates)
         heads = heads if heads is not None else HeadGates(model)  # the engine shares attention through the head sites
+        self.stream = gates if isinstance(gates, StreamGates) else None  # masks of alphas: they stream units, none goes
         ffn_groups = set(ffn.groups) if ffn is not None else set()
         if set(heads.groups) != {self.group} or not ffn_groups <= {self.ffn_group}:
             raise ValueError(
@@ -217,6 +232,11 @@ class MaskBatcher:
     def _gated(self, masks: dict[str, torch.Tensor] | None):
         """Run with the query-head and neuron gates set to base masks {group: ...} (None: every gate removed)."""
         with ExitStack() as stack:
+            if self.stream is not None:  # the masks are the streaming gates' own alphas; no head is gated
+                stack.enter_context(self.heads.masked(None))
+                stack.enter_context(self.stream.masked(None if masks is None else {self.group: masks[self.group]}))
+                yield
+                return
             stack.enter_context(self.heads.masked(None if masks is None else {self.group: masks[self.group]}))
             if self.ffn is not None:
                 stack.enter_context(self.ffn.masked(None if masks is None else {g: masks[g] for g in self.ffn.groups if g in masks}))
@@ -328,6 +348,11 @@ class MaskBatcher:
             masks = [masks[i] for i in range(masks.shape[0])]
         if len(masks) == 0:
             raise ValueError("no masks to evaluate")
+        if self.stream is not None:
+            alphas = [self.stream.normalize_mask(self.stream.ones() if mk is None else mk) for mk in masks]
+            if any(a[self.group].dim() != 2 for a in alphas):
+                raise ValueError("the engine evaluates one mask [layers, units] per group for the whole batch, not one per example")
+            return {self.group: torch.stack([a[self.group].float() for a in alphas])}
         ones = {**self.heads.ones(), **(self.ffn.ones() if self.ffn is not None else {})}
         full = []
         for mk in masks:

@@ -1,0 +1,154 @@
+"""Streaming gates: the second action on a decoder's attention units, with the surface of HeadGates and their KV-group view.
+
+A gate value alpha per unit mixes the unit's full attention with its attention limited to a sink and a recent window
+(headprune.core.streaming): ``alpha * full + (1 - alpha) * streamed``, 1 = the model's own head, 0 = streamed. Masks and
+scores are {"dec_self": [layers, units]} or [batch, layers, units] (one mask per example), in the unit ``kv_group``
+(a KV head with its query heads: what a KV cache can shorten) on grouped-query models and ``head`` elsewhere. Gate
+gradients come from per-token probes like the head gates', so headprune.scoring's importance and Fisher, per-example
+masks and ``masked``/``probing`` work unchanged (pass ``unit=gates.unit`` to the scoring functions).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headprune.core.gates import HeadGates
+from headprune.core.masks import kv_to_head_mask, normalize_mask
+from headprune.core.site_gates import SiteGateMethods
+from headprune.core.stream_sites import StreamSite
+from headprune.core.streaming import check_span
+
+STREAMED_GROUP = "dec_self"  # the causal self-attention of a decoder: the only attention whose KV cache grows
+STREAM_UNITS = ("head", "kv_group")
+MASKED_ATTENTION = ("sdpa", "eager")  # the attention implementations that take any 4-D attention mask
+
+
+def _attach(site, sink: int, window: int) -> StreamSite:
+    """The streaming gate of one attention site (the one already attached, set to ``sink`` / ``window``, if any)."""
+    stream = site.stream
+    if stream is None:
+        stream = StreamSite(site, sink, window)
+        stream.hook = site.core.register_forward_pre_hook(stream.record_past, with_kwargs=True)
+        site.stream = stream
+    stream.sink, stream.window = sink, window
+    return stream
+
+
+class StreamGates(SiteGateMethods):
+    """Streaming gates on every decoder self-attention module: set a mask of alphas, read the groups, record gate gradients."""
+
+    action = "stream"  # what a gate value of 0 does to a unit (HeadGates: remove it)
+
+    def __init__(self, model_or_heads, sink: int, window: int, unit: str | None = None):
+        """``model_or_heads``: a decoder model or its HeadGates; ``unit``: ``kv_group`` (default with grouped KV heads) or ``head``."""
+        check_span(sink, window)
+        heads = model_or_heads if isinstance(model_or_heads, HeadGates) else HeadGates(model_or_heads)
+        self.heads, self.model, self.sink, self.window = heads, heads.model, sink, window
+        if STREAMED_GROUP not in heads.groups:
+            raise ValueError(
+                f"streaming limits a head to a sink and a recent window of its causal KV cache; {type(self.model).__name__} has "
+                f"no causal self-attention (attention groups {sorted(heads.groups)}): an encoder attends to every token at once "
+                "and caches nothing, so none of its heads can be streamed"
+            )
+        if heads.inner not in MASKED_ATTENTION:
+            raise ValueError(
+                f"streaming adds a sink + window mask to the attention, which the {heads.inner!r} implementation does not take "
+                f"as a 4-D mask: load the model with attn_implementation one of {MASKED_ATTENTION}"
+            )
+        sites = [site for site in heads.sites if site.group == STREAMED_GROUP]
+        output_gated = [site.path for site in sites if site.gate_at != "attention"]
+        if output_gated:
+            raise ValueError(
+                f"streaming runs in the attention function, but the heads of {output_gated[:3]} are gated at the output projection"
+            )
+        grouped = heads.heads_per_kv[STREAMED_GROUP] > 1
+        self.unit = unit or ("kv_group" if grouped else "head")
+        if self.unit not in STREAM_UNITS:
+            raise ValueError(f"the unit of a streaming gate must be one of {STREAM_UNITS}, got {self.unit!r}")
+        if self.unit == "kv_group" and not grouped:
+            raise ValueError(
+                f"unit kv_group needs grouped-query attention (fewer KV heads than query heads); {type(self.model).__name__} has one "
+                "KV head per query head: stream unit=head"
+            )
+        self.sites = [_attach(site, sink, window) for site in sites]
+
+    # ---- structure -------------------------------------------------------------------------
+    @property
+    def groups(self) -> dict[str, tuple[int, int]]:
+        """{"dec_self": (layers, units per layer in the original model)}."""
+        shape = self.heads.kv_groups if self.unit == "kv_group" else self.heads.groups
+        return {STREAMED_GROUP: shape[STREAMED_GROUP]}
+
+    @property
+    def num_heads(self) -> int:
+        """Units of the original model (query heads or KV groups of the decoder self-attention)."""
+        return sum(layers * units for layers, units in self.groups.values())
+
+    @property
+    def inner(self) -> str:
+        return self.heads.inner
+
+    @property
+    def kv_groups(self) -> dict[str, tuple[int, int]]:
+        return {STREAMED_GROUP: self.heads.kv_groups[STREAMED_GROUP]}
+
+    @property
+    def heads_per_kv(self) -> dict[str, int]:
+        return {STREAMED_GROUP: self.heads.heads_per_kv[STREAMED_GROUP]}
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        """A mask that streams nothing: {"dec_self": ones [layers, units]}."""
+        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
+
+    def present(self) -> dict[str, torch.Tensor]:
+        """{"dec_self": bool [layers, units]}: True where the unit (any query head of it) is still in the weights."""
+        present = self.heads.present()[STREAMED_GROUP]
+        if self.unit == "kv_group":
+            n = self.heads_per_kv[STREAMED_GROUP]
+            present = present.unflatten(-1, (present.shape[-1] // n, n)).any(-1)
+        return {STREAMED_GROUP: present}
+
+    # ---- masks -----------------------------------------------------------------------------
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a mask of alphas against the model ({"dec_self": [L, U] or [B, L, U]}; ``hard``: 0 or 1 only)."""
+        return normalize_mask(mask, self.groups, hard=hard)
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """The alphas per query head: a KV group's alpha on each of its query heads."""
+        mask = self.normalize_mask(mask, hard=hard)
+        return kv_to_head_mask(mask, self.heads_per_kv) if self.unit == "kv_group" else mask
+
+    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+        """{"stream": the alphas per query head}: what the mask gates, by the kind of gates that act."""
+        return {"stream": self.head_mask(mask, hard=hard)}
+
+    def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Scores in this unit from per-query-head scores: the mean of each KV group's query heads (``kv_group``)."""
+        if self.unit != "kv_group":
+            return scores
+        n = self.heads_per_kv[STREAMED_GROUP]
+        return {g: s.unflatten(-1, (s.shape[-1] // n, n)).mean(-1) for g, s in scores.items()}
+
+    def set_mask(self, mask) -> None:
+        """Set every streaming gate to ``mask`` (alphas in this unit); ``None`` streams nothing (and costs nothing)."""
+        if mask is None:
+            for site in self.sites:
+                site.gate = None
+            return
+        alphas = self.head_mask(mask)[STREAMED_GROUP]  # (..., L, H) over the original query heads
+        for site in self.sites:
+            ids = torch.tensor(site.head_ids or [0], dtype=torch.long, device=alphas.device)
+            site.gate = alphas[..., site.layer, :].index_select(-1, ids)
+
+    # ---- gate gradients: masked() and probing() come from SiteGateMethods --------------------
+    def remove(self) -> None:
+        """Detach the streaming gates from the model (the head gates stay)."""
+        for site in self.sites:
+            site.gate = None
+            site.hook.remove()
+            site.attention.stream = None
+
+    def describe(self) -> str:
+        """One line: the unit, sink and window, and the units per layer."""
+        layers, units = self.groups[STREAMED_GROUP]
+        return f"{STREAMED_GROUP:9s} stream unit={self.unit} sink={self.sink} window={self.window} layers={layers} units/layer={units}"

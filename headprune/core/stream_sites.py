@@ -1,0 +1,112 @@
+"""One attention module's streaming gate: its full attention mixed with its attention under the sink + window mask.
+
+Per head, ``alpha * full + (1 - alpha) * streamed`` (alpha = 1: the model's own head; alpha = 0: the head streamed,
+headprune.core.streaming). The attention wrapper of headprune.core.gates calls ``attend`` with the model's own
+attention function; the streaming branch runs only while a gate is set or gate gradients are recorded. A
+``StreamCache`` layer may instead hand over the short keys of its streamed KV groups (``CacheHandover``): the heads
+of full groups then attend to the full keys, the streamed ones to their sink + window keys only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from headprune.core.head_tensors import broadcast_gate
+from headprune.core.streaming import sequence_positions, streaming_keep, streaming_mask
+
+CACHE_ARGS = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache
+
+
+@dataclass(eq=False)
+class CacheHandover:
+    """What a StreamCache layer gives the attention function of one forward: which query heads stream, and their short KV."""
+
+    full_heads: torch.Tensor  # (Hf,) positions (in weight order) of the query heads whose KV group keeps every key
+    streamed_heads: torch.Tensor  # (Hs,) positions of the query heads of streamed KV groups
+    past: int  # tokens cached before this forward: the queries sit at positions past, past + 1, ...
+    keys: torch.Tensor  # (B, KVs, S, D) the streamed groups' keys: their sink and recent window (and the new tokens)
+    values: torch.Tensor  # (B, KVs, S, D)
+    positions: torch.Tensor  # (S,) absolute position of each of those keys (any order: keys carry their RoPE)
+    first: int  # the position of the first full-group key and of the model's first mask column (> 0: a sliding window)
+    exact: bool  # every query attends to every one of those keys (a decode step): no streaming mask needed
+
+
+@dataclass(eq=False)
+class StreamSite:
+    """The streaming gate of one attention module; structure (group, layer, head ids, KV heads) is its AttentionSite's."""
+
+    attention: object  # the AttentionSite (headprune.core.gates)
+    sink: int
+    window: int
+    gate: torch.Tensor | None = None  # alpha (H,) or (B, H) over the present query heads; None = not streamed
+    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H) while recording
+    recording: bool = False
+    past: int | None = None  # tokens cached before this forward (set by a forward pre-hook; None: keys start at 0)
+    handover: CacheHandover | None = None  # set by a StreamCache layer's update, taken by the next attention call
+    hook: object = None  # the pre-hook's handle
+
+    def __getattr__(self, name):  # group, layer, head_ids, kv_ids, kv_positions, ...: the attention site's own
+        if name == "attention":
+            raise AttributeError(name)
+        return getattr(self.attention, name)
+
+    @property
+    def active(self) -> bool:
+        """Whether the streaming branch must run: a gate is set, or gate gradients are recorded."""
+        return self.gate is not None or (self.recording and torch.is_grad_enabled())
+
+    def record_past(self, module, args, kwargs) -> None:
+        """Forward pre-hook of the attention module: how many tokens its cache layer held before this forward."""
+        cache = next((kwargs[name] for name in CACHE_ARGS if kwargs.get(name) is not None), None)
+        layer = getattr(module, "layer_idx", None)
+        self.past = (
+            int(cache.get_seq_length(layer)) if cache is not None and layer is not None and hasattr(cache, "get_seq_length") else None
+        )
+
+    def take_handover(self) -> CacheHandover | None:
+        """The short KV a StreamCache layer handed over for this forward (cleared: it serves one call)."""
+        handover, self.handover = self.handover, None
+        return handover
+
+    def mix(self, inner, module, query, key, value, attention_mask, kwargs: dict, full: torch.Tensor) -> torch.Tensor:
+        """``alpha * full + (1 - alpha) * streamed`` per head (B, Tq, H, D), ``streamed`` run by ``inner`` under the streaming mask."""
+        past = self.past if self.past is not None else key.shape[-2] - query.shape[-2]
+        queries, keys = sequence_positions(past, query.shape[-2], key.shape[-2], device=query.device)
+        mask = streaming_mask(attention_mask, streaming_keep(queries, keys, self.sink, self.window), query.dtype)
+        streamed, _ = inner(module, query, key, value, mask, **kwargs)  # (B, Tq, H, D)
+        alpha = broadcast_gate(self.gate, full) if self.gate is not None else torch.ones((), dtype=full.dtype, device=full.device)
+        if self.recording and torch.is_grad_enabled():
+            probe = torch.ones(full.shape[:3], dtype=full.dtype, device=full.device, requires_grad=True)
+            self.probes.append(probe)
+            alpha = alpha * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = alpha * <full - streamed, grad>: alpha's gradient
+        return alpha * full + (1 - alpha) * streamed
+
+    def split(self, handover: CacheHandover, inner, module, query, key, value, attention_mask, kwargs: dict) -> torch.Tensor:
+        """Per-head outputs (B, Tq, H, D): full groups' heads on ``key``/``value`` (full groups only), streamed heads on the handed-over KV."""
+        batch, heads, length, _ = query.shape
+        out = query.new_zeros(batch, length, heads, value.shape[-1])
+        if handover.full_heads.numel():
+            full, _ = inner(module, query.index_select(1, handover.full_heads), key, value, attention_mask, **kwargs)
+            out[:, :, handover.full_heads] = full
+        if handover.streamed_heads.numel():
+            out[:, :, handover.streamed_heads] = self._short_attention(handover, inner, module, query, attention_mask, kwargs)
+        return out
+
+    def _short_attention(self, handover: CacheHandover, inner, module, query, attention_mask, kwargs: dict) -> torch.Tensor:
+        """The streamed heads' outputs (B, Tq, Hs, D) over their sink + window keys, under the model's mask at those positions."""
+        positions, end = handover.positions, handover.past + query.shape[-2]
+        mask = None
+        if attention_mask is not None or not handover.exact:
+            queries = torch.arange(handover.past, end, device=positions.device)
+            keep = streaming_keep(queries, positions, self.sink, self.window)
+            model_mask = None
+            if handover.first:
+                keep = keep & (positions >= handover.first).view(1, -1)  # before a sliding window: the model's mask hides it
+            if attention_mask is not None:
+                model_mask = attention_mask.index_select(-1, (positions - handover.first).clamp(min=0))  # its columns start at ``first``
+            mask = streaming_mask(model_mask, keep, query.dtype)
+        streamed = query.index_select(1, handover.streamed_heads)
+        out, _ = inner(module, streamed, handover.keys, handover.values, mask, **kwargs)
+        return out
