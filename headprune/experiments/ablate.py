@@ -10,6 +10,7 @@ from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.ablation_stage import ablation_figure, ablation_stage
 from headprune.pipeline.evaluation import check_split
+from headprune.pipeline.stream_points import streaming
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir
 from headprune.scoring.significance import correlation
@@ -31,7 +32,7 @@ def run(cfg) -> dict:
     for split in splits:
         result = ablation_stage(task, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha), progress=True)
         numbers["splits"][split] = result
-        title = f"Single-{noun(task.gates.unit)} ablation on {split} ({cfg.model.name})"
+        title = f"Single-{noun(task.gates.unit)} {'streaming' if streaming(task) else 'ablation'} on {split} ({cfg.model.name})"
         figures.append(ablation_figure(result, out / f"ablate_{split}.png", title))
         tables[f"ablate_{split}"] = ablation_rows(result)
         print(

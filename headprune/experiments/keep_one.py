@@ -7,9 +7,11 @@ that scores highest on the *selection* split when it alone is kept; the drop is 
 
 from __future__ import annotations
 
+from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.evaluation import check_split, selection_split
 from headprune.pipeline.keep_one_stage import keep_one_stage
+from headprune.pipeline.stream_points import keep_one_title, streaming
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_groups
@@ -32,11 +34,12 @@ def run(cfg) -> dict:
     figure = keep_one_bars(
         result["rows"],
         out / "keep_one.png",
-        f"Keep only the best head per layer ({cfg.model.name}, {split})",
+        f"{keep_one_title(task)} ({cfg.model.name}, {split})",
         f"{result['metric']} difference",
     )
     for r in result["rows"]:
-        print(f"{r['group']} layer {r['layer'] + 1}: keep head {r['best_head'] + 1} -> {r['delta']:+.2f} (p={r['p_value']:.3f})")
+        kept = f"keep {noun(task.gates.unit)} {r['best_head'] + 1}" + (" full, stream the others" if streaming(task) else "")
+        print(f"{r['group']} layer {r['layer'] + 1}: {kept} -> {r['delta']:+.2f} (p={r['p_value']:.3f})")
     write_results(cfg, "keep_one", result, task, split, inputs={"selection_split": selection}, figures=[figure])
     log_run(cfg, "keep_one", result, {"keep_one": keep_one_rows(result)}, [figure])
     return {"objective": result["base_score"], **result}

@@ -9,6 +9,7 @@ the training-split subset (``task.importance_batches()``), never from the evalua
 
 from __future__ import annotations
 
+from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.pipeline.evaluation import check_split, selection_split
 from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
@@ -17,6 +18,7 @@ from headprune.pipeline.pareto_plan import for_speed, recoveries_of
 from headprune.pipeline.prune_speed import pareto_stage
 from headprune.pipeline.recovery_check import say_worse
 from headprune.pipeline.settings import RunSettings
+from headprune.pipeline.stream_points import action_words, say_cache
 from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir
@@ -80,10 +82,13 @@ def run(cfg) -> dict:
         progress=True,
     )
     out = output_dir(cfg)
-    title = f"Greedy pruning of {'+'.join(groups)} ({cfg.model.name}, {split})"
-    figure = pruning_curves(curves_of(result), out / "prune.png", title, result["metric"], result["base_score"])
+    verb, done = action_words(task)
+    title = f"Greedy {verb} of {'+'.join(groups)} ({cfg.model.name}, {split})"
+    xlabel = f"{noun(result['unit'], plural=True)} {done} (%)"
+    figure = pruning_curves(curves_of(result), out / "prune.png", title, result["metric"], result["base_score"], xlabel)
     for order, v in result["orders"].items():
         print(f"{order} ({result['unit']}): " + " ".join(f"{step_text(s, result['unit'])}={s['score']:.2f}" for s in v["steps"]))
+    say_cache(result)
     warn_unmet(result)
     write_results(cfg, "prune", result, task, split, figures=[figure])
     log_run(cfg, "prune", {k: v for k, v in result.items() if k != "orders"}, {"prune": prune_rows(result)}, [figure])

@@ -24,15 +24,17 @@ from headprune.pipeline.conf_dir import config_dir
 from headprune.pipeline.evaluation import check_split, evaluate_one, selection_split
 from headprune.pipeline.finetune_runs import check_finetune_budget
 from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of
-from headprune.pipeline.orders import order_settings, unit_refusal
+from headprune.pipeline.orders import action_refusal, order_settings, unit_refusal
 from headprune.pipeline.settings import RunSettings
 from headprune.pipeline.speed_stage import untimed_note
 from headprune.pipeline.stages import digest, stage, training_settings
+from headprune.pipeline.stream_points import action_record, action_words, keep_one_title, streaming
 from headprune.pipeline.study_stages import STUDY_STAGES, StudyRun, run_stage
 from headprune.results.run_dir import write_results
 from headprune.results.writer import model_fingerprint, output_dir, read_json
 from headprune.selection.greedy import check_groups
 from headprune.tasks import registry
+from headprune.tasks.stream_task import STREAM, action_of
 from headprune.tasks.unit_task import unit_of
 from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
 from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
@@ -136,13 +138,23 @@ STAGES = ("train", *(s.name for s in STUDY_STAGES))  # in the order they run
 def unit_orders(cfg, orders: list[str]) -> list[str]:
     """The study's orders that can rank ``prune.unit`` (its default list holds ablation and entropy, for heads); one line
     names those left out (orders given on the command line were checked before work)."""
-    unit = unit_of(cfg)
+    unit, action = unit_of(cfg), action_of(cfg)
     kept = [o for o in orders if unit_refusal(o, unit) is None]
     if kept != orders:
         print(f"[study] prune.unit={unit}: orders {[o for o in orders if o not in kept]} left out (they rank heads only)", flush=True)
+    acting = [o for o in kept if action_refusal(o, action) is None]
+    if acting != kept:
+        left = [o for o in kept if o not in acting]
+        print(f"[study] prune.action={action}: orders {left} left out ({action_refusal(left[0], action)})", flush=True)
     if ablation_refusal(unit):
         print(f"[study] prune.unit={unit}: the ablate and keep_one stages are skipped (one unit at a time)", flush=True)
-    return kept
+    if action == STREAM:
+        print(
+            "[study] prune.action=stream: the speed stage is skipped (a streamed unit keeps its weights; every prune point "
+            "reports its KV cache, and bench/bench_stream_cache.py times decoding with the streaming cache)",
+            flush=True,
+        )
+    return acting
 
 
 def study_run(cfg, settings: RunSettings, out: Path, orders: list[str], fractions: list[float]) -> StudyRun:
@@ -197,7 +209,8 @@ def run(cfg) -> dict:
     bar.close()
     numbers = write_study(ctx, note, trained, study_figures(ctx))
     print(f"[study] done: {out / 'results.json'}", flush=True)
-    untimed_note(ctx.results["speed"], settings.speed.max_seconds, "[study] speed:")
+    if "speed" in ctx.results:
+        untimed_note(ctx.results["speed"], settings.speed.max_seconds, "[study] speed:")
     return {"objective": ctx.base.score, **numbers}
 
 
@@ -205,18 +218,21 @@ def study_figures(ctx: StudyRun) -> list:
     """Heatmaps per ablated split, keep_one bars, pruning curves (per group too), the Pareto plot and the speed bars."""
     r, out, name, task, base = ctx.results, ctx.out, ctx.cfg.model.get("name"), ctx.task, ctx.base.score
     ablated = r["ablate"]["splits"] if "ablate" in r else {}  # neither ablate nor keep_one for neurons
-    figures = [ablation_figure(v, out / f"ablate_{s}.png", f"Single-head ablation on {s} ({name})") for s, v in ablated.items()]
+    unit, (verb, done) = task.gates.unit, action_words(task)
+    what = f"Single-{noun(unit)} {'streaming' if streaming(task) else 'ablation'}"
+    figures = [ablation_figure(v, out / f"ablate_{s}.png", f"{what} on {s} ({name})") for s, v in ablated.items()]
     if "keep_one" in r:
-        title = f"Keep only the best head per layer ({name})"
+        title = f"{keep_one_title(task)} ({name})"
         figures.append(keep_one_bars(r["keep_one"]["rows"], out / "keep_one.png", title, f"{task.metric} difference"))
-    figures.append(pruning_curves(curves_of(r["prune"]), out / "prune.png", f"Greedy pruning ({name}, {ctx.split})", task.metric, base))
+    title, xlabel = f"Greedy {verb} ({name}, {ctx.split})", f"{noun(unit, plural=True)} {done} (%)"
+    figures.append(pruning_curves(curves_of(r["prune"]), out / "prune.png", title, task.metric, base, xlabel))
     if "by_group" in r["prune"]:
         by_group = {g: curves_of(v)["importance"] for g, v in r["prune"]["by_group"].items()}
         title = f"Pruning one attention group at a time ({name})"
         figures.append(pruning_curves(by_group, out / "prune_groups.png", title, task.metric, base))
     if "pareto" in r:
         figures.append(pareto_figure(r["pareto"], out / "pareto.png", f"Quality against speed ({name}, {ctx.split})"))
-    if r["speed"]["rows"]:
+    if "speed" in r and r["speed"]["rows"]:
         fraction = float(ctx.settings.speed.fraction)
         title = f"Throughput, {100 * fraction:.0f}% of {noun(task.gates.unit, plural=True)} pruned ({name})"
         figures.append(speed_bars(r["speed"]["rows"], out / "speed.png", title))
@@ -227,6 +243,7 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     """results.json (every stage's results, with each stage's fingerprint), and the tables and summary in W&B."""
     r, cfg = ctx.results, ctx.cfg
     numbers = {"data_note": note, "trained_model": trained, "base_score": ctx.base.score, "metric": ctx.task.metric}
+    numbers.update(action_record(ctx.task))
     numbers.update({name: r[name] for name in ("scores", "ablate", "keep_one", "prune", "speed") if name in r})
     if "pareto" in r:
         numbers["pareto"] = r["pareto"]
@@ -234,12 +251,14 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     inputs = {"selection_split": ctx.selection, "data_note": note, "stage_fingerprints": fingerprints}
     write_results(cfg, "study", numbers, ctx.task, ctx.split, figures=figures, inputs=inputs)
     tables = {f"ablate_{s}": ablation_rows(v) for s, v in (r["ablate"]["splits"] if "ablate" in r else {}).items()}
-    tables.update(prune=prune_rows(r["prune"]), speed=speed_rows(r["speed"]))
+    tables["prune"] = prune_rows(r["prune"])
+    if "speed" in r:
+        tables["speed"] = speed_rows(r["speed"])
     if "keep_one" in r:
         tables["keep_one"] = keep_one_rows(r["keep_one"])
     if "pareto" in r:
         tables["pareto"] = pareto_rows(r["pareto"])
-    last = r["speed"]["rows"][-1] if r["speed"]["rows"] else None
+    last = r["speed"]["rows"][-1] if "speed" in r and r["speed"]["rows"] else None
     summary = {
         "base_score": ctx.base.score,
         "ablate": {s: v["per_group"] for s, v in r["ablate"]["splits"].items()} if "ablate" in r else None,
@@ -270,7 +289,8 @@ def check(cfg) -> None:
     check_reads(cfg)
     given = given_keys()
     check_unit(cfg, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
-    check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
+    streamed = action_of(cfg) == STREAM  # no speed stage: nothing is pruned physically
+    check_exact_pruning(cfg, None if streamed else "its speed measurement times the physically pruned model")
     check_selection(cfg, "study")
     no_duplicates(cfg.study.extra_splits, "study.extra_splits")
     if cfg.study.train:

@@ -8,6 +8,7 @@ import torch
 
 from headprune.engine.ablation import single_head_masks
 from headprune.pipeline.evaluation import evaluate_many, evaluate_one, unit_counts
+from headprune.pipeline.stream_points import action_record
 from headprune.results.run_dir import tensor_dict
 from headprune.selection.greedy import check_groups
 from headprune.viz.plots import head_heatmaps
@@ -51,6 +52,7 @@ def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: f
         "n_examples": base.n,
         "base_score": base.score,
         **unit_counts(task.gates, groups),
+        **action_record(task),
         "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha, "test": task.paired_test_name},
         "per_group": per_group,
         "delta": tensor_dict(delta),

@@ -7,7 +7,8 @@ from headprune.core.unit_kinds import is_joint
 from headprune.pipeline.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.pipeline.orders import ORDERS, OrderSettings, check_order, order_scores
 from headprune.pipeline.settings import listed
-from headprune.results.points import kinds_label, percent, removed_fraction, step_label
+from headprune.pipeline.stream_points import action_record, point_cost, streamed_label, streaming
+from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.uniform import layout_mask, layout_masks
@@ -85,6 +86,7 @@ def prune_stage(
         "layout": layout,
         "orders": {},
         **unit_counts(task.gates, groups),
+        **action_record(task),
     }
     for order in orders:
         if order in reestimated:
@@ -99,10 +101,11 @@ def prune_stage(
                 **what_was_removed(f, heads_removed(m), out["units_total"]),
                 "heads_pruned": heads_removed(m),
                 "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
-                "kinds_removed": kinds_label(mask_to_json(m), task.gates.unit),
+                **what_it_did(task, m),
                 "score": r.score,
                 "relative": r.score / base.score if base.score else None,
                 "mask": mask_to_json(m),
+                **point_cost(task, m),
             }
             for f, m, r in zip(fractions, masks, results)
         ]
@@ -110,6 +113,14 @@ def prune_stage(
         if order in shared:
             out["orders"][order]["head_scores"] = tensor_dict(shared[order])
     return out
+
+
+def what_it_did(task, mask) -> dict:
+    """A step's label by kind: ``kinds_removed`` (``heads 25%``, ``KV groups 25%, neurons 38%``), or for a streaming task
+    ``streamed`` (``KV groups streamed 30%``)."""
+    if streaming(task):
+        return {"streamed": streamed_label(mask_to_json(mask), task.gates.unit)}
+    return {"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)}
 
 
 def what_was_removed(fraction: float, removed: int, total: int) -> dict:
@@ -136,6 +147,8 @@ def warn_unmet(result: dict) -> None:
 
 def step_text(step: dict, unit: str) -> str:
     """A step as printed: its label, and for a joint unit what each kind lost (``30% (KV groups 25%, neurons 38%)``)."""
+    if step.get("streamed"):
+        return step["streamed"] + ("" if fraction_met(step) else f" (asked {percent(step['fraction'])})")
     label = step_label(step)
     return f"{label} ({step['kinds_removed']})" if is_joint(unit) and step.get("kinds_removed") else label
 

@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 from headprune.engine.ablation import keep_one_masks
 from headprune.pipeline.evaluation import evaluate_many, evaluate_one, unit_counts
+from headprune.pipeline.stream_points import action_record
 from headprune.selection.greedy import check_groups
 
 
@@ -60,6 +61,7 @@ def keep_one_stage(
         "n_examples": base.n,
         "base_score": base.score,
         **unit_counts(task.gates, groups),
+        **action_record(task),
         "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha},
         "rows": rows,
     }

@@ -27,6 +27,7 @@ class OrderSettings:
     ablation_split: str | None  # None: no ablation order here (experiment=speed)
     n_samples: int | None  # bootstrap resamples of the ablation order's own ablation run
     progress: bool = False  # a progress bar over the training batches while scoring
+    duo: Any = None  # prune.duo (steps, lr, l1): the duo order's gate training
 
 
 def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) -> dict:
@@ -104,21 +105,64 @@ def random_order(task, settings: OrderSettings, mask=None, shared: dict | None =
     return random_scores(task.gates.groups, settings.seed)
 
 
+def duo_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """DuoAttention's streaming gates: alpha per unit trained by distillation from the full model with an L1 penalty."""
+    from headprune.selection.duo import train_stream_gates
+
+    if mask is not None:
+        raise ValueError("the duo order cannot be re-estimated: its gates are trained once")
+    duo = settings.duo
+    return _cached(
+        shared,
+        "duo_alphas",
+        None,
+        lambda: train_stream_gates(
+            task.model,
+            task.gates,
+            task.importance_batches(),
+            steps=int(duo.steps),
+            lr=float(duo.lr),
+            l1=float(duo.l1),
+            progress=settings.progress,
+        ),
+    )
+
+
+ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
+
+
 @dataclass(frozen=True)
 class Order:
-    """A pruning order: its score function and whether it can be recomputed under the current mask."""
+    """A pruning order: its score function, whether it can be recomputed under the current mask, the actions it ranks for."""
 
     scores: Callable[..., dict]
     reestimable: bool  # ablation: no (one evaluation per remaining head per step); random: nothing to recompute
+    actions: tuple[str, ...] = ACTIONS
 
 
 ORDERS: dict[str, Order] = {
     "importance": Order(importance_order, reestimable=True),
     "fisher": Order(fisher_order, reestimable=True),
     "ablation": Order(ablation_order, reestimable=False),
-    "entropy": Order(entropy_order, reestimable=True),
+    "entropy": Order(entropy_order, reestimable=True, actions=("remove",)),
     "random": Order(random_order, reestimable=False),
+    "duo": Order(duo_order, reestimable=False, actions=("stream",)),
 }
+
+ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not take
+    ("entropy", "stream"): (
+        "the entropy order ranks heads by how diffuse their attention is, which says nothing of how far back a head looks: "
+        "use importance, fisher, ablation, random or duo"
+    ),
+    ("duo", "remove"): "DuoAttention's gates mix full and streamed attention: prune.order=duo needs prune.action=stream",
+}
+
+
+def action_refusal(order: str, action: str) -> str | None:
+    """Why ``order`` cannot rank units for ``action`` (remove or stream), or None when it can."""
+    if action in ORDERS[order].actions:
+        return None
+    return ACTION_REFUSALS.get((order, action), f"the {order} order ranks units for prune.action={list(ORDERS[order].actions)} only")
 
 
 def unit_refusal(order: str, unit) -> str | None:
@@ -144,6 +188,7 @@ def order_settings(cfg) -> OrderSettings:
         ablation_split=str(prune.ablation_split) if prune else None,
         n_samples=int(prune.n_samples) if prune else None,
         progress=True,
+        duo=prune.get("duo") if prune else None,
     )
 
 

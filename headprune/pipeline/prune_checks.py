@@ -271,6 +271,8 @@ def check_conditional_reads(cfg, alone: bool = True) -> None:
         refuse_given(cfg, ("prune.latency_batch_size",), "it is the batch of prune.cost=latency's tables")
     if not for_speed(prune):
         refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
+    if "duo" not in string_list(prune.order, "prune.order"):
+        refuse_given(cfg, ("prune.duo",), "prune.duo.* trains the gates of the duo order, which prune.order does not have")
     if alone and "ablation" not in string_list(prune.order, "prune.order"):
         refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
 

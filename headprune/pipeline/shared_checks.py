@@ -272,13 +272,17 @@ def check_selection(cfg, section: str) -> None:
 
 
 def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
-    """prune.unit (a kind or a joint list; the schema checked its kinds): kv_group on grouped-query attention, neurons and
-    blocks on a family with an MLP layout, blocks in the global layout, orders the unit can be ranked by; ``single_units``:
+    """prune.unit (a kind or a joint list; the schema checked its kinds) and prune.action: kv_group on grouped-query attention,
+    neurons and blocks on a family with an MLP layout, blocks in the global layout, streaming where it can run
+    (headprune.pipeline.stream_checks), orders the unit and action can be ranked by; ``single_units``:
     the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
     from headprune.core.unit_kinds import ablation_refusal, unit_kinds, unit_parts
-    from headprune.pipeline.orders import unit_refusal
+    from headprune.pipeline.orders import action_refusal, unit_refusal
+    from headprune.pipeline.stream_checks import check_action
+    from headprune.tasks.stream_task import action_of
     from headprune.tasks.unit_task import unit_of
 
+    check_action(cfg)
     unit = unit_of(cfg)
     kinds = unit_kinds(unit)
     fields = model_fields(cfg.model) if "kv_group" in kinds or "ffn" in unit_parts(unit) else None
@@ -301,6 +305,9 @@ def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
         refused = unit_refusal(order, unit)
         if refused:
             raise ConfigError(f"prune.order={order} with prune.unit={unit}: {refused}")
+        refused = action_refusal(order, action_of(cfg))
+        if refused:
+            raise ConfigError(f"prune.order={order} with prune.action={action_of(cfg)}: {refused}")
 
 
 def listed_names(value) -> list:

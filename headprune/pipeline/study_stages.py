@@ -19,13 +19,14 @@ from headprune.pipeline.ablation_stage import ablation_stage
 from headprune.pipeline.evaluation import split_size
 from headprune.pipeline.greedy_stage import prune_stage
 from headprune.pipeline.keep_one_stage import keep_one_stage
-from headprune.pipeline.orders import ORDERS, OrderSettings, unit_refusal
+from headprune.pipeline.orders import ORDERS, OrderSettings, action_refusal, unit_refusal
 from headprune.pipeline.pareto_plan import for_speed
 from headprune.pipeline.prune_speed import pareto_stage
 from headprune.pipeline.recovery_check import say_worse
 from headprune.pipeline.settings import RunSettings, listed
 from headprune.pipeline.speed_stage import speed_stage
 from headprune.pipeline.stages import digest, stage
+from headprune.pipeline.stream_points import gate_action, streaming
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.writer import batches_fingerprint
 from headprune.scoring.significance import correlation
@@ -69,10 +70,18 @@ class StudyRun:
     def key(self, reads: dict, data: list[str], inputs: dict | None = None) -> dict:
         """A stage's key: the settings it reads, the model and data it runs on, digests of the earlier stages it uses."""
         return {
-            "settings": {"seed": int(self.cfg.seed), **reads},
+            "settings": {"seed": int(self.cfg.seed), **stream_key(self.task), **reads},
             "fingerprints": {"model": self.model_fp, "data": {name: self.data_fingerprint(name) for name in dict.fromkeys(data)}},
             "inputs": inputs or {},
         }
+
+
+def stream_key(task) -> dict:
+    """What every stage of a streaming study depends on beside its own settings: the unit, sink and window ({} when removing)."""
+    if not streaming(task):
+        return {}
+    gates = task.gates
+    return {"stream": {"unit": gates.unit, "sink": int(gates.sink), "window": int(gates.window)}}
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,10 @@ def scores_key(ctx: StudyRun) -> dict:
 
 def raw_scores(ctx: StudyRun) -> dict:
     cache: dict = {}  # the orders keep their unmasked raw scores here
-    orders = [o for o in ("importance", "entropy") if unit_refusal(o, ctx.task.gates.unit) is None]  # entropy: attention units
+    action = gate_action(ctx.task.gates)
+    orders = [  # entropy: attention units that are removed
+        o for o in ("importance", "entropy") if unit_refusal(o, ctx.task.gates.unit) is None and action_refusal(o, action) is None
+    ]
     for order in orders:
         ORDERS[order].scores(ctx.task, ctx.order_cfg, shared=cache)
     return {order: tensor_dict(cache[f"{order}_raw"]) for order in orders}
@@ -234,7 +246,7 @@ STUDY_STAGES = (
     Stage("keep_one", keep_one_key, keep_one_all, wanted=single_units),
     Stage("prune", prune_key, prune_all),
     Stage("pareto", pareto_key, pareto_all, wanted=lambda ctx: for_speed(ctx.settings.prune)),
-    Stage("speed", speed_key, speed_all),
+    Stage("speed", speed_key, speed_all, wanted=lambda ctx: not streaming(ctx.task)),  # a streamed unit keeps its weights
 )
 
 

@@ -147,13 +147,14 @@ def device_of(cfg) -> torch.device:
 
 
 def load_task(cfg):
-    """The Task (model with gates + data) that the config describes, in eval mode on its device, in ``prune.unit``."""
-    from headprune.tasks.unit_task import in_unit, unit_of
+    """The Task (model with gates + data) that the config describes, in eval mode on its device, in ``prune.unit``, its
+    gates removing units or streaming them (``prune.action``)."""
+    from headprune.tasks.stream_task import in_action
 
     task = get_method(task_spec(cfg).load)(cfg)
     task.to(device_of(cfg))
     task.model.eval()
-    return in_unit(task, unit_of(cfg))
+    return in_action(task, cfg)
 
 
 def train_task(cfg) -> dict:

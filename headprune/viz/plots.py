@@ -56,15 +56,20 @@ def head_heatmaps(values: dict, significant: dict | None, path: str | Path, titl
 
 
 def pruning_curves(
-    curves: dict[str, tuple[list[float], list[float]]], path: str | Path, title: str, ylabel: str, baseline: float | None = None
+    curves: dict[str, tuple[list[float], list[float]]],
+    path: str | Path,
+    title: str,
+    ylabel: str,
+    baseline: float | None = None,
+    xlabel: str = "heads pruned (%)",
 ) -> Path:
-    """Score vs fraction of heads pruned, one line per curve name ({name: (fractions, scores)})."""
+    """Score vs fraction of heads pruned (or of the units ``xlabel`` names), one line per curve name ({name: (fractions, scores)})."""
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name, (fractions, scores) in curves.items():
         ax.plot(100 * np.asarray(fractions), scores, marker="o", markersize=3, label=name)
     if baseline is not None:
         ax.axhline(baseline, color="grey", linestyle=":", linewidth=1, label="unpruned")
-    ax.set_xlabel("heads pruned (%)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

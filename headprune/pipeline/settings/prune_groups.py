@@ -12,10 +12,16 @@ from headprune.pipeline.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAM
 from headprune.selection.uniform import LAYOUTS
 
 RECOVERIES = ("none", "lsq", "finetune")
+ACTIONS = ("remove", "stream")  # what a unit's gate at 0 does: the unit goes, or it attends to a sink and a recent window only
 COSTS = ("flops", "latency")
 
 PRUNE = ("prune",)
-MASK_BY_ORDER = ("prune", "speed")  # speed's mask without a mask file: the lowest speed.fraction by an order
+MASK_BY_ORDER = ("prune", "speed")
+GATED = (
+    "ablate",
+    "keep_one",
+    "prune",
+)  # the experiments that gate units without removing them from the weights  # speed's mask without a mask file: the lowest speed.fraction by an order
 
 
 @dataclass(frozen=True)
@@ -45,10 +51,28 @@ class FinetuneSettings:
 
 
 @dataclass(frozen=True)
+class StreamSettings:
+    """prune.stream: what a streamed unit still sees (prune.action=stream)."""
+
+    sink: int = setting(rule(integer, low=0), GATED)
+    window: int = setting(COUNT, GATED)
+
+
+@dataclass(frozen=True)
+class DuoSettings:
+    """prune.duo: DuoAttention's optimised streaming gates (prune.order=duo)."""
+
+    steps: int = setting(COUNT, PRUNE)
+    lr: float = setting(POSITIVE, PRUNE)
+    l1: float = setting(rule(number, low=0.0), PRUNE)
+
+
+@dataclass(frozen=True)
 class PruneSettings:
     """prune: greedy pruning and pruning for speed (conf/prune/default.yaml)."""
 
     unit: Any = setting(rule(pruning_unit, kinds=tuple(KINDS)), ("ablate", "keep_one", "prune", "speed", "export"))
+    action: str = setting(rule(choice, choices=ACTIONS), GATED)
     order: Any = setting(rule(choices, known=ORDERS), PRUNE)  # a name or a list of names
     layout: str = setting(rule(choice, choices=LAYOUTS), MASK_BY_ORDER)
     reestimate: bool = setting(rule(boolean), PRUNE)
@@ -75,3 +99,5 @@ class PruneSettings:
     save: Any = setting(None, PRUNE, "recovered, all, none or a list of point names")
     lsq: LsqSettings = section(LsqSettings)
     finetune: FinetuneSettings = section(FinetuneSettings)
+    stream: StreamSettings = section(StreamSettings)
+    duo: DuoSettings = section(DuoSettings)

@@ -1,0 +1,100 @@
+"""DuoAttention's optimised streaming gates (Xiao et al. 2024): alpha per unit trained by distillation, the model frozen.
+
+Through ``StreamGates`` a unit's attention is ``alpha * full + (1 - alpha) * streamed``. Starting from alpha = 1 (the
+model's own), Adam minimises
+
+    loss = |h(alpha) - h(1)|^2 / |h(1)|^2  +  l1 * mean(alpha)
+
+on batches of the importance subset: h are the final hidden states (B, T, D) at the predicted positions (labels not
+-100; every real token without labels), h(1) the full model's, computed once per batch. The penalty pushes every gate
+towards streaming, the distillation holds up the units whose streaming changes the output. After each step alpha is
+clamped to [0, 1]. The trained alphas rank the units: the lowest are streamed first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from headprune.core.inputs import model_inputs
+
+
+def _positions(batch: dict) -> torch.Tensor:
+    """(B, T) bool: the positions whose hidden states are distilled (the labelled ones, else every real token)."""
+    labels = batch.get("labels")
+    if labels is not None and labels.dim() == 2:
+        return labels != -100
+    return batch["attention_mask"].bool()
+
+
+def _hidden(model, batch: dict) -> torch.Tensor:
+    """The final hidden states (N, D) at the distilled positions, in float32."""
+    hidden = model.base_model(**model_inputs(model, batch)).last_hidden_state  # (B, T, D)
+    return hidden[_positions(batch).to(hidden.device)].float()
+
+
+def _targets(model, gates, batches: list[dict]) -> list[torch.Tensor]:
+    """The full model's hidden states of every batch (no streaming gate set)."""
+    with torch.no_grad(), gates.masked(None):
+        return [_hidden(model, batch) for batch in batches]
+
+
+def _distillation(model, gates, alphas: dict, batch: dict, target: torch.Tensor) -> torch.Tensor:
+    """The relative squared error of the hidden states under the gates ``alphas`` ({group: [L, U]}) against ``target``."""
+    with gates.masked(alphas):
+        hidden = _hidden(model, batch)
+    return (hidden - target).pow(2).sum() / target.pow(2).sum().clamp(min=1e-30)
+
+
+def distillation_loss(model, gates, batches: Iterable[dict], alphas: dict) -> float:
+    """The mean distillation loss over ``batches`` with the streaming gates at ``alphas`` (no penalty), without gradients."""
+    batches = list(batches)
+    targets = _targets(model, gates, batches)
+    with torch.no_grad():
+        losses = [float(_distillation(model, gates, alphas, b, t)) for b, t in zip(batches, targets)]
+    if not losses:
+        raise ValueError("the distillation loss needs at least one batch")
+    return sum(losses) / len(losses)
+
+
+def train_stream_gates(
+    model, gates, batches: Iterable[dict], steps: int, lr: float, l1: float, init: float = 1.0, progress: bool = False
+) -> dict[str, torch.Tensor]:
+    """Alphas {group: [L, U]} in [0, 1] trained for ``steps`` Adam steps (one batch each, cycling) from ``init``, the model frozen.
+
+    ``gates``: the model's StreamGates (their unit, sink and window); ``batches``: inputs with labels (the importance subset).
+    """
+    from tqdm.auto import tqdm
+
+    batches = list(batches)
+    if not batches:
+        raise ValueError("DuoAttention's gates need training batches: the importance subset is empty")
+    if steps < 1 or lr <= 0 or l1 < 0:
+        raise ValueError(f"the gate training needs steps >= 1, lr > 0 and l1 >= 0; got steps={steps}, lr={lr}, l1={l1}")
+    device = next(model.parameters()).device
+    frozen = [(p, p.requires_grad) for p in model.parameters()]
+    was_training = model.training
+    model.eval()
+    alphas = {g: torch.full(shape, float(init), device=device, requires_grad=True) for g, shape in gates.groups.items()}
+    optimizer = torch.optim.Adam(list(alphas.values()), lr=lr)
+    try:
+        for p, _ in frozen:
+            p.requires_grad_(False)
+        targets = _targets(model, gates, batches)
+        with torch.enable_grad():
+            for step in tqdm(range(steps), desc="duo gates", disable=not progress, leave=False):
+                index = step % len(batches)
+                optimizer.zero_grad()
+                penalty = torch.cat([a.flatten() for a in alphas.values()]).mean()
+                loss = _distillation(model, gates, alphas, batches[index], targets[index]) + l1 * penalty
+                loss.backward()
+                optimizer.step()
+                with torch.no_grad():
+                    for a in alphas.values():
+                        a.clamp_(0.0, 1.0)
+    finally:
+        for p, flag in frozen:
+            p.requires_grad_(flag)
+        model.train(was_training)
+    return {g: a.detach().cpu() for g, a in alphas.items()}

@@ -1,0 +1,83 @@
+"""A task whose units are streamed instead of removed (``prune.action=stream``): its gates are ``StreamGates``.
+
+A mask entry 0 then limits the unit (a query head, or a KV group with its query heads) to the first ``prune.stream.sink``
+tokens and a recent window of ``prune.stream.window`` (headprune.core.streaming); 1 keeps its full attention. Every
+experiment that gates units (ablate, keep_one, prune, the study) runs unchanged on it: its shapes come from
+``task.gates.groups``, its masks reach the task's own evaluation under the streaming gates, and importance, Fisher and
+the duo order read the streaming gates' gradients.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from headprune.core.stream_gates import StreamGates
+from headprune.tasks.unit_task import in_unit, unit_of
+
+REMOVE, STREAM = "remove", "stream"
+
+
+def action_of(cfg) -> str:
+    """``prune.action``: what a gate at 0 does to a unit (a run without a prune group removes)."""
+    prune = cfg.get("prune")
+    return REMOVE if prune is None or prune.get("action") is None else str(prune.action)
+
+
+def task_context(data) -> int | None:
+    """The longest context the task's data holds, in tokens: ``data.max_length`` or the largest of ``data.context_lengths``
+    (None when the data config says neither)."""
+    lengths = data.get("context_lengths")
+    if lengths is not None:
+        values = [lengths] if isinstance(lengths, int) else list(lengths)
+        return max(int(v) for v in values) if values else None
+    length = data.get("max_length")
+    return int(length) if length is not None else None
+
+
+class StreamTask:
+    """``task`` with StreamGates in place of its head gates; everything else is the task's own."""
+
+    def __init__(self, task, gates: StreamGates, context_tokens: int | None):
+        self.__dict__["task"] = task
+        self.__dict__["_gates"] = gates
+        self.__dict__["context_tokens"] = context_tokens  # the task's longest context: where the KV cache is counted
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    def __setattr__(self, name, value):
+        if name == "gates":
+            raise ValueError("a streaming task keeps its model: streamed units keep their weights, no pruned copy replaces it")
+        setattr(self.task, name, value)
+
+    @property
+    def gates(self) -> StreamGates:
+        return self._gates
+
+    @contextmanager
+    def _streaming(self):
+        """The task evaluates under the streaming gates (its own head gates stay on the model, unset)."""
+        heads = self.task.gates
+        self.task.gates = self._gates
+        try:
+            yield
+        finally:
+            self.task.gates = heads
+
+    def evaluate(self, mask=None, split: str = "eval", on_batch=None):
+        with self._streaming():
+            return self.task.evaluate(mask, split, on_batch=on_batch)
+
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list:
+        with self._streaming():
+            return self.task.evaluate_many(masks, split, on_batch)
+
+
+def in_action(task, cfg):
+    """The task in ``prune.unit`` (headprune.tasks.unit_task.in_unit), or with StreamGates in that unit for ``prune.action=stream``."""
+    unit = unit_of(cfg)
+    if action_of(cfg) != STREAM:
+        return in_unit(task, unit)
+    stream = cfg.prune.stream
+    gates = StreamGates(task.gates, int(stream.sink), int(stream.window), unit=unit)
+    return StreamTask(task, gates, task_context(cfg.data))
