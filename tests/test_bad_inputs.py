@@ -257,6 +257,17 @@ PRE = {  # a row's files, written before composing
     "epochs_truncated": lambda tmp: epoch_checkpoints(tmp / "run"),
     "mask_kv_ok_tokenizer": lambda tmp: (PRE["mask_kv_ok"](tmp), saved_bpe_tokenizer(tmp / "tok")),
     "mask_dec_heads": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}})),
+    "stream_results": lambda tmp: (tmp / "stream.json").write_text(
+        json.dumps(
+            {
+                "results": {
+                    "action": "stream",
+                    "unit": "kv_group",
+                    "orders": {"importance": {"steps": [{"fraction": 0.5, "mask": {"dec_self": [[0, 1], [0, 1]]}}]}},
+                }
+            }
+        )
+    ),
 }
 MT_FILES = ["data=mt_multi30k", "data.dir={tmp}/mt", "data.tokenizer.vocab_size=300"]
 LM_FILES = [
@@ -1100,6 +1111,67 @@ CONFIG_ROWS = [
         ["experiment=export", "model=tiny_gemma", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
         "not 'gemma2': llama.cpp's gemma2 architecture has its own norms",
         "mask_dec_heads",
+    ),
+    (
+        "stream-span-covers-context",
+        "lm",
+        ["experiment=prune", "prune.action=stream", "prune.stream.window=44"],
+        "= 48 tokens reach the whole context of data=lm_synthetic (48 tokens at most): a streamed unit would keep every key and "
+        "nothing would be saved",
+        None,
+    ),
+    ("stream-on-encoder", "nli", ["experiment=ablate", "prune.action=stream"], "an encoder (attention groups ['enc_self'])", None),
+    ("stream-on-seq2seq", "mt", ["experiment=prune", "prune.action=stream"], "an encoder-decoder (attention groups", None),
+    (
+        "stream-window-beyond-positions",
+        "lm",
+        ["experiment=prune", "prune.action=stream", "prune.stream.window=200"],
+        "prune.stream.window=200 is larger than model tiny_llama's 128 positions",
+        None,
+    ),
+    (
+        "stream-settings-with-remove",
+        "lm",
+        ["experiment=prune", "prune.stream.window=8"],
+        "prune.stream.window=8 would be ignored: prune.stream.* sets what a streamed unit still sees, and prune.action=remove",
+        None,
+    ),
+    (
+        "stream-entropy-order",
+        "lm",
+        ["experiment=prune", "prune.action=stream", "prune.order=entropy"],
+        "prune.order=entropy with prune.action=stream: the entropy order ranks heads by how diffuse their attention is",
+        None,
+    ),
+    (
+        "stream-ffn-unit",
+        "lm",
+        ["experiment=prune", "prune.action=stream", "prune.unit=ffn"],
+        "prune.unit=ffn with prune.action=stream",
+        None,
+    ),
+    (
+        "stream-for-speed",
+        "lm",
+        ["experiment=prune", "prune.action=stream", "prune.unit=kv_group", "prune.target={{flops:0.6}}"],
+        "a streamed unit keeps its weights, its saving is the KV cache",
+        None,
+    ),
+    ("stream-on-speed", "lm", ["experiment=speed", "prune.action=stream"], "prune.action=stream is not read by experiment=speed", None),
+    ("duo-with-remove", "lm", ["experiment=prune", "prune.order=duo"], "prune.order=duo needs prune.action=stream", None),
+    (
+        "duo-settings-without-duo",
+        "lm",
+        ["experiment=prune", "prune.action=stream", "prune.duo.steps=5"],
+        "prune.duo.steps=5 would be ignored",
+        None,
+    ),
+    (
+        "stream-patterns-as-speed-mask",
+        "lm",
+        ["experiment=speed", "speed.mask_file={tmp}/stream.json"],
+        "holds the patterns of a prune.action=stream run",
+        "stream_results",
     ),
 ]
 

@@ -278,11 +278,18 @@ def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
     the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
     from headprune.core.unit_kinds import ablation_refusal, unit_kinds, unit_parts
     from headprune.pipeline.orders import action_refusal, unit_refusal
-    from headprune.pipeline.stream_checks import check_action
-    from headprune.tasks.stream_task import action_of
+    from headprune.pipeline.stream_checks import check_stream
+    from headprune.tasks.stream_task import STREAM, action_of
     from headprune.tasks.unit_task import unit_of
 
-    check_action(cfg)
+    if action_of(cfg) == STREAM:
+        check_stream(cfg)
+    else:
+        refuse_given(
+            cfg,
+            ("prune.stream",),
+            "prune.stream.* sets what a streamed unit still sees, and prune.action=remove removes units (add prune.action=stream)",
+        )
     unit = unit_of(cfg)
     kinds = unit_kinds(unit)
     fields = model_fields(cfg.model) if "kv_group" in kinds or "ffn" in unit_parts(unit) else None

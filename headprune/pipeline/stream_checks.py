@@ -8,27 +8,16 @@ positions can hold and a context longer than sink + window (else a streamed unit
 from __future__ import annotations
 
 from headprune.core.checks import ConfigError
-from headprune.core.stream_gates import MASKED_ATTENTION, STREAM_UNITS
-from headprune.models.sources import max_positions
-from headprune.tasks.stream_task import STREAM, action_of, task_context
+from headprune.core.families import config_groups
+from headprune.core.stream_gates import MASKED_ATTENTION, STREAM_UNITS, STREAMED_GROUP
+from headprune.models.sources import config_fields, max_positions
+from headprune.tasks.stream_task import task_context
 from headprune.tasks.unit_task import unit_of
 
-DECODER_ONLY = "causal_lm"  # the model.kind of decoder-only LLMs: the only models whose KV cache a streamed head shortens
-ENCODERS = ("classifier", "image_classifier")
 
-
-def check_action(cfg) -> None:
-    """prune.action and prune.stream.*: stream.* only with action=stream; streaming on a decoder LLM, in an attention unit,
-    with a window within the model's positions and sink + window below the task's context, and no pruning for speed."""
-    from headprune.pipeline.shared_checks import refuse_given
-
-    if action_of(cfg) != STREAM:
-        refuse_given(
-            cfg,
-            ("prune.stream",),
-            "prune.stream.* sets what a streamed unit still sees, and prune.action=remove removes units (add prune.action=stream)",
-        )
-        return
+def check_stream(cfg) -> None:
+    """prune.action=stream: on a decoder LLM, in an attention unit, with a window within the model's positions and
+    sink + window below the task's context, and no pruning for speed."""
     check_stream_model(cfg)
     unit = unit_of(cfg)
     if unit not in STREAM_UNITS:
@@ -41,17 +30,19 @@ def check_action(cfg) -> None:
 
 
 def check_stream_model(cfg) -> None:
-    """A decoder-only LLM whose attention implementation takes the streaming mask."""
-    model, kind = cfg.model.get("name"), str(cfg.model.get("kind"))
-    if kind in ENCODERS:
+    """A decoder-only LLM (its only attention group the causal self-attention) whose attention takes the streaming mask."""
+    model = cfg.model.get("name")
+    fields = config_fields(cfg.model)
+    groups = config_groups(fields) if fields is not None else None
+    if groups is not None and STREAMED_GROUP not in groups:
         raise ConfigError(
-            f"prune.action=stream on model={model}, an encoder (model.kind {kind}): it attends to every token at once and "
-            "keeps no KV cache, so no head of it can be streamed: use a decoder-only LLM (e.g. model=tiny_llama, model=smollm2)"
+            f"prune.action=stream on model={model}, an encoder (attention groups {groups}): it attends to every token at once "
+            "and keeps no KV cache, so no head of it can be streamed: use a decoder-only LLM (e.g. model=tiny_llama, model=smollm2)"
         )
-    if kind != DECODER_ONLY:
+    if groups is not None and groups != [STREAMED_GROUP]:
         raise ConfigError(
-            f"prune.action=stream on model={model} (model.kind {kind}): streaming covers the self-attention of decoder-only "
-            f"LLMs (model.kind {DECODER_ONLY}, e.g. model=tiny_llama, model=smollm2); use prune.action=remove here"
+            f"prune.action=stream on model={model}, an encoder-decoder (attention groups {groups}): streaming covers the "
+            f"causal self-attention of decoder-only LLMs (e.g. model=tiny_llama, model=smollm2); use prune.action=remove here"
         )
     implementation = cfg.model.get("attn_implementation")
     if implementation is not None and str(implementation) not in MASKED_ATTENTION:

@@ -14,6 +14,11 @@ from headprune.core.unit_kinds import mask_kinds, unit_kinds, unit_name
 from headprune.results.points import kind_counts, point_name, removed_fraction
 from headprune.results.readers import check_binary_mask
 
+REMOVE = "remove"  # what the zeros of a file that names no action do
+ACTION_WORDS = {
+    "remove": "the unit is removed from the weights",
+    "stream": "the unit keeps its weights and attends to a sink and a recent window only",
+}
 UNITS = ("head", "kv_group")  # the units of files written before FFN units; any unit_kinds name is read (file_unit)
 
 
@@ -66,6 +71,7 @@ class MaskFile:
     single_mask: bool = False  # a mask JSON, or a speed or export run's results.json: its one mask, whatever the settings
     controls: list[dict] = field(default_factory=list)  # a prune run's control points (the unpruned model given the fine-tune)
     experiment: str | None = None  # the experiment whose results.json it is (None: a mask JSON or another file)
+    action: str | None = None  # what its masks' zeros do: remove (None: files that do not say) or stream (prune.action=stream)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -122,10 +128,18 @@ def _sections(results: dict) -> list[dict]:
     return [results, results.get("prune") or {}, results.get("pareto") or {}]
 
 
-def read_mask_file(path, setting: str = "speed") -> MaskFile:
-    """Every mask of a mask file with its method, fraction and step; binary masks checked (ConfigError naming the entry)."""
+def read_mask_file(path, setting: str = "speed", action: str = "remove") -> MaskFile:
+    """Every mask of a mask file with its method, fraction and step; binary masks checked (ConfigError naming the entry).
+    ``action``: what the reader does to a unit at 0; a file whose masks do otherwise (streaming patterns) is a ConfigError."""
     path = Path(str(path))
-    return mask_file_of(read_mask_payload(path, setting), path, setting)
+    found = mask_file_of(read_mask_payload(path, setting), path, setting)
+    if (REMOVE if found.action is None else found.action) != action:
+        raise ConfigError(
+            f"{setting}.mask_file={path} holds the patterns of a prune.action={found.action} run (0 = {ACTION_WORDS.get(found.action, found.action)}), "
+            f"and {setting} takes masks whose 0 means {ACTION_WORDS.get(action, action)}: give the results.json of a run with "
+            f"prune.action={action}"
+        )
+    return found
 
 
 def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
@@ -141,7 +155,8 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
     unit = next((file_unit(s["unit"]) for s in sections if file_unit(s.get("unit")) is not None), None)
     layout = next((s["layout"] for s in sections if s.get("layout")), None)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
-    found = MaskFile(path, unit, layout, made_for, experiment=payload.get("experiment"))
+    action = next((s["action"] for s in sections if isinstance(s.get("action"), str)), None)
+    found = MaskFile(path, unit, layout, made_for, experiment=payload.get("experiment"), action=action)
     if "mask" in payload or isinstance(results.get("mask"), dict):
         mask = payload["mask"] if "mask" in payload else results["mask"]
         check_binary_mask(mask, f"{setting}.mask_file={path}")
