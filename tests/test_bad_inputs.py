@@ -1030,10 +1030,10 @@ CONFIG_ROWS = [
     ("unit-ffn-entropy-order", "lm", ["experiment=prune", "prune.unit=[kv_group,ffn]", "prune.order=entropy"], "attention entropy", None),
     ("unit-block-min-per-layer", "nli", ["experiment=prune", "prune.unit=block", "prune.min_heads_per_layer=1"], "at most 0", None),
     (
-        "unit-ffn-rearrange",
+        "unit-block-rearrange",
         "nli",
-        ["experiment=prune", "prune.unit=[head,ffn]", "prune.order=fisher", "prune.rearrange=true"],
-        "prune.rearrange re-chooses the heads",
+        ["experiment=prune", "prune.unit=block", "prune.order=fisher", "prune.rearrange=true"],
+        "with one unit there is nothing to re-choose",
         None,
     ),
     # points named before the run makes them, and points a run kept no model of

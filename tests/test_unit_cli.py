@@ -174,3 +174,29 @@ def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, mon
     point = got["results"]["points"][1]
     assert list((tmp_path / "latency").glob("latency-*-head+ffn-*.json"))
     assert point["cost_unit"] == "seconds" and point["predicted_speedup"] >= 1.2
+
+
+@pytest.mark.parametrize(("task", "unit"), [("lm", "[kv_group,ffn]"), ("nli", "[head,ffn]"), ("nli", "ffn")])
+def test_rearrangement_in_units_with_neurons_is_the_direct_call(shared, tmp_path, task, unit):
+    """prune.rearrange=both with neurons in the unit: the rearranged point keeps every layer's count of each kind, is
+    rearrange_unit_mask of the plain point's mask called directly on the task's gate gradients, and never raises the form."""
+    from headprune.selection.ffn_rearrange import example_gradients
+    from headprune.selection.unit_rearrange import rearrange_unit_mask
+    from headprune.tasks.unit_task import in_unit
+
+    got = run(tmp_path, "prune", task, f"prune.unit={unit}", "prune.order=fisher", "prune.fractions=[0.3]", "prune.rearrange=both")
+    plain, moved = got["results"]["points"][1:]
+    assert (plain["rearranged"], moved["rearranged"]) == (False, True) and moved["order"] == "fisher"
+    for group, rows in plain["mask"].items():
+        assert [sum(r) for r in rows] == [sum(r) for r in moved["mask"][group]]  # each layer keeps its count
+    info = moved["rearrangement"]
+    assert info["fisher_form_after"] <= info["fisher_form_before"] * (1 + 1e-9)
+
+    view = in_unit(shared[task], unit.strip("[]").split(","))
+    grads = example_gradients(view.model, view.gates, view.importance_batches(), unit=view.gates.unit)
+    start = {g: torch.tensor(rows, dtype=torch.float32) for g, rows in plain["mask"].items()}
+    direct = rearrange_unit_mask(start, grads, view.gates.unit, present=view.gates.present())
+    assert {g: m.tolist() for g, m in direct.mask.items()} == {
+        g: [[float(v) for v in r] for r in rows] for g, rows in moved["mask"].items()
+    }
+    assert sum(float(v.sum()) for v in direct.after.values()) == pytest.approx(info["fisher_form_after"], rel=1e-9)

@@ -125,19 +125,21 @@ def check_save_names(prune) -> None:
 
 
 def check_speed_unit(prune) -> None:
-    """Rearranging re-chooses one-shot masks only."""
-    from headprune.core.unit_kinds import unit_kinds, unit_name
+    """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
+    from headprune.core.unit_kinds import unit_name
+    from headprune.selection.unit_rearrange import rearrangement_refusal
 
     rearrange = prune.rearrange
     unit = unit_name(prune.unit if isinstance(prune.unit, str) else list(prune.unit))
-    if rearrange and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+    refusal = rearrangement_refusal(unit)
+    if rearrange and refusal:
         raise ConfigError(
-            f"prune.rearrange re-chooses the heads of each layer from their Fisher blocks, and prune.unit={unit} holds other "
-            "units: drop prune.rearrange (or use prune.unit=head / kv_group)"
+            f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
+            "kv_group, ffn or a joint list such as [kv_group,ffn])"
         )
     if rearrange and prune.get("schedule") is not None:
         raise ConfigError(
-            "prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
+            "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
             "not with prune.schedule: drop one of them"
         )
 

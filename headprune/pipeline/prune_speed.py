@@ -5,8 +5,9 @@ Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d})
 finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
 ``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.selection.mask_search``
 (``max_drop`` measured on the selection split, never the evaluation split). ``prune.rearrange`` (true, or
-``both`` for points with and without) re-chooses each layer's kept heads of every one-shot mask by the layers'
-Fisher blocks, counts kept (``headprune.selection.rearrange``, Kwon et al. 2022). Recovery, timing and the
+``both`` for points with and without) re-chooses each layer's kept units of every one-shot mask, counts kept: heads
+and KV groups by their layers' Fisher blocks, FFN neurons by Kwon et al.'s greedy on their gradients
+(``headprune.selection.unit_rearrange``, Kwon et al. 2022). Recovery, timing and the
 control live in ``headprune.pipeline.pareto_measure``; the point records in ``pareto_points``.
 """
 
@@ -36,22 +37,23 @@ from headprune.pipeline.point_models import has_saved, point_id, recipe_of, save
 from headprune.pipeline.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
 from headprune.pipeline.settings import RunSettings, listed
 from headprune.results.run_dir import mask_to_json
-from headprune.scoring.importance import fisher_blocks
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
+from headprune.selection.ffn_rearrange import example_gradients
 from headprune.selection.greedy import check_groups
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, mask_after
-from headprune.selection.rearrange import rearrange_mask
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
+from headprune.selection.unit_rearrange import rearrange_unit_mask
 
 
 def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
-    """(``mask`` with each layer's kept heads re-chosen by the Fisher blocks of the training subset, what that changed)."""
-    if "fisher_blocks" not in ctx.shared:
-        ctx.shared["fisher_blocks"] = fisher_blocks(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
-    blocks = ctx.shared["fisher_blocks"]
-    done = rearrange_mask(mask, blocks, ctx.groups, ctx.min_per_layer, present=task.gates.present())
+    """(``mask`` with each layer's kept units re-chosen by its kind's rule from the gate gradients of the training subset
+    (``headprune.selection.unit_rearrange``), what that changed)."""
+    if "gate_gradients" not in ctx.shared:
+        ctx.shared["gate_gradients"] = example_gradients(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
+    grads = ctx.shared["gate_gradients"]
+    done = rearrange_unit_mask(mask, grads, task.gates.unit, ctx.groups, ctx.min_per_layer, present=task.gates.present())
     return done.mask, {
         "layers_changed": done.layers_changed,
         "exact": all(all(f) for f in done.exact.values()),
