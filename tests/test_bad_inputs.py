@@ -1036,6 +1036,35 @@ CONFIG_ROWS = [
         "with one unit there is nothing to re-choose",
         None,
     ),
+    (
+        "unit-joint-scale-loss-normalised-importance",
+        "lm",
+        ["experiment=prune", "prune.unit=[kv_group,ffn]", "prune.joint_scale=loss"],
+        "importance.normalize_layers=true rescales the importance scores",
+        None,
+    ),
+    (
+        "unit-joint-scale-loss-random",
+        "nli",
+        ["experiment=prune", "prune.unit=[head,ffn]", "prune.order=random", "prune.joint_scale=loss"],
+        "prune.order=random draws scores that estimate nothing",
+        None,
+    ),
+    (
+        "unit-joint-scale-loss-speed-mask-order",
+        "nli",
+        ["experiment=speed", "prune.unit=[head,ffn]", "prune.joint_scale=loss", "speed.mask_order=random"],
+        "use prune.joint_scale=relative",
+        None,
+    ),
+    ("unit-joint-scale-one-kind", "nli", ["experiment=prune", "prune.unit=ffn", "prune.joint_scale=loss"], "has one kind", None),
+    (
+        "unit-joint-scale-speed-mask-file",
+        "nli",
+        ["experiment=speed", "speed.mask_file={tmp}/mask.json", "prune.unit=[head,ffn]", "prune.joint_scale=loss"],
+        "prune.joint_scale=loss would be ignored",
+        "mask_half",
+    ),
     # points named before the run makes them, and points a run kept no model of
     (
         "prune-save-point-the-run-does-not-make",

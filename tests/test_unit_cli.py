@@ -200,3 +200,27 @@ def test_rearrangement_in_units_with_neurons_is_the_direct_call(shared, tmp_path
         g: [[float(v) for v in r] for r in rows] for g, rows in moved["mask"].items()
     }
     assert sum(float(v.sum()) for v in direct.after.values()) == pytest.approx(info["fisher_form_after"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("order", "rule"), [("importance", "relative"), ("fisher", "loss")])
+def test_a_joint_target_and_fraction_rank_the_kinds_by_prune_joint_scale(shared, tmp_path, order, rule):
+    """The prune experiment's joint masks are the selection functions' masks of the scores made comparable by
+    prune.joint_scale: the cost-aware search for a FLOPs target, the ranking for a fraction."""
+    from headprune.pipeline.orders import order_scores, order_settings
+    from headprune.selection.joint_scale import comparable_scores
+    from headprune.selection.mask_search import search_mask
+    from headprune.selection.uniform import layout_mask
+    from headprune.selection.unit_costs import unit_flops_cost_model
+    from headprune.tasks.unit_task import in_unit
+
+    settings = ("prune.unit=[kv_group,ffn]", f"prune.order={order}", f"prune.joint_scale={rule}")
+    target = run(tmp_path / "target", "prune", "lm", *settings, "prune.target={flops:0.7}", "prune.seq_len=32")["results"]
+    fraction = run(tmp_path / "fraction", "prune", "lm", *settings, "prune.fractions=[0.3]")["results"]
+
+    view = in_unit(shared["lm"], ["kv_group", "ffn"])
+    scores = order_scores(view, order, order_settings(make_cfg(tmp_path, "prune", "lm", *LM, *settings)))
+    costs = unit_flops_cost_model(view.model, view.gates.unit, seq_len=32)
+    searched = search_mask(comparable_scores(scores, rule, costs), costs, {"flops": 0.7}).mask
+    ranked = layout_mask(comparable_scores(scores, rule), view.gates.groups, 0.3)
+    assert {g: m.tolist() for g, m in searched.items()} == target["points"][1]["mask"]
+    assert {g: m.tolist() for g, m in ranked.items()} == fraction["orders"][order]["steps"][0]["mask"]

@@ -36,6 +36,41 @@ def check_prune(cfg) -> None:
     check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
     check_group_names(cfg, prune.groups, "prune.groups")
     check_reestimate(prune)
+    check_joint_scale(cfg, string_list(prune.order, "prune.order"))
+
+
+def check_joint_scale(cfg, orders: list[str]) -> None:
+    """prune.joint_scale: read by a joint unit only; ``loss`` compares the kinds' scores as they are, so only scores in
+    loss units (fisher, importance unnormalised) may meet under it."""
+    from headprune.core.unit_kinds import is_joint, unit_name
+    from headprune.pipeline.shared_checks import refuse_given
+    from headprune.tasks.unit_task import unit_of
+
+    unit = unit_name(unit_of(cfg))
+    if not is_joint(unit):
+        refuse_given(
+            cfg,
+            ("prune.joint_scale",),
+            f"it says how the kinds of a joint unit ([head,ffn], [kv_group,ffn]) meet under one budget, and prune.unit={unit} has one kind",
+        )
+        return
+    if str(cfg.prune.joint_scale) != "loss":
+        return
+    importance = cfg.importance
+    normalised = [name for name in ("normalize_layers", "normalize_global") if importance.get(name)]
+    for order in orders:
+        if order == "importance" and normalised:
+            raise ConfigError(
+                f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as they are, as estimates of the "
+                f"loss, and importance.{normalised[0]}=true rescales the importance scores (each layer to the norm 1 whatever "
+                "its width): set importance.normalize_layers=false and importance.normalize_global=false, use prune.order=fisher, "
+                "or prune.joint_scale=relative"
+            )
+        if order == "random":
+            raise ConfigError(
+                f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as estimates of the loss, and "
+                "prune.order=random draws scores that estimate nothing: use prune.joint_scale=relative (or another order)"
+            )
 
 
 def check_reestimate(prune) -> None:

@@ -4,7 +4,7 @@ Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d})
 (growing fractions or targets: prune, recover, re-score, prune more) or ``prune.recover`` (none | lsq |
 finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
 ``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.selection.mask_search``
-(``max_drop`` measured on the selection split, never the evaluation split). ``prune.rearrange`` (true, or
+(``max_drop`` measured on the selection split, never the evaluation split). A joint unit's kinds meet under ``prune.joint_scale`` (``headprune.selection.joint_scale``). ``prune.rearrange`` (true, or
 ``both`` for points with and without) re-chooses each layer's kept units of every one-shot mask, counts kept: heads
 and KV groups by their layers' Fisher blocks, FFN neurons by Kwon et al.'s greedy on their gradients
 (``headprune.selection.unit_rearrange``, Kwon et al. 2022). Recovery, timing and the
@@ -40,6 +40,7 @@ from headprune.results.run_dir import mask_to_json
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.ffn_rearrange import example_gradients
 from headprune.selection.greedy import check_groups
+from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, mask_after
 from headprune.selection.schedule import iterative_prune
@@ -65,12 +66,13 @@ def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
 def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[list[dict], list[dict | None]]:
     """(one mask per step: a target's cost-aware search or a fraction's greedy mask, rearranged or not; rearrangement info)."""
     refine = (lambda m: rearranged(task, m, ctx)[0]) if rearrange else None
+    rule = str(ctx.settings.joint_scale)
     masks = []
     for step in steps:
         if isinstance(step, PruneTarget):
             evaluate = lambda m: task.evaluate(m, split=ctx.selection).score  # noqa: E731
             found = layout_search(ctx.layout)(
-                scores,
+                comparable_scores(scores, rule, ctx.costs),
                 ctx.costs,
                 step,
                 evaluate,
@@ -81,7 +83,8 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
             )  # a max_drop target is checked on rearranged masks
             masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
         else:
-            masks.append(layout_mask(scores, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
+            ranked = comparable_scores(scores, rule)
+            masks.append(layout_mask(ranked, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
@@ -250,6 +253,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             evaluate=evaluate,
             unit=task.gates.unit,
             layout=ctx.layout,
+            joint_scale=str(settings.joint_scale),
         )
         for step, result in zip(steps, done):
             label = f"{order}/{step_label(step)}"
