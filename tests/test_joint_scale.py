@@ -76,3 +76,17 @@ def test_a_schedule_of_targets_ranks_the_kinds_by_the_same_rule():
         model, [{"flops": 0.7}], [lm_batch(), lm_batch(seed=1)], score_fn=score_fn, costs=costs, unit=unit, joint_scale="relative"
     )
     assert all(torch.equal(steps[0].mask[g], expected[g]) for g in expected)
+
+
+def test_importance_normalises_each_layer_of_attention_units_only():
+    """normalize_layers: each layer's heads (or KV groups) to the norm 1; neurons and blocks keep their raw scores."""
+    model, batches = tiny_llama(), [lm_batch(), lm_batch(seed=1)]
+    for unit in ("kv_group+ffn", "block"):
+        gates = unit_gates(model, unit)
+        normed = importance_scores(model, gates, batches, unit=unit)
+        raw = importance_scores(model, gates, batches, unit=unit, normalize_layers=False)
+        for group in raw:
+            if group == "dec_self":
+                torch.testing.assert_close(normed[group], raw[group] / raw[group].norm(dim=-1, keepdim=True), rtol=1e-5, atol=1e-8)
+            else:
+                assert torch.equal(normed[group], raw[group])

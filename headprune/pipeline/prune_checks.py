@@ -62,9 +62,9 @@ def check_joint_scale(cfg, orders: list[str]) -> None:
         if order == "importance" and normalised:
             raise ConfigError(
                 f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as they are, as estimates of the "
-                f"loss, and importance.{normalised[0]}=true rescales the importance scores (each layer to the norm 1 whatever "
-                "its width): set importance.normalize_layers=false and importance.normalize_global=false, use prune.order=fisher, "
-                "or prune.joint_scale=relative"
+                f"loss, and importance.{normalised[0]}=true rescales the importance scores (each layer's heads to the norm 1, "
+                "whatever the loss): set importance.normalize_layers=false and importance.normalize_global=false, use "
+                "prune.order=fisher, or prune.joint_scale=relative"
             )
         if order == "random":
             raise ConfigError(

@@ -12,8 +12,7 @@ removes the lowest scores: across kinds, both compare a head's score with a neur
               constant factor on all its scores) cannot decide, only how each unit stands within its kind.
 
 ``relative`` is the rule when the scores are not in loss units across kinds: importance normalised per layer (its
-default, Michel et al.) gives every layer of a kind the norm 1 whatever its width, so a neuron's normalised score is
-~1/sqrt(neurons per layer) and a KV group's ~1/sqrt(KV groups per layer), a ratio set by the widths, not by the loss.
+default, Michel et al.) gives each layer's heads or KV groups the norm 1 whatever the loss, beside raw neuron scores.
 """
 
 from __future__ import annotations
