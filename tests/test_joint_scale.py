@@ -90,3 +90,17 @@ def test_importance_normalises_each_layer_of_attention_units_only():
                 torch.testing.assert_close(normed[group], raw[group] / raw[group].norm(dim=-1, keepdim=True), rtol=1e-5, atol=1e-8)
             else:
                 assert torch.equal(normed[group], raw[group])
+
+
+def test_a_pruned_model_s_kinds_are_compared_over_the_units_still_there():
+    """With ``present``, each kind's mean runs over its present units and the cost they can still remove."""
+    model, unit, gates, scores = _scored("kv_group")
+    costs = unit_flops_cost_model(model, unit, seq_len=SEQ)
+    present = {g: torch.ones(layers, units) for g, (layers, units) in gates.groups.items()}
+    present["dec_ffn"][:, 32:] = 0.0  # half of every FFN gone: its neurons score 0
+    pruned = {g: s * present[g] for g, s in scores.items()}
+    by_cost = comparable_scores(pruned, "relative", costs, present)
+    table = costs.tables["dec_ffn"]
+    left = float((table[:, 32] - table[:, 0]).sum())  # what the 32 neurons left in each layer can still save
+    assert float(by_cost["dec_ffn"].double().sum()) == pytest.approx(left, rel=1e-6)
+    assert float(comparable_scores(pruned, "relative", present=present)["dec_ffn"].double().sum()) == pytest.approx(32 * 3, rel=1e-6)

@@ -32,16 +32,22 @@ def kind_classes(groups) -> dict[str, list[str]]:
     return out
 
 
-def removable_cost(costs, groups: list[str]) -> float:
-    """What removing every unit of ``groups`` saves in the cost model (each layer down to its emptied entry)."""
-    return sum(float((costs.tables[g][:, -1] - costs.tables[g][:, 0]).sum()) for g in groups)
+def removable_cost(costs, groups: list[str], present: dict[str, torch.Tensor] | None = None) -> float:
+    """What removing every (present) unit of ``groups`` saves in the cost model: each layer down to its emptied entry."""
+    total = 0.0
+    for g in groups:
+        table = costs.tables[g]
+        kept = table.shape[1] - 1 if present is None else present[g].ne(0).sum(-1).long().cpu()
+        total += float((table[torch.arange(table.shape[0]), kept] - table[:, 0]).sum())
+    return total
 
 
-def comparable_scores(scores: dict[str, torch.Tensor], rule: str, costs=None) -> dict[str, torch.Tensor]:
+def comparable_scores(scores: dict[str, torch.Tensor], rule: str, costs=None, present=None) -> dict[str, torch.Tensor]:
     """``scores`` ({group: [L, U]}) made comparable across the kinds they hold by ``rule`` (see the module doc).
 
-    ``costs``: the CostModel of the budget (a target's search), or None for a count of units (a fraction). One kind:
-    returned as they are. ``relative`` needs scores >= 0 in every kind (every order a joint unit takes gives them).
+    ``costs``: the CostModel of the budget (a target's search), or None for a count of units (a fraction); ``present``
+    ({group: 0/1 [L, U]}, a model already pruned): the means run over the units still there. One kind: returned as they
+    are. ``relative`` needs scores >= 0 in every kind (every order a joint unit takes gives them).
     """
     if rule not in JOINT_SCALES:
         raise ValueError(f"prune.joint_scale must be one of {list(JOINT_SCALES)}, got {rule!r}")
@@ -56,8 +62,11 @@ def comparable_scores(scores: dict[str, torch.Tensor], rule: str, costs=None) ->
                 f"prune.joint_scale=relative divides each kind's scores by their mean, and the {kind} scores hold negative "
                 "values: give an order whose scores are >= 0 (importance, fisher, random)"
             )
-        total = sum(float(v.sum()) for v in values)
-        cost = removable_cost(costs, groups) if costs is not None else float(sum(v.numel() for v in values))
+        total = sum(float(v.sum()) for v in values)  # units already removed score 0
+        if costs is not None:
+            cost = removable_cost(costs, groups, present)
+        else:
+            cost = float(sum(v.numel() if present is None else int(present[g].ne(0).sum()) for g, v in zip(groups, values)))
         if total > 0 and cost > 0:
             out.update({g: (v * (cost / total)).to(scores[g].dtype) for g, v in zip(groups, values)})
     return out

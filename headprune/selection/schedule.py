@@ -128,10 +128,11 @@ def iterative_prune(
         present = {g: p.float() for g, p in gates.present().items()}
         if isinstance(step, PruneTarget):
             search = layout_search(layout)
-            ranked = comparable_scores(scores, joint_scale, costs)
+            ranked = comparable_scores(scores, joint_scale, costs, present)
             mask = search(ranked, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
         else:
-            mask = layout_mask(comparable_scores(scores, joint_scale), shape, step, chosen, min_per_layer, layout, start=present)
+            ranked = comparable_scores(scores, joint_scale, present=present)
+            mask = layout_mask(ranked, shape, step, chosen, min_per_layer, layout, start=present)
         prune_unit_mask(gates, mask)
         if recover is not None:
             recover(model, teacher, batches)
