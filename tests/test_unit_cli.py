@@ -224,3 +224,16 @@ def test_a_joint_target_and_fraction_rank_the_kinds_by_prune_joint_scale(shared,
     ranked = layout_mask(comparable_scores(scores, rule), view.gates.groups, 0.3)
     assert {g: m.tolist() for g, m in searched.items()} == target["points"][1]["mask"]
     assert {g: m.tolist() for g, m in ranked.items()} == fraction["orders"][order]["steps"][0]["mask"]
+
+
+def test_kv_groups_and_neurons_exported_for_vllm_and_checked_without_headprune(shared, tmp_path):
+    """experiment=export export.format=deci_hf on a [kv_group,ffn] mask (one KV group and no FFN in layer 0, no attention and
+    20 neurons in layer 1): the DeciLM checkpoint passes the check in a fresh interpreter (the torch forward of its
+    block_configs against the masked model, the tokenizer, greedy tokens), its layout the mask's kept counts."""
+    mask = {"dec_self": [[1, 0], [0, 0]], "dec_ffn": [[0] * 64, [1] * 20 + [0] * 44]}
+    (tmp_path / "mask.json").write_text(json.dumps({"mask": mask}))
+    overrides = ("export.format=deci_hf", f"export.mask_file={tmp_path / 'mask.json'}", "prune.unit=[kv_group,ffn]")
+    check = run(tmp_path / "export", "export", "lm", *overrides)["results"]["check"]
+    assert check["passed"] and check["reader"] == "torch reference" and check["tokenizer_equal"] and check["greedy_equal"]
+    assert check["layout"] == [{"heads": 4, "kv_heads": 1, "ffn": 0}, {"heads": 0, "kv_heads": 0, "ffn": 20}]
+    assert (tmp_path / "export" / "export" / "deci_hf" / "configuration_decilm.py").is_file()
