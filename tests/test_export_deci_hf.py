@@ -87,6 +87,12 @@ def test_the_torch_forward_of_the_block_configs_is_the_masked_model(tmp_path):
         {"heads": 4, "kv_heads": 2, "ffn": 64},
     ]
     assert written["padded_query_heads"] == [1, 2, 0, 2] and written["placeholder_layers"] == []
+    assert sorted(p.name for p in (tmp_path / "deci").iterdir()) == [  # reading it left nothing behind (no __pycache__)
+        "config.json",
+        "configuration_decilm.py",
+        "generation_config.json",
+        "model.safetensors",
+    ]
 
 
 def test_config_holds_what_vllm_reads_and_the_config_class_reads_it_as_vllm_does(tmp_path):

@@ -236,4 +236,5 @@ def test_kv_groups_and_neurons_exported_for_vllm_and_checked_without_headprune(s
     check = run(tmp_path / "export", "export", "lm", *overrides)["results"]["check"]
     assert check["passed"] and check["reader"] == "torch reference" and check["tokenizer_equal"] and check["greedy_equal"]
     assert check["layout"] == [{"heads": 4, "kv_heads": 1, "ffn": 0}, {"heads": 0, "kv_heads": 0, "ffn": 20}]
-    assert (tmp_path / "export" / "export" / "deci_hf" / "configuration_decilm.py").is_file()
+    folder = tmp_path / "export" / "export" / "deci_hf"
+    assert (folder / "configuration_decilm.py").is_file() and not (folder / "__pycache__").exists()

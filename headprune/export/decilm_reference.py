@@ -28,7 +28,11 @@ def load_config(folder: str):
     spec = importlib.util.spec_from_file_location(f"decilm_config_{abs(hash(str(folder)))}", folder / CONFIG_MODULE)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ left in the checkpoint directory
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = writes
     name = json.loads((folder / "config.json").read_text())["auto_map"]["AutoConfig"].rsplit(".", 1)[1]
     return getattr(module, name).from_pretrained(str(folder))
 
