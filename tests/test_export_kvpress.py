@@ -111,3 +111,39 @@ def test_a_bad_streamed_row_is_one_value_error(streamed, message):
 def test_bad_sink_or_window_is_refused(tmp_path, sink, window, message):
     with pytest.raises(ValueError, match=message):
         write_kvpress_pattern(tmp_path, torch.ones(2, 2), sink, window, "m")
+
+
+def test_the_explicit_streaming_mask_reduces_to_the_model_where_nothing_is_hidden():
+    """tools/stream_reference.py: nothing streamed, or a window over the whole text, is the model's own attention; in
+    kvpress's mode the context positions (full prefill) are too."""
+    from stream_reference import StreamMask, streaming
+
+    model = tiny_llama(layers=3, heads=4, kv_heads=2)
+    ids = torch.randint(3, 64, (1, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        own = model(input_ids=ids).logits
+        scale = own.abs().max()
+        everything = torch.ones(3, 2, dtype=torch.bool)
+        for mask in (StreamMask(torch.zeros(3, 2, dtype=torch.bool), 2, 3), StreamMask(everything, 0, 20)):
+            with streaming(model, mask):
+                assert torch.allclose(model(input_ids=ids).logits, own, atol=1e-5 * scale, rtol=0)
+        with streaming(model, StreamMask(everything, 2, 3, context=12)):
+            prefix = model(input_ids=ids).logits[:, :12]
+        assert torch.allclose(prefix, own[:, :12], atol=1e-5 * scale, rtol=0)
+    assert model.config._attn_implementation == "sdpa"  # restored
+
+
+def test_the_explicit_streaming_mask_gives_the_same_logits_with_a_kv_cache():
+    from stream_reference import StreamMask, streaming
+    from transformers import DynamicCache
+
+    model = tiny_llama(layers=3, heads=4, kv_heads=2)
+    ids = torch.randint(3, 64, (1, 20), generator=torch.Generator().manual_seed(2))
+    streamed = torch.tensor([[True, False], [False, True], [True, True]])
+    for context in (None, 12):
+        with torch.no_grad(), streaming(model, StreamMask(streamed, 2, 3, context)):
+            whole = model(input_ids=ids).logits
+            cache = DynamicCache(config=model.config)
+            steps = [model(input_ids=ids[:, :14], past_key_values=cache, use_cache=True).logits]
+            steps += [model(input_ids=ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits for t in range(14, 20)]
+        assert torch.allclose(torch.cat(steps, 1), whole, atol=1e-5 * whole.abs().max(), rtol=0)
