@@ -10,7 +10,7 @@ config are parsed by kvpress's code.
 
     python tools/client_kvpress.py JOB.json OUT.json
 
-JOB: {"model_dir", "max_new_tokens", "prompts": [{"context", "question", "answer_prefix", "answer", "context_ids",
+JOB: {"model_dir", "chat_template" (false: the pipeline prompts without it), "max_new_tokens", "prompts": [{"context", "question", "answer_prefix", "answer", "context_ids",
 "question_ids"}], "patterns": [{"name", "dir"}]}. OUT: {"versions", "patterns": {name: {"answers", "correct",
 "accuracy", "ids_equal", "streaming_mask", "mask_equal", "compression_ratio"}}}.
 """
@@ -95,6 +95,8 @@ def main(job_path: str, out_path: str) -> int:
     job = json.loads(Path(job_path).read_text(encoding="utf-8"))
     model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=torch.float32, attn_implementation="sdpa").eval()
     tokenizer = AutoTokenizer.from_pretrained(job["model_dir"])
+    if not job["chat_template"]:
+        tokenizer.chat_template = None  # the pipeline then prompts BOS + context, question + newline + answer prefix
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device="cpu")
     results = {p["name"]: run_pattern(pipe, model, p, job["prompts"], job["max_new_tokens"]) for p in job["patterns"]}
     versions = {name: importlib.metadata.version(name) for name in ("kvpress", "transformers", "torch")}
