@@ -9,6 +9,9 @@
 - ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
   architecture when every layer keeps one shape, its ``deci`` (per-layer head counts and FFN widths) for global masks.
 
+Beside the models, a pattern of streamed KV groups (sink + recent window) goes out as DuoAttention's
+``full_attention_heads.tsv`` + ``config.json`` (headprune.export.kvpress), which NVIDIA kvpress's DuoAttentionPress reads.
+
 ``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
 """
 
