@@ -12,6 +12,9 @@
   Mistral decoder: per-layer KV heads (the query heads kept whole, pruned ones as zero heads), FFN widths and no-op
   attention or FFN blocks, with the config class vLLM loads through ``trust_remote_code``.
 
+Beside the models, a pattern of streamed KV groups (sink + recent window) goes out as DuoAttention's
+``full_attention_heads.tsv`` + ``config.json`` (headprune.export.kvpress), which NVIDIA kvpress's DuoAttentionPress reads.
+
 ``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
 """
 
