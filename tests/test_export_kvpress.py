@@ -147,3 +147,22 @@ def test_the_explicit_streaming_mask_gives_the_same_logits_with_a_kv_cache():
             steps = [model(input_ids=ids[:, :14], past_key_values=cache, use_cache=True).logits]
             steps += [model(input_ids=ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits for t in range(14, 20)]
         assert torch.allclose(torch.cat(steps, 1), whole, atol=1e-5 * whole.abs().max(), rtol=0)
+
+
+def test_the_gated_model_on_its_stream_cache_answers_as_the_explicit_mask():
+    """headprune's side of the kvpress check (StreamGates + StreamCache) gives the explicit mask's greedy tokens."""
+    from stream_reference import answers, gated_answers
+
+    class Ids:  # a tokenizer that shows the ids themselves
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    model = tiny_llama(layers=3, heads=4, kv_heads=2)
+    model.generation_config.eos_token_id = None
+    g = torch.Generator().manual_seed(3)
+    prompts = [{"context_ids": torch.randint(3, 64, (n,), generator=g).tolist(), "question_ids": [5, 6]} for n in (18, 25)]
+    streamed = torch.tensor([[True, False], [False, True], [True, True]])
+    with torch.no_grad():
+        explicit = answers(model, Ids(), prompts, streamed, 2, 4, False, 6)
+        gated = gated_answers(model, Ids(), prompts, streamed, 2, 4, False, 6)
+    assert gated == explicit

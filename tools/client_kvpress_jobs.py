@@ -12,8 +12,8 @@ DuoAttentionPress in ``.clients/kvpress-venv``; the checks:
   (information, not a check): headprune streams in prefill too, kvpress does not (see headprune.export.kvpress), and
   on SmolLM2 random thirds of the KV groups gave gaps from -0.4 to +0.4 on 5 prompts.
 
-``reference`` is pluggable: any function with the arguments of ``stream_reference.answers`` (the gated model, once
-the streaming gate exists) replaces the explicit mask for headprune's side.
+headprune's side is the product itself (``stream_reference.gated_answers``: StreamGates at alpha 0 decoding on the
+smaller StreamCache); ``reference`` takes any function with the arguments of ``stream_reference.answers`` instead.
 """
 
 from __future__ import annotations
@@ -104,12 +104,13 @@ def accuracy(answers: list[str], prompts: list[dict]) -> float:
 def kvpress_job(out: Path, n: int = PROMPTS, reference: Callable | None = None) -> dict:
     """Write the patterns and the prompts for SmolLM2, and compute the references: the job for tools/client_kvpress.py."""
     from stream_reference import answers as explicit_mask_answers
+    from stream_reference import gated_answers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from headprune.export.kvpress import kv_shape, write_kvpress_pattern
     from headprune.models.embedded import embedded_model_dir
 
-    reference = reference or explicit_mask_answers
+    reference = reference or gated_answers
     folder = embedded_model_dir("smollm2")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -8,8 +8,8 @@ A streamed KV group's query heads at position i attend to keys j <= i with
                                                                               last ``window`` tokens and what follows)
 
 other groups attend causally. With a KV cache the queries are the last positions of the keys; the cache holds every
-key (the mask hides them), so cached and uncached forwards agree. ``answers`` is one reference a check may use; another
-(the gated model, once it streams) takes the same arguments.
+key (the mask hides them), so cached and uncached forwards agree. ``answers`` is the plain reference; ``gated_answers``
+(headprune's StreamGates decoding on its StreamCache) takes the same arguments.
 """
 
 from __future__ import annotations
@@ -100,4 +100,33 @@ def answers(model, tokenizer, prompts: list[dict], streamed: torch.Tensor, sink:
         with streaming(model, StreamMask(streamed.bool(), sink, window, context)):
             new = greedy(model, prompt["context_ids"] + prompt["question_ids"], max_new_tokens, stop)
         out.append(tokenizer.decode(new, skip_special_tokens=True))
+    return out
+
+
+def gated_answers(model, tokenizer, prompts: list[dict], streamed: torch.Tensor, sink: int, window: int, kvpress: bool,
+                  max_new_tokens: int) -> list[str]:  # fmt: skip
+    """headprune's own answers: the streaming gates at alpha 0 on ``streamed`` groups, decoding on the smaller StreamCache."""
+    from headprune.core.stream_cache import StreamCache
+    from headprune.core.stream_gates import StreamGates
+
+    if kvpress:
+        raise ValueError("the gated model streams in prefill too: kvpress's semantics come from the explicit mask (answers)")
+    gates = StreamGates(model, sink, window, unit="kv_group")
+    mask = {group: (~streamed.bool()).float() for group in gates.groups}  # (layers, KV heads), 1 = full, 0 = streamed
+    stop = model.generation_config.eos_token_id
+    stop = set(stop if isinstance(stop, list) else [stop])
+    out = []
+    try:
+        for prompt in prompts:
+            cache, new = StreamCache(gates, mask), []
+            step = torch.tensor([prompt["context_ids"] + prompt["question_ids"]])
+            for _ in range(max_new_tokens):
+                token = int(model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
+                new.append(token)
+                if token in stop:
+                    break
+                step = torch.tensor([[token]])
+            out.append(tokenizer.decode(new, skip_special_tokens=True))
+    finally:
+        gates.remove()
     return out
