@@ -257,6 +257,7 @@ PRE = {  # a row's files, written before composing
     "epochs_truncated": lambda tmp: epoch_checkpoints(tmp / "run"),
     "mask_kv_ok_tokenizer": lambda tmp: (PRE["mask_kv_ok"](tmp), saved_bpe_tokenizer(tmp / "tok")),
     "mask_dec_heads": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}})),
+    "mask_dec_three": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 1, 0], [1, 1, 1, 1]]}})),
     "stream_results": lambda tmp: (tmp / "stream.json").write_text(
         json.dumps(
             {
@@ -1041,11 +1042,40 @@ CONFIG_ROWS = [
     ("unit-ffn-entropy-order", "lm", ["experiment=prune", "prune.unit=[kv_group,ffn]", "prune.order=entropy"], "attention entropy", None),
     ("unit-block-min-per-layer", "nli", ["experiment=prune", "prune.unit=block", "prune.min_heads_per_layer=1"], "at most 0", None),
     (
-        "unit-ffn-rearrange",
+        "unit-block-rearrange",
         "nli",
-        ["experiment=prune", "prune.unit=[head,ffn]", "prune.order=fisher", "prune.rearrange=true"],
-        "prune.rearrange re-chooses the heads",
+        ["experiment=prune", "prune.unit=block", "prune.order=fisher", "prune.rearrange=true"],
+        "with one unit there is nothing to re-choose",
         None,
+    ),
+    (
+        "unit-joint-scale-loss-normalised-importance",
+        "lm",
+        ["experiment=prune", "prune.unit=[kv_group,ffn]", "prune.joint_scale=loss"],
+        "importance.normalize_layers=true rescales the importance scores",
+        None,
+    ),
+    (
+        "unit-joint-scale-loss-random",
+        "nli",
+        ["experiment=prune", "prune.unit=[head,ffn]", "prune.order=random", "prune.joint_scale=loss"],
+        "prune.order=random draws scores that estimate nothing",
+        None,
+    ),
+    (
+        "unit-joint-scale-loss-speed-mask-order",
+        "nli",
+        ["experiment=speed", "prune.unit=[head,ffn]", "prune.joint_scale=loss", "speed.mask_order=random"],
+        "use prune.joint_scale=relative",
+        None,
+    ),
+    ("unit-joint-scale-one-kind", "nli", ["experiment=prune", "prune.unit=ffn", "prune.joint_scale=loss"], "has one kind", None),
+    (
+        "unit-joint-scale-speed-mask-file",
+        "nli",
+        ["experiment=speed", "speed.mask_file={tmp}/mask.json", "prune.unit=[head,ffn]", "prune.joint_scale=loss"],
+        "prune.joint_scale=loss would be ignored",
+        "mask_half",
     ),
     # points named before the run makes them, and points a run kept no model of
     (
@@ -1111,6 +1141,20 @@ CONFIG_ROWS = [
         ["experiment=export", "model=tiny_gemma", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
         "not 'gemma2': llama.cpp's gemma2 architecture has its own norms",
         "mask_dec_heads",
+    ),
+    (
+        "export-deci-hf-gpt2-family",
+        "lm",
+        ["experiment=export", "model=tiny_gpt2", "export.format=deci_hf", "export.mask_file={tmp}/mask.json"],
+        "export.format=deci_hf writes Llama and Mistral decoders (llama, mistral) as vLLM's DeciLMForCausalLM",
+        "mask_dec_heads",
+    ),
+    (
+        "export-deci-hf-kv-heads-not-dividing-the-query-heads",
+        "lm",
+        ["experiment=export", "export.format=deci_hf", "export.mask_file={tmp}/mask.json", "model.config.num_key_value_heads=4"],
+        "layer 0 keeps 3 KV heads; vLLM's nemotron_nas runs num_attention_heads=4 query heads",
+        "mask_dec_three",
     ),
     (
         "stream-span-covers-context",

@@ -77,11 +77,22 @@ def test_reestimate_is_recorded_per_order(shared_task):
 
     settings = OrderSettings(OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
     only_random = greedy_stage.prune_stage(
-        shared_task, ["random"], [0.0, 0.5], settings, None, 0, True, "eval", None, "global", progress=False
+        shared_task, ["random"], [0.0, 0.5], settings, None, 0, True, "eval", None, "global", joint_scale="relative", progress=False
     )
     assert only_random["reestimate"] is False and only_random["reestimated_orders"] == []
     mixed = greedy_stage.prune_stage(
-        shared_task, ["importance", "random"], [0.0, 0.5], settings, None, 0, True, "eval", None, "global", progress=False
+        shared_task,
+        ["importance", "random"],
+        [0.0, 0.5],
+        settings,
+        None,
+        0,
+        True,
+        "eval",
+        None,
+        "global",
+        joint_scale="relative",
+        progress=False,
     )
     assert mixed["reestimate"] is True and mixed["reestimated_orders"] == ["importance"]
     assert mixed["orders"]["importance"]["reestimated"] and not mixed["orders"]["random"]["reestimated"]
@@ -240,7 +251,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
         under_ones = ORDERS[name].scores(shared_task, settings, mask=shared_task.gates.ones())
         for group in fixed:
             assert torch.allclose(fixed[group].float(), under_ones[group].float(), atol=1e-6)
-        first = greedy_stage.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, False, "global")[0]
+        first = greedy_stage.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, False, "global", "relative")[0]
         expected = masks_for_fractions(fixed, shared_task.gates.groups, [0.25])[0]
         assert all(torch.equal(first[g], expected[g]) for g in groups)
     with pytest.raises(ValueError, match="cannot be re-estimated"):

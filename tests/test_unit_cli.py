@@ -174,3 +174,67 @@ def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, mon
     point = got["results"]["points"][1]
     assert list((tmp_path / "latency").glob("latency-*-head+ffn-*.json"))
     assert point["cost_unit"] == "seconds" and point["predicted_speedup"] >= 1.2
+
+
+@pytest.mark.parametrize(("task", "unit"), [("lm", "[kv_group,ffn]"), ("nli", "[head,ffn]"), ("nli", "ffn")])
+def test_rearrangement_in_units_with_neurons_is_the_direct_call(shared, tmp_path, task, unit):
+    """prune.rearrange=both with neurons in the unit: the rearranged point keeps every layer's count of each kind, is
+    rearrange_unit_mask of the plain point's mask called directly on the task's gate gradients, and never raises the form."""
+    from headprune.selection.ffn_rearrange import example_gradients
+    from headprune.selection.unit_rearrange import rearrange_unit_mask
+    from headprune.tasks.unit_task import in_unit
+
+    got = run(tmp_path, "prune", task, f"prune.unit={unit}", "prune.order=fisher", "prune.fractions=[0.3]", "prune.rearrange=both")
+    plain, moved = got["results"]["points"][1:]
+    assert (plain["rearranged"], moved["rearranged"]) == (False, True) and moved["order"] == "fisher"
+    for group, rows in plain["mask"].items():
+        assert [sum(r) for r in rows] == [sum(r) for r in moved["mask"][group]]  # each layer keeps its count
+    info = moved["rearrangement"]
+    assert info["fisher_form_after"] <= info["fisher_form_before"] * (1 + 1e-9)
+
+    view = in_unit(shared[task], unit.strip("[]").split(","))
+    grads = example_gradients(view.model, view.gates, view.importance_batches(), unit=view.gates.unit)
+    start = {g: torch.tensor(rows, dtype=torch.float32) for g, rows in plain["mask"].items()}
+    direct = rearrange_unit_mask(start, grads, view.gates.unit, present=view.gates.present())
+    assert {g: m.tolist() for g, m in direct.mask.items()} == {
+        g: [[float(v) for v in r] for r in rows] for g, rows in moved["mask"].items()
+    }
+    assert sum(float(v.sum()) for v in direct.after.values()) == pytest.approx(info["fisher_form_after"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("order", "rule"), [("importance", "relative"), ("fisher", "loss")])
+def test_a_joint_target_and_fraction_rank_the_kinds_by_prune_joint_scale(shared, tmp_path, order, rule):
+    """The prune experiment's joint masks are the selection functions' masks of the scores made comparable by
+    prune.joint_scale: the cost-aware search for a FLOPs target, the ranking for a fraction."""
+    from headprune.pipeline.orders import order_scores, order_settings
+    from headprune.selection.joint_scale import comparable_scores
+    from headprune.selection.mask_search import search_mask
+    from headprune.selection.uniform import layout_mask
+    from headprune.selection.unit_costs import unit_flops_cost_model
+    from headprune.tasks.unit_task import in_unit
+
+    settings = ("prune.unit=[kv_group,ffn]", f"prune.order={order}", f"prune.joint_scale={rule}")
+    target = run(tmp_path / "target", "prune", "lm", *settings, "prune.target={flops:0.7}", "prune.seq_len=32")["results"]
+    fraction = run(tmp_path / "fraction", "prune", "lm", *settings, "prune.fractions=[0.3]")["results"]
+
+    view = in_unit(shared["lm"], ["kv_group", "ffn"])
+    scores = order_scores(view, order, order_settings(make_cfg(tmp_path, "prune", "lm", *LM, *settings)))
+    costs = unit_flops_cost_model(view.model, view.gates.unit, seq_len=32)
+    searched = search_mask(comparable_scores(scores, rule, costs), costs, {"flops": 0.7}).mask
+    ranked = layout_mask(comparable_scores(scores, rule), view.gates.groups, 0.3)
+    assert {g: m.tolist() for g, m in searched.items()} == target["points"][1]["mask"]
+    assert {g: m.tolist() for g, m in ranked.items()} == fraction["orders"][order]["steps"][0]["mask"]
+
+
+def test_kv_groups_and_neurons_exported_for_vllm_and_checked_without_headprune(shared, tmp_path):
+    """experiment=export export.format=deci_hf on a [kv_group,ffn] mask (one KV group and no FFN in layer 0, no attention and
+    20 neurons in layer 1): the DeciLM checkpoint passes the check in a fresh interpreter (the torch forward of its
+    block_configs against the masked model, the tokenizer, greedy tokens), its layout the mask's kept counts."""
+    mask = {"dec_self": [[1, 0], [0, 0]], "dec_ffn": [[0] * 64, [1] * 20 + [0] * 44]}
+    (tmp_path / "mask.json").write_text(json.dumps({"mask": mask}))
+    overrides = ("export.format=deci_hf", f"export.mask_file={tmp_path / 'mask.json'}", "prune.unit=[kv_group,ffn]")
+    check = run(tmp_path / "export", "export", "lm", *overrides)["results"]["check"]
+    assert check["passed"] and check["reader"] == "torch reference" and check["tokenizer_equal"] and check["greedy_equal"]
+    assert check["layout"] == [{"heads": 4, "kv_heads": 1, "ffn": 0}, {"heads": 0, "kv_heads": 0, "ffn": 20}]
+    folder = tmp_path / "export" / "export" / "deci_hf"
+    assert (folder / "configuration_decilm.py").is_file() and not (folder / "__pycache__").exists()

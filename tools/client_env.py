@@ -3,6 +3,9 @@
 It holds stock transformers (the CPU build of torch) and llama.cpp's Python bindings compiled for the CPU from the
 ``llama-cpp-python`` sources on PyPI (its vendored llama.cpp); lm-evaluation-harness is added when it installs.
 Built once (about 10 minutes on 2 cores) and reused: a stamp file records what was installed.
+
+``.clients/kvpress-venv`` (ensure_kvpress_env) holds NVIDIA's kvpress, which pins transformers below the project's
+(kvpress 0.5.5: ``transformers<5.3``), with the same CPU build of torch; a failed build is recorded and skipped after.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp the deci files were tried with
 # llama.cpp as a shared library for the bindings only: no tools, tests, examples, server or multimodal library.
+KVPRESS = "0.5.5"  # the kvpress whose DuoAttentionPress the pattern writer follows (headprune.export.kvpress)
+KVPRESS_TRANSFORMERS = "5.2.0"  # the newest transformers kvpress 0.5.5 accepts (<5.3)
 CMAKE_ARGS = "-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
 
 
@@ -61,6 +66,36 @@ def ensure_env(clients: Path, with_lm_eval: bool = True) -> dict:
         except subprocess.CalledProcessError:
             (clients / "venv" / ".lm-eval-failed").write_text("pip could not install lm-eval\n", encoding="utf-8")
     return {"python": python, "lm_eval": lm_eval.exists()}
+
+
+def base_python() -> str:
+    """The interpreter a new venv is made from (the base of this one when run inside a venv)."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def ensure_kvpress_env(clients: Path) -> Path | None:
+    """Create or reuse ``clients/kvpress-venv`` (kvpress, its transformers, the CPU torch); its python, or None when pip
+    cannot build it (recorded in ``.failed``: delete the venv to try again)."""
+    venv = clients / "kvpress-venv"
+    python = venv / "bin" / "python"
+    stamp, failed = venv / f".ready-{KVPRESS}", venv / ".failed"
+    if stamp.exists():
+        return python
+    if failed.exists():
+        return None
+    try:
+        if not python.exists():
+            _run([base_python(), "-m", "venv", str(venv)])
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        _run(pip + ["--upgrade", "pip"])
+        _run(pip + [pinned("torch")])  # the CPU build first: kvpress's dependencies then keep it
+        _run(pip + [f"kvpress=={KVPRESS}", f"transformers=={KVPRESS_TRANSFORMERS}", pinned("torch")])
+    except subprocess.CalledProcessError as err:
+        venv.mkdir(parents=True, exist_ok=True)
+        failed.write_text(f"{err}\n", encoding="utf-8")
+        return None
+    stamp.write_text(f"kvpress=={KVPRESS} transformers=={KVPRESS_TRANSFORMERS}\n", encoding="utf-8")
+    return python
 
 
 if __name__ == "__main__":

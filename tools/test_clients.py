@@ -10,9 +10,12 @@ against the masked model's, the KV cache llama.cpp allocates against the pruned 
 task against the masked model's word perplexity. The real pipeline (tools/client_pipeline.py): SmolLM2 pruned with
 least-squares recovery by ``headprune experiment=prune`` (or ``--prune-run``), exported by ``experiment=export`` by point,
 by saved directory and by mask; llama.cpp's token ids of Multi30k English lines equal the tokenizer's, its perplexity
-PyTorch's within 1e-3. Prints a table (client, file, check, result) and exits 1 when a check fails.
+PyTorch's within 1e-3. kvpress (tools/client_kvpress_jobs.py, in its own ``.clients/kvpress-venv``; skipped with a
+message when it cannot be built): SmolLM2's streaming head patterns written by headprune.export.kvpress, run by NVIDIA's
+kvpress DuoAttentionPress on passkey prompts, against the unpruned model, an explicit mask and headprune's accuracy.
+Prints a table (client, file, check, result) and exits 1 when a check fails.
 
-    python tools/test_clients.py [--only tiny|smollm2|pipeline] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
+    python tools/test_clients.py [--only tiny|smollm2|pipeline|kvpress] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
 """
 
 from __future__ import annotations
@@ -224,13 +227,20 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline"), default=None)
+    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress"), default=None)
     parser.add_argument("--prune-run", type=Path, default=None, help="reuse this SmolLM2 prune run (kv_group, lsq) for the pipeline")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the data directory (Multi30k)")
     parser.add_argument("--new-tokens", type=int, default=30)
     parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
     parser.add_argument("--no-lm-eval", action="store_true", help="skip lm-evaluation-harness (it installs into the venv on first use)")
     args = parser.parse_args()
+    rows = []
+    if args.only in (None, "kvpress"):
+        from client_kvpress_jobs import kvpress_rows
+
+        rows += kvpress_rows(args.clients, args.clients / "work" / "kvpress")
+    if args.only == "kvpress":
+        return report(rows)
     env = ensure_env(args.clients, with_lm_eval=not args.no_lm_eval)
     out = args.clients / "work"
     out.mkdir(parents=True, exist_ok=True)
@@ -261,10 +271,14 @@ def main() -> int:
     if done.returncode != 0:
         print(done.stderr[-4000:], file=sys.stderr)
         return 1
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
     for job in jobs:
         if "layers" in job:
             print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}")
+    return report(json.loads(done.stdout.strip().splitlines()[-1]) + rows)
+
+
+def report(rows: list[dict]) -> int:
+    """Print the table and the count of checks passed; 1 when any failed."""
     print_table(rows)
     failed = [row for row in rows if row["passed"] is False]
     checks = [row for row in rows if row["passed"] is not None]

@@ -79,6 +79,7 @@ def run(cfg) -> dict:
         split,
         None,
         str(prune.layout),
+        joint_scale=str(prune.joint_scale),
         progress=True,
     )
     out = output_dir(cfg)

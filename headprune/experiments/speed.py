@@ -28,6 +28,7 @@ from headprune.results.points import kinds_label
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir, read_json
 from headprune.selection.greedy import heads_removed
+from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.uniform import layout_masks, layout_of
 from headprune.tasks import registry
 from headprune.viz.plots import speed_bars
@@ -43,7 +44,7 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     if settings.get("mask_file"):
         return file_mask(settings, task)
     order = str(settings.mask_order)
-    scores = ORDERS[order].scores(task, order_settings(cfg))
+    scores = comparable_scores(ORDERS[order].scores(task, order_settings(cfg)), str(cfg.prune.joint_scale))
     mask = layout_masks(scores, task.gates.groups, [fraction], layout=layout_of(cfg.prune))[0]
     return mask, {"mask_order": order, "fraction": fraction, "mask_source": f"the lowest {fraction:g} of the heads by {order}"}
 
@@ -132,9 +133,13 @@ def check(cfg) -> None:
     if cfg.speed.get("mask_file"):
         refuse_given(
             cfg,
-            ("importance", "prune.layout", "prune.ablation_split", "prune.n_samples"),
+            ("importance", "prune.layout", "prune.joint_scale", "prune.ablation_split", "prune.n_samples"),
             "with speed.mask_file the mask comes from the file, not from an order's scores",
         )
     check_unit(cfg)
+    if not cfg.speed.get("mask_file"):
+        from headprune.pipeline.prune_checks import check_joint_scale
+
+        check_joint_scale(cfg, [str(cfg.speed.mask_order)])
     check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
     check_speed_run(cfg)

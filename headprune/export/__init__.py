@@ -7,7 +7,13 @@
   (opset 17; ``int8``: dynamic quantisation by ONNX Runtime), in a directory with its tokenizer, config and
   description (headprune.export.onnx_dir) that plain ONNX Runtime runs from raw text (headprune.export.onnx_client);
 - ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
-  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts and FFN widths) for global masks.
+  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts and FFN widths) for global masks;
+- ``deci_hf`` (headprune.export.deci_hf): vLLM's ``DeciLMForCausalLM`` (Nemotron-NAS) checkpoint of a pruned Llama or
+  Mistral decoder: per-layer KV heads (the query heads kept whole, pruned ones as zero heads), FFN widths and no-op
+  attention or FFN blocks, with the config class vLLM loads through ``trust_remote_code``.
+
+Beside the models, a pattern of streamed KV groups (sink + recent window) goes out as DuoAttention's
+``full_attention_heads.tsv`` + ``config.json`` (headprune.export.kvpress), which NVIDIA kvpress's DuoAttentionPress reads.
 
 ``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
 """
@@ -78,6 +84,29 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: E
     return {"files": [path], "architecture": written["architecture"], "job": job}
 
 
+def write_deci_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
+    """A DeciLMForCausalLM directory for vLLM; the check runs it with the torch reference of its block_configs."""
+    from headprune.export.deci_hf import export_deci_hf
+
+    written = export_deci_hf(model, tokenizer, out)
+    job = {"format": "deci_hf", "reader": "deci-torch", "dir": str(out), "layout": written["layout"], "tokenizer": tokenizer is not None}
+    return {"files": written["files"], "job": job, **{k: written[k] for k in ("layout", "padded_query_heads", "placeholder_layers")}}
+
+
+def deci_family_refusal(fields: dict) -> str | None:
+    """Why export.format=deci_hf cannot write this family or its settings (None when it can)."""
+    from headprune.export.deci_hf import refusal
+
+    return refusal(fields)
+
+
+def deci_check_mask(fields: dict, rows: dict) -> None:
+    """export.format=deci_hf: a KV-head count dividing the query heads in every layer, or a ConfigError."""
+    from headprune.export.deci_hf import check_mask
+
+    check_mask(fields, rows)
+
+
 def hf_family_refusal(fields: dict) -> str | None:
     """Why export.format=hf cannot write this family (None when it can)."""
     from headprune.export.hf import family_refusal
@@ -126,6 +155,7 @@ FORMATS: dict[str, Format] = {
     "gguf": Format(
         write_gguf, True, ("none",), ("gguf_dtype", "tokenizer_pre"), True, "transformers", gguf_family_refusal, gguf_check_mask
     ),
+    "deci_hf": Format(write_deci_hf, True, ("none",), (), False, "deci-torch", deci_family_refusal, deci_check_mask),
 }
 
 

@@ -4,7 +4,8 @@
 
 It imports only numpy, torch, transformers, onnxruntime and gguf: what a user of the exported files has. Each job of
 ``jobs.json`` names its reader (``READERS``: ONNX Runtime; transformers; for a ``deci`` GGUF, which transformers cannot
-read, the gguf package and numpy in ``gguf_numpy.py``, loaded by path, which imports nothing else), the files, the
+read, the gguf package and numpy in ``gguf_numpy.py``, loaded by path, which imports nothing else; for vLLM's DeciLM
+checkpoints, which vLLM runs and transformers cannot, the torch reference in ``decilm_reference.py``), the files, the
 site-packages to add to ``sys.path`` (no ``.pth`` files run, so an editable headprune stays out) and ``arrays.npz``: the
 check batches and the masked model's outputs. The script asserts ``import headprune`` fails, runs the export on every
 batch, and reports the largest difference against a tolerance from the f32 round-off measured on the model, the check
@@ -118,7 +119,38 @@ def read_gguf_numpy(job: dict) -> Loaded:
     return Loaded(logits, lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"]), None, report)
 
 
-READERS = {"onnxruntime": read_onnx, "transformers": read_transformers, "gguf-numpy": read_gguf_numpy}  # a job's "reader"
+def read_deci_torch(job: dict) -> Loaded:
+    """A DeciLMForCausalLM directory (vLLM's nemotron_nas) run by headprune's torch reference of its block_configs
+    (decilm_reference.py beside this file, loaded by path: torch, safetensors and the checkpoint's own config class),
+    its per-layer layout against the one written, and its tokenizer through stock transformers."""
+    import importlib.util
+    from pathlib import Path
+
+    import transformers
+
+    spec = importlib.util.spec_from_file_location("decilm_reference_reader", Path(__file__).with_name("decilm_reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    decoder = module.DeciLMReference(job["dir"])
+    tokenizer = None  # as vLLM loads it: the directory's config names its own config class (trust_remote_code)
+    if job.get("tokenizer", True):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], trust_remote_code=True)
+    report = {
+        "architecture": "DeciLMForCausalLM",
+        "reader": "torch reference",
+        "layout": decoder.layout,
+        "layout_equal": decoder.layout == job["layout"],
+    }
+    logits = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
+    return Loaded(logits, lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"]), tokenizer, report)
+
+
+READERS = {
+    "onnxruntime": read_onnx,
+    "transformers": read_transformers,
+    "gguf-numpy": read_gguf_numpy,
+    "deci-torch": read_deci_torch,
+}  # a job's "reader"
 
 
 def run_job(job: dict, arrays) -> dict:

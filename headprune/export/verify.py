@@ -159,6 +159,7 @@ def check_exports(items: list[tuple], tolerance: float = TOLERANCE, timeout: flo
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "HOME": os.environ.get("HOME", str(folder)),
+            "HF_MODULES_CACHE": str(folder / "modules"),  # a checkpoint's own config class (DeciLM) is copied here, not to HOME
         }
         reports = run_fresh(command, folder, "the export check in its fresh interpreter", timeout, **offline)
     for report in reports:

@@ -11,6 +11,7 @@ from headprune.pipeline.stream_points import action_record, point_cost, streamed
 from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
+from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.uniform import layout_mask, layout_masks
 
 
@@ -36,7 +37,7 @@ def orders_of(settings) -> list[str]:
 
 
 def reestimated_masks(
-    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, layout: str
+    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, layout: str, joint_scale: str
 ) -> list[dict]:
     """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
     from tqdm.auto import tqdm
@@ -44,7 +45,7 @@ def reestimated_masks(
     shape = task.gates.groups
     masks, current = [], None
     for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
-        scores = ORDERS[order].scores(task, settings, mask=current)
+        scores = comparable_scores(ORDERS[order].scores(task, settings, mask=current), joint_scale)
         current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
         masks.append(current)
     return masks
@@ -62,10 +63,12 @@ def prune_stage(
     shared: dict | None,
     layout: str,
     *,
+    joint_scale: str,
     progress: bool,
     base=None,
 ) -> dict:
-    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform."""
+    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform;
+    ``joint_scale``: how a joint unit's kinds meet (``headprune.selection.joint_scale``)."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
@@ -90,10 +93,10 @@ def prune_stage(
     }
     for order in orders:
         if order in reestimated:
-            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout)
+            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout, joint_scale)
         else:
             scores = order_scores(task, order, settings, shared)
-            masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
+            masks = layout_masks(comparable_scores(scores, joint_scale), shape, fractions, groups, min_per_layer, layout)
         results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
         steps = [
             {

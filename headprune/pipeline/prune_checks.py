@@ -36,6 +36,41 @@ def check_prune(cfg) -> None:
     check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
     check_group_names(cfg, prune.groups, "prune.groups")
     check_reestimate(prune)
+    check_joint_scale(cfg, string_list(prune.order, "prune.order"))
+
+
+def check_joint_scale(cfg, orders: list[str]) -> None:
+    """prune.joint_scale: read by a joint unit only; ``loss`` compares the kinds' scores as they are, so only scores in
+    loss units (fisher, importance unnormalised) may meet under it."""
+    from headprune.core.unit_kinds import is_joint, unit_name
+    from headprune.pipeline.shared_checks import refuse_given
+    from headprune.tasks.unit_task import unit_of
+
+    unit = unit_name(unit_of(cfg))
+    if not is_joint(unit):
+        refuse_given(
+            cfg,
+            ("prune.joint_scale",),
+            f"it says how the kinds of a joint unit ([head,ffn], [kv_group,ffn]) meet under one budget, and prune.unit={unit} has one kind",
+        )
+        return
+    if str(cfg.prune.joint_scale) != "loss":
+        return
+    importance = cfg.importance
+    normalised = [name for name in ("normalize_layers", "normalize_global") if importance.get(name)]
+    for order in orders:
+        if order == "importance" and normalised:
+            raise ConfigError(
+                f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as they are, as estimates of the "
+                f"loss, and importance.{normalised[0]}=true rescales the importance scores (each layer's heads to the norm 1, "
+                "whatever the loss): set importance.normalize_layers=false and importance.normalize_global=false, use "
+                "prune.order=fisher, or prune.joint_scale=relative"
+            )
+        if order == "random":
+            raise ConfigError(
+                f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as estimates of the loss, and "
+                "prune.order=random draws scores that estimate nothing: use prune.joint_scale=relative (or another order)"
+            )
 
 
 def check_reestimate(prune) -> None:
@@ -125,19 +160,21 @@ def check_save_names(prune) -> None:
 
 
 def check_speed_unit(prune) -> None:
-    """Rearranging re-chooses one-shot masks only."""
-    from headprune.core.unit_kinds import unit_kinds, unit_name
+    """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
+    from headprune.core.unit_kinds import unit_name
+    from headprune.selection.unit_rearrange import rearrangement_refusal
 
     rearrange = prune.rearrange
     unit = unit_name(prune.unit if isinstance(prune.unit, str) else list(prune.unit))
-    if rearrange and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+    refusal = rearrangement_refusal(unit)
+    if rearrange and refusal:
         raise ConfigError(
-            f"prune.rearrange re-chooses the heads of each layer from their Fisher blocks, and prune.unit={unit} holds other "
-            "units: drop prune.rearrange (or use prune.unit=head / kv_group)"
+            f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
+            "kv_group, ffn or a joint list such as [kv_group,ffn])"
         )
     if rearrange and prune.get("schedule") is not None:
         raise ConfigError(
-            "prune.rearrange re-chooses the heads of one-shot masks (prune.fractions or prune.target), "
+            "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
             "not with prune.schedule: drop one of them"
         )
 

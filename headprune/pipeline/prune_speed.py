@@ -4,9 +4,10 @@ Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d})
 (growing fractions or targets: prune, recover, re-score, prune more) or ``prune.recover`` (none | lsq |
 finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
 ``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.selection.mask_search``
-(``max_drop`` measured on the selection split, never the evaluation split). ``prune.rearrange`` (true, or
-``both`` for points with and without) re-chooses each layer's kept heads of every one-shot mask by the layers'
-Fisher blocks, counts kept (``headprune.selection.rearrange``, Kwon et al. 2022). Recovery, timing and the
+(``max_drop`` measured on the selection split, never the evaluation split). A joint unit's kinds meet under ``prune.joint_scale`` (``headprune.selection.joint_scale``). ``prune.rearrange`` (true, or
+``both`` for points with and without) re-chooses each layer's kept units of every one-shot mask, counts kept: heads
+and KV groups by their layers' Fisher blocks, FFN neurons by Kwon et al.'s greedy on their gradients
+(``headprune.selection.unit_rearrange``, Kwon et al. 2022). Recovery, timing and the
 control live in ``headprune.pipeline.pareto_measure``; the point records in ``pareto_points``.
 """
 
@@ -36,22 +37,24 @@ from headprune.pipeline.point_models import has_saved, point_id, recipe_of, save
 from headprune.pipeline.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
 from headprune.pipeline.settings import RunSettings, listed
 from headprune.results.run_dir import mask_to_json
-from headprune.scoring.importance import fisher_blocks
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
+from headprune.selection.ffn_rearrange import example_gradients
 from headprune.selection.greedy import check_groups
+from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, mask_after
-from headprune.selection.rearrange import rearrange_mask
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
+from headprune.selection.unit_rearrange import rearrange_unit_mask
 
 
 def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
-    """(``mask`` with each layer's kept heads re-chosen by the Fisher blocks of the training subset, what that changed)."""
-    if "fisher_blocks" not in ctx.shared:
-        ctx.shared["fisher_blocks"] = fisher_blocks(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
-    blocks = ctx.shared["fisher_blocks"]
-    done = rearrange_mask(mask, blocks, ctx.groups, ctx.min_per_layer, present=task.gates.present())
+    """(``mask`` with each layer's kept units re-chosen by its kind's rule from the gate gradients of the training subset
+    (``headprune.selection.unit_rearrange``), what that changed)."""
+    if "gate_gradients" not in ctx.shared:
+        ctx.shared["gate_gradients"] = example_gradients(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
+    grads = ctx.shared["gate_gradients"]
+    done = rearrange_unit_mask(mask, grads, task.gates.unit, ctx.groups, ctx.min_per_layer, present=task.gates.present())
     return done.mask, {
         "layers_changed": done.layers_changed,
         "exact": all(all(f) for f in done.exact.values()),
@@ -63,12 +66,13 @@ def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
 def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[list[dict], list[dict | None]]:
     """(one mask per step: a target's cost-aware search or a fraction's greedy mask, rearranged or not; rearrangement info)."""
     refine = (lambda m: rearranged(task, m, ctx)[0]) if rearrange else None
+    rule = str(ctx.settings.joint_scale)
     masks = []
     for step in steps:
         if isinstance(step, PruneTarget):
             evaluate = lambda m: task.evaluate(m, split=ctx.selection).score  # noqa: E731
             found = layout_search(ctx.layout)(
-                scores,
+                comparable_scores(scores, rule, ctx.costs),
                 ctx.costs,
                 step,
                 evaluate,
@@ -79,7 +83,8 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
             )  # a max_drop target is checked on rearranged masks
             masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
         else:
-            masks.append(layout_mask(scores, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
+            ranked = comparable_scores(scores, rule)
+            masks.append(layout_mask(ranked, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
@@ -248,6 +253,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             evaluate=evaluate,
             unit=task.gates.unit,
             layout=ctx.layout,
+            joint_scale=str(settings.joint_scale),
         )
         for step, result in zip(steps, done):
             label = f"{order}/{step_label(step)}"

@@ -30,6 +30,7 @@ from headprune.pipeline.stream_points import gate_action, streaming
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.writer import batches_fingerprint
 from headprune.scoring.significance import correlation
+from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.uniform import layout_masks
 
 IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
@@ -187,6 +188,7 @@ def prune_all(ctx: StudyRun) -> dict:
             ctx.split,
             shared,
             layout,
+            joint_scale=str(prune.joint_scale),
             progress=True,
             base=ctx.base,
         )
@@ -227,7 +229,8 @@ def speed_mask(ctx: StudyRun) -> dict:
     if round(fraction, 6) in steps:
         return ctx.task.gates.normalize_mask(mask_from_json(steps[round(fraction, 6)]["mask"]))
     layout = str(ctx.settings.prune.layout)
-    return layout_masks(ctx.shared["importance_raw"], ctx.task.gates.groups, [fraction], ctx.groups, layout=layout)[0]
+    scores = comparable_scores(ctx.shared["importance_raw"], str(ctx.settings.prune.joint_scale))
+    return layout_masks(scores, ctx.task.gates.groups, [fraction], ctx.groups, layout=layout)[0]
 
 
 def speed_key(ctx: StudyRun) -> dict:

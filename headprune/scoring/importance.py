@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from headprune.core.checks import ConfigError
 from headprune.core.ffn_sites import FFNSite
 from headprune.core.inputs import decoder_valid, model_inputs
-from headprune.core.unit_kinds import block_group, unit_kinds
+from headprune.core.unit_kinds import block_group, group_kind, unit_kinds
 from headprune.core.units import SCORED_UNITS
 
 REDUCTIONS = ("example", "token", "batch", "fisher")
@@ -83,11 +83,17 @@ def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Te
 
 
 def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
-    """L2-normalise each layer's scores, then optionally min-max over the whole network."""
+    """L2-normalise each layer's head (or KV-group) scores, then optionally min-max over the whole network.
+
+    The per-layer norm is Michel et al.'s, for the heads of a layer; FFN neurons and whole blocks keep their raw scores:
+    a block group has one unit per layer (its norm would make every score 1), and a feed-forward layer with a few
+    outlier neurons (SmolLM2 has them) would scale every other neuron of the layer to about 0 and lose them all.
+    """
     out = {g: s.clone() for g, s in scores.items()}
     if layers:
         for g, s in out.items():
-            out[g] = s / (s.norm(dim=-1, keepdim=True) + 1e-20)
+            if group_kind(g) == "head":  # an attention group: heads, or KV groups
+                out[g] = s / (s.norm(dim=-1, keepdim=True) + 1e-20)
     if global_minmax:
         flat = torch.cat([s.reshape(-1) for s in out.values()])
         low, high = flat.min(), flat.max()

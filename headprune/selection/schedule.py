@@ -20,6 +20,7 @@ from torch import nn
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.scoring.importance import fisher_scores, per_example_loss
 from headprune.selection.greedy import check_fractions, check_groups
+from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.mask_search import PruneTarget
 from headprune.selection.uniform import layout_mask, layout_search
 
@@ -100,6 +101,7 @@ def iterative_prune(
     evaluate: Callable | None = None,
     unit: str = "head",
     layout: str = "global",
+    joint_scale: str = "loss",
 ) -> list[PruneStep]:
     """Prune ``model`` in place to each step of ``schedule`` in turn, re-scoring and recovering after each step.
 
@@ -109,7 +111,8 @@ def iterative_prune(
     each step's drop counts from the previous step's recovered model) serve target steps.
     ``unit``: any unit of ``headprune.core.units`` (``head``, ``kv_group``, ``ffn``, ``block``, ``head+ffn``, ...): scores,
     masks, fractions and costs count that unit (costs: ``headprune.selection.unit_costs``); ``score_fn`` gets the gates in it. ``layout``: ``global`` or ``uniform`` (every layer of a group loses as many units,
-    ``headprune.selection.uniform``).
+    ``headprune.selection.uniform``). ``joint_scale``: how a joint unit's kinds meet under one budget
+    (``headprune.selection.joint_scale``: ``loss`` compares the scores as they are, ``relative`` each kind's over its mean).
     """
     plan = check_schedule(schedule)
     if isinstance(plan[0], PruneTarget) and costs is None:
@@ -125,9 +128,11 @@ def iterative_prune(
         present = {g: p.float() for g, p in gates.present().items()}
         if isinstance(step, PruneTarget):
             search = layout_search(layout)
-            mask = search(scores, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
+            ranked = comparable_scores(scores, joint_scale, costs, present)
+            mask = search(ranked, costs, step, evaluate=evaluate, start=present, min_per_layer=min_per_layer, groups=chosen).mask
         else:
-            mask = layout_mask(scores, shape, step, chosen, min_per_layer, layout, start=present)
+            ranked = comparable_scores(scores, joint_scale, present=present)
+            mask = layout_mask(ranked, shape, step, chosen, min_per_layer, layout, start=present)
         prune_unit_mask(gates, mask)
         if recover is not None:
             recover(model, teacher, batches)

@@ -69,7 +69,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         splits=("eval", "eval_other", "importance", "heldout", "train"),
         check="headprune.tasks.lm.config_check.check",
         selection="importance",
-        exports=("onnx", "int8", "hf", "gguf"),
+        exports=("onnx", "int8", "hf", "gguf", "deci_hf"),
         model_class="transformers.AutoModelForCausalLM",
         architectures=("ForCausalLM",),
     ),

@@ -9,6 +9,7 @@ from headprune.core.checks import boolean, boolean_or, choice, choices, fraction
 from headprune.core.unit_kinds import KINDS
 from headprune.pipeline.orders import ORDERS
 from headprune.pipeline.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
+from headprune.selection.joint_scale import JOINT_SCALES
 from headprune.selection.uniform import LAYOUTS
 
 RECOVERIES = ("none", "lsq", "finetune")
@@ -75,6 +76,7 @@ class PruneSettings:
     action: str = setting(rule(choice, choices=ACTIONS), GATED)
     order: Any = setting(rule(choices, known=ORDERS), PRUNE)  # a name or a list of names
     layout: str = setting(rule(choice, choices=LAYOUTS), MASK_BY_ORDER)
+    joint_scale: str = setting(rule(choice, choices=JOINT_SCALES), MASK_BY_ORDER)
     reestimate: bool = setting(rule(boolean), PRUNE)
     step: float = setting(rule(number, low=0.0, high=1.0, closed="()"), PRUNE)
     max_fraction: float = setting(FRACTION, PRUNE)

@@ -1,0 +1,253 @@
+"""vLLM's ``DeciLMForCausalLM`` (Nemotron-NAS) checkpoints of pruned Llama-family decoders: per-layer KV heads and FFN widths.
+
+What vLLM's ``nemotron_nas.py`` (``DeciLMDecoderLayer``) holds, read from its source:
+
+- a layer that runs attention computes ``num_attention_heads`` = H query heads, always, over
+  ``H // attention.n_heads_in_group`` KV heads, query head h reading KV head h // n_heads_in_group. So the query heads
+  stay whole: a layer keeping k KV heads is written with n_heads_in_group = H / k, and each KV head's query heads that
+  were pruned come back as zero heads (zero q rows and o columns: a zero head adds exactly nothing). k must divide H
+  (SmolLM2: 9 query heads over 3 KV heads takes 1 or 3 KV heads per layer, not 2); other counts are refused. vLLM then
+  saves what the KV heads cost (their projections and KV cache), not what the removed query heads cost.
+- ``attention.no_op``: a layer whose heads are all gone (headprune's zero phantom head) has no attention, no
+  ``input_layernorm`` and no ``self_attn`` tensors.
+- ``ffn.intermediate_size``: the neurons a block keeps, taken as it is because the shipped config class
+  (``decilm_config.py``) gives FFN entries no ``ffn_mult`` (vLLM would round ``ffn_mult`` up to a multiple of 256
+  neurons); ``ffn.no_op`` for an emptied block (no ``post_attention_layernorm`` and no ``mlp`` tensors).
+- vLLM starts the residual stream at the first attention it runs: an FFN running before any attention would meet its
+  fused add-and-norm without a residual and fail. So the first layer that runs anything, when its attention is gone,
+  keeps a zero attention over one KV head (n_heads_in_group = H) that adds exactly nothing; a model with nothing left
+  keeps it in layer 0.
+
+Weights keep transformers' Llama names (``model.layers.N.self_attn.q_proj.weight`` ...), which vLLM's loader stacks
+into its fused qkv and gate-up projections; the rotary layout is HF's (vLLM's ``is_neox_style``). Llama and Mistral
+decoders without biases, with SiLU and default or linear rotary embeddings and no sliding window are written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from headprune.core.checks import ConfigError
+from headprune.core.ffn_pruning import WIDTHS_ATTR
+from headprune.core.ffn_sites import find_ffn_sites
+from headprune.core.gates import find_sites
+from headprune.core.pruning import RECORD_ATTR
+
+DECI_TYPES = ("llama", "mistral")
+CONFIG_MODULE = "configuration_decilm.py"  # the config class vLLM loads with trust_remote_code (auto_map)
+AUTO_MAP = {"AutoConfig": "configuration_decilm.DeciLMConfig"}
+DROPPED_FIELDS = (RECORD_ATTR, "pruned_heads", WIDTHS_ATTR, "_attn_implementation_autoset", "transformers_version", "sliding_window")
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One layer as written: its KV heads with the kept query heads of each (empty: no attention), and its FFN width."""
+
+    groups: list[tuple[int, list[int]]]  # (original KV head, original ids of its kept query heads), in k/v weight order
+    heads: int  # H: the query heads every attention of the file computes
+    ffn_width: int  # neurons kept (0: no FFN)
+    placeholder: bool = False  # a zero attention over one KV head, where vLLM needs an attention before the first FFN
+
+    @property
+    def kv_heads(self) -> int:
+        return 1 if self.placeholder else len(self.groups)
+
+    @property
+    def has_attention(self) -> bool:
+        return self.kv_heads > 0
+
+    @property
+    def n_heads_in_group(self) -> int | None:
+        return self.heads // self.kv_heads if self.has_attention else None
+
+    @property
+    def padded_heads(self) -> int:
+        """Zero query heads the file holds beside the kept ones."""
+        return self.heads - sum(len(h) for _, h in self.groups) if self.has_attention else 0
+
+
+def refusal(fields: dict) -> str | None:
+    """Why export.format=deci_hf cannot write a model of these config fields (None when it can)."""
+    model_type = fields.get("model_type")
+    if model_type not in DECI_TYPES:
+        return (
+            f"export.format=deci_hf writes Llama and Mistral decoders ({', '.join(DECI_TYPES)}) as vLLM's DeciLMForCausalLM "
+            f"(Nemotron-NAS: Llama layers with their own KV heads and FFN widths), not {model_type!r}: use export.format=onnx"
+        )
+    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):
+        return f"export.format=deci_hf writes default or linear rotary embeddings only, this model has {rope}: use export.format=onnx"
+    if fields.get("attention_bias") or fields.get("mlp_bias"):
+        return "export.format=deci_hf writes Llama models without attention or MLP biases: use export.format=onnx"
+    if fields.get("hidden_act", "silu") != "silu":
+        return f"export.format=deci_hf writes SiLU feed-forward blocks (vLLM's LlamaMLP), this model has {fields['hidden_act']}: use export.format=onnx"
+    if model_type == "mistral" and fields.get("sliding_window") is not None:
+        return "export.format=deci_hf has no sliding window (vLLM's nemotron_nas attends to every position): use export.format=onnx"
+    return None
+
+
+def kv_count_message(layer: int, kv: int, heads: int) -> str:
+    """Why a layer keeping ``kv`` KV heads has no DeciLM form, and what works."""
+    divisors = [d for d in range(1, heads + 1) if heads % d == 0]
+    return (
+        f"export.format=deci_hf: layer {layer} keeps {kv} KV heads; vLLM's nemotron_nas runs num_attention_heads={heads} "
+        f"query heads in every layer with attention, over {heads} / n_heads_in_group KV heads, so a layer keeps one of "
+        f"{divisors} KV heads. Prune to such counts (e.g. prune.layout=uniform), or export with export.format=gguf (deci) "
+        "or onnx, which take any count"
+    )
+
+
+def check_mask(fields: dict, rows: dict) -> None:
+    """A ConfigError unless every layer of the query-head mask {group: [layers][heads]} keeps a KV-head count dividing H."""
+    from headprune.export.hf import heads_per_kv
+
+    heads, per_kv = int(fields["num_attention_heads"]), heads_per_kv(fields)
+    for layers in rows.values():
+        for layer, row in enumerate(layers):
+            kv = sum(1 for k in range(0, len(row), per_kv) if sum(row[k : k + per_kv]))
+            if kv and heads % kv:
+                raise ConfigError(kv_count_message(layer, kv, heads))
+
+
+def layer_plans(model: nn.Module) -> list[LayerPlan]:
+    """The layers of a physically pruned model as the file writes them (see the module doc), or a ConfigError."""
+    sites = sorted(find_sites(model), key=lambda s: s.layer)
+    widths = {site.layer: site.width for site in find_ffn_sites(model)}
+    plans = []
+    for site in sites:
+        served = {site.kv_of(h) for h in site.head_ids}
+        groups = [(kv, [h for h in site.head_ids if site.kv_of(h) == kv]) for kv in site.kv_ids if kv in served]
+        if groups and site.num_heads_orig % len(groups):
+            raise ConfigError(kv_count_message(site.layer, len(groups), site.num_heads_orig))
+        if not groups and site.linear("output").weight.detach().abs().max() > 0:
+            raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
+        plans.append(LayerPlan(groups, site.num_heads_orig, widths[site.layer]))
+    first = next((i for i, p in enumerate(plans) if p.has_attention or p.ffn_width), 0)
+    if not plans[first].has_attention:  # vLLM's residual stream starts at the first attention it runs
+        p = plans[first]
+        plans[first] = LayerPlan(p.groups, p.heads, p.ffn_width, placeholder=True)
+    for site in find_ffn_sites(model):
+        if not site.width and site.down().weight.detach().abs().max() > 0:
+            raise ValueError(f"layer {site.layer} has no FFN neurons left but its down projection is not zero")
+    return plans
+
+
+def attention_tensors(site, plan: LayerPlan) -> dict[str, torch.Tensor]:
+    """q/k/v/o weights of one layer in vLLM's shapes: H query heads, KV head j serving query heads j*n .. j*n + n - 1."""
+    d, n = site.head_dim, plan.n_heads_in_group
+    weight = lambda which: site.linear(which).weight.detach().to("cpu", torch.float32)  # noqa: E731
+    q, k, v, o = weight("query"), weight("key"), weight("value"), weight("output")
+    hidden = q.shape[1]
+    out = {
+        "q_proj": torch.zeros(plan.heads * d, hidden),
+        "k_proj": torch.zeros(plan.kv_heads * d, hidden),
+        "v_proj": torch.zeros(plan.kv_heads * d, hidden),
+        "o_proj": torch.zeros(o.shape[0], plan.heads * d),
+    }
+    for j, (kv, heads) in enumerate(plan.groups):
+        src = site.kv_ids.index(kv)
+        out["k_proj"][j * d : (j + 1) * d] = k[src * d : (src + 1) * d]
+        out["v_proj"][j * d : (j + 1) * d] = v[src * d : (src + 1) * d]
+        for i, head in enumerate(heads):
+            row, dst = site.head_ids.index(head), j * n + i
+            out["q_proj"][dst * d : (dst + 1) * d] = q[row * d : (row + 1) * d]
+            out["o_proj"][:, dst * d : (dst + 1) * d] = o[:, row * d : (row + 1) * d]
+    return out
+
+
+def deci_tensors(model: nn.Module, plans: list[LayerPlan]) -> dict[str, torch.Tensor]:
+    """Every tensor of the file by its transformers Llama name: a layer's attention or FFN tensors only where it runs."""
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+    out = {}
+    for name, tensor in state.items():
+        if name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and model.config.tie_word_embeddings):
+            continue
+        if ".layers." not in name:
+            out[name] = tensor
+            continue
+        layer = int(name.split(".layers.", 1)[1].split(".", 1)[0])
+        plan = plans[layer]
+        if ".self_attn." in name:
+            continue  # rebuilt below in vLLM's shapes
+        if ".input_layernorm." in name and not plan.has_attention:
+            continue
+        if (".mlp." in name or ".post_attention_layernorm." in name) and not plan.ffn_width:
+            continue
+        out[name] = tensor
+    for site in find_sites(model):
+        plan = plans[site.layer]
+        if plan.has_attention:
+            for proj, tensor in attention_tensors(site, plan).items():
+                out[f"model.layers.{site.layer}.self_attn.{proj}.weight"] = tensor.contiguous()
+    return out
+
+
+def block_configs(plans: list[LayerPlan]) -> list[dict]:
+    """``block_configs`` of config.json: per layer, ``attention`` {no_op, replace_with_linear, n_heads_in_group} and
+    ``ffn`` {no_op, replace_with_linear, intermediate_size} (null where the sub-block is a no-op)."""
+    return [
+        {
+            "attention": {"no_op": not p.has_attention, "replace_with_linear": False, "n_heads_in_group": p.n_heads_in_group},
+            "ffn": {"no_op": not p.ffn_width, "replace_with_linear": False, "intermediate_size": p.ffn_width or None},
+        }
+        for p in plans
+    ]
+
+
+def deci_config(model: nn.Module, plans: list[LayerPlan]) -> dict:
+    """config.json: the model's own fields, the full query-head count, ``block_configs``, and what vLLM loads it as."""
+    from headprune.export.decilm_config import DeciLMConfig
+
+    fields = model.config.to_dict()
+    for key in (*DROPPED_FIELDS, "architectures", "model_type", "auto_map"):
+        fields.pop(key, None)
+    site = find_sites(model)[0]
+    first = next(p for p in plans if p.has_attention)
+    fields.update(
+        num_attention_heads=site.num_heads_orig,
+        head_dim=site.head_dim,
+        num_key_value_heads=first.kv_heads,  # vLLM's model-wide count: its first attention's (each layer reads its own)
+        intermediate_size=max([p.ffn_width for p in plans] + [1]),  # descriptive: each layer reads its own
+        block_configs=block_configs(plans),
+    )
+    config = DeciLMConfig(**fields).to_dict()  # the shipped class checks the fields as vLLM will build it
+    rope = config.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+        config["rope_theta"] = rope["rope_theta"]  # transformers 4.x configs (vLLM's own pin may be one) read it here
+    return {**config, "architectures": ["DeciLMForCausalLM"], "model_type": "nemotron-nas", "auto_map": AUTO_MAP}
+
+
+def layout_of(plans: list[LayerPlan]) -> list[dict]:
+    """Per layer: query heads, KV heads (0: no attention) and FFN width (0: no FFN), as the check's reader reads them back."""
+    return [{"heads": p.heads if p.has_attention else 0, "kv_heads": p.kv_heads, "ffn": p.ffn_width} for p in plans]
+
+
+def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
+    """Write the checkpoint (config.json, its configuration module, model.safetensors, generation config, tokenizer) into
+    ``out``: {"files", "layout", "padded_query_heads", "placeholder_layers"}."""
+    from safetensors.torch import save_file
+
+    why = refusal(model.config.to_dict())
+    if why:
+        raise ConfigError(why)
+    plans = layer_plans(model)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(deci_config(model, plans), indent=2, sort_keys=True))
+    shutil.copyfile(Path(__file__).with_name("decilm_config.py"), out / CONFIG_MODULE)
+    save_file(deci_tensors(model, plans), str(out / "model.safetensors"), metadata={"format": "pt"})
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return {
+        "files": sorted(p for p in out.iterdir() if p.is_file()),
+        "layout": layout_of(plans),
+        "padded_query_heads": [p.padded_heads for p in plans],
+        "placeholder_layers": [i for i, p in enumerate(plans) if p.placeholder],
+    }

@@ -1,0 +1,135 @@
+"""A streaming head pattern as DuoAttention and NVIDIA's kvpress read it: ``full_attention_heads.tsv`` + ``config.json``.
+
+The files (DuoAttention's ``attn_patterns/<model>/<run>/``, read by its ``duo_attn.utils.load_attn_pattern`` and by
+kvpress's ``DuoAttentionPress.load_attention_pattern``):
+
+- ``full_attention_heads.tsv``: one row per layer, one tab-separated column per KV head, written by ``numpy.savetxt``
+  (``%.18e``); a value is the head's share of full attention, 1 = full (a retrieval head), 0 = streamed. Readers clip
+  to [0, 1]. DuoAttention streams the heads below its threshold 0.5; kvpress streams the
+  ``round(head_compression_ratio * size)`` lowest values, so ``head_compression_ratio`` = the fraction below 0.5
+  streams the same heads. A one-row or one-column file reads back 1-D in both (``numpy.loadtxt`` without ``ndmin``).
+- ``config.json``: ``sink_size`` and ``recent_size`` (the keys both readers take: sink tokens and recent window), and
+  ``model_name``, ``layers``, ``kv_heads``, ``streamed`` ({layer: [KV ids]}), ``streamed_fraction`` and
+  ``head_compression_ratio`` (the same number, under kvpress's name).
+
+kvpress 0.5.5 loads a pattern only from mit-han-lab/duo-attention on GitHub, keyed by ``model.config.name_or_path``
+(six models), with an LRU cache on that name; tools/client_kvpress.py serves a local directory to its loader.
+
+What "streamed" means differs (same sink and window):
+
+- headprune (the streaming gate): a streamed KV group's query at position i attends only to keys j <= i with
+  j < sink or i - j < window, in every forward, prefill included; the window slides with i.
+- DuoAttention (its own kernels): prefill too, chunk by chunk: a streamed head sees the sink, the last ``recent_size``
+  tokens before the chunk and the chunk itself (causally), so the window slides by chunks.
+- kvpress DuoAttentionPress: prefill attends in full for every head. After prefill (context length C), a streamed
+  head's keys sink <= j < C - recent_size are hidden (replaced by keys whose weight underflows to 0; the cache keeps
+  its size), and every later token (question, answer) sees the sink, the last ``recent_size`` context tokens and all
+  tokens after the context: the window does not slide. The context's own hidden states are the full model's.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from headprune.core.pruning import integer_id
+from headprune.results.writer import read_json, write_json_atomic, write_text_atomic
+
+TSV = "full_attention_heads.tsv"
+CONFIG = "config.json"
+THRESHOLD = 0.5  # DuoAttention's: a KV head whose value is below is streamed
+
+
+def kv_shape(config) -> tuple[int, int]:
+    """(layers, KV heads per layer) of a decoder's HF config."""
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return int(config.num_hidden_layers), int(kv_heads)
+
+
+def pattern_from_streamed(streamed: Mapping | Iterable, layers: int, kv_heads: int) -> torch.Tensor:
+    """The (layers, kv_heads) pattern (1 = full, 0 = streamed) of {layer: [streamed KV ids]} or (layer, ids) pairs;
+    a layer out of range or given twice, or a KV id out of range or twice in a layer, is a ValueError."""
+    pattern = torch.ones(layers, kv_heads)
+    pairs = streamed.items() if isinstance(streamed, Mapping) else streamed
+    seen: set[int] = set()
+    for key, ids in pairs:
+        layer = integer_id(key, "layer id of a streamed pattern")
+        if not 0 <= layer < layers:
+            raise ValueError(f"streamed pattern: layer {layer} out of range (the model has layers 0..{layers - 1})")
+        if layer in seen:
+            raise ValueError(f"streamed pattern: layer {layer} given twice; give each layer once with all of its KV ids")
+        seen.add(layer)
+        kv_ids = [integer_id(k, f"KV id in layer {layer}") for k in ids]
+        bad = [k for k in kv_ids if not 0 <= k < kv_heads]
+        if bad:
+            raise ValueError(f"streamed pattern: KV ids {bad} out of range in layer {layer} (KV heads 0..{kv_heads - 1})")
+        twice = sorted({k for k in kv_ids if kv_ids.count(k) > 1})
+        if twice:
+            raise ValueError(f"streamed pattern: KV ids {twice} given twice in layer {layer}")
+        pattern[layer, kv_ids] = 0.0
+    return pattern
+
+
+def check_pattern(pattern, shape: tuple[int, int] | None = None) -> np.ndarray:
+    """A pattern as a float64 (layers, kv_heads) array: a tensor or array, or a KV-group mask {group: [L, KV]} of one
+    group; values in [0, 1] (1 = full attention). Anything else is a ValueError saying what was wrong."""
+    if isinstance(pattern, Mapping):
+        if len(pattern) != 1:
+            raise ValueError(f"a KV-group mask for kvpress holds one attention group (a decoder's), got {sorted(pattern)}")
+        pattern = next(iter(pattern.values()))
+    if isinstance(pattern, torch.Tensor):
+        pattern = pattern.detach().cpu().double().numpy()
+    array = np.asarray(pattern, dtype=np.float64)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"a kvpress pattern is (layers, KV heads), one value per KV head; got shape {tuple(array.shape)}")
+    if shape is not None and tuple(array.shape) != tuple(shape):
+        raise ValueError(f"the pattern has shape {tuple(array.shape)}, the model (layers, KV heads) {tuple(shape)}")
+    if not np.isfinite(array).all() or array.min() < 0 or array.max() > 1:
+        raise ValueError("a kvpress pattern holds values in [0, 1] (1 = full attention, 0 = streamed); got values outside")
+    return array
+
+
+def streamed_of(pattern: np.ndarray) -> dict[int, list[int]]:
+    """{layer: [streamed KV ids]} of a checked pattern (values below THRESHOLD), every layer listed."""
+    return {layer: [int(k) for k in np.flatnonzero(row < THRESHOLD)] for layer, row in enumerate(pattern)}
+
+
+def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, model_name: str, shape=None) -> dict:
+    """Write ``full_attention_heads.tsv`` and ``config.json`` into ``out`` (each atomically); the config written.
+
+    ``pattern``: (layers, KV heads), 1 = full, 0 = streamed (see ``check_pattern``; ``pattern_from_streamed`` for
+    {layer: [KV ids]}); ``shape``: the model's (layers, KV heads) to check it against (``kv_shape(config)``)."""
+    array = check_pattern(pattern, shape)
+    sink, window = integer_id(sink, "sink"), integer_id(window, "window")
+    if sink < 0 or window < 1:
+        raise ValueError(f"sink >= 0 and window >= 1 tokens (kvpress reads recent_size 0 as no streaming); got {sink}, {window}")
+    streamed = streamed_of(array)
+    fraction = sum(map(len, streamed.values())) / array.size
+    config = {
+        "sink_size": sink,
+        "recent_size": window,
+        "model_name": str(model_name),
+        "layers": int(array.shape[0]),
+        "kv_heads": int(array.shape[1]),
+        "streamed": {str(layer): ids for layer, ids in streamed.items()},
+        "streamed_fraction": fraction,
+        "head_compression_ratio": fraction,  # kvpress DuoAttentionPress: streams this share of the lowest values
+        "threshold": THRESHOLD,
+    }
+    text = io.StringIO()
+    np.savetxt(text, array, delimiter="\t")  # as duo_attn.utils.save_full_attention_heads
+    out = Path(out)
+    write_text_atomic(out / TSV, text.getvalue())
+    write_json_atomic(out / CONFIG, config)  # last: a directory with config.json holds both files
+    return config
+
+
+def read_kvpress_pattern(folder: str | Path) -> tuple[np.ndarray, dict]:
+    """(pattern (layers, KV heads), config) as DuoAttention's loader reads them (tab-separated floats clipped to [0, 1])."""
+    folder = Path(folder)
+    pattern = np.clip(np.loadtxt(folder / TSV, dtype=float, delimiter="\t", ndmin=2), 0, 1)
+    return pattern, read_json(folder / CONFIG)

@@ -1,0 +1,73 @@
+"""Mask rearrangement in any unit that has several units per layer: each kind by its own rule, counts kept (Kwon et al. 2022).
+
+Kwon et al. rearrange heads and neurons separately (``rearrange_mask(head_mask, head_grads)``, then the same for the
+neurons): the Fisher form of a layer couples only the units of one block. So a joint mask is split by kind:
+
+    head / kv_group  ``rearrange.rearrange_mask`` on the Fisher blocks of each attention layer (exhaustive or swaps)
+    ffn              ``ffn_rearrange.rearrange_ffn_mask`` on the per-example gradients (a W x W block is never formed)
+
+Both read the same signed per-example gate gradients, from one backward pass per batch for every kind. Whole blocks
+have one unit per layer and sub-block: keeping each count leaves nothing to re-choose, so the block kind has no
+rearrangement.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headprune.core.unit_kinds import group_kind, unit_kinds
+from headprune.selection.ffn_rearrange import rearrange_ffn_mask
+from headprune.selection.greedy import check_groups
+from headprune.selection.rearrange import Rearrangement, rearrange_mask
+
+REARRANGED_KINDS = ("head", "kv_group", "ffn")
+
+
+def rearrangement_refusal(unit) -> str | None:
+    """Why ``unit`` has no rearrangement (a kind of it has one unit per layer), else None."""
+    if "block" in unit_kinds(unit):
+        return (
+            "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
+            "it re-chooses which units go: with one unit there is nothing to re-choose"
+        )
+    return None
+
+
+def fisher_blocks_of(grads: torch.Tensor) -> torch.Tensor:
+    """The Fisher blocks [L, U, U] (mean over examples of g g^T) of per-example gradients (N, L, U)."""
+    return torch.einsum("nlh,nlk->lhk", grads, grads) / max(grads.shape[0], 1)
+
+
+def rearrange_unit_mask(
+    mask: dict[str, torch.Tensor],
+    grads: dict[str, torch.Tensor],
+    unit,
+    groups=None,
+    min_per_layer: int = 0,
+    present: dict[str, torch.Tensor] | None = None,
+) -> Rearrangement:
+    """``mask`` with each layer of ``groups`` keeping its count of units, re-chosen by its kind's rule (see the module doc).
+
+    ``grads``: {group: (N, L, U)} signed per-example gate gradients in ``unit`` (``ffn_rearrange.example_gradients``);
+    ``present``: ``gates.present()`` of a model with units removed from its weights (they stay removed); ``min_per_layer``
+    is checked on the attention groups, as ``rearrange_mask`` does. Groups left out are returned unchanged.
+    """
+    refusal = rearrangement_refusal(unit)
+    if refusal:
+        raise ValueError(f"unit {unit!r} has no rearrangement: {refusal}")
+    groups = check_groups(groups, {g: tuple(m.shape) for g, m in mask.items()})
+    ffn = [g for g in groups if group_kind(g, unit) == "ffn"]
+    attention = [g for g in groups if g not in ffn]
+    heads = (
+        rearrange_mask(mask, {g: fisher_blocks_of(grads[g]) for g in attention if g in grads}, attention, min_per_layer, present)
+        if attention
+        else None
+    )
+    neurons = rearrange_ffn_mask(mask, grads, ffn, present) if ffn else None
+    done = [part for part in (heads, neurons) if part is not None]
+    out = {g: m.detach().cpu().clone() for g, m in mask.items()}
+    for part, chosen in ((heads, attention), (neurons, ffn)):
+        if part is not None:
+            out.update({g: part.mask[g] for g in chosen})
+    merged = lambda name: {g: v for part in done for g, v in getattr(part, name).items()}  # noqa: E731
+    return Rearrangement(out, merged("before"), merged("after"), merged("exact"))
