@@ -88,4 +88,4 @@ class PasskeyConfig:
     @property
     def splits(self) -> tuple[str, ...]:
         """The splits with examples, in drawing order."""
-        return tuple(split for split in SPLITS if self.sizes.get(split, 0) > 0)
+        return tuple(split for split in SPLITS if self.sizes[split] > 0)

@@ -62,7 +62,7 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
     """The settings, the haystack (readable, not empty), keys enough, and prompts within the context and the positions."""
     check_schema(cfg, SCHEMA)
     config = PasskeyConfig.from_cfg(cfg.data)
-    if importance and config.sizes.get("importance", 0) < 1:
+    if importance and config.sizes["importance"] < 1:
         raise ConfigError(
             "data.sizes.importance=0 leaves the importance split empty (head importance and the held-out choices read it): "
             "set data.sizes.importance to a number of examples, e.g. 16"

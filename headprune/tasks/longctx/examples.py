@@ -101,7 +101,7 @@ class PasskeyGenerator:
         rng = random.Random(f"passkey-{config.seed}-{name}")
         pool_ids = self.pieces.many([" " + line for line in pool])
         grid = [(length, depth) for length in config.context_lengths for depth in config.depths]
-        return [self.example(rng, pool_ids, *grid[i % len(grid)], used) for i in range(config.sizes.get(name, 0))]
+        return [self.example(rng, pool_ids, *grid[i % len(grid)], used) for i in range(config.sizes[name])]
 
     def filler(self, rng: random.Random, pool_ids: list[list[int]], budget: int) -> tuple[list[int], list[int]]:
         """(``budget`` filler ids: consecutive pool sentences from a random start, the last cut; the sentence starts)."""

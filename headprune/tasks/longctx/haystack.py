@@ -36,11 +36,12 @@ def local_pools(config: PasskeyConfig) -> dict[str, list[str]]:
     unknown = sorted(set(files) - set(SPLITS))
     if unknown:
         raise HaystackError(f"data.files has unknown split(s) {unknown}; the passkey splits are {list(SPLITS)}")
-    shared = set(files.get("eval", [])) & {p for split, paths in files.items() if split != "eval" for p in paths}
+    evaluated = set(files["eval"]) if "eval" in files else set()
+    shared = evaluated & {p for split, paths in files.items() if split != "eval" for p in paths}
     if shared:
         raise HaystackError(f"data.files uses {sorted(shared)} for eval and for another split: give the eval split its own files")
     return {
-        split: [line for name in files.get(split, []) for line in read_lines(Path(str(config.dir)) / name, config, split, name)]
+        split: [line for name in files.get(split) or () for line in read_lines(Path(str(config.dir)) / name, config, split, name)]
         for split in config.splits
     }
 
