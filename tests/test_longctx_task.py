@@ -291,3 +291,43 @@ def test_long_documents_join_consecutive_lines(tmp_path):
     assert all(len(ids) == 64 for ids in task.data.split("eval"))  # BOS + the document, cut to max_length
     assert len(task.data.split("importance")) == 3 and len(task.data.split("heldout")) == 2
     assert not set(task.data.texts["heldout"]) & set(task.data.texts["train"])  # the same file, other documents
+
+
+@pytest.mark.slow  # loads the embedded SmolLM2 and runs it on prompts of 580 tokens (about a minute on one CPU thread)
+def test_smollm2_retrieves_the_passkey_and_has_retrieval_heads(tmp_path):
+    """The embedded SmolLM2-135M finds a 5-digit key in a 540-token haystack (the classic prompt of data=passkey_local),
+    its exact match is greedy decoding's, and a few of its heads copy the key (Wu et al. 2024 find under 5%)."""
+    pytest.importorskip("gguf")
+    from headprune.models import embedded
+    from headprune.scoring.retrieval_heads import retrieval_scores
+    from headprune.tasks.longctx.task import load_passkey_task
+
+    try:
+        embedded.embedded_model_dir("smollm2")
+    except ModuleNotFoundError as err:
+        pytest.skip(str(err))
+    classic = compose_cfg(tmp_path, ["model=smollm2", "data=passkey_local"]).data.template
+    overrides = [
+        "experiment=inspect",
+        "model=smollm2",
+        "data=passkey_synthetic",
+        "data.sizes={eval: 4, importance: 2, heldout: 1, train: 0}",
+        "data.context_lengths=[580]",
+        "data.depths=[0.0,0.25,0.5,0.75]",
+        "data.metric=accuracy",
+        "data.eval_batch_size=2",
+        "logger=none",
+        *[f"data.template.{k}='{v}'" for k, v in classic.items()],
+    ]
+    task = load_passkey_task(compose_cfg(tmp_path, overrides))
+    result = task.evaluate()
+    assert result.score >= 75.0, result.per_example
+    greedy = []
+    for e in task.data.split("eval"):
+        prompt = torch.tensor([e.ids[: e.answer_start]])
+        with torch.no_grad():
+            out = task.model.generate(input_ids=prompt, max_new_tokens=len(e.answer), do_sample=False, pad_token_id=task.data.pad_id)
+        greedy.append(int(out[0, prompt.shape[1] :].tolist() == list(e.answer)))
+    assert greedy == result.per_example["correct"]
+    scores = retrieval_scores(task.model, task.gates, task.retrieval_batches(batch_size=1))["dec_self"]
+    assert scores.max() > 0.5 and (scores > 0.1).float().mean() < 0.1

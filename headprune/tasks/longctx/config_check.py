@@ -21,6 +21,7 @@ from headprune.core.checks import (
 from headprune.models.sources import max_positions
 from headprune.tasks.hub_data import check_hub_dataset
 from headprune.tasks.lm.config_check import SCHEMA as LM_SCHEMA
+from headprune.tasks.lm.config_check import check_lengths as check_decode_lengths
 from headprune.tasks.longctx.config import ASK, SOURCES, SPLITS, PasskeyConfig
 from headprune.tasks.longctx.prompt import placeholders
 from headprune.tasks.longctx.task import METRICS
@@ -70,6 +71,7 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
     check_templates(config)
     check_keys(config)
     check_positions(cfg, config)
+    check_decode_lengths(cfg)  # the decode timing of experiment=speed (task.decode_*) within the positions
     if config.source == "hub" and files:
         check_hub_dataset(cfg.data, config.hub_path, "data.hub_path", "data=passkey_local (text files) or data=passkey_synthetic")
     if files and config.source in ("local", "synthetic"):
