@@ -43,9 +43,19 @@ LM = [
     "task.decode_tokens=4",
     "task.decode_prompt_tokens=4",
 ]
+PASSKEY = [
+    "model=tiny_llama",
+    "data=passkey_synthetic",
+    "data.sizes.eval=8",
+    "data.sizes.importance=6",
+    "data.sizes.heldout=4",
+    "data.sizes.train=4",
+    "task.decode_tokens=4",
+    "task.decode_prompt_tokens=4",
+]
 VISION = ["model=tiny_vit", "data=image_digits", "data.eval_size=60", "data.importance_size=32", "data.limit_train=96"]
 FAST = ["logger=none", "ablate.n_samples=200"]
-BASES = {"nli": NLI, "mt": MT, "lm": LM, "vision": VISION}  # the tiny test configuration of each task
+BASES = {"nli": NLI, "mt": MT, "lm": LM, "vision": VISION, "passkey": PASSKEY}  # the tiny test configuration of each task
 
 
 def compose_cfg(tmp_path, overrides: list[str]):

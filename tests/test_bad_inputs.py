@@ -147,6 +147,17 @@ def write_lm(root: Path, fault: str) -> Path:
     return root
 
 
+def write_haystack(root: Path, fault: str) -> Path:
+    """eval.txt, importance.txt and heldout.txt haystacks (one sentence per line), the heldout one empty."""
+    root.mkdir(parents=True, exist_ok=True)
+    for split in ("eval", "importance", "heldout"):
+        data = "".join(f"a {split} sentence number {i}.\n" for i in range(20)).encode()
+        if fault == "empty" and split == "heldout":
+            data = b"\n \n"
+        (root / f"{split}.txt").write_bytes(data)
+    return root
+
+
 def write_image_folder(root: Path, counts: dict[str, int]) -> Path:
     """One subfolder of small PNG images per class (``counts``: class name -> images)."""
     from PIL import Image
@@ -258,6 +269,7 @@ PRE = {  # a row's files, written before composing
     "mask_kv_ok_tokenizer": lambda tmp: (PRE["mask_kv_ok"](tmp), saved_bpe_tokenizer(tmp / "tok")),
     "mask_dec_heads": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}})),
     "mask_dec_three": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 1, 0], [1, 1, 1, 1]]}})),
+    "haystack_empty": lambda tmp: write_haystack(tmp / "hay", "empty"),
     "stream_results": lambda tmp: (tmp / "stream.json").write_text(
         json.dumps(
             {
@@ -281,6 +293,17 @@ LM_FILES = [
     "data.files.train=null",
     "data.max_length=64",
     "data.tokenizer.vocab_size=200",
+]
+HAYSTACK_FILES = [
+    "data=passkey_local",
+    "data.dir={tmp}/hay",
+    "data.files.eval=[eval.txt]",
+    "data.files.importance=[importance.txt]",
+    "data.files.heldout=[heldout.txt]",
+    "data.files.train=null",
+    "data.sizes.train=0",
+    "data.context_lengths=[96]",
+    "data.tokenizer.vocab_size=300",
 ]
 
 CONFIG_ROWS = [
@@ -1155,6 +1178,65 @@ CONFIG_ROWS = [
         ["experiment=export", "export.format=deci_hf", "export.mask_file={tmp}/mask.json", "model.config.num_key_value_heads=4"],
         "layer 0 keeps 3 KV heads; vLLM's nemotron_nas runs num_attention_heads=4 query heads",
         "mask_dec_three",
+    ),
+    # long-context tasks: passkey prompts that cannot be built, long documents
+    ("passkey-context-past-positions", "passkey", ["experiment=ablate", "data.context_lengths=[96,200]"], "at most 128 positions", None),
+    (
+        "passkey-context-and-answer-past-positions",
+        "passkey",
+        ["experiment=ablate", "data.context_lengths=[126]"],
+        "and its answer of",
+        None,
+    ),
+    ("passkey-depth-above-one", "passkey", ["experiment=ablate", "data.depths=[0.5,1.5]"], "data.depths must be in [0.0, 1.0]", None),
+    ("passkey-depth-negative", "passkey", ["experiment=prune", "data.depths=-0.1"], "data.depths must be in [0.0, 1.0]", None),
+    (
+        "passkey-key-longer-than-context",
+        "passkey",
+        ["experiment=ablate", "data.key_digits=12", "data.context_lengths=[10]"],
+        "longer than the context of 10 tokens",
+        None,
+    ),
+    (
+        "passkey-haystack-files-missing",
+        "passkey",
+        ["experiment=ablate", "data=passkey_local", "data.dir={tmp}/nothing", "data.context_lengths=[96]"],
+        "haystack text file",
+        None,
+    ),
+    ("passkey-haystack-empty", "passkey", ["experiment=ablate", *HAYSTACK_FILES], "the heldout haystack holds no text", "haystack_empty"),
+    (
+        "passkey-context-too-short-for-needle-and-question",
+        "passkey",
+        ["experiment=ablate", "data.context_lengths=[20]"],
+        "too short for the intro, 1 needle(s) and the question",
+        None,
+    ),
+    ("passkey-needles-beyond-names", "passkey", ["experiment=ablate", "data.needles=12"], "give one name per needle", None),
+    (
+        "passkey-needle-without-key",
+        "passkey",
+        ["experiment=ablate", "data.template.needle='The pass key is here.'"],
+        "lacks ['{key}']",
+        None,
+    ),
+    ("passkey-ask-bogus", "passkey", ["experiment=ablate", "data.ask=some"], "data.ask must be one of", None),
+    ("passkey-metric-bogus", "passkey", ["experiment=ablate", "data.metric=bleu"], "data.metric must be one of", None),
+    ("passkey-no-importance", "passkey", ["experiment=prune", "data.sizes.importance=0"], "data.sizes.importance=0", None),
+    ("passkey-keys-too-few", "passkey", ["experiment=ablate", "data.key_digits=1"], "too few for", None),
+    (
+        "passkey-hub-offline",
+        "passkey",
+        ["experiment=ablate", "data=passkey_hub", "data.hub_path=headprune-tests/no-such-texts", "data.context_lengths=[96]"],
+        "the hub cannot be reached",
+        None,
+    ),
+    (
+        "lm-long-document-beyond-max-length",
+        "lm",
+        ["experiment=ablate", "data=lm_long", "data.max_length=64", "data.document_tokens=100"],
+        "data.document_tokens=100",
+        None,
     ),
     (
         "stream-span-covers-context",

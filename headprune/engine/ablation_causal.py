@@ -1,4 +1,4 @@
-"""Many masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask.
+"""Many masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask (and the labels its argmax misses).
 
 The engine of ``headprune.engine.ablation`` (``MaskBatcher``) for the Llama-like family (one ``dec_self`` group,
 query heads sharing KV heads, and its ``dec_ffn`` feed-forward blocks), with masks in any unit (heads, KV groups,
@@ -37,20 +37,28 @@ from headprune.engine.ablation import MaskBatcher, _count, _patched, _repeat, _r
 MODEL_INPUTS = DECODER_INPUTS
 
 
-def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
-    """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored.
+def label_stats(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
+    """(NLL sum, labels the argmax misses) per row (R, 2) in float64 from final hidden states (R, T, D) and labels (R, T).
 
-    The vocabulary projection runs on the labelled positions only, ``head_tokens`` of them at a time.
+    Labels of -100 are ignored; the vocabulary projection runs on the labelled positions only, ``head_tokens`` of them
+    at a time. A row misses no label exactly when greedy decoding reproduces its labels (teacher forcing).
     """
     keep = labels != -100  # (R, T)
     row = keep.nonzero()[:, 0]  # the row of each labelled position, in the order of hidden[keep]
     picked, targets = hidden[keep], labels[keep]  # (N, D), (N,)
-    sums = torch.zeros(hidden.shape[0], dtype=torch.float64, device=hidden.device)
+    sums = torch.zeros(hidden.shape[0], 2, dtype=torch.float64, device=hidden.device)
     for start in range(0, picked.shape[0], head_tokens):
-        logits = head(picked[start : start + head_tokens])  # (n, V)
-        nll = F.cross_entropy(logits.float(), targets[start : start + head_tokens], reduction="none")
-        sums.index_add_(0, row[start : start + head_tokens], nll.double())
+        logits = head(picked[start : start + head_tokens]).float()  # (n, V)
+        wanted = targets[start : start + head_tokens]
+        nll = F.cross_entropy(logits, wanted, reduction="none")
+        missed = logits.argmax(-1) != wanted
+        sums.index_add_(0, row[start : start + head_tokens], torch.stack([nll.double(), missed.double()], 1))
     return sums
+
+
+def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
+    """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored."""
+    return label_stats(hidden, labels, head, head_tokens)[:, 0]
 
 
 def output_logits(model: nn.Module):
@@ -149,12 +157,16 @@ class CausalMaskBatcher(MaskBatcher):
         self.head_tokens = int(head_tokens)
         self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
 
-    @torch.inference_mode()
     def nll(self, batch: dict, masks) -> torch.Tensor:
         """NLL sums (M, B) in float64 on the CPU of every text under each mask (a list of masks in the gates' unit, or a tensor (M, L, H)).
 
         ``batch`` holds input_ids, attention_mask and next-token labels (B, T) with -100 where nothing is predicted.
         """
+        return self.label_stats(batch, masks)[..., 0]
+
+    @torch.inference_mode()
+    def label_stats(self, batch: dict, masks) -> torch.Tensor:
+        """(NLL sum, labels the argmax misses) (M, B, 2) in float64 on the CPU of every text under each mask (see ``nll``)."""
         stacked = self._stack(masks)
         inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
         b = labels.shape[0]
@@ -168,13 +180,13 @@ class CausalMaskBatcher(MaskBatcher):
                 stack.enter_context(_patched(layer, _identity))
             hidden = self.backbone(**inputs).last_hidden_state if top > 0 else None
         cache = dict(zip(needed, recorded))
-        out = torch.zeros((_count(stacked), b), dtype=torch.float64)  # a text with no label keeps NLL 0
+        out = torch.zeros((_count(stacked), b, 2), dtype=torch.float64)  # a text with no label keeps NLL 0 and misses none
         lengths = needed_lengths(labels)
         texts = [r for r in range(b) if lengths[r] > 0]
         for first in sorted(set(firsts)):
             idx = [i for i, f in enumerate(firsts) if f == first]
             if first == layers:
-                out[idx] = label_nll(hidden, labels, self.head, self.head_tokens).cpu()
+                out[idx] = label_stats(hidden, labels, self.head, self.head_tokens).cpu()
                 continue
             for group in length_groups([lengths[r] for r in texts], len(idx), self.pass_tokens):
                 rows = [texts[g] for g in group]
@@ -183,21 +195,22 @@ class CausalMaskBatcher(MaskBatcher):
                 where = torch.tensor(rows, device=labels.device)
                 for start in range(0, len(idx), chunk):
                     part = idx[start : start + chunk]
-                    sums = self._group_nll(inputs, labels, cache.get(first - 1), first, _take_masks(stacked, part), where, length)
+                    sums = self._group_stats(inputs, labels, cache.get(first - 1), first, _take_masks(stacked, part), where, length)
                     out[torch.tensor(part)[:, None], torch.tensor(rows)[None, :]] = sums.cpu()
         return out
 
-    def _group_nll(
+    def _group_stats(
         self, inputs: dict, labels: torch.Tensor, below, first: int, masks: dict[str, torch.Tensor], rows: torch.Tensor, length: int
     ) -> torch.Tensor:
-        """NLL sums (M, r) of the texts ``rows``, cut to ``length`` positions, under base masks {group: (M, L, U)} first changing at ``first``."""
+        """(NLL sum, misses) (M, r, 2) of the texts ``rows``, cut to ``length`` positions, under base masks {group: (M, L, U)} first
+        changing at ``first``."""
         m, r = _count(masks), rows.shape[0]
         part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
         replay = _repeat(_take(below, rows, length), m, r) if first > 0 else None  # layer first-1's output, M copies
         with self._pass(replay, first, {g: v.to(labels.device) for g, v in masks.items()}, r):
             hidden = self.backbone(**_repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
         targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
-        return label_nll(hidden, targets, self.head, self.head_tokens).view(m, r)
+        return label_stats(hidden, targets, self.head, self.head_tokens).view(m, r, 2)
 
 
 def looped_nll(model: nn.Module, gates, batch: dict, masks) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Paired significance tests between a baseline and masked systems (bootstrap for accuracy, BLEU and perplexity), and correlations.
+"""Paired significance tests between a baseline and masked systems (bootstrap for accuracy, means, BLEU and perplexity), and correlations.
 
 Both follow Koehn (2004) as sacrebleu and Moses implement it: resample the evaluation set with
 replacement ``n_samples`` times (the same indices for both systems), take the absolute score
@@ -51,17 +51,24 @@ def paired_bootstrap_accuracy(
     baseline_correct, systems_correct, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
 ) -> list[PairedResult]:
     """Paired bootstrap on per-example correctness (0/1): one result per system, accuracy in percent."""
-    base = np.asarray(baseline_correct, dtype=np.float64)
-    systems = np.asarray(systems_correct, dtype=np.float64).reshape(-1, base.shape[0])  # (S, N)
+    return paired_bootstrap_mean(baseline_correct, systems_correct, n_samples, seed, alpha, scale=100.0)
+
+
+def paired_bootstrap_mean(
+    baseline_values, systems_values, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01, scale: float = 1.0
+) -> list[PairedResult]:
+    """Paired bootstrap of the mean of per-example values (times ``scale``): one result per system."""
+    base = np.asarray(baseline_values, dtype=np.float64)
+    systems = np.asarray(systems_values, dtype=np.float64).reshape(-1, base.shape[0])  # (S, N)
     if base.size == 0:
         raise ValueError("paired bootstrap needs at least one evaluated example")
     counts = _resample_counts(base.shape[0], n_samples, seed)
-    base_scores = 100.0 * counts @ base / base.shape[0]  # (R,)
-    sys_scores = 100.0 * counts @ systems.T / base.shape[0]  # (R, S)
+    base_scores = scale * counts @ base / base.shape[0]  # (R,)
+    sys_scores = scale * counts @ systems.T / base.shape[0]  # (R, S)
     out = []
-    base_score = 100.0 * base.mean()
+    base_score = scale * base.mean()
     for s in range(systems.shape[0]):
-        score = 100.0 * systems[s].mean()
+        score = scale * systems[s].mean()
         delta = score - base_score
         diffs = sys_scores[:, s] - base_scores
         p = _p_value(np.abs(diffs), abs(delta))

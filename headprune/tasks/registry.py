@@ -1,4 +1,5 @@
-"""Which task a config asks for, decided in one place: ``TASKS`` maps ``model.kind`` to the task that reads it.
+"""Which task a config asks for, decided in one place: ``TASKS`` maps ``model.kind`` to the task that reads it, and
+``DATA_TASKS`` maps (``model.kind``, ``data.kind``) to another task the same models serve (passkey retrieval for causal LMs).
 
 A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``), and its model
 class (``model_class``) when its models are built from a model config.
@@ -63,7 +64,7 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
     "causal_lm": TaskSpec(
         "lm",
         "lm",
-        "data=lm_local|lm_synthetic|lm_hub",
+        "data=lm_local|lm_synthetic|lm_hub|lm_long|passkey_synthetic|passkey_local|passkey_hub",
         "headprune.tasks.lm.task.load_lm_task",
         None,
         splits=("eval", "eval_other", "importance", "heldout", "train"),
@@ -85,6 +86,23 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
         model_class="transformers.AutoModelForImageClassification",
         architectures=("ForImageClassification", "ForImageClassificationWithTeacher"),
         own_length="headprune.tasks.vision.processor.own_length",
+    ),
+}
+
+
+DATA_TASKS: dict[tuple[str, str], TaskSpec] = {  # (model.kind, data.kind): a task other than the model kind's own
+    ("causal_lm", "passkey"): TaskSpec(
+        "passkey",
+        "passkey",
+        "data=passkey_synthetic|passkey_local|passkey_hub",
+        "headprune.tasks.longctx.task.load_passkey_task",
+        None,
+        splits=("eval", "importance", "heldout", "train"),
+        check="headprune.tasks.longctx.config_check.check",
+        selection="importance",
+        exports=("onnx", "hf", "gguf"),  # no int8: its check scores the exports in ONNX Runtime, not wired to passkey retrieval
+        model_class="transformers.AutoModelForCausalLM",
+        architectures=("ForCausalLM",),
     ),
 }
 
@@ -112,15 +130,18 @@ def model_task(model_cfg) -> TaskSpec:
 
 
 def task_spec(cfg) -> TaskSpec:
-    """The task of ``model.kind``, checked against the chosen data config."""
+    """The task of ``model.kind`` (or of ``DATA_TASKS`` for its data's kind), checked against the chosen data config."""
     spec = model_task(cfg.model)
     kind = cfg.model.get("kind")
     if cfg.get("data") is None:
         raise ValueError(f"no data chosen: add {spec.data_choices} for model.kind={kind}")
+    if (kind, cfg.data.get("kind")) in DATA_TASKS:
+        return DATA_TASKS[(kind, cfg.data.get("kind"))]
     if cfg.data.get("kind") != spec.data_kind:
+        others = "".join(f", the {s.name} task {s.data_choices}" for (k, _), s in DATA_TASKS.items() if k == kind)
         raise ValueError(
             f"model {cfg.model.get('name')} ({kind}) does not fit data {cfg.data.get('name')}: "
-            f"the {spec.name} task reads {spec.data_choices}"
+            f"the {spec.name} task reads {spec.data_choices}{others}"
         )
     return spec
 

@@ -16,6 +16,7 @@ SCHEMA = {
     "data.source": rule(choice, choices=SOURCES),
     "data.seed": rule(integer),
     "data.max_length": rule(integer, low=2),
+    "data.document_tokens": optional(rule(integer, low=2)),
     "data.add_bos": rule(boolean),
     "data.add_eos": rule(boolean),
     "data.batch_size": rule(integer, low=1),
@@ -41,6 +42,12 @@ def check_lengths(cfg) -> None:
     """Decoding (prompt + new tokens) and the evaluated texts must fit the model's position embeddings."""
     positions = max_positions(cfg.model)
     task = cfg.get("task") or {}
+    length, document = cfg.data.get("max_length"), cfg.data.get("document_tokens")
+    if isinstance(length, int) and isinstance(document, int) and document > length:
+        raise ConfigError(
+            f"data.document_tokens={document}, but data.max_length={length} cuts every text to {length} tokens: set "
+            f"data.max_length>={document} or data.document_tokens<={length}"
+        )
     if positions is None:
         return
     prompt, new = task.get("decode_prompt_tokens"), task.get("decode_tokens")
@@ -49,7 +56,6 @@ def check_lengths(cfg) -> None:
             f"task.decode_prompt_tokens={prompt} + task.decode_tokens={new} = {prompt + new} tokens, but model "
             f"{cfg.model.get('name')} takes at most {positions} positions: lower task.decode_tokens to at most {max(positions - prompt, 0)}"
         )
-    length = cfg.data.get("max_length")
     if isinstance(length, int) and length > positions:
         raise ConfigError(
             f"data.max_length={length} tokens per text, but model {cfg.model.get('name')} takes at most {positions} "
@@ -59,12 +65,15 @@ def check_lengths(cfg) -> None:
 
 def check_texts(data) -> None:
     """Every split's texts readable before any work, and none empty (the error names its files)."""
-    from headprune.tasks.lm.data import load_texts
+    from headprune.tasks.lm.data import load_texts, text_pools
 
     try:
         texts = load_texts(data)
+        pools = text_pools(data) if data.get("document_tokens") is not None else None  # documents join every line first
     except (ValueError, OSError) as err:
         raise ConfigError(f"data={data.get('name')}: {err}") from None
+    if pools is not None:
+        check_documents(data, {split: [text for _, text in items] for split, items in pools.items()})
     for split, lines in texts.items():
         if not lines:
             files = (data.get("files") or {}).get(split)
@@ -72,4 +81,16 @@ def check_texts(data) -> None:
             raise ConfigError(
                 f"data={data.get('name')}: the {split} split holds no text ({where} has no non-empty line under "
                 f"{dir_setting(data)}={data.get('dir')}): give files with one text per line"
+            )
+
+
+def check_documents(data, texts: dict[str, list[str]]) -> None:
+    """Every split's text can hold a document of ``data.document_tokens`` tokens (a token is at least one byte of text)."""
+    tokens = int(data.document_tokens)
+    for split, lines in texts.items():
+        size = sum(len(line.encode()) for line in lines)
+        if 0 < size < tokens:
+            raise ConfigError(
+                f"data={data.get('name')}: the {split} split holds {size} bytes of text, fewer than one document of "
+                f"data.document_tokens={tokens} tokens: give it more text (data.files.{split}) or lower data.document_tokens"
             )

@@ -1,5 +1,8 @@
 """Texts for language modelling: local text files, a hub corpus or a synthetic language, per split.
 
+With ``data.document_tokens`` (data=lm_long), consecutive lines of a file join into documents of that many tokens
+or more (news articles, talks), and the documents are what the splits draw.
+
 Splits inside headprune: ``eval`` (perplexity), ``eval_other`` (a second evaluation set, of another domain),
 ``importance`` (calibration: head importance, Fisher, least squares; training text, never the evaluation
 text), ``heldout`` (choices such as keep-one's head) and ``train`` (fine-tune recovery). Local files: a file
@@ -112,8 +115,9 @@ def synthetic_texts(cfg) -> dict[str, list[str]]:
     return {split: language.pairs(int(n), seed=index + 1)[1] for index, (split, n) in enumerate(sorted(dict(syn.sizes).items()))}
 
 
-def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
-    """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``, splits disjoint."""
+def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[object, str]]]:
+    """{split: [(key, text)]} of a data config (``source``: local, hub or synthetic) before any draw; a local text's key
+    is (file, line number), another's (split, index)."""
     source = cfg.get("source")
     if source == "local":
         lines = local_lines(cfg, data_dir if data_dir is not None else cfg.dir)
@@ -124,8 +128,41 @@ def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
         raise ValueError(f"data.source must be local, hub or synthetic for language modelling, got {source!r}")
     if "eval" not in lines or "importance" not in lines:
         raise ValueError(f"language-modelling data needs an eval and an importance split, got {sorted(lines)}")
+    return lines
+
+
+def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
+    """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``, splits disjoint."""
     limits = dict(cfg.get("limits") or {})
-    return draw_splits(lines, limits, int(cfg.seed), exclude_evaluated=source == "local")
+    return draw_splits(text_pools(cfg, data_dir), limits, int(cfg.seed), exclude_evaluated=cfg.get("source") == "local")
+
+
+def join_documents(items: list[tuple[object, str]], lengths: list[int], tokens: int) -> list[tuple[object, str]]:
+    """Consecutive texts of one source (a file, a split) joined by newlines into documents of at least ``tokens`` tokens
+    (``lengths``: each text's tokens); a source's last texts, too short for a document, are left out. A document's
+    key is its first text's."""
+    out, key, parts, held, source = [], None, [], 0, object()
+    for (item_key, text), length in zip(items, lengths):
+        if item_key[0] != source:  # a new file (or split): what the last one left is no document
+            key, parts, held, source = None, [], 0, item_key[0]
+        key = item_key if not parts else key
+        parts.append(text)
+        held += length
+        if held >= tokens:
+            out.append((key, "\n".join(parts)))
+            parts, held = [], 0
+    return out
+
+
+def long_documents(cfg, pools: dict[str, list[tuple[object, str]]], tokenizer) -> dict[str, list[str]]:
+    """{split: documents} of ``data.document_tokens`` tokens or more (``tokenizer``'s), drawn as texts are (``data.limits``
+    counts documents); splits that list the same file draw other documents of it."""
+    tokens = int(cfg.document_tokens)
+    documents = {}
+    for split, items in pools.items():
+        lengths = [len(ids) for ids in tokenizer([text for _, text in items], add_special_tokens=False)["input_ids"]] if items else []
+        documents[split] = join_documents(items, lengths, tokens)
+    return draw_splits(documents, dict(cfg.get("limits") or {}), int(cfg.seed), exclude_evaluated=cfg.get("source") == "local")
 
 
 def encode_texts(

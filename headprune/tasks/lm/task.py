@@ -18,7 +18,7 @@ from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
 from headprune.tasks.common import SavesHF, checked_settings
-from headprune.tasks.lm.data import LMData, collate, load_texts
+from headprune.tasks.lm.data import LMData, collate, load_texts, long_documents, text_pools
 
 TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
 MODEL_INPUTS = DECODER_INPUTS
@@ -296,29 +296,38 @@ def _settings(cfg) -> dict:
 
 def load_lm_task(cfg) -> LanguageModelingTask:
     """The texts and LanguageModelingTask of a Hydra config (``model.kind=causal_lm``, ``data=lm_*``)."""
-    from headprune.models.build import build_tokenizer
-    from headprune.models.tokenizers import special_ids, train_tokenizer
-    from headprune.tasks.registry import build_task_model
-
     if cfg.get("data") is None or cfg.data.get("kind") != "lm":
         raise ValueError("the language-modelling task needs data=lm_local (../shared/data), data=lm_synthetic or data=lm_hub")
     if cfg.model.get("kind") != "causal_lm":
         raise ValueError(f"the language-modelling task needs a causal LM (model.kind=causal_lm), got model={cfg.model.get('name')}")
     settings = _settings(cfg)
-    texts = load_texts(cfg.data)
+    if cfg.data.get("document_tokens") is None:
+        texts = load_texts(cfg.data)
+        model, tokenizer = model_and_tokenizer(cfg, texts["importance"])
+    else:  # long documents: joined in the model's tokens, then drawn
+        pools = text_pools(cfg.data)
+        model, tokenizer = model_and_tokenizer(cfg, [text for _, text in pools["importance"]])
+        texts = long_documents(cfg.data, pools, tokenizer)
+    return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, text_start(cfg, tokenizer)), **settings)
+
+
+def model_and_tokenizer(cfg, training_texts: list[str]):
+    """(causal LM, tokenizer) of ``cfg.model``: its own tokenizer, or for a fresh model a BPE tokenizer trained on
+    ``training_texts`` (``data.tokenizer.vocab_size``) and the model's vocabulary sized to it."""
+    from headprune.models.build import build_tokenizer
+    from headprune.models.tokenizers import special_ids, train_tokenizer
+    from headprune.tasks.registry import build_task_model
+
     if cfg.model.get("tokenizer"):
-        tokenizer = build_tokenizer(cfg.model)
-        model = build_task_model(cfg.model, seed=int(cfg.seed))
-    elif cfg.model.get("pretrained"):
+        return build_task_model(cfg.model, seed=int(cfg.seed)), build_tokenizer(cfg.model)
+    if cfg.model.get("pretrained"):
         raise ValueError(f"model.pretrained={cfg.model.pretrained} needs model.tokenizer (usually the same directory)")
-    else:  # a fresh model: a BPE tokenizer trained on the importance (training) texts
-        tokenizer = train_tokenizer(texts["importance"], vocab_size=int(cfg.data.tokenizer.vocab_size))
-        ids = {k: v for k, v in special_ids(tokenizer).items() if k in ("pad_token_id", "eos_token_id", "bos_token_id")}
-        model = build_task_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids)
-    return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, _text_start(cfg, tokenizer)), **settings)
+    tokenizer = train_tokenizer(training_texts, vocab_size=int(cfg.data.tokenizer.vocab_size))
+    ids = {k: v for k, v in special_ids(tokenizer).items() if k in ("pad_token_id", "eos_token_id", "bos_token_id")}
+    return build_task_model(cfg.model, vocab_size=len(tokenizer), seed=int(cfg.seed), **ids), tokenizer
 
 
-def _text_start(cfg, tokenizer) -> int | None:
+def text_start(cfg, tokenizer) -> int | None:
     """The id of ``model.text_start`` (the token the model saw before each document), or None for the tokenizer's BOS."""
     token = cfg.model.get("text_start")
     if token is None:

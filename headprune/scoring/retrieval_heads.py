@@ -1,0 +1,103 @@
+"""The retrieval score of every head (Wu et al. 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality").
+
+At an answer step that produces (teacher-forced) a token w repeated from a needle, a head *copies and pastes* w when its
+attention from that step peaks on the needle at a token equal to w:
+
+    j = argmax_k a_h[t, k],    hit_h(t) = [needle_start(t) <= j < needle_end(t)] and [x_j = w]
+    retrieval score of h = mean over examples of (hits of h / answer tokens repeated from a needle)
+
+(the paper's |g_h ∩ k| / |k| per example, averaged). The attention weights come from the model's eager attention (its
+own softmax, switched on for the pass when the model runs another implementation), read per layer by a hook on the
+attention module and reduced at once to the copying steps: no (B, H, T, T) tensor of another layer is kept.
+A KV group scores the mean of its query heads (``gates.scores_from_heads``), as attention entropy does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import ExitStack, contextmanager
+
+import torch
+
+from headprune.core.gates import PREFIX, ensure_gated, site_groups
+from headprune.core.inputs import DECODER_INPUTS
+
+COPY_KEYS = ("labels", "needle_start", "needle_end")  # what a retrieval batch holds besides the model's inputs
+
+
+def copy_hits(
+    attention: torch.Tensor, input_ids: torch.Tensor, labels: torch.Tensor, start: torch.Tensor, end: torch.Tensor
+) -> torch.Tensor:
+    """Copy-paste hits (B, H) of one layer's heads from its attention weights (B, H, T, T).
+
+    ``labels`` (B, T): the token step t produces; ``start``/``end`` (B, T): the span of the needle it repeats (-1: the
+    step repeats no needle token and is not counted).
+    """
+    b, t = (start >= 0).nonzero(as_tuple=True)  # (N,): the copying steps
+    rows = attention[b, :, t]  # (N, H, T): each copying step's attention, per head
+    peak = rows.argmax(-1)  # (N, H)
+    inside = (peak >= start[b, t, None]) & (peak < end[b, t, None])
+    same = input_ids[b[:, None], peak] == labels[b, t, None]  # the peak holds the produced token
+    hits = torch.zeros(attention.shape[0], attention.shape[1], dtype=torch.float64, device=attention.device)
+    return hits.index_add_(0, b, (inside & same).double())
+
+
+@contextmanager
+def eager_attention(model):
+    """Within the block the model runs eager attention (gated as before when headprune's gates route it)."""
+    previous = model.config._attn_implementation or "sdpa"
+    wanted = ensure_gated("eager") if previous.startswith(PREFIX) else "eager"
+    if previous == wanted:
+        yield
+        return
+    model.set_attn_implementation(wanted)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
+def _recorder(site, batch: dict, counts: torch.Tensor, totals: dict[str, torch.Tensor]):
+    """A forward hook on one attention module adding each example's hit rate of its heads to ``totals``."""
+
+    def hook(module, args, output):
+        weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+        if weights is None:
+            raise ValueError(f"{type(module).__name__} returned no attention weights: the retrieval score needs eager attention")
+        if not site.head_ids:
+            return
+        hits = copy_hits(weights.float(), batch["input_ids"], batch["labels"], batch["needle_start"], batch["needle_end"])  # (B, H)
+        rate = hits / counts.clamp(min=1).unsqueeze(1).to(hits)  # per example: the share of its copied tokens
+        totals[site.group][site.layer, site.head_ids] += rate.sum(0).cpu()
+
+    return hook
+
+
+def retrieval_scores(model, gates, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
+    """Retrieval score of every head {group: [layers, heads]} (in the gates' unit: a KV group, its query heads' mean).
+
+    ``batches`` hold the model's inputs and, per position, the token it is trained to produce (``labels``, -100 where
+    none) and the needle span that token repeats (``needle_start``/``needle_end``, -1 where none): what
+    headprune.tasks.longctx's ``retrieval_batches`` gives. Examples without a copied token are not counted.
+    """
+    totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in site_groups(gates.sites).items()}
+    examples = 0
+    was_training = model.training
+    model.eval()
+    try:
+        with eager_attention(model), torch.inference_mode():
+            for batch in batches:
+                missing = [k for k in COPY_KEYS if k not in batch]
+                if missing:
+                    raise ValueError(f"the retrieval score needs batches with {list(COPY_KEYS)}; this batch lacks {missing}")
+                counts = (batch["needle_start"] >= 0).sum(1)  # (B,) copied tokens per example
+                with ExitStack() as stack:
+                    for site in gates.sites:
+                        stack.callback(site.core.register_forward_hook(_recorder(site, batch, counts, totals)).remove)
+                    model(**{k: batch[k] for k in DECODER_INPUTS if k in batch})
+                examples += int((counts > 0).sum())
+    finally:
+        model.train(was_training)
+    if examples == 0:
+        raise ValueError("the retrieval score got no example with an answer token copied from a needle")
+    return gates.scores_from_heads({g: (t / examples).float() for g, t in totals.items()})

@@ -1,0 +1,75 @@
+"""Passkey examples per split as model batches: the answer teacher-forced, only its tokens labelled."""
+
+from __future__ import annotations
+
+import torch
+
+from headprune.tasks.longctx.examples import PasskeyExample
+
+
+def collate(examples: list[PasskeyExample], pad_id: int, copies: bool = False) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``/``attention_mask`` (B, T) of each example without its last answer token, and ``labels``
+    (B, T): at position t the answer token it predicts (``ids[t + 1]``), -100 where no answer token follows.
+
+    ``copies`` adds ``needle_start``/``needle_end`` (B, T): the span of the needle whose key the label at t repeats
+    (-1 for a joiner between keys and for unlabelled positions), what the retrieval score of a head reads.
+    """
+    length = max(len(e.ids) - 1 for e in examples)
+    input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    start, end = torch.full_like(input_ids, -1), torch.full_like(input_ids, -1)
+    for row, e in enumerate(examples):
+        ids = torch.tensor(e.ids, dtype=torch.long)
+        input_ids[row, : len(ids) - 1] = ids[:-1]
+        attention_mask[row, : len(ids) - 1] = 1
+        first = e.answer_start - 1  # the position that predicts the first answer token
+        labels[row, first : len(ids) - 1] = ids[e.answer_start :]
+        for t, needle in enumerate(e.copies):
+            if needle >= 0:
+                start[row, first + t], end[row, first + t] = e.needles[needle]
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return {**batch, "needle_start": start, "needle_end": end} if copies else batch
+
+
+class PasskeyData:
+    """The examples of each split and their batches (longest first; ``idx`` = each row's position in the split)."""
+
+    def __init__(self, examples: dict[str, list[PasskeyExample]], pad_id: int, batch_size: int, eval_batch_size: int):
+        self.examples = examples
+        self.pad_id = int(pad_id)
+        self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
+
+    def split(self, name: str) -> list[PasskeyExample]:
+        """The examples of a split, with an error that lists the splits."""
+        if name not in self.examples:
+            raise KeyError(f"no passkey split {name!r}; this data has {sorted(self.examples)}")
+        return self.examples[name]
+
+    def batches(self, split: str, batch_size: int | None = None, copies: bool = False) -> list[dict[str, torch.Tensor]]:
+        """Batches of a split, longest examples first (little padding); ``idx`` gives each row's position."""
+        examples = self.split(split)
+        size = int(batch_size or self.eval_batch_size)
+        order = sorted(range(len(examples)), key=lambda i: -len(examples[i].ids))
+        out = []
+        for at in range(0, len(order), size):
+            rows = order[at : at + size]
+            batch = collate([examples[i] for i in rows], self.pad_id, copies)
+            batch["idx"] = torch.tensor(rows, dtype=torch.long)
+            out.append(batch)
+        return out
+
+    def fingerprint_texts(self, split: str) -> list[str]:
+        """Each example as text for a data fingerprint: its answer start and ids."""
+        return [f"{e.answer_start}:{','.join(map(str, e.ids))}" for e in self.split(split)]
+
+    def split_summary(self) -> dict[str, dict[str, int]]:
+        """{split: {"examples", "tokens" (prompts, BOS included), "answer_tokens"}}."""
+        return {
+            split: {
+                "examples": len(examples),
+                "tokens": sum(e.answer_start for e in examples),
+                "answer_tokens": sum(len(e.answer) for e in examples),
+            }
+            for split, examples in self.examples.items()
+        }

@@ -1,0 +1,85 @@
+"""The haystack: per split, a pool of filler sentences (one per line) that examples take consecutive runs of.
+
+Sources: ``synthetic`` (sentences of the synthetic language of headprune.tasks.mt.synthetic, deterministic from a seed),
+``local`` (text files under ``data.dir``, one sentence or paragraph per line: news, talks) and ``hub`` (a Hugging Face
+dataset's text field). The evaluation split never shares a file (local) with the others, and each split of the
+synthetic source draws its own sentences.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headprune.tasks.data_dir import dir_advice
+from headprune.tasks.longctx.config import SPLITS, PasskeyConfig
+from headprune.tasks.text_lines import utf8_lines
+
+
+class HaystackError(ValueError):
+    """A haystack that cannot be read or holds no text, named with how to fix it."""
+
+
+def read_lines(path: Path, config: PasskeyConfig, split: str, name: str) -> list[str]:
+    """The non-empty lines of one haystack file, or a HaystackError naming the setting that listed it."""
+    if not path.is_file():
+        present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+        where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
+        raise FileNotFoundError(
+            f"haystack text file {path} not found ({where}): data.files.{split} names {name}; {dir_advice(config.raw, name)}"
+        )
+    return [line.strip() for _, line in utf8_lines(path) if line.strip()]
+
+
+def local_pools(config: PasskeyConfig) -> dict[str, list[str]]:
+    """{split: lines} of ``data.files`` under ``data.dir``; the eval split's files are no other split's."""
+    files = config.files or {}
+    unknown = sorted(set(files) - set(SPLITS))
+    if unknown:
+        raise HaystackError(f"data.files has unknown split(s) {unknown}; the passkey splits are {list(SPLITS)}")
+    evaluated = set(files["eval"]) if "eval" in files else set()
+    shared = evaluated & {p for split, paths in files.items() if split != "eval" for p in paths}
+    if shared:
+        raise HaystackError(f"data.files uses {sorted(shared)} for eval and for another split: give the eval split its own files")
+    return {
+        split: [line for name in files.get(split) or () for line in read_lines(Path(str(config.dir)) / name, config, split, name)]
+        for split in config.splits
+    }
+
+
+def hub_pools(config: PasskeyConfig) -> dict[str, list[str]]:
+    """{split: texts} of a Hugging Face dataset's ``text_field`` (``hub_splits``: {split: the dataset's split})."""
+    from datasets import load_dataset
+
+    out = {}
+    for split in config.splits:
+        hub_split = (config.hub_splits or {}).get(split)
+        if hub_split is None:
+            raise HaystackError(f"data.hub_splits names no dataset split for the {split} split: add data.hub_splits.{split}=<split>")
+        rows = load_dataset(config.hub_path, config.hub_name, split=hub_split)
+        out[split] = [t.strip() for t in rows[config.text_field] if t and t.strip()]
+    return out
+
+
+def synthetic_pools(config: PasskeyConfig) -> dict[str, list[str]]:
+    """{split: sentences} of the synthetic language (lexicon ``synthetic.seed``), a sampling seed per split."""
+    from headprune.tasks.mt.synthetic import SyntheticConfig, SyntheticTranslation
+
+    language = SyntheticTranslation(SyntheticConfig(seed=config.synthetic_seed))
+    return {split: language.pairs(config.synthetic_sentences, seed=f"passkey-{config.seed}-{split}")[1] for split in config.splits}
+
+
+def haystack_pools(config: PasskeyConfig) -> dict[str, list[str]]:
+    """{split: filler sentences} of the configured source; a HaystackError when a split's pool is empty."""
+    if config.source == "local":
+        pools = local_pools(config)
+    elif config.source == "hub":
+        pools = hub_pools(config)
+    elif config.source == "synthetic":
+        pools = synthetic_pools(config)
+    else:
+        raise HaystackError(f"data.source must be one of synthetic, local or hub for the passkey task, got {config.source!r}")
+    for split, lines in pools.items():
+        if not lines:
+            where = f"data.files.{split}={(config.files or {}).get(split)}" if config.source == "local" else f"data.source={config.source}"
+            raise HaystackError(f"data={config.name}: the {split} haystack holds no text ({where}): give files with one text per line")
+    return pools

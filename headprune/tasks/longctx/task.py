@@ -1,0 +1,216 @@
+"""PasskeyTask: long-context retrieval (a key hidden in a haystack) by a decoder-only LLM under head gates.
+
+Each example's answer (the key, or every key) is teacher-forced after its prompt, and only the answer tokens are
+labelled. Exact match: every answer token is the argmax of the model's next-token logits at its position. This
+equals greedy decoding of ``len(answer)`` tokens after the prompt: if greedy decoding reproduces the first i answer
+tokens, its input is then the teacher-forced one, so its next token is the argmax there; induction on i (ties of the
+argmax aside). One forward pass scores a whole example, and the batched mask engine
+(headprune.engine.ablation_causal) scores many masks at once.
+
+Per example: ``correct`` (1 when the whole answer matches) and ``loglik`` (mean log-probability of the answer tokens,
+nats): a continuous score that a tiny random model also moves, and minus the loss that gradient importance
+differentiates. ``data.metric`` picks the task's score: ``accuracy`` (exact match, percent) or ``key_log_likelihood``
+(the mean of ``loglik``); both come with a paired bootstrap over examples.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from headprune.engine.ablation_causal import label_stats, output_logits
+from headprune.results.writer import texts_fingerprint
+from headprune.tasks.base import EvalResult
+from headprune.tasks.common import checked_settings
+from headprune.tasks.lm.data import collate as collate_prompts
+from headprune.tasks.lm.task import MODEL_INPUTS, TASK_SETTINGS, LanguageModelingTask, model_and_tokenizer, text_start
+from headprune.tasks.longctx.config import PasskeyConfig
+from headprune.tasks.longctx.data import PasskeyData, collate
+from headprune.tasks.longctx.examples import generate
+from headprune.tasks.longctx.haystack import haystack_pools
+
+METRICS = {"accuracy": "correct", "key_log_likelihood": "loglik"}  # data.metric -> the per-example values it averages
+
+
+class PasskeyTask(LanguageModelingTask):
+    """A causal LM under HeadGates and its passkey examples: the task protocol of headprune.tasks.base."""
+
+    name = "passkey"
+    higher_is_better = True
+
+    def __init__(self, model, tokenizer, data: PasskeyData, metric: str, **settings):
+        super().__init__(model, tokenizer, data, **settings)
+        if metric not in METRICS:
+            raise ValueError(f"data.metric must be one of {sorted(METRICS)}, got {metric!r}")
+        self.metric = metric
+        self.paired_test_name = f"paired bootstrap of mean {METRICS[metric]} over examples (Koehn 2004)"
+
+    # ---- data --------------------------------------------------------------------------------
+    def split_sizes(self) -> dict[str, int]:
+        """{split: examples}."""
+        return {split: len(examples) for split, examples in self.data.examples.items()}
+
+    def data_fingerprint(self, split: str) -> str:
+        """A hash of the token ids of ``split``'s examples."""
+        return texts_fingerprint(self.data.fingerprint_texts(split))
+
+    def split_summary(self) -> dict[str, dict[str, int]]:
+        """{split: {"examples", "tokens" (prompts), "answer_tokens"}}."""
+        return self.data.split_summary()
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def _head_stats(self, batch: dict) -> torch.Tensor:
+        """(NLL sum, answer tokens missed by the argmax) per row (B, 2), the vocabulary projected at answer positions only."""
+        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
+        return label_stats(hidden, batch["labels"].to(hidden.device), output_logits(self.model))
+
+    def _result(self, stats: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
+        """The EvalResult of (NLL sum, misses) per example (N, 2) and answer tokens (N,)."""
+        loglik = -stats[:, 0] / tokens.clamp(min=1)
+        correct = (stats[:, 1] == 0).long()
+        values = {"correct": correct.tolist(), "loglik": loglik.tolist()}
+        mean = torch.tensor(values[METRICS[self.metric]], dtype=torch.float64).mean()
+        return EvalResult(
+            score=float(100.0 * mean if self.metric == "accuracy" else mean),
+            metric=self.metric,
+            n=len(tokens),
+            per_example=values,
+            loss=float(-loglik.mean()),
+        )
+
+    @torch.no_grad()
+    def evaluate_many(
+        self, masks: list, split: str = "eval", on_batch=None, batched: bool = True, batch_size: int | None = None
+    ) -> list[EvalResult]:
+        """The score of each mask on ``split``: several masks per pass through the batched engine where it fits (else
+        ``mask_chunk`` masks share one forward of the batch repeated); ``on_batch(n)`` after each batch of ``n`` examples."""
+        from headprune.engine.ablation_causal import CausalMaskBatcher, batchable
+
+        if not masks:
+            return []
+        ones = self.gates.ones()
+        masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
+        engine = CausalMaskBatcher(self.model, self.gates) if batched and len(masks) > 1 and batchable(self.gates, masks) else None
+        n = len(self.data.split(split))
+        stats = torch.zeros(len(masks), n, 2, dtype=torch.float64)
+        tokens = torch.zeros(n, dtype=torch.long)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for batch in self.data.batches(split, batch_size):
+                rows = batch["idx"]
+                tokens[rows] = (batch["labels"] != -100).sum(1)
+                if engine is not None:
+                    stats[:, rows] = engine.label_stats({k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}, masks)
+                else:
+                    stats[:, rows] = self._repeated_stats(batch, masks)
+                if on_batch is not None:
+                    on_batch(len(rows))
+        finally:
+            self.model.train(was_training)
+        return [self._result(stats[j], tokens) for j in range(len(masks))]
+
+    def _repeated_stats(self, batch: dict, masks: list) -> torch.Tensor:
+        """(NLL sum, misses) (M, B, 2) of a batch: ``mask_chunk`` masks per forward, the batch repeated with a mask per row."""
+        b = len(batch["labels"])
+        out = torch.zeros(len(masks), b, 2, dtype=torch.float64)
+        for start in range(0, len(masks), self.mask_chunk):
+            group = masks[start : start + self.mask_chunk]
+            k = len(group)
+            stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(b, dim=0) for g in group[0]}  # (k*B, L, H)
+            repeated = {key: batch[key].repeat(k, 1) for key in (*MODEL_INPUTS, "labels")}  # row j*B + b: example b, mask j
+            with self.gates.masked(stacked):
+                out[start : start + k] = self._head_stats(repeated).cpu().view(k, b, 2)
+        return out
+
+    def paired_test(
+        self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
+    ) -> list:
+        """Paired bootstrap (resampling examples) of the metric of each system against the baseline."""
+        from headprune.scoring.significance import paired_bootstrap_mean
+
+        key = METRICS[self.metric]
+        return paired_bootstrap_mean(
+            baseline.per_example[key],
+            [s.per_example[key] for s in systems],
+            n_samples=n_samples,
+            seed=seed,
+            alpha=alpha,
+            scale=100.0 if self.metric == "accuracy" else 1.0,
+        )
+
+    # ---- gradients, retrieval and timing -----------------------------------------------------
+    def importance_batches(self, batch_size: int | None = None):
+        """Batches (inputs + answer labels, on the model's device) of the importance examples."""
+        if not self.data.examples.get("importance"):
+            raise ValueError("the importance split holds no passkey example: set data.sizes.importance to a number of examples")
+        for batch in self.data.batches("importance", batch_size or self.data.batch_size):
+            yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
+
+    def retrieval_batches(self, split: str = "importance", batch_size: int | None = None) -> list[dict]:
+        """Batches with each answer token's needle span (``needle_start``/``needle_end``), on the model's device: what
+        headprune.scoring.retrieval_heads.retrieval_scores reads."""
+        batches = self.data.batches(split, batch_size or self.data.batch_size, copies=True)
+        return [{k: v.to(self.device) for k, v in batch.items() if k != "idx"} for batch in batches]
+
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """``examples`` examples of the training split (``train``, else ``importance``) drawn with ``seed``, in batches in a
+        seeded random order; ``idx`` gives each row's position in the split."""
+        split = "train" if self.data.examples.get("train") else "importance"
+        pool = self.data.split(split)
+        generator = torch.Generator().manual_seed(seed)
+        chosen = torch.randperm(len(pool), generator=generator)[: max(int(examples), 0)].tolist()
+        size = int(self.data.batch_size)
+        out = []
+        for at in range(0, len(chosen), size):
+            group = chosen[at : at + size]
+            batch = collate([pool[i] for i in group], self.data.pad_id)
+            out.append({**{k: v.to(self.device) for k, v in batch.items()}, "idx": torch.tensor(group)})
+        return out
+
+    def per_example_loss(self, batch: dict) -> torch.Tensor:
+        """Mean NLL of each example's answer tokens, shape (B,) (the vocabulary projected at answer positions only)."""
+        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
+        labels = batch["labels"].to(hidden.device)
+        keep = labels != -100
+        logits = output_logits(self.model)(hidden[keep]).float()  # (N, V)
+        nll = torch.nn.functional.cross_entropy(logits, labels[keep], reduction="none")
+        sums = torch.zeros(len(labels), dtype=nll.dtype, device=nll.device).index_add(0, keep.nonzero()[:, 0], nll)
+        return (sums / keep.sum(1).clamp(min=1)).to(hidden.dtype)
+
+    def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
+        """The prompts of ``examples`` examples of ``split`` drawn with ``seed`` (with replacement), in batches."""
+        pool = self.data.split(split)
+        rng = random.Random(f"timing-{seed}")
+        chosen = [pool[rng.randrange(len(pool))] for _ in range(int(examples))]
+        out = []
+        for at in range(0, len(chosen), int(batch_size)):
+            batch = collate_prompts([list(e.ids[: e.answer_start]) for e in chosen[at : at + int(batch_size)]], self.data.pad_id)
+            out.append({k: batch[k].to(self.device) for k in MODEL_INPUTS})
+        return out
+
+
+def load_passkey_task(cfg) -> PasskeyTask:
+    """The passkey examples and PasskeyTask of a Hydra config (``model.kind=causal_lm``, ``data=passkey_*``)."""
+    if cfg.get("data") is None or cfg.data.get("kind") != "passkey":
+        raise ValueError("the passkey task needs data=passkey_synthetic, data=passkey_local (../shared/data) or data=passkey_hub")
+    if cfg.model.get("kind") != "causal_lm":
+        raise ValueError(f"the passkey task needs a causal LM (model.kind=causal_lm), got model={cfg.model.get('name')}")
+    settings = checked_settings(cfg, TASK_SETTINGS, "passkey", "conf/task/lm.yaml")
+    config = PasskeyConfig.from_cfg(cfg.data)
+    pools = haystack_pools(config)
+    model, tokenizer = model_and_tokenizer(cfg, tokenizer_texts(config, pools))
+    start = text_start(cfg, tokenizer)
+    examples = generate(config, tokenizer, start if start is not None else tokenizer.bos_token_id, pools)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    data = PasskeyData(examples, pad_id, config.batch_size, config.eval_batch_size)
+    return PasskeyTask(model, tokenizer, data, config.metric, **settings)
+
+
+def tokenizer_texts(config: PasskeyConfig, pools: dict[str, list[str]]) -> list[str]:
+    """What a fresh model's tokenizer is trained on: the training haystack (importance, else the first pool) and the
+    template words with every digit."""
+    haystack = pools.get("importance") or next(iter(pools.values()))
+    words = [str(v) for v in vars(config.template).values()] + list(config.names) + ["0123456789"]
+    return list(haystack) + words
