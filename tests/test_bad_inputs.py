@@ -1299,6 +1299,14 @@ CONFIG_ROWS = [
         "holds the patterns of a prune.action=stream run",
         "stream_results",
     ),
+    (
+        "retrieval-order-without-needles",
+        "lm",
+        ["experiment=prune", "prune.order=retrieval"],
+        "and data=lm_synthetic (the lm task) has no needles: use data=passkey_synthetic",
+        None,
+    ),
+    ("speed-mask-order-duo", "lm", ["experiment=speed", "speed.mask_order=duo"], "prune.order=duo needs prune.action=stream", None),
 ]
 
 

@@ -137,3 +137,68 @@ def test_study_streams_and_skips_the_speed_stage(tmp_path, capsys, monkeypatch):
     assert set(results["prune"]["orders"]) == {"importance", "ablation", "random"}  # entropy left out: it cannot rank streaming
     _check_points(results["prune"], "tiny_llama", per_kv=1)
     assert results["keep_one"]["action"] == "stream" and len(results["keep_one"]["rows"]) == LAYERS
+
+
+PASSKEY = [
+    "data=passkey_synthetic",
+    "data.sizes.eval=8",
+    "data.sizes.importance=6",
+    "data.sizes.heldout=4",
+    "data.sizes.train=4",
+    "logger=none",
+]
+PASSKEY_CONTEXT = 96  # passkey_synthetic's data.context_lengths
+
+
+@pytest.mark.parametrize("model", ["tiny_llama", "tiny_gemma"])
+def test_prune_streams_on_passkey_by_retrieval_and_duo(tmp_path, capsys, monkeypatch, model):
+    """The long-context task: streaming points ranked by the retrieval score and DuoAttention's gates, with a real score,
+    their patterns what the orders' scores give and their KV bytes counted at the passkey context."""
+    status, err = headprune(
+        capsys,
+        monkeypatch,
+        tmp_path,
+        tmp_path / "prune",
+        *PASSKEY,
+        "experiment=prune",
+        f"model={model}",
+        "prune.action=stream",
+        "prune.unit=kv_group",
+        "prune.order=[importance,retrieval,duo]",
+        "prune.fractions=[0,0.5,0.75]",
+        "prune.duo.steps=5",
+    )
+    assert status == 0, err
+    payload = json.loads((tmp_path / "prune" / "results.json").read_text())
+    result = payload["results"]
+    assert payload["inputs"]["task"] == "passkey" and result["action"] == "stream"
+    assert result["stream"]["context_tokens"] == PASSKEY_CONTEXT
+    shape = {"dec_self": (LAYERS, KV_HEADS)}
+    for order, curve in result["orders"].items():
+        scores = {g: torch.tensor(v) for g, v in curve["head_scores"].items()}
+        expected = layout_masks(scores, shape, [s["fraction"] for s in curve["steps"]])
+        for step, mask in zip(curve["steps"], expected):
+            assert torch.equal(mask_from_json(step["mask"])["dec_self"], mask["dec_self"]), (order, step["fraction"])
+    retrieval = torch.tensor(result["orders"]["retrieval"]["head_scores"]["dec_self"])
+    assert ((retrieval >= 0) & (retrieval <= 1)).all()  # a share of the copied tokens
+    full = result["stream"]["kv_bytes_full"]
+    assert full == 2 * LAYERS * KV_HEADS * PASSKEY_CONTEXT * HEAD_DIM[model] * 4 or model == "tiny_gemma"  # gemma: one sliding layer
+
+
+def test_ablate_streams_on_passkey(tmp_path, capsys, monkeypatch):
+    status, err = headprune(
+        capsys,
+        monkeypatch,
+        tmp_path,
+        tmp_path / "ablate",
+        *PASSKEY,
+        "experiment=ablate",
+        "model=tiny_llama",
+        "prune.action=stream",
+        "prune.unit=kv_group",
+        "ablate.n_samples=100",
+    )
+    assert status == 0, err
+    result = json.loads((tmp_path / "ablate" / "results.json").read_text())["results"]["splits"]["eval"]
+    assert result["action"] == "stream" and len(result["rows"]) == LAYERS * KV_HEADS
+    assert result["metric"] == "key_log_likelihood"

@@ -128,6 +128,16 @@ def duo_order(task, settings: OrderSettings, mask=None, shared: dict | None = No
     )
 
 
+def retrieval_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """The retrieval score (Wu et al. 2024): how often a head's attention peaks on the needle token it copies (units of
+    KV groups: their query heads' mean); heads that rarely retrieve go first."""
+    from headprune.scoring.retrieval_heads import retrieval_scores
+
+    if mask is not None:
+        raise ValueError("the retrieval order is not re-estimated: it reads the full model's attention")
+    return _cached(shared, "retrieval_raw", None, lambda: retrieval_scores(task.model, task.gates, task.retrieval_batches()))
+
+
 ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
 
 
@@ -138,6 +148,7 @@ class Order:
     scores: Callable[..., dict]
     reestimable: bool  # ablation: no (one evaluation per remaining head per step); random: nothing to recompute
     actions: tuple[str, ...] = ACTIONS
+    needs: str | None = None  # a per-head score the task's data must support (its TaskSpec.head_scores), None: any task
 
 
 ORDERS: dict[str, Order] = {
@@ -147,6 +158,7 @@ ORDERS: dict[str, Order] = {
     "entropy": Order(entropy_order, reestimable=True, actions=("remove",)),
     "random": Order(random_order, reestimable=False),
     "duo": Order(duo_order, reestimable=False, actions=("stream",)),
+    "retrieval": Order(retrieval_order, reestimable=False, needs="retrieval"),
 }
 
 ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not take
@@ -176,6 +188,8 @@ def unit_refusal(order: str, unit) -> str | None:
             "the entropy order ranks heads by their attention entropy, and this unit holds units without attention maps: "
             "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
         )
+    if order == "retrieval" and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+        return "the retrieval order reads where each head's attention peaks, and this unit holds units without attention maps"
     return None
 
 

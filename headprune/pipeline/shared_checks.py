@@ -315,6 +315,23 @@ def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
         refused = action_refusal(order, action_of(cfg))
         if refused:
             raise ConfigError(f"prune.order={order} with prune.action={action_of(cfg)}: {refused}")
+        check_order_data(cfg, order)
+
+
+def check_order_data(cfg, order: str) -> None:
+    """An order that reads a per-head score of the task's data (retrieval: needles) on a task whose data has it."""
+    from headprune.pipeline.orders import ORDERS
+
+    needs = ORDERS[order].needs if order in ORDERS else None
+    spec = task_spec_of(cfg)
+    if needs and needs not in spec.head_scores:
+        from headprune.tasks.registry import DATA_TASKS, TASKS
+
+        having = [s.data_choices for s in (*TASKS.values(), *DATA_TASKS.values()) if needs in s.head_scores]
+        raise ConfigError(
+            f"prune.order={order} scores how often each head's attention peaks on the needle token it copies, and "
+            f"data={cfg.data.get('name')} (the {spec.name} task) has no needles: use {' or '.join(having)}"
+        )
 
 
 def listed_names(value) -> list:

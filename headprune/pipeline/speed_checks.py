@@ -6,7 +6,7 @@ from pathlib import Path
 
 from headprune.core.checks import ConfigError
 from headprune.pipeline.mask_source import point_model_dir
-from headprune.pipeline.orders import ORDERS
+from headprune.pipeline.orders import ORDERS, action_refusal
 
 
 def check_speed(speed) -> None:
@@ -46,6 +46,12 @@ def check_speed_run(cfg) -> None:
             f"speed.mask_order={speed.mask_order}: without speed.mask_file the mask is the lowest speed.fraction of the heads "
             f"by an order of {list(ORDERS)}; a Pareto point's method (e.g. fisher+lsq) needs speed.mask_file"
         )
+    refused = action_refusal(str(speed.mask_order), "remove")
+    if refused:
+        raise ConfigError(f"speed.mask_order={speed.mask_order}: {refused}")
+    from headprune.pipeline.shared_checks import check_order_data
+
+    check_order_data(cfg, str(speed.mask_order))
     if speed.fraction == 0:
         raise ConfigError("speed.fraction=0 prunes no head: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5")
 

@@ -31,6 +31,7 @@ class TaskSpec:
     model_config: tuple[str, ...] = ()  # model.* settings that go into the model's config (a classifier's num_labels)
     architectures: tuple[str, ...] = ()  # how the HF architectures of its models end (config.json "architectures")
     own_length: str | None = None  # model -> (tokens, how): inputs of the model's own length (images: patches + CLS)
+    head_scores: tuple[str, ...] = ()  # per-head scores its data supports beyond gradients (retrieval: needles to copy)
 
 
 TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
@@ -103,6 +104,7 @@ DATA_TASKS: dict[tuple[str, str], TaskSpec] = {  # (model.kind, data.kind): a ta
         exports=("onnx", "hf", "gguf"),  # no int8: its check scores the exports in ONNX Runtime, not wired to passkey retrieval
         model_class="transformers.AutoModelForCausalLM",
         architectures=("ForCausalLM",),
+        head_scores=("retrieval",),  # retrieval_batches: each answer token's needle span
     ),
 }
 
