@@ -202,3 +202,18 @@ def test_ablate_streams_on_passkey(tmp_path, capsys, monkeypatch):
     result = json.loads((tmp_path / "ablate" / "results.json").read_text())["results"]["splits"]["eval"]
     assert result["action"] == "stream" and len(result["rows"]) == LAYERS * KV_HEADS
     assert result["metric"] == "key_log_likelihood"
+
+
+def test_the_unstreamed_task_scores_as_its_all_full_mask(tmp_path):
+    """StreamTask.evaluate(None) skips the streamed branch; a mask of ones computes it with weight 0: the same score."""
+    from experiment_helpers import make_cfg
+
+    from headprune.tasks import registry
+
+    torch.set_num_threads(1)
+    cfg = make_cfg(tmp_path, "prune", "lm", "prune.action=stream", "prune.unit=kv_group")
+    task = registry.load_task(cfg)
+    plain, ones = task.evaluate(None), task.evaluate(task.gates.ones())
+    assert plain.score == pytest.approx(ones.score, rel=1e-6)
+    streamed = task.evaluate({"dec_self": torch.zeros(LAYERS, KV_HEADS)})
+    assert streamed.score != pytest.approx(plain.score, rel=1e-6)  # streaming every group moves the perplexity

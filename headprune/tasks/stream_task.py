@@ -65,6 +65,8 @@ class StreamTask:
             self.task.gates = heads
 
     def evaluate(self, mask=None, split: str = "eval", on_batch=None):
+        if mask is None:  # nothing streamed: the model as it is, without computing the streamed branch it would not use
+            return self.task.evaluate(None, split, on_batch=on_batch)
         with self._streaming():
             return self.task.evaluate(mask, split, on_batch=on_batch)
 
