@@ -3,12 +3,16 @@
     python -I tools/client_llamacpp.py perplexity <texts.npz> <file.gguf> [--cache f16|f32] [--flash]
     python -I tools/client_llamacpp.py kv <file.gguf> [--cache f16|f32] [--flash]
     python -I tools/client_llamacpp.py speed <name=file.gguf> ... [--repeats N] [--threads T] [--prompt 512] [--gen 128]
+    python -I tools/client_llamacpp.py quantize <in.gguf> <out.gguf> [--type q8_0] [--threads T]
 
 Each prints one JSON line. ``perplexity``: corpus perplexity exp(sum NLL / tokens predicted) over the texts' token ids
 (``ids<i>`` arrays, BOS first), each text scored from its first token, as headprune's LM task scores it. ``kv``: the KV
 cache llama.cpp allocates, read from its own log, in bytes per token of context. ``speed``: llama-bench's pp/tg through
 the bindings: a prompt of ``--prompt`` tokens in one batch from an empty cache (prompt tokens/s), then ``--gen`` tokens
-one at a time from an empty cache (generation tokens/s); the files take turns, repeat by repeat.
+one at a time from an empty cache (generation tokens/s); the files take turns, repeat by repeat. ``quantize``: llama.cpp's
+``llama_model_quantize`` (what its llama-quantize tool calls) with its default parameters; the tensor types written and
+the tensors that fell back to another type (a Q8_0 row needs a multiple of 32 values: an FFN down projection of
+another width is stored as F16), read from llama.cpp's log.
 """
 
 from __future__ import annotations
@@ -137,9 +141,39 @@ def speed(files: dict, repeats: int, threads: int, prompt: int, gen: int, cache:
     return out
 
 
+QUANT_TYPES = {"q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "f16": "LLAMA_FTYPE_MOSTLY_F16"}
+FALLBACK_LINE = re.compile(r"(\S+)\s+- ncols\s+(\d+) not divisible by\s+(\d+).*falling back to\s+(\S+)")
+
+
+def quantize(source: str, target: str, kind: str, threads: int) -> dict:
+    """``source`` quantized to ``kind`` into ``target`` by llama.cpp (in a child process: its log goes to the child's stderr)."""
+    code = (
+        "import ctypes, sys, llama_cpp; p = llama_cpp.llama_model_quantize_default_params(); "
+        "p.ftype = getattr(llama_cpp, sys.argv[3]); p.nthread = int(sys.argv[4]); "
+        "sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(p)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code, source, target, QUANT_TYPES[kind], str(threads)], capture_output=True, text=True
+    )
+    if done.returncode or not os.path.isfile(target):
+        raise RuntimeError(f"llama.cpp could not quantize {source} to {kind}: {done.stderr[-800:]}")
+    fallbacks = [
+        {"tensor": m.group(1), "columns": int(m.group(2)), "block": int(m.group(3)), "type": m.group(4)}
+        for m in FALLBACK_LINE.finditer(done.stderr)
+    ]
+    return {
+        "file": target,
+        "source": source,
+        "type": kind,
+        "bytes": os.path.getsize(target),
+        "source_bytes": os.path.getsize(source),
+        "fallbacks": fallbacks,
+    }
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["perplexity", "kv", "speed"])
+    parser.add_argument("what", choices=["perplexity", "kv", "speed", "quantize"])
     parser.add_argument("inputs", nargs="+")
     parser.add_argument("--cache", choices=["f16", "f32"], default="f16")
     parser.add_argument("--flash", action="store_true")
@@ -147,9 +181,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--gen", type=int, default=128)
+    parser.add_argument("--type", choices=sorted(QUANT_TYPES), default="q8_0", help="quantize: the file type written")
     args = parser.parse_args(argv)
     if args.what == "perplexity":
         result = perplexity(args.inputs[0], args.inputs[1], args.cache, args.flash, args.threads)
+    elif args.what == "quantize":
+        result = quantize(args.inputs[0], args.inputs[1], args.type, args.threads)
     elif args.what == "kv":
         result = kv(args.inputs[0], args.cache, args.flash)
     else:

@@ -1,9 +1,11 @@
 """``make test-clients``: each export of a pruned model loaded by the client people run it in, without headprune.
 
 A tiny random Llama and the embedded SmolLM2-135M are pruned (uniform KV groups; a global mask with uneven query and
-KV heads and an emptied layer; for the tiny model also an emptied layer 0) and exported: ``hf`` -> stock
-transformers, ``gguf`` (llama.cpp's ``llama`` for the uniform mask, ``deci`` for the global ones) -> llama.cpp built
-from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
+KV heads and an emptied layer; for the tiny model also an emptied layer 0; in the unit ``[kv_group, ffn]``, KV groups
+with uneven FFN widths, an FFN emptied beside attention that runs, a layer whose attention and FFN are both gone, and
+for the tiny model layer 0 all gone) and exported: ``hf`` -> stock transformers, ``gguf`` (llama.cpp's ``llama`` for
+the uniform mask, ``deci`` for the others: the per-layer counts it holds, read back, are those deci's graph needs)
+-> llama.cpp built from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
 which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
 tokenizer's ids; on the global f32 files the deployer's measures of tools/llamacpp_numbers.py (corpus perplexity
 against the masked model's, the KV cache llama.cpp allocates against the pruned shape's); lm-evaluation-harness (installed beside them when pip can) scores SmolLM2's hf export on a local
@@ -35,6 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_env import ROOT, ensure_env  # noqa: E402
 
 TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 1e-2}  # |logits - masked| over the logits' scale (at least 1); f16: any rounding
+JOINT = ["kv_group", "ffn"]  # the unit of the FFN cases: prune.unit=[kv_group,ffn]
+# the files also given the deployer's measures (their KV cache is the pruned shape's: no layer 0 emptied)
+NUMBERS = {
+    f"{case} gguf f32 (deci)" for case in ("tiny global", "tiny ffn-uneven", "tiny ffn-emptied", "smollm2 global", "smollm2 ffn-emptied")
+}
 TRAINED_PRE = "gpt-2"  # the tiny model's tokenizer is trained here: its byte-level splitting named by hand
 TINY_TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
 SMOL_TEXTS = [
@@ -69,17 +76,22 @@ def masked_outputs(model, gates, mask, prompts: list[list[int]], new_tokens: int
     return arrays
 
 
-def export_case(model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Path, texts: list[str], tokenizer_pre: str, new_tokens: int):
-    """Prune a copy by ``mask``, export it, and compute the reference: one job for the clients."""
+def export_case(
+    model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Path, texts: list[str], tokenizer_pre: str, new_tokens: int, unit="head"
+):
+    """Prune a copy by ``mask`` (in ``unit``: query heads, or ``[kv_group, ffn]``), export it, and compute the reference:
+    one job for the clients."""
+    from headprune.core.ffn_sites import ffn_sites_if_any
     from headprune.core.gates import HeadGates
-    from headprune.core.pruning import prune_mask
+    from headprune.core.units import prune_unit_mask, unit_gates
     from headprune.export import export_model
     from headprune.export.gguf import rounded_like_gguf
 
-    gates = HeadGates(model)
+    gates = unit_gates(model, unit)
     pruned = copy.deepcopy(model)
-    prune_mask(pruned, {g: m.clone() for g, m in mask.items()})
-    HeadGates(pruned).remove()
+    pruned_gates = unit_gates(pruned, unit)
+    prune_unit_mask(pruned_gates, {g: m.clone() for g, m in mask.items()})
+    pruned_gates.remove()
     folder = out / f"{name}-{fmt}-{dtype}"
     exported = export_model(fmt, pruned, tokenizer, folder, {}, dtype, name, tokenizer_pre)
     prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
@@ -92,7 +104,7 @@ def export_case(model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Pa
     np.savez(folder / "arrays.npz", **arrays)
     path = folder if fmt == "hf" else exported["files"][0]
     layers = [(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites]
-    return {
+    job = {
         "name": f"{name} {fmt} {dtype if fmt == 'gguf' else ''}".strip() + (f" ({exported['architecture']})" if fmt == "gguf" else ""),
         "format": fmt,
         "path": str(path),
@@ -106,8 +118,48 @@ def export_case(model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Pa
         "expect": exported.get("architecture", "LlamaForCausalLM"),
         "check_tokenizer": tokenizer_pre != TRAINED_PRE,  # a test tokenizer adds a prefix space no llama.cpp pre-tokenizer adds
         "layers": [list(shape) for shape in layers],
+        "ffn_widths": [site.width for site in ffn_sites_if_any(pruned)],  # neurons each layer keeps (0: emptied)
         "head_dim": int(getattr(pruned.config, "head_dim", None) or pruned.config.hidden_size // pruned.config.num_attention_heads),
     }
+    if fmt == "gguf":
+        job["file_layout"] = gguf_layout(path)
+    return job
+
+
+def gguf_layout(path) -> dict:
+    """The per-layer counts a GGUF file holds (gguf package): head_count, head_count_kv, feed_forward_length."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    architecture = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    layout = {}
+    for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+        field = reader.fields[f"{architecture}.{key}"]
+        layout[key.split(".")[-1]] = [int(field.parts[i][0]) for i in field.data]
+    return layout
+
+
+def expected_deci_layout(layers: list[list[int]], widths: list[int]) -> dict:
+    """The deci counts llama.cpp needs for a pruned model, by deci's graph (src/models/deci.cpp): an emptied layer 0 keeps
+    one zero head (the head size is read from layer 0); a layer whose FFN is emptied says 0 only where its attention is
+    skipped too (deci ends a layer with n_ff 0 before adding the attention output), else 1 (one zero neuron)."""
+    written = [[1, 1] if layer == 0 and heads == 0 else [heads, kv] for layer, (heads, kv) in enumerate(layers)]
+    ffn = [width or (0 if heads == 0 else 1) for (heads, _), width in zip(written, widths)]
+    return {"head_count": [h for h, _ in written], "head_count_kv": [kv for _, kv in written], "feed_forward_length": ffn}
+
+
+def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, int]) -> dict:
+    """A ``[kv_group, ffn]`` mask: KV groups {layer: [ids]} removed, and each listed layer's FFN cut to its first
+    ``kept_neurons[layer]`` neurons of a fixed random order (0: the FFN emptied)."""
+    mask = gates.ones()
+    attention, ffn = "dec_self", "dec_ffn"
+    for layer, kv_ids in removed_kv.items():
+        mask[attention][layer, kv_ids] = 0.0
+    generator = torch.Generator().manual_seed(1)
+    width = mask[ffn].shape[1]
+    for layer, kept in kept_neurons.items():
+        mask[ffn][layer, torch.randperm(width, generator=generator)[kept:]] = 0.0
+    return mask
 
 
 def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
@@ -115,6 +167,7 @@ def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from headprune.core.gates import HeadGates
+    from headprune.core.units import unit_gates
     from headprune.models.tokenizers import train_tokenizer
 
     tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
@@ -136,11 +189,21 @@ def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
     }
     masks["tiny global"]["dec_self"][3, [1, 3]] = 0.0  # layer 3: one query head in each group (2 over 2)
     gates.remove()
+    joint = unit_gates(model, JOINT)
+    joint_masks = {  # KV groups and FFN neurons (64 per layer) together: uneven widths, emptied FFNs
+        "tiny ffn-uneven": joint_mask(joint, {1: [0], 3: [1]}, {0: 40, 1: 23, 3: 9}),  # FFN widths 40, 23, 64, 9
+        "tiny ffn-emptied": joint_mask(joint, {1: [0, 1], 3: [1]}, {1: 0, 2: 0, 3: 30}),  # layer 1 all gone, layer 2 attention only
+        "tiny layer-0-ffn-emptied": joint_mask(joint, {0: [0, 1]}, {0: 0, 2: 17}),  # layer 0 all gone: deci keeps a zero head and neuron
+    }
+    joint.remove()
     texts = TINY_TEXTS[:3]
     jobs = [export_case(model, tokenizer, "tiny uniform", masks["tiny uniform"], "hf", "f32", out, texts, TRAINED_PRE, new_tokens)]
     for name, mask in masks.items():
         for dtype in ("f32", "f16"):
             jobs.append(export_case(model, tokenizer, name, mask, "gguf", dtype, out, texts, TRAINED_PRE, new_tokens))
+    for name, mask in joint_masks.items():
+        for dtype in ("f32", "f16"):
+            jobs.append(export_case(model, tokenizer, name, mask, "gguf", dtype, out, texts, TRAINED_PRE, new_tokens, JOINT))
     return jobs
 
 
@@ -149,6 +212,7 @@ def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from headprune.core.gates import HeadGates
+    from headprune.core.units import unit_gates
     from headprune.models.embedded import embedded_model_dir, gguf_file
     from headprune.models.tokenizer_origin import gguf_tokenizer_pre
 
@@ -162,11 +226,18 @@ def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
     uneven[15] = [0, 1, 2]  # an emptied middle layer
     global_mask = kv_mask(gates, uneven, 3)
     gates.remove()
+    joint = unit_gates(model, JOINT)
+    widths = {layer: 1536 - 41 * layer for layer in range(30)}  # uneven FFN widths, none a multiple of 32 past layer 0
+    widths.update({15: 0, 20: 0})  # layer 15 all gone (FFN length 0 in the file); layer 20 keeps attention (a zero neuron)
+    joint_global = joint_mask(joint, uneven, widths)
+    joint.remove()
     return [
         export_case(model, tokenizer, "smollm2 uniform", uniform, "hf", "f32", out, SMOL_TEXTS, pre, new_tokens),
         export_case(model, tokenizer, "smollm2 uniform", uniform, "gguf", "f32", out, SMOL_TEXTS, pre, new_tokens),
         export_case(model, tokenizer, "smollm2 global", global_mask, "gguf", "f32", out, SMOL_TEXTS, pre, new_tokens),
         export_case(model, tokenizer, "smollm2 global", global_mask, "gguf", "f16", out, SMOL_TEXTS, pre, new_tokens),
+        export_case(model, tokenizer, "smollm2 ffn-emptied", joint_global, "gguf", "f32", out, SMOL_TEXTS, pre, new_tokens, JOINT),
+        export_case(model, tokenizer, "smollm2 ffn-emptied", joint_global, "gguf", "f16", out, SMOL_TEXTS, pre, new_tokens, JOINT),
     ]
 
 
@@ -217,6 +288,20 @@ def lm_eval_job(hf_job: dict, out: Path) -> dict:
     }
 
 
+def layout_rows(jobs: list[dict]) -> list[dict]:
+    """A row per deci file: the per-layer counts it holds (read back with the gguf package) against those deci needs."""
+    rows = []
+    for job in jobs:
+        if job["format"] == "gguf" and job["expect"] == "deci":
+            want = expected_deci_layout(job["layers"], job["ffn_widths"])
+            got = job["file_layout"]
+            detail = f"FFN lengths {got['feed_forward_length']}, heads {got['head_count']}, KV heads {got['head_count_kv']}"
+            rows.append(
+                {"client": "gguf (read back)", "file": job["name"], "check": "per-layer counts", "passed": got == want, "detail": detail}
+            )
+    return rows
+
+
 def print_table(rows: list[dict]) -> None:
     """client | file | check | result, as a Markdown table."""
     print("\n| client | file | check | result |\n|---|---|---|---|")
@@ -253,7 +338,7 @@ def main() -> int:
         from client_pipeline import pipeline_jobs
 
         jobs += pipeline_jobs(out, Path(os.environ.get("HEADPRUNE_DATA_DIR") or args.data), args.prune_run)
-    global_f32 = [job for job in jobs if job["name"].endswith("global gguf f32 (deci)")]
+    global_f32 = [job for job in jobs if job["name"] in NUMBERS]
     jobs += [{**job, "format": "numbers", "tolerance": 1e-4} for job in global_f32]  # the deployer's measures of tools/llamacpp_numbers.py
     hf_smollm2 = [job for job in jobs if job["format"] == "hf" and job["name"].startswith("smollm2")]
     if env["lm_eval"] and hf_smollm2 and not args.no_lm_eval:
@@ -271,10 +356,11 @@ def main() -> int:
     if done.returncode != 0:
         print(done.stderr[-4000:], file=sys.stderr)
         return 1
+    rows = json.loads(done.stdout.strip().splitlines()[-1]) + layout_rows(jobs) + rows
     for job in jobs:
         if "layers" in job:
-            print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}")
-    return report(json.loads(done.stdout.strip().splitlines()[-1]) + rows)
+            print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}, FFN widths {job['ffn_widths']}")
+    return report(rows)
 
 
 def report(rows: list[dict]) -> int:

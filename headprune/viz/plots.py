@@ -147,3 +147,28 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def tradeoff_figure(
+    series: dict[str, list[dict]], path: str | Path, title: str, xlabel: str, ylabel: str, references: dict[str, float] | None = None
+) -> Path:
+    """Quality (lower is better) against speed, one marker series per name ({name: [{"label", "speed", "score"}]}), each series'
+    Pareto front joined and every point labelled; ``references`` ({label: score}) are horizontal lines (a control)."""
+    from headprune.viz.tables import pareto_front
+
+    fig, ax = plt.subplots(figsize=(6.2, 4.2))
+    for name, rows in series.items():
+        points = [{"score": r["score"], "predicted_speedup": r["speed"]} for r in rows]
+        front = sorted((r["speed"], r["score"]) for r, best in zip(rows, pareto_front(points, higher_is_better=False)) if best)
+        line = ax.plot([s for s, _ in front], [q for _, q in front], linestyle="-", linewidth=1)[0]
+        ax.scatter([r["speed"] for r in rows], [r["score"] for r in rows], color=line.get_color(), s=18, label=name, zorder=3)
+        for r in rows:
+            ax.annotate(r["label"], (r["speed"], r["score"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    for label, score in (references or {}).items():
+        ax.axhline(score, color="grey", linestyle=":", linewidth=1, label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
