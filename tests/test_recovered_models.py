@@ -208,4 +208,5 @@ def test_control_is_kept_and_speed_point_times_the_recovered_model(capsys, monke
         accuracy = model["accuracy"]
         assert accuracy["onnx f32"]["4"] == pytest.approx(accuracy["torch"], abs=100 / model["eval_examples"] + 1e-9)
     assert result["models"]["point"]["heads"] == result["models"]["control"]["heads"] - name["heads_pruned"]
+    assert result["models"]["point"]["neurons"] == result["models"]["control"]["neurons"] > 0  # heads pruned, FFN whole
     assert set(result["throughput"]["4"]) == {f"{m} {r}" for m in ("control", "point") for r in ("torch", "onnx f32", "onnx int8")}

@@ -4,8 +4,8 @@ the unpruned model in eager PyTorch and in ONNX Runtime int8 (what a deployer wo
     python tools/onnx_numbers.py --model unpruned=<dir> --model control=<dir> --model 43-heads=<dir> ... \
         [--data nli_local] [--limit-eval 0] [--batch-sizes 1 64] [--threads 1] [--repeats 5] [--no-speed] [--out f.json]
 
-Each ``--model`` is a model directory (a task's ``model/``, or ``<prune run>/models/<point>/``); the first is the
-unpruned reference. Every model is exported to ONNX (f32) and quantized to int8 (per channel, as
+Each ``--model`` is a model directory (a task's ``model/``, or ``<prune run>/models/<point>/``, pruned in any unit);
+the first is the unpruned reference; the heads and FFN neurons each keeps are recorded. Every model is exported to ONNX (f32) and quantized to int8 (per channel, as
 ``experiment=export export.quantize=int8`` writes it), and the task's evaluation split (``--limit-eval 0``: all of
 it) is scored through ONNX Runtime at each batch size (int8 accuracy moves with the batching: dynamic quantization
 scales each batch's activations), beside the PyTorch score. Throughput: examples/s of ``--examples`` evaluation
@@ -46,14 +46,13 @@ def load(directory: str, data: str, limit_eval: int | None, model: str):
                 "experiment=ablate",
                 f"model={model}",
                 f"data={data}",
-                f"model.pretrained={directory}",
-                f"model.tokenizer={directory}",
                 f"data.limit_eval={'null' if limit_eval is None else limit_eval}",
                 "logger=none",
                 "device=cpu",
             ],
         )
-    with open_dict(cfg):
+    with open_dict(cfg):  # set, not parsed as overrides: a point's directory holds '=' (fisher+finetune@speedup=1.3)
+        cfg.model.pretrained = cfg.model.tokenizer = str(directory)
         cfg.paths.data_dir = os.environ.get("HEADPRUNE_DATA_DIR", str(ROOT.parent / "shared" / "data"))
         cfg.paths.output_dir = tempfile.mkdtemp(prefix="headprune-onnx-numbers-")
     task = load_task(cfg)
@@ -130,6 +129,8 @@ def main() -> int:
     parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    from headprune.core.ffn_sites import find_ffn_sites
+
     torch.set_num_threads(args.threads)
     bad = [item for item in args.model if "=" not in item or not item.split("=", 1)[0]]
     names = [item.split("=", 1)[0] for item in args.model]
@@ -146,7 +147,13 @@ def main() -> int:
         print(f"{name}: {directory}", flush=True)
         task = tasks[name] = load(directory, args.data, args.limit_eval or None, args.task_model)
         heads = sum(len(site.head_ids) for site in task.gates.sites)
-        result["models"][name] = {"directory": shown(directory), "heads": heads, "eval_examples": task.split_sizes()["eval"]}
+        neurons = sum(site.width for site in find_ffn_sites(task.model))
+        result["models"][name] = {
+            "directory": shown(directory),
+            "heads": heads,
+            "neurons": neurons,
+            "eval_examples": task.split_sizes()["eval"],
+        }
         torch_score = None if args.no_accuracy else task.evaluate(None, split="eval").score
         runners[name] = runtimes(task, folder / name, args.threads)
         if torch_score is not None:

@@ -148,8 +148,9 @@ def finetune_recover(
 
     ``decay``: linear warm-up over a ``warmup`` fraction of the steps, then linear decay to 0 (``max_steps`` runs only).
     ``lora_rank``: train LoRA adapters of that rank on the attention and MLP projections (``headprune.lightning.lora``) and
-    merge them into the weights at the end (None: every parameter trains). A ``logger=`` (Lightning) gets every
-    step's losses under ``log_prefix``; ``progress`` shows Lightning's progress bar.
+    merge them into the weights at the end (None: every parameter trains). Dropout draws from ``seed`` (the LoRA
+    initialisation too), not from the caller's random stream, which is left as it was. A ``logger=`` (Lightning) gets
+    every step's losses under ``log_prefix``; ``progress`` shows Lightning's progress bar.
     """
     from headprune.lightning.lora import add_lora, merge_lora
 
@@ -170,7 +171,9 @@ def finetune_recover(
     trainer = L.Trainer(max_steps=max_steps if max_epochs is None else -1, max_epochs=max_epochs, **settings)
     model.train()  # dropout on while fine-tuning (HF models load in eval mode and Lightning keeps the mode)
     try:
-        trainer.fit(module, train_dataloaders=_loader(batches))
+        with torch.random.fork_rng():  # dropout drawn from ``seed``: the same inputs give the same model wherever it runs
+            torch.manual_seed(int(seed))
+            trainer.fit(module, train_dataloaders=_loader(batches))
     finally:
         if lora_rank is not None:
             merge_lora(trained)  # the adapters folded into ``model``'s own projections
