@@ -102,7 +102,19 @@ class LanguageModelingTask(SavesHF):
         parts = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS)]
         return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
-    def _result(self, nll: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
+    STAT_COLUMNS = 1  # per-example columns evaluate_many collects: the NLL sum
+
+    def _engine_stats(self, engine, inputs: dict, masks: list) -> torch.Tensor:
+        """The per-example columns (M, B, STAT_COLUMNS) of a batch under every mask, from the batched engine."""
+        return engine.nll(inputs, masks).unsqueeze(-1)
+
+    def _forward_stats(self, batch: dict) -> torch.Tensor:
+        """The per-example columns (B, STAT_COLUMNS) of one forward under the gates as they are."""
+        return self._nll(batch)[0].unsqueeze(-1)
+
+    def _result(self, stats: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
+        """The EvalResult of per-example NLL sums (N, 1) and tokens (N,)."""
+        nll = stats[:, 0]
         total_tokens = int(tokens.sum())
         per_text = nll / tokens.clamp(min=1)
         return EvalResult(
@@ -122,7 +134,8 @@ class LanguageModelingTask(SavesHF):
     def evaluate_many(
         self, masks: list, split: str = "eval", on_batch=None, batched: bool = True, batch_size: int | None = None
     ) -> list[EvalResult]:
-        """Perplexity for each mask, several masks per forward pass.
+        """The score of each mask (perplexity here; a subclass's metric from its own per-example columns), several masks
+        per forward pass.
 
         Several masks [L, H] of a decoder-only model go through ``headprune.engine.ablation_causal.CausalMaskBatcher``
         (unchanged lower layers reused, real tokens only); otherwise (or ``batched=False``) ``mask_chunk`` masks
@@ -136,7 +149,7 @@ class LanguageModelingTask(SavesHF):
         masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
         engine = CausalMaskBatcher(self.model, self.gates) if batched and len(masks) > 1 and batchable(self.gates, masks) else None
         n = len(self.data.split(split))
-        nll = torch.zeros(len(masks), n, dtype=torch.float64)
+        stats = torch.zeros(len(masks), n, self.STAT_COLUMNS, dtype=torch.float64)
         tokens = torch.zeros(n, dtype=torch.long)
         was_training = self.model.training
         self.model.eval()
@@ -145,27 +158,28 @@ class LanguageModelingTask(SavesHF):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
                 if engine is not None:
-                    nll[:, rows] = engine.nll({k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}, masks)
+                    inputs = {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
+                    stats[:, rows] = self._engine_stats(engine, inputs, masks)
                 else:
-                    nll[:, rows] = self._repeated_nll(batch, masks)
+                    stats[:, rows] = self._repeated_stats(batch, masks)
                 if on_batch is not None:
                     on_batch(len(rows))
         finally:
             self.model.train(was_training)
-        return [self._result(nll[j], tokens) for j in range(len(masks))]
+        return [self._result(stats[j], tokens) for j in range(len(masks))]
 
-    def _repeated_nll(self, batch: dict, masks: list) -> torch.Tensor:
-        """NLL sums (M, B) of a batch: ``mask_chunk`` masks per forward, the batch repeated with a mask per row."""
-        b = len(batch["labels"])
-        out = torch.zeros(len(masks), b, dtype=torch.float64)
+    def _repeated_stats(self, batch: dict, masks: list) -> torch.Tensor:
+        """The per-example columns (M, B, STAT_COLUMNS) of a batch: ``mask_chunk`` masks per forward, the batch repeated
+        with a mask per row."""
+        b, columns = len(batch["labels"]), self.STAT_COLUMNS
+        out = torch.zeros(len(masks), b, columns, dtype=torch.float64)
         for start in range(0, len(masks), self.mask_chunk):
             group = masks[start : start + self.mask_chunk]
             k = len(group)
             stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(b, dim=0) for g in group[0]}  # (k*B, L, H)
             repeated = {key: batch[key].repeat(k, 1) for key in (*MODEL_INPUTS, "labels")}  # row j*B + b: text b, mask j
             with self.gates.masked(stacked):
-                sums, _ = self._nll(repeated)
-            out[start : start + k] = sums.cpu().view(k, b)
+                out[start : start + k] = self._forward_stats(repeated).cpu().view(k, b, columns)
         return out
 
     def paired_test(

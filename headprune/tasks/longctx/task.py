@@ -60,7 +60,13 @@ class PasskeyTask(LanguageModelingTask):
         return self.data.split_summary()
 
     # ---- evaluation --------------------------------------------------------------------------
-    def _head_stats(self, batch: dict) -> torch.Tensor:
+    STAT_COLUMNS = 2  # per-example columns evaluate_many collects: the answer's NLL sum, its tokens the argmax misses
+
+    def _engine_stats(self, engine, inputs: dict, masks: list) -> torch.Tensor:
+        """(NLL sum, misses) (M, B, 2) of a batch under every mask, from the batched engine."""
+        return engine.label_stats(inputs, masks)
+
+    def _forward_stats(self, batch: dict) -> torch.Tensor:
         """(NLL sum, answer tokens missed by the argmax) per row (B, 2), the vocabulary projected at answer positions only."""
         hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
         return label_stats(hidden, batch["labels"].to(hidden.device), output_logits(self.model))
@@ -78,51 +84,6 @@ class PasskeyTask(LanguageModelingTask):
             per_example=values,
             loss=float(-loglik.mean()),
         )
-
-    @torch.no_grad()
-    def evaluate_many(
-        self, masks: list, split: str = "eval", on_batch=None, batched: bool = True, batch_size: int | None = None
-    ) -> list[EvalResult]:
-        """The score of each mask on ``split``: several masks per pass through the batched engine where it fits (else
-        ``mask_chunk`` masks share one forward of the batch repeated); ``on_batch(n)`` after each batch of ``n`` examples."""
-        from headprune.engine.ablation_causal import CausalMaskBatcher, batchable
-
-        if not masks:
-            return []
-        ones = self.gates.ones()
-        masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
-        engine = CausalMaskBatcher(self.model, self.gates) if batched and len(masks) > 1 and batchable(self.gates, masks) else None
-        n = len(self.data.split(split))
-        stats = torch.zeros(len(masks), n, 2, dtype=torch.float64)
-        tokens = torch.zeros(n, dtype=torch.long)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for batch in self.data.batches(split, batch_size):
-                rows = batch["idx"]
-                tokens[rows] = (batch["labels"] != -100).sum(1)
-                if engine is not None:
-                    stats[:, rows] = engine.label_stats({k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}, masks)
-                else:
-                    stats[:, rows] = self._repeated_stats(batch, masks)
-                if on_batch is not None:
-                    on_batch(len(rows))
-        finally:
-            self.model.train(was_training)
-        return [self._result(stats[j], tokens) for j in range(len(masks))]
-
-    def _repeated_stats(self, batch: dict, masks: list) -> torch.Tensor:
-        """(NLL sum, misses) (M, B, 2) of a batch: ``mask_chunk`` masks per forward, the batch repeated with a mask per row."""
-        b = len(batch["labels"])
-        out = torch.zeros(len(masks), b, 2, dtype=torch.float64)
-        for start in range(0, len(masks), self.mask_chunk):
-            group = masks[start : start + self.mask_chunk]
-            k = len(group)
-            stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(b, dim=0) for g in group[0]}  # (k*B, L, H)
-            repeated = {key: batch[key].repeat(k, 1) for key in (*MODEL_INPUTS, "labels")}  # row j*B + b: example b, mask j
-            with self.gates.masked(stacked):
-                out[start : start + k] = self._head_stats(repeated).cpu().view(k, b, 2)
-        return out
 
     def paired_test(
         self, baseline: EvalResult, systems: list[EvalResult], n_samples: int = 1000, seed: int = 0, alpha: float = 0.01
