@@ -75,11 +75,13 @@ def streaming(model, mask: StreamMask):
 
 
 @torch.no_grad()
-def greedy(model, ids: list[int], max_new_tokens: int, stop: set[int]) -> list[int]:
-    """Greedy continuation of ``ids`` (prompt, then a token at a time on the cache), stopping after a ``stop`` token."""
+def greedy(model, ids: list[int], max_new_tokens: int, stop: set[int], cache=None) -> list[int]:
+    """Greedy continuation of ``ids`` (prompt, then a token at a time on ``cache``, a fresh DynamicCache when None),
+    stopping after a ``stop`` token."""
     from transformers import DynamicCache
 
-    cache, new, step = DynamicCache(config=model.config), [], torch.tensor([ids])
+    cache = DynamicCache(config=model.config) if cache is None else cache
+    new, step = [], torch.tensor([ids])
     for _ in range(max_new_tokens):
         token = int(model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
         new.append(token)
@@ -89,11 +91,16 @@ def greedy(model, ids: list[int], max_new_tokens: int, stop: set[int]) -> list[i
     return new
 
 
+def stop_tokens(model) -> set:
+    """The model's end-of-sequence ids, whichever form its generation config gives them in."""
+    stop = model.generation_config.eos_token_id
+    return set(stop if isinstance(stop, list) else [stop])
+
+
 def answers(model, tokenizer, prompts: list[dict], streamed: torch.Tensor, sink: int, window: int, kvpress: bool,
             max_new_tokens: int) -> list[str]:  # fmt: skip
     """Greedy answers to ``prompts`` ({"context_ids", "question_ids"}) with ``streamed`` KV groups under the mask."""
-    stop = model.generation_config.eos_token_id
-    stop = set(stop if isinstance(stop, list) else [stop])
+    stop = stop_tokens(model)
     out = []
     for prompt in prompts:
         context = len(prompt["context_ids"]) if kvpress else None
@@ -113,19 +120,11 @@ def gated_answers(model, tokenizer, prompts: list[dict], streamed: torch.Tensor,
         raise ValueError("the gated model streams in prefill too: kvpress's semantics come from the explicit mask (answers)")
     gates = StreamGates(model, sink, window, unit="kv_group")
     mask = {group: (~streamed.bool()).float() for group in gates.groups}  # (layers, KV heads), 1 = full, 0 = streamed
-    stop = model.generation_config.eos_token_id
-    stop = set(stop if isinstance(stop, list) else [stop])
+    stop = stop_tokens(model)
     out = []
     try:
         for prompt in prompts:
-            cache, new = StreamCache(gates, mask), []
-            step = torch.tensor([prompt["context_ids"] + prompt["question_ids"]])
-            for _ in range(max_new_tokens):
-                token = int(model(input_ids=step, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
-                new.append(token)
-                if token in stop:
-                    break
-                step = torch.tensor([[token]])
+            new = greedy(model, prompt["context_ids"] + prompt["question_ids"], max_new_tokens, stop, StreamCache(gates, mask))
             out.append(tokenizer.decode(new, skip_special_tokens=True))
     finally:
         gates.remove()
