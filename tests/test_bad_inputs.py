@@ -270,6 +270,17 @@ PRE = {  # a row's files, written before composing
     "mask_dec_heads": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}})),
     "mask_dec_three": lambda tmp: (tmp / "mask.json").write_text(json.dumps({"mask": {"dec_self": [[1, 1, 1, 0], [1, 1, 1, 1]]}})),
     "haystack_empty": lambda tmp: write_haystack(tmp / "hay", "empty"),
+    "scored_results": lambda tmp: (tmp / "scored.json").write_text(
+        json.dumps(
+            {
+                "results": {
+                    "action": "remove",
+                    "unit": "head",
+                    "orders": {"importance": {"steps": [], "head_scores": {"dec_self": [[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]]}}},
+                }
+            }
+        )
+    ),
     "stream_results": lambda tmp: (tmp / "stream.json").write_text(
         json.dumps(
             {
@@ -1307,6 +1318,64 @@ CONFIG_ROWS = [
         None,
     ),
     ("speed-mask-order-duo", "lm", ["experiment=speed", "speed.mask_order=duo"], "prune.order=duo needs prune.action=stream", None),
+    ("scores-from-missing", "lm", ["experiment=prune", "prune.scores_from={tmp}/none.json"], "none.json: no such file", None),
+    ("scores-from-not-json", "lm", ["experiment=prune", "prune.scores_from={tmp}/mask.json"], "not JSON (line 1", "mask_text"),
+    (
+        "scores-from-pareto-run",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/pareto.json"],
+        "holds no pruning curves (results.orders)",
+        "pareto_results",
+    ),
+    (
+        "scores-from-order-missing",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/scored.json", "prune.order=[importance,fisher]"],
+        "has no fisher order (it has ['importance'])",
+        "scored_results",
+    ),
+    (
+        "scores-from-other-unit",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/scored.json", "prune.unit=kv_group"],
+        "ranks prune.unit=head, and this run has prune.unit=kv_group",
+        "scored_results",
+    ),
+    (
+        "scores-from-other-action",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/scored.json", "prune.action=stream", "prune.stream.window=8"],
+        "ranks prune.action=remove, and this run has prune.action=stream",
+        "scored_results",
+    ),
+    (
+        "scores-from-not-recorded",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/stream.json", "prune.action=stream", "prune.unit=kv_group", "prune.stream.window=8"],
+        "its importance order recorded no scores",
+        "stream_results",
+    ),
+    (
+        "scores-from-with-reestimate",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/scored.json", "prune.reestimate=true"],
+        "reads fixed scores, and prune.reestimate=true",
+        "scored_results",
+    ),
+    (
+        "scores-from-for-speed",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/scored.json", "prune.target={{flops:0.6}}"],
+        "ranks the plain pruning curves",
+        "scored_results",
+    ),
+    (
+        "scores-from-in-study",
+        "lm",
+        ["experiment=study", "prune.scores_from={tmp}/scored.json"],
+        "the study scores its own orders",
+        "scored_results",
+    ),
 ]
 
 

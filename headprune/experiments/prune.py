@@ -17,6 +17,7 @@ from headprune.pipeline.orders import order_settings
 from headprune.pipeline.pareto_plan import for_speed, recoveries_of
 from headprune.pipeline.prune_speed import pareto_stage
 from headprune.pipeline.recovery_check import say_worse
+from headprune.pipeline.score_file import given_scores
 from headprune.pipeline.settings import RunSettings
 from headprune.pipeline.stream_points import action_words, say_cache
 from headprune.results.points import point_name, point_step
@@ -68,6 +69,7 @@ def run(cfg) -> dict:
         check_split(task, str(prune.ablation_split), "ablation")
     if for_speed(prune):
         return run_for_speed(cfg, settings, task, orders, fractions, split)
+    shared = given_scores(prune.scores_from, orders, task)
     result = prune_stage(
         task,
         orders,
@@ -77,7 +79,7 @@ def run(cfg) -> dict:
         min_per_layer,
         bool(prune.reestimate),
         split,
-        None,
+        shared,
         str(prune.layout),
         joint_scale=str(prune.joint_scale),
         progress=True,
@@ -103,6 +105,7 @@ def check(cfg) -> None:
         check_prune,
         check_prune_for_speed,
         check_prune_lists,
+        check_scores_from,
         physical_pruning,
     )
     from headprune.pipeline.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
@@ -116,6 +119,7 @@ def check(cfg) -> None:
     check_unit(cfg)
     check_exact_pruning(cfg, physical_pruning(cfg.prune))
     check_prune(cfg)
+    check_scores_from(cfg)
     check_prune_for_speed(cfg)
     check_conditional_reads(cfg)
 

@@ -297,6 +297,11 @@ def check(cfg) -> None:
         check_trainer(study_training_config(cfg).trainer)
     if cfg.prune.reestimate:
         raise ConfigError("the study re-estimates with study.reestimate=true (one more curve per order); prune.reestimate is ignored here")
+    if cfg.prune.get("scores_from") is not None:
+        raise ConfigError(
+            f"prune.scores_from={cfg.prune.scores_from}: the study scores its own orders (its scores stage); fixed scores "
+            "rank the curves of experiment=prune: drop it here"
+        )
     speed = cfg.speed
     if speed.get("mask_file") or speed.get("mask_step") is not None or speed.get("point") or speed.mask_order != "importance":
         raise ConfigError(

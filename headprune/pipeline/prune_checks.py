@@ -39,6 +39,29 @@ def check_prune(cfg) -> None:
     check_joint_scale(cfg, string_list(prune.order, "prune.order"))
 
 
+def check_scores_from(cfg) -> None:
+    """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
+    from headprune.pipeline.pareto_plan import for_speed
+    from headprune.pipeline.score_file import read_scores
+    from headprune.tasks.stream_task import action_of
+    from headprune.tasks.unit_task import unit_of
+
+    prune = cfg.prune
+    path = prune.get("scores_from")
+    if path is None:
+        return
+    if for_speed(prune):
+        raise ConfigError(
+            f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
+            "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
+        )
+    if prune.reestimate:
+        raise ConfigError(
+            f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
+        )
+    read_scores(path, string_list(prune.order, "prune.order"), unit_of(cfg), action_of(cfg))
+
+
 def check_joint_scale(cfg, orders: list[str]) -> None:
     """prune.joint_scale: read by a joint unit only; ``loss`` compares the kinds' scores as they are, so only scores in
     loss units (fisher, importance unnormalised) may meet under it."""

@@ -319,10 +319,14 @@ def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
 
 
 def check_order_data(cfg, order: str) -> None:
-    """An order that reads a per-head score of the task's data (retrieval: needles) on a task whose data has it."""
+    """An order that reads a per-head score of the task's data (retrieval: needles) on a task whose data has it (or
+    read from ``prune.scores_from``)."""
     from headprune.pipeline.orders import ORDERS
 
     needs = ORDERS[order].needs if order in ORDERS else None
+    prune = cfg.get("prune")
+    if prune is not None and prune.get("scores_from") is not None:
+        return  # its scores are read from the file, not computed on this task's data
     spec = task_spec_of(cfg)
     if needs and needs not in spec.head_scores:
         from headprune.tasks.registry import DATA_TASKS, TASKS

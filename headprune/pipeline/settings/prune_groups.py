@@ -86,6 +86,7 @@ class PruneSettings:
     split: str = setting(NAME, PRUNE)
     ablation_split: str = setting(NAME, MASK_BY_ORDER)
     n_samples: int = setting(COUNT, MASK_BY_ORDER)
+    scores_from: str | None = setting(MAYBE_NAME, PRUNE)
     target: Any = setting(None, PRUNE, "{speedup | flops | max_drop: number}, at most one set")
     schedule: Any = setting(None, PRUNE, "null, or growing fractions or targets of one kind")
     cost: str = setting(rule(choice, choices=COSTS), PRUNE)
