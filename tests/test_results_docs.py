@@ -125,3 +125,41 @@ def test_publishing_makes_checkout_paths_relative():
     text = relative_paths(json.dumps(payload))
     assert json.loads(text) == {"data": {"dir": "../shared/data"}, "model": "outputs/run/model", "name": "outputs"}
     assert absolute_paths(json.dumps(payload)) and not absolute_paths(text)
+
+
+def test_units_table_shows_what_each_point_keeps_and_refuses_another_onnx_model():
+    """A unit run's row: heads and neurons kept from its mask, drops against the control in each runtime; an ONNX model
+    that keeps other widths than the point's mask is refused."""
+    from units_table import units_deploy_table
+
+    mask = {"enc_self": [[1, 0], [1, 1]], "enc_ffn": [[1, 0, 0], [1, 1, 0]]}
+    points = [
+        {"order": "unpruned", "recovery": "none", "step": "0%", "score": 60.0},
+        {"order": "unpruned", "recovery": "finetune", "control": True, "step": "0%", "score": 63.0},
+        {"order": "fisher", "recovery": "finetune", "step": "speedup=1.8", "score": 62.5, "predicted_speedup": 1.8, "mask": mask},
+    ]
+    run = {"results": {"unit": "head+ffn", "split": "eval", "n_examples": 100, "points": points}}
+
+    def model(heads, neurons, scores):
+        torch_score, f32, int8_1, int8_64 = scores
+        return {
+            "heads": heads,
+            "neurons": neurons,
+            "accuracy": {"torch": torch_score, "onnx f32": {"64": f32}, "onnx int8": {"1": int8_1, "64": int8_64}},
+        }
+
+    onnx = {
+        "models": {
+            "unpruned": model(4, 6, (60.0, 60.0, 59.5, 60.5)),
+            "control": model(4, 6, (63.0, 63.0, 62.8, 62.6)),
+            "joint": model(3, 3, (62.5, 62.5, 62.0, 62.1)),
+        }
+    }
+    table = units_deploy_table({"both": (run, "joint")}, onnx)
+    (row,) = [line for line in table.splitlines() if line.startswith("| both")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:4] == ["both: fisher+finetune@speedup=1.8", "3", "3", "1.80x"]
+    assert cells[-2:] == ["63.00", "-0.50 / -0.50 / -0.50"]
+    onnx["models"]["joint"]["neurons"] = 4
+    with pytest.raises(ValueError, match="keeps 3 heads / 4 neurons"):
+        units_deploy_table({"both": (run, "joint")}, onnx)

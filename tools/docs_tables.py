@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from units_table import units_deploy_table
+
 from headprune.viz.tables import (
     ablation_table,
     correlation_line,
@@ -100,6 +102,21 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "lm_recovery_global_fractions": "lm_recovery_global_fractions",
 }
 TABLES.update({block: (lambda d, name=name: pareto_table(_load(d, name))) for block, name in ONE_RUN_PARETO.items()})
+UNIT_RUNS = {  # docs/results.md, section 4: one prune run per unit on the smaller MiniLM (row label: (run, its ONNX model))
+    "heads": ("mnli8k_units_head", "heads"),
+    "FFN neurons": ("mnli8k_units_ffn", "ffn"),
+    "heads + FFN neurons": ("mnli8k_units_joint", "joint"),
+}
+UNIT_ONNX = ("mnli8k_units_onnx_base", "mnli8k_units_onnx_control", "mnli8k_units_onnx")  # tools/onnx_numbers.py --no-speed
+
+
+def units_table(results_dir: Path) -> str:
+    """The unit runs' recovered points beside their control in PyTorch and ONNX Runtime (tools/units_table.py)."""
+    onnx = {"models": {name: model for file in UNIT_ONNX for name, model in _load(results_dir, file)["models"].items()}}
+    return units_deploy_table({label: (_load(results_dir, run), name) for label, (run, name) in UNIT_RUNS.items()}, onnx)
+
+
+TABLES["mnli8k_units"] = units_table
 DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
 
 

@@ -1,0 +1,92 @@
+"""The deployer's table of pruning in several units: each run's recovered point beside its control, in PyTorch and ONNX.
+
+Rows: the unpruned model, the control (the unpruned model given the same fine-tune), then one recovered point per
+prune run (heads, FFN neurons, both), with the heads and neurons it keeps, its FLOP-ideal speed-up, its accuracy in
+PyTorch (the prune run's score) and in ONNX Runtime f32 / int8 (``tools/onnx_numbers.py``), and its drop against the
+control in each runtime.
+"""
+
+from __future__ import annotations
+
+from headprune.results.points import kind_counts, point_name
+
+
+def _recovered(payload: dict) -> dict:
+    """The one fine-tuned, non-control point of a prune run."""
+    (point,) = [p for p in payload["results"]["points"] if p.get("recovery") == "finetune" and not p.get("control")]
+    return point
+
+
+def _control(payload: dict) -> dict:
+    (point,) = [p for p in payload["results"]["points"] if p.get("control")]
+    return point
+
+
+def _kept(point: dict, unit, totals: dict[str, int]) -> dict[str, int]:
+    """{"head": kept, "ffn": kept} of a point's mask, the kinds it does not prune kept whole."""
+    removed = {kind: gone for kind, (gone, _) in kind_counts(point["mask"], unit).items()}
+    return {kind: total - removed.get(kind, 0) for kind, total in totals.items()}
+
+
+def _accuracies(model: dict) -> tuple[float, float, float, float]:
+    """PyTorch, ONNX f32 (largest batch), ONNX int8 at the smallest and the largest batch of one onnx_numbers model."""
+    acc = model["accuracy"]
+    f32 = acc["onnx f32"][max(acc["onnx f32"], key=int)]
+    int8 = acc["onnx int8"]
+    return acc["torch"], f32, int8[min(int8, key=int)], int8[max(int8, key=int)]
+
+
+def units_deploy_table(runs: dict[str, tuple[dict, str]], onnx: dict, base: str = "unpruned", control: str = "control") -> str:
+    """``runs``: {row label: (prune run payload, its model's name in ``onnx``)}; ``onnx``: onnx_numbers' result, holding
+    ``base`` and ``control`` too. Each point's PyTorch score must be the one onnx_numbers measured (a ValueError else)."""
+    models = onnx["models"]
+    totals = {"head": models[base]["heads"], "ffn": models[base]["neurons"]}
+    int8_sizes = sorted(models[base]["accuracy"]["onnx int8"], key=int)
+    lines = [
+        "| model | heads kept | neurons kept | FLOP-ideal speed-up | PyTorch | ONNX f32 | "
+        + " | ".join(f"ONNX int8, batch {s}" for s in (int8_sizes[0], int8_sizes[-1]))
+        + " | control (PyTorch) | vs control: PyTorch / f32 / int8 batch "
+        + f"{int8_sizes[-1]} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def cells(model: dict) -> list[str]:
+        return [f"{a:.2f}" for a in _accuracies(model)]
+
+    for label, name in ((f"unpruned ({base})", base), ("unpruned + same training (control)", control)):
+        row = [label, str(models[name]["heads"]), str(models[name]["neurons"]), "1.00x", *cells(models[name]), "", ""]
+        lines.append("| " + " | ".join(row) + " |")
+    ctl_torch, ctl_f32, _, ctl_int8 = _accuracies(models[control])
+    controls = []
+    for label, (payload, name) in runs.items():
+        point, own_control = _recovered(payload), _control(payload)
+        kept = _kept(point, payload["results"]["unit"], totals)
+        model = models[name]
+        if (model["heads"], model["neurons"]) != (kept["head"], kept["ffn"]):
+            raise ValueError(f"{label}: the ONNX model {name} keeps {model['heads']} heads / {model['neurons']} neurons, its mask {kept}")
+        torch_score, f32, int8_small, int8_large = _accuracies(model)
+        if abs(torch_score - point["score"]) > 1e-6:
+            raise ValueError(f"{label}: onnx_numbers scored {torch_score} in PyTorch, the prune run {point['score']}")
+        controls.append(own_control["score"])
+        drops = f"{point['score'] - own_control['score']:+.2f} / {f32 - ctl_f32:+.2f} / {int8_large - ctl_int8:+.2f}"
+        row = [
+            f"{label}: {point_name(point)}@{point['step']}",
+            str(kept["head"]),
+            str(kept["ffn"]),
+            f"{point['predicted_speedup']:.2f}x",
+            *cells(model),
+            f"{own_control['score']:.2f}",
+            drops,
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    same = all(abs(c - ctl_torch) < 1e-6 for c in controls)
+    lines += [
+        "",
+        f"Accuracy on `{payload['results']['split']}` ({payload['results']['n_examples']} examples). "
+        + (
+            f"Each run's control scores {ctl_torch:.2f} in PyTorch, as the control model measured in ONNX Runtime does."
+            if same
+            else f"The runs' controls score {', '.join(f'{c:.2f}' for c in controls)} in PyTorch; the ONNX control scores {ctl_torch:.2f}."
+        ),
+    ]
+    return "\n".join(lines)
