@@ -163,3 +163,27 @@ def test_units_table_shows_what_each_point_keeps_and_refuses_another_onnx_model(
     onnx["models"]["joint"]["neurons"] = 4
     with pytest.raises(ValueError, match="keeps 3 heads / 4 neurons"):
         units_deploy_table({"both": (run, "joint")}, onnx)
+
+
+def test_units_speed_table_gives_each_runtime_its_gains_over_both_references():
+    """A model's row per runtime: examples/s and the paired gains over unpruned PyTorch and unpruned ONNX int8; the
+    unpruned model's rows give the first only, an inconclusive gain says so."""
+    from units_table import units_speed_table
+
+    def cell(rate, vs_torch, vs_int8, verdict="confident"):
+        gain = lambda g: {"gain": g, "gain_interval": [g - 0.01, g + 0.01], "verdict": verdict}  # noqa: E731
+        return {"examples_per_s": rate, "vs unpruned torch": gain(vs_torch), "vs unpruned onnx int8": gain(vs_int8)}
+
+    runtimes = {
+        "unpruned torch": cell(50.0, 0.0, -0.5),
+        "unpruned onnx f32": cell(80.0, 0.6, -0.2, verdict="inconclusive"),
+        "unpruned onnx int8": cell(100.0, 1.0, 0.0),
+        "ffn torch": cell(85.0, 0.7, -0.15),
+        "ffn onnx f32": cell(130.0, 1.6, 0.3),
+        "ffn onnx int8": cell(160.0, 2.2, 0.6),
+    }
+    table = units_speed_table({"throughput": {"64": runtimes}}, {"unpruned": "unpruned", "ffn": "FFN neurons"})
+    rows = {tuple(c.strip() for c in line.strip("|").split("|"))[:2]: line for line in table.splitlines()[2:]}
+    assert rows[("unpruned", "PyTorch")].endswith("| 50.0 |  |  |") and rows[("unpruned", "ONNX int8")].endswith("|  |")
+    assert "+60.0% [+59.0, +61.0] (inconclusive)" in rows[("unpruned", "ONNX f32")]
+    assert "| 85.0 | +70.0% [+69.0, +71.0] | -15.0% [-16.0, -14.0] |" in rows[("FFN neurons", "PyTorch")]

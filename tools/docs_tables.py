@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from units_table import units_deploy_table
+from units_table import units_deploy_table, units_speed_table
 
 from headprune.viz.tables import (
     ablation_table,
@@ -117,6 +117,8 @@ def units_table(results_dir: Path) -> str:
 
 
 TABLES["mnli8k_units"] = units_table
+UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
+TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
 DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
 
 

@@ -53,7 +53,7 @@ def units_deploy_table(runs: dict[str, tuple[dict, str]], onnx: dict, base: str 
     def cells(model: dict) -> list[str]:
         return [f"{a:.2f}" for a in _accuracies(model)]
 
-    for label, name in ((f"unpruned ({base})", base), ("unpruned + same training (control)", control)):
+    for label, name in (("unpruned", base), ("unpruned + same training (control)", control)):
         row = [label, str(models[name]["heads"]), str(models[name]["neurons"]), "1.00x", *cells(models[name]), "", ""]
         lines.append("| " + " | ".join(row) + " |")
     ctl_torch, ctl_f32, _, ctl_int8 = _accuracies(models[control])
@@ -89,4 +89,35 @@ def units_deploy_table(runs: dict[str, tuple[dict, str]], onnx: dict, base: str 
             else f"The runs' controls score {', '.join(f'{c:.2f}' for c in controls)} in PyTorch; the ONNX control scores {ctl_torch:.2f}."
         ),
     ]
+    return "\n".join(lines)
+
+
+def _gain(cell: dict) -> str:
+    """``+69.1% [+60.1, +78.2]``: a paired gain with its 95% interval (``inconclusive`` where the verdict says so)."""
+    low, high = cell["gain_interval"]
+    text = f"{100 * cell['gain']:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]"
+    return text if cell["verdict"] == "confident" else f"{text} ({cell['verdict']})"
+
+
+def units_speed_table(speed: dict, labels: dict[str, str], base: str = "unpruned") -> str:
+    """Throughput of ``tools/onnx_numbers.py --no-accuracy``: one row per model and runtime, examples/s at each batch size
+    with the paired gain over the unpruned model in PyTorch and in ONNX int8. ``labels``: {model name: row label}."""
+    sizes = sorted(speed["throughput"], key=int)
+    head = ["model", "runtime"]
+    for size in sizes:
+        head += [f"batch {size}: ex/s", "vs unpruned PyTorch", "vs unpruned ONNX int8"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (3 * len(sizes))]
+    for name, label in labels.items():
+        for runtime, shown in (("torch", "PyTorch"), ("onnx f32", "ONNX f32"), ("onnx int8", "ONNX int8")):
+            row = [label, shown]
+            for size in sizes:
+                cell = speed["throughput"][size][f"{name} {runtime}"]
+                own_torch = name == base and runtime == "torch"
+                own_int8 = name == base and runtime == "onnx int8"
+                row += [
+                    f"{cell['examples_per_s']:.1f}",
+                    "" if own_torch else _gain(cell[f"vs {base} torch"]),
+                    "" if own_int8 or name == base else _gain(cell[f"vs {base} onnx int8"]),
+                ]
+            lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
