@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from headprune.export.kvpress import (
     pattern_from_streamed,
     read_kvpress_pattern,
     write_kvpress_pattern,
+    write_run_pattern,
 )
 
 
@@ -166,3 +168,38 @@ def test_the_gated_model_on_its_stream_cache_answers_as_the_explicit_mask():
         explicit = answers(model, Ids(), prompts, streamed, 2, 4, False, 6)
         gated = gated_answers(model, Ids(), prompts, streamed, 2, 4, False, 6)
     assert gated == explicit
+
+
+def _stream_run(tmp_path, action="stream", unit="kv_group"):
+    """A streaming run's results.json: the importance order at 0 and 0.5 of 2 layers x 3 KV groups, sink 4, window 16."""
+    steps = [
+        {"fraction": 0.0, "mask": {"dec_self": [[1, 1, 1], [1, 1, 1]]}},
+        {"fraction": 0.5, "mask": {"dec_self": [[0, 1, 0], [1, 0, 1]]}},
+    ]
+    results = {"action": action, "unit": unit, "stream": {"sink": 4, "window": 16}, "orders": {"importance": {"steps": steps}}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"config": {"model": {"name": "tiny_llama"}}, "results": results}))
+    return path
+
+
+def test_a_streaming_runs_step_is_written_with_its_sink_and_window(tmp_path):
+    config = write_run_pattern(_stream_run(tmp_path), tmp_path / "pattern", "importance", 0.5)
+    pattern, read = read_kvpress_pattern(tmp_path / "pattern")
+    assert np.array_equal(pattern, np.array([[0, 1, 0], [1, 0, 1]], dtype=float))
+    assert (read["sink_size"], read["recent_size"], read["model_name"]) == (4, 16, "tiny_llama") and read == config
+    assert read["streamed"] == {"0": [0, 2], "1": [1]} and read["head_compression_ratio"] == 0.5
+
+
+@pytest.mark.parametrize(
+    "action,unit,order,fraction,words",
+    [
+        ("remove", "kv_group", "importance", 0.5, "this run has prune.action=remove"),
+        ("stream", "head", "importance", 0.5, "this run streamed prune.unit=head: use prune.unit=kv_group"),
+        ("stream", "kv_group", "duo", 0.5, "the run has no duo order; it has ['importance']"),
+        ("stream", "kv_group", "importance", 0.3, "no step at fraction 0.3; its fractions: [0.0, 0.5]"),
+    ],
+)
+def test_a_step_the_run_does_not_hold_is_refused(tmp_path, action, unit, order, fraction, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        write_run_pattern(_stream_run(tmp_path, action, unit), tmp_path / "pattern", order, fraction)
+    assert not (tmp_path / "pattern").exists()

@@ -133,3 +133,35 @@ def read_kvpress_pattern(folder: str | Path) -> tuple[np.ndarray, dict]:
     folder = Path(folder)
     pattern = np.clip(np.loadtxt(folder / TSV, dtype=float, delimiter="\t", ndmin=2), 0, 1)
     return pattern, read_json(folder / CONFIG)
+
+
+def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
+    """The step of ``order`` at ``fraction`` in a ``prune.action=stream`` run's ``results`` (a ValueError naming what
+    the run holds when it is not one: another action or unit, no such order or fraction)."""
+    if results.get("action") != "stream":
+        raise ValueError(
+            f"a kvpress pattern is a streaming run's (prune.action=stream); this run has prune.action={results.get('action', 'remove')}"
+        )
+    if results.get("unit") != "kv_group":
+        raise ValueError(
+            f"a kvpress pattern holds one value per KV head; this run streamed prune.unit={results.get('unit')}: use prune.unit=kv_group"
+        )
+    orders = results.get("orders") or {}
+    if order not in orders:
+        raise ValueError(f"the run has no {order} order; it has {sorted(orders)}")
+    steps = orders[order]["steps"]
+    found = [s for s in steps if abs(float(s["fraction"]) - float(fraction)) < 1e-9]
+    if not found:
+        raise ValueError(f"the {order} order has no step at fraction {fraction}; its fractions: {[s['fraction'] for s in steps]}")
+    return found[0]
+
+
+def write_run_pattern(results_file: str | Path, out: str | Path, order: str, fraction: float, model_name: str | None = None) -> dict:
+    """Write the pattern of one step of a ``prune.action=stream`` run (its results.json: ``order`` at ``fraction``) with
+    the run's sink and window, as ``write_kvpress_pattern`` writes it; ``model_name``: the run's model name unless given."""
+    payload = read_json(Path(results_file))
+    results = payload.get("results") or {}
+    step = run_step(results, order, fraction)
+    stream = results["stream"]
+    name = model_name or (payload.get("config") or {}).get("model", {}).get("name") or "model"
+    return write_kvpress_pattern(out, step["mask"], int(stream["sink"]), int(stream["window"]), str(name))
