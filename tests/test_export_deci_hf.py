@@ -173,3 +173,20 @@ def test_a_kv_count_that_does_not_divide_the_query_heads_is_refused():
     check_mask(fields, {"dec_self": [[1] * 9, [0, 0, 0, 1, 1, 1, 0, 0, 0]]})  # 3 and 1 KV heads: 9 / 3, 9 / 1
     with pytest.raises(ConfigError, match=r"layer 1 keeps 2 KV heads.*one of \[1, 3, 9\] KV heads"):
         check_mask(fields, {"dec_self": [[1] * 9, [1, 0, 0, 0, 0, 0, 0, 1, 1]]})
+
+
+@pytest.mark.parametrize(
+    "extra,words",
+    [
+        ({"rope_scaling": {"rope_type": "yarn"}}, "default or linear rotary embeddings only"),
+        ({"mlp_bias": True}, "without attention or MLP biases"),
+    ],
+)
+def test_gguf_and_deci_hf_refuse_the_same_llama_layouts(extra, words):
+    """The two Llama-layout writers refuse the same rotary embeddings and biases, each naming what works instead."""
+    from headprune.export.deci_hf import refusal as deci_refusal
+    from headprune.export.gguf import refusal as gguf_refusal
+
+    fields = {"model_type": "llama", **extra}
+    assert words in gguf_refusal(fields) and gguf_refusal(fields).endswith("use export.format=hf or onnx")
+    assert words in deci_refusal(fields) and deci_refusal(fields).endswith("use export.format=onnx")

@@ -38,6 +38,7 @@ from headprune.core.ffn_pruning import WIDTHS_ATTR
 from headprune.core.ffn_sites import find_ffn_sites
 from headprune.core.gates import find_sites
 from headprune.core.pruning import RECORD_ATTR
+from headprune.export.llama_fields import rope_and_bias_refusal
 
 DECI_TYPES = ("llama", "mistral")
 CONFIG_MODULE = "configuration_decilm.py"  # the config class vLLM loads with trust_remote_code (auto_map)
@@ -80,11 +81,9 @@ def refusal(fields: dict) -> str | None:
             f"export.format=deci_hf writes Llama and Mistral decoders ({', '.join(DECI_TYPES)}) as vLLM's DeciLMForCausalLM "
             f"(Nemotron-NAS: Llama layers with their own KV heads and FFN widths), not {model_type!r}: use export.format=onnx"
         )
-    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
-    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):
-        return f"export.format=deci_hf writes default or linear rotary embeddings only, this model has {rope}: use export.format=onnx"
-    if fields.get("attention_bias") or fields.get("mlp_bias"):
-        return "export.format=deci_hf writes Llama models without attention or MLP biases: use export.format=onnx"
+    layout = rope_and_bias_refusal(fields, "deci_hf", "export.format=onnx")
+    if layout:
+        return layout
     if fields.get("hidden_act", "silu") != "silu":
         return f"export.format=deci_hf writes SiLU feed-forward blocks (vLLM's LlamaMLP), this model has {fields['hidden_act']}: use export.format=onnx"
     if model_type == "mistral" and fields.get("sliding_window") is not None:

@@ -21,6 +21,7 @@ from torch import nn
 
 from headprune.core.checks import ConfigError
 from headprune.export.hf import stock_shape
+from headprune.export.llama_fields import rope_and_bias_refusal
 
 GGUF_TYPES = ("llama", "mistral")  # written as llama.cpp's llama architecture
 DTYPES = ("f32", "f16")
@@ -57,12 +58,7 @@ def refusal(fields: dict) -> str | None:
             f"export.format=gguf writes Llama and Mistral decoders ({', '.join(GGUF_TYPES)}: llama.cpp's llama architecture, "
             f"deci for uneven layers), not {model_type!r}: {why}; use {alternative}"
         )
-    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
-    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):
-        return f"export.format=gguf writes default or linear rotary embeddings only, this model has {rope}: use export.format=hf or onnx"
-    if fields.get("attention_bias") or fields.get("mlp_bias"):
-        return "export.format=gguf writes Llama models without attention or MLP biases: use export.format=hf or onnx"
-    return None
+    return rope_and_bias_refusal(fields, "gguf", "export.format=hf or onnx")
 
 
 def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None) -> None:
