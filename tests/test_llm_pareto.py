@@ -58,3 +58,16 @@ def test_missing_perplexity_is_named(tmp_path):
     speed.write_text(json.dumps(numbers(FILES, speed=True)))
     with pytest.raises(SystemExit, match="no perplexity for"):
         llm_pareto.main(["--speed", str(speed), "--out", str(tmp_path / "f.png")])
+
+
+def test_a_perplexity_measured_elsewhere_completes_the_table(tmp_path, capsys):
+    """--perplexity-value gives a timed file the perplexity of another file of its architecture; a bad name is refused."""
+    import llm_pareto
+
+    speed = tmp_path / "speed.json"
+    speed.write_text(json.dumps(numbers(FILES, speed=True)))
+    values = [arg for name, (ppl, _, _) in FILES.items() for arg in ("--perplexity-value", f"{name}={ppl}")]
+    assert llm_pareto.main(["--speed", str(speed), "--out", str(tmp_path / "f.png"), *values]) == 0
+    assert "| kv | f16 | 74.50 | 600.0 | +20.0% | 106.0 | +6.0% | yes |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="is not '<model> <format>'"):
+        llm_pareto.main(["--speed", str(speed), "--out", str(tmp_path / "f.png"), "--perplexity-value", "kv=74.5"])

@@ -1,7 +1,7 @@
 """Perplexity against measured generation speed of GGUF files in llama.cpp: the Pareto curve and its table.
 
     python tools/llm_pareto.py --speed <numbers.json> [--perplexity <numbers.json> ...] --out <figure.png>
-        [--reference "control=69.13"] [--title ...]
+        [--perplexity-value "kv-only f16=74.48"] [--reference "control=69.13"] [--title ...]
 
 The inputs are ``tools/llamacpp_numbers.py --out`` files: ``--speed`` one with speed (pp512 / tg128), ``--perplexity``
 any with perplexity (the speed file's own perplexity is read too; a later file wins). Files are named
@@ -9,6 +9,9 @@ any with perplexity (the speed file's own perplexity is read too; a later file w
 front (no other file of the format both faster and lower in perplexity). Prints a Markdown table: each file's
 perplexity, prompt and generation tokens/s (medians), the gain of the medians over ``unpruned <format>``, and whether it
 is on its format's front. ``--reference label=value`` draws a horizontal line (the control's perplexity).
+``--perplexity-value "<model> <format>=value"`` gives a timed file the perplexity measured on another file of the same
+architecture (llama.cpp's speed does not read the weights: a pruned model's mask on the unpruned weights times as the
+recovered model runs).
 """
 
 from __future__ import annotations
@@ -100,12 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--perplexity", type=Path, action="append", default=[])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--reference", action="append", default=[], help="label=perplexity: a horizontal line")
+    parser.add_argument("--perplexity-value", action="append", default=[], help="'<model> <format>=value': a perplexity measured elsewhere")
     parser.add_argument("--title", default="SmolLM2-135M in llama.cpp: perplexity against generation speed")
     args = parser.parse_args(argv)
     speed = json.loads(args.speed.read_text())
     if "speed" not in speed:
         parser.error(f"{args.speed} has no speed: run tools/llamacpp_numbers.py without --no-speed")
-    rows = rows_of(speed, perplexities([args.speed, *args.perplexity]))
+    given = perplexities([args.speed, *args.perplexity])
+    for item in args.perplexity_value:
+        name, _, value = item.rpartition("=")
+        split_name(name)  # '<model> <format>', or the error that says so
+        given[name] = float(value)
+    rows = rows_of(speed, given)
     references = {}
     for item in args.reference:
         label, _, value = item.rpartition("=")
