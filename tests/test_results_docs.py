@@ -1,5 +1,6 @@
 """Every table in docs/results.md is what the committed results files say (make check-results)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,6 @@ def test_committed_results_name_no_machine_path():
 
 
 def test_publishing_makes_checkout_paths_relative():
-    import json
-
     from publish_run import absolute_paths, relative_paths
 
     payload = {"data": {"dir": "/work/clone/../shared/data"}, "model": "/home/me/headprune/outputs/run/model", "name": "outputs"}
@@ -187,3 +186,47 @@ def test_units_speed_table_gives_each_runtime_its_gains_over_both_references():
     assert rows[("unpruned", "PyTorch")].endswith("| 50.0 |  |  |") and rows[("unpruned", "ONNX int8")].endswith("|  |")
     assert "+60.0% [+59.0, +61.0] (inconclusive)" in rows[("unpruned", "ONNX f32")]
     assert "| 85.0 | +70.0% [+69.0, +71.0] | -15.0% [-16.0, -14.0] |" in rows[("FFN neurons", "PyTorch")]
+
+
+def _stream_results(base: float, steps: dict[str, list[tuple[float, float, list[list[int]]]]]) -> dict:
+    """A streaming run's results: 2 layers x 2 KV groups, each order's (fraction, score, mask) steps."""
+    return {
+        "base_score": base,
+        "units_total": 4,
+        "orders": {
+            order: {"steps": [{"fraction": f, "score": s, "kv_fraction": 1 - f / 2, "mask": {"dec_self": m}} for f, s, m in rows]}
+            for order, rows in steps.items()
+        },
+    }
+
+
+def test_long_context_largest_fraction_and_overlap_read_the_curves():
+    """The largest fraction within a point (accuracy) or 1% (perplexity) skips a worse step before a better one; the
+    overlap counts the KV groups two orders keep full at the same fraction."""
+    from long_context_tables import largest_within, overlap_table
+
+    half, quarter = [[1, 0], [1, 0]], [[1, 0], [0, 0]]
+    passkey = _stream_results(
+        80.0, {"duo": [(0.5, 79.5, half), (0.75, 70.0, quarter)], "random": [(0.5, 78.0, [[0, 1], [1, 0]]), (0.75, 79.2, quarter)]}
+    )
+    assert largest_within(passkey, "duo", points=1.0) == 0.5 and largest_within(passkey, "random", points=1.0) == 0.75
+    ppl = _stream_results(10.0, {"duo": [(0.5, 10.09, half), (0.75, 10.2, quarter)]})
+    assert largest_within(ppl, "duo", relative=0.01) == 0.5
+    rows = overlap_table(passkey).splitlines()
+    assert rows[2] == "| 50% | 2 | 1 (50%) | 50% |" and rows[3] == "| 75% | 1 | 1 (100%) | 25% |"
+
+
+def test_long_context_runs_of_merge_parts_of_the_same_prompts(tmp_path):
+    """Two runs of the same prompts with other orders read as one; runs of other prompts are refused."""
+    from long_context_tables import runs_of
+
+    half = [[1, 0], [1, 0]]
+    a = {**_stream_results(80.0, {"duo": [(0.5, 79.5, half)]}), "n_examples": 6}
+    b = {**_stream_results(80.0, {"random": [(0.5, 70.0, half)]}), "n_examples": 6}
+    for name, results in (("x_4096_a", a), ("x_4096_b", b), ("x_1024", a)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"results": results}))
+    runs = runs_of(tmp_path, "x")
+    assert sorted(runs) == [1024, 4096] and list(runs[4096]["orders"]) == ["duo", "random"]
+    (tmp_path / "x_4096_b.json").write_text(json.dumps({"results": {**b, "base_score": 60.0}}))
+    with pytest.raises(ValueError, match="runs of other prompts cannot be merged"):
+        runs_of(tmp_path, "x")

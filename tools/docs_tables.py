@@ -12,6 +12,8 @@ import re
 import sys
 from pathlib import Path
 
+from long_context_tables import figure as long_context_figure
+from long_context_tables import length_table, overlap_table, runs_of, within_table
 from units_table import units_deploy_table, units_speed_table
 
 from headprune.viz.tables import (
@@ -96,6 +98,8 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "lm_recovery_uniform": "lm_recovery_uniform",
     "lm_recovery_uniform_lr5e5": "lm_recovery_uniform_lr5e5",
     "lm_recovery_global": "lm_recovery_global",
+    "lm_units_kv_ffn": "lm_units_kv_ffn",  # KV groups and FFN neurons at section 1's FLOPs, and at 80%
+    "lm_units_kv_ffn_80": "lm_units_kv_ffn_80",
     "lm_recovery_global_any_layer": "lm_recovery_global_any_layer",
     "lm_recovery_global_80k": "lm_recovery_global_80k",
     "lm_recovery_global_lora": "lm_recovery_global_lora",
@@ -119,7 +123,20 @@ def units_table(results_dir: Path) -> str:
 TABLES["mnli8k_units"] = units_table
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
-DOCS_WITH_TABLES = ("results.md", "results_llm.md")  # docs/ files whose blocks these renderers write
+LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
+TABLES["long_context_passkey"] = lambda d: length_table(runs_of(d, LONG[0]), digits=0)
+TABLES["long_context_perplexity"] = lambda d: length_table(runs_of(d, LONG[1]), digits=2)
+TABLES["long_context_within"] = lambda d: within_table(runs_of(d, LONG[0])[4096], runs_of(d, LONG[1]).get(4096))
+TABLES["long_context_overlap"] = lambda d: overlap_table(runs_of(d, LONG[0])[1024])
+
+
+def long_context_figures(results_dir: Path) -> list[Path]:
+    """docs/results/long_context.png when the streaming runs are there."""
+    passkey = runs_of(results_dir, LONG[0])
+    return [long_context_figure(passkey, runs_of(results_dir, LONG[1]), results_dir / "long_context.png")] if passkey else []
+
+
+DOCS_WITH_TABLES = ("results.md", "results_llm.md", "results_long_context.md")  # docs/ files whose blocks these renderers write
 
 
 def render_blocks(markdown: str, results_dir: Path) -> str:
@@ -146,7 +163,7 @@ def main(argv=None) -> None:
     for doc in docs:
         doc.write_text(render_blocks(doc.read_text(), results_dir))
         print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} from {results_dir}")
-    print(f"{len(pareto_figures(results_dir))} Pareto figures")
+    print(f"{len(pareto_figures(results_dir))} Pareto figures, {len(long_context_figures(results_dir))} long-context figure")
 
 
 if __name__ == "__main__":
