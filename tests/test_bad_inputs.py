@@ -1318,6 +1318,28 @@ CONFIG_ROWS = [
         None,
     ),
     ("speed-mask-order-duo", "lm", ["experiment=speed", "speed.mask_order=duo"], "prune.order=duo needs prune.action=stream", None),
+    ("ffn-multiple-zero", "lm", ["experiment=prune", "prune.ffn_multiple=0"], "prune.ffn_multiple", None),
+    (
+        "ffn-multiple-without-ffn",
+        "lm",
+        ["experiment=prune", "prune.ffn_multiple=32"],
+        "prune.ffn_multiple=32 rounds the FFN widths, and prune.unit=head prunes no FFN neurons",
+        None,
+    ),
+    (
+        "ffn-multiple-with-schedule",
+        "lm",
+        ["experiment=prune", "prune.unit=ffn", "prune.ffn_multiple=32", "prune.schedule=[0.2,0.4]"],
+        "prune.ffn_multiple=32 rounds one-shot masks",
+        None,
+    ),
+    (
+        "ffn-multiple-with-reestimate",
+        "lm",
+        ["experiment=prune", "prune.unit=ffn", "prune.ffn_multiple=32", "prune.reestimate=true"],
+        "rounds the masks of fixed scores",
+        None,
+    ),
     ("scores-from-missing", "lm", ["experiment=prune", "prune.scores_from={tmp}/none.json"], "none.json: no such file", None),
     ("scores-from-not-json", "lm", ["experiment=prune", "prune.scores_from={tmp}/mask.json"], "not JSON (line 1", "mask_text"),
     (

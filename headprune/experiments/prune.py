@@ -83,6 +83,7 @@ def run(cfg) -> dict:
         str(prune.layout),
         joint_scale=str(prune.joint_scale),
         progress=True,
+        ffn_multiple=int(prune.ffn_multiple),
     )
     out = output_dir(cfg)
     verb, done = action_words(task)

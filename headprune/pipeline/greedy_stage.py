@@ -10,6 +10,7 @@ from headprune.pipeline.settings import listed
 from headprune.pipeline.stream_points import action_record, point_cost, streamed_label, streaming
 from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label
 from headprune.results.run_dir import mask_to_json, tensor_dict
+from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.uniform import layout_mask, layout_masks
@@ -66,9 +67,11 @@ def prune_stage(
     joint_scale: str,
     progress: bool,
     base=None,
+    ffn_multiple: int = 1,
 ) -> dict:
     """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform;
-    ``joint_scale``: how a joint unit's kinds meet (``headprune.selection.joint_scale``)."""
+    ``joint_scale``: how a joint unit's kinds meet (``headprune.selection.joint_scale``); ``ffn_multiple``: every FFN
+    layer keeps a multiple of it (``headprune.selection.ffn_widths``)."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
@@ -95,8 +98,10 @@ def prune_stage(
         if order in reestimated:
             masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout, joint_scale)
         else:
-            scores = order_scores(task, order, settings, shared)
-            masks = layout_masks(comparable_scores(scores, joint_scale), shape, fractions, groups, min_per_layer, layout)
+            scores = comparable_scores(order_scores(task, order, settings, shared), joint_scale)
+            masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
+            if ffn_multiple > 1:
+                masks = [round_ffn_widths(m, scores, ffn_multiple, task.gates.unit) for m in masks]
         results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
         steps = [
             {

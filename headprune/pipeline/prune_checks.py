@@ -37,6 +37,32 @@ def check_prune(cfg) -> None:
     check_group_names(cfg, prune.groups, "prune.groups")
     check_reestimate(prune)
     check_joint_scale(cfg, string_list(prune.order, "prune.order"))
+    check_ffn_multiple(cfg)
+
+
+def check_ffn_multiple(cfg) -> None:
+    """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (not a schedule's rounds,
+    not re-estimated curves)."""
+    from headprune.core.unit_kinds import unit_kinds
+    from headprune.tasks.unit_task import unit_of
+
+    prune = cfg.prune
+    multiple = int(prune.ffn_multiple)
+    if multiple == 1:
+        return
+    unit = unit_of(cfg)
+    if "ffn" not in unit_kinds(unit):
+        raise ConfigError(
+            f"prune.ffn_multiple={multiple} rounds the FFN widths, and prune.unit={unit} prunes no FFN neurons: "
+            "use prune.unit=ffn or a list with ffn ([head,ffn], [kv_group,ffn]), or drop it"
+        )
+    if prune.get("schedule") is not None:
+        raise ConfigError(
+            f"prune.ffn_multiple={multiple} rounds one-shot masks; prune.schedule prunes the pruned model again each round: "
+            "use prune.target or prune.fractions with it"
+        )
+    if prune.reestimate:
+        raise ConfigError(f"prune.ffn_multiple={multiple} rounds the masks of fixed scores; drop prune.reestimate=true")
 
 
 def check_scores_from(cfg) -> None:

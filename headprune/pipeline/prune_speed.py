@@ -39,6 +39,7 @@ from headprune.pipeline.settings import RunSettings, listed
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.ffn_rearrange import example_gradients
+from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_groups
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.lsq import lsq_recover
@@ -85,6 +86,9 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
         else:
             ranked = comparable_scores(scores, rule)
             masks.append(layout_mask(ranked, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
+    multiple = int(ctx.settings.ffn_multiple)
+    if multiple > 1:  # the target or fraction is met first; each FFN layer then keeps a multiple of neurons
+        masks = [round_ffn_widths(m, comparable_scores(scores, rule), multiple, task.gates.unit) for m in masks]
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])

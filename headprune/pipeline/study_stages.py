@@ -191,6 +191,7 @@ def prune_all(ctx: StudyRun) -> dict:
             joint_scale=str(prune.joint_scale),
             progress=True,
             base=ctx.base,
+            ffn_multiple=int(prune.ffn_multiple),
         )
 
     result = curves(ctx.orders, ctx.groups, floor, False, ctx.shared)

@@ -77,6 +77,7 @@ class PruneSettings:
     order: Any = setting(rule(choices, known=ORDERS), PRUNE)  # a name or a list of names
     layout: str = setting(rule(choice, choices=LAYOUTS), MASK_BY_ORDER)
     joint_scale: str = setting(rule(choice, choices=JOINT_SCALES), MASK_BY_ORDER)
+    ffn_multiple: int = setting(COUNT, PRUNE)
     reestimate: bool = setting(rule(boolean), PRUNE)
     step: float = setting(rule(number, low=0.0, high=1.0, closed="()"), PRUNE)
     max_fraction: float = setting(FRACTION, PRUNE)
