@@ -100,6 +100,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "lm_recovery_global": "lm_recovery_global",
     "lm_units_kv_ffn": "lm_units_kv_ffn",  # KV groups and FFN neurons at section 1's FLOPs, and at 80%
     "lm_units_kv_ffn_80": "lm_units_kv_ffn_80",
+    "lm_units_kv_ffn_32": "lm_units_kv_ffn_32",  # the same at 92.6% with FFN widths in multiples of 32
     "lm_recovery_global_any_layer": "lm_recovery_global_any_layer",
     "lm_recovery_global_80k": "lm_recovery_global_80k",
     "lm_recovery_global_lora": "lm_recovery_global_lora",
