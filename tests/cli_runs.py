@@ -9,6 +9,17 @@ import torch
 
 from headprune import cli
 
+TINY_LM_PRUNE = [  # experiment=prune on a tiny random Llama and small synthetic LM data, no logger
+    "model=tiny_llama",
+    "data=lm_synthetic",
+    "data.synthetic.sizes.eval=16",
+    "data.synthetic.sizes.importance=16",
+    "data.synthetic.sizes.heldout=8",
+    "data.tokenizer.vocab_size=200",
+    "logger=none",
+    "experiment=prune",
+]
+
 
 def headprune(capsys, monkeypatch, tmp_path: Path, run_dir: Path, *overrides: str) -> tuple[int, str]:
     """Run ``headprune overrides...`` into ``run_dir`` (data cache in ``tmp_path``): (exit status, stderr)."""

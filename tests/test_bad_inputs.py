@@ -1341,6 +1341,13 @@ CONFIG_ROWS = [
         None,
     ),
     ("scores-from-missing", "lm", ["experiment=prune", "prune.scores_from={tmp}/none.json"], "none.json: no such file", None),
+    (
+        "scores-from-run-directory",
+        "lm",
+        ["experiment=prune", "prune.scores_from={tmp}/prior"],
+        "prior is a directory (did you mean",
+        "prior_run",
+    ),
     ("scores-from-not-json", "lm", ["experiment=prune", "prune.scores_from={tmp}/mask.json"], "not JSON (line 1", "mask_text"),
     (
         "scores-from-pareto-run",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import torch
-from cli_runs import headprune
+from cli_runs import TINY_LM_PRUNE, headprune
 
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.ffn_widths import round_ffn_widths
@@ -29,14 +29,7 @@ def test_rounding_restores_the_best_removed_neurons_up_to_the_multiple():
 
 
 SMALL = [
-    "model=tiny_llama",
-    "data=lm_synthetic",
-    "data.synthetic.sizes.eval=16",
-    "data.synthetic.sizes.importance=16",
-    "data.synthetic.sizes.heldout=8",
-    "data.tokenizer.vocab_size=200",
-    "logger=none",
-    "experiment=prune",
+    *TINY_LM_PRUNE,
     "prune.unit=[kv_group,ffn]",
     "prune.order=importance",
 ]

@@ -7,21 +7,14 @@ import json
 
 import pytest
 import torch
-from cli_runs import headprune
+from cli_runs import TINY_LM_PRUNE, headprune
 
 import headprune.pipeline.orders as orders_module
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.uniform import layout_masks
 
 SMALL = [
-    "model=tiny_llama",
-    "data=lm_synthetic",
-    "data.synthetic.sizes.eval=16",
-    "data.synthetic.sizes.importance=16",
-    "data.synthetic.sizes.heldout=8",
-    "data.tokenizer.vocab_size=200",
-    "logger=none",
-    "experiment=prune",
+    *TINY_LM_PRUNE,
     "prune.action=stream",
     "prune.unit=kv_group",
     "prune.stream.window=8",

@@ -68,6 +68,7 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
     """(one mask per step: a target's cost-aware search or a fraction's greedy mask, rearranged or not; rearrangement info)."""
     refine = (lambda m: rearranged(task, m, ctx)[0]) if rearrange else None
     rule = str(ctx.settings.joint_scale)
+    ranked = comparable_scores(scores, rule)  # a fraction's ranking, and which removed neurons a rounded width takes back
     masks = []
     for step in steps:
         if isinstance(step, PruneTarget):
@@ -84,11 +85,10 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
             )  # a max_drop target is checked on rearranged masks
             masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
         else:
-            ranked = comparable_scores(scores, rule)
             masks.append(layout_mask(ranked, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
     multiple = int(ctx.settings.ffn_multiple)
     if multiple > 1:  # the target or fraction is met first; each FFN layer then keeps a multiple of neurons
-        masks = [round_ffn_widths(m, comparable_scores(scores, rule), multiple, task.gates.unit) for m in masks]
+        masks = [round_ffn_widths(m, ranked, multiple, task.gates.unit) for m in masks]
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])

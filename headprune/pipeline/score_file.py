@@ -20,6 +20,9 @@ SETTING = "prune.scores_from"
 
 def _results(path: Path) -> dict:
     """The ``results`` block of a results.json, or a ConfigError saying what the file is instead."""
+    if path.is_dir():
+        inside = f" (did you mean {path / 'results.json'}?)" if (path / "results.json").is_file() else ""
+        raise ConfigError(f"{SETTING}={path} is a directory{inside}: give the results.json of an experiment=prune run")
     if not path.is_file():
         raise ConfigError(f"{SETTING}={path}: no such file: give the results.json of an experiment=prune run")
     try:
