@@ -1,0 +1,92 @@
+"""What a kind of pruning unit is: one class per kind, registered by name; everything outside core/ asks the kind.
+
+A kind names the units a model can lose (query heads, KV groups, FFN neurons, whole blocks, residual channels,
+whole layers) and answers every question the rest of headprune has about them: where they live and how they are
+gated, how a probe gradient becomes one score per unit, what a layer costs with k units kept, how few a layer may
+keep, what settings it refuses, how its units leave the weights and what the saved record says, and which config
+fields it shrinks (ModelOpt's naming: ``num_key_value_heads``, ``intermediate_size``, ``hidden_size``,
+``num_hidden_layers``), so exporters write config fields and never ask which kind removed them.
+
+Register a kind of your own with ``register_kind(MyKind())`` from any module, without editing headprune: it is then
+a value of ``prune.unit`` like the built-in ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class UnitKind:
+    """One kind of pruning unit. Subclass it, set the attributes, implement the methods, then ``register_kind(kind)``."""
+
+    name: str = ""  # the value of prune.unit: "head", "kv_group", "ffn", "block", "hidden", "layer"
+    parts: tuple[str, ...] = ()  # the parts of the model whose units it removes ("attention", "ffn", "residual", "depth")
+    noun: str = "unit"  # one unit, in messages
+    config_fields: tuple[str, ...] = ()  # the model config fields it shrinks
+    ablation: str | None = None  # why removing one unit at a time is no useful order (None: it is one)
+    attention_maps: bool = False  # its units have attention maps (the entropy and retrieval orders read them)
+    layer_normalized: bool = False  # Michel et al.'s per-layer L2 norm of scores suits it (heads of a layer)
+    rearrangement: str | None = "it has no rearrangement"  # why it cannot be rearranged (None: it can)
+    recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
+    layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
+    floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
+
+    # ---- where it lives ------------------------------------------------------------------------
+    def owns(self, group: str) -> bool:
+        """Whether a mask group holds units of this kind."""
+        raise NotImplementedError
+
+    def available(self, model: nn.Module) -> str | None:
+        """Why this model has none of these units (None: it has them)."""
+        return None
+
+    def gates(self, model: nn.Module, shared: dict) -> Any:
+        """The gates of this kind on ``model``: masks and scores {group: [layers, units]} or [batch, layers, units].
+
+        ``shared`` caches the primitive gates of one model ({"head": HeadGates, "ffn": FFNGates, ...}) so that kinds
+        that act through the same gates (a KV group through its query heads) share them."""
+        raise NotImplementedError
+
+    def units_per_layer(self, fields: dict) -> int | None:
+        """Units one layer holds, from the model's config fields (None: not known from the config alone)."""
+        return None
+
+    # ---- scores --------------------------------------------------------------------------------
+    def unit_grad(self, site, grad: torch.Tensor) -> tuple[torch.Tensor, list[int], str] | None:
+        """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and their group; None: not a
+        site of this kind."""
+        return None
+
+    # ---- costs ---------------------------------------------------------------------------------
+    def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
+        """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, the same that the
+        kept units' part costs in the whole model (``attention_tables``: the per-query-head attention tables)."""
+        raise NotImplementedError
+
+    def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:
+        """{group: [layers, units + 1]} seconds with 0..units kept, from the measured head and FFN tables."""
+        raise NotImplementedError(f"no latency tables for {self.name} units: use a FLOPs target")
+
+    # ---- settings ------------------------------------------------------------------------------
+    def refusal(self, fields: dict | None, settings: dict) -> str | None:
+        """Why this kind cannot run on a model with these config ``fields`` and these prune ``settings`` (None: it can)."""
+        return None
+
+    # ---- removal and records ---------------------------------------------------------------------
+    def prune(self, model: nn.Module, mask: dict[str, torch.Tensor]) -> dict:
+        """Remove from the weights every unit whose hard mask entry is 0; returns this kind's record."""
+        raise NotImplementedError
+
+    def record(self, model: nn.Module) -> dict:
+        """This kind's removed units by original id, {group: {layer: [ids]}} (what save_pruned writes)."""
+        return {}
+
+    def removed(self, record: dict) -> int:
+        """How many units a record of this kind removed."""
+        return sum(len(ids) for layers in record.values() for ids in layers.values())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"

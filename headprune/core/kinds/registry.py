@@ -1,0 +1,113 @@
+"""The registry of pruning-unit kinds, and units that join several kinds under one budget.
+
+A unit is one kind (``"ffn"``) or a joint list of kinds covering different parts (``"head+ffn"``,
+``["kv_group", "ffn", "hidden"]``): its masks hold the groups of each kind side by side, and each group belongs to
+exactly one kind of the unit (``owns``).
+"""
+
+from __future__ import annotations
+
+from headprune.core.kinds.base import UnitKind
+
+JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
+KINDS: dict[str, UnitKind] = {}
+
+
+def register_kind(kind: UnitKind, replace: bool = False) -> UnitKind:
+    """Add a kind to the registry (``replace``: over one of the same name); returns it."""
+    if not isinstance(kind, UnitKind) or not kind.name or not kind.parts:
+        raise TypeError(f"register_kind takes a UnitKind instance with a name and parts, got {kind!r}")
+    if kind.name in KINDS and not replace:
+        raise ValueError(f"a pruning-unit kind named {kind.name!r} is registered already ({KINDS[kind.name]!r}); pass replace=True")
+    if JOINER in kind.name or "," in kind.name:
+        raise ValueError(f"a kind's name cannot hold {JOINER!r} or ',': {kind.name!r}")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def unregister_kind(name: str) -> None:
+    """Remove a kind from the registry (a test's own kind, say)."""
+    KINDS.pop(name, None)
+
+
+def kind_named(name: str) -> UnitKind:
+    """The registered kind of this name, or a ValueError listing them."""
+    if name not in KINDS:
+        raise ValueError(f"unknown pruning-unit kind {name!r}: registered kinds are {list(KINDS)}")
+    return KINDS[name]
+
+
+def unit_kinds(unit) -> tuple[str, ...]:
+    """The kinds of a unit, in the registry's order: ``"head+ffn"`` or ``["ffn", "head"]`` -> ("head", "ffn").
+
+    A ValueError names an unknown kind, a kind given twice, or kinds that prune the same part.
+    """
+    names = unit.split(JOINER) if isinstance(unit, str) else [str(k) for k in unit]
+    names = [n.strip() for n in names]
+    unknown = [n for n in names if n not in KINDS]
+    if unknown or not names:
+        raise ValueError(
+            f"unknown pruning unit {unit!r}: give one of {list(KINDS)} or a joint list of kinds that prune different "
+            f"parts, e.g. [head, ffn] or [kv_group, ffn] (written head+ffn)"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"pruning unit {unit!r} names a kind twice")
+    taken: dict[str, str] = {}
+    for name in names:
+        for part in KINDS[name].parts:
+            if part in taken:
+                raise ValueError(
+                    f"pruning unit {unit!r} joins {taken[part]} and {name}, which both prune the {part} part: a joint unit "
+                    "joins kinds of different parts ([head, ffn] or [kv_group, ffn]; block prunes whole attention and FFN blocks alone)"
+                )
+            taken[part] = name
+    return tuple(k for k in KINDS if k in names)
+
+
+def kinds_of(unit) -> tuple[UnitKind, ...]:
+    """The kind objects of a unit (see ``unit_kinds``)."""
+    return tuple(KINDS[k] for k in unit_kinds(unit))
+
+
+def unit_name(unit) -> str:
+    """The unit's canonical name: ``"head+ffn"`` for [ffn, head]."""
+    return JOINER.join(unit_kinds(unit))
+
+
+def is_joint(unit) -> bool:
+    """Whether a unit joins several kinds."""
+    return len(unit_kinds(unit)) > 1
+
+
+def unit_parts(unit) -> tuple[str, ...]:
+    """The parts of a model a unit prunes: ("attention",), ("ffn",), ("attention", "ffn") ..."""
+    return tuple(part for kind in kinds_of(unit) for part in kind.parts)
+
+
+def group_kind(group: str, unit=None) -> str | None:
+    """The kind whose units a mask group holds: the first kind of ``unit`` (default: of the registry) that owns it; None if none."""
+    kinds = kinds_of(unit) if unit is not None else tuple(KINDS.values())
+    return next((kind.name for kind in kinds if kind.owns(str(group))), None)
+
+
+def mask_kinds(groups, unit=None) -> tuple[str, ...]:
+    """The kinds a mask's groups hold (registry order); a group of no kind is a ValueError naming it."""
+    kinds = set()
+    for group in groups:
+        kind = group_kind(str(group), unit)
+        if kind is None:
+            raise ValueError(f"mask group {group!r} is of no unit kind ({', '.join(KINDS)}): check the mask file's groups")
+        kinds.add(kind)
+    return tuple(k for k in KINDS if k in kinds)
+
+
+def ablation_refusal(unit) -> str | None:
+    """Why single-unit ablation is no useful order for ``unit`` (a kind of it refuses), else None."""
+    return next((kind.ablation for kind in kinds_of(unit) if kind.ablation), None)
+
+
+def noun(unit, plural: bool = False) -> str:
+    """What one unit is called (``head``, ``neuron``; ``unit`` for a joint unit), optionally plural."""
+    kinds = kinds_of(unit)
+    word = kinds[0].noun if len(kinds) == 1 else "unit"
+    return word + "s" if plural else word
