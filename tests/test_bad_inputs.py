@@ -1068,7 +1068,7 @@ CONFIG_ROWS = [
     # units beyond heads: kinds, joint lists and the orders and layouts they allow
     ("unit-joint-unknown-kind", "lm", ["experiment=prune", "prune.unit=[kv_group,mlp]"], "unknown pruning unit", None),
     ("unit-joint-kind-twice", "lm", ["experiment=prune", "prune.unit=[ffn,ffn]"], "names a kind twice", None),
-    ("unit-joint-same-part", "lm", ["experiment=prune", "prune.unit=[head,kv_group]"], "both prune the attention blocks", None),
+    ("unit-joint-same-part", "lm", ["experiment=prune", "prune.unit=[head,kv_group]"], "both prune the attention part", None),
     ("unit-block-uniform", "nli", ["experiment=prune", "prune.unit=block", "prune.layout=uniform"], "prune.layout=global", None),
     ("unit-ffn-ablation-order", "nli", ["experiment=prune", "prune.unit=ffn", "prune.order=ablation"], "one FFN neuron at a time", None),
     ("unit-joint-ablate", "nli", ["experiment=ablate", "prune.unit=[head,ffn]"], "one FFN neuron at a time", None),
@@ -1941,7 +1941,7 @@ API_ROWS = [
     pytest.param(_prune_mask_value({"enc_self": {"0": [1]}}), "is what prune_heads takes", id="api-prune-mask-head-ids"),
     pytest.param(_prune_mask_value(None), "the mask is None", id="api-prune-mask-none"),
     pytest.param(_load_pruned_foreign_type, "model_type='foobar', which headprune does not support", id="api-load-pruned-unknown-type"),
-    pytest.param(_unit_of_overlapping_kinds, "which both prune the attention blocks", id="api-unit-overlapping-kinds"),
+    pytest.param(_unit_of_overlapping_kinds, "which both prune the attention part", id="api-unit-overlapping-kinds"),
     pytest.param(_single_neuron_ablation, "no useful pruning order", id="api-single-neuron-ablation"),
     pytest.param(_block_mask_shape, "(layers x blocks)", id="api-block-mask-shape"),
     pytest.param(_stock_hf_uneven_ffn_mask, "one FFN width in every layer", id="api-stock-hf-uneven-ffn-mask"),

@@ -307,7 +307,7 @@ def test_a_mask_of_the_wrong_shape_names_the_group_and_both_shapes():
         prune_ffn_mask(gates.model, {"dec_ffn": torch.full((3, 64), 0.5)})
     with pytest.raises(IndexError, match=r"neuron ids \[64\] out of range for dec_ffn layer 0 \(64 neurons\)"):
         prune_neurons(gates.model, {"dec_ffn": {0: [64]}})
-    with pytest.raises(ValueError, match=r"unknown group\(s\) \['ffn'\].*attention groups \['dec_self'\].*FFN groups \['dec_ffn'\]"):
+    with pytest.raises(ValueError, match=r"unknown group\(s\) \['ffn'\].*head groups \['dec_self'\].*ffn groups \['dec_ffn'\]"):
         JointGates(gates.model).set_mask({"ffn": torch.ones(3, 64)})
 
 

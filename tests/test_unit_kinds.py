@@ -50,9 +50,9 @@ def _block_mask(groups):
 def test_unit_kinds_parse_joint_lists_and_refuse_overlaps():
     assert unit_kinds("head+ffn") == unit_kinds(["ffn", "head"]) == ("head", "ffn")
     assert unit_name(["ffn", "kv_group"]) == "kv_group+ffn" and unit_kinds("block") == ("block",)
-    with pytest.raises(ValueError, match="both prune the attention blocks"):
+    with pytest.raises(ValueError, match="both prune the attention part"):
         unit_kinds("head+kv_group")
-    with pytest.raises(ValueError, match="both prune the ffn blocks"):
+    with pytest.raises(ValueError, match="both prune the ffn part"):
         unit_kinds(["block", "ffn"])
     with pytest.raises(ValueError, match="unknown pruning unit 'neurons'"):
         unit_kinds("neurons")
@@ -122,7 +122,7 @@ def test_kv_group_and_neuron_joint_mask_pruned_equals_masked(make):
     mask["dec_ffn"][0] = 0  # an emptied FFN block
     with gates.masked(mask):
         masked = _logits(model, batch)
-    with HeadGates(model).masked(None), gates.ffn.masked(mask["dec_ffn"]), gates.heads.masked(gates.attention.head_mask(mask["dec_self"])):
+    with HeadGates(model).masked(None), gates.ffn.masked(mask["dec_ffn"]), gates.heads.masked(gates.parts[0].head_mask(mask["dec_self"])):
         _close(_logits(model, batch), masked)  # the joint gates are the head gates of the KV groups and the neuron gates
     twin = make()
     prune_unit_mask(unit_gates(twin, "kv_group+ffn"), mask)
@@ -134,7 +134,7 @@ def test_kv_group_and_neuron_joint_mask_pruned_equals_masked(make):
 def test_block_gate_gradient_is_the_sum_of_its_heads_and_neurons_gradients():
     model, batch = tiny_llama(), lm_batch()
     block = BlockGates(model)
-    joint = JointGates(model, heads=block.heads, ffn=block.ffn)
+    joint = JointGates(model, [block.heads, block.ffn])
     per_block = per_example_gate_gradients(model, block, batch, unit="block")  # {group_block: (B, L, 1)}
     per_unit = per_example_gate_gradients(model, joint, batch, unit=joint.unit)  # {group: (B, L, units)}
     for group, value in per_unit.items():
@@ -150,7 +150,7 @@ def test_kv_group_and_neuron_scores_equal_kv_group_scores_and_neuron_scores_apar
     joint = unit_gates(model, "kv_group+ffn")
     together = per_example_gate_gradients(model, joint, batch, unit=joint.unit)
     apart = {
-        **per_example_gate_gradients(model, joint.attention, batch, unit="kv_group"),
+        **per_example_gate_gradients(model, joint.parts[0], batch, unit="kv_group"),
         **per_example_gate_gradients(model, joint.ffn, batch, unit="ffn"),
     }
     assert {g: tuple(v.shape[1:]) for g, v in together.items()} == joint.groups

@@ -31,6 +31,11 @@ class BlockGates:
         self.heads = heads if heads is not None else HeadGates(model)
         self.ffn = ffn if ffn is not None else (FFNGates(model) if ffn_sites_if_any(model) else None)
 
+    @property
+    def shared(self) -> dict:
+        """{"head": HeadGates, "ffn": FFNGates}: the gates that act (no FFN gates where the model has no MLP layout)."""
+        return {"head": self.heads} if self.ffn is None else {"head": self.heads, "ffn": self.ffn}
+
     def _parts(self) -> list:
         return [self.heads] if self.ffn is None else [self.heads, self.ffn]
 

@@ -1,9 +1,7 @@
-"""Heads (or KV groups) and FFN neurons together: one mask {group: ...} whose attention groups gate heads or KV groups and
-whose FFN groups gate neurons.
+"""Any number of kinds under one mask: each group of a joint mask goes to the part (one kind's gates) that holds it.
 
-The attention groups (``enc_self``, ``enc_dec``, ``dec_self``) and the FFN groups (``enc_ffn``, ``dec_ffn``)
-never share a name, so a joint mask is a plain dict holding both; each part goes to its own gates. The
-attention part is HeadGates (unit ``head+ffn``) or their KV-group view (``kv_group+ffn``).
+The groups of different kinds never share a name (attention groups ``enc_self`` ..., FFN groups ``enc_ffn`` ...,
+``hidden``, ``<stack>_layer`` ...), so a joint mask is a plain dict holding them all; each part gets its own groups.
 """
 
 from __future__ import annotations
@@ -13,94 +11,110 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch import nn
 
-from headprune.core.ffn_gates import FFNGates
-from headprune.core.ffn_pruning import prune_ffn_mask
-from headprune.core.ffn_sites import ffn_groups, find_ffn_sites
-from headprune.core.gates import HeadGates, find_sites, site_groups
-from headprune.core.pruning import prune_mask, pruning_record
-from headprune.core.unit_kinds import JOINER
+from headprune.core.kinds.registry import JOINER
 
 
-def split_mask(mask, head_groups, ffn_groups) -> tuple[dict, dict]:
-    """(head part, FFN part) of a joint mask dict; a group of neither kind is a ValueError naming them all."""
-    if not isinstance(mask, dict):
-        raise ValueError(
-            f"a joint mask is a dict {{group: tensor}} over the attention groups {sorted(head_groups)} and the FFN groups {sorted(ffn_groups)}"
-        )
-    unknown = sorted(set(mask) - set(head_groups) - set(ffn_groups))
-    if unknown:
-        raise ValueError(
-            f"unknown group(s) {unknown} in mask; this model has the attention groups {sorted(head_groups)} and the FFN groups {sorted(ffn_groups)}"
-        )
-    return {g: m for g, m in mask.items() if g in head_groups}, {g: m for g, m in mask.items() if g in ffn_groups}
+def shared_gates(gates) -> dict:
+    """{kind name: the gates that act} under any gates: a joint or block gates' parts, or the gates themselves."""
+    shared = getattr(gates, "shared", None)
+    return dict(shared) if shared is not None else {gates.unit: gates}
 
 
 class JointGates:
-    """Attention gates (heads, or their KV-group view) and FFNGates of one model behind one surface: masks and scores are
-    {group: [layers, units]} over both."""
+    """The gates of several kinds of one model behind one surface: masks and scores are {group: [layers, units]} over all."""
 
-    def __init__(self, model: nn.Module, heads=None, ffn: FFNGates | None = None):
-        """``heads``: HeadGates, or ``KVGroupGates`` for the ``kv_group+ffn`` unit (default: HeadGates of the model)."""
+    def __init__(self, model: nn.Module, parts: list | None = None):
+        """``parts``: one gates object per kind (HeadGates or its KV-group view, FFNGates, ...), of different groups
+        (default: the model's query heads and FFN neurons)."""
+        if parts is None:
+            from headprune.core.units import unit_gates
+
+            parts = unit_gates(model, "head+ffn").parts
+        if not parts:
+            raise ValueError("JointGates needs at least one part (one gates object per kind)")
         self.model = model
-        self.attention = heads if heads is not None else HeadGates(model)  # the attention part, in its unit
-        self.heads: HeadGates = self.attention if isinstance(self.attention, HeadGates) else self.attention.heads
-        self.ffn = ffn if ffn is not None else FFNGates(model)
+        self.parts = list(parts)
+        self._owner = {g: part for part in self.parts for g in part.groups}
 
     @property
     def unit(self) -> str:
-        """``head+ffn`` or ``kv_group+ffn``."""
-        return self.attention.unit + JOINER + self.ffn.unit
+        """The kinds' names joined: ``head+ffn``, ``kv_group+ffn+hidden`` ..."""
+        return JOINER.join(part.unit for part in self.parts)
+
+    @property
+    def shared(self) -> dict:
+        """{kind name: the gates that act}, of every part."""
+        out = {}
+        for part in self.parts:
+            out.update(shared_gates(part))
+        return out
+
+    @property
+    def heads(self):
+        """The query-head gates (HeadGates), where a part acts on attention heads; else None."""
+        return self.shared.get("head")
+
+    @property
+    def ffn(self):
+        """The neuron gates (FFNGates), where a part acts on FFN neurons; else None."""
+        return self.shared.get("ffn")
 
     @property
     def sites(self) -> list:
-        """Every attention site, then every FFN site."""
-        return [*self.heads.sites, *self.ffn.sites]
+        """Every part's sites, each once."""
+        seen, out = set(), []
+        for part in self.parts:
+            for site in part.sites:
+                if id(site) not in seen:
+                    seen.add(id(site))
+                    out.append(site)
+        return out
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
-        """{group: (layers, heads, KV groups or neurons per layer in the original model)}."""
-        return {**self.attention.groups, **self.ffn.groups}
+        """{group: (layers, units per layer in the original model)} over every part."""
+        return {g: shape for part in self.parts for g, shape in part.groups.items()}
 
-    # the query-head gates' structure, for code that reads it through any gates (engines, entropy, timing)
-    @property
-    def inner(self) -> str:
-        return self.heads.inner
-
-    @property
-    def kv_groups(self) -> dict[str, tuple[int, int]]:
-        return self.heads.kv_groups
-
-    @property
-    def heads_per_kv(self) -> dict[str, int]:
-        return self.heads.heads_per_kv
+    def __getattr__(self, name):  # inner, kv_groups, heads_per_kv, describe ...: the query-head gates' own structure
+        heads = self.__dict__.get("parts") and self.shared.get("head")
+        if heads is None:
+            raise AttributeError(name)
+        return getattr(heads, name)
 
     @property
     def num_heads(self) -> int:
-        """Units of the original model, all groups (heads or KV groups, and neurons)."""
+        """Units of the original model, all groups."""
         return sum(layers * units for layers, units in self.groups.values())
 
     def present(self) -> dict[str, torch.Tensor]:
-        return {**self.attention.present(), **self.ffn.present()}
+        return {g: p for part in self.parts for g, p in part.present().items()}
 
     def ones(self) -> dict[str, torch.Tensor]:
-        return {**self.attention.ones(), **self.ffn.ones()}
+        return {g: m for part in self.parts for g, m in part.ones().items()}
 
-    def split(self, mask) -> tuple[dict, dict]:
-        """(attention part, FFN part) of a joint mask."""
-        return split_mask(mask, self.attention.groups, self.ffn.groups)
+    def split(self, mask) -> list[dict]:
+        """One dict per part: the groups of a joint mask that part holds; a group of none is a ValueError naming them all."""
+        if not isinstance(mask, dict):
+            raise ValueError(f"a joint mask is a dict {{group: tensor}} over the groups {sorted(self._owner)}")
+        unknown = sorted(set(mask) - set(self._owner))
+        if unknown:
+            have = " and ".join(f"the {part.unit} groups {sorted(part.groups)}" for part in self.parts)
+            raise ValueError(f"unknown group(s) {unknown} in mask; this model has {have}")
+        return [{g: m for g, m in mask.items() if self._owner[g] is part} for part in self.parts]
 
     def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        heads, neurons = self.split(mask)
-        return {**self.attention.normalize_mask(heads, hard=hard), **self.ffn.normalize_mask(neurons, hard=hard)}
+        out = {}
+        for part, sub in zip(self.parts, self.split(mask)):
+            out.update(part.normalize_mask(sub, hard=hard))
+        return out
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
-        """{"head": query-head mask, "ffn": neuron mask} of a joint mask (parts it leaves out are absent)."""
-        heads, neurons = self.split(mask)
-        out = {}
-        if heads:
-            out["head"] = self.attention.head_mask(heads, hard=hard)
-        if neurons:
-            out["ffn"] = self.ffn.normalize_mask(neurons, hard=hard)
+        """{kind that acts: its mask} of a joint mask (parts it leaves out are absent)."""
+        out: dict[str, dict[str, torch.Tensor]] = {}
+        for part, sub in zip(self.parts, self.split(mask)):
+            if sub:
+                for kind, value in part.base_masks(sub, hard=hard).items():
+                    out.setdefault(kind, {}).update(value)
         return out
 
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
@@ -108,40 +122,46 @@ class JointGates:
         return self.base_masks(mask, hard=hard).get("head", {})
 
     def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Scores in this unit from per-query-head scores of the attention groups (and neuron scores as they are)."""
-        heads = {g: s for g, s in scores.items() if g in self.heads.groups}
-        return {**scores, **self.attention.scores_from_heads(heads)}
+        """Scores in this unit from per-query-head scores of the attention groups (other groups' scores as they are)."""
+        out = dict(scores)
+        for part in self.parts:
+            convert = getattr(part, "scores_from_heads", None)
+            if convert is not None:
+                out.update(convert({g: s for g, s in scores.items() if g in part.groups}))
+        return out
 
     def set_mask(self, mask) -> None:
-        """Gate heads and neurons by one mask; groups left out (or ``None``: all) are not gated."""
-        heads, neurons = (None, None) if mask is None else self.split(mask)
-        self.attention.set_mask(heads)
-        self.ffn.set_mask(neurons)
+        """Gate every part by its groups of one mask; groups left out (or ``None``: all) are not gated."""
+        subs = [None] * len(self.parts) if mask is None else self.split(mask)
+        for part, sub in zip(self.parts, subs):
+            part.set_mask(sub)
 
     @contextmanager
     def masked(self, mask):
-        heads, neurons = (None, None) if mask is None else self.split(mask)
-        with self.attention.masked(heads), self.ffn.masked(neurons):
+        subs = [None] * len(self.parts) if mask is None else self.split(mask)
+        with ExitStack() as stack:
+            for part, sub in zip(self.parts, subs):
+                stack.enter_context(part.masked(sub))
             yield self
 
     @contextmanager
     def probing(self):
         with ExitStack() as stack:
-            stack.enter_context(self.heads.probing())
-            stack.enter_context(self.ffn.probing())
+            for part in self.shared.values():
+                stack.enter_context(part.probing())
             yield self
 
     def remove(self) -> None:
-        self.ffn.remove()
-        self.heads.remove()
+        for part in list(self.shared.values())[::-1]:
+            part.remove()
 
     def describe(self) -> str:
-        return self.heads.describe() + "\n" + self.ffn.describe()
+        return "\n".join(part.describe() for part in self.shared.values())
 
 
-def prune_joint_mask(model: nn.Module, mask) -> dict[str, dict[str, dict[str, list[int]]]]:
-    """Remove the heads and the FFN neurons whose entries of a joint mask are 0; returns {"heads": record, "ffn": record}."""
-    heads, neurons = split_mask(mask, site_groups(find_sites(model)), ffn_groups(find_ffn_sites(model)))
-    head_record = prune_mask(model, heads) if heads else pruning_record(model)
-    ffn_record = prune_ffn_mask(model, neurons)
-    return {"heads": head_record, "ffn": ffn_record}
+def prune_joint_mask(model: nn.Module, mask) -> dict:
+    """Remove the units whose entries of a joint mask are 0, each group by the kind that owns it; returns the pruning record."""
+    from headprune.core.kinds.registry import mask_kinds
+    from headprune.core.units import prune_unit_mask, unit_gates
+
+    return prune_unit_mask(unit_gates(model, mask_kinds(mask)), mask)

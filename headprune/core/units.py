@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from headprune.core.masks import kv_to_head_mask, normalize_mask
-from headprune.core.unit_kinds import KINDS, unit_kinds, unit_name
+from headprune.core.unit_kinds import KINDS, kinds_of
 
 QUERY_HEADS = "head"  # the unit every model has: its query heads
 UNITS = (QUERY_HEADS, "kv_group")  # the attention units of prune.unit (single kinds: headprune.core.unit_kinds.KINDS)
@@ -37,6 +37,11 @@ class KVGroupGates:
 
     def __init__(self, heads):
         self.heads = heads  # the HeadGates of the model (query-head unit)
+
+    @property
+    def shared(self) -> dict:
+        """{"head": the query-head gates}: the gates that act."""
+        return {"head": self.heads}
 
     def __getattr__(self, name):  # sites, inner, probing, kv_groups, describe, ...: the query-head gates' own
         return getattr(self.heads, name)
@@ -91,7 +96,8 @@ def has_kv_groups(gates) -> bool:
     return any(n > 1 for n in gates.heads_per_kv.values())
 
 
-def _kv_view(heads):
+def kv_group_view(heads):
+    """The KV-group view of query-head gates, or a ValueError where the model has no grouped-query attention."""
     if not has_kv_groups(heads):
         raise ValueError(
             "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); "
@@ -101,53 +107,41 @@ def _kv_view(heads):
 
 
 def primitive_gates(gates):
-    """(HeadGates, FFNGates or None) under any gates: the gates that act on the model."""
-    from headprune.core.ffn_gates import FFNGates
-    from headprune.core.gates import HeadGates
+    """(HeadGates, FFNGates or None) under any gates: the query-head and neuron gates that act on the model."""
+    from headprune.core.joint import shared_gates
 
-    if isinstance(gates, HeadGates):
-        return gates, None
-    if isinstance(gates, FFNGates):
-        return None, gates
-    return getattr(gates, "heads", None), getattr(gates, "ffn", None)
+    shared = shared_gates(gates)
+    return shared.get("head"), shared.get("ffn")
 
 
-def unit_gates(gates, unit: str = "head"):
-    """The gates of ``gates`` (any gates of a model, or the model itself) in ``unit`` (a kind or a joint list, see the module doc).
+def _model_and_shared(gates) -> tuple[nn.Module, dict]:
+    """(the model, {kind name: gates already on it}) of a model or of any gates object; a TypeError for anything else."""
+    from headprune.core.joint import shared_gates
 
-    The query-head and neuron gates already on the model are reused; a ValueError names an unknown unit or a
-    ``kv_group`` unit on a model without grouped-query attention.
-    """
-    from headprune.core.blocks import BlockGates
-    from headprune.core.ffn_gates import FFNGates
-    from headprune.core.gates import HeadGates
+    if isinstance(gates, nn.Module):
+        return gates, {}
+    if not isinstance(getattr(gates, "model", None), nn.Module):
+        raise TypeError(f"unit_gates takes a model (torch.nn.Module) or a gates object of one, got {type(gates).__name__}")
+    return gates.model, shared_gates(gates)
+
+
+def unit_gates(gates, unit="head"):
+    """The gates of ``gates`` (any gates of a model, or the model itself) in ``unit`` (a kind, a joint list or a ``+``-joined
+    string, see headprune.core.kinds). The gates already on the model are reused; a ValueError names an unknown unit or a
+    kind the model lacks (``kv_group`` without grouped-query attention)."""
     from headprune.core.joint import JointGates
 
+    if unit is None or not isinstance(unit, (str, list, tuple)):
+        raise TypeError(f"unit_gates takes a unit: a kind name such as 'head', or a list such as ['head', 'ffn'], got {unit!r}")
     try:
-        kinds = unit_kinds(unit)
+        kinds = kinds_of(unit)
     except ValueError as err:
         raise ValueError(f"pruning unit must be one of {list(KINDS)} or a joint list such as [head, ffn]: {err}") from None
-    if isinstance(gates, nn.Module):
-        model, heads, ffn = gates, None, None
-    else:
-        heads, ffn = primitive_gates(gates)
-        model = gates.model
-    if kinds == ("head",) and isinstance(gates, HeadGates):
+    model, shared = _model_and_shared(gates)
+    if len(kinds) == 1 and getattr(gates, "unit", None) == kinds[0].name:
         return gates
-    needs_heads = any("attention" in KINDS[k].parts for k in kinds)
-    heads = heads if heads is not None or not needs_heads else HeadGates(model)
-    needs_ffn = any("ffn" in KINDS[k].parts for k in kinds) and kinds != ("block",)
-    ffn = ffn if ffn is not None or not needs_ffn else FFNGates(model)
-    name = unit_name(kinds)
-    if name == "head":
-        return heads
-    if name == "kv_group":
-        return _kv_view(heads)
-    if name == "ffn":
-        return ffn
-    if name == "block":
-        return BlockGates(model, heads=heads, ffn=ffn)
-    return JointGates(model, heads=heads if "head" in kinds else _kv_view(heads), ffn=ffn)
+    parts = [kind.gates(model, shared) for kind in kinds]
+    return parts[0] if len(parts) == 1 else JointGates(model, parts)
 
 
 def unit_count(gates) -> int:
@@ -169,23 +163,23 @@ def _removing(base: dict, what: str) -> dict:
 
 
 def base_mask(gates, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-    """A mask in the unit of ``gates`` as the masks that act, in one dict: {attention group: [..., L, H], FFN group: [..., L, W]}."""
-    base = _removing(gates.base_masks(mask, hard=hard), "the head and neuron masks of a mask")
-    return {**base.get("head", {}), **base.get("ffn", {})}
+    """A mask in the unit of ``gates`` as the masks that act, in one dict: {attention group: [..., L, H], FFN group: [..., L, W], ...}."""
+    base = _removing(gates.base_masks(mask, hard=hard), "the masks that act of a mask")
+    return {group: value for part in base.values() for group, value in part.items()}
 
 
 def prune_unit_mask(gates, mask) -> dict:
-    """Remove from the weights every unit whose entry of ``mask`` (in the unit of ``gates``) is 0: heads, KV groups, neurons
-    or whole blocks (an emptied block keeps one zero phantom head or neuron). Returns {"heads": record, "ffn": record}."""
-    from headprune.core.ffn_pruning import ffn_record, prune_ffn_mask
-    from headprune.core.ffn_sites import ffn_sites_if_any
-    from headprune.core.pruning import prune_mask, pruning_record
-
+    """Remove from the weights every unit whose entry of ``mask`` (in the unit of ``gates``) is 0, each by the kind that acts
+    on it (an emptied block keeps one zero phantom head or neuron). Returns {record key: record} (``heads``, ``ffn``, ...)."""
     base = _removing(gates.base_masks(mask, hard=True), "pruning removes units from the weights")
     batched = [g for part in base.values() for g, m in part.items() if m.dim() != 2]
     if batched:
         raise ValueError(f"pruning takes one [layers, units] mask per group, got a batch of masks for {batched}")
     model = gates.model
-    heads = prune_mask(model, base["head"]) if base.get("head") else pruning_record(model)
-    neurons = prune_ffn_mask(model, base["ffn"]) if base.get("ffn") else (ffn_record(model) if ffn_sites_if_any(model) else {})
-    return {"heads": heads, "ffn": neurons}
+    records = {}
+    for kind in KINDS.values():
+        if kind.name in base and base[kind.name]:
+            records[kind.record_key or kind.name] = kind.prune(model, base[kind.name])
+    records.setdefault("heads", KINDS["head"].record(model))
+    records.setdefault("ffn", KINDS["ffn"].record(model))
+    return records

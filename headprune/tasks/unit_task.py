@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from headprune.core.joint import JointGates
-from headprune.core.unit_kinds import unit_name, unit_parts
+from headprune.core.joint import JointGates, shared_gates
+from headprune.core.unit_kinds import unit_name
 from headprune.core.units import QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 
@@ -40,28 +40,29 @@ class UnitTask:
         return self._gates
 
     @property
-    def gates_neurons(self) -> bool:
-        """Whether the unit gates FFN neurons (ffn, block or a joint unit with ffn): masks then act on heads and neurons."""
-        return "ffn" in unit_parts(self.unit)
+    def acting(self) -> dict:
+        """{kind name: the gates that act} under this unit's gates (query heads alone for head and kv_group units)."""
+        return shared_gates(self._gates)
 
     @contextmanager
     def _acting_gates(self):
-        """The task's gates, for the duration of an evaluation, as joint head + neuron gates when the unit gates neurons."""
-        if not self.gates_neurons:
+        """The task's gates, for the duration of an evaluation, as joint gates over every kind that acts beyond query heads."""
+        acting = self.acting
+        if set(acting) <= {QUERY_HEADS}:
             yield
             return
         heads = self.task.gates
-        self.task.gates = JointGates(self.task.model, heads=heads, ffn=primitive_gates(self._gates)[1])
+        self.task.gates = JointGates(self.task.model, list(acting.values()))
         try:
             yield
         finally:
             self.task.gates = heads
 
     def _acting(self, mask):
-        """A mask in this unit as the masks that act: query heads, or query heads and neurons."""
+        """A mask in this unit as the masks that act, in one dict (query heads alone: the query-head mask)."""
         if mask is None:
             return None
-        return base_mask(self._gates, mask) if self.gates_neurons else self._gates.head_mask(mask)
+        return self._gates.head_mask(mask) if set(self.acting) <= {QUERY_HEADS} else base_mask(self._gates, mask)
 
     def evaluate(self, mask=None, split: str = "eval", on_batch=None):
         with self._acting_gates():
@@ -69,7 +70,7 @@ class UnitTask:
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list:
         with self._acting_gates():
-            return self.task.evaluate_many([self._acting(m) for m in masks], split, on_batch)
+            return self.task.evaluate_many([self._acting(m) for m in masks], split, on_batch=on_batch)
 
 
 def in_unit(task, unit="head"):

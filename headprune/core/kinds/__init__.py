@@ -1,0 +1,13 @@
+"""Pruning-unit kinds: the base class, the registry and the built-in kinds (see base.py)."""
+
+from headprune.core.kinds.attention import HeadKind, KVGroupKind
+from headprune.core.kinds.base import UnitKind
+from headprune.core.kinds.block import BlockKind
+from headprune.core.kinds.ffn import FFNKind
+from headprune.core.kinds.registry import KINDS, kind_named, kinds_of, register_kind, unregister_kind
+
+for _kind in (HeadKind(), KVGroupKind(), FFNKind(), BlockKind()):
+    if _kind.name not in KINDS:
+        register_kind(_kind)
+
+__all__ = ["KINDS", "UnitKind", "kind_named", "kinds_of", "register_kind", "unregister_kind"]

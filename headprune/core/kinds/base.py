@@ -33,6 +33,7 @@ class UnitKind:
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
+    record_key: str = ""  # its key in pruning records (default: its name)
 
     # ---- where it lives ------------------------------------------------------------------------
     def owns(self, group: str) -> bool:

@@ -85,8 +85,8 @@ def unit_parts(unit) -> tuple[str, ...]:
 
 
 def group_kind(group: str, unit=None) -> str | None:
-    """The kind whose units a mask group holds: the first kind of ``unit`` (default: of the registry) that owns it; None if none."""
-    kinds = kinds_of(unit) if unit is not None else tuple(KINDS.values())
+    """The kind whose units a mask group holds: the first kind of ``unit`` that owns it, else the registry's first; None if none."""
+    kinds = (*kinds_of(unit), *KINDS.values()) if unit is not None else tuple(KINDS.values())
     return next((kind.name for kind in kinds if kind.owns(str(group))), None)
 
 

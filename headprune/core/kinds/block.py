@@ -1,0 +1,72 @@
+"""The block kind: a layer's whole attention block, or its whole feed-forward block, one unit each."""
+
+from __future__ import annotations
+
+import torch
+
+from headprune.core.kinds.base import UnitKind
+
+BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
+
+
+def block_group(group: str) -> str:
+    """The block group of an attention or FFN group: ``dec_ffn`` -> ``dec_ffn_block``."""
+    return group + BLOCK_SUFFIX
+
+
+def _ends(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """{"<group>_block": [layers, 2]}: each sub-block emptied (entry 0 of its unit table) or whole (the last entry)."""
+    return {block_group(g): torch.stack([t[:, 0], t[:, -1]], dim=1) for g, t in tables.items()}
+
+
+class BlockKind(UnitKind):
+    """Whole attention and feed-forward blocks: one gate per sub-block of each layer."""
+
+    name = "block"
+    parts = ("attention", "ffn")
+    noun = "block"
+    rearrangement = (
+        "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
+        "it re-chooses which units go: with one unit there is nothing to re-choose"
+    )
+    recovery_parts = ("attention", "ffn")
+    layout_refusal = {
+        "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
+        "layer and sub-block: it would remove every attention or every FFN block at once; use prune.layout=global"
+    }
+
+    def owns(self, group: str) -> bool:
+        from headprune.core.families import GROUPS
+        from headprune.core.mlp_layouts import FFN_GROUPS
+
+        return group.endswith(BLOCK_SUFFIX) and group[: -len(BLOCK_SUFFIX)] in (*GROUPS, *FFN_GROUPS)
+
+    def gates(self, model, shared):
+        from headprune.core.blocks import BlockGates
+        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.kinds.registry import KINDS
+
+        heads = KINDS["head"].gates(model, shared)
+        ffn = KINDS["ffn"].gates(model, shared) if ffn_sites_if_any(model) else None
+        return BlockGates(model, heads=heads, ffn=ffn)
+
+    def units_per_layer(self, fields):
+        return 1
+
+    def unit_grad(self, site, grad):
+        return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
+
+    def flops_tables(self, model, seq_len, attention_tables=None):
+        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.kinds.registry import KINDS
+
+        tables = _ends(KINDS["head"].flops_tables(model, seq_len, attention_tables))
+        if ffn_sites_if_any(model):
+            tables.update(_ends(KINDS["ffn"].flops_tables(model, seq_len)))
+        return tables
+
+    def latency_tables(self, head_tables, ffn_tables, model):
+        return {**_ends(head_tables), **_ends(ffn_tables or {})}
+
+    def prune(self, model, mask):
+        raise AssertionError("block masks act as head and neuron masks (BlockGates.base_masks)")

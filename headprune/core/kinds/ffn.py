@@ -1,0 +1,82 @@
+"""The FFN kind: intermediate neurons of the feed-forward blocks (Kwon et al.'s second unit)."""
+
+from __future__ import annotations
+
+import torch
+
+from headprune.core.kinds.base import UnitKind
+from headprune.core.mlp_layouts import FFN_GROUPS
+
+NEURON_ABLATION = (
+    "removing one FFN neuron at a time is no useful pruning order: a feed-forward block holds hundreds to thousands of "
+    "neurons, each alone moves the output by a small share of its block, below the noise of an evaluation split, "
+    "and the order would need one evaluation per neuron; score neurons from gradients instead (prune.order=importance "
+    "or fisher: one backward pass for all of them)"
+)
+
+
+class FFNKind(UnitKind):
+    """Intermediate neurons of every feed-forward block, gated at the down projection's input."""
+
+    name = "ffn"
+    parts = ("ffn",)
+    noun = "neuron"
+    config_fields = ("intermediate_size",)
+    ablation = NEURON_ABLATION
+    rearrangement = None
+    recovery_parts = ("ffn",)
+    floor_units = None  # FFN widths are far above any sensible per-layer floor of units
+    record_key = "ffn"
+
+    def owns(self, group: str) -> bool:
+        return group in FFN_GROUPS
+
+    def available(self, model):
+        from headprune.core.ffn_sites import mlp_layout_of
+
+        try:
+            mlp_layout_of(model)
+        except ValueError as err:
+            return str(err)
+        return None
+
+    def gates(self, model, shared):
+        from headprune.core.ffn_gates import FFNGates
+
+        if "ffn" not in shared:
+            shared["ffn"] = FFNGates(model)
+        return shared["ffn"]
+
+    def units_per_layer(self, fields):
+        value = fields.get("intermediate_size")
+        return value if isinstance(value, int) else None
+
+    def unit_grad(self, site, grad):
+        from headprune.core.ffn_sites import FFNSite
+
+        return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None
+
+    def flops_tables(self, model, seq_len, attention_tables=None):
+        from headprune.core.counting import neuron_flops
+        from headprune.core.ffn_sites import ffn_groups, find_ffn_sites
+
+        sites = find_ffn_sites(model)
+        tables = {g: torch.zeros(layers, width + 1, dtype=torch.float64) for g, (layers, width) in ffn_groups(sites).items()}
+        for site in sites:
+            kept = torch.arange(site.width_orig + 1).clamp(min=1).double()  # 0 kept = the phantom neuron
+            tables[site.group][site.layer, : site.width_orig + 1] = kept * neuron_flops(site, seq_len)
+        return tables
+
+    def latency_tables(self, head_tables, ffn_tables, model):
+        return ffn_tables
+
+    def prune(self, model, mask):
+        from headprune.core.ffn_pruning import prune_ffn_mask
+
+        return prune_ffn_mask(model, mask)
+
+    def record(self, model):
+        from headprune.core.ffn_pruning import ffn_record
+        from headprune.core.ffn_sites import ffn_sites_if_any
+
+        return ffn_record(model) if ffn_sites_if_any(model) else {}
