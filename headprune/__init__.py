@@ -10,10 +10,10 @@ from headprune.core.families import FAMILIES, Family, supported_model_types
 from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import ffn_record, prune_ffn_mask, prune_neurons
 from headprune.core.gates import HeadGates
-from headprune.core.joint import JointGates, prune_joint_mask
+from headprune.core.joint import JointGates
 from headprune.core.pruning import prune_heads, prune_kv_groups, prune_mask, pruning_record
 from headprune.core.saving import load_pruned, save_pruned
-from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.units import prune_joint_mask, prune_unit_mask, unit_gates
 from headprune.engine.ablation import MaskBatcher
 from headprune.engine.ablation_causal import CausalMaskBatcher
 from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores

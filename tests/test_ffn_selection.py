@@ -16,6 +16,7 @@ from headprune.core.counting import model_cost
 from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import prune_ffn_mask
 from headprune.core.inputs import model_inputs
+from headprune.core.kinds.attention import kv_group_tables
 from headprune.core.pruning import prune_heads, prune_kv_groups, pruning_record
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.results.mask_files import mask_file_of
@@ -26,7 +27,7 @@ from headprune.selection.greedy import random_scores
 from headprune.selection.mask_search import _nonnegative, removal_order, search_mask
 from headprune.selection.uniform import is_uniform, uniform_mask, uniform_search
 from headprune.selection.uniform_path import UniformPath
-from headprune.selection.unit_costs import kv_group_tables, unit_flops_cost_model
+from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_latency import cached_unit_latency_model, interpolated, width_grid
 
 SEQ = 16

@@ -21,9 +21,10 @@ from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import ffn_record, prune_ffn_mask, prune_neurons
 from headprune.core.gates import HeadGates
 from headprune.core.inputs import model_inputs
-from headprune.core.joint import JointGates, prune_joint_mask
+from headprune.core.joint import JointGates
 from headprune.core.pruning import pruning_record
 from headprune.core.saving import load_pruned, save_pruned
+from headprune.core.units import prune_joint_mask
 from headprune.scoring.importance import importance_scores, per_example_gate_gradients, per_example_loss
 
 

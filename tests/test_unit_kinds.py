@@ -52,7 +52,7 @@ def test_unit_kinds_parse_joint_lists_and_refuse_overlaps():
     assert unit_name(["ffn", "kv_group"]) == "kv_group+ffn" and unit_kinds("block") == ("block",)
     with pytest.raises(ValueError, match="both prune the attention part"):
         unit_kinds("head+kv_group")
-    with pytest.raises(ValueError, match="both prune the ffn part"):
+    with pytest.raises(ValueError, match="both prune the feed_forward part"):
         unit_kinds(["block", "ffn"])
     with pytest.raises(ValueError, match="unknown pruning unit 'neurons'"):
         unit_kinds("neurons")

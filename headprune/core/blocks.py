@@ -18,7 +18,13 @@ from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import HeadGates
 from headprune.core.masks import normalize_mask
-from headprune.core.unit_kinds import BLOCK_SUFFIX, block_group
+
+BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
+
+
+def block_group(group: str) -> str:
+    """The block group of an attention or FFN group: ``dec_ffn`` -> ``dec_ffn_block``."""
+    return group + BLOCK_SUFFIX
 
 
 class BlockGates:

@@ -102,7 +102,7 @@ def choices(value, name: str, known) -> list[str]:
 
 def pruning_unit(value, name: str, kinds) -> str:
     """A unit kind (one of ``kinds``) or a list of kinds pruned together, as its canonical name (``head+ffn``)."""
-    from headprune.core.unit_kinds import unit_name
+    from headprune.core.kinds.kind_registry import unit_name
 
     joint = OmegaConf.is_list(value) or isinstance(value, (list, tuple))
     if not joint and not isinstance(value, str):

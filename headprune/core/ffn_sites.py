@@ -53,6 +53,11 @@ class FFNSite:
         return len(self.neuron_ids)
 
     @property
+    def has_units(self) -> bool:
+        """Whether any neuron is left (an emptied block computes only its zero phantom, which is not scored)."""
+        return bool(self.neuron_ids)
+
+    @property
     def computed_width(self) -> int:
         """Neurons the block computes: the present ones, or the one zero phantom of an emptied block."""
         return max(len(self.neuron_ids), 1)

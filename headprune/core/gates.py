@@ -65,6 +65,11 @@ class AttentionSite:
         return len(self.head_ids)
 
     @property
+    def has_units(self) -> bool:
+        """Whether any head is left (an emptied module computes only its zero phantom, which is not scored)."""
+        return bool(self.head_ids)
+
+    @property
     def computed_heads(self) -> int:
         """Query heads the module computes: the present ones, or the one zero phantom of an emptied layer."""
         return max(len(self.head_ids), 1)

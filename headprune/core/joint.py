@@ -11,7 +11,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch import nn
 
-from headprune.core.kinds.registry import JOINER
+from headprune.core.kinds.kind_registry import JOINER
 
 
 def shared_gates(gates) -> dict:
@@ -27,9 +27,10 @@ class JointGates:
         """``parts``: one gates object per kind (HeadGates or its KV-group view, FFNGates, ...), of different groups
         (default: the model's query heads and FFN neurons)."""
         if parts is None:
-            from headprune.core.units import unit_gates
+            from headprune.core.ffn_gates import FFNGates
+            from headprune.core.gates import HeadGates
 
-            parts = unit_gates(model, "head+ffn").parts
+            parts = [HeadGates(model), FFNGates(model)]
         if not parts:
             raise ValueError("JointGates needs at least one part (one gates object per kind)")
         self.model = model
@@ -157,11 +158,3 @@ class JointGates:
 
     def describe(self) -> str:
         return "\n".join(part.describe() for part in self.shared.values())
-
-
-def prune_joint_mask(model: nn.Module, mask) -> dict:
-    """Remove the units whose entries of a joint mask are 0, each group by the kind that owns it; returns the pruning record."""
-    from headprune.core.kinds.registry import mask_kinds
-    from headprune.core.units import prune_unit_mask, unit_gates
-
-    return prune_unit_mask(unit_gates(model, mask_kinds(mask)), mask)

@@ -9,9 +9,9 @@ unit that owns it (attention groups ``enc_self``, ``enc_dec``, ``dec_self``: hea
 from __future__ import annotations
 
 import headprune.core.kinds  # noqa: F401  (registers the built-in kinds)
-from headprune.core.kinds.block import BLOCK_SUFFIX, block_group
+from headprune.core.blocks import BLOCK_SUFFIX, block_group
 from headprune.core.kinds.ffn import NEURON_ABLATION
-from headprune.core.kinds.registry import (
+from headprune.core.kinds.kind_registry import (
     JOINER,
     KINDS,
     ablation_refusal,
@@ -20,6 +20,7 @@ from headprune.core.kinds.registry import (
     kinds_of,
     mask_kinds,
     noun,
+    recovery_parts,
     unit_kinds,
     unit_name,
     unit_parts,
@@ -37,6 +38,7 @@ __all__ = [
     "kinds_of",
     "mask_kinds",
     "noun",
+    "recovery_parts",
     "unit_kinds",
     "unit_name",
     "unit_parts",

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
-from headprune.core.families import FAMILIES
+from headprune.core.kinds.attention import kv_heads_in_fields
+from headprune.core.unit_kinds import kinds_of
 from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
 
 VOCABULARY_FILES = (
@@ -150,23 +151,13 @@ def config_fields(model_cfg) -> dict | None:
 
 def kv_heads_per_layer(fields: dict) -> int | None:
     """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
-    kv, heads = fields.get("num_key_value_heads", fields.get("num_kv_heads")), fields.get("num_attention_heads")
-    if fields.get("multi_query") and not fields.get("new_decoder_architecture"):
-        kv = 1  # Falcon's multi-query attention: one KV head for all query heads
-    return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
+    return kv_heads_in_fields(fields)
 
 
-def heads_per_layer(model_cfg, unit: str = "head") -> int | None:
-    """The fewest heads (``unit=kv_group``: KV heads) of any attention group, from the model's config fields (None: unknown)."""
+def heads_per_layer(model_cfg, unit="head") -> int | None:
+    """The fewest units per layer (heads, KV heads, ...) the unit's first kind counts, from the model's config fields (None: unknown)."""
     fields = config_fields(model_cfg)
-    if fields is None:
-        return None
-    if unit == "kv_group":
-        return kv_heads_per_layer(fields)
-    keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # where each family keeps its head count
-    counts = [fields.get(key) for key in keys]
-    counts = [int(c) for c in counts if isinstance(c, int)]
-    return min(counts) if counts else None
+    return None if fields is None else kinds_of(unit)[0].units_per_layer(fields)
 
 
 def max_positions(model_cfg) -> int | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from headprune.core.gates import HeadGates
-from headprune.core.unit_kinds import unit_parts
+from headprune.core.unit_kinds import recovery_parts
 from headprune.core.units import prune_unit_mask, unit_count
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
@@ -88,7 +88,7 @@ def recovered_model(
     if recovery == "none":
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
-    if recovery == "lsq" and "ffn" in unit_parts(task.gates.unit):  # neurons are fitted on the physically pruned copy
+    if recovery == "lsq" and recovery_parts(task.gates.unit) - {"attention"}:  # fitted on the physically pruned copy
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
         lsq = unit_lsq_recoverer(task.gates.unit, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
         lsq(model, task.model, batches)

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from headprune.core.gates import HeadGates
-from headprune.core.unit_kinds import unit_parts
+from headprune.core.unit_kinds import recovery_parts
 from headprune.pipeline.evaluation import evaluate_many, evaluate_one, swapped_model
 from headprune.pipeline.finetune_runs import budget_info, finetune_batches, finetune_in_place
 from headprune.pipeline.orders import ORDERS, OrderSettings, order_scores
@@ -227,7 +227,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
 
         def recover(model, teacher, batches):
             round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
-            if recovery == "lsq" and "ffn" in unit_parts(task.gates.unit):  # heads, then neurons, of the pruned model
+            if recovery == "lsq" and recovery_parts(task.gates.unit) - {"attention"}:  # heads, then the other parts, of the pruned model
                 unit_lsq_recoverer(task.gates.unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
             elif recovery == "lsq":
                 lsq_recover(

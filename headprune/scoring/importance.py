@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
-from headprune.core.ffn_sites import FFNSite
 from headprune.core.inputs import decoder_valid, model_inputs
-from headprune.core.unit_kinds import block_group, group_kind, unit_kinds
-from headprune.core.units import SCORED_UNITS
+from headprune.core.unit_kinds import KINDS, group_kind, kinds_of
+from headprune.core.units import unit_gates
 
 REDUCTIONS = ("example", "token", "batch", "fisher")
 
@@ -46,40 +45,29 @@ def per_example_loss(outputs, batch: dict) -> torch.Tensor:
 
 
 def _shape(gates, unit: str = "head") -> dict[str, tuple[int, int]]:
-    """{group: (layers, units)} of the scores: the gates' own groups (HeadGates asked for KV groups: theirs)."""
-    return gates.kv_groups if unit == "kv_group" and gates.unit == "head" else gates.groups
+    """{group: (layers, units)} of the scores: the groups of ``gates`` seen in ``unit``."""
+    return unit_gates(gates, unit).groups
 
 
 def _zeros(gates, unit: str = "head") -> dict[str, torch.Tensor]:
     return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in _shape(gates, unit).items()}
 
 
-def _has_units(site) -> bool:
-    """Whether a site still holds any unit (an emptied one holds only its phantom, which is not scored)."""
-    return bool(site.neuron_ids if isinstance(site, FFNSite) else site.head_ids)
-
-
-def _kinds(unit: str) -> tuple[str, ...]:
-    """The kinds of an importance unit, or a ValueError listing the units scored."""
+def _kinds(unit: str):
+    """The kinds of an importance unit, or a ValueError listing the kinds."""
     try:
-        return unit_kinds(unit)
+        return kinds_of(unit)
     except ValueError:
-        raise ValueError(f"importance unit must be one of {SCORED_UNITS}, got {unit!r}") from None
+        raise ValueError(f"importance unit must be one of {list(KINDS)} or a joint list of them, got {unit!r}") from None
 
 
-def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int], str]:
-    """Probe gradients (B, T, H) or (B, T, W) of one site per unit: (gradients (B, T, U), original ids of the U units, their group)."""
-    kinds = _kinds(unit)
+def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int], str] | None:
+    """Probe gradients (B, T, C) of one site per unit: (gradients (B, T, U), original ids of the U units, their group), by the
+    first kind of the unit that scores the site; None when the site holds no unit (an emptied one holds only its phantom)."""
+    if not getattr(site, "has_units", True):
+        return None
     grad = grad.reshape(batch, -1, grad.shape[-1])  # OPT's feed-forward block flattens its tokens: (B * T, W) -> (B, T, W)
-    if "block" in kinds:
-        return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
-    if isinstance(site, FFNSite):
-        return grad, site.neuron_ids, site.group  # FFN sites score neurons whatever the unit of the heads beside them
-    if "kv_group" not in kinds:
-        return grad, site.head_ids, site.group
-    positions = torch.tensor(site.kv_positions(), device=grad.device)
-    summed = grad.new_zeros(*grad.shape[:2], len(site.kv_ids)).index_add_(2, positions, grad)  # (B, T, KV)
-    return summed, site.kv_ids, site.group  # the gradient of one gate shared by a KV head's query heads
+    return next((found for kind in _kinds(unit) if (found := kind.unit_grad(site, grad)) is not None), None)
 
 
 def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
@@ -92,7 +80,7 @@ def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, globa
     out = {g: s.clone() for g, s in scores.items()}
     if layers:
         for g, s in out.items():
-            if group_kind(g) == "head":  # an attention group: heads, or KV groups
+            if KINDS[group_kind(g)].layer_normalized:  # an attention group: heads, or KV groups
                 out[g] = s / (s.norm(dim=-1, keepdim=True) + 1e-20)
     if global_minmax:
         flat = torch.cat([s.reshape(-1) for s in out.values()])
@@ -152,11 +140,10 @@ def importance_scores(
             for site in gates.sites:
                 for probe in site.probes:
                     grad = grad_of[id(probe)]
-                    if grad is None or not _has_units(site):
+                    found = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
+                    if found is None:
                         continue
-                    contribution, ids, group = _per_unit(
-                        site, grad.double(), unit, losses.shape[0]
-                    )  # (B, T, U): dL(x_b)/d xi_u restricted to token t
+                    contribution, ids, group = found  # (B, T, U): dL(x_b)/d xi_u restricted to token t
                     if reduce == "example":
                         value = contribution.sum(1).abs().sum(0)
                     elif reduce == "fisher":
@@ -235,8 +222,9 @@ def per_example_gate_gradients(
         for site in gates.sites:
             for probe in site.probes:
                 grad = grad_of[id(probe)]
-                if grad is not None and _has_units(site):
-                    contribution, ids, group = _per_unit(site, grad.double(), unit, losses.shape[0])
+                found = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
+                if found is not None:
+                    contribution, ids, group = found
                     out[group][:, site.layer, ids] += contribution.sum(1).cpu()
     return out
 

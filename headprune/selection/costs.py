@@ -17,8 +17,7 @@ import torch
 from torch import nn
 
 from headprune.core.counting import model_cost
-from headprune.core.gates import find_sites
-from headprune.core.projections import in_features, out_features
+from headprune.core.flops_tables import head_flops, head_flops_tables, kv_group_flops, kv_group_flops_tables  # noqa: F401
 
 UNITS = ("flops", "seconds")
 
@@ -98,32 +97,11 @@ class CostModel:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-def head_flops(site, seq_len: int) -> int:
-    """Forward FLOPs of one head of an attention module: its q/k/v rows, output columns and scores."""
-    projections = sum(in_features(site.linear(w)) for w in ("query", "key", "value")) + out_features(site.linear("output"))
-    return 2 * seq_len * site.head_dim * projections + 2 * 2 * seq_len * seq_len * site.head_dim  # q k^T and probs @ v
-
-
 def flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
     """Analytic FLOPs per example of ``seq_len`` tokens; a layer with no head left still runs its zero phantom head."""
-    sites = find_sites(model)
     whole = model_cost(model, seq_len)
-    shape: dict[str, tuple[int, int]] = {}
-    for site in sites:
-        layers, heads = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1), max(heads, site.num_heads_orig))
-    tables = {g: torch.zeros(layers, heads + 1, dtype=torch.float64) for g, (layers, heads) in shape.items()}
-    for site in sites:
-        kept = torch.arange(site.num_heads_orig + 1).clamp(min=1)  # 0 heads kept = the phantom head
-        tables[site.group][site.layer, : site.num_heads_orig + 1] = kept.double() * head_flops(site, seq_len)
+    tables = head_flops_tables(model, seq_len)
     return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len})
-
-
-def kv_group_flops(site, seq_len: int) -> int:
-    """Forward FLOPs of one KV group of a grouped-query attention module: its query heads, their KV head and scores."""
-    n = site.heads_per_kv
-    rows = n * in_features(site.linear("query")) + in_features(site.linear("key")) + in_features(site.linear("value"))
-    return 2 * seq_len * site.head_dim * (rows + n * out_features(site.linear("output"))) + 2 * 2 * seq_len * seq_len * site.head_dim * n
 
 
 def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
@@ -132,15 +110,6 @@ def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel
     A layer keeping k >= 1 KV groups computes k KV heads and their k * heads_per_kv query heads; with none left it
     runs the zero phantom (one query head over one KV head), as ``headprune.core.pruning`` leaves it.
     """
-    sites = find_sites(model)
     whole = model_cost(model, seq_len)
-    shape: dict[str, tuple[int, int]] = {}
-    for site in sites:
-        layers, kv = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1), max(kv, site.num_kv_heads_orig))
-    tables = {g: torch.zeros(layers, kv + 1, dtype=torch.float64) for g, (layers, kv) in shape.items()}
-    for site in sites:
-        kept = torch.arange(site.num_kv_heads_orig + 1).double() * kv_group_flops(site, seq_len)
-        kept[0] = head_flops(site, seq_len)  # the phantom: one query head, one KV head
-        tables[site.group][site.layer, : site.num_kv_heads_orig + 1] = kept
+    tables = kv_group_flops_tables(model, seq_len)
     return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len, "unit": "kv_group"})

@@ -185,16 +185,16 @@ def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 
     (``headprune.selection.lsq``) where the unit prunes attention, then neuron scales where it prunes FFN blocks (fitted on
     the rescaled attention)."""
     from headprune.core.gates import HeadGates
-    from headprune.core.unit_kinds import unit_parts
+    from headprune.core.unit_kinds import recovery_parts
     from headprune.selection.lsq import lsq_recover
 
-    parts = unit_parts(unit)
+    parts = recovery_parts(unit)
 
     def recover(model, teacher, batches):
         batches = list(batches)
         if "attention" in parts:
             lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
-        if "ffn" in parts:
+        if "feed_forward" in parts:
             ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
 
     return recover

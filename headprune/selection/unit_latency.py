@@ -18,11 +18,9 @@ from torch import nn
 
 from headprune.core.ffn_pruning import ffn_record, prune_neurons
 from headprune.core.ffn_sites import find_ffn_sites
-from headprune.core.gates import HeadGates
-from headprune.core.unit_kinds import unit_kinds, unit_name
+from headprune.core.unit_kinds import kinds_of, unit_name
 from headprune.selection.costs import CostModel
 from headprune.selection.latency import _seconds, latency_key, measure_latency_model
-from headprune.selection.unit_costs import combine_cost_model, kv_group_tables
 
 
 def width_grid(width: int, points: int) -> list[int]:
@@ -70,27 +68,27 @@ def measure_ffn_latency_tables(
 def measure_unit_latency_model(
     model: nn.Module, inputs: dict, unit="head", device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall", points: int = 8
 ) -> CostModel:
-    """A seconds CostModel in ``unit``: the attention tables per query head (``measure_latency_model``) when the unit holds an
-    attention kind or blocks, FFN tables when it holds neurons or blocks; ``fixed`` is what they leave of the model's time."""
-    kinds = unit_kinds(unit)
+    """A seconds CostModel in ``unit``: the attention tables per query head (``measure_latency_model``) where a kind of the unit
+    prunes attention, FFN tables where one prunes feed-forward blocks; each kind makes its tables of them
+    (``UnitKind.latency_tables``), and ``fixed`` is what they leave of the model's time."""
+    kinds = kinds_of(unit)
+    parts = {part for kind in kinds for part in kind.parts}
     attention = None
-    if any(k in kinds for k in ("head", "kv_group", "block")):
+    if "attention" in parts:
         attention = measure_latency_model(model, inputs, device=device, repeats=repeats, warmup=warmup, clock=clock)
-        if "kv_group" in kinds:
-            per_kv = HeadGates(model).heads_per_kv
-            attention = CostModel("seconds", attention.fixed, kv_group_tables(attention.tables, per_kv), info=attention.info)
     ffn, whole = None, []
-    if "ffn" in kinds or "block" in kinds:
+    if "feed_forward" in parts:
         ffn, whole = measure_ffn_latency_tables(model, inputs, device, repeats, warmup, clock, points)
-    if attention is None:  # neurons only: the fixed cost is what the FFN tables leave of the unpruned model's time
-        whole_seconds = statistics.median(whole)
-        costs = combine_cost_model(kinds, None, ffn, whole_seconds, cost_unit="seconds")
-        costs.info = {**(costs.info or {}), "device": str(device), "clock": clock, "whole_seconds": whole_seconds}
-    else:
-        costs = combine_cost_model(kinds, attention, ffn)
-    costs.info = {**(costs.info or {}), "ffn_points": points}
-    costs.fixed = max(costs.fixed, 0.0)
-    return costs
+    tables = {}
+    for kind in kinds:
+        tables.update(kind.latency_tables(attention.tables if attention is not None else None, ffn, model))
+    info = dict(attention.info or {}) if attention is not None else {"device": str(device), "clock": clock}
+    fixed = attention.fixed if attention is not None else statistics.median(whole)  # neurons only: the unpruned model's time
+    if attention is None:
+        info["whole_seconds"] = fixed
+    fixed -= sum(float(t[:, -1].sum()) for t in (ffn or {}).values())
+    info.update(unit=unit_name(unit), ffn_points=points)
+    return CostModel("seconds", max(fixed, 0.0), tables, info=info)
 
 
 def cached_unit_latency_model(
@@ -107,7 +105,7 @@ def cached_unit_latency_model(
     """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time."""
     name = unit_name(unit)
     key = latency_key(model, inputs, device, clock)
-    path = Path(cache_dir) / (f"latency-{key}.json" if name == "head" else f"latency-{key}-{name}-{points}.json")
+    path = Path(cache_dir) / f"latency-{key}-{name}-{points}.json"
     if path.exists():
         return CostModel.load(path)
     costs = measure_unit_latency_model(model, inputs, name, device=device, repeats=repeats, warmup=warmup, clock=clock, points=points)

@@ -1,10 +1,10 @@
 """Pruning-unit kinds: the base class, the registry and the built-in kinds (see base.py)."""
 
 from headprune.core.kinds.attention import HeadKind, KVGroupKind
-from headprune.core.kinds.base import UnitKind
 from headprune.core.kinds.block import BlockKind
 from headprune.core.kinds.ffn import FFNKind
-from headprune.core.kinds.registry import KINDS, kind_named, kinds_of, register_kind, unregister_kind
+from headprune.core.kinds.kind_registry import KINDS, kind_named, kinds_of, register_kind, unregister_kind
+from headprune.core.kinds.unit_kind import UnitKind
 
 for _kind in (HeadKind(), KVGroupKind(), FFNKind(), BlockKind()):
     if _kind.name not in KINDS:

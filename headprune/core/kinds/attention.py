@@ -6,7 +6,20 @@ import torch
 from torch import nn
 
 from headprune.core.families import GROUPS
-from headprune.core.kinds.base import UnitKind
+from headprune.core.kinds.unit_kind import UnitKind
+
+
+def kv_group_tables(head_tables: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
+    """{group: [layers, KV heads + 1]} from per-query-head tables [layers, heads + 1]: k KV groups kept = k x heads_per_kv heads."""
+    return {g: t[:, :: heads_per_kv[g]].clone() for g, t in head_tables.items()}
+
+
+def kv_heads_in_fields(fields: dict) -> int | None:
+    """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
+    kv, heads = fields.get("num_key_value_heads", fields.get("num_kv_heads")), fields.get("num_attention_heads")
+    if fields.get("multi_query") and not fields.get("new_decoder_architecture"):
+        kv = 1  # Falcon's multi-query attention: one KV head for all query heads
+    return int(kv) if isinstance(kv, int) and isinstance(heads, int) and kv < heads else None
 
 
 def _attention_site(site) -> bool:
@@ -39,16 +52,22 @@ class HeadKind(UnitKind):
         return shared["head"]
 
     def units_per_layer(self, fields: dict) -> int | None:
-        value = fields.get("num_attention_heads")
-        return value if isinstance(value, int) else None
+        from headprune.core.families import FAMILIES
+
+        keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # each family's head-count field
+        counts = [int(fields[key]) for key in keys if isinstance(fields.get(key), int)]
+        return min(counts) if counts else None
 
     def unit_grad(self, site, grad):
         return (grad, site.head_ids, site.group) if _attention_site(site) else None
 
     def flops_tables(self, model, seq_len, attention_tables=None):
-        from headprune.selection.costs import flops_cost_model
+        from headprune.core.flops_tables import head_flops_tables
 
-        return attention_tables if attention_tables is not None else flops_cost_model(model, seq_len).tables
+        return attention_tables if attention_tables is not None else head_flops_tables(model, seq_len)
+
+    def covered_flops(self, cost):
+        return cost.attention_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return head_tables
@@ -72,14 +91,12 @@ class KVGroupKind(HeadKind):
     config_fields = ("num_key_value_heads",)
 
     def gates(self, model, shared):
-        from headprune.core.units import kv_group_view
+        from headprune.core.kv_groups import kv_group_view
 
         return kv_group_view(HeadKind.gates(self, model, shared))
 
     def units_per_layer(self, fields):
-        from headprune.models.sources import kv_heads_per_layer
-
-        return kv_heads_per_layer(fields)
+        return kv_heads_in_fields(fields)
 
     def unit_grad(self, site, grad):
         if not _attention_site(site):
@@ -89,15 +106,14 @@ class KVGroupKind(HeadKind):
         return summed, site.kv_ids, site.group  # the gradient of one gate shared by a KV head's query heads
 
     def flops_tables(self, model, seq_len, attention_tables=None):
-        from headprune.selection.costs import kv_group_flops_cost_model
+        from headprune.core.flops_tables import kv_group_flops_tables
 
-        return kv_group_flops_cost_model(model, seq_len).tables
+        return kv_group_flops_tables(model, seq_len)
 
     def latency_tables(self, head_tables, ffn_tables, model):
         from headprune.core.gates import HeadGates
 
-        per_kv = HeadGates(model).heads_per_kv  # k KV groups kept = k x heads_per_kv query heads
-        return {g: t[:, :: per_kv[g]].clone() for g, t in head_tables.items()}
+        return kv_group_tables(head_tables, HeadGates(model).heads_per_kv)
 
     def prune(self, model, mask):
         from headprune.core.pruning import prune_mask

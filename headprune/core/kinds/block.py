@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from headprune.core.kinds.base import UnitKind
-
-BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
-
-
-def block_group(group: str) -> str:
-    """The block group of an attention or FFN group: ``dec_ffn`` -> ``dec_ffn_block``."""
-    return group + BLOCK_SUFFIX
+from headprune.core.blocks import BLOCK_SUFFIX, block_group
+from headprune.core.kinds.unit_kind import UnitKind
 
 
 def _ends(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -23,13 +17,13 @@ class BlockKind(UnitKind):
     """Whole attention and feed-forward blocks: one gate per sub-block of each layer."""
 
     name = "block"
-    parts = ("attention", "ffn")
+    parts = ("attention", "feed_forward")
     noun = "block"
     rearrangement = (
         "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
         "it re-chooses which units go: with one unit there is nothing to re-choose"
     )
-    recovery_parts = ("attention", "ffn")
+    recovery_parts = ("attention", "feed_forward")
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
         "layer and sub-block: it would remove every attention or every FFN block at once; use prune.layout=global"
@@ -44,7 +38,7 @@ class BlockKind(UnitKind):
     def gates(self, model, shared):
         from headprune.core.blocks import BlockGates
         from headprune.core.ffn_sites import ffn_sites_if_any
-        from headprune.core.kinds.registry import KINDS
+        from headprune.core.kinds.kind_registry import KINDS
 
         heads = KINDS["head"].gates(model, shared)
         ffn = KINDS["ffn"].gates(model, shared) if ffn_sites_if_any(model) else None
@@ -58,12 +52,15 @@ class BlockKind(UnitKind):
 
     def flops_tables(self, model, seq_len, attention_tables=None):
         from headprune.core.ffn_sites import ffn_sites_if_any
-        from headprune.core.kinds.registry import KINDS
+        from headprune.core.kinds.kind_registry import KINDS
 
         tables = _ends(KINDS["head"].flops_tables(model, seq_len, attention_tables))
         if ffn_sites_if_any(model):
             tables.update(_ends(KINDS["ffn"].flops_tables(model, seq_len)))
         return tables
+
+    def covered_flops(self, cost):
+        return cost.attention_flops + cost.ffn_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return {**_ends(head_tables), **_ends(ffn_tables or {})}

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
-from headprune.core.kinds.base import UnitKind
+from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.mlp_layouts import FFN_GROUPS
 
 NEURON_ABLATION = (
@@ -19,12 +17,12 @@ class FFNKind(UnitKind):
     """Intermediate neurons of every feed-forward block, gated at the down projection's input."""
 
     name = "ffn"
-    parts = ("ffn",)
+    parts = ("feed_forward",)
     noun = "neuron"
     config_fields = ("intermediate_size",)
     ablation = NEURON_ABLATION
     rearrangement = None
-    recovery_parts = ("ffn",)
+    recovery_parts = ("feed_forward",)
     floor_units = None  # FFN widths are far above any sensible per-layer floor of units
     record_key = "ffn"
 
@@ -57,15 +55,12 @@ class FFNKind(UnitKind):
         return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None
 
     def flops_tables(self, model, seq_len, attention_tables=None):
-        from headprune.core.counting import neuron_flops
-        from headprune.core.ffn_sites import ffn_groups, find_ffn_sites
+        from headprune.core.flops_tables import ffn_flops_tables
 
-        sites = find_ffn_sites(model)
-        tables = {g: torch.zeros(layers, width + 1, dtype=torch.float64) for g, (layers, width) in ffn_groups(sites).items()}
-        for site in sites:
-            kept = torch.arange(site.width_orig + 1).clamp(min=1).double()  # 0 kept = the phantom neuron
-            tables[site.group][site.layer, : site.width_orig + 1] = kept * neuron_flops(site, seq_len)
-        return tables
+        return ffn_flops_tables(model, seq_len)
+
+    def covered_flops(self, cost):
+        return cost.ffn_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return ffn_tables

@@ -23,7 +23,7 @@ class UnitKind:
     """One kind of pruning unit. Subclass it, set the attributes, implement the methods, then ``register_kind(kind)``."""
 
     name: str = ""  # the value of prune.unit: "head", "kv_group", "ffn", "block", "hidden", "layer"
-    parts: tuple[str, ...] = ()  # the parts of the model whose units it removes ("attention", "ffn", "residual", "depth")
+    parts: tuple[str, ...] = ()  # the parts of the model whose units it removes ("attention", "feed_forward", "residual", "depth")
     noun: str = "unit"  # one unit, in messages
     config_fields: tuple[str, ...] = ()  # the model config fields it shrinks
     ablation: str | None = None  # why removing one unit at a time is no useful order (None: it is one)
@@ -65,6 +65,10 @@ class UnitKind:
     def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, the same that the
         kept units' part costs in the whole model (``attention_tables``: the per-query-head attention tables)."""
+        raise NotImplementedError
+
+    def covered_flops(self, cost) -> float:
+        """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover: the rest is the fixed cost."""
         raise NotImplementedError
 
     def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ exactly one kind of the unit (``owns``).
 
 from __future__ import annotations
 
-from headprune.core.kinds.base import UnitKind
+from headprune.core.kinds.unit_kind import UnitKind
 
 JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
 KINDS: dict[str, UnitKind] = {}
@@ -80,8 +80,13 @@ def is_joint(unit) -> bool:
 
 
 def unit_parts(unit) -> tuple[str, ...]:
-    """The parts of a model a unit prunes: ("attention",), ("ffn",), ("attention", "ffn") ..."""
+    """The parts of a model a unit prunes: ("attention",), ("feed_forward",), ("attention", "feed_forward") ..."""
     return tuple(part for kind in kinds_of(unit) for part in kind.parts)
+
+
+def recovery_parts(unit) -> set[str]:
+    """The parts least-squares recovery refits after a unit's kinds remove units (``attention``, ``feed_forward`` ...)."""
+    return {part for kind in kinds_of(unit) for part in kind.recovery_parts}
 
 
 def group_kind(group: str, unit=None) -> str | None:

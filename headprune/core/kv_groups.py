@@ -1,0 +1,85 @@
+"""KV groups: a KV head with all of its query heads, seen through the query-head gates (grouped-query attention)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from headprune.core.masks import kv_to_head_mask, normalize_mask
+
+
+class KVGroupGates:
+    """HeadGates seen in KV-group units: masks and scores are {group: [layers, KV heads]}."""
+
+    unit = "kv_group"
+
+    def __init__(self, heads):
+        self.heads = heads  # the HeadGates of the model (query-head unit)
+
+    @property
+    def shared(self) -> dict:
+        """{"head": the query-head gates}: the gates that act."""
+        return {"head": self.heads}
+
+    def __getattr__(self, name):  # sites, inner, probing, kv_groups, describe, ...: the query-head gates' own
+        return getattr(self.heads, name)
+
+    @property
+    def groups(self) -> dict[str, tuple[int, int]]:
+        """{group: (layers, KV heads per layer in the original model)}."""
+        return self.heads.kv_groups
+
+    @property
+    def num_heads(self) -> int:
+        """KV groups in the original model, all groups."""
+        return sum(layers * kv for layers, kv in self.groups.values())
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        return {g: torch.ones(l, k) for g, (l, k) in self.groups.items()}
+
+    def present(self) -> dict[str, torch.Tensor]:
+        """{group: bool [layers, KV heads]}: True where any query head of the KV group is still in the weights."""
+        present = self.heads.present()
+        n = self.heads.heads_per_kv
+        return {g: p.unflatten(-1, (p.shape[-1] // n[g], n[g])).any(-1) for g, p in present.items()}
+
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a KV-group mask against the model ({group: [L, KV] or [B, L, KV]})."""
+        return normalize_mask(mask, self.groups, hard=hard)
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """The query-head mask of a KV-group mask: each KV group's gate on all of its query heads."""
+        return kv_to_head_mask(self.normalize_mask(mask, hard=hard), self.heads.heads_per_kv)
+
+    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+        """{"head": the query-head mask of a KV-group mask}."""
+        return {"head": self.head_mask(mask, hard=hard)}
+
+    def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-KV-group scores from per-query-head scores {group: [L, H]}: the mean of each group's query heads."""
+        n = self.heads.heads_per_kv
+        return {g: s.unflatten(-1, (s.shape[-1] // n[g], n[g])).mean(-1) for g, s in scores.items()}
+
+    def set_mask(self, mask) -> None:
+        self.heads.set_mask(None if mask is None else self.head_mask(mask))
+
+    @contextmanager
+    def masked(self, mask):
+        with self.heads.masked(None if mask is None else self.head_mask(mask)):
+            yield self
+
+
+def has_kv_groups(gates) -> bool:
+    """Whether any attention group of the model shares KV heads among several query heads."""
+    return any(n > 1 for n in gates.heads_per_kv.values())
+
+
+def kv_group_view(heads):
+    """The KV-group view of query-head gates, or a ValueError where the model has no grouped-query attention."""
+    if not has_kv_groups(heads):
+        raise ValueError(
+            "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); "
+            f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"
+        )
+    return KVGroupGates(heads)
