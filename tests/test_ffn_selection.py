@@ -279,4 +279,4 @@ def test_the_pareto_table_of_a_joint_unit_says_what_each_kind_lost():
     study["pareto"].update(cost="flops", split="eval", n_examples=10, selection_split="heldout")
     table = pareto_table(study)
     assert "| units removed |" in table and "4/12 (KV groups 25%, neurons 38%)" in table
-    assert kv_cache_kept(point) == 0.75  # the FFN groups are no part of the KV cache
+    assert kv_cache_kept(point, "kv_group+ffn") == 0.75  # the FFN groups are no part of the KV cache

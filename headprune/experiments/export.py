@@ -21,7 +21,7 @@ from omegaconf import OmegaConf, open_dict
 from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
-from headprune.core.unit_kinds import group_kind, unit_kinds
+from headprune.core.unit_kinds import KINDS, group_kind
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
@@ -68,11 +68,8 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
         }
     found, chosen = chosen_mask(settings, "export")
     unit = found.unit or unit_of(cfg)
-    rows = {g: r for g, r in chosen.mask.items() if group_kind(str(g), unit) in ("head", "kv_group")}  # the attention part
-    if "kv_group" in unit_kinds(unit):
-        n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
-        rows = {g: [[v for v in row for _ in range(n)] for row in layers] for g, layers in rows.items()}  # repeat_kv's order
-    return rows
+    rows = {g: KINDS[group_kind(str(g), unit)].query_head_rows(r, fields) for g, r in chosen.mask.items()}
+    return {g: r for g, r in rows.items() if r is not None}  # the attention part, over query heads
 
 
 def model_fields(model_cfg) -> dict:

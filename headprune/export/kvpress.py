@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from headprune.core.pruning import integer_id
+from headprune.core.unit_kinds import shrunk_fields
 from headprune.results.writer import read_json, write_json_atomic, write_text_atomic
 
 TSV = "full_attention_heads.tsv"
@@ -142,7 +143,7 @@ def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
         raise ValueError(
             f"a kvpress pattern is a streaming run's (prune.action=stream); this run has prune.action={results.get('action', 'remove')}"
         )
-    if results.get("unit") != "kv_group":
+    if "num_key_value_heads" not in shrunk_fields(results.get("unit")):
         raise ValueError(
             f"a kvpress pattern holds one value per KV head; this run streamed prune.unit={results.get('unit')}: use prune.unit=kv_group"
         )

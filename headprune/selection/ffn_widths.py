@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from headprune.core.unit_kinds import group_kind
+from headprune.core.unit_kinds import KINDS, group_kind
 
 
 def round_ffn_widths(mask: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], multiple: int, unit) -> dict[str, torch.Tensor]:
@@ -21,7 +21,7 @@ def round_ffn_widths(mask: dict[str, torch.Tensor], scores: dict[str, torch.Tens
     out = {}
     for group, values in mask.items():
         rows = values.detach().clone().float()
-        if group_kind(str(group), unit) == "ffn" and multiple > 1:
+        if KINDS[group_kind(str(group), unit)].multiple_setting == "ffn_multiple" and multiple > 1:
             score = scores[group].detach().float().cpu()
             for layer, row in enumerate(rows):
                 kept = int((row > 0.5).sum())

@@ -15,9 +15,9 @@ from headprune.core.unit_kinds import KINDS, group_kind
 
 
 def part_of(group: str) -> str:
-    """The part of the model a group prunes: ``attention``, ``ffn`` or ``block``."""
+    """The parts of the model a group prunes, as one key (``attention``, ``feed_forward``, ``attention+feed_forward`` ...)."""
     kind = group_kind(group)
-    return "block" if kind == "block" else (KINDS[kind].parts[0] if kind is not None else "attention")
+    return "+".join(KINDS[kind].parts) if kind is not None else "attention"
 
 
 class UniformPath:

@@ -15,22 +15,15 @@ from __future__ import annotations
 
 import torch
 
-from headprune.core.unit_kinds import group_kind, unit_kinds
+from headprune.core.unit_kinds import KINDS, group_kind, kinds_of
 from headprune.selection.ffn_rearrange import rearrange_ffn_mask
 from headprune.selection.greedy import check_groups
 from headprune.selection.rearrange import Rearrangement, rearrange_mask
 
-REARRANGED_KINDS = ("head", "kv_group", "ffn")
-
 
 def rearrangement_refusal(unit) -> str | None:
-    """Why ``unit`` has no rearrangement (a kind of it has one unit per layer), else None."""
-    if "block" in unit_kinds(unit):
-        return (
-            "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
-            "it re-chooses which units go: with one unit there is nothing to re-choose"
-        )
-    return None
+    """Why ``unit`` has no rearrangement (a kind of it has none), else None."""
+    return next((kind.rearrangement for kind in kinds_of(unit) if kind.rearrangement), None)
 
 
 def fisher_blocks_of(grads: torch.Tensor) -> torch.Tensor:
@@ -56,8 +49,9 @@ def rearrange_unit_mask(
     if refusal:
         raise ValueError(f"unit {unit!r} has no rearrangement: {refusal}")
     groups = check_groups(groups, {g: tuple(m.shape) for g, m in mask.items()})
-    ffn = [g for g in groups if group_kind(g, unit) == "ffn"]
-    attention = [g for g in groups if g not in ffn]
+    by = {g: KINDS[group_kind(g, unit)].rearrange_by for g in groups}
+    ffn = [g for g in groups if by[g] == "gradients"]  # many units per layer: per-example gradients, no U x U block
+    attention = [g for g in groups if g not in ffn]  # a few units per layer: their Fisher blocks
     heads = (
         rearrange_mask(mask, {g: fisher_blocks_of(grads[g]) for g in attention if g in grads}, attention, min_per_layer, present)
         if attention

@@ -6,7 +6,7 @@ report and the experiments' logged tables show the same numbers the same way.
 
 from __future__ import annotations
 
-from headprune.core.unit_kinds import group_kind, noun, unit_kinds
+from headprune.core.unit_kinds import KINDS, group_kind, noun, shrunk_fields, unit_kinds
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
 from headprune.results.points import kinds_label, point_name, point_step, removed_fraction, step_label
 from headprune.scoring.significance import correlation
@@ -249,12 +249,13 @@ def versus_control(point: dict, higher_is_better: bool) -> str:
     return f"{100 * (point['score'] / control - 1):+.1f}%"
 
 
-def kv_cache_kept(point: dict) -> float | None:
-    """The share of the KV cache a KV-group mask keeps (a layer left without a KV head keeps one phantom head); its FFN groups aside."""
+def kv_cache_kept(point: dict, unit) -> float | None:
+    """The share of the KV cache a KV-group mask keeps (a layer left without a KV head keeps one phantom head); other groups aside."""
     mask = point.get("mask")
     if not mask:
         return None
-    rows = [row for name, group in mask.items() if group_kind(name) == "head" for row in group]  # attention groups
+    kv = {name for name in mask if "num_key_value_heads" in KINDS[group_kind(name, unit)].config_fields}
+    rows = [row for name, group in mask.items() if name in kv for row in group]  # the KV groups' rows
     return sum(max(sum(row), 1) for row in rows) / sum(len(row) for row in rows)
 
 
@@ -313,7 +314,7 @@ def pareto_table(study: dict) -> str:
     timed = any(q.get("measured") for q in points)
     extra = p.get("extra_splits") or []
     unit = _unit(p.get("unit"))
-    kv = "kv_group" in unit_kinds(unit)
+    kv = "num_key_value_heads" in shrunk_fields(unit)
     joint = len(unit_kinds(unit)) > 1
     controlled = any(q.get("control") for q in points)
     removed = f"{noun(unit, plural=True)} removed"
@@ -329,7 +330,7 @@ def pareto_table(study: dict) -> str:
     ]
     for q, best in zip(points, front):
         measured = q.get("measured") or {}
-        kept = kv_cache_kept(q) if q["heads_pruned"] else 1.0
+        kept = kv_cache_kept(q, unit) if q["heads_pruned"] else 1.0
         cells = [
             point_name(q),
             point_step(q),

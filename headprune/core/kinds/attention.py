@@ -38,6 +38,7 @@ class HeadKind(UnitKind):
     attention_maps = True
     layer_normalized = True
     rearrangement = None
+    rearrange_by = "fisher_blocks"
     recovery_parts = ("attention",)
     record_key = "heads"
 
@@ -60,6 +61,9 @@ class HeadKind(UnitKind):
 
     def unit_grad(self, site, grad):
         return (grad, site.head_ids, site.group) if _attention_site(site) else None
+
+    def query_head_rows(self, rows, fields):
+        return rows
 
     def flops_tables(self, model, seq_len, attention_tables=None):
         from headprune.core.flops_tables import head_flops_tables
@@ -104,6 +108,10 @@ class KVGroupKind(HeadKind):
         positions = torch.tensor(site.kv_positions(), device=grad.device)
         summed = grad.new_zeros(*grad.shape[:2], len(site.kv_ids)).index_add_(2, positions, grad)  # (B, T, KV)
         return summed, site.kv_ids, site.group  # the gradient of one gate shared by a KV head's query heads
+
+    def query_head_rows(self, rows, fields):
+        n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
+        return [[v for v in row for _ in range(n)] for row in rows]  # repeat_kv's order: KV head k serves query heads k*n ..
 
     def flops_tables(self, model, seq_len, attention_tables=None):
         from headprune.core.flops_tables import kv_group_flops_tables

@@ -22,6 +22,8 @@ class FFNKind(UnitKind):
     config_fields = ("intermediate_size",)
     ablation = NEURON_ABLATION
     rearrangement = None
+    rearrange_by = "gradients"
+    multiple_setting = "ffn_multiple"
     recovery_parts = ("feed_forward",)
     floor_units = None  # FFN widths are far above any sensible per-layer floor of units
     record_key = "ffn"

@@ -84,6 +84,14 @@ def unit_parts(unit) -> tuple[str, ...]:
     return tuple(part for kind in kinds_of(unit) for part in kind.parts)
 
 
+def shrunk_fields(unit) -> set[str]:
+    """The config fields a unit's kinds shrink (empty for anything that is no unit)."""
+    try:
+        return {field for kind in kinds_of(unit) for field in kind.config_fields}
+    except (ValueError, TypeError, AttributeError):
+        return set()
+
+
 def recovery_parts(unit) -> set[str]:
     """The parts least-squares recovery refits after a unit's kinds remove units (``attention``, ``feed_forward`` ...)."""
     return {part for kind in kinds_of(unit) for part in kind.recovery_parts}

@@ -32,6 +32,8 @@ class UnitKind:
     rearrangement: str | None = "it has no rearrangement"  # why it cannot be rearranged (None: it can)
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
+    rearrange_by: str | None = None  # how its rearrangement is computed: "fisher_blocks" (a U x U block per layer) or "gradients"
+    multiple_setting: str | None = None  # the prune setting that rounds its per-layer counts up to a multiple (runtimes' tiles)
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
     record_key: str = ""  # its key in pruning records (default: its name)
 
@@ -74,6 +76,10 @@ class UnitKind:
     def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} seconds with 0..units kept, from the measured head and FFN tables."""
         raise NotImplementedError(f"no latency tables for {self.name} units: use a FLOPs target")
+
+    def query_head_rows(self, rows: list, fields: dict) -> list | None:
+        """A mask group's rows [layers][units] as rows over the query heads they gate (None: it gates no attention heads)."""
+        return None
 
     # ---- settings ------------------------------------------------------------------------------
     def refusal(self, fields: dict | None, settings: dict) -> str | None:
