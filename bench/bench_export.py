@@ -45,7 +45,7 @@ def model_and_mask(args):
     from common import minilm_task
     from omegaconf import OmegaConf
 
-    from headprune.pipeline.orders import OrderSettings, order_scores
+    from headprune.sources.orders import OrderSettings, order_scores
 
     task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])
     importance = OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False})
@@ -82,7 +82,7 @@ def main():
     from headprune.engine.verdict import gain_summary, gain_text, verdict
     from headprune.export.onnx import export_onnx, quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
-    from headprune.pipeline.evaluation import swapped_model
+    from headprune.stages.evaluation import swapped_model
 
     model, mask, task, what = model_and_mask(args)
     original = copy.deepcopy(model)

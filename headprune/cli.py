@@ -19,8 +19,8 @@ import hydra
 from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
+from headprune.conf_dir import config_dir
 from headprune.core.checks import ConfigError, ConfigWarning
-from headprune.pipeline.conf_dir import config_dir
 from headprune.results.run_claim import claim_run_dir, results_stamp, settle_run_record, write_run_record
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

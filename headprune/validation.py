@@ -2,20 +2,20 @@
 
 ``validate(cfg)`` is called by the ``headprune`` entry point for every experiment (each job of a sweep
 first). It reads no model weights and runs no forward pass. In turn: top-level keys that no config group
-defines (a ConfigWarning), every setting's type, range and choices (``headprune.pipeline.schema.SCHEMA``, derived
-from each setting's declaration in ``headprune.pipeline.settings``), then the check of the entry point ``cfg.run``: a task's trainer (``TaskSpec.train``) gets the shared training
+defines (a ConfigWarning), every setting's type, range and choices (``headprune.settings.schema.SCHEMA``, derived
+from each setting's declaration in ``headprune.settings``), then the check of the entry point ``cfg.run``: a task's trainer (``TaskSpec.train``) gets the shared training
 check, any other entry point the ``check(cfg)`` of its own module (each experiment owns the rows of its
-settings; what they share is ``headprune.pipeline.shared_checks``). An entry point without one is refused.
+settings; what they share is ``headprune.checks.shared_checks``). An entry point without one is refused.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 
+from headprune.checks.shared_checks import check_training_run, warn_unknown_keys
 from headprune.core.checks import ConfigError, check_schema
-from headprune.pipeline.schema import SCHEMA
-from headprune.pipeline.shared_checks import check_training_run, warn_unknown_keys
 from headprune.selection.mask_search import given_target
+from headprune.settings.schema import SCHEMA
 
 
 def check_of(cfg):

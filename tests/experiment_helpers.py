@@ -96,7 +96,7 @@ def speed_settings(**overrides):
     """The speed settings of conf/speed/default.yaml with ``overrides``."""
     from omegaconf import OmegaConf
 
-    from headprune.pipeline.settings import SpeedSettings, read_settings
+    from headprune.settings import SpeedSettings, read_settings
 
     merged = OmegaConf.merge(OmegaConf.load(Path(CONF) / "speed" / "default.yaml"), overrides)
     return read_settings(SpeedSettings, merged, "speed")

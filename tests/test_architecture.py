@@ -23,11 +23,26 @@ LAYERS = (
     "export",
     "lightning",
     "tasks",
-    "pipeline",
+    "conf_dir",
+    "stages",
+    "sources",
+    "settings",
+    "pruning",
+    "study",
+    "checks",
     "experiments",
     "validation",
     "cli",
 )
+COMPOSING_ROOMS = (
+    "stages",
+    "sources",
+    "settings",
+    "pruning",
+    "study",
+    "checks",
+    "experiments",
+)  # what the experiments compose, above tasks/
 CORE_LAYERS = ("core", "results", "scoring", "engine", "selection")  # torch and transformers only
 FORBIDDEN_IN_CORE = ("lightning", "pytorch_lightning", "hydra", "headprune.tasks", "headprune.experiments", "headprune.lightning")
 
@@ -160,7 +175,7 @@ def test_task_branch_finder_finds_branches(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "path", sorted([*(PACKAGE / "experiments").glob("*.py"), *(PACKAGE / "pipeline").glob("*.py")]), ids=lambda p: p.name
+    "path", sorted(p for room in COMPOSING_ROOMS for p in (PACKAGE / room).glob("*.py")), ids=lambda p: f"{p.parent.name}/{p.name}"
 )
 def test_experiments_do_not_branch_on_the_task(path):
     assert not task_branches(path)
@@ -181,21 +196,23 @@ def entry_points() -> set[str]:
 def test_every_module_of_experiments_is_an_experiment(module):
     tree = ast.parse(MODULES[module].read_text())
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    assert {"run", "check"} <= defined, f"{module} is not an experiment (no run and check): move it to headprune/pipeline/"
+    assert {"run", "check"} <= defined, (
+        f"{module} is not an experiment (no run and check): move it to the room of what it holds (stages, sources, pruning, study, checks)"
+    )
     assert module in entry_points(), f"{module} is named by no conf/experiment/*.yaml"
 
 
 @pytest.mark.parametrize("module", EXPERIMENT_MODULES)
 def test_no_experiment_imports_another(module):
     others = sorted(d for d in headprune_imports(module) if d.startswith("headprune.experiments.") and d != module)
-    assert others == [], f"{module} imports other experiments {others}: what they share belongs in headprune/pipeline/"
+    assert others == [], f"{module} imports other experiments {others}: what they share belongs in the room of what it holds"
 
 
 # ---- a modality lives in its task folder -----------------------------------------------------------
 MODALITY_INPUTS = {"pixel_values", "input_features"}  # an image task's and a speech model's inputs
 
 
-@pytest.mark.parametrize("layer", ["engine", "selection", "export", "pipeline", "experiments"])
+@pytest.mark.parametrize("layer", ["engine", "selection", "export", *COMPOSING_ROOMS])
 def test_no_layer_outside_the_tasks_names_a_modality_input(layer):
     named = [
         f"{path.name}:{node.lineno}"

@@ -120,7 +120,7 @@ def test_checkpoints_are_analysed_by_the_step_in_their_names(checkpoint_dirs, tm
 
 
 def test_ordered_checkpoints():
-    from headprune.pipeline.checkpoint_lists import ordered_checkpoints
+    from headprune.checks.checkpoint_lists import ordered_checkpoints
 
     assert ordered_checkpoints(["run/step200", "org/m@step100"]) == [(100, "org/m@step100"), (200, "run/step200")]
     assert ordered_checkpoints(["late", "early"]) == [(0, "late"), (1, "early")]  # no steps: the order given

@@ -23,7 +23,7 @@ def test_every_experiment_has_its_own_check(path):
 
 def test_every_experiment_file_names_a_run_with_a_check():
     """Each conf/experiment/*.yaml names an entry point that validate can dispatch (a module check or a task's trainer)."""
-    from headprune.pipeline.shared_checks import experiment_files
+    from headprune.checks.shared_checks import experiment_files
     from headprune.validation import check_of
 
     for run, (name, _) in experiment_files().items():
@@ -36,7 +36,7 @@ def test_an_unknown_run_is_refused(tmp_path):
     from headprune.core.checks import ConfigError
     from headprune.validation import validate
 
-    for run in ("headprune.pipeline.orders.run", "headprune.experiments.nothing.run", "headprune.pipeline.schema.SCHEMA"):
+    for run in ("headprune.sources.orders.run", "headprune.experiments.nothing.run", "headprune.settings.schema.SCHEMA"):
         cfg = compose_cfg(tmp_path, ["experiment=inspect", "model=tiny_bert", "logger=none"])
         with open_dict(cfg):
             cfg.run = run
@@ -48,7 +48,7 @@ def test_the_data_directory_is_beside_the_project_wherever_headprune_starts(tmp_
     """paths.data_dir: HEADPRUNE_DATA_DIR, else ../shared/data next to the directory holding conf/ (not the working directory)."""
     from hydra import compose, initialize_config_dir
 
-    from headprune.pipeline.conf_dir import config_dir, project_dir
+    from headprune.conf_dir import config_dir, project_dir
 
     monkeypatch.delenv("HEADPRUNE_DATA_DIR", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -9,7 +9,8 @@ import torch
 from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
 from headprune.experiments import ablate, keep_one, prune, speed, study
-from headprune.pipeline import evaluation, greedy_stage
+from headprune.pruning import greedy_stage
+from headprune.stages import evaluation
 
 TASK = "nli"
 
@@ -73,7 +74,7 @@ def test_reestimate_is_recorded_per_order(shared_task):
     """results.json says an order was re-estimated only when it was: random and ablation cannot be."""
     from omegaconf import OmegaConf
 
-    from headprune.pipeline.orders import OrderSettings
+    from headprune.sources.orders import OrderSettings
 
     settings = OrderSettings(OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
     only_random = greedy_stage.prune_stage(
@@ -237,8 +238,8 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
     """Re-estimation under an all-ones mask gives the unmasked scores; its first greedy step is the fixed order's."""
     from omegaconf import OmegaConf
 
-    from headprune.pipeline.orders import ORDERS, OrderSettings
     from headprune.selection.greedy import masks_for_fractions
+    from headprune.sources.orders import ORDERS, OrderSettings
 
     settings = OrderSettings(
         importance=OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50

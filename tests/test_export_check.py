@@ -118,8 +118,8 @@ def test_the_pre_tokenizer_is_named_recorded_identified_or_refused(tokenizer, tm
 
     from headprune.export import llama_cpp_pre
     from headprune.export.gguf_pre import chktxt_hash
+    from headprune.export.gguf_tokenizer import choose_tokenizer_pre
     from headprune.models.tokenizer_origin import RECORD
-    from headprune.pipeline.gguf_tokenizer import choose_tokenizer_pre
 
     plain = saved_tokenizer(tokenizer, tmp_path / "plain")
     model = OmegaConf.create({"name": "tiny_llama", "tokenizer": str(plain)})

@@ -11,7 +11,7 @@ from experiment_helpers import make_cfg
 from omegaconf import open_dict
 
 from headprune.core.checks import ConfigError
-from headprune.pipeline.settings import GROUPS, RunSettings, StudySettings
+from headprune.settings import GROUPS, RunSettings, StudySettings
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headprune.pipeline.schema import DECLARATIONS, SCHEMA, checked_groups, is_read, reads_of
-from headprune.pipeline.settings import DECLARED
-from headprune.pipeline.settings.declare import EVERY, STAGES, TRAINING, declared
+from headprune.settings import DECLARED
+from headprune.settings.declare import EVERY, STAGES, TRAINING, declared
+from headprune.settings.schema import DECLARATIONS, SCHEMA, checked_groups, is_read, reads_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "headprune"
 CONF = ROOT / "conf"
-SETTINGS_DIR = PACKAGE / "pipeline" / "settings"
+SETTINGS_DIR = PACKAGE / "settings"
 CHECKS = {"integer", "number", "boolean", "choice", "text", "choices", "fractions", "positive_ints", "boolean_or", "rule", "optional"}
 EXPERIMENTS = {p.stem for p in (CONF / "experiment").glob("*.yaml")}
 GROUP_NAMES = {g.name for g in DECLARED if g.name}
@@ -127,7 +127,7 @@ def test_no_rule_of_a_declared_setting_lives_outside_the_declarations():
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id}(...)")
                 elif len(node.args) > 1 and declared_name(node.args[1]):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id}(..., {declared_name(node.args[1])!r})")
-    assert not found, "rules outside the declarations in headprune/pipeline/settings/:\n" + "\n".join(found)
+    assert not found, "rules outside the declarations in headprune/settings/:\n" + "\n".join(found)
 
 
 def test_no_experiment_lists_what_it_reads():

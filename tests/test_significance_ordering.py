@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from headprune.pipeline.orders import check_order
 from headprune.scoring.significance import paired_bootstrap_accuracy, paired_bootstrap_bleu
 from headprune.selection.greedy import (
     check_fractions,
@@ -17,6 +16,7 @@ from headprune.selection.greedy import (
     random_scores,
     ranked_heads,
 )
+from headprune.sources.orders import check_order
 
 
 def test_accuracy_bootstrap():

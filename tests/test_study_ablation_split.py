@@ -9,7 +9,7 @@ import torch
 from experiment_helpers import make_cfg, task_fixtures
 
 from headprune.experiments import study
-from headprune.pipeline import study_stages
+from headprune.study import study_stages
 
 task, shared_task = task_fixtures("nli")
 

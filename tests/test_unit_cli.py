@@ -206,11 +206,11 @@ def test_rearrangement_in_units_with_neurons_is_the_direct_call(shared, tmp_path
 def test_a_joint_target_and_fraction_rank_the_kinds_by_prune_joint_scale(shared, tmp_path, order, rule):
     """The prune experiment's joint masks are the selection functions' masks of the scores made comparable by
     prune.joint_scale: the cost-aware search for a FLOPs target, the ranking for a fraction."""
-    from headprune.pipeline.orders import order_scores, order_settings
     from headprune.selection.joint_scale import comparable_scores
     from headprune.selection.mask_search import search_mask
     from headprune.selection.uniform import layout_mask
     from headprune.selection.unit_costs import unit_flops_cost_model
+    from headprune.sources.orders import order_scores, order_settings
     from headprune.tasks.unit_task import in_unit
 
     settings = ("prune.unit=[kv_group,ffn]", f"prune.order={order}", f"prune.joint_scale={rule}")

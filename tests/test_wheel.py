@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_ALL = """
 import pathlib, sys, headprune
 from hydra import compose, initialize_config_dir
-from headprune.pipeline.conf_dir import config_dir
+from headprune.conf_dir import config_dir
 assert pathlib.Path(headprune.__file__).resolve().is_relative_to(pathlib.Path(sys.prefix).resolve()), headprune.__file__
 conf = pathlib.Path(config_dir())
 experiments = sorted(p.stem for p in (conf / "experiment").glob("*.yaml"))

@@ -42,8 +42,8 @@ def headprune(run_dir: Path, overrides: list[str]) -> dict:
 
 def recovered_point(run: dict) -> tuple[str, dict]:
     """The name (``importance+lsq@33%``) and record of the run's recovered point that kept its model."""
-    from headprune.pipeline.point_models import point_id
     from headprune.results.points import point_name
+    from headprune.sources.point_models import point_id
 
     results = run["results"]
     for point in results.get("points") or (results.get("pareto") or {}).get("points") or []:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
-from headprune.pipeline.ablation_stage import ablation_figure, ablation_stage
-from headprune.pipeline.evaluation import check_split
-from headprune.pipeline.stream_points import streaming
 from headprune.results.run_dir import write_results
+from headprune.results.stream_points import streaming
 from headprune.results.writer import output_dir
 from headprune.scoring.significance import correlation
 from headprune.selection.greedy import check_groups
+from headprune.stages.ablation_stage import ablation_figure, ablation_stage
+from headprune.stages.evaluation import check_split
 from headprune.tasks import registry
 from headprune.viz.tables import ablation_rows
 
@@ -48,8 +48,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
-    from headprune.core.checks import ConfigError
-    from headprune.pipeline.shared_checks import (
+    from headprune.checks.shared_checks import (
         check_group_names,
         check_model_and_task,
         check_reads,
@@ -57,6 +56,7 @@ def check(cfg) -> None:
         check_unit,
         no_duplicates,
     )
+    from headprune.core.checks import ConfigError
 
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg)

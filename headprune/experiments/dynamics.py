@@ -11,11 +11,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from headprune.checks.checkpoint_lists import epoch_checkpoints, named_step, ordered_checkpoints
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
-from headprune.pipeline.checkpoint_lists import epoch_checkpoints, named_step, ordered_checkpoints
-from headprune.pipeline.settings import listed as list_of
 from headprune.results.writer import write_results_file
+from headprune.settings import listed as list_of
 from headprune.tasks import registry
 from headprune.viz.dynamics_plots import importance_over_time, pruning_curves_by_epoch
 
@@ -109,10 +109,10 @@ def analyse_models(cfg) -> list[dict]:
 def check(cfg) -> None:
     """Exactly one source of checkpoints, every one checked before the first is analysed: a ckpt_dir's per-epoch
     checkpoints each whole; listed checkpoints each once, in an order their names make clear, present, readable and one
-    model (headprune.pipeline.checkpoint_lists), with the task they are scored on; dynamics.fractions listed once."""
+    model (headprune.checks.checkpoint_lists), with the task they are scored on; dynamics.fractions listed once."""
+    from headprune.checks.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints
+    from headprune.checks.shared_checks import check_reads, check_task, no_duplicates
     from headprune.core.checks import ConfigError
-    from headprune.pipeline.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints
-    from headprune.pipeline.shared_checks import check_reads, check_task, no_duplicates
 
     check_reads(cfg)
     no_duplicates(cfg.dynamics.fractions, "dynamics.fractions")

@@ -24,14 +24,14 @@ from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import KINDS, group_kind
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
+from headprune.export.gguf_tokenizer import choose_tokenizer_pre
+from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
-from headprune.pipeline.evaluation import check_split, swapped_model
-from headprune.pipeline.export_reference import check_fields, pruned_copy, reference_outputs
-from headprune.pipeline.gguf_tokenizer import choose_tokenizer_pre
-from headprune.pipeline.mask_source import chosen_mask, file_mask, point_model_dir, with_file_unit
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
+from headprune.sources.mask_source import chosen_mask, file_mask, point_model_dir, with_file_unit
+from headprune.stages.evaluation import check_split, swapped_model
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
 
@@ -104,7 +104,7 @@ def check_source_kind(cfg) -> None:
 
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
-    from headprune.pipeline.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
+    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
 
     check_model_and_task(cfg)
     check_reads(cfg)
@@ -116,7 +116,7 @@ def check(cfg) -> None:
 
 def check_model_kind(cfg) -> None:
     """What the task's models take (``TaskSpec.exports``): stock checkpoints of decoder-only LMs, int8 where the metric runs in ONNX Runtime."""
-    from headprune.pipeline.shared_checks import task_spec_of
+    from headprune.checks.shared_checks import task_spec_of
 
     spec = task_spec_of(cfg)
     fmt = cfg.export.get("format")
@@ -132,7 +132,7 @@ def check_model_kind(cfg) -> None:
 
 def check_settings(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model."""
-    from headprune.pipeline.shared_checks import refuse_given
+    from headprune.checks.shared_checks import refuse_given
 
     settings = cfg.export
     fmt, quantize = str(settings.format), str(settings.quantize)  # their choices: the schema's (ExportSettings)

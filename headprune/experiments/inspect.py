@@ -60,7 +60,7 @@ def sequence(cfg, model) -> tuple[int, str]:
 def check(cfg) -> None:
     """experiment=inspect: the device and the model (no task, no data); inspect.seq_len only where the model has no
     length of its own."""
-    from headprune.pipeline.shared_checks import check_device, check_model, refuse_given
+    from headprune.checks.shared_checks import check_device, check_model, refuse_given
 
     check_device(cfg)
     check_model(cfg)

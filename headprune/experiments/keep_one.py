@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
-from headprune.pipeline.evaluation import check_split, selection_split
-from headprune.pipeline.keep_one_stage import keep_one_stage
-from headprune.pipeline.stream_points import keep_one_title, streaming
 from headprune.results.run_dir import write_results
+from headprune.results.stream_points import keep_one_title, streaming
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_groups
+from headprune.stages.evaluation import check_split, selection_split
+from headprune.stages.keep_one_stage import keep_one_stage
 from headprune.tasks import registry
 from headprune.viz.plots import keep_one_bars
 from headprune.viz.tables import keep_one_rows
@@ -47,7 +47,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=keep_one: the model and task, the unit, and a selection split other than the evaluation split."""
-    from headprune.pipeline.shared_checks import (
+    from headprune.checks.shared_checks import (
         check_group_names,
         check_model_and_task,
         check_reads,

@@ -1,7 +1,7 @@
 """experiment=prune: greedy pruning across the network (paper section 4, Figure 2; section 5, Figure 3).
 
 At each fraction f (0, 10%, ... 90% by default) the lowest-scoring f x N heads are masked and the
-model is evaluated. Orders come from ``headprune.pipeline.orders.ORDERS`` (importance, ablation,
+model is evaluated. Orders come from ``headprune.sources.orders.ORDERS`` (importance, ablation,
 entropy, random); with ``prune.reestimate=true`` every order that can be recomputed (importance,
 entropy) is re-estimated under the current mask before each step. Importance and entropy come from
 the training-split subset (``task.importance_batches()``), never from the evaluation data.
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
-from headprune.pipeline.evaluation import check_split, selection_split
-from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
-from headprune.pipeline.orders import order_settings
-from headprune.pipeline.pareto_plan import for_speed, recoveries_of
-from headprune.pipeline.prune_speed import pareto_stage
-from headprune.pipeline.recovery_check import say_worse
-from headprune.pipeline.score_file import given_scores
-from headprune.pipeline.settings import RunSettings
-from headprune.pipeline.stream_points import action_words, say_cache
+from headprune.pruning.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
+from headprune.pruning.pareto_plan import for_speed, recoveries_of
+from headprune.pruning.prune_speed import pareto_stage
+from headprune.pruning.recovery_check import say_worse
 from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
+from headprune.results.stream_points import action_words, say_cache
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_groups
+from headprune.settings import RunSettings
+from headprune.sources.orders import order_settings
+from headprune.sources.score_file import given_scores
+from headprune.stages.evaluation import check_split, selection_split
 from headprune.tasks import registry
 from headprune.viz.plots import pareto_figure, pruning_curves
 from headprune.viz.tables import pareto_rows, prune_rows
@@ -101,7 +101,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
-    from headprune.pipeline.prune_checks import (
+    from headprune.checks.prune_checks import (
         check_conditional_reads,
         check_prune,
         check_prune_for_speed,
@@ -109,7 +109,7 @@ def check(cfg) -> None:
         check_scores_from,
         physical_pruning,
     )
-    from headprune.pipeline.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
+    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
 
     check_model_and_task(cfg)
     check_prune_lists(cfg.prune)
@@ -127,8 +127,8 @@ def check(cfg) -> None:
 
 def check_trainer_not_read(cfg) -> None:
     """trainer.* sets training runs: a recovery fine-tune runs on the model's device (``device``), not the trainer's."""
+    from headprune.checks.shared_checks import given_settings
     from headprune.core.checks import ConfigError, string_list
-    from headprune.pipeline.shared_checks import given_settings
 
     given = given_settings(cfg, "trainer")
     if given and "finetune" in string_list(cfg.prune.recover, "prune.recover"):

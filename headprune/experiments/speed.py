@@ -11,18 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headprune.checks.speed_checks import check_speed_run
 from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
 from headprune.core.saving import load_pruned
 from headprune.core.unit_kinds import is_joint, noun
 from headprune.lightning.loggers import log_run
-from headprune.pipeline.evaluation import SCORE_RTOL, check_split, swapped_model
-from headprune.pipeline.mask_source import file_mask, point_mask, point_model_dir, with_file_unit
-from headprune.pipeline.orders import ORDERS, order_settings
-from headprune.pipeline.point_models import RECIPE_FILE
-from headprune.pipeline.settings import RunSettings
-from headprune.pipeline.speed_checks import check_speed_run
-from headprune.pipeline.speed_stage import speed_stage, untimed_note
 from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
 from headprune.results.points import kinds_label
 from headprune.results.run_dir import write_results
@@ -30,6 +24,12 @@ from headprune.results.writer import output_dir, read_json
 from headprune.selection.greedy import heads_removed
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.uniform import layout_masks, layout_of
+from headprune.settings import RunSettings
+from headprune.sources.mask_source import file_mask, point_mask, point_model_dir, with_file_unit
+from headprune.sources.orders import ORDERS, order_settings
+from headprune.sources.point_models import RECIPE_FILE
+from headprune.stages.evaluation import SCORE_RTOL, check_split, swapped_model
+from headprune.stages.speed_stage import speed_stage, untimed_note
 from headprune.tasks import registry
 from headprune.viz.plots import speed_bars
 from headprune.viz.tables import speed_rows
@@ -126,7 +126,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=speed: the model and task, the unit, speed.* and the mask it times (importance.* only without a mask file)."""
-    from headprune.pipeline.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
+    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
 
     check_model_and_task(cfg)
     check_reads(cfg)
@@ -138,7 +138,7 @@ def check(cfg) -> None:
         )
     check_unit(cfg)
     if not cfg.speed.get("mask_file"):
-        from headprune.pipeline.prune_checks import check_joint_scale
+        from headprune.checks.prune_checks import check_joint_scale
 
         check_joint_scale(cfg, [str(cfg.speed.mask_order)])
     check_exact_pruning(cfg, "its speed measurement times the physically pruned model")

@@ -4,7 +4,7 @@ The stages share the model, the data, the unmasked score and the importance/entr
 stage writes ``stages/<name>.json`` with its key (settings, model and data fingerprints, the earlier
 results it used) when it completes; a rerun in the same run directory (``hydra.run.dir=<that dir>``)
 skips every stage whose key is unchanged, and recomputes, saying why, a stage whose settings or
-inputs changed or whose file is damaged (see ``headprune.pipeline.stages``). ``make demo`` runs
+inputs changed or whose file is damaged (see ``headprune.study.saved_stages``). ``make demo`` runs
 this on the embedded MiniLM: fine-tuned on the local MNLI copy when there is one, else on the
 synthetic NLI set (it says which).
 """
@@ -16,23 +16,23 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
+from headprune.conf_dir import config_dir
 from headprune.core.unit_kinds import ablation_refusal, noun
 from headprune.engine.verdict import is_inconclusive
 from headprune.lightning.loggers import log_run
-from headprune.pipeline.ablation_stage import ablation_figure
-from headprune.pipeline.conf_dir import config_dir
-from headprune.pipeline.evaluation import check_split, evaluate_one, selection_split
-from headprune.pipeline.finetune_runs import check_finetune_budget
-from headprune.pipeline.greedy_stage import curves_of, fractions_of, orders_of
-from headprune.pipeline.orders import action_refusal, order_settings, unit_refusal
-from headprune.pipeline.settings import RunSettings
-from headprune.pipeline.speed_stage import untimed_note
-from headprune.pipeline.stages import digest, stage, training_settings
-from headprune.pipeline.stream_points import action_record, action_words, keep_one_title, streaming
-from headprune.pipeline.study_stages import STUDY_STAGES, StudyRun, run_stage
+from headprune.pruning.finetune_runs import check_finetune_budget
+from headprune.pruning.greedy_stage import curves_of, fractions_of, orders_of
 from headprune.results.run_dir import write_results
+from headprune.results.stream_points import action_record, action_words, keep_one_title, streaming
 from headprune.results.writer import model_fingerprint, output_dir, read_json
 from headprune.selection.greedy import check_groups
+from headprune.settings import RunSettings
+from headprune.sources.orders import action_refusal, order_settings, unit_refusal
+from headprune.stages.ablation_stage import ablation_figure
+from headprune.stages.evaluation import check_split, evaluate_one, selection_split
+from headprune.stages.speed_stage import untimed_note
+from headprune.study.saved_stages import digest, stage, training_settings
+from headprune.study.study_stages import STUDY_STAGES, StudyRun, run_stage
 from headprune.tasks import registry
 from headprune.tasks.stream_task import STREAM, action_of
 from headprune.tasks.unit_task import unit_of
@@ -270,10 +270,8 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
 
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
-    from headprune.core.checks import ConfigError
-    from headprune.pipeline.mask_source import given_keys
-    from headprune.pipeline.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
-    from headprune.pipeline.shared_checks import (
+    from headprune.checks.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
+    from headprune.checks.shared_checks import (
         check_exact_pruning,
         check_model_and_task,
         check_reads,
@@ -282,7 +280,9 @@ def check(cfg) -> None:
         check_unit,
         no_duplicates,
     )
-    from headprune.pipeline.speed_checks import check_speed_run
+    from headprune.checks.speed_checks import check_speed_run
+    from headprune.core.checks import ConfigError
+    from headprune.sources.mask_source import given_keys
 
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
     check_prune_lists(cfg.prune)

@@ -1,0 +1,381 @@
+"""Checks of the prune.* settings, shared by the experiments that read them (prune and the study).
+
+Each rule names the setting, what is wrong and how to fix it (a ConfigError); the experiments' ``check``
+functions call the rules of the settings they read.
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from headprune.checks.shared_checks import check_group_names, check_selection, check_splits
+from headprune.core.checks import ConfigError, string_list
+from headprune.models.sources import config_fields as model_fields
+from headprune.models.sources import heads_per_layer
+from headprune.selection.mask_search import given_target
+
+# ---- prune --------------------------------------------------------------------------------------
+
+
+def check_prune(cfg) -> None:
+    """prune.*: a per-layer floor below the layers' head count, known splits and groups, re-estimation where it does something."""
+    from headprune.core.unit_kinds import unit_kinds
+    from headprune.tasks.unit_task import unit_of
+
+    prune = cfg.prune
+    kinds = unit_kinds(unit_of(cfg))
+    heads = 1 if "block" in kinds else heads_per_layer(cfg.model, "kv_group" if "kv_group" in kinds else "head")
+    heads = None if kinds == ("ffn",) else heads  # a floor of neurons: the FFN widths are far above any sensible floor
+    what = "block of each kind" if "block" in kinds else "head"
+    k = prune.min_heads_per_layer
+    if heads is not None and k >= heads:
+        raise ConfigError(
+            f"prune.min_heads_per_layer={k} keeps every {what}: the model's layers have {heads} {what}s, "
+            f"so it must be at most {heads - 1} (0 = no floor)"
+        )
+    check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
+    check_group_names(cfg, prune.groups, "prune.groups")
+    check_reestimate(prune)
+    check_joint_scale(cfg, string_list(prune.order, "prune.order"))
+    check_ffn_multiple(cfg)
+
+
+def check_ffn_multiple(cfg) -> None:
+    """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (not a schedule's rounds,
+    not re-estimated curves)."""
+    from headprune.core.unit_kinds import unit_kinds
+    from headprune.tasks.unit_task import unit_of
+
+    prune = cfg.prune
+    multiple = int(prune.ffn_multiple)
+    if multiple == 1:
+        return
+    unit = unit_of(cfg)
+    if "ffn" not in unit_kinds(unit):
+        raise ConfigError(
+            f"prune.ffn_multiple={multiple} rounds the FFN widths, and prune.unit={unit} prunes no FFN neurons: "
+            "use prune.unit=ffn or a list with ffn ([head,ffn], [kv_group,ffn]), or drop it"
+        )
+    if prune.get("schedule") is not None:
+        raise ConfigError(
+            f"prune.ffn_multiple={multiple} rounds one-shot masks; prune.schedule prunes the pruned model again each round: "
+            "use prune.target or prune.fractions with it"
+        )
+    if prune.reestimate:
+        raise ConfigError(f"prune.ffn_multiple={multiple} rounds the masks of fixed scores; drop prune.reestimate=true")
+
+
+def check_scores_from(cfg) -> None:
+    """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
+    from headprune.pruning.pareto_plan import for_speed
+    from headprune.sources.score_file import read_scores
+    from headprune.tasks.stream_task import action_of
+    from headprune.tasks.unit_task import unit_of
+
+    prune = cfg.prune
+    path = prune.get("scores_from")
+    if path is None:
+        return
+    if for_speed(prune):
+        raise ConfigError(
+            f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
+            "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
+        )
+    if prune.reestimate:
+        raise ConfigError(
+            f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
+        )
+    read_scores(path, string_list(prune.order, "prune.order"), unit_of(cfg), action_of(cfg))
+
+
+def check_joint_scale(cfg, orders: list[str]) -> None:
+    """prune.joint_scale: read by a joint unit only; ``loss`` compares the kinds' scores as they are, so only scores in
+    loss units (fisher, importance unnormalised) may meet under it."""
+    from headprune.checks.shared_checks import refuse_given
+    from headprune.core.unit_kinds import is_joint, unit_name
+    from headprune.tasks.unit_task import unit_of
+
+    unit = unit_name(unit_of(cfg))
+    if not is_joint(unit):
+        refuse_given(
+            cfg,
+            ("prune.joint_scale",),
+            f"it says how the kinds of a joint unit ([head,ffn], [kv_group,ffn]) meet under one budget, and prune.unit={unit} has one kind",
+        )
+        return
+    if str(cfg.prune.joint_scale) != "loss":
+        return
+    importance = cfg.importance
+    normalised = [name for name in ("normalize_layers", "normalize_global") if importance.get(name)]
+    for order in orders:
+        if order == "importance" and normalised:
+            raise ConfigError(
+                f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as they are, as estimates of the "
+                f"loss, and importance.{normalised[0]}=true rescales the importance scores (each layer's heads to the norm 1, "
+                "whatever the loss): set importance.normalize_layers=false and importance.normalize_global=false, use "
+                "prune.order=fisher, or prune.joint_scale=relative"
+            )
+        if order == "random":
+            raise ConfigError(
+                f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as estimates of the loss, and "
+                "prune.order=random draws scores that estimate nothing: use prune.joint_scale=relative (or another order)"
+            )
+
+
+def check_reestimate(prune) -> None:
+    """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
+    from headprune.pruning.pareto_plan import for_speed
+    from headprune.sources.orders import ORDERS
+
+    if not prune.reestimate:
+        return
+    if for_speed(prune):
+        raise ConfigError(
+            "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
+            "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
+        )
+    orders = string_list(prune.order, "prune.order")
+    if not any(ORDERS[order].reestimable for order in orders):
+        raise ConfigError(
+            f"prune.reestimate=true, but no order of prune.order={orders} can be re-estimated (random and ablation "
+            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
+        )
+
+
+def target_of(value, name: str):
+    """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
+    from headprune.selection.mask_search import PruneTarget
+
+    try:
+        return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+    except ValueError as err:
+        raise ConfigError(f"{name}: {err}") from None
+
+
+def schedule_of(value) -> list:
+    """The validated ``prune.schedule``: growing fractions, or targets of one kind that go further each step, or a ConfigError."""
+    from headprune.selection.schedule import check_schedule
+
+    steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if not isinstance(steps, (list, tuple)):
+        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
+    try:
+        return check_schedule(steps)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"prune.schedule: {err}") from None
+
+
+def prune_steps(prune) -> list:
+    """The steps of prune.target or prune.schedule (targets or fractions; [] for neither), or a ConfigError."""
+    target = given_target(prune.get("target"))
+    if target is not None and prune.get("schedule") is not None:
+        raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
+    if prune.get("schedule") is not None:
+        return schedule_of(prune.schedule)
+    return [] if target is None else [target_of(target, "prune.target")]
+
+
+def check_prune_for_speed(cfg) -> None:
+    """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
+    prune = cfg.prune
+    steps = prune_steps(prune)
+    check_speed_unit(prune)
+    targets = [s for s in steps if not isinstance(s, float)]
+    check_cost(prune, targets)
+    check_latency_length(cfg)
+    if any(t.kind == "max_drop" for t in targets):
+        check_selection(cfg, "prune")
+    check_finetune(cfg)
+    check_control(cfg)
+    check_save_names(prune)
+    if prune.measure_speed:
+        if cfg.get("speed") is None:
+            raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
+        from headprune.checks.speed_checks import check_speed
+
+        check_speed(cfg.speed)
+
+
+def check_save_names(prune) -> None:
+    """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
+    from headprune.pruning.greedy_stage import fractions_of, orders_of
+    from headprune.pruning.pareto_plan import for_speed, planned_points
+    from headprune.sources.point_models import check_save
+
+    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    pareto = for_speed(prune)
+    planned = planned_points(prune, orders_of(prune), fractions_of(prune)) if pareto and not isinstance(save, str) else None
+    check_save(save, pareto, planned)
+
+
+def check_speed_unit(prune) -> None:
+    """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
+    from headprune.core.unit_kinds import unit_name
+    from headprune.selection.unit_rearrange import rearrangement_refusal
+
+    rearrange = prune.rearrange
+    unit = unit_name(prune.unit if isinstance(prune.unit, str) else list(prune.unit))
+    refusal = rearrangement_refusal(unit)
+    if rearrange and refusal:
+        raise ConfigError(
+            f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
+            "kv_group, ffn or a joint list such as [kv_group,ffn])"
+        )
+    if rearrange and prune.get("schedule") is not None:
+        raise ConfigError(
+            "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
+            "not with prune.schedule: drop one of them"
+        )
+
+
+def check_cost(prune, targets: list) -> None:
+    """prune.cost: a flops target needs the FLOPs model; a latency table serves targets only."""
+    if any(t.kind == "flops" for t in targets) and prune.cost != "flops":
+        raise ConfigError("a flops target needs prune.cost=flops (a latency table predicts seconds, not FLOPs)")
+    if prune.cost == "latency" and not targets:
+        raise ConfigError(
+            "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
+            "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
+        )
+
+
+def check_latency_length(cfg) -> None:
+    """prune.cost=latency times the model on inputs of prune.seq_len tokens: within the positions the model takes."""
+    from headprune.models.sources import max_positions
+
+    prune = cfg.prune
+    positions = max_positions(cfg.model) if str(prune.cost) == "latency" else None
+    if positions is not None and int(prune.seq_len) > positions:
+        raise ConfigError(
+            f"prune.seq_len={prune.seq_len}: prune.cost=latency times model {cfg.model.get('name')} on inputs of that "
+            f"many tokens, but it takes at most {positions} positions: set prune.seq_len<={positions}"
+        )
+
+
+def check_finetune(cfg) -> None:
+    """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
+    finetune = cfg.prune.finetune
+    if finetune.warmup > 0 and not finetune.decay:
+        raise ConfigError(
+            f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
+            "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
+        )
+    rank = finetune.get("lora_rank")
+    if rank is None:
+        return
+    from importlib.util import find_spec
+
+    if find_spec("peft") is None:
+        raise ConfigError(
+            "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
+            "or prune.finetune.lora_rank=null for a full fine-tune"
+        )
+    smallest = smallest_projection(cfg.model)
+    if smallest is not None and rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
+            f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
+            f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
+        )
+
+
+def smallest_projection(model_cfg) -> int | None:
+    """min(in, out) over the attention and MLP projections a model's config describes (None: unknown)."""
+    fields = model_fields(model_cfg)
+    if fields is None:
+        return None
+    width = fields.get("hidden_size") or fields.get("d_model")
+    ffn = [fields.get(k) for k in ("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim")]
+    heads = fields.get("num_attention_heads") or fields.get("encoder_attention_heads")
+    head_dim = fields.get("head_dim") or (width // heads if isinstance(width, int) and isinstance(heads, int) and heads else None)
+    kv = fields.get("num_key_value_heads") or heads
+    sizes = [width, *ffn, head_dim * kv if isinstance(head_dim, int) and isinstance(kv, int) else None]
+    sizes = [int(x) for x in sizes if isinstance(x, int) and not isinstance(x, bool)]
+    return min(sizes) if sizes else None
+
+
+def check_control(cfg) -> None:
+    """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
+    prune = cfg.prune
+    if prune.control and "finetune" not in string_list(prune.recover, "prune.recover"):
+        raise ConfigError(
+            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
+            f"has no finetune ({prune.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+        )
+    extra = string_list(prune.extra_splits, "prune.extra_splits")
+    check_splits(cfg, extra, "prune.extra_splits")
+    if str(prune.split) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
+
+
+# ---- settings read only when others say so ---------------------------------------------------------
+
+
+def check_prune_lists(prune) -> None:
+    """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
+    from headprune.checks.shared_checks import no_duplicates
+
+    for name in ("order", "recover", "groups", "extra_splits", "fractions"):  # a schedule must grow: its own check
+        value = prune.get(name)
+        if OmegaConf.is_list(value):
+            no_duplicates(value, f"prune.{name}")
+
+
+def check_conditional_reads(cfg, alone: bool = True) -> None:
+    """prune.* settings read only when another setting has some value: given otherwise, each is refused (``alone``:
+    experiment=prune, whose ablation order alone reads prune.ablation_split / n_samples; the study ablates anyway)."""
+    from headprune.checks.shared_checks import refuse_given
+    from headprune.pruning.pareto_plan import for_speed
+
+    prune = cfg.prune
+    recover = string_list(prune.recover, "prune.recover")
+    if prune.get("fractions") is not None:
+        refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")
+    if "finetune" not in recover:
+        refuse_given(
+            cfg,
+            ("prune.finetune",),
+            f"prune.finetune.* sets the fine-tune of prune.recover=finetune, and prune.recover={recover} runs none "
+            "(add finetune to prune.recover)",
+        )
+    if "lsq" not in recover:
+        refuse_given(cfg, ("prune.lsq",), f"prune.lsq.* sets the least squares of prune.recover=lsq, and prune.recover={recover}")
+    if recover == ["none"] * len(recover) and prune.get("schedule") is None:
+        refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
+    if prune.finetune.get("tokens") is not None:
+        refuse_given(
+            cfg,
+            ("prune.finetune.max_steps",),
+            f"with prune.finetune.tokens={prune.finetune.tokens} the fine-tune is one pass over the budget's batches",
+        )
+    if prune.finetune.get("lora_rank") is None:
+        refuse_given(cfg, ("prune.finetune.lora_alpha",), "LoRA's scale needs prune.finetune.lora_rank (null: a full fine-tune)")
+    targets = [s for s in prune_steps(prune) if not isinstance(s, float)]
+    if not any(t.kind == "max_drop" for t in targets):
+        refuse_given(cfg, ("prune.selection_split",), "it is where a max_drop target is measured, and no prune.target / schedule has one")
+    if str(prune.cost) != "latency":
+        refuse_given(cfg, ("prune.latency_batch_size",), "it is the batch of prune.cost=latency's tables")
+    if not for_speed(prune):
+        refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
+    if "duo" not in string_list(prune.order, "prune.order"):
+        refuse_given(cfg, ("prune.duo",), "prune.duo.* trains the gates of the duo order, which prune.order does not have")
+    if alone and "ablation" not in string_list(prune.order, "prune.order"):
+        refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
+
+
+def physical_pruning(prune) -> str | None:
+    """What in experiment=prune removes heads physically (None: it only masks them)."""
+    from headprune.pruning.pareto_plan import for_speed, recoveries_of
+
+    if not for_speed(prune):
+        return None
+    recover = recoveries_of(prune)
+    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    uses = {
+        "prune.recover=finetune fine-tunes a pruned copy": "finetune" in recover,
+        "prune.measure_speed=true times pruned copies": bool(prune.measure_speed),
+        "prune.schedule removes heads at every step": prune.get("schedule") is not None,
+        "prune.cost=latency times pruned copies": str(prune.cost) == "latency",
+        f"prune.save={save} keeps pruned models": save != "none" and (save == "all" or not isinstance(save, str) or recover != ["none"]),
+    }
+    return next((what for what, used in uses.items() if used), None)

@@ -1,0 +1,562 @@
+"""Checks every experiment shares: top-level keys, the device, the model, the task and its splits, the unit, the trainer.
+
+Each experiment module owns a ``check(cfg)`` beside its ``run``; it calls these for what it reads and adds
+the rows of its own settings. ``headprune.validation.validate`` dispatches to it by the module of ``cfg.run``.
+"""
+
+from __future__ import annotations
+
+from functools import cache, lru_cache
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from headprune.core.checks import ConfigError, check_schema, warn
+from headprune.models.sources import config_fields as model_fields
+from headprune.models.sources import kv_heads_per_layer
+
+# ---- keys ---------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def known_keys() -> frozenset[str]:
+    """Every top-level key a config group can set: config.yaml's, the groups' names and the keys of ``@package _global_`` files."""
+    from headprune.conf_dir import config_dir
+
+    root = Path(config_dir())
+    keys = set(OmegaConf.load(root / "config.yaml"))
+    for path in root.rglob("*.yaml"):
+        parts = path.relative_to(root).parts
+        keys.add(parts[0].removesuffix(".yaml"))
+        header = [line for line in path.read_text().splitlines() if line.startswith("#")][:3]
+        if any("@package _global_" in line for line in header):
+            keys.update(OmegaConf.load(path))
+    return frozenset(keys - {"defaults"})
+
+
+def warn_unknown_keys(cfg) -> None:
+    """A ConfigWarning for top-level keys (``+foo=1``) that no config group defines: nothing reads them."""
+    unknown = sorted(set(cfg) - known_keys())
+    if unknown:
+        warn(
+            f"setting(s) {unknown} are defined by no config group, so no experiment reads them: check the spelling "
+            "(e.g. prune.step, not +step); they are ignored"
+        )
+
+
+def no_duplicates(values, name: str) -> None:
+    """A list setting names each item once (a repeat would compute and write the same thing twice)."""
+    items = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
+    repeated = [v for i, v in enumerate(items) if v in items[:i]]
+    if repeated:
+        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: list each item once")
+
+
+# ---- device, model ------------------------------------------------------------------------------
+
+
+def check_device(cfg) -> None:
+    """``device`` names a device this machine has (``auto``: CUDA when there is one)."""
+    import torch
+
+    name = str(cfg.device)
+    if name == "auto":
+        return
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name} is no device: use auto, cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asks for a CUDA GPU, but there is no GPU here: use device=auto or device=cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device={name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0")
+
+
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+def check_model(cfg) -> None:
+    """The model's kind (a task), its attention implementation, and a pretrained model that exists and is complete."""
+    from headprune.tasks.registry import model_task
+
+    try:
+        model_task(cfg.model)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    implementation = cfg.model.get("attn_implementation")
+    if implementation is not None and implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ConfigError(
+            f"model.attn_implementation={implementation} is no attention implementation of transformers: "
+            f"choose one of {list(ATTENTION_IMPLEMENTATIONS)} (or null for the model's default)"
+        )
+    check_flash_attention(cfg, implementation)
+    try:
+        built = built_config(cfg.model)
+    except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
+        raise ConfigError(str(err)) from None
+    if built is not None:
+        check_model_type(*built)
+    try:
+        _check_model_files(cfg)
+    except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
+        raise ConfigError(str(err)) from None
+
+
+FLASH_ATTENTION = {"flash_attention_2": ("flash_attn", "flash-attn"), "flash_attention_3": ("flash_attn_interface", "flash-attn-3")}
+
+
+def check_flash_attention(cfg, implementation) -> None:
+    """FlashAttention needs its package and a CUDA GPU: refused before the model is built when either is missing."""
+    import importlib.util
+
+    import torch
+
+    if implementation not in FLASH_ATTENTION:
+        return
+    module, package = FLASH_ATTENTION[implementation]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"model.attn_implementation={implementation} needs the {package} package, which is not installed here: "
+            f"install it on a machine with a CUDA GPU (pip install {package}), or use model.attn_implementation=sdpa"
+        )
+    if not torch.cuda.is_available() or str(cfg.get("device")).startswith("cpu"):
+        raise ConfigError(
+            f"model.attn_implementation={implementation} runs on a CUDA GPU only (device={cfg.get('device')}, "
+            f"{'no GPU here' if not torch.cuda.is_available() else 'the CPU asked'}): use model.attn_implementation=sdpa"
+        )
+
+
+def built_config(model_cfg) -> tuple[dict, str] | None:
+    """(config fields, where they are read) of the model that will be built: a local model.pretrained's config.json,
+    else model.config (None: a hub name or a training checkpoint, known only once loaded)."""
+    from headprune.models.sources import resolve_pretrained
+    from headprune.results.readers import read_json_file
+
+    pretrained = model_cfg.get("pretrained")
+    if pretrained and not str(pretrained).endswith(".ckpt"):
+        path = Path(resolve_pretrained(str(pretrained))) / "config.json"
+        return (read_json_file(path), str(path)) if path.is_file() else None
+    if model_cfg.get("config") is not None and not pretrained:
+        return dict(model_cfg.config), "model.config"
+    return None
+
+
+def check_model_type(fields: dict, config_file: str) -> None:
+    """The model type of a model's config fields (read from ``config_file``) is one the family table covers."""
+    from headprune.core.families import supported_model_types
+
+    model_type = fields.get("model_type")
+    if model_type not in supported_model_types():
+        raise ConfigError(
+            f"{config_file} says model_type={model_type!r}, which headprune does not support (no row of "
+            f"headprune/core/families.py covers it): use a model of one of the supported types "
+            f"{', '.join(supported_model_types())}"
+        )
+
+
+def _check_model_files(cfg) -> None:
+    from headprune.models.build import tokenizer_source
+    from headprune.models.sources import check_model_dir, resolve_pretrained
+
+    model = cfg.model
+    pretrained = model.get("pretrained")
+    if pretrained and str(pretrained).endswith(".ckpt"):
+        import zipfile
+
+        path = resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist, a whole zip archive
+        if not zipfile.is_zipfile(path):
+            raise ConfigError(
+                f"model.pretrained={pretrained}: {path} is no readable checkpoint (damaged or truncated): use another "
+                "checkpoint of the run (<run>/checkpoints/), or train again"
+            )
+    elif pretrained:
+        source = resolve_pretrained(str(pretrained))
+        own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
+        if ((cfg.get("data") or {}).get("tokenizer") or {}).get("path"):
+            own_tokenizer = False  # data.tokenizer.path gives the tokenizer
+        check_model_dir(source, tokenizer=own_tokenizer)
+    elif model.get("config") is None:
+        raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
+    if model.get("tokenizer"):  # models built fresh without one train their own (MT, LM); the NLI task requires one
+        tokenizer_source(model)
+
+
+# ---- the task -----------------------------------------------------------------------------------
+
+
+def task_spec_of(cfg):
+    """The TaskSpec of the model, fitting the chosen data, or a ConfigError."""
+    from headprune.tasks.registry import task_spec
+
+    try:
+        return task_spec(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> None:
+    """The task's own check (``TaskSpec.check``): its settings, data files (unless a study falls back) and lengths."""
+    from hydra.utils import get_method
+
+    spec = task_spec_of(cfg)
+    local_missing = cfg.data.get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
+    get_method(spec.check)(cfg, files=not (falls_back and local_missing), importance=reads_importance)
+
+
+def check_model_and_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> None:
+    """What every experiment on a task reads: the device, the model, the task (``reads_importance``: its importance subset is read)."""
+    check_device(cfg)
+    check_model(cfg)
+    check_task(cfg, reads_importance=reads_importance, falls_back=falls_back)
+
+
+def splits_of(cfg) -> tuple[str, ...]:
+    """The split names the config's task reads."""
+    return task_spec_of(cfg).splits
+
+
+def concrete_split(cfg, split: str) -> str:
+    """The data split a split name reads (e.g. MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
+    from hydra.utils import get_method
+
+    spec = task_spec_of(cfg)
+    if split not in spec.splits:
+        raise ConfigError(f"split must be one of {list(spec.splits)}, got {split!r}")
+    return get_method(spec.data_split)(cfg.data, split) if spec.data_split else split
+
+
+def check_splits(cfg, names, setting: str) -> None:
+    """Every split name is one the task reads, and its data exists (``data`` lists the splits a data config has)."""
+    for name in names:
+        try:
+            concrete_split(cfg, str(name))
+        except ConfigError:
+            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(splits_of(cfg))}") from None
+        missing = missing_split(cfg, str(name))
+        if missing:
+            raise ConfigError(f"{setting}: split {name!r} {missing}")
+
+
+def missing_split(cfg, name: str) -> str | None:
+    """Why the chosen data lacks the split a name reads (its table of files or synthetic sizes omits it), or None."""
+    data = cfg.get("data") or {}
+    source = data.get("source")
+    where = {"local": "data.files", "synthetic": "data.synthetic.sizes"}.get(str(source))
+    table = data.get("files") if source == "local" else (data.get("synthetic") or {}).get("sizes")
+    if where is None or not OmegaConf.is_dict(table):
+        return None  # the data config names its splits otherwise: its task checks them
+    split = concrete_split(cfg, name)
+    if table.get(split) is None:
+        have = sorted(k for k in table if table[k] is not None)
+        return f"is not in data {data.get('name')} ({where} has {have}): drop it, or choose data that has it"
+    return None
+
+
+def check_selection(cfg, section: str) -> None:
+    """The selection split (appendix A) must differ from the evaluation split."""
+    settings = cfg[section]
+    split = str(settings.get("split"))
+    selection = settings.get("selection_split") or (cfg.get("task") or {}).get("selection_split") or task_spec_of(cfg).selection
+    try:
+        same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
+    except ConfigError as err:
+        raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
+    if same:
+        raise ConfigError(
+            f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
+            "choose the head on other data (null = the task's held-out data)"
+        )
+
+
+# ---- units --------------------------------------------------------------------------------------
+
+
+def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
+    """prune.unit (a kind or a joint list; the schema checked its kinds) and prune.action: kv_group on grouped-query attention,
+    neurons and blocks on a family with an MLP layout, blocks in the global layout, streaming where it can run
+    (headprune.checks.stream_checks), orders the unit and action can be ranked by; ``single_units``:
+    the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
+    from headprune.checks.stream_checks import check_stream
+    from headprune.core.unit_kinds import ablation_refusal, unit_kinds, unit_parts
+    from headprune.sources.orders import action_refusal, unit_refusal
+    from headprune.tasks.stream_task import STREAM, action_of
+    from headprune.tasks.unit_task import unit_of
+
+    if action_of(cfg) == STREAM:
+        check_stream(cfg)
+    else:
+        refuse_given(
+            cfg,
+            ("prune.stream",),
+            "prune.stream.* sets what a streamed unit still sees, and prune.action=remove removes units (add prune.action=stream)",
+        )
+    unit = unit_of(cfg)
+    kinds = unit_kinds(unit)
+    fields = model_fields(cfg.model) if "kv_group" in kinds or "ffn" in unit_parts(unit) else None
+    if "kv_group" in kinds and fields is not None and kv_heads_per_layer(fields) is None:
+        raise ConfigError(
+            f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
+            f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head"
+        )
+    if "ffn" in unit_parts(unit) and fields is not None:
+        check_mlp_layout(cfg, unit, fields)
+    if "block" in kinds and str(cfg.prune.get("layout")) == "uniform":
+        raise ConfigError(
+            "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
+            "layer: use prune.layout=global (blocks ranked across layers)"
+        )
+    refusal = ablation_refusal(unit)
+    if refusal and single_units:
+        raise ConfigError(f"experiment={cfg.get('experiment_name')} removes one unit at a time, and prune.unit={unit}: {refusal}")
+    for order in [str(o) for o in listed_names(cfg.prune.get("order"))] if orders else []:
+        refused = unit_refusal(order, unit)
+        if refused:
+            raise ConfigError(f"prune.order={order} with prune.unit={unit}: {refused}")
+        refused = action_refusal(order, action_of(cfg))
+        if refused:
+            raise ConfigError(f"prune.order={order} with prune.action={action_of(cfg)}: {refused}")
+        check_order_data(cfg, order)
+
+
+def check_order_data(cfg, order: str) -> None:
+    """An order that reads a per-head score of the task's data (retrieval: needles) on a task whose data has it (or
+    read from ``prune.scores_from``)."""
+    from headprune.sources.orders import ORDERS
+
+    needs = ORDERS[order].needs if order in ORDERS else None
+    prune = cfg.get("prune")
+    if prune is not None and prune.get("scores_from") is not None:
+        return  # its scores are read from the file, not computed on this task's data
+    spec = task_spec_of(cfg)
+    if needs and needs not in spec.head_scores:
+        from headprune.tasks.registry import DATA_TASKS, TASKS
+
+        having = [s.data_choices for s in (*TASKS.values(), *DATA_TASKS.values()) if needs in s.head_scores]
+        raise ConfigError(
+            f"prune.order={order} scores how often each head's attention peaks on the needle token it copies, and "
+            f"data={cfg.data.get('name')} (the {spec.name} task) has no needles: use {' or '.join(having)}"
+        )
+
+
+def listed_names(value) -> list:
+    """A name or a list of names as a list (None: [])."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def check_mlp_layout(cfg, unit: str, fields: dict) -> None:
+    """Neurons and blocks need the family's MLP layout (headprune.core.mlp_layouts) to find the feed-forward blocks."""
+    from headprune.core.families import FAMILIES
+
+    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    if family is not None and family.mlp is None:
+        raise ConfigError(
+            f"prune.unit={unit} prunes feed-forward blocks, but the {family.name} family (model {cfg.model.get('name')}) "
+            "declares no MLP layout: use prune.unit=head, or add its mlp=... to the family's row in headprune/core/families.py"
+        )
+
+
+def check_group_names(cfg, groups, setting: str) -> None:
+    """A list of attention groups (empty: all) names each once, each a group the model has (from its config fields)."""
+    from headprune.core.families import GROUPS, config_groups
+
+    no_duplicates(groups, setting)
+    fields = model_fields(cfg.model)
+    have = (config_groups(fields) if fields is not None else None) or list(GROUPS)
+    unknown = [str(g) for g in groups if str(g) not in have]
+    if unknown:
+        raise ConfigError(
+            f"{setting}={[str(g) for g in groups]} names {unknown}, but model {cfg.model.get('name')} has the attention "
+            f"groups {have}: choose among them (empty = all)"
+        )
+
+
+def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
+    """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
+    from headprune.tasks.unit_task import unit_of
+
+    unit = unit_of(cfg)
+    if unit not in ("head", "kv_group"):
+        return  # neurons, blocks and joint masks: their groups are checked when the task loads the mask
+    fields = model_fields(cfg.model) or {}
+    per_layer = kv_heads_per_layer(fields) if unit == "kv_group" else fields.get("num_attention_heads")
+    layers = fields.get("num_hidden_layers")
+    if not isinstance(per_layer, int) or not isinstance(layers, int) or len(mask) != 1:
+        return  # encoder-decoder groups differ in size: the task checks them when it loads the mask
+    what = "KV heads" if unit == "kv_group" else "heads"
+    for group, rows in mask.items():
+        for layer, row in enumerate(rows):
+            if len(row) != per_layer or len(rows) != layers:
+                raise ConfigError(
+                    f"{setting}={cfg.speed.mask_file if setting == 'speed.mask_file' else ''}: group {group} layer {layer} "
+                    f"has {len(row)} entries ({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x "
+                    f"{per_layer} {what} (prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}"
+                )
+
+
+# ---- training -----------------------------------------------------------------------------------
+
+
+def check_trainer(trainer) -> None:
+    """Training must end, on a device this machine has: an unbounded epoch count needs trainer.max_steps or trainer.max_time."""
+    import torch
+
+    accelerator = str(trainer.accelerator)
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
+        )
+    from headprune.settings.schema import rules_under
+
+    check_schema({"trainer": trainer}, rules_under("trainer"))  # the study's training stage: with its train_overrides
+    epochs = trainer.get("max_epochs")
+    if epochs is None:
+        return  # Lightning's own default (1000 epochs, or max_steps)
+    if epochs == 0:
+        raise ConfigError("trainer.max_epochs=0 trains nothing: give at least 1 epoch")
+    steps = trainer.get("max_steps")
+    if epochs < 0 and (steps is None or steps < 1) and not trainer.get("max_time"):
+        raise ConfigError(
+            "trainer.max_epochs=-1 trains forever: bound it with trainer.max_steps=<n> or "
+            "+trainer.max_time=DD:HH:MM:SS, or give a number of epochs"
+        )
+
+
+def check_training_run(cfg) -> None:
+    """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
+    from headprune.settings.declare import TRAINING
+
+    check_model_and_task(cfg, reads_importance=False)
+    check_reads(cfg, TRAINING)
+    check_trainer(cfg.trainer)
+    check_resume(cfg)
+
+
+def check_resume(cfg) -> None:
+    """``ckpt_path=last`` resumes ``<output_dir>/checkpoints/last.ckpt``: it must exist (a path must exist too)."""
+    path = cfg.get("ckpt_path")
+    if path is None:
+        return
+    target = Path(str(cfg.paths.output_dir)) / "checkpoints" / "last.ckpt" if str(path) == "last" else Path(str(path))
+    if not target.is_file():
+        raise ConfigError(
+            f"ckpt_path={path}: there is nothing to resume ({target} does not exist): give the run's own directory "
+            "(hydra.run.dir=<run>) with ckpt_path=last, a checkpoint file, or drop ckpt_path to train from the start"
+        )
+
+
+# ---- settings a run does not read -----------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def root_choices() -> dict[str, str]:
+    """{group: the file config.yaml picks for it} (e.g. trainer: cpu); other groups' default file is ``default.yaml``."""
+    from headprune.conf_dir import config_dir
+
+    entries = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults", [])
+    return {k: str(v) for entry in entries if isinstance(entry, dict) for k, v in entry.items()}
+
+
+@lru_cache(maxsize=1)
+def experiment_files() -> dict[str, tuple[str, dict]]:
+    """{entry point: (experiment name, its file's settings)} for every file of conf/experiment/."""
+    from headprune.conf_dir import config_dir
+
+    files = {}
+    for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml")):
+        settings = OmegaConf.to_container(OmegaConf.load(path))
+        files[str(settings.get("run"))] = (path.stem, settings)
+    return files
+
+
+@cache
+def group_defaults(run: str, group: str) -> dict:
+    """The composed default of a settings group for an entry point: conf/<group>/default.yaml, then its experiment file's."""
+    from headprune.conf_dir import config_dir
+
+    path = Path(config_dir()) / group / f"{root_choices().get(group, 'default')}.yaml"
+    base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+    base.pop("defaults", None)
+    own = experiment_files().get(run, ("", {}))[1].get(group) or {}
+    return OmegaConf.to_container(OmegaConf.merge(base, own))
+
+
+def leaves(node, prefix: str) -> dict[str, object]:
+    """{dotted key: value} of every leaf of a mapping (lists are leaves)."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out = {}
+    for key, value in node.items():
+        out.update(leaves(value, f"{prefix}.{key}"))
+    return out
+
+
+def given_settings(cfg, group: str) -> dict[str, object]:
+    """{dotted key: value} of a group's settings that differ from the run's composed default."""
+    node = cfg.get(group)
+    if node is None or not OmegaConf.is_dict(node):
+        return {}
+    defaults = leaves(group_defaults(str(cfg.get("run")), group), group)
+    given = leaves(OmegaConf.to_container(node, resolve=False), group)
+    return {
+        key: value
+        for key, value in given.items()
+        if (key in defaults and defaults[key] != value) or (key not in defaults and value is not None)  # an unset target is None
+    }
+
+
+def experiment_name(cfg) -> str:
+    """The experiment file that sets ``cfg.run`` (e.g. ``prune``)."""
+    return experiment_files().get(str(cfg.get("run")), (str(cfg.get("run")), {}))[0]
+
+
+def reads(key: str, read: tuple[str, ...]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in read)
+
+
+def check_reads(cfg, reader: str | None = None) -> None:
+    """The general rule: a setting this run does not read (its declaration's ``read_by``), given another value than its
+    default, is refused. ``reader``: the experiment (default: the one of ``cfg.run``), or ``TRAINING`` for a task's trainer."""
+    from headprune.settings.schema import checked_groups, is_read, read_by, reads_of
+
+    reader = reader or experiment_name(cfg)
+    for group in checked_groups():
+        for key, value in given_settings(cfg, group).items():
+            if not read_by(key):
+                raise ConfigError(
+                    f"{key}={value} is no setting of {group}.* (docs/settings.md lists them): check the spelling; no experiment reads it"
+                )
+            if not is_read(key, reader):
+                raise ConfigError(
+                    f"{key}={value} is not read by experiment={experiment_name(cfg)} (it reads {reads_of(reader)}): "
+                    "it would be ignored; drop it, or run the experiment that reads it"
+                )
+
+
+def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
+    """A conditional read: ``keys`` are read only when ``why`` says; given another value than their default otherwise, refused."""
+    for group in {key.split(".")[0] for key in keys}:
+        for key, value in given_settings(cfg, group).items():
+            if reads(key, keys):
+                raise ConfigError(f"{key}={value} would be ignored: {why}; drop it")
+
+
+# ---- physical pruning -----------------------------------------------------------------------------
+
+
+def check_exact_pruning(cfg, what: str | None) -> None:
+    """A run that prunes physically (``what`` says how; None: it only masks) is refused before work on a model whose
+    pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
+    from headprune.core.families import FAMILIES
+    from headprune.core.pruning import inexact_reason
+
+    fields = model_fields(cfg.model) or {}
+    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    reason = family and inexact_reason(family, fields)
+    if reason and what:
+        raise ConfigError(
+            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. Gates, importance scores and "
+            "ablation work on it: run experiment=ablate or keep_one, or experiment=prune with masks only (no "
+            "prune.recover=finetune, measure_speed, schedule or cost=latency, and prune.save=none)"
+        )

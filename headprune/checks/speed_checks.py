@@ -1,0 +1,95 @@
+"""The checks of a speed measurement, shared by experiment=speed and the study's speed stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headprune.core.checks import ConfigError
+from headprune.sources.mask_source import point_model_dir
+from headprune.sources.orders import ORDERS, action_refusal
+
+
+def check_speed(speed) -> None:
+    """speed.* timing: at least as many repeats allowed as asked for, batch sizes listed once."""
+    from headprune.checks.shared_checks import no_duplicates
+
+    no_duplicates(speed.batch_sizes, "speed.batch_sizes")
+    if speed.repeats > speed.max_repeats:
+        raise ConfigError(
+            f"speed.repeats={speed.repeats} timed passes at least, but speed.max_repeats={speed.max_repeats} at most: "
+            f"raise speed.max_repeats to {speed.repeats} or more, or lower speed.repeats"
+        )
+
+
+def check_speed_run(cfg) -> None:
+    """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask."""
+    from headprune.checks.shared_checks import check_splits
+    from headprune.results.mask_files import read_mask_file
+
+    speed = cfg.speed
+    check_speed(speed)
+    check_splits(cfg, [speed.split], "speed.split")
+    if speed.get("point"):
+        check_point(cfg)
+        return
+    if speed.get("mask_file"):
+        read_mask_file(speed.mask_file, "speed")
+        check_chosen_mask(cfg)
+        return
+    if speed.get("mask_step") is not None:
+        raise ConfigError(
+            f"speed.mask_step={speed.mask_step} picks a Pareto point of speed.mask_file, which is not set: "
+            "add speed.mask_file=<prune run>/results.json or drop speed.mask_step"
+        )
+    if speed.mask_order not in ORDERS:
+        raise ConfigError(
+            f"speed.mask_order={speed.mask_order}: without speed.mask_file the mask is the lowest speed.fraction of the heads "
+            f"by an order of {list(ORDERS)}; a Pareto point's method (e.g. fisher+lsq) needs speed.mask_file"
+        )
+    refused = action_refusal(str(speed.mask_order), "remove")
+    if refused:
+        raise ConfigError(f"speed.mask_order={speed.mask_order}: {refused}")
+    from headprune.checks.shared_checks import check_order_data
+
+    check_order_data(cfg, str(speed.mask_order))
+    if speed.fraction == 0:
+        raise ConfigError("speed.fraction=0 prunes no head: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5")
+
+
+def check_point(cfg) -> None:
+    """speed.point: a point of speed.mask_file's prune run, picked by name alone; one that removed some heads (not the control)."""
+    from headprune.checks.shared_checks import refuse_given
+    from headprune.results.mask_files import read_mask_file
+    from headprune.sources.mask_source import point_source
+
+    speed = cfg.speed
+    refuse_given(cfg, ("speed.mask_order", "speed.mask_step", "speed.fraction"), f"speed.point={speed.point} names the point itself")
+    if not speed.get("mask_file"):
+        raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
+    read_mask_file(speed.mask_file, "speed")
+    point = point_source(speed, "speed")[1].point
+    if point.get("control"):
+        raise ConfigError(
+            f"speed.point={speed.point} is the control, the unpruned model fine-tuned: it has the unpruned model's shape, so "
+            "timing it against the unpruned model compares nothing; name a pruned point"
+        )
+    point_model_dir(speed, "speed")  # a recovered point's model directory must be there
+
+
+def check_chosen_mask(cfg) -> None:
+    """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
+    from headprune.checks.shared_checks import check_mask_units
+    from headprune.sources.mask_source import chosen_mask, with_file_unit
+
+    speed = cfg.speed
+    path = Path(str(speed.mask_file))
+    mask = chosen_mask(speed, "speed")[1].mask
+    check_mask_units(with_file_unit(cfg, "speed"), mask)
+    entries = [value for rows in mask.values() for row in rows for value in row]
+    if 0 not in entries:
+        raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")
+    if 1 not in entries:
+        raise ConfigError(
+            f"speed.mask_file={path}: the chosen mask removes every head ({len(entries)}): nothing would be left to time "
+            "(as speed.fraction=1 is refused); choose a mask that keeps some heads"
+        )

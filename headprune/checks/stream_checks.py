@@ -1,0 +1,83 @@
+"""Checks of prune.action and prune.stream.*: what streaming needs of the model, the unit, the data and the other settings.
+
+Streaming limits a unit to the first ``sink`` tokens and a recent ``window`` of its causal KV cache, so it needs a
+decoder-only LLM whose attention takes a 4-D mask, a unit of attention (a head or a KV group), a window the model's
+positions can hold and a context longer than sink + window (else a streamed unit keeps every key and nothing is saved).
+"""
+
+from __future__ import annotations
+
+from headprune.core.checks import ConfigError
+from headprune.core.families import config_groups
+from headprune.core.stream_gates import MASKED_ATTENTION, STREAM_UNITS, STREAMED_GROUP
+from headprune.models.sources import config_fields, max_positions
+from headprune.tasks.stream_task import task_context
+from headprune.tasks.unit_task import unit_of
+
+
+def check_stream(cfg) -> None:
+    """prune.action=stream: on a decoder LLM, in an attention unit, with a window within the model's positions and
+    sink + window below the task's context, and no pruning for speed."""
+    check_stream_model(cfg)
+    unit = unit_of(cfg)
+    if unit not in STREAM_UNITS:
+        raise ConfigError(
+            f"prune.unit={unit} with prune.action=stream: streaming limits how far back a unit of attention looks, and "
+            f"{unit} holds units that attend to nothing (FFN neurons, whole blocks): use prune.unit=kv_group (or head)"
+        )
+    check_span(cfg)
+    check_not_for_speed(cfg.prune)
+
+
+def check_stream_model(cfg) -> None:
+    """A decoder-only LLM (its only attention group the causal self-attention) whose attention takes the streaming mask."""
+    model = cfg.model.get("name")
+    fields = config_fields(cfg.model)
+    groups = config_groups(fields) if fields is not None else None
+    if groups is not None and STREAMED_GROUP not in groups:
+        raise ConfigError(
+            f"prune.action=stream on model={model}, an encoder (attention groups {groups}): it attends to every token at once "
+            "and keeps no KV cache, so no head of it can be streamed: use a decoder-only LLM (e.g. model=tiny_llama, model=smollm2)"
+        )
+    if groups is not None and groups != [STREAMED_GROUP]:
+        raise ConfigError(
+            f"prune.action=stream on model={model}, an encoder-decoder (attention groups {groups}): streaming covers the "
+            f"causal self-attention of decoder-only LLMs (e.g. model=tiny_llama, model=smollm2); use prune.action=remove here"
+        )
+    implementation = cfg.model.get("attn_implementation")
+    if implementation is not None and str(implementation) not in MASKED_ATTENTION:
+        raise ConfigError(
+            f"prune.action=stream adds a sink + window mask to the attention, which model.attn_implementation={implementation} "
+            f"does not take as a 4-D mask: set model.attn_implementation to one of {list(MASKED_ATTENTION)}"
+        )
+
+
+def check_span(cfg) -> None:
+    """A window within the model's positions, and sink + window below the longest context of the task's data."""
+    stream, name = cfg.prune.stream, cfg.model.get("name")
+    sink, window = int(stream.sink), int(stream.window)
+    positions = max_positions(cfg.model)
+    if positions is not None and window > positions:
+        raise ConfigError(
+            f"prune.stream.window={window} is larger than model {name}'s {positions} positions: no sequence it reads is that "
+            f"long, so a streamed unit would see everything; choose a window below {positions}"
+        )
+    context = task_context(cfg.data)
+    if context is not None and sink + window >= context:
+        raise ConfigError(
+            f"prune.stream.sink={sink} + prune.stream.window={window} = {sink + window} tokens reach the whole context of "
+            f"data={cfg.data.get('name')} ({context} tokens at most): a streamed unit would keep every key and nothing would be "
+            f"saved; choose sink + window below {context} (e.g. prune.stream.window={max(1, context // 2 - sink)})"
+        )
+
+
+def check_not_for_speed(prune) -> None:
+    """Pruning for speed removes units from the weights; a streamed unit keeps its weights."""
+    from headprune.pruning.pareto_plan import for_speed
+
+    if for_speed(prune):
+        raise ConfigError(
+            "prune.action=stream gates units, and pruning for speed (prune.target / schedule / recover / rearrange / "
+            "measure_speed) removes them from the weights: a streamed unit keeps its weights, its saving is the KV cache "
+            "every point reports (kv_bytes at the task's context); give prune.fractions instead"
+        )

@@ -1,0 +1,146 @@
+"""Fine-tune recovery inside the prune experiment: its training batches (examples or a token budget) and its control.
+
+A token budget (``prune.finetune.tokens``) takes shuffled training batches until that many real input tokens
+(attention-mask ones) are in, and trains one pass over them. The control (``prune.control=true``) gives the
+unpruned model the same fine-tune: the same batches in the same order, the same steps, lr and schedule, and
+distillation from its own frozen copy where the pruned model distils from the unpruned one.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from headprune.core.checks import ConfigError
+from headprune.lightning.finetune import finetune_recover
+
+
+def batch_tokens(batch: dict) -> int:
+    """Real input tokens of a training batch (attention-mask ones; every position without a mask)."""
+    mask = batch.get("attention_mask")
+    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+
+
+def batch_rows(batch: dict) -> int:
+    return int(batch["input_ids"].shape[0])
+
+
+def budget_batches(task, tokens: int, seed: int) -> list[dict]:
+    """The first shuffled training batches (``task.training_batches`` with ``seed``) that hold ``tokens`` real input tokens."""
+    if tokens < 1:
+        raise ValueError(f"a fine-tune token budget must be >= 1 token, got {tokens}")
+    wanted = 64
+    while True:
+        batches = task.training_batches(wanted, seed=seed)
+        drawn, total = sum(map(batch_rows, batches)), sum(map(batch_tokens, batches))
+        if total >= tokens or drawn < wanted:  # enough tokens, or the whole training split drawn
+            break
+        wanted *= 2
+    if total < tokens:
+        raise ConfigError(
+            f"prune.finetune.tokens={tokens}: the training split holds only {total} tokens (real input tokens of its {drawn} "
+            f"examples); set prune.finetune.tokens to at most {total}, or give more training text"
+        )
+    out, seen = [], 0
+    for batch in batches:
+        out.append(batch)
+        seen += batch_tokens(batch)
+        if seen >= tokens:
+            return out
+    return out
+
+
+def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> list[dict]:
+    """What ``prune.recover=finetune`` trains on: ``prune.finetune.tokens`` real input tokens or ``prune.finetune.examples``
+    training examples (a new draw for each ``round_`` of a schedule), or the lsq batches when both are null."""
+    finetune = settings.finetune
+    seed = int(finetune.seed) + round_
+    if finetune.tokens is not None:
+        return budget_batches(task, int(finetune.tokens), seed)
+    if finetune.examples is not None:
+        return task.training_batches(int(finetune.examples), seed=seed)
+    return recovery
+
+
+def check_finetune_budget(task, settings) -> None:
+    """A ``prune.finetune.tokens`` budget the training split can fill, before any work (a ConfigError saying what it holds)."""
+    from headprune.pruning.pareto_plan import recoveries_of
+
+    if "finetune" in recoveries_of(settings) and settings.finetune.tokens is not None:
+        budget_batches(task, int(settings.finetune.tokens), int(settings.finetune.seed))
+
+
+def finetune_steps(finetune, batches: list[dict]) -> int:
+    """Optimizer steps of one fine-tune: one pass over a token budget's batches, else ``prune.finetune.max_steps``."""
+    return len(batches) if finetune.tokens is not None else int(finetune.max_steps)
+
+
+def check_lora_rank(model, rank: int) -> None:
+    """A LoRA rank no larger than the smallest projection of the model it adapts: the pruned one, whose q/k/v/o projections
+    are narrower than the unpruned model's that the config check saw (a ConfigError otherwise)."""
+    from headprune.lightning.lora import smallest_projection
+
+    smallest = smallest_projection(model)
+    if rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection of the pruned model ({smallest} features: "
+            f"pruning narrowed its attention projections); choose at most {smallest}, or null for a full fine-tune"
+        )
+
+
+def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, label: str) -> list[dict]:
+    """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
+    weight = float(finetune.distill_weight)
+    device = next(model.parameters()).device
+    flags = [p.requires_grad for p in teacher.parameters()]
+    rank = finetune.lora_rank
+    if rank is not None:
+        check_lora_rank(model, int(rank))
+    try:
+        return finetune_recover(
+            model,
+            batches,
+            teacher=teacher if weight > 0 else None,
+            distill_weight=weight,
+            temperature=float(finetune.temperature),
+            max_steps=finetune_steps(finetune, batches),
+            lr=float(finetune.lr),
+            warmup=float(finetune.warmup),
+            decay=bool(finetune.decay),
+            lora_rank=None if rank is None else int(rank),
+            lora_alpha=finetune.lora_alpha,
+            seed=int(finetune.seed),
+            progress=bool(finetune.progress),
+            accelerator="cpu" if device.type == "cpu" else "auto",
+            logger=logger,
+            log_prefix=f"recover/{label}",
+        )
+    finally:
+        for parameter, flag in zip(teacher.parameters(), flags):
+            parameter.requires_grad_(flag)
+
+
+def control_model(task, rounds: list[list[dict]], finetune, logger) -> tuple[object, list[float]]:
+    """(a copy of the unpruned model fine-tuned like the pruned ones, each step's loss): one fine-tune per round of
+    batches, in order, distilled from a frozen copy of the unpruned model."""
+    model = copy.deepcopy(task.model)
+    teacher = copy.deepcopy(task.model).eval()
+    losses = []
+    for number, batches in enumerate(rounds):
+        label = "control" if len(rounds) == 1 else f"control/step{number + 1}"
+        losses += [h["loss"] for h in finetune_in_place(model, teacher, batches, finetune, logger, label)]
+    return model, losses
+
+
+def budget_info(finetune, rounds: list[list[dict]]) -> dict:
+    """What a fine-tune trained on: rounds, steps, examples and real input tokens of each round."""
+    return {
+        "rounds": [
+            {
+                "steps": finetune_steps(finetune, batches),
+                "batches": len(batches),
+                "examples": sum(map(batch_rows, batches)),
+                "tokens": sum(map(batch_tokens, batches)),
+            }
+            for batches in rounds
+        ]
+    }

@@ -1,0 +1,169 @@
+"""The greedy pruning stage (paper section 4, Figure 2): score every order's masks at each fraction."""
+
+from __future__ import annotations
+
+from headprune.core.checks import warn
+from headprune.core.unit_kinds import is_joint
+from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label
+from headprune.results.run_dir import mask_to_json, tensor_dict
+from headprune.results.stream_points import action_record, point_cost, streamed_label, streaming
+from headprune.selection.ffn_widths import round_ffn_widths
+from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
+from headprune.selection.joint_scale import comparable_scores
+from headprune.selection.uniform import layout_mask, layout_masks
+from headprune.settings import listed
+from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores
+from headprune.stages.evaluation import evaluate_many, evaluate_one, unit_counts
+
+
+def fractions_of(settings) -> list[float]:
+    """``prune.fractions`` (a number or a list) or the grid 0, step, ... max_fraction."""
+    if settings.fractions is None:
+        grid = fraction_grid(float(settings.step), float(settings.max_fraction))
+        if grid == [0.0] and float(settings.max_fraction) > 0:
+            warn(
+                f"prune.max_fraction={settings.max_fraction} is below prune.step={settings.step}: the only point is 0% "
+                "(no unit removed); lower prune.step or give prune.fractions"
+            )
+        return grid
+    return check_fractions(listed(settings.fractions))
+
+
+def orders_of(settings) -> list[str]:
+    """``prune.order`` as a list of known orders."""
+    orders = listed(settings.order)
+    if not orders:
+        raise ValueError(f"prune.order is empty: give at least one of {list(ORDERS)}")
+    return [check_order(str(o)) for o in orders]
+
+
+def reestimated_masks(
+    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, layout: str, joint_scale: str
+) -> list[dict]:
+    """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
+    from tqdm.auto import tqdm
+
+    shape = task.gates.groups
+    masks, current = [], None
+    for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
+        scores = comparable_scores(ORDERS[order].scores(task, settings, mask=current), joint_scale)
+        current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
+        masks.append(current)
+    return masks
+
+
+def prune_stage(
+    task,
+    orders,
+    fractions,
+    settings: OrderSettings,
+    groups,
+    min_per_layer: int,
+    reestimate: bool,
+    split: str,
+    shared: dict | None,
+    layout: str,
+    *,
+    joint_scale: str,
+    progress: bool,
+    base=None,
+    ffn_multiple: int = 1,
+) -> dict:
+    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform;
+    ``joint_scale``: how a joint unit's kinds meet (``headprune.selection.joint_scale``); ``ffn_multiple``: every FFN
+    layer keeps a multiple of it (``headprune.selection.ffn_widths``)."""
+    shape = task.gates.groups
+    groups = check_groups(groups, shape)
+    shared = {} if shared is None else shared
+    base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
+    reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # random and ablation cannot be
+    out = {
+        "metric": task.metric,
+        "higher_is_better": bool(task.higher_is_better),
+        "split": split,
+        "n_examples": base.n,
+        "base_score": base.score,
+        "groups": groups,
+        "total_heads": sum(shape[g][0] * shape[g][1] for g in groups),
+        "min_heads_per_layer": min_per_layer,
+        "reestimate": bool(reestimated),  # true only when some order was re-estimated
+        "reestimated_orders": reestimated,
+        "fractions": fractions,
+        "layout": layout,
+        "orders": {},
+        **unit_counts(task.gates, groups),
+        **action_record(task),
+    }
+    for order in orders:
+        if order in reestimated:
+            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout, joint_scale)
+        else:
+            scores = comparable_scores(order_scores(task, order, settings, shared), joint_scale)
+            masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
+            if ffn_multiple > 1:
+                masks = [round_ffn_widths(m, scores, ffn_multiple, task.gates.unit) for m in masks]
+        results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
+        steps = [
+            {
+                "fraction": f,
+                **what_was_removed(f, heads_removed(m), out["units_total"]),
+                "heads_pruned": heads_removed(m),
+                "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
+                **what_it_did(task, m),
+                "score": r.score,
+                "relative": r.score / base.score if base.score else None,
+                "mask": mask_to_json(m),
+                **point_cost(task, m),
+            }
+            for f, m, r in zip(fractions, masks, results)
+        ]
+        out["orders"][order] = {"steps": steps, "reestimated": order in reestimated}
+        if order in shared:
+            out["orders"][order]["head_scores"] = tensor_dict(shared[order])
+    return out
+
+
+def what_it_did(task, mask) -> dict:
+    """A step's label by kind: ``kinds_removed`` (``heads 25%``, ``KV groups 25%, neurons 38%``), or for a streaming task
+    ``streamed`` (``KV groups streamed 30%``)."""
+    if streaming(task):
+        return {"streamed": streamed_label(mask_to_json(mask), task.gates.unit)}
+    return {"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)}
+
+
+def what_was_removed(fraction: float, removed: int, total: int) -> dict:
+    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked
+    (a uniform layout's floor per layer or prune.min_heads_per_layer can leave fewer)."""
+    return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
+
+
+def warn_unmet(result: dict) -> None:
+    """One warning line per order whose steps removed fewer units than their fractions ask."""
+    total, unit = result["units_total"], result["unit"]
+    for order, v in result["orders"].items():
+        unmet = [s for s in v["steps"] if s.get("fraction_met") is False]
+        if unmet:
+            shown = "; ".join(
+                f"{percent(s['fraction'])} asks {int(round(s['fraction'] * total))} of {total} {unit}s, {s['heads_pruned']} removed"
+                for s in unmet
+            )
+            warn(
+                f"{order}: {shown}: the {result['layout']} layout or prune.min_heads_per_layer={result['min_heads_per_layer']} "
+                "allows no more; each point is labelled by what it removed (fraction_removed in results.json)"
+            )
+
+
+def step_text(step: dict, unit: str) -> str:
+    """A step as printed: its label, and for a joint unit what each kind lost (``30% (KV groups 25%, neurons 38%)``)."""
+    if step.get("streamed"):
+        return step["streamed"] + ("" if fraction_met(step) else f" (asked {percent(step['fraction'])})")
+    label = step_label(step)
+    return f"{label} ({step['kinds_removed']})" if is_joint(unit) and step.get("kinds_removed") else label
+
+
+def curves_of(result: dict) -> dict:
+    """{order: (fractions removed, scores)} of a prune result, for the figure."""
+    total = result.get("units_total")
+    return {
+        order: ([removed_fraction(s, total) for s in v["steps"]], [s["score"] for s in v["steps"]]) for order, v in result["orders"].items()
+    }

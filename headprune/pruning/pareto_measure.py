@@ -1,0 +1,213 @@
+"""Recovery, measurement and the control of pruning for speed: what happens to a point once its mask is chosen.
+
+Recovery (``prune.recover``): ``lsq`` folds least-squares scales of the kept heads into a copy of the model,
+``finetune`` fine-tunes a physically pruned copy (distilled from the unpruned model) on ``prune.recover_examples``
+training examples or a token budget. With ``prune.measure_speed`` each distinct pruned model is timed against the
+unpruned one (``speed_stage``); with ``prune.control`` the unpruned model gets the same fine-tune.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+from headprune.core.gates import HeadGates
+from headprune.core.unit_kinds import recovery_parts
+from headprune.core.units import prune_unit_mask, unit_count
+from headprune.core.units import unit_gates as unit_gates_of
+from headprune.engine.ablation import attention_implementation
+from headprune.engine.timing import TimeBudgetError
+from headprune.pruning.finetune_runs import control_model, finetune_in_place
+from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, relative
+from headprune.results.run_dir import mask_from_json
+from headprune.selection.costs import CostModel
+from headprune.selection.ffn_lsq import unit_lsq_recoverer
+from headprune.selection.latency import cached_latency_model, synthetic_inputs
+from headprune.selection.lsq import lsq_recover
+from headprune.selection.unit_costs import unit_flops_cost_model
+from headprune.selection.unit_latency import cached_unit_latency_model
+from headprune.sources.point_models import (
+    CONTROL_POINT,
+    recipe_of,
+    save_point_model,
+    saved_dir,
+    saved_model,
+    wants_model,
+)
+from headprune.stages.evaluation import evaluate_one, swapped_model
+from headprune.stages.speed_stage import speed_stage
+
+
+def recovery_batches(task, examples: int) -> list[dict]:
+    """The first ``examples`` training examples of the task's importance subset, as model-input batches."""
+    out, seen = [], 0
+    for batch in task.importance_batches():
+        size = next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
+        keep = min(size, examples - seen)
+        out.append(batch if keep == size else {k: v[:keep] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items()})
+        seen += keep
+        if seen >= examples:
+            break
+    if not out:
+        raise ValueError("recovery needs training examples, but the task's importance subset is empty")
+    return out
+
+
+def flops_model(task, seq_len: int) -> CostModel:
+    """Analytic FLOPs with tables in the task's pruning unit (query heads, KV groups, neurons, blocks or a joint unit)."""
+    return unit_flops_cost_model(task.model, task.gates.unit, seq_len)
+
+
+def cost_model(task, settings, out: Path) -> CostModel:
+    """``prune.cost``: analytic FLOPs, or latency tables measured on this machine and cached in ``out/latency``."""
+    seq_len = int(settings.seq_len)
+    if str(settings.cost) == "flops":
+        return flops_model(task, seq_len)
+    device = next(task.model.parameters()).device
+    inputs = synthetic_inputs(task.model, int(settings.latency_batch_size), seq_len)
+    with attention_implementation(task.model, task.gates.inner):  # time the model's own attention, not the gate wrapper
+        if task.gates.unit == "head":
+            return cached_latency_model(task.model, inputs, out / "latency", device=device)
+        return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
+
+
+def recovered_model(
+    task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str, progress: bool = False
+):
+    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the heads ``mask`` keeps.
+
+    The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
+    under ``mask`` (equal to the physically pruned copy), with the shrink its loss on ``batches`` kept; finetune: a
+    physically pruned copy fine-tuned on ``tuning`` (default ``batches``; mask None), with each step's loss. ``mask`` is in the task's unit (query
+    heads or KV groups); the core gets its query-head mask.
+    """
+    if recovery == "none":
+        return task.model, task.gates, mask, {}
+    model = copy.deepcopy(task.model)
+    if recovery == "lsq" and recovery_parts(task.gates.unit) - {"attention"}:  # fitted on the physically pruned copy
+        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
+        lsq = unit_lsq_recoverer(task.gates.unit, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
+        lsq(model, task.model, batches)
+        return model, HeadGates(model), None, None
+    heads = task.gates.head_mask(mask, hard=True)
+    if recovery == "lsq":
+        gates, report = HeadGates(model), {}
+        ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
+        lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
+        return model, gates, mask, {"lsq": report}
+    if recovery == "finetune":
+        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
+        history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
+        return model, HeadGates(model), None, {"finetune_losses": [h["loss"] for h in history]}
+    raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
+
+
+def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) -> None:
+    """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights.
+
+    ``mask`` (in the unit of ``unit_gates``, the task's gates) is pruned from the weights first when given.
+    """
+    if ctx.settings.measure_speed:
+        if mask is not None:
+            prune_unit_mask(unit_gates_of(model, unit_gates.unit), mask)
+        ctx.models[key] = model
+
+
+def measure_points(task, points: list[dict], base_point: dict, ctx: ParetoRun) -> None:
+    """Time each distinct physically pruned model against the unpruned one (largest of ``speed.batch_sizes``).
+
+    A recovered point is timed on its own recovered model (``ctx.models[(recovery, mask)]``), others on the mask's
+    pruned copy. A point whose timing the time budget cut keeps its scores, untimed.
+    """
+    measured: dict[str, dict | None] = {}
+    for point in points:
+        own = ctx.models.get((point["recovery"], repr(point["mask"])))
+        key = repr((point["recovery"], point["mask"])) if own is not None else repr(point["mask"])
+        if key not in measured:
+            measured[key] = timed_point(task, point, own, ctx)
+        if measured[key] is not None:
+            point["measured"] = measured[key]
+    timed = [m for m in measured.values() if m is not None]
+    if timed:
+        first = timed[0]
+        base_point["measured"] = {
+            "batch_size": first["batch_size"],
+            "examples_per_s": first["original_examples_per_s"],
+            "original_examples_per_s": first["original_examples_per_s"],
+            "speedup": 1.0,
+            "device": first["device"],
+        }
+
+
+def timed_point(task, point: dict, own, ctx: ParetoRun) -> dict | None:
+    """The measured speed of one point's pruned model (``own``: its recovered model), or None when it could not be timed."""
+    speed = dataclasses.replace(ctx.speed, check_score=False)  # a recovered model has no masked twin; the mask's was checked
+    mask = task.gates.normalize_mask(mask_from_json(point["mask"]), hard=True)
+    try:
+        stage = speed_stage(task, mask, speed, ctx.seed, pruned_model=own)
+    except TimeBudgetError as error:  # the scores stand: only this point's timing is lost
+        print(f"headprune: point not timed, its quality is kept: {error}", file=sys.stderr)
+        return None
+    if not stage["rows"]:  # the budget cut every timing: the scores stand
+        print(f"headprune: point not timed, its quality is kept: {stage['verdict']}", file=sys.stderr)
+        return None
+    row = stage["rows"][-1]
+    return {
+        "model": "recovered" if own is not None else "pruned by the mask",
+        "batch_size": row["batch_size"],
+        "examples_per_s": row["pruned"]["examples_per_s"],
+        "original_examples_per_s": row["original"]["examples_per_s"],
+        "speedup": 1 + row["gain"],
+        "verdict": row.get("verdict"),
+        "device": stage["device"],
+    }
+
+
+def control_point(task, ctx: ParetoRun) -> dict:
+    """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
+    recipe = control_recipe(ctx)
+    model = saved_model(ctx.out, recipe) if recipe else None
+    reused, losses = model is not None, None
+    if not reused:
+        model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
+    with swapped_model(task, model, HeadGates(model)):
+        results = {split: evaluate_one(task, None, split, CONTROL_POINT, progress=ctx.progress) for split in eval_splits(ctx)}
+    saved = {}
+    if recipe:
+        scores = {split: result.score for split, result in results.items()}
+        saved["model_dir"] = (
+            saved_dir(recipe) if reused else save_point_model(ctx.out, model, task.gates, None, task.tokenizer, recipe, scores)
+        )
+    del model
+    score = results[ctx.split].score
+    return {
+        "order": "unpruned",
+        "recovery": "finetune",
+        "control": True,
+        "step": "0%",
+        "target": None,
+        "fraction": 0.0,
+        "heads_pruned": 0,
+        "query_heads_pruned": 0,
+        "heads_total": unit_count(task.gates),
+        "score": score,
+        "relative": relative(score, ctx.base.score),
+        **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
+        "predicted_speedup": 1.0,
+        "flops_kept": 1.0,
+        "cost_unit": ctx.costs.unit,
+        **({"finetune_losses": losses} if losses is not None else {}),
+        **saved,
+    }
+
+
+def control_recipe(ctx: ParetoRun) -> dict | None:
+    """The recipe of the control's model (its fine-tune rounds of batches) when ``prune.save`` keeps it, else None."""
+    if ctx.out is None or not wants_model(ctx.settings.save, "finetune", CONTROL_POINT):
+        return None
+    recipe = recipe_of(ctx, CONTROL_POINT, "unpruned", "finetune", "0%", None)
+    return {**recipe, "rounds": [len(batches) for batches in ctx.rounds]}

@@ -1,0 +1,76 @@
+"""What a pruning-for-speed run will make, known from its settings alone: recoveries, rearrangements, steps and the
+names of its points (``fisher+lsq@40%``), so that settings naming points (``prune.save``) are checked before work."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from headprune.pruning.pareto_points import step_label
+from headprune.selection.mask_search import PruneTarget, given_target
+from headprune.selection.schedule import check_schedule
+from headprune.settings import listed
+from headprune.sources.point_models import CONTROL_POINT, point_id
+
+
+def plain(value):
+    """A setting as plain Python values (OmegaConf containers resolved)."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def recoveries_of(settings) -> list[str]:
+    """``prune.recover`` as a list (none | lsq | finetune)."""
+    return [str(r) for r in listed(settings.recover)]
+
+
+def rearrangements_of(settings) -> list[bool]:
+    """``prune.rearrange`` as the variants to make: false -> [False], true -> [True], both -> [False, True]."""
+    given = settings.rearrange
+    if given is None or given is False:
+        return [False]
+    if given is True:
+        return [True]
+    if given == "both":
+        return [False, True]
+    raise ValueError(f"prune.rearrange must be false, true or both, got {given!r}")
+
+
+def for_speed(settings) -> bool:
+    """Whether ``prune`` asks for pruning for speed (a target, a schedule, a recovery, a rearrangement, measured speed or extra splits)."""
+    return (
+        given_target(settings.target) is not None
+        or settings.schedule is not None
+        or recoveries_of(settings) != ["none"]
+        or rearrangements_of(settings) != [False]
+        or bool(settings.measure_speed)
+        or bool(settings.extra_splits)
+    )
+
+
+def pareto_steps(settings, fractions: list[float]) -> list:
+    """The steps of every order: ``prune.schedule``, else the one ``prune.target``, else the fractions above 0."""
+    target = given_target(settings.target)
+    if settings.schedule is not None:
+        return check_schedule(plain(settings.schedule))
+    if target is not None:
+        return [PruneTarget.from_config(plain(target))]
+    return [f for f in fractions if f > 0]
+
+
+def method_name(order: str, rearrange: bool, recovery: str) -> str:
+    """A point's method as its table writes it: ``fisher``, ``fisher+rearrange``, ``fisher+rearrange+lsq``."""
+    name = f"{order}{'+rearrange' if rearrange else ''}"
+    return name if recovery == "none" else f"{name}+{recovery}"
+
+
+def planned_points(settings, orders: list[str], fractions: list[float]) -> list[str]:
+    """The names of every point the settings make (``method@step``, in the run's order), the control's last."""
+    steps = pareto_steps(settings, fractions)
+    variants = [False] if settings.schedule is not None else rearrangements_of(settings)
+    names = [
+        point_id(method_name(order, rearrange, recovery), step_label(step))
+        for order in orders
+        for rearrange in variants
+        for recovery in recoveries_of(settings)
+        for step in steps
+    ]
+    return [*names, CONTROL_POINT] if settings.control else names

@@ -1,0 +1,390 @@
+"""Pruning for speed: the Pareto search over targets, recoveries and schedules, one point per (order, recovery, step).
+
+Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d}), ``prune.schedule``
+(growing fractions or targets: prune, recover, re-score, prune more) or ``prune.recover`` (none | lsq |
+finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
+``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.selection.mask_search``
+(``max_drop`` measured on the selection split, never the evaluation split). A joint unit's kinds meet under ``prune.joint_scale`` (``headprune.selection.joint_scale``). ``prune.rearrange`` (true, or
+``both`` for points with and without) re-chooses each layer's kept units of every one-shot mask, counts kept: heads
+and KV groups by their layers' Fisher blocks, FFN neurons by Kwon et al.'s greedy on their gradients
+(``headprune.selection.unit_rearrange``, Kwon et al. 2022). Recovery, timing and the
+control live in ``headprune.pruning.pareto_measure``; the point records in ``pareto_points``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict
+from pathlib import Path
+
+from headprune.core.gates import HeadGates
+from headprune.core.unit_kinds import recovery_parts
+from headprune.pruning.finetune_runs import budget_info, finetune_batches, finetune_in_place
+from headprune.pruning.pareto_measure import (
+    control_point,
+    cost_model,
+    flops_model,
+    keep_for_timing,
+    measure_points,
+    recovered_model,
+    recovery_batches,
+)
+from headprune.pruning.pareto_plan import pareto_steps, rearrangements_of, recoveries_of
+from headprune.pruning.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
+from headprune.pruning.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
+from headprune.results.run_dir import mask_to_json
+from headprune.selection.ffn_lsq import unit_lsq_recoverer
+from headprune.selection.ffn_rearrange import example_gradients
+from headprune.selection.ffn_widths import round_ffn_widths
+from headprune.selection.greedy import check_groups
+from headprune.selection.joint_scale import comparable_scores
+from headprune.selection.lsq import lsq_recover
+from headprune.selection.mask_search import PruneTarget, mask_after
+from headprune.selection.schedule import iterative_prune
+from headprune.selection.uniform import layout_mask, layout_search
+from headprune.selection.unit_rearrange import rearrange_unit_mask
+from headprune.settings import RunSettings, listed
+from headprune.sources.orders import ORDERS, OrderSettings, order_scores
+from headprune.sources.point_models import has_saved, point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
+from headprune.stages.evaluation import evaluate_many, evaluate_one, swapped_model
+
+
+def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
+    """(``mask`` with each layer's kept units re-chosen by its kind's rule from the gate gradients of the training subset
+    (``headprune.selection.unit_rearrange``), what that changed)."""
+    if "gate_gradients" not in ctx.shared:
+        ctx.shared["gate_gradients"] = example_gradients(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
+    grads = ctx.shared["gate_gradients"]
+    done = rearrange_unit_mask(mask, grads, task.gates.unit, ctx.groups, ctx.min_per_layer, present=task.gates.present())
+    return done.mask, {
+        "layers_changed": done.layers_changed,
+        "exact": all(all(f) for f in done.exact.values()),
+        "fisher_form_before": sum(float(v.sum()) for v in done.before.values()),
+        "fisher_form_after": sum(float(v.sum()) for v in done.after.values()),
+    }
+
+
+def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[list[dict], list[dict | None]]:
+    """(one mask per step: a target's cost-aware search or a fraction's greedy mask, rearranged or not; rearrangement info)."""
+    refine = (lambda m: rearranged(task, m, ctx)[0]) if rearrange else None
+    rule = str(ctx.settings.joint_scale)
+    ranked = comparable_scores(scores, rule)  # a fraction's ranking, and which removed neurons a rounded width takes back
+    masks = []
+    for step in steps:
+        if isinstance(step, PruneTarget):
+            evaluate = lambda m: task.evaluate(m, split=ctx.selection).score  # noqa: E731
+            found = layout_search(ctx.layout)(
+                comparable_scores(scores, rule, ctx.costs),
+                ctx.costs,
+                step,
+                evaluate,
+                task.higher_is_better,
+                min_per_layer=ctx.min_per_layer,
+                groups=ctx.groups,
+                refine=refine,
+            )  # a max_drop target is checked on rearranged masks
+            masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
+        else:
+            masks.append(layout_mask(ranked, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
+    multiple = int(ctx.settings.ffn_multiple)
+    if multiple > 1:  # the target or fraction is met first; each FFN layer then keeps a multiple of neurons
+        masks = [round_ffn_widths(m, ranked, multiple, task.gates.unit) for m in masks]
+    if not rearrange:
+        return masks, [None] * len(masks)
+    return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
+
+
+def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list[dict]:
+    """{split: result} on the scored splits (``scored_splits``) of every mask after ``recovery``; a mask already
+    evaluated (``ctx.evaluated``) is not again. A point ``prune.save`` keeps has its model saved (a mask alone too).
+
+    What a recovery records (a fine-tune's per-step losses, the lsq shrink) goes to ``ctx.recovery_records``; a
+    fine-tune's losses go to its logger under each mask's label too.
+    """
+    done = ctx.evaluated
+    keys = [(recovery, mask_key(m)) for m in masks]
+    todo = {k: (m, label) for k, m, label in zip(keys, masks, labels) if k not in done}
+    if recovery == "none":
+        done.update(masks_alone(task, todo, ctx))
+    for key, (mask, label) in todo.items():
+        recipe = point_recipe(ctx, label, recovery, mask)
+        if recovery == "none":
+            model, evaluate_mask = task.model, mask
+            if recipe and has_saved(ctx.out, recipe):  # the same mask alone was saved by an earlier run
+                ctx.saved[key] = saved_dir(recipe)
+        else:
+            model, evaluate_mask = recover_point(task, key, mask, label, recovery, recipe, ctx)
+        if recipe and key not in ctx.saved:
+            scores = {split: result.score for split, result in done[key].items()}
+            ctx.saved[key] = save_point_model(ctx.out, model, task.gates, evaluate_mask, task.tokenizer, recipe, scores)
+        if recovery != "none":
+            keep_for_timing(ctx, key, model, evaluate_mask, task.gates)
+        del model
+    return [done[k] for k in keys]
+
+
+def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
+    """{key: {split: result}} of the masks of ``todo`` on the base model, without recovery, batched over masks; their
+    selection-split results are kept as each mask's score alone (``ctx.alone``)."""
+    masks = {key: mask for key, (mask, _) in todo.items()}
+    out = {key: {} for key in masks}
+    for split in scored_splits(ctx):
+        known = {k: ctx.alone[mask_key(m)] for k, m in masks.items() if split == ctx.selection and mask_key(m) in ctx.alone}
+        rest = [k for k in masks if k not in known]
+        scored = evaluate_many(task, [masks[k] for k in rest], split, desc=f"masks alone ({split})", progress=ctx.progress) if rest else []
+        for key, result in [*known.items(), *zip(rest, scored)]:
+            out[key][split] = result
+            if split == ctx.selection:
+                ctx.alone.setdefault(mask_key(masks[key]), result)
+    return out
+
+
+def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recipe: dict | None, ctx: ParetoRun) -> tuple:
+    """(the recovered model, the mask to evaluate it under) of one mask, or the model an earlier run saved for its
+    recipe; scored on the scored splits into ``ctx.evaluated[key]``."""
+    model = saved_model(ctx.out, recipe) if recipe else None
+    if model is not None:  # an earlier run saved this recipe's model: no second recovery
+        gates, evaluate_mask, record = HeadGates(model), None, {}
+        ctx.saved[key] = saved_dir(recipe)
+    else:
+        model, gates, evaluate_mask, record = recovered_model(
+            task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress
+        )
+    name = point_label(label, recovery)
+    record = record or {}
+    lsq = record.get("lsq") or {}
+    if lsq.get("shrink") == 0:  # every share of the least squares raised the loss it was checked on
+        (most, loss), alone = next(iter(lsq["fit_loss"].items())), lsq["fit_loss"]["0"]
+        print(
+            f"[prune] {name}: lsq keeps the mask alone: its least squares raised the loss on the batches it was fitted on "
+            f"({loss:.4g} with {most} of it, {alone:.4g} without)",
+            flush=True,
+        )
+    with swapped_model(task, model, gates):
+        ctx.evaluated[key] = {split: evaluate_one(task, evaluate_mask, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
+    ctx.recovery_records[key] = record
+    return model, evaluate_mask
+
+
+def point_label(label: str, recovery: str) -> str:
+    """``fisher+lsq@40%`` from a step label ``fisher/40%`` and its recovery."""
+    method, step = label.split("/", 1)
+    return point_id(method if recovery == "none" else f"{method}+{recovery}", step)
+
+
+def point_recipe(ctx: ParetoRun, label: str, recovery: str, mask) -> dict | None:
+    """The recipe of the point ``label`` (``order[+rearrange]/step``) after ``recovery`` when ``prune.save`` keeps its model."""
+    method, step = label.split("/", 1)
+    point = point_label(label, recovery)
+    if ctx.out is None or not wants_model(ctx.settings.save, recovery, point):
+        return None
+    return recipe_of(ctx, point, method, recovery, step, mask_to_json(mask))
+
+
+def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict]:
+    """Points of one order pruned once per step (a target or a fraction) from its unmasked scores, rearranged or not, each recovered."""
+    scores = order_scores(task, order, ctx.order_settings, ctx.shared)
+    points = []
+    for rearrange in ctx.rearrange:
+        masks, infos = step_masks(task, scores, steps, ctx, rearrange)
+        labels = [f"{order}{'+rearrange' if rearrange else ''}/{step_label(step)}" for step in steps]
+        for recovery in recoveries:
+            results = recovered_results(task, masks, recovery, ctx, labels)
+            for step, mask, result, info, label in zip(steps, masks, results, infos, labels):
+                point = point_record(order, recovery, step, mask, result, ctx, task)
+                if recovery != "none":
+                    alone = mask_alone(task, mask, ctx, point_label(label, "none"))
+                    point["recovery_check"] = recovery_check(result[ctx.selection], alone, ctx, task)
+                if (recovery, mask_key(mask)) in ctx.saved:
+                    point["model_dir"] = ctx.saved[(recovery, mask_key(mask))]
+                points.append(
+                    {
+                        **point,
+                        "rearranged": rearrange,
+                        **({"rearrangement": info} if info else {}),
+                        **ctx.recovery_records.get((recovery, mask_key(mask)), {}),
+                    }
+                )
+    return points
+
+
+def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict]:
+    """Points of one order pruned step by step (``headprune.selection.schedule.iterative_prune``), re-scored and recovered after each step."""
+    settings = ctx.settings
+    points = []
+    for recovery in recoveries:
+        work = copy.deepcopy(task.model)
+
+        def scores(model, gates, batches, loss_fn):
+            with swapped_model(task, model, gates):
+                return ORDERS[order].scores(task, ctx.order_settings)
+
+        def evaluate(mask):  # a max_drop step: the current pruned model under a further mask, on the selection split
+            with swapped_model(task, work, HeadGates(work)):
+                return task.evaluate(mask, split=ctx.selection).score
+
+        rounds = iter(range(len(steps)))
+
+        def recover(model, teacher, batches):
+            round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
+            if recovery == "lsq" and recovery_parts(task.gates.unit) - {"attention"}:  # heads, then the other parts, of the pruned model
+                unit_lsq_recoverer(task.gates.unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
+            elif recovery == "lsq":
+                lsq_recover(
+                    model,
+                    HeadGates(model),
+                    batches,
+                    teacher=teacher,
+                    ridge=float(settings.lsq.ridge),
+                    max_scale=float(settings.lsq.max_scale),
+                    progress=ctx.progress,
+                )
+            elif recovery == "finetune":
+                finetune_in_place(model, teacher, ctx.rounds[round_], settings.finetune, ctx.logger, f"{order}/step{round_ + 1}")
+            else:
+                raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
+
+        done = iterative_prune(
+            work,
+            steps,
+            ctx.batches,
+            recover=None if recovery == "none" else recover,
+            score_fn=scores,
+            min_per_layer=ctx.min_per_layer,
+            groups=ctx.groups,
+            teacher=task.model,
+            costs=ctx.costs,
+            evaluate=evaluate,
+            unit=task.gates.unit,
+            layout=ctx.layout,
+            joint_scale=str(settings.joint_scale),
+        )
+        for step, result in zip(steps, done):
+            label = f"{order}/{step_label(step)}"
+            with swapped_model(task, result.model, HeadGates(result.model)):
+                name = point_label(label, recovery)
+                scored = {split: evaluate_one(task, None, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
+            if recovery != "none":
+                keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
+            point = point_record(order, recovery, step, result.mask, scored, ctx, task)
+            if recovery != "none":
+                alone = mask_alone(task, result.mask, ctx, point_label(label, "none"))
+                point["recovery_check"] = recovery_check(scored[ctx.selection], alone, ctx, task)
+            recipe = point_recipe(ctx, label, recovery, result.mask)
+            if recipe:  # a schedule's models are saved, not reused: each step starts from the one before
+                scores = {split: r.score for split, r in scored.items()}
+                point["model_dir"] = save_point_model(ctx.out, result.model, task.gates, None, task.tokenizer, recipe, scores)
+            points.append(point)
+
+    return points
+
+
+def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps: list, where: dict, out: Path, logger) -> ParetoRun:
+    """What every point shares: recovery and fine-tune batches, cost models, the unpruned scores (``where``: split,
+    selection, base, shared, seed)."""
+    prune = settings.prune
+    scheduled, recoveries = prune.schedule is not None, recoveries_of(prune)
+    batches = recovery_batches(task, int(prune.recover_examples)) if scheduled or recoveries != ["none"] else []
+    count = len(steps) if scheduled else 1
+    rounds = [finetune_batches(task, prune, batches, r) for r in range(count)] if "finetune" in recoveries else []
+    ctx = ParetoRun(
+        settings=prune,
+        order_settings=order_settings,
+        shared=where["shared"],
+        split=where["split"],
+        selection=where["selection"],
+        base=where["base"],  # scored below, once the settings are known to work
+        groups=check_groups(prune.groups, task.gates.groups),
+        min_per_layer=int(prune.min_heads_per_layer),
+        costs=cost_model(task, prune, out),
+        flops=flops_model(task, int(prune.seq_len)),
+        batches=batches,
+        logger=logger,
+        tuning=rounds[0] if rounds and not scheduled else None,
+        rearrange=rearrangements_of(prune),
+        layout=str(prune.layout),
+        extra_splits=[str(s) for s in listed(prune.extra_splits)],
+        base_extra={},
+        rounds=rounds,
+        speed=settings.speed,
+        seed=where["seed"],
+        out=out,
+        progress=order_settings.progress,
+    )
+    check_reachable(steps, ctx)
+    ctx.base = ctx.base or evaluate_one(task, None, ctx.split, "unpruned", progress=ctx.progress)
+    ctx.base_extra = {s: evaluate_one(task, None, s, "unpruned", progress=ctx.progress) for s in ctx.extra_splits}
+    return ctx
+
+
+def check_reachable(steps: list, ctx: ParetoRun) -> None:
+    """A speedup or flops target that removing every removable head cannot meet is refused before any scoring."""
+    import torch
+
+    from headprune.core.checks import ConfigError
+
+    any_order = {group: torch.zeros(shape) for group, shape in ctx.costs.groups.items()}  # the cost at full removal is order-free
+    for step in steps:
+        if not isinstance(step, PruneTarget) or step.kind == "max_drop":
+            continue
+        try:
+            layout_search(ctx.layout)(any_order, ctx.costs, step, None, True, min_per_layer=ctx.min_per_layer, groups=ctx.groups)
+        except ValueError as err:
+            flat = " (the latency tables measured here are flat: removing heads saves no measured time; try prune.cost=flops)"
+            raise ConfigError(
+                f"prune.target / prune.schedule: {err}: choose a target within reach, lower prune.min_heads_per_layer, "
+                f"or prune more groups{flat if ctx.costs.unit == 'seconds' else ''}"
+            ) from None
+
+
+def pareto_stage(
+    task, settings: RunSettings, order_settings: OrderSettings, orders: list[str], fractions: list[float], where: dict, out: Path, logger
+) -> dict:
+    """Every (order, recovery, step) point and the unpruned one: scores on ``where["split"]`` (and ``prune.extra_splits``),
+    predicted and measured speed; with ``prune.control`` the unpruned model given the same fine-tune.
+
+    ``where``: split, selection, seed, and optionally base (the unpruned EvalResult) and shared (a study's order
+    scores). ``logger`` (Lightning, or False) receives every fine-tune recovery step's losses.
+    """
+    prune = settings.prune
+    where = {"base": None, "shared": None, **where}
+    where["shared"] = {} if where["shared"] is None else where["shared"]
+    steps = pareto_steps(prune, fractions)
+    ctx = pareto_run(task, settings, order_settings, steps, where, out, logger)
+    make = scheduled_points if prune.schedule is not None else one_shot_points
+    points = [p for order in orders for p in make(task, order, recoveries_of(prune), steps, ctx)]
+    unpruned = unpruned_point(ctx, task)
+    controls = [control_point(task, ctx)] if prune.control else []
+    if prune.measure_speed:
+        measure_points(task, points, unpruned, ctx)
+        for point in controls:  # the unpruned architecture: its timing is the unpruned model's
+            if unpruned.get("measured"):
+                point["measured"] = dict(unpruned["measured"])
+    return pareto_summary(task, ctx, [unpruned, *controls, *points])
+
+
+def pareto_summary(task, ctx: ParetoRun, points: list[dict]) -> dict:
+    """The pareto results: the run's settings and data beside its points."""
+    prune = ctx.settings
+    finetune = {**asdict(prune.finetune), **budget_info(prune.finetune, ctx.rounds)} if "finetune" in recoveries_of(prune) else None
+    return {
+        "metric": task.metric,
+        "higher_is_better": bool(task.higher_is_better),
+        "split": ctx.split,
+        "selection_split": ctx.selection,
+        "extra_splits": ctx.extra_splits,
+        "n_examples": ctx.base.n,
+        "base_score": ctx.base.score,
+        "groups": ctx.groups,
+        "unit": task.gates.unit,
+        "layout": ctx.layout,
+        "cost": ctx.costs.unit,
+        "cost_info": ctx.costs.info or {},
+        "schedule": prune.schedule is not None,
+        "recover_examples": int(prune.recover_examples),
+        "finetune": finetune,
+        "control": bool(prune.control),
+        "recoveries_worse": worse_points(points),  # recovered points scoring worse than their mask alone (selection split)
+        "data": task.split_summary(),
+        "points": points,
+    }

@@ -1,0 +1,59 @@
+"""Does a recovery leave its point worse than the mask alone? Checked on the selection split (the split that makes the
+run's choices, never the evaluation split): every recovered point records both scores, and the run says so in one line
+for each point its recovery made worse."""
+
+from __future__ import annotations
+
+import sys
+
+from headprune.pruning.pareto_plan import recoveries_of
+from headprune.pruning.pareto_points import ParetoRun, eval_splits, mask_key
+from headprune.results.points import point_name
+from headprune.stages.evaluation import evaluate_one
+
+
+def scored_splits(ctx: ParetoRun) -> list[str]:
+    """The splits every point is scored on: the evaluation splits, and the selection split when a recovery runs."""
+    splits = eval_splits(ctx)
+    if any(r != "none" for r in recoveries_of(ctx.settings)) and ctx.selection not in splits:
+        splits.append(ctx.selection)
+    return splits
+
+
+def mask_alone(task, mask, ctx: ParetoRun, label: str):
+    """The EvalResult of ``mask`` on the base model, without recovery, on the selection split (scored once per mask)."""
+    key = mask_key(mask)
+    if key not in ctx.alone:
+        ctx.alone[key] = evaluate_one(task, mask, ctx.selection, f"{label} mask alone", progress=ctx.progress)
+    return ctx.alone[key]
+
+
+def recovery_check(recovered, alone, ctx: ParetoRun, task) -> dict:
+    """A recovered point's score and its mask alone's on the selection split, and whether the recovery made it worse."""
+    worse = recovered.score < alone.score if task.higher_is_better else recovered.score > alone.score
+    return {
+        "split": ctx.selection,
+        "metric": task.metric,
+        "recovered": recovered.score,
+        "mask_alone": alone.score,
+        "worse": bool(worse),
+    }
+
+
+def worse_points(points: list[dict]) -> list[str]:
+    """The names of the recovered points whose recovery scored worse than their mask alone on the selection split."""
+    return [f"{point_name(p)}@{p['step']}" for p in points if (p.get("recovery_check") or {}).get("worse")]
+
+
+def say_worse(points: list[dict]) -> None:
+    """One line (stderr) per point a recovery made worse: the recovery, the point and both scores on the selection split."""
+    for point in points:
+        check = point.get("recovery_check") or {}
+        if check.get("worse"):
+            print(
+                f"headprune: warning: the {point['recovery']} recovery made {point_name(point)}@{point['step']} worse than its "
+                f"mask alone on the selection split {check['split']}: {check['metric']} {check['recovered']:.4g} against "
+                f"{check['mask_alone']:.4g} without recovery",
+                file=sys.stderr,
+                flush=True,
+            )

@@ -1,0 +1,109 @@
+"""One settings dataclass per config group: each field declares one setting (its rule and its readers), and the
+groups an experiment composes are built once from the composed config and read by attribute.
+
+The values (and so every default) come from ``conf/``: the dataclasses have no defaults of their own, and a
+group that lacks one of their fields is a ConfigError naming it. ``RunSettings.of(cfg)`` builds every group of
+``GROUPS`` the experiment composed (None for the others); ``DECLARED`` lists every declared group, in the order
+the schema checks them (``headprune.settings.schema`` derives the schema and the read rule from it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from omegaconf import OmegaConf
+
+from headprune.core.checks import ConfigError
+from headprune.settings.analysis_groups import (
+    AblateSettings,
+    DynamicsSettings,
+    ImportanceSettings,
+    InspectSettings,
+    KeepOneSettings,
+    StudySettings,
+)
+from headprune.settings.declare import TRAINING, Group
+from headprune.settings.measure_groups import ExportSettings, SpeedSettings
+from headprune.settings.prune_groups import FinetuneSettings, LsqSettings, PruneSettings
+from headprune.settings.run_groups import CallbacksSettings, LoggerSettings, RootSettings, TrainerSettings
+
+__all__ = [
+    "DECLARED",
+    "GROUPS",
+    "AblateSettings",
+    "DynamicsSettings",
+    "ExportSettings",
+    "FinetuneSettings",
+    "ImportanceSettings",
+    "KeepOneSettings",
+    "LsqSettings",
+    "PruneSettings",
+    "RunSettings",
+    "SpeedSettings",
+    "StudySettings",
+    "listed",
+    "read_settings",
+]
+
+
+def read_settings(cls, values, where: str):
+    """``cls`` built from the config group ``values`` (a DictConfig or a dict) at ``where``; nested groups too."""
+    data = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else dict(values)
+    missing = [f.name for f in fields(cls) if f.name not in data]
+    if missing:
+        raise ConfigError(f"{where} has no {', '.join(missing)}: the config group lost settings its conf/ file defines")
+    built = {}
+    for f in fields(cls):
+        nested = f.metadata.get("section")
+        built[f.name] = read_settings(nested, data[f.name], f"{where}.{f.name}") if nested else data[f.name]
+    return cls(**built)
+
+
+def listed(value) -> list:
+    """A setting that takes one value or a list, as a list (null: none)."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, int, float, bool)) else list(value)
+
+
+DECLARED = (
+    Group("", RootSettings),
+    Group("logger", LoggerSettings),
+    Group("inspect", InspectSettings),
+    Group("callbacks", CallbacksSettings, passes_on=(TRAINING,)),  # other callbacks by name
+    Group("prune", PruneSettings),
+    Group("speed", SpeedSettings),
+    Group("importance", ImportanceSettings),
+    Group("study", StudySettings),
+    Group("ablate", AblateSettings),
+    Group("keep_one", KeepOneSettings),
+    Group("dynamics", DynamicsSettings),
+    Group("trainer", TrainerSettings, passes_on=(TRAINING,)),  # Lightning's other Trainer arguments
+    Group("export", ExportSettings),
+)
+
+GROUPS = {
+    "prune": PruneSettings,
+    "speed": SpeedSettings,
+    "export": ExportSettings,
+    "importance": ImportanceSettings,
+    "dynamics": DynamicsSettings,
+    "study": StudySettings,
+}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Every settings group the experiment composed (None where it composed none)."""
+
+    prune: PruneSettings | None
+    speed: SpeedSettings | None
+    export: ExportSettings | None
+    importance: ImportanceSettings | None
+    dynamics: DynamicsSettings | None
+    study: StudySettings | None
+
+    @classmethod
+    def of(cls, cfg) -> RunSettings:
+        """The settings of every group ``cfg`` holds, each read once."""
+        return cls(**{name: read_settings(kind, cfg[name], name) if cfg.get(name) is not None else None for name, kind in GROUPS.items()})

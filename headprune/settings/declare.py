@@ -1,0 +1,75 @@
+"""How a setting is declared: one dataclass field carrying its rule and the experiments that read it.
+
+``unit: str = setting(rule(choice, choices=UNITS), read_by=("prune", "speed"))``: the field has no default (its
+value, and so every default, comes from ``conf/``); the schema, the "given but not read" rule and
+docs/settings.md are derived from these declarations (``headprune.settings.schema``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import Field, dataclass, field, fields
+
+from headprune.core.checks import Rule, integer, number, optional, rule, string_list, text
+
+EVERY = "every experiment"  # read by every run (the top-level keys, the logger)
+TRAINING = "training"  # a task's trainer (conf/experiment files whose run is a TaskSpec.train) and the study's train stage
+# An experiment reads what its stages read (the study's ablate and keep_one stages read study.* and prune.unit).
+STAGES = {"study": ("prune", "speed", TRAINING)}
+
+COUNT = rule(integer, low=1)  # the rules many settings share
+POSITIVE = rule(number, low=0.0, closed="()")
+FRACTION = rule(number, low=0.0, high=1.0)
+PROBABILITY = rule(number, low=0.0, high=1.0, closed="()")
+NAME = rule(text)
+MAYBE_NAME = optional(rule(text))
+NAMES = rule(string_list)
+
+
+def setting(check: Rule | None = None, read_by: tuple[str, ...] = (), accepts: str | None = None, added: bool = False) -> Field:
+    """A setting's declaration: its rule (None: checked elsewhere, or passed on as given, ``accepts`` says what it takes)
+    and the experiments (conf/experiment file names, ``TRAINING`` or ``EVERY``) that read it. ``added``: a key of a group
+    that passes keys on (a Lightning argument) that conf/ does not set: given with ``+trainer.<key>=...``, checked then."""
+    return field(metadata={"rule": check, "read_by": tuple(read_by), "accepts": accepts, "added": added})
+
+
+def section(cls) -> Field:
+    """A field holding a nested settings group (e.g. ``prune.finetune``); its fields declare its settings."""
+    return field(metadata={"section": cls})
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared setting: its dotted key, rule, readers and what it accepts in words."""
+
+    key: str
+    rule: Rule | None
+    read_by: tuple[str, ...]
+    accepts: str
+    added: bool  # not in conf/: given with +key=value only
+
+
+@dataclass(frozen=True)
+class Group:
+    """A settings group of the composed config: its key ("" for the top level) and the dataclass declaring it.
+
+    ``passes_on``: the readers of keys it does not declare (the trainer's other Lightning arguments, callbacks by name);
+    empty for a closed group, whose every key is declared.
+    """
+
+    name: str
+    settings: type
+    passes_on: tuple[str, ...] = ()
+
+
+def declared(cls, prefix: str = "") -> list[Declared]:
+    """Every setting a settings dataclass declares (nested sections too), keyed under ``prefix``."""
+    found = []
+    for f in fields(cls):
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        if "section" in f.metadata:
+            found += declared(f.metadata["section"], key)
+        else:
+            check = f.metadata["rule"]
+            accepts = str(check) if check else f.metadata["accepts"] or str(f.type)
+            found.append(Declared(key, check, f.metadata["read_by"], accepts, f.metadata["added"]))
+    return found

@@ -1,0 +1,63 @@
+"""The speed and export groups (conf/speed/default.yaml, conf/export/default.yaml): timing and shipping a pruned model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headprune.core.checks import boolean, choice, integer, positive_ints, rule
+from headprune.export import FORMATS
+from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, POSITIVE, setting
+
+CLOCKS = ("wall", "process")
+RUNTIMES = ("torch", "onnxruntime")
+QUANTIZE = ("none", "int8")
+GGUF_DTYPES = ("f32", "f16")
+
+SPEED = ("speed",)
+TIMING = ("speed", "prune")  # prune.measure_speed=true times its points with these
+EXPORT = ("export",)
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    """speed: physical pruning and throughput (conf/speed/default.yaml)."""
+
+    fraction: float = setting(FRACTION, SPEED)
+    mask_file: str | None = setting(MAYBE_NAME, SPEED)
+    mask_order: str = setting(NAME, SPEED)
+    mask_step: str | None = setting(MAYBE_NAME, SPEED)
+    point: str | None = setting(MAYBE_NAME, SPEED)
+    batch_sizes: list = setting(rule(positive_ints), (*TIMING, "export"))  # export: int8 is scored at each
+    examples: int = setting(COUNT, TIMING)
+    warmup: int = setting(rule(integer, low=0), TIMING)
+    repeats: int = setting(COUNT, TIMING)
+    max_repeats: int = setting(rule(integer, low=2), TIMING)
+    max_seconds: float = setting(POSITIVE, TIMING)
+    tolerance: float = setting(POSITIVE, TIMING)
+    split: str = setting(NAME, TIMING)
+    check_score: bool = setting(rule(boolean), SPEED)
+    clock: str = setting(rule(choice, choices=CLOCKS), TIMING)
+    runtime: str = setting(rule(choice, choices=RUNTIMES), SPEED)  # the Pareto points are timed in torch only
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """export: a pruned model out of headprune (conf/export/default.yaml)."""
+
+    format: str = setting(rule(choice, choices=FORMATS), EXPORT)
+    mask_file: str | None = setting(MAYBE_NAME, EXPORT)
+    mask_order: str = setting(NAME, EXPORT)
+    mask_step: str | None = setting(MAYBE_NAME, EXPORT)
+    fraction: float = setting(FRACTION, EXPORT)
+    model: str | None = setting(MAYBE_NAME, EXPORT)
+    point: str | None = setting(MAYBE_NAME, EXPORT)
+    quantize: str = setting(rule(choice, choices=QUANTIZE), EXPORT)
+    per_channel: bool = setting(rule(boolean), EXPORT)
+    int8_batch_sizes: list[int] = setting(rule(positive_ints), EXPORT)
+    gguf_dtype: str = setting(rule(choice, choices=GGUF_DTYPES), EXPORT)
+    tokenizer_pre: str | None = setting(MAYBE_NAME, EXPORT)
+    split: str = setting(NAME, EXPORT)
+    examples: int = setting(COUNT, EXPORT)
+    batch_size: int = setting(COUNT, EXPORT)
+    new_tokens: int = setting(COUNT, EXPORT)
+    tolerance: float = setting(POSITIVE, EXPORT)

@@ -1,0 +1,70 @@
+"""What the settings declarations say, gathered: every setting's rule (``SCHEMA``) and the experiments that read it.
+
+Each setting is declared once, beside its field in ``headprune.settings`` (its value lives in the YAML
+groups). ``headprune.validation`` applies ``SCHEMA`` to every setting a composed config holds, before any work;
+``headprune.checks.shared_checks.check_reads`` refuses a setting the run does not read. Task settings
+(``task.*``, ``data.*``) are checked by each task's own ``config_check.py``.
+"""
+
+from __future__ import annotations
+
+from headprune.settings import DECLARED
+from headprune.settings.declare import EVERY, STAGES, Declared, Group, declared
+
+DECLARATIONS: dict[str, Declared] = {d.key: d for group in DECLARED for d in declared(group.settings, group.name)}
+SCHEMA = {key: d.rule for key, d in DECLARATIONS.items() if d.rule is not None}
+
+
+def readers(read_by) -> frozenset[str]:
+    """The experiments that read a setting declared ``read_by``: an experiment whose stages read it reads it too."""
+    direct = set(read_by)
+    return frozenset(direct | {name for name, stages in STAGES.items() if direct & set(stages)})
+
+
+def group_of(key: str) -> Group | None:
+    """The declared group a dotted key belongs to (the top level for a key without a dot)."""
+    head = key.split(".")[0] if "." in key else ""
+    return next((g for g in DECLARED if g.name == head), None)
+
+
+def declaration_of(key: str) -> Declared | None:
+    """The declaration of a dotted key, or of the setting it lies within (``prune.target.speedup``: ``prune.target``)."""
+    parts = key.split(".")
+    return next((DECLARATIONS[".".join(parts[:n])] for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in DECLARATIONS), None)
+
+
+def read_by(key: str) -> frozenset[str]:
+    """Who reads a dotted key: its declaration's readers, a group's ``passes_on`` for a key it passes on, else no one."""
+    found = declaration_of(key)
+    if found is not None:
+        return readers(found.read_by)
+    group = group_of(key)
+    return readers(group.passes_on) if group else frozenset()
+
+
+def is_read(key: str, reader: str) -> bool:
+    """Whether ``reader`` (an experiment name, or ``TRAINING``) reads a dotted key."""
+    who = read_by(key)
+    return reader in who or EVERY in who
+
+
+def checked_groups() -> list[str]:
+    """The groups a run may hold settings of that it does not read (every group but those every experiment reads)."""
+    return [g.name for g in DECLARED if any(EVERY not in readers(d.read_by) for d in declared(g.settings, g.name))]
+
+
+def reads_of(reader: str) -> list[str]:
+    """What ``reader`` reads of the checked groups: a group's name when it reads all of it, else its dotted keys."""
+    shown = []
+    for name in checked_groups():
+        group = next(g for g in DECLARED if g.name == name)
+        keys = [d.key for d in declared(group.settings, name)]
+        read = [key for key in keys if is_read(key, reader)]
+        whole = read == keys and (not group.passes_on or reader in readers(group.passes_on))
+        shown += [name] if whole else read
+    return shown
+
+
+def rules_under(prefix: str) -> dict:
+    """The schema's rules of one group (``trainer``), to check a copy of it (the study's training stage)."""
+    return {key: check for key, check in SCHEMA.items() if key.startswith(prefix + ".")}

@@ -1,0 +1,218 @@
+"""The pruning orders: ``ORDERS = {name: Order}``, each one score function with one signature.
+
+``scores(task, settings, mask=None, shared=None) -> {group: [L, H]}``, lower = pruned first. ``mask``
+(re-estimation) recomputes the scores with the heads it removes gated off; ``shared`` caches what an
+unmasked computation found (importance, entropy and ablation results shared by a study's stages).
+A new order is one function and one line of ``ORDERS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
+from headprune.selection.greedy import ablation_scores, entropy_scores, random_scores
+
+
+@dataclass(frozen=True)
+class OrderSettings:
+    """What the score functions read: the ``importance`` block, the seed and the ablation order's evaluation."""
+
+    importance: Any  # reduce, normalize_layers, normalize_global
+    seed: int
+    ablation_split: str | None  # None: no ablation order here (experiment=speed)
+    n_samples: int | None  # bootstrap resamples of the ablation order's own ablation run
+    progress: bool = False  # a progress bar over the training batches while scoring
+    duo: Any = None  # prune.duo (steps, lr, l1): the duo order's gate training
+
+
+def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) -> dict:
+    """``compute()``, kept in ``shared[key]`` when unmasked (a masked result depends on the mask)."""
+    if mask is not None or shared is None:
+        return compute()
+    if key not in shared:
+        shared[key] = compute()
+    return shared[key]
+
+
+def importance_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """Head (or KV-group) importance on the task's training subset (the paper's estimator, switchable reductions)."""
+    icfg = settings.importance
+    return _cached(
+        shared,
+        "importance_raw",
+        mask,
+        lambda: importance_scores(
+            task.model,
+            task.gates,
+            task.importance_batches(),
+            reduce=str(icfg.reduce),
+            normalize_layers=bool(icfg.normalize_layers),
+            normalize_global=bool(icfg.normalize_global),
+            mask=mask,
+            progress=settings.progress,
+            unit=task.gates.unit,
+        ),
+    )
+
+
+def fisher_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """Empirical Fisher of each head gate on the training subset, unnormalised (comparable across layers for a cost-aware search)."""
+    return _cached(
+        shared,
+        "fisher_raw",
+        mask,
+        lambda: fisher_scores(
+            task.model, task.gates, task.importance_batches(), mask=mask, progress=settings.progress, unit=task.gates.unit
+        ),
+    )
+
+
+def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """Minus the mean attention entropy on the training subset: diffuse heads go first (a KV group: its query heads' mean)."""
+
+    def compute():
+        with task.gates.masked(mask):
+            return task.gates.scores_from_heads(
+                attention_entropy(task.model, task.gates, task.importance_batches(), progress=settings.progress)
+            )
+
+    return entropy_scores(_cached(shared, "entropy_raw", mask, compute))
+
+
+def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """The oracle: base score - score without the head, from single-head ablation on ``settings.ablation_split``."""
+    if mask is not None:
+        raise ValueError("the ablation order cannot be re-estimated: each step would ablate every remaining head again")
+    if settings.ablation_split is None:
+        raise ValueError("the ablation order needs prune.ablation_split and prune.n_samples")
+
+    def compute():
+        from headprune.stages.ablation_stage import ablation_stage
+
+        result = ablation_stage(task, settings.ablation_split, None, settings.n_samples, settings.seed, None, progress=True)
+        return {g: torch.tensor(v) for g, v in result["delta"].items()}
+
+    return ablation_scores(_cached(shared, "ablation_deltas", None, compute))
+
+
+def random_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """A seeded random permutation."""
+    return random_scores(task.gates.groups, settings.seed)
+
+
+def duo_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """DuoAttention's streaming gates: alpha per unit trained by distillation from the full model with an L1 penalty."""
+    from headprune.selection.duo import train_stream_gates
+
+    if mask is not None:
+        raise ValueError("the duo order cannot be re-estimated: its gates are trained once")
+    duo = settings.duo
+    return _cached(
+        shared,
+        "duo_alphas",
+        None,
+        lambda: train_stream_gates(
+            task.model,
+            task.gates,
+            task.importance_batches(),
+            steps=int(duo.steps),
+            lr=float(duo.lr),
+            l1=float(duo.l1),
+            progress=settings.progress,
+        ),
+    )
+
+
+def retrieval_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """The retrieval score (Wu et al. 2024): how often a head's attention peaks on the needle token it copies (units of
+    KV groups: their query heads' mean); heads that rarely retrieve go first."""
+    from headprune.scoring.retrieval_heads import retrieval_scores
+
+    if mask is not None:
+        raise ValueError("the retrieval order is not re-estimated: it reads the full model's attention")
+    return _cached(shared, "retrieval_raw", None, lambda: retrieval_scores(task.model, task.gates, task.retrieval_batches()))
+
+
+ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
+
+
+@dataclass(frozen=True)
+class Order:
+    """A pruning order: its score function, whether it can be recomputed under the current mask, the actions it ranks for."""
+
+    scores: Callable[..., dict]
+    reestimable: bool  # ablation: no (one evaluation per remaining head per step); random: nothing to recompute
+    actions: tuple[str, ...] = ACTIONS
+    needs: str | None = None  # a per-head score the task's data must support (its TaskSpec.head_scores), None: any task
+
+
+ORDERS: dict[str, Order] = {
+    "importance": Order(importance_order, reestimable=True),
+    "fisher": Order(fisher_order, reestimable=True),
+    "ablation": Order(ablation_order, reestimable=False),
+    "entropy": Order(entropy_order, reestimable=True, actions=("remove",)),
+    "random": Order(random_order, reestimable=False),
+    "duo": Order(duo_order, reestimable=False, actions=("stream",)),
+    "retrieval": Order(retrieval_order, reestimable=False, needs="retrieval"),
+}
+
+ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not take
+    ("entropy", "stream"): (
+        "the entropy order ranks heads by how diffuse their attention is, which says nothing of how far back a head looks: "
+        "use importance, fisher, ablation, random or duo"
+    ),
+    ("duo", "remove"): "DuoAttention's gates mix full and streamed attention: prune.order=duo needs prune.action=stream",
+}
+
+
+def action_refusal(order: str, action: str) -> str | None:
+    """Why ``order`` cannot rank units for ``action`` (remove or stream), or None when it can."""
+    if action in ORDERS[order].actions:
+        return None
+    return ACTION_REFUSALS.get((order, action), f"the {order} order ranks units for prune.action={list(ORDERS[order].actions)} only")
+
+
+def unit_refusal(order: str, unit) -> str | None:
+    """Why ``order`` cannot rank the units of ``unit`` (a kind or a joint list), or None when it can."""
+    from headprune.core.unit_kinds import ablation_refusal, unit_kinds
+
+    if order == "ablation":
+        return ablation_refusal(unit)
+    if order == "entropy" and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+        return (
+            "the entropy order ranks heads by their attention entropy, and this unit holds units without attention maps: "
+            "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
+        )
+    if order == "retrieval" and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+        return "the retrieval order reads where each head's attention peaks, and this unit holds units without attention maps"
+    return None
+
+
+def order_settings(cfg) -> OrderSettings:
+    """What the orders read, from the ``importance`` block and (for the ablation order) the ``prune`` block."""
+    prune = cfg.get("prune")  # experiment=speed has none: it orders by importance only
+    return OrderSettings(
+        importance=cfg.importance,
+        seed=int(cfg.seed),
+        ablation_split=str(prune.ablation_split) if prune else None,
+        n_samples=int(prune.n_samples) if prune else None,
+        progress=True,
+        duo=prune.get("duo") if prune else None,
+    )
+
+
+def check_order(order: str) -> str:
+    """The order name, or a ValueError listing the known ones."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown pruning order {order!r}; choose one of {list(ORDERS)}")
+    return order
+
+
+def order_scores(task, order: str, settings: OrderSettings, shared: dict | None = None, mask=None) -> dict:
+    """The score per head of one order (lower = pruned first); unmasked scores are kept in ``shared[order]``."""
+    return _cached(shared, order, mask, lambda: ORDERS[check_order(order)].scores(task, settings, mask=mask, shared=shared))

@@ -1,0 +1,88 @@
+"""prune.scores_from: the orders' unit scores of an earlier prune run, read instead of computed.
+
+Score once, evaluate elsewhere: the streaming orders scored on 1,024-token prompts rank the KV groups of a run on
+4,096-token prompts or long documents (DuoAttention trains its gates at one length and serves them at any). The file
+is a plain pruning curve's results.json (experiment=prune without prune.target / recover) of the same unit and
+action; each order asked must have recorded its scores there (``head_scores``; a re-estimated order has none).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from headprune.core.checks import ConfigError
+
+SETTING = "prune.scores_from"
+
+
+def _results(path: Path) -> dict:
+    """The ``results`` block of a results.json, or a ConfigError saying what the file is instead."""
+    if path.is_dir():
+        inside = f" (did you mean {path / 'results.json'}?)" if (path / "results.json").is_file() else ""
+        raise ConfigError(f"{SETTING}={path} is a directory{inside}: give the results.json of an experiment=prune run")
+    if not path.is_file():
+        raise ConfigError(f"{SETTING}={path}: no such file: give the results.json of an experiment=prune run")
+    try:
+        payload = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{SETTING}={path}: not JSON (line {err.lineno}: {err.msg}): give a prune run's results.json") from err
+    results = payload.get("results") if isinstance(payload, dict) else None
+    if not isinstance(results, dict) or not isinstance(results.get("orders"), dict):
+        raise ConfigError(
+            f"{SETTING}={path} holds no pruning curves (results.orders): give the results.json of a plain experiment=prune "
+            "run (without prune.target, schedule or recover, whose points hold masks but no scores)"
+        )
+    return results
+
+
+def read_scores(path, orders: list[str], unit: str, action: str) -> dict[str, dict[str, torch.Tensor]]:
+    """{order: {group: [L, units]}} from ``path`` for each of ``orders``; a ConfigError when the file's unit or action
+    differs from the run's, or an order is missing or has no scores recorded."""
+    path = Path(str(path))
+    results = _results(path)
+    theirs = {"unit": str(results.get("unit", "head")), "action": str(results.get("action", "remove"))}
+    for name, ours in (("unit", unit), ("action", action)):
+        if theirs[name] != ours:
+            raise ConfigError(
+                f"{SETTING}={path} ranks prune.{name}={theirs[name]}, and this run has prune.{name}={ours}: scores rank "
+                f"the units they were computed for (set prune.{name}={theirs[name]}, or score this {name} first)"
+            )
+    out = {}
+    for order in orders:
+        curve = results["orders"].get(order)
+        if curve is None:
+            raise ConfigError(f"{SETTING}={path} has no {order} order (it has {sorted(results['orders'])}): drop it from prune.order")
+        if "head_scores" not in curve:
+            raise ConfigError(
+                f"{SETTING}={path}: its {order} order recorded no scores (it was re-estimated step by step): drop it from "
+                "prune.order, or score it again without prune.reestimate"
+            )
+        out[order] = {group: torch.tensor(values, dtype=torch.float32) for group, values in curve["head_scores"].items()}
+    return out
+
+
+def check_shapes(scores: dict[str, dict[str, torch.Tensor]], shape: dict[str, tuple[int, int]], path) -> None:
+    """Each order's scores hold one value per unit of the model's groups ``shape`` ({group: (layers, units)})."""
+    for order, groups in scores.items():
+        found = {group: tuple(values.shape) for group, values in groups.items()}
+        wanted = {group: tuple(size) for group, size in shape.items()}
+        if found != wanted:
+            raise ConfigError(
+                f"{SETTING}={path}: its {order} scores have the shapes {found}, and this model's units {wanted}: the file "
+                "scored another model (give a run of this model, in this unit)"
+            )
+
+
+def given_scores(path, orders: list[str], task) -> dict[str, dict[str, torch.Tensor]] | None:
+    """The orders' scores in ``path`` (``prune.scores_from``), checked against the task's units; None when no file is given."""
+    from headprune.results.stream_points import gate_action
+
+    if path is None:
+        return None
+    scores = read_scores(path, orders, task.gates.unit, gate_action(task.gates))
+    check_shapes(scores, dict(task.gates.groups), path)
+    print(f"scores of {', '.join(orders)} read from {path}")
+    return scores

@@ -1,0 +1,66 @@
+"""Single-head ablation: every head's removal scored on a split, with the figure; shared by experiment=ablate, the study and the ablation order."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import torch
+
+from headprune.engine.ablation import single_head_masks
+from headprune.results.run_dir import tensor_dict
+from headprune.results.stream_points import action_record
+from headprune.selection.greedy import check_groups
+from headprune.stages.evaluation import evaluate_many, evaluate_one, unit_counts
+from headprune.viz.plots import head_heatmaps
+
+
+def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:
+    """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance, rows.
+
+    ``alpha`` None: the task's own significance level (the oracle pruning order reads only the deltas).
+    """
+    shape = task.gates.groups
+    groups = check_groups(groups, shape)
+    masks, heads = single_head_masks(shape, groups)
+    base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
+    results = evaluate_many(task, masks, split, desc=f"ablate {split}", progress=progress)
+    tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, **({} if alpha is None else {"alpha": alpha}))
+    delta = {g: torch.full(shape[g], float("nan")) for g in groups}
+    p_value = {g: torch.full(shape[g], float("nan")) for g in groups}
+    significant = {g: torch.zeros(shape[g], dtype=torch.bool) for g in groups}
+    rows = []
+    for (group, layer, head), res, test in zip(heads, results, tests):
+        delta[group][layer, head] = test.delta
+        p_value[group][layer, head] = test.p_value
+        significant[group][layer, head] = test.significant
+        rows.append({"group": group, "layer": layer, "head": head, "score": res.score, **asdict(test)})
+    per_group = {}
+    for group in groups:
+        sig = significant[group]
+        d = delta[group]
+        per_group[group] = {
+            "heads": int(d.numel()),
+            "significant": int(sig.sum()),
+            "significant_better": int((sig & (d > 0)).sum()),
+            "significant_worse": int((sig & (d < 0)).sum()),
+            "max_drop": float(-d.min()),
+            "max_gain": float(d.max()),
+        }
+    return {
+        "metric": task.metric,
+        "split": split,
+        "n_examples": base.n,
+        "base_score": base.score,
+        **unit_counts(task.gates, groups),
+        **action_record(task),
+        "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha, "test": task.paired_test_name},
+        "per_group": per_group,
+        "delta": tensor_dict(delta),
+        "p_value": tensor_dict(p_value),
+        "significant": {g: s.int().tolist() for g, s in significant.items()},
+        "rows": rows,
+    }
+
+
+def ablation_figure(result: dict, path, title: str):
+    return head_heatmaps(result["delta"], result["significant"], path, title, f"{result['metric']} difference")

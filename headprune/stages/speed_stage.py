@@ -1,0 +1,246 @@
+"""The speed measurement itself: a mask's physically pruned model timed against the unpruned one, FLOPs, memory, score check.
+
+Shared by experiment=speed, the study's speed stage and the Pareto points of pruning for speed.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict
+from pathlib import Path
+
+from headprune.core.counting import model_cost
+from headprune.core.ffn_pruning import ffn_record
+from headprune.core.ffn_sites import ffn_sites_if_any
+from headprune.core.gates import HeadGates
+from headprune.core.pruning import pruning_record
+from headprune.core.units import prune_unit_mask, unit_count, unit_gates
+from headprune.engine.ablation import attention_implementation
+from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
+from headprune.engine.verdict import NOT_TIMED, gain_text
+from headprune.results.run_dir import mask_to_json
+from headprune.selection.greedy import heads_removed
+from headprune.stages.evaluation import score_check, score_check_text, swapped_model, unit_counts
+
+
+def clock_of(settings) -> str:
+    """The validated ``speed.clock`` setting: wall (default) or process."""
+    clock = str(settings.clock)
+    if clock not in ("wall", "process"):
+        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
+    return clock
+
+
+def removed_record(model) -> dict:
+    """{group: {layer: [removed original ids]}} of a pruned model: heads by attention group, neurons by FFN group."""
+    return {**pruning_record(model), **(ffn_record(model) if ffn_sites_if_any(model) else {})}
+
+
+def timed_call(task, model, gates, call=None):
+    """The task's timed call (``call``, default ``task.timed_call``) made with ``model`` in place of the task's own."""
+
+    def timed(batch):
+        with swapped_model(task, model, gates):
+            (call or task.timed_call)(batch)
+
+    return timed
+
+
+def own_attention(model, gates):
+    """Run a block with the model's own attention, or with the gate wrapper where uneven KV groups need its query->KV head map."""
+    heads = unit_gates(gates, "head")  # the query-head gates under gates of any unit
+    uneven = any(site.needs_wrapper for site in heads.sites)
+    return attention_implementation(model, model.config._attn_implementation if uneven else heads.inner)
+
+
+def span_of(timed, batches: list[dict]) -> tuple[int, int]:
+    """The mean (context before, context after) per row of a timed call over ``batches`` (rows weigh alike)."""
+    rows = [b["input_ids"].shape[0] for b in batches]
+    spans = [timed.span(b) for b in batches]
+    return tuple(max(0, round(sum(n * s[i] for n, s in zip(rows, spans)) / sum(rows))) for i in (0, 1))
+
+
+def flops_between(model, start: int, end: int) -> int:
+    """Forward FLOPs of the tokens from position ``start`` to ``end`` of one row (model_cost(end) - model_cost(start))."""
+    return model_cost(model, end).flops - (model_cost(model, start).flops if start else 0)
+
+
+def memory_rows(task, original, pruned) -> dict:
+    """The task's memory measures of both models, with the pruned model's saving and its byte-ideal saving."""
+    before, after = task.memory_measures(original), task.memory_measures(pruned)
+    out = {
+        name: {"original": value, "pruned": after[name], "saving": 1 - after[name] / value if value else None}
+        for name, value in before.items()
+    }
+    for name in [n for n in out if n.endswith("_ideal")]:
+        out[name.removesuffix("_ideal")]["byte_ideal_saving"] = out[name]["saving"]
+    return out
+
+
+def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_dir: Path | None = None) -> dict:
+    """Throughput of each timed call of the task, original vs physically pruned model, FLOP counts, memory, masked == pruned check.
+
+    ``mask`` is in the unit of ``task.gates`` (query heads or KV groups); the model is pruned by its query-head mask.
+    ``speed``: the speed settings (split, batch sizes, repeats, time budget, clock, runtime, check_score).
+    ``pruned_model``: time this model instead (``mask``'s heads already removed from it, e.g. after recovery: generation
+    speed depends on the weights through the output lengths); it has no masked twin, so no score check.
+    ``runtime="onnxruntime"``: both models are exported to ONNX (``export_dir``) and timed in ONNX Runtime; calls the
+    graphs cannot make (generation: no KV cache) are left out and listed under ``calls_not_timed``.
+    """
+    original = task.model
+    head_mask = task.gates.head_mask(mask, hard=True)
+    if pruned_model is None:
+        pruned = copy.deepcopy(original)
+        prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
+    else:
+        pruned = pruned_model
+    record = removed_record(pruned)
+    pruned_gates = HeadGates(pruned)
+    out = {
+        "split": str(speed.split),
+        "device": str(next(original.parameters()).device),
+        "heads_total": unit_count(task.gates),
+        "heads_pruned": heads_removed(mask),
+        **unit_counts(task.gates),
+        "query_heads_pruned": heads_removed(head_mask),
+        "pruning_record": record,
+        "mask": mask_to_json(mask),
+    }
+    if speed.check_score and pruned_model is None:
+        out["score_check"] = checked_scores(task, mask, pruned, pruned_gates, str(speed.split))
+    rows, untimed = timing_rows(task, pruned, pruned_gates, speed, seed, export_dir, out)
+    measured = rows or untimed
+    seq_len = measured[-1]["seq_len"] if measured else mean_length(task.timing_batches(1, int(speed.examples), out["split"], seed=seed))
+    out["cost"] = {"original": asdict(model_cost(original, seq_len)), "pruned": asdict(model_cost(pruned, seq_len))}
+    memory = memory_rows(task, original, pruned)
+    if memory:
+        out["memory"] = memory
+        for name, row in memory.items():
+            print(f"{name}: original {row['original']}, pruned {row['pruned']} (saving {100 * (row['saving'] or 0):.1f}%)", flush=True)
+    out["rows"] = rows
+    if untimed:
+        out["not_timed"] = untimed
+    if not rows:
+        out["verdict"] = NOT_TIMED
+    return out
+
+
+def checked_scores(task, mask: dict, pruned, pruned_gates, split: str) -> dict:
+    """The masked and the physically pruned model's scores on ``split``; a RuntimeError when they differ beyond rounding."""
+    masked = task.evaluate(mask, split=split)
+    with swapped_model(task, pruned, pruned_gates):
+        physical = task.evaluate(None, split=split)
+    check = score_check(masked, physical)
+    print(score_check_text(check), flush=True)
+    if not check["agree"]:
+        raise RuntimeError(
+            f"the physically pruned model does not score like the masked one: {score_check_text(check)}; "
+            "pruning changed more than the masked heads (set speed.check_score=false to time it anyway)"
+        )
+    return check
+
+
+def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: dict) -> tuple[list[dict], list[dict]]:
+    """(a row per batch size and timed call, the ones the time budget cut); ONNX Runtime's info goes into ``out``."""
+    original = task.model
+    device = next(original.parameters()).device
+    clock = clock_of(speed) if device.type == "cpu" else "wall"
+    timed_calls = task.timed_calls()
+    rows, untimed = [], []
+    with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
+        runners = {"original": original, "pruned": pruned}
+        if speed.runtime == "onnxruntime":
+            runners, out["runtime"] = onnx_runners(task, runners, str(speed.split), seed, export_dir, timed_calls)
+        skipped = out["runtime"]["calls_not_timed"] if "runtime" in out else {}
+        for size in [int(b) for b in speed.batch_sizes]:  # both timed with the models' own attention where they can do without gates
+            batches = task.timing_batches(size, int(speed.examples), str(speed.split), seed=seed)
+            for name, timed in [(n, t) for n, t in timed_calls.items() if n not in skipped]:
+                span = span_of(timed, batches)
+                calls = (
+                    timed_call(task, runners["original"], task.gates, timed.call),
+                    timed_call(task, runners["pruned"], pruned_gates, timed.call),
+                )
+                try:
+                    timing = measure_gain(*calls, batches, int(speed.warmup), int(speed.repeats), device, clock, **adaptive_settings(speed))
+                except TimeBudgetError as error:  # a slow machine: this row is not timed, everything else stands
+                    untimed.append(
+                        {"batch_size": size, "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
+                        | {"reason": str(error)}
+                    )
+                    print(f"batch {size:3d} {name}: {NOT_TIMED} ({error})", flush=True)
+                    continue
+                rows.append(timing_row(timed, name, size, span, batches, timing, original, pruned))
+    return rows, untimed
+
+
+def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list[dict], timing: dict, original, pruned) -> dict:
+    """One row of the speed table: both timings, the gain beside its FLOP-ideal, per-unit rates; printed as it is made."""
+    start, end = span
+    ideal = flops_between(original, start, end) / flops_between(pruned, start, end) - 1
+    gain = timing["gain"]
+    per_example = sum(timed.count(b) for b in batches) / sum(b["input_ids"].shape[0] for b in batches)
+    for model in ("original", "pruned"):
+        timing[model]["units_per_s"] = timing[model]["examples_per_s"] * per_example
+    print(
+        f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
+        f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
+        f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
+        f"{timing['repeats']} repeats, load {timing['load_average']})",
+        flush=True,
+    )
+    return {
+        "batch_size": size,
+        "seq_len": end - start,
+        **timing,
+        "flop_ideal_gain": ideal,
+        "gain_vs_ideal": gain / ideal if ideal > 0 else None,
+        "call": name,
+        "unit": timed.unit,
+        "context": [start, end],
+    }
+
+
+def onnx_runners(task, models: dict, split: str, seed: int, export_dir: Path | None, timed_calls: dict) -> tuple[dict, dict]:
+    """Both models exported to ONNX and loaded into ONNX Runtime (this process's threads), checked against PyTorch on one
+    batch; the timed calls the graphs cannot make (generation) are listed, not timed."""
+    import torch
+
+    from headprune.export.runtime import onnx_runtime_models
+
+    if export_dir is None:
+        raise ValueError("speed.runtime=onnxruntime needs a directory for the ONNX exports")
+    example = {k: v.cpu() for k, v in task.timing_batches(4, 4, split, seed=seed)[0].items()}
+    runners = onnx_runtime_models(models, example, export_dir, torch.get_num_threads())
+    info = {"name": "onnxruntime", "files": {n: str(export_dir / n) for n in models}, "calls_not_timed": {}, "max_abs_diff": {}}
+    with torch.no_grad():
+        for name, model in models.items():
+            expected = model(**{k: v.to(next(model.parameters()).device) for k, v in example.items()}).logits.float().cpu()
+            info["max_abs_diff"][name] = float((runners[name](**example).logits - expected).abs().max())
+    for call, timed in timed_calls.items():
+        try:
+            timed_call(task, runners["pruned"], task.gates, timed.call)(example)
+        except NotImplementedError as err:
+            info["calls_not_timed"][call] = str(err)
+            print(f"not timed in ONNX Runtime: {call} ({err})", flush=True)
+    return runners, info
+
+
+def adaptive_settings(settings) -> dict:
+    """speed.max_seconds / tolerance / max_repeats as keyword arguments of speed_stage."""
+    return {
+        "max_seconds": float(settings.max_seconds),
+        "tolerance": float(settings.tolerance),
+        "max_repeats": int(settings.max_repeats or settings.repeats),
+    }
+
+
+def untimed_note(result: dict, max_seconds, prefix: str) -> None:
+    """Say at the end of a run which timings the time budget cut (their rows are recorded as not timed)."""
+    cut = result.get("not_timed") or []
+    if cut:
+        which = ", ".join(f"batch {r['batch_size']} {r['call']}" for r in cut)
+        print(
+            f"{prefix} {NOT_TIMED} ({which}; speed.max_seconds={max_seconds}): every other result is kept; "
+            "raise speed.max_seconds to time them",
+            flush=True,
+        )

@@ -1,0 +1,1 @@
+"""The study as a table of resumable stages, each saved with the settings it depends on."""
