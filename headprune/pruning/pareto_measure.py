@@ -26,7 +26,7 @@ from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
-from headprune.selection.latency import cached_latency_model, synthetic_inputs
+from headprune.selection.latency import synthetic_inputs
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_latency import cached_unit_latency_model
@@ -70,8 +70,6 @@ def cost_model(task, settings, out: Path) -> CostModel:
     device = next(task.model.parameters()).device
     inputs = synthetic_inputs(task.model, int(settings.latency_batch_size), seq_len)
     with attention_implementation(task.model, task.gates.inner):  # time the model's own attention, not the gate wrapper
-        if task.gates.unit == "head":
-            return cached_latency_model(task.model, inputs, out / "latency", device=device)
         return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from headprune.core.stream_cache import stream_cache_bytes
-from headprune.core.unit_kinds import noun
+from headprune.core.unit_kinds import noun, shrunk_fields
 from headprune.results.points import percent
 
 REMOVE = "remove"
@@ -29,8 +29,8 @@ def streaming(task) -> bool:
 def whole_groups(gates, mask) -> dict[str, torch.Tensor]:
     """A hard mask in the gates' unit whose query heads stream only where their whole KV group does (the cache's view)."""
     mask = gates.normalize_mask(mask, hard=True)
-    if gates.unit != "head":
-        return mask
+    if "num_attention_heads" not in shrunk_fields(gates.unit):
+        return mask  # KV groups already: the cache's own units
     out = {}
     for group, alphas in mask.items():
         n = gates.heads_per_kv[group]

@@ -179,16 +179,17 @@ def action_refusal(order: str, action: str) -> str | None:
 
 def unit_refusal(order: str, unit) -> str | None:
     """Why ``order`` cannot rank the units of ``unit`` (a kind or a joint list), or None when it can."""
-    from headprune.core.unit_kinds import ablation_refusal, unit_kinds
+    from headprune.core.unit_kinds import ablation_refusal, kinds_of
 
     if order == "ablation":
         return ablation_refusal(unit)
-    if order == "entropy" and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+    maps = all(kind.attention_maps for kind in kinds_of(unit))
+    if order == "entropy" and not maps:
         return (
             "the entropy order ranks heads by their attention entropy, and this unit holds units without attention maps: "
             "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
         )
-    if order == "retrieval" and not set(unit_kinds(unit)) <= {"head", "kv_group"}:
+    if order == "retrieval" and not maps:
         return "the retrieval order reads where each head's attention peaks, and this unit holds units without attention maps"
     return None
 

@@ -256,6 +256,8 @@ def kv_cache_kept(point: dict, unit) -> float | None:
         return None
     kv = {name for name in mask if "num_key_value_heads" in KINDS[group_kind(name, unit)].config_fields}
     rows = [row for name, group in mask.items() if name in kv for row in group]  # the KV groups' rows
+    if not rows:
+        return None
     return sum(max(sum(row), 1) for row in rows) / sum(len(row) for row in rows)
 
 

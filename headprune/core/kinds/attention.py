@@ -25,7 +25,7 @@ def kv_heads_in_fields(fields: dict) -> int | None:
 def _attention_site(site) -> bool:
     from headprune.core.gates import AttentionSite
 
-    return isinstance(site, AttentionSite)
+    return isinstance(getattr(site, "attention", site), AttentionSite)  # an attention site, or a streaming gate on one
 
 
 class HeadKind(UnitKind):
