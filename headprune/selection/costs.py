@@ -111,7 +111,7 @@ def flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
     shape: dict[str, tuple[int, int]] = {}
     for site in sites:
         layers, heads = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1), max(heads, site.num_heads_orig))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(heads, site.num_heads_orig))
     tables = {g: torch.zeros(layers, heads + 1, dtype=torch.float64) for g, (layers, heads) in shape.items()}
     for site in sites:
         kept = torch.arange(site.num_heads_orig + 1).clamp(min=1)  # 0 heads kept = the phantom head
@@ -137,7 +137,7 @@ def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel
     shape: dict[str, tuple[int, int]] = {}
     for site in sites:
         layers, kv = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1), max(kv, site.num_kv_heads_orig))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(kv, site.num_kv_heads_orig))
     tables = {g: torch.zeros(layers, kv + 1, dtype=torch.float64) for g, (layers, kv) in shape.items()}
     for site in sites:
         kept = torch.arange(site.num_kv_heads_orig + 1).double() * kv_group_flops(site, seq_len)

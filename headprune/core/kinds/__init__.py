@@ -4,9 +4,10 @@ from headprune.core.kinds.attention import HeadKind, KVGroupKind
 from headprune.core.kinds.base import UnitKind
 from headprune.core.kinds.block import BlockKind
 from headprune.core.kinds.ffn import FFNKind
+from headprune.core.kinds.layer import LayerKind
 from headprune.core.kinds.registry import KINDS, kind_named, kinds_of, register_kind, unregister_kind
 
-for _kind in (HeadKind(), KVGroupKind(), FFNKind(), BlockKind()):
+for _kind in (HeadKind(), KVGroupKind(), FFNKind(), BlockKind(), LayerKind()):
     if _kind.name not in KINDS:
         register_kind(_kind)
 
