@@ -81,7 +81,9 @@ def pin_layer_ids(model: nn.Module) -> None:
     for site in [*find_sites(model), *ffn_sites_if_any(model)]:
         layer = owner.get(id(site.block if hasattr(site, "block") else site.module))
         if layer is not None:
-            site.path = layer.path + site.path[site.path.index(".", len(layer.stack) + 1) :]
+            parts = site.path.split(".")  # [*stack, layer index, *path inside the layer]: the index as it is now
+            parts[len(layer.stack.split("."))] = layer.path.rpartition(".")[2]
+            site.path = ".".join(parts)
             site.layer, site.stack_layers = layer.layer, layer.layers_orig
 
 
