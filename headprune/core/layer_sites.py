@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from headprune.core.families import family_for
+from headprune.core.ffn_sites import broadcast_neuron_gate
 from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGateMethods
 
@@ -91,17 +92,6 @@ def _input_hidden(args: tuple, kwargs: dict) -> torch.Tensor:
     return kwargs[name]
 
 
-def broadcast_layer_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-    """Reshape a gate (1,) or (B, 1) to multiply hidden states (B', T, D) (beams: B' = B x beams, example-major)."""
-    gate = gate.to(dtype=hidden.dtype, device=hidden.device)
-    if gate.dim() == 1:
-        return gate
-    rows = hidden.shape[0]
-    if rows % gate.shape[0]:
-        raise ValueError(f"per-example layer mask has {gate.shape[0]} rows but the layer's hidden states have {rows}")
-    return gate.repeat_interleave(rows // gate.shape[0], dim=0).view(rows, *[1] * (hidden.dim() - 1))
-
-
 def _gate_layer(module, args, kwargs, output):
     """The hook: the layer's output hidden states h moved to x + g * (h - x) (and a fresh probe while recording)."""
     site = getattr(module, SITE_ATTR)
@@ -109,7 +99,7 @@ def _gate_layer(module, args, kwargs, output):
         return None
     hidden_in = _input_hidden(args, kwargs)
     hidden = output[0] if isinstance(output, tuple) else output
-    scale = None if site.gate is None else broadcast_layer_gate(site.gate, hidden)
+    scale = None if site.gate is None else broadcast_neuron_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
     if site.recording and torch.is_grad_enabled():
         probe = torch.ones(*hidden.shape[:-1], 1, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
         site.probes.append(probe)  # d loss / d probe[b, t] = g * <d loss / d h[b, t], h[b, t] - x[b, t]>
