@@ -151,6 +151,11 @@ class LayerGates(SiteGateMethods):
         """{"layer": the checked layer mask}: layer gates act themselves."""
         return {"layer": self.normalize_mask(mask, hard=hard)}
 
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """No head is gated by a layer mask: {} (checked first)."""
+        self.normalize_mask(mask, hard=hard)
+        return {}
+
     def set_mask(self, mask) -> None:
         """Gate every layer by ``mask`` ({group: [L, 1] or [B, L, 1]}); ``None`` removes all gates; groups left out are not gated."""
         mask = {} if mask is None else self.normalize_mask(mask)
