@@ -26,6 +26,10 @@ class LayerKind(UnitKind):
         "a layer unit is one whole layer, and rearrangement keeps each layer's count of units while it re-chooses which "
         "go: with one unit per layer there is nothing to re-choose"
     )
+    layout_refusal = {
+        "uniform": "prune.unit=layer with prune.layout=uniform would remove the same share of units from every layer, one "
+        "unit per layer: it would remove every layer at once; use prune.layout=global"
+    }
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
     record_key = RECORD_KEY
 
