@@ -60,13 +60,15 @@ class LayerKind(UnitKind):
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
 
     def flops_tables(self, model, seq_len, attention_tables=None):
-        from headprune.core.layer_sites import find_layer_sites, layer_groups
+        return _tables(model, lambda site: layer_flops(model, site, seq_len))
 
-        sites = find_layer_sites(model)
-        tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
-        for site in sites:
-            tables[site.group][site.layer, 1] = float(layer_flops(model, site, seq_len))  # removed: 0; kept: its attention + FFN
-        return tables
+    def latency_tables(self, head_tables, ffn_tables, model):
+        def seconds(site) -> float:
+            attention, ffn = parts_of(model, site)
+            kept = sum(float(head_tables[s.group][s.layer, len(s.head_ids)]) for s in attention)  # its heads present, timed
+            return kept + (sum(float(ffn_tables[f.group][f.layer, f.width]) for f in ffn) if ffn_tables else 0.0)
+
+        return _tables(model, seconds)
 
     def prune(self, model, mask):
         from headprune.core.layer_removal import remove_layers
@@ -86,19 +88,37 @@ class LayerKind(UnitKind):
         return layer_record(removed_layers(model))
 
 
+def _tables(model, cost) -> dict[str, torch.Tensor]:
+    """{group: [layers, 2]}: a layer removed costs 0, kept ``cost(site)``; a layer already removed 0 either way."""
+    from headprune.core.layer_sites import find_layer_sites, layer_groups
+
+    sites = find_layer_sites(model)
+    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    for site in sites:
+        tables[site.group][site.layer, 1] = float(cost(site))
+    return tables
+
+
 def layer_record(removed: dict[str, list[int]]) -> dict[str, dict[str, list[int]]]:
     """{group: [removed original ids]} as a kind record {group: {layer (str): [0]}} (each layer its one unit)."""
     return {group: {str(layer): [0] for layer in ids} for group, ids in removed.items() if ids}
 
 
+def parts_of(model, site) -> tuple[list, list]:
+    """(attention sites, FFN sites) inside one layer."""
+    from headprune.core.ffn_sites import ffn_sites_if_any
+    from headprune.core.gates import find_sites
+
+    inside = {id(m) for m in site.module.modules()}
+    return [s for s in find_sites(model) if id(s.block) in inside], [s for s in ffn_sites_if_any(model) if id(s.module) in inside]
+
+
 def layer_flops(model, site, seq_len: int) -> int:
     """Forward FLOPs of one layer for one example of ``seq_len`` tokens: its attention modules and every other projection."""
     from headprune.core.counting import site_flops
-    from headprune.core.gates import find_sites
     from headprune.core.projections import in_features, is_projection, out_features
 
-    inside = {id(m) for m in site.module.modules()}
-    attention = [s for s in find_sites(model) if id(s.block) in inside]
+    attention, _ = parts_of(model, site)
     counted = {id(p) for s in attention for p in s.projections()}
     others = [m for m in site.module.modules() if is_projection(m) and id(m) not in counted]
     return sum(site_flops(s, seq_len) for s in attention) + sum(2 * in_features(m) * out_features(m) * seq_len for m in others)
