@@ -16,6 +16,7 @@ from torch import nn
 
 from headprune.core.families import family_for
 from headprune.core.ffn_sites import broadcast_neuron_gate
+from headprune.core.inputs import model_inputs
 from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGateMethods
 
@@ -174,3 +175,38 @@ class LayerGates(SiteGateMethods):
             f"{group:9s} layers={layers} present={present[group].squeeze(-1).nonzero().squeeze(-1).tolist()}"
             for group, (layers, _) in self.groups.items()
         )
+
+
+def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
+    """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output).
+
+    Tokens are weighted by the batch's ``attention_mask`` where it spans the layer's tokens (encoder and decoder-only
+    stacks), else all count (a decoder stack beside an encoder); a removed layer scores 0.
+    """
+    sites = find_layer_sites(model)
+    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    current: dict = {}
+
+    def record(site):
+        def hook(module, args, kwargs, output):
+            hidden_in, hidden = _input_hidden(args, kwargs).double(), (output[0] if isinstance(output, tuple) else output).double()
+            influence = 1 - torch.nn.functional.cosine_similarity(hidden_in, hidden, dim=-1)  # (B, T)
+            mask = current.get("attention_mask")
+            own = site.group == "enc_layer" or not getattr(model.config, "is_encoder_decoder", False)
+            weight = mask.to(influence) if own and mask is not None and mask.shape == influence.shape else torch.ones_like(influence)
+            totals[site.group][site.layer] += float((influence * weight).sum())
+            weights[site.group][site.layer] += float(weight.sum())
+
+        return hook
+
+    handles = [site.module.register_forward_hook(record(site), with_kwargs=True) for site in sites]
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                current["attention_mask"] = batch.get("attention_mask")
+                model(**model_inputs(model, batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {g: totals[g] / weights[g].clamp(min=1) for g in totals}
