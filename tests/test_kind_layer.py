@@ -243,3 +243,21 @@ def test_a_joint_unit_with_layers_is_one_mask_over_three_kinds():
     prune_heads(model, {"dec_self": {1: [0, 1]}})
     prune_unit_mask(joint, {"dec_layer": torch.tensor([[1.0], [0.0], [1.0]])})
     assert KINDS["layer"].removed(KINDS["layer"].record(model)) == 1 and pruning_record(model) == {}  # layer 1 took its heads along
+
+
+def test_heads_removed_after_the_layers_by_original_id_and_a_deep_copy_gated_apart():
+    import copy
+
+    model, batch = tiny_llama(layers=4), lm_batch()
+    joint = unit_gates(model, "head+layer")
+    mask = {"dec_layer": torch.tensor([[0.0], [1.0], [0.0], [1.0]]), "dec_self": torch.ones(4, 4)}
+    mask["dec_self"][3, [0, 1]] = 0
+    with joint.masked(mask):
+        expected = _logits(model, batch)
+    twin = tiny_llama(layers=4)
+    remove_layers(twin, {"dec_layer": [0, 2]})
+    prune_heads(twin, {"dec_self": {3: [0, 1]}})  # original layer 3 is the second layer left
+    _close(_logits(twin, batch), expected)
+    copied = copy.deepcopy(twin)
+    with unit_gates(twin, "layer").masked({"dec_layer": torch.zeros(4, 1)}):
+        _close(_logits(copied, batch), expected)  # the original's gates leave the copy alone
