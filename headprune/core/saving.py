@@ -20,6 +20,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.ffn_saving import check_ffn_digests, ffn_meta, rebuild_ffn
 from headprune.core.gates import AttentionSite, find_sites
+from headprune.core.layer_removal import REMOVED_ATTR, restore_layer_ids
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
 RECORD_FILE = "headprune_pruning.json"
@@ -66,6 +67,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     if v4_record is not None:
         setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
     ffn = ffn_meta(model)  # FFN neurons: the config's width fields are brought up to date before it is written
+    layers = getattr(model.config, REMOVED_ATTR, None) or {}  # removed layers {group: [original ids]}: config.json holds them too
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -79,6 +81,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
         "heads_present": heads,
         "weights_sha256": digests,
         **ffn,
+        **({"removed_layers": layers} if layers else {}),
     }
     (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
     return path
@@ -169,6 +172,10 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     if meta and meta["pruned_heads"] != record:
         raise ValueError(f"{meta_file} and config.json disagree on the pruned heads: {meta['pruned_heads']} vs {record}")
     model = model_class._from_config(config)
+    layers = getattr(config, REMOVED_ATTR, None) or {}
+    if meta and meta.get("removed_layers", {}) != layers:
+        raise ValueError(f"{meta_file} and config.json disagree on the removed layers: {meta.get('removed_layers', {})} vs {layers}")
+    restore_layer_ids(model, layers)  # heads and FFN widths below are recorded by original layer id
     v4_record = getattr(config, V4_ATTR, None)
     if v4_record and not record:  # a directory pruned by transformers v4 (save_pruned writes both: ours wins)
         record = _record_from_v4(family_for(model).name, v4_record)

@@ -93,10 +93,12 @@ def prune_unit_mask(gates, mask) -> dict:
     if batched:
         raise ValueError(f"pruning takes one [layers, units] mask per group, got a batch of masks for {batched}")
     model = gates.model
-    records = {}
-    for kind in KINDS.values():
-        if kind.name in base and base[kind.name]:
-            records[kind.record_key or kind.name] = kind.prune(model, base[kind.name])
+    pruned = [kind for kind in KINDS.values() if base.get(kind.name)]
+    for kind in pruned:
+        kind.prune(model, base[kind.name])
+    records = {
+        kind.record_key or kind.name: kind.record(model) for kind in pruned
+    }  # after every kind: removed layers take their units along
     records.setdefault("heads", KINDS["head"].record(model))
     records.setdefault("ffn", KINDS["ffn"].record(model))
     return records

@@ -69,9 +69,15 @@ class UnitKind:
         kept units' part costs in the whole model (``attention_tables``: the per-query-head attention tables)."""
         raise NotImplementedError
 
-    def covered_flops(self, cost) -> float:
-        """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover: the rest is the fixed cost."""
-        raise NotImplementedError
+    def nested_rows(self, model: nn.Module) -> dict[tuple[str, int], list[tuple[str, int]]]:
+        """{(group, layer) of one unit: the (group, layer) rows of other kinds' units it holds} (a whole layer holds its heads and
+        neurons); in a joint budget its table keeps only the cost those rows do not hold."""
+        return {}
+
+    def covered_flops(self, cost) -> float | None:
+        """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover, the rest being the fixed cost
+        (None: what its tables hold with every unit kept)."""
+        return None
 
     def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} seconds with 0..units kept, from the measured head and FFN tables."""
