@@ -52,7 +52,7 @@ def test_keep_one(shared_task, tmp_path):
     "order,extra",
     [
         ("importance", ["prune.reestimate=true"]),
-        ("random", ["prune.min_heads_per_layer=1"]),
+        ("random", ["prune.min_units_per_layer=1"]),
         ("entropy", []),
         ("ablation", ["prune.n_samples=50"]),
     ],
@@ -64,7 +64,7 @@ def test_prune_orders(shared_task, tmp_path, order, extra):
     steps = res["orders"][order]["steps"]
     assert [s["fraction"] for s in steps] == [0.0, 0.25, 0.5, 0.75]
     assert [s["heads_pruned"] for s in steps] == [0, 2, 4, 6]
-    if "prune.min_heads_per_layer=1" in extra:
+    if "prune.min_units_per_layer=1" in extra:
         assert all(min(sum(row) for row in s["mask"]["enc_self"]) >= 1 for s in steps)
     assert steps[0]["score"] == pytest.approx(res["base_score"])
     assert res["reestimate"] == res["orders"][order]["reestimated"] == ("prune.reestimate=true" in extra)

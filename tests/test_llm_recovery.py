@@ -272,7 +272,7 @@ def test_kv_group_rearrangement_keeps_each_layers_count(shared_task, tmp_path):
         "prune.order=importance",
         "prune.fractions=0.5",
         "prune.rearrange=both",
-        "prune.min_heads_per_layer=1",
+        "prune.min_units_per_layer=1",
     )
     prune.run(cfg)
     points = results(tmp_path)["results"]["points"]

@@ -31,7 +31,7 @@ def test_min_heads_check_reads_distilbert_head_count(tmp_path):
     from headprune.validation import validate
 
     with pytest.raises(ConfigError, match="at most 3"):
-        validate(_cfg(tmp_path, "tiny_distilbert", "prune", "prune.min_heads_per_layer=4"))  # n_heads: 4
+        validate(_cfg(tmp_path, "tiny_distilbert", "prune", "prune.min_units_per_layer=4"))  # n_heads: 4
 
 
 def test_mt_prune_on_t5(tmp_path):

@@ -133,7 +133,7 @@ def what_it_did(task, mask) -> dict:
 
 def what_was_removed(fraction: float, removed: int, total: int) -> dict:
     """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked
-    (a uniform layout's floor per layer or prune.min_heads_per_layer can leave fewer)."""
+    (a uniform layout's floor per layer or prune.min_units_per_layer can leave fewer)."""
     return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
 
 
@@ -148,7 +148,7 @@ def warn_unmet(result: dict) -> None:
                 for s in unmet
             )
             warn(
-                f"{order}: {shown}: the {result['layout']} layout or prune.min_heads_per_layer={result['min_heads_per_layer']} "
+                f"{order}: {shown}: the {result['layout']} layout or prune.min_units_per_layer={result['min_heads_per_layer']} "
                 "allows no more; each point is labelled by what it removed (fraction_removed in results.json)"
             )
 
