@@ -120,7 +120,7 @@ def pareto_results_file(root: Path) -> Path:
     """A prune results.json for tiny_bert with two Pareto points at 25%: the mask alone (no model kept, as under
     prune.save=recovered) and its lsq recovery (a model kept)."""
     mask = {"enc_self": [[1, 0, 1, 1], [1, 1, 0, 1]]}
-    point = {"order": "importance", "step": "25%", "fraction": 0.25, "mask": mask, "heads_pruned": 2, "heads_total": 8}
+    point = {"order": "importance", "step": "25%", "fraction": 0.25, "mask": mask, "units_removed": 2, "units_total": 8}
     points = [{**point, "recovery": "none"}, {**point, "recovery": "lsq", "model_dir": "models/importance+lsq@25pct"}]
     path = root / "pareto.json"
     path.write_text(json.dumps({"results": {"unit": "head", "points": points}}))
