@@ -27,10 +27,10 @@ def check_prune(cfg) -> None:
     heads = 1 if "block" in kinds else heads_per_layer(cfg.model, "kv_group" if "kv_group" in kinds else "head")
     heads = None if kinds == ("ffn",) else heads  # a floor of neurons: the FFN widths are far above any sensible floor
     what = "block of each kind" if "block" in kinds else "head"
-    k = prune.min_heads_per_layer
+    k = prune.min_units_per_layer
     if heads is not None and k >= heads:
         raise ConfigError(
-            f"prune.min_heads_per_layer={k} keeps every {what}: the model's layers have {heads} {what}s, "
+            f"prune.min_units_per_layer={k} keeps every {what}: the model's layers have {heads} {what}s, "
             f"so it must be at most {heads - 1} (0 = no floor)"
         )
     check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")

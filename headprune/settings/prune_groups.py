@@ -82,7 +82,7 @@ class PruneSettings:
     max_fraction: float = setting(FRACTION, PRUNE)
     fractions: Any = setting(optional(rule(fractions)), PRUNE)  # null, a number or a list
     groups: list = setting(NAMES, PRUNE)
-    min_heads_per_layer: int = setting(rule(integer, low=0), PRUNE)
+    min_units_per_layer: int = setting(rule(integer, low=0), PRUNE)
     split: str = setting(NAME, PRUNE)
     ablation_split: str = setting(NAME, MASK_BY_ORDER)
     n_samples: int = setting(COUNT, MASK_BY_ORDER)
