@@ -190,7 +190,9 @@ DESCRIPTIONS = {  # check function -> what it accepts, from its arguments
     "choices": lambda known: f"one or a list of {_names(known)}",
     "text": lambda: "text",
     "string_list": lambda empty: "list of names" + ("" if empty else " (not empty)"),
-    "pruning_unit": lambda: "a registered kind (head, kv_group, ffn, block, layer, ...), or a list of kinds of different parts ([head, ffn])",
+    "pruning_unit": lambda: (
+        "a registered kind (head, kv_group, ffn, block, layer, ...), or a list of kinds of different parts ([head, ffn])"
+    ),
     "fractions": lambda: "fraction or list of fractions in [0, 1)",
     "positive_ints": lambda: "list of positive integers",
     "boolean_or": lambda words: f"true, false or {' or '.join(words)}",

@@ -36,6 +36,9 @@ class LayerKind(UnitKind):
     def owns(self, group: str) -> bool:
         return group in LAYER_GROUPS
 
+    def group_names(self, attention_groups):
+        return [layer for attention, layer in zip(("enc_self", "dec_self"), LAYER_GROUPS) if attention in attention_groups]
+
     def available(self, model):
         from headprune.core.layer_removal import shared_weights
 

@@ -34,6 +34,7 @@ class UnitKind:
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
     rearrange_by: str | None = None  # how its rearrangement is computed: "fisher_blocks" (a U x U block per layer) or "gradients"
     multiple_setting: str | None = None  # the prune setting that rounds its per-layer counts up to a multiple (runtimes' tiles)
+    layer_rows: bool = True  # its masks hold one row per layer (the residual stream's one row is not a layer's)
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
     record_key: str = ""  # its key in pruning records (default: its name)
 
@@ -52,6 +53,10 @@ class UnitKind:
         ``shared`` caches the primitive gates of one model ({"head": HeadGates, "ffn": FFNGates, ...}) so that kinds
         that act through the same gates (a KV group through its query heads) share them."""
         raise NotImplementedError
+
+    def group_names(self, attention_groups: list[str]) -> list[str]:
+        """The mask groups this kind has in a model with these attention groups (``enc_self``, ``enc_dec``, ``dec_self``)."""
+        return []
 
     def units_per_layer(self, fields: dict) -> int | None:
         """Units one layer holds, from the model's config fields (None: not known from the config alone)."""
