@@ -452,7 +452,7 @@ CONFIG_ROWS = [
     ("model-neither", "nli", ["experiment=ablate", "model.config=null"], "neither", None),
     ("model-data-mismatch", "nli", ["experiment=ablate", "data=mt_synthetic"], "does not fit", None),
     ("seed-text", "nli", ["experiment=ablate", "seed=abc"], "seed", None),
-    ("unit-bogus", "lm", ["experiment=prune", "prune.unit=layer"], "prune.unit", None),
+    ("unit-bogus", "lm", ["experiment=prune", "prune.unit=layers"], "prune.unit", None),
     (
         "unit-kv-group-without-gqa",
         "lm",
@@ -898,12 +898,12 @@ CONFIG_ROWS = [
     ("report-results-damaged", "nli", ["experiment=report", "run_dir={tmp}/prior"], "the report only reads it", "run_damaged"),
     ("report-results-a-list", "nli", ["experiment=report", "run_dir={tmp}/prior"], "holds a JSON list", "run_list"),
     # groups the model does not have, lengths past its positions
-    ("prune-groups-not-in-encoder", "nli", ["experiment=prune", "prune.groups=[dec_self]"], "has the attention groups ['enc_self']", None),
+    ("prune-groups-not-in-encoder", "nli", ["experiment=prune", "prune.groups=[dec_self]"], "has the head groups ['enc_self']", None),
     (
         "ablate-groups-not-in-decoder",
         "lm",
         ["experiment=ablate", "ablate.groups=[enc_self]"],
-        "has the attention groups ['dec_self']",
+        "has the head groups ['dec_self']",
         None,
     ),
     ("keep-one-groups-not-in-encoder", "nli", ["experiment=keep_one", "keep_one.groups=[enc_dec]"], "names ['enc_dec']", None),
@@ -1964,7 +1964,7 @@ API_ROWS = [
     pytest.param(_flops_target_one, "removes nothing", id="api-flops-target-one"),
     pytest.param(_ffn_mask_shape, "expected [3, 64] (layers x neurons)", id="api-ffn-mask-shape"),
     pytest.param(_prune_ffn_mask_half, "0 (remove the neuron) or 1 (keep it)", id="api-prune-ffn-mask-half"),
-    pytest.param(_joint_mask_unknown_group, "the FFN groups ['enc_ffn']", id="api-joint-mask-unknown-group"),
+    pytest.param(_joint_mask_unknown_group, "the ffn groups ['enc_ffn']", id="api-joint-mask-unknown-group"),
     pytest.param(_ffn_without_mlp_layout, "has no MLP layout", id="api-ffn-unit-without-mlp-layout"),
     pytest.param(_edited_ffn_record, "SHA-256", id="api-edited-ffn-record"),
     pytest.param(_load_pruned(None), "load_pruned takes the directory save_pruned", id="api-load-pruned-none"),

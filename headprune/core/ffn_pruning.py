@@ -16,7 +16,7 @@ from torch import nn
 from headprune.core.ffn_sites import HOOK_ATTR, FFNSite, attach_neuron_gate, ffn_groups, find_ffn_sites
 from headprune.core.masks import head_list, normalize_mask
 from headprune.core.projections import out_features, sliced_projection
-from headprune.core.pruning import integer_id, sites_named
+from headprune.core.pruning import kept_positions, sites_named
 
 WIDTHS_ATTR = "headprune_ffn_widths"  # config field: {group: [neurons each block computes]} once a neuron is pruned
 
@@ -29,13 +29,8 @@ def _row_index(positions: list[int], width: int, blocks: int) -> torch.Tensor:
 
 def prune_ffn_site(site: FFNSite, neurons: list[int]) -> None:
     """Remove the neurons with these *original* ids from one feed-forward block (already-removed ids are ignored)."""
-    neurons = [integer_id(n, f"neuron id for {site.group} layer {site.layer}") for n in neurons]
-    bad = [n for n in neurons if not 0 <= n < site.width_orig]
-    if bad:
-        raise IndexError(f"neuron ids {bad[:10]} out of range for {site.group} layer {site.layer} ({site.width_orig} neurons)")
-    remove = set(neurons)
-    keep = [pos for pos, neuron in enumerate(site.neuron_ids) if neuron not in remove]
-    if len(keep) == len(site.neuron_ids):
+    keep = kept_positions(site, neurons, "neuron")
+    if keep is None:
         return  # nothing new to remove: pruning twice is a no-op
     width, blocks = site.computed_width, site.layout.blocks
     for path in site.up_paths():

@@ -82,18 +82,3 @@ def rebuild_ffn(model: nn.Module, meta: dict, path: Path) -> None:
             f"the FFN record in {path} does not match its config.json: {WIDTHS_ATTR} is {widths}, the record gives {computed_widths(sites)}"
         )
     sync_ffn_config(model, sites)
-
-
-def check_ffn_digests(model: nn.Module, meta: dict, path: Path) -> None:
-    """Compare each feed-forward block's weights digest with the one saved (directories without digests pass)."""
-    digests = meta.get(DIGESTS)
-    if not digests:
-        return
-    for site in find_ffn_sites(model):
-        name = f"{site.group}.{site.layer}"
-        if name in digests and digests[name] != ffn_digest(site):
-            raise ValueError(
-                f"the FFN record in {path} does not match its weights: feed-forward block {name} ({site.width} neurons kept) has "
-                "another SHA-256 than when it was saved; the record names other neurons than were pruned, or the weights changed "
-                "after saving. Restore headprune_pruning.json and config.json."
-            )

@@ -42,6 +42,18 @@ def integer_id(value, what: str) -> int:
     raise ValueError(f"{what} must be an integer, got {value!r} ({type(value).__name__})")
 
 
+def kept_positions(site, ids: list, noun: str) -> list[int] | None:
+    """Weight positions of a site's units that stay when the units of these *original* ids go (ids out of range: an
+    IndexError); None when none of them is still in the weights (removing twice is a no-op)."""
+    ids = [integer_id(i, f"{noun} id for {site.group} layer {site.layer}") for i in ids]
+    bad = [i for i in ids if not 0 <= i < site.units_orig]
+    if bad:
+        raise IndexError(f"{noun} ids {bad[:10]} out of range for {site.group} layer {site.layer} ({site.units_orig} {noun}s)")
+    remove = set(ids)
+    keep = [pos for pos, unit in enumerate(site.unit_ids) if unit not in remove]
+    return None if len(keep) == len(site.unit_ids) else keep
+
+
 def sites_named(sites: list, ids: dict, kind: str, short: str) -> list[tuple]:
     """[(site, [ids])] for a {group: {layer: [original ids]}} record over ``sites`` (each with ``group`` and ``layer``);
     an unknown group is a ValueError, a layer out of range an IndexError (``kind`` / ``short`` name the group in them)."""
@@ -126,13 +138,8 @@ def _refuse_uneven_groups(site: AttentionSite, keep: list[int]) -> None:
 
 def prune_site(site: AttentionSite, heads: list[int]) -> None:
     """Remove the heads with these *original* ids from one attention module (already-removed ids are ignored)."""
-    heads = [integer_id(h, f"head id for {site.group} layer {site.layer}") for h in heads]
-    bad = [h for h in heads if not 0 <= h < site.num_heads_orig]
-    if bad:
-        raise IndexError(f"head ids {bad} out of range for {site.group} layer {site.layer} ({site.num_heads_orig} heads)")
-    remove = set(heads)
-    keep = [pos for pos, head in enumerate(site.head_ids) if head not in remove]
-    if len(keep) == len(site.head_ids):
+    keep = kept_positions(site, heads, "head")
+    if keep is None:
         return  # nothing new to remove: pruning twice is a no-op
     refuse_inexact(site)
     needed_kv = {site.kv_of(site.head_ids[pos]) for pos in keep}

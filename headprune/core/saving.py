@@ -18,7 +18,9 @@ from safetensors.torch import load_file
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.ffn_saving import check_ffn_digests, ffn_meta, rebuild_ffn
+from headprune.core.ffn_saving import DIGESTS as FFN_DIGESTS
+from headprune.core.ffn_saving import ffn_digest, ffn_meta, rebuild_ffn
+from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import AttentionSite, find_sites
 from headprune.core.layer_removal import REMOVED_ATTR, restore_layer_ids
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
@@ -195,8 +197,8 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
             f"in the file but {tuple(expected[k].shape)} after pruning {record} ({len(wrong)} tensors differ)"
         )
     missing, _ = model.load_state_dict(state, strict=False)
-    _check_digests(model, meta.get("weights_sha256"), path)
-    check_ffn_digests(model, meta, path)
+    check_digests(find_sites(model), meta.get("weights_sha256"), weights_digest, "attention module", "head", path)
+    check_digests(ffn_sites_if_any(model), meta.get(FFN_DIGESTS), ffn_digest, "feed-forward block", "neuron", path)
     model.tie_weights()
     tied = {
         name for name, p in model.named_parameters(remove_duplicate=False) if any(p is q for n, q in model.named_parameters() if n in state)
@@ -237,15 +239,13 @@ def _pad_emptied_v4_layers(state: dict[str, torch.Tensor], expected: dict[str, t
         state[key] = value.new_zeros(target.shape)
 
 
-def _check_digests(model: nn.Module, digests: dict | None, path: Path) -> None:
-    """Compare each attention module's weights digest with the one saved (directories without digests pass)."""
-    if not digests:
-        return
-    for site in find_sites(model):
+def check_digests(sites: list, digests: dict | None, digest, what: str, noun: str, path: Path) -> None:
+    """Compare each site's weights digest with the one saved (directories without digests pass)."""
+    for site in sites if digests else ():
         name = f"{site.group}.{site.layer}"
-        if name in digests and digests[name] != weights_digest(site):
+        if name in digests and digests[name] != digest(site):
             raise ValueError(
-                f"the pruning record in {path} does not match its weights: attention module {name} (kept heads "
-                f"{site.head_ids}) has another SHA-256 than when it was saved; the record names other heads than "
-                f"were pruned, or the weights changed after saving. Restore {RECORD_FILE} and config.json."
+                f"the pruning record in {path} does not match its weights: {what} {name} (kept {noun}s {site.unit_ids}) has "
+                f"another SHA-256 than when it was saved; the record names other {noun}s than were pruned, or the weights "
+                f"changed after saving. Restore {RECORD_FILE} and config.json."
             )

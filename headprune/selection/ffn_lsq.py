@@ -30,6 +30,7 @@ from headprune.core.ffn_sites import FFNSite
 from headprune.core.inputs import decoder_valid
 from headprune.core.projections import linear_weight
 from headprune.selection.captures import captured_module_inputs
+from headprune.selection.lsq import ridge_solve
 
 
 def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
@@ -52,16 +53,6 @@ def _kept_positions(site: FFNSite, mask) -> list[int]:
         return list(range(site.width))
     row = mask[site.group][site.layer]
     return [p for p, neuron in enumerate(site.neuron_ids) if float(row[neuron]) != 0]
-
-
-def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
-    """argmin_s ||C s - y||^2 + lam ||s - 1||^2 from C^T C and C^T y, lam = ridge * mean(diag), clamped to [-max_scale, max_scale]."""
-    k = gram.shape[0]
-    lam = ridge * float(gram.diagonal().mean())
-    if lam <= 0:
-        return torch.ones(k, dtype=gram.dtype)  # the kept neurons contribute nothing: leave them
-    eye = torch.eye(k, dtype=gram.dtype)
-    return torch.linalg.solve(gram + lam * eye, rhs + lam * torch.ones(k, dtype=gram.dtype)).clamp(-max_scale, max_scale)
 
 
 @torch.no_grad()

@@ -75,12 +75,12 @@ def _reference_of(model: nn.Module, gates: HeadGates, teacher: nn.Module | None)
     return teacher.eval(), HeadGates(teacher)
 
 
-def _solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
-    """argmin_s ||C s - y||^2 + lam ||s - 1||^2 from C^T C and C^T y, clamped to [-max_scale, max_scale]."""
+def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
+    """argmin_s ||C s - y||^2 + lam ||s - 1||^2 from C^T C and C^T y, lam = ridge * mean(diag), clamped to [-max_scale, max_scale]."""
     k = gram.shape[0]
     lam = ridge * float(gram.diagonal().mean())
     if lam <= 0:
-        return torch.ones(k, dtype=gram.dtype)  # the kept heads contribute nothing: leave them
+        return torch.ones(k, dtype=gram.dtype)  # the kept units contribute nothing: leave them
     eye = torch.eye(k, dtype=gram.dtype)
     scales = torch.linalg.solve(gram + lam * eye, rhs + lam * torch.ones(k, dtype=gram.dtype))
     return scales.clamp(-max_scale, max_scale)
@@ -180,7 +180,7 @@ def lsq_recover(
     with tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
         try:
             sums = _normal_equations(fits, reference_model, reference, batches, bar)
-            deviations = [_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
+            deviations = [ridge_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
             originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
             losses = {}
             for shrink in shrinks if len(shrinks) > 1 else ():
