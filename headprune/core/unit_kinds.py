@@ -16,6 +16,7 @@ per layer).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from headprune.core.families import GROUPS
@@ -59,6 +60,10 @@ def unit_kinds(unit) -> tuple[str, ...]:
     A ValueError names an unknown kind, a kind given twice, or kinds that prune the same part (head with kv_group,
     block with anything else).
     """
+    if not isinstance(unit, str) and not (isinstance(unit, Iterable) and all(isinstance(k, str) for k in unit)):
+        raise ValueError(
+            f"a unit is a kind's name or a list of names, e.g. 'head' or ['kv_group', 'ffn']; got {type(unit).__name__} {unit!r:.40}"
+        )
     names = unit.split(JOINER) if isinstance(unit, str) else [str(k) for k in unit]
     names = [n.strip() for n in names]
     unknown = [n for n in names if n not in KINDS]

@@ -127,6 +127,11 @@ def unit_gates(gates, unit: str = "head"):
         kinds = unit_kinds(unit)
     except ValueError as err:
         raise ValueError(f"pruning unit must be one of {list(KINDS)} or a joint list such as [head, ffn]: {err}") from None
+    if not isinstance(gates, nn.Module) and not isinstance(getattr(gates, "model", None), nn.Module):
+        raise TypeError(
+            f"unit_gates takes a model (torch nn.Module) or gates on one (HeadGates, FFNGates, ...) and a unit, "
+            f"got {type(gates).__name__} {gates!r:.40}"
+        )
     if isinstance(gates, nn.Module):
         model, heads, ffn = gates, None, None
     else:
