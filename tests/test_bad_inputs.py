@@ -784,6 +784,20 @@ CONFIG_ROWS = [
         "export.quantize=int8 only",
         "prune_results",
     ),
+    (
+        "export-client-check-without-client",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/prune.json", "export.client_check=false"],
+        "export.client_check=False would be ignored: it runs deci_hf exports in their client, and export.format=onnx",
+        "prune_results",
+    ),
+    (
+        "export-client-check-not-boolean",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/prune.json", "export.client_check=maybe"],
+        "export.client_check",
+        "prune_results",
+    ),
     ("nli-finetune-resume-nothing", "nli", ["experiment=nli_finetune", "ckpt_path=last"], "nothing to resume", None),
     (
         "mt-train-resume-missing-file",

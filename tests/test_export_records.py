@@ -122,7 +122,10 @@ def test_a_deci_hf_export_of_a_query_head_mask_records_and_says_the_padded_heads
     result = run_export(lm_task, tmp_path, monkeypatch, {"dec_self": [[1, 0, 1, 1], [1, 1, 1, 1]]}, "export.format=deci_hf")
     assert result["padded_query_heads"] == [1, 0] and result["pruned"] is True
     assert result["widths_per_layer"][0]["heads"] == 3 and result["widths_per_layer"][0]["kv_heads"] == 2
-    assert "1 removed query heads written back as zero heads (per layer [1, 0])" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 removed query heads written back as zero heads (per layer [1, 0])" in out
+    assert "vLLM CPU is not installed in" in result["client_check"]["skipped"]  # tests run without .clients (conftest)
+    assert "[export] export.client_check: vLLM CPU is not installed" in out
 
 
 def test_an_ffn_only_mask_is_recorded_as_pruned_with_its_widths_and_tensor_parallel_fit(lm_task, tmp_path, monkeypatch, capsys):

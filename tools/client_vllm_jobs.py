@@ -9,7 +9,7 @@ layouts and exported as ``deci_hf``:
 - ``ffn-only``: FFN widths alone (odd, uneven); ``kv-only``: one KV head in every layer;
 - SmolLM2: 3 or 1 KV heads per layer (the counts that divide its 9 query heads), uneven FFN widths, layer 15 emptied.
 
-tools/client_vllm.py runs each directory in ``.clients/vllm-venv`` (no headprune): greedy tokens equal, and their
+headprune/export/vllm_client.py runs each directory in ``.clients/vllm-venv`` (no headprune): greedy tokens equal, and their
 log-probabilities within 1e-4 of the masked model's (float32 on both sides).
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+VLLM_CLIENT = Path(__file__).resolve().parents[1] / "headprune" / "export" / "vllm_client.py"  # run as a file, without headprune
 LOGPROB_TOLERANCE = 1e-4  # float32 on both sides; measured differences about 1e-5
 JOINT = ["kv_group", "ffn"]
 
@@ -89,7 +90,7 @@ def smollm2_case():
 
 
 def vllm_jobs(out: Path, new_tokens: int, with_smollm2: bool) -> list[dict]:
-    """Export every layout as deci_hf with its reference: the jobs for tools/client_vllm.py."""
+    """Export every layout as deci_hf with its reference: the jobs for headprune/export/vllm_client.py."""
     from test_clients import SMOL_TEXTS, TINY_TEXTS, export_case
 
     model, tokenizer = tiny_model()
@@ -115,7 +116,7 @@ def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool
     jobs = vllm_jobs(out, new_tokens, with_smollm2)
     (out / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     done = subprocess.run(
-        [str(python), "-I", str(Path(__file__).with_name("client_vllm.py")), str(out / "jobs.json")],
+        [str(python), "-I", str(VLLM_CLIENT), str(out / "jobs.json")],
         cwd=out,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"},
         capture_output=True,

@@ -25,6 +25,7 @@ from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import group_kind, unit_kinds
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
+from headprune.export.client_check import CLIENTS, checked_in_client
 from headprune.export.record import console_lines, is_pruned, layer_widths, tensor_parallel
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
 from headprune.pipeline.evaluation import check_split, swapped_model
@@ -157,6 +158,8 @@ def check_settings(cfg) -> None:
             refuse_given(cfg, foreign, f"they shape {other.upper()} files, and export.format={fmt}")
     if quantize != "int8":
         refuse_given(cfg, ("export.per_channel", "export.int8_batch_sizes"), "they set the int8 graphs of export.quantize=int8 only")
+    if fmt not in CLIENTS:
+        refuse_given(cfg, ("export.client_check",), f"it runs {' and '.join(CLIENTS)} exports in their client, and export.format={fmt}")
     if bool(settings.get("mask_file")) == bool(settings.get("model")):
         raise ConfigError(
             "give one source of the pruned model: export.mask_file=<prune run>/results.json (with export.mask_order, "
@@ -337,6 +340,8 @@ def run(cfg) -> dict:
     if not report["passed"]:
         (staging / "check.json").write_text(json.dumps(report, indent=1, default=str))
         raise ValueError(refusal_message(fmt, report, staging))
+    if bool(settings.client_check):
+        result["client_check"] = checked_in_client(task, mask, reference, fmt, out, staging)  # a refusal raises
     if str(settings.quantize) == "int8":
         result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)
