@@ -16,12 +16,19 @@ V4_BUILT = any((ROOT / ".venv-v4").glob("lib/*/site-packages/transformers-4.*.di
 TEXTS = ["the cat sat on the red mat", "a dog near town"]
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """A trained BPE tokenizer saved as the exports save it, and the ids transformers 5 gives the texts before saving."""
+@pytest.fixture(scope="module", params=["trained", "smollm2"])
+def saved(tmp_path_factory, request):
+    """A tokenizer (a trained BPE with a prefix space, SmolLM2's) saved as the exports save it, and the ids transformers 5
+    gives the texts before saving."""
+    from transformers import AutoTokenizer
+
+    from headprune.models.embedded import embedded_model_dir
     from headprune.models.tokenizers import train_tokenizer
 
-    tokenizer = train_tokenizer([f"the {w} sat on the red mat near town" for w in ("cat", "dog")] * 10, vocab_size=300)
+    if request.param == "smollm2":
+        tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir("smollm2"))
+    else:
+        tokenizer = train_tokenizer([f"the {w} sat on the red mat near town" for w in ("cat", "dog")] * 10, vocab_size=300)
     out = tmp_path_factory.mktemp("tokenizer")
     save_tokenizer(tokenizer, out)
     return out, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]

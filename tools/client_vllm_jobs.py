@@ -114,18 +114,22 @@ def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool
         return []
     out.mkdir(parents=True, exist_ok=True)
     jobs = vllm_jobs(out, new_tokens, with_smollm2)
-    (out / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
-    done = subprocess.run(
-        [str(python), "-I", str(VLLM_CLIENT), str(out / "jobs.json")],
-        cwd=out,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"},
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        print(done.stderr[-4000:])
-        return [{"client": "vLLM CPU", "file": "deci_hf", "check": "client ran", "passed": False, "detail": f"exit {done.returncode}"}]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = []
+    for index, job in enumerate(jobs):  # one process per directory: each vLLM engine starts and stops whole
+        (out / f"job{index}.json").write_text(json.dumps([job]), encoding="utf-8")
+        done = subprocess.run(
+            [str(python), "-I", str(VLLM_CLIENT), str(out / f"job{index}.json")],
+            cwd=out,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"},
+            capture_output=True,
+            text=True,
+        )
+        found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else []
+        if done.returncode != 0 or any(row["passed"] is False for row in found):
+            print(done.stderr[-4000:])
+        rows += found or [
+            {"client": "vLLM CPU", "file": job["name"], "check": "client ran", "passed": False, "detail": f"exit {done.returncode}"}
+        ]
     for job in jobs:
         print(f"{job['name']}: (query heads, KV heads) per layer {job['layers']}, FFN widths {job['ffn_widths']}")
     return rows

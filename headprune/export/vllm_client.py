@@ -47,7 +47,6 @@ def run_job(job: dict, client: str) -> list[dict]:
     return [
         _row(job, client, "greedy tokens", equal == total, f"{equal}/{total} equal over {len(prompts)} prompts"),
         _row(job, client, "logprobs", worst <= job["tolerance"], f"max |diff| {worst:.2e} (tolerance {job['tolerance']:.0e})"),
-        _row(job, client, "architecture", True, "DeciLMForCausalLM (trust_remote_code)"),
     ]
 
 
