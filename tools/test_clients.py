@@ -3,7 +3,7 @@
 A tiny random Llama and the embedded SmolLM2-135M are pruned (uniform KV groups; a global mask with uneven query and
 KV heads and an emptied layer; for the tiny model also an emptied layer 0; in the unit ``[kv_group, ffn]``, KV groups
 with uneven FFN widths, an FFN emptied beside attention that runs, a layer whose attention and FFN are both gone, and
-for the tiny model layer 0 all gone) and exported: ``hf`` -> stock transformers, ``gguf`` (llama.cpp's ``llama`` for
+for the tiny model layer 0 all gone, the last layer all gone, and FFN widths alone) and exported: ``hf`` -> stock transformers, ``gguf`` (llama.cpp's ``llama`` for
 the uniform mask, ``deci`` for the others: the per-layer counts it holds, read back, are those deci's graph needs)
 -> llama.cpp built from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
 which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
@@ -202,6 +202,8 @@ def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
         "tiny ffn-uneven": joint_mask(joint, {1: [0], 3: [1]}, {0: 40, 1: 23, 3: 9}),  # FFN widths 40, 23, 64, 9
         "tiny ffn-emptied": joint_mask(joint, {1: [0, 1], 3: [1]}, {1: 0, 2: 0, 3: 30}),  # layer 1 all gone, layer 2 attention only
         "tiny layer-0-ffn-emptied": joint_mask(joint, {0: [0, 1]}, {0: 0, 2: 17}),  # layer 0 all gone: deci keeps a zero head and neuron
+        "tiny last-emptied": joint_mask(joint, {1: [0], 3: [0, 1]}, {0: 40, 3: 0}),  # the last layer all gone: a zero neuron stays
+        "tiny ffn-only": joint_mask(joint, {}, {0: 40, 1: 23, 3: 9}),  # FFN widths alone
     }
     joint.remove()
     texts = TINY_TEXTS[:3]
