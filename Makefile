@@ -40,8 +40,8 @@ test-fast: $(STAMP)
 test-slurm: $(STAMP)
 	PYTHON=$(abspath $(BIN)/python) tools/slurm_local.sh
 
-# Each export loaded by its client, without headprune: stock transformers and llama.cpp (built once into .clients/).
-test-clients: $(STAMP)   # each export in the client people run it in: transformers, llama.cpp, lm-eval, ONNX Runtime
+# Each export loaded by its client, without headprune: stock transformers, llama.cpp (built once into .clients/), vLLM's CPU build, kvpress.
+test-clients: $(STAMP)   # each export in the client people run it in: transformers, llama.cpp, vLLM CPU, kvpress, lm-eval, ONNX Runtime
 	$(BIN)/python tools/test_clients.py
 	$(BIN)/python tools/client_onnx.py
 

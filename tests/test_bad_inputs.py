@@ -785,6 +785,20 @@ CONFIG_ROWS = [
         "export.quantize=int8 only",
         "prune_results",
     ),
+    (
+        "export-client-check-without-client",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/prune.json", "export.client_check=false"],
+        "export.client_check=False would be ignored: it runs deci_hf exports in their client, and export.format=onnx",
+        "prune_results",
+    ),
+    (
+        "export-client-check-not-boolean",
+        "nli",
+        ["experiment=export", "export.mask_file={tmp}/prune.json", "export.client_check=maybe"],
+        "export.client_check",
+        "prune_results",
+    ),
     ("nli-finetune-resume-nothing", "nli", ["experiment=nli_finetune", "ckpt_path=last"], "nothing to resume", None),
     (
         "mt-train-resume-missing-file",
@@ -1930,6 +1944,78 @@ def _stock_hf_uneven_ffn_mask(tmp_path):
     mask_ffn_width([[1, 1, 0], [1, 0, 0]])
 
 
+def _unit_gates_of(model_or_text, unit):
+    def call(tmp_path):
+        from headprune.core.units import unit_gates
+
+        unit_gates(_tiny_gates()[0] if model_or_text is None else model_or_text, unit)
+
+    return call
+
+
+def _save_pruned_onto_file(tmp_path):
+    from headprune.core.saving import save_pruned
+
+    (tmp_path / "taken").write_text("a file")
+    save_pruned(_tiny_gates()[0], tmp_path / "taken")
+
+
+def _stream_results(tmp_path) -> Path:
+    """A streaming run's results.json with one importance step at fraction 0.5 (sink 1, window 4)."""
+    results = {
+        "action": "stream",
+        "unit": "kv_group",
+        "stream": {"sink": 1, "window": 4},
+        "orders": {"importance": {"steps": [{"fraction": 0.5, "mask": {"dec_self": [[1, 0], [0, 1]]}}]}},
+    }
+    (tmp_path / "run").mkdir(exist_ok=True)
+    path = tmp_path / "run" / "results.json"
+    path.write_text(json.dumps({"results": results, "config": {"model": {"name": "tiny"}}}))
+    return path
+
+
+def _write_run_pattern_onto_file(tmp_path):
+    from headprune.export.kvpress import write_run_pattern
+
+    (tmp_path / "taken").write_text("a file")
+    write_run_pattern(_stream_results(tmp_path), tmp_path / "taken", "importance", 0.5)
+
+
+def _write_run_pattern_run_dir(tmp_path):
+    from headprune.export.kvpress import write_run_pattern
+
+    write_run_pattern(_stream_results(tmp_path).parent, tmp_path / "pattern", "importance", 0.5)
+
+
+def _kvpress_one_kv_head(tmp_path):
+    from headprune.export.kvpress import write_kvpress_pattern
+
+    write_kvpress_pattern(tmp_path / "pattern", torch.tensor([[1.0], [0.0], [1.0]]), 4, 16, "gemma-like")
+
+
+def _mask_row_wrong_length(tmp_path):
+    from headprune.core.pruning import prune_mask
+
+    model, _ = _tiny_gates()
+    prune_mask(model, {"enc_self": [[1, 1, 1, 1], [1, 0, 1], [1, 1, 1, 1]]})
+
+
+def _scores_of_another_model(tmp_path):
+    from types import SimpleNamespace
+
+    from headprune.sources.score_file import given_scores
+
+    model, gates = _tiny_gates()
+    scores = {"enc_self": [[0.1, 0.2, 0.3, 0.4]] * 3}
+    payload = {
+        "inputs": {"model": "tiny_gemma"},
+        "fingerprints": {"model": "0123456789abcdef"},
+        "results": {"action": "remove", "unit": "head", "orders": {"importance": {"steps": [], "head_scores": scores}}},
+    }
+    (tmp_path / "scored.json").write_text(json.dumps(payload))
+    given_scores(tmp_path / "scored.json", ["importance"], SimpleNamespace(model=model, gates=gates), "tiny_bert")
+
+
 API_ROWS = [
     pytest.param(_mt_limit, "data.limits.test", id="api-load-texts-negative-limit"),
     pytest.param(_read_aligned_utf8, "valid.en:3", id="api-read-aligned-utf8"),
@@ -1984,6 +2070,19 @@ API_ROWS = [
     pytest.param(_single_neuron_ablation, "no useful pruning order", id="api-single-neuron-ablation"),
     pytest.param(_block_mask_shape, "(layers x blocks)", id="api-block-mask-shape"),
     pytest.param(_stock_hf_uneven_ffn_mask, "one FFN width in every layer", id="api-stock-hf-uneven-ffn-mask"),
+    pytest.param(_unit_gates_of(None, None), "a unit is a kind's name or a list of names", id="api-unit-gates-unit-none"),
+    pytest.param(_unit_gates_of(None, 3), "got int 3", id="api-unit-gates-unit-number"),
+    pytest.param(_unit_gates_of("model", "head"), "unit_gates takes a model (torch nn.Module)", id="api-unit-gates-text-model"),
+    pytest.param(_save_pruned_onto_file, "save_pruned takes a directory to write the model into", id="api-save-pruned-onto-file"),
+    pytest.param(_write_run_pattern_onto_file, "writes the pattern into a directory", id="api-write-run-pattern-onto-file"),
+    pytest.param(_write_run_pattern_run_dir, "takes a streaming run's results.json, got the directory", id="api-write-run-pattern-run-dir"),
+    pytest.param(_kvpress_one_kv_head, "reads back 1-D in kvpress", id="api-kvpress-one-kv-head"),
+    pytest.param(_mask_row_wrong_length, "layer 1 has 3 values, expected 4 (one per head)", id="api-mask-row-wrong-length"),
+    pytest.param(
+        _scores_of_another_model,
+        "scored tiny_gemma (model fingerprint 0123456789abcdef), and this run prunes tiny_bert",
+        id="api-scores-from-another-model",
+    ),
 ]
 
 
@@ -1991,7 +2090,7 @@ API_ROWS = [
 def test_api_error(tmp_path, no_forward, monkeypatch, call, words):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()
-    with pytest.raises((ValueError, FileNotFoundError, IndexError, TypeError)) as err:
+    with pytest.raises((ValueError, FileNotFoundError, FileExistsError, IndexError, TypeError)) as err:
         call(tmp_path)
     assert words in str(err.value), str(err.value)
     assert time.perf_counter() - start < SECONDS

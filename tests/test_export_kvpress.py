@@ -79,7 +79,9 @@ BAD_PATTERNS = [
     (torch.ones(0, 3), None, "(layers, KV heads)"),
     (torch.ones(3, 2), (3, 3), "the model (layers, KV heads) (3, 3)"),
     (torch.full((2, 2), 1.5), None, "values in [0, 1]"),
-    (torch.tensor([[1.0, float("nan")]]), None, "values in [0, 1]"),
+    (torch.tensor([[1.0, float("nan")], [1.0, 1.0]]), None, "values in [0, 1]"),
+    (torch.ones(3, 1), None, "(one KV head per layer) reads back 1-D in kvpress"),
+    (torch.ones(1, 3), None, "(one layer) reads back 1-D in kvpress"),
     ({"dec_self": torch.ones(2, 2), "enc_self": torch.ones(2, 2)}, None, "one attention group"),
 ]
 

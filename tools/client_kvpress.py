@@ -12,7 +12,8 @@ config are parsed by kvpress's code.
 
 JOB: {"model_dir", "chat_template" (false: the pipeline prompts without it), "max_new_tokens", "prompts": [{"context", "question", "answer_prefix", "answer", "context_ids",
 "question_ids"}], "patterns": [{"name", "dir"}]}. OUT: {"versions", "patterns": {name: {"answers", "correct",
-"accuracy", "ids_equal", "streaming_mask", "mask_equal", "compression_ratio"}}}.
+"accuracy", "ids_equal", "streaming_mask", "mask_equal", "hidden", "compression_ratio"}}}: ``hidden``, per prompt and
+layer, the context keys the press hid ({KV head: [first, last + 1, count]}).
 """
 
 from __future__ import annotations
@@ -56,11 +57,25 @@ def first_number(text: str) -> str | None:
     return found.group(0) if found else None
 
 
+def hidden_keys(model) -> list[dict[str, list[int]]]:
+    """Per layer, the context keys kvpress's press hid for the answer: {KV head: [first, last + 1, count]} of the
+    positions in ``masked_key_indices`` (set after prefill, read by its attention patch while decoding)."""
+    layers = []
+    for layer in model.model.layers:
+        found = getattr(layer.self_attn, "masked_key_indices", None)
+        rows: dict[int, list[int]] = {}
+        if found is not None:
+            for head, position in zip(found[1].tolist(), found[2].tolist()):
+                rows.setdefault(head, []).append(position)
+        layers.append({str(h): [min(v), max(v) + 1, len(v)] for h, v in sorted(rows.items())})
+    return layers
+
+
 def run_pattern(pipe, model, pattern: dict, prompts: list[dict], max_new_tokens: int) -> dict:
     """Every prompt answered through the pipeline under one pattern's press."""
     folder = Path(pattern["dir"])
     press, config = duo_press(model, folder)
-    answers, ids_equal, ratios = [], True, []
+    answers, ids_equal, ratios, hidden = [], True, [], []
     for prompt in prompts:
         tensors = pipe.preprocess(prompt["context"], [prompt["question"]], prompt["answer_prefix"], 10**9)
         ids_equal &= tensors["context_ids"][0].tolist() == prompt["context_ids"]
@@ -69,6 +84,7 @@ def run_pattern(pipe, model, pattern: dict, prompts: list[dict], max_new_tokens:
                    max_new_tokens=max_new_tokens)  # fmt: skip
         answers.append(out["answer"])
         ratios.append(press.compression_ratio_)
+        hidden.append(hidden_keys(model))
     written = np.loadtxt(folder / "full_attention_heads.tsv", delimiter="\t", ndmin=2) < config["threshold"]
     mask = press.streaming_mask.cpu().numpy()
     correct = [first_number(a) == p["answer"] for a, p in zip(answers, prompts)]
@@ -79,6 +95,7 @@ def run_pattern(pipe, model, pattern: dict, prompts: list[dict], max_new_tokens:
         "ids_equal": bool(ids_equal),
         "streaming_mask": mask.astype(int).tolist(),
         "mask_equal": bool(mask.shape == written.shape and (mask == written).all()),
+        "hidden": hidden,
         "compression_ratio": float(np.mean(ratios)),  # kvpress's: streamed share x the share of context hidden
         "sink_size": press.sink_size,
         "recent_size": press.recent_size,

@@ -5,6 +5,8 @@ Patterns (headprune.export.kvpress): ``full`` (no KV group streamed), ``third`` 
 DuoAttentionPress in ``.clients/kvpress-venv``; the checks:
 
 - kvpress read the pattern: the heads its press streams are the file's; its token ids are the ones built here;
+- its press hid exactly the streamed positions: for every prompt and layer, the context keys it masks are each streamed
+  KV head's positions sink .. context - window, and none of the others;
 - ``full``: kvpress's answers are the unpruned model's (greedy, same ids);
 - each streamed pattern: kvpress's answers are those of an explicit mask in kvpress's semantics (full prefill, then
   the sink and the context's last ``window`` tokens; tools/stream_reference.py): the file means what it says;
@@ -119,7 +121,8 @@ def kvpress_job(out: Path, n: int = PROMPTS, reference: Callable | None = None) 
     jobs, references = [], {}
     for name, streamed in patterns(*shape, PATTERN_SEED).items():
         write_kvpress_pattern(out / name, (~streamed).float(), SINK, WINDOW, str(folder), shape=shape)
-        jobs.append({"name": name, "dir": str(out / name), "streamed": int(streamed.sum())})
+        ids = {str(layer): torch.nonzero(row).flatten().tolist() for layer, row in enumerate(streamed)}
+        jobs.append({"name": name, "dir": str(out / name), "streamed": int(streamed.sum()), "streamed_ids": ids})
         kvpress_like = explicit_mask_answers(model, tokenizer, prompts, streamed, SINK, WINDOW, True, MAX_NEW_TOKENS)
         ours = kvpress_like if name == "full" else reference(model, tokenizer, prompts, streamed, SINK, WINDOW, False, MAX_NEW_TOKENS)
         references[name] = {"kvpress_mask": kvpress_like, "headprune": ours}
@@ -131,6 +134,13 @@ def kvpress_job(out: Path, n: int = PROMPTS, reference: Callable | None = None) 
         "patterns": jobs,
         "references": references,
     }
+
+
+def expected_hidden(streamed_ids: dict[str, list[int]], context: int) -> list[dict[str, list[int]]]:
+    """Per layer, the keys kvpress should hide for a context of ``context`` tokens: each streamed KV head's positions
+    sink .. context - window ({KV head: [first, last + 1, count]}, as tools/client_kvpress.hidden_keys reports them)."""
+    span = [SINK, context - WINDOW, context - WINDOW - SINK]
+    return [{str(h): span for h in sorted(streamed_ids[str(layer)])} for layer in range(len(streamed_ids))]
 
 
 def compare(job: dict, result: dict) -> list[dict]:
@@ -145,6 +155,10 @@ def compare(job: dict, result: dict) -> list[dict]:
 
         row("pattern read", got["mask_equal"] and got["ids_equal"],
             f"press streams the file's KV groups: {got['mask_equal']}; token ids as built here: {got['ids_equal']}")  # fmt: skip
+        expected = [expected_hidden(pattern["streamed_ids"], len(p["context_ids"])) for p in job["prompts"]]
+        exact = sum(a == b for a, b in zip(got["hidden"], expected))
+        row("hidden positions", exact == len(expected),
+            f"{exact} of {len(expected)} prompts: the press hid exactly keys {SINK} .. context - {WINDOW} of the file's streamed KV heads")  # fmt: skip
         same = sum(a == b for a, b in zip(got["answers"], refs["kvpress_mask"]))
         what = "the unpruned model's" if name == "full" else "an explicit mask's (full prefill, then sink + context window)"
         row("answers", same == len(got["answers"]), f"{same} of {len(got['answers'])} equal {what}")

@@ -3,7 +3,7 @@
 A tiny random Llama and the embedded SmolLM2-135M are pruned (uniform KV groups; a global mask with uneven query and
 KV heads and an emptied layer; for the tiny model also an emptied layer 0; in the unit ``[kv_group, ffn]``, KV groups
 with uneven FFN widths, an FFN emptied beside attention that runs, a layer whose attention and FFN are both gone, and
-for the tiny model layer 0 all gone) and exported: ``hf`` -> stock transformers, ``gguf`` (llama.cpp's ``llama`` for
+for the tiny model layer 0 all gone, the last layer all gone, and FFN widths alone) and exported: ``hf`` -> stock transformers, ``gguf`` (llama.cpp's ``llama`` for
 the uniform mask, ``deci`` for the others: the per-layer counts it holds, read back, are those deci's graph needs)
 -> llama.cpp built from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
 which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
@@ -15,9 +15,11 @@ by saved directory and by mask; llama.cpp's token ids of Multi30k English lines 
 PyTorch's within 1e-3. kvpress (tools/client_kvpress_jobs.py, in its own ``.clients/kvpress-venv``; skipped with a
 message when it cannot be built): SmolLM2's streaming head patterns written by headprune.export.kvpress, run by NVIDIA's
 kvpress DuoAttentionPress on passkey prompts, against the unpruned model, an explicit mask and headprune's accuracy.
+vLLM (tools/client_vllm_jobs.py, vLLM's CPU build in its own ``.clients/vllm-venv``; skipped with a message when it
+cannot be built): ``deci_hf`` exports of a head-size-32 tiny Llama and of SmolLM2, greedy tokens and log-probabilities.
 Prints a table (client, file, check, result) and exits 1 when a check fails.
 
-    python tools/test_clients.py [--only tiny|smollm2|pipeline|kvpress] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
+    python tools/test_clients.py [--only tiny|smollm2|pipeline|kvpress|vllm] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
 """
 
 from __future__ import annotations
@@ -63,16 +65,21 @@ def kv_mask(gates, removed: dict[int, list[int]], heads_per_kv: int) -> dict:
 
 @torch.no_grad()
 def masked_outputs(model, gates, mask, prompts: list[list[int]], new_tokens: int) -> dict:
-    """The masked model's logits on every prompt and its greedy continuation (no cache: the plain definition)."""
+    """The masked model's logits on every prompt, its greedy continuation and each greedy token's log-probability (no
+    cache: the plain definition)."""
     arrays = {}
     with gates.masked(mask):
         for i, prompt in enumerate(prompts):
             ids = torch.tensor([prompt])
             arrays[f"prompt{i}"] = np.array(prompt, dtype=np.int64)
             arrays[f"reference{i}"] = model(input_ids=ids).logits[0].float().numpy()
+            logprobs = []
             for _ in range(new_tokens):
-                ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+                last = model(input_ids=ids).logits[0, -1].double()
+                ids = torch.cat([ids, last.argmax().view(1, 1)], dim=1)
+                logprobs.append(float(torch.log_softmax(last, -1)[ids[0, -1]]))
             arrays[f"greedy{i}"] = ids[0, len(prompt) :].numpy()
+            arrays[f"logprobs{i}"] = np.array(logprobs)
     return arrays
 
 
@@ -102,7 +109,7 @@ def export_case(
         arrays = masked_outputs(model, gates, mask, prompts, new_tokens)
     gates.remove()
     np.savez(folder / "arrays.npz", **arrays)
-    path = folder if fmt == "hf" else exported["files"][0]
+    path = folder if fmt in ("hf", "deci_hf") else exported["files"][0]
     layers = [(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites]
     job = {
         "name": f"{name} {fmt} {dtype if fmt == 'gguf' else ''}".strip() + (f" ({exported['architecture']})" if fmt == "gguf" else ""),
@@ -144,7 +151,8 @@ def expected_deci_layout(layers: list[list[int]], widths: list[int]) -> dict:
     one zero head (the head size is read from layer 0); a layer whose FFN is emptied says 0 only where its attention is
     skipped too (deci ends a layer with n_ff 0 before adding the attention output), else 1 (one zero neuron)."""
     written = [[1, 1] if layer == 0 and heads == 0 else [heads, kv] for layer, (heads, kv) in enumerate(layers)]
-    ffn = [width or (0 if heads == 0 else 1) for (heads, _), width in zip(written, widths)]
+    last = len(written) - 1
+    ffn = [width or (0 if heads == 0 and layer != last else 1) for layer, ((heads, _), width) in enumerate(zip(written, widths))]
     return {"head_count": [h for h, _ in written], "head_count_kv": [kv for _, kv in written], "feed_forward_length": ffn}
 
 
@@ -194,6 +202,8 @@ def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
         "tiny ffn-uneven": joint_mask(joint, {1: [0], 3: [1]}, {0: 40, 1: 23, 3: 9}),  # FFN widths 40, 23, 64, 9
         "tiny ffn-emptied": joint_mask(joint, {1: [0, 1], 3: [1]}, {1: 0, 2: 0, 3: 30}),  # layer 1 all gone, layer 2 attention only
         "tiny layer-0-ffn-emptied": joint_mask(joint, {0: [0, 1]}, {0: 0, 2: 17}),  # layer 0 all gone: deci keeps a zero head and neuron
+        "tiny last-emptied": joint_mask(joint, {1: [0], 3: [0, 1]}, {0: 40, 3: 0}),  # the last layer all gone: a zero neuron stays
+        "tiny ffn-only": joint_mask(joint, {}, {0: 40, 1: 23, 3: 9}),  # FFN widths alone
     }
     joint.remove()
     texts = TINY_TEXTS[:3]
@@ -312,7 +322,7 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress"), default=None)
+    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress", "vllm"), default=None)
     parser.add_argument("--prune-run", type=Path, default=None, help="reuse this SmolLM2 prune run (kv_group, lsq) for the pipeline")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the data directory (Multi30k)")
     parser.add_argument("--new-tokens", type=int, default=30)
@@ -324,7 +334,11 @@ def main() -> int:
         from client_kvpress_jobs import kvpress_rows
 
         rows += kvpress_rows(args.clients, args.clients / "work" / "kvpress")
-    if args.only == "kvpress":
+    if args.only in (None, "vllm"):
+        from client_vllm_jobs import vllm_rows
+
+        rows += vllm_rows(args.clients, args.clients / "work" / "vllm", min(args.new_tokens, 12))
+    if args.only in ("kvpress", "vllm"):
         return report(rows)
     env = ensure_env(args.clients, with_lm_eval=not args.no_lm_eval)
     out = args.clients / "work"

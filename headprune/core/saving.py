@@ -62,6 +62,8 @@ def weights_digest(site: AttentionSite) -> str:
 def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     """Write the model (HF format), its tokenizer and ``headprune_pruning.json`` to ``path``."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"save_pruned takes a directory to write the model into; {path} is a file: give a new or existing directory")
     path.mkdir(parents=True, exist_ok=True)
     record = pruning_record(model)
     setattr(model.config, RECORD_ATTR, record)

@@ -42,7 +42,10 @@ def _model_and_shared(gates) -> tuple[nn.Module, dict]:
     if isinstance(gates, nn.Module):
         return gates, {}
     if not isinstance(getattr(gates, "model", None), nn.Module):
-        raise TypeError(f"unit_gates takes a model (torch.nn.Module) or a gates object of one, got {type(gates).__name__}")
+        raise TypeError(
+            f"unit_gates takes a model (torch nn.Module) or gates on one (HeadGates, FFNGates, ...) and a unit, "
+            f"got {type(gates).__name__} {gates!r:.40}"
+        )
     return gates.model, shared_gates(gates)
 
 
@@ -50,8 +53,6 @@ def unit_gates(gates, unit="head"):
     """The gates of ``gates`` (any gates of a model, or the model itself) in ``unit`` (a kind, a joint list or a ``+``-joined
     string, see headprune.core.kinds). The gates already on the model are reused; a ValueError names an unknown unit or a
     kind the model lacks (``kv_group`` without grouped-query attention)."""
-    if unit is None or not isinstance(unit, (str, list, tuple)):
-        raise TypeError(f"unit_gates takes a unit: a kind name such as 'head', or a list such as ['head', 'ffn'], got {unit!r}")
     try:
         kinds = kinds_of(unit)
     except ValueError as err:

@@ -19,12 +19,15 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from headprune.core.checks import ConfigError
+from headprune.core.ffn_pruning import ffn_record
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import KINDS, group_kind
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
+from headprune.export.client_check import CLIENTS, checked_in_client
 from headprune.export.gguf_tokenizer import choose_tokenizer_pre
+from headprune.export.record import console_lines, is_pruned, layer_widths, tensor_parallel
 from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
 from headprune.results.run_dir import mask_to_json, write_results
@@ -152,6 +155,8 @@ def check_settings(cfg) -> None:
             refuse_given(cfg, foreign, f"they shape {other.upper()} files, and export.format={fmt}")
     if quantize != "int8":
         refuse_given(cfg, ("export.per_channel", "export.int8_batch_sizes"), "they set the int8 graphs of export.quantize=int8 only")
+    if fmt not in CLIENTS:
+        refuse_given(cfg, ("export.client_check",), f"it runs {' and '.join(CLIENTS)} exports in their client, and export.format={fmt}")
     if bool(settings.get("mask_file")) == bool(settings.get("model")):
         raise ConfigError(
             "give one source of the pruned model: export.mask_file=<prune run>/results.json (with export.mask_order, "
@@ -218,9 +223,11 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     if settings.get("mask_file"):
         return file_mask(settings, task, "export")
     record = pruning_record(task.model)
-    if not record:
-        print(f"[export] export.model={settings.model} holds no pruned head: it is exported, and recorded, as unpruned", flush=True)
-    return None, {"model": str(settings.model), "pruning_record": record, "pruned": bool(record)}
+    if not is_pruned(task.model):
+        print(
+            f"[export] export.model={settings.model} holds no pruned head or neuron: it is exported, and recorded, as unpruned", flush=True
+        )
+    return None, {"model": str(settings.model), "pruning_record": record, "pruned": is_pruned(task.model)}
 
 
 def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
@@ -271,17 +278,23 @@ def export_record(task, pruned, mask, exported: dict, staging: Path, report: dic
     """What results.json says of an export: its files, the model it holds (pruned or not, its heads) and the check."""
     reads = FORMATS[str(settings.format)].reads
     shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
+    widths = layer_widths(pruned)
     return {
         "format": str(settings.format),
         "files": [str(Path(EXPORT_DIR) / Path(p).relative_to(staging)) for p in exported["files"]],
         "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
         "mask": None if mask is None else mask_to_json(mask),
         "unit": task.gates.unit,
-        "pruned": bool(pruning_record(pruned)),  # an unpruned directory is exported, and recorded, as what it is
+        "pruned": is_pruned(pruned),  # heads or FFN neurons; an unpruned directory is exported, and recorded, as what it is
         "model_type": pruned.config.model_type,
         "architecture": type(pruned).__name__,
         "pruning_record": pruning_record(pruned),
+        "ffn_pruning_record": ffn_record(pruned) if any(w["ffn"] is not None for w in widths) else {},
         "heads_per_layer": [list(s) for s in shapes],
+        "widths_per_layer": widths,  # kept query heads, KV heads, FFN neurons of each layer
+        "tensor_parallel": tensor_parallel(exported.get("layout") or widths),  # of the layers as the file holds them
+        "padded_query_heads": exported.get("padded_query_heads"),  # deci_hf: zero query heads written back per layer
+        "placeholder_layers": exported.get("placeholder_layers"),
         "gguf_dtype": str(settings.gguf_dtype) if "gguf_dtype" in reads else None,
         "check": report,
         "check_examples": sum(int(b["input_ids"].shape[0]) for b in batches),
@@ -305,7 +318,7 @@ def run(cfg) -> dict:
     reference = reference_outputs(task, pruned, mask, batches, settings)
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
-    name = f"{cfg.model.get('name')}-pruned" if pruning_record(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
+    name = f"{cfg.model.get('name')}-pruned" if is_pruned(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
     exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre and pre["name"])
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
@@ -319,9 +332,13 @@ def run(cfg) -> dict:
     if reference.masked_logits is not None:  # f16 GGUF: how far its rounded weights move the logits from the masked f32 model
         result["f16_vs_masked_max_abs_diff"] = max(float(abs(m - r).max()) for m, r in zip(reference.masked_logits, reference.logits))
     print(check_line(report), flush=True)
+    for line in console_lines(result):
+        print(line, flush=True)
     if not report["passed"]:
         (staging / "check.json").write_text(json.dumps(report, indent=1, default=str))
         raise ValueError(refusal_message(fmt, report, staging))
+    if bool(settings.client_check):
+        result["client_check"] = checked_in_client(task, mask, reference, fmt, out, staging)  # a refusal raises
     if str(settings.quantize) == "int8":
         result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)

@@ -69,7 +69,7 @@ def run(cfg) -> dict:
         check_split(task, str(prune.ablation_split), "ablation")
     if for_speed(prune):
         return run_for_speed(cfg, settings, task, orders, fractions, split)
-    shared = given_scores(prune.scores_from, orders, task)
+    shared = given_scores(prune.scores_from, orders, task, cfg.model.get("name"))
     result = prune_stage(
         task,
         orders,

@@ -39,6 +39,7 @@ from headprune.core.ffn_sites import find_ffn_sites
 from headprune.core.gates import find_sites
 from headprune.core.pruning import RECORD_ATTR
 from headprune.export.llama_fields import rope_and_bias_refusal
+from headprune.export.tokenizer_files import save_tokenizer
 
 DECI_TYPES = ("llama", "mistral")
 CONFIG_MODULE = "configuration_decilm.py"  # the config class vLLM loads with trust_remote_code (auto_map)
@@ -243,7 +244,7 @@ def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(out)
     if tokenizer is not None:
-        tokenizer.save_pretrained(out)
+        save_tokenizer(tokenizer, out)
     return {
         "files": sorted(p for p in out.iterdir() if p.is_file()),
         "layout": layout_of(plans),

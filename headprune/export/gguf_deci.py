@@ -11,7 +11,8 @@ Each layer's ``feed_forward_length`` is the neurons its block keeps. A layer wit
 tensors and no FFN norm, and deci's graph ends the layer there (``if (n_ff == 0) continue``) before it adds the
 attention output to the residual stream: only a layer whose attention is skipped too may say 0. An emptied FFN block
 beside attention that runs (heads kept, or layer 0's placeholder head) keeps headprune's phantom neuron, all zero:
-``feed_forward_length`` 1, whose output is exactly 0.
+``feed_forward_length`` 1, whose output is exactly 0; so does the last layer's, always: deci selects the rows it
+outputs at the end of the last layer (after its FFN), which a ``continue`` would skip (llama.cpp aborts).
 """
 
 from __future__ import annotations
@@ -100,8 +101,12 @@ def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def written_ffn_widths(written: list[tuple[int, int]], widths: list[int]) -> list[int]:
     """The per-layer ``feed_forward_length`` of the deci file: the neurons kept; an emptied block 0 where the layer's attention
-    is skipped too, else 1 (its zero phantom neuron: deci would drop the attention output of an FFN-free layer)."""
-    return [width if width else (0 if heads == 0 else 1) for (heads, _), width in zip(written, widths)]
+    is skipped too, else 1 (its zero phantom neuron: deci would drop the attention output of an FFN-free layer). The last
+    layer always keeps its zero neuron: deci selects the output rows at the end of the last layer, which 0 skips."""
+    last = len(written) - 1
+    return [
+        width if width else (0 if heads == 0 and layer != last else 1) for layer, ((heads, _), width) in enumerate(zip(written, widths))
+    ]
 
 
 def _check_phantoms(model: nn.Module, emptied: set[int], ffn_free: set[int] = frozenset()) -> None:

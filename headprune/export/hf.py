@@ -28,6 +28,7 @@ from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import find_sites
 from headprune.core.layer_removal import REMOVED_ATTR
 from headprune.core.pruning import RECORD_ATTR
+from headprune.export.tokenizer_files import save_tokenizer
 
 STOCK_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text", "phi3")
 V4_ATTR = "pruned_heads"
@@ -200,5 +201,5 @@ def export_hf(model: nn.Module, tokenizer, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     stock.save_pretrained(out)
     if tokenizer is not None:
-        tokenizer.save_pretrained(out)
+        save_tokenizer(tokenizer, out)
     return sorted(p for p in out.iterdir() if p.is_file())

@@ -7,7 +7,8 @@ kvpress's ``DuoAttentionPress.load_attention_pattern``):
   (``%.18e``); a value is the head's share of full attention, 1 = full (a retrieval head), 0 = streamed. Readers clip
   to [0, 1]. DuoAttention streams the heads below its threshold 0.5; kvpress streams the
   ``round(head_compression_ratio * size)`` lowest values, so ``head_compression_ratio`` = the fraction below 0.5
-  streams the same heads. A one-row or one-column file reads back 1-D in both (``numpy.loadtxt`` without ``ndmin``).
+  streams the same heads. A one-row or one-column file reads back 1-D in both (``numpy.loadtxt`` without ``ndmin``),
+  and kvpress's press then streams nothing: such a pattern (one layer, or one KV head per layer) is refused.
 - ``config.json``: ``sink_size`` and ``recent_size`` (the keys both readers take: sink tokens and recent window), and
   ``model_name``, ``layers``, ``kv_heads``, ``streamed`` ({layer: [KV ids]}), ``streamed_fraction`` and
   ``head_compression_ratio`` (the same number, under kvpress's name).
@@ -89,6 +90,12 @@ def check_pattern(pattern, shape: tuple[int, int] | None = None) -> np.ndarray:
         raise ValueError(f"a kvpress pattern is (layers, KV heads), one value per KV head; got shape {tuple(array.shape)}")
     if shape is not None and tuple(array.shape) != tuple(shape):
         raise ValueError(f"the pattern has shape {tuple(array.shape)}, the model (layers, KV heads) {tuple(shape)}")
+    if 1 in array.shape:
+        raise ValueError(
+            f"a kvpress pattern of shape {tuple(array.shape)} (one {'KV head per layer' if array.shape[1] == 1 else 'layer'}) reads "
+            "back 1-D in kvpress and DuoAttention (numpy.loadtxt squeezes a single column or row), and kvpress then streams "
+            "nothing: their files hold models with several layers and several KV heads per layer"
+        )
     if not np.isfinite(array).all() or array.min() < 0 or array.max() > 1:
         raise ValueError("a kvpress pattern holds values in [0, 1] (1 = full attention, 0 = streamed); got values outside")
     return array
@@ -105,6 +112,11 @@ def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, mode
     ``pattern``: (layers, KV heads), 1 = full, 0 = streamed (see ``check_pattern``; ``pattern_from_streamed`` for
     {layer: [KV ids]}); ``shape``: the model's (layers, KV heads) to check it against (``kv_shape(config)``)."""
     array = check_pattern(pattern, shape)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(
+            f"write_kvpress_pattern writes the pattern into a directory; {out} is a file: give a new or existing directory"
+        )
     sink, window = integer_id(sink, "sink"), integer_id(window, "window")
     if sink < 0 or window < 1:
         raise ValueError(f"sink >= 0 and window >= 1 tokens (kvpress reads recent_size 0 as no streaming); got {sink}, {window}")
@@ -123,7 +135,6 @@ def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, mode
     }
     text = io.StringIO()
     np.savetxt(text, array, delimiter="\t")  # as duo_attn.utils.save_full_attention_heads
-    out = Path(out)
     write_text_atomic(out / TSV, text.getvalue())
     write_json_atomic(out / CONFIG, config)  # last: a directory with config.json holds both files
     return config
@@ -160,7 +171,13 @@ def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
 def write_run_pattern(results_file: str | Path, out: str | Path, order: str, fraction: float, model_name: str | None = None) -> dict:
     """Write the pattern of one step of a ``prune.action=stream`` run (its results.json: ``order`` at ``fraction``) with
     the run's sink and window, as ``write_kvpress_pattern`` writes it; ``model_name``: the run's model name unless given."""
-    payload = read_json(Path(results_file))
+    results_file, out = Path(results_file), Path(out)
+    if results_file.is_dir():
+        inside = f" (did you mean {results_file / 'results.json'}?)" if (results_file / "results.json").is_file() else ""
+        raise ValueError(f"write_run_pattern takes a streaming run's results.json, got the directory {results_file}{inside}")
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"write_run_pattern writes the pattern into a directory; {out} is a file: give a new or existing directory")
+    payload = read_json(results_file)
     results = payload.get("results") or {}
     step = run_step(results, order, fraction)
     stream = results["stream"]

@@ -61,3 +61,4 @@ class ExportSettings:
     batch_size: int = setting(COUNT, EXPORT)
     new_tokens: int = setting(COUNT, EXPORT)
     tolerance: float = setting(POSITIVE, EXPORT)
+    client_check: bool = setting(rule(boolean), EXPORT)

@@ -76,12 +76,28 @@ def check_shapes(scores: dict[str, dict[str, torch.Tensor]], shape: dict[str, tu
             )
 
 
-def given_scores(path, orders: list[str], task) -> dict[str, dict[str, torch.Tensor]] | None:
-    """The orders' scores in ``path`` (``prune.scores_from``), checked against the task's units; None when no file is given."""
+def check_model(path, model, model_name: str | None) -> None:
+    """The file scored this model: the model fingerprint it records equals ``model``'s (a ConfigError naming both)."""
+    from headprune.results.writer import model_fingerprint
+
+    payload = json.loads(Path(str(path)).read_text())
+    theirs = (payload.get("fingerprints") or {}).get("model")
+    ours = model_fingerprint(model)
+    if theirs and theirs != ours:
+        their_name = (payload.get("inputs") or {}).get("model") or "another model"
+        raise ConfigError(
+            f"{SETTING}={path} scored {their_name} (model fingerprint {theirs}), and this run prunes {model_name or 'a model'} "
+            f"(fingerprint {ours}): scores rank the units of the model they were computed on; give a prune run of this model"
+        )
+
+
+def given_scores(path, orders: list[str], task, model_name: str | None = None) -> dict[str, dict[str, torch.Tensor]] | None:
+    """The orders' scores in ``path`` (``prune.scores_from``), checked against the task's model and units; None when no file is given."""
     from headprune.results.stream_points import gate_action
 
     if path is None:
         return None
+    check_model(path, task.model, model_name)
     scores = read_scores(path, orders, task.gates.unit, gate_action(task.gates))
     check_shapes(scores, dict(task.gates.groups), path)
     print(f"scores of {', '.join(orders)} read from {path}")

@@ -7,6 +7,8 @@ exactly one kind of the unit (``owns``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from headprune.core.kinds.unit_kind import UnitKind
 
 JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
@@ -42,6 +44,10 @@ def unit_kinds(unit) -> tuple[str, ...]:
 
     A ValueError names an unknown kind, a kind given twice, or kinds that prune the same part.
     """
+    if not isinstance(unit, str) and not (isinstance(unit, Iterable) and all(isinstance(k, str) for k in unit)):
+        raise ValueError(
+            f"a unit is a kind's name or a list of names, e.g. 'head' or ['kv_group', 'ffn']; got {type(unit).__name__} {unit!r:.40}"
+        )
     names = unit.split(JOINER) if isinstance(unit, str) else [str(k) for k in unit]
     names = [n.strip() for n in names]
     unknown = [n for n in names if n not in KINDS]

@@ -1,0 +1,122 @@
+"""export.client_check: the export run by the client people serve it with, where that client is installed.
+
+``make test-clients`` builds the clients into ``.clients/`` beside the source tree (or ``$HEADPRUNE_CLIENTS``), each in
+a venv that cannot import headprune. A ``deci_hf`` directory is run by vLLM's CPU build (``.clients/vllm-venv``,
+headprune/export/vllm_client.py run as a file): greedy tokens from the check's prompts and the log-probability of each,
+against the masked model's. A file the client refuses or computes differently fails the export, as headprune's own
+check does. Formats without a client here, or a client not installed, are said in one line and recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+LOGPROB_TOLERANCE = 1e-4  # float32 on both sides
+
+
+@dataclass(frozen=True)
+class Client:
+    """A client of one export format: its name, its venv under the clients directory, and the script it runs there."""
+
+    name: str
+    venv: str
+    script: Path
+
+
+CLIENTS = {"deci_hf": Client("vLLM CPU", "vllm-venv", Path(__file__).with_name("vllm_client.py"))}
+
+
+def clients_dir() -> Path:
+    """Where ``make test-clients`` builds the clients: ``$HEADPRUNE_CLIENTS``, else ``.clients/`` beside the source tree."""
+    return Path(os.environ.get("HEADPRUNE_CLIENTS") or Path(__file__).resolve().parents[2] / ".clients")
+
+
+def installed_python(fmt: str) -> Path | None:
+    """The python of the format's client venv when it is built (its ``.ready-*`` stamp), else None."""
+    client = CLIENTS.get(fmt)
+    if client is None:
+        return None
+    venv = clients_dir() / client.venv
+    return venv / "bin" / "python" if any(venv.glob(".ready-*")) else None
+
+
+@torch.no_grad()
+def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int]) -> dict[str, np.ndarray]:
+    """prompt{i}, greedy{i} (cut after the first EOS) and logprobs{i} of each greedy token under ``model`` (call it under
+    the mask): what the client script compares."""
+    arrays = {}
+    for i, (row, new) in enumerate(zip(prompt.tolist(), tokens.tolist())):
+        stop = next((k + 1 for k, t in enumerate(new) if t in eos), len(new))
+        new = new[:stop]
+        ids = torch.tensor([row + new], device=next(model.parameters()).device)
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
+        positions = torch.arange(len(row) - 1, len(row) + len(new) - 1)
+        arrays[f"prompt{i}"] = np.array(row, dtype=np.int64)
+        arrays[f"greedy{i}"] = np.array(new, dtype=np.int64)
+        arrays[f"logprobs{i}"] = logprobs[positions, torch.tensor(new)].cpu().numpy()
+    return arrays
+
+
+def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path) -> dict:
+    """Run the format's client on ``path``: {"client", "rows", "passed"}, or {"skipped": why} where none is installed."""
+    python = installed_python(fmt)
+    if python is None:
+        where = f"{clients_dir() / CLIENTS[fmt].venv}" if fmt in CLIENTS else None
+        return {
+            "skipped": f"{CLIENTS[fmt].name} is not installed in {where} (make test-clients builds it)"
+            if where
+            else f"no client runs {fmt} here"
+        }
+    work.mkdir(parents=True, exist_ok=True)
+    np.savez(work / "client_arrays.npz", **arrays)
+    prompts = sum(1 for key in arrays if key.startswith("prompt"))
+    job = {"name": fmt, "path": str(path), "arrays": str(work / "client_arrays.npz"), "prompts": prompts, "tolerance": LOGPROB_TOLERANCE}
+    (work / "client_job.json").write_text(json.dumps([job]), encoding="utf-8")
+    done = subprocess.run(
+        [str(python), "-I", str(CLIENTS[fmt].script), str(work / "client_job.json")],
+        cwd=work,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        rows = [{"check": "client ran", "passed": False, "detail": f"exit {done.returncode}: {done.stderr[-500:]}"}]
+    else:
+        rows = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"client": CLIENTS[fmt].name, "rows": rows, "passed": all(row["passed"] is not False for row in rows)}
+
+
+def client_line(report: dict) -> str:
+    """One printed line: what the client said, or why it did not run."""
+    if "skipped" in report:
+        return f"[export] export.client_check: {report['skipped']}; checked by headprune's own reader only"
+    verdict = "passed" if report["passed"] else "FAILED"
+    return f"[export] {report['client']} {verdict}: " + "; ".join(f"{row['check']} {row['detail']}" for row in report["rows"])
+
+
+def checked_in_client(task, mask, reference, fmt: str, out: Path, staging: Path) -> dict:
+    """export.client_check: the file run by its client where one is installed (a ValueError when it disagrees), printed."""
+    import tempfile
+
+    if fmt not in CLIENTS or reference.greedy is None:
+        report = {
+            "skipped": f"no client runs export.format={fmt} here (clients: {', '.join(f'{f}: {c.name}' for f, c in CLIENTS.items())})"
+        }
+    else:
+        prompt, tokens, eos = reference.greedy[:3]
+        with task.gates.masked(mask):
+            arrays = greedy_arrays(reference.model, prompt, tokens, eos)
+        with tempfile.TemporaryDirectory() as work:
+            report = run_client(fmt, out, arrays, Path(work))
+    print(client_line(report), flush=True)
+    if report.get("passed") is False:
+        (staging / "check.json").write_text(json.dumps({"client_check": report}, indent=1, default=str))
+        raise ValueError(f"{client_line(report)}: the export stays in {staging}, the previous one is kept")
+    return report

