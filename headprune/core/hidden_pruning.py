@@ -70,6 +70,35 @@ def _set_config_width(model: nn.Module, width: int) -> None:
             pass  # a config deriving head_dim (Falcon): the modules keep theirs, load_pruned builds at the original width
 
 
+def _scale_norm(module: nn.Module, factor: float) -> None:
+    """Multiply a norm's output by ``factor`` through its scale (Gemma's scale is 1 + weight)."""
+    with torch.no_grad():
+        if type(module).__name__.startswith("Gemma"):
+            module.weight.copy_((1 + module.weight) * factor - 1)
+        else:
+            module.weight.mul_(factor)
+
+
+def _fold_width_constants(model: nn.Module, old: int, new: int) -> None:
+    """Constants a stock model derives from hidden_size, kept as they were: the new ones set, the change folded into weights.
+
+    T5 with a tied head scales the decoder's output by d_model^-0.5; Gemma scales its embeddings by hidden_size^0.5."""
+    ratio = (new / old) ** 0.5
+    final_norm = hidden_group(model).norms[-1][1]  # the last norm: the one the LM head reads
+    if model.config.model_type == "t5" and getattr(model, "model_dim", None) == old and model.config.tie_word_embeddings:
+        model.model_dim = new
+        _scale_norm(final_norm, ratio)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for module in model.modules():
+        if isinstance(module, nn.Embedding) and getattr(module, "scalar_embed_scale", None) == old**0.5:
+            module.scalar_embed_scale = new**0.5
+            module.embed_scale.fill_(new**0.5)
+            with torch.no_grad():
+                module.weight.div_(ratio)
+            if head is not None and head.weight is module.weight:
+                _scale_norm(final_norm, ratio)
+
+
 def keep_channels(model: nn.Module, keep: list[int]) -> None:
     """Slice every tensor of the residual group down to the channels at positions ``keep`` (of the present ones)."""
     group = hidden_group(model)
@@ -100,6 +129,7 @@ def keep_channels(model: nn.Module, keep: list[int]) -> None:
                 conv.out_channels = len(keep)
     book["ids"] = [book["ids"][k] for k in keep]
     _set_config_width(model, len(keep))
+    _fold_width_constants(model, group.width, len(keep))
     hidden_sites(model)  # the sites see the new ids
 
 
@@ -129,8 +159,23 @@ def hidden_meta(model: nn.Module) -> dict:
     if not record:
         return {}
     book = channel_book(model)
+    _check_config(model)
     setattr(model.config, CONFIG_ATTR, {"width_orig": book["width_orig"], "removed": record[GROUP]["0"]})
     return {"hidden_size_orig": book["width_orig"], "pruned_channels": record}
+
+
+def _check_config(model: nn.Module) -> None:
+    """A ValueError where the model type's config refuses the kept width (Llama, Gemma: a multiple of the heads)."""
+    validate = getattr(model.config, "validate", None)
+    try:
+        if validate is not None:
+            validate()
+    except Exception as err:  # noqa: BLE001 - huggingface_hub wraps the validator's ValueError in its own type
+        heads = getattr(model.config, "num_attention_heads", None)
+        raise ValueError(
+            f"a {model.config.model_type} config refuses hidden_size={model.config.hidden_size} ({err}): keep a multiple of "
+            f"{heads} residual channels so that stock transformers can build the pruned model"
+        ) from None
 
 
 def build_width(config) -> None:

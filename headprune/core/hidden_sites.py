@@ -59,6 +59,7 @@ class HiddenSite:
     gate: torch.Tensor | None = None  # (d',) or (B, d') over the channels present; None = no gating
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes shaped like the stream (..., d')
     recording: bool = False
+    rows: dict = field(default_factory=dict)  # {"rows": examples of the model's current forward}
 
     @property
     def has_units(self) -> bool:
@@ -91,7 +92,7 @@ def channel_book(model: nn.Module) -> dict:
     book = getattr(model, IDS_ATTR, None)
     if book is None:
         width = hidden_width(model)
-        book = {"width_orig": width, "ids": list(range(width))}
+        book = {"width_orig": width, "ids": list(range(width)), "rows": {}}
         setattr(model, IDS_ATTR, book)
     return book
 
@@ -161,10 +162,15 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
 
 # ---- the gate hooks -----------------------------------------------------------------------------------------
 def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
-    """The gate as it multiplies ``stream`` (..., d'), with a fresh probe while recording; None: nothing to do."""
-    gate = None if site.gate is None else broadcast_neuron_gate(site.gate, stream)
+    """The gate as it multiplies ``stream`` (..., d'), with a fresh probe while recording; None: nothing to do.
+
+    A stream shared by the batch (position embeddings, (1, T, d)) is gated per example: the product has the batch's rows."""
+    shape = stream.shape
+    if shape[0] == 1 and site.rows.get("rows", 1) > 1:
+        shape = (site.rows["rows"], *shape[1:])
+    gate = None if site.gate is None else broadcast_neuron_gate(site.gate, stream.expand(shape))
     if site.recording and torch.is_grad_enabled():
-        probe = torch.ones(stream.shape, dtype=stream.dtype, device=stream.device, requires_grad=True)
+        probe = torch.ones(shape, dtype=stream.dtype, device=stream.device, requires_grad=True)
         site.probes.append(probe)
         gate = probe if gate is None else gate * probe  # d loss / d probe = g * d loss / d g at this use
     return gate
@@ -172,23 +178,25 @@ def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
 
 def gated_norm(module: nn.Module, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     """The norm of g * x with the statistics of the channel weights g / sum(g), times g (see the module docstring)."""
-    g = gate.float().expand(x.shape)
-    xs = x.float() * g
+    wide = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 at least, as the norms compute them
+    g = gate.to(wide).expand(x.shape)
+    xs = x.to(wide) * g
     count = g.sum(-1, keepdim=True).clamp(min=1e-12)
     if isinstance(module, nn.LayerNorm):
         mean = (g * xs).sum(-1, keepdim=True) / count
         var = (g * (xs - mean).pow(2)).sum(-1, keepdim=True) / count
         out = (xs - mean) * torch.rsqrt(var + module.eps)
         if module.weight is not None:
-            out = out * module.weight.float()
+            out = out * module.weight.to(wide)
         if module.bias is not None:
-            out = out + module.bias.float()
+            out = out + module.bias.to(wide)
         return (out * g).to(x.dtype)
     # RMSNorm of any scale: the module's own forward on alpha * x~, whose mean square over all d is sum(g x~^2) / sum(g)
     whole = xs.pow(2).mean(-1, keepdim=True)
     wanted = (g * xs.pow(2)).sum(-1, keepdim=True) / count
-    alpha = torch.where(whole > 0, (wanted / whole.clamp(min=1e-30)).sqrt(), torch.ones_like(whole))
-    out = module.forward((xs * alpha).to(x.dtype)).float() / alpha
+    ratio = torch.where(whole > 0, wanted / whole.clamp(min=1e-30), torch.ones_like(whole))  # an all-zero token: alpha 1
+    alpha = ratio.clamp(min=1e-30).sqrt()
+    out = module.forward((xs * alpha).to(x.dtype)).to(wide) / alpha
     return (out * g).to(x.dtype)
 
 
@@ -204,15 +212,28 @@ def _gate_hook(module, args, kwargs, output):
     return output if gate is None else gated_norm(module, x, gate)
 
 
+BATCH_INPUTS = ("input_ids", "inputs_embeds", "pixel_values", "input_features")
+
+
+def _note_rows(model, args, kwargs):
+    """The model's forward pre-hook: the examples of this forward, for streams the batch shares."""
+    given = [kwargs.get(name) for name in BATCH_INPUTS] + list(args[:1])
+    first = next((x for x in given if isinstance(x, torch.Tensor)), None)
+    channel_book(model)["rows"]["rows"] = first.shape[0] if first is not None else 1
+
+
 def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     """Every gate site of the model's residual channels (writes, then norms), hooked once per module."""
-    group, ids = hidden_group(model), channel_book(model)["ids"]
+    group, book = hidden_group(model), channel_book(model)
+    ids = book["ids"]
+    if getattr(model, HOOK_ATTR, None) is None:
+        setattr(model, HOOK_ATTR, model.register_forward_pre_hook(_note_rows, with_kwargs=True))
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
             site = getattr(module, SITE_ATTR, None)
             if site is None:
-                site = HiddenSite(path, module, role, ids)
+                site = HiddenSite(path, module, role, ids, rows=book["rows"])
                 setattr(module, SITE_ATTR, site)
             site.channel_ids = ids
             if getattr(module, HOOK_ATTR, None) is None:

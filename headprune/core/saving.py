@@ -20,6 +20,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.ffn_saving import check_ffn_digests, ffn_meta, rebuild_ffn
 from headprune.core.gates import AttentionSite, find_sites
+from headprune.core.hidden_pruning import build_width, hidden_meta, rebuild_hidden
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
 RECORD_FILE = "headprune_pruning.json"
@@ -66,6 +67,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     if v4_record is not None:
         setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
     ffn = ffn_meta(model)  # FFN neurons: the config's width fields are brought up to date before it is written
+    hidden = hidden_meta(model)  # residual channels: their record into the config before it is written
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -79,6 +81,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
         "heads_present": heads,
         "weights_sha256": digests,
         **ffn,
+        **hidden,
     }
     (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
     return path
@@ -168,6 +171,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     meta = _read_record(meta_file) if meta_file.exists() else {}
     if meta and meta["pruned_heads"] != record:
         raise ValueError(f"{meta_file} and config.json disagree on the pruned heads: {meta['pruned_heads']} vs {record}")
+    build_width(config)  # a model with residual channels removed is built at its original width, then sliced
     model = model_class._from_config(config)
     v4_record = getattr(config, V4_ATTR, None)
     if v4_record and not record:  # a directory pruned by transformers v4 (save_pruned writes both: ours wins)
@@ -177,6 +181,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     except (IndexError, ValueError) as err:
         raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
     rebuild_ffn(model, meta, path)  # FFN widths per layer, by original neuron id
+    rebuild_hidden(model, path)  # residual channels, by original id
     expected = model.state_dict()
     state = _model_keys(model, _in_model_names(model, _state_dict_from(path)), expected)
     _pad_emptied_v4_layers(state, expected)
