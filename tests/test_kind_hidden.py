@@ -221,3 +221,25 @@ def test_kind_attributes_and_refusals(tmp_path):
     prune_unit_mask(unit_gates(model, "hidden"), {"hidden": _mask(32)})  # 18 channels: not a multiple of Llama's 4 heads
     with pytest.raises(ValueError, match="keep a multiple of 4 residual channels"):
         save_pruned(model, tmp_path)
+
+
+def test_one_backward_scores_channels_with_the_other_kinds():
+    from headprune.scoring.importance import importance_scores
+
+    model, batch = tiny_llama(), lm_batch()
+    unit = ["kv_group", "ffn", "hidden"]
+    joint = importance_scores(model, unit_gates(model, unit), [batch], loss_fn=causal_lm_loss, unit=unit)
+    alone = importance_scores(model, unit_gates(model, "hidden"), [batch], loss_fn=causal_lm_loss, unit="hidden")
+    assert set(joint) == {"dec_self", "dec_ffn", "hidden"}
+    assert torch.allclose(joint["hidden"], alone["hidden"], rtol=1e-5, atol=1e-6 * alone["hidden"].abs().max())
+
+
+def test_prune_experiment_with_hidden_units_on_the_tiny_lm(capsys, monkeypatch, tmp_path):
+    from cli_runs import TINY_LM_PRUNE, headprune
+
+    run = tmp_path / "run"
+    status, err = headprune(capsys, monkeypatch, tmp_path, run, *TINY_LM_PRUNE, "prune.unit=hidden", "prune.fractions=[0.5]")
+    assert status == 0, err[-2000:]
+    results = json.loads((run / "results.json").read_text())["results"]
+    step = results["orders"]["importance"]["steps"][0]
+    assert sum(step["mask"]["hidden"][0]) == 16 and step["score"] != results["base_score"]  # the masked model is evaluated

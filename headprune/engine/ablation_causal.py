@@ -31,8 +31,20 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from headprune.core.inputs import DECODER_INPUTS
+from headprune.core.joint import shared_gates
+from headprune.core.stream_gates import StreamGates
 from headprune.core.units import primitive_gates
-from headprune.engine.ablation import MaskBatcher, _count, _patched, _repeat, _repeat_inputs, _take_masks, first_changed, recorded_outputs
+from headprune.engine.ablation import (
+    REPLAYED_KINDS,
+    MaskBatcher,
+    _count,
+    _patched,
+    _repeat,
+    _repeat_inputs,
+    _take_masks,
+    first_changed,
+    recorded_outputs,
+)
 
 MODEL_INPUTS = DECODER_INPUTS
 
@@ -127,6 +139,8 @@ def _identity(hidden, *args, **kwargs):
 def batchable(gates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
     heads, ffn = primitive_gates(gates)
+    if not isinstance(gates, StreamGates) and set(shared_gates(gates)) - REPLAYED_KINDS:
+        return False  # residual channels or other kinds act before the first layer the batcher replays: one forward per mask
     if heads is not None and set(heads.groups) != {CausalMaskBatcher.group}:
         return False
     if ffn is not None and not set(ffn.groups) <= {CausalMaskBatcher.ffn_group}:
