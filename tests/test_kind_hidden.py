@@ -162,6 +162,7 @@ def test_flops_table_predicts_the_pruned_cost(row):
     pruned, _ = _pruned(model, mask)
     kept, width = int(mask.sum()), mask.shape[1]
     assert model_cost(pruned, 16).flops == model_cost(model, 16).flops - table[0, width] + table[0, kept]
+    assert model_cost(model, 16).hidden_flops == KINDS["hidden"].covered_flops(model_cost(model, 16)) == table[0, width]
 
 
 @pytest.mark.parametrize("row", ["llama", "bert", "gpt2", "t5", "marian"])
