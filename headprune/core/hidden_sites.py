@@ -15,6 +15,9 @@ With g = 1 every site computes what the model computes. With a hard mask (g in {
 every tensor of the stream and every norm is the same norm over the kept channels only, which is exactly what the
 pruned model (every tensor of the group sliced, norms' weights, biases and eps as they were) computes: masked ==
 pruned for LayerNorm and RMSNorm alike. A soft g is the differentiable interpolation above (the gate gradient).
+The pruned norms keep their weights, biases and eps: no constant depends on the kept width. (The other choice, the
+full-width RMSNorm of the zeroed stream, needs the pruned scale times sqrt(d / d') and eps times d / d', one eps for
+the model, and has no exact LayerNorm counterpart: its mean over d channels is not the kept channels' mean.)
 """
 
 from __future__ import annotations
