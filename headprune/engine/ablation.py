@@ -36,10 +36,10 @@ from headprune.core.gates import PREFIX, HeadGates, ensure_gated, register_wrapp
 from headprune.core.head_tensors import broadcast_gate
 from headprune.core.joint import shared_gates
 from headprune.core.stream_gates import StreamGates
-from headprune.core.unit_kinds import ablation_refusal
+from headprune.core.unit_kinds import KINDS, ablation_refusal
 from headprune.core.units import base_mask, primitive_gates
 
-REPLAYED_KINDS = {"head", "ffn"}  # the kinds whose gates the batcher sets per mask row
+REPLAYED_PARTS = {"attention", "feed_forward"}  # the parts whose gates the batcher sets per mask row (query heads, neurons)
 
 SHARED = "headprune_shared_"
 
@@ -214,7 +214,7 @@ class MaskBatcher:
     @staticmethod
     def takes(gates) -> bool:
         """Whether the batcher evaluates masks of these gates (query heads, FFN neurons, streaming), not residual channels and the like."""
-        return isinstance(gates, StreamGates) or not set(shared_gates(gates)) - REPLAYED_KINDS
+        return isinstance(gates, StreamGates) or all(set(KINDS[kind].parts) <= REPLAYED_PARTS for kind in shared_gates(gates))
 
     def __init__(self, model: nn.Module, gates, max_rows: int = 128, first_token: bool = True):
         """``gates``: the gates of the masks' unit (HeadGates, KV-group, FFN, block or joint gates of ``model``)."""

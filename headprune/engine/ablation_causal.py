@@ -31,11 +31,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from headprune.core.inputs import DECODER_INPUTS
-from headprune.core.joint import shared_gates
-from headprune.core.stream_gates import StreamGates
 from headprune.core.units import primitive_gates
 from headprune.engine.ablation import (
-    REPLAYED_KINDS,
     MaskBatcher,
     _count,
     _patched,
@@ -139,7 +136,7 @@ def _identity(hidden, *args, **kwargs):
 def batchable(gates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
     heads, ffn = primitive_gates(gates)
-    if not isinstance(gates, StreamGates) and set(shared_gates(gates)) - REPLAYED_KINDS:
+    if not MaskBatcher.takes(gates):
         return False  # residual channels or other kinds act before the first layer the batcher replays: one forward per mask
     if heads is not None and set(heads.groups) != {CausalMaskBatcher.group}:
         return False
