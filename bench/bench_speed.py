@@ -45,7 +45,7 @@ def main():
     speed = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "speed" / "default.yaml"), given)
     result = speed_stage(task, mask, read_settings(SpeedSettings, speed, "speed"), 0)
     print(
-        f"bench_speed: MiniLM, {result['heads_pruned']}/{result['heads_total']} heads pruned, {data} eval inputs; {machine()}; clock={args.clock}"
+        f"bench_speed: MiniLM, {result['units_removed']}/{result['units_total']} heads pruned, {data} eval inputs; {machine()}; clock={args.clock}"
     )
     print(f"score check (masked == pruned): {result['score_check']}")
     print(f"{'batch':>5s} {'len':>4s} {'original ex/s':>16s} {'pruned ex/s':>16s} {'gain':>7s} {'FLOP-ideal':>10s} {'gain/ideal':>10s}")

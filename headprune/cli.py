@@ -183,7 +183,7 @@ def main():
         input_failure(err)
     except SystemExit as done:
         if done.code not in (0, None, USAGE_ERROR) and not _started:  # Hydra printed why the config does not compose
-            print(grammar_hint(sys.argv[1:]), end="", file=sys.stderr, flush=True)
+            print(grammar_hint(sys.argv[1:]) + renamed_hints(sys.argv[1:]), end="", file=sys.stderr, flush=True)
             raise SystemExit(USAGE_ERROR) from None
         raise
 
@@ -192,6 +192,13 @@ def grammar_hint(argv: list[str]) -> str:
     """A line for overrides whose value holds '=' (e.g. speed.mask_step=speedup=1.3): Hydra's grammar needs it quoted."""
     bad = [a for a in argv if a.count("=") > 1 and "'" not in a and '"' not in a and "{" not in a]
     return "".join(f"headprune: hint: quote a value that holds '=': \"{a.split('=', 1)[0]}='{a.split('=', 1)[1]}'\"\n" for a in bad)
+
+
+def renamed_hints(argv: list[str]) -> str:
+    """A line for each override of a renamed setting (prune.min_heads_per_layer=1), naming the new key."""
+    from headprune.settings.renamed import renamed_hint
+
+    return "".join(f"headprune: hint: {hint}\n" for hint in map(renamed_hint, argv) if hint)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from importlib import import_module
 from headprune.checks.shared_checks import check_training_run, warn_unknown_keys
 from headprune.core.checks import ConfigError, check_schema
 from headprune.selection.mask_search import given_target
+from headprune.settings.renamed import check_renamed
 from headprune.settings.schema import SCHEMA
 
 
@@ -47,6 +48,7 @@ def unset_empty_target(cfg) -> None:
 
 def validate(cfg) -> None:
     """Check a composed experiment config before any work; the first problem is a ConfigError naming the setting."""
+    check_renamed(cfg)
     unset_empty_target(cfg)
     warn_unknown_keys(cfg)
     check_schema(cfg, SCHEMA)

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headprune"
+# What the experiments compose, above tasks/: each room one job, in import order.
+COMPOSING_ROOMS = ("stages", "sources", "settings", "pruning", "study", "checks", "experiments")
 # One folder per layer; a module imports only its own layer and the layers before it.
 LAYERS = (
     "core",
@@ -24,25 +26,10 @@ LAYERS = (
     "lightning",
     "tasks",
     "conf_dir",
-    "stages",
-    "sources",
-    "settings",
-    "pruning",
-    "study",
-    "checks",
-    "experiments",
+    *COMPOSING_ROOMS,
     "validation",
     "cli",
 )
-COMPOSING_ROOMS = (
-    "stages",
-    "sources",
-    "settings",
-    "pruning",
-    "study",
-    "checks",
-    "experiments",
-)  # what the experiments compose, above tasks/
 CORE_LAYERS = ("core", "results", "scoring", "engine", "selection")  # torch and transformers only
 FORBIDDEN_IN_CORE = ("lightning", "pytorch_lightning", "hydra", "headprune.tasks", "headprune.experiments", "headprune.lightning")
 

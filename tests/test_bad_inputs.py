@@ -120,7 +120,7 @@ def pareto_results_file(root: Path) -> Path:
     """A prune results.json for tiny_bert with two Pareto points at 25%: the mask alone (no model kept, as under
     prune.save=recovered) and its lsq recovery (a model kept)."""
     mask = {"enc_self": [[1, 0, 1, 1], [1, 1, 0, 1]]}
-    point = {"order": "importance", "step": "25%", "fraction": 0.25, "mask": mask, "heads_pruned": 2, "heads_total": 8}
+    point = {"order": "importance", "step": "25%", "fraction": 0.25, "mask": mask, "units_removed": 2, "units_total": 8}
     points = [{**point, "recovery": "none"}, {**point, "recovery": "lsq", "model_dir": "models/importance+lsq@25pct"}]
     path = root / "pareto.json"
     path.write_text(json.dumps({"results": {"unit": "head", "points": points}}))
@@ -345,10 +345,11 @@ CONFIG_ROWS = [
         None,
     ),
     ("mt-ckpt-missing", "mt", ["experiment=ablate", "model.pretrained=runs/x/checkpoints/last.ckpt"], "not found", None),
-    ("min-heads-above-layer", "nli", ["experiment=prune", "prune.min_heads_per_layer=20"], "min_heads_per_layer", None),
-    ("min-heads-equal-layer", "nli", ["experiment=prune", "prune.min_heads_per_layer=4"], "at most 3", None),
-    ("min-heads-negative", "nli", ["experiment=prune", "prune.min_heads_per_layer=-1"], "min_heads_per_layer", None),
-    ("min-heads-study-minilm", "nli", ["experiment=study", "model=minilm", "prune.min_heads_per_layer=12"], "at most 11", None),
+    ("min-units-above-layer", "nli", ["experiment=prune", "prune.min_units_per_layer=20"], "min_units_per_layer", None),
+    ("min-units-equal-layer", "nli", ["experiment=prune", "prune.min_units_per_layer=4"], "at most 3", None),
+    ("min-units-negative", "nli", ["experiment=prune", "prune.min_units_per_layer=-1"], "min_units_per_layer", None),
+    ("min-heads-old-key", "nli", ["experiment=prune", "+prune.min_heads_per_layer=1"], "is now prune.min_units_per_layer", None),
+    ("min-units-study-minilm", "nli", ["experiment=study", "model=minilm", "prune.min_units_per_layer=12"], "at most 11", None),
     ("mask-file-half", "nli", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "0.5", "mask_half"),
     ("mask-file-two", "nli", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "has 2", "mask_two"),
     ("mask-file-not-json", "nli", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "not valid JSON", "mask_text"),
@@ -470,7 +471,7 @@ CONFIG_ROWS = [
     ("unit-head-speed-mask-is-kv-shaped", "lm", ["experiment=speed", "speed.mask_file={tmp}/mask.json"], "4 heads", "mask_kv_ok"),
     ("lm-decode-tokens-zero", "lm", ["experiment=speed", "task.decode_tokens=0"], "task.decode_tokens", None),
     ("lm-selection-is-eval", "lm", ["experiment=keep_one", "task.selection_split=eval"], "task.selection_split", None),
-    ("lm-min-heads-kv-group", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.min_heads_per_layer=2"], "at most 1", None),
+    ("lm-min-units-kv-group", "lm", ["experiment=prune", "prune.unit=kv_group", "prune.min_units_per_layer=2"], "at most 1", None),
     # layouts, recovery budgets, LoRA, the control and extra evaluation splits
     ("prune-layout-bogus", "lm", ["experiment=prune", "prune.layout=diagonal"], "prune.layout", None),
     ("prune-control-not-boolean", "lm", ["experiment=prune", "prune.recover=finetune", "prune.control=maybe"], "prune.control", None),
@@ -1070,11 +1071,48 @@ CONFIG_ROWS = [
     ("unit-joint-kind-twice", "lm", ["experiment=prune", "prune.unit=[ffn,ffn]"], "names a kind twice", None),
     ("unit-joint-same-part", "lm", ["experiment=prune", "prune.unit=[head,kv_group]"], "both prune the attention part", None),
     ("unit-block-uniform", "nli", ["experiment=prune", "prune.unit=block", "prune.layout=uniform"], "prune.layout=global", None),
+    ("unit-layer-uniform", "lm", ["experiment=prune", "prune.unit=layer", "prune.layout=uniform"], "prune.layout=global", None),
+    (
+        "unit-ffn-attention-group",
+        "lm",
+        ["experiment=prune", "prune.unit=ffn", "prune.groups=[dec_self]"],
+        "the ffn groups ['dec_ffn']",
+        None,
+    ),
+    ("unit-block-ffn-group", "lm", ["experiment=prune", "prune.unit=block", "prune.groups=[dec_ffn]"], "dec_ffn_block", None),
+    (
+        "unit-ffn-floor-above-width",
+        "lm",
+        ["experiment=prune", "prune.unit=ffn", "prune.min_units_per_layer=100"],
+        "keeps every neuron",
+        None,
+    ),
+    (
+        "unit-kv-floor-names-kv",
+        "lm",
+        ["experiment=prune", "prune.unit=kv_group", "prune.min_units_per_layer=2"],
+        "keeps every KV group",
+        None,
+    ),
+    (
+        "ffn-multiple-above-width",
+        "lm",
+        ["experiment=prune", "prune.unit=ffn", "prune.ffn_multiple=128"],
+        "must divide the FFN width 64",
+        None,
+    ),
+    (
+        "ffn-multiple-not-dividing",
+        "lm",
+        ["experiment=prune", "prune.unit=ffn", "prune.ffn_multiple=48"],
+        "must divide the FFN width 64",
+        None,
+    ),
     ("unit-ffn-ablation-order", "nli", ["experiment=prune", "prune.unit=ffn", "prune.order=ablation"], "one FFN neuron at a time", None),
     ("unit-joint-ablate", "nli", ["experiment=ablate", "prune.unit=[head,ffn]"], "one FFN neuron at a time", None),
     ("unit-ffn-keep-one", "nli", ["experiment=keep_one", "prune.unit=ffn"], "one FFN neuron at a time", None),
     ("unit-ffn-entropy-order", "lm", ["experiment=prune", "prune.unit=[kv_group,ffn]", "prune.order=entropy"], "attention entropy", None),
-    ("unit-block-min-per-layer", "nli", ["experiment=prune", "prune.unit=block", "prune.min_heads_per_layer=1"], "at most 0", None),
+    ("unit-block-min-per-layer", "nli", ["experiment=prune", "prune.unit=block", "prune.min_units_per_layer=1"], "at most 0", None),
     (
         "unit-block-rearrange",
         "nli",
@@ -1489,7 +1527,8 @@ def test_recovered_input_passes_validation(tmp_path, model_dirs, no_forward, mon
 CLI_ROWS = [
     ("cli-logger-bogus", ["experiment=prune", "logger.kind=bogus"], "logger.kind"),
     ("cli-ablate-alpha", ["experiment=ablate", "ablate.alpha=5"], "ablate.alpha"),
-    ("cli-min-heads", ["experiment=prune", "prune.min_heads_per_layer=20"], "min_heads_per_layer"),
+    ("cli-min-units", ["experiment=prune", "prune.min_units_per_layer=20"], "min_units_per_layer"),
+    ("cli-min-heads-old-key", ["experiment=prune", "prune.min_heads_per_layer=1"], "give prune.min_units_per_layer=1"),
     ("cli-pretrained-relative", ["experiment=ablate", "model.pretrained=outputs/nope/train/model"], "not found"),
     ("cli-study-batch-zero", ["experiment=study", "speed.batch_sizes=[0]"], "speed.batch_sizes"),
     ("cli-prune-speedup-one", ["experiment=prune", "prune.target={speedup:1}"], "must be > 1"),
@@ -2039,7 +2078,7 @@ def test_table_is_complete():
             ["prune.target={{speedup:1.3}}", "prune.cost=latency"], "latency tables measured here are flat", id="run-flat-latency"
         ),
         pytest.param(
-            ["prune.unit=[head,ffn]", "prune.layout=uniform", "prune.min_heads_per_layer=1", "prune.target={{flops:0.2}}"],
+            ["prune.unit=[head,ffn]", "prune.layout=uniform", "prune.min_units_per_layer=1", "prune.target={{flops:0.2}}"],
             "cannot be met in the uniform layout",
             id="run-uniform-joint-unreachable-flops",
         ),

@@ -26,7 +26,7 @@ def test_inspect_minilm_prints_structure_and_writes_results(tmp_path):
     assert "enc_self" in out and "heads present: 72 of 72" in out
     assert "parameters: 22,714,371" in out and "attention:" in out
     payload = json.loads((tmp_path / "results.json").read_text())
-    assert payload["schema_version"] == 1 and payload["results"]["groups"] == {"enc_self": [6, 12]}
+    assert payload["schema_version"] == 2 and payload["results"]["groups"] == {"enc_self": [6, 12]}
 
 
 @pytest.mark.parametrize(

@@ -68,4 +68,4 @@ def test_plain_prune_runs_on_olmo2(tmp_path):
 
     prune.run(_cfg(tmp_path, "prune", *OLMO2, "prune.order=[random]", "prune.fractions=[0,0.5]"))
     steps = results(tmp_path)["results"]["orders"]["random"]["steps"]
-    assert [s["heads_pruned"] for s in steps] == [0, 4]
+    assert [s["units_removed"] for s in steps] == [0, 4]

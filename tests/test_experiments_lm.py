@@ -91,11 +91,11 @@ def test_prune_every_order(shared_task, tmp_path, unit):
         "prune.order=[importance,entropy,random,ablation]",
     )
     per_unit = 2 if unit == "kv_group" else 1
-    assert res["unit"] == unit and res["total_heads"] == 8 // per_unit
+    assert res["unit"] == unit and res["units_total"] == 8 // per_unit
     for order in ("importance", "entropy", "random", "ablation"):
         steps = res["orders"][order]["steps"]
-        assert [s["heads_pruned"] for s in steps] == [0, 4 // per_unit]
-        assert [s["query_heads_pruned"] for s in steps] == [0, 4]
+        assert [s["units_removed"] for s in steps] == [0, 4 // per_unit]
+        assert [s["query_heads_removed"] for s in steps] == [0, 4]
         assert len(steps[1]["mask"]["dec_self"][0]) == 4 // per_unit
     _check_prunable_row(res)
 
@@ -147,7 +147,7 @@ def test_speed_prefill_decode_and_kv_cache(shared_task, tmp_path, unit):
         "speed.max_seconds=0.5",
     )
     check = res["score_check"]  # removing a whole KV group changes the o_proj sum's length: equal up to float rounding
-    assert check["pruned"] == pytest.approx(check["masked"], rel=1e-6) and res["unit"] == unit and res["query_heads_pruned"] == 4
+    assert check["pruned"] == pytest.approx(check["masked"], rel=1e-6) and res["unit"] == unit and res["query_heads_removed"] == 4
     assert [(r["call"], r["unit"]) for r in res["rows"]] == [("prefill", "tokens"), ("decode", "new tokens")]
     decode = res["rows"][1]
     assert decode["original"]["units_per_s"] == pytest.approx(decode["original"]["examples_per_s"] * 4)  # 4 new tokens per text
@@ -170,7 +170,7 @@ def test_speed_with_uneven_kv_groups(shared_task, tmp_path):
         "speed.max_seconds=0.1",
         "speed.check_score=false",
     )
-    assert res["query_heads_pruned"] == 1 and len(res["rows"]) == 2
+    assert res["query_heads_removed"] == 1 and len(res["rows"]) == 2
     assert res["memory"]["kv_cache_bytes_per_token"]["saving"] == 0  # the KV head still serves the other query head
 
 

@@ -34,16 +34,16 @@ def test_keep_one_selects_on_heldout(shared_task, tmp_path):
 def test_prune_one_group(shared_task, tmp_path):
     prune.run(make_cfg(tmp_path, "prune", TASK, "prune.groups=[enc_dec]", "prune.step=0.25", "prune.order=[importance,random]"))
     res = results(tmp_path)["results"]
-    assert res["groups"] == ["enc_dec"] and res["total_heads"] == 8
+    assert res["groups"] == ["enc_dec"] and res["units_total"] == 8
     for steps in (res["orders"]["importance"]["steps"], res["orders"]["random"]["steps"]):
-        assert [s["heads_pruned"] for s in steps] == [0, 2, 4, 6]
+        assert [s["units_removed"] for s in steps] == [0, 2, 4, 6]
         assert all(sum(map(sum, s["mask"]["enc_self"])) == 8 for s in steps)  # other groups untouched
 
 
 def test_speed(shared_task, tmp_path):
     speed.run(make_cfg(tmp_path, "speed", TASK, "speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.warmup=1"))
     res = results(tmp_path)["results"]
-    assert res["score_check"]["equal"] and res["heads_pruned"] == 12
+    assert res["score_check"]["equal"] and res["units_removed"] == 12
     assert [(r["call"], r["unit"]) for r in res["rows"]] == [("forward", "examples"), ("beam", "sentences")]  # beam timed last
 
 

@@ -52,7 +52,7 @@ def test_keep_one(shared_task, tmp_path):
     "order,extra",
     [
         ("importance", ["prune.reestimate=true"]),
-        ("random", ["prune.min_heads_per_layer=1"]),
+        ("random", ["prune.min_units_per_layer=1"]),
         ("entropy", []),
         ("ablation", ["prune.n_samples=50"]),
     ],
@@ -63,8 +63,8 @@ def test_prune_orders(shared_task, tmp_path, order, extra):
     res = results(tmp_path)["results"]
     steps = res["orders"][order]["steps"]
     assert [s["fraction"] for s in steps] == [0.0, 0.25, 0.5, 0.75]
-    assert [s["heads_pruned"] for s in steps] == [0, 2, 4, 6]
-    if "prune.min_heads_per_layer=1" in extra:
+    assert [s["units_removed"] for s in steps] == [0, 2, 4, 6]
+    if "prune.min_units_per_layer=1" in extra:
         assert all(min(sum(row) for row in s["mask"]["enc_self"]) >= 1 for s in steps)
     assert steps[0]["score"] == pytest.approx(res["base_score"])
     assert res["reestimate"] == res["orders"][order]["reestimated"] == ("prune.reestimate=true" in extra)
@@ -114,7 +114,7 @@ def test_speed_and_mask_file(shared_task, tmp_path):
     )
     speed.run(cfg)
     res = results(tmp_path)["results"]
-    assert res["score_check"]["equal"] and res["heads_pruned"] == 4
+    assert res["score_check"]["equal"] and res["units_removed"] == 4
     assert [r["batch_size"] for r in res["rows"]] == [1, 4]
     assert all(r["flop_ideal_gain"] > 0 and r["original"]["examples_per_s"] > 0 for r in res["rows"])
     assert res["cost"]["pruned"]["attention_flops"] < res["cost"]["original"]["attention_flops"]
@@ -129,7 +129,7 @@ def test_speed_mask_order_picks_the_mask(shared_task, tmp_path):
     speed.run(cfg)
     res = results(tmp_path)["results"]
     expected = masks_for_fractions(random_scores(shared_task.gates.groups, 0), shared_task.gates.groups, [0.25])[0]
-    assert res["mask"] == mask_to_json(expected) and res["heads_pruned"] == 2
+    assert res["mask"] == mask_to_json(expected) and res["units_removed"] == 2
 
 
 @pytest.mark.parametrize(

@@ -259,7 +259,7 @@ def test_smollm2_gguf_names_smollm_and_passes_its_check_on_every_path(tmp_path):
         get_method(cfg.run)(cfg)
         return results(path)["results"]
 
-    prune = ["prune.fractions=[0.333334]", "prune.min_heads_per_layer=1", "prune.recover=lsq", "prune.recover_examples=8"]
+    prune = ["prune.fractions=[0.333334]", "prune.min_units_per_layer=1", "prune.recover=lsq", "prune.recover_examples=8"]
     run = run_real(tmp_path / "prune", "prune", *prune)
     point = next(p for p in run.get("points") or run["pareto"]["points"] if p.get("model_dir"))
     name = f"importance+lsq@{point['step']}"

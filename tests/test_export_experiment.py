@@ -162,7 +162,7 @@ def test_a_model_saved_by_save_pruned_is_exported_as_it_is(tasks, tmp_path):
 
 def test_onnx_int8_is_checked_by_the_task_metric_beside_f32(shared, tmp_path):
     masks = run(tmp_path / "prune", "prune", "nli", "prune.fractions=[0,0.5]")
-    assert masks["results"]["orders"]["importance"]["steps"][1]["heads_pruned"] == 4
+    assert masks["results"]["orders"]["importance"]["steps"][1]["units_removed"] == 4
     result = run(
         tmp_path / "export",
         "export",

@@ -271,9 +271,9 @@ def test_the_pareto_table_of_a_joint_unit_says_what_each_kind_lost():
     from headprune.viz.tables import kv_cache_kept, pareto_table
 
     mask = {"dec_self": [[1, 0], [1, 1]], "dec_ffn": [[1, 0, 0, 1], [0, 1, 1, 1]]}
-    point = {"order": "fisher", "recovery": "none", "step": "flops=0.8", "heads_pruned": 4, "heads_total": 12, "score": 30.0}
+    point = {"order": "fisher", "recovery": "none", "step": "flops=0.8", "units_removed": 4, "units_total": 12, "score": 30.0}
     point.update(predicted_speedup=1.2, flops_kept=0.8, mask=mask)
-    unpruned = {**point, "step": "0%", "heads_pruned": 0, "predicted_speedup": 1.0, "flops_kept": 1.0, "score": 29.0}
+    unpruned = {**point, "step": "0%", "units_removed": 0, "predicted_speedup": 1.0, "flops_kept": 1.0, "score": 29.0}
     unpruned.pop("mask")
     study = {"pareto": {"unit": "kv_group+ffn", "metric": "perplexity", "higher_is_better": False, "points": [unpruned, point]}}
     study["pareto"].update(cost="flops", split="eval", n_examples=10, selection_split="heldout")

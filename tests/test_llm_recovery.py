@@ -226,7 +226,7 @@ def test_kv_group_target_with_every_recovery_and_the_control_on_identical_batche
     ]
     for p in points[2:]:
         assert p["predicted_speedup"] >= 1.05 and len(p["mask"]["dec_self"][0]) == 2  # [layers, KV heads]
-        assert p["query_heads_pruned"] == 2 * p["heads_pruned"] > 0 and p["heads_total"] == 4
+        assert p["query_heads_removed"] == 2 * p["units_removed"] > 0 and p["units_total"] == 4
         assert set(p["extra"]) == {"heldout"}
     pruned, control = calls
     assert pruned["record"] and not control["record"]  # the pruned copy, then the unpruned one
@@ -258,7 +258,7 @@ def test_kv_group_schedule_with_lsq_and_finetune_prunes_nested_kv_groups(shared_
     )
     prune.run(cfg)
     points = results(tmp_path)["results"]["points"]
-    assert [(p["recovery"], p["heads_pruned"]) for p in points] == [("none", 0), ("lsq", 1), ("lsq", 2), ("finetune", 1), ("finetune", 2)]
+    assert [(p["recovery"], p["units_removed"]) for p in points] == [("none", 0), ("lsq", 1), ("lsq", 2), ("finetune", 1), ("finetune", 2)]
     for first, second in ((points[1], points[2]), (points[3], points[4])):
         assert all(a >= b for ra, rb in zip(first["mask"]["dec_self"], second["mask"]["dec_self"]) for a, b in zip(ra, rb))
 
@@ -272,7 +272,7 @@ def test_kv_group_rearrangement_keeps_each_layers_count(shared_task, tmp_path):
         "prune.order=importance",
         "prune.fractions=0.5",
         "prune.rearrange=both",
-        "prune.min_heads_per_layer=1",
+        "prune.min_units_per_layer=1",
     )
     prune.run(cfg)
     points = results(tmp_path)["results"]["points"]

@@ -189,7 +189,7 @@ def test_experiment_composes_with_local_mnli_default():
             "config", overrides=["experiment=nli_finetune", "trainer.max_epochs=1", "data.limit_train=20000"], return_hydra_config=True
         )
     assert cfg.data.source == "local" and cfg.data.limit_train == 20000 and cfg.trainer.max_epochs == 1
-    assert cfg.model.name == "minilm" and cfg.logger.kind == "wandb" and cfg.run == "headprune.tasks.nli.task.finetune"
+    assert cfg.model.name == "minilm" and cfg.logger.kind == "wandb" and cfg.run == "headprune.experiments.nli_finetune.run"
     from omegaconf import OmegaConf
 
     assert OmegaConf.to_container(cfg.data)["dir"] == "${paths.data_dir}/mnli"  # ../shared/data/mnli unless overridden

@@ -25,7 +25,7 @@ def removed_by_mask(step: dict) -> float:
     "overrides,labels",
     [
         (["prune.layout=uniform", "prune.fractions=[0,0.1,0.2,0.999]"], ["0%", "0% (asked 10%)", "0% (asked 20%)", "75% (asked 99.9%)"]),
-        (["prune.min_heads_per_layer=3", "prune.fractions=[0,0.5]"], ["0%", "25% (asked 50%)"]),
+        (["prune.min_units_per_layer=3", "prune.fractions=[0,0.5]"], ["0%", "25% (asked 50%)"]),
     ],
     ids=["uniform", "min-heads"],
 )

@@ -60,7 +60,7 @@ def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path)
         ("fisher", "lsq"),
     ]
     for p in points[1:]:
-        assert p["predicted_speedup"] >= 1.05 and p["target"] == {"speedup": 1.05} and p["heads_pruned"] > 0
+        assert p["predicted_speedup"] >= 1.05 and p["target"] == {"speedup": 1.05} and p["units_removed"] > 0
         assert 0 < p["flops_kept"] < 1 and p["score"] is not None and p["mask"]
     columns, rows = pareto_rows(results(tmp_path))
     assert len(rows) == 5 and rows[0][columns.index("method")] == "unpruned" and rows[4][0] == "fisher+lsq"
@@ -252,7 +252,7 @@ def test_max_drop_target_is_chosen_on_the_selection_split(shared_task, tmp_path,
     points = points_of(tmp_path)
     assert results(tmp_path)["results"]["selection_split"] == "importance"
     assert (
-        "importance" in seen and points[1]["heads_pruned"] == shared_task.gates.num_heads - 2
+        "importance" in seen and points[1]["units_removed"] == shared_task.gates.num_heads - 2
     )  # all may go but the last head per layer (it saves nothing)
 
 
@@ -262,7 +262,7 @@ def test_schedule_prunes_recovers_and_prunes_more(shared_task, tmp_path):
     )
     prune.run(cfg)
     points = points_of(tmp_path)
-    assert [(p["step"], p["heads_pruned"]) for p in points] == [("0%", 0), ("25%", 2), ("50%", 4)]
+    assert [(p["step"], p["units_removed"]) for p in points] == [("0%", 0), ("25%", 2), ("50%", 4)]
     first, second = (torch.tensor(points[i]["mask"]["enc_self"]) for i in (1, 2))
     assert bool(((first == 0) <= (second == 0)).all())  # each step removes more, never brings a head back
 
@@ -318,13 +318,13 @@ def test_pareto_runs_merge_into_one_table_with_one_unpruned_row():
             "order": "unpruned",
             "recovery": "none",
             "step": "0%",
-            "heads_pruned": 0,
-            "heads_total": 4,
+            "units_removed": 0,
+            "units_total": 4,
             "score": 80.0,
             "predicted_speedup": 1.0,
             "flops_kept": 1.0,
         }
-        point = {**unpruned, "order": order, "step": "50%", "heads_pruned": 2, "score": score, "predicted_speedup": 1.2, "flops_kept": 0.8}
+        point = {**unpruned, "order": order, "step": "50%", "units_removed": 2, "score": score, "predicted_speedup": 1.2, "flops_kept": 0.8}
         return {
             "results": {
                 "metric": "accuracy",
@@ -360,10 +360,10 @@ def test_fine_tuned_points_are_shown_against_the_control_of_their_own_run():
     from headprune.viz.tables import merged_pareto, pareto_table
 
     def run(control_score, pruned_score, mask):
-        base = {"order": "unpruned", "recovery": "none", "step": "0%", "heads_pruned": 0, "heads_total": 6, "score": 50.0}
+        base = {"order": "unpruned", "recovery": "none", "step": "0%", "units_removed": 0, "units_total": 6, "score": 50.0}
         base.update(predicted_speedup=1.0, flops_kept=1.0)
         control = {**base, "recovery": "finetune", "control": True, "score": control_score}
-        pruned = {**base, "order": "fisher", "recovery": "finetune", "step": "50%", "heads_pruned": 3, "score": pruned_score}
+        pruned = {**base, "order": "fisher", "recovery": "finetune", "step": "50%", "units_removed": 3, "score": pruned_score}
         pruned.update(mask={"dec_self": mask}, predicted_speedup=1.1, flops_kept=0.9)
         results = {"metric": "perplexity", "higher_is_better": False, "split": "eval", "n_examples": 10, "base_score": 50.0}
         results.update(cost="flops", selection_split="importance", unit="kv_group", points=[base, control, pruned])
@@ -503,7 +503,7 @@ def test_speed_experiment_checks_a_pareto_point_beside_its_target(shared_task, t
     validate(cfg)  # the mask file's Pareto masks are checked before any work
     speed.run(cfg)
     payload = results(tmp_path / "s")
-    assert payload["results"]["heads_pruned"] == point["heads_pruned"] and payload["inputs"]["step"] == "speedup=1.05"
+    assert payload["results"]["units_removed"] == point["units_removed"] and payload["inputs"]["step"] == "speedup=1.05"
     assert payload["results"]["target"]["speedup"] == 1.05 and "Speed-up target 1.05" in speed_table(payload)
     with pytest.raises(ValueError, match="no Pareto points of 'entropy'"):
         speed.run(make_cfg(tmp_path / "e", "speed", TASK, f"speed.mask_file={tmp_path / 'p' / 'results.json'}", "speed.mask_order=entropy"))

@@ -183,7 +183,7 @@ def test_control_is_kept_and_speed_point_times_the_recovered_model(capsys, monke
     assert Path(speed["inputs"]["model"]) == run_dir / name["model_dir"]
     check = speed["results"]["score_check"]
     assert check["agree"] and check["loaded"] == pytest.approx(name["score"], rel=1e-6)
-    assert speed["results"]["rows"] and speed["results"]["heads_pruned"] == name["heads_pruned"]
+    assert speed["results"]["rows"] and speed["results"]["units_removed"] == name["units_removed"]
 
     for overrides, fragment in [
         (["speed.point=control@0%"], "is the control"),
@@ -207,6 +207,6 @@ def test_control_is_kept_and_speed_point_times_the_recovered_model(capsys, monke
     for model in result["models"].values():
         accuracy = model["accuracy"]
         assert accuracy["onnx f32"]["4"] == pytest.approx(accuracy["torch"], abs=100 / model["eval_examples"] + 1e-9)
-    assert result["models"]["point"]["heads"] == result["models"]["control"]["heads"] - name["heads_pruned"]
+    assert result["models"]["point"]["heads"] == result["models"]["control"]["heads"] - name["units_removed"]
     assert result["models"]["point"]["neurons"] == result["models"]["control"]["neurons"] > 0  # heads pruned, FFN whole
     assert set(result["throughput"]["4"]) == {f"{m} {r}" for m in ("control", "point") for r in ("torch", "onnx f32", "onnx int8")}

@@ -29,7 +29,7 @@ def test_a_study_report_shows_the_docs_tables(tmp_path, study):
 
     from docs_tables import TABLES
 
-    from headprune.viz.report import build_report
+    from headprune.viz.run_report import build_report
 
     source = DOCS / "results" / f"{study}.json"
     if not source.exists():
@@ -92,7 +92,7 @@ def test_report_html_has_the_tables_of_report_md(tmp_path):
     """report.html shows each table of report.md with the same rows and cells (no separator row, nothing flattened)."""
     import shutil
 
-    from headprune.viz.report import build_report
+    from headprune.viz.run_report import build_report
 
     source = DOCS / "results" / "mnli_study.json"
     if not source.exists():

@@ -106,8 +106,8 @@ def test_tables_show_inconclusive_instead_of_a_number():
     result = {
         "rows": [noisy, old],
         "cost": {"original": cost, "pruned": cost},
-        "heads_pruned": 1,
-        "heads_total": 2,
+        "units_removed": 1,
+        "units_total": 2,
         "device": "cpu",
         "score_check": {"equal": True, "metric": "accuracy", "masked": 1.0, "pruned": 1.0},
     }

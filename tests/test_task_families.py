@@ -23,7 +23,7 @@ def test_nli_ablate_prune_and_speed(model, tmp_path):
     speed_overrides = ["speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=2", "speed.warmup=1"]
     speed.run(_cfg(tmp_path / "s", model, "speed", f"speed.mask_file={tmp_path / 'p' / 'results.json'}", *speed_overrides))
     res = results(tmp_path / "s")["results"]
-    assert res["score_check"]["equal"] and res["heads_pruned"] == 4
+    assert res["score_check"]["equal"] and res["units_removed"] == 4
 
 
 def test_min_heads_check_reads_distilbert_head_count(tmp_path):
@@ -31,15 +31,15 @@ def test_min_heads_check_reads_distilbert_head_count(tmp_path):
     from headprune.validation import validate
 
     with pytest.raises(ConfigError, match="at most 3"):
-        validate(_cfg(tmp_path, "tiny_distilbert", "prune", "prune.min_heads_per_layer=4"))  # n_heads: 4
+        validate(_cfg(tmp_path, "tiny_distilbert", "prune", "prune.min_units_per_layer=4"))  # n_heads: 4
 
 
 def test_mt_prune_on_t5(tmp_path):
     """T5 (trained tokenizer, start token = pad) through the MT task: importance order, pruned at 0 and 50%."""
     prune.run(_cfg(tmp_path, "tiny_t5", "prune", "prune.fractions=[0,0.5]", task=MT))
     res = results(tmp_path)["results"]
-    assert res["groups"] == ["enc_self", "enc_dec", "dec_self"] and res["total_heads"] == 3 * 2 * 4
-    assert [step["heads_pruned"] for step in res["orders"]["importance"]["steps"]] == [0, 12]
+    assert res["groups"] == ["enc_self", "enc_dec", "dec_self"] and res["units_total"] == 3 * 2 * 4
+    assert [step["units_removed"] for step in res["orders"]["importance"]["steps"]] == [0, 12]
 
 
 def test_mt_source_prefix_goes_before_every_source(tmp_path):

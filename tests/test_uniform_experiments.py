@@ -38,7 +38,7 @@ def test_prune_curves_in_the_uniform_layout(shared_task, tmp_path, unit):
         for step in order["steps"]:
             mask = mask_from_json(step["mask"])
             assert is_uniform(mask)
-            assert step["heads_pruned"] == 2 * int(step["fraction"] * per_layer + 1e-9)  # 2 layers
+            assert step["units_removed"] == 2 * int(step["fraction"] * per_layer + 1e-9)  # 2 layers
 
 
 def test_a_speedup_target_and_a_schedule_in_the_uniform_layout(shared_task, tmp_path):
@@ -56,7 +56,7 @@ def test_a_speedup_target_and_a_schedule_in_the_uniform_layout(shared_task, tmp_
     )
     for point in result["points"][1:]:
         mask = mask_from_json(point["mask"])
-        assert is_uniform(mask) and point["heads_pruned"] == 2 * int(point["fraction"] * 4)
+        assert is_uniform(mask) and point["units_removed"] == 2 * int(point["fraction"] * 4)
 
 
 def test_a_bad_layout_is_a_config_error(tmp_path):

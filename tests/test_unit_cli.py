@@ -66,7 +66,11 @@ def test_kv_group_and_neurons_pruned_together_then_exported_to_deci_gguf(shared,
     step = pruned["orders"]["importance"]["steps"][0]
     kv, ffn = removed_share(step["mask"], ("dec_self",)), removed_share(step["mask"], ("dec_ffn",))
     assert step["kinds_removed"] == f"KV groups {100 * kv:.0f}%, neurons {100 * ffn:.0f}%"
-    assert step["heads_pruned"] == round(0.3 * pruned["units_total"])
+    assert step["units_removed"] == round(0.3 * pruned["units_total"])
+    by_kind = step["units_by_kind"]  # the same counts per kind: they add up to the step's and the run's
+    assert set(by_kind) == {"kv_group", "ffn"} and by_kind["kv_group"]["removed"] == round(kv * by_kind["kv_group"]["total"])
+    assert sum(k["removed"] for k in by_kind.values()) == step["units_removed"]
+    assert sum(k["total"] for k in by_kind.values()) == pruned["units_total"]
 
     mask_file = tmp_path / "prune" / "results.json"
     run(
@@ -100,7 +104,7 @@ def test_heads_and_neurons_to_a_flops_target_then_timed(shared, tmp_path):
     heads, neurons = removed_share(point["mask"], ("enc_self",)), removed_share(point["mask"], ("enc_ffn",))
     assert point["kinds_removed"] == f"heads {100 * heads:.0f}%, neurons {100 * neurons:.0f}%"
     assert point["flops_kept"] <= 0.6 + 1e-9
-    assert point["heads_total"] == sum(len(r) for g in ("enc_self", "enc_ffn") for r in point["mask"][g])
+    assert point["units_total"] == sum(len(r) for g in ("enc_self", "enc_ffn") for r in point["mask"][g])
 
     mask_file = tmp_path / "prune" / "results.json"
     timed = run(tmp_path / "speed", "speed", "nli", f"speed.mask_file={mask_file}", *SMALL_SPEED)["results"]

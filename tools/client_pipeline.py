@@ -24,7 +24,7 @@ PRUNE = [
     "data=lm_local",
     "prune.unit=kv_group",
     "prune.fractions=[0.333334]",
-    "prune.min_heads_per_layer=1",
+    "prune.min_units_per_layer=1",
     "prune.recover=lsq",
 ]
 SMALL = ["data.limits.eval=64", "data.limits.eval_other=16", "data.limits.importance=128", "data.limits.heldout=32"]  # a quicker run

@@ -47,11 +47,10 @@ def experiments() -> dict[str, dict]:
 
 
 def training_runs() -> list[str]:
-    """The experiments whose entry point is a task's trainer."""
-    from headprune.tasks.registry import TASKS
+    """The experiments whose entry point is a task's trainer (its module says ``TRAINS = True``)."""
+    from importlib import import_module
 
-    trainers = {spec.train for spec in TASKS.values()}
-    return [name for name, values in experiments().items() if values.get("run") in trainers]
+    return [name for name, values in experiments().items() if getattr(import_module(values["run"].rpartition(".")[0]), "TRAINS", False)]
 
 
 def lookup(values: dict, dotted: str):

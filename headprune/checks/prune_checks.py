@@ -11,7 +11,6 @@ from omegaconf import OmegaConf
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits
 from headprune.core.checks import ConfigError, string_list
 from headprune.models.sources import config_fields as model_fields
-from headprune.models.sources import heads_per_layer
 from headprune.selection.mask_search import given_target
 
 # ---- prune --------------------------------------------------------------------------------------
@@ -19,20 +18,19 @@ from headprune.selection.mask_search import given_target
 
 def check_prune(cfg) -> None:
     """prune.*: a per-layer floor below the layers' head count, known splits and groups, re-estimation where it does something."""
-    from headprune.core.unit_kinds import unit_kinds
+    from headprune.core.unit_kinds import kinds_of
     from headprune.tasks.unit_task import unit_of
 
     prune = cfg.prune
-    kinds = unit_kinds(unit_of(cfg))
-    heads = 1 if "block" in kinds else heads_per_layer(cfg.model, "kv_group" if "kv_group" in kinds else "head")
-    heads = None if kinds == ("ffn",) else heads  # a floor of neurons: the FFN widths are far above any sensible floor
-    what = "block of each kind" if "block" in kinds else "head"
-    k = prune.min_heads_per_layer
-    if heads is not None and k >= heads:
-        raise ConfigError(
-            f"prune.min_heads_per_layer={k} keeps every {what}: the model's layers have {heads} {what}s, "
-            f"so it must be at most {heads - 1} (0 = no floor)"
-        )
+    unit, fields = unit_of(cfg), model_fields(cfg.model)
+    k = prune.min_units_per_layer
+    for kind in kinds_of(unit) if fields is not None else ():
+        units = kind.units_per_layer(fields)
+        if units is not None and k >= units:
+            raise ConfigError(
+                f"prune.min_units_per_layer={k} keeps every {kind.noun} of prune.unit={unit}: the model's layers have {units} "
+                f"{kind.noun}s, so it must be at most {units - 1} (0 = no floor)"
+            )
     check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
     check_group_names(cfg, prune.groups, "prune.groups")
     check_reestimate(prune)
@@ -43,7 +41,7 @@ def check_prune(cfg) -> None:
 def check_ffn_multiple(cfg) -> None:
     """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (not a schedule's rounds,
     not re-estimated curves)."""
-    from headprune.core.unit_kinds import unit_kinds
+    from headprune.core.unit_kinds import kinds_of
     from headprune.tasks.unit_task import unit_of
 
     prune = cfg.prune
@@ -51,7 +49,8 @@ def check_ffn_multiple(cfg) -> None:
     if multiple == 1:
         return
     unit = unit_of(cfg)
-    if "ffn" not in unit_kinds(unit):
+    rounded = [kind for kind in kinds_of(unit) if kind.multiple_setting == "ffn_multiple"]
+    if not rounded:
         raise ConfigError(
             f"prune.ffn_multiple={multiple} rounds the FFN widths, and prune.unit={unit} prunes no FFN neurons: "
             "use prune.unit=ffn or a list with ffn ([head,ffn], [kv_group,ffn]), or drop it"
@@ -63,6 +62,13 @@ def check_ffn_multiple(cfg) -> None:
         )
     if prune.reestimate:
         raise ConfigError(f"prune.ffn_multiple={multiple} rounds the masks of fixed scores; drop prune.reestimate=true")
+    width = rounded[0].units_per_layer(model_fields(cfg.model) or {})
+    if width is not None and (multiple > width or width % multiple):
+        divisors = [d for d in (8, 16, 32, 64, 128, 256) if width % d == 0 and d < width]
+        raise ConfigError(
+            f"prune.ffn_multiple={multiple} must divide the FFN width {width} of model {cfg.model.get('name')} (a larger or "
+            f"non-dividing multiple rounds every pruned layer back to its whole width): choose one of {divisors or [1]}"
+        )
 
 
 def check_scores_from(cfg) -> None:

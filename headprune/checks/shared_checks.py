@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 
 from headprune.core.checks import ConfigError, check_schema, warn
 from headprune.models.sources import config_fields as model_fields
-from headprune.models.sources import kv_heads_per_layer
 
 # ---- keys ---------------------------------------------------------------------------------------
 
@@ -277,7 +276,7 @@ def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
     (headprune.checks.stream_checks), orders the unit and action can be ranked by; ``single_units``:
     the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
     from headprune.checks.stream_checks import check_stream
-    from headprune.core.unit_kinds import ablation_refusal, unit_kinds, unit_parts
+    from headprune.core.unit_kinds import ablation_refusal, kinds_of
     from headprune.sources.orders import action_refusal, unit_refusal
     from headprune.tasks.stream_task import STREAM, action_of
     from headprune.tasks.unit_task import unit_of
@@ -291,20 +290,16 @@ def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
             "prune.stream.* sets what a streamed unit still sees, and prune.action=remove removes units (add prune.action=stream)",
         )
     unit = unit_of(cfg)
-    kinds = unit_kinds(unit)
-    fields = model_fields(cfg.model) if "kv_group" in kinds or "ffn" in unit_parts(unit) else None
-    if "kv_group" in kinds and fields is not None and kv_heads_per_layer(fields) is None:
-        raise ConfigError(
-            f"prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); model "
-            f"{cfg.model.get('name')} has one KV head per query head: use prune.unit=head"
-        )
-    if "ffn" in unit_parts(unit) and fields is not None:
-        check_mlp_layout(cfg, unit, fields)
-    if "block" in kinds and str(cfg.prune.get("layout")) == "uniform":
-        raise ConfigError(
-            "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
-            "layer: use prune.layout=global (blocks ranked across layers)"
-        )
+    fields = model_fields(cfg.model)
+    for kind in kinds_of(unit):
+        refusal = kind.refusal(fields, cfg.prune) if fields is not None else None
+        if refusal:
+            raise ConfigError(f"prune.unit={unit} on model {cfg.model.get('name')}: {refusal}")
+        if "feed_forward" in kind.parts and fields is not None:
+            check_mlp_layout(cfg, unit, fields)
+        layout = kind.layout_refusal.get(str(cfg.prune.get("layout")))
+        if layout:
+            raise ConfigError(layout)
     refusal = ablation_refusal(unit)
     if refusal and single_units:
         raise ConfigError(f"experiment={cfg.get('experiment_name')} removes one unit at a time, and prune.unit={unit}: {refusal}")
@@ -358,33 +353,39 @@ def check_mlp_layout(cfg, unit: str, fields: dict) -> None:
 
 
 def check_group_names(cfg, groups, setting: str) -> None:
-    """A list of attention groups (empty: all) names each once, each a group the model has (from its config fields)."""
+    """A list of mask groups (empty: all) names each once, each a group of the unit that the model has (from its config fields)."""
     from headprune.core.families import GROUPS, config_groups
+    from headprune.core.unit_kinds import kinds_of
+    from headprune.tasks.unit_task import unit_of
 
     no_duplicates(groups, setting)
     fields = model_fields(cfg.model)
-    have = (config_groups(fields) if fields is not None else None) or list(GROUPS)
+    attention = (config_groups(fields) if fields is not None else None) or list(GROUPS)
+    unit = unit_of(cfg)
+    have = [g for kind in kinds_of(unit) for g in kind.group_names(attention)]
     unknown = [str(g) for g in groups if str(g) not in have]
     if unknown:
         raise ConfigError(
-            f"{setting}={[str(g) for g in groups]} names {unknown}, but model {cfg.model.get('name')} has the attention "
-            f"groups {have}: choose among them (empty = all)"
+            f"{setting}={[str(g) for g in groups]} names {unknown}, but model {cfg.model.get('name')} has the {unit} "
+            f"groups {have} (its attention groups: {attention}): choose among them (empty = all)"
         )
 
 
 def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
     """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
+    from headprune.core.unit_kinds import kinds_of
     from headprune.tasks.unit_task import unit_of
 
     unit = unit_of(cfg)
-    if unit not in ("head", "kv_group"):
-        return  # neurons, blocks and joint masks: their groups are checked when the task loads the mask
+    kinds = kinds_of(unit)
+    if len(kinds) != 1 or not kinds[0].layer_rows:
+        return  # joint masks and the residual stream's one row: their groups are checked when the task loads the mask
     fields = model_fields(cfg.model) or {}
-    per_layer = kv_heads_per_layer(fields) if unit == "kv_group" else fields.get("num_attention_heads")
+    per_layer = kinds[0].units_per_layer(fields)
     layers = fields.get("num_hidden_layers")
     if not isinstance(per_layer, int) or not isinstance(layers, int) or len(mask) != 1:
         return  # encoder-decoder groups differ in size: the task checks them when it loads the mask
-    what = "KV heads" if unit == "kv_group" else "heads"
+    what = kinds[0].noun + "s"
     for group, rows in mask.items():
         for layer, row in enumerate(rows):
             if len(row) != per_layer or len(rows) != layers:

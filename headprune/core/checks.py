@@ -100,10 +100,11 @@ def choices(value, name: str, known) -> list[str]:
     return items
 
 
-def pruning_unit(value, name: str, kinds) -> str:
-    """A unit kind (one of ``kinds``) or a list of kinds pruned together, as its canonical name (``head+ffn``)."""
-    from headprune.core.kinds.kind_registry import unit_name
+def pruning_unit(value, name: str) -> str:
+    """A registered unit kind or a list of kinds pruned together, as its canonical name (``head+ffn``)."""
+    from headprune.core.kinds.kind_registry import KINDS, unit_name
 
+    kinds = tuple(KINDS)
     joint = OmegaConf.is_list(value) or isinstance(value, (list, tuple))
     if not joint and not isinstance(value, str):
         raise ConfigError(f"{name} must be one of {list(kinds)} or a list of them such as [head, ffn], got {value!r}")
@@ -189,7 +190,9 @@ DESCRIPTIONS = {  # check function -> what it accepts, from its arguments
     "choices": lambda known: f"one or a list of {_names(known)}",
     "text": lambda: "text",
     "string_list": lambda empty: "list of names" + ("" if empty else " (not empty)"),
-    "pruning_unit": lambda kinds: f"one of {_names(kinds)}, or a list of kinds of different parts ([head, ffn])",
+    "pruning_unit": lambda: (
+        "a registered kind (head, kv_group, ffn, block, layer, ...), or a list of kinds of different parts ([head, ffn])"
+    ),
     "fractions": lambda: "fraction or list of fractions in [0, 1)",
     "positive_ints": lambda: "list of positive integers",
     "boolean_or": lambda words: f"true, false or {' or '.join(words)}",

@@ -31,14 +31,12 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
     """Parameters and analytic forward FLOPs for one example (source and target both ``seq_len`` tokens)."""
     sites = find_sites(model)
     attention_ids = set()
-    attention_params = attention_flops = score_flops = 0
+    attention_params = attention_flops = 0
     for site in sites:
         for projection in site.projections():
             attention_ids.add(id(projection))
             attention_params += sum(p.numel() for p in projection.parameters())
-            attention_flops += 2 * in_features(projection) * out_features(projection) * seq_len
-        width = site.computed_heads * site.head_dim  # the phantom counts
-        score_flops += 2 * 2 * seq_len * seq_len * width  # q k^T and probs @ v
+        attention_flops += site_flops(site, seq_len)
     other_linear = sum(
         2 * in_features(m) * out_features(m) * seq_len for m in model.modules() if is_projection(m) and id(m) not in attention_ids
     )
@@ -48,8 +46,8 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
         parameters=sum(p.numel() for p in model.parameters()),
         attention_parameters=attention_params,
         heads=sum(len(s.head_ids) for s in sites),
-        flops=other_linear + attention_flops + score_flops,
-        attention_flops=attention_flops + score_flops,
+        flops=other_linear + attention_flops,
+        attention_flops=attention_flops,
         seq_len=seq_len,
         ffn_parameters=sum(p.numel() for m in ffn_projections for p in m.parameters()),
         ffn_flops=sum(2 * in_features(m) * out_features(m) * seq_len for m in ffn_projections),
@@ -67,6 +65,12 @@ def residual_flops(model: nn.Module, seq_len: int) -> int:
         return channel_flops(model, seq_len) * hidden_width(model)
     except ValueError:
         return 0
+
+
+def site_flops(site, seq_len: int) -> int:
+    """Forward FLOPs of one attention module for one example: its projections and, per computed head, q k^T and probs @ v."""
+    projections = sum(2 * in_features(p) * out_features(p) * seq_len for p in site.projections())
+    return projections + 2 * 2 * seq_len * seq_len * site.computed_heads * site.head_dim  # the phantom counts
 
 
 def ffn_projections_of(site: FFNSite) -> list[nn.Module]:

@@ -36,6 +36,7 @@ class FFNSite:
     gate: torch.Tensor | None = None  # (W,) or (B, W) over the present neurons; None = no gating
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes shaped like the down input (..., W)
     recording: bool = False  # add a probe per forward while gate gradients are recorded
+    stack_layers: int = 0  # layers of its stack in the original model, once layers were removed (0: as many as the sites say)
 
     def up_paths(self) -> list[str]:
         """The layout's up projections this block has (T5: ``wi``, or ``wi_0`` and ``wi_1``)."""
@@ -135,7 +136,7 @@ def ffn_groups(sites: list[FFNSite]) -> dict[str, tuple[int, int]]:
     shape = {}
     for site in sites:
         layers, width = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1), max(width, site.width_orig))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(width, site.width_orig))
     return shape
 
 

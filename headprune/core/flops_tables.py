@@ -32,7 +32,7 @@ def _empty_tables(sites, units) -> dict[str, torch.Tensor]:
     shape: dict[str, tuple[int, int]] = {}
     for site in sites:
         layers, count = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1), max(count, units(site)))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(count, units(site)))
     return {g: torch.zeros(layers, count + 1, dtype=torch.float64) for g, (layers, count) in shape.items()}
 
 

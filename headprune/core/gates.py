@@ -50,6 +50,7 @@ class AttentionSite:
     entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
     gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
     stream: object = None  # the streaming gate (headprune.core.stream_sites.StreamSite) while StreamGates are attached
+    stack_layers: int = 0  # layers of its stack in the original model, once layers were removed (0: as many as the sites say)
 
     def linear(self, which: str) -> nn.Module:
         """The q/k/v/output projection named by the family table (nn.Linear or Conv1D; one module for fused q/k/v)."""
@@ -228,7 +229,7 @@ def site_groups(sites: list[AttentionSite]) -> dict[str, tuple[int, int]]:
     shape = {}
     for site in sites:
         layers, heads = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1), max(heads, site.num_heads_orig))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(heads, site.num_heads_orig))
     return shape
 
 
@@ -267,7 +268,7 @@ class HeadGates(SiteGateMethods):
         shape = {}
         for site in self.sites:
             layers, kv_heads = shape.get(site.group, (0, 0))
-            shape[site.group] = (max(layers, site.layer + 1), max(kv_heads, site.num_kv_heads_orig))
+            shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(kv_heads, site.num_kv_heads_orig))
         return shape
 
     @property

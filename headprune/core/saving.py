@@ -21,6 +21,7 @@ from headprune.core.families import family_for
 from headprune.core.ffn_saving import check_ffn_digests, ffn_meta, rebuild_ffn
 from headprune.core.gates import AttentionSite, find_sites
 from headprune.core.hidden_pruning import build_width, hidden_meta, rebuild_hidden
+from headprune.core.layer_removal import REMOVED_ATTR, restore_layer_ids
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
 RECORD_FILE = "headprune_pruning.json"
@@ -68,6 +69,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
         setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
     ffn = ffn_meta(model)  # FFN neurons: the config's width fields are brought up to date before it is written
     hidden = hidden_meta(model)  # residual channels: their record into the config before it is written
+    layers = getattr(model.config, REMOVED_ATTR, None) or {}  # removed layers {group: [original ids]}: config.json holds them too
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -82,6 +84,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
         "weights_sha256": digests,
         **ffn,
         **hidden,
+        **({"removed_layers": layers} if layers else {}),
     }
     (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
     return path
@@ -173,6 +176,10 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         raise ValueError(f"{meta_file} and config.json disagree on the pruned heads: {meta['pruned_heads']} vs {record}")
     build_width(config)  # a model with residual channels removed is built at its original width, then sliced
     model = model_class._from_config(config)
+    layers = getattr(config, REMOVED_ATTR, None) or {}
+    if meta and meta.get("removed_layers", {}) != layers:
+        raise ValueError(f"{meta_file} and config.json disagree on the removed layers: {meta.get('removed_layers', {})} vs {layers}")
+    restore_layer_ids(model, layers)  # heads and FFN widths below are recorded by original layer id
     v4_record = getattr(config, V4_ATTR, None)
     if v4_record and not record:  # a directory pruned by transformers v4 (save_pruned writes both: ours wins)
         record = _record_from_v4(family_for(model).name, v4_record)

@@ -88,15 +88,26 @@ def base_mask(gates, mask, hard: bool = False) -> dict[str, torch.Tensor]:
 def prune_unit_mask(gates, mask) -> dict:
     """Remove from the weights every unit whose entry of ``mask`` (in the unit of ``gates``) is 0, each by the kind that acts
     on it (an emptied block keeps one zero phantom head or neuron). Returns {record key: record} (``heads``, ``ffn``, ...)."""
+    parts = getattr(gates, "parts", None)
+    if parts is not None and isinstance(mask, dict):  # a joint mask names at least one group of every kind it joins
+        missing = [part for part in parts if not set(part.groups) & set(mask)]
+        if missing:
+            named = "; ".join(f"{part.unit}: {sorted(part.groups)}" for part in missing)
+            raise ValueError(
+                f"the {gates.unit} mask holds no group of {named}: give those groups (ones keep every unit), "
+                f"or prune in a unit without them"
+            )
     base = _removing(gates.base_masks(mask, hard=True), "pruning removes units from the weights")
     batched = [g for part in base.values() for g, m in part.items() if m.dim() != 2]
     if batched:
         raise ValueError(f"pruning takes one [layers, units] mask per group, got a batch of masks for {batched}")
     model = gates.model
-    records = {}
-    for kind in KINDS.values():
-        if kind.name in base and base[kind.name]:
-            records[kind.record_key or kind.name] = kind.prune(model, base[kind.name])
+    pruned = [kind for kind in KINDS.values() if base.get(kind.name)]
+    for kind in pruned:
+        kind.prune(model, base[kind.name])
+    records = {
+        kind.record_key or kind.name: kind.record(model) for kind in pruned
+    }  # after every kind: removed layers take their units along
     records.setdefault("heads", KINDS["head"].record(model))
     records.setdefault("ffn", KINDS["ffn"].record(model))
     return records

@@ -179,11 +179,11 @@ def deci_tensors(model: nn.Module, plans: list[LayerPlan]) -> dict[str, torch.Te
         if (".mlp." in name or ".post_attention_layernorm." in name) and not plan.ffn_width:
             continue
         out[name] = tensor
-    for site in find_sites(model):
-        plan = plans[site.layer]
+    for position, site in enumerate(sorted(find_sites(model), key=lambda s: s.layer)):  # position: its index among the layers kept
+        plan = plans[position]
         if plan.has_attention:
             for proj, tensor in attention_tensors(site, plan).items():
-                out[f"model.layers.{site.layer}.self_attn.{proj}.weight"] = tensor.contiguous()
+                out[f"model.layers.{position}.self_attn.{proj}.weight"] = tensor.contiguous()
     return out
 
 

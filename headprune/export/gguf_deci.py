@@ -106,11 +106,11 @@ def written_ffn_widths(written: list[tuple[int, int]], widths: list[int]) -> lis
 
 def _check_phantoms(model: nn.Module, emptied: set[int], ffn_free: set[int] = frozenset()) -> None:
     """An emptied layer's remaining (phantom) head or neuron must add exactly nothing, since the file leaves it out."""
-    for site in find_sites(model):
-        if site.layer in emptied and site.linear("output").weight.detach().abs().max() > 0:
+    for position, site in enumerate(find_sites(model)):  # position: its index among the layers kept
+        if position in emptied and site.linear("output").weight.detach().abs().max() > 0:
             raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
-    for site in find_ffn_sites(model):
-        if site.layer in ffn_free and site.down().weight.detach().abs().max() > 0:
+    for position, site in enumerate(find_ffn_sites(model)):
+        if position in ffn_free and site.down().weight.detach().abs().max() > 0:
             raise ValueError(f"layer {site.layer} has no FFN neurons left but its down projection is not zero")
 
 

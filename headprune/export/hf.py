@@ -26,6 +26,7 @@ from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import WIDTHS_ATTR
 from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import find_sites
+from headprune.core.layer_removal import REMOVED_ATTR
 from headprune.core.pruning import RECORD_ATTR
 
 STOCK_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text", "phi3")
@@ -146,7 +147,16 @@ def stock_config(model: nn.Module, shape: StockShape):
     from transformers import AutoConfig
 
     fields = copy.deepcopy(model.config.to_dict())
-    for key in (RECORD_ATTR, V4_ATTR, WIDTHS_ATTR, "_attn_implementation_autoset", "architectures", "transformers_version", "model_type"):
+    for key in (
+        RECORD_ATTR,
+        V4_ATTR,
+        WIDTHS_ATTR,
+        REMOVED_ATTR,
+        "_attn_implementation_autoset",
+        "architectures",
+        "transformers_version",
+        "model_type",
+    ):
         fields.pop(key, None)
     fields.update(num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim)
     fields.update(stock_ffn_width(model))

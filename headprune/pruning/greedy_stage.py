@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint
-from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label
+from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.results.stream_points import action_record, point_cost, streamed_label, streaming
 from headprune.selection.ffn_widths import round_ffn_widths
@@ -84,8 +84,7 @@ def prune_stage(
         "n_examples": base.n,
         "base_score": base.score,
         "groups": groups,
-        "total_heads": sum(shape[g][0] * shape[g][1] for g in groups),
-        "min_heads_per_layer": min_per_layer,
+        "min_units_per_layer": min_per_layer,
         "reestimate": bool(reestimated),  # true only when some order was re-estimated
         "reestimated_orders": reestimated,
         "fractions": fractions,
@@ -107,8 +106,9 @@ def prune_stage(
             {
                 "fraction": f,
                 **what_was_removed(f, heads_removed(m), out["units_total"]),
-                "heads_pruned": heads_removed(m),
-                "query_heads_pruned": heads_removed(task.gates.head_mask(m)),
+                "units_removed": heads_removed(m),
+                "query_heads_removed": heads_removed(task.gates.head_mask(m)),
+                "units_by_kind": units_by_kind(mask_to_json(m), task.gates.unit),
                 **what_it_did(task, m),
                 "score": r.score,
                 "relative": r.score / base.score if base.score else None,
@@ -133,7 +133,7 @@ def what_it_did(task, mask) -> dict:
 
 def what_was_removed(fraction: float, removed: int, total: int) -> dict:
     """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked
-    (a uniform layout's floor per layer or prune.min_heads_per_layer can leave fewer)."""
+    (a uniform layout's floor per layer or prune.min_units_per_layer can leave fewer)."""
     return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
 
 
@@ -144,11 +144,11 @@ def warn_unmet(result: dict) -> None:
         unmet = [s for s in v["steps"] if s.get("fraction_met") is False]
         if unmet:
             shown = "; ".join(
-                f"{percent(s['fraction'])} asks {int(round(s['fraction'] * total))} of {total} {unit}s, {s['heads_pruned']} removed"
+                f"{percent(s['fraction'])} asks {int(round(s['fraction'] * total))} of {total} {unit}s, {s['units_removed']} removed"
                 for s in unmet
             )
             warn(
-                f"{order}: {shown}: the {result['layout']} layout or prune.min_heads_per_layer={result['min_heads_per_layer']} "
+                f"{order}: {shown}: the {result['layout']} layout or prune.min_units_per_layer={result['min_units_per_layer']} "
                 "allows no more; each point is labelled by what it removed (fraction_removed in results.json)"
             )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from headprune.core.unit_kinds import is_joint
 from headprune.core.units import unit_count
-from headprune.results.points import kinds_label
+from headprune.results.points import kinds_label, units_by_kind
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
 from headprune.selection.greedy import heads_removed
@@ -84,9 +84,10 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "step": step_label(step),
         "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
         "fraction": None if isinstance(step, PruneTarget) else float(step),
-        "heads_pruned": heads_removed(mask),
-        "query_heads_pruned": heads_removed(task.gates.head_mask(mask)),
-        "heads_total": unit_count(task.gates),
+        "units_removed": heads_removed(mask),
+        "query_heads_removed": heads_removed(task.gates.head_mask(mask)),
+        "units_total": unit_count(task.gates),
+        "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         "score": result.score,
         "relative": relative(result.score, ctx.base.score),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
@@ -111,9 +112,9 @@ def unpruned_point(ctx: ParetoRun, task) -> dict:
         "step": "0%",
         "target": None,
         "fraction": 0.0,
-        "heads_pruned": 0,
-        "query_heads_pruned": 0,
-        "heads_total": unit_count(task.gates),
+        "units_removed": 0,
+        "query_heads_removed": 0,
+        "units_total": unit_count(task.gates),
         "score": ctx.base.score,
         "relative": 1.0,
         **({"extra": {s: {"score": r.score, "relative": 1.0} for s, r in ctx.base_extra.items()}} if ctx.extra_splits else {}),

@@ -295,7 +295,7 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
         selection=where["selection"],
         base=where["base"],  # scored below, once the settings are known to work
         groups=check_groups(prune.groups, task.gates.groups),
-        min_per_layer=int(prune.min_heads_per_layer),
+        min_per_layer=int(prune.min_units_per_layer),
         costs=cost_model(task, prune, out),
         flops=flops_model(task, int(prune.seq_len)),
         batches=batches,
@@ -332,7 +332,7 @@ def check_reachable(steps: list, ctx: ParetoRun) -> None:
         except ValueError as err:
             flat = " (the latency tables measured here are flat: removing heads saves no measured time; try prune.cost=flops)"
             raise ConfigError(
-                f"prune.target / prune.schedule: {err}: choose a target within reach, lower prune.min_heads_per_layer, "
+                f"prune.target / prune.schedule: {err}: choose a target within reach, lower prune.min_units_per_layer, "
                 f"or prune more groups{flat if ctx.costs.unit == 'seconds' else ''}"
             ) from None
 

@@ -14,14 +14,29 @@ def point_name(point: dict) -> str:
     return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
 
 
-def removed_fraction(step: dict, units_total: int | None = None) -> float:
-    """The fraction of the pruning units a step (or point) removed: ``fraction_removed``, else heads_pruned / total (older
-    files), else the fraction asked."""
+def units_removed(record: dict) -> int | None:
+    """The units a step, point or speed record removed (``heads_pruned`` in files before schema version 2)."""
+    return record.get("units_removed", record.get("heads_pruned"))
+
+
+def units_total(record: dict, default: int | None = None) -> int | None:
+    """The units a record counts from (``heads_total`` / ``total_heads`` in files before schema version 2), else ``default``."""
+    return record.get("units_total") or record.get("heads_total") or record.get("total_heads") or default
+
+
+def units_by_kind(mask: dict, unit=None) -> dict[str, dict[str, int]]:
+    """{kind: {"removed": n, "total": n}} of a mask: what each kind of a (joint) unit lost."""
+    return {kind: {"removed": removed, "total": total} for kind, (removed, total) in kind_counts(mask, unit).items()}
+
+
+def removed_fraction(step: dict, default_total: int | None = None) -> float:
+    """The fraction of the pruning units a step (or point) removed: ``fraction_removed``, else units removed / total
+    (older files), else the fraction asked."""
     if step.get("fraction_removed") is not None:
         return float(step["fraction_removed"])
-    total = step.get("heads_total") or units_total
-    if step.get("heads_pruned") is not None and total:
-        return step["heads_pruned"] / total
+    total = units_total(step, default_total)
+    if units_removed(step) is not None and total:
+        return units_removed(step) / total
     return float(step["fraction"])
 
 
@@ -33,30 +48,30 @@ def percent(fraction: float) -> str:
     return text
 
 
-def fraction_met(step: dict, units_total: int | None = None) -> bool:
+def fraction_met(step: dict, default_total: int | None = None) -> bool:
     """Whether a step removed the round(fraction x total) units its fraction asks: ``fraction_met``, else from its counts
     (older files), else True."""
     if step.get("fraction_met") is not None:
         return bool(step["fraction_met"])
-    total = step.get("heads_total") or units_total
-    if step.get("fraction") is None or step.get("heads_pruned") is None or not total:
+    total = units_total(step, default_total)
+    if step.get("fraction") is None or units_removed(step) is None or not total:
         return True
-    return step["heads_pruned"] == int(round(float(step["fraction"]) * total))
+    return units_removed(step) == int(round(float(step["fraction"]) * total))
 
 
-def step_label(step: dict, units_total: int | None = None) -> str:
+def step_label(step: dict, default_total: int | None = None) -> str:
     """A step's label: the fraction asked when it removed that many units (``20%``: 14 of 72, rounded), else what it
     removed with the fraction asked beside it (``0% (asked 10%)``)."""
     asked = step.get("fraction")
-    if asked is not None and fraction_met(step, units_total):
+    if asked is not None and fraction_met(step, default_total):
         return percent(float(asked))
-    label = percent(removed_fraction(step, units_total))
+    label = percent(removed_fraction(step, default_total))
     return label if asked is None else f"{label} (asked {percent(float(asked))})"
 
 
 def point_step(point: dict) -> str:
     """A Pareto point's step: a target as asked (``speedup=1.3``), a fraction by what it removed (``25% (asked 40%)``)."""
-    if point.get("fraction") is None or point.get("heads_pruned") is None or not point.get("heads_total"):
+    if point.get("fraction") is None or units_removed(point) is None or not units_total(point):
         return str(point["step"])
     return step_label(point)
 

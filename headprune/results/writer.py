@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: units_removed / units_total / min_units_per_layer (1: heads_pruned / heads_total / total_heads)
 
 
 def _umask() -> int:

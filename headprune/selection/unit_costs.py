@@ -2,7 +2,8 @@
 
     cost(mask) = fixed + sum_groups sum_layers table[group][layer, units kept]
 
-Each kind builds its own FLOPs tables (``UnitKind.flops_tables``: heads and KV groups from
+A kind whose unit holds other kinds' units (a whole layer holds its heads and neurons) keeps in a joint budget only the
+cost they do not hold, so that no FLOP is counted twice (``UnitKind.nested_rows``). Each kind builds its own FLOPs tables (``UnitKind.flops_tables``: heads and KV groups from
 ``headprune.selection.costs``, FFN neurons per block with the phantom neuron of an emptied block, whole blocks as the
 two ends of their sub-block's table ...); ``fixed`` is the model's FLOPs less what the kinds' tables cover
 (``UnitKind.covered_flops``), so a head + FFN model predicts the head model's cost minus what the neurons save.
@@ -21,10 +22,16 @@ def unit_flops_cost_model(model: nn.Module, unit="head", seq_len: int = 128) -> 
     """Analytic FLOPs per example of ``seq_len`` tokens in ``unit`` (a kind or a joint list)."""
     kinds = kinds_of(unit)
     attention = flops_cost_model(model, seq_len) if any("attention" in kind.parts for kind in kinds) else None
-    tables = {}
-    for kind in kinds:
-        tables.update(kind.flops_tables(model, seq_len, attention.tables if attention is not None else None))
+    per_kind = {kind.name: kind.flops_tables(model, seq_len, attention.tables if attention is not None else None) for kind in kinds}
+    tables = {g: t for kind_tables in per_kind.values() for g, t in kind_tables.items()}
+    for kind in kinds:  # a unit that holds other kinds' units (a whole layer): only the cost they do not hold
+        for (group, layer), rows in kind.nested_rows(model).items():
+            inner = sum(float(tables[g][row, -1]) for g, row in rows if g in tables and g not in per_kind[kind.name])
+            tables[group][layer, -1] -= inner
     whole = model_cost(model, seq_len)
-    fixed = float(whole.flops) - sum(float(kind.covered_flops(whole)) for kind in kinds)
+    covered = [kind.covered_flops(whole) for kind in kinds]
+    fixed = float(whole.flops) - sum(
+        float(c) if c is not None else sum(float(t[:, -1].sum()) for t in per_kind[kind.name].values()) for kind, c in zip(kinds, covered)
+    )
     info = {"seq_len": seq_len, "unit": unit_name(unit)}
     return CostModel("flops", fixed, tables, info=info)

@@ -12,7 +12,7 @@ from dataclasses import Field, dataclass, field, fields
 from headprune.core.checks import Rule, integer, number, optional, rule, string_list, text
 
 EVERY = "every experiment"  # read by every run (the top-level keys, the logger)
-TRAINING = "training"  # a task's trainer (conf/experiment files whose run is a TaskSpec.train) and the study's train stage
+TRAINING = "training"  # a task's trainer (the experiments whose module says TRAINS: nli_finetune, mt_train, vit_finetune) and the study's train stage
 # An experiment reads what its stages read (the study's ablate and keep_one stages read study.* and prune.unit).
 STAGES = {"study": ("prune", "speed", TRAINING)}
 

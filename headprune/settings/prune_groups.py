@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from headprune.core.checks import boolean, boolean_or, choice, choices, fractions, integer, number, optional, pruning_unit, rule
-from headprune.core.unit_kinds import KINDS
 from headprune.selection.joint_scale import JOINT_SCALES
 from headprune.selection.uniform import LAYOUTS
 from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
@@ -72,7 +71,7 @@ class DuoSettings:
 class PruneSettings:
     """prune: greedy pruning and pruning for speed (conf/prune/default.yaml)."""
 
-    unit: Any = setting(rule(pruning_unit, kinds=tuple(KINDS)), ("ablate", "keep_one", "prune", "speed", "export"))
+    unit: Any = setting(rule(pruning_unit), ("ablate", "keep_one", "prune", "speed", "export"))
     action: str = setting(rule(choice, choices=ACTIONS), GATED)
     order: Any = setting(rule(choices, known=ORDERS), PRUNE)  # a name or a list of names
     layout: str = setting(rule(choice, choices=LAYOUTS), MASK_BY_ORDER)
@@ -83,7 +82,7 @@ class PruneSettings:
     max_fraction: float = setting(FRACTION, PRUNE)
     fractions: Any = setting(optional(rule(fractions)), PRUNE)  # null, a number or a list
     groups: list = setting(NAMES, PRUNE)
-    min_heads_per_layer: int = setting(rule(integer, low=0), PRUNE)
+    min_units_per_layer: int = setting(rule(integer, low=0), PRUNE)
     split: str = setting(NAME, PRUNE)
     ablation_split: str = setting(NAME, MASK_BY_ORDER)
     n_samples: int = setting(COUNT, MASK_BY_ORDER)

@@ -14,10 +14,11 @@ from headprune.core.ffn_pruning import ffn_record
 from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
-from headprune.core.units import prune_unit_mask, unit_count, unit_gates
+from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, gain_text
+from headprune.results.points import units_by_kind
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import heads_removed
 from headprune.stages.evaluation import score_check, score_check_text, swapped_model, unit_counts
@@ -99,10 +100,10 @@ def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_di
     out = {
         "split": str(speed.split),
         "device": str(next(original.parameters()).device),
-        "heads_total": unit_count(task.gates),
-        "heads_pruned": heads_removed(mask),
+        "units_removed": heads_removed(mask),
         **unit_counts(task.gates),
-        "query_heads_pruned": heads_removed(head_mask),
+        "query_heads_removed": heads_removed(head_mask),
+        "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         "pruning_record": record,
         "mask": mask_to_json(mask),
     }

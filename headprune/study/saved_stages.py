@@ -105,6 +105,11 @@ def saved_results(path: Path, name: str, key) -> dict | None:
     if not isinstance(saved, dict) or not saved.get("complete") or "results" not in saved:
         print(f"[study] {name}: {path} holds no complete results: recomputing", flush=True)
         return None
+    if saved.get("schema_version") != SCHEMA_VERSION:
+        print(
+            f"[study] {name}: {path.name} has schema version {saved.get('schema_version')}, not {SCHEMA_VERSION}: recomputing", flush=True
+        )
+        return None
     if saved.get("key") != key:
         print(f"[study] {name}: changed since {path.name} ({changed_settings(saved.get('key'), key)}): recomputing", flush=True)
         return None

@@ -174,7 +174,7 @@ def prune_key(ctx: StudyRun) -> dict:
 def prune_all(ctx: StudyRun) -> dict:
     """Every order's curve; re-estimated curves with ``study.reestimate``; one group at a time (paper section 5)."""
     task, prune = ctx.task, ctx.settings.prune
-    layout, floor = str(prune.layout), int(prune.min_heads_per_layer)
+    layout, floor = str(prune.layout), int(prune.min_units_per_layer)
 
     def curves(orders, groups, min_per_layer, reestimate, shared):
         return prune_stage(

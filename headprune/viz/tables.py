@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from headprune.core.unit_kinds import KINDS, group_kind, noun, shrunk_fields, unit_kinds
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
-from headprune.results.points import kinds_label, point_name, point_step, removed_fraction, step_label
+from headprune.results.points import kinds_label, point_name, point_step, removed_fraction, step_label, units_removed, units_total
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -154,7 +154,7 @@ def speed_table(study: dict) -> str:
     )
     lines.append("")
     lines.append(
-        f"{s['heads_pruned']} of {s['heads_total']} heads removed on `{s['device']}`; parameters "
+        f"{units_removed(s)} of {units_total(s)} heads removed on `{s['device']}`; parameters "
         f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
         f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}."
     )
@@ -271,7 +271,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
         "order",
         "recovery",
         "step",
-        "heads_pruned",
+        "units_removed",
         "score",
         *(f"score_{s}" for s in extra),
         "predicted_speedup",
@@ -286,7 +286,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
             p["order"],
             p["recovery"],
             point_step(p),
-            p["heads_pruned"],
+            units_removed(p),
             p["score"],
             *(((p.get("extra") or {}).get(s) or {}).get("score") for s in extra),
             p["predicted_speedup"],
@@ -332,11 +332,11 @@ def pareto_table(study: dict) -> str:
     ]
     for q, best in zip(points, front):
         measured = q.get("measured") or {}
-        kept = kv_cache_kept(q, unit) if q["heads_pruned"] else 1.0
+        kept = kv_cache_kept(q, unit) if units_removed(q) else 1.0
         cells = [
             point_name(q),
             point_step(q),
-            f"{q['heads_pruned']}/{q['heads_total']}" + (f" ({kinds_label(q['mask'], unit)})" if joint and q.get("mask") else ""),
+            f"{units_removed(q)}/{units_total(q)}" + (f" ({kinds_label(q['mask'], unit)})" if joint and q.get("mask") else ""),
             f"{q['score']:.2f}",
             *([versus_control(q, higher)] if controlled else []),
             *(f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a" for s in extra),
@@ -428,9 +428,9 @@ def keep_one_rows(result: dict) -> tuple[list[str], list[list]]:
 
 
 def prune_rows(result: dict) -> tuple[list[str], list[list]]:
-    columns = ["order", "groups", "fraction", "fraction_removed", "heads_pruned", "score"]
+    columns = ["order", "groups", "fraction", "fraction_removed", "units_removed", "score"]
     rows = [
-        [order, "+".join(result["groups"]), s["fraction"], removed_fraction(s, result.get("units_total")), s["heads_pruned"], s["score"]]
+        [order, "+".join(result["groups"]), s["fraction"], removed_fraction(s, units_total(result)), units_removed(s), s["score"]]
         for order, v in result["orders"].items()
         for s in v["steps"]
     ]

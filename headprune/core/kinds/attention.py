@@ -45,6 +45,9 @@ class HeadKind(UnitKind):
     def owns(self, group: str) -> bool:
         return group in GROUPS
 
+    def group_names(self, attention_groups):
+        return list(attention_groups)
+
     def gates(self, model: nn.Module, shared: dict):
         from headprune.core.gates import HeadGates
 
@@ -93,6 +96,11 @@ class KVGroupKind(HeadKind):
     name = "kv_group"
     noun = "KV group"
     config_fields = ("num_key_value_heads",)
+
+    def refusal(self, fields, settings):
+        if fields is not None and kv_heads_in_fields(fields) is None:
+            return "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads), and this model has one KV head per query head: use prune.unit=head"
+        return None
 
     def gates(self, model, shared):
         from headprune.core.kv_groups import kv_group_view

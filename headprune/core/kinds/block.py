@@ -35,6 +35,11 @@ class BlockKind(UnitKind):
 
         return group.endswith(BLOCK_SUFFIX) and group[: -len(BLOCK_SUFFIX)] in (*GROUPS, *FFN_GROUPS)
 
+    def group_names(self, attention_groups):
+        from headprune.core.kinds.kind_registry import KINDS
+
+        return [block_group(g) for g in (*attention_groups, *KINDS["ffn"].group_names(attention_groups))]
+
     def gates(self, model, shared):
         from headprune.core.blocks import BlockGates
         from headprune.core.ffn_sites import ffn_sites_if_any

@@ -31,6 +31,9 @@ class FFNKind(UnitKind):
     def owns(self, group: str) -> bool:
         return group in FFN_GROUPS
 
+    def group_names(self, attention_groups):
+        return [ffn for attention, ffn in zip(("enc_self", "dec_self"), FFN_GROUPS) if attention in attention_groups]
+
     def available(self, model):
         from headprune.core.ffn_sites import mlp_layout_of
 

@@ -34,6 +34,7 @@ class UnitKind:
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
     rearrange_by: str | None = None  # how its rearrangement is computed: "fisher_blocks" (a U x U block per layer) or "gradients"
     multiple_setting: str | None = None  # the prune setting that rounds its per-layer counts up to a multiple (runtimes' tiles)
+    layer_rows: bool = True  # its masks hold one row per layer (the residual stream's one row is not a layer's)
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
     record_key: str = ""  # its key in pruning records (default: its name)
 
@@ -53,6 +54,10 @@ class UnitKind:
         that act through the same gates (a KV group through its query heads) share them."""
         raise NotImplementedError
 
+    def group_names(self, attention_groups: list[str]) -> list[str]:
+        """The mask groups this kind has in a model with these attention groups (``enc_self``, ``enc_dec``, ``dec_self``)."""
+        return []
+
     def units_per_layer(self, fields: dict) -> int | None:
         """Units one layer holds, from the model's config fields (None: not known from the config alone)."""
         return None
@@ -69,9 +74,15 @@ class UnitKind:
         kept units' part costs in the whole model (``attention_tables``: the per-query-head attention tables)."""
         raise NotImplementedError
 
-    def covered_flops(self, cost) -> float:
-        """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover: the rest is the fixed cost."""
-        raise NotImplementedError
+    def nested_rows(self, model: nn.Module) -> dict[tuple[str, int], list[tuple[str, int]]]:
+        """{(group, layer) of one unit: the (group, layer) rows of other kinds' units it holds} (a whole layer holds its heads and
+        neurons); in a joint budget its table keeps only the cost those rows do not hold."""
+        return {}
+
+    def covered_flops(self, cost) -> float | None:
+        """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover, the rest being the fixed cost
+        (None: what its tables hold with every unit kept)."""
+        return None
 
     def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} seconds with 0..units kept, from the measured head and FFN tables."""

@@ -1,0 +1,136 @@
+"""The layer kind: whole Transformer layers (depth pruning: ShortGPT's block influence, Minitron's depth axis).
+
+Masks are {"enc_layer" | "dec_layer": [layers, 1]} by original layer id (one group per layer stack); a layer gated by g
+computes x + g * (layer(x) - x) (headprune.core.layer_sites), and removal deletes the layers from their stack and
+renumbers the kept ones (headprune.core.layer_removal).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headprune.core.kinds.unit_kind import UnitKind
+from headprune.core.layer_sites import LAYER_GROUPS
+
+RECORD_KEY = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
+
+
+class LayerKind(UnitKind):
+    """Whole Transformer layers: one gate per layer on its hidden-state output."""
+
+    name = "layer"
+    parts = ("depth",)
+    noun = "layer"
+    config_fields = ("num_hidden_layers", "decoder_layers", "num_decoder_layers")  # the decoder's own in encoder-decoder configs
+    rearrangement = (
+        "a layer unit is one whole layer, and rearrangement keeps each layer's count of units while it re-chooses which "
+        "go: with one unit per layer there is nothing to re-choose"
+    )
+    layout_refusal = {
+        "uniform": "prune.unit=layer with prune.layout=uniform would remove the same share of units from every layer, one "
+        "unit per layer: it would remove every layer at once; use prune.layout=global"
+    }
+    floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
+    record_key = RECORD_KEY
+
+    def owns(self, group: str) -> bool:
+        return group in LAYER_GROUPS
+
+    def group_names(self, attention_groups):
+        return [layer for attention, layer in zip(("enc_self", "dec_self"), LAYER_GROUPS) if attention in attention_groups]
+
+    def available(self, model):
+        from headprune.core.layer_removal import shared_weights
+
+        try:
+            return shared_weights(model)
+        except ValueError as err:
+            return str(err)
+
+    def gates(self, model, shared):
+        from headprune.core.layer_sites import LayerGates
+
+        if "layer" not in shared:
+            shared["layer"] = LayerGates(model)
+        return shared["layer"]
+
+    def units_per_layer(self, fields):
+        return 1
+
+    def unit_grad(self, site, grad):
+        from headprune.core.layer_sites import LayerSite
+
+        return (grad, [0], site.group) if isinstance(site, LayerSite) else None
+
+    def flops_tables(self, model, seq_len, attention_tables=None):
+        return _tables(model, lambda site: layer_flops(model, site, seq_len))
+
+    def nested_rows(self, model):
+        from headprune.core.layer_sites import find_layer_sites
+
+        out = {}
+        for site in find_layer_sites(model):
+            attention, ffn = parts_of(model, site)
+            out[site.group, site.layer] = [(s.group, s.layer) for s in (*attention, *ffn)]
+        return out
+
+    def latency_tables(self, head_tables, ffn_tables, model):
+        def seconds(site) -> float:
+            attention, ffn = parts_of(model, site)
+            kept = sum(float(head_tables[s.group][s.layer, len(s.head_ids)]) for s in attention)  # its heads present, timed
+            return kept + (sum(float(ffn_tables[f.group][f.layer, f.width]) for f in ffn) if ffn_tables else 0.0)
+
+        return _tables(model, seconds)
+
+    def prune(self, model, mask):
+        from headprune.core.layer_removal import remove_layers
+        from headprune.core.layer_sites import LayerGates
+        from headprune.core.masks import normalize_mask
+
+        mask = normalize_mask(mask, LayerGates(model).groups, hard=True, unit="layer")
+        batched = [g for g, m in mask.items() if m.dim() != 2]
+        if batched:
+            raise ValueError(f"removing layers takes one [layers, 1] mask per group, got a batch of masks for {batched}")
+        remove_layers(model, {g: (m[:, 0] == 0).nonzero().flatten().tolist() for g, m in mask.items()})
+        return self.record(model)
+
+    def record(self, model):
+        from headprune.core.layer_removal import removed_layers
+
+        return layer_record(removed_layers(model))
+
+
+def _tables(model, cost) -> dict[str, torch.Tensor]:
+    """{group: [layers, 2]}: a layer removed costs 0, kept ``cost(site)``; a layer already removed 0 either way."""
+    from headprune.core.layer_sites import find_layer_sites, layer_groups
+
+    sites = find_layer_sites(model)
+    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    for site in sites:
+        tables[site.group][site.layer, 1] = float(cost(site))
+    return tables
+
+
+def layer_record(removed: dict[str, list[int]]) -> dict[str, dict[str, list[int]]]:
+    """{group: [removed original ids]} as a kind record {group: {layer (str): [0]}} (each layer its one unit)."""
+    return {group: {str(layer): [0] for layer in ids} for group, ids in removed.items() if ids}
+
+
+def parts_of(model, site) -> tuple[list, list]:
+    """(attention sites, FFN sites) inside one layer."""
+    from headprune.core.ffn_sites import ffn_sites_if_any
+    from headprune.core.gates import find_sites
+
+    inside = {id(m) for m in site.module.modules()}
+    return [s for s in find_sites(model) if id(s.block) in inside], [s for s in ffn_sites_if_any(model) if id(s.module) in inside]
+
+
+def layer_flops(model, site, seq_len: int) -> int:
+    """Forward FLOPs of one layer for one example of ``seq_len`` tokens: its attention modules and every other projection."""
+    from headprune.core.counting import site_flops
+    from headprune.core.projections import in_features, is_projection, out_features
+
+    attention, _ = parts_of(model, site)
+    counted = {id(p) for s in attention for p in s.projections()}
+    others = [m for m in site.module.modules() if is_projection(m) and id(m) not in counted]
+    return sum(site_flops(s, seq_len) for s in attention) + sum(2 * in_features(m) * out_features(m) * seq_len for m in others)

@@ -1,0 +1,177 @@
+"""Physical layer removal: delete whole Transformer layers from their stacks, by original layer id.
+
+The kept layers are renumbered where the runtime reads their index (each module's ``layer_idx``, which the KV cache
+is indexed by), the config follows (each stack's count field, per-layer lists such as ``layer_types``) and
+``headprune_removed_layers`` {group: [original ids]} records what went. Every other kind's sites keep their original
+layer ids and their stack's original layer count, so head, KV-group and FFN masks stay indexed by original layer.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from headprune.core.ffn_sites import ffn_sites_if_any
+from headprune.core.gates import find_sites
+from headprune.core.layer_sites import LayerSite, find_layer_sites
+from headprune.core.pruning import integer_id
+
+REMOVED_ATTR = "headprune_removed_layers"  # config field: {group: [removed original layer ids]}
+DECODER_COUNT_FIELDS = ("decoder_layers", "num_decoder_layers")  # the decoder stack's count in encoder-decoder configs
+PER_LAYER_FIELDS = ("layer_types",)  # config lists with one entry per layer of the (first) stack
+FIRST_LAYER_STATE = {"relative_attention_bias": "has_relative_attention_bias"}  # T5: a stack's first layer makes its position bias
+
+
+def shared_weights(model: nn.Module) -> str | None:
+    """Why this model's layers cannot be removed one by one because they share weights (None: they share none)."""
+    owner: dict[int, str] = {}
+    for site in find_layer_sites(model):
+        for name, param in site.module.named_parameters():
+            other = owner.setdefault(id(param), f"{site.group} layer {site.layer}")
+            if other != f"{site.group} layer {site.layer}":
+                return f"{other} and {site.group} layer {site.layer} share the weight {name}: removing one layer would change the other"
+    return None
+
+
+def _first_only(sites: list[LayerSite]) -> list[str]:
+    """Submodule paths the stack's first layer holds and its second does not (state the first layer makes for the others)."""
+    if len(sites) < 2:
+        return []
+    later = {name for name, _ in sites[1].module.named_modules()}
+    return [name for name, _ in sites[0].module.named_modules() if name not in later and name.rpartition(".")[0] in later]
+
+
+def _refusal(model: nn.Module, stack: list[LayerSite], removed: set[int]) -> str | None:
+    """Why these layers of one stack cannot be removed exactly (None: they can)."""
+    kept = [s for s in stack if s.layer not in removed]
+    if not kept:
+        return f"removing every layer of {stack[0].group} leaves an empty stack: keep at least one layer per stack"
+    first_only = _first_only(stack)
+    unknown = [p for p in first_only if p.rpartition(".")[2] not in FIRST_LAYER_STATE]
+    if stack[0].layer in removed and unknown:
+        return f"the first layer of {stack[0].group} holds {unknown}, which the other layers do not have: it cannot be removed"
+    renumbered = any(new != s.layer for new, s in enumerate(kept))
+    if renumbered and getattr(model.config, "scale_attn_by_inverse_layer_idx", False):
+        return "scale_attn_by_inverse_layer_idx scales each attention by its layer index: a renumbered layer would scale differently"
+    return None
+
+
+def _move_first_layer_state(stack: list[LayerSite], new_first: LayerSite) -> None:
+    """Hand the removed first layer's stack state (T5's relative position bias) to the new first layer."""
+    for path in _first_only(stack):
+        parent_path, _, name = path.rpartition(".")
+        if name not in FIRST_LAYER_STATE:
+            continue
+        source = stack[0].module.get_submodule(parent_path) if parent_path else stack[0].module
+        target = new_first.module.get_submodule(parent_path) if parent_path else new_first.module
+        setattr(target, name, getattr(source, name))
+        setattr(target, FIRST_LAYER_STATE[name], True)
+
+
+def count_field(model: nn.Module, group: str) -> str:
+    """The config field holding a stack's layer count: the decoder's own field in encoder-decoder configs, else num_hidden_layers."""
+    config = model.config
+    if group == "dec_layer" and getattr(config, "is_encoder_decoder", False):
+        return next(f for f in DECODER_COUNT_FIELDS if hasattr(config, f))
+    return "num_hidden_layers"
+
+
+def pin_layer_ids(model: nn.Module) -> None:
+    """Give every attention and FFN site the original id of the layer holding it and its stack's original layer count."""
+    owner = {id(m): site for site in find_layer_sites(model) for m in site.module.modules()}
+    for site in [*find_sites(model), *ffn_sites_if_any(model)]:
+        layer = owner.get(id(site.block if hasattr(site, "block") else site.module))
+        if layer is not None:
+            parts = site.path.split(".")  # [*stack, layer index, *path inside the layer]: the index as it is now
+            parts[len(layer.stack.split("."))] = layer.path.rpartition(".")[2]
+            site.path = ".".join(parts)
+            site.layer, site.stack_layers = layer.layer, layer.layers_orig
+
+
+def _renumber(model: nn.Module, stack: list[LayerSite], kept: list[LayerSite]) -> None:
+    """Delete the removed layers from their nn.ModuleList and renumber the kept ones' ``layer_idx`` and paths."""
+    layers = model.get_submodule(stack[0].stack)
+    keep_ids = {id(s.module) for s in kept}
+    for position in reversed(range(len(layers))):
+        if id(layers[position]) not in keep_ids:
+            del layers[position]
+    for position, site in enumerate(kept):
+        for module in site.module.modules():
+            if isinstance(getattr(module, "layer_idx", None), int):
+                module.layer_idx = position
+        site.path = f"{site.stack}.{position}"
+
+
+def _sync_config(model: nn.Module, group: str, kept_positions: list[int]) -> None:
+    """Set the stack's count field and slice the per-layer config lists of the stack num_hidden_layers counts."""
+    config = model.config
+    field = count_field(model, group)
+    if field == "num_hidden_layers":
+        for name in PER_LAYER_FIELDS:
+            values = getattr(config, name, None)
+            if isinstance(values, (list, tuple)) and len(values) == config.num_hidden_layers:
+                setattr(config, name, [values[p] for p in kept_positions])
+    setattr(config, field, len(kept_positions))
+
+
+def removed_layers(model: nn.Module) -> dict[str, list[int]]:
+    """{group: [removed original layer ids]} of a model ({} when no layer is removed)."""
+    sites = find_layer_sites(model)
+    out = {}
+    for group in dict.fromkeys(s.group for s in sites):
+        stack = [s for s in sites if s.group == group]
+        gone = sorted(set(range(stack[0].layers_orig)) - {s.layer for s in stack})
+        if gone:
+            out[group] = gone
+    return out
+
+
+def remove_layers(model: nn.Module, layers: dict) -> dict[str, list[int]]:
+    """Remove layers {group: [original ids]} from the model (already-removed ids are ignored); returns ``removed_layers``."""
+    if getattr(model.config, "is_heterogeneous", False):
+        raise ValueError("this model's config has per_layer_config (heterogeneous layers): headprune does not remove its layers")
+    reason = shared_weights(model)
+    if reason:
+        raise ValueError(f"cannot remove layers: {reason}")
+    pin_layer_ids(model)
+    sites = find_layer_sites(model)
+    groups = sorted({s.group for s in sites})
+    for group, ids in layers.items():
+        if group not in groups:
+            raise ValueError(f"unknown layer group {group!r}; this model has {groups}")
+        stack = [s for s in sites if s.group == group]
+        ids = {integer_id(i, f"layer id for group {group!r}") for i in ids}
+        bad = sorted(i for i in ids if not 0 <= i < stack[0].layers_orig)
+        if bad:
+            raise IndexError(f"layer ids {bad} out of range for {group!r} ({stack[0].layers_orig} layers)")
+        if not ids & {s.layer for s in stack}:
+            continue
+        reason = _refusal(model, stack, ids)
+        if reason:
+            raise ValueError(f"cannot remove layers {sorted(ids)} of {group}: {reason}")
+        kept = [s for s in stack if s.layer not in ids]
+        if stack[0] is not kept[0]:
+            _move_first_layer_state(stack, kept[0])
+        _sync_config(model, group, [stack.index(s) for s in kept])
+        _renumber(model, stack, kept)
+    pin_layer_ids(model)
+    record = removed_layers(model)
+    setattr(model.config, REMOVED_ATTR, record)
+    return record
+
+
+def restore_layer_ids(model: nn.Module, removed: dict | None) -> None:
+    """Give a model built from a layer-pruned config its original layer ids (before its heads and FFN widths are rebuilt)."""
+    if not removed:
+        return
+    sites = find_layer_sites(model)
+    for group, ids in removed.items():
+        stack = [s for s in sites if s.group == group]
+        if not stack:
+            raise ValueError(f"{REMOVED_ATTR} names the layer group {group!r}, which this model does not have")
+        gone = sorted(int(i) for i in ids)
+        originals = [i for i in range(len(stack) + len(gone)) if i not in gone]
+        if len(originals) != len(stack):
+            raise ValueError(f"{REMOVED_ATTR} removes {gone} from {group}, which does not match its {len(stack)} layers")
+        for site, original in zip(stack, originals):
+            site.layer, site.layers_orig = original, len(stack) + len(gone)
+    pin_layer_ids(model)

@@ -1,0 +1,212 @@
+"""Layer sites: a model's Transformer layers, found from the family's attention sites, and the gate on each layer's output.
+
+A layer gated by g computes ``x + g * (layer(x) - x)`` on its hidden-state output (a forward hook; the layer returns
+a tensor or a tuple whose first entry is the hidden states): g = 1 is the layer, g = 0 the identity, exactly what
+removing the layer leaves. The gate is (1,) or (B, 1) per example; while gate gradients are recorded the hook also
+multiplies a fresh probe of ones (B, T, 1), whose gradient is the layer gate's gradient at each token.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from headprune.core.families import family_for
+from headprune.core.ffn_sites import broadcast_neuron_gate
+from headprune.core.inputs import model_inputs
+from headprune.core.masks import normalize_mask
+from headprune.core.site_gates import SiteGateMethods
+
+LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
+SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
+HOOK_ATTR = "_headprune_layer_gate"  # the hook handle, on the layer module
+INPUT_NAMES = ("hidden_states", "hidden_state", "x")  # the keyword a layer may take its input hidden states by
+
+
+@dataclass(eq=False)
+class LayerSite:
+    """One Transformer layer: its stack's group, its original id and its module."""
+
+    path: str  # the layer's module path now (``model.layers.2``)
+    group: str
+    layer: int  # original id in its stack
+    module: nn.Module
+    stack: str  # the path of the nn.ModuleList that holds the layer
+    layers_orig: int  # layers of the stack in the original model
+    gate: torch.Tensor | None = None  # (1,) or (B, 1); None = no gating
+    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, 1)
+    recording: bool = False  # add a probe per forward while gate gradients are recorded
+
+
+def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
+    """{layer path now: (stack path, group)} of every layer holding an attention site of the family table, in model order."""
+    family = family_for(model)
+    found: dict[str, tuple[str, str]] = {}
+    for path, _ in model.named_modules():
+        for pattern, group in family.sites:
+            match = re.search(pattern, path)
+            if match:
+                found.setdefault(path[: match.end(1)], (path[: match.start(1) - 1], group))
+    stacks: dict[str, set] = {}
+    for stack, group in found.values():
+        stacks.setdefault(stack, set()).add(group)
+    decoder = {stack for stack, groups in stacks.items() if "dec_self" in groups}
+    return {layer: (stack, "dec_layer" if stack in decoder else "enc_layer") for layer, (stack, _) in found.items()}
+
+
+def find_layer_sites(model: nn.Module) -> list[LayerSite]:
+    """All Transformer layers of a model, ordered by group then original id (sites already made keep their original ids)."""
+    sites = []
+    for path, (stack, group) in layer_stacks(model).items():
+        module = model.get_submodule(path)
+        existing = getattr(module, SITE_ATTR, None)
+        if existing is not None:
+            sites.append(existing)
+            continue
+        layers = model.get_submodule(stack)
+        if not isinstance(layers, nn.ModuleList):
+            raise ValueError(f"{stack} is a {type(layers).__name__}, not an nn.ModuleList: its layers cannot be gated or removed")
+        site = LayerSite(path, group, int(path.rpartition(".")[2]), module, stack, len(layers))
+        setattr(module, SITE_ATTR, site)  # the layer bookkeeping lives with the module
+        sites.append(site)
+    if not sites:
+        raise ValueError(f"found no Transformer layers in {type(model).__name__}")
+    sites.sort(key=lambda s: (LAYER_GROUPS.index(s.group), s.layer))
+    return sites
+
+
+def layer_groups(sites: list[LayerSite]) -> dict[str, tuple[int, int]]:
+    """{group: (layers in the original model, 1)} of a list of layer sites."""
+    return {site.group: (site.layers_orig, 1) for site in sites}
+
+
+def _input_hidden(args: tuple, kwargs: dict) -> torch.Tensor:
+    """The hidden states a layer was called with (first positional argument, or its keyword)."""
+    if args:
+        return args[0]
+    name = next((n for n in INPUT_NAMES if n in kwargs), None)
+    if name is None:
+        raise ValueError(f"a gated layer was called without its hidden states (keywords {sorted(kwargs)})")
+    return kwargs[name]
+
+
+def _gate_layer(module, args, kwargs, output):
+    """The hook: the layer's output hidden states h moved to x + g * (h - x) (and a fresh probe while recording)."""
+    site = getattr(module, SITE_ATTR)
+    if site.gate is None and not site.recording:
+        return None
+    hidden_in = _input_hidden(args, kwargs)
+    hidden = output[0] if isinstance(output, tuple) else output
+    scale = None if site.gate is None else broadcast_neuron_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
+    if site.recording and torch.is_grad_enabled():
+        probe = torch.ones(*hidden.shape[:-1], 1, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
+        site.probes.append(probe)  # d loss / d probe[b, t] = g * <d loss / d h[b, t], h[b, t] - x[b, t]>
+        scale = probe if scale is None else scale * probe
+    if scale is None:
+        return None
+    gated = hidden_in + scale * (hidden - hidden_in)
+    return (gated, *output[1:]) if isinstance(output, tuple) else gated
+
+
+def attach_layer_gate(site: LayerSite) -> None:
+    """Register the gate hook on the site's layer once."""
+    if getattr(site.module, HOOK_ATTR, None) is None:
+        setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
+
+
+class LayerGates(SiteGateMethods):
+    """A gate on every Transformer layer of a model: masks and scores are {"<stack>_layer": [layers, 1]} by original layer id."""
+
+    unit = "layer"
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.sites = find_layer_sites(model)
+        for site in self.sites:
+            attach_layer_gate(site)
+
+    @property
+    def groups(self) -> dict[str, tuple[int, int]]:
+        """{group: (layers in the original model, 1)}."""
+        return layer_groups(self.sites)
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        """A mask that keeps every layer."""
+        return {g: torch.ones(layers, 1) for g, (layers, _) in self.groups.items()}
+
+    def present(self) -> dict[str, torch.Tensor]:
+        """{group: bool [layers, 1]}: True where a layer is still in the model."""
+        out = {g: torch.zeros(layers, 1, dtype=torch.bool) for g, (layers, _) in self.groups.items()}
+        for site in self.sites:
+            out[site.group][site.layer] = True
+        return out
+
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a layer mask against the model ({group: [L, 1] or [B, L, 1]})."""
+        return normalize_mask(mask, self.groups, hard=hard, unit="layer")
+
+    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+        """{"layer": the checked layer mask}: layer gates act themselves."""
+        return {"layer": self.normalize_mask(mask, hard=hard)}
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """No head is gated by a layer mask: {} (checked first)."""
+        self.normalize_mask(mask, hard=hard)
+        return {}
+
+    def set_mask(self, mask) -> None:
+        """Gate every layer by ``mask`` ({group: [L, 1] or [B, L, 1]}); ``None`` removes all gates; groups left out are not gated."""
+        mask = {} if mask is None else self.normalize_mask(mask)
+        for site in self.sites:
+            value = mask.get(site.group)
+            site.gate = None if value is None else value[..., site.layer, :]
+
+    def remove(self) -> None:
+        """Clear every gate (the hooks stay, and do nothing without a gate)."""
+        self.set_mask(None)
+
+    def describe(self) -> str:
+        """A one-line-per-group summary of the layers present."""
+        present = self.present()
+        return "\n".join(
+            f"{group:9s} layers={layers} present={present[group].squeeze(-1).nonzero().squeeze(-1).tolist()}"
+            for group, (layers, _) in self.groups.items()
+        )
+
+
+def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
+    """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output).
+
+    Tokens are weighted by the batch's ``attention_mask`` where it spans the layer's tokens (encoder and decoder-only
+    stacks), else all count (a decoder stack beside an encoder); a removed layer scores 0.
+    """
+    sites = find_layer_sites(model)
+    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    current: dict = {}
+
+    def record(site):
+        def hook(module, args, kwargs, output):
+            hidden_in, hidden = _input_hidden(args, kwargs).double(), (output[0] if isinstance(output, tuple) else output).double()
+            influence = 1 - torch.nn.functional.cosine_similarity(hidden_in, hidden, dim=-1)  # (B, T)
+            mask = current.get("attention_mask")
+            own = site.group == "enc_layer" or not getattr(model.config, "is_encoder_decoder", False)
+            weight = mask.to(influence) if own and mask is not None and mask.shape == influence.shape else torch.ones_like(influence)
+            totals[site.group][site.layer] += float((influence * weight).sum())
+            weights[site.group][site.layer] += float(weight.sum())
+
+        return hook
+
+    handles = [site.module.register_forward_hook(record(site), with_kwargs=True) for site in sites]
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                current["attention_mask"] = batch.get("attention_mask")
+                model(**model_inputs(model, batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {g: totals[g] / weights[g].clamp(min=1) for g in totals}

@@ -1,0 +1,18 @@
+"""experiment=mt_train: a translation model trained (mt_small from scratch on the synthetic set by default), by the task's own trainer."""
+
+from __future__ import annotations
+
+from headprune.checks.shared_checks import check_training_run
+from headprune.tasks.registry import train_task
+
+TRAINS = True  # a task's trainer: reads the training settings (trainer, callbacks, ckpt_path)
+
+
+def run(cfg) -> dict:
+    """Train, validate (greedy BLEU each epoch), save the model, then beam-search corpus BLEU on data.eval_split."""
+    return train_task(cfg)
+
+
+def check(cfg) -> None:
+    """The model and task, the trainer, and the checkpoint to resume."""
+    check_training_run(cfg)

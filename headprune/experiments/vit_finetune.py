@@ -1,0 +1,18 @@
+"""experiment=vit_finetune: an image classifier (ViT, DeiT) fine-tuned (scikit-learn's digits by default, offline), by the task's own trainer."""
+
+from __future__ import annotations
+
+from headprune.checks.shared_checks import check_training_run
+from headprune.tasks.registry import train_task
+
+TRAINS = True  # a task's trainer: reads the training settings (trainer, callbacks, ckpt_path)
+
+
+def run(cfg) -> dict:
+    """Fine-tune, validate and save the image classifier with the vision task's trainer."""
+    return train_task(cfg)
+
+
+def check(cfg) -> None:
+    """The model and task, the trainer, and the checkpoint to resume."""
+    check_training_run(cfg)
