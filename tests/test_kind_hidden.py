@@ -244,3 +244,19 @@ def test_prune_experiment_with_hidden_units_on_the_tiny_lm(capsys, monkeypatch, 
     results = json.loads((run / "results.json").read_text())["results"]
     step = results["orders"]["importance"]["steps"][0]
     assert sum(step["mask"]["hidden"][0]) == 16 and step["score"] != results["base_score"]  # the masked model is evaluated
+
+
+def test_layers_and_channels_removed_together_save_and_load(tmp_path):
+    model, batch = tiny_llama(), lm_batch()
+    gates = unit_gates(model, ["layer", "hidden"])
+    mask = {g: torch.ones(shape) for g, shape in gates.groups.items()}
+    layer_group = next(g for g in mask if g != "hidden")
+    mask[layer_group][1] = 0
+    mask["hidden"] = _multiple_mask(32)
+    with gates.masked(mask):
+        masked = _logits(model, batch)
+    prune_unit_mask(gates, mask)
+    assert (_logits(model, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
+    save_pruned(model, tmp_path)
+    loaded = load_pruned(tmp_path)
+    assert (_logits(loaded, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
