@@ -16,6 +16,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
+from headprune.core.site_gates import unit_groups
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
@@ -52,6 +53,14 @@ class FFNSite:
     def width(self) -> int:
         """Neurons present (0 for an emptied block)."""
         return len(self.neuron_ids)
+
+    @property
+    def unit_ids(self) -> list[int]:
+        return self.neuron_ids
+
+    @property
+    def units_orig(self) -> int:
+        return self.width_orig
 
     @property
     def has_units(self) -> bool:
@@ -133,11 +142,7 @@ def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:
 
 def ffn_groups(sites: list[FFNSite]) -> dict[str, tuple[int, int]]:
     """{group: (layers, neurons per layer in the original model)} of a list of feed-forward blocks."""
-    shape = {}
-    for site in sites:
-        layers, width = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(width, site.width_orig))
-    return shape
+    return unit_groups(sites)
 
 
 def broadcast_neuron_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
 from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.output_gate import attach_output_gate
-from headprune.core.site_gates import SiteGateMethods
+from headprune.core.site_gates import SiteGates, unit_groups
 
 PREFIX = "headprune_"
 
@@ -64,6 +64,14 @@ class AttentionSite:
     @property
     def num_heads(self) -> int:
         return len(self.head_ids)
+
+    @property
+    def unit_ids(self) -> list[int]:
+        return self.head_ids
+
+    @property
+    def units_orig(self) -> int:
+        return self.num_heads_orig
 
     @property
     def has_units(self) -> bool:
@@ -226,17 +234,14 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
 
 def site_groups(sites: list[AttentionSite]) -> dict[str, tuple[int, int]]:
     """{group: (layers, heads per layer in the original model)} of a list of attention modules."""
-    shape = {}
-    for site in sites:
-        layers, heads = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(heads, site.num_heads_orig))
-    return shape
+    return unit_groups(sites)
 
 
-class HeadGates(SiteGateMethods):
+class HeadGates(SiteGates):
     """Gates on every attention head of a model: set a mask, read the groups, record gate gradients."""
 
-    unit = "head"  # masks and scores are per query head (headprune.core.units.KVGroupGates: per KV group)
+    unit = "head"  # masks and scores are per query head (headprune.core.kv_groups.KVGroupGates: per KV group)
+    noun = "head"
 
     def __init__(self, model: nn.Module, gate_at: str | None = None):
         """``gate_at``: "attention" or "output" for every site (default: each family's own mechanism)."""
@@ -257,11 +262,6 @@ class HeadGates(SiteGateMethods):
                 model.set_attn_implementation(self.inner)  # gated at the output projection: the model's own attention
 
     # ---- structure -------------------------------------------------------------------------
-    @property
-    def groups(self) -> dict[str, tuple[int, int]]:
-        """{group: (layers, heads per layer in the original model)}."""
-        return site_groups(self.sites)
-
     @property
     def kv_groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, KV heads per layer in the original model)}: a KV group is a KV head with all its query heads."""
@@ -293,24 +293,7 @@ class HeadGates(SiteGateMethods):
         layers = self.groups.get(group, (0, 0))[0]
         raise IndexError(f"no attention module for group {group!r} layer {layer}: groups are {self.groups} ({layers} layers in that group)")
 
-    def present(self) -> dict[str, torch.Tensor]:
-        """{group: bool [layers, heads]}: True where a head is still in the weights (not pruned)."""
-        out = {g: torch.zeros(l, h, dtype=torch.bool) for g, (l, h) in self.groups.items()}
-        for site in self.sites:
-            out[site.group][site.layer, site.head_ids] = True
-        return out
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        """A mask that keeps every head: {group: ones [layers, heads]}."""
-        return {g: torch.ones(l, h) for g, (l, h) in self.groups.items()}
-
     # ---- masks -----------------------------------------------------------------------------
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a mask against the model and return it as {group: tensor [L, H] or [B, L, H]} (``hard``: 0/1 only)."""
-        from headprune.core.masks import normalize_mask
-
-        return normalize_mask(mask, self.groups, hard=hard)
-
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a mask in this unit: the checked mask itself."""
         return self.normalize_mask(mask, hard=hard)
@@ -319,29 +302,10 @@ class HeadGates(SiteGateMethods):
         """Scores in this unit from per-query-head scores: themselves."""
         return scores
 
-    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
-        """{"head": the checked mask}: what the mask gates, by the kind of gates that act."""
-        return {"head": self.normalize_mask(mask, hard=hard)}
-
-    def set_mask(self, mask) -> None:
-        """Gate every head by ``mask`` ({group: [L, H] or [B, L, H]}); ``None`` removes all gates."""
-        if mask is None:
-            for site in self.sites:
-                site.gate = None
-            return
-        mask = self.normalize_mask(mask)
-        for site in self.sites:
-            if site.group not in mask:
-                site.gate = None
-                continue
-            group_mask = mask[site.group]
-            ids = torch.tensor(site.head_ids or [0], dtype=torch.long)
-            site.gate = group_mask[..., site.layer, :].index_select(-1, ids.to(group_mask.device))
-
     # ---- gate gradients: probing() comes from SiteGateMethods --------------------------------
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
-        self.set_mask(None)
+        super().remove()
         if any(site.needs_wrapper for site in self.sites):
             return  # uneven KV groups or sliced head-indexed kwargs after pruning: keep the wrapper
         self.model.set_attn_implementation(self.inner)

@@ -17,8 +17,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.ffn_sites import broadcast_neuron_gate
 from headprune.core.inputs import model_inputs
-from headprune.core.masks import normalize_mask
-from headprune.core.site_gates import SiteGateMethods
+from headprune.core.site_gates import SiteGates
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -39,6 +38,13 @@ class LayerSite:
     gate: torch.Tensor | None = None  # (1,) or (B, 1); None = no gating
     probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, 1)
     recording: bool = False  # add a probe per forward while gate gradients are recorded
+
+    unit_ids = [0]  # a layer present is its one unit (never mutated)
+    units_orig = 1
+
+    @property
+    def stack_layers(self) -> int:
+        return self.layers_orig
 
 
 def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
@@ -117,56 +123,17 @@ def attach_layer_gate(site: LayerSite) -> None:
         setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
 
 
-class LayerGates(SiteGateMethods):
+class LayerGates(SiteGates):
     """A gate on every Transformer layer of a model: masks and scores are {"<stack>_layer": [layers, 1]} by original layer id."""
 
     unit = "layer"
+    noun = "layer"
 
     def __init__(self, model: nn.Module):
         self.model = model
         self.sites = find_layer_sites(model)
         for site in self.sites:
             attach_layer_gate(site)
-
-    @property
-    def groups(self) -> dict[str, tuple[int, int]]:
-        """{group: (layers in the original model, 1)}."""
-        return layer_groups(self.sites)
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        """A mask that keeps every layer."""
-        return {g: torch.ones(layers, 1) for g, (layers, _) in self.groups.items()}
-
-    def present(self) -> dict[str, torch.Tensor]:
-        """{group: bool [layers, 1]}: True where a layer is still in the model."""
-        out = {g: torch.zeros(layers, 1, dtype=torch.bool) for g, (layers, _) in self.groups.items()}
-        for site in self.sites:
-            out[site.group][site.layer] = True
-        return out
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a layer mask against the model ({group: [L, 1] or [B, L, 1]})."""
-        return normalize_mask(mask, self.groups, hard=hard, unit="layer")
-
-    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
-        """{"layer": the checked layer mask}: layer gates act themselves."""
-        return {"layer": self.normalize_mask(mask, hard=hard)}
-
-    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """No head is gated by a layer mask: {} (checked first)."""
-        self.normalize_mask(mask, hard=hard)
-        return {}
-
-    def set_mask(self, mask) -> None:
-        """Gate every layer by ``mask`` ({group: [L, 1] or [B, L, 1]}); ``None`` removes all gates; groups left out are not gated."""
-        mask = {} if mask is None else self.normalize_mask(mask)
-        for site in self.sites:
-            value = mask.get(site.group)
-            site.gate = None if value is None else value[..., site.layer, :]
-
-    def remove(self) -> None:
-        """Clear every gate (the hooks stay, and do nothing without a gate)."""
-        self.set_mask(None)
 
     def describe(self) -> str:
         """A one-line-per-group summary of the layers present."""

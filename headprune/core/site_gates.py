@@ -1,12 +1,28 @@
-"""What every gates object over hooked sites shares: a mask for a block of code, and gate probes for gradients.
+"""What every gates object over hooked sites shares: groups, masks, a mask for a block of code, and gate probes.
 
-A site is anything holding ``gate`` (the tensor its hook multiplies by), ``recording`` and ``probes`` (the per-token
-gates recorded on each forward, whose gradients are the gate gradients): attention sites and FFN sites alike.
+A site is one place a kind's units live (an attention module, a feed-forward block, a layer): it holds its ``group``, its
+original ``layer`` id, ``unit_ids`` (the original ids of the units still in the weights, in weight order), ``units_orig``
+(units in the original model), ``stack_layers`` (its stack's layers in the original model, 0: as many as the sites
+say), ``gate`` (the tensor its hook multiplies by), ``recording`` and ``probes`` (the per-token gates recorded on each
+forward, whose gradients are the gate gradients).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+
+import torch
+
+from headprune.core.masks import normalize_mask
+
+
+def unit_groups(sites: list) -> dict[str, tuple[int, int]]:
+    """{group: (layers, units per layer in the original model)} of a list of sites."""
+    shape = {}
+    for site in sites:
+        layers, units = shape.get(site.group, (0, 0))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(units, site.units_orig))
+    return shape
 
 
 class SiteGateMethods:
@@ -33,3 +49,62 @@ class SiteGateMethods:
         finally:
             for site in self.sites:
                 site.recording, site.probes = False, []
+
+
+class SiteGates(SiteGateMethods):
+    """Gates on the units of a list of sites, by original id: masks {group: [layers, units]} or [batch, layers, units]."""
+
+    unit = "unit"  # the kind's name
+    noun = "unit"  # one unit, in messages
+
+    @property
+    def groups(self) -> dict[str, tuple[int, int]]:
+        """{group: (layers, units per layer in the original model)}."""
+        return unit_groups(self.sites)
+
+    def site(self, group: str, layer: int):
+        """The site of one group and layer."""
+        for site in self.sites:
+            if site.group == group and site.layer == layer:
+                return site
+        raise IndexError(f"no {self.noun} site for group {group!r} layer {layer}: groups are {self.groups}")
+
+    def present(self) -> dict[str, torch.Tensor]:
+        """{group: bool [layers, units]}: True where a unit is still in the weights."""
+        out = {g: torch.zeros(layers, units, dtype=torch.bool) for g, (layers, units) in self.groups.items()}
+        for site in self.sites:
+            out[site.group][site.layer, site.unit_ids] = True
+        return out
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        """A mask that keeps every unit."""
+        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
+
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a mask against the model: {group: [L, U] or [B, L, U]} (``hard``: 0/1 only)."""
+        return normalize_mask(mask, self.groups, hard=hard, unit=self.noun)
+
+    def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+        """{this kind: the checked mask}: what the mask gates, by the kind of gates that act."""
+        return {self.unit: self.normalize_mask(mask, hard=hard)}
+
+    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """No query head is gated by a mask of this kind: {} (checked first)."""
+        self.normalize_mask(mask, hard=hard)
+        return {}
+
+    def set_mask(self, mask) -> None:
+        """Gate every unit by ``mask``; ``None`` removes all gates, and groups left out are not gated."""
+        mask = {} if mask is None else self.normalize_mask(mask)
+        for site in self.sites:
+            value = mask.get(site.group)
+            if value is None:
+                site.gate = None
+                continue
+            ids = torch.tensor(site.unit_ids or [0], dtype=torch.long, device=value.device)
+            gate = value[..., site.layer, :].index_select(-1, ids)
+            site.gate = gate if site.unit_ids else gate * 0  # an emptied site's phantom unit stays zero
+
+    def remove(self) -> None:
+        """Clear every gate (the hooks stay, and do nothing without a gate)."""
+        self.set_mask(None)

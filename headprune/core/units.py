@@ -15,6 +15,8 @@ Every gates object has the same surface: ``unit``, ``groups``, ``ones``, ``prese
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -89,14 +91,11 @@ def prune_unit_mask(gates, mask) -> dict:
     """Remove from the weights every unit whose entry of ``mask`` (in the unit of ``gates``) is 0, each by the kind that acts
     on it (an emptied block keeps one zero phantom head or neuron). Returns {record key: record} (``heads``, ``ffn``, ...)."""
     parts = getattr(gates, "parts", None)
-    if parts is not None and isinstance(mask, dict):  # a joint mask names at least one group of every kind it joins
+    if parts is not None and isinstance(mask, dict):  # a joint mask that leaves a kind out keeps all of its units: say so
         missing = [part for part in parts if not set(part.groups) & set(mask)]
         if missing:
             named = "; ".join(f"{part.unit}: {sorted(part.groups)}" for part in missing)
-            raise ValueError(
-                f"the {gates.unit} mask holds no group of {named}: give those groups (ones keep every unit), "
-                f"or prune in a unit without them"
-            )
+            warnings.warn(f"the {gates.unit} mask holds no group of {named}: every one of those units is kept", UserWarning, stacklevel=2)
     base = _removing(gates.base_masks(mask, hard=True), "pruning removes units from the weights")
     batched = [g for part in base.values() for g, m in part.items() if m.dim() != 2]
     if batched:
