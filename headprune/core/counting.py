@@ -24,6 +24,7 @@ class ModelCost:
     ffn_parameters: int = 0  # the up / gate / down projections of the feed-forward blocks
     ffn_flops: int = 0  # their forward FLOPs, by the width each block computes (part of ``flops``)
     neurons: int = 0  # FFN neurons present, all blocks
+    hidden_flops: int = 0  # the forward FLOPs of every projection reading or writing the residual stream (linear in its width)
 
 
 def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
@@ -51,7 +52,19 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
         ffn_parameters=sum(p.numel() for m in ffn_projections for p in m.parameters()),
         ffn_flops=sum(2 * in_features(m) * out_features(m) * seq_len for m in ffn_projections),
         neurons=sum(site.width for site in ffn_sites),
+        hidden_flops=residual_flops(model, seq_len),
     )
+
+
+def residual_flops(model: nn.Module, seq_len: int) -> int:
+    """FLOPs of the projections on the residual axis (headprune.core.hidden_pruning), 0 where the model's residual channels form no group."""
+    from headprune.core.hidden_pruning import channel_flops
+    from headprune.core.hidden_sites import hidden_width
+
+    try:
+        return channel_flops(model, seq_len) * hidden_width(model)
+    except ValueError:
+        return 0
 
 
 def site_flops(site, seq_len: int) -> int:

@@ -22,6 +22,7 @@ from headprune.core.ffn_saving import DIGESTS as FFN_DIGESTS
 from headprune.core.ffn_saving import ffn_digest, ffn_meta, rebuild_ffn
 from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import AttentionSite, find_sites
+from headprune.core.hidden_pruning import build_width, hidden_meta, rebuild_hidden
 from headprune.core.layer_removal import REMOVED_ATTR, restore_layer_ids
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
@@ -71,6 +72,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     if v4_record is not None:
         setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
     ffn = ffn_meta(model)  # FFN neurons: the config's width fields are brought up to date before it is written
+    hidden = hidden_meta(model)  # residual channels: their record into the config before it is written
     layers = getattr(model.config, REMOVED_ATTR, None) or {}  # removed layers {group: [original ids]}: config.json holds them too
     model.save_pretrained(path)
     if tokenizer is not None:
@@ -85,6 +87,7 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
         "heads_present": heads,
         "weights_sha256": digests,
         **ffn,
+        **hidden,
         **({"removed_layers": layers} if layers else {}),
     }
     (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
@@ -175,6 +178,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     meta = _read_record(meta_file) if meta_file.exists() else {}
     if meta and meta["pruned_heads"] != record:
         raise ValueError(f"{meta_file} and config.json disagree on the pruned heads: {meta['pruned_heads']} vs {record}")
+    build_width(config)  # a model with residual channels removed is built at its original width, then sliced
     model = model_class._from_config(config)
     layers = getattr(config, REMOVED_ATTR, None) or {}
     if meta and meta.get("removed_layers", {}) != layers:
@@ -188,6 +192,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     except (IndexError, ValueError) as err:
         raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
     rebuild_ffn(model, meta, path)  # FFN widths per layer, by original neuron id
+    rebuild_hidden(model, path)  # residual channels, by original id
     expected = model.state_dict()
     state = _model_keys(model, _in_model_names(model, _state_dict_from(path)), expected)
     _pad_emptied_v4_layers(state, expected)

@@ -34,9 +34,12 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from headprune.core.gates import PREFIX, HeadGates, ensure_gated, register_wrapper
 from headprune.core.head_tensors import broadcast_gate
+from headprune.core.joint import shared_gates
 from headprune.core.stream_gates import StreamGates
-from headprune.core.unit_kinds import ablation_refusal
+from headprune.core.unit_kinds import KINDS, ablation_refusal
 from headprune.core.units import base_mask, primitive_gates
+
+REPLAYED_PARTS = {"attention", "feed_forward"}  # the parts whose gates the batcher sets per mask row (query heads, neurons)
 
 SHARED = "headprune_shared_"
 
@@ -208,9 +211,18 @@ class MaskBatcher:
     ffn_group = "enc_ffn"  # and their feed-forward group
     handles = "encoder-only classifiers"
 
+    @staticmethod
+    def takes(gates) -> bool:
+        """Whether the batcher evaluates masks of these gates (query heads, FFN neurons, streaming), not residual channels and the like."""
+        return isinstance(gates, StreamGates) or all(set(KINDS[kind].parts) <= REPLAYED_PARTS for kind in shared_gates(gates))
+
     def __init__(self, model: nn.Module, gates, max_rows: int = 128, first_token: bool = True):
         """``gates``: the gates of the masks' unit (HeadGates, KV-group, FFN, block or joint gates of ``model``)."""
         heads, ffn = primitive_gates(gates)
+        if not self.takes(gates):
+            raise ValueError(
+                f"{type(self).__name__} evaluates masks of query heads and FFN neurons only, not of {sorted(shared_gates(gates))}"
+            )
         heads = heads if heads is not None else HeadGates(model)  # the engine shares attention through the head sites
         self.stream = gates if isinstance(gates, StreamGates) else None  # masks of alphas: they stream units, none goes
         ffn_groups = set(ffn.groups) if ffn is not None else set()

@@ -32,7 +32,16 @@ from transformers import PreTrainedModel
 
 from headprune.core.inputs import DECODER_INPUTS
 from headprune.core.units import primitive_gates
-from headprune.engine.ablation import MaskBatcher, _count, _patched, _repeat, _repeat_inputs, _take_masks, first_changed, recorded_outputs
+from headprune.engine.ablation import (
+    MaskBatcher,
+    _count,
+    _patched,
+    _repeat,
+    _repeat_inputs,
+    _take_masks,
+    first_changed,
+    recorded_outputs,
+)
 
 MODEL_INPUTS = DECODER_INPUTS
 
@@ -127,6 +136,8 @@ def _identity(hidden, *args, **kwargs):
 def batchable(gates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
     heads, ffn = primitive_gates(gates)
+    if not MaskBatcher.takes(gates):
+        return False  # residual channels or other kinds act before the first layer the batcher replays: one forward per mask
     if heads is not None and set(heads.groups) != {CausalMaskBatcher.group}:
         return False
     if ffn is not None and not set(ffn.groups) <= {CausalMaskBatcher.ffn_group}:

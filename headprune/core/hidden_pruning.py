@@ -1,0 +1,209 @@
+"""Removing residual channels from the weights, their record in saved models, and their FLOPs.
+
+Every tensor of the coupled group (headprune.core.hidden_sites) is sliced in place by the kept channels: embedding
+columns, norm weights and biases, projections' input columns or output rows and biases, an image model's patch
+projection and position / class tokens. config.hidden_size becomes the kept width and config.head_dim the head size,
+so a family whose attention reads head_dim from the config builds the pruned shapes from a stock config.
+
+Saved models: config.json's ``headprune_hidden_channels`` {"width_orig": d, "removed": [original ids]} (and the same
+under ``pruned_channels`` in headprune_pruning.json); ``load_pruned`` builds at the original width, then slices.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+from headprune.core.hidden_sites import GROUP, channel_book, hidden_group, hidden_sites
+from headprune.core.projections import in_features, out_features
+
+CONFIG_ATTR = "headprune_hidden_channels"
+
+
+def _sliced(param: nn.Parameter, index: torch.Tensor, dim: int) -> nn.Parameter:
+    return nn.Parameter(param.detach().index_select(dim, index.to(param.device)).clone(), requires_grad=param.requires_grad)
+
+
+class _Slicer:
+    """Slices parameters by the kept positions, each tied parameter once (a second holder gets the same new parameter)."""
+
+    def __init__(self, index: torch.Tensor):
+        self.index, self.done = index, {}
+
+    def take(self, module: nn.Module, name: str, dim: int) -> None:
+        param = getattr(module, name, None)
+        if param is None:
+            return
+        new = self.done.get(id(param))
+        if new is None:
+            new = self.done[id(param)] = (param, _sliced(param, self.index, dim % param.dim()))
+        if new[1].shape[dim % param.dim()] != len(self.index) or new[0] is not param:
+            raise ValueError(
+                f"{type(module).__name__}.{name} is tied to a tensor sliced along another axis: the residual channels of this "
+                "model cannot be removed (tied weights across different widths)"
+            )
+        setattr(module, name, new[1])
+
+
+def _slice_projection(slicer: _Slicer, module: nn.Module, outputs: bool) -> None:
+    conv1d = isinstance(module, Conv1D)  # weight [in, out]
+    slicer.take(module, "weight", (1 if conv1d else 0) if outputs else (0 if conv1d else 1))
+    if outputs:
+        slicer.take(module, "bias", 0)
+    width = len(slicer.index)
+    if conv1d:
+        module.nf, module.nx = (width, module.nx) if outputs else (module.nf, width)
+    else:
+        module.out_features, module.in_features = (width, module.in_features) if outputs else (module.out_features, width)
+
+
+def _set_config_width(model: nn.Module, width: int) -> None:
+    from headprune.core.gates import find_sites
+
+    head_dims = {site.head_dim for site in find_sites(model)}
+    model.config.hidden_size = width
+    if len(head_dims) == 1 and hasattr(model.config, "num_attention_heads"):
+        try:
+            model.config.head_dim = head_dims.pop()  # the attention's head size no longer follows from hidden_size / heads
+        except AttributeError:
+            pass  # a config deriving head_dim (Falcon): the modules keep theirs, load_pruned builds at the original width
+
+
+def _scale_norm(module: nn.Module, factor: float) -> None:
+    """Multiply a norm's output by ``factor`` through its scale (Gemma's scale is 1 + weight)."""
+    with torch.no_grad():
+        if type(module).__name__.startswith("Gemma"):
+            module.weight.copy_((1 + module.weight) * factor - 1)
+        else:
+            module.weight.mul_(factor)
+
+
+def _fold_width_constants(model: nn.Module, old: int, new: int) -> None:
+    """Constants a stock model derives from hidden_size, kept as they were: the new ones set, the change folded into weights.
+
+    T5 with a tied head scales the decoder's output by d_model^-0.5; Gemma scales its embeddings by hidden_size^0.5."""
+    ratio = (new / old) ** 0.5
+    final_norm = hidden_group(model).norms[-1][1]  # the last norm: the one the LM head reads
+    if model.config.model_type == "t5" and getattr(model, "model_dim", None) == old and model.config.tie_word_embeddings:
+        model.model_dim = new
+        _scale_norm(final_norm, ratio)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for module in model.modules():
+        if isinstance(module, nn.Embedding) and getattr(module, "scalar_embed_scale", None) == old**0.5:
+            module.scalar_embed_scale = new**0.5
+            module.embed_scale.fill_(new**0.5)
+            with torch.no_grad():
+                module.weight.div_(ratio)
+            if head is not None and head.weight is module.weight:
+                _scale_norm(final_norm, ratio)
+
+
+def keep_channels(model: nn.Module, keep: list[int]) -> None:
+    """Slice every tensor of the residual group down to the channels at positions ``keep`` (of the present ones)."""
+    group = hidden_group(model)
+    book = channel_book(model)
+    if not keep:
+        raise ValueError("a hidden mask must keep at least one residual channel: every channel of the stream would be removed")
+    slicer = _Slicer(torch.tensor(keep, dtype=torch.long))
+    with torch.no_grad():
+        for module in group.readers:
+            _slice_projection(slicer, module, outputs=False)
+        for module in group.writers:
+            _slice_projection(slicer, module, outputs=True)
+        for module in group.embeddings:
+            slicer.take(module, "weight", 1)
+            module.embedding_dim = len(keep)
+        for _, module in group.norms:
+            slicer.take(module, "weight", 0)
+            slicer.take(module, "bias", 0)
+            if isinstance(module, nn.LayerNorm):
+                module.normalized_shape = (len(keep),)
+        for module in group.image_embeddings:
+            for name, param in list(module.named_parameters(recurse=False)):
+                if param.shape[-1] == group.width:
+                    slicer.take(module, name, -1)
+            for conv in (m for m in module.modules() if isinstance(m, nn.Conv2d) and m.out_channels == group.width):
+                slicer.take(conv, "weight", 0)
+                slicer.take(conv, "bias", 0)
+                conv.out_channels = len(keep)
+    book["ids"] = [book["ids"][k] for k in keep]
+    _set_config_width(model, len(keep))
+    _fold_width_constants(model, group.width, len(keep))
+    hidden_sites(model)  # the sites see the new ids
+
+
+def prune_hidden_mask(model: nn.Module, mask: dict[str, torch.Tensor]) -> dict:
+    """Remove every channel whose entry of the hard mask {"hidden": [1, d]} (by original id) is 0; returns the record."""
+    value = mask[GROUP]
+    ids = channel_book(model)["ids"]
+    keep = [k for k, channel in enumerate(ids) if value[0, channel] != 0]
+    if len(keep) < len(ids):
+        keep_channels(model, keep)
+    return hidden_record(model)
+
+
+def hidden_record(model: nn.Module) -> dict:
+    """{"hidden": {"0": [removed original ids]}}, or {} while every channel is present."""
+    book = getattr(model, "_headprune_hidden", None)
+    if book is None or len(book["ids"]) == book["width_orig"]:
+        return {}
+    kept = set(book["ids"])
+    return {GROUP: {"0": [c for c in range(book["width_orig"]) if c not in kept]}}
+
+
+# ---- saving and loading ------------------------------------------------------------------------------------
+def hidden_meta(model: nn.Module) -> dict:
+    """The entries of headprune_pruning.json ({} when no channel is removed); writes the record into the config first."""
+    record = hidden_record(model)
+    if not record:
+        return {}
+    book = channel_book(model)
+    _check_config(model)
+    setattr(model.config, CONFIG_ATTR, {"width_orig": book["width_orig"], "removed": record[GROUP]["0"]})
+    return {"hidden_size_orig": book["width_orig"], "pruned_channels": record}
+
+
+def _check_config(model: nn.Module) -> None:
+    """A ValueError where the model type's config refuses the kept width (Llama, Gemma: a multiple of the heads)."""
+    validate = getattr(model.config, "validate", None)
+    try:
+        if validate is not None:
+            validate()
+    except Exception as err:  # noqa: BLE001 - huggingface_hub wraps the validator's ValueError in its own type
+        heads = getattr(model.config, "num_attention_heads", None)
+        raise ValueError(
+            f"a {model.config.model_type} config refuses hidden_size={model.config.hidden_size} ({err}): keep a multiple of "
+            f"{heads} residual channels so that stock transformers can build the pruned model"
+        ) from None
+
+
+def build_width(config) -> None:
+    """Before a saved model is built: its config at the original residual width (the record then slices it)."""
+    saved = getattr(config, CONFIG_ATTR, None)
+    if saved:
+        config.hidden_size = int(saved["width_orig"])
+
+
+def rebuild_hidden(model: nn.Module, path) -> None:
+    """After building at the original width: remove the recorded channels (by original id)."""
+    saved = getattr(model.config, CONFIG_ATTR, None)
+    if not saved:
+        return
+    width, removed = int(saved["width_orig"]), {int(c) for c in saved["removed"]}
+    if hidden_group(model).width != width or not removed or max(removed) >= width:
+        raise ValueError(f"the residual-channel record in {path} does not match a model of hidden_size {width}: {saved}")
+    keep_channels(model, [c for c in range(width) if c not in removed])
+
+
+# ---- FLOPs ---------------------------------------------------------------------------------------------------
+def channel_flops(model: nn.Module, seq_len: int) -> int:
+    """Forward FLOPs per residual channel of one example of ``seq_len`` tokens: every projection reading or writing it."""
+    group = hidden_group(model)
+    return 2 * seq_len * (sum(out_features(m) for m in group.readers) + sum(in_features(m) for m in group.writers))
+
+
+def hidden_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
+    """{"hidden": [1, d + 1]}: the FLOPs of the projections on the residual axis with 0..d channels kept (linear in the width)."""
+    width = channel_book(model)["width_orig"]
+    return {GROUP: (torch.arange(width + 1, dtype=torch.float64) * channel_flops(model, seq_len)).unsqueeze(0)}

@@ -1,0 +1,245 @@
+"""Residual-stream channels: the coupled group of tensors on a model's ``hidden_size`` axis, and the gates on it.
+
+The group: the embeddings (word, position, token type; an image model's patch embeddings module), every norm over
+the residual width, every projection reading the stream (q/k/v, FFN up / gate, the LM head, a pooler or classifier)
+and every projection writing into it (attention output, FFN down).
+
+Gating by g (one value per original channel, [1, d] or [batch, 1, d]) acts at two kinds of site:
+
+- writes: the embeddings' outputs and every sub-block output entering the residual are multiplied by g;
+- norms: a norm under g normalizes x~ = g * x with the statistics of the channel weights g / sum(g) and multiplies
+  its output by g. LayerNorm: mu = sum(g x~) / sum(g), var = sum(g (x~ - mu)^2) / sum(g); RMSNorm (any scale, Gemma's
+  1 + w included): ms = sum(g x~^2) / sum(g).
+
+With g = 1 every site computes what the model computes. With a hard mask (g in {0, 1}) a removed channel is 0 in
+every tensor of the stream and every norm is the same norm over the kept channels only, which is exactly what the
+pruned model (every tensor of the group sliced, norms' weights, biases and eps as they were) computes: masked ==
+pruned for LayerNorm and RMSNorm alike. A soft g is the differentiable interpolation above (the gate gradient).
+The pruned norms keep their weights, biases and eps: no constant depends on the kept width. (The other choice, the
+full-width RMSNorm of the zeroed stream, needs the pruned scale times sqrt(d / d') and eps times d / d', one eps for
+the model, and has no exact LayerNorm counterpart: its mean over d channels is not the kept channels' mean.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from headprune.core.families import family_for
+from headprune.core.ffn_sites import broadcast_neuron_gate, ffn_sites_if_any
+from headprune.core.gates import find_sites
+from headprune.core.projections import in_features, is_projection, out_features
+
+GROUP = "hidden"
+IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
+SITE_ATTR = "_headprune_hidden_site"  # the site, on its module
+HOOK_ATTR = "_headprune_hidden_hook"
+HEAD_READERS = (
+    "lm_head",
+    "pooler.dense",
+    "pre_classifier",
+    "classifier.dense",
+    "score",
+    "qa_outputs",
+    "cls_classifier",
+    "distillation_classifier",
+)
+POOLED = ("pooler", "pre_classifier")  # a model holding one: its ``classifier`` reads the pooled vector, not the stream
+
+
+@dataclass(eq=False)
+class HiddenSite:
+    """One place the channel gate acts: a write into the stream (``write``) or a norm over it (``norm``)."""
+
+    path: str
+    module: nn.Module
+    role: str  # "write" or "norm"
+    channel_ids: list[int]  # original ids of the channels present, in weight order
+    group: str = GROUP
+    layer: int = 0
+    gate: torch.Tensor | None = None  # (d',) or (B, d') over the channels present; None = no gating
+    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes shaped like the stream (..., d')
+    recording: bool = False
+    rows: dict = field(default_factory=dict)  # {"rows": examples of the model's current forward}
+
+    @property
+    def has_units(self) -> bool:
+        return bool(self.channel_ids)
+
+
+@dataclass
+class HiddenGroup:
+    """Every tensor of one model on the residual axis, by role."""
+
+    width: int
+    writes: list[tuple[str, nn.Module]]  # gated at the output: embeddings and sub-block output projections
+    norms: list[tuple[str, nn.Module]]
+    readers: list[nn.Module]  # projections whose input columns are channels
+    writers: list[nn.Module]  # projections whose output rows are channels
+    embeddings: list[nn.Module]  # nn.Embedding tables whose columns are channels
+    image_embeddings: list[nn.Module]  # modules whose own parameters end in the channel axis, with a patch Conv2d
+
+
+def hidden_width(model: nn.Module) -> int:
+    """The residual width the model computes now (config.hidden_size: n_embd, d_model, dim ... by the config's attribute map)."""
+    width = getattr(model.config, "hidden_size", None) or getattr(model.config, "dim", None)
+    if not isinstance(width, int):
+        raise ValueError(f"{type(model.config).__name__} has no integer hidden_size: its residual channels cannot be found")
+    return width
+
+
+def channel_book(model: nn.Module) -> dict:
+    """{"width_orig": d, "ids": original ids of the channels present}, created at the first call."""
+    book = getattr(model, IDS_ATTR, None)
+    if book is None:
+        width = hidden_width(model)
+        book = {"width_orig": width, "ids": list(range(width)), "rows": {}}
+        setattr(model, IDS_ATTR, book)
+    return book
+
+
+def _is_norm(module: nn.Module, width: int, skip: tuple[str, ...], name: str) -> bool:
+    weight = getattr(module, "weight", None)
+    return (
+        "Norm" in type(module).__name__
+        and isinstance(weight, nn.Parameter)
+        and tuple(weight.shape) == (width,)
+        and name.rpartition(".")[2] not in skip
+    )
+
+
+def _head_readers(model: nn.Module, width: int) -> list[nn.Module]:
+    names = dict(model.named_modules())
+    pooled = any(n.rpartition(".")[2] in POOLED and m is not None for n, m in names.items())
+    readers = []
+    for name, module in names.items():
+        if not is_projection(module) or in_features(module) != width:
+            continue
+        if any(name == r or name.endswith("." + r) for r in HEAD_READERS) or (name.rpartition(".")[2] == "classifier" and not pooled):
+            readers.append(module)
+    return readers
+
+
+def _image_embeddings(model: nn.Module, width: int) -> list[tuple[str, nn.Module]]:
+    """The outermost ``...Embeddings`` modules holding a patch Conv2d of ``width`` output channels (ViT, DeiT)."""
+    out, inside = [], set()
+    for name, module in model.named_modules():
+        if id(module) in inside or not type(module).__name__.endswith("Embeddings"):
+            continue
+        if any(isinstance(m, nn.Conv2d) and m.out_channels == width for m in module.modules()):
+            out.append((name, module))
+            inside.update(id(m) for m in module.modules())
+    return out
+
+
+def hidden_group(model: nn.Module) -> HiddenGroup:
+    """The model's coupled group on the residual axis; a ValueError where a tensor of it has another width."""
+    width = hidden_width(model)
+    family = family_for(model)
+    readers, writers = [], []
+    for site in find_sites(model):
+        readers += [site.linear(w) for w in ("query", "key", "value")]
+        writers.append(site.linear("output"))
+    for site in ffn_sites_if_any(model):
+        readers += [site.projection(p) for p in site.up_paths()]
+        writers.append(site.down())
+    readers += _head_readers(model, width)
+    readers, writers = list({id(m): m for m in readers}.values()), list({id(m): m for m in writers}.values())
+    wrong = [m for m in readers if in_features(m) != width] + [m for m in writers if out_features(m) != width]
+    if wrong:
+        raise ValueError(
+            f"{type(wrong[0]).__name__} {wrong[0]} reads or writes the residual stream at another width than hidden_size={width}: "
+            "its residual channels are no single coupled group"
+        )
+    images = _image_embeddings(model, width)
+    inside_image = {id(m) for _, e in images for m in e.modules()}
+    embeddings = [
+        (n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding) and m.embedding_dim == width and id(m) not in inside_image
+    ]
+    norms = [(n, m) for n, m in model.named_modules() if _is_norm(m, width, family.cross_head_norms, n)]
+    writes = embeddings + images + [(n, m) for n, m in model.named_modules() if any(m is w for w in writers)]
+    return HiddenGroup(width, writes, norms, readers, writers, [m for _, m in embeddings], [m for _, m in images])
+
+
+# ---- the gate hooks -----------------------------------------------------------------------------------------
+def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
+    """The gate as it multiplies ``stream`` (..., d'), with a fresh probe while recording; None: nothing to do.
+
+    A stream shared by the batch (position embeddings, (1, T, d)) is gated per example: the product has the batch's rows."""
+    shape = stream.shape
+    if shape[0] == 1 and site.rows.get("rows", 1) > 1:
+        shape = (site.rows["rows"], *shape[1:])
+    gate = None if site.gate is None else broadcast_neuron_gate(site.gate, stream.expand(shape))
+    if site.recording and torch.is_grad_enabled():
+        probe = torch.ones(shape, dtype=stream.dtype, device=stream.device, requires_grad=True)
+        site.probes.append(probe)
+        gate = probe if gate is None else gate * probe  # d loss / d probe = g * d loss / d g at this use
+    return gate
+
+
+def gated_norm(module: nn.Module, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """The norm of g * x with the statistics of the channel weights g / sum(g), times g (see the module docstring)."""
+    wide = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 at least, as the norms compute them
+    g = gate.to(wide).expand(x.shape)
+    xs = x.to(wide) * g
+    count = g.sum(-1, keepdim=True).clamp(min=1e-12)
+    if isinstance(module, nn.LayerNorm):
+        mean = (g * xs).sum(-1, keepdim=True) / count
+        var = (g * (xs - mean).pow(2)).sum(-1, keepdim=True) / count
+        out = (xs - mean) * torch.rsqrt(var + module.eps)
+        if module.weight is not None:
+            out = out * module.weight.to(wide)
+        if module.bias is not None:
+            out = out + module.bias.to(wide)
+        return (out * g).to(x.dtype)
+    # RMSNorm of any scale: the module's own forward on alpha * x~, whose mean square over all d is sum(g x~^2) / sum(g)
+    whole = xs.pow(2).mean(-1, keepdim=True)
+    wanted = (g * xs.pow(2)).sum(-1, keepdim=True) / count
+    ratio = torch.where(whole > 0, wanted / whole.clamp(min=1e-30), torch.ones_like(whole))  # an all-zero token: alpha 1
+    alpha = ratio.clamp(min=1e-30).sqrt()
+    out = module.forward((xs * alpha).to(x.dtype)).to(wide) / alpha
+    return (out * g).to(x.dtype)
+
+
+def _gate_hook(module, args, kwargs, output):
+    site = getattr(module, SITE_ATTR)
+    if site.gate is None and not site.recording:
+        return None
+    if site.role == "write":
+        gate = _gate_of(site, output)
+        return output if gate is None else output * gate
+    x = args[0] if args else next(iter(kwargs.values()))
+    gate = _gate_of(site, x)
+    return output if gate is None else gated_norm(module, x, gate)
+
+
+BATCH_INPUTS = ("input_ids", "inputs_embeds", "pixel_values", "input_features")
+
+
+def _note_rows(model, args, kwargs):
+    """The model's forward pre-hook: the examples of this forward, for streams the batch shares."""
+    given = [kwargs.get(name) for name in BATCH_INPUTS] + list(args[:1])
+    first = next((x for x in given if isinstance(x, torch.Tensor)), None)
+    channel_book(model)["rows"]["rows"] = first.shape[0] if first is not None else 1
+
+
+def hidden_sites(model: nn.Module) -> list[HiddenSite]:
+    """Every gate site of the model's residual channels (writes, then norms), hooked once per module."""
+    group, book = hidden_group(model), channel_book(model)
+    ids = book["ids"]
+    if getattr(model, HOOK_ATTR, None) is None:
+        setattr(model, HOOK_ATTR, model.register_forward_pre_hook(_note_rows, with_kwargs=True))
+    sites = []
+    for role, named in (("write", group.writes), ("norm", group.norms)):
+        for path, module in named:
+            site = getattr(module, SITE_ATTR, None)
+            if site is None:
+                site = HiddenSite(path, module, role, ids, rows=book["rows"])
+                setattr(module, SITE_ATTR, site)
+            site.channel_ids = ids
+            if getattr(module, HOOK_ATTR, None) is None:
+                setattr(module, HOOK_ATTR, module.register_forward_hook(_gate_hook, with_kwargs=True))
+            sites.append(site)
+    return sites
