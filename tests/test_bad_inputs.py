@@ -1085,6 +1085,7 @@ CONFIG_ROWS = [
     ("unit-joint-kind-twice", "lm", ["experiment=prune", "prune.unit=[ffn,ffn]"], "names a kind twice", None),
     ("unit-joint-same-part", "lm", ["experiment=prune", "prune.unit=[head,kv_group]"], "both prune the attention part", None),
     ("unit-block-uniform", "nli", ["experiment=prune", "prune.unit=block", "prune.layout=uniform"], "prune.layout=global", None),
+    ("unit-hidden-marian", "mt", ["experiment=prune", "prune.unit=hidden"], "Marian's sinusoidal positions", None),
     ("unit-layer-uniform", "lm", ["experiment=prune", "prune.unit=layer", "prune.layout=uniform"], "prune.layout=global", None),
     (
         "unit-ffn-attention-group",

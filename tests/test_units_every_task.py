@@ -14,10 +14,11 @@ ATTENTION = {"nli": "head", "mt": "head", "lm": "kv_group", "vision": "head", "p
 
 
 @pytest.mark.parametrize("task", list(ATTENTION))
-@pytest.mark.parametrize("unit", ["joint", "block"])
+@pytest.mark.parametrize("unit", ["joint", "block", "hidden"])
 def test_every_unit_prunes_on_every_task(task, unit, tmp_path):
     unit = f"[{ATTENTION[task]},ffn,layer]" if unit == "joint" else unit
-    cfg = make_cfg(tmp_path, "prune", task, f"prune.unit={unit}", "prune.order=fisher", "prune.fractions=[0.3]")
+    model = ["model=tiny_t5"] if (task, unit) == ("mt", "hidden") else []  # Marian refuses hidden channels (a bad-input row)
+    cfg = make_cfg(tmp_path, "prune", task, *model, f"prune.unit={unit}", "prune.order=fisher", "prune.fractions=[0.3]")
     validate(cfg)
     prune.run(cfg)
     results = json.loads((tmp_path / "results.json").read_text())["results"]

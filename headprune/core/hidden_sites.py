@@ -168,9 +168,11 @@ def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
     """The gate as it multiplies ``stream`` (..., d'), with a fresh probe while recording; None: nothing to do.
 
     A stream shared by the batch (position embeddings, (1, T, d)) is gated per example: the product has the batch's rows."""
-    shape = stream.shape
-    if shape[0] == 1 and site.rows.get("rows", 1) > 1:
-        shape = (site.rows["rows"], *shape[1:])
+    shape, rows = stream.shape, site.rows.get("rows", 1)
+    if shape[0] == 1 and rows > 1:
+        shape = (rows, *shape[1:])
+    elif stream.dim() == 2 and rows > 1 and shape[0] != rows:  # Marian's sinusoidal positions: (T, d), no batch axis
+        shape = (rows, *shape)
     gate = None if site.gate is None else broadcast_neuron_gate(site.gate, stream.expand(shape))
     if site.recording and torch.is_grad_enabled():
         probe = torch.ones(shape, dtype=stream.dtype, device=stream.device, requires_grad=True)
@@ -225,12 +227,21 @@ def _note_rows(model, args, kwargs):
     channel_book(model)["rows"]["rows"] = first.shape[0] if first is not None else 1
 
 
+def _note_token_rows(model, args) -> None:
+    """The token embeddings' forward pre-hook: the examples of token ids (B, T)."""
+    if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2:
+        channel_book(model)["rows"]["rows"] = args[0].shape[0]
+
+
 def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     """Every gate site of the model's residual channels (writes, then norms), hooked once per module."""
     group, book = hidden_group(model), channel_book(model)
     ids = book["ids"]
     if getattr(model, HOOK_ATTR, None) is None:
         setattr(model, HOOK_ATTR, model.register_forward_pre_hook(_note_rows, with_kwargs=True))
+        tokens = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        if isinstance(tokens, nn.Module):  # generate() runs the encoder alone: its token ids say the batch too
+            tokens.register_forward_pre_hook(lambda module, args: _note_token_rows(model, args))
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:

@@ -94,10 +94,22 @@ class HiddenKind(UnitKind):
     ablation = CHANNEL_ABLATION
     rearrangement = NO_REARRANGEMENT
     floor_units = None
+    layer_rows = False  # one row for the whole stream
     record_key = "hidden"
 
     def owns(self, group: str) -> bool:
         return group == GROUP
+
+    def group_names(self, attention_groups):
+        return [GROUP]
+
+    def refusal(self, fields, settings):
+        if fields.get("model_type") == "marian":
+            return (
+                "Marian's sinusoidal positions enter the residual stream without a batch axis, so the per-example channel "
+                "masks of its generation passes cannot be applied: prune its heads, neurons or layers, or use a T5 model"
+            )
+        return None
 
     def available(self, model):
         from headprune.core.families import family_for
