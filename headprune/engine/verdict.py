@@ -47,6 +47,13 @@ def verdict(summary: dict) -> str:
     return "confident"
 
 
+def beyond_ideal(summary: dict, ideal: float) -> bool:
+    """True when a measured gain exceeds its ideal (FLOP or bandwidth) by more than its 95% interval: the whole interval
+    lies above it, a measurement to explain (kernels, order effects, a busy machine) before it is a result."""
+    interval = summary.get("gain_interval")
+    return interval is not None and interval[0] > ideal
+
+
 NOT_TIMED = "not timed: ran out of speed.max_seconds on this machine"  # a measurement the time budget cut before one pass
 
 

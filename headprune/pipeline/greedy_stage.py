@@ -7,7 +7,7 @@ from headprune.core.unit_kinds import is_joint
 from headprune.pipeline.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.pipeline.orders import ORDERS, OrderSettings, check_order, order_scores
 from headprune.pipeline.settings import listed
-from headprune.pipeline.stream_points import action_record, point_cost, streamed_label, streaming
+from headprune.pipeline.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
 from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.selection.ffn_widths import round_ffn_widths
@@ -93,6 +93,7 @@ def prune_stage(
         "orders": {},
         **unit_counts(task.gates, groups),
         **action_record(task),
+        **examples_record(task, base, "base_per_example"),
     }
     for order in orders:
         if order in reestimated:
@@ -114,6 +115,7 @@ def prune_stage(
                 "relative": r.score / base.score if base.score else None,
                 "mask": mask_to_json(m),
                 **point_cost(task, m),
+                **examples_record(task, r),
             }
             for f, m, r in zip(fractions, masks, results)
         ]

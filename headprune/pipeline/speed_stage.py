@@ -17,7 +17,7 @@ from headprune.core.pruning import pruning_record
 from headprune.core.units import prune_unit_mask, unit_count, unit_gates
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
-from headprune.engine.verdict import NOT_TIMED, gain_text
+from headprune.engine.verdict import NOT_TIMED, beyond_ideal, gain_text
 from headprune.pipeline.evaluation import score_check, score_check_text, swapped_model, unit_counts
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import heads_removed
@@ -184,8 +184,9 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
     print(
         f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
         f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
-        f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
-        f"{timing['repeats']} repeats, load {timing['load_average']})",
+        f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%"
+        f"{', exceeded beyond the interval: to explain before reporting' if beyond_ideal(timing, ideal) else ''}; "
+        f"{timing['repeats']} repeats, {timing['threads']} threads, load {timing['load_average']})",
         flush=True,
     )
     return {
@@ -194,6 +195,7 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
         **timing,
         "flop_ideal_gain": ideal,
         "gain_vs_ideal": gain / ideal if ideal > 0 else None,
+        "above_ideal": beyond_ideal(timing, ideal),
         "call": name,
         "unit": timed.unit,
         "context": [start, end],
