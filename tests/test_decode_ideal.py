@@ -146,3 +146,27 @@ def test_llamacpp_numbers_puts_each_generation_gain_beside_its_ideal(tmp_path, m
     assert small["ideal"]["gain"] == pytest.approx(decode_ideal(reads["big"], reads["small"], context=7.5), rel=1e-12)
     assert small["above_ideal"] and small["gain"]["verdict"] == ("inconclusive" if busy else "confident")
     assert result["speed"]["machine"]["before"]["busy"] is busy
+
+
+def test_the_docs_table_puts_each_gain_beside_the_ideal_of_its_mask(tmp_path):
+    """A file of one KV group fewer per layer: its ideal from the counted bytes, a gain far above it flagged, a gain
+    below it kept, and each gain taken over the unpruned file of its own format."""
+    import json
+
+    from decode_ideal_table import ideal_table, name_parts
+
+    mask = {"dec_self": [[1, 1, 0]] * 30}
+    points = [{"order": "fisher", "recovery": "finetune", "step": "33%", "mask": mask}]
+    (tmp_path / "lm_recovery_global.json").write_text(json.dumps({"results": {"points": points}}))
+    rates = {"unpruned f16": 100.0, "global f16": 130.0, "unpruned q8_0": 150.0, "global q8_0": 151.0}
+    files = {n: {"tg": {"rates": [r * (1 + 0.002 * (i % 2)) for i in range(6)]}} for n, r in rates.items()}
+    rows = ideal_table(tmp_path, {"run": {"gen": 128, "files": files}}).splitlines()[2:]
+    widths = layer_widths(mask)
+    ideal = decode_ideal(
+        {**file_bytes(layer_widths(None), "f16"), "kv_per_token": kv_bytes_per_token(layer_widths(None))},
+        {**file_bytes(widths, "f16"), "kv_per_token": kv_bytes_per_token(widths)},
+        context=63.5,
+    )
+    assert rows[0].startswith("| run | global f16 | 125.7M |") and f"| {100 * ideal:+.1f}% | above its ideal" in rows[0]
+    assert rows[1].startswith("| run | global q8_0 |") and "+0.7% [" in rows[1] and rows[1].endswith("at or below its ideal |")
+    assert name_parts("kv+ffn@0.8 q8_0") == ("kv+ffn@0.8", "q8_0") and name_parts("uniform") == ("uniform", "f16")

@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+from decode_ideal_table import ideal_table, llm_runs
 from long_context_cells import cells_table, curve_table, paired_table
 from long_context_tables import figure as long_context_figure
 from long_context_tables import overlap_table, runs_of, within_table
@@ -123,6 +124,7 @@ def units_table(results_dir: Path) -> str:
 
 
 TABLES["mnli8k_units"] = units_table
+TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
 LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
