@@ -170,3 +170,39 @@ def test_the_docs_table_puts_each_gain_beside_the_ideal_of_its_mask(tmp_path):
     assert rows[0].startswith("| run | global f16 | 125.7M |") and f"| {100 * ideal:+.1f}% | above its ideal" in rows[0]
     assert rows[1].startswith("| run | global q8_0 |") and "+0.7% [" in rows[1] and rows[1].endswith("at or below its ideal |")
     assert name_parts("kv+ffn@0.8 q8_0") == ("kv+ffn@0.8", "q8_0") and name_parts("uniform") == ("uniform", "f16")
+
+
+def _llama(shape: LlamaShape, kv_heads: int, ffn: int):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=kv_heads * shape.heads // shape.kv_heads,
+        num_key_value_heads=kv_heads,
+        head_dim=shape.head_dim,
+        intermediate_size=ffn,
+        vocab_size=shape.vocab,
+        tie_word_embeddings=shape.tied,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_pytorch_bytes_per_token_equal_the_gguf_count_of_an_f32_file(tied):
+    """The speed experiment's decode ideal (PyTorch parameters) and the GGUF count of the same widths agree."""
+    from headprune.engine.bandwidth import decode_bandwidth_ideal, weight_bytes_per_token
+
+    shape = LlamaShape(**{**TINY.__dict__, "tied": tied})
+    full, small = _llama(shape, 2, 96), _llama(shape, 1, 32)
+    assert weight_bytes_per_token(full) == file_bytes([(2, 96)] * 2, "f32", shape)["read_per_token"]
+    assert weight_bytes_per_token(small) == file_bytes([(1, 32)] * 2, "f32", shape)["read_per_token"]
+    reads = {
+        n: {**file_bytes([w] * 2, "f32", shape), "kv_per_token": kv_bytes_per_token([w] * 2, cache_bytes=4, shape=shape)}
+        for n, w in (("full", (2, 96)), ("small", (1, 32)))
+    }
+    expected = decode_ideal(reads["full"], reads["small"], context=(16 + 48 + 1) / 2)
+    assert decode_bandwidth_ideal(full, small, 16, 48) == pytest.approx(expected, rel=1e-12)
+    assert decode_bandwidth_ideal(full, full, 16, 48) == 0.0
