@@ -69,8 +69,11 @@ def test_cells_carry_their_sample_and_interval():
     assert cells_table(old, "perplexity").splitlines()[2] == "| 1,024 | 3 | 0% | 100% | 20.09 |"
 
 
-def test_the_curve_takes_the_streaming_runs_unpruned_scores_where_the_curve_lacks_a_length():
+def test_the_curve_lists_every_measurement_of_the_unpruned_model_with_its_sample():
     curve = {"lengths": {"2048": {"n": 100, "score": 41.0}}}
-    table = curve_table(curve, {1024: _run([1] * 85 + [0] * 15, {"duo": [1] * 100})}).splitlines()
-    assert table[2] == "| 1,024 | 100 | 85 [77, 91] | yes | the streaming run |"
-    assert table[3] == "| 2,048 | 100 | 41 [32, 51] | no (below 80%) | tools/passkey_curve.py |"
+    sources = {"cells": {1024: _run([1] * 85 + [0] * 15, {"duo": [1] * 100})}, "first": {1024: _run([1] * 10 + [0] * 2, {})}}
+    table = curve_table(curve, sources).splitlines()
+    assert table[2] == "| 1,024 | 100 | 85 [77, 91] | yes | cells |"
+    assert table[3] == "| 1,024 | 12 | 83 [55, 95] | yes | first |"
+    assert table[4] == "| 2,048 | 100 | 41 [32, 51] | no (below 80%) | tools/passkey_curve.py |"
+    assert len(curve_table(None, {"first": sources["first"]}).splitlines()) == 3

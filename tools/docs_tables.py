@@ -131,7 +131,10 @@ LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name
 TABLES["long_context_passkey"] = lambda d: cells_table(runs_of(d, LONG[0]), "passkey")
 TABLES["long_context_perplexity"] = lambda d: cells_table(runs_of(d, LONG[1]), "perplexity")
 CELLS = ("long_context_cells_passkey", "long_context_cells_perplexity")  # >= 100 prompts, >= 20 documents, per-example values
-TABLES["long_context_curve"] = lambda d: curve_table(_load(d, "long_context_curve"), runs_of(d, CELLS[0]))
+TABLES["long_context_curve"] = lambda d: curve_table(
+    _load(d, "long_context_curve") if (d / "long_context_curve.json").is_file() else None,
+    {"the cells below": runs_of(d, CELLS[0]), "the first runs": runs_of(d, LONG[0])},
+)
 TABLES["long_context_cells_passkey"] = lambda d: cells_table(runs_of(d, CELLS[0]), "passkey")
 TABLES["long_context_cells_perplexity"] = lambda d: cells_table(runs_of(d, CELLS[1]), "perplexity")
 TABLES["long_context_paired"] = lambda d: paired_table(runs_of(d, CELLS[0]), runs_of(d, CELLS[1]))

@@ -49,14 +49,17 @@ def not_judged_text(length: int, results: dict) -> str:
     )
 
 
-def curve_table(curve: dict, runs: dict[int, dict]) -> str:
-    """The unpruned model's exact match over length: prompts, score and interval (tools/passkey_curve.py, and the
-    unpruned scores of the streaming runs at lengths the curve lacks)."""
-    rows = {int(length): (row["n"], row["score"], "tools/passkey_curve.py") for length, row in curve["lengths"].items()}
-    for length, results in runs.items():
-        rows.setdefault(length, (int(results["n_examples"]), float(results["base_score"]), "the streaming run"))
+def curve_table(curve: dict | None, sources: dict[str, dict[int, dict]]) -> str:
+    """The unpruned model's exact match over length, one row per measurement with its prompts and interval: the curve of
+    tools/passkey_curve.py (None: not measured) and the unpruned scores of the streaming runs ({source: {length: results}})."""
+    rows = [
+        (int(length), row["n"], row["score"], "tools/passkey_curve.py") for length, row in (curve or {"lengths": {}})["lengths"].items()
+    ]
+    rows += [
+        (length, int(r["n_examples"]), float(r["base_score"]), source) for source, runs in sources.items() for length, r in runs.items()
+    ]
     lines = ["| context | prompts | exact match, % [95% interval] | orders judged | from |", "|---:|---:|---:|---|---|"]
-    for length, (n, score, source) in sorted(rows.items()):
+    for length, n, score, source in sorted(rows, key=lambda r: (r[0], -r[1])):
         verdict = "yes" if score >= JUDGED_FROM else f"no (below {JUDGED_FROM:.0f}%)"
         lines.append(f"| {length:,} | {n} | {accuracy_cell(score, n)} | {verdict} | {source} |")
     return "\n".join(lines)
