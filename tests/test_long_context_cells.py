@@ -47,7 +47,17 @@ def test_an_order_against_random_counts_the_discordant_prompts_and_judges_after_
     ratio = row["perplexity_ratio"]
     assert ratio[1] < ratio[0] < ratio[2] < 1.0  # duo below random on every document
     line = paired_table(passkey, ppl).splitlines()[2]
-    assert "| 1,024 | 75% | duo | 18 / 2 |" in line and "| better |" in line
+    assert "| 1,024 | 75% | duo | random | 18 / 2 |" in line and "| better |" in line
+
+
+def test_without_random_an_order_is_tested_against_the_unpruned_model():
+    base = [1] * 90 + [0] * 10
+    duo = [1] * 85 + [0] * 5 + [1] * 2 + [0] * 8  # loses 5 prompts the unpruned model retrieves, finds 2 it misses
+    nll = [3000.0 + 10 * i for i in range(20)]
+    ppl = {1024: _ppl_run(nll, {"duo": [v + 30 for v in nll]})}
+    (row,) = paired_rows({1024: _run(base, {"duo": duo})}, ppl)
+    assert row["against"] == "unpruned" and (row["mcnemar"]["first_only"], row["mcnemar"]["second_only"]) == (2, 5)
+    assert math.isclose(row["perplexity_ratio"][0], math.exp(30 / 1000), rel_tol=1e-12)
 
 
 def test_no_order_is_judged_where_the_unpruned_model_mostly_fails():

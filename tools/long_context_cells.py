@@ -99,20 +99,31 @@ def cells_table(runs: dict[int, dict], metric: str) -> str:
     return "\n".join(lines)
 
 
+def _reference(results: dict | None, reference: str, fraction: float) -> tuple[str, dict | None]:
+    """(name, step) an order is tested against: ``reference`` at the same fraction, else the unpruned model."""
+    if results is None:
+        return reference, None
+    if reference in results["orders"]:
+        return reference, _step_at(results, reference, fraction)
+    return "unpruned", _steps(results, next(iter(results["orders"])))[0]
+
+
 def paired_rows(passkey: dict[int, dict], perplexity: dict[int, dict], reference: str = "random") -> list[dict]:
-    """Per (length, fraction, order): McNemar against ``reference`` on the same prompts, and the perplexity ratio to it."""
+    """Per (length, fraction, order): McNemar against ``reference`` at the same fraction on the same prompts (against the
+    unpruned model where ``reference`` was not run), and the perplexity ratio to it on the same documents."""
     rows = []
     for length, results in sorted(passkey.items()):
         if not judged(results):
             rows.append({"length": length, "not_judged": not_judged_text(length, results)})
             continue
         ppl = perplexity.get(length)
-        for i, ref in enumerate(_steps(results, reference)[1:], start=1):
-            for order in (o for o in results["orders"] if o != reference):
-                step = _steps(results, order)[i]
-                row = {"length": length, "fraction": step["fraction"], "order": order}
+        for order in (o for o in results["orders"] if o != reference):
+            for step in _steps(results, order)[1:]:
+                against, ref = _reference(results, reference, step["fraction"])
+                row = {"length": length, "fraction": step["fraction"], "order": order, "against": against}
                 row["mcnemar"] = mcnemar_exact(step["per_example"]["correct"], ref["per_example"]["correct"])
-                mine, theirs = (_step_at(ppl, o, step["fraction"]) if ppl and o in ppl["orders"] else None for o in (order, reference))
+                mine = _step_at(ppl, order, step["fraction"]) if ppl and order in ppl["orders"] else None
+                theirs = _reference(ppl, reference, step["fraction"])[1] if mine else None
                 if mine and theirs and mine.get("per_example") and theirs.get("per_example"):
                     nll, tokens = mine["per_example"]["nll"], mine["per_example"]["tokens"]
                     row["perplexity_ratio"] = paired_perplexity_ratio(nll, theirs["per_example"]["nll"], tokens)
@@ -121,23 +132,24 @@ def paired_rows(passkey: dict[int, dict], perplexity: dict[int, dict], reference
 
 
 def paired_table(passkey: dict[int, dict], perplexity: dict[int, dict], reference: str = "random") -> str:
-    """Each order against ``reference``: the prompts only one of them retrieves, McNemar's p and its verdict after
-    Bonferroni, and the perplexity ratio with its 95% interval."""
+    """Each order against ``reference`` (or the unpruned model): the prompts only one of the two retrieves, McNemar's p
+    and its verdict after Bonferroni, and the perplexity ratio with its 95% interval."""
     rows = paired_rows(passkey, perplexity, reference)
     tests = sum(1 for r in rows if "mcnemar" in r)
     lines = [
-        f"| context | streamed | order | prompts only it / only {reference} retrieves | McNemar p | passkey verdict "
-        f"(p < {ALPHA:g}/{tests}) | perplexity / {reference}'s [95% interval] |",
-        "|---:|---:|---|---:|---:|---|---:|",
+        f"| context | streamed | order | against | prompts only the order / only the other retrieves | McNemar p | passkey verdict "
+        f"(p < {ALPHA:g}/{tests}) | perplexity / the other's [95% interval] |",
+        "|---:|---:|---|---|---:|---:|---|---:|",
     ]
     for row in rows:
         if "not_judged" in row:
-            lines.append(f"| {row['length']:,} | | | | | {row['not_judged']} | |")
+            lines.append(f"| {row['length']:,} | | | | | | {row['not_judged']} | |")
             continue
         test = row["mcnemar"]
         b, c, p = test["first_only"], test["second_only"], test["p_value"]
         verdict = ("better" if b > c else "worse") if p < ALPHA / tests else "no difference shown"
         ratio = row.get("perplexity_ratio")
         ppl = f"{100 * (ratio[0] - 1):+.1f}% [{100 * (ratio[1] - 1):+.1f}, {100 * (ratio[2] - 1):+.1f}]" if ratio else "not measured"
-        lines.append(f"| {row['length']:,} | {row['fraction']:.0%} | {row['order']} | {b} / {c} | {p:.3g} | {verdict} | {ppl} |")
+        cells = [f"{row['length']:,}", f"{row['fraction']:.0%}", row["order"], row["against"], f"{b} / {c}", f"{p:.3g}", verdict, ppl]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
