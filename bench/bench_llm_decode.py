@@ -108,6 +108,7 @@ def main():
     torch.set_num_threads(args.threads)
     from headprune.core.counting import kv_cache_bytes_per_token, model_cost
     from headprune.core.pruning import prune_mask
+    from headprune.engine.machine_load import busy_text, machine_record
 
     task = lm_task(args.model, args.data, args.importance_texts)
     mask = mask_of_run(task, args.mask_file, args.mask_order, args.fraction) if args.mask_file else drop_one_kv_group_per_layer(task)
@@ -124,6 +125,7 @@ def main():
     generate = dict(
         max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, use_cache=True, pad_token_id=task.data.pad_id
     )
+    load = machine_record(args.threads)  # the threads and the cores other processes keep busy, before timing
     with torch.inference_mode():
         with task.gates.masked(mask):
             masked = models["original"].generate(**batch, **generate)  # also the warm-up
@@ -146,8 +148,11 @@ def main():
     print(
         f"bench_llm_decode: {args.model}, {int(mask['dec_self'].numel() - mask['dec_self'].sum())}/{mask['dec_self'].numel()} "
         f"query heads pruned ({'mask of ' + args.mask_file if args.mask_file else 'one KV group per layer'}), batch {args.batch_size}, prompt width {width}, {args.new_tokens} new tokens; "
-        f"{machine()}; device {device}; pruned generation == masked generation: {same}"
+        f"{machine()}; device {device}; pruned generation == masked generation: {same}; {args.threads} threads, "
+        f"load {load['load_average']}, {load['free_cores']} free cores"
     )
+    if load["busy"]:
+        print(f"not a measurement: {busy_text(load)}")
     print(f"{'':9s} {'prefill tok/s':>16s} {'decode tok/s':>16s} {'KV bytes/token':>15s} {'params':>12s}")
     for name in models:
         p, d = times[name]["prefill"], times[name]["decode"]

@@ -94,7 +94,8 @@ def main():
 
     from headprune.core.stream_cache import StreamCache, held_kv_bytes, stream_cache_bytes
     from headprune.core.stream_gates import StreamGates
-    from headprune.engine.verdict import gain_summary, gain_text, load_average, verdict
+    from headprune.engine.machine_load import busy_text, machine_record
+    from headprune.engine.verdict import gain_summary, gain_text, verdict
 
     task = lm_task(args.model, args.data, args.texts)
     device = torch.device(args.device)
@@ -105,7 +106,7 @@ def main():
     caches = {"full": lambda: DynamicCache(config=model.config), "stream": lambda: StreamCache(gates, mask)}
     seconds = {name: [] for name in caches}
     held = {}
-    load = load_average()
+    load = machine_record(args.threads)  # the threads and the cores other processes keep busy, before timing
     with torch.inference_mode():
         same = None
         if args.check:
@@ -127,8 +128,10 @@ def main():
     streamed = int((mask["dec_self"] == 0).sum())
     print(
         f"bench_stream_cache: {args.model}, {streamed}/{layers * units} KV groups streamed (sink {args.sink}, window {args.window}), "
-        f"context {args.context}, batch {args.batch_size}, {args.new_tokens} decode steps; {machine()}; device {device}; load {load}"
+        f"context {args.context}, batch {args.batch_size}, {args.new_tokens} decode steps; {machine()}; device {device}; {args.threads} threads, load {load['load_average']}, {load['free_cores']} free cores"
     )
+    if load["busy"]:
+        print(f"not a measurement: {busy_text(load)}: the gain below is inconclusive")
     if same is not None:
         print(f"stream cache tokens == gated model with the full cache: {same}")
     print(f"{'':7s} {'decode tok/s':>18s} {'KV bytes held':>15s}")
@@ -138,7 +141,7 @@ def main():
         print(f"{name:7s} {tokens_done / statistics.fmean(seconds[name]):10.1f} +- {spread:5.1f} {held[name]:15,d}")
     summary = gain_summary(seconds["full"], seconds["stream"])
     print(
-        f"decode gain of the stream cache: {gain_text({**summary, 'verdict': verdict(summary)})} over {summary['repeats']} "
+        f"decode gain of the stream cache: {gain_text({**summary, 'verdict': 'inconclusive' if load['busy'] else verdict(summary)})} over {summary['repeats']} "
         f"repeats; KV cache x{held['full'] / held['stream']:.3f} smaller; "
         f"held bytes == analytic count ({analytic:,d}): {held['stream'] == analytic}"
     )

@@ -12,8 +12,10 @@ import re
 import sys
 from pathlib import Path
 
+from decode_ideal_table import ideal_table, llm_runs
+from long_context_cells import cells_table, curve_table, paired_table
 from long_context_tables import figure as long_context_figure
-from long_context_tables import length_table, overlap_table, runs_of, within_table
+from long_context_tables import overlap_table, runs_of, within_table
 from units_table import units_deploy_table, units_speed_table
 
 from headprune.viz.tables import (
@@ -122,11 +124,20 @@ def units_table(results_dir: Path) -> str:
 
 
 TABLES["mnli8k_units"] = units_table
+TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
 LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
-TABLES["long_context_passkey"] = lambda d: length_table(runs_of(d, LONG[0]), digits=0)
-TABLES["long_context_perplexity"] = lambda d: length_table(runs_of(d, LONG[1]), digits=2)
+TABLES["long_context_passkey"] = lambda d: cells_table(runs_of(d, LONG[0]), "passkey")
+TABLES["long_context_perplexity"] = lambda d: cells_table(runs_of(d, LONG[1]), "perplexity")
+CELLS = ("long_context_cells_passkey", "long_context_cells_perplexity")  # >= 100 prompts, >= 20 documents, per-example values
+TABLES["long_context_curve"] = lambda d: curve_table(
+    _load(d, "long_context_curve") if (d / "long_context_curve.json").is_file() else None,
+    {"the cells below": runs_of(d, CELLS[0]), "the first runs": runs_of(d, LONG[0])},
+)
+TABLES["long_context_cells_passkey"] = lambda d: cells_table(runs_of(d, CELLS[0]), "passkey")
+TABLES["long_context_cells_perplexity"] = lambda d: cells_table(runs_of(d, CELLS[1]), "perplexity")
+TABLES["long_context_paired"] = lambda d: paired_table(runs_of(d, CELLS[0]), runs_of(d, CELLS[1]))
 TABLES["long_context_within"] = lambda d: within_table(runs_of(d, LONG[0])[4096], runs_of(d, LONG[1]).get(4096))
 TABLES["long_context_overlap"] = lambda d: overlap_table(runs_of(d, LONG[0])[1024])
 

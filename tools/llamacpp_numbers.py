@@ -8,7 +8,11 @@ headprune scores them), so llama.cpp's corpus perplexity stands beside the ``res
 runs. The measures run in the clients venv of ``make test-clients`` (``.clients/``, built on first use): llama.cpp
 through llama-cpp-python, without headprune. The first ``--gguf`` is the reference of the speed ratios; the KV cache
 is read from llama.cpp's log with flash attention off and on (without it llama.cpp pads the V cache of uneven layers
-to the widest layer). Speed: llama-bench's pp512 / tg128 through the bindings, the files taking turns repeat by repeat.
+to the widest layer). Speed: llama-bench's pp512 / tg128 through the bindings, the files taking turns repeat by repeat;
+each generation gain stands beside its bandwidth-ideal (tools/decode_ideal.py: the weight bytes of the GGUF's tensors and
+the KV cache at the mean context, read per token, the first file's over this one's), flagged where it exceeds the ideal
+beyond its interval. The threads and the machine's load are recorded; timing is refused while other processes leave
+fewer free cores than ``--threads`` (``--time-busy`` times anyway and calls every gain inconclusive).
 """
 
 from __future__ import annotations
@@ -54,8 +58,9 @@ def client(python: Path, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def speed_gains(speed: dict) -> None:
-    """Each file's pp and tg gain over the first file: paired by repeat, with headprune's 95% interval and verdict."""
+def speed_gains(speed: dict, busy: bool = False) -> None:
+    """Each file's pp and tg gain over the first file: paired by repeat, with headprune's 95% interval and verdict
+    (inconclusive, whatever the interval, when the machine was busy)."""
     from headprune.engine.verdict import gain_summary, verdict
 
     files = speed["files"]
@@ -65,15 +70,55 @@ def speed_gains(speed: dict) -> None:
             tokens = speed["prompt"] if kind == "pp" else speed["gen"]
             seconds = [[tokens / rate for rate in got[kind]["rates"]] for got in (first, row)]
             summary = gain_summary(*seconds)
-            row[kind]["gain"] = {**summary, "verdict": verdict(summary)}
+            row[kind]["gain"] = {**summary, "verdict": "inconclusive" if busy else verdict(summary)}
+
+
+def decode_ideals(speed: dict, kv: dict[str, dict]) -> None:
+    """Each file's generation gain beside its bandwidth-ideal over the first file (``tg.ideal``), and whether the gain
+    exceeds it beyond its interval (``tg.above_ideal``); ``kv``: {name: llama.cpp's KV record with the speed's flash}."""
+    from decode_ideal import decode_context, decode_ideal, gguf_bytes
+
+    from headprune.engine.verdict import beyond_ideal
+
+    reads = {name: {**gguf_bytes(row["path"]), "kv_per_token": kv[name]["bytes_per_token"]} for name, row in speed["files"].items()}
+    first = reads[next(iter(reads))]
+    context = decode_context(0, speed["gen"])  # tg: one token at a time from an empty cache
+    for name, row in speed["files"].items():
+        ideal = decode_ideal(first, reads[name], context)
+        row["bytes"] = reads[name]
+        row["tg"]["ideal"] = {"gain": ideal, "context": context}
+        row["tg"]["above_ideal"] = beyond_ideal(row["tg"]["gain"], ideal)
+
+
+def timed_speed(python: Path, files: dict, args, flash: list[str], result: dict) -> bool:
+    """Time the files (``result["speed"]``) unless the machine is busy; the threads and load before and after are recorded."""
+    from headprune.engine.machine_load import busy_text, machine_record
+
+    before = machine_record(args.threads)
+    if before["busy"] and not args.time_busy:
+        result["speed"] = {"refused": busy_text(before), "machine": before}
+        print(f"not timed: {busy_text(before)}; time on an idle machine, or pass --time-busy for inconclusive numbers", flush=True)
+        return False
+    threads = ["--threads", str(args.threads), "--repeats", str(args.repeats), "--cache", args.cache, *flash]
+    speed = client(python, "speed", *[f"{name}={path}" for name, path in files.items()], *threads)
+    after = machine_record(args.threads)
+    speed["machine"] = {"before": before, "after": after}
+    speed_gains(speed, busy=before["busy"] or after["busy"])
+    decode_ideals(speed, {name: row["kv"]["flash" if args.flash else "no_flash"] for name, row in result["files"].items()})
+    for row in speed["files"].values():
+        row["path"] = shown(row["path"])
+    result["speed"] = speed
+    return True
 
 
 def print_table(result: dict) -> None:
     """A markdown table: perplexity, KV bytes per token (flash off / on), pp and tg tokens/s with the gain and its verdict."""
+    from decode_ideal import ideal_text
+
     from headprune.engine.verdict import gain_text
 
-    print("| file | perplexity | KV bytes/token (no flash / flash) | prompt tok/s | gain | generation tok/s | gain |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| file | perplexity | KV bytes/token (no flash / flash) | prompt tok/s | gain | generation tok/s | gain | bandwidth-ideal |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     speed = result.get("speed", {}).get("files", {})
     for name, row in result["files"].items():
         cells = [name, f"{row['perplexity']['perplexity']:.2f}" if "perplexity" in row else ""]
@@ -82,6 +127,8 @@ def print_table(result: dict) -> None:
             got = speed.get(name, {}).get(kind)
             first = name == next(iter(speed), None)
             cells += [f"{got['median']:.1f}", "reference" if first else gain_text(got["gain"])] if got else ["", ""]
+        ideal = speed.get(name, {}).get("tg", {}).get("ideal")
+        cells.append("" if ideal is None or name == next(iter(speed)) else ideal_text(speed[name]["tg"]["gain"], ideal["gain"]))
         print("| " + " | ".join(cells) + " |")
 
 
@@ -97,6 +144,7 @@ def main() -> int:
     parser.add_argument("--flash", action="store_true", help="flash attention for perplexity and speed")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--time-busy", action="store_true", help="time on a busy machine too: every gain inconclusive")
     parser.add_argument("--no-perplexity", action="store_true")
     parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
@@ -128,11 +176,7 @@ def main() -> int:
                 row["perplexity"] = {k: v for k, v in measured.items() if k not in ("nll", "file")}
                 print(f"{name}: perplexity {measured['perplexity']:.4f} in {measured['seconds']:.0f} s", flush=True)
     if not args.no_speed:
-        threads = ["--threads", str(args.threads), "--repeats", str(args.repeats), "--cache", args.cache, *flash]
-        result["speed"] = client(python, "speed", *[f"{name}={path}" for name, path in files.items()], *threads)
-        speed_gains(result["speed"])
-        for row in result["speed"]["files"].values():
-            row["path"] = shown(row["path"])
+        timed_speed(python, files, args, flash, result)
     print_table(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")

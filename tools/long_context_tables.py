@@ -28,18 +28,6 @@ def curve(results: dict, order: str) -> list[tuple[float, float, float]]:
     return sorted({f: (f, score, kv) for f, score, kv in steps}.values())
 
 
-def length_table(runs: dict[int, dict], digits: int = 1) -> str:
-    """One row per (length, fraction): the KV cache held and each order's score."""
-    orders = list(next(iter(runs.values()))["orders"])
-    lines = ["| context | streamed | KV cache held | " + " | ".join(orders) + " |", "|---:|---:|---:|" + "---:|" * len(orders)]
-    for length, results in sorted(runs.items()):
-        curves = {order: curve(results, order) for order in orders}
-        for i, (fraction, _, kv) in enumerate(curves[orders[0]]):
-            scores = [f"{curves[o][i][1]:.{digits}f}" for o in orders]
-            lines.append(f"| {length:,} | {fraction:.0%} | {kv:.0%} | " + " | ".join(scores) + " |")
-    return "\n".join(lines)
-
-
 def largest_within(results: dict, order: str, points: float | None = None, relative: float | None = None) -> float:
     """The largest fraction streamed whose score stays within ``points`` (higher is better) or ``relative`` (a
     perplexity: at most (1 + relative) x the unpruned one) of the unpruned model (0 when none)."""
@@ -53,15 +41,22 @@ def largest_within(results: dict, order: str, points: float | None = None, relat
 
 
 def within_table(passkey: dict, perplexity: dict | None, points: float = 1.0, relative: float = 0.01) -> str:
-    """Per order: the largest fraction streamed at <= ``points`` of passkey accuracy and <= ``relative`` perplexity."""
+    """Per order: the largest fraction streamed at <= ``points`` of passkey accuracy and <= ``relative`` perplexity; the
+    passkey column is not judged where the unpruned model retrieves too few keys (long_context_cells.judged)."""
+    from long_context_cells import JUDGED_FROM, judged
+
     lines = [
         f"| order | largest streamed, passkey within {points:g} point | largest streamed, perplexity within {relative:.0%} |",
         "|---|---:|---:|",
     ]
     for order in passkey["orders"]:
         ppl = f"{largest_within(perplexity, order, relative=relative):.0%}" if perplexity and order in perplexity["orders"] else "n/a"
-        lines.append(f"| {order} | {largest_within(passkey, order, points=points):.0%} | {ppl} |")
-    return "\n".join(lines)
+        key = (
+            f"{largest_within(passkey, order, points=points):.0%}" if judged(passkey) else f"not judged (unpruned below {JUDGED_FROM:.0f}%)"
+        )
+        lines.append(f"| {order} | {key} | {ppl} |")
+    n = f"{passkey['n_examples']} prompts" + (f", {perplexity['n_examples']} documents" if perplexity else "")
+    return "\n".join(lines) + f"\n\n{n}."
 
 
 def full_set(step: dict) -> set[tuple[int, int]]:

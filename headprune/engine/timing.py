@@ -11,7 +11,6 @@ within the noise is called ``inconclusive`` rather than reported as a number.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from contextvars import ContextVar
@@ -20,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
-from headprune.engine.verdict import gain_summary, load_average, verdict
+from headprune.engine.machine_load import busy_text, machine_record
+from headprune.engine.verdict import gain_summary, verdict
 
 DROP = ("idx", "ids", "labels")
 
@@ -201,15 +201,12 @@ def measure_gain(
     tolerance: float = 0.0,
     max_repeats: int | None = None,
 ) -> dict:
-    """Time ``original`` vs ``pruned`` (adaptive repeats): both timings, the gain with its interval, the load and a verdict."""
-    load = load_average()  # the machine's load when this measurement started
-    cores = os.cpu_count() or 1
-    if load and load[0] > cores + 1:  # this process itself keeps about its own threads busy
-        print(
-            f"the machine is busy (load {load[0]} on {cores} cores): timings may be noise; "
-            "a gain within the noise is reported as inconclusive",
-            flush=True,
-        )
+    """Time ``original`` vs ``pruned`` (adaptive repeats): both timings, the gain with its interval, the machine's load and
+    the threads (``headprune.engine.machine_load``), and a verdict: inconclusive when the machine left fewer free cores
+    than threads at the start."""
+    machine = machine_record(torch.get_num_threads())
+    if machine["busy"]:
+        print(f"{busy_text(machine)}: timings may be noise, the gain is reported as inconclusive", flush=True)
     timing = compare_throughput(
         {"original": original, "pruned": pruned}, batches, warmup, repeats, device, clock, max_seconds, tolerance, max_repeats
     )
@@ -218,9 +215,8 @@ def measure_gain(
         "original": timing["original"],
         "pruned": timing["pruned"],
         **summary,
-        "verdict": verdict(summary),
-        "load_average": load,
-        "cpu_count": cores,
+        "verdict": "inconclusive" if machine["busy"] else verdict(summary),
+        **machine,
     }
 
 

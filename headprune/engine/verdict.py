@@ -7,7 +7,6 @@ A gain whose interval includes zero, or whose repeat-to-repeat spread exceeds it
 from __future__ import annotations
 
 import math
-import os
 import statistics
 
 
@@ -47,6 +46,13 @@ def verdict(summary: dict) -> str:
     return "confident"
 
 
+def beyond_ideal(summary: dict, ideal: float) -> bool:
+    """True when a measured gain exceeds its ideal (FLOP or bandwidth) by more than its 95% interval: the whole interval
+    lies above it, a measurement to explain (kernels, order effects, a busy machine) before it is a result."""
+    interval = summary.get("gain_interval")
+    return interval is not None and interval[0] > ideal
+
+
 NOT_TIMED = "not timed: ran out of speed.max_seconds on this machine"  # a measurement the time budget cut before one pass
 
 
@@ -63,14 +69,6 @@ def gain_text(row: dict) -> str:
         noise = f", spread {100 * spread:.1f}%" if spread is not None else ", one repeat"
         return f"inconclusive ({100 * gain:+.1f}%{bounds}{noise})"
     return f"{100 * gain:+.1f}%{bounds}"
-
-
-def load_average() -> list[float] | None:
-    """The machine's 1, 5 and 15 minute load averages (None where the OS has none)."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
 
 
 def prunable_fraction(fractions, scores, tolerance: float = 1.0, higher_is_better: bool = True) -> float:

@@ -6,7 +6,7 @@ from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint
 from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind
 from headprune.results.run_dir import mask_to_json, tensor_dict
-from headprune.results.stream_points import action_record, point_cost, streamed_label, streaming
+from headprune.results.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
 from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.joint_scale import comparable_scores
@@ -92,6 +92,7 @@ def prune_stage(
         "orders": {},
         **unit_counts(task.gates, groups),
         **action_record(task),
+        **examples_record(task, base, "base_per_example"),
     }
     for order in orders:
         if order in reestimated:
@@ -114,6 +115,7 @@ def prune_stage(
                 "relative": r.score / base.score if base.score else None,
                 "mask": mask_to_json(m),
                 **point_cost(task, m),
+                **examples_record(task, r),
             }
             for f, m, r in zip(fractions, masks, results)
         ]

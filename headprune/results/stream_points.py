@@ -71,6 +71,14 @@ def point_cost(task, mask) -> dict:
     return {"kv_bytes": held, "kv_fraction": held / full if held is not None and full else None}
 
 
+def examples_record(task, result, key: str = "per_example") -> dict:
+    """A streaming point's per-example values (``{key: {"correct": [0/1, ...], ...}}``, floats to 6 digits): the paired
+    tests of the orders on the same prompts read them; {} for a removing task (its splits can hold thousands)."""
+    if not streaming(task):
+        return {}
+    return {key: {name: [round(v, 6) if isinstance(v, float) else v for v in values] for name, values in result.per_example.items()}}
+
+
 def streamed_label(mask: dict, unit) -> str:
     """What a streaming mask streams: ``KV groups streamed 30%`` (a JSON mask or tensors)."""
     values = [v for rows in mask.values() for v in (rows.flatten().tolist() if hasattr(rows, "flatten") else sum(rows, []))]

@@ -16,8 +16,9 @@ from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.engine.ablation import attention_implementation
+from headprune.engine.bandwidth import decode_bandwidth_ideal
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
-from headprune.engine.verdict import NOT_TIMED, gain_text
+from headprune.engine.verdict import NOT_TIMED, beyond_ideal, gain_text
 from headprune.results.points import units_by_kind
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import heads_removed
@@ -182,11 +183,15 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
     per_example = sum(timed.count(b) for b in batches) / sum(b["input_ids"].shape[0] for b in batches)
     for model in ("original", "pruned"):
         timing[model]["units_per_s"] = timing[model]["examples_per_s"] * per_example
+    bandwidth = decode_bandwidth_ideal(original, pruned, start, end) if name == "decode" else None
+    beyond = beyond_ideal(timing, ideal) or (bandwidth is not None and beyond_ideal(timing, bandwidth))
     print(
         f"batch {size:3d} {name}: original {timing['original']['units_per_s']:.1f} +- "
         f"{timing['original']['spread'] * per_example:.1f} {timed.unit}/s, pruned {timing['pruned']['units_per_s']:.1f} +- "
-        f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%; "
-        f"{timing['repeats']} repeats, load {timing['load_average']})",
+        f"{timing['pruned']['spread'] * per_example:.1f} {timed.unit}/s, gain {gain_text(timing)} (FLOP-ideal {100 * ideal:+.1f}%"
+        f"{'' if bandwidth is None else f', bandwidth-ideal {100 * bandwidth:+.1f}%'}"
+        f"{', exceeded beyond the interval: to explain before reporting' if beyond else ''}; "
+        f"{timing['repeats']} repeats, {timing['threads']} threads, load {timing['load_average']})",
         flush=True,
     )
     return {
@@ -195,6 +200,8 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
         **timing,
         "flop_ideal_gain": ideal,
         "gain_vs_ideal": gain / ideal if ideal > 0 else None,
+        "bandwidth_ideal_gain": bandwidth,  # decode: bytes read per new token (headprune.engine.bandwidth)
+        "above_ideal": beyond,
         "call": name,
         "unit": timed.unit,
         "context": [start, end],

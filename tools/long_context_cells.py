@@ -1,0 +1,155 @@
+"""docs/results_long_context.md's cells with their sample: n, a 95% interval on every score, paired tests against random.
+
+Passkey exact match: Wilson's interval of k of n prompts; each order against random on the same prompts: McNemar's
+exact test, significant where p stays below 0.05 / m (Bonferroni over the m tests of the table). Perplexity: the t
+interval of the corpus ratio over documents, and the ratio of each order's perplexity to random's on the same
+documents with its interval. Orders are judged only at lengths where the unpruned model retrieves at least 80% of
+the keys: where it mostly fails, streaming cannot show what it costs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from headprune.scoring.sample_intervals import (  # noqa: E402
+    mcnemar_exact,
+    paired_perplexity_ratio,
+    perplexity_interval,
+    wilson_interval,
+)
+
+JUDGED_FROM = 80.0  # the unpruned model's passkey exact match (%) from which orders are judged at a length
+ALPHA = 0.05
+
+
+def base_correct(results: dict) -> list[int] | None:
+    """The unpruned model's 0/1 per prompt (None for a run from before per-example records)."""
+    return (results.get("base_per_example") or {}).get("correct")
+
+
+def accuracy_cell(score: float, n: int) -> str:
+    """``83 [74, 89]``: exact match (%) of n prompts with Wilson's 95% interval."""
+    low, high = wilson_interval(round(score * n / 100), n)
+    return f"{score:.0f} [{100 * low:.0f}, {100 * high:.0f}]"
+
+
+def judged(results: dict) -> bool:
+    """Whether orders can be judged at this length: the unpruned model retrieves at least ``JUDGED_FROM`` %."""
+    return float(results["base_score"]) >= JUDGED_FROM
+
+
+def not_judged_text(length: int, results: dict) -> str:
+    n = int(results["n_examples"])
+    return (
+        f"no order can be judged at {length:,} tokens: the unpruned model retrieves {accuracy_cell(float(results['base_score']), n)}% "
+        f"of {n} prompts (below {JUDGED_FROM:.0f}%)"
+    )
+
+
+def curve_table(curve: dict | None, sources: dict[str, dict[int, dict]]) -> str:
+    """The unpruned model's exact match over length, one row per measurement with its prompts and interval: the curve of
+    tools/passkey_curve.py (None: not measured) and the unpruned scores of the streaming runs ({source: {length: results}})."""
+    rows = [
+        (int(length), row["n"], row["score"], "tools/passkey_curve.py") for length, row in (curve or {"lengths": {}})["lengths"].items()
+    ]
+    rows += [
+        (length, int(r["n_examples"]), float(r["base_score"]), source) for source, runs in sources.items() for length, r in runs.items()
+    ]
+    lines = ["| context | prompts | exact match, % [95% interval] | orders judged | from |", "|---:|---:|---:|---|---|"]
+    for length, n, score, source in sorted(rows, key=lambda r: (r[0], -r[1])):
+        verdict = "yes" if score >= JUDGED_FROM else f"no (below {JUDGED_FROM:.0f}%)"
+        lines.append(f"| {length:,} | {n} | {accuracy_cell(score, n)} | {verdict} | {source} |")
+    return "\n".join(lines)
+
+
+def _steps(results: dict, order: str) -> list[dict]:
+    base = {"fraction": 0.0, "score": float(results["base_score"]), "kv_fraction": 1.0, "per_example": results.get("base_per_example")}
+    return [base] + sorted(results["orders"][order]["steps"], key=lambda s: s["fraction"])
+
+
+def _step_at(results: dict, order: str, fraction: float) -> dict | None:
+    return next((s for s in _steps(results, order) if abs(s["fraction"] - fraction) < 1e-9), None)
+
+
+def _perplexity_cell(step: dict) -> str:
+    values = step.get("per_example") or {}
+    if len(values.get("nll", [])) < 2:
+        return f"{step['score']:.2f}"
+    mean, low, high = perplexity_interval(values["nll"], values["tokens"])
+    return f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def cells_table(runs: dict[int, dict], metric: str) -> str:
+    """One row per (length, fraction): sample size, KV cache held and each order's score with its 95% interval."""
+    orders = list(next(iter(runs.values()))["orders"])
+    unit = "prompts" if metric == "passkey" else "documents"
+    lines = [
+        f"| context | {unit} | streamed | KV cache held | " + " | ".join(orders) + " |",
+        "|---:|---:|---:|---:|" + "---:|" * len(orders),
+    ]
+    for length, results in sorted(runs.items()):
+        n = int(results["n_examples"])
+        columns = {order: _steps(results, order) for order in orders}
+        for i, first in enumerate(columns[orders[0]]):
+            cells = [accuracy_cell(c[i]["score"], n) if metric == "passkey" else _perplexity_cell(c[i]) for c in columns.values()]
+            lines.append(f"| {length:,} | {n} | {first['fraction']:.0%} | {first['kv_fraction']:.0%} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _reference(results: dict | None, reference: str, fraction: float) -> tuple[str, dict | None]:
+    """(name, step) an order is tested against: ``reference`` at the same fraction, else the unpruned model."""
+    if results is None:
+        return reference, None
+    if reference in results["orders"]:
+        return reference, _step_at(results, reference, fraction)
+    return "unpruned", _steps(results, next(iter(results["orders"])))[0]
+
+
+def paired_rows(passkey: dict[int, dict], perplexity: dict[int, dict], reference: str = "random") -> list[dict]:
+    """Per (length, fraction, order): McNemar against ``reference`` at the same fraction on the same prompts (against the
+    unpruned model where ``reference`` was not run), and the perplexity ratio to it on the same documents."""
+    rows = []
+    for length, results in sorted(passkey.items()):
+        if not judged(results):
+            rows.append({"length": length, "not_judged": not_judged_text(length, results)})
+            continue
+        ppl = perplexity.get(length)
+        for order in (o for o in results["orders"] if o != reference):
+            for step in _steps(results, order)[1:]:
+                against, ref = _reference(results, reference, step["fraction"])
+                row = {"length": length, "fraction": step["fraction"], "order": order, "against": against}
+                row["mcnemar"] = mcnemar_exact(step["per_example"]["correct"], ref["per_example"]["correct"])
+                mine = _step_at(ppl, order, step["fraction"]) if ppl and order in ppl["orders"] else None
+                theirs = _reference(ppl, reference, step["fraction"])[1] if mine else None
+                if mine and theirs and mine.get("per_example") and theirs.get("per_example"):
+                    nll, tokens = mine["per_example"]["nll"], mine["per_example"]["tokens"]
+                    row["perplexity_ratio"] = paired_perplexity_ratio(nll, theirs["per_example"]["nll"], tokens)
+                rows.append(row)
+    return rows
+
+
+def paired_table(passkey: dict[int, dict], perplexity: dict[int, dict], reference: str = "random") -> str:
+    """Each order against ``reference`` (or the unpruned model): the prompts only one of the two retrieves, McNemar's p
+    and its verdict after Bonferroni, and the perplexity ratio with its 95% interval."""
+    rows = paired_rows(passkey, perplexity, reference)
+    tests = sum(1 for r in rows if "mcnemar" in r)
+    lines = [
+        f"| context | streamed | order | against | prompts only the order / only the other retrieves | McNemar p | passkey verdict "
+        f"(p < {ALPHA:g}/{tests}) | perplexity / the other's [95% interval] |",
+        "|---:|---:|---|---|---:|---:|---|---:|",
+    ]
+    for row in rows:
+        if "not_judged" in row:
+            lines.append(f"| {row['length']:,} | | | | | | {row['not_judged']} | |")
+            continue
+        test = row["mcnemar"]
+        b, c, p = test["first_only"], test["second_only"], test["p_value"]
+        verdict = ("better" if b > c else "worse") if p < ALPHA / tests else "no difference shown"
+        ratio = row.get("perplexity_ratio")
+        ppl = f"{100 * (ratio[0] - 1):+.1f}% [{100 * (ratio[1] - 1):+.1f}, {100 * (ratio[2] - 1):+.1f}]" if ratio else "not measured"
+        cells = [f"{row['length']:,}", f"{row['fraction']:.0%}", row["order"], row["against"], f"{b} / {c}", f"{p:.3g}", verdict, ppl]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
