@@ -28,9 +28,16 @@ class Client:
     name: str
     venv: str
     script: Path
+    min_head_dim: int = 1  # smaller heads are refused by the client's kernels, whatever the file
 
 
-CLIENTS = {"deci_hf": Client("vLLM CPU", "vllm-venv", Path(__file__).with_name("vllm_client.py"))}
+CLIENTS = {"deci_hf": Client("vLLM CPU", "vllm-venv", Path(__file__).with_name("vllm_client.py"), min_head_dim=32)}
+
+
+def head_dim(model) -> int:
+    """The model's attention head size."""
+    config = model.config
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
 def clients_dir() -> Path:
@@ -108,6 +115,11 @@ def checked_in_client(task, mask, reference, fmt: str, out: Path, staging: Path)
     if fmt not in CLIENTS or reference.greedy is None:
         report = {
             "skipped": f"no client runs export.format={fmt} here (clients: {', '.join(f'{f}: {c.name}' for f, c in CLIENTS.items())})"
+        }
+    elif installed_python(fmt) is not None and head_dim(reference.model) < CLIENTS[fmt].min_head_dim:
+        client = CLIENTS[fmt]
+        report = {
+            "skipped": f"{client.name} runs head sizes of {client.min_head_dim} and more, this model's is {head_dim(reference.model)}"
         }
     else:
         prompt, tokens, eos = reference.greedy[:3]
