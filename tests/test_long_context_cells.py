@@ -64,7 +64,7 @@ def test_no_order_is_judged_where_the_unpruned_model_mostly_fails():
     base = [1] * 42 + [0] * 58
     passkey = {2048: _run(base, {"duo": base, "random": [0] * 100})}
     (row,) = paired_rows(passkey, {})
-    assert row["not_judged"].startswith("no order can be judged at 2,048 tokens: the unpruned model retrieves 42 [33, 52]%")
+    assert row["not_judged"].startswith("no order can be judged at 2,048 tokens: the unpruned model retrieves 42 [33, 52] (%)")
     assert "of 100 prompts" in paired_table(passkey, {})
 
 

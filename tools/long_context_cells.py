@@ -44,7 +44,7 @@ def judged(results: dict) -> bool:
 def not_judged_text(length: int, results: dict) -> str:
     n = int(results["n_examples"])
     return (
-        f"no order can be judged at {length:,} tokens: the unpruned model retrieves {accuracy_cell(float(results['base_score']), n)}% "
+        f"no order can be judged at {length:,} tokens: the unpruned model retrieves {accuracy_cell(float(results['base_score']), n)} (%) "
         f"of {n} prompts (below {JUDGED_FROM:.0f}%)"
     )
 
@@ -138,7 +138,7 @@ def paired_table(passkey: dict[int, dict], perplexity: dict[int, dict], referenc
     tests = sum(1 for r in rows if "mcnemar" in r)
     lines = [
         f"| context | streamed | order | against | prompts only the order / only the other retrieves | McNemar p | passkey verdict "
-        f"(p < {ALPHA:g}/{tests}) | perplexity / the other's [95% interval] |",
+        f"(p < {ALPHA:g}/{max(tests, 1)}) | perplexity / the other's [95% interval] |",
         "|---:|---:|---|---|---:|---:|---|---:|",
     ]
     for row in rows:
