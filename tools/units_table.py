@@ -8,7 +8,10 @@ control in each runtime.
 
 from __future__ import annotations
 
+import math
+
 from headprune.results.points import kind_counts, point_name
+from headprune.scoring.sample_intervals import wilson_interval
 
 
 def _recovered(payload: dict) -> dict:
@@ -120,4 +123,66 @@ def units_speed_table(speed: dict, labels: dict[str, str], base: str = "unpruned
                     "" if own_int8 or name == base else _gain(cell[f"vs {base} onnx int8"]),
                 ]
             lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+KIND_COLUMNS = (("head", "heads kept"), ("ffn", "neurons kept"), ("hidden", "channels kept"))
+
+
+def _difference(score: float, other: float, n: int) -> str:
+    """``-0.51 [-1.77, +0.75]``: accuracy points against another model on the same n examples, with the unpaired 95%
+    interval of a difference of two proportions (wider than a paired one: the runs keep no per-example predictions)."""
+    p, q = score / 100, other / 100
+    half = 1.96 * math.sqrt((p * (1 - p) + q * (1 - q)) / n) * 100
+    return f"{score - other:+.2f} [{score - other - half:+.2f}, {score - other + half:+.2f}]"
+
+
+def _accuracy(score: float, n: int) -> str:
+    """``73.61 [72.73, 74.48]``: an accuracy with its Wilson 95% interval on n examples."""
+    low, high = wilson_interval(round(score * n / 100), n)
+    return f"{score:.2f} [{100 * low:.2f}, {100 * high:.2f}]"
+
+
+def trained_units_table(runs: dict[str, dict]) -> str:
+    """The unit table in PyTorch: per prune run ({row label: payload}), its fine-tuned point beside the run's control and
+    its retraining-free points beside the unpruned model; kept units per kind, FLOP-ideal speed-up, accuracy with n."""
+    payloads = list(runs.values())
+    totals: dict[str, int] = {}
+    for payload in payloads:
+        for point in [p for p in payload["results"]["points"] if "mask" in p]:
+            for kind, (_, total) in kind_counts(point["mask"], payload["results"]["unit"]).items():
+                totals[kind] = max(totals.get(kind, 0), total)
+    columns = [(kind, title) for kind, title in KIND_COLUMNS if kind in totals]
+    n = payloads[0]["results"]["n_examples"]
+    lines = [
+        "| model | " + " | ".join(title for _, title in columns) + " | FLOP-ideal speed-up | accuracy [95%] | against | difference [95%] |",
+        "|---|" + "---:|" * len(columns) + "---:|---:|---|---:|",
+    ]
+    base = payloads[0]["results"]["base_score"]
+    lines.append(f"| unpruned | {' | '.join(str(totals[k]) for k, _ in columns)} | 1.00x | {_accuracy(base, n)} |  |  |")
+    shown_controls: list[float] = []
+    for label, payload in runs.items():
+        results = payload["results"]
+        if results["n_examples"] != n or abs(results["base_score"] - base) > 1e-9:
+            raise ValueError(
+                f"{label}: scored on {results['n_examples']} examples from a base of {results['base_score']}, not {n} / {base}"
+            )
+        controls = [p for p in results["points"] if p.get("control")]
+        for point in results["points"]:
+            if point["order"] == "unpruned" and not point.get("control"):
+                continue
+            if point.get("control") and any(abs(point["score"] - c) < 1e-9 for c in shown_controls):
+                continue  # the same control as a run above (the same fine-tune of the same model)
+            shown_controls += [point["score"]] if point.get("control") else []
+            removed = {kind: gone for kind, (gone, _) in kind_counts(point.get("mask", {}), results["unit"]).items()}
+            kept = [str(totals[kind] - removed.get(kind, 0)) for kind, _ in columns]
+            tuned = point.get("recovery") == "finetune" and not point.get("control")
+            against, other = ("control", controls[0]["score"]) if tuned and controls else ("unpruned", base)
+            name = "unpruned + same training (control)" if point.get("control") else f"{label}: {point_name(point)}@{point['step']}"
+            diff = _difference(point["score"], other, n) if not point.get("control") else _difference(point["score"], base, n)
+            lines.append(
+                f"| {name} | {' | '.join(kept)} | {point['predicted_speedup']:.2f}x | {_accuracy(point['score'], n)} | "
+                f"{'unpruned' if point.get('control') else against} | {diff} |"
+            )
+    lines += ["", f"Accuracy on `{payloads[0]['results']['split']}` ({n} examples); intervals: Wilson (accuracy), unpaired (difference)."]
     return "\n".join(lines)

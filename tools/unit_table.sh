@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Train the section-1 MiniLM on MNLI, then run the unit table (heads, FFN neurons, both; distilled fine-tune with its
-# control; retraining-free fisher + rearrangement + least squares) on it, on one accelerator machine, in one command.
+# Train the section-1 MiniLM on MNLI (or take MODEL=<a trained model directory>), then run the unit table (heads, FFN
+# neurons, both, and both with residual channels; distilled fine-tune with its control; retraining-free fisher +
+# rearrangement + least squares) on it, in one command, on an accelerator machine or on the CPU.
+#   MODEL=outputs/nli_mnli_minilm/model TRAINER=cpu bash tools/unit_table.sh   # on this machine, from the trained model
+#   ONLY="units_ffn units_joint" MODEL=... TRAINER=cpu bash tools/unit_table.sh # some runs only, in the order given
 #   python tools/gpu_bundle.py pack --out .gpu                       # here, first; .gpu is ignored and carried
 #   pip download --no-deps --only-binary=:all: -d .gpu/wheels hydra-core==1.3.8 omegaconf==2.3.1
 #   pip wheel --no-deps -w .gpu/wheels antlr4-python3-runtime==4.9.3  # no wheel on PyPI: built here (pure Python)
-#   BUNDLE=.gpu OUT=$OUT bash tools/gpu_unit_table.sh                 # there
-#   QUICK=1 TRAINER=cpu bash tools/gpu_unit_table.sh                  # a smoke test of every command on a few examples
+#   BUNDLE=.gpu OUT=$OUT bash tools/unit_table.sh                 # there
+#   QUICK=1 TRAINER=cpu bash tools/unit_table.sh                  # a smoke test of every command on a few examples
 # Returns under $OUT: units_results.tar.gz (every run's results.json and log) and the trained model as fp16 parts
 # (tools/gpu_bundle.py join restores it). Throughput depends on the shapes alone: here, prune the joined model with
 # prune.scores_from=<a returned results.json> (the same units ranked, the same masks) and time it with tools/onnx_numbers.py.
@@ -15,7 +18,8 @@ OUT=${OUT:-/tmp/unit_table_out}
 RUNS=${RUNS:-/tmp/unit_table_runs}
 TRAINER=${TRAINER:-gpu}
 PY=${PY:-python3}
-export PYTHONPATH=$PWD HEADPRUNE_DATA_DIR=$PWD/$BUNDLE/data WANDB_MODE=disabled
+export PYTHONPATH=$PWD WANDB_MODE=disabled
+[ -d "$BUNDLE/data" ] && export HEADPRUNE_DATA_DIR=$PWD/$BUNDLE/data  # the bundle's MNLI copy; else paths.data_dir
 mkdir -p "$OUT" "$RUNS"
 if [ -d "$BUNDLE/wheels" ]; then  # packages the machine's image lacks (hydra-core, omegaconf, antlr4), as wheels
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$BUNDLE"/wheels/*.whl || exit
@@ -35,15 +39,19 @@ DEVICE=cuda
 
 run() {  # name, then the arguments of one headprune run; a failed run is logged and the next one goes on
   local name=$1; shift
+  [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && return
   local start=$SECONDS
   $PY -m headprune.cli "$@" logger=csv "${QUICK_ARGS[@]}" hydra.run.dir="$RUNS/$name" >"$RUNS/$name.log" 2>&1
   echo "$name: exit $? after $((SECONDS - start)) s" | tee -a "$RUNS/summary.txt"
 }
 
+if [ -z "${MODEL:-}" ]; then
 $PY tools/gpu_bundle.py restore --src "$BUNDLE/minilm" --out "$RUNS/base"
+TRAINED=1
 run nli_mnli_minilm experiment=nli_finetune model.pretrained="$RUNS/base" task.lr=1e-4 trainer="$TRAINER" \
   trainer.precision=32-true trainer.check_val_every_n_epoch=2 trainer.enable_progress_bar=false "${TRAIN_ARGS[@]}"
-MODEL=$RUNS/nli_mnli_minilm/model
+fi
+MODEL=${MODEL:-$RUNS/nli_mnli_minilm/model}
 M=(experiment=prune model=minilm data=nli_local model.pretrained="$MODEL" prune.order=fisher device=$DEVICE)
 F=(prune.recover=finetune prune.control=true prune.finetune.examples=$FT_EXAMPLES prune.finetune.max_steps=$FT_STEPS
    prune.finetune.lr=5e-5 prune.finetune.decay=true prune.finetune.warmup=0.1 prune.finetune.seed=7)
@@ -56,7 +64,10 @@ run units_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'pru
 run units_free_head "${M[@]}" prune.unit=head 'prune.target={speedup:1.4}' "${FREE[@]}"  # x1.5 removes every head
 run units_free_ffn "${M[@]}" prune.unit=ffn 'prune.target={speedup:1.5}' "${FREE[@]}"
 run units_free_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${FREE[@]}"
+run units_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${F[@]}"
+run units_hidden_25 "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${F[@]}"
+run units_free_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${FREE[@]}"
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
-[ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
+[ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
 cat "$RUNS/summary.txt"
