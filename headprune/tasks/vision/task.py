@@ -6,27 +6,23 @@
 
 from __future__ import annotations
 
-import time
-
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from headprune.core.gates import HeadGates
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.base import EvalResult
+from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
 from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
 from headprune.tasks.vision.data import ImageDataModule
-from headprune.tasks.vision.optim import adamw_with_linear_warmup
 from headprune.tasks.vision.processor import build_processor, image_geometry, image_tokens
 
 TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/vision.yaml)
 TOKEN_POSITIONS = "input_ids"  # timing batches carry the patch-token positions (B, T): the speed experiment counts rows and tokens by them
 
 
-class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
+class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.LightningModule):
     """An image classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     IMPORTANCE_EXAMPLE = 150
@@ -65,29 +61,6 @@ class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.Lightnin
         """Logits (B, classes) of a batch's pixel_values (other keys are ignored)."""
         return self.model(pixel_values=batch["pixel_values"]).logits
 
-    def on_train_epoch_start(self) -> None:
-        self.model.train()
-
-    def on_train_end(self) -> None:
-        self.model.eval()
-
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = F.cross_entropy(self(batch), batch["labels"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
-        return loss
-
-    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        split = self.eval_splits[dataloader_idx]
-        logits = self(batch)
-        metric = self.val_accuracy[f"acc_{split}"]
-        metric.update(logits.argmax(-1), batch["labels"])
-        n = len(batch["labels"])
-        self.log(f"{split}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=n, sync_dist=True, add_dataloader_idx=False)
-        self.log(f"{split}/accuracy", metric, batch_size=n, prog_bar=True, add_dataloader_idx=False)
-
-    def configure_optimizers(self):
-        return adamw_with_linear_warmup(self.model, self.hparams, self.trainer.estimated_stepping_batches)
-
     # ---- task protocol -----------------------------------------------------------------------
     def _require_data(self) -> ImageDataModule:
         if self.data is None:
@@ -97,53 +70,6 @@ class ImageClassificationModule(ClassifierSubsets, SharedTaskMethods, L.Lightnin
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's images (pixels before resizing) and labels."""
         return texts_fingerprint(self._require_data().dataset(split).fingerprints)
-
-    def _result(self, correct: torch.Tensor) -> EvalResult:
-        n = len(correct)
-        return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
-
-    @torch.no_grad()
-    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
-        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order;
-        ``on_batch(n)`` after each batch of ``n`` examples."""
-        data = self._require_data()
-        correct = torch.zeros(len(data.dataset(split)), dtype=torch.long)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with self.gates.masked(mask):
-                for batch in data.loader(split, batch_size):
-                    logits = self(self._to_device(batch))
-                    correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
-                    if on_batch is not None:
-                        on_batch(len(batch["idx"]))
-        finally:
-            self.model.train(was_training)
-        return self._result(correct)
-
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
-        """Scores of several masks, many masks per forward pass (headprune.engine.ablation); ``on_batch(n)`` after each batch."""
-        from headprune.engine.ablation import MaskBatcher
-
-        if not masks:
-            return []
-        if not MaskBatcher.takes(self.gates):  # residual channels change every layer: one plain pass per mask
-            return [self.evaluate(m, split, on_batch=on_batch if i == 0 else None) for i, m in enumerate(masks)]
-        data = self._require_data()
-        correct = torch.zeros(len(masks), len(data.dataset(split)), dtype=torch.long)
-        engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for batch in data.loader(split):
-                idx, labels = batch.pop("idx"), batch.pop("labels")
-                logits = engine.logits(self._to_device(batch), masks)  # (M, B, classes)
-                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
-                if on_batch is not None:
-                    on_batch(len(idx))
-        finally:
-            self.model.train(was_training)
-        return [self._result(c) for c in correct]
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """``examples`` training images drawn with ``seed``, in batches of the training batch size."""
@@ -227,27 +153,6 @@ def load_vision_task(cfg) -> ImageClassificationModule:
 
 def finetune(cfg) -> dict:
     """experiment=vit_finetune: fine-tune, validate, save <output_dir>/model (with its image processor), exact eval accuracy."""
-    from omegaconf import OmegaConf
-
-    from headprune.lightning.trainer import fit
-    from headprune.results.writer import output_dir, update_results
-
-    start = time.perf_counter()
-    L.seed_everything(cfg.seed, workers=True)
-    module = load_vision_task(cfg)
-    print(module.data.describe(), flush=True)
-    metrics = fit(cfg, module, module.data)
-    if module.global_rank != 0:
-        return metrics
-    metrics.update(split_sizes=module.split_sizes())
-    if _task_settings(cfg)["exact_eval"]:
-        for split in module.eval_splits:
-            result = module.evaluate(split=split)
-            metrics[f"{split}/accuracy_exact"] = result.score
-            metrics[f"{split}/correct"] = sum(result.per_example["correct"])
-            metrics[f"{split}/n"] = result.n
-            print(f"{split}: accuracy {result.score:.2f}% ({sum(result.per_example['correct'])}/{result.n})", flush=True)
-    metrics["wall_seconds"] = time.perf_counter() - start
-    metrics["objective"] = metrics.get("eval/accuracy_exact", metrics.get("eval/accuracy"))
-    update_results(output_dir(cfg) / "results.json", metrics, OmegaConf.to_container(cfg, resolve=True))
-    return metrics
+    return finetune_classifier(
+        cfg, load_vision_task, _task_settings(cfg)["exact_eval"], lambda module: {"split_sizes": module.split_sizes()}
+    )
