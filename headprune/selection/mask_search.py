@@ -174,22 +174,13 @@ def search_mask(
     masks = lambda k: refine(mask_after(order, k, shape, start))  # noqa: E731
     along = costs_along(order, costs, start)  # cost after k = 0..n removals
     evaluations: dict[int, float] = {}
-    if target.kind == "flops":
-        if costs.unit != "flops":
-            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
-        k = next((k for k, c in enumerate(along) if c / costs.total <= target.value + 1e-12), None)
-    elif target.kind == "speedup":
-        k = next((k for k, c in enumerate(along) if costs.total / c >= target.value - 1e-12), None)
-    else:
-        if evaluate is None:
-            raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
 
-        def score_of(k: int) -> float:
-            if k not in evaluations:
-                evaluations[k] = float(evaluate(masks(k)))
-            return evaluations[k]
+    def score_of(k: int) -> float:
+        if k not in evaluations:
+            evaluations[k] = float(evaluate(masks(k)))
+        return evaluations[k]
 
-        k = _last_within_drop(len(order), score_of, target.value, higher_is_better)
+    k = target_level(target, costs, along, evaluate is not None, score_of, higher_is_better)
     if k is None:
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
@@ -208,6 +199,19 @@ def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:
         along.append(along[-1] - costs.saving(group, layer, int(kept[group][layer])))
         kept[group][layer] -= 1
     return along
+
+
+def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: bool, score_of, higher_is_better: bool) -> int | None:
+    """The level (index into ``cost_at``) that meets ``target``: the first for flops / speedup, the last within max_drop."""
+    if target.kind == "flops":
+        if costs.unit != "flops":
+            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
+        return next((k for k, c in enumerate(cost_at) if c / costs.total <= target.value + 1e-12), None)
+    if target.kind == "speedup":
+        return next((k for k, c in enumerate(cost_at) if costs.total / c >= target.value - 1e-12), None)
+    if not can_evaluate:
+        raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
+    return _last_within_drop(len(cost_at) - 1, score_of, target.value, higher_is_better)
 
 
 def _last_within_drop(n: int, score_of: Callable[[int], float], max_drop: float, higher_is_better: bool) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, SearchResult, _last_within_drop
+from headprune.selection.mask_search import PruneTarget, SearchResult, target_level
 from headprune.selection.uniform_path import UniformPath
 
 LAYOUTS = ("global", "uniform")
@@ -140,24 +140,15 @@ def uniform_search(
     mask_at = lambda i: refine(uniform_mask(scores, shape, levels[i], base))  # noqa: E731
     cost_at = [path.cost(counts) for counts in levels]
     evaluations: dict[int, float] = {}
-    if target.kind == "flops":
-        if costs.unit != "flops":
-            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
-        i = next((i for i, c in enumerate(cost_at) if c / costs.total <= target.value + 1e-12), None)
-    elif target.kind == "speedup":
-        i = next((i for i, c in enumerate(cost_at) if costs.total / c >= target.value - 1e-12), None)
-    else:
-        if evaluate is None:
-            raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
 
-        def score_of(i: int) -> float:
-            mask = mask_at(i)
-            removed = sum(int((mask[g] == 0).sum()) for g in groups)
-            if removed not in evaluations:
-                evaluations[removed] = float(evaluate(mask))
-            return evaluations[removed]
+    def score_of(i: int) -> float:
+        mask = mask_at(i)
+        removed = sum(int((mask[g] == 0).sum()) for g in groups)
+        if removed not in evaluations:
+            evaluations[removed] = float(evaluate(mask))
+        return evaluations[removed]
 
-        i = _last_within_drop(len(levels) - 1, score_of, target.value, higher_is_better)
+    i = target_level(target, costs, cost_at, evaluate is not None, score_of, higher_is_better)
     if i is None:
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met in the uniform layout with min_per_layer={min_per_layer}: "
