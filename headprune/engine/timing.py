@@ -189,27 +189,14 @@ def compare_throughput(
     return out
 
 
-def measure_gain(
-    original,
-    pruned,
-    batches: list[dict],
-    warmup: int = 2,
-    repeats: int = 5,
-    device="cpu",
-    clock: str = "wall",
-    max_seconds: float = 0.0,
-    tolerance: float = 0.0,
-    max_repeats: int | None = None,
-) -> dict:
-    """Time ``original`` vs ``pruned`` (adaptive repeats): both timings, the gain with its interval, the machine's load and
+def measure_gain(original, pruned, batches: list[dict], *timing, **options) -> dict:
+    """Time ``original`` vs ``pruned`` (``compare_throughput``'s settings, adaptive repeats): both timings, the gain with its interval, the machine's load and
     the threads (``headprune.engine.machine_load``), and a verdict: inconclusive when the machine left fewer free cores
     than threads at the start."""
     machine = machine_record(torch.get_num_threads())
     if machine["busy"]:
         print(f"{busy_text(machine)}: timings may be noise, the gain is reported as inconclusive", flush=True)
-    timing = compare_throughput(
-        {"original": original, "pruned": pruned}, batches, warmup, repeats, device, clock, max_seconds, tolerance, max_repeats
-    )
+    timing = compare_throughput({"original": original, "pruned": pruned}, batches, *timing, **options)
     summary = gain_summary(timing["original"]["seconds"], timing["pruned"]["seconds"])
     return {
         "original": timing["original"],
