@@ -17,12 +17,12 @@ import torch
 
 from headprune.core.gates import HeadGates
 from headprune.core.unit_kinds import recovery_parts
-from headprune.core.units import prune_unit_mask, unit_count
+from headprune.core.units import prune_unit_mask
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.pruning.finetune_runs import control_model, finetune_in_place
-from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, relative
+from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, relative, unpruned_point
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
@@ -183,21 +183,12 @@ def control_point(task, ctx: ParetoRun) -> dict:
     del model
     score = results[ctx.split].score
     return {
-        "order": "unpruned",
+        **unpruned_point(ctx, task),
         "recovery": "finetune",
         "control": True,
-        "step": "0%",
-        "target": None,
-        "fraction": 0.0,
-        "units_removed": 0,
-        "query_heads_removed": 0,
-        "units_total": unit_count(task.gates),
         "score": score,
         "relative": relative(score, ctx.base.score),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
-        "predicted_speedup": 1.0,
-        "flops_kept": 1.0,
-        "cost_unit": ctx.costs.unit,
         **({"finetune_losses": losses} if losses is not None else {}),
         **saved,
     }
