@@ -24,11 +24,6 @@ class FFNGates(SiteGates):
         for site in self.sites:
             attach_neuron_gate(site)
 
-    @property
-    def num_neurons(self) -> int:
-        """Neurons in the original model, all groups."""
-        return sum(layers * width for layers, width in self.groups.values())
-
     def widths(self) -> dict[str, list[int]]:
         """{group: [neurons present per layer]}."""
         out = {g: [0] * layers for g, (layers, _) in self.groups.items()}

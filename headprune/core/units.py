@@ -28,7 +28,6 @@ QUERY_HEADS = "head"  # the unit every model has: its query heads
 UNITS = (QUERY_HEADS, "kv_group")  # the attention units of prune.unit (single kinds: headprune.core.unit_kinds.KINDS)
 FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn_gates.FFNGates)
 JOINT = "head+ffn"  # heads and FFN neurons under one mask (headprune.core.joint.JointGates)
-SCORED_UNITS = (*UNITS, FFN, JOINT, "kv_group+ffn", "block")  # the units the core gates, scores and prunes
 
 
 def primitive_gates(gates):

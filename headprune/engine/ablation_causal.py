@@ -65,11 +65,6 @@ def label_stats(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: i
     return sums
 
 
-def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
-    """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored."""
-    return label_stats(hidden, labels, head, head_tokens)[:, 0]
-
-
 def output_logits(model: nn.Module):
     """The LM head followed by what the model's forward does to its logits: Granite's scaling, Gemma's soft-capping.
 

@@ -28,7 +28,7 @@ HEAD_ROWS = 8  # texts whose (T, V) logits exist at once: the vocabulary project
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(NLL sum (B,), predicted tokens (B,)) from logits (B, T, V) and next-token labels (B, T) with -100 ignored."""
     # log-softmax over the contiguous vocabulary axis: (B*T, V), not a (B, V, T) view, whose float32 sums over
-    # 49,152 words are off by up to 1e-4 nats per token (headprune.engine.ablation_causal.label_nll rounds the same way)
+    # 49,152 words are off by up to 1e-4 nats per token (headprune.engine.ablation_causal.label_stats rounds the same way)
     nll = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="none")
     return nll.view_as(labels).double().sum(1), (labels != -100).sum(1)
 

@@ -37,11 +37,6 @@ class PasskeyExample:
     def answer(self) -> tuple[int, ...]:
         return self.ids[self.answer_start :]
 
-    @property
-    def key_text(self) -> str:
-        """What the answer says, for logs: the asked key, or every key."""
-        return ", ".join(self.keys) if self.asked < 0 else self.keys[self.asked]
-
 
 class PasskeyGenerator:
     """Examples of one config in one tokenizer: ``split(name, pool, used)`` draws a split's examples."""
