@@ -237,8 +237,7 @@ def supported_model_types() -> list[str]:
 
 
 def config_groups(fields: dict) -> list[str] | None:
-    """The attention groups a model of these config fields has (None: a model type the table does not cover); the
-    cross-attention of a family without a decoder stack only when the config adds it (BERT's ``add_cross_attention``)."""
+    """The attention groups of a model of these config fields (None: not in the table); an encoder's enc_dec only if the config adds it."""
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
     if family is None:
         return None

@@ -1,8 +1,4 @@
-"""FFN gates: a gate on every intermediate neuron of a model's feed-forward blocks, with the surface of HeadGates.
-
-Masks and scores are {group: [layers, neurons]} (``enc_ffn``, ``dec_ffn``) by original neuron id, or
-[batch, layers, neurons] for one mask per example; groups left out are not gated.
-"""
+"""FFN gates: a gate on every intermediate neuron of a model's feed-forward blocks, with the surface of HeadGates."""
 
 from __future__ import annotations
 

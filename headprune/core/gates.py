@@ -1,13 +1,4 @@
-"""Head gates: find a model's attention modules and multiply each head's output by a gate.
-
-The gates work through transformers' attention interface: every supported attention module
-calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``. We register one wrapper per
-underlying implementation (``headprune_sdpa``, ``headprune_eager``, ...) that calls the
-model's own implementation and then scales the per-head output ``(B, T, H, D)`` by the
-module's gate. No model code is forked. A family whose attention ignores that interface
-(DeBERTa-v2) gates at its output projection instead (headprune.core.output_gate); any
-site can be switched to either with ``HeadGates(model, gate_at=...)``.
-"""
+"""Head gates: find a model's attention modules and multiply each head's output by a gate."""
 
 from __future__ import annotations
 

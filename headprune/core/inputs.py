@@ -8,11 +8,7 @@ NON_INPUTS = ("labels", "idx", "ids")  # batch keys the forward never gets: labe
 
 
 def model_inputs(model, batch: dict) -> dict:
-    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
-
-    An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
-    the model itself would have done.
-    """
+    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss."""
     inputs = {k: v for k, v in batch.items() if k not in NON_INPUTS}
     labels = batch.get("labels")
     prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)

@@ -1,12 +1,4 @@
-"""Streaming gates: the second action on a decoder's attention units, with the surface of HeadGates and their KV-group view.
-
-A gate value alpha per unit mixes the unit's full attention with its attention limited to a sink and a recent window
-(headprune.core.streaming): ``alpha * full + (1 - alpha) * streamed``, 1 = the model's own head, 0 = streamed. Masks and
-scores are {"dec_self": [layers, units]} or [batch, layers, units] (one mask per example), in the unit ``kv_group``
-(a KV head with its query heads: what a KV cache can shorten) on grouped-query models and ``head`` elsewhere. Gate
-gradients come from per-token probes like the head gates', so headprune.scoring's importance and Fisher, per-example
-masks and ``masked``/``probing`` work unchanged (pass ``unit=gates.unit`` to the scoring functions).
-"""
+"""Streaming gates: the second action on a decoder's attention units, with the surface of HeadGates and their KV-group view."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The kinds of pruning unit, by name: the registry's functions (headprune.core.kinds) under their familiar names.
-
-A unit is one kind (``"ffn"``) or a joint list of kinds covering different parts (``"head+ffn"``,
-``["kv_group", "ffn"]``): its masks hold the groups of each kind side by side, and a group's kind is the kind of the
-unit that owns it (attention groups ``enc_self``, ``enc_dec``, ``dec_self``: heads, or KV groups when the unit says
-``kv_group``; FFN groups ``enc_ffn``, ``dec_ffn``; block groups ``<group>_block``).
-"""
+"""The kinds of pruning unit, by name: the registry's functions (headprune.core.kinds) under their familiar names."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""Pruned models out of headprune: stock HF checkpoints, ONNX and GGUF files, each checked without headprune.
-
-- ``hf`` (headprune.export.hf): a directory stock transformers loads (Llama, Mistral, Qwen2, Qwen3 decoders
-  whose layers all keep the same heads: ``prune.layout=uniform``, with ``prune.unit=kv_group`` for
-  grouped-query models);
-- ``onnx`` (headprune.export.onnx): any encoder, decoder or encoder-decoder, uneven heads included
-  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime), in a directory with its tokenizer, config and
-  description (headprune.export.onnx_dir) that plain ONNX Runtime runs from raw text (headprune.export.onnx_client);
-- ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
-  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts and FFN widths) for global masks;
-- ``deci_hf`` (headprune.export.deci_hf): vLLM's ``DeciLMForCausalLM`` (Nemotron-NAS) checkpoint of a pruned Llama or
-  Mistral decoder: per-layer KV heads (the query heads kept whole, pruned ones as zero heads), FFN widths and no-op
-  attention or FFN blocks, with the config class vLLM loads through ``trust_remote_code``.
-
-Beside the models, a pattern of streamed KV groups (sink + recent window) goes out as DuoAttention's
-``full_attention_heads.tsv`` + ``config.json`` (headprune.export.kvpress), which NVIDIA kvpress's DuoAttentionPress reads.
-
-``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
-"""
+"""Pruned models out of headprune: stock HF checkpoints, ONNX and GGUF files, each checked without headprune."""
 
 from __future__ import annotations
 
@@ -29,8 +11,7 @@ from torch import nn
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre`` (None:
-    the name llama.cpp's converter identifies for the tokenizer, else the writer refuses)."""
+    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre`` (None: identified)."""
 
     gguf_dtype: str
     name: str
@@ -169,10 +150,7 @@ def export_model(
     name: str = "model",
     tokenizer_pre: str | None = None,
 ) -> dict:
-    """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}.
-
-    ``example`` is a batch of model inputs (ONNX traces on it); ``job`` tells the checker how to load the export.
-    """
+    """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}."""
     if fmt not in FORMATS:
         raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
     return FORMATS[fmt].write(model, tokenizer, out, example, ExportOptions(gguf_dtype, name, tokenizer_pre))

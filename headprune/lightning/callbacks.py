@@ -11,11 +11,7 @@ from headprune.results.writer import write_results_file
 
 
 class HeadImportanceTracker(L.Callback):
-    """Every N epochs (or steps), and at every checkpoint, snapshot importance and a pruning curve.
-
-    The history is part of the checkpoint (``state_dict``), so a resumed run continues the same
-    series. It is written to ``<output_dir>/dynamics.json`` and logged to W&B as it grows.
-    """
+    """Every N epochs (or steps), and at every checkpoint, snapshot importance and a pruning curve."""
 
     def __init__(
         self,

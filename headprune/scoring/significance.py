@@ -1,11 +1,4 @@
-"""Paired significance tests between a baseline and masked systems (bootstrap for accuracy, means, BLEU and perplexity), and correlations.
-
-Both follow Koehn (2004) as sacrebleu and Moses implement it: resample the evaluation set with
-replacement ``n_samples`` times (the same indices for both systems), take the absolute score
-difference in every resample, centre those differences, and count how often they exceed the
-observed difference: ``p = (count + 1) / (n_samples + 1)``. BLEU goes through sacrebleu's own
-``PairedTest(test_type="bs")`` (corpus BLEU from summed sufficient statistics in every resample).
-"""
+"""Paired significance tests between a baseline and masked systems (bootstrap, Koehn 2004), and correlations."""
 
 from __future__ import annotations
 

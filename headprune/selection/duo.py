@@ -1,15 +1,4 @@
-"""DuoAttention's optimised streaming gates (Xiao et al. 2024): alpha per unit trained by distillation, the model frozen.
-
-Through ``StreamGates`` a unit's attention is ``alpha * full + (1 - alpha) * streamed``. Starting from alpha = 1 (the
-model's own), Adam minimises
-
-    loss = |h(alpha) - h(1)|^2 / |h(1)|^2  +  l1 * mean(alpha)
-
-on batches of the importance subset: h are the final hidden states (B, T, D) at the predicted positions (labels not
--100; every real token without labels), h(1) the full model's, computed once per batch. The penalty pushes every gate
-towards streaming, the distillation holds up the units whose streaming changes the output. After each step alpha is
-clamped to [0, 1]. The trained alphas rank the units: the lowest are streamed first.
-"""
+"""DuoAttention's optimised streaming gates (Xiao et al. 2024): alpha per unit trained by distillation, the model frozen."""
 
 from __future__ import annotations
 
@@ -61,10 +50,7 @@ def distillation_loss(model, gates, batches: Iterable[dict], alphas: dict) -> fl
 def train_stream_gates(
     model, gates, batches: Iterable[dict], steps: int, lr: float, l1: float, init: float = 1.0, progress: bool = False
 ) -> dict[str, torch.Tensor]:
-    """Alphas {group: [L, U]} in [0, 1] trained for ``steps`` Adam steps (one batch each, cycling) from ``init``, the model frozen.
-
-    ``gates``: the model's StreamGates (their unit, sink and window); ``batches``: inputs with labels (the importance subset).
-    """
+    """Alphas {group: [L, U]} in [0, 1] trained for ``steps`` Adam steps (one batch each, cycling) from ``init``, the model frozen."""
     from tqdm.auto import tqdm
 
     batches = list(batches)

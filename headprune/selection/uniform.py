@@ -1,12 +1,4 @@
-"""The uniform layout: every layer of a group loses the same number of units (heads or KV groups).
-
-``prune.layout=global`` (the default) ranks all units of the chosen groups together; ``uniform`` keeps
-the per-layer shape of the model: a count k per group, and in each layer the k lowest-scoring units go.
-A fraction f removes floor(f x units per layer) in every layer, never more than f of the units. A target
-takes the uniform count that meets it: the fewest removed for ``flops`` / ``speedup`` (as the global
-search), the most whose drop stays within ``max_drop``. With grouped-query attention and KV-group units
-the pruned model keeps a stock architecture (equal query and KV heads in every layer).
-"""
+"""The uniform layout: every layer of a group loses the same number of units (heads or KV groups)."""
 
 from __future__ import annotations
 
@@ -123,13 +115,7 @@ def uniform_search(
     groups=None,
     refine: Callable | None = None,
 ) -> SearchResult:
-    """``mask_search.search_mask`` in the uniform layout: the uniform counts (every layer of the chosen groups) that meet ``target``.
-
-    The levels are those of ``headprune.selection.uniform_path``: one count k for every group of a unit kind, and for a
-    joint unit (heads and neurons) the greedy sequence of uniform slices. ``flops`` / ``speedup``: the first level that
-    meets it; ``max_drop``: the last whose drop on the selection split (``evaluate``) stays within it. ``start`` (uniform
-    itself) counts as removed; ``refine`` must keep each layer's count. Masks are built only for the levels evaluated.
-    """
+    """``mask_search.search_mask`` in the uniform layout: the uniform counts (every layer of the chosen groups) that meet ``target``."""
     target = PruneTarget.from_config(target)
     shape = costs.groups
     groups = check_groups(groups, shape)

@@ -1,9 +1,4 @@
-"""The task protocol: everything an experiment may ask of a task. A new task is one class implementing it
-and one ``TaskSpec`` line in ``headprune.tasks.registry.TASKS`` (its loader and trainer).
-
-Experiments (``headprune/experiments``) talk to tasks through this protocol only: they never test which
-task they hold (no ``hasattr`` on task data, no metric-name or model-kind branches).
-"""
+"""The task protocol: everything an experiment may ask of a task (a new task implements it and adds a ``TaskSpec``)."""
 
 from __future__ import annotations
 
@@ -77,8 +72,7 @@ class Task(Protocol):
 
     # ---- evaluation --------------------------------------------------------------------------
     def evaluate(self, mask=None, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> EvalResult:
-        """Score the model on ``split`` with heads gated by ``mask`` ({group: [L, H]} or None); ``on_batch(n)`` after each
-        data batch of ``n`` examples (progress bars)."""
+        """Score the model on ``split`` with heads gated by ``mask``; ``on_batch(n)`` after each data batch of ``n`` examples."""
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> list[EvalResult]:
         """Score several masks, batched where the task can; ``on_batch(n)`` after each data batch of ``n`` examples."""

@@ -95,12 +95,7 @@ class SharedTaskMethods(SavesHF):
 
 
 class ClassifierSubsets:
-    """Mixed into the classification tasks (NLI, images): batches on the model's device, split sizes, importance batches,
-    per-example loss and the paired test of accuracy.
-
-    A task sets ``IMPORTANCE_EXAMPLE`` (a typical ``data.importance_size``, for the error) and has ``_require_data`` and
-    ``model_device``.
-    """
+    """Mixed into the classification tasks: device batches, split sizes, importance batches, per-example loss, evaluation, paired test."""
 
     IMPORTANCE_EXAMPLE = 2000
 
@@ -137,8 +132,7 @@ class ClassifierSubsets:
 
     @torch.no_grad()
     def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
-        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order;
-        ``on_batch(n)`` after each batch of ``n`` examples."""
+        """Accuracy (percent) on ``split`` under ``mask``, per_example["correct"] in dataset order; ``on_batch(n)`` after each batch."""
         dataset = self._require_data().dataset(split)
         correct = torch.zeros(len(dataset), dtype=torch.long)
         was_training = self.model.training
@@ -156,10 +150,7 @@ class ClassifierSubsets:
         return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
-        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.engine.ablation).
-
-        ``on_batch(n)`` is called after each data batch of ``n`` examples (progress bars).
-        """
+        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.engine.ablation)."""
         from headprune.engine.ablation import MaskBatcher
 
         if not masks:

@@ -151,8 +151,7 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
 def tradeoff_figure(
     series: dict[str, list[dict]], path: str | Path, title: str, xlabel: str, ylabel: str, references: dict[str, float] | None = None
 ) -> Path:
-    """Quality (lower is better) against speed, one marker series per name ({name: [{"label", "speed", "score"}]}), each series'
-    Pareto front joined and every point labelled; ``references`` ({label: score}) are horizontal lines (a control)."""
+    """Quality (lower is better) against speed per series, each series' Pareto front joined, points labelled, ``references`` as lines."""
     from headprune.viz.tables import pareto_front
 
     fig, ax = plt.subplots(figsize=(6.2, 4.2))

@@ -1,8 +1,4 @@
-"""The one renderer of results: markdown tables (docs/results.md, report.md) and table rows (W&B, CSV).
-
-Every function reads a results payload (or a study's stage of one), so docs/results.md, a run's
-report and the experiments' logged tables show the same numbers the same way.
-"""
+"""The one renderer of results: markdown tables (docs/results.md, report.md) and table rows (W&B, CSV)."""
 
 from __future__ import annotations
 
@@ -196,11 +192,7 @@ def target_check(point: dict) -> str:
 
 
 def merged_pareto(*payloads: dict) -> dict:
-    """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point).
-
-    Each point keeps its own measured speed-up (timed against the unpruned model in its own run); an untimed point
-    whose mask a timed point shares takes that timing (the physically pruned architecture is the same).
-    """
+    """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point)."""
     stages = [_stage(p, "pareto") for p in payloads]
     first = stages[0]
     for other in stages[1:]:
@@ -228,8 +220,7 @@ def merged_pareto(*payloads: dict) -> dict:
 
 
 def with_control_scores(points: list[dict]) -> list[dict]:
-    """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control
-    ("unpruned + same training"), when it has one."""
+    """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control, when it has one."""
     control = next((q for q in points if q.get("control")), None)
     out = [dict(q) for q in points]
     if control is not None:

@@ -1,14 +1,4 @@
-"""Passkey examples from a seed: a haystack of filler with keyed needles at chosen depths, a question, the answer.
-
-An example of context length L (the prompt: BOS, intro, haystack with its needles, question) holds exactly L tokens:
-the filler is a run of consecutive pool sentences from a random start, its last sentence cut to fill the budget
-L - (BOS + intro + needles + question). The asked needle (or, asking for all keys, the first one drawn) starts at
-the sentence boundary nearest to ``depth`` of the filler's tokens; other needles at random boundaries. Example i of a
-split takes the (length, depth) cell i of the grid ``context_lengths x depths``, so every cell is covered evenly.
-
-Every key is drawn once over all splits (eval first): no two examples share a key, and the splits' examples come from
-their own seeds and haystack pools.
-"""
+"""Passkey examples from a seed: a haystack of filler with keyed needles at chosen depths, a question, the answer."""
 
 from __future__ import annotations
 

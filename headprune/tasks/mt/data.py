@@ -61,11 +61,7 @@ def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:
 
 # ---- batching -------------------------------------------------------------------------------
 def token_batches(src_lens, tgt_lens, max_tokens: int, shuffle: bool, seed: int = 0, max_sentences: int | None = None) -> list[list[int]]:
-    """Index lists whose padded size ``len(batch) * longest`` stays within ``max_tokens``.
-
-    Examples are sorted by length (with random tie-breaking when shuffling) so batches hold
-    similar lengths; the batch order is shuffled with ``seed``.
-    """
+    """Index lists whose padded size ``len(batch) * longest`` stays within ``max_tokens``."""
     rng = random.Random(seed)
     order = list(range(len(src_lens)))
     if shuffle:
@@ -112,11 +108,7 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]] | None, pad_id: i
 
 
 class TokenBatches(IterableDataset):
-    """Token-count batches of an encoded split, reshuffled per epoch and sharded across DDP ranks.
-
-    Yielding whole batches from an IterableDataset keeps Lightning from swapping in its own
-    DistributedSampler; every rank gets the same number of batches (the remainder is dropped).
-    """
+    """Token-count batches of an encoded split, reshuffled per epoch and sharded across DDP ranks."""
 
     def __init__(self, src, tgt, pad_id: int, start_id: int, max_tokens: int, shuffle: bool, seed: int = 0, max_sentences=None):
         self.src, self.tgt, self.pad_id, self.start_id = src, tgt, pad_id, start_id

@@ -107,8 +107,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return min(int(input_ids.shape[1] * self.task_cfg["len_ratio"] + self.task_cfg["len_extra"]), max_pos - 1)
 
     def generate(self, batch: dict, beam_size: int, max_time: float | None = None, progress: BatchProgress | None = None) -> list[str]:
-        """Detokenized translations of a batch (beam search, or greedy when ``beam_size`` is 1), stopped after ``max_time`` s;
-        ``progress`` is told of each decoding step."""
+        """Detokenized translations of a batch (beam search, or greedy at beam 1), stopped after ``max_time`` s; ``progress`` per step."""
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         config = self.model.config
         out = self.model.generate(
@@ -130,10 +129,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     @torch.no_grad()
     def timed_beam(self, batch: dict) -> None:
-        """Beam search (``task.beam_size``) of a timing batch's sources, detokenized: what a translation user waits for.
-
-        Stops at the speed experiment's time budget (``headprune.engine.timing.seconds_left``) and says so.
-        """
+        """Beam search (``task.beam_size``) of a timing batch's sources, detokenized: what a translation user waits for."""
         from headprune.engine.timing import budget_cut, seconds_left
 
         left, start = seconds_left(), time.perf_counter()
@@ -240,15 +236,11 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return EvalResult(score=score, metric="bleu", n=len(refs), per_example={"hypotheses": hyps, "references": refs, "stats": stats})
 
     def evaluate(self, mask=None, split: str = "eval", beam_size: int | None = None, on_batch=None) -> EvalResult:
-        """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default);
-        ``on_batch(n)`` after each batch of ``n`` sentences."""
+        """Corpus BLEU on ``split`` under ``mask`` (beam search, ``task.beam_size``); ``on_batch(n)`` after each batch."""
         return self._result(self.translate(split, mask, beam_size, on_batch), split)
 
     def evaluate_many(self, masks: list, split: str = "eval", beam_size: int | None = None, on_batch=None) -> list[EvalResult]:
-        """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row).
-
-        ``on_batch(n)``, when given, is called after each data batch of ``n`` examples (progress bars).
-        """
+        """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row)."""
         if not masks:
             return []
         split_name = split_of(self.data.cfg, split)

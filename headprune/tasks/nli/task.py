@@ -1,8 +1,4 @@
-"""NLIModule: fine-tune and evaluate an HF sequence classifier on NLI, with head gates on the model.
-
-``experiment=nli_finetune`` runs :func:`finetune`; experiments that need a trained NLI model call
-:func:`load_nli_task` (``model.pretrained=<dir of a fine-tuned model>``).
-"""
+"""NLIModule: fine-tune and evaluate an HF sequence classifier on NLI, with head gates on the model."""
 
 from __future__ import annotations
 

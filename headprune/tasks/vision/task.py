@@ -1,8 +1,4 @@
-"""ImageClassificationModule: fine-tune and evaluate a ViT/DeiT image classifier under head gates (the task protocol).
-
-``experiment=vit_finetune`` runs :func:`finetune`; experiments that need a trained image classifier call
-:func:`load_vision_task` (``model.pretrained=<dir of a fine-tuned model>``).
-"""
+"""ImageClassificationModule: fine-tune and evaluate a ViT/DeiT image classifier under head gates (the task protocol)."""
 
 from __future__ import annotations
 
@@ -112,8 +108,7 @@ def _task_settings(cfg) -> dict:
 
 
 def label_settings(cfg) -> dict:
-    """The classes of the model's head: the data's own where it names them before reading images (a folder's
-    subfolders, the ten digits: num_labels, id2label and label2id), else ``model.num_labels`` (a hub dataset)."""
+    """The classes of the model's head: the data's own (num_labels, id2label, label2id) where known, else ``model.num_labels``."""
     from headprune.tasks.vision.config import ImageDataConfig
     from headprune.tasks.vision.image_sources import class_names
 
@@ -124,8 +119,7 @@ def label_settings(cfg) -> dict:
 
 
 def build_image_model(cfg):
-    """The image classifier of ``cfg.model`` with the data's classes (``label_settings``; a pretrained hub head of other
-    classes is replaced)."""
+    """The image classifier of ``cfg.model`` with the data's classes (a pretrained hub head of other classes is replaced)."""
     from pathlib import Path
 
     from headprune.core.saving import RECORD_FILE
