@@ -17,6 +17,7 @@ def gain_summary(original_seconds: list[float], pruned_seconds: list[float]) -> 
         return {"gain": ratio - 1, "gain_interval": None, "gain_spread": None, "repeats": n}  # no interval from one repeat
     from scipy.stats import t
 
+    # delta method on the paired residuals d_i = t_o[i] - R t_p[i]: se(R) = sd(d) / (sqrt(n) mean(t_p)), Student's t on n - 1 dof
     residuals = [o - ratio * p for o, p in zip(original, pruned)]  # sum to 0 by the choice of R
     se = statistics.stdev(residuals) / (math.sqrt(n) * statistics.fmean(pruned))
     half = float(t.ppf(0.975, n - 1)) * se

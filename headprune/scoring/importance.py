@@ -113,6 +113,7 @@ def importance_scores(
                     if found is None:
                         continue
                     contribution, ids, group = found  # (B, T, U): dL(x_b)/d xi_u restricted to token t
+                    # I_h = E_x |dL(x)/d xi_h| (example); F_h = E_x (dL(x)/d xi_h)^2 (fisher), summing the probes over t gives dL(x)/d xi_h
                     if reduce == "example":
                         value = contribution.sum(1).abs().sum(0)
                     elif reduce == "fisher":

@@ -73,6 +73,7 @@ def train_stream_gates(
                 index = step % len(batches)
                 optimizer.zero_grad()
                 penalty = torch.cat([a.flatten() for a in alphas.values()]).mean()
+                # |h(alpha) - h(1)|^2 / |h(1)|^2 + l1 * mean(alpha), h: final hidden states (B, T, D) at the predicted positions
                 loss = _distillation(model, gates, alphas, batches[index], targets[index]) + l1 * penalty
                 loss.backward()
                 optimizer.step()

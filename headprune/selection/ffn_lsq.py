@@ -85,6 +85,7 @@ def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scal
             target = _target(teacher_site, batch, teacher_x)
         else:
             target = targets[id(teacher_site), index]
+        # neuron i adds c_i = x[:, i] W_d[:, i]^T: C^T C = (x^T x) * (W_d^T W_d), C^T y = sum_n x_n * (y_n W_d), never (N, K, hidden)
         gram += (x.t() @ x).cpu() * column_gram  # (K, K)
         rhs += (x * (target.double() @ columns)).sum(0).cpu()  # (K,)
     return ridge_solve(gram, rhs, ridge, max_scale)

@@ -37,7 +37,7 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     a = x.reshape(x.shape[0], -1, head_dim)[:, positions if x_positions is None else x_positions]  # (N, K, D)
     heads = linear_weight(output).shape[1] // head_dim
     w = linear_weight(output).reshape(out_features(output), heads, head_dim)[:, positions]  # (hidden, K, D)
-    return torch.einsum("nkd,okd->nko", a, w)
+    return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
 def _reference_of(model: nn.Module, gates: HeadGates, teacher: nn.Module | None) -> tuple[nn.Module, HeadGates]:
