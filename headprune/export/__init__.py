@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,46 +75,14 @@ def write_deci_hf(model: nn.Module, tokenizer, out: Path, example: dict, options
     return {"files": written["files"], "job": job, **{k: written[k] for k in ("layout", "padded_query_heads", "placeholder_layers")}}
 
 
-def deci_family_refusal(fields: dict) -> str | None:
-    """Why export.format=deci_hf cannot write this family or its settings (None when it can)."""
-    from headprune.export.deci_hf import refusal
+def _lazy(path: str) -> Callable:
+    """The function ``headprune.export.<path>``, imported when first called (a format's module imports its own dependencies)."""
+    module, name = path.rsplit(".", 1)
 
-    return refusal(fields)
+    def call(*args):
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(*args)
 
-
-def deci_check_mask(fields: dict, rows: dict) -> None:
-    """export.format=deci_hf: a KV-head count dividing the query heads in every layer, or a ConfigError."""
-    from headprune.export.deci_hf import check_mask
-
-    check_mask(fields, rows)
-
-
-def hf_family_refusal(fields: dict) -> str | None:
-    """Why export.format=hf cannot write this family (None when it can)."""
-    from headprune.export.hf import family_refusal
-
-    return family_refusal(fields)
-
-
-def hf_check_mask(fields: dict, rows: dict) -> None:
-    """export.format=hf: one stock shape in every layer, or a ConfigError."""
-    from headprune.export.hf import check_mask
-
-    check_mask(fields, rows)
-
-
-def gguf_family_refusal(fields: dict) -> str | None:
-    """Why export.format=gguf cannot write this family or its settings (None when it can)."""
-    from headprune.export.gguf import refusal
-
-    return refusal(fields)
-
-
-def gguf_check_mask(fields: dict, rows: dict) -> None:
-    """export.format=gguf: equal query groups under every kept KV head (llama, or deci for uneven layers), or a ConfigError."""
-    from headprune.export.gguf_deci import check_mask
-
-    check_mask(fields, rows)
+    return call
 
 
 @dataclass(frozen=True)
@@ -131,12 +100,19 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {
-    "hf": Format(write_hf, True, ("none",), (), False, "transformers", hf_family_refusal, hf_check_mask),
+    "hf": Format(write_hf, True, ("none",), (), False, "transformers", _lazy("hf.family_refusal"), _lazy("hf.check_mask")),
     "onnx": Format(write_onnx, False, ("none", "int8"), ("quantize", "per_channel"), False, "onnxruntime"),
     "gguf": Format(
-        write_gguf, True, ("none",), ("gguf_dtype", "tokenizer_pre"), True, "transformers", gguf_family_refusal, gguf_check_mask
+        write_gguf,
+        True,
+        ("none",),
+        ("gguf_dtype", "tokenizer_pre"),
+        True,
+        "transformers",
+        _lazy("gguf.refusal"),
+        _lazy("gguf_deci.check_mask"),
     ),
-    "deci_hf": Format(write_deci_hf, True, ("none",), (), False, "deci-torch", deci_family_refusal, deci_check_mask),
+    "deci_hf": Format(write_deci_hf, True, ("none",), (), False, "deci-torch", _lazy("deci_hf.refusal"), _lazy("deci_hf.check_mask")),
 }
 
 
