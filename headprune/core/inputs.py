@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what an encoder classifier's forward takes
 DECODER_INPUTS = ("input_ids", "attention_mask")  # ... and a decoder-only LM's
 NON_INPUTS = ("labels", "idx", "ids")  # batch keys the forward never gets: labels (we compute the loss), dataset bookkeeping
@@ -25,3 +27,14 @@ def decoder_valid(batch: dict):
         return batch["decoder_attention_mask"]
     labels = batch.get("labels")
     return (labels != -100).long() if labels is not None and labels.dim() == 2 else None
+
+
+@contextmanager
+def eval_mode(model):
+    """Within the block the model is in eval mode (no dropout); its own mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

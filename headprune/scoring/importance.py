@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
-from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
 from headprune.core.unit_kinds import KINDS, group_kind, kinds_of
 from headprune.core.units import unit_gates
 
@@ -92,11 +92,9 @@ def importance_scores(
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
     _kinds(unit)
-    was_training = model.training
-    model.eval()
     totals, count = _zeros(gates, unit), 0
     batches = _progress(batches, progress, "fisher" if reduce == "fisher" else "importance")
-    with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
+    with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
             if loss_fn is per_example_loss:
                 _require_labels(batch)
@@ -125,7 +123,6 @@ def importance_scores(
                     totals[group][site.layer, ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
-    model.train(was_training)
     if count == 0:
         raise ValueError("importance_scores got no batches: the importance subset is empty")
     scores = {g: (t / count).float() for g, t in totals.items()}
@@ -231,19 +228,16 @@ class _EntropyRecorder:
 def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = False) -> dict[str, torch.Tensor]:
     """Mean attention entropy (nats) of every query head {group: [layers, heads]}; low = peaked attention."""
     recorder = _EntropyRecorder(gates)
-    was_training = model.training
-    model.eval()
     for site in gates.sites:
         site.entropy_hook = recorder
     try:
-        with torch.inference_mode():
+        with eval_mode(model), torch.inference_mode():
             for batch in _progress(batches, progress, "entropy"):
                 recorder.valid = {"enc": batch.get("attention_mask"), "dec": decoder_valid(batch)}
                 model(**batch)
     finally:
         for site in gates.sites:
             site.entropy_hook = None
-        model.train(was_training)
     if recorder.valid and not any(bool(c.any()) for c in recorder.counts.values()):
         raise ConfigError(
             f"attention entropy reads each head's attention inside transformers' attention interface, and no attention of "

@@ -8,7 +8,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from headprune.core.gates import PREFIX, ensure_gated, site_groups
-from headprune.core.inputs import DECODER_INPUTS
+from headprune.core.inputs import DECODER_INPUTS, eval_mode
 
 COPY_KEYS = ("labels", "needle_start", "needle_end")  # what a retrieval batch holds besides the model's inputs
 
@@ -61,22 +61,17 @@ def retrieval_scores(model, gates, batches: Iterable[dict]) -> dict[str, torch.T
     """Retrieval score of every head {group: [layers, heads]} (in the gates' unit: a KV group, its query heads' mean)."""
     totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in site_groups(gates.sites).items()}
     examples = 0
-    was_training = model.training
-    model.eval()
-    try:
-        with eager_attention(model), torch.inference_mode():
-            for batch in batches:
-                missing = [k for k in COPY_KEYS if k not in batch]
-                if missing:
-                    raise ValueError(f"the retrieval score needs batches with {list(COPY_KEYS)}; this batch lacks {missing}")
-                counts = (batch["needle_start"] >= 0).sum(1)  # (B,) copied tokens per example
-                with ExitStack() as stack:
-                    for site in gates.sites:
-                        stack.callback(site.core.register_forward_hook(_recorder(site, batch, counts, totals)).remove)
-                    model(**{k: batch[k] for k in DECODER_INPUTS if k in batch})
-                examples += int((counts > 0).sum())
-    finally:
-        model.train(was_training)
+    with eval_mode(model), eager_attention(model), torch.inference_mode():
+        for batch in batches:
+            missing = [k for k in COPY_KEYS if k not in batch]
+            if missing:
+                raise ValueError(f"the retrieval score needs batches with {list(COPY_KEYS)}; this batch lacks {missing}")
+            counts = (batch["needle_start"] >= 0).sum(1)  # (B,) copied tokens per example
+            with ExitStack() as stack:
+                for site in gates.sites:
+                    stack.callback(site.core.register_forward_hook(_recorder(site, batch, counts, totals)).remove)
+                model(**{k: batch[k] for k in DECODER_INPUTS if k in batch})
+            examples += int((counts > 0).sum())
     if examples == 0:
         raise ValueError("the retrieval score got no example with an answer token copied from a needle")
     return gates.scores_from_heads({g: (t / examples).float() for g, t in totals.items()})

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from headprune.core.inputs import model_inputs
+from headprune.core.inputs import eval_mode, model_inputs
 
 
 def _positions(batch: dict) -> torch.Tensor:
@@ -60,15 +60,13 @@ def train_stream_gates(
         raise ValueError(f"the gate training needs steps >= 1, lr > 0 and l1 >= 0; got steps={steps}, lr={lr}, l1={l1}")
     device = next(model.parameters()).device
     frozen = [(p, p.requires_grad) for p in model.parameters()]
-    was_training = model.training
-    model.eval()
     alphas = {g: torch.full(shape, float(init), device=device, requires_grad=True) for g, shape in gates.groups.items()}
     optimizer = torch.optim.Adam(list(alphas.values()), lr=lr)
     try:
         for p, _ in frozen:
             p.requires_grad_(False)
-        targets = _targets(model, gates, batches)
-        with torch.enable_grad():
+        with eval_mode(model), torch.enable_grad():
+            targets = _targets(model, gates, batches)
             for step in tqdm(range(steps), desc="duo gates", disable=not progress, leave=False):
                 index = step % len(batches)
                 optimizer.zero_grad()
@@ -83,5 +81,4 @@ def train_stream_gates(
     finally:
         for p, flag in frozen:
             p.requires_grad_(flag)
-        model.train(was_training)
     return {g: a.detach().cpu() for g, a in alphas.items()}

@@ -14,7 +14,7 @@ from transformers.pytorch_utils import Conv1D
 from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.ffn_sites import FFNSite
-from headprune.core.inputs import decoder_valid
+from headprune.core.inputs import decoder_valid, eval_mode
 from headprune.core.projections import linear_weight
 from headprune.selection.captures import captured_module_inputs
 from headprune.selection.lsq import ridge_solve
@@ -125,23 +125,18 @@ def ffn_lsq_recover(
     if mask is not None and any(m.dim() != 2 for m in mask.values()):
         raise ValueError("ffn_lsq_recover needs one mask for the whole model ({group: [layers, neurons]}), not one per example")
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
-    was_training = model.training
-    model.eval()
-    try:
-        with gates.masked(mask) if mask is not None else nullcontext():
-            forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
-            order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
-            targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
-            for site in order:
-                positions = _kept_positions(site, mask)
-                if not positions:
-                    continue
-                teacher_site = teacher_gates.site(site.group, site.layer)
-                s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
-                scale_down_columns(site.down(), positions, s)
-                scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
-    finally:
-        model.train(was_training)
+    with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
+        forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
+        order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
+        targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
+        for site in order:
+            positions = _kept_positions(site, mask)
+            if not positions:
+                continue
+            teacher_site = teacher_gates.site(site.group, site.layer)
+            s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
+            scale_down_columns(site.down(), positions, s)
+            scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
     return scales
 
 

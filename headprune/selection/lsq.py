@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from headprune.core.gates import AttentionSite, HeadGates
-from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
 from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
 from headprune.scoring.importance import per_example_loss
@@ -143,22 +143,17 @@ def lsq_recover(
         if report is not None:
             report.update(shrink=None, fit_loss={}, layers_fitted=0)
         return scales
-    was_training = model.training
-    model.eval()
     steps = len(batches) * (1 + (len(shrinks) if len(shrinks) > 1 else 0))
-    with tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
-        try:
-            sums = _normal_equations(fits, reference_model, reference, batches, bar)
-            deviations = [ridge_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
-            originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
-            losses = {}
-            for shrink in shrinks if len(shrinks) > 1 else ():
-                _fold(fits, originals, deviations, shrink)
-                losses[shrink] = _mean_loss(model, gates, mask, batches, loss_fn, bar)
-            best = min(shrinks, key=lambda t: losses.get(t, 0.0))  # the first of equal losses: the most least squares
-            _fold(fits, originals, deviations, best)
-        finally:
-            model.train(was_training)
+    with eval_mode(model), tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
+        sums = _normal_equations(fits, reference_model, reference, batches, bar)
+        deviations = [ridge_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
+        originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
+        losses = {}
+        for shrink in shrinks if len(shrinks) > 1 else ():
+            _fold(fits, originals, deviations, shrink)
+            losses[shrink] = _mean_loss(model, gates, mask, batches, loss_fn, bar)
+        best = min(shrinks, key=lambda t: losses.get(t, 0.0))  # the first of equal losses: the most least squares
+        _fold(fits, originals, deviations, best)
     for (site, _, positions, _), deviation in zip(fits, deviations):
         scales[site.group][site.layer, [site.head_ids[p] for p in positions]] = (1 + best * deviation).float()
     if report is not None:
@@ -182,28 +177,24 @@ def layer_output_errors(
     teacher_gates = HeadGates(teacher)
     errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
-    was_training = model.training
-    model.eval(), teacher.eval()
-    try:
-        with gates.masked(mask) if mask is not None else nullcontext():
-            for batch in batches:
-                student = _captured_inputs(model, gates.sites, batch)
-                reference = _captured_inputs(teacher, teacher_gates.sites, batch)
-                for site in gates.sites:
-                    ref = teacher_gates.site(site.group, site.layer)
-                    x_ref = reference[id(ref)]
-                    valid = _valid_tokens(site, batch, x_ref)
-                    kept = _kept_positions(site, mask)
-                    if teacher_inputs:
-                        at = [ref.head_ids.index(site.head_ids[p]) for p in kept]
-                        out = head_contributions(x_ref[valid], site.linear("output"), kept, site.head_dim, at).sum(1).double()
-                    else:
-                        out = F.linear(student[id(site)][valid], linear_weight(site.linear("output"))).double()
-                    ref_out = F.linear(x_ref[valid], linear_weight(ref.linear("output"))).double()
-                    errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
-                    norms[site.group][site.layer] += float(ref_out.pow(2).sum())
-    finally:
-        model.train(was_training)
+    teacher.eval()
+    with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
+        for batch in batches:
+            student = _captured_inputs(model, gates.sites, batch)
+            reference = _captured_inputs(teacher, teacher_gates.sites, batch)
+            for site in gates.sites:
+                ref = teacher_gates.site(site.group, site.layer)
+                x_ref = reference[id(ref)]
+                valid = _valid_tokens(site, batch, x_ref)
+                kept = _kept_positions(site, mask)
+                if teacher_inputs:
+                    at = [ref.head_ids.index(site.head_ids[p]) for p in kept]
+                    out = head_contributions(x_ref[valid], site.linear("output"), kept, site.head_dim, at).sum(1).double()
+                else:
+                    out = F.linear(student[id(site)][valid], linear_weight(site.linear("output"))).double()
+                ref_out = F.linear(x_ref[valid], linear_weight(ref.linear("output"))).double()
+                errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
+                norms[site.group][site.layer] += float(ref_out.pow(2).sum())
     return {g: errors[g] / norms[g].clamp(min=1e-30) for g in errors}
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from headprune.core.inputs import eval_mode
 from headprune.core.saving import save_pruned
 from headprune.tasks.base import EvalResult
 
@@ -135,17 +136,12 @@ class ClassifierSubsets:
         """Accuracy (percent) on ``split`` under ``mask``, per_example["correct"] in dataset order; ``on_batch(n)`` after each batch."""
         dataset = self._require_data().dataset(split)
         correct = torch.zeros(len(dataset), dtype=torch.long)
-        was_training = self.model.training
-        self.model.eval()  # no dropout: masked and pruned models give identical scores
-        try:
-            with self.gates.masked(mask):
-                for batch in self._require_data().loader(split, batch_size):
-                    logits = self(self._to_device(batch))
-                    correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
-                    if on_batch is not None:
-                        on_batch(len(batch["idx"]))
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), self.gates.masked(mask):  # no dropout: masked and pruned models give identical scores
+            for batch in self._require_data().loader(split, batch_size):
+                logits = self(self._to_device(batch))
+                correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
+                if on_batch is not None:
+                    on_batch(len(batch["idx"]))
         n = len(dataset)
         return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
 
@@ -160,17 +156,13 @@ class ClassifierSubsets:
         n = len(self._require_data().dataset(split))
         correct = torch.zeros(len(masks), n, dtype=torch.long)
         engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             for batch in self._require_data().loader(split):
                 idx, labels = batch.pop("idx"), batch.pop("labels")
                 logits = engine.logits(self._to_device(batch), masks)  # (M, B, C)
                 correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
                 if on_batch is not None:
                     on_batch(len(idx))
-        finally:
-            self.model.train(was_training)
         return [
             EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": c.tolist()})
             for c in correct

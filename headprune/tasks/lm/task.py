@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.gates import HeadGates
-from headprune.core.inputs import DECODER_INPUTS
+from headprune.core.inputs import DECODER_INPUTS, eval_mode
 from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
@@ -139,9 +139,7 @@ class LanguageModelingTask(SavesHF):
         n = len(self.data.split(split))
         stats = torch.zeros(len(masks), n, self.STAT_COLUMNS, dtype=torch.float64)
         tokens = torch.zeros(n, dtype=torch.long)
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             for batch in self.data.batches(split, batch_size):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
@@ -152,8 +150,6 @@ class LanguageModelingTask(SavesHF):
                     stats[:, rows] = self._repeated_stats(batch, masks)
                 if on_batch is not None:
                     on_batch(len(rows))
-        finally:
-            self.model.train(was_training)
         return [self._result(stats[j], tokens) for j in range(len(masks))]
 
     def _repeated_stats(self, batch: dict, masks: list) -> torch.Tensor:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from headprune.core.gates import HeadGates
+from headprune.core.inputs import eval_mode
 from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, special_ids
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
@@ -216,18 +217,13 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         """Translations of every source sentence of ``split``, in the split's order; ``on_batch(n)`` after each batch of ``n``."""
         split = split_of(self.data.cfg, split)
         beam_size = int(beam_size or self.task_cfg["beam_size"])
-        was_training = self.model.training
-        self.model.eval()
         hyps: dict[int, str] = {}
-        try:
-            with torch.no_grad(), self.gates.masked(mask):
-                for batch in self._eval_batches(split):
-                    progress = BatchProgress(on_batch, len(batch["ids"]), self.max_new_tokens(batch["input_ids"]))
-                    for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size, progress=progress)):
-                        hyps[i] = h
-                    progress.done()
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), torch.no_grad(), self.gates.masked(mask):
+            for batch in self._eval_batches(split):
+                progress = BatchProgress(on_batch, len(batch["ids"]), self.max_new_tokens(batch["input_ids"]))
+                for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size, progress=progress)):
+                    hyps[i] = h
+                progress.done()
         return [hyps[i] for i in range(len(hyps))]
 
     def _result(self, hyps: list[str], split: str) -> EvalResult:
@@ -249,28 +245,23 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
         chunk = max(1, int(self.task_cfg["mask_chunk"]))
         hyps: list[dict[int, str]] = [{} for _ in masks]
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                for batch in self._eval_batches(split_name):
-                    ids, inputs = batch["ids"].tolist(), self._to_device(batch)
-                    n = len(ids)
-                    steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
-                    progress = BatchProgress(on_batch, n, steps)
-                    for start in range(0, len(masks), chunk):
-                        group = masks[start : start + chunk]
-                        k = len(group)
-                        stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}  # (k*B, L, H)
-                        repeated = {key: value.repeat(k, 1) for key, value in inputs.items()}  # row j*B + b = example b under mask j
-                        with self.gates.masked(stacked):
-                            out = self.generate(repeated, beam_size, progress=progress)
-                        for j in range(k):
-                            for i, h in zip(ids, out[j * n : (j + 1) * n]):
-                                hyps[start + j][i] = h
-                    progress.done()
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), torch.no_grad():
+            for batch in self._eval_batches(split_name):
+                ids, inputs = batch["ids"].tolist(), self._to_device(batch)
+                n = len(ids)
+                steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
+                progress = BatchProgress(on_batch, n, steps)
+                for start in range(0, len(masks), chunk):
+                    group = masks[start : start + chunk]
+                    k = len(group)
+                    stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}  # (k*B, L, H)
+                    repeated = {key: value.repeat(k, 1) for key, value in inputs.items()}  # row j*B + b = example b under mask j
+                    with self.gates.masked(stacked):
+                        out = self.generate(repeated, beam_size, progress=progress)
+                    for j in range(k):
+                        for i, h in zip(ids, out[j * n : (j + 1) * n]):
+                            hyps[start + j][i] = h
+                progress.done()
         return [self._result([h[i] for i in range(len(h))], split_name) for h in hyps]
 
     def importance_batches(self) -> list[dict]:
