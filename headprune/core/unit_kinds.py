@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import headprune.core.kinds  # noqa: F401  (registers the built-in kinds)
-from headprune.core.blocks import BLOCK_SUFFIX, block_group
-from headprune.core.kinds.ffn import NEURON_ABLATION
-from headprune.core.kinds.kind_registry import (
+from headprune.core.blocks import BLOCK_SUFFIX, block_group  # noqa: F401
+from headprune.core.kinds.ffn import NEURON_ABLATION  # noqa: F401
+from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     JOINER,
     KINDS,
     ablation_refusal,
@@ -20,22 +20,3 @@ from headprune.core.kinds.kind_registry import (
     unit_name,
     unit_parts,
 )
-
-__all__ = [
-    "BLOCK_SUFFIX",
-    "JOINER",
-    "KINDS",
-    "NEURON_ABLATION",
-    "ablation_refusal",
-    "block_group",
-    "group_kind",
-    "is_joint",
-    "kinds_of",
-    "mask_kinds",
-    "noun",
-    "recovery_parts",
-    "shrunk_fields",
-    "unit_kinds",
-    "unit_name",
-    "unit_parts",
-]
