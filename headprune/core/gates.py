@@ -252,7 +252,6 @@ class HeadGates(SiteGates):
             if model.config._attn_implementation != self.inner:
                 model.set_attn_implementation(self.inner)  # gated at the output projection: the model's own attention
 
-    # ---- structure -------------------------------------------------------------------------
     @property
     def kv_groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, KV heads per layer in the original model)}: a KV group is a KV head with all its query heads."""
@@ -284,7 +283,6 @@ class HeadGates(SiteGates):
         layers = self.groups.get(group, (0, 0))[0]
         raise IndexError(f"no attention module for group {group!r} layer {layer}: groups are {self.groups} ({layers} layers in that group)")
 
-    # ---- masks -----------------------------------------------------------------------------
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a mask in this unit: the checked mask itself."""
         return self.normalize_mask(mask, hard=hard)
@@ -293,7 +291,6 @@ class HeadGates(SiteGates):
         """Scores in this unit from per-query-head scores: themselves."""
         return scores
 
-    # ---- gate gradients: probing() comes from SiteGateMethods --------------------------------
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
         super().remove()

@@ -64,7 +64,6 @@ class StreamGates(SiteGateMethods):
             )
         self.sites = [_attach(site, sink, window) for site in sites]
 
-    # ---- structure -------------------------------------------------------------------------
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{"dec_self": (layers, units per layer in the original model)}."""
@@ -100,7 +99,6 @@ class StreamGates(SiteGateMethods):
             present = present.unflatten(-1, (present.shape[-1] // n, n)).any(-1)
         return {STREAMED_GROUP: present}
 
-    # ---- masks -----------------------------------------------------------------------------
     def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """Check a mask of alphas against the model ({"dec_self": [L, U] or [B, L, U]}; ``hard``: 0 or 1 only)."""
         return normalize_mask(mask, self.groups, hard=hard)
@@ -132,7 +130,6 @@ class StreamGates(SiteGateMethods):
             ids = torch.tensor(site.head_ids or [0], dtype=torch.long, device=alphas.device)
             site.gate = alphas[..., site.layer, :].index_select(-1, ids)
 
-    # ---- gate gradients: masked() and probing() come from SiteGateMethods --------------------
     def remove(self) -> None:
         """Detach the streaming gates from the model (the head gates stay)."""
         for site in self.sites:

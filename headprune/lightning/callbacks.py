@@ -34,7 +34,6 @@ class HeadImportanceTracker(L.Callback):
         self.on_checkpoint = on_checkpoint
         self.history: list[dict] = []
 
-    # ---- when to snapshot --------------------------------------------------------------------
     def _taken_at(self, step: int) -> bool:
         return any(s["step"] == step for s in self.history)
 
@@ -78,7 +77,6 @@ class HeadImportanceTracker(L.Callback):
         batches = trainer.num_training_batches
         return batches == float("inf") or trainer.fit_loop.epoch_loop.batch_progress.current.ready % max(int(batches), 1) == 0
 
-    # ---- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"history": self.history}
 

@@ -188,7 +188,6 @@ def per_example_gate_gradients(
     return out
 
 
-# ---- attention entropy ------------------------------------------------------------------------
 class _EntropyRecorder:
     """Accumulates the mean entropy of each head's attention distribution over valid query tokens."""
 

@@ -68,7 +68,6 @@ class CostModel:
         table = self.tables[group]
         return float(table[layer, kept] - table[layer, kept - 1])
 
-    # ---- JSON --------------------------------------------------------------------------------
     def as_dict(self) -> dict:
         return {"unit": self.unit, "fixed": self.fixed, "tables": {g: t.tolist() for g, t in self.tables.items()}, "info": self.info or {}}
 

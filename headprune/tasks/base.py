@@ -56,7 +56,6 @@ class Task(Protocol):
     gates: object  # headprune.core.gates.HeadGates on ``model``
     tokenizer: object  # the model's tokenizer (saved beside exported models)
 
-    # ---- data --------------------------------------------------------------------------------
     def split_sizes(self) -> Mapping[str, int]:
         """{split name: number of examples} for every split the task's data has (0 = empty); may count lazily."""
 
@@ -70,7 +69,6 @@ class Task(Protocol):
     def split_summary(self) -> Mapping[str, Mapping[str, int]]:
         """{split: {"examples": n, ...}} for every split (a language-modelling task adds its token counts)."""
 
-    # ---- evaluation --------------------------------------------------------------------------
     def evaluate(self, mask=None, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> EvalResult:
         """Score the model on ``split`` with heads gated by ``mask``; ``on_batch(n)`` after each data batch of ``n`` examples."""
 
@@ -80,7 +78,6 @@ class Task(Protocol):
     def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int, seed: int, alpha: float) -> list:
         """Paired bootstrap of each system against the baseline: a list of headprune.scoring.significance.PairedResult."""
 
-    # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self) -> Iterable[dict]:
         """Model-input batches (with labels) of the fixed importance subset of the *training* data."""
 

@@ -27,7 +27,6 @@ class UnitKind:
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
     record_key: str = ""  # its key in pruning records (default: its name)
 
-    # ---- where it lives ------------------------------------------------------------------------
     def owns(self, group: str) -> bool:
         """Whether a mask group holds units of this kind."""
         raise NotImplementedError
@@ -48,12 +47,10 @@ class UnitKind:
         """Units one layer holds, from the model's config fields (None: not known from the config alone)."""
         return None
 
-    # ---- scores --------------------------------------------------------------------------------
     def unit_grad(self, site, grad: torch.Tensor) -> tuple[torch.Tensor, list[int], str] | None:
         """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""
         return None
 
-    # ---- costs ---------------------------------------------------------------------------------
     def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, as the part costs in the whole model."""
         raise NotImplementedError
@@ -74,12 +71,10 @@ class UnitKind:
         """A mask group's rows [layers][units] as rows over the query heads they gate (None: it gates no attention heads)."""
         return None
 
-    # ---- settings ------------------------------------------------------------------------------
     def refusal(self, fields: dict | None, settings: dict) -> str | None:
         """Why this kind cannot run on a model with these config ``fields`` and these prune ``settings`` (None: it can)."""
         return None
 
-    # ---- removal and records ---------------------------------------------------------------------
     def prune(self, model: nn.Module, mask: dict[str, torch.Tensor]) -> dict:
         """Remove from the weights every unit whose hard mask entry is 0; returns this kind's record."""
         raise NotImplementedError

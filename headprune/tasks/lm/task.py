@@ -62,7 +62,6 @@ class LanguageModelingTask(SavesHF):
             )
         model.eval()
 
-    # ---- placement and data ------------------------------------------------------------------
     def to(self, device) -> LanguageModelingTask:
         self.model.to(device)
         return self
@@ -88,7 +87,6 @@ class LanguageModelingTask(SavesHF):
         self.data.split(split)
         return texts_fingerprint(self.data.texts[split])
 
-    # ---- evaluation --------------------------------------------------------------------------
     def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
         hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
@@ -181,7 +179,6 @@ class LanguageModelingTask(SavesHF):
             alpha=alpha,
         )
 
-    # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self, batch_size: int | None = None):
         """Batches (inputs + next-token labels, on the model's device) of the importance texts (training data)."""
         if not self.data.split("importance"):
@@ -278,8 +275,6 @@ class LanguageModelingTask(SavesHF):
             "kv_cache_bytes_per_token": kv_cache_bytes_per_token(model),
             "kv_cache_bytes_per_token_ideal": kv_cache_bytes_per_token(model, ideal=True),
         }
-
-    # ---- saving ------------------------------------------------------------------------------
 
 
 def _settings(cfg) -> dict:

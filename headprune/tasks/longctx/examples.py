@@ -37,7 +37,6 @@ class PasskeyGenerator:
         self.bos = [int(bos_id)] if config.add_bos and bos_id is not None else []
         self.intro = self.pieces.text(config.template.intro)
 
-    # ---- the fixed parts ---------------------------------------------------------------------
     def needle_template(self) -> str:
         return self.config.template.needle if self.config.needles == 1 else self.config.template.named_needle
 
@@ -70,7 +69,6 @@ class PasskeyGenerator:
         question = self.pieces.filled(" " + self.question_template(), {"name": names[max(asked, 0)]})[0]
         return len(self.bos) + len(self.intro) + needles + len(question)
 
-    # ---- drawing -----------------------------------------------------------------------------
     def draw_key(self, rng: random.Random, used: set[str]) -> str:
         """A key of ``key_digits`` digits (no leading zero) not drawn before."""
         low, high = 10 ** (self.config.key_digits - 1), 10**self.config.key_digits - 1

@@ -33,7 +33,6 @@ class PasskeyTask(LanguageModelingTask):
         self.metric = metric
         self.paired_test_name = f"paired bootstrap of mean {METRICS[metric]} over examples (Koehn 2004)"
 
-    # ---- data --------------------------------------------------------------------------------
     def split_sizes(self) -> dict[str, int]:
         """{split: examples}."""
         return {split: len(examples) for split, examples in self.data.examples.items()}
@@ -46,7 +45,6 @@ class PasskeyTask(LanguageModelingTask):
         """{split: {"examples", "tokens" (prompts), "answer_tokens"}}."""
         return self.data.split_summary()
 
-    # ---- evaluation --------------------------------------------------------------------------
     STAT_COLUMNS = 2  # per-example columns evaluate_many collects: the answer's NLL sum, its tokens the argmax misses
 
     def _engine_stats(self, engine, inputs: dict, masks: list) -> torch.Tensor:
@@ -88,7 +86,6 @@ class PasskeyTask(LanguageModelingTask):
             scale=100.0 if self.metric == "accuracy" else 1.0,
         )
 
-    # ---- gradients, retrieval and timing -----------------------------------------------------
     def importance_batches(self, batch_size: int | None = None):
         """Batches (inputs + answer labels, on the model's device) of the importance examples."""
         if not self.data.examples.get("importance"):

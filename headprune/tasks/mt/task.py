@@ -71,7 +71,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self._val_nll: list[tuple[float, int]] = []
         self._eval_cache: dict[str, list[dict]] = {}
 
-    # ---- loss ------------------------------------------------------------------------------
     def _logits(self, batch: dict) -> torch.Tensor:
         out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"])
         return out.logits.float()  # (B, T, V)
@@ -101,7 +100,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         if datamodule is not None and hasattr(datamodule, "train_set"):
             datamodule.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
 
-    # ---- generation ------------------------------------------------------------------------
     def max_new_tokens(self, input_ids: torch.Tensor) -> int:
         """The most tokens a translation of a batch may take: ``task.len_ratio`` x its length + ``task.len_extra``."""
         max_pos = getattr(self.model.config, "max_position_embeddings", 512)
@@ -170,7 +168,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self.log("val/bleu", bleu, prog_bar=True, sync_dist=False, rank_zero_only=False)
         self.log("val/nll", sum(v for v, _ in nll) / max(tokens, 1), sync_dist=False)
 
-    # ---- the task protocol -----------------------------------------------------------------
     def _eval_batches(self, split: str) -> list[dict]:
         if split not in self._eval_cache:
             self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
@@ -282,7 +279,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             seen += len(batch["input_ids"])
         return batches
 
-    # ---- optimisation and saving -----------------------------------------------------------
     def configure_optimizers(self):
         from hydra.utils import instantiate
 
@@ -294,7 +290,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-# ---- construction from a Hydra config ----------------------------------------------------------
 def _task_settings(task_cfg) -> dict:
     """``task.*`` (conf/task/mt.yaml) as a dict, with every setting present."""
     given = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})

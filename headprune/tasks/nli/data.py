@@ -115,7 +115,6 @@ class NLIDataModule(L.LightningDataModule):
         """The datamodule described by ``cfg.data``."""
         return cls(NLIDataConfig.from_cfg(data_cfg), tokenizer)
 
-    # ---- reading -----------------------------------------------------------------------------
     def read_raw(self) -> dict[str, dict[str, list]]:
         """{split: {"premise", "hypothesis", "label"}} from the configured source, before limits."""
         c = self.config
@@ -160,7 +159,6 @@ class NLIDataModule(L.LightningDataModule):
         if self.config.source == "hub":
             self._read_hub()
 
-    # ---- setup -------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         """Read, split off the importance subset, apply limits and tokenize (once)."""
         if self.datasets:
@@ -211,7 +209,6 @@ class NLIDataModule(L.LightningDataModule):
             raise KeyError(f"no NLI split {split!r}; this data has {sorted(self.datasets)}")
         return self.datasets[split]
 
-    # ---- loaders -----------------------------------------------------------------------------
     def loader(self, split: str, batch_size: int | None = None) -> DataLoader:
         """A deterministic loader over one split (length-sorted batches, each with ``idx``), for evaluation."""
         data = self.dataset(split)

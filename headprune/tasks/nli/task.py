@@ -60,12 +60,10 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
             {f"acc_{s}": MulticlassAccuracy(num_classes=num_classes, average="micro") for s in self.eval_splits}
         )
 
-    # ---- Lightning ---------------------------------------------------------------------------
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) for a batch (extra keys such as labels and idx are ignored)."""
         return self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits
 
-    # ---- task protocol -----------------------------------------------------------------------
     def _require_data(self) -> NLIDataModule:
         if self.data is None:
             raise ValueError("this NLIModule has no datamodule: build it with load_nli_task(cfg) or NLIModule(..., data=...)")
@@ -96,8 +94,6 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
             batch.pop("idx", None)
             batches.append(self._to_device(batch))
         return batches
-
-    # ---- saving ------------------------------------------------------------------------------
 
 
 class WeightsDigest(L.Callback):

@@ -52,12 +52,10 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
         self.val_accuracy = nn.ModuleDict({f"acc_{s}": MulticlassAccuracy(num_classes=classes, average="micro") for s in self.eval_splits})
         self._tokens: int | None = None
 
-    # ---- Lightning ---------------------------------------------------------------------------
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) of a batch's pixel_values (other keys are ignored)."""
         return self.model(pixel_values=batch["pixel_values"]).logits
 
-    # ---- task protocol -----------------------------------------------------------------------
     def _require_data(self) -> ImageDataModule:
         if self.data is None:
             raise ValueError("this task has no images: build it with load_vision_task(cfg) or ImageClassificationModule(..., data=...)")
@@ -79,7 +77,6 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
             batches.append(self._to_device(batch))
         return batches
 
-    # ---- timing ------------------------------------------------------------------------------
     def tokens_per_image(self) -> int:
         """Tokens the encoder sees per image (patches plus CLS, and DeiT's distillation token)."""
         if self._tokens is None:
