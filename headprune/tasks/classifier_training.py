@@ -7,6 +7,10 @@ import time
 import lightning as L
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from headprune.core.gates import HeadGates
 
 
 def adamw_with_linear_warmup(model, hp, total_steps) -> dict:
@@ -28,6 +32,19 @@ def adamw_with_linear_warmup(model, hp, total_steps) -> dict:
 
 class ClassifierSteps:
     """Lightning steps of a classifier task: cross-entropy training, loss and accuracy per evaluation split."""
+
+    metric = "accuracy"
+    higher_is_better = True
+    paired_test_name = "paired bootstrap (Koehn 2004)"
+
+    def _gated(self, model, tokenizer, data, eval_splits) -> None:
+        """Hold the model under HeadGates (in eval mode), its input processor, its data and an accuracy per evaluation split."""
+        self.model, self.tokenizer, self.data = model, tokenizer, data
+        self.gates = HeadGates(model)
+        model.eval()
+        self.eval_splits = list(eval_splits)
+        classes = model.config.num_labels
+        self.val_accuracy = nn.ModuleDict({f"acc_{s}": MulticlassAccuracy(num_classes=classes, average="micro") for s in self.eval_splits})
 
     def on_train_epoch_start(self) -> None:
         self.model.train()  # HF models load in eval mode; dropout on while fitting

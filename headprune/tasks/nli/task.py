@@ -8,9 +8,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
 
-from headprune.core.gates import HeadGates
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
@@ -25,9 +23,6 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
     """A 3-way NLI classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     name = "nli"
-    metric = "accuracy"
-    higher_is_better = True
-    paired_test_name = "paired bootstrap (Koehn 2004)"
     selection_split = "importance"  # the held-out training subset (appendix A), never the evaluation data
 
     def __init__(
@@ -44,21 +39,12 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer", "data"])
-        self.model = model
-        self.tokenizer = tokenizer
-        self.data = data
-        self.gates = HeadGates(model)
-        model.eval()
         if getattr(model.config, "num_labels", len(LABELS)) == len(LABELS):
             model.config.id2label = dict(enumerate(LABELS))
             model.config.label2id = {name: i for i, name in enumerate(LABELS)}
         if eval_splits is None:
             eval_splits = tuple(data.eval_splits) if data is not None else ("eval",)
-        self.eval_splits = list(eval_splits)
-        num_classes = model.config.num_labels
-        self.val_accuracy = nn.ModuleDict(
-            {f"acc_{s}": MulticlassAccuracy(num_classes=num_classes, average="micro") for s in self.eval_splits}
-        )
+        self._gated(model, tokenizer, data, eval_splits)
 
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) for a batch (extra keys such as labels and idx are ignored)."""

@@ -5,9 +5,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
 
-from headprune.core.gates import HeadGates
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
 from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
@@ -24,9 +22,6 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
     IMPORTANCE_EXAMPLE = 150
 
     name = "vision"
-    metric = "accuracy"
-    higher_is_better = True
-    paired_test_name = "paired bootstrap (Koehn 2004)"
     selection_split = "importance"  # held out of the training images, never the evaluation data
 
     def __init__(
@@ -42,14 +37,7 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["model", "processor", "data"])
-        self.model = model
-        self.tokenizer = processor  # the protocol's input processor: saved beside the model
-        self.data = data
-        self.gates = HeadGates(model)
-        model.eval()
-        self.eval_splits = list(data.eval_splits) if data is not None else ["eval"]
-        classes = model.config.num_labels
-        self.val_accuracy = nn.ModuleDict({f"acc_{s}": MulticlassAccuracy(num_classes=classes, average="micro") for s in self.eval_splits})
+        self._gated(model, processor, data, data.eval_splits if data is not None else ["eval"])  # the processor saved beside the model
         self._tokens: int | None = None
 
     def forward(self, batch: dict) -> torch.Tensor:
