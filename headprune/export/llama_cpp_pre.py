@@ -1,4 +1,4 @@
-"""llama.cpp's pre-tokenizer names and its converter's table of tokenizer hashes (data, from llama-cpp-python 0.3.36 (vendor/llama.cpp))."""
+"""llama.cpp's pre-tokenizer names and its converter's hashes, from llama-cpp-python 0.3.36 (vendor/llama.cpp) (regenerated, not edited)."""
 
 SOURCE = "llama-cpp-python 0.3.36 (vendor/llama.cpp)"
 
