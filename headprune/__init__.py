@@ -1,8 +1,4 @@
-"""headprune: study and prune the attention heads of Transformers.
-
-The public API (torch and transformers only; Lightning, Hydra, tasks and experiments sit above it):
-gates on every attention head (and FFN neuron), importance, physical pruning, saving, costs and the pruning search.
-"""
+"""headprune: study and prune the attention heads of Transformers."""
 
 from headprune.core.blocks import BlockGates
 from headprune.core.counting import kv_cache_bytes_per_token, model_cost

@@ -1,10 +1,4 @@
-"""The Hydra entry point ``headprune``: compose the config and run the chosen experiment.
-
-An input failure (a ConfigError, a missing input file, a config that does not compose) prints one
-message to stderr, saying what is wrong, where and how to fix it, and exits with status 2; its
-traceback only with ``--verbose`` or ``HYDRA_FULL_ERROR=1``. Any other error is a failure of
-headprune itself and keeps its traceback (status 1).
-"""
+"""The Hydra entry point ``headprune``: compose the config and run the chosen experiment."""
 
 from __future__ import annotations
 
@@ -71,8 +65,7 @@ def main_process() -> bool:
 
 @contextmanager
 def claimed_run_dir(cfg):
-    """Run in ``paths.output_dir`` only when it holds no other finished run (``overwrite=true`` replaces one), with
-    ``.hydra/`` (written here, not by Hydra: ``hydra.output_subdir`` is null) always describing the results beside it."""
+    """Run in ``paths.output_dir`` only when it holds no other finished run (``overwrite=true`` replaces one); ``.hydra/`` written here."""
     from hydra.core.hydra_config import HydraConfig
 
     from headprune.core.checks import boolean

@@ -44,12 +44,7 @@ def read_table(root: Path) -> tuple[str, list[tuple[str, str, str]], list[str]]:
 def render(chktxt: str, rows: list[tuple[str, str, str]], known: list[str], source: str) -> str:
     """The data module's text."""
     lines = [
-        f'"""llama.cpp\'s pre-tokenizer names and its converter\'s table of tokenizer hashes (data, from {source}).',
-        "",
-        "Written by tools/llama_cpp_pre_table.py from llama.cpp's sources: ``CHKTXT`` and ``NAME_BY_HASH`` from",
-        "convert_hf_to_gguf's ``get_vocab_base_pre`` (sha256 of ``str(tokenizer.encode(CHKTXT))`` -> ``tokenizer.ggml.pre``),",
-        "``KNOWN`` from src/llama-vocab.cpp (the names a BPE vocabulary may carry). Do not edit by hand: regenerate.",
-        '"""',
+        f'"""llama.cpp\'s pre-tokenizer names and its converter\'s hashes, from {source} (regenerated, not edited)."""',
         "",
         f"SOURCE = {source!r}",
         "",

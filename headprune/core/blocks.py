@@ -1,11 +1,4 @@
-"""Whole blocks as the unit: one gate per layer on its attention block and one on its feed-forward block.
-
-A block gate scales the sub-block's output without its bias: the attention's output projection input (every
-head at once) or the down projection's input (every neuron at once). So a block gate is the head gates (or
-neuron gates) of its layer all set to one value, and 0 leaves exactly what emptying every head or neuron
-leaves: the output projection's bias (headprune.core.pruning, headprune.core.ffn_pruning), which removes the
-sub-block from the weights. Masks are {"<group>_block": [layers, 1]} (or [batch, layers, 1] per example).
-"""
+"""Whole blocks as the unit: one gate per layer on its attention block and one on its feed-forward block."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Typed checks of single settings: each returns the value or raises a ConfigError naming the setting.
-
-A schema is a mapping {dotted setting: rule}, each rule a ``check(value, name)`` built from the
-functions below (``rule(integer, low=1)``, ``optional(rule(boolean))``, ...) that also says what it accepts
-(``str(rule)``: ``integer >= 1``); ``check_schema`` applies it to the settings a config holds. Values come
-from the YAML config groups: no default is restated here.
-"""
+"""Typed checks of single settings: each returns the value or raises a ConfigError naming the setting."""
 
 from __future__ import annotations
 

@@ -85,11 +85,7 @@ def neuron_flops(site: FFNSite, seq_len: int) -> int:
 
 
 def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False, bytes_per_value: int | None = None) -> int:
-    """Bytes the decoder's self-attention KV cache holds per token of context (K and V, every layer, one sequence).
-
-    ``ideal`` leaves out the phantom KV heads of emptied layers (what a model without those layers would hold);
-    ``bytes_per_value`` defaults to the element size of the key projection's weights.
-    """
+    """Bytes the decoder's self-attention KV cache holds per token of context (K and V, every layer, one sequence)."""
     total = 0
     for site in find_sites(model):
         if site.group != "dec_self":

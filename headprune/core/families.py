@@ -22,6 +22,12 @@ from headprune.core.mlp_layouts import (
     MLPLayout,
 )
 
+
+def fused_qkv(path: str) -> dict[str, str]:
+    """query, key and value all at one fused projection's path."""
+    return {"query": path, "key": path, "value": path}
+
+
 GROUPS = ("enc_self", "enc_dec", "dec_self")
 GATE_MECHANISMS = ("attention", "output")  # scale each head's output in the attention function, or at the output projection's input
 
@@ -33,12 +39,12 @@ class Family:
     name: str
     model_types: tuple[str, ...]
     sites: tuple[tuple[str, str], ...]  # (regex on the block's module path with one (\d+) for the layer, group)
-    core: str  # path from the block to the module that calls the attention function ("" = the block itself)
-    query: str
-    key: str
-    value: str
-    output: str  # path from the block to the output projection
-    head_count_attr: str | None  # attribute on the core holding the number of heads (None: query width / head_dim)
+    core: str = ""  # path from the block to the module that calls the attention function ("" = the block itself)
+    query: str = "q_proj"
+    key: str = "k_proj"
+    value: str = "v_proj"
+    output: str = "o_proj"  # path from the block to the output projection
+    head_count_attr: str | None = None  # attribute on the core holding the number of heads (None: query width / head_dim)
     width_attrs: tuple[str, ...] = ()  # attributes on the core holding heads * head_dim
     head_dim_attr: str = "head_dim"
     kv_groups_attr: str | None = None  # grouped KV heads: attribute on the core holding query heads per KV head
@@ -58,10 +64,7 @@ class Family:
 BERT_LIKE = Family(
     name="bert-like",
     model_types=("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text", "xmod"),
-    sites=(
-        (r"(?:^|\.)encoder\.layer\.(\d+)\.attention$", "enc_self"),
-        (r"(?:^|\.)encoder\.layer\.(\d+)\.crossattention$", "enc_dec"),
-    ),
+    sites=((r"(?:^|\.)encoder\.layer\.(\d+)\.attention$", "enc_self"), (r"(?:^|\.)encoder\.layer\.(\d+)\.crossattention$", "enc_dec")),
     core="self",
     query="self.query",
     key="self.key",
@@ -81,14 +84,9 @@ BART_LIKE = Family(
         (r"(?:^|\.)decoder\.layers\.(\d+)\.encoder_attn$", "enc_dec"),
         (r"(?:^|\.)decoder\.layers\.(\d+)\.self_attn$", "dec_self"),
     ),
-    core="",
-    query="q_proj",
-    key="k_proj",
-    value="v_proj",
     output="out_proj",
     head_count_attr="num_heads",
     width_attrs=("embed_dim",),
-    head_dim_attr="head_dim",
     config_head_counts=("encoder_attention_heads", "decoder_attention_heads"),
     mlp=BART_MLP,
 )
@@ -97,13 +95,6 @@ LLAMA_LIKE = Family(
     name="llama-like",
     model_types=("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text"),
     sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
-    core="",
-    query="q_proj",
-    key="k_proj",
-    value="v_proj",
-    output="o_proj",
-    head_count_attr=None,
-    head_dim_attr="head_dim",
     kv_groups_attr="num_key_value_groups",
     mlp=GATED_MLP,
 )
@@ -112,12 +103,6 @@ OLMO2 = Family(
     name="olmo2",
     model_types=("olmo2",),
     sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
-    core="",
-    query="q_proj",
-    key="k_proj",
-    value="v_proj",
-    output="o_proj",
-    head_count_attr=None,
     kv_groups_attr="num_key_value_groups",
     cross_head_norms=("q_norm", "k_norm"),
     mlp=GATED_MLP,
@@ -127,10 +112,6 @@ OPT = Family(
     name="opt",
     model_types=("opt",),
     sites=((r"(?:^|\.)decoder\.layers\.(\d+)\.self_attn$", "dec_self"),),
-    core="",
-    query="q_proj",
-    key="k_proj",
-    value="v_proj",
     output="out_proj",
     head_count_attr="num_heads",
     mlp=OPT_MLP,
@@ -140,10 +121,7 @@ GPT2 = Family(
     name="gpt2",
     model_types=("gpt2",),
     sites=((r"(?:^|\.)h\.(\d+)\.attn$", "dec_self"),),
-    core="",
-    query="c_attn",  # one Conv1D: q | k | v
-    key="c_attn",
-    value="c_attn",
+    **fused_qkv("c_attn"),  # one Conv1D: q | k | v
     output="c_proj",
     head_count_attr="num_heads",
     width_attrs=("split_size",),
@@ -156,12 +134,8 @@ GPT_NEOX = Family(
     name="gpt-neox",
     model_types=("gpt_neox",),
     sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "dec_self"),),
-    core="",
-    query="query_key_value",  # per head [q | k | v]
-    key="query_key_value",
-    value="query_key_value",
+    **fused_qkv("query_key_value"),  # per head [q | k | v]
     output="dense",
-    head_count_attr=None,
     head_dim_attr="head_size",
     heads_in_config=True,
     fused_layout=interleaved,
@@ -172,12 +146,7 @@ PHI3 = Family(
     name="phi3",
     model_types=("phi3",),
     sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
-    core="",
-    query="qkv_proj",  # q (heads * D) | k (KV * D) | v (KV * D)
-    key="qkv_proj",
-    value="qkv_proj",
-    output="o_proj",
-    head_count_attr=None,
+    **fused_qkv("qkv_proj"),  # q (heads * D) | k (KV * D) | v (KV * D)
     kv_groups_attr="num_key_value_groups",
     kv_count_attrs=("num_key_value_heads",),
     heads_in_config=True,
@@ -190,7 +159,6 @@ DISTILBERT = Family(
     name="distilbert",
     model_types=("distilbert",),
     sites=((r"(?:^|\.)transformer\.layer\.(\d+)\.attention$", "enc_self"),),
-    core="",
     query="q_lin",
     key="k_lin",
     value="v_lin",
@@ -206,11 +174,6 @@ VIT_LIKE = Family(
     name="vit-like",
     model_types=("vit", "deit"),
     sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "enc_self"),),
-    core="",
-    query="q_proj",
-    key="k_proj",
-    value="v_proj",
-    output="o_proj",
     head_count_attr="num_attention_heads",
     mlp=VIT_MLP,
 )
@@ -223,7 +186,6 @@ T5_LIKE = Family(
         (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.1\.EncDecAttention$", "enc_dec"),
         (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "dec_self"),
     ),
-    core="",
     query="q",
     key="k",
     value="v",
@@ -256,10 +218,7 @@ FALCON = Family(
     name="falcon",
     model_types=("falcon",),
     sites=((r"(?:^|\.)h\.(\d+)\.self_attention$", "dec_self"),),
-    core="",
-    query="query_key_value",  # per KV head [its query heads | k | v]
-    key="query_key_value",
-    value="query_key_value",
+    **fused_qkv("query_key_value"),  # per KV head [its query heads | k | v]
     output="dense",
     head_count_attr="num_heads",
     kv_count_attrs=("num_kv_heads",),
@@ -278,8 +237,7 @@ def supported_model_types() -> list[str]:
 
 
 def config_groups(fields: dict) -> list[str] | None:
-    """The attention groups a model of these config fields has (None: a model type the table does not cover); the
-    cross-attention of a family without a decoder stack only when the config adds it (BERT's ``add_cross_attention``)."""
+    """The attention groups of a model of these config fields (None: not in the table); an encoder's enc_dec only if the config adds it."""
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
     if family is None:
         return None

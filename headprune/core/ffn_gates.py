@@ -1,8 +1,4 @@
-"""FFN gates: a gate on every intermediate neuron of a model's feed-forward blocks, with the surface of HeadGates.
-
-Masks and scores are {group: [layers, neurons]} (``enc_ffn``, ``dec_ffn``) by original neuron id, or
-[batch, layers, neurons] for one mask per example; groups left out are not gated.
-"""
+"""FFN gates: a gate on every intermediate neuron of a model's feed-forward blocks, with the surface of HeadGates."""
 
 from __future__ import annotations
 
@@ -23,11 +19,6 @@ class FFNGates(SiteGates):
         self.sites = find_ffn_sites(model)
         for site in self.sites:
             attach_neuron_gate(site)
-
-    @property
-    def num_neurons(self) -> int:
-        """Neurons in the original model, all groups."""
-        return sum(layers * width for layers, width in self.groups.values())
 
     def widths(self) -> dict[str, list[int]]:
         """{group: [neurons present per layer]}."""

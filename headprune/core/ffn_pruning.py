@@ -1,12 +1,4 @@
-"""Physical FFN neuron pruning: remove intermediate channels from the weights, by original neuron id.
-
-A neuron is one output row of every up projection (each of a fused projection's row blocks) and the same
-input column of the down projection, so the block computes exactly what the masked block computes. A
-block that loses every neuron keeps one all-zero "phantom" neuron: its output is exactly the down
-projection's bias, and the model code runs unchanged (GPT-2's Conv1D cannot take a zero-width input).
-The model config follows: a config field whose blocks all keep one width holds that width (a stock
-transformers load then builds the model), and ``headprune_ffn_widths`` holds the width of every block.
-"""
+"""Physical FFN neuron pruning: remove intermediate channels from the weights, by original neuron id."""
 
 from __future__ import annotations
 

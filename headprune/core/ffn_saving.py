@@ -1,11 +1,4 @@
-"""The FFN part of a saved pruned model: per-block widths in config.json, neuron ids and weight digests in the record file.
-
-config.json: each width field (``intermediate_size``, ``encoder_ffn_dim``, ``d_ff``, ...) holds the one width
-its blocks keep, else the original width, and ``headprune_ffn_widths`` {group: [width per layer]} holds every
-block's width; stock transformers loads a model whose width fields are uniform. ``headprune_pruning.json``
-adds ``ffn_widths_orig``, ``pruned_neurons`` ({group: {layer: [removed original ids]}}) and a SHA-256 per block.
-``load_pruned`` slices the freshly built blocks to the recorded widths (by original id) before loading weights.
-"""
+"""The FFN part of a saved pruned model: per-block widths in config.json, neuron ids and weight digests in the record file."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""FFN sites: a model's feed-forward blocks, found by the family's MLP layout, and the neuron gate on their down projection.
-
-The gate is a forward pre-hook on the down projection that multiplies its input (..., W) channel-wise by the
-site's gate, (W,) or (B, W) over the neurons present; while gate gradients are recorded it also multiplies a
-fresh probe of ones shaped like the input, as head gates do (headprune.core.head_tensors).
-"""
+"""FFN sites: a model's feed-forward blocks, found by the family's MLP layout, and the neuron gate on their down projection."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Analytic FLOPs tables per kind: {group: [layers, units + 1]}, the cost of a layer's part with 0..units kept.
-
-The formulas are ``counting.model_cost``'s, so a prediction equals ``model_cost`` of the physically pruned model
-(an emptied layer computes its zero phantom head or neuron).
-"""
+"""Analytic FLOPs tables per kind: {group: [layers, units + 1]}, the cost of a layer's part with 0..units kept."""
 
 from __future__ import annotations
 

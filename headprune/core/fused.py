@@ -1,8 +1,4 @@
-"""Fused q/k/v projections: where each head's rows sit in the one output of the fused layer.
-
-A layout is ``layout(heads, kv_heads, head_dim) -> (query (H, D), key (KV, D), value (KV, D))``: the
-output units of the fused projection that hold each query head, key head and value head.
-"""
+"""Fused q/k/v projections: where each head's rows sit in the one output of the fused layer."""
 
 from __future__ import annotations
 
@@ -31,10 +27,7 @@ def interleaved(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor,
 
 
 def grouped(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per KV head [its query heads | k | v], group after group (Falcon's ``query_key_value``, viewed as (KV, H / KV + 2, D)).
-
-    One KV head is q | k | v (multi-query); one query head per KV head is GPT-NeoX's interleaved layout.
-    """
+    """Per KV head [its query heads | k | v], group after group (Falcon's ``query_key_value``, viewed as (KV, H / KV + 2, D))."""
     if heads % kv_heads:
         raise ValueError(f"a grouped q/k/v layout needs as many query heads for every KV head, got {heads} over {kv_heads}")
     per_kv = heads // kv_heads

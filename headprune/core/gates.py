@@ -1,13 +1,4 @@
-"""Head gates: find a model's attention modules and multiply each head's output by a gate.
-
-The gates work through transformers' attention interface: every supported attention module
-calls ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]``. We register one wrapper per
-underlying implementation (``headprune_sdpa``, ``headprune_eager``, ...) that calls the
-model's own implementation and then scales the per-head output ``(B, T, H, D)`` by the
-module's gate. No model code is forked. A family whose attention ignores that interface
-(DeBERTa-v2) gates at its output projection instead (headprune.core.output_gate); any
-site can be switched to either with ``HeadGates(model, gate_at=...)``.
-"""
+"""Head gates: find a model's attention modules and multiply each head's output by a gate."""
 
 from __future__ import annotations
 
@@ -261,7 +252,6 @@ class HeadGates(SiteGates):
             if model.config._attn_implementation != self.inner:
                 model.set_attn_implementation(self.inner)  # gated at the output projection: the model's own attention
 
-    # ---- structure -------------------------------------------------------------------------
     @property
     def kv_groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, KV heads per layer in the original model)}: a KV group is a KV head with all its query heads."""
@@ -293,7 +283,6 @@ class HeadGates(SiteGates):
         layers = self.groups.get(group, (0, 0))[0]
         raise IndexError(f"no attention module for group {group!r} layer {layer}: groups are {self.groups} ({layers} layers in that group)")
 
-    # ---- masks -----------------------------------------------------------------------------
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a mask in this unit: the checked mask itself."""
         return self.normalize_mask(mask, hard=hard)
@@ -302,7 +291,6 @@ class HeadGates(SiteGates):
         """Scores in this unit from per-query-head scores: themselves."""
         return scores
 
-    # ---- gate gradients: probing() comes from SiteGateMethods --------------------------------
     def remove(self) -> None:
         """Detach the gates and restore the model's own attention implementation."""
         super().remove()

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what an encoder classifier's forward takes
 DECODER_INPUTS = ("input_ids", "attention_mask")  # ... and a decoder-only LM's
 NON_INPUTS = ("labels", "idx", "ids")  # batch keys the forward never gets: labels (we compute the loss), dataset bookkeeping
 
 
 def model_inputs(model, batch: dict) -> dict:
-    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss.
-
-    An encoder-decoder batch without ``decoder_input_ids`` gets them from the labels (shifted right), as
-    the model itself would have done.
-    """
+    """The forward inputs of a batch: everything but ``labels``, so the model never computes its own loss."""
     inputs = {k: v for k, v in batch.items() if k not in NON_INPUTS}
     labels = batch.get("labels")
     prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
@@ -29,3 +27,14 @@ def decoder_valid(batch: dict):
         return batch["decoder_attention_mask"]
     labels = batch.get("labels")
     return (labels != -100).long() if labels is not None and labels.dim() == 2 else None
+
+
+@contextmanager
+def eval_mode(model):
+    """Within the block the model is in eval mode (no dropout); its own mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

@@ -1,8 +1,4 @@
-"""Any number of kinds under one mask: each group of a joint mask goes to the part (one kind's gates) that holds it.
-
-The groups of different kinds never share a name (attention groups ``enc_self`` ..., FFN groups ``enc_ffn`` ...,
-``hidden``, ``<stack>_layer`` ...), so a joint mask is a plain dict holding them all; each part gets its own groups.
-"""
+"""Any number of kinds under one mask: each group of a joint mask goes to the part (one kind's gates) that holds it."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ class JointGates:
     """The gates of several kinds of one model behind one surface: masks and scores are {group: [layers, units]} over all."""
 
     def __init__(self, model: nn.Module, parts: list | None = None):
-        """``parts``: one gates object per kind (HeadGates or its KV-group view, FFNGates, ...), of different groups
-        (default: the model's query heads and FFN neurons)."""
+        """``parts``: one gates object per kind, of different groups (default: the model's query heads and FFN neurons)."""
         if parts is None:
             from headprune.core.ffn_gates import FFNGates
             from headprune.core.gates import HeadGates

@@ -1,9 +1,4 @@
-"""A per-layer view of a model config: a few fields of its own, everything else read live from the shared config.
-
-Some attention modules read their head count from the model config at run time (Phi-3 splits its fused
-q/k/v at ``config.num_attention_heads * head_dim``); after uneven pruning each such module gets a view
-whose head count is its own, while the attention implementation and every other field stay the model's.
-"""
+"""A per-layer view of a model config: a few fields of its own, everything else read live from the shared config."""
 
 from __future__ import annotations
 

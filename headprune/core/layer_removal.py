@@ -1,10 +1,4 @@
-"""Physical layer removal: delete whole Transformer layers from their stacks, by original layer id.
-
-The kept layers are renumbered where the runtime reads their index (each module's ``layer_idx``, which the KV cache
-is indexed by), the config follows (each stack's count field, per-layer lists such as ``layer_types``) and
-``headprune_removed_layers`` {group: [original ids]} records what went. Every other kind's sites keep their original
-layer ids and their stack's original layer count, so head, KV-group and FFN masks stay indexed by original layer.
-"""
+"""Physical layer removal: delete whole Transformer layers from their stacks, by original layer id."""
 
 from __future__ import annotations
 

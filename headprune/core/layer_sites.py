@@ -1,10 +1,4 @@
-"""Layer sites: a model's Transformer layers, found from the family's attention sites, and the gate on each layer's output.
-
-A layer gated by g computes ``x + g * (layer(x) - x)`` on its hidden-state output (a forward hook; the layer returns
-a tensor or a tuple whose first entry is the hidden states): g = 1 is the layer, g = 0 the identity, exactly what
-removing the layer leaves. The gate is (1,) or (B, 1) per example; while gate gradients are recorded the hook also
-multiplies a fresh probe of ones (B, T, 1), whose gradient is the layer gate's gradient at each token.
-"""
+"""Layer sites: a model's Transformer layers, found from the family's attention sites, and the gate on each layer's output."""
 
 from __future__ import annotations
 
@@ -145,11 +139,7 @@ class LayerGates(SiteGates):
 
 
 def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
-    """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output).
-
-    Tokens are weighted by the batch's ``attention_mask`` where it spans the layer's tokens (encoder and decoder-only
-    stacks), else all count (a decoder stack beside an encoder); a removed layer scores 0.
-    """
+    """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output)."""
     sites = find_layer_sites(model)
     totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
     weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}

@@ -56,12 +56,7 @@ def _as_tensor(group: str, value, layers: int, heads: int, unit: str = "head") -
 
 
 def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False, unit: str = "head") -> dict[str, torch.Tensor]:
-    """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}.
-
-    A mask is a dict {group: [layers, heads] or [batch, layers, heads]}, or a bare tensor when the
-    model has one group. Groups left out are not gated. Every entry must be finite; ``hard`` masks
-    (pruning, mask files) must also be exactly 0 or 1. ``unit`` names the last axis in messages ("neuron": FFN masks).
-    """
+    """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}."""
     kind = KIND_OF_UNIT.get(unit, unit)
     if mask is None:
         raise TypeError(f"the mask is None: give a dict {{group: tensor [layers, {unit}s]}} with the groups {_shapes(groups)}")

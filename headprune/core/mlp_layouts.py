@@ -1,10 +1,4 @@
-"""Where each family's feed-forward blocks live and which projections hold their neurons (the ``mlp`` of a ``Family`` row).
-
-A neuron is one intermediate channel: an output row of every up projection (up, gate) and the same input
-column of the down projection. A fused up projection stacks ``blocks`` such row blocks (Phi-3's
-``gate_up_proj`` is [gate | up]); GPT-2's Conv1D holds its weights transposed, which
-``headprune.core.projections`` handles.
-"""
+"""Where each family's feed-forward blocks live and which projections hold their neurons (the ``mlp`` of a ``Family`` row)."""
 
 from __future__ import annotations
 

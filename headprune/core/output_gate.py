@@ -1,10 +1,4 @@
-"""The output-projection gate: a forward pre-hook that scales each head's slice of the output projection's input.
-
-Every family concatenates its heads right before the output projection, so this gate works where the
-attention does not call transformers' attention interface (DeBERTa-v2). A site gates here when its
-``gate_at`` is ``"output"``; the hook lives on the projection module and is attached again after pruning
-replaces it.
-"""
+"""The output-projection gate: a forward pre-hook that scales each head's slice of the output projection's input."""
 
 from __future__ import annotations
 

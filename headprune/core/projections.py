@@ -1,9 +1,4 @@
-"""Projection layers of either orientation: ``nn.Linear`` (weight [out, in]) and GPT-2's ``Conv1D`` (weight [in, out]).
-
-Pruning keeps a list of output units or input units of a projection; an index of -1 stands for a zero
-"phantom" unit (a row or column of zeros, bias 0), so a fused q|k|v projection can place its phantom
-head wherever its layout puts heads.
-"""
+"""Projection layers of either orientation: ``nn.Linear`` (weight [out, in]) and GPT-2's ``Conv1D`` (weight [in, out])."""
 
 from __future__ import annotations
 

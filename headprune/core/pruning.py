@@ -1,15 +1,4 @@
-"""Physical head pruning: remove heads from the weights, by original head id.
-
-A head's weights are ``head_dim`` output rows of the query, key and value projections and the
-same ``head_dim`` input columns of the output projection. The model's own ``view(..., -1,
-head_dim)`` then sees fewer heads, so layers with different head counts just work. A layer that
-loses every head keeps one all-zero "phantom" head: its attention output is exactly the output
-projection's bias, and the model code runs unchanged (caches included).
-
-With grouped KV heads (Llama family) the query heads are the unit: a KV head's k/v rows go when
-its last query head goes (the KV cache shrinks with them). Where the remaining query heads no
-longer form equal groups, the attention wrapper of headprune.core.gates maps each one to its KV head.
-"""
+"""Physical head pruning: remove heads from the weights, by original head id."""
 
 from __future__ import annotations
 
@@ -43,8 +32,7 @@ def integer_id(value, what: str) -> int:
 
 
 def kept_positions(site, ids: list, noun: str) -> list[int] | None:
-    """Weight positions of a site's units that stay when the units of these *original* ids go (ids out of range: an
-    IndexError); None when none of them is still in the weights (removing twice is a no-op)."""
+    """Weight positions of a site's units kept when the units of these *original* ids go; None when none of them is still in the weights."""
     ids = [integer_id(i, f"{noun} id for {site.group} layer {site.layer}") for i in ids]
     bad = [i for i in ids if not 0 <= i < site.units_orig]
     if bad:
@@ -55,8 +43,7 @@ def kept_positions(site, ids: list, noun: str) -> list[int] | None:
 
 
 def sites_named(sites: list, ids: dict, kind: str, short: str) -> list[tuple]:
-    """[(site, [ids])] for a {group: {layer: [original ids]}} record over ``sites`` (each with ``group`` and ``layer``);
-    an unknown group is a ValueError, a layer out of range an IndexError (``kind`` / ``short`` name the group in them)."""
+    """[(site, [ids])] for a {group: {layer: [original ids]}} record over ``sites``; unknown groups and layers are errors."""
     by_key = {(s.group, s.layer): s for s in sites}
     groups = sorted({g for g, _ in by_key})
     out = []

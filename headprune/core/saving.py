@@ -1,10 +1,4 @@
-"""Save and load physically pruned models: HF ``save_pretrained`` files plus the pruning record.
-
-The record (config.json's ``headprune_pruned_heads`` and ``headprune_pruning.json``) names the removed
-heads by original id; ``headprune_pruning.json`` also holds a SHA-256 per attention module of its kept
-head ids and weights, checked on load. For BERT-like, DistilBERT, ViT and DeiT models config.json also gets
-transformers v4's ``pruned_heads``, so v4 loads the directory, and ``load_pruned`` reads directories pruned by v4.
-"""
+"""Save and load physically pruned models: HF ``save_pretrained`` files plus the pruning record."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""What every gates object over hooked sites shares: groups, masks, a mask for a block of code, and gate probes.
-
-A site is one place a kind's units live (an attention module, a feed-forward block, a layer): it holds its ``group``, its
-original ``layer`` id, ``unit_ids`` (the original ids of the units still in the weights, in weight order), ``units_orig``
-(units in the original model), ``stack_layers`` (its stack's layers in the original model, 0: as many as the sites
-say), ``gate`` (the tensor its hook multiplies by), ``recording`` and ``probes`` (the per-token gates recorded on each
-forward, whose gradients are the gate gradients).
-"""
+"""What every gates object over hooked sites shares: groups, masks, a mask for a block of code, and gate probes."""
 
 from __future__ import annotations
 

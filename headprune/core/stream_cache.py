@@ -1,14 +1,4 @@
-"""A transformers KV cache that keeps less: streamed KV groups hold their sink and recent window, the others everything.
-
-``StreamCache(gates, mask)`` is a ``DynamicCache`` whose layers with streamed KV groups (0 in the hard ``mask`` of
-``StreamGates``) are ``StreamedLayer``s: the full groups go to the layer the model's config asks for, the streamed
-groups to a buffer of at most ``sink + window`` keys and values per group, the sink kept and the window a rolling
-buffer (a sliding-window layer, already short, keeps every group in its own window and masks the streamed ones). Keys are cached after RoPE, so a streamed head attends to its short KV directly: on
-every forward the layer hands it to the attention wrapper (headprune.core.stream_sites), which runs the full groups'
-heads on the full keys and the streamed heads on their short keys. The result equals the model under
-``gates.masked(mask)`` with the full cache. The cache decides which groups stream in its layers: generate with the
-streaming gates unset.
-"""
+"""A transformers KV cache that keeps less: streamed KV groups hold their sink and recent window, the others everything."""
 
 from __future__ import annotations
 
@@ -206,9 +196,7 @@ def held_kv_bytes(cache) -> int:
 
 
 def stream_cache_bytes(gates, mask, tokens: int, batch: int = 1, bytes_per_value: int | None = None) -> int:
-    """The bytes ``StreamCache(gates, mask)`` holds after ``tokens`` tokens of ``batch`` sequences: per layer and K and V, every
-    full KV group ``tokens`` keys, every streamed one ``min(tokens, sink + window)`` (every group of a sliding-window layer
-    ``min(tokens, sliding_window - 1)``), each ``head_dim`` values of ``bytes_per_value`` (default: the key weights' size)."""
+    """Bytes ``StreamCache(gates, mask)`` holds after ``tokens`` tokens of ``batch`` sequences (streamed groups: sink + window)."""
     alphas = gates.head_mask(mask, hard=True)["dec_self"]
     layer_types, layer_kwargs = get_layer_types_and_kwargs(gates.model.config.get_text_config(decoder=True))
     total = 0

@@ -1,12 +1,4 @@
-"""Streaming gates: the second action on a decoder's attention units, with the surface of HeadGates and their KV-group view.
-
-A gate value alpha per unit mixes the unit's full attention with its attention limited to a sink and a recent window
-(headprune.core.streaming): ``alpha * full + (1 - alpha) * streamed``, 1 = the model's own head, 0 = streamed. Masks and
-scores are {"dec_self": [layers, units]} or [batch, layers, units] (one mask per example), in the unit ``kv_group``
-(a KV head with its query heads: what a KV cache can shorten) on grouped-query models and ``head`` elsewhere. Gate
-gradients come from per-token probes like the head gates', so headprune.scoring's importance and Fisher, per-example
-masks and ``masked``/``probing`` work unchanged (pass ``unit=gates.unit`` to the scoring functions).
-"""
+"""Streaming gates: the second action on a decoder's attention units, with the surface of HeadGates and their KV-group view."""
 
 from __future__ import annotations
 
@@ -72,7 +64,6 @@ class StreamGates(SiteGateMethods):
             )
         self.sites = [_attach(site, sink, window) for site in sites]
 
-    # ---- structure -------------------------------------------------------------------------
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{"dec_self": (layers, units per layer in the original model)}."""
@@ -108,7 +99,6 @@ class StreamGates(SiteGateMethods):
             present = present.unflatten(-1, (present.shape[-1] // n, n)).any(-1)
         return {STREAMED_GROUP: present}
 
-    # ---- masks -----------------------------------------------------------------------------
     def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """Check a mask of alphas against the model ({"dec_self": [L, U] or [B, L, U]}; ``hard``: 0 or 1 only)."""
         return normalize_mask(mask, self.groups, hard=hard)
@@ -140,7 +130,6 @@ class StreamGates(SiteGateMethods):
             ids = torch.tensor(site.head_ids or [0], dtype=torch.long, device=alphas.device)
             site.gate = alphas[..., site.layer, :].index_select(-1, ids)
 
-    # ---- gate gradients: masked() and probing() come from SiteGateMethods --------------------
     def remove(self) -> None:
         """Detach the streaming gates from the model (the head gates stay)."""
         for site in self.sites:

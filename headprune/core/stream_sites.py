@@ -1,11 +1,4 @@
-"""One attention module's streaming gate: its full attention mixed with its attention under the sink + window mask.
-
-Per head, ``alpha * full + (1 - alpha) * streamed`` (alpha = 1: the model's own head; alpha = 0: the head streamed,
-headprune.core.streaming). The attention wrapper of headprune.core.gates calls ``attend`` with the model's own
-attention function; the streaming branch runs only while a gate is set or gate gradients are recorded. A
-``StreamCache`` layer may instead hand over the short keys of its streamed KV groups (``CacheHandover``): the heads
-of full groups then attend to the full keys, the streamed ones to their sink + window keys only.
-"""
+"""One attention module's streaming gate: its full attention mixed with its attention under the sink + window mask."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Streaming attention: a head that sees only the first ``sink`` positions and a recent ``window`` of its causal past.
-
-From query position i (absolute, counted from the start of the sequence, padding included, as transformers' own
-masks count) a streamed head attends to key position j only when
-
-    j <= i  and  (j < sink  or  i - j < window)
-
-so the window counts the token itself: sink=4, window=8 keeps at most 12 keys (StreamingLLM, DuoAttention).
-"""
+"""Streaming attention: a head that sees only the first ``sink`` positions and a recent ``window`` of its causal past."""
 
 from __future__ import annotations
 
@@ -31,10 +23,7 @@ def streaming_keep(query_positions: torch.Tensor, key_positions: torch.Tensor, s
 
 
 def sequence_positions(past: int, query_length: int, key_length: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Absolute positions (Tq,), (Tk,) of queries that follow ``past`` cached tokens and of keys that end with the last query.
-
-    A full cache returns keys 0 .. past + Tq - 1; a sliding-window cache returns only the last ones, still ending there.
-    """
+    """Absolute positions (Tq,), (Tk,) of queries that follow ``past`` cached tokens and of keys that end with the last query."""
     end = past + query_length
     queries = torch.arange(past, end, device=device)
     keys = torch.arange(end - key_length, end, device=device)
@@ -42,11 +31,7 @@ def sequence_positions(past: int, query_length: int, key_length: int, device=Non
 
 
 def streaming_mask(attention_mask: torch.Tensor | None, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The model's own attention mask restricted to ``keep`` (Tq, Tk), as an additive float mask (1 or B, 1, Tq, Tk).
-
-    The model's mask is None (causal by the kernel's flag), bool (True = attend) or additive float (0 = attend).
-    Masked entries get the dtype's lowest value, never -inf, so a row left empty (a padding query) stays finite.
-    """
+    """The model's own attention mask restricted to ``keep`` (Tq, Tk), as an additive float mask (1 or B, 1, Tq, Tk)."""
     lowest = torch.finfo(dtype).min
     keep = keep.view(1, 1, *keep.shape)
     if attention_mask is None:

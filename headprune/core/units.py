@@ -1,17 +1,4 @@
-"""Pruning units as one protocol: ``unit_gates(gates_or_model, unit)`` gives the gates whose masks and scores are in that unit.
-
-    head            HeadGates                     {attention group: [layers, heads]}
-    kv_group        KVGroupGates (a view)         {attention group: [layers, KV heads]}
-    ffn             FFNGates                      {FFN group: [layers, neurons]}
-    block           BlockGates                    {"<group>_block": [layers, 1]}
-    head+ffn        JointGates                    attention and FFN groups side by side
-    kv_group+ffn    JointGates over KVGroupGates  KV groups and FFN groups side by side
-
-Every gates object has the same surface: ``unit``, ``groups``, ``ones``, ``present``, ``normalize_mask``, ``set_mask``,
-``masked``, ``probing``, ``sites``, and ``base_masks(mask)``: the query-head and neuron masks that act
-({"head": ..., "ffn": ...}), converted here, the one place, before any gate or pruning sees them.
-``prune_unit_mask`` removes a mask of any unit from the weights.
-"""
+"""Pruning units as one protocol: ``unit_gates(gates_or_model, unit)`` gives the gates whose masks and scores are in that unit."""
 
 from __future__ import annotations
 
@@ -28,7 +15,6 @@ QUERY_HEADS = "head"  # the unit every model has: its query heads
 UNITS = (QUERY_HEADS, "kv_group")  # the attention units of prune.unit (single kinds: headprune.core.unit_kinds.KINDS)
 FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn_gates.FFNGates)
 JOINT = "head+ffn"  # heads and FFN neurons under one mask (headprune.core.joint.JointGates)
-SCORED_UNITS = (*UNITS, FFN, JOINT, "kv_group+ffn", "block")  # the units the core gates, scores and prunes
 
 
 def primitive_gates(gates):
@@ -50,9 +36,7 @@ def _model_and_shared(gates) -> tuple[nn.Module, dict]:
 
 
 def unit_gates(gates, unit="head"):
-    """The gates of ``gates`` (any gates of a model, or the model itself) in ``unit`` (a kind, a joint list or a ``+``-joined
-    string, see headprune.core.kinds). The gates already on the model are reused; a ValueError names an unknown unit or a
-    kind the model lacks (``kv_group`` without grouped-query attention)."""
+    """The gates of ``gates`` (any gates of a model, or the model) in ``unit`` (a kind or a joint unit), reusing the gates on the model."""
     try:
         kinds = kinds_of(unit)
     except ValueError as err:
@@ -89,8 +73,7 @@ def base_mask(gates, mask, hard: bool = False) -> dict[str, torch.Tensor]:
 
 
 def prune_unit_mask(gates, mask) -> dict:
-    """Remove from the weights every unit whose entry of ``mask`` (in the unit of ``gates``) is 0, each by the kind that acts
-    on it (an emptied block keeps one zero phantom head or neuron). Returns {record key: record} (``heads``, ``ffn``, ...)."""
+    """Remove from the weights every unit whose entry of ``mask`` (in the unit of ``gates``) is 0; returns {record key: record}."""
     parts = getattr(gates, "parts", None)
     if parts is not None and isinstance(mask, dict):  # a joint mask that leaves a kind out keeps all of its units: say so
         missing = [part for part in parts if not set(part.groups) & set(mask)]

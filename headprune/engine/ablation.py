@@ -1,27 +1,4 @@
-"""Many masks in one batched forward pass, reusing the activations of the unchanged lower layers.
-
-Masks are in the unit of the gates given (heads, KV groups, FFN neurons, whole blocks or a joint unit,
-headprune.core.units); each becomes the query-head and neuron masks that act (``base_mask``), and a mask's first
-changed layer is the lowest layer where either changes (the alphas of ``StreamGates`` stay as they are: 1 keeps a
-unit's full attention, 0 streams it, and the shared layer computes both on B rows). For an encoder classifier and M
-masks that first differ from "keep everything" at layer l:
-
-1. one plain forward of the batch (B examples) records every encoder layer's output (hooks);
-2. layers < l are *replayed*: their forward is swapped for one that returns the recorded output
-   of layer l-1 repeated M times along the batch, so nothing below layer l is recomputed;
-3. layer l shares what no mask changes: its query/key/value projections and the attention
-   probabilities are computed once on B rows and repeated; only the gated head outputs, the
-   output projection and the (gated) feed-forward block run on M*B rows;
-4. layers > l run on M*B rows with per-example gates [M*B, L, H] and [M*B, L, W] (row m*B + b = mask m, example b);
-5. when the classifier reads only the first token of the last layer (BERT's pooler and RoBERTa's
-   head do; checked numerically once per engine, else skipped), the last layer computes keys and
-   values for every token but queries, output projection and feed-forward for the first token only.
-
-The model's own code still builds the attention masks, the pooler and the classifier, so this
-stays generic across the families of ``headprune.core.families``. The result equals evaluating every
-mask separately (tests/test_ablation.py checks allclose). ``headprune.engine.ablation_causal`` extends the
-engine to decoder-only causal LMs (per-text NLL instead of logits).
-"""
+"""Many masks in one batched forward pass, reusing the activations of the unchanged lower layers."""
 
 from __future__ import annotations
 
@@ -283,10 +260,7 @@ class MaskBatcher:
 
     @contextmanager
     def _pass(self, replay, first: int, masks: dict[str, torch.Tensor], b: int, first_token: bool = False):
-        """Set up one pass on M*B rows: per-row gates, layers < ``first`` replayed, layer ``first``'s attention shared.
-
-        ``replay`` is the output of layer first-1 for the M*B rows (row m*B + b: mask m, example b), None when first = 0.
-        """
+        """Set up one pass on M*B rows: per-row gates, layers < ``first`` replayed, layer ``first``'s attention shared."""
         m = _count(masks)
         rows = {g: v.repeat_interleave(b, dim=0) for g, v in masks.items()}  # (M*B, L, U): row m*B + b is mask m
         state = self.shared
@@ -393,8 +367,7 @@ def looped_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks) -
 
 
 def single_head_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str = "head") -> tuple[list, list[tuple[str, int, int]]]:
-    """One mask per unit that removes only that unit, and the (group, layer, unit) of each; a ValueError for a unit whose
-    single-unit ablation is no useful order (FFN neurons: ``headprune.core.unit_kinds.ablation_refusal``)."""
+    """One mask per unit removing only that unit, and each one's (group, layer, unit); a ValueError for a kind that refuses it."""
     refusal = ablation_refusal(unit)
     if refusal:
         raise ValueError(refusal)

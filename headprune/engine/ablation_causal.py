@@ -1,25 +1,4 @@
-"""Many masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask (and the labels its argmax misses).
-
-The engine of ``headprune.engine.ablation`` (``MaskBatcher``) for the Llama-like family (one ``dec_self`` group,
-query heads sharing KV heads, and its ``dec_ffn`` feed-forward blocks), with masks in any unit (heads, KV groups,
-FFN neurons, whole blocks, joint units). For M masks that first differ from "keep everything" at layer l:
-
-1. one plain forward of the batch gives the unmasked NLL and records the decoder layers' outputs;
-2. layers < l are replayed from that record: nothing below layer l is recomputed;
-3. layer l computes its q/k/v projections and attention on B rows once (a mask of heads, KV groups or
-   neurons changes neither; RoPE, elementwise, runs on the repeated rows); the gated head outputs,
-   o_proj and the (gated) MLP run on M*B rows;
-4. layers > l run on M*B rows with per-row gates [M*B, L, H] and [M*B, L, W] (row m*B + b = mask m, text b);
-5. only the positions that matter: a position is read only by itself and later ones (causal), so
-   every text needs its positions up to its last label (not -100), never its padding nor its last
-   token; the texts run in groups of similar such length, each group cut to its longest, and the
-   vocabulary projection + log-softmax run only at labelled positions, ``head_tokens`` at a time.
-
-The plain pass of step 1 stops after the last layer whose output some mask replays (it reaches the
-LM head only when a mask keeps every head).
-
-Per-text NLL sums equal evaluating every mask separately (tests/test_ablation_causal.py, allclose).
-"""
+"""Many masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask (and the labels its argmax misses)."""
 
 from __future__ import annotations
 
@@ -47,11 +26,7 @@ MODEL_INPUTS = DECODER_INPUTS
 
 
 def label_stats(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
-    """(NLL sum, labels the argmax misses) per row (R, 2) in float64 from final hidden states (R, T, D) and labels (R, T).
-
-    Labels of -100 are ignored; the vocabulary projection runs on the labelled positions only, ``head_tokens`` of them
-    at a time. A row misses no label exactly when greedy decoding reproduces its labels (teacher forcing).
-    """
+    """(NLL sum, labels the argmax misses) per row (R, 2) in float64 from final hidden states (R, T, D) and labels (R, T)."""
     keep = labels != -100  # (R, T)
     row = keep.nonzero()[:, 0]  # the row of each labelled position, in the order of hidden[keep]
     picked, targets = hidden[keep], labels[keep]  # (N, D), (N,)
@@ -65,16 +40,8 @@ def label_stats(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: i
     return sums
 
 
-def label_nll(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
-    """NLL sum per row (R,) in float64 from final hidden states (R, T, D) and labels (R, T), -100 ignored."""
-    return label_stats(hidden, labels, head, head_tokens)[:, 0]
-
-
 def output_logits(model: nn.Module):
-    """The LM head followed by what the model's forward does to its logits: Granite's scaling, Gemma's soft-capping.
-
-    Only a transformers model applies these; another module (an ONNX Runtime export) gives its final logits.
-    """
+    """The LM head followed by what the model's forward does to its logits: Granite's scaling, Gemma's soft-capping."""
     head = model.get_output_embeddings()
     if not isinstance(model, PreTrainedModel):
         return head
@@ -98,11 +65,7 @@ def needed_lengths(labels: torch.Tensor) -> list[int]:
 
 
 def length_groups(lengths: list[int], copies: int, pass_tokens: int) -> list[list[int]]:
-    """Rows in groups of similar length, longest first, that minimise the padded work of the passes.
-
-    A group of r rows cut to its longest text T costs copies * r * T token rows plus ``pass_tokens``
-    (the fixed cost of one pass); the best split of the rows sorted by length is a small dynamic program.
-    """
+    """Rows in groups of similar length, longest first, that minimise the padded work of the passes."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     n = len(order)
     best = [0.0] + [float("inf")] * n  # best[j]: least cost of the j longest rows
@@ -169,10 +132,7 @@ class CausalMaskBatcher(MaskBatcher):
         self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
 
     def nll(self, batch: dict, masks) -> torch.Tensor:
-        """NLL sums (M, B) in float64 on the CPU of every text under each mask (a list of masks in the gates' unit, or a tensor (M, L, H)).
-
-        ``batch`` holds input_ids, attention_mask and next-token labels (B, T) with -100 where nothing is predicted.
-        """
+        """NLL sums (M, B) in float64 on the CPU of every text (labels (B, T), -100 unscored) under each mask (a list or (M, L, H))."""
         return self.label_stats(batch, masks)[..., 0]
 
     @torch.inference_mode()
@@ -213,8 +173,7 @@ class CausalMaskBatcher(MaskBatcher):
     def _group_stats(
         self, inputs: dict, labels: torch.Tensor, below, first: int, masks: dict[str, torch.Tensor], rows: torch.Tensor, length: int
     ) -> torch.Tensor:
-        """(NLL sum, misses) (M, r, 2) of the texts ``rows``, cut to ``length`` positions, under base masks {group: (M, L, U)} first
-        changing at ``first``."""
+        """(NLL sum, misses) (M, r, 2) of the texts ``rows`` cut to ``length``, under base masks {group: (M, L, U)} from ``first``."""
         m, r = _count(masks), rows.shape[0]
         part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
         replay = _repeat(_take(below, rows, length), m, r) if first > 0 else None  # layer first-1's output, M copies

@@ -1,9 +1,4 @@
-"""The bandwidth-ideal of a decode gain in PyTorch: the bytes one generated token reads, original over pruned.
-
-Decoding one token reads every weight once (a tied embedding in full, as the output projection; an untied input
-embedding one row) and the KV cache of the context so far; a measured decode gain above this ideal, beyond its
-interval, is a measurement to explain before it is a result.
-"""
+"""The bandwidth-ideal of a decode gain in PyTorch: the bytes one generated token reads, original over pruned."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ def weight_bytes_per_token(model: nn.Module) -> int:
 
 
 def decode_bandwidth_ideal(original: nn.Module, pruned: nn.Module, start: int, end: int) -> float:
-    """(weights + KV cache at the mean context) read per token, original over pruned, - 1, for new tokens at positions
-    ``start`` .. ``end`` - 1 (the token at position i attends to i + 1 cached tokens)."""
+    """(weights + KV cache at the mean context) read per token, original over pruned, - 1, for new tokens ``start`` .. ``end`` - 1."""
     context = (start + end + 1) / 2
     reads = [weight_bytes_per_token(m) + kv_cache_bytes_per_token(m) * context for m in (original, pruned)]
     return reads[0] / reads[1] - 1

@@ -1,10 +1,4 @@
-"""Is the machine free enough to time on: the timing run's threads beside the cores other processes keep busy (torch-free).
-
-A timing with more threads than free cores measures the scheduler, not the model (spinning threads collapse under
-oversubscription), so every timing run records its threads and the machine's load, and a run that starts on a busy
-machine is refused or marked inconclusive. The busy cores are measured, not guessed from the load average (which
-counts this process's own earlier work): the machine's non-idle CPU time while this process sleeps.
-"""
+"""Is the machine free enough to time on: the timing run's threads beside the cores other processes keep busy (torch-free)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Inference throughput: real evaluation inputs re-batched at a given size, and a fair timing loop.
-
-Forward only, under ``torch.inference_mode``; warm-up passes first; the original and the pruned
-model alternate repeat by repeat (so background load hits both alike); CUDA is synchronised
-around every timed pass; throughput is examples / mean time, and the gain is the ratio of the mean
-times (headprune.engine.verdict.gain_summary). Repeats go on until the gain's 95% interval is tight or
-the time budget runs out (it bounds every timed call, generation included), and a gain that stays
-within the noise is called ``inconclusive`` rather than reported as a number.
-"""
+"""Inference throughput: real evaluation inputs re-batched at a given size, and a fair timing loop."""
 
 from __future__ import annotations
 
@@ -26,8 +18,7 @@ DROP = ("idx", "ids", "labels")
 
 
 def example_pool(batches) -> dict[str, torch.Tensor]:
-    """Concatenate batches into one tensor per input: token inputs padded to the longest (labels kept for the decoder
-    lengths), image inputs (B, C, H, W) as they are."""
+    """Concatenate batches into one tensor per input: token inputs padded to the longest, image inputs (B, C, H, W) as they are."""
     keys = [k for k, v in batches[0].items() if isinstance(v, torch.Tensor) and v.dim() >= 2]
     pool = {}
     for key in keys:
@@ -98,12 +89,7 @@ def _over() -> bool:
 
 
 def time_pass(call, batches, device, clock: str = "wall") -> float | None:
-    """Seconds for one ``call(batch)`` (e.g. a forward pass) over ``batches`` (device synchronised before and after).
-
-    ``clock="process"`` counts this process's CPU seconds instead of wall-clock seconds: on a CPU
-    shared with other jobs and one intra-op thread it measures the work, not the waiting. None when
-    the time budget (``compare_throughput``'s ``max_seconds``) ran out before the pass was done.
-    """
+    """Seconds for one ``call(batch)`` (e.g. a forward pass) over ``batches`` (device synchronised before and after)."""
     timer = time.process_time if clock == "process" else time.perf_counter
     cut: list = []
     token = _CUT.set(cut)
@@ -131,15 +117,7 @@ def compare_throughput(
     tolerance: float = 0.0,
     max_repeats: int | None = None,
 ) -> dict:
-    """{name: {examples_per_s (examples / mean seconds), spread (std), min, max, seconds[]}} for each ``call(batch)`` on the same batches.
-
-    The calls alternate repeat by repeat. After ``repeats`` rounds, two calls keep being timed
-    until the gain of the second over the first is known to +- ``tolerance`` (95% interval
-    half-width) or ``max_repeats`` rounds were run. ``max_seconds`` > 0 bounds everything, warm-up
-    and the first ``repeats`` included: no pass starts or goes on past it, a call may read
-    ``seconds_left()`` to stop early (generation), and a round cut short is dropped; a
-    TimeBudgetError when not one round was done.
-    """
+    """{name: {examples_per_s, spread, min, max, seconds[]}} per ``call(batch)``, alternating, adaptive repeats within ``max_seconds``."""
     examples = sum(b["input_ids"].shape[0] for b in batches)
     times = {name: [] for name in calls}
     names = list(calls)
@@ -189,27 +167,12 @@ def compare_throughput(
     return out
 
 
-def measure_gain(
-    original,
-    pruned,
-    batches: list[dict],
-    warmup: int = 2,
-    repeats: int = 5,
-    device="cpu",
-    clock: str = "wall",
-    max_seconds: float = 0.0,
-    tolerance: float = 0.0,
-    max_repeats: int | None = None,
-) -> dict:
-    """Time ``original`` vs ``pruned`` (adaptive repeats): both timings, the gain with its interval, the machine's load and
-    the threads (``headprune.engine.machine_load``), and a verdict: inconclusive when the machine left fewer free cores
-    than threads at the start."""
+def measure_gain(original, pruned, batches: list[dict], *timing, **options) -> dict:
+    """Time ``original`` vs ``pruned``: both timings, the gain with its interval, the machine's load and threads, and a verdict."""
     machine = machine_record(torch.get_num_threads())
     if machine["busy"]:
         print(f"{busy_text(machine)}: timings may be noise, the gain is reported as inconclusive", flush=True)
-    timing = compare_throughput(
-        {"original": original, "pruned": pruned}, batches, warmup, repeats, device, clock, max_seconds, tolerance, max_repeats
-    )
+    timing = compare_throughput({"original": original, "pruned": pruned}, batches, *timing, **options)
     summary = gain_summary(timing["original"]["seconds"], timing["pruned"]["seconds"])
     return {
         "original": timing["original"],

@@ -1,8 +1,4 @@
-"""Verdicts on measured numbers (torch-free, for tables too): is a speed gain real, how far pruning can go.
-
-A gain whose interval includes zero, or whose repeat-to-repeat spread exceeds it, is
-``inconclusive``: tables and figures show that word instead of a number.
-"""
+"""Verdicts on measured numbers (torch-free, for tables too): is a speed gain real, how far pruning can go."""
 
 from __future__ import annotations
 
@@ -11,15 +7,7 @@ import statistics
 
 
 def gain_summary(original_seconds: list[float], pruned_seconds: list[float]) -> dict:
-    """The pruned model's throughput gain from paired repeats: mean original time / mean pruned time - 1, with a 95% interval.
-
-    The gain is the ratio of mean times R = mean(t_o) / mean(t_p) minus 1, the same as the ratio of the two
-    throughputs examples / mean time printed beside it, so its sign always agrees with them. Repeat i timed
-    both models on the same batches back to back; the interval of R is the delta method on the paired
-    residuals d_i = t_o[i] - R t_p[i]: se(R) = sd(d) / (sqrt(n) mean(t_p)), with Student's t on n - 1
-    degrees of freedom (pairing cancels load that hits both alike). ``gain_spread`` is the standard deviation
-    of the per-repeat gains t_o[i] / t_p[i] - 1: the repeat-to-repeat noise the verdict compares with the gain.
-    """
+    """The pruned model's throughput gain from paired repeats: mean original time / mean pruned time - 1, with a 95% interval."""
     n = min(len(original_seconds), len(pruned_seconds))
     if n == 0:
         raise ValueError("no timed repeats to compare: both models need at least one timed pass")
@@ -29,6 +17,7 @@ def gain_summary(original_seconds: list[float], pruned_seconds: list[float]) -> 
         return {"gain": ratio - 1, "gain_interval": None, "gain_spread": None, "repeats": n}  # no interval from one repeat
     from scipy.stats import t
 
+    # delta method on the paired residuals d_i = t_o[i] - R t_p[i]: se(R) = sd(d) / (sqrt(n) mean(t_p)), Student's t on n - 1 dof
     residuals = [o - ratio * p for o, p in zip(original, pruned)]  # sum to 0 by the choice of R
     se = statistics.stdev(residuals) / (math.sqrt(n) * statistics.fmean(pruned))
     half = float(t.ppf(0.975, n - 1)) * se
@@ -47,8 +36,7 @@ def verdict(summary: dict) -> str:
 
 
 def beyond_ideal(summary: dict, ideal: float) -> bool:
-    """True when a measured gain exceeds its ideal (FLOP or bandwidth) by more than its 95% interval: the whole interval
-    lies above it, a measurement to explain (kernels, order effects, a busy machine) before it is a result."""
+    """True when a measured gain exceeds its ideal (FLOP or bandwidth) by more than its 95% interval: a measurement to explain."""
     interval = summary.get("gain_interval")
     return interval is not None and interval[0] > ideal
 

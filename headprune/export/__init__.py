@@ -1,25 +1,8 @@
-"""Pruned models out of headprune: stock HF checkpoints, ONNX and GGUF files, each checked without headprune.
-
-- ``hf`` (headprune.export.hf): a directory stock transformers loads (Llama, Mistral, Qwen2, Qwen3 decoders
-  whose layers all keep the same heads: ``prune.layout=uniform``, with ``prune.unit=kv_group`` for
-  grouped-query models);
-- ``onnx`` (headprune.export.onnx): any encoder, decoder or encoder-decoder, uneven heads included
-  (opset 17; ``int8``: dynamic quantisation by ONNX Runtime), in a directory with its tokenizer, config and
-  description (headprune.export.onnx_dir) that plain ONNX Runtime runs from raw text (headprune.export.onnx_client);
-- ``gguf`` (headprune.export.gguf, gguf_deci): llama.cpp's format for pruned Llama and Mistral decoders: its ``llama``
-  architecture when every layer keeps one shape, its ``deci`` (per-layer head counts and FFN widths) for global masks;
-- ``deci_hf`` (headprune.export.deci_hf): vLLM's ``DeciLMForCausalLM`` (Nemotron-NAS) checkpoint of a pruned Llama or
-  Mistral decoder: per-layer KV heads (the query heads kept whole, pruned ones as zero heads), FFN widths and no-op
-  attention or FFN blocks, with the config class vLLM loads through ``trust_remote_code``.
-
-Beside the models, a pattern of streamed KV groups (sink + recent window) goes out as DuoAttention's
-``full_attention_heads.tsv`` + ``config.json`` (headprune.export.kvpress), which NVIDIA kvpress's DuoAttentionPress reads.
-
-``export_model`` writes one format and says how ``headprune.export.verify.check_export`` loads it back.
-"""
+"""Pruned models out of headprune: stock HF checkpoints, ONNX and GGUF files, each checked without headprune."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +12,7 @@ from torch import nn
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre`` (None:
-    the name llama.cpp's converter identifies for the tokenizer, else the writer refuses)."""
+    """What a writer may read besides the model: the GGUF dtype, the file's model name, GGUF ``tokenizer.ggml.pre`` (None: identified)."""
 
     gguf_dtype: str
     name: str
@@ -93,46 +75,14 @@ def write_deci_hf(model: nn.Module, tokenizer, out: Path, example: dict, options
     return {"files": written["files"], "job": job, **{k: written[k] for k in ("layout", "padded_query_heads", "placeholder_layers")}}
 
 
-def deci_family_refusal(fields: dict) -> str | None:
-    """Why export.format=deci_hf cannot write this family or its settings (None when it can)."""
-    from headprune.export.deci_hf import refusal
+def _lazy(path: str) -> Callable:
+    """The function ``headprune.export.<path>``, imported when first called (a format's module imports its own dependencies)."""
+    module, name = path.rsplit(".", 1)
 
-    return refusal(fields)
+    def call(*args):
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)(*args)
 
-
-def deci_check_mask(fields: dict, rows: dict) -> None:
-    """export.format=deci_hf: a KV-head count dividing the query heads in every layer, or a ConfigError."""
-    from headprune.export.deci_hf import check_mask
-
-    check_mask(fields, rows)
-
-
-def hf_family_refusal(fields: dict) -> str | None:
-    """Why export.format=hf cannot write this family (None when it can)."""
-    from headprune.export.hf import family_refusal
-
-    return family_refusal(fields)
-
-
-def hf_check_mask(fields: dict, rows: dict) -> None:
-    """export.format=hf: one stock shape in every layer, or a ConfigError."""
-    from headprune.export.hf import check_mask
-
-    check_mask(fields, rows)
-
-
-def gguf_family_refusal(fields: dict) -> str | None:
-    """Why export.format=gguf cannot write this family or its settings (None when it can)."""
-    from headprune.export.gguf import refusal
-
-    return refusal(fields)
-
-
-def gguf_check_mask(fields: dict, rows: dict) -> None:
-    """export.format=gguf: equal query groups under every kept KV head (llama, or deci for uneven layers), or a ConfigError."""
-    from headprune.export.gguf_deci import check_mask
-
-    check_mask(fields, rows)
+    return call
 
 
 @dataclass(frozen=True)
@@ -150,12 +100,19 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {
-    "hf": Format(write_hf, True, ("none",), (), False, "transformers", hf_family_refusal, hf_check_mask),
+    "hf": Format(write_hf, True, ("none",), (), False, "transformers", _lazy("hf.family_refusal"), _lazy("hf.check_mask")),
     "onnx": Format(write_onnx, False, ("none", "int8"), ("quantize", "per_channel"), False, "onnxruntime"),
     "gguf": Format(
-        write_gguf, True, ("none",), ("gguf_dtype", "tokenizer_pre"), True, "transformers", gguf_family_refusal, gguf_check_mask
+        write_gguf,
+        True,
+        ("none",),
+        ("gguf_dtype", "tokenizer_pre"),
+        True,
+        "transformers",
+        _lazy("gguf.refusal"),
+        _lazy("gguf_deci.check_mask"),
     ),
-    "deci_hf": Format(write_deci_hf, True, ("none",), (), False, "deci-torch", deci_family_refusal, deci_check_mask),
+    "deci_hf": Format(write_deci_hf, True, ("none",), (), False, "deci-torch", _lazy("deci_hf.refusal"), _lazy("deci_hf.check_mask")),
 }
 
 
@@ -169,10 +126,7 @@ def export_model(
     name: str = "model",
     tokenizer_pre: str | None = None,
 ) -> dict:
-    """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}.
-
-    ``example`` is a batch of model inputs (ONNX traces on it); ``job`` tells the checker how to load the export.
-    """
+    """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}."""
     if fmt not in FORMATS:
         raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
     return FORMATS[fmt].write(model, tokenizer, out, example, ExportOptions(gguf_dtype, name, tokenizer_pre))

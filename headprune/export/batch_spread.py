@@ -1,9 +1,4 @@
-"""How a quantised export's score moves with batching: one score per batch size, and their spread.
-
-ONNX Runtime's dynamic int8 quantises each activation tensor with a scale computed over the whole batch (padded
-positions included), so the same examples score differently at batch 1 and batch 64. The f32 export is scored at the
-same sizes beside it: its spread is float rounding, the int8 one is the deployer's uncertainty.
-"""
+"""How a quantised export's score moves with batching: one score per batch size, and their spread."""
 
 from __future__ import annotations
 

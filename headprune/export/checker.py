@@ -1,17 +1,4 @@
-"""The check of an export, run as a script in a fresh interpreter that cannot import headprune.
-
-    python -I -S checker.py jobs.json       (cwd: the jobs' directory; prints one JSON line)
-
-It imports only numpy, torch, transformers, onnxruntime and gguf: what a user of the exported files has. Each job of
-``jobs.json`` names its reader (``READERS``: ONNX Runtime; transformers; for a ``deci`` GGUF, which transformers cannot
-read, the gguf package and numpy in ``gguf_numpy.py``, loaded by path, which imports nothing else; for vLLM's DeciLM
-checkpoints, which vLLM runs and transformers cannot, the torch reference in ``decilm_reference.py``), the files, the
-site-packages to add to ``sys.path`` (no ``.pth`` files run, so an editable headprune stays out) and ``arrays.npz``: the
-check batches and the masked model's outputs. The script asserts ``import headprune`` fails, runs the export on every
-batch, and reports the largest difference against a tolerance from the f32 round-off measured on the model, the check
-texts' perplexity, whether greedy generation gives the same tokens, the tokenizer's ids and a GGUF's pre-tokenizer.
-This file imports nothing of headprune, so headprune also uses its ONNX Runtime runner in-process.
-"""
+"""The check of an export, run as a script in a fresh interpreter that cannot import headprune."""
 
 from __future__ import annotations
 
@@ -59,8 +46,7 @@ def greedy_loop(next_logits, prompt, new_tokens: int, eos: list[int], pad: int):
 
 
 class Loaded:
-    """An export as the check runs it: logits of a batch, greedy new tokens of a prompt, its tokenizer (or None), and
-    what the reader reports of it."""
+    """An export as the check runs it: logits of a batch, greedy new tokens of a prompt, its tokenizer (or None), the reader's report."""
 
     def __init__(self, logits, greedy, tokenizer=None, report: dict | None = None):
         self.logits, self.greedy, self.tokenizer, self.report = logits, greedy, tokenizer, report or {}
@@ -104,8 +90,7 @@ def read_transformers(job: dict) -> Loaded:
 
 
 def read_gguf_numpy(job: dict) -> Loaded:
-    """A GGUF file transformers cannot read (deci) read by headprune's numpy reader (gguf_numpy.py beside this file,
-    loaded by path: numpy and gguf only), its layout against the one written."""
+    """A deci GGUF file read by the numpy reader (gguf_numpy.py beside this file, loaded by path), its layout against the one written."""
     import importlib.util
     from pathlib import Path
 
@@ -120,9 +105,7 @@ def read_gguf_numpy(job: dict) -> Loaded:
 
 
 def read_deci_torch(job: dict) -> Loaded:
-    """A DeciLMForCausalLM directory (vLLM's nemotron_nas) run by headprune's torch reference of its block_configs
-    (decilm_reference.py beside this file, loaded by path: torch, safetensors and the checkpoint's own config class),
-    its per-layer layout against the one written, and its tokenizer through stock transformers."""
+    """A DeciLMForCausalLM directory run by the torch reference (decilm_reference.py, loaded by path), its layout and tokenizer checked."""
     import importlib.util
     from pathlib import Path
 
@@ -195,8 +178,7 @@ def run_job(job: dict, arrays) -> dict:
 
 
 def tolerance_of(job: dict, scale: float) -> dict:
-    """The check's tolerance: ``roundoff_multiple`` x the f32 round-off measured on the model (its spread against float64),
-    at least ``tolerance`` relative to the logits' scale (at least absolute)."""
+    """The tolerance: ``roundoff_multiple`` x the model's measured f32 round-off, at least ``tolerance`` relative to the logits' scale."""
     floor = job["tolerance"] * max(1.0, scale)
     from_roundoff = job.get("roundoff_multiple", 0.0) * job.get("f32_roundoff", 0.0)
     return {

@@ -1,11 +1,4 @@
-"""export.client_check: the export run by the client people serve it with, where that client is installed.
-
-``make test-clients`` builds the clients into ``.clients/`` beside the source tree (or ``$HEADPRUNE_CLIENTS``), each in
-a venv that cannot import headprune. A ``deci_hf`` directory is run by vLLM's CPU build (``.clients/vllm-venv``,
-headprune/export/vllm_client.py run as a file): greedy tokens from the check's prompts and the log-probability of each,
-against the masked model's. A file the client refuses or computes differently fails the export, as headprune's own
-check does. Formats without a client here, or a client not installed, are said in one line and recorded as skipped.
-"""
+"""export.client_check: the export run by the client people serve it with, where that client is installed."""
 
 from __future__ import annotations
 
@@ -56,8 +49,7 @@ def installed_python(fmt: str) -> Path | None:
 
 @torch.no_grad()
 def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int]) -> dict[str, np.ndarray]:
-    """prompt{i}, greedy{i} (cut after the first EOS) and logprobs{i} of each greedy token under ``model`` (call it under
-    the mask): what the client script compares."""
+    """prompt{i}, greedy{i} (cut after the first EOS) and logprobs{i} of each greedy token under ``model``: what the client compares."""
     arrays = {}
     for i, (row, new) in enumerate(zip(prompt.tolist(), tokens.tolist())):
         stop = next((k + 1 for k, t in enumerate(new) if t in eos), len(new))

@@ -1,12 +1,4 @@
-"""The config class of a DeciLM (Nemotron-NAS) checkpoint written by headprune, shipped beside it as configuration_decilm.py.
-
-Standalone (transformers only, nothing of headprune): ``config.json`` names it in ``auto_map``, so
-``AutoConfig.from_pretrained(folder, trust_remote_code=True)`` (what vLLM calls for ``model_type: nemotron-nas``) builds
-it. It turns each ``block_configs`` entry into attributes, as vLLM's ``nemotron_nas.py`` reads them:
-``block_configs[i].attention.no_op`` / ``.n_heads_in_group`` and ``block_configs[i].ffn.no_op`` / ``.intermediate_size``.
-An FFN entry has no ``ffn_mult`` attribute, so vLLM takes ``intermediate_size`` as it is: ``ffn_mult`` would be
-rounded up to a multiple of 256 neurons (``_ffn_mult_to_intermediate_size``), which a pruned width is not.
-"""
+"""The config class of a DeciLM (Nemotron-NAS) checkpoint written by headprune, shipped beside it as configuration_decilm.py."""
 
 from transformers import LlamaConfig
 

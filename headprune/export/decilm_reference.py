@@ -1,14 +1,4 @@
-"""A DeciLM (Nemotron-NAS) checkpoint run from its config and weights alone: the forward pass vLLM's nemotron_nas computes.
-
-Standalone (torch and safetensors, nothing of headprune), so the export checker loads it by path in its fresh interpreter.
-The config comes from the checkpoint's own configuration module (``configuration_decilm.py``, loaded by path, as
-``trust_remote_code`` would load it) and is read as vLLM's ``DeciLMDecoderLayer`` reads it: every layer has
-``num_attention_heads`` query heads over ``num_attention_heads // n_heads_in_group`` KV heads (query head h reads KV
-head h // n_heads_in_group) unless ``attention.no_op``, and a SwiGLU FFN of ``ffn.intermediate_size`` unless
-``ffn.no_op``. Pre-norm residual blocks (vLLM's fused add-and-norm computes the same sums), rotary embeddings on the
-halves of each head (``is_neox_style``), causal attention with padded keys masked, final norm, then the output
-projection (the embeddings when tied).
-"""
+"""A DeciLM (Nemotron-NAS) checkpoint run from its config and weights alone: the forward pass vLLM's nemotron_nas computes."""
 
 from __future__ import annotations
 

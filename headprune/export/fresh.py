@@ -9,8 +9,7 @@ from pathlib import Path
 
 
 def run_fresh(command: list[str], folder: Path, what: str, timeout: float, **env) -> object:
-    """Run ``command`` in ``folder`` with only PATH, one thread and ``env`` set; its last stdout line as JSON, or a
-    RuntimeError naming ``what`` with the end of its stderr."""
+    """Run ``command`` in ``folder`` with only PATH, one thread and ``env``; its last stdout line as JSON, else a RuntimeError."""
     clean = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "HOME": str(folder), **env}
     done = subprocess.run(command, cwd=folder, env=clean, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:

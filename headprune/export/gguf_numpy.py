@@ -1,12 +1,4 @@
-"""A llama or deci GGUF file read back with the ``gguf`` package and run in numpy: its layout and its logits.
-
-Standalone (numpy and gguf only, nothing of headprune or torch), so the export checker loads it by path in its
-fresh interpreter: transformers cannot read deci files. The forward pass is llama.cpp's for these architectures:
-RMS norms, rotary embeddings on interleaved pairs (the writer permuted q/k rows into that layout), grouped-query
-attention with the layer's own head counts, none in a layer with 0 heads, and a SwiGLU feed-forward of the layer's
-own width; a layer with ``feed_forward_length`` 0 ends before its residual additions, as deci's graph does (its input
-passes on unchanged, any attention output dropped).
-"""
+"""A llama or deci GGUF file read back with the ``gguf`` package and run in numpy: its layout and its logits."""
 
 from __future__ import annotations
 

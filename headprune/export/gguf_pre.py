@@ -1,11 +1,4 @@
-"""llama.cpp's pre-tokenizer for a tokenizer (GGUF ``tokenizer.ggml.pre``): a name llama.cpp knows, or the one its
-converter identifies.
-
-llama.cpp splits text with the regular expressions of the name a GGUF file carries, not with the tokenizer's own
-pre-tokenizer; the wrong name gives other token ids (``default`` splits `` "`` in two where SmolLM's ``smollm`` keeps it
-whole). ``convert_hf_to_gguf.py`` names a tokenizer by the sha256 of its ids of a check text (``get_vocab_base_pre``);
-``identify`` does the same with the converter's table (``llama_cpp_pre.py``).
-"""
+"""llama.cpp's pre-tokenizer for a tokenizer (GGUF ``tokenizer.ggml.pre``): a name llama.cpp knows, or the one its converter identifies."""
 
 from __future__ import annotations
 
@@ -55,8 +48,7 @@ def unknown_message(what: str, digest: str | None, setting: str = "export.tokeni
 
 
 def pre_tokenizer_of(tokenizer, given: str | None) -> str:
-    """The name to write for ``tokenizer``: ``given`` (a name llama.cpp knows), else the one its converter identifies, else a
-    ValueError saying how to name it."""
+    """The name to write for ``tokenizer``: ``given`` (a name llama.cpp knows), else the converter's, else a ValueError."""
     if given:
         return known_name(given, "tokenizer_pre")
     name, digest = identify(tokenizer)

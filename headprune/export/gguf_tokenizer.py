@@ -1,9 +1,4 @@
-"""The pre-tokenizer a GGUF export writes (``tokenizer.ggml.pre``), chosen before work and never ``default`` in silence.
-
-In turn: ``export.tokenizer_pre``; the record of where the model's tokenizer came from (an embedded LLM's source GGUF,
-a saved point or model directory that kept it); llama.cpp's converter's name for the tokenizer (sha256 of its ids of the
-converter's check text). A tokenizer none of these names is refused, naming ``export.tokenizer_pre``.
-"""
+"""The pre-tokenizer a GGUF export writes (``tokenizer.ggml.pre``), chosen before work and never ``default`` in silence."""
 
 from __future__ import annotations
 
@@ -12,8 +7,7 @@ from headprune.export.gguf_pre import identify, known_name, unknown_message
 
 
 def choose_tokenizer_pre(settings, model_cfg) -> dict:
-    """{"name": the pre-tokenizer to write, "how": where it comes from, "identified": the converter's name or None,
-    "sha256": the converter's hash of the tokenizer (None for a tokenizer the task trains)}; a ConfigError when none fits."""
+    """{name, how, identified, sha256} of the pre-tokenizer to write and where it comes from; a ConfigError when none fits."""
     from headprune.models.embedded import EMBEDDED_LLMS
     from headprune.models.sources import resolve_pretrained
     from headprune.models.tokenizer_origin import read_origin

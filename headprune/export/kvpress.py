@@ -1,32 +1,4 @@
-"""A streaming head pattern as DuoAttention and NVIDIA's kvpress read it: ``full_attention_heads.tsv`` + ``config.json``.
-
-The files (DuoAttention's ``attn_patterns/<model>/<run>/``, read by its ``duo_attn.utils.load_attn_pattern`` and by
-kvpress's ``DuoAttentionPress.load_attention_pattern``):
-
-- ``full_attention_heads.tsv``: one row per layer, one tab-separated column per KV head, written by ``numpy.savetxt``
-  (``%.18e``); a value is the head's share of full attention, 1 = full (a retrieval head), 0 = streamed. Readers clip
-  to [0, 1]. DuoAttention streams the heads below its threshold 0.5; kvpress streams the
-  ``round(head_compression_ratio * size)`` lowest values, so ``head_compression_ratio`` = the fraction below 0.5
-  streams the same heads. A one-row or one-column file reads back 1-D in both (``numpy.loadtxt`` without ``ndmin``),
-  and kvpress's press then streams nothing: such a pattern (one layer, or one KV head per layer) is refused.
-- ``config.json``: ``sink_size`` and ``recent_size`` (the keys both readers take: sink tokens and recent window), and
-  ``model_name``, ``layers``, ``kv_heads``, ``streamed`` ({layer: [KV ids]}), ``streamed_fraction`` and
-  ``head_compression_ratio`` (the same number, under kvpress's name).
-
-kvpress 0.5.5 loads a pattern only from mit-han-lab/duo-attention on GitHub, keyed by ``model.config.name_or_path``
-(six models), with an LRU cache on that name; tools/client_kvpress.py serves a local directory to its loader.
-
-What "streamed" means differs (same sink and window):
-
-- headprune (the streaming gate): a streamed KV group's query at position i attends only to keys j <= i with
-  j < sink or i - j < window, in every forward, prefill included; the window slides with i.
-- DuoAttention (its own kernels): prefill too, chunk by chunk: a streamed head sees the sink, the last ``recent_size``
-  tokens before the chunk and the chunk itself (causally), so the window slides by chunks.
-- kvpress DuoAttentionPress: prefill attends in full for every head. After prefill (context length C), a streamed
-  head's keys sink <= j < C - recent_size are hidden (replaced by keys whose weight underflows to 0; the cache keeps
-  its size), and every later token (question, answer) sees the sink, the last ``recent_size`` context tokens and all
-  tokens after the context: the window does not slide. The context's own hidden states are the full model's.
-"""
+"""A streaming head pattern as DuoAttention and NVIDIA's kvpress read it: ``full_attention_heads.tsv`` + ``config.json``."""
 
 from __future__ import annotations
 
@@ -53,8 +25,7 @@ def kv_shape(config) -> tuple[int, int]:
 
 
 def pattern_from_streamed(streamed: Mapping | Iterable, layers: int, kv_heads: int) -> torch.Tensor:
-    """The (layers, kv_heads) pattern (1 = full, 0 = streamed) of {layer: [streamed KV ids]} or (layer, ids) pairs;
-    a layer out of range or given twice, or a KV id out of range or twice in a layer, is a ValueError."""
+    """The (layers, kv_heads) pattern (1 = full, 0 = streamed) of {layer: [streamed KV ids]} or pairs; a ValueError for bad ids."""
     pattern = torch.ones(layers, kv_heads)
     pairs = streamed.items() if isinstance(streamed, Mapping) else streamed
     seen: set[int] = set()
@@ -77,8 +48,7 @@ def pattern_from_streamed(streamed: Mapping | Iterable, layers: int, kv_heads: i
 
 
 def check_pattern(pattern, shape: tuple[int, int] | None = None) -> np.ndarray:
-    """A pattern as a float64 (layers, kv_heads) array: a tensor or array, or a KV-group mask {group: [L, KV]} of one
-    group; values in [0, 1] (1 = full attention). Anything else is a ValueError saying what was wrong."""
+    """A pattern as a float64 (layers, kv_heads) array in [0, 1] from an array or a one-group KV-group mask; else a ValueError."""
     if isinstance(pattern, Mapping):
         if len(pattern) != 1:
             raise ValueError(f"a KV-group mask for kvpress holds one attention group (a decoder's), got {sorted(pattern)}")
@@ -107,10 +77,7 @@ def streamed_of(pattern: np.ndarray) -> dict[int, list[int]]:
 
 
 def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, model_name: str, shape=None) -> dict:
-    """Write ``full_attention_heads.tsv`` and ``config.json`` into ``out`` (each atomically); the config written.
-
-    ``pattern``: (layers, KV heads), 1 = full, 0 = streamed (see ``check_pattern``; ``pattern_from_streamed`` for
-    {layer: [KV ids]}); ``shape``: the model's (layers, KV heads) to check it against (``kv_shape(config)``)."""
+    """Write ``full_attention_heads.tsv`` and ``config.json`` into ``out`` (each atomically); the config written."""
     array = check_pattern(pattern, shape)
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -148,8 +115,7 @@ def read_kvpress_pattern(folder: str | Path) -> tuple[np.ndarray, dict]:
 
 
 def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
-    """The step of ``order`` at ``fraction`` in a ``prune.action=stream`` run's ``results`` (a ValueError naming what
-    the run holds when it is not one: another action or unit, no such order or fraction)."""
+    """The step of ``order`` at ``fraction`` in a ``prune.action=stream`` run's ``results``; a ValueError naming what the run holds."""
     if results.get("action") != "stream":
         raise ValueError(
             f"a kvpress pattern is a streaming run's (prune.action=stream); this run has prune.action={results.get('action', 'remove')}"
@@ -169,8 +135,7 @@ def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
 
 
 def write_run_pattern(results_file: str | Path, out: str | Path, order: str, fraction: float, model_name: str | None = None) -> dict:
-    """Write the pattern of one step of a ``prune.action=stream`` run (its results.json: ``order`` at ``fraction``) with
-    the run's sink and window, as ``write_kvpress_pattern`` writes it; ``model_name``: the run's model name unless given."""
+    """Write the pattern of ``order`` at ``fraction`` of a ``prune.action=stream`` run with its sink and window."""
     results_file, out = Path(results_file), Path(out)
     if results_file.is_dir():
         inside = f" (did you mean {results_file / 'results.json'}?)" if (results_file / "results.json").is_file() else ""

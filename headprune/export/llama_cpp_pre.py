@@ -1,9 +1,4 @@
-"""llama.cpp's pre-tokenizer names and its converter's table of tokenizer hashes (data, from llama-cpp-python 0.3.36 (vendor/llama.cpp)).
-
-Written by tools/llama_cpp_pre_table.py from llama.cpp's sources: ``CHKTXT`` and ``NAME_BY_HASH`` from
-convert_hf_to_gguf's ``get_vocab_base_pre`` (sha256 of ``str(tokenizer.encode(CHKTXT))`` -> ``tokenizer.ggml.pre``),
-``KNOWN`` from src/llama-vocab.cpp (the names a BPE vocabulary may carry). Do not edit by hand: regenerate.
-"""
+"""llama.cpp's pre-tokenizer names and its converter's hashes, from llama-cpp-python 0.3.36 (vendor/llama.cpp) (regenerated, not edited)."""
 
 SOURCE = "llama-cpp-python 0.3.36 (vendor/llama.cpp)"
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 
 def rope_and_bias_refusal(fields: dict, fmt: str, instead: str) -> str | None:
-    """Why ``export.format=<fmt>`` cannot write a Llama model of these config fields (rotary embeddings other than
-    default or linear, attention or MLP biases), ending with ``use <instead>``; None when it can."""
+    """Why ``export.format=<fmt>`` cannot write a Llama model of these config fields, ending with ``use <instead>``; None when it can."""
     rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):
         return f"export.format={fmt} writes default or linear rotary embeddings only, this model has {rope}: use {instead}"

@@ -1,21 +1,4 @@
-"""ONNX export of any (pruned) model: encoders, decoders and encoder-decoders, uneven heads included.
-
-``torch.onnx.export`` with the TorchScript exporter (``dynamo=False``) at opset 17, batch and sequence
-axes dynamic. In torch 2.13 the torch.export-based exporter (``dynamo=True``, the default) writes opset
-18 and its down-conversion to 17 fails on Llama-family graphs (a ReduceMean whose axes are no constant),
-while the TorchScript exporter writes opset 17 directly for every family; tests run each graph at other
-batch sizes and lengths than it was traced with. A pruned layer's own ``view(..., -1, head_dim)`` is
-traced with its own head count, so uneven layers need nothing special. Graphs:
-
-- ``model.onnx``: inputs of the check batch (input_ids, attention_mask[, token_type_ids]; an image model: pixel_values) -> logits;
-  decoder-only LMs run without a KV cache (every position's logits);
-- encoder-decoders: ``encoder.onnx`` (input_ids, attention_mask -> last_hidden_state) and ``decoder.onnx``
-  (decoder_input_ids, encoder_hidden_states, attention_mask -> logits), one decoder pass without a cache; a speech model
-  (Whisper) takes input_features in the encoder and no source mask.
-
-``export.quantize=int8``: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, per channel by default), into
-``int8/`` beside the f32 graphs, with the export directory's other files (``headprune.export.onnx_dir``).
-"""
+"""ONNX export of any (pruned) model: encoders, decoders and encoder-decoders, uneven heads included."""
 
 from __future__ import annotations
 
@@ -106,11 +89,7 @@ def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
 
 
 def padded(batch: dict) -> dict:
-    """``batch`` with one padded position appended to every row of the source inputs.
-
-    The tracer records the Python branch taken for its example; tracing on padded inputs keeps the attention mask
-    in the graph even where a model would drop an all-ones mask in Python.
-    """
+    """``batch`` with one padded position appended to every row of the source inputs."""
     out = dict(batch)
     for key in ENCODER_INPUTS:
         if key in out:

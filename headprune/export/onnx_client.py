@@ -1,12 +1,4 @@
-"""Run an ONNX export directory from raw text with onnxruntime, tokenizers and numpy alone (no torch, transformers or headprune).
-
-    python onnx_client.py <export dir> <requests.json>       (prints one JSON line)
-
-``requests.json`` is ``{"texts": [text or [text, text_pair], ...], "new_tokens": n}`` (n: the tokens a causal LM
-adds to each text). A classifier answers each text's token ids, logits and label; a decoder-only LM each text's ids, the logits of its last position and its greedy
-continuation (no KV cache: the whole sequence runs again for every new token). The directory's
-``headprune_export.json`` says how text becomes inputs. This file imports nothing of headprune: copy it anywhere.
-"""
+"""Run an ONNX export directory from raw text with onnxruntime, tokenizers and numpy alone (no torch, transformers or headprune)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""The self-contained ONNX export directory: graphs, tokenizer, config and a description of the graphs' inputs and outputs.
-
-Beside ``model.onnx`` (or ``encoder.onnx`` + ``decoder.onnx``) the directory holds what a user of plain ONNX Runtime
-needs to go from raw text to predictions, and what optimum's ``ORTModel*`` classes read:
-
-- ``tokenizer.json`` + ``tokenizer_config.json`` (the model's own tokenizer, saved by transformers); its padding is
-  set to the longest row of a batch, so that ``tokenizers.Tokenizer.encode_batch`` pads as the model was run;
-- ``config.json``: the model's config with its labels (``id2label`` / ``label2id`` of classifiers) and the pruned
-  head counts in ``headprune_heads_per_layer`` ({group: {"query_heads": [...], "kv_heads": [...]}}); the stock
-  head fields keep their unpruned values, which stay valid for the config class (a head count that divides the
-  hidden size), and the FFN widths in ``headprune_ffn_widths`` when neurons were pruned; decoder-only LMs get
-  ``use_cache: false`` (the graphs take no KV cache);
-- ``headprune_export.json``: each graph's inputs and outputs (names, element types, axes), how text becomes inputs,
-  the labels, the head counts and the FFN widths; ``onnx_client.py`` in this package runs a directory from it.
-"""
+"""The self-contained ONNX export directory: graphs, tokenizer, config and a description of the graphs' inputs and outputs."""
 
 from __future__ import annotations
 
@@ -121,8 +107,7 @@ def image_inputs(processor) -> dict:
 
 
 def save_tokenizer(tokenizer, out: Path) -> None:
-    """The tokenizer's files in ``out``: tokenizer.json padding to the longest row of a batch (not a fixed length), and
-    tokenizer_config.json readable by transformers 4 too (optimum-onnx 0.1 pins it)."""
+    """The tokenizer's files in ``out``: tokenizer.json padding to the longest row, tokenizer_config.json readable by transformers 4."""
     tokenizer.save_pretrained(out)
     path, settings_path = out / "tokenizer.json", out / "tokenizer_config.json"
     if not path.is_file():

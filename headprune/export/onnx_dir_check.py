@@ -1,11 +1,4 @@
-"""Check an ONNX export directory from raw text, as its users run it: onnxruntime and tokenizers, nothing else.
-
-``run_client`` runs ``onnx_client.py`` in a fresh interpreter (``-I``: no ``PYTHON*`` variables, no user site, no
-current directory on the path; a clean environment) whose import system refuses torch, transformers and headprune
-(a meta-path finder that raises ImportError for them, as if they were not installed). ``masked_predictions``
-computes the same answers with the model's own tokenizer and the model in PyTorch (call it under the mask), and
-``compare_predictions`` puts the two side by side.
-"""
+"""Check an ONNX export directory from raw text, as its users run it: onnxruntime and tokenizers, nothing else."""
 
 from __future__ import annotations
 
@@ -45,8 +38,7 @@ def run_client(
     client: Path = CLIENT,
     blocked: tuple = BLOCKED,
 ) -> dict:
-    """The answer of ``client`` (``onnx_client.py`` by default) for ``texts`` from the export in ``directory``, run by
-    ``python`` (this interpreter by default) with the ``blocked`` modules refused."""
+    """The answer of ``client`` (``onnx_client.py``) for ``texts`` from the export in ``directory``, the ``blocked`` modules refused."""
     with tempfile.TemporaryDirectory(prefix="headprune-client-") as folder:
         requests = Path(folder) / "requests.json"
         requests.write_text(json.dumps({"texts": texts, "new_tokens": new_tokens}))
@@ -82,8 +74,7 @@ def masked_predictions(model: nn.Module, tokenizer, texts: list, description: di
 
 
 def compare_predictions(client: dict, reference: dict, tolerance: float = TOLERANCE, blocked: tuple = BLOCKED) -> dict:
-    """Token ids, logits (within ``tolerance`` of their scale), labels or greedy tokens of the client against the
-    reference; none of the ``blocked`` modules may have been loaded by the client."""
+    """Ids, logits (within ``tolerance`` of their scale), labels or greedy tokens of the client against the reference."""
     key = "logits" if "logits" in reference else "last_logits"
     ours, theirs = np.asarray(client[key]), np.asarray(reference[key])
     report = {"ids_equal": client["ids"] == reference["ids"], "shape_equal": ours.shape == theirs.shape}

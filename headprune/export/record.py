@@ -1,5 +1,4 @@
-"""What an export's record says of the model it holds: whether anything was pruned, its widths per layer, and whether
-they split for tensor parallelism (vLLM shards each layer's query heads, KV heads and FFN neurons over the GPUs)."""
+"""What an export's record says of its model: whether it was pruned, its widths per layer, whether they split for tensor parallelism."""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ def layer_widths(model: nn.Module) -> list[dict]:
 
 
 def splits_over(layer: dict, degree: int) -> bool:
-    """Whether vLLM's tensor parallelism of ``degree`` shards this layer: query heads and FFN neurons divide by it, and
-    KV heads divide by it or, fewer than it, divide it (each then copied onto several GPUs). An emptied part always splits."""
+    """Whether vLLM's tensor parallelism of ``degree`` shards this layer (query heads, FFN neurons and KV heads divide, or KV copied)."""
     heads, kv, ffn = layer["heads"], layer["kv_heads"], layer.get("ffn") or 0
     kv_fits = kv == 0 or (kv % degree == 0 if kv >= degree else degree % kv == 0)
     return heads % degree == 0 and kv_fits and ffn % degree == 0

@@ -1,10 +1,4 @@
-"""What an export must reproduce: the pruned copy it is written from, and the masked model's outputs with their f32 round-off.
-
-The reference is the masked task model (for f16 GGUF: the pruned model with its matrices rounded as the file stores
-them). Its f32 round-off is measured on the model at hand: the largest |f32 logits - float64 logits| of the reference
-and of the pruned copy (two f32 computations of the function the export computes a third time); the check's tolerance
-is a multiple of it (headprune.export.verify).
-"""
+"""What an export must reproduce: the pruned copy it is written from, and the masked model's outputs with their f32 round-off."""
 
 from __future__ import annotations
 
@@ -55,8 +49,7 @@ def _on_device(model: nn.Module, batches: list[dict]) -> list[dict]:
 
 
 def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settings) -> Reference:
-    """The masked task model's logits and greedy tokens on ``batches`` (f16 GGUF: the rounded pruned model's), and the
-    f32 round-off of that computation against float64."""
+    """The masked task model's logits and greedy tokens on ``batches``, and the f32 round-off of that computation against float64."""
     rounded = FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16"
     if rounded:
         from headprune.export.gguf import rounded_like_gguf
@@ -80,7 +73,6 @@ def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settin
 
 
 def check_fields(pruned: nn.Module, reference: Reference, pre: dict | None) -> dict:
-    """What the checker needs beside the export: the measured f32 round-off and its multiple, whether to score the
-    texts' perplexity (a decoder-only LM), and the pre-tokenizer a GGUF file must name."""
+    """What the checker needs beside the export: the f32 round-off and its multiple, whether to score perplexity, the GGUF pre-tokenizer."""
     fields = {"f32_roundoff": reference.roundoff, "roundoff_multiple": ROUNDOFF_MULTIPLE, "causal": is_decoder_lm(pruned)}
     return fields if pre is None else {**fields, "tokenizer_pre": pre["name"]}

@@ -1,10 +1,4 @@
-"""An ONNX Runtime export seen as the HF model it came from, so that tasks evaluate and time it unchanged.
-
-``forward(**inputs)`` returns an output with ``.logits`` (torch, from ONNX Runtime). A decoder-only LM's task
-computes its loss from ``base_model(...).last_hidden_state`` through ``get_output_embeddings()``: here the
-"hidden state" is already the logits and the output embedding is the identity. ``generate`` is not
-available (the graphs have no KV cache): callers that need it get NotImplementedError.
-"""
+"""An ONNX Runtime export seen as the HF model it came from, so that tasks evaluate and time it unchanged."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""A tokenizer saved so that transformers 4.x and 5.x both load it: ``PreTrainedTokenizerFast`` over ``tokenizer.json``.
-
-transformers 5 saves a tokenizer without a dedicated class as ``"tokenizer_class": "TokenizersBackend"`` (with
-``"backend": "tokenizers"``), a class transformers 4 does not have: a client pinned below 5 (a vLLM release, optimum)
-fails at start-up. ``PreTrainedTokenizerFast`` is the class both read from ``tokenizer.json`` (in 5, a name of
-``TokenizersBackend``); a tokenizer saved with its own class (``GPT2Tokenizer``, ``LlamaTokenizer``) keeps it.
-"""
+"""A tokenizer saved so that transformers 4.x and 5.x both load it: ``PreTrainedTokenizerFast`` over ``tokenizer.json``."""
 
 from __future__ import annotations
 

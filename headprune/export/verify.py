@@ -1,17 +1,4 @@
-"""Check an export in a fresh interpreter that cannot import headprune: its outputs against the masked model's.
-
-The parent computes the reference (the masked model's logits on the check batches and, for decoder-only
-LMs, its greedy tokens), writes them beside a job file, and runs ``checker.py`` with ``python -I -S`` from
-another directory: no ``PYTHON*`` variables, no user site, no ``.pth`` files (so an editable headprune
-install stays out), only the interpreter's site-packages on ``sys.path``. The checker asserts that
-``import headprune`` fails, loads the export with stock libraries and reports the largest difference.
-
-The tolerance is what f32 arithmetic gives on the model at hand: the largest |f32 logits - float64 logits| of the
-reference model (and of the pruned copy the export was written from), times ``ROUNDOFF_MULTIPLE`` (two f32
-computations of one function differ by up to the sum of their round-offs, and other implementations round more than
-PyTorch); ``export.tolerance`` relative to the logits' scale is its floor. A 30-layer model's round-off is far above a
-2-layer one's, a wrong weight or setting far above both.
-"""
+"""Check an export in a fresh interpreter that cannot import headprune: its outputs against the masked model's."""
 
 from __future__ import annotations
 
@@ -119,8 +106,7 @@ def check_export(
     tolerance: float = TOLERANCE,
     timeout: float = 600.0,
 ) -> dict:
-    """Run the checker on ``job`` (format, files or dir, auto_class; ``texts``/``text_ids`` from ``sample_texts``) in a fresh
-    interpreter; its report (``passed``)."""
+    """Run the checker on ``job`` (format, files or dir, auto_class, texts) in a fresh interpreter; its report (``passed``)."""
     return check_exports([(job, batches, reference, greedy)], tolerance, timeout)[0]
 
 

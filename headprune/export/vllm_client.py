@@ -1,13 +1,4 @@
-"""vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as JSON rows.
-
-Runs in ``.clients/vllm-venv`` (tools/client_env.ensure_vllm_env), never imports headprune: run as a file by
-``make test-clients`` (tools/client_vllm_jobs.py) and by the export check (headprune.export.client_check). Each job names a directory
-(``DeciLMForCausalLM``, loaded with ``trust_remote_code``: its shipped config class) and ``arrays.npz`` with the
-masked model's prompts, greedy continuations and the log-probability of each greedy token. vLLM generates greedily in
-float32 from the same token ids; a row per check: the same tokens, log-probabilities within the job's tolerance.
-
-    python -I headprune/export/vllm_client.py JOBS.json     (prints one JSON line: a list of rows)
-"""
+"""vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as JSON rows."""
 
 from __future__ import annotations
 

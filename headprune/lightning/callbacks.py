@@ -11,11 +11,7 @@ from headprune.results.writer import write_results_file
 
 
 class HeadImportanceTracker(L.Callback):
-    """Every N epochs (or steps), and at every checkpoint, snapshot importance and a pruning curve.
-
-    The history is part of the checkpoint (``state_dict``), so a resumed run continues the same
-    series. It is written to ``<output_dir>/dynamics.json`` and logged to W&B as it grows.
-    """
+    """Every N epochs (or steps), and at every checkpoint, snapshot importance and a pruning curve."""
 
     def __init__(
         self,
@@ -38,7 +34,6 @@ class HeadImportanceTracker(L.Callback):
         self.on_checkpoint = on_checkpoint
         self.history: list[dict] = []
 
-    # ---- when to snapshot --------------------------------------------------------------------
     def _taken_at(self, step: int) -> bool:
         return any(s["step"] == step for s in self.history)
 
@@ -82,7 +77,6 @@ class HeadImportanceTracker(L.Callback):
         batches = trainer.num_training_batches
         return batches == float("inf") or trainer.fit_loop.epoch_loop.batch_progress.current.ready % max(int(batches), 1) == 0
 
-    # ---- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"history": self.history}
 

@@ -1,11 +1,4 @@
-"""Fine-tune recovery through Lightning: a short fine-tune of a physically pruned model, optionally distilled.
-
-    loss = (1 - w) * task_loss + w * T^2 * KL(softmax(teacher / T) || softmax(student / T))
-
-The pruned heads are gone from the weights, so no step can bring them back. Generic: it needs the
-model, a per-example loss ``loss_fn(outputs, batch) -> (B,)`` and training batches (a list of
-model-input dicts or a DataLoader, e.g. a task's ``train_dataloader()``), not a task class.
-"""
+"""Fine-tune recovery through Lightning: a short fine-tune of a physically pruned model, optionally distilled."""
 
 from __future__ import annotations
 
@@ -39,11 +32,7 @@ def distillation_loss(
 
 
 def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
-    """Bool mask of real target tokens for sequence logits (B, T, V); None for one prediction per example.
-
-    Labels are aligned with the logits (seq2seq targets; a causal LM's next-token labels, as headprune's LM
-    data makes them): -100 marks padding, prompt positions and a text's last token, which predict nothing.
-    """
+    """Bool mask of real target tokens for sequence logits (B, T, V); None for one prediction per example."""
     labels = batch.get("labels")
     if logits.dim() == 3 and labels is not None and labels.shape == logits.shape[:2]:
         return labels != -100
@@ -144,14 +133,7 @@ def finetune_recover(
     progress: bool = False,
     **trainer_kwargs,
 ) -> list[dict]:
-    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses.
-
-    ``decay``: linear warm-up over a ``warmup`` fraction of the steps, then linear decay to 0 (``max_steps`` runs only).
-    ``lora_rank``: train LoRA adapters of that rank on the attention and MLP projections (``headprune.lightning.lora``) and
-    merge them into the weights at the end (None: every parameter trains). Dropout draws from ``seed`` (the LoRA
-    initialisation too), not from the caller's random stream, which is left as it was. A ``logger=`` (Lightning) gets
-    every step's losses under ``log_prefix``; ``progress`` shows Lightning's progress bar.
-    """
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses."""
     from headprune.lightning.lora import add_lora, merge_lora
 
     total = int(max_steps) if decay and max_epochs is None else None

@@ -1,9 +1,4 @@
-"""Training dynamics of head importance (paper section 6): one snapshot = importance + a pruning curve.
-
-A snapshot needs only the task protocol (headprune/tasks/base.py): the importance subset of the
-training split, and scores under masks on a small evaluation split. The live Lightning callback
-and the offline analysis of saved checkpoints both call ``take_snapshot``, so they agree exactly.
-"""
+"""Training dynamics of head importance (paper section 6): one snapshot = importance + a pruning curve."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The one logging path of training and experiments: the configured Lightning logger (W&B offline by default, CSV, none).
-
-``WANDB_MODE`` is defaulted here only, from ``logger.mode`` (conf/logger/wandb.yaml).
-"""
+"""The one logging path of training and experiments: the configured Lightning logger (W&B offline by default, CSV, none)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""LoRA adapters (peft) on the attention and MLP projections of a model, merged back into plain weights.
-
-``add_lora`` injects adapters into every ``nn.Linear`` inside the layers that hold an attention module
-(q/k/v/output projections and the MLP's), freezing everything else; ``merge_lora`` folds W += (alpha / r) B A
-into each adapted projection and puts the plain ``nn.Linear`` back, so the model saves and loads like any
-other (a pruned model keeps its pruning record: the adapters only ever see the pruned shapes).
-"""
+"""LoRA adapters (peft) on the attention and MLP projections of a model, merged back into plain weights."""
 
 from __future__ import annotations
 
@@ -25,18 +19,14 @@ def lora_targets(model: nn.Module) -> list[str]:
 
 
 def smallest_projection(model: nn.Module) -> int:
-    """min(in_features, out_features) over the projections LoRA adapts (a pruned model's narrower ones included; those of a
-    layer that lost every head, 0 wide, left out): the largest rank that is still low rank."""
+    """The smallest width of the projections LoRA adapts (emptied ones left out): the largest rank that is still low rank."""
     modules = dict(model.named_modules())
     widths = [min(modules[name].in_features, modules[name].out_features) for name in lora_targets(model)]
     return min([w for w in widths if w > 0] or widths)
 
 
 def add_lora(model: nn.Module, rank: int, alpha: float | None = None, seed: int = 0):
-    """Inject LoRA adapters of ``rank`` (scale alpha / rank; alpha defaults to 2 x rank) in place; returns the peft model.
-
-    Only the adapters train: every other parameter is frozen (``merge_lora`` restores the flags).
-    """
+    """Inject LoRA adapters of ``rank`` (scale alpha / rank; alpha defaults to 2 x rank) in place; returns the peft model."""
     from peft import LoraConfig, get_peft_model
 
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:

@@ -35,8 +35,7 @@ def build_tokenizer(model_cfg):
 
 
 def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int | None = None, **overrides):
-    """A ``model_class`` (a transformers auto class) from ``model_cfg``: pretrained weights, else a fresh config; new weights
-    drawn from ``seed`` when given; ``overrides`` go into the model's config (e.g. num_labels)."""
+    """A ``model_class`` from ``model_cfg``: pretrained weights, else a fresh config drawn from ``seed``; ``overrides`` go in its config."""
     if seed is None:
         return _build_model(model_cfg, model_class, vocab_size, **overrides)
     with torch.random.fork_rng():  # the caller's random stream is left as it was

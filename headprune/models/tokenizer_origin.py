@@ -1,10 +1,4 @@
-"""Where a tokenizer came from, kept beside the models headprune saves: llama.cpp's name for its pre-tokenizer.
-
-A model directory may hold ``headprune_tokenizer.json``: ``{"tokenizer_pre": <GGUF tokenizer.ggml.pre>, "from": <where
-that name was read>}``. An embedded LLM's tokenizer comes from its package's GGUF file, whose ``tokenizer.ggml.pre``
-is the name; a saved point or a task's saved model copies the record of the directory its tokenizer was loaded from.
-The GGUF export reads it before identifying a tokenizer by hash, as llama.cpp's converter does.
-"""
+"""Where a tokenizer came from, kept beside the models headprune saves: llama.cpp's name for its pre-tokenizer."""
 
 from __future__ import annotations
 

@@ -12,11 +12,7 @@ SPECIALS = [PAD, EOS, UNK, BOS]  # ids 0..3 in every tokenizer we train
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, kind: str = "bpe", min_frequency: int = 2):
-    """Train a joint subword tokenizer (``bpe``: byte-level BPE, ``unigram``: Metaspace unigram) on ``texts``.
-
-    Both kinds are lossless on whitespace-normalized text, so ``decode`` gives detokenized output that
-    sacrebleu can score directly. Every encoded sequence ends with ``</s>``.
-    """
+    """Train a joint subword tokenizer (``bpe``: byte-level BPE, ``unigram``: Metaspace unigram) on ``texts``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     texts = list(texts)

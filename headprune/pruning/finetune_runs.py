@@ -1,10 +1,4 @@
-"""Fine-tune recovery inside the prune experiment: its training batches (examples or a token budget) and its control.
-
-A token budget (``prune.finetune.tokens``) takes shuffled training batches until that many real input tokens
-(attention-mask ones) are in, and trains one pass over them. The control (``prune.control=true``) gives the
-unpruned model the same fine-tune: the same batches in the same order, the same steps, lr and schedule, and
-distillation from its own frozen copy where the pruned model distils from the unpruned one.
-"""
+"""Fine-tune recovery inside the prune experiment: its training batches (examples or a token budget) and its control."""
 
 from __future__ import annotations
 
@@ -50,8 +44,7 @@ def budget_batches(task, tokens: int, seed: int) -> list[dict]:
 
 
 def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> list[dict]:
-    """What ``prune.recover=finetune`` trains on: ``prune.finetune.tokens`` real input tokens or ``prune.finetune.examples``
-    training examples (a new draw for each ``round_`` of a schedule), or the lsq batches when both are null."""
+    """What ``prune.recover=finetune`` trains on: a token or example budget per round, else the lsq batches."""
     finetune = settings.finetune
     seed = int(finetune.seed) + round_
     if finetune.tokens is not None:
@@ -75,8 +68,7 @@ def finetune_steps(finetune, batches: list[dict]) -> int:
 
 
 def check_lora_rank(model, rank: int) -> None:
-    """A LoRA rank no larger than the smallest projection of the model it adapts: the pruned one, whose q/k/v/o projections
-    are narrower than the unpruned model's that the config check saw (a ConfigError otherwise)."""
+    """A LoRA rank no larger than the pruned model's smallest projection (a ConfigError otherwise)."""
     from headprune.lightning.lora import smallest_projection
 
     smallest = smallest_projection(model)
@@ -120,8 +112,7 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, lab
 
 
 def control_model(task, rounds: list[list[dict]], finetune, logger) -> tuple[object, list[float]]:
-    """(a copy of the unpruned model fine-tuned like the pruned ones, each step's loss): one fine-tune per round of
-    batches, in order, distilled from a frozen copy of the unpruned model."""
+    """(a copy of the unpruned model fine-tuned like the pruned ones, each step's loss), distilled from a frozen copy of it."""
     model = copy.deepcopy(task.model)
     teacher = copy.deepcopy(task.model).eval()
     losses = []

@@ -69,9 +69,7 @@ def prune_stage(
     base=None,
     ffn_multiple: int = 1,
 ) -> dict:
-    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...}; ``layout``: global or uniform;
-    ``joint_scale``: how a joint unit's kinds meet (``headprune.selection.joint_scale``); ``ffn_multiple``: every FFN
-    layer keeps a multiple of it (``headprune.selection.ffn_widths``)."""
+    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...} in the given layout and joint scale."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
@@ -126,16 +124,14 @@ def prune_stage(
 
 
 def what_it_did(task, mask) -> dict:
-    """A step's label by kind: ``kinds_removed`` (``heads 25%``, ``KV groups 25%, neurons 38%``), or for a streaming task
-    ``streamed`` (``KV groups streamed 30%``)."""
+    """A step's label by kind: ``kinds_removed`` (``KV groups 25%, neurons 38%``), or ``streamed`` for a streaming task."""
     if streaming(task):
         return {"streamed": streamed_label(mask_to_json(mask), task.gates.unit)}
     return {"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)}
 
 
 def what_was_removed(fraction: float, removed: int, total: int) -> dict:
-    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked
-    (a uniform layout's floor per layer or prune.min_units_per_layer can leave fewer)."""
+    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked."""
     return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
 
 

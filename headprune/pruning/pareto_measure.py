@@ -1,10 +1,4 @@
-"""Recovery, measurement and the control of pruning for speed: what happens to a point once its mask is chosen.
-
-Recovery (``prune.recover``): ``lsq`` folds least-squares scales of the kept heads into a copy of the model,
-``finetune`` fine-tunes a physically pruned copy (distilled from the unpruned model) on ``prune.recover_examples``
-training examples or a token budget. With ``prune.measure_speed`` each distinct pruned model is timed against the
-unpruned one (``speed_stage``); with ``prune.control`` the unpruned model gets the same fine-tune.
-"""
+"""Recovery, measurement and the control of pruning for speed: what happens to a point once its mask is chosen."""
 
 from __future__ import annotations
 
@@ -17,12 +11,12 @@ import torch
 
 from headprune.core.gates import HeadGates
 from headprune.core.unit_kinds import recovery_parts
-from headprune.core.units import prune_unit_mask, unit_count
+from headprune.core.units import prune_unit_mask
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.pruning.finetune_runs import control_model, finetune_in_place
-from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, relative
+from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, relative, unpruned_point
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
@@ -76,13 +70,7 @@ def cost_model(task, settings, out: Path) -> CostModel:
 def recovered_model(
     task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str, progress: bool = False
 ):
-    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the heads ``mask`` keeps.
-
-    The task's model is untouched. lsq: a copy of the whole model with the least-squares scales folded in, run
-    under ``mask`` (equal to the physically pruned copy), with the shrink its loss on ``batches`` kept; finetune: a
-    physically pruned copy fine-tuned on ``tuning`` (default ``batches``; mask None), with each step's loss. ``mask`` is in the task's unit (query
-    heads or KV groups); the core gets its query-head mask.
-    """
+    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the heads ``mask`` keeps."""
     if recovery == "none":
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
@@ -105,10 +93,7 @@ def recovered_model(
 
 
 def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) -> None:
-    """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights.
-
-    ``mask`` (in the unit of ``unit_gates``, the task's gates) is pruned from the weights first when given.
-    """
+    """With ``prune.measure_speed``, keep a recovered model (physically pruned) to time it: generation speed depends on its weights."""
     if ctx.settings.measure_speed:
         if mask is not None:
             prune_unit_mask(unit_gates_of(model, unit_gates.unit), mask)
@@ -116,11 +101,7 @@ def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) ->
 
 
 def measure_points(task, points: list[dict], base_point: dict, ctx: ParetoRun) -> None:
-    """Time each distinct physically pruned model against the unpruned one (largest of ``speed.batch_sizes``).
-
-    A recovered point is timed on its own recovered model (``ctx.models[(recovery, mask)]``), others on the mask's
-    pruned copy. A point whose timing the time budget cut keeps its scores, untimed.
-    """
+    """Time each distinct physically pruned model against the unpruned one (largest of ``speed.batch_sizes``)."""
     measured: dict[str, dict | None] = {}
     for point in points:
         own = ctx.models.get((point["recovery"], repr(point["mask"])))
@@ -183,21 +164,12 @@ def control_point(task, ctx: ParetoRun) -> dict:
     del model
     score = results[ctx.split].score
     return {
-        "order": "unpruned",
+        **unpruned_point(ctx, task),
         "recovery": "finetune",
         "control": True,
-        "step": "0%",
-        "target": None,
-        "fraction": 0.0,
-        "units_removed": 0,
-        "query_heads_removed": 0,
-        "units_total": unit_count(task.gates),
         "score": score,
         "relative": relative(score, ctx.base.score),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
-        "predicted_speedup": 1.0,
-        "flops_kept": 1.0,
-        "cost_unit": ctx.costs.unit,
         **({"finetune_losses": losses} if losses is not None else {}),
         **saved,
     }

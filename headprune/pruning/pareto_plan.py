@@ -1,5 +1,4 @@
-"""What a pruning-for-speed run will make, known from its settings alone: recoveries, rearrangements, steps and the
-names of its points (``fisher+lsq@40%``), so that settings naming points (``prune.save``) are checked before work."""
+"""What a pruning-for-speed run will make, from its settings alone: recoveries, rearrangements, steps and the names of its points."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The records of pruning for speed: what every point of one run shares (``ParetoRun``) and each point's JSON record.
-
-A point holds its order, recovery and step, the heads it removed, its score on the evaluation split (and on
-``prune.extra_splits``, relative to the unpruned model there), the predicted speed-up and the FLOPs kept.
-"""
+"""The records of pruning for speed: what every point of one run shares (``ParetoRun``) and each point's JSON record."""
 
 from __future__ import annotations
 

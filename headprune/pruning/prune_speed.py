@@ -1,15 +1,4 @@
-"""Pruning for speed: the Pareto search over targets, recoveries and schedules, one point per (order, recovery, step).
-
-Turned on by any of ``prune.target`` ({speedup: s} | {flops: f} | {max_drop: d}), ``prune.schedule``
-(growing fractions or targets: prune, recover, re-score, prune more) or ``prune.recover`` (none | lsq |
-finetune, or a list). Without a target or schedule the steps are ``prune.fractions``. Scores come from
-``ORDERS`` on the training subset; a target is met by the cost-aware search of ``headprune.selection.mask_search``
-(``max_drop`` measured on the selection split, never the evaluation split). A joint unit's kinds meet under ``prune.joint_scale`` (``headprune.selection.joint_scale``). ``prune.rearrange`` (true, or
-``both`` for points with and without) re-chooses each layer's kept units of every one-shot mask, counts kept: heads
-and KV groups by their layers' Fisher blocks, FFN neurons by Kwon et al.'s greedy on their gradients
-(``headprune.selection.unit_rearrange``, Kwon et al. 2022). Recovery, timing and the
-control live in ``headprune.pruning.pareto_measure``; the point records in ``pareto_points``.
-"""
+"""Pruning for speed: the Pareto search over targets, recoveries and schedules, one point per (order, recovery, step)."""
 
 from __future__ import annotations
 
@@ -50,8 +39,7 @@ from headprune.stages.evaluation import evaluate_many, evaluate_one, swapped_mod
 
 
 def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
-    """(``mask`` with each layer's kept units re-chosen by its kind's rule from the gate gradients of the training subset
-    (``headprune.selection.unit_rearrange``), what that changed)."""
+    """(``mask`` with each layer's kept units re-chosen by its kind's rule from the training subset's gate gradients, what that changed)."""
     if "gate_gradients" not in ctx.shared:
         ctx.shared["gate_gradients"] = example_gradients(task.model, task.gates, task.importance_batches(), unit=task.gates.unit)
     grads = ctx.shared["gate_gradients"]
@@ -95,12 +83,7 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
 
 
 def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list[dict]:
-    """{split: result} on the scored splits (``scored_splits``) of every mask after ``recovery``; a mask already
-    evaluated (``ctx.evaluated``) is not again. A point ``prune.save`` keeps has its model saved (a mask alone too).
-
-    What a recovery records (a fine-tune's per-step losses, the lsq shrink) goes to ``ctx.recovery_records``; a
-    fine-tune's losses go to its logger under each mask's label too.
-    """
+    """{split: result} on the scored splits of every mask after ``recovery`` (each once), saving the points ``prune.save`` keeps."""
     done = ctx.evaluated
     keys = [(recovery, mask_key(m)) for m in masks]
     todo = {k: (m, label) for k, m, label in zip(keys, masks, labels) if k not in done}
@@ -124,8 +107,7 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, la
 
 
 def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
-    """{key: {split: result}} of the masks of ``todo`` on the base model, without recovery, batched over masks; their
-    selection-split results are kept as each mask's score alone (``ctx.alone``)."""
+    """{key: {split: result}} of the masks of ``todo`` on the base model, batched; the selection-split results go to ``ctx.alone``."""
     masks = {key: mask for key, (mask, _) in todo.items()}
     out = {key: {} for key in masks}
     for split in scored_splits(ctx):
@@ -140,8 +122,7 @@ def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
 
 
 def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recipe: dict | None, ctx: ParetoRun) -> tuple:
-    """(the recovered model, the mask to evaluate it under) of one mask, or the model an earlier run saved for its
-    recipe; scored on the scored splits into ``ctx.evaluated[key]``."""
+    """(the recovered model, the mask to evaluate it under) of one mask, or an earlier run's saved model; scored into ``ctx.evaluated``."""
     model = saved_model(ctx.out, recipe) if recipe else None
     if model is not None:  # an earlier run saved this recipe's model: no second recovery
         gates, evaluate_mask, record = HeadGates(model), None, {}
@@ -280,8 +261,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
 
 
 def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps: list, where: dict, out: Path, logger) -> ParetoRun:
-    """What every point shares: recovery and fine-tune batches, cost models, the unpruned scores (``where``: split,
-    selection, base, shared, seed)."""
+    """What every point shares: recovery and fine-tune batches, cost models, the unpruned scores."""
     prune = settings.prune
     scheduled, recoveries = prune.schedule is not None, recoveries_of(prune)
     batches = recovery_batches(task, int(prune.recover_examples)) if scheduled or recoveries != ["none"] else []
@@ -340,12 +320,7 @@ def check_reachable(steps: list, ctx: ParetoRun) -> None:
 def pareto_stage(
     task, settings: RunSettings, order_settings: OrderSettings, orders: list[str], fractions: list[float], where: dict, out: Path, logger
 ) -> dict:
-    """Every (order, recovery, step) point and the unpruned one: scores on ``where["split"]`` (and ``prune.extra_splits``),
-    predicted and measured speed; with ``prune.control`` the unpruned model given the same fine-tune.
-
-    ``where``: split, selection, seed, and optionally base (the unpruned EvalResult) and shared (a study's order
-    scores). ``logger`` (Lightning, or False) receives every fine-tune recovery step's losses.
-    """
+    """Every (order, recovery, step) point and the unpruned one (and the control): scores, predicted and measured speed."""
     prune = settings.prune
     where = {"base": None, "shared": None, **where}
     where["shared"] = {} if where["shared"] is None else where["shared"]

@@ -1,6 +1,4 @@
-"""Does a recovery leave its point worse than the mask alone? Checked on the selection split (the split that makes the
-run's choices, never the evaluation split): every recovered point records both scores, and the run says so in one line
-for each point its recovery made worse."""
+"""Does a recovery leave its point worse than the mask alone on the selection split? Each recovered point records both scores."""
 
 from __future__ import annotations
 

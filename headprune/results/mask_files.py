@@ -1,7 +1,4 @@
-"""Mask files: a prune run's results.json (orders and steps, or Pareto points), a speed or export results.json, or a
-mask JSON ({"mask": {group: [[0/1]]}}). A file says its own unit (a kind such as ``head`` or ``ffn``, or a joint unit
-such as ``head+ffn``; files written before FFN units hold ``head`` or ``kv_group``), layout and candidates; settings
-pick one only when it holds several. A file that names no unit says its kinds by its masks' group names."""
+"""Mask files: a prune, speed or export results.json, or a mask JSON; each says its unit, layout and candidates."""
 
 from __future__ import annotations
 
@@ -129,8 +126,7 @@ def _sections(results: dict) -> list[dict]:
 
 
 def read_mask_file(path, setting: str = "speed", action: str = "remove") -> MaskFile:
-    """Every mask of a mask file with its method, fraction and step; binary masks checked (ConfigError naming the entry).
-    ``action``: what the reader does to a unit at 0; a file whose masks do otherwise (streaming patterns) is a ConfigError."""
+    """Every mask of a mask file with its method, fraction and step, checked binary and of the reader's ``action`` (else a ConfigError)."""
     path = Path(str(path))
     found = mask_file_of(read_mask_payload(path, setting), path, setting)
     if (REMOVE if found.action is None else found.action) != action:
@@ -184,9 +180,7 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
 
 
 def choose_candidate(found: MaskFile, order: str | None, fraction: float | None, step: str | None, setting: str) -> Candidate:
-    """The one candidate the settings pick (None: not given): a mask JSON (or a speed or export results.json) holds one;
-    a prune run's steps and points that remove some unit are picked by method, step and fraction (a method's only
-    Pareto point needs no fraction). None or several left is a ConfigError listing them with the settings that pick each."""
+    """The one candidate the settings pick (None: not given); none or several left is a ConfigError listing them and how to pick each."""
     if not found.candidates:
         of = f" (it is the results.json of experiment={found.experiment})" if found.experiment else ""
         raise ConfigError(f"{setting}.mask_file={found.path} holds no mask{of}: {FORMS}")

@@ -6,8 +6,7 @@ from headprune.core.unit_kinds import KINDS, group_kind
 
 
 def point_name(point: dict) -> str:
-    """``fisher+lsq``, ``fisher+rearrange+lsq``, ``importance``, ``unpruned``, ``unpruned + same training`` (the control):
-    the order, its rearrangement and its recovery."""
+    """A point's name: its order, rearrangement and recovery (``fisher+rearrange+lsq``), ``unpruned`` or ``unpruned + same training``."""
     if point.get("control"):
         return "unpruned + same training"
     name = point["order"] + ("+rearrange" if point.get("rearranged") else "")
@@ -30,8 +29,7 @@ def units_by_kind(mask: dict, unit=None) -> dict[str, dict[str, int]]:
 
 
 def removed_fraction(step: dict, default_total: int | None = None) -> float:
-    """The fraction of the pruning units a step (or point) removed: ``fraction_removed``, else units removed / total
-    (older files), else the fraction asked."""
+    """The fraction of the units a step removed: ``fraction_removed``, else removed / total (older files), else the fraction asked."""
     if step.get("fraction_removed") is not None:
         return float(step["fraction_removed"])
     total = units_total(step, default_total)
@@ -49,8 +47,7 @@ def percent(fraction: float) -> str:
 
 
 def fraction_met(step: dict, default_total: int | None = None) -> bool:
-    """Whether a step removed the round(fraction x total) units its fraction asks: ``fraction_met``, else from its counts
-    (older files), else True."""
+    """Whether a step removed the round(fraction x total) units asked: ``fraction_met``, else from its counts, else True."""
     if step.get("fraction_met") is not None:
         return bool(step["fraction_met"])
     total = units_total(step, default_total)
@@ -60,8 +57,7 @@ def fraction_met(step: dict, default_total: int | None = None) -> bool:
 
 
 def step_label(step: dict, default_total: int | None = None) -> str:
-    """A step's label: the fraction asked when it removed that many units (``20%``: 14 of 72, rounded), else what it
-    removed with the fraction asked beside it (``0% (asked 10%)``)."""
+    """A step's label: the fraction asked when it removed that many units (``20%``), else what it removed (``0% (asked 10%)``)."""
     asked = step.get("fraction")
     if asked is not None and fraction_met(step, default_total):
         return percent(float(asked))
@@ -77,10 +73,7 @@ def point_step(point: dict) -> str:
 
 
 def kind_counts(mask: dict, unit=None) -> dict[str, tuple[int, int]]:
-    """{kind: (units removed, units in all)} of a 0/1 mask {group: [[...]]} (JSON lists or tensors), in the registry's order.
-
-    A group's name says its kind (headprune.core.unit_kinds.group_kind); ``unit`` tells KV groups from heads.
-    """
+    """{kind: (units removed, units in all)} of a 0/1 mask {group: [[...]]} (JSON lists or tensors), in the registry's order."""
     counts: dict[str, list[int]] = {}
     for group, rows in mask.items():
         kind = group_kind(str(group), unit) or "unit"

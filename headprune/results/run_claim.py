@@ -1,9 +1,4 @@
-"""One run per directory: a finished run of another experiment, or of other settings, is refused before work.
-
-A run directory holds ``results.json`` and ``.hydra/`` (the settings that produced it). A new run may start there
-only when the directory holds no finished run, or one of the same experiment with the same settings (a resume);
-``overwrite=true`` replaces a different one, whose ``results.json`` and ``.hydra/`` stay until the new results land.
-"""
+"""One run per directory: a finished run of another experiment, or of other settings, is refused before work."""
 
 from __future__ import annotations
 
@@ -74,8 +69,7 @@ def recorded_experiment(out: Path, payload: dict) -> str:
 
 
 def claim_run_dir(out: Path, experiment: str, settings: dict, overwrite: bool, reuses_stages: bool = False) -> bool:
-    """Refuse ``out`` when it holds a finished run of another experiment or other settings (ConfigError naming both and
-    the fix); True when ``overwrite`` replaces such a run, False for a new directory or a resume."""
+    """Refuse ``out`` holding a finished run of another experiment or settings; True when ``overwrite`` replaces one, else False."""
     out = Path(out)
     results = out / "results.json"
     if not results.is_file():
@@ -121,8 +115,7 @@ def results_stamp(out: Path) -> tuple | None:
 
 
 def write_run_record(out: Path, files: dict[str, str], replacing: bool) -> Path:
-    """Write the run's settings (``files``: name -> text) into ``.hydra/``, or into ``.hydra.next/`` while the results of
-    the run it replaces still lie beside ``.hydra/``."""
+    """Write the run's settings (``files``: name -> text) into ``.hydra/``, or ``.hydra.next/`` while a replaced run's results remain."""
     record = Path(out) / (NEXT_RECORD if replacing else RECORD)
     if record.exists():
         shutil.rmtree(record)

@@ -1,10 +1,4 @@
-"""What a streaming run records beside its scores: the action, sink and window, and each point's KV cache at the context.
-
-A streamed unit keeps its weights, so its cost is no FLOP count but the KV cache it holds: at the task's longest context
-(``StreamTask.context_tokens``) every full KV group holds every token, every streamed one ``sink + window``
-(``headprune.core.stream_cache.stream_cache_bytes``, one sequence). With ``unit=head`` on a grouped-query model a KV
-group's cache shrinks only when all of its query heads stream, and is counted so.
-"""
+"""What a streaming run records beside its scores: the action, sink and window, and each point's KV cache at the context."""
 
 from __future__ import annotations
 
@@ -72,8 +66,7 @@ def point_cost(task, mask) -> dict:
 
 
 def examples_record(task, result, key: str = "per_example") -> dict:
-    """A streaming point's per-example values (``{key: {"correct": [0/1, ...], ...}}``, floats to 6 digits): the paired
-    tests of the orders on the same prompts read them; {} for a removing task (its splits can hold thousands)."""
+    """A streaming point's per-example values (floats to 6 digits) for the paired tests of its orders; {} for a removing task."""
     if not streaming(task):
         return {}
     return {key: {name: [round(v, 6) if isinstance(v, float) else v for v in values] for name, values in result.per_example.items()}}

@@ -1,12 +1,4 @@
-"""Head importance (Michel et al. 2019, section 4.1) and attention entropy per head.
-
-    I_h = E_x | dL(x) / d xi_h |          (importance)
-    F_h = E_x ( dL(x) / d xi_h )^2        (empirical Fisher of the gate, Kwon et al. 2022)
-
-The gate gradient comes from per-token probes (B, T, H) of ones that HeadGates multiplies into each
-head's output: dL/d probe[b, t, h] = <Att_h(x)[b, t], dL/dAtt_h(x)[b, t]>, so summing over t gives
-dL(x_b)/d xi_h for every example b at once (one backward pass, exact per-example values).
-"""
+"""Head importance (Michel et al. 2019, section 4.1) and attention entropy per head."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
-from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
 from headprune.core.unit_kinds import KINDS, group_kind, kinds_of
 from headprune.core.units import unit_gates
 
@@ -62,8 +54,7 @@ def _kinds(unit: str):
 
 
 def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int], str] | None:
-    """Probe gradients (B, T, C) of one site per unit: (gradients (B, T, U), original ids of the U units, their group), by the
-    first kind of the unit that scores the site; None when the site holds no unit (an emptied one holds only its phantom)."""
+    """A site's probe gradients (B, T, C) per unit: (gradients (B, T, U), original unit ids, group); None when the site holds no unit."""
     if not getattr(site, "has_units", True):
         return None
     grad = grad.reshape(batch, -1, grad.shape[-1])  # OPT's feed-forward block flattens its tokens: (B * T, W) -> (B, T, W)
@@ -71,12 +62,7 @@ def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Te
 
 
 def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
-    """L2-normalise each layer's head (or KV-group) scores, then optionally min-max over the whole network.
-
-    The per-layer norm is Michel et al.'s, for the heads of a layer; FFN neurons and whole blocks keep their raw scores:
-    a block group has one unit per layer (its norm would make every score 1), and a feed-forward layer with a few
-    outlier neurons (SmolLM2 has them) would scale every other neuron of the layer to about 0 and lose them all.
-    """
+    """L2-normalise each layer's head (or KV-group) scores, then optionally min-max over the whole network."""
     out = {g: s.clone() for g, s in scores.items()}
     if layers:
         for g, s in out.items():
@@ -102,32 +88,13 @@ def importance_scores(
     progress: bool = False,
     unit: str = "head",
 ) -> dict[str, torch.Tensor]:
-    """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set).
-
-    unit: ``head`` (query heads) or ``kv_group`` ({group: [layers, KV heads]}: a KV head with all of its
-    query heads, scored by the gradient of a gate they share, i.e. their gradients summed before the |.|),
-    ``ffn`` (``FFNGates``: {group: [layers, neurons]}, each FFN neuron's gate on the down projection's input) or
-    ``head+ffn`` (``JointGates``: both kinds of groups from the same backward pass).
-
-    reduce: ``example`` |sum over tokens| per example (the paper's formula, default), ``token`` |.| per
-    token then summed over tokens (the paper's code), ``batch`` |.| of the batch sum (the bertology example),
-    ``fisher`` (sum over tokens)^2 per example (the empirical Fisher of the gate; see ``fisher_scores``).
-    ``mask`` evaluates the gradient under the current pruning mask (re-estimation). Heads already removed
-    from the weights score 0.
-
-    ``batch`` takes |.| of the gradient of each batch's MEAN loss (uneven batches weigh alike) and averages
-    over batches, as the bertology example means to; that script itself never zeroes the gate gradient
-    between batches and so accumulates it (|g_1 + ... + g_k| at batch k; equal for a single batch).
-    The model is called without ``labels``; ``loss_fn(outputs, batch)`` reads them from the batch.
-    """
+    """Importance of every head {group: [layers, heads]} on ``batches`` (training data, never the eval set)."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
     _kinds(unit)
-    was_training = model.training
-    model.eval()
     totals, count = _zeros(gates, unit), 0
     batches = _progress(batches, progress, "fisher" if reduce == "fisher" else "importance")
-    with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
+    with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
             if loss_fn is per_example_loss:
                 _require_labels(batch)
@@ -144,6 +111,7 @@ def importance_scores(
                     if found is None:
                         continue
                     contribution, ids, group = found  # (B, T, U): dL(x_b)/d xi_u restricted to token t
+                    # I_h = E_x |dL(x)/d xi_h| (example); F_h = E_x (dL(x)/d xi_h)^2 (fisher), summing the probes over t gives dL(x)/d xi_h
                     if reduce == "example":
                         value = contribution.sum(1).abs().sum(0)
                     elif reduce == "fisher":
@@ -155,7 +123,6 @@ def importance_scores(
                     totals[group][site.layer, ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
-    model.train(was_training)
     if count == 0:
         raise ValueError("importance_scores got no batches: the importance subset is empty")
     scores = {g: (t / count).float() for g, t in totals.items()}
@@ -172,11 +139,7 @@ def fisher_scores(
     progress: bool = False,
     unit: str = "head",
 ) -> dict[str, torch.Tensor]:
-    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]}.
-
-    Lower = less important (pruned first). ``mask`` re-estimates it under a pruning mask; removed heads score 0.
-    Unnormalised by default (Fisher values are comparable across layers, which a cost-aware search needs).
-    """
+    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]}."""
     return importance_scores(
         model, gates, batches, loss_fn=loss_fn, reduce="fisher", normalize_layers=normalize_layers, mask=mask, progress=progress, unit=unit
     )
@@ -185,11 +148,7 @@ def fisher_scores(
 def fisher_blocks(
     model, gates, batches: Iterable[dict], loss_fn: Callable = per_example_loss, mask=None, progress: bool = False, unit: str = "head"
 ) -> dict[str, torch.Tensor]:
-    """Empirical Fisher of each layer's gates, mean over examples of g g^T with g = dL(x)/d xi_l: {group: [layers, H, H]} float64.
-
-    Heads of different layers are treated as independent (Kwon et al. 2022: block-diagonal Fisher); the
-    diagonal of each block is ``fisher_scores``. One backward pass per batch (``per_example_gate_gradients``).
-    """
+    """Empirical Fisher of each layer's gates, mean over examples of g g^T with g = dL(x)/d xi_l: {group: [layers, H, H]} float64."""
     was_training = model.training
     totals, count = None, 0
     try:
@@ -229,7 +188,6 @@ def per_example_gate_gradients(
     return out
 
 
-# ---- attention entropy ------------------------------------------------------------------------
 class _EntropyRecorder:
     """Accumulates the mean entropy of each head's attention distribution over valid query tokens."""
 
@@ -269,19 +227,16 @@ class _EntropyRecorder:
 def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = False) -> dict[str, torch.Tensor]:
     """Mean attention entropy (nats) of every query head {group: [layers, heads]}; low = peaked attention."""
     recorder = _EntropyRecorder(gates)
-    was_training = model.training
-    model.eval()
     for site in gates.sites:
         site.entropy_hook = recorder
     try:
-        with torch.inference_mode():
+        with eval_mode(model), torch.inference_mode():
             for batch in _progress(batches, progress, "entropy"):
                 recorder.valid = {"enc": batch.get("attention_mask"), "dec": decoder_valid(batch)}
                 model(**batch)
     finally:
         for site in gates.sites:
             site.entropy_hook = None
-        model.train(was_training)
     if recorder.valid and not any(bool(c.any()) for c in recorder.counts.values()):
         raise ConfigError(
             f"attention entropy reads each head's attention inside transformers' attention interface, and no attention of "

@@ -1,16 +1,4 @@
-"""The retrieval score of every head (Wu et al. 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality").
-
-At an answer step that produces (teacher-forced) a token w repeated from a needle, a head *copies and pastes* w when its
-attention from that step peaks on the needle at a token equal to w:
-
-    j = argmax_k a_h[t, k],    hit_h(t) = [needle_start(t) <= j < needle_end(t)] and [x_j = w]
-    retrieval score of h = mean over examples of (hits of h / answer tokens repeated from a needle)
-
-(the paper's |g_h ∩ k| / |k| per example, averaged). The attention weights come from the model's eager attention (its
-own softmax, switched on for the pass when the model runs another implementation), read per layer by a hook on the
-attention module and reduced at once to the copying steps: no (B, H, T, T) tensor of another layer is kept.
-A KV group scores the mean of its query heads (``gates.scores_from_heads``), as attention entropy does.
-"""
+"""The retrieval score of every head (Wu et al. 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality")."""
 
 from __future__ import annotations
 
@@ -20,7 +8,7 @@ from contextlib import ExitStack, contextmanager
 import torch
 
 from headprune.core.gates import PREFIX, ensure_gated, site_groups
-from headprune.core.inputs import DECODER_INPUTS
+from headprune.core.inputs import DECODER_INPUTS, eval_mode
 
 COPY_KEYS = ("labels", "needle_start", "needle_end")  # what a retrieval batch holds besides the model's inputs
 
@@ -28,11 +16,7 @@ COPY_KEYS = ("labels", "needle_start", "needle_end")  # what a retrieval batch h
 def copy_hits(
     attention: torch.Tensor, input_ids: torch.Tensor, labels: torch.Tensor, start: torch.Tensor, end: torch.Tensor
 ) -> torch.Tensor:
-    """Copy-paste hits (B, H) of one layer's heads from its attention weights (B, H, T, T).
-
-    ``labels`` (B, T): the token step t produces; ``start``/``end`` (B, T): the span of the needle it repeats (-1: the
-    step repeats no needle token and is not counted).
-    """
+    """Copy-paste hits (B, H) of one layer's heads from its attention weights (B, H, T, T)."""
     b, t = (start >= 0).nonzero(as_tuple=True)  # (N,): the copying steps
     rows = attention[b, :, t]  # (N, H, T): each copying step's attention, per head
     peak = rows.argmax(-1)  # (N, H)
@@ -74,30 +58,20 @@ def _recorder(site, batch: dict, counts: torch.Tensor, totals: dict[str, torch.T
 
 
 def retrieval_scores(model, gates, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
-    """Retrieval score of every head {group: [layers, heads]} (in the gates' unit: a KV group, its query heads' mean).
-
-    ``batches`` hold the model's inputs and, per position, the token it is trained to produce (``labels``, -100 where
-    none) and the needle span that token repeats (``needle_start``/``needle_end``, -1 where none): what
-    headprune.tasks.longctx's ``retrieval_batches`` gives. Examples without a copied token are not counted.
-    """
+    """Retrieval score of every head {group: [layers, heads]} (in the gates' unit: a KV group, its query heads' mean)."""
     totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in site_groups(gates.sites).items()}
     examples = 0
-    was_training = model.training
-    model.eval()
-    try:
-        with eager_attention(model), torch.inference_mode():
-            for batch in batches:
-                missing = [k for k in COPY_KEYS if k not in batch]
-                if missing:
-                    raise ValueError(f"the retrieval score needs batches with {list(COPY_KEYS)}; this batch lacks {missing}")
-                counts = (batch["needle_start"] >= 0).sum(1)  # (B,) copied tokens per example
-                with ExitStack() as stack:
-                    for site in gates.sites:
-                        stack.callback(site.core.register_forward_hook(_recorder(site, batch, counts, totals)).remove)
-                    model(**{k: batch[k] for k in DECODER_INPUTS if k in batch})
-                examples += int((counts > 0).sum())
-    finally:
-        model.train(was_training)
+    with eval_mode(model), eager_attention(model), torch.inference_mode():
+        for batch in batches:
+            missing = [k for k in COPY_KEYS if k not in batch]
+            if missing:
+                raise ValueError(f"the retrieval score needs batches with {list(COPY_KEYS)}; this batch lacks {missing}")
+            counts = (batch["needle_start"] >= 0).sum(1)  # (B,) copied tokens per example
+            with ExitStack() as stack:
+                for site in gates.sites:
+                    stack.callback(site.core.register_forward_hook(_recorder(site, batch, counts, totals)).remove)
+                model(**{k: batch[k] for k in DECODER_INPUTS if k in batch})
+            examples += int((counts > 0).sum())
     if examples == 0:
         raise ValueError("the retrieval score got no example with an answer token copied from a needle")
     return gates.scores_from_heads({g: (t / examples).float() for g, t in totals.items()})

@@ -1,10 +1,4 @@
-"""Intervals and paired tests of a score measured on a sample (torch-free, for tables too).
-
-Accuracy (k of n correct): Wilson's score interval. Corpus perplexity exp(sum NLL / sum tokens): a t interval of the
-ratio estimator over documents (delta method), exponentiated. Two systems on the same examples: McNemar's exact test
-(a two-sided binomial test on the discordant pairs) for 0/1 outcomes, the same ratio interval of the per-document NLL
-differences for perplexity.
-"""
+"""Intervals and paired tests of a score measured on a sample (torch-free, for tables too)."""
 
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
 
 
 def mcnemar_exact(first: list[int], second: list[int]) -> dict:
-    """McNemar's exact test of two systems' 0/1 outcomes on the same examples: ``first_only`` (b) and ``second_only`` (c)
-    discordant pairs, and the two-sided p-value of b under Binomial(b + c, 1/2) (1 when no pair is discordant)."""
+    """McNemar's exact test: two-sided p of b ``first_only`` under Binomial(b + c, 1/2), c ``second_only`` (1 with none discordant)."""
     if len(first) != len(second):
         raise ValueError(f"paired outcomes need the same examples: {len(first)} vs {len(second)}")
     b = sum(1 for x, y in zip(first, second) if x and not y)
@@ -64,8 +57,7 @@ def perplexity_interval(nll: list[float], tokens: list[int], confidence: float =
 
 
 def paired_perplexity_ratio(nll: list[float], other_nll: list[float], tokens: list[int], confidence: float = 0.95) -> tuple:
-    """Perplexity of one system over another's on the same documents (exp of the mean NLL difference per token), with
-    its interval: below 1 where the first is better."""
+    """Perplexity of one system over another's on the same documents (exp of the mean NLL difference per token) with its interval."""
     if len(nll) != len(other_nll):
         raise ValueError(f"paired perplexities need the same documents: {len(nll)} vs {len(other_nll)}")
     mean, low, high = ratio_interval([a - b for a, b in zip(nll, other_nll)], tokens, confidence)

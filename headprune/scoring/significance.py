@@ -1,11 +1,4 @@
-"""Paired significance tests between a baseline and masked systems (bootstrap for accuracy, means, BLEU and perplexity), and correlations.
-
-Both follow Koehn (2004) as sacrebleu and Moses implement it: resample the evaluation set with
-replacement ``n_samples`` times (the same indices for both systems), take the absolute score
-difference in every resample, centre those differences, and count how often they exceed the
-observed difference: ``p = (count + 1) / (n_samples + 1)``. BLEU goes through sacrebleu's own
-``PairedTest(test_type="bs")`` (corpus BLEU from summed sufficient statistics in every resample).
-"""
+"""Paired significance tests between a baseline and masked systems (bootstrap, Koehn 2004), and correlations."""
 
 from __future__ import annotations
 
@@ -37,6 +30,18 @@ def _p_value(sample_diffs: np.ndarray, observed: float) -> float:
     return float((np.sum(centred > observed) + 1) / (len(sample_diffs) + 1))
 
 
+def _bootstrap_results(base_score, scores, base_resampled, resampled, alpha: float) -> list[PairedResult]:
+    """Each system's PairedResult from its score, the resampled scores (R,) and (R, S), and the 95% interval of the difference."""
+    out = []
+    for s, score in enumerate(scores):
+        delta = float(score) - float(base_score)
+        diffs = resampled[:, s] - base_resampled
+        p = _p_value(np.abs(diffs), abs(delta))
+        lo, hi = np.percentile(diffs, [2.5, 97.5])
+        out.append(PairedResult(float(score), float(base_score), delta, p, bool(p < alpha), float(lo), float(hi)))
+    return out
+
+
 def _resample_counts(n: int, n_samples: int, seed: int) -> np.ndarray:
     """(R, N) how often each example is drawn in each of R resamples with replacement (shared by every system)."""
     rng = np.random.default_rng(seed)
@@ -65,16 +70,7 @@ def paired_bootstrap_mean(
     counts = _resample_counts(base.shape[0], n_samples, seed)
     base_scores = scale * counts @ base / base.shape[0]  # (R,)
     sys_scores = scale * counts @ systems.T / base.shape[0]  # (R, S)
-    out = []
-    base_score = scale * base.mean()
-    for s in range(systems.shape[0]):
-        score = scale * systems[s].mean()
-        delta = score - base_score
-        diffs = sys_scores[:, s] - base_scores
-        p = _p_value(np.abs(diffs), abs(delta))
-        lo, hi = np.percentile(diffs, [2.5, 97.5])
-        out.append(PairedResult(float(score), float(base_score), float(delta), p, bool(p < alpha), float(lo), float(hi)))
-    return out
+    return _bootstrap_results(scale * base.mean(), scale * systems.mean(1), base_scores, sys_scores, alpha)
 
 
 def paired_bootstrap_perplexity(
@@ -89,16 +85,8 @@ def paired_bootstrap_perplexity(
     counts = _resample_counts(base_nll.shape[0], n_samples, seed)
     base_scores = np.exp(counts @ base_nll / (counts @ base_tok))  # (R,)
     sys_scores = np.exp(counts @ sys_nll.T / (counts @ sys_tok.T))  # (R, S)
-    base_score = float(np.exp(base_nll.sum() / base_tok.sum()))
-    out = []
-    for s in range(sys_nll.shape[0]):
-        score = float(np.exp(sys_nll[s].sum() / sys_tok[s].sum()))
-        delta = score - base_score
-        diffs = sys_scores[:, s] - base_scores
-        p = _p_value(np.abs(diffs), abs(delta))
-        lo, hi = np.percentile(diffs, [2.5, 97.5])
-        out.append(PairedResult(score, base_score, float(delta), p, bool(p < alpha), float(lo), float(hi)))
-    return out
+    scores = np.exp(sys_nll.sum(1) / sys_tok.sum(1))
+    return _bootstrap_results(np.exp(base_nll.sum() / base_tok.sum()), scores, base_scores, sys_scores, alpha)
 
 
 @contextmanager

@@ -1,11 +1,4 @@
-"""Cost models for cost-aware pruning: a fixed cost plus, per attention layer, its cost with n heads kept.
-
-    cost(mask) = fixed + sum_layers table[layer, heads kept in that layer]
-
-``flops_cost_model`` fills the tables analytically with the same formulas as ``counting.model_cost``
-(so a prediction equals ``model_cost`` of the physically pruned model, phantom head included);
-``headprune.selection.latency`` fills them with measured seconds. Everything outside attention is fixed.
-"""
+"""Cost models for cost-aware pruning: a fixed cost plus, per attention layer, its cost with n heads kept."""
 
 from __future__ import annotations
 
@@ -75,7 +68,6 @@ class CostModel:
         table = self.tables[group]
         return float(table[layer, kept] - table[layer, kept - 1])
 
-    # ---- JSON --------------------------------------------------------------------------------
     def as_dict(self) -> dict:
         return {"unit": self.unit, "fixed": self.fixed, "tables": {g: t.tolist() for g, t in self.tables.items()}, "info": self.info or {}}
 
@@ -105,11 +97,7 @@ def flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
 
 
 def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
-    """Analytic FLOPs per example with tables in KV groups ({group: [layers, KV heads + 1]}), for ``prune.unit=kv_group``.
-
-    A layer keeping k >= 1 KV groups computes k KV heads and their k * heads_per_kv query heads; with none left it
-    runs the zero phantom (one query head over one KV head), as ``headprune.core.pruning`` leaves it.
-    """
+    """Analytic FLOPs per example with tables in KV groups ({group: [layers, KV heads + 1]}), for ``prune.unit=kv_group``."""
     whole = model_cost(model, seq_len)
     tables = kv_group_flops_tables(model, seq_len)
     return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len, "unit": "kv_group"})

@@ -1,15 +1,4 @@
-"""DuoAttention's optimised streaming gates (Xiao et al. 2024): alpha per unit trained by distillation, the model frozen.
-
-Through ``StreamGates`` a unit's attention is ``alpha * full + (1 - alpha) * streamed``. Starting from alpha = 1 (the
-model's own), Adam minimises
-
-    loss = |h(alpha) - h(1)|^2 / |h(1)|^2  +  l1 * mean(alpha)
-
-on batches of the importance subset: h are the final hidden states (B, T, D) at the predicted positions (labels not
--100; every real token without labels), h(1) the full model's, computed once per batch. The penalty pushes every gate
-towards streaming, the distillation holds up the units whose streaming changes the output. After each step alpha is
-clamped to [0, 1]. The trained alphas rank the units: the lowest are streamed first.
-"""
+"""DuoAttention's optimised streaming gates (Xiao et al. 2024): alpha per unit trained by distillation, the model frozen."""
 
 from __future__ import annotations
 
@@ -17,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from headprune.core.inputs import model_inputs
+from headprune.core.inputs import eval_mode, model_inputs
 
 
 def _positions(batch: dict) -> torch.Tensor:
@@ -61,10 +50,7 @@ def distillation_loss(model, gates, batches: Iterable[dict], alphas: dict) -> fl
 def train_stream_gates(
     model, gates, batches: Iterable[dict], steps: int, lr: float, l1: float, init: float = 1.0, progress: bool = False
 ) -> dict[str, torch.Tensor]:
-    """Alphas {group: [L, U]} in [0, 1] trained for ``steps`` Adam steps (one batch each, cycling) from ``init``, the model frozen.
-
-    ``gates``: the model's StreamGates (their unit, sink and window); ``batches``: inputs with labels (the importance subset).
-    """
+    """Alphas {group: [L, U]} in [0, 1] trained for ``steps`` Adam steps (one batch each, cycling) from ``init``, the model frozen."""
     from tqdm.auto import tqdm
 
     batches = list(batches)
@@ -74,19 +60,18 @@ def train_stream_gates(
         raise ValueError(f"the gate training needs steps >= 1, lr > 0 and l1 >= 0; got steps={steps}, lr={lr}, l1={l1}")
     device = next(model.parameters()).device
     frozen = [(p, p.requires_grad) for p in model.parameters()]
-    was_training = model.training
-    model.eval()
     alphas = {g: torch.full(shape, float(init), device=device, requires_grad=True) for g, shape in gates.groups.items()}
     optimizer = torch.optim.Adam(list(alphas.values()), lr=lr)
     try:
         for p, _ in frozen:
             p.requires_grad_(False)
-        targets = _targets(model, gates, batches)
-        with torch.enable_grad():
+        with eval_mode(model), torch.enable_grad():
+            targets = _targets(model, gates, batches)
             for step in tqdm(range(steps), desc="duo gates", disable=not progress, leave=False):
                 index = step % len(batches)
                 optimizer.zero_grad()
                 penalty = torch.cat([a.flatten() for a in alphas.values()]).mean()
+                # |h(alpha) - h(1)|^2 / |h(1)|^2 + l1 * mean(alpha), h: final hidden states (B, T, D) at the predicted positions
                 loss = _distillation(model, gates, alphas, batches[index], targets[index]) + l1 * penalty
                 loss.backward()
                 optimizer.step()
@@ -96,5 +81,4 @@ def train_stream_gates(
     finally:
         for p, flag in frozen:
             p.requires_grad_(flag)
-        model.train(was_training)
     return {g: a.detach().cpu() for g, a in alphas.items()}

@@ -1,17 +1,4 @@
-"""Retraining-free recovery of FFN neurons: least-squares neuron scales per block (Kwon et al. 2022, mask tuning).
-
-For one feed-forward block with down-projection input x (N tokens, W neurons) and down weight W_d (hidden, W),
-neuron i contributes c_i = x[:, i] W_d[:, i]^T (N, hidden). Over the kept neurons we solve
-
-    min_s || sum_i s_i c_i - y ||^2 + lam || s - 1 ||^2,    C^T C = (x^T x) * (W_d^T W_d),  C^T y = sum_n x_n * (y_n W_d)
-
-(Kwon et al.'s ``get_ffn_lstsq``: the Gram matrix is the elementwise product of the inputs' and the columns' Gram
-matrices, so nothing of size N x W x hidden is formed), where y is the unpruned (teacher) block's output without its
-bias on the same examples, lam = ridge * mean(diag(C^T C)) pulls ill-posed blocks towards s = 1, and each s_i is
-folded into the down projection's input column i. Blocks are fitted in forward order on the pruned model's own
-inputs (the blocks below are already pruned and rescaled), as ``headprune.selection.lsq`` fits heads; Kwon et al.
-also add the residual stream's error to y, which needs each family's residual layout, and is left out here.
-"""
+"""Retraining-free recovery of FFN neurons: least-squares neuron scales per block (Kwon et al. 2022, mask tuning)."""
 
 from __future__ import annotations
 
@@ -27,7 +14,7 @@ from transformers.pytorch_utils import Conv1D
 from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.ffn_sites import FFNSite
-from headprune.core.inputs import decoder_valid
+from headprune.core.inputs import decoder_valid, eval_mode
 from headprune.core.projections import linear_weight
 from headprune.selection.captures import captured_module_inputs
 from headprune.selection.lsq import ridge_solve
@@ -98,6 +85,7 @@ def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scal
             target = _target(teacher_site, batch, teacher_x)
         else:
             target = targets[id(teacher_site), index]
+        # neuron i adds c_i = x[:, i] W_d[:, i]^T: C^T C = (x^T x) * (W_d^T W_d), C^T y = sum_n x_n * (y_n W_d), never (N, K, hidden)
         gram += (x.t() @ x).cpu() * column_gram  # (K, K)
         rhs += (x * (target.double() @ columns)).sum(0).cpu()  # (K,)
     return ridge_solve(gram, rhs, ridge, max_scale)
@@ -128,12 +116,7 @@ def ffn_lsq_recover(
     max_scale: float = 10.0,
     max_cache_bytes: int = 2**30,
 ) -> dict[str, torch.Tensor]:
-    """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections.
-
-    ``model`` is either physically pruned (pass ``teacher``, the unpruned model) or whole and gated by ``mask`` (an FFN
-    mask {group: [layers, neurons]}; the teacher is then a copy of it before recovery). Returns the scales
-    {group: [layers, neurons]} (1 for neurons not kept).
-    """
+    """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections."""
     batches = list(batches)
     if not batches:
         raise ValueError("ffn_lsq_recover got no batches: give a few training batches (model inputs)")
@@ -142,23 +125,18 @@ def ffn_lsq_recover(
     if mask is not None and any(m.dim() != 2 for m in mask.values()):
         raise ValueError("ffn_lsq_recover needs one mask for the whole model ({group: [layers, neurons]}), not one per example")
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
-    was_training = model.training
-    model.eval()
-    try:
-        with gates.masked(mask) if mask is not None else nullcontext():
-            forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
-            order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
-            targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
-            for site in order:
-                positions = _kept_positions(site, mask)
-                if not positions:
-                    continue
-                teacher_site = teacher_gates.site(site.group, site.layer)
-                s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
-                scale_down_columns(site.down(), positions, s)
-                scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
-    finally:
-        model.train(was_training)
+    with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
+        forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
+        order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
+        targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
+        for site in order:
+            positions = _kept_positions(site, mask)
+            if not positions:
+                continue
+            teacher_site = teacher_gates.site(site.group, site.layer)
+            s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
+            scale_down_columns(site.down(), positions, s)
+            scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
     return scales
 
 
@@ -172,9 +150,7 @@ def ffn_lsq_recoverer(ridge: float = 1e-3, max_scale: float = 10.0):
 
 
 def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 10.0):
-    """A ``recover(model, teacher, batches)`` step for a physically pruned model in any unit: least-squares head scales
-    (``headprune.selection.lsq``) where the unit prunes attention, then neuron scales where it prunes FFN blocks (fitted on
-    the rescaled attention)."""
+    """A ``recover(model, teacher, batches)`` step in any unit: least-squares head scales, then neuron scales on the rescaled attention."""
     from headprune.core.gates import HeadGates
     from headprune.core.unit_kinds import recovery_parts
     from headprune.selection.lsq import lsq_recover

@@ -1,12 +1,4 @@
-"""Mask rearrangement for FFN neurons (Kwon et al. 2022): keep each block's neuron count, re-choose which neurons go.
-
-As for heads (``headprune.selection.rearrange``), the loss increase of removing the set R of a layer is approximated
-by 1_R^T F 1_R with F the empirical Fisher of the layer's gates. A block of W neurons has a W x W Fisher, too large
-to form for real models, so the form is computed from the per-example gate gradients G (N, W) it is made of:
-1_R^T F 1_R = ||G 1_R||^2 / N. The set is chosen by Kwon et al.'s greedy (``greedy_rearrange``): start from the
-lowest-diagonal neurons, then for each further neuron in increasing diagonal order add it and drop the member whose
-removal leaves the smallest form. The result replaces the given set only when its form is lower (never worse).
-"""
+"""Mask rearrangement for FFN neurons (Kwon et al. 2022): keep each block's neuron count, re-choose which neurons go."""
 
 from __future__ import annotations
 
@@ -71,8 +63,7 @@ def rearrange_ffn_layer(mask_row: torch.Tensor, grads: torch.Tensor, present: to
 def rearrange_ffn_mask(
     mask: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], groups=None, present: dict[str, torch.Tensor] | None = None
 ) -> Rearrangement:
-    """Each FFN layer keeps its neuron count with the removed set of lower gradient form; ``grads``: {group: (N, L, W)} per-example
-    gate gradients (``headprune.scoring.importance.per_example_gate_gradients``, batches concatenated). Other groups unchanged."""
+    """Each FFN layer keeps its neuron count with the removed set of lower gradient form (``grads``: {group: (N, L, W)})."""
     groups = check_groups(groups, {g: tuple(m.shape) for g, m in mask.items()})
     out = {g: m.detach().cpu().clone() for g, m in mask.items()}
     before, after = {}, {}

@@ -1,10 +1,4 @@
-"""FFN widths in multiples: every layer keeps a multiple of ``multiple`` neurons (``prune.ffn_multiple``).
-
-Runtimes run such widths faster: llama.cpp quantizes rows in blocks of 32 values (Q8_0, Q4_0; a row of another
-length stays f16) and its kernels, like GPU tiles, run best on aligned sizes. A pruned layer's kept count is rounded
-up (the target or fraction is met first, then a few neurons come back), at most to the layer's width; a layer whose
-FFN was emptied stays empty. The neurons restored are the removed ones with the highest scores.
-"""
+"""FFN widths in multiples: every layer keeps a multiple of ``multiple`` neurons (``prune.ffn_multiple``)."""
 
 from __future__ import annotations
 
@@ -14,8 +8,7 @@ from headprune.core.unit_kinds import KINDS, group_kind
 
 
 def round_ffn_widths(mask: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], multiple: int, unit) -> dict[str, torch.Tensor]:
-    """``mask`` with every FFN layer's kept neurons rounded up to a multiple of ``multiple`` ({group: [L, units]}, 1 = kept);
-    the other groups as they are."""
+    """``mask`` with every FFN layer's kept neurons rounded up to a multiple of ``multiple``; the other groups as they are."""
     if multiple < 1:
         raise ValueError(f"an FFN width multiple is at least 1, got {multiple}")
     out = {}

@@ -1,10 +1,4 @@
-"""Head orders and greedy pruning masks: which heads go first, and the mask at each fraction pruned.
-
-Every order is a score per head where *lower means pruned first*: importance as it is; the
-oracle "ablation" order uses base score - ablated score (a head whose removal costs little goes
-first); "entropy" uses minus the mean attention entropy (diffuse heads go first); "random" draws a
-seeded permutation.
-"""
+"""Head orders and greedy pruning masks: which heads go first, and the mask at each fraction pruned."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""How the scores of different kinds meet under one budget: a joint unit (``[head, ffn]``, ``[kv_group, ffn]``).
-
-The cost-aware search removes the unit of lowest score per unit of cost saved (a knapsack by ratio), and a fraction
-removes the lowest scores: across kinds, both compare a head's score with a neuron's. Two rules (``prune.joint_scale``):
-
-    loss      the scores as they are: each estimates the loss increase of removing its unit, in the same units for
-              every kind (Kwon et al. 2022 rank heads and neurons by their raw Fisher under one FLOPs or latency
-              budget). Right for orders in loss units: fisher, and importance unnormalised.
-    relative  each kind's scores over the kind's mean score per unit of cost:  s'_u = s_u C_k / S_k,  S_k the sum of
-              the kind's scores, C_k the cost its units can remove (FLOPs or seconds of the cost model for a target,
-              one per unit for a fraction). Every kind's mean score per unit of cost is then 1: a kind's scale (a
-              constant factor on all its scores) cannot decide, only how each unit stands within its kind.
-
-``relative`` is the rule when the scores are not in loss units across kinds: importance normalised per layer (its
-default, Michel et al.) gives each layer's heads or KV groups the norm 1 whatever the loss, beside raw neuron scores.
-"""
+"""How the scores of different kinds meet under one budget: a joint unit (``[head, ffn]``, ``[kv_group, ffn]``)."""
 
 from __future__ import annotations
 
@@ -43,12 +28,7 @@ def removable_cost(costs, groups: list[str], present: dict[str, torch.Tensor] | 
 
 
 def comparable_scores(scores: dict[str, torch.Tensor], rule: str, costs=None, present=None) -> dict[str, torch.Tensor]:
-    """``scores`` ({group: [L, U]}) made comparable across the kinds they hold by ``rule`` (see the module doc).
-
-    ``costs``: the CostModel of the budget (a target's search), or None for a count of units (a fraction); ``present``
-    ({group: 0/1 [L, U]}, a model already pruned): the means run over the units still there. One kind: returned as they
-    are. ``relative`` needs scores >= 0 in every kind (every order a joint unit takes gives them).
-    """
+    """``scores`` ({group: [L, U]}) made comparable across the kinds they hold by ``rule`` (see the module doc)."""
     if rule not in JOINT_SCALES:
         raise ValueError(f"prune.joint_scale must be one of {list(JOINT_SCALES)}, got {rule!r}")
     classes = kind_classes(scores)

@@ -1,10 +1,4 @@
-"""A measured latency cost model: the whole model timed with every layer of a group pruned to n heads.
-
-For a group of L layers with H heads, time the model with every layer of that group keeping n = 0..H
-heads (physically pruned copies, the other groups whole). Each layer's table is
-``(time(n) - time(0)) / L``, and the fixed cost is what the tables leave of the whole model's time.
-Tables are measured once per machine, model architecture and input shape, and cached as JSON.
-"""
+"""A measured latency cost model: the whole model timed with every layer of a group pruned to n heads."""
 
 from __future__ import annotations
 

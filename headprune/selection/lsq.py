@@ -1,25 +1,4 @@
-"""Retraining-free recovery after pruning: least-squares head scales per layer (Kwon et al. 2022, mask tuning).
-
-For one attention layer with the unpruned model's head outputs a_h (N, D) at the real tokens of the batches and its
-output projection W_o, head h contributes
-
-    c_h = a_h @ W_o[:, cols_h]^T                      (N, hidden)
-
-We solve, over the kept heads, min_s || sum_h s_h c_h - y ||^2 + lam || s - 1 ||^2 where y is the layer's output over
-all its heads on the same tokens (the removed heads' share is what the kept ones make up for), with
-lam = ridge * mean(diag(C^T C)) (damping relative to the Gram matrix's scale: an ill-posed layer stays near s = 1, and
-the condition number of C^T C + lam I is at most 1 + heads / ridge, so near-twin heads cannot take large scales of
-opposite signs that cancel on the fitted tokens and amplify every rounding of the weights), clamp s to [-max_scale, max_scale] and fold each s_h into W_o[:, cols_h]. The pruned model stays a plain HF model: it
-saves and loads like any other, and the scales survive ``prune_mask`` of a masked model.
-
-Conditioning. Every layer is fitted on the unpruned model's inputs, all layers from one forward pass per batch. Fitting
-a layer on the pruned model's own inputs, which drift from the unpruned model's as layers below lose heads, against the
-unpruned layer's output is an errors-in-variables regression: it shrinks every head towards 0, in layers that lost no
-head too, and the shrinkage compounds over the layers (SmolLM2 at 33% of its KV groups: scales of 0.3-0.6 in untouched
-layers, perplexity 277 -> 576). Here a layer that keeps every head is left as it is. The deviations s - 1 of all layers
-are then shrunk by the factor t of ``SHRINKS`` whose model has the lowest loss (``loss_fn``) on the batches the scales
-were fitted on; t = 0 is the mask alone, so the recovered model never does worse than the mask alone on that data.
-"""
+"""Retraining-free recovery after pruning: least-squares head scales per layer (Kwon et al. 2022, mask tuning)."""
 
 from __future__ import annotations
 
@@ -31,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from headprune.core.gates import AttentionSite, HeadGates
-from headprune.core.inputs import decoder_valid, model_inputs
+from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
 from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
 from headprune.scoring.importance import per_example_loss
@@ -54,17 +33,15 @@ def _valid_tokens(site: AttentionSite, batch: dict, x: torch.Tensor) -> torch.Te
 
 
 def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int], head_dim: int, x_positions=None) -> torch.Tensor:
-    """Each listed head's share of the output projection (N, K, hidden), from its input rows x (N, width); ``x_positions``:
-    where those heads sit in x when x comes from another model (the unpruned one), else ``positions``."""
+    """Each listed head's share of the output projection (N, K, hidden) from its input rows x (N, width) at ``x_positions``."""
     a = x.reshape(x.shape[0], -1, head_dim)[:, positions if x_positions is None else x_positions]  # (N, K, D)
     heads = linear_weight(output).shape[1] // head_dim
     w = linear_weight(output).reshape(out_features(output), heads, head_dim)[:, positions]  # (hidden, K, D)
-    return torch.einsum("nkd,okd->nko", a, w)
+    return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
 def _reference_of(model: nn.Module, gates: HeadGates, teacher: nn.Module | None) -> tuple[nn.Module, HeadGates]:
-    """The unpruned reference model and its gates: ``teacher``, or the model itself (read with every head on, before any
-    scale is folded) when it has no head removed from its weights."""
+    """The unpruned reference model and its gates: ``teacher``, or the model itself when none of its heads left the weights."""
     if teacher is None:
         if pruning_record(model):
             raise ValueError(
@@ -95,8 +72,7 @@ def _kept_positions(site: AttentionSite, mask) -> list[int]:
 
 
 def _fits(gates: HeadGates, reference: HeadGates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
-    """(site, its reference site, kept positions in the site, their positions in the reference) of every layer that lost
-    a head and keeps one; a layer that keeps every head is left as it is."""
+    """(site, reference site, kept positions, their reference positions) of every layer that lost a head and keeps one."""
     out = []
     for site in gates.sites:
         ref = reference.site(site.group, site.layer)
@@ -151,14 +127,7 @@ def lsq_recover(
     progress: bool = False,
     report: dict | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Rescale the kept heads of every layer that lost heads by least squares and fold the scales into the output projections.
-
-    ``model`` is either physically pruned (pass ``teacher``, the unpruned model) or whole and gated by ``mask`` (the
-    unpruned reference is then the model itself, read before recovery). ``batches`` are model inputs with labels from the
-    training data; ``loss_fn(outputs, batch)`` (per example) on them picks how much of the least squares to keep
-    among ``shrinks`` (one shrink: no loss is computed; ``(1.0,)`` is the plain least squares). Returns the scales {group: [layers, heads]} (1 for heads not kept); ``report``, when given, receives
-    the shrink kept, the loss of each shrink tried and the number of layers fitted.
-    """
+    """Rescale the kept heads of every layer that lost heads by least squares and fold the scales into the output projections."""
     from tqdm.auto import tqdm
 
     batches = list(batches)
@@ -174,22 +143,17 @@ def lsq_recover(
         if report is not None:
             report.update(shrink=None, fit_loss={}, layers_fitted=0)
         return scales
-    was_training = model.training
-    model.eval()
     steps = len(batches) * (1 + (len(shrinks) if len(shrinks) > 1 else 0))
-    with tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
-        try:
-            sums = _normal_equations(fits, reference_model, reference, batches, bar)
-            deviations = [ridge_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
-            originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
-            losses = {}
-            for shrink in shrinks if len(shrinks) > 1 else ():
-                _fold(fits, originals, deviations, shrink)
-                losses[shrink] = _mean_loss(model, gates, mask, batches, loss_fn, bar)
-            best = min(shrinks, key=lambda t: losses.get(t, 0.0))  # the first of equal losses: the most least squares
-            _fold(fits, originals, deviations, best)
-        finally:
-            model.train(was_training)
+    with eval_mode(model), tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
+        sums = _normal_equations(fits, reference_model, reference, batches, bar)
+        deviations = [ridge_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
+        originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
+        losses = {}
+        for shrink in shrinks if len(shrinks) > 1 else ():
+            _fold(fits, originals, deviations, shrink)
+            losses[shrink] = _mean_loss(model, gates, mask, batches, loss_fn, bar)
+        best = min(shrinks, key=lambda t: losses.get(t, 0.0))  # the first of equal losses: the most least squares
+        _fold(fits, originals, deviations, best)
     for (site, _, positions, _), deviation in zip(fits, deviations):
         scales[site.group][site.layer, [site.head_ids[p] for p in positions]] = (1 + best * deviation).float()
     if report is not None:
@@ -209,37 +173,28 @@ def _fold(fits: list, originals: list[torch.Tensor], deviations: list[torch.Tens
 def layer_output_errors(
     model: nn.Module, gates: HeadGates, teacher: nn.Module, batches: Iterable[dict], mask=None, teacher_inputs: bool = False
 ) -> dict[str, torch.Tensor]:
-    """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection.
-
-    Returns {group: [layers]} over the valid tokens of ``batches``; the model runs under ``mask`` when given.
-    ``teacher_inputs``: each layer's kept heads read the teacher's head outputs (what ``lsq_recover`` fits), not the
-    model's own.
-    """
+    """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection."""
     teacher_gates = HeadGates(teacher)
     errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
-    was_training = model.training
-    model.eval(), teacher.eval()
-    try:
-        with gates.masked(mask) if mask is not None else nullcontext():
-            for batch in batches:
-                student = _captured_inputs(model, gates.sites, batch)
-                reference = _captured_inputs(teacher, teacher_gates.sites, batch)
-                for site in gates.sites:
-                    ref = teacher_gates.site(site.group, site.layer)
-                    x_ref = reference[id(ref)]
-                    valid = _valid_tokens(site, batch, x_ref)
-                    kept = _kept_positions(site, mask)
-                    if teacher_inputs:
-                        at = [ref.head_ids.index(site.head_ids[p]) for p in kept]
-                        out = head_contributions(x_ref[valid], site.linear("output"), kept, site.head_dim, at).sum(1).double()
-                    else:
-                        out = F.linear(student[id(site)][valid], linear_weight(site.linear("output"))).double()
-                    ref_out = F.linear(x_ref[valid], linear_weight(ref.linear("output"))).double()
-                    errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
-                    norms[site.group][site.layer] += float(ref_out.pow(2).sum())
-    finally:
-        model.train(was_training)
+    teacher.eval()
+    with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
+        for batch in batches:
+            student = _captured_inputs(model, gates.sites, batch)
+            reference = _captured_inputs(teacher, teacher_gates.sites, batch)
+            for site in gates.sites:
+                ref = teacher_gates.site(site.group, site.layer)
+                x_ref = reference[id(ref)]
+                valid = _valid_tokens(site, batch, x_ref)
+                kept = _kept_positions(site, mask)
+                if teacher_inputs:
+                    at = [ref.head_ids.index(site.head_ids[p]) for p in kept]
+                    out = head_contributions(x_ref[valid], site.linear("output"), kept, site.head_dim, at).sum(1).double()
+                else:
+                    out = F.linear(student[id(site)][valid], linear_weight(site.linear("output"))).double()
+                ref_out = F.linear(x_ref[valid], linear_weight(ref.linear("output"))).double()
+                errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
+                norms[site.group][site.layer] += float(ref_out.pow(2).sum())
     return {g: errors[g] / norms[g].clamp(min=1e-30) for g in errors}
 
 

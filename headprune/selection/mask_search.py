@@ -1,16 +1,4 @@
-"""Cost-aware mask search: remove heads by score per unit of cost saved until a target is met.
-
-Targets (one at a time, ``PruneTarget.from_config``):
-
-- ``flops: f``     keep at most a fraction f of the model's FLOPs (needs a FLOPs cost model)
-- ``speedup: s``   predicted total cost / remaining cost >= s (FLOPs or a measured latency table)
-- ``max_drop: d``  the largest removal whose metric drop on a *selection* split stays <= d points
-                   (bisection over the number of heads removed; ``evaluate(mask) -> score`` is given)
-
-The removal order is greedy: at each step, in every layer above its floor, the kept head with the
-lowest score is a candidate, and the candidate with the lowest score / saving goes (lower score =
-less important). The order does not depend on the target, so the targets only cut it.
-"""
+"""Cost-aware mask search: remove heads by score per unit of cost saved until a target is met."""
 
 from __future__ import annotations
 
@@ -93,12 +81,7 @@ def _nonnegative(scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None, min_per_layer: int = 0, groups=None) -> list[Head]:
-    """Every unit the greedy score-per-saving search would remove, in order (``start``'s zeros are already gone).
-
-    At each step every layer offers its lowest-scoring kept unit (ties: the lower id) keyed by (score / saving, group,
-    layer, unit), and the least key goes. Only the layer that lost a unit changes its offer, so the offers live in a
-    heap: O(n log layers) for n units (an FFN of thousands of neurons per layer included).
-    """
+    """Every unit the greedy score-per-saving search would remove, in order (``start``'s zeros are already gone)."""
     shape = costs.groups
     groups = check_groups(groups, shape)
     scores = _nonnegative({g: scores[g].detach().cpu() for g in groups})
@@ -159,14 +142,7 @@ def search_mask(
     groups=None,
     refine: Callable | None = None,
 ) -> SearchResult:
-    """The mask that meets ``target`` (a PruneTarget or a one-key dict) removing the fewest heads of the greedy order.
-
-    ``evaluate(mask) -> score`` is needed for ``max_drop`` only: call it on a selection split, never the
-    evaluation split. It is assumed to fall as more heads go (bisection). For a model that already has heads
-    removed, pass ``start=gates.present()`` and a cost model of the unpruned model. ``refine(mask) -> mask``
-    (e.g. ``rearrange.rearrange_mask``) changes every candidate mask, the returned one included, but must keep
-    each layer's count (the cost depends on the counts only); ``removed`` stays the greedy order's.
-    """
+    """The mask that meets ``target`` (a PruneTarget or a one-key dict) removing the fewest heads of the greedy order."""
     target = PruneTarget.from_config(target)
     shape = costs.groups
     order = removal_order(scores, costs, start, min_per_layer, groups)
@@ -174,22 +150,13 @@ def search_mask(
     masks = lambda k: refine(mask_after(order, k, shape, start))  # noqa: E731
     along = costs_along(order, costs, start)  # cost after k = 0..n removals
     evaluations: dict[int, float] = {}
-    if target.kind == "flops":
-        if costs.unit != "flops":
-            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
-        k = next((k for k, c in enumerate(along) if c / costs.total <= target.value + 1e-12), None)
-    elif target.kind == "speedup":
-        k = next((k for k, c in enumerate(along) if costs.total / c >= target.value - 1e-12), None)
-    else:
-        if evaluate is None:
-            raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
 
-        def score_of(k: int) -> float:
-            if k not in evaluations:
-                evaluations[k] = float(evaluate(masks(k)))
-            return evaluations[k]
+    def score_of(k: int) -> float:
+        if k not in evaluations:
+            evaluations[k] = float(evaluate(masks(k)))
+        return evaluations[k]
 
-        k = _last_within_drop(len(order), score_of, target.value, higher_is_better)
+    k = target_level(target, costs, along, evaluate is not None, score_of, higher_is_better)
     if k is None:
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
@@ -208,6 +175,19 @@ def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:
         along.append(along[-1] - costs.saving(group, layer, int(kept[group][layer])))
         kept[group][layer] -= 1
     return along
+
+
+def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: bool, score_of, higher_is_better: bool) -> int | None:
+    """The level (index into ``cost_at``) that meets ``target``: the first for flops / speedup, the last within max_drop."""
+    if target.kind == "flops":
+        if costs.unit != "flops":
+            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
+        return next((k for k, c in enumerate(cost_at) if c / costs.total <= target.value + 1e-12), None)
+    if target.kind == "speedup":
+        return next((k for k, c in enumerate(cost_at) if costs.total / c >= target.value - 1e-12), None)
+    if not can_evaluate:
+        raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
+    return _last_within_drop(len(cost_at) - 1, score_of, target.value, higher_is_better)
 
 
 def _last_within_drop(n: int, score_of: Callable[[int], float], max_drop: float, higher_is_better: bool) -> int:

@@ -1,17 +1,4 @@
-"""Mask rearrangement (Kwon et al. 2022): keep each layer's head count, re-choose which heads go.
-
-With the block-diagonal empirical Fisher of the gates (``importance.fisher_blocks``), the loss increase
-of a mask m is approximated layer by layer:
-
-    dL(m) ~ 1/2 sum_l (1 - m_l)^T F_l (1 - m_l) = 1/2 sum_l sum_{i, j removed from l} F_l[i, j]
-
-The diagonal alone (the ``fisher`` order) ignores how heads of one layer interact; rearrangement keeps
-the number of heads each layer keeps (so the cost model's prediction is unchanged) and picks the removed
-set R of each layer that minimises 1_R^T F_l 1_R: exhaustively when there are at most ``exhaustive_limit``
-candidate sets (then it is the optimum), else by best-improvement swaps of one removed head for one kept
-head, starting from the given mask and stopping when no single swap lowers the form (a swap-local optimum).
-The result is never worse than the given mask.
-"""
+"""Mask rearrangement (Kwon et al. 2022): keep each layer's head count, re-choose which heads go."""
 
 from __future__ import annotations
 
@@ -86,10 +73,7 @@ def _swaps(block: torch.Tensor, removed: torch.Tensor, free: torch.Tensor, toler
 def rearrange_layer(
     mask_row: torch.Tensor, block: torch.Tensor, present: torch.Tensor | None = None, exhaustive_limit: int = EXHAUSTIVE_LIMIT
 ) -> tuple[torch.Tensor, bool]:
-    """(mask row with the same count kept and a form <= the given one, whether that form is the layer's minimum).
-
-    ``present`` (bool [H]): heads absent from the weights stay removed and are never brought back.
-    """
+    """(mask row with the same count kept and a form <= the given one, whether that form is the layer's minimum)."""
     block = block.detach().cpu().double()
     heads = block.shape[0]
     present = torch.ones(heads, dtype=torch.bool) if present is None else present.detach().cpu().bool()
@@ -120,11 +104,7 @@ def rearrange_mask(
     present: dict[str, torch.Tensor] | None = None,
     exhaustive_limit: int = EXHAUSTIVE_LIMIT,
 ) -> Rearrangement:
-    """Each layer of ``groups`` keeps as many heads as in ``mask`` but the set whose removal minimises its Fisher block's form.
-
-    ``blocks``: {group: [layers, H, H]} from ``importance.fisher_blocks``; ``present``: ``gates.present()`` when the model
-    has heads removed from its weights (they stay removed). Layers of other groups are returned unchanged.
-    """
+    """Each layer of ``groups`` keeps as many heads as in ``mask`` but the set whose removal minimises its Fisher block's form."""
     groups = check_groups(groups, {g: tuple(m.shape) for g, m in mask.items()})
     for g in groups:
         if g not in blocks or tuple(blocks[g].shape) != (*mask[g].shape, mask[g].shape[-1]):

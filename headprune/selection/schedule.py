@@ -1,12 +1,4 @@
-"""Iterative pruning: prune to 20%, recover, re-score the recovered model, prune to 40%, recover, ...
-
-Each step of ``schedule`` is a fraction of the original heads (pruned in score order) or a target
-mapping such as ``{"speedup": 1.5}`` (the cost-aware search of ``headprune.selection.mask_search``, with a
-cost model of the unpruned model). Generic: it needs a model, a per-example loss and training
-batches, not a task class. Heads are removed physically at every step, so a recovery step
-(``recover(model, teacher, batches)``: ``recovery.lsq_recoverer`` or
-``recovery_finetune.finetune_recoverer``) can never bring them back.
-"""
+"""Iterative pruning: prune to 20%, recover, re-score the recovered model, prune to 40%, recover, ..."""
 
 from __future__ import annotations
 
@@ -45,11 +37,7 @@ def _is_target(step) -> bool:
 
 
 def check_targets(targets: list[PruneTarget]) -> list[PruneTarget]:
-    """One kind of target, each step beyond the one before (a speed-up that grows, a FLOPs share that shrinks), or a ValueError.
-
-    A later step that the earlier one already meets would remove nothing and be labelled with a target it does
-    not describe. ``max_drop`` steps count from the previous step's recovered model: any values may follow.
-    """
+    """One kind of target, each step beyond the one before (a speed-up that grows, a FLOPs share that shrinks), or a ValueError."""
     kinds = sorted({t.kind for t in targets})
     if len(kinds) > 1:
         raise ValueError(f"a schedule of targets uses one kind of target, got {kinds}: e.g. [{{speedup: 1.2}}, {{speedup: 1.5}}]")
@@ -103,17 +91,7 @@ def iterative_prune(
     layout: str = "global",
     joint_scale: str = "loss",
 ) -> list[PruneStep]:
-    """Prune ``model`` in place to each step of ``schedule`` in turn, re-scoring and recovering after each step.
-
-    ``score_fn(model, gates, batches, loss_fn) -> {group: [L, H]}`` (lower = pruned first; default Fisher);
-    ``teacher`` is the unpruned reference for recovery (default: a copy of ``model`` before the first step);
-    ``costs`` (a ``CostModel`` of the unpruned model) and ``evaluate`` (for ``max_drop``, on a selection split;
-    each step's drop counts from the previous step's recovered model) serve target steps.
-    ``unit``: any unit of ``headprune.core.units`` (``head``, ``kv_group``, ``ffn``, ``block``, ``head+ffn``, ...): scores,
-    masks, fractions and costs count that unit (costs: ``headprune.selection.unit_costs``); ``score_fn`` gets the gates in it. ``layout``: ``global`` or ``uniform`` (every layer of a group loses as many units,
-    ``headprune.selection.uniform``). ``joint_scale``: how a joint unit's kinds meet under one budget
-    (``headprune.selection.joint_scale``: ``loss`` compares the scores as they are, ``relative`` each kind's over its mean).
-    """
+    """Prune ``model`` in place to each step of ``schedule`` in turn, re-scoring and recovering after each step."""
     plan = check_schedule(schedule)
     if isinstance(plan[0], PruneTarget) and costs is None:
         raise ValueError("a schedule of targets needs costs= (headprune.selection.costs.flops_cost_model(model) of the unpruned model)")

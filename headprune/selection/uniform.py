@@ -1,12 +1,4 @@
-"""The uniform layout: every layer of a group loses the same number of units (heads or KV groups).
-
-``prune.layout=global`` (the default) ranks all units of the chosen groups together; ``uniform`` keeps
-the per-layer shape of the model: a count k per group, and in each layer the k lowest-scoring units go.
-A fraction f removes floor(f x units per layer) in every layer, never more than f of the units. A target
-takes the uniform count that meets it: the fewest removed for ``flops`` / ``speedup`` (as the global
-search), the most whose drop stays within ``max_drop``. With grouped-query attention and KV-group units
-the pruned model keeps a stock architecture (equal query and KV heads in every layer).
-"""
+"""The uniform layout: every layer of a group loses the same number of units (heads or KV groups)."""
 
 from __future__ import annotations
 
@@ -16,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, SearchResult, _last_within_drop
+from headprune.selection.mask_search import PruneTarget, SearchResult, target_level
 from headprune.selection.uniform_path import UniformPath
 
 LAYOUTS = ("global", "uniform")
@@ -123,13 +115,7 @@ def uniform_search(
     groups=None,
     refine: Callable | None = None,
 ) -> SearchResult:
-    """``mask_search.search_mask`` in the uniform layout: the uniform counts (every layer of the chosen groups) that meet ``target``.
-
-    The levels are those of ``headprune.selection.uniform_path``: one count k for every group of a unit kind, and for a
-    joint unit (heads and neurons) the greedy sequence of uniform slices. ``flops`` / ``speedup``: the first level that
-    meets it; ``max_drop``: the last whose drop on the selection split (``evaluate``) stays within it. ``start`` (uniform
-    itself) counts as removed; ``refine`` must keep each layer's count. Masks are built only for the levels evaluated.
-    """
+    """``mask_search.search_mask`` in the uniform layout: the uniform counts (every layer of the chosen groups) that meet ``target``."""
     target = PruneTarget.from_config(target)
     shape = costs.groups
     groups = check_groups(groups, shape)
@@ -140,24 +126,15 @@ def uniform_search(
     mask_at = lambda i: refine(uniform_mask(scores, shape, levels[i], base))  # noqa: E731
     cost_at = [path.cost(counts) for counts in levels]
     evaluations: dict[int, float] = {}
-    if target.kind == "flops":
-        if costs.unit != "flops":
-            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
-        i = next((i for i, c in enumerate(cost_at) if c / costs.total <= target.value + 1e-12), None)
-    elif target.kind == "speedup":
-        i = next((i for i, c in enumerate(cost_at) if costs.total / c >= target.value - 1e-12), None)
-    else:
-        if evaluate is None:
-            raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
 
-        def score_of(i: int) -> float:
-            mask = mask_at(i)
-            removed = sum(int((mask[g] == 0).sum()) for g in groups)
-            if removed not in evaluations:
-                evaluations[removed] = float(evaluate(mask))
-            return evaluations[removed]
+    def score_of(i: int) -> float:
+        mask = mask_at(i)
+        removed = sum(int((mask[g] == 0).sum()) for g in groups)
+        if removed not in evaluations:
+            evaluations[removed] = float(evaluate(mask))
+        return evaluations[removed]
 
-        i = _last_within_drop(len(levels) - 1, score_of, target.value, higher_is_better)
+    i = target_level(target, costs, cost_at, evaluate is not None, score_of, higher_is_better)
     if i is None:
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met in the uniform layout with min_per_layer={min_per_layer}: "

@@ -1,11 +1,4 @@
-"""The uniform layout's search path: the per-layer counts removed, level by level, and their costs without building masks.
-
-A level is a count per group removed in every layer of it. The groups of one part of the model (all attention groups,
-all FFN groups, all block groups) move together, as one count k (capped per group at its units less the floor). With
-one part the path is k = already .. top. With several parts (a joint unit such as head + ffn), every step moves the
-part whose next level costs least score per unit of cost saved (the greedy rule of ``mask_search.removal_order``,
-one uniform slice at a time), until no part can move.
-"""
+"""The uniform layout's search path: the per-layer counts removed, level by level, and their costs without building masks."""
 
 from __future__ import annotations
 

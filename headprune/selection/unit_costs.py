@@ -1,16 +1,4 @@
-"""Cost models in any pruning unit: each kind of the unit gives its tables, one budget spans them all.
-
-    cost(mask) = fixed + sum_groups sum_layers table[group][layer, units kept]
-
-Each kind builds its own FLOPs tables (``UnitKind.flops_tables``: heads and KV groups from ``core/flops_tables.py``,
-FFN neurons per block with the phantom neuron of an emptied block, whole blocks as the two ends of their sub-block's
-table ...); ``fixed`` is the model's FLOPs less what the kinds' tables cover (``UnitKind.covered_flops``), so a
-head + FFN model predicts the head model's cost minus what the neurons save. A kind whose unit holds other kinds' units
-(a whole layer holds its heads and neurons) keeps in a joint budget only the cost they do not hold, so that no FLOP is
-counted twice (``UnitKind.nested_rows``). Residual channels scale every projection, so joined with other kinds their
-cost is bilinear: each kind's table is then its first-order share around the unpruned model (``fixed`` may be
-negative; the total is the model's FLOPs, and one kind moving alone is predicted exactly).
-"""
+"""Cost models in any pruning unit: each kind of the unit gives its tables, one budget spans them all."""
 
 from __future__ import annotations
 

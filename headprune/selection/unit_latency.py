@@ -1,11 +1,4 @@
-"""Measured latency tables in any pruning unit: the attention tables of ``headprune.selection.latency`` and FFN tables.
-
-An FFN group of L layers of W neurons is timed with every block of the group pruned to n neurons, for n on a
-grid of ``points`` + 1 widths from 0 to W (the other groups whole); each block's table is
-``(time(n) - time(0)) / L``, linear between the grid widths, made monotone (more neurons never cost less).
-KV-group and block tables come from the head and FFN tables (``headprune.selection.unit_costs``). Tables are
-measured once per machine, architecture, input shape and unit, and cached as JSON.
-"""
+"""Measured latency tables in any pruning unit: the attention tables of ``headprune.selection.latency`` and FFN tables."""
 
 from __future__ import annotations
 
@@ -68,9 +61,7 @@ def measure_ffn_latency_tables(
 def measure_unit_latency_model(
     model: nn.Module, inputs: dict, unit="head", device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall", points: int = 8
 ) -> CostModel:
-    """A seconds CostModel in ``unit``: the attention tables per query head (``measure_latency_model``) where a kind of the unit
-    prunes attention, FFN tables where one prunes feed-forward blocks; each kind makes its tables of them
-    (``UnitKind.latency_tables``), and ``fixed`` is what they leave of the model's time."""
+    """A seconds CostModel in ``unit``: attention and FFN tables made into each kind's tables; ``fixed`` is the rest of the model's time."""
     kinds = kinds_of(unit)
     parts = {part for kind in kinds for part in kind.parts}
     attention = None

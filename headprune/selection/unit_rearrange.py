@@ -1,15 +1,4 @@
-"""Mask rearrangement in any unit that has several units per layer: each kind by its own rule, counts kept (Kwon et al. 2022).
-
-Kwon et al. rearrange heads and neurons separately (``rearrange_mask(head_mask, head_grads)``, then the same for the
-neurons): the Fisher form of a layer couples only the units of one block. So a joint mask is split by kind:
-
-    head / kv_group  ``rearrange.rearrange_mask`` on the Fisher blocks of each attention layer (exhaustive or swaps)
-    ffn              ``ffn_rearrange.rearrange_ffn_mask`` on the per-example gradients (a W x W block is never formed)
-
-Both read the same signed per-example gate gradients, from one backward pass per batch for every kind. Whole blocks
-have one unit per layer and sub-block: keeping each count leaves nothing to re-choose, so the block kind has no
-rearrangement.
-"""
+"""Mask rearrangement in any unit that has several units per layer: each kind by its own rule, counts kept (Kwon et al. 2022)."""
 
 from __future__ import annotations
 
@@ -39,12 +28,7 @@ def rearrange_unit_mask(
     min_per_layer: int = 0,
     present: dict[str, torch.Tensor] | None = None,
 ) -> Rearrangement:
-    """``mask`` with each layer of ``groups`` keeping its count of units, re-chosen by its kind's rule (see the module doc).
-
-    ``grads``: {group: (N, L, U)} signed per-example gate gradients in ``unit`` (``ffn_rearrange.example_gradients``);
-    ``present``: ``gates.present()`` of a model with units removed from its weights (they stay removed); ``min_per_layer``
-    is checked on the attention groups, as ``rearrange_mask`` does. Groups left out are returned unchanged.
-    """
+    """``mask`` with each layer of ``groups`` keeping its count of units, re-chosen by its kind's rule (see the module doc)."""
     refusal = rearrangement_refusal(unit)
     if refusal:
         raise ValueError(f"unit {unit!r} has no rearrangement: {refusal}")

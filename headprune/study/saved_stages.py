@@ -1,10 +1,4 @@
-"""A resumable study's stages: each saved with the settings it depends on, reused only when they match.
-
-``stages/<name>.json`` holds a stage's results and its key: the config slice it read, the model and
-data fingerprints, and digests of the earlier stages' results it used. A rerun reuses the stage only
-when the key is the same; otherwise it says which setting changed (or that the file is damaged) and
-recomputes it. A stage fed by a recomputed one sees new inputs in its key, so it is recomputed too.
-"""
+"""A resumable study's stages: each saved with the settings it depends on, reused only when they match."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The study as a table of stages: each row's key, its computation, and what later stages take from it.
-
-``STUDY_STAGES`` runs in order after training. A row's key holds the settings it reads, the model and data
-fingerprints and digests of the earlier stages it used; ``run_stage`` reuses ``stages/<name>.json`` when the key
-is unchanged (``headprune.study.saved_stages.stage``), else computes it, then hands later stages what they read.
-"""
+"""The study as a table of stages: each row's key, its computation, and what later stages take from it."""
 
 from __future__ import annotations
 
@@ -38,8 +33,7 @@ IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importanc
 
 @dataclass
 class StudyRun:
-    """What the stages of one study share: the task, its splits and unpruned score, the settings, and each stage's
-    key and results so far."""
+    """What the stages of one study share: the task, its splits and unpruned score, the settings, each stage's key and results."""
 
     cfg: Any
     settings: RunSettings

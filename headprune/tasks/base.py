@@ -1,9 +1,4 @@
-"""The task protocol: everything an experiment may ask of a task. A new task is one class implementing it
-and one ``TaskSpec`` line in ``headprune.tasks.registry.TASKS`` (its loader and trainer).
-
-Experiments (``headprune/experiments``) talk to tasks through this protocol only: they never test which
-task they hold (no ``hasattr`` on task data, no metric-name or model-kind branches).
-"""
+"""The task protocol: everything an experiment may ask of a task (a new task implements it and adds a ``TaskSpec``)."""
 
 from __future__ import annotations
 
@@ -61,7 +56,6 @@ class Task(Protocol):
     gates: object  # headprune.core.gates.HeadGates on ``model``
     tokenizer: object  # the model's tokenizer (saved beside exported models)
 
-    # ---- data --------------------------------------------------------------------------------
     def split_sizes(self) -> Mapping[str, int]:
         """{split name: number of examples} for every split the task's data has (0 = empty); may count lazily."""
 
@@ -75,10 +69,8 @@ class Task(Protocol):
     def split_summary(self) -> Mapping[str, Mapping[str, int]]:
         """{split: {"examples": n, ...}} for every split (a language-modelling task adds its token counts)."""
 
-    # ---- evaluation --------------------------------------------------------------------------
     def evaluate(self, mask=None, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> EvalResult:
-        """Score the model on ``split`` with heads gated by ``mask`` ({group: [L, H]} or None); ``on_batch(n)`` after each
-        data batch of ``n`` examples (progress bars)."""
+        """Score the model on ``split`` with heads gated by ``mask``; ``on_batch(n)`` after each data batch of ``n`` examples."""
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch: Callable[[int], None] | None = None) -> list[EvalResult]:
         """Score several masks, batched where the task can; ``on_batch(n)`` after each data batch of ``n`` examples."""
@@ -86,7 +78,6 @@ class Task(Protocol):
     def paired_test(self, baseline: EvalResult, systems: list[EvalResult], n_samples: int, seed: int, alpha: float) -> list:
         """Paired bootstrap of each system against the baseline: a list of headprune.scoring.significance.PairedResult."""
 
-    # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self) -> Iterable[dict]:
         """Model-input batches (with labels) of the fixed importance subset of the *training* data."""
 

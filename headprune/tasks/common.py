@@ -7,7 +7,9 @@ from pathlib import Path
 
 import torch
 
+from headprune.core.inputs import eval_mode
 from headprune.core.saving import save_pruned
+from headprune.tasks.base import EvalResult
 
 
 def checked_settings(cfg, known, task_name: str, config_file: str) -> dict:
@@ -94,12 +96,7 @@ class SharedTaskMethods(SavesHF):
 
 
 class ClassifierSubsets:
-    """Mixed into the classification tasks (NLI, images): batches on the model's device, split sizes, importance batches,
-    per-example loss and the paired test of accuracy.
-
-    A task sets ``IMPORTANCE_EXAMPLE`` (a typical ``data.importance_size``, for the error) and has ``_require_data`` and
-    ``model_device``.
-    """
+    """Mixed into the classification tasks: device batches, split sizes, importance batches, per-example loss, evaluation, paired test."""
 
     IMPORTANCE_EXAMPLE = 2000
 
@@ -133,3 +130,40 @@ class ClassifierSubsets:
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Cross-entropy of each example, shape (B,)."""
         return torch.nn.functional.cross_entropy(self(batch), batch["labels"], reduction="none")
+
+    @torch.no_grad()
+    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
+        """Accuracy (percent) on ``split`` under ``mask``, per_example["correct"] in dataset order; ``on_batch(n)`` after each batch."""
+        dataset = self._require_data().dataset(split)
+        correct = torch.zeros(len(dataset), dtype=torch.long)
+        with eval_mode(self.model), self.gates.masked(mask):  # no dropout: masked and pruned models give identical scores
+            for batch in self._require_data().loader(split, batch_size):
+                logits = self(self._to_device(batch))
+                correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
+                if on_batch is not None:
+                    on_batch(len(batch["idx"]))
+        n = len(dataset)
+        return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
+
+    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
+        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.engine.ablation)."""
+        from headprune.engine.ablation import MaskBatcher
+
+        if not masks:
+            return []
+        if not MaskBatcher.takes(self.gates):  # residual channels change every layer: one plain pass per mask
+            return [self.evaluate(m, split, on_batch=on_batch if i == 0 else None) for i, m in enumerate(masks)]
+        n = len(self._require_data().dataset(split))
+        correct = torch.zeros(len(masks), n, dtype=torch.long)
+        engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
+        with eval_mode(self.model):
+            for batch in self._require_data().loader(split):
+                idx, labels = batch.pop("idx"), batch.pop("labels")
+                logits = engine.logits(self._to_device(batch), masks)  # (M, B, C)
+                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
+                if on_batch is not None:
+                    on_batch(len(idx))
+        return [
+            EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": c.tolist()})
+            for c in correct
+        ]

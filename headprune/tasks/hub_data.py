@@ -24,8 +24,7 @@ def hub_dataset_cached(path: str) -> bool:
 
 
 def check_hub_dataset(data, path, setting: str, instead: str) -> None:
-    """A hub dataset that can be loaded now: a local copy, in the datasets cache, or the hub reachable; else one
-    ConfigError naming it and ``instead`` (the offline data configs of the task)."""
+    """A hub dataset that can be loaded now (local, cached or reachable); else a ConfigError naming it and ``instead``."""
     path = str(path)
     if Path(path).expanduser().exists() or hub_dataset_cached(path) or hub_reachable():
         return

@@ -1,9 +1,4 @@
-"""Which task a config asks for, decided in one place: ``TASKS`` maps ``model.kind`` to the task that reads it, and
-``DATA_TASKS`` maps (``model.kind``, ``data.kind``) to another task the same models serve (passkey retrieval for causal LMs).
-
-A new task is one ``TaskSpec`` line here plus its module (a ``load(cfg) -> Task`` and a ``train(cfg)``), and its model
-class (``model_class``) when its models are built from a model config.
-"""
+"""Which task a config asks for: ``TASKS`` by ``model.kind``, ``DATA_TASKS`` by (``model.kind``, ``data.kind``)."""
 
 from __future__ import annotations
 
@@ -170,8 +165,7 @@ def device_of(cfg) -> torch.device:
 
 
 def load_task(cfg):
-    """The Task (model with gates + data) that the config describes, in eval mode on its device, in ``prune.unit``, its
-    gates removing units or streaming them (``prune.action``)."""
+    """The Task (model with gates + data) the config describes, in eval mode on its device, in ``prune.unit`` and ``prune.action``."""
     from headprune.tasks.stream_task import in_action
 
     task = get_method(task_spec(cfg).load)(cfg)

@@ -1,11 +1,4 @@
-"""A task whose units are streamed instead of removed (``prune.action=stream``): its gates are ``StreamGates``.
-
-A mask entry 0 then limits the unit (a query head, or a KV group with its query heads) to the first ``prune.stream.sink``
-tokens and a recent window of ``prune.stream.window`` (headprune.core.streaming); 1 keeps its full attention. Every
-experiment that gates units (ablate, keep_one, prune, the study) runs unchanged on it: its shapes come from
-``task.gates.groups``, its masks reach the task's own evaluation under the streaming gates, and importance, Fisher and
-the duo order read the streaming gates' gradients.
-"""
+"""A task whose units are streamed instead of removed (``prune.action=stream``): its gates are ``StreamGates``."""
 
 from __future__ import annotations
 
@@ -24,8 +17,7 @@ def action_of(cfg) -> str:
 
 
 def task_context(data) -> int | None:
-    """The longest context the task's data holds, in tokens: ``data.max_length`` or the largest of ``data.context_lengths``
-    (None when the data config says neither)."""
+    """The longest context of the task's data in tokens: ``data.max_length`` or the largest ``data.context_lengths`` (None: neither)."""
     lengths = data.get("context_lengths")
     if lengths is not None:
         values = [lengths] if isinstance(lengths, int) else list(lengths)

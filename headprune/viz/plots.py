@@ -19,6 +19,17 @@ GROUP_TITLES = {
 }
 
 
+def _labelled(fig, ax, path, title: str, xlabel: str, ylabel: str, legend_size: int = 8, grid: bool = True) -> Path:
+    """Label the axes, title, grid and legend of a one-axes figure, then save it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if grid:
+        ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    return _save(fig, path)
+
+
 def _save(fig, path: str | Path) -> Path:
     """Write a PNG atomically (temp file + rename)."""
     path = Path(path)
@@ -69,12 +80,7 @@ def pruning_curves(
         ax.plot(100 * np.asarray(fractions), scores, marker="o", markersize=3, label=name)
     if baseline is not None:
         ax.axhline(baseline, color="grey", linestyle=":", linewidth=1, label="unpruned")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _labelled(fig, ax, path, title, xlabel, ylabel)
 
 
 def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
@@ -99,12 +105,9 @@ def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
     )
     ax.plot([s for s, _ in front], [q for _, q in front], color="grey", linestyle=":", linewidth=1, label="Pareto front")
     timed = any(p.get("measured") for p in points)
-    ax.set_xlabel("measured speed-up" if timed else f"predicted speed-up ({result.get('cost', 'flops')})")
-    ax.set_ylabel(result["metric"])
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _labelled(
+        fig, ax, path, title, "measured speed-up" if timed else f"predicted speed-up ({result.get('cost', 'flops')})", result["metric"]
+    )
 
 
 def keep_one_bars(rows: list[dict], path: str | Path, title: str, ylabel: str) -> Path:
@@ -142,18 +145,13 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
     ax.set_xticklabels(
         [f"{r['call']} {r['batch_size']}" if several else str(r["batch_size"]) for r in rows], fontsize=7 if several else None
     )
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("examples / s")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    return _labelled(fig, ax, path, title, "batch size", "examples / s", grid=False)
 
 
 def tradeoff_figure(
     series: dict[str, list[dict]], path: str | Path, title: str, xlabel: str, ylabel: str, references: dict[str, float] | None = None
 ) -> Path:
-    """Quality (lower is better) against speed, one marker series per name ({name: [{"label", "speed", "score"}]}), each series'
-    Pareto front joined and every point labelled; ``references`` ({label: score}) are horizontal lines (a control)."""
+    """Quality (lower is better) against speed per series, each series' Pareto front joined, points labelled, ``references`` as lines."""
     from headprune.viz.tables import pareto_front
 
     fig, ax = plt.subplots(figsize=(6.2, 4.2))
@@ -166,9 +164,4 @@ def tradeoff_figure(
             ax.annotate(r["label"], (r["speed"], r["score"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
     for label, score in (references or {}).items():
         ax.axhline(score, color="grey", linestyle=":", linewidth=1, label=label)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return _save(fig, path)
+    return _labelled(fig, ax, path, title, xlabel, ylabel, legend_size=7)

@@ -1,6 +1,4 @@
-"""Gather a run directory's results into one report.md (and report.html) readable without W&B.
-
-Each results file gets its scalars and the same tables as docs/results.md (headprune.viz.tables)."""
+"""Gather a run directory's results into one report.md (and report.html) readable without W&B."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The one renderer of results: markdown tables (docs/results.md, report.md) and table rows (W&B, CSV).
-
-Every function reads a results payload (or a study's stage of one), so docs/results.md, a run's
-report and the experiments' logged tables show the same numbers the same way.
-"""
+"""The one renderer of results: markdown tables (docs/results.md, report.md) and table rows (W&B, CSV)."""
 
 from __future__ import annotations
 
@@ -41,7 +37,6 @@ def _signed(value, digits=2) -> str:
     return f"{value:+.{digits}f}"
 
 
-# ---- single-head ablation ---------------------------------------------------------------------
 def ablation_table(study: dict, split: str = "eval") -> str:
     abl = _stage(study, "ablate")["splits"][split]
     lines = [
@@ -63,7 +58,6 @@ def ablation_table(study: dict, split: str = "eval") -> str:
     return "\n".join(lines)
 
 
-# ---- keep one head per layer --------------------------------------------------------------------
 def keep_one_table(study: dict) -> str:
     k = _stage(study, "keep_one")
     lines = [
@@ -83,7 +77,6 @@ def keep_one_table(study: dict) -> str:
     return "\n".join(lines)
 
 
-# ---- greedy pruning -----------------------------------------------------------------------------
 def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, higher_is_better: bool = True) -> str:
     """Score at each fraction, one column per curve, and the largest fraction within ``tolerance`` of unpruned."""
     names = list(curves)
@@ -125,7 +118,6 @@ def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") 
     return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit, _higher_is_better(p))
 
 
-# ---- speed ----------------------------------------------------------------------------------------
 def speed_table(study: dict) -> str:
     s = _stage(study, "speed")
     lines = [
@@ -167,7 +159,6 @@ def speed_table(study: dict) -> str:
     return "\n".join(lines)
 
 
-# ---- pruning for speed: quality against throughput -----------------------------------------------
 def point_speed(point: dict) -> float:
     """A point's speed-up: measured when it was timed, else predicted by the cost model."""
     measured = point.get("measured")
@@ -196,11 +187,7 @@ def target_check(point: dict) -> str:
 
 
 def merged_pareto(*payloads: dict) -> dict:
-    """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point).
-
-    Each point keeps its own measured speed-up (timed against the unpruned model in its own run); an untimed point
-    whose mask a timed point shares takes that timing (the physically pruned architecture is the same).
-    """
+    """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point)."""
     stages = [_stage(p, "pareto") for p in payloads]
     first = stages[0]
     for other in stages[1:]:
@@ -228,8 +215,7 @@ def merged_pareto(*payloads: dict) -> dict:
 
 
 def with_control_scores(points: list[dict]) -> list[dict]:
-    """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control
-    ("unpruned + same training"), when it has one."""
+    """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control, when it has one."""
     control = next((q for q in points if q.get("control")), None)
     out = [dict(q) for q in points]
     if control is not None:
@@ -365,7 +351,6 @@ def pareto_table(study: dict) -> str:
     return "\n".join(lines)
 
 
-# ---- training dynamics --------------------------------------------------------------------------
 def dynamics_table(dynamics: dict, at: float = 0.4, paper: dict | None = None) -> str:
     """Per snapshot: unpruned score, score at ``at`` pruned, prunable share, rank stability (and the paper's score)."""
     snaps = dynamics["snapshots"]
@@ -412,7 +397,6 @@ def cross_file_correlation_line(first: dict, first_split: str, second: dict, sec
     return _correlation_sentence(c, first_split, second_split, sizes)
 
 
-# ---- rows for loggers (W&B tables, CSV files) ---------------------------------------------------
 def ablation_rows(result: dict) -> tuple[list[str], list[list]]:
     columns = ["group", "layer", "head", "score", "delta", "p_value", "significant"]
     return columns, [
@@ -477,7 +461,6 @@ def speed_rows(result: dict) -> tuple[list[str], list[list]]:
     return columns, rows
 
 
-# ---- a results file as markdown sections (report.md) ------------------------------------------
 def markdown_sections(payload: dict) -> list[str]:
     """The tables of docs/results.md that a results file holds, each under a heading (empty for other files)."""
     if payload.get("snapshots"):

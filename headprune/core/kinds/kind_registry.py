@@ -1,9 +1,4 @@
-"""The registry of pruning-unit kinds, and units that join several kinds under one budget.
-
-A unit is one kind (``"ffn"``) or a joint list of kinds covering different parts (``"head+ffn"``,
-``["kv_group", "ffn", "hidden"]``): its masks hold the groups of each kind side by side, and each group belongs to
-exactly one kind of the unit (``owns``).
-"""
+"""The registry of pruning-unit kinds, and units that join several kinds under one budget."""
 
 from __future__ import annotations
 
@@ -40,10 +35,7 @@ def kind_named(name: str) -> UnitKind:
 
 
 def unit_kinds(unit) -> tuple[str, ...]:
-    """The kinds of a unit, in the registry's order: ``"head+ffn"`` or ``["ffn", "head"]`` -> ("head", "ffn").
-
-    A ValueError names an unknown kind, a kind given twice, or kinds that prune the same part.
-    """
+    """The kinds of a unit, in the registry's order: ``"head+ffn"`` or ``["ffn", "head"]`` -> ("head", "ffn")."""
     if not isinstance(unit, str) and not (isinstance(unit, Iterable) and all(isinstance(k, str) for k in unit)):
         raise ValueError(
             f"a unit is a kind's name or a list of names, e.g. 'head' or ['kv_group', 'ffn']; got {type(unit).__name__} {unit!r:.40}"

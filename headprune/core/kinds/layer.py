@@ -1,9 +1,4 @@
-"""The layer kind: whole Transformer layers (depth pruning: ShortGPT's block influence, Minitron's depth axis).
-
-Masks are {"enc_layer" | "dec_layer": [layers, 1]} by original layer id (one group per layer stack); a layer gated by g
-computes x + g * (layer(x) - x) (headprune.core.layer_sites), and removal deletes the layers from their stack and
-renumbers the kept ones (headprune.core.layer_removal).
-"""
+"""The layer kind: whole Transformer layers (depth pruning: ShortGPT's block influence, Minitron's depth axis)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""What a kind of pruning unit is: one class per kind, registered by name; everything outside core/ asks the kind.
-
-A kind names the units a model can lose (query heads, KV groups, FFN neurons, whole blocks, residual channels,
-whole layers) and answers every question the rest of headprune has about them: where they live and how they are
-gated, how a probe gradient becomes one score per unit, what a layer costs with k units kept, how few a layer may
-keep, what settings it refuses, how its units leave the weights and what the saved record says, and which config
-fields it shrinks (ModelOpt's naming: ``num_key_value_heads``, ``intermediate_size``, ``hidden_size``,
-``num_hidden_layers``), so exporters write config fields and never ask which kind removed them.
-
-Register a kind of your own with ``register_kind(MyKind())`` from any module, without editing headprune: it is then
-a value of ``prune.unit`` like the built-in ones.
-"""
+"""What a kind of pruning unit is: one class per kind, registered by name; everything outside core/ asks the kind."""
 
 from __future__ import annotations
 
@@ -38,7 +27,6 @@ class UnitKind:
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
     record_key: str = ""  # its key in pruning records (default: its name)
 
-    # ---- where it lives ------------------------------------------------------------------------
     def owns(self, group: str) -> bool:
         """Whether a mask group holds units of this kind."""
         raise NotImplementedError
@@ -48,10 +36,7 @@ class UnitKind:
         return None
 
     def gates(self, model: nn.Module, shared: dict) -> Any:
-        """The gates of this kind on ``model``: masks and scores {group: [layers, units]} or [batch, layers, units].
-
-        ``shared`` caches the primitive gates of one model ({"head": HeadGates, "ffn": FFNGates, ...}) so that kinds
-        that act through the same gates (a KV group through its query heads) share them."""
+        """The gates of this kind on ``model``: masks and scores {group: [layers, units]} or [batch, layers, units]."""
         raise NotImplementedError
 
     def group_names(self, attention_groups: list[str]) -> list[str]:
@@ -62,26 +47,20 @@ class UnitKind:
         """Units one layer holds, from the model's config fields (None: not known from the config alone)."""
         return None
 
-    # ---- scores --------------------------------------------------------------------------------
     def unit_grad(self, site, grad: torch.Tensor) -> tuple[torch.Tensor, list[int], str] | None:
-        """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and their group; None: not a
-        site of this kind."""
+        """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""
         return None
 
-    # ---- costs ---------------------------------------------------------------------------------
     def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
-        """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, the same that the
-        kept units' part costs in the whole model (``attention_tables``: the per-query-head attention tables)."""
+        """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, as the part costs in the whole model."""
         raise NotImplementedError
 
     def nested_rows(self, model: nn.Module) -> dict[tuple[str, int], list[tuple[str, int]]]:
-        """{(group, layer) of one unit: the (group, layer) rows of other kinds' units it holds} (a whole layer holds its heads and
-        neurons); in a joint budget its table keeps only the cost those rows do not hold."""
+        """{(group, layer) of a unit: the other kinds' (group, layer) rows it holds}; in a joint budget its table keeps only the rest."""
         return {}
 
     def covered_flops(self, cost) -> float | None:
-        """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover, the rest being the fixed cost
-        (None: what its tables hold with every unit kept)."""
+        """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover, the rest being fixed (None: all they hold)."""
         return None
 
     def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:
@@ -92,12 +71,10 @@ class UnitKind:
         """A mask group's rows [layers][units] as rows over the query heads they gate (None: it gates no attention heads)."""
         return None
 
-    # ---- settings ------------------------------------------------------------------------------
     def refusal(self, fields: dict | None, settings: dict) -> str | None:
         """Why this kind cannot run on a model with these config ``fields`` and these prune ``settings`` (None: it can)."""
         return None
 
-    # ---- removal and records ---------------------------------------------------------------------
     def prune(self, model: nn.Module, mask: dict[str, torch.Tensor]) -> dict:
         """Remove from the weights every unit whose hard mask entry is 0; returns this kind's record."""
         raise NotImplementedError

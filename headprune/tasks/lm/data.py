@@ -1,16 +1,4 @@
-"""Texts for language modelling: local text files, a hub corpus or a synthetic language, per split.
-
-With ``data.document_tokens`` (data=lm_long), consecutive lines of a file join into documents of that many tokens
-or more (news articles, talks), and the documents are what the splits draw.
-
-Splits inside headprune: ``eval`` (perplexity), ``eval_other`` (a second evaluation set, of another domain),
-``importance`` (calibration: head importance, Fisher, least squares; training text, never the evaluation
-text), ``heldout`` (choices such as keep-one's head) and ``train`` (fine-tune recovery). Local files: a file
-listed for several splits gives each of them other lines, and a text drawn for evaluation is left out of
-every other split's draw, so no two splits share a text. Each text is one example:
-its tokens (optionally after a BOS token) are predicted left to right, so a text of n ids gives
-n - 1 scored tokens.
-"""
+"""Texts for language modelling: local text files, a hub corpus or a synthetic language, per split."""
 
 from __future__ import annotations
 
@@ -75,11 +63,7 @@ def local_lines(cfg, data_dir: str | Path) -> dict[str, list[tuple[tuple[str, in
 def draw_splits(
     lines: dict[str, list[tuple[object, str]]], limits: dict, seed: int, exclude_evaluated: bool = True
 ) -> dict[str, list[str]]:
-    """{split: texts} drawn in ``SPLITS`` order, each split ``limits[split]`` items (null = all) of its own pool.
-
-    An item (a file line) drawn for one split is never drawn for a later one; with ``exclude_evaluated``, a text
-    drawn for an evaluation split is left out of the other splits' pools (the same sentence in two files).
-    """
+    """{split: texts} drawn in ``SPLITS`` order, each split ``limits[split]`` items (null = all) of its own pool."""
     taken, evaluated, out = set(), set(), {}
     for split in [s for s in SPLITS if s in lines] + [s for s in lines if s not in SPLITS]:
         pool = [
@@ -116,8 +100,7 @@ def synthetic_texts(cfg) -> dict[str, list[str]]:
 
 
 def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[object, str]]]:
-    """{split: [(key, text)]} of a data config (``source``: local, hub or synthetic) before any draw; a local text's key
-    is (file, line number), another's (split, index)."""
+    """{split: [(key, text)]} of a data config before any draw; a local text's key is (file, line number), another's (split, index)."""
     source = cfg.get("source")
     if source == "local":
         lines = local_lines(cfg, data_dir if data_dir is not None else cfg.dir)
@@ -138,9 +121,7 @@ def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
 
 
 def join_documents(items: list[tuple[object, str]], lengths: list[int], tokens: int) -> list[tuple[object, str]]:
-    """Consecutive texts of one source (a file, a split) joined by newlines into documents of at least ``tokens`` tokens
-    (``lengths``: each text's tokens); a source's last texts, too short for a document, are left out. A document's
-    key is its first text's."""
+    """Consecutive texts of one source joined into documents of at least ``tokens`` tokens (a short tail left out), keyed by the first."""
     out, key, parts, held, source = [], None, [], 0, object()
     for (item_key, text), length in zip(items, lengths):
         if item_key[0] != source:  # a new file (or split): what the last one left is no document
@@ -155,8 +136,7 @@ def join_documents(items: list[tuple[object, str]], lengths: list[int], tokens: 
 
 
 def long_documents(cfg, pools: dict[str, list[tuple[object, str]]], tokenizer) -> dict[str, list[str]]:
-    """{split: documents} of ``data.document_tokens`` tokens or more (``tokenizer``'s), drawn as texts are (``data.limits``
-    counts documents); splits that list the same file draw other documents of it."""
+    """{split: documents} of ``data.document_tokens`` tokens or more, drawn as texts are (``data.limits`` counts documents)."""
     tokens = int(cfg.document_tokens)
     documents = {}
     for split, items in pools.items():
@@ -177,11 +157,7 @@ def encode_texts(
 
 
 def collate(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids``/``attention_mask`` and next-token ``labels`` aligned with the logits.
-
-    ``labels[b, t]`` is the token that position t predicts (``input_ids[b, t + 1]``), -100 after the
-    last token: the cross-entropy of logits (B, T, V) against labels (B, T) is the next-token NLL.
-    """
+    """Right-padded ``input_ids``/``attention_mask`` and next-token ``labels`` aligned with the logits."""
     length = max(len(s) for s in sequences)
     input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)

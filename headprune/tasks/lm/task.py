@@ -1,9 +1,4 @@
-"""LanguageModelingTask: perplexity of a decoder-only LLM on texts, with head gates on its attention.
-
-Per text: the NLL sum of its predicted tokens and their count. Perplexity = exp(total NLL / total
-tokens) over the split (corpus-level, never an average of per-text perplexities); the per-text
-loss is the mean token NLL of that text.
-"""
+"""LanguageModelingTask: perplexity of a decoder-only LLM on texts, with head gates on its attention."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.gates import HeadGates
-from headprune.core.inputs import DECODER_INPUTS
+from headprune.core.inputs import DECODER_INPUTS, eval_mode
 from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
@@ -28,7 +23,7 @@ HEAD_ROWS = 8  # texts whose (T, V) logits exist at once: the vocabulary project
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(NLL sum (B,), predicted tokens (B,)) from logits (B, T, V) and next-token labels (B, T) with -100 ignored."""
     # log-softmax over the contiguous vocabulary axis: (B*T, V), not a (B, V, T) view, whose float32 sums over
-    # 49,152 words are off by up to 1e-4 nats per token (headprune.engine.ablation_causal.label_nll rounds the same way)
+    # 49,152 words are off by up to 1e-4 nats per token (headprune.engine.ablation_causal.label_stats rounds the same way)
     nll = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="none")
     return nll.view_as(labels).double().sum(1), (labels != -100).sum(1)
 
@@ -67,7 +62,6 @@ class LanguageModelingTask(SavesHF):
             )
         model.eval()
 
-    # ---- placement and data ------------------------------------------------------------------
     def to(self, device) -> LanguageModelingTask:
         self.model.to(device)
         return self
@@ -93,7 +87,6 @@ class LanguageModelingTask(SavesHF):
         self.data.split(split)
         return texts_fingerprint(self.data.texts[split])
 
-    # ---- evaluation --------------------------------------------------------------------------
     def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
         hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
@@ -126,21 +119,14 @@ class LanguageModelingTask(SavesHF):
         )
 
     def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
-        """Corpus perplexity on ``split`` with heads gated by ``mask`` (batches of ``batch_size`` texts, else
-        ``data.eval_batch_size``); per_example holds each text's NLL sum and tokens; ``on_batch(n)`` after each batch."""
+        """Corpus perplexity on ``split`` under ``mask``; per_example: each text's NLL sum and tokens; ``on_batch(n)`` after each batch."""
         return self.evaluate_many([mask], split, on_batch=on_batch, batch_size=batch_size)[0]
 
     @torch.no_grad()
     def evaluate_many(
         self, masks: list, split: str = "eval", on_batch=None, batched: bool = True, batch_size: int | None = None
     ) -> list[EvalResult]:
-        """The score of each mask (perplexity here; a subclass's metric from its own per-example columns), several masks
-        per forward pass.
-
-        Several masks [L, H] of a decoder-only model go through ``headprune.engine.ablation_causal.CausalMaskBatcher``
-        (unchanged lower layers reused, real tokens only); otherwise (or ``batched=False``) ``mask_chunk`` masks
-        share one forward of the batch repeated, a mask per row. ``on_batch(n)`` after each batch of ``n`` texts.
-        """
+        """The score of each mask, several masks per forward pass (CausalMaskBatcher, else ``mask_chunk`` masks per repeated batch)."""
         from headprune.engine.ablation_causal import CausalMaskBatcher, batchable
 
         if not masks:
@@ -151,9 +137,7 @@ class LanguageModelingTask(SavesHF):
         n = len(self.data.split(split))
         stats = torch.zeros(len(masks), n, self.STAT_COLUMNS, dtype=torch.float64)
         tokens = torch.zeros(n, dtype=torch.long)
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             for batch in self.data.batches(split, batch_size):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
@@ -164,13 +148,10 @@ class LanguageModelingTask(SavesHF):
                     stats[:, rows] = self._repeated_stats(batch, masks)
                 if on_batch is not None:
                     on_batch(len(rows))
-        finally:
-            self.model.train(was_training)
         return [self._result(stats[j], tokens) for j in range(len(masks))]
 
     def _repeated_stats(self, batch: dict, masks: list) -> torch.Tensor:
-        """The per-example columns (M, B, STAT_COLUMNS) of a batch: ``mask_chunk`` masks per forward, the batch repeated
-        with a mask per row."""
+        """The per-example columns (M, B, STAT_COLUMNS) of a batch: ``mask_chunk`` masks per forward, a mask per repeated row."""
         b, columns = len(batch["labels"]), self.STAT_COLUMNS
         out = torch.zeros(len(masks), b, columns, dtype=torch.float64)
         for start in range(0, len(masks), self.mask_chunk):
@@ -198,7 +179,6 @@ class LanguageModelingTask(SavesHF):
             alpha=alpha,
         )
 
-    # ---- gradients and timing ----------------------------------------------------------------
     def importance_batches(self, batch_size: int | None = None):
         """Batches (inputs + next-token labels, on the model's device) of the importance texts (training data)."""
         if not self.data.split("importance"):
@@ -210,8 +190,7 @@ class LanguageModelingTask(SavesHF):
             yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` texts of the training split (``train``, else ``importance``) drawn with ``seed``, in batches of
-        similar lengths (little padding) in a seeded random order; ``idx`` gives each row's position in the split."""
+        """``examples`` training texts drawn with ``seed``, in similar-length batches in a seeded order; ``idx``: each row's position."""
         split = "train" if "train" in self.data.ids else "importance"
         ids = self.data.split(split)
         generator = torch.Generator().manual_seed(seed)
@@ -257,10 +236,7 @@ class LanguageModelingTask(SavesHF):
 
     @torch.no_grad()
     def timed_decode(self, batch: dict) -> None:
-        """Greedy generation of exactly ``decode_tokens`` new tokens with the KV cache after each text's first tokens.
-
-        Stops at the speed experiment's time budget (``headprune.engine.timing.seconds_left``) and says so.
-        """
+        """Greedy generation of exactly ``decode_tokens`` new tokens with the KV cache after each text's first tokens."""
         from headprune.engine.timing import budget_cut, seconds_left
 
         prompt = batch["input_ids"][:, : self._prompt_length(batch)]
@@ -300,8 +276,6 @@ class LanguageModelingTask(SavesHF):
             "kv_cache_bytes_per_token_ideal": kv_cache_bytes_per_token(model, ideal=True),
         }
 
-    # ---- saving ------------------------------------------------------------------------------
-
 
 def _settings(cfg) -> dict:
     """``task.*`` (conf/task/lm.yaml), checked: every setting present, none unknown."""
@@ -326,8 +300,7 @@ def load_lm_task(cfg) -> LanguageModelingTask:
 
 
 def model_and_tokenizer(cfg, training_texts: list[str]):
-    """(causal LM, tokenizer) of ``cfg.model``: its own tokenizer, or for a fresh model a BPE tokenizer trained on
-    ``training_texts`` (``data.tokenizer.vocab_size``) and the model's vocabulary sized to it."""
+    """(causal LM, tokenizer) of ``cfg.model``: its own tokenizer, or for a fresh model a BPE tokenizer trained on ``training_texts``."""
     from headprune.models.build import build_tokenizer
     from headprune.models.tokenizers import special_ids, train_tokenizer
     from headprune.tasks.registry import build_task_model

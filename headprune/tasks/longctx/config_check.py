@@ -1,5 +1,4 @@
-"""The passkey task's config check: task.* and data.* settings, its haystack, and prompts that fit the context and the
-model's positions (counted in the model's tokenizer, or the one a fresh model trains)."""
+"""The passkey task's config check: task.* and data.* settings, its haystack, prompts that fit the context and the positions."""
 
 from __future__ import annotations
 
@@ -118,8 +117,7 @@ def check_positions(cfg, config: PasskeyConfig) -> None:
 
 
 def check_prompts(cfg, config: PasskeyConfig) -> None:
-    """The haystack is readable and not empty, and in the model's tokens the intro, needles and question fit the
-    shortest context and the longest context with its answer fits the positions."""
+    """The haystack is readable and not empty, and the prompts fit the shortest context and the longest one the positions."""
     from headprune.tasks.longctx.examples import PasskeyGenerator
     from headprune.tasks.longctx.haystack import haystack_pools
 

@@ -8,12 +8,7 @@ from headprune.tasks.longctx.examples import PasskeyExample
 
 
 def collate(examples: list[PasskeyExample], pad_id: int, copies: bool = False) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids``/``attention_mask`` (B, T) of each example without its last answer token, and ``labels``
-    (B, T): at position t the answer token it predicts (``ids[t + 1]``), -100 where no answer token follows.
-
-    ``copies`` adds ``needle_start``/``needle_end`` (B, T): the span of the needle whose key the label at t repeats
-    (-1 for a joiner between keys and for unlabelled positions), what the retrieval score of a head reads.
-    """
+    """Right-padded inputs (B, T) without the last answer token, ``labels`` (B, T) the answer tokens; ``copies`` adds the needle spans."""
     length = max(len(e.ids) - 1 for e in examples)
     input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)

@@ -1,14 +1,4 @@
-"""Passkey examples from a seed: a haystack of filler with keyed needles at chosen depths, a question, the answer.
-
-An example of context length L (the prompt: BOS, intro, haystack with its needles, question) holds exactly L tokens:
-the filler is a run of consecutive pool sentences from a random start, its last sentence cut to fill the budget
-L - (BOS + intro + needles + question). The asked needle (or, asking for all keys, the first one drawn) starts at
-the sentence boundary nearest to ``depth`` of the filler's tokens; other needles at random boundaries. Example i of a
-split takes the (length, depth) cell i of the grid ``context_lengths x depths``, so every cell is covered evenly.
-
-Every key is drawn once over all splits (eval first): no two examples share a key, and the splits' examples come from
-their own seeds and haystack pools.
-"""
+"""Passkey examples from a seed: a haystack of filler with keyed needles at chosen depths, a question, the answer."""
 
 from __future__ import annotations
 
@@ -37,11 +27,6 @@ class PasskeyExample:
     def answer(self) -> tuple[int, ...]:
         return self.ids[self.answer_start :]
 
-    @property
-    def key_text(self) -> str:
-        """What the answer says, for logs: the asked key, or every key."""
-        return ", ".join(self.keys) if self.asked < 0 else self.keys[self.asked]
-
 
 class PasskeyGenerator:
     """Examples of one config in one tokenizer: ``split(name, pool, used)`` draws a split's examples."""
@@ -52,7 +37,6 @@ class PasskeyGenerator:
         self.bos = [int(bos_id)] if config.add_bos and bos_id is not None else []
         self.intro = self.pieces.text(config.template.intro)
 
-    # ---- the fixed parts ---------------------------------------------------------------------
     def needle_template(self) -> str:
         return self.config.template.needle if self.config.needles == 1 else self.config.template.named_needle
 
@@ -85,7 +69,6 @@ class PasskeyGenerator:
         question = self.pieces.filled(" " + self.question_template(), {"name": names[max(asked, 0)]})[0]
         return len(self.bos) + len(self.intro) + needles + len(question)
 
-    # ---- drawing -----------------------------------------------------------------------------
     def draw_key(self, rng: random.Random, used: set[str]) -> str:
         """A key of ``key_digits`` digits (no leading zero) not drawn before."""
         low, high = 10 ** (self.config.key_digits - 1), 10**self.config.key_digits - 1

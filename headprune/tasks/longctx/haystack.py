@@ -1,10 +1,4 @@
-"""The haystack: per split, a pool of filler sentences (one per line) that examples take consecutive runs of.
-
-Sources: ``synthetic`` (sentences of the synthetic language of headprune.tasks.mt.synthetic, deterministic from a seed),
-``local`` (text files under ``data.dir``, one sentence or paragraph per line: news, talks) and ``hub`` (a Hugging Face
-dataset's text field). The evaluation split never shares a file (local) with the others, and each split of the
-synthetic source draws its own sentences.
-"""
+"""The haystack: per split, a pool of filler sentences (one per line) that examples take consecutive runs of."""
 
 from __future__ import annotations
 

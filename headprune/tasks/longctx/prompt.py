@@ -1,11 +1,4 @@
-"""Templates as token ids: each piece tokenized on its own, so that every needle's key tokens are known positions.
-
-A piece after the first starts with a space (``" " + text``): byte-level BPE tokenizers (GPT-2, SmolLM2, Llama 3) then
-tokenize each word as they would inside running text. A placeholder (``{key}``, ``{name}``) is tokenized with the
-whitespace before it (``"is {key}."`` -> ``" is"``, ``" 12345"``, ``"."``), the form the answer ``" 12345"`` after
-``"... The pass key is"`` takes: the key's tokens in the needle are the answer's tokens, so the answer step that
-produces the i-th key token copies a known needle token (the retrieval score of headprune.scoring.retrieval_heads).
-"""
+"""Templates as token ids: each piece tokenized on its own, so that every needle's key tokens are known positions."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""PasskeyTask: long-context retrieval (a key hidden in a haystack) by a decoder-only LLM under head gates.
-
-Each example's answer (the key, or every key) is teacher-forced after its prompt, and only the answer tokens are
-labelled. Exact match: every answer token is the argmax of the model's next-token logits at its position. This
-equals greedy decoding of ``len(answer)`` tokens after the prompt: if greedy decoding reproduces the first i answer
-tokens, its input is then the teacher-forced one, so its next token is the argmax there; induction on i (ties of the
-argmax aside). One forward pass scores a whole example, and the batched mask engine
-(headprune.engine.ablation_causal) scores many masks at once.
-
-Per example: ``correct`` (1 when the whole answer matches) and ``loglik`` (mean log-probability of the answer tokens,
-nats): a continuous score that a tiny random model also moves, and minus the loss that gradient importance
-differentiates. ``data.metric`` picks the task's score: ``accuracy`` (exact match, percent) or ``key_log_likelihood``
-(the mean of ``loglik``); both come with a paired bootstrap over examples.
-"""
+"""PasskeyTask: long-context retrieval (a key hidden in a haystack) by a decoder-only LLM under head gates."""
 
 from __future__ import annotations
 
@@ -46,7 +33,6 @@ class PasskeyTask(LanguageModelingTask):
         self.metric = metric
         self.paired_test_name = f"paired bootstrap of mean {METRICS[metric]} over examples (Koehn 2004)"
 
-    # ---- data --------------------------------------------------------------------------------
     def split_sizes(self) -> dict[str, int]:
         """{split: examples}."""
         return {split: len(examples) for split, examples in self.data.examples.items()}
@@ -59,7 +45,6 @@ class PasskeyTask(LanguageModelingTask):
         """{split: {"examples", "tokens" (prompts), "answer_tokens"}}."""
         return self.data.split_summary()
 
-    # ---- evaluation --------------------------------------------------------------------------
     STAT_COLUMNS = 2  # per-example columns evaluate_many collects: the answer's NLL sum, its tokens the argmax misses
 
     def _engine_stats(self, engine, inputs: dict, masks: list) -> torch.Tensor:
@@ -101,7 +86,6 @@ class PasskeyTask(LanguageModelingTask):
             scale=100.0 if self.metric == "accuracy" else 1.0,
         )
 
-    # ---- gradients, retrieval and timing -----------------------------------------------------
     def importance_batches(self, batch_size: int | None = None):
         """Batches (inputs + answer labels, on the model's device) of the importance examples."""
         if not self.data.examples.get("importance"):
@@ -110,14 +94,12 @@ class PasskeyTask(LanguageModelingTask):
             yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
 
     def retrieval_batches(self, split: str = "importance", batch_size: int | None = None) -> list[dict]:
-        """Batches with each answer token's needle span (``needle_start``/``needle_end``), on the model's device: what
-        headprune.scoring.retrieval_heads.retrieval_scores reads."""
+        """Batches with each answer token's needle span, on the model's device: what ``retrieval_heads.retrieval_scores`` reads."""
         batches = self.data.batches(split, batch_size or self.data.batch_size, copies=True)
         return [{k: v.to(self.device) for k, v in batch.items() if k != "idx"} for batch in batches]
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` examples of the training split (``train``, else ``importance``) drawn with ``seed``, in batches in a
-        seeded random order; ``idx`` gives each row's position in the split."""
+        """``examples`` examples of the training split drawn with ``seed``, batched in a seeded order; ``idx`` gives each row's position."""
         split = "train" if self.data.examples.get("train") else "importance"
         pool = self.data.split(split)
         generator = torch.Generator().manual_seed(seed)
@@ -170,8 +152,7 @@ def load_passkey_task(cfg) -> PasskeyTask:
 
 
 def tokenizer_texts(config: PasskeyConfig, pools: dict[str, list[str]]) -> list[str]:
-    """What a fresh model's tokenizer is trained on: the training haystack (importance, else the first pool) and the
-    template words with every digit."""
+    """What a fresh model's tokenizer is trained on: the training haystack and the template words with every digit."""
     haystack = pools.get("importance") or next(iter(pools.values()))
     words = [str(v) for v in vars(config.template).values()] + list(config.names) + ["0123456789"]
     return list(haystack) + words

@@ -12,7 +12,6 @@ from headprune.models.tokenizers import encode, has_tokenizer, load_tokenizer, t
 from headprune.tasks.mt.config import SPLITS, split_limit, split_of  # noqa: F401 (split_of re-exported)
 
 
-# ---- sources --------------------------------------------------------------------------------
 def load_texts(data_cfg, split: str) -> tuple[list[str], list[str]]:
     """(sources, targets) of one split ("train", "valid" or "test") from the configured source."""
     source = data_cfg.source
@@ -59,13 +58,8 @@ def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:
     return src, tgt
 
 
-# ---- batching -------------------------------------------------------------------------------
 def token_batches(src_lens, tgt_lens, max_tokens: int, shuffle: bool, seed: int = 0, max_sentences: int | None = None) -> list[list[int]]:
-    """Index lists whose padded size ``len(batch) * longest`` stays within ``max_tokens``.
-
-    Examples are sorted by length (with random tie-breaking when shuffling) so batches hold
-    similar lengths; the batch order is shuffled with ``seed``.
-    """
+    """Index lists whose padded size ``len(batch) * longest`` stays within ``max_tokens``."""
     rng = random.Random(seed)
     order = list(range(len(src_lens)))
     if shuffle:
@@ -112,11 +106,7 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]] | None, pad_id: i
 
 
 class TokenBatches(IterableDataset):
-    """Token-count batches of an encoded split, reshuffled per epoch and sharded across DDP ranks.
-
-    Yielding whole batches from an IterableDataset keeps Lightning from swapping in its own
-    DistributedSampler; every rank gets the same number of batches (the remainder is dropped).
-    """
+    """Token-count batches of an encoded split, reshuffled per epoch and sharded across DDP ranks."""
 
     def __init__(self, src, tgt, pad_id: int, start_id: int, max_tokens: int, shuffle: bool, seed: int = 0, max_sentences=None):
         self.src, self.tgt, self.pad_id, self.start_id = src, tgt, pad_id, start_id
@@ -148,7 +138,6 @@ class TokenBatches(IterableDataset):
             yield collate([self.src[i] for i in idx], [self.tgt[i] for i in idx], self.pad_id, self.start_id, ids=idx)
 
 
-# ---- the datamodule -------------------------------------------------------------------------
 class TranslationDataModule(L.LightningDataModule):
     """Parallel text for one language pair, tokenized with a trained joint subword model or a pretrained tokenizer."""
 
@@ -161,7 +150,6 @@ class TranslationDataModule(L.LightningDataModule):
         self.encoded: dict[str, tuple[list[list[int]], list[list[int]]]] = {}
         self._train_set: TokenBatches | None = None
 
-    # ---- text and tokenizer ----------------------------------------------------------------
     def split_texts(self, split: str) -> tuple[list[str], list[str]]:
         """(sources, targets) of a split, loaded once."""
         if split not in self.texts:
@@ -212,7 +200,6 @@ class TranslationDataModule(L.LightningDataModule):
             self.split_encoded("train")
         self.split_encoded("valid")
 
-    # ---- loaders ---------------------------------------------------------------------------
     @property
     def train_set(self) -> TokenBatches:
         if self._train_set is None:

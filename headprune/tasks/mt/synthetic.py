@@ -1,15 +1,4 @@
-"""A built-in synthetic translation task, deterministic from a seed, for tests and offline demos.
-
-The source language is SVO with adjectives before nouns and number marked on the determiner.
-The target language (rule-based) translates every word through a lexicon and then needs
-attention over the source to get right:
-
-- reordering: SOV word order, adjectives after their noun, the prepositional phrase moved
-  between subject and object;
-- agreement: determiners and adjective endings agree with the *target* noun's gender
-  (a lexicon property invisible in the source word) and number; the verb ending agrees
-  with the subject's number, which is only marked on the subject's determiner.
-"""
+"""A built-in synthetic translation task, deterministic from a seed, for tests and offline demos."""
 
 from __future__ import annotations
 

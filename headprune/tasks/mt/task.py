@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from headprune.core.gates import HeadGates
+from headprune.core.inputs import eval_mode
 from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, special_ids
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
@@ -70,7 +71,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self._val_nll: list[tuple[float, int]] = []
         self._eval_cache: dict[str, list[dict]] = {}
 
-    # ---- loss ------------------------------------------------------------------------------
     def _logits(self, batch: dict) -> torch.Tensor:
         out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"])
         return out.logits.float()  # (B, T, V)
@@ -100,15 +100,13 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         if datamodule is not None and hasattr(datamodule, "train_set"):
             datamodule.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
 
-    # ---- generation ------------------------------------------------------------------------
     def max_new_tokens(self, input_ids: torch.Tensor) -> int:
         """The most tokens a translation of a batch may take: ``task.len_ratio`` x its length + ``task.len_extra``."""
         max_pos = getattr(self.model.config, "max_position_embeddings", 512)
         return min(int(input_ids.shape[1] * self.task_cfg["len_ratio"] + self.task_cfg["len_extra"]), max_pos - 1)
 
     def generate(self, batch: dict, beam_size: int, max_time: float | None = None, progress: BatchProgress | None = None) -> list[str]:
-        """Detokenized translations of a batch (beam search, or greedy when ``beam_size`` is 1), stopped after ``max_time`` s;
-        ``progress`` is told of each decoding step."""
+        """Detokenized translations of a batch (beam search, or greedy at beam 1), stopped after ``max_time`` s; ``progress`` per step."""
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         config = self.model.config
         out = self.model.generate(
@@ -130,10 +128,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     @torch.no_grad()
     def timed_beam(self, batch: dict) -> None:
-        """Beam search (``task.beam_size``) of a timing batch's sources, detokenized: what a translation user waits for.
-
-        Stops at the speed experiment's time budget (``headprune.engine.timing.seconds_left``) and says so.
-        """
+        """Beam search (``task.beam_size``) of a timing batch's sources, detokenized: what a translation user waits for."""
         from headprune.engine.timing import budget_cut, seconds_left
 
         left, start = seconds_left(), time.perf_counter()
@@ -173,7 +168,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self.log("val/bleu", bleu, prog_bar=True, sync_dist=False, rank_zero_only=False)
         self.log("val/nll", sum(v for v, _ in nll) / max(tokens, 1), sync_dist=False)
 
-    # ---- the task protocol -----------------------------------------------------------------
     def _eval_batches(self, split: str) -> list[dict]:
         if split not in self._eval_cache:
             self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
@@ -220,18 +214,13 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         """Translations of every source sentence of ``split``, in the split's order; ``on_batch(n)`` after each batch of ``n``."""
         split = split_of(self.data.cfg, split)
         beam_size = int(beam_size or self.task_cfg["beam_size"])
-        was_training = self.model.training
-        self.model.eval()
         hyps: dict[int, str] = {}
-        try:
-            with torch.no_grad(), self.gates.masked(mask):
-                for batch in self._eval_batches(split):
-                    progress = BatchProgress(on_batch, len(batch["ids"]), self.max_new_tokens(batch["input_ids"]))
-                    for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size, progress=progress)):
-                        hyps[i] = h
-                    progress.done()
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), torch.no_grad(), self.gates.masked(mask):
+            for batch in self._eval_batches(split):
+                progress = BatchProgress(on_batch, len(batch["ids"]), self.max_new_tokens(batch["input_ids"]))
+                for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size, progress=progress)):
+                    hyps[i] = h
+                progress.done()
         return [hyps[i] for i in range(len(hyps))]
 
     def _result(self, hyps: list[str], split: str) -> EvalResult:
@@ -240,15 +229,11 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return EvalResult(score=score, metric="bleu", n=len(refs), per_example={"hypotheses": hyps, "references": refs, "stats": stats})
 
     def evaluate(self, mask=None, split: str = "eval", beam_size: int | None = None, on_batch=None) -> EvalResult:
-        """Corpus BLEU on ``split`` with heads gated by ``mask`` (beam search, ``task.beam_size`` by default);
-        ``on_batch(n)`` after each batch of ``n`` sentences."""
+        """Corpus BLEU on ``split`` under ``mask`` (beam search, ``task.beam_size``); ``on_batch(n)`` after each batch."""
         return self._result(self.translate(split, mask, beam_size, on_batch), split)
 
     def evaluate_many(self, masks: list, split: str = "eval", beam_size: int | None = None, on_batch=None) -> list[EvalResult]:
-        """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row).
-
-        ``on_batch(n)``, when given, is called after each data batch of ``n`` examples (progress bars).
-        """
+        """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row)."""
         if not masks:
             return []
         split_name = split_of(self.data.cfg, split)
@@ -257,28 +242,23 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
         chunk = max(1, int(self.task_cfg["mask_chunk"]))
         hyps: list[dict[int, str]] = [{} for _ in masks]
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                for batch in self._eval_batches(split_name):
-                    ids, inputs = batch["ids"].tolist(), self._to_device(batch)
-                    n = len(ids)
-                    steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
-                    progress = BatchProgress(on_batch, n, steps)
-                    for start in range(0, len(masks), chunk):
-                        group = masks[start : start + chunk]
-                        k = len(group)
-                        stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}  # (k*B, L, H)
-                        repeated = {key: value.repeat(k, 1) for key, value in inputs.items()}  # row j*B + b = example b under mask j
-                        with self.gates.masked(stacked):
-                            out = self.generate(repeated, beam_size, progress=progress)
-                        for j in range(k):
-                            for i, h in zip(ids, out[j * n : (j + 1) * n]):
-                                hyps[start + j][i] = h
-                    progress.done()
-        finally:
-            self.model.train(was_training)
+        with eval_mode(self.model), torch.no_grad():
+            for batch in self._eval_batches(split_name):
+                ids, inputs = batch["ids"].tolist(), self._to_device(batch)
+                n = len(ids)
+                steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
+                progress = BatchProgress(on_batch, n, steps)
+                for start in range(0, len(masks), chunk):
+                    group = masks[start : start + chunk]
+                    k = len(group)
+                    stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}  # (k*B, L, H)
+                    repeated = {key: value.repeat(k, 1) for key, value in inputs.items()}  # row j*B + b = example b under mask j
+                    with self.gates.masked(stacked):
+                        out = self.generate(repeated, beam_size, progress=progress)
+                    for j in range(k):
+                        for i, h in zip(ids, out[j * n : (j + 1) * n]):
+                            hyps[start + j][i] = h
+                progress.done()
         return [self._result([h[i] for i in range(len(h))], split_name) for h in hyps]
 
     def importance_batches(self) -> list[dict]:
@@ -299,7 +279,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             seen += len(batch["input_ids"])
         return batches
 
-    # ---- optimisation and saving -----------------------------------------------------------
     def configure_optimizers(self):
         from hydra.utils import instantiate
 
@@ -311,7 +290,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-# ---- construction from a Hydra config ----------------------------------------------------------
 def _task_settings(task_cfg) -> dict:
     """``task.*`` (conf/task/mt.yaml) as a dict, with every setting present."""
     given = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})

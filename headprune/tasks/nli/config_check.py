@@ -57,8 +57,7 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
 
 
 def check_files(config, data) -> None:
-    """Every split's file: present (train and eval), UTF-8, not empty; errors name file and line, and the setting
-    that gave the directory (``data``: the data config)."""
+    """Every split's file present (train and eval), UTF-8 and not empty; errors name file, line and the setting that gave the directory."""
     from headprune.tasks.data_dir import dir_advice
     from headprune.tasks.nli.config import REQUIRED, SPLITS
     from headprune.tasks.nli.files import present_split_files

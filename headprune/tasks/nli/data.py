@@ -1,10 +1,4 @@
-"""NLIDataModule: MNLI-style premise/hypothesis pairs from the HF hub, local files or a built-in synthetic set.
-
-Splits: ``train`` (what the model is fitted on), ``importance`` (a fixed subset of the training
-file, held out of ``train`` by default, for head-importance scores; never evaluation data),
-``eval`` (MNLI dev-matched) and ``eval_mismatched`` (when there is one). Batches are padded
-dynamically; training batches group examples of similar length.
-"""
+"""NLIDataModule: MNLI-style premise/hypothesis pairs from the HF hub, local files or a built-in synthetic set."""
 
 from __future__ import annotations
 
@@ -58,13 +52,7 @@ class PadCollator:
 
 
 class LengthGroupedSampler(DistributedSampler):
-    """Shuffled batches of similar-length examples, sharded over ranks (one rank: all of them).
-
-    Each epoch: shuffle, sort windows of ``megabatch * batch_size * world`` examples by length,
-    cut them into global batches of ``batch_size * world`` and shuffle the batch order; rank r
-    takes every world-th example of each global batch. A DistributedSampler, so Lightning
-    leaves it in place under DDP.
-    """
+    """Shuffled batches of similar-length examples, sharded over ranks (one rank: all of them)."""
 
     def __init__(self, lengths: list[int], batch_size: int, num_replicas: int = 1, rank: int = 0, seed: int = 0, megabatch: int = 50):
         super().__init__(lengths, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
@@ -127,7 +115,6 @@ class NLIDataModule(L.LightningDataModule):
         """The datamodule described by ``cfg.data``."""
         return cls(NLIDataConfig.from_cfg(data_cfg), tokenizer)
 
-    # ---- reading -----------------------------------------------------------------------------
     def read_raw(self) -> dict[str, dict[str, list]]:
         """{split: {"premise", "hypothesis", "label"}} from the configured source, before limits."""
         c = self.config
@@ -172,7 +159,6 @@ class NLIDataModule(L.LightningDataModule):
         if self.config.source == "hub":
             self._read_hub()
 
-    # ---- setup -------------------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         """Read, split off the importance subset, apply limits and tokenize (once)."""
         if self.datasets:
@@ -223,7 +209,6 @@ class NLIDataModule(L.LightningDataModule):
             raise KeyError(f"no NLI split {split!r}; this data has {sorted(self.datasets)}")
         return self.datasets[split]
 
-    # ---- loaders -----------------------------------------------------------------------------
     def loader(self, split: str, batch_size: int | None = None) -> DataLoader:
         """A deterministic loader over one split (length-sorted batches, each with ``idx``), for evaluation."""
         data = self.dataset(split)

@@ -1,8 +1,4 @@
-"""Read NLI examples from local files: JSON Lines (optionally gzip) and GLUE's MNLI TSV layout.
-
-Every reader returns ``{"premise": [...], "hypothesis": [...], "label": [int ...]}`` with labels as
-ids (entailment=0, neutral=1, contradiction=2, the GLUE/HF order). Errors name the file and line.
-"""
+"""Read NLI examples from local files: JSON Lines (optionally gzip) and GLUE's MNLI TSV layout."""
 
 from __future__ import annotations
 
@@ -53,8 +49,7 @@ def find_split_file(directory: str | Path, stem: str, split: str) -> Path:
 
 
 def present_split_files(directory: str | Path, files, splits, required):
-    """(split, path) of every split ``files`` names whose file is found, in ``splits`` order; a missing file of a
-    ``required`` split raises find_split_file's FileNotFoundError, a missing optional one is skipped."""
+    """(split, path) of every split whose file is found, in ``splits`` order; a missing ``required`` file raises FileNotFoundError."""
     for split in splits:
         stem = files.get(split)
         if not stem:

@@ -1,10 +1,4 @@
-"""A built-in synthetic NLI set made from templates: deterministic from a seed, offline, learnable in a minute.
-
-Premises say who does what where ("Anna is reading a book in the kitchen."). Hypotheses are
-built so that some labels need only the hypothesis (a negation, an added companion) and
-others need the premise too (the same person in another room, another person). The
-``mismatched`` split uses names and places never seen in ``train``/``eval``: a cross-domain set.
-"""
+"""A built-in synthetic NLI set made from templates: deterministic from a seed, offline, learnable in a minute."""
 
 from __future__ import annotations
 

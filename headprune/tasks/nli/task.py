@@ -1,25 +1,17 @@
-"""NLIModule: fine-tune and evaluate an HF sequence classifier on NLI, with head gates on the model.
-
-``experiment=nli_finetune`` runs :func:`finetune`; experiments that need a trained NLI model call
-:func:`load_nli_task` (``model.pretrained=<dir of a fine-tuned model>``).
-"""
+"""NLIModule: fine-tune and evaluate an HF sequence classifier on NLI, with head gates on the model."""
 
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
 
-from headprune.core.gates import HeadGates
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.base import EvalResult
+from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
 from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
 from headprune.tasks.nli.data import LABELS, NLIDataModule
 
@@ -27,13 +19,10 @@ TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_ev
 MODEL_INPUTS = ENCODER_INPUTS
 
 
-class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
+class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.LightningModule):
     """A 3-way NLI classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     name = "nli"
-    metric = "accuracy"
-    higher_is_better = True
-    paired_test_name = "paired bootstrap (Koehn 2004)"
     selection_split = "importance"  # the held-out training subset (appendix A), never the evaluation data
 
     def __init__(
@@ -50,69 +39,17 @@ class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["model", "tokenizer", "data"])
-        self.model = model
-        self.tokenizer = tokenizer
-        self.data = data
-        self.gates = HeadGates(model)
-        model.eval()
         if getattr(model.config, "num_labels", len(LABELS)) == len(LABELS):
             model.config.id2label = dict(enumerate(LABELS))
             model.config.label2id = {name: i for i, name in enumerate(LABELS)}
         if eval_splits is None:
             eval_splits = tuple(data.eval_splits) if data is not None else ("eval",)
-        self.eval_splits = list(eval_splits)
-        num_classes = model.config.num_labels
-        self.val_accuracy = nn.ModuleDict(
-            {f"acc_{s}": MulticlassAccuracy(num_classes=num_classes, average="micro") for s in self.eval_splits}
-        )
+        self._gated(model, tokenizer, data, eval_splits)
 
-    # ---- Lightning ---------------------------------------------------------------------------
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) for a batch (extra keys such as labels and idx are ignored)."""
         return self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits
 
-    def on_train_epoch_start(self) -> None:
-        self.model.train()  # HF models load in eval mode; dropout on while fitting
-
-    def on_train_end(self) -> None:
-        self.model.eval()  # outside fit the model stays deterministic (importance, evaluation)
-
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = F.cross_entropy(self(batch), batch["labels"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
-        return loss
-
-    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        split = self.eval_splits[dataloader_idx]
-        logits = self(batch)
-        metric = self.val_accuracy[f"acc_{split}"]
-        metric.update(logits.argmax(-1), batch["labels"])
-        n = len(batch["labels"])
-        self.log(f"{split}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=n, sync_dist=True, add_dataloader_idx=False)
-        self.log(f"{split}/accuracy", metric, batch_size=n, prog_bar=True, add_dataloader_idx=False)
-
-    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.validation_step(batch, batch_idx, dataloader_idx)
-
-    def configure_optimizers(self):
-        from transformers import get_linear_schedule_with_warmup
-
-        hp = self.hparams
-        decay, no_decay = [], []
-        for name, param in self.model.named_parameters():
-            if param.requires_grad:
-                (no_decay if param.dim() < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-        groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        optimizer = torch.optim.AdamW(groups, lr=hp.lr)
-        total = self.trainer.estimated_stepping_batches
-        if not total or total == float("inf"):
-            raise ValueError("cannot size the learning-rate schedule: set trainer.max_epochs or trainer.max_steps")
-        total = int(total)
-        warmup = hp.warmup_steps if hp.warmup_steps is not None else int(hp.warmup_ratio * total)
-        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    # ---- task protocol -----------------------------------------------------------------------
     def _require_data(self) -> NLIDataModule:
         if self.data is None:
             raise ValueError("this NLIModule has no datamodule: build it with load_nli_task(cfg) or NLIModule(..., data=...)")
@@ -127,56 +64,6 @@ class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
 
     def forward_batches(self, split: str) -> list[dict]:
         return list(self._require_data().loader(split))
-
-    @torch.no_grad()
-    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
-        """Accuracy (percent) on ``split`` with heads gated by ``mask``; per_example["correct"] is in dataset order;
-        ``on_batch(n)`` after each batch of ``n`` examples."""
-        dataset = self._require_data().dataset(split)
-        correct = torch.zeros(len(dataset), dtype=torch.long)
-        was_training = self.model.training
-        self.model.eval()  # no dropout: masked and pruned models give identical scores
-        try:
-            with self.gates.masked(mask):
-                for batch in self.data.loader(split, batch_size):
-                    logits = self(self._to_device(batch))
-                    correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
-                    if on_batch is not None:
-                        on_batch(len(batch["idx"]))
-        finally:
-            self.model.train(was_training)
-        n = len(dataset)
-        return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
-
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
-        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.engine.ablation).
-
-        ``on_batch(n)`` is called after each data batch of ``n`` examples (progress bars).
-        """
-        from headprune.engine.ablation import MaskBatcher
-
-        if not masks:
-            return []
-        if not MaskBatcher.takes(self.gates):  # residual channels change every layer: one plain pass per mask
-            return [self.evaluate(m, split, on_batch=on_batch if i == 0 else None) for i, m in enumerate(masks)]
-        n = len(self._require_data().dataset(split))
-        correct = torch.zeros(len(masks), n, dtype=torch.long)
-        engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for batch in self.data.loader(split):
-                idx, labels = batch.pop("idx"), batch.pop("labels")
-                logits = engine.logits(self._to_device(batch), masks)  # (M, B, C)
-                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
-                if on_batch is not None:
-                    on_batch(len(idx))
-        finally:
-            self.model.train(was_training)
-        return [
-            EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": c.tolist()})
-            for c in correct
-        ]
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """``examples`` training examples drawn with ``seed``, in length-grouped batches of the training batch size, shuffled."""
@@ -193,8 +80,6 @@ class NLIModule(ClassifierSubsets, SharedTaskMethods, L.LightningModule):
             batch.pop("idx", None)
             batches.append(self._to_device(batch))
         return batches
-
-    # ---- saving ------------------------------------------------------------------------------
 
 
 class WeightsDigest(L.Callback):
@@ -254,28 +139,9 @@ def load_nli_task(cfg) -> NLIModule:
 
 def finetune(cfg) -> dict:
     """experiment=nli_finetune: fine-tune, validate, save <output_dir>/model, and record exact dev accuracies."""
-    from omegaconf import OmegaConf
 
-    from headprune.lightning.trainer import fit
-    from headprune.results.writer import output_dir, update_results
+    def data_sizes(module) -> dict:
+        sizes = {name: len(data) for name, data in module.data.datasets.items()}
+        return {"train_examples": sizes["train"], "split_sizes": sizes}
 
-    start = time.perf_counter()
-    L.seed_everything(cfg.seed, workers=True)  # the classifier head's initialisation too
-    module = load_nli_task(cfg)
-    print(module.data.describe(), flush=True)
-    metrics = fit(cfg, module, module.data)
-    if module.global_rank != 0:
-        return metrics
-    sizes = {name: len(data) for name, data in module.data.datasets.items()}
-    metrics.update(train_examples=sizes["train"], split_sizes=sizes)
-    if _task_settings(cfg)["exact_eval"]:
-        for split in module.eval_splits:
-            result = module.evaluate(split=split)
-            metrics[f"{split}/accuracy_exact"] = result.score
-            metrics[f"{split}/correct"] = sum(result.per_example["correct"])
-            metrics[f"{split}/n"] = result.n
-            print(f"{split}: accuracy {result.score:.2f}% ({sum(result.per_example['correct'])}/{result.n})", flush=True)
-    metrics["wall_seconds"] = time.perf_counter() - start
-    metrics["objective"] = metrics.get("eval/accuracy_exact", metrics.get("eval/accuracy"))
-    update_results(output_dir(cfg) / "results.json", metrics, OmegaConf.to_container(cfg, resolve=True))
-    return metrics
+    return finetune_classifier(cfg, load_nli_task, _task_settings(cfg)["exact_eval"], data_sizes)

@@ -1,5 +1,4 @@
-"""The vision task's config check: task.* and data.* settings, the image size the model takes, a local image folder
-(two classes or more, each in the splits), a saved model's classes, a hub dataset that can be loaded."""
+"""The vision task's config check: settings, image geometry, a local image folder, a saved model's classes, a hub dataset."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ SCHEMA = {
 
 
 def check(cfg, files: bool = True, importance: bool = True) -> None:
-    """The settings, an importance subset where importance is read, the model's image geometry, the image folder, the
-    classes of a saved model, the hub dataset."""
+    """The settings, an importance subset, the image geometry, the image folder, a saved model's classes, the hub dataset."""
     from headprune.tasks.vision.config import ImageDataConfig
 
     check_schema(cfg, SCHEMA)
@@ -79,8 +77,7 @@ def processed_size(path: Path) -> tuple[int, int] | None:
 
 
 def check_folder(root: Path, config) -> None:
-    """``data.dir`` holds two class subfolders or more, each with images that PIL can read (errors name the file), and
-    enough of each class that the split (``config``: ImageDataConfig) gives every class training and evaluation images."""
+    """``data.dir`` holds two readable class subfolders or more, each with enough images to give every split some."""
     from PIL import Image, UnidentifiedImageError
 
     from headprune.tasks.vision.config import IMAGE_SUFFIXES
@@ -112,8 +109,7 @@ def check_folder(root: Path, config) -> None:
 
 
 def check_classes_split(root: Path, names: list[str], labels: list[int], config) -> None:
-    """Every class has images in train and in eval after the split by ``data.seed`` and the limits, as the data module
-    makes them; else a ConfigError naming the class and its image count."""
+    """Every class has images in train and in eval after the split; else a ConfigError naming the class and its image count."""
     from headprune.tasks.vision.image_sources import split_rows
 
     rows = split_rows(len(labels), config)

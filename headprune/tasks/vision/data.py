@@ -1,9 +1,4 @@
-"""ImageDataModule: labelled images turned into the model's pixel tensors once, batched for training and evaluation.
-
-Splits: ``train``, ``importance`` (held out of the training images: head importance and held-out choices)
-and ``eval``. Each image goes through the model's image processor (resize to ``image_size``, rescale,
-normalise), then its channels are fitted to the model's ``num_channels``.
-"""
+"""ImageDataModule: labelled images turned into the model's pixel tensors once, batched for training and evaluation."""
 
 from __future__ import annotations
 

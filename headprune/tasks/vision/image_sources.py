@@ -1,7 +1,4 @@
-"""Where labelled images come from: scikit-learn's digits, a Hugging Face dataset, or a folder per class.
-
-Every source returns ``{split: (images, labels)}`` with PIL images and integer labels, before any resizing.
-"""
+"""Where labelled images come from: scikit-learn's digits, a Hugging Face dataset, or a folder per class."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ DIGIT_CLASSES = [str(digit) for digit in range(10)]
 
 
 def split_rows(count: int, config: ImageDataConfig) -> dict[str, list[int]]:
-    """The rows of a pool of ``count`` images shuffled by ``data.seed``: eval (first ``eval_size``), importance (next
-    ``importance_size``) and train (the rest); a ConfigError when the pool is too small."""
+    """The rows of ``count`` images shuffled by ``data.seed``: eval, importance and train (the rest); a ConfigError when too few."""
     needed = config.eval_size + config.importance_size + 1
     if count < needed:
         raise ConfigError(
@@ -47,8 +43,7 @@ def folder_image_files(folder: Path) -> list[Path]:
 
 
 def class_names(config: ImageDataConfig) -> list[str] | None:
-    """The class names of a source whose classes are known before any image is read (a folder's subfolders, the ten
-    digits); None for a hub dataset (the model's head has ``model.num_labels`` classes)."""
+    """The class names of a source known before reading images (a folder's subfolders, the ten digits); None for a hub dataset."""
     if config.source == "folder":
         return [folder.name for folder in class_folders(Path(config.dir).expanduser())]
     if config.source == "digits":
