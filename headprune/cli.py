@@ -1,7 +1,5 @@
 """The Hydra entry point ``headprune``: compose the config and run the chosen experiment."""
 
-from __future__ import annotations
-
 import os
 import sys
 import warnings

@@ -1,7 +1,5 @@
 """Where the Hydra configs live: headprune/conf inside an installed wheel, else conf/ at the top of the source tree."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 

@@ -1,7 +1,5 @@
 """Whole blocks as the unit: one gate per layer on its attention block and one on its feed-forward block."""
 
-from __future__ import annotations
-
 from contextlib import ExitStack, contextmanager
 
 import torch

@@ -1,7 +1,5 @@
 """Typed checks of single settings: each returns the value or raises a ConfigError naming the setting."""
 
-from __future__ import annotations
-
 import inspect
 import math
 import warnings

@@ -1,7 +1,5 @@
 """Parameter and FLOP counts, overall, for the attention modules and for the feed-forward blocks."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from torch import nn

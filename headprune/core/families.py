@@ -1,7 +1,5 @@
 """The table of supported model families: where their attention modules live and what they are called."""
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace

@@ -1,7 +1,5 @@
 """FFN gates: a gate on every intermediate neuron of a model's feed-forward blocks, with the surface of HeadGates."""
 
-from __future__ import annotations
-
 from torch import nn
 
 from headprune.core.ffn_sites import attach_neuron_gate, find_ffn_sites

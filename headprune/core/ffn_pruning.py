@@ -1,7 +1,5 @@
 """Physical FFN neuron pruning: remove intermediate channels from the weights, by original neuron id."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

@@ -1,7 +1,5 @@
 """The FFN part of a saved pruned model: per-block widths in config.json, neuron ids and weight digests in the record file."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from pathlib import Path

@@ -1,7 +1,5 @@
 """FFN sites: a model's feed-forward blocks, found by the family's MLP layout, and the neuron gate on their down projection."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass, field
 

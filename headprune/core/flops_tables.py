@@ -1,7 +1,5 @@
 """Analytic FLOPs tables per kind: {group: [layers, units + 1]}, the cost of a layer's part with 0..units kept."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

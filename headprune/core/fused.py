@@ -1,7 +1,5 @@
 """Fused q/k/v projections: where each head's rows sit in the one output of the fused layer."""
 
-from __future__ import annotations
-
 import torch
 
 

@@ -1,7 +1,5 @@
 """Head gates: find a model's attention modules and multiply each head's output by a gate."""
 
-from __future__ import annotations
-
 import sys
 from dataclasses import dataclass, field
 

@@ -1,7 +1,5 @@
 """Head-indexed tensors: gates and probes on per-head outputs, and attention kwargs with a head axis."""
 
-from __future__ import annotations
-
 import torch
 
 

@@ -1,7 +1,5 @@
 """What a model's forward gets from a batch, and which of its positions are real."""
 
-from __future__ import annotations
-
 from contextlib import contextmanager
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what an encoder classifier's forward takes

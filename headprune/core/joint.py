@@ -1,7 +1,5 @@
 """Any number of kinds under one mask: each group of a joint mask goes to the part (one kind's gates) that holds it."""
 
-from __future__ import annotations
-
 from contextlib import ExitStack, contextmanager
 
 import torch

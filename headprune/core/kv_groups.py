@@ -1,7 +1,5 @@
 """KV groups: a KV head with all of its query heads, seen through the query-head gates (grouped-query attention)."""
 
-from __future__ import annotations
-
 from contextlib import contextmanager
 
 import torch

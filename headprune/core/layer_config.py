@@ -1,7 +1,5 @@
 """A per-layer view of a model config: a few fields of its own, everything else read live from the shared config."""
 
-from __future__ import annotations
-
 OWN = ("_shared", "_fields")
 
 

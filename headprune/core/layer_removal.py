@@ -1,7 +1,5 @@
 """Physical layer removal: delete whole Transformer layers from their stacks, by original layer id."""
 
-from __future__ import annotations
-
 from torch import nn
 
 from headprune.core.ffn_sites import ffn_sites_if_any

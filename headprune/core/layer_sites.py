@@ -1,7 +1,5 @@
 """Layer sites: a model's Transformer layers, found from the family's attention sites, and the gate on each layer's output."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass, field
 

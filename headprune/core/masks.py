@@ -1,7 +1,5 @@
 """Masks of heads (and of FFN neurons): validation, and the units a mask removes."""
 
-from __future__ import annotations
-
 import torch
 
 KIND_OF_UNIT = {"head": "attention", "neuron": "FFN"}  # how the groups of a unit's masks are named in messages

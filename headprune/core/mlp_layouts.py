@@ -1,7 +1,5 @@
 """Where each family's feed-forward blocks live and which projections hold their neurons (the ``mlp`` of a ``Family`` row)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 FFN_GROUPS = ("enc_ffn", "dec_ffn")  # the encoder's and the decoder's feed-forward blocks

@@ -1,7 +1,5 @@
 """The output-projection gate: a forward pre-hook that scales each head's slice of the output projection's input."""
 
-from __future__ import annotations
-
 from headprune.core.head_tensors import gate_heads
 
 HOOK_ATTR = "_headprune_output_gate"  # the hook handle, on the output projection it is registered on

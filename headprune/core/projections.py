@@ -1,7 +1,5 @@
 """Projection layers of either orientation: ``nn.Linear`` (weight [out, in]) and GPT-2's ``Conv1D`` (weight [in, out])."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D

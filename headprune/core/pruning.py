@@ -1,7 +1,5 @@
 """Physical head pruning: remove heads from the weights, by original head id."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

@@ -1,7 +1,5 @@
 """Save and load physically pruned models: HF ``save_pretrained`` files plus the pruning record."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os

@@ -1,7 +1,5 @@
 """What every gates object over hooked sites shares: groups, masks, a mask for a block of code, and gate probes."""
 
-from __future__ import annotations
-
 from contextlib import contextmanager
 
 import torch

@@ -1,7 +1,5 @@
 """A transformers KV cache that keeps less: streamed KV groups hold their sink and recent window, the others everything."""
 
-from __future__ import annotations
-
 import torch
 from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer, get_layer_types_and_kwargs
 

@@ -1,7 +1,5 @@
 """Streaming gates: the second action on a decoder's attention units, with the surface of HeadGates and their KV-group view."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.gates import HeadGates

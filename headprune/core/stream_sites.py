@@ -1,7 +1,5 @@
 """One attention module's streaming gate: its full attention mixed with its attention under the sink + window mask."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 import torch

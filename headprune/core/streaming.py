@@ -1,7 +1,5 @@
 """Streaming attention: a head that sees only the first ``sink`` positions and a recent ``window`` of its causal past."""
 
-from __future__ import annotations
-
 import torch
 
 

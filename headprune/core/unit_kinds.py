@@ -1,7 +1,5 @@
 """The kinds of pruning unit, by name: the registry's functions (headprune.core.kinds) under their familiar names."""
 
-from __future__ import annotations
-
 import headprune.core.kinds  # noqa: F401  (registers the built-in kinds)
 from headprune.core.blocks import BLOCK_SUFFIX, block_group  # noqa: F401
 from headprune.core.kinds.ffn import NEURON_ABLATION  # noqa: F401

@@ -1,7 +1,5 @@
 """Pruning units as one protocol: ``unit_gates(gates_or_model, unit)`` gives the gates whose masks and scores are in that unit."""
 
-from __future__ import annotations
-
 import warnings
 
 import torch

@@ -1,7 +1,5 @@
 """Many masks in one batched forward pass, reusing the activations of the unchanged lower layers."""
 
-from __future__ import annotations
-
 import re
 from contextlib import ExitStack, contextmanager
 

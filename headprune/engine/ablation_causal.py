@@ -1,7 +1,5 @@
 """Many masks of a decoder-only causal LM in batched passes: the NLL of every text under each mask (and the labels its argmax misses)."""
 
-from __future__ import annotations
-
 from contextlib import ExitStack
 
 import torch

@@ -1,7 +1,5 @@
 """The bandwidth-ideal of a decode gain in PyTorch: the bytes one generated token reads, original over pruned."""
 
-from __future__ import annotations
-
 from torch import nn
 
 from headprune.core.counting import kv_cache_bytes_per_token

@@ -1,7 +1,5 @@
 """Is the machine free enough to time on: the timing run's threads beside the cores other processes keep busy (torch-free)."""
 
-from __future__ import annotations
-
 import math
 import os
 import time

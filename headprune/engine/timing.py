@@ -1,7 +1,5 @@
 """Inference throughput: real evaluation inputs re-batched at a given size, and a fair timing loop."""
 
-from __future__ import annotations
-
 import math
 import statistics
 import time

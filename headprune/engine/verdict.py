@@ -1,7 +1,5 @@
 """Verdicts on measured numbers (torch-free, for tables too): is a speed gain real, how far pruning can go."""
 
-from __future__ import annotations
-
 import math
 import statistics
 

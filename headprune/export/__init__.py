@@ -1,7 +1,5 @@
 """Pruned models out of headprune: stock HF checkpoints, ONNX and GGUF files, each checked without headprune."""
 
-from __future__ import annotations
-
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """How a quantised export's score moves with batching: one score per batch size, and their spread."""
 
-from __future__ import annotations
-
 
 def batch_spread(scores: dict[int, float]) -> dict:
     """{"batch_sizes", "scores" (one per size, in that order), "min", "max", "spread" (max - min)} of {batch size: score}."""

@@ -1,7 +1,5 @@
 """The check of an export, run as a script in a fresh interpreter that cannot import headprune."""
 
-from __future__ import annotations
-
 import json
 import sys
 

@@ -1,7 +1,5 @@
 """export.client_check: the export run by the client people serve it with, where that client is installed."""
 
-from __future__ import annotations
-
 import json
 import os
 import subprocess

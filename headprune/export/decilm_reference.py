@@ -1,7 +1,5 @@
 """A DeciLM (Nemotron-NAS) checkpoint run from its config and weights alone: the forward pass vLLM's nemotron_nas computes."""
 
-from __future__ import annotations
-
 import importlib.util
 import json
 import sys

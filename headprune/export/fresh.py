@@ -1,7 +1,5 @@
 """A fresh interpreter for an export's check: a clean environment, a folder of its own, and the JSON line it prints last."""
 
-from __future__ import annotations
-
 import json
 import os
 import subprocess

@@ -1,7 +1,5 @@
 """A llama or deci GGUF file read back with the ``gguf`` package and run in numpy: its layout and its logits."""
 
-from __future__ import annotations
-
 import numpy as np
 
 

@@ -1,7 +1,5 @@
 """llama.cpp's pre-tokenizer for a tokenizer (GGUF ``tokenizer.ggml.pre``): a name llama.cpp knows, or the one its converter identifies."""
 
-from __future__ import annotations
-
 from difflib import get_close_matches
 from hashlib import sha256
 

@@ -1,7 +1,5 @@
 """The pre-tokenizer a GGUF export writes (``tokenizer.ggml.pre``), chosen before work and never ``default`` in silence."""
 
-from __future__ import annotations
-
 from headprune.core.checks import ConfigError
 from headprune.export.gguf_pre import identify, known_name, unknown_message
 

@@ -1,7 +1,5 @@
 """A streaming head pattern as DuoAttention and NVIDIA's kvpress read it: ``full_attention_heads.tsv`` + ``config.json``."""
 
-from __future__ import annotations
-
 import io
 from collections.abc import Iterable, Mapping
 from pathlib import Path

@@ -1,7 +1,5 @@
 """What the Llama-layout writers (GGUF, vLLM's DeciLM) share in their refusals: the rotary embedding and the biases."""
 
-from __future__ import annotations
-
 
 def rope_and_bias_refusal(fields: dict, fmt: str, instead: str) -> str | None:
     """Why ``export.format=<fmt>`` cannot write a Llama model of these config fields, ending with ``use <instead>``; None when it can."""

@@ -1,7 +1,5 @@
 """ONNX export of any (pruned) model: encoders, decoders and encoder-decoders, uneven heads included."""
 
-from __future__ import annotations
-
 import warnings
 from pathlib import Path
 

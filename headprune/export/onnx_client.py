@@ -1,7 +1,5 @@
 """Run an ONNX export directory from raw text with onnxruntime, tokenizers and numpy alone (no torch, transformers or headprune)."""
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path

@@ -1,7 +1,5 @@
 """The self-contained ONNX export directory: graphs, tokenizer, config and a description of the graphs' inputs and outputs."""
 
-from __future__ import annotations
-
 import copy
 import json
 import shutil

@@ -1,7 +1,5 @@
 """Check an ONNX export directory from raw text, as its users run it: onnxruntime and tokenizers, nothing else."""
 
-from __future__ import annotations
-
 import json
 import sys
 import tempfile

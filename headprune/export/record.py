@@ -1,7 +1,5 @@
 """What an export's record says of its model: whether it was pruned, its widths per layer, whether they split for tensor parallelism."""
 
-from __future__ import annotations
-
 from torch import nn
 
 TP_DEGREES = (2, 4, 8)

@@ -1,7 +1,5 @@
 """What an export must reproduce: the pruned copy it is written from, and the masked model's outputs with their f32 round-off."""
 
-from __future__ import annotations
-
 import copy
 from dataclasses import dataclass
 

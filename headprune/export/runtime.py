@@ -1,7 +1,5 @@
 """An ONNX Runtime export seen as the HF model it came from, so that tasks evaluate and time it unchanged."""
 
-from __future__ import annotations
-
 from types import SimpleNamespace
 
 import numpy as np

@@ -1,7 +1,5 @@
 """A tokenizer saved so that transformers 4.x and 5.x both load it: ``PreTrainedTokenizerFast`` over ``tokenizer.json``."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """Check an export in a fresh interpreter that cannot import headprune: its outputs against the masked model's."""
 
-from __future__ import annotations
-
 import copy
 import json
 import os

@@ -1,7 +1,5 @@
 """vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as JSON rows."""
 
-from __future__ import annotations
-
 import json
 import sys
 

@@ -1,7 +1,5 @@
 """Lightning callbacks: HeadImportanceTracker records head importance and prunability across training."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import lightning as L

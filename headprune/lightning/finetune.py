@@ -1,7 +1,5 @@
 """Fine-tune recovery through Lightning: a short fine-tune of a physically pruned model, optionally distilled."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 
 import lightning as L

@@ -1,7 +1,5 @@
 """Training dynamics of head importance (paper section 6): one snapshot = importance + a pruning curve."""
 
-from __future__ import annotations
-
 import math
 
 import torch

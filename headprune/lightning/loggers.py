@@ -1,7 +1,5 @@
 """The one logging path of training and experiments: the configured Lightning logger (W&B offline by default, CSV, none)."""
 
-from __future__ import annotations
-
 import csv
 import os
 import sys

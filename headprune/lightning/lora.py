@@ -1,7 +1,5 @@
 """LoRA adapters (peft) on the attention and MLP projections of a model, merged back into plain weights."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

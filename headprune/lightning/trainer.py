@@ -1,7 +1,5 @@
 """Training plumbing shared by the tasks: trainer, fit-and-save."""
 
-from __future__ import annotations
-
 import time
 from pathlib import Path
 

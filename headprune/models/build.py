@@ -1,7 +1,5 @@
 """Build models and tokenizers from a model config: the embedded MiniLM, the hub, a local dir, or a fresh config."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import torch

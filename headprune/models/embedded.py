@@ -1,7 +1,5 @@
 """Embedded LLMs shipped as GGUF files by PyPI packages, converted once to a safetensors cache."""
 
-from __future__ import annotations
-
 import importlib.metadata
 import json
 import os

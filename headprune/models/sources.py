@@ -1,7 +1,5 @@
 """Where a model comes from: an embedded short name, a local directory or checkpoint, or the HF hub."""
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 

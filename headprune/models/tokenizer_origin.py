@@ -1,7 +1,5 @@
 """Where a tokenizer came from, kept beside the models headprune saves: llama.cpp's name for its pre-tokenizer."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """Joint subword tokenizers for translation: train one (HF ``tokenizers``) or load a saved/pretrained one."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """Fine-tune recovery inside the prune experiment: its training batches (examples or a token budget) and its control."""
 
-from __future__ import annotations
-
 import copy
 
 from headprune.core.checks import ConfigError

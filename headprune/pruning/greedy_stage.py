@@ -1,7 +1,5 @@
 """The greedy pruning stage (paper section 4, Figure 2): score every order's masks at each fraction."""
 
-from __future__ import annotations
-
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint
 from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind

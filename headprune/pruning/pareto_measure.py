@@ -1,7 +1,5 @@
 """Recovery, measurement and the control of pruning for speed: what happens to a point once its mask is chosen."""
 
-from __future__ import annotations
-
 import copy
 import dataclasses
 import sys

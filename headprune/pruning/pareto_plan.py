@@ -1,7 +1,5 @@
 """What a pruning-for-speed run will make, from its settings alone: recoveries, rearrangements, steps and the names of its points."""
 
-from __future__ import annotations
-
 from omegaconf import OmegaConf
 
 from headprune.pruning.pareto_points import step_label

@@ -1,7 +1,5 @@
 """The records of pruning for speed: what every point of one run shares (``ParetoRun``) and each point's JSON record."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -1,7 +1,5 @@
 """Pruning for speed: the Pareto search over targets, recoveries and schedules, one point per (order, recovery, step)."""
 
-from __future__ import annotations
-
 import copy
 from dataclasses import asdict
 from pathlib import Path

@@ -1,7 +1,5 @@
 """Does a recovery leave its point worse than the mask alone on the selection split? Each recovered point records both scores."""
 
-from __future__ import annotations
-
 import sys
 
 from headprune.pruning.pareto_plan import recoveries_of

@@ -1,7 +1,5 @@
 """Mask files: a prune, speed or export results.json, or a mask JSON; each says its unit, layout and candidates."""
 
-from __future__ import annotations
-
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

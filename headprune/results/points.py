@@ -1,7 +1,5 @@
 """What a pruning point is called: its method (order, rearrangement, recovery) and what it removed."""
 
-from __future__ import annotations
-
 from headprune.core.unit_kinds import KINDS, group_kind
 
 

@@ -1,7 +1,5 @@
 """Files a run reads back before any work: JSON inputs, and the 0/1 check of a mask (mask files: ``mask_files``)."""
 
-from __future__ import annotations
-
 from headprune.core.checks import ConfigError
 
 

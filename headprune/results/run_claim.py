@@ -1,7 +1,5 @@
 """One run per directory: a finished run of another experiment, or of other settings, is refused before work."""
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path

@@ -1,7 +1,5 @@
 """An experiment's run directory: masks as JSON, results.json with its inputs and fingerprints."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import torch

@@ -1,7 +1,5 @@
 """Outputs written aside and moved into place whole: a run killed mid-way leaves the previous outputs intact."""
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path

@@ -1,7 +1,5 @@
 """What a streaming run records beside its scores: the action, sink and window, and each point's KV cache at the context."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.stream_cache import stream_cache_bytes

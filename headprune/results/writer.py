@@ -1,7 +1,5 @@
 """Results files: atomic JSON writes, a versioned schema, and fingerprints of inputs."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os

@@ -1,7 +1,5 @@
 """Head importance (Michel et al. 2019, section 4.1) and attention entropy per head."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 

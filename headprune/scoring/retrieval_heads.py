@@ -1,7 +1,5 @@
 """The retrieval score of every head (Wu et al. 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality")."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from contextlib import ExitStack, contextmanager
 

@@ -1,7 +1,5 @@
 """Intervals and paired tests of a score measured on a sample (torch-free, for tables too)."""
 
-from __future__ import annotations
-
 import math
 import statistics
 

@@ -1,7 +1,5 @@
 """Paired significance tests between a baseline and masked systems (bootstrap, Koehn 2004), and correlations."""
 
-from __future__ import annotations
-
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """The inputs of chosen modules in one forward pass: what least-squares recovery fits its scales on."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

@@ -1,7 +1,5 @@
 """Cost models for cost-aware pruning: a fixed cost plus, per attention layer, its cost with n heads kept."""
 
-from __future__ import annotations
-
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +70,7 @@ class CostModel:
         return {"unit": self.unit, "fixed": self.fixed, "tables": {g: t.tolist() for g, t in self.tables.items()}, "info": self.info or {}}
 
     @classmethod
-    def from_dict(cls, data: dict) -> CostModel:
+    def from_dict(cls, data: dict) -> "CostModel":
         missing = {"unit", "fixed", "tables"} - set(data)
         if missing:
             raise ValueError(f"a cost model needs the keys unit, fixed and tables; missing {sorted(missing)}")
@@ -85,7 +83,7 @@ class CostModel:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> CostModel:
+    def load(cls, path: str | Path) -> "CostModel":
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 

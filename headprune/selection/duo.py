@@ -1,7 +1,5 @@
 """DuoAttention's optimised streaming gates (Xiao et al. 2024): alpha per unit trained by distillation, the model frozen."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 
 import torch

@@ -1,7 +1,5 @@
 """Retraining-free recovery of FFN neurons: least-squares neuron scales per block (Kwon et al. 2022, mask tuning)."""
 
-from __future__ import annotations
-
 import copy
 from collections.abc import Iterable
 from contextlib import nullcontext

@@ -1,7 +1,5 @@
 """Mask rearrangement for FFN neurons (Kwon et al. 2022): keep each block's neuron count, re-choose which neurons go."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.scoring.importance import per_example_gate_gradients, per_example_loss

@@ -1,7 +1,5 @@
 """FFN widths in multiples: every layer keeps a multiple of ``multiple`` neurons (``prune.ffn_multiple``)."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.unit_kinds import KINDS, group_kind

@@ -1,7 +1,5 @@
 """Head orders and greedy pruning masks: which heads go first, and the mask at each fraction pruned."""
 
-from __future__ import annotations
-
 import math
 
 import torch

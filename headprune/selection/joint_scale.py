@@ -1,7 +1,5 @@
 """How the scores of different kinds meet under one budget: a joint unit (``[head, ffn]``, ``[kv_group, ffn]``)."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.unit_kinds import group_kind

@@ -1,7 +1,5 @@
 """A measured latency cost model: the whole model timed with every layer of a group pruned to n heads."""
 
-from __future__ import annotations
-
 import copy
 import hashlib
 import json

@@ -1,7 +1,5 @@
 """Retraining-free recovery after pruning: least-squares head scales per layer (Kwon et al. 2022, mask tuning)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 

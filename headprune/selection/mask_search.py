@@ -1,7 +1,5 @@
 """Cost-aware mask search: remove heads by score per unit of cost saved until a target is met."""
 
-from __future__ import annotations
-
 import heapq
 import math
 from collections.abc import Callable
@@ -45,7 +43,7 @@ class PruneTarget:
             raise ValueError(f"max_drop target {value} is the metric points one may lose: it must be >= 0")
 
     @classmethod
-    def from_config(cls, config) -> PruneTarget:
+    def from_config(cls, config) -> "PruneTarget":
         """A target from a one-key mapping such as ``{"speedup": 1.3}``."""
         if isinstance(config, cls):
             return config

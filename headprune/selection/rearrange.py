@@ -1,7 +1,5 @@
 """Mask rearrangement (Kwon et al. 2022): keep each layer's head count, re-choose which heads go."""
 
-from __future__ import annotations
-
 import itertools
 import math
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """Iterative pruning: prune to 20%, recover, re-score the recovered model, prune to 40%, recover, ..."""
 
-from __future__ import annotations
-
 import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """The uniform layout: every layer of a group loses the same number of units (heads or KV groups)."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable
 

@@ -1,7 +1,5 @@
 """The uniform layout's search path: the per-layer counts removed, level by level, and their costs without building masks."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.unit_kinds import KINDS, group_kind

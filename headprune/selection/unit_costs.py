@@ -1,7 +1,5 @@
 """Cost models in any pruning unit: each kind of the unit gives its tables, one budget spans them all."""
 
-from __future__ import annotations
-
 from torch import nn
 
 from headprune.core.counting import model_cost

@@ -1,7 +1,5 @@
 """Measured latency tables in any pruning unit: the attention tables of ``headprune.selection.latency`` and FFN tables."""
 
-from __future__ import annotations
-
 import copy
 import statistics
 from pathlib import Path

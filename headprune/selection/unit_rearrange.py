@@ -1,7 +1,5 @@
 """Mask rearrangement in any unit that has several units per layer: each kind by its own rule, counts kept (Kwon et al. 2022)."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.unit_kinds import KINDS, group_kind, kinds_of

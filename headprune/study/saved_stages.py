@@ -1,7 +1,5 @@
 """A resumable study's stages: each saved with the settings it depends on, reused only when they match."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from collections.abc import Callable

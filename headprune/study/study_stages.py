@@ -1,7 +1,5 @@
 """The study as a table of stages: each row's key, its computation, and what later stages take from it."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path

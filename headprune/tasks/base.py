@@ -1,7 +1,5 @@
 """The task protocol: everything an experiment may ask of a task (a new task implements it and adds a ``TaskSpec``)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable

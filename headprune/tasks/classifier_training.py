@@ -1,7 +1,5 @@
 """What the classification tasks (NLI, images) share of Lightning training: steps, optimizer and the fine-tune run."""
 
-from __future__ import annotations
-
 import time
 
 import lightning as L

@@ -1,7 +1,5 @@
 """What the tasks share of the protocol in headprune.tasks.base: timing batches and the timed call."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """The setting that gave a data config its directory, so that advice about missing files names what the user set."""
 
-from __future__ import annotations
-
 from omegaconf import OmegaConf
 
 

@@ -1,7 +1,5 @@
 """Hugging Face hub datasets: refused before any work when neither the hub nor the datasets cache can give them."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from headprune.core.checks import ConfigError

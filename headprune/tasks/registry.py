@@ -1,7 +1,5 @@
 """Which task a config asks for: ``TASKS`` by ``model.kind``, ``DATA_TASKS`` by (``model.kind``, ``data.kind``)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

@@ -1,7 +1,5 @@
 """A task whose units are streamed instead of removed (``prune.action=stream``): its gates are ``StreamGates``."""
 
-from __future__ import annotations
-
 from contextlib import contextmanager
 
 from headprune.core.stream_gates import StreamGates

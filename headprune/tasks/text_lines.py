@@ -1,7 +1,5 @@
 """UTF-8 text files read line by line, with errors that name the file and the line (gzip too)."""
 
-from __future__ import annotations
-
 import gzip
 from pathlib import Path
 

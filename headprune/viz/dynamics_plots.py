@@ -1,7 +1,5 @@
 """Figures for training dynamics: the paper's Figure 4 and importance over time."""
 
-from __future__ import annotations
-
 import matplotlib
 
 matplotlib.use("Agg")

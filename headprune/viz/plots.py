@@ -1,7 +1,5 @@
 """Figures of the experiments (matplotlib, Agg backend): per-group heatmaps and pruning curves."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import matplotlib

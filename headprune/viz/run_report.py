@@ -1,7 +1,5 @@
 """Gather a run directory's results into one report.md (and report.html) readable without W&B."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from headprune.results.writer import read_json, write_text_atomic

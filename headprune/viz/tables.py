@@ -1,7 +1,5 @@
 """The one renderer of results: markdown tables (docs/results.md, report.md) and table rows (W&B, CSV)."""
 
-from __future__ import annotations
-
 from headprune.core.unit_kinds import KINDS, group_kind, noun, shrunk_fields, unit_kinds
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
 from headprune.results.points import kinds_label, point_name, point_step, removed_fraction, step_label, units_removed, units_total

@@ -1,7 +1,5 @@
 """The attention kinds: query heads (``head``) and KV groups (``kv_group``: a KV head with all of its query heads)."""
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 

@@ -1,7 +1,5 @@
 """The block kind: a layer's whole attention block, or its whole feed-forward block, one unit each."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.blocks import BLOCK_SUFFIX, block_group

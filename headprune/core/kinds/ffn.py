@@ -1,7 +1,5 @@
 """The FFN kind: intermediate neurons of the feed-forward blocks (Kwon et al.'s second unit)."""
 
-from __future__ import annotations
-
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.mlp_layouts import FFN_GROUPS
 

@@ -1,7 +1,5 @@
 """The layer kind: whole Transformer layers (depth pruning: ShortGPT's block influence, Minitron's depth axis)."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.core.kinds.unit_kind import UnitKind

@@ -1,7 +1,5 @@
 """What a kind of pruning unit is: one class per kind, registered by name; everything outside core/ asks the kind."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import torch

@@ -1,7 +1,5 @@
 """The language-modelling task's config check: task.* and data.* settings, its text files, lengths the model can take."""
 
-from __future__ import annotations
-
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, text
 from headprune.models.sources import max_positions
 from headprune.tasks.data_dir import dir_setting

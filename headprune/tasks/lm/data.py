@@ -1,7 +1,5 @@
 """Texts for language modelling: local text files, a hub corpus or a synthetic language, per split."""
 
-from __future__ import annotations
-
 import random
 from pathlib import Path
 
@@ -196,7 +194,7 @@ class LMData:
             self.ids[split] = [encoded[i] for i in kept]
 
     @classmethod
-    def from_config(cls, cfg, tokenizer, texts: dict[str, list[str]] | None = None, bos_id: int | None = None) -> LMData:
+    def from_config(cls, cfg, tokenizer, texts: dict[str, list[str]] | None = None, bos_id: int | None = None) -> "LMData":
         """Batch settings (and the texts, unless given) from a ``data=lm_*`` config."""
         return cls(
             texts if texts is not None else load_texts(cfg),

@@ -1,7 +1,5 @@
 """LanguageModelingTask: perplexity of a decoder-only LLM on texts, with head gates on its attention."""
 
-from __future__ import annotations
-
 import random
 
 import torch
@@ -62,7 +60,7 @@ class LanguageModelingTask(SavesHF):
             )
         model.eval()
 
-    def to(self, device) -> LanguageModelingTask:
+    def to(self, device) -> "LanguageModelingTask":
         self.model.to(device)
         return self
 

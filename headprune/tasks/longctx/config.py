@@ -1,7 +1,5 @@
 """The passkey data settings (``data.*`` of conf/data/passkey_*.yaml), read once into a dataclass; values come from conf/."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 from omegaconf import OmegaConf
@@ -54,7 +52,7 @@ class PasskeyConfig:
     raw: object = field(compare=False, repr=False)  # the data config itself (advice names the setting that gave data.dir)
 
     @classmethod
-    def from_cfg(cls, data) -> PasskeyConfig:
+    def from_cfg(cls, data) -> "PasskeyConfig":
         """``data.*`` of a composed config (its rules are headprune.tasks.longctx.config_check.SCHEMA)."""
         values = OmegaConf.to_container(data, resolve=True) if OmegaConf.is_config(data) else dict(data)
         files, synthetic = values.get("files"), values.get("synthetic")

@@ -1,7 +1,5 @@
 """The passkey task's config check: task.* and data.* settings, its haystack, prompts that fit the context and the positions."""
 
-from __future__ import annotations
-
 from omegaconf import OmegaConf
 
 from headprune.core.checks import (

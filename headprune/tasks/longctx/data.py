@@ -1,7 +1,5 @@
 """Passkey examples per split as model batches: the answer teacher-forced, only its tokens labelled."""
 
-from __future__ import annotations
-
 import torch
 
 from headprune.tasks.longctx.examples import PasskeyExample

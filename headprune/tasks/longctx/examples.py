@@ -1,7 +1,5 @@
 """Passkey examples from a seed: a haystack of filler with keyed needles at chosen depths, a question, the answer."""
 
-from __future__ import annotations
-
 import random
 from dataclasses import dataclass
 

@@ -1,7 +1,5 @@
 """The haystack: per split, a pool of filler sentences (one per line) that examples take consecutive runs of."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from headprune.tasks.data_dir import dir_advice

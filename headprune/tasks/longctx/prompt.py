@@ -1,7 +1,5 @@
 """Templates as token ids: each piece tokenized on its own, so that every needle's key tokens are known positions."""
 
-from __future__ import annotations
-
 import re
 
 PLACEHOLDER = re.compile(r"(\s*)\{(\w+)\}")

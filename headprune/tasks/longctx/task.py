@@ -1,7 +1,5 @@
 """PasskeyTask: long-context retrieval (a key hidden in a haystack) by a decoder-only LLM under head gates."""
 
-from __future__ import annotations
-
 import random
 
 import torch

@@ -1,7 +1,5 @@
 """Translation data settings without reading data: split names and per-split limits (no torch or Lightning import)."""
 
-from __future__ import annotations
-
 SPLITS = ("train", "valid", "test")
 
 

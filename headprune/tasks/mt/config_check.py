@@ -1,7 +1,5 @@
 """The translation task's config check: task.* and data.* settings, its aligned files, lengths the model can take."""
 
-from __future__ import annotations
-
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, number, optional, rule, text
 from headprune.models.sources import max_positions
 from headprune.tasks.data_dir import dir_advice

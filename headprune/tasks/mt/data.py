@@ -1,7 +1,5 @@
 """TranslationDataModule: parallel text from the HF hub, local aligned files or the synthetic task; token batching."""
 
-from __future__ import annotations
-
 import random
 
 import lightning as L

@@ -1,7 +1,5 @@
 """Line-aligned parallel text files ``{split}.{lang}``: read them and check the alignment."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from headprune.tasks.text_lines import utf8_lines

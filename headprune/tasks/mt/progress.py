@@ -1,7 +1,5 @@
 """Progress inside a long beam search: each decoding step is reported as a share of its batch's sentences."""
 
-from __future__ import annotations
-
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 

@@ -1,7 +1,5 @@
 """A built-in synthetic translation task, deterministic from a seed, for tests and offline demos."""
 
-from __future__ import annotations
-
 import random
 from dataclasses import dataclass
 

@@ -1,7 +1,5 @@
 """TranslationModule: a BART/Marian-family translation model with head gates on enc_self, enc_dec and dec_self."""
 
-from __future__ import annotations
-
 import time
 from pathlib import Path
 

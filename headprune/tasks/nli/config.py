@@ -1,7 +1,5 @@
 """The NLI data settings (``cfg.data``), checked without reading any data (no torch or Lightning import)."""
 
-from __future__ import annotations
-
 from dataclasses import MISSING, dataclass
 
 from headprune.tasks.nli.files import NLIDataError
@@ -37,7 +35,7 @@ class NLIDataConfig:
     synthetic: dict | None = None  # synthetic only (conf/data/nli_synthetic.yaml): seed and split sizes
 
     @classmethod
-    def from_cfg(cls, cfg) -> NLIDataConfig:
+    def from_cfg(cls, cfg) -> "NLIDataConfig":
         """Build from a Hydra/dict config, rejecting unknown keys and bad values with clear messages."""
         from omegaconf import DictConfig, OmegaConf
 

@@ -1,7 +1,5 @@
 """The NLI task's config check: task.* and data.* settings, its data files, lengths the model can take."""
 
-from __future__ import annotations
-
 from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
 from headprune.models.sources import max_positions
 from headprune.tasks.hub_data import check_hub_dataset

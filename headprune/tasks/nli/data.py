@@ -1,7 +1,5 @@
 """NLIDataModule: MNLI-style premise/hypothesis pairs from the HF hub, local files or a built-in synthetic set."""
 
-from __future__ import annotations
-
 import math
 
 import lightning as L
@@ -111,7 +109,7 @@ class NLIDataModule(L.LightningDataModule):
         self.datasets: dict[str, TokenizedPairs] = {}
 
     @classmethod
-    def from_config(cls, data_cfg, tokenizer) -> NLIDataModule:
+    def from_config(cls, data_cfg, tokenizer) -> "NLIDataModule":
         """The datamodule described by ``cfg.data``."""
         return cls(NLIDataConfig.from_cfg(data_cfg), tokenizer)
 

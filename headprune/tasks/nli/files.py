@@ -1,7 +1,5 @@
 """Read NLI examples from local files: JSON Lines (optionally gzip) and GLUE's MNLI TSV layout."""
 
-from __future__ import annotations
-
 import csv
 import json
 import sys

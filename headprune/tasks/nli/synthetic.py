@@ -1,7 +1,5 @@
 """A built-in synthetic NLI set made from templates: deterministic from a seed, offline, learnable in a minute."""
 
-from __future__ import annotations
-
 import random
 
 NAMES = [

@@ -1,7 +1,5 @@
 """NLIModule: fine-tune and evaluate an HF sequence classifier on NLI, with head gates on the model."""
 
-from __future__ import annotations
-
 import hashlib
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """The image data settings (``data.*`` of conf/data/image_*.yaml), read once into a checked dataclass."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 SOURCES = ("digits", "hub", "folder")
@@ -29,7 +27,7 @@ class ImageDataConfig:
     label_column: str = "label"
 
     @classmethod
-    def from_cfg(cls, data) -> ImageDataConfig:
+    def from_cfg(cls, data) -> "ImageDataConfig":
         """Read ``data.*``; a ValueError names the setting that is wrong and what it takes."""
         source = data.get("source")
         if source not in SOURCES:

@@ -1,7 +1,5 @@
 """The vision task's config check: settings, image geometry, a local image folder, a saved model's classes, a hub dataset."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule

@@ -1,7 +1,5 @@
 """ImageDataModule: labelled images turned into the model's pixel tensors once, batched for training and evaluation."""
 
-from __future__ import annotations
-
 import hashlib
 
 import lightning as L
@@ -69,7 +67,7 @@ class ImageDataModule(L.LightningDataModule):
         self.datasets: dict[str, ImageTensors] = {}
 
     @classmethod
-    def from_config(cls, data_cfg, processor, channels: int, num_labels: int) -> ImageDataModule:
+    def from_config(cls, data_cfg, processor, channels: int, num_labels: int) -> "ImageDataModule":
         return cls(ImageDataConfig.from_cfg(data_cfg), processor, channels, num_labels)
 
     def setup(self, stage: str | None = None) -> None:

@@ -1,7 +1,5 @@
 """Where labelled images come from: scikit-learn's digits, a Hugging Face dataset, or a folder per class."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 import numpy as np

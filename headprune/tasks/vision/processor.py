@@ -1,7 +1,5 @@
 """The image processor of a model config: the pretrained model's own, or one built from ``model.processor`` and its config."""
 
-from __future__ import annotations
-
 
 def image_geometry(model) -> tuple[int, int]:
     """(image_size, num_channels) the model takes."""

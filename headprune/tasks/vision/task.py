@@ -1,7 +1,5 @@
 """ImageClassificationModule: fine-tune and evaluate a ViT/DeiT image classifier under head gates (the task protocol)."""
 
-from __future__ import annotations
-
 import lightning as L
 import torch
 from torch import nn
