@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from headprune.core.kinds.unit_kind import UnitKind
+from headprune.core.kinds.unit_value import JOINER, Unit
 
-JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
 KINDS: dict[str, UnitKind] = {}
 
 
@@ -44,6 +44,8 @@ def unit_kinds(unit) -> tuple[str, ...]:
 
     A ValueError names an unknown kind, a kind given twice, or kinds that prune the same part.
     """
+    if isinstance(unit, Unit):
+        return unit.names
     if not isinstance(unit, str) and not (isinstance(unit, Iterable) and all(isinstance(k, str) for k in unit)):
         raise ValueError(
             f"a unit is a kind's name or a list of names, e.g. 'head' or ['kv_group', 'ffn']; got {type(unit).__name__} {unit!r:.40}"
@@ -72,7 +74,12 @@ def unit_kinds(unit) -> tuple[str, ...]:
 
 def kinds_of(unit) -> tuple[UnitKind, ...]:
     """The kind objects of a unit (see ``unit_kinds``)."""
-    return tuple(KINDS[k] for k in unit_kinds(unit))
+    return unit.kinds if isinstance(unit, Unit) else tuple(KINDS[k] for k in unit_kinds(unit))
+
+
+def parse_unit(unit) -> Unit:
+    """A unit (a name, a list of names or a ``Unit``) as its value, parsed once (a ValueError as ``unit_kinds``)."""
+    return unit if isinstance(unit, Unit) else Unit(kinds_of(unit))
 
 
 def unit_name(unit) -> str:
