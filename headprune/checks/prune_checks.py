@@ -16,40 +16,30 @@ from headprune.selection.mask_search import given_target
 # ---- prune --------------------------------------------------------------------------------------
 
 
-def check_prune(cfg) -> None:
-    """prune.*: a per-layer floor below the layers' head count, known splits and groups, re-estimation where it does something."""
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
-
-    prune = cfg.prune
-    unit, fields = unit_of(cfg), model_fields(cfg.model)
-    k = prune.min_units_per_layer
-    for kind in kinds_of(unit) if fields is not None else ():
+def check_prune(cfg, prune) -> None:
+    """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something."""
+    fields, k = model_fields(cfg.model), prune.floor
+    for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
         if units is not None and k >= units:
             raise ConfigError(
-                f"prune.min_units_per_layer={k} keeps every {kind.noun} of prune.unit={unit}: the model's layers have {units} "
+                f"prune.min_units_per_layer={k} keeps every {kind.noun} of prune.unit={prune.unit}: the model's layers have {units} "
                 f"{kind.noun}s, so it must be at most {units - 1} (0 = no floor)"
             )
-    check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
-    check_group_names(cfg, prune.groups, "prune.groups")
+    check_splits(cfg, [prune.given.split, prune.given.ablation_split], "prune.split/ablation_split")
+    check_group_names(cfg, prune.unit, prune.groups, "prune.groups")
     check_reestimate(prune)
-    check_joint_scale(cfg, string_list(prune.order, "prune.order"))
-    check_ffn_multiple(cfg)
+    check_joint_scale(cfg, prune, prune.orders)
+    check_ffn_multiple(cfg, prune)
 
 
-def check_ffn_multiple(cfg) -> None:
-    """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (not a schedule's rounds,
-    not re-estimated curves)."""
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
-
-    prune = cfg.prune
+def check_ffn_multiple(cfg, values) -> None:
+    """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (no schedule, no re-estimation)."""
+    prune, unit = values.given, values.unit
     multiple = int(prune.ffn_multiple)
     if multiple == 1:
         return
-    unit = unit_of(cfg)
-    rounded = [kind for kind in kinds_of(unit) if kind.multiple_setting == "ffn_multiple"]
+    rounded = [kind for kind in unit.kinds if kind.multiple_setting == "ffn_multiple"]
     if not rounded:
         raise ConfigError(
             f"prune.ffn_multiple={multiple} rounds the FFN widths, and prune.unit={unit} prunes no FFN neurons: "
@@ -71,18 +61,15 @@ def check_ffn_multiple(cfg) -> None:
         )
 
 
-def check_scores_from(cfg) -> None:
+def check_scores_from(values) -> None:
     """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
-    from headprune.pruning.pareto_plan import for_speed
     from headprune.sources.score_file import read_scores
-    from headprune.tasks.stream_task import action_of
-    from headprune.tasks.unit_task import unit_of
 
-    prune = cfg.prune
+    prune = values.given
     path = prune.get("scores_from")
     if path is None:
         return
-    if for_speed(prune):
+    if values.for_speed:
         raise ConfigError(
             f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
             "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
@@ -91,25 +78,22 @@ def check_scores_from(cfg) -> None:
         raise ConfigError(
             f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
         )
-    read_scores(path, string_list(prune.order, "prune.order"), unit_of(cfg), action_of(cfg))
+    read_scores(path, list(values.orders), values.unit.name, values.action)
 
 
-def check_joint_scale(cfg, orders: list[str]) -> None:
-    """prune.joint_scale: read by a joint unit only; ``loss`` compares the kinds' scores as they are, so only scores in
-    loss units (fisher, importance unnormalised) may meet under it."""
+def check_joint_scale(cfg, prune, orders) -> None:
+    """prune.joint_scale: read by a joint unit only; ``loss`` meets scores as they are, so only loss estimates (fisher, importance)."""
     from headprune.checks.shared_checks import refuse_given
-    from headprune.core.unit_kinds import is_joint, unit_name
-    from headprune.tasks.unit_task import unit_of
 
-    unit = unit_name(unit_of(cfg))
-    if not is_joint(unit):
+    unit = prune.unit
+    if not unit.is_joint:
         refuse_given(
             cfg,
             ("prune.joint_scale",),
             f"it says how the kinds of a joint unit ([head,ffn], [kv_group,ffn]) meet under one budget, and prune.unit={unit} has one kind",
         )
         return
-    if str(cfg.prune.joint_scale) != "loss":
+    if str(prune.given.joint_scale) != "loss":
         return
     importance = cfg.importance
     normalised = [name for name in ("normalize_layers", "normalize_global") if importance.get(name)]
@@ -130,17 +114,16 @@ def check_joint_scale(cfg, orders: list[str]) -> None:
 
 def check_reestimate(prune) -> None:
     """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
-    from headprune.pruning.pareto_plan import for_speed
     from headprune.sources.orders import ORDERS
 
-    if not prune.reestimate:
+    if not prune.given.reestimate:
         return
-    if for_speed(prune):
+    if prune.for_speed:
         raise ConfigError(
             "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
             "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
         )
-    orders = string_list(prune.order, "prune.order")
+    orders = list(prune.orders)
     if not any(ORDERS[order].reestimable for order in orders):
         raise ConfigError(
             f"prune.reestimate=true, but no order of prune.order={orders} can be re-estimated (random and ablation "
@@ -181,19 +164,18 @@ def prune_steps(prune) -> list:
     return [] if target is None else [target_of(target, "prune.target")]
 
 
-def check_prune_for_speed(cfg) -> None:
+def check_prune_for_speed(cfg, values) -> None:
     """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
-    prune = cfg.prune
-    steps = prune_steps(prune)
-    check_speed_unit(prune)
-    targets = [s for s in steps if not isinstance(s, float)]
+    prune = values.given
+    targets = [s for s in values.steps if not isinstance(s, float)]
+    check_speed_unit(values)
     check_cost(prune, targets)
-    check_latency_length(cfg)
+    check_latency_length(cfg, prune)
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
-    check_finetune(cfg)
-    check_control(cfg)
-    check_save_names(prune)
+    check_finetune(cfg, prune.finetune)
+    check_control(cfg, values)
+    check_save_names(values)
     if prune.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
@@ -202,25 +184,24 @@ def check_prune_for_speed(cfg) -> None:
         check_speed(cfg.speed)
 
 
-def check_save_names(prune) -> None:
+def check_save_names(values) -> None:
     """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
-    from headprune.pruning.greedy_stage import fractions_of, orders_of
-    from headprune.pruning.pareto_plan import for_speed, planned_points
+    from headprune.pruning.greedy_stage import fractions_of
+    from headprune.pruning.pareto_plan import planned_points
     from headprune.sources.point_models import check_save
 
+    prune = values.given
     save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
-    pareto = for_speed(prune)
-    planned = planned_points(prune, orders_of(prune), fractions_of(prune)) if pareto and not isinstance(save, str) else None
-    check_save(save, pareto, planned)
+    planned = planned_points(prune, list(values.orders), fractions_of(prune)) if values.for_speed and not isinstance(save, str) else None
+    check_save(save, values.for_speed, planned)
 
 
-def check_speed_unit(prune) -> None:
+def check_speed_unit(values) -> None:
     """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
-    from headprune.core.unit_kinds import unit_name
     from headprune.selection.unit_rearrange import rearrangement_refusal
 
+    prune, unit = values.given, values.unit
     rearrange = prune.rearrange
-    unit = unit_name(prune.unit if isinstance(prune.unit, str) else list(prune.unit))
     refusal = rearrangement_refusal(unit)
     if rearrange and refusal:
         raise ConfigError(
@@ -245,11 +226,10 @@ def check_cost(prune, targets: list) -> None:
         )
 
 
-def check_latency_length(cfg) -> None:
+def check_latency_length(cfg, prune) -> None:
     """prune.cost=latency times the model on inputs of prune.seq_len tokens: within the positions the model takes."""
     from headprune.models.sources import max_positions
 
-    prune = cfg.prune
     positions = max_positions(cfg.model) if str(prune.cost) == "latency" else None
     if positions is not None and int(prune.seq_len) > positions:
         raise ConfigError(
@@ -258,9 +238,8 @@ def check_latency_length(cfg) -> None:
         )
 
 
-def check_finetune(cfg) -> None:
+def check_finetune(cfg, finetune) -> None:
     """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
-    finetune = cfg.prune.finetune
     if finetune.warmup > 0 and not finetune.decay:
         raise ConfigError(
             f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
@@ -300,10 +279,10 @@ def smallest_projection(model_cfg) -> int | None:
     return min(sizes) if sizes else None
 
 
-def check_control(cfg) -> None:
+def check_control(cfg, values) -> None:
     """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
-    prune = cfg.prune
-    if prune.control and "finetune" not in string_list(prune.recover, "prune.recover"):
+    prune = values.given
+    if prune.control and "finetune" not in values.recoveries:
         raise ConfigError(
             "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
             f"has no finetune ({prune.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
@@ -321,20 +300,18 @@ def check_prune_lists(prune) -> None:
     """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
     from headprune.checks.shared_checks import no_duplicates
 
-    for name in ("order", "recover", "groups", "extra_splits", "fractions"):  # a schedule must grow: its own check
+    for name in ("order", "recover", "extra_splits", "fractions"):  # groups: check_group_names; a schedule must grow: its own check
         value = prune.get(name)
         if OmegaConf.is_list(value):
             no_duplicates(value, f"prune.{name}")
 
 
-def check_conditional_reads(cfg, alone: bool = True) -> None:
-    """prune.* settings read only when another setting has some value: given otherwise, each is refused (``alone``:
-    experiment=prune, whose ablation order alone reads prune.ablation_split / n_samples; the study ablates anyway)."""
+def check_conditional_reads(cfg, values, alone: bool = True) -> None:
+    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, whose ablation order alone
+    reads prune.ablation_split / n_samples; the study ablates anyway)."""
     from headprune.checks.shared_checks import refuse_given
-    from headprune.pruning.pareto_plan import for_speed
 
-    prune = cfg.prune
-    recover = string_list(prune.recover, "prune.recover")
+    prune, recover = values.given, list(values.recoveries)
     if prune.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")
     if "finetune" not in recover:
@@ -356,26 +333,24 @@ def check_conditional_reads(cfg, alone: bool = True) -> None:
         )
     if prune.finetune.get("lora_rank") is None:
         refuse_given(cfg, ("prune.finetune.lora_alpha",), "LoRA's scale needs prune.finetune.lora_rank (null: a full fine-tune)")
-    targets = [s for s in prune_steps(prune) if not isinstance(s, float)]
+    targets = [s for s in values.steps if not isinstance(s, float)]
     if not any(t.kind == "max_drop" for t in targets):
         refuse_given(cfg, ("prune.selection_split",), "it is where a max_drop target is measured, and no prune.target / schedule has one")
     if str(prune.cost) != "latency":
         refuse_given(cfg, ("prune.latency_batch_size",), "it is the batch of prune.cost=latency's tables")
-    if not for_speed(prune):
+    if not values.for_speed:
         refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
-    if "duo" not in string_list(prune.order, "prune.order"):
+    if "duo" not in values.orders:
         refuse_given(cfg, ("prune.duo",), "prune.duo.* trains the gates of the duo order, which prune.order does not have")
-    if alone and "ablation" not in string_list(prune.order, "prune.order"):
+    if alone and "ablation" not in values.orders:
         refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
 
 
-def physical_pruning(prune) -> str | None:
+def physical_pruning(values) -> str | None:
     """What in experiment=prune removes heads physically (None: it only masks them)."""
-    from headprune.pruning.pareto_plan import for_speed, recoveries_of
-
-    if not for_speed(prune):
+    if not values.for_speed:
         return None
-    recover = recoveries_of(prune)
+    prune, recover = values.given, list(values.recoveries)
     save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
     uses = {
         "prune.recover=finetune fine-tunes a pruned copy": "finetune" in recover,

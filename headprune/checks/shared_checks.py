@@ -270,46 +270,41 @@ def check_selection(cfg, section: str) -> None:
 # ---- units --------------------------------------------------------------------------------------
 
 
-def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
-    """prune.unit (a kind or a joint list; the schema checked its kinds) and prune.action: kv_group on grouped-query attention,
-    neurons and blocks on a family with an MLP layout, blocks in the global layout, streaming where it can run
-    (headprune.checks.stream_checks), orders the unit and action can be ranked by; ``single_units``:
-    the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
+def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> None:
+    """``prune``'s unit and action on this model, its orders (``orders``), one unit at a time (``single_units``: ablate, keep_one)."""
     from headprune.checks.stream_checks import check_stream
-    from headprune.core.unit_kinds import ablation_refusal, kinds_of
+    from headprune.core.unit_kinds import ablation_refusal
     from headprune.sources.orders import action_refusal, unit_refusal
-    from headprune.tasks.stream_task import STREAM, action_of
-    from headprune.tasks.unit_task import unit_of
+    from headprune.tasks.stream_task import STREAM
 
-    if action_of(cfg) == STREAM:
-        check_stream(cfg)
+    if prune.action == STREAM:
+        check_stream(cfg, prune)
     else:
         refuse_given(
             cfg,
             ("prune.stream",),
             "prune.stream.* sets what a streamed unit still sees, and prune.action=remove removes units (add prune.action=stream)",
         )
-    unit = unit_of(cfg)
-    fields = model_fields(cfg.model)
-    for kind in kinds_of(unit):
-        refusal = kind.refusal(fields, cfg.prune) if fields is not None else None
+    unit, fields = prune.unit, model_fields(cfg.model)
+    for kind in unit.kinds:
+        refusal = kind.refusal(fields, prune.given) if fields is not None else None
         if refusal:
             raise ConfigError(f"prune.unit={unit} on model {cfg.model.get('name')}: {refusal}")
         if "feed_forward" in kind.parts and fields is not None:
             check_mlp_layout(cfg, unit, fields)
-        layout = kind.layout_refusal.get(str(cfg.prune.get("layout")))
+        layout = kind.layout_refusal.get(str(prune.given.get("layout")))
         if layout:
             raise ConfigError(layout)
     refusal = ablation_refusal(unit)
     if refusal and single_units:
         raise ConfigError(f"experiment={cfg.get('experiment_name')} removes one unit at a time, and prune.unit={unit}: {refusal}")
-    for order in [str(o) for o in listed_names(cfg.prune.get("order"))] if orders else []:
+    for order in prune.orders if orders else ():
         refused = unit_refusal(order, unit)
         if refused:
             raise ConfigError(f"prune.order={order} with prune.unit={unit}: {refused}")
-        refused = action_refusal(order, action_of(cfg))
+        refused = action_refusal(order, prune.action)
         if refused:
-            raise ConfigError(f"prune.order={order} with prune.action={action_of(cfg)}: {refused}")
+            raise ConfigError(f"prune.order={order} with prune.action={prune.action}: {refused}")
         check_order_data(cfg, order)
 
 
@@ -333,14 +328,7 @@ def check_order_data(cfg, order: str) -> None:
         )
 
 
-def listed_names(value) -> list:
-    """A name or a list of names as a list (None: [])."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
-
-
-def check_mlp_layout(cfg, unit: str, fields: dict) -> None:
+def check_mlp_layout(cfg, unit, fields: dict) -> None:
     """Neurons and blocks need the family's MLP layout (headprune.core.mlp_layouts) to find the feed-forward blocks."""
     from headprune.core.families import FAMILIES
 
@@ -352,17 +340,14 @@ def check_mlp_layout(cfg, unit: str, fields: dict) -> None:
         )
 
 
-def check_group_names(cfg, groups, setting: str) -> None:
-    """A list of mask groups (empty: all) names each once, each a group of the unit that the model has (from its config fields)."""
+def check_group_names(cfg, unit, groups, setting: str) -> None:
+    """A list of mask groups (empty: all) names each once, each a group of ``unit`` that the model has (from its config fields)."""
     from headprune.core.families import GROUPS, config_groups
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
 
     no_duplicates(groups, setting)
     fields = model_fields(cfg.model)
     attention = (config_groups(fields) if fields is not None else None) or list(GROUPS)
-    unit = unit_of(cfg)
-    have = [g for kind in kinds_of(unit) for g in kind.group_names(attention)]
+    have = [g for kind in unit.kinds for g in kind.group_names(attention)]
     unknown = [str(g) for g in groups if str(g) not in have]
     if unknown:
         raise ConfigError(
@@ -371,13 +356,9 @@ def check_group_names(cfg, groups, setting: str) -> None:
         )
 
 
-def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
-    """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
-
-    unit = unit_of(cfg)
-    kinds = kinds_of(unit)
+def check_mask_units(cfg, unit, mask: dict, setting: str = "speed.mask_file") -> None:
+    """A mask of ``unit`` on a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
+    kinds = unit.kinds
     if len(kinds) != 1 or not kinds[0].layer_rows:
         return  # joint masks and the residual stream's one row: their groups are checked when the task loads the mask
     fields = model_fields(cfg.model) or {}

@@ -80,11 +80,12 @@ def check_chosen_mask(cfg) -> None:
     """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
     from headprune.checks.shared_checks import check_mask_units
     from headprune.sources.mask_source import chosen_mask, with_file_unit
+    from headprune.tasks.unit_task import unit_of
 
     speed = cfg.speed
     path = Path(str(speed.mask_file))
     mask = chosen_mask(speed, "speed")[1].mask
-    check_mask_units(with_file_unit(cfg, "speed"), mask)
+    check_mask_units(cfg, unit_of(with_file_unit(cfg, "speed")), mask)
     entries = [value for rows in mask.values() for row in rows for value in row]
     if 0 not in entries:
         raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")

@@ -57,13 +57,15 @@ def check(cfg) -> None:
         no_duplicates,
     )
     from headprune.core.checks import ConfigError
+    from headprune.settings.prune_values import PruneValues
 
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg)
-    check_unit(cfg, single_units=True)
+    check_unit(cfg, prune, single_units=True)
     splits = cfg.ablate.splits
     if not splits:
         raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
     no_duplicates(splits, "ablate.splits")
-    check_group_names(cfg, cfg.ablate.groups, "ablate.groups")
+    check_group_names(cfg, prune.unit, cfg.ablate.groups, "ablate.groups")
     check_splits(cfg, splits, "ablate.splits")

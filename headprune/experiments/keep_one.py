@@ -54,9 +54,11 @@ def check(cfg) -> None:
         check_selection,
         check_unit,
     )
+    from headprune.settings.prune_values import PruneValues
 
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
     check_reads(cfg)
-    check_unit(cfg, single_units=True)
-    check_group_names(cfg, cfg.keep_one.groups, "keep_one.groups")
+    check_unit(cfg, prune, single_units=True)
+    check_group_names(cfg, prune.unit, cfg.keep_one.groups, "keep_one.groups")
     check_selection(cfg, "keep_one")

@@ -282,14 +282,16 @@ def check(cfg) -> None:
     )
     from headprune.checks.speed_checks import check_speed_run
     from headprune.core.checks import ConfigError
+    from headprune.settings.prune_values import PruneValues
     from headprune.sources.mask_source import given_keys
 
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
     check_prune_lists(cfg.prune)
     check_reads(cfg)
     given = given_keys()
-    check_unit(cfg, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
-    streamed = action_of(cfg) == STREAM  # no speed stage: nothing is pruned physically
+    check_unit(cfg, prune, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
+    streamed = prune.action == STREAM  # no speed stage: nothing is pruned physically
     check_exact_pruning(cfg, None if streamed else "its speed measurement times the physically pruned model")
     check_selection(cfg, "study")
     no_duplicates(cfg.study.extra_splits, "study.extra_splits")
@@ -308,7 +310,7 @@ def check(cfg) -> None:
             "the study times the importance order's mask at speed.fraction: speed.mask_file, speed.mask_step, speed.point "
             "and speed.mask_order belong to experiment=speed; drop them here"
         )
-    check_prune(cfg)
-    check_prune_for_speed(cfg)
-    check_conditional_reads(cfg, alone=False)
+    check_prune(cfg, prune)
+    check_prune_for_speed(cfg, prune)
+    check_conditional_reads(cfg, prune, alone=False)
     check_speed_run(cfg)

@@ -54,7 +54,7 @@ def with_file_unit(cfg, setting: str):
         return cfg
     given = given_keys() or set()
     asked = unit_of(cfg)
-    if "prune.unit" in given and asked != found.unit:
+    if "prune.unit" in given and asked.name != found.unit:
         raise ConfigError(
             f"prune.unit={asked}, but {setting}.mask_file={found.path} holds masks of unit {found.unit}: drop prune.unit "
             "(the file's unit is used)"
