@@ -60,10 +60,10 @@ def check_point(cfg) -> None:
     """speed.point: a point of speed.mask_file's prune run, picked by name alone; one that removed some heads (not the control)."""
     from headprune.checks.shared_checks import refuse_given
     from headprune.results.mask_files import read_mask_file
-    from headprune.sources.mask_source import point_source
+    from headprune.sources.mask_source import pick_keys, point_source
 
     speed = cfg.speed
-    refuse_given(cfg, ("speed.mask_order", "speed.mask_step", "speed.fraction"), f"speed.point={speed.point} names the point itself")
+    refuse_given(cfg, pick_keys("speed"), f"speed.point={speed.point} names the point itself")
     if not speed.get("mask_file"):
         raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
     read_mask_file(speed.mask_file, "speed")

@@ -48,6 +48,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
+    from headprune.checks.prune_values import PruneValues
     from headprune.checks.shared_checks import (
         check_group_names,
         check_model_and_task,
@@ -57,7 +58,6 @@ def check(cfg) -> None:
         no_duplicates,
     )
     from headprune.core.checks import ConfigError
-    from headprune.settings.prune_values import PruneValues
 
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg, reads_importance=False)

@@ -33,7 +33,7 @@ from headprune.export.verify import check_export, check_line, refusal_message, s
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
-from headprune.sources.mask_source import chosen_mask, file_mask, point_model_dir, with_file_unit
+from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
 from headprune.stages.evaluation import check_split, swapped_model
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
@@ -140,15 +140,9 @@ def check_settings(cfg) -> None:
     settings = cfg.export
     fmt, quantize = str(settings.format), str(settings.quantize)  # their choices: the schema's (ExportSettings)
     if settings.get("model"):
-        refuse_given(
-            cfg,
-            ("export.mask_order", "export.mask_step", "export.fraction"),
-            f"export.model={settings.model} is exported as it is (they pick a mask of export.mask_file)",
-        )
+        refuse_given(cfg, pick_keys("export"), f"export.model={settings.model} is exported as it is (they pick a mask of export.mask_file)")
     if settings.get("point"):
-        refuse_given(
-            cfg, ("export.mask_order", "export.mask_step", "export.fraction"), f"export.point={settings.point} names the point itself"
-        )
+        refuse_given(cfg, pick_keys("export"), f"export.point={settings.point} names the point itself")
     for other, record in FORMATS.items():  # settings another format reads (quantize, per_channel: checked below)
         foreign = tuple(f"export.{r}" for r in record.reads if r not in FORMATS[fmt].reads and r not in ("quantize", "per_channel"))
         if foreign:

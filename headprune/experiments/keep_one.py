@@ -47,6 +47,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=keep_one: the model and task, the unit, and a selection split other than the evaluation split."""
+    from headprune.checks.prune_values import PruneValues
     from headprune.checks.shared_checks import (
         check_group_names,
         check_model_and_task,
@@ -54,7 +55,6 @@ def check(cfg) -> None:
         check_selection,
         check_unit,
     )
-    from headprune.settings.prune_values import PruneValues
 
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg)

@@ -109,8 +109,8 @@ def check(cfg) -> None:
         check_scores_from,
         physical_pruning,
     )
+    from headprune.checks.prune_values import PruneValues
     from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
-    from headprune.settings.prune_values import PruneValues
 
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg)

@@ -126,8 +126,8 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=speed: the model and task, the unit, speed.* and the mask it times (importance.* only without a mask file)."""
+    from headprune.checks.prune_values import PruneValues
     from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
-    from headprune.settings.prune_values import PruneValues
 
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg)

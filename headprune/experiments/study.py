@@ -271,6 +271,7 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
     from headprune.checks.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
+    from headprune.checks.prune_values import PruneValues
     from headprune.checks.shared_checks import (
         check_exact_pruning,
         check_model_and_task,
@@ -282,7 +283,6 @@ def check(cfg) -> None:
     )
     from headprune.checks.speed_checks import check_speed_run
     from headprune.core.checks import ConfigError
-    from headprune.settings.prune_values import PruneValues
     from headprune.sources.mask_source import given_keys
 
     prune = PruneValues.of(cfg)

@@ -14,6 +14,11 @@ from headprune.tasks.unit_task import unit_of
 PICKS = ("mask_order", "fraction", "mask_step")  # the settings that pick a mask among a file's candidates
 
 
+def pick_keys(setting: str) -> tuple[str, ...]:
+    """The dotted keys of the settings that pick a mask of ``<setting>.mask_file`` (``speed.mask_order`` ...)."""
+    return tuple(f"{setting}.{name}" for name in PICKS)
+
+
 def given_keys() -> set[str] | None:
     """The settings given on the command line (dotted keys), or None outside a Hydra run (then every setting counts as given)."""
     from hydra.core.hydra_config import HydraConfig
