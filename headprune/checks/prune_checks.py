@@ -8,17 +8,24 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from headprune.checks.shared_checks import check_group_names, check_selection, check_splits
+from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
 from headprune.core.checks import ConfigError, string_list
-from headprune.models.sources import config_fields as model_fields
-from headprune.selection.mask_search import given_target
+from headprune.models.sources import config_fields, max_positions
+from headprune.pruning.greedy_stage import fractions_of
+from headprune.pruning.pareto_plan import planned_points
+from headprune.selection.mask_search import PruneTarget, given_target
+from headprune.selection.schedule import check_schedule
+from headprune.selection.unit_rearrange import rearrangement_refusal
+from headprune.sources.orders import ORDERS
+from headprune.sources.point_models import check_save
+from headprune.sources.score_file import read_scores
 
 # ---- prune --------------------------------------------------------------------------------------
 
 
 def check_prune(cfg, prune) -> None:
     """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something."""
-    fields, k = model_fields(cfg.model), prune.floor
+    fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
         if units is not None and k >= units:
@@ -52,7 +59,7 @@ def check_ffn_multiple(cfg, values) -> None:
         )
     if prune.reestimate:
         raise ConfigError(f"prune.ffn_multiple={multiple} rounds the masks of fixed scores; drop prune.reestimate=true")
-    width = rounded[0].units_per_layer(model_fields(cfg.model) or {})
+    width = rounded[0].units_per_layer(config_fields(cfg.model) or {})
     if width is not None and (multiple > width or width % multiple):
         divisors = [d for d in (8, 16, 32, 64, 128, 256) if width % d == 0 and d < width]
         raise ConfigError(
@@ -63,8 +70,6 @@ def check_ffn_multiple(cfg, values) -> None:
 
 def check_scores_from(values) -> None:
     """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
-    from headprune.sources.score_file import read_scores
-
     prune = values.given
     path = prune.get("scores_from")
     if path is None:
@@ -83,8 +88,6 @@ def check_scores_from(values) -> None:
 
 def check_joint_scale(cfg, prune, orders) -> None:
     """prune.joint_scale: read by a joint unit only; ``loss`` meets scores as they are, so only loss estimates (fisher, importance)."""
-    from headprune.checks.shared_checks import refuse_given
-
     unit = prune.unit
     if not unit.is_joint:
         refuse_given(
@@ -114,8 +117,6 @@ def check_joint_scale(cfg, prune, orders) -> None:
 
 def check_reestimate(prune) -> None:
     """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
-    from headprune.sources.orders import ORDERS
-
     if not prune.given.reestimate:
         return
     if prune.for_speed:
@@ -133,8 +134,6 @@ def check_reestimate(prune) -> None:
 
 def target_of(value, name: str):
     """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
-    from headprune.selection.mask_search import PruneTarget
-
     try:
         return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
     except ValueError as err:
@@ -143,8 +142,6 @@ def target_of(value, name: str):
 
 def schedule_of(value) -> list:
     """The validated ``prune.schedule``: growing fractions, or targets of one kind that go further each step, or a ConfigError."""
-    from headprune.selection.schedule import check_schedule
-
     steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     if not isinstance(steps, (list, tuple)):
         raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
@@ -186,10 +183,6 @@ def check_prune_for_speed(cfg, values) -> None:
 
 def check_save_names(values) -> None:
     """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
-    from headprune.pruning.greedy_stage import fractions_of
-    from headprune.pruning.pareto_plan import planned_points
-    from headprune.sources.point_models import check_save
-
     prune = values.given
     save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
     planned = planned_points(prune, list(values.orders), fractions_of(prune)) if values.for_speed and not isinstance(save, str) else None
@@ -198,8 +191,6 @@ def check_save_names(values) -> None:
 
 def check_speed_unit(values) -> None:
     """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
-    from headprune.selection.unit_rearrange import rearrangement_refusal
-
     prune, unit = values.given, values.unit
     rearrange = prune.rearrange
     refusal = rearrangement_refusal(unit)
@@ -228,8 +219,6 @@ def check_cost(prune, targets: list) -> None:
 
 def check_latency_length(cfg, prune) -> None:
     """prune.cost=latency times the model on inputs of prune.seq_len tokens: within the positions the model takes."""
-    from headprune.models.sources import max_positions
-
     positions = max_positions(cfg.model) if str(prune.cost) == "latency" else None
     if positions is not None and int(prune.seq_len) > positions:
         raise ConfigError(
@@ -266,7 +255,7 @@ def check_finetune(cfg, finetune) -> None:
 
 def smallest_projection(model_cfg) -> int | None:
     """min(in, out) over the attention and MLP projections a model's config describes (None: unknown)."""
-    fields = model_fields(model_cfg)
+    fields = config_fields(model_cfg)
     if fields is None:
         return None
     width = fields.get("hidden_size") or fields.get("d_model")
@@ -298,8 +287,6 @@ def check_control(cfg, values) -> None:
 
 def check_prune_lists(prune) -> None:
     """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
-    from headprune.checks.shared_checks import no_duplicates
-
     for name in ("order", "recover", "extra_splits", "fractions"):  # groups: check_group_names; a schedule must grow: its own check
         value = prune.get(name)
         if OmegaConf.is_list(value):
@@ -309,8 +296,6 @@ def check_prune_lists(prune) -> None:
 def check_conditional_reads(cfg, values, alone: bool = True) -> None:
     """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, whose ablation order alone
     reads prune.ablation_split / n_samples; the study ablates anyway)."""
-    from headprune.checks.shared_checks import refuse_given
-
     prune, recover = values.given, list(values.recoveries)
     if prune.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")

@@ -9,10 +9,22 @@ from __future__ import annotations
 from functools import cache, lru_cache
 from pathlib import Path
 
+from hydra.utils import get_method
 from omegaconf import OmegaConf
 
+from headprune.checks.stream_checks import check_stream
+from headprune.conf_dir import config_dir
 from headprune.core.checks import ConfigError, check_schema, warn
-from headprune.models.sources import config_fields as model_fields
+from headprune.core.families import GROUPS, config_groups, supported_model_types
+from headprune.core.pruning import inexact_reason
+from headprune.core.unit_kinds import ablation_refusal
+from headprune.models.sources import check_model_dir, config_fields, resolve_pretrained
+from headprune.results.readers import read_json_file
+from headprune.settings.declare import TRAINING
+from headprune.settings.schema import checked_groups, is_read, read_by, reads_of, rules_under
+from headprune.sources.orders import ORDERS, action_refusal, unit_refusal
+from headprune.tasks.registry import DATA_TASKS, TASKS, model_task, task_spec
+from headprune.tasks.stream_task import STREAM
 
 # ---- keys ---------------------------------------------------------------------------------------
 
@@ -20,8 +32,6 @@ from headprune.models.sources import config_fields as model_fields
 @lru_cache(maxsize=1)
 def known_keys() -> frozenset[str]:
     """Every top-level key a config group can set: config.yaml's, the groups' names and the keys of ``@package _global_`` files."""
-    from headprune.conf_dir import config_dir
-
     root = Path(config_dir())
     keys = set(OmegaConf.load(root / "config.yaml"))
     for path in root.rglob("*.yaml"):
@@ -76,8 +86,6 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attent
 
 def check_model(cfg) -> None:
     """The model's kind (a task), its attention implementation, and a pretrained model that exists and is complete."""
-    from headprune.tasks.registry import model_task
-
     try:
         model_task(cfg.model)
     except ValueError as err:
@@ -128,9 +136,6 @@ def check_flash_attention(cfg, implementation) -> None:
 def built_config(model_cfg) -> tuple[dict, str] | None:
     """(config fields, where they are read) of the model that will be built: a local model.pretrained's config.json,
     else model.config (None: a hub name or a training checkpoint, known only once loaded)."""
-    from headprune.models.sources import resolve_pretrained
-    from headprune.results.readers import read_json_file
-
     pretrained = model_cfg.get("pretrained")
     if pretrained and not str(pretrained).endswith(".ckpt"):
         path = Path(resolve_pretrained(str(pretrained))) / "config.json"
@@ -142,8 +147,6 @@ def built_config(model_cfg) -> tuple[dict, str] | None:
 
 def check_model_type(fields: dict, config_file: str) -> None:
     """The model type of a model's config fields (read from ``config_file``) is one the family table covers."""
-    from headprune.core.families import supported_model_types
-
     model_type = fields.get("model_type")
     if model_type not in supported_model_types():
         raise ConfigError(
@@ -155,7 +158,6 @@ def check_model_type(fields: dict, config_file: str) -> None:
 
 def _check_model_files(cfg) -> None:
     from headprune.models.build import tokenizer_source
-    from headprune.models.sources import check_model_dir, resolve_pretrained
 
     model = cfg.model
     pretrained = model.get("pretrained")
@@ -185,8 +187,6 @@ def _check_model_files(cfg) -> None:
 
 def task_spec_of(cfg):
     """The TaskSpec of the model, fitting the chosen data, or a ConfigError."""
-    from headprune.tasks.registry import task_spec
-
     try:
         return task_spec(cfg)
     except ValueError as err:
@@ -195,8 +195,6 @@ def task_spec_of(cfg):
 
 def check_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> None:
     """The task's own check (``TaskSpec.check``): its settings, data files (unless a study falls back) and lengths."""
-    from hydra.utils import get_method
-
     spec = task_spec_of(cfg)
     local_missing = cfg.data.get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
     get_method(spec.check)(cfg, files=not (falls_back and local_missing), importance=reads_importance)
@@ -216,8 +214,6 @@ def splits_of(cfg) -> tuple[str, ...]:
 
 def concrete_split(cfg, split: str) -> str:
     """The data split a split name reads (e.g. MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
-    from hydra.utils import get_method
-
     spec = task_spec_of(cfg)
     if split not in spec.splits:
         raise ConfigError(f"split must be one of {list(spec.splits)}, got {split!r}")
@@ -272,11 +268,6 @@ def check_selection(cfg, section: str) -> None:
 
 def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> None:
     """``prune``'s unit and action on this model, its orders (``orders``), one unit at a time (``single_units``: ablate, keep_one)."""
-    from headprune.checks.stream_checks import check_stream
-    from headprune.core.unit_kinds import ablation_refusal
-    from headprune.sources.orders import action_refusal, unit_refusal
-    from headprune.tasks.stream_task import STREAM
-
     if prune.action == STREAM:
         check_stream(cfg, prune)
     else:
@@ -285,7 +276,7 @@ def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> N
             ("prune.stream",),
             "prune.stream.* sets what a streamed unit still sees, and prune.action=remove removes units (add prune.action=stream)",
         )
-    unit, fields = prune.unit, model_fields(cfg.model)
+    unit, fields = prune.unit, config_fields(cfg.model)
     for kind in unit.kinds:
         refusal = kind.refusal(fields, prune.given) if fields is not None else None
         if refusal:
@@ -311,16 +302,12 @@ def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> N
 def check_order_data(cfg, order: str) -> None:
     """An order that reads a per-head score of the task's data (retrieval: needles) on a task whose data has it (or
     read from ``prune.scores_from``)."""
-    from headprune.sources.orders import ORDERS
-
     needs = ORDERS[order].needs if order in ORDERS else None
     prune = cfg.get("prune")
     if prune is not None and prune.get("scores_from") is not None:
         return  # its scores are read from the file, not computed on this task's data
     spec = task_spec_of(cfg)
     if needs and needs not in spec.head_scores:
-        from headprune.tasks.registry import DATA_TASKS, TASKS
-
         having = [s.data_choices for s in (*TASKS.values(), *DATA_TASKS.values()) if needs in s.head_scores]
         raise ConfigError(
             f"prune.order={order} scores how often each head's attention peaks on the needle token it copies, and "
@@ -342,10 +329,8 @@ def check_mlp_layout(cfg, unit, fields: dict) -> None:
 
 def check_group_names(cfg, unit, groups, setting: str) -> None:
     """A list of mask groups (empty: all) names each once, each a group of ``unit`` that the model has (from its config fields)."""
-    from headprune.core.families import GROUPS, config_groups
-
     no_duplicates(groups, setting)
-    fields = model_fields(cfg.model)
+    fields = config_fields(cfg.model)
     attention = (config_groups(fields) if fields is not None else None) or list(GROUPS)
     have = [g for kind in unit.kinds for g in kind.group_names(attention)]
     unknown = [str(g) for g in groups if str(g) not in have]
@@ -361,7 +346,7 @@ def check_mask_units(cfg, unit, mask: dict, setting: str = "speed.mask_file") ->
     kinds = unit.kinds
     if len(kinds) != 1 or not kinds[0].layer_rows:
         return  # joint masks and the residual stream's one row: their groups are checked when the task loads the mask
-    fields = model_fields(cfg.model) or {}
+    fields = config_fields(cfg.model) or {}
     per_layer = kinds[0].units_per_layer(fields)
     layers = fields.get("num_hidden_layers")
     if not isinstance(per_layer, int) or not isinstance(layers, int) or len(mask) != 1:
@@ -389,7 +374,6 @@ def check_trainer(trainer) -> None:
         raise ConfigError(
             f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
         )
-    from headprune.settings.schema import rules_under
 
     check_schema({"trainer": trainer}, rules_under("trainer"))  # the study's training stage: with its train_overrides
     epochs = trainer.get("max_epochs")
@@ -407,8 +391,6 @@ def check_trainer(trainer) -> None:
 
 def check_training_run(cfg) -> None:
     """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
-    from headprune.settings.declare import TRAINING
-
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg, TRAINING)
     check_trainer(cfg.trainer)
@@ -434,8 +416,6 @@ def check_resume(cfg) -> None:
 @lru_cache(maxsize=1)
 def root_choices() -> dict[str, str]:
     """{group: the file config.yaml picks for it} (e.g. trainer: cpu); other groups' default file is ``default.yaml``."""
-    from headprune.conf_dir import config_dir
-
     entries = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults", [])
     return {k: str(v) for entry in entries if isinstance(entry, dict) for k, v in entry.items()}
 
@@ -443,8 +423,6 @@ def root_choices() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def experiment_files() -> dict[str, tuple[str, dict]]:
     """{entry point: (experiment name, its file's settings)} for every file of conf/experiment/."""
-    from headprune.conf_dir import config_dir
-
     files = {}
     for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml")):
         settings = OmegaConf.to_container(OmegaConf.load(path))
@@ -455,8 +433,6 @@ def experiment_files() -> dict[str, tuple[str, dict]]:
 @cache
 def group_defaults(run: str, group: str) -> dict:
     """The composed default of a settings group for an entry point: conf/<group>/default.yaml, then its experiment file's."""
-    from headprune.conf_dir import config_dir
-
     path = Path(config_dir()) / group / f"{root_choices().get(group, 'default')}.yaml"
     base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
     base.pop("defaults", None)
@@ -500,8 +476,6 @@ def reads(key: str, read: tuple[str, ...]) -> bool:
 def check_reads(cfg, reader: str | None = None) -> None:
     """The general rule: a setting this run does not read (its declaration's ``read_by``), given another value than its
     default, is refused. ``reader``: the experiment (default: the one of ``cfg.run``), or ``TRAINING`` for a task's trainer."""
-    from headprune.settings.schema import checked_groups, is_read, read_by, reads_of
-
     reader = reader or experiment_name(cfg)
     for group in checked_groups():
         for key, value in given_settings(cfg, group).items():
@@ -531,9 +505,8 @@ def check_exact_pruning(cfg, what: str | None) -> None:
     """A run that prunes physically (``what`` says how; None: it only masks) is refused before work on a model whose
     pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
     from headprune.core.families import FAMILIES
-    from headprune.core.pruning import inexact_reason
 
-    fields = model_fields(cfg.model) or {}
+    fields = config_fields(cfg.model) or {}
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
     reason = family and inexact_reason(family, fields)
     if reason and what:

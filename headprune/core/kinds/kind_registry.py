@@ -2,17 +2,41 @@
 
 A unit is one kind (``"ffn"``) or a joint list of kinds covering different parts (``"head+ffn"``,
 ``["kv_group", "ffn", "hidden"]``): its masks hold the groups of each kind side by side, and each group belongs to
-exactly one kind of the unit (``owns``).
+exactly one kind of the unit (``owns``). ``parse_unit`` turns a unit into its value, a ``Unit``, once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.kinds.unit_value import JOINER, Unit
 
+JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
 KINDS: dict[str, UnitKind] = {}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit's kinds in the registry's order, parsed once (``parse_unit``); every function here takes it as it takes a name."""
+
+    kinds: tuple[UnitKind, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(kind.name for kind in self.kinds)
+
+    @property
+    def name(self) -> str:
+        """Its canonical name: ``head+ffn`` for [ffn, head]."""
+        return JOINER.join(self.names)
+
+    @property
+    def is_joint(self) -> bool:
+        return len(self.kinds) > 1
+
+    def __str__(self) -> str:
+        return self.name
 
 
 def register_kind(kind: UnitKind, replace: bool = False) -> UnitKind:
