@@ -294,8 +294,7 @@ def check_prune_lists(prune) -> None:
 
 
 def check_conditional_reads(cfg, values, alone: bool = True) -> None:
-    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, whose ablation order alone
-    reads prune.ablation_split / n_samples; the study ablates anyway)."""
+    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
     prune, recover = values.given, list(values.recoveries)
     if prune.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")

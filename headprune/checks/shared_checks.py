@@ -134,8 +134,7 @@ def check_flash_attention(cfg, implementation) -> None:
 
 
 def built_config(model_cfg) -> tuple[dict, str] | None:
-    """(config fields, where they are read) of the model that will be built: a local model.pretrained's config.json,
-    else model.config (None: a hub name or a training checkpoint, known only once loaded)."""
+    """(config fields, where read) of the model to be built: a local pretrained's config.json, else model.config (None: known once loaded)."""
     pretrained = model_cfg.get("pretrained")
     if pretrained and not str(pretrained).endswith(".ckpt"):
         path = Path(resolve_pretrained(str(pretrained))) / "config.json"
@@ -300,8 +299,7 @@ def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> N
 
 
 def check_order_data(cfg, order: str) -> None:
-    """An order that reads a per-head score of the task's data (retrieval: needles) on a task whose data has it (or
-    read from ``prune.scores_from``)."""
+    """An order that reads a score of the task's data (retrieval: needles) needs a task whose data has it (or prune.scores_from)."""
     needs = ORDERS[order].needs if order in ORDERS else None
     prune = cfg.get("prune")
     if prune is not None and prune.get("scores_from") is not None:
@@ -474,8 +472,7 @@ def reads(key: str, read: tuple[str, ...]) -> bool:
 
 
 def check_reads(cfg, reader: str | None = None) -> None:
-    """The general rule: a setting this run does not read (its declaration's ``read_by``), given another value than its
-    default, is refused. ``reader``: the experiment (default: the one of ``cfg.run``), or ``TRAINING`` for a task's trainer."""
+    """A setting this run (``reader``: default ``cfg.run``'s, or ``TRAINING``) does not read (``read_by``), given off its default, is refused."""
     reader = reader or experiment_name(cfg)
     for group in checked_groups():
         for key, value in given_settings(cfg, group).items():
@@ -502,8 +499,7 @@ def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
 
 
 def check_exact_pruning(cfg, what: str | None) -> None:
-    """A run that prunes physically (``what`` says how; None: it only masks) is refused before work on a model whose
-    pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
+    """A run that prunes physically (``what`` says how; None: masks only) is refused on a model whose pruning is inexact (OLMo 2, ALiBi)."""
     from headprune.core.families import FAMILIES
 
     fields = config_fields(cfg.model) or {}

@@ -6,6 +6,9 @@ differences across the two evaluation sets).
 
 from __future__ import annotations
 
+from headprune.checks.prune_values import PruneValues
+from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
+from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import write_results
@@ -48,17 +51,6 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
-    from headprune.checks.prune_values import PruneValues
-    from headprune.checks.shared_checks import (
-        check_group_names,
-        check_model_and_task,
-        check_reads,
-        check_splits,
-        check_unit,
-        no_duplicates,
-    )
-    from headprune.core.checks import ConfigError
-
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits, refuse_given, task_spec_of
 from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.gates import HeadGates
@@ -107,8 +108,6 @@ def check_source_kind(cfg) -> None:
 
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
-    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
-
     check_model_and_task(cfg)
     check_reads(cfg)
     check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if cfg.export.get("mask_file") else None)
@@ -119,8 +118,6 @@ def check(cfg) -> None:
 
 def check_model_kind(cfg) -> None:
     """What the task's models take (``TaskSpec.exports``): stock checkpoints of decoder-only LMs, int8 where the metric runs in ONNX Runtime."""
-    from headprune.checks.shared_checks import task_spec_of
-
     spec = task_spec_of(cfg)
     fmt = cfg.export.get("format")
     if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:
@@ -135,8 +132,6 @@ def check_model_kind(cfg) -> None:
 
 def check_settings(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model."""
-    from headprune.checks.shared_checks import refuse_given
-
     settings = cfg.export
     fmt, quantize = str(settings.format), str(settings.quantize)  # their choices: the schema's (ExportSettings)
     if settings.get("model"):

@@ -9,6 +9,17 @@ the training-split subset (``task.importance_batches()``), never from the evalua
 
 from __future__ import annotations
 
+from headprune.checks.prune_checks import (
+    check_conditional_reads,
+    check_prune,
+    check_prune_for_speed,
+    check_prune_lists,
+    check_scores_from,
+    physical_pruning,
+)
+from headprune.checks.prune_values import PruneValues
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, given_settings, refuse_given
+from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.pruning.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
@@ -101,17 +112,6 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
-    from headprune.checks.prune_checks import (
-        check_conditional_reads,
-        check_prune,
-        check_prune_for_speed,
-        check_prune_lists,
-        check_scores_from,
-        physical_pruning,
-    )
-    from headprune.checks.prune_values import PruneValues
-    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
-
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
     check_prune_lists(cfg.prune)
@@ -129,9 +129,6 @@ def check(cfg) -> None:
 
 def check_trainer_not_read(cfg, prune) -> None:
     """trainer.* sets training runs: a recovery fine-tune runs on the model's device (``device``), not the trainer's."""
-    from headprune.checks.shared_checks import given_settings
-    from headprune.core.checks import ConfigError
-
     given = given_settings(cfg, "trainer")
     if given and "finetune" in prune.recoveries:
         key, value = next(iter(given.items()))

@@ -49,8 +49,7 @@ def chosen_mask(settings, setting: str) -> tuple[MaskFile, Candidate]:
 
 
 def with_file_unit(cfg, setting: str):
-    """``cfg`` with ``prune.unit`` (and ``prune.layout``) as the mask file records them; a different prune.unit given on
-    the command line is a ConfigError. Unchanged without a mask file or when the file does not say."""
+    """``cfg`` with prune.unit (and layout) as the mask file records them; another prune.unit given is a ConfigError."""
     settings = cfg.get(setting) or {}
     if not settings.get("mask_file"):
         return cfg
@@ -117,8 +116,7 @@ def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
 
 
 def point_model_dir(settings, setting: str, need_model: bool = False):
-    """The directory of the model ``<setting>.point`` was saved to (None: the point kept no model, its mask is used;
-    ``need_model``: a ConfigError saying how to take its mask instead)."""
+    """The model directory of ``<setting>.point`` (None: it kept none; ``need_model``: a ConfigError saying how to take its mask)."""
     if not settings.get("point"):
         return None
     found, chosen = point_source(settings, setting)

@@ -80,7 +80,6 @@ def in_unit(task, unit="head"):
 
 
 def unit_of(cfg) -> Unit:
-    """``prune.unit`` parsed once into its value (a list such as [head, ffn] is ``head+ffn``; what is no unit, the schema's
-    ConfigError); a run without a prune group (training) gates the model's query heads."""
+    """``prune.unit`` parsed once into its ``Unit`` (the schema's ConfigError if none); a run without prune gates query heads."""
     prune = cfg.get("prune")
     return parse_unit(QUERY_HEADS) if prune is None else pruning_unit(prune.unit, "prune.unit")

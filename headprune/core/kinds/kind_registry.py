@@ -64,10 +64,7 @@ def kind_named(name: str) -> UnitKind:
 
 
 def unit_kinds(unit) -> tuple[str, ...]:
-    """The kinds of a unit, in the registry's order: ``"head+ffn"`` or ``["ffn", "head"]`` -> ("head", "ffn").
-
-    A ValueError names an unknown kind, a kind given twice, or kinds that prune the same part.
-    """
+    """A unit's kinds in registry order (``"head+ffn"``, ``["ffn", "head"]`` -> (head, ffn)); a ValueError: unknown, twice, same part."""
     if isinstance(unit, Unit):
         return unit.names
     if not isinstance(unit, str) and not (isinstance(unit, Iterable) and all(isinstance(k, str) for k in unit)):
