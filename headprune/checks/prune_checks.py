@@ -1,7 +1,7 @@
 """Checks of the prune.* settings, shared by the experiments that read them (prune and the study).
 
 Each rule names the setting, what is wrong and how to fix it (a ConfigError); the experiments' ``check``
-functions call the rules of the settings they read.
+functions call the rules of the settings they read, passing the ``PruneValues`` they built once (prune_values.py).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
+from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
 from headprune.models.sources import config_fields, max_positions
 from headprune.pruning.greedy_stage import fractions_of
@@ -40,10 +41,10 @@ def check_prune(cfg, prune) -> None:
     check_ffn_multiple(cfg, prune)
 
 
-def check_ffn_multiple(cfg, values) -> None:
+def check_ffn_multiple(cfg, prune) -> None:
     """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (no schedule, no re-estimation)."""
-    prune, unit = values.given, values.unit
-    multiple = int(prune.ffn_multiple)
+    given, unit = prune.given, prune.unit
+    multiple = int(given.ffn_multiple)
     if multiple == 1:
         return
     rounded = [kind for kind in unit.kinds if kind.multiple_setting == "ffn_multiple"]
@@ -52,12 +53,12 @@ def check_ffn_multiple(cfg, values) -> None:
             f"prune.ffn_multiple={multiple} rounds the FFN widths, and prune.unit={unit} prunes no FFN neurons: "
             "use prune.unit=ffn or a list with ffn ([head,ffn], [kv_group,ffn]), or drop it"
         )
-    if prune.get("schedule") is not None:
+    if given.get("schedule") is not None:
         raise ConfigError(
             f"prune.ffn_multiple={multiple} rounds one-shot masks; prune.schedule prunes the pruned model again each round: "
             "use prune.target or prune.fractions with it"
         )
-    if prune.reestimate:
+    if given.reestimate:
         raise ConfigError(f"prune.ffn_multiple={multiple} rounds the masks of fixed scores; drop prune.reestimate=true")
     width = rounded[0].units_per_layer(config_fields(cfg.model) or {})
     if width is not None and (multiple > width or width % multiple):
@@ -68,22 +69,22 @@ def check_ffn_multiple(cfg, values) -> None:
         )
 
 
-def check_scores_from(values) -> None:
+def check_scores_from(prune) -> None:
     """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
-    prune = values.given
-    path = prune.get("scores_from")
+    given = prune.given
+    path = given.get("scores_from")
     if path is None:
         return
-    if values.for_speed:
+    if prune.for_speed:
         raise ConfigError(
             f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
             "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
         )
-    if prune.reestimate:
+    if given.reestimate:
         raise ConfigError(
             f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
         )
-    read_scores(path, list(values.orders), values.unit.name, values.action)
+    read_scores(path, list(prune.orders), prune.unit.name, prune.action)
 
 
 def check_joint_scale(cfg, prune, orders) -> None:
@@ -161,45 +162,43 @@ def prune_steps(prune) -> list:
     return [] if target is None else [target_of(target, "prune.target")]
 
 
-def check_prune_for_speed(cfg, values) -> None:
+def check_prune_for_speed(cfg, prune) -> None:
     """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
-    prune = values.given
-    targets = [s for s in values.steps if not isinstance(s, float)]
-    check_speed_unit(values)
-    check_cost(prune, targets)
-    check_latency_length(cfg, prune)
+    given = prune.given
+    targets = [s for s in prune.steps if not isinstance(s, float)]
+    check_speed_unit(prune)
+    check_cost(given, targets)
+    check_latency_length(cfg, given)
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
-    check_finetune(cfg, prune.finetune)
-    check_control(cfg, values)
-    check_save_names(values)
-    if prune.measure_speed:
+    check_finetune(cfg, given.finetune)
+    check_control(cfg, prune)
+    check_save_names(prune)
+    if given.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
-        from headprune.checks.speed_checks import check_speed
-
         check_speed(cfg.speed)
 
 
-def check_save_names(values) -> None:
+def check_save_names(prune) -> None:
     """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
-    prune = values.given
-    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
-    planned = planned_points(prune, list(values.orders), fractions_of(prune)) if values.for_speed and not isinstance(save, str) else None
-    check_save(save, values.for_speed, planned)
+    given = prune.given
+    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
+    planned = planned_points(given, list(prune.orders), fractions_of(given)) if prune.for_speed and not isinstance(save, str) else None
+    check_save(save, prune.for_speed, planned)
 
 
-def check_speed_unit(values) -> None:
+def check_speed_unit(prune) -> None:
     """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
-    prune, unit = values.given, values.unit
-    rearrange = prune.rearrange
+    given, unit = prune.given, prune.unit
+    rearrange = given.rearrange
     refusal = rearrangement_refusal(unit)
     if rearrange and refusal:
         raise ConfigError(
             f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
             "kv_group, ffn or a joint list such as [kv_group,ffn])"
         )
-    if rearrange and prune.get("schedule") is not None:
+    if rearrange and given.get("schedule") is not None:
         raise ConfigError(
             "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
             "not with prune.schedule: drop one of them"
@@ -268,18 +267,18 @@ def smallest_projection(model_cfg) -> int | None:
     return min(sizes) if sizes else None
 
 
-def check_control(cfg, values) -> None:
+def check_control(cfg, prune) -> None:
     """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
-    prune = values.given
-    if prune.control and "finetune" not in values.recoveries:
+    given = prune.given
+    if given.control and "finetune" not in prune.recoveries:
         raise ConfigError(
             "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
-            f"has no finetune ({prune.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+            f"has no finetune ({given.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
         )
-    extra = string_list(prune.extra_splits, "prune.extra_splits")
+    extra = string_list(given.extra_splits, "prune.extra_splits")
     check_splits(cfg, extra, "prune.extra_splits")
-    if str(prune.split) in extra:
-        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
+    if str(given.split) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={given.split}: list other evaluation splits")
 
 
 # ---- settings read only when others say so ---------------------------------------------------------
@@ -293,10 +292,10 @@ def check_prune_lists(prune) -> None:
             no_duplicates(value, f"prune.{name}")
 
 
-def check_conditional_reads(cfg, values, alone: bool = True) -> None:
+def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
     """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
-    prune, recover = values.given, list(values.recoveries)
-    if prune.get("fractions") is not None:
+    given, recover = prune.given, list(prune.recoveries)
+    if given.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")
     if "finetune" not in recover:
         refuse_given(
@@ -307,40 +306,40 @@ def check_conditional_reads(cfg, values, alone: bool = True) -> None:
         )
     if "lsq" not in recover:
         refuse_given(cfg, ("prune.lsq",), f"prune.lsq.* sets the least squares of prune.recover=lsq, and prune.recover={recover}")
-    if recover == ["none"] * len(recover) and prune.get("schedule") is None:
+    if recover == ["none"] * len(recover) and given.get("schedule") is None:
         refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
-    if prune.finetune.get("tokens") is not None:
+    if given.finetune.get("tokens") is not None:
         refuse_given(
             cfg,
             ("prune.finetune.max_steps",),
-            f"with prune.finetune.tokens={prune.finetune.tokens} the fine-tune is one pass over the budget's batches",
+            f"with prune.finetune.tokens={given.finetune.tokens} the fine-tune is one pass over the budget's batches",
         )
-    if prune.finetune.get("lora_rank") is None:
+    if given.finetune.get("lora_rank") is None:
         refuse_given(cfg, ("prune.finetune.lora_alpha",), "LoRA's scale needs prune.finetune.lora_rank (null: a full fine-tune)")
-    targets = [s for s in values.steps if not isinstance(s, float)]
+    targets = [s for s in prune.steps if not isinstance(s, float)]
     if not any(t.kind == "max_drop" for t in targets):
         refuse_given(cfg, ("prune.selection_split",), "it is where a max_drop target is measured, and no prune.target / schedule has one")
-    if str(prune.cost) != "latency":
+    if str(given.cost) != "latency":
         refuse_given(cfg, ("prune.latency_batch_size",), "it is the batch of prune.cost=latency's tables")
-    if not values.for_speed:
+    if not prune.for_speed:
         refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
-    if "duo" not in values.orders:
+    if "duo" not in prune.orders:
         refuse_given(cfg, ("prune.duo",), "prune.duo.* trains the gates of the duo order, which prune.order does not have")
-    if alone and "ablation" not in values.orders:
+    if alone and "ablation" not in prune.orders:
         refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
 
 
-def physical_pruning(values) -> str | None:
+def physical_pruning(prune) -> str | None:
     """What in experiment=prune removes heads physically (None: it only masks them)."""
-    if not values.for_speed:
+    if not prune.for_speed:
         return None
-    prune, recover = values.given, list(values.recoveries)
-    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    given, recover = prune.given, list(prune.recoveries)
+    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
     uses = {
         "prune.recover=finetune fine-tunes a pruned copy": "finetune" in recover,
-        "prune.measure_speed=true times pruned copies": bool(prune.measure_speed),
-        "prune.schedule removes heads at every step": prune.get("schedule") is not None,
-        "prune.cost=latency times pruned copies": str(prune.cost) == "latency",
+        "prune.measure_speed=true times pruned copies": bool(given.measure_speed),
+        "prune.schedule removes heads at every step": given.get("schedule") is not None,
+        "prune.cost=latency times pruned copies": str(given.cost) == "latency",
         f"prune.save={save} keeps pruned models": save != "none" and (save == "all" or not isinstance(save, str) or recover != ["none"]),
     }
     return next((what for what, used in uses.items() if used), None)
