@@ -61,6 +61,18 @@ def test_unit_kinds_parse_joint_lists_and_refuse_overlaps():
     assert mask_kinds(["enc_self_block", "enc_ffn_block"]) == ("block",) and mask_kinds(["dec_self", "dec_ffn"]) == ("head", "ffn")
 
 
+def test_a_parsed_unit_answers_every_kind_function_as_its_name_does():
+    from headprune.core.kinds.kind_registry import Unit, kinds_of, parse_unit
+
+    for given in ("head", ["ffn", "kv_group"], "head+ffn", ["layer"]):
+        unit = parse_unit(given)
+        assert isinstance(unit, Unit) and parse_unit(unit) is unit and str(unit) == unit.name == unit_name(given)
+        assert kinds_of(unit) == kinds_of(given) and unit_kinds(unit) == unit_kinds(given) == unit.names
+        assert unit.is_joint == (len(unit_kinds(given)) > 1) and ablation_refusal(unit) == ablation_refusal(given)
+    with pytest.raises(ValueError, match="both prune the attention part"):
+        parse_unit(["head", "kv_group"])
+
+
 def test_unit_gates_gives_each_unit_its_gates_and_reuses_the_model_s_own():
     model = tiny_llama()
     heads = HeadGates(model)

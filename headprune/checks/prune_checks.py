@@ -1,68 +1,66 @@
 """Checks of the prune.* settings, shared by the experiments that read them (prune and the study).
 
 Each rule names the setting, what is wrong and how to fix it (a ConfigError); the experiments' ``check``
-functions call the rules of the settings they read.
+functions call the rules of the settings they read, passing the ``PruneValues`` they built once (prune_values.py).
 """
 
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from headprune.checks.shared_checks import check_group_names, check_selection, check_splits
+from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
+from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
-from headprune.models.sources import config_fields as model_fields
-from headprune.selection.mask_search import given_target
+from headprune.models.sources import config_fields, max_positions
+from headprune.pruning.greedy_stage import fractions_of
+from headprune.pruning.pareto_plan import planned_points
+from headprune.selection.mask_search import PruneTarget, given_target
+from headprune.selection.schedule import check_schedule
+from headprune.selection.unit_rearrange import rearrangement_refusal
+from headprune.sources.orders import ORDERS
+from headprune.sources.point_models import check_save
+from headprune.sources.score_file import read_scores
 
 # ---- prune --------------------------------------------------------------------------------------
 
 
-def check_prune(cfg) -> None:
-    """prune.*: a per-layer floor below the layers' head count, known splits and groups, re-estimation where it does something."""
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
-
-    prune = cfg.prune
-    unit, fields = unit_of(cfg), model_fields(cfg.model)
-    k = prune.min_units_per_layer
-    for kind in kinds_of(unit) if fields is not None else ():
+def check_prune(cfg, prune) -> None:
+    """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something."""
+    fields, k = config_fields(cfg.model), prune.floor
+    for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
         if units is not None and k >= units:
             raise ConfigError(
-                f"prune.min_units_per_layer={k} keeps every {kind.noun} of prune.unit={unit}: the model's layers have {units} "
+                f"prune.min_units_per_layer={k} keeps every {kind.noun} of prune.unit={prune.unit}: the model's layers have {units} "
                 f"{kind.noun}s, so it must be at most {units - 1} (0 = no floor)"
             )
-    check_splits(cfg, [prune.split, prune.ablation_split], "prune.split/ablation_split")
-    check_group_names(cfg, prune.groups, "prune.groups")
+    check_splits(cfg, [prune.given.split, prune.given.ablation_split], "prune.split/ablation_split")
+    check_group_names(cfg, prune.unit, prune.groups, "prune.groups")
     check_reestimate(prune)
-    check_joint_scale(cfg, string_list(prune.order, "prune.order"))
-    check_ffn_multiple(cfg)
+    check_joint_scale(cfg, prune, prune.orders)
+    check_ffn_multiple(cfg, prune)
 
 
-def check_ffn_multiple(cfg) -> None:
-    """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (not a schedule's rounds,
-    not re-estimated curves)."""
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
-
-    prune = cfg.prune
-    multiple = int(prune.ffn_multiple)
+def check_ffn_multiple(cfg, prune) -> None:
+    """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (no schedule, no re-estimation)."""
+    given, unit = prune.given, prune.unit
+    multiple = int(given.ffn_multiple)
     if multiple == 1:
         return
-    unit = unit_of(cfg)
-    rounded = [kind for kind in kinds_of(unit) if kind.multiple_setting == "ffn_multiple"]
+    rounded = [kind for kind in unit.kinds if kind.multiple_setting == "ffn_multiple"]
     if not rounded:
         raise ConfigError(
             f"prune.ffn_multiple={multiple} rounds the FFN widths, and prune.unit={unit} prunes no FFN neurons: "
             "use prune.unit=ffn or a list with ffn ([head,ffn], [kv_group,ffn]), or drop it"
         )
-    if prune.get("schedule") is not None:
+    if given.get("schedule") is not None:
         raise ConfigError(
             f"prune.ffn_multiple={multiple} rounds one-shot masks; prune.schedule prunes the pruned model again each round: "
             "use prune.target or prune.fractions with it"
         )
-    if prune.reestimate:
+    if given.reestimate:
         raise ConfigError(f"prune.ffn_multiple={multiple} rounds the masks of fixed scores; drop prune.reestimate=true")
-    width = rounded[0].units_per_layer(model_fields(cfg.model) or {})
+    width = rounded[0].units_per_layer(config_fields(cfg.model) or {})
     if width is not None and (multiple > width or width % multiple):
         divisors = [d for d in (8, 16, 32, 64, 128, 256) if width % d == 0 and d < width]
         raise ConfigError(
@@ -71,45 +69,35 @@ def check_ffn_multiple(cfg) -> None:
         )
 
 
-def check_scores_from(cfg) -> None:
+def check_scores_from(prune) -> None:
     """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
-    from headprune.pruning.pareto_plan import for_speed
-    from headprune.sources.score_file import read_scores
-    from headprune.tasks.stream_task import action_of
-    from headprune.tasks.unit_task import unit_of
-
-    prune = cfg.prune
-    path = prune.get("scores_from")
+    given = prune.given
+    path = given.get("scores_from")
     if path is None:
         return
-    if for_speed(prune):
+    if prune.for_speed:
         raise ConfigError(
             f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
             "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
         )
-    if prune.reestimate:
+    if given.reestimate:
         raise ConfigError(
             f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
         )
-    read_scores(path, string_list(prune.order, "prune.order"), unit_of(cfg), action_of(cfg))
+    read_scores(path, list(prune.orders), prune.unit.name, prune.action)
 
 
-def check_joint_scale(cfg, orders: list[str]) -> None:
-    """prune.joint_scale: read by a joint unit only; ``loss`` compares the kinds' scores as they are, so only scores in
-    loss units (fisher, importance unnormalised) may meet under it."""
-    from headprune.checks.shared_checks import refuse_given
-    from headprune.core.unit_kinds import is_joint, unit_name
-    from headprune.tasks.unit_task import unit_of
-
-    unit = unit_name(unit_of(cfg))
-    if not is_joint(unit):
+def check_joint_scale(cfg, prune, orders) -> None:
+    """prune.joint_scale: read by a joint unit only; ``loss`` meets scores as they are, so only loss estimates (fisher, importance)."""
+    unit = prune.unit
+    if not unit.is_joint:
         refuse_given(
             cfg,
             ("prune.joint_scale",),
             f"it says how the kinds of a joint unit ([head,ffn], [kv_group,ffn]) meet under one budget, and prune.unit={unit} has one kind",
         )
         return
-    if str(cfg.prune.joint_scale) != "loss":
+    if str(prune.given.joint_scale) != "loss":
         return
     importance = cfg.importance
     normalised = [name for name in ("normalize_layers", "normalize_global") if importance.get(name)]
@@ -130,17 +118,14 @@ def check_joint_scale(cfg, orders: list[str]) -> None:
 
 def check_reestimate(prune) -> None:
     """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
-    from headprune.pruning.pareto_plan import for_speed
-    from headprune.sources.orders import ORDERS
-
-    if not prune.reestimate:
+    if not prune.given.reestimate:
         return
-    if for_speed(prune):
+    if prune.for_speed:
         raise ConfigError(
             "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
             "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
         )
-    orders = string_list(prune.order, "prune.order")
+    orders = list(prune.orders)
     if not any(ORDERS[order].reestimable for order in orders):
         raise ConfigError(
             f"prune.reestimate=true, but no order of prune.order={orders} can be re-estimated (random and ablation "
@@ -150,8 +135,6 @@ def check_reestimate(prune) -> None:
 
 def target_of(value, name: str):
     """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
-    from headprune.selection.mask_search import PruneTarget
-
     try:
         return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
     except ValueError as err:
@@ -160,8 +143,6 @@ def target_of(value, name: str):
 
 def schedule_of(value) -> list:
     """The validated ``prune.schedule``: growing fractions, or targets of one kind that go further each step, or a ConfigError."""
-    from headprune.selection.schedule import check_schedule
-
     steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     if not isinstance(steps, (list, tuple)):
         raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
@@ -181,53 +162,43 @@ def prune_steps(prune) -> list:
     return [] if target is None else [target_of(target, "prune.target")]
 
 
-def check_prune_for_speed(cfg) -> None:
+def check_prune_for_speed(cfg, prune) -> None:
     """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
-    prune = cfg.prune
-    steps = prune_steps(prune)
+    given = prune.given
+    targets = [s for s in prune.steps if not isinstance(s, float)]
     check_speed_unit(prune)
-    targets = [s for s in steps if not isinstance(s, float)]
-    check_cost(prune, targets)
-    check_latency_length(cfg)
+    check_cost(given, targets)
+    check_latency_length(cfg, given)
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
-    check_finetune(cfg)
-    check_control(cfg)
+    check_finetune(cfg, given.finetune)
+    check_control(cfg, prune)
     check_save_names(prune)
-    if prune.measure_speed:
+    if given.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
-        from headprune.checks.speed_checks import check_speed
-
         check_speed(cfg.speed)
 
 
 def check_save_names(prune) -> None:
     """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
-    from headprune.pruning.greedy_stage import fractions_of, orders_of
-    from headprune.pruning.pareto_plan import for_speed, planned_points
-    from headprune.sources.point_models import check_save
-
-    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
-    pareto = for_speed(prune)
-    planned = planned_points(prune, orders_of(prune), fractions_of(prune)) if pareto and not isinstance(save, str) else None
-    check_save(save, pareto, planned)
+    given = prune.given
+    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
+    planned = planned_points(given, list(prune.orders), fractions_of(given)) if prune.for_speed and not isinstance(save, str) else None
+    check_save(save, prune.for_speed, planned)
 
 
 def check_speed_unit(prune) -> None:
     """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
-    from headprune.core.unit_kinds import unit_name
-    from headprune.selection.unit_rearrange import rearrangement_refusal
-
-    rearrange = prune.rearrange
-    unit = unit_name(prune.unit if isinstance(prune.unit, str) else list(prune.unit))
+    given, unit = prune.given, prune.unit
+    rearrange = given.rearrange
     refusal = rearrangement_refusal(unit)
     if rearrange and refusal:
         raise ConfigError(
             f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
             "kv_group, ffn or a joint list such as [kv_group,ffn])"
         )
-    if rearrange and prune.get("schedule") is not None:
+    if rearrange and given.get("schedule") is not None:
         raise ConfigError(
             "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
             "not with prune.schedule: drop one of them"
@@ -245,11 +216,8 @@ def check_cost(prune, targets: list) -> None:
         )
 
 
-def check_latency_length(cfg) -> None:
+def check_latency_length(cfg, prune) -> None:
     """prune.cost=latency times the model on inputs of prune.seq_len tokens: within the positions the model takes."""
-    from headprune.models.sources import max_positions
-
-    prune = cfg.prune
     positions = max_positions(cfg.model) if str(prune.cost) == "latency" else None
     if positions is not None and int(prune.seq_len) > positions:
         raise ConfigError(
@@ -258,9 +226,8 @@ def check_latency_length(cfg) -> None:
         )
 
 
-def check_finetune(cfg) -> None:
+def check_finetune(cfg, finetune) -> None:
     """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
-    finetune = cfg.prune.finetune
     if finetune.warmup > 0 and not finetune.decay:
         raise ConfigError(
             f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
@@ -287,7 +254,7 @@ def check_finetune(cfg) -> None:
 
 def smallest_projection(model_cfg) -> int | None:
     """min(in, out) over the attention and MLP projections a model's config describes (None: unknown)."""
-    fields = model_fields(model_cfg)
+    fields = config_fields(model_cfg)
     if fields is None:
         return None
     width = fields.get("hidden_size") or fields.get("d_model")
@@ -300,18 +267,18 @@ def smallest_projection(model_cfg) -> int | None:
     return min(sizes) if sizes else None
 
 
-def check_control(cfg) -> None:
+def check_control(cfg, prune) -> None:
     """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
-    prune = cfg.prune
-    if prune.control and "finetune" not in string_list(prune.recover, "prune.recover"):
+    given = prune.given
+    if given.control and "finetune" not in prune.recoveries:
         raise ConfigError(
             "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
-            f"has no finetune ({prune.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+            f"has no finetune ({given.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
         )
-    extra = string_list(prune.extra_splits, "prune.extra_splits")
+    extra = string_list(given.extra_splits, "prune.extra_splits")
     check_splits(cfg, extra, "prune.extra_splits")
-    if str(prune.split) in extra:
-        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={prune.split}: list other evaluation splits")
+    if str(given.split) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={given.split}: list other evaluation splits")
 
 
 # ---- settings read only when others say so ---------------------------------------------------------
@@ -319,23 +286,16 @@ def check_control(cfg) -> None:
 
 def check_prune_lists(prune) -> None:
     """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
-    from headprune.checks.shared_checks import no_duplicates
-
-    for name in ("order", "recover", "groups", "extra_splits", "fractions"):  # a schedule must grow: its own check
+    for name in ("order", "recover", "extra_splits", "fractions"):  # groups: check_group_names; a schedule must grow: its own check
         value = prune.get(name)
         if OmegaConf.is_list(value):
             no_duplicates(value, f"prune.{name}")
 
 
-def check_conditional_reads(cfg, alone: bool = True) -> None:
-    """prune.* settings read only when another setting has some value: given otherwise, each is refused (``alone``:
-    experiment=prune, whose ablation order alone reads prune.ablation_split / n_samples; the study ablates anyway)."""
-    from headprune.checks.shared_checks import refuse_given
-    from headprune.pruning.pareto_plan import for_speed
-
-    prune = cfg.prune
-    recover = string_list(prune.recover, "prune.recover")
-    if prune.get("fractions") is not None:
+def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
+    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
+    given, recover = prune.given, list(prune.recoveries)
+    if given.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")
     if "finetune" not in recover:
         refuse_given(
@@ -346,42 +306,40 @@ def check_conditional_reads(cfg, alone: bool = True) -> None:
         )
     if "lsq" not in recover:
         refuse_given(cfg, ("prune.lsq",), f"prune.lsq.* sets the least squares of prune.recover=lsq, and prune.recover={recover}")
-    if recover == ["none"] * len(recover) and prune.get("schedule") is None:
+    if recover == ["none"] * len(recover) and given.get("schedule") is None:
         refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
-    if prune.finetune.get("tokens") is not None:
+    if given.finetune.get("tokens") is not None:
         refuse_given(
             cfg,
             ("prune.finetune.max_steps",),
-            f"with prune.finetune.tokens={prune.finetune.tokens} the fine-tune is one pass over the budget's batches",
+            f"with prune.finetune.tokens={given.finetune.tokens} the fine-tune is one pass over the budget's batches",
         )
-    if prune.finetune.get("lora_rank") is None:
+    if given.finetune.get("lora_rank") is None:
         refuse_given(cfg, ("prune.finetune.lora_alpha",), "LoRA's scale needs prune.finetune.lora_rank (null: a full fine-tune)")
-    targets = [s for s in prune_steps(prune) if not isinstance(s, float)]
+    targets = [s for s in prune.steps if not isinstance(s, float)]
     if not any(t.kind == "max_drop" for t in targets):
         refuse_given(cfg, ("prune.selection_split",), "it is where a max_drop target is measured, and no prune.target / schedule has one")
-    if str(prune.cost) != "latency":
+    if str(given.cost) != "latency":
         refuse_given(cfg, ("prune.latency_batch_size",), "it is the batch of prune.cost=latency's tables")
-    if not for_speed(prune):
+    if not prune.for_speed:
         refuse_given(cfg, ("prune.seq_len",), "it sizes the cost model of pruning for speed (prune.target / schedule / recover ...)")
-    if "duo" not in string_list(prune.order, "prune.order"):
+    if "duo" not in prune.orders:
         refuse_given(cfg, ("prune.duo",), "prune.duo.* trains the gates of the duo order, which prune.order does not have")
-    if alone and "ablation" not in string_list(prune.order, "prune.order"):
+    if alone and "ablation" not in prune.orders:
         refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
 
 
 def physical_pruning(prune) -> str | None:
     """What in experiment=prune removes heads physically (None: it only masks them)."""
-    from headprune.pruning.pareto_plan import for_speed, recoveries_of
-
-    if not for_speed(prune):
+    if not prune.for_speed:
         return None
-    recover = recoveries_of(prune)
-    save = OmegaConf.to_container(prune.save) if OmegaConf.is_config(prune.save) else prune.save
+    given, recover = prune.given, list(prune.recoveries)
+    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
     uses = {
         "prune.recover=finetune fine-tunes a pruned copy": "finetune" in recover,
-        "prune.measure_speed=true times pruned copies": bool(prune.measure_speed),
-        "prune.schedule removes heads at every step": prune.get("schedule") is not None,
-        "prune.cost=latency times pruned copies": str(prune.cost) == "latency",
+        "prune.measure_speed=true times pruned copies": bool(given.measure_speed),
+        "prune.schedule removes heads at every step": given.get("schedule") is not None,
+        "prune.cost=latency times pruned copies": str(given.cost) == "latency",
         f"prune.save={save} keeps pruned models": save != "none" and (save == "all" or not isinstance(save, str) or recover != ["none"]),
     }
     return next((what for what, used in uses.items() if used), None)

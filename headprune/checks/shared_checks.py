@@ -9,10 +9,22 @@ from __future__ import annotations
 from functools import cache, lru_cache
 from pathlib import Path
 
+from hydra.utils import get_method
 from omegaconf import OmegaConf
 
+from headprune.checks.stream_checks import check_stream
+from headprune.conf_dir import config_dir
 from headprune.core.checks import ConfigError, check_schema, warn
-from headprune.models.sources import config_fields as model_fields
+from headprune.core.families import GROUPS, config_groups, supported_model_types
+from headprune.core.pruning import inexact_reason
+from headprune.core.unit_kinds import ablation_refusal
+from headprune.models.sources import check_model_dir, config_fields, resolve_pretrained
+from headprune.results.readers import read_json_file
+from headprune.settings.declare import TRAINING
+from headprune.settings.schema import checked_groups, is_read, read_by, reads_of, rules_under
+from headprune.sources.orders import ORDERS, action_refusal, unit_refusal
+from headprune.tasks.registry import DATA_TASKS, TASKS, model_task, task_spec
+from headprune.tasks.stream_task import STREAM
 
 # ---- keys ---------------------------------------------------------------------------------------
 
@@ -20,8 +32,6 @@ from headprune.models.sources import config_fields as model_fields
 @lru_cache(maxsize=1)
 def known_keys() -> frozenset[str]:
     """Every top-level key a config group can set: config.yaml's, the groups' names and the keys of ``@package _global_`` files."""
-    from headprune.conf_dir import config_dir
-
     root = Path(config_dir())
     keys = set(OmegaConf.load(root / "config.yaml"))
     for path in root.rglob("*.yaml"):
@@ -76,8 +86,6 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attent
 
 def check_model(cfg) -> None:
     """The model's kind (a task), its attention implementation, and a pretrained model that exists and is complete."""
-    from headprune.tasks.registry import model_task
-
     try:
         model_task(cfg.model)
     except ValueError as err:
@@ -126,11 +134,7 @@ def check_flash_attention(cfg, implementation) -> None:
 
 
 def built_config(model_cfg) -> tuple[dict, str] | None:
-    """(config fields, where they are read) of the model that will be built: a local model.pretrained's config.json,
-    else model.config (None: a hub name or a training checkpoint, known only once loaded)."""
-    from headprune.models.sources import resolve_pretrained
-    from headprune.results.readers import read_json_file
-
+    """(config fields, where read) of the model to be built: a local pretrained's config.json, else model.config (None: known once loaded)."""
     pretrained = model_cfg.get("pretrained")
     if pretrained and not str(pretrained).endswith(".ckpt"):
         path = Path(resolve_pretrained(str(pretrained))) / "config.json"
@@ -142,8 +146,6 @@ def built_config(model_cfg) -> tuple[dict, str] | None:
 
 def check_model_type(fields: dict, config_file: str) -> None:
     """The model type of a model's config fields (read from ``config_file``) is one the family table covers."""
-    from headprune.core.families import supported_model_types
-
     model_type = fields.get("model_type")
     if model_type not in supported_model_types():
         raise ConfigError(
@@ -155,7 +157,6 @@ def check_model_type(fields: dict, config_file: str) -> None:
 
 def _check_model_files(cfg) -> None:
     from headprune.models.build import tokenizer_source
-    from headprune.models.sources import check_model_dir, resolve_pretrained
 
     model = cfg.model
     pretrained = model.get("pretrained")
@@ -185,8 +186,6 @@ def _check_model_files(cfg) -> None:
 
 def task_spec_of(cfg):
     """The TaskSpec of the model, fitting the chosen data, or a ConfigError."""
-    from headprune.tasks.registry import task_spec
-
     try:
         return task_spec(cfg)
     except ValueError as err:
@@ -195,8 +194,6 @@ def task_spec_of(cfg):
 
 def check_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> None:
     """The task's own check (``TaskSpec.check``): its settings, data files (unless a study falls back) and lengths."""
-    from hydra.utils import get_method
-
     spec = task_spec_of(cfg)
     local_missing = cfg.data.get("source") == "local" and not Path(str(cfg.data.get("dir"))).exists()
     get_method(spec.check)(cfg, files=not (falls_back and local_missing), importance=reads_importance)
@@ -216,8 +213,6 @@ def splits_of(cfg) -> tuple[str, ...]:
 
 def concrete_split(cfg, split: str) -> str:
     """The data split a split name reads (e.g. MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
-    from hydra.utils import get_method
-
     spec = task_spec_of(cfg)
     if split not in spec.splits:
         raise ConfigError(f"split must be one of {list(spec.splits)}, got {split!r}")
@@ -270,62 +265,47 @@ def check_selection(cfg, section: str) -> None:
 # ---- units --------------------------------------------------------------------------------------
 
 
-def check_unit(cfg, single_units: bool = False, orders: bool = True) -> None:
-    """prune.unit (a kind or a joint list; the schema checked its kinds) and prune.action: kv_group on grouped-query attention,
-    neurons and blocks on a family with an MLP layout, blocks in the global layout, streaming where it can run
-    (headprune.checks.stream_checks), orders the unit and action can be ranked by; ``single_units``:
-    the experiment removes one unit at a time (ablate, keep_one); ``orders``: check prune.order too."""
-    from headprune.checks.stream_checks import check_stream
-    from headprune.core.unit_kinds import ablation_refusal, kinds_of
-    from headprune.sources.orders import action_refusal, unit_refusal
-    from headprune.tasks.stream_task import STREAM, action_of
-    from headprune.tasks.unit_task import unit_of
-
-    if action_of(cfg) == STREAM:
-        check_stream(cfg)
+def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> None:
+    """``prune``'s unit and action on this model, its orders (``orders``), one unit at a time (``single_units``: ablate, keep_one)."""
+    if prune.action == STREAM:
+        check_stream(cfg, prune)
     else:
         refuse_given(
             cfg,
             ("prune.stream",),
             "prune.stream.* sets what a streamed unit still sees, and prune.action=remove removes units (add prune.action=stream)",
         )
-    unit = unit_of(cfg)
-    fields = model_fields(cfg.model)
-    for kind in kinds_of(unit):
-        refusal = kind.refusal(fields, cfg.prune) if fields is not None else None
+    unit, fields = prune.unit, config_fields(cfg.model)
+    for kind in unit.kinds:
+        refusal = kind.refusal(fields, prune.given) if fields is not None else None
         if refusal:
             raise ConfigError(f"prune.unit={unit} on model {cfg.model.get('name')}: {refusal}")
         if "feed_forward" in kind.parts and fields is not None:
             check_mlp_layout(cfg, unit, fields)
-        layout = kind.layout_refusal.get(str(cfg.prune.get("layout")))
+        layout = kind.layout_refusal.get(str(prune.given.get("layout")))
         if layout:
             raise ConfigError(layout)
     refusal = ablation_refusal(unit)
     if refusal and single_units:
         raise ConfigError(f"experiment={cfg.get('experiment_name')} removes one unit at a time, and prune.unit={unit}: {refusal}")
-    for order in [str(o) for o in listed_names(cfg.prune.get("order"))] if orders else []:
+    for order in prune.orders if orders else ():
         refused = unit_refusal(order, unit)
         if refused:
             raise ConfigError(f"prune.order={order} with prune.unit={unit}: {refused}")
-        refused = action_refusal(order, action_of(cfg))
+        refused = action_refusal(order, prune.action)
         if refused:
-            raise ConfigError(f"prune.order={order} with prune.action={action_of(cfg)}: {refused}")
+            raise ConfigError(f"prune.order={order} with prune.action={prune.action}: {refused}")
         check_order_data(cfg, order)
 
 
 def check_order_data(cfg, order: str) -> None:
-    """An order that reads a per-head score of the task's data (retrieval: needles) on a task whose data has it (or
-    read from ``prune.scores_from``)."""
-    from headprune.sources.orders import ORDERS
-
+    """An order that reads a score of the task's data (retrieval: needles) needs a task whose data has it (or prune.scores_from)."""
     needs = ORDERS[order].needs if order in ORDERS else None
     prune = cfg.get("prune")
     if prune is not None and prune.get("scores_from") is not None:
         return  # its scores are read from the file, not computed on this task's data
     spec = task_spec_of(cfg)
     if needs and needs not in spec.head_scores:
-        from headprune.tasks.registry import DATA_TASKS, TASKS
-
         having = [s.data_choices for s in (*TASKS.values(), *DATA_TASKS.values()) if needs in s.head_scores]
         raise ConfigError(
             f"prune.order={order} scores how often each head's attention peaks on the needle token it copies, and "
@@ -333,14 +313,7 @@ def check_order_data(cfg, order: str) -> None:
         )
 
 
-def listed_names(value) -> list:
-    """A name or a list of names as a list (None: [])."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
-
-
-def check_mlp_layout(cfg, unit: str, fields: dict) -> None:
+def check_mlp_layout(cfg, unit, fields: dict) -> None:
     """Neurons and blocks need the family's MLP layout (headprune.core.mlp_layouts) to find the feed-forward blocks."""
     from headprune.core.families import FAMILIES
 
@@ -352,17 +325,12 @@ def check_mlp_layout(cfg, unit: str, fields: dict) -> None:
         )
 
 
-def check_group_names(cfg, groups, setting: str) -> None:
-    """A list of mask groups (empty: all) names each once, each a group of the unit that the model has (from its config fields)."""
-    from headprune.core.families import GROUPS, config_groups
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
-
+def check_group_names(cfg, unit, groups, setting: str) -> None:
+    """A list of mask groups (empty: all) names each once, each a group of ``unit`` that the model has (from its config fields)."""
     no_duplicates(groups, setting)
-    fields = model_fields(cfg.model)
+    fields = config_fields(cfg.model)
     attention = (config_groups(fields) if fields is not None else None) or list(GROUPS)
-    unit = unit_of(cfg)
-    have = [g for kind in kinds_of(unit) for g in kind.group_names(attention)]
+    have = [g for kind in unit.kinds for g in kind.group_names(attention)]
     unknown = [str(g) for g in groups if str(g) not in have]
     if unknown:
         raise ConfigError(
@@ -371,16 +339,12 @@ def check_group_names(cfg, groups, setting: str) -> None:
         )
 
 
-def check_mask_units(cfg, mask: dict, setting: str = "speed.mask_file") -> None:
-    """A mask of a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
-    from headprune.core.unit_kinds import kinds_of
-    from headprune.tasks.unit_task import unit_of
-
-    unit = unit_of(cfg)
-    kinds = kinds_of(unit)
+def check_mask_units(cfg, unit, mask: dict, setting: str = "speed.mask_file") -> None:
+    """A mask of ``unit`` on a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
+    kinds = unit.kinds
     if len(kinds) != 1 or not kinds[0].layer_rows:
         return  # joint masks and the residual stream's one row: their groups are checked when the task loads the mask
-    fields = model_fields(cfg.model) or {}
+    fields = config_fields(cfg.model) or {}
     per_layer = kinds[0].units_per_layer(fields)
     layers = fields.get("num_hidden_layers")
     if not isinstance(per_layer, int) or not isinstance(layers, int) or len(mask) != 1:
@@ -408,7 +372,6 @@ def check_trainer(trainer) -> None:
         raise ConfigError(
             f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
         )
-    from headprune.settings.schema import rules_under
 
     check_schema({"trainer": trainer}, rules_under("trainer"))  # the study's training stage: with its train_overrides
     epochs = trainer.get("max_epochs")
@@ -426,8 +389,6 @@ def check_trainer(trainer) -> None:
 
 def check_training_run(cfg) -> None:
     """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
-    from headprune.settings.declare import TRAINING
-
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg, TRAINING)
     check_trainer(cfg.trainer)
@@ -453,8 +414,6 @@ def check_resume(cfg) -> None:
 @lru_cache(maxsize=1)
 def root_choices() -> dict[str, str]:
     """{group: the file config.yaml picks for it} (e.g. trainer: cpu); other groups' default file is ``default.yaml``."""
-    from headprune.conf_dir import config_dir
-
     entries = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "config.yaml")).get("defaults", [])
     return {k: str(v) for entry in entries if isinstance(entry, dict) for k, v in entry.items()}
 
@@ -462,8 +421,6 @@ def root_choices() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def experiment_files() -> dict[str, tuple[str, dict]]:
     """{entry point: (experiment name, its file's settings)} for every file of conf/experiment/."""
-    from headprune.conf_dir import config_dir
-
     files = {}
     for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml")):
         settings = OmegaConf.to_container(OmegaConf.load(path))
@@ -474,8 +431,6 @@ def experiment_files() -> dict[str, tuple[str, dict]]:
 @cache
 def group_defaults(run: str, group: str) -> dict:
     """The composed default of a settings group for an entry point: conf/<group>/default.yaml, then its experiment file's."""
-    from headprune.conf_dir import config_dir
-
     path = Path(config_dir()) / group / f"{root_choices().get(group, 'default')}.yaml"
     base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
     base.pop("defaults", None)
@@ -517,10 +472,7 @@ def reads(key: str, read: tuple[str, ...]) -> bool:
 
 
 def check_reads(cfg, reader: str | None = None) -> None:
-    """The general rule: a setting this run does not read (its declaration's ``read_by``), given another value than its
-    default, is refused. ``reader``: the experiment (default: the one of ``cfg.run``), or ``TRAINING`` for a task's trainer."""
-    from headprune.settings.schema import checked_groups, is_read, read_by, reads_of
-
+    """A setting this run (``reader``: default ``cfg.run``'s, or ``TRAINING``) does not read (``read_by``), given off its default, is refused."""
     reader = reader or experiment_name(cfg)
     for group in checked_groups():
         for key, value in given_settings(cfg, group).items():
@@ -547,12 +499,10 @@ def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
 
 
 def check_exact_pruning(cfg, what: str | None) -> None:
-    """A run that prunes physically (``what`` says how; None: it only masks) is refused before work on a model whose
-    pruning cannot be exact (OLMo 2, Falcon with ALiBi)."""
+    """A run that prunes physically (``what`` says how; None: masks only) is refused on a model whose pruning is inexact (OLMo 2, ALiBi)."""
     from headprune.core.families import FAMILIES
-    from headprune.core.pruning import inexact_reason
 
-    fields = model_fields(cfg.model) or {}
+    fields = config_fields(cfg.model) or {}
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
     reason = family and inexact_reason(family, fields)
     if reason and what:

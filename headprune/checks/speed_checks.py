@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headprune.checks.shared_checks import check_mask_units, check_order_data, check_splits, no_duplicates, refuse_given
 from headprune.core.checks import ConfigError
-from headprune.sources.mask_source import point_model_dir
+from headprune.results.mask_files import read_mask_file
+from headprune.sources.mask_source import chosen_mask, pick_keys, point_model_dir, point_source, with_file_unit
 from headprune.sources.orders import ORDERS, action_refusal
+from headprune.tasks.unit_task import unit_of
 
 
 def check_speed(speed) -> None:
     """speed.* timing: at least as many repeats allowed as asked for, batch sizes listed once."""
-    from headprune.checks.shared_checks import no_duplicates
-
     no_duplicates(speed.batch_sizes, "speed.batch_sizes")
     if speed.repeats > speed.max_repeats:
         raise ConfigError(
@@ -23,9 +24,6 @@ def check_speed(speed) -> None:
 
 def check_speed_run(cfg) -> None:
     """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask."""
-    from headprune.checks.shared_checks import check_splits
-    from headprune.results.mask_files import read_mask_file
-
     speed = cfg.speed
     check_speed(speed)
     check_splits(cfg, [speed.split], "speed.split")
@@ -49,8 +47,6 @@ def check_speed_run(cfg) -> None:
     refused = action_refusal(str(speed.mask_order), "remove")
     if refused:
         raise ConfigError(f"speed.mask_order={speed.mask_order}: {refused}")
-    from headprune.checks.shared_checks import check_order_data
-
     check_order_data(cfg, str(speed.mask_order))
     if speed.fraction == 0:
         raise ConfigError("speed.fraction=0 prunes no head: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5")
@@ -58,12 +54,8 @@ def check_speed_run(cfg) -> None:
 
 def check_point(cfg) -> None:
     """speed.point: a point of speed.mask_file's prune run, picked by name alone; one that removed some heads (not the control)."""
-    from headprune.checks.shared_checks import refuse_given
-    from headprune.results.mask_files import read_mask_file
-    from headprune.sources.mask_source import point_source
-
     speed = cfg.speed
-    refuse_given(cfg, ("speed.mask_order", "speed.mask_step", "speed.fraction"), f"speed.point={speed.point} names the point itself")
+    refuse_given(cfg, pick_keys("speed"), f"speed.point={speed.point} names the point itself")
     if not speed.get("mask_file"):
         raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
     read_mask_file(speed.mask_file, "speed")
@@ -78,13 +70,10 @@ def check_point(cfg) -> None:
 
 def check_chosen_mask(cfg) -> None:
     """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
-    from headprune.checks.shared_checks import check_mask_units
-    from headprune.sources.mask_source import chosen_mask, with_file_unit
-
     speed = cfg.speed
     path = Path(str(speed.mask_file))
     mask = chosen_mask(speed, "speed")[1].mask
-    check_mask_units(with_file_unit(cfg, "speed"), mask)
+    check_mask_units(cfg, unit_of(with_file_unit(cfg, "speed")), mask)
     entries = [value for rows in mask.values() for row in rows for value in row]
     if 0 not in entries:
         raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")

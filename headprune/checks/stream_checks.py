@@ -12,21 +12,19 @@ from headprune.core.families import config_groups
 from headprune.core.stream_gates import MASKED_ATTENTION, STREAM_UNITS, STREAMED_GROUP
 from headprune.models.sources import config_fields, max_positions
 from headprune.tasks.stream_task import task_context
-from headprune.tasks.unit_task import unit_of
 
 
-def check_stream(cfg) -> None:
-    """prune.action=stream: on a decoder LLM, in an attention unit, with a window within the model's positions and
-    sink + window below the task's context, and no pruning for speed."""
+def check_stream(cfg, prune) -> None:
+    """prune.action=stream: a decoder LLM, an attention unit, a window within its positions and the context, no pruning for speed."""
     check_stream_model(cfg)
-    unit = unit_of(cfg)
-    if unit not in STREAM_UNITS:
+    unit = prune.unit
+    if unit.name not in STREAM_UNITS:
         raise ConfigError(
             f"prune.unit={unit} with prune.action=stream: streaming limits how far back a unit of attention looks, and "
             f"{unit} holds units that attend to nothing (FFN neurons, whole blocks): use prune.unit=kv_group (or head)"
         )
     check_span(cfg)
-    check_not_for_speed(cfg.prune)
+    check_not_for_speed(prune)
 
 
 def check_stream_model(cfg) -> None:
@@ -73,9 +71,7 @@ def check_span(cfg) -> None:
 
 def check_not_for_speed(prune) -> None:
     """Pruning for speed removes units from the weights; a streamed unit keeps its weights."""
-    from headprune.pruning.pareto_plan import for_speed
-
-    if for_speed(prune):
+    if prune.for_speed:
         raise ConfigError(
             "prune.action=stream gates units, and pruning for speed (prune.target / schedule / recover / rearrange / "
             "measure_speed) removes them from the weights: a streamed unit keeps its weights, its saving is the KV cache "

@@ -92,16 +92,16 @@ def choices(value, name: str, known) -> list[str]:
     return items
 
 
-def pruning_unit(value, name: str) -> str:
-    """A registered unit kind or a list of kinds pruned together, as its canonical name (``head+ffn``)."""
-    from headprune.core.kinds.kind_registry import KINDS, unit_name
+def pruning_unit(value, name: str):
+    """A registered unit kind or a list of kinds pruned together, as its ``Unit`` (canonical name ``head+ffn``)."""
+    from headprune.core.kinds.kind_registry import KINDS, parse_unit
 
     kinds = tuple(KINDS)
     joint = OmegaConf.is_list(value) or isinstance(value, (list, tuple))
     if not joint and not isinstance(value, str):
         raise ConfigError(f"{name} must be one of {list(kinds)} or a list of them such as [head, ffn], got {value!r}")
     try:
-        return unit_name(list(value) if joint else value)
+        return parse_unit(list(value) if joint else value)
     except ValueError as err:
         raise ConfigError(f"{name}: {err}") from None
 

@@ -6,6 +6,9 @@ differences across the two evaluation sets).
 
 from __future__ import annotations
 
+from headprune.checks.prune_values import PruneValues
+from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
+from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import write_results
@@ -48,22 +51,13 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
-    from headprune.checks.shared_checks import (
-        check_group_names,
-        check_model_and_task,
-        check_reads,
-        check_splits,
-        check_unit,
-        no_duplicates,
-    )
-    from headprune.core.checks import ConfigError
-
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg)
-    check_unit(cfg, single_units=True)
+    check_unit(cfg, prune, single_units=True)
     splits = cfg.ablate.splits
     if not splits:
         raise ConfigError("ablate.splits is empty: give at least one evaluation split (e.g. [eval])")
     no_duplicates(splits, "ablate.splits")
-    check_group_names(cfg, cfg.ablate.groups, "ablate.groups")
+    check_group_names(cfg, prune.unit, cfg.ablate.groups, "ablate.groups")
     check_splits(cfg, splits, "ablate.splits")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits, refuse_given, task_spec_of
 from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.gates import HeadGates
@@ -33,7 +34,7 @@ from headprune.export.verify import check_export, check_line, refusal_message, s
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
-from headprune.sources.mask_source import chosen_mask, file_mask, point_model_dir, with_file_unit
+from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
 from headprune.stages.evaluation import check_split, swapped_model
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
@@ -107,8 +108,6 @@ def check_source_kind(cfg) -> None:
 
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
-    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits
-
     check_model_and_task(cfg)
     check_reads(cfg)
     check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if cfg.export.get("mask_file") else None)
@@ -119,8 +118,6 @@ def check(cfg) -> None:
 
 def check_model_kind(cfg) -> None:
     """What the task's models take (``TaskSpec.exports``): stock checkpoints of decoder-only LMs, int8 where the metric runs in ONNX Runtime."""
-    from headprune.checks.shared_checks import task_spec_of
-
     spec = task_spec_of(cfg)
     fmt = cfg.export.get("format")
     if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:
@@ -135,20 +132,12 @@ def check_model_kind(cfg) -> None:
 
 def check_settings(cfg) -> None:
     """Every export.* setting, the mask source and the format's demands on the model."""
-    from headprune.checks.shared_checks import refuse_given
-
     settings = cfg.export
     fmt, quantize = str(settings.format), str(settings.quantize)  # their choices: the schema's (ExportSettings)
     if settings.get("model"):
-        refuse_given(
-            cfg,
-            ("export.mask_order", "export.mask_step", "export.fraction"),
-            f"export.model={settings.model} is exported as it is (they pick a mask of export.mask_file)",
-        )
+        refuse_given(cfg, pick_keys("export"), f"export.model={settings.model} is exported as it is (they pick a mask of export.mask_file)")
     if settings.get("point"):
-        refuse_given(
-            cfg, ("export.mask_order", "export.mask_step", "export.fraction"), f"export.point={settings.point} names the point itself"
-        )
+        refuse_given(cfg, pick_keys("export"), f"export.point={settings.point} names the point itself")
     for other, record in FORMATS.items():  # settings another format reads (quantize, per_channel: checked below)
         foreign = tuple(f"export.{r}" for r in record.reads if r not in FORMATS[fmt].reads and r not in ("quantize", "per_channel"))
         if foreign:

@@ -7,6 +7,8 @@ that scores highest on the *selection* split when it alone is kept; the drop is 
 
 from __future__ import annotations
 
+from headprune.checks.prune_values import PruneValues
+from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_selection, check_unit
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import write_results
@@ -47,16 +49,9 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=keep_one: the model and task, the unit, and a selection split other than the evaluation split."""
-    from headprune.checks.shared_checks import (
-        check_group_names,
-        check_model_and_task,
-        check_reads,
-        check_selection,
-        check_unit,
-    )
-
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
     check_reads(cfg)
-    check_unit(cfg, single_units=True)
-    check_group_names(cfg, cfg.keep_one.groups, "keep_one.groups")
+    check_unit(cfg, prune, single_units=True)
+    check_group_names(cfg, prune.unit, cfg.keep_one.groups, "keep_one.groups")
     check_selection(cfg, "keep_one")

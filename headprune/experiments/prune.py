@@ -9,6 +9,17 @@ the training-split subset (``task.importance_batches()``), never from the evalua
 
 from __future__ import annotations
 
+from headprune.checks.prune_checks import (
+    check_conditional_reads,
+    check_prune,
+    check_prune_for_speed,
+    check_prune_lists,
+    check_scores_from,
+    physical_pruning,
+)
+from headprune.checks.prune_values import PruneValues
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, given_settings, refuse_given
+from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.pruning.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
@@ -101,37 +112,25 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
-    from headprune.checks.prune_checks import (
-        check_conditional_reads,
-        check_prune,
-        check_prune_for_speed,
-        check_prune_lists,
-        check_scores_from,
-        physical_pruning,
-    )
-    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
-
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
     check_prune_lists(cfg.prune)
-    check_trainer_not_read(cfg)
+    check_trainer_not_read(cfg, prune)
     check_reads(cfg)
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
-    check_unit(cfg)
-    check_exact_pruning(cfg, physical_pruning(cfg.prune))
-    check_prune(cfg)
-    check_scores_from(cfg)
-    check_prune_for_speed(cfg)
-    check_conditional_reads(cfg)
+    check_unit(cfg, prune)
+    check_exact_pruning(cfg, physical_pruning(prune))
+    check_prune(cfg, prune)
+    check_scores_from(prune)
+    check_prune_for_speed(cfg, prune)
+    check_conditional_reads(cfg, prune)
 
 
-def check_trainer_not_read(cfg) -> None:
+def check_trainer_not_read(cfg, prune) -> None:
     """trainer.* sets training runs: a recovery fine-tune runs on the model's device (``device``), not the trainer's."""
-    from headprune.checks.shared_checks import given_settings
-    from headprune.core.checks import ConfigError, string_list
-
     given = given_settings(cfg, "trainer")
-    if given and "finetune" in string_list(cfg.prune.recover, "prune.recover"):
+    if given and "finetune" in prune.recoveries:
         key, value = next(iter(given.items()))
         raise ConfigError(
             f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "

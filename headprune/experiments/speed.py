@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headprune.checks.prune_checks import check_joint_scale
+from headprune.checks.prune_values import PruneValues
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
 from headprune.checks.speed_checks import check_speed_run
 from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
@@ -126,8 +129,7 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=speed: the model and task, the unit, speed.* and the mask it times (importance.* only without a mask file)."""
-    from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
-
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
     check_reads(cfg)
     if cfg.speed.get("mask_file"):
@@ -136,10 +138,8 @@ def check(cfg) -> None:
             ("importance", "prune.layout", "prune.joint_scale", "prune.ablation_split", "prune.n_samples"),
             "with speed.mask_file the mask comes from the file, not from an order's scores",
         )
-    check_unit(cfg)
+    check_unit(cfg, prune)
     if not cfg.speed.get("mask_file"):
-        from headprune.checks.prune_checks import check_joint_scale
-
-        check_joint_scale(cfg, [str(cfg.speed.mask_order)])
+        check_joint_scale(cfg, prune, [str(cfg.speed.mask_order)])
     check_exact_pruning(cfg, "its speed measurement times the physically pruned model")
     check_speed_run(cfg)

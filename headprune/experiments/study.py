@@ -16,7 +16,20 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
+from headprune.checks.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
+from headprune.checks.prune_values import PruneValues
+from headprune.checks.shared_checks import (
+    check_exact_pruning,
+    check_model_and_task,
+    check_reads,
+    check_selection,
+    check_trainer,
+    check_unit,
+    no_duplicates,
+)
+from headprune.checks.speed_checks import check_speed_run
 from headprune.conf_dir import config_dir
+from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import ablation_refusal, noun
 from headprune.engine.verdict import is_inconclusive
 from headprune.lightning.loggers import log_run
@@ -27,6 +40,7 @@ from headprune.results.stream_points import action_record, action_words, keep_on
 from headprune.results.writer import model_fingerprint, output_dir, read_json
 from headprune.selection.greedy import check_groups
 from headprune.settings import RunSettings
+from headprune.sources.mask_source import given_keys
 from headprune.sources.orders import action_refusal, order_settings, unit_refusal
 from headprune.stages.ablation_stage import ablation_figure
 from headprune.stages.evaluation import check_split, evaluate_one, selection_split
@@ -270,26 +284,13 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
 
 def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
-    from headprune.checks.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
-    from headprune.checks.shared_checks import (
-        check_exact_pruning,
-        check_model_and_task,
-        check_reads,
-        check_selection,
-        check_trainer,
-        check_unit,
-        no_duplicates,
-    )
-    from headprune.checks.speed_checks import check_speed_run
-    from headprune.core.checks import ConfigError
-    from headprune.sources.mask_source import given_keys
-
+    prune = PruneValues.of(cfg)
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
     check_prune_lists(cfg.prune)
     check_reads(cfg)
     given = given_keys()
-    check_unit(cfg, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
-    streamed = action_of(cfg) == STREAM  # no speed stage: nothing is pruned physically
+    check_unit(cfg, prune, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
+    streamed = prune.action == STREAM  # no speed stage: nothing is pruned physically
     check_exact_pruning(cfg, None if streamed else "its speed measurement times the physically pruned model")
     check_selection(cfg, "study")
     no_duplicates(cfg.study.extra_splits, "study.extra_splits")
@@ -308,7 +309,7 @@ def check(cfg) -> None:
             "the study times the importance order's mask at speed.fraction: speed.mask_file, speed.mask_step, speed.point "
             "and speed.mask_order belong to experiment=speed; drop them here"
         )
-    check_prune(cfg)
-    check_prune_for_speed(cfg)
-    check_conditional_reads(cfg, alone=False)
+    check_prune(cfg, prune)
+    check_prune_for_speed(cfg, prune)
+    check_conditional_reads(cfg, prune, alone=False)
     check_speed_run(cfg)

@@ -18,15 +18,24 @@ TIMING = ("speed", "prune")  # prune.measure_speed=true times its points with th
 EXPORT = ("export",)
 
 
+def mask_source(read_by: tuple[str, ...]) -> type:
+    """The settings that say which mask a run takes: a prune run's results file and a point, step or fraction of it (or an order's)."""
+
+    @dataclass(frozen=True)
+    class MaskSourceSettings:
+        mask_file: str | None = setting(MAYBE_NAME, read_by)
+        mask_order: str = setting(NAME, read_by)
+        mask_step: str | None = setting(MAYBE_NAME, read_by)
+        fraction: float = setting(FRACTION, read_by)
+        point: str | None = setting(MAYBE_NAME, read_by)
+
+    return MaskSourceSettings
+
+
 @dataclass(frozen=True)
-class SpeedSettings:
+class SpeedSettings(mask_source(SPEED)):
     """speed: physical pruning and throughput (conf/speed/default.yaml)."""
 
-    fraction: float = setting(FRACTION, SPEED)
-    mask_file: str | None = setting(MAYBE_NAME, SPEED)
-    mask_order: str = setting(NAME, SPEED)
-    mask_step: str | None = setting(MAYBE_NAME, SPEED)
-    point: str | None = setting(MAYBE_NAME, SPEED)
     batch_sizes: list = setting(rule(positive_ints), (*TIMING, "export"))  # export: int8 is scored at each
     examples: int = setting(COUNT, TIMING)
     warmup: int = setting(rule(integer, low=0), TIMING)
@@ -41,16 +50,11 @@ class SpeedSettings:
 
 
 @dataclass(frozen=True)
-class ExportSettings:
+class ExportSettings(mask_source(EXPORT)):
     """export: a pruned model out of headprune (conf/export/default.yaml)."""
 
     format: str = setting(rule(choice, choices=FORMATS), EXPORT)
-    mask_file: str | None = setting(MAYBE_NAME, EXPORT)
-    mask_order: str = setting(NAME, EXPORT)
-    mask_step: str | None = setting(MAYBE_NAME, EXPORT)
-    fraction: float = setting(FRACTION, EXPORT)
     model: str | None = setting(MAYBE_NAME, EXPORT)
-    point: str | None = setting(MAYBE_NAME, EXPORT)
     quantize: str = setting(rule(choice, choices=QUANTIZE), EXPORT)
     per_channel: bool = setting(rule(boolean), EXPORT)
     int8_batch_sizes: list[int] = setting(rule(positive_ints), EXPORT)

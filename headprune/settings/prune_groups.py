@@ -16,12 +16,8 @@ ACTIONS = ("remove", "stream")  # what a unit's gate at 0 does: the unit goes, o
 COSTS = ("flops", "latency")
 
 PRUNE = ("prune",)
-MASK_BY_ORDER = ("prune", "speed")
-GATED = (
-    "ablate",
-    "keep_one",
-    "prune",
-)  # the experiments that gate units without removing them from the weights  # speed's mask without a mask file: the lowest speed.fraction by an order
+MASK_BY_ORDER = ("prune", "speed")  # speed's mask without a mask file: the lowest speed.fraction by an order
+GATED = ("ablate", "keep_one", "prune")  # the experiments that gate units without removing them from the weights
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@ from headprune.tasks.unit_task import unit_of
 PICKS = ("mask_order", "fraction", "mask_step")  # the settings that pick a mask among a file's candidates
 
 
+def pick_keys(setting: str) -> tuple[str, ...]:
+    """The dotted keys of the settings that pick a mask of ``<setting>.mask_file`` (``speed.mask_order`` ...)."""
+    return tuple(f"{setting}.{name}" for name in PICKS)
+
+
 def given_keys() -> set[str] | None:
     """The settings given on the command line (dotted keys), or None outside a Hydra run (then every setting counts as given)."""
     from hydra.core.hydra_config import HydraConfig
@@ -44,8 +49,7 @@ def chosen_mask(settings, setting: str) -> tuple[MaskFile, Candidate]:
 
 
 def with_file_unit(cfg, setting: str):
-    """``cfg`` with ``prune.unit`` (and ``prune.layout``) as the mask file records them; a different prune.unit given on
-    the command line is a ConfigError. Unchanged without a mask file or when the file does not say."""
+    """``cfg`` with prune.unit (and layout) as the mask file records them; another prune.unit given is a ConfigError."""
     settings = cfg.get(setting) or {}
     if not settings.get("mask_file"):
         return cfg
@@ -54,7 +58,7 @@ def with_file_unit(cfg, setting: str):
         return cfg
     given = given_keys() or set()
     asked = unit_of(cfg)
-    if "prune.unit" in given and asked != found.unit:
+    if "prune.unit" in given and asked.name != found.unit:
         raise ConfigError(
             f"prune.unit={asked}, but {setting}.mask_file={found.path} holds masks of unit {found.unit}: drop prune.unit "
             "(the file's unit is used)"
@@ -112,8 +116,7 @@ def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:
 
 
 def point_model_dir(settings, setting: str, need_model: bool = False):
-    """The directory of the model ``<setting>.point`` was saved to (None: the point kept no model, its mask is used;
-    ``need_model``: a ConfigError saying how to take its mask instead)."""
+    """The model directory of ``<setting>.point`` (None: it kept none; ``need_model``: a ConfigError saying how to take its mask)."""
     if not settings.get("point"):
         return None
     found, chosen = point_source(settings, setting)

@@ -71,5 +71,5 @@ def in_action(task, cfg):
     if action_of(cfg) != STREAM:
         return in_unit(task, unit)
     stream = cfg.prune.stream
-    gates = StreamGates(task.gates, int(stream.sink), int(stream.window), unit=unit)
+    gates = StreamGates(task.gates, int(stream.sink), int(stream.window), unit=unit.name)
     return StreamTask(task, gates, task_context(cfg.data))

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from headprune.core.checks import pruning_unit
 from headprune.core.joint import JointGates, shared_gates
-from headprune.core.unit_kinds import unit_name
+from headprune.core.kinds.kind_registry import Unit, parse_unit, unit_name
 from headprune.core.units import QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 
@@ -78,13 +79,7 @@ def in_unit(task, unit="head"):
     return task if unit_name(unit) == QUERY_HEADS else UnitTask(task, unit)
 
 
-def unit_of(cfg) -> str:
-    """``prune.unit`` as a unit name (a list such as [head, ffn] as ``head+ffn``); a run without a prune group (training) gates
-    the model's query heads."""
-    if cfg.get("prune") is None:
-        return QUERY_HEADS
-    value = cfg.prune.unit
-    try:
-        return unit_name(value if isinstance(value, str) else list(value))
-    except (TypeError, ValueError):
-        return str(value)  # not a unit: the config check names it
+def unit_of(cfg) -> Unit:
+    """``prune.unit`` parsed once into its ``Unit`` (the schema's ConfigError if none); a run without prune gates query heads."""
+    prune = cfg.get("prune")
+    return parse_unit(QUERY_HEADS) if prune is None else pruning_unit(prune.unit, "prune.unit")

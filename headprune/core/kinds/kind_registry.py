@@ -1,13 +1,37 @@
-"""The registry of pruning-unit kinds, and units that join several kinds under one budget."""
+"""The registry of pruning-unit kinds, and units that join several kinds under one budget (``parse_unit``: a ``Unit``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from headprune.core.kinds.unit_kind import UnitKind
 
 JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
 KINDS: dict[str, UnitKind] = {}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit's kinds in the registry's order, parsed once (``parse_unit``); every function here takes it as it takes a name."""
+
+    kinds: tuple[UnitKind, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(kind.name for kind in self.kinds)
+
+    @property
+    def name(self) -> str:
+        """Its canonical name: ``head+ffn`` for [ffn, head]."""
+        return JOINER.join(self.names)
+
+    @property
+    def is_joint(self) -> bool:
+        return len(self.kinds) > 1
+
+    def __str__(self) -> str:
+        return self.name
 
 
 def register_kind(kind: UnitKind, replace: bool = False) -> UnitKind:
@@ -35,7 +59,9 @@ def kind_named(name: str) -> UnitKind:
 
 
 def unit_kinds(unit) -> tuple[str, ...]:
-    """The kinds of a unit, in the registry's order: ``"head+ffn"`` or ``["ffn", "head"]`` -> ("head", "ffn")."""
+    """A unit's kinds in registry order (``"head+ffn"``, ``["ffn", "head"]`` -> (head, ffn)); a ValueError: unknown, twice, same part."""
+    if isinstance(unit, Unit):
+        return unit.names
     if not isinstance(unit, str) and not (isinstance(unit, Iterable) and all(isinstance(k, str) for k in unit)):
         raise ValueError(
             f"a unit is a kind's name or a list of names, e.g. 'head' or ['kv_group', 'ffn']; got {type(unit).__name__} {unit!r:.40}"
@@ -64,7 +90,12 @@ def unit_kinds(unit) -> tuple[str, ...]:
 
 def kinds_of(unit) -> tuple[UnitKind, ...]:
     """The kind objects of a unit (see ``unit_kinds``)."""
-    return tuple(KINDS[k] for k in unit_kinds(unit))
+    return unit.kinds if isinstance(unit, Unit) else tuple(KINDS[k] for k in unit_kinds(unit))
+
+
+def parse_unit(unit) -> Unit:
+    """A unit (a name, a list of names or a ``Unit``) as its value, parsed once (a ValueError as ``unit_kinds``)."""
+    return unit if isinstance(unit, Unit) else Unit(kinds_of(unit))
 
 
 def unit_name(unit) -> str:

@@ -1,0 +1,44 @@
+"""The prune settings the checks read, parsed once where an experiment's check starts and passed to every rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from headprune.checks.prune_checks import prune_steps
+from headprune.core.checks import string_list
+from headprune.core.kinds.kind_registry import Unit
+from headprune.pruning.pareto_plan import for_speed
+from headprune.tasks.stream_task import action_of
+from headprune.tasks.unit_task import unit_of
+
+
+@dataclass(frozen=True)
+class PruneValues:
+    """prune.* as the checks read it: the unit as its value, the action, and the lists as tuples; ``given``: the group as composed."""
+
+    unit: Unit
+    action: str
+    orders: tuple[str, ...]
+    recoveries: tuple[str, ...]
+    groups: tuple[str, ...]
+    floor: int
+    given: Any
+
+    @classmethod
+    def of(cls, cfg) -> PruneValues:
+        """The values of ``cfg.prune``, which the schema has checked, each parsed here once."""
+        prune = cfg.prune
+        order, recover, groups = (tuple(string_list(prune[key], f"prune.{key}")) for key in ("order", "recover", "groups"))
+        return cls(unit_of(cfg), action_of(cfg), order, recover, groups, int(prune.min_units_per_layer), prune)
+
+    @cached_property
+    def for_speed(self) -> bool:
+        """Whether it prunes for speed (a target, a schedule, a recovery, a rearrangement, measured speed or extra splits)."""
+        return for_speed(self.given)
+
+    @cached_property
+    def steps(self) -> list:
+        """The steps of prune.target or prune.schedule (targets or fractions; [] for neither), or a ConfigError."""
+        return prune_steps(self.given)
