@@ -8,8 +8,6 @@ check, any other entry point the ``check(cfg)`` of its own module (each experime
 settings; what they share is ``headprune.checks.shared_checks``). An entry point without one is refused.
 """
 
-from __future__ import annotations
-
 from importlib import import_module
 
 from headprune.checks.shared_checks import check_training_run, warn_unknown_keys

@@ -5,8 +5,6 @@ a readable model, and all of them the same model (architecture and head layout) 
 run's per-epoch Lightning checkpoints (``ckpt_dir``): each one a whole archive.
 """
 
-from __future__ import annotations
-
 import re
 import zipfile
 from pathlib import Path

@@ -4,8 +4,6 @@ Each rule names the setting, what is wrong and how to fix it (a ConfigError); th
 functions call the rules of the settings they read, passing the ``PruneValues`` they built once (prune_values.py).
 """
 
-from __future__ import annotations
-
 from omegaconf import OmegaConf
 
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given

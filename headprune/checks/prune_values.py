@@ -1,7 +1,5 @@
 """The prune settings the checks read, parsed once where an experiment's check starts and passed to every rule."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -27,7 +25,7 @@ class PruneValues:
     given: Any
 
     @classmethod
-    def of(cls, cfg) -> PruneValues:
+    def of(cls, cfg) -> "PruneValues":
         """The values of ``cfg.prune``, which the schema has checked, each parsed here once."""
         prune = cfg.prune
         order, recover, groups = (tuple(string_list(prune[key], f"prune.{key}")) for key in ("order", "recover", "groups"))

@@ -4,8 +4,6 @@ Each experiment module owns a ``check(cfg)`` beside its ``run``; it calls these 
 the rows of its own settings. ``headprune.validation.validate`` dispatches to it by the module of ``cfg.run``.
 """
 
-from __future__ import annotations
-
 from functools import cache, lru_cache
 from pathlib import Path
 

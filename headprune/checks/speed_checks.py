@@ -1,7 +1,5 @@
 """The checks of a speed measurement, shared by experiment=speed and the study's speed stage."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from headprune.checks.shared_checks import check_mask_units, check_order_data, check_splits, no_duplicates, refuse_given

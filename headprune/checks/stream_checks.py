@@ -5,8 +5,6 @@ decoder-only LLM whose attention takes a 4-D mask, a unit of attention (a head o
 positions can hold and a context longer than sink + window (else a streamed unit keeps every key and nothing is saved).
 """
 
-from __future__ import annotations
-
 from headprune.core.checks import ConfigError
 from headprune.core.families import config_groups
 from headprune.core.stream_gates import MASKED_ATTENTION, STREAM_UNITS, STREAMED_GROUP

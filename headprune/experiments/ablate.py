@@ -4,8 +4,6 @@ Paper section 3.2 (Table 1, Figure 1); with two splits also section 3.4 (Pearson
 differences across the two evaluation sets).
 """
 
-from __future__ import annotations
-
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
 from headprune.core.checks import ConfigError

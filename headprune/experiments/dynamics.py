@@ -5,8 +5,6 @@ Either a training run's per-epoch Lightning checkpoints (``ckpt_dir``), or a lis
 Pythia and OLMo publish the checkpoints of their pretraining runs.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from omegaconf import OmegaConf

@@ -10,8 +10,6 @@ evaluation batching and at each of ``export.int8_batch_sizes`` (the speed stage'
 results.json records the source mask, the format, the files and the check.
 """
 
-from __future__ import annotations
-
 import copy
 import json
 from pathlib import Path

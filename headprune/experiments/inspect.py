@@ -1,7 +1,5 @@
 """experiment=inspect: print a model's attention groups, heads, parameters and attention FLOPs."""
 
-from __future__ import annotations
-
 from dataclasses import asdict
 from pathlib import Path
 

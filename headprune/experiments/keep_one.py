@@ -5,8 +5,6 @@ that scores highest on the *selection* split when it alone is kept; the drop is 
 *evaluation* split, so the choice is not biased by the test data.
 """
 
-from __future__ import annotations
-
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_selection, check_unit
 from headprune.core.unit_kinds import noun

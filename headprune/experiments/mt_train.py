@@ -1,7 +1,5 @@
 """experiment=mt_train: a translation model trained (mt_small from scratch on the synthetic set by default), by the task's own trainer."""
 
-from __future__ import annotations
-
 from headprune.checks.shared_checks import check_training_run
 from headprune.tasks.registry import train_task
 

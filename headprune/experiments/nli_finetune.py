@@ -1,7 +1,5 @@
 """experiment=nli_finetune: a sequence classifier fine-tuned on NLI (MNLI by default; data=nli_synthetic offline), by the task's own trainer."""
 
-from __future__ import annotations
-
 from headprune.checks.shared_checks import check_training_run
 from headprune.tasks.registry import train_task
 

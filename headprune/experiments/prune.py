@@ -7,8 +7,6 @@ entropy) is re-estimated under the current mask before each step. Importance and
 the training-split subset (``task.importance_batches()``), never from the evaluation data.
 """
 
-from __future__ import annotations
-
 from headprune.checks.prune_checks import (
     check_conditional_reads,
     check_prune,

@@ -1,7 +1,5 @@
 """experiment=report: a run directory's results files and figures gathered into report.md and report.html."""
 
-from __future__ import annotations
-
 from headprune.viz import run_report
 
 

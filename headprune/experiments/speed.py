@@ -7,8 +7,6 @@ each batch size, the measured gain beside the FLOP-ideal gain, parameters, atten
 whether the pruned model scores exactly like the masked one.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from headprune.checks.prune_checks import check_joint_scale

@@ -9,8 +9,6 @@ this on the embedded MiniLM: fine-tuned on the local MNLI copy when there is one
 synthetic NLI set (it says which).
 """
 
-from __future__ import annotations
-
 import shutil
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """experiment=vit_finetune: an image classifier (ViT, DeiT) fine-tuned (scikit-learn's digits by default, offline), by the task's own trainer."""
 
-from __future__ import annotations
-
 from headprune.checks.shared_checks import check_training_run
 from headprune.tasks.registry import train_task
 

@@ -7,8 +7,6 @@ group that lacks one of their fields is a ConfigError naming it. ``RunSettings.o
 the schema checks them (``headprune.settings.schema`` derives the schema and the read rule from it).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, fields
 
 from omegaconf import OmegaConf
@@ -104,6 +102,6 @@ class RunSettings:
     study: StudySettings | None
 
     @classmethod
-    def of(cls, cfg) -> RunSettings:
+    def of(cls, cfg) -> "RunSettings":
         """The settings of every group ``cfg`` holds, each read once."""
         return cls(**{name: read_settings(kind, cfg[name], name) if cfg.get(name) is not None else None for name, kind in GROUPS.items()})

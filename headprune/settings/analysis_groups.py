@@ -1,7 +1,5 @@
 """The groups of the paper's analyses: importance, ablate, keep_one, the study, training dynamics and inspect."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from headprune.core.checks import boolean, choice, fractions, number, rule

@@ -5,8 +5,6 @@ value, and so every default, comes from ``conf/``); the schema, the "given but n
 docs/settings.md are derived from these declarations (``headprune.settings.schema``).
 """
 
-from __future__ import annotations
-
 from dataclasses import Field, dataclass, field, fields
 
 from headprune.core.checks import Rule, integer, number, optional, rule, string_list, text

@@ -1,7 +1,5 @@
 """The speed and export groups (conf/speed/default.yaml, conf/export/default.yaml): timing and shipping a pruned model."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from headprune.core.checks import boolean, choice, integer, positive_ints, rule

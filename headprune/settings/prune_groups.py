@@ -1,7 +1,5 @@
 """The prune group (conf/prune/default.yaml): greedy pruning and pruning for speed, with its recoveries."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Any
 

@@ -1,7 +1,5 @@
 """Settings that were renamed: the old key is refused with the new one named."""
 
-from __future__ import annotations
-
 from omegaconf import OmegaConf
 
 from headprune.core.checks import ConfigError

@@ -3,8 +3,6 @@
 These are declarations only: the run reads them from the config (the trainer and callbacks go to Lightning whole).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Any
 

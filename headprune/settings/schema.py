@@ -6,8 +6,6 @@ groups). ``headprune.validation`` applies ``SCHEMA`` to every setting a composed
 (``task.*``, ``data.*``) are checked by each task's own ``config_check.py``.
 """
 
-from __future__ import annotations
-
 from headprune.settings import DECLARED
 from headprune.settings.declare import EVERY, STAGES, Declared, Group, declared
 

@@ -1,7 +1,5 @@
 """The mask of ``speed.mask_file`` / ``export.mask_file``: the file's unit and layout, and the candidate its settings pick."""
 
-from __future__ import annotations
-
 import copy
 
 from omegaconf import open_dict

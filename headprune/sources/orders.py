@@ -6,8 +6,6 @@ unmasked computation found (importance, entropy and ablation results shared by a
 A new order is one function and one line of ``ORDERS``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any

@@ -5,8 +5,6 @@ was made (order, step, recovery and its settings, the mask) and the scores its t
 recipe reuses the directory instead of recovering again; ``export.point`` / ``speed.point`` take it by name.
 """
 
-from __future__ import annotations
-
 import copy
 import json
 import re

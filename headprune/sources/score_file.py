@@ -6,8 +6,6 @@ is a plain pruning curve's results.json (experiment=prune without prune.target /
 action; each order asked must have recorded its scores there (``head_scores``; a re-estimated order has none).
 """
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

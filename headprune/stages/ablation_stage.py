@@ -1,7 +1,5 @@
 """Single-head ablation: every head's removal scored on a split, with the figure; shared by experiment=ablate, the study and the ablation order."""
 
-from __future__ import annotations
-
 from dataclasses import asdict
 
 import torch

@@ -1,7 +1,5 @@
 """Evaluation helpers of the experiments, on the task protocol only: split checks, many masks, swapped models."""
 
-from __future__ import annotations
-
 from contextlib import contextmanager
 
 

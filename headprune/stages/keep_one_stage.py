@@ -1,7 +1,5 @@
 """The keep-one stage (paper section 3.3): per layer, the best single head chosen on a selection split, scored on another."""
 
-from __future__ import annotations
-
 from dataclasses import asdict
 
 from headprune.engine.ablation import keep_one_masks

@@ -3,8 +3,6 @@
 Shared by experiment=speed, the study's speed stage and the Pareto points of pruning for speed.
 """
 
-from __future__ import annotations
-
 import copy
 from dataclasses import asdict
 from pathlib import Path

@@ -6,8 +6,6 @@ task's own evaluation as the masks that act: query-head masks (``head_mask``) fo
 gate FFN neurons the query-head and neuron masks together (``base_mask``), evaluated under joint head + neuron gates.
 """
 
-from __future__ import annotations
-
 from contextlib import contextmanager
 
 from headprune.core.checks import pruning_unit

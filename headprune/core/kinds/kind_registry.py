@@ -1,7 +1,5 @@
 """The registry of pruning-unit kinds, and units that join several kinds under one budget (``parse_unit``: a ``Unit``)."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 
