@@ -1,12 +1,4 @@
-"""One check of a composed experiment config before any work: settings, data files and the model directory.
-
-``validate(cfg)`` is called by the ``headprune`` entry point for every experiment (each job of a sweep
-first). It reads no model weights and runs no forward pass. In turn: top-level keys that no config group
-defines (a ConfigWarning), every setting's type, range and choices (``headprune.settings.schema.SCHEMA``, derived
-from each setting's declaration in ``headprune.settings``), then the check of the entry point ``cfg.run``: a task's trainer (``TaskSpec.train``) gets the shared training
-check, any other entry point the ``check(cfg)`` of its own module (each experiment owns the rows of its
-settings; what they share is ``headprune.checks.shared_checks``). An entry point without one is refused.
-"""
+"""One check of a composed experiment config before any work: settings, data files and the model directory."""
 
 from importlib import import_module
 

@@ -1,9 +1,4 @@
-"""The checkpoints a dynamics run reads, checked all together before the first is analysed.
-
-A list of model checkpoints (``checkpoints=[...]``): ordered by the step their names tell, each one present,
-a readable model, and all of them the same model (architecture and head layout) at another step. A training
-run's per-epoch Lightning checkpoints (``ckpt_dir``): each one a whole archive.
-"""
+"""The checkpoints a dynamics run reads, checked together before the first is analysed: a listed model series or a run's epoch archives."""
 
 import re
 import zipfile
@@ -35,8 +30,7 @@ def named_step(entry: str) -> int | None:
 
 
 def ordered_checkpoints(listed: list[str]) -> list[tuple[int, str]]:
-    """(step, entry) of every checkpoint, by step when every name tells one; in the order given (step = position) when
-    none does. A list where only some names tell a step, or two tell the same one, is a ConfigError."""
+    """(step, entry) of each checkpoint: by the distinct steps all names tell, or by position when none tells one; else a ConfigError."""
     steps = [named_step(entry) for entry in listed]
     if all(step is None for step in steps):
         return list(enumerate(listed))
@@ -59,8 +53,7 @@ def layout(fields: dict) -> dict:
 
 
 def check_checkpoint_models(cfg, listed: list[str]) -> None:
-    """Every listed checkpoint present and complete, its config.json and weights readable, a model type headprune
-    supports of the configured task's kind, and all of them one architecture and head layout."""
+    """Every listed checkpoint present, complete, readable, a supported model of the task's kind, all one architecture and head layout."""
     from headprune.checks.shared_checks import check_model_type
     from headprune.models.sources import check_model_dir, check_weights_readable, resolve_pretrained
     from headprune.results.readers import read_json_file

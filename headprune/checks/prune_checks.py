@@ -1,8 +1,4 @@
-"""Checks of the prune.* settings, shared by the experiments that read them (prune and the study).
-
-Each rule names the setting, what is wrong and how to fix it (a ConfigError); the experiments' ``check``
-functions call the rules of the settings they read, passing the ``PruneValues`` they built once (prune_values.py).
-"""
+"""Checks of the prune.* settings shared by prune and the study: each rule a ConfigError naming the setting, the fault and the fix."""
 
 from omegaconf import OmegaConf
 

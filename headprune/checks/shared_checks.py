@@ -1,8 +1,4 @@
-"""Checks every experiment shares: top-level keys, the device, the model, the task and its splits, the unit, the trainer.
-
-Each experiment module owns a ``check(cfg)`` beside its ``run``; it calls these for what it reads and adds
-the rows of its own settings. ``headprune.validation.validate`` dispatches to it by the module of ``cfg.run``.
-"""
+"""Checks every experiment shares: top-level keys, the device, the model, the task and its splits, the unit, the trainer."""
 
 from functools import cache, lru_cache
 from pathlib import Path

@@ -1,9 +1,4 @@
-"""Checks of prune.action and prune.stream.*: what streaming needs of the model, the unit, the data and the other settings.
-
-Streaming limits a unit to the first ``sink`` tokens and a recent ``window`` of its causal KV cache, so it needs a
-decoder-only LLM whose attention takes a 4-D mask, a unit of attention (a head or a KV group), a window the model's
-positions can hold and a context longer than sink + window (else a streamed unit keeps every key and nothing is saved).
-"""
+"""Checks of prune.action and prune.stream.*: what streaming needs of the model, the unit, the data and the other settings."""
 
 from headprune.core.checks import ConfigError
 from headprune.core.families import config_groups

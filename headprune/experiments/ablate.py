@@ -1,8 +1,4 @@
-"""experiment=ablate: remove each unit (head, KV group or block) alone; score difference to the unmasked model, with significance.
-
-Paper section 3.2 (Table 1, Figure 1); with two splits also section 3.4 (Pearson r of the per-head
-differences across the two evaluation sets).
-"""
+"""experiment=ablate (paper 3.2; 3.4 with two splits): each unit (head, KV group or block) removed alone; score change, significance."""
 
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_splits, check_unit, no_duplicates

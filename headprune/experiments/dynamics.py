@@ -1,9 +1,4 @@
-"""experiment=dynamics: importance and pruning curves over saved training checkpoints.
-
-Either a training run's per-epoch Lightning checkpoints (``ckpt_dir``), or a list of model checkpoints
-(``checkpoints``): local model directories, or hub names at a revision (``EleutherAI/pythia-70m@step1000``), as
-Pythia and OLMo publish the checkpoints of their pretraining runs.
-"""
+"""experiment=dynamics: importance and pruning curves over saved checkpoints (a run's per-epoch ckpt_dir, or listed models/revisions)."""
 
 from pathlib import Path
 
@@ -81,8 +76,7 @@ def config_for_checkpoint(cfg, entry: str):
 
 
 def series(cfg) -> list[tuple[int, str]]:
-    """(step, checkpoint) of ``checkpoints``, by the step their names tell (a line says so when that is not the order
-    given), else in the order given."""
+    """(step, checkpoint) of ``checkpoints``: by the step their names tell (saying so when that reorders them), else in the order given."""
     listed = [str(c) for c in cfg.checkpoints]
     ordered = ordered_checkpoints(listed)
     if [entry for _, entry in ordered] != listed:
@@ -105,9 +99,7 @@ def analyse_models(cfg) -> list[dict]:
 
 
 def check(cfg) -> None:
-    """Exactly one source of checkpoints, every one checked before the first is analysed: a ckpt_dir's per-epoch
-    checkpoints each whole; listed checkpoints each once, in an order their names make clear, present, readable and one
-    model (headprune.checks.checkpoint_lists), with the task they are scored on; dynamics.fractions listed once."""
+    """One source of checkpoints, each checked before work (headprune.checks.checkpoint_lists), their task; dynamics.fractions once each."""
     from headprune.checks.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints
     from headprune.checks.shared_checks import check_reads, check_task, no_duplicates
     from headprune.core.checks import ConfigError

@@ -1,14 +1,4 @@
-"""experiment=export: write a pruned model as a stock HF checkpoint, ONNX (optionally int8) or GGUF, and check it.
-
-The mask comes from ``export.mask_file`` (with ``export.mask_order`` / ``mask_step`` / ``fraction``, read as
-experiment=speed reads ``speed.mask_file``), or the model is a directory saved by ``save_pruned``
-(``export.model``). The physically pruned copy is exported into ``<run>/export/<format>``; a fresh interpreter
-that cannot import headprune loads it with stock libraries and compares its logits on the task's check batches
-with the masked model's (and, for decoder-only LMs, its greedy tokens). ``export.quantize=int8`` (ONNX) is not
-exact: its check is the task's metric on ``export.split`` through ONNX Runtime beside the f32 export's, at the task's
-evaluation batching and at each of ``export.int8_batch_sizes`` (the speed stage's batch sizes), with their spread.
-results.json records the source mask, the format, the files and the check.
-"""
+"""experiment=export: write a pruned model as a stock HF checkpoint, ONNX (optionally int8) or GGUF, and check it with stock libraries."""
 
 import copy
 import json
@@ -87,8 +77,7 @@ def model_fields(model_cfg) -> dict:
 
 
 def check_format_takes(cfg, fmt: str) -> None:
-    """What the format demands of the model (its families and settings) and of the mask (``Format.check_mask``: hf one
-    stock shape in every layer, gguf equal query groups under every kept KV head), else a ConfigError naming what works."""
+    """What the format demands of the model and of the mask (``Format.check_mask``), else a ConfigError naming what works."""
     record = FORMATS[fmt]
     fields = model_fields(with_source_model(cfg).model)
     why = record.family_refusal(fields) if record.family_refusal else None
@@ -218,8 +207,7 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
 
 
 def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
-    """Quantise the ONNX graphs to int8 and score both exports with the task's metric through ONNX Runtime: at the
-    task's evaluation batching, and at each of ``batch_sizes`` (dynamic int8 moves with batching; f32 beside it)."""
+    """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of ``batch_sizes``."""
     from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel

@@ -46,8 +46,7 @@ def run(cfg) -> dict:
 
 
 def sequence(cfg, model) -> tuple[int, str]:
-    """(tokens per example, how they were chosen): the model's own length where its task fixes one (an image model's
-    patches + CLS), else ``inspect.seq_len``."""
+    """(tokens per example, how chosen): the model's own length where its task fixes one (image patches + CLS), else ``inspect.seq_len``."""
     own = model_task(cfg.model).own_length
     if own is None:
         return int(cfg.inspect.seq_len), f"seq_len={cfg.inspect.seq_len} (inspect.seq_len)"
@@ -56,8 +55,7 @@ def sequence(cfg, model) -> tuple[int, str]:
 
 
 def check(cfg) -> None:
-    """experiment=inspect: the device and the model (no task, no data); inspect.seq_len only where the model has no
-    length of its own."""
+    """experiment=inspect: the device and the model (no task, no data); inspect.seq_len only where the model has no length of its own."""
     from headprune.checks.shared_checks import check_device, check_model, refuse_given
 
     check_device(cfg)

@@ -1,9 +1,4 @@
-"""experiment=keep_one: in each layer keep only its best head (chosen on a selection split), report the drop.
-
-Paper section 3.3 (Tables 2 and 3) with appendix A's protocol: the best head of a layer is the one
-that scores highest on the *selection* split when it alone is kept; the drop is measured on the
-*evaluation* split, so the choice is not biased by the test data.
-"""
+"""experiment=keep_one (paper 3.3): keep each layer's best head, chosen on the selection split; report the drop on the evaluation split."""
 
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_selection, check_unit

@@ -1,11 +1,4 @@
-"""experiment=prune: greedy pruning across the network (paper section 4, Figure 2; section 5, Figure 3).
-
-At each fraction f (0, 10%, ... 90% by default) the lowest-scoring f x N heads are masked and the
-model is evaluated. Orders come from ``headprune.sources.orders.ORDERS`` (importance, ablation,
-entropy, random); with ``prune.reestimate=true`` every order that can be recomputed (importance,
-entropy) is re-estimated under the current mask before each step. Importance and entropy come from
-the training-split subset (``task.importance_batches()``), never from the evaluation data.
-"""
+"""experiment=prune (paper sections 4 and 5): at each fraction f mask the lowest-scoring f x N units of each order and evaluate."""
 
 from headprune.checks.prune_checks import (
     check_conditional_reads,

@@ -1,11 +1,4 @@
-"""experiment=speed: physically prune the heads a mask removes and compare inference throughput (Table 4).
-
-The mask comes from a ``prune`` results file (``speed.mask_file``, with ``speed.mask_order`` and
-``speed.fraction``), a mask JSON ({"mask": {group: [[0/1]]}}), or else the lowest ``speed.fraction``
-of heads by importance (training subset). Reports examples/s of the original and pruned models at
-each batch size, the measured gain beside the FLOP-ideal gain, parameters, attention FLOPs, and
-whether the pruned model scores exactly like the masked one.
-"""
+"""experiment=speed (Table 4): physically prune the units a mask removes; throughput, FLOPs and score against the masked model."""
 
 from pathlib import Path
 
@@ -51,8 +44,7 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
 
 
 def point_model(settings, task, split: str) -> tuple:
-    """(the recovered model ``speed.point`` names, the check that it scores its table row on ``split``, its directory);
-    (None, None, None) for no point or one without recovery (timed by its mask). ``speed.check_score=false`` skips the check."""
+    """(the recovered model ``speed.point`` names, its score check on ``split``, its directory); (None, None, None) without one."""
     folder = point_model_dir(settings, "speed") if settings.get("point") else None
     if folder is None:
         return None, None, None
@@ -61,8 +53,7 @@ def point_model(settings, task, split: str) -> tuple:
 
 
 def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
-    """The loaded model's score on ``split`` against the one its prune run recorded (``recipe.json``); a RuntimeError when
-    they differ beyond rounding, None when the run did not score that split."""
+    """The loaded model's score on ``split`` vs its recipe.json's: a RuntimeError beyond rounding, None when that split was not scored."""
     recorded = (read_json(Path(folder) / RECIPE_FILE).get("scores") or {}).get(split)
     if recorded is None:
         return None

@@ -1,13 +1,4 @@
-"""experiment=study: fine-tune (or load) once, then ablate, keep_one, prune (all orders) and speed.
-
-The stages share the model, the data, the unmasked score and the importance/entropy scores. Each
-stage writes ``stages/<name>.json`` with its key (settings, model and data fingerprints, the earlier
-results it used) when it completes; a rerun in the same run directory (``hydra.run.dir=<that dir>``)
-skips every stage whose key is unchanged, and recomputes, saying why, a stage whose settings or
-inputs changed or whose file is damaged (see ``headprune.study.saved_stages``). ``make demo`` runs
-this on the embedded MiniLM: fine-tuned on the local MNLI copy when there is one, else on the
-synthetic NLI set (it says which).
-"""
+"""experiment=study: fine-tune (or load) once, then ablate, keep_one, prune (all orders) and speed; a rerun skips unchanged stages."""
 
 import shutil
 from pathlib import Path
@@ -148,8 +139,7 @@ STAGES = ("train", *(s.name for s in STUDY_STAGES))  # in the order they run
 
 
 def unit_orders(cfg, orders: list[str]) -> list[str]:
-    """The study's orders that can rank ``prune.unit`` (its default list holds ablation and entropy, for heads); one line
-    names those left out (orders given on the command line were checked before work)."""
+    """The study's orders that can rank ``prune.unit``; one line names those left out (orders given on the command line were checked)."""
     unit, action = unit_of(cfg), action_of(cfg)
     kept = [o for o in orders if unit_refusal(o, unit) is None]
     if kept != orders:

@@ -1,11 +1,4 @@
-"""One settings dataclass per config group: each field declares one setting (its rule and its readers), and the
-groups an experiment composes are built once from the composed config and read by attribute.
-
-The values (and so every default) come from ``conf/``: the dataclasses have no defaults of their own, and a
-group that lacks one of their fields is a ConfigError naming it. ``RunSettings.of(cfg)`` builds every group of
-``GROUPS`` the experiment composed (None for the others); ``DECLARED`` lists every declared group, in the order
-the schema checks them (``headprune.settings.schema`` derives the schema and the read rule from it).
-"""
+"""One settings dataclass per config group, a field per setting (values from conf/); ``RunSettings.of(cfg)`` builds the groups composed."""
 
 from dataclasses import dataclass, fields
 

@@ -1,9 +1,4 @@
-"""How a setting is declared: one dataclass field carrying its rule and the experiments that read it.
-
-``unit: str = setting(rule(choice, choices=UNITS), read_by=("prune", "speed"))``: the field has no default (its
-value, and so every default, comes from ``conf/``); the schema, the "given but not read" rule and
-docs/settings.md are derived from these declarations (``headprune.settings.schema``).
-"""
+"""How a setting is declared: one dataclass field carrying its rule and its readers; the schema and docs/settings.md derive from it."""
 
 from dataclasses import Field, dataclass, field, fields
 
@@ -24,9 +19,7 @@ NAMES = rule(string_list)
 
 
 def setting(check: Rule | None = None, read_by: tuple[str, ...] = (), accepts: str | None = None, added: bool = False) -> Field:
-    """A setting's declaration: its rule (None: checked elsewhere, or passed on as given, ``accepts`` says what it takes)
-    and the experiments (conf/experiment file names, ``TRAINING`` or ``EVERY``) that read it. ``added``: a key of a group
-    that passes keys on (a Lightning argument) that conf/ does not set: given with ``+trainer.<key>=...``, checked then."""
+    """A setting's declaration: its rule (None: checked elsewhere), what it ``accepts``, its readers; ``added``: set only by ``+key=``."""
     return field(metadata={"rule": check, "read_by": tuple(read_by), "accepts": accepts, "added": added})
 
 
@@ -48,11 +41,7 @@ class Declared:
 
 @dataclass(frozen=True)
 class Group:
-    """A settings group of the composed config: its key ("" for the top level) and the dataclass declaring it.
-
-    ``passes_on``: the readers of keys it does not declare (the trainer's other Lightning arguments, callbacks by name);
-    empty for a closed group, whose every key is declared.
-    """
+    """A settings group: its key ("" for the top level), its dataclass, and ``passes_on``: who reads the keys it passes on undeclared."""
 
     name: str
     settings: type

@@ -1,7 +1,4 @@
-"""The groups every run composes: the top-level seed and device (conf/config.yaml), the logger, the trainer and its callbacks.
-
-These are declarations only: the run reads them from the config (the trainer and callbacks go to Lightning whole).
-"""
+"""The groups every run composes: the top-level seed and device (conf/config.yaml), the logger, the trainer and its callbacks."""
 
 from dataclasses import dataclass
 from typing import Any

@@ -1,10 +1,4 @@
-"""What the settings declarations say, gathered: every setting's rule (``SCHEMA``) and the experiments that read it.
-
-Each setting is declared once, beside its field in ``headprune.settings`` (its value lives in the YAML
-groups). ``headprune.validation`` applies ``SCHEMA`` to every setting a composed config holds, before any work;
-``headprune.checks.shared_checks.check_reads`` refuses a setting the run does not read. Task settings
-(``task.*``, ``data.*``) are checked by each task's own ``config_check.py``.
-"""
+"""What the settings declarations say, gathered: every setting's rule (``SCHEMA``) and the experiments that read it."""
 
 from headprune.settings import DECLARED
 from headprune.settings.declare import EVERY, STAGES, Declared, Group, declared

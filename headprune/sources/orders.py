@@ -1,10 +1,4 @@
-"""The pruning orders: ``ORDERS = {name: Order}``, each one score function with one signature.
-
-``scores(task, settings, mask=None, shared=None) -> {group: [L, H]}``, lower = pruned first. ``mask``
-(re-estimation) recomputes the scores with the heads it removes gated off; ``shared`` caches what an
-unmasked computation found (importance, entropy and ablation results shared by a study's stages).
-A new order is one function and one line of ``ORDERS``.
-"""
+"""The pruning orders: ``ORDERS = {name: Order}``, each one score function with one signature."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,8 +121,7 @@ def duo_order(task, settings: OrderSettings, mask=None, shared: dict | None = No
 
 
 def retrieval_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
-    """The retrieval score (Wu et al. 2024): how often a head's attention peaks on the needle token it copies (units of
-    KV groups: their query heads' mean); heads that rarely retrieve go first."""
+    """The retrieval score (Wu et al. 2024): how often a head's attention peaks on the needle token it copies; rare retrievers go first."""
     from headprune.scoring.retrieval_heads import retrieval_scores
 
     if mask is not None:
@@ -143,6 +136,7 @@ ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
 class Order:
     """A pruning order: its score function, whether it can be recomputed under the current mask, the actions it ranks for."""
 
+    # scores(task, settings, mask=None, shared=None) -> {group: [L, H]}, lower = pruned first; mask: re-estimate with its heads gated off
     scores: Callable[..., dict]
     reestimable: bool  # ablation: no (one evaluation per remaining head per step); random: nothing to recompute
     actions: tuple[str, ...] = ACTIONS

@@ -1,9 +1,4 @@
-"""The models a prune run's recovery made, kept in ``<run>/models/<point>/`` (``prune.save``) and found again by name.
-
-A saved point is a ``save_pruned`` directory (config, weights, tokenizer, pruning record) plus ``recipe.json``: how it
-was made (order, step, recovery and its settings, the mask) and the scores its table row shows. A rerun with the same
-recipe reuses the directory instead of recovering again; ``export.point`` / ``speed.point`` take it by name.
-"""
+"""The models a prune run's recovery made, kept in ``<run>/models/<point>/`` (``prune.save``) and found again by name."""
 
 import copy
 import json
@@ -26,8 +21,7 @@ CONTROL_NAMES = (CONTROL_POINT, "unpruned + same training@0%", "control")
 
 
 def check_save(save, pareto: bool, planned: list[str] | None = None) -> None:
-    """``prune.save``: recovered, all, none, or a list of point names (``name@step``), each once and each a point of
-    ``planned`` (the names the run will make, when known); read by pruning for speed."""
+    """``prune.save``: recovered, all, none, or point names (``name@step``), each once and each one of ``planned`` (when known)."""
     if isinstance(save, str):
         if save not in SAVE_CHOICES:
             raise ConfigError(
@@ -165,8 +159,7 @@ def _id_of(point: dict) -> str:
 
 
 def find_point(points: list[dict], name: str, source: str, setting: str = "export") -> dict:
-    """The point of a run called ``name`` (its ``point_id`` or directory name; the control also by its table name), or a
-    ConfigError listing the run's points."""
+    """The point of a run called ``name`` (point_id, directory or the control's table name), else a ConfigError listing the run's points."""
     for p in points:
         if p.get("order") == "unpruned" and not p.get("control"):
             continue

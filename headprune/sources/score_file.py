@@ -1,10 +1,4 @@
-"""prune.scores_from: the orders' unit scores of an earlier prune run, read instead of computed.
-
-Score once, evaluate elsewhere: the streaming orders scored on 1,024-token prompts rank the KV groups of a run on
-4,096-token prompts or long documents (DuoAttention trains its gates at one length and serves them at any). The file
-is a plain pruning curve's results.json (experiment=prune without prune.target / recover) of the same unit and
-action; each order asked must have recorded its scores there (``head_scores``; a re-estimated order has none).
-"""
+"""prune.scores_from: the orders' unit scores of an earlier prune run, read instead of computed."""
 
 import json
 from pathlib import Path
@@ -37,8 +31,7 @@ def _results(path: Path) -> dict:
 
 
 def read_scores(path, orders: list[str], unit: str, action: str) -> dict[str, dict[str, torch.Tensor]]:
-    """{order: {group: [L, units]}} from ``path`` for each of ``orders``; a ConfigError when the file's unit or action
-    differs from the run's, or an order is missing or has no scores recorded."""
+    """{order: {group: [L, units]}} from ``path``; a ConfigError when its unit or action differs or an order has no recorded scores."""
     path = Path(str(path))
     results = _results(path)
     theirs = {"unit": str(results.get("unit", "head")), "action": str(results.get("action", "remove"))}

@@ -13,10 +13,7 @@ from headprune.viz.plots import head_heatmaps
 
 
 def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:
-    """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance, rows.
-
-    ``alpha`` None: the task's own significance level (the oracle pruning order reads only the deltas).
-    """
+    """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance (``alpha`` None: the task's), rows."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     masks, heads = single_head_masks(shape, groups)

@@ -123,8 +123,7 @@ def swapped_model(task, model, gates):
 
 
 def unit_counts(gates, groups=None) -> dict:
-    """The pruning unit and how many units and query heads ``groups`` (all when None) hold (a block group counts the
-    query heads of its attention group; FFN groups hold none)."""
+    """The pruning unit and how many units and query heads ``groups`` (all when None) hold; a block counts its attention's query heads."""
     from headprune.core.unit_kinds import block_group
 
     groups = list(gates.groups) if groups is None else groups

@@ -1,7 +1,4 @@
-"""The speed measurement itself: a mask's physically pruned model timed against the unpruned one, FLOPs, memory, score check.
-
-Shared by experiment=speed, the study's speed stage and the Pareto points of pruning for speed.
-"""
+"""The speed measurement itself: a mask's physically pruned model timed against the unpruned one, FLOPs, memory, score check."""
 
 import copy
 from dataclasses import asdict
@@ -78,16 +75,9 @@ def memory_rows(task, original, pruned) -> dict:
 
 
 def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_dir: Path | None = None) -> dict:
-    """Throughput of each timed call of the task, original vs physically pruned model, FLOP counts, memory, masked == pruned check.
-
-    ``mask`` is in the unit of ``task.gates`` (query heads or KV groups); the model is pruned by its query-head mask.
-    ``speed``: the speed settings (split, batch sizes, repeats, time budget, clock, runtime, check_score).
-    ``pruned_model``: time this model instead (``mask``'s heads already removed from it, e.g. after recovery: generation
-    speed depends on the weights through the output lengths); it has no masked twin, so no score check.
-    ``runtime="onnxruntime"``: both models are exported to ONNX (``export_dir``) and timed in ONNX Runtime; calls the
-    graphs cannot make (generation: no KV cache) are left out and listed under ``calls_not_timed``.
-    """
+    """Throughput of each timed call, original vs physically pruned model (or ``pruned_model``), FLOPs, memory, masked == pruned check."""
     original = task.model
+    # mask: {group: [L, units]} in task.gates' unit (query heads or KV groups); the model is pruned by its query-head mask
     head_mask = task.gates.head_mask(mask, hard=True)
     if pruned_model is None:
         pruned = copy.deepcopy(original)
@@ -207,8 +197,7 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
 
 
 def onnx_runners(task, models: dict, split: str, seed: int, export_dir: Path | None, timed_calls: dict) -> tuple[dict, dict]:
-    """Both models exported to ONNX and loaded into ONNX Runtime (this process's threads), checked against PyTorch on one
-    batch; the timed calls the graphs cannot make (generation) are listed, not timed."""
+    """Both models exported to ONNX, loaded in ONNX Runtime, checked against PyTorch on one batch; calls the graphs cannot make listed."""
     import torch
 
     from headprune.export.runtime import onnx_runtime_models

@@ -1,10 +1,4 @@
-"""A task in another pruning unit: the same task whose masks and scores are per KV group, FFN neuron, block or a joint unit
-(``prune.unit=kv_group``, ``ffn``, ``block``, ``[head, ffn]``, ...; headprune.core.units).
-
-Every experiment then runs unchanged in that unit: its shapes come from ``task.gates.groups`` and its masks reach the
-task's own evaluation as the masks that act: query-head masks (``head_mask``) for attention units, and for units that
-gate FFN neurons the query-head and neuron masks together (``base_mask``), evaluated under joint head + neuron gates.
-"""
+"""A task in another pruning unit (KV group, FFN neuron, block or joint): masks and scores per unit, evaluated as the task's own masks."""
 
 from contextlib import contextmanager
 
