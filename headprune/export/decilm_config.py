@@ -6,9 +6,12 @@ it. It turns each ``block_configs`` entry into attributes, as vLLM's ``nemotron_
 ``block_configs[i].attention.no_op`` / ``.n_heads_in_group`` and ``block_configs[i].ffn.no_op`` / ``.intermediate_size``.
 An FFN entry has no ``ffn_mult`` attribute, so vLLM takes ``intermediate_size`` as it is: ``ffn_mult`` would be
 rounded up to a multiple of 256 neurons (``_ffn_mult_to_intermediate_size``), which a pruned width is not.
+The base is Mistral's config (Llama's fields, and others such as the biases kept as given): LlamaConfig refuses a hidden
+size that is no multiple of the query heads, which a model pruned in residual channels has, while vLLM reads the head
+size from ``head_dim``. There is no sliding window (vLLM's nemotron_nas attends to every position).
 """
 
-from transformers import LlamaConfig
+from transformers import MistralConfig
 
 
 class SubblockConfig:
@@ -31,13 +34,13 @@ class BlockConfig:
         return {"attention": self.attention.to_dict(), "ffn": self.ffn.to_dict()}
 
 
-class DeciLMConfig(LlamaConfig):
+class DeciLMConfig(MistralConfig):
     """A Llama config whose layers each have their own attention (KV heads, or none) and FFN width (or none)."""
 
     model_type = "nemotron-nas"
 
-    def __init__(self, block_configs=None, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, block_configs=None, sliding_window=None, **kwargs):
+        super().__init__(sliding_window=sliding_window, **kwargs)
         self.block_configs = [b if isinstance(b, BlockConfig) else BlockConfig(**b) for b in block_configs or []]
 
     def to_dict(self) -> dict:

@@ -5,7 +5,9 @@ llama.cpp's deci (NVIDIA's Nemotron-NAS, ``src/models/deci.cpp``) reads ``deci.a
 such a layer has no attention tensors and no attention norm in the file. llama.cpp takes the head size from layer 0,
 so an emptied layer 0 keeps one all-zero head (1 / 1: headprune's phantom head, whose output is exactly 0). A layer
 with query heads but no KV head is a linear layer to deci, and a layer whose query heads are unevenly spread over its
-KV heads has no grouped-query form: both are refused. Tensors, rotary permutation and tokenizer as the llama writer.
+KV heads has no grouped-query form: both are refused. Tensors, rotary permutation, tokenizer and metadata as the llama
+writer: ``embedding_length`` the residual width kept, ``attention.key_length`` / ``value_length`` the head size (which
+llama.cpp reads, not the width over the heads), so a model pruned in residual channels too is written as it is.
 
 Each layer's ``feed_forward_length`` is the neurons its block keeps. A layer with ``feed_forward_length`` 0 has no FFN
 tensors and no FFN norm, and deci's graph ends the layer there (``if (n_ff == 0) continue``) before it adds the
