@@ -167,14 +167,16 @@ def expected_deci_layout(layers: list[list[int]], widths: list[int]) -> dict:
     return {"head_count": [h for h, _ in written], "head_count_kv": [kv for _, kv in written], "feed_forward_length": ffn}
 
 
-def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, int], kept_channels: int | None = None) -> dict:
+def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, int], kept_channels: int | None = None, order=None) -> dict:
     """A ``[kv_group, ffn]`` mask: KV groups {layer: [ids]} removed, and each listed layer's FFN cut to its first
     ``kept_neurons[layer]`` neurons of a fixed random order (0: the FFN emptied); with ``kept_channels`` (unit
-    ``[kv_group, ffn, hidden]``) the residual stream cut to that many channels of another fixed random order."""
+    ``[kv_group, ffn, hidden]``) the residual stream cut to the first that many channels of ``order`` (default: another
+    fixed random order)."""
     mask = gates.ones()
     if kept_channels is not None:
         width = mask["hidden"].shape[1]
-        mask["hidden"][0, torch.randperm(width, generator=torch.Generator().manual_seed(2))[kept_channels:]] = 0.0
+        order = torch.randperm(width, generator=torch.Generator().manual_seed(2)) if order is None else order
+        mask["hidden"][0, order[kept_channels:]] = 0.0
     attention, ffn = "dec_self", "dec_ffn"
     for layer, kv_ids in removed_kv.items():
         mask[attention][layer, kv_ids] = 0.0
