@@ -100,7 +100,7 @@ def test_stock_hf_and_gguf_of_a_llama_with_channels_removed(tmp_path):
 def test_deci_gguf_and_deci_hf_of_channels_pruned_with_kv_groups_and_neurons(tmp_path):
     """prune.unit=[kv_group,ffn,hidden] with 21 of 32 channels kept (no multiple of the 4 heads: LlamaConfig refuses it): the
     file holds the kept width and the original head size, and reproduces the masked model in numpy (deci GGUF) and in
-    the torch forward of its block_configs (DeciLM, its config built by the shipped class)."""
+    the torch forward of its block_configs (DeciLM, its config built by the shipped class); channels alone go to deci too."""
     from gguf import GGUFReader
 
     from headprune.export.verify import sample_texts
@@ -112,7 +112,12 @@ def test_deci_gguf_and_deci_hf_of_channels_pruned_with_kv_groups_and_neurons(tmp
     )
     gguf = ({**job, **sample_texts(tokenizer, batches)}, batches, reference, greedy)
     deci_hf = _prepared(model, 21, batches, tmp_path / "deci_hf", "deci_hf", tokenizer, prompt, **joint)
-    for report in checked([gguf, deci_hf]):
+    channels, *rest = _prepared(
+        model, 21, batches, tmp_path / "uniform", "gguf", tokenizer, prompt, gguf_dtype="f32", tokenizer_pre=TRAINED_PRE
+    )
+    assert channels["architecture"] == "deci"  # one shape in every layer, but 4 heads do not divide 21 channels: no llama file
+    uniform = ({**channels, **sample_texts(tokenizer, batches)}, *rest)
+    for report in checked([gguf, deci_hf, uniform]):
         assert report["passed"] and report["layout_equal"] and report["greedy_equal"], report
     fields = GGUFReader(str(tmp_path / "gguf" / job["gguf_file"])).fields
     header = {key: int(fields[f"deci.{key}"].contents()) for key in ("embedding_length", "attention.key_length", "attention.value_length")}
