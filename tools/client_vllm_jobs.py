@@ -7,7 +7,12 @@ layouts and exported as ``deci_hf``:
 - ``joint``: uneven KV heads and FFN widths, an FFN emptied beside attention, the last layer emptied;
 - ``heads``: a query-head mask with layer 0 emptied (vLLM's placeholder attention) and a query head padded back;
 - ``ffn-only``: FFN widths alone (odd, uneven); ``kv-only``: one KV head in every layer;
-- SmolLM2: 3 or 1 KV heads per layer (the counts that divide its 9 query heads), uneven FFN widths, layer 15 emptied.
+- SmolLM2: 3 or 1 KV heads per layer (the counts that divide its 9 query heads), uneven FFN widths, layer 15 emptied;
+- ``hidden``: the ``joint`` layouts with residual channels pruned too (``[kv_group, ffn, hidden]``): the tiny model keeps 90
+  of its 128 channels, SmolLM2 its loudest 512 of 576, no multiple of their query heads; the head size stays (``head_dim``).
+  vLLM's CPU build runs any width, but SmolLM2 with 500 channels (no multiple of 8) moved its log-probabilities by 6.5e-5
+  and 1.3e-4 (two draws), against 2.8e-5 to 4.3e-5 with 496, 504, 512 or 576: a width vLLM's CPU kernels align to suits
+  the 1e-4 check.
 
 headprune/export/vllm_client.py runs each directory in ``.clients/vllm-venv`` (no headprune): greedy tokens equal, and their
 log-probabilities within 1e-4 of the masked model's (float32 on both sides).
@@ -25,6 +30,7 @@ import torch
 VLLM_CLIENT = Path(__file__).resolve().parents[1] / "headprune" / "export" / "vllm_client.py"  # run as a file, without headprune
 LOGPROB_TOLERANCE = 1e-4  # float32 on both sides; measured differences about 1e-5
 JOINT = ["kv_group", "ffn"]
+HIDDEN = [*JOINT, "hidden"]
 
 
 def tiny_model():
@@ -55,12 +61,15 @@ def tiny_masks(model) -> dict[str, tuple[dict, object]]:
     from headprune.core.gates import HeadGates
     from headprune.core.units import unit_gates
 
-    joint = unit_gates(model, JOINT)
+    joint, hidden = unit_gates(model, JOINT), unit_gates(model, HIDDEN)
+    removed, kept = {1: [0], 3: [0, 1]}, {0: 50, 1: 33, 2: 0, 3: 0}  # the last layer all gone
     masks = {
-        "tiny32 joint": (joint_mask(joint, {1: [0], 3: [0, 1]}, {0: 50, 1: 33, 2: 0, 3: 0}), JOINT),  # last layer all gone
+        "tiny32 joint": (joint_mask(joint, removed, kept), JOINT),
         "tiny32 ffn-only": (joint_mask(joint, {}, {0: 51, 1: 23, 2: 96, 3: 9}), JOINT),
+        "tiny32 hidden": (joint_mask(hidden, removed, kept, 90), HIDDEN),
     }
     joint.remove()
+    hidden.remove()
     heads = HeadGates(model)
     query = kv_mask(heads, {0: [0, 1]}, 2)  # layer 0 emptied: its FFN runs before any attention
     query["dec_self"][2, 3] = 0.0  # one query head of layer 2's second KV head: written back as a zero head
@@ -70,40 +79,44 @@ def tiny_masks(model) -> dict[str, tuple[dict, object]]:
     return masks
 
 
-def smollm2_case():
-    """SmolLM2, its tokenizer and a ``[kv_group, ffn]`` mask vLLM takes (3 or 1 KV heads per layer)."""
-    from test_clients import joint_mask
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def smollm2_masks(model, tokenizer) -> dict[str, tuple[dict, object]]:
+    """{name: (mask, unit)} of SmolLM2's layouts vLLM takes (3 or 1 KV heads per layer; its loudest channels kept)."""
+    from client_hidden_jobs import loudest_first
+    from test_clients import SMOL_TEXTS, joint_mask
 
     from headprune.core.units import unit_gates
-    from headprune.models.embedded import embedded_model_dir
 
-    folder = embedded_model_dir("smollm2")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    joint = unit_gates(model, JOINT)
     removed = {layer: [1, 2] for layer in range(0, 30, 2)}  # even layers keep one KV head
     removed[15] = [0, 1, 2]
-    mask = joint_mask(joint, removed, {**{layer: 1536 - 37 * layer for layer in range(30)}, 15: 0})
+    widths = {**{layer: 1536 - 37 * layer for layer in range(30)}, 15: 0}
+    joint, hidden = unit_gates(model, JOINT), unit_gates(model, HIDDEN)
+    masks = {
+        "smollm2 joint": (joint_mask(joint, removed, widths), JOINT),
+        "smollm2 hidden": (joint_mask(hidden, removed, widths, 512, loudest_first(model, tokenizer, SMOL_TEXTS)), HIDDEN),
+    }
     joint.remove()
-    return model, tokenizer, mask
+    hidden.remove()
+    return masks
 
 
-def vllm_jobs(out: Path, new_tokens: int, with_smollm2: bool) -> list[dict]:
-    """Export every layout as deci_hf with its reference: the jobs for headprune/export/vllm_client.py."""
-    from test_clients import SMOL_TEXTS, TINY_TEXTS, export_case
+def vllm_jobs(out: Path, new_tokens: int, with_smollm2: bool, keep=lambda name: True) -> list[dict]:
+    """Export every layout whose name ``keep`` takes as deci_hf with its reference: the jobs for headprune/export/vllm_client.py."""
+    from test_clients import SMOL_TEXTS, TINY_TEXTS, export_case, load_smollm2
 
     model, tokenizer = tiny_model()
     jobs = []
     for name, (mask, unit) in tiny_masks(model).items():
-        jobs.append(export_case(model, tokenizer, name, mask, "deci_hf", "f32", out, TINY_TEXTS[:3], None, new_tokens, unit))
+        if keep(name):
+            jobs.append(export_case(model, tokenizer, name, mask, "deci_hf", "f32", out, TINY_TEXTS[:3], None, new_tokens, unit))
     if with_smollm2:
-        model, tokenizer, mask = smollm2_case()
-        jobs.append(export_case(model, tokenizer, "smollm2 joint", mask, "deci_hf", "f32", out, SMOL_TEXTS[:2], None, new_tokens, JOINT))
+        model, tokenizer, _ = load_smollm2()
+        for name, (mask, unit) in smollm2_masks(model, tokenizer).items():
+            if keep(name):
+                jobs.append(export_case(model, tokenizer, name, mask, "deci_hf", "f32", out, SMOL_TEXTS[:2], None, new_tokens, unit))
     return [{**job, "tolerance": LOGPROB_TOLERANCE} for job in jobs]
 
 
-def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool = True) -> list[dict]:
+def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool = True, keep=lambda name: True) -> list[dict]:
     """Build the vLLM venv, the jobs, run the client; the check rows ([] with a message when the venv cannot be built)."""
     from client_env import ensure_vllm_env
 
@@ -113,7 +126,7 @@ def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool
         print(f"vLLM's CPU build did not install in {clients / 'vllm-venv'} (see its .failed): the vLLM checks are skipped")
         return []
     out.mkdir(parents=True, exist_ok=True)
-    jobs = vllm_jobs(out, new_tokens, with_smollm2)
+    jobs = vllm_jobs(out, new_tokens, with_smollm2, keep)
     rows = []
     for index, job in enumerate(jobs):  # one process per directory: each vLLM engine starts and stops whole
         (out / f"job{index}.json").write_text(json.dumps([job]), encoding="utf-8")

@@ -3,7 +3,8 @@
 A tiny random Llama and the embedded SmolLM2-135M are pruned (uniform KV groups; a global mask with uneven query and
 KV heads and an emptied layer; for the tiny model also an emptied layer 0; in the unit ``[kv_group, ffn]``, KV groups
 with uneven FFN widths, an FFN emptied beside attention that runs, a layer whose attention and FFN are both gone, and
-for the tiny model layer 0 all gone, the last layer all gone, and FFN widths alone) and exported: ``hf`` -> stock transformers, ``gguf`` (llama.cpp's ``llama`` for
+for the tiny model layer 0 all gone, the last layer all gone, and FFN widths alone; in ``[kv_group, ffn, hidden]``, residual
+channels too: tools/client_hidden_jobs.py) and exported: ``hf`` -> stock transformers, ``gguf`` (llama.cpp's ``llama`` for
 the uniform mask, ``deci`` for the others: the per-layer counts it holds, read back, are those deci's graph needs)
 -> llama.cpp built from the llama-cpp-python sources. The clients run in ``.clients/venv`` (built once by tools/client_env.py, reused),
 which cannot import headprune; they compare logits with the masked model's on every prompt, greedy tokens and the
@@ -17,9 +18,10 @@ message when it cannot be built): SmolLM2's streaming head patterns written by h
 kvpress DuoAttentionPress on passkey prompts, against the unpruned model, an explicit mask and headprune's accuracy.
 vLLM (tools/client_vllm_jobs.py, vLLM's CPU build in its own ``.clients/vllm-venv``; skipped with a message when it
 cannot be built): ``deci_hf`` exports of a head-size-32 tiny Llama and of SmolLM2, greedy tokens and log-probabilities.
+``--only hidden`` runs the cases with residual channels pruned alone, in llama.cpp and vLLM.
 Prints a table (client, file, check, result) and exits 1 when a check fails.
 
-    python tools/test_clients.py [--only tiny|smollm2|pipeline|kvpress|vllm] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
+    python tools/test_clients.py [--only tiny|smollm2|pipeline|kvpress|vllm|hidden] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
 """
 
 from __future__ import annotations
@@ -42,7 +44,16 @@ TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 1e-2}  # |logits - masked| over the
 JOINT = ["kv_group", "ffn"]  # the unit of the FFN cases: prune.unit=[kv_group,ffn]
 # the files also given the deployer's measures (their KV cache is the pruned shape's: no layer 0 emptied)
 NUMBERS = {
-    f"{case} gguf f32 (deci)" for case in ("tiny global", "tiny ffn-uneven", "tiny ffn-emptied", "smollm2 global", "smollm2 ffn-emptied")
+    f"{case} gguf f32 (deci)"
+    for case in (
+        "tiny global",
+        "tiny ffn-uneven",
+        "tiny ffn-emptied",
+        "tiny hidden-global",
+        "smollm2 global",
+        "smollm2 ffn-emptied",
+        "smollm2 hidden-global",
+    )
 }
 TRAINED_PRE = "gpt-2"  # the tiny model's tokenizer is trained here: its byte-level splitting named by hand
 TINY_TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
@@ -156,10 +167,16 @@ def expected_deci_layout(layers: list[list[int]], widths: list[int]) -> dict:
     return {"head_count": [h for h, _ in written], "head_count_kv": [kv for _, kv in written], "feed_forward_length": ffn}
 
 
-def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, int]) -> dict:
+def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, int], kept_channels: int | None = None, order=None) -> dict:
     """A ``[kv_group, ffn]`` mask: KV groups {layer: [ids]} removed, and each listed layer's FFN cut to its first
-    ``kept_neurons[layer]`` neurons of a fixed random order (0: the FFN emptied)."""
+    ``kept_neurons[layer]`` neurons of a fixed random order (0: the FFN emptied); with ``kept_channels`` (unit
+    ``[kv_group, ffn, hidden]``) the residual stream cut to the first that many channels of ``order`` (default: another
+    fixed random order)."""
     mask = gates.ones()
+    if kept_channels is not None:
+        width = mask["hidden"].shape[1]
+        order = torch.randperm(width, generator=torch.Generator().manual_seed(2)) if order is None else order
+        mask["hidden"][0, order[kept_channels:]] = 0.0
     attention, ffn = "dec_self", "dec_ffn"
     for layer, kv_ids in removed_kv.items():
         mask[attention][layer, kv_ids] = 0.0
@@ -170,12 +187,10 @@ def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, 
     return mask
 
 
-def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
-    """A random 4-layer Llama (4 query heads over 2 KV heads) with a trained BPE tokenizer, three masks."""
+def tiny_llama():
+    """A random 4-layer Llama (hidden 32, 4 query heads over 2 KV heads of size 8) and its trained BPE tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from headprune.core.gates import HeadGates
-    from headprune.core.units import unit_gates
     from headprune.models.tokenizers import train_tokenizer
 
     tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
@@ -189,6 +204,15 @@ def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(4.0)  # larger logits than at init: differences in the last digits show
+    return model, tokenizer
+
+
+def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
+    """The tiny Llama of ``tiny_llama``, three head masks and five ``[kv_group, ffn]`` masks."""
+    from headprune.core.gates import HeadGates
+    from headprune.core.units import unit_gates
+
+    model, tokenizer = tiny_llama()
     gates = HeadGates(model)
     masks = {
         "tiny uniform": kv_mask(gates, {layer: [1] for layer in range(4)}, 2),
@@ -217,29 +241,35 @@ def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
     return jobs
 
 
-def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
-    """The embedded SmolLM2-135M (30 layers x 9 query heads over 3 KV heads): a uniform and a global KV-group mask."""
+def load_smollm2():
+    """The embedded SmolLM2-135M (30 layers x 9 query heads over 3 KV heads), its tokenizer and llama.cpp's pre-tokenizer name."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from headprune.core.gates import HeadGates
-    from headprune.core.units import unit_gates
     from headprune.models.embedded import embedded_model_dir, gguf_file
     from headprune.models.tokenizer_origin import gguf_tokenizer_pre
 
     folder = embedded_model_dir("smollm2")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    pre = gguf_tokenizer_pre(gguf_file("smollm2"))
+    return model, AutoTokenizer.from_pretrained(folder), gguf_tokenizer_pre(gguf_file("smollm2"))
+
+
+SMOL_UNEVEN = {**{layer: list(range(layer % 3)) for layer in range(30)}, 15: [0, 1, 2]}  # 3, 2, 1 KV groups in turn; 15 emptied
+SMOL_WIDTHS = {**{layer: 1536 - 41 * layer for layer in range(30)}, 15: 0, 20: 0}  # none a multiple of 32 past layer 0
+
+
+def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
+    """SmolLM2: a uniform and a global KV-group mask, and a ``[kv_group, ffn]`` mask with emptied FFNs."""
+    from headprune.core.gates import HeadGates
+    from headprune.core.units import unit_gates
+
+    model, tokenizer, pre = load_smollm2()
     gates = HeadGates(model)
     uniform = kv_mask(gates, {layer: [2] for layer in range(30)}, 3)
-    uneven = {layer: list(range(layer % 3)) for layer in range(30)}  # 3, 2, 1 KV groups kept in turn
-    uneven[15] = [0, 1, 2]  # an emptied middle layer
-    global_mask = kv_mask(gates, uneven, 3)
+    global_mask = kv_mask(gates, SMOL_UNEVEN, 3)
     gates.remove()
     joint = unit_gates(model, JOINT)
-    widths = {layer: 1536 - 41 * layer for layer in range(30)}  # uneven FFN widths, none a multiple of 32 past layer 0
-    widths.update({15: 0, 20: 0})  # layer 15 all gone (FFN length 0 in the file); layer 20 keeps attention (a zero neuron)
-    joint_global = joint_mask(joint, uneven, widths)
+    # layer 15 all gone (FFN length 0 in the file); layer 20 keeps attention (a zero neuron)
+    joint_global = joint_mask(joint, SMOL_UNEVEN, SMOL_WIDTHS)
     joint.remove()
     return [
         export_case(model, tokenizer, "smollm2 uniform", uniform, "hf", "f32", out, SMOL_TEXTS, pre, new_tokens),
@@ -322,7 +352,7 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress", "vllm"), default=None)
+    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress", "vllm", "hidden"), default=None)
     parser.add_argument("--prune-run", type=Path, default=None, help="reuse this SmolLM2 prune run (kv_group, lsq) for the pipeline")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the data directory (Multi30k)")
     parser.add_argument("--new-tokens", type=int, default=30)
@@ -334,10 +364,11 @@ def main() -> int:
         from client_kvpress_jobs import kvpress_rows
 
         rows += kvpress_rows(args.clients, args.clients / "work" / "kvpress")
-    if args.only in (None, "vllm"):
+    if args.only in (None, "vllm", "hidden"):  # hidden: the cases with residual channels pruned, in llama.cpp and vLLM
         from client_vllm_jobs import vllm_rows
 
-        rows += vllm_rows(args.clients, args.clients / "work" / "vllm", min(args.new_tokens, 12))
+        keep = (lambda name: "hidden" in name) if args.only == "hidden" else (lambda name: True)
+        rows += vllm_rows(args.clients, args.clients / "work" / "vllm", min(args.new_tokens, 12), keep=keep)
     if args.only in ("kvpress", "vllm"):
         return report(rows)
     env = ensure_env(args.clients, with_lm_eval=not args.no_lm_eval)
@@ -348,6 +379,10 @@ def main() -> int:
         jobs += tiny_jobs(out, min(args.new_tokens, 20))
     if args.only in (None, "smollm2"):
         jobs += smollm2_jobs(out, args.new_tokens)
+    if args.only in (None, "hidden"):
+        from client_hidden_jobs import hidden_jobs
+
+        jobs += hidden_jobs(out, args.new_tokens)
     if args.only in (None, "pipeline"):
         from client_pipeline import pipeline_jobs
 

@@ -66,7 +66,7 @@ run units_free_ffn "${M[@]}" prune.unit=ffn 'prune.target={speedup:1.5}' "${FREE
 run units_free_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${FREE[@]}"
 run units_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${F[@]}"
 run units_hidden_25 "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${F[@]}"
-run units_free_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${FREE[@]}"
+run units_free_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=lsq  # one width: nothing to rearrange
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"

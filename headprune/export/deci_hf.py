@@ -17,6 +17,8 @@ What vLLM's ``nemotron_nas.py`` (``DeciLMDecoderLayer``) holds, read from its so
   fused add-and-norm without a residual and fail. So the first layer that runs anything, when its attention is gone,
   keeps a zero attention over one KV head (n_heads_in_group = H) that adds exactly nothing; a model with nothing left
   keeps it in layer 0.
+- ``hidden_size``: the residual width kept (residual channels pruned), ``head_dim`` the head size: vLLM's LlamaAttention
+  reads ``head_dim``, not hidden_size / heads, and the shipped config class takes a width that no head count divides.
 
 Weights keep transformers' Llama names (``model.layers.N.self_attn.q_proj.weight`` ...), which vLLM's loader stacks
 into its fused qkv and gate-up projections; the rotary layout is HF's (vLLM's ``is_neox_style``). Llama and Mistral
@@ -34,17 +36,16 @@ import torch
 from torch import nn
 
 from headprune.core.checks import ConfigError
-from headprune.core.ffn_pruning import WIDTHS_ATTR
 from headprune.core.ffn_sites import find_ffn_sites
 from headprune.core.gates import find_sites
-from headprune.core.pruning import RECORD_ATTR
 from headprune.export.llama_fields import rope_and_bias_refusal
 from headprune.export.tokenizer_files import save_tokenizer
 
 DECI_TYPES = ("llama", "mistral")
 CONFIG_MODULE = "configuration_decilm.py"  # the config class vLLM loads with trust_remote_code (auto_map)
 AUTO_MAP = {"AutoConfig": "configuration_decilm.DeciLMConfig"}
-DROPPED_FIELDS = (RECORD_ATTR, "pruned_heads", WIDTHS_ATTR, "_attn_implementation_autoset", "transformers_version", "sliding_window")
+DROPPED_FIELDS = ("pruned_heads", "_attn_implementation_autoset", "transformers_version", "sliding_window")
+RECORDS = "headprune_"  # the config fields of headprune's pruning records (heads, FFN widths, channels, layers): not written
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def deci_config(model: nn.Module, plans: list[LayerPlan]) -> dict:
     """config.json: the model's own fields, the full query-head count, ``block_configs``, and what vLLM loads it as."""
     from headprune.export.decilm_config import DeciLMConfig
 
-    fields = model.config.to_dict()
+    fields = {k: v for k, v in model.config.to_dict().items() if not k.startswith(RECORDS)}
     for key in (*DROPPED_FIELDS, "architectures", "model_type", "auto_map"):
         fields.pop(key, None)
     site = find_sites(model)[0]

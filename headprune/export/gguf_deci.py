@@ -1,11 +1,16 @@
 """llama.cpp's ``deci`` architecture for Llama-family decoders pruned unevenly: per-layer head counts and FFN widths in one GGUF file.
 
+Also for one shape in every layer whose query heads do not divide the hidden size (residual channels pruned): a
+``llama`` file is checked through transformers' GGUF reader, whose LlamaConfig refuses that width.
+
 llama.cpp's deci (NVIDIA's Nemotron-NAS, ``src/models/deci.cpp``) reads ``deci.attention.head_count``,
 ``head_count_kv`` and ``feed_forward_length`` as per-layer arrays and skips attention in a layer with 0 / 0 heads;
 such a layer has no attention tensors and no attention norm in the file. llama.cpp takes the head size from layer 0,
 so an emptied layer 0 keeps one all-zero head (1 / 1: headprune's phantom head, whose output is exactly 0). A layer
 with query heads but no KV head is a linear layer to deci, and a layer whose query heads are unevenly spread over its
-KV heads has no grouped-query form: both are refused. Tensors, rotary permutation and tokenizer as the llama writer.
+KV heads has no grouped-query form: both are refused. Tensors, rotary permutation, tokenizer and metadata as the llama
+writer: ``embedding_length`` the residual width kept, ``attention.key_length`` / ``value_length`` the head size (which
+llama.cpp reads, not the width over the heads), so a model pruned in residual channels too is written as it is.
 
 Each layer's ``feed_forward_length`` is the neurons its block keeps. A layer with ``feed_forward_length`` 0 has no FFN
 tensors and no FFN norm, and deci's graph ends the layer there (``if (n_ff == 0) continue``) before it adds the
@@ -61,14 +66,11 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
 
 def check_mask(fields: dict, rows: dict) -> None:
     """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every
-    kept KV head (deci for uneven layers), and for one shape everywhere a head count that divides the hidden size."""
-    from headprune.export.gguf import gguf_head_count_message
+    kept KV head (llama, or deci for uneven layers and for heads that do not divide the hidden size)."""
     from headprune.export.hf import heads_per_kv
 
     for layers in rows.values():
-        shapes = mask_layer_shapes(layers, heads_per_kv(fields))
-        if gguf_architecture(shapes) == "llama" and int(fields["hidden_size"]) % shapes[0][0]:
-            raise ConfigError(gguf_head_count_message(int(fields["hidden_size"]), shapes[0][0]))
+        mask_layer_shapes(layers, heads_per_kv(fields))
 
 
 def model_layer_shapes(model: nn.Module) -> list[tuple[int, int]]:
@@ -88,10 +90,12 @@ def model_ffn_widths(model: nn.Module) -> list[int]:
     return [site.width for site in find_ffn_sites(model)]
 
 
-def gguf_architecture(shapes: list[tuple[int, int]], ffn_widths: list[int] | None = None) -> str:
-    """``llama`` when every layer keeps the same query and KV heads and the same FFN width, else ``deci``."""
+def gguf_architecture(shapes: list[tuple[int, int]], ffn_widths: list[int] | None = None, hidden: int | None = None) -> str:
+    """``llama`` when every layer keeps the same query and KV heads and the same FFN width, and the heads divide the
+    ``hidden`` size (transformers' GGUF reader, which checks a llama file, builds a LlamaConfig that asks it), else ``deci``."""
     widths = set(ffn_widths or [1])
-    return "llama" if len(set(shapes)) == 1 and shapes[0][0] > 0 and len(widths) == 1 and min(widths) > 0 else "deci"
+    uniform = len(set(shapes)) == 1 and shapes[0][0] > 0 and len(widths) == 1 and min(widths) > 0
+    return "llama" if uniform and (hidden is None or hidden % shapes[0][0] == 0) else "deci"
 
 
 def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -149,7 +153,8 @@ def export_gguf_deci(
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:
-    """The GGUF file of a pruned Llama-family model: ``llama`` when every layer keeps one shape, else ``deci``.
+    """The GGUF file of a pruned Llama-family model: ``llama`` when every layer keeps one shape its heads divide the
+    width of, else ``deci``.
 
     Returns {"path", "architecture", "head_count", "head_count_kv", "feed_forward_length", "tokenizer_pre"}: the per-layer
     counts the file holds and the pre-tokenizer it names (``tokenizer_pre``, else the one llama.cpp's converter identifies
@@ -161,7 +166,7 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
     shapes, widths = model_layer_shapes(model), model_ffn_widths(model)
     check_bpe(tokenizer)
     tokenizer_pre = pre_tokenizer_of(tokenizer, tokenizer_pre)  # named, or identified as llama.cpp's converter does
-    if gguf_architecture(shapes, widths) == "llama":
+    if gguf_architecture(shapes, widths, int(model.config.hidden_size)) == "llama":
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
     else:
         path, architecture, shapes = export_gguf_deci(model, tokenizer, out, dtype, name, tokenizer_pre), "deci", written_shapes(shapes)
