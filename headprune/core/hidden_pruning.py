@@ -9,8 +9,6 @@ Saved models: config.json's ``headprune_hidden_channels`` {"width_orig": d, "rem
 under ``pruned_channels`` in headprune_pruning.json); ``load_pruned`` builds at the original width, then slices.
 """
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D

@@ -20,8 +20,6 @@ full-width RMSNorm of the zeroed stream, needs the pruned scale times sqrt(d / d
 the model, and has no exact LayerNorm counterpart: its mean over d channels is not the kept channels' mean.)
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 import torch

@@ -25,8 +25,6 @@ into its fused qkv and gate-up projections; the rotary layout is HF's (vLLM's ``
 decoders without biases, with SiLU and default or linear rotary embeddings and no sliding window are written.
 """
 
-from __future__ import annotations
-
 import json
 import shutil
 from dataclasses import dataclass

@@ -10,8 +10,6 @@ tokenizer as ``tokenizer.ggml.*`` (model ``gpt2``, the pre-tokenizer llama.cpp m
 (norms) in float32, as llama.cpp does. The check loads the file back through transformers' GGUF reader.
 """
 
-from __future__ import annotations
-
 import tempfile
 from pathlib import Path
 

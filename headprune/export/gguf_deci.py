@@ -20,8 +20,6 @@ beside attention that runs (heads kept, or layer 0's placeholder head) keeps hea
 outputs at the end of the last layer (after its FFN), which a ``continue`` would skip (llama.cpp aborts).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from torch import nn

@@ -14,8 +14,6 @@ written as Mistral. Qwen2's config class has no ``head_dim`` field, but Qwen2's 
 ``config.head_dim`` when config.json holds it.
 """
 
-from __future__ import annotations
-
 import copy
 from dataclasses import dataclass
 from pathlib import Path

@@ -6,8 +6,6 @@ computes under a soft gate and why a hard mask equals the pruned model for Layer
 slices the whole coupled group and sets config.hidden_size (headprune.core.hidden_pruning).
 """
 
-from __future__ import annotations
-
 import torch
 from torch import nn
 
