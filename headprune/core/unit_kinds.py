@@ -16,5 +16,4 @@ from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     shrunk_fields,
     unit_kinds,
     unit_name,
-    unit_parts,
 )
