@@ -31,10 +31,6 @@ def _stage(payload: dict, name: str) -> dict:
     return results.get(name, results)
 
 
-def _signed(value, digits=2) -> str:
-    return f"{value:+.{digits}f}"
-
-
 def ablation_table(study: dict, split: str = "eval") -> str:
     abl = _stage(study, "ablate")["splits"][split]
     lines = [
@@ -64,7 +60,7 @@ def keep_one_table(study: dict) -> str:
     ]
     for r in k["rows"]:
         lines.append(
-            f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {_signed(r['delta'])} | "
+            f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {r['delta']:+.2f} | "
             f"{r['p_value']:.3f} | {'yes' if r['significant'] else 'no'} |"
         )
     lines.append("")
