@@ -118,11 +118,6 @@ def _units(mask: dict) -> int:
     return sum(1 for rows in mask.values() for row in rows for value in row if value == 0)
 
 
-def _sections(results: dict) -> list[dict]:
-    """The result blocks that may hold orders or points: a prune run's results, a study's prune and pareto stages."""
-    return [results, results.get("prune") or {}, results.get("pareto") or {}]
-
-
 def read_mask_file(path, setting: str = "speed", action: str = "remove") -> MaskFile:
     """Every mask of a mask file with its method, fraction and step, checked binary and of the reader's ``action`` (else a ConfigError)."""
     path = Path(str(path))
@@ -145,7 +140,7 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
             "write the file's object there"
         )
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
-    sections = _sections(results)
+    sections = [results, results.get("prune") or {}, results.get("pareto") or {}]  # a prune run; a study's prune and pareto stages
     unit = next((file_unit(s["unit"]) for s in sections if file_unit(s.get("unit")) is not None), None)
     layout = next((s["layout"] for s in sections if s.get("layout")), None)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
