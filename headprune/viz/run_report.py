@@ -72,9 +72,3 @@ def _html(lines: list[str]) -> str:
         "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:900px}"
     )
     return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{body}</body></html>"
-
-
-if __name__ == "__main__":
-    import sys
-
-    print(build_report(sys.argv[1]))
