@@ -237,9 +237,6 @@ class NLIDataModule(L.LightningDataModule):
     def val_dataloader(self) -> list[DataLoader]:
         return [self.loader(split) for split in self.eval_splits]
 
-    def test_dataloader(self) -> list[DataLoader]:
-        return self.val_dataloader()
-
     def describe(self) -> str:
         """Split sizes in one line."""
         self.setup()
