@@ -27,11 +27,7 @@ def read_results(file: Path, run_dir: Path) -> dict:
 def _summary_lines(payload: dict) -> list[str]:
     """Scalar numbers of a results file as markdown bullet lines."""
     numbers = payload.get("results") or {}
-    lines = []
-    for key, value in numbers.items():
-        if isinstance(value, (int, float, str, bool)) or value is None:
-            lines.append(f"- **{key}**: {value}")
-    return lines
+    return [f"- **{key}**: {value}" for key, value in numbers.items() if isinstance(value, (int, float, str, bool)) or value is None]
 
 
 def build_report(run_dir: str | Path) -> Path:

@@ -122,10 +122,10 @@ class NLIDataModule(L.LightningDataModule):
             return synthetic_splits(**c.synthetic)
         if c.source == "hub":
             return self._read_hub()
-        raw = {}
-        for split, path in present_split_files(c.dir, c.files, SPLITS, REQUIRED):
-            raw[split] = read_split(path, limit=c.limit_eval if split != "train" else None)
-        return raw
+        return {
+            split: read_split(path, limit=c.limit_eval if split != "train" else None)
+            for split, path in present_split_files(c.dir, c.files, SPLITS, REQUIRED)
+        }
 
     def _read_hub(self) -> dict[str, dict[str, list]]:
         import datasets
