@@ -162,8 +162,7 @@ def own_attention_name(model: nn.Module) -> str:
 
 def route_attention(model: nn.Module) -> str:
     """Point the model at headprune's wrapper of its attention (public setter); returns the wrapped implementation."""
-    original = model.config._attn_implementation or "sdpa"
-    inner = original[len(PREFIX) :] if original.startswith(PREFIX) else original
+    inner = own_attention_name(model)
     gated_name = ensure_gated(inner)
     model.set_attn_implementation(gated_name)
     if model.config._attn_implementation != gated_name:

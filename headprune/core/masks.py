@@ -26,10 +26,8 @@ def _check_values(group: str, value: torch.Tensor, hard: bool, unit: str = "head
 def _ragged(value, heads: int, unit: str) -> str | None:
     """``layer 1 has 3 values, expected 4 (one per head)`` for the first row of a nested list whose length is not ``heads``."""
     rows = value if isinstance(value, (list, tuple)) else []
-    for layer, row in enumerate(rows):
-        if isinstance(row, (list, tuple)) and len(row) != heads:
-            return f"layer {layer} has {len(row)} values, expected {heads} (one per {unit})"
-    return None
+    wrong = ((layer, row) for layer, row in enumerate(rows) if isinstance(row, (list, tuple)) and len(row) != heads)
+    return next((f"layer {layer} has {len(row)} values, expected {heads} (one per {unit})" for layer, row in wrong), None)
 
 
 def _as_tensor(group: str, value, layers: int, heads: int, unit: str = "head") -> torch.Tensor:
