@@ -182,9 +182,9 @@ class _EntropyRecorder:
     """Accumulates the mean entropy of each head's attention distribution over valid query tokens."""
 
     def __init__(self, gates):
-        from headprune.core.gates import site_groups
+        from headprune.core.site_gates import unit_groups
 
-        shape = site_groups(gates.sites)  # per query head, whatever unit the gates are seen in
+        shape = unit_groups(gates.sites)  # per query head, whatever unit the gates are seen in
         self.totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
         self.counts = {g: t.clone() for g, t in self.totals.items()}
         self.valid: dict[str, torch.Tensor | None] = {}
