@@ -105,15 +105,6 @@ def read_mask_payload(path: Path, setting: str) -> dict:
     return payload
 
 
-def bare_mask(payload: dict) -> bool:
-    """A mask's {group: rows} written without the ``{"mask": ...}`` that makes it a mask JSON."""
-    return (
-        bool(payload)
-        and "mask" not in payload
-        and all(isinstance(rows, list) and all(isinstance(row, list) for row in rows) for rows in payload.values())
-    )
-
-
 def _units(mask: dict) -> int:
     return sum(1 for rows in mask.values() for row in rows for value in row if value == 0)
 
@@ -133,7 +124,8 @@ def read_mask_file(path, setting: str = "speed", action: str = "remove") -> Mask
 
 def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
     """The masks of a mask file's JSON ``payload`` (see ``read_mask_file``)."""
-    if bare_mask(payload):
+    lists_of_rows = all(isinstance(rows, list) and all(isinstance(row, list) for row in rows) for rows in payload.values())
+    if payload and "mask" not in payload and lists_of_rows:  # a mask's {group: rows} without its {"mask": ...} wrapper
         raise ConfigError(
             f"{setting}.mask_file={path} holds a bare mask {{group: rows}} (groups {list(payload)}) without its wrapper: "
             f'a mask JSON puts it under "mask", as {{"mask": {{"{next(iter(payload))}": [[1, 0, ...], ...]}}}}; '
