@@ -56,11 +56,6 @@ def run_app(cfg: DictConfig):
     return result
 
 
-def main_process() -> bool:
-    """False in the other ranks of a distributed run (Lightning's DDP workers, SLURM tasks): rank 0 owns the directory."""
-    return all(os.environ.get(name, "0") == "0" for name in ("LOCAL_RANK", "RANK", "SLURM_PROCID"))
-
-
 @contextmanager
 def claimed_run_dir(cfg):
     """Run in ``paths.output_dir`` only when it holds no other finished run (``overwrite=true`` replaces one); ``.hydra/`` written here."""
@@ -68,7 +63,7 @@ def claimed_run_dir(cfg):
 
     from headprune.core.checks import boolean
 
-    if not main_process():
+    if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "RANK", "SLURM_PROCID")):  # another rank of a distributed run
         yield
         return
     hydra_cfg = HydraConfig.get()

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 
 def config_dir() -> str:
     """The Hydra config directory (the one holding config.yaml)."""
@@ -17,11 +19,4 @@ def project_dir() -> str:
     return str(Path(config_dir()).parent if Path(config_dir()).parent.name != "headprune" else Path(config_dir()).parents[1])
 
 
-def register_resolvers() -> None:
-    """``${headprune_project:}`` in the configs: the project directory (paths.data_dir defaults beside it)."""
-    from omegaconf import OmegaConf
-
-    OmegaConf.register_new_resolver("headprune_project", project_dir, replace=True)
-
-
-register_resolvers()
+OmegaConf.register_new_resolver("headprune_project", project_dir, replace=True)  # ${headprune_project:} in the configs

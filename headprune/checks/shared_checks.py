@@ -93,11 +93,8 @@ def check_model(cfg) -> None:
     check_flash_attention(cfg, implementation)
     try:
         built = built_config(cfg.model)
-    except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
-        raise ConfigError(str(err)) from None
-    if built is not None:
-        check_model_type(*built)
-    try:
+        if built is not None:
+            check_model_type(*built)
         _check_model_files(cfg)
     except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
         raise ConfigError(str(err)) from None

@@ -39,7 +39,7 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
         2 * in_features(m) * out_features(m) * seq_len for m in model.modules() if is_projection(m) and id(m) not in attention_ids
     )
     ffn_sites = ffn_sites_if_any(model)
-    ffn_projections = [m for site in ffn_sites for m in ffn_projections_of(site)]
+    ffn_projections = [site.projection(p) for site in ffn_sites for p in site.up_paths()] + [site.down() for site in ffn_sites]
     return ModelCost(
         parameters=sum(p.numel() for p in model.parameters()),
         attention_parameters=attention_params,
@@ -69,11 +69,6 @@ def site_flops(site, seq_len: int) -> int:
     """Forward FLOPs of one attention module for one example: its projections and, per computed head, q k^T and probs @ v."""
     projections = sum(2 * in_features(p) * out_features(p) * seq_len for p in site.projections())
     return projections + 2 * 2 * seq_len * seq_len * site.computed_heads * site.head_dim  # the phantom counts
-
-
-def ffn_projections_of(site: FFNSite) -> list[nn.Module]:
-    """The up (and gate) projections and the down projection of one feed-forward block."""
-    return [site.projection(p) for p in site.up_paths()] + [site.down()]
 
 
 def neuron_flops(site: FFNSite, seq_len: int) -> int:

@@ -3,10 +3,11 @@
 import torch
 from torch import nn
 
-from headprune.core.ffn_sites import HOOK_ATTR, FFNSite, attach_neuron_gate, ffn_groups, find_ffn_sites
+from headprune.core.ffn_sites import HOOK_ATTR, FFNSite, attach_neuron_gate, find_ffn_sites
 from headprune.core.masks import head_list, normalize_mask
 from headprune.core.projections import out_features, sliced_projection
 from headprune.core.pruning import kept_positions, sites_named
+from headprune.core.site_gates import unit_groups
 
 WIDTHS_ATTR = "headprune_ffn_widths"  # config field: {group: [neurons each block computes]} once a neuron is pruned
 
@@ -50,7 +51,7 @@ def ffn_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
 
 def computed_widths(sites: list[FFNSite]) -> dict[str, list[int]]:
     """{group: [neurons each block computes]} (an emptied block's phantom counts as one)."""
-    out = {g: [0] * layers for g, (layers, _) in ffn_groups(sites).items()}
+    out = {g: [0] * layers for g, (layers, _) in unit_groups(sites).items()}
     for site in sites:
         out[site.group][site.layer] = site.computed_width
     return out
@@ -80,7 +81,7 @@ def prune_neurons(model: nn.Module, neurons: dict) -> dict[str, dict[str, list[i
 
 def prune_ffn_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     """Remove every FFN neuron whose mask entry is 0 ({group: [layers, neurons]}, or a bare [layers, neurons] for one group)."""
-    mask = normalize_mask(mask, ffn_groups(find_ffn_sites(model)), hard=True, unit="neuron")
+    mask = normalize_mask(mask, unit_groups(find_ffn_sites(model)), hard=True, unit="neuron")
     batched = [g for g, m in mask.items() if m.dim() != 2]
     if batched:
         raise ValueError(f"prune_ffn_mask takes one [layers, neurons] mask per group, got a batch of masks for {batched}")

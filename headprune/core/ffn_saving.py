@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from headprune.core.ffn_pruning import WIDTHS_ATTR, computed_widths, ffn_record, prune_ffn_site, sync_ffn_config
-from headprune.core.ffn_sites import FFNSite, ffn_groups, ffn_sites_if_any, find_ffn_sites
+from headprune.core.ffn_sites import FFNSite, ffn_sites_if_any, find_ffn_sites
+from headprune.core.site_gates import unit_groups
 
 DIGESTS = "ffn_weights_sha256"
 
@@ -29,7 +30,7 @@ def ffn_meta(model: nn.Module) -> dict:
         return {}
     sync_ffn_config(model, sites)
     return {
-        "ffn_widths_orig": {g: width for g, (_, width) in ffn_groups(sites).items()},
+        "ffn_widths_orig": {g: width for g, (_, width) in unit_groups(sites).items()},
         "pruned_neurons": ffn_record(model),
         DIGESTS: {f"{s.group}.{s.layer}": ffn_digest(s) for s in sites},
     }

@@ -9,7 +9,6 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
-from headprune.core.site_gates import unit_groups
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
@@ -131,11 +130,6 @@ def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:
         return find_ffn_sites(model)
     except ValueError:
         return []
-
-
-def ffn_groups(sites: list[FFNSite]) -> dict[str, tuple[int, int]]:
-    """{group: (layers, neurons per layer in the original model)} of a list of feed-forward blocks."""
-    return unit_groups(sites)
 
 
 def broadcast_neuron_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:

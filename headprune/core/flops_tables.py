@@ -4,9 +4,10 @@ import torch
 from torch import nn
 
 from headprune.core.counting import neuron_flops
-from headprune.core.ffn_sites import ffn_groups, find_ffn_sites
+from headprune.core.ffn_sites import find_ffn_sites
 from headprune.core.gates import find_sites
 from headprune.core.projections import in_features, out_features
+from headprune.core.site_gates import unit_groups
 
 
 def head_flops(site, seq_len: int) -> int:
@@ -54,7 +55,7 @@ def kv_group_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, tor
 def ffn_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
     """{FFN group: [layers, neurons + 1]}: a block's FLOPs with n neurons kept (0 kept: the phantom neuron)."""
     sites = find_ffn_sites(model)
-    tables = {g: torch.zeros(layers, width + 1, dtype=torch.float64) for g, (layers, width) in ffn_groups(sites).items()}
+    tables = {g: torch.zeros(layers, width + 1, dtype=torch.float64) for g, (layers, width) in unit_groups(sites).items()}
     for site in sites:
         kept = torch.arange(site.width_orig + 1).clamp(min=1).double()  # 0 kept = the phantom neuron
         tables[site.group][site.layer, : site.width_orig + 1] = kept * neuron_flops(site, seq_len)

@@ -12,7 +12,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
 from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.output_gate import attach_output_gate
-from headprune.core.site_gates import SiteGates, unit_groups
+from headprune.core.site_gates import SiteGates
 
 PREFIX = "headprune_"
 
@@ -162,8 +162,7 @@ def own_attention_name(model: nn.Module) -> str:
 
 def route_attention(model: nn.Module) -> str:
     """Point the model at headprune's wrapper of its attention (public setter); returns the wrapped implementation."""
-    original = model.config._attn_implementation or "sdpa"
-    inner = original[len(PREFIX) :] if original.startswith(PREFIX) else original
+    inner = own_attention_name(model)
     gated_name = ensure_gated(inner)
     model.set_attn_implementation(gated_name)
     if model.config._attn_implementation != gated_name:
@@ -219,11 +218,6 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
         raise ValueError(f"found no attention modules in {type(model).__name__} for family {family.name}")
     sites.sort(key=lambda s: (GROUPS.index(s.group), s.layer))
     return sites
-
-
-def site_groups(sites: list[AttentionSite]) -> dict[str, tuple[int, int]]:
-    """{group: (layers, heads per layer in the original model)} of a list of attention modules."""
-    return unit_groups(sites)
 
 
 class HeadGates(SiteGates):

@@ -109,12 +109,6 @@ def _gate_layer(module, args, kwargs, output):
     return (gated, *output[1:]) if isinstance(output, tuple) else gated
 
 
-def attach_layer_gate(site: LayerSite) -> None:
-    """Register the gate hook on the site's layer once."""
-    if getattr(site.module, HOOK_ATTR, None) is None:
-        setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
-
-
 class LayerGates(SiteGates):
     """A gate on every Transformer layer of a model: masks and scores are {"<stack>_layer": [layers, 1]} by original layer id."""
 
@@ -124,8 +118,9 @@ class LayerGates(SiteGates):
     def __init__(self, model: nn.Module):
         self.model = model
         self.sites = find_layer_sites(model)
-        for site in self.sites:
-            attach_layer_gate(site)
+        for site in self.sites:  # the gate hook, registered on each layer once
+            if getattr(site.module, HOOK_ATTR, None) is None:
+                setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
 
     def describe(self) -> str:
         """A one-line-per-group summary of the layers present."""

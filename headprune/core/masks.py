@@ -23,18 +23,11 @@ def _check_values(group: str, value: torch.Tensor, hard: bool, unit: str = "head
         )
 
 
-def _shapes(groups: dict[str, tuple[int, int]]) -> str:
-    """``enc_self [12, 12], dec_self [6, 8]``: each group with its [layers, heads]."""
-    return ", ".join(f"{g} [{layers}, {heads}]" for g, (layers, heads) in groups.items())
-
-
 def _ragged(value, heads: int, unit: str) -> str | None:
     """``layer 1 has 3 values, expected 4 (one per head)`` for the first row of a nested list whose length is not ``heads``."""
     rows = value if isinstance(value, (list, tuple)) else []
-    for layer, row in enumerate(rows):
-        if isinstance(row, (list, tuple)) and len(row) != heads:
-            return f"layer {layer} has {len(row)} values, expected {heads} (one per {unit})"
-    return None
+    wrong = ((layer, row) for layer, row in enumerate(rows) if isinstance(row, (list, tuple)) and len(row) != heads)
+    return next((f"layer {layer} has {len(row)} values, expected {heads} (one per {unit})" for layer, row in wrong), None)
 
 
 def _as_tensor(group: str, value, layers: int, heads: int, unit: str = "head") -> torch.Tensor:
@@ -57,7 +50,8 @@ def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False,
     """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}."""
     kind = KIND_OF_UNIT.get(unit, unit)
     if mask is None:
-        raise TypeError(f"the mask is None: give a dict {{group: tensor [layers, {unit}s]}} with the groups {_shapes(groups)}")
+        shapes = ", ".join(f"{g} [{layers}, {heads}]" for g, (layers, heads) in groups.items())
+        raise TypeError(f"the mask is None: give a dict {{group: tensor [layers, {unit}s]}} with the groups {shapes}")
     if isinstance(mask, torch.Tensor) or not isinstance(mask, dict):
         if len(groups) != 1:
             raise ValueError(

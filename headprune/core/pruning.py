@@ -209,10 +209,10 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
 
 def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     """Remove every head whose mask entry is 0 ({group: [layers, heads]}, or a bare [layers, heads] for one group)."""
-    from headprune.core.gates import site_groups
     from headprune.core.masks import head_list, normalize_mask
+    from headprune.core.site_gates import unit_groups
 
-    mask = normalize_mask(mask, site_groups(find_sites(model)), hard=True)
+    mask = normalize_mask(mask, unit_groups(find_sites(model)), hard=True)
     batched = [g for g, m in mask.items() if m.dim() != 2]
     if batched:
         raise ValueError(f"prune_mask takes one [layers, heads] mask per group, got a batch of masks for {batched}")

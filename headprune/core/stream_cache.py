@@ -148,14 +148,6 @@ def _streamed_kv(site, alphas: torch.Tensor) -> list[int]:
     return streamed
 
 
-def _check_cacheable(site) -> None:
-    if site.kv_index is not None or site.family.head_indexed_kwargs:
-        raise ValueError(
-            f"layer {site.layer}: its KV groups became uneven by pruning (or its attention takes per-head arguments); the "
-            "streaming cache hands whole KV groups to the attention: stream it under the gates with the full cache instead"
-        )
-
-
 class StreamCache(DynamicCache):
     """A DynamicCache whose streamed KV groups hold only their sink and recent window (see the module doc)."""
 
@@ -173,7 +165,11 @@ class StreamCache(DynamicCache):
             streamed = _streamed_kv(site, alphas) if site.head_ids else []
             if not streamed:
                 continue
-            _check_cacheable(site)
+            if site.kv_index is not None or site.family.head_indexed_kwargs:
+                raise ValueError(
+                    f"layer {site.layer}: its KV groups became uneven by pruning (or its attention takes per-head arguments); the "
+                    "streaming cache hands whole KV groups to the attention: stream it under the gates with the full cache instead"
+                )
             index = getattr(site.core, "layer_idx", site.layer)
             base = self.layers[index]
             if not isinstance(base, DynamicLayer) or not hasattr(base, "get_mask_sizes"):

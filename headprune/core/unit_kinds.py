@@ -1,10 +1,8 @@
 """The kinds of pruning unit, by name: the registry's functions (headprune.core.kinds) under their familiar names."""
 
 import headprune.core.kinds  # noqa: F401  (registers the built-in kinds)
-from headprune.core.blocks import BLOCK_SUFFIX, block_group  # noqa: F401
-from headprune.core.kinds.ffn import NEURON_ABLATION  # noqa: F401
+from headprune.core.blocks import block_group  # noqa: F401
 from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
-    JOINER,
     KINDS,
     ablation_refusal,
     group_kind,
@@ -16,5 +14,4 @@ from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     shrunk_fields,
     unit_kinds,
     unit_name,
-    unit_parts,
 )

@@ -93,11 +93,6 @@ def _make_shared(inner: str):
     return shared_attention
 
 
-def _ensure_shared(inner: str) -> str:
-    ensure_gated(inner)  # the shared function calls the gated one (not registered yet when heads gate at the output)
-    return register_wrapper(SHARED, inner, _make_shared)
-
-
 @contextmanager
 def _patched(module: nn.Module, fn):
     """Temporarily replace ``module.forward`` by ``fn`` (an instance-level forward already there is restored)."""
@@ -159,15 +154,9 @@ def _repeat_inputs(batch: dict, copies: int) -> dict:
     return {k: (v.repeat(copies, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
 
 
-def _first_changed_layer(mask: torch.Tensor, layers: int) -> int:
-    """The lowest layer of a mask [L, H] whose gates are not all one (``layers`` when the mask keeps every head)."""
-    changed = [l for l in range(layers) if bool((mask[l] != 1).any())]
-    return changed[0] if changed else layers
-
-
 def first_changed(masks: dict[str, torch.Tensor], index: int, layers: int) -> int:
     """The lowest layer where mask ``index`` of stacked masks {group: (M, L, U)} changes any group (``layers``: none)."""
-    return min(_first_changed_layer(value[index], layers) for value in masks.values())
+    return min(next((l for l in range(layers) if bool((value[index][l] != 1).any())), layers) for value in masks.values())
 
 
 def _take_masks(masks: dict[str, torch.Tensor], index) -> dict[str, torch.Tensor]:
@@ -210,7 +199,8 @@ class MaskBatcher:
         self.heads, self.ffn = heads, ffn
         self.sites = [s for s in heads.sites if s.group == self.group]  # ordered by layer
         self.layers = [model.get_submodule(_layer_path(s)) for s in self.sites]
-        self.shared_name = _ensure_shared(heads.inner)
+        ensure_gated(heads.inner)  # the shared function calls the gated one (not registered yet when heads gate at the output)
+        self.shared_name = register_wrapper(SHARED, heads.inner, _make_shared)
         self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
         self.first_token: bool | None = None
         self.shared = SharedAttention()  # read by the shared-attention function through the attention modules

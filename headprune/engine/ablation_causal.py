@@ -89,11 +89,6 @@ def _take(value, rows: torch.Tensor, length: int):
     return value
 
 
-def _identity(hidden, *args, **kwargs):
-    """The forward of a layer left out: its input unchanged."""
-    return hidden
-
-
 def batchable(gates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
     heads, ffn = primitive_gates(gates)
@@ -146,7 +141,7 @@ class CausalMaskBatcher(MaskBatcher):
         top = layers if keep_all else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
         with recorded_outputs([self.layers[i] for i in needed]) as recorded, self._gated(None), ExitStack() as stack:
             for layer in self.layers[top:]:
-                stack.enter_context(_patched(layer, _identity))
+                stack.enter_context(_patched(layer, lambda hidden, *args, **kwargs: hidden))  # a layer left out: its input unchanged
             hidden = self.backbone(**inputs).last_hidden_state if top > 0 else None
         cache = dict(zip(needed, recorded))
         out = torch.zeros((_count(stacked), b, 2), dtype=torch.float64)  # a text with no label keeps NLL 0 and misses none

@@ -13,7 +13,7 @@ from headprune.selection.greedy import check_groups
 from headprune.stages.ablation_stage import ablation_figure, ablation_stage
 from headprune.stages.evaluation import check_split
 from headprune.tasks import registry
-from headprune.viz.tables import ablation_rows
+from headprune.viz.tables import head_rows
 
 
 def run(cfg) -> dict:
@@ -31,7 +31,7 @@ def run(cfg) -> dict:
         numbers["splits"][split] = result
         title = f"Single-{noun(task.gates.unit)} {'streaming' if streaming(task) else 'ablation'} on {split} ({cfg.model.name})"
         figures.append(ablation_figure(result, out / f"ablate_{split}.png", title))
-        tables[f"ablate_{split}"] = ablation_rows(result)
+        tables[f"ablate_{split}"] = head_rows(result, "head")
         print(
             f"{split}: base {result['metric']} {result['base_score']:.2f}; significant {noun(task.gates.unit, plural=True)} per group: "
             + ", ".join(f"{g}={v['significant']}/{v['heads']}" for g, v in result["per_group"].items())

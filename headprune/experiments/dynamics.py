@@ -29,13 +29,9 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
     overrides = cfg.dynamics_overrides
     pairs = overrides.items() if hasattr(overrides, "items") else (item.split("=", 1) for item in list_of(overrides))
     for key, value in pairs:
-        OmegaConf.update(train_cfg, key, _parse(value) if isinstance(value, str) else value, force_add=True)
+        value = OmegaConf.from_dotlist([f"v={value}"]).v if isinstance(value, str) else value  # "300" -> 300, "[a,b]" -> a list
+        OmegaConf.update(train_cfg, key, value, force_add=True)
     return train_cfg
-
-
-def _parse(text: str):
-    """A dotlist value as YAML would read it (``300`` -> 300, ``[a,b]`` -> list)."""
-    return OmegaConf.from_dotlist([f"v={text}"]).v
 
 
 def analyse_checkpoints(cfg) -> list[dict]:

@@ -19,6 +19,7 @@ from headprune.export.gguf_tokenizer import choose_tokenizer_pre
 from headprune.export.record import console_lines, is_pruned, layer_widths, tensor_parallel
 from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
+from headprune.models.sources import config_fields
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
@@ -64,22 +65,10 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     return {g: r for g, r in rows.items() if r is not None}  # the attention part, over query heads
 
 
-def model_fields(model_cfg) -> dict:
-    """The model's config fields: ``model.config``, or the config.json of its (local or embedded) directory ({} when unknown)."""
-    from headprune.models.sources import resolve_pretrained
-
-    if model_cfg.get("config") is not None:
-        return dict(model_cfg.config)
-    if not model_cfg.get("pretrained"):
-        return {}
-    path = Path(resolve_pretrained(str(model_cfg.pretrained))) / "config.json"
-    return dict(read_json(path)) if path.is_file() else {}
-
-
 def check_format_takes(cfg, fmt: str) -> None:
     """What the format demands of the model and of the mask (``Format.check_mask``), else a ConfigError naming what works."""
     record = FORMATS[fmt]
-    fields = model_fields(with_source_model(cfg).model)
+    fields = config_fields(with_source_model(cfg).model) or {}
     why = record.family_refusal(fields) if record.family_refusal else None
     if why:
         raise ConfigError(why)

@@ -12,7 +12,7 @@ from headprune.stages.evaluation import check_split, selection_split
 from headprune.stages.keep_one_stage import keep_one_stage
 from headprune.tasks import registry
 from headprune.viz.plots import keep_one_bars
-from headprune.viz.tables import keep_one_rows
+from headprune.viz.tables import head_rows
 
 
 def run(cfg) -> dict:
@@ -36,7 +36,7 @@ def run(cfg) -> dict:
         kept = f"keep {noun(task.gates.unit)} {r['best_head'] + 1}" + (" full, stream the others" if streaming(task) else "")
         print(f"{r['group']} layer {r['layer'] + 1}: {kept} -> {r['delta']:+.2f} (p={r['p_value']:.3f})")
     write_results(cfg, "keep_one", result, task, split, inputs={"selection_split": selection}, figures=[figure])
-    log_run(cfg, "keep_one", result, {"keep_one": keep_one_rows(result)}, [figure])
+    log_run(cfg, "keep_one", result, {"keep_one": head_rows(result, "best_head")}, [figure])
     return {"objective": result["base_score"], **result}
 
 

@@ -40,7 +40,7 @@ from headprune.tasks import registry
 from headprune.tasks.stream_task import STREAM, action_of
 from headprune.tasks.unit_task import unit_of
 from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, speed_bars
-from headprune.viz.tables import ablation_rows, keep_one_rows, pareto_rows, prune_rows, speed_rows
+from headprune.viz.tables import head_rows, pareto_rows, prune_rows, speed_rows
 
 REUSES_STAGES = True  # rerun in its directory with other settings: unchanged stages reused, the rest recomputed (cli.py)
 
@@ -252,12 +252,12 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     fingerprints = {k: digest(ctx.keys[k]) for k in ("scores", "ablate", "keep_one", "prune", "speed", "pareto") if k in ctx.keys}
     inputs = {"selection_split": ctx.selection, "data_note": note, "stage_fingerprints": fingerprints}
     write_results(cfg, "study", numbers, ctx.task, ctx.split, figures=figures, inputs=inputs)
-    tables = {f"ablate_{s}": ablation_rows(v) for s, v in (r["ablate"]["splits"] if "ablate" in r else {}).items()}
+    tables = {f"ablate_{s}": head_rows(v, "head") for s, v in (r["ablate"]["splits"] if "ablate" in r else {}).items()}
     tables["prune"] = prune_rows(r["prune"])
     if "speed" in r:
         tables["speed"] = speed_rows(r["speed"])
     if "keep_one" in r:
-        tables["keep_one"] = keep_one_rows(r["keep_one"])
+        tables["keep_one"] = head_rows(r["keep_one"], "best_head")
     if "pareto" in r:
         tables["pareto"] = pareto_rows(r["pareto"])
     last = r["speed"]["rows"][-1] if "speed" in r and r["speed"]["rows"] else None

@@ -4,13 +4,5 @@ from headprune.checks.shared_checks import check_training_run
 from headprune.tasks.registry import train_task
 
 TRAINS = True  # a task's trainer: reads the training settings (trainer, callbacks, ckpt_path)
-
-
-def run(cfg) -> dict:
-    """Fine-tune, validate and save the image classifier with the vision task's trainer."""
-    return train_task(cfg)
-
-
-def check(cfg) -> None:
-    """The model and task, the trainer, and the checkpoint to resume."""
-    check_training_run(cfg)
+run = train_task  # fine-tune, validate and save the image classifier with the vision task's trainer
+check = check_training_run  # the model and task, the trainer, and the checkpoint to resume

@@ -69,11 +69,6 @@ def check_pattern(pattern, shape: tuple[int, int] | None = None) -> np.ndarray:
     return array
 
 
-def streamed_of(pattern: np.ndarray) -> dict[int, list[int]]:
-    """{layer: [streamed KV ids]} of a checked pattern (values below THRESHOLD), every layer listed."""
-    return {layer: [int(k) for k in np.flatnonzero(row < THRESHOLD)] for layer, row in enumerate(pattern)}
-
-
 def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, model_name: str, shape=None) -> dict:
     """Write ``full_attention_heads.tsv`` and ``config.json`` into ``out`` (each atomically); the config written."""
     array = check_pattern(pattern, shape)
@@ -85,7 +80,7 @@ def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, mode
     sink, window = integer_id(sink, "sink"), integer_id(window, "window")
     if sink < 0 or window < 1:
         raise ValueError(f"sink >= 0 and window >= 1 tokens (kvpress reads recent_size 0 as no streaming); got {sink}, {window}")
-    streamed = streamed_of(array)
+    streamed = {layer: [int(k) for k in np.flatnonzero(row < THRESHOLD)] for layer, row in enumerate(array)}
     fraction = sum(map(len, streamed.values())) / array.size
     config = {
         "sink_size": sink,

@@ -81,11 +81,10 @@ class HeadImportanceTracker(L.Callback):
     def load_state_dict(self, state_dict: dict) -> None:
         self.history = list(state_dict.get("history", []))
 
-    def _path(self, trainer) -> Path:
-        return Path(self.output_dir or trainer.default_root_dir) / "dynamics.json"
-
     def _write(self, trainer) -> None:
-        write_results_file(self._path(trainer), "dynamics", None, source="callback", snapshots=self.history)
+        write_results_file(
+            Path(self.output_dir or trainer.default_root_dir) / "dynamics.json", "dynamics", None, source="callback", snapshots=self.history
+        )
 
     def _log(self, trainer, pl_module, snap: dict) -> None:
         """Scalars to any logger; curve, table and heatmap images to W&B."""

@@ -106,11 +106,6 @@ def linear_warmup_decay(total_steps: int, warmup: float):
     return factor
 
 
-def _loader(batches) -> DataLoader:
-    """A DataLoader that yields the given model-input dicts as they are."""
-    return batches if isinstance(batches, DataLoader) else DataLoader(list(batches), batch_size=None, shuffle=False)
-
-
 def finetune_recover(
     model: nn.Module,
     batches: Iterable[dict] | DataLoader,
@@ -153,7 +148,9 @@ def finetune_recover(
     try:
         with torch.random.fork_rng():  # dropout drawn from ``seed``: the same inputs give the same model wherever it runs
             torch.manual_seed(int(seed))
-            trainer.fit(module, train_dataloaders=_loader(batches))
+            trainer.fit(
+                module, train_dataloaders=batches if isinstance(batches, DataLoader) else DataLoader(list(batches), batch_size=None)
+            )
     finally:
         if lora_rank is not None:
             merge_lora(trained)  # the adapters folded into ``model``'s own projections

@@ -52,15 +52,6 @@ def flat_numbers(numbers: dict, prefix: str = "") -> dict:
     return out
 
 
-def write_csv_table(path: Path, columns, rows) -> Path:
-    """One table as a CSV file."""
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(list(columns))
-        writer.writerows(rows)
-    return path
-
-
 def log_run(cfg, kind: str, numbers: dict, tables: dict | None = None, figures: list | None = None) -> None:
     """An experiment's scalars, tables {name: (columns, rows)} and figures to the configured logger."""
     logger = build_logger(cfg, job_type=kind)
@@ -72,7 +63,8 @@ def log_run(cfg, kind: str, numbers: dict, tables: dict | None = None, figures: 
     logger.log_metrics(flat_numbers(numbers))
     if isinstance(logger, CSVLogger):
         for name, (columns, rows) in tables.items():
-            write_csv_table(output_dir(cfg) / f"{name}.csv", columns, rows)
+            with open(output_dir(cfg) / f"{name}.csv", "w", newline="") as handle:
+                csv.writer(handle).writerows([list(columns), *rows])
     else:
         for name, (columns, rows) in tables.items():
             logger.log_table(f"table/{name}", columns=list(columns), data=[list(r) for r in rows])

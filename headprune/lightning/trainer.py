@@ -12,15 +12,6 @@ from headprune.lightning.loggers import build_logger, finish_wandb
 from headprune.results.writer import model_fingerprint, output_dir, write_results_file
 
 
-def _callbacks_from_config(cfg) -> list:
-    extra = []
-    for name, spec in (cfg.get("callbacks") or {}).items():
-        if name == "checkpoint" or spec is None:
-            continue
-        extra.append(instantiate(spec))
-    return extra
-
-
 def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
     """A Trainer from ``cfg.trainer`` with per-epoch checkpoints in ``<output_dir>/checkpoints``."""
     ckpt_cfg = cfg.callbacks.checkpoint  # conf/callbacks/default.yaml
@@ -39,7 +30,11 @@ def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
         **trainer_kwargs,
         default_root_dir=str(output_dir(cfg)),
         logger=build_logger(cfg) if logger is None else logger,
-        callbacks=[checkpoint, *_callbacks_from_config(cfg), *callbacks],
+        callbacks=[
+            checkpoint,
+            *(instantiate(spec) for name, spec in (cfg.get("callbacks") or {}).items() if name != "checkpoint" and spec is not None),
+            *callbacks,
+        ],
     )
 
 

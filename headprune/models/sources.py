@@ -4,7 +4,6 @@ import os
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
-from headprune.core.kinds.attention import kv_heads_in_fields
 from headprune.core.unit_kinds import kinds_of
 from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
 
@@ -139,11 +138,6 @@ def config_fields(model_cfg) -> dict | None:
             return None
         fields = read_json_file(path)
     return None if fields is None else dict(fields)
-
-
-def kv_heads_per_layer(fields: dict) -> int | None:
-    """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
-    return kv_heads_in_fields(fields)
 
 
 def heads_per_layer(model_cfg, unit="head") -> int | None:

@@ -35,11 +35,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, kind: str = "b
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     eos_id = tok.token_to_id(EOS)
     tok.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}", special_tokens=[(EOS, eos_id)])
-    return wrap(tok)
-
-
-def wrap(tok):
-    """A transformers fast tokenizer around a ``tokenizers.Tokenizer`` with our special tokens."""
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, unk_token=UNK, bos_token=BOS)

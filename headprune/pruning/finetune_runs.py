@@ -4,16 +4,13 @@ import copy
 
 from headprune.core.checks import ConfigError
 from headprune.lightning.finetune import finetune_recover
+from headprune.tasks.base import rows_of
 
 
 def batch_tokens(batch: dict) -> int:
     """Real input tokens of a training batch (attention-mask ones; every position without a mask)."""
     mask = batch.get("attention_mask")
     return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
-
-
-def batch_rows(batch: dict) -> int:
-    return int(batch["input_ids"].shape[0])
 
 
 def budget_batches(task, tokens: int, seed: int) -> list[dict]:
@@ -23,7 +20,7 @@ def budget_batches(task, tokens: int, seed: int) -> list[dict]:
     wanted = 64
     while True:
         batches = task.training_batches(wanted, seed=seed)
-        drawn, total = sum(map(batch_rows, batches)), sum(map(batch_tokens, batches))
+        drawn, total = sum(map(rows_of, batches)), sum(map(batch_tokens, batches))
         if total >= tokens or drawn < wanted:  # enough tokens, or the whole training split drawn
             break
         wanted *= 2
@@ -127,7 +124,7 @@ def budget_info(finetune, rounds: list[list[dict]]) -> dict:
             {
                 "steps": finetune_steps(finetune, batches),
                 "batches": len(batches),
-                "examples": sum(map(batch_rows, batches)),
+                "examples": sum(map(rows_of, batches)),
                 "tokens": sum(map(batch_tokens, batches)),
             }
             for batches in rounds

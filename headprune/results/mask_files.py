@@ -105,22 +105,8 @@ def read_mask_payload(path: Path, setting: str) -> dict:
     return payload
 
 
-def bare_mask(payload: dict) -> bool:
-    """A mask's {group: rows} written without the ``{"mask": ...}`` that makes it a mask JSON."""
-    return (
-        bool(payload)
-        and "mask" not in payload
-        and all(isinstance(rows, list) and all(isinstance(row, list) for row in rows) for rows in payload.values())
-    )
-
-
 def _units(mask: dict) -> int:
     return sum(1 for rows in mask.values() for row in rows for value in row if value == 0)
-
-
-def _sections(results: dict) -> list[dict]:
-    """The result blocks that may hold orders or points: a prune run's results, a study's prune and pareto stages."""
-    return [results, results.get("prune") or {}, results.get("pareto") or {}]
 
 
 def read_mask_file(path, setting: str = "speed", action: str = "remove") -> MaskFile:
@@ -138,14 +124,15 @@ def read_mask_file(path, setting: str = "speed", action: str = "remove") -> Mask
 
 def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
     """The masks of a mask file's JSON ``payload`` (see ``read_mask_file``)."""
-    if bare_mask(payload):
+    lists_of_rows = all(isinstance(rows, list) and all(isinstance(row, list) for row in rows) for rows in payload.values())
+    if payload and "mask" not in payload and lists_of_rows:  # a mask's {group: rows} without its {"mask": ...} wrapper
         raise ConfigError(
             f"{setting}.mask_file={path} holds a bare mask {{group: rows}} (groups {list(payload)}) without its wrapper: "
             f'a mask JSON puts it under "mask", as {{"mask": {{"{next(iter(payload))}": [[1, 0, ...], ...]}}}}; '
             "write the file's object there"
         )
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
-    sections = _sections(results)
+    sections = [results, results.get("prune") or {}, results.get("pareto") or {}]  # a prune run; a study's prune and pareto stages
     unit = next((file_unit(s["unit"]) for s in sections if file_unit(s.get("unit")) is not None), None)
     layout = next((s["layout"] for s in sections if s.get("layout")), None)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")

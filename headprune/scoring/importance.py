@@ -34,15 +34,6 @@ def per_example_loss(outputs, batch: dict) -> torch.Tensor:
     return (token_loss * valid).sum(1) / valid.sum(1).clamp(min=1)
 
 
-def _shape(gates, unit: str = "head") -> dict[str, tuple[int, int]]:
-    """{group: (layers, units)} of the scores: the groups of ``gates`` seen in ``unit``."""
-    return unit_gates(gates, unit).groups
-
-
-def _zeros(gates, unit: str = "head") -> dict[str, torch.Tensor]:
-    return {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in _shape(gates, unit).items()}
-
-
 def _kinds(unit: str):
     """The kinds of an importance unit, or a ValueError listing the kinds."""
     try:
@@ -90,7 +81,8 @@ def importance_scores(
     if reduce not in REDUCTIONS:
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
     _kinds(unit)
-    totals, count = _zeros(gates, unit), 0
+    totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in unit_gates(gates, unit).groups.items()}
+    count = 0
     batches = _progress(batches, progress, "fisher" if reduce == "fisher" else "importance")
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
@@ -174,7 +166,7 @@ def per_example_gate_gradients(
         probes = [probe for site in gates.sites for probe in site.probes]
         grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
         grad_of = dict(zip(map(id, probes), grads))
-        for g, (layers, heads) in _shape(gates, unit).items():
+        for g, (layers, heads) in unit_gates(gates, unit).groups.items():
             out[g] = torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64)
         for site in gates.sites:
             for probe in site.probes:
@@ -190,9 +182,9 @@ class _EntropyRecorder:
     """Accumulates the mean entropy of each head's attention distribution over valid query tokens."""
 
     def __init__(self, gates):
-        from headprune.core.gates import site_groups
+        from headprune.core.site_gates import unit_groups
 
-        shape = site_groups(gates.sites)  # per query head, whatever unit the gates are seen in
+        shape = unit_groups(gates.sites)  # per query head, whatever unit the gates are seen in
         self.totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
         self.counts = {g: t.clone() for g, t in self.totals.items()}
         self.valid: dict[str, torch.Tensor | None] = {}

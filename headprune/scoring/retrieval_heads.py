@@ -5,8 +5,9 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from headprune.core.gates import PREFIX, ensure_gated, site_groups
+from headprune.core.gates import PREFIX, ensure_gated
 from headprune.core.inputs import DECODER_INPUTS, eval_mode
+from headprune.core.site_gates import unit_groups
 
 COPY_KEYS = ("labels", "needle_start", "needle_end")  # what a retrieval batch holds besides the model's inputs
 
@@ -57,7 +58,7 @@ def _recorder(site, batch: dict, counts: torch.Tensor, totals: dict[str, torch.T
 
 def retrieval_scores(model, gates, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
     """Retrieval score of every head {group: [layers, heads]} (in the gates' unit: a KV group, its query heads' mean)."""
-    totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in site_groups(gates.sites).items()}
+    totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in unit_groups(gates.sites).items()}
     examples = 0
     with eval_mode(model), eager_attention(model), torch.inference_mode():
         for batch in batches:

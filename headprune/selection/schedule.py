@@ -30,10 +30,6 @@ def _fisher(model, gates, batches, loss_fn):
     return fisher_scores(model, gates, batches, loss_fn=loss_fn, unit=gates.unit)
 
 
-def _is_target(step) -> bool:
-    return hasattr(step, "items") or isinstance(step, PruneTarget)
-
-
 def check_targets(targets: list[PruneTarget]) -> list[PruneTarget]:
     """One kind of target, each step beyond the one before (a speed-up that grows, a FLOPs share that shrinks), or a ValueError."""
     kinds = sorted({t.kind for t in targets})
@@ -54,7 +50,7 @@ def check_schedule(schedule) -> list:
     steps = list(schedule or [])
     if not steps:
         raise ValueError("the pruning schedule is empty: give growing fractions such as [0.2, 0.4, 0.6]")
-    targets = [_is_target(step) for step in steps]
+    targets = [hasattr(step, "items") or isinstance(step, PruneTarget) for step in steps]
     if all(targets):
         return check_targets([PruneTarget.from_config(step) for step in steps])
     if any(targets):

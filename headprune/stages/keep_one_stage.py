@@ -38,19 +38,18 @@ def keep_one_stage(
     base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
     results = evaluate_many(task, masks, split, desc=f"keep_one eval ({split})", progress=progress)
     tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, alpha=alpha)
-    rows = []
-    for (group, layer, head, scores), res, test in zip(best, results, tests):
-        rows.append(
-            {
-                "group": group,
-                "layer": layer,
-                "best_head": head,
-                "selection_score": scores[head],
-                "selection_scores": scores,
-                "score": res.score,
-                **asdict(test),
-            }
-        )
+    rows = [
+        {
+            "group": group,
+            "layer": layer,
+            "best_head": head,
+            "selection_score": scores[head],
+            "selection_scores": scores,
+            "score": res.score,
+            **asdict(test),
+        }
+        for (group, layer, head, scores), res, test in zip(best, results, tests)
+    ]
     return {
         "metric": task.metric,
         "selection_split": selection,

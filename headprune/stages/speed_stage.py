@@ -28,11 +28,6 @@ def clock_of(settings) -> str:
     return clock
 
 
-def removed_record(model) -> dict:
-    """{group: {layer: [removed original ids]}} of a pruned model: heads by attention group, neurons by FFN group."""
-    return {**pruning_record(model), **(ffn_record(model) if ffn_sites_if_any(model) else {})}
-
-
 def timed_call(task, model, gates, call=None):
     """The task's timed call (``call``, default ``task.timed_call``) made with ``model`` in place of the task's own."""
 
@@ -84,7 +79,8 @@ def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_di
         prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
     else:
         pruned = pruned_model
-    record = removed_record(pruned)
+    # {group: {layer: [removed original ids]}}: heads by attention group, neurons by FFN group
+    record = {**pruning_record(pruned), **(ffn_record(pruned) if ffn_sites_if_any(pruned) else {})}
     pruned_gates = HeadGates(pruned)
     out = {
         "split": str(speed.split),

@@ -24,11 +24,6 @@ def rows_of(batch: dict) -> int:
     return int(batch["input_ids"].shape[0])
 
 
-def tokens_of(batch: dict) -> int:
-    """Padded token positions of a timing batch: what the FLOP count of a forward over it covers."""
-    return int(batch["input_ids"].numel())
-
-
 @dataclass(frozen=True)
 class TimedCall:
     """One named inference call of the speed experiment and how to count what it processes."""
@@ -36,10 +31,8 @@ class TimedCall:
     call: Callable[[dict], None]  # one call on a timing batch (forward, generate, ...)
     unit: str = "examples"  # what ``count`` counts: "examples", "tokens", "new tokens"
     count: Callable[[dict], int] = rows_of  # units one call processes on a batch
-    span: Callable[[dict], tuple[int, int]] = lambda batch: (
-        0,
-        tokens_of(batch) // rows_of(batch),
-    )  # (context before, after) per row: FLOPs of the tokens in between
+    # (context before, after) per row of input_ids (B, T): FLOPs of the tokens in between
+    span: Callable[[dict], tuple[int, int]] = lambda batch: (0, int(batch["input_ids"].shape[1]))
 
 
 @runtime_checkable

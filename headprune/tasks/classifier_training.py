@@ -64,9 +64,6 @@ class ClassifierSteps:
         self.log(f"{split}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=n, sync_dist=True, add_dataloader_idx=False)
         self.log(f"{split}/accuracy", metric, batch_size=n, prog_bar=True, add_dataloader_idx=False)
 
-    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.validation_step(batch, batch_idx, dataloader_idx)
-
     def configure_optimizers(self):
         return adamw_with_linear_warmup(self.model, self.hparams, self.trainer.estimated_stepping_batches)
 

@@ -16,15 +16,10 @@ def datasets_cache_dir(path: str) -> Path:
     return Path(datasets.config.HF_DATASETS_CACHE).expanduser() / "___".join(parts)
 
 
-def hub_dataset_cached(path: str) -> bool:
-    """True when the datasets cache holds a prepared copy of the hub dataset ``path`` (any config and version)."""
-    return any(p.is_dir() for p in datasets_cache_dir(path).glob("*/*/*"))
-
-
 def check_hub_dataset(data, path, setting: str, instead: str) -> None:
     """A hub dataset that can be loaded now (local, cached or reachable); else a ConfigError naming it and ``instead``."""
     path = str(path)
-    if Path(path).expanduser().exists() or hub_dataset_cached(path) or hub_reachable():
+    if Path(path).expanduser().exists() or any(p.is_dir() for p in datasets_cache_dir(path).glob("*/*/*")) or hub_reachable():
         return
     raise ConfigError(
         f"data={data.get('name')}: the Hugging Face dataset {setting}={path} is not in the datasets cache "

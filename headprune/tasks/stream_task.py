@@ -3,7 +3,7 @@
 from contextlib import contextmanager
 
 from headprune.core.stream_gates import StreamGates
-from headprune.tasks.unit_task import in_unit, unit_of
+from headprune.tasks.unit_task import TaskView, in_unit, unit_of
 
 REMOVE, STREAM = "remove", "stream"
 
@@ -24,7 +24,7 @@ def task_context(data) -> int | None:
     return int(length) if length is not None else None
 
 
-class StreamTask:
+class StreamTask(TaskView):
     """``task`` with StreamGates in place of its head gates; everything else is the task's own."""
 
     def __init__(self, task, gates: StreamGates, context_tokens: int | None):
@@ -32,17 +32,10 @@ class StreamTask:
         self.__dict__["_gates"] = gates
         self.__dict__["context_tokens"] = context_tokens  # the task's longest context: where the KV cache is counted
 
-    def __getattr__(self, name):
-        return getattr(self.task, name)
-
     def __setattr__(self, name, value):
         if name == "gates":
             raise ValueError("a streaming task keeps its model: streamed units keep their weights, no pruned copy replaces it")
         setattr(self.task, name, value)
-
-    @property
-    def gates(self) -> StreamGates:
-        return self._gates
 
     @contextmanager
     def _streaming(self):

@@ -8,10 +8,6 @@ class TextFileError(ValueError):
     """A data file that cannot be read as UTF-8 text, with the file and the line."""
 
 
-def _open_bytes(path: Path):
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
-
-
 def decode_line(raw: bytes, path, number: int) -> str:
     """One line as text, or a TextFileError naming ``path:number`` and the bad byte."""
     try:
@@ -26,7 +22,7 @@ def decode_line(raw: bytes, path, number: int) -> str:
 def utf8_lines(path: str | Path):
     """Yield (line number, text with its line ending) of a UTF-8 (optionally gzip) file."""
     path = Path(path)
-    with _open_bytes(path) as handle:
+    with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             yield number, decode_line(raw, path, number)
 

@@ -8,16 +8,24 @@ from headprune.core.kinds.kind_registry import Unit, parse_unit, unit_name
 from headprune.core.units import QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 
-class UnitTask:
+class TaskView:
+    """``task`` seen with other gates (``_gates``); everything else is the task's own."""
+
+    def __getattr__(self, name):
+        return getattr(self.task, name)
+
+    @property
+    def gates(self):
+        return self._gates
+
+
+class UnitTask(TaskView):
     """``task`` with its gates in another unit; everything else is the task's own."""
 
     def __init__(self, task, unit: str):
         self.__dict__["task"] = task
         self.__dict__["unit"] = unit_name(unit)
         self.__dict__["_gates"] = unit_gates(task.gates, unit)
-
-    def __getattr__(self, name):
-        return getattr(self.task, name)
 
     def __setattr__(self, name, value):
         if name == "gates":  # a swapped model's gates (speed), in any unit: the task keeps HeadGates, seen here in this unit
@@ -27,10 +35,6 @@ class UnitTask:
             self.__dict__["_gates"] = unit_gates(heads, self.unit)
         else:
             setattr(self.task, name, value)
-
-    @property
-    def gates(self):
-        return self._gates
 
     @property
     def acting(self) -> dict:

@@ -6,7 +6,7 @@ from headprune.results.writer import read_json, write_text_atomic
 from headprune.viz.tables import markdown_sections
 
 
-def _results_files(run_dir: Path) -> list[Path]:
+def results_files(run_dir: Path) -> list[Path]:
     files = sorted(run_dir.rglob("results.json")) + sorted(run_dir.rglob("dynamics.json"))
     return [f for f in files if "wandb" not in f.parts]
 
@@ -27,11 +27,7 @@ def read_results(file: Path, run_dir: Path) -> dict:
 def _summary_lines(payload: dict) -> list[str]:
     """Scalar numbers of a results file as markdown bullet lines."""
     numbers = payload.get("results") or {}
-    lines = []
-    for key, value in numbers.items():
-        if isinstance(value, (int, float, str, bool)) or value is None:
-            lines.append(f"- **{key}**: {value}")
-    return lines
+    return [f"- **{key}**: {value}" for key, value in numbers.items() if isinstance(value, (int, float, str, bool)) or value is None]
 
 
 def build_report(run_dir: str | Path) -> Path:
@@ -39,7 +35,7 @@ def build_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run_dir {run_dir} is not a directory: give a Hydra run directory (outputs/...)")
-    files = _results_files(run_dir)
+    files = results_files(run_dir)
     figures = sorted(p for p in run_dir.rglob("*.png") if "wandb" not in p.parts)
     if not files and not figures:
         raise FileNotFoundError(f"{run_dir} holds no results.json, dynamics.json or PNG figures to report")
@@ -72,32 +68,3 @@ def _html(lines: list[str]) -> str:
         "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:900px}"
     )
     return f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head><body>{body}</body></html>"
-
-
-def run(cfg) -> dict:
-    """experiment=report: ``headprune experiment=report run_dir=outputs/...``."""
-    if not cfg.get("run_dir"):
-        raise ValueError("experiment=report needs run_dir=<a Hydra run directory>")
-    path = build_report(cfg.run_dir)
-    print(f"report written to {path} (and report.html beside it)")
-    return {"report": str(path)}
-
-
-if __name__ == "__main__":
-    import sys
-
-    print(build_report(sys.argv[1]))
-
-
-def check(cfg) -> None:
-    """experiment=report: a run directory that exists, whose results files are readable."""
-    from omegaconf import OmegaConf
-
-    from headprune.core.checks import ConfigError
-
-    given = None if OmegaConf.is_missing(cfg, "run_dir") else cfg.get("run_dir")
-    if not given or not Path(str(given)).expanduser().is_dir():
-        raise ConfigError(f"run_dir={given} is not a directory: give a run directory (run_dir=outputs/<experiment>/<date>)")
-    run_dir = Path(str(given)).expanduser()
-    for file in _results_files(run_dir):
-        read_results(file, run_dir)

@@ -31,10 +31,6 @@ def _stage(payload: dict, name: str) -> dict:
     return results.get(name, results)
 
 
-def _signed(value, digits=2) -> str:
-    return f"{value:+.{digits}f}"
-
-
 def ablation_table(study: dict, split: str = "eval") -> str:
     abl = _stage(study, "ablate")["splits"][split]
     lines = [
@@ -64,7 +60,7 @@ def keep_one_table(study: dict) -> str:
     ]
     for r in k["rows"]:
         lines.append(
-            f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {_signed(r['delta'])} | "
+            f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {r['delta']:+.2f} | "
             f"{r['p_value']:.3f} | {'yes' if r['significant'] else 'no'} |"
         )
     lines.append("")
@@ -395,17 +391,11 @@ def cross_file_correlation_line(first: dict, first_split: str, second: dict, sec
     return _correlation_sentence(c, first_split, second_split, sizes)
 
 
-def ablation_rows(result: dict) -> tuple[list[str], list[list]]:
-    columns = ["group", "layer", "head", "score", "delta", "p_value", "significant"]
+def head_rows(result: dict, head: str) -> tuple[list[str], list[list]]:
+    """One row per head of an ablation (``head``) or keep-one (``best_head``) result, layers and heads counted from 1."""
+    columns = ["group", "layer", head, "score", "delta", "p_value", "significant"]
     return columns, [
-        [r["group"], r["layer"] + 1, r["head"] + 1, r["score"], r["delta"], r["p_value"], r["significant"]] for r in result["rows"]
-    ]
-
-
-def keep_one_rows(result: dict) -> tuple[list[str], list[list]]:
-    columns = ["group", "layer", "best_head", "score", "delta", "p_value", "significant"]
-    return columns, [
-        [r["group"], r["layer"] + 1, r["best_head"] + 1, r["score"], r["delta"], r["p_value"], r["significant"]] for r in result["rows"]
+        [r["group"], r["layer"] + 1, r[head] + 1, r["score"], r["delta"], r["p_value"], r["significant"]] for r in result["rows"]
     ]
 
 

@@ -128,8 +128,3 @@ class KVGroupKind(HeadKind):
         from headprune.core.gates import HeadGates
 
         return kv_group_tables(head_tables, HeadGates(model).heads_per_kv)
-
-    def prune(self, model, mask):
-        from headprune.core.pruning import prune_mask
-
-        return prune_mask(model, mask)  # the gates hand over the query-head mask of the KV-group mask

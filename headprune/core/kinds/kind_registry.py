@@ -106,11 +106,6 @@ def is_joint(unit) -> bool:
     return len(unit_kinds(unit)) > 1
 
 
-def unit_parts(unit) -> tuple[str, ...]:
-    """The parts of a model a unit prunes: ("attention",), ("feed_forward",), ("attention", "feed_forward") ..."""
-    return tuple(part for kind in kinds_of(unit) for part in kind.parts)
-
-
 def shrunk_fields(unit) -> set[str]:
     """The config fields a unit's kinds shrink (empty for anything that is no unit)."""
     try:

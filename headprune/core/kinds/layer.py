@@ -90,7 +90,7 @@ class LayerKind(UnitKind):
     def record(self, model):
         from headprune.core.layer_removal import removed_layers
 
-        return layer_record(removed_layers(model))
+        return {group: {str(layer): [0] for layer in ids} for group, ids in removed_layers(model).items() if ids}  # each layer its one unit
 
 
 def _tables(model, cost) -> dict[str, torch.Tensor]:
@@ -102,11 +102,6 @@ def _tables(model, cost) -> dict[str, torch.Tensor]:
     for site in sites:
         tables[site.group][site.layer, 1] = float(cost(site))
     return tables
-
-
-def layer_record(removed: dict[str, list[int]]) -> dict[str, dict[str, list[int]]]:
-    """{group: [removed original ids]} as a kind record {group: {layer (str): [0]}} (each layer its one unit)."""
-    return {group: {str(layer): [0] for layer in ids} for group, ids in removed.items() if ids}
 
 
 def parts_of(model, site) -> tuple[list, list]:

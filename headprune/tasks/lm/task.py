@@ -275,18 +275,13 @@ class LanguageModelingTask(SavesHF):
         }
 
 
-def _settings(cfg) -> dict:
-    """``task.*`` (conf/task/lm.yaml), checked: every setting present, none unknown."""
-    return checked_settings(cfg, TASK_SETTINGS, "language-modelling", "conf/task/lm.yaml")
-
-
 def load_lm_task(cfg) -> LanguageModelingTask:
     """The texts and LanguageModelingTask of a Hydra config (``model.kind=causal_lm``, ``data=lm_*``)."""
     if cfg.get("data") is None or cfg.data.get("kind") != "lm":
         raise ValueError("the language-modelling task needs data=lm_local (../shared/data), data=lm_synthetic or data=lm_hub")
     if cfg.model.get("kind") != "causal_lm":
         raise ValueError(f"the language-modelling task needs a causal LM (model.kind=causal_lm), got model={cfg.model.get('name')}")
-    settings = _settings(cfg)
+    settings = checked_settings(cfg, TASK_SETTINGS, "language-modelling", "conf/task/lm.yaml")
     if cfg.data.get("document_tokens") is None:
         texts = load_texts(cfg.data)
         model, tokenizer = model_and_tokenizer(cfg, texts["importance"])

@@ -35,9 +35,6 @@ class PasskeyGenerator:
         self.bos = [int(bos_id)] if config.add_bos and bos_id is not None else []
         self.intro = self.pieces.text(config.template.intro)
 
-    def needle_template(self) -> str:
-        return self.config.template.needle if self.config.needles == 1 else self.config.template.named_needle
-
     def question_template(self) -> str:
         t = self.config.template
         if self.config.ask == "all":
@@ -46,7 +43,8 @@ class PasskeyGenerator:
 
     def needle(self, key: str, name: str) -> tuple[list[int], list[tuple[int, int]]]:
         """(ids of one needle, the (start, end) of each occurrence of its key within them)."""
-        ids, spans = self.pieces.filled(" " + self.needle_template(), {"key": key, "name": name})
+        t = self.config.template
+        ids, spans = self.pieces.filled(" " + (t.needle if self.config.needles == 1 else t.named_needle), {"key": key, "name": name})
         return ids, spans.get("key", [])
 
     def answer(self, keys: list[str], asked: int) -> tuple[list[int], list[int]]:

@@ -39,10 +39,6 @@ class PasskeyTask(LanguageModelingTask):
         """A hash of the token ids of ``split``'s examples."""
         return texts_fingerprint(self.data.fingerprint_texts(split))
 
-    def split_summary(self) -> dict[str, dict[str, int]]:
-        """{split: {"examples", "tokens" (prompts), "answer_tokens"}}."""
-        return self.data.split_summary()
-
     STAT_COLUMNS = 2  # per-example columns evaluate_many collects: the answer's NLL sum, its tokens the argmax misses
 
     def _engine_stats(self, engine, inputs: dict, masks: list) -> torch.Tensor:

@@ -122,10 +122,10 @@ class NLIDataModule(L.LightningDataModule):
             return synthetic_splits(**c.synthetic)
         if c.source == "hub":
             return self._read_hub()
-        raw = {}
-        for split, path in present_split_files(c.dir, c.files, SPLITS, REQUIRED):
-            raw[split] = read_split(path, limit=c.limit_eval if split != "train" else None)
-        return raw
+        return {
+            split: read_split(path, limit=c.limit_eval if split != "train" else None)
+            for split, path in present_split_files(c.dir, c.files, SPLITS, REQUIRED)
+        }
 
     def _read_hub(self) -> dict[str, dict[str, list]]:
         import datasets
@@ -236,9 +236,6 @@ class NLIDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> list[DataLoader]:
         return [self.loader(split) for split in self.eval_splits]
-
-    def test_dataloader(self) -> list[DataLoader]:
-        return self.val_dataloader()
 
     def describe(self) -> str:
         """Split sizes in one line."""

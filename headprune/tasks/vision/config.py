@@ -32,9 +32,8 @@ class ImageDataConfig:
         source = data.get("source")
         if source not in SOURCES:
             raise ValueError(f"data.source={source!r} is not an image source: use one of {list(SOURCES)}")
-        numbers = {}
-        for key, low in (("seed", 0), ("eval_size", 1), ("importance_size", 0), ("batch_size", 1), ("eval_batch_size", 1)):
-            numbers[key] = _integer(data.get(key), f"data.{key}", low)
+        lows = {"seed": 0, "eval_size": 1, "importance_size": 0, "batch_size": 1, "eval_batch_size": 1}
+        numbers = {key: _integer(data.get(key), f"data.{key}", low) for key, low in lows.items()}
         limits = {
             key: None if data.get(key) is None else _integer(data.get(key), f"data.{key}", 1) for key in ("limit_train", "limit_eval")
         }

@@ -112,9 +112,6 @@ class ImageDataModule(L.LightningDataModule):
     def val_dataloader(self) -> list[DataLoader]:
         return [self.loader(split) for split in self.eval_splits]
 
-    def test_dataloader(self) -> list[DataLoader]:
-        return self.val_dataloader()
-
     def describe(self) -> str:
         """One line: the source and the size of each split."""
         sizes = ", ".join(f"{split} {len(self.dataset(split))}" for split in SPLITS)

@@ -16,14 +16,9 @@ def image_tokens(model) -> int:
         return int(model.base_model.embeddings(torch.zeros(1, channels, size, size, device=device)).shape[1])
 
 
-def image_patches(model) -> int:
-    """Patches per image: (image_size / patch_size) squared."""
-    return (int(model.config.image_size) // int(model.config.patch_size)) ** 2
-
-
 def own_length(model) -> tuple[int, str]:
     """(tokens per image, what they are): every image is its patches plus CLS (and DeiT's distillation token)."""
-    tokens, patches = image_tokens(model), image_patches(model)
+    tokens, patches = image_tokens(model), (int(model.config.image_size) // int(model.config.patch_size)) ** 2
     extra = {1: "CLS", 2: "CLS + distillation"}.get(tokens - patches, f"{tokens - patches} special tokens")
     return tokens, f"the model's own tokens per image: {patches} patches + {extra}"
 
