@@ -1,13 +1,4 @@
-"""Removing residual channels from the weights, their record in saved models, and their FLOPs.
-
-Every tensor of the coupled group (headprune.core.hidden_sites) is sliced in place by the kept channels: embedding
-columns, norm weights and biases, projections' input columns or output rows and biases, an image model's patch
-projection and position / class tokens. config.hidden_size becomes the kept width and config.head_dim the head size,
-so a family whose attention reads head_dim from the config builds the pruned shapes from a stock config.
-
-Saved models: config.json's ``headprune_hidden_channels`` {"width_orig": d, "removed": [original ids]} (and the same
-under ``pruned_channels`` in headprune_pruning.json); ``load_pruned`` builds at the original width, then slices.
-"""
+"""Removing residual channels from the weights, their record in saved models, and their FLOPs."""
 
 import torch
 from torch import nn
@@ -78,9 +69,7 @@ def _scale_norm(module: nn.Module, factor: float) -> None:
 
 
 def _fold_width_constants(model: nn.Module, old: int, new: int) -> None:
-    """Constants a stock model derives from hidden_size, kept as they were: the new ones set, the change folded into weights.
-
-    T5 with a tied head scales the decoder's output by d_model^-0.5; Gemma scales its embeddings by hidden_size^0.5."""
+    """Keep constants a stock model derives from hidden_size (T5 tied head d^-0.5, Gemma embeddings d^0.5) by folding into weights."""
     ratio = (new / old) ** 0.5
     final_norm = hidden_group(model).norms[-1][1]  # the last norm: the one the LM head reads
     if model.config.model_type == "t5" and getattr(model, "model_dim", None) == old and model.config.tie_word_embeddings:

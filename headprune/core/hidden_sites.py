@@ -1,24 +1,4 @@
-"""Residual-stream channels: the coupled group of tensors on a model's ``hidden_size`` axis, and the gates on it.
-
-The group: the embeddings (word, position, token type; an image model's patch embeddings module), every norm over
-the residual width, every projection reading the stream (q/k/v, FFN up / gate, the LM head, a pooler or classifier)
-and every projection writing into it (attention output, FFN down).
-
-Gating by g (one value per original channel, [1, d] or [batch, 1, d]) acts at two kinds of site:
-
-- writes: the embeddings' outputs and every sub-block output entering the residual are multiplied by g;
-- norms: a norm under g normalizes x~ = g * x with the statistics of the channel weights g / sum(g) and multiplies
-  its output by g. LayerNorm: mu = sum(g x~) / sum(g), var = sum(g (x~ - mu)^2) / sum(g); RMSNorm (any scale, Gemma's
-  1 + w included): ms = sum(g x~^2) / sum(g).
-
-With g = 1 every site computes what the model computes. With a hard mask (g in {0, 1}) a removed channel is 0 in
-every tensor of the stream and every norm is the same norm over the kept channels only, which is exactly what the
-pruned model (every tensor of the group sliced, norms' weights, biases and eps as they were) computes: masked ==
-pruned for LayerNorm and RMSNorm alike. A soft g is the differentiable interpolation above (the gate gradient).
-The pruned norms keep their weights, biases and eps: no constant depends on the kept width. (The other choice, the
-full-width RMSNorm of the zeroed stream, needs the pruned scale times sqrt(d / d') and eps times d / d', one eps for
-the model, and has no exact LayerNorm counterpart: its mean over d channels is not the kept channels' mean.)
-"""
+"""Residual-stream channels: the coupled group of tensors on a model's ``hidden_size`` axis, and the gates on it."""
 
 from dataclasses import dataclass, field
 
@@ -163,9 +143,7 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
 
 # ---- the gate hooks -----------------------------------------------------------------------------------------
 def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
-    """The gate as it multiplies ``stream`` (..., d'), with a fresh probe while recording; None: nothing to do.
-
-    A stream shared by the batch (position embeddings, (1, T, d)) is gated per example: the product has the batch's rows."""
+    """The gate as it multiplies ``stream`` (..., d'), per example for a batch-shared stream (1, T, d); None: nothing to do."""
     shape, rows = stream.shape, site.rows.get("rows", 1)
     if shape[0] == 1 and rows > 1:
         shape = (rows, *shape[1:])
@@ -180,7 +158,9 @@ def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
 
 
 def gated_norm(module: nn.Module, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    """The norm of g * x with the statistics of the channel weights g / sum(g), times g (see the module docstring)."""
+    """The norm of g * x with the statistics of the channel weights g / sum(g), times g."""
+    # LayerNorm: mu = sum(g x~) / sum(g), var = sum(g (x~ - mu)^2) / sum(g); RMSNorm: ms = sum(g x~^2) / sum(g).
+    # A hard g in {0, 1} gives the same norm over the kept channels only: masked == pruned, weights and eps unchanged.
     wide = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 at least, as the norms compute them
     g = gate.to(wide).expand(x.shape)
     xs = x.to(wide) * g

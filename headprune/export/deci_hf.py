@@ -1,29 +1,4 @@
-"""vLLM's ``DeciLMForCausalLM`` (Nemotron-NAS) checkpoints of pruned Llama-family decoders: per-layer KV heads and FFN widths.
-
-What vLLM's ``nemotron_nas.py`` (``DeciLMDecoderLayer``) holds, read from its source:
-
-- a layer that runs attention computes ``num_attention_heads`` = H query heads, always, over
-  ``H // attention.n_heads_in_group`` KV heads, query head h reading KV head h // n_heads_in_group. So the query heads
-  stay whole: a layer keeping k KV heads is written with n_heads_in_group = H / k, and each KV head's query heads that
-  were pruned come back as zero heads (zero q rows and o columns: a zero head adds exactly nothing). k must divide H
-  (SmolLM2: 9 query heads over 3 KV heads takes 1 or 3 KV heads per layer, not 2); other counts are refused. vLLM then
-  saves what the KV heads cost (their projections and KV cache), not what the removed query heads cost.
-- ``attention.no_op``: a layer whose heads are all gone (headprune's zero phantom head) has no attention, no
-  ``input_layernorm`` and no ``self_attn`` tensors.
-- ``ffn.intermediate_size``: the neurons a block keeps, taken as it is because the shipped config class
-  (``decilm_config.py``) gives FFN entries no ``ffn_mult`` (vLLM would round ``ffn_mult`` up to a multiple of 256
-  neurons); ``ffn.no_op`` for an emptied block (no ``post_attention_layernorm`` and no ``mlp`` tensors).
-- vLLM starts the residual stream at the first attention it runs: an FFN running before any attention would meet its
-  fused add-and-norm without a residual and fail. So the first layer that runs anything, when its attention is gone,
-  keeps a zero attention over one KV head (n_heads_in_group = H) that adds exactly nothing; a model with nothing left
-  keeps it in layer 0.
-- ``hidden_size``: the residual width kept (residual channels pruned), ``head_dim`` the head size: vLLM's LlamaAttention
-  reads ``head_dim``, not hidden_size / heads, and the shipped config class takes a width that no head count divides.
-
-Weights keep transformers' Llama names (``model.layers.N.self_attn.q_proj.weight`` ...), which vLLM's loader stacks
-into its fused qkv and gate-up projections; the rotary layout is HF's (vLLM's ``is_neox_style``). Llama and Mistral
-decoders without biases, with SiLU and default or linear rotary embeddings and no sliding window are written.
-"""
+"""vLLM ``DeciLMForCausalLM`` (Nemotron-NAS) checkpoints of pruned Llama-family decoders: per-layer KV heads and FFN widths."""
 
 import json
 import shutil
@@ -128,7 +103,9 @@ def layer_plans(model: nn.Module) -> list[LayerPlan]:
             raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
         plans.append(LayerPlan(groups, site.num_heads_orig, widths[site.layer]))
     first = next((i for i, p in enumerate(plans) if p.has_attention or p.ffn_width), 0)
-    if not plans[first].has_attention:  # vLLM's residual stream starts at the first attention it runs
+    # vLLM's residual stream starts at the first attention it runs: an FFN before it would fail in its fused add-and-norm,
+    # so that layer keeps a zero attention over one KV head (n_heads_in_group = H) that adds exactly nothing
+    if not plans[first].has_attention:
         p = plans[first]
         plans[first] = LayerPlan(p.groups, p.heads, p.ffn_width, placeholder=True)
     for site in find_ffn_sites(model):
@@ -139,6 +116,7 @@ def layer_plans(model: nn.Module) -> list[LayerPlan]:
 
 def attention_tensors(site, plan: LayerPlan) -> dict[str, torch.Tensor]:
     """q/k/v/o weights of one layer in vLLM's shapes: H query heads, KV head j serving query heads j*n .. j*n + n - 1."""
+    # vLLM always computes H query heads: pruned ones come back as zero q rows and o columns, which add exactly nothing
     d, n = site.head_dim, plan.n_heads_in_group
     weight = lambda which: site.linear(which).weight.detach().to("cpu", torch.float32)  # noqa: E731
     q, k, v, o = weight("query"), weight("key"), weight("value"), weight("output")
@@ -188,8 +166,7 @@ def deci_tensors(model: nn.Module, plans: list[LayerPlan]) -> dict[str, torch.Te
 
 
 def block_configs(plans: list[LayerPlan]) -> list[dict]:
-    """``block_configs`` of config.json: per layer, ``attention`` {no_op, replace_with_linear, n_heads_in_group} and
-    ``ffn`` {no_op, replace_with_linear, intermediate_size} (null where the sub-block is a no-op)."""
+    """``block_configs`` of config.json: per layer ``attention`` and ``ffn`` entries (no_op, n_heads_in_group, intermediate_size)."""
     return [
         {
             "attention": {"no_op": not p.has_attention, "replace_with_linear": False, "n_heads_in_group": p.n_heads_in_group},
@@ -228,8 +205,7 @@ def layout_of(plans: list[LayerPlan]) -> list[dict]:
 
 
 def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
-    """Write the checkpoint (config.json, its configuration module, model.safetensors, generation config, tokenizer) into
-    ``out``: {"files", "layout", "padded_query_heads", "placeholder_layers"}."""
+    """Write config.json, its config module, model.safetensors, generation config and tokenizer into ``out``; returns a summary."""
     from safetensors.torch import save_file
 
     why = refusal(model.config.to_dict())

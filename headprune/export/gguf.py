@@ -1,14 +1,4 @@
-"""GGUF files of uniformly pruned Llama-family decoders, in llama.cpp's conventions (its convert_hf_to_gguf.py for Llama).
-
-Written with the ``gguf`` package: architecture ``llama`` (Mistral too, as llama.cpp writes it); tensor names from
-``gguf.get_tensor_name_map`` (``token_embd``, ``blk.N.attn_q`` ..., ``output_norm``, ``output`` unless the
-embeddings are tied); the query and key rows permuted from the HF rotary layout (halves) to llama.cpp's
-(interleaved pairs) with the pruned head counts; metadata ``llama.*`` with the pruned ``attention.head_count``,
-``head_count_kv``, ``key_length``/``value_length`` and ``rope.dimension_count`` (= head size); the byte-level BPE
-tokenizer as ``tokenizer.ggml.*`` (model ``gpt2``, the pre-tokenizer llama.cpp must split text with, tokens by id, token types, merges and special ids through
-``gguf.SpecialVocab``). f32 writes every tensor in float32; f16 writes matrices in float16 and 1-D tensors
-(norms) in float32, as llama.cpp does. The check loads the file back through transformers' GGUF reader.
-"""
+"""GGUF files of uniformly pruned Llama-family decoders in llama.cpp's conventions, checked through transformers' GGUF reader."""
 
 import tempfile
 from pathlib import Path
@@ -95,8 +85,7 @@ def check_bpe(tokenizer) -> None:
 
 
 def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
-    """The tokenizer as llama.cpp's convert writes a GPT-2-style byte-level BPE (its get_vocab_base + SpecialVocab); ``pre``
-    its pre-tokenizer (None: the name llama.cpp's converter identifies, else a ValueError)."""
+    """The byte-level BPE tokenizer as llama.cpp's converter writes it; ``pre`` its pre-tokenizer (None: the one llama.cpp identifies)."""
     import gguf
 
     from headprune.export.gguf_pre import pre_tokenizer_of
@@ -135,8 +124,7 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
 
 
 def gguf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, arch=None, skip=lambda hf_name: False):
-    """(GGUF name, numpy array) of every weight but those ``skip`` names: names mapped, q/k permuted with the layer's
-    (query heads, KV heads) of ``layer_heads``, matrices in f16 for ``dtype=f16``."""
+    """(GGUF name, numpy array) of every weight ``skip`` keeps: names mapped, q/k permuted per layer, matrices f16 for ``dtype=f16``."""
     import gguf
 
     config = model.config

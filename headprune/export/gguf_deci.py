@@ -1,24 +1,4 @@
-"""llama.cpp's ``deci`` architecture for Llama-family decoders pruned unevenly: per-layer head counts and FFN widths in one GGUF file.
-
-Also for one shape in every layer whose query heads do not divide the hidden size (residual channels pruned): a
-``llama`` file is checked through transformers' GGUF reader, whose LlamaConfig refuses that width.
-
-llama.cpp's deci (NVIDIA's Nemotron-NAS, ``src/models/deci.cpp``) reads ``deci.attention.head_count``,
-``head_count_kv`` and ``feed_forward_length`` as per-layer arrays and skips attention in a layer with 0 / 0 heads;
-such a layer has no attention tensors and no attention norm in the file. llama.cpp takes the head size from layer 0,
-so an emptied layer 0 keeps one all-zero head (1 / 1: headprune's phantom head, whose output is exactly 0). A layer
-with query heads but no KV head is a linear layer to deci, and a layer whose query heads are unevenly spread over its
-KV heads has no grouped-query form: both are refused. Tensors, rotary permutation, tokenizer and metadata as the llama
-writer: ``embedding_length`` the residual width kept, ``attention.key_length`` / ``value_length`` the head size (which
-llama.cpp reads, not the width over the heads), so a model pruned in residual channels too is written as it is.
-
-Each layer's ``feed_forward_length`` is the neurons its block keeps. A layer with ``feed_forward_length`` 0 has no FFN
-tensors and no FFN norm, and deci's graph ends the layer there (``if (n_ff == 0) continue``) before it adds the
-attention output to the residual stream: only a layer whose attention is skipped too may say 0. An emptied FFN block
-beside attention that runs (heads kept, or layer 0's placeholder head) keeps headprune's phantom neuron, all zero:
-``feed_forward_length`` 1, whose output is exactly 0; so does the last layer's, always: deci selects the rows it
-outputs at the end of the last layer (after its FFN), which a ``continue`` would skip (llama.cpp aborts).
-"""
+"""llama.cpp ``deci`` GGUF files of Llama-family decoders pruned unevenly: per-layer head counts and FFN widths."""
 
 from pathlib import Path
 
@@ -63,8 +43,7 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
 
 
 def check_mask(fields: dict, rows: dict) -> None:
-    """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every
-    kept KV head (llama, or deci for uneven layers and for heads that do not divide the hidden size)."""
+    """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every kept KV head."""
     from headprune.export.hf import heads_per_kv
 
     for layers in rows.values():
@@ -89,8 +68,7 @@ def model_ffn_widths(model: nn.Module) -> list[int]:
 
 
 def gguf_architecture(shapes: list[tuple[int, int]], ffn_widths: list[int] | None = None, hidden: int | None = None) -> str:
-    """``llama`` when every layer keeps the same query and KV heads and the same FFN width, and the heads divide the
-    ``hidden`` size (transformers' GGUF reader, which checks a llama file, builds a LlamaConfig that asks it), else ``deci``."""
+    """``llama`` when every layer keeps the same heads and FFN width and the heads divide ``hidden``, else ``deci``."""
     widths = set(ffn_widths or [1])
     uniform = len(set(shapes)) == 1 and shapes[0][0] > 0 and len(widths) == 1 and min(widths) > 0
     return "llama" if uniform and (hidden is None or hidden % shapes[0][0] == 0) else "deci"
@@ -98,13 +76,14 @@ def gguf_architecture(shapes: list[tuple[int, int]], ffn_widths: list[int] | Non
 
 def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The per-layer counts the deci file holds: an emptied layer 0 keeps its one all-zero head (1 / 1)."""
+    # llama.cpp takes the head size from layer 0, so an emptied layer 0 keeps one all-zero head
     return [(1, 1) if layer == 0 and heads == 0 else (heads, kv) for layer, (heads, kv) in enumerate(shapes)]
 
 
 def written_ffn_widths(written: list[tuple[int, int]], widths: list[int]) -> list[int]:
-    """The per-layer ``feed_forward_length`` of the deci file: the neurons kept; an emptied block 0 where the layer's attention
-    is skipped too, else 1 (its zero phantom neuron: deci would drop the attention output of an FFN-free layer). The last
-    layer always keeps its zero neuron: deci selects the output rows at the end of the last layer, which 0 skips."""
+    """The per-layer ``feed_forward_length`` of the deci file: neurons kept, 0 or 1 for an emptied block."""
+    # 0 ends a deci layer before its attention output is added, so only a layer without attention says 0; the last layer
+    # keeps its zero neuron (1) because deci selects the output rows after the last FFN, which 0 would skip
     last = len(written) - 1
     return [
         width if width else (0 if heads == 0 and layer != last else 1) for layer, ((heads, _), width) in enumerate(zip(written, widths))
@@ -151,12 +130,7 @@ def export_gguf_deci(
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:
-    """The GGUF file of a pruned Llama-family model: ``llama`` when every layer keeps one shape its heads divide the
-    width of, else ``deci``.
-
-    Returns {"path", "architecture", "head_count", "head_count_kv", "feed_forward_length", "tokenizer_pre"}: the per-layer
-    counts the file holds and the pre-tokenizer it names (``tokenizer_pre``, else the one llama.cpp's converter identifies
-    for ``tokenizer``)."""
+    """Write the GGUF file (``llama`` if every layer keeps one shape dividing the width, else ``deci``); returns its per-layer counts."""
     from headprune.export.gguf import check_bpe, export_gguf
     from headprune.export.gguf_pre import pre_tokenizer_of
 

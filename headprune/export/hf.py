@@ -1,18 +1,4 @@
-"""Stock transformers checkpoints of pruned Llama-like decoders (Granite, Gemma, Phi-3 too): a directory ``AutoModelForCausalLM`` loads alone.
-
-A stock architecture needs the same query heads, KV heads and head size in every layer, each KV head
-serving an equal run of query heads (``repeat_kv``'s order): what ``prune.layout=uniform`` with
-``prune.unit=kv_group`` always gives; and one FFN width in every layer (``intermediate_size``): what the uniform
-layout gives FFN neurons (an emptied block computes its one zero phantom neuron). The config is the model's own with
-the pruned ``num_attention_heads``, ``num_key_value_heads``, ``head_dim`` and FFN width; the weights are loaded
-strictly into a model built from that config, so a shape that the config would not rebuild fails here, not at the user's.
-
-transformers refuses a ``LlamaConfig`` whose hidden size is no multiple of its heads even with ``head_dim``
-given (hidden 576 over 7 heads), while ``MistralConfig`` takes it. A Llama without attention or MLP biases
-computes the same function as a Mistral with the same weights and no sliding window, so such a Llama is
-written as Mistral. Qwen2's config class has no ``head_dim`` field, but Qwen2's attention reads
-``config.head_dim`` when config.json holds it.
-"""
+"""Stock transformers checkpoints of uniformly pruned Llama-like decoders: a directory ``AutoModelForCausalLM`` loads alone."""
 
 import copy
 from dataclasses import dataclass
@@ -167,6 +153,7 @@ def stock_config(model: nn.Module, shape: StockShape):
                 "is refused by LlamaConfig (hidden size no multiple of the heads), and with attention or MLP biases "
                 "it has no stock twin: prune to a head count that divides the hidden size, or use export.format=onnx"
             )
+        # LlamaConfig refuses a hidden size its heads do not divide even with head_dim; MistralConfig takes it
         model_type = "mistral"  # same function without biases and without a sliding window
         fields.update(sliding_window=None)
         for key in ("attention_bias", "mlp_bias", "pretraining_tp"):

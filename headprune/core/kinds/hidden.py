@@ -1,10 +1,4 @@
-"""The hidden kind: channels of the residual stream (Minitron's ``hidden_size`` axis, Sheared-LLaMA's), one width for the network.
-
-Masks and scores are {"hidden": [1, d]} by original channel id, or [batch, 1, d] for one mask per example. A channel
-is gated at every write into the stream and at every norm over it (headprune.core.hidden_sites states what a norm
-computes under a soft gate and why a hard mask equals the pruned model for LayerNorm and RMSNorm alike); removal
-slices the whole coupled group and sets config.hidden_size (headprune.core.hidden_pruning).
-"""
+"""The hidden kind: channels of the residual stream, one width for the network; masks {"hidden": [1, d]} or [batch, 1, d]."""
 
 import torch
 from torch import nn
