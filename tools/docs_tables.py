@@ -16,7 +16,7 @@ from decode_ideal_table import ideal_table, llm_runs
 from long_context_cells import cells_table, curve_table, paired_table
 from long_context_tables import figure as long_context_figure
 from long_context_tables import overlap_table, runs_of, within_table
-from units_table import units_deploy_table, units_speed_table
+from units_table import trained_units_table, units_deploy_table, units_speed_table
 
 from headprune.viz.tables import (
     ablation_table,
@@ -124,6 +124,12 @@ def units_table(results_dir: Path) -> str:
 
 
 TABLES["mnli8k_units"] = units_table
+TRAINED_UNIT_RUNS = {  # docs/results.md, section 4: the unit table on the section-1 MiniLM (row label: run file)
+    "heads + FFN neurons, retraining-free": "mnli_units_free_joint",
+    "heads + FFN neurons": "mnli_units_joint",
+    "heads + FFN neurons + channels": "mnli_units_hidden",
+}
+TABLES["mnli_units"] = lambda d: trained_units_table({label: _load(d, run) for label, run in TRAINED_UNIT_RUNS.items()})
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
