@@ -182,7 +182,9 @@ def entry_points() -> set[str]:
 @pytest.mark.parametrize("module", EXPERIMENT_MODULES)
 def test_every_module_of_experiments_is_an_experiment(module):
     tree = ast.parse(MODULES[module].read_text())
-    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} | {
+        t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    }
     assert {"run", "check"} <= defined, (
         f"{module} is not an experiment (no run and check): move it to the room of what it holds (stages, sources, pruning, study, checks)"
     )

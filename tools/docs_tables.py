@@ -129,7 +129,7 @@ TRAINED_UNIT_RUNS = {  # docs/results.md, section 4: the unit table on the secti
     "heads + FFN neurons": "mnli_units_joint",
     "heads + FFN neurons + channels": "mnli_units_hidden",
 }
-TABLES["mnli_units"] = lambda d: trained_units_table({label: _load(d, run) for label, run in TRAINED_UNIT_RUNS.items()})
+TABLES["units_mnli_trained"] = lambda d: trained_units_table({label: _load(d, run) for label, run in TRAINED_UNIT_RUNS.items()})
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
