@@ -47,6 +47,17 @@ def _logits(model, batch):
         return model(**{k: v for k, v in batch.items() if k != "labels"}).logits
 
 
+def _pruned_and_reloaded_equal_masked(model, gates, mask, batch, tmp_path):
+    """The pruned model, and it saved and loaded again, give the masked model's logits within 1e-5 of their scale."""
+    with gates.masked(mask):
+        masked = _logits(model, batch)
+    prune_unit_mask(gates, mask)
+    assert (_logits(model, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
+    save_pruned(model, tmp_path)
+    loaded = load_pruned(tmp_path)
+    assert (_logits(loaded, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
+
+
 def _mask(width: int, seed: int = 0, batch: int | None = None) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     shape = (1, width) if batch is None else (batch, 1, width)
@@ -188,13 +199,7 @@ def test_joint_heads_neurons_and_channels_save_and_load(tmp_path):
     mask["dec_self"][1, 0] = 0
     mask["dec_ffn"][0, :20] = 0
     mask["hidden"] = _multiple_mask(32)
-    with gates.masked(mask):
-        masked = _logits(model, batch)
-    prune_unit_mask(gates, mask)
-    assert (_logits(model, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
-    save_pruned(model, tmp_path)
-    loaded = load_pruned(tmp_path)
-    assert (_logits(loaded, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
+    _pruned_and_reloaded_equal_masked(model, gates, mask, batch, tmp_path)
 
 
 @pytest.mark.parametrize("row", ["llama", "qwen2", "t5"])
@@ -253,10 +258,4 @@ def test_layers_and_channels_removed_together_save_and_load(tmp_path):
     layer_group = next(g for g in mask if g != "hidden")
     mask[layer_group][1] = 0
     mask["hidden"] = _multiple_mask(32)
-    with gates.masked(mask):
-        masked = _logits(model, batch)
-    prune_unit_mask(gates, mask)
-    assert (_logits(model, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
-    save_pruned(model, tmp_path)
-    loaded = load_pruned(tmp_path)
-    assert (_logits(loaded, batch) - masked).abs().max() <= 1e-5 * masked.abs().max()
+    _pruned_and_reloaded_equal_masked(model, gates, mask, batch, tmp_path)
