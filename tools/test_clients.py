@@ -187,18 +187,19 @@ def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, 
     return mask
 
 
-def tiny_llama():
-    """A random 4-layer Llama (hidden 32, 4 query heads over 2 KV heads of size 8) and its trained BPE tokenizer."""
+def tiny_llama(**sizes):
+    """A random 4-layer Llama (by default hidden 32, 4 query heads over 2 KV heads of size 8; ``sizes`` override its
+    config) and its trained BPE tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from headprune.models.tokenizers import train_tokenizer
 
     tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
     torch.manual_seed(0)
+    shape = {"hidden_size": 32, "intermediate_size": 64, "head_dim": 8, "max_position_embeddings": 64, **sizes}
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer), num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, **shape,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
