@@ -9,10 +9,10 @@ Each prints one JSON line. ``perplexity``: corpus perplexity exp(sum NLL / token
 (``ids<i>`` arrays, BOS first), each text scored from its first token, as headprune's LM task scores it. ``kv``: the KV
 cache llama.cpp allocates, read from its own log, in bytes per token of context. ``speed``: llama-bench's pp/tg through
 the bindings: a prompt of ``--prompt`` tokens in one batch from an empty cache (prompt tokens/s), then ``--gen`` tokens
-one at a time from an empty cache (generation tokens/s); the files take turns, repeat by repeat. ``quantize``: llama.cpp's
-``llama_model_quantize`` (what its llama-quantize tool calls) with its default parameters; the tensor types written and
-the tensors that fell back to another type (a Q8_0 row needs a multiple of 32 values: an FFN down projection of
-another width is stored as F16), read from llama.cpp's log.
+one at a time from an empty cache (generation tokens/s); the files take turns, repeat by repeat, in reverse order every
+other repeat. ``quantize``: llama.cpp's ``llama_model_quantize`` (what its llama-quantize tool calls) with its default
+parameters; the tensor types written and the tensors that fell back to another type (a Q8_0 row needs a multiple of 32
+values: an FFN down projection of another width is stored as F16), read from llama.cpp's log.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def speed(files: dict, repeats: int, threads: int, prompt: int, gen: int, cache:
     tokens = [int(t) for t in rng.integers(min(100, vocab // 2), vocab, size=prompt)]  # one fixed prompt, as llama-bench's random tokens
     rates = {name: {"pp": [], "tg": []} for name in files}
     for repeat in range(repeats + 1):  # repeat 0 warms each model up and is not kept
-        for name, llm in models.items():
+        turn = list(models.items())
+        for name, llm in turn if repeat % 2 else turn[::-1]:  # ABBA: every other repeat in reverse, so no file always follows another
             llm.reset()
             start = time.perf_counter()
             llm.eval(tokens)
