@@ -2,7 +2,7 @@
 
 import math
 
-from long_context_cells import cells_table, curve_table, paired_rows, paired_table
+from long_context_cells import cells_table, curve_table, paired_rows, paired_table, perplexity_paired_table, perplexity_rows
 
 
 def _run(base: list[int], steps: dict[str, list[int]], fraction: float = 0.75) -> dict:
@@ -87,3 +87,22 @@ def test_the_curve_lists_every_measurement_of_the_unpruned_model_with_its_sample
     assert table[3] == "| 1,024 | 12 | 83 [55, 95] | yes | first |"
     assert table[4] == "| 2,048 | 100 | 41 [32, 51] | no (below 80%) | tools/passkey_curve.py |"
     assert len(curve_table(None, {"first": sources["first"]}).splitlines()) == 3
+
+
+def test_perplexity_is_compared_on_the_same_documents_at_every_length():
+    """duo's documents one nat above or below random's in turn, importance's about 25 above: only the latter is called higher."""
+    nll = [3000.0 + 10 * i for i in range(20)]
+    random = [v + 5 + (i % 3) for i, v in enumerate(nll)]
+    steps = {
+        "duo": [v + (1 if i % 2 else -1) for i, v in enumerate(random)],
+        "importance": [v + 25 + (i % 4) for i, v in enumerate(random)],
+        "random": random,
+    }
+    ppl = {4096: _ppl_run(nll, steps)}
+    rows = {row["order"]: row for row in perplexity_rows(ppl)}
+    assert set(rows) == {"duo", "importance"} and all(row["against"] == "random" for row in rows.values())
+    expected = math.exp(sum(b - a for a, b in zip(steps["random"], steps["importance"])) / (1000 * 20))
+    assert math.isclose(rows["importance"]["ratio"][0], expected, rel_tol=1e-9)
+    lines = perplexity_paired_table(ppl).splitlines()
+    assert any(line.startswith("| 4,096 | 20 | 75% | importance | random |") and line.endswith("| higher |") for line in lines)
+    assert any("| duo |" in line and line.endswith("| no difference shown |") for line in lines)

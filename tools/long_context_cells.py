@@ -3,8 +3,8 @@
 Passkey exact match: Wilson's interval of k of n prompts; each order against random on the same prompts: McNemar's
 exact test, significant where p stays below 0.05 / m (Bonferroni over the m tests of the table). Perplexity: the t
 interval of the corpus ratio over documents, and the ratio of each order's perplexity to random's on the same
-documents with its interval. Orders are judged only at lengths where the unpruned model retrieves at least 80% of
-the keys: where it mostly fails, streaming cannot show what it costs.
+documents with its interval. On passkey, orders are judged only at lengths where the unpruned model retrieves at
+least 80% of the keys: where it mostly fails, streaming cannot show what it costs. Perplexity is compared at every length.
 """
 
 from __future__ import annotations
@@ -151,5 +151,37 @@ def paired_table(passkey: dict[int, dict], perplexity: dict[int, dict], referenc
         ratio = row.get("perplexity_ratio")
         ppl = f"{100 * (ratio[0] - 1):+.1f}% [{100 * (ratio[1] - 1):+.1f}, {100 * (ratio[2] - 1):+.1f}]" if ratio else "not measured"
         cells = [f"{row['length']:,}", f"{row['fraction']:.0%}", row["order"], row["against"], f"{b} / {c}", f"{p:.3g}", verdict, ppl]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def perplexity_rows(perplexity: dict[int, dict], reference: str = "random") -> list[dict]:
+    """Per (length, fraction, order): the ratio of its perplexity to ``reference``'s (else the unpruned model's) on the same
+    documents with its 95% interval; judged at every length, since perplexity needs no retrieval to show a cost."""
+    rows = []
+    for length, results in sorted(perplexity.items()):
+        for order in (o for o in results["orders"] if o != reference):
+            for step in _steps(results, order)[1:]:
+                against, ref = _reference(results, reference, step["fraction"])
+                if not (step.get("per_example") and ref and ref.get("per_example")):
+                    continue
+                nll, tokens = step["per_example"]["nll"], step["per_example"]["tokens"]
+                ratio = paired_perplexity_ratio(nll, ref["per_example"]["nll"], tokens)
+                rows.append({"length": length, "fraction": step["fraction"], "order": order, "against": against, "ratio": ratio})
+    return rows
+
+
+def perplexity_paired_table(perplexity: dict[int, dict], reference: str = "random") -> str:
+    """Each order's perplexity over ``reference``'s on the same documents, with its 95% interval and verdict."""
+    lines = [
+        "| context | documents | streamed | order | against | perplexity / the other's [95% interval] | verdict |",
+        "|---:|---:|---:|---|---|---:|---|",
+    ]
+    for row in perplexity_rows(perplexity, reference):
+        mean, low, high = row["ratio"]
+        verdict = "lower" if high < 1.0 else "higher" if low > 1.0 else "no difference shown"
+        n = int(perplexity[row["length"]]["n_examples"])
+        cells = [f"{row['length']:,}", str(n), f"{row['fraction']:.0%}", row["order"], row["against"]]
+        cells += [f"{100 * (mean - 1):+.1f}% [{100 * (low - 1):+.1f}, {100 * (high - 1):+.1f}]", verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
