@@ -4,26 +4,16 @@ knows, and a LoRA rank checked against the pruned projections."""
 from __future__ import annotations
 
 import copy
-import os
-from pathlib import Path
 
 import pytest
 import torch
-from experiment_helpers import make_cfg, results
+from experiment_helpers import built_clients, make_cfg, results
 from torch import nn
 
 from headprune.core.checks import ConfigError
 
 LM = ["data.tokenizer.vocab_size=300"]
 GGUF = ["export.format=gguf", "export.tokenizer_pre=gpt-2"]  # the test tokenizer's byte-level splitting, by a name llama.cpp knows
-
-
-def built_clients() -> Path | None:
-    """Where make test-clients built llama.cpp's venv: $HEADPRUNE_CLIENTS, else .clients beside the tests; None when neither holds it."""
-    for folder in (os.environ.get("HEADPRUNE_CLIENTS"), Path(__file__).resolve().parents[1] / ".clients"):
-        if folder and any((Path(folder) / "venv").glob(".ready-*")):
-            return Path(folder)
-    return None
 
 
 CLIENTS = built_clients()
