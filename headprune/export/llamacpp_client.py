@@ -1,16 +1,16 @@
 """llama.cpp runs headprune's ``gguf`` files: each greedy token's log-probability, teacher-forced, and llama.cpp's argmax, as JSON rows."""
 
-import json
+import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
 
+# run as a file with -I, this folder (which holds gguf.py, onnx.py) is not on sys.path: the shared part loaded by its path
+_spec = importlib.util.spec_from_file_location("client_jobs", Path(__file__).with_name("client_jobs.py"))
+client_jobs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(client_jobs)
 THREADS = 2
-
-
-def _row(job: dict, client: str, check: str, passed, detail: str) -> dict:
-    return {"client": client, "file": job["name"], "check": check, "passed": None if passed is None else bool(passed), "detail": detail}
 
 
 def log_softmax(rows: np.ndarray) -> np.ndarray:
@@ -72,35 +72,24 @@ def run_job(job: dict, client: str) -> list[dict]:
     architecture = llm.metadata.get("general.architecture")
     del llm
     return [
-        _row(job, client, "architecture", None, str(architecture)),
-        _row(
+        client_jobs.row(job, client, "architecture", None, str(architecture)),
+        client_jobs.row(
             job,
             client,
             "greedy tokens",
             equal == total,
             f"argmax {equal}/{total} equal over {len(sequences)} prompts ({near_ties} near-ties under {2 * tolerance:.0e} skipped)",
         ),
-        _row(job, client, "logprobs", worst <= tolerance, f"max |diff| {worst:.2e} (tolerance {tolerance:.0e}, {job['dtype']} file)"),
+        client_jobs.row(
+            job, client, "logprobs", worst <= tolerance, f"max |diff| {worst:.2e} (tolerance {tolerance:.0e}, {job['dtype']} file)"
+        ),
     ]
 
 
 def main(path: str) -> None:
     import importlib.metadata
 
-    try:
-        import headprune  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        raise AssertionError("headprune is importable in the llama.cpp venv: the checks would not be independent")
-    client = f"llama.cpp (llama-cpp-python {importlib.metadata.version('llama_cpp_python')})"
-    rows = []
-    for job in json.loads(open(path, encoding="utf-8").read()):
-        try:
-            rows += run_job(job, client)
-        except Exception as err:  # one export failing is one failed row, the others still run
-            rows.append(_row(job, client, "loads", False, f"{type(err).__name__}: {err}"[:300]))
-    print(json.dumps(rows))
+    client_jobs.run_jobs(path, f"llama.cpp (llama-cpp-python {importlib.metadata.version('llama_cpp_python')})", run_job)
 
 
 if __name__ == "__main__":
