@@ -1,5 +1,5 @@
 """An export records what it did: an unpruned model as unpruned, the model kind of its own directory, names llama.cpp
-knows, and a LoRA rank checked against the pruned projections."""
+knows, a LoRA rank checked against the pruned projections, and what its client (llama.cpp for GGUF files) said of it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from headprune.core.checks import ConfigError
 
 LM = ["data.tokenizer.vocab_size=300"]
 GGUF = ["export.format=gguf", "export.tokenizer_pre=gpt-2"]  # the test tokenizer's byte-level splitting, by a name llama.cpp knows
-
-
 CLIENTS = built_clients()
 needs_llama_cpp = pytest.mark.skipif(CLIENTS is None, reason="llama.cpp is not built: make test-clients builds it into .clients/venv")
 
