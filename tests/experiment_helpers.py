@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,11 @@ def results(tmp_path) -> dict:
     for figure in payload["figures"]:
         assert (Path(tmp_path) / figure).stat().st_size > 1000, figure
     return payload
+
+
+def built_clients() -> Path | None:
+    """Where make test-clients built llama.cpp's venv: $HEADPRUNE_CLIENTS, else .clients beside the tests; None when neither holds it."""
+    for folder in (os.environ.get("HEADPRUNE_CLIENTS"), ROOT / ".clients"):
+        if folder and any((Path(folder) / "venv").glob(".ready-*")):
+            return Path(folder)
+    return None

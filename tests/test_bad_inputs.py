@@ -789,7 +789,7 @@ CONFIG_ROWS = [
         "export-client-check-without-client",
         "nli",
         ["experiment=export", "export.mask_file={tmp}/prune.json", "export.client_check=false"],
-        "export.client_check=False would be ignored: it runs deci_hf exports in their client, and export.format=onnx",
+        "export.client_check=False would be ignored: it runs deci_hf and gguf exports in their client, and export.format=onnx",
         "prune_results",
     ),
     (

@@ -9,15 +9,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from experiment_helpers import built_clients
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / "tools"
-CLIENTS_PYTHON = ROOT / ".clients" / "venv" / "bin" / "python"
-BUILT = any((ROOT / ".clients" / "venv").glob("lib/*/site-packages/llama_cpp"))
+CLIENTS = built_clients()
+CLIENTS_PYTHON = CLIENTS / "venv" / "bin" / "python" if CLIENTS else None
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not BUILT, reason="llama.cpp is not built: make test-clients builds it into .clients/venv"),
+    pytest.mark.skipif(CLIENTS is None, reason="llama.cpp is not built: make test-clients builds it into .clients/venv"),
 ]
 
 CASES = {  # name: (unit, KV groups removed {layer: [ids]}, FFN neurons kept {layer: count}, residual channels kept)

@@ -1,5 +1,5 @@
 """An export records what it did: an unpruned model as unpruned, the model kind of its own directory, names llama.cpp
-knows, and a LoRA rank checked against the pruned projections."""
+knows, a LoRA rank checked against the pruned projections, and what its client (llama.cpp for GGUF files) said of it."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import copy
 
 import pytest
 import torch
-from experiment_helpers import make_cfg, results
+from experiment_helpers import built_clients, make_cfg, results
 from torch import nn
 
 from headprune.core.checks import ConfigError
 
 LM = ["data.tokenizer.vocab_size=300"]
+GGUF = ["export.format=gguf", "export.tokenizer_pre=gpt-2"]  # the test tokenizer's byte-level splitting, by a name llama.cpp knows
+CLIENTS = built_clients()
+needs_llama_cpp = pytest.mark.skipif(CLIENTS is None, reason="llama.cpp is not built: make test-clients builds it into .clients/venv")
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +122,13 @@ def run_export(lm_task, tmp_path, monkeypatch, mask: dict, *overrides) -> dict:
 
 
 def test_a_deci_hf_export_of_a_query_head_mask_records_and_says_the_padded_heads(lm_task, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HEADPRUNE_CLIENTS", str(tmp_path / "no-clients"))
     result = run_export(lm_task, tmp_path, monkeypatch, {"dec_self": [[1, 0, 1, 1], [1, 1, 1, 1]]}, "export.format=deci_hf")
     assert result["padded_query_heads"] == [1, 0] and result["pruned"] is True
     assert result["widths_per_layer"][0]["heads"] == 3 and result["widths_per_layer"][0]["kv_heads"] == 2
     out = capsys.readouterr().out
     assert "1 removed query heads written back as zero heads (per layer [1, 0])" in out
-    assert "vLLM CPU is not installed in" in result["client_check"]["skipped"]  # tests run without .clients (conftest)
+    assert "vLLM CPU is not installed in" in result["client_check"]["skipped"]
     assert "[export] export.client_check: vLLM CPU is not installed" in out
 
 
@@ -148,3 +152,49 @@ def test_tensor_parallel_fit_follows_vllm_sharding():
     assert splits_over({"heads": 0, "kv_heads": 0, "ffn": 0}, 8)  # an emptied layer
     fit = tensor_parallel([{"heads": 4, "kv_heads": 2, "ffn": 64}, {"heads": 8, "kv_heads": 2, "ffn": 64}])["8"]
     assert fit["suits"] is False and fit["layers"] == [0] and "prune.ffn_multiple" not in fit["hint"]
+
+
+def kv_group_masks(width: int) -> dict:
+    """Masks of the tiny Llama (2 layers x 2 KV groups, ``width`` neurons): uniform KV groups (a llama file) and uneven
+    KV groups and FFN widths (a deci file)."""
+    return {
+        "llama": ({"dec_self": [[1, 0], [0, 1]]}, "prune.unit=kv_group"),
+        "deci": ({"dec_self": [[1, 0], [1, 1]], "dec_ffn": [[1] * (width - 24) + [0] * 24, [1] * width]}, "prune.unit=[kv_group,ffn]"),
+    }
+
+
+def test_a_gguf_export_says_llama_cpp_is_not_installed(lm_task, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HEADPRUNE_CLIENTS", str(tmp_path / "no-clients"))
+    mask, unit = kv_group_masks(int(lm_task.model.config.intermediate_size))["llama"]
+    result = run_export(lm_task, tmp_path, monkeypatch, mask, *GGUF, unit)
+    assert result["check"]["passed"] and "llama.cpp is not installed in" in result["client_check"]["skipped"]
+    assert "[export] export.client_check: llama.cpp is not installed" in capsys.readouterr().out
+
+
+@needs_llama_cpp
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("layout", ["llama", "deci"])
+def test_a_gguf_export_runs_in_llama_cpp_and_equals_the_masked_model(lm_task, tmp_path, monkeypatch, layout, dtype):
+    monkeypatch.setenv("HEADPRUNE_CLIENTS", str(CLIENTS))
+    mask, unit = kv_group_masks(int(lm_task.model.config.intermediate_size))[layout]
+    report = run_export(lm_task, tmp_path, monkeypatch, mask, *GGUF, unit, f"export.gguf_dtype={dtype}")["client_check"]
+    rows = {row["check"]: row for row in report["rows"]}
+    assert report["client"] == "llama.cpp" and report["passed"], report
+    assert rows["architecture"]["detail"] == layout and f"{dtype} file" in rows["logprobs"]["detail"]
+
+
+@needs_llama_cpp
+def test_a_gguf_file_llama_cpp_computes_differently_fails_and_stays_out_of_export(lm_task, tmp_path, monkeypatch):
+    from headprune.export import client_check
+
+    monkeypatch.setenv("HEADPRUNE_CLIENTS", str(CLIENTS))
+    arrays = client_check.greedy_arrays
+
+    def shifted(*args):  # the masked model's log-probabilities moved by 1.0: what a file computing differently shows
+        return {k: v + 1.0 if k.startswith("logprobs") else v for k, v in arrays(*args).items()}
+
+    monkeypatch.setattr(client_check, "greedy_arrays", shifted)
+    mask, unit = kv_group_masks(int(lm_task.model.config.intermediate_size))["deci"]
+    with pytest.raises(ValueError, match=r"llama.cpp FAILED.*logprobs max \|diff\| 1\.00e\+00.*the previous one is kept"):
+        run_export(lm_task, tmp_path, monkeypatch, mask, *GGUF, unit)
+    assert not (tmp_path / "out" / "export").exists() and (tmp_path / "out" / ".export.next" / "check.json").is_file()

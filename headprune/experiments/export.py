@@ -271,6 +271,7 @@ def run(cfg) -> dict:
     settings = cfg.export
     fmt, split = str(settings.format), str(settings.split)
     pre = choose_tokenizer_pre(settings, cfg.model) if "tokenizer_pre" in FORMATS[fmt].reads else None
+    dtype = str(settings.gguf_dtype) if "gguf_dtype" in FORMATS[fmt].reads else "f32"  # the precision of the file written
     task = registry.load_task(cfg)
     check_split(task, split)
     mask, origin = export_source(cfg, task)
@@ -302,7 +303,7 @@ def run(cfg) -> dict:
         (staging / "check.json").write_text(json.dumps(report, indent=1, default=str))
         raise ValueError(refusal_message(fmt, report, staging))
     if bool(settings.client_check):
-        result["client_check"] = checked_in_client(task, mask, reference, fmt, out, staging)  # a refusal raises
+        result["client_check"] = checked_in_client(task, mask, reference, fmt, dtype, out, staging)  # a refusal raises
     if str(settings.quantize) == "int8":
         result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)

@@ -3,26 +3,36 @@
 import json
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 LOGPROB_TOLERANCE = 1e-4  # float32 on both sides
+# llama.cpp's log-probabilities of the greedy tokens against the masked model's (an f16 file: the model with its weights
+# rounded as stored), largest |diff| measured on the tiny Llama (llama and deci files) and on SmolLM2-135M (uniform llama,
+# uneven deci, deci with emptied FFNs; 72 tokens): f32 file and KV cache 1e-7 tiny, 1.2e-5 to 7.1e-5 SmolLM2; f16 file and
+# KV cache 9e-5 tiny, 8.9e-3 to 5.4e-2 SmolLM2 (llama.cpp rounds activations to f16; an f32 KV cache: 3.3e-3 to 3.0e-2)
+GGUF_TOLERANCES = {"f32": 1e-3, "f16": 1e-1}
 
 
 @dataclass(frozen=True)
 class Client:
-    """A client of one export format: its name, its venv under the clients directory, and the script it runs there."""
+    """A client of one export format: its name, its venv under the clients directory, the script it runs there, its
+    tolerance on log-probabilities by the file's dtype."""
 
     name: str
     venv: str
     script: Path
     min_head_dim: int = 1  # smaller heads are refused by the client's kernels, whatever the file
+    tolerances: dict = field(default_factory=lambda: {"f32": LOGPROB_TOLERANCE})
 
 
-CLIENTS = {"deci_hf": Client("vLLM CPU", "vllm-venv", Path(__file__).with_name("vllm_client.py"), min_head_dim=32)}
+CLIENTS = {
+    "deci_hf": Client("vLLM CPU", "vllm-venv", Path(__file__).with_name("vllm_client.py"), min_head_dim=32),
+    "gguf": Client("llama.cpp", "venv", Path(__file__).with_name("llamacpp_client.py"), tolerances=GGUF_TOLERANCES),
+}
 
 
 def head_dim(model) -> int:
@@ -47,22 +57,26 @@ def installed_python(fmt: str) -> Path | None:
 
 @torch.no_grad()
 def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int]) -> dict[str, np.ndarray]:
-    """prompt{i}, greedy{i} (cut after the first EOS) and logprobs{i} of each greedy token under ``model``: what the client compares."""
+    """prompt{i}, greedy{i} (cut after the first EOS), logprobs{i} of each greedy token under ``model`` and margin{i}, its lead
+    over the likeliest other token (log-probabilities): what the client compares."""
     arrays = {}
     for i, (row, new) in enumerate(zip(prompt.tolist(), tokens.tolist())):
         stop = next((k + 1 for k, t in enumerate(new) if t in eos), len(new))
         new = new[:stop]
         ids = torch.tensor([row + new], device=next(model.parameters()).device)
         logprobs = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
-        positions = torch.arange(len(row) - 1, len(row) + len(new) - 1)
+        positions, chosen = torch.arange(len(row) - 1, len(row) + len(new) - 1), torch.tensor(new)
+        picked = logprobs[positions, chosen]
+        others = logprobs[positions].index_put((torch.arange(len(new)), chosen), torch.tensor(-torch.inf, dtype=torch.float64))
         arrays[f"prompt{i}"] = np.array(row, dtype=np.int64)
         arrays[f"greedy{i}"] = np.array(new, dtype=np.int64)
-        arrays[f"logprobs{i}"] = logprobs[positions, torch.tensor(new)].cpu().numpy()
+        arrays[f"logprobs{i}"] = picked.cpu().numpy()
+        arrays[f"margin{i}"] = (picked - others.max(-1).values).cpu().numpy()
     return arrays
 
 
-def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path) -> dict:
-    """Run the format's client on ``path``: {"client", "rows", "passed"}, or {"skipped": why} where none is installed."""
+def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, dtype: str = "f32") -> dict:
+    """Run the format's client on ``path`` (a ``dtype`` file): {"client", "rows", "passed"}, or {"skipped": why} where none is installed."""
     python = installed_python(fmt)
     if python is None:
         where = f"{clients_dir() / CLIENTS[fmt].venv}" if fmt in CLIENTS else None
@@ -74,7 +88,8 @@ def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path) 
     work.mkdir(parents=True, exist_ok=True)
     np.savez(work / "client_arrays.npz", **arrays)
     prompts = sum(1 for key in arrays if key.startswith("prompt"))
-    job = {"name": fmt, "path": str(path), "arrays": str(work / "client_arrays.npz"), "prompts": prompts, "tolerance": LOGPROB_TOLERANCE}
+    job = {"name": fmt, "path": str(path), "arrays": str(work / "client_arrays.npz"), "prompts": prompts, "dtype": dtype}
+    job["tolerance"] = CLIENTS[fmt].tolerances[dtype]
     (work / "client_job.json").write_text(json.dumps([job]), encoding="utf-8")
     done = subprocess.run(
         [str(python), "-I", str(CLIENTS[fmt].script), str(work / "client_job.json")],
@@ -98,8 +113,8 @@ def client_line(report: dict) -> str:
     return f"[export] {report['client']} {verdict}: " + "; ".join(f"{row['check']} {row['detail']}" for row in report["rows"])
 
 
-def checked_in_client(task, mask, reference, fmt: str, out: Path, staging: Path) -> dict:
-    """export.client_check: the file run by its client where one is installed (a ValueError when it disagrees), printed."""
+def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, staging: Path) -> dict:
+    """export.client_check: the ``dtype`` file run by its client where one is installed (a ValueError when it disagrees), printed."""
     import tempfile
 
     if fmt not in CLIENTS or reference.greedy is None:
@@ -116,7 +131,7 @@ def checked_in_client(task, mask, reference, fmt: str, out: Path, staging: Path)
         with task.gates.masked(mask):
             arrays = greedy_arrays(reference.model, prompt, tokens, eos)
         with tempfile.TemporaryDirectory() as work:
-            report = run_client(fmt, out, arrays, Path(work))
+            report = run_client(fmt, out, arrays, Path(work), dtype)
     print(client_line(report), flush=True)
     if report.get("passed") is False:
         (staging / "check.json").write_text(json.dumps({"client_check": report}, indent=1, default=str))

