@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from decode_ideal_table import ideal_table, llm_runs
-from long_context_cells import cells_table, curve_table, paired_table
+from long_context_cells import cells_table, curve_table, paired_table, perplexity_paired_table
 from long_context_tables import figure as long_context_figure
 from long_context_tables import overlap_table, runs_of, within_table
 from units_table import trained_units_table, units_deploy_table, units_speed_table
@@ -144,6 +144,7 @@ TABLES["long_context_curve"] = lambda d: curve_table(
 TABLES["long_context_cells_passkey"] = lambda d: cells_table(runs_of(d, CELLS[0]), "passkey")
 TABLES["long_context_cells_perplexity"] = lambda d: cells_table(runs_of(d, CELLS[1]), "perplexity")
 TABLES["long_context_paired"] = lambda d: paired_table(runs_of(d, CELLS[0]), runs_of(d, CELLS[1]))
+TABLES["long_context_paired_perplexity"] = lambda d: perplexity_paired_table(runs_of(d, CELLS[1]))
 TABLES["long_context_within"] = lambda d: within_table(runs_of(d, LONG[0])[4096], runs_of(d, LONG[1]).get(4096))
 TABLES["long_context_overlap"] = lambda d: overlap_table(runs_of(d, LONG[0])[1024])
 
