@@ -172,6 +172,25 @@ def test_the_docs_table_puts_each_gain_beside_the_ideal_of_its_mask(tmp_path):
     assert name_parts("kv+ffn@0.8 q8_0") == ("kv+ffn@0.8", "q8_0") and name_parts("uniform") == ("uniform", "f16")
 
 
+def test_a_file_is_also_measured_over_the_unpruned_model_in_its_own_graph(tmp_path):
+    """With the unpruned model timed as llama and as deci, the pruned file's gain is given over each, and the deci
+    file's over the llama file once (ideal 0): the graph's share and the pruning's apart."""
+    import json
+
+    from decode_ideal_table import ideal_rows
+
+    mask = {"dec_self": [[1, 1, 0]] * 30}
+    points = [{"order": "fisher", "recovery": "finetune", "step": "33%", "mask": mask}]
+    (tmp_path / "lm_recovery_global.json").write_text(json.dumps({"results": {"points": points}}))
+    rates = {"unpruned f16": 100.0, "unpruned-deci f16": 105.0, "global f16": 115.5}
+    files = {n: {"tg": {"rates": [r * (1 + 0.002 * (i % 2)) for i in range(6)]}} for n, r in rates.items()}
+    rows = {(row["file"], row["reference"]): row for row in ideal_rows(tmp_path, {"gen": 128, "files": files})}
+    assert set(rows) == {("unpruned-deci f16", "unpruned f16"), ("global f16", "unpruned f16"), ("global f16", "unpruned-deci f16")}
+    assert rows["unpruned-deci f16", "unpruned f16"]["ideal"] == pytest.approx(0.0, abs=1e-12)
+    assert rows["global f16", "unpruned-deci f16"]["gain"]["gain"] == pytest.approx(0.1, rel=1e-2)
+    assert rows["global f16", "unpruned f16"]["gain"]["gain"] == pytest.approx(0.155, rel=1e-2)
+
+
 def _llama(shape: LlamaShape, kv_heads: int, ffn: int):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

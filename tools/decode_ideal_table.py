@@ -2,7 +2,8 @@
 
 The GGUF files of those runs are not committed: each file's bytes are counted from the widths its mask keeps
 (tools/decode_ideal.py, which reproduces the Q8_0 files' sizes to their metadata). Each gain is the file's paired
-generation gain over the unpruned file of the same format in the same run (the files took turns, repeat by repeat).
+generation gain over the unpruned file of the same format in the same run (the files took turns, repeat by repeat),
+and, where the unpruned model was also timed written as ``deci``, over that file too: the same graph on both sides.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from headprune.engine.verdict import beyond_ideal, gain_summary, gain_text, verd
 
 ARCHITECTURES = {  # a timed file's name (less its format) -> (results file, order, step) of the mask it was exported from
     "unpruned": None,
+    "unpruned-deci": None,  # the unpruned model written as deci (tools/gguf_as_deci.py): the graph without the pruning
     "uniform": ("lm_recovery_uniform", "importance", "33%"),
     "global": ("lm_recovery_global", "fisher", "33%"),
     "kv-only": ("lm_recovery_global", "fisher", "33%"),
@@ -45,7 +47,8 @@ def widths_of(results_dir: Path, arch: str) -> list[tuple[int, int]]:
 
 
 def ideal_rows(results_dir: Path, speed: dict) -> list[dict]:
-    """Per timed file of one speed run: its bytes, its generation gain over the same format's unpruned file, the ideal."""
+    """Per timed file of one speed run: its bytes, its generation gain over each unpruned file of its format (the unpruned
+    model as ``llama``, and as ``deci`` where timed), the ideal."""
     files, gen = speed["files"], speed["gen"]
     reads = {}
     for name in files:
@@ -53,16 +56,16 @@ def ideal_rows(results_dir: Path, speed: dict) -> list[dict]:
         widths = widths_of(results_dir, arch)
         reads[name] = {**file_bytes(widths, fmt), "kv_per_token": kv_bytes_per_token(widths), "arch": arch, "fmt": fmt}
     rows = []
-    for name in files:
+    names = list(files)
+    for i, name in enumerate(names):
         fmt = reads[name]["fmt"]
-        reference = next((n for n in files if reads[n]["arch"] == "unpruned" and reads[n]["fmt"] == fmt), None)
-        if reference is None or reference == name:
-            continue
-        seconds = [[gen / rate for rate in files[n]["tg"]["rates"]] for n in (reference, name)]
-        summary = gain_summary(*seconds)
-        gain = {**summary, "verdict": verdict(summary)}
-        ideal = decode_ideal(reads[reference], reads[name], decode_context(0, gen))
-        rows.append({"file": name, "reference": reference, "bytes": reads[name], "gain": gain, "ideal": ideal})
+        plain = ARCHITECTURES[reads[name]["arch"]] is None  # an unpruned file: measured against those listed before it only
+        for reference in (n for n in (names[:i] if plain else names) if ARCHITECTURES[reads[n]["arch"]] is None and reads[n]["fmt"] == fmt):
+            seconds = [[gen / rate for rate in files[n]["tg"]["rates"]] for n in (reference, name)]
+            summary = gain_summary(*seconds)
+            gain = {**summary, "verdict": verdict(summary)}
+            ideal = decode_ideal(reads[reference], reads[name], decode_context(0, gen))
+            rows.append({"file": name, "reference": reference, "bytes": reads[name], "gain": gain, "ideal": ideal})
     return rows
 
 
@@ -78,8 +81,9 @@ def ideal_table(results_dir: Path, runs: dict[str, dict]) -> str:
             word = "above its ideal: to be re-measured, not a result" if above else "at or below its ideal"
             if row["gain"]["verdict"] == "inconclusive":
                 word = "inconclusive"
+            over = "" if name_parts(row["reference"])[0] == "unpruned" else f" over {row['reference']}"
             lines.append(
-                f"| {label} | {row['file']} | {row['bytes']['weights'] / 1e6:.1f}M | {row['bytes']['read_per_token'] / 1e6:.1f} | "
+                f"| {label} | {row['file']}{over} | {row['bytes']['weights'] / 1e6:.1f}M | {row['bytes']['read_per_token'] / 1e6:.1f} | "
                 f"{gain_text(row['gain'])} | {100 * row['ideal']:+.1f}% | {word} |"
             )
     return "\n".join(lines)
@@ -97,4 +101,6 @@ def llm_runs(results_dir: Path) -> dict[str, dict]:
         "rounded_flash": "8, widths of 32",
     }
     runs.update({label: section8[key]["speed"] for key, label in labels.items()})
+    recheck = json.loads((results_dir / "llm_units_llamacpp_recheck.json").read_text())
+    runs.update({f"8, again, {fmt}": recheck[key]["speed"] for key, fmt in (("f16", "f16"), ("q8_0", "Q8_0"))})
     return runs

@@ -134,6 +134,12 @@ TABLES["units_mnli_trained"] = lambda d: trained_units_table({label: _load(d, ru
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
+TRAINED_SPEED_LABELS = {
+    "unpruned": "unpruned",
+    "heads+ffn x1.5 free": "heads + FFN neurons, retraining-free, x1.5",
+    "heads+ffn x1.8 distilled": "heads + FFN neurons, distilled, x1.8",
+}
+TABLES["units_mnli_trained_speed"] = lambda d: units_speed_table(_load(d, "mnli_units_speed"), TRAINED_SPEED_LABELS)
 LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
 TABLES["long_context_passkey"] = lambda d: cells_table(runs_of(d, LONG[0]), "passkey")
 TABLES["long_context_perplexity"] = lambda d: cells_table(runs_of(d, LONG[1]), "perplexity")
