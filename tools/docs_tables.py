@@ -126,6 +126,7 @@ def units_table(results_dir: Path) -> str:
 TABLES["mnli8k_units"] = units_table
 TRAINED_UNIT_RUNS = {  # docs/results.md, section 4: the unit table on the section-1 MiniLM (row label: run file)
     "heads + FFN neurons, retraining-free": "mnli_units_free_joint",
+    "heads, retraining-free": "mnli_units_free_head",
     "heads": "mnli_units_head",
     "FFN neurons": "mnli_units_ffn",
     "heads + FFN neurons": "mnli_units_joint",
