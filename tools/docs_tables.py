@@ -127,6 +127,7 @@ TABLES["mnli8k_units"] = units_table
 TRAINED_UNIT_RUNS = {  # docs/results.md, section 4: the unit table on the section-1 MiniLM (row label: run file)
     "heads + FFN neurons, retraining-free": "mnli_units_free_joint",
     "heads, retraining-free": "mnli_units_free_head",
+    "FFN neurons, retraining-free": "mnli_units_free_ffn",
     "heads": "mnli_units_head",
     "FFN neurons": "mnli_units_ffn",
     "heads + FFN neurons": "mnli_units_joint",
