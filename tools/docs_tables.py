@@ -128,6 +128,7 @@ TRAINED_UNIT_RUNS = {  # docs/results.md, section 4: the unit table on the secti
     "heads + FFN neurons, retraining-free": "mnli_units_free_joint",
     "heads, retraining-free": "mnli_units_free_head",
     "FFN neurons, retraining-free": "mnli_units_free_ffn",
+    "heads + FFN neurons + channels, retraining-free": "mnli_units_free_hidden",
     "heads": "mnli_units_head",
     "FFN neurons": "mnli_units_ffn",
     "heads + FFN neurons": "mnli_units_joint",
