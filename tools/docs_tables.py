@@ -144,6 +144,12 @@ TRAINED_SPEED_LABELS = {
     "heads+ffn x1.8 distilled": "heads + FFN neurons, distilled, x1.8",
 }
 TABLES["units_mnli_trained_speed"] = lambda d: units_speed_table(_load(d, "mnli_units_speed"), TRAINED_SPEED_LABELS)
+TRAINED_FFN_SPEED_LABELS = {
+    "unpruned": "unpruned",
+    "ffn x1.5 free": "FFN neurons, retraining-free, x1.5",
+    "ffn x1.8 distilled": "FFN neurons, distilled, x1.8",
+}
+TABLES["units_mnli_trained_speed_ffn"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_ffn"), TRAINED_FFN_SPEED_LABELS)
 LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
 TABLES["long_context_passkey"] = lambda d: cells_table(runs_of(d, LONG[0]), "passkey")
 TABLES["long_context_perplexity"] = lambda d: cells_table(runs_of(d, LONG[1]), "perplexity")
