@@ -108,6 +108,19 @@ def _reference(results: dict | None, reference: str, fraction: float) -> tuple[s
     return "unpruned", _steps(results, next(iter(results["orders"])))[0]
 
 
+def _perplexity_ratio(step: dict | None, other: dict | None) -> tuple[float, float, float] | None:
+    """(ratio, low, high) of ``step``'s perplexity over ``other``'s on the same documents; None without per-document values."""
+    if not (step and other and step.get("per_example") and other.get("per_example")):
+        return None
+    return paired_perplexity_ratio(step["per_example"]["nll"], other["per_example"]["nll"], step["per_example"]["tokens"])
+
+
+def _ratio_text(ratio: tuple[float, float, float]) -> str:
+    """``-1.9% [-2.7, -1.0]``: a perplexity ratio and its interval as a change in percent."""
+    mean, low, high = ratio
+    return f"{100 * (mean - 1):+.1f}% [{100 * (low - 1):+.1f}, {100 * (high - 1):+.1f}]"
+
+
 def paired_rows(passkey: dict[int, dict], perplexity: dict[int, dict], reference: str = "random") -> list[dict]:
     """Per (length, fraction, order): McNemar against ``reference`` at the same fraction on the same prompts (against the
     unpruned model where ``reference`` was not run), and the perplexity ratio to it on the same documents."""
@@ -123,10 +136,9 @@ def paired_rows(passkey: dict[int, dict], perplexity: dict[int, dict], reference
                 row = {"length": length, "fraction": step["fraction"], "order": order, "against": against}
                 row["mcnemar"] = mcnemar_exact(step["per_example"]["correct"], ref["per_example"]["correct"])
                 mine = _step_at(ppl, order, step["fraction"]) if ppl and order in ppl["orders"] else None
-                theirs = _reference(ppl, reference, step["fraction"])[1] if mine else None
-                if mine and theirs and mine.get("per_example") and theirs.get("per_example"):
-                    nll, tokens = mine["per_example"]["nll"], mine["per_example"]["tokens"]
-                    row["perplexity_ratio"] = paired_perplexity_ratio(nll, theirs["per_example"]["nll"], tokens)
+                ratio = _perplexity_ratio(mine, _reference(ppl, reference, step["fraction"])[1]) if mine else None
+                if ratio:
+                    row["perplexity_ratio"] = ratio
                 rows.append(row)
     return rows
 
@@ -149,7 +161,7 @@ def paired_table(passkey: dict[int, dict], perplexity: dict[int, dict], referenc
         b, c, p = test["first_only"], test["second_only"], test["p_value"]
         verdict = ("better" if b > c else "worse") if p < ALPHA / tests else "no difference shown"
         ratio = row.get("perplexity_ratio")
-        ppl = f"{100 * (ratio[0] - 1):+.1f}% [{100 * (ratio[1] - 1):+.1f}, {100 * (ratio[2] - 1):+.1f}]" if ratio else "not measured"
+        ppl = _ratio_text(ratio) if ratio else "not measured"
         cells = [f"{row['length']:,}", f"{row['fraction']:.0%}", row["order"], row["against"], f"{b} / {c}", f"{p:.3g}", verdict, ppl]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -163,11 +175,9 @@ def perplexity_rows(perplexity: dict[int, dict], reference: str = "random") -> l
         for order in (o for o in results["orders"] if o != reference):
             for step in _steps(results, order)[1:]:
                 against, ref = _reference(results, reference, step["fraction"])
-                if not (step.get("per_example") and ref and ref.get("per_example")):
-                    continue
-                nll, tokens = step["per_example"]["nll"], step["per_example"]["tokens"]
-                ratio = paired_perplexity_ratio(nll, ref["per_example"]["nll"], tokens)
-                rows.append({"length": length, "fraction": step["fraction"], "order": order, "against": against, "ratio": ratio})
+                ratio = _perplexity_ratio(step, ref)
+                if ratio:
+                    rows.append({"length": length, "fraction": step["fraction"], "order": order, "against": against, "ratio": ratio})
     return rows
 
 
@@ -178,10 +188,9 @@ def perplexity_paired_table(perplexity: dict[int, dict], reference: str = "rando
         "|---:|---:|---:|---|---|---:|---|",
     ]
     for row in perplexity_rows(perplexity, reference):
-        mean, low, high = row["ratio"]
+        _, low, high = row["ratio"]
         verdict = "lower" if high < 1.0 else "higher" if low > 1.0 else "no difference shown"
         n = int(perplexity[row["length"]]["n_examples"])
-        cells = [f"{row['length']:,}", str(n), f"{row['fraction']:.0%}", row["order"], row["against"]]
-        cells += [f"{100 * (mean - 1):+.1f}% [{100 * (low - 1):+.1f}, {100 * (high - 1):+.1f}]", verdict]
+        cells = [f"{row['length']:,}", str(n), f"{row['fraction']:.0%}", row["order"], row["against"], _ratio_text(row["ratio"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
