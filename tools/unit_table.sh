@@ -55,18 +55,22 @@ MODEL=${MODEL:-$RUNS/nli_mnli_minilm/model}
 M=(experiment=prune model=minilm data=nli_local model.pretrained="$MODEL" prune.order=fisher device=$DEVICE)
 F=(prune.recover=finetune prune.control=true prune.finetune.examples=$FT_EXAMPLES prune.finetune.max_steps=$FT_STEPS
    prune.finetune.lr=5e-5 prune.finetune.decay=true prune.finetune.warmup=0.1 prune.finetune.seed=7)
+F25=("${F[@]/prune.control=true/prune.control=false}")  # the control does not depend on the target: x1.8's serves x2.5
 FREE=(prune.recover=lsq prune.rearrange=both)
 run units_head "${M[@]}" prune.unit=head 'prune.target={speedup:1.4}' "${F[@]}"
 run units_ffn "${M[@]}" prune.unit=ffn 'prune.target={speedup:1.8}' "${F[@]}"
 run units_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${F[@]}"
-run units_ffn_25 "${M[@]}" prune.unit=ffn 'prune.target={speedup:2.5}' "${F[@]}"
-run units_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${F[@]}"
+run units_ffn_25 "${M[@]}" prune.unit=ffn 'prune.target={speedup:2.5}' "${F25[@]}"
+run units_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${F25[@]}"
 run units_free_head "${M[@]}" prune.unit=head 'prune.target={speedup:1.4}' "${FREE[@]}"  # x1.5 removes every head
 run units_free_ffn "${M[@]}" prune.unit=ffn 'prune.target={speedup:1.5}' "${FREE[@]}"
 run units_free_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${FREE[@]}"
 run units_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${F[@]}"
-run units_hidden_25 "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${F[@]}"
+run units_hidden_25 "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${F25[@]}"
 run units_free_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=lsq  # one width: nothing to rearrange
+run units_free_ffn_25 "${M[@]}" prune.unit=ffn 'prune.target={speedup:2.5}' "${FREE[@]}"
+run units_free_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${FREE[@]}"
+run units_free_hidden_25 "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:2.5}' prune.recover=lsq
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
