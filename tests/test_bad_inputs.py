@@ -1270,6 +1270,27 @@ CONFIG_ROWS = [
     ),
     ("passkey-haystack-empty", "passkey", ["experiment=ablate", *HAYSTACK_FILES], "the heldout haystack holds no text", "haystack_empty"),
     (
+        "passkey-repeat-without-sentences",
+        "passkey",
+        ["experiment=ablate", "data=passkey_repeat", "data.repeat=[]", "data.context_lengths=[96]"],
+        "data.source=repeat needs the haystack's sentences in data.repeat",
+        None,
+    ),
+    (
+        "passkey-repeat-given-to-another-source",
+        "passkey",
+        ["experiment=ablate", "data.repeat=[The sky is blue.]"],
+        "data.repeat is read only with data.source=repeat, but data.source=synthetic",
+        None,
+    ),
+    (
+        "passkey-repeat-with-files",
+        "passkey",
+        ["experiment=ablate", "data=passkey_repeat", "data.files={{eval:[eval.txt]}}", "data.context_lengths=[96]"],
+        "data.files is read only with data.source=local",
+        None,
+    ),
+    (
         "passkey-context-too-short-for-needle-and-question",
         "passkey",
         ["experiment=ablate", "data.context_lengths=[20]"],

@@ -240,6 +240,20 @@ def test_local_haystack_reads_each_splits_own_files(tmp_path):
         haystack_pools(empty)
 
 
+def test_repeat_haystack_cycles_its_sentences(task, tmp_path):
+    """data.source=repeat: every haystack is the given sentences in order, from any one of them, in every split."""
+    sentences = ["Apple pie is sweet.", "Rivers run to the sea.", "Stones sit still."]
+    overrides = ["data.source=repeat", "data.repeat=[" + ",".join(sentences) + "]", "data.sizes.train=0"]
+    examples, pools, config = _generate(task, *overrides, tmp_path=tmp_path)
+    assert set(pools) == set(config.splits) and all(pool == sentences for pool in pools.values())
+    cycle = "".join(sentences).replace(" ", "") * 8
+    for split in config.splits:
+        for e in examples[split]:
+            spans = [(e.haystack[0], e.needles[0][0]), (e.needles[0][1], e.haystack[1])]  # the filler around the needle
+            text = "".join(task.tokenizer.decode(list(e.ids[a:b])) for a, b in spans).replace(" ", "")
+            assert text and text in cycle, text
+
+
 def test_hub_haystack_reads_the_text_field(tmp_path, monkeypatch):
     import datasets
 

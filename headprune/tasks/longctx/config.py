@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import OmegaConf
 
-SOURCES = ("synthetic", "local", "hub")
+SOURCES = ("synthetic", "local", "hub", "repeat")
 SPLITS = ("eval", "importance", "heldout", "train")  # also the order keys are drawn in: eval's never depend on the others
 ASK = ("one", "all")  # ask for one needle's key, or for every key in the order the needles appear
 
@@ -48,6 +48,7 @@ class PasskeyConfig:
     text_field: str | None
     synthetic_seed: int | None  # the lexicon of the synthetic language (source synthetic)
     synthetic_sentences: int | None  # sentences in each split's synthetic haystack pool
+    repeat: tuple[str, ...] | None  # sentences repeated in order as every split's haystack (source repeat)
     metric: str  # accuracy | key_log_likelihood
     raw: object = field(compare=False, repr=False)  # the data config itself (advice names the setting that gave data.dir)
 
@@ -79,6 +80,7 @@ class PasskeyConfig:
             text_field=values.get("text_field"),
             synthetic_seed=int(synthetic["seed"]) if synthetic else None,
             synthetic_sentences=int(synthetic["sentences"]) if synthetic else None,
+            repeat=None if values.get("repeat") is None else tuple(str(line) for line in values["repeat"]),
             metric=str(values["metric"]),
             raw=data,
         )

@@ -52,6 +52,7 @@ SCHEMA = {
     "data.text_field": optional(rule(text)),
     "data.synthetic.seed": rule(integer),
     "data.synthetic.sentences": rule(integer, low=1),
+    "data.repeat": optional(rule(string_list)),
 }
 NEEDS = {"needle": {"key"}, "named_needle": {"key", "name"}, "named_question": {"name"}}  # placeholders a template must hold
 
@@ -65,14 +66,30 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
             "data.sizes.importance=0 leaves the importance split empty (head importance and the held-out choices read it): "
             "set data.sizes.importance to a number of examples, e.g. 16"
         )
+    check_source_settings(config)
     check_templates(config)
     check_keys(config)
     check_positions(cfg, config)
     check_decode_lengths(cfg)  # the decode timing of experiment=speed (task.decode_*) within the positions
     if config.source == "hub" and files:
         check_hub_dataset(cfg.data, config.hub_path, "data.hub_path", "data=passkey_local (text files) or data=passkey_synthetic")
-    if files and config.source in ("local", "synthetic"):
+    if files and config.source in ("local", "synthetic", "repeat"):
         check_prompts(cfg, config)
+
+
+def check_source_settings(config: PasskeyConfig) -> None:
+    """data.repeat holds sentences with data.source=repeat, and is not given with another source (nothing would read it)."""
+    if config.source == "repeat" and (config.repeat is None or not any(line.strip() for line in config.repeat)):
+        raise ConfigError(
+            f"data.source=repeat needs the haystack's sentences in data.repeat, got {config.repeat}: "
+            "e.g. data.repeat='[The grass is green.,The sky is blue.]'"
+        )
+    if config.source != "repeat" and config.repeat is not None:
+        raise ConfigError(
+            f"data.repeat is read only with data.source=repeat, but data.source={config.source}: drop data.repeat or set data.source=repeat"
+        )
+    if config.source == "repeat" and config.files:
+        raise ConfigError("data.files is read only with data.source=local, but data.source=repeat: set data.files=null")
 
 
 def check_templates(config: PasskeyConfig) -> None:

@@ -60,6 +60,13 @@ def synthetic_pools(config: PasskeyConfig) -> dict[str, list[str]]:
     return {split: language.pairs(config.synthetic_sentences, seed=f"passkey-{config.seed}-{split}")[1] for split in config.splits}
 
 
+def repeat_pools(config: PasskeyConfig) -> dict[str, list[str]]:
+    """{split: the ``repeat`` sentences}: every haystack cycles through them (Mohtashami & Jaggi's filler); keys still differ."""
+    if config.repeat is None:
+        raise HaystackError("data.source=repeat needs the haystack's sentences in data.repeat: give a list of sentences")
+    return {split: list(config.repeat) for split in config.splits}
+
+
 def haystack_pools(config: PasskeyConfig) -> dict[str, list[str]]:
     """{split: filler sentences} of the configured source; a HaystackError when a split's pool is empty."""
     if config.source == "local":
@@ -68,8 +75,10 @@ def haystack_pools(config: PasskeyConfig) -> dict[str, list[str]]:
         pools = hub_pools(config)
     elif config.source == "synthetic":
         pools = synthetic_pools(config)
+    elif config.source == "repeat":
+        pools = repeat_pools(config)
     else:
-        raise HaystackError(f"data.source must be one of synthetic, local or hub for the passkey task, got {config.source!r}")
+        raise HaystackError(f"data.source must be one of synthetic, local, hub or repeat for the passkey task, got {config.source!r}")
     for split, lines in pools.items():
         if not lines:
             where = f"data.files.{split}={(config.files or {}).get(split)}" if config.source == "local" else f"data.source={config.source}"
