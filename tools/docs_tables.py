@@ -162,6 +162,13 @@ TABLES["long_context_cells_passkey"] = lambda d: cells_table(runs_of(d, CELLS[0]
 TABLES["long_context_cells_perplexity"] = lambda d: cells_table(runs_of(d, CELLS[1]), "perplexity")
 TABLES["long_context_paired"] = lambda d: paired_table(runs_of(d, CELLS[0]), runs_of(d, CELLS[1]))
 TABLES["long_context_paired_perplexity"] = lambda d: perplexity_paired_table(runs_of(d, CELLS[1]))
+REPEAT = "long_context_repeat_passkey"  # the repeated-filler haystack (data=passkey_repeat): 100 prompts, per-prompt values
+TABLES["long_context_repeat_curve"] = lambda d: curve_table(
+    _load(d, "long_context_repeat_curve") if (d / "long_context_repeat_curve.json").is_file() else None,
+    {"the cells below": runs_of(d, REPEAT)},
+)
+TABLES["long_context_repeat_passkey"] = lambda d: cells_table(runs_of(d, REPEAT), "passkey")
+TABLES["long_context_repeat_paired"] = lambda d: paired_table(runs_of(d, REPEAT), {})
 TABLES["long_context_within"] = lambda d: within_table(runs_of(d, LONG[0])[4096], runs_of(d, LONG[1]).get(4096))
 TABLES["long_context_overlap"] = lambda d: overlap_table(runs_of(d, LONG[0])[1024])
 

@@ -148,21 +148,23 @@ def paired_table(passkey: dict[int, dict], perplexity: dict[int, dict], referenc
     and its verdict after Bonferroni, and the perplexity ratio with its 95% interval."""
     rows = paired_rows(passkey, perplexity, reference)
     tests = sum(1 for r in rows if "mcnemar" in r)
+    ppl_head, ppl_rule, ppl_empty = (" perplexity / the other's [95% interval] |", "---:|", " |") if perplexity else ("", "", "")
     lines = [
         f"| context | streamed | order | against | prompts only the order / only the other retrieves | McNemar p | passkey verdict "
-        f"(p < {ALPHA:g}/{max(tests, 1)}) | perplexity / the other's [95% interval] |",
-        "|---:|---:|---|---|---:|---:|---|---:|",
+        f"(p < {ALPHA:g}/{max(tests, 1)}) |" + ppl_head,
+        "|---:|---:|---|---|---:|---:|---|" + ppl_rule,
     ]
     for row in rows:
         if "not_judged" in row:
-            lines.append(f"| {row['length']:,} | | | | | | {row['not_judged']} | |")
+            lines.append(f"| {row['length']:,} | | | | | | {row['not_judged']} |" + ppl_empty)
             continue
         test = row["mcnemar"]
         b, c, p = test["first_only"], test["second_only"], test["p_value"]
         verdict = ("better" if b > c else "worse") if p < ALPHA / tests else "no difference shown"
         ratio = row.get("perplexity_ratio")
         ppl = _ratio_text(ratio) if ratio else "not measured"
-        cells = [f"{row['length']:,}", f"{row['fraction']:.0%}", row["order"], row["against"], f"{b} / {c}", f"{p:.3g}", verdict, ppl]
+        cells = [f"{row['length']:,}", f"{row['fraction']:.0%}", row["order"], row["against"], f"{b} / {c}", f"{p:.3g}", verdict]
+        cells += [ppl] if perplexity else []
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

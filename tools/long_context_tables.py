@@ -113,12 +113,17 @@ def _load(results_dir: Path, name: str) -> dict | None:
 
 
 def merged(parts: list[dict]) -> dict:
-    """One run's results from runs of the same prompts that took other orders (their unpruned scores must agree)."""
+    """One run's results from runs of the same prompts that took other orders or fractions (their unpruned scores must agree)."""
     first = parts[0]
     for part in parts[1:]:
         if abs(float(part["base_score"]) - float(first["base_score"])) > 1e-9 or part["n_examples"] != first["n_examples"]:
             raise ValueError(f"runs of other prompts cannot be merged: unpruned {part['base_score']} vs {first['base_score']}")
-    return {**first, "orders": {order: curve for part in parts for order, curve in part["orders"].items()}}
+    orders: dict[str, dict] = {}
+    for part in parts:  # an order run in several parts (other fractions) keeps every part's steps, one per fraction
+        for order, curve in part["orders"].items():
+            steps = {round(s["fraction"], 9): s for s in orders.get(order, {}).get("steps", []) + curve["steps"]}
+            orders[order] = {**orders.get(order, {}), **curve, "steps": [steps[f] for f in sorted(steps)]}
+    return {**first, "orders": orders}
 
 
 def runs_of(results_dir: Path, prefix: str) -> dict[int, dict]:

@@ -1,8 +1,8 @@
 """The unpruned model's passkey retrieval over context length: each prompt's exact match at each length, in one JSON.
 
-    python tools/passkey_curve.py --lengths 2048 4096 --prompts 100 [--model smollm2] --out docs/results/passkey_curve.json
+    python tools/passkey_curve.py --lengths 2048 4096 --prompts 100 [--model smollm2] [--data passkey_repeat] --out docs/results/passkey_curve.json
 
-Each length's prompts are those of ``data=passkey_local data.context_lengths=[L] data.sizes.eval=N`` (the prompts a
+Each length's prompts are those of ``data=<--data> data.context_lengths=[L] data.sizes.eval=N`` (the prompts a
 streaming prune run at that length scores), evaluated once with every unit kept; an existing ``--out`` keeps the
 lengths it holds and gains the new ones. docs/results_long_context.md's curve is rendered from it.
 """
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def passkey_task(model: str, length: int, prompts: int):
+def passkey_task(model: str, length: int, prompts: int, data: str = "passkey_local"):
     """The PasskeyTask of ``prompts`` evaluation prompts of ``length`` tokens (no other split)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
@@ -28,7 +28,7 @@ def passkey_task(model: str, length: int, prompts: int):
     from headprune.tasks.longctx.task import load_passkey_task
 
     sizes = f"data.sizes={{eval:{prompts},importance:0,heldout:0,train:0}}"
-    overrides = [f"model={model}", "data=passkey_local", f"data.context_lengths=[{length}]", sizes, "logger=none"]
+    overrides = [f"model={model}", f"data={data}", f"data.context_lengths=[{length}]", sizes, "logger=none"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     with open_dict(cfg):
@@ -36,9 +36,9 @@ def passkey_task(model: str, length: int, prompts: int):
     return load_passkey_task(cfg)
 
 
-def measure(model: str, length: int, prompts: int) -> dict:
+def measure(model: str, length: int, prompts: int, data: str = "passkey_local") -> dict:
     """{"n", "score" (exact match, %), "correct" (0/1 per prompt), "seconds"} of the unpruned model at ``length``."""
-    task = passkey_task(model, length, prompts)
+    task = passkey_task(model, length, prompts, data)
     start = time.perf_counter()
     result = task.evaluate(None, split="eval")
     seconds = time.perf_counter() - start
@@ -50,15 +50,18 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", required=True, help="context lengths in tokens")
     parser.add_argument("--prompts", type=int, default=100, help="prompts per length")
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--data", default="passkey_local", help="the passkey data config (conf/data/passkey_*.yaml)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.prompts < 1 or min(args.lengths) < 1 or len(set(args.lengths)) < len(args.lengths):
         parser.error(f"--prompts and --lengths take positive numbers, each length once: got {args.prompts}, {args.lengths}")
-    found = json.loads(args.out.read_text()) if args.out.is_file() else {"model": args.model, "data": "passkey_local", "lengths": {}}
-    if found["model"] != args.model:
-        parser.error(f"{args.out} holds {found['model']}'s curve, not {args.model}'s: write another --out")
+    found = json.loads(args.out.read_text()) if args.out.is_file() else {"model": args.model, "data": args.data, "lengths": {}}
+    if (found["model"], found["data"]) != (args.model, args.data):
+        parser.error(
+            f"{args.out} holds the curve of {found['model']} on {found['data']}, not {args.model} on {args.data}: write another --out"
+        )
     for length in args.lengths:
-        row = found["lengths"][str(length)] = measure(args.model, length, args.prompts)
+        row = found["lengths"][str(length)] = measure(args.model, length, args.prompts, args.data)
         print(f"{length} tokens: {row['score']:.1f}% of {row['n']} prompts in {row['seconds']:.0f} s", flush=True)
         args.out.write_text(json.dumps(found, indent=1) + "\n")
     return 0

@@ -161,13 +161,16 @@ def trained_units_table(runs: dict[str, dict]) -> str:
     base = payloads[0]["results"]["base_score"]
     lines.append(f"| unpruned | {' | '.join(str(totals[k]) for k, _ in columns)} | 1.00x | {_accuracy(base, n)} |  |  |")
     shown_controls: list[float] = []
+    shared = next((p for payload in payloads for p in payload["results"]["points"] if p.get("control")), None)
+    borrowed = False
     for label, payload in runs.items():
         results = payload["results"]
         if results["n_examples"] != n or abs(results["base_score"] - base) > 1e-9:
             raise ValueError(
                 f"{label}: scored on {results['n_examples']} examples from a base of {results['base_score']}, not {n} / {base}"
             )
-        controls = [p for p in results["points"] if p.get("control")]
+        own = [p for p in results["points"] if p.get("control")]
+        controls = own or ([shared] if shared else [])
         for point in results["points"]:
             if point["order"] == "unpruned" and not point.get("control"):
                 continue
@@ -178,6 +181,7 @@ def trained_units_table(runs: dict[str, dict]) -> str:
             kept = [str(totals[kind] - removed.get(kind, 0)) for kind, _ in columns]
             tuned = point.get("recovery") == "finetune" and not point.get("control")
             against, other = ("control", controls[0]["score"]) if tuned and controls else ("unpruned", base)
+            borrowed |= tuned and bool(controls) and not own
             name = "unpruned + same training (control)" if point.get("control") else f"{label}: {point_name(point)}@{point['step']}"
             diff = _difference(point["score"], other, n) if not point.get("control") else _difference(point["score"], base, n)
             lines.append(
@@ -185,4 +189,8 @@ def trained_units_table(runs: dict[str, dict]) -> str:
                 f"{'unpruned' if point.get('control') else against} | {diff} |"
             )
     lines += ["", f"Accuracy on `{payloads[0]['results']['split']}` ({n} examples); intervals: Wilson (accuracy), unpaired (difference)."]
+    if borrowed:
+        lines[-1] += (
+            " A fine-tuned run without a control of its own is set against the control above (the same fine-tune of the same model)."
+        )
     return "\n".join(lines)
