@@ -106,3 +106,19 @@ def test_perplexity_is_compared_on_the_same_documents_at_every_length():
     lines = perplexity_paired_table(ppl).splitlines()
     assert any(line.startswith("| 4,096 | 20 | 75% | importance | random |") and line.endswith("| higher |") for line in lines)
     assert any("| duo |" in line and line.endswith("| no difference shown |") for line in lines)
+
+
+def test_parts_of_other_fractions_merge_and_a_passkey_only_table_drops_perplexity():
+    """Two runs of the same prompts at 50% and 75% streamed are one curve per order; without perplexity runs the paired
+    table has no perplexity column."""
+    from long_context_tables import merged
+
+    base = [1] * 90 + [0] * 10
+    half = _run(base, {"duo": [1] * 88 + [0] * 12, "random": [1] * 80 + [0] * 20}, fraction=0.5)
+    most = _run(base, {"duo": [1] * 85 + [0] * 15, "random": [1] * 60 + [0] * 40})
+    run = merged([most, half])
+    assert [s["fraction"] for s in run["orders"]["duo"]["steps"]] == [0.5, 0.75]
+    assert merged([half, most]) == run
+    table = paired_table({1024: run}, {}).splitlines()
+    assert "perplexity" not in table[0] and all(line.count("|") == 8 for line in table)
+    assert [line.split(" | ")[1] for line in table[2:]] == ["50%", "75%"]
