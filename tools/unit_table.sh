@@ -55,11 +55,14 @@ MODEL=${MODEL:-$RUNS/nli_mnli_minilm/model}
 M=(experiment=prune model=minilm data=nli_local model.pretrained="$MODEL" prune.order=fisher device=$DEVICE)
 F=(prune.recover=finetune prune.control=true prune.finetune.examples=$FT_EXAMPLES prune.finetune.max_steps=$FT_STEPS
    prune.finetune.lr=5e-5 prune.finetune.decay=true prune.finetune.warmup=0.1 prune.finetune.seed=7)
+F600=("${F[@]/max_steps=$FT_STEPS/max_steps=$((3 * FT_STEPS))}")  # three times the steps, on three times the examples
+F600=("${F600[@]/examples=$FT_EXAMPLES/examples=$((3 * FT_EXAMPLES))}")
 F25=("${F[@]/prune.control=true/prune.control=false}")  # the control does not depend on the target: x1.8's serves x2.5
 FREE=(prune.recover=lsq prune.rearrange=both)
 run units_head "${M[@]}" prune.unit=head 'prune.target={speedup:1.4}' "${F[@]}"
 run units_ffn "${M[@]}" prune.unit=ffn 'prune.target={speedup:1.8}' "${F[@]}"
 run units_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${F[@]}"
+run units_joint_600 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${F600[@]}"
 run units_ffn_25 "${M[@]}" prune.unit=ffn 'prune.target={speedup:2.5}' "${F25[@]}"
 run units_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${F25[@]}"
 run units_free_head "${M[@]}" prune.unit=head 'prune.target={speedup:1.4}' "${FREE[@]}"  # x1.5 removes every head
