@@ -124,17 +124,26 @@ def units_table(results_dir: Path) -> str:
 
 
 TABLES["mnli8k_units"] = units_table
-TRAINED_UNIT_RUNS = {  # docs/results.md, section 4: the unit table on the section-1 MiniLM (row label: run file)
-    "heads + FFN neurons, retraining-free": "mnli_units_free_joint",
-    "heads, retraining-free": "mnli_units_free_head",
-    "FFN neurons, retraining-free": "mnli_units_free_ffn",
-    "heads + FFN neurons + channels, retraining-free": "mnli_units_free_hidden",
-    "heads": "mnli_units_head",
-    "FFN neurons": "mnli_units_ffn",
-    "heads + FFN neurons": "mnli_units_joint",
-    "heads + FFN neurons + channels": "mnli_units_hidden",
-}
-TABLES["units_mnli_trained"] = lambda d: trained_units_table({label: _load(d, run) for label, run in TRAINED_UNIT_RUNS.items()})
+TRAINED_UNIT_RUNS = (  # docs/results.md, section 4: the unit table on the section-1 MiniLM (row label, run file)
+    ("heads + FFN neurons, retraining-free", "mnli_units_free_joint"),
+    ("heads + FFN neurons, retraining-free", "mnli_units_free_joint_25"),
+    ("heads, retraining-free", "mnli_units_free_head"),
+    ("FFN neurons, retraining-free", "mnli_units_free_ffn"),
+    ("FFN neurons, retraining-free", "mnli_units_free_ffn_25"),
+    ("heads + FFN neurons + channels, retraining-free", "mnli_units_free_hidden"),
+    ("heads + FFN neurons + channels, retraining-free", "mnli_units_free_hidden_25"),
+    ("heads", "mnli_units_head"),
+    ("FFN neurons", "mnli_units_ffn"),
+    ("FFN neurons", "mnli_units_ffn_25"),
+    ("heads + FFN neurons", "mnli_units_joint"),
+    ("heads + FFN neurons", "mnli_units_joint_25"),
+    ("heads + FFN neurons, 600 steps", "mnli_units_joint_600"),
+    ("heads + FFN neurons + channels", "mnli_units_hidden"),
+    ("heads + FFN neurons + channels", "mnli_units_hidden_25"),
+)
+TABLES["units_mnli_trained"] = lambda d: trained_units_table(
+    [(label, _load(d, run)) for label, run in TRAINED_UNIT_RUNS if (d / f"{run}.json").is_file()]
+)
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)

@@ -143,10 +143,10 @@ def _accuracy(score: float, n: int) -> str:
     return f"{score:.2f} [{100 * low:.2f}, {100 * high:.2f}]"
 
 
-def trained_units_table(runs: dict[str, dict]) -> str:
-    """The unit table in PyTorch: per prune run ({row label: payload}), its fine-tuned point beside the run's control and
-    its retraining-free points beside the unpruned model; kept units per kind, FLOP-ideal speed-up, accuracy with n."""
-    payloads = list(runs.values())
+def trained_units_table(runs: list[tuple[str, dict]]) -> str:
+    """The unit table in PyTorch: per prune run ((row label, payload) pairs), its fine-tuned point beside the run's control
+    and its retraining-free points beside the unpruned model; kept units per kind, FLOP-ideal speed-up, accuracy with n."""
+    payloads = [payload for _, payload in runs]
     totals: dict[str, int] = {}
     for payload in payloads:
         for point in [p for p in payload["results"]["points"] if "mask" in p]:
@@ -163,7 +163,7 @@ def trained_units_table(runs: dict[str, dict]) -> str:
     shown_controls: list[float] = []
     shared = next((p for payload in payloads for p in payload["results"]["points"] if p.get("control")), None)
     borrowed = False
-    for label, payload in runs.items():
+    for label, payload in runs:
         results = payload["results"]
         if results["n_examples"] != n or abs(results["base_score"] - base) > 1e-9:
             raise ValueError(
