@@ -144,6 +144,10 @@ TRAINED_UNIT_RUNS = (  # docs/results.md, section 4: the unit table on the secti
 TABLES["units_mnli_trained"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in TRAINED_UNIT_RUNS if (d / f"{run}.json").is_file()]
 )
+TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
+TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
+    {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
+)
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
