@@ -182,6 +182,7 @@ TABLES["long_context_repeat_curve"] = lambda d: curve_table(
 )
 TABLES["long_context_repeat_passkey"] = lambda d: cells_table(runs_of(d, REPEAT), "passkey")
 TABLES["long_context_repeat_paired"] = lambda d: paired_table(runs_of(d, REPEAT), {})
+TABLES["long_context_repeat_vs_unpruned"] = lambda d: paired_table(runs_of(d, REPEAT), {}, reference="unpruned")
 TABLES["long_context_within"] = lambda d: within_table(runs_of(d, LONG[0])[4096], runs_of(d, LONG[1]).get(4096))
 TABLES["long_context_overlap"] = lambda d: overlap_table(runs_of(d, LONG[0])[1024])
 
