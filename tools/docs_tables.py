@@ -163,6 +163,13 @@ TRAINED_FFN_SPEED_LABELS = {
     "ffn x1.8 distilled": "FFN neurons, distilled, x1.8",
 }
 TABLES["units_mnli_trained_speed_ffn"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_ffn"), TRAINED_FFN_SPEED_LABELS)
+TRAINED_25_SPEED_LABELS = {
+    "unpruned": "unpruned",
+    "heads+ffn x2.5 free": "heads + FFN neurons, retraining-free, x2.5",
+    "heads+ffn x2.5 distilled": "heads + FFN neurons, distilled, x2.5",
+    "ffn x2.5 distilled": "FFN neurons, distilled, x2.5",
+}
+TABLES["units_mnli_trained_speed_25"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_25"), TRAINED_25_SPEED_LABELS)
 LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
 TABLES["long_context_passkey"] = lambda d: cells_table(runs_of(d, LONG[0]), "passkey")
 TABLES["long_context_perplexity"] = lambda d: cells_table(runs_of(d, LONG[1]), "perplexity")
