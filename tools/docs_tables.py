@@ -141,9 +141,7 @@ TRAINED_UNIT_RUNS = (  # docs/results.md, section 4: the unit table on the secti
     ("heads + FFN neurons + channels", "mnli_units_hidden"),
     ("heads + FFN neurons + channels", "mnli_units_hidden_25"),
 )
-TABLES["units_mnli_trained"] = lambda d: trained_units_table(
-    [(label, _load(d, run)) for label, run in TRAINED_UNIT_RUNS]
-)
+TABLES["units_mnli_trained"] = lambda d: trained_units_table([(label, _load(d, run)) for label, run in TRAINED_UNIT_RUNS])
 TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")

@@ -8,6 +8,7 @@ control in each runtime.
 
 from __future__ import annotations
 
+import json
 import math
 
 from headprune.results.points import kind_counts, point_name
@@ -143,6 +144,11 @@ def _accuracy(score: float, n: int) -> str:
     return f"{score:.2f} [{100 * low:.2f}, {100 * high:.2f}]"
 
 
+def _recipe(payload: dict) -> str:
+    """A run's fine-tune settings (prune.finetune) as one key: controls trained alike are the same control."""
+    return json.dumps(payload["config"]["prune"]["finetune"], sort_keys=True)
+
+
 def trained_units_table(runs: list[tuple[str, dict]]) -> str:
     """The unit table in PyTorch: per prune run ((row label, payload) pairs), its fine-tuned point beside the run's control
     and its retraining-free points beside the unpruned model; kept units per kind, FLOP-ideal speed-up, accuracy with n."""
@@ -161,7 +167,10 @@ def trained_units_table(runs: list[tuple[str, dict]]) -> str:
     base = payloads[0]["results"]["base_score"]
     lines.append(f"| unpruned | {' | '.join(str(totals[k]) for k, _ in columns)} | 1.00x | {_accuracy(base, n)} |  |  |")
     shown_controls: list[float] = []
-    shared = next((p for payload in payloads for p in payload["results"]["points"] if p.get("control")), None)
+    shared: dict[str, dict] = {}  # {fine-tune recipe: the first control trained with it}: a run without its own meets it
+    for payload in payloads:
+        for point in (p for p in payload["results"]["points"] if p.get("control")):
+            shared.setdefault(_recipe(payload), point)
     borrowed = False
     for label, payload in runs:
         results = payload["results"]
@@ -170,7 +179,7 @@ def trained_units_table(runs: list[tuple[str, dict]]) -> str:
                 f"{label}: scored on {results['n_examples']} examples from a base of {results['base_score']}, not {n} / {base}"
             )
         own = [p for p in results["points"] if p.get("control")]
-        controls = own or ([shared] if shared else [])
+        controls = own or ([shared[_recipe(payload)]] if _recipe(payload) in shared else [])
         for point in results["points"]:
             if point["order"] == "unpruned" and not point.get("control"):
                 continue
@@ -191,6 +200,7 @@ def trained_units_table(runs: list[tuple[str, dict]]) -> str:
     lines += ["", f"Accuracy on `{payloads[0]['results']['split']}` ({n} examples); intervals: Wilson (accuracy), unpaired (difference)."]
     if borrowed:
         lines[-1] += (
-            " A fine-tuned run without a control of its own is set against the control above (the same fine-tune of the same model)."
+            " A fine-tuned run without a control of its own is set against the control of a run with its fine-tune settings (the same "
+            "fine-tune of the same model)."
         )
     return "\n".join(lines)
