@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", required=True, help="context lengths in tokens")
     parser.add_argument("--prompts", type=int, default=100, help="prompts per length")
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--data", default="passkey_local", help="the passkey data config (conf/data/passkey_*.yaml)")
+    passkey_data = sorted(path.stem for path in (ROOT / "conf" / "data").glob("passkey_*.yaml"))
+    parser.add_argument("--data", default="passkey_local", choices=passkey_data, help="the passkey data config (conf/data/)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.prompts < 1 or min(args.lengths) < 1 or len(set(args.lengths)) < len(args.lengths):
