@@ -5,6 +5,7 @@ from omegaconf import OmegaConf
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
 from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
+from headprune.core.unit_kinds import reconstruction_refusal
 from headprune.models.sources import config_fields, max_positions
 from headprune.pruning.greedy_stage import fractions_of
 from headprune.pruning.pareto_plan import planned_points
@@ -192,6 +193,12 @@ def check_speed_unit(prune) -> None:
             f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
             "kv_group, ffn or a joint list such as [kv_group,ffn])"
         )
+    refusal = reconstruction_refusal(unit) if "reconstruct" in prune.recoveries else None
+    if refusal:
+        raise ConfigError(
+            f"prune.recover=reconstruct with prune.unit={unit}: {refusal}; drop reconstruct from prune.recover (or prune "
+            "head, kv_group, ffn or a joint list of them)"
+        )
     if rearrange and given.get("schedule") is not None:
         raise ConfigError(
             "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
@@ -300,6 +307,12 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
         )
     if "lsq" not in recover:
         refuse_given(cfg, ("prune.lsq",), f"prune.lsq.* sets the least squares of prune.recover=lsq, and prune.recover={recover}")
+    if "reconstruct" not in recover:
+        refuse_given(
+            cfg,
+            ("prune.reconstruct",),
+            f"prune.reconstruct.* sets the reconstruction of prune.recover=reconstruct, and prune.recover={recover}",
+        )
     if recover == ["none"] * len(recover) and given.get("schedule") is None:
         refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
     if given.finetune.get("tokens") is not None:

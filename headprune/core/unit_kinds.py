@@ -10,6 +10,7 @@ from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     kinds_of,
     mask_kinds,
     noun,
+    reconstruction_refusal,
     recovery_parts,
     shrunk_fields,
     unit_kinds,

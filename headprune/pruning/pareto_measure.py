@@ -20,6 +20,7 @@ from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.latency import synthetic_inputs
 from headprune.selection.lsq import lsq_recover
+from headprune.selection.reconstruct import reconstruct
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_latency import cached_unit_latency_model
 from headprune.sources.point_models import (
@@ -83,11 +84,15 @@ def recovered_model(
         ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
         lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
         return model, gates, mask, {"lsq": report}
+    if recovery == "reconstruct":  # re-solved on the physically pruned copy, layer by layer
+        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
+        report = reconstruct(model, task.model, batches, ridge=float(settings.reconstruct.ridge), progress=progress)
+        return model, HeadGates(model), None, {"reconstruct": report}
     if recovery == "finetune":
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
         history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
         return model, HeadGates(model), None, {"finetune_losses": [h["loss"] for h in history]}
-    raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
+    raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq, reconstruct or finetune")
 
 
 def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) -> None:

@@ -27,6 +27,7 @@ from headprune.selection.greedy import check_groups
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, mask_after
+from headprune.selection.reconstruct import reconstruct
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
 from headprune.selection.unit_rearrange import rearrange_unit_mask
@@ -218,10 +219,12 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
                     max_scale=float(settings.lsq.max_scale),
                     progress=ctx.progress,
                 )
+            elif recovery == "reconstruct":
+                reconstruct(model, teacher, batches, ridge=float(settings.reconstruct.ridge), progress=ctx.progress)
             elif recovery == "finetune":
                 finetune_in_place(model, teacher, ctx.rounds[round_], settings.finetune, ctx.logger, f"{order}/step{round_ + 1}")
             else:
-                raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq or finetune")
+                raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq, reconstruct or finetune")
 
         done = iterative_prune(
             work,

@@ -9,7 +9,7 @@ from headprune.selection.uniform import LAYOUTS
 from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
 from headprune.sources.orders import ORDERS
 
-RECOVERIES = ("none", "lsq", "finetune")
+RECOVERIES = ("none", "lsq", "reconstruct", "finetune")
 ACTIONS = ("remove", "stream")  # what a unit's gate at 0 does: the unit goes, or it attends to a sink and a recent window only
 COSTS = ("flops", "latency")
 
@@ -24,6 +24,13 @@ class LsqSettings:
 
     ridge: float = setting(POSITIVE, PRUNE)
     max_scale: float = setting(POSITIVE, PRUNE)
+
+
+@dataclass(frozen=True)
+class ReconstructSettings:
+    """prune.reconstruct: the layer-wise reconstruction (re-solved projections)."""
+
+    ridge: float = setting(POSITIVE, PRUNE)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class PruneSettings:
     measure_speed: bool = setting(rule(boolean), PRUNE)
     save: Any = setting(None, PRUNE, "recovered, all, none or a list of point names")
     lsq: LsqSettings = section(LsqSettings)
+    reconstruct: ReconstructSettings = section(ReconstructSettings)
     finetune: FinetuneSettings = section(FinetuneSettings)
     stream: StreamSettings = section(StreamSettings)
     duo: DuoSettings = section(DuoSettings)

@@ -36,6 +36,7 @@ class HeadKind(UnitKind):
     attention_maps = True
     layer_normalized = True
     rearrangement = None
+    reconstruction = None  # the output projection is re-solved on the kept heads' inputs
     rearrange_by = "fisher_blocks"
     recovery_parts = ("attention",)
     record_key = "heads"

@@ -21,6 +21,7 @@ class BlockKind(UnitKind):
         "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
         "it re-chooses which units go: with one unit there is nothing to re-choose"
     )
+    reconstruction = None  # a removed block's projections read no input: its mean output is folded into their biases
     recovery_parts = ("attention", "feed_forward")
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "

@@ -20,6 +20,7 @@ class FFNKind(UnitKind):
     config_fields = ("intermediate_size",)
     ablation = NEURON_ABLATION
     rearrangement = None
+    reconstruction = None  # the down projection is re-solved on the kept neurons' inputs
     rearrange_by = "gradients"
     multiple_setting = "ffn_multiple"
     recovery_parts = ("feed_forward",)

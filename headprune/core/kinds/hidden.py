@@ -85,6 +85,10 @@ class HiddenKind(UnitKind):
     config_fields = ("hidden_size",)
     ablation = CHANNEL_ABLATION
     rearrangement = NO_REARRANGEMENT
+    reconstruction = (
+        "a residual channel is an input and an output of every layer and changes every norm's statistics; reconstruction "
+        "re-solves projections that lost inputs only (heads, KV groups, FFN neurons)"
+    )
     floor_units = None
     layer_rows = False  # one row for the whole stream
     record_key = "hidden"

@@ -136,6 +136,11 @@ def mask_kinds(groups, unit=None) -> tuple[str, ...]:
     return tuple(k for k in KINDS if k in kinds)
 
 
+def reconstruction_refusal(unit) -> str | None:
+    """Why layer-wise reconstruction cannot follow ``unit`` (``kind: reason`` of the first kind that refuses), else None."""
+    return next((f"{kind.name}: {kind.reconstruction}" for kind in kinds_of(unit) if kind.reconstruction), None)
+
+
 def ablation_refusal(unit) -> str | None:
     """Why single-unit ablation is no useful order for ``unit`` (a kind of it refuses), else None."""
     return next((kind.ablation for kind in kinds_of(unit) if kind.ablation), None)

@@ -17,6 +17,9 @@ class UnitKind:
     attention_maps: bool = False  # its units have attention maps (the entropy and retrieval orders read them)
     layer_normalized: bool = False  # Michel et al.'s per-layer L2 norm of scores suits it (heads of a layer)
     rearrangement: str | None = "it has no rearrangement"  # why it cannot be rearranged (None: it can)
+    reconstruction: str | None = (
+        "it has no layer-wise reconstruction"  # why prune.recover=reconstruct cannot re-solve after it (None: it can)
+    )
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
     rearrange_by: str | None = None  # how its rearrangement is computed: "fisher_blocks" (a U x U block per layer) or "gradients"

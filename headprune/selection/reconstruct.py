@@ -1,0 +1,161 @@
+"""Layer-wise reconstruction after pruning: re-solve every projection that lost input units, in one sequential pass.
+
+For each projection whose input width shrank (the attention output projection after heads or KV groups go, the FFN down
+projection after neurons go), in forward order: its inputs X (N, K) come from the pruned model whose lower layers are
+already reconstructed, so errors do not compound (SparseGPT, SlimGPT); its target Y (N, out) is the unpruned model's
+output of the same projection. The new weight solves the ridge least squares
+
+    W' = argmin ||[X 1] [W' b']^T - Y||^2 + lam ||W' - W||^2,   lam = ridge * mean(diag(X^T X)),
+
+on the kept input columns only (full matrices, not per-unit scales), pulled towards the kept weights W. Where the
+projection has a bias, the ones column folds the removed units' mean contribution into it (FLAP's bias compensation).
+"""
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
+from headprune.core.projections import in_features, is_projection, linear_weight, out_features
+from headprune.selection.captures import captured_module_inputs
+
+
+def shrunk_projections(model: nn.Module, teacher: nn.Module) -> list[str]:
+    """The names of the projections of ``model`` that read fewer inputs than the teacher's of the same name, same outputs."""
+    ours = dict(model.named_modules())
+    names = []
+    for name, module in teacher.named_modules():
+        mine = ours.get(name)
+        if is_projection(module) and mine is not None and is_projection(mine):
+            if in_features(mine) < in_features(module) and out_features(mine) == out_features(module):
+                names.append(name)
+    return names
+
+
+def valid_token_rows(x: torch.Tensor, batch: dict) -> torch.Tensor:
+    """x (B, T, C) as its rows at the real (not padding) tokens (N, C); the batch's mask of the matching length decides."""
+    rows = x.reshape(-1, x.shape[-1])
+    for valid in (batch.get("attention_mask"), decoder_valid(batch)):
+        if valid is not None and x.dim() == 3 and tuple(valid.shape) == tuple(x.shape[:2]):
+            return rows[valid.to(x.device).reshape(-1).bool()]
+    return rows
+
+
+def _captured_outputs(model: nn.Module, names: list[str], batch: dict) -> dict[str, torch.Tensor]:
+    """{name: the output of that module} from one forward pass, in forward order (dict order)."""
+    modules = dict(model.named_modules())
+    store: dict[str, torch.Tensor] = {}
+    handles = [modules[name].register_forward_hook(lambda m, a, out, name=name: store.setdefault(name, out.detach())) for name in names]
+    try:
+        model(**model_inputs(model, batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return store
+
+
+@torch.no_grad()
+def teacher_targets(teacher: nn.Module, names: list[str], batches: list[dict]) -> tuple[list[str], list[dict[str, torch.Tensor]]]:
+    """(the names in forward order, per batch {name: the teacher's output at the real tokens (N, out)}), one pass per batch."""
+    targets, order = [], None
+    with eval_mode(teacher):
+        for batch in batches:
+            outputs = _captured_outputs(teacher, names, batch)
+            order = order or [n for n in outputs if n in names]
+            targets.append({name: valid_token_rows(y, batch).float().cpu() for name, y in outputs.items()})
+    return order or [], targets
+
+
+def solve_projection(gram: torch.Tensor, cross: torch.Tensor, weight: torch.Tensor, with_bias: bool, ridge: float) -> torch.Tensor:
+    """[W' b'] (out, K [+1]) from the augmented G = A^T A (K' x K'), A^T Y (K' x out) and the kept weight W (out, K)."""
+    k = weight.shape[1]
+    live = gram.diagonal()[:k][gram.diagonal()[:k] > 0]  # inputs a gate holds at zero neither count nor move
+    scale = float(live.mean()) if live.numel() else 0.0
+    lam = ridge * scale if scale > 0 else 1.0  # inputs that are all zero (an emptied layer's phantom unit): keep W
+    penalty = torch.zeros_like(gram)
+    penalty.diagonal()[:k] = lam  # the bias column is not pulled anywhere
+    prior = torch.zeros_like(cross)
+    prior[:k] = lam * weight.t().double()  # towards the kept weights: lam (W' - W)
+    if not (with_bias or k):
+        return cross[:0].t()
+    try:
+        solution = torch.linalg.solve(gram + penalty, cross + prior)
+    except RuntimeError as error:  # torch's LinAlgError: a singular system
+        raise ValueError(
+            f"prune.recover=reconstruct met a singular system ({k} kept inputs): raise prune.reconstruct.ridge above {ridge}"
+        ) from error
+    return solution.t()  # (out, K [+1])
+
+
+@torch.no_grad()
+def write_projection(module: nn.Module, solution: torch.Tensor, with_bias: bool) -> None:
+    """Copy the solved [W' b'] (out, K [+1]) into a projection of either orientation."""
+    k = in_features(module)
+    weight = solution[:, :k].to(module.weight.dtype)
+    linear_weight(module).copy_(weight)
+    if with_bias:
+        module.bias.copy_(solution[:, k].to(module.bias.dtype))
+
+
+def check_calibration(names: list[str], model: nn.Module, tokens: int) -> None:
+    """A ValueError when the calibration tokens are fewer than the widest projection's kept inputs (an underdetermined fit)."""
+    modules = dict(model.named_modules())
+    widest = max((in_features(modules[n]) for n in names), default=0)
+    if tokens <= widest:
+        raise ValueError(
+            f"prune.recover=reconstruct has {tokens} calibration tokens for a projection with {widest} kept inputs: "
+            "give more examples (prune.recover_examples) so the tokens outnumber the widest layer's inputs"
+        )
+
+
+@torch.no_grad()
+def reconstruct(
+    model: nn.Module,
+    teacher: nn.Module,
+    batches: Iterable[dict],
+    ridge: float = 1e-2,
+    progress: bool = False,
+    projections: list[str] | None = None,
+) -> dict:
+    """Re-solve each shrunk projection of the physically pruned ``model`` towards ``teacher``, sequentially; returns a record.
+
+    ``projections`` names the projections to re-solve instead (a masked model's, whose widths did not shrink).
+    """
+    from tqdm.auto import tqdm
+
+    batches = list(batches)
+    if not batches:
+        raise ValueError("reconstruct got no batches: give a few training batches (model inputs)")
+    names = shrunk_projections(model, teacher) if projections is None else list(projections)
+    if not names:
+        return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}}
+    order, targets = teacher_targets(teacher, names, batches)
+    tokens = sum(next(iter(t.values())).shape[0] for t in targets)
+    check_calibration(order, model, tokens)
+    modules = dict(model.named_modules())
+    before, after, folded = {}, {}, 0
+    with eval_mode(model), tqdm(order, desc="reconstruct", unit="layer", disable=not progress, leave=False) as bar:
+        for name in bar:
+            module = modules[name]
+            with_bias = getattr(module, "bias", None) is not None
+            k = in_features(module)
+            gram = torch.zeros(k + with_bias, k + with_bias, dtype=torch.float64)
+            cross = torch.zeros(k + with_bias, out_features(module), dtype=torch.float64)
+            error, norm = 0.0, 0.0
+            for batch, target in zip(batches, targets):
+                x = valid_token_rows(captured_module_inputs(model, {0: module}, batch, stop=True)[0], batch).double().cpu()
+                y = target[name].double()  # (N, out)
+                current = x @ linear_weight(module).double().cpu().t() + (module.bias.double().cpu() if with_bias else 0)
+                error, norm = error + float(((current - y) ** 2).sum()), norm + float((y**2).sum())
+                a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
+                gram += a.t() @ a
+                cross += a.t() @ y
+            solution = solve_projection(gram, cross, linear_weight(module).detach().cpu(), with_bias, ridge)
+            write_projection(module, solution.to(module.weight.device), with_bias)
+            # the new error from the normal equations: ||A s - Y||^2 = s^T G s - 2 s^T A^T Y + ||Y||^2
+            s = solution.t()  # (K [+1], out)
+            residual = float((s * (gram @ s)).sum() - 2 * (s * cross).sum()) + norm
+            before[name], after[name] = error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
+            folded += with_bias
+    return {"projections": len(order), "tokens": tokens, "bias_folded": folded, "error_before": before, "error_after": after}
