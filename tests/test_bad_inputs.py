@@ -792,6 +792,20 @@ CONFIG_ROWS = [
         None,
     ),
     (
+        "prune-obs-stream",
+        "lm",
+        ["experiment=prune", "prune.unit=kv_group", "prune.action=stream", "prune.order=obs"],
+        "the obs order prices removing a unit",
+        None,
+    ),
+    (
+        "prune-obs-hidden",
+        "lm",
+        ["experiment=prune", "prune.unit=[ffn,hidden]", "prune.order=obs", "prune.fractions=[0.25]"],
+        "hidden units have none",
+        None,
+    ),
+    (
         "prune-reconstruct-stream",
         "lm",
         ["experiment=prune", "prune.unit=kv_group", "prune.action=stream", "prune.recover=reconstruct"],

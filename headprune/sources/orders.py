@@ -129,6 +129,20 @@ def retrieval_order(task, settings: OrderSettings, mask=None, shared: dict | Non
     return _cached(shared, "retrieval_raw", None, lambda: retrieval_scores(task.model, task.gates, task.retrieval_batches()))
 
 
+def obs_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
+    """Structured optimal brain surgeon: a unit's layer-output error after the optimal update of the kept weights (greedy)."""
+    from headprune.scoring.obs import obs_scores
+
+    if mask is not None:
+        raise ValueError("the obs order is not re-estimated: its greedy already updates each layer after every removal")
+    return _cached(
+        shared,
+        "obs_errors",
+        None,
+        lambda: obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, progress=settings.progress),
+    )
+
+
 ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
 
 
@@ -151,6 +165,7 @@ ORDERS: dict[str, Order] = {
     "random": Order(random_order, reestimable=False),
     "duo": Order(duo_order, reestimable=False, actions=("stream",)),
     "retrieval": Order(retrieval_order, reestimable=False, needs="retrieval"),
+    "obs": Order(obs_order, reestimable=False, actions=("remove",)),
 }
 
 ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not take
@@ -159,6 +174,10 @@ ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not 
         "use importance, fisher, ablation, random or duo"
     ),
     ("duo", "remove"): "DuoAttention's gates mix full and streamed attention: prune.order=duo needs prune.action=stream",
+    ("obs", "stream"): (
+        "the obs order prices removing a unit from its projection's inputs, and a streamed unit stays in the weights: use "
+        "importance, fisher, ablation, random or duo"
+    ),
 }
 
 
@@ -171,6 +190,7 @@ def action_refusal(order: str, action: str) -> str | None:
 
 def unit_refusal(order: str, unit) -> str | None:
     """Why ``order`` cannot rank the units of ``unit`` (a kind or a joint list), or None when it can."""
+    from headprune.core.kinds import UnitKind
     from headprune.core.unit_kinds import ablation_refusal, kinds_of
 
     if order == "ablation":
@@ -181,6 +201,13 @@ def unit_refusal(order: str, unit) -> str | None:
             "the entropy order ranks heads by their attention entropy, and this unit holds units without attention maps: "
             "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
         )
+    if order == "obs":
+        missing = [kind.name for kind in kinds_of(unit) if type(kind).unit_columns is UnitKind.unit_columns]
+        if missing:
+            return (
+                f"the obs order prices units by the input columns of the projection that reads them, and {', '.join(missing)} "
+                "units have none: use prune.unit=head, kv_group, ffn or a joint list of them"
+            )
     if order == "retrieval" and not maps:
         return "the retrieval order reads where each head's attention peaks, and this unit holds units without attention maps"
     return None

@@ -67,6 +67,12 @@ class HeadKind(UnitKind):
     def query_head_rows(self, rows, fields):
         return rows
 
+    def unit_columns(self, site):
+        if not _attention_site(site) or not site.head_ids:
+            return None
+        d = site.head_dim
+        return site.linear("output"), list(site.head_ids), [list(range(p * d, (p + 1) * d)) for p in range(len(site.head_ids))]
+
     def flops_tables(self, model, seq_len, attention_tables=None):
         from headprune.core.flops_tables import head_flops_tables
 
@@ -115,6 +121,18 @@ class KVGroupKind(HeadKind):
         positions = torch.tensor(site.kv_positions(), device=grad.device)
         summed = grad.new_zeros(*grad.shape[:2], len(site.kv_ids)).index_add_(2, positions, grad)  # (B, T, KV)
         return summed, site.kv_ids, site.group  # the gradient of one gate shared by a KV head's query heads
+
+    def unit_columns(self, site):
+        heads = HeadKind.unit_columns(self, site)
+        if heads is None:
+            return None
+        output, _, columns = heads
+        kv = site.kv_positions()  # the KV position of every computed query head
+        return (
+            output,
+            list(site.kv_ids),
+            [[c for p, cols in enumerate(columns) if kv[p] == j for c in cols] for j in range(len(site.kv_ids))],
+        )
 
     def query_head_rows(self, rows, fields):
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])

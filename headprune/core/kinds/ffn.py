@@ -58,6 +58,13 @@ class FFNKind(UnitKind):
 
         return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None
 
+    def unit_columns(self, site):
+        from headprune.core.ffn_sites import FFNSite
+
+        if not isinstance(site, FFNSite) or not site.neuron_ids:
+            return None
+        return site.down(), list(site.neuron_ids), [[p] for p in range(len(site.neuron_ids))]
+
     def flops_tables(self, model, seq_len, attention_tables=None):
         from headprune.core.flops_tables import ffn_flops_tables
 

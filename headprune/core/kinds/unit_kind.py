@@ -52,6 +52,10 @@ class UnitKind:
         """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""
         return None
 
+    def unit_columns(self, site) -> tuple[nn.Module, list[int], list[list[int]]] | None:
+        """(the projection that reads a site's units, their original ids, each unit's input columns of it); None: not its site."""
+        return None
+
     def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, as the part costs in the whole model."""
         raise NotImplementedError

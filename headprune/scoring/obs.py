@@ -1,0 +1,111 @@
+"""Structured optimal brain surgeon scores (ZipLM, SlimGPT): what a unit costs after the kept weights are re-solved.
+
+A unit (a head, a KV group, an FFN neuron) is a block S of input columns of the projection that reads it (the attention
+output projection, the FFN down projection). With H = X^T X over calibration tokens, removing S and re-solving the kept
+columns optimally leaves the output error
+
+    dE(S) = tr(W_S [(H^-1)_SS]^-1 W_S^T),          W: (out, K), W_S: its columns S,
+
+and the optimal update is W <- W - W_S [(H^-1)_SS]^-1 (H^-1)_S:, H^-1 <- H^-1 - (H^-1)_:S [(H^-1)_SS]^-1 (H^-1)_S:.
+Greedy with updates: each layer removes its cheapest unit, updates, and again; a unit's score is the running maximum
+of the errors of the removals up to it, so scores grow in the order the layer would lose its units and are sums of
+squared output errors (one unit for every kind: ``prune.joint_scale=loss``).
+"""
+
+import torch
+from torch import nn
+
+from headprune.core.inputs import eval_mode, model_inputs
+from headprune.core.kinds import kinds_of
+from headprune.core.projections import linear_weight
+
+
+def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[list[int]]]]:
+    """(group, layer, projection, unit ids, each unit's columns) of every site of ``gates`` that holds units of ``unit``."""
+    out = []
+    for site in gates.sites:
+        for kind in kinds_of(unit):
+            found = kind.unit_columns(site)
+            if found is not None:
+                out.append((site.group, site.layer, *found))
+                break
+    return out
+
+
+def _rows(x: torch.Tensor, batch: dict) -> torch.Tensor:
+    """x (B, T, C) as its rows (N, C) at the real tokens (the batch's mask of the matching shape), in float64."""
+    rows = x.reshape(-1, x.shape[-1])
+    valid = batch.get("attention_mask")
+    if valid is not None and x.dim() == 3 and tuple(valid.shape) == tuple(x.shape[:2]):
+        rows = rows[valid.to(x.device).reshape(-1).bool()]
+    return rows.double().cpu()
+
+
+@torch.no_grad()
+def input_grams(model: nn.Module, projections: list[nn.Module], batches) -> list[torch.Tensor]:
+    """X^T X (K, K) of every projection's input over the batches' real tokens, one forward pass per batch."""
+    grams: list[torch.Tensor | None] = [None] * len(projections)
+    now: dict = {}  # the batch being run, for the hooks' token mask
+
+    def hook(module, args, output, index):
+        rows = _rows(args[0].detach(), now["batch"])
+        grams[index] = rows.t() @ rows if grams[index] is None else grams[index] + rows.t() @ rows
+
+    handles = [m.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, m in enumerate(projections)]
+    try:
+        with eval_mode(model):
+            for batch in batches:
+                now["batch"] = batch
+                model(**model_inputs(model, batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [g if g is not None else torch.zeros(1, 1, dtype=torch.float64) for g in grams]
+
+
+def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[int]], damp: float) -> list[tuple[int, float]]:
+    """(unit index, output error of its removal) in the greedy order, each removal followed by the optimal update."""
+    w = weight.double().clone()  # (out, K)
+    h = gram.double() + damp * float(gram.diagonal().mean().clamp_min(1e-12)) * torch.eye(gram.shape[0], dtype=torch.float64)
+    hinv = torch.linalg.inv(h)
+    left, order = list(range(len(blocks))), []
+    single = all(len(b) == 1 for b in blocks)
+    while left:
+        if single:
+            cols = torch.tensor([blocks[u][0] for u in left])
+            costs = (w[:, cols] ** 2).sum(0) / hinv.diagonal()[cols]  # ||w_c||^2 / (H^-1)_cc
+            pick = int(costs.argmin())
+            u, cost = left[pick], float(costs[pick])
+        else:
+            best = None
+            for u in left:
+                c = torch.tensor(blocks[u])
+                m = torch.linalg.inv(hinv[c][:, c])
+                cost = float(torch.einsum("oi,ij,oj->", w[:, c], m, w[:, c]))
+                best = (u, cost) if best is None or cost < best[1] else best
+            u, cost = best
+        c = torch.tensor(blocks[u])
+        m = torch.linalg.inv(hinv[c][:, c])  # [(H^-1)_SS]^-1
+        w -= w[:, c] @ m @ hinv[c]  # the optimal update of every column (S goes to zero)
+        hinv -= hinv[:, c] @ m @ hinv[c]
+        order.append((u, max(cost, 0.0)))
+        left.remove(u)
+    return order
+
+
+def obs_scores(model: nn.Module, gates, batches, unit, damp: float = 0.01, progress: bool = False) -> dict[str, torch.Tensor]:
+    """{group: [layers, units]}: each unit's output error after the optimal update of the rest (lower goes first)."""
+    from tqdm.auto import tqdm
+
+    batches = list(batches)
+    if not batches:
+        raise ValueError("the obs order needs calibration batches, and the task's importance subset is empty")
+    blocks = unit_blocks(gates, unit)
+    scores = {g: torch.zeros(layers, units) for g, (layers, units) in gates.groups.items()}
+    grams = input_grams(model, [projection for _, _, projection, _, _ in blocks], batches)
+    for (group, layer, projection, ids, columns), gram in zip(tqdm(blocks, desc="obs", disable=not progress, leave=False), grams):
+        running = 0.0
+        for index, cost in greedy_surgeon(linear_weight(projection).detach().cpu(), gram, columns, damp):
+            running = max(running, cost)
+            scores[group][layer, ids[index]] = running
+    return scores
