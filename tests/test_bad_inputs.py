@@ -1463,6 +1463,28 @@ CONFIG_ROWS = [
         "rounds the masks of fixed scores",
         None,
     ),
+    ("hidden-multiple-zero", "lm", ["experiment=prune", "prune.unit=hidden", "prune.hidden_multiple=0"], "prune.hidden_multiple", None),
+    (
+        "hidden-multiple-not-integer",
+        "lm",
+        ["experiment=prune", "prune.unit=hidden", "prune.hidden_multiple=2.5"],
+        "prune.hidden_multiple",
+        None,
+    ),
+    (
+        "hidden-multiple-without-hidden",
+        "lm",
+        ["experiment=prune", "prune.unit=[kv_group,ffn]", "prune.hidden_multiple=8"],
+        "prune.hidden_multiple=8 rounds the kept width of a kind prune.unit=kv_group+ffn does not prune",
+        None,
+    ),
+    (
+        "hidden-multiple-above-width",
+        "lm",
+        ["experiment=prune", "prune.unit=hidden", "prune.hidden_multiple=64"],
+        "prune.hidden_multiple=64 is larger than the 32 channels of model tiny_llama",
+        None,
+    ),
     ("scores-from-missing", "lm", ["experiment=prune", "prune.scores_from={tmp}/none.json"], "none.json: no such file", None),
     (
         "scores-from-run-directory",

@@ -136,7 +136,7 @@ def test_uniform_search_of_a_joint_unit_keeps_one_width_per_group_and_its_costs_
     levels = path.levels()
     assert len(levels) > 5 and len({c["dec_self"] for c in levels}) > 1 and len({c["dec_ffn"] for c in levels}) > 1
     for counts in levels[:: max(1, len(levels) // 12)]:
-        assert path.cost(counts) == pytest.approx(costs.cost(uniform_mask(scores, costs.groups, counts)), rel=1e-12)
+        assert path.cost(counts) == pytest.approx(costs.table_cost(uniform_mask(scores, costs.groups, counts)), rel=1e-12)
     result = uniform_search(scores, costs, {"speedup": 1.4})
     assert is_uniform(result.mask) and result.speedup >= 1.4 - 1e-9
     assert {g: int((m[0] == 0).sum()) > 0 for g, m in result.mask.items()} == {"dec_self": True, "dec_ffn": True}

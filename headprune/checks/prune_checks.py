@@ -34,6 +34,28 @@ def check_prune(cfg, prune) -> None:
     check_reestimate(prune)
     check_joint_scale(cfg, prune, prune.orders)
     check_ffn_multiple(cfg, prune)
+    check_width_multiples(cfg, prune)
+
+
+def check_width_multiples(cfg, prune) -> None:
+    """prune.hidden_multiple (a kind's one kept width in multiples): read by a unit with that kind, at most the model's width."""
+    fields = config_fields(cfg.model) or {}
+    for name in ("hidden_multiple",):
+        multiple = prune.given.get(name)
+        if multiple is None:
+            continue
+        rounded = [kind for kind in prune.unit.kinds if kind.width_setting == name]
+        if not rounded:
+            raise ConfigError(
+                f"prune.{name}={multiple} rounds the kept width of a kind prune.unit={prune.unit} does not prune: "
+                "use a unit with hidden (prune.unit=hidden or a list with it, [kv_group,ffn,hidden]), or drop it"
+            )
+        width = rounded[0].units_per_layer(fields)
+        if width is not None and int(multiple) > width:
+            raise ConfigError(
+                f"prune.{name}={multiple} is larger than the {width} {rounded[0].noun}s of model {cfg.model.get('name')}: "
+                f"every pruned width would round back to the whole; choose at most {width} (null = the config's own multiple)"
+            )
 
 
 def check_ffn_multiple(cfg, prune) -> None:

@@ -1,5 +1,7 @@
 """Removing residual channels from the weights, their record in saved models, and their FLOPs."""
 
+import copy
+
 import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
@@ -163,6 +165,29 @@ def _check_config(model: nn.Module) -> None:
             f"a {model.config.model_type} config refuses hidden_size={model.config.hidden_size} ({err}): keep a multiple of "
             f"{heads} residual channels so that stock transformers can build the pruned model"
         ) from None
+
+
+def _accepts(config, width: int) -> bool:
+    """Whether the config's own validator takes ``hidden_size=width`` (a config without one takes any width)."""
+    probe = copy.deepcopy(config)
+    probe.hidden_size = width
+    validate = getattr(probe, "validate", None)
+    try:
+        if validate is not None:
+            validate()
+    except Exception:  # noqa: BLE001 - huggingface_hub wraps the validator's ValueError in its own type
+        return False
+    return True
+
+
+def config_width_multiple(config) -> int:
+    """The least multiple of residual channels the model type's config takes: num_attention_heads where it refuses others (Llama, Gemma), else 1."""
+    heads = getattr(config, "num_attention_heads", None)
+    width = getattr(config, "hidden_size", None)
+    if not isinstance(heads, int) or heads <= 1 or not isinstance(width, int):
+        return 1
+    multiple = heads * max(1, width // heads)
+    return heads if _accepts(config, multiple) and not _accepts(config, multiple + 1) else 1
 
 
 def build_width(config) -> None:

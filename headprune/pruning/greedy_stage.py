@@ -8,6 +8,7 @@ from headprune.results.stream_points import action_record, examples_record, poin
 from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.joint_scale import comparable_scores
+from headprune.selection.kept_widths import round_kept_widths
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.settings import listed
 from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores
@@ -36,7 +37,16 @@ def orders_of(settings) -> list[str]:
 
 
 def reestimated_masks(
-    task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, layout: str, joint_scale: str
+    task,
+    order: str,
+    settings: OrderSettings,
+    fractions,
+    groups,
+    min_per_layer: int,
+    progress: bool,
+    layout: str,
+    joint_scale: str,
+    widths: dict[str, int] | None = None,
 ) -> list[dict]:
     """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
     from tqdm.auto import tqdm
@@ -46,6 +56,7 @@ def reestimated_masks(
     for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
         scores = comparable_scores(ORDERS[order].scores(task, settings, mask=current), joint_scale)
         current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
+        current = round_kept_widths(current, scores, widths or {}, task.gates.unit)
         masks.append(current)
     return masks
 
@@ -66,8 +77,11 @@ def prune_stage(
     progress: bool,
     base=None,
     ffn_multiple: int = 1,
+    widths: dict[str, int] | None = None,
 ) -> dict:
-    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...} in the given layout and joint scale."""
+    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...} in the given layout and joint scale.
+
+    ``widths``: {kind: multiple} its one kept width rounds down to (headprune.selection.kept_widths.width_multiples)."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
     shared = {} if shared is None else shared
@@ -92,12 +106,13 @@ def prune_stage(
     }
     for order in orders:
         if order in reestimated:
-            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout, joint_scale)
+            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout, joint_scale, widths)
         else:
             scores = comparable_scores(order_scores(task, order, settings, shared), joint_scale)
             masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
             if ffn_multiple > 1:
                 masks = [round_ffn_widths(m, scores, ffn_multiple, task.gates.unit) for m in masks]
+            masks = [round_kept_widths(m, scores, widths or {}, task.gates.unit) for m in masks]
         results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
         steps = [
             {

@@ -25,6 +25,7 @@ from headprune.selection.ffn_rearrange import example_gradients
 from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_groups
 from headprune.selection.joint_scale import comparable_scores
+from headprune.selection.kept_widths import round_kept_widths, width_multiples
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, mask_after
 from headprune.selection.reconstruct import reconstruct
@@ -76,9 +77,16 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
     multiple = int(ctx.settings.ffn_multiple)
     if multiple > 1:  # the target or fraction is met first; each FFN layer then keeps a multiple of neurons
         masks = [round_ffn_widths(m, ranked, multiple, task.gates.unit) for m in masks]
+    widths = width_multiples(task.model, task.gates.unit, ctx.settings)  # one width a stock config takes (the residual stream)
+    masks = [round_kept_widths(m, ranked, widths, task.gates.unit, up=keeps_score(s)) for m, s in zip(masks, steps)]
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
+
+
+def keeps_score(step) -> bool:
+    """Whether a step's widths round up: a max_drop target bounds the score lost, the other steps a cost or a count."""
+    return isinstance(step, PruneTarget) and step.kind == "max_drop"
 
 
 def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list[dict]:
@@ -240,6 +248,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             unit=task.gates.unit,
             layout=ctx.layout,
             joint_scale=str(settings.joint_scale),
+            widths=width_multiples(task.model, task.gates.unit, settings),
         )
         for step, result in zip(steps, done):
             label = f"{order}/{step_label(step)}"

@@ -1,7 +1,8 @@
 """Cost models for cost-aware pruning: a fixed cost plus, per attention layer, its cost with n heads kept."""
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,6 +22,7 @@ class CostModel:
     fixed: float  # everything that does not depend on the heads (embeddings, feed-forward, classifier, ...)
     tables: dict[str, torch.Tensor]  # {group: [layers, heads + 1]}: cost of layer l's attention with n heads kept
     info: dict | None = None  # how the tables were made (sequence length, device, ...)
+    exact: Callable | None = field(default=None, repr=False, compare=False)  # mask -> the pruned model's own cost (core.pruned_count)
 
     def __post_init__(self):
         if self.unit not in UNITS:
@@ -35,6 +37,8 @@ class CostModel:
     @property
     def total(self) -> float:
         """Cost with every head kept."""
+        if self.exact is not None:
+            return self.exact(None)
         return self.fixed + sum(float(t[:, -1].sum()) for t in self.tables.values())
 
     def kept_counts(self, mask) -> dict[str, torch.Tensor]:
@@ -46,7 +50,16 @@ class CostModel:
         return counts
 
     def cost(self, mask) -> float:
-        """Predicted cost of the model pruned by ``mask`` ({group: 0/1 [layers, heads]})."""
+        """Predicted cost of the model pruned by ``mask`` ({group: 0/1 [layers, heads]}): exact where ``exact`` counts it."""
+        if self.exact is not None:
+            try:
+                return self.exact(mask)
+            except ValueError:
+                pass  # no model can be pruned by ``mask`` (every channel or layer gone): the tables' sum stands in
+        return self.table_cost(mask)
+
+    def table_cost(self, mask) -> float:
+        """The tables' cost of ``mask``: the fixed cost plus each layer's row at its kept count (kinds added, not multiplied)."""
         total = self.fixed
         for group, kept in self.kept_counts(mask).items():
             table = self.tables[group]
@@ -62,7 +75,7 @@ class CostModel:
         return self.total / self.cost(mask)
 
     def saving(self, group: str, layer: int, kept: int) -> float:
-        """What removing one more head saves in a layer that keeps ``kept`` heads."""
+        """What removing one more head saves in a layer that keeps ``kept`` heads (by the tables: the search's ranking)."""
         table = self.tables[group]
         return float(table[layer, kept] - table[layer, kept - 1])
 
@@ -99,3 +112,36 @@ def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel
     whole = model_cost(model, seq_len)
     tables = kv_group_flops_tables(model, seq_len)
     return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len, "unit": "kv_group"})
+
+
+class CostsAlong:
+    """The exact costs of a path of masks (0..n units removed), each counted when first asked; cost never grows along it."""
+
+    def __init__(self, costs: CostModel, mask_at: Callable[[int], dict], n: int):
+        self.costs, self.mask_at, self.n, self.known = costs, mask_at, n, {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> float:
+        k = k % self.n
+        if k not in self.known:
+            self.known[k] = self.costs.cost(self.mask_at(k))
+        return self.known[k]
+
+    def first(self, meets: Callable[[float], bool]) -> int | None:
+        """The first level whose cost ``meets`` a bound (by bisection: a cost that meets it stays met further along)."""
+        if not meets(self[self.n - 1]):
+            return None
+        low, high = 0, self.n - 1
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (low, mid) if meets(self[mid]) else (mid + 1, high)
+        return low
+
+
+def first_meeting(cost_at, meets: Callable[[float], bool]) -> int | None:
+    """The first index of ``cost_at`` (a list or a ``CostsAlong``) whose cost ``meets`` a bound; None: none does."""
+    if isinstance(cost_at, CostsAlong):
+        return cost_at.first(meets)
+    return next((k for k, c in enumerate(cost_at) if meets(c)), None)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from headprune.selection.costs import CostModel
+from headprune.selection.costs import CostModel, CostsAlong, first_meeting
 from headprune.selection.greedy import Head, check_groups
 
 TARGET_KINDS = ("flops", "speedup", "max_drop")
@@ -146,7 +146,9 @@ def search_mask(
     order = removal_order(scores, costs, start, min_per_layer, groups)
     refine = refine or (lambda mask: mask)
     masks = lambda k: refine(mask_after(order, k, shape, start))  # noqa: E731
-    along = costs_along(order, costs, start)  # cost after k = 0..n removals
+    along = costs_along(order, costs, start)  # cost after k = 0..n removals: the pruned model's own where the model counts it
+    if costs.exact is not None:
+        along = CostsAlong(costs, lambda k: mask_after(order, k, shape, start), len(order) + 1)
     evaluations: dict[int, float] = {}
 
     def score_of(k: int) -> float:
@@ -180,9 +182,11 @@ def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: b
     if target.kind == "flops":
         if costs.unit != "flops":
             raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
-        return next((k for k, c in enumerate(cost_at) if c / costs.total <= target.value + 1e-12), None)
+        total = costs.total
+        return first_meeting(cost_at, lambda c: c / total <= target.value + 1e-12)
     if target.kind == "speedup":
-        return next((k for k, c in enumerate(cost_at) if costs.total / c >= target.value - 1e-12), None)
+        total = costs.total
+        return first_meeting(cost_at, lambda c: total / c >= target.value - 1e-12)
     if not can_evaluate:
         raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
     return _last_within_drop(len(cost_at) - 1, score_of, target.value, higher_is_better)

@@ -11,6 +11,7 @@ from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.scoring.importance import fisher_scores, per_example_loss
 from headprune.selection.greedy import check_fractions, check_groups
 from headprune.selection.joint_scale import comparable_scores
+from headprune.selection.kept_widths import round_kept_widths
 from headprune.selection.mask_search import PruneTarget
 from headprune.selection.uniform import layout_mask, layout_search
 
@@ -84,6 +85,7 @@ def iterative_prune(
     unit: str = "head",
     layout: str = "global",
     joint_scale: str = "loss",
+    widths: dict[str, int] | None = None,
 ) -> list[PruneStep]:
     """Prune ``model`` in place to each step of ``schedule`` in turn, re-scoring and recovering after each step."""
     plan = check_schedule(schedule)
@@ -105,6 +107,8 @@ def iterative_prune(
         else:
             ranked = comparable_scores(scores, joint_scale, present=present)
             mask = layout_mask(ranked, shape, step, chosen, min_per_layer, layout, start=present)
+        up = isinstance(step, PruneTarget) and step.kind == "max_drop"  # the score bound stays met; a cost or count, rounded down
+        mask = round_kept_widths(mask, ranked, widths or {}, unit, up=up)  # widths: headprune.selection.kept_widths.width_multiples
         prune_unit_mask(gates, mask)
         if recover is not None:
             recover(model, teacher, batches)

@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 import torch
 
+from headprune.selection.costs import CostsAlong
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
 from headprune.selection.mask_search import PruneTarget, SearchResult, target_level
 from headprune.selection.uniform_path import UniformPath
@@ -123,6 +124,8 @@ def uniform_search(
     refine = refine or (lambda mask: mask)
     mask_at = lambda i: refine(uniform_mask(scores, shape, levels[i], base))  # noqa: E731
     cost_at = [path.cost(counts) for counts in levels]
+    if costs.exact is not None:  # the pruned model's own count at each level
+        cost_at = CostsAlong(costs, lambda i: uniform_mask(scores, shape, levels[i], base), len(levels))
     evaluations: dict[int, float] = {}
 
     def score_of(i: int) -> float:

@@ -3,12 +3,16 @@
 from torch import nn
 
 from headprune.core.counting import model_cost
+from headprune.core.pruned_count import PrunedCount
 from headprune.core.unit_kinds import kinds_of, unit_name
 from headprune.selection.costs import CostModel, flops_cost_model
 
 
 def unit_flops_cost_model(model: nn.Module, unit="head", seq_len: int = 128) -> CostModel:
-    """Analytic FLOPs per example of ``seq_len`` tokens in ``unit`` (a kind or a joint list)."""
+    """Analytic FLOPs per example of ``seq_len`` tokens in ``unit`` (a kind or a joint list).
+
+    The tables rank the units (each kind's saving alone); a mask's cost is the pruned model's own ``model_cost``, counted on a
+    weightless copy pruned by it (``core.pruned_count``), so kinds that meet in one projection multiply instead of adding."""
     kinds = kinds_of(unit)
     attention = flops_cost_model(model, seq_len) if any("attention" in kind.parts for kind in kinds) else None
     per_kind = {kind.name: kind.flops_tables(model, seq_len, attention.tables if attention is not None else None) for kind in kinds}
@@ -23,4 +27,4 @@ def unit_flops_cost_model(model: nn.Module, unit="head", seq_len: int = 128) -> 
         float(c) if c is not None else sum(float(t[:, -1].sum()) for t in per_kind[kind.name].values()) for kind, c in zip(kinds, covered)
     )
     info = {"seq_len": seq_len, "unit": unit_name(unit)}
-    return CostModel("flops", fixed, tables, info=info)
+    return CostModel("flops", fixed, tables, info=info, exact=PrunedCount(model, unit, seq_len))

@@ -78,6 +78,7 @@ class PruneSettings:
     layout: str = setting(rule(choice, choices=LAYOUTS), MASK_BY_ORDER)
     joint_scale: str = setting(rule(choice, choices=JOINT_SCALES), MASK_BY_ORDER)
     ffn_multiple: int = setting(COUNT, PRUNE)
+    hidden_multiple: int | None = setting(optional(COUNT), PRUNE)
     reestimate: bool = setting(rule(boolean), PRUNE)
     step: float = setting(rule(number, low=0.0, high=1.0, closed="()"), PRUNE)
     max_fraction: float = setting(FRACTION, PRUNE)

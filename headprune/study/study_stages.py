@@ -17,6 +17,7 @@ from headprune.results.stream_points import gate_action, streaming
 from headprune.results.writer import batches_fingerprint
 from headprune.scoring.significance import correlation
 from headprune.selection.joint_scale import comparable_scores
+from headprune.selection.kept_widths import width_multiples
 from headprune.selection.uniform import layout_masks
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, action_refusal, unit_refusal
@@ -184,6 +185,7 @@ def prune_all(ctx: StudyRun) -> dict:
             progress=True,
             base=ctx.base,
             ffn_multiple=int(prune.ffn_multiple),
+            widths=width_multiples(task.model, task.gates.unit, prune),
         )
 
     result = curves(ctx.orders, ctx.groups, floor, False, ctx.shared)

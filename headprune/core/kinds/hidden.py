@@ -92,6 +92,7 @@ class HiddenKind(UnitKind):
     floor_units = None
     layer_rows = False  # one row for the whole stream
     record_key = "hidden"
+    width_setting = "hidden_multiple"
 
     def owns(self, group: str) -> bool:
         return group == GROUP
@@ -106,6 +107,11 @@ class HiddenKind(UnitKind):
                 "masks of its generation passes cannot be applied: prune its heads, neurons or layers, or use a T5 model"
             )
         return None
+
+    def width_multiple(self, model):
+        from headprune.core.hidden_pruning import config_width_multiple
+
+        return config_width_multiple(model.config)
 
     def available(self, model):
         from headprune.core.families import family_for

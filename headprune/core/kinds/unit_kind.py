@@ -24,6 +24,7 @@ class UnitKind:
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
     rearrange_by: str | None = None  # how its rearrangement is computed: "fisher_blocks" (a U x U block per layer) or "gradients"
     multiple_setting: str | None = None  # the prune setting that rounds its per-layer counts up to a multiple (runtimes' tiles)
+    width_setting: str | None = None  # the prune setting that rounds its kept count to a multiple the model's config accepts
     layer_rows: bool = True  # its masks hold one row per layer (the residual stream's one row is not a layer's)
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
     record_key: str = ""  # its key in pruning records (default: its name)
@@ -75,6 +76,10 @@ class UnitKind:
     def query_head_rows(self, rows: list, fields: dict) -> list | None:
         """A mask group's rows [layers][units] as rows over the query heads they gate (None: it gates no attention heads)."""
         return None
+
+    def width_multiple(self, model: nn.Module) -> int:
+        """The least multiple of units a layer may keep for the model's stock config to build the pruned model (1: any count)."""
+        return 1
 
     def refusal(self, fields: dict | None, settings: dict) -> str | None:
         """Why this kind cannot run on a model with these config ``fields`` and these prune ``settings`` (None: it can)."""

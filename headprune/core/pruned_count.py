@@ -1,0 +1,53 @@
+"""The FLOPs of a model pruned by a mask, counted on a weightless copy pruned the same way: what the pruned model's own
+``model_cost`` says, for every kind and every joint unit (kinds multiply where they meet: a projection that keeps half
+its heads' rows and half its residual columns costs a quarter)."""
+
+import copy
+import itertools
+
+import torch
+from torch import nn
+
+from headprune.core.counting import model_cost
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose parameters and buffers live on the meta device (shapes only, no memory); ties kept."""
+    memo: dict[int, torch.Tensor] = {}
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        if id(tensor) not in memo:
+            empty = torch.empty_like(tensor, device="meta")
+            memo[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else empty
+    return copy.deepcopy(model, memo)
+
+
+class PrunedCount:
+    """``count(mask)``: forward FLOPs per example of ``seq_len`` tokens of the model pruned by ``mask`` (in ``unit``), exactly."""
+
+    def __init__(self, model: nn.Module, unit, seq_len: int):
+        from headprune.core.units import unit_gates
+
+        self.template, self.unit, self.seq_len = meta_copy(model), unit, seq_len
+        self.groups = unit_gates(self.template, unit).groups
+        self.known: dict[bytes, float] = {}
+
+    def full_mask(self, mask) -> dict[str, torch.Tensor]:
+        """``mask`` as a hard 0/1 mask of every group (a group it leaves out keeps every unit)."""
+        given = mask or {}
+        return {
+            g: (torch.as_tensor(given[g]).detach().cpu() != 0).float() if g in given else torch.ones(layers, units)
+            for g, (layers, units) in self.groups.items()
+        }
+
+    def __call__(self, mask) -> float:
+        """The FLOPs of the pruned model; a ValueError where no model can be pruned by ``mask`` (every channel, every layer gone)."""
+        from headprune.core.units import prune_unit_mask, unit_gates
+
+        full = self.full_mask(mask)
+        key = b"".join(full[g].bool().numpy().tobytes() for g in sorted(full))
+        if key not in self.known:
+            model = copy.deepcopy(self.template)  # meta tensors: a copy costs no memory
+            if any(float(v.min()) == 0.0 for v in full.values()):
+                prune_unit_mask(unit_gates(model, self.unit), full)
+            self.known[key] = float(model_cost(model, self.seq_len).flops)
+        return self.known[key]
