@@ -89,6 +89,12 @@ class HiddenKind(UnitKind):
     layer_rows = False  # one row for the whole stream
     record_key = "hidden"
 
+    def recovery_refusal(self):
+        return (
+            "least-squares recovery rescales the kept heads or neurons of a layer that lost some, and removing residual "
+            "channels keeps every head and neuron: it would fit nothing"
+        )
+
     def owns(self, group: str) -> bool:
         return group == GROUP
 

@@ -141,6 +141,12 @@ def ablation_refusal(unit) -> str | None:
     return next((kind.ablation for kind in kinds_of(unit) if kind.ablation), None)
 
 
+def lsq_refusal(unit) -> str | None:
+    """Why least-squares recovery fits nothing in ``unit`` (every kind of it refuses), else None."""
+    reasons = [kind.recovery_refusal() for kind in kinds_of(unit)]
+    return reasons[0] if all(reasons) else None
+
+
 def noun(unit, plural: bool = False) -> str:
     """What one unit is called (``head``, ``neuron``; ``unit`` for a joint unit), optionally plural."""
     kinds = kinds_of(unit)

@@ -26,6 +26,12 @@ class LayerKind(UnitKind):
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
     record_key = RECORD_KEY
 
+    def recovery_refusal(self):
+        return (
+            "least-squares recovery rescales the kept heads or neurons of a layer that lost some, and a layer unit goes "
+            "whole, leaving every kept layer's heads and neurons as they were: it would fit nothing"
+        )
+
     def owns(self, group: str) -> bool:
         return group in LAYER_GROUPS
 

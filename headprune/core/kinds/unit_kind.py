@@ -81,6 +81,15 @@ class UnitKind:
         """This kind's removed units by original id, {group: {layer: [ids]}} (what save_pruned writes)."""
         return {}
 
+    def recovery_refusal(self) -> str | None:
+        """Why least-squares recovery refits nothing after this kind's units go (None: it refits ``recovery_parts``)."""
+        if self.recovery_parts:
+            return None
+        return (
+            f"least-squares recovery rescales the kept heads or neurons of a layer that lost some, and removing {self.noun}s "
+            "leaves every layer's heads and neurons whole, so it would fit nothing"
+        )
+
     def removed(self, record: dict) -> int:
         """How many units a record of this kind removed."""
         return sum(len(ids) for layers in record.values() for ids in layers.values())

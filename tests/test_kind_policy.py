@@ -1,0 +1,25 @@
+"""Each kind says what it can take part in (lsq recovery, keep-one, being counted as pruned), and the checks ask it."""
+
+from __future__ import annotations
+
+import pytest
+from experiment_helpers import make_cfg
+
+from headprune.core.checks import ConfigError
+from headprune.validation import validate
+
+SPEED = "prune.target={speedup:1.3}"
+
+
+@pytest.mark.parametrize("unit", ["hidden", "layer"])
+def test_lsq_is_refused_for_a_unit_it_cannot_refit(tmp_path, unit):
+    with pytest.raises(ConfigError, match=rf"^prune.recover=lsq with prune.unit={unit}: .*fit nothing"):
+        validate(make_cfg(tmp_path, "prune", "lm", f"prune.unit={unit}", "prune.recover=[none,lsq]", SPEED))
+
+
+@pytest.mark.parametrize("unit", ["head", "ffn", "block", "head+hidden", "ffn+layer"])
+def test_lsq_stays_allowed_where_a_kind_can_be_refitted(tmp_path, unit):
+    from headprune.core.unit_kinds import kinds_of, lsq_refusal
+
+    assert lsq_refusal(unit) is None and any(kind.recovery_refusal() is None for kind in kinds_of(unit))
+    validate(make_cfg(tmp_path, "prune", "lm", f"prune.unit=[{unit.replace('+', ',')}]", "prune.recover=lsq", SPEED))
