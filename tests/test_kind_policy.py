@@ -23,3 +23,20 @@ def test_lsq_stays_allowed_where_a_kind_can_be_refitted(tmp_path, unit):
 
     assert lsq_refusal(unit) is None and any(kind.recovery_refusal() is None for kind in kinds_of(unit))
     validate(make_cfg(tmp_path, "prune", "lm", f"prune.unit=[{unit.replace('+', ',')}]", "prune.recover=lsq", SPEED))
+
+
+@pytest.mark.parametrize("unit", ["layer", "block"])
+def test_keep_one_is_refused_for_a_unit_with_one_unit_per_layer(tmp_path, unit):
+    with pytest.raises(ConfigError, match=rf"^experiment=keep_one with prune.unit={unit}: .*remove nothing"):
+        validate(make_cfg(tmp_path, "keep_one", "lm", f"prune.unit={unit}"))
+
+
+@pytest.mark.parametrize(("unit", "wanted"), [("head", True), ("kv_group", True), ("layer", False), ("block", False), ("ffn", False)])
+def test_the_study_runs_keep_one_only_where_it_measures_something(unit, wanted):
+    from types import SimpleNamespace
+
+    from headprune.core.kinds.kind_registry import parse_unit
+    from headprune.study.study_stages import STUDY_STAGES
+
+    stage = next(s for s in STUDY_STAGES if s.name == "keep_one")
+    assert stage.wanted(SimpleNamespace(task=SimpleNamespace(gates=SimpleNamespace(unit=parse_unit(unit))))) is wanted

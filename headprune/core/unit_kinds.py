@@ -7,6 +7,7 @@ from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     ablation_refusal,
     group_kind,
     is_joint,
+    keep_one_refusal,
     kinds_of,
     lsq_refusal,
     mask_kinds,

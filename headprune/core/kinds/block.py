@@ -21,6 +21,10 @@ class BlockKind(UnitKind):
         "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
         "it re-chooses which units go: with one unit there is nothing to re-choose"
     )
+    keep_one = (
+        "keep-one keeps each layer's best unit of a group and removes the rest, and a block group holds one unit per layer: "
+        "it would remove nothing and report the unpruned score for every layer"
+    )
     recovery_parts = ("attention", "feed_forward")
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "

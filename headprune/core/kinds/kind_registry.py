@@ -141,6 +141,11 @@ def ablation_refusal(unit) -> str | None:
     return next((kind.ablation for kind in kinds_of(unit) if kind.ablation), None)
 
 
+def keep_one_refusal(unit) -> str | None:
+    """Why keeping each layer's best unit measures nothing for ``unit`` (a kind of it refuses), else None."""
+    return next((kind.keep_one for kind in kinds_of(unit) if kind.keep_one), None)
+
+
 def lsq_refusal(unit) -> str | None:
     """Why least-squares recovery fits nothing in ``unit`` (every kind of it refuses), else None."""
     reasons = [kind.recovery_refusal() for kind in kinds_of(unit)]

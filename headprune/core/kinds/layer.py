@@ -19,6 +19,10 @@ class LayerKind(UnitKind):
         "a layer unit is one whole layer, and rearrangement keeps each layer's count of units while it re-chooses which "
         "go: with one unit per layer there is nothing to re-choose"
     )
+    keep_one = (
+        "keep-one keeps each layer's best unit and removes the rest of that layer, and a layer is its one unit: it would "
+        "remove nothing and report the unpruned score for every layer"
+    )
     layout_refusal = {
         "uniform": "prune.unit=layer with prune.layout=uniform would remove the same share of units from every layer, one "
         "unit per layer: it would remove every layer at once; use prune.layout=global"

@@ -14,6 +14,7 @@ class UnitKind:
     noun: str = "unit"  # one unit, in messages
     config_fields: tuple[str, ...] = ()  # the model config fields it shrinks
     ablation: str | None = None  # why removing one unit at a time is no useful order (None: it is one)
+    keep_one: str | None = None  # why keeping one unit per layer is no useful measure (None: it is one)
     attention_maps: bool = False  # its units have attention maps (the entropy and retrieval orders read them)
     layer_normalized: bool = False  # Michel et al.'s per-layer L2 norm of scores suits it (heads of a layer)
     rearrangement: str | None = "it has no rearrangement"  # why it cannot be rearranged (None: it can)
