@@ -40,3 +40,27 @@ def test_the_study_runs_keep_one_only_where_it_measures_something(unit, wanted):
 
     stage = next(s for s in STUDY_STAGES if s.name == "keep_one")
     assert stage.wanted(SimpleNamespace(task=SimpleNamespace(gates=SimpleNamespace(unit=parse_unit(unit))))) is wanted
+
+
+@pytest.mark.parametrize("unit", ["head", "kv_group", "ffn", "hidden", "layer"])
+def test_a_model_is_pruned_by_any_kind_and_counts_the_units_its_mask_removed(tmp_path, unit):
+    import torch
+    from tiny_llms import tiny_llama
+
+    from headprune.core.saving import load_pruned, save_pruned
+    from headprune.core.units import prune_unit_mask, unit_gates
+    from headprune.export.record import is_pruned, removed_units
+
+    model = tiny_llama()
+    assert not is_pruned(model) and removed_units(model) == {}
+    gates = unit_gates(model, unit)
+    mask = {g: torch.ones(shape) for g, shape in gates.groups.items()}
+    group = next(iter(mask))
+    gone = 4 if unit == "hidden" else 2  # the stream keeps a multiple of the 4 heads' count
+    mask[group].view(-1)[:gone] = 0.0
+    records = prune_unit_mask(gates, mask)
+    removed = removed_units(model)
+    assert is_pruned(model) and sum(removed.values()) == gone * (2 if unit == "kv_group" else 1)  # a KV group: 2 query heads
+    assert set(removed) <= set(records)
+    save_pruned(model, tmp_path)
+    assert removed_units(load_pruned(tmp_path)) == removed

@@ -16,7 +16,7 @@ from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.client_check import CLIENTS, checked_in_client
 from headprune.export.gguf_tokenizer import choose_tokenizer_pre
-from headprune.export.record import console_lines, is_pruned, layer_widths, tensor_parallel
+from headprune.export.record import console_lines, is_pruned, layer_widths, removed_units, tensor_parallel
 from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
 from headprune.models.sources import config_fields
@@ -190,7 +190,8 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     record = pruning_record(task.model)
     if not is_pruned(task.model):
         print(
-            f"[export] export.model={settings.model} holds no pruned head or neuron: it is exported, and recorded, as unpruned", flush=True
+            f"[export] export.model={settings.model} holds no removed unit of any kind: it is exported, and recorded, as unpruned",
+            flush=True,
         )
     return None, {"model": str(settings.model), "pruning_record": record, "pruned": is_pruned(task.model)}
 
@@ -249,7 +250,8 @@ def export_record(task, pruned, mask, exported: dict, staging: Path, report: dic
         "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
         "mask": None if mask is None else mask_to_json(mask),
         "unit": task.gates.unit,
-        "pruned": is_pruned(pruned),  # heads or FFN neurons; an unpruned directory is exported, and recorded, as what it is
+        "pruned": is_pruned(pruned),  # units of any kind; an unpruned directory is exported, and recorded, as what it is
+        "removed_units": removed_units(pruned),  # {record key: units removed}, each kind's own count
         "model_type": pruned.config.model_type,
         "architecture": type(pruned).__name__,
         "pruning_record": pruning_record(pruned),

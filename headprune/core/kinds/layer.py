@@ -99,7 +99,10 @@ class LayerKind(UnitKind):
 
     def record(self, model):
         from headprune.core.layer_removal import removed_layers
+        from headprune.core.layer_sites import layer_stacks
 
+        if not layer_stacks(model):
+            return {}  # no layers headprune can find, so none it removed
         return {group: {str(layer): [0] for layer in ids} for group, ids in removed_layers(model).items() if ids}  # each layer its one unit
 
 
