@@ -6,6 +6,7 @@ import pytest
 from experiment_helpers import make_cfg
 
 from headprune.core.checks import ConfigError
+from headprune.core.kinds import KINDS, UnitKind, register_kind, unregister_kind
 from headprune.validation import validate
 
 SPEED = "prune.target={speedup:1.3}"
@@ -64,3 +65,39 @@ def test_a_model_is_pruned_by_any_kind_and_counts_the_units_its_mask_removed(tmp
     assert set(removed) <= set(records)
     save_pruned(model, tmp_path)
     assert removed_units(load_pruned(tmp_path)) == removed
+
+
+class _Bare(UnitKind):
+    """A kind that names itself and its part, and implements only ``owns``."""
+
+    name = "bare"
+    parts = ("nowhere",)
+
+    def owns(self, group: str) -> bool:
+        return group == "bare"
+
+
+def _named(name):
+    return type("Named", (_Bare,), {"name": name, "gates": _Bare.owns, "flops_tables": _Bare.owns, "prune": _Bare.owns})()
+
+
+def test_register_kind_names_the_methods_a_kind_lacks():
+    with pytest.raises(TypeError, match=r"_Bare \('bare'\) does not implement gates, flops_tables, prune"):
+        register_kind(_Bare())
+    assert "bare" not in KINDS
+
+
+@pytest.mark.parametrize("name", ["", "two words", "head+ffn", "a,b", 3, None])
+def test_register_kind_refuses_a_name_that_is_no_identifier(name):
+    with pytest.raises(ValueError, match="name must be a non-empty identifier-like string"):
+        register_kind(_named(name))
+    assert name not in KINDS
+
+
+def test_register_kind_takes_an_instance_and_a_complete_kind_registers():
+    with pytest.raises(TypeError, match=r"register_kind\(_Bare\(\)\)"):
+        register_kind(_Bare)
+    try:
+        assert register_kind(_named("complete")) is KINDS["complete"]
+    finally:
+        unregister_kind("complete")

@@ -7,6 +7,7 @@ from headprune.core.kinds.unit_kind import UnitKind
 
 JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
 KINDS: dict[str, UnitKind] = {}
+REQUIRED_METHODS = ("owns", "gates", "flops_tables", "prune")  # UnitKind's own raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,25 @@ class Unit:
 
 def register_kind(kind: UnitKind, replace: bool = False) -> UnitKind:
     """Add a kind to the registry (``replace``: over one of the same name); returns it."""
-    if not isinstance(kind, UnitKind) or not kind.name or not kind.parts:
-        raise TypeError(f"register_kind takes a UnitKind instance with a name and parts, got {kind!r}")
+    if isinstance(kind, type) and issubclass(kind, UnitKind):
+        raise TypeError(f"register_kind takes an instance of the kind: register_kind({kind.__name__}()), not the class")
+    if not isinstance(kind, UnitKind):
+        raise TypeError(f"register_kind takes a UnitKind instance, got {type(kind).__name__} {kind!r:.60}")
+    name = kind.name
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(
+            f"{type(kind).__name__}.name must be a non-empty identifier-like string (letters, digits, _; the value of "
+            f"prune.unit), got {name!r}"
+        )
+    if not kind.parts:
+        raise ValueError(f"{type(kind).__name__} ({name!r}) names no parts: set parts, e.g. ('feed_forward',)")
+    missing = [method for method in REQUIRED_METHODS if getattr(type(kind), method) is getattr(UnitKind, method)]
+    if missing:
+        raise TypeError(
+            f"{type(kind).__name__} ({name!r}) does not implement {', '.join(missing)}: every kind defines {', '.join(REQUIRED_METHODS)}"
+        )
     if kind.name in KINDS and not replace:
         raise ValueError(f"a pruning-unit kind named {kind.name!r} is registered already ({KINDS[kind.name]!r}); pass replace=True")
-    if JOINER in kind.name or "," in kind.name:
-        raise ValueError(f"a kind's name cannot hold {JOINER!r} or ',': {kind.name!r}")
     KINDS[kind.name] = kind
     return kind
 
