@@ -101,3 +101,30 @@ def test_register_kind_takes_an_instance_and_a_complete_kind_registers():
         assert register_kind(_named("complete")) is KINDS["complete"]
     finally:
         unregister_kind("complete")
+
+
+def test_a_mask_file_of_an_unregistered_kind_is_refused_naming_its_group(tmp_path):
+    import json
+
+    from headprune.results.mask_files import read_mask_file
+
+    path = tmp_path / "mask.json"
+    path.write_text(json.dumps({"mask": {"dec_self": [[1, 0]], "dec_ffn_half": [[1, 0]]}}))
+    with pytest.raises(ConfigError, match=r"^speed.mask_file=.*: mask group 'dec_ffn_half' is of no registered unit kind"):
+        read_mask_file(path)
+    path.write_text(json.dumps({"results": {"unit": "ffn_half", "points": [{"mask": {"dec_ffn_half": [[1, 0]]}}]}}))
+    with pytest.raises(ConfigError, match=r"records prune.unit='ffn_half', which is no registered unit kind"):
+        read_mask_file(path, "export")
+
+
+@pytest.mark.parametrize("reader", ["kind_counts", "kind_classes", "part_of"])
+def test_a_group_of_no_kind_is_no_head_to_any_reader(reader):
+    from headprune.results.points import kind_counts
+    from headprune.selection.joint_scale import kind_classes
+    from headprune.selection.uniform_path import part_of
+
+    read = {"kind_counts": lambda: kind_counts({"dec_ffn_half": [[1, 0]]}), "kind_classes": lambda: kind_classes(["dec_ffn_half"])}
+    read["part_of"] = lambda: part_of("dec_ffn_half")
+    assert kind_counts({"dec_self": [[1, 0]], "dec_ffn": [[0, 0, 1]]}) == {"head": (1, 2), "ffn": (2, 3)}
+    with pytest.raises(ValueError, match="mask group 'dec_ffn_half' is of no registered unit kind"):
+        read[reader]()

@@ -8,6 +8,7 @@ from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     group_kind,
     is_joint,
     keep_one_refusal,
+    kind_of_group,
     kinds_of,
     lsq_refusal,
     mask_kinds,

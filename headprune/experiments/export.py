@@ -11,7 +11,7 @@ from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
-from headprune.core.unit_kinds import KINDS, group_kind
+from headprune.core.unit_kinds import kind_of_group
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.client_check import CLIENTS, checked_in_client
@@ -61,7 +61,7 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
         }
     found, chosen = chosen_mask(settings, "export")
     unit = found.unit or unit_of(cfg)
-    rows = {g: KINDS[group_kind(str(g), unit)].query_head_rows(r, fields) for g, r in chosen.mask.items()}
+    rows = {g: kind_of_group(g, unit).query_head_rows(r, fields) for g, r in chosen.mask.items()}
     return {g: r for g, r in rows.items() if r is not None}  # the attention part, over query heads
 
 

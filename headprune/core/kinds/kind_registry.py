@@ -139,14 +139,20 @@ def group_kind(group: str, unit=None) -> str | None:
     return next((kind.name for kind in kinds if kind.owns(str(group))), None)
 
 
+def kind_of_group(group, unit=None) -> UnitKind:
+    """The kind whose units a mask group holds (as ``group_kind``); a group no registered kind owns is a ValueError naming it."""
+    name = group_kind(str(group), unit)
+    if name is None:
+        raise ValueError(
+            f"mask group {group!r} is of no registered unit kind ({', '.join(KINDS)}): check the mask's groups, or register "
+            "the kind that owns it (register_kind) before reading it"
+        )
+    return KINDS[name]
+
+
 def mask_kinds(groups, unit=None) -> tuple[str, ...]:
     """The kinds a mask's groups hold (registry order); a group of no kind is a ValueError naming it."""
-    kinds = set()
-    for group in groups:
-        kind = group_kind(str(group), unit)
-        if kind is None:
-            raise ValueError(f"mask group {group!r} is of no unit kind ({', '.join(KINDS)}): check the mask file's groups")
-        kinds.add(kind)
+    kinds = {kind_of_group(group, unit).name for group in groups}
     return tuple(k for k in KINDS if k in kinds)
 
 
