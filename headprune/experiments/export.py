@@ -11,7 +11,7 @@ from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
-from headprune.core.unit_kinds import kind_of_group
+from headprune.core.unit_kinds import kind_of_group, noun
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.client_check import CLIENTS, checked_in_client
@@ -148,7 +148,8 @@ def check_source(cfg) -> None:
         read_mask_file(settings.mask_file, "export")
         if settings.get("fraction") is not None and float(settings.fraction) == 0:
             raise ConfigError(
-                "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
+                f"export.fraction=0 prunes no {noun(unit_of(with_file_unit(cfg, 'export')))}: the export would be the unpruned model "
+                "(as speed.fraction=0 is refused); "
                 "pick a step that removes some, or leave export.fraction out when the file holds one"
             )
         if settings.get("point"):

@@ -140,7 +140,7 @@ def speed_table(study: dict) -> str:
     )
     lines.append("")
     lines.append(
-        f"{units_removed(s)} of {units_total(s)} heads removed on `{s['device']}`; parameters "
+        f"{units_removed(s)} of {units_total(s)} {noun(_unit(s.get('unit')), plural=True)} removed on `{s['device']}`; parameters "
         f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
         f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}."
     )
