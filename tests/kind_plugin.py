@@ -105,3 +105,7 @@ class FFNHalfKind(UnitKind):
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return {g + SUFFIX: t[:, [0, (t.shape[1] - 1) // 2, t.shape[1] - 1]] for g, t in ffn_tables.items()}
+
+    def prune(self, model, mask):
+        neurons = self.gates(model, {}).base_masks(mask, hard=True)["ffn"]  # each half as its neurons
+        return KINDS["ffn"].prune(model, neurons)

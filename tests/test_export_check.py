@@ -280,3 +280,20 @@ def test_smollm2_gguf_names_smollm_and_passes_its_check_on_every_path(tmp_path):
         assert check["tolerance"] >= check["tolerance_floor"] and check["perplexity_rel_diff"] < 1e-4, (path, check)
         field = gguf.GGUFReader(str(out / result["files"][0])).fields["tokenizer.ggml.pre"]
         assert str(field.contents()) == "smollm", path
+
+
+def test_the_float64_reference_of_a_sliding_window_model_is_finite_on_right_padding():
+    """Gemma 2 padded beyond its sliding window: the f32 round-off is measured on the real positions, finite and small."""
+    from tiny_llms import tiny_family
+
+    model = tiny_family("gemma2", attn="eager")
+    ids = torch.randint(3, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0  # 7 padded positions: the last queries' windows of 4 hold only padding
+    batches = [{"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}]
+    computed, exact = reference_logits(model, batches), exact_logits(model, batches)
+    real = mask.bool().numpy()
+    assert np.isfinite(exact[0][real]).all() and np.isnan(exact[0][~real]).all()
+    scale = float(np.abs(exact[0][real]).max())
+    assert np.abs(computed[0][real] - exact[0][real]).max() <= 1e-5 * scale  # the f32 model's real positions, within round-off
+    assert 0 < f32_roundoff([computed], exact) <= 1e-5 * scale

@@ -70,3 +70,17 @@ def test_an_outside_kind_runs_prune_speed_and_onnx_export(halves, capsys, monkey
     )
     assert status == 0, err
     assert list(export.rglob("*.onnx"))
+
+
+def test_the_outside_kind_prunes_by_itself_as_its_neurons(halves):
+    import copy
+
+    import torch
+
+    from headprune.core.kinds import KINDS
+
+    model = tiny_llama()
+    twin = copy.deepcopy(model)
+    gates = unit_gates(model, "ffn_half")
+    mask = {g: torch.tensor([[1.0, 0.0]] * layers) for g, (layers, _) in gates.groups.items()}
+    assert KINDS["ffn_half"].prune(model, mask) == prune_unit_mask(unit_gates(twin, "ffn_half"), mask)["ffn"]

@@ -88,3 +88,22 @@ def test_a_recovery_that_makes_its_point_worse_says_so_in_one_line(shared_task, 
         f"headprune: warning: the lsq recovery made importance+lsq@25% worse than its mask alone on the selection split "
         f"{check['split']}: accuracy {check['recovered']:.4g} against {check['mask_alone']:.4g} without recovery"
     ]
+
+
+def test_a_damaged_saved_model_is_named_and_computed_again(shared_task, tmp_path, capsys):
+    from headprune.core.saving import load_pruned
+
+    overrides = ("prune.fractions=[0.5]", "prune.recover=[none,lsq]", "prune.save=all")
+    prune.run(make_cfg(tmp_path, "prune", TASK, *overrides))
+    folders = [tmp_path / p["model_dir"] for p in _points(tmp_path).values() if "model_dir" in p]
+    assert len(folders) == 2
+    for folder in folders:
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])  # a truncated copy
+    capsys.readouterr()
+    prune.run(make_cfg(tmp_path, "prune", TASK, *overrides, "overwrite=true"))
+    printed = capsys.readouterr().out
+    assert sorted(tmp_path / p["model_dir"] for p in _points(tmp_path).values() if "model_dir" in p) == sorted(folders)
+    for folder in folders:
+        assert f"({folder}) cannot be loaded" in printed and "computing it again" in printed
+        assert sum(p.numel() for p in load_pruned(folder).parameters()) > 0  # written again

@@ -5,7 +5,7 @@ from omegaconf import OmegaConf
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
 from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
-from headprune.core.unit_kinds import reconstruction_refusal
+from headprune.core.unit_kinds import lsq_refusal, reconstruction_refusal
 from headprune.models.sources import config_fields, max_positions
 from headprune.pruning.greedy_stage import fractions_of
 from headprune.pruning.pareto_plan import planned_points
@@ -206,8 +206,14 @@ def check_save_names(prune) -> None:
 
 
 def check_speed_unit(prune) -> None:
-    """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer."""
+    """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer; lsq needs a kind it can refit."""
     given, unit = prune.given, prune.unit
+    lsq = lsq_refusal(unit) if "lsq" in prune.recoveries else None
+    if lsq:
+        raise ConfigError(
+            f"prune.recover=lsq with prune.unit={unit}: {lsq}; drop lsq from prune.recover (finetune recovers any unit), "
+            "or prune a unit with heads or neurons"
+        )
     rearrange = given.rearrange
     refusal = rearrangement_refusal(unit)
     if rearrange and refusal:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from headprune.checks.shared_checks import check_mask_units, check_order_data, check_splits, no_duplicates, refuse_given
 from headprune.core.checks import ConfigError
+from headprune.core.unit_kinds import noun
 from headprune.results.mask_files import read_mask_file
 from headprune.sources.mask_source import chosen_mask, pick_keys, point_model_dir, point_source, with_file_unit
 from headprune.sources.orders import ORDERS, action_refusal
@@ -39,7 +40,8 @@ def check_speed_run(cfg) -> None:
         )
     if speed.mask_order not in ORDERS:
         raise ConfigError(
-            f"speed.mask_order={speed.mask_order}: without speed.mask_file the mask is the lowest speed.fraction of the heads "
+            f"speed.mask_order={speed.mask_order}: without speed.mask_file the mask is the lowest speed.fraction of the "
+            f"{noun(unit_of(cfg), plural=True)} "
             f"by an order of {list(ORDERS)}; a Pareto point's method (e.g. fisher+lsq) needs speed.mask_file"
         )
     refused = action_refusal(str(speed.mask_order), "remove")
@@ -47,7 +49,9 @@ def check_speed_run(cfg) -> None:
         raise ConfigError(f"speed.mask_order={speed.mask_order}: {refused}")
     check_order_data(cfg, str(speed.mask_order))
     if speed.fraction == 0:
-        raise ConfigError("speed.fraction=0 prunes no head: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5")
+        raise ConfigError(
+            f"speed.fraction=0 prunes no {noun(unit_of(cfg))}: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5"
+        )
 
 
 def check_point(cfg) -> None:
@@ -71,12 +75,13 @@ def check_chosen_mask(cfg) -> None:
     speed = cfg.speed
     path = Path(str(speed.mask_file))
     mask = chosen_mask(speed, "speed")[1].mask
-    check_mask_units(cfg, unit_of(with_file_unit(cfg, "speed")), mask)
+    unit = unit_of(with_file_unit(cfg, "speed"))
+    check_mask_units(cfg, unit, mask)
     entries = [value for rows in mask.values() for row in rows for value in row]
     if 0 not in entries:
-        raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no head: the two timed models would be the same")
+        raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no {noun(unit)}: the two timed models would be the same")
     if 1 not in entries:
         raise ConfigError(
-            f"speed.mask_file={path}: the chosen mask removes every head ({len(entries)}): nothing would be left to time "
-            "(as speed.fraction=1 is refused); choose a mask that keeps some heads"
+            f"speed.mask_file={path}: the chosen mask removes every {noun(unit)} ({len(entries)}): nothing would be left to time "
+            f"(as speed.fraction=1 is refused); choose a mask that keeps some {noun(unit, plural=True)}"
         )

@@ -11,12 +11,12 @@ from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
-from headprune.core.unit_kinds import KINDS, group_kind
+from headprune.core.unit_kinds import kind_of_group, noun
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.client_check import CLIENTS, checked_in_client
 from headprune.export.gguf_tokenizer import choose_tokenizer_pre
-from headprune.export.record import console_lines, is_pruned, layer_widths, tensor_parallel
+from headprune.export.record import console_lines, is_pruned, layer_widths, removed_units, tensor_parallel
 from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
 from headprune.models.sources import config_fields
@@ -61,7 +61,7 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
         }
     found, chosen = chosen_mask(settings, "export")
     unit = found.unit or unit_of(cfg)
-    rows = {g: KINDS[group_kind(str(g), unit)].query_head_rows(r, fields) for g, r in chosen.mask.items()}
+    rows = {g: kind_of_group(g, unit).query_head_rows(r, fields) for g, r in chosen.mask.items()}
     return {g: r for g, r in rows.items() if r is not None}  # the attention part, over query heads
 
 
@@ -148,7 +148,8 @@ def check_source(cfg) -> None:
         read_mask_file(settings.mask_file, "export")
         if settings.get("fraction") is not None and float(settings.fraction) == 0:
             raise ConfigError(
-                "export.fraction=0 prunes no head: the export would be the unpruned model (as speed.fraction=0 is refused); "
+                f"export.fraction=0 prunes no {noun(unit_of(with_file_unit(cfg, 'export')))}: the export would be the unpruned model "
+                "(as speed.fraction=0 is refused); "
                 "pick a step that removes some, or leave export.fraction out when the file holds one"
             )
         if settings.get("point"):
@@ -190,7 +191,8 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     record = pruning_record(task.model)
     if not is_pruned(task.model):
         print(
-            f"[export] export.model={settings.model} holds no pruned head or neuron: it is exported, and recorded, as unpruned", flush=True
+            f"[export] export.model={settings.model} holds no removed unit of any kind: it is exported, and recorded, as unpruned",
+            flush=True,
         )
     return None, {"model": str(settings.model), "pruning_record": record, "pruned": is_pruned(task.model)}
 
@@ -249,7 +251,8 @@ def export_record(task, pruned, mask, exported: dict, staging: Path, report: dic
         "bytes": sum(Path(p).stat().st_size for p in exported["files"]),
         "mask": None if mask is None else mask_to_json(mask),
         "unit": task.gates.unit,
-        "pruned": is_pruned(pruned),  # heads or FFN neurons; an unpruned directory is exported, and recorded, as what it is
+        "pruned": is_pruned(pruned),  # units of any kind; an unpruned directory is exported, and recorded, as what it is
+        "removed_units": removed_units(pruned),  # {record key: units removed}, each kind's own count
         "model_type": pruned.config.model_type,
         "architecture": type(pruned).__name__,
         "pruning_record": pruning_record(pruned),

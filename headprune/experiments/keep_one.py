@@ -2,7 +2,8 @@
 
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_selection, check_unit
-from headprune.core.unit_kinds import noun
+from headprune.core.checks import ConfigError
+from headprune.core.unit_kinds import keep_one_refusal, noun
 from headprune.lightning.loggers import log_run
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import keep_one_title, streaming
@@ -46,5 +47,8 @@ def check(cfg) -> None:
     check_model_and_task(cfg)
     check_reads(cfg)
     check_unit(cfg, prune, single_units=True)
+    refusal = keep_one_refusal(prune.unit)
+    if refusal:
+        raise ConfigError(f"experiment=keep_one with prune.unit={prune.unit}: {refusal}; use prune.unit=head or kv_group")
     check_group_names(cfg, prune.unit, cfg.keep_one.groups, "keep_one.groups")
     check_selection(cfg, "keep_one")

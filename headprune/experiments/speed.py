@@ -40,7 +40,11 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     order = str(settings.mask_order)
     scores = comparable_scores(ORDERS[order].scores(task, order_settings(cfg)), str(cfg.prune.joint_scale))
     mask = layout_masks(scores, task.gates.groups, [fraction], layout=layout_of(cfg.prune))[0]
-    return mask, {"mask_order": order, "fraction": fraction, "mask_source": f"the lowest {fraction:g} of the heads by {order}"}
+    return mask, {
+        "mask_order": order,
+        "fraction": fraction,
+        "mask_source": f"the lowest {fraction:g} of the {noun(task.gates.unit, plural=True)} by {order}",
+    }
 
 
 def point_model(settings, task, split: str) -> tuple:
@@ -70,14 +74,15 @@ def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
     return check
 
 
-def check_removes_some(mask: dict, origin: dict) -> None:
-    """Timing a mask that removes no head, or every head, compares nothing: a ConfigError naming where it came from."""
+def check_removes_some(mask: dict, origin: dict, unit) -> None:
+    """Timing a mask that removes no unit, or every unit, compares nothing: a ConfigError naming where it came from."""
     removed, total = heads_removed(mask), sum(int(m.numel()) for m in mask.values())
     where = origin.get("mask_file") or f"speed.fraction={origin.get('fraction')}"
+    one, many = noun(unit), noun(unit, plural=True)
     if removed == 0:
-        raise ConfigError(f"the mask of {where} removes no head: the two timed models would be the same; prune some heads")
+        raise ConfigError(f"the mask of {where} removes no {one}: the two timed models would be the same; prune some {many}")
     if removed == total:
-        raise ConfigError(f"the mask of {where} removes every head ({total}): nothing would be left to time; keep some heads")
+        raise ConfigError(f"the mask of {where} removes every {one} ({total}): nothing would be left to time; keep some {many}")
 
 
 def run(cfg) -> dict:
@@ -88,7 +93,7 @@ def run(cfg) -> dict:
     split = str(settings.split)
     check_split(task, split)
     mask, origin = choose_mask(cfg, task)
-    check_removes_some(mask, origin)
+    check_removes_some(mask, origin, task.gates.unit)
     recovered, checked, folder = point_model(cfg.speed, task, split)
     result = speed_stage(task, mask, settings, int(cfg.seed), pruned_model=recovered, export_dir=output_dir(cfg) / "onnx")
     if recovered is not None:

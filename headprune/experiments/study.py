@@ -19,7 +19,7 @@ from headprune.checks.shared_checks import (
 from headprune.checks.speed_checks import check_speed_run
 from headprune.conf_dir import config_dir
 from headprune.core.checks import ConfigError
-from headprune.core.unit_kinds import ablation_refusal, noun
+from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal, noun
 from headprune.engine.verdict import is_inconclusive
 from headprune.lightning.loggers import log_run
 from headprune.pruning.finetune_runs import check_finetune_budget
@@ -150,6 +150,8 @@ def unit_orders(cfg, orders: list[str]) -> list[str]:
         print(f"[study] prune.action={action}: orders {left} left out ({action_refusal(left[0], action)})", flush=True)
     if ablation_refusal(unit):
         print(f"[study] prune.unit={unit}: the ablate and keep_one stages are skipped (one unit at a time)", flush=True)
+    elif keep_one_refusal(unit):
+        print(f"[study] prune.unit={unit}: the keep_one stage is skipped ({keep_one_refusal(unit)})", flush=True)
     if action == STREAM:
         print(
             "[study] prune.action=stream: the speed stage is skipped (a streamed unit keeps its weights; every prune point "

@@ -5,13 +5,21 @@ from torch import nn
 TP_DEGREES = (2, 4, 8)
 
 
-def is_pruned(model: nn.Module) -> bool:
-    """Whether any head or FFN neuron was removed from ``model`` (an FFN-only mask prunes too)."""
-    from headprune.core.ffn_pruning import ffn_record
-    from headprune.core.ffn_sites import ffn_sites_if_any
-    from headprune.core.pruning import pruning_record
+def removed_units(model: nn.Module) -> dict[str, int]:
+    """{record key: units removed} of every kind that removed some from ``model``, each counted by its kind."""
+    from headprune.core.unit_kinds import KINDS
 
-    return bool(pruning_record(model)) or (bool(ffn_sites_if_any(model)) and bool(ffn_record(model)))
+    out: dict[str, int] = {}
+    for kind in KINDS.values():
+        key = kind.record_key or kind.name
+        if key not in out:  # kinds sharing a record (head, kv_group) count it once
+            out[key] = kind.removed(kind.record(model))
+    return {key: n for key, n in out.items() if n}
+
+
+def is_pruned(model: nn.Module) -> bool:
+    """Whether any unit of any kind (heads, neurons, channels, layers ...) was removed from ``model``."""
+    return bool(removed_units(model))
 
 
 def layer_widths(model: nn.Module) -> list[dict]:

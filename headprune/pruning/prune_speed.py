@@ -34,7 +34,7 @@ from headprune.selection.uniform import layout_mask, layout_search
 from headprune.selection.unit_rearrange import rearrange_unit_mask
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, order_scores
-from headprune.sources.point_models import has_saved, point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
+from headprune.sources.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.stages.evaluation import evaluate_many, evaluate_one, swapped_model
 
 
@@ -100,7 +100,7 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, la
         recipe = point_recipe(ctx, label, recovery, mask)
         if recovery == "none":
             model, evaluate_mask = task.model, mask
-            if recipe and has_saved(ctx.out, recipe):  # the same mask alone was saved by an earlier run
+            if recipe and saved_model(ctx.out, recipe) is not None:  # the same mask alone, saved by an earlier run, loads
                 ctx.saved[key] = saved_dir(recipe)
         else:
             model, evaluate_mask = recover_point(task, key, mask, label, recovery, recipe, ctx)

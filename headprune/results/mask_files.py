@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
-from headprune.core.unit_kinds import mask_kinds, unit_kinds, unit_name
+from headprune.core.unit_kinds import KINDS, mask_kinds, unit_kinds, unit_name
 from headprune.results.points import kind_counts, point_name, removed_fraction
 from headprune.results.readers import check_binary_mask
 
@@ -73,11 +73,7 @@ class MaskFile:
         """The unit kinds its masks hold: the recorded unit's, else those its masks' group names say (() when it holds none)."""
         if self.unit is not None:
             return unit_kinds(self.unit)
-        groups = {g for c in self.candidates for g in c.mask}
-        try:
-            return mask_kinds(groups)
-        except ValueError:
-            return ()
+        return mask_kinds({g for c in self.candidates for g in c.mask})  # mask_file_of checked that a kind owns each
 
 
 FORMS = (
@@ -133,18 +129,35 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
         )
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
     sections = [results, results.get("prune") or {}, results.get("pareto") or {}]  # a prune run; a study's prune and pareto stages
-    unit = next((file_unit(s["unit"]) for s in sections if file_unit(s.get("unit")) is not None), None)
+    recorded = next((s["unit"] for s in sections if s.get("unit") is not None), None)
+    unit = file_unit(recorded)
+    if recorded is not None and unit is None:
+        raise ConfigError(
+            f"{setting}.mask_file={path} records prune.unit={recorded!r}, which is no registered unit kind ({', '.join(KINDS)}): "
+            "register the kind that wrote it (register_kind) before reading the file"
+        )
     layout = next((s["layout"] for s in sections if s.get("layout")), None)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
     action = next((s["action"] for s in sections if isinstance(s.get("action"), str)), None)
     found = MaskFile(path, unit, layout, made_for, experiment=payload.get("experiment"), action=action)
+    read_candidates(found, payload, sections, setting)
+    try:
+        mask_kinds({g for c in found.candidates for g in c.mask}, unit)
+    except ValueError as err:
+        raise ConfigError(f"{setting}.mask_file={path}: {err}") from None
+    return found
+
+
+def read_candidates(found: MaskFile, payload: dict, sections: list[dict], setting: str) -> None:
+    """Every mask of a mask file's ``payload`` into ``found.candidates``: its one mask, or its points and orders' steps."""
+    path, results = found.path, payload.get("results") if isinstance(payload.get("results"), dict) else {}
     if "mask" in payload or isinstance(results.get("mask"), dict):
         mask = payload["mask"] if "mask" in payload else results["mask"]
         check_binary_mask(mask, f"{setting}.mask_file={path}")
         origin = (payload.get("inputs") or {}) if "mask" not in payload else {}
         found.candidates.append(Candidate(origin.get("mask_order"), None, None, mask, _units(mask)))
         found.single_mask = True
-        return found
+        return
     for section in sections:
         for point in section.get("points") or []:
             if point.get("control"):  # no mask: the unpruned model, fine-tuned like the pruned ones
@@ -161,7 +174,6 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
                 found.candidates.append(Candidate(order, float(step["fraction"]), None, step["mask"], _units(step["mask"]), None))
         if found.candidates:
             break
-    return found
 
 
 def choose_candidate(found: MaskFile, order: str | None, fraction: float | None, step: str | None, setting: str) -> Candidate:

@@ -1,6 +1,6 @@
 """What a pruning point is called: its method (order, rearrangement, recovery) and what it removed."""
 
-from headprune.core.unit_kinds import KINDS, group_kind
+from headprune.core.unit_kinds import KINDS, kind_of_group
 
 
 def point_name(point: dict) -> str:
@@ -74,19 +74,17 @@ def kind_counts(mask: dict, unit=None) -> dict[str, tuple[int, int]]:
     """{kind: (units removed, units in all)} of a 0/1 mask {group: [[...]]} (JSON lists or tensors), in the registry's order."""
     counts: dict[str, list[int]] = {}
     for group, rows in mask.items():
-        kind = group_kind(str(group), unit) or "unit"
+        kind = kind_of_group(group, unit).name
         values = rows.flatten().tolist() if hasattr(rows, "flatten") else [v for row in rows for v in row]
         entry = counts.setdefault(kind, [0, 0])
         entry[0] += sum(1 for v in values if v == 0)
         entry[1] += len(values)
-    order = [*KINDS, "unit"]
-    return {k: (counts[k][0], counts[k][1]) for k in sorted(counts, key=order.index)}
+    return {k: (counts[k][0], counts[k][1]) for k in KINDS if k in counts}
 
 
 def kinds_label(mask: dict, unit=None) -> str:
     """What each kind of a mask lost: ``heads 25%, neurons 40%`` (one kind: ``heads 25%``)."""
     parts = []
     for kind, (removed, total) in kind_counts(mask, unit).items():
-        noun = KINDS[kind].noun if kind in KINDS else kind
-        parts.append(f"{noun}s {percent(removed / total if total else 0.0)}")
+        parts.append(f"{KINDS[kind].noun}s {percent(removed / total if total else 0.0)}")
     return ", ".join(parts)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
 from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
-from headprune.core.unit_kinds import KINDS, group_kind, kinds_of
+from headprune.core.unit_kinds import KINDS, kind_of_group, kinds_of
 from headprune.core.units import unit_gates
 
 REDUCTIONS = ("example", "token", "batch", "fisher")
@@ -55,7 +55,7 @@ def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, globa
     out = {g: s.clone() for g, s in scores.items()}
     if layers:
         for g, s in out.items():
-            if KINDS[group_kind(g)].layer_normalized:  # an attention group: heads, or KV groups
+            if kind_of_group(g).layer_normalized:  # an attention group: heads, or KV groups
                 out[g] = s / (s.norm(dim=-1, keepdim=True) + 1e-20)
     if global_minmax:
         flat = torch.cat([s.reshape(-1) for s in out.values()])

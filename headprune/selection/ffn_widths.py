@@ -2,7 +2,7 @@
 
 import torch
 
-from headprune.core.unit_kinds import KINDS, group_kind
+from headprune.core.unit_kinds import kind_of_group
 
 
 def round_ffn_widths(mask: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], multiple: int, unit) -> dict[str, torch.Tensor]:
@@ -12,7 +12,7 @@ def round_ffn_widths(mask: dict[str, torch.Tensor], scores: dict[str, torch.Tens
     out = {}
     for group, values in mask.items():
         rows = values.detach().clone().float()
-        if KINDS[group_kind(str(group), unit)].multiple_setting == "ffn_multiple" and multiple > 1:
+        if kind_of_group(group, unit).multiple_setting == "ffn_multiple" and multiple > 1:
             score = scores[group].detach().float().cpu()
             for layer, row in enumerate(rows):
                 kept = int((row > 0.5).sum())

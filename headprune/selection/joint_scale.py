@@ -2,7 +2,7 @@
 
 import torch
 
-from headprune.core.unit_kinds import group_kind
+from headprune.core.unit_kinds import kind_of_group
 
 JOINT_SCALES = ("relative", "loss")
 
@@ -11,7 +11,7 @@ def kind_classes(groups) -> dict[str, list[str]]:
     """{kind: its groups} of a score dict's groups; heads and KV groups (the attention groups) are one class."""
     out: dict[str, list[str]] = {}
     for group in groups:
-        out.setdefault(group_kind(str(group)) or "head", []).append(group)
+        out.setdefault(kind_of_group(group).name, []).append(group)
     return out
 
 

@@ -2,13 +2,12 @@
 
 import torch
 
-from headprune.core.unit_kinds import KINDS, group_kind
+from headprune.core.unit_kinds import kind_of_group
 
 
 def part_of(group: str) -> str:
     """The parts of the model a group prunes, as one key (``attention``, ``feed_forward``, ``attention+feed_forward`` ...)."""
-    kind = group_kind(group)
-    return "+".join(KINDS[kind].parts) if kind is not None else "attention"
+    return "+".join(kind_of_group(group).parts)
 
 
 class UniformPath:

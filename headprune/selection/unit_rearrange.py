@@ -2,7 +2,7 @@
 
 import torch
 
-from headprune.core.unit_kinds import KINDS, group_kind, kinds_of
+from headprune.core.unit_kinds import kind_of_group, kinds_of
 from headprune.selection.ffn_rearrange import rearrange_ffn_mask
 from headprune.selection.greedy import check_groups
 from headprune.selection.rearrange import Rearrangement, rearrange_mask
@@ -31,7 +31,7 @@ def rearrange_unit_mask(
     if refusal:
         raise ValueError(f"unit {unit!r} has no rearrangement: {refusal}")
     groups = check_groups(groups, {g: tuple(m.shape) for g, m in mask.items()})
-    by = {g: KINDS[group_kind(g, unit)].rearrange_by for g in groups}
+    by = {g: kind_of_group(g, unit).rearrange_by for g in groups}
     ffn = [g for g in groups if by[g] == "gradients"]  # many units per layer: per-example gradients, no U x U block
     attention = [g for g in groups if g not in ffn]  # a few units per layer: their Fisher blocks
     heads = (

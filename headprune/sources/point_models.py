@@ -122,12 +122,17 @@ def has_saved(out: Path, recipe: dict) -> bool:
 
 
 def saved_model(out: Path, recipe: dict):
-    """The model saved for this recipe by an earlier run in ``out`` (None: none, or made another way)."""
+    """The model saved for this recipe by an earlier run in ``out`` (None: none, made another way, or damaged: named, then recomputed)."""
     if not has_saved(out, recipe):
         return None
     folder = Path(out) / saved_dir(recipe)
+    try:
+        model = load_pruned(folder)
+    except (OSError, ValueError, RuntimeError) as err:
+        print(f"[prune] the saved model of {recipe['point']} ({folder}) cannot be loaded ({err}): computing it again", flush=True)
+        return None
     print(f"[prune] reusing the saved model of {recipe['point']} ({folder})", flush=True)
-    return load_pruned(folder)
+    return model
 
 
 def save_point_model(out: Path, model, gates, mask, tokenizer, recipe: dict, scores: dict) -> str:

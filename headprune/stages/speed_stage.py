@@ -9,6 +9,7 @@ from headprune.core.ffn_pruning import ffn_record
 from headprune.core.ffn_sites import ffn_sites_if_any
 from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
+from headprune.core.unit_kinds import noun
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.bandwidth import decode_bandwidth_ideal
@@ -121,7 +122,7 @@ def checked_scores(task, mask: dict, pruned, pruned_gates, split: str) -> dict:
     if not check["agree"]:
         raise RuntimeError(
             f"the physically pruned model does not score like the masked one: {score_check_text(check)}; "
-            "pruning changed more than the masked heads (set speed.check_score=false to time it anyway)"
+            f"pruning changed more than the masked {noun(task.gates.unit, plural=True)} (set speed.check_score=false to time it anyway)"
         )
     return check
 

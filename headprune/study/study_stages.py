@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from headprune.core.unit_kinds import ablation_refusal
+from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal
 from headprune.pruning.greedy_stage import prune_stage
 from headprune.pruning.pareto_plan import for_speed
 from headprune.pruning.prune_speed import pareto_stage
@@ -113,6 +113,11 @@ def share_scores(ctx: StudyRun, scores: dict) -> None:
 def single_units(ctx: StudyRun) -> bool:
     """Whether removing one unit at a time is a useful measure in the task's unit (ablate and keep_one run; not for neurons)."""
     return ablation_refusal(ctx.task.gates.unit) is None
+
+
+def keep_one_wanted(ctx: StudyRun) -> bool:
+    """Whether keeping each layer's best unit measures something in the task's unit (not when a layer has one unit)."""
+    return single_units(ctx) and keep_one_refusal(ctx.task.gates.unit) is None
 
 
 def ablation_splits(ctx: StudyRun) -> list[str]:
@@ -241,7 +246,7 @@ def speed_all(ctx: StudyRun) -> dict:
 STUDY_STAGES = (
     Stage("scores", scores_key, raw_scores, share_scores),
     Stage("ablate", ablate_key, ablate_all, share_ablation, wanted=single_units),
-    Stage("keep_one", keep_one_key, keep_one_all, wanted=single_units),
+    Stage("keep_one", keep_one_key, keep_one_all, wanted=keep_one_wanted),
     Stage("prune", prune_key, prune_all),
     Stage("pareto", pareto_key, pareto_all, wanted=lambda ctx: for_speed(ctx.settings.prune)),
     Stage("speed", speed_key, speed_all, wanted=lambda ctx: not streaming(ctx.task)),  # a streamed unit keeps its weights

@@ -1,6 +1,6 @@
 """The one renderer of results: markdown tables (docs/results.md, report.md) and table rows (W&B, CSV)."""
 
-from headprune.core.unit_kinds import KINDS, group_kind, noun, shrunk_fields, unit_kinds
+from headprune.core.unit_kinds import kind_of_group, noun, shrunk_fields, unit_kinds
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
 from headprune.results.points import kinds_label, point_name, point_step, removed_fraction, step_label, units_removed, units_total
 from headprune.scoring.significance import correlation
@@ -140,7 +140,7 @@ def speed_table(study: dict) -> str:
     )
     lines.append("")
     lines.append(
-        f"{units_removed(s)} of {units_total(s)} heads removed on `{s['device']}`; parameters "
+        f"{units_removed(s)} of {units_total(s)} {noun(_unit(s.get('unit')), plural=True)} removed on `{s['device']}`; parameters "
         f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
         f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}."
     )
@@ -234,7 +234,7 @@ def kv_cache_kept(point: dict, unit) -> float | None:
     mask = point.get("mask")
     if not mask:
         return None
-    kv = {name for name in mask if "num_key_value_heads" in KINDS[group_kind(name, unit)].config_fields}
+    kv = {name for name in mask if "num_key_value_heads" in kind_of_group(name, unit).config_fields}
     rows = [row for name, group in mask.items() if name in kv for row in group]  # the KV groups' rows
     if not rows:
         return None

@@ -22,6 +22,10 @@ class BlockKind(UnitKind):
         "it re-chooses which units go: with one unit there is nothing to re-choose"
     )
     reconstruction = None  # a removed block's projections read no input: its mean output is folded into their biases
+    keep_one = (
+        "keep-one keeps each layer's best unit of a group and removes the rest, and a block group holds one unit per layer: "
+        "it would remove nothing and report the unpruned score for every layer"
+    )
     recovery_parts = ("attention", "feed_forward")
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "

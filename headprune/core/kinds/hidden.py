@@ -94,6 +94,12 @@ class HiddenKind(UnitKind):
     record_key = "hidden"
     width_setting = "hidden_multiple"
 
+    def recovery_refusal(self):
+        return (
+            "least-squares recovery rescales the kept heads or neurons of a layer that lost some, and removing residual "
+            "channels keeps every head and neuron: it would fit nothing"
+        )
+
     def owns(self, group: str) -> bool:
         return group == GROUP
 

@@ -7,6 +7,7 @@ from headprune.core.kinds.unit_kind import UnitKind
 
 JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
 KINDS: dict[str, UnitKind] = {}
+REQUIRED_METHODS = ("owns", "gates", "flops_tables", "prune")  # UnitKind's own raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,25 @@ class Unit:
 
 def register_kind(kind: UnitKind, replace: bool = False) -> UnitKind:
     """Add a kind to the registry (``replace``: over one of the same name); returns it."""
-    if not isinstance(kind, UnitKind) or not kind.name or not kind.parts:
-        raise TypeError(f"register_kind takes a UnitKind instance with a name and parts, got {kind!r}")
+    if isinstance(kind, type) and issubclass(kind, UnitKind):
+        raise TypeError(f"register_kind takes an instance of the kind: register_kind({kind.__name__}()), not the class")
+    if not isinstance(kind, UnitKind):
+        raise TypeError(f"register_kind takes a UnitKind instance, got {type(kind).__name__} {kind!r:.60}")
+    name = kind.name
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(
+            f"{type(kind).__name__}.name must be a non-empty identifier-like string (letters, digits, _; the value of "
+            f"prune.unit), got {name!r}"
+        )
+    if not kind.parts:
+        raise ValueError(f"{type(kind).__name__} ({name!r}) names no parts: set parts, e.g. ('feed_forward',)")
+    missing = [method for method in REQUIRED_METHODS if getattr(type(kind), method) is getattr(UnitKind, method)]
+    if missing:
+        raise TypeError(
+            f"{type(kind).__name__} ({name!r}) does not implement {', '.join(missing)}: every kind defines {', '.join(REQUIRED_METHODS)}"
+        )
     if kind.name in KINDS and not replace:
         raise ValueError(f"a pruning-unit kind named {kind.name!r} is registered already ({KINDS[kind.name]!r}); pass replace=True")
-    if JOINER in kind.name or "," in kind.name:
-        raise ValueError(f"a kind's name cannot hold {JOINER!r} or ',': {kind.name!r}")
     KINDS[kind.name] = kind
     return kind
 
@@ -125,14 +139,20 @@ def group_kind(group: str, unit=None) -> str | None:
     return next((kind.name for kind in kinds if kind.owns(str(group))), None)
 
 
+def kind_of_group(group, unit=None) -> UnitKind:
+    """The kind whose units a mask group holds (as ``group_kind``); a group no registered kind owns is a ValueError naming it."""
+    name = group_kind(str(group), unit)
+    if name is None:
+        raise ValueError(
+            f"mask group {group!r} is of no registered unit kind ({', '.join(KINDS)}): check the mask's groups, or register "
+            "the kind that owns it (register_kind) before reading it"
+        )
+    return KINDS[name]
+
+
 def mask_kinds(groups, unit=None) -> tuple[str, ...]:
     """The kinds a mask's groups hold (registry order); a group of no kind is a ValueError naming it."""
-    kinds = set()
-    for group in groups:
-        kind = group_kind(str(group), unit)
-        if kind is None:
-            raise ValueError(f"mask group {group!r} is of no unit kind ({', '.join(KINDS)}): check the mask file's groups")
-        kinds.add(kind)
+    kinds = {kind_of_group(group, unit).name for group in groups}
     return tuple(k for k in KINDS if k in kinds)
 
 
@@ -144,6 +164,17 @@ def reconstruction_refusal(unit) -> str | None:
 def ablation_refusal(unit) -> str | None:
     """Why single-unit ablation is no useful order for ``unit`` (a kind of it refuses), else None."""
     return next((kind.ablation for kind in kinds_of(unit) if kind.ablation), None)
+
+
+def keep_one_refusal(unit) -> str | None:
+    """Why keeping each layer's best unit measures nothing for ``unit`` (a kind of it refuses), else None."""
+    return next((kind.keep_one for kind in kinds_of(unit) if kind.keep_one), None)
+
+
+def lsq_refusal(unit) -> str | None:
+    """Why least-squares recovery fits nothing in ``unit`` (every kind of it refuses), else None."""
+    reasons = [kind.recovery_refusal() for kind in kinds_of(unit)]
+    return reasons[0] if all(reasons) else None
 
 
 def noun(unit, plural: bool = False) -> str:

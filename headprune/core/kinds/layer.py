@@ -20,12 +20,22 @@ class LayerKind(UnitKind):
         "a layer unit is one whole layer, and rearrangement keeps each layer's count of units while it re-chooses which "
         "go: with one unit per layer there is nothing to re-choose"
     )
+    keep_one = (
+        "keep-one keeps each layer's best unit and removes the rest of that layer, and a layer is its one unit: it would "
+        "remove nothing and report the unpruned score for every layer"
+    )
     layout_refusal = {
         "uniform": "prune.unit=layer with prune.layout=uniform would remove the same share of units from every layer, one "
         "unit per layer: it would remove every layer at once; use prune.layout=global"
     }
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
     record_key = RECORD_KEY
+
+    def recovery_refusal(self):
+        return (
+            "least-squares recovery rescales the kept heads or neurons of a layer that lost some, and a layer unit goes "
+            "whole, leaving every kept layer's heads and neurons as they were: it would fit nothing"
+        )
 
     def owns(self, group: str) -> bool:
         return group in LAYER_GROUPS
@@ -90,7 +100,10 @@ class LayerKind(UnitKind):
 
     def record(self, model):
         from headprune.core.layer_removal import removed_layers
+        from headprune.core.layer_sites import layer_stacks
 
+        if not layer_stacks(model):
+            return {}  # no layers headprune can find, so none it removed
         return {group: {str(layer): [0] for layer in ids} for group, ids in removed_layers(model).items() if ids}  # each layer its one unit
 
 

@@ -14,6 +14,7 @@ class UnitKind:
     noun: str = "unit"  # one unit, in messages
     config_fields: tuple[str, ...] = ()  # the model config fields it shrinks
     ablation: str | None = None  # why removing one unit at a time is no useful order (None: it is one)
+    keep_one: str | None = None  # why keeping one unit per layer is no useful measure (None: it is one)
     attention_maps: bool = False  # its units have attention maps (the entropy and retrieval orders read them)
     layer_normalized: bool = False  # Michel et al.'s per-layer L2 norm of scores suits it (heads of a layer)
     rearrangement: str | None = "it has no rearrangement"  # why it cannot be rearranged (None: it can)
@@ -92,6 +93,15 @@ class UnitKind:
     def record(self, model: nn.Module) -> dict:
         """This kind's removed units by original id, {group: {layer: [ids]}} (what save_pruned writes)."""
         return {}
+
+    def recovery_refusal(self) -> str | None:
+        """Why least-squares recovery refits nothing after this kind's units go (None: it refits ``recovery_parts``)."""
+        if self.recovery_parts:
+            return None
+        return (
+            f"least-squares recovery rescales the kept heads or neurons of a layer that lost some, and removing {self.noun}s "
+            "leaves every layer's heads and neurons whole, so it would fit nothing"
+        )
 
     def removed(self, record: dict) -> int:
         """How many units a record of this kind removed."""
