@@ -1,0 +1,46 @@
+"""Kind combinations and settings that once crashed mid-run: each now runs correctly, or is refused in one line before work."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from cli_runs import TINY_LM_PRUNE, headprune
+from tiny_llms import causal_lm_loss, lm_batch, tiny_llama
+
+from headprune.core.units import unit_gates
+from headprune.scoring.importance import importance_scores
+
+
+def _prune(capsys, monkeypatch, tmp_path, *overrides: str) -> tuple[int, str, dict | None]:
+    """experiment=prune on the tiny Llama: (exit status, stderr, results or None)."""
+    run = tmp_path / "run"
+    status, err = headprune(capsys, monkeypatch, tmp_path, run, *TINY_LM_PRUNE, *overrides)
+    found = run / "results.json"
+    return status, err, json.loads(found.read_text())["results"] if found.exists() else None
+
+
+def _refused(status: int, err: str, *words: str) -> None:
+    """Exit 2 with one line naming ``words``, no traceback."""
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert all(word in err for word in words), err[-2000:]
+
+
+@pytest.mark.parametrize("other", ["layer", "hidden"])
+def test_blocks_scored_beside_another_kind_are_the_blocks_scored_alone(other):
+    """A joint unit of blocks and layers (or channels) scores each block as blocks alone do: blocks claim only their own sites."""
+    model, batch = tiny_llama(), lm_batch()
+    unit = ["block", other]
+    joint = importance_scores(model, unit_gates(model, unit), [batch], loss_fn=causal_lm_loss, unit=unit, normalize_layers=False)
+    alone = importance_scores(model, unit_gates(model, "block"), [batch], loss_fn=causal_lm_loss, unit="block", normalize_layers=False)
+    assert set(alone) < set(joint)
+    for group, scores in alone.items():
+        torch.testing.assert_close(joint[group], scores, rtol=1e-5, atol=1e-6 * float(scores.abs().max()))
+
+
+@pytest.mark.parametrize("unit", ["[layer,block]", "[block,hidden]"])
+def test_joint_units_with_blocks_run(capsys, monkeypatch, tmp_path, unit):
+    status, err, results = _prune(capsys, monkeypatch, tmp_path, f"prune.unit={unit}", "prune.fractions=[0.3]")
+    assert status == 0, err[-2000:]
+    assert any(group.endswith("_block") for group in results["orders"]["importance"]["steps"][0]["mask"])
