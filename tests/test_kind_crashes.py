@@ -44,3 +44,33 @@ def test_joint_units_with_blocks_run(capsys, monkeypatch, tmp_path, unit):
     status, err, results = _prune(capsys, monkeypatch, tmp_path, f"prune.unit={unit}", "prune.fractions=[0.3]")
     assert status == 0, err[-2000:]
     assert any(group.endswith("_block") for group in results["orders"]["importance"]["steps"][0]["mask"])
+
+
+@pytest.mark.parametrize("unit", ["ffn", "layer", "[kv_group,ffn]"])
+def test_latency_tables_of_every_kind_that_has_them(tmp_path, unit):
+    """prune.cost=latency times the model's own attention under gates of any kind: the tables cover the unit's groups."""
+    from types import SimpleNamespace
+
+    from headprune.core.gates import own_attention_name
+    from headprune.pruning.pareto_measure import cost_model
+
+    model = tiny_llama()
+    gates = unit_gates(model, unit.strip("[]").split(","))
+    before = model.config._attn_implementation
+    settings = SimpleNamespace(cost="latency", seq_len=8, latency_batch_size=2)
+    costs = cost_model(SimpleNamespace(model=model, gates=gates), settings, tmp_path)
+    assert costs.unit == "seconds" and costs.groups == gates.groups
+    assert all(bool((t >= 0).all()) and bool((t.diff(dim=1) >= 0).all()) for t in costs.tables.values())  # more kept, no faster
+    assert model.config._attn_implementation == before and own_attention_name(model) == own_attention_name(tiny_llama())
+
+
+def test_a_latency_target_of_layers_runs(capsys, monkeypatch, tmp_path):
+    status, err, results = _prune(capsys, monkeypatch, tmp_path, "prune.unit=layer", "prune.cost=latency", "prune.target={speedup:1.2}")
+    assert status == 0, err[-2000:]
+    assert results["points"][1]["predicted_speedup"] >= 1.2 - 1e-9
+
+
+@pytest.mark.parametrize("unit", ["hidden", "[layer,hidden]"])
+def test_a_latency_cost_of_a_kind_without_latency_tables_is_refused(capsys, monkeypatch, tmp_path, unit):
+    status, err, _ = _prune(capsys, monkeypatch, tmp_path, f"prune.unit={unit}", "prune.cost=latency", "prune.target={speedup:1.2}")
+    _refused(status, err, "prune.cost=latency", "hidden units have no latency tables")

@@ -67,6 +67,9 @@ class LayerKind(UnitKind):
             out[site.group, site.layer] = [(s.group, s.layer) for s in (*attention, *ffn)]
         return out
 
+    def latency_parts(self):
+        return ("attention", "feed_forward")  # a layer's seconds are its attention's and its FFN's, timed
+
     def latency_tables(self, head_tables, ffn_tables, model):
         def seconds(site) -> float:
             attention, ffn = parts_of(model, site)

@@ -61,6 +61,10 @@ class UnitKind:
         """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover, the rest being fixed (None: all they hold)."""
         return None
 
+    def latency_parts(self) -> tuple[str, ...] | None:
+        """The parts ("attention", "feed_forward") timed to make its latency tables (None: it has no latency tables)."""
+        return None if type(self).latency_tables is UnitKind.latency_tables else self.parts
+
     def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} seconds with 0..units kept, from the measured head and FFN tables."""
         raise NotImplementedError(f"no latency tables for {self.name} units: use a FLOPs target")
