@@ -74,3 +74,23 @@ def test_a_latency_target_of_layers_runs(capsys, monkeypatch, tmp_path):
 def test_a_latency_cost_of_a_kind_without_latency_tables_is_refused(capsys, monkeypatch, tmp_path, unit):
     status, err, _ = _prune(capsys, monkeypatch, tmp_path, f"prune.unit={unit}", "prune.cost=latency", "prune.target={speedup:1.2}")
     _refused(status, err, "prune.cost=latency", "hidden units have no latency tables")
+
+
+@pytest.mark.parametrize("task,unit", [("lm", "kv_group"), ("lm", "ffn"), ("lm", "layer"), ("nli", "hidden")])
+def test_an_int8_onnx_export_of_any_kinds_mask(capsys, monkeypatch, tmp_path, task, unit):
+    """The int8 check scores the ONNX exports of a non-head mask at each batch size; the f32 export scores as the masked model."""
+    from experiment_helpers import NLI
+
+    data = {"lm": [o for o in TINY_LM_PRUNE if not o.startswith("experiment=")], "nli": [*NLI, "logger=none"]}[task]
+    prune = (*data, "experiment=prune", f"prune.unit={unit}", "prune.fractions=[0.5]")
+    status, err = headprune(capsys, monkeypatch, tmp_path, tmp_path / "prune", *prune)
+    assert status == 0, err[-2000:]
+    export = ("experiment=export", "export.format=onnx", "export.quantize=int8", "export.examples=4", "export.batch_size=2")
+    mask_file = f"export.mask_file={tmp_path / 'prune' / 'results.json'}"
+    status, err = headprune(capsys, monkeypatch, tmp_path, tmp_path / "export", *data, *export, mask_file, "speed.batch_sizes=[1,3]")
+    assert status == 0, err[-2000:]
+    result = json.loads((tmp_path / "export" / "results.json").read_text())["results"]
+    quantized = result["quantized"]
+    assert result["unit"] == unit and quantized["by_batch_size"]["int8"]["batch_sizes"] == [1, 3]
+    one_example = 100 / 60 if task == "nli" else 1e-4 * quantized["masked_torch"]  # accuracy: one of 60 flips; perplexity: rounding
+    assert quantized["onnx_f32"] == pytest.approx(quantized["masked_torch"], abs=one_example + 1e-9)
