@@ -4,6 +4,8 @@ import math
 
 import torch
 
+from headprune.core.unit_kinds import KINDS, group_kind
+
 Head = tuple[str, int, int]  # (group, layer, head)
 
 
@@ -73,6 +75,11 @@ def n_to_prune(fraction: float, shape: dict[str, tuple[int, int]], groups: list[
     return int(round(fraction * total))
 
 
+def group_floors(shape: dict[str, tuple[int, int]]) -> dict[str, int]:
+    """{group: the fewest units it keeps in all}: its kind's floor (a layer stack or the residual stream keeps one; 0 for the rest)."""
+    return {g: KINDS[kind].group_floor if (kind := group_kind(str(g))) else 0 for g in shape}
+
+
 def greedy_mask(
     order: list[Head], shape: dict[str, tuple[int, int]], n_prune: int, min_per_layer: int = 0, start: dict[str, torch.Tensor] | None = None
 ) -> dict[str, torch.Tensor]:
@@ -85,15 +92,17 @@ def greedy_mask(
         )
     mask = {g: (start[g].clone().float() if start is not None else torch.ones(l, h)) for g, (l, h) in shape.items()}
     pruned = sum(int((m == 0).sum()) for m in mask.values())
+    floors, kept = group_floors(shape), {g: int((m != 0).sum()) for g, m in mask.items()}
     for group, layer, head in order:
         if pruned >= n_prune:
             break
         if mask[group][layer, head] == 0:
             continue
-        if int(mask[group][layer].sum()) - 1 < min_per_layer:
-            continue  # this layer is at its floor: skip to the next head in the order
+        if int(mask[group][layer].sum()) - 1 < min_per_layer or kept[group] - 1 < floors[group]:
+            continue  # this layer, or its whole group, is at its floor: skip to the next head in the order
         mask[group][layer, head] = 0.0
         pruned += 1
+        kept[group] -= 1
     return mask
 
 

@@ -86,6 +86,7 @@ class HiddenKind(UnitKind):
     ablation = CHANNEL_ABLATION
     rearrangement = NO_REARRANGEMENT
     floor_units = None
+    group_floor = 1  # the residual stream keeps a channel
     layer_rows = False  # one row for the whole stream
     record_key = "hidden"
 

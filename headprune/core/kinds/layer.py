@@ -24,6 +24,7 @@ class LayerKind(UnitKind):
         "unit per layer: it would remove every layer at once; use prune.layout=global"
     }
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
+    group_floor = 1  # a stack keeps a layer: no family runs an empty stack
     record_key = RECORD_KEY
 
     def owns(self, group: str) -> bool:

@@ -23,6 +23,7 @@ class UnitKind:
     multiple_setting: str | None = None  # the prune setting that rounds its per-layer counts up to a multiple (runtimes' tiles)
     layer_rows: bool = True  # its masks hold one row per layer (the residual stream's one row is not a layer's)
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
+    group_floor: int = 0  # the fewest units one of its mask groups keeps in all (a layer stack, the residual stream)
     record_key: str = ""  # its key in pruning records (default: its name)
 
     def owns(self, group: str) -> bool:
