@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -135,3 +136,27 @@ def test_a_max_drop_target_of_layers_keeps_a_layer(capsys, monkeypatch, tmp_path
     assert status == 0, err[-2000:]
     point = results["points"][1]
     assert all(kept >= 1 for kept in _kept_per_group(point["mask"]).values()) and point["units_removed"] == point["units_total"] - 1
+
+
+@pytest.mark.parametrize(
+    "unit,fractions,removed,met",
+    [
+        ("layer", "[0,0.25,0.75]", [0, 0, 1], [True, False, True]),  # 2 layers: 25% rounds down to none, 75% to one
+        ("hidden", "[0.5,0.99]", [16, 31], [True, True]),  # 32 channels: 99% keeps one
+        ("[layer,hidden]", "[0.99]", [32], [False]),  # asks 33 of 34: the floors keep a layer and a channel
+    ],
+)
+def test_fractions_round_down_to_whole_units_and_say_when_unmet(capsys, monkeypatch, tmp_path, unit, fractions, removed, met):
+    from headprune.core.checks import ConfigWarning
+    from headprune.results.points import step_label
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status, err, results = _prune(capsys, monkeypatch, tmp_path, f"prune.unit={unit}", f"prune.fractions={fractions}")
+    assert status == 0, err[-2000:]
+    steps = results["orders"]["importance"]["steps"]
+    assert [s["units_removed"] for s in steps] == removed and [s["fraction_met"] for s in steps] == met
+    assert all(kept >= 1 for s in steps for kept in _kept_per_group(s["mask"]).values())
+    assert [("asked" in step_label(s)) for s in steps] == [not m for m in met]
+    said = [str(w.message) for w in caught if issubclass(w.category, ConfigWarning) and "rounds down to whole" in str(w.message)]
+    assert len(said) == (0 if all(met) else 1), said

@@ -69,10 +69,14 @@ def entropy_scores(entropy: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {g: -torch.as_tensor(e, dtype=torch.float32) for g, e in entropy.items()}
 
 
+def units_asked(fraction: float, total: int) -> int:
+    """The whole units a fraction of ``total`` asks: rounded down, never more than asked."""
+    return int(math.floor(fraction * total + 5e-7 * total + 1e-9))  # check_fractions keeps 6 decimals: 0.833333 of 6 asks 5
+
+
 def n_to_prune(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str]) -> int:
-    """How many heads a fraction means: of the heads in ``groups`` (the paper prunes a share of the total)."""
-    total = sum(shape[g][0] * shape[g][1] for g in groups)
-    return int(round(fraction * total))
+    """How many heads a fraction means: of the heads in ``groups`` (the paper prunes a share of the total), rounded down."""
+    return units_asked(fraction, sum(shape[g][0] * shape[g][1] for g in groups))
 
 
 def group_floors(shape: dict[str, tuple[int, int]]) -> dict[str, int]:
