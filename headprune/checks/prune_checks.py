@@ -5,7 +5,7 @@ from omegaconf import OmegaConf
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
 from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
-from headprune.core.unit_kinds import lsq_refusal, reconstruction_refusal
+from headprune.core.unit_kinds import kinds_of, lsq_refusal, reconstruction_refusal, unit_name
 from headprune.models.sources import config_fields, max_positions
 from headprune.pruning.greedy_stage import fractions_of
 from headprune.pruning.pareto_plan import planned_points
@@ -184,7 +184,7 @@ def check_prune_for_speed(cfg, prune) -> None:
     given = prune.given
     targets = [s for s in prune.steps if not isinstance(s, float)]
     check_speed_unit(prune)
-    check_cost(given, targets)
+    check_cost(given, targets, prune.unit)
     check_latency_length(cfg, given)
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
@@ -234,8 +234,14 @@ def check_speed_unit(prune) -> None:
         )
 
 
-def check_cost(prune, targets: list) -> None:
-    """prune.cost: a flops target needs the FLOPs model; a latency table serves targets only."""
+def check_cost(prune, targets: list, unit) -> None:
+    """prune.cost: a flops target needs the FLOPs model; a latency table serves targets only, in a unit that has one."""
+    untimed = [kind.name for kind in kinds_of(unit) if kind.latency_parts() is None]
+    if prune.cost == "latency" and untimed:
+        raise ConfigError(
+            f"prune.cost=latency with prune.unit={unit_name(unit)}: {', '.join(untimed)} units have no latency tables "
+            "(the timed attention and FFN widths do not say what they cost); use prune.cost=flops with a flops target"
+        )
     if any(t.kind == "flops" for t in targets) and prune.cost != "flops":
         raise ConfigError("a flops target needs prune.cost=flops (a latency table predicts seconds, not FLOPs)")
     if prune.cost == "latency" and not targets:

@@ -1,12 +1,12 @@
 """The greedy pruning stage (paper section 4, Figure 2): score every order's masks at each fraction."""
 
 from headprune.core.checks import warn
-from headprune.core.unit_kinds import is_joint
-from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind
+from headprune.core.unit_kinds import is_joint, noun
+from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.results.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
 from headprune.selection.ffn_widths import round_ffn_widths
-from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
+from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed, units_asked
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths
 from headprune.selection.uniform import layout_mask, layout_masks
@@ -143,24 +143,20 @@ def what_it_did(task, mask) -> dict:
     return {"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)}
 
 
-def what_was_removed(fraction: float, removed: int, total: int) -> dict:
-    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the round(fraction x total) units asked."""
-    return {"fraction_removed": removed / total if total else 0.0, "fraction_met": removed == int(round(fraction * total))}
-
-
 def warn_unmet(result: dict) -> None:
     """One warning line per order whose steps removed fewer units than their fractions ask."""
-    total, unit = result["units_total"], result["unit"]
+    total, units = result["units_total"], noun(result["unit"], plural=True)
     for order, v in result["orders"].items():
         unmet = [s for s in v["steps"] if s.get("fraction_met") is False]
         if unmet:
             shown = "; ".join(
-                f"{percent(s['fraction'])} asks {int(round(s['fraction'] * total))} of {total} {unit}s, {s['units_removed']} removed"
+                f"{percent(s['fraction'])} asks {units_asked(s['fraction'], total)} of {total} {units}, {s['units_removed']} removed"
                 for s in unmet
             )
             warn(
-                f"{order}: {shown}: the {result['layout']} layout or prune.min_units_per_layer={result['min_units_per_layer']} "
-                "allows no more; each point is labelled by what it removed (fraction_removed in results.json)"
+                f"{order}: {shown}: a fraction rounds down to whole {units}, and the {result['layout']} layout, the kinds' floors "
+                f"(a layer stack and the residual stream keep one) or prune.min_units_per_layer={result['min_units_per_layer']} "
+                "allow no more; each point is labelled by what it removed (fraction_removed in results.json)"
             )
 
 

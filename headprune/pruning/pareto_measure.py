@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.core.gates import HeadGates
+from headprune.core.gates import HeadGates, own_attention_name
 from headprune.core.unit_kinds import recovery_parts
 from headprune.core.units import prune_unit_mask
 from headprune.core.units import unit_gates as unit_gates_of
@@ -62,7 +62,7 @@ def cost_model(task, settings, out: Path) -> CostModel:
         return flops_model(task, seq_len)
     device = next(task.model.parameters()).device
     inputs = synthetic_inputs(task.model, int(settings.latency_batch_size), seq_len)
-    with attention_implementation(task.model, task.gates.inner):  # time the model's own attention, not the gate wrapper
+    with attention_implementation(task.model, own_attention_name(task.model)):  # the model's own attention, not the gate wrapper
         return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
 
 

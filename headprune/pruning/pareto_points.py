@@ -5,7 +5,7 @@ from typing import Any
 
 from headprune.core.unit_kinds import is_joint
 from headprune.core.units import unit_count
-from headprune.results.points import kinds_label, units_by_kind
+from headprune.results.points import kinds_label, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
 from headprune.selection.greedy import heads_removed
@@ -78,6 +78,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "step": step_label(step),
         "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
         "fraction": None if isinstance(step, PruneTarget) else float(step),
+        **({} if isinstance(step, PruneTarget) else what_was_removed(float(step), heads_removed(mask), unit_count(task.gates))),
         "units_removed": heads_removed(mask),
         "query_heads_removed": heads_removed(task.gates.head_mask(mask)),
         "units_total": unit_count(task.gates),

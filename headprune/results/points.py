@@ -1,6 +1,7 @@
 """What a pruning point is called: its method (order, rearrangement, recovery) and what it removed."""
 
 from headprune.core.unit_kinds import KINDS, kind_of_group
+from headprune.selection.greedy import units_asked
 
 
 def point_name(point: dict) -> str:
@@ -24,6 +25,13 @@ def units_total(record: dict, default: int | None = None) -> int | None:
 def units_by_kind(mask: dict, unit=None) -> dict[str, dict[str, int]]:
     """{kind: {"removed": n, "total": n}} of a mask: what each kind of a (joint) unit lost."""
     return {kind: {"removed": removed, "total": total} for kind, (removed, total) in kind_counts(mask, unit).items()}
+
+
+def what_was_removed(fraction: float, removed: int, total: int) -> dict:
+    """``fraction_removed`` (of the units) and ``fraction_met``: whether it removed the floor(fraction x total) units asked, some if any."""
+    asked = units_asked(fraction, total)
+    met = removed == asked and (asked > 0 or fraction == 0)  # a fraction that rounds down to no unit is not met
+    return {"fraction_removed": removed / total if total else 0.0, "fraction_met": met}
 
 
 def removed_fraction(step: dict, default_total: int | None = None) -> float:

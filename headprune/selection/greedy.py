@@ -4,6 +4,8 @@ import math
 
 import torch
 
+from headprune.core.unit_kinds import KINDS, group_kind
+
 Head = tuple[str, int, int]  # (group, layer, head)
 
 
@@ -67,10 +69,19 @@ def entropy_scores(entropy: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {g: -torch.as_tensor(e, dtype=torch.float32) for g, e in entropy.items()}
 
 
+def units_asked(fraction: float, total: int) -> int:
+    """The whole units a fraction of ``total`` asks: rounded down, never more than asked."""
+    return int(math.floor(fraction * total + 5e-7 * total + 1e-9))  # check_fractions keeps 6 decimals: 0.833333 of 6 asks 5
+
+
 def n_to_prune(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str]) -> int:
-    """How many heads a fraction means: of the heads in ``groups`` (the paper prunes a share of the total)."""
-    total = sum(shape[g][0] * shape[g][1] for g in groups)
-    return int(round(fraction * total))
+    """How many heads a fraction means: of the heads in ``groups`` (the paper prunes a share of the total), rounded down."""
+    return units_asked(fraction, sum(shape[g][0] * shape[g][1] for g in groups))
+
+
+def group_floors(shape: dict[str, tuple[int, int]]) -> dict[str, int]:
+    """{group: the fewest units it keeps in all}: its kind's floor (a layer stack or the residual stream keeps one; 0 for the rest)."""
+    return {g: KINDS[kind].group_floor if (kind := group_kind(str(g))) else 0 for g in shape}
 
 
 def greedy_mask(
@@ -85,15 +96,17 @@ def greedy_mask(
         )
     mask = {g: (start[g].clone().float() if start is not None else torch.ones(l, h)) for g, (l, h) in shape.items()}
     pruned = sum(int((m == 0).sum()) for m in mask.values())
+    floors, kept = group_floors(shape), {g: int((m != 0).sum()) for g, m in mask.items()}
     for group, layer, head in order:
         if pruned >= n_prune:
             break
         if mask[group][layer, head] == 0:
             continue
-        if int(mask[group][layer].sum()) - 1 < min_per_layer:
-            continue  # this layer is at its floor: skip to the next head in the order
+        if int(mask[group][layer].sum()) - 1 < min_per_layer or kept[group] - 1 < floors[group]:
+            continue  # this layer, or its whole group, is at its floor: skip to the next head in the order
         mask[group][layer, head] = 0.0
         pruned += 1
+        kept[group] -= 1
     return mask
 
 

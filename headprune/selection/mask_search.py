@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from headprune.selection.costs import CostModel, CostsAlong, first_meeting
-from headprune.selection.greedy import Head, check_groups
+from headprune.selection.greedy import Head, check_groups, group_floors
 
 TARGET_KINDS = ("flops", "speedup", "max_drop")
 
@@ -88,6 +88,7 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
         for g, (l, h) in shape.items()
     }
     queues, kept, heap = {}, {}, []
+    floors, group_kept = group_floors(shape), {g: int((m != 0).sum()) for g, m in mask.items()}
     values_of = {g: scores[g].tolist() for g in groups}
     for gi, group in enumerate(groups):
         values = values_of[group]
@@ -99,8 +100,11 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
     order: list[Head] = []
     while heap:
         _, gi, layer, head, group = heapq.heappop(heap)
+        if group_kept[group] - 1 < floors[group]:
+            continue  # the group is at its kind's floor (a stack keeps a layer): none of its units goes any more
         queues[group, layer].pop()
         kept[group, layer] -= 1
+        group_kept[group] -= 1
         order.append((group, layer, head))
         _offer(heap, queues, kept, values_of[group], costs, gi, group, layer, min_per_layer)
     return order
@@ -160,7 +164,7 @@ def search_mask(
     if k is None:
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
-            f"removable head keeps {along[-1] / costs.total:.3f} of the cost, a speed-up of "
+            f"removable unit (a layer stack and the residual stream keep one) keeps {along[-1] / costs.total:.3f} of the cost, a speed-up of "
             f"{costs.total / along[-1]:.3f} ({costs.unit})"
         )
     mask = masks(k)

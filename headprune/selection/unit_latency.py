@@ -61,7 +61,7 @@ def measure_unit_latency_model(
 ) -> CostModel:
     """A seconds CostModel in ``unit``: attention and FFN tables made into each kind's tables; ``fixed`` is the rest of the model's time."""
     kinds = kinds_of(unit)
-    parts = {part for kind in kinds for part in kind.parts}
+    parts = {part for kind in kinds for part in kind.latency_parts() or ()}
     attention = None
     if "attention" in parts:
         attention = measure_latency_model(model, inputs, device=device, repeats=repeats, warmup=warmup, clock=clock)

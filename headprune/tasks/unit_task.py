@@ -61,9 +61,10 @@ class UnitTask(TaskView):
             return None
         return self._gates.head_mask(mask) if set(self.acting) <= {QUERY_HEADS} else base_mask(self._gates, mask)
 
-    def evaluate(self, mask=None, split: str = "eval", on_batch=None):
+    def evaluate(self, mask=None, split: str = "eval", on_batch=None, **options):
+        """The task's evaluation of a mask in this unit; ``options`` are the task's own (``batch_size`` of NLI and LM)."""
         with self._acting_gates():
-            return self.task.evaluate(self._acting(mask), split, on_batch=on_batch)
+            return self.task.evaluate(self._acting(mask), split, on_batch=on_batch, **options)
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list:
         with self._acting_gates():

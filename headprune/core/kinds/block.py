@@ -56,6 +56,11 @@ class BlockKind(UnitKind):
         return 1
 
     def unit_grad(self, site, grad):
+        from headprune.core.ffn_sites import FFNSite
+        from headprune.core.kinds.attention import _attention_site
+
+        if not (_attention_site(site) or isinstance(site, FFNSite)):
+            return None  # another kind's site in a joint unit (a layer, the residual stream)
         return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
 
     def flops_tables(self, model, seq_len, attention_tables=None):

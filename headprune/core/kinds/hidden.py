@@ -90,6 +90,7 @@ class HiddenKind(UnitKind):
         "re-solves projections that lost inputs only (heads, KV groups, FFN neurons)"
     )
     floor_units = None
+    group_floor = 1  # the residual stream keeps a channel
     layer_rows = False  # one row for the whole stream
     record_key = "hidden"
     width_setting = "hidden_multiple"

@@ -29,6 +29,7 @@ class LayerKind(UnitKind):
         "unit per layer: it would remove every layer at once; use prune.layout=global"
     }
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
+    group_floor = 1  # a stack keeps a layer: no family runs an empty stack
     record_key = RECORD_KEY
 
     def recovery_refusal(self):
@@ -77,6 +78,9 @@ class LayerKind(UnitKind):
             attention, ffn = parts_of(model, site)
             out[site.group, site.layer] = [(s.group, s.layer) for s in (*attention, *ffn)]
         return out
+
+    def latency_parts(self):
+        return ("attention", "feed_forward")  # a layer's seconds are its attention's and its FFN's, timed
 
     def latency_tables(self, head_tables, ffn_tables, model):
         def seconds(site) -> float:

@@ -28,6 +28,7 @@ class UnitKind:
     width_setting: str | None = None  # the prune setting that rounds its kept count to a multiple the model's config accepts
     layer_rows: bool = True  # its masks hold one row per layer (the residual stream's one row is not a layer's)
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
+    group_floor: int = 0  # the fewest units one of its mask groups keeps in all (a layer stack, the residual stream)
     record_key: str = ""  # its key in pruning records (default: its name)
 
     def owns(self, group: str) -> bool:
@@ -69,6 +70,10 @@ class UnitKind:
     def covered_flops(self, cost) -> float | None:
         """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover, the rest being fixed (None: all they hold)."""
         return None
+
+    def latency_parts(self) -> tuple[str, ...] | None:
+        """The parts ("attention", "feed_forward") timed to make its latency tables (None: it has no latency tables)."""
+        return None if type(self).latency_tables is UnitKind.latency_tables else self.parts
 
     def latency_tables(self, head_tables: dict | None, ffn_tables: dict | None, model: nn.Module) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} seconds with 0..units kept, from the measured head and FFN tables."""
