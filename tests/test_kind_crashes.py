@@ -142,8 +142,8 @@ def test_a_max_drop_target_of_layers_keeps_a_layer(capsys, monkeypatch, tmp_path
     "unit,fractions,removed,met",
     [
         ("layer", "[0,0.25,0.75]", [0, 0, 1], [True, False, True]),  # 2 layers: 25% rounds down to none, 75% to one
-        ("hidden", "[0.5,0.99]", [16, 31], [True, True]),  # 32 channels: 99% keeps one
-        ("[layer,hidden]", "[0.99]", [32], [False]),  # asks 33 of 34: the floors keep a layer and a channel
+        ("hidden", "[0.5,0.99]", [16, 28], [True, False]),  # 32 channels: 99% keeps one multiple of the 4 heads, unmet
+        ("[layer,hidden]", "[0.99]", [29], [False]),  # asks 33 of 34: a layer and one multiple of 4 channels stay
     ],
 )
 def test_fractions_round_down_to_whole_units_and_say_when_unmet(capsys, monkeypatch, tmp_path, unit, fractions, removed, met):

@@ -22,7 +22,10 @@ def field_names(cls) -> dict:
 
 
 def yaml_names(values: dict) -> dict:
-    return {k: yaml_names(v) if isinstance(v, dict) and k in ("lsq", "finetune", "stream", "duo") else None for k, v in values.items()}
+    return {
+        k: yaml_names(v) if isinstance(v, dict) and k in ("lsq", "reconstruct", "finetune", "stream", "duo") else None
+        for k, v in values.items()
+    }
 
 
 def composed_keys(group: str) -> dict:
