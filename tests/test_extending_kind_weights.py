@@ -104,3 +104,54 @@ def test_a_loaded_branch_model_is_timed_and_exported_to_onnx(lowrank, tmp_path):
     names = [i.name for i in session.get_inputs()]
     (logits,) = session.run(None, {name: batch[name].numpy() for name in names})
     _close(torch.from_numpy(np.asarray(logits)), _logits(pruned, batch))
+
+
+def _saved_branch_model(path):
+    """A tiny Llama as conf/model/tiny_llama.yaml draws it, with rank-4 branches, saved with a tokenizer for model.pretrained."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from headprune.models.tokenizers import special_ids, train_tokenizer
+
+    tokenizer = train_tokenizer([f"a small text number {i} about the branch" for i in range(50)], vocab_size=200)
+    ids = {k: v for k, v in special_ids(tokenizer).items() if k in ("pad_token_id", "eos_token_id", "bos_token_id")}
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=128, **ids,
+    )  # fmt: skip
+    save_pruned(attach_lowrank(LlamaForCausalLM(config).eval(), RANK), path, tokenizer=tokenizer)
+    return path
+
+
+def test_an_outside_kind_with_weights_runs_prune_speed_and_onnx_export(lowrank, capsys, monkeypatch, tmp_path):
+    from cli_runs import TINY_LM_PRUNE, headprune
+
+    saved = _saved_branch_model(tmp_path / "branches")
+    model = [f"model.pretrained={saved}", f"model.tokenizer={saved}"]
+    run = tmp_path / "prune"
+    status, err = headprune(
+        capsys, monkeypatch, tmp_path, run, *TINY_LM_PRUNE, *model, "prune.unit=lowrank", "prune.order=fisher", "prune.fractions=[0.5]"
+    )
+    assert status == 0, err
+    results = json.loads((run / "results.json").read_text())
+    steps = results["results"]["orders"]["fisher"]["steps"]
+    assert results["results"]["unit"] == "lowrank" and set(steps[-1]["mask"]) == {"dec_ffn_lowrank"}
+    base = [o for o in TINY_LM_PRUNE if o != "experiment=prune"] + model
+    speed = tmp_path / "speed"
+    timing = ["speed.batch_sizes=[2]", "speed.repeats=2", "speed.max_repeats=2", "speed.warmup=0"]
+    status, err = headprune(capsys, monkeypatch, tmp_path, speed, *base, "experiment=speed", f"speed.mask_file={run}/results.json", *timing)
+    assert status == 0, err
+    cost = json.loads((speed / "results.json").read_text())["results"]["cost"]
+    removed = sum(1 - v for row in steps[-1]["mask"]["dec_ffn_lowrank"] for v in row)
+    assert cost["original"]["parameters"] - cost["pruned"]["parameters"] == removed * (64 + 32)  # a row of a, a column of b
+    export = tmp_path / "export"
+    status, err = headprune(
+        capsys, monkeypatch, tmp_path, export, *base, "experiment=export", "export.format=onnx", f"export.mask_file={run}/results.json"
+    )
+    assert status == 0, err
+    import onnx
+
+    (graph,) = export.rglob("*.onnx")
+    branch_shapes = sorted(tuple(w.dims) for w in onnx.load(graph).graph.initializer if 0 < min(w.dims, default=0) < RANK)
+    kept = [int(sum(row)) for row in steps[-1]["mask"]["dec_ffn_lowrank"]]
+    assert branch_shapes == sorted([(64, k) for k in kept] + [(k, 32) for k in kept])  # the exported branches: the kept rank
