@@ -1816,10 +1816,13 @@ def _edited_record(tmp_path):
     model, _ = _tiny_gates()
     prune_heads(model, {"enc_self": {"0": [1]}})
     save_pruned(model, tmp_path / "pruned")
-    for name, key in (("config.json", "headprune_pruned_heads"), ("headprune_pruning.json", "pruned_heads")):
+    for name, keys in (("config.json", ["headprune_pruned_heads"]), ("headprune_pruning.json", ["kinds", "head", "pruned_heads"])):
         path = tmp_path / "pruned" / name
         saved = json.loads(path.read_text())
-        saved[key] = {"enc_self": {"0": [2]}}  # the same count, another head
+        entry = saved
+        for key in keys[:-1]:
+            entry = entry[key]
+        entry[keys[-1]] = {"enc_self": {"0": [2]}}  # the same count, another head
         path.write_text(json.dumps(saved))
     load_pruned(tmp_path / "pruned")
 
@@ -1978,7 +1981,7 @@ def _edited_ffn_record(tmp_path):
     save_pruned(model, tmp_path / "pruned")
     path = tmp_path / "pruned" / "headprune_pruning.json"
     saved = json.loads(path.read_text())
-    saved["pruned_neurons"] = {"enc_ffn": {"0": [1, 3]}}  # the same width, another neuron
+    saved["kinds"]["ffn"]["pruned_neurons"] = {"enc_ffn": {"0": [1, 3]}}  # the same width, another neuron
     path.write_text(json.dumps(saved))
     load_pruned(tmp_path / "pruned")
 

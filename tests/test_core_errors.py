@@ -48,12 +48,12 @@ def test_record_that_does_not_match_the_model(tmp_path):
     config["headprune_pruned_heads"] = {"enc_self": {"1": [0]}}  # says fewer heads than the weights have
     (tmp_path / "config.json").write_text(json.dumps(config))
     meta = json.loads((tmp_path / "headprune_pruning.json").read_text())
-    meta["pruned_heads"] = config["headprune_pruned_heads"]
+    meta["kinds"]["head"]["pruned_heads"] = config["headprune_pruned_heads"]
     (tmp_path / "headprune_pruning.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="does not match its weights"):
         load_pruned(tmp_path)
     config["headprune_pruned_heads"] = {"enc_self": {"8": [0]}}
-    meta["pruned_heads"] = config["headprune_pruned_heads"]
+    meta["kinds"]["head"]["pruned_heads"] = config["headprune_pruned_heads"]
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "headprune_pruning.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="does not match a bert model"):

@@ -80,7 +80,7 @@ def _edit_record(path, record):
     config["pruned_heads"] = record["enc_self"]
     (path / "config.json").write_text(json.dumps(config))
     meta = json.loads((path / RECORD_FILE).read_text())
-    meta["pruned_heads"] = record
+    meta["kinds"]["head"]["pruned_heads"] = record
     (path / RECORD_FILE).write_text(json.dumps(meta))
     return meta
 
@@ -101,6 +101,6 @@ def test_directory_without_digest_still_loads(tmp_path):
     prune_heads(model, {"enc_self": {1: [0, 1]}})
     save_pruned(model, tmp_path)
     meta = json.loads((tmp_path / RECORD_FILE).read_text())
-    del meta["weights_sha256"]
+    del meta["kinds"]["head"]["weights_sha256"]
     (tmp_path / RECORD_FILE).write_text(json.dumps(meta))
     torch.testing.assert_close(encoder_logits(load_pruned(tmp_path), batch), encoder_logits(model, batch), atol=1e-6, rtol=0)

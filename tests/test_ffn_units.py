@@ -240,7 +240,7 @@ def test_an_edited_ffn_record_is_refused_on_load(tmp_path):
     prune_neurons(model, {"enc_ffn": {0: [1, 2], 2: [5]}})
     save_pruned(model, tmp_path)
     record = json.loads((tmp_path / "headprune_pruning.json").read_text())
-    record["pruned_neurons"]["enc_ffn"]["2"] = [6]  # the same width, another neuron
+    record["kinds"]["ffn"]["pruned_neurons"]["enc_ffn"]["2"] = [6]  # the same width, another neuron
     (tmp_path / "headprune_pruning.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match="SHA-256"):
         load_pruned(tmp_path)

@@ -184,7 +184,7 @@ def test_save_and_load_round_trip(row, tmp_path):
     pruned, _ = _pruned(model, mask)
     save_pruned(pruned, tmp_path)
     record = json.loads((tmp_path / RECORD_FILE).read_text())
-    assert record["pruned_channels"] == {"hidden": {"0": (mask[0] == 0).nonzero().flatten().tolist()}}
+    assert record["kinds"]["hidden"]["pruned_channels"] == {"hidden": {"0": (mask[0] == 0).nonzero().flatten().tolist()}}
     loaded = load_pruned(tmp_path)
     assert loaded.config.hidden_size == int(mask.sum())
     assert unit_gates(loaded, "hidden").present()["hidden"].equal(mask.bool())

@@ -170,7 +170,7 @@ def test_save_load_round_trips_removed_layers(name, tmp_path):
     config = json.loads((tmp_path / "pruned" / "config.json").read_text())
     record = json.loads((tmp_path / "pruned" / "headprune_pruning.json").read_text())
     gone = {g: (m[:, 0] == 0).nonzero().flatten().tolist() for g, m in layer_mask.items()}
-    assert config[REMOVED_ATTR] == record["removed_layers"] == gone
+    assert config[REMOVED_ATTR] == record["kinds"]["layer"]["removed_layers"] == gone
     loaded = load_pruned(tmp_path / "pruned")
     _close(_logits(loaded, batch), _logits(model, batch))
     assert pruning_record(loaded) == pruning_record(model) and ffn_record(loaded) == ffn_record(model)

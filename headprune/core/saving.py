@@ -1,6 +1,5 @@
 """Save and load physically pruned models: HF ``save_pretrained`` files plus the pruning record."""
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -9,81 +8,46 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from headprune.core.families import family_for
-from headprune.core.ffn_saving import DIGESTS as FFN_DIGESTS
-from headprune.core.ffn_saving import ffn_digest, ffn_meta, rebuild_ffn
-from headprune.core.ffn_sites import ffn_sites_if_any
-from headprune.core.gates import AttentionSite, find_sites
-from headprune.core.hidden_pruning import build_width, hidden_meta, rebuild_hidden
-from headprune.core.layer_removal import REMOVED_ATTR, restore_layer_ids
-from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
+from headprune.core.kinds import KINDS, UnitKind
 
 RECORD_FILE = "headprune_pruning.json"
-V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group
-V4_GROUP = {"bert-like": "enc_self", "distilbert": "enc_self", "vit-like": "enc_self"}  # families v4 pruned, and the group it meant
-# (v4's T5 prune_heads failed with an AttributeError, so no T5 directory was ever pruned by v4 nor loads pruned in it)
+FORMAT = 2  # 2: each kind's entries under {"kinds": {name: ...}}; 1 (no "format"): the built-in kinds' entries at the top level
 
 
-def v4_pruned_heads(model: nn.Module, record: dict) -> dict[str, list[int]] | None:
-    """The record in v4's ``config.pruned_heads`` layout ({layer: [ids]}), or None when v4 cannot express it."""
-    group = V4_GROUP.get(family_for(model).name)
-    if group is None or set(record) - {group}:
-        return None
-    return {layer: list(ids) for layer, ids in record.get(group, {}).items()}
-
-
-def _record_from_v4(family_name: str, pruned_heads: dict) -> dict[str, dict[str, list[int]]]:
-    """A headprune record from v4's ``config.pruned_heads`` of a model of this family."""
-    group = V4_GROUP.get(family_name)
-    if group is None:
-        raise ValueError(f"config.json has v4 pruned_heads, but v4 pruned no heads in the {family_name} family")
-    layers = {str(int(layer)): sorted(int(h) for h in ids) for layer, ids in pruned_heads.items() if ids}
-    return {group: layers} if layers else {}
-
-
-def weights_digest(site: AttentionSite) -> str:
-    """SHA-256 of one attention module's kept head ids and its q/k/v/output weights (as float32)."""
-    digest = hashlib.sha256(json.dumps(site.head_ids).encode())
-    for which in ("query", "key", "value", "output"):
-        linear = site.linear(which)
-        tensors = [linear.weight] + ([linear.bias] if linear.bias is not None and which != "output" else [])
-        for tensor in tensors:
-            digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return digest.hexdigest()
+def saving_kinds() -> list[UnitKind]:
+    """The registered kinds in the order they save and rebuild (``rebuild_order``: depth first, then widths)."""
+    return sorted(KINDS.values(), key=lambda kind: kind.rebuild_order)  # stable: registry order within one rank
 
 
 def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
-    """Write the model (HF format), its tokenizer and ``headprune_pruning.json`` to ``path``."""
+    """Write the model (HF format), its tokenizer and ``headprune_pruning.json`` (each kind's ``save_meta``) to ``path``."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"save_pruned takes a directory to write the model into; {path} is a file: give a new or existing directory")
     path.mkdir(parents=True, exist_ok=True)
-    record = pruning_record(model)
-    setattr(model.config, RECORD_ATTR, record)
-    v4_record = v4_pruned_heads(model, record)
-    if v4_record is not None:
-        setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
-    ffn = ffn_meta(model)  # FFN neurons: the config's width fields are brought up to date before it is written
-    hidden = hidden_meta(model)  # residual channels: their record into the config before it is written
-    layers = getattr(model.config, REMOVED_ATTR, None) or {}  # removed layers {group: [original ids]}: config.json holds them too
+    kinds = {}
+    for kind in saving_kinds():  # before save_pretrained: a kind may bring the config up to date
+        entry = kind.save_meta(model)
+        if entry is not None:
+            kinds[kind.name] = entry
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
-    sites = find_sites(model)
-    heads = {f"{s.group}.{s.layer}": len(s.head_ids) for s in sites}
-    digests = {f"{s.group}.{s.layer}": weights_digest(s) for s in sites}
-    meta = {
-        "model_type": model.config.model_type,
-        "architecture": type(model).__name__,
-        "pruned_heads": record,
-        "heads_present": heads,
-        "weights_sha256": digests,
-        **ffn,
-        **hidden,
-        **({"removed_layers": layers} if layers else {}),
-    }
+    meta = {"model_type": model.config.model_type, "architecture": type(model).__name__, "format": FORMAT, "kinds": kinds}
     (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
     return path
+
+
+def kind_entries(meta: dict, file: Path) -> dict[str, dict]:
+    """{kind name: its entries} of a record file, of either format; a ValueError for a kind not registered now."""
+    if "kinds" not in meta:  # format 1: the built-in kinds' entries at the top level
+        return {kind.name: {k: meta[k] for k in kind.legacy_keys if k in meta} for kind in KINDS.values() if kind.legacy_keys}
+    unknown = [name for name in meta["kinds"] if name not in KINDS]
+    if unknown:
+        raise ValueError(
+            f"{file} holds units of the kinds {unknown}, which are not registered: register them (register_kind) before load_pruned"
+        )
+    return meta["kinds"]
 
 
 def _read_weights(file: Path) -> dict[str, torch.Tensor]:
@@ -165,26 +129,14 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         import transformers
 
         model_class = getattr(transformers, config.architectures[0])
-    record = getattr(config, RECORD_ATTR, None) or {}
     meta_file = path / RECORD_FILE
-    meta = _read_record(meta_file) if meta_file.exists() else {}
-    if meta and meta["pruned_heads"] != record:
-        raise ValueError(f"{meta_file} and config.json disagree on the pruned heads: {meta['pruned_heads']} vs {record}")
-    build_width(config)  # a model with residual channels removed is built at its original width, then sliced
+    entries = kind_entries(_read_record(meta_file), meta_file) if meta_file.exists() else None
+    kinds = saving_kinds()
+    for kind in kinds:
+        kind.build_config(config)  # the hidden kind builds at the original residual width, then slices
     model = model_class._from_config(config)
-    layers = getattr(config, REMOVED_ATTR, None) or {}
-    if meta and meta.get("removed_layers", {}) != layers:
-        raise ValueError(f"{meta_file} and config.json disagree on the removed layers: {meta.get('removed_layers', {})} vs {layers}")
-    restore_layer_ids(model, layers)  # heads and FFN widths below are recorded by original layer id
-    v4_record = getattr(config, V4_ATTR, None)
-    if v4_record and not record:  # a directory pruned by transformers v4 (save_pruned writes both: ours wins)
-        record = _record_from_v4(family_for(model).name, v4_record)
-    try:
-        prune_heads(model, record)
-    except (IndexError, ValueError) as err:
-        raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
-    rebuild_ffn(model, meta, path)  # FFN widths per layer, by original neuron id
-    rebuild_hidden(model, path)  # residual channels, by original id
+    for kind in kinds:  # depth first: heads and FFN widths are recorded by original layer id
+        kind.restore(model, None if entries is None else entries.get(kind.name, {}), path)
     expected = model.state_dict()
     state = _model_keys(model, _in_model_names(model, _state_dict_from(path)), expected)
     _pad_emptied_v4_layers(state, expected)
@@ -193,11 +145,11 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         k = wrong[0]
         raise ValueError(
             f"the pruning record in {path} does not match its weights: {k} has shape {tuple(state[k].shape)} "
-            f"in the file but {tuple(expected[k].shape)} after pruning {record} ({len(wrong)} tensors differ)"
+            f"in the file but {tuple(expected[k].shape)} after rebuilding its record ({len(wrong)} tensors differ)"
         )
     missing, _ = model.load_state_dict(state, strict=False)
-    check_digests(find_sites(model), meta.get("weights_sha256"), weights_digest, "attention module", "head", path)
-    check_digests(ffn_sites_if_any(model), meta.get(FFN_DIGESTS), ffn_digest, "feed-forward block", "neuron", path)
+    for kind in kinds:
+        kind.verify(model, None if entries is None else entries.get(kind.name, {}), path)
     model.tie_weights()
     tied = {
         name for name, p in model.named_parameters(remove_duplicate=False) if any(p is q for n, q in model.named_parameters() if n in state)

@@ -40,6 +40,8 @@ class HeadKind(UnitKind):
     rearrange_by = "fisher_blocks"
     recovery_parts = ("attention",)
     record_key = "heads"
+    rebuild_order = 10  # after removed layers: heads are recorded by original layer id
+    legacy_keys = ("pruned_heads", "heads_present", "weights_sha256")
 
     def owns(self, group: str) -> bool:
         return group in GROUPS
@@ -94,6 +96,23 @@ class HeadKind(UnitKind):
 
         return pruning_record(model)
 
+    def save_meta(self, model):
+        from headprune.core.head_saving import head_meta
+
+        return head_meta(model)
+
+    def restore(self, model, meta, path):
+        from headprune.core.head_saving import rebuild_heads
+
+        rebuild_heads(model, meta, path)
+
+    def verify(self, model, meta, path):
+        from headprune.core.gates import find_sites
+        from headprune.core.head_saving import DIGESTS, weights_digest
+        from headprune.core.saving import check_digests
+
+        check_digests(find_sites(model), (meta or {}).get(DIGESTS), weights_digest, "attention module", "head", path)
+
 
 class KVGroupKind(HeadKind):
     """KV groups: a KV head with all of its query heads, gated by one shared gate (grouped-query attention)."""
@@ -101,6 +120,16 @@ class KVGroupKind(HeadKind):
     name = "kv_group"
     noun = "KV group"
     config_fields = ("num_key_value_heads",)
+    legacy_keys = ()  # its removed groups are removed query heads: the head kind saves and restores them
+
+    def save_meta(self, model):
+        return None
+
+    def restore(self, model, meta, path):
+        return None
+
+    def verify(self, model, meta, path):
+        return None
 
     def refusal(self, fields, settings):
         if fields is not None and kv_heads_in_fields(fields) is None:

@@ -26,6 +26,8 @@ class FFNKind(UnitKind):
     recovery_parts = ("feed_forward",)
     floor_units = None  # FFN widths are far above any sensible per-layer floor of units
     record_key = "ffn"
+    rebuild_order = 20
+    legacy_keys = ("ffn_widths_orig", "pruned_neurons", "ffn_weights_sha256")
 
     def owns(self, group: str) -> bool:
         return group in FFN_GROUPS
@@ -86,3 +88,20 @@ class FFNKind(UnitKind):
         from headprune.core.ffn_sites import ffn_sites_if_any
 
         return ffn_record(model) if ffn_sites_if_any(model) else {}
+
+    def save_meta(self, model):
+        from headprune.core.ffn_saving import ffn_meta
+
+        return ffn_meta(model) or None
+
+    def restore(self, model, meta, path):
+        from headprune.core.ffn_saving import rebuild_ffn
+
+        rebuild_ffn(model, meta or {}, path)  # FFN widths per layer, by original neuron id
+
+    def verify(self, model, meta, path):
+        from headprune.core.ffn_saving import DIGESTS, ffn_digest
+        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.saving import check_digests
+
+        check_digests(ffn_sites_if_any(model), (meta or {}).get(DIGESTS), ffn_digest, "feed-forward block", "neuron", path)

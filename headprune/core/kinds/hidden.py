@@ -94,6 +94,8 @@ class HiddenKind(UnitKind):
     layer_rows = False  # one row for the whole stream
     record_key = "hidden"
     width_setting = "hidden_multiple"
+    rebuild_order = 30
+    legacy_keys = ("hidden_size_orig", "pruned_channels")
 
     def recovery_refusal(self):
         return (
@@ -170,3 +172,18 @@ class HiddenKind(UnitKind):
         from headprune.core.hidden_pruning import hidden_record
 
         return hidden_record(model)
+
+    def save_meta(self, model):
+        from headprune.core.hidden_pruning import hidden_meta
+
+        return hidden_meta(model) or None
+
+    def build_config(self, config):
+        from headprune.core.hidden_pruning import build_width
+
+        build_width(config)  # built at its original residual width, then sliced by ``restore``
+
+    def restore(self, model, meta, path):
+        from headprune.core.hidden_pruning import rebuild_hidden
+
+        rebuild_hidden(model, path)  # residual channels, by original id (config.json holds the record)

@@ -31,6 +31,8 @@ class LayerKind(UnitKind):
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
     group_floor = 1  # a stack keeps a layer: no family runs an empty stack
     record_key = RECORD_KEY
+    rebuild_order = 0  # depth first: the widths of the other kinds are recorded by original layer id
+    legacy_keys = ("removed_layers",)
 
     def recovery_refusal(self):
         return (
@@ -109,6 +111,22 @@ class LayerKind(UnitKind):
         if not layer_stacks(model):
             return {}  # no layers headprune can find, so none it removed
         return {group: {str(layer): [0] for layer in ids} for group, ids in removed_layers(model).items() if ids}  # each layer its one unit
+
+    def save_meta(self, model):
+        from headprune.core.layer_removal import REMOVED_ATTR
+
+        layers = getattr(model.config, REMOVED_ATTR, None) or {}  # {group: [original ids]}: config.json holds them too
+        return {"removed_layers": layers} if layers else None
+
+    def restore(self, model, meta, path):
+        from headprune.core.layer_removal import REMOVED_ATTR, restore_layer_ids
+
+        layers = getattr(model.config, REMOVED_ATTR, None) or {}
+        if meta is not None and meta.get("removed_layers", {}) != layers:
+            raise ValueError(
+                f"{path / 'headprune_pruning.json'} and config.json disagree on the removed layers: {meta.get('removed_layers', {})} vs {layers}"
+            )
+        restore_layer_ids(model, layers)
 
 
 def _tables(model, cost) -> dict[str, torch.Tensor]:

@@ -30,6 +30,8 @@ class UnitKind:
     floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
     group_floor: int = 0  # the fewest units one of its mask groups keeps in all (a layer stack, the residual stream)
     record_key: str = ""  # its key in pruning records (default: its name)
+    rebuild_order: int = 100  # save_pruned / load_pruned visit kinds by this rank: depth (layers) first, then widths, then the rest
+    legacy_keys: tuple[str, ...] = ()  # its entries at the top level of a headprune_pruning.json written before kinds had their own
 
     def owns(self, group: str) -> bool:
         """Whether a mask group holds units of this kind."""
@@ -107,6 +109,20 @@ class UnitKind:
             f"least-squares recovery rescales the kept heads or neurons of a layer that lost some, and removing {self.noun}s "
             "leaves every layer's heads and neurons whole, so it would fit nothing"
         )
+
+    def save_meta(self, model: nn.Module) -> dict | None:
+        """What save_pruned writes under this kind's name in headprune_pruning.json (None: nothing); it may update the config first."""
+        return None
+
+    def build_config(self, config) -> None:
+        """Before load_pruned builds a saved model from ``config``: set the config to the shape ``restore`` starts from."""
+
+    def restore(self, model: nn.Module, meta: dict | None, path) -> None:
+        """Rebuild this kind's structure on a freshly built model before its weights load (``meta``: what ``save_meta`` wrote,
+        {} if nothing; None: the directory has no headprune record)."""
+
+    def verify(self, model: nn.Module, meta: dict | None, path) -> None:
+        """After the weights load: a ValueError where they are not the ones this kind saved (``meta`` as for ``restore``)."""
 
     def removed(self, record: dict) -> int:
         """How many units a record of this kind removed."""

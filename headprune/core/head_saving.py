@@ -1,0 +1,77 @@
+"""The attention part of a saved pruned model: the head record in config.json (and v4's field), head counts and weight digests."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from headprune.core.families import family_for
+from headprune.core.gates import AttentionSite, find_sites
+from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
+
+V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group
+V4_GROUP = {"bert-like": "enc_self", "distilbert": "enc_self", "vit-like": "enc_self"}  # families v4 pruned, and the group it meant
+# (v4's T5 prune_heads failed with an AttributeError, so no T5 directory was ever pruned by v4 nor loads pruned in it)
+DIGESTS = "weights_sha256"
+
+
+def v4_pruned_heads(model: nn.Module, record: dict) -> dict[str, list[int]] | None:
+    """The record in v4's ``config.pruned_heads`` layout ({layer: [ids]}), or None when v4 cannot express it."""
+    group = V4_GROUP.get(family_for(model).name)
+    if group is None or set(record) - {group}:
+        return None
+    return {layer: list(ids) for layer, ids in record.get(group, {}).items()}
+
+
+def record_from_v4(family_name: str, pruned_heads: dict) -> dict[str, dict[str, list[int]]]:
+    """A headprune record from v4's ``config.pruned_heads`` of a model of this family."""
+    group = V4_GROUP.get(family_name)
+    if group is None:
+        raise ValueError(f"config.json has v4 pruned_heads, but v4 pruned no heads in the {family_name} family")
+    layers = {str(int(layer)): sorted(int(h) for h in ids) for layer, ids in pruned_heads.items() if ids}
+    return {group: layers} if layers else {}
+
+
+def weights_digest(site: AttentionSite) -> str:
+    """SHA-256 of one attention module's kept head ids and its q/k/v/output weights (as float32)."""
+    digest = hashlib.sha256(json.dumps(site.head_ids).encode())
+    for which in ("query", "key", "value", "output"):
+        linear = site.linear(which)
+        tensors = [linear.weight] + ([linear.bias] if linear.bias is not None and which != "output" else [])
+        for tensor in tensors:
+            digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def head_meta(model: nn.Module) -> dict:
+    """The attention entries of ``headprune_pruning.json``; writes the record (and v4's field where it fits) into the config first."""
+    record = pruning_record(model)
+    setattr(model.config, RECORD_ATTR, record)
+    v4_record = v4_pruned_heads(model, record)
+    if v4_record is not None:
+        setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
+    sites = find_sites(model)
+    return {
+        "pruned_heads": record,
+        "heads_present": {f"{s.group}.{s.layer}": len(s.head_ids) for s in sites},
+        DIGESTS: {f"{s.group}.{s.layer}": weights_digest(s) for s in sites},
+    }
+
+
+def rebuild_heads(model: nn.Module, meta: dict | None, path: Path) -> None:
+    """Remove the recorded heads from a freshly built model (config.json's record, else v4's); ``meta`` must agree with it."""
+    config = model.config
+    record = getattr(config, RECORD_ATTR, None) or {}
+    if meta is not None and meta.get("pruned_heads", {}) != record:
+        raise ValueError(
+            f"{path / 'headprune_pruning.json'} and config.json disagree on the pruned heads: {meta.get('pruned_heads', {})} vs {record}"
+        )
+    v4_record = getattr(config, V4_ATTR, None)
+    if v4_record and not record:  # a directory pruned by transformers v4 (save_pruned writes both: ours wins)
+        record = record_from_v4(family_for(model).name, v4_record)
+    try:
+        prune_heads(model, record)
+    except (IndexError, ValueError) as err:
+        raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
