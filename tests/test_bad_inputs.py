@@ -412,6 +412,20 @@ CONFIG_ROWS = [
     ("prune-finetune-distill-two", "nli", ["experiment=prune", "prune.finetune.distill_weight=2"], "prune.finetune.distill_weight", None),
     ("prune-finetune-temperature-zero", "nli", ["experiment=prune", "prune.finetune.temperature=0"], "prune.finetune.temperature", None),
     (
+        "prune-finetune-layer-distill-negative",
+        "nli",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.layer_distill=-1"],
+        "prune.finetune.layer_distill",
+        None,
+    ),
+    (
+        "prune-layer-distill-without-finetune",
+        "lm",
+        ["experiment=prune", "prune.recover=lsq", "prune.finetune.layer_distill=1.0"],
+        "prune.finetune.layer_distill=1.0 would be ignored",
+        None,
+    ),
+    (
         "prune-max-drop-on-eval",
         "nli",
         ["experiment=prune", "prune.target={{max_drop:1.0}}", "prune.selection_split=eval"],

@@ -1,5 +1,6 @@
 """Fine-tune recovery through Lightning: a short fine-tune of a physically pruned model, optionally distilled."""
 
+import time
 from collections.abc import Callable, Iterable
 
 import lightning as L
@@ -9,6 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from headprune.core.inputs import model_inputs
+from headprune.lightning.layer_distill import LayerTargets, layer_distillation_loss, layer_targets
 from headprune.scoring.importance import per_example_loss
 
 
@@ -29,6 +31,14 @@ def distillation_loss(
     return kl.mean() * temperature**2
 
 
+def real_tokens(batch: dict) -> int:
+    """Real input tokens of a training batch: attention-mask ones, every input id without a mask (examples without ids)."""
+    mask, ids = batch.get("attention_mask"), batch.get("input_ids")
+    if mask is not None:
+        return int(mask.sum())
+    return int(ids.numel()) if ids is not None else int(next(iter(batch.values())).shape[0])
+
+
 def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
     """Bool mask of real target tokens for sequence logits (B, T, V); None for one prediction per example."""
     labels = batch.get("labels")
@@ -38,7 +48,11 @@ def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
 
 
 class RecoveryModule(L.LightningModule):
-    """Fine-tune ``model`` on its per-example loss, mixed with distillation from ``teacher`` when one is given."""
+    """Fine-tune ``model`` on its per-example loss, mixed with distillation from ``teacher`` when one is given.
+
+    loss = (1 - distill_weight) * task + distill_weight * logit KL + layer_distill * hidden-state loss, the last the mean
+    over the student's layers of the normalised MSE to its original layer in the teacher (``layer_distillation_loss``).
+    """
 
     def __init__(
         self,
@@ -52,38 +66,76 @@ class RecoveryModule(L.LightningModule):
         warmup: float = 0.0,
         total_steps: int | None = None,
         log_prefix: str = "recover",
+        layer_distill: float = 0.0,
+        targets: LayerTargets | None = None,
     ):
         super().__init__()
         if not 0.0 <= distill_weight <= 1.0:
             raise ValueError(f"distill_weight mixes task and distillation losses: it must be in [0, 1], got {distill_weight}")
-        if distill_weight > 0 and teacher is None:
-            raise ValueError("distill_weight > 0 needs a teacher (the unpruned model); pass teacher= or distill_weight=0")
+        if not layer_distill >= 0.0:
+            raise ValueError(f"layer_distill weighs the hidden-state distillation: it must be >= 0, got {layer_distill}")
+        if (distill_weight > 0 or layer_distill > 0) and teacher is None:
+            raise ValueError("distillation (distill_weight or layer_distill > 0) needs a teacher (the unpruned model); pass teacher=")
         self.model, self.loss_fn = model, loss_fn
         self.teacher = teacher.eval().requires_grad_(False) if teacher is not None else None
         if not 0.0 <= warmup < 1.0:
             raise ValueError(f"warmup is the fraction of the fine-tune's steps spent warming up: it must be in [0, 1), got {warmup}")
         self.temperature, self.distill_weight, self.lr, self.weight_decay = temperature, distill_weight, lr, weight_decay
+        self.layer_distill = float(layer_distill)
+        self.targets = targets if targets is not None or not self.layer_distill else layer_targets(model, teacher)
         self.warmup, self.total_steps, self.log_prefix = warmup, total_steps, log_prefix
         self.history: list[dict] = []
+        self._mark = 0.0  # perf_counter at the end of the last step (or the start of training)
 
-    def losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """(task loss, distillation loss) of one batch; the distillation term is 0 without a teacher."""
-        outputs = self.model(**model_inputs(self.model, batch))
+    def losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(task loss, logit distillation loss, hidden-state distillation loss) of one batch; a term not asked for is 0."""
+        hidden = self.layer_distill > 0
+        outputs = self.model(**model_inputs(self.model, batch), **({"output_hidden_states": True} if hidden else {}))
         task = self.loss_fn(outputs, batch).mean()
-        if self.teacher is None or self.distill_weight == 0:
-            return task, task.new_zeros(())
+        zero = task.new_zeros(())
+        if self.teacher is None or (self.distill_weight == 0 and not hidden):
+            return task, zero, zero
         with torch.no_grad():
-            teacher_logits = self.teacher(**model_inputs(self.teacher, batch)).logits
-        return task, distillation_loss(outputs.logits, teacher_logits, self.temperature, _valid_positions(outputs.logits, batch))
+            teacher_outputs = self.teacher(**model_inputs(self.teacher, batch), **({"output_hidden_states": True} if hidden else {}))
+        distill = zero
+        if self.distill_weight > 0:
+            valid = _valid_positions(outputs.logits, batch)
+            distill = distillation_loss(outputs.logits, teacher_outputs.logits, self.temperature, valid)
+        layers = layer_distillation_loss(outputs, teacher_outputs, batch, self.targets) if hidden else zero
+        return task, distill, layers
+
+    def on_train_start(self) -> None:
+        self._mark = time.perf_counter()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        task, distill = self.losses(batch)
-        loss = (1 - self.distill_weight) * task + self.distill_weight * distill
+        task, distill, layers = self.losses(batch)
+        loss = (1 - self.distill_weight) * task + self.distill_weight * distill + self.layer_distill * layers
         n = next(iter(batch.values())).shape[0]
         prefix = self.log_prefix
-        self.log_dict({f"{prefix}/loss": loss, f"{prefix}/task": task, f"{prefix}/distill": distill}, batch_size=n)
-        self.history.append({"loss": float(loss.detach()), "task": float(task.detach()), "distill": float(distill.detach())})
+        logged = {f"{prefix}/loss": loss, f"{prefix}/task": task, f"{prefix}/distill": distill}
+        if self.layer_distill > 0:
+            logged[f"{prefix}/layer_distill"] = layers
+        self.log_dict(logged, batch_size=n)
+        self.history.append(
+            {
+                "loss": float(loss.detach()),
+                "task": float(task.detach()),
+                "distill": float(distill.detach()),
+                "layer_distill": float(layers.detach()),
+                "tokens": real_tokens(batch),
+            }
+        )
         return loss
+
+    def on_train_batch_end(self, outputs, batch: dict, batch_idx: int) -> None:
+        """The step's wall time (data, forward, backward and optimizer step) and the tokens per second so far."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.history[-1]["seconds"], self._mark = now - self._mark, now
+        tokens, seconds = sum(h["tokens"] for h in self.history), sum(h["seconds"] for h in self.history)
+        prefix = self.log_prefix
+        self.log_dict({f"{prefix}/tokens": float(tokens), f"{prefix}/tokens_per_s": tokens / max(seconds, 1e-9)}, batch_size=1)
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -124,14 +176,18 @@ def finetune_recover(
     lora_alpha: float | None = None,
     seed: int = 0,
     progress: bool = False,
+    layer_distill: float = 0.0,
     **trainer_kwargs,
 ) -> list[dict]:
-    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses."""
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses, tokens and seconds."""
     from headprune.lightning.lora import add_lora, merge_lora
 
     total = int(max_steps) if decay and max_epochs is None else None
+    targets = layer_targets(model, teacher) if layer_distill > 0 and teacher is not None else None  # read before LoRA wraps it
     trained = add_lora(model, int(lora_rank), lora_alpha, seed) if lora_rank is not None else model
-    module = RecoveryModule(trained, loss_fn, teacher, temperature, distill_weight, lr, weight_decay, warmup, total, log_prefix)
+    module = RecoveryModule(
+        trained, loss_fn, teacher, temperature, distill_weight, lr, weight_decay, warmup, total, log_prefix, layer_distill, targets
+    )
     settings = dict(
         logger=False,
         log_every_n_steps=1,

@@ -4,13 +4,8 @@ import copy
 
 from headprune.core.checks import ConfigError
 from headprune.lightning.finetune import finetune_recover
+from headprune.lightning.finetune import real_tokens as batch_tokens
 from headprune.tasks.base import rows_of
-
-
-def batch_tokens(batch: dict) -> int:
-    """Real input tokens of a training batch (attention-mask ones; every position without a mask)."""
-    mask = batch.get("attention_mask")
-    return int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
 
 
 def budget_batches(task, tokens: int, seed: int) -> list[dict]:
@@ -76,7 +71,7 @@ def check_lora_rank(model, rank: int) -> None:
 
 def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, label: str) -> list[dict]:
     """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
-    weight = float(finetune.distill_weight)
+    weight, layer_distill = float(finetune.distill_weight), float(finetune.layer_distill)
     device = next(model.parameters()).device
     flags = [p.requires_grad for p in teacher.parameters()]
     rank = finetune.lora_rank
@@ -86,8 +81,9 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, lab
         return finetune_recover(
             model,
             batches,
-            teacher=teacher if weight > 0 else None,
+            teacher=teacher if weight > 0 or layer_distill > 0 else None,
             distill_weight=weight,
+            layer_distill=layer_distill,
             temperature=float(finetune.temperature),
             max_steps=finetune_steps(finetune, batches),
             lr=float(finetune.lr),
@@ -106,15 +102,25 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, lab
             parameter.requires_grad_(flag)
 
 
-def control_model(task, rounds: list[list[dict]], finetune, logger) -> tuple[object, list[float]]:
-    """(a copy of the unpruned model fine-tuned like the pruned ones, each step's loss), distilled from a frozen copy of it."""
+def control_model(task, rounds: list[list[dict]], finetune, logger) -> tuple[object, list[dict]]:
+    """(a copy of the unpruned model fine-tuned like the pruned ones, each step's history), distilled from a frozen copy of it."""
     model = copy.deepcopy(task.model)
     teacher = copy.deepcopy(task.model).eval()
-    losses = []
+    history = []
     for number, batches in enumerate(rounds):
         label = "control" if len(rounds) == 1 else f"control/step{number + 1}"
-        losses += [h["loss"] for h in finetune_in_place(model, teacher, batches, finetune, logger, label)]
-    return model, losses
+        history += finetune_in_place(model, teacher, batches, finetune, logger, label)
+    return model, history
+
+
+def finetune_record(history: list[dict]) -> dict:
+    """What a point records of its fine-tune: each step's loss, the real tokens trained on and tokens per second of training."""
+    tokens, seconds = sum(h["tokens"] for h in history), sum(h["seconds"] for h in history)
+    return {
+        "finetune_losses": [h["loss"] for h in history],
+        "finetune_tokens": tokens,
+        "finetune_tokens_per_s": tokens / seconds if seconds > 0 else None,
+    }
 
 
 def budget_info(finetune, rounds: list[list[dict]]) -> dict:

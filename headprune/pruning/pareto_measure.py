@@ -13,7 +13,7 @@ from headprune.core.units import prune_unit_mask
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
-from headprune.pruning.finetune_runs import control_model, finetune_in_place
+from headprune.pruning.finetune_runs import control_model, finetune_in_place, finetune_record
 from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, relative, unpruned_point
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
@@ -91,7 +91,7 @@ def recovered_model(
     if recovery == "finetune":
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
         history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
-        return model, HeadGates(model), None, {"finetune_losses": [h["loss"] for h in history]}
+        return model, HeadGates(model), None, finetune_record(history)
     raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq, reconstruct or finetune")
 
 
@@ -153,9 +153,9 @@ def control_point(task, ctx: ParetoRun) -> dict:
     """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
     recipe = control_recipe(ctx)
     model = saved_model(ctx.out, recipe) if recipe else None
-    reused, losses = model is not None, None
+    reused, history = model is not None, None
     if not reused:
-        model, losses = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
+        model, history = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
     with swapped_model(task, model, HeadGates(model)):
         results = {split: evaluate_one(task, None, split, CONTROL_POINT, progress=ctx.progress) for split in eval_splits(ctx)}
     saved = {}
@@ -173,7 +173,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
         "score": score,
         "relative": relative(score, ctx.base.score),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
-        **({"finetune_losses": losses} if losses is not None else {}),
+        **(finetune_record(history) if history is not None else {}),
         **saved,
     }
 

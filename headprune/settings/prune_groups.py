@@ -41,6 +41,7 @@ class FinetuneSettings:
     lr: float = setting(POSITIVE, PRUNE)
     distill_weight: float = setting(rule(number, low=0.0, high=1.0, closed="[]"), PRUNE)
     temperature: float = setting(POSITIVE, PRUNE)
+    layer_distill: float = setting(rule(number, low=0.0), PRUNE)
     examples: int | None = setting(optional(COUNT), PRUNE)
     tokens: int | None = setting(optional(COUNT), PRUNE)
     seed: int = setting(rule(integer), PRUNE)
