@@ -104,3 +104,15 @@ def test_too_few_tokens_are_refused(pruned):
     tiny = [{k: v[:1, :2] if torch.is_tensor(v) and v.dim() == 2 else v[:1] if torch.is_tensor(v) else v for k, v in batches[0].items()}]
     with pytest.raises(ValueError, match="prune.recover_examples"):
         reconstruct(copy.deepcopy(model), task.model, tiny)
+
+
+def test_layer_replay_equals_whole_passes(pruned):
+    """Replaying one layer at a time gives the same re-solved model as passes of the whole model up to each projection."""
+    task, model, _, batches = pruned
+    by_layers, by_passes = copy.deepcopy(model), copy.deepcopy(model)
+    first = reconstruct(by_layers, task.model, batches)
+    second = reconstruct(by_passes, task.model, batches, by_layers=False)
+    assert (first["engine"], second["engine"]) == ("layers", "passes")
+    assert first["error_after"].keys() == second["error_after"].keys()
+    for (name, a), b in zip(by_layers.named_parameters(), by_passes.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()), msg=name)

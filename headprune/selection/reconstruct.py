@@ -19,6 +19,16 @@ from torch import nn
 from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
 from headprune.selection.captures import captured_module_inputs
+from headprune.selection.layer_replay import (
+    hidden_input,
+    layer_calls,
+    layer_of,
+    replay,
+    replay_outputs,
+    replay_until,
+    stacks_of,
+    with_input,
+)
 
 
 def shrunk_projections(model: nn.Module, teacher: nn.Module) -> list[str]:
@@ -110,6 +120,85 @@ def check_calibration(names: list[str], model: nn.Module, tokens: int) -> None:
 
 
 @torch.no_grad()
+def fit_projection(module: nn.Module, pairs, ridge: float) -> tuple[float, float]:
+    """Re-solve one projection from (x (N, K), y (N, out)) pairs of its inputs and targets; (relative error before, after)."""
+    with_bias = getattr(module, "bias", None) is not None
+    k = in_features(module)
+    gram = torch.zeros(k + with_bias, k + with_bias, dtype=torch.float64)
+    cross = torch.zeros(k + with_bias, out_features(module), dtype=torch.float64)
+    weight = linear_weight(module).detach().double().cpu()
+    bias = module.bias.detach().double().cpu() if with_bias else 0
+    error, norm = 0.0, 0.0
+    for x, y in pairs:
+        x, y = x.double().cpu(), y.double().cpu()  # (N, K), (N, out)
+        error, norm = error + float(((x @ weight.t() + bias - y) ** 2).sum()), norm + float((y**2).sum())
+        a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
+        gram += a.t() @ a
+        cross += a.t() @ y
+    solution = solve_projection(gram, cross, weight, with_bias, ridge)
+    write_projection(module, solution.to(module.weight.device), with_bias)
+    s = solution.t()  # (K [+1], out); the error left, from the normal equations: s^T G s - 2 s^T A^T Y + ||Y||^2
+    residual = float((s * (gram @ s)).sum() - 2 * (s * cross).sum()) + norm
+    return error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
+
+
+def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[float, float]]:
+    """Each projection fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)."""
+    order, targets = teacher_targets(teacher, names, batches)
+    check_calibration(order, model, sum(next(iter(t.values())).shape[0] for t in targets))
+    modules, errors = dict(model.named_modules()), {}
+    for name in order:
+        module = modules[name]
+
+        def pairs(module=module, name=name):
+            for batch, target in zip(batches, targets):
+                x = captured_module_inputs(model, {0: module}, batch, stop=True)[0]
+                yield valid_token_rows(x, batch), target[name]
+
+        errors[name] = fit_projection(module, pairs(), ridge)
+        bar.update(1)
+    return errors
+
+
+def _by_layers(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[float, float]] | None:
+    """Each projection fitted on inputs from replaying its layer on the reconstructed layers' outputs; None: no layer holds one."""
+    stacks = [s for s in stacks_of(teacher) if any(layer_of(n, s) for n in names)]
+    if not stacks or any(layer_of(n, [p for s in stacks for p in s]) is None for n in names):
+        return None
+    if stacks_of(model) != stacks_of(teacher):
+        return None
+    ours, theirs, errors = dict(model.named_modules()), dict(teacher.named_modules()), {}
+    rows_checked = False
+    for stack in stacks:
+        t_calls = [layer_calls(teacher, stack, b) for b in batches]  # the teacher's own stream
+        p_calls = [layer_calls(model, stack, b) for b in batches]  # the pruned stream, lower stacks reconstructed
+        t_hidden = [hidden_input(c[stack[0]]) for c in t_calls]
+        p_hidden = [hidden_input(c[stack[0]]) for c in p_calls]
+        for layer in stack:
+            here = [n for n in names if layer_of(n, [layer])]
+            t_out, targets = [], []
+            for b, calls in enumerate(t_calls):
+                out, got = replay_outputs(theirs[layer], with_input(calls[layer], t_hidden[b]), {n: theirs[n] for n in here})
+                t_out.append(out)
+                targets.append({n: valid_token_rows(y, batches[b]) for n, y in got.items()})
+            if not rows_checked and here:
+                check_calibration(names, model, sum(t[here[0]].shape[0] for t in targets))
+                rows_checked = True
+            for name in [n for n in targets[0] if n in here] if targets else []:  # in the order they ran
+
+                def pairs(name=name, layer=layer):
+                    for b, calls in enumerate(p_calls):
+                        x = replay_until(ours[layer], with_input(calls[layer], p_hidden[b]), ours[name])
+                        yield valid_token_rows(x, batches[b]), targets[b][name]
+
+                errors[name] = fit_projection(ours[name], pairs(), ridge)
+                bar.update(1)
+            p_hidden = [replay(ours[layer], with_input(calls[layer], p_hidden[b])) for b, calls in enumerate(p_calls)]
+            t_hidden = t_out
+    return errors
+
+
+@torch.no_grad()
 def reconstruct(
     model: nn.Module,
     teacher: nn.Module,
@@ -117,10 +206,12 @@ def reconstruct(
     ridge: float = 1e-2,
     progress: bool = False,
     projections: list[str] | None = None,
+    by_layers: bool = True,
 ) -> dict:
     """Re-solve each shrunk projection of the physically pruned ``model`` towards ``teacher``, sequentially; returns a record.
 
-    ``projections`` names the projections to re-solve instead (a masked model's, whose widths did not shrink).
+    ``projections`` names the projections to re-solve instead (a masked model's, whose widths did not shrink);
+    ``by_layers`` replays one layer at a time where every projection sits in a layer (else whole passes up to each).
     """
     from tqdm.auto import tqdm
 
@@ -129,33 +220,23 @@ def reconstruct(
         raise ValueError("reconstruct got no batches: give a few training batches (model inputs)")
     names = shrunk_projections(model, teacher) if projections is None else list(projections)
     if not names:
-        return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}}
-    order, targets = teacher_targets(teacher, names, batches)
-    tokens = sum(next(iter(t.values())).shape[0] for t in targets)
-    check_calibration(order, model, tokens)
+        return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None}
+    tokens = sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)
     modules = dict(model.named_modules())
-    before, after, folded = {}, {}, 0
-    with eval_mode(model), tqdm(order, desc="reconstruct", unit="layer", disable=not progress, leave=False) as bar:
-        for name in bar:
-            module = modules[name]
-            with_bias = getattr(module, "bias", None) is not None
-            k = in_features(module)
-            gram = torch.zeros(k + with_bias, k + with_bias, dtype=torch.float64)
-            cross = torch.zeros(k + with_bias, out_features(module), dtype=torch.float64)
-            error, norm = 0.0, 0.0
-            for batch, target in zip(batches, targets):
-                x = valid_token_rows(captured_module_inputs(model, {0: module}, batch, stop=True)[0], batch).double().cpu()
-                y = target[name].double()  # (N, out)
-                current = x @ linear_weight(module).double().cpu().t() + (module.bias.double().cpu() if with_bias else 0)
-                error, norm = error + float(((current - y) ** 2).sum()), norm + float((y**2).sum())
-                a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
-                gram += a.t() @ a
-                cross += a.t() @ y
-            solution = solve_projection(gram, cross, linear_weight(module).detach().cpu(), with_bias, ridge)
-            write_projection(module, solution.to(module.weight.device), with_bias)
-            # the new error from the normal equations: ||A s - Y||^2 = s^T G s - 2 s^T A^T Y + ||Y||^2
-            s = solution.t()  # (K [+1], out)
-            residual = float((s * (gram @ s)).sum() - 2 * (s * cross).sum()) + norm
-            before[name], after[name] = error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
-            folded += with_bias
-    return {"projections": len(order), "tokens": tokens, "bias_folded": folded, "error_before": before, "error_after": after}
+    with (
+        eval_mode(model),
+        eval_mode(teacher),
+        tqdm(total=len(names), desc="reconstruct", unit="projection", disable=not progress, leave=False) as bar,
+    ):
+        errors = _by_layers(model, teacher, names, batches, ridge, bar) if by_layers else None
+        engine = "layers" if errors is not None else "passes"
+        if errors is None:
+            errors = _by_passes(model, teacher, names, batches, ridge, bar)
+    return {
+        "projections": len(errors),
+        "tokens": tokens,
+        "bias_folded": sum(getattr(modules[n], "bias", None) is not None for n in errors),
+        "error_before": {n: e[0] for n, e in errors.items()},
+        "error_after": {n: e[1] for n, e in errors.items()},
+        "engine": engine,
+    }

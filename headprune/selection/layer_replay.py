@@ -1,0 +1,119 @@
+"""Run a model one Transformer layer at a time: each layer's call (args, kwargs) caught once, then replayed on new inputs.
+
+Layer-wise reconstruction re-solves a layer's projections and moves on: replaying each layer on the cached outputs of
+the one below costs about one forward pass per projection group instead of one pass up to every projection.
+"""
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from headprune.core.inputs import model_inputs
+from headprune.core.layer_sites import INPUT_NAMES, layer_stacks
+
+
+class _Stop(Exception):
+    """Raised by a hook to end a replay once what it wanted has run."""
+
+
+def stacks_of(model: nn.Module) -> list[list[str]]:
+    """The paths of the model's layers, one list per stack, in model order."""
+    out: dict[str, list[str]] = {}
+    for layer, (stack, _) in layer_stacks(model).items():
+        out.setdefault(stack, []).append(layer)
+    return [sorted(layers, key=lambda p: int(p.rsplit(".", 1)[1])) for layers in out.values()]
+
+
+def layer_of(name: str, layers: list[str]) -> str | None:
+    """The layer (of ``layers``) that holds the module ``name``, or None."""
+    return next((layer for layer in layers if name.startswith(layer + ".")), None)
+
+
+@contextmanager
+def no_cache(model: nn.Module):
+    """Within the block the model keeps no KV cache (a replayed layer would append to it again)."""
+    config = getattr(model, "config", None)
+    before = getattr(config, "use_cache", None)
+    if before is not None:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        if before is not None:
+            config.use_cache = before
+
+
+@torch.no_grad()
+def layer_calls(model: nn.Module, layers: list[str], batch: dict) -> dict[str, tuple[tuple, dict]]:
+    """{layer path: (args, kwargs) of its call} from one forward pass of ``batch``."""
+    modules = dict(model.named_modules())
+    calls: dict[str, tuple[tuple, dict]] = {}
+    handles = [
+        modules[p].register_forward_pre_hook(lambda m, a, k, p=p: calls.setdefault(p, (a, dict(k))), with_kwargs=True) for p in layers
+    ]
+    try:
+        with no_cache(model):
+            model(**model_inputs(model, batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def hidden_input(call: tuple[tuple, dict]) -> torch.Tensor:
+    """The hidden states a layer call takes (its first argument, or its ``hidden_states`` keyword)."""
+    args, kwargs = call
+    if args:
+        return args[0]
+    return next(kwargs[name] for name in INPUT_NAMES if name in kwargs)
+
+
+def with_input(call: tuple[tuple, dict], hidden: torch.Tensor) -> tuple[tuple, dict]:
+    """The same layer call on other hidden states."""
+    args, kwargs = call
+    if args:
+        return (hidden, *args[1:]), kwargs
+    name = next(name for name in INPUT_NAMES if name in kwargs)
+    return args, {**kwargs, name: hidden}
+
+
+@torch.no_grad()
+def replay(layer: nn.Module, call: tuple[tuple, dict]) -> torch.Tensor:
+    """The layer's output hidden states on its call."""
+    args, kwargs = call
+    with no_cache(layer):
+        out = layer(*args, **kwargs)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+@torch.no_grad()
+def replay_until(layer: nn.Module, call: tuple[tuple, dict], module: nn.Module) -> torch.Tensor:
+    """The input of ``module`` (inside ``layer``) on this call; the replay stops there."""
+    store = {}
+
+    def hook(m, args):
+        store["x"] = args[0].detach()
+        raise _Stop
+
+    handle = module.register_forward_pre_hook(hook)
+    try:
+        replay(layer, call)
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    return store["x"]
+
+
+@torch.no_grad()
+def replay_outputs(layer: nn.Module, call: tuple[tuple, dict], modules: dict[str, nn.Module]) -> tuple[torch.Tensor, dict]:
+    """(the layer's output, {name: each module's output, in the order they ran}) on this call."""
+    store: dict[str, torch.Tensor] = {}
+    handles = [m.register_forward_hook(lambda mod, a, out, n=n: store.setdefault(n, out.detach())) for n, m in modules.items()]
+    try:
+        out = replay(layer, call)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out, store
