@@ -792,10 +792,10 @@ CONFIG_ROWS = [
         None,
     ),
     (
-        "prune-reconstruct-hidden",
+        "prune-lsq-with-hidden-in-a-list",
         "lm",
-        ["experiment=prune", "prune.unit=hidden", "prune.recover=reconstruct", "prune.fractions=[0.25]"],
-        "prune.recover=reconstruct with prune.unit=hidden: hidden:",
+        ["experiment=prune", "prune.unit=[ffn,hidden]", "prune.recover=lsq", "prune.fractions=[0.25]"],
+        "hidden: least-squares recovery rescales heads and neurons",
         None,
     ),
     (

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
+from headprune.core.kinds import KINDS
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
 from headprune.selection.captures import captured_module_inputs
 from headprune.selection.layer_replay import (
@@ -31,15 +32,25 @@ from headprune.selection.layer_replay import (
 )
 
 
-def shrunk_projections(model: nn.Module, teacher: nn.Module) -> list[str]:
-    """The names of the projections of ``model`` that read fewer inputs than the teacher's of the same name, same outputs."""
+def shrunk_projections(model: nn.Module, teacher: nn.Module) -> dict[str, list[int] | None]:
+    """{name: original ids of its kept output rows (None: all)} of the projections of ``model`` that read fewer inputs than
+    the teacher's of the same name; one whose outputs shrank too is listed where a kind says which rows it kept, and one
+    whose weight is an embedding's (a tied head) never."""
     ours = dict(model.named_modules())
-    names = []
+    rows: dict[int, list[int]] = {}
+    for kind in KINDS.values():
+        rows.update(kind.kept_rows(model))
+    tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    names: dict[str, list[int] | None] = {}
     for name, module in teacher.named_modules():
         mine = ours.get(name)
-        if is_projection(module) and mine is not None and is_projection(mine):
-            if in_features(mine) < in_features(module) and out_features(mine) == out_features(module):
-                names.append(name)
+        if not (is_projection(module) and mine is not None and is_projection(mine)) or id(mine.weight) in tied:
+            continue
+        if in_features(mine) < in_features(module):
+            if out_features(mine) == out_features(module):
+                names[name] = None
+            elif len(rows.get(id(mine), ())) == out_features(mine):
+                names[name] = rows[id(mine)]
     return names
 
 
@@ -142,10 +153,14 @@ def fit_projection(module: nn.Module, pairs, ridge: float) -> tuple[float, float
     return error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
 
 
+def kept(y: torch.Tensor, rows: list[int] | None) -> torch.Tensor:
+    """The teacher's output y (N, out) at the output rows the pruned projection kept (None: all)."""
+    return y if rows is None else y[:, rows]
+
+
 def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[float, float]]:
     """Each projection fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)."""
     order, targets = teacher_targets(teacher, names, batches)
-    check_calibration(order, model, sum(next(iter(t.values())).shape[0] for t in targets))
     modules, errors = dict(model.named_modules()), {}
     for name in order:
         module = modules[name]
@@ -153,7 +168,7 @@ def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[fl
         def pairs(module=module, name=name):
             for batch, target in zip(batches, targets):
                 x = captured_module_inputs(model, {0: module}, batch, stop=True)[0]
-                yield valid_token_rows(x, batch), target[name]
+                yield valid_token_rows(x, batch), kept(target[name], names[name])
 
         errors[name] = fit_projection(module, pairs(), ridge)
         bar.update(1)
@@ -163,12 +178,9 @@ def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[fl
 def _by_layers(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[float, float]] | None:
     """Each projection fitted on inputs from replaying its layer on the reconstructed layers' outputs; None: no layer holds one."""
     stacks = [s for s in stacks_of(teacher) if any(layer_of(n, s) for n in names)]
-    if not stacks or any(layer_of(n, [p for s in stacks for p in s]) is None for n in names):
-        return None
-    if stacks_of(model) != stacks_of(teacher):
+    if not stacks or stacks_of(model) != stacks_of(teacher):
         return None
     ours, theirs, errors = dict(model.named_modules()), dict(teacher.named_modules()), {}
-    rows_checked = False
     for stack in stacks:
         t_calls = [layer_calls(teacher, stack, b) for b in batches]  # the teacher's own stream
         p_calls = [layer_calls(model, stack, b) for b in batches]  # the pruned stream, lower stacks reconstructed
@@ -181,15 +193,12 @@ def _by_layers(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[fl
                 out, got = replay_outputs(theirs[layer], with_input(calls[layer], t_hidden[b]), {n: theirs[n] for n in here})
                 t_out.append(out)
                 targets.append({n: valid_token_rows(y, batches[b]) for n, y in got.items()})
-            if not rows_checked and here:
-                check_calibration(names, model, sum(t[here[0]].shape[0] for t in targets))
-                rows_checked = True
             for name in [n for n in targets[0] if n in here] if targets else []:  # in the order they ran
 
                 def pairs(name=name, layer=layer):
                     for b, calls in enumerate(p_calls):
                         x = replay_until(ours[layer], with_input(calls[layer], p_hidden[b]), ours[name])
-                        yield valid_token_rows(x, batches[b]), targets[b][name]
+                        yield valid_token_rows(x, batches[b]), kept(targets[b][name], names[name])
 
                 errors[name] = fit_projection(ours[name], pairs(), ridge)
                 bar.update(1)
@@ -218,20 +227,22 @@ def reconstruct(
     batches = list(batches)
     if not batches:
         raise ValueError("reconstruct got no batches: give a few training batches (model inputs)")
-    names = shrunk_projections(model, teacher) if projections is None else list(projections)
+    names = shrunk_projections(model, teacher) if projections is None else dict.fromkeys(projections)
     if not names:
         return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None}
-    tokens = sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)
+    tokens = sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)  # the encoder's
     modules = dict(model.named_modules())
     with (
         eval_mode(model),
         eval_mode(teacher),
         tqdm(total=len(names), desc="reconstruct", unit="projection", disable=not progress, leave=False) as bar,
     ):
-        errors = _by_layers(model, teacher, names, batches, ridge, bar) if by_layers else None
+        inside = {n: r for n, r in names.items() if layer_of(n, [p for s in stacks_of(teacher) for p in s])}
+        check_calibration(list(inside), model, tokens)  # a head reading one vector per example leans on the ridge
+        errors = _by_layers(model, teacher, inside, batches, ridge, bar) if by_layers and inside else None
         engine = "layers" if errors is not None else "passes"
-        if errors is None:
-            errors = _by_passes(model, teacher, names, batches, ridge, bar)
+        rest = {n: r for n, r in names.items() if errors is None or n not in errors}  # after the layers: the heads that read them
+        errors = {**(errors or {}), **(_by_passes(model, teacher, rest, batches, ridge, bar) if rest else {})}
     return {
         "projections": len(errors),
         "tokens": tokens,

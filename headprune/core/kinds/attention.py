@@ -69,6 +69,20 @@ class HeadKind(UnitKind):
     def query_head_rows(self, rows, fields):
         return rows
 
+    def kept_rows(self, model):
+        from headprune.core.gates import find_sites
+
+        rows = {}
+        for site in find_sites(model):
+            q, k, v = (site.linear(w) for w in ("query", "key", "value"))
+            if len({id(q), id(k), id(v)}) < 3 or not site.head_ids:
+                continue  # a fused q/k/v projection: its rows are not one kind's
+            d = site.head_dim
+            rows[id(q)] = [h * d + i for h in site.head_ids for i in range(d)]
+            kv = site.kv_ids or site.head_ids
+            rows[id(k)] = rows[id(v)] = [h * d + i for h in kv for i in range(d)]
+        return rows
+
     def unit_columns(self, site):
         if not _attention_site(site) or not site.head_ids:
             return None

@@ -2,6 +2,7 @@
 
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.mlp_layouts import FFN_GROUPS
+from headprune.core.projections import out_features
 
 NEURON_ABLATION = (
     "removing one FFN neuron at a time is no useful pruning order: a feed-forward block holds hundreds to thousands of "
@@ -59,6 +60,17 @@ class FFNKind(UnitKind):
         from headprune.core.ffn_sites import FFNSite
 
         return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None
+
+    def kept_rows(self, model):
+        from headprune.core.ffn_sites import ffn_sites_if_any
+
+        rows = {}
+        for site in ffn_sites_if_any(model):
+            for path in site.up_paths():
+                up = site.projection(path)
+                if out_features(up) == len(site.neuron_ids):  # a fused gate/up projection holds two rows per neuron
+                    rows[id(up)] = list(site.neuron_ids)
+        return rows
 
     def unit_columns(self, site):
         from headprune.core.ffn_sites import FFNSite

@@ -85,9 +85,10 @@ class HiddenKind(UnitKind):
     config_fields = ("hidden_size",)
     ablation = CHANNEL_ABLATION
     rearrangement = NO_REARRANGEMENT
-    reconstruction = (
-        "a residual channel is an input and an output of every layer and changes every norm's statistics; reconstruction "
-        "re-solves projections that lost inputs only (heads, KV groups, FFN neurons)"
+    reconstruction = None  # the projections that read the stream are re-solved on the kept channels, those that write it on their rows
+    lsq_conflict = (
+        "least-squares recovery rescales heads and neurons against the unpruned layer's output at the same residual width, and "
+        "removed channels change that width: use prune.recover=reconstruct"
     )
     floor_units = None
     group_floor = 1  # the residual stream keeps a channel
@@ -96,6 +97,14 @@ class HiddenKind(UnitKind):
     width_setting = "hidden_multiple"
     rebuild_order = 30
     legacy_keys = ("hidden_size_orig", "pruned_channels")
+
+    def kept_rows(self, model):
+        from headprune.core.hidden_sites import IDS_ATTR, hidden_group
+
+        book = getattr(model, IDS_ATTR, None)
+        if not book or len(book["ids"]) == book["width_orig"]:
+            return {}
+        return {id(writer): list(book["ids"]) for writer in hidden_group(model).writers}
 
     def recovery_refusal(self):
         return (

@@ -172,9 +172,10 @@ def keep_one_refusal(unit) -> str | None:
 
 
 def lsq_refusal(unit) -> str | None:
-    """Why least-squares recovery fits nothing in ``unit`` (every kind of it refuses), else None."""
+    """Why least-squares recovery cannot follow ``unit`` (a kind conflicts with it, or every kind fits nothing), else None."""
     reasons = [kind.recovery_refusal() for kind in kinds_of(unit)]
-    return reasons[0] if all(reasons) else None
+    conflict = next((f"{kind.name}: {kind.lsq_conflict}" for kind in kinds_of(unit) if kind.lsq_conflict), None)
+    return conflict or (reasons[0] if all(reasons) else None)
 
 
 def noun(unit, plural: bool = False) -> str:

@@ -21,6 +21,7 @@ class UnitKind:
     reconstruction: str | None = (
         "it has no layer-wise reconstruction"  # why prune.recover=reconstruct cannot re-solve after it (None: it can)
     )
+    lsq_conflict: str | None = None  # why least-squares recovery cannot run on a unit that holds this kind (None: it can)
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
     rearrange_by: str | None = None  # how its rearrangement is computed: "fisher_blocks" (a U x U block per layer) or "gradients"
@@ -60,6 +61,10 @@ class UnitKind:
     def unit_columns(self, site) -> tuple[nn.Module, list[int], list[list[int]]] | None:
         """(the projection that reads a site's units, their original ids, each unit's input columns of it); None: not its site."""
         return None
+
+    def kept_rows(self, model: nn.Module) -> dict[int, list[int]]:
+        """{id(projection): original ids of the output rows it keeps} of the projections whose outputs this kind shrank."""
+        return {}
 
     def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, as the part costs in the whole model."""
