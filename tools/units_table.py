@@ -12,7 +12,7 @@ import json
 import math
 
 from headprune.results.points import kind_counts, point_name
-from headprune.scoring.sample_intervals import wilson_interval
+from headprune.scoring.sample_intervals import mcnemar_exact, wilson_interval
 
 
 def _recovered(payload: dict) -> dict:
@@ -130,6 +130,18 @@ def units_speed_table(speed: dict, labels: dict[str, str], base: str = "unpruned
 KIND_COLUMNS = (("head", "heads kept"), ("ffn", "neurons kept"), ("hidden", "channels kept"))
 
 
+def _paired_difference(first: list[int], second: list[int]) -> str:
+    """``-0.51 [-1.02, +0.00], McNemar p = 0.05``: accuracy points of ``first`` against ``second`` on the same examples, with
+    the paired 95% interval (mean of the per-example differences +- 1.96 sd / sqrt(n)) and McNemar's exact test."""
+    n = len(first)
+    diffs = [a - b for a, b in zip(first, second)]
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / max(n - 1, 1))
+    half = 1.96 * sd / math.sqrt(n)
+    p = mcnemar_exact(first, second)["p_value"]
+    return f"{100 * mean:+.2f} [{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}], McNemar p = {p:.2g}"
+
+
 def _difference(score: float, other: float, n: int) -> str:
     """``-0.51 [-1.77, +0.75]``: accuracy points against another model on the same n examples, with the unpaired 95%
     interval of a difference of two proportions (wider than a paired one: the runs keep no per-example predictions)."""
@@ -171,7 +183,8 @@ def trained_units_table(runs: list[tuple[str, dict]]) -> str:
     for payload in payloads:
         for point in (p for p in payload["results"]["points"] if p.get("control")):
             shared.setdefault(_recipe(payload), point)
-    borrowed = False
+    borrowed, any_paired = False, False
+    unpruned = next((p for p in payloads[0]["results"]["points"] if p["order"] == "unpruned" and not p.get("control")), None)
     for label, payload in runs:
         results = payload["results"]
         if results["n_examples"] != n or abs(results["base_score"] - base) > 1e-9:
@@ -192,12 +205,20 @@ def trained_units_table(runs: list[tuple[str, dict]]) -> str:
             against, other = ("control", controls[0]["score"]) if tuned and controls else ("unpruned", base)
             borrowed |= tuned and bool(controls) and not own
             name = "unpruned + same training (control)" if point.get("control") else f"{label}: {point_name(point)}@{point['step']}"
-            diff = _difference(point["score"], other, n) if not point.get("control") else _difference(point["score"], base, n)
+            reference = (controls[0] if against == "control" else unpruned) if not point.get("control") else unpruned
+            paired = "correct" in point.get("per_example", {}) and "correct" in (reference or {}).get("per_example", {})
+            diff = (
+                _paired_difference(point["per_example"]["correct"], reference["per_example"]["correct"])
+                if paired
+                else _difference(point["score"], other if not point.get("control") else base, n)
+            )
+            any_paired |= paired
             lines.append(
                 f"| {name} | {' | '.join(kept)} | {point['predicted_speedup']:.2f}x | {_accuracy(point['score'], n)} | "
                 f"{'unpruned' if point.get('control') else against} | {diff} |"
             )
-    lines += ["", f"Accuracy on `{payloads[0]['results']['split']}` ({n} examples); intervals: Wilson (accuracy), unpaired (difference)."]
+    kinds = "paired with McNemar's exact test where a run kept per-example outcomes, else unpaired" if any_paired else "unpaired"
+    lines += ["", f"Accuracy on `{payloads[0]['results']['split']}` ({n} examples); intervals: Wilson (accuracy), {kinds} (difference)."]
     if borrowed:
         lines[-1] += (
             " A fine-tuned run without a control of its own is set against the control of a run with its fine-tune settings (the same "

@@ -14,7 +14,7 @@ from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.pruning.finetune_runs import control_model, finetune_in_place, finetune_record
-from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, relative, unpruned_point
+from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
@@ -172,6 +172,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
         "control": True,
         "score": score,
         "relative": relative(score, ctx.base.score),
+        **outcomes(results[ctx.split]),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         **(finetune_record(history) if history is not None else {}),
         **saved,

@@ -69,6 +69,11 @@ def extra_scores(results: dict, ctx: ParetoRun) -> dict:
     }
 
 
+def outcomes(result) -> dict:
+    """{"per_example": ...}: a result's per-example outcomes (correct / NLL and tokens) that paired tests read, where it has them."""
+    return {"per_example": {k: list(v) for k, v in result.per_example.items()}} if getattr(result, "per_example", None) else {}
+
+
 def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, task) -> dict:
     """One Pareto point: ``results`` holds its result on every evaluation split (``eval_splits``)."""
     result = results[ctx.split]
@@ -85,6 +90,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         "score": result.score,
         "relative": relative(result.score, ctx.base.score),
+        **outcomes(result),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         "predicted_speedup": ctx.costs.speedup(mask),
         "flops_kept": ctx.flops.kept_fraction(mask),
@@ -112,6 +118,7 @@ def unpruned_point(ctx: ParetoRun, task) -> dict:
         "units_total": unit_count(task.gates),
         "score": ctx.base.score,
         "relative": 1.0,
+        **outcomes(ctx.base),
         **({"extra": {s: {"score": r.score, "relative": 1.0} for s, r in ctx.base_extra.items()}} if ctx.extra_splits else {}),
         "predicted_speedup": 1.0,
         "flops_kept": 1.0,
