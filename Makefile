@@ -30,8 +30,8 @@ test: lint
 	$(BIN)/python -m pytest tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check headprune tests bench tools
-	$(BIN)/ruff format --check headprune tests bench tools
+	$(BIN)/ruff check headprune tests bench tools clients
+	$(BIN)/ruff format --check headprune tests bench tools clients
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow"
@@ -42,8 +42,8 @@ test-slurm: $(STAMP)
 
 # Each export loaded by its client, without headprune: stock transformers, llama.cpp (built once into .clients/), vLLM's CPU build, kvpress.
 test-clients: $(STAMP)   # each export in the client people run it in: transformers, llama.cpp, vLLM CPU, kvpress, lm-eval, ONNX Runtime
-	$(BIN)/python tools/test_clients.py
-	$(BIN)/python tools/client_onnx.py
+	$(BIN)/python -m clients.check_exports
+	$(BIN)/python -m clients.check_onnx
 
 demo: $(STAMP)
 	$(BIN)/headprune experiment=study

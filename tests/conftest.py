@@ -14,6 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HEADPRUNE_CLIENTS", "/nonexistent")  # exports are checked by headprune's reader; make test-clients runs the clients
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # tools/docs_tables.py, tools/v4_fixture_weights.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the clients package: clients/cases.py, clients/stream_reference.py
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))  # default one thread: 2 were 3-10x slower on a shared 2-core machine
 
 

@@ -9,7 +9,7 @@ import torch
 from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
 from headprune.experiments import ablate, keep_one, prune, speed, study
-from headprune.pruning import greedy_stage
+from headprune.prune_stages import greedy_stage
 from headprune.stages import evaluation
 
 TASK = "nli"

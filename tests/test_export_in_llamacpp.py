@@ -12,7 +12,6 @@ import pytest
 from experiment_helpers import built_clients
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = ROOT / "tools"
 CLIENTS = built_clients()
 CLIENTS_PYTHON = CLIENTS / "venv" / "bin" / "python" if CLIENTS else None
 
@@ -28,10 +27,10 @@ CASES = {  # name: (unit, KV groups removed {layer: [ids]}, FFN neurons kept {la
 
 
 def _llama_cpp_rows(job: dict, folder: Path) -> list[dict]:
-    """The rows of tools/clients_check.py for one job, run in the clients' venv."""
+    """The rows of clients/clients_check.py for one job, run in the clients' venv."""
     (folder / "jobs.json").write_text(json.dumps([job]))
     done = subprocess.run(
-        [str(CLIENTS_PYTHON), "-I", str(TOOLS / "clients_check.py"), str(folder / "jobs.json")],
+        [str(CLIENTS_PYTHON), "-I", str(ROOT / "clients" / "clients_check.py"), str(folder / "jobs.json")],
         capture_output=True,
         text=True,
         timeout=600,
@@ -42,9 +41,7 @@ def _llama_cpp_rows(job: dict, folder: Path) -> list[dict]:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_deci_file_runs_in_llama_cpp_and_equals_the_masked_model(case, tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(TOOLS))
-    from test_clients import TINY_TEXTS, TRAINED_PRE, expected_deci_layout, export_case, joint_mask, tiny_llama
-
+    from clients.cases import TINY_TEXTS, TRAINED_PRE, expected_deci_layout, export_case, joint_mask, tiny_llama
     from headprune.core.units import unit_gates
 
     unit, removed, kept, channels = CASES[case]

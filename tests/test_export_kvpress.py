@@ -118,9 +118,9 @@ def test_bad_sink_or_window_is_refused(tmp_path, sink, window, message):
 
 
 def test_the_explicit_streaming_mask_reduces_to_the_model_where_nothing_is_hidden():
-    """tools/stream_reference.py: nothing streamed, or a window over the whole text, is the model's own attention; in
+    """clients/stream_reference.py: nothing streamed, or a window over the whole text, is the model's own attention; in
     kvpress's mode the context positions (full prefill) are too."""
-    from stream_reference import StreamMask, streaming
+    from clients.stream_reference import StreamMask, streaming
 
     model = tiny_llama(layers=3, heads=4, kv_heads=2)
     ids = torch.randint(3, 64, (1, 20), generator=torch.Generator().manual_seed(1))
@@ -138,8 +138,9 @@ def test_the_explicit_streaming_mask_reduces_to_the_model_where_nothing_is_hidde
 
 
 def test_the_explicit_streaming_mask_gives_the_same_logits_with_a_kv_cache():
-    from stream_reference import StreamMask, streaming
     from transformers import DynamicCache
+
+    from clients.stream_reference import StreamMask, streaming
 
     model = tiny_llama(layers=3, heads=4, kv_heads=2)
     ids = torch.randint(3, 64, (1, 20), generator=torch.Generator().manual_seed(2))
@@ -155,7 +156,7 @@ def test_the_explicit_streaming_mask_gives_the_same_logits_with_a_kv_cache():
 
 def test_the_gated_model_on_its_stream_cache_answers_as_the_explicit_mask():
     """headprune's side of the kvpress check (StreamGates + StreamCache) gives the explicit mask's greedy tokens."""
-    from stream_reference import answers, gated_answers
+    from clients.stream_reference import answers, gated_answers
 
     class Ids:  # a tokenizer that shows the ids themselves
         def decode(self, ids, skip_special_tokens=True):

@@ -42,8 +42,8 @@ def test_save_by_name_keeps_only_the_named_point_without_recovery(shared_task, t
 
 
 def test_planned_points_are_the_points_the_run_makes(shared_task, tmp_path):
-    from headprune.pruning.greedy_stage import fractions_of, orders_of
-    from headprune.pruning.pareto_plan import planned_points
+    from headprune.prune_stages.greedy_stage import fractions_of, orders_of
+    from headprune.prune_stages.pareto_plan import planned_points
     from headprune.sources.point_models import point_names
 
     overrides = ("prune.order=[importance,fisher]", "prune.fractions=[0.25,0.5]", "prune.recover=[none,lsq]", "prune.rearrange=both")

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> int:
@@ -18,8 +18,7 @@ def main() -> int:
     parser.add_argument("--dtype", default="f16", choices=("f32", "f16"))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    from test_clients import load_smollm2
-
+    from clients.cases import load_smollm2
     from headprune.export.gguf_deci import export_gguf_deci
 
     model, tokenizer, pre = load_smollm2()

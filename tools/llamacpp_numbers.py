@@ -52,7 +52,7 @@ def dump_texts(model: str, data: str, split: str, out: Path) -> dict:
 
 def client(python: Path, *args: str) -> dict:
     """One measure in the clients venv: its JSON line."""
-    done = subprocess.run([str(python), "-I", str(ROOT / "tools" / "client_llamacpp.py"), *args], capture_output=True, text=True)
+    done = subprocess.run([str(python), "-I", str(ROOT / "clients" / "client_llamacpp.py"), *args], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"client_llamacpp.py {' '.join(args[:2])} failed: {done.stderr[-1500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -133,7 +133,7 @@ def print_table(result: dict) -> None:
 
 
 def main() -> int:
-    from client_env import ensure_env, python_of
+    from clients.env import ensure_env, python_of
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gguf", action="append", required=True, help="name=path of a GGUF file (the first: the speed reference)")

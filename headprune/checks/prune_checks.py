@@ -7,8 +7,8 @@ from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
 from headprune.core.unit_kinds import kinds_of, lsq_refusal, reconstruction_refusal, unit_name
 from headprune.models.sources import config_fields, max_positions
-from headprune.pruning.greedy_stage import fractions_of
-from headprune.pruning.pareto_plan import planned_points
+from headprune.prune_stages.greedy_stage import fractions_of
+from headprune.prune_stages.pareto_plan import planned_points
 from headprune.selection.mask_search import PruneTarget, given_target
 from headprune.selection.schedule import check_schedule
 from headprune.selection.unit_rearrange import rearrangement_refusal

@@ -9,8 +9,8 @@ from safetensors.torch import load_file
 from torch import nn
 
 from headprune.core.kinds import KINDS, UnitKind
+from headprune.core.record_digests import RECORD_FILE
 
-RECORD_FILE = "headprune_pruning.json"
 FORMAT = 2  # 2: each kind's entries under {"kinds": {name: ...}}; 1 (no "format"): the built-in kinds' entries at the top level
 
 
@@ -188,15 +188,3 @@ def _pad_emptied_v4_layers(state: dict[str, torch.Tensor], expected: dict[str, t
         if target is None or target.shape == value.shape or value.numel() or value.dim() != target.dim():
             continue
         state[key] = value.new_zeros(target.shape)
-
-
-def check_digests(sites: list, digests: dict | None, digest, what: str, noun: str, path: Path) -> None:
-    """Compare each site's weights digest with the one saved (directories without digests pass)."""
-    for site in sites if digests else ():
-        name = f"{site.group}.{site.layer}"
-        if name in digests and digests[name] != digest(site):
-            raise ValueError(
-                f"the pruning record in {path} does not match its weights: {what} {name} (kept {noun}s {site.unit_ids}) has "
-                f"another SHA-256 than when it was saved; the record names other {noun}s than were pruned, or the weights "
-                f"changed after saving. Restore {RECORD_FILE} and config.json."
-            )

@@ -1,5 +1,6 @@
 """Pruning units as one protocol: ``unit_gates(gates_or_model, unit)`` gives the gates whose masks and scores are in that unit."""
 
+import math
 import warnings
 
 import torch
@@ -99,3 +100,10 @@ def prune_joint_mask(model: nn.Module, mask) -> dict:
     from headprune.core.unit_kinds import mask_kinds
 
     return prune_unit_mask(unit_gates(model, mask_kinds(mask)), mask)
+
+
+def units_asked(fraction: float, total: int) -> int:
+    """The whole units a fraction of ``total`` asks: rounded down, never more than asked."""
+    return int(
+        math.floor(fraction * total + 5e-7 * total + 1e-9)
+    )  # selection.greedy.check_fractions keeps 6 decimals: 0.833333 of 6 asks 5

@@ -13,10 +13,10 @@ from headprune.checks.shared_checks import check_exact_pruning, check_model_and_
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
-from headprune.pruning.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
-from headprune.pruning.pareto_plan import for_speed, recoveries_of
-from headprune.pruning.prune_speed import pareto_stage
-from headprune.pruning.recovery_check import say_worse
+from headprune.prune_stages.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
+from headprune.prune_stages.pareto_plan import for_speed, recoveries_of
+from headprune.prune_stages.prune_speed import pareto_stage
+from headprune.prune_stages.recovery_check import say_worse
 from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import action_words, say_cache

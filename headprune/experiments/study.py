@@ -22,8 +22,8 @@ from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal, noun
 from headprune.engine.verdict import is_inconclusive
 from headprune.lightning.loggers import log_run
-from headprune.pruning.finetune_runs import check_finetune_budget
-from headprune.pruning.greedy_stage import curves_of, fractions_of, orders_of
+from headprune.prune_stages.finetune_runs import check_finetune_budget
+from headprune.prune_stages.greedy_stage import curves_of, fractions_of, orders_of
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import action_record, action_words, keep_one_title, streaming
 from headprune.results.writer import model_fingerprint, output_dir, read_json

@@ -1,5 +1,6 @@
 """The check of an export, run as a script in a fresh interpreter that cannot import headprune."""
 
+import importlib.util
 import json
 import sys
 
@@ -219,13 +220,7 @@ def main(path: str) -> None:
     """Run every job of ``path`` (a list) and print the list of reports as one JSON line."""
     jobs = json.loads(open(path, encoding="utf-8").read())
     sys.path[:0] = [p for p in jobs[0]["site_packages"] if p not in sys.path]
-    try:
-        import headprune  # noqa: F401
-    except ImportError:
-        isolated = True
-    else:
-        isolated = False
-    if not isolated:
+    if importlib.util.find_spec("headprune") is not None:
         raise AssertionError("headprune is importable in the checker's interpreter: the check would not be independent")
     import numpy as np
 

@@ -1,5 +1,6 @@
 """What the client scripts share (standard library only): a JSON row per check, and every job run, one failing job one failed row."""
 
+import importlib.util
 import json
 
 
@@ -10,11 +11,7 @@ def row(job: dict, client: str, check: str, passed, detail: str) -> dict:
 
 def run_jobs(path: str, client: str, run_job) -> None:
     """Every job of the JSON list at ``path`` through ``run_job(job, client)``, printed as one JSON line of rows."""
-    try:
-        import headprune  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if importlib.util.find_spec("headprune") is not None:
         raise AssertionError(f"headprune is importable beside {client}: the checks would not be independent")
     rows = []
     for job in json.loads(open(path, encoding="utf-8").read()):

@@ -1,7 +1,7 @@
 """What a pruning point is called: its method (order, rearrangement, recovery) and what it removed."""
 
 from headprune.core.unit_kinds import KINDS, kind_of_group
-from headprune.selection.greedy import units_asked
+from headprune.core.units import units_asked
 
 
 def point_name(point: dict) -> str:

@@ -5,6 +5,7 @@ import math
 import torch
 
 from headprune.core.unit_kinds import KINDS, group_kind
+from headprune.core.units import units_asked
 
 Head = tuple[str, int, int]  # (group, layer, head)
 
@@ -67,11 +68,6 @@ def ablation_scores(deltas: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def entropy_scores(entropy: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Order scores from attention entropy: diffuse (high-entropy) heads are pruned first."""
     return {g: -torch.as_tensor(e, dtype=torch.float32) for g, e in entropy.items()}
-
-
-def units_asked(fraction: float, total: int) -> int:
-    """The whole units a fraction of ``total`` asks: rounded down, never more than asked."""
-    return int(math.floor(fraction * total + 5e-7 * total + 1e-9))  # check_fractions keeps 6 decimals: 0.833333 of 6 asks 5
 
 
 def n_to_prune(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str]) -> int:

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 
 from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal
-from headprune.pruning.greedy_stage import prune_stage
-from headprune.pruning.pareto_plan import for_speed
-from headprune.pruning.prune_speed import pareto_stage
-from headprune.pruning.recovery_check import say_worse
+from headprune.prune_stages.greedy_stage import prune_stage
+from headprune.prune_stages.pareto_plan import for_speed
+from headprune.prune_stages.prune_speed import pareto_stage
+from headprune.prune_stages.recovery_check import say_worse
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.stream_points import gate_action, streaming
 from headprune.results.writer import batches_fingerprint

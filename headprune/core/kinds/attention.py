@@ -123,7 +123,7 @@ class HeadKind(UnitKind):
     def verify(self, model, meta, path):
         from headprune.core.gates import find_sites
         from headprune.core.head_saving import DIGESTS, weights_digest
-        from headprune.core.saving import check_digests
+        from headprune.core.record_digests import check_digests
 
         check_digests(find_sites(model), (meta or {}).get(DIGESTS), weights_digest, "attention module", "head", path)
 

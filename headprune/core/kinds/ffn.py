@@ -114,6 +114,6 @@ class FFNKind(UnitKind):
     def verify(self, model, meta, path):
         from headprune.core.ffn_saving import DIGESTS, ffn_digest
         from headprune.core.ffn_sites import ffn_sites_if_any
-        from headprune.core.saving import check_digests
+        from headprune.core.record_digests import check_digests
 
         check_digests(ffn_sites_if_any(model), (meta or {}).get(DIGESTS), ffn_digest, "feed-forward block", "neuron", path)

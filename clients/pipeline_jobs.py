@@ -3,7 +3,7 @@
 ``headprune experiment=prune`` (the embedded SmolLM2, one KV group of three per layer, least-squares recovery; or a
 given prune run), then ``experiment=export export.format=gguf`` three ways: the recovered point (``export.point``), its
 saved directory (``export.model``) and the point's mask on the base model (``export.mask_order`` / ``mask_step``).
-Each file becomes a job for tools/clients_check.py: llama.cpp's token ids of real English lines (Multi30k) against the
+Each file becomes a job for clients/clients_check.py: llama.cpp's token ids of real English lines (Multi30k) against the
 model's tokenizer's, and llama.cpp's corpus perplexity of those lines against PyTorch's (the model headprune exported).
 """
 

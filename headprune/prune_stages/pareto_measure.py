@@ -13,8 +13,8 @@ from headprune.core.units import prune_unit_mask
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
-from headprune.pruning.finetune_runs import control_model, finetune_in_place, finetune_record
-from headprune.pruning.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
+from headprune.prune_stages.finetune_runs import control_model, finetune_in_place, finetune_record
+from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer

@@ -2,8 +2,8 @@
 
 import sys
 
-from headprune.pruning.pareto_plan import recoveries_of
-from headprune.pruning.pareto_points import ParetoRun, eval_splits, mask_key
+from headprune.prune_stages.pareto_plan import recoveries_of
+from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, mask_key
 from headprune.results.points import point_name
 from headprune.stages.evaluation import evaluate_one
 

@@ -2,41 +2,28 @@
 
 The residual stream keeps fewer channels, one width for the network, while every head keeps its size: the file says
 both (``embedding_length``, ``attention.key_length`` / ``value_length``), and llama.cpp reads the head size from the
-latter, so a kept width that no head count divides runs as it is. Cases (tools/clients_check.py runs them like the others):
+latter, so a kept width that no head count divides runs as it is. Cases (clients/clients_check.py runs them like the others):
 
-- the tiny Llama of tools/test_clients.py with 21 of its 32 channels, uneven KV heads and FFN widths (``deci``, f32 and
+- the tiny Llama of clients/cases.py with 21 of its 32 channels, uneven KV heads and FFN widths (``deci``, f32 and
   f16), and with 20 channels and one KV head per layer (``llama``, f32 and f16);
 - SmolLM2 with 500 of its 576 channels and the KV heads and FFN widths of its ``ffn-emptied`` case (``deci``), and with
-  504 channels and 2 KV heads per layer (``llama``), f32. It keeps its loudest channels (``loudest_first``): with 72
+  504 channels and 2 KV heads per layer (``llama``), f32. It keeps its loudest channels (``cases.loudest_first``): with 72
   channels drawn at random its float32 logits moved by 7e-5 of their scale against float64, beyond the f32 tolerance,
   whatever runs them.
 
-The vLLM cases (``deci_hf``) are in tools/client_vllm_jobs.py.
+The vLLM cases (``deci_hf``) are in clients/vllm_jobs.py.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-HIDDEN = ["kv_group", "ffn", "hidden"]
-
-
-@torch.no_grad()
-def loudest_first(model, tokenizer, texts: list[str]) -> torch.Tensor:
-    """Residual channel ids by their largest |value| in the unpruned stream (any layer, any token of ``texts``), largest first."""
-    loudness = torch.zeros(model.config.hidden_size)
-    for text in texts:
-        states = model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states
-        loudness = torch.maximum(loudness, torch.stack([state[0].abs().amax(0) for state in states]).amax(0))
-    return loudness.argsort(descending=True)
+from clients import cases
+from clients.cases import HIDDEN
 
 
 def hidden_jobs(out: Path, new_tokens: int) -> list[dict]:
-    """Export every case as GGUF with its masked reference: the jobs for tools/clients_check.py."""
-    import test_clients as cases
-
+    """Export every case as GGUF with its masked reference: the jobs for clients/clients_check.py."""
     from headprune.core.units import unit_gates
 
     model, tokenizer = cases.tiny_llama()
@@ -54,7 +41,7 @@ def hidden_jobs(out: Path, new_tokens: int) -> list[dict]:
         for dtype in ("f32", "f16")
     ]
     model, tokenizer, pre = cases.load_smollm2()
-    order = loudest_first(model, tokenizer, cases.SMOL_TEXTS)
+    order = cases.loudest_first(model, tokenizer, cases.SMOL_TEXTS)
     joint = unit_gates(model, HIDDEN)
     smollm2 = {
         "smollm2 hidden-global": cases.joint_mask(joint, cases.SMOL_UNEVEN, cases.SMOL_WIDTHS, 500, order),

@@ -2,7 +2,7 @@
 
 from omegaconf import OmegaConf
 
-from headprune.pruning.pareto_points import step_label
+from headprune.prune_stages.pareto_points import step_label
 from headprune.selection.mask_search import PruneTarget, given_target
 from headprune.selection.schedule import check_schedule
 from headprune.settings import listed

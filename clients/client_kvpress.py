@@ -1,6 +1,6 @@
 """NVIDIA's kvpress runs a model with a head pattern headprune wrote: passkey prompts through its pipeline, answers to JSON.
 
-Runs in ``.clients/kvpress-venv`` (kvpress pins an older transformers; tools/client_env.ensure_kvpress_env), never
+Runs in ``.clients/kvpress-venv`` (kvpress pins an older transformers; clients/env.ensure_kvpress_env), never
 imports headprune. For each pattern directory (``full_attention_heads.tsv`` + ``config.json``, headprune.export.kvpress)
 it builds ``DuoAttentionPress(head_compression_ratio=<config's>)`` and answers every prompt with the
 ``kv-press-text-generation`` pipeline (context prefilled under the press, then question and greedy answer).
@@ -8,7 +8,7 @@ kvpress 0.5.5 fetches patterns only from mit-han-lab/duo-attention on GitHub (by
 here its own loader reads the local files instead (its ``requests.get`` answered from the directory), so the TSV and
 config are parsed by kvpress's code.
 
-    python tools/client_kvpress.py JOB.json OUT.json
+    python clients/client_kvpress.py JOB.json OUT.json
 
 JOB: {"model_dir", "chat_template" (false: the pipeline prompts without it), "max_new_tokens", "prompts": [{"context", "question", "answer_prefix", "answer", "context_ids",
 "question_ids"}], "patterns": [{"name", "dir"}]}. OUT: {"versions", "patterns": {name: {"answers", "correct",

@@ -1,6 +1,6 @@
 """The clients' side of ``make test-clients``: run in the clients venv (stock transformers, llama-cpp-python; no headprune).
 
-    python -I tools/clients_check.py <work dir>/jobs.json     (prints one JSON line: a list of rows)
+    python -I clients/clients_check.py <work dir>/jobs.json     (prints one JSON line: a list of rows)
 
 Each job names an export (an HF directory or a GGUF file) and ``arrays.npz``: the prompts' token ids, the masked
 model's logits on every prompt and its greedy continuation. A row per check: logits within the job's tolerance
@@ -10,6 +10,7 @@ is a GGUF file of headprune's export command: its pre-tokenizer, llama.cpp's tok
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -146,13 +147,13 @@ def _sibling(name: str):
 
 
 def check_numbers(job: dict, arrays) -> list[dict]:
-    """tools/client_llamacpp.py on a GGUF file: corpus perplexity of the prompts against the masked model's (from its
+    """clients/client_llamacpp.py on a GGUF file: corpus perplexity of the prompts against the masked model's (from its
     logits), and the KV cache llama.cpp allocates against the pruned shape's (f16 cache: 2 bytes for K and for V)."""
     import tempfile
     from pathlib import Path
 
     numbers = _sibling("client_llamacpp")
-    client = "llama.cpp (tools/client_llamacpp.py)"
+    client = "llama.cpp (clients/client_llamacpp.py)"
     prompts = [arrays[f"prompt{i}"] for i in range(job["prompts"])]
     nll = sum(-numbers.log_softmax(arrays[f"reference{i}"][:-1])[np.arange(len(p) - 1), p[1:]].sum() for i, p in enumerate(prompts))
     expected = float(np.exp(nll / sum(len(p) - 1 for p in prompts)))
@@ -209,11 +210,7 @@ def check_pipeline(job: dict, arrays) -> list[dict]:
 
 
 def main(path: str) -> None:
-    try:
-        import headprune  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if importlib.util.find_spec("headprune") is not None:
         raise AssertionError("headprune is importable in the clients' venv: the checks would not be independent")
     rows = []
     for job in json.loads(open(path, encoding="utf-8").read()):

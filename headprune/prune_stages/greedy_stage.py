@@ -2,11 +2,12 @@
 
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint, noun
+from headprune.core.units import units_asked
 from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.results.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
 from headprune.selection.ffn_widths import round_ffn_widths
-from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed, units_asked
+from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths
 from headprune.selection.uniform import layout_mask, layout_masks

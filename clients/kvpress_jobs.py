@@ -1,7 +1,7 @@
 """``make test-clients``, kvpress: SmolLM2's streaming patterns written by headprune, run by NVIDIA's kvpress on passkey prompts.
 
 Patterns (headprune.export.kvpress): ``full`` (no KV group streamed), ``third`` (a seeded third of the KV groups) and
-``all`` (every KV group). tools/client_kvpress.py answers every prompt through kvpress's pipeline with
+``all`` (every KV group). clients/client_kvpress.py answers every prompt through kvpress's pipeline with
 DuoAttentionPress in ``.clients/kvpress-venv``; the checks:
 
 - kvpress read the pattern: the heads its press streams are the file's; its token ids are the ones built here;
@@ -9,7 +9,7 @@ DuoAttentionPress in ``.clients/kvpress-venv``; the checks:
   KV head's positions sink .. context - window, and none of the others;
 - ``full``: kvpress's answers are the unpruned model's (greedy, same ids);
 - each streamed pattern: kvpress's answers are those of an explicit mask in kvpress's semantics (full prefill, then
-  the sink and the context's last ``window`` tokens; tools/stream_reference.py): the file means what it says;
+  the sink and the context's last ``window`` tokens; clients/stream_reference.py): the file means what it says;
 - ``full``: kvpress's passkey accuracy is headprune's; for a streamed pattern the two accuracies are shown side by side
   (information, not a check): headprune streams in prefill too, kvpress does not (see headprune.export.kvpress), and
   on SmolLM2 random thirds of the KV groups gave gaps from -0.4 to +0.4 on 5 prompts.
@@ -103,11 +103,11 @@ def accuracy(answers: list[str], prompts: list[dict]) -> float:
 
 
 def kvpress_job(out: Path, n: int = PROMPTS, reference: Callable | None = None) -> dict:
-    """Write the patterns and the prompts for SmolLM2, and compute the references: the job for tools/client_kvpress.py."""
-    from stream_reference import answers as explicit_mask_answers
-    from stream_reference import gated_answers
+    """Write the patterns and the prompts for SmolLM2, and compute the references: the job for clients/client_kvpress.py."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from clients.stream_reference import answers as explicit_mask_answers
+    from clients.stream_reference import gated_answers
     from headprune.export.kvpress import kv_shape, write_kvpress_pattern
     from headprune.models.embedded import embedded_model_dir
 
@@ -137,7 +137,7 @@ def kvpress_job(out: Path, n: int = PROMPTS, reference: Callable | None = None) 
 
 def expected_hidden(streamed_ids: dict[str, list[int]], context: int) -> list[dict[str, list[int]]]:
     """Per layer, the keys kvpress should hide for a context of ``context`` tokens: each streamed KV head's positions
-    sink .. context - window ({KV head: [first, last + 1, count]}, as tools/client_kvpress.hidden_keys reports them)."""
+    sink .. context - window ({KV head: [first, last + 1, count]}, as clients/client_kvpress.hidden_keys reports them)."""
     span = [SINK, context - WINDOW, context - WINDOW - SINK]
     return [{str(h): span for h in sorted(streamed_ids[str(layer)])} for layer in range(len(streamed_ids))]
 
@@ -172,7 +172,7 @@ def compare(job: dict, result: dict) -> list[dict]:
 
 def kvpress_rows(clients: Path, out: Path, n: int = PROMPTS, reference: Callable | None = None) -> list[dict]:
     """Build the kvpress venv, the job, run the client; the check rows ([] with a message when the venv cannot be built)."""
-    from client_env import ensure_kvpress_env, run_client
+    from clients.env import ensure_kvpress_env, run_client
 
     clients, out = clients.resolve(), out.resolve()
     python = ensure_kvpress_env(clients)

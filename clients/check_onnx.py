@@ -1,6 +1,6 @@
 """The ONNX export in the client people run: plain ONNX Runtime and tokenizers, in a venv that has nothing else.
 
-    python tools/client_onnx.py [--dir .clients/onnx] [--optimum]        (exit 0 when every check passes)
+    python -m clients.check_onnx [--dir .clients/onnx] [--optimum]        (exit 0 when every check passes)
 
 Creates ``<dir>/venv`` (reused on the next run) with only onnxruntime, tokenizers and numpy (the versions of
 constraints.txt), prunes the embedded MiniLM (as a 3-way NLI classifier, a seeded uneven mask) and a tiny random Llama
@@ -8,7 +8,7 @@ constraints.txt), prunes the embedded MiniLM (as a 3-way NLI classifier, a seede
 version), and runs ``headprune/export/onnx_client.py`` in that venv on raw text: token ids, logits and labels (or
 greedy tokens) against the masked model's in PyTorch. The int8 directories are opened too (their answers are
 counted against f32, not required equal). ``--optimum`` also opens
-the directory with optimum's ``ORTModelForSequenceClassification`` (tools/client_optimum.py) in ``<dir>/optimum-venv``:
+the directory with optimum's ``ORTModelForSequenceClassification`` (clients/client_optimum.py) in ``<dir>/optimum-venv``:
 optimum-onnx 0.1 pins transformers < 4.58, so it cannot share a venv with headprune.
 """
 
@@ -22,8 +22,7 @@ import sys
 import venv
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_env import ROOT, pinned  # noqa: E402
+from clients.env import ROOT, pinned
 
 PACKAGES = ("onnxruntime", "tokenizers", "numpy")
 OPTIMUM = "optimum-onnx[onnxruntime]==0.1.0"

@@ -1,7 +1,7 @@
 """``make test-clients``, vLLM: ``deci_hf`` exports run by vLLM's CPU build against the masked model.
 
 A random 4-layer Llama with head size 32 (vLLM's CPU attention refuses head size 8, the tiny model's of
-tools/test_clients.py), 4 query heads over 2 KV heads, tied embeddings, and the embedded SmolLM2-135M, pruned in these
+clients/cases.py), 4 query heads over 2 KV heads, tied embeddings, and the embedded SmolLM2-135M, pruned in these
 layouts and exported as ``deci_hf``:
 
 - ``joint``: uneven KV heads and FFN widths, an FFN emptied beside attention, the last layer emptied;
@@ -23,23 +23,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clients.cases import HIDDEN, JOINT, SMOL_TEXTS, TINY_TEXTS, export_case, joint_mask, kv_mask, load_smollm2, loudest_first, tiny_llama
+from clients.env import ensure_vllm_env, run_client
+
 VLLM_CLIENT = Path(__file__).resolve().parents[1] / "headprune" / "export" / "vllm_client.py"  # run as a file, without headprune
 LOGPROB_TOLERANCE = 1e-4  # float32 on both sides; measured differences about 1e-5
-JOINT = ["kv_group", "ffn"]
-HIDDEN = [*JOINT, "hidden"]
 
 
 def tiny_model():
     """The head-size-32 Llama (hidden 128, tied embeddings) and its trained BPE tokenizer."""
-    from test_clients import tiny_llama
-
     return tiny_llama(hidden_size=128, intermediate_size=96, head_dim=32, max_position_embeddings=128, tie_word_embeddings=True)
 
 
 def tiny_masks(model) -> dict[str, tuple[dict, object]]:
     """{name: (mask, unit)} of the tiny model's layouts."""
-    from test_clients import joint_mask, kv_mask
-
     from headprune.core.gates import HeadGates
     from headprune.core.units import unit_gates
 
@@ -63,9 +60,6 @@ def tiny_masks(model) -> dict[str, tuple[dict, object]]:
 
 def smollm2_masks(model, tokenizer) -> dict[str, tuple[dict, object]]:
     """{name: (mask, unit)} of SmolLM2's layouts vLLM takes (3 or 1 KV heads per layer; its loudest channels kept)."""
-    from client_hidden_jobs import loudest_first
-    from test_clients import SMOL_TEXTS, joint_mask
-
     from headprune.core.units import unit_gates
 
     removed = {layer: [1, 2] for layer in range(0, 30, 2)}  # even layers keep one KV head
@@ -83,8 +77,6 @@ def smollm2_masks(model, tokenizer) -> dict[str, tuple[dict, object]]:
 
 def vllm_jobs(out: Path, new_tokens: int, with_smollm2: bool, keep=lambda name: True) -> list[dict]:
     """Export every layout whose name ``keep`` takes as deci_hf with its reference: the jobs for headprune/export/vllm_client.py."""
-    from test_clients import SMOL_TEXTS, TINY_TEXTS, export_case, load_smollm2
-
     model, tokenizer = tiny_model()
     jobs = []
     for name, (mask, unit) in tiny_masks(model).items():
@@ -100,8 +92,6 @@ def vllm_jobs(out: Path, new_tokens: int, with_smollm2: bool, keep=lambda name: 
 
 def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool = True, keep=lambda name: True) -> list[dict]:
     """Build the vLLM venv, the jobs, run the client; the check rows ([] with a message when the venv cannot be built)."""
-    from client_env import ensure_vllm_env, run_client
-
     clients, out = clients.resolve(), out.resolve()
     python = ensure_vllm_env(clients)
     if python is None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from headprune.core.gates import HeadGates
 from headprune.core.unit_kinds import recovery_parts
-from headprune.pruning.finetune_runs import budget_info, finetune_batches, finetune_in_place
-from headprune.pruning.pareto_measure import (
+from headprune.prune_stages.finetune_runs import budget_info, finetune_batches, finetune_in_place
+from headprune.prune_stages.pareto_measure import (
     control_point,
     cost_model,
     flops_model,
@@ -16,9 +16,9 @@ from headprune.pruning.pareto_measure import (
     recovered_model,
     recovery_batches,
 )
-from headprune.pruning.pareto_plan import pareto_steps, rearrangements_of, recoveries_of
-from headprune.pruning.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
-from headprune.pruning.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
+from headprune.prune_stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of
+from headprune.prune_stages.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
+from headprune.prune_stages.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.ffn_rearrange import example_gradients

@@ -1,9 +1,9 @@
 """A deployer's measures of GGUF files in llama.cpp, run in the clients venv (llama-cpp-python; no headprune, no torch).
 
-    python -I tools/client_llamacpp.py perplexity <texts.npz> <file.gguf> [--cache f16|f32] [--flash]
-    python -I tools/client_llamacpp.py kv <file.gguf> [--cache f16|f32] [--flash]
-    python -I tools/client_llamacpp.py speed <name=file.gguf> ... [--repeats N] [--threads T] [--prompt 512] [--gen 128]
-    python -I tools/client_llamacpp.py quantize <in.gguf> <out.gguf> [--type q8_0] [--threads T]
+    python -I clients/client_llamacpp.py perplexity <texts.npz> <file.gguf> [--cache f16|f32] [--flash]
+    python -I clients/client_llamacpp.py kv <file.gguf> [--cache f16|f32] [--flash]
+    python -I clients/client_llamacpp.py speed <name=file.gguf> ... [--repeats N] [--threads T] [--prompt 512] [--gen 128]
+    python -I clients/client_llamacpp.py quantize <in.gguf> <out.gguf> [--type q8_0] [--threads T]
 
 Each prints one JSON line. ``perplexity``: corpus perplexity exp(sum NLL / tokens predicted) over the texts' token ids
 (``ids<i>`` arrays, BOS first), each text scored from its first token, as headprune's LM task scores it. ``kv``: the KV

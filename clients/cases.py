@@ -1,0 +1,188 @@
+"""The cases every client check builds on: tiny and SmolLM2 models, their masks, and an export with its masked reference."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+
+JOINT = ["kv_group", "ffn"]  # the unit of the FFN cases: prune.unit=[kv_group,ffn]
+HIDDEN = [*JOINT, "hidden"]  # with residual channels too
+TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 1e-2}  # |logits - masked| over the logits' scale (at least 1); f16: any rounding
+TRAINED_PRE = "gpt-2"  # the tiny model's tokenizer is trained here: its byte-level splitting named by hand
+TINY_TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
+SMOL_TEXTS = [
+    "The history of the city goes back to the Roman period, when a small fort was built on the river.",
+    "Researchers said on Tuesday that the new vaccine had been tested on more than two thousand volunteers.",
+    "If you want to learn a language quickly, the best thing you can do is to speak it every day.",
+]
+SMOL_UNEVEN = {**{layer: list(range(layer % 3)) for layer in range(30)}, 15: [0, 1, 2]}  # 3, 2, 1 KV groups in turn; 15 emptied
+SMOL_WIDTHS = {**{layer: 1536 - 41 * layer for layer in range(30)}, 15: 0, 20: 0}  # none a multiple of 32 past layer 0
+
+
+def kv_mask(gates, removed: dict[int, list[int]], heads_per_kv: int) -> dict:
+    """The query-head mask that removes KV groups {layer: [KV ids]} (each with all of its query heads)."""
+    mask = gates.ones()
+    group = next(iter(mask))
+    for layer, kv_ids in removed.items():
+        for kv in kv_ids:
+            mask[group][layer, kv * heads_per_kv : (kv + 1) * heads_per_kv] = 0.0
+    return mask
+
+
+@torch.no_grad()
+def masked_outputs(model, gates, mask, prompts: list[list[int]], new_tokens: int) -> dict:
+    """The masked model's logits on every prompt, its greedy continuation and each greedy token's log-probability (no
+    cache: the plain definition)."""
+    arrays = {}
+    with gates.masked(mask):
+        for i, prompt in enumerate(prompts):
+            ids = torch.tensor([prompt])
+            arrays[f"prompt{i}"] = np.array(prompt, dtype=np.int64)
+            arrays[f"reference{i}"] = model(input_ids=ids).logits[0].float().numpy()
+            logprobs = []
+            for _ in range(new_tokens):
+                last = model(input_ids=ids).logits[0, -1].double()
+                ids = torch.cat([ids, last.argmax().view(1, 1)], dim=1)
+                logprobs.append(float(torch.log_softmax(last, -1)[ids[0, -1]]))
+            arrays[f"greedy{i}"] = ids[0, len(prompt) :].numpy()
+            arrays[f"logprobs{i}"] = np.array(logprobs)
+    return arrays
+
+
+def export_case(
+    model, tokenizer, name: str, mask, fmt: str, dtype: str, out: Path, texts: list[str], tokenizer_pre: str, new_tokens: int, unit="head"
+):
+    """Prune a copy by ``mask`` (in ``unit``: query heads, or ``[kv_group, ffn]``), export it, and compute the reference:
+    one job for the clients."""
+    from headprune.core.ffn_sites import ffn_sites_if_any
+    from headprune.core.gates import HeadGates
+    from headprune.core.units import prune_unit_mask, unit_gates
+    from headprune.export import export_model
+    from headprune.export.gguf import rounded_like_gguf
+
+    gates = unit_gates(model, unit)
+    pruned = copy.deepcopy(model)
+    pruned_gates = unit_gates(pruned, unit)
+    prune_unit_mask(pruned_gates, {g: m.clone() for g, m in mask.items()})
+    pruned_gates.remove()
+    folder = out / f"{name}-{fmt}-{dtype}"
+    exported = export_model(fmt, pruned, tokenizer, folder, {}, dtype, name, tokenizer_pre)
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    if dtype == "f16":  # the reference holds the matrices as the file stores them
+        rounded = rounded_like_gguf(pruned, dtype)
+        arrays = masked_outputs(rounded, HeadGates(rounded), None, prompts, new_tokens)
+    else:
+        arrays = masked_outputs(model, gates, mask, prompts, new_tokens)
+    gates.remove()
+    np.savez(folder / "arrays.npz", **arrays)
+    path = folder if fmt in ("hf", "deci_hf") else exported["files"][0]
+    layers = [(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites]
+    job = {
+        "name": f"{name} {fmt} {dtype if fmt == 'gguf' else ''}".strip() + (f" ({exported['architecture']})" if fmt == "gguf" else ""),
+        "format": fmt,
+        "path": str(path),
+        "arrays": str(folder / "arrays.npz"),
+        "prompts": len(prompts),
+        "tolerance": TOLERANCE["hf" if fmt == "hf" else dtype],
+        "f16_tolerance": TOLERANCE["f16"],  # f16 files, flash attention, llama.cpp's default f16 KV cache
+        "dtype": dtype,
+        "texts": texts,
+        "text_ids": prompts,
+        "expect": exported.get("architecture", "LlamaForCausalLM"),
+        "check_tokenizer": tokenizer_pre != TRAINED_PRE,  # a test tokenizer adds a prefix space no llama.cpp pre-tokenizer adds
+        "layers": [list(shape) for shape in layers],
+        "ffn_widths": [site.width for site in ffn_sites_if_any(pruned)],  # neurons each layer keeps (0: emptied)
+        "head_dim": int(getattr(pruned.config, "head_dim", None) or pruned.config.hidden_size // pruned.config.num_attention_heads),
+    }
+    if fmt == "gguf":
+        job["file_layout"] = gguf_layout(path)
+    return job
+
+
+def gguf_layout(path) -> dict:
+    """The per-layer counts a GGUF file holds (gguf package): head_count, head_count_kv, feed_forward_length."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    architecture = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    layout = {}
+    for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+        field = reader.fields[f"{architecture}.{key}"]
+        layout[key.split(".")[-1]] = [int(field.parts[i][0]) for i in field.data]
+    return layout
+
+
+def expected_deci_layout(layers: list[list[int]], widths: list[int]) -> dict:
+    """The deci counts llama.cpp needs for a pruned model, by deci's graph (src/models/deci.cpp): an emptied layer 0 keeps
+    one zero head (the head size is read from layer 0); a layer whose FFN is emptied says 0 only where its attention is
+    skipped too (deci ends a layer with n_ff 0 before adding the attention output), else 1 (one zero neuron)."""
+    written = [[1, 1] if layer == 0 and heads == 0 else [heads, kv] for layer, (heads, kv) in enumerate(layers)]
+    last = len(written) - 1
+    ffn = [width or (0 if heads == 0 and layer != last else 1) for layer, ((heads, _), width) in enumerate(zip(written, widths))]
+    return {"head_count": [h for h, _ in written], "head_count_kv": [kv for _, kv in written], "feed_forward_length": ffn}
+
+
+def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, int], kept_channels: int | None = None, order=None) -> dict:
+    """A ``[kv_group, ffn]`` mask: KV groups {layer: [ids]} removed, and each listed layer's FFN cut to its first
+    ``kept_neurons[layer]`` neurons of a fixed random order (0: the FFN emptied); with ``kept_channels`` (unit
+    ``[kv_group, ffn, hidden]``) the residual stream cut to the first that many channels of ``order`` (default: another
+    fixed random order)."""
+    mask = gates.ones()
+    if kept_channels is not None:
+        width = mask["hidden"].shape[1]
+        order = torch.randperm(width, generator=torch.Generator().manual_seed(2)) if order is None else order
+        mask["hidden"][0, order[kept_channels:]] = 0.0
+    attention, ffn = "dec_self", "dec_ffn"
+    for layer, kv_ids in removed_kv.items():
+        mask[attention][layer, kv_ids] = 0.0
+    generator = torch.Generator().manual_seed(1)
+    width = mask[ffn].shape[1]
+    for layer, kept in kept_neurons.items():
+        mask[ffn][layer, torch.randperm(width, generator=generator)[kept:]] = 0.0
+    return mask
+
+
+def tiny_llama(**sizes):
+    """A random 4-layer Llama (by default hidden 32, 4 query heads over 2 KV heads of size 8; ``sizes`` override its
+    config) and its trained BPE tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from headprune.models.tokenizers import train_tokenizer
+
+    tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
+    torch.manual_seed(0)
+    shape = {"hidden_size": 32, "intermediate_size": 64, "head_dim": 8, "max_position_embeddings": 64, **sizes}
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, **shape,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4.0)  # larger logits than at init: differences in the last digits show
+    return model, tokenizer
+
+
+def load_smollm2():
+    """The embedded SmolLM2-135M (30 layers x 9 query heads over 3 KV heads), its tokenizer and llama.cpp's pre-tokenizer name."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from headprune.models.embedded import embedded_model_dir, gguf_file
+    from headprune.models.tokenizer_origin import gguf_tokenizer_pre
+
+    folder = embedded_model_dir("smollm2")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(folder), gguf_tokenizer_pre(gguf_file("smollm2"))
+
+
+@torch.no_grad()
+def loudest_first(model, tokenizer, texts: list[str]) -> torch.Tensor:
+    """Residual channel ids by their largest |value| in the unpruned stream (any layer, any token of ``texts``), largest first."""
+    loudness = torch.zeros(model.config.hidden_size)
+    for text in texts:
+        states = model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states
+        loudness = torch.maximum(loudness, torch.stack([state[0].abs().amax(0) for state in states]).amax(0))
+    return loudness.argsort(descending=True)
