@@ -54,7 +54,7 @@ def _points(run) -> list[dict]:
 def test_saved_points_keep_widths_the_config_builds(capsys, monkeypatch, tmp_path):
     runs = {
         "joint": ["prune.unit=[kv_group,ffn,hidden]", "prune.target={flops:0.5}"],
-        "lsq": ["prune.unit=hidden", "prune.fractions=[0.1]", "prune.recover=lsq", "prune.hidden_multiple=8"],
+        "lsq": ["prune.unit=hidden", "prune.fractions=[0.1]", "prune.recover=reconstruct", "prune.hidden_multiple=8"],
     }
     for name, extra in runs.items():
         status, err = headprune(capsys, monkeypatch, tmp_path, tmp_path / name, *TINY_LM_PRUNE, "prune.save=all", *extra)
