@@ -45,7 +45,7 @@ def _unit_override(unit: str) -> str:
     return f"prune.unit=[{','.join(unit.split('+'))}]" if "+" in unit else f"prune.unit={unit}"
 
 
-SMALL_SPEED = ["speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.max_repeats=1", "speed.warmup=0"]
+SMALL_SPEED = ["speed.batch_sizes=[2]", "speed.examples=4", "speed.repeats=1", "speed.max_repeats=2", "speed.warmup=0"]
 PRUNE_CASES = {  # experiment=prune with each way of choosing and recovering
     "fractions": FRACTION,
     "flops_target": ["prune.target={flops:0.7}"],
@@ -58,7 +58,7 @@ EXPORT_CASES = {  # experiment=export of the fractions run's mask
     "hf": ["export.format=hf"],
     "onnx": ["export.format=onnx"],
     "onnx_int8": ["export.format=onnx", "export.quantize=int8"],
-    "gguf": ["export.format=gguf"],
+    "gguf": ["export.format=gguf", "export.tokenizer_pre=gpt-2"],  # the task's trained tokenizer: its byte-level splitting named
     "deci_hf": ["export.format=deci_hf"],
 }
 OTHER_CASES = {  # the experiments that score or time units without a prune run of their own
