@@ -325,3 +325,23 @@ def test_refusals_name_what_works(tmp_path):
     with pytest.raises(ConfigError, match="Qwen2"):
         export_model("gguf", tiny_qwen2(), None, tmp_path / "qwen2", {})
     assert not (tmp_path / "bert").exists() and not (tmp_path / "uneven").exists()
+
+
+def test_gguf_of_the_one_ffn_width_left_after_a_layer_goes_says_that_width(tmp_path):
+    """Layers kept 40 and 30 neurons, then the second layer went: the llama file's feed_forward_length is the 40 its tensors hold."""
+    import gguf
+
+    from headprune.core.units import prune_unit_mask, unit_gates
+    from headprune.models.tokenizers import train_tokenizer
+
+    tokenizer = train_tokenizer(["a b c d e f g abc abd bcd"] * 20, vocab_size=270)
+    model = tiny_llama(layers=2)
+    model.resize_token_embeddings(len(tokenizer))
+    gates = unit_gates(model, ["ffn", "layer"])
+    mask = {group: torch.ones(shape) for group, shape in gates.groups.items()}
+    mask["dec_ffn"][0, :24], mask["dec_ffn"][1, :34], mask["dec_layer"][1] = 0, 0, 0
+    prune_unit_mask(gates, mask)
+    path = export_model("gguf", model, tokenizer, tmp_path, {}, tokenizer_pre=TRAINED_PRE)["files"][0]
+    reader = gguf.GGUFReader(str(path))
+    assert reader.fields["general.architecture"].contents() == "llama" and reader.fields["llama.block_count"].contents() == 1
+    assert reader.fields["llama.feed_forward_length"].contents() == model.model.layers[0].mlp.down_proj.in_features == 40

@@ -280,3 +280,27 @@ def test_the_pareto_table_of_a_joint_unit_says_what_each_kind_lost():
     table = pareto_table(study)
     assert "| units removed |" in table and "4/12 (KV groups 25%, neurons 38%)" in table
     assert kv_cache_kept(point, "kv_group+ffn") == 0.75  # the FFN groups are no part of the KV cache
+
+
+def test_ffn_lsq_after_residual_channels_go_fits_the_teachers_output_at_the_kept_channels():
+    """Neurons and residual channels removed: the first block's scales are the dense least squares on the kept channels."""
+    from headprune.core.hidden_sites import channel_book
+    from headprune.core.projections import linear_weight
+
+    model = tiny_llama()
+    teacher, batches = copy.deepcopy(model), [lm_batch(seed=s) for s in range(2)]
+    gates = unit_gates(model, ["ffn", "hidden"])
+    mask = {group: torch.ones(shape) for group, shape in gates.groups.items()}
+    mask["dec_ffn"][:, ::2] = 0
+    mask["hidden"][0, 4:12] = 0  # 24 of 32 channels: a multiple of the 4 heads, as Llama's config needs
+    prune_unit_mask(gates, mask)
+    channels = channel_book(model)["ids"]
+    site, reference = FFNGates(model).site("dec_ffn", 0), FFNGates(teacher).site("dec_ffn", 0)
+    x = torch.cat([valid_rows(site, b, captured_down_inputs(model, [site], b, stop=True)[id(site)]) for b in batches])  # (N, K)
+    teacher_x = [valid_rows(reference, b, captured_down_inputs(teacher, [reference], b, stop=True)[id(reference)]) for b in batches]
+    y = (torch.cat(teacher_x) @ linear_weight(reference.down()).t())[:, channels]  # (N, 24): the teacher block at the kept channels
+    columns = linear_weight(site.down())  # (24, K)
+    design = (x[:, None, :] * columns[None]).reshape(-1, x.shape[1])  # (N * 24, K): neuron k's contribution to each output
+    dense = torch.linalg.lstsq(design.double(), y.reshape(-1, 1).double()).solution[:, 0]
+    scales = ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=1e-9, max_scale=1e6)
+    torch.testing.assert_close(scales["dec_ffn"][0, site.neuron_ids], dense.float(), rtol=1e-3, atol=1e-3 * float(dense.abs().max()))

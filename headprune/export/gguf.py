@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from headprune.core.checks import ConfigError
-from headprune.export.hf import stock_shape
+from headprune.export.hf import stock_ffn_width, stock_shape
 from headprune.export.llama_fields import rope_and_bias_refusal
 
 GGUF_TYPES = ("llama", "mistral")  # written as llama.cpp's llama architecture
@@ -189,7 +189,8 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
     writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
-    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name)
+    feed_forward = stock_ffn_width(model).get("intermediate_size")  # the one width kept: the config says the unpruned one
+    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name, feed_forward=feed_forward)
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
     finish_file(writer, gguf_tensors(model, layer_heads, dtype))

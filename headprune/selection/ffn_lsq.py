@@ -70,8 +70,23 @@ def _target(teacher_site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor
     return F.linear(valid_rows(teacher_site, batch, x), linear_weight(teacher_site.down()))
 
 
-def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets) -> torch.Tensor:
-    """The least-squares scales of one block's kept neurons against the teacher block's output."""
+def kept_channels(model: nn.Module, teacher: nn.Module) -> list[int] | None:
+    """Positions in the teacher's residual stream of the channels ``model`` still holds (None: the same channels)."""
+    from headprune.core.hidden_sites import IDS_ATTR
+
+    mine = getattr(model, IDS_ATTR, None)
+    if mine is None:
+        return None
+    theirs = getattr(teacher, IDS_ATTR, None)
+    theirs = theirs["ids"] if theirs is not None else list(range(mine["width_orig"]))
+    if mine["ids"] == theirs:
+        return None
+    position = {channel: p for p, channel in enumerate(theirs)}
+    return [position[channel] for channel in mine["ids"]]
+
+
+def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets, channels=None) -> torch.Tensor:
+    """The least-squares scales of one block's kept neurons against the teacher block's output (at ``channels`` of it: kept_channels)."""
     gram = torch.zeros(len(positions), len(positions), dtype=torch.float64)
     rhs = torch.zeros(len(positions), dtype=torch.float64)
     columns = linear_weight(site.down())[:, positions].double()  # (hidden, K)
@@ -83,6 +98,8 @@ def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scal
             target = _target(teacher_site, batch, teacher_x)
         else:
             target = targets[id(teacher_site), index]
+        if channels is not None:  # residual channels were removed: the block's output is fitted where the model still has one
+            target = target[:, channels]  # (N, kept hidden)
         # neuron i adds c_i = x[:, i] W_d[:, i]^T: C^T C = (x^T x) * (W_d^T W_d), C^T y = sum_n x_n * (y_n W_d), never (N, K, hidden)
         gram += (x.t() @ x).cpu() * column_gram  # (K, K)
         rhs += (x * (target.double() @ columns)).sum(0).cpu()  # (K,)
@@ -127,12 +144,13 @@ def ffn_lsq_recover(
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
         order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
         targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
+        channels = kept_channels(model, teacher)
         for site in order:
             positions = _kept_positions(site, mask)
             if not positions:
                 continue
             teacher_site = teacher_gates.site(site.group, site.layer)
-            s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets)
+            s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets, channels)
             scale_down_columns(site.down(), positions, s)
             scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
     return scales
