@@ -139,13 +139,15 @@ def fit_projection(module: nn.Module, pairs, ridge: float) -> tuple[float, float
     cross = torch.zeros(k + with_bias, out_features(module), dtype=torch.float64)
     weight = linear_weight(module).detach().double().cpu()
     bias = module.bias.detach().double().cpu() if with_bias else 0
+    weight32, bias32 = weight.float(), bias.float() if with_bias else 0.0
     error, norm = 0.0, 0.0
     for x, y in pairs:
-        x, y = x.double().cpu(), y.double().cpu()  # (N, K), (N, out)
-        error, norm = error + float(((x @ weight.t() + bias - y) ** 2).sum()), norm + float((y**2).sum())
+        x, y = x.float().cpu(), y.float().cpu()  # (N, K), (N, out): float32 products, summed over batches in float64
+        error += float(((x @ weight32.t() + bias32 - y) ** 2).double().sum())
+        norm += float((y**2).double().sum())
         a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
-        gram += a.t() @ a
-        cross += a.t() @ y
+        gram += (a.t() @ a).double()
+        cross += (a.t() @ y).double()
     solution = solve_projection(gram, cross, weight, with_bias, ridge)
     write_projection(module, solution.to(module.weight.device), with_bias)
     s = solution.t()  # (K [+1], out); the error left, from the normal equations: s^T G s - 2 s^T A^T Y + ||Y||^2
