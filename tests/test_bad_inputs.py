@@ -806,6 +806,26 @@ CONFIG_ROWS = [
         None,
     ),
     (
+        "prune-reconstruct-target-inputs-hidden",
+        "lm",
+        [
+            "experiment=prune",
+            "prune.unit=[ffn,hidden]",
+            "prune.recover=reconstruct",
+            "prune.reconstruct.target=inputs",
+            "prune.fractions=[0.25]",
+        ],
+        "prune.reconstruct.target=inputs replays",
+        None,
+    ),
+    (
+        "prune-reconstruct-target-unknown",
+        "lm",
+        ["experiment=prune", "prune.recover=reconstruct", "prune.reconstruct.target=own"],
+        "prune.reconstruct.target",
+        None,
+    ),
+    (
         "prune-obs-stream",
         "lm",
         ["experiment=prune", "prune.unit=kv_group", "prune.action=stream", "prune.order=obs"],

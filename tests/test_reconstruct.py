@@ -127,3 +127,17 @@ def test_layer_replay_equals_whole_passes(pruned):
     assert first["error_after"].keys() == second["error_after"].keys()
     for (name, a), b in zip(by_layers.named_parameters(), by_passes.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()), msg=name)
+
+
+def test_inputs_target_matches_each_layer_on_its_own_inputs(pruned):
+    """target=inputs leaves each projection's error against the unpruned layer on the same inputs at its least squares."""
+    task, model, _, batches = pruned
+    names = shrunk_projections(model, task.model)
+    if model.config.hidden_size != task.model.config.hidden_size:
+        with pytest.raises(ValueError, match="target=teacher"):  # the unpruned layers cannot read the narrower stream
+            reconstruct(copy.deepcopy(model), task.model, batches, target="inputs")
+        return
+    rebuilt = copy.deepcopy(model)
+    report = reconstruct(rebuilt, task.model, batches, ridge=1e-3, target="inputs")
+    assert report["engine"] == "layers" and report["projections"] == len(names)
+    assert all(report["error_after"][n] <= report["error_before"][n] * 1.0001 + 1e-9 for n in names)

@@ -5,7 +5,7 @@ from omegaconf import OmegaConf
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
 from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
-from headprune.core.unit_kinds import kinds_of, lsq_refusal, reconstruction_refusal, unit_name
+from headprune.core.unit_kinds import kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
 from headprune.models.sources import config_fields, max_positions
 from headprune.prune_stages.greedy_stage import fractions_of
 from headprune.prune_stages.pareto_plan import planned_points
@@ -226,6 +226,16 @@ def check_speed_unit(prune) -> None:
         raise ConfigError(
             f"prune.recover=reconstruct with prune.unit={unit}: {refusal}; drop reconstruct from prune.recover (or prune "
             "head, kv_group, ffn or a joint list of them)"
+        )
+    if (
+        refusal is None
+        and "reconstruct" in prune.recoveries
+        and given.reconstruct.target == "inputs"
+        and "hidden_size" in shrunk_fields(unit)
+    ):
+        raise ConfigError(
+            f"prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and prune.unit={unit} "
+            "narrows those inputs (residual channels): use prune.reconstruct.target=teacher"
         )
     if rearrange and given.get("schedule") is not None:
         raise ConfigError(

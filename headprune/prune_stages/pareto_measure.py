@@ -86,7 +86,8 @@ def recovered_model(
         return model, gates, mask, {"lsq": report}
     if recovery == "reconstruct":  # re-solved on the physically pruned copy, layer by layer
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
-        report = reconstruct(model, task.model, batches, ridge=float(settings.reconstruct.ridge), progress=progress)
+        rec = settings.reconstruct
+        report = reconstruct(model, task.model, batches, ridge=float(rec.ridge), progress=progress, target=str(rec.target))
         return model, HeadGates(model), None, {"reconstruct": report}
     if recovery == "finetune":
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)

@@ -228,7 +228,8 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
                     progress=ctx.progress,
                 )
             elif recovery == "reconstruct":
-                reconstruct(model, teacher, batches, ridge=float(settings.reconstruct.ridge), progress=ctx.progress)
+                rec = settings.reconstruct
+                reconstruct(model, teacher, batches, ridge=float(rec.ridge), progress=ctx.progress, target=str(rec.target))
             elif recovery == "finetune":
                 finetune_in_place(model, teacher, ctx.rounds[round_], settings.finetune, ctx.logger, f"{order}/step{round_ + 1}")
             else:

@@ -31,6 +31,8 @@ from headprune.selection.layer_replay import (
     with_input,
 )
 
+TARGETS = ("teacher", "inputs")  # what a re-solved projection matches (see reconstruct)
+
 
 def shrunk_projections(model: nn.Module, teacher: nn.Module) -> dict[str, list[int] | None]:
     """{name: original ids of its kept output rows (None: all)} of the projections of ``model`` that read fewer inputs than
@@ -177,8 +179,11 @@ def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[fl
     return errors
 
 
-def _by_layers(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[float, float]] | None:
-    """Each projection fitted on inputs from replaying its layer on the reconstructed layers' outputs; None: no layer holds one."""
+def _by_layers(model, teacher, names, batches, ridge, bar, target: str = "teacher") -> dict[str, tuple[float, float]] | None:
+    """Each projection fitted on inputs from replaying its layer on the reconstructed layers' outputs; None: no layer holds one.
+
+    ``target``: "teacher", the unpruned model's outputs on its own stream; "inputs", the unpruned layer's on the pruned
+    model's inputs (the layer's own function, SparseGPT's objective: no correction of the error that reaches it)."""
     stacks = [s for s in stacks_of(teacher) if any(layer_of(n, s) for n in names)]
     if not stacks or stacks_of(model) != stacks_of(teacher):
         return None
@@ -191,6 +196,8 @@ def _by_layers(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[fl
         for layer in stack:
             here = [n for n in names if layer_of(n, [layer])]
             t_out, targets = [], []
+            if target == "inputs":
+                t_hidden = p_hidden
             for b, calls in enumerate(t_calls):
                 out, got = replay_outputs(theirs[layer], with_input(calls[layer], t_hidden[b]), {n: theirs[n] for n in here})
                 t_out.append(out)
@@ -218,12 +225,22 @@ def reconstruct(
     progress: bool = False,
     projections: list[str] | None = None,
     by_layers: bool = True,
+    target: str = "teacher",
 ) -> dict:
     """Re-solve each shrunk projection of the physically pruned ``model`` towards ``teacher``, sequentially; returns a record.
 
     ``projections`` names the projections to re-solve instead (a masked model's, whose widths did not shrink);
-    ``by_layers`` replays one layer at a time where every projection sits in a layer (else whole passes up to each).
+    ``by_layers`` replays one layer at a time where every projection sits in a layer (else whole passes up to each);
+    ``target``: the outputs matched, "teacher" (the unpruned model's on its own stream) or "inputs" (the unpruned layer's
+    on the pruned model's inputs, layers only).
     """
+    if target not in TARGETS:
+        raise ValueError(f"prune.reconstruct.target must be one of {list(TARGETS)}, got {target!r}")
+    if target == "inputs" and getattr(model.config, "hidden_size", None) != getattr(teacher.config, "hidden_size", None):
+        raise ValueError(
+            "prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and its residual "
+            "stream is narrower: use prune.reconstruct.target=teacher"
+        )
     from tqdm.auto import tqdm
 
     batches = list(batches)
@@ -241,7 +258,11 @@ def reconstruct(
     ):
         inside = {n: r for n, r in names.items() if layer_of(n, [p for s in stacks_of(teacher) for p in s])}
         check_calibration(list(inside), model, tokens)  # a head reading one vector per example leans on the ridge
-        errors = _by_layers(model, teacher, inside, batches, ridge, bar) if by_layers and inside else None
+        errors = _by_layers(model, teacher, inside, batches, ridge, bar, target) if (by_layers or target == "inputs") and inside else None
+        if errors is None and target == "inputs":
+            raise ValueError(
+                "prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and this model's layers could not be replayed: use target=teacher"
+            )
         engine = "layers" if errors is not None else "passes"
         rest = {n: r for n, r in names.items() if errors is None or n not in errors}  # after the layers: the heads that read them
         errors = {**(errors or {}), **(_by_passes(model, teacher, rest, batches, ridge, bar) if rest else {})}
