@@ -12,13 +12,19 @@ from headprune.validation import validate
 SPEED = "prune.target={speedup:1.3}"
 
 
-@pytest.mark.parametrize("unit", ["hidden", "layer"])
+@pytest.mark.parametrize("unit", ["layer"])
 def test_lsq_is_refused_for_a_unit_it_cannot_refit(tmp_path, unit):
     with pytest.raises(ConfigError, match=rf"^prune.recover=lsq with prune.unit={unit}: .*fit nothing"):
         validate(make_cfg(tmp_path, "prune", "lm", f"prune.unit={unit}", "prune.recover=[none,lsq]", SPEED))
 
 
-@pytest.mark.parametrize("unit", ["head", "ffn", "block", "head+hidden", "ffn+layer"])
+@pytest.mark.parametrize("unit", ["hidden", "[head,hidden]", "[kv_group,ffn,hidden]"])
+def test_lsq_is_refused_beside_removed_residual_channels(tmp_path, unit):
+    with pytest.raises(ConfigError, match=r"^prune.recover=lsq with prune.unit=.*hidden: .*prune.recover=reconstruct"):
+        validate(make_cfg(tmp_path, "prune", "lm", f"prune.unit={unit}", "prune.recover=[none,lsq]", SPEED))
+
+
+@pytest.mark.parametrize("unit", ["head", "ffn", "block", "ffn+layer"])
 def test_lsq_stays_allowed_where_a_kind_can_be_refitted(tmp_path, unit):
     from headprune.core.unit_kinds import kinds_of, lsq_refusal
 
