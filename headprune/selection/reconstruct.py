@@ -221,7 +221,7 @@ def reconstruct(
     model: nn.Module,
     teacher: nn.Module,
     batches: Iterable[dict],
-    ridge: float = 1e-2,
+    ridge: float = 1.0,
     progress: bool = False,
     projections: list[str] | None = None,
     by_layers: bool = True,
