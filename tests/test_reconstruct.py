@@ -81,7 +81,7 @@ def test_reconstruct_lowers_every_layer_error(pruned):
         unit_lsq_recoverer(task.gates.unit)(lsq, task.model, batches)
         fitted = _layer_errors(lsq, task.model, names, batches)
     rebuilt = copy.deepcopy(model)
-    report = reconstruct(rebuilt, task.model, batches, ridge=1e-3)
+    report = reconstruct(rebuilt, task.model, batches, ridge=1e-3, target="teacher")
     errors = _layer_errors(rebuilt, task.model, names, batches)
     assert report["projections"] == len(names)
     for name in names:
@@ -96,11 +96,11 @@ def test_masked_and_pruned_reconstruct_alike(pruned):
     task, model, mask, batches = pruned
     names = shrunk_projections(model, task.model)
     rebuilt = copy.deepcopy(model)
-    reconstruct(rebuilt, task.model, batches)
+    target = reconstruct(rebuilt, task.model, batches)["target"]  # auto: inputs, or teacher where channels went
     masked = copy.deepcopy(task.model)
     gates = unit_gates(masked, task.gates.unit)
     with gates.masked(mask):
-        reconstruct(masked, task.model, batches, projections=list(names))
+        reconstruct(masked, task.model, batches, projections=list(names), target=target)
         batch = batches[0]
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         expected = masked(**inputs).logits
@@ -121,8 +121,8 @@ def test_layer_replay_equals_whole_passes(pruned):
     """Replaying one layer at a time gives the same re-solved model as passes of the whole model up to each projection."""
     task, model, _, batches = pruned
     by_layers, by_passes = copy.deepcopy(model), copy.deepcopy(model)
-    first = reconstruct(by_layers, task.model, batches)
-    second = reconstruct(by_passes, task.model, batches, by_layers=False)
+    first = reconstruct(by_layers, task.model, batches, target="teacher")
+    second = reconstruct(by_passes, task.model, batches, by_layers=False, target="teacher")
     assert (first["engine"], second["engine"]) == ("layers", "passes")
     assert first["error_after"].keys() == second["error_after"].keys()
     for (name, a), b in zip(by_layers.named_parameters(), by_passes.parameters()):

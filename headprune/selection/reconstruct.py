@@ -31,7 +31,7 @@ from headprune.selection.layer_replay import (
     with_input,
 )
 
-TARGETS = ("teacher", "inputs")  # what a re-solved projection matches (see reconstruct)
+TARGETS = ("auto", "inputs", "teacher")  # what a re-solved projection matches (see reconstruct)
 
 
 def shrunk_projections(model: nn.Module, teacher: nn.Module) -> dict[str, list[int] | None]:
@@ -225,18 +225,20 @@ def reconstruct(
     progress: bool = False,
     projections: list[str] | None = None,
     by_layers: bool = True,
-    target: str = "teacher",
+    target: str = "auto",
 ) -> dict:
     """Re-solve each shrunk projection of the physically pruned ``model`` towards ``teacher``, sequentially; returns a record.
 
     ``projections`` names the projections to re-solve instead (a masked model's, whose widths did not shrink);
     ``by_layers`` replays one layer at a time where every projection sits in a layer (else whole passes up to each);
-    ``target``: the outputs matched, "teacher" (the unpruned model's on its own stream) or "inputs" (the unpruned layer's
-    on the pruned model's inputs, layers only).
+    ``target``: the outputs matched, "teacher" (the unpruned model's on its own stream), "inputs" (the unpruned layer's
+    on the pruned model's inputs, layers only) or "auto" (inputs where the residual stream kept its width, else teacher).
     """
     if target not in TARGETS:
         raise ValueError(f"prune.reconstruct.target must be one of {list(TARGETS)}, got {target!r}")
-    if target == "inputs" and getattr(model.config, "hidden_size", None) != getattr(teacher.config, "hidden_size", None):
+    narrower = getattr(model.config, "hidden_size", None) != getattr(teacher.config, "hidden_size", None)
+    chosen, target = target == "auto", ("teacher" if narrower else "inputs") if target == "auto" else target
+    if target == "inputs" and narrower:
         raise ValueError(
             "prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and its residual "
             "stream is narrower: use prune.reconstruct.target=teacher"
@@ -248,7 +250,7 @@ def reconstruct(
         raise ValueError("reconstruct got no batches: give a few training batches (model inputs)")
     names = shrunk_projections(model, teacher) if projections is None else dict.fromkeys(projections)
     if not names:
-        return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None}
+        return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None, "target": target}
     tokens = sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)  # the encoder's
     modules = dict(model.named_modules())
     with (
@@ -259,7 +261,9 @@ def reconstruct(
         inside = {n: r for n, r in names.items() if layer_of(n, [p for s in stacks_of(teacher) for p in s])}
         check_calibration(list(inside), model, tokens)  # a head reading one vector per example leans on the ridge
         errors = _by_layers(model, teacher, inside, batches, ridge, bar, target) if (by_layers or target == "inputs") and inside else None
-        if errors is None and target == "inputs":
+        if errors is None and target == "inputs" and chosen:  # auto: layers that cannot be replayed match the teacher's stream
+            target = "teacher"
+        elif errors is None and target == "inputs":
             raise ValueError(
                 "prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and this model's layers could not be replayed: use target=teacher"
             )
@@ -273,4 +277,5 @@ def reconstruct(
         "error_before": {n: e[0] for n, e in errors.items()},
         "error_after": {n: e[1] for n, e in errors.items()},
         "engine": engine,
+        "target": target,
     }

@@ -31,7 +31,7 @@ class ReconstructSettings:
     """prune.reconstruct: the layer-wise reconstruction (re-solved projections)."""
 
     ridge: float = setting(POSITIVE, PRUNE)
-    target: str = setting(rule(choice, choices=("teacher", "inputs")), PRUNE)
+    target: str = setting(rule(choice, choices=("auto", "inputs", "teacher")), PRUNE)
 
 
 @dataclass(frozen=True)
