@@ -107,6 +107,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "lm_recovery_global_80k": "lm_recovery_global_80k",
     "lm_recovery_global_lora": "lm_recovery_global_lora",
     "lm_recovery_global_fractions": "lm_recovery_global_fractions",
+    "llm_reconstruct_75": "llm_reconstruct_75",  # KV groups, FFN neurons and channels at 75% of the FLOPs, reconstructed
 }
 TABLES.update({block: (lambda d, name=name: pareto_table(_load(d, name))) for block, name in ONE_RUN_PARETO.items()})
 UNIT_RUNS = {  # docs/results.md, section 4: one prune run per unit on the smaller MiniLM (row label: (run, its ONNX model))
