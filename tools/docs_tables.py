@@ -143,6 +143,15 @@ TRAINED_UNIT_RUNS = (  # docs/results.md, section 4: the unit table on the secti
     ("heads + FFN neurons + channels", "mnli_units_hidden_25"),
 )
 TABLES["units_mnli_trained"] = lambda d: trained_units_table([(label, _load(d, run)) for label, run in TRAINED_UNIT_RUNS])
+RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-1 MiniLM retrained (73.61%), per-example outcomes kept
+    ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint"),
+    ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint"),
+    ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint_20"),
+    ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_20"),
+)
+TABLES["units_mnli_reconstruct"] = lambda d: trained_units_table(
+    [(label, _load(d, run)) for label, run in RECONSTRUCT_RUNS if (d / f"{run}.json").is_file()]
+)
 TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
