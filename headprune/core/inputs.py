@@ -27,6 +27,15 @@ def decoder_valid(batch: dict):
     return (labels != -100).long() if labels is not None and labels.dim() == 2 else None
 
 
+def valid_token_rows(x, batch: dict):
+    """x (B, T, C) as its rows at the real (not padding) tokens (N, C); the batch's mask of the matching length decides."""
+    rows = x.reshape(-1, x.shape[-1])
+    for valid in (batch.get("attention_mask"), decoder_valid(batch)):
+        if valid is not None and x.dim() == 3 and tuple(valid.shape) == tuple(x.shape[:2]):
+            return rows[valid.to(x.device).reshape(-1).bool()]
+    return rows
+
+
 @contextmanager
 def eval_mode(model):
     """Within the block the model is in eval mode (no dropout); its own mode is restored after."""

@@ -15,7 +15,7 @@ squared output errors (one unit for every kind: ``prune.joint_scale=loss``).
 import torch
 from torch import nn
 
-from headprune.core.inputs import eval_mode, model_inputs
+from headprune.core.inputs import eval_mode, model_inputs, valid_token_rows
 from headprune.core.kinds import kinds_of
 from headprune.core.projections import linear_weight
 
@@ -32,15 +32,6 @@ def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[
     return out
 
 
-def _rows(x: torch.Tensor, batch: dict) -> torch.Tensor:
-    """x (B, T, C) as its rows (N, C) at the real tokens (the batch's mask of the matching shape), in float64."""
-    rows = x.reshape(-1, x.shape[-1])
-    valid = batch.get("attention_mask")
-    if valid is not None and x.dim() == 3 and tuple(valid.shape) == tuple(x.shape[:2]):
-        rows = rows[valid.to(x.device).reshape(-1).bool()]
-    return rows.double().cpu()
-
-
 @torch.no_grad()
 def input_grams(model: nn.Module, projections: list[nn.Module], batches) -> list[torch.Tensor]:
     """X^T X (K, K) of every projection's input over the batches' real tokens, one forward pass per batch."""
@@ -48,7 +39,7 @@ def input_grams(model: nn.Module, projections: list[nn.Module], batches) -> list
     now: dict = {}  # the batch being run, for the hooks' token mask
 
     def hook(module, args, output, index):
-        rows = _rows(args[0].detach(), now["batch"])
+        rows = valid_token_rows(args[0].detach(), now["batch"]).double().cpu()
         grams[index] = rows.t() @ rows if grams[index] is None else grams[index] + rows.t() @ rows
 
     handles = [m.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, m in enumerate(projections)]

@@ -30,3 +30,15 @@ def captured_module_inputs(model: nn.Module, modules: dict[int, nn.Module], batc
         for handle in handles:
             handle.remove()
     return store
+
+
+def captured_module_outputs(model: nn.Module, modules: dict, batch: dict) -> dict:
+    """{key: the output of ``modules[key]``} in forward order, from one forward pass."""
+    store: dict = {}
+    handles = [m.register_forward_hook(lambda mod, a, out, key=key: store.setdefault(key, out.detach())) for key, m in modules.items()]
+    try:
+        model(**model_inputs(model, batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return store

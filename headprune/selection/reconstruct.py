@@ -16,10 +16,10 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
+from headprune.core.inputs import eval_mode, valid_token_rows
 from headprune.core.kinds import KINDS
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
-from headprune.selection.captures import captured_module_inputs
+from headprune.selection.captures import captured_module_inputs, captured_module_outputs
 from headprune.selection.layer_replay import (
     hidden_input,
     layer_calls,
@@ -56,35 +56,14 @@ def shrunk_projections(model: nn.Module, teacher: nn.Module) -> dict[str, list[i
     return names
 
 
-def valid_token_rows(x: torch.Tensor, batch: dict) -> torch.Tensor:
-    """x (B, T, C) as its rows at the real (not padding) tokens (N, C); the batch's mask of the matching length decides."""
-    rows = x.reshape(-1, x.shape[-1])
-    for valid in (batch.get("attention_mask"), decoder_valid(batch)):
-        if valid is not None and x.dim() == 3 and tuple(valid.shape) == tuple(x.shape[:2]):
-            return rows[valid.to(x.device).reshape(-1).bool()]
-    return rows
-
-
-def _captured_outputs(model: nn.Module, names: list[str], batch: dict) -> dict[str, torch.Tensor]:
-    """{name: the output of that module} from one forward pass, in forward order (dict order)."""
-    modules = dict(model.named_modules())
-    store: dict[str, torch.Tensor] = {}
-    handles = [modules[name].register_forward_hook(lambda m, a, out, name=name: store.setdefault(name, out.detach())) for name in names]
-    try:
-        model(**model_inputs(model, batch))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return store
-
-
 @torch.no_grad()
 def teacher_targets(teacher: nn.Module, names: list[str], batches: list[dict]) -> tuple[list[str], list[dict[str, torch.Tensor]]]:
     """(the names in forward order, per batch {name: the teacher's output at the real tokens (N, out)}), one pass per batch."""
     targets, order = [], None
     with eval_mode(teacher):
         for batch in batches:
-            outputs = _captured_outputs(teacher, names, batch)
+            modules = dict(teacher.named_modules())
+            outputs = captured_module_outputs(teacher, {name: modules[name] for name in names}, batch)
             order = order or [n for n in outputs if n in names]
             targets.append({name: valid_token_rows(y, batch).float().cpu() for name, y in outputs.items()})
     return order or [], targets
