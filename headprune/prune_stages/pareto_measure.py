@@ -20,7 +20,7 @@ from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.latency import synthetic_inputs
 from headprune.selection.lsq import lsq_recover
-from headprune.selection.reconstruct import reconstruct
+from headprune.selection.reconstruct import reconstructor
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_latency import cached_unit_latency_model
 from headprune.sources.point_models import (
@@ -86,8 +86,7 @@ def recovered_model(
         return model, gates, mask, {"lsq": report}
     if recovery == "reconstruct":  # re-solved on the physically pruned copy, layer by layer
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
-        rec = settings.reconstruct
-        report = reconstruct(model, task.model, batches, ridge=float(rec.ridge), progress=progress, target=str(rec.target))
+        report = reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress)(model, task.model, batches)
         return model, HeadGates(model), None, {"reconstruct": report}
     if recovery == "finetune":
         prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)

@@ -28,7 +28,7 @@ from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths, width_multiples
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, mask_after
-from headprune.selection.reconstruct import reconstruct
+from headprune.selection.reconstruct import reconstructor
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
 from headprune.selection.unit_rearrange import rearrange_unit_mask
@@ -228,8 +228,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
                     progress=ctx.progress,
                 )
             elif recovery == "reconstruct":
-                rec = settings.reconstruct
-                reconstruct(model, teacher, batches, ridge=float(rec.ridge), progress=ctx.progress, target=str(rec.target))
+                reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), ctx.progress)(model, teacher, batches)
             elif recovery == "finetune":
                 finetune_in_place(model, teacher, ctx.rounds[round_], settings.finetune, ctx.logger, f"{order}/step{round_ + 1}")
             else:

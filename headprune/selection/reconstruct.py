@@ -258,3 +258,12 @@ def reconstruct(
         "engine": engine,
         "target": target,
     }
+
+
+def reconstructor(ridge: float, target: str = "auto", progress: bool = False):
+    """A ``recover(model, teacher, batches)`` step (as ``unit_lsq_recoverer``'s) that reconstructs and returns the record."""
+
+    def recover(model, teacher, batches):
+        return reconstruct(model, teacher, batches, ridge=ridge, progress=progress, target=target)
+
+    return recover
