@@ -819,6 +819,23 @@ CONFIG_ROWS = [
         None,
     ),
     (
+        "prune-recover-chain-out-of-order",
+        "nli",
+        ["experiment=prune", "prune.recover=finetune+reconstruct"],
+        "write 'reconstruct+finetune'",
+        None,
+    ),
+    ("prune-recover-chain-repeat", "nli", ["experiment=prune", "prune.recover=lsq+lsq"], "runs a step twice", None),
+    ("prune-recover-chain-none", "nli", ["experiment=prune", "prune.recover=none+finetune"], "chains none", None),
+    ("prune-recover-chain-unknown", "nli", ["experiment=prune", "prune.recover=reconstruct+tune"], "must be one of", None),
+    (
+        "prune-recover-chain-twice-in-list",
+        "nli",
+        ["experiment=prune", "prune.recover=[reconstruct+finetune,reconstruct+finetune]"],
+        "prune.recover",
+        None,
+    ),
+    (
         "prune-reconstruct-target-unknown",
         "lm",
         ["experiment=prune", "prune.recover=reconstruct", "prune.reconstruct.target=own"],

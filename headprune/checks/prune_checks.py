@@ -208,7 +208,7 @@ def check_save_names(prune) -> None:
 def check_speed_unit(prune) -> None:
     """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer; lsq needs a kind it can refit."""
     given, unit = prune.given, prune.unit
-    lsq = lsq_refusal(unit) if "lsq" in prune.recoveries else None
+    lsq = lsq_refusal(unit) if "lsq" in prune.recovering else None
     if lsq:
         raise ConfigError(
             f"prune.recover=lsq with prune.unit={unit}: {lsq}; drop lsq from prune.recover (finetune recovers any unit), "
@@ -221,7 +221,7 @@ def check_speed_unit(prune) -> None:
             f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
             "kv_group, ffn or a joint list such as [kv_group,ffn])"
         )
-    refusal = reconstruction_refusal(unit) if "reconstruct" in prune.recoveries else None
+    refusal = reconstruction_refusal(unit) if "reconstruct" in prune.recovering else None
     if refusal:
         raise ConfigError(
             f"prune.recover=reconstruct with prune.unit={unit}: {refusal}; drop reconstruct from prune.recover (or prune "
@@ -229,7 +229,7 @@ def check_speed_unit(prune) -> None:
         )
     if (
         refusal is None
-        and "reconstruct" in prune.recoveries
+        and "reconstruct" in prune.recovering
         and given.reconstruct.target == "inputs"
         and "hidden_size" in shrunk_fields(unit)
     ):
@@ -315,7 +315,7 @@ def smallest_projection(model_cfg) -> int | None:
 def check_control(cfg, prune) -> None:
     """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
     given = prune.given
-    if given.control and "finetune" not in prune.recoveries:
+    if given.control and "finetune" not in prune.recovering:
         raise ConfigError(
             "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
             f"has no finetune ({given.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
@@ -339,19 +339,19 @@ def check_prune_lists(prune) -> None:
 
 def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
     """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
-    given, recover = prune.given, list(prune.recoveries)
+    given, recover, steps = prune.given, list(prune.recoveries), prune.recovering
     if given.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")
-    if "finetune" not in recover:
+    if "finetune" not in steps:
         refuse_given(
             cfg,
             ("prune.finetune",),
             f"prune.finetune.* sets the fine-tune of prune.recover=finetune, and prune.recover={recover} runs none "
             "(add finetune to prune.recover)",
         )
-    if "lsq" not in recover:
+    if "lsq" not in steps:
         refuse_given(cfg, ("prune.lsq",), f"prune.lsq.* sets the least squares of prune.recover=lsq, and prune.recover={recover}")
-    if "reconstruct" not in recover:
+    if "reconstruct" not in steps:
         refuse_given(
             cfg,
             ("prune.reconstruct",),
@@ -387,7 +387,7 @@ def physical_pruning(prune) -> str | None:
     given, recover = prune.given, list(prune.recoveries)
     save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
     uses = {
-        "prune.recover=finetune fine-tunes a pruned copy": "finetune" in recover,
+        "prune.recover=finetune fine-tunes a pruned copy": "finetune" in prune.recovering,
         "prune.measure_speed=true times pruned copies": bool(given.measure_speed),
         "prune.schedule removes heads at every step": given.get("schedule") is not None,
         "prune.cost=latency times pruned copies": str(given.cost) == "latency",

@@ -7,7 +7,7 @@ from typing import Any
 from headprune.checks.prune_checks import prune_steps
 from headprune.core.checks import string_list
 from headprune.core.kinds.kind_registry import Unit
-from headprune.prune_stages.pareto_plan import for_speed
+from headprune.prune_stages.pareto_plan import for_speed, steps_used
 from headprune.tasks.stream_task import action_of
 from headprune.tasks.unit_task import unit_of
 
@@ -35,6 +35,11 @@ class PruneValues:
     def for_speed(self) -> bool:
         """Whether it prunes for speed (a target, a schedule, a recovery, a rearrangement, measured speed or extra splits)."""
         return for_speed(self.given)
+
+    @cached_property
+    def recovering(self) -> frozenset[str]:
+        """The recovery steps any listed recovery runs (``reconstruct+finetune`` runs both)."""
+        return steps_used(self.recoveries)
 
     @cached_property
     def steps(self) -> list:

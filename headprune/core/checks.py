@@ -92,6 +92,24 @@ def choices(value, name: str, known) -> list[str]:
     return items
 
 
+def recovery_chains(value, name: str, known) -> list[str]:
+    """Recoveries, each a name of ``known`` or a chain of them run in turn (``reconstruct+finetune``), in ``known``'s order."""
+    items = string_list(value, name, empty=False)
+    for item in items:
+        steps = item.split("+")
+        for step in steps:
+            choice(step, name, known)
+        if len(steps) > 1 and "none" in steps:
+            raise ConfigError(f"{name}: {item!r} chains none, which recovers nothing: give none alone")
+        if len(set(steps)) < len(steps):
+            raise ConfigError(f"{name}: {item!r} runs a step twice: give each step once")
+        order = [known.index(step) for step in steps]
+        if order != sorted(order):
+            ordered = "+".join(sorted(steps, key=known.index))
+            raise ConfigError(f"{name}: {item!r} runs its steps out of order: write {ordered!r} (compensation before a fine-tune)")
+    return items
+
+
 def pruning_unit(value, name: str):
     """A registered unit kind or a list of kinds pruned together, as its ``Unit`` (canonical name ``head+ffn``)."""
     from headprune.core.kinds.kind_registry import KINDS, parse_unit
@@ -180,6 +198,7 @@ DESCRIPTIONS = {  # check function -> what it accepts, from its arguments
     "boolean": lambda: "true or false",
     "choice": lambda choices: f"one of {_names(choices)}",
     "choices": lambda known: f"one or a list of {_names(known)}",
+    "recovery_chains": lambda known: f"one or a list of {_names(known)}, each alone or chained with + (reconstruct+finetune)",
     "text": lambda: "text",
     "string_list": lambda empty: "list of names" + ("" if empty else " (not empty)"),
     "pruning_unit": lambda: (

@@ -14,7 +14,7 @@ from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
 from headprune.prune_stages.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
-from headprune.prune_stages.pareto_plan import for_speed, recoveries_of
+from headprune.prune_stages.pareto_plan import for_speed, recoveries_of, steps_used
 from headprune.prune_stages.prune_speed import pareto_stage
 from headprune.prune_stages.recovery_check import say_worse
 from headprune.results.points import point_name, point_step
@@ -39,7 +39,7 @@ def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions
     selection = selection_split(task, settings.prune.selection_split)
     check_split(task, selection, "selection")
     out = output_dir(cfg)
-    logger = build_logger(cfg, job_type="prune") if "finetune" in recoveries_of(settings.prune) else False
+    logger = build_logger(cfg, job_type="prune") if "finetune" in steps_used(recoveries_of(settings.prune)) else False
     where = {"split": split, "selection": selection, "seed": int(cfg.seed)}
     result = pareto_stage(task, settings, order_settings(cfg), orders, fractions, where, out, logger)
     figure = pareto_figure(result, out / "pareto.png", f"Quality against speed ({cfg.model.name}, {split})")
@@ -123,7 +123,7 @@ def check(cfg) -> None:
 def check_trainer_not_read(cfg, prune) -> None:
     """trainer.* sets training runs: a recovery fine-tune runs on the model's device (``device``), not the trainer's."""
     given = given_settings(cfg, "trainer")
-    if given and "finetune" in prune.recoveries:
+    if given and "finetune" in prune.recovering:
         key, value = next(iter(given.items()))
         raise ConfigError(
             f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "

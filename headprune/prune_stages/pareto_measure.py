@@ -14,6 +14,7 @@ from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.prune_stages.finetune_runs import control_model, finetune_in_place, finetune_record
+from headprune.prune_stages.pareto_plan import recovery_steps
 from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
@@ -69,30 +70,49 @@ def cost_model(task, settings, out: Path) -> CostModel:
 def recovered_model(
     task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str, progress: bool = False
 ):
-    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the heads ``mask`` keeps."""
+    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the units ``mask`` keeps."""
     if recovery == "none":
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
-    if recovery == "lsq" and recovery_parts(task.gates.unit) - {"attention"}:  # fitted on the physically pruned copy
-        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
-        lsq = unit_lsq_recoverer(task.gates.unit, ridge=float(settings.lsq.ridge), max_scale=float(settings.lsq.max_scale))
-        lsq(model, task.model, batches)
-        return model, HeadGates(model), None, None
-    heads = task.gates.head_mask(mask, hard=True)
-    if recovery == "lsq":
+    if recovery == "lsq" and not recovery_parts(task.gates.unit) - {"attention"}:  # heads: scales fitted under the mask
+        heads = task.gates.head_mask(mask, hard=True)
         gates, report = HeadGates(model), {}
         ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
         lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
         return model, gates, mask, {"lsq": report}
-    if recovery == "reconstruct":  # re-solved on the physically pruned copy, layer by layer
-        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
-        report = reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress)(model, task.model, batches)
-        return model, HeadGates(model), None, {"reconstruct": report}
-    if recovery == "finetune":
-        prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)
-        history = finetune_in_place(model, task.model, tuning or batches, settings.finetune, logger, label)
-        return model, HeadGates(model), None, finetune_record(history)
-    raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq, reconstruct or finetune")
+    prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
+    record = {}
+    for step in recovery_steps(recovery):
+        record.update(recovery_step(step, task.gates.unit, settings, logger, progress)(model, task.model, batches, tuning, label) or {})
+    return model, HeadGates(model), None, record
+
+
+def recovery_step(step: str, unit, settings, logger, progress: bool = False):
+    """One step of a recovery as ``recover(pruned model, teacher, batches, fine-tune batches, label) -> record or None``."""
+
+    def lsq(model, teacher, batches, tuning, label):
+        if recovery_parts(unit) - {"attention"}:  # heads, then the other parts, of the pruned model
+            unit_lsq_recoverer(unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
+            return None
+        report = {}
+        ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
+        lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
+        return {"lsq": report}
+
+    def reconstruct(model, teacher, batches, tuning, label):  # re-solved layer by layer
+        return {
+            "reconstruct": reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress)(
+                model, teacher, batches
+            )
+        }
+
+    def finetune(model, teacher, batches, tuning, label):
+        return finetune_record(finetune_in_place(model, teacher, tuning or batches, settings.finetune, logger, label))
+
+    steps = {"lsq": lsq, "reconstruct": reconstruct, "finetune": finetune}
+    if step not in steps:
+        raise ValueError(f"unknown recovery {step!r}; choose none, lsq, reconstruct or finetune, or a chain such as reconstruct+finetune")
+    return steps[step]
 
 
 def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) -> None:

@@ -15,8 +15,18 @@ def plain(value):
 
 
 def recoveries_of(settings) -> list[str]:
-    """``prune.recover`` as a list (none | lsq | finetune)."""
+    """``prune.recover`` as a list of recoveries, each a step (none | lsq | reconstruct | finetune) or a chain ``a+b``."""
     return [str(r) for r in listed(settings.recover)]
+
+
+def recovery_steps(recovery: str) -> list[str]:
+    """The steps of one recovery, run in turn: ``reconstruct+finetune`` -> [reconstruct, finetune]."""
+    return recovery.split("+")
+
+
+def steps_used(recoveries) -> frozenset[str]:
+    """Every step any of the recoveries runs (a setting of lsq, reconstruct or finetune is read when its step is here)."""
+    return frozenset(step for recovery in recoveries for step in recovery_steps(str(recovery)))
 
 
 def rearrangements_of(settings) -> list[bool]:

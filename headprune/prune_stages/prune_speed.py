@@ -5,8 +5,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from headprune.core.gates import HeadGates
-from headprune.core.unit_kinds import recovery_parts
-from headprune.prune_stages.finetune_runs import budget_info, finetune_batches, finetune_in_place
+from headprune.prune_stages.finetune_runs import budget_info, finetune_batches
 from headprune.prune_stages.pareto_measure import (
     control_point,
     cost_model,
@@ -15,20 +14,18 @@ from headprune.prune_stages.pareto_measure import (
     measure_points,
     recovered_model,
     recovery_batches,
+    recovery_step,
 )
-from headprune.prune_stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of
+from headprune.prune_stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of, recovery_steps, steps_used
 from headprune.prune_stages.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
 from headprune.prune_stages.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
 from headprune.results.run_dir import mask_to_json
-from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.ffn_rearrange import example_gradients
 from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_groups
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths, width_multiples
-from headprune.selection.lsq import lsq_recover
 from headprune.selection.mask_search import PruneTarget, mask_after
-from headprune.selection.reconstruct import reconstructor
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
 from headprune.selection.unit_rearrange import rearrange_unit_mask
@@ -215,24 +212,11 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
 
         def recover(model, teacher, batches):
             round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
-            if recovery == "lsq" and recovery_parts(task.gates.unit) - {"attention"}:  # heads, then the other parts, of the pruned model
-                unit_lsq_recoverer(task.gates.unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
-            elif recovery == "lsq":
-                lsq_recover(
-                    model,
-                    HeadGates(model),
-                    batches,
-                    teacher=teacher,
-                    ridge=float(settings.lsq.ridge),
-                    max_scale=float(settings.lsq.max_scale),
-                    progress=ctx.progress,
+            tuning = ctx.rounds[round_] if ctx.rounds else None
+            for step in recovery_steps(recovery):
+                recovery_step(step, task.gates.unit, settings, ctx.logger, ctx.progress)(
+                    model, teacher, batches, tuning, f"{order}/step{round_ + 1}"
                 )
-            elif recovery == "reconstruct":
-                reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), ctx.progress)(model, teacher, batches)
-            elif recovery == "finetune":
-                finetune_in_place(model, teacher, ctx.rounds[round_], settings.finetune, ctx.logger, f"{order}/step{round_ + 1}")
-            else:
-                raise ValueError(f"unknown recovery {recovery!r}; choose none, lsq, reconstruct or finetune")
 
         done = iterative_prune(
             work,
@@ -276,7 +260,7 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     scheduled, recoveries = prune.schedule is not None, recoveries_of(prune)
     batches = recovery_batches(task, int(prune.recover_examples)) if scheduled or recoveries != ["none"] else []
     count = len(steps) if scheduled else 1
-    rounds = [finetune_batches(task, prune, batches, r) for r in range(count)] if "finetune" in recoveries else []
+    rounds = [finetune_batches(task, prune, batches, r) for r in range(count)] if "finetune" in steps_used(recoveries) else []
     ctx = ParetoRun(
         settings=prune,
         order_settings=order_settings,
@@ -351,7 +335,9 @@ def pareto_stage(
 def pareto_summary(task, ctx: ParetoRun, points: list[dict]) -> dict:
     """The pareto results: the run's settings and data beside its points."""
     prune = ctx.settings
-    finetune = {**asdict(prune.finetune), **budget_info(prune.finetune, ctx.rounds)} if "finetune" in recoveries_of(prune) else None
+    finetune = (
+        {**asdict(prune.finetune), **budget_info(prune.finetune, ctx.rounds)} if "finetune" in steps_used(recoveries_of(prune)) else None
+    )
     return {
         "metric": task.metric,
         "higher_is_better": bool(task.higher_is_better),

@@ -3,7 +3,19 @@
 from dataclasses import dataclass
 from typing import Any
 
-from headprune.core.checks import boolean, boolean_or, choice, choices, fractions, integer, number, optional, pruning_unit, rule
+from headprune.core.checks import (
+    boolean,
+    boolean_or,
+    choice,
+    choices,
+    fractions,
+    integer,
+    number,
+    optional,
+    pruning_unit,
+    recovery_chains,
+    rule,
+)
 from headprune.selection.joint_scale import JOINT_SCALES
 from headprune.selection.uniform import LAYOUTS
 from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
@@ -96,7 +108,7 @@ class PruneSettings:
     cost: str = setting(rule(choice, choices=COSTS), PRUNE)
     seq_len: int = setting(COUNT, PRUNE)
     latency_batch_size: int = setting(COUNT, PRUNE)
-    recover: Any = setting(rule(choices, known=RECOVERIES), PRUNE)  # a name or a list of names
+    recover: Any = setting(rule(recovery_chains, known=RECOVERIES), PRUNE)  # a name, a chain (a+b) or a list of them
     rearrange: Any = setting(rule(boolean_or, words=("both",)), PRUNE)
     recover_examples: int = setting(COUNT, PRUNE)
     control: bool = setting(rule(boolean), PRUNE)

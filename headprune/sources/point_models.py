@@ -73,12 +73,9 @@ def wants_model(save, recovery: str, point: str) -> bool:
 
 def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_json) -> dict:
     """What makes a point's model: the point, its mask, recovery and the settings recovery reads."""
-    from headprune.selection.lsq import SHRINKS
-
     prune = ctx.settings
-    settings = _plain({"lsq": prune.lsq, "finetune": prune.finetune}.get(recovery))
-    if recovery == "lsq":  # the shrinks tried are part of how the model was made (an older lsq tried none)
-        settings = {**settings, "shrinks": list(SHRINKS)}
+    steps = recovery.split("+")  # a chain (reconstruct+finetune) records each step's settings
+    settings = _step_settings(prune, steps[0]) if len(steps) == 1 else {step: _step_settings(prune, step) for step in steps}
     return {
         "point": point,
         "order": order_name,
@@ -89,6 +86,16 @@ def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_j
         "settings": settings,
         "mask": mask_json,
     }
+
+
+def _step_settings(prune, step: str):
+    """The settings one recovery step reads, as plain JSON values (None for none)."""
+    from headprune.selection.lsq import SHRINKS
+
+    settings = _plain({"lsq": prune.lsq, "reconstruct": prune.reconstruct, "finetune": prune.finetune}.get(step))
+    if step == "lsq":  # the shrinks tried are part of how the model was made (an older lsq tried none)
+        settings = {**settings, "shrinks": list(SHRINKS)}
+    return settings
 
 
 def _plain(value):
