@@ -799,13 +799,6 @@ CONFIG_ROWS = [
         None,
     ),
     (
-        "prune-reconstruct-layer-in-a-list",
-        "lm",
-        ["experiment=prune", "prune.unit=[ffn,layer]", "prune.recover=[none,reconstruct]", "prune.fractions=[0.25]"],
-        "layer: a removed layer leaves no projection",
-        None,
-    ),
-    (
         "prune-reconstruct-target-inputs-hidden",
         "lm",
         [

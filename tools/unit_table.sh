@@ -81,6 +81,11 @@ run units_obs_joint "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss '
 run units_recon_joint_20 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000
 run units_obs_joint_20 "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
 run units_recon_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
+# reconstruction before a distilled fine-tune that also matches every kept layer's output to its teacher layer (CoFi)
+CHAIN=("${F[@]/prune.recover=finetune/prune.recover=reconstruct+finetune}" prune.finetune.layer_distill=1.0 prune.recover_examples=1000 prune.rearrange=true)
+CHAIN25=("${CHAIN[@]/prune.control=true/prune.control=false}")
+run units_chain_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN[@]}"
+run units_chain_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25[@]}"
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"

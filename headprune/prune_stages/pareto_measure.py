@@ -100,11 +100,12 @@ def recovery_step(step: str, unit, settings, logger, progress: bool = False):
         return {"lsq": report}
 
     def reconstruct(model, teacher, batches, tuning, label):  # re-solved layer by layer
-        return {
-            "reconstruct": reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress)(
-                model, teacher, batches
-            )
-        }
+        solve = reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress)
+        report = solve(model, teacher, batches)
+        lost = [layer for layer, into in (report.get("layers_folded") or {}).items() if into is None]
+        if lost:  # post-norm layers, or a stack's first layer: no projection writes the stream unchanged before them
+            print(f"[prune] {label}: reconstruct: no kept projection could take the update of the removed layers {lost}", flush=True)
+        return {"reconstruct": report}
 
     def finetune(model, teacher, batches, tuning, label):
         return finetune_record(finetune_in_place(model, teacher, tuning or batches, settings.finetune, logger, label))

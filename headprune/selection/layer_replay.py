@@ -25,6 +25,27 @@ def stacks_of(model: nn.Module) -> list[list[str]]:
     return [sorted(layers, key=lambda p: int(p.rsplit(".", 1)[1])) for layers in out.values()]
 
 
+def kept_layer_paths(model: nn.Module, teacher: nn.Module) -> dict[str, str | None]:
+    """{the teacher's layer path: the path of the same layer in ``model`` (None: removed)}, by original layer id."""
+    from headprune.core.layer_sites import find_layer_sites
+
+    sites = {id(site.module): site for site in find_layer_sites(model)}
+    ours = {}
+    for path, (stack, _) in layer_stacks(model).items():
+        site = sites.get(id(model.get_submodule(path)))
+        ours[f"{stack}.{site.layer}" if site is not None else path] = path
+    return {path: ours.get(path) for path in layer_stacks(teacher)}
+
+
+def renamed(name: str, paths: dict[str, str | None]) -> str | None:
+    """The name in the pruned model of the teacher's module ``name`` (``paths``: kept_layer_paths), None in a removed layer."""
+    layer = layer_of(name, list(paths))
+    if layer is None:
+        return name
+    mine = paths[layer]
+    return None if mine is None else mine + name[len(layer) :]
+
+
 def layer_of(name: str, layers: list[str]) -> str | None:
     """The layer (of ``layers``) that holds the module ``name``, or None."""
     return next((layer for layer in layers if name.startswith(layer + ".")), None)

@@ -22,8 +22,10 @@ from headprune.core.projections import in_features, is_projection, linear_weight
 from headprune.selection.captures import captured_module_inputs, captured_module_outputs
 from headprune.selection.layer_replay import (
     hidden_input,
+    kept_layer_paths,
     layer_calls,
     layer_of,
+    renamed,
     replay,
     replay_outputs,
     replay_until,
@@ -37,15 +39,15 @@ TARGETS = ("auto", "inputs", "teacher")  # what a re-solved projection matches (
 def shrunk_projections(model: nn.Module, teacher: nn.Module) -> dict[str, list[int] | None]:
     """{name: original ids of its kept output rows (None: all)} of the projections of ``model`` that read fewer inputs than
     the teacher's of the same name; one whose outputs shrank too is listed where a kind says which rows it kept, and one
-    whose weight is an embedding's (a tied head) never."""
-    ours = dict(model.named_modules())
+    whose weight is an embedding's (a tied head) never. Names are the teacher's (a removed layer's are left out)."""
+    ours, paths = dict(model.named_modules()), kept_layer_paths(model, teacher)
     rows: dict[int, list[int]] = {}
     for kind in KINDS.values():
         rows.update(kind.kept_rows(model))
     tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     names: dict[str, list[int] | None] = {}
     for name, module in teacher.named_modules():
-        mine = ours.get(name)
+        mine = ours.get(renamed(name, paths) or "")
         if not (is_projection(module) and mine is not None and is_projection(mine)) or id(mine.weight) in tied:
             continue
         if in_features(mine) < in_features(module):
@@ -144,9 +146,9 @@ def kept(y: torch.Tensor, rows: list[int] | None) -> torch.Tensor:
 def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[float, float]]:
     """Each projection fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)."""
     order, targets = teacher_targets(teacher, names, batches)
-    modules, errors = dict(model.named_modules()), {}
+    modules, errors, paths = dict(model.named_modules()), {}, kept_layer_paths(model, teacher)
     for name in order:
-        module = modules[name]
+        module = modules[renamed(name, paths)]
 
         def pairs(module=module, name=name):
             for batch, target in zip(batches, targets):
@@ -158,39 +160,87 @@ def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[fl
     return errors
 
 
-def _by_layers(model, teacher, names, batches, ridge, bar, target: str = "teacher") -> dict[str, tuple[float, float]] | None:
+def residual_writer(teacher: nn.Module, layer: str, call: tuple[tuple, dict]) -> str | None:
+    """The last projection run in the teacher's ``layer`` when its output reaches the layer's output unchanged (a pre-norm
+    residual: out = h + ... + W x), checked by adding a perturbation to it; None where a norm or gate follows it."""
+    modules = dict(teacher.named_modules())
+    inside = {n: m for n, m in modules.items() if layer_of(n, [layer]) and is_projection(m)}
+    out, got = replay_outputs(modules[layer], call, inside)
+    if not got:
+        return None
+    last = list(got)[-1]
+    generator = torch.Generator().manual_seed(0)
+    delta = torch.randn(got[last].shape, generator=generator).to(got[last]) * (float(got[last].std()) + 1e-6)
+    handle = inside[last].register_forward_hook(lambda module, args, output: output + delta)
+    try:
+        moved = replay(modules[layer], call)
+    finally:
+        handle.remove()
+    scale = float(delta.abs().max())
+    return last if float((moved - out - delta).abs().max()) <= 1e-3 * scale else None
+
+
+def _by_layers(model, teacher, names, batches, ridge, bar, target: str = "teacher", folds: dict | None = None) -> dict | None:
     """Each projection fitted on inputs from replaying its layer on the reconstructed layers' outputs; None: no layer holds one.
 
     ``target``: "teacher", the unpruned model's outputs on its own stream; "inputs", the unpruned layer's on the pruned
-    model's inputs (the layer's own function, SparseGPT's objective: no correction of the error that reaches it)."""
-    stacks = [s for s in stacks_of(teacher) if any(layer_of(n, s) for n in names)]
-    if not stacks or stacks_of(model) != stacks_of(teacher):
+    model's inputs (the layer's own function, SparseGPT's objective: no correction of the error that reaches it).
+    Removed layers: their residual update (teacher's layers after a kept one, on that kept layer's target stream) is added
+    to the target of the kept layer's residual writer, which is then re-solved too; ``folds`` records
+    {removed layer: the projection it went into, or None where none could take it}."""
+    paths = kept_layer_paths(model, teacher)
+    stacks = [s for s in stacks_of(teacher) if any(layer_of(n, s) for n in names) or any(paths[layer] is None for layer in s)]
+    if not stacks or any(not [layer for layer in s if paths[layer]] for s in stacks):
         return None
     ours, theirs, errors = dict(model.named_modules()), dict(teacher.named_modules()), {}
+    folds = {} if folds is None else folds
     for stack in stacks:
+        mine = [paths[layer] for layer in stack if paths[layer]]
         t_calls = [layer_calls(teacher, stack, b) for b in batches]  # the teacher's own stream
-        p_calls = [layer_calls(model, stack, b) for b in batches]  # the pruned stream, lower stacks reconstructed
+        p_calls = [layer_calls(model, mine, b) for b in batches]  # the pruned stream, lower stacks reconstructed
         t_hidden = [hidden_input(c[stack[0]]) for c in t_calls]
-        p_hidden = [hidden_input(c[stack[0]]) for c in p_calls]
-        for layer in stack:
-            here = [n for n in names if layer_of(n, [layer])]
-            t_out, targets = [], []
+        p_hidden = [hidden_input(c[mine[0]]) for c in p_calls]
+        for i, layer in enumerate(stack):
+            if paths[layer] is None:
+                folds.setdefault(layer, None)  # first in its stack: no kept layer below to take its update
+                continue
+            gone = []
+            for after in stack[i + 1 :]:
+                if paths[after] is not None:
+                    break
+                gone.append(after)
+            here = {n: r for n, r in names.items() if layer_of(n, [layer])}
             if target == "inputs":
                 t_hidden = p_hidden
+            writer = residual_writer(teacher, layer, with_input(t_calls[0][layer], t_hidden[0])) if gone else None
+            if writer is not None and writer not in here and out_features(ours[renamed(writer, paths)]) != out_features(theirs[writer]):
+                writer = None  # its rows shrank with the stream and no kind says which it kept
+            folds.update(dict.fromkeys(gone, writer))
+            fits = {**here, **({writer: names.get(writer)} if writer else {})}
+            t_out, targets = [], []
             for b, calls in enumerate(t_calls):
-                out, got = replay_outputs(theirs[layer], with_input(calls[layer], t_hidden[b]), {n: theirs[n] for n in here})
+                out, got = replay_outputs(theirs[layer], with_input(calls[layer], t_hidden[b]), {n: theirs[n] for n in fits})
+                if gone:  # the removed layers run on, in the teacher, from this layer's output
+                    after = out
+                    for removed in gone:
+                        after = replay(theirs[removed], with_input(calls[removed], after))
+                    if writer is not None:
+                        got[writer] = got[writer] + (after - out)  # their residual update, written by this layer instead
+                    out = after
                 t_out.append(out)
                 targets.append({n: valid_token_rows(y, batches[b]) for n, y in got.items()})
-            for name in [n for n in targets[0] if n in here] if targets else []:  # in the order they ran
+            own = ours[paths[layer]]
+            for name in [n for n in targets[0] if n in fits] if targets else []:  # in the order they ran
+                module = ours[renamed(name, paths)]
 
-                def pairs(name=name, layer=layer):
+                def pairs(name=name, module=module):
                     for b, calls in enumerate(p_calls):
-                        x = replay_until(ours[layer], with_input(calls[layer], p_hidden[b]), ours[name])
-                        yield valid_token_rows(x, batches[b]), kept(targets[b][name], names[name])
+                        x = replay_until(own, with_input(calls[paths[layer]], p_hidden[b]), module)
+                        yield valid_token_rows(x, batches[b]), kept(targets[b][name], fits[name])
 
-                errors[name] = fit_projection(ours[name], pairs(), ridge)
+                errors[name] = fit_projection(module, pairs(), ridge)
                 bar.update(1)
-            p_hidden = [replay(ours[layer], with_input(calls[layer], p_hidden[b])) for b, calls in enumerate(p_calls)]
+            p_hidden = [replay(own, with_input(calls[paths[layer]], p_hidden[b])) for b, calls in enumerate(p_calls)]
             t_hidden = t_out
     return errors
 
@@ -228,18 +278,22 @@ def reconstruct(
     if not batches:
         raise ValueError("reconstruct got no batches: give a few training batches (model inputs)")
     names = shrunk_projections(model, teacher) if projections is None else dict.fromkeys(projections)
-    if not names:
+    removed = [layer for layer, mine in kept_layer_paths(model, teacher).items() if mine is None]
+    if not names and not removed:
         return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None, "target": target}
     tokens = sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)  # the encoder's
-    modules = dict(model.named_modules())
+    modules, paths, folds = dict(model.named_modules()), kept_layer_paths(model, teacher), {}
     with (
         eval_mode(model),
         eval_mode(teacher),
         tqdm(total=len(names), desc="reconstruct", unit="projection", disable=not progress, leave=False) as bar,
     ):
         inside = {n: r for n, r in names.items() if layer_of(n, [p for s in stacks_of(teacher) for p in s])}
-        check_calibration(list(inside), model, tokens)  # a head reading one vector per example leans on the ridge
-        errors = _by_layers(model, teacher, inside, batches, ridge, bar, target) if (by_layers or target == "inputs") and inside else None
+        check_calibration([renamed(n, paths) for n in inside], model, tokens)  # a head reading one vector per example leans on the ridge
+        layered = (by_layers or target == "inputs" or removed) and (inside or removed)
+        errors = _by_layers(model, teacher, inside, batches, ridge, bar, target, folds) if layered else None
+        if errors is None and removed:
+            raise ValueError(f"prune.recover=reconstruct could not replay this model's layers, and it has removed layers {removed}")
         if errors is None and target == "inputs" and chosen:  # auto: layers that cannot be replayed match the teacher's stream
             target = "teacher"
         elif errors is None and target == "inputs":
@@ -252,7 +306,8 @@ def reconstruct(
     return {
         "projections": len(errors),
         "tokens": tokens,
-        "bias_folded": sum(getattr(modules[n], "bias", None) is not None for n in errors),
+        "bias_folded": sum(getattr(modules[renamed(n, paths)], "bias", None) is not None for n in errors),
+        "layers_folded": {layer: into for layer, into in folds.items()},  # removed layer: the projection its update went into
         "error_before": {n: e[0] for n, e in errors.items()},
         "error_after": {n: e[1] for n, e in errors.items()},
         "engine": engine,

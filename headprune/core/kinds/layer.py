@@ -15,7 +15,7 @@ class LayerKind(UnitKind):
     parts = ("depth",)
     noun = "layer"
     config_fields = ("num_hidden_layers", "decoder_layers", "num_decoder_layers")  # the decoder's own in encoder-decoder configs
-    reconstruction = "a removed layer leaves no projection with fewer inputs to re-solve"
+    reconstruction = None  # a removed layer's residual update is folded into the residual writer of the kept layer below it
     rearrangement = (
         "a layer unit is one whole layer, and rearrangement keeps each layer's count of units while it re-chooses which "
         "go: with one unit per layer there is nothing to re-choose"
