@@ -19,9 +19,9 @@ from headprune.core.checks import (
 from headprune.selection.joint_scale import JOINT_SCALES
 from headprune.selection.uniform import LAYOUTS
 from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
-from headprune.sources.orders import ORDERS
 
 RECOVERIES = ("none", "lsq", "reconstruct", "finetune")
+ORDER_NAMES = ("importance", "fisher", "ablation", "entropy", "random", "duo", "retrieval", "obs")  # headprune.sources.orders.ORDERS
 ACTIONS = ("remove", "stream")  # what a unit's gate at 0 does: the unit goes, or it attends to a sink and a recent window only
 COSTS = ("flops", "latency")
 
@@ -88,7 +88,7 @@ class PruneSettings:
 
     unit: Any = setting(rule(pruning_unit), ("ablate", "keep_one", "prune", "speed", "export"))
     action: str = setting(rule(choice, choices=ACTIONS), GATED)
-    order: Any = setting(rule(choices, known=ORDERS), PRUNE)  # a name or a list of names
+    order: Any = setting(rule(choices, known=ORDER_NAMES), PRUNE)  # a name or a list of names
     layout: str = setting(rule(choice, choices=LAYOUTS), MASK_BY_ORDER)
     joint_scale: str = setting(rule(choice, choices=JOINT_SCALES), MASK_BY_ORDER)
     ffn_multiple: int = setting(COUNT, PRUNE)

@@ -8,6 +8,7 @@ import torch
 
 from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
 from headprune.selection.greedy import ablation_scores, entropy_scores, random_scores
+from headprune.settings.prune_groups import ORDER_NAMES
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,9 @@ ORDERS: dict[str, Order] = {
     "retrieval": Order(retrieval_order, reestimable=False, needs="retrieval"),
     "obs": Order(obs_order, reestimable=False, actions=("remove",)),
 }
+
+if tuple(ORDERS) != ORDER_NAMES:  # the settings' schema names the orders without importing them
+    raise ImportError(f"headprune.settings.prune_groups.ORDER_NAMES {ORDER_NAMES} differs from the orders {tuple(ORDERS)}")
 
 ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not take
     ("entropy", "stream"): (
