@@ -1,25 +1,39 @@
-"""Every table in docs/results.md is what the committed results files say (make check-results)."""
+"""Every table in docs/results*.md, and the README's results, is what the committed results files say (make check-results)."""
 
 import json
 from pathlib import Path
 
 import pytest
-from docs_tables import DOCS_WITH_TABLES, TABLES, blocks, render_blocks
+from docs_tables import BLOCK, DOCS_WITH_TABLES, TABLES, blocks, render_blocks
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 
 
 @pytest.mark.parametrize("name", DOCS_WITH_TABLES)
 def test_results_tables_agree_with_result_files(name):
-    doc = DOCS / name
+    doc = ROOT / name
     if not doc.exists():
-        pytest.skip(f"docs/{name} not written yet")
+        pytest.skip(f"{name} not written yet")
     text = doc.read_text()
     found = blocks(text)
-    assert found, f"docs/{name} has no generated blocks"
+    assert found, f"{name} has no generated blocks"
     unknown = set(found) - set(TABLES)
     assert not unknown, f"blocks without a renderer: {unknown}"
-    assert blocks(render_blocks(text, DOCS / "results")) == found, f"a table in docs/{name} disagrees with docs/results/*.json"
+    assert blocks(render_blocks(text, DOCS / "results")) == found, f"a table in {name} disagrees with docs/results/*.json"
+
+
+def test_the_readme_results_are_rendered():
+    """README.md's "Results" bullets are the readme_results block, one bullet per renderer."""
+    from readme_results import BULLETS
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("\n## Results") :].split("\n## ")[1]  # to the next section or the end
+    rendered = blocks(section).get("readme_results")
+    assert rendered is not None, "README.md's Results section has no readme_results block"
+    outside = BLOCK.sub("", section)
+    assert not [line for line in outside.splitlines() if line.startswith("- ")], "a results bullet outside the rendered block"
+    assert sum(line.startswith("- ") for line in rendered.splitlines()) == len(BULLETS)
 
 
 @pytest.mark.parametrize("study", ["mnli_study", "mt_study"])

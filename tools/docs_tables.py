@@ -1,8 +1,9 @@
-"""Render the tables of docs/results.md and docs/results_llm.md from committed results files, and check that they agree.
+"""Render the tables of docs/results*.md and the README's results from committed results files, and check that they agree.
 
-Each doc holds blocks ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; each is rendered by
-``TABLES[name]`` (a renderer of headprune.viz.tables) from the JSON files in docs/results/. ``python tools/docs_tables.py`` rewrites
-the blocks; tests/test_results_docs.py (``make check-results``) fails when they disagree.
+Each doc of ``DOCS_WITH_TABLES`` holds blocks ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; each is rendered by
+``TABLES[name]`` (a renderer of headprune.viz.tables, or tools/readme_results.py for the README's bullets) from the JSON
+files in docs/results/. ``python tools/docs_tables.py`` rewrites the blocks; tests/test_results_docs.py
+(``make check-results``) fails when they disagree.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from decode_ideal_table import ideal_table, llm_runs
 from long_context_cells import cells_table, curve_table, paired_table, perplexity_paired_table
 from long_context_tables import figure as long_context_figure
 from long_context_tables import overlap_table, runs_of, within_table
+from readme_results import readme_results
 from units_table import trained_units_table, units_deploy_table, units_speed_table
 
 from headprune.viz.tables import (
@@ -208,7 +210,14 @@ def long_context_figures(results_dir: Path) -> list[Path]:
     return [long_context_figure(passkey, runs_of(results_dir, LONG[1]), results_dir / "long_context.png")] if passkey else []
 
 
-DOCS_WITH_TABLES = ("results.md", "results_llm.md", "results_long_context.md")  # docs/ files whose blocks these renderers write
+TABLES["readme_results"] = readme_results  # README.md, "Results": one bullet per function of readme_results.BULLETS
+DOCS_WITH_TABLES = (  # files whose blocks these renderers write, from the repository root
+    "docs/results.md",
+    "docs/results_llm.md",
+    "docs/results_long_context.md",
+    "README.md",
+)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def render_blocks(markdown: str, results_dir: Path) -> str:
@@ -230,8 +239,8 @@ def blocks(markdown: str) -> dict[str, str]:
 
 def main(argv=None) -> None:
     argv = argv or sys.argv[1:]
-    docs = [Path(argv[0])] if argv else [Path("docs") / name for name in DOCS_WITH_TABLES]
-    results_dir = Path(argv[1]) if len(argv) > 1 else docs[0].parent / "results"
+    docs = [Path(argv[0])] if argv else [ROOT / name for name in DOCS_WITH_TABLES]
+    results_dir = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "results"
     for doc in docs:
         doc.write_text(render_blocks(doc.read_text(), results_dir))
         print(f"rendered {len(blocks(doc.read_text()))} blocks of {doc} from {results_dir}")

@@ -115,7 +115,7 @@ def _perplexity_ratio(step: dict | None, other: dict | None) -> tuple[float, flo
     return paired_perplexity_ratio(step["per_example"]["nll"], other["per_example"]["nll"], step["per_example"]["tokens"])
 
 
-def _ratio_text(ratio: tuple[float, float, float]) -> str:
+def ratio_text(ratio: tuple[float, float, float]) -> str:
     """``-1.9% [-2.7, -1.0]``: a perplexity ratio and its interval as a change in percent."""
     mean, low, high = ratio
     return f"{100 * (mean - 1):+.1f}% [{100 * (low - 1):+.1f}, {100 * (high - 1):+.1f}]"
@@ -162,7 +162,7 @@ def paired_table(passkey: dict[int, dict], perplexity: dict[int, dict], referenc
         b, c, p = test["first_only"], test["second_only"], test["p_value"]
         verdict = ("better" if b > c else "worse") if p < ALPHA / tests else "no difference shown"
         ratio = row.get("perplexity_ratio")
-        ppl = _ratio_text(ratio) if ratio else "not measured"
+        ppl = ratio_text(ratio) if ratio else "not measured"
         cells = [f"{row['length']:,}", f"{row['fraction']:.0%}", row["order"], row["against"], f"{b} / {c}", f"{p:.3g}", verdict]
         cells += [ppl] if perplexity else []
         lines.append("| " + " | ".join(cells) + " |")
@@ -193,6 +193,6 @@ def perplexity_paired_table(perplexity: dict[int, dict], reference: str = "rando
         _, low, high = row["ratio"]
         verdict = "lower" if high < 1.0 else "higher" if low > 1.0 else "no difference shown"
         n = int(perplexity[row["length"]]["n_examples"])
-        cells = [f"{row['length']:,}", str(n), f"{row['fraction']:.0%}", row["order"], row["against"], _ratio_text(row["ratio"]), verdict]
+        cells = [f"{row['length']:,}", str(n), f"{row['fraction']:.0%}", row["order"], row["against"], ratio_text(row["ratio"]), verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -32,7 +32,7 @@ def _kept(point: dict, unit, totals: dict[str, int]) -> dict[str, int]:
     return {kind: total - removed.get(kind, 0) for kind, total in totals.items()}
 
 
-def _accuracies(model: dict) -> tuple[float, float, float, float]:
+def onnx_accuracies(model: dict) -> tuple[float, float, float, float]:
     """PyTorch, ONNX f32 (largest batch), ONNX int8 at the smallest and the largest batch of one onnx_numbers model."""
     acc = model["accuracy"]
     f32 = acc["onnx f32"][max(acc["onnx f32"], key=int)]
@@ -55,12 +55,12 @@ def units_deploy_table(runs: dict[str, tuple[dict, str]], onnx: dict, base: str 
     ]
 
     def cells(model: dict) -> list[str]:
-        return [f"{a:.2f}" for a in _accuracies(model)]
+        return [f"{a:.2f}" for a in onnx_accuracies(model)]
 
     for label, name in (("unpruned", base), ("unpruned + same training (control)", control)):
         row = [label, str(models[name]["heads"]), str(models[name]["neurons"]), "1.00x", *cells(models[name]), "", ""]
         lines.append("| " + " | ".join(row) + " |")
-    ctl_torch, ctl_f32, _, ctl_int8 = _accuracies(models[control])
+    ctl_torch, ctl_f32, _, ctl_int8 = onnx_accuracies(models[control])
     controls = []
     for label, (payload, name) in runs.items():
         point, own_control = _recovered(payload), _control(payload)
@@ -68,7 +68,7 @@ def units_deploy_table(runs: dict[str, tuple[dict, str]], onnx: dict, base: str 
         model = models[name]
         if (model["heads"], model["neurons"]) != (kept["head"], kept["ffn"]):
             raise ValueError(f"{label}: the ONNX model {name} keeps {model['heads']} heads / {model['neurons']} neurons, its mask {kept}")
-        torch_score, f32, int8_small, int8_large = _accuracies(model)
+        torch_score, f32, int8_small, int8_large = onnx_accuracies(model)
         if abs(torch_score - point["score"]) > 1e-6:
             raise ValueError(f"{label}: onnx_numbers scored {torch_score} in PyTorch, the prune run {point['score']}")
         controls.append(own_control["score"])
@@ -96,7 +96,7 @@ def units_deploy_table(runs: dict[str, tuple[dict, str]], onnx: dict, base: str 
     return "\n".join(lines)
 
 
-def _gain(cell: dict) -> str:
+def gain_cell(cell: dict) -> str:
     """``+69.1% [+60.1, +78.2]``: a paired gain with its 95% interval (``inconclusive`` where the verdict says so)."""
     low, high = cell["gain_interval"]
     text = f"{100 * cell['gain']:+.1f}% [{100 * low:+.1f}, {100 * high:+.1f}]"
@@ -120,8 +120,8 @@ def units_speed_table(speed: dict, labels: dict[str, str], base: str = "unpruned
                 own_int8 = name == base and runtime == "onnx int8"
                 row += [
                     f"{cell['examples_per_s']:.1f}",
-                    "" if own_torch else _gain(cell[f"vs {base} torch"]),
-                    "" if own_int8 or name == base else _gain(cell[f"vs {base} onnx int8"]),
+                    "" if own_torch else gain_cell(cell[f"vs {base} torch"]),
+                    "" if own_int8 or name == base else gain_cell(cell[f"vs {base} onnx int8"]),
                 ]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -130,24 +130,35 @@ def units_speed_table(speed: dict, labels: dict[str, str], base: str = "unpruned
 KIND_COLUMNS = (("head", "heads kept"), ("ffn", "neurons kept"), ("hidden", "channels kept"))
 
 
-def _paired_difference(first: list[int], second: list[int]) -> str:
-    """``-0.51 [-1.02, +0.00], McNemar p = 0.05``: accuracy points of ``first`` against ``second`` on the same examples, with
-    the paired 95% interval (mean of the per-example differences +- 1.96 sd / sqrt(n)) and McNemar's exact test."""
+def paired_difference(first: list[int], second: list[int]) -> dict:
+    """Accuracy points of ``first`` against ``second`` on the same examples: the mean per-example difference with its paired
+    95% interval (mean +- 1.96 sd / sqrt(n)) and McNemar's exact p."""
     n = len(first)
     diffs = [a - b for a, b in zip(first, second)]
     mean = sum(diffs) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / max(n - 1, 1))
     half = 1.96 * sd / math.sqrt(n)
     p = mcnemar_exact(first, second)["p_value"]
-    return f"{100 * mean:+.2f} [{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}], McNemar p = {p:.2g}"
+    return {"difference": 100 * mean, "low": 100 * (mean - half), "high": 100 * (mean + half), "paired": True, "p_value": p}
 
 
-def _difference(score: float, other: float, n: int) -> str:
-    """``-0.51 [-1.77, +0.75]``: accuracy points against another model on the same n examples, with the unpaired 95%
-    interval of a difference of two proportions (wider than a paired one: the runs keep no per-example predictions)."""
+def unpaired_difference(score: float, other: float, n: int) -> dict:
+    """Accuracy points against another model on the same n examples, with the unpaired 95% interval of a difference of two
+    proportions (wider than a paired one: the runs keep no per-example predictions)."""
     p, q = score / 100, other / 100
     half = 1.96 * math.sqrt((p * (1 - p) + q * (1 - q)) / n) * 100
-    return f"{score - other:+.2f} [{score - other - half:+.2f}, {score - other + half:+.2f}]"
+    return {"difference": score - other, "low": score - other - half, "high": score - other + half, "paired": False}
+
+
+def interval_text(difference: dict) -> str:
+    """``-0.51 [-1.02, +0.00]``: a difference with its 95% interval."""
+    return f"{difference['difference']:+.2f} [{difference['low']:+.2f}, {difference['high']:+.2f}]"
+
+
+def difference_text(difference: dict) -> str:
+    """The table's cell: the interval, and McNemar's p where the difference is paired."""
+    text = interval_text(difference)
+    return f"{text}, McNemar p = {difference['p_value']:.2g}" if difference["paired"] else text
 
 
 def _accuracy(score: float, n: int) -> str:
@@ -161,31 +172,33 @@ def _recipe(payload: dict) -> str:
     return json.dumps(payload["config"]["prune"]["finetune"], sort_keys=True)
 
 
-def trained_units_table(runs: list[tuple[str, dict]]) -> str:
-    """The unit table in PyTorch: per prune run ((row label, payload) pairs), its fine-tuned point beside the run's control
-    and its retraining-free points beside the unpruned model; kept units per kind, FLOP-ideal speed-up, accuracy with n."""
-    payloads = [payload for _, payload in runs]
+def _totals(payloads: list[dict]) -> dict[str, int]:
+    """{kind: units in all} over the runs' masks."""
     totals: dict[str, int] = {}
     for payload in payloads:
         for point in [p for p in payload["results"]["points"] if "mask" in p]:
             for kind, (_, total) in kind_counts(point["mask"], payload["results"]["unit"]).items():
                 totals[kind] = max(totals.get(kind, 0), total)
-    columns = [(kind, title) for kind, title in KIND_COLUMNS if kind in totals]
+    return totals
+
+
+def trained_unit_rows(runs: list[tuple[str, dict]]) -> list[dict]:
+    """The rows of the unit table after the unpruned one, per prune run ((row label, payload) pairs): each fine-tuned point
+    against the run's control (or a control of the same fine-tune), the others against the unpruned model. Each row:
+    {run (index in runs), name, point, kept ({kind: units}), against, difference (paired_difference or
+    unpaired_difference), borrowed (a control of another run)}."""
+    payloads = [payload for _, payload in runs]
+    totals = _totals(payloads)
     n = payloads[0]["results"]["n_examples"]
-    lines = [
-        "| model | " + " | ".join(title for _, title in columns) + " | FLOP-ideal speed-up | accuracy [95%] | against | difference [95%] |",
-        "|---|" + "---:|" * len(columns) + "---:|---:|---|---:|",
-    ]
     base = payloads[0]["results"]["base_score"]
-    lines.append(f"| unpruned | {' | '.join(str(totals[k]) for k, _ in columns)} | 1.00x | {_accuracy(base, n)} |  |  |")
     shown_controls: list[float] = []
     shared: dict[str, dict] = {}  # {fine-tune recipe: the first control trained with it}: a run without its own meets it
     for payload in payloads:
         for point in (p for p in payload["results"]["points"] if p.get("control")):
             shared.setdefault(_recipe(payload), point)
-    borrowed, any_paired = False, False
     unpruned = next((p for p in payloads[0]["results"]["points"] if p["order"] == "unpruned" and not p.get("control")), None)
-    for label, payload in runs:
+    rows = []
+    for index, (label, payload) in enumerate(runs):
         results = payload["results"]
         if results["n_examples"] != n or abs(results["base_score"] - base) > 1e-9:
             raise ValueError(
@@ -200,26 +213,54 @@ def trained_units_table(runs: list[tuple[str, dict]]) -> str:
                 continue  # the same control as a run above (the same fine-tune of the same model)
             shown_controls += [point["score"]] if point.get("control") else []
             removed = {kind: gone for kind, (gone, _) in kind_counts(point.get("mask", {}), results["unit"]).items()}
-            kept = [str(totals[kind] - removed.get(kind, 0)) for kind, _ in columns]
             tuned = point.get("recovery") == "finetune" and not point.get("control")
             against, other = ("control", controls[0]["score"]) if tuned and controls else ("unpruned", base)
-            borrowed |= tuned and bool(controls) and not own
             name = "unpruned + same training (control)" if point.get("control") else f"{label}: {point_name(point)}@{point['step']}"
             reference = (controls[0] if against == "control" else unpruned) if not point.get("control") else unpruned
             paired = "correct" in point.get("per_example", {}) and "correct" in (reference or {}).get("per_example", {})
-            diff = (
-                _paired_difference(point["per_example"]["correct"], reference["per_example"]["correct"])
+            difference = (
+                paired_difference(point["per_example"]["correct"], reference["per_example"]["correct"])
                 if paired
-                else _difference(point["score"], other if not point.get("control") else base, n)
+                else unpaired_difference(point["score"], other if not point.get("control") else base, n)
             )
-            any_paired |= paired
-            lines.append(
-                f"| {name} | {' | '.join(kept)} | {point['predicted_speedup']:.2f}x | {_accuracy(point['score'], n)} | "
-                f"{'unpruned' if point.get('control') else against} | {diff} |"
+            rows.append(
+                {
+                    "run": index,
+                    "name": name,
+                    "point": point,
+                    "kept": {kind: total - removed.get(kind, 0) for kind, total in totals.items()},
+                    "against": "unpruned" if point.get("control") else against,
+                    "difference": difference,
+                    "borrowed": tuned and bool(controls) and not own,
+                }
             )
-    kinds = "paired with McNemar's exact test where a run kept per-example outcomes, else unpaired" if any_paired else "unpaired"
+    return rows
+
+
+def trained_units_table(runs: list[tuple[str, dict]]) -> str:
+    """The unit table in PyTorch (trained_unit_rows): kept units per kind, FLOP-ideal speed-up, accuracy with n, difference."""
+    payloads = [payload for _, payload in runs]
+    totals = _totals(payloads)
+    columns = [(kind, title) for kind, title in KIND_COLUMNS if kind in totals]
+    n = payloads[0]["results"]["n_examples"]
+    lines = [
+        "| model | " + " | ".join(title for _, title in columns) + " | FLOP-ideal speed-up | accuracy [95%] | against | difference [95%] |",
+        "|---|" + "---:|" * len(columns) + "---:|---:|---|---:|",
+    ]
+    base = payloads[0]["results"]["base_score"]
+    lines.append(f"| unpruned | {' | '.join(str(totals[k]) for k, _ in columns)} | 1.00x | {_accuracy(base, n)} |  |  |")
+    rows = trained_unit_rows(runs)
+    for row in rows:
+        point = row["point"]
+        kept = " | ".join(str(row["kept"][kind]) for kind, _ in columns)
+        lines.append(
+            f"| {row['name']} | {kept} | {point['predicted_speedup']:.2f}x | {_accuracy(point['score'], n)} | "
+            f"{row['against']} | {difference_text(row['difference'])} |"
+        )
+    paired = any(row["difference"]["paired"] for row in rows)
+    kinds = "paired with McNemar's exact test where a run kept per-example outcomes, else unpaired" if paired else "unpaired"
     lines += ["", f"Accuracy on `{payloads[0]['results']['split']}` ({n} examples); intervals: Wilson (accuracy), {kinds} (difference)."]
-    if borrowed:
+    if any(row["borrowed"] for row in rows):
         lines[-1] += (
             " A fine-tuned run without a control of its own is set against the control of a run with its fine-tune settings (the same "
             "fine-tune of the same model)."

@@ -25,14 +25,14 @@ def _results(payload: dict) -> dict:
     return payload.get("results", payload)
 
 
-def _stage(payload: dict, name: str) -> dict:
+def stage_of(payload: dict, name: str) -> dict:
     """A study's stage ``name`` (ablate, keep_one, prune, speed), or the numbers of a run of that experiment alone."""
     results = _results(payload)
     return results.get(name, results)
 
 
 def ablation_table(study: dict, split: str = "eval") -> str:
-    abl = _stage(study, "ablate")["splits"][split]
+    abl = stage_of(study, "ablate")["splits"][split]
     lines = [
         "| group | heads | not significant | significantly worse | significantly better | largest drop | largest gain |",
         "|---|---|---|---|---|---|---|",
@@ -53,7 +53,7 @@ def ablation_table(study: dict, split: str = "eval") -> str:
 
 
 def keep_one_table(study: dict) -> str:
-    k = _stage(study, "keep_one")
+    k = stage_of(study, "keep_one")
     lines = [
         "| group | layer | best head (chosen on selection split) | score | change | p | significant |",
         "|---|---|---|---|---|---|---|",
@@ -79,13 +79,13 @@ def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: f
         lines.append(f"| {step_label(step)} | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
     lines.append(
         f"| **prunable with < {tolerance:g} {unit} loss** | "
-        + " | ".join(f"{100 * _prunable(curves[n], tolerance, higher_is_better):.0f}%" for n in names)
+        + " | ".join(f"{100 * prunable_share(curves[n], tolerance, higher_is_better):.0f}%" for n in names)
         + " |"
     )
     return "\n".join(lines)
 
 
-def _prunable(steps: list[dict], tolerance: float, higher_is_better: bool) -> float:
+def prunable_share(steps: list[dict], tolerance: float, higher_is_better: bool) -> float:
     """The largest fraction of a curve within ``tolerance`` of its first (unpruned) step."""
     return prunable_fraction([removed_fraction(s) for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
 
@@ -97,14 +97,14 @@ def _higher_is_better(stage: dict) -> bool:
 
 def prune_table(study: dict, tolerance: float = 1.0, unit: str = "point") -> str:
     """Greedy pruning, one column per order (paper Figure 2)."""
-    stage = _stage(study, "prune")
+    stage = stage_of(study, "prune")
     curves = {name: curve["steps"] for name, curve in stage["orders"].items()}
     return _curves_table("heads pruned", curves, tolerance, unit, _higher_is_better(stage))
 
 
 def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") -> str:
     """A study's importance-order pruning of all groups and of each group alone (paper Figures 2 and 3)."""
-    p = _stage(study, "prune")
+    p = stage_of(study, "prune")
     curves = {
         "all groups": p["orders"]["importance"]["steps"],
         **{f"{g} only": v["orders"]["importance"]["steps"] for g, v in p["by_group"].items()},
@@ -113,7 +113,7 @@ def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") 
 
 
 def speed_table(study: dict) -> str:
-    s = _stage(study, "speed")
+    s = stage_of(study, "speed")
     lines = [
         "| batch | original ex/s | pruned ex/s | gain | FLOP-ideal gain | measured / ideal | paper gain (BERT-base, GPU) |",
         "|---|---|---|---|---|---|---|",
@@ -182,7 +182,7 @@ def target_check(point: dict) -> str:
 
 def merged_pareto(*payloads: dict) -> dict:
     """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point)."""
-    stages = [_stage(p, "pareto") for p in payloads]
+    stages = [stage_of(p, "pareto") for p in payloads]
     first = stages[0]
     for other in stages[1:]:
         for key in ("metric", "split", "n_examples", "base_score"):
@@ -243,9 +243,9 @@ def kv_cache_kept(point: dict, unit) -> float | None:
 
 def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
     """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
-    points = _stage(result, "pareto")["points"]
-    front = pareto_front(points, _stage(result, "pareto").get("higher_is_better", True))
-    extra = _stage(result, "pareto").get("extra_splits") or []
+    points = stage_of(result, "pareto")["points"]
+    front = pareto_front(points, stage_of(result, "pareto").get("higher_is_better", True))
+    extra = stage_of(result, "pareto").get("extra_splits") or []
     columns = [
         "method",
         "order",
@@ -289,7 +289,7 @@ def _unit(value) -> str:
 
 def pareto_table(study: dict) -> str:
     """Quality against measured (or predicted) throughput for every order and recovery, Pareto points marked."""
-    p = _stage(study, "pareto")
+    p = stage_of(study, "pareto")
     higher = p.get("higher_is_better", True)
     points = with_control_scores(p["points"])
     front = pareto_front(points, higher)
@@ -379,7 +379,7 @@ def _correlation_sentence(c: dict, first: str, second: str, tail: str) -> str:
 
 
 def correlation_line(study: dict) -> str:
-    c = _stage(study, "ablate").get("correlation")
+    c = stage_of(study, "ablate").get("correlation")
     if not c:
         return "No second evaluation set was ablated."
     return _correlation_sentence(c, c["splits"][0], c["splits"][1], "paper: 0.68 MNLI matched vs mismatched, 0.56 newstest2013 vs MTNT")
@@ -387,7 +387,7 @@ def correlation_line(study: dict) -> str:
 
 def cross_file_correlation_line(first: dict, first_split: str, second: dict, second_split: str, sizes: str) -> str:
     """Pearson r between the per-head ablation differences of two result files (paper section 3.4)."""
-    c = correlation(_stage(first, "ablate")["splits"][first_split], _stage(second, "ablate")["splits"][second_split])
+    c = correlation(stage_of(first, "ablate")["splits"][first_split], stage_of(second, "ablate")["splits"][second_split])
     return _correlation_sentence(c, first_split, second_split, sizes)
 
 
@@ -455,21 +455,21 @@ def markdown_sections(payload: dict) -> list[str]:
         return ["### Training dynamics", "", dynamics_table(payload), ""]
     results = _results(payload)
     out = []
-    ablate = _stage(payload, "ablate")
+    ablate = stage_of(payload, "ablate")
     for split in (ablate.get("splits") or {}) if isinstance(ablate, dict) else {}:
         out += [f"### Single-head ablation on `{split}`", "", ablation_table(payload, split), ""]
     if isinstance(ablate, dict) and ablate.get("correlation"):
         out += [correlation_line(payload), ""]
-    if any("best_head" in row for row in _stage(payload, "keep_one").get("rows") or []):
+    if any("best_head" in row for row in stage_of(payload, "keep_one").get("rows") or []):
         out += ["### Keep one head per layer", "", keep_one_table(payload), ""]
-    prune = _stage(payload, "prune")
+    prune = stage_of(payload, "prune")
     if "orders" in prune:
         unit = unit_of(prune["metric"])
         out += ["### Greedy pruning", "", prune_table(payload, unit=unit), ""]
         if prune.get("by_group"):
             out += ["### Pruning one group at a time", "", study_groups_table(payload, unit=unit), ""]
-    if "points" in _stage(payload, "pareto"):
+    if "points" in stage_of(payload, "pareto"):
         out += ["### Quality against speed", "", pareto_table(payload), ""]
-    if "cost" in _stage(payload, "speed"):
+    if "cost" in stage_of(payload, "speed"):
         out += ["### Speed", "", speed_table(payload), ""]
     return out if results else []
