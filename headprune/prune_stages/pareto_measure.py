@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from headprune.core.gates import own_attention_name
-from headprune.core.unit_kinds import recovery_parts
+from headprune.core.unit_kinds import lsq_refits_heads_alone
 from headprune.core.units import model_gates, prune_unit_mask, query_heads_of
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
@@ -74,7 +74,7 @@ def recovered_model(
     if recovery == "none":
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
-    if recovery == "lsq" and not recovery_parts(task.gates.unit) - {"attention"}:  # heads: scales fitted under the mask
+    if recovery == "lsq" and lsq_refits_heads_alone(task.gates.unit):  # heads: scales fitted under the mask
         heads = query_heads_of(task.gates, mask, hard=True)
         gates, report = model_gates(model), {}
         ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
@@ -91,7 +91,7 @@ def recovery_step(step: str, unit, settings, logger, progress: bool = False):
     """One step of a recovery as ``recover(pruned model, teacher, batches, fine-tune batches, label) -> record or None``."""
 
     def lsq(model, teacher, batches, tuning, label):
-        if recovery_parts(unit) - {"attention"}:  # heads, then the other parts, of the pruned model
+        if not lsq_refits_heads_alone(unit):  # heads, then the other parts, of the pruned model
             unit_lsq_recoverer(unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
             return None
         report = {}

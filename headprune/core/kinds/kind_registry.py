@@ -140,6 +140,11 @@ def recovery_parts(unit) -> set[str]:
     return {part for kind in kinds_of(unit) for part in kind.recovery_parts}
 
 
+def lsq_refits_heads_alone(unit) -> bool:
+    """Whether least-squares recovery after ``unit`` refits query heads alone: their scales, fitted under the mask before any weight goes."""
+    return not recovery_parts(unit) - {"attention"}
+
+
 def group_kind(group: str, unit=None) -> str | None:
     """The kind whose units a mask group holds: the first kind of ``unit`` that owns it, else the registry's first; None if none."""
     kinds = (*kinds_of(unit), *KINDS.values()) if unit is not None else tuple(KINDS.values())
