@@ -53,10 +53,10 @@ def report(title: str, plain: list, n: int, ablation, unit: str = "heads") -> No
 
 
 def minilm(args) -> None:
-    from headprune.engine.ablation import single_head_masks
+    from headprune.engine.ablation import single_unit_masks
 
     task, data = minilm_task(args.examples)
-    masks, _ = single_head_masks(task.gates.groups)
+    masks, _ = single_unit_masks(task.gates.groups)
     task.evaluate(None)  # warm-up
     plain = timed_plain(task, 2)
     start = clock()
@@ -70,7 +70,7 @@ def minilm(args) -> None:
 
 
 def llm(args) -> None:
-    from headprune.engine.ablation import single_head_masks
+    from headprune.engine.ablation import single_unit_masks
     from headprune.stages.evaluation import evaluate_many
     from headprune.tasks.unit_task import in_unit
 
@@ -83,7 +83,7 @@ def llm(args) -> None:
     runs = {}
     for unit in args.units:
         unit_task = in_unit(task, unit)
-        masks, _ = single_head_masks(unit_task.gates.groups)
+        masks, _ = single_unit_masks(unit_task.gates.groups)
         start = clock()
         batched = evaluate_many(unit_task, masks, "eval", progress=False)
         runs[unit] = (unit_task, masks, batched, since(start))

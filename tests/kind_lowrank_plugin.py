@@ -125,6 +125,7 @@ class LowRankKind(UnitKind):
     rearrangement = "its rank components have no rearrangement"
     floor_units = None
     rebuild_order = 100  # after the FFN widths: its branch reads the kept neurons
+    gates_class = LowRankGates
 
     def owns(self, group: str) -> bool:
         return group.endswith(SUFFIX)

@@ -49,10 +49,6 @@ class FFNHalfGates:
         mask = self.normalize_mask(mask, hard=hard)
         return {"ffn": {g[: -len(SUFFIX)]: m.repeat_interleave(widths[g[: -len(SUFFIX)]] // 2, -1) for g, m in mask.items()}}
 
-    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        self.normalize_mask(mask, hard=hard)
-        return {}
-
     def set_mask(self, mask) -> None:
         self.ffn.set_mask(None if mask is None else self.base_masks(mask)["ffn"])
 
@@ -78,6 +74,7 @@ class FFNHalfKind(UnitKind):
     config_fields = ("intermediate_size",)
     rearrangement = "two units per layer leave nothing to re-choose"
     recovery_parts = ("feed_forward",)
+    gates_class = FFNHalfGates
     floor_units = None
 
     def owns(self, group: str) -> bool:

@@ -5,7 +5,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
 
 from headprune.core.gates import HeadGates
-from headprune.engine.ablation import MaskBatcher, batched_mask_logits, keep_one_masks, looped_mask_logits, single_head_masks
+from headprune.engine.ablation import MaskBatcher, batched_mask_logits, keep_one_masks, looped_mask_logits, single_unit_masks
 
 
 def _tiny(kind: str, attn: str):
@@ -35,7 +35,7 @@ def test_batched_equals_looped(kind, attn):
     model = _tiny(kind, attn)
     gates = HeadGates(model)
     batch = _batch()
-    masks, heads = single_head_masks(gates.groups)
+    masks, heads = single_unit_masks(gates.groups)
     assert len(masks) == len(heads) == 12
     masks += keep_one_masks(gates.groups, "enc_self", 1) + [gates.ones()]
     mixed = gates.ones()

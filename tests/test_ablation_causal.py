@@ -10,7 +10,7 @@ from tiny_llms import lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
 
 from headprune.core.gates import HeadGates
 from headprune.core.units import KVGroupGates
-from headprune.engine.ablation import keep_one_masks, single_head_masks
+from headprune.engine.ablation import keep_one_masks, single_unit_masks
 from headprune.engine.ablation_causal import CausalMaskBatcher, batchable, length_groups, looped_nll, needed_lengths
 
 LM = [
@@ -40,9 +40,9 @@ def _batch(left_pad: bool = False) -> dict:
 
 def _masks(gates: HeadGates) -> list:
     """Every single head, every single KV group, keep-one of the last layer, a mixed mask and keep-all."""
-    heads, _ = single_head_masks(gates.groups)
+    heads, _ = single_unit_masks(gates.groups)
     kv = KVGroupGates(gates)
-    groups, _ = single_head_masks(kv.groups)
+    groups, _ = single_unit_masks(kv.groups)
     layers, n = gates.groups["dec_self"]
     mixed = gates.ones()
     mixed["dec_self"][1, 0] = 0.0
@@ -139,7 +139,7 @@ def test_task_evaluate_many_uses_the_engine(task, unit, monkeypatch):
     seen = []
     monkeypatch.setattr(CausalMaskBatcher, "nll", lambda self, *a, **k: _spy(seen, self, *a, **k))
     unit_task = in_unit(task, unit)
-    masks, _ = single_head_masks(unit_task.gates.groups)
+    masks, _ = single_unit_masks(unit_task.gates.groups)
     masks.append(None)
     batched = unit_task.evaluate_many(masks)
     assert seen  # the engine ran

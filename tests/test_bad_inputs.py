@@ -2065,10 +2065,10 @@ def _unit_of_overlapping_kinds(tmp_path):
 
 def _single_neuron_ablation(tmp_path):
     from headprune.core.units import unit_gates
-    from headprune.engine.ablation import single_head_masks
+    from headprune.engine.ablation import single_unit_masks
 
     model, _ = _tiny_gates()
-    single_head_masks(unit_gates(model, "ffn").groups, unit="ffn")
+    single_unit_masks(unit_gates(model, "ffn").groups, unit="ffn")
 
 
 def _block_mask_shape(tmp_path):

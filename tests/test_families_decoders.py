@@ -145,14 +145,14 @@ def test_family_shapes_read_from_the_model():
 
 @pytest.mark.parametrize("model_type", list(DECODER_CONFIGS))
 def test_batched_ablation_equals_one_mask_at_a_time(model_type):
-    from headprune.engine.ablation import single_head_masks
+    from headprune.engine.ablation import single_unit_masks
     from headprune.engine.ablation_causal import CausalMaskBatcher, looped_nll
 
     model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
     gates = HeadGates(model)
     batch = lm_batch(seed=1, batch=4, length=10)
     batch["labels"] = torch.cat([batch["labels"][:, 1:], torch.full((4, 1), -100)], 1)  # next-token labels
-    masks, _ = single_head_masks(gates.groups)
+    masks, _ = single_unit_masks(gates.groups)
     masks = masks + [{"dec_self": UNEVEN}, None]
     batched = CausalMaskBatcher(model, gates, max_tokens=60, head_tokens=7, pass_tokens=4).nll(batch, masks)
     looped = looped_nll(model, gates, batch, masks)

@@ -17,7 +17,7 @@ from headprune.core.gates import HeadGates, find_sites
 from headprune.core.inputs import model_inputs
 from headprune.core.pruning import prune_mask
 from headprune.core.saving import RECORD_FILE, load_pruned, save_pruned
-from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_head_masks
+from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_unit_masks
 from headprune.scoring.importance import per_example_gate_gradients, per_example_loss
 
 TOLERANCE = 1e-5  # relative to the output's scale
@@ -116,7 +116,7 @@ def test_batched_ablation_engine_equals_loop(name):
     model = make()
     batch = {k: v for k, v in make_batch().items() if k != "labels"}
     gates = HeadGates(model)
-    masks, _ = single_head_masks(gates.groups)
+    masks, _ = single_unit_masks(gates.groups)
     masks.append(_uneven_mask(gates))
     batched = MaskBatcher(model, gates, max_rows=16).logits(batch, masks)
     _assert_close_scaled(batched, looped_mask_logits(model, gates, batch, masks))
@@ -127,7 +127,7 @@ def test_batched_ablation_engine_with_the_output_gate_on_bert():
     model = tiny_bert()
     batch = {k: v for k, v in classifier_batch().items() if k != "labels"}
     gates = HeadGates(model, gate_at="output")
-    masks, _ = single_head_masks(gates.groups)
+    masks, _ = single_unit_masks(gates.groups)
     masks.append(_uneven_mask(gates))
     batched = MaskBatcher(model, gates, max_rows=16).logits(batch, masks)
     _assert_close_scaled(batched, looped_mask_logits(model, gates, batch, masks))

@@ -12,7 +12,7 @@ from tiny_llms import lm_batch, tiny_llama
 
 from headprune.core.gates import HeadGates
 from headprune.core.units import unit_gates
-from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_head_masks
+from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_unit_masks
 from headprune.engine.ablation_causal import CausalMaskBatcher, batchable, looped_nll
 
 
@@ -81,7 +81,7 @@ def test_per_example_masks_and_other_groups_are_refused():
 def test_single_neuron_ablation_is_refused_with_its_reason():
     gates = unit_gates(tiny_llama(), "head+ffn")
     with pytest.raises(ValueError, match="no useful pruning order.*prune.order=importance or fisher"):
-        single_head_masks(gates.groups, unit=gates.unit)
+        single_unit_masks(gates.groups, unit=gates.unit)
     blocks = unit_gates(gates, "block")
-    masks, units = single_head_masks(blocks.groups, unit="block")  # dropping one block at a time is an order
+    masks, units = single_unit_masks(blocks.groups, unit="block")  # dropping one block at a time is an order
     assert len(masks) == 6 and units[0] == ("dec_self_block", 0, 0)

@@ -202,12 +202,12 @@ def test_a_streaming_mask_is_no_pruning_mask():
 
 
 def test_the_batched_ablation_engine_equals_the_loop_of_streaming_masks():
-    from headprune.engine.ablation import single_head_masks
+    from headprune.engine.ablation import single_unit_masks
     from headprune.engine.ablation_causal import CausalMaskBatcher, looped_nll
 
     model = tiny_llama()
     gates = StreamGates(model, SINK, WINDOW)
-    masks, _ = single_head_masks(gates.groups, unit=gates.unit)  # one KV group streamed at a time
+    masks, _ = single_unit_masks(gates.groups, unit=gates.unit)  # one KV group streamed at a time
     masks += [None, {"dec_self": torch.rand(*gates.groups["dec_self"], generator=torch.Generator().manual_seed(2))}]
     batch = _batch()
     batched = CausalMaskBatcher(model, gates).nll(batch, masks)

@@ -73,10 +73,6 @@ class BlockGates:
             out.setdefault(kind, {})[unit_group] = value.expand(*value.shape[:-1], shapes[unit_group][1])
         return out
 
-    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """The query-head mask of a block mask (attention blocks only; FFN blocks left out)."""
-        return self.base_masks(mask, hard=hard).get("head", {})
-
     def set_mask(self, mask) -> None:
         base = {} if mask is None else self.base_masks(mask)
         self.heads.set_mask(base.get("head") if mask is not None else None)

@@ -111,10 +111,6 @@ class JointGates:
                     out.setdefault(kind, {}).update(value)
         return out
 
-    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """The query-head mask of the attention part of a joint mask."""
-        return self.base_masks(mask, hard=hard).get("head", {})
-
     def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Scores in this unit from per-query-head scores of the attention groups (other groups' scores as they are)."""
         out = dict(scores)

@@ -67,6 +67,15 @@ class KVGroupGates:
         with self.heads.masked(None if mask is None else self.head_mask(mask)):
             yield self
 
+    def probing(self):
+        return self.heads.probing()
+
+    def remove(self) -> None:
+        self.heads.remove()
+
+    def describe(self) -> str:
+        return self.heads.describe()
+
 
 def has_kv_groups(gates) -> bool:
     """Whether any attention group of the model shares KV heads among several query heads."""

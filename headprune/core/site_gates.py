@@ -79,11 +79,6 @@ class SiteGates(SiteGateMethods):
         """{this kind: the checked mask}: what the mask gates, by the kind of gates that act."""
         return {self.unit: self.normalize_mask(mask, hard=hard)}
 
-    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """No query head is gated by a mask of this kind: {} (checked first)."""
-        self.normalize_mask(mask, hard=hard)
-        return {}
-
     def set_mask(self, mask) -> None:
         """Gate every unit by ``mask``; ``None`` removes all gates, and groups left out are not gated."""
         mask = {} if mask is None else self.normalize_mask(mask)

@@ -47,6 +47,17 @@ def unit_gates(gates, unit="head"):
     return parts[0] if len(parts) == 1 else JointGates(model, parts)
 
 
+def model_gates(model: nn.Module):
+    """The gates a task holds on a model: its query heads' (every model has attention); other units are views of them (``unit_gates``)."""
+    return unit_gates(model, QUERY_HEADS)
+
+
+def query_heads_of(gates, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+    """What a mask in the unit of ``gates`` sets on each query head: {attention group: [..., L, H]}, {} where it gates none."""
+    base = gates.base_masks(mask, hard=hard)  # checks the mask
+    return base.get(QUERY_HEADS, base.get("stream", {}))  # streaming gates' alphas are per query head too
+
+
 def unit_count(gates) -> int:
     """Units of the original model in the unit of ``gates``, all groups (heads, KV groups, neurons, blocks, or their sum)."""
     return sum(layers * units for layers, units in gates.groups.values())

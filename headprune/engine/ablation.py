@@ -7,12 +7,13 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.core.gates import PREFIX, HeadGates, ensure_gated, register_wrapper
+from headprune.core.gates import PREFIX, ensure_gated, register_wrapper
 from headprune.core.head_tensors import broadcast_gate
 from headprune.core.joint import shared_gates
+from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.stream_gates import StreamGates
 from headprune.core.unit_kinds import KINDS, ablation_refusal
-from headprune.core.units import base_mask, primitive_gates
+from headprune.core.units import QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 REPLAYED_PARTS = {"attention", "feed_forward"}  # the parts whose gates the batcher sets per mask row (query heads, neurons)
 
@@ -181,13 +182,13 @@ class MaskBatcher:
         return isinstance(gates, StreamGates) or all(set(KINDS[kind].parts) <= REPLAYED_PARTS for kind in shared_gates(gates))
 
     def __init__(self, model: nn.Module, gates, max_rows: int = 128, first_token: bool = True):
-        """``gates``: the gates of the masks' unit (HeadGates, KV-group, FFN, block or joint gates of ``model``)."""
+        """``gates``: the gates of the masks' unit (query-head, KV-group, FFN, block or joint gates of ``model``)."""
         heads, ffn = primitive_gates(gates)
         if not self.takes(gates):
             raise ValueError(
                 f"{type(self).__name__} evaluates masks of query heads and FFN neurons only, not of {sorted(shared_gates(gates))}"
             )
-        heads = heads if heads is not None else HeadGates(model)  # the engine shares attention through the head sites
+        heads = heads if heads is not None else unit_gates(model, QUERY_HEADS)  # the engine shares attention through the head sites
         self.stream = gates if isinstance(gates, StreamGates) else None  # masks of alphas: they stream units, none goes
         ffn_groups = set(ffn.groups) if ffn is not None else set()
         if set(heads.groups) != {self.group} or not ffn_groups <= {self.ffn_group}:
@@ -337,15 +338,13 @@ class MaskBatcher:
         return {g: torch.stack([f[g].float() for f in full]) for g in ones}
 
 
-def batched_mask_logits(
-    model: nn.Module, gates: HeadGates, batch: dict, masks, max_rows: int = 128, first_token: bool = True
-) -> torch.Tensor:
+def batched_mask_logits(model: nn.Module, gates: Gates, batch: dict, masks, max_rows: int = 128, first_token: bool = True) -> torch.Tensor:
     """Logits (M, B, C) of a classifier under each of M masks, in batched passes (see ``MaskBatcher``)."""
     return MaskBatcher(model, gates, max_rows=max_rows, first_token=first_token).logits(batch, masks)
 
 
 @torch.inference_mode()
-def looped_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks) -> torch.Tensor:
+def looped_mask_logits(model: nn.Module, gates: Gates, batch: dict, masks) -> torch.Tensor:
     """The reference: one plain forward per mask, logits (M, B, C)."""
     outs = []
     for mk in masks:
@@ -354,7 +353,7 @@ def looped_mask_logits(model: nn.Module, gates: HeadGates, batch: dict, masks) -
     return torch.stack(outs)
 
 
-def single_head_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str = "head") -> tuple[list, list[tuple[str, int, int]]]:
+def single_unit_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str = "head") -> tuple[list, list[tuple[str, int, int]]]:
     """One mask per unit removing only that unit, and each one's (group, layer, unit); a ValueError for a kind that refuses it."""
     refusal = ablation_refusal(unit)
     if refusal:

@@ -9,9 +9,9 @@ from omegaconf import OmegaConf, open_dict
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits, refuse_given, task_spec_of
 from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import ffn_record
-from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import kind_of_group, noun
+from headprune.core.units import model_gates
 from headprune.export import FORMATS, export_model
 from headprune.export.batch_spread import spread_line
 from headprune.export.client_check import CLIENTS, checked_in_client
@@ -243,7 +243,7 @@ def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> d
 def export_record(task, pruned, mask, exported: dict, staging: Path, report: dict, batches: list, settings) -> dict:
     """What results.json says of an export: its files, the model it holds (pruned or not, its heads) and the check."""
     reads = FORMATS[str(settings.format)].reads
-    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in HeadGates(pruned).sites})
+    shapes = sorted({(len(s.head_ids), len(s.kv_ids)) for s in model_gates(pruned).sites})
     widths = layer_widths(pruned)
     return {
         "format": str(settings.format),

@@ -7,7 +7,7 @@ from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from headprune.core.counting import model_cost
-from headprune.core.gates import HeadGates
+from headprune.core.units import model_gates
 from headprune.results.writer import model_fingerprint, write_results_file
 from headprune.tasks.registry import build_task_model, model_task
 
@@ -16,7 +16,7 @@ def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
     model = build_task_model(cfg.model, seed=int(cfg.seed))
     seq_len, tokens = sequence(cfg, model)
-    gates = HeadGates(model)
+    gates = model_gates(model)
     cost = model_cost(model, seq_len=seq_len)
     print(
         f"model: {cfg.model.name} ({type(model).__name__}, model_type={model.config.model_type}, "

@@ -7,7 +7,6 @@ from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
 from headprune.checks.speed_checks import check_speed_run
 from headprune.core.checks import ConfigError
-from headprune.core.gates import HeadGates
 from headprune.core.saving import load_pruned
 from headprune.core.unit_kinds import is_joint, noun
 from headprune.lightning.loggers import log_run
@@ -61,7 +60,7 @@ def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
     recorded = (read_json(Path(folder) / RECIPE_FILE).get("scores") or {}).get(split)
     if recorded is None:
         return None
-    with swapped_model(task, model, HeadGates(model)):
+    with swapped_model(task, model):
         loaded = task.evaluate(None, split=split).score
     agree = abs(loaded - recorded) <= SCORE_RTOL * max(abs(loaded), abs(recorded), 1e-12)
     check = {"metric": task.metric, "recorded": recorded, "loaded": loaded, "tolerance": SCORE_RTOL, "agree": bool(agree)}

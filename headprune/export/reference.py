@@ -6,8 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 from torch import nn
 
-from headprune.core.gates import HeadGates
-from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.units import model_gates, prune_unit_mask, unit_gates
 from headprune.export import FORMATS
 from headprune.export.verify import (
     ROUNDOFF_MULTIPLE,
@@ -37,7 +36,7 @@ def pruned_copy(task, mask):
     pruned = copy.deepcopy(task.model).cpu()
     if mask is not None:
         prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
-    HeadGates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
+    model_gates(pruned).remove()  # the model's own attention (the wrapper stays only where uneven KV groups need it)
     return pruned
 
 

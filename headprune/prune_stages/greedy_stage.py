@@ -2,7 +2,7 @@
 
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint, noun
-from headprune.core.units import units_asked
+from headprune.core.units import query_heads_of, units_asked
 from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.results.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
@@ -120,7 +120,7 @@ def prune_stage(
                 "fraction": f,
                 **what_was_removed(f, heads_removed(m), out["units_total"]),
                 "units_removed": heads_removed(m),
-                "query_heads_removed": heads_removed(task.gates.head_mask(m)),
+                "query_heads_removed": heads_removed(query_heads_of(task.gates, m)),
                 "units_by_kind": units_by_kind(mask_to_json(m), task.gates.unit),
                 **what_it_did(task, m),
                 "score": r.score,

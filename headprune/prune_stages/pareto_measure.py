@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from headprune.core.gates import HeadGates, own_attention_name
-from headprune.core.unit_kinds import recovery_parts
-from headprune.core.units import prune_unit_mask
+from headprune.core.gates import own_attention_name
+from headprune.core.unit_kinds import lsq_refits_heads_alone
+from headprune.core.units import model_gates, prune_unit_mask, query_heads_of
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
@@ -74,9 +74,9 @@ def recovered_model(
     if recovery == "none":
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
-    if recovery == "lsq" and not recovery_parts(task.gates.unit) - {"attention"}:  # heads: scales fitted under the mask
-        heads = task.gates.head_mask(mask, hard=True)
-        gates, report = HeadGates(model), {}
+    if recovery == "lsq" and lsq_refits_heads_alone(task.gates.unit):  # heads: scales fitted under the mask
+        heads = query_heads_of(task.gates, mask, hard=True)
+        gates, report = model_gates(model), {}
         ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
         lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
         return model, gates, mask, {"lsq": report}
@@ -84,19 +84,19 @@ def recovered_model(
     record = {}
     for step in recovery_steps(recovery):
         record.update(recovery_step(step, task.gates.unit, settings, logger, progress)(model, task.model, batches, tuning, label) or {})
-    return model, HeadGates(model), None, record
+    return model, model_gates(model), None, record
 
 
 def recovery_step(step: str, unit, settings, logger, progress: bool = False):
     """One step of a recovery as ``recover(pruned model, teacher, batches, fine-tune batches, label) -> record or None``."""
 
     def lsq(model, teacher, batches, tuning, label):
-        if recovery_parts(unit) - {"attention"}:  # heads, then the other parts, of the pruned model
+        if not lsq_refits_heads_alone(unit):  # heads, then the other parts, of the pruned model
             unit_lsq_recoverer(unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
             return None
         report = {}
         ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
-        lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
+        lsq_recover(model, model_gates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
         return {"lsq": report}
 
     def reconstruct(model, teacher, batches, tuning, label):  # re-solved layer by layer
@@ -177,7 +177,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
     reused, history = model is not None, None
     if not reused:
         model, history = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
-    with swapped_model(task, model, HeadGates(model)):
+    with swapped_model(task, model):
         results = {split: evaluate_one(task, None, split, CONTROL_POINT, progress=ctx.progress) for split in eval_splits(ctx)}
     saved = {}
     if recipe:

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headprune.core.unit_kinds import is_joint
-from headprune.core.units import unit_count
+from headprune.core.units import query_heads_of, unit_count
 from headprune.results.points import kinds_label, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
@@ -85,7 +85,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "fraction": None if isinstance(step, PruneTarget) else float(step),
         **({} if isinstance(step, PruneTarget) else what_was_removed(float(step), heads_removed(mask), unit_count(task.gates))),
         "units_removed": heads_removed(mask),
-        "query_heads_removed": heads_removed(task.gates.head_mask(mask)),
+        "query_heads_removed": heads_removed(query_heads_of(task.gates, mask)),
         "units_total": unit_count(task.gates),
         "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         "score": result.score,

@@ -4,7 +4,7 @@ import copy
 from dataclasses import asdict
 from pathlib import Path
 
-from headprune.core.gates import HeadGates
+from headprune.core.units import model_gates
 from headprune.prune_stages.finetune_runs import budget_info, finetune_batches
 from headprune.prune_stages.pareto_measure import (
     control_point,
@@ -129,7 +129,7 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
     """(the recovered model, the mask to evaluate it under) of one mask, or an earlier run's saved model; scored into ``ctx.evaluated``."""
     model = saved_model(ctx.out, recipe) if recipe else None
     if model is not None:  # an earlier run saved this recipe's model: no second recovery
-        gates, evaluate_mask, record = HeadGates(model), None, {}
+        gates, evaluate_mask, record = model_gates(model), None, {}
         ctx.saved[key] = saved_dir(recipe)
     else:
         model, gates, evaluate_mask, record = recovered_model(
@@ -205,7 +205,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
                 return ORDERS[order].scores(task, ctx.order_settings)
 
         def evaluate(mask):  # a max_drop step: the current pruned model under a further mask, on the selection split
-            with swapped_model(task, work, HeadGates(work)):
+            with swapped_model(task, work):
                 return task.evaluate(mask, split=ctx.selection).score
 
         rounds = iter(range(len(steps)))
@@ -236,7 +236,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
         )
         for step, result in zip(steps, done):
             label = f"{order}/{step_label(step)}"
-            with swapped_model(task, result.model, HeadGates(result.model)):
+            with swapped_model(task, result.model):
                 name = point_label(label, recovery)
                 scored = {split: evaluate_one(task, None, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
             if recovery != "none":

@@ -167,8 +167,8 @@ def ffn_lsq_recoverer(ridge: float = 1e-3, max_scale: float = 10.0):
 
 def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 10.0):
     """A ``recover(model, teacher, batches)`` step in any unit: least-squares head scales, then neuron scales on the rescaled attention."""
-    from headprune.core.gates import HeadGates
     from headprune.core.unit_kinds import recovery_parts
+    from headprune.core.units import QUERY_HEADS, unit_gates
     from headprune.selection.lsq import lsq_recover
 
     parts = recovery_parts(unit)
@@ -176,7 +176,7 @@ def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 
     def recover(model, teacher, batches):
         batches = list(batches)
         if "attention" in parts:
-            lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
+            lsq_recover(model, unit_gates(model, QUERY_HEADS), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
         if "feed_forward" in parts:
             ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
 

@@ -7,10 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune.core.gates import AttentionSite, HeadGates
+from headprune.core.gates import AttentionSite
 from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
+from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
+from headprune.core.units import QUERY_HEADS, unit_gates
 from headprune.scoring.importance import per_example_loss
 from headprune.selection.captures import captured_module_inputs
 
@@ -38,7 +40,7 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
-def _reference_of(model: nn.Module, gates: HeadGates, teacher: nn.Module | None) -> tuple[nn.Module, HeadGates]:
+def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
     """The unpruned reference model and its gates: ``teacher``, or the model itself when none of its heads left the weights."""
     if teacher is None:
         if pruning_record(model):
@@ -47,7 +49,7 @@ def _reference_of(model: nn.Module, gates: HeadGates, teacher: nn.Module | None)
                 "(lsq fits each pruned layer to the unpruned layer's output)"
             )
         return model, gates
-    return teacher.eval(), HeadGates(teacher)
+    return teacher.eval(), unit_gates(teacher, QUERY_HEADS)
 
 
 def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
@@ -69,7 +71,7 @@ def _kept_positions(site: AttentionSite, mask) -> list[int]:
     return [p for p, head in enumerate(site.head_ids) if float(row[head]) != 0]
 
 
-def _fits(gates: HeadGates, reference: HeadGates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
+def _fits(gates: Gates, reference: Gates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
     """(site, reference site, kept positions, their reference positions) of every layer that lost a head and keeps one."""
     out = []
     for site in gates.sites:
@@ -81,7 +83,7 @@ def _fits(gates: HeadGates, reference: HeadGates, mask) -> list[tuple[AttentionS
 
 
 @torch.no_grad()
-def _normal_equations(fits: list, reference_model, reference: HeadGates, batches: list[dict], bar) -> list[tuple]:
+def _normal_equations(fits: list, reference_model, reference: Gates, batches: list[dict], bar) -> list[tuple]:
     """(C^T C, C^T y) of every fitted layer, accumulated over ``batches`` from one reference forward each."""
     sums = [(torch.zeros(len(p), len(p), dtype=torch.float64), torch.zeros(len(p), dtype=torch.float64)) for _, _, p, _ in fits]
     sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
@@ -100,7 +102,7 @@ def _normal_equations(fits: list, reference_model, reference: HeadGates, batches
 
 
 @torch.no_grad()
-def _mean_loss(model, gates: HeadGates, mask, batches: list[dict], loss_fn: Callable, bar) -> float:
+def _mean_loss(model, gates: Gates, mask, batches: list[dict], loss_fn: Callable, bar) -> float:
     """The mean per-example loss of the model (under ``mask``) on ``batches``."""
     total, count = 0.0, 0
     with gates.masked(mask) if mask is not None else nullcontext():
@@ -114,7 +116,7 @@ def _mean_loss(model, gates: HeadGates, mask, batches: list[dict], loss_fn: Call
 @torch.no_grad()
 def lsq_recover(
     model: nn.Module,
-    gates: HeadGates,
+    gates: Gates,
     batches: Iterable[dict],
     teacher: nn.Module | None = None,
     mask=None,
@@ -169,10 +171,10 @@ def _fold(fits: list, originals: list[torch.Tensor], deviations: list[torch.Tens
 
 @torch.no_grad()
 def layer_output_errors(
-    model: nn.Module, gates: HeadGates, teacher: nn.Module, batches: Iterable[dict], mask=None, teacher_inputs: bool = False
+    model: nn.Module, gates: Gates, teacher: nn.Module, batches: Iterable[dict], mask=None, teacher_inputs: bool = False
 ) -> dict[str, torch.Tensor]:
     """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection."""
-    teacher_gates = HeadGates(teacher)
+    teacher_gates = unit_gates(teacher, QUERY_HEADS)
     errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     teacher.eval()
@@ -200,6 +202,6 @@ def lsq_recoverer(ridge: float = 0.1, max_scale: float = 10.0):
     """A ``recover(model, teacher, batches)`` step for ``headprune.selection.schedule.iterative_prune``."""
 
     def recover(model, teacher, batches):
-        lsq_recover(model, HeadGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
+        lsq_recover(model, unit_gates(model, QUERY_HEADS), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
 
     return recover

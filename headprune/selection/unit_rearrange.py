@@ -18,6 +18,19 @@ def fisher_blocks_of(grads: torch.Tensor) -> torch.Tensor:
     return torch.einsum("nlh,nlk->lhk", grads, grads) / max(grads.shape[0], 1)
 
 
+def by_fisher_blocks(mask, grads, groups, min_per_layer, present) -> Rearrangement:
+    """A few units per layer: each layer re-chosen from its U x U Fisher block (Kwon et al.'s heads)."""
+    return rearrange_mask(mask, {g: fisher_blocks_of(grads[g]) for g in groups if g in grads}, groups, min_per_layer, present)
+
+
+def by_gradients(mask, grads, groups, min_per_layer, present) -> Rearrangement:
+    """Many units per layer: re-chosen from the per-example gradients, no U x U block (Kwon et al.'s neurons)."""
+    return rearrange_ffn_mask(mask, grads, groups, present)
+
+
+RULES = {"fisher_blocks": by_fisher_blocks, "gradients": by_gradients}  # a kind's rearrange_by: how its groups are re-chosen
+
+
 def rearrange_unit_mask(
     mask: dict[str, torch.Tensor],
     grads: dict[str, torch.Tensor],
@@ -31,19 +44,16 @@ def rearrange_unit_mask(
     if refusal:
         raise ValueError(f"unit {unit!r} has no rearrangement: {refusal}")
     groups = check_groups(groups, {g: tuple(m.shape) for g, m in mask.items()})
-    by = {g: kind_of_group(g, unit).rearrange_by for g in groups}
-    ffn = [g for g in groups if by[g] == "gradients"]  # many units per layer: per-example gradients, no U x U block
-    attention = [g for g in groups if g not in ffn]  # a few units per layer: their Fisher blocks
-    heads = (
-        rearrange_mask(mask, {g: fisher_blocks_of(grads[g]) for g in attention if g in grads}, attention, min_per_layer, present)
-        if attention
-        else None
-    )
-    neurons = rearrange_ffn_mask(mask, grads, ffn, present) if ffn else None
-    done = [part for part in (heads, neurons) if part is not None]
+    by = {g: kind_of_group(g, unit).rearrange_by or "fisher_blocks" for g in groups}
+    unknown = sorted({rule for rule in by.values() if rule not in RULES})
+    if unknown:
+        raise ValueError(f"unknown rearrange_by {unknown} of unit {unit!r}: a kind's rearrange_by is one of {list(RULES)}")
     out = {g: m.detach().cpu().clone() for g, m in mask.items()}
-    for part, chosen in ((heads, attention), (neurons, ffn)):
-        if part is not None:
-            out.update({g: part.mask[g] for g in chosen})
+    done = []
+    for rule, rearrange in RULES.items():
+        chosen = [g for g in groups if by[g] == rule]
+        if chosen:
+            done.append(rearrange(mask, grads, chosen, min_per_layer, present))
+            out.update({g: done[-1].mask[g] for g in chosen})
     merged = lambda name: {g: v for part in done for g, v in getattr(part, name).items()}  # noqa: E731
     return Rearrangement(out, merged("before"), merged("after"), merged("exact"))

@@ -4,7 +4,7 @@ from dataclasses import asdict
 
 import torch
 
-from headprune.engine.ablation import single_head_masks
+from headprune.engine.ablation import single_unit_masks
 from headprune.results.run_dir import tensor_dict
 from headprune.results.stream_points import action_record
 from headprune.selection.greedy import check_groups
@@ -16,7 +16,7 @@ def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: f
     """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance (``alpha`` None: the task's), rows."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
-    masks, heads = single_head_masks(shape, groups)
+    masks, heads = single_unit_masks(shape, groups)
     base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
     results = evaluate_many(task, masks, split, desc=f"ablate {split}", progress=progress)
     tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, **({} if alpha is None else {"alpha": alpha}))

@@ -2,6 +2,8 @@
 
 from contextlib import contextmanager
 
+from headprune.core.units import model_gates, query_heads_of
+
 
 def split_size(task, split: str) -> int:
     """Number of examples of a split (0 when it is missing)."""
@@ -112,10 +114,10 @@ def score_check_text(check: dict) -> str:
 
 
 @contextmanager
-def swapped_model(task, model, gates):
-    """Evaluate ``task`` with another model (e.g. the physically pruned copy) in place of its own."""
+def swapped_model(task, model, gates=None):
+    """Evaluate ``task`` with another model (e.g. the physically pruned copy) in place of its own, under ``gates`` (default: its own)."""
     own_model, own_gates = task.model, task.gates
-    task.model, task.gates = model, gates
+    task.model, task.gates = model, model_gates(model) if gates is None else gates
     try:
         yield task
     finally:
@@ -127,7 +129,7 @@ def unit_counts(gates, groups=None) -> dict:
     from headprune.core.unit_kinds import block_group
 
     groups = list(gates.groups) if groups is None else groups
-    query = gates.head_mask(gates.ones())
+    query = query_heads_of(gates, gates.ones())
     return {
         "unit": gates.unit,
         "units_total": sum(gates.groups[g][0] * gates.groups[g][1] for g in groups),

@@ -7,10 +7,9 @@ from pathlib import Path
 from headprune.core.counting import model_cost
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.ffn_sites import ffn_sites_if_any
-from headprune.core.gates import HeadGates
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import noun
-from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.units import model_gates, prune_unit_mask, query_heads_of, unit_gates
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.bandwidth import decode_bandwidth_ideal
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
@@ -73,8 +72,8 @@ def memory_rows(task, original, pruned) -> dict:
 def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_dir: Path | None = None) -> dict:
     """Throughput of each timed call, original vs physically pruned model (or ``pruned_model``), FLOPs, memory, masked == pruned check."""
     original = task.model
-    # mask: {group: [L, units]} in task.gates' unit (query heads or KV groups); the model is pruned by its query-head mask
-    head_mask = task.gates.head_mask(mask, hard=True)
+    # mask: {group: [L, units]} in task.gates' unit; query_heads: what it sets on each query head
+    query_heads = query_heads_of(task.gates, mask, hard=True)
     if pruned_model is None:
         pruned = copy.deepcopy(original)
         prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
@@ -82,13 +81,13 @@ def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_di
         pruned = pruned_model
     # {group: {layer: [removed original ids]}}: heads by attention group, neurons by FFN group
     record = {**pruning_record(pruned), **(ffn_record(pruned) if ffn_sites_if_any(pruned) else {})}
-    pruned_gates = HeadGates(pruned)
+    pruned_gates = model_gates(pruned)
     out = {
         "split": str(speed.split),
         "device": str(next(original.parameters()).device),
         "units_removed": heads_removed(mask),
         **unit_counts(task.gates),
-        "query_heads_removed": heads_removed(head_mask),
+        "query_heads_removed": heads_removed(query_heads),
         "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         "pruning_record": record,
         "mask": mask_to_json(mask),

@@ -1,1 +1,1 @@
-"""LightningModules for the NLI and MT tasks; both carry HeadGates."""
+"""LightningModules for the NLI and MT tasks; both carry head gates."""

@@ -44,7 +44,7 @@ class Task(Protocol):
     higher_is_better: bool  # direction of the metric (accuracy, BLEU: True; perplexity: False)
     paired_test_name: str  # what ``paired_test`` runs, written beside its results (e.g. "paired bootstrap (Koehn 2004)")
     model: nn.Module  # the HF model, gated by ``gates``
-    gates: object  # headprune.core.gates.HeadGates on ``model``
+    gates: object  # its gates on ``model`` (headprune.core.units.model_gates; a Gates of headprune.core.kinds.gates_protocol)
     tokenizer: object  # the model's tokenizer (saved beside exported models)
 
     def split_sizes(self) -> Mapping[str, int]:

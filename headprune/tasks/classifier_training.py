@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from headprune.core.gates import HeadGates
+from headprune.core.units import model_gates
 
 
 def adamw_with_linear_warmup(model, hp, total_steps) -> dict:
@@ -36,9 +36,9 @@ class ClassifierSteps:
     paired_test_name = "paired bootstrap (Koehn 2004)"
 
     def _gated(self, model, tokenizer, data, eval_splits) -> None:
-        """Hold the model under HeadGates (in eval mode), its input processor, its data and an accuracy per evaluation split."""
+        """Hold the model under its gates (in eval mode), its input processor, its data and an accuracy per evaluation split."""
         self.model, self.tokenizer, self.data = model, tokenizer, data
-        self.gates = HeadGates(model)
+        self.gates = model_gates(model)
         model.eval()
         self.eval_splits = list(eval_splits)
         classes = model.config.num_labels

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 from headprune.core.checks import pruning_unit
 from headprune.core.joint import JointGates, shared_gates
 from headprune.core.kinds.kind_registry import Unit, parse_unit, unit_name
-from headprune.core.units import QUERY_HEADS, base_mask, primitive_gates, unit_gates
+from headprune.core.units import QUERY_HEADS, base_mask, model_gates, primitive_gates, unit_gates
 
 
 class TaskView:
@@ -28,9 +28,9 @@ class UnitTask(TaskView):
         self.__dict__["_gates"] = unit_gates(task.gates, unit)
 
     def __setattr__(self, name, value):
-        if name == "gates":  # a swapped model's gates (speed), in any unit: the task keeps HeadGates, seen here in this unit
+        if name == "gates":  # a swapped model's gates (speed), in any unit: the task keeps its query-head gates, seen here in this unit
             heads, _ = primitive_gates(value)
-            heads = heads if heads is not None else unit_gates(value.model, QUERY_HEADS)
+            heads = heads if heads is not None else model_gates(value.model)
             self.task.gates = heads
             self.__dict__["_gates"] = unit_gates(heads, self.unit)
         else:
@@ -57,9 +57,7 @@ class UnitTask(TaskView):
 
     def _acting(self, mask):
         """A mask in this unit as the masks that act, in one dict (query heads alone: the query-head mask)."""
-        if mask is None:
-            return None
-        return self._gates.head_mask(mask) if set(self.acting) <= {QUERY_HEADS} else base_mask(self._gates, mask)
+        return None if mask is None else base_mask(self._gates, mask)
 
     def evaluate(self, mask=None, split: str = "eval", on_batch=None, **options):
         """The task's evaluation of a mask in this unit; ``options`` are the task's own (``batch_size`` of NLI and LM)."""

@@ -4,7 +4,9 @@ import torch
 from torch import nn
 
 from headprune.core.families import GROUPS
+from headprune.core.gates import HeadGates
 from headprune.core.kinds.unit_kind import UnitKind
+from headprune.core.kv_groups import KVGroupGates
 
 
 def kv_group_tables(head_tables: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
@@ -42,6 +44,7 @@ class HeadKind(UnitKind):
     record_key = "heads"
     rebuild_order = 10  # after removed layers: heads are recorded by original layer id
     legacy_keys = ("pruned_heads", "heads_present", "weights_sha256")
+    gates_class = HeadGates
 
     def owns(self, group: str) -> bool:
         return group in GROUPS
@@ -50,8 +53,6 @@ class HeadKind(UnitKind):
         return list(attention_groups)
 
     def gates(self, model: nn.Module, shared: dict):
-        from headprune.core.gates import HeadGates
-
         if "head" not in shared:
             shared["head"] = HeadGates(model)
         return shared["head"]
@@ -135,6 +136,7 @@ class KVGroupKind(HeadKind):
     noun = "KV group"
     config_fields = ("num_key_value_heads",)
     legacy_keys = ()  # its removed groups are removed query heads: the head kind saves and restores them
+    gates_class = KVGroupGates
 
     def save_meta(self, model):
         return None
@@ -187,6 +189,4 @@ class KVGroupKind(HeadKind):
         return kv_group_flops_tables(model, seq_len)
 
     def latency_tables(self, head_tables, ffn_tables, model):
-        from headprune.core.gates import HeadGates
-
         return kv_group_tables(head_tables, HeadGates(model).heads_per_kv)

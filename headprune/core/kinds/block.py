@@ -2,7 +2,7 @@
 
 import torch
 
-from headprune.core.blocks import BLOCK_SUFFIX, block_group
+from headprune.core.blocks import BLOCK_SUFFIX, BlockGates, block_group
 from headprune.core.kinds.unit_kind import UnitKind
 
 
@@ -27,6 +27,7 @@ class BlockKind(UnitKind):
         "it would remove nothing and report the unpruned score for every layer"
     )
     recovery_parts = ("attention", "feed_forward")
+    gates_class = BlockGates
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
         "layer and sub-block: it would remove every attention or every FFN block at once; use prune.layout=global"
@@ -44,7 +45,6 @@ class BlockKind(UnitKind):
         return [block_group(g) for g in (*attention_groups, *KINDS["ffn"].group_names(attention_groups))]
 
     def gates(self, model, shared):
-        from headprune.core.blocks import BlockGates
         from headprune.core.ffn_sites import ffn_sites_if_any
         from headprune.core.kinds.kind_registry import KINDS
 

@@ -1,5 +1,6 @@
 """The FFN kind: intermediate neurons of the feed-forward blocks (Kwon et al.'s second unit)."""
 
+from headprune.core.ffn_gates import FFNGates
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.mlp_layouts import FFN_GROUPS
 from headprune.core.projections import out_features
@@ -29,6 +30,7 @@ class FFNKind(UnitKind):
     record_key = "ffn"
     rebuild_order = 20
     legacy_keys = ("ffn_widths_orig", "pruned_neurons", "ffn_weights_sha256")
+    gates_class = FFNGates
 
     def owns(self, group: str) -> bool:
         return group in FFN_GROUPS
@@ -46,8 +48,6 @@ class FFNKind(UnitKind):
         return None
 
     def gates(self, model, shared):
-        from headprune.core.ffn_gates import FFNGates
-
         if "ffn" not in shared:
             shared["ffn"] = FFNGates(model)
         return shared["ffn"]

@@ -54,10 +54,6 @@ class HiddenGates(SiteGateMethods):
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         return {"hidden": self.normalize_mask(mask, hard=hard)}
 
-    def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        self.normalize_mask(mask, hard=hard)
-        return {}
-
     def set_mask(self, mask) -> None:
         """Gate every channel by ``mask`` ({"hidden": [1, d] or [B, 1, d]}); ``None`` removes the gates."""
         value = None if mask is None else self.normalize_mask(mask).get(GROUP)
@@ -97,6 +93,7 @@ class HiddenKind(UnitKind):
     width_setting = "hidden_multiple"
     rebuild_order = 30
     legacy_keys = ("hidden_size_orig", "pruned_channels")
+    gates_class = HiddenGates
 
     def kept_rows(self, model):
         from headprune.core.hidden_sites import IDS_ATTR, hidden_group

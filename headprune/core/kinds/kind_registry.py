@@ -3,6 +3,7 @@
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from headprune.core.kinds.gates_protocol import missing_members
 from headprune.core.kinds.unit_kind import UnitKind
 
 JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
@@ -51,6 +52,12 @@ def register_kind(kind: UnitKind, replace: bool = False) -> UnitKind:
     if missing:
         raise TypeError(
             f"{type(kind).__name__} ({name!r}) does not implement {', '.join(missing)}: every kind defines {', '.join(REQUIRED_METHODS)}"
+        )
+    lacking = missing_members(kind.gates_class) if isinstance(kind.gates_class, type) else []
+    if lacking:
+        raise TypeError(
+            f"{kind.gates_class.__name__}, the gates of {type(kind).__name__} ({name!r}), lacks {', '.join(lacking)}: "
+            "every kind's gates provide the methods of headprune.core.kinds.gates_protocol.Gates"
         )
     if kind.name in KINDS and not replace:
         raise ValueError(f"a pruning-unit kind named {kind.name!r} is registered already ({KINDS[kind.name]!r}); pass replace=True")
@@ -131,6 +138,11 @@ def shrunk_fields(unit) -> set[str]:
 def recovery_parts(unit) -> set[str]:
     """The parts least-squares recovery refits after a unit's kinds remove units (``attention``, ``feed_forward`` ...)."""
     return {part for kind in kinds_of(unit) for part in kind.recovery_parts}
+
+
+def lsq_refits_heads_alone(unit) -> bool:
+    """Whether least-squares recovery after ``unit`` refits query heads alone: their scales, fitted under the mask before any weight goes."""
+    return not recovery_parts(unit) - {"attention"}
 
 
 def group_kind(group: str, unit=None) -> str | None:

@@ -3,7 +3,7 @@
 import torch
 
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.layer_sites import LAYER_GROUPS
+from headprune.core.layer_sites import LAYER_GROUPS, LayerGates
 
 RECORD_KEY = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
 
@@ -33,6 +33,7 @@ class LayerKind(UnitKind):
     record_key = RECORD_KEY
     rebuild_order = 0  # depth first: the widths of the other kinds are recorded by original layer id
     legacy_keys = ("removed_layers",)
+    gates_class = LayerGates
 
     def recovery_refusal(self):
         return (
@@ -55,8 +56,6 @@ class LayerKind(UnitKind):
             return str(err)
 
     def gates(self, model, shared):
-        from headprune.core.layer_sites import LayerGates
-
         if "layer" not in shared:
             shared["layer"] = LayerGates(model)
         return shared["layer"]

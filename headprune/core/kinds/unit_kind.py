@@ -33,6 +33,7 @@ class UnitKind:
     record_key: str = ""  # its key in pruning records (default: its name)
     rebuild_order: int = 100  # save_pruned / load_pruned visit kinds by this rank: depth (layers) first, then widths, then the rest
     legacy_keys: tuple[str, ...] = ()  # its entries at the top level of a headprune_pruning.json written before kinds had their own
+    gates_class: type | None = None  # the class of what ``gates`` returns: register_kind checks it has the Gates protocol's methods
 
     def owns(self, group: str) -> bool:
         """Whether a mask group holds units of this kind."""
@@ -43,7 +44,7 @@ class UnitKind:
         return None
 
     def gates(self, model: nn.Module, shared: dict) -> Any:
-        """The gates of this kind on ``model``: masks and scores {group: [layers, units]} or [batch, layers, units]."""
+        """The gates of this kind on ``model`` (a ``Gates``): masks and scores {group: [layers, units]} or [batch, layers, units]."""
         raise NotImplementedError
 
     def group_names(self, attention_groups: list[str]) -> list[str]:

@@ -5,8 +5,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from headprune.core.gates import HeadGates
 from headprune.core.inputs import DECODER_INPUTS, eval_mode
+from headprune.core.units import model_gates
 from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
@@ -27,7 +27,7 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
 
 
 class LanguageModelingTask(SavesHF):
-    """A causal LM under HeadGates and its texts: the task protocol of headprune.tasks.base (metric: perplexity)."""
+    """A causal LM under head gates and its texts: the task protocol of headprune.tasks.base (metric: perplexity)."""
 
     name = "lm"
     metric = "perplexity"
@@ -47,7 +47,7 @@ class LanguageModelingTask(SavesHF):
         self.model = model
         self.tokenizer = tokenizer
         self.data = data
-        self.gates = HeadGates(model)
+        self.gates = model_gates(model)
         self.mask_chunk = max(1, int(mask_chunk))
         if selection_split == "eval":
             raise ValueError("task.selection_split must not be the evaluation split: choose importance or heldout")

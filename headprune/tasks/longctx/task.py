@@ -19,7 +19,7 @@ METRICS = {"accuracy": "correct", "key_log_likelihood": "loglik"}  # data.metric
 
 
 class PasskeyTask(LanguageModelingTask):
-    """A causal LM under HeadGates and its passkey examples: the task protocol of headprune.tasks.base."""
+    """A causal LM under head gates and its passkey examples: the task protocol of headprune.tasks.base."""
 
     name = "passkey"
     higher_is_better = True

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from headprune.core.gates import HeadGates
 from headprune.core.inputs import eval_mode
+from headprune.core.units import model_gates
 from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, special_ids
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
@@ -60,7 +60,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def __init__(self, model, tokenizer, data: TranslationDataModule | None, task_cfg, optim_cfg=None, scheduler_cfg=None):
         super().__init__()
         self.model = model
-        self.gates = HeadGates(model)
+        self.gates = model_gates(model)
         self.tokenizer = tokenizer
         self.data = data
         self.task_cfg = _task_settings(task_cfg)

@@ -18,7 +18,7 @@ MODEL_INPUTS = ENCODER_INPUTS
 
 
 class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.LightningModule):
-    """A 3-way NLI classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
+    """A 3-way NLI classifier under head gates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     name = "nli"
     selection_split = "importance"  # the held-out training subset (appendix A), never the evaluation data

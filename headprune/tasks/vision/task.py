@@ -15,7 +15,7 @@ TOKEN_POSITIONS = "input_ids"  # timing batches carry the patch-token positions 
 
 
 class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.LightningModule):
-    """An image classifier under HeadGates: Lightning training plus the task protocol of headprune.tasks.base."""
+    """An image classifier under head gates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     IMPORTANCE_EXAMPLE = 150
 
