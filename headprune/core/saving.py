@@ -33,6 +33,8 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
+    for kind in saving_kinds():
+        kind.finish_save(model, path, tokenizer)
     meta = {"model_type": model.config.model_type, "architecture": type(model).__name__, "format": FORMAT, "kinds": kinds}
     (path / RECORD_FILE).write_text(json.dumps(meta, indent=1))
     return path

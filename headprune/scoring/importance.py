@@ -92,7 +92,7 @@ def importance_scores(
             losses = loss_fn(outputs, batch)  # (B,)
             probes = [probe for site in gates.sites for probe in site.probes]
             total = losses.mean() if reduce == "batch" else losses.sum()  # batch: the gradient of the batch-MEAN loss
-            grads = torch.autograd.grad(total, probes, allow_unused=True)  # only the probes' gradients
+            grads = torch.autograd.grad(total, probes, allow_unused=True) if probes else ()  # only the probes' gradients
             grad_of = dict(zip(map(id, probes), grads))
             for site in gates.sites:
                 for probe in site.probes:
@@ -113,6 +113,11 @@ def importance_scores(
                     totals[group][site.layer, ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
+        for site in gates.sites:  # a kind that counts its units' uses (tokens) scores them by the mean count per example
+            found = next((c for kind in _kinds(unit) if (c := kind.unit_counts(site)) is not None), None)
+            if found is not None:
+                counts, ids, group = found
+                totals[group][site.layer, ids] = counts.cpu().double()  # divided by the examples below: uses per example
     if count == 0:
         raise ValueError("importance_scores got no batches: the importance subset is empty")
     scores = {g: (t / count).float() for g, t in totals.items()}

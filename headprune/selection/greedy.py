@@ -43,12 +43,14 @@ def check_groups(groups, shape: dict[str, tuple[int, int]]) -> list[str]:
 
 
 def ranked_heads(scores: dict[str, torch.Tensor], groups: list[str]) -> list[Head]:
-    """Heads of ``groups`` sorted by score ascending (ties broken by group, layer, head: deterministic)."""
+    """Heads of ``groups`` sorted by score ascending (ties broken by group, layer, head: deterministic); +inf: never removed."""
     heads = []
     for group in groups:
         value = scores[group].detach().float().cpu()
         for layer in range(value.shape[0]):
             for head in range(value.shape[1]):
+                if value[layer, head] == math.inf:
+                    continue  # its kind's floor (a special or base token)
                 heads.append((float(value[layer, head]), groups.index(group), layer, head, group))
     heads.sort(key=lambda t: (t[0], t[1], t[2], t[3]))
     return [(g, l, h) for _, _, l, h, g in heads]

@@ -40,7 +40,7 @@ def comparable_scores(scores: dict[str, torch.Tensor], rule: str, costs=None, pr
                 f"prune.joint_scale=relative divides each kind's scores by their mean, and the {kind} scores hold negative "
                 "values: give an order whose scores are >= 0 (importance, fisher, random)"
             )
-        total = sum(float(v.sum()) for v in values)  # units already removed score 0
+        total = sum(float(v[v.isfinite()].sum()) for v in values)  # units already removed score 0; +inf (a floor) stays
         if costs is not None:
             cost = removable_cost(costs, groups, present)
         else:

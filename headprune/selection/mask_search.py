@@ -93,7 +93,7 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
     for gi, group in enumerate(groups):
         values = values_of[group]
         for layer in range(shape[group][0]):
-            alive = mask[group][layer].nonzero().flatten().tolist()
+            alive = [h for h in mask[group][layer].nonzero().flatten().tolist() if values[layer][h] != math.inf]  # +inf: a floor
             queues[group, layer] = sorted(alive, key=lambda h: (float(values[layer][h]), h))[::-1]  # lowest score last
             kept[group, layer] = len(alive)
             _offer(heap, queues, kept, values, costs, gi, group, layer, min_per_layer)

@@ -239,4 +239,18 @@ def check_order(order: str) -> str:
 
 def order_scores(task, order: str, settings: OrderSettings, shared: dict | None = None, mask=None) -> dict:
     """The score per head of one order (lower = pruned first); unmasked scores are kept in ``shared[order]``."""
-    return _cached(shared, order, mask, lambda: ORDERS[check_order(order)].scores(task, settings, mask=mask, shared=shared))
+    scores = _cached(shared, order, mask, lambda: ORDERS[check_order(order)].scores(task, settings, mask=mask, shared=shared))
+    return with_floor(task, scores)
+
+
+def with_floor(task, scores: dict) -> dict:
+    """``scores`` with +inf on the units their kinds never remove (a vocabulary's special and base tokens): no order removes them."""
+    from headprune.core.unit_kinds import kinds_of
+
+    needed = getattr(task, "needed_token_ids", lambda: [])()
+    out = dict(scores)
+    for kind in kinds_of(task.gates.unit):
+        for group, fixed in kind.floor(task.gates, getattr(task, "tokenizer", None), needed).items():
+            if group in out:
+                out[group] = out[group].float().masked_fill(fixed.to(out[group].device), float("inf"))
+    return out

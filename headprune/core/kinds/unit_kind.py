@@ -59,6 +59,14 @@ class UnitKind:
         """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""
         return None
 
+    def unit_counts(self, site) -> tuple[torch.Tensor, list[int], str] | None:
+        """A site's per-unit scores counted while probing instead of probe gradients: ((U,), original ids, group); None: not counted."""
+        return None
+
+    def floor(self, gates, tokenizer, needed: list[int]) -> dict[str, torch.Tensor]:
+        """{group: bool [layers, units]} of the units never removed (``needed``: token ids the task's labels and prompts use)."""
+        return {}
+
     def unit_columns(self, site) -> tuple[nn.Module, list[int], list[list[int]]] | None:
         """(the projection that reads a site's units, their original ids, each unit's input columns of it); None: not its site."""
         return None
@@ -119,6 +127,9 @@ class UnitKind:
     def save_meta(self, model: nn.Module) -> dict | None:
         """What save_pruned writes under this kind's name in headprune_pruning.json (None: nothing); it may update the config first."""
         return None
+
+    def finish_save(self, model: nn.Module, path, tokenizer) -> None:
+        """After save_pruned wrote the weights and ``tokenizer`` (None: none) to ``path``: bring the saved files in line with them."""
 
     def build_config(self, config) -> None:
         """Before load_pruned builds a saved model from ``config``: set the config to the shape ``restore`` starts from."""

@@ -1,0 +1,157 @@
+"""The vocab kind: token ids, each its embedding row and its output-head row (tied or not, with its bias); mask {"vocab": [1, V]}."""
+
+from headprune.core.kinds.unit_kind import UnitKind
+from headprune.core.site_gates import SiteGates
+from headprune.core.vocab_rows import GROUP, VOCAB_ATTR, input_embedding, vocab_book, vocab_site
+
+SAVED_IDS = "_headprune_vocab_original_ids"  # the config's special ids while save_pruned writes the renumbered ones
+TOKEN_ABLATION = (
+    "removing one token at a time is no useful pruning order: a vocabulary holds thousands of tokens and the order would need "
+    "one evaluation each; tokens are ranked by how often the importance data uses them (prune.order=importance or fisher)"
+)
+
+
+class VocabGates(SiteGates):
+    """Gates on every token row of a model: one [1, V] group named ``vocab``."""
+
+    unit = "vocab"
+    noun = "token"
+
+    def __init__(self, model):
+        self.model = model
+        vocab_site(model)
+
+    @property
+    def sites(self):
+        return [vocab_site(self.model)]
+
+    def describe(self) -> str:
+        book = vocab_book(self.model)
+        return f"{GROUP:9s} tokens={book['size_orig']} present={len(book['ids'])}"
+
+
+class VocabKind(UnitKind):
+    """Token ids: rows of the input embedding and of the output head, one group for the whole model."""
+
+    name = "vocab"
+    parts = ("vocabulary",)
+    noun = "token"
+    config_fields = ("vocab_size",)
+    ablation = TOKEN_ABLATION
+    keep_one = "the vocabulary is one group of one row, not layers of units: keeping each layer's best token measures nothing"
+    rearrangement = "tokens form one group shared by the whole model: rearrangement re-chooses units within each layer's count"
+    reconstruction = "removed tokens leave no projection with fewer inputs to re-solve"
+    floor_units = None
+    group_floor = 1  # a model keeps a token
+    layer_rows = False  # one row for the whole vocabulary
+    record_key = "vocab"
+    rebuild_order = 40
+
+    def recovery_refusal(self):
+        return (
+            "least-squares recovery rescales the kept heads or neurons of a layer that lost some, and removing tokens keeps "
+            "every head and neuron: it would fit nothing"
+        )
+
+    def owns(self, group):
+        return group == GROUP
+
+    def group_names(self, attention_groups):
+        return [GROUP]
+
+    def available(self, model):
+        if input_embedding(model) is None:
+            return f"{type(model).__name__} reads no token embedding table (nn.Embedding), so it has no token rows to remove"
+        if any(hasattr(m, "final_logits_bias") for m in model.modules()):
+            return (
+                f"{model.config.model_type}'s final_logits_bias is added to the logits outside the output head, so a masked "
+                "token would keep its bias: prune.unit=vocab takes decoder-only LMs and encoders"
+            )
+        return None
+
+    def gates(self, model, shared):
+        if "vocab" not in shared:
+            reason = self.available(model)
+            if reason:
+                raise ValueError(reason)
+            shared["vocab"] = VocabGates(model)
+        return shared["vocab"]
+
+    def units_per_layer(self, fields):
+        value = fields.get("vocab_size")
+        return value if isinstance(value, int) else None
+
+    def floor(self, gates, tokenizer, needed):
+        import torch
+
+        from headprune.core.checks import ConfigError
+        from headprune.core.vocab_tokenizer import floor_ids
+
+        size = vocab_book(gates.model)["size_orig"]
+        if tokenizer is None:
+            raise ConfigError("prune.unit=vocab keeps the tokens its tokenizer needs, and this task has no tokenizer")
+        if len(tokenizer) > size:
+            raise ConfigError(
+                f"prune.unit=vocab: the tokenizer has {len(tokenizer)} ids and the model {size} token rows: give the model's own tokenizer"
+            )
+        ids = floor_ids(tokenizer, needed)
+        if len(ids) >= size:
+            raise ConfigError(
+                f"prune.unit=vocab: the tokenizer's floor (special tokens, base characters, the task's tokens) holds {len(ids)} of "
+                f"the model's {size} tokens, so none can be removed: use a larger vocabulary (data.tokenizer.vocab_size)"
+            )
+        row = torch.zeros(1, size, dtype=torch.bool)
+        row[0, ids] = True
+        return {GROUP: row}
+
+    def unit_counts(self, site):
+        """A site's uses of each token while probing (U,), their original ids, group; None: not this kind's site."""
+        if not hasattr(site, "counts") or site.group != GROUP:
+            return None
+        return site.counts[site.unit_ids], site.unit_ids, GROUP
+
+    def flops_tables(self, model, seq_len, attention_tables=None):
+        from headprune.core.vocab_pruning import vocab_flops_table
+
+        return vocab_flops_table(model, seq_len)
+
+    def prune(self, model, mask):
+        from headprune.core.vocab_pruning import prune_vocab_mask
+
+        return prune_vocab_mask(model, mask)
+
+    def record(self, model):
+        from headprune.core.vocab_pruning import vocab_record
+
+        return vocab_record(model)
+
+    def save_meta(self, model):
+        from headprune.core.vocab_pruning import renumbered_ids, set_ids, vocab_meta
+
+        meta = vocab_meta(model)
+        if meta is not None:  # the saved config speaks the new ids (``finish_save`` puts the original ones back)
+            model.__dict__[SAVED_IDS] = renumbered_ids(model.config, {})
+            set_ids(model, meta["special_ids"])
+        return meta
+
+    def finish_save(self, model, path, tokenizer):
+        from headprune.core.vocab_pruning import set_ids
+        from headprune.core.vocab_tokenizer import rewrite_saved_tokenizer
+
+        original = model.__dict__.pop(SAVED_IDS, None)
+        if original is None:
+            return
+        set_ids(model, original)  # the model in memory reads and writes original ids again
+        if tokenizer is not None:
+            rewrite_saved_tokenizer(path, vocab_book(model)["ids"])
+
+    def restore(self, model, meta, path):
+        if meta:
+            setattr(model, VOCAB_ATTR, {"ids": [int(i) for i in meta["kept_ids"]], "size_orig": int(meta["vocab_size_orig"])})
+
+    def verify(self, model, meta, path):
+        if meta and input_embedding(model).num_embeddings != len(meta["kept_ids"]):
+            raise ValueError(
+                f"{path} keeps {len(meta['kept_ids'])} tokens in its pruning record but its embedding has "
+                f"{input_embedding(model).num_embeddings} rows: save the model again"
+            )

@@ -1,0 +1,118 @@
+"""Removing token rows: the embedding's and the output head's rows (ties kept), config.vocab_size, and the id renumbering."""
+
+import torch
+from torch import nn
+
+from headprune.core.masks import normalize_mask
+from headprune.core.vocab_rows import (
+    GROUP,
+    SPECIAL_FIELDS,
+    VOCAB_ATTR,
+    id_map,
+    input_embedding,
+    output_heads,
+    vocab_book,
+    vocab_site,
+)
+
+
+def vocab_groups(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """{"vocab": (1, original vocabulary size)}."""
+    return {GROUP: (1, vocab_book(model)["size_orig"])}
+
+
+def _keep_rows(module: nn.Module, name: str, positions: torch.Tensor, dim: int = 0) -> None:
+    """Keep the ``positions`` of ``module``'s parameter or buffer ``name`` along ``dim``."""
+    value = getattr(module, name)
+    kept = value.data.index_select(dim, positions.to(value.device)).clone()
+    if isinstance(value, nn.Parameter):
+        setattr(module, name, nn.Parameter(kept, requires_grad=value.requires_grad))
+    else:
+        module.register_buffer(name, kept, persistent=name in module.state_dict())
+
+
+def keep_vocab(model: nn.Module, kept_ids: list[int]) -> None:
+    """Keep the rows of ``kept_ids`` (original ids, kept in original order) in every token table of ``model``."""
+    book, site, table = vocab_book(model), vocab_site(model), input_embedding(model)
+    wanted = set(kept_ids)
+    positions = torch.tensor([p for p, i in enumerate(book["ids"]) if i in wanted], dtype=torch.long)
+    heads = output_heads(model)
+    tied = [head for head in heads if head.weight is table.weight]
+    _keep_rows(table, "weight", positions)
+    table.num_embeddings = len(positions)
+    if table.padding_idx is not None:
+        rows = positions.tolist()
+        table.padding_idx = rows.index(table.padding_idx) if table.padding_idx in rows else None
+    for head in heads:
+        if head in tied:
+            head.weight = table.weight  # tied weights stay one tensor
+        else:
+            _keep_rows(head, "weight", positions)
+        if head.bias is not None:
+            _keep_rows(head, "bias", positions)
+        head.out_features = len(positions)
+    for module in model.modules():  # BART / Marian: a [1, vocab] bias added beside the head
+        if isinstance(getattr(module, "final_logits_bias", None), torch.Tensor):
+            _keep_rows(module, "final_logits_bias", positions, dim=1)
+    book["ids"] = [book["ids"][p] for p in positions.tolist()]
+    model.config.vocab_size = len(book["ids"])
+    site.unit_ids = list(book["ids"])
+    old_to_new = torch.full((book["size_orig"],), -1, dtype=torch.long)
+    old_to_new[torch.tensor(book["ids"], dtype=torch.long)] = torch.arange(len(book["ids"]))
+    site.old_to_new = old_to_new  # the model still reads and writes original ids until it is saved
+
+
+def prune_vocab_mask(model: nn.Module, mask) -> dict:
+    """Remove every token whose entry of ``mask`` ({"vocab": [1, V]}) is 0; returns the record."""
+    mask = normalize_mask(mask, vocab_groups(model), hard=True, unit="token")
+    row = mask[GROUP]
+    if row.dim() != 2:
+        raise ValueError(f"removing tokens takes one [1, vocabulary] mask, got a batch of masks of shape {tuple(row.shape)}")
+    keep_vocab(model, [i for i in vocab_book(model)["ids"] if row[0, i] != 0])
+    return vocab_record(model)
+
+
+def vocab_record(model: nn.Module) -> dict:
+    """{"vocab": {"0": removed original ids}} (empty when every token is kept)."""
+    book = getattr(model, VOCAB_ATTR, None)
+    if not book or len(book["ids"]) == book["size_orig"]:
+        return {}
+    kept = set(book["ids"])
+    return {GROUP: {"0": [i for i in range(book["size_orig"]) if i not in kept]}}
+
+
+def renumbered_ids(config, mapping: dict[int, int]) -> dict[str, object]:
+    """{field: new value} of the config's special-token ids (a list of ids, as eos may be, renumbered each)."""
+    out = {}
+    for field in SPECIAL_FIELDS:
+        value = getattr(config, field, None)
+        if isinstance(value, int):
+            out[field] = mapping.get(value, value)
+        elif isinstance(value, list) and all(isinstance(v, int) for v in value):
+            out[field] = [mapping.get(v, v) for v in value]
+    return out
+
+
+def set_ids(model: nn.Module, values: dict[str, object]) -> None:
+    """Set special-token id fields on the config and the generation config."""
+    for config in (model.config, getattr(model, "generation_config", None)):
+        for field, value in values.items():
+            if config is not None and hasattr(config, field):
+                setattr(config, field, value)
+
+
+def vocab_meta(model: nn.Module) -> dict | None:
+    """What save_pruned writes for the vocab kind: the original size, the kept ids and the old -> new map of special ids."""
+    book = getattr(model, VOCAB_ATTR, None)
+    if not book or len(book["ids"]) == book["size_orig"]:
+        return None
+    mapping = id_map(model)
+    specials = {k: v for k, v in renumbered_ids(model.config, mapping).items()}
+    return {"vocab_size_orig": book["size_orig"], "kept_ids": list(book["ids"]), "special_ids": specials}
+
+
+def vocab_flops_table(model: nn.Module, seq_len: int) -> dict[str, torch.Tensor]:
+    """{"vocab": [1, V + 1]}: FLOPs per example with 0..V tokens kept (the output heads' rows; an embedding lookup costs none)."""
+    size = vocab_book(model)["size_orig"]
+    per_token = sum(2 * head.in_features * seq_len for head in output_heads(model))
+    return {GROUP: (torch.arange(size + 1, dtype=torch.float64) * per_token).unsqueeze(0)}

@@ -1,0 +1,143 @@
+"""Vocabulary rows: one unit per token id (its input-embedding row and its output-head row, tied or not, with its bias).
+
+A model keeps a book of the original ids it holds (``VOCAB_ATTR``). A gate multiplies a token's embedding row and its
+logit: a gate at 0 is the row zeroed, so on text that avoids removed tokens the kept ids' logits equal the pruned model's.
+After pruning, the model reads and writes original ids (an id view: inputs mapped old -> new, logits scattered back with
+0 at removed ids, as the masked model gives them) until it is saved, when its tokenizer and config are renumbered.
+"""
+
+import torch
+from torch import nn
+
+GROUP = "vocab"  # the mask group: [1, vocabulary size]
+VOCAB_ATTR = "_headprune_vocab"  # the model's book: {"ids": kept original ids, "size_orig": vocabulary size}
+SITE_ATTR = "_headprune_vocab_site"  # the VocabSite on the input embedding and on each output head
+SPECIAL_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id", "sep_token_id", "cls_token_id", "mask_token_id")
+SPECIAL_FIELDS += ("decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
+
+
+class VocabSite:
+    """The gate of every token row of a model: group, layer 0, kept original ids, gate over them, counts while probing."""
+
+    group, layer, stack_layers = GROUP, 0, 0
+
+    def __init__(self, ids: list[int], size_orig: int):
+        self.unit_ids, self.units_orig = list(ids), size_orig
+        self.gate: torch.Tensor | None = None  # (U,) or (B, U) over the kept ids, in the order of the rows
+        self.probes: list[torch.Tensor] = []  # none: a token row is scored by how often the text uses it
+        self.counts = torch.zeros(size_orig, dtype=torch.float64)  # uses of each original id while recording
+        self.recording = False
+        self.old_to_new: torch.Tensor | None = None  # (size_orig,) the id view of a pruned model; -1 at a removed id
+        self.read: torch.Tensor | None = None  # the original ids of the last call through the id view
+        self.head_row = 0  # the batch row the output head's next slice starts at, under per-example gates
+
+    @property
+    def recording(self) -> bool:
+        return self._recording
+
+    @recording.setter
+    def recording(self, value: bool) -> None:
+        if value:
+            self.counts = torch.zeros(self.units_orig, dtype=torch.float64)  # each probing pass counts afresh
+        self._recording = bool(value)
+
+    @property
+    def has_units(self) -> bool:
+        return bool(self.unit_ids)
+
+
+def input_embedding(model: nn.Module) -> nn.Embedding | None:
+    """The token embedding table (None: the model reads no token ids)."""
+    table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    return table if isinstance(table, nn.Embedding) else None
+
+
+def output_heads(model: nn.Module) -> list[nn.Linear]:
+    """The projections that write one logit per token id (a causal or seq2seq LM's head; none for an encoder's classifier)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    table = input_embedding(model)
+    if isinstance(head, nn.Linear) and table is not None and head.out_features == table.num_embeddings:
+        return [head]
+    return []
+
+
+def vocab_book(model: nn.Module) -> dict:
+    """{"ids": the original ids the model holds, "size_orig": its original vocabulary size}."""
+    book = getattr(model, VOCAB_ATTR, None)
+    if book is None:
+        size = input_embedding(model).num_embeddings
+        book = {"ids": list(range(size)), "size_orig": size}
+        setattr(model, VOCAB_ATTR, book)
+    return book
+
+
+def _gate_of(site: VocabSite, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The gate of each token at ``ids`` (B, T) (ids are positions of the kept rows), as (B, T, 1)."""
+    gate = site.gate.to(like.dtype)
+    if gate.dim() == 1:
+        return gate[ids].unsqueeze(-1)
+    return gate.gather(1, ids.reshape(ids.shape[0], -1)).reshape(ids.shape).unsqueeze(-1)  # (B, U) -> (B, T)
+
+
+def _to_rows(module, args):
+    """Input embedding pre-hook: a pruned model's original ids -> its rows (a removed id reads row 0, zeroed by ``_gate_rows``)."""
+    site = getattr(module, SITE_ATTR, None)
+    if site is None or site.old_to_new is None:
+        return None
+    site.read = args[0]  # the original ids of this call
+    return (site.old_to_new.to(args[0].device)[args[0]].clamp(min=0), *args[1:])
+
+
+def _gate_rows(module, args, output):
+    """Input embedding hook: each token's row times its gate (a removed id's row: 0); counts the ids while probing."""
+    site = getattr(module, SITE_ATTR, None)
+    if site is None:
+        return None
+    rows = args[0]
+    ids = rows if site.old_to_new is None else site.read
+    if site.recording:
+        site.counts += torch.bincount(ids.flatten().cpu(), minlength=site.units_orig).double()
+    if site.old_to_new is not None:
+        kept = site.old_to_new.to(ids.device)[ids] >= 0
+        output = output * kept.unsqueeze(-1).to(output.dtype)
+    return output if site.gate is None else output * _gate_of(site, rows, output)
+
+
+def _gate_logits(module, args, output):
+    """Output head hook: each logit times its token's gate; a pruned model's logits scattered back to the original ids."""
+    site = getattr(module, SITE_ATTR, None)
+    if site is None:
+        return None
+    if site.gate is not None:
+        gate = site.gate.to(output.dtype)
+        if gate.dim() == 2:  # (B, U): a task may run the head on consecutive slices of the batch's rows
+            rows = output.shape[0]
+            start = site.head_row if rows < gate.shape[0] else 0
+            site.head_row = (start + rows) % gate.shape[0]
+            gate = gate[start : start + rows].reshape(rows, *([1] * (output.dim() - 2)), -1)
+        output = output * gate
+    if site.old_to_new is not None:
+        full = output.new_zeros(*output.shape[:-1], site.units_orig)  # removed ids: logit 0, as a zeroed row gives
+        output = full.index_copy(-1, torch.tensor(site.unit_ids, device=output.device), output)
+    return output
+
+
+def vocab_site(model: nn.Module) -> VocabSite:
+    """The model's vocabulary site, its hooks registered once (a deep copy keeps its own)."""
+    table = input_embedding(model)
+    site = getattr(table, SITE_ATTR, None)
+    if site is None:
+        book = vocab_book(model)
+        site = VocabSite(book["ids"], book["size_orig"])
+        table.register_forward_pre_hook(_to_rows)
+        table.register_forward_hook(_gate_rows)
+        setattr(table, SITE_ATTR, site)
+        for head in output_heads(model):
+            head.register_forward_hook(_gate_logits)
+            setattr(head, SITE_ATTR, site)
+    return site
+
+
+def id_map(model: nn.Module) -> dict[int, int]:
+    """{original id: new id} of the ids a model keeps, renumbered densely in their original order."""
+    return {old: new for new, old in enumerate(vocab_book(model)["ids"])}
