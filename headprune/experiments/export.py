@@ -9,7 +9,9 @@ from omegaconf import OmegaConf, open_dict
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits, refuse_given, task_spec_of
 from headprune.core.checks import ConfigError
 from headprune.core.ffn_pruning import ffn_record
+from headprune.core.kinds import KINDS, kinds_of
 from headprune.core.pruning import pruning_record
+from headprune.core.record_digests import RECORD_FILE
 from headprune.core.unit_kinds import kind_of_group, noun
 from headprune.core.units import model_gates
 from headprune.export import FORMATS, export_model
@@ -82,6 +84,19 @@ def check_source_kind(cfg) -> None:
     registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
 
 
+def check_source_units(cfg) -> None:
+    """Every kind the pruned model lost units of can be exported (a kind's ``export_refusal`` says why not)."""
+    if cfg.export.get("mask_file"):
+        kinds = kinds_of(unit_of(with_file_unit(cfg, "export")))
+    else:
+        record = Path(str(cfg.export.model)).expanduser() / RECORD_FILE
+        saved = (read_json(record) if record.is_file() else {}).get("kinds") or {}  # format 2: {kind name: its entries}
+        kinds = [KINDS[name] for name in saved if name in KINDS]
+    refused = next((kind for kind in kinds if getattr(kind, "export_refusal", None)), None)
+    if refused is not None:
+        raise ConfigError(f"experiment=export of a model pruned by {refused.name}: {refused.export_refusal}")
+
+
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
     check_model_and_task(cfg)
@@ -128,6 +143,7 @@ def check_settings(cfg) -> None:
             "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
         )
     check_source(cfg)
+    check_source_units(cfg)
     if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"

@@ -33,6 +33,7 @@ class UnitKind:
     record_key: str = ""  # its key in pruning records (default: its name)
     rebuild_order: int = 100  # save_pruned / load_pruned visit kinds by this rank: depth (layers) first, then widths, then the rest
     legacy_keys: tuple[str, ...] = ()  # its entries at the top level of a headprune_pruning.json written before kinds had their own
+    export_refusal: str | None = None  # why experiment=export cannot write its removals yet (None: every format can)
     gates_class: type | None = None  # the class of what ``gates`` returns: register_kind checks it has the Gates protocol's methods
 
     def owns(self, group: str) -> bool:

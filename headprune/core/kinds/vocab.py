@@ -46,6 +46,11 @@ class VocabKind(UnitKind):
     layer_rows = False  # one row for the whole vocabulary
     record_key = "vocab"
     rebuild_order = 40
+    gates_class = VocabGates
+    export_refusal = (
+        "the export formats write the original tokenizer and special-token ids beside the pruned rows: save the point's "
+        "model with prune.save (headprune.save_pruned ships the rewritten tokenizer) and load it with headprune.load_pruned"
+    )
 
     def recovery_refusal(self):
         return (
