@@ -101,6 +101,12 @@ def load_model(folder: Path, headprune: Path | None, site_packages: Path | None)
     return load_pruned(folder).float().eval(), tokenizer, "headprune load_pruned"
 
 
+def weights_stamp(folder: Path) -> dict[str, list[int]]:
+    """{weights file: [bytes, mtime in ns]}: a run is reused only while its model's files are these."""
+    files = sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")])
+    return {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files}
+
+
 def choice_outcomes(samples: list[dict]) -> dict[str, list[int]]:
     """Per item, in item order: 1 when the item's acc (acc_norm) is right, else 0."""
     ordered = sorted(samples, key=lambda s: s["doc_id"])
@@ -163,6 +169,7 @@ def main() -> None:
     version = getattr(lm_eval, "__version__", None) or __import__("importlib.metadata").metadata.version("lm_eval")
     out = {
         "model": str(args.model),
+        "weights": weights_stamp(args.model),
         "loader": loader,
         "client": f"lm-eval {version}",
         "settings": {"limit": args.limit, "hellaswag_items": args.hellaswag_items, "prefix_token": args.prefix_token},

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from clients.zeroshot import weights_stamp  # noqa: E402  (standard library only)
 from headprune.scoring.paired_outcomes import bootstrap_perplexity_ratio, paired_accuracy_difference  # noqa: E402
 
 TEXT = "wmt/en-de/newstest2014.en"  # under the shared data folder: the LM task's first eval file (no importance or training text)
@@ -96,7 +97,8 @@ def run_suite(name: str, folder: Path, args, python: Path, datasets: Path) -> di
     settings = suite_settings(args)
     if out.exists():
         kept = json.loads(out.read_text(encoding="utf-8"))
-        if kept["model"] == str(folder) and kept["settings"] == settings and kept["perplexity"]["text"] == str(args.text):
+        same = kept["model"] == str(folder) and kept.get("weights") == weights_stamp(folder) and kept["settings"] == settings
+        if same and kept["perplexity"]["text"] == str(args.text):
             print(f"{name}: reusing {out}")
             return kept
     command = ["--model", str(folder), "--datasets", str(datasets), "--text", str(args.text), "--out", str(out)]
