@@ -1318,8 +1318,8 @@ CONFIG_ROWS = [
         "export-gguf-gpt2-family",
         "lm",
         ["experiment=export", "model=tiny_gpt2", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
-        "export.format=gguf writes Llama and Mistral decoders (llama, mistral: llama.cpp's llama architecture, deci for uneven "
-        "layers), not 'gpt2': the writer maps Llama's tensor names",
+        "export.format=gguf writes the decoders llama, mistral, qwen2, qwen3, granite (each as its llama.cpp architecture; "
+        "uneven Llama or Mistral layers as deci), not 'gpt2': the writer maps the tensor names",
         "mask_dec_heads",
     ),
     (

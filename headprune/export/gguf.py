@@ -1,4 +1,4 @@
-"""GGUF files of uniformly pruned Llama-family decoders in llama.cpp's conventions, checked through transformers' GGUF reader."""
+"""GGUF files of uniformly pruned decoders in llama.cpp's conventions (one architecture per family: gguf_archs.py)."""
 
 import tempfile
 from pathlib import Path
@@ -8,10 +8,11 @@ import torch
 from torch import nn
 
 from headprune.core.checks import ConfigError
+from headprune.export.gguf_archs import ARCHS, LLAMA, GGUFArch, arch_of, written_arch
 from headprune.export.hf import stock_ffn_width, stock_shape
 from headprune.export.llama_fields import rope_and_bias_refusal
 
-GGUF_TYPES = ("llama", "mistral")  # written as llama.cpp's llama architecture
+GGUF_TYPES = tuple(model_type for row in ARCHS for model_type in row.model_types)
 DTYPES = ("f32", "f16")
 
 
@@ -22,14 +23,8 @@ def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 NOT_WRITTEN = {  # families the hf format writes but GGUF does not, and why
-    "qwen2": "transformers' GGUF reader derives the Qwen2 head size from hidden_size / num_attention_heads, so a pruned one "
-    "could not be read back for the check",
-    "qwen3": "transformers' GGUF reader derives the Qwen3 head size from hidden_size / num_attention_heads, so a pruned one "
-    "could not be read back for the check",
     "gemma2": "llama.cpp's gemma2 architecture has its own norms, soft-capping and tensor names, which this writer does not map",
     "gemma3_text": "llama.cpp's gemma3 architecture has its own norms, q/k norms and tensor names, which this writer does not map",
-    "granite": "llama.cpp's granite architecture needs its embedding, residual, attention and logit multipliers, which this "
-    "writer does not write",
     "phi3": "llama.cpp's phi3 architecture reads fused qkv and gate-up tensors, which this writer does not write",
 }
 
@@ -38,19 +33,23 @@ def refusal(fields: dict) -> str | None:
     """Why a model of these config fields cannot be written as GGUF (None when it can): the families and settings it takes."""
     model_type = fields.get("model_type")
     if model_type not in GGUF_TYPES:
-        why = NOT_WRITTEN.get(
-            model_type, "the writer maps Llama's tensor names, rotary layout and tokenizer only (llama.cpp has other architectures)"
-        )
+        why = NOT_WRITTEN.get(model_type, "the writer maps the tensor names, rotary layout and tokenizer of these families only")
         alternative = "export.format=hf or export.format=onnx" if model_type in NOT_WRITTEN else "export.format=onnx"
         return (
-            f"export.format=gguf writes Llama and Mistral decoders ({', '.join(GGUF_TYPES)}: llama.cpp's llama architecture, "
-            f"deci for uneven layers), not {model_type!r}: {why}; use {alternative}"
+            f"export.format=gguf writes the decoders {', '.join(GGUF_TYPES)} (each as its llama.cpp architecture; uneven "
+            f"Llama or Mistral layers as deci), not {model_type!r}: {why}; use {alternative}"
+        )
+    if fields.get("use_sliding_window"):
+        return (
+            f"export.format=gguf: llama.cpp's {arch_of(model_type).name} architecture has no sliding window: use export.format=hf or onnx"
         )
     return rope_and_bias_refusal(fields, "gguf", "export.format=hf or onnx")
 
 
-def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None) -> None:
-    """Model metadata; ``heads`` / ``kv_heads`` / ``feed_forward`` are one int, or one per layer (deci)."""
+def add_metadata(
+    writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None, row: GGUFArch | None = None
+) -> None:
+    """Model metadata; ``heads`` / ``kv_heads`` / ``feed_forward`` are one int, or one per layer (deci); ``row``'s own keys."""
     import gguf
 
     writer.add_name(name)
@@ -72,6 +71,8 @@ def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, nam
     writer.add_rope_dimension_count(head_dim)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if row is not None and row.metadata is not None:
+        row.metadata(writer, config)
 
 
 def check_bpe(tokenizer) -> None:
@@ -123,8 +124,11 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
     special.add_to_gguf(writer, quiet=True)
 
 
-def gguf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, arch=None, skip=lambda hf_name: False):
-    """(GGUF name, numpy array) of every weight ``skip`` keeps: names mapped, q/k permuted per layer, matrices f16 for ``dtype=f16``."""
+def gguf_tensors(
+    model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, arch=None, skip=lambda hf_name: False, interleaved: bool = True
+):
+    """(GGUF name, numpy array) of every weight ``skip`` keeps: names mapped, q/k permuted per layer where llama.cpp rotates
+    interleaved pairs (``interleaved``), matrices f16 for ``dtype=f16``."""
     import gguf
 
     config = model.config
@@ -140,9 +144,9 @@ def gguf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], dtype: st
         if name is None:
             raise ValueError(f"no GGUF name for tensor {hf_name} of {type(model).__name__}")
         data = tensor.detach().to("cpu", torch.float32)
-        if hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+        if interleaved and hf_name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
             heads, kv_heads = layer_heads[layer_of(hf_name)]
-            data = permute_rotary(data, heads if hf_name.endswith("q_proj.weight") else kv_heads)
+            data = permute_rotary(data, heads if ".q_proj." in hf_name else kv_heads)
         array = data.numpy()
         if dtype == "f16" and array.ndim > 1 and not name.endswith("_norm.weight"):
             array = array.astype(np.float16)
@@ -178,22 +182,23 @@ def check_writable(model: nn.Module, dtype: str) -> None:
 
 
 def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> Path:
-    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned Llama or Mistral model; the file."""
+    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model as its family's llama.cpp architecture; the file."""
     import gguf
 
     check_writable(model, dtype)
     config = model.config
     shape = stock_shape(model)
-    if config.hidden_size % shape.heads:
+    row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
+    if config.model_type in LLAMA.model_types and config.hidden_size % shape.heads:  # read back by transformers
         raise ConfigError(gguf_head_count_message(config.hidden_size, shape.heads))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
-    writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
+    writer = gguf.GGUFWriter(str(path), arch=row.name)
     feed_forward = stock_ffn_width(model).get("intermediate_size")  # the one width kept: the config says the unpruned one
-    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name, feed_forward=feed_forward)
+    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name, feed_forward=feed_forward, row=row)
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
-    finish_file(writer, gguf_tensors(model, layer_heads, dtype))
+    finish_file(writer, gguf_tensors(model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary))
     return path
 
 

@@ -1,6 +1,9 @@
-"""A llama or deci GGUF file read back with the ``gguf`` package and run in numpy: its layout and its logits."""
+"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite) read back with the ``gguf`` package and
+run in numpy: its layout and its logits."""
 
 import numpy as np
+
+HALVES_ROTARY = ("qwen2", "qwen3")  # llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others rotate (2i, 2i+1)
 
 
 def _field(reader, key: str):
@@ -29,7 +32,8 @@ def read_layout(path: str) -> dict:
 
 
 class GGUFDecoder:
-    """The decoder of a llama / deci GGUF file as numpy float32 arrays, with a forward pass to logits."""
+    """The decoder of a Llama-like GGUF file as numpy float32 arrays, with a forward pass to logits: optional q/k/v
+    biases and per-head q/k norms where the file holds them, granite's multipliers where it names them."""
 
     def __init__(self, path: str):
         from gguf import GGUFReader
@@ -42,57 +46,73 @@ class GGUFDecoder:
         self.head_dim = int(_field(reader, f"{arch}.attention.key_length"))
         self.theta = float(_field(reader, f"{arch}.rope.freq_base") or 10000.0)
         self.rope_factor = float(_field(reader, f"{arch}.rope.scaling.factor") or 1.0)
+        self.halves = arch in HALVES_ROTARY
+        self.attention_scale = float(_field(reader, f"{arch}.attention.scale") or 1 / np.sqrt(self.head_dim))
+        self.embedding_scale = float(_field(reader, f"{arch}.embedding_scale") or 1.0)
+        self.residual_scale = float(_field(reader, f"{arch}.residual_scale") or 1.0)
+        self.logit_scale = float(_field(reader, f"{arch}.logit_scale") or 1.0)
 
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
         x64 = x.astype(np.float32)
         return x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + self.eps) * self.weights[name]
 
     def _rotate(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Rotary embedding on interleaved pairs (2i, 2i+1) of x (B, T, heads, d)."""
+        """Rotary embedding of x (B, T, heads, d) on pairs (2i, 2i+1), or (i, i + d/2) for the halves layout."""
         d = self.head_dim
         inv = self.theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
         angle = (positions[:, None] / self.rope_factor) * inv[None]  # (T, d/2)
         cos, sin = np.cos(angle)[None, :, None].astype(np.float32), np.sin(angle)[None, :, None].astype(np.float32)
-        even, odd = x[..., 0::2], x[..., 1::2]
+        first, second = (slice(0, d // 2), slice(d // 2, d)) if self.halves else (slice(0, d, 2), slice(1, d, 2))
         out = np.empty_like(x)
-        out[..., 0::2] = even * cos - odd * sin
-        out[..., 1::2] = even * sin + odd * cos
+        out[..., first] = x[..., first] * cos - x[..., second] * sin
+        out[..., second] = x[..., first] * sin + x[..., second] * cos
         return out
+
+    def _project(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
+        """x @ W.T (+ the bias where the file holds one) of ``blk.<layer>.attn_<part>``."""
+        out = x @ self.weights[f"blk.{layer}.attn_{part}.weight"].T
+        bias = self.weights.get(f"blk.{layer}.attn_{part}.bias")
+        return out if bias is None else out + bias
+
+    def _head_norm(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
+        """The per-head RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm`` (qwen3)."""
+        name = f"blk.{layer}.attn_{part}_norm.weight"
+        return x if name not in self.weights else self._norm(x, name)
 
     def _attention(self, x: np.ndarray, layer: int, keys_valid: np.ndarray) -> np.ndarray:
         """Self-attention of layer ``layer`` on normed x (B, T, hidden); keys_valid (B, T) marks real tokens."""
         heads, kv = self.layout["head_count"][layer], self.layout["head_count_kv"][layer]
-        w = {part: self.weights[f"blk.{layer}.attn_{part}.weight"] for part in ("q", "k", "v", "output")}
         batch, length, _ = x.shape
         d, positions = self.head_dim, np.arange(length, dtype=np.float64)
-        q = self._rotate((x @ w["q"].T).reshape(batch, length, heads, d), positions)
-        k = self._rotate((x @ w["k"].T).reshape(batch, length, kv, d), positions)
-        v = (x @ w["v"].T).reshape(batch, length, kv, d)
+        q = self._rotate(self._head_norm(self._project(x, layer, "q").reshape(batch, length, heads, d), layer, "q"), positions)
+        k = self._rotate(self._head_norm(self._project(x, layer, "k").reshape(batch, length, kv, d), layer, "k"), positions)
+        v = self._project(x, layer, "v").reshape(batch, length, kv, d)
         group = heads // kv
         k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)  # query head h reads KV head h // group
-        scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.float32(np.sqrt(d))  # (B, H, T, T)
+        scores = np.einsum("bqhd,bkhd->bhqk", q, k) * np.float32(self.attention_scale)  # (B, H, T, T)
         allowed = np.tril(np.ones((length, length), dtype=bool))[None, None] & keys_valid[:, None, None, :]
         scores = np.where(allowed, scores, np.float32(-1e30))
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         probs = scores / scores.sum(-1, keepdims=True)
         context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(batch, length, heads * d)
-        return context @ w["output"].T
+        return context @ self.weights[f"blk.{layer}.attn_output.weight"].T
 
     def logits(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Logits (B, T, vocab) of right-padded token ids (B, T); padded keys are masked out."""
         keys_valid = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else attention_mask.astype(bool)
-        x = self.weights["token_embd.weight"][input_ids]  # (B, T, hidden)
+        x = self.weights["token_embd.weight"][input_ids] * np.float32(self.embedding_scale)  # (B, T, hidden)
+        scale = np.float32(self.residual_scale)  # granite: each block's output scaled before it joins the residual stream
         for layer in range(len(self.layout["head_count"])):
             attention = None
             if self.layout["head_count"][layer] > 0:
                 attention = self._attention(self._norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
             if self.layout["feed_forward_length"][layer] == 0:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
-            x = x if attention is None else x + attention
+            x = x if attention is None else x + attention * scale
             h = self._norm(x, f"blk.{layer}.ffn_norm.weight")
             gate = h @ self.weights[f"blk.{layer}.ffn_gate.weight"].T
             up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ self.weights[f"blk.{layer}.ffn_down.weight"].T
+            x = x + (gate / (1 + np.exp(-gate)) * up) @ self.weights[f"blk.{layer}.ffn_down.weight"].T * scale
         x = self._norm(x, "output_norm.weight")
         output = self.weights.get("output.weight", self.weights["token_embd.weight"])  # tied: the embeddings
-        return x @ output.T
+        return x @ output.T / np.float32(self.logit_scale)

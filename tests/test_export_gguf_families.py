@@ -1,0 +1,144 @@
+"""GGUF rows of the Llama-like families (qwen2, qwen3, granite): the tensors and metadata read back with the gguf package,
+the file's logits (numpy) against the pruned model's, and the layouts each row refuses before work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny_llms import tiny_family
+
+from headprune.core.checks import ConfigError
+from headprune.export import export_model
+from headprune.export.gguf_numpy import GGUFDecoder
+
+TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
+PRE = "gpt-2"
+
+
+def _tokenizer():
+    from headprune.models.tokenizers import train_tokenizer
+
+    return train_tokenizer(TEXTS * 5, vocab_size=300)
+
+
+def _pruned(family: str, tokenizer, kv_removed: dict[int, list[int]], ffn_kept: int | None):
+    """The tiny ``family`` model with KV groups {layer: [ids]} removed and every FFN cut to its first ``ffn_kept`` neurons."""
+    from headprune.core.units import prune_unit_mask, unit_gates
+
+    model = tiny_family(family)
+    model.resize_token_embeddings(len(tokenizer))
+    gates = unit_gates(model, ["kv_group", "ffn"])
+    mask = gates.ones()
+    for layer, ids in kv_removed.items():
+        mask["dec_self"][layer, ids] = 0.0
+    if ffn_kept is not None:
+        mask["dec_ffn"][:, ffn_kept:] = 0.0
+    prune_unit_mask(gates, mask)
+    gates.remove()
+    return model
+
+
+def _expected_tensors(model, heads: int, kv: int, width: int, extra: dict) -> dict[str, list[int]]:
+    """{GGUF tensor name: numpy shape} a uniformly pruned Llama-like file holds (head size 8, hidden 32), by hand."""
+    hidden, d, vocab = 32, 8, model.config.vocab_size
+    tensors = {"token_embd.weight": [vocab, hidden], "output_norm.weight": [hidden]}
+    if not model.config.tie_word_embeddings:
+        tensors["output.weight"] = [vocab, hidden]
+    for i in range(model.config.num_hidden_layers):
+        layer = {
+            "attn_norm.weight": [hidden],
+            "attn_q.weight": [heads * d, hidden],
+            "attn_k.weight": [kv * d, hidden],
+            "attn_v.weight": [kv * d, hidden],
+            "attn_output.weight": [hidden, heads * d],
+            "ffn_norm.weight": [hidden],
+            "ffn_gate.weight": [width, hidden],
+            "ffn_up.weight": [width, hidden],
+            "ffn_down.weight": [hidden, width],
+        }
+        layer.update({name: shape(heads, kv, d) for name, shape in extra.items()})
+        tensors.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
+    return tensors
+
+
+BIASES = {"attn_q.bias": lambda h, kv, d: [h * d], "attn_k.bias": lambda h, kv, d: [kv * d], "attn_v.bias": lambda h, kv, d: [kv * d]}
+HEAD_NORMS = {"attn_q_norm.weight": lambda h, kv, d: [d], "attn_k_norm.weight": lambda h, kv, d: [d]}
+CASES = {  # family, KV groups removed: (architecture written, heads, KV heads, FFN width, extra tensors)
+    ("qwen2", "unpruned"): ("qwen2", 4, 2, 64, BIASES),
+    ("qwen2", "uniform"): ("llama", 2, 1, 40, BIASES),  # llama.cpp's qwen2 reads square q/output: written as llama
+    ("qwen3", "unpruned"): ("qwen3", 4, 2, 64, HEAD_NORMS),
+    ("qwen3", "uniform"): ("qwen3", 2, 1, 40, HEAD_NORMS),
+    ("granite", "uniform"): ("granite", 2, 1, 40, {}),
+}
+
+
+@pytest.mark.parametrize(("family", "case"), list(CASES), ids=[f"{f}-{c}" for f, c in CASES])
+def test_gguf_row_tensors_metadata_and_logits_read_back(family, case, tmp_path):
+    import gguf
+
+    architecture, heads, kv, width, extra = CASES[family, case]
+    tokenizer = _tokenizer()
+    pruned = case == "uniform"
+    model = _pruned(family, tokenizer, {layer: [1] for layer in range(3)} if pruned else {}, 40 if pruned else None)
+    exported = export_model("gguf", model, tokenizer, tmp_path, {}, tokenizer_pre=PRE)
+    assert exported["architecture"] == architecture
+    assert exported["job"]["reader"] == "gguf-numpy"  # transformers' reader derives these families' head size from the width
+    reader = gguf.GGUFReader(str(exported["files"][0]))
+    field = lambda key: reader.fields[key].contents()  # noqa: E731
+    assert field("general.architecture") == architecture
+    assert (field(f"{architecture}.attention.head_count"), field(f"{architecture}.attention.head_count_kv")) == (heads, kv)
+    assert field(f"{architecture}.feed_forward_length") == width and field(f"{architecture}.attention.key_length") == 8
+    written = {t.name: [int(n) for n in t.data.shape] for t in reader.tensors}
+    assert written == _expected_tensors(model, heads, kv, width, extra)
+    known = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[gguf.MODEL_ARCH[architecture.upper()]]}
+    assert {name.rsplit(".", 1)[0].replace(f"blk.{name.split('.')[1]}.", "blk.{bid}.") for name in written} <= known
+    if family == "granite":
+        assert field("granite.logit_scale") == pytest.approx(model.config.logits_scaling)
+        assert field("granite.attention.scale") == pytest.approx(model.config.attention_multiplier)
+    ids = torch.tensor([tokenizer(text)["input_ids"] for text in TEXTS[:2]])
+    with torch.no_grad():
+        reference = model(input_ids=ids).logits.numpy()
+    got = GGUFDecoder(str(exported["files"][0])).logits(ids.numpy())
+    assert np.abs(got - reference).max() <= 1e-4 * max(1.0, float(np.abs(reference).max()))
+
+
+def test_gguf_refuses_an_uneven_layout_of_a_row_without_deci(tmp_path):
+    tokenizer = _tokenizer()
+    model = _pruned("qwen3", tokenizer, {0: [1]}, None)  # layer 0 keeps one KV group, the others two
+    with pytest.raises(ConfigError, match="llama.cpp's qwen3 architecture, which holds one attention shape.*deci_hf or export.format=onnx"):
+        export_model("gguf", model, tokenizer, tmp_path / "out", {}, tokenizer_pre=PRE)
+    assert not (tmp_path / "out").exists()
+
+
+def test_gguf_refuses_uneven_ffn_widths_of_a_row_without_deci(tmp_path):
+    from headprune.core.units import prune_unit_mask, unit_gates
+
+    tokenizer = _tokenizer()
+    model = tiny_family("granite")
+    model.resize_token_embeddings(len(tokenizer))
+    gates = unit_gates(model, ["ffn"])
+    mask = gates.ones()
+    mask["dec_ffn"][1, 10:] = 0.0
+    prune_unit_mask(gates, mask)
+    with pytest.raises(ConfigError, match="granite architecture, which holds one attention shape and one FFN width"):
+        export_model("gguf", model, tokenizer, tmp_path / "out", {}, tokenizer_pre=PRE)
+
+
+def test_gguf_check_mask_refuses_uneven_rows_before_work():
+    from headprune.export.gguf_deci import check_mask
+
+    fields = {"model_type": "qwen3", "num_attention_heads": 4, "num_key_value_heads": 2}
+    check_mask(fields, {"dec_self": [[1, 1, 0, 0], [1, 1, 0, 0]]})  # one KV group in each layer: uniform
+    with pytest.raises(ConfigError, match="deci_hf"):
+        check_mask(fields, {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]})
+    check_mask({**fields, "model_type": "llama"}, {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]})  # llama: deci takes it
+
+
+def test_gguf_refuses_a_qwen2_sliding_window_and_unmapped_families():
+    from headprune.export.gguf import refusal
+
+    assert "no sliding window" in refusal({"model_type": "qwen2", "use_sliding_window": True})
+    assert "export.format=hf or export.format=onnx" in refusal({"model_type": "gemma2"})
+    assert refusal({"model_type": "qwen3", "attention_bias": True}).startswith("export.format=gguf writes Llama models without")
+    assert refusal({"model_type": "granite"}) is None
