@@ -22,7 +22,7 @@ class GGUFArch:
     per_layer: bool = False  # uneven layouts go to llama.cpp's deci (Llama-like only)
     biases: tuple[str, ...] = ()  # the projections whose biases the family always has (qwen2: q, k, v)
     metadata: Callable | None = None  # (writer, config) -> None: the architecture's own keys
-    uneven_instead: str = "export.format=deci_hf or export.format=onnx"  # what takes a layout the architecture cannot hold
+    uneven_instead: str = "export.format=onnx (deci_hf writes Llama and Mistral only)"  # what takes a layout the row cannot hold
     square_attention: bool = False  # llama.cpp reads q and output as hidden x hidden: other widths are written as ``llama``
 
     @property
