@@ -195,6 +195,7 @@ TINY_FAMILY_CONFIGS = {  # the config class and fields of each family's tiny dec
         "GraniteConfig",
         {"embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.25, "logits_scaling": 2.0},
     ),
+    "phi3": ("Phi3Config", {}),  # fused qkv_proj and gate_up_proj
 }
 
 

@@ -1318,7 +1318,7 @@ CONFIG_ROWS = [
         "export-gguf-gpt2-family",
         "lm",
         ["experiment=export", "model=tiny_gpt2", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
-        "export.format=gguf writes the decoders llama, mistral, qwen2, qwen3, granite (each as its llama.cpp architecture; "
+        "export.format=gguf writes the decoders llama, mistral, qwen2, qwen3, granite, phi3 (each as its llama.cpp architecture; "
         "uneven Llama or Mistral layers as deci), not 'gpt2': the writer maps the tensor names",
         "mask_dec_heads",
     ),

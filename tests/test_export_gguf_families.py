@@ -39,8 +39,9 @@ def _pruned(family: str, tokenizer, kv_removed: dict[int, list[int]], ffn_kept: 
     return model
 
 
-def _expected_tensors(model, heads: int, kv: int, width: int, extra: dict) -> dict[str, list[int]]:
-    """{GGUF tensor name: numpy shape} a uniformly pruned Llama-like file holds (head size 8, hidden 32), by hand."""
+def _expected_tensors(model, heads: int, kv: int, width: int, extra) -> dict[str, list[int]]:
+    """{GGUF tensor name: numpy shape} a uniformly pruned Llama-like file holds (head size 8, hidden 32), by hand;
+    ``extra`` the family's own tensors, or "fused" (phi3: attn_qkv, ffn_up of gate | up)."""
     hidden, d, vocab = 32, 8, model.config.vocab_size
     tensors = {"token_embd.weight": [vocab, hidden], "output_norm.weight": [hidden]}
     if not model.config.tie_word_embeddings:
@@ -57,7 +58,12 @@ def _expected_tensors(model, heads: int, kv: int, width: int, extra: dict) -> di
             "ffn_up.weight": [width, hidden],
             "ffn_down.weight": [hidden, width],
         }
-        layer.update({name: shape(heads, kv, d) for name, shape in extra.items()})
+        if extra == "fused":
+            for name in ("attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight"):
+                del layer[name]
+            layer.update({"attn_qkv.weight": [(heads + 2 * kv) * d, hidden], "ffn_up.weight": [2 * width, hidden]})
+        else:
+            layer.update({name: shape(heads, kv, d) for name, shape in extra.items()})
         tensors.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
     return tensors
 
@@ -70,6 +76,8 @@ CASES = {  # family, KV groups removed: (architecture written, heads, KV heads, 
     ("qwen3", "unpruned"): ("qwen3", 4, 2, 64, HEAD_NORMS),
     ("qwen3", "uniform"): ("qwen3", 2, 1, 40, HEAD_NORMS),
     ("granite", "uniform"): ("granite", 2, 1, 40, {}),
+    ("phi3", "unpruned"): ("phi3", 4, 2, 64, "fused"),  # llama.cpp's phi3 reads the fused qkv and gate | up
+    ("phi3", "uniform"): ("llama", 2, 1, 40, {}),  # llama.cpp's phi3 reads square q/output: split, written as llama
 }
 
 
@@ -139,6 +147,17 @@ def test_gguf_refuses_a_qwen2_sliding_window_and_unmapped_families():
     from headprune.export.gguf import refusal
 
     assert "no sliding window" in refusal({"model_type": "qwen2", "use_sliding_window": True})
+    assert "phi3 without a sliding window" in refusal({"model_type": "phi3", "sliding_window": 2047})
+    assert "partial_rotary_factor 1" in refusal({"model_type": "phi3", "rope_parameters": {"partial_rotary_factor": 0.75}})
     assert "export.format=hf or export.format=onnx" in refusal({"model_type": "gemma2"})
     assert refusal({"model_type": "qwen3", "attention_bias": True}).startswith("export.format=gguf writes Llama models without")
     assert refusal({"model_type": "granite"}) is None
+
+
+def test_a_phi3_name_is_written_so_llama_cpp_loads_a_tokenizer_without_its_end_token():
+    from headprune.export.gguf import safe_name
+
+    tokenizer = _tokenizer()
+    assert safe_name("tiny_phi3-pruned", tokenizer) == "tiny_Phi 3-pruned" and safe_name("PHI-3 mini", tokenizer) == "Phi 3 mini"
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|end|>"]})
+    assert safe_name("tiny_phi3-pruned", tokenizer) == "tiny_phi3-pruned"  # the token llama.cpp looks up is there

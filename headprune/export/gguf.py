@@ -25,7 +25,6 @@ def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
 NOT_WRITTEN = {  # families the hf format writes but GGUF does not, and why
     "gemma2": "llama.cpp's gemma2 architecture has its own norms, soft-capping and tensor names, which this writer does not map",
     "gemma3_text": "llama.cpp's gemma3 architecture has its own norms, q/k norms and tensor names, which this writer does not map",
-    "phi3": "llama.cpp's phi3 architecture reads fused qkv and gate-up tensors, which this writer does not write",
 }
 
 
@@ -42,6 +41,14 @@ def refusal(fields: dict) -> str | None:
     if fields.get("use_sliding_window"):
         return (
             f"export.format=gguf: llama.cpp's {arch_of(model_type).name} architecture has no sliding window: use export.format=hf or onnx"
+        )
+    if model_type == "phi3" and fields.get("sliding_window"):  # a pruned one is written as llama.cpp's llama, which has none
+        return "export.format=gguf writes phi3 without a sliding window, this model has one: use export.format=hf or onnx"
+    rope = fields.get("rope_parameters") or {}
+    if float(rope.get("partial_rotary_factor") or fields.get("partial_rotary_factor") or 1.0) != 1.0:
+        return (
+            f"export.format=gguf writes {model_type} with rotary embeddings over the whole head (partial_rotary_factor 1): "
+            "use export.format=hf or onnx"
         )
     return rope_and_bias_refusal(fields, "gguf", "export.format=hf or onnx")
 
@@ -124,16 +131,32 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
     special.add_to_gguf(writer, quiet=True)
 
 
+def hf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], unfuse=None):
+    """(HF name, tensor) of the model's state dict; ``unfuse`` (name, tensor, heads, KV heads) -> [(name, tensor)] splits
+    fused projections into Llama's."""
+    for hf_name, tensor in model.state_dict().items():
+        if unfuse is None or ".layers." not in hf_name:
+            yield hf_name, tensor
+        else:
+            yield from unfuse(hf_name, tensor, *layer_heads[layer_of(hf_name)])
+
+
 def gguf_tensors(
-    model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, arch=None, skip=lambda hf_name: False, interleaved: bool = True
+    model: nn.Module,
+    layer_heads: list[tuple[int, int]],
+    dtype: str,
+    arch=None,
+    skip=lambda hf_name: False,
+    interleaved: bool = True,
+    unfuse=None,
 ):
-    """(GGUF name, numpy array) of every weight ``skip`` keeps: names mapped, q/k permuted per layer where llama.cpp rotates
-    interleaved pairs (``interleaved``), matrices f16 for ``dtype=f16``."""
+    """(GGUF name, numpy array) of every weight ``skip`` keeps: fused projections split by ``unfuse`` (hf_tensors), names
+    mapped, q/k permuted per layer where llama.cpp rotates interleaved pairs (``interleaved``), matrices f16 for ``dtype=f16``."""
     import gguf
 
     config = model.config
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA if arch is None else arch, int(config.num_hidden_layers))
-    for hf_name, tensor in model.state_dict().items():
+    for hf_name, tensor in hf_tensors(model, layer_heads, unfuse):
         if skip(hf_name):
             continue
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
@@ -195,11 +218,22 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
     path = out / f"{name}-{dtype}.gguf"
     writer = gguf.GGUFWriter(str(path), arch=row.name)
     feed_forward = stock_ffn_width(model).get("intermediate_size")  # the one width kept: the config says the unpruned one
-    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name, feed_forward=feed_forward, row=row)
+    title = safe_name(name, tokenizer)
+    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, title, feed_forward=feed_forward, row=row)
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
-    finish_file(writer, gguf_tensors(model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary))
+    unfuse = arch_of(config.model_type).unfuse if row is LLAMA else None  # phi3 as llama: its fused projections split
+    finish_file(writer, gguf_tensors(model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary, unfuse=unfuse))
     return path
+
+
+def safe_name(name: str, tokenizer) -> str:
+    """``general.name`` for ``name``: llama.cpp looks up the token ``<|end|>`` in a model whose name holds phi3 or phi-3 (any
+    case) and fails to load without it, so such a name is written "Phi 3" where the tokenizer has no ``<|end|>``."""
+    import re
+
+    has_end = tokenizer is not None and "<|end|>" in tokenizer.get_vocab()
+    return name if has_end else re.sub(r"(?i)phi-?3", "Phi 3", name)
 
 
 def finish_file(writer, tensors) -> None:

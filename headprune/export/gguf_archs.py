@@ -12,6 +12,20 @@ def granite_scales(writer, config) -> None:
     writer.add_logit_scale(float(config.logits_scaling))  # llama.cpp divides the logits by it
 
 
+def phi3_unfused(hf_name: str, tensor, heads: int, kv_heads: int):
+    """Phi-3's fused projections as Llama's: qkv_proj rows q | k | v, gate_up_proj rows gate | up (HF's chunk order)."""
+    if hf_name.endswith("self_attn.qkv_proj.weight"):
+        d = tensor.shape[0] // (heads + 2 * kv_heads)
+        q, k, v = tensor.split([heads * d, kv_heads * d, kv_heads * d])
+        stem = hf_name.removesuffix("qkv_proj.weight")
+        return [(f"{stem}q_proj.weight", q), (f"{stem}k_proj.weight", k), (f"{stem}v_proj.weight", v)]
+    if hf_name.endswith("mlp.gate_up_proj.weight"):
+        gate, up = tensor.chunk(2)
+        stem = hf_name.removesuffix("gate_up_proj.weight")
+        return [(f"{stem}gate_proj.weight", gate), (f"{stem}up_proj.weight", up)]
+    return [(hf_name, tensor)]
+
+
 @dataclass(frozen=True)
 class GGUFArch:
     """One llama.cpp architecture: the model types written as it, how its rotary layout and extra metadata are written."""
@@ -24,6 +38,7 @@ class GGUFArch:
     metadata: Callable | None = None  # (writer, config) -> None: the architecture's own keys
     uneven_instead: str = "export.format=onnx (deci_hf writes Llama and Mistral only)"  # what takes a layout the row cannot hold
     square_attention: bool = False  # llama.cpp reads q and output as hidden x hidden: other widths are written as ``llama``
+    unfuse: Callable | None = None  # (HF name, tensor, heads, KV heads) -> [(Llama's HF name, tensor)], written as ``llama``
 
     @property
     def arch(self):
@@ -38,6 +53,7 @@ ARCHS = (
     GGUFArch("qwen2", ("qwen2",), interleaved_rotary=False, biases=("q_proj", "k_proj", "v_proj"), square_attention=True),
     GGUFArch("qwen3", ("qwen3",), interleaved_rotary=False),
     GGUFArch("granite", ("granite",), interleaved_rotary=True, metadata=granite_scales),
+    GGUFArch("phi3", ("phi3",), interleaved_rotary=False, square_attention=True, unfuse=phi3_unfused),  # fused qkv, gate_up
 )
 BY_MODEL_TYPE = {model_type: row for row in ARCHS for model_type in row.model_types}
 

@@ -1,9 +1,9 @@
-"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite) read back with the ``gguf`` package and
+"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite, phi3) read back with the ``gguf`` package and
 run in numpy: its layout and its logits."""
 
 import numpy as np
 
-HALVES_ROTARY = ("qwen2", "qwen3")  # llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others rotate (2i, 2i+1)
+HALVES_ROTARY = ("qwen2", "qwen3", "phi3")  # llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others rotate (2i, 2i+1)
 
 
 def _field(reader, key: str):
@@ -69,7 +69,13 @@ class GGUFDecoder:
         return out
 
     def _project(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
-        """x @ W.T (+ the bias where the file holds one) of ``blk.<layer>.attn_<part>``."""
+        """x @ W.T (+ the bias where the file holds one) of ``blk.<layer>.attn_<part>``, or of its rows of a fused
+        ``attn_qkv`` (phi3: q | k | v)."""
+        fused = self.weights.get(f"blk.{layer}.attn_qkv.weight")
+        if fused is not None:
+            q, kv = (self.layout[key][layer] * self.head_dim for key in ("head_count", "head_count_kv"))
+            start, stop = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}[part]
+            return x @ fused[start:stop].T
         out = x @ self.weights[f"blk.{layer}.attn_{part}.weight"].T
         bias = self.weights.get(f"blk.{layer}.attn_{part}.bias")
         return out if bias is None else out + bias
@@ -110,8 +116,9 @@ class GGUFDecoder:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
             x = x if attention is None else x + attention * scale
             h = self._norm(x, f"blk.{layer}.ffn_norm.weight")
-            gate = h @ self.weights[f"blk.{layer}.ffn_gate.weight"].T
             up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T
+            gate = self.weights.get(f"blk.{layer}.ffn_gate.weight")
+            gate, up = (h @ gate.T, up) if gate is not None else np.split(up, 2, axis=-1)  # phi3: ffn_up holds gate | up
             x = x + (gate / (1 + np.exp(-gate)) * up) @ self.weights[f"blk.{layer}.ffn_down.weight"].T * scale
         x = self._norm(x, "output_norm.weight")
         output = self.weights.get("output.weight", self.weights["token_embd.weight"])  # tied: the embeddings
