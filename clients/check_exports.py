@@ -19,7 +19,7 @@ kvpress DuoAttentionPress on passkey prompts, against the unpruned model, an exp
 vLLM (clients/vllm_jobs.py, vLLM's CPU build in its own ``.clients/vllm-venv``; skipped with a message when it
 cannot be built): ``deci_hf`` exports of a head-size-32 tiny Llama and of SmolLM2, greedy tokens and log-probabilities.
 ``--only hidden`` runs the cases with residual channels pruned alone, in llama.cpp and vLLM. ``--only families``: a tiny
-random decoder of each other family GGUF writes (clients/family_jobs.py: qwen2, qwen3, granite, phi3), unpruned and with one KV
+random decoder of each other family GGUF writes (clients/family_jobs.py: qwen2, qwen3, granite, phi3, gemma2, gemma3_text), unpruned and with one KV
 group and half the FFN neurons of every layer removed, f32 and f16, in llama.cpp.
 Prints a table (client, file, check, result) and exits 1 when a check fails.
 

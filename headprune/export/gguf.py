@@ -22,10 +22,7 @@ def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-NOT_WRITTEN = {  # families the hf format writes but GGUF does not, and why
-    "gemma2": "llama.cpp's gemma2 architecture has its own norms, soft-capping and tensor names, which this writer does not map",
-    "gemma3_text": "llama.cpp's gemma3 architecture has its own norms, q/k norms and tensor names, which this writer does not map",
-}
+NOT_WRITTEN: dict[str, str] = {}  # families the hf format writes but GGUF does not, and why
 
 
 def refusal(fields: dict) -> str | None:
@@ -44,6 +41,10 @@ def refusal(fields: dict) -> str | None:
         )
     if model_type == "phi3" and fields.get("sliding_window"):  # a pruned one is written as llama.cpp's llama, which has none
         return "export.format=gguf writes phi3 without a sliding window, this model has one: use export.format=hf or onnx"
+    if arch_of(model_type).norm_offset:
+        why = gemma_refusal(fields)
+        if why:
+            return why
     rope = fields.get("rope_parameters") or {}
     if float(rope.get("partial_rotary_factor") or fields.get("partial_rotary_factor") or 1.0) != 1.0:
         return (
@@ -51,6 +52,31 @@ def refusal(fields: dict) -> str | None:
             "use export.format=hf or onnx"
         )
     return rope_and_bias_refusal(fields, "gguf", "export.format=hf or onnx")
+
+
+def gemma_refusal(fields: dict) -> str | None:
+    """Why a Gemma config differs from what llama.cpp's gemma2 / gemma3 graphs hard-code (None when it does not)."""
+    model_type, name = fields.get("model_type"), arch_of(fields.get("model_type")).name
+    pattern = 2 if name == "gemma2" else 6  # llama.cpp: every 2nd (gemma2) / 6th (gemma3) layer global, the others sliding
+    layers = int(fields.get("num_hidden_layers") or 0)
+    expected = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    head_dim = fields.get("head_dim") or int(fields["hidden_size"]) // int(fields["num_attention_heads"])
+    found = None
+    if fields.get("query_pre_attn_scalar") not in (None, head_dim):
+        found = f"query_pre_attn_scalar {fields['query_pre_attn_scalar']}, not the head size {head_dim} llama.cpp scales by"
+    elif fields.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        found = f"hidden_activation {fields['hidden_activation']}, not gelu_pytorch_tanh"
+    elif fields.get("layer_types") and list(fields["layer_types"]) != expected:
+        found = f"layer_types {list(fields['layer_types'])}, not llama.cpp's every {pattern} layers one global ({expected})"
+    elif name == "gemma2" and fields.get("tie_word_embeddings") is False:
+        found = "an output projection apart from the embeddings (llama.cpp's gemma2 reads the embeddings)"
+    elif fields.get("use_bidirectional_attention"):
+        found = "bidirectional attention"
+    return (
+        f"export.format=gguf writes {model_type} as llama.cpp's {name}, and this model has {found}: use export.format=hf or onnx"
+        if found
+        else None
+    )
 
 
 def add_metadata(
@@ -69,6 +95,7 @@ def add_metadata(
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     rope = getattr(config, "rope_parameters", None) or {}
+    rope = rope.get("full_attention", rope)  # gemma3: one set per layer type, the sliding one in the row's metadata
     writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
     if rope.get("rope_type") == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
@@ -149,6 +176,7 @@ def gguf_tensors(
     skip=lambda hf_name: False,
     interleaved: bool = True,
     unfuse=None,
+    norm_offset: float = 0.0,
 ):
     """(GGUF name, numpy array) of every weight ``skip`` keeps: fused projections split by ``unfuse`` (hf_tensors), names
     mapped, q/k permuted per layer where llama.cpp rotates interleaved pairs (``interleaved``), matrices f16 for ``dtype=f16``."""
@@ -167,6 +195,8 @@ def gguf_tensors(
         if name is None:
             raise ValueError(f"no GGUF name for tensor {hf_name} of {type(model).__name__}")
         data = tensor.detach().to("cpu", torch.float32)
+        if norm_offset and name.endswith("norm.weight"):
+            data = data + norm_offset  # Gemma: (1 + w) as llama.cpp's w
         if interleaved and hf_name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
             heads, kv_heads = layer_heads[layer_of(hf_name)]
             data = permute_rotary(data, heads if ".q_proj." in hf_name else kv_heads)
@@ -223,7 +253,10 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
     unfuse = arch_of(config.model_type).unfuse if row is LLAMA else None  # phi3 as llama: its fused projections split
-    finish_file(writer, gguf_tensors(model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary, unfuse=unfuse))
+    tensors = gguf_tensors(
+        model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary, unfuse=unfuse, norm_offset=row.norm_offset
+    )
+    finish_file(writer, tensors)
     return path
 
 

@@ -12,6 +12,19 @@ def granite_scales(writer, config) -> None:
     writer.add_logit_scale(float(config.logits_scaling))  # llama.cpp divides the logits by it
 
 
+def gemma_keys(writer, config) -> None:
+    """Gemma's soft-capping, sliding window and its layers, and the sliding layers' rotary base (convert_hf_to_gguf's keys)."""
+    if getattr(config, "attn_logit_softcapping", None):
+        writer.add_attn_logit_softcapping(float(config.attn_logit_softcapping))
+    if getattr(config, "final_logit_softcapping", None):
+        writer.add_final_logit_softcapping(float(config.final_logit_softcapping))
+    writer.add_sliding_window(int(config.sliding_window))
+    writer.add_sliding_window_pattern([kind == "sliding_attention" for kind in config.layer_types])
+    sliding = (getattr(config, "rope_parameters", None) or {}).get("sliding_attention")
+    if sliding:
+        writer.add_rope_freq_base_swa(float(sliding["rope_theta"]))
+
+
 def phi3_unfused(hf_name: str, tensor, heads: int, kv_heads: int):
     """Phi-3's fused projections as Llama's: qkv_proj rows q | k | v, gate_up_proj rows gate | up (HF's chunk order)."""
     if hf_name.endswith("self_attn.qkv_proj.weight"):
@@ -39,6 +52,7 @@ class GGUFArch:
     uneven_instead: str = "export.format=onnx (deci_hf writes Llama and Mistral only)"  # what takes a layout the row cannot hold
     square_attention: bool = False  # llama.cpp reads q and output as hidden x hidden: other widths are written as ``llama``
     unfuse: Callable | None = None  # (HF name, tensor, heads, KV heads) -> [(Llama's HF name, tensor)], written as ``llama``
+    norm_offset: float = 0.0  # added to every norm weight: Gemma's norms scale by (1 + w), llama.cpp's by w
 
     @property
     def arch(self):
@@ -54,6 +68,8 @@ ARCHS = (
     GGUFArch("qwen3", ("qwen3",), interleaved_rotary=False),
     GGUFArch("granite", ("granite",), interleaved_rotary=True, metadata=granite_scales),
     GGUFArch("phi3", ("phi3",), interleaved_rotary=False, square_attention=True, unfuse=phi3_unfused),  # fused qkv, gate_up
+    GGUFArch("gemma2", ("gemma2",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
+    GGUFArch("gemma3", ("gemma3_text",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
 )
 BY_MODEL_TYPE = {model_type: row for row in ARCHS for model_type in row.model_types}
 
