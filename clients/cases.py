@@ -186,3 +186,51 @@ def loudest_first(model, tokenizer, texts: list[str]) -> torch.Tensor:
         states = model(**tokenizer(text, return_tensors="pt"), output_hidden_states=True).hidden_states
         loudness = torch.maximum(loudness, torch.stack([state[0].abs().amax(0) for state in states]).amax(0))
     return loudness.argsort(descending=True)
+
+
+TINY_FAMILY_CONFIGS = {  # the config class and fields of each family's tiny decoder beyond tiny_llama's shape
+    "qwen2": ("Qwen2Config", {}),  # q/k/v biases; head size hidden / heads (8)
+    "qwen3": ("Qwen3Config", {"head_dim": 8}),  # per-head q/k norms
+    "granite": (
+        "GraniteConfig",
+        {"embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.25, "logits_scaling": 2.0},
+    ),
+    "phi3": ("Phi3Config", {}),  # fused qkv_proj and gate_up_proj
+    "gemma2": (  # norms (1 + w), embeddings x sqrt(hidden), soft-capping, a sliding window every other layer
+        "Gemma2Config",
+        {"head_dim": 8, "query_pre_attn_scalar": 8, "sliding_window": 4, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 5.0},
+    ),
+    "gemma3_text": (  # per-head q/k norms, a rotary base per layer type; 6 layers: llama.cpp's one global layer in 6
+        "Gemma3TextConfig",
+        {"head_dim": 8, "query_pre_attn_scalar": 8, "sliding_window": 4, "num_hidden_layers": 6},
+    ),
+}
+
+
+def tiny_family(model_type: str):
+    """A random 4-layer decoder of ``model_type`` (hidden 32, 4 query heads over 2 KV heads of size 8, FFN 64), with its
+    family's own parts made visible (biases, norms and multipliers away from their initial values), and tiny_llama's
+    trained BPE tokenizer."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    from headprune.models.tokenizers import train_tokenizer
+
+    tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
+    torch.manual_seed(0)
+    config_class, fields = TINY_FAMILY_CONFIGS[model_type]
+    shape = {"num_hidden_layers": 4, **fields}
+    config = getattr(transformers, config_class)(
+        vocab_size=len(tokenizer), num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+        intermediate_size=64, max_position_embeddings=64, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **shape,
+    )  # fmt: skip
+    attention = "eager" if model_type == "gemma2" else "sdpa"  # Gemma 2's soft-capping runs in eager attention only
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:  # zeros and ones at init: random so that a missed one shows
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + (0.0 if name.endswith("bias") else 1.0))
+            else:
+                parameter.mul_(4.0)  # larger logits than at init: differences in the last digits show
+    return model, tokenizer

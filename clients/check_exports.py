@@ -18,10 +18,12 @@ message when it cannot be built): SmolLM2's streaming head patterns written by h
 kvpress DuoAttentionPress on passkey prompts, against the unpruned model, an explicit mask and headprune's accuracy.
 vLLM (clients/vllm_jobs.py, vLLM's CPU build in its own ``.clients/vllm-venv``; skipped with a message when it
 cannot be built): ``deci_hf`` exports of a head-size-32 tiny Llama and of SmolLM2, greedy tokens and log-probabilities.
-``--only hidden`` runs the cases with residual channels pruned alone, in llama.cpp and vLLM.
+``--only hidden`` runs the cases with residual channels pruned alone, in llama.cpp and vLLM. ``--only families``: a tiny
+random decoder of each other family GGUF writes (clients/family_jobs.py: qwen2, qwen3, granite, phi3, gemma2, gemma3_text), unpruned and with one KV
+group and half the FFN neurons of every layer removed, f32 and f16, in llama.cpp.
 Prints a table (client, file, check, result) and exits 1 when a check fails.
 
-    python -m clients.check_exports [--only tiny|smollm2|pipeline|kvpress|vllm|hidden] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
+    python -m clients.check_exports [--only tiny|smollm2|pipeline|kvpress|vllm|hidden|families] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress", "vllm", "hidden"), default=None)
+    parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress", "vllm", "hidden", "families"), default=None)
     parser.add_argument("--prune-run", type=Path, default=None, help="reuse this SmolLM2 prune run (kv_group, lsq) for the pipeline")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the data directory (Multi30k)")
     parser.add_argument("--new-tokens", type=int, default=30)
@@ -221,6 +223,10 @@ def main() -> int:
     jobs = []
     if args.only in (None, "tiny"):
         jobs += tiny_jobs(out, min(args.new_tokens, 20))
+    if args.only in (None, "families"):
+        from clients.family_jobs import family_jobs
+
+        jobs += family_jobs(out, min(args.new_tokens, 20))
     if args.only in (None, "smollm2"):
         jobs += smollm2_jobs(out, args.new_tokens)
     if args.only in (None, "hidden"):

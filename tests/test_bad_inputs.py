@@ -1311,15 +1311,22 @@ CONFIG_ROWS = [
         "export-gguf-gpt2-family",
         "lm",
         ["experiment=export", "model=tiny_gpt2", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
-        "export.format=gguf writes Llama and Mistral decoders (llama, mistral: llama.cpp's llama architecture, deci for uneven "
-        "layers), not 'gpt2': the writer maps Llama's tensor names",
+        "export.format=gguf writes the decoders llama, mistral, qwen2, qwen3, granite, phi3, gemma2, gemma3_text (each as its llama.cpp "
+        "architecture; "
+        "uneven Llama or Mistral layers as deci), not 'gpt2': the writer maps the tensor names",
         "mask_dec_heads",
     ),
     (
-        "export-gguf-gemma-family",
+        "export-gguf-gemma-attention-scale-llama-cpp-does-not-take",
         "lm",
-        ["experiment=export", "model=tiny_gemma", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
-        "not 'gemma2': llama.cpp's gemma2 architecture has its own norms",
+        [
+            "experiment=export",
+            "model=tiny_gemma",
+            "model.config.query_pre_attn_scalar=32",
+            "export.format=gguf",
+            "export.mask_file={tmp}/mask.json",
+        ],
+        "export.format=gguf writes gemma2 as llama.cpp's gemma2, and this model has query_pre_attn_scalar 32, not the head size 16",
         "mask_dec_heads",
     ),
     (

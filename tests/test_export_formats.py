@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bart, tiny_bert, tiny_marian, tiny_roberta
-from tiny_llms import lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
+from tiny_llms import lm_batch, tiny_decoder, tiny_family, tiny_llama, tiny_qwen2
 
 from headprune.core.checks import ConfigError
 from headprune.core.gates import HeadGates
@@ -322,8 +322,8 @@ def test_refusals_name_what_works(tmp_path):
     prune_heads(llama, {"dec_self": {0: [1]}})  # layer 0 uneven, the others whole
     with pytest.raises(ConfigError, match="prune.layout=uniform"):
         export_model("hf", llama, None, tmp_path / "uneven", {})
-    with pytest.raises(ConfigError, match="Qwen2"):
-        export_model("gguf", tiny_qwen2(), None, tmp_path / "qwen2", {})
+    with pytest.raises(ConfigError, match="not 'gpt2'.*use export.format=onnx"):
+        export_model("gguf", tiny_family("gpt2"), None, tmp_path / "gpt2", {})
     assert not (tmp_path / "bert").exists() and not (tmp_path / "uneven").exists()
 
 

@@ -118,14 +118,16 @@ DECODER_CONFIGS = {
     "falcon": dict(_SIZES, alibi=False, multi_query=True, new_decoder_architecture=False, bias=True, bos_token_id=1, eos_token_id=2),
     "granite": dict(_GQA, attention_multiplier=0.3, embedding_multiplier=2.0, residual_multiplier=0.5, logits_scaling=4.0),
 }
+# the Llama-like types the family tests cover through tiny_llama / tiny_qwen2 / tiny_decoder, in tiny_family's shape
+LLAMA_LIKE_CONFIGS = {"qwen2": dict(_GQA), "qwen3": dict(_GQA, head_dim=8)}
 
 
 def tiny_family(model_type: str, seed: int = 0, attn: str = "sdpa"):
-    """A random causal LM of one decoder family (``DECODER_CONFIGS``), with random biases and norm weights."""
+    """A random causal LM of one decoder family (``DECODER_CONFIGS``, ``LLAMA_LIKE_CONFIGS``), with random biases and norm weights."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = AutoConfig.for_model(model_type, **DECODER_CONFIGS[model_type])
+    config = AutoConfig.for_model(model_type, **{**DECODER_CONFIGS, **LLAMA_LIKE_CONFIGS}[model_type])
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():

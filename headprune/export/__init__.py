@@ -44,7 +44,7 @@ def write_onnx(model: nn.Module, tokenizer, out: Path, example: dict, options: E
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
-    """One GGUF file for llama.cpp: its ``llama`` architecture, or ``deci`` for uneven layers."""
+    """One GGUF file for llama.cpp: the family's architecture (gguf_archs.py), or ``deci`` for uneven Llama layers."""
     from headprune.export.gguf_deci import write_gguf as write
 
     written = write(model, tokenizer, out, options.gguf_dtype, options.name, options.tokenizer_pre)
@@ -57,9 +57,12 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: E
         "auto_class": "AutoModelForCausalLM",
         "tokenizer_pre": written["tokenizer_pre"],
     }
-    if written["architecture"] == "deci":  # transformers cannot read deci: the checker reads it with the gguf package
+    if not written["transformers_reads"]:  # deci, qwen2...: the checker reads it with the gguf package (transformers' reader
+        # cannot read deci, and derives other families' head size from hidden_size / heads)
         job.update(
-            reader="gguf-numpy", architecture="deci", layout={k: written[k] for k in ("head_count", "head_count_kv", "feed_forward_length")}
+            reader="gguf-numpy",
+            architecture=written["architecture"],
+            layout={k: written[k] for k in ("head_count", "head_count_kv", "feed_forward_length")},
         )
     return {"files": [path], "architecture": written["architecture"], "job": job}
 

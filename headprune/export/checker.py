@@ -149,10 +149,13 @@ def run_job(job: dict, arrays) -> dict:
         out = loaded.logits(batch)
         if out.shape != reference.shape:
             raise AssertionError(f"batch {b}: the export gives logits of shape {out.shape}, the masked model {reference.shape}")
-        diffs.append(float(np.abs(out - reference).max()))
+        gap = np.abs(out - reference)
+        if job.get("causal"):  # a padding position's logits are no output of the model (sdpa and eager differ there)
+            mask = batch.get("attention_mask", np.ones_like(batch["input_ids"]))
+            gap = gap[mask.astype(bool)]
+        diffs.append(float(gap.max()))
         scales.append(float(np.abs(reference).max()))
         if job.get("causal"):
-            mask = batch.get("attention_mask", np.ones_like(batch["input_ids"]))
             for which, logits in (("export", out), ("reference", reference)):
                 nll[which] = [x + y for x, y in zip(nll[which], token_nll(logits, batch["input_ids"], mask))]
     report["max_abs_diff"] = max(diffs)

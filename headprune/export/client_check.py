@@ -75,8 +75,9 @@ def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int
     return arrays
 
 
-def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, dtype: str = "f32") -> dict:
-    """Run the format's client on ``path`` (a ``dtype`` file): {"client", "rows", "passed"}, or {"skipped": why} where none is installed."""
+def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, dtype: str = "f32", texts: dict | None = None) -> dict:
+    """Run the format's client on ``path`` (a ``dtype`` file): {"client", "rows", "passed"}, or {"skipped": why} where none is
+    installed; ``texts`` ({"texts", "text_ids"}: the tokenizer's ids of each) are tokenized by the client too."""
     python = installed_python(fmt)
     if python is None:
         where = f"{clients_dir() / CLIENTS[fmt].venv}" if fmt in CLIENTS else None
@@ -90,6 +91,7 @@ def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, 
     prompts = sum(1 for key in arrays if key.startswith("prompt"))
     job = {"name": fmt, "path": str(path), "arrays": str(work / "client_arrays.npz"), "prompts": prompts, "dtype": dtype}
     job["tolerance"] = CLIENTS[fmt].tolerances[dtype]
+    job.update(texts or {})
     (work / "client_job.json").write_text(json.dumps([job]), encoding="utf-8")
     done = subprocess.run(
         [str(python), "-I", str(CLIENTS[fmt].script), str(work / "client_job.json")],
@@ -103,6 +105,31 @@ def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, 
     else:
         rows = json.loads(done.stdout.strip().splitlines()[-1])
     return {"client": CLIENTS[fmt].name, "rows": rows, "passed": all(row["passed"] is not False for row in rows)}
+
+
+def probe_texts(tokenizer, prompt: torch.Tensor) -> dict | None:
+    """{"texts", "text_ids"}: llama.cpp's check text and the decoded prompts, with the tokenizer's ids (no special tokens);
+    "spaced_ids", its ids of each text after a space, where the tokenizer puts a space before the text (llama.cpp never does)."""
+    from headprune.export.llama_cpp_pre import CHKTXT
+
+    if tokenizer is None:
+        return None
+    texts = [CHKTXT, *(tokenizer.decode(row, skip_special_tokens=True) for row in prompt.tolist())]
+    ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    probe = {"texts": texts, "text_ids": [ids(text) for text in texts]}
+    if adds_prefix_space(tokenizer):
+        probe["spaced_ids"] = [ids(" " + text) for text in texts]
+    return probe
+
+
+def adds_prefix_space(tokenizer) -> bool:
+    """Whether the tokenizer's byte-level pre-tokenizer puts a space before the text (no llama.cpp BPE pre-tokenizer does)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    state = json.loads(backend.to_str()).get("pre_tokenizer") or {}
+    parts = state.get("pretokenizers", [state])  # a Sequence, or the one pre-tokenizer
+    return any(part.get("type") == "ByteLevel" and part.get("add_prefix_space") for part in parts)
 
 
 def client_line(report: dict) -> str:
@@ -130,8 +157,9 @@ def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, st
         prompt, tokens, eos = reference.greedy[:3]
         with task.gates.masked(mask):
             arrays = greedy_arrays(reference.model, prompt, tokens, eos)
+        texts = probe_texts(task.tokenizer, prompt) if fmt == "gguf" else None
         with tempfile.TemporaryDirectory() as work:
-            report = run_client(fmt, out, arrays, Path(work), dtype)
+            report = run_client(fmt, out, arrays, Path(work), dtype, texts)
     print(client_line(report), flush=True)
     if report.get("passed") is False:
         (staging / "check.json").write_text(json.dumps({"client_check": report}, indent=1, default=str))

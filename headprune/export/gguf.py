@@ -1,4 +1,4 @@
-"""GGUF files of uniformly pruned Llama-family decoders in llama.cpp's conventions, checked through transformers' GGUF reader."""
+"""GGUF files of uniformly pruned decoders in llama.cpp's conventions (one architecture per family: gguf_archs.py)."""
 
 import tempfile
 from pathlib import Path
@@ -8,10 +8,11 @@ import torch
 from torch import nn
 
 from headprune.core.checks import ConfigError
+from headprune.export.gguf_archs import ARCHS, LLAMA, GGUFArch, arch_of, written_arch
 from headprune.export.hf import stock_ffn_width, stock_shape
 from headprune.export.llama_fields import rope_and_bias_refusal
 
-GGUF_TYPES = ("llama", "mistral")  # written as llama.cpp's llama architecture
+GGUF_TYPES = tuple(model_type for row in ARCHS for model_type in row.model_types)
 DTYPES = ("f32", "f16")
 
 
@@ -21,36 +22,67 @@ def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-NOT_WRITTEN = {  # families the hf format writes but GGUF does not, and why
-    "qwen2": "transformers' GGUF reader derives the Qwen2 head size from hidden_size / num_attention_heads, so a pruned one "
-    "could not be read back for the check",
-    "qwen3": "transformers' GGUF reader derives the Qwen3 head size from hidden_size / num_attention_heads, so a pruned one "
-    "could not be read back for the check",
-    "gemma2": "llama.cpp's gemma2 architecture has its own norms, soft-capping and tensor names, which this writer does not map",
-    "gemma3_text": "llama.cpp's gemma3 architecture has its own norms, q/k norms and tensor names, which this writer does not map",
-    "granite": "llama.cpp's granite architecture needs its embedding, residual, attention and logit multipliers, which this "
-    "writer does not write",
-    "phi3": "llama.cpp's phi3 architecture reads fused qkv and gate-up tensors, which this writer does not write",
-}
+NOT_WRITTEN: dict[str, str] = {}  # families the hf format writes but GGUF does not, and why
 
 
 def refusal(fields: dict) -> str | None:
     """Why a model of these config fields cannot be written as GGUF (None when it can): the families and settings it takes."""
     model_type = fields.get("model_type")
     if model_type not in GGUF_TYPES:
-        why = NOT_WRITTEN.get(
-            model_type, "the writer maps Llama's tensor names, rotary layout and tokenizer only (llama.cpp has other architectures)"
-        )
+        why = NOT_WRITTEN.get(model_type, "the writer maps the tensor names, rotary layout and tokenizer of these families only")
         alternative = "export.format=hf or export.format=onnx" if model_type in NOT_WRITTEN else "export.format=onnx"
         return (
-            f"export.format=gguf writes Llama and Mistral decoders ({', '.join(GGUF_TYPES)}: llama.cpp's llama architecture, "
-            f"deci for uneven layers), not {model_type!r}: {why}; use {alternative}"
+            f"export.format=gguf writes the decoders {', '.join(GGUF_TYPES)} (each as its llama.cpp architecture; uneven "
+            f"Llama or Mistral layers as deci), not {model_type!r}: {why}; use {alternative}"
+        )
+    if fields.get("use_sliding_window"):
+        return (
+            f"export.format=gguf: llama.cpp's {arch_of(model_type).name} architecture has no sliding window: use export.format=hf or onnx"
+        )
+    if model_type == "phi3" and fields.get("sliding_window"):  # a pruned one is written as llama.cpp's llama, which has none
+        return "export.format=gguf writes phi3 without a sliding window, this model has one: use export.format=hf or onnx"
+    if arch_of(model_type).norm_offset:
+        why = gemma_refusal(fields)
+        if why:
+            return why
+    rope = fields.get("rope_parameters") or {}
+    if float(rope.get("partial_rotary_factor") or fields.get("partial_rotary_factor") or 1.0) != 1.0:
+        return (
+            f"export.format=gguf writes {model_type} with rotary embeddings over the whole head (partial_rotary_factor 1): "
+            "use export.format=hf or onnx"
         )
     return rope_and_bias_refusal(fields, "gguf", "export.format=hf or onnx")
 
 
-def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None) -> None:
-    """Model metadata; ``heads`` / ``kv_heads`` / ``feed_forward`` are one int, or one per layer (deci)."""
+def gemma_refusal(fields: dict) -> str | None:
+    """Why a Gemma config differs from what llama.cpp's gemma2 / gemma3 graphs hard-code (None when it does not)."""
+    model_type, name = fields.get("model_type"), arch_of(fields.get("model_type")).name
+    pattern = 2 if name == "gemma2" else 6  # llama.cpp: every 2nd (gemma2) / 6th (gemma3) layer global, the others sliding
+    layers = int(fields.get("num_hidden_layers") or 0)
+    expected = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    head_dim = fields.get("head_dim") or int(fields["hidden_size"]) // int(fields["num_attention_heads"])
+    found = None
+    if fields.get("query_pre_attn_scalar") not in (None, head_dim):
+        found = f"query_pre_attn_scalar {fields['query_pre_attn_scalar']}, not the head size {head_dim} llama.cpp scales by"
+    elif fields.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        found = f"hidden_activation {fields['hidden_activation']}, not gelu_pytorch_tanh"
+    elif fields.get("layer_types") and list(fields["layer_types"]) != expected:
+        found = f"layer_types {list(fields['layer_types'])}, not llama.cpp's every {pattern} layers one global ({expected})"
+    elif name == "gemma2" and fields.get("tie_word_embeddings") is False:
+        found = "an output projection apart from the embeddings (llama.cpp's gemma2 reads the embeddings)"
+    elif fields.get("use_bidirectional_attention"):
+        found = "bidirectional attention"
+    return (
+        f"export.format=gguf writes {model_type} as llama.cpp's {name}, and this model has {found}: use export.format=hf or onnx"
+        if found
+        else None
+    )
+
+
+def add_metadata(
+    writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None, row: GGUFArch | None = None
+) -> None:
+    """Model metadata; ``heads`` / ``kv_heads`` / ``feed_forward`` are one int, or one per layer (deci); ``row``'s own keys."""
     import gguf
 
     writer.add_name(name)
@@ -63,6 +95,7 @@ def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, nam
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     rope = getattr(config, "rope_parameters", None) or {}
+    rope = rope.get("full_attention", rope)  # gemma3: one set per layer type, the sliding one in the row's metadata
     writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
     if rope.get("rope_type") == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
@@ -72,6 +105,8 @@ def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, nam
     writer.add_rope_dimension_count(head_dim)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if row is not None and row.metadata is not None:
+        row.metadata(writer, config)
 
 
 def check_bpe(tokenizer) -> None:
@@ -123,13 +158,33 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
     special.add_to_gguf(writer, quiet=True)
 
 
-def gguf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, arch=None, skip=lambda hf_name: False):
-    """(GGUF name, numpy array) of every weight ``skip`` keeps: names mapped, q/k permuted per layer, matrices f16 for ``dtype=f16``."""
+def hf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], unfuse=None):
+    """(HF name, tensor) of the model's state dict; ``unfuse`` (name, tensor, heads, KV heads) -> [(name, tensor)] splits
+    fused projections into Llama's."""
+    for hf_name, tensor in model.state_dict().items():
+        if unfuse is None or ".layers." not in hf_name:
+            yield hf_name, tensor
+        else:
+            yield from unfuse(hf_name, tensor, *layer_heads[layer_of(hf_name)])
+
+
+def gguf_tensors(
+    model: nn.Module,
+    layer_heads: list[tuple[int, int]],
+    dtype: str,
+    arch=None,
+    skip=lambda hf_name: False,
+    interleaved: bool = True,
+    unfuse=None,
+    norm_offset: float = 0.0,
+):
+    """(GGUF name, numpy array) of every weight ``skip`` keeps: fused projections split by ``unfuse`` (hf_tensors), names
+    mapped, q/k permuted per layer where llama.cpp rotates interleaved pairs (``interleaved``), matrices f16 for ``dtype=f16``."""
     import gguf
 
     config = model.config
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA if arch is None else arch, int(config.num_hidden_layers))
-    for hf_name, tensor in model.state_dict().items():
+    for hf_name, tensor in hf_tensors(model, layer_heads, unfuse):
         if skip(hf_name):
             continue
         if hf_name == "lm_head.weight" and config.tie_word_embeddings:
@@ -140,9 +195,11 @@ def gguf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], dtype: st
         if name is None:
             raise ValueError(f"no GGUF name for tensor {hf_name} of {type(model).__name__}")
         data = tensor.detach().to("cpu", torch.float32)
-        if hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+        if norm_offset and name.endswith("norm.weight"):
+            data = data + norm_offset  # Gemma: (1 + w) as llama.cpp's w
+        if interleaved and hf_name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
             heads, kv_heads = layer_heads[layer_of(hf_name)]
-            data = permute_rotary(data, heads if hf_name.endswith("q_proj.weight") else kv_heads)
+            data = permute_rotary(data, heads if ".q_proj." in hf_name else kv_heads)
         array = data.numpy()
         if dtype == "f16" and array.ndim > 1 and not name.endswith("_norm.weight"):
             array = array.astype(np.float16)
@@ -178,23 +235,38 @@ def check_writable(model: nn.Module, dtype: str) -> None:
 
 
 def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> Path:
-    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned Llama or Mistral model; the file."""
+    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model as its family's llama.cpp architecture; the file."""
     import gguf
 
     check_writable(model, dtype)
     config = model.config
     shape = stock_shape(model)
-    if config.hidden_size % shape.heads:
+    row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
+    if config.model_type in LLAMA.model_types and config.hidden_size % shape.heads:  # read back by transformers
         raise ConfigError(gguf_head_count_message(config.hidden_size, shape.heads))
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
-    writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
+    writer = gguf.GGUFWriter(str(path), arch=row.name)
     feed_forward = stock_ffn_width(model).get("intermediate_size")  # the one width kept: the config says the unpruned one
-    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, name, feed_forward=feed_forward)
+    title = safe_name(name, tokenizer)
+    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, title, feed_forward=feed_forward, row=row)
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
-    finish_file(writer, gguf_tensors(model, layer_heads, dtype))
+    unfuse = arch_of(config.model_type).unfuse if row is LLAMA else None  # phi3 as llama: its fused projections split
+    tensors = gguf_tensors(
+        model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary, unfuse=unfuse, norm_offset=row.norm_offset
+    )
+    finish_file(writer, tensors)
     return path
+
+
+def safe_name(name: str, tokenizer) -> str:
+    """``general.name`` for ``name``: llama.cpp looks up the token ``<|end|>`` in a model whose name holds phi3 or phi-3 (any
+    case) and fails to load without it, so such a name is written "Phi 3" where the tokenizer has no ``<|end|>``."""
+    import re
+
+    has_end = tokenizer is not None and "<|end|>" in tokenizer.get_vocab()
+    return name if has_end else re.sub(r"(?i)phi-?3", "Phi 3", name)
 
 
 def finish_file(writer, tensors) -> None:

@@ -8,6 +8,7 @@ from headprune.core.checks import ConfigError
 from headprune.core.ffn_sites import find_ffn_sites
 from headprune.core.gates import find_sites
 from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_of
+from headprune.export.gguf_archs import arch_of, written_arch
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
 FFN_PARTS = (".mlp.", ".post_attention_layernorm.")  # the tensors a layer without FFN leaves out
@@ -43,11 +44,24 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
 
 
 def check_mask(fields: dict, rows: dict) -> None:
-    """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every kept KV head."""
+    """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every kept
+    KV head, and (an architecture without deci) one shape in every layer."""
     from headprune.export.hf import heads_per_kv
 
+    row = arch_of(fields.get("model_type"))
     for layers in rows.values():
-        mask_layer_shapes(layers, heads_per_kv(fields))
+        shapes = mask_layer_shapes(layers, heads_per_kv(fields))
+        if row is not None and not row.per_layer and len(set(shapes)) > 1:
+            raise ConfigError(uneven_layers_message(row, shapes))
+
+
+def uneven_layers_message(row, shapes: list) -> str:
+    """Why an architecture that holds one attention shape and one FFN width cannot take these per-layer ``shapes``."""
+    return (
+        f"export.format=gguf writes {'/'.join(row.model_types)} as llama.cpp's {row.name} architecture, which holds one "
+        f"attention shape and one FFN width for every layer; this layout has per-layer {shapes}: prune the same number of "
+        f"KV groups and FFN neurons in every layer, or use {row.uneven_instead}"
+    )
 
 
 def model_layer_shapes(model: nn.Module) -> list[tuple[int, int]]:
@@ -138,7 +152,14 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
     shapes, widths = model_layer_shapes(model), model_ffn_widths(model)
     check_bpe(tokenizer)
     tokenizer_pre = pre_tokenizer_of(tokenizer, tokenizer_pre)  # named, or identified as llama.cpp's converter does
-    if gguf_architecture(shapes, widths, int(model.config.hidden_size)) == "llama":
+    row = arch_of(model.config.model_type)
+    if not row.per_layer:
+        if len(set(shapes)) > 1 or len(set(widths)) > 1 or not shapes[0][0] or not min(widths or [1]):
+            raise ConfigError(uneven_layers_message(row, [(*shape, width) for shape, width in zip(shapes, widths)]))
+        heads, _ = shapes[0]
+        architecture = written_arch(model.config.model_type, heads, int(find_sites(model)[0].head_dim), int(model.config.hidden_size)).name
+        path = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre)
+    elif gguf_architecture(shapes, widths, int(model.config.hidden_size)) == "llama":
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
     else:
         path, architecture, shapes = export_gguf_deci(model, tokenizer, out, dtype, name, tokenizer_pre), "deci", written_shapes(shapes)
@@ -150,4 +171,5 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
         "head_count_kv": [kv for _, kv in shapes],
         "feed_forward_length": widths,
         "tokenizer_pre": tokenizer_pre,
+        "transformers_reads": architecture == "llama" and model.config.model_type in ("llama", "mistral"),
     }

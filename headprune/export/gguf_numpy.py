@@ -1,6 +1,19 @@
-"""A llama or deci GGUF file read back with the ``gguf`` package and run in numpy: its layout and its logits."""
+"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite, phi3, gemma2, gemma3) read back with the ``gguf`` package and
+run in numpy: its layout and its logits."""
 
 import numpy as np
+
+HALVES_ROTARY = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3")  # llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others (2i, 2i+1)
+GEMMA = ("gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) and a tanh-GELU gate, as llama.cpp's graphs hard-code them
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x**3)))
+
+
+def _softcap(x: np.ndarray, cap: float) -> np.ndarray:
+    """cap * tanh(x / cap) (Gemma 2's soft-capping), x itself without a cap."""
+    return x if not cap else np.float32(cap) * np.tanh(x / np.float32(cap))
 
 
 def _field(reader, key: str):
@@ -29,7 +42,9 @@ def read_layout(path: str) -> dict:
 
 
 class GGUFDecoder:
-    """The decoder of a llama / deci GGUF file as numpy float32 arrays, with a forward pass to logits."""
+    """The decoder of a Llama-like GGUF file as numpy float32 arrays, with a forward pass to logits: optional q/k/v
+    biases, per-head q/k norms and post-norms where the file holds them, granite's multipliers, Gemma's soft-capping and
+    sliding windows where it names them."""
 
     def __init__(self, path: str):
         from gguf import GGUFReader
@@ -42,57 +57,100 @@ class GGUFDecoder:
         self.head_dim = int(_field(reader, f"{arch}.attention.key_length"))
         self.theta = float(_field(reader, f"{arch}.rope.freq_base") or 10000.0)
         self.rope_factor = float(_field(reader, f"{arch}.rope.scaling.factor") or 1.0)
+        self.halves = arch in HALVES_ROTARY
+        self.attention_scale = float(_field(reader, f"{arch}.attention.scale") or 1 / np.sqrt(self.head_dim))
+        self.embedding_scale = float(_field(reader, f"{arch}.embedding_scale") or 1.0)
+        self.residual_scale = float(_field(reader, f"{arch}.residual_scale") or 1.0)
+        self.logit_scale = float(_field(reader, f"{arch}.logit_scale") or 1.0)
+        self.gemma = arch in GEMMA
+        if self.gemma:
+            self.embedding_scale = float(np.sqrt(np.float32(int(_field(reader, f"{arch}.embedding_length")))))
+        self.attn_cap = float(_field(reader, f"{arch}.attn_logit_softcapping") or 0.0)
+        self.final_cap = float(_field(reader, f"{arch}.final_logit_softcapping") or 0.0)
+        self.window = int(_field(reader, f"{arch}.attention.sliding_window") or 0)
+        pattern = _field(reader, f"{arch}.attention.sliding_window_pattern")
+        self.sliding = [bool(v) for v in pattern] if isinstance(pattern, list) else [False] * len(self.layout["head_count"])
+        self.theta_swa = float(_field(reader, f"{arch}.rope.freq_base_swa") or self.theta)
 
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
         x64 = x.astype(np.float32)
         return x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + self.eps) * self.weights[name]
 
-    def _rotate(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Rotary embedding on interleaved pairs (2i, 2i+1) of x (B, T, heads, d)."""
+    def _rotate(self, x: np.ndarray, positions: np.ndarray, sliding: bool = False) -> np.ndarray:
+        """Rotary embedding of x (B, T, heads, d) on pairs (2i, 2i+1), or (i, i + d/2) for the halves layout; a sliding
+        layer rotates by its own base, unscaled (gemma3)."""
         d = self.head_dim
-        inv = self.theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
-        angle = (positions[:, None] / self.rope_factor) * inv[None]  # (T, d/2)
+        theta, factor = (self.theta_swa, 1.0) if sliding else (self.theta, self.rope_factor)
+        inv = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
+        angle = (positions[:, None] / factor) * inv[None]  # (T, d/2)
         cos, sin = np.cos(angle)[None, :, None].astype(np.float32), np.sin(angle)[None, :, None].astype(np.float32)
-        even, odd = x[..., 0::2], x[..., 1::2]
+        first, second = (slice(0, d // 2), slice(d // 2, d)) if self.halves else (slice(0, d, 2), slice(1, d, 2))
         out = np.empty_like(x)
-        out[..., 0::2] = even * cos - odd * sin
-        out[..., 1::2] = even * sin + odd * cos
+        out[..., first] = x[..., first] * cos - x[..., second] * sin
+        out[..., second] = x[..., first] * sin + x[..., second] * cos
         return out
+
+    def _project(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
+        """x @ W.T (+ the bias where the file holds one) of ``blk.<layer>.attn_<part>``, or of its rows of a fused
+        ``attn_qkv`` (phi3: q | k | v)."""
+        fused = self.weights.get(f"blk.{layer}.attn_qkv.weight")
+        if fused is not None:
+            q, kv = (self.layout[key][layer] * self.head_dim for key in ("head_count", "head_count_kv"))
+            start, stop = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}[part]
+            return x @ fused[start:stop].T
+        out = x @ self.weights[f"blk.{layer}.attn_{part}.weight"].T
+        bias = self.weights.get(f"blk.{layer}.attn_{part}.bias")
+        return out if bias is None else out + bias
+
+    def _head_norm(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
+        """The per-head RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm`` (qwen3)."""
+        name = f"blk.{layer}.attn_{part}_norm.weight"
+        return x if name not in self.weights else self._norm(x, name)
 
     def _attention(self, x: np.ndarray, layer: int, keys_valid: np.ndarray) -> np.ndarray:
         """Self-attention of layer ``layer`` on normed x (B, T, hidden); keys_valid (B, T) marks real tokens."""
         heads, kv = self.layout["head_count"][layer], self.layout["head_count_kv"][layer]
-        w = {part: self.weights[f"blk.{layer}.attn_{part}.weight"] for part in ("q", "k", "v", "output")}
         batch, length, _ = x.shape
-        d, positions = self.head_dim, np.arange(length, dtype=np.float64)
-        q = self._rotate((x @ w["q"].T).reshape(batch, length, heads, d), positions)
-        k = self._rotate((x @ w["k"].T).reshape(batch, length, kv, d), positions)
-        v = (x @ w["v"].T).reshape(batch, length, kv, d)
+        d, positions, sliding = self.head_dim, np.arange(length, dtype=np.float64), self.sliding[layer]
+        q = self._rotate(self._head_norm(self._project(x, layer, "q").reshape(batch, length, heads, d), layer, "q"), positions, sliding)
+        k = self._rotate(self._head_norm(self._project(x, layer, "k").reshape(batch, length, kv, d), layer, "k"), positions, sliding)
+        v = self._project(x, layer, "v").reshape(batch, length, kv, d)
         group = heads // kv
         k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)  # query head h reads KV head h // group
-        scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.float32(np.sqrt(d))  # (B, H, T, T)
-        allowed = np.tril(np.ones((length, length), dtype=bool))[None, None] & keys_valid[:, None, None, :]
+        scores = _softcap(np.einsum("bqhd,bkhd->bhqk", q, k) * np.float32(self.attention_scale), self.attn_cap)  # (B, H, T, T)
+        causal = np.tril(np.ones((length, length), dtype=bool))
+        if sliding and self.window:  # query t sees keys t - window + 1 .. t
+            causal &= ~np.tril(np.ones((length, length), dtype=bool), -self.window)
+        allowed = causal[None, None] & keys_valid[:, None, None, :]
         scores = np.where(allowed, scores, np.float32(-1e30))
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         probs = scores / scores.sum(-1, keepdims=True)
         context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(batch, length, heads * d)
-        return context @ w["output"].T
+        return self._post_norm(context @ self.weights[f"blk.{layer}.attn_output.weight"].T, f"blk.{layer}.post_attention_norm.weight")
+
+    def _post_norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """The block output's RMS norm before it joins the residual stream, where the file holds one (Gemma)."""
+        return x if name not in self.weights else self._norm(x, name)
 
     def logits(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Logits (B, T, vocab) of right-padded token ids (B, T); padded keys are masked out."""
         keys_valid = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else attention_mask.astype(bool)
-        x = self.weights["token_embd.weight"][input_ids]  # (B, T, hidden)
+        x = self.weights["token_embd.weight"][input_ids] * np.float32(self.embedding_scale)  # (B, T, hidden)
+        scale = np.float32(self.residual_scale)  # granite: each block's output scaled before it joins the residual stream
         for layer in range(len(self.layout["head_count"])):
             attention = None
             if self.layout["head_count"][layer] > 0:
                 attention = self._attention(self._norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
             if self.layout["feed_forward_length"][layer] == 0:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
-            x = x if attention is None else x + attention
+            x = x if attention is None else x + attention * scale
             h = self._norm(x, f"blk.{layer}.ffn_norm.weight")
-            gate = h @ self.weights[f"blk.{layer}.ffn_gate.weight"].T
             up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T
-            x = x + (gate / (1 + np.exp(-gate)) * up) @ self.weights[f"blk.{layer}.ffn_down.weight"].T
+            gate = self.weights.get(f"blk.{layer}.ffn_gate.weight")
+            gate, up = (h @ gate.T, up) if gate is not None else np.split(up, 2, axis=-1)  # phi3: ffn_up holds gate | up
+            active = _gelu_tanh(gate) if self.gemma else gate / (1 + np.exp(-gate))
+            down = (active * up) @ self.weights[f"blk.{layer}.ffn_down.weight"].T
+            x = x + self._post_norm(down, f"blk.{layer}.post_ffw_norm.weight") * scale
         x = self._norm(x, "output_norm.weight")
         output = self.weights.get("output.weight", self.weights["token_embd.weight"])  # tied: the embeddings
-        return x @ output.T
+        return _softcap(x @ output.T / np.float32(self.logit_scale), self.final_cap)

@@ -2,6 +2,7 @@
 
 import importlib.util
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,10 @@ def run_job(job: dict, client: str) -> list[dict]:
         total += int(decided.sum())
         near_ties += int((~decided).sum())
     architecture = llm.metadata.get("general.architecture")
+    rows = tokenizer_rows(job, client, partial(llamacpp_ids, llm))
     del llm
     return [
+        *rows,
         client_jobs.row(job, client, "architecture", None, str(architecture)),
         client_jobs.row(
             job,
@@ -84,6 +87,35 @@ def run_job(job: dict, client: str) -> list[dict]:
             job, client, "logprobs", worst <= tolerance, f"max |diff| {worst:.2e} (tolerance {tolerance:.0e}, {job['dtype']} file)"
         ),
     ]
+
+
+def llamacpp_ids(llm, text: str) -> list[int]:
+    """llama.cpp's ids of ``text``, as a prompt is split: no BOS, special-token text read as text."""
+    return llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+
+
+def tokenizer_rows(job: dict, client: str, tokenize) -> list[dict]:
+    """A row comparing llama.cpp's ids (``tokenize(text)``) of each text with the tokenizer's (``job["text_ids"]``). Where the
+    tokenizer adds a space before the text (``job["spaced_ids"]``: its ids of " " + text), a text that differs only there is
+    said, not judged: llama.cpp agrees once the text starts with a space; any other difference fails."""
+    texts = job.get("texts") or []
+    if not texts:
+        return []
+    differ = [i for i, text in enumerate(texts) if tokenize(text) != job["text_ids"][i]]
+    spaced = job.get("spaced_ids")
+    other = [i for i in differ if spaced is None or tokenize(" " + texts[i]) != spaced[i]]
+    detail = f"{len(texts) - len(differ)}/{len(texts)} texts tokenized alike"
+    if other:
+        i = other[0]
+        detail += f"; {texts[i][:40]!r}: llama.cpp {tokenize(texts[i])[:8]}, the tokenizer {job['text_ids'][i][:8]}"
+        return [client_jobs.row(job, client, "tokenizer", False, detail)]
+    if differ:
+        detail += (
+            f"; the other {len(differ)} alike once a space leads the text (the tokenizer adds one, add_prefix_space; "
+            "llama.cpp's BPE does not: start prompts with a space)"
+        )
+        return [client_jobs.row(job, client, "tokenizer", None, detail)]
+    return [client_jobs.row(job, client, "tokenizer", True, detail)]
 
 
 def main(path: str) -> None:
