@@ -1308,12 +1308,18 @@ CONFIG_ROWS = [
         "mask_kv_ok",
     ),
     (
-        "export-gguf-gpt2-family",
+        "export-gguf-gpt2-query-heads-pruned",
         "lm",
         ["experiment=export", "model=tiny_gpt2", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
-        "export.format=gguf writes the decoders llama, mistral, qwen2, qwen3, granite, phi3, gemma2, gemma3_text (each as its llama.cpp "
-        "architecture; "
-        "uneven Llama or Mistral layers as deci), not 'gpt2': the writer maps the tensor names",
+        "export.format=gguf writes gpt2 as llama.cpp's gpt2, whose graph reads q, k and v as blocks of the hidden size, and the "
+        "mask prunes query heads in layers [0]: prune FFN neurons or layers only (no heads), or use export.format=onnx",
+        "mask_dec_heads",
+    ),
+    (
+        "export-gguf-pythia-query-heads-pruned",
+        "lm",
+        ["experiment=export", "model=tiny_pythia", "export.format=gguf", "export.mask_file={tmp}/mask.json"],
+        "export.format=gguf writes gpt_neox as llama.cpp's gptneox, whose graph reads q, k and v as blocks of the hidden size",
         "mask_dec_heads",
     ),
     (

@@ -322,8 +322,8 @@ def test_refusals_name_what_works(tmp_path):
     prune_heads(llama, {"dec_self": {0: [1]}})  # layer 0 uneven, the others whole
     with pytest.raises(ConfigError, match="prune.layout=uniform"):
         export_model("hf", llama, None, tmp_path / "uneven", {})
-    with pytest.raises(ConfigError, match="not 'gpt2'.*use export.format=onnx"):
-        export_model("gguf", tiny_family("gpt2"), None, tmp_path / "gpt2", {})
+    with pytest.raises(ConfigError, match="not 'opt'.*use export.format=onnx"):
+        export_model("gguf", tiny_family("opt"), None, tmp_path / "opt", {})
     assert not (tmp_path / "bert").exists() and not (tmp_path / "uneven").exists()
 
 

@@ -1,5 +1,6 @@
 """GGUF files of uniformly pruned decoders in llama.cpp's conventions (one architecture per family: gguf_archs.py)."""
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -35,6 +36,8 @@ def refusal(fields: dict) -> str | None:
             f"export.format=gguf writes the decoders {', '.join(GGUF_TYPES)} (each as its llama.cpp architecture; uneven "
             f"Llama or Mistral layers as deci), not {model_type!r}: {why}; use {alternative}"
         )
+    if arch_of(model_type).layer_norm:
+        return gpt_refusal(fields)
     if fields.get("use_sliding_window"):
         return (
             f"export.format=gguf: llama.cpp's {arch_of(model_type).name} architecture has no sliding window: use export.format=hf or onnx"
@@ -52,6 +55,46 @@ def refusal(fields: dict) -> str | None:
             "use export.format=hf or onnx"
         )
     return rope_and_bias_refusal(fields, "gguf", "export.format=hf or onnx")
+
+
+GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # what llama.cpp's gpt2 / gptneox graphs compute (ggml_gelu)
+GELU_ERF = ("gelu",)  # exact GELU: written as llama.cpp runs every GPT-NeoX (tanh), within 5e-4 of it per neuron
+
+
+def gpt_refusal(fields: dict) -> str | None:
+    """Why a GPT-2 or GPT-NeoX config differs from what llama.cpp's gpt2 / gptneox graphs compute (None when it does not)."""
+    model_type, name = fields.get("model_type"), arch_of(fields.get("model_type")).name
+    key, default = ("activation_function", "gelu_new") if model_type == "gpt2" else ("hidden_act", "gelu")  # their configs' defaults
+    activation = fields.get(key) or default
+    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
+    found = None
+    if activation not in GELU_TANH + (GELU_ERF if model_type == "gpt_neox" else ()):
+        found = f"the activation {activation}, not GELU"
+    elif model_type == "gpt2" and fields.get("scale_attn_by_inverse_layer_idx"):
+        found = "attention scaled by the inverse layer index (scale_attn_by_inverse_layer_idx)"
+    elif model_type == "gpt2" and fields.get("scale_attn_weights") is False:
+        found = "unscaled attention scores (scale_attn_weights false)"
+    elif model_type == "gpt_neox" and fields.get("attention_bias") is False:
+        found = "no query_key_value or dense biases (llama.cpp's gptneox reads them)"
+    elif model_type == "gpt_neox" and rope.get("rope_type", rope.get("type", "default")) != "default":
+        found = f"rotary scaling {rope}"
+    return (
+        f"export.format=gguf writes {model_type} as llama.cpp's {name}, and this model has {found}: use export.format=onnx"
+        if found
+        else None
+    )
+
+
+def square_refusal(model_type: str, heads: int, head_dim: int, hidden: int) -> str | None:
+    """Why ``heads`` query heads of ``head_dim`` cannot be written as an architecture whose graph reads square attention."""
+    row = arch_of(model_type)
+    if not row.square_only or heads * head_dim == hidden:
+        return None
+    return (
+        f"export.format=gguf writes {model_type} as llama.cpp's {row.name}, whose graph reads q, k and v as blocks of the hidden "
+        f"size ({hidden}), and this model keeps {heads} query heads of {head_dim}: prune FFN neurons or layers only "
+        "(no heads), or use export.format=onnx"
+    )
 
 
 def gemma_refusal(fields: dict) -> str | None:
@@ -94,19 +137,29 @@ def add_metadata(
     writer.add_head_count_kv(kv_heads)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
+    if row is None or row.rotary:
+        add_rope(writer, config, head_dim)
+    if row is None or not row.layer_norm:  # LayerNorm rows write their epsilon in their metadata
+        writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_vocab_size(int(config.vocab_size))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if row is not None and row.metadata is not None:
+        row.metadata(writer, config)
+
+
+def add_rope(writer, config, head_dim: int) -> None:
+    """The rotary base, linear scaling, and the dimensions rotated (partial rotary: the first ``factor`` x head_dim)."""
+    import gguf
+
     rope = getattr(config, "rope_parameters", None) or {}
     rope = rope.get("full_attention", rope)  # gemma3: one set per layer type, the sliding one in the row's metadata
     writer.add_rope_freq_base(float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))))
     if rope.get("rope_type") == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(rope["factor"]))
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    writer.add_vocab_size(int(config.vocab_size))
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
-    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    if row is not None and row.metadata is not None:
-        row.metadata(writer, config)
+    factor = float(rope.get("partial_rotary_factor") or getattr(config, "rotary_pct", None) or 1.0)
+    writer.add_rope_dimension_count(int(head_dim * factor))  # GPT-NeoX: rotary_ndims = int(head_size * rotary_pct)
 
 
 def check_bpe(tokenizer) -> None:
@@ -162,7 +215,7 @@ def hf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], unfuse=None
     """(HF name, tensor) of the model's state dict; ``unfuse`` (name, tensor, heads, KV heads) -> [(name, tensor)] splits
     fused projections into Llama's."""
     for hf_name, tensor in model.state_dict().items():
-        if unfuse is None or ".layers." not in hf_name:
+        if unfuse is None or layer_index(hf_name) is None:
             yield hf_name, tensor
         else:
             yield from unfuse(hf_name, tensor, *layer_heads[layer_of(hf_name)])
@@ -177,6 +230,7 @@ def gguf_tensors(
     interleaved: bool = True,
     unfuse=None,
     norm_offset: float = 0.0,
+    always_output: bool = False,
 ):
     """(GGUF name, numpy array) of every weight ``skip`` keeps: fused projections split by ``unfuse`` (hf_tensors), names
     mapped, q/k permuted per layer where llama.cpp rotates interleaved pairs (``interleaved``), matrices f16 for ``dtype=f16``."""
@@ -187,7 +241,7 @@ def gguf_tensors(
     for hf_name, tensor in hf_tensors(model, layer_heads, unfuse):
         if skip(hf_name):
             continue
-        if hf_name == "lm_head.weight" and config.tie_word_embeddings:
+        if hf_name == "lm_head.weight" and config.tie_word_embeddings and not always_output:
             continue  # tied: llama.cpp reads the output projection from token_embd
         if hf_name.endswith("rotary_emb.inv_freq"):
             continue
@@ -206,9 +260,18 @@ def gguf_tensors(
         yield name, np.ascontiguousarray(array)
 
 
+LAYER_NAME = re.compile(r"(?:^|\.)(?:layers|h)\.(\d+)\.")  # model.layers.<i>. (gpt2: transformer.h.<i>.)
+
+
+def layer_index(hf_name: str) -> int | None:
+    """The layer index of a decoder weight name (``model.layers.<i>.``..., ``transformer.h.<i>.``...), None outside the layers."""
+    found = LAYER_NAME.search(hf_name)
+    return None if found is None else int(found.group(1))
+
+
 def layer_of(hf_name: str) -> int:
-    """The layer index of a decoder weight name (``model.layers.<i>.``...)."""
-    return int(hf_name.split("layers.", 1)[1].split(".", 1)[0])
+    """The layer index of a decoder weight name."""
+    return layer_index(hf_name)
 
 
 def rounded_like_gguf(model: nn.Module, dtype: str) -> nn.Module:
@@ -240,24 +303,37 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
 
     check_writable(model, dtype)
     config = model.config
-    shape = stock_shape(model)
+    shape = stock_shape(model, GGUF_TYPES)
     row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
     if config.model_type in LLAMA.model_types and config.hidden_size % shape.heads:  # read back by transformers
         raise ConfigError(gguf_head_count_message(config.hidden_size, shape.heads))
+    why = square_refusal(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
+    if why:
+        raise ConfigError(why)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
     writer = gguf.GGUFWriter(str(path), arch=row.name)
-    feed_forward = stock_ffn_width(model).get("intermediate_size")  # the one width kept: the config says the unpruned one
+    feed_forward = ffn_length(model)
     title = safe_name(name, tokenizer)
     add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, title, feed_forward=feed_forward, row=row)
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
-    unfuse = arch_of(config.model_type).unfuse if row is LLAMA else None  # phi3 as llama: its fused projections split
+    unfuse = arch_of(config.model_type).unfuse if row is LLAMA else row.convert  # phi3 as llama: its fused projections split
     tensors = gguf_tensors(
-        model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary, unfuse=unfuse, norm_offset=row.norm_offset
-    )
+        model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary, unfuse=unfuse, norm_offset=row.norm_offset,
+        always_output=row.always_output,
+    )  # fmt: skip
     finish_file(writer, tensors)
     return path
+
+
+def ffn_length(model: nn.Module) -> int:
+    """The FFN width every layer computes (the config says the unpruned one; GPT-2's n_inner None: 4 x n_embd)."""
+    kept = stock_ffn_width(model)
+    if kept:
+        return next(iter(kept.values()))
+    config = model.config
+    return int(getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * config.hidden_size)
 
 
 def safe_name(name: str, tokenizer) -> str:

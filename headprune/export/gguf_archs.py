@@ -39,6 +39,35 @@ def phi3_unfused(hf_name: str, tensor, heads: int, kv_heads: int):
     return [(hf_name, tensor)]
 
 
+def gpt2_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
+    """GPT-2's Conv1D weights (in, out) as llama.cpp's (out, in) matrices: c_attn's rows q | k | v, as llama.cpp's attn_qkv."""
+    if hf_name.endswith((".attn.bias", ".attn.masked_bias")):
+        return []  # the causal mask buffers of older checkpoints
+    if hf_name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+        return [(hf_name, tensor.t())]
+    return [(hf_name, tensor)]
+
+
+def neox_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
+    """GPT-NeoX's query_key_value, per head [q | k | v], as llama.cpp's attn_qkv: all q rows | all k rows | all v rows
+    (convert_hf_to_gguf's GPTNeoXModel)."""
+    if ".attention.query_key_value." not in hf_name:
+        return [(hf_name, tensor)]
+    per_head = tensor.reshape(heads, 3, tensor.shape[0] // heads // 3, *tensor.shape[1:])  # (heads, q|k|v, d[, hidden])
+    return [(hf_name, per_head.transpose(0, 1).reshape(tensor.shape))]
+
+
+def gpt2_keys(writer, config) -> None:
+    """GPT-2's LayerNorm epsilon (llama.cpp's gpt2 graph: learned positions, no rotary)."""
+    writer.add_layer_norm_eps(float(config.layer_norm_epsilon))
+
+
+def neox_keys(writer, config) -> None:
+    """GPT-NeoX's LayerNorm epsilon and residual layout (attention and FFN side by side, or one after the other)."""
+    writer.add_layer_norm_eps(float(config.layer_norm_eps))
+    writer.add_parallel_residual(bool(config.use_parallel_residual))
+
+
 @dataclass(frozen=True)
 class GGUFArch:
     """One llama.cpp architecture: the model types written as it, how its rotary layout and extra metadata are written."""
@@ -53,6 +82,11 @@ class GGUFArch:
     square_attention: bool = False  # llama.cpp reads q and output as hidden x hidden: other widths are written as ``llama``
     unfuse: Callable | None = None  # (HF name, tensor, heads, KV heads) -> [(Llama's HF name, tensor)], written as ``llama``
     norm_offset: float = 0.0  # added to every norm weight: Gemma's norms scale by (1 + w), llama.cpp's by w
+    convert: Callable | None = None  # (HF name, tensor, heads, KV heads) -> [(HF name, tensor)] as llama.cpp's architecture reads it
+    layer_norm: bool = False  # LayerNorm with biases (its epsilon written by ``metadata``), not RMS norm
+    rotary: bool = True  # rotary embeddings (gpt2: learned positions)
+    square_only: bool = False  # llama.cpp's graph views q | k | v at hidden-size offsets: no query head may be pruned
+    always_output: bool = False  # llama.cpp requires the output matrix (gptneox): written even where tied to the embeddings
 
     @property
     def arch(self):
@@ -70,6 +104,28 @@ ARCHS = (
     GGUFArch("phi3", ("phi3",), interleaved_rotary=False, square_attention=True, unfuse=phi3_unfused),  # fused qkv, gate_up
     GGUFArch("gemma2", ("gemma2",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
     GGUFArch("gemma3", ("gemma3_text",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
+    GGUFArch(
+        "gpt2",
+        ("gpt2",),
+        interleaved_rotary=False,
+        metadata=gpt2_keys,
+        uneven_instead="export.format=onnx",
+        convert=gpt2_tensors,
+        layer_norm=True,
+        rotary=False,
+        square_only=True,
+    ),
+    GGUFArch(
+        "gptneox",
+        ("gpt_neox",),
+        interleaved_rotary=False,
+        metadata=neox_keys,
+        uneven_instead="export.format=onnx",
+        convert=neox_tensors,
+        layer_norm=True,
+        square_only=True,
+        always_output=True,
+    ),
 )
 BY_MODEL_TYPE = {model_type: row for row in ARCHS for model_type in row.model_types}
 

@@ -50,9 +50,21 @@ def check_mask(fields: dict, rows: dict) -> None:
 
     row = arch_of(fields.get("model_type"))
     for layers in rows.values():
+        if row is not None and row.square_only and any(0 in kept for kept in layers):
+            raise ConfigError(square_mask_message(row, fields, layers))
         shapes = mask_layer_shapes(layers, heads_per_kv(fields))
         if row is not None and not row.per_layer and len(set(shapes)) > 1:
             raise ConfigError(uneven_layers_message(row, shapes))
+
+
+def square_mask_message(row, fields: dict, layers: list[list[int]]) -> str:
+    """Why a mask that prunes query heads cannot be written as an architecture whose graph reads square attention."""
+    pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]
+    return (
+        f"export.format=gguf writes {fields.get('model_type')} as llama.cpp's {row.name}, whose graph reads q, k and v as blocks "
+        f"of the hidden size, and the mask prunes query heads in layers {pruned}: prune FFN neurons or layers only (no heads), "
+        "or use export.format=onnx"
+    )
 
 
 def uneven_layers_message(row, shapes: list) -> str:
@@ -145,7 +157,7 @@ def export_gguf_deci(
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:
     """Write the GGUF file (``llama`` if every layer keeps one shape dividing the width, else ``deci``); returns its per-layer counts."""
-    from headprune.export.gguf import check_bpe, export_gguf
+    from headprune.export.gguf import check_bpe, export_gguf, square_refusal
     from headprune.export.gguf_pre import pre_tokenizer_of
 
     check_writable(model, dtype)  # before the layer shapes: a family GGUF cannot store is told so
@@ -153,11 +165,15 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
     check_bpe(tokenizer)
     tokenizer_pre = pre_tokenizer_of(tokenizer, tokenizer_pre)  # named, or identified as llama.cpp's converter does
     row = arch_of(model.config.model_type)
+    head_dim, hidden = int(find_sites(model)[0].head_dim), int(model.config.hidden_size)
+    why = next(filter(None, (square_refusal(model.config.model_type, heads, head_dim, hidden) for heads, _ in shapes)), None)
+    if why:  # gpt2 / gptneox: any pruned query head, before the layers' shapes are compared
+        raise ConfigError(why)
     if not row.per_layer:
         if len(set(shapes)) > 1 or len(set(widths)) > 1 or not shapes[0][0] or not min(widths or [1]):
             raise ConfigError(uneven_layers_message(row, [(*shape, width) for shape, width in zip(shapes, widths)]))
         heads, _ = shapes[0]
-        architecture = written_arch(model.config.model_type, heads, int(find_sites(model)[0].head_dim), int(model.config.hidden_size)).name
+        architecture = written_arch(model.config.model_type, heads, head_dim, hidden).name
         path = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre)
     elif gguf_architecture(shapes, widths, int(model.config.hidden_size)) == "llama":
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"

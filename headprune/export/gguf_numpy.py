@@ -1,10 +1,13 @@
-"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite, phi3, gemma2, gemma3) read back with the ``gguf`` package and
-run in numpy: its layout and its logits."""
+"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite, phi3, gemma2, gemma3) or of gpt2 / gptneox read
+back with the ``gguf`` package and run in numpy: its layout and its logits."""
 
 import numpy as np
 
-HALVES_ROTARY = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3")  # llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others (2i, 2i+1)
+# llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others (2i, 2i+1)
+HALVES_ROTARY = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gptneox")
 GEMMA = ("gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) and a tanh-GELU gate, as llama.cpp's graphs hard-code them
+NO_ROTARY = ("gpt2",)  # learned position embeddings (position_embd)
+GELU_FFN = ("gpt2", "gptneox")  # ffn_down(tanh-GELU(ffn_up(x) + b)) + b: no gate
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -53,8 +56,12 @@ class GGUFDecoder:
         self.layout = read_layout(path)
         arch = self.layout["architecture"]
         self.weights = {t.name: np.asarray(t.data, dtype=np.float32) for t in reader.tensors}
-        self.eps = float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon"))
+        self.eps = float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon") or 0.0)
+        self.layer_norm_eps = float(_field(reader, f"{arch}.attention.layer_norm_epsilon") or 0.0)
         self.head_dim = int(_field(reader, f"{arch}.attention.key_length"))
+        self.rotated = 0 if arch in NO_ROTARY else int(_field(reader, f"{arch}.rope.dimension_count") or self.head_dim)
+        self.parallel = bool(_field(reader, f"{arch}.use_parallel_residual"))  # gptneox: x + attn(ln1 x) + ffn(ln2 x)
+        self.gelu_ffn = arch in GELU_FFN
         self.theta = float(_field(reader, f"{arch}.rope.freq_base") or 10000.0)
         self.rope_factor = float(_field(reader, f"{arch}.rope.scaling.factor") or 1.0)
         self.halves = arch in HALVES_ROTARY
@@ -73,19 +80,26 @@ class GGUFDecoder:
         self.theta_swa = float(_field(reader, f"{arch}.rope.freq_base_swa") or self.theta)
 
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """RMS norm by the weight ``name``, or LayerNorm where the file holds its bias (gpt2, gptneox)."""
         x64 = x.astype(np.float32)
-        return x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + self.eps) * self.weights[name]
+        bias = self.weights.get(name.removesuffix(".weight") + ".bias")
+        if bias is None:
+            return x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + self.eps) * self.weights[name]
+        centred = x64 - x64.mean(-1, keepdims=True)
+        return centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + self.layer_norm_eps) * self.weights[name] + bias
 
     def _rotate(self, x: np.ndarray, positions: np.ndarray, sliding: bool = False) -> np.ndarray:
-        """Rotary embedding of x (B, T, heads, d) on pairs (2i, 2i+1), or (i, i + d/2) for the halves layout; a sliding
-        layer rotates by its own base, unscaled (gemma3)."""
-        d = self.head_dim
+        """Rotary embedding of the first ``rotated`` dims of x (B, T, heads, d) on pairs (2i, 2i+1), or (i, i + d/2) for the
+        halves layout; a sliding layer rotates by its own base, unscaled (gemma3); the other dims pass (partial rotary)."""
+        d = self.rotated
+        if d == 0:
+            return x
         theta, factor = (self.theta_swa, 1.0) if sliding else (self.theta, self.rope_factor)
         inv = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (d/2,)
         angle = (positions[:, None] / factor) * inv[None]  # (T, d/2)
         cos, sin = np.cos(angle)[None, :, None].astype(np.float32), np.sin(angle)[None, :, None].astype(np.float32)
         first, second = (slice(0, d // 2), slice(d // 2, d)) if self.halves else (slice(0, d, 2), slice(1, d, 2))
-        out = np.empty_like(x)
+        out = x.copy()
         out[..., first] = x[..., first] * cos - x[..., second] * sin
         out[..., second] = x[..., first] * sin + x[..., second] * cos
         return out
@@ -97,7 +111,8 @@ class GGUFDecoder:
         if fused is not None:
             q, kv = (self.layout[key][layer] * self.head_dim for key in ("head_count", "head_count_kv"))
             start, stop = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}[part]
-            return x @ fused[start:stop].T
+            bias = self.weights.get(f"blk.{layer}.attn_qkv.bias")
+            return x @ fused[start:stop].T + (0 if bias is None else bias[start:stop])
         out = x @ self.weights[f"blk.{layer}.attn_{part}.weight"].T
         bias = self.weights.get(f"blk.{layer}.attn_{part}.bias")
         return out if bias is None else out + bias
@@ -126,16 +141,36 @@ class GGUFDecoder:
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         probs = scores / scores.sum(-1, keepdims=True)
         context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(batch, length, heads * d)
-        return self._post_norm(context @ self.weights[f"blk.{layer}.attn_output.weight"].T, f"blk.{layer}.post_attention_norm.weight")
+        out = self._linear(context, f"blk.{layer}.attn_output")
+        return self._post_norm(out, f"blk.{layer}.post_attention_norm.weight")
+
+    def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
+        """x @ W.T of the tensor ``<name>.weight``, plus ``<name>.bias`` where the file holds one."""
+        bias = self.weights.get(f"{name}.bias")
+        out = x @ self.weights[f"{name}.weight"].T
+        return out if bias is None else out + bias
+
+    def _gelu_ffn(self, h: np.ndarray, layer: int) -> np.ndarray:
+        """gpt2 / gptneox's feed-forward block: ffn_down(tanh-GELU(ffn_up(h))), with their biases."""
+        return self._linear(_gelu_tanh(self._linear(h, f"blk.{layer}.ffn_up")), f"blk.{layer}.ffn_down")
 
     def _post_norm(self, x: np.ndarray, name: str) -> np.ndarray:
         """The block output's RMS norm before it joins the residual stream, where the file holds one (Gemma)."""
         return x if name not in self.weights else self._norm(x, name)
 
+    def _gpt_block_end(self, x: np.ndarray, attention: np.ndarray, layer: int) -> np.ndarray:
+        """The rest of a gpt2 / gptneox layer after its attention: the FFN on the stream after attention, or (parallel
+        residual) on the stream the layer received, both added to it."""
+        after = x + attention
+        h = self._norm(x if self.parallel else after, f"blk.{layer}.ffn_norm.weight")
+        return after + self._gelu_ffn(h, layer)
+
     def logits(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Logits (B, T, vocab) of right-padded token ids (B, T); padded keys are masked out."""
         keys_valid = np.ones(input_ids.shape, dtype=bool) if attention_mask is None else attention_mask.astype(bool)
         x = self.weights["token_embd.weight"][input_ids] * np.float32(self.embedding_scale)  # (B, T, hidden)
+        if "position_embd.weight" in self.weights:  # gpt2: learned positions 0 .. T-1
+            x = x + self.weights["position_embd.weight"][: input_ids.shape[1]]
         scale = np.float32(self.residual_scale)  # granite: each block's output scaled before it joins the residual stream
         for layer in range(len(self.layout["head_count"])):
             attention = None
@@ -143,6 +178,9 @@ class GGUFDecoder:
                 attention = self._attention(self._norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
             if self.layout["feed_forward_length"][layer] == 0:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
+            if self.gelu_ffn:
+                x = self._gpt_block_end(x, attention, layer)
+                continue
             x = x if attention is None else x + attention * scale
             h = self._norm(x, f"blk.{layer}.ffn_norm.weight")
             up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T

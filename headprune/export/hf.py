@@ -27,10 +27,10 @@ class StockShape:
     head_dim: int
 
 
-def stock_shape(model: nn.Module) -> StockShape:
-    """The one attention shape of all layers of a (pruned) Llama-family model, or a ConfigError naming the layers that differ."""
+def stock_shape(model: nn.Module, types: tuple[str, ...] = STOCK_TYPES) -> StockShape:
+    """The one attention shape of all layers of a (pruned) model of ``types``, or a ConfigError naming the layers that differ."""
     model_type = getattr(model.config, "model_type", None)
-    if model_type not in STOCK_TYPES:
+    if model_type not in types:
         raise ConfigError(not_stock_message(model_type))
     shapes = {}
     for site in find_sites(model):
