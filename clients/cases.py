@@ -207,10 +207,26 @@ TINY_FAMILY_CONFIGS = {  # the config class and fields of each family's tiny dec
 }
 
 
+TINY_GPT_CONFIGS = {  # the config class and whole shape of the families without KV groups (hidden 32, 4 heads of 8, FFN 64)
+    "gpt2": ("GPT2Config", {"n_embd": 32, "n_layer": 4, "n_head": 4, "n_inner": 64, "n_positions": 64}),  # Conv1D, learned positions
+    "gpt_neox": (  # per-head fused q/k/v, rotary over half of each head, parallel residual, Pythia's exact GELU
+        "GPTNeoXConfig",
+        {
+            "hidden_size": 32,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "intermediate_size": 64,
+            "max_position_embeddings": 64,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        },
+    ),
+}
+
+
 def tiny_family(model_type: str):
-    """A random 4-layer decoder of ``model_type`` (hidden 32, 4 query heads over 2 KV heads of size 8, FFN 64), with its
-    family's own parts made visible (biases, norms and multipliers away from their initial values), and tiny_llama's
-    trained BPE tokenizer."""
+    """A random 4-layer decoder of ``model_type`` (hidden 32, 4 query heads over 2 KV heads of size 8, FFN 64; gpt2 and
+    gpt_neox: 4 heads of 8), with its family's own parts made visible (biases, norms and multipliers away from their
+    initial values), and tiny_llama's trained BPE tokenizer."""
     import transformers
     from transformers import AutoModelForCausalLM
 
@@ -218,12 +234,15 @@ def tiny_family(model_type: str):
 
     tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
     torch.manual_seed(0)
-    config_class, fields = TINY_FAMILY_CONFIGS[model_type]
-    shape = {"num_hidden_layers": 4, **fields}
+    if model_type in TINY_GPT_CONFIGS:
+        config_class, shape = TINY_GPT_CONFIGS[model_type]
+    else:
+        config_class, fields = TINY_FAMILY_CONFIGS[model_type]
+        grouped = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32, "intermediate_size": 64}
+        shape = {**grouped, "max_position_embeddings": 64, "num_hidden_layers": 4, **fields}
     config = getattr(transformers, config_class)(
-        vocab_size=len(tokenizer), num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-        intermediate_size=64, max_position_embeddings=64, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, **shape,
+        vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, **shape,
     )  # fmt: skip
     attention = "eager" if model_type == "gemma2" else "sdpa"  # Gemma 2's soft-capping runs in eager attention only
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attention).eval()

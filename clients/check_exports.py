@@ -20,10 +20,12 @@ vLLM (clients/vllm_jobs.py, vLLM's CPU build in its own ``.clients/vllm-venv``; 
 cannot be built): ``deci_hf`` exports of a head-size-32 tiny Llama and of SmolLM2, greedy tokens and log-probabilities.
 ``--only hidden`` runs the cases with residual channels pruned alone, in llama.cpp and vLLM. ``--only families``: a tiny
 random decoder of each other family GGUF writes (clients/family_jobs.py: qwen2, qwen3, granite, phi3, gemma2, gemma3_text), unpruned and with one KV
-group and half the FFN neurons of every layer removed, f32 and f16, in llama.cpp.
+group and half the FFN neurons of every layer removed, f32 and f16, in llama.cpp; gpt2 and gpt_neox unpruned, with half the
+FFN neurons of every layer removed, and with a layer removed; ``--family <model type>`` (repeated) runs those families only.
 Prints a table (client, file, check, result) and exits 1 when a check fails.
 
-    python -m clients.check_exports [--only tiny|smollm2|pipeline|kvpress|vllm|hidden|families] [--prune-run <run>] [--new-tokens 30] [--no-lm-eval]
+    python -m clients.check_exports [--only tiny|smollm2|pipeline|kvpress|vllm|hidden|families] [--family gpt2 ...] [--prune-run <run>]
+                                    [--new-tokens 30] [--no-lm-eval]
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ def main() -> int:
     parser.add_argument("--only", choices=("tiny", "smollm2", "pipeline", "kvpress", "vllm", "hidden", "families"), default=None)
     parser.add_argument("--prune-run", type=Path, default=None, help="reuse this SmolLM2 prune run (kv_group, lsq) for the pipeline")
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the data directory (Multi30k)")
+    parser.add_argument("--family", action="append", default=None, help="--only families: this model type's cases only (repeatable)")
     parser.add_argument("--new-tokens", type=int, default=30)
     parser.add_argument("--clients", type=Path, default=ROOT / ".clients")
     parser.add_argument("--no-lm-eval", action="store_true", help="skip lm-evaluation-harness (it installs into the venv on first use)")
@@ -224,9 +227,12 @@ def main() -> int:
     if args.only in (None, "tiny"):
         jobs += tiny_jobs(out, min(args.new_tokens, 20))
     if args.only in (None, "families"):
-        from clients.family_jobs import family_jobs
+        from clients.family_jobs import FAMILIES, family_jobs
 
-        jobs += family_jobs(out, min(args.new_tokens, 20))
+        unknown = sorted(set(args.family or ()) - set(FAMILIES))
+        if unknown:
+            parser.error(f"--family {unknown[0]}: the families are {', '.join(FAMILIES)}")
+        jobs += family_jobs(out, min(args.new_tokens, 20), tuple(args.family or FAMILIES))
     if args.only in (None, "smollm2"):
         jobs += smollm2_jobs(out, args.new_tokens)
     if args.only in (None, "hidden"):

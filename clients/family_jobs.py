@@ -1,35 +1,50 @@
 """GGUF exports of each non-Llama family's tiny decoder (clients/cases.py ``tiny_family``) for llama.cpp: unpruned, and
-pruned uniformly (one KV group and half the FFN neurons of every layer), f32 and f16."""
+pruned uniformly (one KV group and half the FFN neurons of every layer), f32 and f16; gpt2 and gpt_neox (llama.cpp's graphs
+read square attention: no head pruned) unpruned, with half the FFN neurons of every layer, and with layer 1 removed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from clients.cases import JOINT, TINY_FAMILY_CONFIGS, TINY_TEXTS, TRAINED_PRE, export_case, joint_mask, tiny_family
+from clients.cases import JOINT, TINY_FAMILY_CONFIGS, TINY_GPT_CONFIGS, TINY_TEXTS, TRAINED_PRE, export_case, joint_mask, tiny_family
 
 # llama.cpp's CPU GELU reads a float16 table (ggml's GGML_GELU_FP16): on these tiny Gemma files (weights x4) its logits
 # differ from the exact tanh-GELU by up to 2.4e-3 of their scale (f32 file and cache), while a numpy model with that table
 # agrees within 1e-5 (gemma2) and 2.4e-4 (gemma3): the tolerance of the GELU families, relative to the logits' scale
 GELU_TOLERANCE = {"tolerance": 3e-3, "f16_tolerance": 2e-2}
-GELU_FAMILIES = ("gemma2", "gemma3_text")
+GELU_FAMILIES = ("gemma2", "gemma3_text", "gpt2", "gpt_neox")  # gpt_neox: Pythia's exact GELU, which llama.cpp computes as tanh
+FAMILIES = (*TINY_FAMILY_CONFIGS, *TINY_GPT_CONFIGS)
 
 
-def family_jobs(out: Path, new_tokens: int, families=tuple(TINY_FAMILY_CONFIGS)) -> list[dict]:
-    """The jobs of every family: ``<family> unpruned`` and ``<family> uniform`` in f32 and f16."""
+def family_masks(model_type: str, gates, layers: int) -> dict:
+    """{case: mask} of a family: unpruned and uniform (one KV group, 32 of 64 neurons per layer); the square-attention families
+    (gpt2, gpt_neox) unpruned, ``ffn`` (32 neurons per layer) and ``layer`` (layer 1 removed)."""
+    if model_type not in TINY_GPT_CONFIGS:
+        return {
+            "unpruned": gates.ones(),
+            "uniform": joint_mask(gates, {layer: [1] for layer in range(layers)}, dict.fromkeys(range(layers), 32)),
+        }
+    ffn, layer = gates.ones(), gates.ones()
+    ffn["dec_ffn"][:, 32:] = 0.0
+    layer["dec_layer"][1] = 0.0
+    return {"unpruned": gates.ones(), "ffn": ffn, "layer": layer}
+
+
+def family_jobs(out: Path, new_tokens: int, families=FAMILIES) -> list[dict]:
+    """The jobs of every family: ``<family> <case>`` of ``family_masks`` in f32 and f16."""
     from headprune.core.units import unit_gates
 
     jobs = []
     for family in families:
         model, tokenizer = tiny_family(family)
-        gates = unit_gates(model, JOINT)
-        layers = model.config.num_hidden_layers
-        uniform = joint_mask(gates, {layer: [1] for layer in range(layers)}, dict.fromkeys(range(layers), 32))
-        masks = {"unpruned": gates.ones(), "uniform": uniform}
+        unit = ["ffn", "layer"] if family in TINY_GPT_CONFIGS else JOINT
+        gates = unit_gates(model, unit)
+        masks = family_masks(family, gates, model.config.num_hidden_layers)
         gates.remove()
         for case, mask in masks.items():
             for dtype in ("f32", "f16"):
                 job = export_case(
-                    model, tokenizer, f"{family} {case}", mask, "gguf", dtype, out, TINY_TEXTS[:3], TRAINED_PRE, new_tokens, JOINT
+                    model, tokenizer, f"{family} {case}", mask, "gguf", dtype, out, TINY_TEXTS[:3], TRAINED_PRE, new_tokens, unit
                 )
                 jobs.append({**job, **GELU_TOLERANCE} if family in GELU_FAMILIES else job)
     return jobs
