@@ -110,6 +110,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "lm_recovery_global_lora": "lm_recovery_global_lora",
     "lm_recovery_global_fractions": "lm_recovery_global_fractions",
     "llm_reconstruct_75": "llm_reconstruct_75",  # KV groups, FFN neurons and channels at 75% of the FLOPs, reconstructed
+    "llm_reconstruct_layer_75": "llm_reconstruct_layer_75",  # KV groups, FFN neurons and layers at 75% of the FLOPs, reconstructed
 }
 TABLES.update({block: (lambda d, name=name: pareto_table(_load(d, name))) for block, name in ONE_RUN_PARETO.items()})
 UNIT_RUNS = {  # docs/results.md, section 4: one prune run per unit on the smaller MiniLM (row label: (run, its ONNX model))
@@ -150,6 +151,8 @@ RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-
     ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint"),
     ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint_20"),
     ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_20"),
+    ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint"),
+    ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint_25"),
 )
 TABLES["units_mnli_reconstruct"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in RECONSTRUCT_RUNS if (d / f"{run}.json").is_file()]

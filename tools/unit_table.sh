@@ -86,6 +86,12 @@ CHAIN=("${F[@]/prune.recover=finetune/prune.recover=reconstruct+finetune}" prune
 CHAIN25=("${CHAIN[@]/prune.control=true/prune.control=false}")
 run units_chain_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN[@]}"
 run units_chain_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25[@]}"
+CHAIN25_600=("${CHAIN25[@]/max_steps=$FT_STEPS/max_steps=$((3 * FT_STEPS))}")  # three times the steps, on three times the examples
+CHAIN25_600=("${CHAIN25_600[@]/examples=$FT_EXAMPLES/examples=$((3 * FT_EXAMPLES))}")
+CHAIN600=("${CHAIN[@]/max_steps=$FT_STEPS/max_steps=$((3 * FT_STEPS))}")
+CHAIN600=("${CHAIN600[@]/examples=$FT_EXAMPLES/examples=$((3 * FT_EXAMPLES))}")
+run units_chain_joint_600 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN600[@]}"
+run units_chain_joint_25_600 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_600[@]}"
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"

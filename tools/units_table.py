@@ -213,7 +213,7 @@ def trained_unit_rows(runs: list[tuple[str, dict]]) -> list[dict]:
                 continue  # the same control as a run above (the same fine-tune of the same model)
             shown_controls += [point["score"]] if point.get("control") else []
             removed = {kind: gone for kind, (gone, _) in kind_counts(point.get("mask", {}), results["unit"]).items()}
-            tuned = point.get("recovery") == "finetune" and not point.get("control")
+            tuned = "finetune" in str(point.get("recovery")).split("+") and not point.get("control")
             against, other = ("control", controls[0]["score"]) if tuned and controls else ("unpruned", base)
             name = "unpruned + same training (control)" if point.get("control") else f"{label}: {point_name(point)}@{point['step']}"
             reference = (controls[0] if against == "control" else unpruned) if not point.get("control") else unpruned

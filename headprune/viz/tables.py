@@ -214,7 +214,7 @@ def with_control_scores(points: list[dict]) -> list[dict]:
     out = [dict(q) for q in points]
     if control is not None:
         for q in out:
-            if q.get("recovery") == "finetune" and not q.get("control"):
+            if "finetune" in str(q.get("recovery")).split("+") and not q.get("control"):
                 q.setdefault("control_score", control["score"])
     return out
 
