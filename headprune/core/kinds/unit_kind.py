@@ -39,6 +39,7 @@ class UnitKind:
         """Why export format ``fmt`` cannot write this kind's removals yet (None: it can)."""
         return None
 
+    text_floor: bool = False  # its floor can keep every token a text uses (prune.vocab_text)
     renumbers_ids: bool = False  # its exported files speak other token ids than the task's tokenizer (``export_ids``)
 
     def export_ids(self, model: nn.Module) -> tuple[list[int], int] | None:

@@ -48,6 +48,7 @@ class VocabKind(UnitKind):
     rebuild_order = 40
     gates_class = VocabGates
     renumbers_ids = True
+    text_floor = True
     export_formats = ("hf", "onnx")  # the formats that write the rewritten tokenizer beside the renumbered rows
 
     def export_refusal(self, fmt):
