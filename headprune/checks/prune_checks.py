@@ -350,7 +350,8 @@ def check_vocab_text(cfg, prune) -> None:
         refuse_given(
             cfg, ("prune.vocab_text",), f"it keeps the tokens of these splits' text, and prune.unit={prune.unit} removes no tokens"
         )
-    check_splits(cfg, splits, "prune.vocab_text")
+    drawn = [s for s in splits if s != "importance"]  # every task draws its importance subset, from the training text
+    check_splits(cfg, drawn, "prune.vocab_text")
 
 
 def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
