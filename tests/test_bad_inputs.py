@@ -514,6 +514,22 @@ CONFIG_ROWS = [
     ("prune-finetune-progress-not-boolean", "lm", ["experiment=prune", "prune.finetune.progress=maybe"], "prune.finetune.progress", None),
     ("prune-extra-splits-repeat-the-split", "lm", ["experiment=prune", "prune.extra_splits=[eval]"], "repeats prune.split", None),
     ("prune-extra-splits-unknown", "lm", ["experiment=prune", "prune.extra_splits=[valid]"], "prune.extra_splits", None),
+    (
+        "prune-vocab-text-unknown-split",
+        "lm",
+        ["experiment=prune", "prune.unit=vocab", "prune.vocab_text=[valid]"],
+        "prune.vocab_text",
+        None,
+    ),
+    (
+        "prune-vocab-text-without-vocab",
+        "lm",
+        ["experiment=prune", "prune.vocab_text=[train]"],
+        "would be ignored: it keeps the tokens of these splits' text, and prune.unit=head removes no tokens",
+        None,
+    ),
+    ("prune-vocab-text-repeated", "lm", ["experiment=prune", "prune.unit=vocab", "prune.vocab_text=[train,train]"], "more than once", None),
+    ("prune-vocab-text-not-a-list", "lm", ["experiment=prune", "prune.unit=vocab", "prune.vocab_text=7"], "prune.vocab_text", None),
     ("speed-runtime-bogus", "lm", ["experiment=speed", "speed.runtime=tensorrt"], "speed.runtime", None),
     # schedules of targets: one kind, each step beyond the one before
     (

@@ -331,14 +331,32 @@ def check_control(cfg, prune) -> None:
 
 def check_prune_lists(prune) -> None:
     """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
-    for name in ("order", "recover", "extra_splits", "fractions"):  # groups: check_group_names; a schedule must grow: its own check
+    for name in (
+        "order",
+        "recover",
+        "extra_splits",
+        "fractions",
+        "vocab_text",
+    ):  # groups: check_group_names; a schedule must grow: its own check
         value = prune.get(name)
         if OmegaConf.is_list(value):
             no_duplicates(value, f"prune.{name}")
 
 
+def check_vocab_text(cfg, prune) -> None:
+    """prune.vocab_text names splits the task reads, for a unit whose floor keeps a text's tokens (the vocabulary)."""
+    splits = string_list(prune.given.get("vocab_text") or [], "prune.vocab_text")
+    if not any(kind.text_floor for kind in prune.unit.kinds):
+        refuse_given(
+            cfg, ("prune.vocab_text",), f"it keeps the tokens of these splits' text, and prune.unit={prune.unit} removes no tokens"
+        )
+    drawn = [s for s in splits if s != "importance"]  # every task draws its importance subset, from the training text
+    check_splits(cfg, drawn, "prune.vocab_text")
+
+
 def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
     """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
+    check_vocab_text(cfg, prune)
     given, recover, steps = prune.given, list(prune.recoveries), prune.recovering
     if given.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")

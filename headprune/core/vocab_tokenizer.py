@@ -113,7 +113,8 @@ def rewritten_tokenizer(tokenizer, kept_ids: list[int]):
 
     backend = Tokenizer.from_str(json.dumps(rewrite_tokenizer_json(tokenizer_json(tokenizer), kept_ids)))
     specials = {k: v for k, v in tokenizer.special_tokens_map.items() if isinstance(v, str)}
-    return PreTrainedTokenizerFast(tokenizer_object=backend, **specials)
+    sides = {"padding_side": tokenizer.padding_side, "truncation_side": tokenizer.truncation_side}
+    return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=tokenizer.model_max_length, **sides, **specials)
 
 
 def rewrite_saved_tokenizer(path, kept_ids: list[int]) -> None:

@@ -20,6 +20,7 @@ from headprune.export.client_check import CLIENTS, checked_in_client
 from headprune.export.gguf_tokenizer import choose_tokenizer_pre
 from headprune.export.record import console_lines, is_pruned, layer_widths, removed_units, tensor_parallel
 from headprune.export.reference import check_fields, pruned_copy, reference_outputs
+from headprune.export.renumbering import renumbering
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
 from headprune.models.sources import config_fields
 from headprune.results.run_dir import mask_to_json, write_results
@@ -92,9 +93,16 @@ def check_source_units(cfg) -> None:
         record = Path(str(cfg.export.model)).expanduser() / RECORD_FILE
         saved = (read_json(record) if record.is_file() else {}).get("kinds") or {}  # format 2: {kind name: its entries}
         kinds = [KINDS[name] for name in saved if name in KINDS]
-    refused = next((kind for kind in kinds if getattr(kind, "export_refusal", None)), None)
+    fmt = str(cfg.export.format)
+    refused = next(((kind, why) for kind in kinds if (why := kind.export_refusal(fmt))), None)
     if refused is not None:
-        raise ConfigError(f"experiment=export of a model pruned by {refused.name}: {refused.export_refusal}")
+        raise ConfigError(f"experiment=export of a model pruned by {refused[0].name}: {refused[1]}")
+    renumbered_by = next((kind for kind in kinds if kind.renumbers_ids and cfg.export.get("mask_file")), None)  # a saved one: renumbered
+    if renumbered_by is not None and str(cfg.export.quantize) != "none":  # the int8 score feeds the graphs the task's own ids
+        raise ConfigError(
+            f"export.quantize={cfg.export.quantize} scores the graphs with the task's own token ids, and a model pruned by "
+            f"{renumbered_by.name} ships renumbered ids with its rewritten tokenizer: export in f32 (export.quantize=none)"
+        )
 
 
 def check(cfg) -> None:
@@ -299,17 +307,21 @@ def run(cfg) -> dict:
         for b in task.timing_batches(int(settings.batch_size), int(settings.examples), split, seed=int(cfg.seed))
     ]
     pruned = pruned_copy(task, mask)
-    reference = reference_outputs(task, pruned, mask, batches, settings)
+    ids = renumbering(pruned, task.tokenizer)  # a kind that renumbers token ids (vocab) ships its rewritten tokenizer
+    batches, export_batches, texts = ids.batches(task.tokenizer, batches)
+    reference = reference_outputs(task, pruned, mask, batches, settings, suppress=ids.removed)
+    ids.apply(pruned)  # from here the copy speaks the files' ids
     staging = fresh_dir(output_dir(cfg) / STAGING)  # the previous export stays whole until this one is checked
     out = staging / fmt
     name = f"{cfg.model.get('name')}-pruned" if is_pruned(pruned) else str(cfg.model.get("name"))  # unpruned: as it is
-    exported = export_model(fmt, pruned, task.tokenizer, out, batches[0], str(settings.gguf_dtype), name, pre and pre["name"])
+    exported = export_model(fmt, pruned, ids.tokenizer, out, export_batches[0], str(settings.gguf_dtype), name, pre and pre["name"])
     print(
         f"[export] {fmt}: {len(exported['files'])} files written aside in {out}; checking in a fresh interpreter without headprune",
         flush=True,
     )
-    job = {**exported["job"], **sample_texts(task.tokenizer, batches), **check_fields(pruned, reference, pre)}
-    report = check_export(job, batches, reference.logits, reference.greedy, float(settings.tolerance))
+    job = {**exported["job"], **sample_texts(ids.tokenizer, export_batches), **check_fields(pruned, reference, pre)}
+    report = check_export(job, export_batches, ids.logits(reference.logits), ids.greedy(reference.greedy), float(settings.tolerance))
+    report.update(texts)
     result = export_record(task, pruned, mask, exported, staging, report, batches, settings)
     if pre is not None:
         result["tokenizer_pre"] = pre

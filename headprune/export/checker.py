@@ -51,13 +51,32 @@ class Loaded:
         self.logits, self.greedy, self.tokenizer, self.report = logits, greedy, tokenizer, report or {}
 
 
+class FileTokenizer:
+    """The ``tokenizer.json`` beside ONNX graphs, read by the ``tokenizers`` library alone, called as transformers' tokenizers are."""
+
+    def __init__(self, path):
+        from tokenizers import Tokenizer
+
+        self.backend = Tokenizer.from_file(str(path))
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
+        return {"input_ids": self.backend.encode(text, add_special_tokens=add_special_tokens).ids}
+
+
 def read_onnx(job: dict) -> Loaded:
-    """ONNX graphs in ONNX Runtime; greedy decoding runs the whole sequence again per token (no KV cache)."""
+    """ONNX graphs in ONNX Runtime (with the tokenizer.json beside them); greedy decoding runs the whole sequence again per token."""
+    from pathlib import Path
+
     runner = OnnxRunner(job["files"])
+    folder = Path(next(iter(job["files"].values()))).parent
+    tokenizer = FileTokenizer(folder / "tokenizer.json") if (folder / "tokenizer.json").is_file() else None
     step = lambda ids, mask: runner.logits({"input_ids": ids, "attention_mask": mask})  # noqa: E731
     providers = sorted({p for s in runner.sessions.values() for p in s.get_providers()})
     return Loaded(
-        runner.logits, lambda prompt: greedy_loop(step, prompt, job["new_tokens"], job["eos"], job["pad"]), None, {"providers": providers}
+        runner.logits,
+        lambda prompt: greedy_loop(step, prompt, job["new_tokens"], job["eos"], job["pad"]),
+        tokenizer,
+        {"providers": providers, "tokenizer": "tokenizers (tokenizer.json)" if tokenizer else None},
     )
 
 

@@ -45,8 +45,8 @@ def _on_device(model: nn.Module, batches: list[dict]) -> list[dict]:
     return [{k: v.to(device) for k, v in b.items()} for b in batches]
 
 
-def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settings) -> Reference:
-    """The masked task model's logits and greedy tokens on ``batches``, and the f32 round-off of that computation against float64."""
+def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settings, suppress: list[int] | None = None) -> Reference:
+    """The masked task model's logits and greedy tokens on ``batches`` (never a ``suppress`` id), and the f32 round-off against float64."""
     rounded = FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16"
     if rounded:
         from headprune.export.gguf import rounded_like_gguf
@@ -59,7 +59,7 @@ def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settin
         greedy = None
         if is_decoder_lm(pruned):
             prompt, eos_pad, new = greedy_prompt(batches), eos_and_pad(pruned), int(settings.new_tokens)
-            greedy = (prompt, greedy_tokens(model, prompt, new), *eos_pad, new)
+            greedy = (prompt, greedy_tokens(model, prompt, new, suppress), *eos_pad, new)
         masked = None
         if rounded:  # how far the rounded weights move the logits from the masked f32 model
             with task.gates.masked(mask):

@@ -109,12 +109,14 @@ def eos_and_pad(model: nn.Module) -> tuple[list[int], int]:
 
 
 @torch.no_grad()
-def greedy_tokens(model: nn.Module, prompt: torch.Tensor, new_tokens: int) -> np.ndarray:
-    """The new tokens of plain greedy generation (stopping at EOS, padding finished rows): call it under the mask."""
+def greedy_tokens(model: nn.Module, prompt: torch.Tensor, new_tokens: int, suppress: list[int] | None = None) -> np.ndarray:
+    """The new tokens of plain greedy generation (stopping at EOS, padding finished rows, never a ``suppress`` id): call it under the mask."""
     from transformers import GenerationConfig
 
     eos, pad = eos_and_pad(model)
     config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, eos_token_id=eos, pad_token_id=pad)
+    if suppress:  # removed token ids: the masked model gives them logit 0, the export no logit at all
+        config.suppress_tokens = list(suppress)
     device = next(model.parameters()).device
     ids = prompt.to(device)
     out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)

@@ -21,6 +21,7 @@ class OrderSettings:
     n_samples: int | None  # bootstrap resamples of the ablation order's own ablation run
     progress: bool = False  # a progress bar over the training batches while scoring
     duo: Any = None  # prune.duo (steps, lr, l1): the duo order's gate training
+    vocab_text: tuple = ()  # prune.vocab_text: splits whose text's tokens the floor keeps
 
 
 def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) -> dict:
@@ -227,6 +228,7 @@ def order_settings(cfg) -> OrderSettings:
         n_samples=int(prune.n_samples) if prune else None,
         progress=True,
         duo=prune.get("duo") if prune else None,
+        vocab_text=tuple(str(s) for s in (prune.get("vocab_text") or [])) if prune else (),
     )
 
 
@@ -240,14 +242,16 @@ def check_order(order: str) -> str:
 def order_scores(task, order: str, settings: OrderSettings, shared: dict | None = None, mask=None) -> dict:
     """The score per head of one order (lower = pruned first); unmasked scores are kept in ``shared[order]``."""
     scores = _cached(shared, order, mask, lambda: ORDERS[check_order(order)].scores(task, settings, mask=mask, shared=shared))
-    return with_floor(task, scores)
+    return with_floor(task, scores, settings.vocab_text)
 
 
-def with_floor(task, scores: dict) -> dict:
-    """``scores`` with +inf on the units their kinds never remove (a vocabulary's special and base tokens): no order removes them."""
+def with_floor(task, scores: dict, text_splits: tuple = ()) -> dict:
+    """``scores`` with +inf on the units their kinds never remove (a vocabulary's special and base tokens, and the tokens
+    ``text_splits`` use): no order removes them."""
     from headprune.core.unit_kinds import kinds_of
+    from headprune.tasks.text_ids import text_token_ids
 
-    needed = getattr(task, "needed_token_ids", lambda: [])()
+    needed = [*getattr(task, "needed_token_ids", lambda: [])(), *text_token_ids(task, text_splits)]
     out = dict(scores)
     for kind in kinds_of(task.gates.unit):
         for group, fixed in kind.floor(task.gates, getattr(task, "tokenizer", None), needed).items():

@@ -68,6 +68,13 @@ class SharedTaskMethods(SavesHF):
         """The split's batches as the model's forward pass takes them (targets teacher-forced)."""
         raise NotImplementedError
 
+    def token_rows(self, split: str):
+        """Each example's input token ids (padding left out), from the split's forward batches."""
+        for batch in self.forward_batches(split):
+            mask = batch.get("attention_mask")
+            for i, row in enumerate(batch["input_ids"]):
+                yield row if mask is None else row[mask[i].bool()]
+
     def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
         """Batches of ``batch_size`` random examples of ``split`` (about ``examples`` in all), on the model's device."""
         from headprune.engine.timing import example_pool, make_batches

@@ -33,8 +33,25 @@ class UnitKind:
     record_key: str = ""  # its key in pruning records (default: its name)
     rebuild_order: int = 100  # save_pruned / load_pruned visit kinds by this rank: depth (layers) first, then widths, then the rest
     legacy_keys: tuple[str, ...] = ()  # its entries at the top level of a headprune_pruning.json written before kinds had their own
-    export_refusal: str | None = None  # why experiment=export cannot write its removals yet (None: every format can)
     gates_class: type | None = None  # the class of what ``gates`` returns: register_kind checks it has the Gates protocol's methods
+
+    def export_refusal(self, fmt: str) -> str | None:
+        """Why export format ``fmt`` cannot write this kind's removals yet (None: it can)."""
+        return None
+
+    text_floor: bool = False  # its floor can keep every token a text uses (prune.vocab_text)
+    renumbers_ids: bool = False  # its exported files speak other token ids than the task's tokenizer (``export_ids``)
+
+    def export_ids(self, model: nn.Module) -> tuple[list[int], int] | None:
+        """(the original token ids the exported files' ids 0, 1, ... stand for, the original id count); None: the ids stay."""
+        return None
+
+    def export_tokenizer(self, model: nn.Module, tokenizer):
+        """The tokenizer the exported files ship beside ``model``'s weights (the model's own unless this kind renumbers ids)."""
+        return tokenizer
+
+    def to_export_ids(self, model: nn.Module) -> None:
+        """Make a pruned copy read and write the ids its exported files speak (``export_ids``); nothing when the ids stay."""
 
     def owns(self, group: str) -> bool:
         """Whether a mask group holds units of this kind."""

@@ -2,7 +2,7 @@
 
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.site_gates import SiteGates
-from headprune.core.vocab_rows import GROUP, VOCAB_ATTR, input_embedding, vocab_book, vocab_site
+from headprune.core.vocab_rows import GROUP, SITE_ATTR, VOCAB_ATTR, input_embedding, vocab_book, vocab_site
 
 SAVED_IDS = "_headprune_vocab_original_ids"  # the config's special ids while save_pruned writes the renumbered ones
 TOKEN_ABLATION = (
@@ -47,10 +47,39 @@ class VocabKind(UnitKind):
     record_key = "vocab"
     rebuild_order = 40
     gates_class = VocabGates
-    export_refusal = (
-        "the export formats write the original tokenizer and special-token ids beside the pruned rows: save the point's "
-        "model with prune.save (headprune.save_pruned ships the rewritten tokenizer) and load it with headprune.load_pruned"
-    )
+    renumbers_ids = True
+    text_floor = True
+    export_formats = ("hf", "onnx")  # the formats that write the rewritten tokenizer beside the renumbered rows
+
+    def export_refusal(self, fmt):
+        if fmt in self.export_formats:
+            return None
+        return (
+            f"export.format={fmt} writes the original tokenizer beside the pruned token rows: use export.format="
+            f"{' or '.join(self.export_formats)} (they ship the rewritten tokenizer), or save the point's model with prune.save "
+            "and load it with headprune.load_pruned"
+        )
+
+    def export_ids(self, model):
+        book, table = getattr(model, VOCAB_ATTR, None), input_embedding(model)
+        if not book or getattr(getattr(table, SITE_ATTR, None), "old_to_new", None) is None:
+            return None  # nothing removed, or a loaded pruned model: it reads and writes its own ids already
+        return list(book["ids"]), int(book["size_orig"])
+
+    def export_tokenizer(self, model, tokenizer):
+        from headprune.core.vocab_tokenizer import rewritten_tokenizer
+
+        found = self.export_ids(model)
+        return tokenizer if found is None or tokenizer is None else rewritten_tokenizer(tokenizer, found[0])
+
+    def to_export_ids(self, model):
+        from headprune.core.vocab_pruning import set_ids, vocab_meta
+
+        meta = vocab_meta(model)
+        if meta is None:
+            return
+        vocab_site(model).old_to_new = None  # no id view: new ids in, logits over the kept ids out
+        set_ids(model, meta["special_ids"])
 
     def recovery_refusal(self):
         return (

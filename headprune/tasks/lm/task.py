@@ -212,6 +212,10 @@ class LanguageModelingTask(SavesHF):
         nll, tokens = token_nll(logits, batch["labels"].to(logits.device))
         return (nll / tokens.clamp(min=1)).to(logits.dtype)
 
+    def token_rows(self, split: str) -> list[list[int]]:
+        """Each text's token ids (BOS included, truncated as evaluated)."""
+        return self.data.split(split)
+
     def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
         """``examples`` texts of ``split`` drawn with ``seed`` (with replacement past the split's size), in batches."""
         ids = self.data.split(split)

@@ -63,6 +63,10 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
     def forward_batches(self, split: str) -> list[dict]:
         return list(self._require_data().loader(split))
 
+    def token_rows(self, split: str):
+        """Each example's token ids (special tokens included, no padding)."""
+        return self._require_data().dataset(split).encodings["input_ids"]
+
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """``examples`` training examples drawn with ``seed``, in length-grouped batches of the training batch size, shuffled."""
         data = self._require_data()

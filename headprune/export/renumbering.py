@@ -1,0 +1,125 @@
+"""Exports whose token ids are renumbered (a kind's ``export_ids``): the check on text, the masked reference at the kept ids.
+
+The export runs on text split by the tokenizer it ships; the masked model on the same text split by the model's own
+tokenizer. A check row is a text both split into the same tokens (the shipped ids mapped back to the original ones);
+the masked model's logits over every original id are compared at the kept ids, in the files' order.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from headprune.core.checks import ConfigError
+from headprune.core.kinds import KINDS
+
+
+@dataclass
+class Renumbering:
+    """The original ids the exported files' ids 0, 1, ... stand for (``kept``; None: the ids stay) and the tokenizer shipped."""
+
+    kind: object = None
+    kept: list[int] | None = None
+    size: int = 0  # the original id count
+    tokenizer: object = None
+
+    @property
+    def removed(self) -> list[int] | None:
+        """The original ids the files hold no row of (None: the ids stay)."""
+        if self.kept is None:
+            return None
+        kept = set(self.kept)
+        return [i for i in range(self.size) if i not in kept]
+
+    def old_to_new(self) -> torch.Tensor:
+        """(size,) each original id's id in the files; -1 at a removed id."""
+        table = torch.full((self.size,), -1, dtype=torch.long)
+        table[torch.tensor(self.kept, dtype=torch.long)] = torch.arange(len(self.kept))
+        return table
+
+    def batches(self, tokenizer, batches: list[dict]) -> tuple[list[dict], list[dict], dict]:
+        """(the reference's batches in original ids, the export's in the files' ids, how the check texts were split).
+
+        A text both tokenizers split alike keeps its row (and its token types); another is split again by the shipped
+        tokenizer (the masked model reads those tokens' original ids) where a row holds nothing but ids and a mask.
+        """
+        if self.kept is None:
+            return batches, batches, {}
+        table, kept = self.old_to_new(), torch.tensor(self.kept, dtype=torch.long)
+        reference, export, counts = [], [], {"check_texts": 0, "split_alike": 0, "split_again": 0}
+        for batch in batches:
+            ids = batch["input_ids"]
+            mask = batch.get("attention_mask", torch.ones_like(ids))
+            rows = [row[real.bool()].tolist() for row, real in zip(ids, mask)]
+            split = [self._split(tokenizer, row) for row in rows]
+            alike = [i for i, (row, new) in enumerate(zip(rows, split)) if [self.kept[t] for t in new] == row]
+            counts["check_texts"] += len(rows)
+            if alike:
+                chosen = _rows(batch, alike)
+                reference.append(chosen)
+                export.append({**chosen, "input_ids": table[chosen["input_ids"]].clamp(min=0)})  # padding: a special id, kept
+                counts["split_alike"] += len(alike)
+            again = [split[i] for i in range(len(rows)) if i not in set(alike)]
+            if again and set(batch) <= {"input_ids", "attention_mask"}:  # token types of a text split otherwise: unknown
+                pad = int(table[int(ids[mask == 0][0])]) if bool((mask == 0).any()) else 0
+                new, real = _padded(again, pad)
+                reference.append({"input_ids": kept[new], "attention_mask": real})
+                export.append({"input_ids": new, "attention_mask": real})
+                counts["split_again"] += len(again)
+        if not reference:
+            raise ConfigError(
+                f"none of the {counts['check_texts']} check texts of export.split is split alike by the exported (rewritten) "
+                "tokenizer and the model's own, and their rows hold token types: check on more texts (export.examples) or another split"
+            )
+        return reference, export, counts
+
+    def _split(self, tokenizer, ids: list[int]) -> list[int]:
+        """The shipped tokenizer's ids of the text of ``ids`` (the model's own tokenizer's ids)."""
+        text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def logits(self, reference: list[np.ndarray]) -> list[np.ndarray]:
+        """The masked model's logits at the kept ids, in the files' order (logits not over the vocabulary: as they are)."""
+        if self.kept is None:
+            return reference
+        return [r[..., self.kept] if r.shape[-1] == self.size else r for r in reference]
+
+    def greedy(self, greedy: tuple | None) -> tuple | None:
+        """The reference's greedy (prompt, tokens, eos, pad, new tokens) in the files' ids."""
+        if self.kept is None or greedy is None:
+            return greedy
+        table = self.old_to_new()
+        prompt, tokens, eos, pad, new = greedy
+        mapped = table[torch.as_tensor(tokens, dtype=torch.long)].numpy()
+        return table[prompt], mapped, [int(table[e]) for e in eos], int(table[pad]), new
+
+    def apply(self, model: nn.Module) -> None:
+        """Make the pruned copy read and write the files' ids (its special-token ids renumbered)."""
+        if self.kind is not None:
+            self.kind.to_export_ids(model)
+
+
+def _rows(batch: dict, rows: list[int]) -> dict:
+    """The ``rows`` of every tensor of a batch that has one row per example."""
+    picked, count = torch.tensor(rows, dtype=torch.long), len(batch["input_ids"])
+    return {k: v.index_select(0, picked) if v.dim() and v.shape[0] == count else v for k, v in batch.items()}
+
+
+def _padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids (B, T) right-padded with ``pad``, attention mask (B, T)) of token rows."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row, dtype=torch.long), 1
+    return ids, mask
+
+
+def renumbering(model: nn.Module, tokenizer) -> Renumbering:
+    """How the exported files renumber ``model``'s token ids (asked of every kind), with the tokenizer they ship."""
+    for kind in KINDS.values():
+        found = kind.export_ids(model)
+        if found is not None:
+            return Renumbering(kind, found[0], found[1], kind.export_tokenizer(model, tokenizer))
+    return Renumbering(tokenizer=tokenizer)
