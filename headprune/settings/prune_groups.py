@@ -16,12 +16,12 @@ from headprune.core.checks import (
     recovery_chains,
     rule,
 )
+from headprune.scoring.order_names import ORDER_NAMES
 from headprune.selection.joint_scale import JOINT_SCALES
 from headprune.selection.uniform import LAYOUTS
 from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
 
 RECOVERIES = ("none", "lsq", "reconstruct", "finetune")
-ORDER_NAMES = ("importance", "fisher", "ablation", "entropy", "random", "duo", "retrieval", "obs")  # headprune.sources.orders.ORDERS
 ACTIONS = ("remove", "stream")  # what a unit's gate at 0 does: the unit goes, or it attends to a sink and a recent window only
 COSTS = ("flops", "latency")
 

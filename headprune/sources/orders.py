@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
+from headprune.scoring.order_names import ORDER_NAMES
 from headprune.selection.greedy import ablation_scores, entropy_scores, random_scores
-from headprune.settings.prune_groups import ORDER_NAMES
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ ORDERS: dict[str, Order] = {
 }
 
 if tuple(ORDERS) != ORDER_NAMES:  # the settings' schema names the orders without importing them
-    raise ImportError(f"headprune.settings.prune_groups.ORDER_NAMES {ORDER_NAMES} differs from the orders {tuple(ORDERS)}")
+    raise ImportError(f"headprune.scoring.order_names.ORDER_NAMES {ORDER_NAMES} differs from the orders {tuple(ORDERS)}")
 
 ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not take
     ("entropy", "stream"): (
