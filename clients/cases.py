@@ -10,6 +10,7 @@ import torch
 
 JOINT = ["kv_group", "ffn"]  # the unit of the FFN cases: prune.unit=[kv_group,ffn]
 HIDDEN = [*JOINT, "hidden"]  # with residual channels too
+JOINT_VOCAB = [*JOINT, "vocab"]  # KV groups, FFN neurons and token rows
 TOLERANCE = {"hf": 1e-5, "f32": 3e-5, "f16": 1e-2}  # |logits - masked| over the logits' scale (at least 1); f16: any rounding
 TRAINED_PRE = "gpt-2"  # the tiny model's tokenizer is trained here: its byte-level splitting named by hand
 TINY_TEXTS = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]
@@ -33,18 +34,25 @@ def kv_mask(gates, removed: dict[int, list[int]], heads_per_kv: int) -> dict:
 
 
 @torch.no_grad()
-def masked_outputs(model, gates, mask, prompts: list[list[int]], new_tokens: int) -> dict:
+def masked_outputs(model, gates, mask, prompts: list[list[int]], new_tokens: int, kept: list[int] | None = None) -> dict:
     """The masked model's logits on every prompt, its greedy continuation and each greedy token's log-probability (no
-    cache: the plain definition)."""
+    cache: the plain definition); ``kept``: the original ids the prompts' ids stand for (a renumbered vocabulary), the
+    model reading those and its logits taken at them."""
+    columns = None if kept is None else torch.tensor(kept, dtype=torch.long)
+
+    def logits(ids):  # (T, vocabulary of the file)
+        out = model(input_ids=ids if columns is None else columns[ids]).logits[0]
+        return out if columns is None else out[:, columns]
+
     arrays = {}
     with gates.masked(mask):
         for i, prompt in enumerate(prompts):
             ids = torch.tensor([prompt])
             arrays[f"prompt{i}"] = np.array(prompt, dtype=np.int64)
-            arrays[f"reference{i}"] = model(input_ids=ids).logits[0].float().numpy()
+            arrays[f"reference{i}"] = logits(ids).float().numpy()
             logprobs = []
             for _ in range(new_tokens):
-                last = model(input_ids=ids).logits[0, -1].double()
+                last = logits(ids)[-1].double()
                 ids = torch.cat([ids, last.argmax().view(1, 1)], dim=1)
                 logprobs.append(float(torch.log_softmax(last, -1)[ids[0, -1]]))
             arrays[f"greedy{i}"] = ids[0, len(prompt) :].numpy()
@@ -62,20 +70,23 @@ def export_case(
     from headprune.core.units import prune_unit_mask, unit_gates
     from headprune.export import export_model
     from headprune.export.gguf import rounded_like_gguf
+    from headprune.export.renumbering import renumbering
 
     gates = unit_gates(model, unit)
     pruned = copy.deepcopy(model)
     pruned_gates = unit_gates(pruned, unit)
     prune_unit_mask(pruned_gates, {g: m.clone() for g, m in mask.items()})
     pruned_gates.remove()
+    ids = renumbering(pruned, tokenizer)  # a vocab mask: the file's ids and the rewritten tokenizer it ships
+    ids.apply(pruned)
     folder = out / f"{name}-{fmt}-{dtype}"
-    exported = export_model(fmt, pruned, tokenizer, folder, {}, dtype, name, tokenizer_pre)
-    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    exported = export_model(fmt, pruned, ids.tokenizer, folder, {}, dtype, name, tokenizer_pre)
+    prompts = [ids.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     if dtype == "f16":  # the reference holds the matrices as the file stores them
         rounded = rounded_like_gguf(pruned, dtype)
         arrays = masked_outputs(rounded, HeadGates(rounded), None, prompts, new_tokens)
     else:
-        arrays = masked_outputs(model, gates, mask, prompts, new_tokens)
+        arrays = masked_outputs(model, gates, mask, prompts, new_tokens, ids.kept)
     gates.remove()
     np.savez(folder / "arrays.npz", **arrays)
     path = folder if fmt in ("hf", "deci_hf") else exported["files"][0]
@@ -92,7 +103,8 @@ def export_case(
         "texts": texts,
         "text_ids": prompts,
         "expect": exported.get("architecture", "LlamaForCausalLM"),
-        "check_tokenizer": tokenizer_pre != TRAINED_PRE,  # a test tokenizer adds a prefix space no llama.cpp pre-tokenizer adds
+        # a test tokenizer adds a prefix space no llama.cpp pre-tokenizer adds: its ids are checked on texts that start with one
+        "check_tokenizer": tokenizer_pre != TRAINED_PRE or all(text.startswith(" ") for text in texts),
         "layers": [list(shape) for shape in layers],
         "ffn_widths": [site.width for site in ffn_sites_if_any(pruned)],  # neurons each layer keeps (0: emptied)
         "head_dim": int(getattr(pruned.config, "head_dim", None) or pruned.config.hidden_size // pruned.config.num_attention_heads),
@@ -123,6 +135,17 @@ def expected_deci_layout(layers: list[list[int]], widths: list[int]) -> dict:
     last = len(written) - 1
     ffn = [width or (0 if heads == 0 and layer != last else 1) for layer, ((heads, _), width) in enumerate(zip(written, widths))]
     return {"head_count": [h for h, _ in written], "head_count_kv": [kv for _, kv in written], "feed_forward_length": ffn}
+
+
+def vocab_row(model, tokenizer, every: int = 3) -> torch.Tensor:
+    """A vocab mask row [1, V]: every ``every``-th token beyond the tokenizer's floor (special tokens, the 256 bytes) removed."""
+    from headprune.core.kinds import KINDS
+    from headprune.core.units import unit_gates
+
+    floor = KINDS["vocab"].floor(unit_gates(model, "vocab"), tokenizer, [])["vocab"]  # (1, V) bool: never removed
+    row = torch.ones(floor.shape)
+    row[0, (~floor[0]).nonzero().flatten()[::every]] = 0.0
+    return row
 
 
 def joint_mask(gates, removed_kv: dict[int, list[int]], kept_neurons: dict[int, int], kept_channels: int | None = None, order=None) -> dict:

@@ -200,3 +200,16 @@ def test_hub_texts_drop_empty_lines(tmp_path, monkeypatch):
     texts = load_texts(cfg.data)
     assert texts["eval"] == ["= Heading =", "A sentence of the corpus ."]
     assert ("Salesforce/wikitext", "wikitext-103-raw-v1", "test") in calls and len(calls) == 3
+
+
+def test_bits_per_byte_equals_the_nll_over_the_texts_bytes(task):
+    from headprune.export.client_check import adds_prefix_space
+
+    result = task.evaluate()
+    texts, ids = task.data.texts["eval"], task.data.split("eval")
+    assert [len(x) for x in ids] == [1 + len(task.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]  # BOS, whole texts
+    spaced = adds_prefix_space(task.tokenizer)  # the scored tokens cover the space the tokenizer puts before the text
+    covered = sum(len(text.encode("utf-8")) + int(spaced and not text.startswith(" ")) for text in texts)
+    nll = sum(_manual_nll(task.model, x)[0] for x in ids)
+    assert result.measures["bits_per_byte"] == pytest.approx(nll / (np.log(2) * covered), rel=1e-6)
+    assert result.measures["perplexity_per_byte"] == pytest.approx(2 ** result.measures["bits_per_byte"], rel=1e-9)

@@ -64,7 +64,6 @@ def test_formats_that_ship_the_original_tokenizer_are_refused_before_any_work(vo
     monkeypatch.setattr(registry, "load_task", lambda cfg: pytest.fail("validation loaded the task"))
     mask = f"export.mask_file={vocab_masks['lm']}"
     cases = [
-        (["export.format=gguf", "export.tokenizer_pre=gpt-2", mask], "pruned by vocab: export.format=gguf.*hf or onnx"),
         (["export.format=deci_hf", mask], "pruned by vocab: export.format=deci_hf"),
         (["export.format=onnx", "export.quantize=int8", mask], "export.quantize=int8 .*renumbered ids"),
     ]

@@ -334,7 +334,7 @@ def run(cfg) -> dict:
         (staging / "check.json").write_text(json.dumps(report, indent=1, default=str))
         raise ValueError(refusal_message(fmt, report, staging))
     if bool(settings.client_check):
-        result["client_check"] = checked_in_client(task, mask, reference, fmt, dtype, out, staging)  # a refusal raises
+        result["client_check"] = checked_in_client(task, mask, reference, fmt, dtype, out, staging, ids)  # a refusal raises
     if str(settings.quantize) == "int8":
         result["quantized"] = quantized_record(task, exported["graphs"], pruned.config, out, mask, settings)
     replace_dir(staging, output_dir(cfg) / EXPORT_DIR)  # every file of the previous export goes (an int8 graph too)

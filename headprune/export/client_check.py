@@ -56,16 +56,22 @@ def installed_python(fmt: str) -> Path | None:
 
 
 @torch.no_grad()
-def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int]) -> dict[str, np.ndarray]:
+def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int], kept: list[int] | None = None) -> dict[str, np.ndarray]:
     """prompt{i}, greedy{i} (cut after the first EOS), logprobs{i} of each greedy token under ``model`` and margin{i}, its lead
-    over the likeliest other token (log-probabilities): what the client compares."""
+    over the likeliest other token (log-probabilities): what the client compares. ``kept``: the original ids the file's ids
+    0, 1, ... stand for (a renumbered vocabulary): the arrays in the file's ids, log-probabilities over the kept ids only."""
+    columns = None if kept is None else torch.tensor(kept, dtype=torch.long)
+    to_file = (lambda ids: ids) if kept is None else {old: new for new, old in enumerate(kept)}.__getitem__
     arrays = {}
     for i, (row, new) in enumerate(zip(prompt.tolist(), tokens.tolist())):
         stop = next((k + 1 for k, t in enumerate(new) if t in eos), len(new))
         new = new[:stop]
         ids = torch.tensor([row + new], device=next(model.parameters()).device)
-        logprobs = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
-        positions, chosen = torch.arange(len(row) - 1, len(row) + len(new) - 1), torch.tensor(new)
+        logits = model(input_ids=ids).logits[0].double()
+        logits = logits if columns is None else logits[:, columns.to(logits.device)]  # (T, kept): the file's vocabulary
+        logprobs = torch.log_softmax(logits, -1)
+        row, new = [to_file(t) for t in row], [to_file(t) for t in new]
+        positions, chosen = torch.arange(len(row) - 1, len(row) + len(new) - 1), torch.tensor(new, dtype=torch.long)
         picked = logprobs[positions, chosen]
         others = logprobs[positions].index_put((torch.arange(len(new)), chosen), torch.tensor(-torch.inf, dtype=torch.float64))
         arrays[f"prompt{i}"] = np.array(row, dtype=np.int64)
@@ -140,8 +146,9 @@ def client_line(report: dict) -> str:
     return f"[export] {report['client']} {verdict}: " + "; ".join(f"{row['check']} {row['detail']}" for row in report["rows"])
 
 
-def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, staging: Path) -> dict:
-    """export.client_check: the ``dtype`` file run by its client where one is installed (a ValueError when it disagrees), printed."""
+def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, staging: Path, ids=None) -> dict:
+    """export.client_check: the ``dtype`` file run by its client where one is installed (a ValueError when it disagrees), printed;
+    ``ids`` (a Renumbering): the file's token ids and the tokenizer it ships, where a kind renumbered them."""
     import tempfile
 
     if fmt not in CLIENTS or reference.greedy is None:
@@ -155,9 +162,12 @@ def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, st
         }
     else:
         prompt, tokens, eos = reference.greedy[:3]
+        kept = None if ids is None else ids.kept
         with task.gates.masked(mask):
-            arrays = greedy_arrays(reference.model, prompt, tokens, eos)
-        texts = probe_texts(task.tokenizer, prompt) if fmt == "gguf" else None
+            arrays = greedy_arrays(reference.model, prompt, tokens, eos, kept)
+        # the tokenizer shipped, on the prompts in the file's ids
+        tokenizer, shown = (task.tokenizer, prompt) if kept is None else (ids.tokenizer, ids.old_to_new()[prompt])
+        texts = probe_texts(tokenizer, shown) if fmt == "gguf" else None
         with tempfile.TemporaryDirectory() as work:
             report = run_client(fmt, out, arrays, Path(work), dtype, texts)
     print(client_line(report), flush=True)

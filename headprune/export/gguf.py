@@ -206,7 +206,7 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
     if not special.merges:
         raise ValueError(
             "the tokenizer has no BPE merges (a vocabulary of single bytes), which llama.cpp's gpt2 tokenizer needs: "
-            "train it with a larger vocabulary (data.tokenizer.vocab_size)"
+            "train it with a larger vocabulary (data.tokenizer.vocab_size), or remove fewer tokens (prune.unit=vocab)"
         )
     special.add_to_gguf(writer, quiet=True)
 

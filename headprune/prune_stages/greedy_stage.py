@@ -3,7 +3,16 @@
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint, noun
 from headprune.core.units import query_heads_of, units_asked
-from headprune.results.points import fraction_met, kinds_label, percent, removed_fraction, step_label, units_by_kind, what_was_removed
+from headprune.results.points import (
+    fraction_met,
+    kinds_label,
+    measures,
+    percent,
+    removed_fraction,
+    step_label,
+    units_by_kind,
+    what_was_removed,
+)
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.results.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
 from headprune.selection.ffn_widths import round_ffn_widths
@@ -94,6 +103,7 @@ def prune_stage(
         "split": split,
         "n_examples": base.n,
         "base_score": base.score,
+        **{f"base_{name}": value for name, value in measures(base).items()},  # LM: base_bits_per_byte, base_perplexity_per_byte
         "groups": groups,
         "min_units_per_layer": min_per_layer,
         "reestimate": bool(reestimated),  # true only when some order was re-estimated
@@ -125,6 +135,7 @@ def prune_stage(
                 **what_it_did(task, m),
                 "score": r.score,
                 "relative": r.score / base.score if base.score else None,
+                **measures(r),
                 "mask": mask_to_json(m),
                 **point_cost(task, m),
                 **examples_record(task, r),

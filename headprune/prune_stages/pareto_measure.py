@@ -16,6 +16,7 @@ from headprune.engine.timing import TimeBudgetError
 from headprune.prune_stages.finetune_runs import control_model, finetune_in_place, finetune_record
 from headprune.prune_stages.pareto_plan import recovery_steps
 from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
+from headprune.results.points import measures
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.ffn_lsq import unit_lsq_recoverer
@@ -193,6 +194,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
         "control": True,
         "score": score,
         "relative": relative(score, ctx.base.score),
+        **measures(results[ctx.split]),
         **outcomes(results[ctx.split]),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         **(finetune_record(history) if history is not None else {}),

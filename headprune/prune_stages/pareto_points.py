@@ -5,7 +5,7 @@ from typing import Any
 
 from headprune.core.unit_kinds import is_joint
 from headprune.core.units import query_heads_of, unit_count
-from headprune.results.points import kinds_label, units_by_kind, what_was_removed
+from headprune.results.points import kinds_label, measures, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
 from headprune.selection.greedy import heads_removed
@@ -90,6 +90,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         "score": result.score,
         "relative": relative(result.score, ctx.base.score),
+        **measures(result),
         **outcomes(result),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         "predicted_speedup": ctx.costs.speedup(mask),
@@ -118,6 +119,7 @@ def unpruned_point(ctx: ParetoRun, task) -> dict:
         "units_total": unit_count(task.gates),
         "score": ctx.base.score,
         "relative": 1.0,
+        **measures(ctx.base),
         **outcomes(ctx.base),
         **({"extra": {s: {"score": r.score, "relative": 1.0} for s, r in ctx.base_extra.items()}} if ctx.extra_splits else {}),
         "predicted_speedup": 1.0,

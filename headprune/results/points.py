@@ -96,3 +96,8 @@ def kinds_label(mask: dict, unit=None) -> str:
     for kind, (removed, total) in kind_counts(mask, unit).items():
         parts.append(f"{KINDS[kind].noun}s {percent(removed / total if total else 0.0)}")
     return ", ".join(parts)
+
+
+def measures(result) -> dict:
+    """A result's further measures beside its score (LM: bits_per_byte, perplexity_per_byte), each a field of the point."""
+    return dict(getattr(result, "measures", None) or {})

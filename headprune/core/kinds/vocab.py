@@ -49,7 +49,7 @@ class VocabKind(UnitKind):
     gates_class = VocabGates
     renumbers_ids = True
     text_floor = True
-    export_formats = ("hf", "onnx")  # the formats that write the rewritten tokenizer beside the renumbered rows
+    export_formats = ("hf", "onnx", "gguf")  # the formats that write the rewritten tokenizer beside the renumbered rows
 
     def export_refusal(self, fmt):
         if fmt in self.export_formats:

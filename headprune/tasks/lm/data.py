@@ -226,6 +226,14 @@ class LMData:
             out.append(batch)
         return out
 
+    def scored_bytes(self, split: str) -> list[int]:
+        """UTF-8 bytes of the text each row's scored tokens (all but the first) decode to: what bits per byte divide by."""
+        cache = self.__dict__.setdefault("_scored_bytes", {})
+        if split not in cache:
+            decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)  # noqa: E731
+            cache[split] = [len(decode(ids[1:]).encode("utf-8")) for ids in self.split(split)]
+        return cache[split]
+
     def split_summary(self) -> dict[str, dict[str, int]]:
         """{split: {"examples" (texts), "tokens" (BOS included, after truncation), "predicted_tokens"}}."""
         return {

@@ -1,5 +1,6 @@
 """LanguageModelingTask: perplexity of a decoder-only LLM on texts, with head gates on its attention."""
 
+import math
 import random
 
 import torch
@@ -146,7 +147,14 @@ class LanguageModelingTask(SavesHF):
                     stats[:, rows] = self._repeated_stats(batch, masks)
                 if on_batch is not None:
                     on_batch(len(rows))
-        return [self._result(stats[j], tokens) for j in range(len(masks))]
+        return [self._measured(self._result(stats[j], tokens), split) for j in range(len(masks))]
+
+    def _measured(self, result: EvalResult, split: str) -> EvalResult:
+        """``result`` with bits per byte and perplexity per byte of the text its tokens cover: comparable across vocabularies."""
+        covered = sum(self.data.scored_bytes(split))
+        nats_per_byte = sum(result.per_example["nll"]) / max(covered, 1)  # sum of token NLL (nats) over the UTF-8 bytes
+        result.measures.update(bits_per_byte=nats_per_byte / math.log(2), perplexity_per_byte=math.exp(nats_per_byte))
+        return result
 
     def _repeated_stats(self, batch: dict, masks: list) -> torch.Tensor:
         """The per-example columns (M, B, STAT_COLUMNS) of a batch: ``mask_chunk`` masks per forward, a mask per repeated row."""

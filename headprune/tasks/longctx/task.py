@@ -50,6 +50,10 @@ class PasskeyTask(LanguageModelingTask):
         hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
         return label_stats(hidden, batch["labels"].to(hidden.device), output_logits(self.model))
 
+    def _measured(self, result: EvalResult, split: str) -> EvalResult:
+        """The result as it is: an answer's log-likelihood has no text of its own to count bytes of."""
+        return result
+
     def _result(self, stats: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
         """The EvalResult of (NLL sum, misses) per example (N, 2) and answer tokens (N,)."""
         loglik = -stats[:, 0] / tokens.clamp(min=1)
