@@ -110,6 +110,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "lm_recovery_global_lora": "lm_recovery_global_lora",
     "lm_recovery_global_fractions": "lm_recovery_global_fractions",
     "llm_reconstruct_75": "llm_reconstruct_75",  # KV groups, FFN neurons and channels at 75% of the FLOPs, reconstructed
+    "llm_obs_reconstruct_75": "llm_obs_reconstruct_75",  # KV groups and FFN neurons at 75% chosen by the obs order, reconstructed
     "llm_reconstruct_layer_75": "llm_reconstruct_layer_75",  # KV groups, FFN neurons and layers at 75% of the FLOPs, reconstructed
 }
 TABLES.update({block: (lambda d, name=name: pareto_table(_load(d, name))) for block, name in ONE_RUN_PARETO.items()})
