@@ -154,6 +154,7 @@ RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-
     ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_20"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint_25"),
+    ("heads + FFN neurons, reconstructed, then distilled with layer distillation, 600 steps", "mnli_units_chain_joint_600"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation, 600 steps", "mnli_units_chain_joint_25_600"),
 )
 TABLES["units_mnli_reconstruct"] = lambda d: trained_units_table(
