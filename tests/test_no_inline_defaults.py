@@ -14,7 +14,7 @@ MAX_LINES = 60  # of one function in headprune/experiments/
 # .get(key, literal) calls on objects that are not configs but share a key with one (checkpoints, results payloads)
 NOT_SCANNED = {"validation.py"}  # checks the raw config before the settings exist; moving into each experiment's check
 NOT_CONFIG = {
-    "_stage",
+    "stage_of",
     "asked",  # a client request (headprune.export.onnx_client), not a config
     "checkpoint",
     "payload",

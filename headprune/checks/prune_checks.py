@@ -345,7 +345,7 @@ def check_prune_lists(prune) -> None:
 
 def check_vocab_text(cfg, prune) -> None:
     """prune.vocab_text names splits the task reads, for a unit whose floor keeps a text's tokens (the vocabulary)."""
-    splits = string_list(prune.given.get("vocab_text") or [], "prune.vocab_text")
+    splits = string_list(prune.given.vocab_text, "prune.vocab_text")
     if not any(kind.text_floor for kind in prune.unit.kinds):
         refuse_given(
             cfg, ("prune.vocab_text",), f"it keeps the tokens of these splits' text, and prune.unit={prune.unit} removes no tokens"

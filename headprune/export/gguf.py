@@ -204,7 +204,7 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
         tokenizer.save_pretrained(folder)
         special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
     if not special.merges:
-        raise ValueError(
+        raise ConfigError(
             "the tokenizer has no BPE merges (a vocabulary of single bytes), which llama.cpp's gpt2 tokenizer needs: "
             "train it with a larger vocabulary (data.tokenizer.vocab_size), or remove fewer tokens (prune.unit=vocab)"
         )

@@ -228,7 +228,7 @@ def order_settings(cfg) -> OrderSettings:
         n_samples=int(prune.n_samples) if prune else None,
         progress=True,
         duo=prune.get("duo") if prune else None,
-        vocab_text=tuple(str(s) for s in (prune.get("vocab_text") or [])) if prune else (),
+        vocab_text=tuple(str(s) for s in prune.vocab_text) if prune else (),
     )
 
 
