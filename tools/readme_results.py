@@ -20,7 +20,7 @@ from units_table import gain_cell, interval_text, onnx_accuracies, trained_unit_
 
 from headprune.core.unit_kinds import KINDS, unit_kinds
 from headprune.engine.verdict import gain_text
-from headprune.results.points import kinds_label, point_name, units_removed, units_total
+from headprune.results.points import fine_tuned, kinds_label, point_name, units_removed, units_total
 from headprune.viz.tables import kv_cache_kept, prunable_share, stage_of, versus_control, with_control_scores
 
 WIDTH = 118  # the README's line length
@@ -45,7 +45,7 @@ def _point(payload: dict, name: str, step: str | None = None) -> dict:
 
 def _tuned(payload: dict) -> list[dict]:
     """A run's fine-tuned points (its control left out)."""
-    return [p for p in _points(payload) if "finetune" in str(p.get("recovery")).split("+") and not p.get("control")]
+    return [p for p in _points(payload) if fine_tuned(p)]
 
 
 def _cost(difference: float, unit: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from headprune.results.points import kind_counts, point_name
+from headprune.results.points import fine_tuned, kind_counts, point_name
 from headprune.scoring.sample_intervals import mcnemar_exact, wilson_interval
 
 
@@ -213,7 +213,7 @@ def trained_unit_rows(runs: list[tuple[str, dict]]) -> list[dict]:
                 continue  # the same control as a run above (the same fine-tune of the same model)
             shown_controls += [point["score"]] if point.get("control") else []
             removed = {kind: gone for kind, (gone, _) in kind_counts(point.get("mask", {}), results["unit"]).items()}
-            tuned = "finetune" in str(point.get("recovery")).split("+") and not point.get("control")
+            tuned = fine_tuned(point)
             against, other = ("control", controls[0]["score"]) if tuned and controls else ("unpruned", base)
             name = "unpruned + same training (control)" if point.get("control") else f"{label}: {point_name(point)}@{point['step']}"
             reference = (controls[0] if against == "control" else unpruned) if not point.get("control") else unpruned

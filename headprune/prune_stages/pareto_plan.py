@@ -3,6 +3,7 @@
 from omegaconf import OmegaConf
 
 from headprune.prune_stages.pareto_points import step_label
+from headprune.results.points import recovery_steps
 from headprune.selection.mask_search import PruneTarget, given_target
 from headprune.selection.schedule import check_schedule
 from headprune.settings import listed
@@ -17,11 +18,6 @@ def plain(value):
 def recoveries_of(settings) -> list[str]:
     """``prune.recover`` as a list of recoveries, each a step (none | lsq | reconstruct | finetune) or a chain ``a+b``."""
     return [str(r) for r in listed(settings.recover)]
-
-
-def recovery_steps(recovery: str) -> list[str]:
-    """The steps of one recovery, run in turn: ``reconstruct+finetune`` -> [reconstruct, finetune]."""
-    return recovery.split("+")
 
 
 def steps_used(recoveries) -> frozenset[str]:

@@ -12,6 +12,16 @@ def point_name(point: dict) -> str:
     return name if point["recovery"] == "none" else f"{name}+{point['recovery']}"
 
 
+def recovery_steps(recovery: str) -> list[str]:
+    """The steps of one recovery, run in turn: ``reconstruct+finetune`` -> [reconstruct, finetune]."""
+    return recovery.split("+")
+
+
+def fine_tuned(point: dict) -> bool:
+    """Whether a pruned point's recovery ends in a fine-tune (``finetune``, ``reconstruct+finetune``); the control is not one."""
+    return "finetune" in recovery_steps(str(point.get("recovery"))) and not point.get("control")
+
+
 def units_removed(record: dict) -> int | None:
     """The units a step, point or speed record removed (``heads_pruned`` in files before schema version 2)."""
     return record.get("units_removed", record.get("heads_pruned"))

@@ -143,10 +143,10 @@ def kept(y: torch.Tensor, rows: list[int] | None) -> torch.Tensor:
     return y if rows is None else y[:, rows]
 
 
-def _by_passes(model, teacher, names, batches, ridge, bar) -> dict[str, tuple[float, float]]:
+def _by_passes(model, teacher, names, batches, ridge, bar, paths: dict) -> dict[str, tuple[float, float]]:
     """Each projection fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)."""
     order, targets = teacher_targets(teacher, names, batches)
-    modules, errors, paths = dict(model.named_modules()), {}, kept_layer_paths(model, teacher)
+    modules, errors = dict(model.named_modules()), {}
     for name in order:
         module = modules[renamed(name, paths)]
 
@@ -180,7 +180,7 @@ def residual_writer(teacher: nn.Module, layer: str, call: tuple[tuple, dict]) ->
     return last if float((moved - out - delta).abs().max()) <= 1e-3 * scale else None
 
 
-def _by_layers(model, teacher, names, batches, ridge, bar, target: str = "teacher", folds: dict | None = None) -> dict | None:
+def _by_layers(model, teacher, names, batches, ridge, bar, paths: dict, target: str = "teacher", folds: dict | None = None) -> dict | None:
     """Each projection fitted on inputs from replaying its layer on the reconstructed layers' outputs; None: no layer holds one.
 
     ``target``: "teacher", the unpruned model's outputs on its own stream; "inputs", the unpruned layer's on the pruned
@@ -188,7 +188,6 @@ def _by_layers(model, teacher, names, batches, ridge, bar, target: str = "teache
     Removed layers: their residual update (teacher's layers after a kept one, on that kept layer's target stream) is added
     to the target of the kept layer's residual writer, which is then re-solved too; ``folds`` records
     {removed layer: the projection it went into, or None where none could take it}."""
-    paths = kept_layer_paths(model, teacher)
     stacks = [s for s in stacks_of(teacher) if any(layer_of(n, s) for n in names) or any(paths[layer] is None for layer in s)]
     if not stacks or any(not [layer for layer in s if paths[layer]] for s in stacks):
         return None
@@ -278,11 +277,12 @@ def reconstruct(
     if not batches:
         raise ValueError("reconstruct got no batches: give a few training batches (model inputs)")
     names = shrunk_projections(model, teacher) if projections is None else dict.fromkeys(projections)
-    removed = [layer for layer, mine in kept_layer_paths(model, teacher).items() if mine is None]
+    paths = kept_layer_paths(model, teacher)  # {teacher layer: the model's, None where removed}
+    removed = [layer for layer, mine in paths.items() if mine is None]
     if not names and not removed:
         return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None, "target": target}
     tokens = sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)  # the encoder's
-    modules, paths, folds = dict(model.named_modules()), kept_layer_paths(model, teacher), {}
+    modules, folds = dict(model.named_modules()), {}
     with (
         eval_mode(model),
         eval_mode(teacher),
@@ -291,7 +291,7 @@ def reconstruct(
         inside = {n: r for n, r in names.items() if layer_of(n, [p for s in stacks_of(teacher) for p in s])}
         check_calibration([renamed(n, paths) for n in inside], model, tokens)  # a head reading one vector per example leans on the ridge
         layered = (by_layers or target == "inputs" or removed) and (inside or removed)
-        errors = _by_layers(model, teacher, inside, batches, ridge, bar, target, folds) if layered else None
+        errors = _by_layers(model, teacher, inside, batches, ridge, bar, paths, target, folds) if layered else None
         if errors is None and removed:
             raise ValueError(f"prune.recover=reconstruct could not replay this model's layers, and it has removed layers {removed}")
         if errors is None and target == "inputs" and chosen:  # auto: layers that cannot be replayed match the teacher's stream
@@ -302,7 +302,7 @@ def reconstruct(
             )
         engine = "layers" if errors is not None else "passes"
         rest = {n: r for n, r in names.items() if errors is None or n not in errors}  # after the layers: the heads that read them
-        errors = {**(errors or {}), **(_by_passes(model, teacher, rest, batches, ridge, bar) if rest else {})}
+        errors = {**(errors or {}), **(_by_passes(model, teacher, rest, batches, ridge, bar, paths) if rest else {})}
     return {
         "projections": len(errors),
         "tokens": tokens,

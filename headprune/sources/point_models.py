@@ -11,6 +11,7 @@ from headprune.core.checks import ConfigError
 from headprune.core.saving import load_pruned, save_pruned
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.models.tokenizer_origin import keep_origin
+from headprune.results.points import recovery_steps
 from headprune.results.staging import fresh_dir, replace_dir
 
 MODELS_DIR = "models"
@@ -74,7 +75,7 @@ def wants_model(save, recovery: str, point: str) -> bool:
 def recipe_of(ctx, point: str, order_name: str, recovery: str, step: str, mask_json) -> dict:
     """What makes a point's model: the point, its mask, recovery and the settings recovery reads."""
     prune = ctx.settings
-    steps = recovery.split("+")  # a chain (reconstruct+finetune) records each step's settings
+    steps = recovery_steps(recovery)  # a chain (reconstruct+finetune) records each step's settings
     settings = _step_settings(prune, steps[0]) if len(steps) == 1 else {step: _step_settings(prune, step) for step in steps}
     return {
         "point": point,

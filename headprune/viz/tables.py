@@ -2,7 +2,16 @@
 
 from headprune.core.unit_kinds import kind_of_group, noun, shrunk_fields, unit_kinds
 from headprune.engine.verdict import is_inconclusive, prunable_fraction
-from headprune.results.points import kinds_label, point_name, point_step, removed_fraction, step_label, units_removed, units_total
+from headprune.results.points import (
+    fine_tuned,
+    kinds_label,
+    point_name,
+    point_step,
+    removed_fraction,
+    step_label,
+    units_removed,
+    units_total,
+)
 from headprune.scoring.significance import correlation
 
 NAMES = {"bleu": "BLEU"}  # how a metric is written; others by their own name
@@ -214,7 +223,7 @@ def with_control_scores(points: list[dict]) -> list[dict]:
     out = [dict(q) for q in points]
     if control is not None:
         for q in out:
-            if "finetune" in str(q.get("recovery")).split("+") and not q.get("control"):
+            if fine_tuned(q):
                 q.setdefault("control_score", control["score"])
     return out
 
