@@ -92,6 +92,11 @@ CHAIN600=("${CHAIN[@]/max_steps=$FT_STEPS/max_steps=$((3 * FT_STEPS))}")
 CHAIN600=("${CHAIN600[@]/examples=$FT_EXAMPLES/examples=$((3 * FT_EXAMPLES))}")
 run units_chain_joint_600 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN600[@]}"
 run units_chain_joint_25_600 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_600[@]}"
+# the next levers at x1.8, each with its control trained alike: twice the lr; four times the layer-loss weight
+CHAIN_LR=("${CHAIN[@]/prune.finetune.lr=5e-5/prune.finetune.lr=1e-4}")
+CHAIN_LD=("${CHAIN[@]/prune.finetune.layer_distill=1.0/prune.finetune.layer_distill=4.0}")
+run units_chain_joint_lr "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_LR[@]}"
+run units_chain_joint_ld "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_LD[@]}"
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
