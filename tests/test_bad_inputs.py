@@ -512,6 +512,20 @@ CONFIG_ROWS = [
         None,
     ),
     ("prune-finetune-progress-not-boolean", "lm", ["experiment=prune", "prune.finetune.progress=maybe"], "prune.finetune.progress", None),
+    (
+        "prune-finetune-checkpoint-every-zero",
+        "lm",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.checkpoint_every=0"],
+        "prune.finetune.checkpoint_every",
+        None,
+    ),
+    (
+        "prune-finetune-checkpoint-every-without-finetune",
+        "lm",
+        ["experiment=prune", "prune.recover=lsq", "prune.finetune.checkpoint_every=10"],
+        "prune.finetune.checkpoint_every=10 would be ignored",
+        None,
+    ),
     ("prune-extra-splits-repeat-the-split", "lm", ["experiment=prune", "prune.extra_splits=[eval]"], "repeats prune.split", None),
     ("prune-extra-splits-unknown", "lm", ["experiment=prune", "prune.extra_splits=[valid]"], "prune.extra_splits", None),
     (

@@ -2,6 +2,7 @@
 
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -11,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from headprune.core.inputs import model_inputs
 from headprune.lightning.layer_distill import LayerTargets, layer_distillation_loss, layer_targets
+from headprune.lightning.resume import SaveEvery, forget, resume_from
 from headprune.scoring.importance import per_example_loss
 
 
@@ -107,6 +109,18 @@ class RecoveryModule(L.LightningModule):
     def on_train_start(self) -> None:
         self._mark = time.perf_counter()
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """A resume checkpoint holds the student, not the frozen teacher, and the steps' history so far."""
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("teacher.")}
+        now = time.perf_counter()  # saved from a step's end, before this module's own end of step timed it
+        checkpoint["history"] = [{"seconds": now - self._mark, **step} for step in self.history]
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """The teacher's weights come from the teacher itself; the history continues."""
+        if self.teacher is not None:
+            checkpoint["state_dict"].update({f"teacher.{k}": v for k, v in self.teacher.state_dict().items()})
+        self.history = list(checkpoint.get("history", []))
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         task, distill, layers = self.losses(batch)
         loss = (1 - self.distill_weight) * task + self.distill_weight * distill + self.layer_distill * layers
@@ -177,9 +191,15 @@ def finetune_recover(
     seed: int = 0,
     progress: bool = False,
     layer_distill: float = 0.0,
+    checkpoints: Path | None = None,
+    checkpoint_every: int | None = None,
     **trainer_kwargs,
 ) -> list[dict]:
-    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses, tokens and seconds."""
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses, tokens and seconds.
+
+    With ``checkpoints`` (a folder) and ``checkpoint_every``, the state is saved every so many steps and a rerun of the
+    same fine-tune resumes from the last save; the folder is removed once the fine-tune ends.
+    """
     from headprune.lightning.lora import add_lora, merge_lora
 
     total = int(max_steps) if decay and max_epochs is None else None
@@ -199,18 +219,38 @@ def finetune_recover(
         num_sanity_val_steps=0,
     )
     settings.update(trainer_kwargs)
+    batches = batches if isinstance(batches, DataLoader) else list(batches)
+    resumable = bool(
+        checkpoints is not None and checkpoint_every and max_epochs is None and not isinstance(batches, DataLoader) and batches
+    )
+    resume, done = None, 0
+    if resumable:
+        fingerprint = {
+            "steps": int(max_steps),
+            "batches": len(batches),
+            "tokens": sum(map(real_tokens, batches)),
+            "lr": float(lr),
+            "seed": int(seed),
+            "lora_rank": lora_rank,
+            "trained": sum(p.numel() for p in trained.parameters() if p.requires_grad),
+        }
+        resume, done = resume_from(Path(checkpoints), fingerprint)
+        settings["callbacks"] = [*settings.get("callbacks", []), SaveEvery(Path(checkpoints), int(checkpoint_every), fingerprint)]
     trainer = L.Trainer(max_steps=max_steps if max_epochs is None else -1, max_epochs=max_epochs, **settings)
+    if resumable:  # one pass over the steps not yet taken, batch i of step i mod len(batches) as epochs would give it
+        batches = [batches[step % len(batches)] for step in range(done, int(max_steps))]
+    loader = batches if isinstance(batches, DataLoader) else DataLoader(batches, batch_size=None)
     model.train()  # dropout on while fine-tuning (HF models load in eval mode and Lightning keeps the mode)
     try:
         with torch.random.fork_rng():  # dropout drawn from ``seed``: the same inputs give the same model wherever it runs
-            torch.manual_seed(int(seed))
-            trainer.fit(
-                module, train_dataloaders=batches if isinstance(batches, DataLoader) else DataLoader(list(batches), batch_size=None)
-            )
+            torch.manual_seed(int(seed) + done)
+            trainer.fit(module, train_dataloaders=loader, ckpt_path=resume)
     finally:
         if lora_rank is not None:
             merge_lora(trained)  # the adapters folded into ``model``'s own projections
         model.eval()
+    if resumable:
+        forget(Path(checkpoints))
     return module.history
 
 

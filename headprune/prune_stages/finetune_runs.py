@@ -1,6 +1,8 @@
 """Fine-tune recovery inside the prune experiment: its training batches (examples or a token budget) and its control."""
 
 import copy
+import re
+from pathlib import Path
 
 from headprune.core.checks import ConfigError
 from headprune.lightning.finetune import finetune_recover
@@ -69,8 +71,13 @@ def check_lora_rank(model, rank: int) -> None:
         )
 
 
-def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, label: str) -> list[dict]:
-    """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept)."""
+def checkpoint_folder(out, name: str) -> Path | None:
+    """Where the fine-tune of a point named ``name`` keeps its resume checkpoints: ``<run>/finetune_state/<name>``."""
+    return None if out is None else Path(out) / "finetune_state" / re.sub(r"[^A-Za-z0-9_.=+-]+", "_", name)
+
+
+def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, label: str, checkpoints: Path | None = None) -> list[dict]:
+    """``prune.finetune`` steps on ``batches``, distilled from ``teacher`` (its requires_grad flags are kept); resumable in ``checkpoints``."""
     weight, layer_distill = float(finetune.distill_weight), float(finetune.layer_distill)
     device = next(model.parameters()).device
     flags = [p.requires_grad for p in teacher.parameters()]
@@ -96,20 +103,22 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, lab
             accelerator="cpu" if device.type == "cpu" else "auto",
             logger=logger,
             log_prefix=f"recover/{label}",
+            checkpoints=checkpoints,
+            checkpoint_every=finetune.checkpoint_every,
         )
     finally:
         for parameter, flag in zip(teacher.parameters(), flags):
             parameter.requires_grad_(flag)
 
 
-def control_model(task, rounds: list[list[dict]], finetune, logger) -> tuple[object, list[dict]]:
+def control_model(task, rounds: list[list[dict]], finetune, logger, out=None) -> tuple[object, list[dict]]:
     """(a copy of the unpruned model fine-tuned like the pruned ones, each step's history), distilled from a frozen copy of it."""
     model = copy.deepcopy(task.model)
     teacher = copy.deepcopy(task.model).eval()
     history = []
     for number, batches in enumerate(rounds):
         label = "control" if len(rounds) == 1 else f"control/step{number + 1}"
-        history += finetune_in_place(model, teacher, batches, finetune, logger, label)
+        history += finetune_in_place(model, teacher, batches, finetune, logger, label, checkpoint_folder(out, label))
     return model, history
 
 

@@ -13,7 +13,7 @@ from headprune.core.units import model_gates, prune_unit_mask, query_heads_of
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
-from headprune.prune_stages.finetune_runs import control_model, finetune_in_place, finetune_record
+from headprune.prune_stages.finetune_runs import checkpoint_folder, control_model, finetune_in_place, finetune_record
 from headprune.prune_stages.pareto_plan import recovery_steps
 from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 from headprune.results.points import measures
@@ -69,9 +69,20 @@ def cost_model(task, settings, out: Path) -> CostModel:
 
 
 def recovered_model(
-    task, mask: dict, recovery: str, settings, batches: list[dict], tuning: list[dict] | None, logger, label: str, progress: bool = False
+    task,
+    mask: dict,
+    recovery: str,
+    settings,
+    batches: list[dict],
+    tuning: list[dict] | None,
+    logger,
+    label: str,
+    progress: bool = False,
+    out=None,
 ):
-    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the units ``mask`` keeps."""
+    """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the units ``mask`` keeps.
+
+    A fine-tune keeps resume checkpoints under the run directory ``out`` (``prune.finetune.checkpoint_every``)."""
     if recovery == "none":
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
@@ -84,12 +95,15 @@ def recovered_model(
     prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
     record = {}
     for step in recovery_steps(recovery):
-        record.update(recovery_step(step, task.gates.unit, settings, logger, progress)(model, task.model, batches, tuning, label) or {})
+        recover = recovery_step(step, task.gates.unit, settings, logger, progress, checkpoint_folder(out, f"{label}+{recovery}"))
+        record.update(recover(model, task.model, batches, tuning, label) or {})
     return model, model_gates(model), None, record
 
 
-def recovery_step(step: str, unit, settings, logger, progress: bool = False):
-    """One step of a recovery as ``recover(pruned model, teacher, batches, fine-tune batches, label) -> record or None``."""
+def recovery_step(step: str, unit, settings, logger, progress: bool = False, checkpoints=None):
+    """One step of a recovery as ``recover(pruned model, teacher, batches, fine-tune batches, label) -> record or None``.
+
+    A fine-tune step saves its state in the folder ``checkpoints`` (if any) and resumes from it when rerun."""
 
     def lsq(model, teacher, batches, tuning, label):
         if not lsq_refits_heads_alone(unit):  # heads, then the other parts, of the pruned model
@@ -109,7 +123,7 @@ def recovery_step(step: str, unit, settings, logger, progress: bool = False):
         return {"reconstruct": report}
 
     def finetune(model, teacher, batches, tuning, label):
-        return finetune_record(finetune_in_place(model, teacher, tuning or batches, settings.finetune, logger, label))
+        return finetune_record(finetune_in_place(model, teacher, tuning or batches, settings.finetune, logger, label, checkpoints))
 
     steps = {"lsq": lsq, "reconstruct": reconstruct, "finetune": finetune}
     if step not in steps:
@@ -177,7 +191,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
     model = saved_model(ctx.out, recipe) if recipe else None
     reused, history = model is not None, None
     if not reused:
-        model, history = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger)
+        model, history = control_model(task, ctx.rounds, ctx.settings.finetune, ctx.logger, ctx.out)
     with swapped_model(task, model):
         results = {split: evaluate_one(task, None, split, CONTROL_POINT, progress=ctx.progress) for split in eval_splits(ctx)}
     saved = {}

@@ -5,7 +5,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from headprune.core.units import model_gates
-from headprune.prune_stages.finetune_runs import budget_info, finetune_batches
+from headprune.prune_stages.finetune_runs import budget_info, checkpoint_folder, finetune_batches
 from headprune.prune_stages.pareto_measure import (
     control_point,
     cost_model,
@@ -133,7 +133,7 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
         ctx.saved[key] = saved_dir(recipe)
     else:
         model, gates, evaluate_mask, record = recovered_model(
-            task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress
+            task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress, out=ctx.out
         )
     name = point_label(label, recovery)
     record = record or {}
@@ -214,9 +214,9 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
             tuning = ctx.rounds[round_] if ctx.rounds else None
             for step in recovery_steps(recovery):
-                recovery_step(step, task.gates.unit, settings, ctx.logger, ctx.progress)(
-                    model, teacher, batches, tuning, f"{order}/step{round_ + 1}"
-                )
+                label = f"{order}/step{round_ + 1}"
+                folder = checkpoint_folder(ctx.out, f"{label}+{recovery}")
+                recovery_step(step, task.gates.unit, settings, ctx.logger, ctx.progress, folder)(model, teacher, batches, tuning, label)
 
         done = iterative_prune(
             work,

@@ -63,6 +63,7 @@ class FinetuneSettings:
     lora_rank: int | None = setting(optional(COUNT), PRUNE)
     lora_alpha: float | None = setting(optional(POSITIVE), PRUNE)
     progress: bool = setting(rule(boolean), PRUNE)
+    checkpoint_every: int | None = setting(optional(COUNT), PRUNE)
 
 
 @dataclass(frozen=True)

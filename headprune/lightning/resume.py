@@ -1,0 +1,61 @@
+"""Resumable fine-tunes: the training state saved every few steps, atomically, and where a rerun starts again."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import lightning as L
+
+STATE = "state.json"  # {"step": the steps the checkpoint holds, "checkpoint": its file name, "fingerprint": what it trained on}
+
+
+def resume_from(folder: Path | None, fingerprint: dict) -> tuple[Path | None, int]:
+    """(the checkpoint a rerun resumes from, the optimizer steps it holds); (None, 0) when none fits ``fingerprint``."""
+    if folder is None or not (folder / STATE).is_file():
+        return None, 0
+    try:
+        state = json.loads((folder / STATE).read_text())
+        checkpoint, step = folder / state["checkpoint"], int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"[finetune] {folder}: unreadable resume state ({error}); training from the start", flush=True)
+        return None, 0
+    if state.get("fingerprint") != fingerprint or not checkpoint.is_file():
+        print(f"[finetune] {folder}: its checkpoint is of another fine-tune or missing; training from the start", flush=True)
+        return None, 0
+    print(f"[finetune] resuming from step {step} ({checkpoint.name})", flush=True)
+    return checkpoint, step
+
+
+def forget(folder: Path | None) -> None:
+    """Remove a finished fine-tune's checkpoints (they are only for resuming it)."""
+    if folder is not None and folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class SaveEvery(L.Callback):
+    """Every ``every`` optimizer steps: the trainer's state to ``folder/step-N.ckpt``, then ``state.json`` pointing at it, then the older file removed.
+
+    The state file is replaced only after the checkpoint is whole, so it always names a complete checkpoint.
+    """
+
+    def __init__(self, folder: Path, every: int, fingerprint: dict):
+        if every < 1:
+            raise ValueError(f"a fine-tune checkpoint every {every} steps: it must be >= 1")
+        self.folder, self.every, self.fingerprint = Path(folder), int(every), fingerprint
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step % self.every or step >= trainer.max_steps:  # the last step needs no checkpoint: the run ends there
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        name = f"step-{step}.ckpt"
+        partial = self.folder / f"{name}.partial"
+        trainer.save_checkpoint(partial)
+        os.replace(partial, self.folder / name)
+        state = {"step": step, "checkpoint": name, "fingerprint": self.fingerprint}
+        (self.folder / f"{STATE}.partial").write_text(json.dumps(state))
+        os.replace(self.folder / f"{STATE}.partial", self.folder / STATE)
+        for old in self.folder.glob("step-*.ckpt"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
