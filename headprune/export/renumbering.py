@@ -52,7 +52,7 @@ class Renumbering:
             ids = batch["input_ids"]
             mask = batch.get("attention_mask", torch.ones_like(ids))
             rows = [row[real.bool()].tolist() for row, real in zip(ids, mask)]
-            split = [self._split(tokenizer, row) for row in rows]
+            split = [self.split_again(tokenizer, row)[0] for row in rows]
             alike = [i for i, (row, new) in enumerate(zip(rows, split)) if [self.kept[t] for t in new] == row]
             counts["check_texts"] += len(rows)
             if alike:
@@ -74,10 +74,35 @@ class Renumbering:
             )
         return reference, export, counts
 
-    def _split(self, tokenizer, ids: list[int]) -> list[int]:
-        """The shipped tokenizer's ids of the text of ``ids`` (the model's own tokenizer's ids)."""
-        text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    def split_again(self, tokenizer, ids: list[int], types: list[int] | None = None) -> tuple[list[int], list[int] | None]:
+        """(the shipped tokenizer's ids, their token types) of the text of ``ids`` (``tokenizer``'s ids, ``types`` or none).
+
+        Each run of ordinary tokens between special ones (and token-type changes, as a sentence pair's) is decoded by
+        ``tokenizer`` and split again by the shipped one; a special token keeps its place, under its id in the files.
+        """
+        special, own = set(tokenizer.all_special_ids), self.kept is None
+        new_id = {} if own else {old: new for new, old in enumerate(self.kept)}
+        kinds = types if types is not None else [0] * len(ids)
+        out, out_types, run = [], [], []
+
+        def flush():
+            if run:
+                text = tokenizer.decode([ids[i] for i in run], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                split = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+                out.extend(split)
+                out_types.extend([kinds[run[0]]] * len(split))
+                run.clear()
+
+        for i, token in enumerate(ids):
+            if token in special or (run and kinds[i] != kinds[run[0]]):
+                flush()
+            if token in special:
+                out.append(int(token) if own else new_id[int(token)])
+                out_types.append(kinds[i])
+            else:
+                run.append(i)
+        flush()
+        return out, out_types if types is not None else None
 
     def logits(self, reference: list[np.ndarray]) -> list[np.ndarray]:
         """The masked model's logits at the kept ids, in the files' order (logits not over the vocabulary: as they are)."""
@@ -116,10 +141,12 @@ def _padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor
     return ids, mask
 
 
-def renumbering(model: nn.Module, tokenizer) -> Renumbering:
-    """How the exported files renumber ``model``'s token ids (asked of every kind), with the tokenizer they ship."""
+def renumbering(model: nn.Module, tokenizer, loaded: bool = False) -> Renumbering:
+    """How the exported files renumber ``model``'s token ids (asked of every kind), with the tokenizer they ship.
+
+    ``loaded``: ``model`` is a saved pruned model loaded again, which reads and writes the files' ids already."""
     for kind in KINDS.values():
-        found = kind.export_ids(model)
+        found = kind.held_ids(model) if loaded else kind.export_ids(model)
         if found is not None:
             return Renumbering(kind, found[0], found[1], kind.export_tokenizer(model, tokenizer))
     return Renumbering(tokenizer=tokenizer)

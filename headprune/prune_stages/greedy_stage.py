@@ -3,6 +3,7 @@
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint, noun
 from headprune.core.units import query_heads_of, units_asked
+from headprune.prune_stages.own_tokenizer import scored_masks
 from headprune.results.points import (
     fraction_met,
     kinds_label,
@@ -22,7 +23,7 @@ from headprune.selection.kept_widths import round_kept_widths
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.settings import listed
 from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores
-from headprune.stages.evaluation import evaluate_many, evaluate_one, unit_counts
+from headprune.stages.evaluation import evaluate_one, unit_counts
 
 
 def fractions_of(settings) -> list[float]:
@@ -124,7 +125,7 @@ def prune_stage(
             if ffn_multiple > 1:
                 masks = [round_ffn_widths(m, scores, ffn_multiple, task.gates.unit) for m in masks]
             masks = [round_kept_widths(m, scores, widths or {}, task.gates.unit) for m in masks]
-        results = evaluate_many(task, masks, split, desc=f"prune {order}", progress=progress)
+        results = scored_masks(task, masks, split, f"prune {order}", progress=progress)  # a vocabulary cut: through its tokenizer
         steps = [
             {
                 "fraction": f,
@@ -136,6 +137,7 @@ def prune_stage(
                 "score": r.score,
                 "relative": r.score / base.score if base.score else None,
                 **measures(r),
+                **({"tokenizer": r.tokenizer} if r.tokenizer else {}),  # scored through its own tokenizer
                 "mask": mask_to_json(m),
                 **point_cost(task, m),
                 **examples_record(task, r),

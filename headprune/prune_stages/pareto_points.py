@@ -91,6 +91,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "score": result.score,
         "relative": relative(result.score, ctx.base.score),
         **measures(result),
+        **({"tokenizer": result.tokenizer} if getattr(result, "tokenizer", None) else {}),  # scored through its own tokenizer
         **outcomes(result),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         "predicted_speedup": ctx.costs.speedup(mask),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from headprune.core.units import model_gates
 from headprune.prune_stages.finetune_runs import budget_info, checkpoint_folder, finetune_batches
+from headprune.prune_stages.own_tokenizer import own_tokenizer_results, renumbers_ids
 from headprune.prune_stages.pareto_measure import (
     control_point,
     cost_model,
@@ -112,8 +113,16 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, la
 
 def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
     """{key: {split: result}} of the masks of ``todo`` on the base model, batched; the selection-split results go to ``ctx.alone``."""
-    masks = {key: mask for key, (mask, _) in todo.items()}
-    out = {key: {} for key in masks}
+    own = {key: (mask, label) for key, (mask, label) in todo.items() if renumbers_ids(task, mask)}
+    out = {
+        key: own_tokenizer_results(task, task.model, mask, scored_splits(ctx), point_label(label, "none"), progress=ctx.progress)
+        for key, (mask, label) in own.items()
+    }
+    for key, (mask, _) in own.items():
+        if ctx.selection in out[key]:
+            ctx.alone.setdefault(mask_key(mask), out[key][ctx.selection])
+    masks = {key: mask for key, (mask, _) in todo.items() if key not in own}
+    out.update({key: {} for key in masks})
     for split in scored_splits(ctx):
         known = {k: ctx.alone[mask_key(m)] for k, m in masks.items() if split == ctx.selection and mask_key(m) in ctx.alone}
         rest = [k for k in masks if k not in known]
@@ -145,8 +154,12 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
             f"({loss:.4g} with {most} of it, {alone:.4g} without)",
             flush=True,
         )
-    with swapped_model(task, model, gates):
-        ctx.evaluated[key] = {split: evaluate_one(task, evaluate_mask, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
+    if renumbers_ids(task, mask):
+        ctx.evaluated[key] = own_tokenizer_results(task, model, evaluate_mask, scored_splits(ctx), name, progress=ctx.progress)
+    else:
+        with swapped_model(task, model, gates):
+            splits = scored_splits(ctx)
+            ctx.evaluated[key] = {split: evaluate_one(task, evaluate_mask, split, name, progress=ctx.progress) for split in splits}
     ctx.recovery_records[key] = record
     return model, evaluate_mask
 
@@ -236,9 +249,12 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
         )
         for step, result in zip(steps, done):
             label = f"{order}/{step_label(step)}"
-            with swapped_model(task, result.model):
-                name = point_label(label, recovery)
-                scored = {split: evaluate_one(task, None, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
+            name = point_label(label, recovery)
+            if renumbers_ids(task, result.mask):
+                scored = own_tokenizer_results(task, result.model, None, scored_splits(ctx), name, progress=ctx.progress)
+            else:
+                with swapped_model(task, result.model):
+                    scored = {split: evaluate_one(task, None, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
             if recovery != "none":
                 keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
             point = point_record(order, recovery, step, result.mask, scored, ctx, task)

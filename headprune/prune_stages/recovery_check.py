@@ -2,6 +2,7 @@
 
 import sys
 
+from headprune.prune_stages.own_tokenizer import own_tokenizer_results, renumbers_ids
 from headprune.prune_stages.pareto_plan import recoveries_of
 from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, mask_key
 from headprune.results.points import point_name
@@ -19,6 +20,9 @@ def scored_splits(ctx: ParetoRun) -> list[str]:
 def mask_alone(task, mask, ctx: ParetoRun, label: str):
     """The EvalResult of ``mask`` on the base model, without recovery, on the selection split (scored once per mask)."""
     key = mask_key(mask)
+    if key not in ctx.alone and renumbers_ids(task, mask):  # as it ships: pruned, through its own tokenizer
+        alone = own_tokenizer_results(task, task.model, mask, [ctx.selection], f"{label} mask alone", progress=ctx.progress)
+        ctx.alone[key] = alone[ctx.selection]
     if key not in ctx.alone:
         ctx.alone[key] = evaluate_one(task, mask, ctx.selection, f"{label} mask alone", progress=ctx.progress)
     return ctx.alone[key]

@@ -18,6 +18,7 @@ class EvalResult:
     per_example: dict = field(default_factory=dict)  # what the task's paired_test resamples (e.g. {"correct": [0/1, ...]})
     loss: float | None = None  # mean per-example loss when the task computes it (None otherwise)
     measures: dict = field(default_factory=dict)  # further measures beside the score (LM: bits_per_byte, perplexity_per_byte)
+    tokenizer: dict | None = None  # how the text was split when not by the task's tokenizer ({"own": True, ...}: a pruned vocabulary's)
 
 
 def rows_of(batch: dict) -> int:

@@ -46,6 +46,11 @@ class UnitKind:
         """(the original token ids the exported files' ids 0, 1, ... stand for, the original id count); None: the ids stay."""
         return None
 
+    def held_ids(self, model: nn.Module) -> tuple[list[int], int] | None:
+        """(the original token ids a pruned model holds, the original id count), read through an id view or already its own
+        (a saved model loaded); None: it holds every id."""
+        return None
+
     def export_tokenizer(self, model: nn.Module, tokenizer):
         """The tokenizer the exported files ship beside ``model``'s weights (the model's own unless this kind renumbers ids)."""
         return tokenizer

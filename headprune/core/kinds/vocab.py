@@ -66,10 +66,16 @@ class VocabKind(UnitKind):
             return None  # nothing removed, or a loaded pruned model: it reads and writes its own ids already
         return list(book["ids"]), int(book["size_orig"])
 
+    def held_ids(self, model):
+        book = getattr(model, VOCAB_ATTR, None)
+        if not book or len(book["ids"]) == book["size_orig"]:
+            return None
+        return list(book["ids"]), int(book["size_orig"])
+
     def export_tokenizer(self, model, tokenizer):
         from headprune.core.vocab_tokenizer import rewritten_tokenizer
 
-        found = self.export_ids(model)
+        found = self.export_ids(model) or self.held_ids(model)
         return tokenizer if found is None or tokenizer is None else rewritten_tokenizer(tokenizer, found[0])
 
     def to_export_ids(self, model):

@@ -1,5 +1,6 @@
 """Texts for language modelling: local text files, a hub corpus or a synthetic language, per split."""
 
+import copy
 import random
 from pathlib import Path
 
@@ -206,6 +207,16 @@ class LMData:
             add_eos=cfg.add_eos,
             bos_id=bos_id,
         )
+
+    def split_again(self, split_row, tokenizer, splits: list[str]) -> "LMData":
+        """A copy holding ``splits`` only, each row's text split again by ``split_row`` (ids -> ``tokenizer``'s ids, types)."""
+        other = copy.copy(self)
+        other.__dict__.pop("_scored_bytes", None)  # bytes are counted on the copy's rows, decoded by its tokenizer
+        other.tokenizer = tokenizer
+        other.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        other.texts = {split: self.texts[split] for split in splits}
+        other.ids = {split: [split_row(row)[0] for row in self.split(split)] for split in splits}
+        return other
 
     def split(self, name: str) -> list[list[int]]:
         """Token ids of every text of a split, with an error that lists the splits."""

@@ -2,6 +2,7 @@
 
 import math
 import random
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +72,16 @@ class LanguageModelingTask(SavesHF):
 
     def _inputs(self, batch: dict) -> dict:
         return {k: batch[k].to(self.device) for k in MODEL_INPUTS}
+
+    @contextmanager
+    def split_by(self, split_row, tokenizer, splits: list[str]):
+        """Within: ``splits`` hold their texts split again by ``split_row`` into ``tokenizer``'s ids (a pruned vocabulary's own)."""
+        own = self.data, self.tokenizer
+        self.data, self.tokenizer = self.data.split_again(split_row, tokenizer, splits), tokenizer
+        try:
+            yield self
+        finally:
+            self.data, self.tokenizer = own
 
     def split_sizes(self) -> dict[str, int]:
         """{split: texts} (texts shorter than one predicted token are left out)."""

@@ -23,6 +23,7 @@ class PasskeyTask(LanguageModelingTask):
 
     name = "passkey"
     higher_is_better = True
+    split_by = None  # an answer's labels sit at token positions: its examples are not split again by another tokenizer
 
     def __init__(self, model, tokenizer, data: PasskeyData, metric: str, **settings):
         super().__init__(model, tokenizer, data, **settings)

@@ -22,6 +22,18 @@ class TokenizedPairs(Dataset):
     def __len__(self) -> int:
         return len(self.labels)
 
+    def split_again(self, split_row) -> "TokenizedPairs":
+        """The same pairs, each row split again by ``split_row`` ((ids, token types or None) -> the same in other ids)."""
+        enc = self.encodings
+        types = enc.get("token_type_ids", [None] * len(enc["input_ids"]))
+        rows = [split_row(ids, kinds) for ids, kinds in zip(enc["input_ids"], types)]
+        out = {"input_ids": [ids for ids, _ in rows]}
+        if "token_type_ids" in enc:
+            out["token_type_ids"] = [kinds for _, kinds in rows]
+        if "attention_mask" in enc:
+            out["attention_mask"] = [[1] * len(ids) for ids, _ in rows]
+        return TokenizedPairs(out, self.labels, self.texts)
+
     def __getitem__(self, i: int) -> dict:
         item = {key: values[i] for key, values in self.encodings.items()}
         item["labels"] = self.labels[i]

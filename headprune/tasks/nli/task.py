@@ -1,6 +1,7 @@
 """NLIModule: fine-tune and evaluate an HF sequence classifier on NLI, with head gates on the model."""
 
 import hashlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -11,7 +12,7 @@ from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
 from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
-from headprune.tasks.nli.data import LABELS, NLIDataModule
+from headprune.tasks.nli.data import LABELS, NLIDataModule, PadCollator
 
 TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/nli.yaml)
 MODEL_INPUTS = ENCODER_INPUTS
@@ -59,6 +60,19 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
         texts = getattr(dataset, "texts", {}) or {}
         pairs = [f"{p}\t{h}" for p, h in zip(texts.get("premise", []), texts.get("hypothesis", []))]
         return texts_fingerprint(pairs) if pairs else texts_fingerprint(map(str, dataset.labels))
+
+    @contextmanager
+    def split_by(self, split_row, tokenizer, splits: list[str]):
+        """Within: ``splits`` hold their pairs split again by ``split_row`` into ``tokenizer``'s ids (a pruned vocabulary's own)."""
+        data = self._require_data()
+        own = {split: data.dataset(split) for split in splits}, data.collate, self.tokenizer
+        data.datasets.update({split: pairs.split_again(split_row) for split, pairs in own[0].items()})
+        data.collate, self.tokenizer = PadCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0), tokenizer
+        try:
+            yield self
+        finally:
+            data.datasets.update(own[0])
+            data.collate, self.tokenizer = own[1], own[2]
 
     def forward_batches(self, split: str) -> list[dict]:
         return list(self._require_data().loader(split))
