@@ -110,7 +110,8 @@ def check(cfg) -> None:
     check_model_and_task(cfg)
     check_reads(cfg)
     mask_file = cfg.export.get("mask_file")
-    kinds = kinds_of(unit_of(with_file_unit(cfg, "export"))) if mask_file else None
+    readable = mask_file and Path(str(mask_file)).expanduser().is_file()  # a missing one is told by check_settings
+    kinds = kinds_of(unit_of(with_file_unit(cfg, "export"))) if readable else None  # None: any kind (refused where inexact)
     check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if mask_file else None, kinds)
     check_model_kind(cfg)
     check_settings(cfg)
