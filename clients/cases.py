@@ -246,6 +246,36 @@ TINY_GPT_CONFIGS = {  # the config class and whole shape of the families without
 }
 
 
+TINY_WHOLE_HEAD_CONFIGS = {  # grouped families whose GGUF keeps every query head (hidden 32, 4 heads over 2 KV heads of 8)
+    "falcon": (  # new_decoder_architecture: per KV group [q | q | k | v], two LayerNorms side by side, no biases
+        "FalconConfig",
+        {
+            "hidden_size": 32,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_kv_heads": 2,
+            "new_decoder_architecture": True,
+            "bias": False,
+            "alibi": False,
+            "ffn_hidden_size": 64,
+            "activation": "gelu_pytorch_tanh",  # llama.cpp's GELU: the exact one (Falcon's default) is 1.3e-3 nats off here
+            "max_position_embeddings": 64,
+        },
+    ),
+    "olmo2": (  # norms on the attention and FFN outputs only, q/k RMS norms over all heads together
+        "Olmo2Config",
+        {
+            "hidden_size": 32,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": 64,
+        },
+    ),
+}
+
+
 def tiny_family(model_type: str):
     """A random 4-layer decoder of ``model_type`` (hidden 32, 4 query heads over 2 KV heads of size 8, FFN 64; gpt2 and
     gpt_neox: 4 heads of 8), with its family's own parts made visible (biases, norms and multipliers away from their
@@ -257,8 +287,8 @@ def tiny_family(model_type: str):
 
     tokenizer = train_tokenizer(TINY_TEXTS * 5, vocab_size=300)
     torch.manual_seed(0)
-    if model_type in TINY_GPT_CONFIGS:
-        config_class, shape = TINY_GPT_CONFIGS[model_type]
+    if model_type in TINY_GPT_CONFIGS or model_type in TINY_WHOLE_HEAD_CONFIGS:
+        config_class, shape = {**TINY_GPT_CONFIGS, **TINY_WHOLE_HEAD_CONFIGS}[model_type]
     else:
         config_class, fields = TINY_FAMILY_CONFIGS[model_type]
         grouped = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32, "intermediate_size": 64}
@@ -271,7 +301,8 @@ def tiny_family(model_type: str):
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attention).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if name.endswith("bias") or "norm" in name:  # zeros and ones at init: random so that a missed one shows
+            if name.endswith("bias") or "norm" in name or ".ln_attn." in name or ".ln_mlp." in name:  # zeros and ones at init:
+                # random so that a missed one shows (Falcon's two LayerNorms side by side: ln_attn, ln_mlp)
                 parameter.copy_(torch.randn_like(parameter) * 0.5 + (0.0 if name.endswith("bias") else 1.0))
             else:
                 parameter.mul_(4.0)  # larger logits than at init: differences in the last digits show

@@ -29,6 +29,24 @@ def _logit_rows(job: dict, client: str, logits: list, arrays, label: str = "logi
     return [_row(job, client, label, diff <= tolerance, f"max |diff| {diff:.2e} at scale {scale:.1f} (tolerance {tolerance:.1e})")]
 
 
+def _log_softmax(rows: np.ndarray) -> np.ndarray:
+    """log p over the vocabulary of each row (float64)."""
+    rows = rows.astype(np.float64)
+    top = rows.max(axis=-1, keepdims=True)
+    return rows - top - np.log(np.exp(rows - top).sum(axis=-1, keepdims=True))
+
+
+def _logprob_row(job: dict, client: str, logits: list, arrays, tolerance: float, label: str) -> dict:
+    """Teacher-forced log p of each prompt's next tokens against the masked model's, absolute (nats)."""
+    diff = 0.0
+    for i, got in enumerate(logits):
+        prompt, reference = arrays[f"prompt{i}"], arrays[f"reference{i}"]
+        steps = np.arange(len(prompt) - 1)  # row t predicts token t + 1
+        picked = [_log_softmax(rows[: len(prompt) - 1])[steps, prompt[1:]] for rows in (got, reference)]
+        diff = max(diff, float(np.abs(picked[0] - picked[1]).max()))
+    return _row(job, client, label, diff <= tolerance, f"max |diff| {diff:.2e} nats (tolerance {tolerance:.0e})")
+
+
 def _greedy_row(job: dict, client: str, tokens: list[list[int]], arrays, label: str = "greedy tokens") -> dict:
     expected = [arrays[f"greedy{i}"].tolist() for i in range(job["prompts"])]
     equal = [sum(a == b for a, b in zip(got, want)) for got, want in zip(tokens, expected)]
@@ -111,6 +129,9 @@ def check_gguf(job: dict, arrays) -> list[dict]:
         exact = job["dtype"] == "f32" and cache_type == "f32" and not flash
         suffix = f" ({cache_type} KV cache{', flash attention' if flash else ''})"
         rows += _logit_rows({**job, "tolerance": job["tolerance" if exact else "f16_tolerance"]}, client, logits, arrays, "logits" + suffix)
+        if "logprob_tolerance" in job:
+            tolerance = job["logprob_tolerance" if exact else "f16_logprob_tolerance"]
+            rows.append(_logprob_row(job, client, logits, arrays, tolerance, "log-probs" + suffix))
         greedy = _greedy_row(job, client, tokens, arrays, "greedy tokens" + suffix)
         rows.append(greedy if exact or greedy["passed"] else {**greedy, "passed": None})
     rows.append(_row(job, client, "architecture", architecture == job["expect"], str(architecture)))

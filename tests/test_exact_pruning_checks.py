@@ -69,3 +69,18 @@ def test_plain_prune_runs_on_olmo2(tmp_path):
     prune.run(_cfg(tmp_path, "prune", *OLMO2, "prune.order=[random]", "prune.fractions=[0,0.5]"))
     steps = results(tmp_path)["results"]["orders"]["random"]["steps"]
     assert [s["units_removed"] for s in steps] == [0, 4]
+
+
+@pytest.mark.parametrize("unit", ["ffn", "layer", "[ffn,layer]"])
+def test_olmo2_export_of_ffn_neurons_or_layers_passes(tmp_path, unit):
+    """Removing FFN neurons or whole layers leaves every head and its q/k norms whole: exact, so the export check takes it."""
+    import json
+
+    mask = {"dec_ffn": [[1] * 32 + [0] * 32, [1] * 64], "dec_layer": [[1], [0]]}
+    mask_file = tmp_path / "mask.json"
+    mask_file.write_text(json.dumps({"mask": {group: rows for group, rows in mask.items() if group[4:] in unit}}))
+    overrides = ["model=tiny_olmo2", "export.format=gguf", "export.tokenizer_pre=gpt-2", f"prune.unit={unit}"]
+    validate(_cfg(tmp_path, "export", *overrides, f"export.mask_file={mask_file}"))
+    mask_file.write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}}))
+    with pytest.raises(ConfigError, match=rf"{NORMS}.*FFN neurons and layers can be removed exactly"):
+        validate(_cfg(tmp_path, "export", "model=tiny_olmo2", "export.format=gguf", f"export.mask_file={mask_file}"))

@@ -489,16 +489,19 @@ def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
 # ---- physical pruning -----------------------------------------------------------------------------
 
 
-def check_exact_pruning(cfg, what: str | None) -> None:
-    """A run that prunes physically (``what`` says how; None: masks only) is refused on a model whose pruning is inexact (OLMo 2, ALiBi)."""
+def check_exact_pruning(cfg, what: str | None, kinds=None) -> None:
+    """A run that prunes physically (``what`` says how; None: masks only) is refused on a model whose pruning is inexact (OLMo 2,
+    ALiBi); ``kinds``: the unit kinds it prunes (None: any), those that keep every head pass OLMo 2's norms across heads."""
     from headprune.core.families import FAMILIES
 
     fields = config_fields(cfg.model) or {}
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
-    reason = family and inexact_reason(family, fields)
+    parts = None if kinds is None else tuple(part for kind in kinds for part in kind.parts)
+    reason = family and inexact_reason(family, fields, parts)
     if reason and what:
+        exact = " FFN neurons and layers can be removed exactly (prune.unit=[ffn,layer])." if family.cross_head_norms else ""
         raise ConfigError(
-            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}. Gates, importance scores and "
+            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}.{exact} Gates, importance scores and "
             "ablation work on it: run experiment=ablate or keep_one, or experiment=prune with masks only (no "
             "prune.recover=finetune, measure_speed, schedule or cost=latency, and prune.save=none)"
         )

@@ -87,13 +87,18 @@ def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
 MASKS_INSTEAD = "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
 
 
-def inexact_reason(family: Family, config) -> str | None:
-    """Why removing heads from this family's attention cannot give the masked model's outputs (None: it can); ``config`` is a model config or its fields."""
+HEAD_KEEPING_PARTS = ("feed_forward", "depth")  # removing FFN neurons or whole layers leaves every kept head and its norms whole
+
+
+def inexact_reason(family: Family, config, parts: tuple[str, ...] | None = None) -> str | None:
+    """Why removing heads from this family's attention cannot give the masked model's outputs (None: it can); ``config`` is a
+    model config or its fields; ``parts``: the parts the pruning removes units of (None: any), norms across heads refuse
+    only those that touch the heads."""
     for flag, why in family.unprunable_if:
         if config.get(flag, False) if isinstance(config, dict) else getattr(config, flag, False):
             return f"a {family.name} model with {flag}=True cannot be pruned physically: {why}"
     norms = family.cross_head_norms
-    if norms:
+    if norms and (parts is None or not set(parts) <= set(HEAD_KEEPING_PARTS)):
         return (
             f"{family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
             f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "

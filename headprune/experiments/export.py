@@ -109,7 +109,10 @@ def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
     check_model_and_task(cfg)
     check_reads(cfg)
-    check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if cfg.export.get("mask_file") else None)
+    mask_file = cfg.export.get("mask_file")
+    readable = mask_file and Path(str(mask_file)).expanduser().is_file()  # a missing one is told by check_settings
+    kinds = kinds_of(unit_of(with_file_unit(cfg, "export"))) if readable else None  # None: any kind (refused where inexact)
+    check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if mask_file else None, kinds)
     check_model_kind(cfg)
     check_settings(cfg)
     check_splits(cfg, [cfg.export.split], "export.split")

@@ -36,6 +36,8 @@ def refusal(fields: dict) -> str | None:
             f"export.format=gguf writes the decoders {', '.join(GGUF_TYPES)} (each as its llama.cpp architecture; uneven "
             f"Llama or Mistral layers as deci), not {model_type!r}: {why}; use {alternative}"
         )
+    if model_type == "falcon":
+        return falcon_refusal(fields)
     if arch_of(model_type).layer_norm:
         return gpt_refusal(fields)
     if fields.get("use_sliding_window"):
@@ -83,6 +85,25 @@ def gpt_refusal(fields: dict) -> str | None:
         if found
         else None
     )
+
+
+def falcon_refusal(fields: dict) -> str | None:
+    """Why a Falcon config differs from what llama.cpp's falcon graph computes (None when it does not): rotary positions,
+    attention and FFN side by side, no biases, a GELU FFN."""
+    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
+    activation = fields.get("activation") or "gelu"
+    found = None
+    if fields.get("alibi"):
+        found = "ALiBi positions (alibi true), where llama.cpp's falcon rotates q and k"
+    elif fields.get("parallel_attn") is False:
+        found = "attention and FFN one after the other (parallel_attn false), where llama.cpp's falcon runs them side by side"
+    elif fields.get("bias"):
+        found = "biases on query_key_value, dense and the FFN (bias true), which llama.cpp's falcon does not read"
+    elif activation not in GELU_TANH + GELU_ERF:
+        found = f"the activation {activation}, not GELU"
+    elif rope.get("rope_type", rope.get("type", "default")) != "default":
+        found = f"rotary scaling {rope}"
+    return f"export.format=gguf writes falcon as llama.cpp's falcon, and this model has {found}: use export.format=onnx" if found else None
 
 
 def square_refusal(model_type: str, heads: int, head_dim: int, hidden: int) -> str | None:
@@ -328,12 +349,14 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
 
 
 def ffn_length(model: nn.Module) -> int:
-    """The FFN width every layer computes (the config says the unpruned one; GPT-2's n_inner None: 4 x n_embd)."""
+    """The FFN width every layer computes (the config says the unpruned one: Falcon's ffn_hidden_size; GPT-2's n_inner None:
+    4 x n_embd)."""
     kept = stock_ffn_width(model)
     if kept:
         return next(iter(kept.values()))
     config = model.config
-    return int(getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * config.hidden_size)
+    width = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or getattr(config, "ffn_hidden_size", None)
+    return int(width or 4 * config.hidden_size)
 
 
 def safe_name(name: str, tokenizer) -> str:

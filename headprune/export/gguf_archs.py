@@ -3,6 +3,8 @@
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 
 def granite_scales(writer, config) -> None:
     """Granite's multipliers as llama.cpp's granite graph reads them (convert_hf_to_gguf's GraniteModel)."""
@@ -57,6 +59,17 @@ def neox_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
     return [(hf_name, per_head.transpose(0, 1).reshape(tensor.shape))]
 
 
+def falcon_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
+    """Falcon's query_key_value, per KV head [its query heads | k | v], as llama.cpp's attn_qkv: all q rows | all k rows |
+    all v rows (convert_hf_to_gguf's FalconModel; multi-query: one group, already so)."""
+    if ".self_attention.query_key_value." not in hf_name:
+        return [(hf_name, tensor)]
+    d = tensor.shape[0] // (heads + 2 * kv_heads)
+    groups = tensor.reshape(kv_heads, heads // kv_heads + 2, d, *tensor.shape[1:])  # (KV, group q | k | v, d[, hidden])
+    q, k, v = groups[:, :-2].reshape(heads * d, *tensor.shape[1:]), groups[:, -2], groups[:, -1]
+    return [(hf_name, torch.cat([q, k.reshape(kv_heads * d, *tensor.shape[1:]), v.reshape(kv_heads * d, *tensor.shape[1:])]))]
+
+
 def gpt2_keys(writer, config) -> None:
     """GPT-2's LayerNorm epsilon (llama.cpp's gpt2 graph: learned positions, no rotary)."""
     writer.add_layer_norm_eps(float(config.layer_norm_epsilon))
@@ -66,6 +79,11 @@ def neox_keys(writer, config) -> None:
     """GPT-NeoX's LayerNorm epsilon and residual layout (attention and FFN side by side, or one after the other)."""
     writer.add_layer_norm_eps(float(config.layer_norm_eps))
     writer.add_parallel_residual(bool(config.use_parallel_residual))
+
+
+def falcon_keys(writer, config) -> None:
+    """Falcon's LayerNorm epsilon (llama.cpp's falcon graph: attention and FFN side by side, always)."""
+    writer.add_layer_norm_eps(float(config.layer_norm_epsilon))
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,17 @@ ARCHS = (
         square_only=True,
         always_output=True,
     ),
+    GGUFArch(
+        "falcon",
+        ("falcon",),
+        interleaved_rotary=False,
+        metadata=falcon_keys,
+        uneven_instead="export.format=onnx",
+        convert=falcon_tensors,
+        layer_norm=True,
+        square_only=True,
+    ),
+    GGUFArch("olmo2", ("olmo2",), interleaved_rotary=False, uneven_instead="export.format=onnx", always_output=True),
 )
 BY_MODEL_TYPE = {model_type: row for row in ARCHS for model_type in row.model_types}
 

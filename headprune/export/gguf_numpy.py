@@ -1,13 +1,14 @@
-"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite, phi3, gemma2, gemma3) or of gpt2 / gptneox read
-back with the ``gguf`` package and run in numpy: its layout and its logits."""
+"""A GGUF file of a Llama-like architecture (llama, deci, qwen2, qwen3, granite, phi3, gemma2, gemma3, olmo2) or of gpt2 /
+gptneox / falcon read back with the ``gguf`` package and run in numpy: its layout and its logits."""
 
 import numpy as np
 
 # llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others (2i, 2i+1)
-HALVES_ROTARY = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gptneox")
+HALVES_ROTARY = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gptneox", "falcon", "olmo2")
 GEMMA = ("gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) and a tanh-GELU gate, as llama.cpp's graphs hard-code them
 NO_ROTARY = ("gpt2",)  # learned position embeddings (position_embd)
-GELU_FFN = ("gpt2", "gptneox")  # ffn_down(tanh-GELU(ffn_up(x) + b)) + b: no gate
+GELU_FFN = ("gpt2", "gptneox", "falcon")  # ffn_down(tanh-GELU(ffn_up(x) + b)) + b: no gate
+NO_PRE_NORMS = ("olmo2",)  # attention and FFN read the residual stream itself: only their outputs are normed
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -60,7 +61,9 @@ class GGUFDecoder:
         self.layer_norm_eps = float(_field(reader, f"{arch}.attention.layer_norm_epsilon") or 0.0)
         self.head_dim = int(_field(reader, f"{arch}.attention.key_length"))
         self.rotated = 0 if arch in NO_ROTARY else int(_field(reader, f"{arch}.rope.dimension_count") or self.head_dim)
-        self.parallel = bool(_field(reader, f"{arch}.use_parallel_residual"))  # gptneox: x + attn(ln1 x) + ffn(ln2 x)
+        self.falcon = arch == "falcon"  # x + attn(attn_norm_2 x, or attn_norm x) + ffn(attn_norm x)
+        self.parallel = self.falcon or bool(_field(reader, f"{arch}.use_parallel_residual"))  # gptneox: x + attn(ln1 x) + ffn(ln2 x)
+        self.pre_norms = arch not in NO_PRE_NORMS
         self.gelu_ffn = arch in GELU_FFN
         self.theta = float(_field(reader, f"{arch}.rope.freq_base") or 10000.0)
         self.rope_factor = float(_field(reader, f"{arch}.rope.scaling.factor") or 1.0)
@@ -118,9 +121,14 @@ class GGUFDecoder:
         return out if bias is None else out + bias
 
     def _head_norm(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
-        """The per-head RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm`` (qwen3)."""
+        """The RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm``: per head (qwen3: d weights), or
+        over all heads together (olmo2: heads x d weights)."""
         name = f"blk.{layer}.attn_{part}_norm.weight"
-        return x if name not in self.weights else self._norm(x, name)
+        if name not in self.weights:
+            return x
+        if self.weights[name].size == x.shape[-1]:
+            return self._norm(x, name)
+        return self._norm(x.reshape(*x.shape[:2], -1), name).reshape(x.shape)
 
     def _attention(self, x: np.ndarray, layer: int, keys_valid: np.ndarray) -> np.ndarray:
         """Self-attention of layer ``layer`` on normed x (B, T, hidden); keys_valid (B, T) marks real tokens."""
@@ -159,11 +167,19 @@ class GGUFDecoder:
         return x if name not in self.weights else self._norm(x, name)
 
     def _gpt_block_end(self, x: np.ndarray, attention: np.ndarray, layer: int) -> np.ndarray:
-        """The rest of a gpt2 / gptneox layer after its attention: the FFN on the stream after attention, or (parallel
-        residual) on the stream the layer received, both added to it."""
+        """The rest of a gpt2 / gptneox / falcon layer after its attention: the FFN on the stream after attention, or
+        (parallel residual) on the stream the layer received, both added to it; falcon's FFN reads attn_norm."""
         after = x + attention
-        h = self._norm(x if self.parallel else after, f"blk.{layer}.ffn_norm.weight")
+        h = self._norm(x if self.parallel else after, f"blk.{layer}.{'attn_norm' if self.falcon else 'ffn_norm'}.weight")
         return after + self._gelu_ffn(h, layer)
+
+    def _pre_norm(self, x: np.ndarray, name: str) -> np.ndarray:
+        """The norm before attention or the FFN (its weight ``name``): x itself in olmo2, which norms their outputs only;
+        falcon's attention reads attn_norm_2 where the file holds it (two norms side by side)."""
+        if not self.pre_norms:
+            return x
+        second = name.replace("attn_norm.", "attn_norm_2.")
+        return self._norm(x, second if self.falcon and second in self.weights else name)
 
     def logits(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Logits (B, T, vocab) of right-padded token ids (B, T); padded keys are masked out."""
@@ -175,14 +191,14 @@ class GGUFDecoder:
         for layer in range(len(self.layout["head_count"])):
             attention = None
             if self.layout["head_count"][layer] > 0:
-                attention = self._attention(self._norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
+                attention = self._attention(self._pre_norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
             if self.layout["feed_forward_length"][layer] == 0:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
             if self.gelu_ffn:
                 x = self._gpt_block_end(x, attention, layer)
                 continue
             x = x if attention is None else x + attention * scale
-            h = self._norm(x, f"blk.{layer}.ffn_norm.weight")
+            h = self._pre_norm(x, f"blk.{layer}.ffn_norm.weight")
             up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T
             gate = self.weights.get(f"blk.{layer}.ffn_gate.weight")
             gate, up = (h @ gate.T, up) if gate is not None else np.split(up, 2, axis=-1)  # phi3: ffn_up holds gate | up
