@@ -22,7 +22,7 @@ from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.settings import listed
-from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores
+from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores, with_floor
 from headprune.stages.evaluation import evaluate_one, unit_counts
 
 
@@ -65,7 +65,7 @@ def reestimated_masks(
     shape = task.gates.groups
     masks, current = [], None
     for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
-        scores = comparable_scores(ORDERS[order].scores(task, settings, mask=current), joint_scale)
+        scores = comparable_scores(with_floor(task, ORDERS[order].scores(task, settings, mask=current), settings.vocab_text), joint_scale)
         current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
         current = round_kept_widths(current, scores, widths or {}, task.gates.unit)
         masks.append(current)
