@@ -9,6 +9,7 @@ from headprune.results.points import (
     kinds_label,
     measures,
     percent,
+    relative_to,
     removed_fraction,
     step_label,
     units_by_kind,
@@ -135,7 +136,7 @@ def prune_stage(
                 "units_by_kind": units_by_kind(mask_to_json(m), task.gates.unit),
                 **what_it_did(task, m),
                 "score": r.score,
-                "relative": r.score / base.score if base.score else None,
+                **relative_to(r, base),  # a vocabulary cut: per byte
                 **measures(r),
                 **({"tokenizer": r.tokenizer} if r.tokenizer else {}),  # scored through its own tokenizer
                 "mask": mask_to_json(m),

@@ -51,8 +51,11 @@ def own_tokenizer_results(task, model, mask, splits: list[str], label: str, *, p
         results = {split: evaluate_one(task, None, split, f"{label} own tokenizer", progress=progress) for split in splits}
         summary = task.split_summary()
     produced = len(produced_ids(ids.tokenizer))  # the kept ids some text still makes it produce (the rest: dead rows)
+    compared = getattr(task, "across_tokenizers", None)  # per token counts other tokens: relative scores compare this
     for split, result in results.items():
         result.tokenizer = {"own": True, "size": len(ids.tokenizer), "produced": produced, "data": dict(summary.get(split, {}))}
+        if compared in result.measures:
+            result.tokenizer["compared_by"] = compared
     del pruned
     return results
 
