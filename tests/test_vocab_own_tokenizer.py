@@ -107,3 +107,25 @@ def test_nli_point_is_scored_on_pairs_its_own_tokenizer_split(tmp_path):
         predicted = model(**encoded).logits.argmax(-1)
     correct = (predicted == torch.tensor(texts["label"])).long().tolist()
     assert correct == point["per_example"]["correct"]  # each pair, split directly by the saved tokenizer
+
+
+def test_a_vocabulary_point_is_relative_per_byte_and_keeps_no_dead_row(lm_run, tmp_path):
+    from hydra.utils import get_method
+
+    from headprune.validation import validate
+
+    _, _, payload, point = lm_run
+    unpruned = next(p for p in payload["points"] if p["order"] == "unpruned")
+    assert point["relative_by"] == "bits_per_byte" and "relative_by" not in unpruned
+    assert point["relative"] == pytest.approx(point["bits_per_byte"] / unpruned["bits_per_byte"], rel=1e-9)
+    assert point["relative"] != pytest.approx(point["score"] / unpruned["score"], rel=1e-3)  # per token: other tokens
+    for split, extra in point["extra"].items():
+        assert extra["relative_by"] == "bits_per_byte", split
+    assert point["tokenizer"]["produced"] == point["tokenizer"]["size"]  # every kept token: some text still makes it
+    cfg = make_cfg(tmp_path, "prune", "lm", *LM, "prune.unit=vocab", "prune.fractions=[0.5]")
+    validate(cfg)
+    get_method(cfg.run)(cfg)
+    curve = results(tmp_path)["results"]
+    step = curve["orders"]["importance"]["steps"][0]
+    assert step["relative_by"] == "bits_per_byte"
+    assert step["relative"] == pytest.approx(step["bits_per_byte"] / curve["base_bits_per_byte"], rel=1e-9)

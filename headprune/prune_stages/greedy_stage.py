@@ -9,6 +9,7 @@ from headprune.results.points import (
     kinds_label,
     measures,
     percent,
+    relative_to,
     removed_fraction,
     step_label,
     units_by_kind,
@@ -22,7 +23,7 @@ from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.settings import listed
-from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores
+from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores, with_floor
 from headprune.stages.evaluation import evaluate_one, unit_counts
 
 
@@ -65,7 +66,7 @@ def reestimated_masks(
     shape = task.gates.groups
     masks, current = [], None
     for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
-        scores = comparable_scores(ORDERS[order].scores(task, settings, mask=current), joint_scale)
+        scores = comparable_scores(with_floor(task, ORDERS[order].scores(task, settings, mask=current), settings.vocab_text), joint_scale)
         current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
         current = round_kept_widths(current, scores, widths or {}, task.gates.unit)
         masks.append(current)
@@ -135,7 +136,7 @@ def prune_stage(
                 "units_by_kind": units_by_kind(mask_to_json(m), task.gates.unit),
                 **what_it_did(task, m),
                 "score": r.score,
-                "relative": r.score / base.score if base.score else None,
+                **relative_to(r, base),  # a vocabulary cut: per byte
                 **measures(r),
                 **({"tokenizer": r.tokenizer} if r.tokenizer else {}),  # scored through its own tokenizer
                 "mask": mask_to_json(m),

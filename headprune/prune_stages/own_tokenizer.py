@@ -8,6 +8,7 @@ import torch
 
 from headprune.core.unit_kinds import kinds_of
 from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.vocab_merges import produced_ids
 from headprune.export.renumbering import renumbering
 from headprune.stages.evaluation import evaluate_many, evaluate_one, swapped_model
 
@@ -49,8 +50,12 @@ def own_tokenizer_results(task, model, mask, splits: list[str], label: str, *, p
     with task.split_by(split_row, ids.tokenizer, splits), swapped_model(task, pruned):
         results = {split: evaluate_one(task, None, split, f"{label} own tokenizer", progress=progress) for split in splits}
         summary = task.split_summary()
+    produced = len(produced_ids(ids.tokenizer))  # the kept ids some text still makes it produce (the rest: dead rows)
+    compared = getattr(task, "across_tokenizers", None)  # per token counts other tokens: relative scores compare this
     for split, result in results.items():
-        result.tokenizer = {"own": True, "size": len(ids.tokenizer), "data": dict(summary.get(split, {}))}
+        result.tokenizer = {"own": True, "size": len(ids.tokenizer), "produced": produced, "data": dict(summary.get(split, {}))}
+        if compared in result.measures:
+            result.tokenizer["compared_by"] = compared
     del pruned
     return results
 

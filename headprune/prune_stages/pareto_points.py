@@ -5,7 +5,7 @@ from typing import Any
 
 from headprune.core.unit_kinds import is_joint
 from headprune.core.units import query_heads_of, unit_count
-from headprune.results.points import kinds_label, measures, units_by_kind, what_was_removed
+from headprune.results.points import kinds_label, measures, relative_to, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
 from headprune.selection.greedy import heads_removed
@@ -63,10 +63,7 @@ def relative(score: float, base: float) -> float | None:
 
 def extra_scores(results: dict, ctx: ParetoRun) -> dict:
     """{split: {"score", "relative"}} of a point on each of ``prune.extra_splits`` (relative to the unpruned model there)."""
-    return {
-        split: {"score": results[split].score, "relative": relative(results[split].score, ctx.base_extra[split].score)}
-        for split in ctx.extra_splits
-    }
+    return {split: {"score": results[split].score, **relative_to(results[split], ctx.base_extra[split])} for split in ctx.extra_splits}
 
 
 def outcomes(result) -> dict:
@@ -89,7 +86,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "units_total": unit_count(task.gates),
         "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         "score": result.score,
-        "relative": relative(result.score, ctx.base.score),
+        **relative_to(result, ctx.base),  # a vocabulary cut scored through its own tokenizer: per byte
         **measures(result),
         **({"tokenizer": result.tokenizer} if getattr(result, "tokenizer", None) else {}),  # scored through its own tokenizer
         **outcomes(result),

@@ -108,6 +108,16 @@ def kinds_label(mask: dict, unit=None) -> str:
     return ", ".join(parts)
 
 
+def relative_to(result, base) -> dict:
+    """{"relative": ``result`` over ``base``}: by the score, or for a point scored through its own tokenizer by the measure
+    that compares across tokenizers (LM: bits per byte; ``"relative_by"`` names it)."""
+    by = (getattr(result, "tokenizer", None) or {}).get("compared_by")
+    if by and by in (getattr(base, "measures", None) or {}):
+        value, start = result.measures[by], base.measures[by]
+        return {"relative": value / start if start else None, "relative_by": by}
+    return {"relative": result.score / base.score if base.score else None}
+
+
 def measures(result) -> dict:
     """A result's further measures beside its score (LM: bits_per_byte, perplexity_per_byte), each a field of the point."""
     return dict(getattr(result, "measures", None) or {})

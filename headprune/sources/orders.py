@@ -247,14 +247,15 @@ def order_scores(task, order: str, settings: OrderSettings, shared: dict | None 
 
 def with_floor(task, scores: dict, text_splits: tuple = ()) -> dict:
     """``scores`` with +inf on the units their kinds never remove (a vocabulary's special and base tokens, and the tokens
-    ``text_splits`` use): no order removes them."""
+    ``text_splits`` use): no order removes them; then re-ranked by each kind (a kept token's merge parts stay)."""
     from headprune.core.unit_kinds import kinds_of
     from headprune.tasks.text_ids import text_token_ids
 
     needed = [*getattr(task, "needed_token_ids", lambda: [])(), *text_token_ids(task, text_splits)]
-    out = dict(scores)
+    out, tokenizer = dict(scores), getattr(task, "tokenizer", None)
     for kind in kinds_of(task.gates.unit):
-        for group, fixed in kind.floor(task.gates, getattr(task, "tokenizer", None), needed).items():
+        for group, fixed in kind.floor(task.gates, tokenizer, needed).items():
             if group in out:
                 out[group] = out[group].float().masked_fill(fixed.to(out[group].device), float("inf"))
+        out = kind.ranked_scores(task.gates, tokenizer, out)  # e.g. a kept token keeps what its tokenizer builds it from
     return out

@@ -90,6 +90,11 @@ class UnitKind:
         """{group: bool [layers, units]} of the units never removed (``needed``: token ids the task's labels and prompts use)."""
         return {}
 
+    def ranked_scores(self, gates, tokenizer, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``scores`` (its floor at +inf) re-ranked so that the units any count of the highest keeps work without the rest
+        (the vocabulary: every kept token's merge parts kept); default: as given."""
+        return scores
+
     def unit_columns(self, site) -> tuple[nn.Module, list[int], list[list[int]]] | None:
         """(the projection that reads a site's units, their original ids, each unit's input columns of it); None: not its site."""
         return None

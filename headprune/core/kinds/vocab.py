@@ -144,6 +144,19 @@ class VocabKind(UnitKind):
         row[0, ids] = True
         return {GROUP: row}
 
+    def ranked_scores(self, gates, tokenizer, scores):
+        """Merge-closed: a kept BPE token keeps the two tokens its merge joins (recursively), each counted in what is kept,
+        so the rewritten tokenizer still produces it; a token no text produces goes first (WordPiece: as given)."""
+        from headprune.core.vocab_merges import merge_closed_scores, merge_parts
+        from headprune.core.vocab_tokenizer import tokenizer_json
+
+        if GROUP not in scores or tokenizer is None:
+            return scores
+        parts, dead = merge_parts(tokenizer_json(tokenizer))
+        if not parts and not dead:
+            return scores
+        return {**scores, GROUP: merge_closed_scores(scores[GROUP][0], parts, dead).unsqueeze(0)}
+
     def unit_counts(self, site):
         """A site's uses of each token while probing (U,), their original ids, group; None: not this kind's site."""
         if not hasattr(site, "counts") or site.group != GROUP:

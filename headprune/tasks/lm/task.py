@@ -34,6 +34,7 @@ class LanguageModelingTask(SavesHF):
     name = "lm"
     metric = "perplexity"
     higher_is_better = False
+    across_tokenizers = "bits_per_byte"  # the measure that compares models whose tokenizers split the text otherwise
     paired_test_name = "paired bootstrap of corpus perplexity over texts (Koehn 2004)"
 
     def __init__(
