@@ -19,6 +19,7 @@ from long_context_tables import figure as long_context_figure
 from long_context_tables import overlap_table, runs_of, within_table
 from readme_results import readme_results
 from units_table import trained_units_table, units_deploy_table, units_speed_table
+from vocab_table import vocab_cut_table
 
 from headprune.viz.tables import (
     ablation_table,
@@ -164,6 +165,7 @@ TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neur
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
 )
+TABLES["llm_vocab_cut"] = lambda d: vocab_cut_table(_load(d, "llm_vocab_cut"))  # docs/results_llm.md: SmolLM2's vocabulary cuts
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)
