@@ -1,5 +1,6 @@
 """What a kind of pruning unit is: one class per kind, registered by name; everything outside core/ asks the kind."""
 
+import math
 from typing import Any
 
 import torch
@@ -121,6 +122,18 @@ class UnitKind:
         """The least multiple of units a layer may keep for the model's stock config to build the pruned model (1: any count)."""
         return 1
 
+    def runtime_multiple(self, settings) -> int:
+        """The multiple each layer's kept count rounds up to for runtimes' tiles, from the prune ``settings`` (1: none)."""
+        return int(_setting(settings, self.multiple_setting) or 1) if self.multiple_setting else 1
+
+    def kept_multiple(self, model: nn.Module, settings) -> int:
+        """The multiple its kept count rounds to: the model config's rule and the prune ``settings``' one, their lcm (1: any count)."""
+        if self.width_setting is None:
+            return 1
+        given = _setting(settings, self.width_setting)
+        rule = self.width_multiple(model)
+        return rule if given is None else math.lcm(rule, int(given))
+
     def refusal(self, fields: dict | None, settings: dict) -> str | None:
         """Why this kind cannot run on a model with these config ``fields`` and these prune ``settings`` (None: it can)."""
         return None
@@ -165,3 +178,8 @@ class UnitKind:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def _setting(settings, name: str):
+    """A prune setting by name, from the prune settings or a mapping {setting name: value} (None: not given)."""
+    return settings.get(name) if isinstance(settings, dict) else getattr(settings, name, None)
