@@ -47,6 +47,14 @@ def unit_gates(gates, unit="head"):
     return parts[0] if len(parts) == 1 else JointGates(model, parts)
 
 
+def refit_gates(model: nn.Module, unit) -> list:
+    """The gates least-squares recovery rescales after ``unit``'s units go: for each of its kinds' ``recovery_parts``, in order
+    (query heads first), the gates of the first registered kind that prunes that part alone (query heads, FFN neurons)."""
+    model, shared = _model_and_shared(model)
+    parts = dict.fromkeys(part for kind in kinds_of(unit) for part in kind.recovery_parts)
+    return [next(kind for kind in KINDS.values() if kind.parts == (part,)).gates(model, shared) for part in parts]
+
+
 def model_gates(model: nn.Module):
     """The gates a task holds on a model: its query heads' (every model has attention); other units are views of them (``unit_gates``)."""
     return unit_gates(model, QUERY_HEADS)

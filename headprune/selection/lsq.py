@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from headprune.core.gates import AttentionSite
-from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
+from headprune.core.inputs import eval_mode, group_valid, model_inputs
 from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
@@ -26,7 +26,7 @@ def _captured_inputs(model: nn.Module, sites: list[AttentionSite], batch: dict, 
 
 def _valid_tokens(site: AttentionSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     """Bool (B, T): the real (not padding) tokens of a layer's queries."""
-    valid = batch.get("attention_mask") if site.group == "enc_self" else decoder_valid(batch)
+    valid = group_valid(site.group, batch)
     if valid is None or tuple(valid.shape) != tuple(x.shape[:2]):
         return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
     return valid.to(x.device).bool()
