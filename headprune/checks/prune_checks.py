@@ -24,7 +24,7 @@ def check_prune(cfg, prune) -> None:
     fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
-        if units is not None and k >= units:
+        if units is not None and kind.layer_floor(k) >= units:
             raise ConfigError(
                 f"prune.min_units_per_layer={k} keeps every {kind.noun} of prune.unit={prune.unit}: the model's layers have {units} "
                 f"{kind.noun}s, so it must be at most {units - 1} (0 = no floor)"

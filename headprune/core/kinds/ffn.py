@@ -26,7 +26,6 @@ class FFNKind(UnitKind):
     rearrange_by = "gradients"
     multiple_setting = "ffn_multiple"
     recovery_parts = ("feed_forward",)
-    floor_units = None  # FFN widths are far above any sensible per-layer floor of units
     record_key = "ffn"
     rebuild_order = 20
     legacy_keys = ("ffn_widths_orig", "pruned_neurons", "ffn_weights_sha256")

@@ -29,7 +29,7 @@ class UnitKind:
     multiple_setting: str | None = None  # the prune setting that rounds its per-layer counts up to a multiple (runtimes' tiles)
     width_setting: str | None = None  # the prune setting that rounds its kept count to a multiple the model's config accepts
     layer_rows: bool = True  # its masks hold one row per layer (the residual stream's one row is not a layer's)
-    floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
+    floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply, ``layer_floor``)
     group_floor: int = 0  # the fewest units one of its mask groups keeps in all (a layer stack, the residual stream)
     record_key: str = ""  # its key in pruning records (default: its name)
     rebuild_order: int = 100  # save_pruned / load_pruned visit kinds by this rank: depth (layers) first, then widths, then the rest
@@ -121,6 +121,10 @@ class UnitKind:
     def width_multiple(self, model: nn.Module) -> int:
         """The least multiple of units a layer may keep for the model's stock config to build the pruned model (1: any count)."""
         return 1
+
+    def layer_floor(self, min_units_per_layer: int) -> int:
+        """The fewest of its units each layer keeps under prune.min_units_per_layer (0: that floor is not this kind's)."""
+        return min_units_per_layer if self.floor_units is not None else 0
 
     def runtime_multiple(self, settings) -> int:
         """The multiple each layer's kept count rounds up to for runtimes' tiles, from the prune ``settings`` (1: none)."""
