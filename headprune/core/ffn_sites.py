@@ -88,6 +88,19 @@ def mlp_layout_of(model: nn.Module):
     return family.mlp
 
 
+def mlp_layout_refusal(fields: dict) -> str | None:
+    """Why a model with these config fields has no feed-forward blocks to gate: its family row declares no MLP layout (None: it has)."""
+    from headprune.core import families
+
+    family = next((f for f in families.FAMILIES if fields.get("model_type") in f.model_types), None)
+    if family is None or family.mlp is not None:
+        return None
+    return (
+        f"its units live in feed-forward blocks, and the {family.name} family declares no MLP layout: use prune.unit=head, "
+        "or add its mlp=... to the family's row in headprune/core/families.py"
+    )
+
+
 def _match(layout: MLPLayout, path: str) -> tuple[str, int, str] | None:
     """(group, layer, config field) when a module path is one of the layout's feed-forward blocks, else None."""
     for pattern, group, config_field in layout.sites:

@@ -46,6 +46,11 @@ class FFNKind(UnitKind):
             return str(err)
         return None
 
+    def refusal(self, fields, settings):
+        from headprune.core.ffn_sites import mlp_layout_refusal
+
+        return mlp_layout_refusal(fields)
+
     def gates(self, model, shared):
         if "ffn" not in shared:
             shared["ffn"] = FFNGates(model)
@@ -78,7 +83,7 @@ class FFNKind(UnitKind):
             return None
         return site.down(), list(site.neuron_ids), [[p] for p in range(len(site.neuron_ids))]
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         from headprune.core.flops_tables import ffn_flops_tables
 
         return ffn_flops_tables(model, seq_len)

@@ -94,7 +94,7 @@ class UnitKind:
         """{id(projection): original ids of the output rows it keeps} of the projections whose outputs this kind shrank."""
         return {}
 
-    def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
+    def flops_tables(self, model: nn.Module, seq_len: int) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, as the part costs in the whole model."""
         raise NotImplementedError
 
