@@ -16,7 +16,7 @@ from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight
 from headprune.core.units import unit_gates
 from headprune.selection.captures import captured_module_inputs
-from headprune.selection.lsq import ridge_solve
+from headprune.selection.lsq import fit_inputs, kept_positions, ridge_solve
 
 
 def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
@@ -31,14 +31,6 @@ def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     if valid is None or valid.numel() != rows.shape[0]:
         return rows
     return rows[valid.to(x.device).reshape(-1).bool()]
-
-
-def _kept_positions(site: FFNSite, mask) -> list[int]:
-    """Weight positions of the neurons of a block that are present and kept by ``mask`` (None keeps all present)."""
-    if mask is None or site.group not in mask:
-        return list(range(site.width))
-    row = mask[site.group][site.layer]
-    return [p for p, neuron in enumerate(site.neuron_ids) if float(row[neuron]) != 0]
 
 
 @torch.no_grad()
@@ -133,13 +125,8 @@ def ffn_lsq_recover(
     max_cache_bytes: int = 2**30,
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections."""
-    batches = list(batches)
-    if not batches:
-        raise ValueError("ffn_lsq_recover got no batches: give a few training batches (model inputs)")
+    batches, mask = fit_inputs("ffn_lsq_recover", gates, batches, mask)
     teacher, teacher_gates = _teacher_sites(model, gates, teacher)
-    mask = gates.normalize_mask(mask) if mask is not None else None
-    if mask is not None and any(m.dim() != 2 for m in mask.values()):
-        raise ValueError("ffn_lsq_recover needs one mask for the whole model ({group: [layers, neurons]}), not one per example")
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
@@ -147,7 +134,7 @@ def ffn_lsq_recover(
         targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
         channels = kept_channels(model, teacher)
         for site in order:
-            positions = _kept_positions(site, mask)
+            positions = kept_positions(site, mask)
             if not positions:
                 continue
             teacher_site = teacher_gates.site(site.group, site.layer)
