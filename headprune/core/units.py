@@ -11,9 +11,7 @@ from headprune.core.kv_groups import KVGroupGates, has_kv_groups, kv_group_view 
 from headprune.core.unit_kinds import KINDS, kinds_of
 
 QUERY_HEADS = "head"  # the unit every model has: its query heads
-UNITS = (QUERY_HEADS, "kv_group")  # the attention units of prune.unit (single kinds: headprune.core.unit_kinds.KINDS)
 FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn_gates.FFNGates)
-JOINT = "head+ffn"  # heads and FFN neurons under one mask (headprune.core.joint.JointGates)
 
 
 def primitive_gates(gates):
