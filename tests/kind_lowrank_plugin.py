@@ -144,7 +144,7 @@ class LowRankKind(UnitKind):
     def unit_grad(self, site, grad):
         return (grad, site.rank_ids, site.group) if isinstance(site, LowRankBranch) else None
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         # k components kept: a (W -> k) and b (k -> d), 2 FLOPs a multiply-add, per token
         gates = LowRankGates(model)
         tables = {g: torch.zeros(layers, units + 1, dtype=torch.float64) for g, (layers, units) in gates.groups.items()}

@@ -93,7 +93,7 @@ class FFNHalfKind(UnitKind):
         summed = grad.new_zeros(*grad.shape[:2], 2).index_add_(2, halves, grad)  # (B, T, 2)
         return summed, [0, 1], site.group + SUFFIX
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         neurons = KINDS["ffn"].flops_tables(model, seq_len)
         return {g + SUFFIX: t[:, [0, (t.shape[1] - 1) // 2, t.shape[1] - 1]] for g, t in neurons.items()}
 

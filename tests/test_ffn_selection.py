@@ -248,8 +248,8 @@ def test_mask_files_say_their_unit_and_kinds_and_label_what_each_kind_lost(tmp_p
 
 
 def test_iterative_pruning_of_heads_and_neurons_with_head_and_neuron_recovery():
-    from headprune.selection.ffn_lsq import unit_lsq_recoverer
     from headprune.selection.schedule import iterative_prune
+    from headprune.selection.unit_lsq import unit_lsq_recoverer
 
     model = tiny_bert()
     plain = copy.deepcopy(model)

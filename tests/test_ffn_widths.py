@@ -9,7 +9,7 @@ import torch
 from cli_runs import TINY_LM_PRUNE, headprune
 
 from headprune.results.run_dir import mask_from_json
-from headprune.selection.ffn_widths import round_ffn_widths
+from headprune.selection.kept_widths import round_runtime_multiples
 
 
 def test_rounding_restores_the_best_removed_neurons_up_to_the_multiple():
@@ -18,7 +18,7 @@ def test_rounding_restores_the_best_removed_neurons_up_to_the_multiple():
         "dec_ffn": torch.tensor([[1, 0, 0, 0, 0, 0, 1, 1], [0] * 8, [1, 1, 1, 1, 1, 1, 1, 0]], dtype=torch.float),
         "dec_self": torch.tensor([[1, 0], [1, 1], [0, 1]], dtype=torch.float),
     }
-    out = round_ffn_widths(mask, scores, 4, "kv_group+ffn")
+    out = round_runtime_multiples(mask, scores, {"ffn": 4}, "kv_group+ffn")
     assert torch.equal(out["dec_self"], mask["dec_self"])  # attention as it was
     assert out["dec_ffn"][0].tolist() == [1, 0, 1, 0, 0, 0, 1, 1]  # 3 kept -> 4: neuron 2 (score 4) comes back
     assert out["dec_ffn"][1].tolist() == [0] * 8  # an emptied FFN stays empty

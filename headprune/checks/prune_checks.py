@@ -5,7 +5,7 @@ from omegaconf import OmegaConf
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
 from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
-from headprune.core.unit_kinds import kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
+from headprune.core.unit_kinds import KINDS, kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
 from headprune.models.sources import config_fields, max_positions
 from headprune.prune_stages.greedy_stage import fractions_of
 from headprune.prune_stages.pareto_plan import planned_points
@@ -24,7 +24,7 @@ def check_prune(cfg, prune) -> None:
     fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
-        if units is not None and k >= units:
+        if units is not None and kind.layer_floor(k) >= units:
             raise ConfigError(
                 f"prune.min_units_per_layer={k} keeps every {kind.noun} of prune.unit={prune.unit}: the model's layers have {units} "
                 f"{kind.noun}s, so it must be at most {units - 1} (0 = no floor)"
@@ -40,20 +40,19 @@ def check_prune(cfg, prune) -> None:
 def check_width_multiples(cfg, prune) -> None:
     """prune.hidden_multiple (a kind's one kept width in multiples): read by a unit with that kind, at most the model's width."""
     fields = config_fields(cfg.model) or {}
-    for name in ("hidden_multiple",):
-        multiple = prune.given.get(name)
+    for kind in (kind for kind in KINDS.values() if kind.width_setting):
+        name, multiple = kind.width_setting, prune.given.get(kind.width_setting)
         if multiple is None:
             continue
-        rounded = [kind for kind in prune.unit.kinds if kind.width_setting == name]
-        if not rounded:
+        if kind not in prune.unit.kinds:
             raise ConfigError(
                 f"prune.{name}={multiple} rounds the kept width of a kind prune.unit={prune.unit} does not prune: "
-                "use a unit with hidden (prune.unit=hidden or a list with it, [kv_group,ffn,hidden]), or drop it"
+                f"use a unit with {kind.name} (prune.unit={kind.name} or a list with it, [kv_group,ffn,{kind.name}]), or drop it"
             )
-        width = rounded[0].units_per_layer(fields)
+        width = kind.units_per_layer(fields)
         if width is not None and int(multiple) > width:
             raise ConfigError(
-                f"prune.{name}={multiple} is larger than the {width} {rounded[0].noun}s of model {cfg.model.get('name')}: "
+                f"prune.{name}={multiple} is larger than the {width} {kind.noun}s of model {cfg.model.get('name')}: "
                 f"every pruned width would round back to the whole; choose at most {width} (null = the config's own multiple)"
             )
 
@@ -64,7 +63,7 @@ def check_ffn_multiple(cfg, prune) -> None:
     multiple = int(given.ffn_multiple)
     if multiple == 1:
         return
-    rounded = [kind for kind in unit.kinds if kind.multiple_setting == "ffn_multiple"]
+    rounded = [kind for kind in unit.kinds if kind.runtime_multiple(given) > 1]
     if not rounded:
         raise ConfigError(
             f"prune.ffn_multiple={multiple} rounds the FFN widths, and prune.unit={unit} prunes no FFN neurons: "

@@ -271,8 +271,6 @@ def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> N
         refusal = kind.refusal(fields, prune.given) if fields is not None else None
         if refusal:
             raise ConfigError(f"prune.unit={unit} on model {cfg.model.get('name')}: {refusal}")
-        if "feed_forward" in kind.parts and fields is not None:
-            check_mlp_layout(cfg, unit, fields)
         layout = kind.layout_refusal.get(str(prune.given.get("layout")))
         if layout:
             raise ConfigError(layout)
@@ -301,18 +299,6 @@ def check_order_data(cfg, order: str) -> None:
         raise ConfigError(
             f"prune.order={order} scores how often each head's attention peaks on the needle token it copies, and "
             f"data={cfg.data.get('name')} (the {spec.name} task) has no needles: use {' or '.join(having)}"
-        )
-
-
-def check_mlp_layout(cfg, unit, fields: dict) -> None:
-    """Neurons and blocks need the family's MLP layout (headprune.core.mlp_layouts) to find the feed-forward blocks."""
-    from headprune.core.families import FAMILIES
-
-    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
-    if family is not None and family.mlp is None:
-        raise ConfigError(
-            f"prune.unit={unit} prunes feed-forward blocks, but the {family.name} family (model {cfg.model.get('name')}) "
-            "declares no MLP layout: use prune.unit=head, or add its mlp=... to the family's row in headprune/core/families.py"
         )
 
 

@@ -9,6 +9,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
+from headprune.core.site_gates import kept_site, ordered_sites
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
@@ -88,6 +89,19 @@ def mlp_layout_of(model: nn.Module):
     return family.mlp
 
 
+def mlp_layout_refusal(fields: dict) -> str | None:
+    """Why a model with these config fields has no feed-forward blocks to gate: its family row declares no MLP layout (None: it has)."""
+    from headprune.core import families
+
+    family = next((f for f in families.FAMILIES if fields.get("model_type") in f.model_types), None)
+    if family is None or family.mlp is not None:
+        return None
+    return (
+        f"its units live in feed-forward blocks, and the {family.name} family declares no MLP layout: use prune.unit=head, "
+        "or add its mlp=... to the family's row in headprune/core/families.py"
+    )
+
+
 def _match(layout: MLPLayout, path: str) -> tuple[str, int, str] | None:
     """(group, layer, config field) when a module path is one of the layout's feed-forward blocks, else None."""
     for pattern, group, config_field in layout.sites:
@@ -100,26 +114,22 @@ def _match(layout: MLPLayout, path: str) -> tuple[str, int, str] | None:
 def find_ffn_sites(model: nn.Module) -> list[FFNSite]:
     """All feed-forward blocks of a model, ordered by group then layer (a ValueError where the family has no MLP layout)."""
     layout = mlp_layout_of(model)
-    sites = []
-    for path, module in model.named_modules():
-        matched = _match(layout, path)
-        if matched is None:
-            continue
-        existing = getattr(module, SITE_ATTR, None)
-        if existing is not None:
-            sites.append(existing)
-            continue
-        group, layer, config_field = matched
-        width = in_features(module.get_submodule(layout.down))
-        site = FFNSite(path, group, layer, module, layout, config_field, width, list(range(width)))
-        if not site.up_paths():
-            raise ValueError(f"{path} has none of the up projections {layout.up} its family's MLP layout names")
-        setattr(module, SITE_ATTR, site)  # the neuron bookkeeping lives with the module
-        sites.append(site)
-    if not sites:
-        raise ValueError(f"found no feed-forward blocks in {type(model).__name__} for the MLP layout {layout.sites}")
-    sites.sort(key=lambda s: (FFN_GROUPS.index(s.group), s.layer))
-    return sites
+    sites = [
+        kept_site(module, SITE_ATTR, lambda: _new_site(path, module, layout, matched))
+        for path, module in model.named_modules()
+        if (matched := _match(layout, path)) is not None
+    ]
+    return ordered_sites(sites, FFN_GROUPS, f"found no feed-forward blocks in {type(model).__name__} for the MLP layout {layout.sites}")
+
+
+def _new_site(path: str, module: nn.Module, layout: MLPLayout, matched: tuple[str, int, str]) -> FFNSite:
+    """A feed-forward block's site with every neuron present."""
+    group, layer, config_field = matched
+    width = in_features(module.get_submodule(layout.down))
+    site = FFNSite(path, group, layer, module, layout, config_field, width, list(range(width)))
+    if not site.up_paths():
+        raise ValueError(f"{path} has none of the up projections {layout.up} its family's MLP layout names")
+    return site
 
 
 def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:

@@ -12,9 +12,12 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
 from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.output_gate import attach_output_gate
-from headprune.core.site_gates import SiteGates
+from headprune.core.site_gates import SiteGates, kept_site, ordered_sites
 
 PREFIX = "headprune_"
+
+
+SITE_ATTR = "_headprune_site"  # the site (and its head bookkeeping), on its attention module (a deep copy gets its own)
 
 
 @dataclass(eq=False)
@@ -111,7 +114,7 @@ def _make_gated(inner_name: str):
 
     def gated_attention(module, query, key, value, attention_mask, **kwargs):
         inner = _module_eager(module) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS[inner_name]
-        site = getattr(module, "_headprune_site", None)
+        site = getattr(module, SITE_ATTR, None)
         if site is not None and site.kv_index is not None:
             # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head
             index = site.kv_index.to(key.device)
@@ -179,45 +182,29 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
     sites = []
     for path, block in model.named_modules():
         matched = match_site(family, path)
-        if matched is None:
-            continue
-        group, layer = matched
-        core = block.get_submodule(family.core) if family.core else block
-        existing = getattr(core, "_headprune_site", None)
-        if existing is not None:
-            sites.append(existing)
-            continue
-        head_dim = int(getattr(core, family.head_dim_attr))
-        if family.head_count_attr:
-            n_heads = int(getattr(core, family.head_count_attr))
-        elif family.heads_in_config:
-            n_heads = int(getattr(model.config, family.config_head_counts[0]))
-        else:
-            n_heads = block.get_submodule(family.query).out_features // head_dim
-        if family.kv_groups_attr:
-            n_kv = n_heads // int(getattr(core, family.kv_groups_attr))
-        else:
-            n_kv = int(getattr(core, family.kv_count_attrs[0])) if family.kv_count_attrs else n_heads
-        site = AttentionSite(
-            path,
-            group,
-            layer,
-            block,
-            core,
-            family,
-            head_dim,
-            n_heads,
-            list(range(n_heads)),
-            num_kv_heads_orig=n_kv,
-            kv_ids=list(range(n_kv)),
-            gate_at=family.gate,
-        )
-        core._headprune_site = site  # the site (and its head bookkeeping) lives with the module
-        sites.append(site)
-    if not sites:
-        raise ValueError(f"found no attention modules in {type(model).__name__} for family {family.name}")
-    sites.sort(key=lambda s: (GROUPS.index(s.group), s.layer))
-    return sites
+        if matched is not None:
+            core = block.get_submodule(family.core) if family.core else block
+            sites.append(kept_site(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
+    return ordered_sites(sites, GROUPS, f"found no attention modules in {type(model).__name__} for family {family.name}")
+
+
+def _new_site(model: nn.Module, family: Family, path: str, block: nn.Module, core: nn.Module, group: str, layer: int) -> AttentionSite:
+    """An attention module's site with every head present."""
+    head_dim = int(getattr(core, family.head_dim_attr))
+    if family.head_count_attr:
+        n_heads = int(getattr(core, family.head_count_attr))
+    elif family.heads_in_config:
+        n_heads = int(getattr(model.config, family.config_head_counts[0]))
+    else:
+        n_heads = block.get_submodule(family.query).out_features // head_dim
+    if family.kv_groups_attr:
+        n_kv = n_heads // int(getattr(core, family.kv_groups_attr))
+    else:
+        n_kv = int(getattr(core, family.kv_count_attrs[0])) if family.kv_count_attrs else n_heads
+    heads, kv = list(range(n_heads)), list(range(n_kv))
+    return AttentionSite(
+        path, group, layer, block, core, family, head_dim, n_heads, heads, num_kv_heads_orig=n_kv, kv_ids=kv, gate_at=family.gate
+    )
 
 
 class HeadGates(SiteGates):

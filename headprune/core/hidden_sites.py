@@ -9,6 +9,7 @@ from headprune.core.families import family_for
 from headprune.core.ffn_sites import broadcast_neuron_gate, ffn_sites_if_any
 from headprune.core.gates import find_sites
 from headprune.core.projections import in_features, is_projection, out_features
+from headprune.core.site_gates import kept_site
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -223,10 +224,7 @@ def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
-            site = getattr(module, SITE_ATTR, None)
-            if site is None:
-                site = HiddenSite(path, module, role, ids, rows=book["rows"])
-                setattr(module, SITE_ATTR, site)
+            site = kept_site(module, SITE_ATTR, lambda: HiddenSite(path, module, role, ids, rows=book["rows"]))
             site.channel_ids = ids
             if getattr(module, HOOK_ATTR, None) is None:
                 setattr(module, HOOK_ATTR, module.register_forward_hook(_gate_hook, with_kwargs=True))

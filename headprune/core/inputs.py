@@ -2,6 +2,7 @@
 
 from contextlib import contextmanager
 
+ENCODER_GROUPS = ("enc_self", "enc_ffn")  # the mask groups whose units sit at the encoder's positions
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what an encoder classifier's forward takes
 DECODER_INPUTS = ("input_ids", "attention_mask")  # ... and a decoder-only LM's
 NON_INPUTS = ("labels", "idx", "ids")  # batch keys the forward never gets: labels (we compute the loss), dataset bookkeeping
@@ -25,6 +26,11 @@ def decoder_valid(batch: dict):
         return batch["decoder_attention_mask"]
     labels = batch.get("labels")
     return (labels != -100).long() if labels is not None and labels.dim() == 2 else None
+
+
+def group_valid(group: str, batch: dict):
+    """(B, T) mask of the real tokens at a mask group's positions: the input's own for the encoder's groups, else the decoder's."""
+    return batch.get("attention_mask") if group in ENCODER_GROUPS else decoder_valid(batch)
 
 
 def valid_token_rows(x, batch: dict):

@@ -9,7 +9,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.ffn_sites import broadcast_neuron_gate
 from headprune.core.inputs import model_inputs
-from headprune.core.site_gates import SiteGates
+from headprune.core.site_gates import SiteGates, kept_site, ordered_sites
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -57,23 +57,18 @@ def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
 
 def find_layer_sites(model: nn.Module) -> list[LayerSite]:
     """All Transformer layers of a model, ordered by group then original id (sites already made keep their original ids)."""
-    sites = []
-    for path, (stack, group) in layer_stacks(model).items():
-        module = model.get_submodule(path)
-        existing = getattr(module, SITE_ATTR, None)
-        if existing is not None:
-            sites.append(existing)
-            continue
+
+    def new_site(path: str, module: nn.Module, stack: str, group: str) -> LayerSite:
         layers = model.get_submodule(stack)
         if not isinstance(layers, nn.ModuleList):
             raise ValueError(f"{stack} is a {type(layers).__name__}, not an nn.ModuleList: its layers cannot be gated or removed")
-        site = LayerSite(path, group, int(path.rpartition(".")[2]), module, stack, len(layers))
-        setattr(module, SITE_ATTR, site)  # the layer bookkeeping lives with the module
-        sites.append(site)
-    if not sites:
-        raise ValueError(f"found no Transformer layers in {type(model).__name__}")
-    sites.sort(key=lambda s: (LAYER_GROUPS.index(s.group), s.layer))
-    return sites
+        return LayerSite(path, group, int(path.rpartition(".")[2]), module, stack, len(layers))
+
+    sites = []
+    for path, (stack, group) in layer_stacks(model).items():
+        module = model.get_submodule(path)
+        sites.append(kept_site(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
+    return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
 
 
 def layer_groups(sites: list[LayerSite]) -> dict[str, tuple[int, int]]:

@@ -7,6 +7,20 @@ import torch
 from headprune.core.masks import normalize_mask
 
 
+def kept_site(module, attr: str, make):
+    """The site kept on ``module`` under ``attr``, else ``make()``'s, kept there from now on (the bookkeeping lives with the module)."""
+    if getattr(module, attr, None) is None:
+        setattr(module, attr, make())
+    return getattr(module, attr)
+
+
+def ordered_sites(sites: list, groups: tuple[str, ...], missing: str) -> list:
+    """``sites`` by group (in the order of ``groups``) then layer; a ValueError saying ``missing`` where there are none."""
+    if not sites:
+        raise ValueError(missing)
+    return sorted(sites, key=lambda s: (groups.index(s.group), s.layer))
+
+
 def unit_groups(sites: list) -> dict[str, tuple[int, int]]:
     """{group: (layers, units per layer in the original model)} of a list of sites."""
     shape = {}

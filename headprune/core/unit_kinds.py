@@ -10,6 +10,7 @@ from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     keep_one_refusal,
     kind_of_group,
     kinds_of,
+    latency_timings,
     lsq_refits_heads_alone,
     lsq_refusal,
     mask_kinds,

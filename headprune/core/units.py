@@ -11,9 +11,7 @@ from headprune.core.kv_groups import KVGroupGates, has_kv_groups, kv_group_view 
 from headprune.core.unit_kinds import KINDS, kinds_of
 
 QUERY_HEADS = "head"  # the unit every model has: its query heads
-UNITS = (QUERY_HEADS, "kv_group")  # the attention units of prune.unit (single kinds: headprune.core.unit_kinds.KINDS)
 FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn_gates.FFNGates)
-JOINT = "head+ffn"  # heads and FFN neurons under one mask (headprune.core.joint.JointGates)
 
 
 def primitive_gates(gates):
@@ -45,6 +43,14 @@ def unit_gates(gates, unit="head"):
         return gates
     parts = [kind.gates(model, shared) for kind in kinds]
     return parts[0] if len(parts) == 1 else JointGates(model, parts)
+
+
+def refit_gates(model: nn.Module, unit) -> list:
+    """The gates least-squares recovery rescales after ``unit``'s units go: for each of its kinds' ``recovery_parts``, in order
+    (query heads first), the gates of the first registered kind that prunes that part alone (query heads, FFN neurons)."""
+    model, shared = _model_and_shared(model)
+    parts = dict.fromkeys(part for kind in kinds_of(unit) for part in kind.recovery_parts)
+    return [next(kind for kind in KINDS.values() if kind.parts == (part,)).gates(model, shared) for part in parts]
 
 
 def model_gates(model: nn.Module):

@@ -12,10 +12,10 @@ from headprune.core.head_tensors import broadcast_gate
 from headprune.core.joint import shared_gates
 from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.stream_gates import StreamGates
-from headprune.core.unit_kinds import KINDS, ablation_refusal
-from headprune.core.units import QUERY_HEADS, base_mask, primitive_gates, unit_gates
+from headprune.core.unit_kinds import ablation_refusal
+from headprune.core.units import FFN, QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
-REPLAYED_PARTS = {"attention", "feed_forward"}  # the parts whose gates the batcher sets per mask row (query heads, neurons)
+REPLAYED = {QUERY_HEADS, FFN}  # the kinds whose gates the batcher sets per mask row (query heads, neurons)
 
 SHARED = "headprune_shared_"
 
@@ -179,7 +179,7 @@ class MaskBatcher:
     @staticmethod
     def takes(gates) -> bool:
         """Whether the batcher evaluates masks of these gates (query heads, FFN neurons, streaming), not residual channels and the like."""
-        return isinstance(gates, StreamGates) or all(set(KINDS[kind].parts) <= REPLAYED_PARTS for kind in shared_gates(gates))
+        return isinstance(gates, StreamGates) or set(shared_gates(gates)) <= REPLAYED
 
     def __init__(self, model: nn.Module, gates, max_rows: int = 128, first_token: bool = True):
         """``gates``: the gates of the masks' unit (query-head, KV-group, FFN, block or joint gates of ``model``)."""

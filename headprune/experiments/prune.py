@@ -22,7 +22,7 @@ from headprune.results.run_dir import write_results
 from headprune.results.stream_points import action_words, say_cache
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_groups
-from headprune.selection.kept_widths import width_multiples
+from headprune.selection.kept_widths import runtime_multiples, width_multiples
 from headprune.settings import RunSettings
 from headprune.sources.orders import order_settings
 from headprune.sources.score_file import given_scores
@@ -86,7 +86,7 @@ def run(cfg) -> dict:
         str(prune.layout),
         joint_scale=str(prune.joint_scale),
         progress=True,
-        ffn_multiple=int(prune.ffn_multiple),
+        multiples=runtime_multiples(task.gates.unit, prune),
         widths=width_multiples(task.model, task.gates.unit, prune),
     )
     out = output_dir(cfg)

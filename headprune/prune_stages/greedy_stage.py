@@ -17,10 +17,9 @@ from headprune.results.points import (
 )
 from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.results.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
-from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.joint_scale import comparable_scores
-from headprune.selection.kept_widths import round_kept_widths
+from headprune.selection.kept_widths import round_kept_widths, round_runtime_multiples
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.settings import listed
 from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores, with_floor
@@ -88,11 +87,12 @@ def prune_stage(
     joint_scale: str,
     progress: bool,
     base=None,
-    ffn_multiple: int = 1,
+    multiples: dict[str, int] | None = None,
     widths: dict[str, int] | None = None,
 ) -> dict:
     """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...} in the given layout and joint scale.
 
+    ``multiples``: {kind: multiple} its per-layer counts round up to (headprune.selection.kept_widths.runtime_multiples);
     ``widths``: {kind: multiple} its one kept width rounds down to (headprune.selection.kept_widths.width_multiples)."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
@@ -123,8 +123,7 @@ def prune_stage(
         else:
             scores = comparable_scores(order_scores(task, order, settings, shared), joint_scale)
             masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
-            if ffn_multiple > 1:
-                masks = [round_ffn_widths(m, scores, ffn_multiple, task.gates.unit) for m in masks]
+            masks = [round_runtime_multiples(m, scores, multiples or {}, task.gates.unit) for m in masks]
             masks = [round_kept_widths(m, scores, widths or {}, task.gates.unit) for m in masks]
         results = scored_masks(task, masks, split, f"prune {order}", progress=progress)  # a vocabulary cut: through its tokenizer
         steps = [

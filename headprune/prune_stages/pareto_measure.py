@@ -19,12 +19,12 @@ from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_s
 from headprune.results.points import measures
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
-from headprune.selection.ffn_lsq import unit_lsq_recoverer
 from headprune.selection.latency import synthetic_inputs
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.reconstruct import reconstructor
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_latency import cached_unit_latency_model
+from headprune.selection.unit_lsq import unit_lsq_recoverer
 from headprune.sources.point_models import (
     CONTROL_POINT,
     recipe_of,

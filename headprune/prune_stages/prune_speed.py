@@ -22,10 +22,9 @@ from headprune.prune_stages.pareto_points import ParetoRun, mask_key, point_reco
 from headprune.prune_stages.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.ffn_rearrange import example_gradients
-from headprune.selection.ffn_widths import round_ffn_widths
 from headprune.selection.greedy import check_groups
 from headprune.selection.joint_scale import comparable_scores
-from headprune.selection.kept_widths import round_kept_widths, width_multiples
+from headprune.selection.kept_widths import round_kept_widths, round_runtime_multiples, runtime_multiples, width_multiples
 from headprune.selection.mask_search import PruneTarget, mask_after
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
@@ -72,9 +71,8 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
             masks.append(mask_after(found.removed, len(found.removed), ctx.costs.groups))  # the greedy mask, rearranged below
         else:
             masks.append(layout_mask(ranked, task.gates.groups, step, ctx.groups, ctx.min_per_layer, ctx.layout))
-    multiple = int(ctx.settings.ffn_multiple)
-    if multiple > 1:  # the target or fraction is met first; each FFN layer then keeps a multiple of neurons
-        masks = [round_ffn_widths(m, ranked, multiple, task.gates.unit) for m in masks]
+    multiples = runtime_multiples(task.gates.unit, ctx.settings)  # the target or fraction is met first, then the tiles
+    masks = [round_runtime_multiples(m, ranked, multiples, task.gates.unit) for m in masks]
     widths = width_multiples(task.model, task.gates.unit, ctx.settings)  # one width a stock config takes (the residual stream)
     masks = [round_kept_widths(m, ranked, widths, task.gates.unit, up=keeps_score(s)) for m, s in zip(masks, steps)]
     if not rearrange:

@@ -14,7 +14,6 @@ ACTION_WORDS = {
     "remove": "the unit is removed from the weights",
     "stream": "the unit keeps its weights and attends to a sink and a recent window only",
 }
-UNITS = ("head", "kv_group")  # the units of files written before FFN units; any unit_kinds name is read (file_unit)
 
 
 def file_unit(value) -> str | None:

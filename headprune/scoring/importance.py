@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
-from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
+from headprune.core.inputs import eval_mode, group_valid, model_inputs
 from headprune.core.unit_kinds import KINDS, kind_of_group, kinds_of
 from headprune.core.units import unit_gates
 
@@ -192,7 +192,7 @@ class _EntropyRecorder:
         shape = unit_groups(gates.sites)  # per query head, whatever unit the gates are seen in
         self.totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
         self.counts = {g: t.clone() for g, t in self.totals.items()}
-        self.valid: dict[str, torch.Tensor | None] = {}
+        self.batch: dict = {}  # the batch of the forward pass that runs
 
     def __call__(self, site, query, key, attention_mask, scaling, bias=None):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
@@ -210,7 +210,7 @@ class _EntropyRecorder:
             scores = scores.masked_fill(~causal, float("-inf"))
         log_p = torch.log_softmax(scores, dim=-1)
         entropy = -(log_p.exp() * log_p.nan_to_num(neginf=0.0)).sum(-1)  # (B, H, Tq)
-        valid = self.valid.get("enc" if site.group == "enc_self" else "dec")
+        valid = group_valid(site.group, self.batch)
         if valid is None or valid.shape != (entropy.shape[0], entropy.shape[-1]):
             valid = torch.ones(entropy.shape[0], entropy.shape[-1], device=entropy.device)
         valid = valid.to(entropy.device, entropy.dtype).unsqueeze(1)  # (B, 1, Tq)
@@ -227,12 +227,12 @@ def attention_entropy(model, gates, batches: Iterable[dict], progress: bool = Fa
     try:
         with eval_mode(model), torch.inference_mode():
             for batch in _progress(batches, progress, "entropy"):
-                recorder.valid = {"enc": batch.get("attention_mask"), "dec": decoder_valid(batch)}
+                recorder.batch = batch
                 model(**batch)
     finally:
         for site in gates.sites:
             site.entropy_hook = None
-    if recorder.valid and not any(bool(c.any()) for c in recorder.counts.values()):
+    if recorder.batch and not any(bool(c.any()) for c in recorder.counts.values()):
         raise ConfigError(
             f"attention entropy reads each head's attention inside transformers' attention interface, and no attention of "
             f"{type(model).__name__} went through it (heads gated at the output projection, e.g. DeBERTa-v2): "

@@ -9,13 +9,14 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import ffn_record
 from headprune.core.ffn_sites import FFNSite
-from headprune.core.inputs import decoder_valid, eval_mode
+from headprune.core.inputs import eval_mode, group_valid
+from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight
+from headprune.core.units import unit_gates
 from headprune.selection.captures import captured_module_inputs
-from headprune.selection.lsq import ridge_solve
+from headprune.selection.lsq import fit_inputs, kept_positions, ridge_solve
 
 
 def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
@@ -25,19 +26,11 @@ def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, st
 
 def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     """The real (not padding) tokens of a down input x (B, T, W), or (B * T, W) for OPT's flattened tokens, as x's rows (N, W)."""
-    valid = batch.get("attention_mask") if site.group == "enc_ffn" else decoder_valid(batch)
+    valid = group_valid(site.group, batch)
     rows = x.reshape(-1, x.shape[-1])
     if valid is None or valid.numel() != rows.shape[0]:
         return rows
     return rows[valid.to(x.device).reshape(-1).bool()]
-
-
-def _kept_positions(site: FFNSite, mask) -> list[int]:
-    """Weight positions of the neurons of a block that are present and kept by ``mask`` (None keeps all present)."""
-    if mask is None or site.group not in mask:
-        return list(range(site.width))
-    row = mask[site.group][site.layer]
-    return [p for p, neuron in enumerate(site.neuron_ids) if float(row[neuron]) != 0]
 
 
 @torch.no_grad()
@@ -51,7 +44,7 @@ def scale_down_columns(down: nn.Module, positions: list[int], scales: torch.Tens
         down.weight[:, index] *= factor.view(1, -1)
 
 
-def _teacher_sites(model: nn.Module, teacher: nn.Module | None) -> tuple[nn.Module, FFNGates]:
+def _teacher_sites(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
     """The unpruned reference model and its FFN gates, ungated (a copy of ``model`` when it has no neuron removed yet)."""
     if teacher is None:
         if ffn_record(model):
@@ -60,9 +53,9 @@ def _teacher_sites(model: nn.Module, teacher: nn.Module | None) -> tuple[nn.Modu
                 "(lsq fits each pruned block to the unpruned block's output)"
             )
         teacher = copy.deepcopy(model)
-    gates = FFNGates(teacher)
-    gates.set_mask(None)
-    return teacher.eval(), gates
+    reference = unit_gates(teacher, gates.unit)  # the same kind's gates on the teacher
+    reference.set_mask(None)
+    return teacher.eval(), reference
 
 
 def _target(teacher_site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
@@ -106,7 +99,7 @@ def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scal
     return ridge_solve(gram, rhs, ridge, max_scale)
 
 
-def _teacher_targets(teacher, gates: FFNGates, batches: list[dict], max_cache_bytes: int) -> dict | None:
+def _teacher_targets(teacher, gates: Gates, batches: list[dict], max_cache_bytes: int) -> dict | None:
     """{(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit."""
     tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
     hidden = max(linear_weight(site.down()).shape[0] for site in gates.sites)
@@ -123,7 +116,7 @@ def _teacher_targets(teacher, gates: FFNGates, batches: list[dict], max_cache_by
 @torch.no_grad()
 def ffn_lsq_recover(
     model: nn.Module,
-    gates: FFNGates,
+    gates: Gates,
     batches: Iterable[dict],
     teacher: nn.Module | None = None,
     mask=None,
@@ -132,13 +125,8 @@ def ffn_lsq_recover(
     max_cache_bytes: int = 2**30,
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections."""
-    batches = list(batches)
-    if not batches:
-        raise ValueError("ffn_lsq_recover got no batches: give a few training batches (model inputs)")
-    teacher, teacher_gates = _teacher_sites(model, teacher)
-    mask = gates.normalize_mask(mask) if mask is not None else None
-    if mask is not None and any(m.dim() != 2 for m in mask.values()):
-        raise ValueError("ffn_lsq_recover needs one mask for the whole model ({group: [layers, neurons]}), not one per example")
+    batches, mask = fit_inputs("ffn_lsq_recover", gates, batches, mask)
+    teacher, teacher_gates = _teacher_sites(model, gates, teacher)
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
@@ -146,7 +134,7 @@ def ffn_lsq_recover(
         targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
         channels = kept_channels(model, teacher)
         for site in order:
-            positions = _kept_positions(site, mask)
+            positions = kept_positions(site, mask)
             if not positions:
                 continue
             teacher_site = teacher_gates.site(site.group, site.layer)
@@ -154,30 +142,3 @@ def ffn_lsq_recover(
             scale_down_columns(site.down(), positions, s)
             scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
     return scales
-
-
-def ffn_lsq_recoverer(ridge: float = 1e-3, max_scale: float = 10.0):
-    """A ``recover(model, teacher, batches)`` step (``headprune.selection.schedule.iterative_prune``) for FFN neurons."""
-
-    def recover(model, teacher, batches):
-        ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
-
-    return recover
-
-
-def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 10.0):
-    """A ``recover(model, teacher, batches)`` step in any unit: least-squares head scales, then neuron scales on the rescaled attention."""
-    from headprune.core.unit_kinds import recovery_parts
-    from headprune.core.units import QUERY_HEADS, unit_gates
-    from headprune.selection.lsq import lsq_recover
-
-    parts = recovery_parts(unit)
-
-    def recover(model, teacher, batches):
-        batches = list(batches)
-        if "attention" in parts:
-            lsq_recover(model, unit_gates(model, QUERY_HEADS), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
-        if "feed_forward" in parts:
-            ffn_lsq_recover(model, FFNGates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
-
-    return recover

@@ -82,11 +82,17 @@ def group_floors(shape: dict[str, tuple[int, int]]) -> dict[str, int]:
     return {g: KINDS[kind].group_floor if (kind := group_kind(str(g))) else 0 for g in shape}
 
 
+def layer_floors(shape, min_per_layer: int) -> dict[str, int]:
+    """{group: the fewest units each of its layers keeps}: prune.min_units_per_layer where its kind takes that floor, else 0."""
+    return {g: KINDS[kind].layer_floor(min_per_layer) if (kind := group_kind(str(g))) else min_per_layer for g in shape}
+
+
 def greedy_mask(
     order: list[Head], shape: dict[str, tuple[int, int]], n_prune: int, min_per_layer: int = 0, start: dict[str, torch.Tensor] | None = None
 ) -> dict[str, torch.Tensor]:
     """Mask heads in ``order`` until ``n_prune`` are masked in total (``start``'s zeros count), keeping >= min_per_layer per layer."""
-    heads = min((shape[g][1] for g in {group for group, _, _ in order}), default=None)
+    per_layer = layer_floors(shape, min_per_layer)
+    heads = min((shape[g][1] for g in {group for group, _, _ in order} if per_layer[g]), default=None)
     if heads is not None and min_per_layer >= heads:
         raise ValueError(
             f"min_heads_per_layer={min_per_layer} keeps every head: the layers have {heads} heads, "
@@ -100,7 +106,7 @@ def greedy_mask(
             break
         if mask[group][layer, head] == 0:
             continue
-        if int(mask[group][layer].sum()) - 1 < min_per_layer or kept[group] - 1 < floors[group]:
+        if int(mask[group][layer].sum()) - 1 < per_layer[group] or kept[group] - 1 < floors[group]:
             continue  # this layer, or its whole group, is at its floor: skip to the next head in the order
         mask[group][layer, head] = 0.0
         pruned += 1

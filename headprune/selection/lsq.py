@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from headprune.core.gates import AttentionSite
-from headprune.core.inputs import decoder_valid, eval_mode, model_inputs
+from headprune.core.inputs import eval_mode, group_valid, model_inputs
 from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight, out_features, scale_input_heads
 from headprune.core.pruning import pruning_record
@@ -26,7 +26,7 @@ def _captured_inputs(model: nn.Module, sites: list[AttentionSite], batch: dict, 
 
 def _valid_tokens(site: AttentionSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     """Bool (B, T): the real (not padding) tokens of a layer's queries."""
-    valid = batch.get("attention_mask") if site.group == "enc_self" else decoder_valid(batch)
+    valid = group_valid(site.group, batch)
     if valid is None or tuple(valid.shape) != tuple(x.shape[:2]):
         return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
     return valid.to(x.device).bool()
@@ -63,12 +63,23 @@ def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: 
     return scales.clamp(-max_scale, max_scale)
 
 
-def _kept_positions(site: AttentionSite, mask) -> list[int]:
-    """Weight positions of the heads of a site that are present and kept by ``mask`` (None keeps all present)."""
+def kept_positions(site, mask) -> list[int]:
+    """Weight positions of a site's units (heads, neurons) that are present and kept by ``mask`` (None keeps all present)."""
     if mask is None or site.group not in mask:
-        return list(range(len(site.head_ids)))
+        return list(range(len(site.unit_ids)))
     row = mask[site.group][site.layer]
-    return [p for p, head in enumerate(site.head_ids) if float(row[head]) != 0]
+    return [p for p, unit in enumerate(site.unit_ids) if float(row[unit]) != 0]
+
+
+def fit_inputs(name: str, gates: Gates, batches: Iterable[dict], mask) -> tuple[list[dict], dict | None]:
+    """(the batches as a list, the mask checked against ``gates``) of a least-squares fit ``name``; a ValueError where either is unfit."""
+    batches = list(batches)
+    if not batches:
+        raise ValueError(f"{name} got no batches: give a few training batches (model inputs)")
+    mask = gates.normalize_mask(mask) if mask is not None else None
+    if mask is not None and any(m.dim() != 2 for m in mask.values()):
+        raise ValueError(f"{name} needs one mask for the whole model ({{group: [layers, units]}}), not one per example")
+    return batches, mask
 
 
 def _fits(gates: Gates, reference: Gates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
@@ -76,7 +87,7 @@ def _fits(gates: Gates, reference: Gates, mask) -> list[tuple[AttentionSite, Att
     out = []
     for site in gates.sites:
         ref = reference.site(site.group, site.layer)
-        positions = _kept_positions(site, mask)
+        positions = kept_positions(site, mask)
         if positions and len(positions) < len(ref.head_ids):
             out.append((site, ref, positions, [ref.head_ids.index(site.head_ids[p]) for p in positions]))
     return out
@@ -130,13 +141,8 @@ def lsq_recover(
     """Rescale the kept heads of every layer that lost heads by least squares and fold the scales into the output projections."""
     from tqdm.auto import tqdm
 
-    batches = list(batches)
-    if not batches:
-        raise ValueError("lsq_recover got no batches: give a few training batches (model inputs)")
+    batches, mask = fit_inputs("lsq_recover", gates, batches, mask)
     reference_model, reference = _reference_of(model, gates, teacher)
-    mask = gates.normalize_mask(mask) if mask is not None else None
-    if mask is not None and any(m.dim() != 2 for m in mask.values()):
-        raise ValueError("lsq_recover needs one mask for the whole model ({group: [layers, heads]}), not one per example")
     scales = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
     fits = _fits(gates, reference, mask)
     if not fits:
@@ -186,7 +192,7 @@ def layer_output_errors(
                 ref = teacher_gates.site(site.group, site.layer)
                 x_ref = reference[id(ref)]
                 valid = _valid_tokens(site, batch, x_ref)
-                kept = _kept_positions(site, mask)
+                kept = kept_positions(site, mask)
                 if teacher_inputs:
                     at = [ref.head_ids.index(site.head_ids[p]) for p in kept]
                     out = head_contributions(x_ref[valid], site.linear("output"), kept, site.head_dim, at).sum(1).double()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from headprune.selection.costs import CostModel, CostsAlong, first_meeting
-from headprune.selection.greedy import Head, check_groups, group_floors
+from headprune.selection.greedy import Head, check_groups, group_floors, layer_floors
 
 TARGET_KINDS = ("flops", "speedup", "max_drop")
 
@@ -89,6 +89,7 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
     }
     queues, kept, heap = {}, {}, []
     floors, group_kept = group_floors(shape), {g: int((m != 0).sum()) for g, m in mask.items()}
+    per_layer = layer_floors(shape, min_per_layer)
     values_of = {g: scores[g].tolist() for g in groups}
     for gi, group in enumerate(groups):
         values = values_of[group]
@@ -96,7 +97,7 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
             alive = [h for h in mask[group][layer].nonzero().flatten().tolist() if values[layer][h] != math.inf]  # +inf: a floor
             queues[group, layer] = sorted(alive, key=lambda h: (float(values[layer][h]), h))[::-1]  # lowest score last
             kept[group, layer] = len(alive)
-            _offer(heap, queues, kept, values, costs, gi, group, layer, min_per_layer)
+            _offer(heap, queues, kept, values, costs, gi, group, layer, per_layer[group])
     order: list[Head] = []
     while heap:
         _, gi, layer, head, group = heapq.heappop(heap)
@@ -106,14 +107,14 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
         kept[group, layer] -= 1
         group_kept[group] -= 1
         order.append((group, layer, head))
-        _offer(heap, queues, kept, values_of[group], costs, gi, group, layer, min_per_layer)
+        _offer(heap, queues, kept, values_of[group], costs, gi, group, layer, per_layer[group])
     return order
 
 
-def _offer(heap, queues, kept, values, costs: CostModel, gi: int, group: str, layer: int, min_per_layer: int) -> None:
-    """Push a layer's next unit with its key, unless the layer is at its floor or removing buys nothing."""
+def _offer(heap, queues, kept, values, costs: CostModel, gi: int, group: str, layer: int, floor: int) -> None:
+    """Push a layer's next unit with its key, unless the layer is at its ``floor`` or removing buys nothing."""
     count, queue = kept[group, layer], queues[group, layer]
-    if not queue or count - 1 < min_per_layer:
+    if not queue or count - 1 < floor:
         return
     saving = costs.saving(group, layer, count)
     if saving <= 0:

@@ -5,7 +5,7 @@ from torch import nn
 from headprune.core.counting import model_cost
 from headprune.core.pruned_count import PrunedCount
 from headprune.core.unit_kinds import kinds_of, unit_name
-from headprune.selection.costs import CostModel, flops_cost_model
+from headprune.selection.costs import CostModel
 
 
 def unit_flops_cost_model(model: nn.Module, unit="head", seq_len: int = 128) -> CostModel:
@@ -14,8 +14,7 @@ def unit_flops_cost_model(model: nn.Module, unit="head", seq_len: int = 128) -> 
     The tables rank the units (each kind's saving alone); a mask's cost is the pruned model's own ``model_cost``, counted on a
     weightless copy pruned by it (``core.pruned_count``), so kinds that meet in one projection multiply instead of adding."""
     kinds = kinds_of(unit)
-    attention = flops_cost_model(model, seq_len) if any("attention" in kind.parts for kind in kinds) else None
-    per_kind = {kind.name: kind.flops_tables(model, seq_len, attention.tables if attention is not None else None) for kind in kinds}
+    per_kind = {kind.name: kind.flops_tables(model, seq_len) for kind in kinds}
     tables = {g: t for kind_tables in per_kind.values() for g, t in kind_tables.items()}
     for kind in kinds:  # a unit that holds other kinds' units (a whole layer): only the cost they do not hold
         for (group, layer), rows in kind.nested_rows(model).items():

@@ -9,7 +9,7 @@ from torch import nn
 
 from headprune.core.ffn_pruning import ffn_record, prune_neurons
 from headprune.core.ffn_sites import find_ffn_sites
-from headprune.core.unit_kinds import kinds_of, unit_name
+from headprune.core.unit_kinds import kinds_of, latency_timings, unit_name
 from headprune.selection.costs import CostModel
 from headprune.selection.latency import _seconds, latency_key, measure_latency_model
 
@@ -61,12 +61,12 @@ def measure_unit_latency_model(
 ) -> CostModel:
     """A seconds CostModel in ``unit``: attention and FFN tables made into each kind's tables; ``fixed`` is the rest of the model's time."""
     kinds = kinds_of(unit)
-    parts = {part for kind in kinds for part in kind.latency_parts() or ()}
+    heads, neurons = latency_timings(unit)
     attention = None
-    if "attention" in parts:
+    if heads:
         attention = measure_latency_model(model, inputs, device=device, repeats=repeats, warmup=warmup, clock=clock)
     ffn, whole = None, []
-    if "feed_forward" in parts:
+    if neurons:
         ffn, whole = measure_ffn_latency_tables(model, inputs, device, repeats, warmup, clock, points)
     tables = {}
     for kind in kinds:

@@ -17,7 +17,7 @@ from headprune.results.stream_points import gate_action, streaming
 from headprune.results.writer import batches_fingerprint
 from headprune.scoring.significance import correlation
 from headprune.selection.joint_scale import comparable_scores
-from headprune.selection.kept_widths import width_multiples
+from headprune.selection.kept_widths import runtime_multiples, width_multiples
 from headprune.selection.uniform import layout_masks
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, action_refusal, unit_refusal
@@ -189,7 +189,7 @@ def prune_all(ctx: StudyRun) -> dict:
             joint_scale=str(prune.joint_scale),
             progress=True,
             base=ctx.base,
-            ffn_multiple=int(prune.ffn_multiple),
+            multiples=runtime_multiples(task.gates.unit, prune),
             widths=width_multiples(task.model, task.gates.unit, prune),
         )
 

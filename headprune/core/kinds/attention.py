@@ -90,10 +90,10 @@ class HeadKind(UnitKind):
         d = site.head_dim
         return site.linear("output"), list(site.head_ids), [list(range(p * d, (p + 1) * d)) for p in range(len(site.head_ids))]
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         from headprune.core.flops_tables import head_flops_tables
 
-        return attention_tables if attention_tables is not None else head_flops_tables(model, seq_len)
+        return head_flops_tables(model, seq_len)
 
     def covered_flops(self, cost):
         return cost.attention_flops
@@ -183,7 +183,7 @@ class KVGroupKind(HeadKind):
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         return [[v for v in row for _ in range(n)] for row in rows]  # repeat_kv's order: KV head k serves query heads k*n ..
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         from headprune.core.flops_tables import kv_group_flops_tables
 
         return kv_group_flops_tables(model, seq_len)

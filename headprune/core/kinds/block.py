@@ -44,6 +44,11 @@ class BlockKind(UnitKind):
 
         return [block_group(g) for g in (*attention_groups, *KINDS["ffn"].group_names(attention_groups))]
 
+    def refusal(self, fields, settings):
+        from headprune.core.ffn_sites import mlp_layout_refusal
+
+        return mlp_layout_refusal(fields)
+
     def gates(self, model, shared):
         from headprune.core.ffn_sites import ffn_sites_if_any
         from headprune.core.kinds.kind_registry import KINDS
@@ -63,11 +68,11 @@ class BlockKind(UnitKind):
             return None  # another kind's site in a joint unit (a layer, the residual stream)
         return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         from headprune.core.ffn_sites import ffn_sites_if_any
         from headprune.core.kinds.kind_registry import KINDS
 
-        tables = _ends(KINDS["head"].flops_tables(model, seq_len, attention_tables))
+        tables = _ends(KINDS["head"].flops_tables(model, seq_len))
         if ffn_sites_if_any(model):
             tables.update(_ends(KINDS["ffn"].flops_tables(model, seq_len)))
         return tables

@@ -26,7 +26,6 @@ class FFNKind(UnitKind):
     rearrange_by = "gradients"
     multiple_setting = "ffn_multiple"
     recovery_parts = ("feed_forward",)
-    floor_units = None  # FFN widths are far above any sensible per-layer floor of units
     record_key = "ffn"
     rebuild_order = 20
     legacy_keys = ("ffn_widths_orig", "pruned_neurons", "ffn_weights_sha256")
@@ -46,6 +45,11 @@ class FFNKind(UnitKind):
         except ValueError as err:
             return str(err)
         return None
+
+    def refusal(self, fields, settings):
+        from headprune.core.ffn_sites import mlp_layout_refusal
+
+        return mlp_layout_refusal(fields)
 
     def gates(self, model, shared):
         if "ffn" not in shared:
@@ -79,7 +83,7 @@ class FFNKind(UnitKind):
             return None
         return site.down(), list(site.neuron_ids), [[p] for p in range(len(site.neuron_ids))]
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         from headprune.core.flops_tables import ffn_flops_tables
 
         return ffn_flops_tables(model, seq_len)

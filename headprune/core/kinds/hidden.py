@@ -156,7 +156,7 @@ class HiddenKind(UnitKind):
     def unit_grad(self, site, grad):
         return (grad, site.channel_ids, GROUP) if isinstance(site, HiddenSite) else None
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         from headprune.core.hidden_pruning import hidden_flops_tables
 
         return hidden_flops_tables(model, seq_len)

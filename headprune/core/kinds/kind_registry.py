@@ -145,6 +145,12 @@ def lsq_refits_heads_alone(unit) -> bool:
     return not recovery_parts(unit) - {"attention"}
 
 
+def latency_timings(unit) -> tuple[bool, bool]:
+    """(whether ``unit``'s latency tables read timings of the attention, whether of the feed-forward blocks)."""
+    parts = {part for kind in kinds_of(unit) for part in kind.latency_parts() or ()}
+    return "attention" in parts, "feed_forward" in parts
+
+
 def group_kind(group: str, unit=None) -> str | None:
     """The kind whose units a mask group holds: the first kind of ``unit`` that owns it, else the registry's first; None if none."""
     kinds = (*kinds_of(unit), *KINDS.values()) if unit is not None else tuple(KINDS.values())

@@ -68,7 +68,7 @@ class LayerKind(UnitKind):
 
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         return _tables(model, lambda site: layer_flops(model, site, seq_len))
 
     def nested_rows(self, model):

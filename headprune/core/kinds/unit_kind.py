@@ -1,5 +1,6 @@
 """What a kind of pruning unit is: one class per kind, registered by name; everything outside core/ asks the kind."""
 
+import math
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ class UnitKind:
     multiple_setting: str | None = None  # the prune setting that rounds its per-layer counts up to a multiple (runtimes' tiles)
     width_setting: str | None = None  # the prune setting that rounds its kept count to a multiple the model's config accepts
     layer_rows: bool = True  # its masks hold one row per layer (the residual stream's one row is not a layer's)
-    floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply)
+    floor_units: int | None = 1  # prune.min_units_per_layer counts these (None: the floor does not apply, ``layer_floor``)
     group_floor: int = 0  # the fewest units one of its mask groups keeps in all (a layer stack, the residual stream)
     record_key: str = ""  # its key in pruning records (default: its name)
     rebuild_order: int = 100  # save_pruned / load_pruned visit kinds by this rank: depth (layers) first, then widths, then the rest
@@ -103,7 +104,7 @@ class UnitKind:
         """{id(projection): original ids of the output rows it keeps} of the projections whose outputs this kind shrank."""
         return {}
 
-    def flops_tables(self, model: nn.Module, seq_len: int, attention_tables: dict | None = None) -> dict[str, torch.Tensor]:
+    def flops_tables(self, model: nn.Module, seq_len: int) -> dict[str, torch.Tensor]:
         """{group: [layers, units + 1]} FLOPs per example of ``seq_len`` tokens with 0..units kept, as the part costs in the whole model."""
         raise NotImplementedError
 
@@ -130,6 +131,22 @@ class UnitKind:
     def width_multiple(self, model: nn.Module) -> int:
         """The least multiple of units a layer may keep for the model's stock config to build the pruned model (1: any count)."""
         return 1
+
+    def layer_floor(self, min_units_per_layer: int) -> int:
+        """The fewest of its units each layer keeps under prune.min_units_per_layer (0: that floor is not this kind's)."""
+        return min_units_per_layer if self.floor_units is not None else 0
+
+    def runtime_multiple(self, settings) -> int:
+        """The multiple each layer's kept count rounds up to for runtimes' tiles, from the prune ``settings`` (1: none)."""
+        return int(_setting(settings, self.multiple_setting) or 1) if self.multiple_setting else 1
+
+    def kept_multiple(self, model: nn.Module, settings) -> int:
+        """The multiple its kept count rounds to: the model config's rule and the prune ``settings``' one, their lcm (1: any count)."""
+        if self.width_setting is None:
+            return 1
+        given = _setting(settings, self.width_setting)
+        rule = self.width_multiple(model)
+        return rule if given is None else math.lcm(rule, int(given))
 
     def refusal(self, fields: dict | None, settings: dict) -> str | None:
         """Why this kind cannot run on a model with these config ``fields`` and these prune ``settings`` (None: it can)."""
@@ -175,3 +192,8 @@ class UnitKind:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def _setting(settings, name: str):
+    """A prune setting by name, from the prune settings or a mapping {setting name: value} (None: not given)."""
+    return settings.get(name) if isinstance(settings, dict) else getattr(settings, name, None)

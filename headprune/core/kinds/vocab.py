@@ -163,7 +163,7 @@ class VocabKind(UnitKind):
             return None
         return site.counts[site.unit_ids], site.unit_ids, GROUP
 
-    def flops_tables(self, model, seq_len, attention_tables=None):
+    def flops_tables(self, model, seq_len):
         from headprune.core.vocab_pruning import vocab_flops_table
 
         return vocab_flops_table(model, seq_len)
