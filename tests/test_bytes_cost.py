@@ -110,3 +110,12 @@ def test_prune_to_a_bytes_target_records_bytes_kept_beside_flops_kept(tmp_path):
     assert unpruned["bytes_kept"] == 1.0 and point["cost_unit"] == "bytes"
     assert point["bytes_kept"] <= 0.75 + 1e-9 and 0 < point["flops_kept"] < 1
     assert set(point["units_by_kind"]) == {"kv_group", "ffn", "vocab"}
+
+
+def test_a_bytes_target_needs_the_bytes_cost_model():
+    from headprune.selection.unit_costs import unit_flops_cost_model
+
+    model = tiny_llama()
+    scores = {g: torch.rand(shape) for g, shape in unit_gates(model, "ffn").groups.items()}
+    with pytest.raises(ValueError, match="a bytes target needs a bytes cost model"):
+        search_mask(scores, unit_flops_cost_model(model, "ffn", seq_len=8), {"bytes": 0.75})

@@ -12,6 +12,7 @@ from headprune.selection.greedy import Head, check_groups, group_floors
 
 TARGET_KINDS = ("flops", "bytes", "speedup", "max_drop")
 SHARES = {"flops": "FLOPs", "bytes": "weight bytes a decoded token reads"}  # targets that keep a share of a cost, in (0, 1)
+COST_NAMES = {"flops": "FLOPs", "bytes": "bytes"}  # the cost model each share is counted by
 
 
 def given_target(value):
@@ -188,7 +189,7 @@ def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: b
     if target.kind in SHARES:
         if costs.unit != target.kind:
             raise ValueError(
-                f"a {target.kind} target needs a {target.kind} cost model (prune.cost={target.kind}: "
+                f"a {target.kind} target needs a {COST_NAMES[target.kind]} cost model (prune.cost={target.kind}: "
                 f"unit_costs.unit_{target.kind}_cost_model), got a {costs.unit} one"
             )
         total = costs.total
