@@ -1,7 +1,7 @@
 """headprune: study and prune the attention heads of Transformers."""
 
 from headprune.core.blocks import BlockGates
-from headprune.core.counting import kv_cache_bytes_per_token, model_cost
+from headprune.core.counting import kv_cache_bytes_per_token, model_bytes, model_cost
 from headprune.core.families import FAMILIES, Family, supported_model_types
 from headprune.core.ffn_gates import FFNGates
 from headprune.core.ffn_pruning import ffn_record, prune_ffn_mask, prune_neurons
@@ -17,7 +17,7 @@ from headprune.selection.costs import flops_cost_model
 from headprune.selection.lsq import lsq_recoverer
 from headprune.selection.mask_search import PruneTarget, search_mask
 from headprune.selection.schedule import iterative_prune
-from headprune.selection.unit_costs import unit_flops_cost_model
+from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
 from headprune.selection.unit_lsq import ffn_lsq_recoverer
 
 __version__ = "0.1.0"
@@ -33,6 +33,7 @@ __all__ = [
     "save_pruned",
     "load_pruned",
     "model_cost",
+    "model_bytes",
     "kv_cache_bytes_per_token",
     "MaskBatcher",
     "CausalMaskBatcher",
@@ -54,5 +55,6 @@ __all__ = [
     "unit_gates",
     "prune_unit_mask",
     "unit_flops_cost_model",
+    "unit_bytes_cost_model",
     "ffn_lsq_recoverer",
 ]

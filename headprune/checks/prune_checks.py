@@ -5,16 +5,19 @@ from omegaconf import OmegaConf
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
 from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
+from headprune.core.families import config_groups
 from headprune.core.unit_kinds import KINDS, kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
 from headprune.models.sources import config_fields, max_positions
 from headprune.prune_stages.greedy_stage import fractions_of
 from headprune.prune_stages.pareto_plan import planned_points
-from headprune.selection.mask_search import PruneTarget, given_target
+from headprune.selection.mask_search import SHARES, PruneTarget, given_target
 from headprune.selection.schedule import check_schedule
 from headprune.selection.unit_rearrange import rearrangement_refusal
 from headprune.sources.orders import ORDERS
 from headprune.sources.point_models import check_save
 from headprune.sources.score_file import read_scores
+
+PREDICTS = {"flops": "FLOPs", "latency": "seconds", "bytes": "weight bytes"}  # what each prune.cost predicts
 
 # ---- prune --------------------------------------------------------------------------------------
 
@@ -184,6 +187,7 @@ def check_prune_for_speed(cfg, prune) -> None:
     targets = [s for s in prune.steps if not isinstance(s, float)]
     check_speed_unit(prune)
     check_cost(given, targets, prune.unit)
+    check_bytes_cost(cfg, given)
     check_latency_length(cfg, given)
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
@@ -244,19 +248,35 @@ def check_speed_unit(prune) -> None:
 
 
 def check_cost(prune, targets: list, unit) -> None:
-    """prune.cost: a flops target needs the FLOPs model; a latency table serves targets only, in a unit that has one."""
+    """prune.cost: a flops / bytes target needs that cost model; a latency table serves targets only, in a unit that has one."""
     untimed = [kind.name for kind in kinds_of(unit) if kind.latency_parts() is None]
     if prune.cost == "latency" and untimed:
         raise ConfigError(
             f"prune.cost=latency with prune.unit={unit_name(unit)}: {', '.join(untimed)} units have no latency tables "
             "(the timed attention and FFN widths do not say what they cost); use prune.cost=flops with a flops target"
         )
-    if any(t.kind == "flops" for t in targets) and prune.cost != "flops":
-        raise ConfigError("a flops target needs prune.cost=flops (a latency table predicts seconds, not FLOPs)")
+    for target in targets:
+        if target.kind in SHARES and prune.cost != target.kind:
+            raise ConfigError(
+                f"a {target.kind} target keeps a share of the model's {SHARES[target.kind]}, and prune.cost={prune.cost} predicts "
+                f"{PREDICTS[str(prune.cost)]}: add prune.cost={target.kind} (or give a speedup target)"
+            )
     if prune.cost == "latency" and not targets:
         raise ConfigError(
             "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
             "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
+        )
+
+
+def check_bytes_cost(cfg, prune) -> None:
+    """prune.cost=bytes counts the weights one decoded token reads: a model whose every weight a token reads (no encoder-decoder)."""
+    fields = config_fields(cfg.model)
+    groups = config_groups(fields) if fields is not None and str(prune.cost) == "bytes" else None
+    if groups and "enc_dec" in groups and "dec_self" in groups:
+        raise ConfigError(
+            f"prune.cost=bytes counts the weights one decoded token reads, and model {cfg.model.get('name')} is an "
+            "encoder-decoder: its encoder's weights are read once per source, not per decoded token, so one count of both "
+            "means nothing; use prune.cost=flops with a flops or speedup target"
         )
 
 

@@ -17,6 +17,11 @@ def check_stream(cfg, prune) -> None:
             f"{unit} holds units that attend to nothing (FFN neurons, whole blocks): use prune.unit=kv_group (or head)"
         )
     check_span(cfg)
+    if str(prune.given.cost) == "bytes":
+        raise ConfigError(
+            "prune.cost=bytes counts the weights a decoded token reads, and prune.action=stream keeps every weight: a streamed "
+            "unit's saving is the KV cache every point reports (kv_bytes at the task's context); drop prune.cost=bytes"
+        )
     check_not_for_speed(prune)
 
 

@@ -77,6 +77,25 @@ def neuron_flops(site: FFNSite, seq_len: int) -> int:
     return 2 * seq_len * (rows + out_features(site.down()))
 
 
+def model_bytes(model: nn.Module) -> int:
+    """Weight bytes one token reads in a forward step (a decoded token; a token of an encoder's input), the KV cache excluded.
+
+    Every parameter it multiplies by is read whole (projections with their biases, norms, the output head: all its rows);
+    an embedding lookup reads one row of its table, so an untied input embedding costs a row whatever its size, and a
+    tied one is read whole once, as the output head."""
+    projected = {id(p) for m in model.modules() if is_projection(m) for p in m.parameters(recurse=False)}
+    seen: set[int] = set()
+    total = 0
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            lookup = isinstance(module, nn.Embedding) and id(param) not in projected
+            total += (param.shape[-1] if lookup else param.numel()) * param.element_size()  # a lookup: one row (dim,)
+    return total
+
+
 def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False, bytes_per_value: int | None = None) -> int:
     """Bytes the decoder's self-attention KV cache holds per token of context (K and V, every layer, one sequence)."""
     total = 0

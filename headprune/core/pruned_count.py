@@ -4,6 +4,7 @@ its heads' rows and half its residual columns costs a quarter)."""
 
 import copy
 import itertools
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -22,12 +23,14 @@ def meta_copy(model: nn.Module) -> nn.Module:
 
 
 class PrunedCount:
-    """``count(mask)``: forward FLOPs per example of ``seq_len`` tokens of the model pruned by ``mask`` (in ``unit``), exactly."""
+    """``count(mask)``: forward FLOPs per example of ``seq_len`` tokens of the model pruned by ``mask`` (in ``unit``), exactly;
+    with ``measure``, what it says of the pruned model instead (``counting.model_bytes``: the weight bytes a token reads)."""
 
-    def __init__(self, model: nn.Module, unit, seq_len: int):
+    def __init__(self, model: nn.Module, unit, seq_len: int = 128, measure: Callable[[nn.Module], float] | None = None):
         from headprune.core.units import unit_gates
 
         self.template, self.unit, self.seq_len = meta_copy(model), unit, seq_len
+        self.measure = measure or (lambda pruned: model_cost(pruned, seq_len).flops)
         self.groups = unit_gates(self.template, unit).groups
         self.known: dict[bytes, float] = {}
 
@@ -40,7 +43,7 @@ class PrunedCount:
         }
 
     def __call__(self, mask) -> float:
-        """The FLOPs of the pruned model; a ValueError where no model can be pruned by ``mask`` (every channel, every layer gone)."""
+        """The FLOPs (or ``measure``) of the pruned model; a ValueError where no model can be pruned by ``mask`` (every channel, every layer gone)."""
         from headprune.core.units import prune_unit_mask, unit_gates
 
         full = self.full_mask(mask)
@@ -49,5 +52,5 @@ class PrunedCount:
             model = copy.deepcopy(self.template)  # meta tensors: a copy costs no memory
             if any(float(v.min()) == 0.0 for v in full.values()):
                 prune_unit_mask(unit_gates(model, self.unit), full)
-            self.known[key] = float(model_cost(model, self.seq_len).flops)
+            self.known[key] = float(self.measure(model))
         return self.known[key]

@@ -22,7 +22,7 @@ from headprune.selection.costs import CostModel
 from headprune.selection.latency import synthetic_inputs
 from headprune.selection.lsq import lsq_recover
 from headprune.selection.reconstruct import reconstructor
-from headprune.selection.unit_costs import unit_flops_cost_model
+from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
 from headprune.selection.unit_latency import cached_unit_latency_model
 from headprune.selection.unit_lsq import unit_lsq_recoverer
 from headprune.sources.point_models import (
@@ -57,11 +57,18 @@ def flops_model(task, seq_len: int) -> CostModel:
     return unit_flops_cost_model(task.model, task.gates.unit, seq_len)
 
 
+def bytes_model(task) -> CostModel:
+    """The weight bytes one decoded token reads, with tables in the task's pruning unit (the KV cache excluded)."""
+    return unit_bytes_cost_model(task.model, task.gates.unit)
+
+
 def cost_model(task, settings, out: Path) -> CostModel:
-    """``prune.cost``: analytic FLOPs, or latency tables measured on this machine and cached in ``out/latency``."""
+    """``prune.cost``: analytic FLOPs or weight bytes, or latency tables measured on this machine and cached in ``out/latency``."""
     seq_len = int(settings.seq_len)
     if str(settings.cost) == "flops":
         return flops_model(task, seq_len)
+    if str(settings.cost) == "bytes":
+        return bytes_model(task)
     device = next(task.model.parameters()).device
     inputs = synthetic_inputs(task.model, int(settings.latency_batch_size), seq_len)
     with attention_implementation(task.model, own_attention_name(task.model)):  # the model's own attention, not the gate wrapper

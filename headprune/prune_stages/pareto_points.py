@@ -31,8 +31,9 @@ class ParetoRun:
     base: Any  # the unpruned model's EvalResult on split
     groups: list[str]  # the attention groups pruned
     min_per_layer: int
-    costs: CostModel  # the cost model the search reads (FLOPs or latency)
+    costs: CostModel  # the cost model the search reads (FLOPs, latency or weight bytes)
     flops: CostModel  # FLOPs, for every point's flops_kept
+    read_bytes: CostModel  # the weight bytes a decoded token reads, for every point's bytes_kept
     batches: list  # recovery batches (lsq; the fine-tune's teacher inputs)
     logger: Any  # Lightning logger or False
     tuning: list | None  # one-shot fine-tune training batches
@@ -93,6 +94,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         "predicted_speedup": ctx.costs.speedup(mask),
         "flops_kept": ctx.flops.kept_fraction(mask),
+        "bytes_kept": ctx.read_bytes.kept_fraction(mask),
         "cost_unit": ctx.costs.unit,
         "mask": mask_to_json(mask),
         **({"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)} if is_joint(task.gates.unit) else {}),
@@ -122,5 +124,6 @@ def unpruned_point(ctx: ParetoRun, task) -> dict:
         **({"extra": {s: {"score": r.score, "relative": 1.0} for s, r in ctx.base_extra.items()}} if ctx.extra_splits else {}),
         "predicted_speedup": 1.0,
         "flops_kept": 1.0,
+        "bytes_kept": 1.0,
         "cost_unit": ctx.costs.unit,
     }

@@ -8,6 +8,7 @@ from headprune.core.units import model_gates
 from headprune.prune_stages.finetune_runs import budget_info, checkpoint_folder, finetune_batches
 from headprune.prune_stages.own_tokenizer import own_tokenizer_results, renumbers_ids
 from headprune.prune_stages.pareto_measure import (
+    bytes_model,
     control_point,
     cost_model,
     flops_model,
@@ -275,6 +276,7 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     batches = recovery_batches(task, int(prune.recover_examples)) if scheduled or recoveries != ["none"] else []
     count = len(steps) if scheduled else 1
     rounds = [finetune_batches(task, prune, batches, r) for r in range(count)] if "finetune" in steps_used(recoveries) else []
+    costs = cost_model(task, prune, out)
     ctx = ParetoRun(
         settings=prune,
         order_settings=order_settings,
@@ -284,8 +286,9 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
         base=where["base"],  # scored below, once the settings are known to work
         groups=check_groups(prune.groups, task.gates.groups),
         min_per_layer=int(prune.min_units_per_layer),
-        costs=cost_model(task, prune, out),
+        costs=costs,
         flops=flops_model(task, int(prune.seq_len)),
+        read_bytes=costs if costs.unit == "bytes" else bytes_model(task),
         batches=batches,
         logger=logger,
         tuning=rounds[0] if rounds and not scheduled else None,
@@ -306,7 +309,7 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
 
 
 def check_reachable(steps: list, ctx: ParetoRun) -> None:
-    """A speedup or flops target that removing every removable head cannot meet is refused before any scoring."""
+    """A speedup, flops or bytes target that removing every removable unit cannot meet is refused before any scoring."""
     import torch
 
     from headprune.core.checks import ConfigError

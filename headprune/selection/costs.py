@@ -11,14 +11,14 @@ from torch import nn
 from headprune.core.counting import model_cost
 from headprune.core.flops_tables import head_flops, head_flops_tables, kv_group_flops, kv_group_flops_tables  # noqa: F401
 
-UNITS = ("flops", "seconds")
+UNITS = ("flops", "seconds", "bytes")  # bytes: the weights one decoded token reads (unit_costs.unit_bytes_cost_model)
 
 
 @dataclass
 class CostModel:
     """Forward cost of one example (or batch) as a function of the heads kept in each attention layer."""
 
-    unit: str  # "flops" or "seconds"
+    unit: str  # "flops", "seconds" or "bytes"
     fixed: float  # everything that does not depend on the heads (embeddings, feed-forward, classifier, ...)
     tables: dict[str, torch.Tensor]  # {group: [layers, heads + 1]}: cost of layer l's attention with n heads kept
     info: dict | None = None  # how the tables were made (sequence length, device, ...)

@@ -10,7 +10,9 @@ import torch
 from headprune.selection.costs import CostModel, CostsAlong, first_meeting
 from headprune.selection.greedy import Head, check_groups, group_floors, layer_floors
 
-TARGET_KINDS = ("flops", "speedup", "max_drop")
+TARGET_KINDS = ("flops", "bytes", "speedup", "max_drop")
+SHARES = {"flops": "FLOPs", "bytes": "weight bytes a decoded token reads"}  # targets that keep a share of a cost, in (0, 1)
+COST_NAMES = {"flops": "FLOPs", "bytes": "bytes"}  # the cost model each share is counted by
 
 
 def given_target(value):
@@ -22,7 +24,7 @@ def given_target(value):
 
 @dataclass(frozen=True)
 class PruneTarget:
-    """One validated pruning target: ``flops`` in (0, 1), ``speedup`` > 1 or ``max_drop`` >= 0."""
+    """One validated pruning target: ``flops`` or ``bytes`` in (0, 1), ``speedup`` > 1 or ``max_drop`` >= 0."""
 
     kind: str
     value: float
@@ -33,9 +35,10 @@ class PruneTarget:
         value = self.value
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value):
             raise ValueError(f"pruning target {self.kind} must be a finite number, got {value!r}")
-        if self.kind == "flops" and not 0.0 < value < 1.0:
+        if self.kind in SHARES and not 0.0 < value < 1.0:
             raise ValueError(
-                f"flops target {value} is the fraction of the model's FLOPs kept: it must be in (0, 1), e.g. 0.6 (1 or more removes nothing)"
+                f"{self.kind} target {value} is the fraction of the model's {SHARES[self.kind]} kept: it must be in (0, 1), e.g. 0.6 "
+                "(1 or more removes nothing)"
             )
         if self.kind == "speedup" and value <= 1.0:
             raise ValueError(f"speedup target {value} must be > 1 (1.3 = 30% faster); 1 or less removes nothing")
@@ -183,10 +186,13 @@ def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:
 
 
 def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: bool, score_of, higher_is_better: bool) -> int | None:
-    """The level (index into ``cost_at``) that meets ``target``: the first for flops / speedup, the last within max_drop."""
-    if target.kind == "flops":
-        if costs.unit != "flops":
-            raise ValueError(f"a flops target needs a FLOPs cost model (costs.flops_cost_model), got a {costs.unit} one")
+    """The level (index into ``cost_at``) that meets ``target``: the first for flops / bytes / speedup, the last within max_drop."""
+    if target.kind in SHARES:
+        if costs.unit != target.kind:
+            raise ValueError(
+                f"a {target.kind} target needs a {COST_NAMES[target.kind]} cost model (prune.cost={target.kind}: "
+                f"unit_costs.unit_{target.kind}_cost_model), got a {costs.unit} one"
+            )
         total = costs.total
         return first_meeting(cost_at, lambda c: c / total <= target.value + 1e-12)
     if target.kind == "speedup":

@@ -12,7 +12,7 @@ from headprune.scoring.importance import fisher_scores, per_example_loss
 from headprune.selection.greedy import check_fractions, check_groups
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths
-from headprune.selection.mask_search import PruneTarget
+from headprune.selection.mask_search import SHARES, PruneTarget
 from headprune.selection.uniform import layout_mask, layout_search
 
 
@@ -32,16 +32,16 @@ def _fisher(model, gates, batches, loss_fn):
 
 
 def check_targets(targets: list[PruneTarget]) -> list[PruneTarget]:
-    """One kind of target, each step beyond the one before (a speed-up that grows, a FLOPs share that shrinks), or a ValueError."""
+    """One kind of target, each step beyond the one before (a speed-up that grows, a FLOPs or bytes share that shrinks), or a ValueError."""
     kinds = sorted({t.kind for t in targets})
     if len(kinds) > 1:
         raise ValueError(f"a schedule of targets uses one kind of target, got {kinds}: e.g. [{{speedup: 1.2}}, {{speedup: 1.5}}]")
     for before, after in zip(targets, targets[1:]):
-        met = (after.kind == "speedup" and after.value <= before.value) or (after.kind == "flops" and after.value >= before.value)
+        met = (after.kind == "speedup" and after.value <= before.value) or (after.kind in SHARES and after.value >= before.value)
         if met:
             raise ValueError(
                 f"step {after.kind}={after.value:g} is already met by the step before it ({before.kind}={before.value:g}): "
-                f"a schedule must go further at every step ({'growing speed-ups' if after.kind == 'speedup' else 'shrinking FLOPs shares'})"
+                f"a schedule must go further at every step ({'growing speed-ups' if after.kind == 'speedup' else f'shrinking {after.kind} shares'})"
             )
     return targets
 
