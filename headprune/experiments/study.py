@@ -281,7 +281,7 @@ def check(cfg) -> None:
     given = given_keys()
     check_unit(cfg, prune, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
     streamed = prune.action == STREAM  # no speed stage: nothing is pruned physically
-    check_exact_pruning(cfg, None if streamed else "its speed measurement times the physically pruned model")
+    check_exact_pruning(cfg, None if streamed else "its speed measurement times the physically pruned model", prune.unit.kinds)
     check_selection(cfg, "study")
     no_duplicates(cfg.study.extra_splits, "study.extra_splits")
     if cfg.study.train:
