@@ -60,7 +60,7 @@ def test_prune_run_saves_pruned_models_that_score_as_masked(tmp_path, monkeypatc
         ("prune", ["prune.recover=reconstruct"]),
         ("prune", ["prune.measure_speed=true"]),
         ("speed", []),
-        ("study", ["prune.order=[importance]"]),  # on the command line the study fits its orders to the unit
+        ("study", ["study.train=false", "prune.order=[importance]"]),  # on the command line it fits its orders to the unit
     ],
 )
 def test_physical_pruning_of_whole_heads_kinds_passes(tmp_path, experiment, overrides, unit):
@@ -70,7 +70,7 @@ def test_physical_pruning_of_whole_heads_kinds_passes(tmp_path, experiment, over
 @pytest.mark.parametrize(("unit", "named"), [("head", r"heads \(head\)"), ("kv_group", r"KV groups \(kv_group\)")])
 @pytest.mark.parametrize(
     ("experiment", "overrides"),
-    [("prune", ["prune.recover=finetune"]), ("speed", []), ("study", [])],
+    [("prune", ["prune.recover=finetune"]), ("speed", []), ("study", ["study.train=false"])],
 )
 def test_head_kinds_are_refused_in_one_line(capsys, monkeypatch, tmp_path, experiment, overrides, unit, named):
     import re

@@ -15,6 +15,7 @@ from headprune.checks.shared_checks import (
     check_trainer,
     check_unit,
     no_duplicates,
+    task_spec_of,
 )
 from headprune.checks.speed_checks import check_speed_run
 from headprune.conf_dir import config_dir
@@ -303,3 +304,9 @@ def check(cfg) -> None:
     check_prune_for_speed(cfg, prune)
     check_conditional_reads(cfg, prune, alone=False)
     check_speed_run(cfg)
+    spec = task_spec_of(cfg)
+    if cfg.study.train and spec.train is None:  # last: the stages' own settings are told first
+        raise ConfigError(
+            f"study.train=true trains the model first, and the {spec.name} task has no trainer: set study.train=false "
+            "(the study then prunes model.pretrained, or the model.config one as built)"
+        )
