@@ -21,7 +21,7 @@ cannot be built): ``deci_hf`` exports of a head-size-32 tiny Llama and of SmolLM
 ``--only hidden`` runs the cases with residual channels pruned alone, in llama.cpp and vLLM. ``--only families``: a tiny
 random decoder of each other family GGUF writes (clients/family_jobs.py: qwen2, qwen3, granite, phi3, gemma2, gemma3_text), unpruned and with one KV
 group and half the FFN neurons of every layer removed, f32 and f16, in llama.cpp; gpt2, gpt_neox, falcon and olmo2 unpruned,
-with half the FFN neurons of every layer removed, and with a layer removed (falcon, olmo2: teacher-forced log-probs too); ``--family <model type>`` (repeated) runs those families only.
+with half the FFN neurons of every layer removed, and with a layer removed; teacher-forced log-probs too, the GELU families' f32 tolerances plus what llama.cpp's float16 GELU table alone moves the masked model by (clients/ggml_gelu.py); ``--family <model type>`` (repeated) runs those families only.
 The tiny cases end with its vocabulary cut (a third of the tokens beyond the floor; alone, and with KV groups and FFN
 neurons): renumbered rows and the rewritten tokenizer, whose ids llama.cpp must reproduce; ``--only vocab`` runs those alone.
 Prints a table (client, file, check, result) and exits 1 when a check fails.

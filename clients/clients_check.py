@@ -25,8 +25,10 @@ def _logit_rows(job: dict, client: str, logits: list, arrays, label: str = "logi
     references = [arrays[f"reference{i}"] for i in range(job["prompts"])]
     diff = max(float(np.abs(got - ref).max()) for got, ref in zip(logits, references))
     scale = max(float(np.abs(ref).max()) for ref in references)
-    tolerance = job["tolerance"] * max(1.0, scale)
-    return [_row(job, client, label, diff <= tolerance, f"max |diff| {diff:.2e} at scale {scale:.1f} (tolerance {tolerance:.1e})")]
+    table = job.get("table_logits", 0.0)  # what llama.cpp's float16 GELU table moves the logits by (clients/ggml_gelu.py)
+    tolerance = job["tolerance"] * max(1.0, scale) + table
+    added = f" = {job['tolerance']:.0e} of the scale + GELU table {table:.1e}" if table else ""
+    return [_row(job, client, label, diff <= tolerance, f"max |diff| {diff:.2e} at scale {scale:.1f} (tolerance {tolerance:.1e}{added})")]
 
 
 def _log_softmax(rows: np.ndarray) -> np.ndarray:
@@ -36,15 +38,17 @@ def _log_softmax(rows: np.ndarray) -> np.ndarray:
     return rows - top - np.log(np.exp(rows - top).sum(axis=-1, keepdims=True))
 
 
-def _logprob_row(job: dict, client: str, logits: list, arrays, tolerance: float, label: str) -> dict:
-    """Teacher-forced log p of each prompt's next tokens against the masked model's, absolute (nats)."""
+def _logprob_row(job: dict, client: str, logits: list, arrays, tolerance: float, label: str, table: float = 0.0) -> dict:
+    """Teacher-forced log p of each prompt's next tokens against the masked model's, absolute (nats); ``table``: what
+    llama.cpp's float16 GELU table moves them by, added to the tolerance."""
     diff = 0.0
     for i, got in enumerate(logits):
         prompt, reference = arrays[f"prompt{i}"], arrays[f"reference{i}"]
         steps = np.arange(len(prompt) - 1)  # row t predicts token t + 1
         picked = [_log_softmax(rows[: len(prompt) - 1])[steps, prompt[1:]] for rows in (got, reference)]
         diff = max(diff, float(np.abs(picked[0] - picked[1]).max()))
-    return _row(job, client, label, diff <= tolerance, f"max |diff| {diff:.2e} nats (tolerance {tolerance:.0e})")
+    added = f" + GELU table {table:.1e}" if table else ""
+    return _row(job, client, label, diff <= tolerance + table, f"max |diff| {diff:.2e} nats (tolerance {tolerance:.0e}{added})")
 
 
 def _greedy_row(job: dict, client: str, tokens: list[list[int]], arrays, label: str = "greedy tokens") -> dict:
@@ -128,10 +132,14 @@ def check_gguf(job: dict, arrays) -> list[dict]:
         logits, tokens, encoded, architecture = _llama_cpp_run(job, arrays, flash, cache_type)
         exact = job["dtype"] == "f32" and cache_type == "f32" and not flash
         suffix = f" ({cache_type} KV cache{', flash attention' if flash else ''})"
-        rows += _logit_rows({**job, "tolerance": job["tolerance" if exact else "f16_tolerance"]}, client, logits, arrays, "logits" + suffix)
+        # an f32 run's tolerance adds what llama.cpp's GELU table alone moves the masked model by (the f16 ones hold it)
+        table = {"table_logits": job.get("gelu_table_logits", 0.0) if exact else 0.0}
+        tolerance = job["tolerance" if exact else "f16_tolerance"]
+        rows += _logit_rows({**job, "tolerance": tolerance, **table}, client, logits, arrays, "logits" + suffix)
         if "logprob_tolerance" in job:
             tolerance = job["logprob_tolerance" if exact else "f16_logprob_tolerance"]
-            rows.append(_logprob_row(job, client, logits, arrays, tolerance, "log-probs" + suffix))
+            added = job.get("gelu_table_logprobs", 0.0) if exact else 0.0
+            rows.append(_logprob_row(job, client, logits, arrays, tolerance, "log-probs" + suffix, added))
         greedy = _greedy_row(job, client, tokens, arrays, "greedy tokens" + suffix)
         rows.append(greedy if exact or greedy["passed"] else {**greedy, "passed": None})
     rows.append(_row(job, client, "architecture", architecture == job["expect"], str(architecture)))

@@ -699,6 +699,7 @@ CONFIG_ROWS = [
     ("prune-rearrange-number", "nli", ["experiment=prune", "prune.rearrange=2"], "false, true or both", None),
     ("speed-check-score-maybe", "nli", ["experiment=speed", "speed.check_score=maybe"], "speed.check_score", None),
     ("study-train-maybe", "nli", ["experiment=study", "study.train=maybe"], "study.train must be true or false", None),
+    ("study-train-lm", "lm", ["experiment=study"], "the lm task has no trainer: set study.train=false", None),
     ("study-reestimate-text", "mt", ["experiment=study", "study.reestimate=yes"], "study.reestimate", None),
     ("nli-importance-holdout-maybe", "nli", ["experiment=ablate", "data.importance_holdout=maybe"], "data.importance_holdout", None),
     ("nli-group-by-length-maybe", "nli", ["experiment=nli_finetune", "data.group_by_length=maybe"], "data.group_by_length", None),

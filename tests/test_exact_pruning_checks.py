@@ -82,5 +82,5 @@ def test_olmo2_export_of_ffn_neurons_or_layers_passes(tmp_path, unit):
     overrides = ["model=tiny_olmo2", "export.format=gguf", "export.tokenizer_pre=gpt-2", f"prune.unit={unit}"]
     validate(_cfg(tmp_path, "export", *overrides, f"export.mask_file={mask_file}"))
     mask_file.write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}}))
-    with pytest.raises(ConfigError, match=rf"{NORMS}.*FFN neurons and layers can be removed exactly"):
+    with pytest.raises(ConfigError, match=rf"{NORMS}.*kinds ffn, layer are removed exactly"):
         validate(_cfg(tmp_path, "export", "model=tiny_olmo2", "export.format=gguf", f"export.mask_file={mask_file}"))

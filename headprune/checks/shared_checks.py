@@ -479,15 +479,20 @@ def check_exact_pruning(cfg, what: str | None, kinds=None) -> None:
     """A run that prunes physically (``what`` says how; None: masks only) is refused on a model whose pruning is inexact (OLMo 2,
     ALiBi); ``kinds``: the unit kinds it prunes (None: any), those that keep every head pass OLMo 2's norms across heads."""
     from headprune.core.families import FAMILIES
+    from headprune.core.unit_kinds import KINDS
 
     fields = config_fields(cfg.model) or {}
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
-    parts = None if kinds is None else tuple(part for kind in kinds for part in kind.parts)
-    reason = family and inexact_reason(family, fields, parts)
-    if reason and what:
-        exact = " FFN neurons and layers can be removed exactly (prune.unit=[ffn,layer])." if family.cross_head_norms else ""
-        raise ConfigError(
-            f"model {cfg.model.get('name')}: {reason}; this run prunes physically: {what}.{exact} Gates, importance scores and "
-            "ablation work on it: run experiment=ablate or keep_one, or experiment=prune with masks only (no "
-            "prune.recover=finetune, measure_speed, schedule or cost=latency, and prune.save=none)"
-        )
+    if family is None or not what:
+        return
+    refused = [kind for kind in (KINDS.values() if kinds is None else kinds) if inexact_reason(family, fields, kind.parts)]
+    if not refused:
+        return
+    exact = [kind.name for kind in KINDS.values() if not inexact_reason(family, fields, kind.parts)]
+    named = "" if kinds is None else f"its unit removes {', '.join(f'{k.noun}s ({k.name})' for k in refused)}, and "
+    exactly = f" Units of kinds {', '.join(exact)} are removed exactly (e.g. prune.unit=[{','.join(exact)}])." if exact else ""
+    raise ConfigError(
+        f"model {cfg.model.get('name')}: {named}{inexact_reason(family, fields, refused[0].parts)}; this run prunes physically: "
+        f"{what}.{exactly} Gates, importance scores and ablation work on it: run experiment=ablate or keep_one, or "
+        "experiment=prune with masks only (no prune.recover=finetune, measure_speed, schedule or cost=latency, and prune.save=none)"
+    )

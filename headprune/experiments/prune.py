@@ -113,7 +113,7 @@ def check(cfg) -> None:
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
     check_unit(cfg, prune)
-    check_exact_pruning(cfg, physical_pruning(prune))
+    check_exact_pruning(cfg, physical_pruning(prune), prune.unit.kinds)
     check_prune(cfg, prune)
     check_scores_from(prune)
     check_prune_for_speed(cfg, prune)

@@ -15,6 +15,7 @@ from headprune.checks.shared_checks import (
     check_trainer,
     check_unit,
     no_duplicates,
+    task_spec_of,
 )
 from headprune.checks.speed_checks import check_speed_run
 from headprune.conf_dir import config_dir
@@ -281,7 +282,7 @@ def check(cfg) -> None:
     given = given_keys()
     check_unit(cfg, prune, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
     streamed = prune.action == STREAM  # no speed stage: nothing is pruned physically
-    check_exact_pruning(cfg, None if streamed else "its speed measurement times the physically pruned model")
+    check_exact_pruning(cfg, None if streamed else "its speed measurement times the physically pruned model", prune.unit.kinds)
     check_selection(cfg, "study")
     no_duplicates(cfg.study.extra_splits, "study.extra_splits")
     if cfg.study.train:
@@ -303,3 +304,9 @@ def check(cfg) -> None:
     check_prune_for_speed(cfg, prune)
     check_conditional_reads(cfg, prune, alone=False)
     check_speed_run(cfg)
+    spec = task_spec_of(cfg)
+    if cfg.study.train and spec.train is None:  # last: the stages' own settings are told first
+        raise ConfigError(
+            f"study.train=true trains the model first, and the {spec.name} task has no trainer: set study.train=false "
+            "(the study then prunes model.pretrained, or the model.config one as built)"
+        )
