@@ -13,7 +13,7 @@ import functools
 import torch
 from torch import nn
 
-from headprune.core.ffn_sites import broadcast_neuron_gate, ffn_sites_if_any
+from headprune.core.ffn.sites import broadcast_neuron_gate, ffn_sites_if_any
 from headprune.core.kinds import KINDS, UnitKind
 from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGates

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from headprune.core.ffn_sites import FFNSite
+from headprune.core.ffn.sites import FFNSite
 from headprune.core.kinds import KINDS, UnitKind
 from headprune.core.masks import normalize_mask
 

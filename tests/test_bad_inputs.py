@@ -2065,14 +2065,14 @@ def _flops_target_one(tmp_path):
 
 
 def _ffn_mask_shape(tmp_path):
-    from headprune.core.ffn_gates import FFNGates
+    from headprune.core.ffn.gates import FFNGates
 
     model, _ = _tiny_gates()
     FFNGates(model).set_mask({"enc_ffn": torch.ones(3, 65)})
 
 
 def _prune_ffn_mask_half(tmp_path):
-    from headprune.core.ffn_pruning import prune_ffn_mask
+    from headprune.core.ffn.pruning import prune_ffn_mask
 
     model, _ = _tiny_gates()
     prune_ffn_mask(model, {"enc_ffn": torch.full((3, 64), 0.5)})
@@ -2089,7 +2089,7 @@ def _ffn_without_mlp_layout(tmp_path):
     from dataclasses import replace
 
     from headprune.core import families
-    from headprune.core.ffn_gates import FFNGates
+    from headprune.core.ffn.gates import FFNGates
 
     model, _ = _tiny_gates()
     with pytest.MonkeyPatch.context() as patch:
@@ -2098,7 +2098,7 @@ def _ffn_without_mlp_layout(tmp_path):
 
 
 def _edited_ffn_record(tmp_path):
-    from headprune.core.ffn_pruning import prune_neurons
+    from headprune.core.ffn.pruning import prune_neurons
     from headprune.core.saving import load_pruned, save_pruned
 
     model, _ = _tiny_gates()
@@ -2153,7 +2153,7 @@ def _single_neuron_ablation(tmp_path):
 
 
 def _block_mask_shape(tmp_path):
-    from headprune.core.blocks import BlockGates
+    from headprune.core.block.gates import BlockGates
 
     model, _ = _tiny_gates()
     BlockGates(model).set_mask({"enc_self_block": torch.ones(3, 2)})

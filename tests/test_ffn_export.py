@@ -17,7 +17,7 @@ from test_export_formats import checked
 from tiny_llms import tiny_llama
 
 from headprune.core.checks import ConfigError
-from headprune.core.ffn_sites import find_ffn_sites
+from headprune.core.ffn.sites import find_ffn_sites
 from headprune.core.gates import HeadGates
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.export import export_model, gguf_deci

@@ -12,11 +12,11 @@ import torch
 from conftest import classifier_batch, tiny_bert
 from tiny_llms import lm_batch, tiny_family, tiny_llama
 
+from headprune.core.attention.kind import kv_group_tables
 from headprune.core.counting import model_cost
-from headprune.core.ffn_gates import FFNGates
-from headprune.core.ffn_pruning import prune_ffn_mask
+from headprune.core.ffn.gates import FFNGates
+from headprune.core.ffn.pruning import prune_ffn_mask
 from headprune.core.inputs import model_inputs
-from headprune.core.kinds.attention import kv_group_tables
 from headprune.core.pruning import prune_heads, prune_kv_groups, pruning_record
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.results.mask_files import mask_file_of
@@ -284,7 +284,7 @@ def test_the_pareto_table_of_a_joint_unit_says_what_each_kind_lost():
 
 def test_ffn_lsq_after_residual_channels_go_fits_the_teachers_output_at_the_kept_channels():
     """Neurons and residual channels removed: the first block's scales are the dense least squares on the kept channels."""
-    from headprune.core.hidden_sites import channel_book
+    from headprune.core.hidden.sites import channel_book
     from headprune.core.projections import linear_weight
 
     model = tiny_llama()

@@ -17,8 +17,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from headprune.core import families
 from headprune.core.counting import model_cost, neuron_flops
 from headprune.core.families import FAMILIES, family_for
-from headprune.core.ffn_gates import FFNGates
-from headprune.core.ffn_pruning import ffn_record, prune_ffn_mask, prune_neurons
+from headprune.core.ffn.gates import FFNGates
+from headprune.core.ffn.pruning import ffn_record, prune_ffn_mask, prune_neurons
 from headprune.core.gates import HeadGates
 from headprune.core.inputs import model_inputs
 from headprune.core.joint import JointGates

@@ -11,10 +11,10 @@ from conftest import tiny_bert
 from test_ffn_units import HEADS_PRUNABLE, MODELS
 from tiny_llms import lm_batch, tiny_family, tiny_llama
 
-from headprune.core.ffn_pruning import ffn_record
+from headprune.core.ffn.pruning import ffn_record
 from headprune.core.inputs import model_inputs
 from headprune.core.kinds import KINDS
-from headprune.core.layer_removal import REMOVED_ATTR, remove_layers
+from headprune.core.layer.removal import REMOVED_ATTR, remove_layers
 from headprune.core.pruning import prune_heads, pruning_record
 from headprune.core.saving import load_pruned, save_pruned
 from headprune.core.units import prune_unit_mask, unit_gates

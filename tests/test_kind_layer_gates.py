@@ -10,8 +10,8 @@ from tiny_llms import lm_batch, tiny_family, tiny_llama
 from headprune.core.counting import model_cost
 from headprune.core.inputs import model_inputs
 from headprune.core.kinds import KINDS
-from headprune.core.layer_removal import remove_layers
-from headprune.core.layer_sites import block_influence
+from headprune.core.layer.removal import remove_layers
+from headprune.core.layer.sites import block_influence
 from headprune.core.pruning import prune_heads
 from headprune.core.units import unit_gates
 from headprune.scoring.importance import per_example_loss

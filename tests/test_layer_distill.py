@@ -12,8 +12,8 @@ from conftest import seq2seq_batch, tiny_marian
 from experiment_helpers import NLI
 from tiny_llms import lm_batch, tiny_llama
 
-from headprune.core.hidden_pruning import keep_channels
-from headprune.core.layer_removal import remove_layers
+from headprune.core.hidden.pruning import keep_channels
+from headprune.core.layer.removal import remove_layers
 from headprune.lightning.finetune import RecoveryModule, finetune_recover
 from headprune.lightning.layer_distill import layer_distillation_loss, layer_targets
 from headprune.prune_stages.finetune_runs import finetune_record

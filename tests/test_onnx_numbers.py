@@ -10,7 +10,7 @@ def test_a_target_point_directory_loads_with_its_uneven_ffn_widths(tmp_path, mon
     """A target's point directory holds '=' (fisher+finetune@speedup=1.3), which a Hydra override cannot carry."""
     import onnx_numbers
 
-    from headprune.core.ffn_sites import find_ffn_sites
+    from headprune.core.ffn.sites import find_ffn_sites
     from headprune.core.saving import save_pruned
     from headprune.core.units import prune_unit_mask, unit_gates
     from headprune.tasks.registry import load_task

@@ -56,7 +56,7 @@ def removed_share(mask: dict, groups: tuple[str, ...]) -> float:
 def test_kv_group_and_neurons_pruned_together_then_exported_to_deci_gguf(shared, tmp_path):
     """prune.unit=[kv_group,ffn] ranks KV groups and neurons under one fraction; its mask exports to a deci GGUF whose
     per-layer feed_forward_length is each layer's kept neurons, read back with the gguf package."""
-    from headprune.core.ffn_sites import find_ffn_sites
+    from headprune.core.ffn.sites import find_ffn_sites
     from headprune.core.units import prune_unit_mask, unit_gates
     from headprune.export.gguf_numpy import read_layout
     from headprune.results.run_dir import mask_from_json

@@ -4,7 +4,7 @@ import pytest
 import torch
 from tiny_llms import lm_batch, tiny_llama
 
-from headprune.core.ffn_gates import FFNGates
+from headprune.core.ffn.gates import FFNGates
 from headprune.core.units import unit_gates
 from headprune.scoring.importance import fisher_blocks
 from headprune.selection.ffn_rearrange import example_gradients, rearrange_ffn_mask

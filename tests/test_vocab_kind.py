@@ -14,8 +14,8 @@ from headprune.core.kinds import KINDS
 from headprune.core.pruned_count import PrunedCount
 from headprune.core.saving import load_pruned, save_pruned
 from headprune.core.units import prune_unit_mask, unit_gates
-from headprune.core.vocab_rows import id_map
-from headprune.core.vocab_tokenizer import floor_ids, kept_ids_of, rewritten_tokenizer, tokenizer_json
+from headprune.core.vocab.rows import id_map
+from headprune.core.vocab.tokenizer import floor_ids, kept_ids_of, rewritten_tokenizer, tokenizer_json
 from headprune.models.tokenizers import train_tokenizer
 
 WORDS = "the cat sat on a mat while dogs ran far away from home and birds sang songs of old".split()

@@ -10,8 +10,8 @@ import torch
 
 from headprune.core.kinds import KINDS
 from headprune.core.units import prune_unit_mask, unit_gates
-from headprune.core.vocab_merges import merge_closed_scores, merge_parts, produced_ids
-from headprune.core.vocab_tokenizer import rewritten_tokenizer, tokenizer_json
+from headprune.core.vocab.merges import merge_closed_scores, merge_parts, produced_ids
+from headprune.core.vocab.tokenizer import rewritten_tokenizer, tokenizer_json
 from headprune.models.tokenizers import train_tokenizer
 from headprune.selection.greedy import masks_for_fractions
 

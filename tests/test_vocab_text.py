@@ -9,7 +9,7 @@ from experiment_helpers import make_cfg, results
 def test_every_token_the_training_text_leaves_unused_is_removed(tmp_path):
     from hydra.utils import get_method
 
-    from headprune.core.vocab_tokenizer import floor_ids
+    from headprune.core.vocab.tokenizer import floor_ids
     from headprune.tasks import registry
     from headprune.validation import validate
 

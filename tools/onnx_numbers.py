@@ -129,7 +129,7 @@ def main() -> int:
     parser.add_argument("--no-speed", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from headprune.core.ffn_sites import find_ffn_sites
+    from headprune.core.ffn.sites import find_ffn_sites
 
     torch.set_num_threads(args.threads)
     bad = [item for item in args.model if "=" not in item or not item.split("=", 1)[0]]

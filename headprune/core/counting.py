@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from headprune.core.ffn_sites import FFNSite, ffn_sites_if_any
+from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any
 from headprune.core.gates import find_sites
 from headprune.core.projections import in_features, is_projection, out_features
 
@@ -55,9 +55,9 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
 
 
 def residual_flops(model: nn.Module, seq_len: int) -> int:
-    """FLOPs of the projections on the residual axis (headprune.core.hidden_pruning), 0 where the model's residual channels form no group."""
-    from headprune.core.hidden_pruning import channel_flops
-    from headprune.core.hidden_sites import hidden_width
+    """FLOPs of the projections on the residual axis (headprune.core.hidden.pruning), 0 where the model's residual channels form no group."""
+    from headprune.core.hidden.pruning import channel_flops
+    from headprune.core.hidden.sites import hidden_width
 
     try:
         return channel_flops(model, seq_len) * hidden_width(model)

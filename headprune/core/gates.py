@@ -9,8 +9,8 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from headprune.core.attention.tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
-from headprune.core.head_tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.output_gate import attach_output_gate
 from headprune.core.site_gates import SiteGates, kept_site, ordered_sites
 
@@ -210,7 +210,7 @@ def _new_site(model: nn.Module, family: Family, path: str, block: nn.Module, cor
 class HeadGates(SiteGates):
     """Gates on every attention head of a model: set a mask, read the groups, record gate gradients."""
 
-    unit = "head"  # masks and scores are per query head (headprune.core.kv_groups.KVGroupGates: per KV group)
+    unit = "head"  # masks and scores are per query head (headprune.core.attention.kv_groups.KVGroupGates: per KV group)
     noun = "head"
 
     def __init__(self, model: nn.Module, gate_at: str | None = None):

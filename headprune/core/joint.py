@@ -20,7 +20,7 @@ class JointGates:
     def __init__(self, model: nn.Module, parts: list | None = None):
         """``parts``: one gates object per kind, of different groups (default: the model's query heads and FFN neurons)."""
         if parts is None:
-            from headprune.core.ffn_gates import FFNGates
+            from headprune.core.ffn.gates import FFNGates
             from headprune.core.gates import HeadGates
 
             parts = [HeadGates(model), FFNGates(model)]

@@ -1,6 +1,6 @@
 """The output-projection gate: a forward pre-hook that scales each head's slice of the output projection's input."""
 
-from headprune.core.head_tensors import gate_heads
+from headprune.core.attention.tensors import gate_heads
 
 HOOK_ATTR = "_headprune_output_gate"  # the hook handle, on the output projection it is registered on
 SITE_ATTR = "_headprune_output_site"  # the site the hook gates, on the same module (a deep copy gets its own copy)

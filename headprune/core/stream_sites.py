@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from headprune.core.head_tensors import broadcast_gate
+from headprune.core.attention.tensors import broadcast_gate
 from headprune.core.streaming import sequence_positions, streaming_keep, streaming_mask
 
 CACHE_ARGS = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache

@@ -1,7 +1,7 @@
 """The kinds of pruning unit, by name: the registry's functions (headprune.core.kinds) under their familiar names."""
 
 import headprune.core.kinds  # noqa: F401  (registers the built-in kinds)
-from headprune.core.blocks import block_group  # noqa: F401
+from headprune.core.block.gates import block_group  # noqa: F401
 from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     KINDS,
     ablation_refusal,

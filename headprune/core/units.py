@@ -6,12 +6,12 @@ import warnings
 import torch
 from torch import nn
 
+from headprune.core.attention.kv_groups import KVGroupGates, has_kv_groups, kv_group_view  # noqa: F401
 from headprune.core.joint import JointGates, shared_gates
-from headprune.core.kv_groups import KVGroupGates, has_kv_groups, kv_group_view  # noqa: F401
 from headprune.core.unit_kinds import KINDS, kinds_of
 
 QUERY_HEADS = "head"  # the unit every model has: its query heads
-FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn_gates.FFNGates)
+FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn.gates.FFNGates)
 
 
 def primitive_gates(gates):

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf, open_dict
 
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits, refuse_given, task_spec_of
 from headprune.core.checks import ConfigError
-from headprune.core.ffn_pruning import ffn_record
+from headprune.core.ffn.pruning import ffn_record
 from headprune.core.kinds import KINDS, kinds_of
 from headprune.core.pruning import pruning_record
 from headprune.core.record_digests import RECORD_FILE

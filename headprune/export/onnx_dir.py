@@ -7,7 +7,7 @@ from pathlib import Path
 
 from torch import nn
 
-from headprune.core.ffn_sites import ffn_sites_if_any
+from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.gates import find_sites
 
 DESCRIPTION = "headprune_export.json"

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from headprune.core.hidden_sites import IDS_ATTR
+from headprune.core.hidden.sites import IDS_ATTR
 from headprune.core.inputs import decoder_valid
-from headprune.core.layer_removal import REMOVED_ATTR
+from headprune.core.layer.removal import REMOVED_ATTR
 
 STACK_OUTPUTS = {"encoder_hidden_states": "enc_layer", "decoder_hidden_states": "dec_layer", "hidden_states": None}  # None: the one stack
 
@@ -22,7 +22,7 @@ class LayerTargets:
 
 
 def removed_record(model: nn.Module) -> dict:
-    """{layer group: [removed original ids]} of a model (``headprune.core.layer_removal``'s config record; {} when none)."""
+    """{layer group: [removed original ids]} of a model (``headprune.core.layer.removal``'s config record; {} when none)."""
     return dict(getattr(model.config, REMOVED_ATTR, None) or {})
 
 

@@ -8,7 +8,7 @@ import torch
 
 from headprune.core.unit_kinds import kinds_of
 from headprune.core.units import prune_unit_mask, unit_gates
-from headprune.core.vocab_merges import produced_ids
+from headprune.core.vocab.merges import produced_ids
 from headprune.export.renumbering import renumbering
 from headprune.stages.evaluation import evaluate_many, evaluate_one, swapped_model
 

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from headprune.core.ffn_pruning import ffn_record
-from headprune.core.ffn_sites import FFNSite
+from headprune.core.ffn.pruning import ffn_record
+from headprune.core.ffn.sites import FFNSite
 from headprune.core.inputs import eval_mode, group_valid
 from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight
@@ -65,7 +65,7 @@ def _target(teacher_site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor
 
 def kept_channels(model: nn.Module, teacher: nn.Module) -> list[int] | None:
     """Positions in the teacher's residual stream of the channels ``model`` still holds (None: the same channels)."""
-    from headprune.core.hidden_sites import IDS_ATTR
+    from headprune.core.hidden.sites import IDS_ATTR
 
     mine = getattr(model, IDS_ATTR, None)
     if mine is None:

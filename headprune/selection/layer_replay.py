@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from headprune.core.inputs import model_inputs
-from headprune.core.layer_sites import INPUT_NAMES, layer_stacks
+from headprune.core.layer.sites import INPUT_NAMES, layer_stacks
 
 
 class _Stop(Exception):
@@ -27,7 +27,7 @@ def stacks_of(model: nn.Module) -> list[list[str]]:
 
 def kept_layer_paths(model: nn.Module, teacher: nn.Module) -> dict[str, str | None]:
     """{the teacher's layer path: the path of the same layer in ``model`` (None: removed)}, by original layer id."""
-    from headprune.core.layer_sites import find_layer_sites
+    from headprune.core.layer.sites import find_layer_sites
 
     sites = {id(site.module): site for site in find_layer_sites(model)}
     ours = {}

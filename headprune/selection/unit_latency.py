@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune.core.ffn_pruning import ffn_record, prune_neurons
-from headprune.core.ffn_sites import find_ffn_sites
+from headprune.core.ffn.pruning import ffn_record, prune_neurons
+from headprune.core.ffn.sites import find_ffn_sites
 from headprune.core.unit_kinds import kinds_of, latency_timings, unit_name
 from headprune.selection.costs import CostModel
 from headprune.selection.latency import _seconds, latency_key, measure_latency_model

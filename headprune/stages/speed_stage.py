@@ -5,8 +5,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from headprune.core.counting import model_cost
-from headprune.core.ffn_pruning import ffn_record
-from headprune.core.ffn_sites import ffn_sites_if_any
+from headprune.core.ffn.pruning import ffn_record
+from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import noun
 from headprune.core.units import model_gates, prune_unit_mask, query_heads_of, unit_gates

@@ -3,10 +3,10 @@
 import torch
 from torch import nn
 
+from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.core.families import GROUPS
 from headprune.core.gates import HeadGates
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.kv_groups import KVGroupGates
 
 
 def kv_group_tables(head_tables: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
@@ -112,18 +112,18 @@ class HeadKind(UnitKind):
         return pruning_record(model)
 
     def save_meta(self, model):
-        from headprune.core.head_saving import head_meta
+        from headprune.core.attention.saving import head_meta
 
         return head_meta(model)
 
     def restore(self, model, meta, path):
-        from headprune.core.head_saving import rebuild_heads
+        from headprune.core.attention.saving import rebuild_heads
 
         rebuild_heads(model, meta, path)
 
     def verify(self, model, meta, path):
+        from headprune.core.attention.saving import DIGESTS, weights_digest
         from headprune.core.gates import find_sites
-        from headprune.core.head_saving import DIGESTS, weights_digest
         from headprune.core.record_digests import check_digests
 
         check_digests(find_sites(model), (meta or {}).get(DIGESTS), weights_digest, "attention module", "head", path)
@@ -153,7 +153,7 @@ class KVGroupKind(HeadKind):
         return None
 
     def gates(self, model, shared):
-        from headprune.core.kv_groups import kv_group_view
+        from headprune.core.attention.kv_groups import kv_group_view
 
         return kv_group_view(HeadKind.gates(self, model, shared))
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from headprune.core.hidden_sites import GROUP, channel_book, hidden_group, hidden_sites
+from headprune.core.hidden.sites import GROUP, channel_book, hidden_group, hidden_sites
 from headprune.core.projections import in_features, out_features
 
 CONFIG_ATTR = "headprune_hidden_channels"

@@ -1,6 +1,6 @@
 """The FFN kind: intermediate neurons of the feed-forward blocks (Kwon et al.'s second unit)."""
 
-from headprune.core.ffn_gates import FFNGates
+from headprune.core.ffn.gates import FFNGates
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.mlp_layouts import FFN_GROUPS
 from headprune.core.projections import out_features
@@ -38,7 +38,7 @@ class FFNKind(UnitKind):
         return [ffn for attention, ffn in zip(("enc_self", "dec_self"), FFN_GROUPS) if attention in attention_groups]
 
     def available(self, model):
-        from headprune.core.ffn_sites import mlp_layout_of
+        from headprune.core.ffn.sites import mlp_layout_of
 
         try:
             mlp_layout_of(model)
@@ -47,7 +47,7 @@ class FFNKind(UnitKind):
         return None
 
     def refusal(self, fields, settings):
-        from headprune.core.ffn_sites import mlp_layout_refusal
+        from headprune.core.ffn.sites import mlp_layout_refusal
 
         return mlp_layout_refusal(fields)
 
@@ -61,12 +61,12 @@ class FFNKind(UnitKind):
         return value if isinstance(value, int) else None
 
     def unit_grad(self, site, grad):
-        from headprune.core.ffn_sites import FFNSite
+        from headprune.core.ffn.sites import FFNSite
 
         return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None
 
     def kept_rows(self, model):
-        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.ffn.sites import ffn_sites_if_any
 
         rows = {}
         for site in ffn_sites_if_any(model):
@@ -77,7 +77,7 @@ class FFNKind(UnitKind):
         return rows
 
     def unit_columns(self, site):
-        from headprune.core.ffn_sites import FFNSite
+        from headprune.core.ffn.sites import FFNSite
 
         if not isinstance(site, FFNSite) or not site.neuron_ids:
             return None
@@ -95,29 +95,29 @@ class FFNKind(UnitKind):
         return ffn_tables
 
     def prune(self, model, mask):
-        from headprune.core.ffn_pruning import prune_ffn_mask
+        from headprune.core.ffn.pruning import prune_ffn_mask
 
         return prune_ffn_mask(model, mask)
 
     def record(self, model):
-        from headprune.core.ffn_pruning import ffn_record
-        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.ffn.pruning import ffn_record
+        from headprune.core.ffn.sites import ffn_sites_if_any
 
         return ffn_record(model) if ffn_sites_if_any(model) else {}
 
     def save_meta(self, model):
-        from headprune.core.ffn_saving import ffn_meta
+        from headprune.core.ffn.saving import ffn_meta
 
         return ffn_meta(model) or None
 
     def restore(self, model, meta, path):
-        from headprune.core.ffn_saving import rebuild_ffn
+        from headprune.core.ffn.saving import rebuild_ffn
 
         rebuild_ffn(model, meta or {}, path)  # FFN widths per layer, by original neuron id
 
     def verify(self, model, meta, path):
-        from headprune.core.ffn_saving import DIGESTS, ffn_digest
-        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.ffn.saving import DIGESTS, ffn_digest
+        from headprune.core.ffn.sites import ffn_sites_if_any
         from headprune.core.record_digests import check_digests
 
         check_digests(ffn_sites_if_any(model), (meta or {}).get(DIGESTS), ffn_digest, "feed-forward block", "neuron", path)

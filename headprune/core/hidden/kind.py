@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from headprune.core.hidden_sites import GROUP, HiddenSite, channel_book, hidden_sites
+from headprune.core.hidden.sites import GROUP, HiddenSite, channel_book, hidden_sites
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGateMethods
@@ -96,7 +96,7 @@ class HiddenKind(UnitKind):
     gates_class = HiddenGates
 
     def kept_rows(self, model):
-        from headprune.core.hidden_sites import IDS_ATTR, hidden_group
+        from headprune.core.hidden.sites import IDS_ATTR, hidden_group
 
         book = getattr(model, IDS_ATTR, None)
         if not book or len(book["ids"]) == book["width_orig"]:
@@ -124,13 +124,13 @@ class HiddenKind(UnitKind):
         return None
 
     def width_multiple(self, model):
-        from headprune.core.hidden_pruning import config_width_multiple
+        from headprune.core.hidden.pruning import config_width_multiple
 
         return config_width_multiple(model.config)
 
     def available(self, model):
         from headprune.core.families import family_for
-        from headprune.core.hidden_sites import hidden_group
+        from headprune.core.hidden.sites import hidden_group
 
         reason = REFUSED_FAMILIES.get(family_for(model).name)
         if reason:
@@ -157,7 +157,7 @@ class HiddenKind(UnitKind):
         return (grad, site.channel_ids, GROUP) if isinstance(site, HiddenSite) else None
 
     def flops_tables(self, model, seq_len):
-        from headprune.core.hidden_pruning import hidden_flops_tables
+        from headprune.core.hidden.pruning import hidden_flops_tables
 
         return hidden_flops_tables(model, seq_len)
 
@@ -170,26 +170,26 @@ class HiddenKind(UnitKind):
         return covered
 
     def prune(self, model, mask):
-        from headprune.core.hidden_pruning import prune_hidden_mask
+        from headprune.core.hidden.pruning import prune_hidden_mask
 
         return prune_hidden_mask(model, mask)
 
     def record(self, model):
-        from headprune.core.hidden_pruning import hidden_record
+        from headprune.core.hidden.pruning import hidden_record
 
         return hidden_record(model)
 
     def save_meta(self, model):
-        from headprune.core.hidden_pruning import hidden_meta
+        from headprune.core.hidden.pruning import hidden_meta
 
         return hidden_meta(model) or None
 
     def build_config(self, config):
-        from headprune.core.hidden_pruning import build_width
+        from headprune.core.hidden.pruning import build_width
 
         build_width(config)  # built at its original residual width, then sliced by ``restore``
 
     def restore(self, model, meta, path):
-        from headprune.core.hidden_pruning import rebuild_hidden
+        from headprune.core.hidden.pruning import rebuild_hidden
 
         rebuild_hidden(model, path)  # residual channels, by original id (config.json holds the record)

@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune.core.ffn_pruning import WIDTHS_ATTR, computed_widths, ffn_record, prune_ffn_site, sync_ffn_config
-from headprune.core.ffn_sites import FFNSite, ffn_sites_if_any, find_ffn_sites
+from headprune.core.ffn.pruning import WIDTHS_ATTR, computed_widths, ffn_record, prune_ffn_site, sync_ffn_config
+from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, find_ffn_sites
 from headprune.core.site_gates import unit_groups
 
 DIGESTS = "ffn_weights_sha256"

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.ffn_sites import broadcast_neuron_gate
+from headprune.core.ffn.sites import broadcast_neuron_gate
 from headprune.core.inputs import model_inputs
 from headprune.core.site_gates import SiteGates, kept_site, ordered_sites
 

@@ -2,7 +2,7 @@
 
 from torch import nn
 
-from headprune.core.ffn_sites import attach_neuron_gate, find_ffn_sites
+from headprune.core.ffn.sites import attach_neuron_gate, find_ffn_sites
 from headprune.core.site_gates import SiteGates
 
 

@@ -5,8 +5,8 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch import nn
 
-from headprune.core.ffn_gates import FFNGates
-from headprune.core.ffn_sites import ffn_sites_if_any
+from headprune.core.ffn.gates import FFNGates
+from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.gates import HeadGates
 from headprune.core.masks import normalize_mask
 

@@ -3,7 +3,7 @@
 import torch
 
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.layer_sites import LAYER_GROUPS, LayerGates
+from headprune.core.layer.sites import LAYER_GROUPS, LayerGates
 
 RECORD_KEY = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
 
@@ -48,7 +48,7 @@ class LayerKind(UnitKind):
         return [layer for attention, layer in zip(("enc_self", "dec_self"), LAYER_GROUPS) if attention in attention_groups]
 
     def available(self, model):
-        from headprune.core.layer_removal import shared_weights
+        from headprune.core.layer.removal import shared_weights
 
         try:
             return shared_weights(model)
@@ -64,7 +64,7 @@ class LayerKind(UnitKind):
         return 1
 
     def unit_grad(self, site, grad):
-        from headprune.core.layer_sites import LayerSite
+        from headprune.core.layer.sites import LayerSite
 
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
 
@@ -72,7 +72,7 @@ class LayerKind(UnitKind):
         return _tables(model, lambda site: layer_flops(model, site, seq_len))
 
     def nested_rows(self, model):
-        from headprune.core.layer_sites import find_layer_sites
+        from headprune.core.layer.sites import find_layer_sites
 
         out = {}
         for site in find_layer_sites(model):
@@ -92,8 +92,8 @@ class LayerKind(UnitKind):
         return _tables(model, seconds)
 
     def prune(self, model, mask):
-        from headprune.core.layer_removal import remove_layers
-        from headprune.core.layer_sites import LayerGates
+        from headprune.core.layer.removal import remove_layers
+        from headprune.core.layer.sites import LayerGates
         from headprune.core.masks import normalize_mask
 
         mask = normalize_mask(mask, LayerGates(model).groups, hard=True, unit="layer")
@@ -104,21 +104,21 @@ class LayerKind(UnitKind):
         return self.record(model)
 
     def record(self, model):
-        from headprune.core.layer_removal import removed_layers
-        from headprune.core.layer_sites import layer_stacks
+        from headprune.core.layer.removal import removed_layers
+        from headprune.core.layer.sites import layer_stacks
 
         if not layer_stacks(model):
             return {}  # no layers headprune can find, so none it removed
         return {group: {str(layer): [0] for layer in ids} for group, ids in removed_layers(model).items() if ids}  # each layer its one unit
 
     def save_meta(self, model):
-        from headprune.core.layer_removal import REMOVED_ATTR
+        from headprune.core.layer.removal import REMOVED_ATTR
 
         layers = getattr(model.config, REMOVED_ATTR, None) or {}  # {group: [original ids]}: config.json holds them too
         return {"removed_layers": layers} if layers else None
 
     def restore(self, model, meta, path):
-        from headprune.core.layer_removal import REMOVED_ATTR, restore_layer_ids
+        from headprune.core.layer.removal import REMOVED_ATTR, restore_layer_ids
 
         layers = getattr(model.config, REMOVED_ATTR, None) or {}
         if meta is not None and meta.get("removed_layers", {}) != layers:
@@ -130,7 +130,7 @@ class LayerKind(UnitKind):
 
 def _tables(model, cost) -> dict[str, torch.Tensor]:
     """{group: [layers, 2]}: a layer removed costs 0, kept ``cost(site)``; a layer already removed 0 either way."""
-    from headprune.core.layer_sites import find_layer_sites, layer_groups
+    from headprune.core.layer.sites import find_layer_sites, layer_groups
 
     sites = find_layer_sites(model)
     tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
@@ -141,7 +141,7 @@ def _tables(model, cost) -> dict[str, torch.Tensor]:
 
 def parts_of(model, site) -> tuple[list, list]:
     """(attention sites, FFN sites) inside one layer."""
-    from headprune.core.ffn_sites import ffn_sites_if_any
+    from headprune.core.ffn.sites import ffn_sites_if_any
     from headprune.core.gates import find_sites
 
     inside = {id(m) for m in site.module.modules()}

@@ -2,7 +2,7 @@
 
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.site_gates import SiteGates
-from headprune.core.vocab_rows import GROUP, SITE_ATTR, VOCAB_ATTR, input_embedding, vocab_book, vocab_site
+from headprune.core.vocab.rows import GROUP, SITE_ATTR, VOCAB_ATTR, input_embedding, vocab_book, vocab_site
 
 SAVED_IDS = "_headprune_vocab_original_ids"  # the config's special ids while save_pruned writes the renumbered ones
 TOKEN_ABLATION = (
@@ -73,13 +73,13 @@ class VocabKind(UnitKind):
         return list(book["ids"]), int(book["size_orig"])
 
     def export_tokenizer(self, model, tokenizer):
-        from headprune.core.vocab_tokenizer import rewritten_tokenizer
+        from headprune.core.vocab.tokenizer import rewritten_tokenizer
 
         found = self.export_ids(model) or self.held_ids(model)
         return tokenizer if found is None or tokenizer is None else rewritten_tokenizer(tokenizer, found[0])
 
     def to_export_ids(self, model):
-        from headprune.core.vocab_pruning import set_ids, vocab_meta
+        from headprune.core.vocab.pruning import set_ids, vocab_meta
 
         meta = vocab_meta(model)
         if meta is None:
@@ -125,7 +125,7 @@ class VocabKind(UnitKind):
         import torch
 
         from headprune.core.checks import ConfigError
-        from headprune.core.vocab_tokenizer import floor_ids
+        from headprune.core.vocab.tokenizer import floor_ids
 
         size = vocab_book(gates.model)["size_orig"]
         if tokenizer is None:
@@ -147,8 +147,8 @@ class VocabKind(UnitKind):
     def ranked_scores(self, gates, tokenizer, scores):
         """Merge-closed: a kept BPE token keeps the two tokens its merge joins (recursively), each counted in what is kept,
         so the rewritten tokenizer still produces it; a token no text produces goes first (WordPiece: as given)."""
-        from headprune.core.vocab_merges import merge_closed_scores, merge_parts
-        from headprune.core.vocab_tokenizer import tokenizer_json
+        from headprune.core.vocab.merges import merge_closed_scores, merge_parts
+        from headprune.core.vocab.tokenizer import tokenizer_json
 
         if GROUP not in scores or tokenizer is None:
             return scores
@@ -164,22 +164,22 @@ class VocabKind(UnitKind):
         return site.counts[site.unit_ids], site.unit_ids, GROUP
 
     def flops_tables(self, model, seq_len):
-        from headprune.core.vocab_pruning import vocab_flops_table
+        from headprune.core.vocab.pruning import vocab_flops_table
 
         return vocab_flops_table(model, seq_len)
 
     def prune(self, model, mask):
-        from headprune.core.vocab_pruning import prune_vocab_mask
+        from headprune.core.vocab.pruning import prune_vocab_mask
 
         return prune_vocab_mask(model, mask)
 
     def record(self, model):
-        from headprune.core.vocab_pruning import vocab_record
+        from headprune.core.vocab.pruning import vocab_record
 
         return vocab_record(model)
 
     def save_meta(self, model):
-        from headprune.core.vocab_pruning import renumbered_ids, set_ids, vocab_meta
+        from headprune.core.vocab.pruning import renumbered_ids, set_ids, vocab_meta
 
         meta = vocab_meta(model)
         if meta is not None:  # the saved config speaks the new ids (``finish_save`` puts the original ones back)
@@ -188,8 +188,8 @@ class VocabKind(UnitKind):
         return meta
 
     def finish_save(self, model, path, tokenizer):
-        from headprune.core.vocab_pruning import set_ids
-        from headprune.core.vocab_tokenizer import rewrite_saved_tokenizer
+        from headprune.core.vocab.pruning import set_ids
+        from headprune.core.vocab.tokenizer import rewrite_saved_tokenizer
 
         original = model.__dict__.pop(SAVED_IDS, None)
         if original is None:

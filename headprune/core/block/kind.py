@@ -2,7 +2,7 @@
 
 import torch
 
-from headprune.core.blocks import BLOCK_SUFFIX, BlockGates, block_group
+from headprune.core.block.gates import BLOCK_SUFFIX, BlockGates, block_group
 from headprune.core.kinds.unit_kind import UnitKind
 
 
@@ -45,12 +45,12 @@ class BlockKind(UnitKind):
         return [block_group(g) for g in (*attention_groups, *KINDS["ffn"].group_names(attention_groups))]
 
     def refusal(self, fields, settings):
-        from headprune.core.ffn_sites import mlp_layout_refusal
+        from headprune.core.ffn.sites import mlp_layout_refusal
 
         return mlp_layout_refusal(fields)
 
     def gates(self, model, shared):
-        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.ffn.sites import ffn_sites_if_any
         from headprune.core.kinds.kind_registry import KINDS
 
         heads = KINDS["head"].gates(model, shared)
@@ -61,15 +61,15 @@ class BlockKind(UnitKind):
         return 1
 
     def unit_grad(self, site, grad):
-        from headprune.core.ffn_sites import FFNSite
-        from headprune.core.kinds.attention import _attention_site
+        from headprune.core.attention.kind import _attention_site
+        from headprune.core.ffn.sites import FFNSite
 
         if not (_attention_site(site) or isinstance(site, FFNSite)):
             return None  # another kind's site in a joint unit (a layer, the residual stream)
         return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
 
     def flops_tables(self, model, seq_len):
-        from headprune.core.ffn_sites import ffn_sites_if_any
+        from headprune.core.ffn.sites import ffn_sites_if_any
         from headprune.core.kinds.kind_registry import KINDS
 
         tables = _ends(KINDS["head"].flops_tables(model, seq_len))

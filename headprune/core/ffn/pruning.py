@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from headprune.core.ffn_sites import HOOK_ATTR, FFNSite, attach_neuron_gate, find_ffn_sites
+from headprune.core.ffn.sites import HOOK_ATTR, FFNSite, attach_neuron_gate, find_ffn_sites
 from headprune.core.masks import head_list, normalize_mask
 from headprune.core.projections import out_features, sliced_projection
 from headprune.core.pruning import kept_positions, sites_named

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from headprune.core.masks import normalize_mask
-from headprune.core.vocab_rows import (
+from headprune.core.vocab.rows import (
     GROUP,
     SPECIAL_FIELDS,
     VOCAB_ATTR,

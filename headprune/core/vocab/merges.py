@@ -112,7 +112,7 @@ def merge_closed_scores(scores: torch.Tensor, parts: dict[int, tuple[int, int]],
 def produced_ids(tokenizer) -> list[int]:
     """The ids some text makes ``tokenizer`` (a fast one) produce: its added tokens, and each BPE token its own string's
     merges reach (a WordPiece piece: every one, matched whole)."""
-    from headprune.core.vocab_tokenizer import tokenizer_json
+    from headprune.core.vocab.tokenizer import tokenizer_json
 
     data = tokenizer_json(tokenizer)
     added = {int(t["id"]) for t in data.get("added_tokens", [])}

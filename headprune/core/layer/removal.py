@@ -2,9 +2,9 @@
 
 from torch import nn
 
-from headprune.core.ffn_sites import ffn_sites_if_any
+from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.gates import find_sites
-from headprune.core.layer_sites import LayerSite, find_layer_sites
+from headprune.core.layer.sites import LayerSite, find_layer_sites
 from headprune.core.pruning import integer_id
 
 REMOVED_ATTR = "headprune_removed_layers"  # config field: {group: [removed original layer ids]}

@@ -1,0 +1,1 @@
+"""The attention kind: its sites, gates, removal and records."""

@@ -1,0 +1,1 @@
+"""The block kind: its sites, gates, removal and records."""

@@ -1,0 +1,1 @@
+"""The ffn kind: its sites, gates, removal and records."""

@@ -1,0 +1,1 @@
+"""The hidden kind: its sites, gates, removal and records."""

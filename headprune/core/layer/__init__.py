@@ -1,0 +1,1 @@
+"""The layer kind: its sites, gates, removal and records."""

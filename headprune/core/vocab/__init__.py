@@ -1,0 +1,1 @@
+"""The vocab kind: its sites, gates, removal and records."""
