@@ -83,8 +83,9 @@ class UnitKind:
         """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""
         return None
 
-    def unit_counts(self, site) -> tuple[torch.Tensor, list[int], str] | None:
-        """A site's per-unit scores counted while probing instead of probe gradients: ((U,), original ids, group); None: not counted."""
+    def counted_scores(self, gates, site, mean_loss: float) -> tuple[torch.Tensor, list[int], str] | None:
+        """A site's per-unit scores from what it counted while probing instead of probe gradients, on the loss scale (the
+        rise of the mean loss per example, ``mean_loss`` being that loss now): ((U,), original ids, group); None: not counted."""
         return None
 
     def floor(self, gates, tokenizer, needed: list[int]) -> dict[str, torch.Tensor]:

@@ -157,11 +157,17 @@ class VocabKind(UnitKind):
             return scores
         return {**scores, GROUP: merge_closed_scores(scores[GROUP][0], parts, dead).unsqueeze(0)}
 
-    def unit_counts(self, site):
-        """A site's uses of each token while probing (U,), their original ids, group; None: not this kind's site."""
+    def counted_scores(self, gates, site, mean_loss):
+        """A site's tokens scored on the loss scale from their uses while probing: freq x mean loss per token, smoothed by
+        a Zipf prior over the ids (see ``vocab_scores``): ((U,), original ids, group); None: not this kind's site."""
+        from headprune.core.vocab_pruning import renumbered_ids
+        from headprune.core.vocab_scores import token_loss_scores
+
         if not hasattr(site, "counts") or site.group != GROUP:
             return None
-        return site.counts[site.unit_ids], site.unit_ids, GROUP
+        values = renumbered_ids(gates.model.config, {}).values()  # the config's special ids: no rank in the prior
+        special = [int(i) for v in values for i in (v if isinstance(v, list) else [v])]
+        return token_loss_scores(site.counts, special, mean_loss)[site.unit_ids], site.unit_ids, GROUP
 
     def flops_tables(self, model, seq_len):
         from headprune.core.vocab_pruning import vocab_flops_table
