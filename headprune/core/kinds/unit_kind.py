@@ -22,6 +22,7 @@ class UnitKind:
     reconstruction: str | None = (
         "it has no layer-wise reconstruction"  # why prune.recover=reconstruct cannot re-solve after it (None: it can)
     )
+    reconstruction_alone: str | None = None  # why a unit of this kind alone leaves nothing to re-solve (None: it does not)
     lsq_conflict: str | None = None  # why least-squares recovery cannot run on a unit that holds this kind (None: it can)
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}

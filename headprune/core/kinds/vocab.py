@@ -40,7 +40,8 @@ class VocabKind(UnitKind):
     ablation = TOKEN_ABLATION
     keep_one = "the vocabulary is one group of one row, not layers of units: keeping each layer's best token measures nothing"
     rearrangement = "tokens form one group shared by the whole model: rearrangement re-chooses units within each layer's count"
-    reconstruction = "removed tokens leave no projection with fewer inputs to re-solve"
+    reconstruction = None  # nothing of its own to re-solve: in a joint unit the other kinds' projections are re-solved
+    reconstruction_alone = "removed tokens leave no projection with fewer inputs to re-solve"
     floor_units = None
     group_floor = 1  # a model keeps a token
     layer_rows = False  # one row for the whole vocabulary
