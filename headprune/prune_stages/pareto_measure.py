@@ -14,6 +14,7 @@ from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.prune_stages.finetune_runs import checkpoint_folder, control_model, finetune_in_place, finetune_record
+from headprune.prune_stages.kept_token_batches import kept_token_batches
 from headprune.prune_stages.pareto_plan import recovery_steps
 from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 from headprune.results.points import measures
@@ -100,6 +101,7 @@ def recovered_model(
         lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
         return model, gates, mask, {"lsq": report}
     prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
+    batches = kept_token_batches(task, model, batches)  # a cut vocabulary: its texts split into the tokens it keeps
     record = {}
     for step in recovery_steps(recovery):
         recover = recovery_step(step, task.gates.unit, settings, logger, progress, checkpoint_folder(out, f"{label}+{recovery}"))

@@ -82,7 +82,7 @@ def importance_scores(
         raise ValueError(f"importance reduce must be one of {REDUCTIONS}, got {reduce!r}")
     _kinds(unit)
     totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in unit_gates(gates, unit).groups.items()}
-    count = 0
+    count, examples, loss_total = 0, 0, 0.0
     batches = _progress(batches, progress, "fisher" if reduce == "fisher" else "importance")
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
         for batch in batches:
@@ -113,14 +113,16 @@ def importance_scores(
                     totals[group][site.layer, ids] += value.cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
-        for site in gates.sites:  # a kind that counts its units' uses (tokens) scores them by the mean count per example
-            found = next((c for kind in _kinds(unit) if (c := kind.unit_counts(site)) is not None), None)
-            if found is not None:
-                counts, ids, group = found
-                totals[group][site.layer, ids] = counts.cpu().double()  # divided by the examples below: uses per example
+            examples, loss_total = examples + losses.shape[0], loss_total + float(losses.detach().sum())
     if count == 0:
         raise ValueError("importance_scores got no batches: the importance subset is empty")
-    scores = {g: (t / count).float() for g, t in totals.items()}
+    scores = {g: t / count for g, t in totals.items()}
+    for site in gates.sites:  # a kind that counts its units' uses (tokens) prices them on the loss scale itself
+        found = next((c for kind in _kinds(unit) if (c := kind.counted_scores(gates, site, loss_total / examples)) is not None), None)
+        if found is not None:
+            values, ids, group = found
+            scores[group][site.layer, ids] = values.cpu().double()
+    scores = {g: t.float() for g, t in scores.items()}
     return normalize_scores(scores, layers=normalize_layers, global_minmax=normalize_global)
 
 

@@ -175,8 +175,13 @@ def mask_kinds(groups, unit=None) -> tuple[str, ...]:
 
 
 def reconstruction_refusal(unit) -> str | None:
-    """Why layer-wise reconstruction cannot follow ``unit`` (``kind: reason`` of the first kind that refuses), else None."""
-    return next((f"{kind.name}: {kind.reconstruction}" for kind in kinds_of(unit) if kind.reconstruction), None)
+    """Why layer-wise reconstruction cannot follow ``unit`` (``kind: reason`` of the first kind that refuses, or of the
+    first when none leaves anything to re-solve), else None."""
+    kinds = kinds_of(unit)
+    refused = next((f"{kind.name}: {kind.reconstruction}" for kind in kinds if kind.reconstruction), None)
+    if refused or not all(kind.reconstruction_alone for kind in kinds):
+        return refused
+    return f"{kinds[0].name}: {kinds[0].reconstruction_alone}"
 
 
 def ablation_refusal(unit) -> str | None:

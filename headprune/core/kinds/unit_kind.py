@@ -22,6 +22,7 @@ class UnitKind:
     reconstruction: str | None = (
         "it has no layer-wise reconstruction"  # why prune.recover=reconstruct cannot re-solve after it (None: it can)
     )
+    reconstruction_alone: str | None = None  # why a unit of this kind alone leaves nothing to re-solve (None: it does not)
     lsq_conflict: str | None = None  # why least-squares recovery cannot run on a unit that holds this kind (None: it can)
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
@@ -83,8 +84,9 @@ class UnitKind:
         """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""
         return None
 
-    def unit_counts(self, site) -> tuple[torch.Tensor, list[int], str] | None:
-        """A site's per-unit scores counted while probing instead of probe gradients: ((U,), original ids, group); None: not counted."""
+    def counted_scores(self, gates, site, mean_loss: float) -> tuple[torch.Tensor, list[int], str] | None:
+        """A site's per-unit scores from what it counted while probing instead of probe gradients, on the loss scale (the
+        rise of the mean loss per example, ``mean_loss`` being that loss now): ((U,), original ids, group); None: not counted."""
         return None
 
     def floor(self, gates, tokenizer, needed: list[int]) -> dict[str, torch.Tensor]:

@@ -40,7 +40,8 @@ class VocabKind(UnitKind):
     ablation = TOKEN_ABLATION
     keep_one = "the vocabulary is one group of one row, not layers of units: keeping each layer's best token measures nothing"
     rearrangement = "tokens form one group shared by the whole model: rearrangement re-chooses units within each layer's count"
-    reconstruction = "removed tokens leave no projection with fewer inputs to re-solve"
+    reconstruction = None  # nothing of its own to re-solve: in a joint unit the other kinds' projections are re-solved
+    reconstruction_alone = "removed tokens leave no projection with fewer inputs to re-solve"
     floor_units = None
     group_floor = 1  # a model keeps a token
     layer_rows = False  # one row for the whole vocabulary
@@ -157,11 +158,17 @@ class VocabKind(UnitKind):
             return scores
         return {**scores, GROUP: merge_closed_scores(scores[GROUP][0], parts, dead).unsqueeze(0)}
 
-    def unit_counts(self, site):
-        """A site's uses of each token while probing (U,), their original ids, group; None: not this kind's site."""
+    def counted_scores(self, gates, site, mean_loss):
+        """A site's tokens scored on the loss scale from their uses while probing: freq x mean loss per token, smoothed by
+        a Zipf prior over the ids (see ``vocab_scores``): ((U,), original ids, group); None: not this kind's site."""
+        from headprune.core.vocab_pruning import renumbered_ids
+        from headprune.core.vocab_scores import token_loss_scores
+
         if not hasattr(site, "counts") or site.group != GROUP:
             return None
-        return site.counts[site.unit_ids], site.unit_ids, GROUP
+        values = renumbered_ids(gates.model.config, {}).values()  # the config's special ids: no rank in the prior
+        special = [int(i) for v in values for i in (v if isinstance(v, list) else [v])]
+        return token_loss_scores(site.counts, special, mean_loss)[site.unit_ids], site.unit_ids, GROUP
 
     def flops_tables(self, model, seq_len):
         from headprune.core.vocab.pruning import vocab_flops_table
