@@ -70,7 +70,8 @@ def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path)
 
 def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(shared_task, tmp_path):
     from headprune.core.pruning import prune_mask
-    from headprune.prune_stages.pareto_measure import recovered_model, recovery_batches
+    from headprune.prune_stages.calibration_batches import recovery_batches
+    from headprune.prune_stages.pareto_measure import recovered_model
     from headprune.selection.greedy import masks_for_fractions
 
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.recover=lsq")

@@ -37,8 +37,7 @@ def _mask(task):
 
 def test_reconstruct_with_vocab_equals_reconstruct_without_it_on_the_kept_token_text(lm_task):
     from headprune.core.units import prune_unit_mask, unit_gates
-    from headprune.prune_stages.kept_token_batches import kept_token_batches
-    from headprune.prune_stages.pareto_measure import recovery_batches
+    from headprune.prune_stages.calibration_batches import kept_token_batches, recovery_batches
     from headprune.selection.reconstruct import reconstruct
     from headprune.tasks.unit_task import in_unit
 

@@ -5,16 +5,14 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import torch
-
 from headprune.core.gates import own_attention_name
 from headprune.core.unit_kinds import lsq_refits_heads_alone
 from headprune.core.units import model_gates, prune_unit_mask, query_heads_of
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
+from headprune.prune_stages.calibration_batches import kept_token_batches
 from headprune.prune_stages.finetune_runs import checkpoint_folder, control_model, finetune_in_place, finetune_record
-from headprune.prune_stages.kept_token_batches import kept_token_batches
 from headprune.prune_stages.pareto_plan import recovery_steps
 from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 from headprune.results.points import measures
@@ -36,21 +34,6 @@ from headprune.sources.point_models import (
 )
 from headprune.stages.evaluation import evaluate_one, swapped_model
 from headprune.stages.speed_stage import speed_stage
-
-
-def recovery_batches(task, examples: int) -> list[dict]:
-    """The first ``examples`` training examples of the task's importance subset, as model-input batches."""
-    out, seen = [], 0
-    for batch in task.importance_batches():
-        size = next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
-        keep = min(size, examples - seen)
-        out.append(batch if keep == size else {k: v[:keep] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items()})
-        seen += keep
-        if seen >= examples:
-            break
-    if not out:
-        raise ValueError("recovery needs training examples, but the task's importance subset is empty")
-    return out
 
 
 def flops_model(task, seq_len: int) -> CostModel:

@@ -5,6 +5,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from headprune.core.units import model_gates
+from headprune.prune_stages.calibration_batches import recovery_batches
 from headprune.prune_stages.finetune_runs import budget_info, checkpoint_folder, finetune_batches
 from headprune.prune_stages.own_tokenizer import own_tokenizer_results, renumbers_ids
 from headprune.prune_stages.pareto_measure import (
@@ -15,7 +16,6 @@ from headprune.prune_stages.pareto_measure import (
     keep_for_timing,
     measure_points,
     recovered_model,
-    recovery_batches,
     recovery_step,
 )
 from headprune.prune_stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of, recovery_steps, steps_used

@@ -160,9 +160,9 @@ class VocabKind(UnitKind):
 
     def counted_scores(self, gates, site, mean_loss):
         """A site's tokens scored on the loss scale from their uses while probing: freq x mean loss per token, smoothed by
-        a Zipf prior over the ids (see ``vocab_scores``): ((U,), original ids, group); None: not this kind's site."""
-        from headprune.core.vocab_pruning import renumbered_ids
-        from headprune.core.vocab_scores import token_loss_scores
+        a Zipf prior over the ids (see ``core/vocab/scores.py``): ((U,), original ids, group); None: not this kind's site."""
+        from headprune.core.vocab.pruning import renumbered_ids
+        from headprune.core.vocab.scores import token_loss_scores
 
         if not hasattr(site, "counts") or site.group != GROUP:
             return None

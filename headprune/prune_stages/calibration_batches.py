@@ -1,18 +1,34 @@
-"""Calibration text for a model whose vocabulary was cut: the same texts split again into the tokens it keeps.
+"""Calibration text for recovery: the first examples of the importance split, and for a model whose vocabulary was cut,
+the same texts split again into the tokens it keeps.
 
 A pruned vocabulary reads a removed id as a zeroed row, which the text it ships with never holds (its rewritten
 tokenizer splits such a token into kept ones). Recovery fitted on that text (original ids, so the unpruned teacher
 reads it too) sees the layer inputs the shipped model sees; the removed tokens then change no layer input at all.
 """
 
+import torch
+
 from headprune.export.renumbering import renumbering
+
+
+def recovery_batches(task, examples: int) -> list[dict]:
+    """The first ``examples`` training examples of the task's importance subset, as model-input batches."""
+    out, seen = [], 0
+    for batch in task.importance_batches():
+        size = next(v for v in batch.values() if torch.is_tensor(v)).shape[0]
+        keep = min(size, examples - seen)
+        out.append(batch if keep == size else {k: v[:keep] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items()})
+        seen += keep
+        if seen >= examples:
+            break
+    if not out:
+        raise ValueError("recovery needs training examples, but the task's importance subset is empty")
+    return out
 
 
 def kept_token_batches(task, model, batches: list[dict]) -> list[dict]:
     """``batches`` (the first examples of the importance split) split again into the tokens the pruned ``model`` keeps, in
     original ids; as they are where it keeps every id or the task cannot split its examples again."""
-    from headprune.prune_stages.pareto_measure import recovery_batches
-
     if getattr(task, "split_by", None) is None or getattr(task, "tokenizer", None) is None:
         return batches
     ids = renumbering(model, task.tokenizer)
