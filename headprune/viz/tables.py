@@ -301,7 +301,10 @@ def pareto_table(study: dict) -> str:
     p = stage_of(study, "pareto")
     higher = p.get("higher_is_better", True)
     points = with_control_scores(p["points"])
-    front = pareto_front(points, higher)
+    # a vocabulary cut reads its own tokenizer's split of the text: points compare per byte, not per token
+    per_byte = any(q.get("relative_by") == "bits_per_byte" for q in points) and all("bits_per_byte" in q for q in points)
+    front = pareto_front([{**q, "score": q["bits_per_byte"]} for q in points], False) if per_byte else pareto_front(points, higher)
+    bytes_cost = p.get("cost") == "bytes"
     timed = any(q.get("measured") for q in points)
     extra = p.get("extra_splits") or []
     unit = _unit(p.get("unit"))
@@ -311,13 +314,19 @@ def pareto_table(study: dict) -> str:
     removed = f"{noun(unit, plural=True)} removed"
     lines = [
         f"| method | step | {removed} | {name_of(p['metric'])} | "
+        + ("bits per byte | " if per_byte else "")
         + ("vs control | " if controlled else "")
         + "".join(f"{name_of(p['metric'])} on `{s}` | " for s in extra)
         + ("KV cache kept | " if kv else "")
         + "predicted speed-up | FLOPs kept | "
+        + ("weight bytes kept | " if bytes_cost else "")
         + ("measured ex/s | measured speed-up | " if timed else "")
         + "Pareto |",
-        "|---|---|---|---|" + "---|" * (len(extra) + controlled + kv) + "---|---|" + ("---|---|" if timed else "") + "---|",
+        "|---|---|---|---|"
+        + "---|" * (len(extra) + controlled + kv + per_byte + bytes_cost)
+        + "---|---|"
+        + ("---|---|" if timed else "")
+        + "---|",
     ]
     for q, best in zip(points, front):
         measured = q.get("measured") or {}
@@ -327,11 +336,13 @@ def pareto_table(study: dict) -> str:
             point_step(q),
             f"{units_removed(q)}/{units_total(q)}" + (f" ({kinds_label(q['mask'], unit)})" if joint and q.get("mask") else ""),
             f"{q['score']:.2f}",
+            *([f"{q['bits_per_byte']:.4f}"] if per_byte else []),
             *([versus_control(q, higher)] if controlled else []),
             *(f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a" for s in extra),
             *([f"{100 * kept:.1f}%" if kept is not None else "n/a"] if kv else []),
             f"{q['predicted_speedup']:.2f}x",
             f"{100 * q['flops_kept']:.0f}%",
+            *([f"{100 * q['bytes_kept']:.1f}%" if "bytes_kept" in q else "n/a"] if bytes_cost else []),
         ]
         if timed:
             cells += [
@@ -343,7 +354,9 @@ def pareto_table(study: dict) -> str:
     lines += [
         "",
         f"{name_of(p['metric'])} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "
-        f"good and at least as fast, by {speed_of}; targets chosen on `{p['selection_split']}`."
+        f"good and at least as fast, by {speed_of}"
+        + (" and bits per byte (a cut vocabulary's points read its own tokenizer's split of the text)" if per_byte else "")
+        + f"; targets chosen on `{p['selection_split']}`."
         + (
             " vs control: a fine-tuned point against the unpruned model given the same fine-tune in its run "
             "(a schedule's control had every round)."
