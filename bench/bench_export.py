@@ -34,7 +34,7 @@ def tiny_bert():
 
 def model_and_mask(args):
     """(model, mask, task or None, what): MiniLM with importance on the MNLI training subset, or a tiny BERT with random scores."""
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.selection.greedy import masks_for_fractions, random_scores
 
     if args.smoke:
@@ -75,8 +75,8 @@ def main():
     parser.add_argument("--eval-examples", type=int, default=300, help="MNLI examples of the int8 accuracy check")
     args = parse_args(parser, smoke={"batch": 4, "length": 16, "repeats": 2})  # --smoke: a tiny random BERT as well
     torch.set_num_threads(args.threads)
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.counting import model_cost
-    from headprune.core.gates import HeadGates
     from headprune.core.pruning import prune_mask
     from headprune.engine.timing import compare_throughput
     from headprune.engine.verdict import gain_summary, gain_text, verdict

@@ -26,7 +26,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     args = parse_args(parser, smoke={"examples": 8, "repeats": 1})
     torch.set_num_threads(args.threads)
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.inputs import model_inputs
     from headprune.scoring.importance import importance_scores
 

@@ -58,8 +58,8 @@ def left_padded(ids: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
 
 def decode_flops_per_token(model, context: int) -> int:
     """Forward FLOPs of one new token attending to ``context`` cached tokens."""
+    from headprune.core.attention.gates import find_sites
     from headprune.core.counting import model_cost
-    from headprune.core.gates import find_sites
 
     width = sum(site.linear("query").out_features for site in find_sites(model))  # computed heads * head_dim
     return model_cost(model, seq_len=1).flops + 2 * 2 * (context - 1) * width  # q k^T and probs @ v over the context

@@ -65,8 +65,8 @@ def export_case(
 ):
     """Prune a copy by ``mask`` (in ``unit``: query heads, or ``[kv_group, ffn]``), export it, and compute the reference:
     one job for the clients."""
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.ffn.sites import ffn_sites_if_any
-    from headprune.core.gates import HeadGates
     from headprune.core.units import prune_unit_mask, unit_gates
     from headprune.export import export_model
     from headprune.export.gguf import rounded_like_gguf

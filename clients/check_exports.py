@@ -77,7 +77,7 @@ NUMBERS = {
 
 def tiny_jobs(out: Path, new_tokens: int) -> list[dict]:
     """The tiny Llama of ``tiny_llama``, three head masks and five ``[kv_group, ffn]`` masks."""
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.units import unit_gates
 
     model, tokenizer = tiny_llama()
@@ -131,7 +131,7 @@ def vocab_jobs(out: Path, new_tokens: int) -> list[dict]:
 
 def smollm2_jobs(out: Path, new_tokens: int) -> list[dict]:
     """SmolLM2: a uniform and a global KV-group mask, and a ``[kv_group, ffn]`` mask with emptied FFNs."""
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.units import unit_gates
 
     model, tokenizer, pre = load_smollm2()

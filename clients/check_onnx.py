@@ -64,7 +64,7 @@ def optimum_python(folder: Path) -> str:
 
 def masked_and_pruned(model, mask: dict):
     """(head gates on ``model``, a physically pruned copy) for a query-head mask {group: [L, H]}."""
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.pruning import prune_mask
 
     pruned = copy.deepcopy(model)
@@ -78,7 +78,7 @@ def pruned_minilm(seed: int = 0) -> dict:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.models.sources import resolve_pretrained
 
     path = resolve_pretrained("minilm")
@@ -109,7 +109,7 @@ def pruned_tiny_llama(seed: int = 0) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.models.tokenizers import train_tokenizer
 
     texts = [f"the {w} sat on the {v} mat near {u}" for w in ("cat", "dog", "bird") for v in ("red", "blue") for u in ("home", "town")]

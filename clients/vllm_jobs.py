@@ -37,7 +37,7 @@ def tiny_model():
 
 def tiny_masks(model) -> dict[str, tuple[dict, object]]:
     """{name: (mask, unit)} of the tiny model's layouts."""
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.units import unit_gates
 
     joint, hidden = unit_gates(model, JOINT), unit_gates(model, HIDDEN)

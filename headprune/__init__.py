@@ -1,11 +1,11 @@
 """headprune: study and prune the attention heads of Transformers."""
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.block.gates import BlockGates
 from headprune.core.counting import kv_cache_bytes_per_token, model_bytes, model_cost
 from headprune.core.families import FAMILIES, Family, supported_model_types
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.pruning import ffn_record, prune_ffn_mask, prune_neurons
-from headprune.core.gates import HeadGates
 from headprune.core.joint import JointGates
 from headprune.core.pruning import prune_heads, prune_kv_groups, prune_mask, pruning_record
 from headprune.core.saving import load_pruned, save_pruned

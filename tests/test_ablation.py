@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.engine.ablation import MaskBatcher, batched_mask_logits, keep_one_masks, looped_mask_logits, single_unit_masks
 
 

@@ -8,7 +8,7 @@ import torch
 from experiment_helpers import compose_cfg
 from tiny_llms import lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.units import KVGroupGates
 from headprune.engine.ablation import keep_one_masks, single_unit_masks
 from headprune.engine.ablation_causal import CausalMaskBatcher, batchable, length_groups, looped_nll, needed_lengths

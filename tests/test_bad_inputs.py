@@ -1899,7 +1899,7 @@ def _read_json_corrupt(tmp_path):
 def _tiny_gates():
     from conftest import tiny_bert
 
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
 
     model = tiny_bert()
     return model, HeadGates(model)
@@ -1965,7 +1965,7 @@ def _gguf_missing(tmp_path):
 def _unit_gates_without_gqa(tmp_path):
     from transformers import BertConfig, BertModel
 
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.units import unit_gates
 
     model = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16))

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_bert, tiny_marian
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.pruning import prune_heads
 from headprune.core.saving import load_pruned, save_pruned
 

@@ -3,7 +3,7 @@
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bart, tiny_bert, tiny_marian, tiny_roberta
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 
 
 def _inputs(batch):

@@ -3,7 +3,7 @@
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.scoring.importance import attention_entropy, importance_scores, per_example_gate_gradients, per_example_loss
 
 

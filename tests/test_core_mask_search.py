@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import classifier_batch, tiny_bert, tiny_marian
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.counting import model_cost
-from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_mask
 from headprune.scoring.importance import fisher_scores
 from headprune.selection.costs import CostModel, flops_cost_model

@@ -10,7 +10,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from headprune.core.gates import HeadGates  # noqa: E402
+from headprune.core.attention.gates import HeadGates  # noqa: E402
 from headprune.core.pruning import prune_mask  # noqa: E402
 
 SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, database=None)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import classifier_batch, encoder_logits, seq2seq_batch, seq2seq_logits, tiny_bert, tiny_marian
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.counting import model_cost
-from headprune.core.gates import HeadGates
 from headprune.core.masks import head_list
 from headprune.core.pruning import prune_heads, prune_mask, pruning_record
 from headprune.core.saving import load_pruned, save_pruned

@@ -9,7 +9,7 @@ import textwrap
 import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.pruning import prune_mask
 from headprune.core.saving import load_pruned, save_pruned
 from headprune.selection.lsq import layer_output_errors, lsq_recover

@@ -7,7 +7,7 @@ import torch
 from conftest import classifier_batch, encoder_logits, tiny_bert, tiny_marian
 from safetensors.torch import load_file, save_file
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.pruning import prune_heads, prune_mask
 from headprune.core.saving import RECORD_FILE, load_pruned, save_pruned
 

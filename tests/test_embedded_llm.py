@@ -41,7 +41,7 @@ def test_smollm2_gated_and_pruned_perplexity():
         pytest.skip(str(err))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.masks import kv_to_head_mask
     from headprune.core.pruning import prune_mask
     from headprune.tasks.lm.data import collate, encode_texts

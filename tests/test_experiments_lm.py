@@ -35,7 +35,7 @@ def test_swapped_model_restores_the_unit_view(task):
     """Speed swaps the pruned model in and back: the task keeps HeadGates, the view keeps KV-group gates."""
     import copy
 
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.stages.evaluation import swapped_model
     from headprune.tasks.unit_task import in_unit
 

@@ -16,8 +16,8 @@ from experiment_helpers import make_cfg, results
 from test_export_formats import TRAINED_PRE, checked, masked_reference
 from tiny_llms import tiny_llama
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.checks import ConfigError
-from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_heads
 from headprune.export import export_model
 from headprune.export.verify import ROUNDOFF_MULTIPLE, eos_and_pad, exact_logits, f32_roundoff, reference_logits, sample_texts

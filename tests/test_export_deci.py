@@ -10,8 +10,8 @@ import torch
 from test_export_formats import TRAINED_PRE, checked, masked_reference
 from tiny_llms import tiny_llama
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.checks import ConfigError
-from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_heads
 from headprune.export import export_model
 from headprune.export.gguf_deci import mask_layer_shapes

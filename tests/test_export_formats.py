@@ -9,8 +9,8 @@ import torch
 from conftest import classifier_batch, seq2seq_batch, tiny_bart, tiny_bert, tiny_marian, tiny_roberta
 from tiny_llms import lm_batch, tiny_decoder, tiny_family, tiny_llama, tiny_qwen2
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.checks import ConfigError
-from headprune.core.gates import HeadGates
 from headprune.core.pruning import prune_heads, prune_kv_groups
 from headprune.export import export_model
 from headprune.export.verify import check_export, check_exports, eos_and_pad, greedy_tokens, reference_logits

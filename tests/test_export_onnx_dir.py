@@ -10,7 +10,7 @@ import pytest
 from conftest import tiny_bert
 from tiny_llms import tiny_llama
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.pruning import prune_heads
 from headprune.export import export_model
 from headprune.export.onnx_dir_check import compare_predictions, masked_predictions, run_client

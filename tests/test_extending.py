@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForSequenceClassification
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.results.writer import texts_fingerprint
 from headprune.scoring.significance import paired_bootstrap_accuracy
 from headprune.tasks.base import EvalResult

@@ -5,9 +5,9 @@ import torch
 from tiny_llms import DECODER_CONFIGS, causal_lm_loss, lm_batch, tiny_family
 from torch.utils.flop_counter import FlopCounterMode
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.checks import ConfigError
 from headprune.core.counting import kv_cache_bytes_per_token, model_cost
-from headprune.core.gates import HeadGates
 from headprune.core.masks import kv_to_head_mask
 from headprune.core.pruning import prune_kv_groups, prune_mask, pruning_record
 from headprune.core.saving import load_pruned, save_pruned

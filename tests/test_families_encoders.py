@@ -11,9 +11,9 @@ from conftest import classifier_batch, tiny_bert
 from tiny_encoders import FAMILY_MODELS
 from tiny_llms import tiny_llama
 
+from headprune.core.attention.gates import HeadGates, find_sites
 from headprune.core.counting import model_cost
 from headprune.core.families import supported_model_types
-from headprune.core.gates import HeadGates, find_sites
 from headprune.core.inputs import model_inputs
 from headprune.core.pruning import prune_mask
 from headprune.core.saving import RECORD_FILE, load_pruned, save_pruned

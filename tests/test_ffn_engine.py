@@ -10,7 +10,7 @@ import torch
 from conftest import classifier_batch, tiny_bert
 from tiny_llms import lm_batch, tiny_llama
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.units import unit_gates
 from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_unit_masks
 from headprune.engine.ablation_causal import CausalMaskBatcher, batchable, looped_nll

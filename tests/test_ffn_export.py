@@ -16,9 +16,9 @@ from test_export_deci import batches_of, tiny_model, tokenizer  # noqa: F401 - t
 from test_export_formats import checked
 from tiny_llms import tiny_llama
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.core.gates import HeadGates
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.export import export_model, gguf_deci
 from headprune.export.gguf_numpy import GGUFDecoder, read_layout

@@ -15,11 +15,11 @@ from tiny_llms import DECODER_CONFIGS, lm_batch, tiny_decoder, tiny_family, tiny
 from torch.utils.flop_counter import FlopCounterMode
 
 from headprune.core import families
+from headprune.core.attention.gates import HeadGates
 from headprune.core.counting import model_cost, neuron_flops
 from headprune.core.families import FAMILIES, family_for
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.pruning import ffn_record, prune_ffn_mask, prune_neurons
-from headprune.core.gates import HeadGates
 from headprune.core.inputs import model_inputs
 from headprune.core.joint import JointGates
 from headprune.core.pruning import pruning_record

@@ -52,7 +52,7 @@ def test_latency_tables_of_every_kind_that_has_them(tmp_path, unit):
     """prune.cost=latency times the model's own attention under gates of any kind: the tables cover the unit's groups."""
     from types import SimpleNamespace
 
-    from headprune.core.gates import own_attention_name
+    from headprune.core.attention.gates import own_attention_name
     from headprune.prune_stages.pareto_measure import cost_model
 
     model = tiny_llama()

@@ -4,7 +4,7 @@ import pytest
 import torch
 from tiny_llms import causal_lm_loss, lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.masks import head_to_kv_mask, kv_to_head_mask
 from headprune.core.pruning import prune_heads, prune_mask, pruning_record
 from headprune.core.saving import load_pruned, save_pruned

@@ -13,7 +13,7 @@ from experiment_helpers import make_cfg, results, task_fixtures
 from tiny_llms import tiny_llama, tiny_qwen2
 from torch import nn
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.masks import kv_to_head_mask
 from headprune.core.pruning import prune_kv_groups, prune_mask, pruning_record
 from headprune.experiments import prune

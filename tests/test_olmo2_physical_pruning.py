@@ -29,7 +29,7 @@ def _cfg(tmp_path, experiment: str, *overrides):
 @pytest.mark.parametrize(("unit", "recovery"), [("ffn", "lsq"), ("layer", "reconstruct")])
 def test_prune_run_saves_pruned_models_that_score_as_masked(tmp_path, monkeypatch, unit, recovery):
     """Each saved point (the mask alone, and after a recovery) loads physically pruned and scores as its row: masked == pruned."""
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.saving import load_pruned
     from headprune.experiments import prune
     from headprune.stages.evaluation import swapped_model

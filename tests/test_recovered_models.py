@@ -62,7 +62,7 @@ def test_recovered_model_is_kept_scores_its_row_and_exports(family, capsys, monk
     cfg.paths.data_dir = str(tmp_path / "data")
     task = in_unit(registry.load_task(cfg), "head")
     model = load_pruned(folder)
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.stages.evaluation import swapped_model
 
     with swapped_model(task, model, HeadGates(model)):

@@ -17,7 +17,7 @@ def _points(tmp_path) -> dict:
 
 
 def test_save_all_keeps_the_point_without_recovery_and_it_scores_its_row(shared_task, tmp_path):
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
     from headprune.core.saving import load_pruned
     from headprune.stages.evaluation import swapped_model
 

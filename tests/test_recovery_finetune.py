@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_bert
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.inputs import model_inputs
 from headprune.core.pruning import prune_heads, pruning_record
 from headprune.lightning.finetune import RecoveryModule, distillation_loss, finetune_recover, finetune_recoverer

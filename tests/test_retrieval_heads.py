@@ -122,7 +122,7 @@ def test_vectorised_score_equals_the_slow_loop_and_kv_groups_average_their_heads
     with torch.no_grad():  # peaked attention: a tenfold query scale, so that argmaxes are clear of float ties
         for layer in eager.model.layers:
             layer.self_attn.q_proj.weight.mul_(10.0)
-    from headprune.core.gates import HeadGates
+    from headprune.core.attention.gates import HeadGates
 
     gates = HeadGates(eager)
     batches = task.retrieval_batches(batch_size=4)

@@ -12,7 +12,7 @@ from tiny_llms import causal_lm_loss, lm_batch, tiny_family, tiny_llama
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.stream_gates import StreamGates
 from headprune.core.streaming import streaming_keep
 from headprune.scoring.importance import fisher_scores, importance_scores, per_example_gate_gradients

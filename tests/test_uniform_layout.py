@@ -7,7 +7,7 @@ import torch
 from conftest import classifier_batch, tiny_bert, tiny_marian
 from tiny_llms import lm_batch, tiny_llama
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.selection.costs import flops_cost_model
 from headprune.selection.mask_search import search_mask
 from headprune.selection.schedule import iterative_prune

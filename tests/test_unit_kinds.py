@@ -9,10 +9,10 @@ from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
 from tiny_encoders import FAMILY_MODELS
 from tiny_llms import lm_batch, tiny_family, tiny_llama, tiny_qwen2
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.block.gates import BlockGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.pruning import ffn_record
-from headprune.core.gates import HeadGates
 from headprune.core.inputs import model_inputs
 from headprune.core.joint import JointGates
 from headprune.core.pruning import pruning_record

@@ -15,7 +15,7 @@ import torch
 import transformers
 from v4_fixture_weights import fill_parameters, weights_digest
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.pruning import prune_mask
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v4_reference.json"

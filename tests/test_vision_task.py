@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from experiment_helpers import compose_cfg
 from omegaconf import open_dict
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.checks import ConfigError
-from headprune.core.gates import HeadGates
 
 TOLERANCE = 1e-5  # relative to the logits' scale
 VISION = [

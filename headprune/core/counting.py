@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any
-from headprune.core.gates import find_sites
 from headprune.core.projections import in_features, is_projection, out_features
 
 

@@ -3,9 +3,9 @@
 import torch
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.counting import neuron_flops
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.core.gates import find_sites
 from headprune.core.projections import in_features, out_features
 from headprune.core.site_gates import unit_groups
 

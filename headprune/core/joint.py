@@ -20,8 +20,8 @@ class JointGates:
     def __init__(self, model: nn.Module, parts: list | None = None):
         """``parts``: one gates object per kind, of different groups (default: the model's query heads and FFN neurons)."""
         if parts is None:
+            from headprune.core.attention.gates import HeadGates
             from headprune.core.ffn.gates import FFNGates
-            from headprune.core.gates import HeadGates
 
             parts = [HeadGates(model), FFNGates(model)]
         if not parts:

@@ -3,9 +3,9 @@
 import torch
 from torch import nn
 
+from headprune.core.attention.gates import AttentionSite, find_sites, route_attention
 from headprune.core.checks import ConfigError
 from headprune.core.families import Family
-from headprune.core.gates import AttentionSite, find_sites, route_attention
 from headprune.core.layer.layer_config import with_layer_fields
 from headprune.core.output_gate import attach_output_gate
 from headprune.core.projections import sliced_projection

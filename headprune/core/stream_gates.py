@@ -2,7 +2,7 @@
 
 import torch
 
-from headprune.core.gates import HeadGates
+from headprune.core.attention.gates import HeadGates
 from headprune.core.masks import kv_to_head_mask, normalize_mask
 from headprune.core.site_gates import SiteGateMethods
 from headprune.core.stream_sites import StreamSite

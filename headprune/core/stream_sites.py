@@ -28,7 +28,7 @@ class CacheHandover:
 class StreamSite:
     """The streaming gate of one attention module; structure (group, layer, head ids, KV heads) is its AttentionSite's."""
 
-    attention: object  # the AttentionSite (headprune.core.gates)
+    attention: object  # the AttentionSite (headprune.core.attention.gates)
     sink: int
     window: int
     gate: torch.Tensor | None = None  # alpha (H,) or (B, H) over the present query heads; None = not streamed

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from headprune.core.attention.gates import PREFIX, ensure_gated, register_wrapper
 from headprune.core.attention.tensors import broadcast_gate
-from headprune.core.gates import PREFIX, ensure_gated, register_wrapper
 from headprune.core.joint import shared_gates
 from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.stream_gates import StreamGates

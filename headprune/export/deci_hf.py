@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.core.gates import find_sites
 from headprune.export.llama_fields import rope_and_bias_refusal
 from headprune.export.tokenizer_files import save_tokenizer
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.core.gates import find_sites
 from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_of
 from headprune.export.gguf_archs import arch_of, written_arch
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.pruning import WIDTHS_ATTR
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.gates import find_sites
 from headprune.core.layer.removal import REMOVED_ATTR
 from headprune.core.pruning import RECORD_ATTR
 from headprune.export.tokenizer_files import save_tokenizer

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.gates import find_sites
 
 DESCRIPTION = "headprune_export.json"
 HEADS_FIELD = "headprune_heads_per_layer"

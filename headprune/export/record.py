@@ -24,8 +24,8 @@ def is_pruned(model: nn.Module) -> bool:
 
 def layer_widths(model: nn.Module) -> list[dict]:
     """Per layer of the model's first attention group: query heads, KV heads and FFN neurons kept (0: emptied)."""
+    from headprune.core.attention.gates import find_sites
     from headprune.core.ffn.sites import ffn_sites_if_any
-    from headprune.core.gates import find_sites
 
     sites = sorted(find_sites(model), key=lambda s: s.layer)
     group = sites[0].group if sites else None

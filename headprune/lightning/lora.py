@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from headprune.core.gates import find_sites
+from headprune.core.attention.gates import find_sites
 
 
 def lora_targets(model: nn.Module) -> list[str]:

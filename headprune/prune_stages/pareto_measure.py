@@ -5,7 +5,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from headprune.core.gates import own_attention_name
+from headprune.core.attention.gates import own_attention_name
 from headprune.core.unit_kinds import lsq_refits_heads_alone
 from headprune.core.units import model_gates, prune_unit_mask, query_heads_of
 from headprune.core.units import unit_gates as unit_gates_of

@@ -5,7 +5,7 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
-from headprune.core.gates import PREFIX, ensure_gated
+from headprune.core.attention.gates import PREFIX, ensure_gated
 from headprune.core.inputs import DECODER_INPUTS, eval_mode
 from headprune.core.site_gates import unit_groups
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune.core.gates import find_sites
+from headprune.core.attention.gates import find_sites
 from headprune.core.pruning import prune_heads, pruning_record
 from headprune.engine.timing import time_pass
 from headprune.selection.costs import CostModel

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune.core.gates import AttentionSite
+from headprune.core.attention.gates import AttentionSite
 from headprune.core.inputs import eval_mode, group_valid, model_inputs
 from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight, out_features, scale_input_heads

@@ -3,9 +3,9 @@
 import torch
 from torch import nn
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.core.families import GROUPS
-from headprune.core.gates import HeadGates
 from headprune.core.kinds.unit_kind import UnitKind
 
 
@@ -23,7 +23,7 @@ def kv_heads_in_fields(fields: dict) -> int | None:
 
 
 def _attention_site(site) -> bool:
-    from headprune.core.gates import AttentionSite
+    from headprune.core.attention.gates import AttentionSite
 
     return isinstance(getattr(site, "attention", site), AttentionSite)  # an attention site, or a streaming gate on one
 
@@ -71,7 +71,7 @@ class HeadKind(UnitKind):
         return rows
 
     def kept_rows(self, model):
-        from headprune.core.gates import find_sites
+        from headprune.core.attention.gates import find_sites
 
         rows = {}
         for site in find_sites(model):
@@ -122,8 +122,8 @@ class HeadKind(UnitKind):
         rebuild_heads(model, meta, path)
 
     def verify(self, model, meta, path):
+        from headprune.core.attention.gates import find_sites
         from headprune.core.attention.saving import DIGESTS, weights_digest
-        from headprune.core.gates import find_sites
         from headprune.core.record_digests import check_digests
 
         check_digests(find_sites(model), (meta or {}).get(DIGESTS), weights_digest, "attention module", "head", path)

@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from headprune.core.attention.gates import AttentionSite, find_sites
 from headprune.core.families import family_for
-from headprune.core.gates import AttentionSite, find_sites
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
 
 V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group

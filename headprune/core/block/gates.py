@@ -5,9 +5,9 @@ from contextlib import ExitStack, contextmanager
 import torch
 from torch import nn
 
+from headprune.core.attention.gates import HeadGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.gates import HeadGates
 from headprune.core.masks import normalize_mask
 
 BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block

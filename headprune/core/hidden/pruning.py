@@ -50,7 +50,7 @@ def _slice_projection(slicer: _Slicer, module: nn.Module, outputs: bool) -> None
 
 
 def _set_config_width(model: nn.Module, width: int) -> None:
-    from headprune.core.gates import find_sites
+    from headprune.core.attention.gates import find_sites
 
     head_dims = {site.head_dim for site in find_sites(model)}
     model.config.hidden_size = width

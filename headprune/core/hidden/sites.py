@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import broadcast_neuron_gate, ffn_sites_if_any
-from headprune.core.gates import find_sites
 from headprune.core.projections import in_features, is_projection, out_features
 from headprune.core.site_gates import kept_site
 

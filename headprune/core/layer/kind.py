@@ -141,8 +141,8 @@ def _tables(model, cost) -> dict[str, torch.Tensor]:
 
 def parts_of(model, site) -> tuple[list, list]:
     """(attention sites, FFN sites) inside one layer."""
+    from headprune.core.attention.gates import find_sites
     from headprune.core.ffn.sites import ffn_sites_if_any
-    from headprune.core.gates import find_sites
 
     inside = {id(m) for m in site.module.modules()}
     return [s for s in find_sites(model) if id(s.block) in inside], [s for s in ffn_sites_if_any(model) if id(s.module) in inside]

@@ -2,8 +2,8 @@
 
 from torch import nn
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.gates import find_sites
 from headprune.core.layer.sites import LayerSite, find_layer_sites
 from headprune.core.pruning import integer_id
 
