@@ -220,9 +220,8 @@ def finetune_recover(
     )
     settings.update(trainer_kwargs)
     batches = batches if isinstance(batches, DataLoader) else list(batches)
-    resumable = bool(
-        checkpoints is not None and checkpoint_every and max_epochs is None and not isinstance(batches, DataLoader) and batches
-    )
+    folder = Path(checkpoints) if checkpoints is not None else None
+    resumable = bool(folder and checkpoint_every and max_epochs is None and not isinstance(batches, DataLoader) and batches)
     resume, done = None, 0
     if resumable:
         fingerprint = {
@@ -234,8 +233,8 @@ def finetune_recover(
             "lora_rank": lora_rank,
             "trained": sum(p.numel() for p in trained.parameters() if p.requires_grad),
         }
-        resume, done = resume_from(Path(checkpoints), fingerprint)
-        settings["callbacks"] = [*settings.get("callbacks", []), SaveEvery(Path(checkpoints), int(checkpoint_every), fingerprint)]
+        resume, done = resume_from(folder, fingerprint)
+        settings["callbacks"] = [*settings.get("callbacks", []), SaveEvery(folder, int(checkpoint_every), fingerprint)]
     trainer = L.Trainer(max_steps=max_steps if max_epochs is None else -1, max_epochs=max_epochs, **settings)
     if resumable:  # one pass over the steps not yet taken, batch i of step i mod len(batches) as epochs would give it
         batches = [batches[step % len(batches)] for step in range(done, int(max_steps))]
@@ -250,7 +249,7 @@ def finetune_recover(
             merge_lora(trained)  # the adapters folded into ``model``'s own projections
         model.eval()
     if resumable:
-        forget(Path(checkpoints))
+        forget(folder)
     return module.history
 
 
