@@ -7,6 +7,8 @@ from pathlib import Path
 
 import lightning as L
 
+from headprune.results.writer import write_json_atomic
+
 STATE = "state.json"  # {"step": the steps the checkpoint holds, "checkpoint": its file name, "fingerprint": what it trained on}
 
 
@@ -53,9 +55,7 @@ class SaveEvery(L.Callback):
         partial = self.folder / f"{name}.partial"
         trainer.save_checkpoint(partial)
         os.replace(partial, self.folder / name)
-        state = {"step": step, "checkpoint": name, "fingerprint": self.fingerprint}
-        (self.folder / f"{STATE}.partial").write_text(json.dumps(state))
-        os.replace(self.folder / f"{STATE}.partial", self.folder / STATE)
+        write_json_atomic(self.folder / STATE, {"step": step, "checkpoint": name, "fingerprint": self.fingerprint})
         for old in self.folder.glob("step-*.ckpt"):
             if old.name != name:
                 old.unlink(missing_ok=True)
