@@ -97,6 +97,12 @@ CHAIN_LR=("${CHAIN[@]/prune.finetune.lr=5e-5/prune.finetune.lr=1e-4}")
 CHAIN_LD=("${CHAIN[@]/prune.finetune.layer_distill=1.0/prune.finetune.layer_distill=4.0}")
 run units_chain_joint_lr "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_LR[@]}"
 run units_chain_joint_ld "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_LD[@]}"
+# distillation alone (CoFi's loss: the teacher's logits and layers, no labels), three times the steps; its control starts
+# at the teacher, so it measures what the same training does to the unpruned model
+CHAIN_KD=("${CHAIN600[@]}" prune.finetune.distill_weight=1.0)
+CHAIN25_KD=("${CHAIN25_600[@]}" prune.finetune.distill_weight=1.0)
+run units_chain_joint_kd "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_KD[@]}"
+run units_chain_joint_25_kd "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD[@]}"
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
