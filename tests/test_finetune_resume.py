@@ -55,30 +55,34 @@ def test_an_interrupted_fine_tune_resumes_to_the_same_weights(tmp_path, lora_ran
     base = tiny_llama()  # no dropout: the steps are deterministic
     teacher = copy.deepcopy(base).eval()
     straight, resumed = copy.deepcopy(base), copy.deepcopy(base)
-    history = tune(straight, teacher, tmp_path / "straight", lora_rank=lora_rank)
+    history = tune(straight, teacher, tmp_path / "straight" / "point", lora_rank=lora_rank)
+    folder = tmp_path / "finetune_state" / "point"  # the layout of a run's resume folders
     with pytest.raises(Killed):
-        tune(copy.deepcopy(base), teacher, tmp_path / "resumed", lora_rank=lora_rank, callbacks=[Interrupt(5)])
-    assert (tmp_path / "resumed" / "state.json").is_file()
-    again = tune(resumed, teacher, tmp_path / "resumed", lora_rank=lora_rank)
+        tune(copy.deepcopy(base), teacher, folder, lora_rank=lora_rank, callbacks=[Interrupt(5)])
+    assert (folder / "state.json").is_file()
+    again = tune(resumed, teacher, folder, lora_rank=lora_rank)
     assert len(again) == len(history) == STEPS
     assert [h["loss"] for h in again] == pytest.approx([h["loss"] for h in history], rel=1e-4, abs=1e-6)
     ours = dict(straight.named_parameters())
     for name, value in resumed.named_parameters():
         scale = ours[name].abs().max().item() + 1e-6
         assert torch.allclose(value, ours[name], atol=1e-5 * scale, rtol=0), name
-    assert not (tmp_path / "resumed").exists()  # a finished fine-tune leaves no checkpoint behind
+    assert not (tmp_path / "finetune_state").exists()  # a finished fine-tune leaves no checkpoint, nor an empty parent, behind
 
 
 def test_a_checkpoint_of_another_fine_tune_is_not_resumed(tmp_path, capsys):
-    """A rerun with another lr in the same folder trains from the start, and says so."""
+    """A rerun with another lr in the same folder trains from the start, and says so; another point's folder stays."""
     torch.manual_seed(0)
     base = tiny_llama()
     teacher = copy.deepcopy(base).eval()
+    folder, other = tmp_path / "finetune_state" / "run", tmp_path / "finetune_state" / "other"
+    other.mkdir(parents=True)  # another point's checkpoints, still to resume
     with pytest.raises(Killed):
-        tune(copy.deepcopy(base), teacher, tmp_path / "run", callbacks=[Interrupt(3)])
+        tune(copy.deepcopy(base), teacher, folder, callbacks=[Interrupt(3)])
     history = finetune_recover(
         copy.deepcopy(base), text_batches(n=3), teacher=teacher, distill_weight=0.5, max_steps=STEPS, lr=5e-3,
-        accelerator="cpu", checkpoints=tmp_path / "run", checkpoint_every=EVERY,
+        accelerator="cpu", checkpoints=folder, checkpoint_every=EVERY,
     )  # fmt: skip
     assert len(history) == STEPS
+    assert not folder.exists() and other.is_dir()
     assert "another fine-tune" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """Resumable fine-tunes: the training state saved every few steps, atomically, and where a rerun starts again."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,9 +31,12 @@ def resume_from(folder: Path | None, fingerprint: dict) -> tuple[Path | None, in
 
 
 def forget(folder: Path | None) -> None:
-    """Remove a finished fine-tune's checkpoints (they are only for resuming it)."""
-    if folder is not None and folder.exists():
-        shutil.rmtree(folder, ignore_errors=True)
+    """Remove a finished fine-tune's checkpoints (they are only for resuming it), and their parent once it is empty."""
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another point's checkpoints still there: the parent stays
+        folder.parent.rmdir()
 
 
 class SaveEvery(L.Callback):
