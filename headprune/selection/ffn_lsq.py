@@ -16,7 +16,7 @@ from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.projections import linear_weight
 from headprune.core.units import unit_gates
 from headprune.selection.captures import captured_module_inputs
-from headprune.selection.lsq import fit_inputs, kept_positions, ridge_solve
+from headprune.selection.lsq import fit_inputs, kept_positions, need_no_teacher, ridge_solve
 
 
 def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
@@ -47,11 +47,7 @@ def scale_down_columns(down: nn.Module, positions: list[int], scales: torch.Tens
 def _teacher_sites(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
     """The unpruned reference model and its FFN gates, ungated (a copy of ``model`` when it has no neuron removed yet)."""
     if teacher is None:
-        if ffn_record(model):
-            raise ValueError(
-                "this model already has FFN neurons removed from its weights: pass teacher=<the unpruned model> "
-                "(lsq fits each pruned block to the unpruned block's output)"
-            )
+        need_no_teacher(bool(ffn_record(model)), "FFN neurons", "block")
         teacher = copy.deepcopy(model)
     reference = unit_gates(teacher, gates.unit)  # the same kind's gates on the teacher
     reference.set_mask(None)

@@ -40,14 +40,19 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
+def need_no_teacher(removed: bool, units: str, part: str) -> None:
+    """A ValueError when a model without a teacher has ``units`` already removed from its weights (its ``part``s have no reference)."""
+    if removed:
+        raise ValueError(
+            f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
+            f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
+        )
+
+
 def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
     """The unpruned reference model and its gates: ``teacher``, or the model itself when none of its heads left the weights."""
     if teacher is None:
-        if pruning_record(model):
-            raise ValueError(
-                "this model already has heads removed from its weights: pass teacher=<the unpruned model> "
-                "(lsq fits each pruned layer to the unpruned layer's output)"
-            )
+        need_no_teacher(bool(pruning_record(model)), "heads", "layer")
         return model, gates
     return teacher.eval(), unit_gates(teacher, QUERY_HEADS)
 

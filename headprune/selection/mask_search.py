@@ -74,6 +74,11 @@ class SearchResult:
     target: PruneTarget
     evaluations: dict[int, float] = field(default_factory=dict)  # heads removed -> selection score (max_drop)
 
+    @classmethod
+    def of(cls, mask: dict[str, torch.Tensor], removed: list[Head], costs: CostModel, target, evaluations: dict[int, float]):
+        """The result choosing ``mask``, with what ``costs`` predicts for it."""
+        return cls(mask, removed, costs.cost(mask), costs.kept_fraction(mask), costs.speedup(mask), target, evaluations)
+
 
 def _nonnegative(scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Scores shifted to >= 0 when some are negative (score / cost needs a common zero); the order is unchanged."""
@@ -172,7 +177,7 @@ def search_mask(
             f"{costs.total / along[-1]:.3f} ({costs.unit})"
         )
     mask = masks(k)
-    return SearchResult(mask, order[:k], costs.cost(mask), costs.kept_fraction(mask), costs.speedup(mask), target, evaluations)
+    return SearchResult.of(mask, order[:k], costs, target, evaluations)
 
 
 def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:

@@ -143,15 +143,7 @@ def uniform_search(
             f"of {costs.total / cost_at[-1]:.3f} ({costs.unit}); use prune.layout=global or a lower target"
         )
     mask = mask_at(i)
-    return SearchResult(
-        mask,
-        _removed_in_order(mask, base, scores, groups),
-        costs.cost(mask),
-        costs.kept_fraction(mask),
-        costs.speedup(mask),
-        target,
-        evaluations,
-    )
+    return SearchResult.of(mask, _removed_in_order(mask, base, scores, groups), costs, target, evaluations)
 
 
 def _counts_text(counts: dict[str, int]) -> str:

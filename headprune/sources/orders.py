@@ -33,37 +33,31 @@ def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) ->
     return shared[key]
 
 
+def _on_training_subset(task, settings: OrderSettings, score: Callable, *args, **kwargs) -> dict:
+    """``score(model, gates, the task's training subset, *args, progress=..., **kwargs)``."""
+    return score(task.model, task.gates, task.importance_batches(), *args, progress=settings.progress, **kwargs)
+
+
 def importance_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Head (or KV-group) importance on the task's training subset (the paper's estimator, switchable reductions)."""
     icfg = settings.importance
-    return _cached(
-        shared,
-        "importance_raw",
-        mask,
-        lambda: importance_scores(
-            task.model,
-            task.gates,
-            task.importance_batches(),
-            reduce=str(icfg.reduce),
-            normalize_layers=bool(icfg.normalize_layers),
-            normalize_global=bool(icfg.normalize_global),
-            mask=mask,
-            progress=settings.progress,
-            unit=task.gates.unit,
-        ),
+    compute = lambda: _on_training_subset(  # noqa: E731
+        task,
+        settings,
+        importance_scores,
+        reduce=str(icfg.reduce),
+        normalize_layers=bool(icfg.normalize_layers),
+        normalize_global=bool(icfg.normalize_global),
+        mask=mask,
+        unit=task.gates.unit,
     )
+    return _cached(shared, "importance_raw", mask, compute)
 
 
 def fisher_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Empirical Fisher of each head gate on the training subset, unnormalised (comparable across layers for a cost-aware search)."""
-    return _cached(
-        shared,
-        "fisher_raw",
-        mask,
-        lambda: fisher_scores(
-            task.model, task.gates, task.importance_batches(), mask=mask, progress=settings.progress, unit=task.gates.unit
-        ),
-    )
+    compute = lambda: _on_training_subset(task, settings, fisher_scores, mask=mask, unit=task.gates.unit)  # noqa: E731
+    return _cached(shared, "fisher_raw", mask, compute)
 
 
 def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
@@ -71,9 +65,7 @@ def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None 
 
     def compute():
         with task.gates.masked(mask):
-            return task.gates.scores_from_heads(
-                attention_entropy(task.model, task.gates, task.importance_batches(), progress=settings.progress)
-            )
+            return task.gates.scores_from_heads(_on_training_subset(task, settings, attention_entropy))
 
     return entropy_scores(_cached(shared, "entropy_raw", mask, compute))
 
@@ -106,20 +98,8 @@ def duo_order(task, settings: OrderSettings, mask=None, shared: dict | None = No
     if mask is not None:
         raise ValueError("the duo order cannot be re-estimated: its gates are trained once")
     duo = settings.duo
-    return _cached(
-        shared,
-        "duo_alphas",
-        None,
-        lambda: train_stream_gates(
-            task.model,
-            task.gates,
-            task.importance_batches(),
-            steps=int(duo.steps),
-            lr=float(duo.lr),
-            l1=float(duo.l1),
-            progress=settings.progress,
-        ),
-    )
+    compute = lambda: _on_training_subset(task, settings, train_stream_gates, steps=int(duo.steps), lr=float(duo.lr), l1=float(duo.l1))  # noqa: E731
+    return _cached(shared, "duo_alphas", None, compute)
 
 
 def retrieval_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
@@ -137,12 +117,7 @@ def obs_order(task, settings: OrderSettings, mask=None, shared: dict | None = No
 
     if mask is not None:
         raise ValueError("the obs order is not re-estimated: its greedy already updates each layer after every removal")
-    return _cached(
-        shared,
-        "obs_errors",
-        None,
-        lambda: obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, progress=settings.progress),
-    )
+    return _cached(shared, "obs_errors", None, lambda: _on_training_subset(task, settings, obs_scores, task.gates.unit))
 
 
 ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
