@@ -35,12 +35,31 @@ class ClassifierSteps:
     higher_is_better = True
     paired_test_name = "paired bootstrap (Koehn 2004)"
 
-    def _gated(self, model, tokenizer, data, eval_splits) -> None:
+    label_names: tuple[str, ...] = ()  # the class names written into the model's config (when it has as many classes)
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer=None,
+        data=None,
+        *,
+        lr: float,
+        weight_decay: float,
+        warmup_ratio: float,
+        warmup_steps: int | None = None,
+        eval_splits: tuple[str, ...] | None = None,
+    ):
         """Hold the model under its gates (in eval mode), its input processor, its data and an accuracy per evaluation split."""
+        super().__init__()
+        self.save_hyperparameters(ignore=["model", "tokenizer", "data"])
+        names = self.label_names
+        if names and getattr(model.config, "num_labels", len(names)) == len(names):
+            model.config.id2label = dict(enumerate(names))
+            model.config.label2id = {name: i for i, name in enumerate(names)}
         self.model, self.tokenizer, self.data = model, tokenizer, data
         self.gates = model_gates(model)
         model.eval()
-        self.eval_splits = list(eval_splits)
+        self.eval_splits = list(eval_splits if eval_splits is not None else data.eval_splits if data is not None else ["eval"])
         classes = model.config.num_labels
         self.val_accuracy = nn.ModuleDict({f"acc_{s}": MulticlassAccuracy(num_classes=classes, average="micro") for s in self.eval_splits})
 

@@ -238,14 +238,18 @@ class LanguageModelingTask(SavesHF):
 
     def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
         """``examples`` texts of ``split`` drawn with ``seed`` (with replacement past the split's size), in batches."""
-        ids = self.data.split(split)
+        rows = self.data.split(split)
         rng = random.Random(f"timing-{seed}")
-        chosen = [ids[rng.randrange(len(ids))] for _ in range(int(examples))]
+        chosen = [rows[rng.randrange(len(rows))] for _ in range(int(examples))]
         out = []
-        for start in range(0, len(chosen), int(batch_size)):
-            batch = collate(chosen[start : start + int(batch_size)], self.data.pad_id)
+        for at in range(0, len(chosen), int(batch_size)):
+            batch = self._timed_batch(chosen[at : at + int(batch_size)])
             out.append({k: batch[k].to(self.device) for k in MODEL_INPUTS})
         return out
+
+    def _timed_batch(self, rows: list) -> dict:
+        """One timing batch of split rows (texts, padded)."""
+        return collate(rows, self.data.pad_id)
 
     @torch.no_grad()
     def timed_call(self, batch: dict) -> None:

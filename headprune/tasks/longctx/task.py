@@ -1,7 +1,5 @@
 """PasskeyTask: long-context retrieval (a key hidden in a haystack) by a decoder-only LLM under head gates."""
 
-import random
-
 import torch
 
 from headprune.engine.ablation_causal import label_stats, output_logits
@@ -121,16 +119,9 @@ class PasskeyTask(LanguageModelingTask):
         sums = torch.zeros(len(labels), dtype=nll.dtype, device=nll.device).index_add(0, keep.nonzero()[:, 0], nll)
         return (sums / keep.sum(1).clamp(min=1)).to(hidden.dtype)
 
-    def timing_batches(self, batch_size: int, examples: int, split: str = "eval", seed: int = 0) -> list[dict]:
-        """The prompts of ``examples`` examples of ``split`` drawn with ``seed`` (with replacement), in batches."""
-        pool = self.data.split(split)
-        rng = random.Random(f"timing-{seed}")
-        chosen = [pool[rng.randrange(len(pool))] for _ in range(int(examples))]
-        out = []
-        for at in range(0, len(chosen), int(batch_size)):
-            batch = collate_prompts([list(e.ids[: e.answer_start]) for e in chosen[at : at + int(batch_size)]], self.data.pad_id)
-            out.append({k: batch[k].to(self.device) for k in MODEL_INPUTS})
-        return out
+    def _timed_batch(self, rows: list) -> dict:
+        """One timing batch of examples: their prompts (the answers left out)."""
+        return collate_prompts([list(e.ids[: e.answer_start]) for e in rows], self.data.pad_id)
 
 
 def load_passkey_task(cfg) -> PasskeyTask:

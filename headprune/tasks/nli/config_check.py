@@ -1,15 +1,12 @@
 """The NLI task's config check: task.* and data.* settings, its data files, lengths the model can take."""
 
-from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
+from headprune.core.checks import ConfigError, integer, rule
 from headprune.models.sources import max_positions
+from headprune.tasks.classifier_checks import TRAINER_SCHEMA, checked_data
 from headprune.tasks.hub_data import check_hub_dataset
 
 SCHEMA = {
-    "task.lr": rule(number, low=0.0, closed="()"),
-    "task.weight_decay": rule(number, low=0.0),
-    "task.warmup_ratio": rule(number, low=0.0, high=1.0),
-    "task.warmup_steps": optional(rule(integer, low=0)),
-    "task.exact_eval": rule(boolean),
+    **TRAINER_SCHEMA,
     "data.synthetic.train_size": rule(integer, low=1),  # data=nli_synthetic: examples made per split
     "data.synthetic.eval_size": rule(integer, low=1),
     "data.synthetic.mismatched_size": rule(integer, low=0),  # 0: no eval_mismatched split
@@ -20,18 +17,9 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
     """The NLI settings, a tokenizer, an importance subset where importance is read, lengths, and the local files."""
     from headprune.tasks.nli.config import NLIDataConfig
 
-    check_schema(cfg, SCHEMA)
-    try:
-        config = NLIDataConfig.from_cfg(cfg.data)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from None
+    config = checked_data(cfg, SCHEMA, NLIDataConfig, importance, "examples, e.g. 2000")
     if not cfg.model.get("tokenizer"):
         raise ConfigError(f"model {cfg.model.get('name')!r} sets no tokenizer: set model.tokenizer=<dir, hub name or minilm>")
-    if importance and config.importance_size < 1:
-        raise ConfigError(
-            "data.importance_size=0 leaves the importance subset empty (head importance and the held-out choices "
-            "read it): set data.importance_size to a number of training examples, e.g. 2000"
-        )
     if config.source == "synthetic":
         made = int(config.synthetic["train_size"])
         most = made // 2 if config.importance_holdout else made

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch import nn
 
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
@@ -24,26 +23,7 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
     name = "nli"
     selection_split = "importance"  # the held-out training subset (appendix A), never the evaluation data
 
-    def __init__(
-        self,
-        model: nn.Module,
-        tokenizer=None,
-        data: NLIDataModule | None = None,
-        *,
-        lr: float,
-        weight_decay: float,
-        warmup_ratio: float,
-        warmup_steps: int | None = None,
-        eval_splits: tuple[str, ...] | None = None,
-    ):
-        super().__init__()
-        self.save_hyperparameters(ignore=["model", "tokenizer", "data"])
-        if getattr(model.config, "num_labels", len(LABELS)) == len(LABELS):
-            model.config.id2label = dict(enumerate(LABELS))
-            model.config.label2id = {name: i for i, name in enumerate(LABELS)}
-        if eval_splits is None:
-            eval_splits = tuple(data.eval_splits) if data is not None else ("eval",)
-        self._gated(model, tokenizer, data, eval_splits)
+    label_names = LABELS
 
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) for a batch (extra keys such as labels and idx are ignored)."""

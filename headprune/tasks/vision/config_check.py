@@ -2,36 +2,21 @@
 
 from pathlib import Path
 
-from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
+from headprune.core.checks import ConfigError, integer, rule
 from headprune.models.sources import config_fields
+from headprune.tasks.classifier_checks import TRAINER_SCHEMA, checked_data
 from headprune.tasks.hub_data import check_hub_dataset
 
 PROCESSOR_FILE = "preprocessor_config.json"
 
-SCHEMA = {
-    "task.lr": rule(number, low=0.0, closed="()"),
-    "task.weight_decay": rule(number, low=0.0),
-    "task.warmup_ratio": rule(number, low=0.0, high=1.0),
-    "task.warmup_steps": optional(rule(integer, low=0)),
-    "task.exact_eval": rule(boolean),
-    "model.num_labels": rule(integer, low=2),
-}
+SCHEMA = {**TRAINER_SCHEMA, "model.num_labels": rule(integer, low=2)}
 
 
 def check(cfg, files: bool = True, importance: bool = True) -> None:
     """The settings, an importance subset, the image geometry, the image folder, a saved model's classes, the hub dataset."""
     from headprune.tasks.vision.config import ImageDataConfig
 
-    check_schema(cfg, SCHEMA)
-    try:
-        config = ImageDataConfig.from_cfg(cfg.data)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err)) from None
-    if importance and config.importance_size < 1:
-        raise ConfigError(
-            "data.importance_size=0 leaves the importance subset empty (head importance and the held-out choices "
-            "read it): set data.importance_size to a number of training images, e.g. 150"
-        )
+    config = checked_data(cfg, SCHEMA, ImageDataConfig, importance, "images, e.g. 150")
     check_geometry(cfg.model)
     if config.source == "folder" and files:
         check_folder(Path(config.dir).expanduser(), config)

@@ -2,7 +2,6 @@
 
 import lightning as L
 import torch
-from torch import nn
 
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
@@ -22,21 +21,7 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
     name = "vision"
     selection_split = "importance"  # held out of the training images, never the evaluation data
 
-    def __init__(
-        self,
-        model: nn.Module,
-        processor=None,
-        data: ImageDataModule | None = None,
-        *,
-        lr: float,
-        weight_decay: float,
-        warmup_ratio: float,
-        warmup_steps: int | None = None,
-    ):
-        super().__init__()
-        self.save_hyperparameters(ignore=["model", "processor", "data"])
-        self._gated(model, processor, data, data.eval_splits if data is not None else ["eval"])  # the processor saved beside the model
-        self._tokens: int | None = None
+    _tokens: int | None = None  # image tokens per example, once read from the model
 
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) of a batch's pixel_values (other keys are ignored)."""
