@@ -34,6 +34,16 @@ def _results(payload: dict) -> dict:
     return payload.get("results", payload)
 
 
+def markdown(header: list, rows=()) -> list[str]:
+    """A markdown table's lines: the header, its rule, then one line per row of cells."""
+    return [_line(header), "|---" * len(header) + "|", *(_line(row) for row in rows)]
+
+
+def _line(cells) -> str:
+    """One markdown table line of ``cells``."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
 def stage_of(payload: dict, name: str) -> dict:
     """A study's stage ``name`` (ablate, keep_one, prune, speed), or the numbers of a run of that experiment alone."""
     results = _results(payload)
@@ -42,10 +52,7 @@ def stage_of(payload: dict, name: str) -> dict:
 
 def ablation_table(study: dict, split: str = "eval") -> str:
     abl = stage_of(study, "ablate")["splits"][split]
-    lines = [
-        "| group | heads | not significant | significantly worse | significantly better | largest drop | largest gain |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = markdown(["group", "heads", "not significant", "significantly worse", "significantly better", "largest drop", "largest gain"])
     for group, g in abl["per_group"].items():
         not_sig = g["heads"] - g["significant"]
         lines.append(
@@ -63,10 +70,7 @@ def ablation_table(study: dict, split: str = "eval") -> str:
 
 def keep_one_table(study: dict) -> str:
     k = stage_of(study, "keep_one")
-    lines = [
-        "| group | layer | best head (chosen on selection split) | score | change | p | significant |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = markdown(["group", "layer", "best head (chosen on selection split)", "score", "change", "p", "significant"])
     for r in k["rows"]:
         lines.append(
             f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {r['delta']:+.2f} | "
@@ -83,15 +87,9 @@ def keep_one_table(study: dict) -> str:
 def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, higher_is_better: bool = True) -> str:
     """Score at each fraction, one column per curve, and the largest fraction within ``tolerance`` of unpruned."""
     names = list(curves)
-    lines = [f"| {first_column} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    for index, step in enumerate(curves[names[0]]):
-        lines.append(f"| {step_label(step)} | " + " | ".join(f"{curves[n][index]['score']:.2f}" for n in names) + " |")
-    lines.append(
-        f"| **prunable with < {tolerance:g} {unit} loss** | "
-        + " | ".join(f"{100 * prunable_share(curves[n], tolerance, higher_is_better):.0f}%" for n in names)
-        + " |"
-    )
-    return "\n".join(lines)
+    rows = [[step_label(step), *(f"{curves[n][index]['score']:.2f}" for n in names)] for index, step in enumerate(curves[names[0]])]
+    shares = [f"{100 * prunable_share(curves[n], tolerance, higher_is_better):.0f}%" for n in names]
+    return "\n".join(markdown([first_column, *names], [*rows, [f"**prunable with < {tolerance:g} {unit} loss**", *shares]]))
 
 
 def prunable_share(steps: list[dict], tolerance: float, higher_is_better: bool) -> float:
@@ -123,10 +121,9 @@ def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") 
 
 def speed_table(study: dict) -> str:
     s = stage_of(study, "speed")
-    lines = [
-        "| batch | original ex/s | pruned ex/s | gain | FLOP-ideal gain | measured / ideal | paper gain (BERT-base, GPU) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = markdown(
+        ["batch", "original ex/s", "pruned ex/s", "gain", "FLOP-ideal gain", "measured / ideal", "paper gain (BERT-base, GPU)"]
+    )
     for r in s["rows"]:
         o, q = r["original"], r["pruned"]
         noise = is_inconclusive(r)
@@ -312,22 +309,22 @@ def pareto_table(study: dict) -> str:
     joint = len(unit_kinds(unit)) > 1
     controlled = any(q.get("control") for q in points)
     removed = f"{noun(unit, plural=True)} removed"
-    lines = [
-        f"| method | step | {removed} | {name_of(p['metric'])} | "
-        + ("bits per byte | " if per_byte else "")
-        + ("vs control | " if controlled else "")
-        + "".join(f"{name_of(p['metric'])} on `{s}` | " for s in extra)
-        + ("KV cache kept | " if kv else "")
-        + "predicted speed-up | FLOPs kept | "
-        + ("weight bytes kept | " if bytes_cost else "")
-        + ("measured ex/s | measured speed-up | " if timed else "")
-        + "Pareto |",
-        "|---|---|---|---|"
-        + "---|" * (len(extra) + controlled + kv + per_byte + bytes_cost)
-        + "---|---|"
-        + ("---|---|" if timed else "")
-        + "---|",
+    header = [
+        "method",
+        "step",
+        removed,
+        name_of(p["metric"]),
+        *(["bits per byte"] if per_byte else []),
+        *(["vs control"] if controlled else []),
+        *(f"{name_of(p['metric'])} on `{s}`" for s in extra),
+        *(["KV cache kept"] if kv else []),
+        "predicted speed-up",
+        "FLOPs kept",
+        *(["weight bytes kept"] if bytes_cost else []),
+        *(["measured ex/s", "measured speed-up"] if timed else []),
+        "Pareto",
     ]
+    lines = markdown(header)
     for q, best in zip(points, front):
         measured = q.get("measured") or {}
         kept = kv_cache_kept(q, unit) if units_removed(q) else 1.0
@@ -349,7 +346,7 @@ def pareto_table(study: dict) -> str:
                 f"{measured['examples_per_s']:.1f}" if measured else "n/a",
                 f"{measured['speedup']:.2f}x{target_check(q)}" if measured else "n/a",
             ]
-        lines.append("| " + " | ".join(cells + ["yes" if best else ""]) + " |")
+        lines.append(_line([*cells, "yes" if best else ""]))
     speed_of = "measured speed-up at the largest timed batch" if timed else f"speed-up predicted by the {p['cost']} cost model"
     lines += [
         "",
@@ -373,24 +370,17 @@ def dynamics_table(dynamics: dict, at: float = 0.4, paper: dict | None = None) -
     metric = snaps[0]["metric"] if snaps else ""
     label, tolerance = name_of(metric), snaps[0]["tolerance"] if snaps else 1.0
     by_step = any(s.get("label") for s in snaps)  # checkpoints of a pretraining run, named by step
-    head = (
-        f"| {'checkpoint' if by_step else 'epoch'} | unpruned {label} | {label} at {100 * at:.0f}% pruned | relative | prunable (< {tolerance:g} {unit_of(metric)}) "
-        "| rank stability |"
-    )
-    lines = [head + (f" paper unpruned {label} |" if paper else ""), "|---" * (7 if paper else 6) + "|"]
+    header = ["checkpoint" if by_step else "epoch", f"unpruned {label}", f"{label} at {100 * at:.0f}% pruned", "relative"]
+    header += [f"prunable (< {tolerance:g} {unit_of(metric)})", "rank stability", *([f"paper unpruned {label}"] if paper else [])]
+    rows = []
     for s in snaps:
         index = min(range(len(s["fractions"])), key=lambda i: abs(s["fractions"][i] - at))
         epoch = (s["epoch"] or 0) + 1
-        name = s.get("label") or epoch
         stab = "" if s.get("rank_stability") is None else f"{s['rank_stability']:.2f}"
-        line = (
-            f"| {name} | {s['unpruned']:.2f} | {s['scores'][index]:.2f} | {100 * s['relative'][index]:.0f}% | "
-            f"{100 * s['prunable_fraction']:.0f}% | {stab} |"
-        )
-        if paper:
-            line += f" {paper.get(epoch, 'n/a')} |"
-        lines.append(line)
-    return "\n".join(lines)
+        shares = [f"{100 * s['relative'][index]:.0f}%", f"{100 * s['prunable_fraction']:.0f}%"]
+        row = [s.get("label") or epoch, f"{s['unpruned']:.2f}", f"{s['scores'][index]:.2f}", *shares, stab]
+        rows.append([*row, paper.get(epoch, "n/a")] if paper else row)
+    return "\n".join(markdown(header, rows))
 
 
 def _correlation_sentence(c: dict, first: str, second: str, tail: str) -> str:
