@@ -114,6 +114,21 @@ class GGUFArch:
         return next(arch for arch, name in gguf.MODEL_ARCH_NAMES.items() if name == self.name)
 
 
+def converted(name: str, model_type: str, metadata: Callable, convert: Callable, **more) -> GGUFArch:
+    """A row llama.cpp reads in an architecture of its own: tensors converted, LayerNorm, q | k | v at square offsets."""
+    return GGUFArch(
+        name,
+        (model_type,),
+        interleaved_rotary=False,
+        metadata=metadata,
+        uneven_instead="export.format=onnx",
+        convert=convert,
+        layer_norm=True,
+        square_only=True,
+        **more,
+    )
+
+
 ARCHS = (
     GGUFArch("llama", ("llama", "mistral"), interleaved_rotary=True, per_layer=True, uneven_instead="the deci architecture"),
     GGUFArch("qwen2", ("qwen2",), interleaved_rotary=False, biases=("q_proj", "k_proj", "v_proj"), square_attention=True),
@@ -122,38 +137,9 @@ ARCHS = (
     GGUFArch("phi3", ("phi3",), interleaved_rotary=False, square_attention=True, unfuse=phi3_unfused),  # fused qkv, gate_up
     GGUFArch("gemma2", ("gemma2",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
     GGUFArch("gemma3", ("gemma3_text",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
-    GGUFArch(
-        "gpt2",
-        ("gpt2",),
-        interleaved_rotary=False,
-        metadata=gpt2_keys,
-        uneven_instead="export.format=onnx",
-        convert=gpt2_tensors,
-        layer_norm=True,
-        rotary=False,
-        square_only=True,
-    ),
-    GGUFArch(
-        "gptneox",
-        ("gpt_neox",),
-        interleaved_rotary=False,
-        metadata=neox_keys,
-        uneven_instead="export.format=onnx",
-        convert=neox_tensors,
-        layer_norm=True,
-        square_only=True,
-        always_output=True,
-    ),
-    GGUFArch(
-        "falcon",
-        ("falcon",),
-        interleaved_rotary=False,
-        metadata=falcon_keys,
-        uneven_instead="export.format=onnx",
-        convert=falcon_tensors,
-        layer_norm=True,
-        square_only=True,
-    ),
+    converted("gpt2", "gpt2", gpt2_keys, gpt2_tensors, rotary=False),
+    converted("gptneox", "gpt_neox", neox_keys, neox_tensors, always_output=True),
+    converted("falcon", "falcon", falcon_keys, falcon_tensors),
     GGUFArch("olmo2", ("olmo2",), interleaved_rotary=False, uneven_instead="export.format=onnx", always_output=True),
 )
 BY_MODEL_TYPE = {model_type: row for row in ARCHS for model_type in row.model_types}
