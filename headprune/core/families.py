@@ -26,6 +26,16 @@ def fused_qkv(path: str) -> dict[str, str]:
     return {"query": path, "key": path, "value": path}
 
 
+def projections(query: str, key: str, value: str, output: str) -> dict[str, str]:
+    """The paths from the block to the query, key, value and output projections."""
+    return {"query": query, "key": key, "value": value, "output": output}
+
+
+def site(path: str, group: str) -> tuple[str, str]:
+    """A ``sites`` entry: a block path (``*`` for the layer number) ending a module's path, and its group."""
+    return r"(?:^|\.)" + re.escape(path).replace(r"\*", r"(\d+)") + "$", group
+
+
 GROUPS = ("enc_self", "enc_dec", "dec_self")
 GATE_MECHANISMS = ("attention", "output")  # scale each head's output in the attention function, or at the output projection's input
 
@@ -60,14 +70,11 @@ class Family:
 
 
 BERT_LIKE = Family(
-    name="bert-like",
-    model_types=("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text", "xmod"),
-    sites=((r"(?:^|\.)encoder\.layer\.(\d+)\.attention$", "enc_self"), (r"(?:^|\.)encoder\.layer\.(\d+)\.crossattention$", "enc_dec")),
+    "bert-like",
+    ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text", "xmod"),
+    (site("encoder.layer.*.attention", "enc_self"), site("encoder.layer.*.crossattention", "enc_dec")),
     core="self",
-    query="self.query",
-    key="self.key",
-    value="self.value",
-    output="output.dense",
+    **projections("self.query", "self.key", "self.value", "output.dense"),
     head_count_attr="num_attention_heads",
     width_attrs=("all_head_size",),
     head_dim_attr="attention_head_size",
@@ -75,12 +82,12 @@ BERT_LIKE = Family(
 )
 
 BART_LIKE = Family(
-    name="bart/marian-like",
-    model_types=("bart", "marian", "mbart", "pegasus", "blenderbot", "blenderbot-small", "plbart"),
-    sites=(
-        (r"(?:^|\.)encoder\.layers\.(\d+)\.self_attn$", "enc_self"),
-        (r"(?:^|\.)decoder\.layers\.(\d+)\.encoder_attn$", "enc_dec"),
-        (r"(?:^|\.)decoder\.layers\.(\d+)\.self_attn$", "dec_self"),
+    "bart/marian-like",
+    ("bart", "marian", "mbart", "pegasus", "blenderbot", "blenderbot-small", "plbart"),
+    (
+        site("encoder.layers.*.self_attn", "enc_self"),
+        site("decoder.layers.*.encoder_attn", "enc_dec"),
+        site("decoder.layers.*.self_attn", "dec_self"),
     ),
     output="out_proj",
     head_count_attr="num_heads",
@@ -90,35 +97,23 @@ BART_LIKE = Family(
 )
 
 LLAMA_LIKE = Family(
-    name="llama-like",
-    model_types=("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text"),
-    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    "llama-like",
+    ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text"),
+    (site("layers.*.self_attn", "dec_self"),),
     kv_groups_attr="num_key_value_groups",
     mlp=GATED_MLP,
 )
 
-OLMO2 = Family(
-    name="olmo2",
-    model_types=("olmo2",),
-    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
-    kv_groups_attr="num_key_value_groups",
-    cross_head_norms=("q_norm", "k_norm"),
-    mlp=GATED_MLP,
-)
+OLMO2 = replace(LLAMA_LIKE, name="olmo2", model_types=("olmo2",), cross_head_norms=("q_norm", "k_norm"))
 
 OPT = Family(
-    name="opt",
-    model_types=("opt",),
-    sites=((r"(?:^|\.)decoder\.layers\.(\d+)\.self_attn$", "dec_self"),),
-    output="out_proj",
-    head_count_attr="num_heads",
-    mlp=OPT_MLP,
+    "opt", ("opt",), (site("decoder.layers.*.self_attn", "dec_self"),), output="out_proj", head_count_attr="num_heads", mlp=OPT_MLP
 )
 
 GPT2 = Family(
-    name="gpt2",
-    model_types=("gpt2",),
-    sites=((r"(?:^|\.)h\.(\d+)\.attn$", "dec_self"),),
+    "gpt2",
+    ("gpt2",),
+    (site("h.*.attn", "dec_self"),),
     **fused_qkv("c_attn"),  # one Conv1D: q | k | v
     output="c_proj",
     head_count_attr="num_heads",
@@ -129,9 +124,9 @@ GPT2 = Family(
 )
 
 GPT_NEOX = Family(
-    name="gpt-neox",
-    model_types=("gpt_neox",),
-    sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "dec_self"),),
+    "gpt-neox",
+    ("gpt_neox",),
+    (site("layers.*.attention", "dec_self"),),
     **fused_qkv("query_key_value"),  # per head [q | k | v]
     output="dense",
     head_dim_attr="head_size",
@@ -141,9 +136,9 @@ GPT_NEOX = Family(
 )
 
 PHI3 = Family(
-    name="phi3",
-    model_types=("phi3",),
-    sites=((r"(?:^|\.)layers\.(\d+)\.self_attn$", "dec_self"),),
+    "phi3",
+    ("phi3",),
+    (site("layers.*.self_attn", "dec_self"),),
     **fused_qkv("qkv_proj"),  # q (heads * D) | k (KV * D) | v (KV * D)
     kv_groups_attr="num_key_value_groups",
     kv_count_attrs=("num_key_value_heads",),
@@ -154,13 +149,10 @@ PHI3 = Family(
 )
 
 DISTILBERT = Family(
-    name="distilbert",
-    model_types=("distilbert",),
-    sites=((r"(?:^|\.)transformer\.layer\.(\d+)\.attention$", "enc_self"),),
-    query="q_lin",
-    key="k_lin",
-    value="v_lin",
-    output="out_lin",
+    "distilbert",
+    ("distilbert",),
+    (site("transformer.layer.*.attention", "enc_self"),),
+    **projections("q_lin", "k_lin", "v_lin", "out_lin"),
     head_count_attr="n_heads",
     width_attrs=("dim",),
     head_dim_attr="attention_head_size",
@@ -169,25 +161,18 @@ DISTILBERT = Family(
 )
 
 VIT_LIKE = Family(
-    name="vit-like",
-    model_types=("vit", "deit"),
-    sites=((r"(?:^|\.)layers\.(\d+)\.attention$", "enc_self"),),
-    head_count_attr="num_attention_heads",
-    mlp=VIT_MLP,
+    "vit-like", ("vit", "deit"), (site("layers.*.attention", "enc_self"),), head_count_attr="num_attention_heads", mlp=VIT_MLP
 )
 
 T5_LIKE = Family(
-    name="t5",
-    model_types=("t5", "mt5"),
-    sites=(
-        (r"(?:^|\.)encoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "enc_self"),
-        (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.1\.EncDecAttention$", "enc_dec"),
-        (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.0\.SelfAttention$", "dec_self"),
+    "t5",
+    ("t5", "mt5"),
+    (
+        site("encoder.block.*.layer.0.SelfAttention", "enc_self"),
+        site("decoder.block.*.layer.1.EncDecAttention", "enc_dec"),
+        site("decoder.block.*.layer.0.SelfAttention", "dec_self"),
     ),
-    query="q",
-    key="k",
-    value="v",
-    output="o",
+    **projections("q", "k", "v", "o"),
     head_count_attr=None,  # n_heads stays the original count: the position bias it sizes is sliced per layer
     width_attrs=("inner_dim",),
     head_dim_attr="key_value_proj_dim",
@@ -202,7 +187,7 @@ DEBERTA_V2 = replace(
     BERT_LIKE,
     name="deberta-v2",
     model_types=("deberta-v2",),
-    sites=((r"(?:^|\.)encoder\.layer\.(\d+)\.attention$", "enc_self"),),
+    sites=(site("encoder.layer.*.attention", "enc_self"),),
     query="self.query_proj",
     key="self.key_proj",
     value="self.value_proj",
@@ -213,9 +198,9 @@ DEBERTA_V2 = replace(
 ENCODER_FAMILIES = (DISTILBERT, VIT_LIKE, T5_LIKE, WHISPER, DEBERTA_V2)
 
 FALCON = Family(
-    name="falcon",
-    model_types=("falcon",),
-    sites=((r"(?:^|\.)h\.(\d+)\.self_attention$", "dec_self"),),
+    "falcon",
+    ("falcon",),
+    (site("h.*.self_attention", "dec_self"),),
     **fused_qkv("query_key_value"),  # per KV head [its query heads | k | v]
     output="dense",
     head_count_attr="num_heads",
