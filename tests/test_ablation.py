@@ -2,10 +2,11 @@
 
 import pytest
 import torch
+from mask_references import looped_mask_logits
 from transformers import BertConfig, BertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification
 
 from headprune.core.attention.gates import HeadGates
-from headprune.engine.ablation import MaskBatcher, batched_mask_logits, keep_one_masks, looped_mask_logits, single_unit_masks
+from headprune.engine.ablation import MaskBatcher, keep_one_masks, single_unit_masks
 
 
 def _tiny(kind: str, attn: str):
@@ -46,7 +47,7 @@ def test_batched_equals_looped(kind, attn):
     batched = engine.logits(batch, masks)
     assert engine.first_token  # BERT and RoBERTa read only the first token: the cut last layer was used
     looped = looped_mask_logits(model, gates, batch, masks)
-    torch.testing.assert_close(batched_mask_logits(model, gates, batch, masks, first_token=False), looped, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(MaskBatcher(model, gates, first_token=False).logits(batch, masks), looped, atol=1e-5, rtol=1e-5)
     assert batched.shape == (len(masks), 5, 3)
     torch.testing.assert_close(batched, looped, atol=1e-5, rtol=1e-5)
     # the engine leaves the model as it found it
@@ -59,6 +60,6 @@ def test_rejects_bad_masks():
     model = _tiny("bert", "sdpa")
     gates = HeadGates(model)
     with pytest.raises(ValueError):
-        batched_mask_logits(model, gates, _batch(), [])
+        MaskBatcher(model, gates).logits(_batch(), [])
     with pytest.raises(ValueError):
-        batched_mask_logits(model, gates, _batch(), [{"enc_self": torch.ones(2, 4)}])
+        MaskBatcher(model, gates).logits(_batch(), [{"enc_self": torch.ones(2, 4)}])

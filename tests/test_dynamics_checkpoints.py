@@ -97,12 +97,12 @@ def test_dynamics_bad_inputs(checkpoint_dirs, tmp_path, overrides, fragment):
 
 
 def test_checkpoint_step_from_names():
-    from headprune.experiments.dynamics import checkpoint_step
+    from headprune.checks.checkpoint_lists import named_step
 
-    assert checkpoint_step("EleutherAI/pythia-70m@step143000", 5) == 143000
-    assert checkpoint_step("runs/out/checkpoint-500/", 1) == 500
-    assert checkpoint_step("allenai/OLMo-2-0425-1B@stage1-step10000-tokens21B", 0) == 10000
-    assert checkpoint_step("my_models/final", 3) == 3
+    assert named_step("EleutherAI/pythia-70m@step143000") == 143000
+    assert named_step("runs/out/checkpoint-500/") == 500
+    assert named_step("allenai/OLMo-2-0425-1B@stage1-step10000-tokens21B") == 10000
+    assert named_step("my_models/final") is None
 
 
 def test_checkpoints_are_analysed_by_the_step_in_their_names(checkpoint_dirs, tmp_path, capsys):

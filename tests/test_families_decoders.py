@@ -145,8 +145,10 @@ def test_family_shapes_read_from_the_model():
 
 @pytest.mark.parametrize("model_type", list(DECODER_CONFIGS))
 def test_batched_ablation_equals_one_mask_at_a_time(model_type):
+    from mask_references import looped_nll
+
     from headprune.engine.ablation import single_unit_masks
-    from headprune.engine.ablation_causal import CausalMaskBatcher, looped_nll
+    from headprune.engine.ablation_causal import CausalMaskBatcher
 
     model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
     gates = HeadGates(model)

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from conftest import classifier_batch, tiny_bert
+from mask_references import looped_mask_logits
 from tiny_encoders import FAMILY_MODELS
 from tiny_llms import tiny_llama
 
@@ -17,7 +18,7 @@ from headprune.core.families import supported_model_types
 from headprune.core.inputs import model_inputs
 from headprune.core.pruning import prune_mask
 from headprune.core.saving import RECORD_FILE, load_pruned, save_pruned
-from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_unit_masks
+from headprune.engine.ablation import MaskBatcher, single_unit_masks
 from headprune.scoring.importance import per_example_gate_gradients, per_example_loss
 
 TOLERANCE = 1e-5  # relative to the output's scale

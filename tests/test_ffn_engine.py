@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import classifier_batch, tiny_bert
+from mask_references import looped_mask_logits, looped_nll
 from tiny_llms import lm_batch, tiny_llama
 
 from headprune.core.attention.gates import HeadGates
 from headprune.core.units import unit_gates
-from headprune.engine.ablation import MaskBatcher, looped_mask_logits, single_unit_masks
-from headprune.engine.ablation_causal import CausalMaskBatcher, batchable, looped_nll
+from headprune.engine.ablation import MaskBatcher, single_unit_masks
+from headprune.engine.ablation_causal import CausalMaskBatcher, batchable
 
 
 def _masks(gates, seed: int = 0) -> list:

@@ -202,8 +202,10 @@ def test_a_streaming_mask_is_no_pruning_mask():
 
 
 def test_the_batched_ablation_engine_equals_the_loop_of_streaming_masks():
+    from mask_references import looped_nll
+
     from headprune.engine.ablation import single_unit_masks
-    from headprune.engine.ablation_causal import CausalMaskBatcher, looped_nll
+    from headprune.engine.ablation_causal import CausalMaskBatcher
 
     model = tiny_llama()
     gates = StreamGates(model, SINK, WINDOW)

@@ -10,7 +10,6 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from headprune.core.attention.gates import PREFIX, ensure_gated, register_wrapper
 from headprune.core.attention.tensors import broadcast_gate
 from headprune.core.joint import shared_gates
-from headprune.core.kinds.gates_protocol import Gates
 from headprune.core.stream_gates import StreamGates
 from headprune.core.unit_kinds import ablation_refusal
 from headprune.core.units import FFN, QUERY_HEADS, base_mask, primitive_gates, unit_gates
@@ -336,21 +335,6 @@ class MaskBatcher:
                 raise ValueError("the engine evaluates one mask [layers, units] per group for the whole batch, not one per example")
             full.append(base)
         return {g: torch.stack([f[g].float() for f in full]) for g in ones}
-
-
-def batched_mask_logits(model: nn.Module, gates: Gates, batch: dict, masks, max_rows: int = 128, first_token: bool = True) -> torch.Tensor:
-    """Logits (M, B, C) of a classifier under each of M masks, in batched passes (see ``MaskBatcher``)."""
-    return MaskBatcher(model, gates, max_rows=max_rows, first_token=first_token).logits(batch, masks)
-
-
-@torch.inference_mode()
-def looped_mask_logits(model: nn.Module, gates: Gates, batch: dict, masks) -> torch.Tensor:
-    """The reference: one plain forward per mask, logits (M, B, C)."""
-    outs = []
-    for mk in masks:
-        with gates.masked(mk):
-            outs.append(model(**batch).logits)
-    return torch.stack(outs)
 
 
 def single_unit_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str = "head") -> tuple[list, list[tuple[str, int, int]]]:

@@ -174,15 +174,3 @@ class CausalMaskBatcher(MaskBatcher):
             hidden = self.backbone(**_repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
         targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
         return label_stats(hidden, targets, self.head, self.head_tokens).view(m, r, 2)
-
-
-def looped_nll(model: nn.Module, gates, batch: dict, masks) -> torch.Tensor:
-    """The reference: one plain forward per mask, full logits, NLL sums (M, B) in float64."""
-    outs = []
-    with torch.inference_mode():
-        for mk in masks:
-            with gates.masked(mk):
-                logits = model(**{k: batch[k] for k in MODEL_INPUTS}).logits.float()  # (B, T, V)
-            nll = F.cross_entropy(logits.transpose(1, 2), batch["labels"], ignore_index=-100, reduction="none")
-            outs.append(nll.double().sum(1))
-    return torch.stack(outs)

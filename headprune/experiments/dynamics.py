@@ -4,7 +4,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headprune.checks.checkpoint_lists import epoch_checkpoints, named_step, ordered_checkpoints
+from headprune.checks.checkpoint_lists import epoch_checkpoints, ordered_checkpoints
 from headprune.lightning.head_dynamics import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
 from headprune.results.writer import write_results_file
@@ -51,12 +51,6 @@ def analyse_checkpoints(cfg) -> list[dict]:
             take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=epoch, step=step)
         )
     return with_stability(snapshots)
-
-
-def checkpoint_step(entry: str, index: int) -> int:
-    """The training step a checkpoint's name tells (``...@step1000``, ``checkpoint-500``), else its position in the list."""
-    step = named_step(entry)
-    return index if step is None else step
 
 
 def config_for_checkpoint(cfg, entry: str):
