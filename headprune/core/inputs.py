@@ -43,6 +43,16 @@ def valid_token_rows(x, batch: dict):
 
 
 @contextmanager
+def hooks_removed(handles: list):
+    """Within the block the hooks of ``handles`` are on the model; they are removed after, whatever happens."""
+    try:
+        yield handles
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
 def eval_mode(model):
     """Within the block the model is in eval mode (no dropout); its own mode is restored after."""
     was_training = model.training

@@ -9,6 +9,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from headprune.core.attention.gates import PREFIX, ensure_gated, register_wrapper
 from headprune.core.attention.tensors import broadcast_gate
+from headprune.core.inputs import hooks_removed
 from headprune.core.joint import shared_gates
 from headprune.core.stream_gates import StreamGates
 from headprune.core.unit_kinds import ablation_refusal
@@ -125,12 +126,10 @@ def attention_implementation(model: nn.Module, name: str):
 def recorded_outputs(layers):
     """Within the block, record the output of every module in ``layers``: yields the list they fill."""
     cache = [None] * len(layers)
-    handles = [layer.register_forward_hook(lambda mod, args, out, i=i: cache.__setitem__(i, out)) for i, layer in enumerate(layers)]
-    try:
+    with hooks_removed(
+        [layer.register_forward_hook(lambda mod, args, out, i=i: cache.__setitem__(i, out)) for i, layer in enumerate(layers)]
+    ):
         yield cache
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def _repeat(value, copies: int, batch: int):

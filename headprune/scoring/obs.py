@@ -15,7 +15,7 @@ squared output errors (one unit for every kind: ``prune.joint_scale=loss``).
 import torch
 from torch import nn
 
-from headprune.core.inputs import eval_mode, model_inputs, valid_token_rows
+from headprune.core.inputs import eval_mode, hooks_removed, model_inputs, valid_token_rows
 from headprune.core.kinds import kinds_of
 from headprune.core.projections import linear_weight
 
@@ -42,15 +42,13 @@ def input_grams(model: nn.Module, projections: list[nn.Module], batches) -> list
         rows = valid_token_rows(args[0].detach(), now["batch"]).double().cpu()
         grams[index] = rows.t() @ rows if grams[index] is None else grams[index] + rows.t() @ rows
 
-    handles = [m.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, m in enumerate(projections)]
-    try:
-        with eval_mode(model):
-            for batch in batches:
-                now["batch"] = batch
-                model(**model_inputs(model, batch))
-    finally:
-        for handle in handles:
-            handle.remove()
+    with (
+        hooks_removed([m.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, m in enumerate(projections)]),
+        eval_mode(model),
+    ):
+        for batch in batches:
+            now["batch"] = batch
+            model(**model_inputs(model, batch))
     return [g if g is not None else torch.zeros(1, 1, dtype=torch.float64) for g in grams]
 
 

@@ -1,9 +1,11 @@
 """The inputs of chosen modules in one forward pass: what least-squares recovery fits its scales on."""
 
+import contextlib
+
 import torch
 from torch import nn
 
-from headprune.core.inputs import model_inputs
+from headprune.core.inputs import hooks_removed, model_inputs
 
 
 class _Stop(Exception):
@@ -22,23 +24,16 @@ def captured_module_inputs(model: nn.Module, modules: dict[int, nn.Module], batc
                 raise _Stop
 
         handles.append(module.register_forward_hook(hook))
-    try:
+    with hooks_removed(handles), contextlib.suppress(_Stop):
         model(**model_inputs(model, batch))
-    except _Stop:
-        pass
-    finally:
-        for handle in handles:
-            handle.remove()
     return store
 
 
 def captured_module_outputs(model: nn.Module, modules: dict, batch: dict) -> dict:
     """{key: the output of ``modules[key]``} in forward order, from one forward pass."""
     store: dict = {}
-    handles = [m.register_forward_hook(lambda mod, a, out, key=key: store.setdefault(key, out.detach())) for key, m in modules.items()]
-    try:
+    with hooks_removed(
+        [m.register_forward_hook(lambda mod, a, out, key=key: store.setdefault(key, out.detach())) for key, m in modules.items()]
+    ):
         model(**model_inputs(model, batch))
-    finally:
-        for handle in handles:
-            handle.remove()
     return store

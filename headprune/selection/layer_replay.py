@@ -4,12 +4,13 @@ Layer-wise reconstruction re-solves a layer's projections and moves on: replayin
 the one below costs about one forward pass per projection group instead of one pass up to every projection.
 """
 
+import contextlib
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from headprune.core.inputs import model_inputs
+from headprune.core.inputs import hooks_removed, model_inputs
 from headprune.core.layer.sites import INPUT_NAMES, layer_stacks
 
 
@@ -73,12 +74,8 @@ def layer_calls(model: nn.Module, layers: list[str], batch: dict) -> dict[str, t
     handles = [
         modules[p].register_forward_pre_hook(lambda m, a, k, p=p: calls.setdefault(p, (a, dict(k))), with_kwargs=True) for p in layers
     ]
-    try:
-        with no_cache(model):
-            model(**model_inputs(model, batch))
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooks_removed(handles), no_cache(model):
+        model(**model_inputs(model, batch))
     return calls
 
 
@@ -117,13 +114,8 @@ def replay_until(layer: nn.Module, call: tuple[tuple, dict], module: nn.Module) 
         store["x"] = args[0].detach()
         raise _Stop
 
-    handle = module.register_forward_pre_hook(hook)
-    try:
+    with hooks_removed([module.register_forward_pre_hook(hook)]), contextlib.suppress(_Stop):
         replay(layer, call)
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
     return store["x"]
 
 
@@ -131,10 +123,6 @@ def replay_until(layer: nn.Module, call: tuple[tuple, dict], module: nn.Module) 
 def replay_outputs(layer: nn.Module, call: tuple[tuple, dict], modules: dict[str, nn.Module]) -> tuple[torch.Tensor, dict]:
     """(the layer's output, {name: each module's output, in the order they ran}) on this call."""
     store: dict[str, torch.Tensor] = {}
-    handles = [m.register_forward_hook(lambda mod, a, out, n=n: store.setdefault(n, out.detach())) for n, m in modules.items()]
-    try:
+    with hooks_removed([m.register_forward_hook(lambda mod, a, out, n=n: store.setdefault(n, out.detach())) for n, m in modules.items()]):
         out = replay(layer, call)
-    finally:
-        for handle in handles:
-            handle.remove()
     return out, store

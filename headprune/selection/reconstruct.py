@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from headprune.core.inputs import eval_mode, valid_token_rows
+from headprune.core.inputs import eval_mode, hooks_removed, valid_token_rows
 from headprune.core.kinds import KINDS
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
 from headprune.selection.captures import captured_module_inputs, captured_module_outputs
@@ -171,11 +171,8 @@ def residual_writer(teacher: nn.Module, layer: str, call: tuple[tuple, dict]) ->
     last = list(got)[-1]
     generator = torch.Generator().manual_seed(0)
     delta = torch.randn(got[last].shape, generator=generator).to(got[last]) * (float(got[last].std()) + 1e-6)
-    handle = inside[last].register_forward_hook(lambda module, args, output: output + delta)
-    try:
+    with hooks_removed([inside[last].register_forward_hook(lambda module, args, output: output + delta)]):
         moved = replay(modules[layer], call)
-    finally:
-        handle.remove()
     scale = float(delta.abs().max())
     return last if float((moved - out - delta).abs().max()) <= 1e-3 * scale else None
 
