@@ -11,7 +11,15 @@ from headprune.core.inputs import eval_mode, group_valid, model_inputs
 from headprune.core.unit_kinds import KINDS, kind_of_group, kinds_of
 from headprune.core.units import unit_gates
 
-REDUCTIONS = ("example", "token", "batch", "fisher")
+# a unit's share of a batch from its contributions (B, T, U), dL(x_b)/d xi_u restricted to token t: summing the probes over t
+# gives dL(x)/d xi_h, so I_h = E_x |dL(x)/d xi_h| (example) and F_h = E_x (dL(x)/d xi_h)^2 (fisher)
+REDUCE = {
+    "example": lambda c: c.sum(1).abs().sum(0),
+    "token": lambda c: c.abs().sum(1).sum(0),
+    "batch": lambda c: c.sum((0, 1)).abs(),  # of the batch-mean loss's gradient
+    "fisher": lambda c: c.sum(1).pow(2).sum(0),
+}
+REDUCTIONS = tuple(REDUCE)
 
 
 def _require_labels(batch: dict) -> None:
@@ -100,17 +108,8 @@ def importance_scores(
                     found = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
                     if found is None:
                         continue
-                    contribution, ids, group = found  # (B, T, U): dL(x_b)/d xi_u restricted to token t
-                    # I_h = E_x |dL(x)/d xi_h| (example); F_h = E_x (dL(x)/d xi_h)^2 (fisher), summing the probes over t gives dL(x)/d xi_h
-                    if reduce == "example":
-                        value = contribution.sum(1).abs().sum(0)
-                    elif reduce == "fisher":
-                        value = contribution.sum(1).pow(2).sum(0)
-                    elif reduce == "token":
-                        value = contribution.abs().sum(1).sum(0)
-                    else:
-                        value = contribution.sum((0, 1)).abs()
-                    totals[group][site.layer, ids] += value.cpu()
+                    contribution, ids, group = found  # (B, T, U)
+                    totals[group][site.layer, ids] += REDUCE[reduce](contribution).cpu()
                 site.probes.clear()
             count += losses.shape[0] if reduce != "batch" else 1
             examples, loss_total = examples + losses.shape[0], loss_total + float(losses.detach().sum())
