@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 
 class OnnxRunner:
@@ -65,8 +66,6 @@ class FileTokenizer:
 
 def read_onnx(job: dict) -> Loaded:
     """ONNX graphs in ONNX Runtime (with the tokenizer.json beside them); greedy decoding runs the whole sequence again per token."""
-    from pathlib import Path
-
     runner = OnnxRunner(job["files"])
     folder = Path(next(iter(job["files"].values()))).parent
     tokenizer = FileTokenizer(folder / "tokenizer.json") if (folder / "tokenizer.json").is_file() else None
@@ -107,15 +106,17 @@ def read_transformers(job: dict) -> Loaded:
     return Loaded(logits, greedy, tokenizer, report)
 
 
-def read_gguf_numpy(job: dict) -> Loaded:
-    """A deci GGUF file read by the numpy reader (gguf_numpy.py beside this file, loaded by path), its layout against the one written."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("gguf_numpy_reader", Path(__file__).with_name("gguf_numpy.py"))
+def beside(file: str, name: str):
+    """The module of ``file`` beside this one, loaded by path (this script cannot import headprune)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    decoder = module.GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
+    return module
+
+
+def read_gguf_numpy(job: dict) -> Loaded:
+    """A deci GGUF file read by the numpy reader (gguf_numpy.py beside this file, loaded by path), its layout against the one written."""
+    decoder = beside("gguf_numpy.py", "gguf_numpy_reader").GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
     layout = {key: decoder.layout[key] for key in job["layout"]}
     report = {"architecture": job.get("architecture"), "reader": "gguf + numpy", "layout": layout, "layout_equal": layout == job["layout"]}
     logits = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
@@ -124,15 +125,9 @@ def read_gguf_numpy(job: dict) -> Loaded:
 
 def read_deci_torch(job: dict) -> Loaded:
     """A DeciLMForCausalLM directory run by the torch reference (decilm_reference.py, loaded by path), its layout and tokenizer checked."""
-    import importlib.util
-    from pathlib import Path
-
     import transformers
 
-    spec = importlib.util.spec_from_file_location("decilm_reference_reader", Path(__file__).with_name("decilm_reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    decoder = module.DeciLMReference(job["dir"])
+    decoder = beside("decilm_reference.py", "decilm_reference_reader").DeciLMReference(job["dir"])
     tokenizer = None  # as vLLM loads it: the directory's config names its own config class (trust_remote_code)
     if job.get("tokenizer", True):
         tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], trust_remote_code=True)
@@ -225,8 +220,6 @@ def token_nll(logits, ids, mask) -> tuple[float, float]:
 
 def gguf_pre_report(job: dict) -> dict:
     """The pre-tokenizer the GGUF file names (llama.cpp splits text by it) against the one chosen for the model's tokenizer."""
-    from pathlib import Path
-
     from gguf import GGUFReader
 
     field = GGUFReader(str(Path(job["dir"]) / job["gguf_file"])).fields.get("tokenizer.ggml.pre")
