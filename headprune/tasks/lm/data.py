@@ -200,11 +200,7 @@ class LMData:
         return cls(
             texts if texts is not None else load_texts(cfg),
             tokenizer,
-            max_length=cfg.max_length,
-            batch_size=cfg.batch_size,
-            eval_batch_size=cfg.eval_batch_size,
-            add_bos=cfg.add_bos,
-            add_eos=cfg.add_eos,
+            **{key: cfg[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")},
             bos_id=bos_id,
         )
 

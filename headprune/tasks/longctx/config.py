@@ -58,30 +58,21 @@ class PasskeyConfig:
         values = OmegaConf.to_container(data, resolve=True) if OmegaConf.is_config(data) else dict(data)
         files, synthetic = values.get("files"), values.get("synthetic")
         return cls(
-            name=str(values["name"]),
-            source=str(values["source"]),
-            seed=int(values["seed"]),
+            **{key: str(values[key]) for key in ("name", "source", "ask", "metric")},
+            **{key: int(values[key]) for key in ("seed", "key_digits", "needles", "batch_size", "eval_batch_size")},
+            **{key: values.get(key) for key in ("hub_path", "hub_name", "text_field")},
             sizes={split: int(n) for split, n in dict(values["sizes"]).items()},
             context_lengths=tuple(int(n) for n in values["context_lengths"]),
             depths=tuple(float(d) for d in values["depths"]),
-            key_digits=int(values["key_digits"]),
-            needles=int(values["needles"]),
-            ask=str(values["ask"]),
             add_bos=bool(values["add_bos"]),
-            batch_size=int(values["batch_size"]),
-            eval_batch_size=int(values["eval_batch_size"]),
             template=Templates(**{k: str(v) for k, v in dict(values["template"]).items()}),
             names=tuple(str(n) for n in values["names"]),
             dir=None if values.get("dir") is None else str(values["dir"]),
             files=None if files is None else {s: [p] if isinstance(p, str) else list(p) for s, p in files.items() if p is not None},
-            hub_path=values.get("hub_path"),
-            hub_name=values.get("hub_name"),
             hub_splits=None if values.get("hub_splits") is None else dict(values["hub_splits"]),
-            text_field=values.get("text_field"),
             synthetic_seed=int(synthetic["seed"]) if synthetic else None,
             synthetic_sentences=int(synthetic["sentences"]) if synthetic else None,
             repeat=None if values.get("repeat") is None else tuple(str(line) for line in values["repeat"]),
-            metric=str(values["metric"]),
             raw=data,
         )
 
