@@ -155,29 +155,38 @@ def search_mask(
 ) -> SearchResult:
     """The mask that meets ``target`` (a PruneTarget or a one-key dict) removing the fewest heads of the greedy order."""
     target = PruneTarget.from_config(target)
-    shape = costs.groups
     order = removal_order(scores, costs, start, min_per_layer, groups)
-    refine = refine or (lambda mask: mask)
-    masks = lambda k: refine(mask_after(order, k, shape, start))  # noqa: E731
-    along = costs_along(order, costs, start)  # cost after k = 0..n removals: the pruned model's own where the model counts it
-    if costs.exact is not None:
-        along = CostsAlong(costs, lambda k: mask_after(order, k, shape, start), len(order) + 1)
-    evaluations: dict[int, float] = {}
-
-    def score_of(k: int) -> float:
-        if k not in evaluations:
-            evaluations[k] = float(evaluate(masks(k)))
-        return evaluations[k]
-
-    k = target_level(target, costs, along, evaluate is not None, score_of, higher_is_better)
+    raw = lambda k: mask_after(order, k, costs.groups, start)  # noqa: E731
+    predicted = costs_along(order, costs, start)  # cost after k = 0..n removals
+    k, mask, along, evaluations = searched_level(target, costs, raw, predicted, evaluate, higher_is_better, refine)
     if k is None:
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
             f"removable unit (a layer stack and the residual stream keep one) keeps {along[-1] / costs.total:.3f} of the cost, a speed-up of "
             f"{costs.total / along[-1]:.3f} ({costs.unit})"
         )
-    mask = masks(k)
     return SearchResult.of(mask, order[:k], costs, target, evaluations)
+
+
+def searched_level(
+    target, costs: CostModel, raw: Callable, predicted: list[float], evaluate, higher_is_better: bool, refine=None, key=None
+):
+    """(the level meeting ``target`` or None, its mask, the cost at each level, the scores evaluated): level i's mask is
+    ``refine(raw(i))``, its cost ``predicted[i]`` or the pruned model's own where ``costs`` counts it; scores keyed by
+    ``key(mask)`` (by level when None)."""
+    refine = refine or (lambda mask: mask)
+    along = CostsAlong(costs, raw, len(predicted)) if costs.exact is not None else predicted
+    evaluations: dict[int, float] = {}
+
+    def score_of(i: int) -> float:
+        mask = None if key is None and i in evaluations else refine(raw(i))  # a level's mask made once when keyed by level
+        k = i if key is None else key(mask)
+        if k not in evaluations:
+            evaluations[k] = float(evaluate(mask))
+        return evaluations[k]
+
+    level = target_level(target, costs, along, evaluate is not None, score_of, higher_is_better)
+    return level, None if level is None else refine(raw(level)), along, evaluations
 
 
 def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:

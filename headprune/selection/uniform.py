@@ -5,9 +5,8 @@ from collections.abc import Callable
 
 import torch
 
-from headprune.selection.costs import CostsAlong
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, SearchResult, target_level
+from headprune.selection.mask_search import PruneTarget, SearchResult, searched_level
 from headprune.selection.uniform_path import UniformPath
 
 LAYOUTS = ("global", "uniform")
@@ -121,28 +120,16 @@ def uniform_search(
     base = _start_mask(shape, start)
     path = UniformPath(scores, costs, base, groups, max(min_per_layer, 1))
     levels = path.levels()
-    refine = refine or (lambda mask: mask)
-    mask_at = lambda i: refine(uniform_mask(scores, shape, levels[i], base))  # noqa: E731
-    cost_at = [path.cost(counts) for counts in levels]
-    if costs.exact is not None:  # the pruned model's own count at each level
-        cost_at = CostsAlong(costs, lambda i: uniform_mask(scores, shape, levels[i], base), len(levels))
-    evaluations: dict[int, float] = {}
-
-    def score_of(i: int) -> float:
-        mask = mask_at(i)
-        removed = sum(int((mask[g] == 0).sum()) for g in groups)
-        if removed not in evaluations:
-            evaluations[removed] = float(evaluate(mask))
-        return evaluations[removed]
-
-    i = target_level(target, costs, cost_at, evaluate is not None, score_of, higher_is_better)
+    raw = lambda i: uniform_mask(scores, shape, levels[i], base)  # noqa: E731
+    removed = lambda mask: sum(int((mask[g] == 0).sum()) for g in groups)  # noqa: E731
+    predicted = [path.cost(counts) for counts in levels]
+    i, mask, cost_at, evaluations = searched_level(target, costs, raw, predicted, evaluate, higher_is_better, refine, removed)
     if i is None:
         raise ValueError(
             f"target {target.kind}={target.value} cannot be met in the uniform layout with min_per_layer={min_per_layer}: "
             f"removing {_counts_text(levels[-1])} units in every layer keeps {cost_at[-1] / costs.total:.3f} of the cost, a speed-up "
             f"of {costs.total / cost_at[-1]:.3f} ({costs.unit}); use prune.layout=global or a lower target"
         )
-    mask = mask_at(i)
     return SearchResult.of(mask, _removed_in_order(mask, base, scores, groups), costs, target, evaluations)
 
 
