@@ -86,14 +86,3 @@ def head_list(mask: dict[str, torch.Tensor]) -> dict[str, dict[int, list[int]]]:
 def kv_to_head_mask(kv_mask: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
     """A KV-group mask {group: [..., L, KV]} as a query-head mask {group: [..., L, KV * heads_per_kv]}."""
     return {g: m.repeat_interleave(heads_per_kv[g], dim=-1) for g, m in kv_mask.items()}  # repeat_kv's head order
-
-
-def head_to_kv_mask(mask: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
-    """A query-head mask {group: [..., L, H]} as a KV-group mask: the largest gate of each group's query heads."""
-    out = {}
-    for g, m in mask.items():
-        n = heads_per_kv[g]
-        if m.shape[-1] % n:
-            raise ValueError(f"group {g!r} has {m.shape[-1]} heads per layer, not a multiple of {n} query heads per KV head")
-        out[g] = m.unflatten(-1, (m.shape[-1] // n, n)).amax(-1)  # (..., L, KV): 0 only when every query head is 0
-    return out
