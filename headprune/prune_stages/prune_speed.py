@@ -280,9 +280,7 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     ctx = ParetoRun(
         settings=prune,
         order_settings=order_settings,
-        shared=where["shared"],
-        split=where["split"],
-        selection=where["selection"],
+        **{key: where[key] for key in ("shared", "split", "selection", "seed")},
         base=where["base"],  # scored below, once the settings are known to work
         groups=check_groups(prune.groups, task.gates.groups),
         min_per_layer=int(prune.min_units_per_layer),
@@ -298,7 +296,6 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
         base_extra={},
         rounds=rounds,
         speed=settings.speed,
-        seed=where["seed"],
         out=out,
         progress=order_settings.progress,
     )
