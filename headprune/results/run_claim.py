@@ -1,12 +1,12 @@
 """One run per directory: a finished run of another experiment, or of other settings, is refused before work."""
 
-import os
 import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from headprune.core.checks import ConfigError
+from headprune.results.staging import replace_dir
 from headprune.results.writer import read_json
 
 RECORD = ".hydra"  # the settings of the run whose results.json lies beside it
@@ -131,9 +131,4 @@ def settle_run_record(out: Path, stamp_before: tuple | None) -> None:
     if results_stamp(out) == stamp_before:  # the run stopped before its results: the old run stays whole
         shutil.rmtree(staged)
         return
-    record = Path(out) / RECORD
-    old = Path(out) / ".hydra.old"
-    if record.exists():
-        os.replace(record, old)
-    os.replace(staged, record)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(staged, Path(out) / RECORD)
