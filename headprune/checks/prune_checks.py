@@ -379,21 +379,10 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
     given, recover, steps = prune.given, list(prune.recoveries), prune.recovering
     if given.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")
-    if "finetune" not in steps:
-        refuse_given(
-            cfg,
-            ("prune.finetune",),
-            f"prune.finetune.* sets the fine-tune of prune.recover=finetune, and prune.recover={recover} runs none "
-            "(add finetune to prune.recover)",
-        )
-    if "lsq" not in steps:
-        refuse_given(cfg, ("prune.lsq",), f"prune.lsq.* sets the least squares of prune.recover=lsq, and prune.recover={recover}")
-    if "reconstruct" not in steps:
-        refuse_given(
-            cfg,
-            ("prune.reconstruct",),
-            f"prune.reconstruct.* sets the reconstruction of prune.recover=reconstruct, and prune.recover={recover}",
-        )
+    for step, what in (("finetune", "the fine-tune"), ("lsq", "the least squares"), ("reconstruct", "the reconstruction")):
+        if step not in steps:
+            why = f"prune.{step}.* sets {what} of prune.recover={step}, and prune.recover={recover} runs none (add {step} to prune.recover)"
+            refuse_given(cfg, (f"prune.{step}",), why)
     if recover == ["none"] * len(recover) and given.get("schedule") is None:
         refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
     if given.finetune.get("tokens") is not None:
