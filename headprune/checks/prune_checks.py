@@ -350,13 +350,8 @@ def check_control(cfg, prune) -> None:
 
 def check_prune_lists(prune) -> None:
     """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
-    for name in (
-        "order",
-        "recover",
-        "extra_splits",
-        "fractions",
-        "vocab_text",
-    ):  # groups: check_group_names; a schedule must grow: its own check
+    # prune.groups: check_group_names; a schedule must grow: its own check
+    for name in ("order", "recover", "extra_splits", "fractions", "vocab_text"):
         value = prune.get(name)
         if OmegaConf.is_list(value):
             no_duplicates(value, f"prune.{name}")
