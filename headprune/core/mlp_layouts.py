@@ -16,9 +16,7 @@ class MLPLayout:
 
 
 BERT_MLP = MLPLayout(
-    sites=((r"(?:^|\.)encoder\.layer\.(\d+)$", "enc_ffn", "intermediate_size"),),
-    up=("intermediate.dense",),
-    down="output.dense",
+    sites=((r"(?:^|\.)encoder\.layer\.(\d+)$", "enc_ffn", "intermediate_size"),), up=("intermediate.dense",), down="output.dense"
 )
 
 BART_MLP = MLPLayout(  # fc1 / fc2 on the layer itself
@@ -31,9 +29,7 @@ BART_MLP = MLPLayout(  # fc1 / fc2 on the layer itself
 )
 
 GATED_MLP = MLPLayout(  # Llama, Mistral, Qwen, Gemma, Granite, OLMo 2: down(act(gate(x)) * up(x))
-    sites=((r"(?:^|\.)layers\.(\d+)\.mlp$", "dec_ffn", "intermediate_size"),),
-    up=("gate_proj", "up_proj"),
-    down="down_proj",
+    sites=((r"(?:^|\.)layers\.(\d+)\.mlp$", "dec_ffn", "intermediate_size"),), up=("gate_proj", "up_proj"), down="down_proj"
 )
 
 OPT_MLP = MLPLayout(sites=((r"(?:^|\.)decoder\.layers\.(\d+)$", "dec_ffn", "ffn_dim"),), up=("fc1",), down="fc2")

@@ -9,16 +9,7 @@ from transformers import PreTrainedModel
 
 from headprune.core.inputs import DECODER_INPUTS
 from headprune.core.units import primitive_gates
-from headprune.engine.ablation import (
-    MaskBatcher,
-    _count,
-    _patched,
-    _repeat,
-    _repeat_inputs,
-    _take_masks,
-    first_changed,
-    recorded_outputs,
-)
+from headprune.engine.ablation import MaskBatcher, _count, _patched, _repeat, _repeat_inputs, _take_masks, first_changed, recorded_outputs
 
 MODEL_INPUTS = DECODER_INPUTS
 

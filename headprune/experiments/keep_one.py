@@ -28,10 +28,7 @@ def run(cfg) -> dict:
     result = keep_one_stage(task, selection, split, groups, int(settings.n_samples), int(cfg.seed), float(settings.alpha), progress=True)
     out = output_dir(cfg)
     figure = keep_one_bars(
-        result["rows"],
-        out / "keep_one.png",
-        f"{keep_one_title(task)} ({cfg.model.name}, {split})",
-        f"{result['metric']} difference",
+        result["rows"], out / "keep_one.png", f"{keep_one_title(task)} ({cfg.model.name}, {split})", f"{result['metric']} difference"
     )
     for r in result["rows"]:
         kept = f"keep {noun(task.gates.unit)} {r['best_head'] + 1}" + (" full, stream the others" if streaming(task) else "")

@@ -88,10 +88,7 @@ class HeadImportanceTracker(L.Callback):
 
     def _log(self, trainer, pl_module, snap: dict) -> None:
         """Scalars to any logger; curve, table and heatmap images to W&B."""
-        scalars = {
-            "dynamics/unpruned": snap["unpruned"],
-            "dynamics/prunable_fraction": snap["prunable_fraction"],
-        }
+        scalars = {"dynamics/unpruned": snap["unpruned"], "dynamics/prunable_fraction": snap["prunable_fraction"]}
         if snap.get("rank_stability") is not None:
             scalars["dynamics/rank_stability"] = snap["rank_stability"]
         for fraction, relative in zip(snap["fractions"], snap["relative"]):

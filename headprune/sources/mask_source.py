@@ -91,10 +91,7 @@ def mask_origin(settings, found: MaskFile, chosen: Candidate, mask: dict, task) 
     if chosen.point is not None:  # a Pareto point: its target and predicted speed-up are reported beside the measured gain
         point = chosen.point
         origin.update(
-            fraction=removed_fraction(point),
-            step=point["step"],
-            target=point.get("target"),
-            predicted_speedup=point["predicted_speedup"],
+            fraction=removed_fraction(point), step=point["step"], target=point.get("target"), predicted_speedup=point["predicted_speedup"]
         )
     return origin
 

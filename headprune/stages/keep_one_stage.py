@@ -8,18 +8,7 @@ from headprune.selection.greedy import check_groups
 from headprune.stages.evaluation import evaluate_many, evaluate_one, unit_counts
 
 
-def keep_one_stage(
-    task,
-    selection: str,
-    split: str,
-    groups,
-    n_samples: int,
-    seed: int,
-    alpha: float,
-    *,
-    progress: bool,
-    base=None,
-) -> dict:
+def keep_one_stage(task, selection: str, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:
     """Per layer: the best single head on ``selection``, and the score change on ``split`` with only it kept."""
     shape = task.gates.groups
     groups = check_groups(groups, shape)
