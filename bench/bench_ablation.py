@@ -8,7 +8,7 @@ Same model, data and machine in one run: the plain evaluation (task.evaluate, no
 before and after the ablation, and the ratio uses their median. Both wall-clock and process CPU time
 are printed (CPU time is steadier when other jobs share the machine). MiniLM: ``task.evaluate_many``
 of all single-head masks at once. An LLM: the ablation as experiment=ablate runs it
-(``headprune.stages.evaluation.evaluate_many``, 36 masks per call), for each pruning unit of
+(``headprune.measures.evaluation.evaluate_many``, 36 masks per call), for each pruning unit of
 ``--units`` (query heads; KV groups, each a KV head with its query heads).
 """
 
@@ -71,7 +71,7 @@ def minilm(args) -> None:
 
 def llm(args) -> None:
     from headprune.engine.ablation import single_unit_masks
-    from headprune.stages.evaluation import evaluate_many
+    from headprune.measures.evaluation import evaluate_many
     from headprune.tasks.unit_task import in_unit
 
     task = lm_task(args.model, args.data, args.texts)

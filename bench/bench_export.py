@@ -82,7 +82,7 @@ def main():
     from headprune.engine.verdict import gain_summary, gain_text, verdict
     from headprune.export.onnx import export_onnx, quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
-    from headprune.stages.evaluation import swapped_model
+    from headprune.measures.evaluation import swapped_model
 
     model, mask, task, what = model_and_mask(args)
     original = copy.deepcopy(model)

@@ -31,10 +31,10 @@ def main():
     torch.set_num_threads(args.threads)
     from omegaconf import OmegaConf
 
+    from headprune.measures.speed_stage import speed_stage
     from headprune.selection.greedy import masks_for_fractions
     from headprune.settings import SpeedSettings, read_settings
     from headprune.sources.orders import OrderSettings, order_scores
-    from headprune.stages.speed_stage import speed_stage
 
     task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])
     importance = OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False})

@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headprune"
 # What the experiments compose, above tasks/: each room one job, in import order.
-COMPOSING_ROOMS = ("stages", "sources", "settings", "prune_stages", "study", "checks", "experiments")
+COMPOSING_ROOMS = ("measures", "sources", "settings", "stages", "checks", "experiments")
 # One folder per layer; a module imports only its own layer and the layers before it.
 LAYERS = (
     "core",

@@ -2408,9 +2408,9 @@ def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, ove
     from hydra.utils import get_method
 
     from headprune.core.checks import ConfigError
-    from headprune.prune_stages import prune_speed
     from headprune.selection import unit_latency
     from headprune.selection.costs import CostModel
+    from headprune.stages import prune_speed
     from headprune.validation import validate
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -36,7 +36,7 @@ def test_swapped_model_restores_the_unit_view(task):
     import copy
 
     from headprune.core.attention.gates import HeadGates
-    from headprune.stages.evaluation import swapped_model
+    from headprune.measures.evaluation import swapped_model
     from headprune.tasks.unit_task import in_unit
 
     kv_task = in_unit(task, "kv_group")
@@ -188,7 +188,7 @@ def test_speed_rows_of_nli_keep_their_columns():
 
 def test_score_check_allows_float_rounding_only():
     """Masked and pruned perplexities that differ by float rounding agree; a real difference does not."""
-    from headprune.stages.evaluation import score_check
+    from headprune.measures.evaluation import score_check
     from headprune.tasks.base import EvalResult
 
     def result(nll):
@@ -207,7 +207,7 @@ def test_score_check_allows_float_rounding_only():
 
 def test_speed_refuses_a_pruned_model_that_scores_otherwise(shared_task, monkeypatch):
     """A physically pruned model that does not score like the masked one stops the speed stage before any timing."""
-    from headprune.stages import speed_stage as speed
+    from headprune.measures import speed_stage as speed
 
     monkeypatch.setattr(speed, "prune_unit_mask", lambda gates, mask: {})  # "pruning" that removes nothing
     mask = shared_task.gates.ones()

@@ -6,7 +6,7 @@ import pytest
 from experiment_helpers import make_cfg, results, task_fixtures
 
 from headprune.experiments import ablate, keep_one, prune, speed, study
-from headprune.stages import evaluation
+from headprune.measures import evaluation
 
 TASK = "mt"
 

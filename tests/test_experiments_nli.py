@@ -9,8 +9,8 @@ import torch
 from experiment_helpers import ROOT, make_cfg, results, task_fixtures
 
 from headprune.experiments import ablate, keep_one, prune, speed, study
-from headprune.prune_stages import greedy_stage
-from headprune.stages import evaluation
+from headprune.measures import evaluation
+from headprune.stages import greedy_stage
 
 TASK = "nli"
 

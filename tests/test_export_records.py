@@ -81,7 +81,7 @@ def test_only_pre_tokenizers_llama_cpp_knows_are_written():
 def test_a_lora_rank_is_checked_against_the_pruned_projections(lm_task):
     from headprune.core.pruning import prune_kv_groups
     from headprune.lightning.lora import lora_targets, smallest_projection
-    from headprune.prune_stages.finetune_runs import check_lora_rank
+    from headprune.stages.finetune_runs import check_lora_rank
 
     model = copy.deepcopy(lm_task.model)
     prune_kv_groups(model, {"dec_self": {0: [1], 1: [0]}})  # each layer keeps 1 KV head: k/v_proj 32 -> 8 features

@@ -53,7 +53,7 @@ def test_latency_tables_of_every_kind_that_has_them(tmp_path, unit):
     from types import SimpleNamespace
 
     from headprune.core.attention.gates import own_attention_name
-    from headprune.prune_stages.pareto_measure import cost_model
+    from headprune.stages.pareto_measure import cost_model
 
     model = tiny_llama()
     gates = unit_gates(model, unit.strip("[]").split(","))

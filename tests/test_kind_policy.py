@@ -43,7 +43,7 @@ def test_the_study_runs_keep_one_only_where_it_measures_something(unit, wanted):
     from types import SimpleNamespace
 
     from headprune.core.kinds.kind_registry import parse_unit
-    from headprune.study.study_stages import STUDY_STAGES
+    from headprune.stages.study_stages import STUDY_STAGES
 
     stage = next(s for s in STUDY_STAGES if s.name == "keep_one")
     assert stage.wanted(SimpleNamespace(task=SimpleNamespace(gates=SimpleNamespace(unit=parse_unit(unit))))) is wanted

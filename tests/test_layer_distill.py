@@ -16,7 +16,7 @@ from headprune.core.hidden.pruning import keep_channels
 from headprune.core.layer.removal import remove_layers
 from headprune.lightning.finetune import RecoveryModule, finetune_recover
 from headprune.lightning.layer_distill import layer_distillation_loss, layer_targets
-from headprune.prune_stages.finetune_runs import finetune_record
+from headprune.stages.finetune_runs import finetune_record
 
 
 def _layer_loss(student, teacher, batch) -> torch.Tensor:

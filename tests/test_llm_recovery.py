@@ -153,7 +153,7 @@ class FakeTask:
 
 
 def test_a_token_budget_takes_the_shortest_prefix_of_batches_that_holds_it():
-    from headprune.prune_stages.finetune_runs import batch_tokens, budget_batches
+    from headprune.stages.finetune_runs import batch_tokens, budget_batches
 
     for tokens, batches in ((1, 1), (10, 1), (11, 2), (50, 5)):
         chosen = budget_batches(FakeTask(), tokens, 0)
@@ -166,7 +166,7 @@ def test_a_token_budget_takes_the_shortest_prefix_of_batches_that_holds_it():
 
 # ---- the control and KV groups through the prune experiment -----------------------------------------------
 def _spy_finetunes(monkeypatch) -> list[dict]:
-    from headprune.prune_stages import finetune_runs
+    from headprune.stages import finetune_runs
 
     calls = []
     original = finetune_runs.finetune_recover

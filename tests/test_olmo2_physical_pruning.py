@@ -32,7 +32,7 @@ def test_prune_run_saves_pruned_models_that_score_as_masked(tmp_path, monkeypatc
     from headprune.core.attention.gates import HeadGates
     from headprune.core.saving import load_pruned
     from headprune.experiments import prune
-    from headprune.stages.evaluation import swapped_model
+    from headprune.measures.evaluation import swapped_model
     from headprune.tasks import registry
 
     cfg = _cfg(tmp_path, "prune", f"prune.unit={unit}", f"prune.recover=[none,{recovery}]", *SAVED)

@@ -56,7 +56,7 @@ def test_both_rearrangements_for_fractions_and_recoveries(shared_task, tmp_path)
 
 
 def test_rearranged_masks_are_what_a_drop_target_checks(shared_task, tmp_path, monkeypatch):
-    from headprune.prune_stages import prune_speed
+    from headprune.stages import prune_speed
 
     checked = []
     real = prune_speed.rearranged

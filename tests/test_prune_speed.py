@@ -70,9 +70,9 @@ def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path)
 
 def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(shared_task, tmp_path):
     from headprune.core.pruning import prune_mask
-    from headprune.prune_stages.calibration_batches import recovery_batches
-    from headprune.prune_stages.pareto_measure import recovered_model
     from headprune.selection.greedy import masks_for_fractions
+    from headprune.stages.calibration_batches import recovery_batches
+    from headprune.stages.pareto_measure import recovered_model
 
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.recover=lsq")
     scores = {g: torch.rand(l, h, generator=torch.Generator().manual_seed(1)) for g, (l, h) in shared_task.gates.groups.items()}
@@ -158,7 +158,7 @@ def test_a_schedule_fine_tunes_each_round_on_a_new_draw(shared_task, tmp_path, m
 def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_path, monkeypatch):
     """Generation speed depends on the weights: a recovered point is timed on its own recovered, physically pruned model."""
     from headprune.core.pruning import pruning_record
-    from headprune.prune_stages import pareto_measure as speed_experiment
+    from headprune.stages import pareto_measure as speed_experiment
 
     timed = []
     original = speed_experiment.speed_stage
@@ -188,7 +188,7 @@ def test_recovered_points_are_timed_on_their_recovered_models(shared_task, tmp_p
 def test_a_speed_budget_that_runs_out_keeps_the_recovered_scores(shared_task, tmp_path, monkeypatch):
     """Hours of recovery are not lost to speed.max_seconds: the point that could not be timed is written without timing."""
     from headprune.engine.timing import TimeBudgetError
-    from headprune.prune_stages import pareto_measure as speed_experiment
+    from headprune.stages import pareto_measure as speed_experiment
 
     original = speed_experiment.speed_stage
 

@@ -11,9 +11,9 @@ from headprune.core.inputs import valid_token_rows
 from headprune.core.kinds import register_kind, unregister_kind
 from headprune.core.kinds.kind_registry import reconstruction_refusal
 from headprune.core.units import prune_unit_mask, unit_gates
-from headprune.prune_stages.calibration_batches import recovery_batches
 from headprune.selection.layer_replay import hidden_input, kept_layer_paths, layer_calls, renamed, stacks_of
 from headprune.selection.reconstruct import reconstruct, residual_writer, shrunk_projections, teacher_targets
+from headprune.stages.calibration_batches import recovery_batches
 from headprune.tasks.registry import load_task
 
 

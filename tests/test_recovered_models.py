@@ -63,7 +63,7 @@ def test_recovered_model_is_kept_scores_its_row_and_exports(family, capsys, monk
     task = in_unit(registry.load_task(cfg), "head")
     model = load_pruned(folder)
     from headprune.core.attention.gates import HeadGates
-    from headprune.stages.evaluation import swapped_model
+    from headprune.measures.evaluation import swapped_model
 
     with swapped_model(task, model, HeadGates(model)):
         score = task.evaluate(None, split="eval").score

@@ -8,10 +8,10 @@ from experiment_helpers import make_cfg, results, task_fixtures
 from headprune.core.units import prune_unit_mask
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.experiments import prune
-from headprune.prune_stages.calibration_batches import recovery_batches
-from headprune.prune_stages.finetune_runs import finetune_batches, finetune_in_place
-from headprune.prune_stages.pareto_measure import recovered_model
 from headprune.settings import RunSettings
+from headprune.stages.calibration_batches import recovery_batches
+from headprune.stages.finetune_runs import finetune_batches, finetune_in_place
+from headprune.stages.pareto_measure import recovered_model
 from headprune.tasks.unit_task import in_unit, unit_of
 
 TASK = "lm"

@@ -19,7 +19,7 @@ def _points(tmp_path) -> dict:
 def test_save_all_keeps_the_point_without_recovery_and_it_scores_its_row(shared_task, tmp_path):
     from headprune.core.attention.gates import HeadGates
     from headprune.core.saving import load_pruned
-    from headprune.stages.evaluation import swapped_model
+    from headprune.measures.evaluation import swapped_model
 
     prune.run(make_cfg(tmp_path, "prune", TASK, "prune.fractions=[0.5]", "prune.recover=[none,lsq]", "prune.save=all"))
     points = _points(tmp_path)
@@ -42,9 +42,9 @@ def test_save_by_name_keeps_only_the_named_point_without_recovery(shared_task, t
 
 
 def test_planned_points_are_the_points_the_run_makes(shared_task, tmp_path):
-    from headprune.prune_stages.greedy_stage import fractions_of, orders_of
-    from headprune.prune_stages.pareto_plan import planned_points
     from headprune.sources.point_models import point_names
+    from headprune.stages.greedy_stage import fractions_of, orders_of
+    from headprune.stages.pareto_plan import planned_points
 
     overrides = ("prune.order=[importance,fisher]", "prune.fractions=[0.25,0.5]", "prune.recover=[none,lsq]", "prune.rearrange=both")
     cfg = make_cfg(tmp_path, "prune", TASK, *overrides)

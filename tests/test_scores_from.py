@@ -52,7 +52,7 @@ def test_scores_of_another_model_are_refused_before_evaluation(capsys, monkeypat
     results = {"action": "stream", "unit": "kv_group", "orders": {"importance": {"steps": [], "head_scores": scores}}}
     (tmp_path / "other.json").write_text(json.dumps({"results": results}))
     evaluated = []
-    monkeypatch.setattr("headprune.prune_stages.greedy_stage.evaluate_one", lambda *a, **k: evaluated.append(1))
+    monkeypatch.setattr("headprune.stages.greedy_stage.evaluate_one", lambda *a, **k: evaluated.append(1))
     status, err = headprune(
         capsys, monkeypatch, tmp_path, tmp_path / "run", *SMALL, "prune.order=importance", f"prune.scores_from={tmp_path}/other.json"
     )

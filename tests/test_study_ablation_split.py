@@ -9,7 +9,7 @@ import torch
 from experiment_helpers import make_cfg, task_fixtures
 
 from headprune.experiments import study
-from headprune.study import study_stages
+from headprune.stages import study_stages
 
 task, shared_task = task_fixtures("nli")
 

@@ -7,7 +7,7 @@ import json
 from experiment_helpers import make_cfg, task_fixtures
 
 from headprune.experiments import study
-from headprune.study import saved_stages as stages
+from headprune.stages import saved_stages as stages
 
 task, shared_task = task_fixtures("nli")
 

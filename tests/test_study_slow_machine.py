@@ -11,7 +11,7 @@ from experiment_helpers import NLI, ROOT, make_cfg, results, speed_settings, tas
 
 from headprune.engine.verdict import NOT_TIMED
 from headprune.experiments import speed, study
-from headprune.stages.speed_stage import speed_stage
+from headprune.measures.speed_stage import speed_stage
 
 task, shared_task = task_fixtures("nli")
 

@@ -74,7 +74,7 @@ def test_the_pruning_curve_scores_the_vocabulary_point_as_the_pareto_point_does(
 
 def test_a_mask_that_removes_nothing_scores_as_the_unpruned_model(tmp_path):
     from headprune.core.units import unit_gates
-    from headprune.prune_stages.own_tokenizer import own_tokenizer_results, renumbers_ids
+    from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids
     from headprune.tasks import registry
 
     torch.set_num_threads(1)

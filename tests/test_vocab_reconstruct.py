@@ -37,8 +37,8 @@ def _mask(task):
 
 def test_reconstruct_with_vocab_equals_reconstruct_without_it_on_the_kept_token_text(lm_task):
     from headprune.core.units import prune_unit_mask, unit_gates
-    from headprune.prune_stages.calibration_batches import kept_token_batches, recovery_batches
     from headprune.selection.reconstruct import reconstruct
+    from headprune.stages.calibration_batches import kept_token_batches, recovery_batches
     from headprune.tasks.unit_task import in_unit
 
     task = in_unit(lm_task, "kv_group+ffn+vocab")

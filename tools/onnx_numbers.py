@@ -77,7 +77,7 @@ def runtimes(task, folder: Path, threads: int) -> dict:
 
 def onnx_accuracies(task, runners: dict, batch_sizes: list[int]) -> dict:
     """{runtime: {batch size: score}} of the ONNX graphs on the evaluation split: int8 at each batch size, f32 at the largest."""
-    from headprune.stages.evaluation import swapped_model
+    from headprune.measures.evaluation import swapped_model
 
     out = {}
     for name in ("onnx f32", "onnx int8"):

@@ -8,14 +8,14 @@ from headprune.core.checks import ConfigError, string_list
 from headprune.core.families import config_groups
 from headprune.core.unit_kinds import KINDS, kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
 from headprune.models.sources import config_fields, max_positions
-from headprune.prune_stages.greedy_stage import fractions_of
-from headprune.prune_stages.pareto_plan import planned_points
 from headprune.selection.mask_search import SHARES, PruneTarget, given_target
 from headprune.selection.schedule import check_schedule
 from headprune.selection.unit_rearrange import rearrangement_refusal
 from headprune.sources.orders import ORDERS
 from headprune.sources.point_models import check_save
 from headprune.sources.score_file import read_scores
+from headprune.stages.greedy_stage import fractions_of
+from headprune.stages.pareto_plan import planned_points
 
 PREDICTS = {"flops": "FLOPs", "latency": "seconds", "bytes": "weight bytes"}  # what each prune.cost predicts
 

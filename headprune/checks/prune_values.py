@@ -7,7 +7,7 @@ from typing import Any
 from headprune.checks.prune_checks import prune_steps
 from headprune.core.checks import string_list
 from headprune.core.kinds.kind_registry import Unit
-from headprune.prune_stages.pareto_plan import for_speed, steps_used
+from headprune.stages.pareto_plan import for_speed, steps_used
 from headprune.tasks.stream_task import action_of
 from headprune.tasks.unit_task import unit_of
 

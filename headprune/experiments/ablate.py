@@ -5,13 +5,13 @@ from headprune.checks.shared_checks import check_group_names, check_model_and_ta
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
+from headprune.measures.ablation_stage import ablation_figure, ablation_stage
+from headprune.measures.evaluation import check_split
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import streaming
 from headprune.results.writer import output_dir
 from headprune.scoring.significance import correlation
 from headprune.selection.greedy import check_groups
-from headprune.stages.ablation_stage import ablation_figure, ablation_stage
-from headprune.stages.evaluation import check_split
 from headprune.tasks import registry
 from headprune.viz.tables import head_rows
 

@@ -22,12 +22,12 @@ from headprune.export.record import console_lines, is_pruned, layer_widths, remo
 from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.renumbering import renumbering
 from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
+from headprune.measures.evaluation import check_split, swapped_model
 from headprune.models.sources import config_fields
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.staging import fresh_dir, replace_dir
 from headprune.results.writer import output_dir, read_json
 from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
-from headprune.stages.evaluation import check_split, swapped_model
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
 

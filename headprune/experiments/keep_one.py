@@ -5,12 +5,12 @@ from headprune.checks.shared_checks import check_group_names, check_model_and_ta
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import keep_one_refusal, noun
 from headprune.lightning.loggers import log_run
+from headprune.measures.evaluation import check_split, selection_split
+from headprune.measures.keep_one_stage import keep_one_stage
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import keep_one_title, streaming
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_groups
-from headprune.stages.evaluation import check_split, selection_split
-from headprune.stages.keep_one_stage import keep_one_stage
 from headprune.tasks import registry
 from headprune.viz.plots import keep_one_bars
 from headprune.viz.tables import head_rows

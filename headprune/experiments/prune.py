@@ -13,10 +13,7 @@ from headprune.checks.shared_checks import check_exact_pruning, check_model_and_
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
-from headprune.prune_stages.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
-from headprune.prune_stages.pareto_plan import for_speed, recoveries_of, steps_used
-from headprune.prune_stages.prune_speed import pareto_stage
-from headprune.prune_stages.recovery_check import say_worse
+from headprune.measures.evaluation import check_split, selection_split
 from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import action_words, say_cache
@@ -26,7 +23,10 @@ from headprune.selection.kept_widths import runtime_multiples, width_multiples
 from headprune.settings import RunSettings
 from headprune.sources.orders import order_settings
 from headprune.sources.score_file import given_scores
-from headprune.stages.evaluation import check_split, selection_split
+from headprune.stages.greedy_stage import curves_of, fractions_of, orders_of, prune_stage, step_text, warn_unmet
+from headprune.stages.pareto_plan import for_speed, recoveries_of, steps_used
+from headprune.stages.prune_speed import pareto_stage
+from headprune.stages.recovery_check import say_worse
 from headprune.tasks import registry
 from headprune.viz.plots import pareto_figure, pruning_curves
 from headprune.viz.tables import pareto_rows, prune_rows

@@ -10,6 +10,8 @@ from headprune.core.checks import ConfigError
 from headprune.core.saving import load_pruned
 from headprune.core.unit_kinds import is_joint, noun
 from headprune.lightning.loggers import log_run
+from headprune.measures.evaluation import SCORE_RTOL, check_split, swapped_model
+from headprune.measures.speed_stage import speed_stage, untimed_note
 from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
 from headprune.results.points import kinds_label
 from headprune.results.run_dir import write_results
@@ -21,8 +23,6 @@ from headprune.settings import RunSettings
 from headprune.sources.mask_source import file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.sources.orders import ORDERS, order_settings
 from headprune.sources.point_models import RECIPE_FILE
-from headprune.stages.evaluation import SCORE_RTOL, check_split, swapped_model
-from headprune.stages.speed_stage import speed_stage, untimed_note
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
 from headprune.viz.plots import speed_bars

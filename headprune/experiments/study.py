@@ -23,8 +23,9 @@ from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal, noun
 from headprune.engine.verdict import is_inconclusive
 from headprune.lightning.loggers import log_run
-from headprune.prune_stages.finetune_runs import check_finetune_budget
-from headprune.prune_stages.greedy_stage import curves_of, fractions_of, orders_of
+from headprune.measures.ablation_stage import ablation_figure
+from headprune.measures.evaluation import check_split, evaluate_one, selection_split
+from headprune.measures.speed_stage import untimed_note
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import action_record, action_words, keep_one_title, streaming
 from headprune.results.writer import model_fingerprint, output_dir, read_json
@@ -32,11 +33,10 @@ from headprune.selection.greedy import check_groups
 from headprune.settings import RunSettings
 from headprune.sources.mask_source import given_keys
 from headprune.sources.orders import action_refusal, order_settings, unit_refusal
-from headprune.stages.ablation_stage import ablation_figure
-from headprune.stages.evaluation import check_split, evaluate_one, selection_split
-from headprune.stages.speed_stage import untimed_note
-from headprune.study.saved_stages import digest, stage, training_settings
-from headprune.study.study_stages import STUDY_STAGES, StudyRun, run_stage
+from headprune.stages.finetune_runs import check_finetune_budget
+from headprune.stages.greedy_stage import curves_of, fractions_of, orders_of
+from headprune.stages.saved_stages import digest, stage, training_settings
+from headprune.stages.study_stages import STUDY_STAGES, StudyRun, run_stage
 from headprune.tasks import registry
 from headprune.tasks.stream_task import STREAM, action_of
 from headprune.tasks.unit_task import unit_of

@@ -78,7 +78,7 @@ def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None
         raise ValueError("the ablation order needs prune.ablation_split and prune.n_samples")
 
     def compute():
-        from headprune.stages.ablation_stage import ablation_stage
+        from headprune.measures.ablation_stage import ablation_stage
 
         result = ablation_stage(task, settings.ablation_split, None, settings.n_samples, settings.seed, None, progress=True)
         return {g: torch.tensor(v) for g, v in result["delta"].items()}

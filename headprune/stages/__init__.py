@@ -1,1 +1,2 @@
-"""The measurements the experiments run on the task protocol: masks scored one or many at a time, single-head ablation, keep-one, speed."""
+"""The experiments' staged pipelines: the prune experiment's greedy fractions and Pareto search with its recovery and
+control, and the study as a table of resumable stages, each saved with the settings it depends on."""

@@ -3,9 +3,9 @@
 from dataclasses import asdict
 
 from headprune.engine.ablation import keep_one_masks
+from headprune.measures.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.results.stream_points import action_record
 from headprune.selection.greedy import check_groups
-from headprune.stages.evaluation import evaluate_many, evaluate_one, unit_counts
 
 
 def keep_one_stage(task, selection: str, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:

@@ -2,11 +2,11 @@
 
 import sys
 
-from headprune.prune_stages.own_tokenizer import own_tokenizer_results, renumbers_ids
-from headprune.prune_stages.pareto_plan import recoveries_of
-from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, mask_key
+from headprune.measures.evaluation import evaluate_one
 from headprune.results.points import point_name
-from headprune.stages.evaluation import evaluate_one
+from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids
+from headprune.stages.pareto_plan import recoveries_of
+from headprune.stages.pareto_points import ParetoRun, eval_splits, mask_key
 
 
 def scored_splits(ctx: ParetoRun) -> list[str]:

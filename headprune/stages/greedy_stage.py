@@ -3,7 +3,7 @@
 from headprune.core.checks import warn
 from headprune.core.unit_kinds import is_joint, noun
 from headprune.core.units import query_heads_of, units_asked
-from headprune.prune_stages.own_tokenizer import scored_masks
+from headprune.measures.evaluation import evaluate_one, unit_counts
 from headprune.results.points import (
     fraction_met,
     kinds_label,
@@ -23,7 +23,7 @@ from headprune.selection.kept_widths import round_kept_widths, round_runtime_mul
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.settings import listed
 from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores, with_floor
-from headprune.stages.evaluation import evaluate_one, unit_counts
+from headprune.stages.own_tokenizer import scored_masks
 
 
 def fractions_of(settings) -> list[float]:

@@ -5,10 +5,10 @@ from dataclasses import asdict
 import torch
 
 from headprune.engine.ablation import single_unit_masks
+from headprune.measures.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.results.run_dir import tensor_dict
 from headprune.results.stream_points import action_record
 from headprune.selection.greedy import check_groups
-from headprune.stages.evaluation import evaluate_many, evaluate_one, unit_counts
 from headprune.viz.plots import head_heatmaps
 
 

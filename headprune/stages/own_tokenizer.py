@@ -10,7 +10,7 @@ from headprune.core.unit_kinds import kinds_of
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.core.vocab.merges import produced_ids
 from headprune.export.renumbering import renumbering
-from headprune.stages.evaluation import evaluate_many, evaluate_one, swapped_model
+from headprune.measures.evaluation import evaluate_many, evaluate_one, swapped_model
 
 
 def renumbers_ids(task, mask) -> bool:

@@ -14,10 +14,10 @@ from headprune.engine.ablation import attention_implementation
 from headprune.engine.bandwidth import decode_bandwidth_ideal
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, beyond_ideal, gain_text
+from headprune.measures.evaluation import score_check, score_check_text, swapped_model, unit_counts
 from headprune.results.points import units_by_kind
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import heads_removed
-from headprune.stages.evaluation import score_check, score_check_text, swapped_model, unit_counts
 
 
 def clock_of(settings) -> str:

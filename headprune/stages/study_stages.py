@@ -8,10 +8,10 @@ from typing import Any
 import torch
 
 from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal
-from headprune.prune_stages.greedy_stage import prune_stage
-from headprune.prune_stages.pareto_plan import for_speed
-from headprune.prune_stages.prune_speed import pareto_stage
-from headprune.prune_stages.recovery_check import say_worse
+from headprune.measures.ablation_stage import ablation_stage
+from headprune.measures.evaluation import split_size
+from headprune.measures.keep_one_stage import keep_one_stage
+from headprune.measures.speed_stage import speed_stage
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.stream_points import gate_action, streaming
 from headprune.results.writer import batches_fingerprint
@@ -21,11 +21,11 @@ from headprune.selection.kept_widths import runtime_multiples, width_multiples
 from headprune.selection.uniform import layout_masks
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, action_refusal, unit_refusal
-from headprune.stages.ablation_stage import ablation_stage
-from headprune.stages.evaluation import split_size
-from headprune.stages.keep_one_stage import keep_one_stage
-from headprune.stages.speed_stage import speed_stage
-from headprune.study.saved_stages import digest, stage
+from headprune.stages.greedy_stage import prune_stage
+from headprune.stages.pareto_plan import for_speed
+from headprune.stages.prune_speed import pareto_stage
+from headprune.stages.recovery_check import say_worse
+from headprune.stages.saved_stages import digest, stage
 
 IMPORTANCE_DATA = "importance batches"  # the data fingerprint of task.importance_batches()
 

@@ -11,10 +11,8 @@ from headprune.core.units import model_gates, prune_unit_mask, query_heads_of
 from headprune.core.units import unit_gates as unit_gates_of
 from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
-from headprune.prune_stages.calibration_batches import kept_token_batches
-from headprune.prune_stages.finetune_runs import checkpoint_folder, control_model, finetune_in_place, finetune_record
-from headprune.prune_stages.pareto_plan import recovery_steps
-from headprune.prune_stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
+from headprune.measures.evaluation import evaluate_one, swapped_model
+from headprune.measures.speed_stage import speed_stage
 from headprune.results.points import measures
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
@@ -25,8 +23,10 @@ from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cos
 from headprune.selection.unit_latency import cached_unit_latency_model
 from headprune.selection.unit_lsq import unit_lsq_recoverer
 from headprune.sources.point_models import CONTROL_POINT, recipe_of, save_point_model, saved_dir, saved_model, wants_model
-from headprune.stages.evaluation import evaluate_one, swapped_model
-from headprune.stages.speed_stage import speed_stage
+from headprune.stages.calibration_batches import kept_token_batches
+from headprune.stages.finetune_runs import checkpoint_folder, control_model, finetune_in_place, finetune_record
+from headprune.stages.pareto_plan import recovery_steps
+from headprune.stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 
 
 def flops_model(task, seq_len: int) -> CostModel:

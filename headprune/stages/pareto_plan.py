@@ -2,12 +2,12 @@
 
 from omegaconf import OmegaConf
 
-from headprune.prune_stages.pareto_points import step_label
 from headprune.results.points import recovery_steps
 from headprune.selection.mask_search import PruneTarget, given_target
 from headprune.selection.schedule import check_schedule
 from headprune.settings import listed
 from headprune.sources.point_models import CONTROL_POINT, point_id
+from headprune.stages.pareto_points import step_label
 
 
 def plain(value):

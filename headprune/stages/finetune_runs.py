@@ -48,7 +48,7 @@ def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> l
 
 def check_finetune_budget(task, settings) -> None:
     """A ``prune.finetune.tokens`` budget the training split can fill, before any work (a ConfigError saying what it holds)."""
-    from headprune.prune_stages.pareto_plan import recoveries_of, steps_used
+    from headprune.stages.pareto_plan import recoveries_of, steps_used
 
     if "finetune" in steps_used(recoveries_of(settings)) and settings.finetune.tokens is not None:
         budget_batches(task, int(settings.finetune.tokens), int(settings.finetune.seed))

@@ -5,22 +5,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from headprune.core.units import model_gates
-from headprune.prune_stages.calibration_batches import recovery_batches
-from headprune.prune_stages.finetune_runs import budget_info, checkpoint_folder, finetune_batches
-from headprune.prune_stages.own_tokenizer import own_tokenizer_results, renumbers_ids
-from headprune.prune_stages.pareto_measure import (
-    bytes_model,
-    control_point,
-    cost_model,
-    flops_model,
-    keep_for_timing,
-    measure_points,
-    recovered_model,
-    recovery_step,
-)
-from headprune.prune_stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of, recovery_steps, steps_used
-from headprune.prune_stages.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
-from headprune.prune_stages.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
+from headprune.measures.evaluation import evaluate_many, evaluate_one, swapped_model
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.ffn_rearrange import example_gradients
 from headprune.selection.greedy import check_groups
@@ -33,7 +18,22 @@ from headprune.selection.unit_rearrange import rearrange_unit_mask
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, order_scores
 from headprune.sources.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
-from headprune.stages.evaluation import evaluate_many, evaluate_one, swapped_model
+from headprune.stages.calibration_batches import recovery_batches
+from headprune.stages.finetune_runs import budget_info, checkpoint_folder, finetune_batches
+from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids
+from headprune.stages.pareto_measure import (
+    bytes_model,
+    control_point,
+    cost_model,
+    flops_model,
+    keep_for_timing,
+    measure_points,
+    recovered_model,
+    recovery_step,
+)
+from headprune.stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of, recovery_steps, steps_used
+from headprune.stages.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
+from headprune.stages.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
 
 
 def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:

@@ -1,1 +1,0 @@
-"""The prune experiment's stages: the greedy fractions and the Pareto search for speed with its recovery and control."""
