@@ -7,8 +7,10 @@ from headprune.core.attention.gates import AttentionSite, find_sites, route_atte
 from headprune.core.checks import ConfigError
 from headprune.core.families import Family
 from headprune.core.layer.layer_config import with_layer_fields
+from headprune.core.masks import head_list, normalize_mask
 from headprune.core.output_gate import attach_output_gate
 from headprune.core.projections import sliced_projection
+from headprune.core.site_gates import removed_record, unit_groups
 
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
 
@@ -192,12 +194,7 @@ def _set_kv_groups(site: AttentionSite) -> None:
 
 def pruning_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
     """{group: {layer (str): [removed original head ids]}} for a model."""
-    record: dict[str, dict[str, list[int]]] = {}
-    for site in find_sites(model):
-        removed = sorted(set(range(site.num_heads_orig)) - set(site.head_ids))
-        if removed:
-            record.setdefault(site.group, {})[str(site.layer)] = removed
-    return record
+    return removed_record(find_sites(model))
 
 
 def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]]:
@@ -214,9 +211,6 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
 
 def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     """Remove every head whose mask entry is 0 ({group: [layers, heads]}, or a bare [layers, heads] for one group)."""
-    from headprune.core.masks import head_list, normalize_mask
-    from headprune.core.site_gates import unit_groups
-
     mask = normalize_mask(mask, unit_groups(find_sites(model)), hard=True)
     batched = [g for g, m in mask.items() if m.dim() != 2]
     if batched:

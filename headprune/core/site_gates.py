@@ -1,10 +1,42 @@
-"""What every gates object over hooked sites shares: groups, masks, a mask for a block of code, and gate probes."""
+"""The ``Site`` every kind's sites derive from, and what every gates object over such sites shares: groups, masks, a mask
+for a block of code, and gate probes."""
 
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 
 from headprune.core.masks import normalize_mask
+
+
+@dataclass(eq=False)
+class Site:
+    """Where one kind's gate acts: its module path, group and layer, the original ids of its units present, its gate and probes."""
+
+    path: str  # the gated module's path
+    group: str  # its mask group
+    layer: int  # its original layer id in the group
+    units_orig: int  # its units in the original model
+    unit_ids: list[int]  # original ids of the units still present, in weight order
+    gate: torch.Tensor | None = field(default=None, kw_only=True)  # (U,) or (B, U) over the present units; None = no gating
+    probes: list[torch.Tensor] = field(default_factory=list, kw_only=True)  # per-token gate probes (..., U)
+    recording: bool = field(default=False, kw_only=True)  # add a probe per forward while gate gradients are recorded
+    stack_layers: int = field(default=0, kw_only=True)  # layers of its stack in the original model (0: as many as the sites say)
+
+    @property
+    def has_units(self) -> bool:
+        """Whether any unit is left (an emptied site computes only its zero phantom, which is not scored)."""
+        return bool(self.unit_ids)
+
+    @property
+    def computed_units(self) -> int:
+        """Units the site computes: the present ones, or the one zero phantom of an emptied site."""
+        return max(len(self.unit_ids), 1)
+
+
+def alias(name: str) -> property:
+    """Attribute ``name`` of a site under a kind's own word (``head_ids`` for ``unit_ids``), read and written."""
+    return property(lambda site: getattr(site, name), lambda site, value: setattr(site, name, value))
 
 
 def kept_site(module, attr: str, make):
@@ -19,6 +51,16 @@ def ordered_sites(sites: list, groups: tuple[str, ...], missing: str) -> list:
     if not sites:
         raise ValueError(missing)
     return sorted(sites, key=lambda s: (groups.index(s.group), s.layer))
+
+
+def removed_record(sites: list) -> dict[str, dict[str, list[int]]]:
+    """{group: {layer (str): [removed original unit ids]}} of a list of sites ({} when nothing is removed)."""
+    record: dict[str, dict[str, list[int]]] = {}
+    for site in sites:
+        removed = sorted(set(range(site.units_orig)) - set(site.unit_ids))
+        if removed:
+            record.setdefault(site.group, {})[str(site.layer)] = removed
+    return record
 
 
 def unit_groups(sites: list) -> dict[str, tuple[int, int]]:

@@ -9,7 +9,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import broadcast_neuron_gate, ffn_sites_if_any
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import kept_site
+from headprune.core.site_gates import Site, alias, kept_site
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -29,23 +29,14 @@ POOLED = ("pooler", "pre_classifier")  # a model holding one: its ``classifier``
 
 
 @dataclass(eq=False)
-class HiddenSite:
-    """One place the channel gate acts: a write into the stream (``write``) or a norm over it (``norm``)."""
+class HiddenSite(Site):
+    """One place the channel gate acts: a write into the stream (``write``) or a norm over it (``norm``); its units: channels."""
 
-    path: str
     module: nn.Module
     role: str  # "write" or "norm"
-    channel_ids: list[int]  # original ids of the channels present, in weight order
-    group: str = GROUP
-    layer: int = 0
-    gate: torch.Tensor | None = None  # (d',) or (B, d') over the channels present; None = no gating
-    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes shaped like the stream (..., d')
-    recording: bool = False
     rows: dict = field(default_factory=dict)  # {"rows": examples of the model's current forward}
 
-    @property
-    def has_units(self) -> bool:
-        return bool(self.channel_ids)
+    channel_ids = alias("unit_ids")  # original ids of the channels present, in weight order
 
 
 @dataclass
@@ -224,7 +215,7 @@ def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
-            site = kept_site(module, SITE_ATTR, lambda: HiddenSite(path, module, role, ids, rows=book["rows"]))
+            site = kept_site(module, SITE_ATTR, lambda: HiddenSite(path, GROUP, 0, book["width_orig"], ids, module, role, book["rows"]))
             site.channel_ids = ids
             if getattr(module, HOOK_ATTR, None) is None:
                 setattr(module, HOOK_ATTR, module.register_forward_hook(_gate_hook, with_kwargs=True))
