@@ -29,6 +29,11 @@ class Site:
         return bool(self.unit_ids)
 
     @property
+    def num_units(self) -> int:
+        """Units present (0 for an emptied site)."""
+        return len(self.unit_ids)
+
+    @property
     def computed_units(self) -> int:
         """Units the site computes: the present ones, or the one zero phantom of an emptied site."""
         return max(len(self.unit_ids), 1)
@@ -103,6 +108,14 @@ class SiteGates(SiteGateMethods):
 
     unit = "unit"  # the kind's name
     noun = "unit"  # one unit, in messages
+    find = None  # the kind's sites of a model, found once (a staticmethod: model -> [Site])
+    attach = staticmethod(lambda site: None)  # hook a site's gate onto its module, once
+
+    def __init__(self, model):
+        self.model = model
+        self.sites = self.find(model)
+        for site in self.sites:
+            self.attach(site)
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
@@ -150,3 +163,29 @@ class SiteGates(SiteGateMethods):
     def remove(self) -> None:
         """Clear every gate (the hooks stay, and do nothing without a gate)."""
         self.set_mask(None)
+
+    def describe(self) -> str:
+        """A one-line-per-group summary: the units per layer of the original model, and those present in each layer."""
+        present = self.present()
+        return "\n".join(
+            f"{group:9s} layers={layers} {self.noun}s/layer={units} present={present[group].sum(-1).tolist()}"
+            for group, (layers, units) in self.groups.items()
+        )
+
+
+class ModelWideGates(SiteGates):
+    """Gates of a kind with one group for the whole model (``refusal``: why a model has none), its sites found afresh on each
+    read: another kind's pruning may have replaced the modules they hook."""
+
+    refusal = staticmethod(lambda model: None)  # model -> why it has no such units to gate (None: it has)
+
+    def __init__(self, model):
+        reason = self.refusal(model)
+        if reason:
+            raise ValueError(reason)
+        self.model = model
+        self.find(model)  # hooks the sites
+
+    @property
+    def sites(self) -> list:
+        return self.find(self.model)

@@ -37,6 +37,7 @@ class AttentionSite(Site):
 
     head_ids = alias("unit_ids")  # original ids of the heads still present, in weight order
     num_heads_orig = alias("units_orig")
+    num_heads = alias("num_units")
     computed_heads = alias("computed_units")  # the present heads, or the one zero phantom of an emptied layer
 
     def linear(self, which: str) -> nn.Module:
@@ -47,10 +48,6 @@ class AttentionSite(Site):
         """The distinct q/k/v/output projection modules (a fused q/k/v projection once)."""
         modules = {id(m): m for m in (self.linear(w) for w in ("query", "key", "value", "output"))}
         return list(modules.values())
-
-    @property
-    def num_heads(self) -> int:
-        return len(self.head_ids)
 
     @property
     def computed_kv_heads(self) -> int:

@@ -25,6 +25,7 @@ class FFNSite(Site):
 
     neuron_ids = alias("unit_ids")  # original ids of the neurons still present, in weight order
     width_orig = alias("units_orig")
+    width = alias("num_units")  # neurons present (0 for an emptied block)
     computed_width = alias("computed_units")  # the present neurons, or the one zero phantom of an emptied block
 
     def up_paths(self) -> list[str]:
@@ -36,11 +37,6 @@ class FFNSite(Site):
 
     def down(self) -> nn.Module:
         return self.projection(self.layout.down)
-
-    @property
-    def width(self) -> int:
-        """Neurons present (0 for an emptied block)."""
-        return len(self.neuron_ids)
 
     def set_projection(self, path: str, module: nn.Module) -> None:
         parent_path, _, name = path.rpartition(".")

@@ -26,6 +26,10 @@ HEAD_READERS = (
     "distillation_classifier",
 )
 POOLED = ("pooler", "pre_classifier")  # a model holding one: its ``classifier`` reads the pooled vector, not the stream
+REFUSED_FAMILIES = {
+    "whisper": "its encoder's stream starts from two audio convolutions and sinusoidal positions, outside the coupled group",
+    "deberta-v2": "its relative-position embeddings have the residual width but feed the attention's position projections, not the stream",
+}
 
 
 @dataclass(eq=False)
@@ -131,6 +135,18 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
     norms = [(n, m) for n, m in model.named_modules() if _is_norm(m, width, family.cross_head_norms, n)]
     writes = embeddings + images + [(n, m) for n, m in model.named_modules() if any(m is w for w in writers)]
     return HiddenGroup(width, writes, norms, readers, writers, [m for _, m in embeddings], [m for _, m in images])
+
+
+def hidden_refusal(model: nn.Module) -> str | None:
+    """Why this model's residual channels cannot be gated and removed exactly (None: they can)."""
+    reason = REFUSED_FAMILIES.get(family_for(model).name)
+    if reason:
+        return f"the residual channels of {model.config.model_type} models cannot be removed exactly: {reason}"
+    try:
+        hidden_group(model)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 # ---- the gate hooks -----------------------------------------------------------------------------------------

@@ -90,26 +90,17 @@ def _gate_layer(module, args, kwargs, output):
     return (gated, *output[1:]) if isinstance(output, tuple) else gated
 
 
+def attach_layer_gate(site: LayerSite) -> None:
+    """Register the gate hook on the site's layer once."""
+    if getattr(site.module, HOOK_ATTR, None) is None:
+        setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
+
+
 class LayerGates(SiteGates):
     """A gate on every Transformer layer of a model: masks and scores are {"<stack>_layer": [layers, 1]} by original layer id."""
 
-    unit = "layer"
-    noun = "layer"
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-        self.sites = find_layer_sites(model)
-        for site in self.sites:  # the gate hook, registered on each layer once
-            if getattr(site.module, HOOK_ATTR, None) is None:
-                setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
-
-    def describe(self) -> str:
-        """A one-line-per-group summary of the layers present."""
-        present = self.present()
-        return "\n".join(
-            f"{group:9s} layers={layers} present={present[group].squeeze(-1).nonzero().squeeze(-1).tolist()}"
-            for group, (layers, _) in self.groups.items()
-        )
+    unit, noun = "layer", "layer"
+    find, attach = staticmethod(find_layer_sites), staticmethod(attach_layer_gate)
 
 
 def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:

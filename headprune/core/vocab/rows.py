@@ -45,6 +45,18 @@ def input_embedding(model: nn.Module) -> nn.Embedding | None:
     return table if isinstance(table, nn.Embedding) else None
 
 
+def vocab_refusal(model: nn.Module) -> str | None:
+    """Why this model has no token rows to gate and remove (None: it has)."""
+    if input_embedding(model) is None:
+        return f"{type(model).__name__} reads no token embedding table (nn.Embedding), so it has no token rows to remove"
+    if any(hasattr(m, "final_logits_bias") for m in model.modules()):
+        return (
+            f"{model.config.model_type}'s final_logits_bias is added to the logits outside the output head, so a masked "
+            "token would keep its bias: prune.unit=vocab takes decoder-only LMs and encoders"
+        )
+    return None
+
+
 def output_heads(model: nn.Module) -> list[nn.Linear]:
     """The projections that write one logit per token id (a causal or seq2seq LM's head; none for an encoder's classifier)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
