@@ -80,10 +80,7 @@ def _fused_units(site: AttentionSite, keep: list[int], kv_keep: list[int]) -> to
 
 
 def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
-    path = getattr(site.family, which)
-    parent_path, _, name = path.rpartition(".")
-    parent = site.block.get_submodule(parent_path) if parent_path else site.block
-    setattr(parent, name, module)
+    site.block.set_submodule(getattr(site.family, which), module)
 
 
 MASKS_INSTEAD = "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
@@ -148,11 +145,7 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
     _set_projection(site, "output", sliced_projection(site.linear("output"), _units(keep, site.head_dim), outputs=False))
     attach_output_gate(site)  # the new output projection needs the gate hook again
     _slice_head_rows(site, _units(keep, site.head_dim))
-    if site.gate is not None and keep:
-        site.gate = site.gate[..., keep]
-    elif site.gate is not None:
-        site.gate = site.gate[..., :1] * 0
-    site.head_ids = [site.head_ids[pos] for pos in keep]
+    site.keep(keep)
     site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
     _set_head_counts(site)
 

@@ -38,6 +38,12 @@ class Site:
         """Units the site computes: the present ones, or the one zero phantom of an emptied site."""
         return max(len(self.unit_ids), 1)
 
+    def keep(self, positions: list[int]) -> None:
+        """Keep only the units at these weight positions, and their gate entries (none kept: the zero phantom's one)."""
+        if self.gate is not None:
+            self.gate = self.gate[..., positions] if positions else self.gate[..., :1] * 0
+        self.unit_ids = [self.unit_ids[pos] for pos in positions]
+
 
 def alias(name: str) -> property:
     """Attribute ``name`` of a site under a kind's own word (``head_ids`` for ``unit_ids``), read and written."""

@@ -9,19 +9,17 @@ from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.mlp_layouts import FFN_GROUPS
 from headprune.core.projections import out_features
 
-NEURON_ABLATION = (
-    "removing one FFN neuron at a time is no useful pruning order: a feed-forward block holds hundreds to thousands of "
-    "neurons, each alone moves the output by a small share of its block, below the noise of an evaluation split, "
-    "and the order would need one evaluation per neuron; score neurons from gradients instead (prune.order=importance "
-    "or fisher: one backward pass for all of them)"
-)
-
 
 class FFNKind(UnitKind):
     """Intermediate neurons of every feed-forward block, gated at the down projection's input."""
 
     name, noun, parts, groups, config_fields = "ffn", "neuron", ("feed_forward",), FFN_GROUPS, ("intermediate_size",)
-    ablation = NEURON_ABLATION
+    ablation = (
+        "removing one FFN neuron at a time is no useful pruning order: a feed-forward block holds hundreds to thousands of "
+        "neurons, each alone moves the output by a small share of its block, below the noise of an evaluation split, "
+        "and the order would need one evaluation per neuron; score neurons from gradients instead (prune.order=importance "
+        "or fisher: one backward pass for all of them)"
+    )
     rearrangement = None
     reconstruction = None  # the down projection is re-solved on the kept neurons' inputs
     rearrange_by = "gradients"

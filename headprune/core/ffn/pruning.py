@@ -34,9 +34,7 @@ def prune_ffn_site(site: FFNSite, neurons: list[int]) -> None:
     site.set_projection(site.layout.down, sliced_projection(down, _row_index(keep, width, 1), outputs=False))
     if gated:
         attach_neuron_gate(site)  # the new down projection needs the gate hook again
-    if site.gate is not None:
-        site.gate = site.gate[..., keep] if keep else site.gate[..., :1] * 0
-    site.neuron_ids = [site.neuron_ids[pos] for pos in keep]
+    site.keep(keep)
 
 
 def ffn_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:

@@ -39,8 +39,7 @@ class FFNSite(Site):
         return self.projection(self.layout.down)
 
     def set_projection(self, path: str, module: nn.Module) -> None:
-        parent_path, _, name = path.rpartition(".")
-        setattr(self.module.get_submodule(parent_path) if parent_path else self.module, name, module)
+        self.module.set_submodule(path, module)
 
 
 def _has_submodule(module: nn.Module, path: str) -> bool:

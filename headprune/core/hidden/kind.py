@@ -13,16 +13,6 @@ from headprune.core.hidden.sites import GROUP, IDS_ATTR, HiddenSite, hidden_grou
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.site_gates import ModelWideGates
 
-CHANNEL_ABLATION = (
-    "removing one residual channel at a time is no useful pruning order: the stream holds hundreds to thousands of channels, "
-    "each alone moves the output by a small share, below the noise of an evaluation split, and the order would need one "
-    "evaluation per channel; score channels from gradients instead (prune.order=importance or fisher: one backward pass for all)"
-)
-NO_REARRANGEMENT = (
-    "hidden channels form one group of one layer shared by the whole network: rearrangement re-chooses units within each "
-    "layer's count, and the one width of the stream leaves nothing per layer to re-choose"
-)
-
 
 class HiddenGates(ModelWideGates):
     """Gates on every residual channel of a model: one [1, d] group named ``hidden``, its gate on every site of the stream."""
@@ -35,8 +25,15 @@ class HiddenKind(UnitKind):
     """Channels of the residual stream: one coupled group from the embeddings to the head, one width for every layer."""
 
     name, noun, parts, groups, config_fields = "hidden", "channel", ("residual",), (GROUP,), ("hidden_size",)
-    ablation = CHANNEL_ABLATION
-    rearrangement = NO_REARRANGEMENT
+    ablation = (
+        "removing one residual channel at a time is no useful pruning order: the stream holds hundreds to thousands of channels, "
+        "each alone moves the output by a small share, below the noise of an evaluation split, and the order would need one "
+        "evaluation per channel; score channels from gradients instead (prune.order=importance or fisher: one backward pass for all)"
+    )
+    rearrangement = (
+        "hidden channels form one group of one layer shared by the whole network: rearrangement re-chooses units within each "
+        "layer's count, and the one width of the stream leaves nothing per layer to re-choose"
+    )
     reconstruction = None  # the projections that read the stream are re-solved on the kept channels, those that write it on their rows
     lsq_conflict = (
         "least-squares recovery rescales heads and neurons against the unpruned layer's output at the same residual width, and "

@@ -11,8 +11,6 @@ from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find
 from headprune.core.masks import normalize_mask
 from headprune.core.projections import in_features, is_projection, out_features
 
-RECORD_KEY = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
-
 
 class LayerKind(UnitKind):
     """Whole Transformer layers: one gate per layer on its hidden-state output."""
@@ -34,7 +32,7 @@ class LayerKind(UnitKind):
     }
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
     group_floor = 1  # a stack keeps a layer: no family runs an empty stack
-    record_key = RECORD_KEY
+    record_key = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
     rebuild_order = 0  # depth first: the widths of the other kinds are recorded by original layer id
     legacy_keys = ("removed_layers",)
     gates_class = LayerGates

@@ -12,10 +12,6 @@ from headprune.core.vocab.scores import token_loss_scores
 from headprune.core.vocab.tokenizer import floor_ids, rewrite_saved_tokenizer, rewritten_tokenizer, tokenizer_json
 
 SAVED_IDS = "_headprune_vocab_original_ids"  # the config's special ids while save_pruned writes the renumbered ones
-TOKEN_ABLATION = (
-    "removing one token at a time is no useful pruning order: a vocabulary holds thousands of tokens and the order would need "
-    "one evaluation each; tokens are ranked by how often the importance data uses them (prune.order=importance or fisher)"
-)
 
 
 class VocabGates(ModelWideGates):
@@ -29,7 +25,10 @@ class VocabKind(UnitKind):
     """Token ids: rows of the input embedding and of the output head, one group for the whole model."""
 
     name, noun, parts, groups, config_fields = "vocab", "token", ("vocabulary",), (GROUP,), ("vocab_size",)
-    ablation = TOKEN_ABLATION
+    ablation = (
+        "removing one token at a time is no useful pruning order: a vocabulary holds thousands of tokens and the order would need "
+        "one evaluation each; tokens are ranked by how often the importance data uses them (prune.order=importance or fisher)"
+    )
     keep_one = "the vocabulary is one group of one row, not layers of units: keeping each layer's best token measures nothing"
     rearrangement = "tokens form one group shared by the whole model: rearrangement re-chooses units within each layer's count"
     reconstruction = None  # nothing of its own to re-solve: in a joint unit the other kinds' projections are re-solved
