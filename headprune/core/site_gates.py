@@ -74,12 +74,12 @@ def removed_record(sites: list) -> dict[str, dict[str, list[int]]]:
     return record
 
 
-def unit_groups(sites: list) -> dict[str, tuple[int, int]]:
-    """{group: (layers, units per layer in the original model)} of a list of sites."""
+def unit_groups(sites: list, units=lambda site: site.units_orig) -> dict[str, tuple[int, int]]:
+    """{group: (layers, units per layer in the original model)} of a list of sites (``units``: a site's, in the original model)."""
     shape = {}
     for site in sites:
-        layers, units = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(units, site.units_orig))
+        layers, most = shape.get(site.group, (0, 0))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(most, units(site)))
     return shape
 
 

@@ -12,7 +12,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from headprune.core.attention.tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
 from headprune.core.output_gate import attach_output_gate
-from headprune.core.site_gates import Site, SiteGates, alias, kept_site, ordered_sites
+from headprune.core.site_gates import Site, SiteGates, alias, kept_site, ordered_sites, unit_groups
 
 PREFIX = "headprune_"
 
@@ -206,11 +206,7 @@ class HeadGates(SiteGates):
     @property
     def kv_groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, KV heads per layer in the original model)}: a KV group is a KV head with all its query heads."""
-        shape = {}
-        for site in self.sites:
-            layers, kv_heads = shape.get(site.group, (0, 0))
-            shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(kv_heads, site.num_kv_heads_orig))
-        return shape
+        return unit_groups(self.sites, lambda site: site.num_kv_heads_orig)
 
     @property
     def heads_per_kv(self) -> dict[str, int]:

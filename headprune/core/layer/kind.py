@@ -7,9 +7,10 @@ from headprune.core.counting import site_flops
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.layer.removal import REMOVED_ATTR, remove_layers, removed_layers, restore_layer_ids, shared_weights
-from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find_layer_sites, layer_groups, layer_stacks
+from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find_layer_sites, layer_stacks
 from headprune.core.masks import normalize_mask
 from headprune.core.projections import in_features, is_projection, out_features
+from headprune.core.site_gates import unit_groups
 
 
 class LayerKind(UnitKind):
@@ -105,7 +106,7 @@ class LayerKind(UnitKind):
 def _tables(model, cost) -> dict[str, torch.Tensor]:
     """{group: [layers, 2]}: a layer removed costs 0, kept ``cost(site)``; a layer already removed 0 either way."""
     sites = find_layer_sites(model)
-    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
     for site in sites:
         tables[site.group][site.layer, 1] = float(cost(site))
     return tables

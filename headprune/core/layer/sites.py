@@ -9,7 +9,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import broadcast_neuron_gate
 from headprune.core.inputs import model_inputs
-from headprune.core.site_gates import Site, SiteGates, kept_site, ordered_sites
+from headprune.core.site_gates import Site, SiteGates, kept_site, ordered_sites, unit_groups
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -57,11 +57,6 @@ def find_layer_sites(model: nn.Module) -> list[LayerSite]:
     return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
 
 
-def layer_groups(sites: list[LayerSite]) -> dict[str, tuple[int, int]]:
-    """{group: (layers in the original model, 1)} of a list of layer sites."""
-    return {site.group: (site.stack_layers, 1) for site in sites}
-
-
 def _input_hidden(args: tuple, kwargs: dict) -> torch.Tensor:
     """The hidden states a layer was called with (first positional argument, or its keyword)."""
     if args:
@@ -106,8 +101,8 @@ class LayerGates(SiteGates):
 def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
     """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output)."""
     sites = find_layer_sites(model)
-    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
-    weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
+    weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
     current: dict = {}
 
     def record(site):
