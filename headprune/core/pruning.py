@@ -7,8 +7,10 @@ from headprune.core.attention.gates import AttentionSite, find_sites, route_atte
 from headprune.core.checks import ConfigError
 from headprune.core.families import Family
 from headprune.core.layer.layer_config import with_layer_fields
+from headprune.core.masks import head_list, normalize_mask
 from headprune.core.output_gate import attach_output_gate
 from headprune.core.projections import sliced_projection
+from headprune.core.site_gates import removed_record, unit_groups
 
 RECORD_ATTR = "headprune_pruned_heads"  # the config field that replaces v4's config.pruned_heads
 
@@ -78,10 +80,7 @@ def _fused_units(site: AttentionSite, keep: list[int], kv_keep: list[int]) -> to
 
 
 def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
-    path = getattr(site.family, which)
-    parent_path, _, name = path.rpartition(".")
-    parent = site.block.get_submodule(parent_path) if parent_path else site.block
-    setattr(parent, name, module)
+    site.block.set_submodule(getattr(site.family, which), module)
 
 
 MASKS_INSTEAD = "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
@@ -146,11 +145,7 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
     _set_projection(site, "output", sliced_projection(site.linear("output"), _units(keep, site.head_dim), outputs=False))
     attach_output_gate(site)  # the new output projection needs the gate hook again
     _slice_head_rows(site, _units(keep, site.head_dim))
-    if site.gate is not None and keep:
-        site.gate = site.gate[..., keep]
-    elif site.gate is not None:
-        site.gate = site.gate[..., :1] * 0
-    site.head_ids = [site.head_ids[pos] for pos in keep]
+    site.keep(keep)
     site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
     _set_head_counts(site)
 
@@ -192,12 +187,7 @@ def _set_kv_groups(site: AttentionSite) -> None:
 
 def pruning_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
     """{group: {layer (str): [removed original head ids]}} for a model."""
-    record: dict[str, dict[str, list[int]]] = {}
-    for site in find_sites(model):
-        removed = sorted(set(range(site.num_heads_orig)) - set(site.head_ids))
-        if removed:
-            record.setdefault(site.group, {})[str(site.layer)] = removed
-    return record
+    return removed_record(find_sites(model))
 
 
 def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]]:
@@ -214,9 +204,6 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
 
 def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     """Remove every head whose mask entry is 0 ({group: [layers, heads]}, or a bare [layers, heads] for one group)."""
-    from headprune.core.masks import head_list, normalize_mask
-    from headprune.core.site_gates import unit_groups
-
     mask = normalize_mask(mask, unit_groups(find_sites(model)), hard=True)
     batched = [g for g, m in mask.items() if m.dim() != 2]
     if batched:

@@ -1,10 +1,53 @@
-"""What every gates object over hooked sites shares: groups, masks, a mask for a block of code, and gate probes."""
+"""The ``Site`` every kind's sites derive from, and what every gates object over such sites shares: groups, masks, a mask
+for a block of code, and gate probes."""
 
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 
 from headprune.core.masks import normalize_mask
+
+
+@dataclass(eq=False)
+class Site:
+    """Where one kind's gate acts: its module path, group and layer, the original ids of its units present, its gate and probes."""
+
+    path: str  # the gated module's path
+    group: str  # its mask group
+    layer: int  # its original layer id in the group
+    units_orig: int  # its units in the original model
+    unit_ids: list[int]  # original ids of the units still present, in weight order
+    gate: torch.Tensor | None = field(default=None, kw_only=True)  # (U,) or (B, U) over the present units; None = no gating
+    probes: list[torch.Tensor] = field(default_factory=list, kw_only=True)  # per-token gate probes (..., U)
+    recording: bool = field(default=False, kw_only=True)  # add a probe per forward while gate gradients are recorded
+    stack_layers: int = field(default=0, kw_only=True)  # layers of its stack in the original model (0: as many as the sites say)
+
+    @property
+    def has_units(self) -> bool:
+        """Whether any unit is left (an emptied site computes only its zero phantom, which is not scored)."""
+        return bool(self.unit_ids)
+
+    @property
+    def num_units(self) -> int:
+        """Units present (0 for an emptied site)."""
+        return len(self.unit_ids)
+
+    @property
+    def computed_units(self) -> int:
+        """Units the site computes: the present ones, or the one zero phantom of an emptied site."""
+        return max(len(self.unit_ids), 1)
+
+    def keep(self, positions: list[int]) -> None:
+        """Keep only the units at these weight positions, and their gate entries (none kept: the zero phantom's one)."""
+        if self.gate is not None:
+            self.gate = self.gate[..., positions] if positions else self.gate[..., :1] * 0
+        self.unit_ids = [self.unit_ids[pos] for pos in positions]
+
+
+def alias(name: str) -> property:
+    """Attribute ``name`` of a site under a kind's own word (``head_ids`` for ``unit_ids``), read and written."""
+    return property(lambda site: getattr(site, name), lambda site, value: setattr(site, name, value))
 
 
 def kept_site(module, attr: str, make):
@@ -21,12 +64,22 @@ def ordered_sites(sites: list, groups: tuple[str, ...], missing: str) -> list:
     return sorted(sites, key=lambda s: (groups.index(s.group), s.layer))
 
 
-def unit_groups(sites: list) -> dict[str, tuple[int, int]]:
-    """{group: (layers, units per layer in the original model)} of a list of sites."""
+def removed_record(sites: list) -> dict[str, dict[str, list[int]]]:
+    """{group: {layer (str): [removed original unit ids]}} of a list of sites ({} when nothing is removed)."""
+    record: dict[str, dict[str, list[int]]] = {}
+    for site in sites:
+        removed = sorted(set(range(site.units_orig)) - set(site.unit_ids))
+        if removed:
+            record.setdefault(site.group, {})[str(site.layer)] = removed
+    return record
+
+
+def unit_groups(sites: list, units=lambda site: site.units_orig) -> dict[str, tuple[int, int]]:
+    """{group: (layers, units per layer in the original model)} of a list of sites (``units``: a site's, in the original model)."""
     shape = {}
     for site in sites:
-        layers, units = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(units, site.units_orig))
+        layers, most = shape.get(site.group, (0, 0))
+        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(most, units(site)))
     return shape
 
 
@@ -61,6 +114,14 @@ class SiteGates(SiteGateMethods):
 
     unit = "unit"  # the kind's name
     noun = "unit"  # one unit, in messages
+    find = None  # the kind's sites of a model, found once (a staticmethod: model -> [Site])
+    attach = staticmethod(lambda site: None)  # hook a site's gate onto its module, once
+
+    def __init__(self, model):
+        self.model = model
+        self.sites = self.find(model)
+        for site in self.sites:
+            self.attach(site)
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
@@ -108,3 +169,29 @@ class SiteGates(SiteGateMethods):
     def remove(self) -> None:
         """Clear every gate (the hooks stay, and do nothing without a gate)."""
         self.set_mask(None)
+
+    def describe(self) -> str:
+        """A one-line-per-group summary: the units per layer of the original model, and those present in each layer."""
+        present = self.present()
+        return "\n".join(
+            f"{group:9s} layers={layers} {self.noun}s/layer={units} present={present[group].sum(-1).tolist()}"
+            for group, (layers, units) in self.groups.items()
+        )
+
+
+class ModelWideGates(SiteGates):
+    """Gates of a kind with one group for the whole model (``refusal``: why a model has none), its sites found afresh on each
+    read: another kind's pruning may have replaced the modules they hook."""
+
+    refusal = staticmethod(lambda model: None)  # model -> why it has no such units to gate (None: it has)
+
+    def __init__(self, model):
+        reason = self.refusal(model)
+        if reason:
+            raise ValueError(reason)
+        self.model = model
+        self.find(model)  # hooks the sites
+
+    @property
+    def sites(self) -> list:
+        return self.find(self.model)

@@ -6,9 +6,9 @@ import warnings
 import torch
 from torch import nn
 
-from headprune.core.attention.kv_groups import KVGroupGates, has_kv_groups, kv_group_view  # noqa: F401
+from headprune.core.attention.kv_groups import KVGroupGates  # noqa: F401 (re-exported)
 from headprune.core.joint import JointGates, shared_gates
-from headprune.core.unit_kinds import KINDS, kinds_of
+from headprune.core.unit_kinds import KINDS, kinds_of, mask_kinds
 
 QUERY_HEADS = "head"  # the unit every model has: its query heads
 FFN = "ffn"  # the intermediate neurons of the feed-forward blocks (headprune.core.ffn.gates.FFNGates)
@@ -104,9 +104,8 @@ def prune_unit_mask(gates, mask) -> dict:
     pruned = [kind for kind in KINDS.values() if base.get(kind.name)]
     for kind in pruned:
         kind.prune(model, base[kind.name])
-    records = {
-        kind.record_key or kind.name: kind.record(model) for kind in pruned
-    }  # after every kind: removed layers take their units along
+    # recorded after every kind pruned: removed layers take their units along
+    records = {kind.record_key or kind.name: kind.record(model) for kind in pruned}
     records.setdefault("heads", KINDS["head"].record(model))
     records.setdefault("ffn", KINDS["ffn"].record(model))
     return records
@@ -114,8 +113,6 @@ def prune_unit_mask(gates, mask) -> dict:
 
 def prune_joint_mask(model: nn.Module, mask) -> dict:
     """Remove the units whose entries of a joint mask are 0, each group by the kind that owns it; returns the pruning record."""
-    from headprune.core.unit_kinds import mask_kinds
-
     return prune_unit_mask(unit_gates(model, mask_kinds(mask)), mask)
 
 

@@ -1,7 +1,7 @@
 """Head gates: find a model's attention modules and multiply each head's output by a gate."""
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -12,7 +12,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from headprune.core.attention.tensors import gate_heads, score_bias, slice_head_kwargs
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
 from headprune.core.output_gate import attach_output_gate
-from headprune.core.site_gates import SiteGates, kept_site, ordered_sites
+from headprune.core.site_gates import Site, SiteGates, alias, kept_site, ordered_sites, unit_groups
 
 PREFIX = "headprune_"
 
@@ -21,28 +21,24 @@ SITE_ATTR = "_headprune_site"  # the site (and its head bookkeeping), on its att
 
 
 @dataclass(eq=False)
-class AttentionSite:
-    """One attention module: its group, layer, projections and the original ids of its heads."""
+class AttentionSite(Site):
+    """One attention module: its projections, and its query heads as its units (``head_ids``) with their KV heads."""
 
-    path: str
-    group: str
-    layer: int
     block: nn.Module
     core: nn.Module
     family: Family
     head_dim: int
-    num_heads_orig: int
-    head_ids: list[int]  # original ids of the heads still present, in weight order
-    num_kv_heads_orig: int = 0  # KV heads in the original module (= num_heads_orig without grouped KV heads)
-    kv_ids: list[int] = field(default_factory=list)  # original ids of the KV heads still present, in weight order
+    num_kv_heads_orig: int  # KV heads in the original module (= num_heads_orig without grouped KV heads)
+    kv_ids: list[int]  # original ids of the KV heads still present, in weight order
     kv_index: torch.Tensor | None = None  # (H,) KV position of each computed query head when groups became uneven
-    gate: torch.Tensor | None = None  # (H,) or (B, H) over the present heads; None = no gating
-    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, H)
-    recording: bool = False  # add a probe per forward while gate gradients are recorded
     entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
     gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
     stream: object = None  # the streaming gate (headprune.core.stream_sites.StreamSite) while StreamGates are attached
-    stack_layers: int = 0  # layers of its stack in the original model, once layers were removed (0: as many as the sites say)
+
+    head_ids = alias("unit_ids")  # original ids of the heads still present, in weight order
+    num_heads_orig = alias("units_orig")
+    num_heads = alias("num_units")
+    computed_heads = alias("computed_units")  # the present heads, or the one zero phantom of an emptied layer
 
     def linear(self, which: str) -> nn.Module:
         """The q/k/v/output projection named by the family table (nn.Linear or Conv1D; one module for fused q/k/v)."""
@@ -52,28 +48,6 @@ class AttentionSite:
         """The distinct q/k/v/output projection modules (a fused q/k/v projection once)."""
         modules = {id(m): m for m in (self.linear(w) for w in ("query", "key", "value", "output"))}
         return list(modules.values())
-
-    @property
-    def num_heads(self) -> int:
-        return len(self.head_ids)
-
-    @property
-    def unit_ids(self) -> list[int]:
-        return self.head_ids
-
-    @property
-    def units_orig(self) -> int:
-        return self.num_heads_orig
-
-    @property
-    def has_units(self) -> bool:
-        """Whether any head is left (an emptied module computes only its zero phantom, which is not scored)."""
-        return bool(self.head_ids)
-
-    @property
-    def computed_heads(self) -> int:
-        """Query heads the module computes: the present ones, or the one zero phantom of an emptied layer."""
-        return max(len(self.head_ids), 1)
 
     @property
     def computed_kv_heads(self) -> int:
@@ -202,9 +176,7 @@ def _new_site(model: nn.Module, family: Family, path: str, block: nn.Module, cor
     else:
         n_kv = int(getattr(core, family.kv_count_attrs[0])) if family.kv_count_attrs else n_heads
     heads, kv = list(range(n_heads)), list(range(n_kv))
-    return AttentionSite(
-        path, group, layer, block, core, family, head_dim, n_heads, heads, num_kv_heads_orig=n_kv, kv_ids=kv, gate_at=family.gate
-    )
+    return AttentionSite(path, group, layer, n_heads, heads, block, core, family, head_dim, n_kv, kv, gate_at=family.gate)
 
 
 class HeadGates(SiteGates):
@@ -234,11 +206,7 @@ class HeadGates(SiteGates):
     @property
     def kv_groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, KV heads per layer in the original model)}: a KV group is a KV head with all its query heads."""
-        shape = {}
-        for site in self.sites:
-            layers, kv_heads = shape.get(site.group, (0, 0))
-            shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(kv_heads, site.num_kv_heads_orig))
-        return shape
+        return unit_groups(self.sites, lambda site: site.num_kv_heads_orig)
 
     @property
     def heads_per_kv(self) -> dict[str, int]:

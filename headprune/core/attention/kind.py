@@ -1,12 +1,14 @@
 """The attention kinds: query heads (``head``) and KV groups (``kv_group``: a KV head with all of its query heads)."""
 
 import torch
-from torch import nn
 
-from headprune.core.attention.gates import HeadGates
-from headprune.core.attention.kv_groups import KVGroupGates
-from headprune.core.families import GROUPS
+from headprune.core.attention.gates import AttentionSite, HeadGates, find_sites
+from headprune.core.attention.kv_groups import KVGroupGates, kv_group_view
+from headprune.core.attention.saving import head_meta, rebuild_heads, verify_heads
+from headprune.core.families import FAMILIES, GROUPS
+from headprune.core.flops_tables import head_flops_tables, kv_group_flops_tables
 from headprune.core.kinds.unit_kind import UnitKind
+from headprune.core.pruning import prune_mask, pruning_record
 
 
 def kv_group_tables(head_tables: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
@@ -23,18 +25,13 @@ def kv_heads_in_fields(fields: dict) -> int | None:
 
 
 def _attention_site(site) -> bool:
-    from headprune.core.attention.gates import AttentionSite
-
     return isinstance(getattr(site, "attention", site), AttentionSite)  # an attention site, or a streaming gate on one
 
 
 class HeadKind(UnitKind):
     """Query heads: a layer's attention keeps any subset of them (Michel et al.'s unit)."""
 
-    name = "head"
-    parts = ("attention",)
-    noun = "head"
-    config_fields = ("num_attention_heads",)
+    name, noun, parts, groups, config_fields = "head", "head", ("attention",), GROUPS, ("num_attention_heads",)
     attention_maps = True
     layer_normalized = True
     rearrangement = None
@@ -45,21 +42,13 @@ class HeadKind(UnitKind):
     rebuild_order = 10  # after removed layers: heads are recorded by original layer id
     legacy_keys = ("pruned_heads", "heads_present", "weights_sha256")
     gates_class = HeadGates
-
-    def owns(self, group: str) -> bool:
-        return group in GROUPS
+    prune, record, flops_tables = staticmethod(prune_mask), staticmethod(pruning_record), staticmethod(head_flops_tables)
+    save_meta, restore, verify = staticmethod(head_meta), staticmethod(rebuild_heads), staticmethod(verify_heads)
 
     def group_names(self, attention_groups):
         return list(attention_groups)
 
-    def gates(self, model: nn.Module, shared: dict):
-        if "head" not in shared:
-            shared["head"] = HeadGates(model)
-        return shared["head"]
-
     def units_per_layer(self, fields: dict) -> int | None:
-        from headprune.core.families import FAMILIES
-
         keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # each family's head-count field
         counts = [int(fields[key]) for key in keys if isinstance(fields.get(key), int)]
         return min(counts) if counts else None
@@ -71,8 +60,6 @@ class HeadKind(UnitKind):
         return rows
 
     def kept_rows(self, model):
-        from headprune.core.attention.gates import find_sites
-
         rows = {}
         for site in find_sites(model):
             q, k, v = (site.linear(w) for w in ("query", "key", "value"))
@@ -90,62 +77,21 @@ class HeadKind(UnitKind):
         d = site.head_dim
         return site.linear("output"), list(site.head_ids), [list(range(p * d, (p + 1) * d)) for p in range(len(site.head_ids))]
 
-    def flops_tables(self, model, seq_len):
-        from headprune.core.flops_tables import head_flops_tables
-
-        return head_flops_tables(model, seq_len)
-
     def covered_flops(self, cost):
         return cost.attention_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return head_tables
 
-    def prune(self, model, mask):
-        from headprune.core.pruning import prune_mask
-
-        return prune_mask(model, mask)
-
-    def record(self, model):
-        from headprune.core.pruning import pruning_record
-
-        return pruning_record(model)
-
-    def save_meta(self, model):
-        from headprune.core.attention.saving import head_meta
-
-        return head_meta(model)
-
-    def restore(self, model, meta, path):
-        from headprune.core.attention.saving import rebuild_heads
-
-        rebuild_heads(model, meta, path)
-
-    def verify(self, model, meta, path):
-        from headprune.core.attention.gates import find_sites
-        from headprune.core.attention.saving import DIGESTS, weights_digest
-        from headprune.core.record_digests import check_digests
-
-        check_digests(find_sites(model), (meta or {}).get(DIGESTS), weights_digest, "attention module", "head", path)
-
 
 class KVGroupKind(HeadKind):
     """KV groups: a KV head with all of its query heads, gated by one shared gate (grouped-query attention)."""
 
-    name = "kv_group"
-    noun = "KV group"
-    config_fields = ("num_key_value_heads",)
+    name, noun, config_fields = "kv_group", "KV group", ("num_key_value_heads",)
     legacy_keys = ()  # its removed groups are removed query heads: the head kind saves and restores them
     gates_class = KVGroupGates
-
-    def save_meta(self, model):
-        return None
-
-    def restore(self, model, meta, path):
-        return None
-
-    def verify(self, model, meta, path):
-        return None
+    save_meta, restore, verify = UnitKind.save_meta, UnitKind.restore, UnitKind.verify
+    flops_tables = staticmethod(kv_group_flops_tables)
 
     def refusal(self, fields, settings):
         if fields is not None and kv_heads_in_fields(fields) is None:
@@ -153,9 +99,7 @@ class KVGroupKind(HeadKind):
         return None
 
     def gates(self, model, shared):
-        from headprune.core.attention.kv_groups import kv_group_view
-
-        return kv_group_view(HeadKind.gates(self, model, shared))
+        return kv_group_view(HeadKind().gates(model, shared))
 
     def units_per_layer(self, fields):
         return kv_heads_in_fields(fields)
@@ -182,11 +126,6 @@ class KVGroupKind(HeadKind):
     def query_head_rows(self, rows, fields):
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])
         return [[v for v in row for _ in range(n)] for row in rows]  # repeat_kv's order: KV head k serves query heads k*n ..
-
-    def flops_tables(self, model, seq_len):
-        from headprune.core.flops_tables import kv_group_flops_tables
-
-        return kv_group_flops_tables(model, seq_len)
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return kv_group_tables(head_tables, HeadGates(model).heads_per_kv)

@@ -10,6 +10,7 @@ from torch import nn
 from headprune.core.attention.gates import AttentionSite, find_sites
 from headprune.core.families import family_for
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
+from headprune.core.record_digests import check_digests
 
 V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group
 V4_GROUP = {"bert-like": "enc_self", "distilbert": "enc_self", "vit-like": "enc_self"}  # families v4 pruned, and the group it meant
@@ -75,3 +76,8 @@ def rebuild_heads(model: nn.Module, meta: dict | None, path: Path) -> None:
         prune_heads(model, record)
     except (IndexError, ValueError) as err:
         raise ValueError(f"the pruning record in {path} does not match a {config.model_type} model with this config: {err}") from err
+
+
+def verify_heads(model: nn.Module, meta: dict | None, path: Path) -> None:
+    """A ValueError where an attention module's loaded weights are not those saved."""
+    check_digests(find_sites(model), (meta or {}).get(DIGESTS), weights_digest, "attention module", "head", path)

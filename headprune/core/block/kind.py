@@ -2,8 +2,13 @@
 
 import torch
 
+from headprune.core.attention.kind import _attention_site
 from headprune.core.block.gates import BLOCK_SUFFIX, BlockGates, block_group
+from headprune.core.families import GROUPS
+from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, mlp_layout_refusal
+from headprune.core.kinds.kind_registry import KINDS
 from headprune.core.kinds.unit_kind import UnitKind
+from headprune.core.mlp_layouts import FFN_GROUPS
 
 
 def _ends(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -14,9 +19,7 @@ def _ends(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 class BlockKind(UnitKind):
     """Whole attention and feed-forward blocks: one gate per sub-block of each layer."""
 
-    name = "block"
-    parts = ("attention", "feed_forward")
-    noun = "block"
+    name, noun, parts = "block", "block", ("attention", "feed_forward")
     rearrangement = (
         "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
         "it re-chooses which units go: with one unit there is nothing to re-choose"
@@ -34,25 +37,15 @@ class BlockKind(UnitKind):
     }
 
     def owns(self, group: str) -> bool:
-        from headprune.core.families import GROUPS
-        from headprune.core.mlp_layouts import FFN_GROUPS
-
         return group.endswith(BLOCK_SUFFIX) and group[: -len(BLOCK_SUFFIX)] in (*GROUPS, *FFN_GROUPS)
 
     def group_names(self, attention_groups):
-        from headprune.core.kinds.kind_registry import KINDS
-
         return [block_group(g) for g in (*attention_groups, *KINDS["ffn"].group_names(attention_groups))]
 
     def refusal(self, fields, settings):
-        from headprune.core.ffn.sites import mlp_layout_refusal
-
         return mlp_layout_refusal(fields)
 
     def gates(self, model, shared):
-        from headprune.core.ffn.sites import ffn_sites_if_any
-        from headprune.core.kinds.kind_registry import KINDS
-
         heads = KINDS["head"].gates(model, shared)
         ffn = KINDS["ffn"].gates(model, shared) if ffn_sites_if_any(model) else None
         return BlockGates(model, heads=heads, ffn=ffn)
@@ -61,17 +54,11 @@ class BlockKind(UnitKind):
         return 1
 
     def unit_grad(self, site, grad):
-        from headprune.core.attention.kind import _attention_site
-        from headprune.core.ffn.sites import FFNSite
-
         if not (_attention_site(site) or isinstance(site, FFNSite)):
             return None  # another kind's site in a joint unit (a layer, the residual stream)
         return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
 
     def flops_tables(self, model, seq_len):
-        from headprune.core.ffn.sites import ffn_sites_if_any
-        from headprune.core.kinds.kind_registry import KINDS
-
         tables = _ends(KINDS["head"].flops_tables(model, seq_len))
         if ffn_sites_if_any(model):
             tables.update(_ends(KINDS["ffn"].flops_tables(model, seq_len)))

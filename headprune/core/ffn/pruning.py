@@ -3,11 +3,11 @@
 import torch
 from torch import nn
 
-from headprune.core.ffn.sites import HOOK_ATTR, FFNSite, attach_neuron_gate, find_ffn_sites
+from headprune.core.ffn.sites import HOOK_ATTR, FFNSite, attach_neuron_gate, ffn_sites_if_any, find_ffn_sites
 from headprune.core.masks import head_list, normalize_mask
 from headprune.core.projections import out_features, sliced_projection
 from headprune.core.pruning import kept_positions, sites_named
-from headprune.core.site_gates import unit_groups
+from headprune.core.site_gates import removed_record, unit_groups
 
 WIDTHS_ATTR = "headprune_ffn_widths"  # config field: {group: [neurons each block computes]} once a neuron is pruned
 
@@ -34,19 +34,12 @@ def prune_ffn_site(site: FFNSite, neurons: list[int]) -> None:
     site.set_projection(site.layout.down, sliced_projection(down, _row_index(keep, width, 1), outputs=False))
     if gated:
         attach_neuron_gate(site)  # the new down projection needs the gate hook again
-    if site.gate is not None:
-        site.gate = site.gate[..., keep] if keep else site.gate[..., :1] * 0
-    site.neuron_ids = [site.neuron_ids[pos] for pos in keep]
+    site.keep(keep)
 
 
 def ffn_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
-    """{group: {layer (str): [removed original neuron ids]}} for a model ({} when nothing is pruned)."""
-    record: dict[str, dict[str, list[int]]] = {}
-    for site in find_ffn_sites(model):
-        removed = sorted(set(range(site.width_orig)) - set(site.neuron_ids))
-        if removed:
-            record.setdefault(site.group, {})[str(site.layer)] = removed
-    return record
+    """{group: {layer (str): [removed original neuron ids]}} for a model ({} when nothing is pruned or it has no FFN blocks)."""
+    return removed_record(ffn_sites_if_any(model))
 
 
 def computed_widths(sites: list[FFNSite]) -> dict[str, list[int]]:

@@ -9,6 +9,7 @@ from torch import nn
 
 from headprune.core.ffn.pruning import WIDTHS_ATTR, computed_widths, ffn_record, prune_ffn_site, sync_ffn_config
 from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, find_ffn_sites
+from headprune.core.record_digests import check_digests
 from headprune.core.site_gates import unit_groups
 
 DIGESTS = "ffn_weights_sha256"
@@ -23,11 +24,11 @@ def ffn_digest(site: FFNSite) -> str:
     return digest.hexdigest()
 
 
-def ffn_meta(model: nn.Module) -> dict:
-    """The FFN entries of ``headprune_pruning.json`` ({} when no neuron is pruned); brings the config's widths up to date first."""
+def ffn_meta(model: nn.Module) -> dict | None:
+    """The FFN entries of ``headprune_pruning.json`` (None when no neuron is pruned); brings the config's widths up to date first."""
     sites = ffn_sites_if_any(model)
     if all(s.width == s.width_orig for s in sites):
-        return {}
+        return None
     sync_ffn_config(model, sites)
     return {
         "ffn_widths_orig": {g: width for g, (_, width) in unit_groups(sites).items()},
@@ -44,12 +45,12 @@ def _kept(site: FFNSite, removed: dict | None, width: int) -> list[int]:
     return [n for n in range(site.width_orig) if n not in gone]
 
 
-def rebuild_ffn(model: nn.Module, meta: dict, path: Path) -> None:
+def rebuild_ffn(model: nn.Module, meta: dict | None, path: Path) -> None:
     """Give a freshly built model the saved FFN widths: slice blocks built at the original width, relabel those built at the kept one."""
     widths = getattr(model.config, WIDTHS_ATTR, None)
     if not widths:
         return
-    sites = find_ffn_sites(model)
+    sites, meta = find_ffn_sites(model), meta or {}
     originals, removed = meta.get("ffn_widths_orig", {}), meta.get("pruned_neurons")
     for site in sites:
         try:
@@ -74,3 +75,8 @@ def rebuild_ffn(model: nn.Module, meta: dict, path: Path) -> None:
             f"the FFN record in {path} does not match its config.json: {WIDTHS_ATTR} is {widths}, the record gives {computed_widths(sites)}"
         )
     sync_ffn_config(model, sites)
+
+
+def verify_ffn(model: nn.Module, meta: dict | None, path: Path) -> None:
+    """A ValueError where a feed-forward block's loaded weights are not those saved."""
+    check_digests(ffn_sites_if_any(model), (meta or {}).get(DIGESTS), ffn_digest, "feed-forward block", "neuron", path)

@@ -1,7 +1,7 @@
 """FFN sites: a model's feed-forward blocks, found by the family's MLP layout, and the neuron gate on their down projection."""
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -9,28 +9,24 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
-from headprune.core.site_gates import kept_site, ordered_sites
+from headprune.core.site_gates import Site, alias, kept_site, ordered_sites
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
 
 
 @dataclass(eq=False)
-class FFNSite:
-    """One feed-forward block: its group, layer, projections and the original ids of its neurons."""
+class FFNSite(Site):
+    """One feed-forward block: its projections, and its intermediate neurons as its units (``neuron_ids``)."""
 
-    path: str
-    group: str
-    layer: int
     module: nn.Module  # the module the layout's paths start from
     layout: MLPLayout
     config_field: str  # the model config field holding this block's width
-    width_orig: int
-    neuron_ids: list[int]  # original ids of the neurons still present, in weight order
-    gate: torch.Tensor | None = None  # (W,) or (B, W) over the present neurons; None = no gating
-    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes shaped like the down input (..., W)
-    recording: bool = False  # add a probe per forward while gate gradients are recorded
-    stack_layers: int = 0  # layers of its stack in the original model, once layers were removed (0: as many as the sites say)
+
+    neuron_ids = alias("unit_ids")  # original ids of the neurons still present, in weight order
+    width_orig = alias("units_orig")
+    width = alias("num_units")  # neurons present (0 for an emptied block)
+    computed_width = alias("computed_units")  # the present neurons, or the one zero phantom of an emptied block
 
     def up_paths(self) -> list[str]:
         """The layout's up projections this block has (T5: ``wi``, or ``wi_0`` and ``wi_1``)."""
@@ -42,32 +38,8 @@ class FFNSite:
     def down(self) -> nn.Module:
         return self.projection(self.layout.down)
 
-    @property
-    def width(self) -> int:
-        """Neurons present (0 for an emptied block)."""
-        return len(self.neuron_ids)
-
-    @property
-    def unit_ids(self) -> list[int]:
-        return self.neuron_ids
-
-    @property
-    def units_orig(self) -> int:
-        return self.width_orig
-
-    @property
-    def has_units(self) -> bool:
-        """Whether any neuron is left (an emptied block computes only its zero phantom, which is not scored)."""
-        return bool(self.neuron_ids)
-
-    @property
-    def computed_width(self) -> int:
-        """Neurons the block computes: the present ones, or the one zero phantom of an emptied block."""
-        return max(len(self.neuron_ids), 1)
-
     def set_projection(self, path: str, module: nn.Module) -> None:
-        parent_path, _, name = path.rpartition(".")
-        setattr(self.module.get_submodule(parent_path) if parent_path else self.module, name, module)
+        self.module.set_submodule(path, module)
 
 
 def _has_submodule(module: nn.Module, path: str) -> bool:
@@ -126,7 +98,7 @@ def _new_site(path: str, module: nn.Module, layout: MLPLayout, matched: tuple[st
     """A feed-forward block's site with every neuron present."""
     group, layer, config_field = matched
     width = in_features(module.get_submodule(layout.down))
-    site = FFNSite(path, group, layer, module, layout, config_field, width, list(range(width)))
+    site = FFNSite(path, group, layer, width, list(range(width)), module, layout, config_field)
     if not site.up_paths():
         raise ValueError(f"{path} has none of the up projections {layout.up} its family's MLP layout names")
     return site

@@ -142,11 +142,11 @@ def hidden_record(model: nn.Module) -> dict:
 
 
 # ---- saving and loading ------------------------------------------------------------------------------------
-def hidden_meta(model: nn.Module) -> dict:
-    """The entries of headprune_pruning.json ({} when no channel is removed); writes the record into the config first."""
+def hidden_meta(model: nn.Module) -> dict | None:
+    """The entries of headprune_pruning.json (None when no channel is removed); writes the record into the config first."""
     record = hidden_record(model)
     if not record:
-        return {}
+        return None
     book = channel_book(model)
     _check_config(model)
     setattr(model.config, CONFIG_ATTR, {"width_orig": book["width_orig"], "removed": record[GROUP]["0"]})
@@ -197,8 +197,8 @@ def build_width(config) -> None:
         config.hidden_size = int(saved["width_orig"])
 
 
-def rebuild_hidden(model: nn.Module, path) -> None:
-    """After building at the original width: remove the recorded channels (by original id)."""
+def rebuild_hidden(model: nn.Module, meta: dict | None, path) -> None:
+    """After building at the original width: remove the recorded channels by original id (config.json holds the record, not ``meta``)."""
     saved = getattr(model.config, CONFIG_ATTR, None)
     if not saved:
         return

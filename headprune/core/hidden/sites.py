@@ -9,7 +9,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import broadcast_neuron_gate, ffn_sites_if_any
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import kept_site
+from headprune.core.site_gates import Site, alias, kept_site
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -26,26 +26,21 @@ HEAD_READERS = (
     "distillation_classifier",
 )
 POOLED = ("pooler", "pre_classifier")  # a model holding one: its ``classifier`` reads the pooled vector, not the stream
+REFUSED_FAMILIES = {
+    "whisper": "its encoder's stream starts from two audio convolutions and sinusoidal positions, outside the coupled group",
+    "deberta-v2": "its relative-position embeddings have the residual width but feed the attention's position projections, not the stream",
+}
 
 
 @dataclass(eq=False)
-class HiddenSite:
-    """One place the channel gate acts: a write into the stream (``write``) or a norm over it (``norm``)."""
+class HiddenSite(Site):
+    """One place the channel gate acts: a write into the stream (``write``) or a norm over it (``norm``); its units: channels."""
 
-    path: str
     module: nn.Module
     role: str  # "write" or "norm"
-    channel_ids: list[int]  # original ids of the channels present, in weight order
-    group: str = GROUP
-    layer: int = 0
-    gate: torch.Tensor | None = None  # (d',) or (B, d') over the channels present; None = no gating
-    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes shaped like the stream (..., d')
-    recording: bool = False
     rows: dict = field(default_factory=dict)  # {"rows": examples of the model's current forward}
 
-    @property
-    def has_units(self) -> bool:
-        return bool(self.channel_ids)
+    channel_ids = alias("unit_ids")  # original ids of the channels present, in weight order
 
 
 @dataclass
@@ -142,6 +137,18 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
     return HiddenGroup(width, writes, norms, readers, writers, [m for _, m in embeddings], [m for _, m in images])
 
 
+def hidden_refusal(model: nn.Module) -> str | None:
+    """Why this model's residual channels cannot be gated and removed exactly (None: they can)."""
+    reason = REFUSED_FAMILIES.get(family_for(model).name)
+    if reason:
+        return f"the residual channels of {model.config.model_type} models cannot be removed exactly: {reason}"
+    try:
+        hidden_group(model)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
 # ---- the gate hooks -----------------------------------------------------------------------------------------
 def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
     """The gate as it multiplies ``stream`` (..., d'), per example for a batch-shared stream (1, T, d); None: nothing to do."""
@@ -224,7 +231,7 @@ def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
-            site = kept_site(module, SITE_ATTR, lambda: HiddenSite(path, module, role, ids, rows=book["rows"]))
+            site = kept_site(module, SITE_ATTR, lambda: HiddenSite(path, GROUP, 0, book["width_orig"], ids, module, role, book["rows"]))
             site.channel_ids = ids
             if getattr(module, HOOK_ATTR, None) is None:
                 setattr(module, HOOK_ATTR, module.register_forward_hook(_gate_hook, with_kwargs=True))

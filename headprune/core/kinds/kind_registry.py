@@ -8,7 +8,8 @@ from headprune.core.kinds.unit_kind import UnitKind
 
 JOINER = "+"  # "head+ffn": the kinds of a joint unit in one string
 KINDS: dict[str, UnitKind] = {}
-REQUIRED_METHODS = ("owns", "gates", "flops_tables", "prune")  # UnitKind's own raise NotImplementedError
+# each kind defines these methods or sets the attribute UnitKind's own reads (UnitKind's, without it, raise NotImplementedError)
+REQUIRED_METHODS = {"owns": "groups", "gates": "gates_class", "flops_tables": None, "prune": None}
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,11 @@ def register_kind(kind: UnitKind, replace: bool = False) -> UnitKind:
         )
     if not kind.parts:
         raise ValueError(f"{type(kind).__name__} ({name!r}) names no parts: set parts, e.g. ('feed_forward',)")
-    missing = [method for method in REQUIRED_METHODS if getattr(type(kind), method) is getattr(UnitKind, method)]
+    missing = [
+        method
+        for method, attribute in REQUIRED_METHODS.items()
+        if getattr(type(kind), method) is getattr(UnitKind, method) and not (attribute and getattr(kind, attribute))
+    ]
     if missing:
         raise TypeError(
             f"{type(kind).__name__} ({name!r}) does not implement {', '.join(missing)}: every kind defines {', '.join(REQUIRED_METHODS)}"

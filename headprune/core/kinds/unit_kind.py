@@ -14,6 +14,7 @@ class UnitKind:
     parts: tuple[str, ...] = ()  # the parts of the model whose units it removes ("attention", "feed_forward", "residual", "depth")
     noun: str = "unit"  # one unit, in messages
     config_fields: tuple[str, ...] = ()  # the model config fields it shrinks
+    groups: tuple[str, ...] = ()  # the mask groups it owns (``owns``, ``group_names``; empty: it implements them itself)
     ablation: str | None = None  # why removing one unit at a time is no useful order (None: it is one)
     keep_one: str | None = None  # why keeping one unit per layer is no useful measure (None: it is one)
     attention_maps: bool = False  # its units have attention maps (the entropy and retrieval orders read them)
@@ -61,20 +62,30 @@ class UnitKind:
         """Make a pruned copy read and write the ids its exported files speak (``export_ids``); nothing when the ids stay."""
 
     def owns(self, group: str) -> bool:
-        """Whether a mask group holds units of this kind."""
-        raise NotImplementedError
+        """Whether a mask group holds units of this kind (one of its ``groups``)."""
+        if not self.groups:
+            raise NotImplementedError
+        return group in self.groups
 
     def available(self, model: nn.Module) -> str | None:
         """Why this model has none of these units (None: it has them)."""
         return None
 
     def gates(self, model: nn.Module, shared: dict) -> Any:
-        """The gates of this kind on ``model`` (a ``Gates``): masks and scores {group: [layers, units]} or [batch, layers, units]."""
-        raise NotImplementedError
+        """The gates of this kind on ``model`` (a ``Gates``): masks and scores {group: [layers, units]} or [batch, layers, units];
+        ``shared``: {kind name: its gates already on the model}, where they are made once."""
+        if self.gates_class is None:
+            raise NotImplementedError
+        if self.name not in shared:
+            shared[self.name] = self.gates_class(model)
+        return shared[self.name]
 
     def group_names(self, attention_groups: list[str]) -> list[str]:
-        """The mask groups this kind has in a model with these attention groups (``enc_self``, ``enc_dec``, ``dec_self``)."""
-        return []
+        """The mask groups this kind has in a model with these attention groups (``enc_self``, ``enc_dec``, ``dec_self``):
+        its ``groups`` one per self-attention stack, or all of them where its masks hold no layer rows."""
+        if not self.layer_rows:
+            return list(self.groups)
+        return [own for attention, own in zip(("enc_self", "dec_self"), self.groups) if attention in attention_groups]
 
     def units_per_layer(self, fields: dict) -> int | None:
         """Units one layer holds, from the model's config fields (None: not known from the config alone)."""

@@ -2,18 +2,21 @@
 
 import torch
 
+from headprune.core.attention.gates import find_sites
+from headprune.core.counting import site_flops
+from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.layer.sites import LAYER_GROUPS, LayerGates
-
-RECORD_KEY = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
+from headprune.core.layer.removal import REMOVED_ATTR, remove_layers, removed_layers, restore_layer_ids, shared_weights
+from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find_layer_sites, layer_stacks
+from headprune.core.masks import normalize_mask
+from headprune.core.projections import in_features, is_projection, out_features
+from headprune.core.site_gates import unit_groups
 
 
 class LayerKind(UnitKind):
     """Whole Transformer layers: one gate per layer on its hidden-state output."""
 
-    name = "layer"
-    parts = ("depth",)
-    noun = "layer"
+    name, noun, parts, groups = "layer", "layer", ("depth",), LAYER_GROUPS
     config_fields = ("num_hidden_layers", "decoder_layers", "num_decoder_layers")  # the decoder's own in encoder-decoder configs
     reconstruction = None  # a removed layer's residual update is folded into the residual writer of the kept layer below it
     rearrangement = (
@@ -30,7 +33,7 @@ class LayerKind(UnitKind):
     }
     floor_units = None  # one unit per layer: a per-layer floor of units would forbid removing any layer
     group_floor = 1  # a stack keeps a layer: no family runs an empty stack
-    record_key = RECORD_KEY
+    record_key = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
     rebuild_order = 0  # depth first: the widths of the other kinds are recorded by original layer id
     legacy_keys = ("removed_layers",)
     gates_class = LayerGates
@@ -41,39 +44,22 @@ class LayerKind(UnitKind):
             "whole, leaving every kept layer's heads and neurons as they were: it would fit nothing"
         )
 
-    def owns(self, group: str) -> bool:
-        return group in LAYER_GROUPS
-
-    def group_names(self, attention_groups):
-        return [layer for attention, layer in zip(("enc_self", "dec_self"), LAYER_GROUPS) if attention in attention_groups]
-
     def available(self, model):
-        from headprune.core.layer.removal import shared_weights
-
         try:
             return shared_weights(model)
         except ValueError as err:
             return str(err)
 
-    def gates(self, model, shared):
-        if "layer" not in shared:
-            shared["layer"] = LayerGates(model)
-        return shared["layer"]
-
     def units_per_layer(self, fields):
         return 1
 
     def unit_grad(self, site, grad):
-        from headprune.core.layer.sites import LayerSite
-
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
 
     def flops_tables(self, model, seq_len):
         return _tables(model, lambda site: layer_flops(model, site, seq_len))
 
     def nested_rows(self, model):
-        from headprune.core.layer.sites import find_layer_sites
-
         out = {}
         for site in find_layer_sites(model):
             attention, ffn = parts_of(model, site)
@@ -92,10 +78,6 @@ class LayerKind(UnitKind):
         return _tables(model, seconds)
 
     def prune(self, model, mask):
-        from headprune.core.layer.removal import remove_layers
-        from headprune.core.layer.sites import LayerGates
-        from headprune.core.masks import normalize_mask
-
         mask = normalize_mask(mask, LayerGates(model).groups, hard=True, unit="layer")
         batched = [g for g, m in mask.items() if m.dim() != 2]
         if batched:
@@ -104,22 +86,15 @@ class LayerKind(UnitKind):
         return self.record(model)
 
     def record(self, model):
-        from headprune.core.layer.removal import removed_layers
-        from headprune.core.layer.sites import layer_stacks
-
         if not layer_stacks(model):
             return {}  # no layers headprune can find, so none it removed
         return {group: {str(layer): [0] for layer in ids} for group, ids in removed_layers(model).items() if ids}  # each layer its one unit
 
     def save_meta(self, model):
-        from headprune.core.layer.removal import REMOVED_ATTR
-
         layers = getattr(model.config, REMOVED_ATTR, None) or {}  # {group: [original ids]}: config.json holds them too
         return {"removed_layers": layers} if layers else None
 
     def restore(self, model, meta, path):
-        from headprune.core.layer.removal import REMOVED_ATTR, restore_layer_ids
-
         layers = getattr(model.config, REMOVED_ATTR, None) or {}
         if meta is not None and meta.get("removed_layers", {}) != layers:
             raise ValueError(
@@ -130,10 +105,8 @@ class LayerKind(UnitKind):
 
 def _tables(model, cost) -> dict[str, torch.Tensor]:
     """{group: [layers, 2]}: a layer removed costs 0, kept ``cost(site)``; a layer already removed 0 either way."""
-    from headprune.core.layer.sites import find_layer_sites, layer_groups
-
     sites = find_layer_sites(model)
-    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
     for site in sites:
         tables[site.group][site.layer, 1] = float(cost(site))
     return tables
@@ -141,18 +114,12 @@ def _tables(model, cost) -> dict[str, torch.Tensor]:
 
 def parts_of(model, site) -> tuple[list, list]:
     """(attention sites, FFN sites) inside one layer."""
-    from headprune.core.attention.gates import find_sites
-    from headprune.core.ffn.sites import ffn_sites_if_any
-
     inside = {id(m) for m in site.module.modules()}
     return [s for s in find_sites(model) if id(s.block) in inside], [s for s in ffn_sites_if_any(model) if id(s.module) in inside]
 
 
 def layer_flops(model, site, seq_len: int) -> int:
     """Forward FLOPs of one layer for one example of ``seq_len`` tokens: its attention modules and every other projection."""
-    from headprune.core.counting import site_flops
-    from headprune.core.projections import in_features, is_projection, out_features
-
     attention, _ = parts_of(model, site)
     counted = {id(p) for s in attention for p in s.projections()}
     others = [m for m in site.module.modules() if is_projection(m) and id(m) not in counted]

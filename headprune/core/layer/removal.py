@@ -76,7 +76,7 @@ def pin_layer_ids(model: nn.Module) -> None:
             parts = site.path.split(".")  # [*stack, layer index, *path inside the layer]: the index as it is now
             parts[len(layer.stack.split("."))] = layer.path.rpartition(".")[2]
             site.path = ".".join(parts)
-            site.layer, site.stack_layers = layer.layer, layer.layers_orig
+            site.layer, site.stack_layers = layer.layer, layer.stack_layers
 
 
 def _renumber(model: nn.Module, stack: list[LayerSite], kept: list[LayerSite]) -> None:
@@ -111,7 +111,7 @@ def removed_layers(model: nn.Module) -> dict[str, list[int]]:
     out = {}
     for group in dict.fromkeys(s.group for s in sites):
         stack = [s for s in sites if s.group == group]
-        gone = sorted(set(range(stack[0].layers_orig)) - {s.layer for s in stack})
+        gone = sorted(set(range(stack[0].stack_layers)) - {s.layer for s in stack})
         if gone:
             out[group] = gone
     return out
@@ -132,9 +132,9 @@ def remove_layers(model: nn.Module, layers: dict) -> dict[str, list[int]]:
             raise ValueError(f"unknown layer group {group!r}; this model has {groups}")
         stack = [s for s in sites if s.group == group]
         ids = {integer_id(i, f"layer id for group {group!r}") for i in ids}
-        bad = sorted(i for i in ids if not 0 <= i < stack[0].layers_orig)
+        bad = sorted(i for i in ids if not 0 <= i < stack[0].stack_layers)
         if bad:
-            raise IndexError(f"layer ids {bad} out of range for {group!r} ({stack[0].layers_orig} layers)")
+            raise IndexError(f"layer ids {bad} out of range for {group!r} ({stack[0].stack_layers} layers)")
         if not ids & {s.layer for s in stack}:
             continue
         reason = _refusal(model, stack, ids)
@@ -165,5 +165,5 @@ def restore_layer_ids(model: nn.Module, removed: dict | None) -> None:
         if len(originals) != len(stack):
             raise ValueError(f"{REMOVED_ATTR} removes {gone} from {group}, which does not match its {len(stack)} layers")
         for site, original in zip(stack, originals):
-            site.layer, site.layers_orig = original, len(stack) + len(gone)
+            site.layer, site.stack_layers = original, len(stack) + len(gone)
     pin_layer_ids(model)

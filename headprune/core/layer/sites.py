@@ -1,7 +1,7 @@
 """Layer sites: a model's Transformer layers, found from the family's attention sites, and the gate on each layer's output."""
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -9,7 +9,7 @@ from torch import nn
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import broadcast_neuron_gate
 from headprune.core.inputs import model_inputs
-from headprune.core.site_gates import SiteGates, kept_site, ordered_sites
+from headprune.core.site_gates import Site, SiteGates, kept_site, ordered_sites, unit_groups
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -18,25 +18,11 @@ INPUT_NAMES = ("hidden_states", "hidden_state", "x")  # the keyword a layer may 
 
 
 @dataclass(eq=False)
-class LayerSite:
-    """One Transformer layer: its stack's group, its original id and its module."""
+class LayerSite(Site):
+    """One Transformer layer (``layer``: its original id in its stack, ``path``: its module path now), its one unit."""
 
-    path: str  # the layer's module path now (``model.layers.2``)
-    group: str
-    layer: int  # original id in its stack
     module: nn.Module
     stack: str  # the path of the nn.ModuleList that holds the layer
-    layers_orig: int  # layers of the stack in the original model
-    gate: torch.Tensor | None = None  # (1,) or (B, 1); None = no gating
-    probes: list[torch.Tensor] = field(default_factory=list)  # per-token gate probes (B, T, 1)
-    recording: bool = False  # add a probe per forward while gate gradients are recorded
-
-    unit_ids = [0]  # a layer present is its one unit (never mutated)
-    units_orig = 1
-
-    @property
-    def stack_layers(self) -> int:
-        return self.layers_orig
 
 
 def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
@@ -62,18 +48,13 @@ def find_layer_sites(model: nn.Module) -> list[LayerSite]:
         layers = model.get_submodule(stack)
         if not isinstance(layers, nn.ModuleList):
             raise ValueError(f"{stack} is a {type(layers).__name__}, not an nn.ModuleList: its layers cannot be gated or removed")
-        return LayerSite(path, group, int(path.rpartition(".")[2]), module, stack, len(layers))
+        return LayerSite(path, group, int(path.rpartition(".")[2]), 1, [0], module, stack, stack_layers=len(layers))
 
     sites = []
     for path, (stack, group) in layer_stacks(model).items():
         module = model.get_submodule(path)
         sites.append(kept_site(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
     return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
-
-
-def layer_groups(sites: list[LayerSite]) -> dict[str, tuple[int, int]]:
-    """{group: (layers in the original model, 1)} of a list of layer sites."""
-    return {site.group: (site.layers_orig, 1) for site in sites}
 
 
 def _input_hidden(args: tuple, kwargs: dict) -> torch.Tensor:
@@ -104,33 +85,24 @@ def _gate_layer(module, args, kwargs, output):
     return (gated, *output[1:]) if isinstance(output, tuple) else gated
 
 
+def attach_layer_gate(site: LayerSite) -> None:
+    """Register the gate hook on the site's layer once."""
+    if getattr(site.module, HOOK_ATTR, None) is None:
+        setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
+
+
 class LayerGates(SiteGates):
     """A gate on every Transformer layer of a model: masks and scores are {"<stack>_layer": [layers, 1]} by original layer id."""
 
-    unit = "layer"
-    noun = "layer"
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-        self.sites = find_layer_sites(model)
-        for site in self.sites:  # the gate hook, registered on each layer once
-            if getattr(site.module, HOOK_ATTR, None) is None:
-                setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
-
-    def describe(self) -> str:
-        """A one-line-per-group summary of the layers present."""
-        present = self.present()
-        return "\n".join(
-            f"{group:9s} layers={layers} present={present[group].squeeze(-1).nonzero().squeeze(-1).tolist()}"
-            for group, (layers, _) in self.groups.items()
-        )
+    unit, noun = "layer", "layer"
+    find, attach = staticmethod(find_layer_sites), staticmethod(attach_layer_gate)
 
 
 def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
     """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output)."""
     sites = find_layer_sites(model)
-    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
-    weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in layer_groups(sites).items()}
+    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
+    weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
     current: dict = {}
 
     def record(site):

@@ -1,43 +1,34 @@
 """The vocab kind: token ids, each its embedding row and its output-head row (tied or not, with its bias); mask {"vocab": [1, V]}."""
 
+import torch
+
+from headprune.core.checks import ConfigError
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.site_gates import SiteGates
-from headprune.core.vocab.rows import GROUP, SITE_ATTR, VOCAB_ATTR, input_embedding, vocab_book, vocab_site
+from headprune.core.site_gates import ModelWideGates
+from headprune.core.vocab.merges import merge_closed_scores, merge_parts
+from headprune.core.vocab.pruning import prune_vocab_mask, renumbered_ids, set_ids, vocab_flops_table, vocab_meta, vocab_record
+from headprune.core.vocab.rows import GROUP, SITE_ATTR, VOCAB_ATTR, input_embedding, vocab_book, vocab_refusal, vocab_site
+from headprune.core.vocab.scores import token_loss_scores
+from headprune.core.vocab.tokenizer import floor_ids, rewrite_saved_tokenizer, rewritten_tokenizer, tokenizer_json
 
 SAVED_IDS = "_headprune_vocab_original_ids"  # the config's special ids while save_pruned writes the renumbered ones
-TOKEN_ABLATION = (
-    "removing one token at a time is no useful pruning order: a vocabulary holds thousands of tokens and the order would need "
-    "one evaluation each; tokens are ranked by how often the importance data uses them (prune.order=importance or fisher)"
-)
 
 
-class VocabGates(SiteGates):
+class VocabGates(ModelWideGates):
     """Gates on every token row of a model: one [1, V] group named ``vocab``."""
 
-    unit = "vocab"
-    noun = "token"
-
-    def __init__(self, model):
-        self.model = model
-        vocab_site(model)
-
-    @property
-    def sites(self):
-        return [vocab_site(self.model)]
-
-    def describe(self) -> str:
-        book = vocab_book(self.model)
-        return f"{GROUP:9s} tokens={book['size_orig']} present={len(book['ids'])}"
+    unit, noun = "vocab", "token"
+    find, refusal = staticmethod(lambda model: [vocab_site(model)]), staticmethod(vocab_refusal)
 
 
 class VocabKind(UnitKind):
     """Token ids: rows of the input embedding and of the output head, one group for the whole model."""
 
-    name = "vocab"
-    parts = ("vocabulary",)
-    noun = "token"
-    config_fields = ("vocab_size",)
-    ablation = TOKEN_ABLATION
+    name, noun, parts, groups, config_fields = "vocab", "token", ("vocabulary",), (GROUP,), ("vocab_size",)
+    ablation = (
+        "removing one token at a time is no useful pruning order: a vocabulary holds thousands of tokens and the order would need "
+        "one evaluation each; tokens are ranked by how often the importance data uses them (prune.order=importance or fisher)"
+    )
     keep_one = "the vocabulary is one group of one row, not layers of units: keeping each layer's best token measures nothing"
     rearrangement = "tokens form one group shared by the whole model: rearrangement re-chooses units within each layer's count"
     reconstruction = None  # nothing of its own to re-solve: in a joint unit the other kinds' projections are re-solved
@@ -48,6 +39,8 @@ class VocabKind(UnitKind):
     record_key = "vocab"
     rebuild_order = 40
     gates_class = VocabGates
+    prune, record, flops_tables = staticmethod(prune_vocab_mask), staticmethod(vocab_record), staticmethod(vocab_flops_table)
+    available = staticmethod(vocab_refusal)
     renumbers_ids = True
     text_floor = True
     export_formats = ("hf", "onnx", "gguf")  # the formats that write the rewritten tokenizer beside the renumbered rows
@@ -74,60 +67,21 @@ class VocabKind(UnitKind):
         return list(book["ids"]), int(book["size_orig"])
 
     def export_tokenizer(self, model, tokenizer):
-        from headprune.core.vocab.tokenizer import rewritten_tokenizer
-
         found = self.export_ids(model) or self.held_ids(model)
         return tokenizer if found is None or tokenizer is None else rewritten_tokenizer(tokenizer, found[0])
 
     def to_export_ids(self, model):
-        from headprune.core.vocab.pruning import set_ids, vocab_meta
-
         meta = vocab_meta(model)
         if meta is None:
             return
         vocab_site(model).old_to_new = None  # no id view: new ids in, logits over the kept ids out
         set_ids(model, meta["special_ids"])
 
-    def recovery_refusal(self):
-        return (
-            "least-squares recovery rescales the kept heads or neurons of a layer that lost some, and removing tokens keeps "
-            "every head and neuron: it would fit nothing"
-        )
-
-    def owns(self, group):
-        return group == GROUP
-
-    def group_names(self, attention_groups):
-        return [GROUP]
-
-    def available(self, model):
-        if input_embedding(model) is None:
-            return f"{type(model).__name__} reads no token embedding table (nn.Embedding), so it has no token rows to remove"
-        if any(hasattr(m, "final_logits_bias") for m in model.modules()):
-            return (
-                f"{model.config.model_type}'s final_logits_bias is added to the logits outside the output head, so a masked "
-                "token would keep its bias: prune.unit=vocab takes decoder-only LMs and encoders"
-            )
-        return None
-
-    def gates(self, model, shared):
-        if "vocab" not in shared:
-            reason = self.available(model)
-            if reason:
-                raise ValueError(reason)
-            shared["vocab"] = VocabGates(model)
-        return shared["vocab"]
-
     def units_per_layer(self, fields):
         value = fields.get("vocab_size")
         return value if isinstance(value, int) else None
 
     def floor(self, gates, tokenizer, needed):
-        import torch
-
-        from headprune.core.checks import ConfigError
-        from headprune.core.vocab.tokenizer import floor_ids
-
         size = vocab_book(gates.model)["size_orig"]
         if tokenizer is None:
             raise ConfigError("prune.unit=vocab keeps the tokens its tokenizer needs, and this task has no tokenizer")
@@ -148,9 +102,6 @@ class VocabKind(UnitKind):
     def ranked_scores(self, gates, tokenizer, scores):
         """Merge-closed: a kept BPE token keeps the two tokens its merge joins (recursively), each counted in what is kept,
         so the rewritten tokenizer still produces it; a token no text produces goes first (WordPiece: as given)."""
-        from headprune.core.vocab.merges import merge_closed_scores, merge_parts
-        from headprune.core.vocab.tokenizer import tokenizer_json
-
         if GROUP not in scores or tokenizer is None:
             return scores
         parts, dead = merge_parts(tokenizer_json(tokenizer))
@@ -161,33 +112,13 @@ class VocabKind(UnitKind):
     def counted_scores(self, gates, site, mean_loss):
         """A site's tokens scored on the loss scale from their uses while probing: freq x mean loss per token, smoothed by
         a Zipf prior over the ids (see ``core/vocab/scores.py``): ((U,), original ids, group); None: not this kind's site."""
-        from headprune.core.vocab.pruning import renumbered_ids
-        from headprune.core.vocab.scores import token_loss_scores
-
         if not hasattr(site, "counts") or site.group != GROUP:
             return None
         values = renumbered_ids(gates.model.config, {}).values()  # the config's special ids: no rank in the prior
         special = [int(i) for v in values for i in (v if isinstance(v, list) else [v])]
         return token_loss_scores(site.counts, special, mean_loss)[site.unit_ids], site.unit_ids, GROUP
 
-    def flops_tables(self, model, seq_len):
-        from headprune.core.vocab.pruning import vocab_flops_table
-
-        return vocab_flops_table(model, seq_len)
-
-    def prune(self, model, mask):
-        from headprune.core.vocab.pruning import prune_vocab_mask
-
-        return prune_vocab_mask(model, mask)
-
-    def record(self, model):
-        from headprune.core.vocab.pruning import vocab_record
-
-        return vocab_record(model)
-
     def save_meta(self, model):
-        from headprune.core.vocab.pruning import renumbered_ids, set_ids, vocab_meta
-
         meta = vocab_meta(model)
         if meta is not None:  # the saved config speaks the new ids (``finish_save`` puts the original ones back)
             model.__dict__[SAVED_IDS] = renumbered_ids(model.config, {})
@@ -195,9 +126,6 @@ class VocabKind(UnitKind):
         return meta
 
     def finish_save(self, model, path, tokenizer):
-        from headprune.core.vocab.pruning import set_ids
-        from headprune.core.vocab.tokenizer import rewrite_saved_tokenizer
-
         original = model.__dict__.pop(SAVED_IDS, None)
         if original is None:
             return

@@ -9,6 +9,8 @@ After pruning, the model reads and writes original ids (an id view: inputs mappe
 import torch
 from torch import nn
 
+from headprune.core.site_gates import Site
+
 GROUP = "vocab"  # the mask group: [1, vocabulary size]
 VOCAB_ATTR = "_headprune_vocab"  # the model's book: {"ids": kept original ids, "size_orig": vocabulary size}
 SITE_ATTR = "_headprune_vocab_site"  # the VocabSite on the input embedding and on each output head
@@ -16,17 +18,12 @@ SPECIAL_FIELDS = ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id"
 SPECIAL_FIELDS += ("decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
 
 
-class VocabSite:
-    """The gate of every token row of a model: group, layer 0, kept original ids, gate over them, counts while probing."""
-
-    group, layer, stack_layers = GROUP, 0, 0
+class VocabSite(Site):
+    """The gate of every token row of a model: group and path ``vocab``, layer 0, its units the kept original token ids."""
 
     def __init__(self, ids: list[int], size_orig: int):
-        self.unit_ids, self.units_orig = list(ids), size_orig
-        self.gate: torch.Tensor | None = None  # (U,) or (B, U) over the kept ids, in the order of the rows
-        self.probes: list[torch.Tensor] = []  # none: a token row is scored by how often the text uses it
+        super().__init__(GROUP, GROUP, 0, size_orig, list(ids))  # probes stay []: a token is scored by how often text uses it
         self.counts = torch.zeros(size_orig, dtype=torch.float64)  # uses of each original id while recording
-        self.recording = False
         self.old_to_new: torch.Tensor | None = None  # (size_orig,) the id view of a pruned model; -1 at a removed id
         self.read: torch.Tensor | None = None  # the original ids of the last call through the id view
         self.head_row = 0  # the batch row the output head's next slice starts at, under per-example gates
@@ -41,15 +38,23 @@ class VocabSite:
             self.counts = torch.zeros(self.units_orig, dtype=torch.float64)  # each probing pass counts afresh
         self._recording = bool(value)
 
-    @property
-    def has_units(self) -> bool:
-        return bool(self.unit_ids)
-
 
 def input_embedding(model: nn.Module) -> nn.Embedding | None:
     """The token embedding table (None: the model reads no token ids)."""
     table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     return table if isinstance(table, nn.Embedding) else None
+
+
+def vocab_refusal(model: nn.Module) -> str | None:
+    """Why this model has no token rows to gate and remove (None: it has)."""
+    if input_embedding(model) is None:
+        return f"{type(model).__name__} reads no token embedding table (nn.Embedding), so it has no token rows to remove"
+    if any(hasattr(m, "final_logits_bias") for m in model.modules()):
+        return (
+            f"{model.config.model_type}'s final_logits_bias is added to the logits outside the output head, so a masked "
+            "token would keep its bias: prune.unit=vocab takes decoder-only LMs and encoders"
+        )
+    return None
 
 
 def output_heads(model: nn.Module) -> list[nn.Linear]:
