@@ -19,7 +19,7 @@ from long_context_tables import figure as long_context_figure
 from long_context_tables import overlap_table, runs_of, within_table
 from readme_results import readme_results
 from units_table import trained_units_table, units_deploy_table, units_speed_table
-from vocab_table import vocab_cut_table
+from vocab_table import classifier_vocab_cut_table, vocab_cut_table
 
 from headprune.viz.tables import (
     ablation_table,
@@ -170,6 +170,7 @@ TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
 )
 TABLES["llm_vocab_cut"] = lambda d: vocab_cut_table(_load(d, "llm_vocab_cut"))  # docs/results_llm.md: SmolLM2's vocabulary cuts
+TABLES["minilm_vocab_freq"] = lambda d: classifier_vocab_cut_table(_load(d, "mnli_vocab_freq"))  # docs/results.md: MiniLM's cuts by use
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
 TABLES["mnli8k_units_speed"] = lambda d: units_speed_table(_load(d, "mnli8k_units_speed"), UNIT_SPEED_LABELS)

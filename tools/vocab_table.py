@@ -23,3 +23,24 @@ def vocab_cut_table(run: dict) -> str:
     return (
         "\n".join(rows) + f"\n\nOn `{split}` ({n} texts), each cut's model reading its own rewritten tokenizer's split of the same text.\n"
     )
+
+
+def classifier_vocab_cut_table(run: dict) -> str:
+    """A classifier's vocabulary cuts (prune.unit=vocab, retraining-free): tokens kept, accuracy with its interval, difference."""
+    from units_table import _accuracy
+
+    results = run["results"]
+    n, base = results["n_examples"], results["base_score"]
+    rows = [
+        "| vocabulary | tokens kept (the rewritten tokenizer produces) | accuracy [95%] | vs unpruned |",
+        "|---|---:|---:|---:|",
+        f"| unpruned | {results['units_total']:,} | {_accuracy(base, n)} | |",
+    ]
+    for order, curve in results["orders"].items():
+        for step in curve["steps"]:
+            tokenizer = step["tokenizer"]
+            rows.append(
+                f"| {order}, {100 * step['fraction']:.0f}% of the tokens removed | {tokenizer['size']:,} ({tokenizer['produced']:,}) | "
+                f"{_accuracy(step['score'], n)} | {step['score'] - base:+.2f} |"
+            )
+    return "\n".join(rows) + f"\n\nOn `{results['split']}` ({n} examples), each cut's model reading its own rewritten tokenizer's split.\n"
