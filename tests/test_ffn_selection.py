@@ -22,13 +22,13 @@ from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.results.mask_files import mask_file_of
 from headprune.results.points import kind_counts, kinds_label
 from headprune.selection.ffn_lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
-from headprune.selection.ffn_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 from headprune.selection.greedy import random_scores
 from headprune.selection.latency import cached_unit_latency_model, interpolated, width_grid
 from headprune.selection.mask_search import _nonnegative, removal_order, search_mask
 from headprune.selection.uniform import is_uniform, uniform_mask, uniform_search
 from headprune.selection.uniform_path import UniformPath
 from headprune.selection.unit_costs import unit_flops_cost_model
+from headprune.selection.unit_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 
 SEQ = 16
 

@@ -184,8 +184,7 @@ def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, mon
 def test_rearrangement_in_units_with_neurons_is_the_direct_call(shared, tmp_path, task, unit):
     """prune.rearrange=both with neurons in the unit: the rearranged point keeps every layer's count of each kind, is
     rearrange_unit_mask of the plain point's mask called directly on the task's gate gradients, and never raises the form."""
-    from headprune.selection.ffn_rearrange import example_gradients
-    from headprune.selection.unit_rearrange import rearrange_unit_mask
+    from headprune.selection.unit_rearrange import example_gradients, rearrange_unit_mask
     from headprune.tasks.unit_task import in_unit
 
     got = run(tmp_path, "prune", task, f"prune.unit={unit}", "prune.order=fisher", "prune.fractions=[0.3]", "prune.rearrange=both")
