@@ -7,7 +7,7 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_of
+from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_index
 from headprune.export.gguf_archs import arch_of, written_arch
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
@@ -148,8 +148,8 @@ def export_gguf_deci(
 
     def left_out(hf_name: str) -> bool:
         if any(part in hf_name for part in ATTENTION_PARTS):
-            return layer_of(hf_name) in emptied
-        return any(part in hf_name for part in FFN_PARTS) and layer_of(hf_name) in ffn_free
+            return layer_index(hf_name) in emptied
+        return any(part in hf_name for part in FFN_PARTS) and layer_index(hf_name) in ffn_free
 
     finish_file(writer, gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=left_out))
     return path
