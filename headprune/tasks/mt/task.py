@@ -17,14 +17,8 @@ from headprune.tasks.common import LazySizes, SharedTaskMethods
 from headprune.tasks.mt.data import TranslationDataModule, split_of
 from headprune.tasks.mt.progress import BatchProgress
 
-TASK_SETTINGS = (
-    "label_smoothing",
-    "beam_size",
-    "val_beam_size",
-    "len_ratio",
-    "len_extra",
-    "mask_chunk",
-)  # task.* besides name (conf/task/mt.yaml)
+# task.* besides name (conf/task/mt.yaml)
+TASK_SETTINGS = ("label_smoothing", "beam_size", "val_beam_size", "len_ratio", "len_extra", "mask_chunk")
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, list[list[int]]]:

@@ -28,11 +28,6 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
         """Logits (B, classes) for a batch (extra keys such as labels and idx are ignored)."""
         return self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits
 
-    def _require_data(self) -> NLIDataModule:
-        if self.data is None:
-            raise ValueError("this NLIModule has no datamodule: build it with load_nli_task(cfg) or NLIModule(..., data=...)")
-        return self.data
-
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's premise/hypothesis pairs (of its labels when the texts are not kept)."""
         dataset = self._require_data().dataset(split)

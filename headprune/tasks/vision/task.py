@@ -26,11 +26,6 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
         """Logits (B, classes) of a batch's pixel_values (other keys are ignored)."""
         return self.model(pixel_values=batch["pixel_values"]).logits
 
-    def _require_data(self) -> ImageDataModule:
-        if self.data is None:
-            raise ValueError("this task has no images: build it with load_vision_task(cfg) or ImageClassificationModule(..., data=...)")
-        return self.data
-
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's images (pixels before resizing) and labels."""
         return texts_fingerprint(self._require_data().dataset(split).fingerprints)
