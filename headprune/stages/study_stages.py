@@ -89,10 +89,6 @@ class Stage:
     wanted: Callable[[StudyRun], bool] | None = None  # None: always
 
 
-def scores_key(ctx: StudyRun) -> dict:
-    return ctx.key({"importance": ctx.cfg.importance}, [IMPORTANCE_DATA])
-
-
 def raw_scores(ctx: StudyRun) -> dict:
     cache: dict = {}  # the orders keep their unmasked raw scores here
     action = gate_action(ctx.task.gates)
@@ -244,7 +240,7 @@ def speed_all(ctx: StudyRun) -> dict:
 
 
 STUDY_STAGES = (
-    Stage("scores", scores_key, raw_scores, share_scores),
+    Stage("scores", lambda ctx: ctx.key({"importance": ctx.cfg.importance}, [IMPORTANCE_DATA]), raw_scores, share_scores),
     Stage("ablate", ablate_key, ablate_all, share_ablation, wanted=single_units),
     Stage("keep_one", keep_one_key, keep_one_all, wanted=keep_one_wanted),
     Stage("prune", prune_key, prune_all),
