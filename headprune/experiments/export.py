@@ -15,7 +15,6 @@ from headprune.core.record_digests import RECORD_FILE
 from headprune.core.unit_kinds import kind_of_group, noun
 from headprune.core.units import model_gates
 from headprune.export import FORMATS, export_model
-from headprune.export.batch_spread import spread_line
 from headprune.export.client_check import CLIENTS, checked_in_client
 from headprune.export.gguf_tokenizer import choose_tokenizer_pre
 from headprune.export.record import console_lines, is_pruned, layer_widths, removed_units, tensor_parallel
@@ -226,7 +225,6 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
 
 def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
     """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of ``batch_sizes``."""
-    from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
@@ -345,3 +343,16 @@ def run(cfg) -> dict:
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
     return {"objective": report["max_abs_diff"], **result}
+
+
+def batch_spread(scores: dict[int, float]) -> dict:
+    """{"batch_sizes", "scores" (one per size, in that order), "min", "max", "spread" (max - min)} of {batch size: score}."""
+    sizes = sorted(scores)
+    values = [float(scores[b]) for b in sizes]
+    return {"batch_sizes": sizes, "scores": values, "min": min(values), "max": max(values), "spread": max(values) - min(values)}
+
+
+def spread_line(name: str, record: dict) -> str:
+    """``name`` at each batch size and the spread, for the printed summary."""
+    each = ", ".join(f"{b}: {s:.4g}" for b, s in zip(record["batch_sizes"], record["scores"]))
+    return f"{name} at batch {each} (min {record['min']:.4g}, max {record['max']:.4g}, spread {record['spread']:.3g})"

@@ -10,8 +10,7 @@ from torch import nn
 
 from headprune.core.checks import ConfigError
 from headprune.export.gguf_archs import ARCHS, LLAMA, GGUFArch, arch_of, written_arch
-from headprune.export.hf import stock_ffn_width, stock_shape
-from headprune.export.llama_fields import rope_and_bias_refusal
+from headprune.export.hf import rope_and_bias_refusal, stock_ffn_width, stock_shape
 
 GGUF_TYPES = tuple(model_type for row in ARCHS for model_type in row.model_types)
 DTYPES = ("f32", "f16")

@@ -4,6 +4,7 @@ import copy
 import json
 import os
 import site
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -12,8 +13,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-
-from headprune.export.fresh import run_fresh
 
 CHECKER = Path(__file__).with_name("checker.py")
 TOLERANCE = 1e-5  # f32: largest |export - reference| over the logits' scale (at least 1): the floor of the tolerance
@@ -221,3 +220,12 @@ def refusal_message(fmt: str, report: dict, staging: Path) -> str:
         f"tolerance {report['tolerance']:.2e}; pre-tokenizer {report.get('tokenizer_pre')}, expected {report.get('tokenizer_pre_expected')}). "
         f"The refused files and the check's report (check.json) are in {staging}; the export/ directory and results.json are unchanged"
     )
+
+
+def run_fresh(command: list[str], folder: Path, what: str, timeout: float, **env) -> object:
+    """Run ``command`` in ``folder`` with only PATH, one thread and ``env``; its last stdout line as JSON, else a RuntimeError."""
+    clean = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", "HOME": str(folder), **env}
+    done = subprocess.run(command, cwd=folder, env=clean, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
