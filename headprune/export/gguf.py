@@ -159,11 +159,13 @@ def add_metadata(
     writer.add_value_length(head_dim)
     if row is None or row.rotary:
         add_rope(writer, config, head_dim)
-    if row is None or not row.layer_norm:  # LayerNorm rows write their epsilon in their metadata
+    if row is None or not row.layer_norm:
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(int(config.vocab_size))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if row is not None and row.layer_norm:
+        writer.add_layer_norm_eps(float(getattr(config, row.layer_norm)))
     if row is not None and row.metadata is not None:
         row.metadata(writer, config)
 
