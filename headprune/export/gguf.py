@@ -323,7 +323,11 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
     shape = stock_shape(model, GGUF_TYPES)
     row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
     if config.model_type in LLAMA.model_types and config.hidden_size % shape.heads:  # read back by transformers
-        raise ConfigError(gguf_head_count_message(config.hidden_size, shape.heads))
+        raise ConfigError(
+            f"export.format=gguf: {shape.heads} query heads do not divide the hidden size {config.hidden_size}; transformers' GGUF "
+            "reader builds a LlamaConfig from the file, which refuses that, so the export could not be checked. Prune to a head "
+            "count that divides the hidden size, or use export.format=hf (written as Mistral) or export.format=onnx"
+        )
     why = square_refusal(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
     if why:
         raise ConfigError(why)
@@ -372,12 +376,3 @@ def finish_file(writer, tensors) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-
-
-def gguf_head_count_message(hidden: int, heads: int) -> str:
-    """Why a GGUF with this head count cannot be checked, and what to do."""
-    return (
-        f"export.format=gguf: {heads} query heads do not divide the hidden size {hidden}; transformers' GGUF reader "
-        "builds a LlamaConfig from the file, which refuses that, so the export could not be checked. Prune to a "
-        "head count that divides the hidden size, or use export.format=hf (written as Mistral) or export.format=onnx"
-    )

@@ -50,21 +50,16 @@ def check_mask(fields: dict, rows: dict) -> None:
 
     row = arch_of(fields.get("model_type"))
     for layers in rows.values():
-        if row is not None and row.square_only and any(0 in kept for kept in layers):
-            raise ConfigError(square_mask_message(row, fields, layers))
+        pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]
+        if row is not None and row.square_only and pruned:
+            raise ConfigError(
+                f"export.format=gguf writes {fields.get('model_type')} as llama.cpp's {row.name}, whose graph reads q, k and v as "
+                f"blocks of the hidden size, and the mask prunes query heads in layers {pruned}: prune FFN neurons or layers only "
+                "(no heads), or use export.format=onnx"
+            )
         shapes = mask_layer_shapes(layers, heads_per_kv(fields))
         if row is not None and not row.per_layer and len(set(shapes)) > 1:
             raise ConfigError(uneven_layers_message(row, shapes))
-
-
-def square_mask_message(row, fields: dict, layers: list[list[int]]) -> str:
-    """Why a mask that prunes query heads cannot be written as an architecture whose graph reads square attention."""
-    pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]
-    return (
-        f"export.format=gguf writes {fields.get('model_type')} as llama.cpp's {row.name}, whose graph reads q, k and v as blocks "
-        f"of the hidden size, and the mask prunes query heads in layers {pruned}: prune FFN neurons or layers only (no heads), "
-        "or use export.format=onnx"
-    )
 
 
 def uneven_layers_message(row, shapes: list) -> str:
