@@ -25,8 +25,7 @@ from headprune.selection.greedy import random_scores
 from headprune.selection.latency import cached_unit_latency_model, interpolated, width_grid
 from headprune.selection.lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
 from headprune.selection.mask_search import _nonnegative, removal_order, search_mask
-from headprune.selection.uniform import is_uniform, uniform_mask, uniform_search
-from headprune.selection.uniform_path import UniformPath
+from headprune.selection.uniform import UniformPath, is_uniform, uniform_mask, uniform_search
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 
