@@ -16,7 +16,7 @@ from headprune.core.unit_kinds import kind_of_group, noun
 from headprune.core.units import model_gates
 from headprune.export import FORMATS, export_model
 from headprune.export.client_check import CLIENTS, checked_in_client
-from headprune.export.gguf_tokenizer import choose_tokenizer_pre
+from headprune.export.gguf_pre import choose_tokenizer_pre
 from headprune.export.record import console_lines, is_pruned, layer_widths, removed_units, tensor_parallel
 from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.renumbering import renumbering
