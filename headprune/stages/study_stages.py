@@ -8,9 +8,8 @@ from typing import Any
 import torch
 
 from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal
-from headprune.measures.ablation_stage import ablation_stage
+from headprune.measures.ablation_stage import ablation_stage, keep_one_stage
 from headprune.measures.evaluation import split_size
-from headprune.measures.keep_one_stage import keep_one_stage
 from headprune.measures.speed_stage import speed_stage
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.stream_points import gate_action, streaming
