@@ -185,7 +185,7 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
         **timing,
         "flop_ideal_gain": ideal,
         "gain_vs_ideal": gain / ideal if ideal > 0 else None,
-        "bandwidth_ideal_gain": bandwidth,  # decode: bytes read per new token (headprune.engine.bandwidth)
+        "bandwidth_ideal_gain": bandwidth,  # decode: bytes read per new token (decode_bandwidth_ideal)
         "above_ideal": beyond,
         "call": name,
         "unit": timed.unit,
