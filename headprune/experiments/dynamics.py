@@ -5,7 +5,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headprune.checks.checkpoint_lists import epoch_checkpoints, ordered_checkpoints
-from headprune.lightning.head_dynamics import take_snapshot, with_stability
+from headprune.lightning.callbacks import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
 from headprune.results.writer import write_results_file
 from headprune.settings import listed as list_of
