@@ -24,8 +24,7 @@ from headprune.export.verify import check_export, check_line, refusal_message, s
 from headprune.measures.evaluation import check_split, swapped_model
 from headprune.models.sources import config_fields
 from headprune.results.run_dir import mask_to_json, write_results
-from headprune.results.staging import fresh_dir, replace_dir
-from headprune.results.writer import output_dir, read_json
+from headprune.results.writer import fresh_dir, output_dir, read_json, replace_dir
 from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
