@@ -2450,7 +2450,7 @@ def test_a_cached_hub_dataset_passes_offline(tmp_path, monkeypatch):
     import datasets
 
     from headprune.core.checks import ConfigError
-    from headprune.tasks.hub_data import check_hub_dataset
+    from headprune.tasks.data_sources import check_hub_dataset
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))
