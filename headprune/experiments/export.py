@@ -18,9 +18,8 @@ from headprune.export import FORMATS, export_model
 from headprune.export.client_check import CLIENTS, checked_in_client
 from headprune.export.gguf_pre import choose_tokenizer_pre
 from headprune.export.record import console_lines, is_pruned, layer_widths, removed_units, tensor_parallel
-from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.renumbering import renumbering
-from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
+from headprune.export.verify import check_export, check_fields, check_line, pruned_copy, reference_outputs, refusal_message, sample_texts
 from headprune.measures.evaluation import check_split, swapped_model
 from headprune.models.sources import config_fields
 from headprune.results.run_dir import mask_to_json, write_results
