@@ -161,7 +161,7 @@ class HeadImportanceTracker(L.Callback):
 def _log_wandb(run, snap: dict, step: int) -> None:
     import wandb
 
-    from headprune.viz.dynamics_plots import importance_heatmaps
+    from headprune.viz.plots import importance_heatmaps
 
     epoch = snap["epoch"]
     table = wandb.Table(
