@@ -18,7 +18,7 @@ from headprune.core.projections import linear_weight, out_features, scale_input_
 from headprune.core.pruning import pruning_record
 from headprune.core.units import FFN, QUERY_HEADS, refit_gates, unit_gates
 from headprune.scoring.importance import per_example_loss
-from headprune.selection.captures import captured_module_inputs
+from headprune.selection.layer_replay import captured_module_inputs
 
 SHRINKS = (1.0, 0.5, 0.25, 0.0)  # the fractions of the least-squares deviations s - 1 tried; 0 = the mask alone
 
