@@ -14,11 +14,10 @@ from headprune.engine.ablation import MaskBatcher
 from headprune.engine.ablation_causal import CausalMaskBatcher
 from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
 from headprune.selection.costs import flops_cost_model
-from headprune.selection.lsq import lsq_recoverer
+from headprune.selection.lsq import ffn_lsq_recoverer, lsq_recoverer
 from headprune.selection.mask_search import PruneTarget, search_mask
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
-from headprune.selection.unit_lsq import ffn_lsq_recoverer
 
 __version__ = "0.1.0"
 __all__ = [

@@ -2408,14 +2408,14 @@ def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, ove
     from hydra.utils import get_method
 
     from headprune.core.checks import ConfigError
-    from headprune.selection import unit_latency
+    from headprune.selection import latency
     from headprune.selection.costs import CostModel
     from headprune.stages import prune_speed
     from headprune.validation import validate
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     flat = lambda model, inputs, device="cpu", **kwargs: CostModel("seconds", 1.0, {"enc_self": torch.ones(2, 5)})  # noqa: E731
-    monkeypatch.setattr(unit_latency, "measure_latency_model", flat)
+    monkeypatch.setattr(latency, "measure_latency_model", flat)
     monkeypatch.setattr(prune_speed, "order_scores", lambda *a, **k: pytest.fail("scored before refusing the target"))
     cfg = compose_row(tmp_path, "nli", ["experiment=prune", "prune.order=fisher", *overrides])
     validate(cfg)
@@ -2450,7 +2450,7 @@ def test_a_cached_hub_dataset_passes_offline(tmp_path, monkeypatch):
     import datasets
 
     from headprune.core.checks import ConfigError
-    from headprune.tasks.hub_data import check_hub_dataset
+    from headprune.tasks.data_sources import check_hub_dataset
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))

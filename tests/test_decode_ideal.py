@@ -212,7 +212,7 @@ def _llama(shape: LlamaShape, kv_heads: int, ffn: int):
 @pytest.mark.parametrize("tied", [True, False])
 def test_pytorch_bytes_per_token_equal_the_gguf_count_of_an_f32_file(tied):
     """The speed experiment's decode ideal (PyTorch parameters) and the GGUF count of the same widths agree."""
-    from headprune.engine.bandwidth import decode_bandwidth_ideal, weight_bytes_per_token
+    from headprune.measures.speed_stage import decode_bandwidth_ideal, weight_bytes_per_token
 
     shape = LlamaShape(**{**TINY.__dict__, "tied": tied})
     full, small = _llama(shape, 2, 96), _llama(shape, 1, 32)

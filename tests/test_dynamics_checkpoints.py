@@ -63,7 +63,7 @@ def test_dynamics_over_checkpoint_directories_draws_curves(checkpoint_dirs, tmp_
 def test_snapshot_of_a_checkpoint_equals_loading_it_as_the_model(checkpoint_dirs, tmp_path):
     """The dynamics snapshot of a directory equals take_snapshot on the same model loaded through model.pretrained."""
     from headprune.experiments.dynamics import analyse_models
-    from headprune.lightning.head_dynamics import take_snapshot
+    from headprune.lightning.callbacks import take_snapshot
     from headprune.tasks import registry
 
     cfg = dynamics_cfg(tmp_path, f"checkpoints=[{checkpoint_dirs[1]}]")

@@ -117,8 +117,7 @@ def test_the_pre_tokenizer_is_named_recorded_identified_or_refused(tokenizer, tm
     from omegaconf import OmegaConf
 
     from headprune.export import llama_cpp_pre
-    from headprune.export.gguf_pre import chktxt_hash
-    from headprune.export.gguf_tokenizer import choose_tokenizer_pre
+    from headprune.export.gguf_pre import chktxt_hash, choose_tokenizer_pre
     from headprune.models.tokenizer_origin import RECORD
 
     plain = saved_tokenizer(tokenizer, tmp_path / "plain")

@@ -21,14 +21,13 @@ from headprune.core.pruning import prune_heads, prune_kv_groups, pruning_record
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.results.mask_files import mask_file_of
 from headprune.results.points import kind_counts, kinds_label
-from headprune.selection.ffn_lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
-from headprune.selection.ffn_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 from headprune.selection.greedy import random_scores
+from headprune.selection.latency import cached_unit_latency_model, interpolated, width_grid
+from headprune.selection.lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
 from headprune.selection.mask_search import _nonnegative, removal_order, search_mask
-from headprune.selection.uniform import is_uniform, uniform_mask, uniform_search
-from headprune.selection.uniform_path import UniformPath
+from headprune.selection.uniform import UniformPath, is_uniform, uniform_mask, uniform_search
 from headprune.selection.unit_costs import unit_flops_cost_model
-from headprune.selection.unit_latency import cached_unit_latency_model, interpolated, width_grid
+from headprune.selection.unit_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 
 SEQ = 16
 
@@ -248,8 +247,8 @@ def test_mask_files_say_their_unit_and_kinds_and_label_what_each_kind_lost(tmp_p
 
 
 def test_iterative_pruning_of_heads_and_neurons_with_head_and_neuron_recovery():
+    from headprune.selection.lsq import unit_lsq_recoverer
     from headprune.selection.schedule import iterative_prune
-    from headprune.selection.unit_lsq import unit_lsq_recoverer
 
     model = tiny_bert()
     plain = copy.deepcopy(model)

@@ -127,7 +127,7 @@ def test_a_mask_file_of_an_unregistered_kind_is_refused_naming_its_group(tmp_pat
 def test_a_group_of_no_kind_is_no_head_to_any_reader(reader):
     from headprune.results.points import kind_counts
     from headprune.selection.joint_scale import kind_classes
-    from headprune.selection.uniform_path import part_of
+    from headprune.selection.uniform import part_of
 
     read = {"kind_counts": lambda: kind_counts({"dec_ffn_half": [[1, 0]]}), "kind_classes": lambda: kind_classes(["dec_ffn_half"])}
     read["part_of"] = lambda: part_of("dec_ffn_half")

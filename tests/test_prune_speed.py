@@ -269,13 +269,13 @@ def test_schedule_prunes_recovers_and_prunes_more(shared_task, tmp_path):
 
 
 def test_latency_cost_is_cached_in_the_run_dir_and_speed_is_measured(shared_task, tmp_path, monkeypatch):
-    from headprune.selection import unit_latency
+    from headprune.selection import latency
     from headprune.selection.costs import CostModel
 
     def steady_tables(model, inputs, device="cpu", **kwargs):  # a tiny model's timings are noise: a fixed seconds table
         return CostModel("seconds", 1.0, {"enc_self": torch.arange(5.0).clamp(min=1).repeat(2, 1) / 10})
 
-    monkeypatch.setattr(unit_latency, "measure_latency_model", steady_tables)
+    monkeypatch.setattr(latency, "measure_latency_model", steady_tables)
     cfg = make_cfg(
         tmp_path,
         "prune",

@@ -8,8 +8,8 @@ from experiment_helpers import make_cfg
 
 from headprune.core.unit_kinds import lsq_refusal
 from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.selection.lsq import unit_lsq_recoverer
 from headprune.selection.reconstruct import kept, reconstruct, shrunk_projections, solve_projection, teacher_targets
-from headprune.selection.unit_lsq import unit_lsq_recoverer
 from headprune.stages.calibration_batches import recovery_batches
 from headprune.tasks.registry import load_task
 

@@ -164,7 +164,7 @@ def test_study_with_heads_and_neurons(shared, tmp_path):
 def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, monkeypatch):
     """prune.cost=latency with prune.unit=[head,ffn] reads tables of both kinds (cached in the run dir under the unit)."""
     from headprune.core.units import unit_gates
-    from headprune.selection import unit_latency
+    from headprune.selection import latency
     from headprune.selection.costs import CostModel
 
     groups = unit_gates(shared["nli"].gates, "head+ffn").groups
@@ -173,7 +173,7 @@ def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, mon
         assert unit == "head+ffn"
         return CostModel("seconds", 1.0, {g: torch.arange(n + 1.0).clamp(min=1).repeat(layers, 1) / n for g, (layers, n) in groups.items()})
 
-    monkeypatch.setattr(unit_latency, "measure_unit_latency_model", steady_tables)
+    monkeypatch.setattr(latency, "measure_unit_latency_model", steady_tables)
     got = run(tmp_path, "prune", "nli", "prune.unit=[head,ffn]", "prune.target={speedup:1.2}", "prune.cost=latency", "prune.seq_len=16")
     point = got["results"]["points"][1]
     assert list((tmp_path / "latency").glob("latency-*-head+ffn-*.json"))
@@ -184,8 +184,7 @@ def test_latency_costs_in_a_joint_unit_are_cached_per_unit(shared, tmp_path, mon
 def test_rearrangement_in_units_with_neurons_is_the_direct_call(shared, tmp_path, task, unit):
     """prune.rearrange=both with neurons in the unit: the rearranged point keeps every layer's count of each kind, is
     rearrange_unit_mask of the plain point's mask called directly on the task's gate gradients, and never raises the form."""
-    from headprune.selection.ffn_rearrange import example_gradients
-    from headprune.selection.unit_rearrange import rearrange_unit_mask
+    from headprune.selection.unit_rearrange import example_gradients, rearrange_unit_mask
     from headprune.tasks.unit_task import in_unit
 
     got = run(tmp_path, "prune", task, f"prune.unit={unit}", "prune.order=fisher", "prune.fractions=[0.3]", "prune.rearrange=both")

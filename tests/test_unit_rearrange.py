@@ -7,9 +7,8 @@ from tiny_llms import lm_batch, tiny_llama
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.units import unit_gates
 from headprune.scoring.importance import fisher_blocks
-from headprune.selection.ffn_rearrange import example_gradients, rearrange_ffn_mask
 from headprune.selection.rearrange import rearrange_mask
-from headprune.selection.unit_rearrange import fisher_blocks_of, rearrange_unit_mask
+from headprune.selection.unit_rearrange import example_gradients, fisher_blocks_of, rearrange_ffn_mask, rearrange_unit_mask
 
 
 def _mask(groups, seed=0, keep=0.5):

@@ -5,12 +5,12 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headprune.checks.checkpoint_lists import epoch_checkpoints, ordered_checkpoints
-from headprune.lightning.head_dynamics import take_snapshot, with_stability
+from headprune.lightning.callbacks import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
 from headprune.results.writer import write_results_file
 from headprune.settings import listed as list_of
 from headprune.tasks import registry
-from headprune.viz.dynamics_plots import importance_over_time, pruning_curves_by_epoch
+from headprune.viz.plots import importance_over_time, pruning_curves_by_epoch
 
 
 def checkpoint_training_config(ckpt_dir: Path, cfg):

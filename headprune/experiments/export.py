@@ -15,18 +15,15 @@ from headprune.core.record_digests import RECORD_FILE
 from headprune.core.unit_kinds import kind_of_group, noun
 from headprune.core.units import model_gates
 from headprune.export import FORMATS, export_model
-from headprune.export.batch_spread import spread_line
 from headprune.export.client_check import CLIENTS, checked_in_client
-from headprune.export.gguf_tokenizer import choose_tokenizer_pre
+from headprune.export.gguf_pre import choose_tokenizer_pre
 from headprune.export.record import console_lines, is_pruned, layer_widths, removed_units, tensor_parallel
-from headprune.export.reference import check_fields, pruned_copy, reference_outputs
 from headprune.export.renumbering import renumbering
-from headprune.export.verify import check_export, check_line, refusal_message, sample_texts
+from headprune.export.verify import check_export, check_fields, check_line, pruned_copy, reference_outputs, refusal_message, sample_texts
 from headprune.measures.evaluation import check_split, swapped_model
 from headprune.models.sources import config_fields
 from headprune.results.run_dir import mask_to_json, write_results
-from headprune.results.staging import fresh_dir, replace_dir
-from headprune.results.writer import output_dir, read_json
+from headprune.results.writer import fresh_dir, output_dir, read_json, replace_dir
 from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
 from headprune.tasks import registry
 from headprune.tasks.unit_task import unit_of
@@ -226,7 +223,6 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
 
 def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
     """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of ``batch_sizes``."""
-    from headprune.export.batch_spread import batch_spread
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
@@ -345,3 +341,16 @@ def run(cfg) -> dict:
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
     return {"objective": report["max_abs_diff"], **result}
+
+
+def batch_spread(scores: dict[int, float]) -> dict:
+    """{"batch_sizes", "scores" (one per size, in that order), "min", "max", "spread" (max - min)} of {batch size: score}."""
+    sizes = sorted(scores)
+    values = [float(scores[b]) for b in sizes]
+    return {"batch_sizes": sizes, "scores": values, "min": min(values), "max": max(values), "spread": max(values) - min(values)}
+
+
+def spread_line(name: str, record: dict) -> str:
+    """``name`` at each batch size and the spread, for the printed summary."""
+    each = ", ".join(f"{b}: {s:.4g}" for b, s in zip(record["batch_sizes"], record["scores"]))
+    return f"{name} at batch {each} (min {record['min']:.4g}, max {record['max']:.4g}, spread {record['spread']:.3g})"

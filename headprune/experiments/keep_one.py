@@ -5,8 +5,8 @@ from headprune.checks.shared_checks import check_group_names, check_model_and_ta
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import keep_one_refusal, noun
 from headprune.lightning.loggers import log_run
+from headprune.measures.ablation_stage import keep_one_stage
 from headprune.measures.evaluation import check_split, selection_split
-from headprune.measures.keep_one_stage import keep_one_stage
 from headprune.results.run_dir import write_results
 from headprune.results.stream_points import keep_one_title, streaming
 from headprune.results.writer import output_dir

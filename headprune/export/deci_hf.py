@@ -11,7 +11,7 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.llama_fields import rope_and_bias_refusal
+from headprune.export.hf import rope_and_bias_refusal
 from headprune.export.tokenizer_files import save_tokenizer
 
 DECI_TYPES = ("llama", "mistral")

@@ -10,8 +10,7 @@ from torch import nn
 
 from headprune.core.checks import ConfigError
 from headprune.export.gguf_archs import ARCHS, LLAMA, GGUFArch, arch_of, written_arch
-from headprune.export.hf import stock_ffn_width, stock_shape
-from headprune.export.llama_fields import rope_and_bias_refusal
+from headprune.export.hf import rope_and_bias_refusal, stock_ffn_width, stock_shape
 
 GGUF_TYPES = tuple(model_type for row in ARCHS for model_type in row.model_types)
 DTYPES = ("f32", "f16")
@@ -65,7 +64,7 @@ GELU_ERF = ("gelu",)  # exact GELU: written as llama.cpp runs every GPT-NeoX (ta
 
 def gpt_refusal(fields: dict) -> str | None:
     """Why a GPT-2 or GPT-NeoX config differs from what llama.cpp's gpt2 / gptneox graphs compute (None when it does not)."""
-    model_type, name = fields.get("model_type"), arch_of(fields.get("model_type")).name
+    model_type = fields.get("model_type")
     key, default = ("activation_function", "gelu_new") if model_type == "gpt2" else ("hidden_act", "gelu")  # their configs' defaults
     activation = fields.get(key) or default
     rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
@@ -80,11 +79,15 @@ def gpt_refusal(fields: dict) -> str | None:
         found = "no query_key_value or dense biases (llama.cpp's gptneox reads them)"
     elif model_type == "gpt_neox" and rope.get("rope_type", rope.get("type", "default")) != "default":
         found = f"rotary scaling {rope}"
-    return (
-        f"export.format=gguf writes {model_type} as llama.cpp's {name}, and this model has {found}: use export.format=onnx"
-        if found
-        else None
-    )
+    return differs(fields, found, "export.format=onnx")
+
+
+def differs(fields: dict, found: str | None, instead: str) -> str | None:
+    """Why the model (``found``: what it has that llama.cpp's graph does not compute) cannot be written; None when nothing is found."""
+    if found is None:
+        return None
+    model_type = fields.get("model_type")
+    return f"export.format=gguf writes {model_type} as llama.cpp's {arch_of(model_type).name}, and this model has {found}: use {instead}"
 
 
 def falcon_refusal(fields: dict) -> str | None:
@@ -103,7 +106,7 @@ def falcon_refusal(fields: dict) -> str | None:
         found = f"the activation {activation}, not GELU"
     elif rope.get("rope_type", rope.get("type", "default")) != "default":
         found = f"rotary scaling {rope}"
-    return f"export.format=gguf writes falcon as llama.cpp's falcon, and this model has {found}: use export.format=onnx" if found else None
+    return differs(fields, found, "export.format=onnx")
 
 
 def square_refusal(model_type: str, heads: int, head_dim: int, hidden: int) -> str | None:
@@ -120,7 +123,7 @@ def square_refusal(model_type: str, heads: int, head_dim: int, hidden: int) -> s
 
 def gemma_refusal(fields: dict) -> str | None:
     """Why a Gemma config differs from what llama.cpp's gemma2 / gemma3 graphs hard-code (None when it does not)."""
-    model_type, name = fields.get("model_type"), arch_of(fields.get("model_type")).name
+    name = arch_of(fields.get("model_type")).name
     pattern = 2 if name == "gemma2" else 6  # llama.cpp: every 2nd (gemma2) / 6th (gemma3) layer global, the others sliding
     layers = int(fields.get("num_hidden_layers") or 0)
     expected = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
@@ -136,11 +139,7 @@ def gemma_refusal(fields: dict) -> str | None:
         found = "an output projection apart from the embeddings (llama.cpp's gemma2 reads the embeddings)"
     elif fields.get("use_bidirectional_attention"):
         found = "bidirectional attention"
-    return (
-        f"export.format=gguf writes {model_type} as llama.cpp's {name}, and this model has {found}: use export.format=hf or onnx"
-        if found
-        else None
-    )
+    return differs(fields, found, "export.format=hf or onnx")
 
 
 def add_metadata(
@@ -160,11 +159,13 @@ def add_metadata(
     writer.add_value_length(head_dim)
     if row is None or row.rotary:
         add_rope(writer, config, head_dim)
-    if row is None or not row.layer_norm:  # LayerNorm rows write their epsilon in their metadata
+    if row is None or not row.layer_norm:
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(int(config.vocab_size))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    if row is not None and row.layer_norm:
+        writer.add_layer_norm_eps(float(getattr(config, row.layer_norm)))
     if row is not None and row.metadata is not None:
         row.metadata(writer, config)
 
@@ -239,7 +240,7 @@ def hf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], unfuse=None
         if unfuse is None or layer_index(hf_name) is None:
             yield hf_name, tensor
         else:
-            yield from unfuse(hf_name, tensor, *layer_heads[layer_of(hf_name)])
+            yield from unfuse(hf_name, tensor, *layer_heads[layer_index(hf_name)])
 
 
 def gguf_tensors(
@@ -273,7 +274,7 @@ def gguf_tensors(
         if norm_offset and name.endswith("norm.weight"):
             data = data + norm_offset  # Gemma: (1 + w) as llama.cpp's w
         if interleaved and hf_name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
-            heads, kv_heads = layer_heads[layer_of(hf_name)]
+            heads, kv_heads = layer_heads[layer_index(hf_name)]
             data = permute_rotary(data, heads if ".q_proj." in hf_name else kv_heads)
         array = data.numpy()
         if dtype == "f16" and array.ndim > 1 and not name.endswith("_norm.weight"):
@@ -288,11 +289,6 @@ def layer_index(hf_name: str) -> int | None:
     """The layer index of a decoder weight name (``model.layers.<i>.``..., ``transformer.h.<i>.``...), None outside the layers."""
     found = LAYER_NAME.search(hf_name)
     return None if found is None else int(found.group(1))
-
-
-def layer_of(hf_name: str) -> int:
-    """The layer index of a decoder weight name."""
-    return layer_index(hf_name)
 
 
 def rounded_like_gguf(model: nn.Module, dtype: str) -> nn.Module:
@@ -327,7 +323,11 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
     shape = stock_shape(model, GGUF_TYPES)
     row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
     if config.model_type in LLAMA.model_types and config.hidden_size % shape.heads:  # read back by transformers
-        raise ConfigError(gguf_head_count_message(config.hidden_size, shape.heads))
+        raise ConfigError(
+            f"export.format=gguf: {shape.heads} query heads do not divide the hidden size {config.hidden_size}; transformers' GGUF "
+            "reader builds a LlamaConfig from the file, which refuses that, so the export could not be checked. Prune to a head "
+            "count that divides the hidden size, or use export.format=hf (written as Mistral) or export.format=onnx"
+        )
     why = square_refusal(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
     if why:
         raise ConfigError(why)
@@ -376,12 +376,3 @@ def finish_file(writer, tensors) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-
-
-def gguf_head_count_message(hidden: int, heads: int) -> str:
-    """Why a GGUF with this head count cannot be checked, and what to do."""
-    return (
-        f"export.format=gguf: {heads} query heads do not divide the hidden size {hidden}; transformers' GGUF reader "
-        "builds a LlamaConfig from the file, which refuses that, so the export could not be checked. Prune to a "
-        "head count that divides the hidden size, or use export.format=hf (written as Mistral) or export.format=onnx"
-    )

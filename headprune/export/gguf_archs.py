@@ -70,20 +70,9 @@ def falcon_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
     return [(hf_name, torch.cat([q, k.reshape(kv_heads * d, *tensor.shape[1:]), v.reshape(kv_heads * d, *tensor.shape[1:])]))]
 
 
-def gpt2_keys(writer, config) -> None:
-    """GPT-2's LayerNorm epsilon (llama.cpp's gpt2 graph: learned positions, no rotary)."""
-    writer.add_layer_norm_eps(float(config.layer_norm_epsilon))
-
-
 def neox_keys(writer, config) -> None:
-    """GPT-NeoX's LayerNorm epsilon and residual layout (attention and FFN side by side, or one after the other)."""
-    writer.add_layer_norm_eps(float(config.layer_norm_eps))
+    """GPT-NeoX's residual layout (attention and FFN side by side, or one after the other)."""
     writer.add_parallel_residual(bool(config.use_parallel_residual))
-
-
-def falcon_keys(writer, config) -> None:
-    """Falcon's LayerNorm epsilon (llama.cpp's falcon graph: attention and FFN side by side, always)."""
-    writer.add_layer_norm_eps(float(config.layer_norm_epsilon))
 
 
 @dataclass(frozen=True)
@@ -101,7 +90,7 @@ class GGUFArch:
     unfuse: Callable | None = None  # (HF name, tensor, heads, KV heads) -> [(Llama's HF name, tensor)], written as ``llama``
     norm_offset: float = 0.0  # added to every norm weight: Gemma's norms scale by (1 + w), llama.cpp's by w
     convert: Callable | None = None  # (HF name, tensor, heads, KV heads) -> [(HF name, tensor)] as llama.cpp's architecture reads it
-    layer_norm: bool = False  # LayerNorm with biases (its epsilon written by ``metadata``), not RMS norm
+    layer_norm: str | None = None  # LayerNorm with biases: the config field of its epsilon (None: RMS norm)
     rotary: bool = True  # rotary embeddings (gpt2: learned positions)
     square_only: bool = False  # llama.cpp's graph views q | k | v at hidden-size offsets: no query head may be pruned
     always_output: bool = False  # llama.cpp requires the output matrix (gptneox): written even where tied to the embeddings
@@ -114,16 +103,15 @@ class GGUFArch:
         return next(arch for arch, name in gguf.MODEL_ARCH_NAMES.items() if name == self.name)
 
 
-def converted(name: str, model_type: str, metadata: Callable, convert: Callable, **more) -> GGUFArch:
+def converted(name: str, model_type: str, layer_norm: str, convert: Callable, **more) -> GGUFArch:
     """A row llama.cpp reads in an architecture of its own: tensors converted, LayerNorm, q | k | v at square offsets."""
     return GGUFArch(
         name,
         (model_type,),
         interleaved_rotary=False,
-        metadata=metadata,
         uneven_instead="export.format=onnx",
         convert=convert,
-        layer_norm=True,
+        layer_norm=layer_norm,
         square_only=True,
         **more,
     )
@@ -137,9 +125,9 @@ ARCHS = (
     GGUFArch("phi3", ("phi3",), interleaved_rotary=False, square_attention=True, unfuse=phi3_unfused),  # fused qkv, gate_up
     GGUFArch("gemma2", ("gemma2",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
     GGUFArch("gemma3", ("gemma3_text",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
-    converted("gpt2", "gpt2", gpt2_keys, gpt2_tensors, rotary=False),
-    converted("gptneox", "gpt_neox", neox_keys, neox_tensors, always_output=True),
-    converted("falcon", "falcon", falcon_keys, falcon_tensors),
+    converted("gpt2", "gpt2", "layer_norm_epsilon", gpt2_tensors, rotary=False),  # learned positions
+    converted("gptneox", "gpt_neox", "layer_norm_eps", neox_tensors, always_output=True, metadata=neox_keys),
+    converted("falcon", "falcon", "layer_norm_epsilon", falcon_tensors),  # attention and FFN side by side, always
     GGUFArch("olmo2", ("olmo2",), interleaved_rotary=False, uneven_instead="export.format=onnx", always_output=True),
 )
 BY_MODEL_TYPE = {model_type: row for row in ARCHS for model_type in row.model_types}

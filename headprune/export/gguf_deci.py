@@ -7,7 +7,7 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_of
+from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_index
 from headprune.export.gguf_archs import arch_of, written_arch
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
@@ -50,21 +50,16 @@ def check_mask(fields: dict, rows: dict) -> None:
 
     row = arch_of(fields.get("model_type"))
     for layers in rows.values():
-        if row is not None and row.square_only and any(0 in kept for kept in layers):
-            raise ConfigError(square_mask_message(row, fields, layers))
+        pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]
+        if row is not None and row.square_only and pruned:
+            raise ConfigError(
+                f"export.format=gguf writes {fields.get('model_type')} as llama.cpp's {row.name}, whose graph reads q, k and v as "
+                f"blocks of the hidden size, and the mask prunes query heads in layers {pruned}: prune FFN neurons or layers only "
+                "(no heads), or use export.format=onnx"
+            )
         shapes = mask_layer_shapes(layers, heads_per_kv(fields))
         if row is not None and not row.per_layer and len(set(shapes)) > 1:
             raise ConfigError(uneven_layers_message(row, shapes))
-
-
-def square_mask_message(row, fields: dict, layers: list[list[int]]) -> str:
-    """Why a mask that prunes query heads cannot be written as an architecture whose graph reads square attention."""
-    pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]
-    return (
-        f"export.format=gguf writes {fields.get('model_type')} as llama.cpp's {row.name}, whose graph reads q, k and v as blocks "
-        f"of the hidden size, and the mask prunes query heads in layers {pruned}: prune FFN neurons or layers only (no heads), "
-        "or use export.format=onnx"
-    )
 
 
 def uneven_layers_message(row, shapes: list) -> str:
@@ -148,8 +143,8 @@ def export_gguf_deci(
 
     def left_out(hf_name: str) -> bool:
         if any(part in hf_name for part in ATTENTION_PARTS):
-            return layer_of(hf_name) in emptied
-        return any(part in hf_name for part in FFN_PARTS) and layer_of(hf_name) in ffn_free
+            return layer_index(hf_name) in emptied
+        return any(part in hf_name for part in FFN_PARTS) and layer_index(hf_name) in ffn_free
 
     finish_file(writer, gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=left_out))
     return path

@@ -158,10 +158,6 @@ class GGUFDecoder:
         out = x @ self.weights[f"{name}.weight"].T
         return out if bias is None else out + bias
 
-    def _gelu_ffn(self, h: np.ndarray, layer: int) -> np.ndarray:
-        """gpt2 / gptneox's feed-forward block: ffn_down(tanh-GELU(ffn_up(h))), with their biases."""
-        return self._linear(_gelu_tanh(self._linear(h, f"blk.{layer}.ffn_up")), f"blk.{layer}.ffn_down")
-
     def _post_norm(self, x: np.ndarray, name: str) -> np.ndarray:
         """The block output's RMS norm before it joins the residual stream, where the file holds one (Gemma)."""
         return x if name not in self.weights else self._norm(x, name)
@@ -171,7 +167,7 @@ class GGUFDecoder:
         (parallel residual) on the stream the layer received, both added to it; falcon's FFN reads attn_norm."""
         after = x + attention
         h = self._norm(x if self.parallel else after, f"blk.{layer}.{'attn_norm' if self.falcon else 'ffn_norm'}.weight")
-        return after + self._gelu_ffn(h, layer)
+        return after + self._linear(_gelu_tanh(self._linear(h, f"blk.{layer}.ffn_up")), f"blk.{layer}.ffn_down")  # with biases
 
     def _pre_norm(self, x: np.ndarray, name: str) -> np.ndarray:
         """The norm before attention or the FFN (its weight ``name``): x itself in olmo2, which norms their outputs only;

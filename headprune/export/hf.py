@@ -188,3 +188,13 @@ def export_hf(model: nn.Module, tokenizer, out: Path) -> list[Path]:
     if tokenizer is not None:
         save_tokenizer(tokenizer, out)
     return sorted(p for p in out.iterdir() if p.is_file())
+
+
+def rope_and_bias_refusal(fields: dict, fmt: str, instead: str) -> str | None:
+    """Why ``export.format=<fmt>`` cannot write a Llama model of these config fields, ending with ``use <instead>``; None when it can."""
+    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) not in ("default", "linear"):
+        return f"export.format={fmt} writes default or linear rotary embeddings only, this model has {rope}: use {instead}"
+    if fields.get("attention_bias") or fields.get("mlp_bias"):
+        return f"export.format={fmt} writes Llama models without attention or MLP biases: use {instead}"
+    return None

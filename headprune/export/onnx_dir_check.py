@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from headprune.export.fresh import run_fresh
+from headprune.export.verify import run_fresh
 
 CLIENT = Path(__file__).with_name("onnx_client.py")
 BLOCKED = ("torch", "transformers", "headprune")

@@ -4,14 +4,15 @@ import copy
 from dataclasses import asdict
 from pathlib import Path
 
-from headprune.core.counting import model_cost
+from torch import nn
+
+from headprune.core.counting import kv_cache_bytes_per_token, model_cost
 from headprune.core.ffn.pruning import ffn_record
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import noun
 from headprune.core.units import model_gates, prune_unit_mask, query_heads_of, unit_gates
 from headprune.engine.ablation import attention_implementation
-from headprune.engine.bandwidth import decode_bandwidth_ideal
 from headprune.engine.timing import TimeBudgetError, mean_length, measure_gain
 from headprune.engine.verdict import NOT_TIMED, beyond_ideal, gain_text
 from headprune.measures.evaluation import score_check, score_check_text, swapped_model, unit_counts
@@ -184,7 +185,7 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
         **timing,
         "flop_ideal_gain": ideal,
         "gain_vs_ideal": gain / ideal if ideal > 0 else None,
-        "bandwidth_ideal_gain": bandwidth,  # decode: bytes read per new token (headprune.engine.bandwidth)
+        "bandwidth_ideal_gain": bandwidth,  # decode: bytes read per new token (decode_bandwidth_ideal)
         "above_ideal": beyond,
         "call": name,
         "unit": timed.unit,
@@ -235,3 +236,20 @@ def untimed_note(result: dict, max_seconds, prefix: str) -> None:
             "raise speed.max_seconds to time them",
             flush=True,
         )
+
+
+def weight_bytes_per_token(model: nn.Module) -> int:
+    """Bytes of weights one decoded token reads: every parameter once, an untied input embedding one row."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())  # shared (tied) parameters counted once
+    embedding = model.get_input_embeddings().weight if hasattr(model, "get_input_embeddings") else None
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if embedding is not None and (output is None or output.weight is not embedding):
+        total -= (embedding.shape[0] - 1) * embedding.shape[1] * embedding.element_size()
+    return total
+
+
+def decode_bandwidth_ideal(original: nn.Module, pruned: nn.Module, start: int, end: int) -> float:
+    """(weights + KV cache at the mean context) read per token, original over pruned, - 1, for new tokens ``start`` .. ``end`` - 1."""
+    context = (start + end + 1) / 2
+    reads = [weight_bytes_per_token(m) + kv_cache_bytes_per_token(m) * context for m in (original, pruned)]
+    return reads[0] / reads[1] - 1

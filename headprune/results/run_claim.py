@@ -6,8 +6,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headprune.core.checks import ConfigError
-from headprune.results.staging import replace_dir
-from headprune.results.writer import read_json
+from headprune.results.writer import read_json, replace_dir
 
 RECORD = ".hydra"  # the settings of the run whose results.json lies beside it
 NEXT_RECORD = ".hydra.next"  # the settings of a run replacing another, until its results.json is written

@@ -1,19 +1,39 @@
-"""A measured latency cost model: the whole model timed with every layer of a group pruned to n heads."""
+"""Measured latency cost models in any pruning unit: the whole model timed with every layer of a group pruned to n units."""
 
 import copy
 import hashlib
 import json
 import platform
 import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from headprune.core.attention.gates import find_sites
+from headprune.core.ffn.pruning import ffn_record, prune_neurons
+from headprune.core.ffn.sites import find_ffn_sites
 from headprune.core.pruning import prune_heads, pruning_record
+from headprune.core.unit_kinds import kinds_of, latency_timings, unit_name
 from headprune.engine.timing import time_pass
 from headprune.selection.costs import CostModel
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """What a latency table prunes: its sites, each site's original width, the pruning and the record of earlier pruning."""
+
+    what: str  # "heads", "FFN neurons": named in the refusal of an already pruned model
+    find: Callable
+    width: Callable
+    prune: Callable
+    record: Callable
+
+
+HEADS = _Timed("heads", find_sites, lambda site: site.num_heads_orig, prune_heads, pruning_record)
+NEURONS = _Timed("FFN neurons", find_ffn_sites, lambda site: site.width_orig, prune_neurons, ffn_record)
 
 
 def synthetic_inputs(model: nn.Module, batch_size: int = 1, seq_len: int = 128, seed: int = 0) -> dict:
@@ -39,31 +59,58 @@ def _seconds(model: nn.Module, inputs: dict, device, repeats: int, warmup: int, 
         return statistics.median(time_pass(forward, [inputs], device, clock) for _ in range(repeats))
 
 
+def width_grid(width: int, points: int) -> list[int]:
+    """0 and ``points`` widths spread up to ``width`` (all of them when ``points`` >= width)."""
+    return sorted({round(width * i / max(points, 1)) for i in range(max(points, 1) + 1)} | {0, width})
+
+
+def interpolated(grid: list[int], values: list[float], width: int) -> torch.Tensor:
+    """Values at every width 0..``width`` (width + 1,), linear between the grid's widths."""
+    x = torch.arange(width + 1, dtype=torch.float64)
+    xs, ys = torch.tensor(grid, dtype=torch.float64), torch.tensor(values, dtype=torch.float64)
+    right = torch.searchsorted(xs, x).clamp(1, len(xs) - 1)
+    left = right - 1
+    share = (x - xs[left]) / (xs[right] - xs[left])
+    return ys[left] + share * (ys[right] - ys[left])
+
+
+def _tables(
+    model: nn.Module, inputs: dict, timed: _Timed, points: int | None, device, repeats: int, warmup: int, clock: str
+) -> tuple[dict[str, torch.Tensor], list[float], dict]:
+    """({group: [layers, width + 1] seconds per layer}, the unpruned model's times, the inputs on ``device``).
+
+    Each group's layers are all pruned to each width of a grid (every width where ``points`` is None), the rest interpolated.
+    """
+    if timed.record(model):
+        raise ValueError(f"measure latency tables on the unpruned model: this one already has {timed.what} removed")
+    sites = timed.find(model)
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    model = model.to(device).eval()
+    tables, whole = {}, []
+    for group in dict.fromkeys(s.group for s in sites):
+        layers = [s for s in sites if s.group == group]
+        width = max(timed.width(s) for s in layers)
+        grid = list(range(width + 1)) if points is None else width_grid(width, points)
+        times = []
+        for kept in grid:
+            pruned = copy.deepcopy(model)
+            timed.prune(pruned, {group: {s.layer: list(range(kept, timed.width(s))) for s in layers}})
+            times.append(_seconds(pruned, inputs, device, repeats, warmup, clock))
+            del pruned
+        whole.append(times[-1])  # every unit kept: the unpruned model
+        per_layer = (interpolated(grid, times, width) - times[0]).clamp(min=0) / len(layers)
+        per_layer = torch.cummax(per_layer, 0).values  # more units never cost less: keep the table monotone under noise
+        tables[group] = per_layer.repeat(max(s.layer for s in layers) + 1, 1)
+    return tables, whole, inputs
+
+
 def measure_latency_model(
     model: nn.Module, inputs: dict, device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall"
 ) -> CostModel:
     """Time the model with each group's layers pruned to n = 0..H heads; returns a seconds CostModel (model moved to ``device``)."""
-    if pruning_record(model):
-        raise ValueError("measure latency tables on the unpruned model: this one already has heads removed")
-    sites = find_sites(model)
-    inputs = {k: v.to(device) for k, v in inputs.items()}
-    model = model.to(device).eval()
-    tables, attention, whole = {}, 0.0, []
-    for group in dict.fromkeys(s.group for s in sites):
-        layers = [s for s in sites if s.group == group]
-        heads = max(s.num_heads_orig for s in layers)
-        times = []
-        for kept in range(heads + 1):
-            pruned = copy.deepcopy(model)
-            prune_heads(pruned, {group: {s.layer: list(range(kept, s.num_heads_orig)) for s in layers}})
-            times.append(_seconds(pruned, inputs, device, repeats, warmup, clock))
-            del pruned
-        whole.append(times[-1])  # every head kept: the unpruned model
-        per_layer = (torch.tensor(times, dtype=torch.float64) - times[0]).clamp(min=0) / len(layers)
-        per_layer = torch.cummax(per_layer, 0).values  # more heads never cost less: keep the table monotone under noise
-        tables[group] = per_layer.repeat(max(s.layer for s in layers) + 1, 1)
-        attention += float(tables[group][:, -1].sum())
+    tables, whole, inputs = _tables(model, inputs, HEADS, None, device, repeats, warmup, clock)
     whole = statistics.median(whole)
+    attention = sum(float(table[:, -1].sum()) for table in tables.values())
     info = {
         "device": str(device),
         "clock": clock,
@@ -72,6 +119,29 @@ def measure_latency_model(
         "whole_seconds": whole,
     }
     return CostModel("seconds", max(whole - attention, 0.0), tables, info=info)
+
+
+def measure_unit_latency_model(
+    model: nn.Module, inputs: dict, unit="head", device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall", points: int = 8
+) -> CostModel:
+    """A seconds CostModel in ``unit``: attention and FFN tables made into each kind's tables; ``fixed`` is the rest of the model's time."""
+    heads, neurons = latency_timings(unit)
+    attention = None
+    if heads:
+        attention = measure_latency_model(model, inputs, device=device, repeats=repeats, warmup=warmup, clock=clock)
+    ffn, whole = None, []
+    if neurons:
+        ffn, whole, _ = _tables(model, inputs, NEURONS, points, device, repeats, warmup, clock)
+    tables = {}
+    for kind in kinds_of(unit):
+        tables.update(kind.latency_tables(attention.tables if attention is not None else None, ffn, model))
+    info = dict(attention.info or {}) if attention is not None else {"device": str(device), "clock": clock}
+    fixed = attention.fixed if attention is not None else statistics.median(whole)  # neurons only: the unpruned model's time
+    if attention is None:
+        info["whole_seconds"] = fixed
+    fixed -= sum(float(t[:, -1].sum()) for t in (ffn or {}).values())
+    info.update(unit=unit_name(unit), ffn_points=points)
+    return CostModel("seconds", max(fixed, 0.0), tables, info=info)
 
 
 def latency_key(model: nn.Module, inputs: dict, device, clock: str = "wall") -> str:
@@ -95,13 +165,23 @@ def latency_key(model: nn.Module, inputs: dict, device, clock: str = "wall") -> 
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def cached_latency_model(
-    model: nn.Module, inputs: dict, cache_dir: str | Path, device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall"
+def cached_unit_latency_model(
+    model: nn.Module,
+    inputs: dict,
+    cache_dir: str | Path,
+    unit="head",
+    device="cpu",
+    repeats: int = 5,
+    warmup: int = 1,
+    clock: str = "wall",
+    points: int = 8,
 ) -> CostModel:
-    """The latency cost model from ``cache_dir/latency-<key>.json``, measured and written there the first time."""
-    path = Path(cache_dir) / f"latency-{latency_key(model, inputs, device, clock)}.json"
+    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time."""
+    name = unit_name(unit)
+    key = latency_key(model, inputs, device, clock)
+    path = Path(cache_dir) / f"latency-{key}-{name}-{points}.json"
     if path.exists():
         return CostModel.load(path)
-    costs = measure_latency_model(model, inputs, device=device, repeats=repeats, warmup=warmup, clock=clock)
+    costs = measure_unit_latency_model(model, inputs, name, device=device, repeats=repeats, warmup=warmup, clock=clock, points=points)
     costs.save(path)
     return costs

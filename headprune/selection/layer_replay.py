@@ -1,4 +1,4 @@
-"""Run a model one Transformer layer at a time: each layer's call (args, kwargs) caught once, then replayed on new inputs.
+"""Run a model one Transformer layer at a time (each layer's call caught, then replayed); catch chosen modules' inputs or outputs.
 
 Layer-wise reconstruction re-solves a layer's projections and moves on: replaying each layer on the cached outputs of
 the one below costs about one forward pass per projection group instead of one pass up to every projection.
@@ -15,7 +15,7 @@ from headprune.core.layer.sites import INPUT_NAMES, layer_stacks
 
 
 class _Stop(Exception):
-    """Raised by a hook to end a replay once what it wanted has run."""
+    """Raised by a hook to end a forward pass or a replay once what it wanted has run."""
 
 
 def stacks_of(model: nn.Module) -> list[list[str]]:
@@ -126,3 +126,30 @@ def replay_outputs(layer: nn.Module, call: tuple[tuple, dict], modules: dict[str
     with hooks_removed([m.register_forward_hook(lambda mod, a, out, n=n: store.setdefault(n, out.detach())) for n, m in modules.items()]):
         out = replay(layer, call)
     return out, store
+
+
+def captured_module_inputs(model: nn.Module, modules: dict[int, nn.Module], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
+    """{key: the first input of ``modules[key]``} in forward order, from one forward pass; ``stop`` ends the pass early."""
+    store: dict[int, torch.Tensor] = {}
+    handles = []
+    for key, module in modules.items():
+
+        def hook(module, args, output, key=key):  # noqa: B008 - the key is bound per module
+            store.setdefault(key, args[0].detach())
+            if stop and len(store) == len(modules):
+                raise _Stop
+
+        handles.append(module.register_forward_hook(hook))
+    with hooks_removed(handles), contextlib.suppress(_Stop):
+        model(**model_inputs(model, batch))
+    return store
+
+
+def captured_module_outputs(model: nn.Module, modules: dict, batch: dict) -> dict:
+    """{key: the output of ``modules[key]``} in forward order, from one forward pass."""
+    store: dict = {}
+    with hooks_removed(
+        [m.register_forward_hook(lambda mod, a, out, key=key: store.setdefault(key, out.detach())) for key, m in modules.items()]
+    ):
+        model(**model_inputs(model, batch))
+    return store

@@ -19,8 +19,9 @@ from torch import nn
 from headprune.core.inputs import eval_mode, hooks_removed, valid_token_rows
 from headprune.core.kinds import KINDS
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
-from headprune.selection.captures import captured_module_inputs, captured_module_outputs
 from headprune.selection.layer_replay import (
+    captured_module_inputs,
+    captured_module_outputs,
     hidden_input,
     kept_layer_paths,
     layer_calls,

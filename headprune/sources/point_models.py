@@ -12,7 +12,7 @@ from headprune.core.saving import load_pruned, save_pruned
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.models.tokenizer_origin import keep_origin
 from headprune.results.points import recovery_steps
-from headprune.results.staging import fresh_dir, replace_dir
+from headprune.results.writer import fresh_dir, replace_dir
 
 MODELS_DIR = "models"
 RECIPE_FILE = "recipe.json"

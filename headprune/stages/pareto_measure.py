@@ -16,12 +16,10 @@ from headprune.measures.speed_stage import speed_stage
 from headprune.results.points import measures
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
-from headprune.selection.latency import synthetic_inputs
-from headprune.selection.lsq import lsq_recover
+from headprune.selection.latency import cached_unit_latency_model, synthetic_inputs
+from headprune.selection.lsq import lsq_recover, unit_lsq_recoverer
 from headprune.selection.reconstruct import reconstructor
 from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
-from headprune.selection.unit_latency import cached_unit_latency_model
-from headprune.selection.unit_lsq import unit_lsq_recoverer
 from headprune.sources.point_models import CONTROL_POINT, recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.stages.calibration_batches import kept_token_batches
 from headprune.stages.finetune_runs import checkpoint_folder, control_model, finetune_in_place, finetune_record

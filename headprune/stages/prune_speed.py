@@ -7,14 +7,13 @@ from pathlib import Path
 from headprune.core.units import model_gates
 from headprune.measures.evaluation import evaluate_many, evaluate_one, swapped_model
 from headprune.results.run_dir import mask_to_json
-from headprune.selection.ffn_rearrange import example_gradients
 from headprune.selection.greedy import check_groups
 from headprune.selection.joint_scale import comparable_scores
 from headprune.selection.kept_widths import round_kept_widths, round_runtime_multiples, runtime_multiples, width_multiples
 from headprune.selection.mask_search import PruneTarget, mask_after
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
-from headprune.selection.unit_rearrange import rearrange_unit_mask
+from headprune.selection.unit_rearrange import example_gradients, rearrange_unit_mask
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, order_scores
 from headprune.sources.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model

@@ -8,9 +8,8 @@ from typing import Any
 import torch
 
 from headprune.core.unit_kinds import ablation_refusal, keep_one_refusal
-from headprune.measures.ablation_stage import ablation_stage
+from headprune.measures.ablation_stage import ablation_stage, keep_one_stage
 from headprune.measures.evaluation import split_size
-from headprune.measures.keep_one_stage import keep_one_stage
 from headprune.measures.speed_stage import speed_stage
 from headprune.results.run_dir import mask_from_json, mask_to_json, tensor_dict
 from headprune.results.stream_points import gate_action, streaming
@@ -87,10 +86,6 @@ class Stage:
     compute: Callable[[StudyRun], dict]
     share: Callable[[StudyRun, dict], None] | None = None  # after the stage: what later stages read of its results
     wanted: Callable[[StudyRun], bool] | None = None  # None: always
-
-
-def scores_key(ctx: StudyRun) -> dict:
-    return ctx.key({"importance": ctx.cfg.importance}, [IMPORTANCE_DATA])
 
 
 def raw_scores(ctx: StudyRun) -> dict:
@@ -244,7 +239,7 @@ def speed_all(ctx: StudyRun) -> dict:
 
 
 STUDY_STAGES = (
-    Stage("scores", scores_key, raw_scores, share_scores),
+    Stage("scores", lambda ctx: ctx.key({"importance": ctx.cfg.importance}, [IMPORTANCE_DATA]), raw_scores, share_scores),
     Stage("ablate", ablate_key, ablate_all, share_ablation, wanted=single_units),
     Stage("keep_one", keep_one_key, keep_one_all, wanted=keep_one_wanted),
     Stage("prune", prune_key, prune_all),

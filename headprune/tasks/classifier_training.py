@@ -9,6 +9,21 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from headprune.core.units import model_gates
+from headprune.tasks.common import checked_settings
+
+TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/<task>.yaml)
+
+
+def classifier_settings(cfg, task_name: str, config_file: str) -> dict:
+    """``task.*`` of a classifier task (``config_file``), checked: every setting present, none unknown, numbers in range."""
+    task = checked_settings(cfg, TASK_SETTINGS, task_name, config_file)
+    try:
+        task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"task.lr, task.weight_decay and task.warmup_ratio must be numbers: {err}") from None
+    if task["lr"] <= 0 or not 0 <= task["warmup_ratio"] <= 1:
+        raise ValueError(f"need task.lr > 0 and 0 <= task.warmup_ratio <= 1, got lr={task['lr']} warmup_ratio={task['warmup_ratio']}")
+    return task
 
 
 def adamw_with_linear_warmup(model, hp, total_steps) -> dict:
@@ -87,8 +102,8 @@ class ClassifierSteps:
         return adamw_with_linear_warmup(self.model, self.hparams, self.trainer.estimated_stepping_batches)
 
 
-def finetune_classifier(cfg, load_task, exact_eval: bool, data_sizes) -> dict:
-    """Fine-tune, validate, save <output_dir>/model and record exact accuracies; ``data_sizes(module)`` adds split sizes."""
+def finetune_classifier(cfg, load_task, data_sizes) -> dict:
+    """Fine-tune, validate, save <output_dir>/model and record exact accuracies (task.exact_eval); ``data_sizes(module)`` adds split sizes."""
     from omegaconf import OmegaConf
 
     from headprune.lightning.trainer import fit
@@ -102,7 +117,7 @@ def finetune_classifier(cfg, load_task, exact_eval: bool, data_sizes) -> dict:
     if module.global_rank != 0:
         return metrics
     metrics.update(data_sizes(module))
-    if exact_eval:
+    if bool(cfg.task.exact_eval):  # checked by load_task
         for split in module.eval_splits:
             result = module.evaluate(split=split)
             metrics[f"{split}/accuracy_exact"] = result.score

@@ -108,6 +108,11 @@ class ClassifierSubsets:
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.model_device) for k, v in batch.items()}
 
+    def _require_data(self):
+        if self.data is None:
+            raise ValueError(f"this {type(self).__name__} has no data: build it with tasks.registry.load_task(cfg) or pass it data")
+        return self.data
+
     def split_sizes(self) -> dict[str, int]:
         """{split: examples} of every split of the task's data (train, importance, eval, and eval_mismatched where present)."""
         data = self._require_data()

@@ -2,8 +2,7 @@
 
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, text
 from headprune.models.sources import max_positions
-from headprune.tasks.data_dir import dir_setting
-from headprune.tasks.hub_data import check_hub_dataset
+from headprune.tasks.data_sources import check_hub_dataset, dir_setting
 
 SOURCES = ("local", "hub", "synthetic")
 SCHEMA = {

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.tasks.data_dir import dir_advice
-from headprune.tasks.text_lines import utf8_lines
+from headprune.tasks.data_sources import dir_advice, utf8_lines
 
 SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
 EVAL_SPLITS = ("eval", "eval_other")

@@ -16,7 +16,7 @@ from headprune.core.checks import (
     text,
 )
 from headprune.models.sources import max_positions
-from headprune.tasks.hub_data import check_hub_dataset
+from headprune.tasks.data_sources import check_hub_dataset
 from headprune.tasks.lm.config_check import SCHEMA as LM_SCHEMA
 from headprune.tasks.lm.config_check import check_lengths as check_decode_lengths
 from headprune.tasks.longctx.config import ASK, SOURCES, SPLITS, PasskeyConfig

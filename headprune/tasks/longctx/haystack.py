@@ -2,9 +2,8 @@
 
 from pathlib import Path
 
-from headprune.tasks.data_dir import dir_advice
+from headprune.tasks.data_sources import dir_advice, utf8_lines
 from headprune.tasks.longctx.config import SPLITS, PasskeyConfig
-from headprune.tasks.text_lines import utf8_lines
 
 
 class HaystackError(ValueError):

@@ -2,8 +2,7 @@
 
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, number, optional, rule, text
 from headprune.models.sources import max_positions
-from headprune.tasks.data_dir import dir_advice
-from headprune.tasks.hub_data import check_hub_dataset
+from headprune.tasks.data_sources import check_hub_dataset, dir_advice
 from headprune.tasks.mt.config import SPLITS, split_limit
 
 SCHEMA = {

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from headprune.tasks.text_lines import utf8_lines
+from headprune.tasks.data_sources import utf8_lines
 
 
 class AlignmentError(ValueError):

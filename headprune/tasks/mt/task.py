@@ -7,6 +7,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from headprune.core.inputs import eval_mode
 from headprune.core.units import model_gates
@@ -15,16 +16,9 @@ from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
 from headprune.tasks.common import LazySizes, SharedTaskMethods
 from headprune.tasks.mt.data import TranslationDataModule, split_of
-from headprune.tasks.mt.progress import BatchProgress
 
-TASK_SETTINGS = (
-    "label_smoothing",
-    "beam_size",
-    "val_beam_size",
-    "len_ratio",
-    "len_extra",
-    "mask_chunk",
-)  # task.* besides name (conf/task/mt.yaml)
+# task.* besides name (conf/task/mt.yaml)
+TASK_SETTINGS = ("label_smoothing", "beam_size", "val_beam_size", "len_ratio", "len_extra", "mask_chunk")
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, list[list[int]]]:
@@ -46,6 +40,39 @@ def inverse_sqrt(warmup: int):
         return step / warmup if step < warmup else (warmup / step) ** 0.5
 
     return factor
+
+
+class _EachStep(StoppingCriteria):
+    """A stopping criterion that never stops generation: it calls ``on_step()`` at every decoding step."""
+
+    def __init__(self, on_step):
+        self.on_step = on_step
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        self.on_step()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+class BatchProgress:
+    """``on_batch`` told of ``sentences`` in shares: one per decoding step of at most ``steps`` steps, the rest at ``done``."""
+
+    def __init__(self, on_batch, sentences: int, steps: int):
+        self.on_batch, self.sentences, self.share, self.told = on_batch, sentences, sentences / max(steps, 1), 0.0
+
+    def criteria(self) -> StoppingCriteriaList | None:
+        """What ``generate`` gets as ``stopping_criteria`` (None without ``on_batch``)."""
+        return None if self.on_batch is None else StoppingCriteriaList([_EachStep(self._step)])
+
+    def _step(self) -> None:
+        share = min(self.share, 0.99 * self.sentences - self.told)  # the last share waits for the batch's end
+        if share > 0:
+            self.told += share
+            self.on_batch(share)
+
+    def done(self) -> None:
+        """The batch is scored: report what is left of its sentences."""
+        if self.on_batch is not None:
+            self.on_batch(self.sentences - self.told)
 
 
 class TranslationModule(SharedTaskMethods, L.LightningModule):

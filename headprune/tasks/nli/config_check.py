@@ -3,7 +3,7 @@
 from headprune.core.checks import ConfigError, integer, rule
 from headprune.models.sources import max_positions
 from headprune.tasks.classifier_checks import TRAINER_SCHEMA, checked_data
-from headprune.tasks.hub_data import check_hub_dataset
+from headprune.tasks.data_sources import check_hub_dataset, check_utf8, dir_advice
 
 SCHEMA = {
     **TRAINER_SCHEMA,
@@ -44,10 +44,8 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
 
 def check_files(config, data) -> None:
     """Every split's file present (train and eval), UTF-8 and not empty; errors name file, line and the setting that gave the directory."""
-    from headprune.tasks.data_dir import dir_advice
     from headprune.tasks.nli.config import REQUIRED, SPLITS
     from headprune.tasks.nli.files import present_split_files
-    from headprune.tasks.text_lines import check_utf8
 
     try:
         for split, path in present_split_files(config.dir, config.files, SPLITS, REQUIRED):

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from headprune.tasks.text_lines import utf8_lines
+from headprune.tasks.data_sources import utf8_lines
 
 LABELS = ("entailment", "neutral", "contradiction")
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".tsv", ".tsv.gz")

@@ -9,11 +9,10 @@ import torch
 
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
-from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
+from headprune.tasks.classifier_training import ClassifierSteps, classifier_settings, finetune_classifier
+from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods
 from headprune.tasks.nli.data import LABELS, NLIDataModule, PadCollator
 
-TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/nli.yaml)
 MODEL_INPUTS = ENCODER_INPUTS
 
 
@@ -28,11 +27,6 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) for a batch (extra keys such as labels and idx are ignored)."""
         return self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits
-
-    def _require_data(self) -> NLIDataModule:
-        if self.data is None:
-            raise ValueError("this NLIModule has no datamodule: build it with load_nli_task(cfg) or NLIModule(..., data=...)")
-        return self.data
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's premise/hypothesis pairs (of its labels when the texts are not kept)."""
@@ -94,18 +88,6 @@ class WeightsDigest(L.Callback):
         (out / f"rank{trainer.global_rank}.txt").write_text(f"{digest.hexdigest()} step={trainer.global_step}\n")
 
 
-def _task_settings(cfg) -> dict:
-    """``task.*`` (conf/task/nli.yaml), checked: every setting present, none unknown, numbers in range."""
-    task = checked_settings(cfg, TASK_SETTINGS, "NLI", "conf/task/nli.yaml")
-    try:
-        task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"task.lr, task.weight_decay and task.warmup_ratio must be numbers: {err}") from None
-    if task["lr"] <= 0 or not 0 <= task["warmup_ratio"] <= 1:
-        raise ValueError(f"need task.lr > 0 and 0 <= task.warmup_ratio <= 1, got lr={task['lr']} warmup_ratio={task['warmup_ratio']}")
-    return task
-
-
 def load_nli_task(cfg) -> NLIModule:
     """The datamodule and NLIModule described by a Hydra config (``model.pretrained=<dir>`` loads fine-tuned weights)."""
     from headprune.models.build import build_tokenizer
@@ -124,7 +106,7 @@ def load_nli_task(cfg) -> NLIModule:
         and not Path(str(pretrained)).expanduser().exists()
     ):
         raise FileNotFoundError(f"model.pretrained={pretrained} does not exist (a fine-tuned model dir is <run>/model)")
-    settings = _task_settings(cfg)
+    settings = classifier_settings(cfg, "NLI", "conf/task/nli.yaml")
     tokenizer = build_tokenizer(cfg.model)
     data = NLIDataModule.from_config(cfg.data, tokenizer)
     data.setup()
@@ -140,4 +122,4 @@ def finetune(cfg) -> dict:
         sizes = {name: len(data) for name, data in module.data.datasets.items()}
         return {"train_examples": sizes["train"], "split_sizes": sizes}
 
-    return finetune_classifier(cfg, load_nli_task, _task_settings(cfg)["exact_eval"], data_sizes)
+    return finetune_classifier(cfg, load_nli_task, data_sizes)

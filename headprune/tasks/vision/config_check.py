@@ -5,7 +5,7 @@ from pathlib import Path
 from headprune.core.checks import ConfigError, integer, rule
 from headprune.models.sources import config_fields
 from headprune.tasks.classifier_checks import TRAINER_SCHEMA, checked_data
-from headprune.tasks.hub_data import check_hub_dataset
+from headprune.tasks.data_sources import check_hub_dataset
 
 PROCESSOR_FILE = "preprocessor_config.json"
 

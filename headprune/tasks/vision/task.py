@@ -4,12 +4,11 @@ import lightning as L
 import torch
 
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.classifier_training import ClassifierSteps, finetune_classifier
-from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods, checked_settings
+from headprune.tasks.classifier_training import ClassifierSteps, classifier_settings, finetune_classifier
+from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods
 from headprune.tasks.vision.data import ImageDataModule
 from headprune.tasks.vision.processor import build_processor, image_geometry, image_tokens
 
-TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_eval")  # task.* besides name (conf/task/vision.yaml)
 TOKEN_POSITIONS = "input_ids"  # timing batches carry the patch-token positions (B, T): the speed experiment counts rows and tokens by them
 
 
@@ -26,11 +25,6 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) of a batch's pixel_values (other keys are ignored)."""
         return self.model(pixel_values=batch["pixel_values"]).logits
-
-    def _require_data(self) -> ImageDataModule:
-        if self.data is None:
-            raise ValueError("this task has no images: build it with load_vision_task(cfg) or ImageClassificationModule(..., data=...)")
-        return self.data
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's images (pixels before resizing) and labels."""
@@ -68,13 +62,6 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
         self.model(pixel_values=batch["pixel_values"])
 
 
-def _task_settings(cfg) -> dict:
-    """``task.*`` (conf/task/vision.yaml), every setting present and none unknown."""
-    task = checked_settings(cfg, TASK_SETTINGS, "vision", "conf/task/vision.yaml")
-    task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
-    return task
-
-
 def label_settings(cfg) -> dict:
     """The classes of the model's head: the data's own (num_labels, id2label, label2id) where known, else ``model.num_labels``."""
     from headprune.tasks.vision.config import ImageDataConfig
@@ -103,7 +90,7 @@ def build_image_model(cfg):
 
 def load_vision_task(cfg) -> ImageClassificationModule:
     """The image data and ImageClassificationModule described by a Hydra config."""
-    settings = _task_settings(cfg)
+    settings = classifier_settings(cfg, "vision", "conf/task/vision.yaml")
     settings.pop("exact_eval")
     model = build_image_model(cfg)
     processor = build_processor(cfg.model, model)
@@ -115,6 +102,4 @@ def load_vision_task(cfg) -> ImageClassificationModule:
 
 def finetune(cfg) -> dict:
     """experiment=vit_finetune: fine-tune, validate, save <output_dir>/model (with its image processor), exact eval accuracy."""
-    return finetune_classifier(
-        cfg, load_vision_task, _task_settings(cfg)["exact_eval"], lambda module: {"split_sizes": module.split_sizes()}
-    )
+    return finetune_classifier(cfg, load_vision_task, lambda module: {"split_sizes": module.split_sizes()})

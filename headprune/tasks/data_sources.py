@@ -1,0 +1,83 @@
+"""Where a task's data comes from: the setting that gave its directory, UTF-8 text files read line by line (gzip too, errors
+naming the file and the line), and Hugging Face hub datasets, refused before any work when neither hub nor cache has them."""
+
+import gzip
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from headprune.core.checks import ConfigError
+from headprune.models.sources import hub_reachable
+
+
+def dir_setting(data) -> str:
+    """``data.dir`` when the data config's directory was given, ``paths.data_dir`` when it is the default under it."""
+    if OmegaConf.is_config(data) and "dir" in data and OmegaConf.is_interpolation(data, "dir"):
+        raw = str(OmegaConf.to_container(data, resolve=False)["dir"])
+        if "paths.data_dir" in raw:
+            return "paths.data_dir"
+    return "data.dir"
+
+
+def dir_advice(data, what: str) -> str:
+    """How to point the data config at the directory holding ``what``, naming the setting that gave its directory."""
+    if dir_setting(data) == "paths.data_dir":
+        raw = OmegaConf.to_container(data, resolve=False)["dir"]
+        return (
+            f"the directory {data.get('dir')} is {raw}, under paths.data_dir (HEADPRUNE_DATA_DIR): set paths.data_dir to "
+            f"the directory of your data copies, or data.dir=<directory with {what}>"
+        )
+    return f"point data.dir at the directory with {what} (data.dir={data.get('dir')} now)"
+
+
+class TextFileError(ValueError):
+    """A data file that cannot be read as UTF-8 text, with the file and the line."""
+
+
+def decode_line(raw: bytes, path, number: int) -> str:
+    """One line as text, or a TextFileError naming ``path:number`` and the bad byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad = raw[err.start : err.start + 1].hex()
+        raise TextFileError(
+            f"{path}:{number}: not valid UTF-8 (byte 0x{bad} at column {err.start + 1}); re-save the file as UTF-8"
+        ) from None
+
+
+def utf8_lines(path: str | Path):
+    """Yield (line number, text with its line ending) of a UTF-8 (optionally gzip) file."""
+    path = Path(path)
+    with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            yield number, decode_line(raw, path, number)
+
+
+def check_utf8(path: str | Path) -> int:
+    """Read the whole file as UTF-8 (a TextFileError at the first bad line); returns the number of lines."""
+    count = 0
+    for count, _line in utf8_lines(path):  # noqa: B007 - the last count is the answer
+        pass
+    return count
+
+
+def datasets_cache_dir(path: str) -> Path:
+    """Where ``datasets.load_dataset(path)`` keeps its prepared copy (what it reads when the hub cannot be reached)."""
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+
+    parts = path.split("/")
+    parts[-1] = camelcase_to_snakecase(parts[-1])
+    return Path(datasets.config.HF_DATASETS_CACHE).expanduser() / "___".join(parts)
+
+
+def check_hub_dataset(data, path, setting: str, instead: str) -> None:
+    """A hub dataset that can be loaded now (local, cached or reachable); else a ConfigError naming it and ``instead``."""
+    path = str(path)
+    if Path(path).expanduser().exists() or any(p.is_dir() for p in datasets_cache_dir(path).glob("*/*/*")) or hub_reachable():
+        return
+    raise ConfigError(
+        f"data={data.get('name')}: the Hugging Face dataset {setting}={path} is not in the datasets cache "
+        f"({datasets_cache_dir(path).parent}) and the hub cannot be reached (offline): run once on a machine with a "
+        f"network (the copy is cached there; set HF_DATASETS_CACHE to reuse it), or use {instead}"
+    )
