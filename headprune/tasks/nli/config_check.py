@@ -2,7 +2,7 @@
 
 from headprune.core.checks import ConfigError, integer, rule
 from headprune.models.sources import max_positions
-from headprune.tasks.classifier_checks import TRAINER_SCHEMA, checked_data
+from headprune.tasks.config_check import TRAINER_SCHEMA, checked_data
 from headprune.tasks.data_sources import check_hub_dataset, check_utf8, dir_advice
 
 SCHEMA = {

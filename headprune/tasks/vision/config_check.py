@@ -4,7 +4,7 @@ from pathlib import Path
 
 from headprune.core.checks import ConfigError, integer, rule
 from headprune.models.sources import config_fields
-from headprune.tasks.classifier_checks import TRAINER_SCHEMA, checked_data
+from headprune.tasks.config_check import TRAINER_SCHEMA, checked_data
 from headprune.tasks.data_sources import check_hub_dataset
 
 PROCESSOR_FILE = "preprocessor_config.json"
