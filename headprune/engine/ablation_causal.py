@@ -29,6 +29,19 @@ def label_stats(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: i
     return sums
 
 
+def row_label_stats(hidden: torch.Tensor, labels: torch.Tensor, head) -> torch.Tensor:
+    """label_stats with the head run on (R, A, D), each row's A labelled positions in order, so per-row gates meet their rows."""
+    keep = labels != -100  # (R, T)
+    width = int(keep.sum(1).max()) if keep.numel() else 0
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)[:, :width]  # (R, A): labelled positions first
+    picked = hidden.gather(1, order.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))  # (R, A, D)
+    wanted = labels.gather(1, order)  # (R, A); -100 past a row's labels
+    logits = head(picked).float()  # (R, A, V)
+    nll = F.cross_entropy(logits.transpose(1, 2), wanted, reduction="none")  # (R, A); 0 where -100
+    missed = (logits.argmax(-1) != wanted) & (wanted != -100)
+    return torch.stack([nll.double().sum(1), missed.double().sum(1)], 1)
+
+
 def output_logits(model: nn.Module):
     """The LM head followed by what the model's forward does to its logits: Granite's scaling, Gemma's soft-capping."""
     head = model.get_output_embeddings()

@@ -2,7 +2,7 @@
 
 import torch
 
-from headprune.engine.ablation_causal import label_stats, output_logits
+from headprune.engine.ablation_causal import output_logits, row_label_stats
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
 from headprune.tasks.common import checked_settings
@@ -47,7 +47,18 @@ class PasskeyTask(LanguageModelingTask):
     def _forward_stats(self, batch: dict) -> torch.Tensor:
         """(NLL sum, answer tokens missed by the argmax) per row (B, 2), the vocabulary projected at answer positions only."""
         hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
-        return label_stats(hidden, batch["labels"].to(hidden.device), output_logits(self.model))
+        return row_label_stats(hidden, batch["labels"].to(hidden.device), output_logits(self.model))
+
+    def needed_token_ids(self) -> list[int]:
+        """The ids every split's prompts and answers use outside the filler (intro, needles, question, answer): a vocabulary floor."""
+        ids = set()
+        for examples in self.data.examples.values():
+            for example in examples:
+                start, end = example.haystack
+                ids.update(example.ids[:start], example.ids[end:])
+                for needle_start, needle_end in example.needles:
+                    ids.update(example.ids[needle_start:needle_end])
+        return sorted(ids)
 
     def _measured(self, result: EvalResult, split: str) -> EvalResult:
         """The result as it is: an answer's log-likelihood has no text of its own to count bytes of."""
