@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from experiment_helpers import compose_cfg
 
@@ -49,3 +50,23 @@ def test_vocab_pruning_keeps_the_prompts_and_answers(tmp_path):
     assert step["units_removed"] > 0
     assert kept[needed].all(), "a prompt or answer token was removed"
     assert math.isfinite(step["score"])
+
+
+def test_a_mask_removing_a_prompt_token_is_refused(tmp_path):
+    """A vocabulary mask (here edited) that removes a token the task's prompts or answers read is refused by name."""
+    from headprune.core.checks import ConfigError
+    from headprune.experiments import prune, speed
+    from headprune.tasks.longctx.task import load_passkey_task
+
+    torch.set_num_threads(1)
+    cfg = compose_cfg(tmp_path / "prune", [*PASSKEY, "prune.unit=vocab", "prune.fractions=[0.5]"])
+    needed = load_passkey_task(cfg).needed_token_ids()
+    prune.run(cfg)
+    results = json.loads((tmp_path / "prune" / "results.json").read_text())
+    results["results"]["orders"]["importance"]["steps"][0]["mask"]["vocab"][0][needed[-1]] = 0
+    (tmp_path / "bad.json").write_text(json.dumps(results))
+    bad = compose_cfg(tmp_path / "speed", [*PASSKEY[1:], "experiment=speed", f"speed.mask_file={tmp_path / 'bad.json'}"])
+    with pytest.raises(
+        ConfigError, match=rf"speed.mask_file: the mask removes 1 token\(s\) the passkey task's .* \(ids \[{needed[-1]}\]\)"
+    ):
+        speed.run(bad)

@@ -2,9 +2,11 @@
 
 import copy
 
+import torch
 from omegaconf import open_dict
 
 from headprune.core.checks import ConfigError
+from headprune.core.unit_kinds import kinds_of
 from headprune.results.mask_files import Candidate, MaskFile, choose_candidate, mask_for_model, read_mask_file
 from headprune.results.points import removed_fraction
 from headprune.tasks.unit_task import unit_of
@@ -72,8 +74,22 @@ def with_file_unit(cfg, setting: str):
 def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
     """The mask of ``<setting>.mask_file`` in the task's unit, and where it came from (method, step, what it removed)."""
     found, chosen = chosen_mask(settings, setting)
-    mask = mask_for_model(found, chosen, task.gates, task.model, setting)
+    mask = needed_tokens_kept(mask_for_model(found, chosen, task.gates, task.model, setting), task, f"{setting}.mask_file")
     return mask, mask_origin(settings, found, chosen, mask, task)
+
+
+def needed_tokens_kept(mask: dict, task, setting: str) -> dict:
+    """``mask``, refused where it removes a token the task's prompts or answers read (the vocabulary floor of its prune)."""
+    needed = getattr(task, "needed_token_ids", lambda: [])()
+    for group, value in mask.items():
+        kind = next((k for k in kinds_of(task.gates.unit) if k.renumbers_ids and k.owns(group)), None)
+        lost = [] if kind is None or not needed else [i for i in needed if not bool(torch.as_tensor(value).flatten()[i])]
+        if lost:
+            raise ConfigError(
+                f"{setting}: the mask removes {len(lost)} token(s) the {task.name} task's prompts or answers read (ids {lost[:8]}): "
+                "prune again on this task, whose vocabulary floor keeps them"
+            )
+    return mask
 
 
 def mask_origin(settings, found: MaskFile, chosen: Candidate, mask: dict, task) -> dict:
@@ -145,5 +161,5 @@ def mask_picks(chosen: Candidate, setting: str) -> str:
 def point_mask(settings, task, setting: str) -> tuple[dict, dict]:
     """The mask of a point without a saved model (recovery none), in the task's unit, and where it came from."""
     found, chosen = point_source(settings, setting)
-    mask = mask_for_model(found, chosen, task.gates, task.model, setting)
+    mask = needed_tokens_kept(mask_for_model(found, chosen, task.gates, task.model, setting), task, f"{setting}.point")
     return mask, {**mask_origin(settings, found, chosen, mask, task), "point": str(settings.point)}
