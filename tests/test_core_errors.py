@@ -36,7 +36,7 @@ def test_head_or_layer_out_of_range():
         prune_heads(model, {"enc_self": {0: [7]}})
     with pytest.raises(IndexError, match=r"layer 9 out of range for group 'enc_self' \(3 layers\)"):
         prune_heads(model, {"enc_self": {9: [0]}})
-    with pytest.raises(IndexError, match="no attention module for group 'enc_self' layer 5"):
+    with pytest.raises(IndexError, match="group 'enc_self' layer 5"):
         HeadGates(model).site("enc_self", 5)
 
 

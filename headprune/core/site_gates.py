@@ -84,7 +84,16 @@ def unit_groups(sites: list, units=lambda site: site.units_orig) -> dict[str, tu
 
 
 class SiteGateMethods:
-    """``masked`` and ``probing`` for a gates object with ``sites`` and ``set_mask``."""
+    """``ones``, ``num_heads``, ``masked`` and ``probing`` for a gates object with ``groups``, ``sites`` and ``set_mask``."""
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        """A mask that keeps every unit."""
+        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
+
+    @property
+    def num_heads(self) -> int:
+        """Units of the original model, all groups."""
+        return sum(layers * units for layers, units in self.groups.values())
 
     @contextmanager
     def masked(self, mask):
@@ -133,7 +142,7 @@ class SiteGates(SiteGateMethods):
         for site in self.sites:
             if site.group == group and site.layer == layer:
                 return site
-        raise IndexError(f"no {self.noun} site for group {group!r} layer {layer}: groups are {self.groups}")
+        raise IndexError(f"no {self.noun}s in group {group!r} layer {layer}: groups are {self.groups}")
 
     def present(self) -> dict[str, torch.Tensor]:
         """{group: bool [layers, units]}: True where a unit is still in the weights."""
@@ -141,10 +150,6 @@ class SiteGates(SiteGateMethods):
         for site in self.sites:
             out[site.group][site.layer, site.unit_ids] = True
         return out
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        """A mask that keeps every unit."""
-        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
 
     def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """Check a mask against the model: {group: [L, U] or [B, L, U]} (``hard``: 0/1 only)."""

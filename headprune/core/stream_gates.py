@@ -69,11 +69,6 @@ class StreamGates(SiteGateMethods):
         return {STREAMED_GROUP: shape[STREAMED_GROUP]}
 
     @property
-    def num_heads(self) -> int:
-        """Units of the original model (query heads or KV groups of the decoder self-attention)."""
-        return sum(layers * units for layers, units in self.groups.values())
-
-    @property
     def inner(self) -> str:
         return self.heads.inner
 
@@ -84,10 +79,6 @@ class StreamGates(SiteGateMethods):
     @property
     def heads_per_kv(self) -> dict[str, int]:
         return {STREAMED_GROUP: self.heads.heads_per_kv[STREAMED_GROUP]}
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        """A mask that streams nothing: {"dec_self": ones [layers, units]}."""
-        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
 
     def present(self) -> dict[str, torch.Tensor]:
         """{"dec_self": bool [layers, units]}: True where the unit (any query head of it) is still in the weights."""

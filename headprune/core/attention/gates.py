@@ -217,19 +217,6 @@ class HeadGates(SiteGates):
         """{(group, layer): {present query head id: its KV head id}}, by original ids."""
         return {(s.group, s.layer): {h: s.kv_of(h) for h in s.head_ids} for s in self.sites}
 
-    @property
-    def num_heads(self) -> int:
-        """Heads in the original model, all groups."""
-        return sum(layers * heads for layers, heads in self.groups.values())
-
-    def site(self, group: str, layer: int) -> AttentionSite:
-        """The attention module of one group and layer."""
-        for site in self.sites:
-            if site.group == group and site.layer == layer:
-                return site
-        layers = self.groups.get(group, (0, 0))[0]
-        raise IndexError(f"no attention module for group {group!r} layer {layer}: groups are {self.groups} ({layers} layers in that group)")
-
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a mask in this unit: the checked mask itself."""
         return self.normalize_mask(mask, hard=hard)

@@ -1,13 +1,12 @@
 """KV groups: a KV head with all of its query heads, seen through the query-head gates (grouped-query attention)."""
 
-from contextlib import contextmanager
-
 import torch
 
 from headprune.core.masks import kv_to_head_mask, normalize_mask
+from headprune.core.site_gates import SiteGateMethods
 
 
-class KVGroupGates:
+class KVGroupGates(SiteGateMethods):
     """HeadGates seen in KV-group units: masks and scores are {group: [layers, KV heads]}."""
 
     unit = "kv_group"
@@ -27,14 +26,6 @@ class KVGroupGates:
     def groups(self) -> dict[str, tuple[int, int]]:
         """{group: (layers, KV heads per layer in the original model)}."""
         return self.heads.kv_groups
-
-    @property
-    def num_heads(self) -> int:
-        """KV groups in the original model, all groups."""
-        return sum(layers * kv for layers, kv in self.groups.values())
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        return {g: torch.ones(l, k) for g, (l, k) in self.groups.items()}
 
     def present(self) -> dict[str, torch.Tensor]:
         """{group: bool [layers, KV heads]}: True where any query head of the KV group is still in the weights."""
@@ -62,14 +53,6 @@ class KVGroupGates:
     def set_mask(self, mask) -> None:
         self.heads.set_mask(None if mask is None else self.head_mask(mask))
 
-    @contextmanager
-    def masked(self, mask):
-        with self.heads.masked(None if mask is None else self.head_mask(mask)):
-            yield self
-
-    def probing(self):
-        return self.heads.probing()
-
     def remove(self) -> None:
         self.heads.remove()
 
@@ -77,14 +60,9 @@ class KVGroupGates:
         return self.heads.describe()
 
 
-def has_kv_groups(gates) -> bool:
-    """Whether any attention group of the model shares KV heads among several query heads."""
-    return any(n > 1 for n in gates.heads_per_kv.values())
-
-
 def kv_group_view(heads):
     """The KV-group view of query-head gates, or a ValueError where the model has no grouped-query attention."""
-    if not has_kv_groups(heads):
+    if not any(n > 1 for n in heads.heads_per_kv.values()):
         raise ValueError(
             "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); "
             f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"

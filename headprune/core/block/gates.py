@@ -1,7 +1,5 @@
 """Whole blocks as the unit: one gate per layer on its attention block and one on its feed-forward block."""
 
-from contextlib import ExitStack, contextmanager
-
 import torch
 from torch import nn
 
@@ -9,6 +7,7 @@ from headprune.core.attention.gates import HeadGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.masks import normalize_mask
+from headprune.core.site_gates import SiteGateMethods
 
 BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
 
@@ -18,7 +17,7 @@ def block_group(group: str) -> str:
     return group + BLOCK_SUFFIX
 
 
-class BlockGates:
+class BlockGates(SiteGateMethods):
     """A gate on each layer's attention block and feed-forward block: masks and scores are {"<group>_block": [layers, 1]}."""
 
     unit = "block"
@@ -51,9 +50,6 @@ class BlockGates:
         """{attention or FFN group: (layers, heads or neurons)}: the groups whose units the blocks hold."""
         return {g: shape for part in self._parts() for g, shape in part.groups.items()}
 
-    def ones(self) -> dict[str, torch.Tensor]:
-        return {g: torch.ones(layers, 1) for g, (layers, _) in self.groups.items()}
-
     def present(self) -> dict[str, torch.Tensor]:
         """{"<group>_block": bool [layers, 1]}: True where the block still holds a head or a neuron."""
         return {block_group(g): p.any(-1, keepdim=True) for part in self._parts() for g, p in part.present().items()}
@@ -78,23 +74,6 @@ class BlockGates:
         self.heads.set_mask(base.get("head") if mask is not None else None)
         if self.ffn is not None:
             self.ffn.set_mask(base.get("ffn") if mask is not None else None)
-
-    @contextmanager
-    def masked(self, mask):
-        """Run a block of code with the block mask set (heads and neurons of other blocks ungated), then restore the gates."""
-        base = {} if mask is None else self.base_masks(mask)
-        with ExitStack() as stack:
-            stack.enter_context(self.heads.masked(None if mask is None else base.get("head", {})))
-            if self.ffn is not None:
-                stack.enter_context(self.ffn.masked(None if mask is None else base.get("ffn", {})))
-            yield self
-
-    @contextmanager
-    def probing(self):
-        with ExitStack() as stack:
-            for part in self._parts():
-                stack.enter_context(part.probing())
-            yield self
 
     def remove(self) -> None:
         for part in self._parts()[::-1]:
