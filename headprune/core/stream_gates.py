@@ -3,7 +3,8 @@
 import torch
 
 from headprune.core.attention.gates import HeadGates
-from headprune.core.masks import kv_to_head_mask, normalize_mask
+from headprune.core.attention.kv_groups import KVGroupGates
+from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGateMethods
 from headprune.core.stream_sites import StreamSite
 from headprune.core.streaming import check_span
@@ -60,13 +61,13 @@ class StreamGates(SiteGateMethods):
                 f"unit kv_group needs grouped-query attention (fewer KV heads than query heads); {type(self.model).__name__} has one "
                 "KV head per query head: stream unit=head"
             )
+        self.view = KVGroupGates(heads) if self.unit == "kv_group" else heads  # masks and scores in this unit, all groups
         self.sites = [_attach(site, sink, window) for site in sites]
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{"dec_self": (layers, units per layer in the original model)}."""
-        shape = self.heads.kv_groups if self.unit == "kv_group" else self.heads.groups
-        return {STREAMED_GROUP: shape[STREAMED_GROUP]}
+        return {STREAMED_GROUP: self.view.groups[STREAMED_GROUP]}
 
     @property
     def inner(self) -> str:
@@ -82,11 +83,7 @@ class StreamGates(SiteGateMethods):
 
     def present(self) -> dict[str, torch.Tensor]:
         """{"dec_self": bool [layers, units]}: True where the unit (any query head of it) is still in the weights."""
-        present = self.heads.present()[STREAMED_GROUP]
-        if self.unit == "kv_group":
-            n = self.heads_per_kv[STREAMED_GROUP]
-            present = present.unflatten(-1, (present.shape[-1] // n, n)).any(-1)
-        return {STREAMED_GROUP: present}
+        return {STREAMED_GROUP: self.view.present()[STREAMED_GROUP]}
 
     def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """Check a mask of alphas against the model ({"dec_self": [L, U] or [B, L, U]}; ``hard``: 0 or 1 only)."""
@@ -94,8 +91,7 @@ class StreamGates(SiteGateMethods):
 
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The alphas per query head: a KV group's alpha on each of its query heads."""
-        mask = self.normalize_mask(mask, hard=hard)
-        return kv_to_head_mask(mask, self.heads_per_kv) if self.unit == "kv_group" else mask
+        return self.view.head_mask(self.normalize_mask(mask, hard=hard))
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{"stream": the alphas per query head}: what the mask gates, by the kind of gates that act."""
@@ -103,10 +99,7 @@ class StreamGates(SiteGateMethods):
 
     def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Scores in this unit from per-query-head scores: the mean of each KV group's query heads (``kv_group``)."""
-        if self.unit != "kv_group":
-            return scores
-        n = self.heads_per_kv[STREAMED_GROUP]
-        return {g: s.unflatten(-1, (s.shape[-1] // n, n)).mean(-1) for g, s in scores.items()}
+        return self.view.scores_from_heads(scores)
 
     def set_mask(self, mask) -> None:
         """Set every streaming gate to ``mask`` (alphas in this unit); ``None`` streams nothing (and costs nothing)."""

@@ -213,10 +213,6 @@ class HeadGates(SiteGates):
         """{group: query heads per KV head in the original model} (1 without grouped KV heads)."""
         return {g: heads // self.kv_groups[g][1] for g, (_, heads) in self.groups.items()}
 
-    def kv_of_heads(self) -> dict[tuple[str, int], dict[int, int]]:
-        """{(group, layer): {present query head id: its KV head id}}, by original ids."""
-        return {(s.group, s.layer): {h: s.kv_of(h) for h in s.head_ids} for s in self.sites}
-
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a mask in this unit: the checked mask itself."""
         return self.normalize_mask(mask, hard=hard)
