@@ -7,11 +7,20 @@ from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGateMethods
 from headprune.core.stream_sites import StreamSite
-from headprune.core.streaming import check_span
 
 STREAMED_GROUP = "dec_self"  # the causal self-attention of a decoder: the only attention whose KV cache grows
 STREAM_UNITS = ("head", "kv_group")
 MASKED_ATTENTION = ("sdpa", "eager")  # the attention implementations that take any 4-D attention mask
+
+
+def check_span(sink: int, window: int) -> None:
+    """Raise a ValueError unless ``sink`` >= 0 and ``window`` >= 1 are whole numbers."""
+    if isinstance(sink, bool) or not isinstance(sink, int) or sink < 0:
+        raise ValueError(f"the streaming sink is a number of initial tokens, a whole number >= 0; got {sink!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"the streaming window is a number of recent tokens counting the token itself, a whole number >= 1; got {window!r}"
+        )
 
 
 def _attach(site, sink: int, window: int) -> StreamSite:

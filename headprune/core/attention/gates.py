@@ -155,7 +155,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
     family = family_for(model)
     sites = []
     for path, block in model.named_modules():
-        matched = match_site(family, path)
+        matched = match_site(family.sites, path)
         if matched is not None:
             core = block.get_submodule(family.core) if family.core else block
             sites.append(kept_site(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))

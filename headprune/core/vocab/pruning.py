@@ -98,8 +98,7 @@ def vocab_meta(model: nn.Module) -> dict | None:
     book = getattr(model, VOCAB_ATTR, None)
     if not book or len(book["ids"]) == book["size_orig"]:
         return None
-    mapping = id_map(model)
-    specials = {k: v for k, v in renumbered_ids(model.config, mapping).items()}
+    specials = renumbered_ids(model.config, id_map(model))
     return {"vocab_size_orig": book["size_orig"], "kept_ids": list(book["ids"]), "special_ids": specials}
 
 
