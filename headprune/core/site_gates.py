@@ -45,6 +45,18 @@ class Site:
         self.unit_ids = [self.unit_ids[pos] for pos in positions]
 
 
+def broadcast_unit_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Reshape a gate (U,) or (B, U) to multiply units on the last axis of (B', ..., U) or (B' * T, U) (example-major rows)."""
+    gate = gate.to(dtype=hidden.dtype, device=hidden.device)
+    if gate.dim() == 1:
+        return gate
+    rows = hidden.shape[0]
+    if rows % gate.shape[0]:
+        raise ValueError(f"per-example mask has {gate.shape[0]} rows but the gated input has {rows}")
+    gate = gate.repeat_interleave(rows // gate.shape[0], dim=0)  # beams, or OPT's flattened (B * T, W) tokens
+    return gate.view(rows, *[1] * (hidden.dim() - 2), gate.shape[-1])
+
+
 def alias(name: str) -> property:
     """Attribute ``name`` of a site under a kind's own word (``head_ids`` for ``unit_ids``), read and written."""
     return property(lambda site: getattr(site, name), lambda site, value: setattr(site, name, value))

@@ -2,18 +2,12 @@
 
 import torch
 
+from headprune.core.site_gates import broadcast_unit_gate
+
 
 def broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
-    gate = gate.to(dtype=out.dtype, device=out.device)
-    if gate.dim() == 1:
-        return gate.view(1, 1, -1, 1)
-    batch = out.shape[0]
-    if gate.shape[0] != batch:
-        if batch % gate.shape[0]:
-            raise ValueError(f"per-example mask has {gate.shape[0]} rows but the batch has {batch} examples")
-        gate = gate.repeat_interleave(batch // gate.shape[0], dim=0)  # beam search expands each example in place
-    return gate.view(batch, 1, -1, 1)
+    return broadcast_unit_gate(gate, out[..., 0]).unsqueeze(-1)
 
 
 def gate_heads(site, heads: torch.Tensor) -> torch.Tensor:

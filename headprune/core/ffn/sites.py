@@ -8,7 +8,7 @@ from torch import nn
 from headprune.core.families import family_for, family_of_type, match_site
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
-from headprune.core.site_gates import Site, alias, kept_site, ordered_sites
+from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_site, ordered_sites
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
@@ -102,18 +102,6 @@ def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:
         return []
 
 
-def broadcast_neuron_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-    """Reshape a gate (W,) or (B, W) to multiply a down projection's input (B', ..., W) or (B' * T, W) (example-major rows)."""
-    gate = gate.to(dtype=hidden.dtype, device=hidden.device)
-    if gate.dim() == 1:
-        return gate
-    rows = hidden.shape[0]
-    if rows % gate.shape[0]:
-        raise ValueError(f"per-example FFN mask has {gate.shape[0]} rows but the down projection's input has {rows}")
-    gate = gate.repeat_interleave(rows // gate.shape[0], dim=0)  # beams, or OPT's flattened (B * T, W) tokens
-    return gate.view(rows, *[1] * (hidden.dim() - 2), gate.shape[-1])
-
-
 def _gate_neurons(module, args):
     """The pre-hook: the down projection's input times its site's gate (and a fresh probe while recording)."""
     site = getattr(module, SITE_ATTR)
@@ -121,7 +109,7 @@ def _gate_neurons(module, args):
         return None
     hidden, *rest = args
     if site.gate is not None:
-        hidden = hidden * broadcast_neuron_gate(site.gate, hidden)
+        hidden = hidden * broadcast_unit_gate(site.gate, hidden)
     if site.recording and torch.is_grad_enabled():
         probe = torch.ones(hidden.shape, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
         site.probes.append(probe)
