@@ -37,6 +37,7 @@ class LayerKind(UnitKind):
     rebuild_order = 0  # depth first: the widths of the other kinds are recorded by original layer id
     legacy_keys = ("removed_layers",)
     gates_class = LayerGates
+    units_per_layer = staticmethod(lambda fields: 1)
 
     def recovery_refusal(self):
         return (
@@ -49,9 +50,6 @@ class LayerKind(UnitKind):
             return shared_weights(model)
         except ValueError as err:
             return str(err)
-
-    def units_per_layer(self, fields):
-        return 1
 
     def unit_grad(self, site, grad):
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
