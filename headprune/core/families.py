@@ -62,7 +62,7 @@ class Family:
     fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
     cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
     unprunable_if: tuple[tuple[str, str], ...] = ()  # (model config flag, why) under which pruning cannot be exact
-    gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (OUTPUT_GATE)
+    gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (attach_output_gate)
     head_rows: tuple[str, ...] = ()  # more projections whose output rows are per head, sliced like the query (when present)
     head_indexed_kwargs: tuple[str, ...] = ()  # attention-function kwargs with a head axis 1 by original id (T5's position bias)
     config_head_counts: tuple[str, ...] = ("num_attention_heads",)  # config fields holding heads per layer

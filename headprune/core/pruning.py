@@ -4,11 +4,11 @@ import torch
 from torch import nn
 
 from headprune.core.attention.gates import AttentionSite, find_sites, route_attention
+from headprune.core.attention.tensors import attach_output_gate
 from headprune.core.checks import ConfigError
 from headprune.core.families import Family
 from headprune.core.layer.layer_config import with_layer_fields
 from headprune.core.masks import hard_mask, head_list
-from headprune.core.output_gate import attach_output_gate
 from headprune.core.projections import sliced_projection
 from headprune.core.site_gates import removed_record, unit_groups
 
