@@ -96,11 +96,18 @@ def unit_groups(sites: list, units=lambda site: site.units_orig) -> dict[str, tu
 
 
 class SiteGateMethods:
-    """``ones``, ``num_heads``, ``masked`` and ``probing`` for a gates object with ``groups``, ``sites`` and ``set_mask``."""
+    """``ones``, ``num_heads``, ``normalize_mask``, ``masked`` and ``probing`` for a gates object with ``groups``, ``sites``
+    and ``set_mask``."""
+
+    noun = "unit"  # one unit, in messages
 
     def ones(self) -> dict[str, torch.Tensor]:
         """A mask that keeps every unit."""
         return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
+
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a mask against the model: {group: [L, U] or [B, L, U]} (``hard``: 0/1 only)."""
+        return normalize_mask(mask, self.groups, hard=hard, unit=self.noun)
 
     @property
     def num_heads(self) -> int:
@@ -134,7 +141,6 @@ class SiteGates(SiteGateMethods):
     """Gates on the units of a list of sites, by original id: masks {group: [layers, units]} or [batch, layers, units]."""
 
     unit = "unit"  # the kind's name
-    noun = "unit"  # one unit, in messages
     find = None  # the kind's sites of a model, found once (a staticmethod: model -> [Site])
     attach = staticmethod(lambda site: None)  # hook a site's gate onto its module, once
 
@@ -162,10 +168,6 @@ class SiteGates(SiteGateMethods):
         for site in self.sites:
             out[site.group][site.layer, site.unit_ids] = True
         return out
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a mask against the model: {group: [L, U] or [B, L, U]} (``hard``: 0/1 only)."""
-        return normalize_mask(mask, self.groups, hard=hard, unit=self.noun)
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{this kind: the checked mask}: what the mask gates, by the kind of gates that act."""

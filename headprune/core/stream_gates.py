@@ -4,7 +4,6 @@ import torch
 
 from headprune.core.attention.gates import HeadGates
 from headprune.core.attention.kv_groups import KVGroupGates
-from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGateMethods
 from headprune.core.stream_sites import StreamSite
 
@@ -37,6 +36,7 @@ def _attach(site, sink: int, window: int) -> StreamSite:
 class StreamGates(SiteGateMethods):
     """Streaming gates on every decoder self-attention module: set a mask of alphas, read the groups, record gate gradients."""
 
+    noun = "head"  # in mask messages
     action = "stream"  # what a gate value of 0 does to a unit (HeadGates: remove it)
 
     def __init__(self, model_or_heads, sink: int, window: int, unit: str | None = None):
@@ -93,10 +93,6 @@ class StreamGates(SiteGateMethods):
     def present(self) -> dict[str, torch.Tensor]:
         """{"dec_self": bool [layers, units]}: True where the unit (any query head of it) is still in the weights."""
         return {STREAMED_GROUP: self.view.present()[STREAMED_GROUP]}
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a mask of alphas against the model ({"dec_self": [L, U] or [B, L, U]}; ``hard``: 0 or 1 only)."""
-        return normalize_mask(mask, self.groups, hard=hard)
 
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The alphas per query head: a KV group's alpha on each of its query heads."""

@@ -2,14 +2,14 @@
 
 import torch
 
-from headprune.core.masks import kv_to_head_mask, normalize_mask
+from headprune.core.masks import kv_to_head_mask
 from headprune.core.site_gates import SiteGateMethods
 
 
 class KVGroupGates(SiteGateMethods):
     """HeadGates seen in KV-group units: masks and scores are {group: [layers, KV heads]}."""
 
-    unit = "kv_group"
+    unit, noun = "kv_group", "head"  # the query heads' noun in mask messages
 
     def __init__(self, heads):
         self.heads = heads  # the HeadGates of the model (query-head unit)
@@ -32,10 +32,6 @@ class KVGroupGates(SiteGateMethods):
         present = self.heads.present()
         n = self.heads.heads_per_kv
         return {g: p.unflatten(-1, (p.shape[-1] // n[g], n[g])).any(-1) for g, p in present.items()}
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a KV-group mask against the model ({group: [L, KV] or [B, L, KV]})."""
-        return normalize_mask(mask, self.groups, hard=hard)
 
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a KV-group mask: each KV group's gate on all of its query heads."""

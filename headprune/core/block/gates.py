@@ -6,7 +6,6 @@ from torch import nn
 from headprune.core.attention.gates import HeadGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.masks import normalize_mask
 from headprune.core.site_gates import SiteGateMethods
 
 BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
@@ -20,7 +19,7 @@ def block_group(group: str) -> str:
 class BlockGates(SiteGateMethods):
     """A gate on each layer's attention block and feed-forward block: masks and scores are {"<group>_block": [layers, 1]}."""
 
-    unit = "block"
+    unit = noun = "block"
 
     def __init__(self, model: nn.Module, heads: HeadGates | None = None, ffn: FFNGates | None = None):
         self.model = model
@@ -53,10 +52,6 @@ class BlockGates(SiteGateMethods):
     def present(self) -> dict[str, torch.Tensor]:
         """{"<group>_block": bool [layers, 1]}: True where the block still holds a head or a neuron."""
         return {block_group(g): p.any(-1, keepdim=True) for part in self._parts() for g, p in part.present().items()}
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a block mask against the model ({"<group>_block": [L, 1] or [B, L, 1]})."""
-        return normalize_mask(mask, self.groups, hard=hard, unit="block")
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{"head": head mask, "ffn": neuron mask}: every head and neuron of a block gated by the block's value."""
