@@ -31,32 +31,24 @@ class BlockGates(SiteGateMethods):
         """{"head": HeadGates, "ffn": FFNGates}: the gates that act (no FFN gates where the model has no MLP layout)."""
         return {"head": self.heads} if self.ffn is None else {"head": self.heads, "ffn": self.ffn}
 
-    def _parts(self) -> list:
-        return [self.heads] if self.ffn is None else [self.heads, self.ffn]
-
     @property
     def sites(self) -> list:
         """Every attention site, then every FFN site."""
-        return [site for part in self._parts() for site in part.sites]
+        return [site for part in self.shared.values() for site in part.sites]
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{"<group>_block": (layers, 1)} of every attention and FFN group."""
-        return {block_group(g): (layers, 1) for part in self._parts() for g, (layers, _) in part.groups.items()}
-
-    @property
-    def unit_groups(self) -> dict[str, tuple[int, int]]:
-        """{attention or FFN group: (layers, heads or neurons)}: the groups whose units the blocks hold."""
-        return {g: shape for part in self._parts() for g, shape in part.groups.items()}
+        return {block_group(g): (layers, 1) for part in self.shared.values() for g, (layers, _) in part.groups.items()}
 
     def present(self) -> dict[str, torch.Tensor]:
         """{"<group>_block": bool [layers, 1]}: True where the block still holds a head or a neuron."""
-        return {block_group(g): p.any(-1, keepdim=True) for part in self._parts() for g, p in part.present().items()}
+        return {block_group(g): p.any(-1, keepdim=True) for part in self.shared.values() for g, p in part.present().items()}
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{"head": head mask, "ffn": neuron mask}: every head and neuron of a block gated by the block's value."""
         mask = self.normalize_mask(mask, hard=hard)
-        shapes = self.unit_groups
+        shapes = {g: shape for part in self.shared.values() for g, shape in part.groups.items()}  # the units' own groups
         out: dict[str, dict[str, torch.Tensor]] = {}
         for group, value in mask.items():
             unit_group = group[: -len(BLOCK_SUFFIX)]
@@ -71,8 +63,8 @@ class BlockGates(SiteGateMethods):
             self.ffn.set_mask(base.get("ffn") if mask is not None else None)
 
     def remove(self) -> None:
-        for part in self._parts()[::-1]:
+        for part in [*self.shared.values()][::-1]:
             part.remove()
 
     def describe(self) -> str:
-        return "\n".join(part.describe() for part in self._parts())
+        return "\n".join(part.describe() for part in self.shared.values())
