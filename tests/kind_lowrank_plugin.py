@@ -13,10 +13,10 @@ import functools
 import torch
 from torch import nn
 
-from headprune.core.ffn.sites import broadcast_neuron_gate, ffn_sites_if_any
+from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.kinds import KINDS, UnitKind
 from headprune.core.masks import normalize_mask
-from headprune.core.site_gates import SiteGates
+from headprune.core.site_gates import SiteGates, broadcast_unit_gate
 
 NAME = "lowrank"
 SUFFIX = "_lowrank"  # its mask groups: "dec_ffn_lowrank" [layers, rank]
@@ -50,7 +50,7 @@ class LowRankBranch(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         z = self.a(hidden)  # (B, T, R)
         if self.gate is not None:
-            z = z * broadcast_neuron_gate(self.gate, z)
+            z = z * broadcast_unit_gate(self.gate, z)
         if self.recording and torch.is_grad_enabled():
             probe = torch.ones(z.shape, dtype=z.dtype, device=z.device, requires_grad=True)
             self.probes.append(probe)

@@ -10,7 +10,7 @@ from mask_references import looped_nll
 from tiny_llms import lm_batch, tiny_decoder, tiny_llama, tiny_qwen2
 
 from headprune.core.attention.gates import HeadGates
-from headprune.core.units import KVGroupGates
+from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.engine.ablation import keep_one_masks, single_unit_masks
 from headprune.engine.ablation_causal import CausalMaskBatcher, batchable, length_groups, needed_lengths
 

@@ -60,7 +60,7 @@ def test_trained_gates_round_trip_and_stream_those_below_the_threshold(tmp_path)
 
 def test_a_kv_group_mask_of_a_model_is_written_with_its_shape(tmp_path):
     from headprune.core.attention.gates import HeadGates
-    from headprune.core.units import KVGroupGates
+    from headprune.core.attention.kv_groups import KVGroupGates
 
     model = tiny_llama(layers=3, heads=4, kv_heads=2)
     gates = KVGroupGates(HeadGates(model))

@@ -12,11 +12,11 @@ import torch
 from conftest import classifier_batch, tiny_bert
 from tiny_llms import lm_batch, tiny_family, tiny_llama
 
-from headprune.core.attention.kind import kv_group_tables
 from headprune.core.counting import model_cost
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.pruning import prune_ffn_mask
 from headprune.core.inputs import model_inputs
+from headprune.core.kinds import KINDS
 from headprune.core.pruning import prune_heads, prune_kv_groups, pruning_record
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.results.mask_files import mask_file_of
@@ -76,7 +76,8 @@ def test_kv_group_latency_tables_read_every_group_s_query_heads_of_the_head_tabl
     prune_kv_groups(by_groups, {"dec_self": {0: [2, 3], 1: [2, 3]}})
     assert pruning_record(by_heads) == pruning_record(by_groups)
     table = {"dec_self": torch.arange(18, dtype=torch.float64).view(2, 9)}
-    assert kv_group_tables(table, {"dec_self": 2})["dec_self"].tolist() == [[0, 2, 4, 6, 8], [9, 11, 13, 15, 17]]
+    kv_tables = KINDS["kv_group"].latency_tables(table, None, by_groups)  # 2 query heads per KV head
+    assert kv_tables["dec_self"].tolist() == [[0, 2, 4, 6, 8], [9, 11, 13, 15, 17]]
 
 
 def _old_removal_order(scores, costs, min_per_layer=0):

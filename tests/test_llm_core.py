@@ -38,7 +38,7 @@ def test_family_row_and_kv_structure():
     assert gates.groups == {"dec_self": (2, 6)}
     assert gates.kv_groups == {"dec_self": (2, 2)}
     assert gates.heads_per_kv == {"dec_self": 3}
-    assert gates.kv_of_heads()[("dec_self", 1)] == {0: 0, 1: 0, 2: 0, 3: 1, 4: 1, 5: 1}
+    assert [gates.site("dec_self", 1).kv_of(h) for h in range(6)] == [0, 0, 0, 1, 1, 1]
     assert "kv_heads/layer=2" in gates.describe()
 
 

@@ -14,7 +14,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 
 from headprune.core.attention.gates import HeadGates
 from headprune.core.stream_gates import StreamGates
-from headprune.core.streaming import streaming_keep
+from headprune.core.stream_sites import streaming_keep
 from headprune.scoring.importance import fisher_scores, importance_scores, per_example_gate_gradients
 
 SINK, WINDOW = 2, 3

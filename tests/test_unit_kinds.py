@@ -10,6 +10,7 @@ from tiny_encoders import FAMILY_MODELS
 from tiny_llms import lm_batch, tiny_family, tiny_llama, tiny_qwen2
 
 from headprune.core.attention.gates import HeadGates
+from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.core.block.gates import BlockGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.pruning import ffn_record
@@ -17,7 +18,7 @@ from headprune.core.inputs import model_inputs
 from headprune.core.joint import JointGates
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import ablation_refusal, group_kind, mask_kinds, unit_kinds, unit_name
-from headprune.core.units import KVGroupGates, base_mask, prune_unit_mask, unit_count, unit_gates
+from headprune.core.units import base_mask, prune_unit_mask, unit_count, unit_gates
 from headprune.scoring.importance import importance_scores, per_example_gate_gradients
 
 MODELS = {  # a few families: encoder, encoder-decoder, grouped-query decoder, Conv1D decoder, T5

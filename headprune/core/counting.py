@@ -27,6 +27,9 @@ class ModelCost:
 
 def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
     """Parameters and analytic forward FLOPs for one example (source and target both ``seq_len`` tokens)."""
+    from headprune.core.hidden.pruning import channel_flops
+    from headprune.core.hidden.sites import hidden_width
+
     sites = find_sites(model)
     attention_ids = set()
     attention_params = attention_flops = 0
@@ -38,6 +41,10 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
     other_linear = sum(
         2 * in_features(m) * out_features(m) * seq_len for m in model.modules() if is_projection(m) and id(m) not in attention_ids
     )
+    try:  # the projections on the residual axis (headprune.core.hidden.pruning); 0 where its channels form no group
+        hidden_flops = channel_flops(model, seq_len) * hidden_width(model)
+    except ValueError:
+        hidden_flops = 0
     ffn_sites = ffn_sites_if_any(model)
     ffn_projections = [site.projection(p) for site in ffn_sites for p in site.up_paths()] + [site.down() for site in ffn_sites]
     return ModelCost(
@@ -50,19 +57,8 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
         ffn_parameters=sum(p.numel() for m in ffn_projections for p in m.parameters()),
         ffn_flops=sum(2 * in_features(m) * out_features(m) * seq_len for m in ffn_projections),
         neurons=sum(site.width for site in ffn_sites),
-        hidden_flops=residual_flops(model, seq_len),
+        hidden_flops=hidden_flops,
     )
-
-
-def residual_flops(model: nn.Module, seq_len: int) -> int:
-    """FLOPs of the projections on the residual axis (headprune.core.hidden.pruning), 0 where the model's residual channels form no group."""
-    from headprune.core.hidden.pruning import channel_flops
-    from headprune.core.hidden.sites import hidden_width
-
-    try:
-        return channel_flops(model, seq_len) * hidden_width(model)
-    except ValueError:
-        return 0
 
 
 def site_flops(site, seq_len: int) -> int:

@@ -62,7 +62,7 @@ class Family:
     fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
     cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
     unprunable_if: tuple[tuple[str, str], ...] = ()  # (model config flag, why) under which pruning cannot be exact
-    gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (OUTPUT_GATE)
+    gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (attach_output_gate)
     head_rows: tuple[str, ...] = ()  # more projections whose output rows are per head, sliced like the query (when present)
     head_indexed_kwargs: tuple[str, ...] = ()  # attention-function kwargs with a head axis 1 by original id (T5's position bias)
     config_head_counts: tuple[str, ...] = ("num_attention_heads",)  # config fields holding heads per layer
@@ -219,9 +219,14 @@ def supported_model_types() -> list[str]:
     return sorted(t for f in FAMILIES for t in f.model_types)
 
 
+def family_of_type(model_type) -> Family | None:
+    """The table row covering a model type (None: no row does)."""
+    return next((f for f in FAMILIES if model_type in f.model_types), None)
+
+
 def config_groups(fields: dict) -> list[str] | None:
     """The attention groups of a model of these config fields (None: not in the table); an encoder's enc_dec only if the config adds it."""
-    family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
+    family = family_of_type(fields.get("model_type"))
     if family is None:
         return None
     groups = list(dict.fromkeys(group for _, group in family.sites))
@@ -232,9 +237,9 @@ def config_groups(fields: dict) -> list[str] | None:
 def family_for(model) -> Family:
     """The table row for a model, or a ValueError that lists the supported model types."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    for family in FAMILIES:
-        if model_type in family.model_types:
-            return family
+    family = family_of_type(model_type)
+    if family is not None:
+        return family
     raise ValueError(
         f"headprune does not support model type {model_type!r} "
         f"({type(model).__name__}). Supported model types: {', '.join(supported_model_types())}. "
@@ -242,10 +247,10 @@ def family_for(model) -> Family:
     )
 
 
-def match_site(family: Family, module_path: str) -> tuple[str, int] | None:
-    """(group, layer) when a module path is one of the family's attention blocks, else None."""
-    for pattern, group in family.sites:
+def match_site(sites: tuple[tuple, ...], module_path: str) -> tuple | None:
+    """(group, layer, *the entry's other fields) when a module path matches an entry (pattern, group, ...) of ``sites``, else None."""
+    for pattern, group, *rest in sites:
         found = re.search(pattern, module_path)
         if found:
-            return group, int(found.group(1))
+            return group, int(found.group(1)), *rest
     return None

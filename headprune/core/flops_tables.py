@@ -23,18 +23,15 @@ def kv_group_flops(site, seq_len: int) -> int:
     return 2 * seq_len * site.head_dim * (rows + n * out_features(site.linear("output"))) + 2 * 2 * seq_len * seq_len * site.head_dim * n
 
 
-def _empty_tables(sites, units) -> dict[str, torch.Tensor]:
-    shape: dict[str, tuple[int, int]] = {}
-    for site in sites:
-        layers, count = shape.get(site.group, (0, 0))
-        shape[site.group] = (max(layers, site.layer + 1, site.stack_layers), max(count, units(site)))
-    return {g: torch.zeros(layers, count + 1, dtype=torch.float64) for g, (layers, count) in shape.items()}
+def _empty_tables(sites, units=lambda site: site.units_orig) -> dict[str, torch.Tensor]:
+    """{group: zeros [layers, units + 1]} over a list of sites (``units``: a site's, in the original model)."""
+    return {g: torch.zeros(layers, count + 1, dtype=torch.float64) for g, (layers, count) in unit_groups(sites, units).items()}
 
 
 def head_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
     """{attention group: [layers, heads + 1]}: a layer's attention FLOPs with n query heads kept (0: the phantom head)."""
     sites = find_sites(model)
-    tables = _empty_tables(sites, lambda s: s.num_heads_orig)
+    tables = _empty_tables(sites)
     for site in sites:
         kept = torch.arange(site.num_heads_orig + 1).clamp(min=1)  # 0 heads kept = the phantom head
         tables[site.group][site.layer, : site.num_heads_orig + 1] = kept.double() * head_flops(site, seq_len)
@@ -55,7 +52,7 @@ def kv_group_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, tor
 def ffn_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
     """{FFN group: [layers, neurons + 1]}: a block's FLOPs with n neurons kept (0 kept: the phantom neuron)."""
     sites = find_ffn_sites(model)
-    tables = {g: torch.zeros(layers, width + 1, dtype=torch.float64) for g, (layers, width) in unit_groups(sites).items()}
+    tables = _empty_tables(sites)
     for site in sites:
         kept = torch.arange(site.width_orig + 1).clamp(min=1).double()  # 0 kept = the phantom neuron
         tables[site.group][site.layer, : site.width_orig + 1] = kept * neuron_flops(site, seq_len)

@@ -1,11 +1,10 @@
 """Any number of kinds under one mask: each group of a joint mask goes to the part (one kind's gates) that holds it."""
 
-from contextlib import ExitStack, contextmanager
-
 import torch
 from torch import nn
 
 from headprune.core.kinds.kind_registry import JOINER
+from headprune.core.site_gates import SiteGateMethods
 
 
 def shared_gates(gates) -> dict:
@@ -14,7 +13,7 @@ def shared_gates(gates) -> dict:
     return dict(shared) if shared is not None else {gates.unit: gates}
 
 
-class JointGates:
+class JointGates(SiteGateMethods):
     """The gates of several kinds of one model behind one surface: masks and scores are {group: [layers, units]} over all."""
 
     def __init__(self, model: nn.Module, parts: list | None = None):
@@ -75,16 +74,8 @@ class JointGates:
             raise AttributeError(name)
         return getattr(heads, name)
 
-    @property
-    def num_heads(self) -> int:
-        """Units of the original model, all groups."""
-        return sum(layers * units for layers, units in self.groups.values())
-
     def present(self) -> dict[str, torch.Tensor]:
         return {g: p for part in self.parts for g, p in part.present().items()}
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        return {g: m for part in self.parts for g, m in part.ones().items()}
 
     def split(self, mask) -> list[dict]:
         """One dict per part: the groups of a joint mask that part holds; a group of none is a ValueError naming them all."""
@@ -125,21 +116,6 @@ class JointGates:
         subs = [None] * len(self.parts) if mask is None else self.split(mask)
         for part, sub in zip(self.parts, subs):
             part.set_mask(sub)
-
-    @contextmanager
-    def masked(self, mask):
-        subs = [None] * len(self.parts) if mask is None else self.split(mask)
-        with ExitStack() as stack:
-            for part, sub in zip(self.parts, subs):
-                stack.enter_context(part.masked(sub))
-            yield self
-
-    @contextmanager
-    def probing(self):
-        with ExitStack() as stack:
-            for part in self.shared.values():
-                stack.enter_context(part.probing())
-            yield self
 
     def remove(self) -> None:
         for part in list(self.shared.values())[::-1]:

@@ -74,6 +74,16 @@ def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False,
     return out
 
 
+def hard_mask(mask, groups: dict[str, tuple[int, int]], what: str, unit: str = "head") -> dict[str, torch.Tensor]:
+    """A 0/1 mask checked against ``groups``, one [layers, units] per group: ``what`` (what removes units) takes no batch of masks."""
+    mask = normalize_mask(mask, groups, hard=True, unit=unit)
+    batched = [g for g, m in mask.items() if m.dim() != 2]
+    if batched:
+        layers, units = groups[batched[0]]
+        raise ValueError(f"{what} takes one [{layers}, {units}] mask per group (layers x {unit}s), got a batch of masks for {batched}")
+    return mask
+
+
 def head_list(mask: dict[str, torch.Tensor]) -> dict[str, dict[int, list[int]]]:
     """The heads a 0/1 mask removes: {group: {layer: [head ids]}}."""
     removed = {}

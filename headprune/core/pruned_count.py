@@ -34,19 +34,15 @@ class PrunedCount:
         self.groups = unit_gates(self.template, unit).groups
         self.known: dict[bytes, float] = {}
 
-    def full_mask(self, mask) -> dict[str, torch.Tensor]:
-        """``mask`` as a hard 0/1 mask of every group (a group it leaves out keeps every unit)."""
-        given = mask or {}
-        return {
-            g: (torch.as_tensor(given[g]).detach().cpu() != 0).float() if g in given else torch.ones(layers, units)
-            for g, (layers, units) in self.groups.items()
-        }
-
     def __call__(self, mask) -> float:
         """The FLOPs (or ``measure``) of the pruned model; a ValueError where no model can be pruned by ``mask`` (every channel, every layer gone)."""
         from headprune.core.units import prune_unit_mask, unit_gates
 
-        full = self.full_mask(mask)
+        given = mask or {}  # as a hard 0/1 mask of every group: a group it leaves out keeps every unit
+        full = {
+            g: (torch.as_tensor(given[g]).detach().cpu() != 0).float() if g in given else torch.ones(layers, units)
+            for g, (layers, units) in self.groups.items()
+        }
         key = b"".join(full[g].bool().numpy().tobytes() for g in sorted(full))
         if key not in self.known:
             model = copy.deepcopy(self.template)  # meta tensors: a copy costs no memory

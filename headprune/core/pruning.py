@@ -4,11 +4,11 @@ import torch
 from torch import nn
 
 from headprune.core.attention.gates import AttentionSite, find_sites, route_attention
+from headprune.core.attention.tensors import attach_output_gate
 from headprune.core.checks import ConfigError
 from headprune.core.families import Family
 from headprune.core.layer.layer_config import with_layer_fields
-from headprune.core.masks import head_list, normalize_mask
-from headprune.core.output_gate import attach_output_gate
+from headprune.core.masks import hard_mask, head_list
 from headprune.core.projections import sliced_projection
 from headprune.core.site_gates import removed_record, unit_groups
 
@@ -204,10 +204,7 @@ def prune_heads(model: nn.Module, heads: dict) -> dict[str, dict[str, list[int]]
 
 def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     """Remove every head whose mask entry is 0 ({group: [layers, heads]}, or a bare [layers, heads] for one group)."""
-    mask = normalize_mask(mask, unit_groups(find_sites(model)), hard=True)
-    batched = [g for g, m in mask.items() if m.dim() != 2]
-    if batched:
-        raise ValueError(f"prune_mask takes one [layers, heads] mask per group, got a batch of masks for {batched}")
+    mask = hard_mask(mask, unit_groups(find_sites(model)), "prune_mask")
     return prune_heads(model, head_list({g: m.detach().cpu() for g, m in mask.items()}))
 
 

@@ -45,6 +45,18 @@ class Site:
         self.unit_ids = [self.unit_ids[pos] for pos in positions]
 
 
+def broadcast_unit_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Reshape a gate (U,) or (B, U) to multiply units on the last axis of (B', ..., U) or (B' * T, U) (example-major rows)."""
+    gate = gate.to(dtype=hidden.dtype, device=hidden.device)
+    if gate.dim() == 1:
+        return gate
+    rows = hidden.shape[0]
+    if rows % gate.shape[0]:
+        raise ValueError(f"per-example mask has {gate.shape[0]} rows but the gated input has {rows}")
+    gate = gate.repeat_interleave(rows // gate.shape[0], dim=0)  # beams, or OPT's flattened (B * T, W) tokens
+    return gate.view(rows, *[1] * (hidden.dim() - 2), gate.shape[-1])
+
+
 def alias(name: str) -> property:
     """Attribute ``name`` of a site under a kind's own word (``head_ids`` for ``unit_ids``), read and written."""
     return property(lambda site: getattr(site, name), lambda site, value: setattr(site, name, value))
@@ -84,7 +96,23 @@ def unit_groups(sites: list, units=lambda site: site.units_orig) -> dict[str, tu
 
 
 class SiteGateMethods:
-    """``masked`` and ``probing`` for a gates object with ``sites`` and ``set_mask``."""
+    """``ones``, ``num_heads``, ``normalize_mask``, ``masked`` and ``probing`` for a gates object with ``groups``, ``sites``
+    and ``set_mask``."""
+
+    noun = "unit"  # one unit, in messages
+
+    def ones(self) -> dict[str, torch.Tensor]:
+        """A mask that keeps every unit."""
+        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
+
+    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
+        """Check a mask against the model: {group: [L, U] or [B, L, U]} (``hard``: 0/1 only)."""
+        return normalize_mask(mask, self.groups, hard=hard, unit=self.noun)
+
+    @property
+    def num_heads(self) -> int:
+        """Units of the original model, all groups."""
+        return sum(layers * units for layers, units in self.groups.values())
 
     @contextmanager
     def masked(self, mask):
@@ -113,7 +141,6 @@ class SiteGates(SiteGateMethods):
     """Gates on the units of a list of sites, by original id: masks {group: [layers, units]} or [batch, layers, units]."""
 
     unit = "unit"  # the kind's name
-    noun = "unit"  # one unit, in messages
     find = None  # the kind's sites of a model, found once (a staticmethod: model -> [Site])
     attach = staticmethod(lambda site: None)  # hook a site's gate onto its module, once
 
@@ -133,7 +160,7 @@ class SiteGates(SiteGateMethods):
         for site in self.sites:
             if site.group == group and site.layer == layer:
                 return site
-        raise IndexError(f"no {self.noun} site for group {group!r} layer {layer}: groups are {self.groups}")
+        raise IndexError(f"no {self.noun}s in group {group!r} layer {layer}: groups are {self.groups}")
 
     def present(self) -> dict[str, torch.Tensor]:
         """{group: bool [layers, units]}: True where a unit is still in the weights."""
@@ -141,14 +168,6 @@ class SiteGates(SiteGateMethods):
         for site in self.sites:
             out[site.group][site.layer, site.unit_ids] = True
         return out
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        """A mask that keeps every unit."""
-        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a mask against the model: {group: [L, U] or [B, L, U]} (``hard``: 0/1 only)."""
-        return normalize_mask(mask, self.groups, hard=hard, unit=self.noun)
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{this kind: the checked mask}: what the mask gates, by the kind of gates that act."""

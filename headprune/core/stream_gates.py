@@ -3,14 +3,23 @@
 import torch
 
 from headprune.core.attention.gates import HeadGates
-from headprune.core.masks import kv_to_head_mask, normalize_mask
+from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.core.site_gates import SiteGateMethods
 from headprune.core.stream_sites import StreamSite
-from headprune.core.streaming import check_span
 
 STREAMED_GROUP = "dec_self"  # the causal self-attention of a decoder: the only attention whose KV cache grows
 STREAM_UNITS = ("head", "kv_group")
 MASKED_ATTENTION = ("sdpa", "eager")  # the attention implementations that take any 4-D attention mask
+
+
+def check_span(sink: int, window: int) -> None:
+    """Raise a ValueError unless ``sink`` >= 0 and ``window`` >= 1 are whole numbers."""
+    if isinstance(sink, bool) or not isinstance(sink, int) or sink < 0:
+        raise ValueError(f"the streaming sink is a number of initial tokens, a whole number >= 0; got {sink!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"the streaming window is a number of recent tokens counting the token itself, a whole number >= 1; got {window!r}"
+        )
 
 
 def _attach(site, sink: int, window: int) -> StreamSite:
@@ -27,6 +36,7 @@ def _attach(site, sink: int, window: int) -> StreamSite:
 class StreamGates(SiteGateMethods):
     """Streaming gates on every decoder self-attention module: set a mask of alphas, read the groups, record gate gradients."""
 
+    noun = "head"  # in mask messages
     action = "stream"  # what a gate value of 0 does to a unit (HeadGates: remove it)
 
     def __init__(self, model_or_heads, sink: int, window: int, unit: str | None = None):
@@ -60,18 +70,13 @@ class StreamGates(SiteGateMethods):
                 f"unit kv_group needs grouped-query attention (fewer KV heads than query heads); {type(self.model).__name__} has one "
                 "KV head per query head: stream unit=head"
             )
+        self.view = KVGroupGates(heads) if self.unit == "kv_group" else heads  # masks and scores in this unit, all groups
         self.sites = [_attach(site, sink, window) for site in sites]
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{"dec_self": (layers, units per layer in the original model)}."""
-        shape = self.heads.kv_groups if self.unit == "kv_group" else self.heads.groups
-        return {STREAMED_GROUP: shape[STREAMED_GROUP]}
-
-    @property
-    def num_heads(self) -> int:
-        """Units of the original model (query heads or KV groups of the decoder self-attention)."""
-        return sum(layers * units for layers, units in self.groups.values())
+        return {STREAMED_GROUP: self.view.groups[STREAMED_GROUP]}
 
     @property
     def inner(self) -> str:
@@ -85,26 +90,13 @@ class StreamGates(SiteGateMethods):
     def heads_per_kv(self) -> dict[str, int]:
         return {STREAMED_GROUP: self.heads.heads_per_kv[STREAMED_GROUP]}
 
-    def ones(self) -> dict[str, torch.Tensor]:
-        """A mask that streams nothing: {"dec_self": ones [layers, units]}."""
-        return {g: torch.ones(layers, units) for g, (layers, units) in self.groups.items()}
-
     def present(self) -> dict[str, torch.Tensor]:
         """{"dec_self": bool [layers, units]}: True where the unit (any query head of it) is still in the weights."""
-        present = self.heads.present()[STREAMED_GROUP]
-        if self.unit == "kv_group":
-            n = self.heads_per_kv[STREAMED_GROUP]
-            present = present.unflatten(-1, (present.shape[-1] // n, n)).any(-1)
-        return {STREAMED_GROUP: present}
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a mask of alphas against the model ({"dec_self": [L, U] or [B, L, U]}; ``hard``: 0 or 1 only)."""
-        return normalize_mask(mask, self.groups, hard=hard)
+        return {STREAMED_GROUP: self.view.present()[STREAMED_GROUP]}
 
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The alphas per query head: a KV group's alpha on each of its query heads."""
-        mask = self.normalize_mask(mask, hard=hard)
-        return kv_to_head_mask(mask, self.heads_per_kv) if self.unit == "kv_group" else mask
+        return self.view.head_mask(self.normalize_mask(mask, hard=hard))
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{"stream": the alphas per query head}: what the mask gates, by the kind of gates that act."""
@@ -112,10 +104,7 @@ class StreamGates(SiteGateMethods):
 
     def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Scores in this unit from per-query-head scores: the mean of each KV group's query heads (``kv_group``)."""
-        if self.unit != "kv_group":
-            return scores
-        n = self.heads_per_kv[STREAMED_GROUP]
-        return {g: s.unflatten(-1, (s.shape[-1] // n, n)).mean(-1) for g, s in scores.items()}
+        return self.view.scores_from_heads(scores)
 
     def set_mask(self, mask) -> None:
         """Set every streaming gate to ``mask`` (alphas in this unit); ``None`` streams nothing (and costs nothing)."""

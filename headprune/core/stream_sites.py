@@ -1,13 +1,34 @@
-"""One attention module's streaming gate: its full attention mixed with its attention under the sink + window mask."""
+"""One attention module's streaming gate: its full attention mixed with its attention under the sink + window mask (a streamed
+head sees only the first ``sink`` positions and a recent ``window`` of its causal past)."""
 
 from dataclasses import dataclass, field
 
 import torch
 
 from headprune.core.attention.tensors import broadcast_gate
-from headprune.core.streaming import sequence_positions, streaming_keep, streaming_mask
 
 CACHE_ARGS = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache
+
+
+def streaming_keep(query_positions: torch.Tensor, key_positions: torch.Tensor, sink: int, window: int) -> torch.Tensor:
+    """Bool (Tq, Tk): True where a streamed head at query position i may attend to key position j."""
+    i = query_positions.reshape(-1, 1)
+    j = key_positions.reshape(1, -1).to(i.device)
+    return (j <= i) & ((j < sink) | (i - j < window))
+
+
+def streaming_mask(attention_mask: torch.Tensor | None, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The model's own attention mask restricted to ``keep`` (Tq, Tk), as an additive float mask (1 or B, 1, Tq, Tk)."""
+    lowest = torch.finfo(dtype).min
+    keep = keep.view(1, 1, *keep.shape)
+    if attention_mask is None:
+        allowed = keep
+    else:
+        mask = attention_mask[..., : keep.shape[-1]]
+        if mask.dtype != torch.bool:
+            return mask.to(dtype).masked_fill(~keep.to(mask.device), lowest)
+        allowed = mask & keep.to(mask.device)
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, lowest)
 
 
 @dataclass(eq=False)
@@ -64,7 +85,8 @@ class StreamSite:
     def mix(self, inner, module, query, key, value, attention_mask, kwargs: dict, full: torch.Tensor) -> torch.Tensor:
         """``alpha * full + (1 - alpha) * streamed`` per head (B, Tq, H, D), ``streamed`` run by ``inner`` under the streaming mask."""
         past = self.past if self.past is not None else key.shape[-2] - query.shape[-2]
-        queries, keys = sequence_positions(past, query.shape[-2], key.shape[-2], device=query.device)
+        end = past + query.shape[-2]  # queries follow the ``past`` cached tokens; keys end with the last query
+        queries, keys = torch.arange(past, end, device=query.device), torch.arange(end - key.shape[-2], end, device=query.device)
         mask = streaming_mask(attention_mask, streaming_keep(queries, keys, self.sink, self.window), query.dtype)
         streamed, _ = inner(module, query, key, value, mask, **kwargs)  # (B, Tq, H, D)
         alpha = broadcast_gate(self.gate, full) if self.gate is not None else torch.ones((), dtype=full.dtype, device=full.device)

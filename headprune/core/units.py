@@ -6,7 +6,6 @@ import warnings
 import torch
 from torch import nn
 
-from headprune.core.attention.kv_groups import KVGroupGates  # noqa: F401 (re-exported)
 from headprune.core.joint import JointGates, shared_gates
 from headprune.core.unit_kinds import KINDS, kinds_of, mask_kinds
 

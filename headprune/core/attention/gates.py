@@ -9,9 +9,8 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from headprune.core.attention.tensors import gate_heads, score_bias, slice_head_kwargs
+from headprune.core.attention.tensors import attach_output_gate, gate_heads, score_bias, slice_head_kwargs
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
-from headprune.core.output_gate import attach_output_gate
 from headprune.core.site_gates import Site, SiteGates, alias, kept_site, ordered_sites, unit_groups
 
 PREFIX = "headprune_"
@@ -32,7 +31,7 @@ class AttentionSite(Site):
     kv_ids: list[int]  # original ids of the KV heads still present, in weight order
     kv_index: torch.Tensor | None = None  # (H,) KV position of each computed query head when groups became uneven
     entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
-    gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (output_gate)
+    gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (attach_output_gate)
     stream: object = None  # the streaming gate (headprune.core.stream_sites.StreamSite) while StreamGates are attached
 
     head_ids = alias("unit_ids")  # original ids of the heads still present, in weight order
@@ -155,7 +154,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
     family = family_for(model)
     sites = []
     for path, block in model.named_modules():
-        matched = match_site(family, path)
+        matched = match_site(family.sites, path)
         if matched is not None:
             core = block.get_submodule(family.core) if family.core else block
             sites.append(kept_site(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
@@ -213,23 +212,6 @@ class HeadGates(SiteGates):
         """{group: query heads per KV head in the original model} (1 without grouped KV heads)."""
         return {g: heads // self.kv_groups[g][1] for g, (_, heads) in self.groups.items()}
 
-    def kv_of_heads(self) -> dict[tuple[str, int], dict[int, int]]:
-        """{(group, layer): {present query head id: its KV head id}}, by original ids."""
-        return {(s.group, s.layer): {h: s.kv_of(h) for h in s.head_ids} for s in self.sites}
-
-    @property
-    def num_heads(self) -> int:
-        """Heads in the original model, all groups."""
-        return sum(layers * heads for layers, heads in self.groups.values())
-
-    def site(self, group: str, layer: int) -> AttentionSite:
-        """The attention module of one group and layer."""
-        for site in self.sites:
-            if site.group == group and site.layer == layer:
-                return site
-        layers = self.groups.get(group, (0, 0))[0]
-        raise IndexError(f"no attention module for group {group!r} layer {layer}: groups are {self.groups} ({layers} layers in that group)")
-
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a mask in this unit: the checked mask itself."""
         return self.normalize_mask(mask, hard=hard)
@@ -246,14 +228,10 @@ class HeadGates(SiteGates):
         self.model.set_attn_implementation(self.inner)
 
     def describe(self) -> str:
-        """A one-line-per-group summary of the attention modules."""
-        lines = []
-        for group, (layers, heads) in self.groups.items():
-            kept = [len(s.head_ids) for s in self.sites if s.group == group]
-            line = f"{group:9s} layers={layers} heads/layer={heads} present={kept}"
-            kv_layers, kv_heads = self.kv_groups[group]
+        """A one-line-per-group summary of the attention modules, with their KV heads where query heads share them."""
+        lines = super().describe().split("\n")
+        for line, (group, (_, heads)) in enumerate(self.groups.items()):
+            kv_heads = self.kv_groups[group][1]
             if kv_heads != heads:
-                kv_kept = [len(s.kv_ids) for s in self.sites if s.group == group]
-                line += f" kv_heads/layer={kv_heads} kv_present={kv_kept}"
-            lines.append(line)
+                lines[line] += f" kv_heads/layer={kv_heads} kv_present={[len(s.kv_ids) for s in self.sites if s.group == group]}"
         return "\n".join(lines)

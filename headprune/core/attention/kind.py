@@ -11,11 +11,6 @@ from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.pruning import prune_mask, pruning_record
 
 
-def kv_group_tables(head_tables: dict[str, torch.Tensor], heads_per_kv: dict[str, int]) -> dict[str, torch.Tensor]:
-    """{group: [layers, KV heads + 1]} from per-query-head tables [layers, heads + 1]: k KV groups kept = k x heads_per_kv heads."""
-    return {g: t[:, :: heads_per_kv[g]].clone() for g, t in head_tables.items()}
-
-
 def kv_heads_in_fields(fields: dict) -> int | None:
     """KV heads per layer of a grouped-query model's config fields (None: one KV head per query head)."""
     kv, heads = fields.get("num_key_value_heads", fields.get("num_kv_heads")), fields.get("num_attention_heads")
@@ -128,4 +123,5 @@ class KVGroupKind(HeadKind):
         return [[v for v in row for _ in range(n)] for row in rows]  # repeat_kv's order: KV head k serves query heads k*n ..
 
     def latency_tables(self, head_tables, ffn_tables, model):
-        return kv_group_tables(head_tables, HeadGates(model).heads_per_kv)
+        n = HeadGates(model).heads_per_kv
+        return {g: t[:, :: n[g]].clone() for g, t in head_tables.items()}  # [layers, KV + 1]: k groups kept = k x n heads

@@ -1,16 +1,15 @@
 """KV groups: a KV head with all of its query heads, seen through the query-head gates (grouped-query attention)."""
 
-from contextlib import contextmanager
-
 import torch
 
-from headprune.core.masks import kv_to_head_mask, normalize_mask
+from headprune.core.masks import kv_to_head_mask
+from headprune.core.site_gates import SiteGateMethods
 
 
-class KVGroupGates:
+class KVGroupGates(SiteGateMethods):
     """HeadGates seen in KV-group units: masks and scores are {group: [layers, KV heads]}."""
 
-    unit = "kv_group"
+    unit, noun = "kv_group", "head"  # the query heads' noun in mask messages
 
     def __init__(self, heads):
         self.heads = heads  # the HeadGates of the model (query-head unit)
@@ -28,23 +27,11 @@ class KVGroupGates:
         """{group: (layers, KV heads per layer in the original model)}."""
         return self.heads.kv_groups
 
-    @property
-    def num_heads(self) -> int:
-        """KV groups in the original model, all groups."""
-        return sum(layers * kv for layers, kv in self.groups.values())
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        return {g: torch.ones(l, k) for g, (l, k) in self.groups.items()}
-
     def present(self) -> dict[str, torch.Tensor]:
         """{group: bool [layers, KV heads]}: True where any query head of the KV group is still in the weights."""
         present = self.heads.present()
         n = self.heads.heads_per_kv
         return {g: p.unflatten(-1, (p.shape[-1] // n[g], n[g])).any(-1) for g, p in present.items()}
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a KV-group mask against the model ({group: [L, KV] or [B, L, KV]})."""
-        return normalize_mask(mask, self.groups, hard=hard)
 
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a KV-group mask: each KV group's gate on all of its query heads."""
@@ -62,14 +49,6 @@ class KVGroupGates:
     def set_mask(self, mask) -> None:
         self.heads.set_mask(None if mask is None else self.head_mask(mask))
 
-    @contextmanager
-    def masked(self, mask):
-        with self.heads.masked(None if mask is None else self.head_mask(mask)):
-            yield self
-
-    def probing(self):
-        return self.heads.probing()
-
     def remove(self) -> None:
         self.heads.remove()
 
@@ -77,14 +56,9 @@ class KVGroupGates:
         return self.heads.describe()
 
 
-def has_kv_groups(gates) -> bool:
-    """Whether any attention group of the model shares KV heads among several query heads."""
-    return any(n > 1 for n in gates.heads_per_kv.values())
-
-
 def kv_group_view(heads):
     """The KV-group view of query-head gates, or a ValueError where the model has no grouped-query attention."""
-    if not has_kv_groups(heads):
+    if not any(n > 1 for n in heads.heads_per_kv.values()):
         raise ValueError(
             "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); "
             f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"

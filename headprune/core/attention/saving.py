@@ -1,16 +1,13 @@
 """The attention part of a saved pruned model: the head record in config.json (and v4's field), head counts and weight digests."""
 
-import hashlib
-import json
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from headprune.core.attention.gates import AttentionSite, find_sites
 from headprune.core.families import family_for
 from headprune.core.pruning import RECORD_ATTR, prune_heads, pruning_record
-from headprune.core.record_digests import check_digests
+from headprune.core.record_digests import check_digests, site_digest
 
 V4_ATTR = "pruned_heads"  # transformers v4's config field: {layer: [head ids]} of one attention group
 V4_GROUP = {"bert-like": "enc_self", "distilbert": "enc_self", "vit-like": "enc_self"}  # families v4 pruned, and the group it meant
@@ -37,13 +34,11 @@ def record_from_v4(family_name: str, pruned_heads: dict) -> dict[str, dict[str, 
 
 def weights_digest(site: AttentionSite) -> str:
     """SHA-256 of one attention module's kept head ids and its q/k/v/output weights (as float32)."""
-    digest = hashlib.sha256(json.dumps(site.head_ids).encode())
+    tensors = []
     for which in ("query", "key", "value", "output"):
         linear = site.linear(which)
-        tensors = [linear.weight] + ([linear.bias] if linear.bias is not None and which != "output" else [])
-        for tensor in tensors:
-            digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return digest.hexdigest()
+        tensors += [linear.weight] + ([linear.bias] if linear.bias is not None and which != "output" else [])
+    return site_digest(site, tensors)
 
 
 def head_meta(model: nn.Module) -> dict:

@@ -1,19 +1,14 @@
-"""Head-indexed tensors: gates and probes on per-head outputs, and attention kwargs with a head axis."""
+"""Head-indexed tensors: gates and probes on per-head outputs (in the attention function, or at the output projection's
+input), and attention kwargs with a head axis."""
 
 import torch
+
+from headprune.core.site_gates import broadcast_unit_gate
 
 
 def broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
-    gate = gate.to(dtype=out.dtype, device=out.device)
-    if gate.dim() == 1:
-        return gate.view(1, 1, -1, 1)
-    batch = out.shape[0]
-    if gate.shape[0] != batch:
-        if batch % gate.shape[0]:
-            raise ValueError(f"per-example mask has {gate.shape[0]} rows but the batch has {batch} examples")
-        gate = gate.repeat_interleave(batch // gate.shape[0], dim=0)  # beam search expands each example in place
-    return gate.view(batch, 1, -1, 1)
+    return broadcast_unit_gate(gate, out[..., 0]).unsqueeze(-1)
 
 
 def gate_heads(site, heads: torch.Tensor) -> torch.Tensor:
@@ -44,3 +39,27 @@ def score_bias(site, kwargs: dict) -> torch.Tensor | None:
     """The sum of the (already cut) head-indexed kwargs, additive biases of the attention scores (B, H, Tq, Tk), or None."""
     biases = [kwargs[name] for name in site.family.head_indexed_kwargs if isinstance(kwargs.get(name), torch.Tensor)]
     return sum(biases[1:], biases[0]) if biases else None
+
+
+OUTPUT_HOOK_ATTR = "_headprune_output_gate"  # the hook handle, on the output projection it is registered on
+OUTPUT_SITE_ATTR = "_headprune_output_site"  # the site the hook gates, on the same module (a deep copy gets its own copy)
+
+
+def _scale_heads(module, args):
+    """The pre-hook: scale each head's slice of the output projection's input by the gate of the module's site."""
+    site = getattr(module, OUTPUT_SITE_ATTR)
+    if site.gate_at != "output" or (site.gate is None and not site.recording):
+        return None
+    hidden, *rest = args
+    heads = hidden.unflatten(-1, (-1, site.head_dim))  # (B, T, H * D) -> (B, T, H, D)
+    return (gate_heads(site, heads).flatten(-2), *rest)
+
+
+def attach_output_gate(site) -> None:
+    """Register the gate hook on the site's output projection once (a no-op unless the site gates at the output)."""
+    if site.gate_at != "output":
+        return
+    output = site.linear("output")
+    setattr(output, OUTPUT_SITE_ATTR, site)
+    if getattr(output, OUTPUT_HOOK_ATTR, None) is None:
+        setattr(output, OUTPUT_HOOK_ATTR, output.register_forward_pre_hook(_scale_heads))

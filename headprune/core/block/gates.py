@@ -1,14 +1,12 @@
 """Whole blocks as the unit: one gate per layer on its attention block and one on its feed-forward block."""
 
-from contextlib import ExitStack, contextmanager
-
 import torch
 from torch import nn
 
 from headprune.core.attention.gates import HeadGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.masks import normalize_mask
+from headprune.core.site_gates import SiteGateMethods
 
 BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
 
@@ -18,10 +16,10 @@ def block_group(group: str) -> str:
     return group + BLOCK_SUFFIX
 
 
-class BlockGates:
+class BlockGates(SiteGateMethods):
     """A gate on each layer's attention block and feed-forward block: masks and scores are {"<group>_block": [layers, 1]}."""
 
-    unit = "block"
+    unit = noun = "block"
 
     def __init__(self, model: nn.Module, heads: HeadGates | None = None, ffn: FFNGates | None = None):
         self.model = model
@@ -33,39 +31,24 @@ class BlockGates:
         """{"head": HeadGates, "ffn": FFNGates}: the gates that act (no FFN gates where the model has no MLP layout)."""
         return {"head": self.heads} if self.ffn is None else {"head": self.heads, "ffn": self.ffn}
 
-    def _parts(self) -> list:
-        return [self.heads] if self.ffn is None else [self.heads, self.ffn]
-
     @property
     def sites(self) -> list:
         """Every attention site, then every FFN site."""
-        return [site for part in self._parts() for site in part.sites]
+        return [site for part in self.shared.values() for site in part.sites]
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
         """{"<group>_block": (layers, 1)} of every attention and FFN group."""
-        return {block_group(g): (layers, 1) for part in self._parts() for g, (layers, _) in part.groups.items()}
-
-    @property
-    def unit_groups(self) -> dict[str, tuple[int, int]]:
-        """{attention or FFN group: (layers, heads or neurons)}: the groups whose units the blocks hold."""
-        return {g: shape for part in self._parts() for g, shape in part.groups.items()}
-
-    def ones(self) -> dict[str, torch.Tensor]:
-        return {g: torch.ones(layers, 1) for g, (layers, _) in self.groups.items()}
+        return {block_group(g): (layers, 1) for part in self.shared.values() for g, (layers, _) in part.groups.items()}
 
     def present(self) -> dict[str, torch.Tensor]:
         """{"<group>_block": bool [layers, 1]}: True where the block still holds a head or a neuron."""
-        return {block_group(g): p.any(-1, keepdim=True) for part in self._parts() for g, p in part.present().items()}
-
-    def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        """Check a block mask against the model ({"<group>_block": [L, 1] or [B, L, 1]})."""
-        return normalize_mask(mask, self.groups, hard=hard, unit="block")
+        return {block_group(g): p.any(-1, keepdim=True) for part in self.shared.values() for g, p in part.present().items()}
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{"head": head mask, "ffn": neuron mask}: every head and neuron of a block gated by the block's value."""
         mask = self.normalize_mask(mask, hard=hard)
-        shapes = self.unit_groups
+        shapes = {g: shape for part in self.shared.values() for g, shape in part.groups.items()}  # the units' own groups
         out: dict[str, dict[str, torch.Tensor]] = {}
         for group, value in mask.items():
             unit_group = group[: -len(BLOCK_SUFFIX)]
@@ -79,26 +62,9 @@ class BlockGates:
         if self.ffn is not None:
             self.ffn.set_mask(base.get("ffn") if mask is not None else None)
 
-    @contextmanager
-    def masked(self, mask):
-        """Run a block of code with the block mask set (heads and neurons of other blocks ungated), then restore the gates."""
-        base = {} if mask is None else self.base_masks(mask)
-        with ExitStack() as stack:
-            stack.enter_context(self.heads.masked(None if mask is None else base.get("head", {})))
-            if self.ffn is not None:
-                stack.enter_context(self.ffn.masked(None if mask is None else base.get("ffn", {})))
-            yield self
-
-    @contextmanager
-    def probing(self):
-        with ExitStack() as stack:
-            for part in self._parts():
-                stack.enter_context(part.probing())
-            yield self
-
     def remove(self) -> None:
-        for part in self._parts()[::-1]:
+        for part in [*self.shared.values()][::-1]:
             part.remove()
 
     def describe(self) -> str:
-        return "\n".join(part.describe() for part in self._parts())
+        return "\n".join(part.describe() for part in self.shared.values())

@@ -31,6 +31,7 @@ class BlockKind(UnitKind):
     )
     recovery_parts = ("attention", "feed_forward")
     gates_class = BlockGates
+    units_per_layer = staticmethod(lambda fields: 1)
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
         "layer and sub-block: it would remove every attention or every FFN block at once; use prune.layout=global"
@@ -49,9 +50,6 @@ class BlockKind(UnitKind):
         heads = KINDS["head"].gates(model, shared)
         ffn = KINDS["ffn"].gates(model, shared) if ffn_sites_if_any(model) else None
         return BlockGates(model, heads=heads, ffn=ffn)
-
-    def units_per_layer(self, fields):
-        return 1
 
     def unit_grad(self, site, grad):
         if not (_attention_site(site) or isinstance(site, FFNSite)):

@@ -9,7 +9,3 @@ class FFNGates(SiteGates):
 
     unit, noun = "ffn", "neuron"
     find, attach = staticmethod(find_ffn_sites), staticmethod(attach_neuron_gate)
-
-    def widths(self) -> dict[str, list[int]]:
-        """{group: [neurons present per layer]}."""
-        return {group: present.sum(-1).tolist() for group, present in self.present().items()}

@@ -14,6 +14,7 @@ class FFNKind(UnitKind):
     """Intermediate neurons of every feed-forward block, gated at the down projection's input."""
 
     name, noun, parts, groups, config_fields = "ffn", "neuron", ("feed_forward",), FFN_GROUPS, ("intermediate_size",)
+    unit_fields = config_fields
     ablation = (
         "removing one FFN neuron at a time is no useful pruning order: a feed-forward block holds hundreds to thousands of "
         "neurons, each alone moves the output by a small share of its block, below the noise of an evaluation split, "
@@ -41,10 +42,6 @@ class FFNKind(UnitKind):
 
     def refusal(self, fields, settings):
         return mlp_layout_refusal(fields)
-
-    def units_per_layer(self, fields):
-        value = fields.get("intermediate_size")
-        return value if isinstance(value, int) else None
 
     def unit_grad(self, site, grad):
         return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None

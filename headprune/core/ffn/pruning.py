@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from headprune.core.ffn.sites import HOOK_ATTR, FFNSite, attach_neuron_gate, ffn_sites_if_any, find_ffn_sites
-from headprune.core.masks import head_list, normalize_mask
+from headprune.core.masks import hard_mask, head_list
 from headprune.core.projections import out_features, sliced_projection
 from headprune.core.pruning import kept_positions, sites_named
 from headprune.core.site_gates import removed_record, unit_groups
@@ -74,8 +74,5 @@ def prune_neurons(model: nn.Module, neurons: dict) -> dict[str, dict[str, list[i
 
 def prune_ffn_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
     """Remove every FFN neuron whose mask entry is 0 ({group: [layers, neurons]}, or a bare [layers, neurons] for one group)."""
-    mask = normalize_mask(mask, unit_groups(find_ffn_sites(model)), hard=True, unit="neuron")
-    batched = [g for g, m in mask.items() if m.dim() != 2]
-    if batched:
-        raise ValueError(f"prune_ffn_mask takes one [layers, neurons] mask per group, got a batch of masks for {batched}")
+    mask = hard_mask(mask, unit_groups(find_ffn_sites(model)), "prune_ffn_mask", unit="neuron")
     return prune_neurons(model, head_list({g: m.detach().cpu() for g, m in mask.items()}))

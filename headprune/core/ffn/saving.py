@@ -1,15 +1,12 @@
 """The FFN part of a saved pruned model: per-block widths in config.json, neuron ids and weight digests in the record file."""
 
-import hashlib
-import json
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from headprune.core.ffn.pruning import WIDTHS_ATTR, computed_widths, ffn_record, prune_ffn_site, sync_ffn_config
 from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, find_ffn_sites
-from headprune.core.record_digests import check_digests
+from headprune.core.record_digests import check_digests, site_digest
 from headprune.core.site_gates import unit_groups
 
 DIGESTS = "ffn_weights_sha256"
@@ -17,11 +14,8 @@ DIGESTS = "ffn_weights_sha256"
 
 def ffn_digest(site: FFNSite) -> str:
     """SHA-256 of one feed-forward block's kept neuron ids and its up / down weights (as float32)."""
-    digest = hashlib.sha256(json.dumps(site.neuron_ids).encode())
     up = [site.projection(p) for p in site.up_paths()]
-    for tensor in [t for m in up for t in (m.weight, m.bias) if t is not None] + [site.down().weight]:
-        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return digest.hexdigest()
+    return site_digest(site, [t for m in up for t in (m.weight, m.bias) if t is not None] + [site.down().weight])
 
 
 def ffn_meta(model: nn.Module) -> dict | None:

@@ -1,15 +1,14 @@
 """FFN sites: a model's feed-forward blocks, found by the family's MLP layout, and the neuron gate on their down projection."""
 
-import re
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from headprune.core.families import family_for
+from headprune.core.families import family_for, family_of_type, match_site
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
-from headprune.core.site_gates import Site, alias, kept_site, ordered_sites
+from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_site, ordered_sites
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
@@ -63,9 +62,7 @@ def mlp_layout_of(model: nn.Module):
 
 def mlp_layout_refusal(fields: dict) -> str | None:
     """Why a model with these config fields has no feed-forward blocks to gate: its family row declares no MLP layout (None: it has)."""
-    from headprune.core import families
-
-    family = next((f for f in families.FAMILIES if fields.get("model_type") in f.model_types), None)
+    family = family_of_type(fields.get("model_type"))
     if family is None or family.mlp is not None:
         return None
     return (
@@ -74,22 +71,13 @@ def mlp_layout_refusal(fields: dict) -> str | None:
     )
 
 
-def _match(layout: MLPLayout, path: str) -> tuple[str, int, str] | None:
-    """(group, layer, config field) when a module path is one of the layout's feed-forward blocks, else None."""
-    for pattern, group, config_field in layout.sites:
-        found = re.search(pattern, path)
-        if found:
-            return group, int(found.group(1)), config_field
-    return None
-
-
 def find_ffn_sites(model: nn.Module) -> list[FFNSite]:
     """All feed-forward blocks of a model, ordered by group then layer (a ValueError where the family has no MLP layout)."""
     layout = mlp_layout_of(model)
     sites = [
         kept_site(module, SITE_ATTR, lambda: _new_site(path, module, layout, matched))
         for path, module in model.named_modules()
-        if (matched := _match(layout, path)) is not None
+        if (matched := match_site(layout.sites, path)) is not None
     ]
     return ordered_sites(sites, FFN_GROUPS, f"found no feed-forward blocks in {type(model).__name__} for the MLP layout {layout.sites}")
 
@@ -114,18 +102,6 @@ def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:
         return []
 
 
-def broadcast_neuron_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-    """Reshape a gate (W,) or (B, W) to multiply a down projection's input (B', ..., W) or (B' * T, W) (example-major rows)."""
-    gate = gate.to(dtype=hidden.dtype, device=hidden.device)
-    if gate.dim() == 1:
-        return gate
-    rows = hidden.shape[0]
-    if rows % gate.shape[0]:
-        raise ValueError(f"per-example FFN mask has {gate.shape[0]} rows but the down projection's input has {rows}")
-    gate = gate.repeat_interleave(rows // gate.shape[0], dim=0)  # beams, or OPT's flattened (B * T, W) tokens
-    return gate.view(rows, *[1] * (hidden.dim() - 2), gate.shape[-1])
-
-
 def _gate_neurons(module, args):
     """The pre-hook: the down projection's input times its site's gate (and a fresh probe while recording)."""
     site = getattr(module, SITE_ATTR)
@@ -133,7 +109,7 @@ def _gate_neurons(module, args):
         return None
     hidden, *rest = args
     if site.gate is not None:
-        hidden = hidden * broadcast_neuron_gate(site.gate, hidden)
+        hidden = hidden * broadcast_unit_gate(site.gate, hidden)
     if site.recording and torch.is_grad_enabled():
         probe = torch.ones(hidden.shape, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
         site.probes.append(probe)

@@ -25,6 +25,7 @@ class HiddenKind(UnitKind):
     """Channels of the residual stream: one coupled group from the embeddings to the head, one width for every layer."""
 
     name, noun, parts, groups, config_fields = "hidden", "channel", ("residual",), (GROUP,), ("hidden_size",)
+    unit_fields = ("hidden_size", "d_model", "n_embd")
     ablation = (
         "removing one residual channel at a time is no useful pruning order: the stream holds hundreds to thousands of channels, "
         "each alone moves the output by a small share, below the noise of an evaluation split, and the order would need one "
@@ -67,10 +68,6 @@ class HiddenKind(UnitKind):
 
     def width_multiple(self, model):
         return config_width_multiple(model.config)
-
-    def units_per_layer(self, fields):
-        value = fields.get("hidden_size", fields.get("d_model", fields.get("n_embd")))
-        return value if isinstance(value, int) else None
 
     def unit_grad(self, site, grad):
         return (grad, site.channel_ids, GROUP) if isinstance(site, HiddenSite) else None

@@ -148,36 +148,27 @@ def hidden_meta(model: nn.Module) -> dict | None:
     if not record:
         return None
     book = channel_book(model)
-    _check_config(model)
+    refused = _refusal(model.config, model.config.hidden_size)  # Llama, Gemma: a multiple of the heads
+    if refused is not None:
+        raise ValueError(
+            f"a {model.config.model_type} config refuses hidden_size={model.config.hidden_size} ({refused}): keep a multiple of "
+            f"{getattr(model.config, 'num_attention_heads', None)} residual channels so that stock transformers can build the pruned model"
+        )
     setattr(model.config, CONFIG_ATTR, {"width_orig": book["width_orig"], "removed": record[GROUP]["0"]})
     return {"hidden_size_orig": book["width_orig"], "pruned_channels": record}
 
 
-def _check_config(model: nn.Module) -> None:
-    """A ValueError where the model type's config refuses the kept width (Llama, Gemma: a multiple of the heads)."""
-    validate = getattr(model.config, "validate", None)
-    try:
-        if validate is not None:
-            validate()
-    except Exception as err:  # noqa: BLE001 - huggingface_hub wraps the validator's ValueError in its own type
-        heads = getattr(model.config, "num_attention_heads", None)
-        raise ValueError(
-            f"a {model.config.model_type} config refuses hidden_size={model.config.hidden_size} ({err}): keep a multiple of "
-            f"{heads} residual channels so that stock transformers can build the pruned model"
-        ) from None
-
-
-def _accepts(config, width: int) -> bool:
-    """Whether the config's own validator takes ``hidden_size=width`` (a config without one takes any width)."""
+def _refusal(config, width: int) -> Exception | None:
+    """What the config's own validator raises for ``hidden_size=width`` (None: it takes it, as a config without one does)."""
     probe = copy.deepcopy(config)
     probe.hidden_size = width
     validate = getattr(probe, "validate", None)
     try:
         if validate is not None:
             validate()
-    except Exception:  # noqa: BLE001 - huggingface_hub wraps the validator's ValueError in its own type
-        return False
-    return True
+    except Exception as err:  # noqa: BLE001 - huggingface_hub wraps the validator's ValueError in its own type
+        return err
+    return None
 
 
 def config_width_multiple(config) -> int:
@@ -187,7 +178,7 @@ def config_width_multiple(config) -> int:
     if not isinstance(heads, int) or heads <= 1 or not isinstance(width, int):
         return 1
     multiple = heads * max(1, width // heads)
-    return heads if _accepts(config, multiple) and not _accepts(config, multiple + 1) else 1
+    return heads if _refusal(config, multiple) is None and _refusal(config, multiple + 1) is not None else 1
 
 
 def build_width(config) -> None:

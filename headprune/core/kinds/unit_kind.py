@@ -14,6 +14,7 @@ class UnitKind:
     parts: tuple[str, ...] = ()  # the parts of the model whose units it removes ("attention", "feed_forward", "residual", "depth")
     noun: str = "unit"  # one unit, in messages
     config_fields: tuple[str, ...] = ()  # the model config fields it shrinks
+    unit_fields: tuple[str, ...] = ()  # the config fields holding its units per layer, the first that is set (``units_per_layer``)
     groups: tuple[str, ...] = ()  # the mask groups it owns (``owns``, ``group_names``; empty: it implements them itself)
     ablation: str | None = None  # why removing one unit at a time is no useful order (None: it is one)
     keep_one: str | None = None  # why keeping one unit per layer is no useful measure (None: it is one)
@@ -89,7 +90,7 @@ class UnitKind:
 
     def units_per_layer(self, fields: dict) -> int | None:
         """Units one layer holds, from the model's config fields (None: not known from the config alone)."""
-        return None
+        return next((fields[name] for name in self.unit_fields if isinstance(fields.get(name), int)), None)
 
     def unit_grad(self, site, grad: torch.Tensor) -> tuple[torch.Tensor, list[int], str] | None:
         """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""

@@ -8,7 +8,7 @@ from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.layer.removal import REMOVED_ATTR, remove_layers, removed_layers, restore_layer_ids, shared_weights
 from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find_layer_sites, layer_stacks
-from headprune.core.masks import normalize_mask
+from headprune.core.masks import hard_mask
 from headprune.core.projections import in_features, is_projection, out_features
 from headprune.core.site_gates import unit_groups
 
@@ -37,6 +37,7 @@ class LayerKind(UnitKind):
     rebuild_order = 0  # depth first: the widths of the other kinds are recorded by original layer id
     legacy_keys = ("removed_layers",)
     gates_class = LayerGates
+    units_per_layer = staticmethod(lambda fields: 1)
 
     def recovery_refusal(self):
         return (
@@ -49,9 +50,6 @@ class LayerKind(UnitKind):
             return shared_weights(model)
         except ValueError as err:
             return str(err)
-
-    def units_per_layer(self, fields):
-        return 1
 
     def unit_grad(self, site, grad):
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
@@ -78,10 +76,7 @@ class LayerKind(UnitKind):
         return _tables(model, seconds)
 
     def prune(self, model, mask):
-        mask = normalize_mask(mask, LayerGates(model).groups, hard=True, unit="layer")
-        batched = [g for g, m in mask.items() if m.dim() != 2]
-        if batched:
-            raise ValueError(f"removing layers takes one [layers, 1] mask per group, got a batch of masks for {batched}")
+        mask = hard_mask(mask, LayerGates(model).groups, "removing layers", unit="layer")
         remove_layers(model, {g: (m[:, 0] == 0).nonzero().flatten().tolist() for g, m in mask.items()})
         return self.record(model)
 

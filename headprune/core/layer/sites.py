@@ -7,9 +7,8 @@ import torch
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.ffn.sites import broadcast_neuron_gate
-from headprune.core.inputs import model_inputs
-from headprune.core.site_gates import Site, SiteGates, kept_site, ordered_sites, unit_groups
+from headprune.core.inputs import hooks_removed, model_inputs
+from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_site, ordered_sites, unit_groups
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -74,7 +73,7 @@ def _gate_layer(module, args, kwargs, output):
         return None
     hidden_in = _input_hidden(args, kwargs)
     hidden = output[0] if isinstance(output, tuple) else output
-    scale = None if site.gate is None else broadcast_neuron_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
+    scale = None if site.gate is None else broadcast_unit_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
     if site.recording and torch.is_grad_enabled():
         probe = torch.ones(*hidden.shape[:-1], 1, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
         site.probes.append(probe)  # d loss / d probe[b, t] = g * <d loss / d h[b, t], h[b, t] - x[b, t]>
@@ -102,7 +101,7 @@ def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
     """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output)."""
     sites = find_layer_sites(model)
     totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
-    weights = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
+    weights = {g: torch.zeros_like(t) for g, t in totals.items()}
     current: dict = {}
 
     def record(site):
@@ -118,12 +117,8 @@ def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
         return hook
 
     handles = [site.module.register_forward_hook(record(site), with_kwargs=True) for site in sites]
-    try:
-        with torch.no_grad():
-            for batch in batches:
-                current["attention_mask"] = batch.get("attention_mask")
-                model(**model_inputs(model, batch))
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooks_removed(handles), torch.no_grad():
+        for batch in batches:
+            current["attention_mask"] = batch.get("attention_mask")
+            model(**model_inputs(model, batch))
     return {g: totals[g] / weights[g].clamp(min=1) for g in totals}

@@ -25,6 +25,7 @@ class VocabKind(UnitKind):
     """Token ids: rows of the input embedding and of the output head, one group for the whole model."""
 
     name, noun, parts, groups, config_fields = "vocab", "token", ("vocabulary",), (GROUP,), ("vocab_size",)
+    unit_fields = config_fields
     ablation = (
         "removing one token at a time is no useful pruning order: a vocabulary holds thousands of tokens and the order would need "
         "one evaluation each; tokens are ranked by how often the importance data uses them (prune.order=importance or fisher)"
@@ -76,10 +77,6 @@ class VocabKind(UnitKind):
             return
         vocab_site(model).old_to_new = None  # no id view: new ids in, logits over the kept ids out
         set_ids(model, meta["special_ids"])
-
-    def units_per_layer(self, fields):
-        value = fields.get("vocab_size")
-        return value if isinstance(value, int) else None
 
     def floor(self, gates, tokenizer, needed):
         size = vocab_book(gates.model)["size_orig"]

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from headprune.core.masks import normalize_mask
+from headprune.core.masks import hard_mask
 from headprune.core.vocab.rows import (
     GROUP,
     SPECIAL_FIELDS,
@@ -14,11 +14,6 @@ from headprune.core.vocab.rows import (
     vocab_book,
     vocab_site,
 )
-
-
-def vocab_groups(model: nn.Module) -> dict[str, tuple[int, int]]:
-    """{"vocab": (1, original vocabulary size)}."""
-    return {GROUP: (1, vocab_book(model)["size_orig"])}
 
 
 def _keep_rows(module: nn.Module, name: str, positions: torch.Tensor, dim: int = 0) -> None:
@@ -64,10 +59,7 @@ def keep_vocab(model: nn.Module, kept_ids: list[int]) -> None:
 
 def prune_vocab_mask(model: nn.Module, mask) -> dict:
     """Remove every token whose entry of ``mask`` ({"vocab": [1, V]}) is 0; returns the record."""
-    mask = normalize_mask(mask, vocab_groups(model), hard=True, unit="token")
-    row = mask[GROUP]
-    if row.dim() != 2:
-        raise ValueError(f"removing tokens takes one [1, vocabulary] mask, got a batch of masks of shape {tuple(row.shape)}")
+    row = hard_mask(mask, {GROUP: (1, vocab_book(model)["size_orig"])}, "removing tokens", unit="token")[GROUP]
     keep_vocab(model, [i for i in vocab_book(model)["ids"] if row[0, i] != 0])
     return vocab_record(model)
 
@@ -106,8 +98,7 @@ def vocab_meta(model: nn.Module) -> dict | None:
     book = getattr(model, VOCAB_ATTR, None)
     if not book or len(book["ids"]) == book["size_orig"]:
         return None
-    mapping = id_map(model)
-    specials = {k: v for k, v in renumbered_ids(model.config, mapping).items()}
+    specials = renumbered_ids(model.config, id_map(model))
     return {"vocab_size_orig": book["size_orig"], "kept_ids": list(book["ids"]), "special_ids": specials}
 
 
