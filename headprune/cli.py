@@ -12,14 +12,14 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from headprune.conf_dir import config_dir
-from headprune.core.checks import ConfigError, ConfigWarning
+from headprune.core.checks import ConfigError, ConfigWarning, DataError
 from headprune.results.run_claim import claim_run_dir, results_stamp, settle_run_record, write_run_record
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 CONFIG_DIR = config_dir()
-INPUT_ERRORS = (ConfigError, FileNotFoundError)  # what the user gave is wrong: one message, no traceback
+INPUT_ERRORS = (ConfigError, DataError, FileNotFoundError)  # what the user gave is wrong: one message, no traceback
 USAGE_ERROR = 2  # exit status of an input failure (1: a failure of headprune itself)
 _started: list[bool] = []  # set once Hydra composed the config and called the task function
 

@@ -237,3 +237,18 @@ def test_hub_source_maps_glue_splits(monkeypatch, tokenizer):
     dm.setup()
     assert ("nyu-mll/glue", "mnli", "validation_mismatched") in asked
     assert {k: len(v) for k, v in dm.datasets.items()} == {"train": 25, "importance": 5, "eval": 6, "eval_mismatched": 6}
+
+
+def test_a_malformed_row_stops_the_cli_in_one_line(tmp_path, capsys, monkeypatch):
+    """headprune on a data file with a bad row: exit 2 and one line naming the file and line, no traceback."""
+    from cli_runs import headprune
+
+    data = tmp_path / "data" / "mnli"
+    data.mkdir(parents=True)
+    _write_jsonl(data / "dev_matched.jsonl", _rows(8))
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows(2)) + "{not json\n")
+    status, err = headprune(
+        capsys, monkeypatch, tmp_path, tmp_path / "run", "experiment=prune", "model=tiny_bert", "data=nli_local", "logger=none"
+    )
+    assert status == 2, err
+    assert "train.jsonl:3: not valid JSON" in err and "Traceback" not in err

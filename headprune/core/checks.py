@@ -13,6 +13,10 @@ class ConfigError(ValueError):
     """A setting, data file or model directory that cannot be used, named with how to fix it."""
 
 
+class DataError(ValueError):
+    """A data file or data setting that cannot be used: one message naming the file and line, or the setting."""
+
+
 class ConfigWarning(UserWarning):
     """A setting that is allowed but will not do what it seems to (e.g. a key no experiment reads)."""
 

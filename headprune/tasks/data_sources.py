@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headprune.core.checks import ConfigError
+from headprune.core.checks import ConfigError, DataError
 from headprune.models.sources import hub_reachable
 
 
@@ -30,7 +30,7 @@ def dir_advice(data, what: str) -> str:
     return f"point data.dir at the directory with {what} (data.dir={data.get('dir')} now)"
 
 
-class TextFileError(ValueError):
+class TextFileError(DataError):
     """A data file that cannot be read as UTF-8 text, with the file and the line."""
 
 

@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+from headprune.core.checks import DataError
 from headprune.tasks.data_sources import utf8_lines
 
 LABELS = ("entailment", "neutral", "contradiction")
@@ -14,7 +15,7 @@ HYPOTHESIS_KEYS = ("hypothesis", "sentence2")
 LABEL_KEYS = ("label", "gold_label")
 
 
-class NLIDataError(ValueError):
+class NLIDataError(DataError):
     """A data file or data setting that cannot be used, with the file and line when there is one."""
 
 
