@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from units_table import _accuracy
+
 
 def vocab_cut_table(run: dict) -> str:
     """Tokens kept, tokens the rewritten tokenizer can produce, bits per byte against the unpruned model, per-token perplexity."""
@@ -27,8 +29,6 @@ def vocab_cut_table(run: dict) -> str:
 
 def classifier_vocab_cut_table(run: dict) -> str:
     """A classifier's vocabulary cuts (prune.unit=vocab, retraining-free): tokens kept, accuracy with its interval, difference."""
-    from units_table import _accuracy
-
     results = run["results"]
     n, base = results["n_examples"], results["base_score"]
     rows = [

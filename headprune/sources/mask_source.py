@@ -81,9 +81,12 @@ def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
 def needed_tokens_kept(mask: dict, task, setting: str) -> dict:
     """``mask``, refused where it removes a token the task's prompts or answers read (the vocabulary floor of its prune)."""
     needed = getattr(task, "needed_token_ids", lambda: [])()
+    token_kinds = [kind for kind in kinds_of(task.gates.unit) if kind.renumbers_ids]
     for group, value in mask.items():
-        kind = next((k for k in kinds_of(task.gates.unit) if k.renumbers_ids and k.owns(group)), None)
-        lost = [] if kind is None or not needed else [i for i in needed if not bool(torch.as_tensor(value).flatten()[i])]
+        if not needed or not any(kind.owns(group) for kind in token_kinds):
+            continue
+        kept = torch.as_tensor(value).flatten()
+        lost = [i for i in needed if not bool(kept[i])]
         if lost:
             raise ConfigError(
                 f"{setting}: the mask removes {len(lost)} token(s) the {task.name} task's prompts or answers read (ids {lost[:8]}): "
