@@ -104,6 +104,18 @@ CHAIN25_KD=("${CHAIN25_600[@]}" prune.finetune.distill_weight=1.0)
 run units_chain_joint_kd "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_KD[@]}"
 run units_chain_joint_25_kd "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD[@]}"
 
+# the calibration lever, retraining-free: four times the importance subset (Fisher scores) and the reconstruction examples
+CAL=(data.importance_size=8000 prune.recover=reconstruct prune.recover_examples=4000)
+run units_recon_joint_cal "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true "${CAL[@]}"
+run units_obs_joint_20_cal "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' "${CAL[@]}"
+# the order lever before distillation: units chosen by obs, reconstructed, then distilled alone as units_chain_joint_kd
+# (whose control, trained with the same fine-tune, serves it)
+CHAIN_OBS_KD=()
+for arg in "${CHAIN_KD[@]}"; do
+  case $arg in prune.rearrange=*) ;; prune.control=*) CHAIN_OBS_KD+=(prune.control=false) ;; *) CHAIN_OBS_KD+=("$arg") ;; esac
+done
+run units_chain_obs_kd "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_OBS_KD[@]}"
+
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
 cat "$RUNS/summary.txt"
