@@ -125,9 +125,9 @@ def test_recovery_lowers_the_error_it_fits_in_every_layer():
     gates = HeadGates(model)
     mask = _mask(gates)
     prune_mask(model, mask)
-    before = layer_output_errors(model, gates, teacher, BATCHES, teacher_inputs=True)["enc_self"]
+    before = layer_output_errors(model, gates, teacher, BATCHES)["enc_self"]
     lsq_recover(model, gates, BATCHES, teacher=teacher, shrinks=PLAIN)
-    after = layer_output_errors(model, gates, teacher, BATCHES, teacher_inputs=True)["enc_self"]
+    after = layer_output_errors(model, gates, teacher, BATCHES)["enc_self"]
     assert torch.all(after <= before * (1 + 1e-9)) and float(after.sum()) < float(before.sum())
 
 
@@ -135,9 +135,9 @@ def test_seq2seq_recovery_runs_every_group_and_lowers_the_error():
     model = tiny_marian()
     teacher, gates = _pruned_with_teacher(model)
     batches = [seq2seq_batch(seed=s) for s in range(3)]
-    before = layer_output_errors(model, gates, teacher, batches, teacher_inputs=True)
+    before = layer_output_errors(model, gates, teacher, batches)
     scales = lsq_recover(model, gates, batches, teacher=teacher, shrinks=PLAIN)
-    after = layer_output_errors(model, gates, teacher, batches, teacher_inputs=True)
+    after = layer_output_errors(model, gates, teacher, batches)
     assert set(scales) == {"enc_self", "enc_dec", "dec_self"}
     assert all(torch.all(after[g] <= before[g] * (1 + 1e-9)) for g in after)
     assert sum(float(a.sum()) for a in after.values()) < sum(float(b.sum()) for b in before.values())

@@ -24,7 +24,7 @@ from headprune.results.points import kind_counts, kinds_label
 from headprune.selection.greedy import random_scores
 from headprune.selection.latency import cached_unit_latency_model, interpolated, width_grid
 from headprune.selection.lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
-from headprune.selection.mask_search import _nonnegative, removal_order, search_mask
+from headprune.selection.mask_search import nonnegative, removal_order, search_mask
 from headprune.selection.uniform import UniformPath, is_uniform, uniform_mask, uniform_search
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
@@ -84,7 +84,7 @@ def _old_removal_order(scores, costs, min_per_layer=0):
     """The plain definition: at every step scan every layer for its lowest kept unit and take the least score / saving."""
     shape = costs.groups
     groups = list(shape)
-    scores = _nonnegative(scores)
+    scores = nonnegative(scores)
     mask = {g: torch.ones(l, h) for g, (l, h) in shape.items()}
     order = []
     while True:

@@ -7,7 +7,6 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.pytorch_utils import Conv1D
 
 from headprune.core.attention.gates import AttentionSite
 from headprune.core.ffn.pruning import ffn_record
@@ -26,14 +25,6 @@ SHRINKS = (1.0, 0.5, 0.25, 0.0)  # the fractions of the least-squares deviations
 def _captured_inputs(model: nn.Module, sites: list[AttentionSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
     """{id(site): the input (B, T, heads * head_dim) of its output projection} in forward order; ``stop`` ends the pass early."""
     return captured_module_inputs(model, {id(site): site.linear("output") for site in sites}, batch, stop)
-
-
-def _valid_tokens(site: AttentionSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
-    """Bool (B, T): the real (not padding) tokens of a layer's queries."""
-    valid = group_valid(site.group, batch)
-    if valid is None or tuple(valid.shape) != tuple(x.shape[:2]):
-        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-    return valid.to(x.device).bool()
 
 
 def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int], head_dim: int, x_positions=None) -> torch.Tensor:
@@ -111,8 +102,7 @@ def _normal_equations(fits: list, reference_model, reference: Gates, batches: li
         with reference.masked(None):
             inputs = _captured_inputs(reference_model, sites, batch)
         for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
-            x = inputs[id(ref)]
-            x = x[_valid_tokens(ref, batch, x)]  # (N, width) at the real tokens
+            x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
             target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
             contributions = head_contributions(x, site.linear("output"), positions, site.head_dim, ref_positions).double()
             gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
@@ -185,41 +175,24 @@ def _fold(fits: list, originals: list[torch.Tensor], deviations: list[torch.Tens
 
 
 @torch.no_grad()
-def layer_output_errors(
-    model: nn.Module, gates: Gates, teacher: nn.Module, batches: Iterable[dict], mask=None, teacher_inputs: bool = False
-) -> dict[str, torch.Tensor]:
-    """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection."""
+def layer_output_errors(model: nn.Module, gates: Gates, teacher: nn.Module, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
+    """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection, both
+    on the teacher's inputs to it."""
     teacher_gates = unit_gates(teacher, QUERY_HEADS)
     errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
-    teacher.eval()
-    with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
-        for batch in batches:
-            student = _captured_inputs(model, gates.sites, batch)
+    for batch in batches:
+        with eval_mode(teacher):
             reference = _captured_inputs(teacher, teacher_gates.sites, batch)
-            for site in gates.sites:
-                ref = teacher_gates.site(site.group, site.layer)
-                x_ref = reference[id(ref)]
-                valid = _valid_tokens(site, batch, x_ref)
-                kept = kept_positions(site, mask)
-                if teacher_inputs:
-                    at = [ref.head_ids.index(site.head_ids[p]) for p in kept]
-                    out = head_contributions(x_ref[valid], site.linear("output"), kept, site.head_dim, at).sum(1).double()
-                else:
-                    out = F.linear(student[id(site)][valid], linear_weight(site.linear("output"))).double()
-                ref_out = F.linear(x_ref[valid], linear_weight(ref.linear("output"))).double()
-                errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
-                norms[site.group][site.layer] += float(ref_out.pow(2).sum())
+        for site in gates.sites:
+            ref = teacher_gates.site(site.group, site.layer)
+            x = valid_rows(site, batch, reference[id(ref)])  # (N, the teacher's width)
+            at = [ref.head_ids.index(unit) for unit in site.head_ids]
+            out = head_contributions(x, site.linear("output"), list(range(len(at))), site.head_dim, at).sum(1).double()
+            ref_out = F.linear(x, linear_weight(ref.linear("output"))).double()
+            errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
+            norms[site.group][site.layer] += float(ref_out.pow(2).sum())
     return {g: errors[g] / norms[g].clamp(min=1e-30) for g in errors}
-
-
-def lsq_recoverer(ridge: float = 0.1, max_scale: float = 10.0):
-    """A ``recover(model, teacher, batches)`` step for ``headprune.selection.schedule.iterative_prune``."""
-
-    def recover(model, teacher, batches):
-        lsq_recover(model, unit_gates(model, QUERY_HEADS), batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
-
-    return recover
 
 
 # ---- FFN neurons ----------------------------------------------------------------------------------
@@ -237,17 +210,6 @@ def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     if valid is None or valid.numel() != rows.shape[0]:
         return rows
     return rows[valid.to(x.device).reshape(-1).bool()]
-
-
-@torch.no_grad()
-def scale_down_columns(down: nn.Module, positions: list[int], scales: torch.Tensor) -> None:
-    """Multiply in place the down projection's input columns at ``positions`` by ``scales`` (K,)."""
-    factor = scales.to(dtype=down.weight.dtype, device=down.weight.device)
-    index = torch.tensor(positions, device=down.weight.device)
-    if isinstance(down, Conv1D):  # weight [in, out]: a neuron is a row
-        down.weight[index] *= factor.view(-1, 1)
-    else:
-        down.weight[:, index] *= factor.view(1, -1)
 
 
 def _teacher_sites(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
@@ -341,7 +303,7 @@ def ffn_lsq_recover(
                 continue
             teacher_site = teacher_gates.site(site.group, site.layer)
             s = _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scale, targets, channels)
-            scale_down_columns(site.down(), positions, s)
+            scale_input_heads(site.down(), positions, 1, s)  # a neuron: one input column, a "head" of width 1
             scales[site.group][site.layer, [site.neuron_ids[p] for p in positions]] = s.float()
     return scales
 
@@ -360,6 +322,11 @@ def unit_lsq_recoverer(unit="head+ffn", ridge: float = 1e-3, max_scale: float = 
             REFITS[gates.unit](model, gates, batches, teacher=teacher, ridge=ridge, max_scale=max_scale)
 
     return recover
+
+
+def lsq_recoverer(ridge: float = 0.1, max_scale: float = 10.0):
+    """A ``recover(model, teacher, batches)`` step (``headprune.selection.schedule.iterative_prune``) for attention heads."""
+    return unit_lsq_recoverer("head", ridge, max_scale)
 
 
 def ffn_lsq_recoverer(ridge: float = 1e-3, max_scale: float = 10.0):

@@ -80,7 +80,14 @@ class SearchResult:
         return cls(mask, removed, costs.cost(mask), costs.kept_fraction(mask), costs.speedup(mask), target, evaluations)
 
 
-def _nonnegative(scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def start_mask(shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
+    """A float CPU copy of ``start``'s mask of each group of ``shape``, all ones where it has none."""
+    return {
+        g: start[g].detach().cpu().clone().float() if start is not None and g in start else torch.ones(l, h) for g, (l, h) in shape.items()
+    }
+
+
+def nonnegative(scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Scores shifted to >= 0 when some are negative (score / cost needs a common zero); the order is unchanged."""
     low = min(float(s.min()) for s in scores.values())
     return {g: s.double() - low if low < 0 else s.double() for g, s in scores.items()}
@@ -90,11 +97,8 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
     """Every unit the greedy score-per-saving search would remove, in order (``start``'s zeros are already gone)."""
     shape = costs.groups
     groups = check_groups(groups, shape)
-    scores = _nonnegative({g: scores[g].detach().cpu() for g in groups})
-    mask = {
-        g: (start[g].detach().cpu().clone().float() if start is not None and g in start else torch.ones(l, h))
-        for g, (l, h) in shape.items()
-    }
+    scores = nonnegative({g: scores[g].detach().cpu() for g in groups})
+    mask = start_mask(shape, start)
     queues, kept, heap = {}, {}, []
     floors, group_kept = group_floors(shape), {g: int((m != 0).sum()) for g, m in mask.items()}
     per_layer = layer_floors(shape, min_per_layer)
@@ -133,10 +137,7 @@ def _offer(heap, queues, kept, values, costs: CostModel, gi: int, group: str, la
 
 def mask_after(order: list[Head], k: int, shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
     """``start`` (or all ones) with the first ``k`` heads of ``order`` removed."""
-    mask = {
-        g: (start[g].detach().cpu().clone().float() if start is not None and g in start else torch.ones(l, h))
-        for g, (l, h) in shape.items()
-    }
+    mask = start_mask(shape, start)
     for group, layer, head in order[:k]:
         mask[group][layer, head] = 0.0
     return mask

@@ -7,7 +7,7 @@ import torch
 
 from headprune.core.unit_kinds import kind_of_group
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, SearchResult, searched_level
+from headprune.selection.mask_search import PruneTarget, SearchResult, nonnegative, searched_level, start_mask
 
 LAYOUTS = ("global", "uniform")
 
@@ -33,18 +33,11 @@ def uniform_counts(fraction: float, shape: dict[str, tuple[int, int]], groups: l
     return counts
 
 
-def _start_mask(shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
-    return {
-        g: (start[g].detach().cpu().clone().float() if start is not None and g in start else torch.ones(l, h))
-        for g, (l, h) in shape.items()
-    }
-
-
 def uniform_mask(
     scores: dict[str, torch.Tensor], shape: dict[str, tuple[int, int]], counts: dict[str, int], start: dict[str, torch.Tensor] | None = None
 ) -> dict[str, torch.Tensor]:
     """``start`` (or all ones) with the lowest-scoring units of every layer removed until ``counts[group]`` are gone per layer."""
-    mask = _start_mask(shape, start)
+    mask = start_mask(shape, start)
     for group, count in counts.items():
         value = scores[group].detach().float().cpu()
         for layer in range(shape[group][0]):
@@ -117,7 +110,7 @@ def uniform_search(
     target = PruneTarget.from_config(target)
     shape = costs.groups
     groups = check_groups(groups, shape)
-    base = _start_mask(shape, start)
+    base = start_mask(shape, start)
     path = UniformPath(scores, costs, base, groups, max(min_per_layer, 1))
     levels = path.levels()
     raw = lambda i: uniform_mask(scores, shape, levels[i], base)  # noqa: E731
@@ -157,14 +150,13 @@ class UniformPath:
     def __init__(self, scores: dict[str, torch.Tensor], costs, base: dict[str, torch.Tensor], groups: list[str], floor: int):
         self.costs, self.base, self.groups, self.floor = costs, base, groups, floor
         self.shape = costs.groups
-        self.scores = {g: scores[g].detach().double().cpu() for g in groups}
-        low = min(float(s.min()) for s in self.scores.values())
-        self.scores = {g: s - low if low < 0 else s for g, s in self.scores.items()}  # score / cost needs a common zero
         self.gone = {g: (base[g] == 0).sum(-1).long().tolist() for g in groups}  # (L,) removed in the start mask
         self.tables = {g: t.tolist() for g, t in costs.tables.items()}
         self.base_kept = {g: base[g].ne(0).sum(-1).long().tolist() for g in costs.tables}
         self.orders = {}  # (group, layer): kept units, lowest score first (ties: the lower id)
-        self.values = {g: self.scores[g].tolist() for g in groups}
+        self.values = {
+            g: s.tolist() for g, s in nonnegative({g: scores[g].detach().cpu() for g in groups}).items()
+        }  # score / cost needs a common zero
         for g in groups:
             values = self.values[g]
             for layer in range(self.shape[g][0]):
