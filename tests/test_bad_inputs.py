@@ -2414,8 +2414,8 @@ def test_unreachable_target_is_refused_before_scoring(tmp_path, monkeypatch, ove
     from headprune.validation import validate
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    flat = lambda model, inputs, device="cpu", **kwargs: CostModel("seconds", 1.0, {"enc_self": torch.ones(2, 5)})  # noqa: E731
-    monkeypatch.setattr(latency, "measure_latency_model", flat)
+    flat = lambda model, inputs, unit="head", device="cpu", **kwargs: CostModel("seconds", 1.0, {"enc_self": torch.ones(2, 5)})  # noqa: E731
+    monkeypatch.setattr(latency, "measure_unit_latency_model", flat)
     monkeypatch.setattr(prune_speed, "order_scores", lambda *a, **k: pytest.fail("scored before refusing the target"))
     cfg = compose_row(tmp_path, "nli", ["experiment=prune", "prune.order=fisher", *overrides])
     validate(cfg)

@@ -284,15 +284,15 @@ def test_kv_group_rearrangement_keeps_each_layers_count(shared_task, tmp_path):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_kv_group_flop_tables_predict_the_physically_pruned_model(name):
     from headprune.core.counting import model_cost
-    from headprune.selection.costs import kv_group_flops_cost_model
+    from headprune.selection.unit_costs import unit_flops_cost_model
 
     model = MODELS[name]()
-    costs = kv_group_flops_cost_model(model, seq_len=16)
+    costs = unit_flops_cost_model(model, "kv_group", seq_len=16)
     for removed in ([], [(0, 1)], [(0, 0), (0, 1)], [(0, 0), (1, 1)]):  # the third empties layer 0: its phantom head runs
         kv, heads = kv_mask_of(model, removed)
         pruned = copy.deepcopy(model)
         prune_mask(pruned, heads)
-        assert costs.cost(kv) == pytest.approx(model_cost(pruned, 16).flops, rel=1e-12)
+        assert costs.table_cost(kv) == pytest.approx(model_cost(pruned, 16).flops, rel=1e-12)
 
 
 def test_the_control_of_an_nli_fine_tune_trains_on_the_same_batches(tmp_path, monkeypatch):

@@ -272,10 +272,10 @@ def test_latency_cost_is_cached_in_the_run_dir_and_speed_is_measured(shared_task
     from headprune.selection import latency
     from headprune.selection.costs import CostModel
 
-    def steady_tables(model, inputs, device="cpu", **kwargs):  # a tiny model's timings are noise: a fixed seconds table
+    def steady_tables(model, inputs, unit="head", device="cpu", **kwargs):  # a tiny model's timings are noise: a fixed seconds table
         return CostModel("seconds", 1.0, {"enc_self": torch.arange(5.0).clamp(min=1).repeat(2, 1) / 10})
 
-    monkeypatch.setattr(latency, "measure_latency_model", steady_tables)
+    monkeypatch.setattr(latency, "measure_unit_latency_model", steady_tables)
     cfg = make_cfg(
         tmp_path,
         "prune",

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from headprune.core.counting import model_cost
-from headprune.core.flops_tables import head_flops, head_flops_tables, kv_group_flops, kv_group_flops_tables  # noqa: F401
+from headprune.core.flops_tables import head_flops_tables
 
 UNITS = ("flops", "seconds", "bytes")  # bytes: the weights one decoded token reads (unit_costs.unit_bytes_cost_model)
 
@@ -105,13 +105,6 @@ def flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
     whole = model_cost(model, seq_len)
     tables = head_flops_tables(model, seq_len)
     return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len})
-
-
-def kv_group_flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
-    """Analytic FLOPs per example with tables in KV groups ({group: [layers, KV heads + 1]}), for ``prune.unit=kv_group``."""
-    whole = model_cost(model, seq_len)
-    tables = kv_group_flops_tables(model, seq_len)
-    return CostModel("flops", float(whole.flops - whole.attention_flops), tables, info={"seq_len": seq_len, "unit": "kv_group"})
 
 
 class CostsAlong:

@@ -76,8 +76,8 @@ def interpolated(grid: list[int], values: list[float], width: int) -> torch.Tens
 
 def _tables(
     model: nn.Module, inputs: dict, timed: _Timed, points: int | None, device, repeats: int, warmup: int, clock: str
-) -> tuple[dict[str, torch.Tensor], list[float], dict]:
-    """({group: [layers, width + 1] seconds per layer}, the unpruned model's times, the inputs on ``device``).
+) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """({group: [layers, width + 1] seconds per layer}, the unpruned model's times).
 
     Each group's layers are all pruned to each width of a grid (every width where ``points`` is None), the rest interpolated.
     """
@@ -101,44 +101,28 @@ def _tables(
         per_layer = (interpolated(grid, times, width) - times[0]).clamp(min=0) / len(layers)
         per_layer = torch.cummax(per_layer, 0).values  # more units never cost less: keep the table monotone under noise
         tables[group] = per_layer.repeat(max(s.layer for s in layers) + 1, 1)
-    return tables, whole, inputs
-
-
-def measure_latency_model(
-    model: nn.Module, inputs: dict, device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall"
-) -> CostModel:
-    """Time the model with each group's layers pruned to n = 0..H heads; returns a seconds CostModel (model moved to ``device``)."""
-    tables, whole, inputs = _tables(model, inputs, HEADS, None, device, repeats, warmup, clock)
-    whole = statistics.median(whole)
-    attention = sum(float(table[:, -1].sum()) for table in tables.values())
-    info = {
-        "device": str(device),
-        "clock": clock,
-        "repeats": repeats,
-        "input_shapes": {k: list(v.shape) for k, v in inputs.items()},
-        "whole_seconds": whole,
-    }
-    return CostModel("seconds", max(whole - attention, 0.0), tables, info=info)
+    return tables, whole
 
 
 def measure_unit_latency_model(
     model: nn.Module, inputs: dict, unit="head", device="cpu", repeats: int = 5, warmup: int = 1, clock: str = "wall", points: int = 8
 ) -> CostModel:
-    """A seconds CostModel in ``unit``: attention and FFN tables made into each kind's tables; ``fixed`` is the rest of the model's time."""
+    """A seconds CostModel in ``unit`` (model moved to ``device``): every layer of a group timed pruned to n = 0..H heads, or to
+    ``points`` neuron widths, made into each kind's tables; ``fixed`` is the rest of the model's time."""
     heads, neurons = latency_timings(unit)
-    attention = None
+    attention, ffn, info = None, None, {"device": str(device), "clock": clock}
     if heads:
-        attention = measure_latency_model(model, inputs, device=device, repeats=repeats, warmup=warmup, clock=clock)
-    ffn, whole = None, []
+        attention, whole = _tables(model, inputs, HEADS, None, device, repeats, warmup, clock)
+        whole = statistics.median(whole)
+        info.update(repeats=repeats, input_shapes={k: list(v.shape) for k, v in inputs.items()}, whole_seconds=whole)
+        fixed = max(whole - sum(float(table[:, -1].sum()) for table in attention.values()), 0.0)
     if neurons:
-        ffn, whole, _ = _tables(model, inputs, NEURONS, points, device, repeats, warmup, clock)
+        ffn, whole = _tables(model, inputs, NEURONS, points, device, repeats, warmup, clock)
+    if not heads:
+        fixed = info["whole_seconds"] = statistics.median(whole)  # neurons only: the unpruned model's time
     tables = {}
     for kind in kinds_of(unit):
-        tables.update(kind.latency_tables(attention.tables if attention is not None else None, ffn, model))
-    info = dict(attention.info or {}) if attention is not None else {"device": str(device), "clock": clock}
-    fixed = attention.fixed if attention is not None else statistics.median(whole)  # neurons only: the unpruned model's time
-    if attention is None:
-        info["whole_seconds"] = fixed
+        tables.update(kind.latency_tables(attention, ffn, model))
     fixed -= sum(float(t[:, -1].sum()) for t in (ffn or {}).values())
     info.update(unit=unit_name(unit), ffn_points=points)
     return CostModel("seconds", max(fixed, 0.0), tables, info=info)

@@ -27,23 +27,13 @@ from headprune.stages.pareto_plan import recovery_steps
 from headprune.stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 
 
-def flops_model(task, seq_len: int) -> CostModel:
-    """Analytic FLOPs with tables in the task's pruning unit (query heads, KV groups, neurons, blocks or a joint unit)."""
-    return unit_flops_cost_model(task.model, task.gates.unit, seq_len)
-
-
-def bytes_model(task) -> CostModel:
-    """The weight bytes one decoded token reads, with tables in the task's pruning unit (the KV cache excluded)."""
-    return unit_bytes_cost_model(task.model, task.gates.unit)
-
-
 def cost_model(task, settings, out: Path) -> CostModel:
     """``prune.cost``: analytic FLOPs or weight bytes, or latency tables measured on this machine and cached in ``out/latency``."""
     seq_len = int(settings.seq_len)
     if str(settings.cost) == "flops":
-        return flops_model(task, seq_len)
+        return unit_flops_cost_model(task.model, task.gates.unit, seq_len)
     if str(settings.cost) == "bytes":
-        return bytes_model(task)
+        return unit_bytes_cost_model(task.model, task.gates.unit)
     device = next(task.model.parameters()).device
     inputs = synthetic_inputs(task.model, int(settings.latency_batch_size), seq_len)
     with attention_implementation(task.model, own_attention_name(task.model)):  # the model's own attention, not the gate wrapper
@@ -69,18 +59,28 @@ def recovered_model(
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
     if recovery == "lsq" and lsq_refits_heads_alone(task.gates.unit):  # heads: scales fitted under the mask
-        heads = query_heads_of(task.gates, mask, hard=True)
-        gates, report = model_gates(model), {}
-        ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
-        lsq_recover(model, gates, batches, mask=heads, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
-        return model, gates, mask, {"lsq": report}
+        gates = model_gates(model)
+        return model, gates, mask, lsq_heads(model, gates, batches, settings, progress, mask=query_heads_of(task.gates, mask, hard=True))
     prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
     batches = kept_token_batches(task, model, batches)  # a cut vocabulary: its texts split into the tokens it keeps
+    record = run_recovery(recovery, task.gates.unit, settings, logger, progress, out, (model, task.model, batches, tuning, label))
+    return model, model_gates(model), None, record
+
+
+def run_recovery(recovery: str, unit, settings, logger, progress: bool, out, call: tuple) -> dict:
+    """What each step of ``recovery`` records, run in turn on ``call`` = (model, teacher, batches, fine-tune batches, label)."""
     record = {}
     for step in recovery_steps(recovery):
-        recover = recovery_step(step, task.gates.unit, settings, logger, progress, checkpoint_folder(out, f"{label}+{recovery}"))
-        record.update(recover(model, task.model, batches, tuning, label) or {})
-    return model, model_gates(model), None, record
+        record.update(recovery_step(step, unit, settings, logger, progress, checkpoint_folder(out, f"{call[-1]}+{recovery}"))(*call) or {})
+    return record
+
+
+def lsq_heads(model, gates, batches: list[dict], settings, progress: bool, **fit) -> dict:
+    """{"lsq": its report} of the least-squares head scales of ``model`` (``fit``: the mask they are fitted under, or the teacher)."""
+    report = {}
+    ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
+    lsq_recover(model, gates, batches, ridge=ridge, max_scale=max_scale, progress=progress, report=report, **fit)
+    return {"lsq": report}
 
 
 def recovery_step(step: str, unit, settings, logger, progress: bool = False, checkpoints=None):
@@ -92,10 +92,7 @@ def recovery_step(step: str, unit, settings, logger, progress: bool = False, che
         if not lsq_refits_heads_alone(unit):  # heads, then the other parts, of the pruned model
             unit_lsq_recoverer(unit, float(settings.lsq.ridge), float(settings.lsq.max_scale))(model, teacher, batches)
             return None
-        report = {}
-        ridge, max_scale = float(settings.lsq.ridge), float(settings.lsq.max_scale)
-        lsq_recover(model, model_gates(model), batches, teacher=teacher, ridge=ridge, max_scale=max_scale, progress=progress, report=report)
-        return {"lsq": report}
+        return lsq_heads(model, model_gates(model), batches, settings, progress, teacher=teacher)
 
     def reconstruct(model, teacher, batches, tuning, label):  # re-solved layer by layer
         solve = reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress)

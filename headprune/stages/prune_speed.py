@@ -13,26 +13,18 @@ from headprune.selection.kept_widths import round_kept_widths, round_runtime_mul
 from headprune.selection.mask_search import PruneTarget, mask_after
 from headprune.selection.schedule import iterative_prune
 from headprune.selection.uniform import layout_mask, layout_search
+from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
 from headprune.selection.unit_rearrange import example_gradients, rearrange_unit_mask
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, order_scores
 from headprune.sources.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.stages.calibration_batches import recovery_batches
-from headprune.stages.finetune_runs import budget_info, checkpoint_folder, finetune_batches
+from headprune.stages.finetune_runs import budget_info, finetune_batches
 from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids
-from headprune.stages.pareto_measure import (
-    bytes_model,
-    control_point,
-    cost_model,
-    flops_model,
-    keep_for_timing,
-    measure_points,
-    recovered_model,
-    recovery_step,
-)
-from headprune.stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of, recovery_steps, steps_used
+from headprune.stages.pareto_measure import control_point, cost_model, keep_for_timing, measure_points, recovered_model, run_recovery
+from headprune.stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of, steps_used
 from headprune.stages.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
-from headprune.stages.recovery_check import mask_alone, recovery_check, scored_splits, worse_points
+from headprune.stages.recovery_check import recovery_check, scored_splits, worse_points
 
 
 def rearranged(task, mask: dict, ctx: ParetoRun) -> tuple[dict, dict]:
@@ -152,14 +144,17 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
             f"({loss:.4g} with {most} of it, {alone:.4g} without)",
             flush=True,
         )
-    if renumbers_ids(task, mask):
-        ctx.evaluated[key] = own_tokenizer_results(task, model, evaluate_mask, scored_splits(ctx), name, progress=ctx.progress)
-    else:
-        with swapped_model(task, model, gates):
-            splits = scored_splits(ctx)
-            ctx.evaluated[key] = {split: evaluate_one(task, evaluate_mask, split, name, progress=ctx.progress) for split in splits}
+    ctx.evaluated[key] = scored_model(task, model, gates, evaluate_mask, renumbers_ids(task, mask), name, ctx)
     ctx.recovery_records[key] = record
     return model, evaluate_mask
+
+
+def scored_model(task, model, gates, mask, renumbers: bool, name: str, ctx: ParetoRun) -> dict:
+    """{split: result} of ``model`` under ``mask`` on every scored split; through its own tokenizer where it ``renumbers`` ids."""
+    if renumbers:
+        return own_tokenizer_results(task, model, mask, scored_splits(ctx), name, progress=ctx.progress)
+    with swapped_model(task, model, gates):
+        return {split: evaluate_one(task, mask, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
 
 
 def point_label(label: str, recovery: str) -> str:
@@ -189,8 +184,7 @@ def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict
             for step, mask, result, info, label in zip(steps, masks, results, infos, labels):
                 point = point_record(order, recovery, step, mask, result, ctx, task)
                 if recovery != "none":
-                    alone = mask_alone(task, mask, ctx, point_label(label, "none"))
-                    point["recovery_check"] = recovery_check(result[ctx.selection], alone, ctx, task)
+                    point["recovery_check"] = recovery_check(result, mask, ctx, task, point_label(label, "none"))
                 if (recovery, mask_key(mask)) in ctx.saved:
                     point["model_dir"] = ctx.saved[(recovery, mask_key(mask))]
                 points.append(
@@ -224,10 +218,8 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
         def recover(model, teacher, batches):
             round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
             tuning = ctx.rounds[round_] if ctx.rounds else None
-            for step in recovery_steps(recovery):
-                label = f"{order}/step{round_ + 1}"
-                folder = checkpoint_folder(ctx.out, f"{label}+{recovery}")
-                recovery_step(step, task.gates.unit, settings, ctx.logger, ctx.progress, folder)(model, teacher, batches, tuning, label)
+            call = (model, teacher, batches, tuning, f"{order}/step{round_ + 1}")
+            run_recovery(recovery, task.gates.unit, settings, ctx.logger, ctx.progress, ctx.out, call)
 
         done = iterative_prune(
             work,
@@ -248,17 +240,12 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
         for step, result in zip(steps, done):
             label = f"{order}/{step_label(step)}"
             name = point_label(label, recovery)
-            if renumbers_ids(task, result.mask):
-                scored = own_tokenizer_results(task, result.model, None, scored_splits(ctx), name, progress=ctx.progress)
-            else:
-                with swapped_model(task, result.model):
-                    scored = {split: evaluate_one(task, None, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
+            scored = scored_model(task, result.model, None, None, renumbers_ids(task, result.mask), name, ctx)
             if recovery != "none":
                 keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
             point = point_record(order, recovery, step, result.mask, scored, ctx, task)
             if recovery != "none":
-                alone = mask_alone(task, result.mask, ctx, point_label(label, "none"))
-                point["recovery_check"] = recovery_check(scored[ctx.selection], alone, ctx, task)
+                point["recovery_check"] = recovery_check(scored, result.mask, ctx, task, point_label(label, "none"))
             recipe = point_recipe(ctx, label, recovery, result.mask)
             if recipe:  # a schedule's models are saved, not reused: each step starts from the one before
                 scores = {split: r.score for split, r in scored.items()}
@@ -284,8 +271,8 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
         groups=check_groups(prune.groups, task.gates.groups),
         min_per_layer=int(prune.min_units_per_layer),
         costs=costs,
-        flops=flops_model(task, int(prune.seq_len)),
-        read_bytes=costs if costs.unit == "bytes" else bytes_model(task),
+        flops=unit_flops_cost_model(task.model, task.gates.unit, int(prune.seq_len)),
+        read_bytes=costs if costs.unit == "bytes" else unit_bytes_cost_model(task.model, task.gates.unit),
         batches=batches,
         logger=logger,
         tuning=rounds[0] if rounds and not scheduled else None,

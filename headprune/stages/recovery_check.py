@@ -28,8 +28,10 @@ def mask_alone(task, mask, ctx: ParetoRun, label: str):
     return ctx.alone[key]
 
 
-def recovery_check(recovered, alone, ctx: ParetoRun, task) -> dict:
-    """A recovered point's score and its mask alone's on the selection split, and whether the recovery made it worse."""
+def recovery_check(results: dict, mask, ctx: ParetoRun, task, label: str) -> dict:
+    """A recovered point's score (``results``: {split: result}) and its mask alone's on the selection split, and whether the
+    recovery made it worse."""
+    recovered, alone = results[ctx.selection], mask_alone(task, mask, ctx, label)
     worse = recovered.score < alone.score if task.higher_is_better else recovered.score > alone.score
     return {"split": ctx.selection, "metric": task.metric, "recovered": recovered.score, "mask_alone": alone.score, "worse": bool(worse)}
 
