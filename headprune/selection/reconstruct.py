@@ -94,27 +94,6 @@ def solve_projection(gram: torch.Tensor, cross: torch.Tensor, weight: torch.Tens
 
 
 @torch.no_grad()
-def write_projection(module: nn.Module, solution: torch.Tensor, with_bias: bool) -> None:
-    """Copy the solved [W' b'] (out, K [+1]) into a projection of either orientation."""
-    k = in_features(module)
-    weight = solution[:, :k].to(module.weight.dtype)
-    linear_weight(module).copy_(weight)
-    if with_bias:
-        module.bias.copy_(solution[:, k].to(module.bias.dtype))
-
-
-def check_calibration(names: list[str], model: nn.Module, tokens: int) -> None:
-    """A ValueError when the calibration tokens are fewer than the widest projection's kept inputs (an underdetermined fit)."""
-    modules = dict(model.named_modules())
-    widest = max((in_features(modules[n]) for n in names), default=0)
-    if tokens <= widest:
-        raise ValueError(
-            f"prune.recover=reconstruct has {tokens} calibration tokens for a projection with {widest} kept inputs: "
-            "give more examples (prune.recover_examples) so the tokens outnumber the widest layer's inputs"
-        )
-
-
-@torch.no_grad()
 def fit_projection(module: nn.Module, pairs, ridge: float) -> tuple[float, float]:
     """Re-solve one projection from (x (N, K), y (N, out)) pairs of its inputs and targets; (relative error before, after)."""
     with_bias = getattr(module, "bias", None) is not None
@@ -133,7 +112,9 @@ def fit_projection(module: nn.Module, pairs, ridge: float) -> tuple[float, float
         gram += (a.t() @ a).double()
         cross += (a.t() @ y).double()
     solution = solve_projection(gram, cross, weight, with_bias, ridge)
-    write_projection(module, solution.to(module.weight.device), with_bias)
+    linear_weight(module).copy_(solution[:, :k].to(module.weight.device, module.weight.dtype))  # either orientation
+    if with_bias:
+        module.bias.copy_(solution[:, k].to(module.bias.device, module.bias.dtype))
     s = solution.t()  # (K [+1], out); the error left, from the normal equations: s^T G s - 2 s^T A^T Y + ||Y||^2
     residual = float((s * (gram @ s)).sum() - 2 * (s * cross).sum()) + norm
     return error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
@@ -287,7 +268,12 @@ def reconstruct(
         tqdm(total=len(names), desc="reconstruct", unit="projection", disable=not progress, leave=False) as bar,
     ):
         inside = {n: r for n, r in names.items() if layer_of(n, [p for s in stacks_of(teacher) for p in s])}
-        check_calibration([renamed(n, paths) for n in inside], model, tokens)  # a head reading one vector per example leans on the ridge
+        widest = max((in_features(modules[renamed(n, paths)]) for n in inside), default=0)  # a head reading one vector per example leans on the ridge
+        if tokens <= widest:
+            raise ValueError(
+                f"prune.recover=reconstruct has {tokens} calibration tokens for a projection with {widest} kept inputs: "
+                "give more examples (prune.recover_examples) so the tokens outnumber the widest layer's inputs"
+            )
         layered = (by_layers or target == "inputs" or removed) and (inside or removed)
         errors = _by_layers(model, teacher, inside, batches, ridge, bar, paths, target, folds) if layered else None
         if errors is None and removed:

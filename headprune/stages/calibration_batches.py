@@ -9,6 +9,7 @@ reads it too) sees the layer inputs the shipped model sees; the removed tokens t
 import torch
 
 from headprune.export.renumbering import renumbering
+from headprune.stages.own_tokenizer import row_splitter
 
 
 def recovery_batches(task, examples: int) -> list[dict]:
@@ -34,12 +35,6 @@ def kept_token_batches(task, model, batches: list[dict]) -> list[dict]:
     ids = renumbering(model, task.tokenizer)
     if ids.kept is None:
         return batches
-    limit = getattr(model.config, "max_position_embeddings", None) or None  # more, shorter tokens: never past the positions
-
-    def split_row(row, types=None):
-        new, kinds = ids.split_again(task.tokenizer, row, types)
-        return [ids.kept[t] for t in new][:limit], kinds if kinds is None else kinds[:limit]
-
     examples = sum(len(batch["input_ids"]) for batch in batches)
-    with task.split_by(split_row, task.tokenizer, ["importance"]):
+    with task.split_by(row_splitter(ids, task.tokenizer, model, original_ids=True), task.tokenizer, ["importance"]):
         return recovery_batches(task, examples)

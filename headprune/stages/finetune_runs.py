@@ -2,6 +2,7 @@
 
 import copy
 import re
+from itertools import accumulate
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
@@ -26,13 +27,8 @@ def budget_batches(task, tokens: int, seed: int) -> list[dict]:
             f"prune.finetune.tokens={tokens}: the training split holds only {total} tokens (real input tokens of its {drawn} "
             f"examples); set prune.finetune.tokens to at most {total}, or give more training text"
         )
-    out, seen = [], 0
-    for batch in batches:
-        out.append(batch)
-        seen += batch_tokens(batch)
-        if seen >= tokens:
-            return out
-    return out
+    filled = [seen >= tokens for seen in accumulate(map(batch_tokens, batches))]  # whether the first i + 1 batches hold the budget
+    return batches[: filled.index(True) + 1]
 
 
 def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> list[dict]:

@@ -21,6 +21,19 @@ def renumbers_ids(task, mask) -> bool:
     return any(kind.owns(group) and bool((torch.as_tensor(value) == 0).any()) for kind in kinds for group, value in mask.items())
 
 
+def row_splitter(ids, tokenizer, model, original_ids: bool = False):
+    """``split_row(row, types)`` for ``task.split_by``: a row's text split again by the rewritten tokenizer of ``ids`` (its new ids,
+    or the kept tokens' ``original_ids``), cut to ``model``'s positions."""
+    limit = getattr(model.config, "max_position_embeddings", None) or None  # more, shorter tokens: never past the positions
+
+    def split_row(row, types=None):
+        new, kinds = ids.split_again(tokenizer, row, types)
+        new = [ids.kept[t] for t in new] if original_ids else new
+        return new[:limit], kinds if kinds is None else kinds[:limit]
+
+    return split_row
+
+
 def own_tokenizer_results(task, model, mask, splits: list[str], label: str, *, progress: bool) -> dict:
     """{split: EvalResult} of ``model`` pruned by ``mask`` (None: pruned already) with its own ids, on text its tokenizer split.
 
@@ -41,13 +54,7 @@ def own_tokenizer_results(task, model, mask, splits: list[str], label: str, *, p
     else:
         ids.apply(pruned)  # new ids in, logits over the kept ids only: a removed token takes no probability
 
-    limit = getattr(pruned.config, "max_position_embeddings", None) or None  # more, shorter tokens: never past the positions
-
-    def split_row(row, types=None):
-        new, kinds = ids.split_again(task.tokenizer, row, types)
-        return new[:limit], kinds if kinds is None else kinds[:limit]
-
-    with task.split_by(split_row, ids.tokenizer, splits), swapped_model(task, pruned):
+    with task.split_by(row_splitter(ids, task.tokenizer, pruned), ids.tokenizer, splits), swapped_model(task, pruned):
         results = {split: evaluate_one(task, None, split, f"{label} own tokenizer", progress=progress) for split in splits}
         summary = task.split_summary()
     produced = len(produced_ids(ids.tokenizer))  # the kept ids some text still makes it produce (the rest: dead rows)

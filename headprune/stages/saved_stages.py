@@ -92,21 +92,19 @@ def saved_results(path: Path, name: str, key) -> dict | None:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        print(f"[study] {name}: {path} is not valid JSON ({err}; an interrupted write?): recomputing", flush=True)
-        return None
-    if not isinstance(saved, dict) or not saved.get("complete") or "results" not in saved:
-        print(f"[study] {name}: {path} holds no complete results: recomputing", flush=True)
-        return None
-    if saved.get("schema_version") != SCHEMA_VERSION:
-        print(
-            f"[study] {name}: {path.name} has schema version {saved.get('schema_version')}, not {SCHEMA_VERSION}: recomputing", flush=True
-        )
-        return None
-    if saved.get("key") != key:
-        print(f"[study] {name}: changed since {path.name} ({changed_settings(saved.get('key'), key)}): recomputing", flush=True)
-        return None
-    print(f"[study] {name}: complete in {path} with the same settings, skipped", flush=True)
-    return saved["results"]
+        why = f"{path} is not valid JSON ({err}; an interrupted write?)"
+    else:
+        if not isinstance(saved, dict) or not saved.get("complete") or "results" not in saved:
+            why = f"{path} holds no complete results"
+        elif saved.get("schema_version") != SCHEMA_VERSION:
+            why = f"{path.name} has schema version {saved.get('schema_version')}, not {SCHEMA_VERSION}"
+        elif saved.get("key") != key:
+            why = f"changed since {path.name} ({changed_settings(saved.get('key'), key)})"
+        else:
+            print(f"[study] {name}: complete in {path} with the same settings, skipped", flush=True)
+            return saved["results"]
+    print(f"[study] {name}: {why}: recomputing", flush=True)
+    return None
 
 
 def stage(out: Path, name: str, key, compute: Callable[[], dict]) -> dict:
