@@ -150,22 +150,15 @@ def latency_key(model: nn.Module, inputs: dict, device, clock: str = "wall") -> 
 
 
 def cached_unit_latency_model(
-    model: nn.Module,
-    inputs: dict,
-    cache_dir: str | Path,
-    unit="head",
-    device="cpu",
-    repeats: int = 5,
-    warmup: int = 1,
-    clock: str = "wall",
-    points: int = 8,
+    model: nn.Module, inputs: dict, cache_dir: str | Path, unit="head", device="cpu", clock: str = "wall", points: int = 8, **timing
 ) -> CostModel:
-    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time."""
+    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time
+    (``timing``: the repeats and warmup of ``measure_unit_latency_model``)."""
     name = unit_name(unit)
     key = latency_key(model, inputs, device, clock)
     path = Path(cache_dir) / f"latency-{key}-{name}-{points}.json"
     if path.exists():
         return CostModel.load(path)
-    costs = measure_unit_latency_model(model, inputs, name, device=device, repeats=repeats, warmup=warmup, clock=clock, points=points)
+    costs = measure_unit_latency_model(model, inputs, name, device=device, clock=clock, points=points, **timing)
     costs.save(path)
     return costs

@@ -12,6 +12,7 @@ projection has a bias, the ones column folds the removed units' mean contributio
 """
 
 from collections.abc import Iterable
+from itertools import takewhile
 
 import torch
 from torch import nn
@@ -182,11 +183,7 @@ def _by_layers(model, teacher, names, batches, ridge, bar, paths: dict, target: 
             if paths[layer] is None:
                 folds.setdefault(layer, None)  # first in its stack: no kept layer below to take its update
                 continue
-            gone = []
-            for after in stack[i + 1 :]:
-                if paths[after] is not None:
-                    break
-                gone.append(after)
+            gone = list(takewhile(lambda after: paths[after] is None, stack[i + 1 :]))  # the removed layers right above it
             here = {n: r for n, r in names.items() if layer_of(n, [layer])}
             if target == "inputs":
                 t_hidden = p_hidden
