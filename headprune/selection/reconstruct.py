@@ -265,7 +265,8 @@ def reconstruct(
         tqdm(total=len(names), desc="reconstruct", unit="projection", disable=not progress, leave=False) as bar,
     ):
         inside = {n: r for n, r in names.items() if layer_of(n, [p for s in stacks_of(teacher) for p in s])}
-        widest = max((in_features(modules[renamed(n, paths)]) for n in inside), default=0)  # a head reading one vector per example leans on the ridge
+        # a head reading one vector per example leans on the ridge
+        widest = max((in_features(modules[renamed(n, paths)]) for n in inside), default=0)
         if tokens <= widest:
             raise ValueError(
                 f"prune.recover=reconstruct has {tokens} calibration tokens for a projection with {widest} kept inputs: "

@@ -69,9 +69,9 @@ def recovered_model(
 
 def run_recovery(recovery: str, unit, settings, logger, progress: bool, out, call: tuple) -> dict:
     """What each step of ``recovery`` records, run in turn on ``call`` = (model, teacher, batches, fine-tune batches, label)."""
-    record = {}
+    record, label = {}, call[-1]
     for step in recovery_steps(recovery):
-        record.update(recovery_step(step, unit, settings, logger, progress, checkpoint_folder(out, f"{call[-1]}+{recovery}"))(*call) or {})
+        record.update(recovery_step(step, unit, settings, logger, progress, checkpoint_folder(out, f"{label}+{recovery}"))(*call) or {})
     return record
 
 
