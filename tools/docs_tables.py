@@ -154,6 +154,7 @@ TABLES["units_mnli_trained"] = lambda d: trained_units_table([(label, _load(d, r
 RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-1 MiniLM retrained (73.61%), per-example outcomes kept
     ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint"),
     ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint"),
+    ("heads + FFN neurons, reconstructed, 4x calibration", "mnli_units_recon_joint_cal"),
     ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint_20"),
     ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_20"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint"),

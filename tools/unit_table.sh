@@ -107,7 +107,6 @@ run units_chain_joint_25_kd "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=
 # the calibration lever, retraining-free: four times the importance subset (Fisher scores) and the reconstruction examples
 CAL=(data.importance_size=8000 prune.recover=reconstruct prune.recover_examples=4000)
 run units_recon_joint_cal "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true "${CAL[@]}"
-run units_obs_joint_20_cal "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' "${CAL[@]}"
 # the order lever before distillation: units chosen by obs, reconstructed, then distilled alone as units_chain_joint_kd
 # (whose control, trained with the same fine-tune, serves it)
 CHAIN_OBS_KD=()
