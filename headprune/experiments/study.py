@@ -121,21 +121,6 @@ def missing_training_output(train_dir: Path) -> str | None:
     return None
 
 
-# ---- scores: importance and entropy, shared by the orders ---------------------------------------
-
-
-# ---- ablate and keep_one -------------------------------------------------------------------------
-
-
-# ---- prune: greedy curves of every order ---------------------------------------------------------
-
-
-# ---- pareto: pruning for speed (prune.target / schedule / recover) --------------------------------
-
-
-# ---- speed: the importance mask at speed.fraction, physically pruned and timed ------------------------
-
-
 STAGES = ("train", *(s.name for s in STUDY_STAGES))  # in the order they run
 
 

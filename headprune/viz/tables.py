@@ -249,40 +249,26 @@ def kv_cache_kept(point: dict, unit) -> float | None:
 
 def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
     """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
-    points = stage_of(result, "pareto")["points"]
-    front = pareto_front(points, stage_of(result, "pareto").get("higher_is_better", True))
-    extra = stage_of(result, "pareto").get("extra_splits") or []
-    columns = [
-        "method",
-        "order",
-        "recovery",
-        "step",
-        "units_removed",
-        "score",
-        *(f"score_{s}" for s in extra),
-        "predicted_speedup",
-        "flops_kept",
-        "measured_examples_per_s",
-        "measured_speedup",
-        "pareto",
+    pareto = stage_of(result, "pareto")
+    extra = pareto.get("extra_splits") or []
+    rows = [
+        {
+            "method": point_name(p),
+            "order": p["order"],
+            "recovery": p["recovery"],
+            "step": point_step(p),
+            "units_removed": units_removed(p),
+            "score": p["score"],
+            **{f"score_{s}": ((p.get("extra") or {}).get(s) or {}).get("score") for s in extra},
+            "predicted_speedup": p["predicted_speedup"],
+            "flops_kept": p["flops_kept"],
+            "measured_examples_per_s": (p.get("measured") or {}).get("examples_per_s"),
+            "measured_speedup": (p.get("measured") or {}).get("speedup"),
+            "pareto": best,
+        }
+        for p, best in zip(pareto["points"], pareto_front(pareto["points"], pareto.get("higher_is_better", True)))
     ]
-    return columns, [
-        [
-            point_name(p),
-            p["order"],
-            p["recovery"],
-            point_step(p),
-            units_removed(p),
-            p["score"],
-            *(((p.get("extra") or {}).get(s) or {}).get("score") for s in extra),
-            p["predicted_speedup"],
-            p["flops_kept"],
-            (p.get("measured") or {}).get("examples_per_s"),
-            (p.get("measured") or {}).get("speedup"),
-            f,
-        ]
-        for p, f in zip(points, front)
-    ]
+    return list(rows[0]), [list(row.values()) for row in rows]  # every run has its unpruned point
 
 
 def _unit(value) -> str:
