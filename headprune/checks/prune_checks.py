@@ -1,5 +1,7 @@
 """Checks of the prune.* settings shared by prune and the study: each rule a ConfigError naming the setting, the fault and the fix."""
 
+from importlib.util import find_spec
+
 from omegaconf import OmegaConf
 
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
@@ -152,33 +154,27 @@ def check_reestimate(prune) -> None:
         )
 
 
-def target_of(value, name: str):
-    """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
-    try:
-        return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
-    except ValueError as err:
-        raise ConfigError(f"{name}: {err}") from None
-
-
-def schedule_of(value) -> list:
-    """The validated ``prune.schedule``: growing fractions, or targets of one kind that go further each step, or a ConfigError."""
-    steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    if not isinstance(steps, (list, tuple)):
-        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
-    try:
-        return check_schedule(steps)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"prune.schedule: {err}") from None
-
-
 def prune_steps(prune) -> list:
-    """The steps of prune.target or prune.schedule (targets or fractions; [] for neither), or a ConfigError."""
+    """The validated steps of prune.target (one target) or prune.schedule (growing fractions, or targets of one kind that go
+    further each step); [] for neither; else a ConfigError naming the setting."""
     target = given_target(prune.get("target"))
     if target is not None and prune.get("schedule") is not None:
         raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
-    if prune.get("schedule") is not None:
-        return schedule_of(prune.schedule)
-    return [] if target is None else [target_of(target, "prune.target")]
+    value = prune.get("schedule") if target is None else target
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if target is not None:
+        try:
+            return [PruneTarget.from_config(value)]
+        except ValueError as err:
+            raise ConfigError(f"prune.target: {err}") from None
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {value!r}")
+    try:
+        return check_schedule(value)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"prune.schedule: {err}") from None
 
 
 def check_prune_for_speed(cfg, prune) -> None:
@@ -300,8 +296,6 @@ def check_finetune(cfg, finetune) -> None:
     rank = finetune.get("lora_rank")
     if rank is None:
         return
-    from importlib.util import find_spec
-
     if find_spec("peft") is None:
         raise ConfigError(
             "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "

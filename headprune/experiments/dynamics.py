@@ -3,10 +3,14 @@
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from tqdm.auto import tqdm
 
-from headprune.checks.checkpoint_lists import epoch_checkpoints, ordered_checkpoints
+from headprune.checks.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints, epoch_checkpoints, ordered_checkpoints
+from headprune.checks.shared_checks import check_reads, check_task, no_duplicates
+from headprune.core.checks import ConfigError
 from headprune.lightning.callbacks import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
+from headprune.models.sources import has_tokenizer, looks_like_path
 from headprune.results.writer import write_results_file
 from headprune.settings import listed as list_of
 from headprune.tasks import registry
@@ -42,8 +46,6 @@ def analyse_checkpoints(cfg) -> list[dict]:
     task = registry.load_task(train_cfg)
     settings = cfg.dynamics
     snapshots = []
-    from tqdm.auto import tqdm
-
     for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
         state = read_training_checkpoint(path)["state_dict"]
         task.load_state_dict(state)
@@ -55,8 +57,6 @@ def analyse_checkpoints(cfg) -> list[dict]:
 
 def config_for_checkpoint(cfg, entry: str):
     """The config with the model read from one checkpoint (and its tokenizer, when the checkpoint holds one)."""
-    from headprune.models.sources import has_tokenizer, looks_like_path
-
     one = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     one.model.pretrained = str(entry)
     local = looks_like_path(str(entry)) or Path(str(entry)).expanduser().exists()
@@ -76,8 +76,6 @@ def series(cfg) -> list[tuple[int, str]]:
 
 def analyse_models(cfg) -> list[dict]:
     """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision), oldest step first."""
-    from tqdm.auto import tqdm
-
     settings = cfg.dynamics
     snapshots = []
     for index, (step, entry) in enumerate(tqdm(series(cfg), desc="checkpoints")):
@@ -90,10 +88,6 @@ def analyse_models(cfg) -> list[dict]:
 
 def check(cfg) -> None:
     """One source of checkpoints, each checked before work (headprune.checks.checkpoint_lists), their task; dynamics.fractions once each."""
-    from headprune.checks.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints
-    from headprune.checks.shared_checks import check_reads, check_task, no_duplicates
-    from headprune.core.checks import ConfigError
-
     check_reads(cfg)
     no_duplicates(cfg.dynamics.fractions, "dynamics.fractions")
     listed = [str(c) for c in list_of(cfg.checkpoints)]

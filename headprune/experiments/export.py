@@ -21,7 +21,8 @@ from headprune.export.record import console_lines, is_pruned, layer_widths, remo
 from headprune.export.renumbering import renumbering
 from headprune.export.verify import check_export, check_fields, check_line, pruned_copy, reference_outputs, refusal_message, sample_texts
 from headprune.measures.evaluation import check_split, swapped_model
-from headprune.models.sources import config_fields
+from headprune.models.sources import check_model_dir, config_fields
+from headprune.results.mask_files import read_mask_file
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.writer import fresh_dir, output_dir, read_json, replace_dir
 from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
@@ -164,9 +165,6 @@ def check_settings(cfg) -> None:
 
 def check_source(cfg) -> None:
     """The pruned model's source: a mask of ``export.mask_file`` (a point of it) or an ``export.model`` directory."""
-    from headprune.models.sources import check_model_dir
-    from headprune.results.mask_files import read_mask_file
-
     settings = cfg.export
     if settings.get("mask_file"):
         read_mask_file(settings.mask_file, "export")

@@ -12,7 +12,7 @@ from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, given_settings, refuse_given
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
-from headprune.lightning.loggers import log_run
+from headprune.lightning.loggers import build_logger, log_run
 from headprune.measures.evaluation import check_split, selection_split
 from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
@@ -34,8 +34,6 @@ from headprune.viz.tables import pareto_rows, prune_rows
 
 def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions: list[float], split: str) -> dict:
     """Pruning for speed (``prune.target`` / ``schedule`` / ``recover``): Pareto points in results.json, a table and a figure."""
-    from headprune.lightning.loggers import build_logger
-
     selection = selection_split(task, settings.prune.selection_split)
     check_split(task, selection, "selection")
     out = output_dir(cfg)

@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
+from tqdm.auto import tqdm
 
 from headprune.checks.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
 from headprune.checks.prune_values import PruneValues
@@ -179,8 +180,6 @@ def study_run(cfg, settings: RunSettings, out: Path, orders: list[str], fraction
 
 def run(cfg) -> dict:
     """Every experiment of the paper on one model, sharing what can be shared; results.json + figures + W&B."""
-    from tqdm.auto import tqdm
-
     settings = RunSettings.of(cfg)
     out = output_dir(cfg)
     note = choose_data(cfg)

@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from headprune.engine.verdict import is_inconclusive  # noqa: E402
+from headprune.results.points import point_name  # noqa: E402
+from headprune.viz.tables import pareto_front, point_speed  # noqa: E402
 
 GROUP_TITLES = {
     "enc_self": "Enc-Enc (encoder self-attention)",
@@ -83,9 +85,6 @@ def pruning_curves(
 
 def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
     """Score against speed-up (measured where timed, else predicted), one marker series per order+recovery, the front joined."""
-    from headprune.results.points import point_name
-    from headprune.viz.tables import pareto_front, point_speed
-
     points = result["points"]
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name in dict.fromkeys(point_name(p) for p in points):
@@ -150,8 +149,6 @@ def tradeoff_figure(
     series: dict[str, list[dict]], path: str | Path, title: str, xlabel: str, ylabel: str, references: dict[str, float] | None = None
 ) -> Path:
     """Quality (lower is better) against speed per series, each series' Pareto front joined, points labelled, ``references`` as lines."""
-    from headprune.viz.tables import pareto_front
-
     fig, ax = plt.subplots(figsize=(6.2, 4.2))
     for name, rows in series.items():
         points = [{"score": r["score"], "predicted_speedup": r["speed"]} for r in rows]

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from headprune.core.checks import ConfigError
 from headprune.results.writer import read_json, write_text_atomic
 from headprune.viz.tables import markdown_sections
 
@@ -13,8 +14,6 @@ def results_files(run_dir: Path) -> list[Path]:
 
 def read_results(file: Path, run_dir: Path) -> dict:
     """One results file of ``run_dir`` as a JSON object, or a ConfigError naming run_dir and the file (an input: never deleted)."""
-    from headprune.core.checks import ConfigError
-
     try:
         payload = read_json(file, "the report only reads it: restore it from a copy, or run again the experiment that wrote it")
     except ValueError as err:
