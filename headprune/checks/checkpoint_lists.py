@@ -81,11 +81,7 @@ def check_checkpoint_models(cfg, listed: list[str]) -> None:
 
 def epoch_checkpoints(ckpt_dir: Path) -> list[tuple[int, int, Path]]:
     """(epoch, step, path) of every per-epoch checkpoint in a directory, oldest first."""
-    found = []
-    for path in ckpt_dir.glob("*.ckpt"):
-        match = EPOCH_FILE.search(path.name)
-        if match:
-            found.append((int(match.group(1)), int(match.group(2)), path))
+    found = [(int(m.group(1)), int(m.group(2)), path) for path in ckpt_dir.glob("*.ckpt") if (m := EPOCH_FILE.search(path.name))]
     if not found:
         raise FileNotFoundError(f"no per-epoch checkpoints (epochNNN-stepN.ckpt) in {ckpt_dir}")
     return sorted(found)

@@ -22,7 +22,12 @@ def check_stream(cfg, prune) -> None:
             "prune.cost=bytes counts the weights a decoded token reads, and prune.action=stream keeps every weight: a streamed "
             "unit's saving is the KV cache every point reports (kv_bytes at the task's context); drop prune.cost=bytes"
         )
-    check_not_for_speed(prune)
+    if prune.for_speed:  # pruning for speed removes units from the weights; a streamed unit keeps its weights
+        raise ConfigError(
+            "prune.action=stream gates units, and pruning for speed (prune.target / schedule / recover / rearrange / "
+            "measure_speed) removes them from the weights: a streamed unit keeps its weights, its saving is the KV cache "
+            "every point reports (kv_bytes at the task's context); give prune.fractions instead"
+        )
 
 
 def check_stream_model(cfg) -> None:
@@ -64,14 +69,4 @@ def check_span(cfg) -> None:
             f"prune.stream.sink={sink} + prune.stream.window={window} = {sink + window} tokens reach the whole context of "
             f"data={cfg.data.get('name')} ({context} tokens at most): a streamed unit would keep every key and nothing would be "
             f"saved; choose sink + window below {context} (e.g. prune.stream.window={max(1, context // 2 - sink)})"
-        )
-
-
-def check_not_for_speed(prune) -> None:
-    """Pruning for speed removes units from the weights; a streamed unit keeps its weights."""
-    if prune.for_speed:
-        raise ConfigError(
-            "prune.action=stream gates units, and pruning for speed (prune.target / schedule / recover / rearrange / "
-            "measure_speed) removes them from the weights: a streamed unit keeps its weights, its saving is the KV cache "
-            "every point reports (kv_bytes at the task's context); give prune.fractions instead"
         )

@@ -77,12 +77,6 @@ def check_format_takes(cfg, fmt: str) -> None:
         record.check_mask(fields, source_rows(cfg, fields))
 
 
-def check_source_kind(cfg) -> None:
-    """export.model holds a model of the kind the task serves (a Llama directory is no ``model=tiny_bert`` classifier)."""
-    fields = read_json(Path(str(cfg.export.model)).expanduser() / "config.json")
-    registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
-
-
 def check_source_units(cfg) -> None:
     """Every kind the pruned model lost units of can be exported (a kind's ``export_refusal`` says why not)."""
     if cfg.export.get("mask_file"):
@@ -191,7 +185,8 @@ def check_source(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
-        check_source_kind(cfg)
+        # a model of the kind the task serves (a Llama directory is no model=tiny_bert classifier)
+        registry.check_model_dir_kind(read_json(path / "config.json"), cfg, f"export.model={settings.model}")
 
 
 # ---- the run ------------------------------------------------------------------------------------
@@ -219,18 +214,23 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     return None, {"model": str(settings.model), "pruning_record": record, "pruned": is_pruned(task.model)}
 
 
-def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
-    """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of ``batch_sizes``."""
+def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
+    """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of
+    ``export.int8_batch_sizes``, beside the masked model's score; the summary printed."""
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
+    split, per_channel = str(settings.split), bool(settings.per_channel)
+    masked_score = task.evaluate(mask, split=split).score
     quantized = quantize_int8(graphs, out / "int8", per_channel)
     scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config, main_input_name=task.model.main_input_name), task.gates):
             scores[name] = task.evaluate(None, split=split).score
-            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
-    return {
+            spreads[name] = batch_spread(
+                {int(b): task.evaluate(None, split=split, batch_size=int(b)).score for b in settings.int8_batch_sizes}
+            )
+    q = {
         "metric": task.metric,
         "split": split,
         "masked_torch": masked_score,
@@ -245,14 +245,6 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
             "int8": sum(Path(p).stat().st_size for p in quantized.values()),
         },
     }
-
-
-def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
-    """The int8 check (``int8_check``) beside the masked model's score, printed."""
-    split = str(settings.split)
-    masked_score = task.evaluate(mask, split=split).score
-    sizes = [int(b) for b in settings.int8_batch_sizes]
-    q = int8_check(task, graphs, config, out, split, bool(settings.per_channel), masked_score, sizes)
     print(
         f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
         + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),

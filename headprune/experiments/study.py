@@ -233,9 +233,7 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     r, cfg = ctx.results, ctx.cfg
     numbers = {"data_note": note, "trained_model": trained, "base_score": ctx.base.score, "metric": ctx.task.metric}
     numbers.update(action_record(ctx.task))
-    numbers.update({name: r[name] for name in ("scores", "ablate", "keep_one", "prune", "speed") if name in r})
-    if "pareto" in r:
-        numbers["pareto"] = r["pareto"]
+    numbers.update({name: r[name] for name in ("scores", "ablate", "keep_one", "prune", "speed", "pareto") if name in r})
     fingerprints = {k: digest(ctx.keys[k]) for k in ("scores", "ablate", "keep_one", "prune", "speed", "pareto") if k in ctx.keys}
     inputs = {"selection_split": ctx.selection, "data_note": note, "stage_fingerprints": fingerprints}
     write_results(cfg, "study", numbers, ctx.task, ctx.split, figures=figures, inputs=inputs)

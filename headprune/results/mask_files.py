@@ -6,7 +6,7 @@ from pathlib import Path
 
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import KINDS, mask_kinds, unit_kinds, unit_name
-from headprune.results.points import kind_counts, point_name, removed_fraction
+from headprune.results.points import point_name, removed_fraction
 from headprune.results.readers import check_binary_mask
 
 REMOVE = "remove"  # what the zeros of a file that names no action do
@@ -36,10 +36,6 @@ class Candidate:
     mask: dict
     removed: int
     point: dict | None = None
-
-    def removed_by_kind(self, unit=None) -> dict[str, int]:
-        """{kind: units removed} of its mask (``unit`` tells heads from KV groups in attention groups)."""
-        return {kind: removed for kind, (removed, _) in kind_counts(self.mask, unit).items()}
 
     def describe(self, setting: str) -> str:
         """How to pick it: ``fisher at 33% (3 of 9 units): export.mask_order=fisher export.fraction=0.333334``."""

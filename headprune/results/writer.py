@@ -11,19 +11,14 @@ from pathlib import Path
 SCHEMA_VERSION = 2  # 2: units_removed / units_total / min_units_per_layer (1: heads_pruned / heads_total / total_heads)
 
 
-def _umask() -> int:
-    """The process's file-creation mask (read by setting it, then put back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write text to a temp file beside ``path`` and rename it over ``path``, with the mode a plain ``open`` gives."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: results are read by others (collaborators, a web server)
+    umask = os.umask(0)  # the process's file-creation mask, read by setting it, then put back
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600: results are read by others (collaborators, a web server)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
         handle.flush()

@@ -211,17 +211,16 @@ def importance_over_time(snapshots: list[dict], path) -> None:
     """Each head's importance across snapshots (rows: heads of all groups, columns: snapshots)."""
     rows, labels = [], []
     for group in snapshots[0]["importance"]:
-        layers = np.asarray(snapshots[0]["importance"][group]).shape[0]
-        for layer in range(layers):
-            for head in range(np.asarray(snapshots[0]["importance"][group]).shape[1]):
-                rows.append([np.asarray(s["importance"][group])[layer, head] for s in snapshots])
-                labels.append(f"{group} {layer}.{head}")
+        stacked = np.stack([np.asarray(s["importance"][group]) for s in snapshots], axis=-1)  # (layers, heads, snapshots)
+        rows += list(stacked.reshape(-1, len(snapshots)))  # layer-major, as the labels
+        labels += [f"{group} {layer}.{head}" for layer in range(stacked.shape[0]) for head in range(stacked.shape[1])]
     values = np.asarray(rows)
     fig, axes = plt.subplots(1, 2, figsize=(10, max(3.5, 0.08 * len(rows) + 1.5)), gridspec_kw={"width_ratios": [2, 1]})
     image = axes[0].imshow(values, aspect="auto", cmap="magma")
-    axes[0].set_xlabel("snapshot")
-    axes[0].set_xticks(range(len(snapshots)))
-    axes[0].set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
+    for ax in axes:
+        ax.set_xlabel("snapshot")
+        ax.set_xticks(range(len(snapshots)))
+        ax.set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
     axes[0].set_ylabel("head (group layer.head)")
     step = max(1, len(labels) // 24)
     axes[0].set_yticks(range(0, len(labels), step))
@@ -233,9 +232,6 @@ def importance_over_time(snapshots: list[dict], path) -> None:
     stability = [s.get("rank_stability") for s in snapshots]
     if any(v is not None for v in stability):
         axes[1].plot(epochs[1:], [100 * (v or 0) for v in stability[1:]], marker="s", label="rank stability (Spearman x100)")
-    axes[1].set_xlabel("snapshot")
-    axes[1].set_xticks(epochs)
-    axes[1].set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
     axes[1].set_title("prunability and rank stability")
     axes[1].grid(alpha=0.3)
     axes[1].legend(fontsize=7)

@@ -30,10 +30,6 @@ def unit_of(metric: str) -> str:
 PAPER_SPEED = {1: 1.9, 4: 2.7, 16: 17.5, 64: 17.5}
 
 
-def _results(payload: dict) -> dict:
-    return payload.get("results", payload)
-
-
 def markdown(header: list, rows=()) -> list[str]:
     """A markdown table's lines: the header, its rule, then one line per row of cells."""
     return [_line(header), "|---" * len(header) + "|", *(_line(row) for row in rows)]
@@ -46,7 +42,7 @@ def _line(cells) -> str:
 
 def stage_of(payload: dict, name: str) -> dict:
     """A study's stage ``name`` (ablate, keep_one, prune, speed), or the numbers of a run of that experiment alone."""
-    results = _results(payload)
+    results = payload.get("results", payload)
     return results.get(name, results)
 
 
@@ -451,7 +447,7 @@ def markdown_sections(payload: dict) -> list[str]:
     """The tables of docs/results.md that a results file holds, each under a heading (empty for other files)."""
     if payload.get("snapshots"):
         return ["### Training dynamics", "", dynamics_table(payload), ""]
-    results = _results(payload)
+    results = payload.get("results", payload)
     out = []
     ablate = stage_of(payload, "ablate")
     for split in (ablate.get("splits") or {}) if isinstance(ablate, dict) else {}:
