@@ -178,30 +178,45 @@ def prune_steps(prune) -> list:
 
 
 def check_prune_for_speed(cfg, prune) -> None:
-    """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
+    """prune.target / schedule / cost / recover / rearrange / finetune / control / extra_splits / save / measure_speed, and the
+    selection split a max_drop reads."""
     given = prune.given
     targets = [s for s in prune.steps if not isinstance(s, float)]
     check_speed_unit(prune)
     check_cost(given, targets, prune.unit)
-    check_bytes_cost(cfg, given)
-    check_latency_length(cfg, given)
+    fields = config_fields(cfg.model)  # prune.cost=bytes counts the weights one decoded token reads: no encoder-decoder
+    groups = config_groups(fields) if fields is not None and str(given.cost) == "bytes" else None
+    if groups and "enc_dec" in groups and "dec_self" in groups:
+        raise ConfigError(
+            f"prune.cost=bytes counts the weights one decoded token reads, and model {cfg.model.get('name')} is an "
+            "encoder-decoder: its encoder's weights are read once per source, not per decoded token, so one count of both "
+            "means nothing; use prune.cost=flops with a flops or speedup target"
+        )
+    positions = max_positions(cfg.model) if str(given.cost) == "latency" else None  # latency tables time prune.seq_len tokens
+    if positions is not None and int(given.seq_len) > positions:
+        raise ConfigError(
+            f"prune.seq_len={given.seq_len}: prune.cost=latency times model {cfg.model.get('name')} on inputs of that "
+            f"many tokens, but it takes at most {positions} positions: set prune.seq_len<={positions}"
+        )
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
     check_finetune(cfg, given.finetune)
-    check_control(cfg, prune)
-    check_save_names(prune)
+    if given.control and "finetune" not in prune.recovering:  # the control is the unpruned model given the fine-tune
+        raise ConfigError(
+            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
+            f"has no finetune ({given.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+        )
+    extra = string_list(given.extra_splits, "prune.extra_splits")  # other splits than prune.split
+    check_splits(cfg, extra, "prune.extra_splits")
+    if str(given.split) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={given.split}: list other evaluation splits")
+    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save  # a choice or point names
+    planned = planned_points(given, list(prune.orders), fractions_of(given)) if prune.for_speed and not isinstance(save, str) else None
+    check_save(save, prune.for_speed, planned)  # each a point the settings make (the error lists them)
     if given.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
         check_speed(cfg.speed)
-
-
-def check_save_names(prune) -> None:
-    """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
-    given = prune.given
-    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
-    planned = planned_points(given, list(prune.orders), fractions_of(given)) if prune.for_speed and not isinstance(save, str) else None
-    check_save(save, prune.for_speed, planned)
 
 
 def check_speed_unit(prune) -> None:
@@ -264,28 +279,6 @@ def check_cost(prune, targets: list, unit) -> None:
         )
 
 
-def check_bytes_cost(cfg, prune) -> None:
-    """prune.cost=bytes counts the weights one decoded token reads: a model whose every weight a token reads (no encoder-decoder)."""
-    fields = config_fields(cfg.model)
-    groups = config_groups(fields) if fields is not None and str(prune.cost) == "bytes" else None
-    if groups and "enc_dec" in groups and "dec_self" in groups:
-        raise ConfigError(
-            f"prune.cost=bytes counts the weights one decoded token reads, and model {cfg.model.get('name')} is an "
-            "encoder-decoder: its encoder's weights are read once per source, not per decoded token, so one count of both "
-            "means nothing; use prune.cost=flops with a flops or speedup target"
-        )
-
-
-def check_latency_length(cfg, prune) -> None:
-    """prune.cost=latency times the model on inputs of prune.seq_len tokens: within the positions the model takes."""
-    positions = max_positions(cfg.model) if str(prune.cost) == "latency" else None
-    if positions is not None and int(prune.seq_len) > positions:
-        raise ConfigError(
-            f"prune.seq_len={prune.seq_len}: prune.cost=latency times model {cfg.model.get('name')} on inputs of that "
-            f"many tokens, but it takes at most {positions} positions: set prune.seq_len<={positions}"
-        )
-
-
 def check_finetune(cfg, finetune) -> None:
     """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
     if finetune.warmup > 0 and not finetune.decay:
@@ -325,20 +318,6 @@ def smallest_projection(model_cfg) -> int | None:
     return min(sizes) if sizes else None
 
 
-def check_control(cfg, prune) -> None:
-    """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
-    given = prune.given
-    if given.control and "finetune" not in prune.recovering:
-        raise ConfigError(
-            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
-            f"has no finetune ({given.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
-        )
-    extra = string_list(given.extra_splits, "prune.extra_splits")
-    check_splits(cfg, extra, "prune.extra_splits")
-    if str(given.split) in extra:
-        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={given.split}: list other evaluation splits")
-
-
 # ---- settings read only when others say so ---------------------------------------------------------
 
 
@@ -351,20 +330,14 @@ def check_prune_lists(prune) -> None:
             no_duplicates(value, f"prune.{name}")
 
 
-def check_vocab_text(cfg, prune) -> None:
-    """prune.vocab_text names splits the task reads, for a unit whose floor keeps a text's tokens (the vocabulary)."""
-    splits = string_list(prune.given.vocab_text, "prune.vocab_text")
-    if not any(kind.text_floor for kind in prune.unit.kinds):
+def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
+    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
+    if not any(kind.text_floor for kind in prune.unit.kinds):  # prune.vocab_text: the splits whose tokens a vocabulary keeps
         refuse_given(
             cfg, ("prune.vocab_text",), f"it keeps the tokens of these splits' text, and prune.unit={prune.unit} removes no tokens"
         )
-    drawn = [s for s in splits if s != "importance"]  # every task draws its importance subset, from the training text
+    drawn = [s for s in string_list(prune.given.vocab_text, "prune.vocab_text") if s != "importance"]  # drawn from the training text
     check_splits(cfg, drawn, "prune.vocab_text")
-
-
-def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
-    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
-    check_vocab_text(cfg, prune)
     given, recover, steps = prune.given, list(prune.recoveries), prune.recovering
     if given.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")

@@ -184,11 +184,6 @@ def check_model_and_task(cfg, reads_importance: bool = True, falls_back: bool = 
     check_task(cfg, reads_importance=reads_importance, falls_back=falls_back)
 
 
-def splits_of(cfg) -> tuple[str, ...]:
-    """The split names the config's task reads."""
-    return task_spec_of(cfg).splits
-
-
 def concrete_split(cfg, split: str) -> str:
     """The data split a split name reads (e.g. MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
     spec = task_spec_of(cfg)
@@ -206,7 +201,7 @@ def check_splits(cfg, names, setting: str) -> None:
         try:
             concrete_split(cfg, str(name))
         except ConfigError:
-            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(splits_of(cfg))}") from None
+            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(task_spec_of(cfg).splits)}") from None
         if where is not None and OmegaConf.is_dict(table) and table.get(concrete_split(cfg, str(name))) is None:
             have = sorted(k for k in table if table[k] is not None)
             raise ConfigError(
@@ -222,7 +217,7 @@ def check_selection(cfg, section: str) -> None:
     try:
         same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
     except ConfigError as err:
-        raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
+        raise ConfigError(f"{section}: {err} (splits: {list(task_spec_of(cfg).splits)})") from None
     if same:
         raise ConfigError(
             f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
@@ -344,16 +339,9 @@ def check_training_run(cfg) -> None:
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg, TRAINING)
     check_trainer(cfg.trainer)
-    check_resume(cfg)
-
-
-def check_resume(cfg) -> None:
-    """``ckpt_path=last`` resumes ``<output_dir>/checkpoints/last.ckpt``: it must exist (a path must exist too)."""
-    path = cfg.get("ckpt_path")
-    if path is None:
-        return
+    path = cfg.get("ckpt_path")  # ckpt_path=last resumes <output_dir>/checkpoints/last.ckpt: it must exist (a path too)
     target = Path(str(cfg.paths.output_dir)) / "checkpoints" / "last.ckpt" if str(path) == "last" else Path(str(path))
-    if not target.is_file():
+    if path is not None and not target.is_file():
         raise ConfigError(
             f"ckpt_path={path}: there is nothing to resume ({target} does not exist): give the run's own directory "
             "(hydra.run.dir=<run>) with ckpt_path=last, a checkpoint file, or drop ckpt_path to train from the start"

@@ -31,7 +31,18 @@ def check_speed_run(cfg) -> None:
         return
     if speed.get("mask_file"):
         read_mask_file(speed.mask_file, "speed")
-        check_chosen_mask(cfg)
+        path = Path(str(speed.mask_file))  # the chosen mask: present, fitting the model, removing some units but not all
+        mask = chosen_mask(speed, "speed")[1].mask
+        unit = unit_of(with_file_unit(cfg, "speed"))
+        check_mask_units(cfg, unit, mask)
+        entries = [value for rows in mask.values() for row in rows for value in row]
+        if 0 not in entries:
+            raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no {noun(unit)}: the two timed models would be the same")
+        if 1 not in entries:
+            raise ConfigError(
+                f"speed.mask_file={path}: the chosen mask removes every {noun(unit)} ({len(entries)}): nothing would be left to time "
+                f"(as speed.fraction=1 is refused); choose a mask that keeps some {noun(unit, plural=True)}"
+            )
         return
     if speed.get("mask_step") is not None:
         raise ConfigError(
@@ -68,20 +79,3 @@ def check_point(cfg) -> None:
             "timing it against the unpruned model compares nothing; name a pruned point"
         )
     point_model_dir(speed, "speed")  # a recovered point's model directory must be there
-
-
-def check_chosen_mask(cfg) -> None:
-    """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
-    speed = cfg.speed
-    path = Path(str(speed.mask_file))
-    mask = chosen_mask(speed, "speed")[1].mask
-    unit = unit_of(with_file_unit(cfg, "speed"))
-    check_mask_units(cfg, unit, mask)
-    entries = [value for rows in mask.values() for row in rows for value in row]
-    if 0 not in entries:
-        raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no {noun(unit)}: the two timed models would be the same")
-    if 1 not in entries:
-        raise ConfigError(
-            f"speed.mask_file={path}: the chosen mask removes every {noun(unit)} ({len(entries)}): nothing would be left to time "
-            f"(as speed.fraction=1 is refused); choose a mask that keeps some {noun(unit, plural=True)}"
-        )

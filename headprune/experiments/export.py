@@ -66,17 +66,6 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     return {g: r for g, r in rows.items() if r is not None}  # the attention part, over query heads
 
 
-def check_format_takes(cfg, fmt: str) -> None:
-    """What the format demands of the model and of the mask (``Format.check_mask``), else a ConfigError naming what works."""
-    record = FORMATS[fmt]
-    fields = config_fields(with_source_model(cfg).model) or {}
-    why = record.family_refusal(fields) if record.family_refusal else None
-    if why:
-        raise ConfigError(why)
-    if record.check_mask:
-        record.check_mask(fields, source_rows(cfg, fields))
-
-
 def check_source_units(cfg) -> None:
     """Every kind the pruned model lost units of can be exported (a kind's ``export_refusal`` says why not)."""
     if cfg.export.get("mask_file"):
@@ -105,23 +94,17 @@ def check(cfg) -> None:
     readable = mask_file and Path(str(mask_file)).expanduser().is_file()  # a missing one is told by check_settings
     kinds = kinds_of(unit_of(with_file_unit(cfg, "export"))) if readable else None  # None: any kind (refused where inexact)
     check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if mask_file else None, kinds)
-    check_model_kind(cfg)
-    check_settings(cfg)
-    check_splits(cfg, [cfg.export.split], "export.split")
-
-
-def check_model_kind(cfg) -> None:
-    """What the task's models take (``TaskSpec.exports``): stock checkpoints of decoder-only LMs, int8 where the metric runs in ONNX Runtime."""
-    spec = task_spec_of(cfg)
-    fmt = cfg.export.get("format")
-    if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:
+    spec, fmt = task_spec_of(cfg), cfg.export.get("format")  # what the task's models take (TaskSpec.exports)
+    if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:  # stock checkpoints of decoder-only LMs
         raise ConfigError(FORMATS[fmt].family_refusal({"model_type": f"{cfg.model.get('name')} ({spec.name} task)"}))
-    if str(cfg.export.quantize) == "int8" and "int8" not in spec.exports:
+    if str(cfg.export.quantize) == "int8" and "int8" not in spec.exports:  # int8 where the metric runs in ONNX Runtime
         raise ConfigError(
             f"export.quantize=int8 is checked by the task's metric through ONNX Runtime, where the {spec.name} task's metric "
             "cannot run (BLEU needs beam search, which the cache-free ONNX graphs of seq2seq models do not run): "
             "export in f32 (export.quantize=none)"
         )
+    check_settings(cfg)
+    check_splits(cfg, [cfg.export.split], "export.split")
 
 
 def check_settings(cfg) -> None:
@@ -151,8 +134,13 @@ def check_settings(cfg) -> None:
         raise ConfigError(
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
-    if FORMATS[fmt].decoder_only:
-        check_format_takes(cfg, fmt)
+    if FORMATS[fmt].decoder_only:  # what the format demands of the model and of the mask, else a ConfigError naming what works
+        fields = config_fields(with_source_model(cfg).model) or {}
+        why = FORMATS[fmt].family_refusal(fields) if FORMATS[fmt].family_refusal else None
+        if why:
+            raise ConfigError(why)
+        if FORMATS[fmt].check_mask:
+            FORMATS[fmt].check_mask(fields, source_rows(cfg, fields))
     if "tokenizer_pre" in FORMATS[fmt].reads:
         choose_tokenizer_pre(settings, with_source_model(cfg).model)  # a tokenizer no llama.cpp name fits: refused now
 

@@ -16,16 +16,6 @@ ACTION_WORDS = {
 }
 
 
-def file_unit(value) -> str | None:
-    """The canonical unit a file records (``"head+ffn"`` for ``["ffn", "head"]`` too), or None when it records none it knows."""
-    if value is None:
-        return None
-    try:
-        return unit_name(value)
-    except (ValueError, TypeError):
-        return None
-
-
 @dataclass
 class Candidate:
     """One mask a file holds: its method (order, or a Pareto point's method), fraction asked and step."""
@@ -125,7 +115,10 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
     sections = [results, results.get("prune") or {}, results.get("pareto") or {}]  # a prune run; a study's prune and pareto stages
     recorded = next((s["unit"] for s in sections if s.get("unit") is not None), None)
-    unit = file_unit(recorded)
+    try:  # the canonical unit ("head+ffn" for ["ffn", "head"] too), None when it records none it knows
+        unit = None if recorded is None else unit_name(recorded)
+    except (ValueError, TypeError):
+        unit = None
     if recorded is not None and unit is None:
         raise ConfigError(
             f"{setting}.mask_file={path} records prune.unit={recorded!r}, which is no registered unit kind ({', '.join(KINDS)}): "

@@ -97,9 +97,16 @@ def batches_fingerprint(batches) -> str:
 def write_results_file(
     path: str | Path, kind: str, config: dict | None, numbers: dict | None = None, fingerprints: dict | None = None, **fields
 ) -> Path:
-    """The one writer of results files: the versioned envelope (``results_payload``) plus ``fields``, written atomically."""
-    payload = results_payload(kind, config or {}, numbers if numbers is not None else {}, **(fingerprints or {}))
-    payload.update(fields)
+    """The one writer of results files: the versioned envelope every results.json shares, plus ``fields``, written atomically."""
+    payload = {
+        "schema_version": SCHEMA_VERSION,
+        "experiment": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "fingerprints": fingerprints or {},
+        "config": config or {},
+        "results": numbers if numbers is not None else {},
+        **fields,
+    }
     return write_json_atomic(path, payload)
 
 
@@ -111,18 +118,6 @@ def update_results(path: str | Path, numbers: dict, config: dict | None = None, 
     payload = read_json(path, OWN_FILE_FIX)
     payload.setdefault("results", {}).update(numbers)
     return write_json_atomic(path, payload)
-
-
-def results_payload(kind: str, config: dict, numbers: dict, **fingerprints) -> dict:
-    """The common envelope of every results.json."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "experiment": kind,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "fingerprints": fingerprints,
-        "config": config,
-        "results": numbers,
-    }
 
 
 def fresh_dir(path: str | Path) -> Path:

@@ -23,12 +23,6 @@ def read_results(file: Path, run_dir: Path) -> dict:
     return payload
 
 
-def _summary_lines(payload: dict) -> list[str]:
-    """Scalar numbers of a results file as markdown bullet lines."""
-    numbers = payload.get("results") or {}
-    return [f"- **{key}**: {value}" for key, value in numbers.items() if isinstance(value, (int, float, str, bool)) or value is None]
-
-
 def build_report(run_dir: str | Path) -> Path:
     """Write ``report.md`` and ``report.html`` into ``run_dir`` from its results files and PNG figures."""
     run_dir = Path(run_dir)
@@ -45,7 +39,8 @@ def build_report(run_dir: str | Path) -> Path:
         lines += [f"## {payload.get('experiment', file.stem)} (`{rel}`)", ""]
         if payload.get("fingerprints"):
             lines += ["Fingerprints: " + ", ".join(f"{k}={v}" for k, v in payload["fingerprints"].items()), ""]
-        lines += _summary_lines(payload) + [""]
+        numbers = (payload.get("results") or {}).items()  # its scalar numbers as bullets
+        lines += [f"- **{key}**: {value}" for key, value in numbers if isinstance(value, (int, float, str, bool)) or value is None] + [""]
         lines += markdown_sections(payload)
     if figures:
         lines += ["## Figures", ""]
