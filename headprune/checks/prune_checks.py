@@ -25,7 +25,8 @@ PREDICTS = {"flops": "FLOPs", "latency": "seconds", "bytes": "weight bytes"}  # 
 
 
 def check_prune(cfg, prune) -> None:
-    """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something."""
+    """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something
+    (with a re-estimable order, not for speed)."""
     fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
@@ -36,7 +37,16 @@ def check_prune(cfg, prune) -> None:
             )
     check_splits(cfg, [prune.given.split, prune.given.ablation_split], "prune.split/ablation_split")
     check_group_names(cfg, prune.unit, prune.groups, "prune.groups")
-    check_reestimate(prune)
+    if prune.given.reestimate and prune.for_speed:  # it recomputes the plain curves' re-estimable orders
+        raise ConfigError(
+            "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
+            "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
+        )
+    if prune.given.reestimate and not any(ORDERS[order].reestimable for order in prune.orders):
+        raise ConfigError(
+            f"prune.reestimate=true, but no order of prune.order={list(prune.orders)} can be re-estimated (random and ablation "
+            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
+        )
     check_joint_scale(cfg, prune, prune.orders)
     check_ffn_multiple(cfg, prune)
     check_width_multiples(cfg, prune)
@@ -137,23 +147,6 @@ def check_joint_scale(cfg, prune, orders) -> None:
             )
 
 
-def check_reestimate(prune) -> None:
-    """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
-    if not prune.given.reestimate:
-        return
-    if prune.for_speed:
-        raise ConfigError(
-            "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
-            "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
-        )
-    orders = list(prune.orders)
-    if not any(ORDERS[order].reestimable for order in orders):
-        raise ConfigError(
-            f"prune.reestimate=true, but no order of prune.order={orders} can be re-estimated (random and ablation "
-            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
-        )
-
-
 def prune_steps(prune) -> list:
     """The validated steps of prune.target (one target) or prune.schedule (growing fractions, or targets of one kind that go
     further each step); [] for neither; else a ConfigError naming the setting."""
@@ -183,7 +176,23 @@ def check_prune_for_speed(cfg, prune) -> None:
     given = prune.given
     targets = [s for s in prune.steps if not isinstance(s, float)]
     check_speed_unit(prune)
-    check_cost(given, targets, prune.unit)
+    untimed = [kind.name for kind in kinds_of(prune.unit) if kind.latency_parts() is None]  # prune.cost: latency tables per kind
+    if given.cost == "latency" and untimed:
+        raise ConfigError(
+            f"prune.cost=latency with prune.unit={unit_name(prune.unit)}: {', '.join(untimed)} units have no latency tables "
+            "(the timed attention and FFN widths do not say what they cost); use prune.cost=flops with a flops target"
+        )
+    for target in targets:  # a flops / bytes target needs that cost model
+        if target.kind in SHARES and given.cost != target.kind:
+            raise ConfigError(
+                f"a {target.kind} target keeps a share of the model's {SHARES[target.kind]}, and prune.cost={given.cost} predicts "
+                f"{PREDICTS[str(given.cost)]}: add prune.cost={target.kind} (or give a speedup target)"
+            )
+    if given.cost == "latency" and not targets:
+        raise ConfigError(
+            "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
+            "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
+        )
     fields = config_fields(cfg.model)  # prune.cost=bytes counts the weights one decoded token reads: no encoder-decoder
     groups = config_groups(fields) if fields is not None and str(given.cost) == "bytes" else None
     if groups and "enc_dec" in groups and "dec_self" in groups:
@@ -255,27 +264,6 @@ def check_speed_unit(prune) -> None:
         raise ConfigError(
             "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
             "not with prune.schedule: drop one of them"
-        )
-
-
-def check_cost(prune, targets: list, unit) -> None:
-    """prune.cost: a flops / bytes target needs that cost model; a latency table serves targets only, in a unit that has one."""
-    untimed = [kind.name for kind in kinds_of(unit) if kind.latency_parts() is None]
-    if prune.cost == "latency" and untimed:
-        raise ConfigError(
-            f"prune.cost=latency with prune.unit={unit_name(unit)}: {', '.join(untimed)} units have no latency tables "
-            "(the timed attention and FFN widths do not say what they cost); use prune.cost=flops with a flops target"
-        )
-    for target in targets:
-        if target.kind in SHARES and prune.cost != target.kind:
-            raise ConfigError(
-                f"a {target.kind} target keeps a share of the model's {SHARES[target.kind]}, and prune.cost={prune.cost} predicts "
-                f"{PREDICTS[str(prune.cost)]}: add prune.cost={target.kind} (or give a speedup target)"
-            )
-    if prune.cost == "latency" and not targets:
-        raise ConfigError(
-            "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
-            "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
         )
 
 

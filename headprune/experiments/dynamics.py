@@ -40,15 +40,12 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
 
 def analyse_checkpoints(cfg) -> list[dict]:
     """A snapshot per epoch checkpoint, with the same settings as the live callback."""
-    ckpt_dir = Path(cfg.ckpt_dir)
+    ckpt_dir, settings = Path(cfg.ckpt_dir), cfg.dynamics
     checkpoints = epoch_checkpoints(ckpt_dir)
-    train_cfg = checkpoint_training_config(ckpt_dir, cfg)
-    task = registry.load_task(train_cfg)
-    settings = cfg.dynamics
+    task = registry.load_task(checkpoint_training_config(ckpt_dir, cfg))
     snapshots = []
     for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
-        state = read_training_checkpoint(path)["state_dict"]
-        task.load_state_dict(state)
+        task.load_state_dict(read_training_checkpoint(path)["state_dict"])
         snapshots.append(
             take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=epoch, step=step)
         )

@@ -66,26 +66,6 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     return {g: r for g, r in rows.items() if r is not None}  # the attention part, over query heads
 
 
-def check_source_units(cfg) -> None:
-    """Every kind the pruned model lost units of can be exported (a kind's ``export_refusal`` says why not)."""
-    if cfg.export.get("mask_file"):
-        kinds = kinds_of(unit_of(with_file_unit(cfg, "export")))
-    else:
-        record = Path(str(cfg.export.model)).expanduser() / RECORD_FILE
-        saved = (read_json(record) if record.is_file() else {}).get("kinds") or {}  # format 2: {kind name: its entries}
-        kinds = [KINDS[name] for name in saved if name in KINDS]
-    fmt = str(cfg.export.format)
-    refused = next(((kind, why) for kind in kinds if (why := kind.export_refusal(fmt))), None)
-    if refused is not None:
-        raise ConfigError(f"experiment=export of a model pruned by {refused[0].name}: {refused[1]}")
-    renumbered_by = next((kind for kind in kinds if kind.renumbers_ids and cfg.export.get("mask_file")), None)  # a saved one: renumbered
-    if renumbered_by is not None and str(cfg.export.quantize) != "none":  # the int8 score feeds the graphs the task's own ids
-        raise ConfigError(
-            f"export.quantize={cfg.export.quantize} scores the graphs with the task's own token ids, and a model pruned by "
-            f"{renumbered_by.name} ships renumbered ids with its rewritten tokenizer: export in f32 (export.quantize=none)"
-        )
-
-
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
     check_model_and_task(cfg)
@@ -129,7 +109,21 @@ def check_settings(cfg) -> None:
             "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
         )
     check_source(cfg)
-    check_source_units(cfg)
+    if settings.get("mask_file"):  # every kind the pruned model lost units of can be exported
+        kinds = kinds_of(unit_of(with_file_unit(cfg, "export")))
+    else:
+        record = Path(str(settings.model)).expanduser() / RECORD_FILE
+        saved = (read_json(record) if record.is_file() else {}).get("kinds") or {}  # format 2: {kind name: its entries}
+        kinds = [KINDS[name] for name in saved if name in KINDS]
+    refused = next(((kind, why) for kind in kinds if (why := kind.export_refusal(fmt))), None)
+    if refused is not None:
+        raise ConfigError(f"experiment=export of a model pruned by {refused[0].name}: {refused[1]}")
+    renumbered_by = next((kind for kind in kinds if kind.renumbers_ids and settings.get("mask_file")), None)  # a saved one: renumbered
+    if renumbered_by is not None and quantize != "none":  # the int8 score feeds the graphs the task's own ids
+        raise ConfigError(
+            f"export.quantize={quantize} scores the graphs with the task's own token ids, and a model pruned by "
+            f"{renumbered_by.name} ships renumbered ids with its rewritten tokenizer: export in f32 (export.quantize=none)"
+        )
     if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"

@@ -106,7 +106,13 @@ def check(cfg) -> None:
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
     check_prune_lists(cfg.prune)
-    check_trainer_not_read(cfg, prune)
+    given = given_settings(cfg, "trainer")  # trainer.* is not read: a recovery fine-tune runs on the model's device
+    if given and "finetune" in prune.recovering:
+        key, value = next(iter(given.items()))
+        raise ConfigError(
+            f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "
+            "trainer's (trainer.* is read by training runs only): drop it and set device=cuda (or device=cpu) instead"
+        )
     check_reads(cfg)
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
@@ -116,14 +122,3 @@ def check(cfg) -> None:
     check_scores_from(prune)
     check_prune_for_speed(cfg, prune)
     check_conditional_reads(cfg, prune)
-
-
-def check_trainer_not_read(cfg, prune) -> None:
-    """trainer.* sets training runs: a recovery fine-tune runs on the model's device (``device``), not the trainer's."""
-    given = given_settings(cfg, "trainer")
-    if given and "finetune" in prune.recovering:
-        key, value = next(iter(given.items()))
-        raise ConfigError(
-            f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "
-            "trainer's (trainer.* is read by training runs only): drop it and set device=cuda (or device=cpu) instead"
-        )

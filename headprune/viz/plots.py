@@ -53,10 +53,8 @@ def head_heatmaps(values: dict, significant: dict | None, path: str | Path, titl
         ax.set_title(GROUP_TITLES.get(group, group), fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_xticks(range(data.shape[1]))
-        ax.set_yticks(range(data.shape[0]))
-        ax.set_yticklabels([str(i + 1) for i in range(data.shape[0])])
-        ax.set_xticklabels([str(i + 1) for i in range(data.shape[1])], fontsize=7)
+        ax.set_xticks(range(data.shape[1]), [str(i + 1) for i in range(data.shape[1])], fontsize=7)  # heads and layers from 1
+        ax.set_yticks(range(data.shape[0]), [str(i + 1) for i in range(data.shape[0])])
         if significant is not None:
             marks = np.asarray(significant[group], dtype=bool)
             for layer, head in zip(*np.nonzero(marks)):
@@ -116,8 +114,7 @@ def keep_one_bars(rows: list[dict], path: str | Path, title: str, ylabel: str) -
     high = np.asarray([r["ci_high"] for r in rows], dtype=float) - deltas
     colors = ["tab:red" if r["significant"] else "tab:blue" for r in rows]
     ax.bar(range(len(rows)), deltas, yerr=np.vstack([low.clip(0), high.clip(0)]), color=colors, capsize=2)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(names, fontsize=7)
+    ax.set_xticks(range(len(rows)), names, fontsize=7)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_ylabel(ylabel)
     ax.set_title(title + " (red: p < 0.01)", fontsize=10)
@@ -137,11 +134,8 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
             top = max(r[k]["examples_per_s"] + r[k]["spread"] for k in ("original", "pruned"))
             label = "inconclusive" if is_inconclusive(r) else f"{100 * r['gain']:+.0f}%"
             ax.annotate(label, (x[i], top), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(x)
     several = len({r.get("call") for r in rows}) > 1  # e.g. prefill and decode: name the call under each pair
-    ax.set_xticklabels(
-        [f"{r['call']} {r['batch_size']}" if several else str(r["batch_size"]) for r in rows], fontsize=7 if several else None
-    )
+    ax.set_xticks(x, [f"{r['call']} {r['batch_size']}" if several else str(r["batch_size"]) for r in rows], fontsize=7 if several else None)
     return _labelled(fig, ax, path, title, "batch size", "examples / s", grid=False)
 
 
@@ -219,12 +213,10 @@ def importance_over_time(snapshots: list[dict], path) -> None:
     image = axes[0].imshow(values, aspect="auto", cmap="magma")
     for ax in axes:
         ax.set_xlabel("snapshot")
-        ax.set_xticks(range(len(snapshots)))
-        ax.set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
+        ax.set_xticks(range(len(snapshots)), [snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
     axes[0].set_ylabel("head (group layer.head)")
     step = max(1, len(labels) // 24)
-    axes[0].set_yticks(range(0, len(labels), step))
-    axes[0].set_yticklabels(labels[::step], fontsize=6)
+    axes[0].set_yticks(range(0, len(labels), step), labels[::step], fontsize=6)
     axes[0].set_title("head importance over training")
     fig.colorbar(image, ax=axes[0], fraction=0.046)
     epochs = list(range(len(snapshots)))
