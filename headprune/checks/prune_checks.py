@@ -26,7 +26,7 @@ PREDICTS = {"flops": "FLOPs", "latency": "seconds", "bytes": "weight bytes"}  # 
 
 def check_prune(cfg, prune) -> None:
     """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something
-    (with a re-estimable order, not for speed)."""
+    (with a re-estimable order, not for speed), kept-width multiples of a kind the unit prunes, at most the model's width."""
     fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
@@ -49,14 +49,8 @@ def check_prune(cfg, prune) -> None:
         )
     check_joint_scale(cfg, prune, prune.orders)
     check_ffn_multiple(cfg, prune)
-    check_width_multiples(cfg, prune)
-
-
-def check_width_multiples(cfg, prune) -> None:
-    """prune.hidden_multiple (a kind's one kept width in multiples): read by a unit with that kind, at most the model's width."""
-    fields = config_fields(cfg.model) or {}
     for kind in (kind for kind in KINDS.values() if kind.width_setting):
-        name, multiple = kind.width_setting, prune.given.get(kind.width_setting)
+        name, multiple = kind.width_setting, prune.given.get(kind.width_setting)  # e.g. prune.hidden_multiple: its kind's kept width
         if multiple is None:
             continue
         if kind not in prune.unit.kinds:
@@ -64,7 +58,7 @@ def check_width_multiples(cfg, prune) -> None:
                 f"prune.{name}={multiple} rounds the kept width of a kind prune.unit={prune.unit} does not prune: "
                 f"use a unit with {kind.name} (prune.unit={kind.name} or a list with it, [kv_group,ffn,{kind.name}]), or drop it"
             )
-        width = kind.units_per_layer(fields)
+        width = kind.units_per_layer(fields or {})
         if width is not None and int(multiple) > width:
             raise ConfigError(
                 f"prune.{name}={multiple} is larger than the {width} {kind.noun}s of model {cfg.model.get('name')}: "

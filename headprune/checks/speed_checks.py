@@ -22,12 +22,23 @@ def check_speed(speed) -> None:
 
 
 def check_speed_run(cfg) -> None:
-    """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask."""
+    """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask or point."""
     speed = cfg.speed
     check_speed(speed)
     check_splits(cfg, [speed.split], "speed.split")
     if speed.get("point"):
-        check_point(cfg)
+        # a point of speed.mask_file's prune run, picked by name alone, that removed some units (not the control)
+        refuse_given(cfg, pick_keys("speed"), f"speed.point={speed.point} names the point itself")
+        if not speed.get("mask_file"):
+            raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
+        read_mask_file(speed.mask_file, "speed")
+        point = point_source(speed, "speed")[1].point
+        if point.get("control"):
+            raise ConfigError(
+                f"speed.point={speed.point} is the control, the unpruned model fine-tuned: it has the unpruned model's shape, so "
+                "timing it against the unpruned model compares nothing; name a pruned point"
+            )
+        point_model_dir(speed, "speed")  # a recovered point's model directory must be there
         return
     if speed.get("mask_file"):
         read_mask_file(speed.mask_file, "speed")
@@ -63,19 +74,3 @@ def check_speed_run(cfg) -> None:
         raise ConfigError(
             f"speed.fraction=0 prunes no {noun(unit_of(cfg))}: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5"
         )
-
-
-def check_point(cfg) -> None:
-    """speed.point: a point of speed.mask_file's prune run, picked by name alone; one that removed some heads (not the control)."""
-    speed = cfg.speed
-    refuse_given(cfg, pick_keys("speed"), f"speed.point={speed.point} names the point itself")
-    if not speed.get("mask_file"):
-        raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
-    read_mask_file(speed.mask_file, "speed")
-    point = point_source(speed, "speed")[1].point
-    if point.get("control"):
-        raise ConfigError(
-            f"speed.point={speed.point} is the control, the unpruned model fine-tuned: it has the unpruned model's shape, so "
-            "timing it against the unpruned model compares nothing; name a pruned point"
-        )
-    point_model_dir(speed, "speed")  # a recovered point's model directory must be there

@@ -61,7 +61,6 @@ def run(cfg) -> dict:
     prune = settings.prune
     orders = orders_of(prune)
     fractions = fractions_of(prune)
-    min_per_layer = int(prune.min_units_per_layer)
     task = registry.load_task(cfg)
     groups = check_groups(prune.groups, task.gates.groups)
     split = str(prune.split)
@@ -77,7 +76,7 @@ def run(cfg) -> dict:
         fractions,
         order_settings(cfg),
         groups,
-        min_per_layer,
+        int(prune.min_units_per_layer),
         bool(prune.reestimate),
         split,
         shared,
