@@ -203,7 +203,25 @@ def check_prune_for_speed(cfg, prune) -> None:
         )
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
-    check_finetune(cfg, given.finetune)
+    finetune = given.finetune  # a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection
+    if finetune.warmup > 0 and not finetune.decay:
+        raise ConfigError(
+            f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
+            "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
+        )
+    rank = finetune.get("lora_rank")
+    if rank is not None and find_spec("peft") is None:
+        raise ConfigError(
+            "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
+            "or prune.finetune.lora_rank=null for a full fine-tune"
+        )
+    smallest = smallest_projection(cfg.model) if rank is not None else None
+    if smallest is not None and rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
+            f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
+            f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
+        )
     if given.control and "finetune" not in prune.recovering:  # the control is the unpruned model given the fine-tune
         raise ConfigError(
             "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
@@ -258,30 +276,6 @@ def check_speed_unit(prune) -> None:
         raise ConfigError(
             "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
             "not with prune.schedule: drop one of them"
-        )
-
-
-def check_finetune(cfg, finetune) -> None:
-    """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
-    if finetune.warmup > 0 and not finetune.decay:
-        raise ConfigError(
-            f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
-            "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
-        )
-    rank = finetune.get("lora_rank")
-    if rank is None:
-        return
-    if find_spec("peft") is None:
-        raise ConfigError(
-            "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
-            "or prune.finetune.lora_rank=null for a full fine-tune"
-        )
-    smallest = smallest_projection(cfg.model)
-    if smallest is not None and rank > smallest:
-        raise ConfigError(
-            f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
-            f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
-            f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
         )
 
 

@@ -62,20 +62,16 @@ def config_for_checkpoint(cfg, entry: str):
     return one
 
 
-def series(cfg) -> list[tuple[int, str]]:
-    """(step, checkpoint) of ``checkpoints``: by the step their names tell (saying so when that reorders them), else in the order given."""
+def analyse_models(cfg) -> list[dict]:
+    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision): by the step their names tell
+    (saying so when that reorders them), else in the order given."""
     listed = [str(c) for c in cfg.checkpoints]
     ordered = ordered_checkpoints(listed)
     if [entry for _, entry in ordered] != listed:
         print(f"checkpoints taken by the step in their names: {', '.join(f'step {s} ({e})' for s, e in ordered)}", flush=True)
-    return ordered
-
-
-def analyse_models(cfg) -> list[dict]:
-    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision), oldest step first."""
     settings = cfg.dynamics
     snapshots = []
-    for index, (step, entry) in enumerate(tqdm(series(cfg), desc="checkpoints")):
+    for index, (step, entry) in enumerate(tqdm(ordered, desc="checkpoints")):
         task = registry.load_task(config_for_checkpoint(cfg, entry))
         snap = take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=index, step=step)
         snapshots.append({**snap, "checkpoint": str(entry), "label": f"step {step}"})
