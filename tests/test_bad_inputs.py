@@ -2052,7 +2052,7 @@ def _gain_of_nothing(tmp_path):
 
 
 def _raw_mask_no_order(tmp_path):
-    from headprune.experiments.speed import raw_mask
+    from headprune.results.mask_files import raw_mask
 
     path = prune_results_file(tmp_path)
     raw_mask(json.loads(path.read_text()), "fisher", 0.25, None, path)

@@ -236,7 +236,7 @@ def test_mask_files_say_their_unit_and_kinds_and_label_what_each_kind_lost(tmp_p
     steps = [{"fraction": 0.3, "mask": mask}]
     found = mask_file_of({"results": {"unit": ["ffn", "kv_group"], "orders": {"fisher": {"steps": steps}}}}, tmp_path / "r.json")
     assert found.unit == "kv_group+ffn" and found.kinds == ("kv_group", "ffn")
-    assert found.candidates[0].removed_by_kind(found.unit) == {"kv_group": 1, "ffn": 3}
+    assert kind_counts(found.candidates[0].mask, found.unit) == {"kv_group": (1, 4), "ffn": (3, 8)}
     unnamed = mask_file_of({"mask": {"enc_self_block": [[0], [1]], "enc_ffn_block": [[1], [1]]}}, tmp_path / "m.json")
     assert unnamed.unit is None and unnamed.kinds == ("block",)
     old = mask_file_of(

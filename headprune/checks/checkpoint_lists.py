@@ -4,8 +4,12 @@ import re
 import zipfile
 from pathlib import Path
 
+from headprune.checks.shared_checks import check_model_type
 from headprune.core.checks import ConfigError
 from headprune.core.families import FAMILIES
+from headprune.models.sources import check_model_dir, check_weights_readable, resolve_pretrained
+from headprune.results.readers import read_json_file
+from headprune.tasks.registry import check_model_dir_kind
 
 EPOCH_FILE = re.compile(r"epoch(\d+)-step(\d+)\.ckpt$")
 STEP_IN_NAME = re.compile(r"(?:step|checkpoint)[-_]?(\d+)", re.IGNORECASE)  # Pythia's step1000, HF's checkpoint-500
@@ -54,11 +58,6 @@ def layout(fields: dict) -> dict:
 
 def check_checkpoint_models(cfg, listed: list[str]) -> None:
     """Every listed checkpoint present, complete, readable, a supported model of the task's kind, all one architecture and head layout."""
-    from headprune.checks.shared_checks import check_model_type
-    from headprune.models.sources import check_model_dir, check_weights_readable, resolve_pretrained
-    from headprune.results.readers import read_json_file
-    from headprune.tasks.registry import check_model_dir_kind
-
     first = None
     for entry in listed:
         source = Path(resolve_pretrained(entry, "checkpoints"))
@@ -82,11 +81,7 @@ def check_checkpoint_models(cfg, listed: list[str]) -> None:
 
 def epoch_checkpoints(ckpt_dir: Path) -> list[tuple[int, int, Path]]:
     """(epoch, step, path) of every per-epoch checkpoint in a directory, oldest first."""
-    found = []
-    for path in ckpt_dir.glob("*.ckpt"):
-        match = EPOCH_FILE.search(path.name)
-        if match:
-            found.append((int(match.group(1)), int(match.group(2)), path))
+    found = [(int(m.group(1)), int(m.group(2)), path) for path in ckpt_dir.glob("*.ckpt") if (m := EPOCH_FILE.search(path.name))]
     if not found:
         raise FileNotFoundError(f"no per-epoch checkpoints (epochNNN-stepN.ckpt) in {ckpt_dir}")
     return sorted(found)

@@ -1,5 +1,7 @@
 """Checks of the prune.* settings shared by prune and the study: each rule a ConfigError naming the setting, the fault and the fix."""
 
+from importlib.util import find_spec
+
 from omegaconf import OmegaConf
 
 from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
@@ -23,7 +25,8 @@ PREDICTS = {"flops": "FLOPs", "latency": "seconds", "bytes": "weight bytes"}  # 
 
 
 def check_prune(cfg, prune) -> None:
-    """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something."""
+    """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something
+    (with a re-estimable order, not for speed), kept-width multiples of a kind the unit prunes, at most the model's width."""
     fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
@@ -34,17 +37,20 @@ def check_prune(cfg, prune) -> None:
             )
     check_splits(cfg, [prune.given.split, prune.given.ablation_split], "prune.split/ablation_split")
     check_group_names(cfg, prune.unit, prune.groups, "prune.groups")
-    check_reestimate(prune)
+    if prune.given.reestimate and prune.for_speed:  # it recomputes the plain curves' re-estimable orders
+        raise ConfigError(
+            "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
+            "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
+        )
+    if prune.given.reestimate and not any(ORDERS[order].reestimable for order in prune.orders):
+        raise ConfigError(
+            f"prune.reestimate=true, but no order of prune.order={list(prune.orders)} can be re-estimated (random and ablation "
+            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
+        )
     check_joint_scale(cfg, prune, prune.orders)
     check_ffn_multiple(cfg, prune)
-    check_width_multiples(cfg, prune)
-
-
-def check_width_multiples(cfg, prune) -> None:
-    """prune.hidden_multiple (a kind's one kept width in multiples): read by a unit with that kind, at most the model's width."""
-    fields = config_fields(cfg.model) or {}
     for kind in (kind for kind in KINDS.values() if kind.width_setting):
-        name, multiple = kind.width_setting, prune.given.get(kind.width_setting)
+        name, multiple = kind.width_setting, prune.given.get(kind.width_setting)  # e.g. prune.hidden_multiple: its kind's kept width
         if multiple is None:
             continue
         if kind not in prune.unit.kinds:
@@ -52,7 +58,7 @@ def check_width_multiples(cfg, prune) -> None:
                 f"prune.{name}={multiple} rounds the kept width of a kind prune.unit={prune.unit} does not prune: "
                 f"use a unit with {kind.name} (prune.unit={kind.name} or a list with it, [kv_group,ffn,{kind.name}]), or drop it"
             )
-        width = kind.units_per_layer(fields)
+        width = kind.units_per_layer(fields or {})
         if width is not None and int(multiple) > width:
             raise ConfigError(
                 f"prune.{name}={multiple} is larger than the {width} {kind.noun}s of model {cfg.model.get('name')}: "
@@ -135,77 +141,103 @@ def check_joint_scale(cfg, prune, orders) -> None:
             )
 
 
-def check_reestimate(prune) -> None:
-    """prune.reestimate recomputes the plain curves' re-estimable orders: with none of them, or for speed, it would be ignored."""
-    if not prune.given.reestimate:
-        return
-    if prune.for_speed:
-        raise ConfigError(
-            "prune.reestimate=true re-estimates the plain pruning curves; with prune.target / schedule / recover / "
-            "rearrange / measure_speed it would be ignored: drop it (prune.schedule re-scores after every step)"
-        )
-    orders = list(prune.orders)
-    if not any(ORDERS[order].reestimable for order in orders):
-        raise ConfigError(
-            f"prune.reestimate=true, but no order of prune.order={orders} can be re-estimated (random and ablation "
-            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
-        )
-
-
-def target_of(value, name: str):
-    """A validated ``PruneTarget`` from a one-key mapping, or a ConfigError naming the setting."""
+def prune_steps(prune) -> list:
+    """The validated steps of prune.target (one target) or prune.schedule (growing fractions, or targets of one kind that go
+    further each step); [] for neither; else a ConfigError naming the setting."""
+    target = given_target(prune.get("target"))
+    if target is not None and prune.get("schedule") is not None:
+        raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
+    value = prune.get("schedule") if target is None else target
+    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    if target is not None:
+        try:
+            return [PruneTarget.from_config(value)]
+        except ValueError as err:
+            raise ConfigError(f"prune.target: {err}") from None
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {value!r}")
     try:
-        return PruneTarget.from_config(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
-    except ValueError as err:
-        raise ConfigError(f"{name}: {err}") from None
-
-
-def schedule_of(value) -> list:
-    """The validated ``prune.schedule``: growing fractions, or targets of one kind that go further each step, or a ConfigError."""
-    steps = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-    if not isinstance(steps, (list, tuple)):
-        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {steps!r}")
-    try:
-        return check_schedule(steps)
+        return check_schedule(value)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"prune.schedule: {err}") from None
 
 
-def prune_steps(prune) -> list:
-    """The steps of prune.target or prune.schedule (targets or fractions; [] for neither), or a ConfigError."""
-    target = given_target(prune.get("target"))
-    if target is not None and prune.get("schedule") is not None:
-        raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
-    if prune.get("schedule") is not None:
-        return schedule_of(prune.schedule)
-    return [] if target is None else [target_of(target, "prune.target")]
-
-
 def check_prune_for_speed(cfg, prune) -> None:
-    """prune.target / schedule / cost / recover / rearrange / finetune / measure_speed, and the selection split a max_drop reads."""
+    """prune.target / schedule / cost / recover / rearrange / finetune / control / extra_splits / save / measure_speed, and the
+    selection split a max_drop reads."""
     given = prune.given
     targets = [s for s in prune.steps if not isinstance(s, float)]
     check_speed_unit(prune)
-    check_cost(given, targets, prune.unit)
-    check_bytes_cost(cfg, given)
-    check_latency_length(cfg, given)
+    untimed = [kind.name for kind in kinds_of(prune.unit) if kind.latency_parts() is None]  # prune.cost: latency tables per kind
+    if given.cost == "latency" and untimed:
+        raise ConfigError(
+            f"prune.cost=latency with prune.unit={unit_name(prune.unit)}: {', '.join(untimed)} units have no latency tables "
+            "(the timed attention and FFN widths do not say what they cost); use prune.cost=flops with a flops target"
+        )
+    for target in targets:  # a flops / bytes target needs that cost model
+        if target.kind in SHARES and given.cost != target.kind:
+            raise ConfigError(
+                f"a {target.kind} target keeps a share of the model's {SHARES[target.kind]}, and prune.cost={given.cost} predicts "
+                f"{PREDICTS[str(given.cost)]}: add prune.cost={target.kind} (or give a speedup target)"
+            )
+    if given.cost == "latency" and not targets:
+        raise ConfigError(
+            "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
+            "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
+        )
+    fields = config_fields(cfg.model)  # prune.cost=bytes counts the weights one decoded token reads: no encoder-decoder
+    groups = config_groups(fields) if fields is not None and str(given.cost) == "bytes" else None
+    if groups and "enc_dec" in groups and "dec_self" in groups:
+        raise ConfigError(
+            f"prune.cost=bytes counts the weights one decoded token reads, and model {cfg.model.get('name')} is an "
+            "encoder-decoder: its encoder's weights are read once per source, not per decoded token, so one count of both "
+            "means nothing; use prune.cost=flops with a flops or speedup target"
+        )
+    positions = max_positions(cfg.model) if str(given.cost) == "latency" else None  # latency tables time prune.seq_len tokens
+    if positions is not None and int(given.seq_len) > positions:
+        raise ConfigError(
+            f"prune.seq_len={given.seq_len}: prune.cost=latency times model {cfg.model.get('name')} on inputs of that "
+            f"many tokens, but it takes at most {positions} positions: set prune.seq_len<={positions}"
+        )
     if any(t.kind == "max_drop" for t in targets):
         check_selection(cfg, "prune")
-    check_finetune(cfg, given.finetune)
-    check_control(cfg, prune)
-    check_save_names(prune)
+    finetune = given.finetune  # a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection
+    if finetune.warmup > 0 and not finetune.decay:
+        raise ConfigError(
+            f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
+            "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
+        )
+    rank = finetune.get("lora_rank")
+    if rank is not None and find_spec("peft") is None:
+        raise ConfigError(
+            "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
+            "or prune.finetune.lora_rank=null for a full fine-tune"
+        )
+    smallest = smallest_projection(cfg.model) if rank is not None else None
+    if smallest is not None and rank > smallest:
+        raise ConfigError(
+            f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
+            f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
+            f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
+        )
+    if given.control and "finetune" not in prune.recovering:  # the control is the unpruned model given the fine-tune
+        raise ConfigError(
+            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
+            f"has no finetune ({given.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
+        )
+    extra = string_list(given.extra_splits, "prune.extra_splits")  # other splits than prune.split
+    check_splits(cfg, extra, "prune.extra_splits")
+    if str(given.split) in extra:
+        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={given.split}: list other evaluation splits")
+    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save  # a choice or point names
+    planned = planned_points(given, list(prune.orders), fractions_of(given)) if prune.for_speed and not isinstance(save, str) else None
+    check_save(save, prune.for_speed, planned)  # each a point the settings make (the error lists them)
     if given.measure_speed:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
         check_speed(cfg.speed)
-
-
-def check_save_names(prune) -> None:
-    """prune.save: a choice or point names, each a point the settings make (the error lists them)."""
-    given = prune.given
-    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
-    planned = planned_points(given, list(prune.orders), fractions_of(given)) if prune.for_speed and not isinstance(save, str) else None
-    check_save(save, prune.for_speed, planned)
 
 
 def check_speed_unit(prune) -> None:
@@ -247,75 +279,6 @@ def check_speed_unit(prune) -> None:
         )
 
 
-def check_cost(prune, targets: list, unit) -> None:
-    """prune.cost: a flops / bytes target needs that cost model; a latency table serves targets only, in a unit that has one."""
-    untimed = [kind.name for kind in kinds_of(unit) if kind.latency_parts() is None]
-    if prune.cost == "latency" and untimed:
-        raise ConfigError(
-            f"prune.cost=latency with prune.unit={unit_name(unit)}: {', '.join(untimed)} units have no latency tables "
-            "(the timed attention and FFN widths do not say what they cost); use prune.cost=flops with a flops target"
-        )
-    for target in targets:
-        if target.kind in SHARES and prune.cost != target.kind:
-            raise ConfigError(
-                f"a {target.kind} target keeps a share of the model's {SHARES[target.kind]}, and prune.cost={prune.cost} predicts "
-                f"{PREDICTS[str(prune.cost)]}: add prune.cost={target.kind} (or give a speedup target)"
-            )
-    if prune.cost == "latency" and not targets:
-        raise ConfigError(
-            "prune.cost=latency chooses the heads that meet a target (prune.target or a schedule of targets); without one "
-            "it would be ignored: add e.g. 'prune.target={speedup:1.3}' or drop prune.cost=latency"
-        )
-
-
-def check_bytes_cost(cfg, prune) -> None:
-    """prune.cost=bytes counts the weights one decoded token reads: a model whose every weight a token reads (no encoder-decoder)."""
-    fields = config_fields(cfg.model)
-    groups = config_groups(fields) if fields is not None and str(prune.cost) == "bytes" else None
-    if groups and "enc_dec" in groups and "dec_self" in groups:
-        raise ConfigError(
-            f"prune.cost=bytes counts the weights one decoded token reads, and model {cfg.model.get('name')} is an "
-            "encoder-decoder: its encoder's weights are read once per source, not per decoded token, so one count of both "
-            "means nothing; use prune.cost=flops with a flops or speedup target"
-        )
-
-
-def check_latency_length(cfg, prune) -> None:
-    """prune.cost=latency times the model on inputs of prune.seq_len tokens: within the positions the model takes."""
-    positions = max_positions(cfg.model) if str(prune.cost) == "latency" else None
-    if positions is not None and int(prune.seq_len) > positions:
-        raise ConfigError(
-            f"prune.seq_len={prune.seq_len}: prune.cost=latency times model {cfg.model.get('name')} on inputs of that "
-            f"many tokens, but it takes at most {positions} positions: set prune.seq_len<={positions}"
-        )
-
-
-def check_finetune(cfg, finetune) -> None:
-    """prune.finetune: a warm-up belongs to the decaying lr schedule; LoRA needs peft and a rank below every projection."""
-    if finetune.warmup > 0 and not finetune.decay:
-        raise ConfigError(
-            f"prune.finetune.warmup={finetune.warmup} warms up the lr schedule of prune.finetune.decay=true only; with "
-            "decay=false the lr is constant and the warm-up would be ignored: add prune.finetune.decay=true or drop the warm-up"
-        )
-    rank = finetune.get("lora_rank")
-    if rank is None:
-        return
-    from importlib.util import find_spec
-
-    if find_spec("peft") is None:
-        raise ConfigError(
-            "prune.finetune.lora_rank needs the peft package: pip install peft (headprune's llm extra), "
-            "or prune.finetune.lora_rank=null for a full fine-tune"
-        )
-    smallest = smallest_projection(cfg.model)
-    if smallest is not None and rank > smallest:
-        raise ConfigError(
-            f"prune.finetune.lora_rank={rank} is larger than the smallest projection LoRA adapts in model "
-            f"{cfg.model.get('name')} ({smallest} features): a rank above it is no low-rank update; "
-            f"choose at most {smallest} (e.g. 8 or 16), or null for a full fine-tune"
-        )
-
-
 def smallest_projection(model_cfg) -> int | None:
     """min(in, out) over the attention and MLP projections a model's config describes (None: unknown)."""
     fields = config_fields(model_cfg)
@@ -331,20 +294,6 @@ def smallest_projection(model_cfg) -> int | None:
     return min(sizes) if sizes else None
 
 
-def check_control(cfg, prune) -> None:
-    """prune.control needs a fine-tune to give the unpruned model; prune.extra_splits are other splits than prune.split."""
-    given = prune.given
-    if given.control and "finetune" not in prune.recovering:
-        raise ConfigError(
-            "prune.control=true gives the unpruned model the same fine-tune as the pruned ones, but prune.recover "
-            f"has no finetune ({given.recover!r}): add prune.recover=finetune (or a list with it), or drop prune.control"
-        )
-    extra = string_list(given.extra_splits, "prune.extra_splits")
-    check_splits(cfg, extra, "prune.extra_splits")
-    if str(given.split) in extra:
-        raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={given.split}: list other evaluation splits")
-
-
 # ---- settings read only when others say so ---------------------------------------------------------
 
 
@@ -357,20 +306,14 @@ def check_prune_lists(prune) -> None:
             no_duplicates(value, f"prune.{name}")
 
 
-def check_vocab_text(cfg, prune) -> None:
-    """prune.vocab_text names splits the task reads, for a unit whose floor keeps a text's tokens (the vocabulary)."""
-    splits = string_list(prune.given.vocab_text, "prune.vocab_text")
-    if not any(kind.text_floor for kind in prune.unit.kinds):
+def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
+    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
+    if not any(kind.text_floor for kind in prune.unit.kinds):  # prune.vocab_text: the splits whose tokens a vocabulary keeps
         refuse_given(
             cfg, ("prune.vocab_text",), f"it keeps the tokens of these splits' text, and prune.unit={prune.unit} removes no tokens"
         )
-    drawn = [s for s in splits if s != "importance"]  # every task draws its importance subset, from the training text
+    drawn = [s for s in string_list(prune.given.vocab_text, "prune.vocab_text") if s != "importance"]  # drawn from the training text
     check_splits(cfg, drawn, "prune.vocab_text")
-
-
-def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
-    """prune.* settings read only when others say so, refused otherwise (``alone``: experiment=prune, the study ablates anyway)."""
-    check_vocab_text(cfg, prune)
     given, recover, steps = prune.given, list(prune.recoveries), prune.recovering
     if given.get("fractions") is not None:
         refuse_given(cfg, ("prune.step", "prune.max_fraction"), "prune.fractions lists the fractions itself")

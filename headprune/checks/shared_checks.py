@@ -1,17 +1,21 @@
 """Checks every experiment shares: top-level keys, the device, the model, the task and its splits, the unit, the trainer."""
 
+import importlib.util
+import zipfile
 from functools import cache, lru_cache
 from pathlib import Path
 
+import torch
 from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from headprune.checks.stream_checks import check_stream
 from headprune.conf_dir import config_dir
 from headprune.core.checks import ConfigError, check_schema, warn
-from headprune.core.families import GROUPS, config_groups, supported_model_types
+from headprune.core.families import FAMILIES, GROUPS, config_groups, supported_model_types
 from headprune.core.pruning import inexact_reason
-from headprune.core.unit_kinds import ablation_refusal
+from headprune.core.unit_kinds import KINDS, ablation_refusal
+from headprune.models.build import tokenizer_source
 from headprune.models.sources import check_model_dir, config_fields, resolve_pretrained
 from headprune.results.readers import read_json_file
 from headprune.settings.declare import TRAINING
@@ -60,8 +64,6 @@ def no_duplicates(values, name: str) -> None:
 
 def check_device(cfg) -> None:
     """``device`` names a device this machine has (``auto``: CUDA when there is one)."""
-    import torch
-
     name = str(cfg.device)
     if name == "auto":
         return
@@ -76,10 +78,11 @@ def check_device(cfg) -> None:
 
 
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+FLASH_ATTENTION = {"flash_attention_2": ("flash_attn", "flash-attn"), "flash_attention_3": ("flash_attn_interface", "flash-attn-3")}
 
 
 def check_model(cfg) -> None:
-    """The model's kind (a task), its attention implementation, and a pretrained model that exists and is complete."""
+    """The model's kind (a task), its attention implementation (FlashAttention: its package and a CUDA GPU), and a complete pretrained model."""
     try:
         model_task(cfg.model)
     except ValueError as err:
@@ -90,7 +93,18 @@ def check_model(cfg) -> None:
             f"model.attn_implementation={implementation} is no attention implementation of transformers: "
             f"choose one of {list(ATTENTION_IMPLEMENTATIONS)} (or null for the model's default)"
         )
-    check_flash_attention(cfg, implementation)
+    if implementation in FLASH_ATTENTION:  # refused before the model is built when the package or the GPU is missing
+        module, package = FLASH_ATTENTION[implementation]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"model.attn_implementation={implementation} needs the {package} package, which is not installed here: "
+                f"install it on a machine with a CUDA GPU (pip install {package}), or use model.attn_implementation=sdpa"
+            )
+        if not torch.cuda.is_available() or str(cfg.get("device")).startswith("cpu"):
+            raise ConfigError(
+                f"model.attn_implementation={implementation} runs on a CUDA GPU only (device={cfg.get('device')}, "
+                f"{'no GPU here' if not torch.cuda.is_available() else 'the CPU asked'}): use model.attn_implementation=sdpa"
+            )
     try:
         built = built_config(cfg.model)
         if built is not None:
@@ -98,30 +112,6 @@ def check_model(cfg) -> None:
         _check_model_files(cfg)
     except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
         raise ConfigError(str(err)) from None
-
-
-FLASH_ATTENTION = {"flash_attention_2": ("flash_attn", "flash-attn"), "flash_attention_3": ("flash_attn_interface", "flash-attn-3")}
-
-
-def check_flash_attention(cfg, implementation) -> None:
-    """FlashAttention needs its package and a CUDA GPU: refused before the model is built when either is missing."""
-    import importlib.util
-
-    import torch
-
-    if implementation not in FLASH_ATTENTION:
-        return
-    module, package = FLASH_ATTENTION[implementation]
-    if importlib.util.find_spec(module) is None:
-        raise ConfigError(
-            f"model.attn_implementation={implementation} needs the {package} package, which is not installed here: "
-            f"install it on a machine with a CUDA GPU (pip install {package}), or use model.attn_implementation=sdpa"
-        )
-    if not torch.cuda.is_available() or str(cfg.get("device")).startswith("cpu"):
-        raise ConfigError(
-            f"model.attn_implementation={implementation} runs on a CUDA GPU only (device={cfg.get('device')}, "
-            f"{'no GPU here' if not torch.cuda.is_available() else 'the CPU asked'}): use model.attn_implementation=sdpa"
-        )
 
 
 def built_config(model_cfg) -> tuple[dict, str] | None:
@@ -147,13 +137,10 @@ def check_model_type(fields: dict, config_file: str) -> None:
 
 
 def _check_model_files(cfg) -> None:
-    from headprune.models.build import tokenizer_source
-
+    """A training checkpoint that is a whole zip archive, or a pretrained model directory with its files, or a model.config."""
     model = cfg.model
     pretrained = model.get("pretrained")
     if pretrained and str(pretrained).endswith(".ckpt"):
-        import zipfile
-
         path = resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist, a whole zip archive
         if not zipfile.is_zipfile(path):
             raise ConfigError(
@@ -197,11 +184,6 @@ def check_model_and_task(cfg, reads_importance: bool = True, falls_back: bool = 
     check_task(cfg, reads_importance=reads_importance, falls_back=falls_back)
 
 
-def splits_of(cfg) -> tuple[str, ...]:
-    """The split names the config's task reads."""
-    return task_spec_of(cfg).splits
-
-
 def concrete_split(cfg, split: str) -> str:
     """The data split a split name reads (e.g. MT ``eval`` -> test, ``heldout`` -> valid), or a ConfigError."""
     spec = task_spec_of(cfg)
@@ -211,30 +193,20 @@ def concrete_split(cfg, split: str) -> str:
 
 
 def check_splits(cfg, names, setting: str) -> None:
-    """Every split name is one the task reads, and its data exists (``data`` lists the splits a data config has)."""
+    """Every split name is one the task reads, and in the chosen data (its table of files or synthetic sizes, where it has one)."""
+    data = cfg.get("data") or {}
+    where = {"local": "data.files", "synthetic": "data.synthetic.sizes"}.get(str(data.get("source")))  # else its task checks them
+    table = data.get("files") if data.get("source") == "local" else (data.get("synthetic") or {}).get("sizes")
     for name in names:
         try:
             concrete_split(cfg, str(name))
         except ConfigError:
-            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(splits_of(cfg))}") from None
-        missing = missing_split(cfg, str(name))
-        if missing:
-            raise ConfigError(f"{setting}: split {name!r} {missing}")
-
-
-def missing_split(cfg, name: str) -> str | None:
-    """Why the chosen data lacks the split a name reads (its table of files or synthetic sizes omits it), or None."""
-    data = cfg.get("data") or {}
-    source = data.get("source")
-    where = {"local": "data.files", "synthetic": "data.synthetic.sizes"}.get(str(source))
-    table = data.get("files") if source == "local" else (data.get("synthetic") or {}).get("sizes")
-    if where is None or not OmegaConf.is_dict(table):
-        return None  # the data config names its splits otherwise: its task checks them
-    split = concrete_split(cfg, name)
-    if table.get(split) is None:
-        have = sorted(k for k in table if table[k] is not None)
-        return f"is not in data {data.get('name')} ({where} has {have}): drop it, or choose data that has it"
-    return None
+            raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(task_spec_of(cfg).splits)}") from None
+        if where is not None and OmegaConf.is_dict(table) and table.get(concrete_split(cfg, str(name))) is None:
+            have = sorted(k for k in table if table[k] is not None)
+            raise ConfigError(
+                f"{setting}: split {name!r} is not in data {data.get('name')} ({where} has {have}): drop it, or choose data that has it"
+            )
 
 
 def check_selection(cfg, section: str) -> None:
@@ -245,7 +217,7 @@ def check_selection(cfg, section: str) -> None:
     try:
         same = concrete_split(cfg, str(selection)) == concrete_split(cfg, split)
     except ConfigError as err:
-        raise ConfigError(f"{section}: {err} (splits: {list(splits_of(cfg))})") from None
+        raise ConfigError(f"{section}: {err} (splits: {list(task_spec_of(cfg).splits)})") from None
     if same:
         raise ConfigError(
             f"{section}.selection_split={selection} reads the same data as {section}.split={split}: "
@@ -342,8 +314,6 @@ def check_mask_units(cfg, unit, mask: dict, setting: str = "speed.mask_file") ->
 
 def check_trainer(trainer) -> None:
     """Training must end, on a device this machine has: an unbounded epoch count needs trainer.max_steps or trainer.max_time."""
-    import torch
-
     accelerator = str(trainer.accelerator)
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
@@ -369,16 +339,9 @@ def check_training_run(cfg) -> None:
     check_model_and_task(cfg, reads_importance=False)
     check_reads(cfg, TRAINING)
     check_trainer(cfg.trainer)
-    check_resume(cfg)
-
-
-def check_resume(cfg) -> None:
-    """``ckpt_path=last`` resumes ``<output_dir>/checkpoints/last.ckpt``: it must exist (a path must exist too)."""
-    path = cfg.get("ckpt_path")
-    if path is None:
-        return
+    path = cfg.get("ckpt_path")  # ckpt_path=last resumes <output_dir>/checkpoints/last.ckpt: it must exist (a path too)
     target = Path(str(cfg.paths.output_dir)) / "checkpoints" / "last.ckpt" if str(path) == "last" else Path(str(path))
-    if not target.is_file():
+    if path is not None and not target.is_file():
         raise ConfigError(
             f"ckpt_path={path}: there is nothing to resume ({target} does not exist): give the run's own directory "
             "(hydra.run.dir=<run>) with ckpt_path=last, a checkpoint file, or drop ckpt_path to train from the start"
@@ -444,10 +407,6 @@ def experiment_name(cfg) -> str:
     return experiment_files().get(str(cfg.get("run")), (str(cfg.get("run")), {}))[0]
 
 
-def reads(key: str, read: tuple[str, ...]) -> bool:
-    return any(key == r or key.startswith(r + ".") for r in read)
-
-
 def check_reads(cfg, reader: str | None = None) -> None:
     """A setting this run (``reader``: default ``cfg.run``'s, or ``TRAINING``) does not read (``read_by``), given off its default, is refused."""
     reader = reader or experiment_name(cfg)
@@ -468,7 +427,7 @@ def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
     """A conditional read: ``keys`` are read only when ``why`` says; given another value than their default otherwise, refused."""
     for group in {key.split(".")[0] for key in keys}:
         for key, value in given_settings(cfg, group).items():
-            if reads(key, keys):
+            if any(key == read or key.startswith(read + ".") for read in keys):
                 raise ConfigError(f"{key}={value} would be ignored: {why}; drop it")
 
 
@@ -478,9 +437,6 @@ def refuse_given(cfg, keys: tuple[str, ...], why: str) -> None:
 def check_exact_pruning(cfg, what: str | None, kinds=None) -> None:
     """A run that prunes physically (``what`` says how; None: masks only) is refused on a model whose pruning is inexact (OLMo 2,
     ALiBi); ``kinds``: the unit kinds it prunes (None: any), those that keep every head pass OLMo 2's norms across heads."""
-    from headprune.core.families import FAMILIES
-    from headprune.core.unit_kinds import KINDS
-
     fields = config_fields(cfg.model) or {}
     family = next((f for f in FAMILIES if fields.get("model_type") in f.model_types), None)
     if family is None or not what:

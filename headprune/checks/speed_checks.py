@@ -22,16 +22,38 @@ def check_speed(speed) -> None:
 
 
 def check_speed_run(cfg) -> None:
-    """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask."""
+    """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask or point."""
     speed = cfg.speed
     check_speed(speed)
     check_splits(cfg, [speed.split], "speed.split")
     if speed.get("point"):
-        check_point(cfg)
+        # a point of speed.mask_file's prune run, picked by name alone, that removed some units (not the control)
+        refuse_given(cfg, pick_keys("speed"), f"speed.point={speed.point} names the point itself")
+        if not speed.get("mask_file"):
+            raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
+        read_mask_file(speed.mask_file, "speed")
+        point = point_source(speed, "speed")[1].point
+        if point.get("control"):
+            raise ConfigError(
+                f"speed.point={speed.point} is the control, the unpruned model fine-tuned: it has the unpruned model's shape, so "
+                "timing it against the unpruned model compares nothing; name a pruned point"
+            )
+        point_model_dir(speed, "speed")  # a recovered point's model directory must be there
         return
     if speed.get("mask_file"):
         read_mask_file(speed.mask_file, "speed")
-        check_chosen_mask(cfg)
+        path = Path(str(speed.mask_file))  # the chosen mask: present, fitting the model, removing some units but not all
+        mask = chosen_mask(speed, "speed")[1].mask
+        unit = unit_of(with_file_unit(cfg, "speed"))
+        check_mask_units(cfg, unit, mask)
+        entries = [value for rows in mask.values() for row in rows for value in row]
+        if 0 not in entries:
+            raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no {noun(unit)}: the two timed models would be the same")
+        if 1 not in entries:
+            raise ConfigError(
+                f"speed.mask_file={path}: the chosen mask removes every {noun(unit)} ({len(entries)}): nothing would be left to time "
+                f"(as speed.fraction=1 is refused); choose a mask that keeps some {noun(unit, plural=True)}"
+            )
         return
     if speed.get("mask_step") is not None:
         raise ConfigError(
@@ -51,37 +73,4 @@ def check_speed_run(cfg) -> None:
     if speed.fraction == 0:
         raise ConfigError(
             f"speed.fraction=0 prunes no {noun(unit_of(cfg))}: the two timed models would be the same; give a fraction in (0, 1), e.g. 0.5"
-        )
-
-
-def check_point(cfg) -> None:
-    """speed.point: a point of speed.mask_file's prune run, picked by name alone; one that removed some heads (not the control)."""
-    speed = cfg.speed
-    refuse_given(cfg, pick_keys("speed"), f"speed.point={speed.point} names the point itself")
-    if not speed.get("mask_file"):
-        raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
-    read_mask_file(speed.mask_file, "speed")
-    point = point_source(speed, "speed")[1].point
-    if point.get("control"):
-        raise ConfigError(
-            f"speed.point={speed.point} is the control, the unpruned model fine-tuned: it has the unpruned model's shape, so "
-            "timing it against the unpruned model compares nothing; name a pruned point"
-        )
-    point_model_dir(speed, "speed")  # a recovered point's model directory must be there
-
-
-def check_chosen_mask(cfg) -> None:
-    """The mask speed.mask_file / mask_order / fraction / mask_step pick: present, fitting the model, removing some heads but not all."""
-    speed = cfg.speed
-    path = Path(str(speed.mask_file))
-    mask = chosen_mask(speed, "speed")[1].mask
-    unit = unit_of(with_file_unit(cfg, "speed"))
-    check_mask_units(cfg, unit, mask)
-    entries = [value for rows in mask.values() for row in rows for value in row]
-    if 0 not in entries:
-        raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no {noun(unit)}: the two timed models would be the same")
-    if 1 not in entries:
-        raise ConfigError(
-            f"speed.mask_file={path}: the chosen mask removes every {noun(unit)} ({len(entries)}): nothing would be left to time "
-            f"(as speed.fraction=1 is refused); choose a mask that keeps some {noun(unit, plural=True)}"
         )

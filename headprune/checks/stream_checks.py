@@ -9,25 +9,7 @@ from headprune.tasks.stream_task import task_context
 
 def check_stream(cfg, prune) -> None:
     """prune.action=stream: a decoder LLM, an attention unit, a window within its positions and the context, no pruning for speed."""
-    check_stream_model(cfg)
-    unit = prune.unit
-    if unit.name not in STREAM_UNITS:
-        raise ConfigError(
-            f"prune.unit={unit} with prune.action=stream: streaming limits how far back a unit of attention looks, and "
-            f"{unit} holds units that attend to nothing (FFN neurons, whole blocks): use prune.unit=kv_group (or head)"
-        )
-    check_span(cfg)
-    if str(prune.given.cost) == "bytes":
-        raise ConfigError(
-            "prune.cost=bytes counts the weights a decoded token reads, and prune.action=stream keeps every weight: a streamed "
-            "unit's saving is the KV cache every point reports (kv_bytes at the task's context); drop prune.cost=bytes"
-        )
-    check_not_for_speed(prune)
-
-
-def check_stream_model(cfg) -> None:
-    """A decoder-only LLM (its only attention group the causal self-attention) whose attention takes the streaming mask."""
-    model = cfg.model.get("name")
+    model = cfg.model.get("name")  # a decoder-only LLM whose attention takes the streaming mask
     fields = config_fields(cfg.model)
     groups = config_groups(fields) if fields is not None else None
     if groups is not None and STREAMED_GROUP not in groups:
@@ -46,16 +28,17 @@ def check_stream_model(cfg) -> None:
             f"prune.action=stream adds a sink + window mask to the attention, which model.attn_implementation={implementation} "
             f"does not take as a 4-D mask: set model.attn_implementation to one of {list(MASKED_ATTENTION)}"
         )
-
-
-def check_span(cfg) -> None:
-    """A window within the model's positions, and sink + window below the longest context of the task's data."""
-    stream, name = cfg.prune.stream, cfg.model.get("name")
-    sink, window = int(stream.sink), int(stream.window)
+    unit = prune.unit
+    if unit.name not in STREAM_UNITS:
+        raise ConfigError(
+            f"prune.unit={unit} with prune.action=stream: streaming limits how far back a unit of attention looks, and "
+            f"{unit} holds units that attend to nothing (FFN neurons, whole blocks): use prune.unit=kv_group (or head)"
+        )
+    sink, window = int(cfg.prune.stream.sink), int(cfg.prune.stream.window)  # within the positions and below the longest context
     positions = max_positions(cfg.model)
     if positions is not None and window > positions:
         raise ConfigError(
-            f"prune.stream.window={window} is larger than model {name}'s {positions} positions: no sequence it reads is that "
+            f"prune.stream.window={window} is larger than model {model}'s {positions} positions: no sequence it reads is that "
             f"long, so a streamed unit would see everything; choose a window below {positions}"
         )
     context = task_context(cfg.data)
@@ -65,11 +48,12 @@ def check_span(cfg) -> None:
             f"data={cfg.data.get('name')} ({context} tokens at most): a streamed unit would keep every key and nothing would be "
             f"saved; choose sink + window below {context} (e.g. prune.stream.window={max(1, context // 2 - sink)})"
         )
-
-
-def check_not_for_speed(prune) -> None:
-    """Pruning for speed removes units from the weights; a streamed unit keeps its weights."""
-    if prune.for_speed:
+    if str(prune.given.cost) == "bytes":
+        raise ConfigError(
+            "prune.cost=bytes counts the weights a decoded token reads, and prune.action=stream keeps every weight: a streamed "
+            "unit's saving is the KV cache every point reports (kv_bytes at the task's context); drop prune.cost=bytes"
+        )
+    if prune.for_speed:  # pruning for speed removes units from the weights; a streamed unit keeps its weights
         raise ConfigError(
             "prune.action=stream gates units, and pruning for speed (prune.target / schedule / recover / rearrange / "
             "measure_speed) removes them from the weights: a streamed unit keeps its weights, its saving is the KV cache "

@@ -3,10 +3,14 @@
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from tqdm.auto import tqdm
 
-from headprune.checks.checkpoint_lists import epoch_checkpoints, ordered_checkpoints
+from headprune.checks.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints, epoch_checkpoints, ordered_checkpoints
+from headprune.checks.shared_checks import check_reads, check_task, no_duplicates
+from headprune.core.checks import ConfigError
 from headprune.lightning.callbacks import take_snapshot, with_stability
 from headprune.lightning.trainer import read_training_checkpoint
+from headprune.models.sources import has_tokenizer, looks_like_path
 from headprune.results.writer import write_results_file
 from headprune.settings import listed as list_of
 from headprune.tasks import registry
@@ -36,17 +40,12 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
 
 def analyse_checkpoints(cfg) -> list[dict]:
     """A snapshot per epoch checkpoint, with the same settings as the live callback."""
-    ckpt_dir = Path(cfg.ckpt_dir)
+    ckpt_dir, settings = Path(cfg.ckpt_dir), cfg.dynamics
     checkpoints = epoch_checkpoints(ckpt_dir)
-    train_cfg = checkpoint_training_config(ckpt_dir, cfg)
-    task = registry.load_task(train_cfg)
-    settings = cfg.dynamics
+    task = registry.load_task(checkpoint_training_config(ckpt_dir, cfg))
     snapshots = []
-    from tqdm.auto import tqdm
-
     for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
-        state = read_training_checkpoint(path)["state_dict"]
-        task.load_state_dict(state)
+        task.load_state_dict(read_training_checkpoint(path)["state_dict"])
         snapshots.append(
             take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=epoch, step=step)
         )
@@ -55,8 +54,6 @@ def analyse_checkpoints(cfg) -> list[dict]:
 
 def config_for_checkpoint(cfg, entry: str):
     """The config with the model read from one checkpoint (and its tokenizer, when the checkpoint holds one)."""
-    from headprune.models.sources import has_tokenizer, looks_like_path
-
     one = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     one.model.pretrained = str(entry)
     local = looks_like_path(str(entry)) or Path(str(entry)).expanduser().exists()
@@ -65,22 +62,16 @@ def config_for_checkpoint(cfg, entry: str):
     return one
 
 
-def series(cfg) -> list[tuple[int, str]]:
-    """(step, checkpoint) of ``checkpoints``: by the step their names tell (saying so when that reorders them), else in the order given."""
+def analyse_models(cfg) -> list[dict]:
+    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision): by the step their names tell
+    (saying so when that reorders them), else in the order given."""
     listed = [str(c) for c in cfg.checkpoints]
     ordered = ordered_checkpoints(listed)
     if [entry for _, entry in ordered] != listed:
         print(f"checkpoints taken by the step in their names: {', '.join(f'step {s} ({e})' for s, e in ordered)}", flush=True)
-    return ordered
-
-
-def analyse_models(cfg) -> list[dict]:
-    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision), oldest step first."""
-    from tqdm.auto import tqdm
-
     settings = cfg.dynamics
     snapshots = []
-    for index, (step, entry) in enumerate(tqdm(series(cfg), desc="checkpoints")):
+    for index, (step, entry) in enumerate(tqdm(ordered, desc="checkpoints")):
         task = registry.load_task(config_for_checkpoint(cfg, entry))
         snap = take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=index, step=step)
         snapshots.append({**snap, "checkpoint": str(entry), "label": f"step {step}"})
@@ -90,10 +81,6 @@ def analyse_models(cfg) -> list[dict]:
 
 def check(cfg) -> None:
     """One source of checkpoints, each checked before work (headprune.checks.checkpoint_lists), their task; dynamics.fractions once each."""
-    from headprune.checks.checkpoint_lists import check_checkpoint_models, check_epoch_checkpoints
-    from headprune.checks.shared_checks import check_reads, check_task, no_duplicates
-    from headprune.core.checks import ConfigError
-
     check_reads(cfg)
     no_duplicates(cfg.dynamics.fractions, "dynamics.fractions")
     listed = [str(c) for c in list_of(cfg.checkpoints)]

@@ -21,7 +21,8 @@ from headprune.export.record import console_lines, is_pruned, layer_widths, remo
 from headprune.export.renumbering import renumbering
 from headprune.export.verify import check_export, check_fields, check_line, pruned_copy, reference_outputs, refusal_message, sample_texts
 from headprune.measures.evaluation import check_split, swapped_model
-from headprune.models.sources import config_fields
+from headprune.models.sources import check_model_dir, config_fields
+from headprune.results.mask_files import read_mask_file
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.writer import fresh_dir, output_dir, read_json, replace_dir
 from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
@@ -65,43 +66,6 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
     return {g: r for g, r in rows.items() if r is not None}  # the attention part, over query heads
 
 
-def check_format_takes(cfg, fmt: str) -> None:
-    """What the format demands of the model and of the mask (``Format.check_mask``), else a ConfigError naming what works."""
-    record = FORMATS[fmt]
-    fields = config_fields(with_source_model(cfg).model) or {}
-    why = record.family_refusal(fields) if record.family_refusal else None
-    if why:
-        raise ConfigError(why)
-    if record.check_mask:
-        record.check_mask(fields, source_rows(cfg, fields))
-
-
-def check_source_kind(cfg) -> None:
-    """export.model holds a model of the kind the task serves (a Llama directory is no ``model=tiny_bert`` classifier)."""
-    fields = read_json(Path(str(cfg.export.model)).expanduser() / "config.json")
-    registry.check_model_dir_kind(fields, cfg, f"export.model={cfg.export.model}")
-
-
-def check_source_units(cfg) -> None:
-    """Every kind the pruned model lost units of can be exported (a kind's ``export_refusal`` says why not)."""
-    if cfg.export.get("mask_file"):
-        kinds = kinds_of(unit_of(with_file_unit(cfg, "export")))
-    else:
-        record = Path(str(cfg.export.model)).expanduser() / RECORD_FILE
-        saved = (read_json(record) if record.is_file() else {}).get("kinds") or {}  # format 2: {kind name: its entries}
-        kinds = [KINDS[name] for name in saved if name in KINDS]
-    fmt = str(cfg.export.format)
-    refused = next(((kind, why) for kind in kinds if (why := kind.export_refusal(fmt))), None)
-    if refused is not None:
-        raise ConfigError(f"experiment=export of a model pruned by {refused[0].name}: {refused[1]}")
-    renumbered_by = next((kind for kind in kinds if kind.renumbers_ids and cfg.export.get("mask_file")), None)  # a saved one: renumbered
-    if renumbered_by is not None and str(cfg.export.quantize) != "none":  # the int8 score feeds the graphs the task's own ids
-        raise ConfigError(
-            f"export.quantize={cfg.export.quantize} scores the graphs with the task's own token ids, and a model pruned by "
-            f"{renumbered_by.name} ships renumbered ids with its rewritten tokenizer: export in f32 (export.quantize=none)"
-        )
-
-
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
     check_model_and_task(cfg)
@@ -110,23 +74,17 @@ def check(cfg) -> None:
     readable = mask_file and Path(str(mask_file)).expanduser().is_file()  # a missing one is told by check_settings
     kinds = kinds_of(unit_of(with_file_unit(cfg, "export"))) if readable else None  # None: any kind (refused where inexact)
     check_exact_pruning(cfg, "the export writes the model pruned by export.mask_file" if mask_file else None, kinds)
-    check_model_kind(cfg)
-    check_settings(cfg)
-    check_splits(cfg, [cfg.export.split], "export.split")
-
-
-def check_model_kind(cfg) -> None:
-    """What the task's models take (``TaskSpec.exports``): stock checkpoints of decoder-only LMs, int8 where the metric runs in ONNX Runtime."""
-    spec = task_spec_of(cfg)
-    fmt = cfg.export.get("format")
-    if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:
+    spec, fmt = task_spec_of(cfg), cfg.export.get("format")  # what the task's models take (TaskSpec.exports)
+    if fmt in FORMATS and FORMATS[fmt].family_refusal and fmt not in spec.exports:  # stock checkpoints of decoder-only LMs
         raise ConfigError(FORMATS[fmt].family_refusal({"model_type": f"{cfg.model.get('name')} ({spec.name} task)"}))
-    if str(cfg.export.quantize) == "int8" and "int8" not in spec.exports:
+    if str(cfg.export.quantize) == "int8" and "int8" not in spec.exports:  # int8 where the metric runs in ONNX Runtime
         raise ConfigError(
             f"export.quantize=int8 is checked by the task's metric through ONNX Runtime, where the {spec.name} task's metric "
             "cannot run (BLEU needs beam search, which the cache-free ONNX graphs of seq2seq models do not run): "
             "export in f32 (export.quantize=none)"
         )
+    check_settings(cfg)
+    check_splits(cfg, [cfg.export.split], "export.split")
 
 
 def check_settings(cfg) -> None:
@@ -151,22 +109,38 @@ def check_settings(cfg) -> None:
             "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
         )
     check_source(cfg)
-    check_source_units(cfg)
+    if settings.get("mask_file"):  # every kind the pruned model lost units of can be exported
+        kinds = kinds_of(unit_of(with_file_unit(cfg, "export")))
+    else:
+        record = Path(str(settings.model)).expanduser() / RECORD_FILE
+        saved = (read_json(record) if record.is_file() else {}).get("kinds") or {}  # format 2: {kind name: its entries}
+        kinds = [KINDS[name] for name in saved if name in KINDS]
+    refused = next(((kind, why) for kind in kinds if (why := kind.export_refusal(fmt))), None)
+    if refused is not None:
+        raise ConfigError(f"experiment=export of a model pruned by {refused[0].name}: {refused[1]}")
+    renumbered_by = next((kind for kind in kinds if kind.renumbers_ids and settings.get("mask_file")), None)  # a saved one: renumbered
+    if renumbered_by is not None and quantize != "none":  # the int8 score feeds the graphs the task's own ids
+        raise ConfigError(
+            f"export.quantize={quantize} scores the graphs with the task's own token ids, and a model pruned by "
+            f"{renumbered_by.name} ships renumbered ids with its rewritten tokenizer: export in f32 (export.quantize=none)"
+        )
     if quantize not in FORMATS[fmt].quantize:
         raise ConfigError(
             f"export.quantize={quantize} quantises ONNX graphs (ONNX Runtime's quantize_dynamic): use export.format=onnx, not {fmt}"
         )
-    if FORMATS[fmt].decoder_only:
-        check_format_takes(cfg, fmt)
+    if FORMATS[fmt].decoder_only:  # what the format demands of the model and of the mask, else a ConfigError naming what works
+        fields = config_fields(with_source_model(cfg).model) or {}
+        why = FORMATS[fmt].family_refusal(fields) if FORMATS[fmt].family_refusal else None
+        if why:
+            raise ConfigError(why)
+        if FORMATS[fmt].check_mask:
+            FORMATS[fmt].check_mask(fields, source_rows(cfg, fields))
     if "tokenizer_pre" in FORMATS[fmt].reads:
         choose_tokenizer_pre(settings, with_source_model(cfg).model)  # a tokenizer no llama.cpp name fits: refused now
 
 
 def check_source(cfg) -> None:
     """The pruned model's source: a mask of ``export.mask_file`` (a point of it) or an ``export.model`` directory."""
-    from headprune.models.sources import check_model_dir
-    from headprune.results.mask_files import read_mask_file
-
     settings = cfg.export
     if settings.get("mask_file"):
         read_mask_file(settings.mask_file, "export")
@@ -193,7 +167,8 @@ def check_source(cfg) -> None:
             check_model_dir(path, "export.model")
         except FileNotFoundError as err:
             raise ConfigError(str(err)) from None
-        check_source_kind(cfg)
+        # a model of the kind the task serves (a Llama directory is no model=tiny_bert classifier)
+        registry.check_model_dir_kind(read_json(path / "config.json"), cfg, f"export.model={settings.model}")
 
 
 # ---- the run ------------------------------------------------------------------------------------
@@ -221,18 +196,23 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
     return None, {"model": str(settings.model), "pruning_record": record, "pruned": is_pruned(task.model)}
 
 
-def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: bool, masked_score: float, batch_sizes: list[int]) -> dict:
-    """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of ``batch_sizes``."""
+def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
+    """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of
+    ``export.int8_batch_sizes``, beside the masked model's score; the summary printed."""
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 
+    split, per_channel = str(settings.split), bool(settings.per_channel)
+    masked_score = task.evaluate(mask, split=split).score
     quantized = quantize_int8(graphs, out / "int8", per_channel)
     scores, spreads = {}, {}
     for name, files in (("f32", graphs), ("int8", quantized)):
         with swapped_model(task, OnnxRuntimeModel(files, config, main_input_name=task.model.main_input_name), task.gates):
             scores[name] = task.evaluate(None, split=split).score
-            spreads[name] = batch_spread({b: task.evaluate(None, split=split, batch_size=b).score for b in batch_sizes})
-    return {
+            spreads[name] = batch_spread(
+                {int(b): task.evaluate(None, split=split, batch_size=int(b)).score for b in settings.int8_batch_sizes}
+            )
+    q = {
         "metric": task.metric,
         "split": split,
         "masked_torch": masked_score,
@@ -247,14 +227,6 @@ def int8_check(task, graphs: dict, config, out: Path, split: str, per_channel: b
             "int8": sum(Path(p).stat().st_size for p in quantized.values()),
         },
     }
-
-
-def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
-    """The int8 check (``int8_check``) beside the masked model's score, printed."""
-    split = str(settings.split)
-    masked_score = task.evaluate(mask, split=split).score
-    sizes = [int(b) for b in settings.int8_batch_sizes]
-    q = int8_check(task, graphs, config, out, split, bool(settings.per_channel), masked_score, sizes)
     print(
         f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "
         + "; ".join(spread_line(f"ONNX {name}", q["by_batch_size"][name]) for name in ("int8", "f32")),

@@ -6,6 +6,7 @@ from pathlib import Path
 from hydra.utils import get_method
 from omegaconf import OmegaConf
 
+from headprune.checks.shared_checks import check_device, check_model, refuse_given
 from headprune.core.counting import model_cost
 from headprune.core.units import model_gates
 from headprune.results.writer import model_fingerprint, write_results_file
@@ -56,8 +57,6 @@ def sequence(cfg, model) -> tuple[int, str]:
 
 def check(cfg) -> None:
     """experiment=inspect: the device and the model (no task, no data); inspect.seq_len only where the model has no length of its own."""
-    from headprune.checks.shared_checks import check_device, check_model, refuse_given
-
     check_device(cfg)
     check_model(cfg)
     if model_task(cfg.model).own_length is not None:

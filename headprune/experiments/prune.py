@@ -12,7 +12,7 @@ from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, given_settings, refuse_given
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
-from headprune.lightning.loggers import log_run
+from headprune.lightning.loggers import build_logger, log_run
 from headprune.measures.evaluation import check_split, selection_split
 from headprune.results.points import point_name, point_step
 from headprune.results.run_dir import write_results
@@ -34,8 +34,6 @@ from headprune.viz.tables import pareto_rows, prune_rows
 
 def run_for_speed(cfg, settings: RunSettings, task, orders: list[str], fractions: list[float], split: str) -> dict:
     """Pruning for speed (``prune.target`` / ``schedule`` / ``recover``): Pareto points in results.json, a table and a figure."""
-    from headprune.lightning.loggers import build_logger
-
     selection = selection_split(task, settings.prune.selection_split)
     check_split(task, selection, "selection")
     out = output_dir(cfg)
@@ -63,7 +61,6 @@ def run(cfg) -> dict:
     prune = settings.prune
     orders = orders_of(prune)
     fractions = fractions_of(prune)
-    min_per_layer = int(prune.min_units_per_layer)
     task = registry.load_task(cfg)
     groups = check_groups(prune.groups, task.gates.groups)
     split = str(prune.split)
@@ -79,7 +76,7 @@ def run(cfg) -> dict:
         fractions,
         order_settings(cfg),
         groups,
-        min_per_layer,
+        int(prune.min_units_per_layer),
         bool(prune.reestimate),
         split,
         shared,
@@ -108,7 +105,13 @@ def check(cfg) -> None:
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
     check_prune_lists(cfg.prune)
-    check_trainer_not_read(cfg, prune)
+    given = given_settings(cfg, "trainer")  # trainer.* is not read: a recovery fine-tune runs on the model's device
+    if given and "finetune" in prune.recovering:
+        key, value = next(iter(given.items()))
+        raise ConfigError(
+            f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "
+            "trainer's (trainer.* is read by training runs only): drop it and set device=cuda (or device=cpu) instead"
+        )
     check_reads(cfg)
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
@@ -118,14 +121,3 @@ def check(cfg) -> None:
     check_scores_from(prune)
     check_prune_for_speed(cfg, prune)
     check_conditional_reads(cfg, prune)
-
-
-def check_trainer_not_read(cfg, prune) -> None:
-    """trainer.* sets training runs: a recovery fine-tune runs on the model's device (``device``), not the trainer's."""
-    given = given_settings(cfg, "trainer")
-    if given and "finetune" in prune.recovering:
-        key, value = next(iter(given.items()))
-        raise ConfigError(
-            f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "
-            "trainer's (trainer.* is read by training runs only): drop it and set device=cuda (or device=cpu) instead"
-        )

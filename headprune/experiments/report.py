@@ -2,6 +2,9 @@
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from headprune.core.checks import ConfigError
 from headprune.viz.run_report import build_report, read_results, results_files
 
 
@@ -16,10 +19,6 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """A run directory that exists, whose results files are readable."""
-    from omegaconf import OmegaConf
-
-    from headprune.core.checks import ConfigError
-
     given = None if OmegaConf.is_missing(cfg, "run_dir") else cfg.get("run_dir")
     if not given or not Path(str(given)).expanduser().is_dir():
         raise ConfigError(f"run_dir={given} is not a directory: give a run directory (run_dir=outputs/<experiment>/<date>)")

@@ -12,7 +12,6 @@ from headprune.core.unit_kinds import is_joint, noun
 from headprune.lightning.loggers import log_run
 from headprune.measures.evaluation import SCORE_RTOL, check_split, swapped_model
 from headprune.measures.speed_stage import speed_stage, untimed_note
-from headprune.results.mask_files import raw_mask  # noqa: F401  (read here before results/ held it)
 from headprune.results.points import kinds_label
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir, read_json

@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
+from tqdm.auto import tqdm
 
 from headprune.checks.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
 from headprune.checks.prune_values import PruneValues
@@ -121,21 +122,6 @@ def missing_training_output(train_dir: Path) -> str | None:
     return None
 
 
-# ---- scores: importance and entropy, shared by the orders ---------------------------------------
-
-
-# ---- ablate and keep_one -------------------------------------------------------------------------
-
-
-# ---- prune: greedy curves of every order ---------------------------------------------------------
-
-
-# ---- pareto: pruning for speed (prune.target / schedule / recover) --------------------------------
-
-
-# ---- speed: the importance mask at speed.fraction, physically pruned and timed ------------------------
-
-
 STAGES = ("train", *(s.name for s in STUDY_STAGES))  # in the order they run
 
 
@@ -194,8 +180,6 @@ def study_run(cfg, settings: RunSettings, out: Path, orders: list[str], fraction
 
 def run(cfg) -> dict:
     """Every experiment of the paper on one model, sharing what can be shared; results.json + figures + W&B."""
-    from tqdm.auto import tqdm
-
     settings = RunSettings.of(cfg)
     out = output_dir(cfg)
     note = choose_data(cfg)
@@ -249,9 +233,7 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     r, cfg = ctx.results, ctx.cfg
     numbers = {"data_note": note, "trained_model": trained, "base_score": ctx.base.score, "metric": ctx.task.metric}
     numbers.update(action_record(ctx.task))
-    numbers.update({name: r[name] for name in ("scores", "ablate", "keep_one", "prune", "speed") if name in r})
-    if "pareto" in r:
-        numbers["pareto"] = r["pareto"]
+    numbers.update({name: r[name] for name in ("scores", "ablate", "keep_one", "prune", "speed", "pareto") if name in r})
     fingerprints = {k: digest(ctx.keys[k]) for k in ("scores", "ablate", "keep_one", "prune", "speed", "pareto") if k in ctx.keys}
     inputs = {"selection_split": ctx.selection, "data_note": note, "stage_fingerprints": fingerprints}
     write_results(cfg, "study", numbers, ctx.task, ctx.split, figures=figures, inputs=inputs)

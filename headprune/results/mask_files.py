@@ -6,7 +6,7 @@ from pathlib import Path
 
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import KINDS, mask_kinds, unit_kinds, unit_name
-from headprune.results.points import kind_counts, point_name, removed_fraction
+from headprune.results.points import point_name, removed_fraction
 from headprune.results.readers import check_binary_mask
 
 REMOVE = "remove"  # what the zeros of a file that names no action do
@@ -14,16 +14,6 @@ ACTION_WORDS = {
     "remove": "the unit is removed from the weights",
     "stream": "the unit keeps its weights and attends to a sink and a recent window only",
 }
-
-
-def file_unit(value) -> str | None:
-    """The canonical unit a file records (``"head+ffn"`` for ``["ffn", "head"]`` too), or None when it records none it knows."""
-    if value is None:
-        return None
-    try:
-        return unit_name(value)
-    except (ValueError, TypeError):
-        return None
 
 
 @dataclass
@@ -36,10 +26,6 @@ class Candidate:
     mask: dict
     removed: int
     point: dict | None = None
-
-    def removed_by_kind(self, unit=None) -> dict[str, int]:
-        """{kind: units removed} of its mask (``unit`` tells heads from KV groups in attention groups)."""
-        return {kind: removed for kind, (removed, _) in kind_counts(self.mask, unit).items()}
 
     def describe(self, setting: str) -> str:
         """How to pick it: ``fisher at 33% (3 of 9 units): export.mask_order=fisher export.fraction=0.333334``."""
@@ -129,7 +115,10 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
     sections = [results, results.get("prune") or {}, results.get("pareto") or {}]  # a prune run; a study's prune and pareto stages
     recorded = next((s["unit"] for s in sections if s.get("unit") is not None), None)
-    unit = file_unit(recorded)
+    try:  # the canonical unit ("head+ffn" for ["ffn", "head"] too), None when it records none it knows
+        unit = None if recorded is None else unit_name(recorded)
+    except (ValueError, TypeError):
+        unit = None
     if recorded is not None and unit is None:
         raise ConfigError(
             f"{setting}.mask_file={path} records prune.unit={recorded!r}, which is no registered unit kind ({', '.join(KINDS)}): "

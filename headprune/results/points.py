@@ -102,10 +102,8 @@ def kind_counts(mask: dict, unit=None) -> dict[str, tuple[int, int]]:
 
 def kinds_label(mask: dict, unit=None) -> str:
     """What each kind of a mask lost: ``heads 25%, neurons 40%`` (one kind: ``heads 25%``)."""
-    parts = []
-    for kind, (removed, total) in kind_counts(mask, unit).items():
-        parts.append(f"{KINDS[kind].noun}s {percent(removed / total if total else 0.0)}")
-    return ", ".join(parts)
+    counts = kind_counts(mask, unit).items()
+    return ", ".join(f"{KINDS[kind].noun}s {percent(removed / total if total else 0.0)}" for kind, (removed, total) in counts)
 
 
 def relative_to(result, base) -> dict:

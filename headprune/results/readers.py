@@ -1,12 +1,11 @@
 """Files a run reads back before any work: JSON inputs, and the 0/1 check of a mask (mask files: ``mask_files``)."""
 
 from headprune.core.checks import ConfigError
+from headprune.results.writer import read_json
 
 
 def read_json_file(path) -> dict:
     """A JSON file, or a ConfigError naming it."""
-    from headprune.results.writer import read_json
-
     try:
         return read_json(path)
     except (OSError, ValueError) as err:

@@ -20,10 +20,6 @@ def tensor_dict(values: dict) -> dict:
     return {g: (v.detach().cpu().tolist() if hasattr(v, "detach") else v) for g, v in values.items()}
 
 
-def fingerprints(task, split: str) -> dict:
-    return {"model": model_fingerprint(task.model), "data": task.data_fingerprint(split)}
-
-
 def write_results(
     cfg,
     kind: str,
@@ -48,7 +44,7 @@ def write_results(
         kind,
         OmegaConf.to_container(cfg, resolve=True),
         numbers,
-        fingerprints(task, split),
+        {"model": model_fingerprint(task.model), "data": task.data_fingerprint(split)},
         inputs=described,
         figures=[Path(f).name for f in figures or []],
         complete=True,

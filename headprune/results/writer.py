@@ -11,19 +11,14 @@ from pathlib import Path
 SCHEMA_VERSION = 2  # 2: units_removed / units_total / min_units_per_layer (1: heads_pruned / heads_total / total_heads)
 
 
-def _umask() -> int:
-    """The process's file-creation mask (read by setting it, then put back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write text to a temp file beside ``path`` and rename it over ``path``, with the mode a plain ``open`` gives."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: results are read by others (collaborators, a web server)
+    umask = os.umask(0)  # the process's file-creation mask, read by setting it, then put back
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600: results are read by others (collaborators, a web server)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
         handle.flush()
@@ -102,9 +97,16 @@ def batches_fingerprint(batches) -> str:
 def write_results_file(
     path: str | Path, kind: str, config: dict | None, numbers: dict | None = None, fingerprints: dict | None = None, **fields
 ) -> Path:
-    """The one writer of results files: the versioned envelope (``results_payload``) plus ``fields``, written atomically."""
-    payload = results_payload(kind, config or {}, numbers if numbers is not None else {}, **(fingerprints or {}))
-    payload.update(fields)
+    """The one writer of results files: the versioned envelope every results.json shares, plus ``fields``, written atomically."""
+    payload = {
+        "schema_version": SCHEMA_VERSION,
+        "experiment": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "fingerprints": fingerprints or {},
+        "config": config or {},
+        "results": numbers if numbers is not None else {},
+        **fields,
+    }
     return write_json_atomic(path, payload)
 
 
@@ -116,18 +118,6 @@ def update_results(path: str | Path, numbers: dict, config: dict | None = None, 
     payload = read_json(path, OWN_FILE_FIX)
     payload.setdefault("results", {}).update(numbers)
     return write_json_atomic(path, payload)
-
-
-def results_payload(kind: str, config: dict, numbers: dict, **fingerprints) -> dict:
-    """The common envelope of every results.json."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "experiment": kind,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "fingerprints": fingerprints,
-        "config": config,
-        "results": numbers,
-    }
 
 
 def fresh_dir(path: str | Path) -> Path:

@@ -15,26 +15,8 @@ from headprune.settings.analysis_groups import (
 )
 from headprune.settings.declare import TRAINING, Group
 from headprune.settings.measure_groups import ExportSettings, SpeedSettings
-from headprune.settings.prune_groups import FinetuneSettings, LsqSettings, PruneSettings
+from headprune.settings.prune_groups import PruneSettings
 from headprune.settings.run_groups import CallbacksSettings, LoggerSettings, RootSettings, TrainerSettings
-
-__all__ = [
-    "DECLARED",
-    "GROUPS",
-    "AblateSettings",
-    "DynamicsSettings",
-    "ExportSettings",
-    "FinetuneSettings",
-    "ImportanceSettings",
-    "KeepOneSettings",
-    "LsqSettings",
-    "PruneSettings",
-    "RunSettings",
-    "SpeedSettings",
-    "StudySettings",
-    "listed",
-    "read_settings",
-]
 
 
 def read_settings(cls, values, where: str):
@@ -73,15 +55,6 @@ DECLARED = (
     Group("export", ExportSettings),
 )
 
-GROUPS = {
-    "prune": PruneSettings,
-    "speed": SpeedSettings,
-    "export": ExportSettings,
-    "importance": ImportanceSettings,
-    "dynamics": DynamicsSettings,
-    "study": StudySettings,
-}
-
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -98,3 +71,6 @@ class RunSettings:
     def of(cls, cfg) -> "RunSettings":
         """The settings of every group ``cfg`` holds, each read once."""
         return cls(**{name: read_settings(kind, cfg[name], name) if cfg.get(name) is not None else None for name, kind in GROUPS.items()})
+
+
+GROUPS = {f.name: next(g.settings for g in DECLARED if g.name == f.name) for f in fields(RunSettings)}  # {group: its dataclass}

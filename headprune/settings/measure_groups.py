@@ -6,11 +6,6 @@ from headprune.core.checks import boolean, choice, integer, positive_ints, rule
 from headprune.export import FORMATS
 from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, POSITIVE, setting
 
-CLOCKS = ("wall", "process")
-RUNTIMES = ("torch", "onnxruntime")
-QUANTIZE = ("none", "int8")
-GGUF_DTYPES = ("f32", "f16")
-
 SPEED = ("speed",)
 TIMING = ("speed", "prune")  # prune.measure_speed=true times its points with these
 EXPORT = ("export",)
@@ -43,8 +38,8 @@ class SpeedSettings(mask_source(SPEED)):
     tolerance: float = setting(POSITIVE, TIMING)
     split: str = setting(NAME, TIMING)
     check_score: bool = setting(rule(boolean), SPEED)
-    clock: str = setting(rule(choice, choices=CLOCKS), TIMING)
-    runtime: str = setting(rule(choice, choices=RUNTIMES), SPEED)  # the Pareto points are timed in torch only
+    clock: str = setting(rule(choice, choices=("wall", "process")), TIMING)
+    runtime: str = setting(rule(choice, choices=("torch", "onnxruntime")), SPEED)  # the Pareto points are timed in torch only
 
 
 @dataclass(frozen=True)
@@ -53,10 +48,10 @@ class ExportSettings(mask_source(EXPORT)):
 
     format: str = setting(rule(choice, choices=FORMATS), EXPORT)
     model: str | None = setting(MAYBE_NAME, EXPORT)
-    quantize: str = setting(rule(choice, choices=QUANTIZE), EXPORT)
+    quantize: str = setting(rule(choice, choices=("none", "int8")), EXPORT)
     per_channel: bool = setting(rule(boolean), EXPORT)
     int8_batch_sizes: list[int] = setting(rule(positive_ints), EXPORT)
-    gguf_dtype: str = setting(rule(choice, choices=GGUF_DTYPES), EXPORT)
+    gguf_dtype: str = setting(rule(choice, choices=("f32", "f16")), EXPORT)
     tokenizer_pre: str | None = setting(MAYBE_NAME, EXPORT)
     split: str = setting(NAME, EXPORT)
     examples: int = setting(COUNT, EXPORT)

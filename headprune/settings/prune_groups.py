@@ -23,7 +23,6 @@ from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES,
 
 RECOVERIES = ("none", "lsq", "reconstruct", "finetune")
 ACTIONS = ("remove", "stream")  # what a unit's gate at 0 does: the unit goes, or it attends to a sink and a recent window only
-COSTS = ("flops", "latency", "bytes")
 
 PRUNE = ("prune",)
 MASK_BY_ORDER = ("prune", "speed")  # speed's mask without a mask file: the lowest speed.fraction by an order
@@ -106,7 +105,7 @@ class PruneSettings:
     scores_from: str | None = setting(MAYBE_NAME, PRUNE)
     target: Any = setting(None, PRUNE, "{speedup | flops | bytes | max_drop: number}, at most one set")
     schedule: Any = setting(None, PRUNE, "null, or growing fractions or targets of one kind")
-    cost: str = setting(rule(choice, choices=COSTS), PRUNE)
+    cost: str = setting(rule(choice, choices=("flops", "latency", "bytes")), PRUNE)
     seq_len: int = setting(COUNT, PRUNE)
     latency_batch_size: int = setting(COUNT, PRUNE)
     recover: Any = setting(rule(recovery_chains, known=RECOVERIES), PRUNE)  # a name, a chain (a+b) or a list of them

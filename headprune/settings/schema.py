@@ -1,7 +1,7 @@
 """What the settings declarations say, gathered: every setting's rule (``SCHEMA``) and the experiments that read it."""
 
 from headprune.settings import DECLARED
-from headprune.settings.declare import EVERY, STAGES, Declared, Group, declared
+from headprune.settings.declare import EVERY, STAGES, Declared, declared
 
 DECLARATIONS: dict[str, Declared] = {d.key: d for group in DECLARED for d in declared(group.settings, group.name)}
 SCHEMA = {key: d.rule for key, d in DECLARATIONS.items() if d.rule is not None}
@@ -13,24 +13,14 @@ def readers(read_by) -> frozenset[str]:
     return frozenset(direct | {name for name, stages in STAGES.items() if direct & set(stages)})
 
 
-def group_of(key: str) -> Group | None:
-    """The declared group a dotted key belongs to (the top level for a key without a dot)."""
-    head = key.split(".")[0] if "." in key else ""
-    return next((g for g in DECLARED if g.name == head), None)
-
-
-def declaration_of(key: str) -> Declared | None:
-    """The declaration of a dotted key, or of the setting it lies within (``prune.target.speedup``: ``prune.target``)."""
-    parts = key.split(".")
-    return next((DECLARATIONS[".".join(parts[:n])] for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in DECLARATIONS), None)
-
-
 def read_by(key: str) -> frozenset[str]:
-    """Who reads a dotted key: its declaration's readers, a group's ``passes_on`` for a key it passes on, else no one."""
-    found = declaration_of(key)
-    if found is not None:
-        return readers(found.read_by)
-    group = group_of(key)
+    """Who reads a dotted key: the readers of its declaration or of the setting it lies within (``prune.target.speedup``:
+    ``prune.target``), a group's ``passes_on`` for a key it passes on (the top level for a key without a dot), else no one."""
+    parts = key.split(".")
+    within = [".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in DECLARATIONS]
+    if within:
+        return readers(DECLARATIONS[within[0]].read_by)
+    group = next((g for g in DECLARED if g.name == (parts[0] if "." in key else "")), None)
     return readers(group.passes_on) if group else frozenset()
 
 

@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from headprune.engine.verdict import is_inconclusive  # noqa: E402
+from headprune.results.points import point_name  # noqa: E402
+from headprune.viz.tables import pareto_front, point_speed  # noqa: E402
 
 GROUP_TITLES = {
     "enc_self": "Enc-Enc (encoder self-attention)",
@@ -51,10 +53,8 @@ def head_heatmaps(values: dict, significant: dict | None, path: str | Path, titl
         ax.set_title(GROUP_TITLES.get(group, group), fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_xticks(range(data.shape[1]))
-        ax.set_yticks(range(data.shape[0]))
-        ax.set_yticklabels([str(i + 1) for i in range(data.shape[0])])
-        ax.set_xticklabels([str(i + 1) for i in range(data.shape[1])], fontsize=7)
+        ax.set_xticks(range(data.shape[1]), [str(i + 1) for i in range(data.shape[1])], fontsize=7)  # heads and layers from 1
+        ax.set_yticks(range(data.shape[0]), [str(i + 1) for i in range(data.shape[0])])
         if significant is not None:
             marks = np.asarray(significant[group], dtype=bool)
             for layer, head in zip(*np.nonzero(marks)):
@@ -83,9 +83,6 @@ def pruning_curves(
 
 def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
     """Score against speed-up (measured where timed, else predicted), one marker series per order+recovery, the front joined."""
-    from headprune.results.points import point_name
-    from headprune.viz.tables import pareto_front, point_speed
-
     points = result["points"]
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name in dict.fromkeys(point_name(p) for p in points):
@@ -117,8 +114,7 @@ def keep_one_bars(rows: list[dict], path: str | Path, title: str, ylabel: str) -
     high = np.asarray([r["ci_high"] for r in rows], dtype=float) - deltas
     colors = ["tab:red" if r["significant"] else "tab:blue" for r in rows]
     ax.bar(range(len(rows)), deltas, yerr=np.vstack([low.clip(0), high.clip(0)]), color=colors, capsize=2)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(names, fontsize=7)
+    ax.set_xticks(range(len(rows)), names, fontsize=7)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_ylabel(ylabel)
     ax.set_title(title + " (red: p < 0.01)", fontsize=10)
@@ -138,11 +134,8 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
             top = max(r[k]["examples_per_s"] + r[k]["spread"] for k in ("original", "pruned"))
             label = "inconclusive" if is_inconclusive(r) else f"{100 * r['gain']:+.0f}%"
             ax.annotate(label, (x[i], top), ha="center", va="bottom", fontsize=7, xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(x)
     several = len({r.get("call") for r in rows}) > 1  # e.g. prefill and decode: name the call under each pair
-    ax.set_xticklabels(
-        [f"{r['call']} {r['batch_size']}" if several else str(r["batch_size"]) for r in rows], fontsize=7 if several else None
-    )
+    ax.set_xticks(x, [f"{r['call']} {r['batch_size']}" if several else str(r["batch_size"]) for r in rows], fontsize=7 if several else None)
     return _labelled(fig, ax, path, title, "batch size", "examples / s", grid=False)
 
 
@@ -150,8 +143,6 @@ def tradeoff_figure(
     series: dict[str, list[dict]], path: str | Path, title: str, xlabel: str, ylabel: str, references: dict[str, float] | None = None
 ) -> Path:
     """Quality (lower is better) against speed per series, each series' Pareto front joined, points labelled, ``references`` as lines."""
-    from headprune.viz.tables import pareto_front
-
     fig, ax = plt.subplots(figsize=(6.2, 4.2))
     for name, rows in series.items():
         points = [{"score": r["score"], "predicted_speedup": r["speed"]} for r in rows]
@@ -214,21 +205,18 @@ def importance_over_time(snapshots: list[dict], path) -> None:
     """Each head's importance across snapshots (rows: heads of all groups, columns: snapshots)."""
     rows, labels = [], []
     for group in snapshots[0]["importance"]:
-        layers = np.asarray(snapshots[0]["importance"][group]).shape[0]
-        for layer in range(layers):
-            for head in range(np.asarray(snapshots[0]["importance"][group]).shape[1]):
-                rows.append([np.asarray(s["importance"][group])[layer, head] for s in snapshots])
-                labels.append(f"{group} {layer}.{head}")
+        stacked = np.stack([np.asarray(s["importance"][group]) for s in snapshots], axis=-1)  # (layers, heads, snapshots)
+        rows += list(stacked.reshape(-1, len(snapshots)))  # layer-major, as the labels
+        labels += [f"{group} {layer}.{head}" for layer in range(stacked.shape[0]) for head in range(stacked.shape[1])]
     values = np.asarray(rows)
     fig, axes = plt.subplots(1, 2, figsize=(10, max(3.5, 0.08 * len(rows) + 1.5)), gridspec_kw={"width_ratios": [2, 1]})
     image = axes[0].imshow(values, aspect="auto", cmap="magma")
-    axes[0].set_xlabel("snapshot")
-    axes[0].set_xticks(range(len(snapshots)))
-    axes[0].set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
+    for ax in axes:
+        ax.set_xlabel("snapshot")
+        ax.set_xticks(range(len(snapshots)), [snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
     axes[0].set_ylabel("head (group layer.head)")
     step = max(1, len(labels) // 24)
-    axes[0].set_yticks(range(0, len(labels), step))
-    axes[0].set_yticklabels(labels[::step], fontsize=6)
+    axes[0].set_yticks(range(0, len(labels), step), labels[::step], fontsize=6)
     axes[0].set_title("head importance over training")
     fig.colorbar(image, ax=axes[0], fraction=0.046)
     epochs = list(range(len(snapshots)))
@@ -236,9 +224,6 @@ def importance_over_time(snapshots: list[dict], path) -> None:
     stability = [s.get("rank_stability") for s in snapshots]
     if any(v is not None for v in stability):
         axes[1].plot(epochs[1:], [100 * (v or 0) for v in stability[1:]], marker="s", label="rank stability (Spearman x100)")
-    axes[1].set_xlabel("snapshot")
-    axes[1].set_xticks(epochs)
-    axes[1].set_xticklabels([snapshot_label(s) for s in snapshots], fontsize=7, rotation=45)
     axes[1].set_title("prunability and rank stability")
     axes[1].grid(alpha=0.3)
     axes[1].legend(fontsize=7)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from headprune.core.checks import ConfigError
 from headprune.results.writer import read_json, write_text_atomic
 from headprune.viz.tables import markdown_sections
 
@@ -13,8 +14,6 @@ def results_files(run_dir: Path) -> list[Path]:
 
 def read_results(file: Path, run_dir: Path) -> dict:
     """One results file of ``run_dir`` as a JSON object, or a ConfigError naming run_dir and the file (an input: never deleted)."""
-    from headprune.core.checks import ConfigError
-
     try:
         payload = read_json(file, "the report only reads it: restore it from a copy, or run again the experiment that wrote it")
     except ValueError as err:
@@ -22,12 +21,6 @@ def read_results(file: Path, run_dir: Path) -> dict:
     if not isinstance(payload, dict):
         raise ConfigError(f"run_dir={run_dir}: {file} holds a JSON {type(payload).__name__}, not the object a headprune run writes")
     return payload
-
-
-def _summary_lines(payload: dict) -> list[str]:
-    """Scalar numbers of a results file as markdown bullet lines."""
-    numbers = payload.get("results") or {}
-    return [f"- **{key}**: {value}" for key, value in numbers.items() if isinstance(value, (int, float, str, bool)) or value is None]
 
 
 def build_report(run_dir: str | Path) -> Path:
@@ -46,7 +39,8 @@ def build_report(run_dir: str | Path) -> Path:
         lines += [f"## {payload.get('experiment', file.stem)} (`{rel}`)", ""]
         if payload.get("fingerprints"):
             lines += ["Fingerprints: " + ", ".join(f"{k}={v}" for k, v in payload["fingerprints"].items()), ""]
-        lines += _summary_lines(payload) + [""]
+        numbers = (payload.get("results") or {}).items()  # its scalar numbers as bullets
+        lines += [f"- **{key}**: {value}" for key, value in numbers if isinstance(value, (int, float, str, bool)) or value is None] + [""]
         lines += markdown_sections(payload)
     if figures:
         lines += ["## Figures", ""]

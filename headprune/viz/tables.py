@@ -30,10 +30,6 @@ def unit_of(metric: str) -> str:
 PAPER_SPEED = {1: 1.9, 4: 2.7, 16: 17.5, 64: 17.5}
 
 
-def _results(payload: dict) -> dict:
-    return payload.get("results", payload)
-
-
 def markdown(header: list, rows=()) -> list[str]:
     """A markdown table's lines: the header, its rule, then one line per row of cells."""
     return [_line(header), "|---" * len(header) + "|", *(_line(row) for row in rows)]
@@ -46,7 +42,7 @@ def _line(cells) -> str:
 
 def stage_of(payload: dict, name: str) -> dict:
     """A study's stage ``name`` (ablate, keep_one, prune, speed), or the numbers of a run of that experiment alone."""
-    results = _results(payload)
+    results = payload.get("results", payload)
     return results.get(name, results)
 
 
@@ -249,40 +245,26 @@ def kv_cache_kept(point: dict, unit) -> float | None:
 
 def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
     """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
-    points = stage_of(result, "pareto")["points"]
-    front = pareto_front(points, stage_of(result, "pareto").get("higher_is_better", True))
-    extra = stage_of(result, "pareto").get("extra_splits") or []
-    columns = [
-        "method",
-        "order",
-        "recovery",
-        "step",
-        "units_removed",
-        "score",
-        *(f"score_{s}" for s in extra),
-        "predicted_speedup",
-        "flops_kept",
-        "measured_examples_per_s",
-        "measured_speedup",
-        "pareto",
+    pareto = stage_of(result, "pareto")
+    extra = pareto.get("extra_splits") or []
+    rows = [
+        {
+            "method": point_name(p),
+            "order": p["order"],
+            "recovery": p["recovery"],
+            "step": point_step(p),
+            "units_removed": units_removed(p),
+            "score": p["score"],
+            **{f"score_{s}": ((p.get("extra") or {}).get(s) or {}).get("score") for s in extra},
+            "predicted_speedup": p["predicted_speedup"],
+            "flops_kept": p["flops_kept"],
+            "measured_examples_per_s": (p.get("measured") or {}).get("examples_per_s"),
+            "measured_speedup": (p.get("measured") or {}).get("speedup"),
+            "pareto": best,
+        }
+        for p, best in zip(pareto["points"], pareto_front(pareto["points"], pareto.get("higher_is_better", True)))
     ]
-    return columns, [
-        [
-            point_name(p),
-            p["order"],
-            p["recovery"],
-            point_step(p),
-            units_removed(p),
-            p["score"],
-            *(((p.get("extra") or {}).get(s) or {}).get("score") for s in extra),
-            p["predicted_speedup"],
-            p["flops_kept"],
-            (p.get("measured") or {}).get("examples_per_s"),
-            (p.get("measured") or {}).get("speedup"),
-            f,
-        ]
-        for p, f in zip(points, front)
-    ]
+    return list(rows[0]), [list(row.values()) for row in rows]  # every run has its unpruned point
 
 
 def _unit(value) -> str:
@@ -465,7 +447,7 @@ def markdown_sections(payload: dict) -> list[str]:
     """The tables of docs/results.md that a results file holds, each under a heading (empty for other files)."""
     if payload.get("snapshots"):
         return ["### Training dynamics", "", dynamics_table(payload), ""]
-    results = _results(payload)
+    results = payload.get("results", payload)
     out = []
     ablate = stage_of(payload, "ablate")
     for split in (ablate.get("splits") or {}) if isinstance(ablate, dict) else {}:
