@@ -189,11 +189,6 @@ def deci_config(model: nn.Module, plans: list[LayerPlan]) -> dict:
     return {**config, "architectures": ["DeciLMForCausalLM"], "model_type": "nemotron-nas", "auto_map": AUTO_MAP}
 
 
-def layout_of(plans: list[LayerPlan]) -> list[dict]:
-    """Per layer: query heads, KV heads (0: no attention) and FFN width (0: no FFN), as the check's reader reads them back."""
-    return [{"heads": p.heads if p.has_attention else 0, "kv_heads": p.kv_heads, "ffn": p.ffn_width} for p in plans]
-
-
 def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
     """Write config.json, its config module, model.safetensors, generation config and tokenizer into ``out``; returns a summary."""
     from safetensors.torch import save_file
@@ -212,7 +207,8 @@ def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
         save_tokenizer(tokenizer, out)
     return {
         "files": sorted(p for p in out.iterdir() if p.is_file()),
-        "layout": layout_of(plans),
+        # per layer as the check's reader reads block_configs back: query heads, KV heads (0: no attention), FFN width (0: none)
+        "layout": [{"heads": p.heads if p.has_attention else 0, "kv_heads": p.kv_heads, "ffn": p.ffn_width} for p in plans],
         "padded_query_heads": [p.padded_heads for p in plans],
         "placeholder_layers": [i for i, p in enumerate(plans) if p.placeholder],
     }

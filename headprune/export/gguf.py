@@ -111,13 +111,16 @@ def falcon_refusal(fields: dict) -> str | None:
 
 def square_refusal(model_type: str, heads: int, head_dim: int, hidden: int) -> str | None:
     """Why ``heads`` query heads of ``head_dim`` cannot be written as an architecture whose graph reads square attention."""
-    row = arch_of(model_type)
-    if not row.square_only or heads * head_dim == hidden:
+    if not arch_of(model_type).square_only or heads * head_dim == hidden:
         return None
+    return square_message(model_type, f" ({hidden}), and this model keeps {heads} query heads of {head_dim}")
+
+
+def square_message(model_type: str, found: str) -> str:
+    """Why pruned query heads (``found``, after "the hidden size") cannot go into an architecture reading square attention."""
     return (
-        f"export.format=gguf writes {model_type} as llama.cpp's {row.name}, whose graph reads q, k and v as blocks of the hidden "
-        f"size ({hidden}), and this model keeps {heads} query heads of {head_dim}: prune FFN neurons or layers only "
-        "(no heads), or use export.format=onnx"
+        f"export.format=gguf writes {model_type} as llama.cpp's {arch_of(model_type).name}, whose graph reads q, k and v as "
+        f"blocks of the hidden size{found}: prune FFN neurons or layers only (no heads), or use export.format=onnx"
     )
 
 

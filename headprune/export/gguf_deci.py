@@ -7,7 +7,7 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_index
+from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_index, square_message
 from headprune.export.gguf_archs import arch_of
 from headprune.export.hf import check_phantoms, heads_per_kv
 
@@ -51,11 +51,7 @@ def check_mask(fields: dict, rows: dict) -> None:
     for layers in rows.values():
         pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]
         if row is not None and row.square_only and pruned:
-            raise ConfigError(
-                f"export.format=gguf writes {fields.get('model_type')} as llama.cpp's {row.name}, whose graph reads q, k and v as "
-                f"blocks of the hidden size, and the mask prunes query heads in layers {pruned}: prune FFN neurons or layers only "
-                "(no heads), or use export.format=onnx"
-            )
+            raise ConfigError(square_message(fields.get("model_type"), f", and the mask prunes query heads in layers {pruned}"))
         shapes = mask_layer_shapes(layers, heads_per_kv(fields))
         if row is not None and not row.per_layer and len(set(shapes)) > 1:
             raise ConfigError(uneven_layers_message(row, shapes))
