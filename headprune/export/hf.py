@@ -39,8 +39,7 @@ def stock_shape(model: nn.Module, types: tuple[str, ...] = STOCK_TYPES) -> Stock
         key = "uneven" if uneven else (len(site.head_ids), len(site.kv_ids), site.head_dim)
         shapes.setdefault(key, []).append(site.layer)
     _require_one_shape(shapes, "a stock checkpoint (export.format=hf or gguf) needs the same attention shape in every layer, but")
-    heads, kv_heads, head_dim = next(iter(shapes))
-    return StockShape(heads, kv_heads, head_dim)
+    return StockShape(*next(iter(shapes)))  # (heads, KV heads, head size)
 
 
 def mask_stock_shape(rows: list[list[int]], heads_per_kv: int = 1) -> tuple[int, int]:
