@@ -2159,12 +2159,6 @@ def _block_mask_shape(tmp_path):
     BlockGates(model).set_mask({"enc_self_block": torch.ones(3, 2)})
 
 
-def _stock_hf_uneven_ffn_mask(tmp_path):
-    from headprune.export.hf import mask_ffn_width
-
-    mask_ffn_width([[1, 1, 0], [1, 0, 0]])
-
-
 def _unit_gates_of(model_or_text, unit):
     def call(tmp_path):
         from headprune.core.units import unit_gates
@@ -2290,7 +2284,6 @@ API_ROWS = [
     pytest.param(_unit_of_overlapping_kinds, "which both prune the attention part", id="api-unit-overlapping-kinds"),
     pytest.param(_single_neuron_ablation, "no useful pruning order", id="api-single-neuron-ablation"),
     pytest.param(_block_mask_shape, "(layers x blocks)", id="api-block-mask-shape"),
-    pytest.param(_stock_hf_uneven_ffn_mask, "one FFN width in every layer", id="api-stock-hf-uneven-ffn-mask"),
     pytest.param(_unit_gates_of(None, None), "a unit is a kind's name or a list of names", id="api-unit-gates-unit-none"),
     pytest.param(_unit_gates_of(None, 3), "got int 3", id="api-unit-gates-unit-number"),
     pytest.param(_unit_gates_of("model", "head"), "unit_gates takes a model (torch nn.Module)", id="api-unit-gates-text-model"),

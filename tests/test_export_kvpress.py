@@ -16,10 +16,15 @@ from headprune.export.kvpress import (
     TSV,
     kv_shape,
     pattern_from_streamed,
-    read_kvpress_pattern,
     write_kvpress_pattern,
     write_run_pattern,
 )
+
+
+def read_kvpress_pattern(folder) -> tuple[np.ndarray, dict]:
+    """(pattern (layers, KV heads), config) as DuoAttention's loader reads them (tab-separated floats clipped to [0, 1])."""
+    pattern = np.clip(np.loadtxt(folder / TSV, dtype=float, delimiter="\t", ndmin=2), 0, 1)
+    return pattern, json.loads((folder / CONFIG).read_text())
 
 
 def kvpress_streaming_mask(text: str, ratio: float) -> np.ndarray:

@@ -22,7 +22,6 @@ from headprune.core.ffn.sites import find_ffn_sites
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.export import export_model, gguf_deci
 from headprune.export.gguf_numpy import GGUFDecoder, read_layout
-from headprune.export.hf import mask_ffn_width
 from headprune.export.verify import eos_and_pad, greedy_tokens, reference_logits, sample_texts
 
 # tiny_llama(layers=4): 2 KV groups of 2 query heads, 64 neurons per block
@@ -130,9 +129,6 @@ def test_uneven_ffn_widths_are_refused_by_stock_hf_with_the_layers_of_each_width
         ConfigError, match=r"one FFN width \(intermediate_size\) in every layer, but layers \[0, 1\]: 40 neurons; layers \[2\]: 10"
     ):
         export_model("hf", pruned, tokenizer, tmp_path, {})
-    assert mask_ffn_width([[1, 0, 1], [0, 1, 1]]) == 2
-    with pytest.raises(ConfigError, match=r"layers \[1\]: 1 neurons"):
-        mask_ffn_width([[1, 0, 1], [0, 0, 0]])
 
 
 def test_onnx_runs_uneven_ffn_widths_and_says_them(tmp_path):

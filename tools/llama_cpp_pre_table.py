@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+import textwrap
 from pathlib import Path
 
 TARGET = Path(__file__).resolve().parents[1] / "headprune" / "export" / "llama_cpp_pre.py"
@@ -42,7 +43,7 @@ def read_table(root: Path) -> tuple[str, list[tuple[str, str, str]], list[str]]:
 
 
 def render(chktxt: str, rows: list[tuple[str, str, str]], known: list[str], source: str) -> str:
-    """The data module's text."""
+    """The data module's text (the names llama.cpp knows as one word list: none holds a space)."""
     lines = [
         f'"""llama.cpp\'s pre-tokenizer names and its converter\'s hashes, from {source} (regenerated, not edited)."""',
         "",
@@ -50,8 +51,12 @@ def render(chktxt: str, rows: list[tuple[str, str, str]], known: list[str], sour
         "",
         f"CHKTXT = {chktxt!r}",
         "",
-        "KNOWN = (",
-        *[f"    {name!r}," for name in known],
+        "KNOWN = tuple(",
+        '    """',
+        textwrap.fill(
+            " ".join(known), 120, initial_indent="    ", subsequent_indent="    ", break_on_hyphens=False, break_long_words=False
+        ),
+        '    """.split()',
         ")",
         "",
         "NAME_BY_HASH = {",

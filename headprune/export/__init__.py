@@ -22,13 +22,7 @@ def write_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: Exp
     from headprune.export.hf import export_hf
 
     files = export_hf(model, tokenizer, out)
-    job = {
-        "format": "hf",
-        "reader": "transformers",
-        "dir": str(out),
-        "auto_class": "AutoModelForCausalLM",
-        "tokenizer": tokenizer is not None,
-    }
+    job = {"dir": str(out), "auto_class": "AutoModelForCausalLM", "tokenizer": tokenizer is not None}
     return {"files": files, "job": job}
 
 
@@ -39,7 +33,7 @@ def write_onnx(model: nn.Module, tokenizer, out: Path, example: dict, options: E
 
     graphs = export_onnx(model, example, out)
     files = write_onnx_dir(model, tokenizer, out, graphs)
-    job = {"format": "onnx", "reader": "onnxruntime", "files": {k: str(v) for k, v in graphs.items()}}
+    job = {"files": {k: str(v) for k, v in graphs.items()}}
     return {"files": files, "graphs": graphs, "job": job}
 
 
@@ -50,8 +44,6 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: E
     written = write(model, tokenizer, out, options.gguf_dtype, options.name, options.tokenizer_pre)
     path = written["path"]
     job = {
-        "format": "gguf",
-        "reader": "transformers",
         "dir": str(out),
         "gguf_file": path.name,
         "auto_class": "AutoModelForCausalLM",
@@ -72,7 +64,7 @@ def write_deci_hf(model: nn.Module, tokenizer, out: Path, example: dict, options
     from headprune.export.deci_hf import export_deci_hf
 
     written = export_deci_hf(model, tokenizer, out)
-    job = {"format": "deci_hf", "reader": "deci-torch", "dir": str(out), "layout": written["layout"], "tokenizer": tokenizer is not None}
+    job = {"dir": str(out), "layout": written["layout"], "tokenizer": tokenizer is not None}
     return {"files": written["files"], "job": job, **{k: written[k] for k in ("layout", "padded_query_heads", "placeholder_layers")}}
 
 
@@ -130,4 +122,6 @@ def export_model(
     """Write ``model`` (physically pruned, its own attention) in format ``fmt`` into ``out``: {"files": [...], "job": {...}}."""
     if fmt not in FORMATS:
         raise ValueError(f"export.format must be one of {list(FORMATS)}, got {fmt!r}")
-    return FORMATS[fmt].write(model, tokenizer, out, example, ExportOptions(gguf_dtype, name, tokenizer_pre))
+    written = FORMATS[fmt].write(model, tokenizer, out, example, ExportOptions(gguf_dtype, name, tokenizer_pre))
+    written["job"] = {"format": fmt, "reader": FORMATS[fmt].reader, **written["job"]}  # a writer may name another reader
+    return written

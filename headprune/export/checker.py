@@ -119,8 +119,13 @@ def read_gguf_numpy(job: dict) -> Loaded:
     decoder = beside("gguf_numpy.py", "gguf_numpy_reader").GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
     layout = {key: decoder.layout[key] for key in job["layout"]}
     report = {"architecture": job.get("architecture"), "reader": "gguf + numpy", "layout": layout, "layout_equal": layout == job["layout"]}
+    return decoder_loaded(decoder, job, None, report)
+
+
+def decoder_loaded(decoder, job: dict, tokenizer, report: dict) -> Loaded:
+    """A reader's decoder (``logits(ids, mask)``) as the check runs it, greedy decoding without a cache."""
     logits = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
-    return Loaded(logits, lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"]), None, report)
+    return Loaded(logits, lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"]), tokenizer, report)
 
 
 def read_deci_torch(job: dict) -> Loaded:
@@ -131,14 +136,8 @@ def read_deci_torch(job: dict) -> Loaded:
     tokenizer = None  # as vLLM loads it: the directory's config names its own config class (trust_remote_code)
     if job.get("tokenizer", True):
         tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], trust_remote_code=True)
-    report = {
-        "architecture": "DeciLMForCausalLM",
-        "reader": "torch reference",
-        "layout": decoder.layout,
-        "layout_equal": decoder.layout == job["layout"],
-    }
-    logits = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
-    return Loaded(logits, lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"]), tokenizer, report)
+    report = {"architecture": "DeciLMForCausalLM", "reader": "torch reference", "layout": decoder.layout}
+    return decoder_loaded(decoder, job, tokenizer, {**report, "layout_equal": decoder.layout == job["layout"]})
 
 
 READERS = {

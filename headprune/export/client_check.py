@@ -84,23 +84,19 @@ def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int
 def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, dtype: str = "f32", texts: dict | None = None) -> dict:
     """Run the format's client on ``path`` (a ``dtype`` file): {"client", "rows", "passed"}, or {"skipped": why} where none is
     installed; ``texts`` ({"texts", "text_ids"}: the tokenizer's ids of each) are tokenized by the client too."""
-    python = installed_python(fmt)
+    python, client = installed_python(fmt), CLIENTS.get(fmt)
     if python is None:
-        where = f"{clients_dir() / CLIENTS[fmt].venv}" if fmt in CLIENTS else None
-        return {
-            "skipped": f"{CLIENTS[fmt].name} is not installed in {where} (make test-clients builds it)"
-            if where
-            else f"no client runs {fmt} here"
-        }
+        where = client and f"{client.name} is not installed in {clients_dir() / client.venv} (make test-clients builds it)"
+        return {"skipped": where or f"no client runs {fmt} here"}
     work.mkdir(parents=True, exist_ok=True)
     np.savez(work / "client_arrays.npz", **arrays)
     prompts = sum(1 for key in arrays if key.startswith("prompt"))
     job = {"name": fmt, "path": str(path), "arrays": str(work / "client_arrays.npz"), "prompts": prompts, "dtype": dtype}
-    job["tolerance"] = CLIENTS[fmt].tolerances[dtype]
+    job["tolerance"] = client.tolerances[dtype]
     job.update(texts or {})
     (work / "client_job.json").write_text(json.dumps([job]), encoding="utf-8")
     done = subprocess.run(
-        [str(python), "-I", str(CLIENTS[fmt].script), str(work / "client_job.json")],
+        [str(python), "-I", str(client.script), str(work / "client_job.json")],
         cwd=work,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
         capture_output=True,
@@ -110,7 +106,7 @@ def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, 
         rows = [{"check": "client ran", "passed": False, "detail": f"exit {done.returncode}: {done.stderr[-500:]}"}]
     else:
         rows = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"client": CLIENTS[fmt].name, "rows": rows, "passed": all(row["passed"] is not False for row in rows)}
+    return {"client": client.name, "rows": rows, "passed": all(row["passed"] is not False for row in rows)}
 
 
 def probe_texts(tokenizer, prompt: torch.Tensor) -> dict | None:
@@ -130,12 +126,10 @@ def probe_texts(tokenizer, prompt: torch.Tensor) -> dict | None:
 
 def adds_prefix_space(tokenizer) -> bool:
     """Whether the tokenizer's byte-level pre-tokenizer puts a space before the text (no llama.cpp BPE pre-tokenizer does)."""
+    from headprune.export.tokenizer_files import prefix_space
+
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return False
-    state = json.loads(backend.to_str()).get("pre_tokenizer") or {}
-    parts = state.get("pretokenizers", [state])  # a Sequence, or the one pre-tokenizer
-    return any(part.get("type") == "ByteLevel" and part.get("add_prefix_space") for part in parts)
+    return backend is not None and bool(prefix_space(json.loads(backend.to_str()).get("pre_tokenizer")))
 
 
 def client_line(report: dict) -> str:
@@ -151,15 +145,13 @@ def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, st
     ``ids`` (a Renumbering): the file's token ids and the tokenizer it ships, where a kind renumbered them."""
     import tempfile
 
-    if fmt not in CLIENTS or reference.greedy is None:
-        report = {
-            "skipped": f"no client runs export.format={fmt} here (clients: {', '.join(f'{f}: {c.name}' for f, c in CLIENTS.items())})"
-        }
-    elif installed_python(fmt) is not None and head_dim(reference.model) < CLIENTS[fmt].min_head_dim:
-        client = CLIENTS[fmt]
-        report = {
-            "skipped": f"{client.name} runs head sizes of {client.min_head_dim} and more, this model's is {head_dim(reference.model)}"
-        }
+    client = CLIENTS.get(fmt)
+    if client is None or reference.greedy is None:
+        clients = ", ".join(f"{f}: {c.name}" for f, c in CLIENTS.items())
+        report = {"skipped": f"no client runs export.format={fmt} here (clients: {clients})"}
+    elif installed_python(fmt) is not None and head_dim(reference.model) < client.min_head_dim:
+        size = head_dim(reference.model)
+        report = {"skipped": f"{client.name} runs head sizes of {client.min_head_dim} and more, this model's is {size}"}
     else:
         prompt, tokens, eos = reference.greedy[:3]
         kept = None if ids is None else ids.kept

@@ -11,13 +11,13 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.hf import rope_and_bias_refusal
+from headprune.export.gguf import layer_index
+from headprune.export.hf import NOT_COPIED, check_phantoms, heads_per_kv, rope_and_bias_refusal
 from headprune.export.tokenizer_files import save_tokenizer
 
 DECI_TYPES = ("llama", "mistral")
 CONFIG_MODULE = "configuration_decilm.py"  # the config class vLLM loads with trust_remote_code (auto_map)
 AUTO_MAP = {"AutoConfig": "configuration_decilm.DeciLMConfig"}
-DROPPED_FIELDS = ("pruned_heads", "_attn_implementation_autoset", "transformers_version", "sliding_window")
 RECORDS = "headprune_"  # the config fields of headprune's pruning records (heads, FFN widths, channels, layers): not written
 
 
@@ -79,8 +79,6 @@ def kv_count_message(layer: int, kv: int, heads: int) -> str:
 
 def check_mask(fields: dict, rows: dict) -> None:
     """A ConfigError unless every layer of the query-head mask {group: [layers][heads]} keeps a KV-head count dividing H."""
-    from headprune.export.hf import heads_per_kv
-
     heads, per_kv = int(fields["num_attention_heads"]), heads_per_kv(fields)
     for layers in rows.values():
         for layer, row in enumerate(layers):
@@ -99,8 +97,6 @@ def layer_plans(model: nn.Module) -> list[LayerPlan]:
         groups = [(kv, [h for h in site.head_ids if site.kv_of(h) == kv]) for kv in site.kv_ids if kv in served]
         if groups and site.num_heads_orig % len(groups):
             raise ConfigError(kv_count_message(site.layer, len(groups), site.num_heads_orig))
-        if not groups and site.linear("output").weight.detach().abs().max() > 0:
-            raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
         plans.append(LayerPlan(groups, site.num_heads_orig, widths[site.layer]))
     first = next((i for i, p in enumerate(plans) if p.has_attention or p.ffn_width), 0)
     # vLLM's residual stream starts at the first attention it runs: an FFN before it would fail in its fused add-and-norm,
@@ -108,9 +104,7 @@ def layer_plans(model: nn.Module) -> list[LayerPlan]:
     if not plans[first].has_attention:
         p = plans[first]
         plans[first] = LayerPlan(p.groups, p.heads, p.ffn_width, placeholder=True)
-    for site in find_ffn_sites(model):
-        if not site.width and site.down().weight.detach().abs().max() > 0:
-            raise ValueError(f"layer {site.layer} has no FFN neurons left but its down projection is not zero")
+    check_phantoms(model, {i for i, p in enumerate(plans) if not p.groups}, {i for i, p in enumerate(plans) if not p.ffn_width})
     return plans
 
 
@@ -143,20 +137,16 @@ def deci_tensors(model: nn.Module, plans: list[LayerPlan]) -> dict[str, torch.Te
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
     out = {}
     for name, tensor in state.items():
-        if name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and model.config.tie_word_embeddings):
-            continue
-        if ".layers." not in name:
+        plan = None if layer_index(name) is None else plans[layer_index(name)]
+        left_out = (
+            name.endswith("rotary_emb.inv_freq")
+            or (name == "lm_head.weight" and model.config.tie_word_embeddings)
+            or ".self_attn." in name  # rebuilt below in vLLM's shapes
+            or (".input_layernorm." in name and not plan.has_attention)
+            or ((".mlp." in name or ".post_attention_layernorm." in name) and not plan.ffn_width)
+        )
+        if not left_out:
             out[name] = tensor
-            continue
-        layer = int(name.split(".layers.", 1)[1].split(".", 1)[0])
-        plan = plans[layer]
-        if ".self_attn." in name:
-            continue  # rebuilt below in vLLM's shapes
-        if ".input_layernorm." in name and not plan.has_attention:
-            continue
-        if (".mlp." in name or ".post_attention_layernorm." in name) and not plan.ffn_width:
-            continue
-        out[name] = tensor
     for position, site in enumerate(sorted(find_sites(model), key=lambda s: s.layer)):  # position: its index among the layers kept
         plan = plans[position]
         if plan.has_attention:
@@ -181,7 +171,7 @@ def deci_config(model: nn.Module, plans: list[LayerPlan]) -> dict:
     from headprune.export.decilm_config import DeciLMConfig
 
     fields = {k: v for k, v in model.config.to_dict().items() if not k.startswith(RECORDS)}
-    for key in (*DROPPED_FIELDS, "architectures", "model_type", "auto_map"):
+    for key in (*NOT_COPIED, "sliding_window", "auto_map"):
         fields.pop(key, None)
     site = find_sites(model)[0]
     first = next(p for p in plans if p.has_attention)
@@ -197,11 +187,6 @@ def deci_config(model: nn.Module, plans: list[LayerPlan]) -> dict:
     if "rope_theta" in rope:
         config["rope_theta"] = rope["rope_theta"]  # transformers 4.x configs (vLLM's own pin may be one) read it here
     return {**config, "architectures": ["DeciLMForCausalLM"], "model_type": "nemotron-nas", "auto_map": AUTO_MAP}
-
-
-def layout_of(plans: list[LayerPlan]) -> list[dict]:
-    """Per layer: query heads, KV heads (0: no attention) and FFN width (0: no FFN), as the check's reader reads them back."""
-    return [{"heads": p.heads if p.has_attention else 0, "kv_heads": p.kv_heads, "ffn": p.ffn_width} for p in plans]
 
 
 def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
@@ -222,7 +207,8 @@ def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
         save_tokenizer(tokenizer, out)
     return {
         "files": sorted(p for p in out.iterdir() if p.is_file()),
-        "layout": layout_of(plans),
+        # per layer as the check's reader reads block_configs back: query heads, KV heads (0: no attention), FFN width (0: none)
+        "layout": [{"heads": p.heads if p.has_attention else 0, "kv_heads": p.kv_heads, "ffn": p.ffn_width} for p in plans],
         "padded_query_heads": [p.padded_heads for p in plans],
         "placeholder_layers": [i for i, p in enumerate(plans) if p.placeholder],
     }

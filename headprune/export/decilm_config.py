@@ -2,27 +2,19 @@
 # Standalone: vLLM reads block_configs[i].attention.no_op / n_heads_in_group and .ffn.no_op / intermediate_size (no ffn_mult,
 # which it rounds to 256). Mistral's config as base: LlamaConfig refuses a hidden size no multiple of the heads; head_dim is read.
 
+from types import SimpleNamespace
+
 from transformers import MistralConfig
-
-
-class SubblockConfig:
-    """One sub-block's entry (``attention`` or ``ffn``): its keys as attributes, only those given."""
-
-    def __init__(self, values: dict):
-        self.__dict__.update(values)
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 class BlockConfig:
     """One layer's entry of ``block_configs``: its attention and its FFN."""
 
     def __init__(self, attention: dict, ffn: dict):
-        self.attention, self.ffn = SubblockConfig(attention), SubblockConfig(ffn)
+        self.attention, self.ffn = SimpleNamespace(**attention), SimpleNamespace(**ffn)  # only the keys given, as attributes
 
     def to_dict(self) -> dict:
-        return {"attention": self.attention.to_dict(), "ffn": self.ffn.to_dict()}
+        return {"attention": dict(vars(self.attention)), "ffn": dict(vars(self.ffn))}
 
 
 class DeciLMConfig(MistralConfig):

@@ -111,13 +111,16 @@ def falcon_refusal(fields: dict) -> str | None:
 
 def square_refusal(model_type: str, heads: int, head_dim: int, hidden: int) -> str | None:
     """Why ``heads`` query heads of ``head_dim`` cannot be written as an architecture whose graph reads square attention."""
-    row = arch_of(model_type)
-    if not row.square_only or heads * head_dim == hidden:
+    if not arch_of(model_type).square_only or heads * head_dim == hidden:
         return None
+    return square_message(model_type, f" ({hidden}), and this model keeps {heads} query heads of {head_dim}")
+
+
+def square_message(model_type: str, found: str) -> str:
+    """Why pruned query heads (``found``, after "the hidden size") cannot go into an architecture reading square attention."""
     return (
-        f"export.format=gguf writes {model_type} as llama.cpp's {row.name}, whose graph reads q, k and v as blocks of the hidden "
-        f"size ({hidden}), and this model keeps {heads} query heads of {head_dim}: prune FFN neurons or layers only "
-        "(no heads), or use export.format=onnx"
+        f"export.format=gguf writes {model_type} as llama.cpp's {arch_of(model_type).name}, whose graph reads q, k and v as "
+        f"blocks of the hidden size{found}: prune FFN neurons or layers only (no heads), or use export.format=onnx"
     )
 
 
@@ -207,21 +210,11 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
     by_id = {i: token for token, i in vocab.items()}
     added = tokenizer.get_added_vocab()
     decoder = tokenizer.added_tokens_decoder
-    tokens, types = [], []
-    for i in range(vocab_size):
-        if i not in by_id:
-            tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.UNUSED)
-        elif by_id[i] in added:
-            tokens.append(by_id[i])
-            types.append(gguf.TokenType.CONTROL if decoder[i].special else gguf.TokenType.USER_DEFINED)
-        else:
-            tokens.append(by_id[i])
-            types.append(gguf.TokenType.NORMAL)
+    added_type = {i: gguf.TokenType.CONTROL if decoder[i].special else gguf.TokenType.USER_DEFINED for i in by_id if by_id[i] in added}
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre_tokenizer_of(tokenizer, pre))
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
+    writer.add_token_list([by_id.get(i, f"[PAD{i}]") for i in range(vocab_size)])  # an id no token has: an unused filler
+    writer.add_token_types([added_type.get(i, gguf.TokenType.NORMAL if i in by_id else gguf.TokenType.UNUSED) for i in range(vocab_size)])
     with tempfile.TemporaryDirectory() as folder:
         tokenizer.save_pretrained(folder)
         special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
@@ -261,11 +254,8 @@ def gguf_tensors(
     config = model.config
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA if arch is None else arch, int(config.num_hidden_layers))
     for hf_name, tensor in hf_tensors(model, layer_heads, unfuse):
-        if skip(hf_name):
-            continue
-        if hf_name == "lm_head.weight" and config.tie_word_embeddings and not always_output:
-            continue  # tied: llama.cpp reads the output projection from token_embd
-        if hf_name.endswith("rotary_emb.inv_freq"):
+        tied = hf_name == "lm_head.weight" and config.tie_word_embeddings and not always_output  # llama.cpp reads token_embd
+        if skip(hf_name) or tied or hf_name.endswith("rotary_emb.inv_freq"):
             continue
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
@@ -314,23 +304,16 @@ def check_writable(model: nn.Module, dtype: str) -> None:
         raise ConfigError(why)
 
 
-def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> Path:
-    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model as its family's llama.cpp architecture; the file."""
+def export_gguf(
+    model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None
+) -> tuple[Path, str]:
+    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model (checked by ``gguf_deci.write_gguf``) as its family's
+    llama.cpp architecture; the file and the architecture."""
     import gguf
 
-    check_writable(model, dtype)
     config = model.config
     shape = stock_shape(model, GGUF_TYPES)
     row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
-    if config.model_type in LLAMA.model_types and config.hidden_size % shape.heads:  # read back by transformers
-        raise ConfigError(
-            f"export.format=gguf: {shape.heads} query heads do not divide the hidden size {config.hidden_size}; transformers' GGUF "
-            "reader builds a LlamaConfig from the file, which refuses that, so the export could not be checked. Prune to a head "
-            "count that divides the hidden size, or use export.format=hf (written as Mistral) or export.format=onnx"
-        )
-    why = square_refusal(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
-    if why:
-        raise ConfigError(why)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
     writer = gguf.GGUFWriter(str(path), arch=row.name)
@@ -345,7 +328,7 @@ def export_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name
         always_output=row.always_output,
     )  # fmt: skip
     finish_file(writer, tensors)
-    return path
+    return path, row.name
 
 
 def ffn_length(model: nn.Module) -> int:
@@ -362,8 +345,6 @@ def ffn_length(model: nn.Module) -> int:
 def safe_name(name: str, tokenizer) -> str:
     """``general.name`` for ``name``: llama.cpp looks up the token ``<|end|>`` in a model whose name holds phi3 or phi-3 (any
     case) and fails to load without it, so such a name is written "Phi 3" where the tokenizer has no ``<|end|>``."""
-    import re
-
     has_end = tokenizer is not None and "<|end|>" in tokenizer.get_vocab()
     return name if has_end else re.sub(r"(?i)phi-?3", "Phi 3", name)
 

@@ -7,8 +7,9 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_index
-from headprune.export.gguf_archs import arch_of, written_arch
+from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_index, square_message
+from headprune.export.gguf_archs import arch_of
+from headprune.export.hf import check_phantoms, heads_per_kv
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
 FFN_PARTS = (".mlp.", ".post_attention_layernorm.")  # the tensors a layer without FFN leaves out
@@ -46,17 +47,11 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
 def check_mask(fields: dict, rows: dict) -> None:
     """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every kept
     KV head, and (an architecture without deci) one shape in every layer."""
-    from headprune.export.hf import heads_per_kv
-
     row = arch_of(fields.get("model_type"))
     for layers in rows.values():
         pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]
         if row is not None and row.square_only and pruned:
-            raise ConfigError(
-                f"export.format=gguf writes {fields.get('model_type')} as llama.cpp's {row.name}, whose graph reads q, k and v as "
-                f"blocks of the hidden size, and the mask prunes query heads in layers {pruned}: prune FFN neurons or layers only "
-                "(no heads), or use export.format=onnx"
-            )
+            raise ConfigError(square_message(fields.get("model_type"), f", and the mask prunes query heads in layers {pruned}"))
         shapes = mask_layer_shapes(layers, heads_per_kv(fields))
         if row is not None and not row.per_layer and len(set(shapes)) > 1:
             raise ConfigError(uneven_layers_message(row, shapes))
@@ -96,8 +91,7 @@ def gguf_architecture(shapes: list[tuple[int, int]], ffn_widths: list[int] | Non
 
 
 def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The per-layer counts the deci file holds: an emptied layer 0 keeps its one all-zero head (1 / 1)."""
-    # llama.cpp takes the head size from layer 0, so an emptied layer 0 keeps one all-zero head
+    """The per-layer counts the deci file holds: an emptied layer 0 keeps one all-zero head (llama.cpp reads the head size there)."""
     return [(1, 1) if layer == 0 and heads == 0 else (heads, kv) for layer, (heads, kv) in enumerate(shapes)]
 
 
@@ -109,16 +103,6 @@ def written_ffn_widths(written: list[tuple[int, int]], widths: list[int]) -> lis
     return [
         width if width else (0 if heads == 0 and layer != last else 1) for layer, ((heads, _), width) in enumerate(zip(written, widths))
     ]
-
-
-def _check_phantoms(model: nn.Module, emptied: set[int], ffn_free: set[int] = frozenset()) -> None:
-    """An emptied layer's remaining (phantom) head or neuron must add exactly nothing, since the file leaves it out."""
-    for position, site in enumerate(find_sites(model)):  # position: its index among the layers kept
-        if position in emptied and site.linear("output").weight.detach().abs().max() > 0:
-            raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
-    for position, site in enumerate(find_ffn_sites(model)):
-        if position in ffn_free and site.down().weight.detach().abs().max() > 0:
-            raise ValueError(f"layer {site.layer} has no FFN neurons left but its down projection is not zero")
 
 
 def export_gguf_deci(
@@ -133,7 +117,7 @@ def export_gguf_deci(
     feed_forward = written_ffn_widths(shapes, model_ffn_widths(model))
     emptied = {layer for layer, (heads, _) in enumerate(shapes) if heads == 0}
     ffn_free = {layer for layer, width in enumerate(feed_forward) if width == 0}
-    _check_phantoms(model, emptied, ffn_free)
+    check_phantoms(model, emptied, ffn_free)
     head_dim = int(find_sites(model)[0].head_dim)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{dtype}.gguf"
@@ -164,14 +148,10 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
     why = next(filter(None, (square_refusal(model.config.model_type, heads, head_dim, hidden) for heads, _ in shapes)), None)
     if why:  # gpt2 / gptneox: any pruned query head, before the layers' shapes are compared
         raise ConfigError(why)
-    if not row.per_layer:
-        if len(set(shapes)) > 1 or len(set(widths)) > 1 or not shapes[0][0] or not min(widths or [1]):
-            raise ConfigError(uneven_layers_message(row, [(*shape, width) for shape, width in zip(shapes, widths)]))
-        heads, _ = shapes[0]
-        architecture = written_arch(model.config.model_type, heads, head_dim, hidden).name
-        path = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre)
-    elif gguf_architecture(shapes, widths, int(model.config.hidden_size)) == "llama":
-        path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre), "llama"
+    if not row.per_layer and gguf_architecture(shapes, widths) != "llama":  # one shape and one FFN width, none emptied
+        raise ConfigError(uneven_layers_message(row, [(*shape, width) for shape, width in zip(shapes, widths)]))
+    if not row.per_layer or gguf_architecture(shapes, widths, hidden) == "llama":  # llama: its heads divide the width
+        path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre)
     else:
         path, architecture, shapes = export_gguf_deci(model, tokenizer, out, dtype, name, tokenizer_pre), "deci", written_shapes(shapes)
         widths = written_ffn_widths(shapes, widths)

@@ -116,9 +116,7 @@ class GGUFDecoder:
             start, stop = {"q": (0, q), "k": (q, q + kv), "v": (q + kv, q + 2 * kv)}[part]
             bias = self.weights.get(f"blk.{layer}.attn_qkv.bias")
             return x @ fused[start:stop].T + (0 if bias is None else bias[start:stop])
-        out = x @ self.weights[f"blk.{layer}.attn_{part}.weight"].T
-        bias = self.weights.get(f"blk.{layer}.attn_{part}.bias")
-        return out if bias is None else out + bias
+        return self._linear(x, f"blk.{layer}.attn_{part}")
 
     def _head_norm(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
         """The RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm``: per head (qwen3: d weights), or

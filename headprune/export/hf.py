@@ -15,7 +15,8 @@ from headprune.core.pruning import RECORD_ATTR
 from headprune.export.tokenizer_files import save_tokenizer
 
 STOCK_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text", "phi3")
-V4_ATTR = "pruned_heads"
+# config fields a written checkpoint does not copy: v4's head record, transformers' bookkeeping, what the writer sets itself
+NOT_COPIED = ("pruned_heads", "_attn_implementation_autoset", "architectures", "transformers_version", "model_type")
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,7 @@ def stock_shape(model: nn.Module, types: tuple[str, ...] = STOCK_TYPES) -> Stock
         key = "uneven" if uneven else (len(site.head_ids), len(site.kv_ids), site.head_dim)
         shapes.setdefault(key, []).append(site.layer)
     _require_one_shape(shapes, "a stock checkpoint (export.format=hf or gguf) needs the same attention shape in every layer, but")
-    heads, kv_heads, head_dim = next(iter(shapes))
-    return StockShape(heads, kv_heads, head_dim)
+    return StockShape(*next(iter(shapes)))  # (heads, KV heads, head size)
 
 
 def mask_stock_shape(rows: list[list[int]], heads_per_kv: int = 1) -> tuple[int, int]:
@@ -66,30 +66,13 @@ def stock_ffn_width(model: nn.Module) -> dict[str, int]:
     return {field: next(iter(by_width)) for field, by_width in widths.items()}
 
 
-def mask_ffn_width(rows: list[list[int]]) -> int:
-    """The FFN width every layer keeps under a 0/1 neuron mask [layers][neurons] (an emptied block: its phantom, 1), or a ConfigError."""
-    by_width: dict[int, list[int]] = {}
-    for layer, row in enumerate(rows):
-        by_width.setdefault(max(int(sum(row)), 1), []).append(layer)
-    if len(by_width) > 1:
-        described = "; ".join(f"layers {layers}: {width} neurons" for width, layers in by_width.items())
-        raise ConfigError(f"a stock checkpoint needs one FFN width in every layer, but the mask keeps {described}. " + UNIFORM_HINT)
-    return next(iter(by_width))
-
-
 def _require_one_shape(shapes: dict, lead: str) -> None:
     """A ConfigError naming the layers of each shape unless ``shapes`` ({shape or "uneven": [layers]}) holds one even shape."""
     if len(shapes) == 1 and "uneven" not in shapes:
         return
-    described = "; ".join(
-        f"layers {layers}: "
-        + (
-            "query heads unevenly spread over their KV heads (or none left)"
-            if key == "uneven"
-            else f"{key[0]} query heads over {key[1]} KV heads"
-        )
-        for key, layers in shapes.items()
-    )
+    uneven = "query heads unevenly spread over their KV heads (or none left)"
+    words = {key: uneven if key == "uneven" else f"{key[0]} query heads over {key[1]} KV heads" for key in shapes}
+    described = "; ".join(f"layers {layers}: {words[key]}" for key, layers in shapes.items())
     raise ConfigError(f"{lead} {described}. " + UNIFORM_HINT)
 
 
@@ -132,16 +115,7 @@ def stock_config(model: nn.Module, shape: StockShape):
     from transformers import AutoConfig
 
     fields = copy.deepcopy(model.config.to_dict())
-    for key in (
-        RECORD_ATTR,
-        V4_ATTR,
-        WIDTHS_ATTR,
-        REMOVED_ATTR,
-        "_attn_implementation_autoset",
-        "architectures",
-        "transformers_version",
-        "model_type",
-    ):
+    for key in (*NOT_COPIED, RECORD_ATTR, WIDTHS_ATTR, REMOVED_ATTR):
         fields.pop(key, None)
     fields.update(num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, head_dim=shape.head_dim)
     fields.update(stock_ffn_width(model))
@@ -188,6 +162,16 @@ def export_hf(model: nn.Module, tokenizer, out: Path) -> list[Path]:
     if tokenizer is not None:
         save_tokenizer(tokenizer, out)
     return sorted(p for p in out.iterdir() if p.is_file())
+
+
+def check_phantoms(model: nn.Module, emptied: set[int], ffn_free: set[int]) -> None:
+    """An emptied layer's remaining (phantom) head or neuron must add exactly nothing, since the file leaves it out."""
+    for position, site in enumerate(find_sites(model)):  # position: its index among the layers kept
+        if position in emptied and site.linear("output").weight.detach().abs().max() > 0:
+            raise ValueError(f"layer {site.layer} has no heads left but its attention output projection is not zero")
+    for position, site in enumerate(ffn_sites_if_any(model)):
+        if position in ffn_free and site.down().weight.detach().abs().max() > 0:
+            raise ValueError(f"layer {site.layer} has no FFN neurons left but its down projection is not zero")
 
 
 def rope_and_bias_refusal(fields: dict, fmt: str, instead: str) -> str | None:

@@ -100,13 +100,6 @@ def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, mode
     return config
 
 
-def read_kvpress_pattern(folder: str | Path) -> tuple[np.ndarray, dict]:
-    """(pattern (layers, KV heads), config) as DuoAttention's loader reads them (tab-separated floats clipped to [0, 1])."""
-    folder = Path(folder)
-    pattern = np.clip(np.loadtxt(folder / TSV, dtype=float, delimiter="\t", ndmin=2), 0, 1)
-    return pattern, read_json(folder / CONFIG)
-
-
 def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
     """The step of ``order`` at ``fraction`` in a ``prune.action=stream`` run's ``results``; a ValueError naming what the run holds."""
     if results.get("action") != "stream":

@@ -12,26 +12,15 @@ OPSET = 17
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-class _Logits(nn.Module):
-    """model(**named inputs).logits with positional inputs (the TorchScript exporter's calling convention)."""
+class _Output(nn.Module):
+    """module(**named inputs).<output> with positional inputs (the TorchScript exporter's calling convention)."""
 
-    def __init__(self, model: nn.Module, names: list[str], extra: dict):
+    def __init__(self, module: nn.Module, names: list[str], extra: dict, output: str = "logits"):
         super().__init__()
-        self.model, self.names, self.extra = model, names, extra
+        self.module, self.names, self.extra, self.output = module, names, extra, output
 
     def forward(self, *tensors):
-        return self.model(**dict(zip(self.names, tensors)), **self.extra).logits
-
-
-class _Encoder(nn.Module):
-    """The encoder's last hidden state from its source inputs (token ids and mask, or a speech model's features)."""
-
-    def __init__(self, model: nn.Module, names: list[str]):
-        super().__init__()
-        self.model, self.names = model, names
-
-    def forward(self, *tensors):
-        return self.model.get_encoder()(**dict(zip(self.names, tensors))).last_hidden_state
+        return getattr(self.module(**dict(zip(self.names, tensors)), **self.extra), self.output)
 
 
 class _Decoder(nn.Module):
@@ -108,7 +97,7 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
         features = feature_input(model, batch)
         axes = {name: {0: "batch"} if name == features else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
-        path = _export(_Logits(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
+        path = _export(_Output(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
         return {"model": path}
 
 
@@ -119,15 +108,16 @@ def _export_encoder_decoder(model: nn.Module, batch: dict, out: Path) -> dict[st
     names = [features] if speech else ["input_ids", "attention_mask"]
     source = {0: "batch"} if speech else {0: "batch", 1: "source"}
     sources = tuple(batch[n] for n in names)
+    encode = _Output(model.get_encoder(), names, {}, "last_hidden_state")  # source inputs (token ids and mask, or features)
     encoder = _export(
-        _Encoder(model, names),
+        encode,
         sources,
         out / "encoder.onnx",
         names,
         "last_hidden_state",
         {**dict.fromkeys(names, source), "last_hidden_state": source},
     )
-    hidden = _Encoder(model, names)(*sources)
+    hidden = encode(*sources)
     masks = [] if speech else ["attention_mask"]
     target = {0: "batch", 1: "target"}
     decoder = _export(

@@ -9,6 +9,7 @@ from torch import nn
 
 from headprune.core.attention.gates import find_sites
 from headprune.core.ffn.sites import ffn_sites_if_any
+from headprune.export.tokenizer_files import save_tokenizer
 
 DESCRIPTION = "headprune_export.json"
 HEADS_FIELD = "headprune_heads_per_layer"
@@ -104,29 +105,6 @@ def image_inputs(processor) -> dict:
     }
 
 
-def save_tokenizer(tokenizer, out: Path) -> None:
-    """The tokenizer's files in ``out``: tokenizer.json padding to the longest row, tokenizer_config.json readable by transformers 4."""
-    tokenizer.save_pretrained(out)
-    path, settings_path = out / "tokenizer.json", out / "tokenizer_config.json"
-    if not path.is_file():
-        return
-    if tokenizer.pad_token_id is not None:
-        from tokenizers import Tokenizer
-
-        backend = Tokenizer.from_file(str(path))
-        backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token)  # no length: the batch's longest
-        backend.save(str(path))
-    if settings_path.is_file():
-        settings = json.loads(settings_path.read_text())
-        if settings.get("tokenizer_class") == "TokenizersBackend":  # transformers 5's generic class: 4 names it so
-            settings["tokenizer_class"] = "PreTrainedTokenizerFast"
-        pre = json.loads(path.read_text()).get("pre_tokenizer") or {}
-        for step in pre.get("pretokenizers", [pre]):
-            if step.get("type") == "ByteLevel" and "add_prefix_space" not in settings:
-                settings["add_prefix_space"] = bool(step.get("add_prefix_space"))  # transformers 4 resets it when absent
-        settings_path.write_text(json.dumps(settings, indent=2))
-
-
 def write_onnx_dir(model: nn.Module, tokenizer, out: Path, graphs: dict[str, Path], precision: str = "f32") -> list[Path]:
     """Write config.json, the tokenizer and ``headprune_export.json`` beside ``graphs`` in ``out``; every file of the directory."""
     out.mkdir(parents=True, exist_ok=True)
@@ -140,7 +118,7 @@ def write_onnx_dir(model: nn.Module, tokenizer, out: Path, graphs: dict[str, Pat
         model.generation_config.save_pretrained(out)
     images = task == "image-classification"  # ``tokenizer`` is then the model's image processor
     if tokenizer is not None:
-        tokenizer.save_pretrained(out) if images else save_tokenizer(tokenizer, out)
+        tokenizer.save_pretrained(out) if images else save_tokenizer(tokenizer, out, pad_to_longest=True)
     labels = getattr(config, "id2label", None) if task in ("text-classification", "image-classification") else None
     description = {
         "format": "onnx",

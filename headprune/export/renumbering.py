@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 
 from headprune.core.checks import ConfigError
 from headprune.core.kinds import KINDS
@@ -133,11 +134,8 @@ def _rows(batch: dict, rows: list[int]) -> dict:
 
 def _padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids (B, T) right-padded with ``pad``, attention mask (B, T)) of token rows."""
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row, dtype=torch.long), 1
+    ids = pad_sequence([torch.tensor(row, dtype=torch.long) for row in rows], batch_first=True, padding_value=pad)
+    mask = pad_sequence([torch.ones(len(row), dtype=torch.long) for row in rows], batch_first=True)
     return ids, mask
 
 

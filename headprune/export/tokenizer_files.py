@@ -17,17 +17,26 @@ def prefix_space(pre_tokenizer: dict | None) -> bool | None:
     return next((f for f in found if f is not None), None)
 
 
-def save_tokenizer(tokenizer, out: Path) -> None:
-    """``tokenizer.save_pretrained(out)``, its config naming a class transformers 4 and 5 both load."""
+def save_tokenizer(tokenizer, out: Path, pad_to_longest: bool = False) -> None:
+    """``tokenizer.save_pretrained(out)``, its config naming a class transformers 4 and 5 both load; ``pad_to_longest``:
+    tokenizer.json pads a batch to its longest row (the ONNX directory's, read by ``tokenizers`` alone)."""
     tokenizer.save_pretrained(out)
-    path = Path(out) / "tokenizer_config.json"
-    if not (path.is_file() and (Path(out) / "tokenizer.json").is_file()):
+    path, files = Path(out) / "tokenizer_config.json", Path(out) / "tokenizer.json"
+    if not files.is_file():
+        return
+    if pad_to_longest and tokenizer.pad_token_id is not None:
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_file(str(files))
+        backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token)  # no length: the batch's longest
+        backend.save(str(files))
+    if not path.is_file():
         return
     config = json.loads(path.read_text(encoding="utf-8"))
     if config.get("tokenizer_class") in (*V5_ONLY, None):
         config["tokenizer_class"] = PORTABLE_CLASS
         config.pop("backend", None)  # 5's choice among its backends: tokenizer.json says it
-        prefix = prefix_space(json.loads((Path(out) / "tokenizer.json").read_text(encoding="utf-8")).get("pre_tokenizer"))
+        prefix = prefix_space(json.loads(files.read_text(encoding="utf-8")).get("pre_tokenizer"))
         if prefix is not None and "add_prefix_space" not in config:
             config["add_prefix_space"] = prefix  # 4's PreTrainedTokenizerFast resets the pre-tokenizer's to false unless told
         path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

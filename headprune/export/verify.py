@@ -17,6 +17,7 @@ from torch import nn
 
 from headprune.core.units import model_gates, prune_unit_mask, unit_gates
 from headprune.export import FORMATS
+from headprune.export.gguf import rounded_like_gguf
 
 CHECKER = Path(__file__).with_name("checker.py")
 TOLERANCE = 1e-5  # f32: largest |export - reference| over the logits' scale (at least 1): the floor of the tolerance
@@ -263,12 +264,7 @@ def _on_device(model: nn.Module, batches: list[dict]) -> list[dict]:
 def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settings, suppress: list[int] | None = None) -> Reference:
     """The masked task model's logits and greedy tokens on ``batches`` (never a ``suppress`` id), and the f32 round-off against float64."""
     rounded = FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16"
-    if rounded:
-        from headprune.export.gguf import rounded_like_gguf
-
-        model = rounded_like_gguf(pruned, "f16")  # the weights as the file stores them
-    else:
-        model = task.model  # under the mask
+    model = rounded_like_gguf(pruned, "f16") if rounded else task.model  # the weights as the file stores them, or under the mask
     with task.gates.masked(None if rounded else mask):
         logits = reference_logits(model, _on_device(model, batches))
         greedy = None
