@@ -12,8 +12,8 @@ from headprune.core.units import model_gates
 from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
-from headprune.tasks.common import SavesHF, checked_settings
-from headprune.tasks.lm.data import LMData, collate, load_texts, long_documents, text_pools
+from headprune.tasks.common import SavesHF, checked_settings, drawn_groups
+from headprune.tasks.lm.data import LMData, load_texts, long_documents, text_pools
 
 TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
 MODEL_INPUTS = DECODER_INPUTS
@@ -36,6 +36,11 @@ class LanguageModelingTask(SavesHF):
     higher_is_better = False
     across_tokenizers = "bits_per_byte"  # the measure that compares models whose tokenizers split the text otherwise
     paired_test_name = "paired bootstrap of corpus perplexity over texts (Koehn 2004)"
+    sort_training = True  # training batches of texts of similar lengths
+    empty_importance = (
+        "the importance split holds no text of two tokens or more: check data.files.importance "
+        "(one text per line) and data.limits.importance"
+    )
 
     def __init__(
         self,
@@ -71,8 +76,9 @@ class LanguageModelingTask(SavesHF):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _inputs(self, batch: dict) -> dict:
-        return {k: batch[k].to(self.device) for k in MODEL_INPUTS}
+    def _inputs(self, batch: dict, *extra: str) -> dict:
+        """The model inputs of a batch (and ``extra`` keys such as labels) on the model's device."""
+        return {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, *extra)}
 
     @contextmanager
     def split_by(self, split_row, tokenizer, splits: list[str]):
@@ -85,8 +91,8 @@ class LanguageModelingTask(SavesHF):
             self.data, self.tokenizer = own
 
     def split_sizes(self) -> dict[str, int]:
-        """{split: texts} (texts shorter than one predicted token are left out)."""
-        return {split: len(ids) for split, ids in self.data.ids.items()}
+        """{split: rows} (texts shorter than one predicted token are left out; passkey: examples)."""
+        return {split: len(rows) for split, rows in self.data.rows.items()}
 
     @property
     def selection_split(self) -> str:
@@ -153,8 +159,7 @@ class LanguageModelingTask(SavesHF):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
                 if engine is not None:
-                    inputs = {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
-                    stats[:, rows] = self._engine_stats(engine, inputs, masks)
+                    stats[:, rows] = self._engine_stats(engine, self._inputs(batch, "labels"), masks)
                 else:
                     stats[:, rows] = self._repeated_stats(batch, masks)
                 if on_batch is not None:
@@ -198,27 +203,19 @@ class LanguageModelingTask(SavesHF):
         )
 
     def importance_batches(self, batch_size: int | None = None):
-        """Batches (inputs + next-token labels, on the model's device) of the importance texts (training data)."""
-        if not self.data.split("importance"):
-            raise ValueError(
-                "the importance split holds no text of two tokens or more: check data.files.importance "
-                "(one text per line) and data.limits.importance"
-            )
+        """Batches (inputs + next-token labels, on the model's device) of the importance split (training data)."""
+        if not self.split_sizes().get("importance"):
+            raise ValueError(self.empty_importance)
         for batch in self.data.batches("importance", batch_size or self.data.batch_size):
-            yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
+            yield self._inputs(batch, "labels")
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training texts drawn with ``seed``, in similar-length batches in a seeded order; ``idx``: each row's position."""
-        split = "train" if "train" in self.data.ids else "importance"
-        ids = self.data.split(split)
-        generator = torch.Generator().manual_seed(seed)
-        chosen = torch.randperm(len(ids), generator=generator)[: max(int(examples), 0)].tolist()
-        chosen.sort(key=lambda i: len(ids[i]))
-        size = int(self.data.batch_size)
-        groups = [chosen[s : s + size] for s in range(0, len(chosen), size)]
+        """``examples`` training rows drawn with ``seed``, batched in a seeded order (``sort_training``: similar lengths); ``idx``: each row's position."""
+        rows = self.data.split("train" if "train" in self.split_sizes() else "importance")
+        length = (lambda i: len(rows[i])) if self.sort_training else None
         out = []
-        for group in (groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()):
-            batch = collate([ids[i] for i in group], self.data.pad_id)
+        for group in drawn_groups(len(rows), examples, seed, int(self.data.batch_size), length):
+            batch = self.data.collate_rows([rows[i] for i in group])
             out.append({**{k: v.to(self.device) for k, v in batch.items()}, "idx": torch.tensor(group)})
         return out
 
@@ -249,7 +246,7 @@ class LanguageModelingTask(SavesHF):
 
     def _timed_batch(self, rows: list) -> dict:
         """One timing batch of split rows (texts, padded)."""
-        return collate(rows, self.data.pad_id)
+        return self.data.collate_rows(rows)
 
     @torch.no_grad()
     def timed_call(self, batch: dict) -> None:

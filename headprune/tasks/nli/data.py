@@ -4,7 +4,7 @@ import math
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from headprune.tasks.nli.config import REQUIRED, SOURCES, SPLITS, NLIDataConfig  # noqa: F401 (re-exported)
 from headprune.tasks.nli.files import LABELS, NLIDataError, label_id, present_split_files, read_split
@@ -87,19 +87,6 @@ class LengthGroupedSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
-
-
-class SortedSampler(Sampler):
-    """Indices sorted by length, longest first (deterministic evaluation with little padding)."""
-
-    def __init__(self, lengths: list[int]):
-        self.order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-
-    def __iter__(self):
-        return iter(self.order)
-
-    def __len__(self) -> int:
-        return len(self.order)
 
 
 def _select(examples: dict[str, list], indices: list[int]) -> dict[str, list]:
@@ -223,9 +210,8 @@ class NLIDataModule(L.LightningDataModule):
         """A deterministic loader over one split (length-sorted batches, each with ``idx``), for evaluation."""
         data = self.dataset(split)
         size = batch_size or (self.config.importance_batch_size if split == "importance" else self.config.eval_batch_size)
-        return DataLoader(
-            data, batch_size=size, sampler=SortedSampler(data.lengths), collate_fn=self.collate, num_workers=self.config.num_workers
-        )
+        longest_first = sorted(range(len(data)), key=lambda i: (-data.lengths[i], i))  # deterministic, little padding
+        return DataLoader(data, batch_size=size, sampler=longest_first, collate_fn=self.collate, num_workers=self.config.num_workers)
 
     def train_dataloader(self) -> DataLoader:
         data = self.dataset("train")

@@ -55,22 +55,6 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
         """Each example's token ids (special tokens included, no padding)."""
         return self._require_data().dataset(split).encodings["input_ids"]
 
-    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training examples drawn with ``seed``, in length-grouped batches of the training batch size, shuffled."""
-        data = self._require_data()
-        train = data.dataset("train")
-        generator = torch.Generator().manual_seed(seed)
-        chosen = torch.randperm(len(train), generator=generator)[: max(int(examples), 0)].tolist()
-        chosen.sort(key=lambda i: train.lengths[i])  # batches of similar lengths (little padding), then shuffled
-        size = int(data.config.batch_size)
-        groups = [chosen[start : start + size] for start in range(0, len(chosen), size)]
-        batches = []
-        for group in (groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()):
-            batch = data.collate([train[i] for i in group])
-            batch.pop("idx", None)
-            batches.append(self._to_device(batch))
-        return batches
-
 
 class WeightsDigest(L.Callback):
     """Write a SHA-256 of every parameter to ``<dirpath>/rank<r>.txt`` at the end of training (DDP consistency check)."""

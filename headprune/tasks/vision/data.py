@@ -60,6 +60,7 @@ class ImageDataModule(L.LightningDataModule):
 
     splits = SPLITS
     eval_splits = ("eval",)
+    collate = staticmethod(collate)
 
     def __init__(self, config: ImageDataConfig, processor, channels: int, num_labels: int):
         super().__init__()
@@ -93,12 +94,6 @@ class ImageDataModule(L.LightningDataModule):
             raise ValueError(f"unknown split {split!r}: the image task has {list(self.splits)}")
         self.setup()
         return self.datasets[split]
-
-    def collate_rows(self, dataset: ImageTensors, rows: list[int]) -> dict[str, torch.Tensor]:
-        """The batch of ``dataset``'s ``rows`` (pixel_values, labels)."""
-        batch = collate([dataset[i] for i in rows])
-        batch.pop("idx")
-        return batch
 
     def loader(self, split: str, batch_size: int | None = None, shuffle: bool = False) -> DataLoader:
         """Batches of ``split`` in dataset order (training: shuffled by the seed)."""

@@ -16,6 +16,7 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
     """An image classifier under head gates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     IMPORTANCE_EXAMPLE = 150
+    sort_training = False  # every image is as long: batches in the drawn order
 
     name = "vision"
     selection_split = "importance"  # held out of the training images, never the evaluation data
@@ -29,18 +30,6 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's images (pixels before resizing) and labels."""
         return texts_fingerprint(self._require_data().dataset(split).fingerprints)
-
-    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training images drawn with ``seed``, in batches of the training batch size."""
-        data = self._require_data()
-        train = data.dataset("train")
-        chosen = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[: max(int(examples), 0)].tolist()
-        size = int(data.config.batch_size)
-        batches = []
-        for start in range(0, len(chosen), size):
-            batch = data.collate_rows(train, chosen[start : start + size])
-            batches.append(self._to_device(batch))
-        return batches
 
     def tokens_per_image(self) -> int:
         """Tokens the encoder sees per image (patches plus CLS, and DeiT's distillation token)."""
