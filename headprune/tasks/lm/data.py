@@ -6,20 +6,10 @@ from pathlib import Path
 
 import torch
 
-from headprune.tasks.data_sources import dir_advice, utf8_lines
+from headprune.tasks.data_sources import listed_texts, read_texts, split_files  # noqa: F401 (read_texts re-exported)
 
 SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
 EVAL_SPLITS = ("eval", "eval_other")
-
-
-def read_texts(path: str | Path) -> list[str]:
-    """The non-empty lines of a UTF-8 (optionally gzip) text file (one text per line)."""
-    path = Path(path)
-    if not path.is_file():
-        present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
-        where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
-        raise FileNotFoundError(f"language-modelling text file {path} not found ({where})")
-    return [line.strip() for _, line in utf8_lines(path) if line.strip()]  # a bad byte names the file and line
 
 
 def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
@@ -34,28 +24,12 @@ def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
 
 def local_lines(cfg, data_dir: str | Path) -> dict[str, list[tuple[tuple[str, int], str]]]:
     """{split: [((file, line number), text)]} from ``cfg.files`` ({split: [paths relative to data_dir]}; null = no such split)."""
-    files = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in dict(cfg.files).items() if paths is not None}
-    unknown = sorted(set(files) - set(SPLITS))
-    if unknown:
-        raise ValueError(f"data.files has unknown split(s) {unknown}; the language-modelling splits are {list(SPLITS)}")
-    evaluated = {path for split in EVAL_SPLITS for path in files.get(split, [])}
-    shared = evaluated & {path for split, paths in files.items() if split not in EVAL_SPLITS for path in paths}
-    if shared:
-        raise ValueError(
-            f"data.files uses {sorted(shared)} for evaluation and for importance/held-out choices or training: keep them apart"
-        )
-    out = {}
-    for split, paths in files.items():
-        out[split] = []
-        for path in paths:
-            try:
-                texts = read_texts(Path(data_dir) / path)
-            except FileNotFoundError as err:
-                raise FileNotFoundError(
-                    f"{err}: data.files.{split} names {path}; {dir_advice(cfg, path)}, or name your files in data.files.{split}"
-                ) from None
-            out[split] += [((path, number), text) for number, text in enumerate(texts)]
-    return out
+    overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
+    files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)
+    return {
+        split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, data_dir, split, path))]
+        for split, paths in files.items()
+    }
 
 
 def draw_splits(
@@ -213,16 +187,6 @@ class LMData(SplitRows):
             self.texts[split] = [split_texts[i] for i in kept]
             self.rows[split] = [encoded[i] for i in kept]
 
-    @classmethod
-    def from_config(cls, cfg, tokenizer, texts: dict[str, list[str]] | None = None, bos_id: int | None = None) -> "LMData":
-        """Batch settings (and the texts, unless given) from a ``data=lm_*`` config."""
-        return cls(
-            texts if texts is not None else load_texts(cfg),
-            tokenizer,
-            **{key: cfg[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")},
-            bos_id=bos_id,
-        )
-
     def split_again(self, split_row, tokenizer, splits: list[str]) -> "LMData":
         """A copy holding ``splits`` only, each row's text split again by ``split_row`` (ids -> ``tokenizer``'s ids, types)."""
         other = copy.copy(self)
@@ -251,7 +215,3 @@ class LMData(SplitRows):
             split: {"examples": len(ids), "tokens": sum(map(len, ids)), "predicted_tokens": sum(len(x) - 1 for x in ids)}
             for split, ids in self.rows.items()
         }
-
-    def describe(self) -> str:
-        """One line per split: texts and tokens."""
-        return "\n".join(f"{split:10s} texts={len(ids):6d} tokens={sum(map(len, ids)):8d}" for split, ids in self.rows.items())

@@ -59,7 +59,7 @@ class LanguageModelingTask(SavesHF):
         self.mask_chunk = max(1, int(mask_chunk))
         if selection_split == "eval":
             raise ValueError("task.selection_split must not be the evaluation split: choose importance or heldout")
-        self._selection = str(selection_split)
+        self.selection_split = str(selection_split)  # the split for choices such as keep-one's head
         self.decode_tokens = int(decode_tokens)
         self.decode_prompt_tokens = int(decode_prompt_tokens)
         if self.decode_tokens < 1 or self.decode_prompt_tokens < 1:
@@ -94,23 +94,10 @@ class LanguageModelingTask(SavesHF):
         """{split: rows} (texts shorter than one predicted token are left out; passkey: examples)."""
         return {split: len(rows) for split, rows in self.data.rows.items()}
 
-    @property
-    def selection_split(self) -> str:
-        """The split for choices such as keep-one's head (``task.selection_split``)."""
-        return self._selection
-
     def data_fingerprint(self, split: str) -> str:
         """A hash of the texts of ``split``."""
         self.data.split(split)
         return texts_fingerprint(self.data.texts[split])
-
-    def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
-        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
-        head = output_logits(self.model)  # the LM head and the model's own logit scaling or soft-capping
-        labels = batch["labels"].to(hidden.device)
-        parts = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     STAT_COLUMNS = 1  # per-example columns evaluate_many collects: the NLL sum
 
@@ -119,8 +106,12 @@ class LanguageModelingTask(SavesHF):
         return engine.nll(inputs, masks).unsqueeze(-1)
 
     def _forward_stats(self, batch: dict) -> torch.Tensor:
-        """The per-example columns (B, STAT_COLUMNS) of one forward under the gates as they are."""
-        return self._nll(batch)[0].unsqueeze(-1)
+        """The NLL sum per row (B, STAT_COLUMNS) of one forward under the gates as they are, the logits of ``HEAD_ROWS`` rows at a time."""
+        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
+        head = output_logits(self.model)  # the LM head and the model's own logit scaling or soft-capping
+        labels = batch["labels"].to(hidden.device)
+        sums = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS])[0] for i in range(0, len(hidden), HEAD_ROWS)]
+        return torch.cat(sums).unsqueeze(-1)  # a large vocabulary's (T, V) logits of every row at once would not fit
 
     def _result(self, stats: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
         """The EvalResult of per-example NLL sums (N, 1) and tokens (N,)."""
@@ -238,11 +229,8 @@ class LanguageModelingTask(SavesHF):
         rows = self.data.split(split)
         rng = random.Random(f"timing-{seed}")
         chosen = [rows[rng.randrange(len(rows))] for _ in range(int(examples))]
-        out = []
-        for at in range(0, len(chosen), int(batch_size)):
-            batch = self._timed_batch(chosen[at : at + int(batch_size)])
-            out.append({k: batch[k].to(self.device) for k in MODEL_INPUTS})
-        return out
+        size = int(batch_size)
+        return [self._inputs(self._timed_batch(chosen[at : at + size])) for at in range(0, len(chosen), size)]
 
     def _timed_batch(self, rows: list) -> dict:
         """One timing batch of split rows (texts, padded)."""
@@ -284,9 +272,7 @@ class LanguageModelingTask(SavesHF):
             return start, start + self.decode_tokens
 
         return {
-            "prefill": TimedCall(
-                self.timed_call, "tokens", lambda b: int(b["attention_mask"].sum()), lambda b: (0, int(b["input_ids"].shape[1]))
-            ),
+            "prefill": TimedCall(self.timed_call, "tokens", lambda b: int(b["attention_mask"].sum())),  # span: the whole prompt
             "decode": TimedCall(self.timed_decode, "new tokens", lambda b: rows_of(b) * self.decode_tokens, decode_span),
         }
 
@@ -314,7 +300,8 @@ def load_lm_task(cfg) -> LanguageModelingTask:
         pools = text_pools(cfg.data)
         model, tokenizer = model_and_tokenizer(cfg, [text for _, text in pools["importance"]])
         texts = long_documents(cfg.data, pools, tokenizer)
-    return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, text_start(cfg, tokenizer)), **settings)
+    batching = {key: cfg.data[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")}
+    return LanguageModelingTask(model, tokenizer, LMData(texts, tokenizer, **batching, bos_id=text_start(cfg, tokenizer)), **settings)
 
 
 def model_and_tokenizer(cfg, training_texts: list[str]):
