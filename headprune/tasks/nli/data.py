@@ -93,10 +93,6 @@ def _select(examples: dict[str, list], indices: list[int]) -> dict[str, list]:
     return {key: [values[i] for i in indices] for key, values in examples.items()}
 
 
-def _first(examples: dict[str, list], n: int | None) -> dict[str, list]:
-    return examples if n is None else {key: values[:n] for key, values in examples.items()}
-
-
 class NLIDataModule(L.LightningDataModule):
     """Premise/hypothesis pairs -> padded, length-grouped batches; see the module docstring for the splits."""
 
@@ -106,11 +102,6 @@ class NLIDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.collate = PadCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.datasets: dict[str, TokenizedPairs] = {}
-
-    @classmethod
-    def from_config(cls, data_cfg, tokenizer) -> "NLIDataModule":
-        """The datamodule described by ``cfg.data``."""
-        return cls(NLIDataConfig.from_cfg(data_cfg), tokenizer)
 
     def read_raw(self) -> dict[str, dict[str, list]]:
         """{split: {"premise", "hypothesis", "label"}} from the configured source, before limits."""
@@ -177,8 +168,8 @@ class NLIDataModule(L.LightningDataModule):
         chosen = sorted(torch.randperm(n, generator=gen)[: c.importance_size].tolist())
         taken = set(chosen)
         rest = [i for i in range(n) if i not in taken] if c.importance_holdout else list(range(n))
-        splits = {"train": _first(_select(train, rest), c.limit_train), "importance": _select(train, chosen)}
-        splits.update({name: _first(examples, c.limit_eval) for name, examples in raw.items()})
+        splits = {"train": _select(train, rest[: c.limit_train]), "importance": _select(train, chosen)}
+        splits.update({name: {key: values[: c.limit_eval] for key, values in examples.items()} for name, examples in raw.items()})
         self.datasets = {name: self._tokenize(examples) for name, examples in splits.items() if examples["label"] or name == "importance"}
 
     def _tokenize(self, examples: dict[str, list]) -> TokenizedPairs:

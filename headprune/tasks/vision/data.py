@@ -67,10 +67,6 @@ class ImageDataModule(L.LightningDataModule):
         self.config, self.processor, self.channels, self.num_labels = config, processor, channels, num_labels
         self.datasets: dict[str, ImageTensors] = {}
 
-    @classmethod
-    def from_config(cls, data_cfg, processor, channels: int, num_labels: int) -> "ImageDataModule":
-        return cls(ImageDataConfig.from_cfg(data_cfg), processor, channels, num_labels)
-
     def setup(self, stage: str | None = None) -> None:
         """Read the source once, apply the limits, check the labels fit the model's classes, make the tensors."""
         if self.datasets:
