@@ -320,10 +320,10 @@ def model_and_tokenizer(cfg, training_texts: list[str]):
 
 
 def text_start(cfg, tokenizer) -> int | None:
-    """The id of ``model.text_start`` (the token the model saw before each document), or None for the tokenizer's BOS."""
+    """The id of ``model.text_start`` (the token the model saw before each document), else the tokenizer's BOS (None: it has none)."""
     token = cfg.model.get("text_start")
     if token is None:
-        return None
+        return tokenizer.bos_token_id
     token_id = tokenizer.convert_tokens_to_ids(token)
     if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
         raise ValueError(f"model.text_start={token!r} is not a token of the {cfg.model.get('name')} tokenizer")

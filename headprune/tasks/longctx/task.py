@@ -122,8 +122,7 @@ def load_passkey_task(cfg) -> PasskeyTask:
     config = PasskeyConfig.from_cfg(cfg.data)
     pools = haystack_pools(config)
     model, tokenizer = model_and_tokenizer(cfg, tokenizer_texts(config, pools))
-    start = text_start(cfg, tokenizer)
-    examples = generate(config, tokenizer, start if start is not None else tokenizer.bos_token_id, pools)
+    examples = generate(config, tokenizer, text_start(cfg, tokenizer), pools)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     data = PasskeyData(examples, pad_id, config.batch_size, config.eval_batch_size)
     return PasskeyTask(model, tokenizer, data, config.metric, **settings)
