@@ -34,23 +34,19 @@ class TextFileError(DataError):
     """A data file that cannot be read as UTF-8 text, with the file and the line."""
 
 
-def decode_line(raw: bytes, path, number: int) -> str:
-    """One line as text, or a TextFileError naming ``path:number`` and the bad byte."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        bad = raw[err.start : err.start + 1].hex()
-        raise TextFileError(
-            f"{path}:{number}: not valid UTF-8 (byte 0x{bad} at column {err.start + 1}); re-save the file as UTF-8"
-        ) from None
-
-
 def utf8_lines(path: str | Path):
-    """Yield (line number, text with its line ending) of a UTF-8 (optionally gzip) file."""
+    """Yield (line number, text with its line ending) of a UTF-8 (optionally gzip) file; a bad byte is a TextFileError naming ``path:number``."""
     path = Path(path)
     with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            yield number, decode_line(raw, path, number)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                bad = raw[err.start : err.start + 1].hex()
+                raise TextFileError(
+                    f"{path}:{number}: not valid UTF-8 (byte 0x{bad} at column {err.start + 1}); re-save the file as UTF-8"
+                ) from None
+            yield number, line
 
 
 def check_utf8(path: str | Path) -> int:

@@ -151,20 +151,13 @@ def build_task_model(model_cfg, vocab_size: int | None = None, seed: int | None 
     return build_model(model_cfg, get_class(spec.model_class), vocab_size, seed, **fields, **overrides)
 
 
-def device_of(cfg) -> torch.device:
-    """``device=auto`` (default): CUDA when available, else CPU."""
-    name = str(cfg.device)
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
-
-
 def load_task(cfg):
     """The Task (model with gates + data) the config describes, in eval mode on its device, in ``prune.unit`` and ``prune.action``."""
     from headprune.tasks.stream_task import in_action
 
     task = get_method(task_spec(cfg).load)(cfg)
-    task.to(device_of(cfg))
+    device = str(cfg.device)  # auto (default): CUDA when available, else CPU
+    task.to(torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device))
     task.model.eval()
     return in_action(task, cfg)
 
