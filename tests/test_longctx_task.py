@@ -100,7 +100,7 @@ def test_several_needles_ask_for_one_or_all(task, tmp_path):
 
 
 def test_splits_share_no_example_and_no_key(task):
-    keys = {split: {k for e in examples for k in e.keys} for split, examples in task.data.examples.items()}
+    keys = {split: {k for e in examples for k in e.keys} for split, examples in task.data.rows.items()}
     splits = list(keys)
     for i, a in enumerate(splits):
         for b in splits[i + 1 :]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+import headprune.tasks.mt.data as mt_data
 from headprune.models.tokenizers import decode, encode, load_tokenizer, train_tokenizer
 from headprune.tasks.mt.data import TokenBatches, TranslationDataModule, collate, token_batches
 from headprune.tasks.mt.files import AlignmentError, read_aligned
@@ -102,14 +103,14 @@ def test_token_batches_shard_evenly_across_ranks(monkeypatch):
     data = TokenBatches(src, src, pad_id=0, start_id=0, max_tokens=20, shuffle=True, seed=0)
     seen = []
     for rank in range(3):
-        monkeypatch.setattr(TokenBatches, "_world", lambda self, r=rank: (r, 3))
+        monkeypatch.setattr(mt_data, "rank_and_world", lambda r=rank: (r, 3))
         shard = [b["ids"].tolist() for b in data]
         seen.append(shard)
     assert len({len(s) for s in seen}) == 1  # same number of steps on every rank (no DDP hang)
     flat = [i for shard in seen for b in shard for i in b]
     assert len(flat) == len(set(flat))
     data.set_epoch(1)
-    monkeypatch.setattr(TokenBatches, "_world", lambda self: (0, 1))
+    monkeypatch.setattr(mt_data, "rank_and_world", lambda: (0, 1))
     assert [b["ids"].tolist() for b in data] != [b["ids"].tolist() for b in TokenBatches(src, src, 0, 0, 20, True, 0)]
 
 

@@ -32,10 +32,11 @@ def test_ddp_two_cpu_processes_end_identical(tmp_path):
         "trainer.max_steps=5",
         "task.exact_eval=false",
         "trainer.enable_progress_bar=false",
-        "+callbacks.weights_digest._target_=headprune.tasks.nli.task.WeightsDigest",
+        "+callbacks.weights_digest._target_=weights_digest.WeightsDigest",  # tests/weights_digest.py
         f"hydra.run.dir={tmp_path}",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    python_path = os.pathsep.join(p for p in (str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONPATH": python_path}
     out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert "distributed_backend=gloo" in out.stdout + out.stderr

@@ -15,6 +15,7 @@ from omegaconf import open_dict
 
 from headprune.core.attention.gates import HeadGates
 from headprune.core.checks import ConfigError
+from headprune.tasks.vision.processor import image_tokens
 
 TOLERANCE = 1e-5  # relative to the logits' scale
 VISION = [
@@ -96,7 +97,7 @@ def test_training_and_timing_batches(task):
     timing = task.timing_batches(batch_size=4, examples=8)
     assert len(timing) == 2 and timing[0]["pixel_values"].shape == (4, 3, 16, 16)
     tokens = (16 // 4) ** 2 + 1  # patches + CLS
-    assert timing[0]["input_ids"].shape == (4, tokens) == (4, task.tokens_per_image())
+    assert timing[0]["input_ids"].shape == (4, tokens) == (4, image_tokens(task.model))
     task.timed_calls()["forward"].call(timing[0])
 
 
@@ -338,7 +339,7 @@ def test_tiny_deit_takes_the_protocol_with_its_distillation_token(tmp_path):
 
     task = load_task(vision_cfg(tmp_path, "model=tiny_deit", "data.eval_size=24"))
     assert type(task.model).__name__ == "DeiTForImageClassification"
-    assert task.tokens_per_image() == (16 // 4) ** 2 + 2  # patches + CLS + distillation
+    assert image_tokens(task.model) == (16 // 4) ** 2 + 2  # patches + CLS + distillation
     masks = masks_of(task.gates)
     for batched, mask in zip(task.evaluate_many(masks), masks):
         logits = masked_logits(task, mask)

@@ -15,7 +15,7 @@ TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_ev
 
 
 def classifier_settings(cfg, task_name: str, config_file: str) -> dict:
-    """``task.*`` of a classifier task (``config_file``), checked: every setting present, none unknown, numbers in range."""
+    """``task.*`` of a classifier task (``config_file``) but exact_eval (finetune's), checked: every setting present, none unknown, numbers in range."""
     task = checked_settings(cfg, TASK_SETTINGS, task_name, config_file)
     try:
         task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
@@ -23,6 +23,7 @@ def classifier_settings(cfg, task_name: str, config_file: str) -> dict:
         raise ValueError(f"task.lr, task.weight_decay and task.warmup_ratio must be numbers: {err}") from None
     if task["lr"] <= 0 or not 0 <= task["warmup_ratio"] <= 1:
         raise ValueError(f"need task.lr > 0 and 0 <= task.warmup_ratio <= 1, got lr={task['lr']} warmup_ratio={task['warmup_ratio']}")
+    task.pop("exact_eval")
     return task
 
 

@@ -22,6 +22,18 @@ def checked_settings(cfg, known, task_name: str, config_file: str) -> dict:
     return given
 
 
+def drawn_groups(count: int, examples: int, seed: int, size: int, length: Callable[[int], int] | None = None) -> list[list[int]]:
+    """``examples`` of ``count`` rows drawn with ``seed`` in groups of ``size``; by ``length``: similar lengths, groups in a seeded order."""
+    generator = torch.Generator().manual_seed(seed)
+    chosen = torch.randperm(count, generator=generator)[: max(int(examples), 0)].tolist()
+    if length is not None:
+        chosen.sort(key=length)
+    groups = [chosen[start : start + size] for start in range(0, len(chosen), size)]
+    if length is None:
+        return groups
+    return [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
+
+
 class LazySizes(Mapping):
     """{split: examples} whose sizes are counted on first access (a large training split is read only when asked for)."""
 
@@ -104,6 +116,7 @@ class ClassifierSubsets:
     """Mixed into the classification tasks: device batches, split sizes, importance batches, per-example loss, evaluation, paired test."""
 
     IMPORTANCE_EXAMPLE = 2000
+    sort_training = True  # training batches of examples of similar lengths (little padding)
 
     def _to_device(self, batch: dict) -> dict:
         return {k: v.to(self.model_device) for k, v in batch.items()}
@@ -136,6 +149,18 @@ class ClassifierSubsets:
         for batch in data.loader("importance", batch_size):
             batch.pop("idx")
             yield self._to_device(batch)
+
+    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
+        """``examples`` training examples drawn with ``seed``, in batches of the training batch size (``sort_training``: similar lengths, shuffled)."""
+        data = self._require_data()
+        train = data.dataset("train")
+        length = (lambda i: train.lengths[i]) if self.sort_training else None
+        batches = []
+        for group in drawn_groups(len(train), examples, seed, int(data.config.batch_size), length):
+            batch = data.collate([train[i] for i in group])
+            batch.pop("idx")
+            batches.append(self._to_device(batch))
+        return batches
 
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Cross-entropy of each example, shape (B,)."""

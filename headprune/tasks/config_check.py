@@ -1,6 +1,7 @@
-"""What the classifier tasks' config checks share (nli, vision): the trainer settings and a readable importance subset."""
+"""What the tasks' config checks share: the classifier trainer settings, a readable importance subset, lengths the model takes."""
 
 from headprune.core.checks import ConfigError, boolean, check_schema, integer, number, optional, rule
+from headprune.models.sources import max_positions
 
 TRAINER_SCHEMA = {
     "task.lr": rule(number, low=0.0, closed="()"),
@@ -9,6 +10,16 @@ TRAINER_SCHEMA = {
     "task.warmup_steps": optional(rule(integer, low=0)),
     "task.exact_eval": rule(boolean),
 }
+
+
+def check_length_fits(cfg, setting: str, what: str) -> None:
+    """``data.<setting>`` tokens per ``what`` within the model's positions; else a ConfigError naming both."""
+    positions, length = max_positions(cfg.model), cfg.data.get(setting)
+    if positions is not None and isinstance(length, int) and length > positions:
+        raise ConfigError(
+            f"data.{setting}={length} tokens per {what}, but model {cfg.model.get('name')} takes at most {positions} "
+            f"positions: set data.{setting}<={positions}"
+        )
 
 
 def checked_data(cfg, schema: dict, config_class, importance: bool, example: str):

@@ -34,23 +34,19 @@ class TextFileError(DataError):
     """A data file that cannot be read as UTF-8 text, with the file and the line."""
 
 
-def decode_line(raw: bytes, path, number: int) -> str:
-    """One line as text, or a TextFileError naming ``path:number`` and the bad byte."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        bad = raw[err.start : err.start + 1].hex()
-        raise TextFileError(
-            f"{path}:{number}: not valid UTF-8 (byte 0x{bad} at column {err.start + 1}); re-save the file as UTF-8"
-        ) from None
-
-
 def utf8_lines(path: str | Path):
-    """Yield (line number, text with its line ending) of a UTF-8 (optionally gzip) file."""
+    """Yield (line number, text with its line ending) of a UTF-8 (optionally gzip) file; a bad byte is a TextFileError naming ``path:number``."""
     path = Path(path)
     with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            yield number, decode_line(raw, path, number)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                bad = raw[err.start : err.start + 1].hex()
+                raise TextFileError(
+                    f"{path}:{number}: not valid UTF-8 (byte 0x{bad} at column {err.start + 1}); re-save the file as UTF-8"
+                ) from None
+            yield number, line
 
 
 def check_utf8(path: str | Path) -> int:
@@ -59,6 +55,38 @@ def check_utf8(path: str | Path) -> int:
     for count, _line in utf8_lines(path):  # noqa: B007 - the last count is the answer
         pass
     return count
+
+
+def read_texts(path: str | Path, what: str = "language-modelling text file") -> list[str]:
+    """The non-empty lines of a UTF-8 (optionally gzip) text file (one text per line); a missing ``what`` lists the files beside it."""
+    path = Path(path)
+    if not path.is_file():
+        present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+        where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
+        raise FileNotFoundError(f"{what} {path} not found ({where})")
+    return [line.strip() for _, line in utf8_lines(path) if line.strip()]  # a bad byte names the file and line
+
+
+def split_files(files, splits, evaluated: tuple[str, ...], what: str, overlap: str, error=ValueError) -> dict[str, list[str]]:
+    """``data.files`` as {split: [file names]} (null: no such split): known splits only, the ``evaluated`` splits' files in no other."""
+    files = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in dict(files or {}).items() if paths is not None}
+    unknown = sorted(set(files) - set(splits))
+    if unknown:
+        raise error(f"data.files has unknown split(s) {unknown}; the {what} splits are {list(splits)}")
+    shared = {p for s in evaluated for p in files.get(s, [])} & {p for s, paths in files.items() if s not in evaluated for p in paths}
+    if shared:
+        raise error(f"data.files uses {sorted(shared)} {overlap}")
+    return files
+
+
+def listed_texts(data, directory, split: str, name: str, what: str = "language-modelling text file") -> list[str]:
+    """The texts of ``data.files.<split>``'s file ``name`` under ``directory``; a missing one names the setting and how to point at it."""
+    try:
+        return read_texts(Path(directory) / name, what)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"{err}: data.files.{split} names {name}; {dir_advice(data, name)}, or name your files in data.files.{split}"
+        ) from None
 
 
 def datasets_cache_dir(path: str) -> Path:

@@ -1,6 +1,6 @@
 """Which task a config asks for: ``TASKS`` by ``model.kind``, ``DATA_TASKS`` by (``model.kind``, ``data.kind``)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hydra.utils import get_class, get_method
@@ -85,18 +85,15 @@ TASKS: dict[str, TaskSpec] = {  # keyed by model.kind
 
 
 DATA_TASKS: dict[tuple[str, str], TaskSpec] = {  # (model.kind, data.kind): a task other than the model kind's own
-    ("causal_lm", "passkey"): TaskSpec(
-        "passkey",
-        "passkey",
-        "data=passkey_synthetic|passkey_local|passkey_hub",
-        "headprune.tasks.longctx.task.load_passkey_task",
-        None,
+    ("causal_lm", "passkey"): replace(
+        TASKS["causal_lm"],
+        name="passkey",
+        data_kind="passkey",
+        data_choices="data=passkey_synthetic|passkey_local|passkey_hub",
+        load="headprune.tasks.longctx.task.load_passkey_task",
         splits=("eval", "importance", "heldout", "train"),
         check="headprune.tasks.longctx.config_check.check",
-        selection="importance",
         exports=("onnx", "hf", "gguf"),  # no int8: its check scores the exports in ONNX Runtime, not wired to passkey retrieval
-        model_class="transformers.AutoModelForCausalLM",
-        architectures=("ForCausalLM",),
         head_scores=("retrieval",),  # retrieval_batches: each answer token's needle span
     ),
 }
@@ -154,20 +151,13 @@ def build_task_model(model_cfg, vocab_size: int | None = None, seed: int | None 
     return build_model(model_cfg, get_class(spec.model_class), vocab_size, seed, **fields, **overrides)
 
 
-def device_of(cfg) -> torch.device:
-    """``device=auto`` (default): CUDA when available, else CPU."""
-    name = str(cfg.device)
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
-
-
 def load_task(cfg):
     """The Task (model with gates + data) the config describes, in eval mode on its device, in ``prune.unit`` and ``prune.action``."""
     from headprune.tasks.stream_task import in_action
 
     task = get_method(task_spec(cfg).load)(cfg)
-    task.to(device_of(cfg))
+    device = str(cfg.device)  # auto (default): CUDA when available, else CPU
+    task.to(torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device))
     task.model.eval()
     return in_action(task, cfg)
 

@@ -1,7 +1,5 @@
 """A task whose units are streamed instead of removed (``prune.action=stream``): its gates are ``StreamGates``."""
 
-from contextlib import contextmanager
-
 from headprune.core.stream_gates import StreamGates
 from headprune.tasks.unit_task import TaskView, in_unit, unit_of
 
@@ -37,24 +35,14 @@ class StreamTask(TaskView):
             raise ValueError("a streaming task keeps its model: streamed units keep their weights, no pruned copy replaces it")
         setattr(self.task, name, value)
 
-    @contextmanager
-    def _streaming(self):
-        """The task evaluates under the streaming gates (its own head gates stay on the model, unset)."""
-        heads = self.task.gates
-        self.task.gates = self._gates
-        try:
-            yield
-        finally:
-            self.task.gates = heads
-
     def evaluate(self, mask=None, split: str = "eval", on_batch=None):
         if mask is None:  # nothing streamed: the model as it is, without computing the streamed branch it would not use
             return self.task.evaluate(None, split, on_batch=on_batch)
-        with self._streaming():
+        with self._task_gates(self._gates):  # its own head gates stay on the model, unset
             return self.task.evaluate(mask, split, on_batch=on_batch)
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None) -> list:
-        with self._streaming():
+        with self._task_gates(self._gates):
             return self.task.evaluate_many(masks, split, on_batch)
 
 

@@ -1,6 +1,6 @@
 """A task in another pruning unit (KV group, FFN neuron, block or joint): masks and scores per unit, evaluated as the task's own masks."""
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from headprune.core.checks import pruning_unit
 from headprune.core.joint import JointGates, shared_gates
@@ -17,6 +17,16 @@ class TaskView:
     @property
     def gates(self):
         return self._gates
+
+    @contextmanager
+    def _task_gates(self, gates):
+        """Within: the task evaluates under ``gates`` (its own restored after)."""
+        own = self.task.gates
+        self.task.gates = gates
+        try:
+            yield
+        finally:
+            self.task.gates = own
 
 
 class UnitTask(TaskView):
@@ -41,19 +51,12 @@ class UnitTask(TaskView):
         """{kind name: the gates that act} under this unit's gates (query heads alone for head and kv_group units)."""
         return shared_gates(self._gates)
 
-    @contextmanager
     def _acting_gates(self):
         """The task's gates, for the duration of an evaluation, as joint gates over every kind that acts beyond query heads."""
         acting = self.acting
         if set(acting) <= {QUERY_HEADS}:
-            yield
-            return
-        heads = self.task.gates
-        self.task.gates = JointGates(self.task.model, list(acting.values()))
-        try:
-            yield
-        finally:
-            self.task.gates = heads
+            return nullcontext()
+        return self._task_gates(JointGates(self.task.model, list(acting.values())))
 
     def _acting(self, mask):
         """A mask in this unit as the masks that act, in one dict (query heads alone: the query-head mask)."""

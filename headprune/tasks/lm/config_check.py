@@ -2,6 +2,7 @@
 
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, text
 from headprune.models.sources import max_positions
+from headprune.tasks.config_check import check_length_fits
 from headprune.tasks.data_sources import check_hub_dataset, dir_setting
 
 SOURCES = ("local", "hub", "synthetic")
@@ -53,11 +54,7 @@ def check_lengths(cfg) -> None:
             f"task.decode_prompt_tokens={prompt} + task.decode_tokens={new} = {prompt + new} tokens, but model "
             f"{cfg.model.get('name')} takes at most {positions} positions: lower task.decode_tokens to at most {max(positions - prompt, 0)}"
         )
-    if isinstance(length, int) and length > positions:
-        raise ConfigError(
-            f"data.max_length={length} tokens per text, but model {cfg.model.get('name')} takes at most {positions} "
-            f"positions: set data.max_length<={positions}"
-        )
+    check_length_fits(cfg, "max_length", "text")
 
 
 def check_texts(data) -> None:

@@ -6,20 +6,10 @@ from pathlib import Path
 
 import torch
 
-from headprune.tasks.data_sources import dir_advice, utf8_lines
+from headprune.tasks.data_sources import listed_texts, read_texts, split_files  # noqa: F401 (read_texts re-exported)
 
 SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
 EVAL_SPLITS = ("eval", "eval_other")
-
-
-def read_texts(path: str | Path) -> list[str]:
-    """The non-empty lines of a UTF-8 (optionally gzip) text file (one text per line)."""
-    path = Path(path)
-    if not path.is_file():
-        present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
-        where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
-        raise FileNotFoundError(f"language-modelling text file {path} not found ({where})")
-    return [line.strip() for _, line in utf8_lines(path) if line.strip()]  # a bad byte names the file and line
 
 
 def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
@@ -34,28 +24,12 @@ def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
 
 def local_lines(cfg, data_dir: str | Path) -> dict[str, list[tuple[tuple[str, int], str]]]:
     """{split: [((file, line number), text)]} from ``cfg.files`` ({split: [paths relative to data_dir]}; null = no such split)."""
-    files = {split: [paths] if isinstance(paths, str) else list(paths) for split, paths in dict(cfg.files).items() if paths is not None}
-    unknown = sorted(set(files) - set(SPLITS))
-    if unknown:
-        raise ValueError(f"data.files has unknown split(s) {unknown}; the language-modelling splits are {list(SPLITS)}")
-    evaluated = {path for split in EVAL_SPLITS for path in files.get(split, [])}
-    shared = evaluated & {path for split, paths in files.items() if split not in EVAL_SPLITS for path in paths}
-    if shared:
-        raise ValueError(
-            f"data.files uses {sorted(shared)} for evaluation and for importance/held-out choices or training: keep them apart"
-        )
-    out = {}
-    for split, paths in files.items():
-        out[split] = []
-        for path in paths:
-            try:
-                texts = read_texts(Path(data_dir) / path)
-            except FileNotFoundError as err:
-                raise FileNotFoundError(
-                    f"{err}: data.files.{split} names {path}; {dir_advice(cfg, path)}, or name your files in data.files.{split}"
-                ) from None
-            out[split] += [((path, number), text) for number, text in enumerate(texts)]
-    return out
+    overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
+    files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)
+    return {
+        split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, data_dir, split, path))]
+        for split, paths in files.items()
+    }
 
 
 def draw_splits(
@@ -167,7 +141,27 @@ def collate(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-class LMData:
+class SplitRows:
+    """Rows per split (``rows``: each a sequence of token ids) and their batches, made by the subclass's ``collate_rows``."""
+
+    what = "language-modelling"  # the data's name in errors
+
+    def split(self, name: str) -> list:
+        """The rows of a split, with an error that lists the splits."""
+        if name not in self.rows:
+            raise KeyError(f"no {self.what} split {name!r}; this data has {sorted(self.rows)}")
+        return self.rows[name]
+
+    def batches(self, split: str, batch_size: int | None = None, **options) -> list[dict[str, torch.Tensor]]:
+        """Batches of a split, longest rows first (little padding); ``idx`` gives each row's position."""
+        rows = self.split(split)
+        size = int(batch_size or self.eval_batch_size)
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+        chunks = [order[start : start + size] for start in range(0, len(order), size)]
+        return [{**self.collate_rows([rows[i] for i in at], **options), "idx": torch.tensor(at, dtype=torch.long)} for at in chunks]
+
+
+class LMData(SplitRows):
     """Tokenized texts per split and their batches (sorted by length, ``idx`` = position in the split)."""
 
     def __init__(
@@ -186,22 +180,12 @@ class LMData:
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
-        self.texts, self.ids = {}, {}
+        self.texts, self.rows = {}, {}
         for split, split_texts in texts.items():
             encoded = encode_texts(tokenizer, split_texts, int(max_length), add_bos, add_eos, bos_id)
             kept = [i for i, ids in enumerate(encoded) if len(ids) >= 2]  # a text needs one predicted token
             self.texts[split] = [split_texts[i] for i in kept]
-            self.ids[split] = [encoded[i] for i in kept]
-
-    @classmethod
-    def from_config(cls, cfg, tokenizer, texts: dict[str, list[str]] | None = None, bos_id: int | None = None) -> "LMData":
-        """Batch settings (and the texts, unless given) from a ``data=lm_*`` config."""
-        return cls(
-            texts if texts is not None else load_texts(cfg),
-            tokenizer,
-            **{key: cfg[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")},
-            bos_id=bos_id,
-        )
+            self.rows[split] = [encoded[i] for i in kept]
 
     def split_again(self, split_row, tokenizer, splits: list[str]) -> "LMData":
         """A copy holding ``splits`` only, each row's text split again by ``split_row`` (ids -> ``tokenizer``'s ids, types)."""
@@ -210,27 +194,12 @@ class LMData:
         other.tokenizer = tokenizer
         other.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         other.texts = {split: self.texts[split] for split in splits}
-        other.ids = {split: [split_row(row)[0] for row in self.split(split)] for split in splits}
+        other.rows = {split: [split_row(row)[0] for row in self.split(split)] for split in splits}
         return other
 
-    def split(self, name: str) -> list[list[int]]:
-        """Token ids of every text of a split, with an error that lists the splits."""
-        if name not in self.ids:
-            raise KeyError(f"no language-modelling split {name!r}; this data has {sorted(self.ids)}")
-        return self.ids[name]
-
-    def batches(self, split: str, batch_size: int | None = None) -> list[dict[str, torch.Tensor]]:
-        """Batches of a split, longest texts first (little padding); ``idx`` gives each row's position."""
-        ids = self.split(split)
-        size = int(batch_size or self.eval_batch_size)
-        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        out = []
-        for start in range(0, len(order), size):
-            rows = order[start : start + size]
-            batch = collate([ids[i] for i in rows], self.pad_id)
-            batch["idx"] = torch.tensor(rows, dtype=torch.long)
-            out.append(batch)
-        return out
+    def collate_rows(self, rows: list[list[int]]) -> dict[str, torch.Tensor]:
+        """One batch of token-id rows (padded, next-token labels)."""
+        return collate(rows, self.pad_id)
 
     def scored_bytes(self, split: str) -> list[int]:
         """UTF-8 bytes of the text each row's scored tokens (all but the first) decode to: what bits per byte divide by."""
@@ -244,9 +213,5 @@ class LMData:
         """{split: {"examples" (texts), "tokens" (BOS included, after truncation), "predicted_tokens"}}."""
         return {
             split: {"examples": len(ids), "tokens": sum(map(len, ids)), "predicted_tokens": sum(len(x) - 1 for x in ids)}
-            for split, ids in self.ids.items()
+            for split, ids in self.rows.items()
         }
-
-    def describe(self) -> str:
-        """One line per split: texts and tokens."""
-        return "\n".join(f"{split:10s} texts={len(ids):6d} tokens={sum(map(len, ids)):8d}" for split, ids in self.ids.items())

@@ -12,8 +12,8 @@ from headprune.core.units import model_gates
 from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
-from headprune.tasks.common import SavesHF, checked_settings
-from headprune.tasks.lm.data import LMData, collate, load_texts, long_documents, text_pools
+from headprune.tasks.common import SavesHF, checked_settings, drawn_groups
+from headprune.tasks.lm.data import LMData, load_texts, long_documents, text_pools
 
 TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
 MODEL_INPUTS = DECODER_INPUTS
@@ -36,6 +36,11 @@ class LanguageModelingTask(SavesHF):
     higher_is_better = False
     across_tokenizers = "bits_per_byte"  # the measure that compares models whose tokenizers split the text otherwise
     paired_test_name = "paired bootstrap of corpus perplexity over texts (Koehn 2004)"
+    sort_training = True  # training batches of texts of similar lengths
+    empty_importance = (
+        "the importance split holds no text of two tokens or more: check data.files.importance "
+        "(one text per line) and data.limits.importance"
+    )
 
     def __init__(
         self,
@@ -54,7 +59,7 @@ class LanguageModelingTask(SavesHF):
         self.mask_chunk = max(1, int(mask_chunk))
         if selection_split == "eval":
             raise ValueError("task.selection_split must not be the evaluation split: choose importance or heldout")
-        self._selection = str(selection_split)
+        self.selection_split = str(selection_split)  # the split for choices such as keep-one's head
         self.decode_tokens = int(decode_tokens)
         self.decode_prompt_tokens = int(decode_prompt_tokens)
         if self.decode_tokens < 1 or self.decode_prompt_tokens < 1:
@@ -71,8 +76,9 @@ class LanguageModelingTask(SavesHF):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _inputs(self, batch: dict) -> dict:
-        return {k: batch[k].to(self.device) for k in MODEL_INPUTS}
+    def _inputs(self, batch: dict, *extra: str) -> dict:
+        """The model inputs of a batch (and ``extra`` keys such as labels) on the model's device."""
+        return {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, *extra)}
 
     @contextmanager
     def split_by(self, split_row, tokenizer, splits: list[str]):
@@ -85,26 +91,13 @@ class LanguageModelingTask(SavesHF):
             self.data, self.tokenizer = own
 
     def split_sizes(self) -> dict[str, int]:
-        """{split: texts} (texts shorter than one predicted token are left out)."""
-        return {split: len(ids) for split, ids in self.data.ids.items()}
-
-    @property
-    def selection_split(self) -> str:
-        """The split for choices such as keep-one's head (``task.selection_split``)."""
-        return self._selection
+        """{split: rows} (texts shorter than one predicted token are left out; passkey: examples)."""
+        return {split: len(rows) for split, rows in self.data.rows.items()}
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of the texts of ``split``."""
         self.data.split(split)
         return texts_fingerprint(self.data.texts[split])
-
-    def _nll(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """(NLL sum, tokens) per row; the logits of only ``HEAD_ROWS`` rows at a time (a large vocabulary is memory)."""
-        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
-        head = output_logits(self.model)  # the LM head and the model's own logit scaling or soft-capping
-        labels = batch["labels"].to(hidden.device)
-        parts = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     STAT_COLUMNS = 1  # per-example columns evaluate_many collects: the NLL sum
 
@@ -113,8 +106,12 @@ class LanguageModelingTask(SavesHF):
         return engine.nll(inputs, masks).unsqueeze(-1)
 
     def _forward_stats(self, batch: dict) -> torch.Tensor:
-        """The per-example columns (B, STAT_COLUMNS) of one forward under the gates as they are."""
-        return self._nll(batch)[0].unsqueeze(-1)
+        """The NLL sum per row (B, STAT_COLUMNS) of one forward under the gates as they are, the logits of ``HEAD_ROWS`` rows at a time."""
+        hidden = self.model.base_model(**self._inputs(batch)).last_hidden_state  # (B, T, D)
+        head = output_logits(self.model)  # the LM head and the model's own logit scaling or soft-capping
+        labels = batch["labels"].to(hidden.device)
+        sums = [token_nll(head(hidden[i : i + HEAD_ROWS]), labels[i : i + HEAD_ROWS])[0] for i in range(0, len(hidden), HEAD_ROWS)]
+        return torch.cat(sums).unsqueeze(-1)  # a large vocabulary's (T, V) logits of every row at once would not fit
 
     def _result(self, stats: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
         """The EvalResult of per-example NLL sums (N, 1) and tokens (N,)."""
@@ -153,8 +150,7 @@ class LanguageModelingTask(SavesHF):
                 rows = batch["idx"]
                 tokens[rows] = (batch["labels"] != -100).sum(1)
                 if engine is not None:
-                    inputs = {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
-                    stats[:, rows] = self._engine_stats(engine, inputs, masks)
+                    stats[:, rows] = self._engine_stats(engine, self._inputs(batch, "labels"), masks)
                 else:
                     stats[:, rows] = self._repeated_stats(batch, masks)
                 if on_batch is not None:
@@ -198,27 +194,19 @@ class LanguageModelingTask(SavesHF):
         )
 
     def importance_batches(self, batch_size: int | None = None):
-        """Batches (inputs + next-token labels, on the model's device) of the importance texts (training data)."""
-        if not self.data.split("importance"):
-            raise ValueError(
-                "the importance split holds no text of two tokens or more: check data.files.importance "
-                "(one text per line) and data.limits.importance"
-            )
+        """Batches (inputs + next-token labels, on the model's device) of the importance split (training data)."""
+        if not self.split_sizes().get("importance"):
+            raise ValueError(self.empty_importance)
         for batch in self.data.batches("importance", batch_size or self.data.batch_size):
-            yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
+            yield self._inputs(batch, "labels")
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training texts drawn with ``seed``, in similar-length batches in a seeded order; ``idx``: each row's position."""
-        split = "train" if "train" in self.data.ids else "importance"
-        ids = self.data.split(split)
-        generator = torch.Generator().manual_seed(seed)
-        chosen = torch.randperm(len(ids), generator=generator)[: max(int(examples), 0)].tolist()
-        chosen.sort(key=lambda i: len(ids[i]))
-        size = int(self.data.batch_size)
-        groups = [chosen[s : s + size] for s in range(0, len(chosen), size)]
+        """``examples`` training rows drawn with ``seed``, batched in a seeded order (``sort_training``: similar lengths); ``idx``: each row's position."""
+        rows = self.data.split("train" if "train" in self.split_sizes() else "importance")
+        length = (lambda i: len(rows[i])) if self.sort_training else None
         out = []
-        for group in (groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()):
-            batch = collate([ids[i] for i in group], self.data.pad_id)
+        for group in drawn_groups(len(rows), examples, seed, int(self.data.batch_size), length):
+            batch = self.data.collate_rows([rows[i] for i in group])
             out.append({**{k: v.to(self.device) for k, v in batch.items()}, "idx": torch.tensor(group)})
         return out
 
@@ -241,15 +229,12 @@ class LanguageModelingTask(SavesHF):
         rows = self.data.split(split)
         rng = random.Random(f"timing-{seed}")
         chosen = [rows[rng.randrange(len(rows))] for _ in range(int(examples))]
-        out = []
-        for at in range(0, len(chosen), int(batch_size)):
-            batch = self._timed_batch(chosen[at : at + int(batch_size)])
-            out.append({k: batch[k].to(self.device) for k in MODEL_INPUTS})
-        return out
+        size = int(batch_size)
+        return [self._inputs(self._timed_batch(chosen[at : at + size])) for at in range(0, len(chosen), size)]
 
     def _timed_batch(self, rows: list) -> dict:
         """One timing batch of split rows (texts, padded)."""
-        return collate(rows, self.data.pad_id)
+        return self.data.collate_rows(rows)
 
     @torch.no_grad()
     def timed_call(self, batch: dict) -> None:
@@ -287,9 +272,7 @@ class LanguageModelingTask(SavesHF):
             return start, start + self.decode_tokens
 
         return {
-            "prefill": TimedCall(
-                self.timed_call, "tokens", lambda b: int(b["attention_mask"].sum()), lambda b: (0, int(b["input_ids"].shape[1]))
-            ),
+            "prefill": TimedCall(self.timed_call, "tokens", lambda b: int(b["attention_mask"].sum())),  # span: the whole prompt
             "decode": TimedCall(self.timed_decode, "new tokens", lambda b: rows_of(b) * self.decode_tokens, decode_span),
         }
 
@@ -317,7 +300,8 @@ def load_lm_task(cfg) -> LanguageModelingTask:
         pools = text_pools(cfg.data)
         model, tokenizer = model_and_tokenizer(cfg, [text for _, text in pools["importance"]])
         texts = long_documents(cfg.data, pools, tokenizer)
-    return LanguageModelingTask(model, tokenizer, LMData.from_config(cfg.data, tokenizer, texts, text_start(cfg, tokenizer)), **settings)
+    batching = {key: cfg.data[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")}
+    return LanguageModelingTask(model, tokenizer, LMData(texts, tokenizer, **batching, bos_id=text_start(cfg, tokenizer)), **settings)
 
 
 def model_and_tokenizer(cfg, training_texts: list[str]):
@@ -336,10 +320,10 @@ def model_and_tokenizer(cfg, training_texts: list[str]):
 
 
 def text_start(cfg, tokenizer) -> int | None:
-    """The id of ``model.text_start`` (the token the model saw before each document), or None for the tokenizer's BOS."""
+    """The id of ``model.text_start`` (the token the model saw before each document), else the tokenizer's BOS (None: it has none)."""
     token = cfg.model.get("text_start")
     if token is None:
-        return None
+        return tokenizer.bos_token_id
     token_id = tokenizer.convert_tokens_to_ids(token)
     if token_id is None or token_id == tokenizer.unk_token_id and token != tokenizer.unk_token:
         raise ValueError(f"model.text_start={token!r} is not a token of the {cfg.model.get('name')} tokenizer")

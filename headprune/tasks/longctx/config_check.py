@@ -176,4 +176,4 @@ def prompt_tokenizer(cfg, config: PasskeyConfig, pools: dict[str, list[str]]):
         start = text_start(cfg, tokenizer)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    return tokenizer, start if start is not None else tokenizer.bos_token_id
+    return tokenizer, start

@@ -2,6 +2,7 @@
 
 import torch
 
+from headprune.tasks.lm.data import SplitRows
 from headprune.tasks.longctx.examples import PasskeyExample
 
 
@@ -25,32 +26,19 @@ def collate(examples: list[PasskeyExample], pad_id: int, copies: bool = False) -
     return {**batch, "needle_start": start, "needle_end": end} if copies else batch
 
 
-class PasskeyData:
+class PasskeyData(SplitRows):
     """The examples of each split and their batches (longest first; ``idx`` = each row's position in the split)."""
 
+    what = "passkey"
+
     def __init__(self, examples: dict[str, list[PasskeyExample]], pad_id: int, batch_size: int, eval_batch_size: int):
-        self.examples = examples
+        self.rows = examples
         self.pad_id = int(pad_id)
         self.batch_size, self.eval_batch_size = int(batch_size), int(eval_batch_size)
 
-    def split(self, name: str) -> list[PasskeyExample]:
-        """The examples of a split, with an error that lists the splits."""
-        if name not in self.examples:
-            raise KeyError(f"no passkey split {name!r}; this data has {sorted(self.examples)}")
-        return self.examples[name]
-
-    def batches(self, split: str, batch_size: int | None = None, copies: bool = False) -> list[dict[str, torch.Tensor]]:
-        """Batches of a split, longest examples first (little padding); ``idx`` gives each row's position."""
-        examples = self.split(split)
-        size = int(batch_size or self.eval_batch_size)
-        order = sorted(range(len(examples)), key=lambda i: -len(examples[i].ids))
-        out = []
-        for at in range(0, len(order), size):
-            rows = order[at : at + size]
-            batch = collate([examples[i] for i in rows], self.pad_id, copies)
-            batch["idx"] = torch.tensor(rows, dtype=torch.long)
-            out.append(batch)
-        return out
+    def collate_rows(self, examples: list[PasskeyExample], copies: bool = False) -> dict[str, torch.Tensor]:
+        """One batch of examples (answer labels; ``copies``: each answer token's needle span)."""
+        return collate(examples, self.pad_id, copies)
 
     def fingerprint_texts(self, split: str) -> list[str]:
         """Each example as text for a data fingerprint: its answer start and ids."""
@@ -64,5 +52,5 @@ class PasskeyData:
                 "tokens": sum(e.answer_start for e in examples),
                 "answer_tokens": sum(len(e.answer) for e in examples),
             }
-            for split, examples in self.examples.items()
+            for split, examples in self.rows.items()
         }

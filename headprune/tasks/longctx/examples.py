@@ -21,6 +21,10 @@ class PasskeyExample:
     depth: float  # the depth asked for
     haystack: tuple[int, int]  # (start, end) of the haystack in ids, its needles included
 
+    def __len__(self) -> int:
+        """Tokens of the prompt and the answer (what batches sort by)."""
+        return len(self.ids)
+
     @property
     def answer(self) -> tuple[int, ...]:
         return self.ids[self.answer_start :]

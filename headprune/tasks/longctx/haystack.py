@@ -1,8 +1,6 @@
 """The haystack: per split, a pool of filler sentences (one per line) that examples take consecutive runs of."""
 
-from pathlib import Path
-
-from headprune.tasks.data_sources import dir_advice, utf8_lines
+from headprune.tasks.data_sources import listed_texts, split_files
 from headprune.tasks.longctx.config import SPLITS, PasskeyConfig
 
 
@@ -10,29 +8,14 @@ class HaystackError(ValueError):
     """A haystack that cannot be read or holds no text, named with how to fix it."""
 
 
-def read_lines(path: Path, config: PasskeyConfig, split: str, name: str) -> list[str]:
-    """The non-empty lines of one haystack file, or a HaystackError naming the setting that listed it."""
-    if not path.is_file():
-        present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
-        where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
-        raise FileNotFoundError(
-            f"haystack text file {path} not found ({where}): data.files.{split} names {name}; {dir_advice(config.raw, name)}"
-        )
-    return [line.strip() for _, line in utf8_lines(path) if line.strip()]
-
-
 def local_pools(config: PasskeyConfig) -> dict[str, list[str]]:
     """{split: lines} of ``data.files`` under ``data.dir``; the eval split's files are no other split's."""
-    files = config.files or {}
-    unknown = sorted(set(files) - set(SPLITS))
-    if unknown:
-        raise HaystackError(f"data.files has unknown split(s) {unknown}; the passkey splits are {list(SPLITS)}")
-    evaluated = set(files["eval"]) if "eval" in files else set()
-    shared = evaluated & {p for split, paths in files.items() if split != "eval" for p in paths}
-    if shared:
-        raise HaystackError(f"data.files uses {sorted(shared)} for eval and for another split: give the eval split its own files")
+    overlap = "for eval and for another split: give the eval split its own files"
+    files = split_files(config.files, SPLITS, ("eval",), "passkey", overlap, HaystackError)
     return {
-        split: [line for name in files.get(split) or () for line in read_lines(Path(str(config.dir)) / name, config, split, name)]
+        split: [
+            line for name in files.get(split, ()) for line in listed_texts(config.raw, str(config.dir), split, name, "haystack text file")
+        ]
         for split in config.splits
     }
 
@@ -68,16 +51,10 @@ def repeat_pools(config: PasskeyConfig) -> dict[str, list[str]]:
 
 def haystack_pools(config: PasskeyConfig) -> dict[str, list[str]]:
     """{split: filler sentences} of the configured source; a HaystackError when a split's pool is empty."""
-    if config.source == "local":
-        pools = local_pools(config)
-    elif config.source == "hub":
-        pools = hub_pools(config)
-    elif config.source == "synthetic":
-        pools = synthetic_pools(config)
-    elif config.source == "repeat":
-        pools = repeat_pools(config)
-    else:
+    readers = {"synthetic": synthetic_pools, "local": local_pools, "hub": hub_pools, "repeat": repeat_pools}
+    if config.source not in readers:
         raise HaystackError(f"data.source must be one of synthetic, local, hub or repeat for the passkey task, got {config.source!r}")
+    pools = readers[config.source](config)
     for split, lines in pools.items():
         if not lines:
             where = f"data.files.{split}={(config.files or {}).get(split)}" if config.source == "local" else f"data.source={config.source}"

@@ -7,9 +7,9 @@ from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
 from headprune.tasks.common import checked_settings
 from headprune.tasks.lm.data import collate as collate_prompts
-from headprune.tasks.lm.task import MODEL_INPUTS, TASK_SETTINGS, LanguageModelingTask, model_and_tokenizer, text_start
+from headprune.tasks.lm.task import TASK_SETTINGS, LanguageModelingTask, model_and_tokenizer, text_start
 from headprune.tasks.longctx.config import PasskeyConfig
-from headprune.tasks.longctx.data import PasskeyData, collate
+from headprune.tasks.longctx.data import PasskeyData
 from headprune.tasks.longctx.examples import generate
 from headprune.tasks.longctx.haystack import haystack_pools
 
@@ -21,6 +21,8 @@ class PasskeyTask(LanguageModelingTask):
 
     name = "passkey"
     higher_is_better = True
+    sort_training = False  # training batches in the drawn order
+    empty_importance = "the importance split holds no passkey example: set data.sizes.importance to a number of examples"
     split_by = None  # an answer's labels sit at token positions: its examples are not split again by another tokenizer
 
     def __init__(self, model, tokenizer, data: PasskeyData, metric: str, **settings):
@@ -29,10 +31,6 @@ class PasskeyTask(LanguageModelingTask):
             raise ValueError(f"data.metric must be one of {sorted(METRICS)}, got {metric!r}")
         self.metric = metric
         self.paired_test_name = f"paired bootstrap of mean {METRICS[metric]} over examples (Koehn 2004)"
-
-    def split_sizes(self) -> dict[str, int]:
-        """{split: examples}."""
-        return {split: len(examples) for split, examples in self.data.examples.items()}
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of the token ids of ``split``'s examples."""
@@ -52,7 +50,7 @@ class PasskeyTask(LanguageModelingTask):
     def needed_token_ids(self) -> list[int]:
         """The ids every split's prompts and answers use outside the filler (intro, needles, question, answer): a vocabulary floor."""
         ids = set()
-        for examples in self.data.examples.values():
+        for examples in self.data.rows.values():
             for example in examples:
                 start, end = example.haystack
                 ids.update(example.ids[:start], example.ids[end:])
@@ -94,31 +92,10 @@ class PasskeyTask(LanguageModelingTask):
             scale=100.0 if self.metric == "accuracy" else 1.0,
         )
 
-    def importance_batches(self, batch_size: int | None = None):
-        """Batches (inputs + answer labels, on the model's device) of the importance examples."""
-        if not self.data.examples.get("importance"):
-            raise ValueError("the importance split holds no passkey example: set data.sizes.importance to a number of examples")
-        for batch in self.data.batches("importance", batch_size or self.data.batch_size):
-            yield {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, "labels")}
-
     def retrieval_batches(self, split: str = "importance", batch_size: int | None = None) -> list[dict]:
         """Batches with each answer token's needle span, on the model's device: what ``retrieval_heads.retrieval_scores`` reads."""
         batches = self.data.batches(split, batch_size or self.data.batch_size, copies=True)
         return [{k: v.to(self.device) for k, v in batch.items() if k != "idx"} for batch in batches]
-
-    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` examples of the training split drawn with ``seed``, batched in a seeded order; ``idx`` gives each row's position."""
-        split = "train" if self.data.examples.get("train") else "importance"
-        pool = self.data.split(split)
-        generator = torch.Generator().manual_seed(seed)
-        chosen = torch.randperm(len(pool), generator=generator)[: max(int(examples), 0)].tolist()
-        size = int(self.data.batch_size)
-        out = []
-        for at in range(0, len(chosen), size):
-            group = chosen[at : at + size]
-            batch = collate([pool[i] for i in group], self.data.pad_id)
-            out.append({**{k: v.to(self.device) for k, v in batch.items()}, "idx": torch.tensor(group)})
-        return out
 
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Mean NLL of each example's answer tokens, shape (B,) (the vocabulary projected at answer positions only)."""
@@ -145,8 +122,7 @@ def load_passkey_task(cfg) -> PasskeyTask:
     config = PasskeyConfig.from_cfg(cfg.data)
     pools = haystack_pools(config)
     model, tokenizer = model_and_tokenizer(cfg, tokenizer_texts(config, pools))
-    start = text_start(cfg, tokenizer)
-    examples = generate(config, tokenizer, start if start is not None else tokenizer.bos_token_id, pools)
+    examples = generate(config, tokenizer, text_start(cfg, tokenizer), pools)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     data = PasskeyData(examples, pad_id, config.batch_size, config.eval_batch_size)
     return PasskeyTask(model, tokenizer, data, config.metric, **settings)

@@ -2,6 +2,7 @@
 
 from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, number, optional, rule, text
 from headprune.models.sources import max_positions
+from headprune.tasks.config_check import check_length_fits
 from headprune.tasks.data_sources import check_hub_dataset, dir_advice
 from headprune.tasks.mt.config import SPLITS, split_limit
 
@@ -49,13 +50,8 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
 
 def check_lengths(cfg) -> None:
     """Training pairs of data.max_len tokens and generated translations must fit the model's position embeddings."""
+    check_length_fits(cfg, "max_len", "sentence")
     positions = max_positions(cfg.model)
-    length = cfg.data.get("max_len")
-    if positions is not None and isinstance(length, int) and length > positions:
-        raise ConfigError(
-            f"data.max_len={length} tokens per sentence, but model {cfg.model.get('name')} takes at most {positions} "
-            f"positions: set data.max_len<={positions}"
-        )
     extra = (cfg.get("task") or {}).get("len_extra")
     if positions is not None and isinstance(extra, int) and extra >= positions:
         raise ConfigError(

@@ -83,10 +83,9 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]] | None, pad_id: i
     """Padded model inputs: input_ids, attention_mask and (with targets) decoder_input_ids and labels (-100 = pad)."""
     n, width = len(src_ids), max(len(s) for s in src_ids)
     input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    for row, ids_ in enumerate(src_ids):
-        input_ids[row, : len(ids_)] = torch.tensor(ids_)
     attention_mask = torch.zeros((n, width), dtype=torch.long)
     for row, ids_ in enumerate(src_ids):
+        input_ids[row, : len(ids_)] = torch.tensor(ids_)
         attention_mask[row, : len(ids_)] = 1
     batch = {"input_ids": input_ids, "attention_mask": attention_mask}
     if tgt_ids is not None:
@@ -103,6 +102,13 @@ def collate(src_ids: list[list[int]], tgt_ids: list[list[int]] | None, pad_id: i
     return batch
 
 
+def rank_and_world() -> tuple[int, int]:
+    """(this process's rank, processes) under DDP; (0, 1) without it."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
 class TokenBatches(IterableDataset):
     """Token-count batches of an encoded split, reshuffled per epoch and sharded across DDP ranks."""
 
@@ -114,15 +120,10 @@ class TokenBatches(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def _world(self) -> tuple[int, int]:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size()
-        return 0, 1
-
     def batches(self) -> list[list[int]]:
         src_lens, tgt_lens = [len(s) for s in self.src], [len(t) for t in self.tgt]
         all_batches = token_batches(src_lens, tgt_lens, self.max_tokens, self.shuffle, self.seed + self.epoch, self.max_sentences)
-        rank, world = self._world()
+        rank, world = rank_and_world()
         if world > 1:
             usable = len(all_batches) - len(all_batches) % world if self.shuffle else len(all_batches)
             all_batches = all_batches[:usable][rank::world]
@@ -226,9 +227,7 @@ class TranslationDataModule(L.LightningDataModule):
         ]
 
     def val_dataloader(self):
-        rank, world = 0, 1
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        rank, world = rank_and_world()
         # each rank translates every world-th sentence; validation BLEU gathers the hypotheses by id
         return DataLoader(self.eval_batches("valid", rank=rank, world=world), batch_size=None, collate_fn=lambda b: b)
 

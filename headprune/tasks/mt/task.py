@@ -42,18 +42,7 @@ def inverse_sqrt(warmup: int):
     return factor
 
 
-class _EachStep(StoppingCriteria):
-    """A stopping criterion that never stops generation: it calls ``on_step()`` at every decoding step."""
-
-    def __init__(self, on_step):
-        self.on_step = on_step
-
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        self.on_step()
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-
-class BatchProgress:
+class BatchProgress(StoppingCriteria):
     """``on_batch`` told of ``sentences`` in shares: one per decoding step of at most ``steps`` steps, the rest at ``done``."""
 
     def __init__(self, on_batch, sentences: int, steps: int):
@@ -61,13 +50,15 @@ class BatchProgress:
 
     def criteria(self) -> StoppingCriteriaList | None:
         """What ``generate`` gets as ``stopping_criteria`` (None without ``on_batch``)."""
-        return None if self.on_batch is None else StoppingCriteriaList([_EachStep(self._step)])
+        return None if self.on_batch is None else StoppingCriteriaList([self])
 
-    def _step(self) -> None:
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        """At every decoding step: one share told, generation never stopped."""
         share = min(self.share, 0.99 * self.sentences - self.told)  # the last share waits for the batch's end
         if share > 0:
             self.told += share
             self.on_batch(share)
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     def done(self) -> None:
         """The batch is scored: report what is left of its sentences."""
@@ -96,15 +87,13 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self._val_nll: list[tuple[float, int]] = []
         self._eval_cache: dict[str, list[dict]] = {}
 
-    def _logits(self, batch: dict) -> torch.Tensor:
-        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"])
-        return out.logits.float()  # (B, T, V)
-
     def forward(self, batch: dict) -> torch.Tensor:
-        return self._logits(batch)
+        """Teacher-forced logits (B, T, V) of a batch, in float32."""
+        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=batch["decoder_input_ids"])
+        return out.logits.float()
 
     def training_step(self, batch, batch_idx):
-        logits = self._logits(batch)
+        logits = self(batch)
         labels = batch["labels"]
         loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, label_smoothing=self.task_cfg["label_smoothing"])
         tokens = int((labels != -100).sum())
@@ -115,7 +104,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Mean token cross-entropy of each sentence (pad ignored), shape (B,)."""
         labels = batch["labels"]
-        logits = self._logits(batch)
+        logits = self(batch)
         token_loss = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T)
         counts = (labels != -100).sum(1).clamp(min=1)
         return token_loss.sum(1) / counts
@@ -170,7 +159,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def validation_step(self, batch, batch_idx):
         ids = batch["ids"].tolist()
         labels = batch["labels"]
-        logits = self._logits(batch)
+        logits = self(batch)
         nll = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
         self._val_nll.append((float(nll), int((labels != -100).sum())))
         self._val_outputs.append((ids, self.generate(batch, self.task_cfg["val_beam_size"])))

@@ -1,8 +1,7 @@
 """The NLI task's config check: task.* and data.* settings, its data files, lengths the model can take."""
 
 from headprune.core.checks import ConfigError, integer, rule
-from headprune.models.sources import max_positions
-from headprune.tasks.config_check import TRAINER_SCHEMA, checked_data
+from headprune.tasks.config_check import TRAINER_SCHEMA, check_length_fits, checked_data
 from headprune.tasks.data_sources import check_hub_dataset, check_utf8, dir_advice
 
 SCHEMA = {
@@ -30,12 +29,7 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
                 + (" (half of them with data.importance_holdout=true)" if config.importance_holdout else "")
                 + ": lower data.importance_size or raise data.synthetic.train_size"
             )
-    positions = max_positions(cfg.model)
-    if positions is not None and config.max_length > positions:
-        raise ConfigError(
-            f"data.max_length={config.max_length} tokens per pair, but model {cfg.model.get('name')} takes at most "
-            f"{positions} positions: set data.max_length<={positions}"
-        )
+    check_length_fits(cfg, "max_length", "pair")
     if config.source == "local" and files:
         check_files(config, cfg.data)
     if config.source == "hub" and files:

@@ -4,7 +4,7 @@ import math
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from headprune.tasks.nli.config import REQUIRED, SOURCES, SPLITS, NLIDataConfig  # noqa: F401 (re-exported)
 from headprune.tasks.nli.files import LABELS, NLIDataError, label_id, present_split_files, read_split
@@ -89,25 +89,8 @@ class LengthGroupedSampler(DistributedSampler):
         return self.num_samples
 
 
-class SortedSampler(Sampler):
-    """Indices sorted by length, longest first (deterministic evaluation with little padding)."""
-
-    def __init__(self, lengths: list[int]):
-        self.order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-
-    def __iter__(self):
-        return iter(self.order)
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-
 def _select(examples: dict[str, list], indices: list[int]) -> dict[str, list]:
     return {key: [values[i] for i in indices] for key, values in examples.items()}
-
-
-def _first(examples: dict[str, list], n: int | None) -> dict[str, list]:
-    return examples if n is None else {key: values[:n] for key, values in examples.items()}
 
 
 class NLIDataModule(L.LightningDataModule):
@@ -119,11 +102,6 @@ class NLIDataModule(L.LightningDataModule):
         self.tokenizer = tokenizer
         self.collate = PadCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.datasets: dict[str, TokenizedPairs] = {}
-
-    @classmethod
-    def from_config(cls, data_cfg, tokenizer) -> "NLIDataModule":
-        """The datamodule described by ``cfg.data``."""
-        return cls(NLIDataConfig.from_cfg(data_cfg), tokenizer)
 
     def read_raw(self) -> dict[str, dict[str, list]]:
         """{split: {"premise", "hypothesis", "label"}} from the configured source, before limits."""
@@ -190,8 +168,8 @@ class NLIDataModule(L.LightningDataModule):
         chosen = sorted(torch.randperm(n, generator=gen)[: c.importance_size].tolist())
         taken = set(chosen)
         rest = [i for i in range(n) if i not in taken] if c.importance_holdout else list(range(n))
-        splits = {"train": _first(_select(train, rest), c.limit_train), "importance": _select(train, chosen)}
-        splits.update({name: _first(examples, c.limit_eval) for name, examples in raw.items()})
+        splits = {"train": _select(train, rest[: c.limit_train]), "importance": _select(train, chosen)}
+        splits.update({name: {key: values[: c.limit_eval] for key, values in examples.items()} for name, examples in raw.items()})
         self.datasets = {name: self._tokenize(examples) for name, examples in splits.items() if examples["label"] or name == "importance"}
 
     def _tokenize(self, examples: dict[str, list]) -> TokenizedPairs:
@@ -223,9 +201,8 @@ class NLIDataModule(L.LightningDataModule):
         """A deterministic loader over one split (length-sorted batches, each with ``idx``), for evaluation."""
         data = self.dataset(split)
         size = batch_size or (self.config.importance_batch_size if split == "importance" else self.config.eval_batch_size)
-        return DataLoader(
-            data, batch_size=size, sampler=SortedSampler(data.lengths), collate_fn=self.collate, num_workers=self.config.num_workers
-        )
+        longest_first = sorted(range(len(data)), key=lambda i: (-data.lengths[i], i))  # deterministic, little padding
+        return DataLoader(data, batch_size=size, sampler=longest_first, collate_fn=self.collate, num_workers=self.config.num_workers)
 
     def train_dataloader(self) -> DataLoader:
         data = self.dataset("train")

@@ -2,28 +2,7 @@
 
 import random
 
-NAMES = [
-    "Anna",
-    "Ben",
-    "Carla",
-    "David",
-    "Elena",
-    "Farid",
-    "Grace",
-    "Hugo",
-    "Iris",
-    "Jonas",
-    "Kemal",
-    "Lena",
-    "Maya",
-    "Nils",
-    "Olga",
-    "Pedro",
-    "Quinn",
-    "Rosa",
-    "Sami",
-    "Tara",
-]
+NAMES = "Anna Ben Carla David Elena Farid Grace Hugo Iris Jonas Kemal Lena Maya Nils Olga Pedro Quinn Rosa Sami Tara".split()
 NAMES_MISMATCHED = ["Uma", "Victor", "Wendy", "Xavier", "Yara", "Zoe", "Arjun", "Bianca", "Chen", "Dmitri"]
 PLACES = ["kitchen", "garden", "library", "office", "park", "station", "museum", "bakery", "garage", "classroom", "hospital", "market"]
 PLACES_MISMATCHED = ["harbor", "stadium", "theater", "airport", "laboratory", "church"]

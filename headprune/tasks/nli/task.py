@@ -1,6 +1,5 @@
 """NLIModule: fine-tune and evaluate an HF sequence classifier on NLI, with head gates on the model."""
 
-import hashlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierSteps, classifier_settings, finetune_classifier
 from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods
-from headprune.tasks.nli.data import LABELS, NLIDataModule, PadCollator
+from headprune.tasks.nli.data import LABELS, NLIDataConfig, NLIDataModule, PadCollator
 
 MODEL_INPUTS = ENCODER_INPUTS
 
@@ -55,38 +54,6 @@ class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.Lightni
         """Each example's token ids (special tokens included, no padding)."""
         return self._require_data().dataset(split).encodings["input_ids"]
 
-    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training examples drawn with ``seed``, in length-grouped batches of the training batch size, shuffled."""
-        data = self._require_data()
-        train = data.dataset("train")
-        generator = torch.Generator().manual_seed(seed)
-        chosen = torch.randperm(len(train), generator=generator)[: max(int(examples), 0)].tolist()
-        chosen.sort(key=lambda i: train.lengths[i])  # batches of similar lengths (little padding), then shuffled
-        size = int(data.config.batch_size)
-        groups = [chosen[start : start + size] for start in range(0, len(chosen), size)]
-        batches = []
-        for group in (groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()):
-            batch = data.collate([train[i] for i in group])
-            batch.pop("idx", None)
-            batches.append(self._to_device(batch))
-        return batches
-
-
-class WeightsDigest(L.Callback):
-    """Write a SHA-256 of every parameter to ``<dirpath>/rank<r>.txt`` at the end of training (DDP consistency check)."""
-
-    def __init__(self, dirpath: str | None = None):
-        self.dirpath = dirpath
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        digest = hashlib.sha256()
-        for name, tensor in sorted(pl_module.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-        out = Path(self.dirpath or Path(trainer.default_root_dir) / "weights_digest")
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"rank{trainer.global_rank}.txt").write_text(f"{digest.hexdigest()} step={trainer.global_step}\n")
-
 
 def load_nli_task(cfg) -> NLIModule:
     """The datamodule and NLIModule described by a Hydra config (``model.pretrained=<dir>`` loads fine-tuned weights)."""
@@ -102,16 +69,16 @@ def load_nli_task(cfg) -> NLIModule:
     pretrained = cfg.model.get("pretrained")
     if (
         pretrained
-        and ("/" in str(pretrained) and str(pretrained).startswith((".", "/", "~")))
+        and str(pretrained).startswith((".", "/", "~"))
+        and "/" in str(pretrained)
         and not Path(str(pretrained)).expanduser().exists()
     ):
         raise FileNotFoundError(f"model.pretrained={pretrained} does not exist (a fine-tuned model dir is <run>/model)")
     settings = classifier_settings(cfg, "NLI", "conf/task/nli.yaml")
     tokenizer = build_tokenizer(cfg.model)
-    data = NLIDataModule.from_config(cfg.data, tokenizer)
+    data = NLIDataModule(NLIDataConfig.from_cfg(cfg.data), tokenizer)
     data.setup()
     model = build_task_model(cfg.model, seed=int(cfg.seed))
-    settings.pop("exact_eval")
     return NLIModule(model, tokenizer, data, **settings)
 
 

@@ -60,15 +60,12 @@ class ImageDataModule(L.LightningDataModule):
 
     splits = SPLITS
     eval_splits = ("eval",)
+    collate = staticmethod(collate)
 
     def __init__(self, config: ImageDataConfig, processor, channels: int, num_labels: int):
         super().__init__()
         self.config, self.processor, self.channels, self.num_labels = config, processor, channels, num_labels
         self.datasets: dict[str, ImageTensors] = {}
-
-    @classmethod
-    def from_config(cls, data_cfg, processor, channels: int, num_labels: int) -> "ImageDataModule":
-        return cls(ImageDataConfig.from_cfg(data_cfg), processor, channels, num_labels)
 
     def setup(self, stage: str | None = None) -> None:
         """Read the source once, apply the limits, check the labels fit the model's classes, make the tensors."""
@@ -93,12 +90,6 @@ class ImageDataModule(L.LightningDataModule):
             raise ValueError(f"unknown split {split!r}: the image task has {list(self.splits)}")
         self.setup()
         return self.datasets[split]
-
-    def collate_rows(self, dataset: ImageTensors, rows: list[int]) -> dict[str, torch.Tensor]:
-        """The batch of ``dataset``'s ``rows`` (pixel_values, labels)."""
-        batch = collate([dataset[i] for i in rows])
-        batch.pop("idx")
-        return batch
 
     def loader(self, split: str, batch_size: int | None = None, shuffle: bool = False) -> DataLoader:
         """Batches of ``split`` in dataset order (training: shuffled by the seed)."""

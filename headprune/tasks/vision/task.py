@@ -6,6 +6,7 @@ import torch
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierSteps, classifier_settings, finetune_classifier
 from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods
+from headprune.tasks.vision.config import ImageDataConfig
 from headprune.tasks.vision.data import ImageDataModule
 from headprune.tasks.vision.processor import build_processor, image_geometry, image_tokens
 
@@ -16,11 +17,10 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
     """An image classifier under head gates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     IMPORTANCE_EXAMPLE = 150
+    sort_training = False  # every image is as long: batches in the drawn order
 
     name = "vision"
     selection_split = "importance"  # held out of the training images, never the evaluation data
-
-    _tokens: int | None = None  # image tokens per example, once read from the model
 
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) of a batch's pixel_values (other keys are ignored)."""
@@ -30,30 +30,12 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
         """A hash of the split's images (pixels before resizing) and labels."""
         return texts_fingerprint(self._require_data().dataset(split).fingerprints)
 
-    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training images drawn with ``seed``, in batches of the training batch size."""
-        data = self._require_data()
-        train = data.dataset("train")
-        chosen = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[: max(int(examples), 0)].tolist()
-        size = int(data.config.batch_size)
-        batches = []
-        for start in range(0, len(chosen), size):
-            batch = data.collate_rows(train, chosen[start : start + size])
-            batches.append(self._to_device(batch))
-        return batches
-
-    def tokens_per_image(self) -> int:
-        """Tokens the encoder sees per image (patches plus CLS, and DeiT's distillation token)."""
-        if self._tokens is None:
-            self._tokens = image_tokens(self.model)
-        return self._tokens
-
     def forward_batches(self, split: str) -> list[dict]:
         """The split's pixel batches with their token positions (B, T), what the speed experiment counts by."""
+        tokens = image_tokens(self.model)  # per image: its patches plus CLS (and DeiT's distillation token)
         batches = []
         for batch in self._require_data().loader(split):
-            rows = batch["pixel_values"].shape[0]
-            positions = torch.arange(self.tokens_per_image()).expand(rows, -1)
+            positions = torch.arange(tokens).expand(batch["pixel_values"].shape[0], -1)
             batches.append({"pixel_values": batch["pixel_values"], TOKEN_POSITIONS: positions.clone()})
         return batches
 
@@ -64,7 +46,6 @@ class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMe
 
 def label_settings(cfg) -> dict:
     """The classes of the model's head: the data's own (num_labels, id2label, label2id) where known, else ``model.num_labels``."""
-    from headprune.tasks.vision.config import ImageDataConfig
     from headprune.tasks.vision.image_sources import class_names
 
     names = class_names(ImageDataConfig.from_cfg(cfg.data))
@@ -91,11 +72,10 @@ def build_image_model(cfg):
 def load_vision_task(cfg) -> ImageClassificationModule:
     """The image data and ImageClassificationModule described by a Hydra config."""
     settings = classifier_settings(cfg, "vision", "conf/task/vision.yaml")
-    settings.pop("exact_eval")
     model = build_image_model(cfg)
     processor = build_processor(cfg.model, model)
     _, channels = image_geometry(model)
-    data = ImageDataModule.from_config(cfg.data, processor, channels, int(model.config.num_labels))
+    data = ImageDataModule(ImageDataConfig.from_cfg(cfg.data), processor, channels, int(model.config.num_labels))
     data.setup()
     return ImageClassificationModule(model, processor, data, **settings)
 
