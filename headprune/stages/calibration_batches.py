@@ -27,14 +27,32 @@ def recovery_batches(task, examples: int) -> list[dict]:
     return out
 
 
+def kept_token_splitter(task, model):
+    """The row splitter into the tokens the pruned ``model`` keeps (original ids); None where it keeps every id or the task
+    cannot split its examples again."""
+    if getattr(task, "split_by", None) is None or getattr(task, "tokenizer", None) is None:
+        return None
+    ids = renumbering(model, task.tokenizer)
+    return None if ids.kept is None else row_splitter(ids, task.tokenizer, model, original_ids=True)
+
+
 def kept_token_batches(task, model, batches: list[dict]) -> list[dict]:
     """``batches`` (the first examples of the importance split) split again into the tokens the pruned ``model`` keeps, in
     original ids; as they are where it keeps every id or the task cannot split its examples again."""
-    if getattr(task, "split_by", None) is None or getattr(task, "tokenizer", None) is None:
-        return batches
-    ids = renumbering(model, task.tokenizer)
-    if ids.kept is None:
+    splitter = kept_token_splitter(task, model)
+    if splitter is None:
         return batches
     examples = sum(len(batch["input_ids"]) for batch in batches)
-    with task.split_by(row_splitter(ids, task.tokenizer, model, original_ids=True), task.tokenizer, ["importance"]):
+    with task.split_by(splitter, task.tokenizer, ["importance"]):
         return recovery_batches(task, examples)
+
+
+def kept_token_tuning(task, model, finetune_batches, tuning: list[dict] | None, kept: list[dict]) -> list[dict] | None:
+    """The fine-tune's batches drawn again (``finetune_batches(kept)``) from training text split into the tokens the pruned
+    ``model`` keeps, so it trains on the text it ships with; ``tuning`` as it is where it keeps every id."""
+    splitter = kept_token_splitter(task, model) if tuning is not None else None
+    if splitter is None:
+        return tuning
+    splits = [split for split in ("train", "importance") if split in task.split_sizes()]
+    with task.split_by(splitter, task.tokenizer, splits):
+        return finetune_batches(kept)

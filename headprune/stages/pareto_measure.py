@@ -21,8 +21,8 @@ from headprune.selection.lsq import lsq_recover, unit_lsq_recoverer
 from headprune.selection.reconstruct import reconstructor
 from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
 from headprune.sources.point_models import CONTROL_POINT, recipe_of, save_point_model, saved_dir, saved_model, wants_model
-from headprune.stages.calibration_batches import kept_token_batches
-from headprune.stages.finetune_runs import checkpoint_folder, control_model, finetune_in_place, finetune_record
+from headprune.stages.calibration_batches import kept_token_batches, kept_token_tuning
+from headprune.stages.finetune_runs import checkpoint_folder, control_model, finetune_batches, finetune_in_place, finetune_record
 from headprune.stages.pareto_plan import recovery_steps
 from headprune.stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
 
@@ -63,6 +63,7 @@ def recovered_model(
         return model, gates, mask, lsq_heads(model, gates, batches, settings, progress, mask=query_heads_of(task.gates, mask, hard=True))
     prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
     batches = kept_token_batches(task, model, batches)  # a cut vocabulary: its texts split into the tokens it keeps
+    tuning = kept_token_tuning(task, model, lambda kept: finetune_batches(task, settings, kept), tuning, batches)
     record = run_recovery(recovery, task.gates.unit, settings, logger, progress, out, (model, task.model, batches, tuning, label))
     return model, model_gates(model), None, record
 
