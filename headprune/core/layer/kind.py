@@ -1,4 +1,4 @@
-"""The layer kind: whole Transformer layers (depth pruning: ShortGPT's block influence, Minitron's depth axis)."""
+"""The layer kind: whole Transformer layers (depth pruning: Minitron's depth axis)."""
 
 import torch
 

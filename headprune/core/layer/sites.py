@@ -7,8 +7,7 @@ import torch
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.inputs import hooks_removed, model_inputs
-from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_site, ordered_sites, unit_groups
+from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_site, ordered_sites
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -95,30 +94,3 @@ class LayerGates(SiteGates):
 
     unit, noun = "layer", "layer"
     find, attach = staticmethod(find_layer_sites), staticmethod(attach_layer_gate)
-
-
-def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
-    """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output)."""
-    sites = find_layer_sites(model)
-    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
-    weights = {g: torch.zeros_like(t) for g, t in totals.items()}
-    current: dict = {}
-
-    def record(site):
-        def hook(module, args, kwargs, output):
-            hidden_in, hidden = _input_hidden(args, kwargs).double(), (output[0] if isinstance(output, tuple) else output).double()
-            influence = 1 - torch.nn.functional.cosine_similarity(hidden_in, hidden, dim=-1)  # (B, T)
-            mask = current.get("attention_mask")
-            own = site.group == "enc_layer" or not getattr(model.config, "is_encoder_decoder", False)
-            weight = mask.to(influence) if own and mask is not None and mask.shape == influence.shape else torch.ones_like(influence)
-            totals[site.group][site.layer] += float((influence * weight).sum())
-            weights[site.group][site.layer] += float(weight.sum())
-
-        return hook
-
-    handles = [site.module.register_forward_hook(record(site), with_kwargs=True) for site in sites]
-    with hooks_removed(handles), torch.no_grad():
-        for batch in batches:
-            current["attention_mask"] = batch.get("attention_mask")
-            model(**model_inputs(model, batch))
-    return {g: totals[g] / weights[g].clamp(min=1) for g in totals}

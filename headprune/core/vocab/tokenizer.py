@@ -97,15 +97,6 @@ def rewrite_tokenizer_json(data: dict, kept_ids: list[int]) -> dict:
     return {**data, "model": model, "added_tokens": added, "post_processor": processor}
 
 
-def kept_ids_of(mask_row, tokenizer) -> list[int]:
-    """The original ids a vocab mask row ([V]) keeps, or a ConfigError when its size is not the tokenizer's."""
-    if len(mask_row) != len(tokenizer):
-        raise ConfigError(
-            f"the vocab mask covers {len(mask_row)} ids and the tokenizer has {len(tokenizer)}: give the tokenizer the model was pruned with"
-        )
-    return [i for i, keep in enumerate(mask_row) if keep]
-
-
 def rewritten_tokenizer(tokenizer, kept_ids: list[int]):
     """A fast tokenizer like ``tokenizer`` over ``kept_ids`` only, ids renumbered (the one a pruned model ships)."""
     from tokenizers import Tokenizer
