@@ -8,6 +8,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import eager_attention_forward as bert_eager
 
 from headprune.core.attention.tensors import attach_output_gate, gate_heads, score_bias, slice_head_kwargs
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
@@ -74,19 +75,14 @@ class AttentionSite(Site):
         return [self.kv_ids.index(self.kv_of(h)) for h in self.head_ids]
 
 
-def _module_eager(module: nn.Module):
-    """The eager attention function defined next to a module's class (its own math)."""
-    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if fn is None:
-        from transformers.models.bert.modeling_bert import eager_attention_forward as fn
-    return fn
-
-
 def _make_gated(inner_name: str):
     """An attention function that runs ``inner_name`` and then applies the module's head gate."""
 
     def gated_attention(module, query, key, value, attention_mask, **kwargs):
-        inner = _module_eager(module) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS[inner_name]
+        if inner_name == "eager":  # the eager function defined next to the module's class (its own math)
+            inner = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None) or bert_eager
+        else:
+            inner = ALL_ATTENTION_FUNCTIONS[inner_name]
         site = getattr(module, SITE_ATTR, None)
         if site is not None and site.kv_index is not None:
             # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head

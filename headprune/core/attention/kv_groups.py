@@ -54,13 +54,3 @@ class KVGroupGates(SiteGateMethods):
 
     def describe(self) -> str:
         return self.heads.describe()
-
-
-def kv_group_view(heads):
-    """The KV-group view of query-head gates, or a ValueError where the model has no grouped-query attention."""
-    if not any(n > 1 for n in heads.heads_per_kv.values()):
-        raise ValueError(
-            "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); "
-            f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"
-        )
-    return KVGroupGates(heads)
