@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from headprune.core.kinds.kind_registry import JOINER
-from headprune.core.site_gates import SiteGateMethods
+from headprune.core.site_gates import SharedGates
 
 
 def shared_gates(gates) -> dict:
@@ -13,7 +13,7 @@ def shared_gates(gates) -> dict:
     return dict(shared) if shared is not None else {gates.unit: gates}
 
 
-class JointGates(SiteGateMethods):
+class JointGates(SharedGates):
     """The gates of several kinds of one model behind one surface: masks and scores are {group: [layers, units]} over all."""
 
     def __init__(self, model: nn.Module, parts: list | None = None):
@@ -51,17 +51,6 @@ class JointGates(SiteGateMethods):
     def ffn(self):
         """The neuron gates (FFNGates), where a part acts on FFN neurons; else None."""
         return self.shared.get("ffn")
-
-    @property
-    def sites(self) -> list:
-        """Every part's sites, each once."""
-        seen, out = set(), []
-        for part in self.parts:
-            for site in part.sites:
-                if id(site) not in seen:
-                    seen.add(id(site))
-                    out.append(site)
-        return out
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
@@ -116,10 +105,3 @@ class JointGates(SiteGateMethods):
         subs = [None] * len(self.parts) if mask is None else self.split(mask)
         for part, sub in zip(self.parts, subs):
             part.set_mask(sub)
-
-    def remove(self) -> None:
-        for part in list(self.shared.values())[::-1]:
-            part.remove()
-
-    def describe(self) -> str:
-        return "\n".join(part.describe() for part in self.shared.values())

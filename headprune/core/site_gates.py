@@ -137,6 +137,22 @@ class SiteGateMethods:
                 site.recording, site.probes = False, []
 
 
+class SharedGates(SiteGateMethods):
+    """Gates made of other kinds' gates (``shared``: {kind name: the gates that act}): their sites, removal and summary."""
+
+    @property
+    def sites(self) -> list:
+        """Every site of the gates that act, each once."""
+        return list({id(site): site for part in self.shared.values() for site in part.sites}.values())
+
+    def remove(self) -> None:
+        for part in [*self.shared.values()][::-1]:
+            part.remove()
+
+    def describe(self) -> str:
+        return "\n".join(part.describe() for part in self.shared.values())
+
+
 class SiteGates(SiteGateMethods):
     """Gates on the units of a list of sites, by original id: masks {group: [layers, units]} or [batch, layers, units]."""
 
