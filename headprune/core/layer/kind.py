@@ -5,12 +5,12 @@ import torch
 from headprune.core.attention.gates import find_sites
 from headprune.core.counting import site_flops
 from headprune.core.ffn.sites import ffn_sites_if_any
+from headprune.core.flops_tables import site_tables
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.layer.removal import REMOVED_ATTR, remove_layers, removed_layers, restore_layer_ids, shared_weights
 from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find_layer_sites, layer_stacks
 from headprune.core.masks import hard_mask
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import unit_groups
 
 
 class LayerKind(UnitKind):
@@ -100,11 +100,7 @@ class LayerKind(UnitKind):
 
 def _tables(model, cost) -> dict[str, torch.Tensor]:
     """{group: [layers, 2]}: a layer removed costs 0, kept ``cost(site)``; a layer already removed 0 either way."""
-    sites = find_layer_sites(model)
-    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
-    for site in sites:
-        tables[site.group][site.layer, 1] = float(cost(site))
-    return tables
+    return site_tables(find_layer_sites(model), lambda site: torch.tensor([0.0, float(cost(site))], dtype=torch.float64))
 
 
 def parts_of(model, site) -> tuple[list, list]:
