@@ -29,7 +29,8 @@ class FFNSite(Site):
 
     def up_paths(self) -> list[str]:
         """The layout's up projections this block has (T5: ``wi``, or ``wi_0`` and ``wi_1``)."""
-        return [p for p in self.layout.up if _has_submodule(self.module, p)]
+        paths = dict(self.module.named_modules())
+        return [p for p in self.layout.up if p in paths]
 
     def projection(self, path: str) -> nn.Module:
         return self.module.get_submodule(path)
@@ -39,14 +40,6 @@ class FFNSite(Site):
 
     def set_projection(self, path: str, module: nn.Module) -> None:
         self.module.set_submodule(path, module)
-
-
-def _has_submodule(module: nn.Module, path: str) -> bool:
-    try:
-        module.get_submodule(path)
-    except AttributeError:
-        return False
-    return True
 
 
 def mlp_layout_of(model: nn.Module):

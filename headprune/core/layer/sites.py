@@ -55,22 +55,15 @@ def find_layer_sites(model: nn.Module) -> list[LayerSite]:
     return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
 
 
-def _input_hidden(args: tuple, kwargs: dict) -> torch.Tensor:
-    """The hidden states a layer was called with (first positional argument, or its keyword)."""
-    if args:
-        return args[0]
-    name = next((n for n in INPUT_NAMES if n in kwargs), None)
-    if name is None:
-        raise ValueError(f"a gated layer was called without its hidden states (keywords {sorted(kwargs)})")
-    return kwargs[name]
-
-
 def _gate_layer(module, args, kwargs, output):
     """The hook: the layer's output hidden states h moved to x + g * (h - x) (and a fresh probe while recording)."""
     site = getattr(module, SITE_ATTR)
     if site.gate is None and not site.recording:
         return None
-    hidden_in = _input_hidden(args, kwargs)
+    name = next((n for n in INPUT_NAMES if n in kwargs), None)
+    if not args and name is None:
+        raise ValueError(f"a gated layer was called without its hidden states (keywords {sorted(kwargs)})")
+    hidden_in = args[0] if args else kwargs[name]  # the hidden states the layer was called with
     hidden = output[0] if isinstance(output, tuple) else output
     scale = None if site.gate is None else broadcast_unit_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
     if site.recording and torch.is_grad_enabled():

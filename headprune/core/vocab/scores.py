@@ -12,22 +12,14 @@ count ranking (ties by merge order) is unchanged, only its scale and the zero fl
 import torch
 
 
-def zipf_pseudo_counts(size: int, special: list[int], total: float) -> torch.Tensor:
-    """(size,) pseudo-counts: ``total`` shared as 1 / rank among the non-special ids, each squashed below one use; 0 at special ids."""
-    plain = torch.ones(size, dtype=torch.bool)
-    plain[[i for i in special if 0 <= i < size]] = False
-    rank = plain.double().cumsum(0)  # the rank of each non-special id, in id order (1-based)
-    inverse = torch.where(plain, 1.0 / rank, torch.zeros_like(rank))
-    share = total * inverse / inverse.sum()  # Zipf: proportional to 1 / rank, summing to ``total``
-    return share / (1.0 + share)  # below one use each, strictly decreasing in rank
-
-
 def token_loss_scores(counts: torch.Tensor, special: list[int], mean_loss: float) -> torch.Tensor:
     """(V,) the rise of the mean loss per token (nats) removing each token would cause, from its uses ``counts`` (V,)."""
     counts = counts.double().cpu()
     plain = torch.ones_like(counts, dtype=torch.bool)
     plain[[i for i in special if 0 <= i < len(counts)]] = False
     singletons = float((counts[plain] == 1).sum())  # Good-Turing: the unseen share of new text is about n1 / N
-    prior = zipf_pseudo_counts(len(counts), special, max(singletons, 1.0))
-    smoothed = counts + prior
+    rank = plain.double().cumsum(0)  # the rank of each non-special id, in id order (1-based)
+    inverse = torch.where(plain, 1.0 / rank, torch.zeros_like(rank))
+    share = max(singletons, 1.0) * inverse / inverse.sum()  # Zipf: proportional to 1 / rank, summing to the unseen uses
+    smoothed = counts + share / (1.0 + share)  # each pseudo-count below one use, strictly decreasing in rank; 0 at special ids
     return smoothed / max(float(smoothed[plain].sum()), 1e-30) * mean_loss  # freq(t) x mean loss per token

@@ -35,24 +35,15 @@ def check_rewritable(data: dict) -> str:
     return kind
 
 
-def base_ids(data: dict) -> list[int]:
-    """The ids of the tokenizer's base: single characters (byte-level BPE's 256 bytes; WordPiece's characters and ##c)."""
-    model = data["model"]
-    prefix = model.get("continuing_subword_prefix") or ""
-    out = []
-    for token, index in model["vocab"].items():
-        bare = token[len(prefix) :] if prefix and token.startswith(prefix) and len(token) > len(prefix) else token
-        if len(bare) == 1:
-            out.append(int(index))
-    return out
-
-
 def floor_ids(tokenizer, needed: list[int] = ()) -> list[int]:
     """The ids never removed: special tokens, the tokenizer's base characters, and ``needed`` (the task's labels and prompts)."""
     data = tokenizer_json(tokenizer)
     check_rewritable(data)
     special = [int(t["id"]) for t in data.get("added_tokens", []) if t.get("special")] + list(tokenizer.all_special_ids)
-    return sorted({*special, *base_ids(data), *(int(i) for i in needed)})
+    prefix = data["model"].get("continuing_subword_prefix") or ""
+    vocab = data["model"]["vocab"]  # its base: single characters (byte-level BPE's 256 bytes; WordPiece's characters and ##c)
+    base = [int(i) for t, i in vocab.items() if len(t) == 1 or (prefix and t.startswith(prefix) and len(t) == len(prefix) + 1)]
+    return sorted({*special, *base, *(int(i) for i in needed)})
 
 
 def _merge_parts(merge) -> tuple[str, str]:
