@@ -18,6 +18,7 @@ from headprune.core.mlp_layouts import (
     T5_MLP,
     VIT_MLP,
     MLPLayout,
+    site,
 )
 
 
@@ -29,11 +30,6 @@ def fused_qkv(path: str) -> dict[str, str]:
 def projections(query: str, key: str, value: str, output: str) -> dict[str, str]:
     """The paths from the block to the query, key, value and output projections."""
     return {"query": query, "key": key, "value": value, "output": output}
-
-
-def site(path: str, group: str) -> tuple[str, str]:
-    """A ``sites`` entry: a block path (``*`` for the layer number) ending a module's path, and its group."""
-    return r"(?:^|\.)" + re.escape(path).replace(r"\*", r"(\d+)") + "$", group
 
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
@@ -195,8 +191,6 @@ DEBERTA_V2 = replace(
     head_rows=("self.pos_key_proj", "self.pos_query_proj"),  # relative-position projections without share_att_key
 )
 
-ENCODER_FAMILIES = (DISTILBERT, VIT_LIKE, T5_LIKE, WHISPER, DEBERTA_V2)
-
 FALCON = Family(
     "falcon",
     ("falcon",),
@@ -211,7 +205,22 @@ FALCON = Family(
     mlp=FALCON_MLP,
 )
 
-FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3, FALCON, *ENCODER_FAMILIES)
+FAMILIES: tuple[Family, ...] = (
+    BERT_LIKE,
+    BART_LIKE,
+    LLAMA_LIKE,
+    OLMO2,
+    OPT,
+    GPT2,
+    GPT_NEOX,
+    PHI3,
+    FALCON,
+    DISTILBERT,
+    VIT_LIKE,
+    T5_LIKE,
+    WHISPER,
+    DEBERTA_V2,
+)
 
 
 def supported_model_types() -> list[str]:
