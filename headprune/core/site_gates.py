@@ -62,8 +62,8 @@ def alias(name: str) -> property:
     return property(lambda site: getattr(site, name), lambda site, value: setattr(site, name, value))
 
 
-def kept_site(module, attr: str, make):
-    """The site kept on ``module`` under ``attr``, else ``make()``'s, kept there from now on (the bookkeeping lives with the module)."""
+def kept_on(module, attr: str, make):
+    """What is kept on ``module`` under ``attr`` (a site, a hook's handle), else ``make()``'s, kept there from now on."""
     if getattr(module, attr, None) is None:
         setattr(module, attr, make())
     return getattr(module, attr)

@@ -12,7 +12,7 @@ from transformers.models.bert.modeling_bert import eager_attention_forward as be
 
 from headprune.core.attention.tensors import attach_output_gate, gate_heads, score_bias, slice_head_kwargs
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
-from headprune.core.site_gates import Site, SiteGates, alias, kept_site, ordered_sites, unit_groups
+from headprune.core.site_gates import Site, SiteGates, alias, kept_on, ordered_sites, unit_groups
 
 PREFIX = "headprune_"
 
@@ -153,7 +153,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
         matched = match_site(family.sites, path)
         if matched is not None:
             core = block.get_submodule(family.core) if family.core else block
-            sites.append(kept_site(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
+            sites.append(kept_on(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
     return ordered_sites(sites, GROUPS, f"found no attention modules in {type(model).__name__} for family {family.name}")
 
 

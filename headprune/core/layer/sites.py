@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_site, ordered_sites
+from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_on, ordered_sites
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -51,7 +51,7 @@ def find_layer_sites(model: nn.Module) -> list[LayerSite]:
     sites = []
     for path, (stack, group) in layer_stacks(model).items():
         module = model.get_submodule(path)
-        sites.append(kept_site(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
+        sites.append(kept_on(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
     return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
 
 
@@ -78,8 +78,7 @@ def _gate_layer(module, args, kwargs, output):
 
 def attach_layer_gate(site: LayerSite) -> None:
     """Register the gate hook on the site's layer once."""
-    if getattr(site.module, HOOK_ATTR, None) is None:
-        setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
+    kept_on(site.module, HOOK_ATTR, lambda: site.module.register_forward_hook(_gate_layer, with_kwargs=True))
 
 
 class LayerGates(SiteGates):
