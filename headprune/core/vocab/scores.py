@@ -1,12 +1,9 @@
 """A token's score on the loss scale: what removing it adds to the mean loss per token, from smoothed counts.
 
-Removing token t re-splits each of its uses into at least two kept tokens, so the mean loss per token rises by about
-freq(t) * (mean loss per token, nats), freq(t) being t's share of the counted text's tokens. A token the counted text
-never uses is not free: new text uses it too. Good-Turing puts the share of unseen uses at n1 / N (n1: tokens used
-exactly once, N: all uses); that mass (at least one use) is shared by the vocabulary as a Zipf prior, 1 / rank of the id
-among the non-special ids (byte-level BPE ids follow merge order, which follows corpus frequency). Each token's pseudo-
-count w is squashed to w / (1 + w) < 1, so a token used more often still scores higher and equal counts rank by id: the
-count ranking (ties by merge order) is unchanged, only its scale and the zero floor move.
+Removing token t re-splits its uses into kept tokens: the mean loss per token rises by about freq(t) x mean loss (nats).
+An unused token is not free: Good-Turing's unseen share n1 / N (n1: tokens used once; at least one use) is spread as a
+Zipf prior 1 / rank over the non-special ids (byte-level BPE ids follow merge order, so corpus frequency), each pseudo-
+count w squashed to w / (1 + w) < 1: the count ranking (ties by merge order) stays, only its scale and zero floor move.
 """
 
 import torch
