@@ -84,20 +84,17 @@ def _make_gated(inner_name: str):
         else:
             inner = ALL_ATTENTION_FUNCTIONS[inner_name]
         site = getattr(module, SITE_ATTR, None)
-        if site is not None and site.kv_index is not None:
-            # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head
+        if site is None:
+            return inner(module, query, key, value, attention_mask, **kwargs)
+        if site.kv_index is not None:  # uneven query heads per KV head after pruning: each gets its own copy of its KV head
             index = site.kv_index.to(key.device)
             key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1
-        if site is not None:
-            kwargs = slice_head_kwargs(site, kwargs)
-        stream = site.stream if site is not None else None
+        kwargs, stream = slice_head_kwargs(site, kwargs), site.stream
         handover = stream.take_handover() if stream is not None else None
         if handover is not None:  # a StreamCache layer: its full KV groups in key/value, its streamed groups' short KV handed over
             out = stream.split(handover, inner, module, query, key, value, attention_mask, kwargs)
             return (gate_heads(site, out) if site.gate_at == "attention" else out), None
         out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
-        if site is None:
-            return out, weights
         if stream is not None and stream.active:  # per head: alpha * full + (1 - alpha) * streamed (sink + window)
             out = stream.mix(inner, module, query, key, value, attention_mask, kwargs, out)
         if site.entropy_hook is not None:
