@@ -25,11 +25,8 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"save_pruned takes a directory to write the model into; {path} is a file: give a new or existing directory")
     path.mkdir(parents=True, exist_ok=True)
-    kinds = {}
-    for kind in saving_kinds():  # before save_pretrained: a kind may bring the config up to date
-        entry = kind.save_meta(model)
-        if entry is not None:
-            kinds[kind.name] = entry
+    # each kind's entries before save_pretrained: a kind may bring the config up to date
+    kinds = {kind.name: entry for kind in saving_kinds() if (entry := kind.save_meta(model)) is not None}
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -67,10 +64,7 @@ def _read_weights(file: Path) -> dict[str, torch.Tensor]:
 def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
     files = sorted(path.glob("*.safetensors"))
     if files:
-        state = {}
-        for file in files:
-            state.update(_read_weights(file))
-        return state
+        return {name: tensor for file in files for name, tensor in _read_weights(file).items()}
     bin_file = path / "pytorch_model.bin"
     if bin_file.exists():
         return _read_weights(bin_file)

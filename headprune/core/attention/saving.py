@@ -17,10 +17,8 @@ DIGESTS = "weights_sha256"
 
 def weights_digest(site: AttentionSite) -> str:
     """SHA-256 of one attention module's kept head ids and its q/k/v/output weights (as float32)."""
-    tensors = []
-    for which in ("query", "key", "value", "output"):
-        linear = site.linear(which)
-        tensors += [linear.weight] + ([linear.bias] if linear.bias is not None and which != "output" else [])
+    linears = {which: site.linear(which) for which in ("query", "key", "value", "output")}
+    tensors = [t for which, m in linears.items() for t in (m.weight, m.bias if which != "output" else None) if t is not None]
     return site_digest(site, tensors)
 
 
