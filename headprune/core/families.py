@@ -22,9 +22,9 @@ from headprune.core.mlp_layouts import (
 )
 
 
-def fused_qkv(path: str) -> dict[str, str]:
-    """query, key and value all at one fused projection's path."""
-    return {"query": path, "key": path, "value": path}
+def fused_qkv(path: str, output: str = "o_proj") -> dict[str, str]:
+    """query, key and value all at one fused projection's path, and the output projection's."""
+    return {"query": path, "key": path, "value": path, "output": output}
 
 
 def projections(query: str, key: str, value: str, output: str) -> dict[str, str]:
@@ -110,8 +110,7 @@ GPT2 = Family(
     "gpt2",
     ("gpt2",),
     (site("h.*.attn", "dec_self"),),
-    **fused_qkv("c_attn"),  # one Conv1D: q | k | v
-    output="c_proj",
+    **fused_qkv("c_attn", "c_proj"),  # one Conv1D: q | k | v
     head_count_attr="num_heads",
     width_attrs=("split_size",),
     fused_layout=concatenated,
@@ -123,8 +122,7 @@ GPT_NEOX = Family(
     "gpt-neox",
     ("gpt_neox",),
     (site("layers.*.attention", "dec_self"),),
-    **fused_qkv("query_key_value"),  # per head [q | k | v]
-    output="dense",
+    **fused_qkv("query_key_value", "dense"),  # per head [q | k | v]
     head_dim_attr="head_size",
     heads_in_config=True,
     fused_layout=interleaved,
@@ -195,8 +193,7 @@ FALCON = Family(
     "falcon",
     ("falcon",),
     (site("h.*.self_attention", "dec_self"),),
-    **fused_qkv("query_key_value"),  # per KV head [its query heads | k | v]
-    output="dense",
+    **fused_qkv("query_key_value", "dense"),  # per KV head [its query heads | k | v]
     head_count_attr="num_heads",
     kv_count_attrs=("num_kv_heads",),
     fused_layout=grouped,
