@@ -186,17 +186,11 @@ def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
 
 def prune_kv_groups(model: nn.Module, kv_heads: dict) -> dict[str, dict[str, list[int]]]:
     """Remove KV heads {group: {layer: [original KV ids]}} together with all of their query heads."""
-    sites = {(s.group, s.layer): s for s in find_sites(model)}
     heads: dict[str, dict] = {}
-    for group, layers in kv_heads.items():
-        for layer, ids in layers.items():
-            site = sites.get((group, int(layer)))
-            if site is None:
-                heads.setdefault(group, {})[layer] = list(ids)  # prune_heads names the unknown group or layer
-                continue
-            bad = [k for k in ids if not 0 <= int(k) < site.num_kv_heads_orig]
-            if bad:
-                raise IndexError(f"KV head ids {bad} out of range for {group} layer {layer} ({site.num_kv_heads_orig} KV heads)")
-            n = site.heads_per_kv
-            heads.setdefault(group, {})[layer] = [h for k in ids for h in range(int(k) * n, (int(k) + 1) * n)]
+    for site, ids in sites_named(find_sites(model), kv_heads, "attention group", "group"):
+        bad = [k for k in ids if not 0 <= int(k) < site.num_kv_heads_orig]
+        if bad:
+            raise IndexError(f"KV head ids {bad} out of range for {site.group} layer {site.layer} ({site.num_kv_heads_orig} KV heads)")
+        n = site.heads_per_kv
+        heads.setdefault(site.group, {})[site.layer] = [h for k in ids for h in range(int(k) * n, (int(k) + 1) * n)]
     return prune_heads(model, heads)
