@@ -37,10 +37,7 @@ class JointGates(SharedGates):
     @property
     def shared(self) -> dict:
         """{kind name: the gates that act}, of every part."""
-        out = {}
-        for part in self.parts:
-            out.update(shared_gates(part))
-        return out
+        return {name: gates for part in self.parts for name, gates in shared_gates(part).items()}
 
     @property
     def heads(self):
@@ -77,10 +74,7 @@ class JointGates(SharedGates):
         return [{g: m for g, m in mask.items() if self._owner[g] is part} for part in self.parts]
 
     def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        out = {}
-        for part, sub in zip(self.parts, self.split(mask)):
-            out.update(part.normalize_mask(sub, hard=hard))
-        return out
+        return {g: m for part, sub in zip(self.parts, self.split(mask)) for g, m in part.normalize_mask(sub, hard=hard).items()}
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{kind that acts: its mask} of a joint mask (parts it leaves out are absent)."""

@@ -55,7 +55,13 @@ class LayerKind(UnitKind):
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
 
     def flops_tables(self, model, seq_len):
-        return _tables(model, lambda site: layer_flops(model, site, seq_len))
+        def flops(site) -> int:  # its attention modules' and every other projection's, for one example of ``seq_len`` tokens
+            attention, _ = parts_of(model, site)
+            counted = {id(p) for s in attention for p in s.projections()}
+            others = [m for m in site.module.modules() if is_projection(m) and id(m) not in counted]
+            return sum(site_flops(s, seq_len) for s in attention) + sum(2 * in_features(m) * out_features(m) * seq_len for m in others)
+
+        return _tables(model, flops)
 
     def nested_rows(self, model):
         out = {}
@@ -107,11 +113,3 @@ def parts_of(model, site) -> tuple[list, list]:
     """(attention sites, FFN sites) inside one layer."""
     inside = {id(m) for m in site.module.modules()}
     return [s for s in find_sites(model) if id(s.block) in inside], [s for s in ffn_sites_if_any(model) if id(s.module) in inside]
-
-
-def layer_flops(model, site, seq_len: int) -> int:
-    """Forward FLOPs of one layer for one example of ``seq_len`` tokens: its attention modules and every other projection."""
-    attention, _ = parts_of(model, site)
-    counted = {id(p) for s in attention for p in s.projections()}
-    others = [m for m in site.module.modules() if is_projection(m) and id(m) not in counted]
-    return sum(site_flops(s, seq_len) for s in attention) + sum(2 * in_features(m) * out_features(m) * seq_len for m in others)

@@ -32,10 +32,7 @@ def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
             match = re.search(pattern, path)
             if match:
                 found.setdefault(path[: match.end(1)], (path[: match.start(1) - 1], group))
-    stacks: dict[str, set] = {}
-    for stack, group in found.values():
-        stacks.setdefault(stack, set()).add(group)
-    decoder = {stack for stack, groups in stacks.items() if "dec_self" in groups}
+    decoder = {stack for stack, group in found.values() if group == "dec_self"}  # a stack with causal self-attention
     return {layer: (stack, "dec_layer" if stack in decoder else "enc_layer") for layer, (stack, _) in found.items()}
 
 
