@@ -46,7 +46,8 @@ def floor_ids(tokenizer, needed: list[int] = ()) -> list[int]:
     return sorted({*special, *base, *(int(i) for i in needed)})
 
 
-def _merge_parts(merge) -> tuple[str, str]:
+def merge_pair(merge) -> tuple[str, str]:
+    """The (left, right) of a BPE merge written "a b" or ["a", "b"]."""
     return tuple(merge.split(" ", 1)) if isinstance(merge, str) else (merge[0], merge[1])
 
 
@@ -78,7 +79,7 @@ def rewrite_tokenizer_json(data: dict, kept_ids: list[int]) -> dict:
         kept = model["vocab"]
         merges = []
         for merge in model.get("merges", []):
-            left, right = _merge_parts(merge)
+            left, right = merge_pair(merge)
             result = left + (right[len(prefix) :] if prefix and right.startswith(prefix) else right)
             if left in kept and right in kept and result in kept:
                 merges.append(merge)
@@ -120,5 +121,5 @@ def rewrite_saved_tokenizer(path, kept_ids: list[int]) -> None:
     if (path / "vocab.json").exists():
         (path / "vocab.json").write_text(json.dumps(dict(by_id), ensure_ascii=False))
     if (path / "merges.txt").exists():
-        lines = [" ".join(_merge_parts(m)) for m in data["model"].get("merges", [])]
+        lines = [" ".join(merge_pair(m)) for m in data["model"].get("merges", [])]
         (path / "merges.txt").write_text("#version: 0.2\n" + "".join(line + "\n" for line in lines))
