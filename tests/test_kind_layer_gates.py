@@ -2,16 +2,14 @@
 
 import pytest
 import torch
-from conftest import classifier_batch, tiny_bert
 from test_ffn_units import MODELS
 from test_kind_layer import _close, _logits
-from tiny_llms import lm_batch, tiny_family, tiny_llama
+from tiny_llms import tiny_family, tiny_llama
 
 from headprune.core.counting import model_cost
 from headprune.core.inputs import model_inputs
 from headprune.core.kinds import KINDS
 from headprune.core.layer.removal import remove_layers
-from headprune.core.layer.sites import block_influence
 from headprune.core.pruning import prune_heads
 from headprune.core.units import unit_gates
 from headprune.scoring.importance import per_example_loss
@@ -104,26 +102,3 @@ def test_latency_table_sums_the_timed_heads_and_neurons_each_layer_keeps():
     ffn = {"dec_ffn": torch.arange(3).unsqueeze(1) * 1000.0 + torch.arange(65)}  # 1000 x layer + neurons kept
     table = KINDS["layer"].latency_tables(heads, ffn, model)["dec_layer"]
     assert table.tolist() == [[0, 4 + 64], [0, 0], [0, 23 + 2064]]
-
-
-@pytest.mark.parametrize(
-    "make, make_batch", [(tiny_bert, classifier_batch), (lambda: tiny_llama(layers=4), lm_batch)], ids=["bert", "llama"]
-)
-def test_block_influence_equals_one_minus_the_cosine_of_consecutive_hidden_states(make, make_batch):
-    model, batches = make(), [make_batch(seed=s) for s in range(2)]
-    influence = block_influence(model, batches)
-    (group,) = influence
-    total, count = torch.zeros(len(influence[group]), dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
-    for batch in batches:
-        with torch.no_grad():
-            states = model(**model_inputs(model, batch), output_hidden_states=True).hidden_states
-        valid = batch["attention_mask"].double()
-        for layer in range(len(total)):
-            cos = torch.nn.functional.cosine_similarity(states[layer].double(), states[layer + 1].double(), dim=-1)
-            total[layer] += ((1 - cos) * valid).sum()
-        count += valid.sum()
-    checked = len(total) - (group == "dec_layer")  # a decoder's last hidden state is taken after the final norm
-    torch.testing.assert_close(influence[group][:checked, 0], (total / count)[:checked], atol=1e-6, rtol=0)
-    remove_layers(model, {group: [len(total) - 1]})
-    after = block_influence(model, batches)[group][:, 0]
-    assert float(after[-1]) == 0 and torch.allclose(after[:-1], influence[group][:-1, 0], atol=1e-6)

@@ -31,15 +31,10 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
     from headprune.core.hidden.sites import hidden_width
 
     sites = find_sites(model)
-    attention_ids = set()
-    attention_params = attention_flops = 0
-    for site in sites:
-        for projection in site.projections():
-            attention_ids.add(id(projection))
-            attention_params += sum(p.numel() for p in projection.parameters())
-        attention_flops += site_flops(site, seq_len)
+    attention = {id(projection): projection for site in sites for projection in site.projections()}
+    attention_flops = sum(site_flops(site, seq_len) for site in sites)
     other_linear = sum(
-        2 * in_features(m) * out_features(m) * seq_len for m in model.modules() if is_projection(m) and id(m) not in attention_ids
+        2 * in_features(m) * out_features(m) * seq_len for m in model.modules() if is_projection(m) and id(m) not in attention
     )
     try:  # the projections on the residual axis (headprune.core.hidden.pruning); 0 where its channels form no group
         hidden_flops = channel_flops(model, seq_len) * hidden_width(model)
@@ -49,7 +44,7 @@ def model_cost(model: nn.Module, seq_len: int = 128) -> ModelCost:
     ffn_projections = [site.projection(p) for site in ffn_sites for p in site.up_paths()] + [site.down() for site in ffn_sites]
     return ModelCost(
         parameters=sum(p.numel() for p in model.parameters()),
-        attention_parameters=attention_params,
+        attention_parameters=sum(p.numel() for projection in attention.values() for p in projection.parameters()),
         heads=sum(len(s.head_ids) for s in sites),
         flops=other_linear + attention_flops,
         attention_flops=attention_flops,
@@ -74,11 +69,8 @@ def neuron_flops(site: FFNSite, seq_len: int) -> int:
 
 
 def model_bytes(model: nn.Module) -> int:
-    """Weight bytes one token reads in a forward step (a decoded token; a token of an encoder's input), the KV cache excluded.
-
-    Every parameter it multiplies by is read whole (projections with their biases, norms, the output head: all its rows);
-    an embedding lookup reads one row of its table, so an untied input embedding costs a row whatever its size, and a
-    tied one is read whole once, as the output head."""
+    """Weight bytes one token reads in a forward step (a decoded token; a token of an encoder's input), the KV cache excluded: every
+    parameter it multiplies by whole, one row of an untied input embedding (a lookup), a tied one whole once as the output head."""
     projected = {id(p) for m in model.modules() if is_projection(m) for p in m.parameters(recurse=False)}
     seen: set[int] = set()
     total = 0

@@ -18,22 +18,18 @@ from headprune.core.mlp_layouts import (
     T5_MLP,
     VIT_MLP,
     MLPLayout,
+    site,
 )
 
 
-def fused_qkv(path: str) -> dict[str, str]:
-    """query, key and value all at one fused projection's path."""
-    return {"query": path, "key": path, "value": path}
+def fused_qkv(path: str, output: str = "o_proj") -> dict[str, str]:
+    """query, key and value all at one fused projection's path, and the output projection's."""
+    return {"query": path, "key": path, "value": path, "output": output}
 
 
 def projections(query: str, key: str, value: str, output: str) -> dict[str, str]:
     """The paths from the block to the query, key, value and output projections."""
     return {"query": query, "key": key, "value": value, "output": output}
-
-
-def site(path: str, group: str) -> tuple[str, str]:
-    """A ``sites`` entry: a block path (``*`` for the layer number) ending a module's path, and its group."""
-    return r"(?:^|\.)" + re.escape(path).replace(r"\*", r"(\d+)") + "$", group
 
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
@@ -114,8 +110,7 @@ GPT2 = Family(
     "gpt2",
     ("gpt2",),
     (site("h.*.attn", "dec_self"),),
-    **fused_qkv("c_attn"),  # one Conv1D: q | k | v
-    output="c_proj",
+    **fused_qkv("c_attn", "c_proj"),  # one Conv1D: q | k | v
     head_count_attr="num_heads",
     width_attrs=("split_size",),
     fused_layout=concatenated,
@@ -127,8 +122,7 @@ GPT_NEOX = Family(
     "gpt-neox",
     ("gpt_neox",),
     (site("layers.*.attention", "dec_self"),),
-    **fused_qkv("query_key_value"),  # per head [q | k | v]
-    output="dense",
+    **fused_qkv("query_key_value", "dense"),  # per head [q | k | v]
     head_dim_attr="head_size",
     heads_in_config=True,
     fused_layout=interleaved,
@@ -195,14 +189,11 @@ DEBERTA_V2 = replace(
     head_rows=("self.pos_key_proj", "self.pos_query_proj"),  # relative-position projections without share_att_key
 )
 
-ENCODER_FAMILIES = (DISTILBERT, VIT_LIKE, T5_LIKE, WHISPER, DEBERTA_V2)
-
 FALCON = Family(
     "falcon",
     ("falcon",),
     (site("h.*.self_attention", "dec_self"),),
-    **fused_qkv("query_key_value"),  # per KV head [its query heads | k | v]
-    output="dense",
+    **fused_qkv("query_key_value", "dense"),  # per KV head [its query heads | k | v]
     head_count_attr="num_heads",
     kv_count_attrs=("num_kv_heads",),
     fused_layout=grouped,
@@ -211,7 +202,22 @@ FALCON = Family(
     mlp=FALCON_MLP,
 )
 
-FAMILIES: tuple[Family, ...] = (BERT_LIKE, BART_LIKE, LLAMA_LIKE, OLMO2, OPT, GPT2, GPT_NEOX, PHI3, FALCON, *ENCODER_FAMILIES)
+FAMILIES: tuple[Family, ...] = (
+    BERT_LIKE,
+    BART_LIKE,
+    LLAMA_LIKE,
+    OLMO2,
+    OPT,
+    GPT2,
+    GPT_NEOX,
+    PHI3,
+    FALCON,
+    DISTILBERT,
+    VIT_LIKE,
+    T5_LIKE,
+    WHISPER,
+    DEBERTA_V2,
+)
 
 
 def supported_model_types() -> list[str]:

@@ -23,37 +23,32 @@ def kv_group_flops(site, seq_len: int) -> int:
     return 2 * seq_len * site.head_dim * (rows + n * out_features(site.linear("output"))) + 2 * 2 * seq_len * seq_len * site.head_dim * n
 
 
-def _empty_tables(sites, units=lambda site: site.units_orig) -> dict[str, torch.Tensor]:
-    """{group: zeros [layers, units + 1]} over a list of sites (``units``: a site's, in the original model)."""
-    return {g: torch.zeros(layers, count + 1, dtype=torch.float64) for g, (layers, count) in unit_groups(sites, units).items()}
+def site_tables(sites, kept_cost, units=lambda site: site.units_orig) -> dict[str, torch.Tensor]:
+    """{group: [layers, units + 1]} over a list of sites: each site's row ``kept_cost(site)`` with 0, 1, ... units kept (0 past
+    its own units; ``units``: a site's, in the original model)."""
+    tables = {g: torch.zeros(layers, count + 1, dtype=torch.float64) for g, (layers, count) in unit_groups(sites, units).items()}
+    for site in sites:
+        row = kept_cost(site)
+        tables[site.group][site.layer, : len(row)] = row
+    return tables
 
 
 def head_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
     """{attention group: [layers, heads + 1]}: a layer's attention FLOPs with n query heads kept (0: the phantom head)."""
-    sites = find_sites(model)
-    tables = _empty_tables(sites)
-    for site in sites:
-        kept = torch.arange(site.num_heads_orig + 1).clamp(min=1)  # 0 heads kept = the phantom head
-        tables[site.group][site.layer, : site.num_heads_orig + 1] = kept.double() * head_flops(site, seq_len)
-    return tables
+    return site_tables(find_sites(model), lambda s: torch.arange(s.num_heads_orig + 1).clamp(min=1).double() * head_flops(s, seq_len))
 
 
 def kv_group_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
     """{attention group: [layers, KV heads + 1]}: k KV groups kept compute k KV heads and their query heads."""
-    sites = find_sites(model)
-    tables = _empty_tables(sites, lambda s: s.num_kv_heads_orig)
-    for site in sites:
-        kept = torch.arange(site.num_kv_heads_orig + 1).double() * kv_group_flops(site, seq_len)
-        kept[0] = head_flops(site, seq_len)  # the phantom: one query head, one KV head
-        tables[site.group][site.layer, : site.num_kv_heads_orig + 1] = kept
-    return tables
+
+    def kept(site) -> torch.Tensor:
+        flops = torch.arange(site.num_kv_heads_orig + 1).double() * kv_group_flops(site, seq_len)
+        flops[0] = head_flops(site, seq_len)  # the phantom: one query head, one KV head
+        return flops
+
+    return site_tables(find_sites(model), kept, lambda s: s.num_kv_heads_orig)
 
 
 def ffn_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
     """{FFN group: [layers, neurons + 1]}: a block's FLOPs with n neurons kept (0 kept: the phantom neuron)."""
-    sites = find_ffn_sites(model)
-    tables = _empty_tables(sites)
-    for site in sites:
-        kept = torch.arange(site.width_orig + 1).clamp(min=1).double()  # 0 kept = the phantom neuron
-        tables[site.group][site.layer, : site.width_orig + 1] = kept * neuron_flops(site, seq_len)
-    return tables
+    return site_tables(find_ffn_sites(model), lambda s: torch.arange(s.width_orig + 1).clamp(min=1).double() * neuron_flops(s, seq_len))

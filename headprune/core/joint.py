@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from headprune.core.kinds.kind_registry import JOINER
-from headprune.core.site_gates import SiteGateMethods
+from headprune.core.site_gates import SharedGates
 
 
 def shared_gates(gates) -> dict:
@@ -13,7 +13,7 @@ def shared_gates(gates) -> dict:
     return dict(shared) if shared is not None else {gates.unit: gates}
 
 
-class JointGates(SiteGateMethods):
+class JointGates(SharedGates):
     """The gates of several kinds of one model behind one surface: masks and scores are {group: [layers, units]} over all."""
 
     def __init__(self, model: nn.Module, parts: list | None = None):
@@ -37,10 +37,7 @@ class JointGates(SiteGateMethods):
     @property
     def shared(self) -> dict:
         """{kind name: the gates that act}, of every part."""
-        out = {}
-        for part in self.parts:
-            out.update(shared_gates(part))
-        return out
+        return {name: gates for part in self.parts for name, gates in shared_gates(part).items()}
 
     @property
     def heads(self):
@@ -51,17 +48,6 @@ class JointGates(SiteGateMethods):
     def ffn(self):
         """The neuron gates (FFNGates), where a part acts on FFN neurons; else None."""
         return self.shared.get("ffn")
-
-    @property
-    def sites(self) -> list:
-        """Every part's sites, each once."""
-        seen, out = set(), []
-        for part in self.parts:
-            for site in part.sites:
-                if id(site) not in seen:
-                    seen.add(id(site))
-                    out.append(site)
-        return out
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
@@ -88,10 +74,7 @@ class JointGates(SiteGateMethods):
         return [{g: m for g, m in mask.items() if self._owner[g] is part} for part in self.parts]
 
     def normalize_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
-        out = {}
-        for part, sub in zip(self.parts, self.split(mask)):
-            out.update(part.normalize_mask(sub, hard=hard))
-        return out
+        return {g: m for part, sub in zip(self.parts, self.split(mask)) for g, m in part.normalize_mask(sub, hard=hard).items()}
 
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{kind that acts: its mask} of a joint mask (parts it leaves out are absent)."""
@@ -116,10 +99,3 @@ class JointGates(SiteGateMethods):
         subs = [None] * len(self.parts) if mask is None else self.split(mask)
         for part, sub in zip(self.parts, subs):
             part.set_mask(sub)
-
-    def remove(self) -> None:
-        for part in list(self.shared.values())[::-1]:
-            part.remove()
-
-    def describe(self) -> str:
-        return "\n".join(part.describe() for part in self.shared.values())

@@ -23,13 +23,6 @@ def _check_values(group: str, value: torch.Tensor, hard: bool, unit: str = "head
         )
 
 
-def _ragged(value, heads: int, unit: str) -> str | None:
-    """``layer 1 has 3 values, expected 4 (one per head)`` for the first row of a nested list whose length is not ``heads``."""
-    rows = value if isinstance(value, (list, tuple)) else []
-    wrong = ((layer, row) for layer, row in enumerate(rows) if isinstance(row, (list, tuple)) and len(row) != heads)
-    return next((f"layer {layer} has {len(row)} values, expected {heads} (one per {unit})" for layer, row in wrong), None)
-
-
 def _as_tensor(group: str, value, layers: int, heads: int, unit: str = "head") -> torch.Tensor:
     """A group's mask given as nested lists (or numbers) as a float tensor; a TypeError / ValueError saying what it must be."""
     expected = f"a tensor or nested list of numbers of shape [{layers}, {heads}] (layers x {unit}s; 1 keeps a {unit}, 0 removes it)"
@@ -40,8 +33,11 @@ def _as_tensor(group: str, value, layers: int, heads: int, unit: str = "head") -
         raise TypeError(f"mask for group {group!r} must be {expected}, {given}")
     try:
         return torch.as_tensor(value, dtype=torch.float32)
-    except ValueError as err:  # rows of different lengths
-        raise ValueError(f"mask for group {group!r} must be {expected}, {given}: {_ragged(value, heads, unit) or err}") from None
+    except ValueError as err:  # rows of different lengths: name the first row whose length is not ``heads``
+        rows = value if isinstance(value, (list, tuple)) else []
+        wrong = ((layer, row) for layer, row in enumerate(rows) if isinstance(row, (list, tuple)) and len(row) != heads)
+        ragged = next((f"layer {layer} has {len(row)} values, expected {heads} (one per {unit})" for layer, row in wrong), err)
+        raise ValueError(f"mask for group {group!r} must be {expected}, {given}: {ragged}") from None
     except (TypeError, RuntimeError) as err:
         raise TypeError(f"mask for group {group!r} must be {expected}, {given}: {err}") from None
 

@@ -1,6 +1,14 @@
 """Where each family's feed-forward blocks live and which projections hold their neurons (the ``mlp`` of a ``Family`` row)."""
 
+import re
 from dataclasses import dataclass
+
+
+def site(path: str, group: str, *fields: str) -> tuple[str, ...]:
+    """A ``sites`` entry: a module path (``*`` for the layer number) matched at the end of a module's path, its group, and
+    the entry's other fields."""
+    return r"(?:^|\.)" + re.escape(path).replace(r"\*", r"(\d+)") + "$", group, *fields
+
 
 FFN_GROUPS = ("enc_ffn", "dec_ffn")  # the encoder's and the decoder's feed-forward blocks
 
@@ -15,46 +23,32 @@ class MLPLayout:
     blocks: int = 1  # neuron row blocks stacked in each up projection (2: a fused [gate | up] projection)
 
 
-BERT_MLP = MLPLayout(
-    sites=((r"(?:^|\.)encoder\.layer\.(\d+)$", "enc_ffn", "intermediate_size"),), up=("intermediate.dense",), down="output.dense"
-)
+BERT_MLP = MLPLayout((site("encoder.layer.*", "enc_ffn", "intermediate_size"),), ("intermediate.dense",), "output.dense")
 
 BART_MLP = MLPLayout(  # fc1 / fc2 on the layer itself
-    sites=(
-        (r"(?:^|\.)encoder\.layers\.(\d+)$", "enc_ffn", "encoder_ffn_dim"),
-        (r"(?:^|\.)decoder\.layers\.(\d+)$", "dec_ffn", "decoder_ffn_dim"),
-    ),
-    up=("fc1",),
-    down="fc2",
+    (site("encoder.layers.*", "enc_ffn", "encoder_ffn_dim"), site("decoder.layers.*", "dec_ffn", "decoder_ffn_dim")), ("fc1",), "fc2"
 )
 
 GATED_MLP = MLPLayout(  # Llama, Mistral, Qwen, Gemma, Granite, OLMo 2: down(act(gate(x)) * up(x))
-    sites=((r"(?:^|\.)layers\.(\d+)\.mlp$", "dec_ffn", "intermediate_size"),), up=("gate_proj", "up_proj"), down="down_proj"
+    (site("layers.*.mlp", "dec_ffn", "intermediate_size"),), ("gate_proj", "up_proj"), "down_proj"
 )
 
-OPT_MLP = MLPLayout(sites=((r"(?:^|\.)decoder\.layers\.(\d+)$", "dec_ffn", "ffn_dim"),), up=("fc1",), down="fc2")
+OPT_MLP = MLPLayout((site("decoder.layers.*", "dec_ffn", "ffn_dim"),), ("fc1",), "fc2")
 
-GPT2_MLP = MLPLayout(sites=((r"(?:^|\.)h\.(\d+)\.mlp$", "dec_ffn", "n_inner"),), up=("c_fc",), down="c_proj")  # Conv1D
+GPT2_MLP = MLPLayout((site("h.*.mlp", "dec_ffn", "n_inner"),), ("c_fc",), "c_proj")  # Conv1D
 
-GPT_NEOX_MLP = MLPLayout(
-    sites=((r"(?:^|\.)layers\.(\d+)\.mlp$", "dec_ffn", "intermediate_size"),), up=("dense_h_to_4h",), down="dense_4h_to_h"
-)
+GPT_NEOX_MLP = MLPLayout((site("layers.*.mlp", "dec_ffn", "intermediate_size"),), ("dense_h_to_4h",), "dense_4h_to_h")
 
-PHI3_MLP = MLPLayout(
-    sites=((r"(?:^|\.)layers\.(\d+)\.mlp$", "dec_ffn", "intermediate_size"),), up=("gate_up_proj",), down="down_proj", blocks=2
-)
+PHI3_MLP = MLPLayout((site("layers.*.mlp", "dec_ffn", "intermediate_size"),), ("gate_up_proj",), "down_proj", blocks=2)
 
-FALCON_MLP = MLPLayout(sites=((r"(?:^|\.)h\.(\d+)\.mlp$", "dec_ffn", "ffn_hidden_size"),), up=("dense_h_to_4h",), down="dense_4h_to_h")
+FALCON_MLP = MLPLayout((site("h.*.mlp", "dec_ffn", "ffn_hidden_size"),), ("dense_h_to_4h",), "dense_4h_to_h")
 
-DISTILBERT_MLP = MLPLayout(sites=((r"(?:^|\.)transformer\.layer\.(\d+)\.ffn$", "enc_ffn", "hidden_dim"),), up=("lin1",), down="lin2")
+DISTILBERT_MLP = MLPLayout((site("transformer.layer.*.ffn", "enc_ffn", "hidden_dim"),), ("lin1",), "lin2")
 
-VIT_MLP = MLPLayout(sites=((r"(?:^|\.)layers\.(\d+)\.mlp$", "enc_ffn", "intermediate_size"),), up=("fc1",), down="fc2")
+VIT_MLP = MLPLayout((site("layers.*.mlp", "enc_ffn", "intermediate_size"),), ("fc1",), "fc2")
 
 T5_MLP = MLPLayout(  # wi (ReLU) or wi_0 / wi_1 (gated GELU: mT5, T5 v1.1), then wo
-    sites=(
-        (r"(?:^|\.)encoder\.block\.(\d+)\.layer\.1\.DenseReluDense$", "enc_ffn", "d_ff"),
-        (r"(?:^|\.)decoder\.block\.(\d+)\.layer\.2\.DenseReluDense$", "dec_ffn", "d_ff"),
-    ),
-    up=("wi", "wi_0", "wi_1"),
-    down="wo",
+    (site("encoder.block.*.layer.1.DenseReluDense", "enc_ffn", "d_ff"), site("decoder.block.*.layer.2.DenseReluDense", "dec_ffn", "d_ff")),
+    ("wi", "wi_0", "wi_1"),
+    "wo",
 )

@@ -12,16 +12,6 @@ from torch import nn
 from headprune.core.counting import model_cost
 
 
-def meta_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` whose parameters and buffers live on the meta device (shapes only, no memory); ties kept."""
-    memo: dict[int, torch.Tensor] = {}
-    for tensor in itertools.chain(model.parameters(), model.buffers()):
-        if id(tensor) not in memo:
-            empty = torch.empty_like(tensor, device="meta")
-            memo[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else empty
-    return copy.deepcopy(model, memo)
-
-
 class PrunedCount:
     """``count(mask)``: forward FLOPs per example of ``seq_len`` tokens of the model pruned by ``mask`` (in ``unit``), exactly;
     with ``measure``, what it says of the pruned model instead (``counting.model_bytes``: the weight bytes a token reads)."""
@@ -29,7 +19,12 @@ class PrunedCount:
     def __init__(self, model: nn.Module, unit, seq_len: int = 128, measure: Callable[[nn.Module], float] | None = None):
         from headprune.core.units import unit_gates
 
-        self.template, self.unit, self.seq_len = meta_copy(model), unit, seq_len
+        memo: dict[int, torch.Tensor] = {}  # a deep copy whose tensors live on the meta device (shapes only), ties kept
+        for tensor in itertools.chain(model.parameters(), model.buffers()):
+            if id(tensor) not in memo:
+                empty = torch.empty_like(tensor, device="meta")
+                memo[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else empty
+        self.template, self.unit, self.seq_len = copy.deepcopy(model, memo), unit, seq_len
         self.measure = measure or (lambda pruned: model_cost(pruned, seq_len).flops)
         self.groups = unit_gates(self.template, unit).groups
         self.known: dict[bytes, float] = {}

@@ -79,11 +79,9 @@ def _fused_units(site: AttentionSite, keep: list[int], kv_keep: list[int]) -> to
     return index
 
 
-def _set_projection(site: AttentionSite, which: str, module: nn.Module) -> None:
-    site.block.set_submodule(getattr(site.family, which), module)
-
-
-MASKS_INSTEAD = "Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+def _slice(site: AttentionSite, which: str, units: torch.Tensor, outputs: bool = True) -> None:
+    """Replace the module's projection ``which`` by a copy keeping its output (``outputs``) or input ``units``."""
+    site.block.set_submodule(getattr(site.family, which), sliced_projection(site.linear(which), units, outputs))
 
 
 HEAD_KEEPING_PARTS = ("feed_forward", "depth")  # removing FFN neurons or whole layers leaves every kept head and its norms whole
@@ -106,45 +104,39 @@ def inexact_reason(family: Family, config, parts: tuple[str, ...] | None = None)
     return None
 
 
-def refuse_inexact(site: AttentionSite) -> None:
-    """A ConfigError when removing heads from this module cannot give the masked model's outputs (norms across heads)."""
-    reason = inexact_reason(site.family, getattr(site.core, "config", None))  # some attention modules keep no config
-    if reason:
-        raise ConfigError(f"{reason} ({site.path}). {MASKS_INSTEAD}")
-
-
-def _refuse_uneven_groups(site: AttentionSite, keep: list[int]) -> None:
-    """A ConfigError when KV heads would keep unequal numbers of query heads in a model that cannot map them one by one."""
-    per_kv = [sum(site.kv_of(site.head_ids[p]) == kv for p in keep) for kv in site.kv_ids]
-    counts = {n for n in per_kv if n}
-    if len(counts) > 1:
-        raise ConfigError(
-            f"{site.family.name} attention needs as many query heads for every KV head, and this mask leaves "
-            f"{per_kv} query heads over the KV heads {site.kv_ids} of {site.path}: prune whole KV groups "
-            "(prune.unit=kv_group, headprune.prune_kv_groups) or as many heads of every group"
-        )
-
-
 def prune_site(site: AttentionSite, heads: list[int]) -> None:
     """Remove the heads with these *original* ids from one attention module (already-removed ids are ignored)."""
     keep = kept_positions(site, heads, "head")
     if keep is None:
         return  # nothing new to remove: pruning twice is a no-op
-    refuse_inexact(site)
+    reason = inexact_reason(site.family, getattr(site.core, "config", None))  # some attention modules keep no config
+    if reason:
+        raise ConfigError(
+            f"{reason} ({site.path}). Gates, importance scores and ablation work on it: use masks (HeadGates.masked) instead of pruning."
+        )
     needed_kv = {site.kv_of(site.head_ids[pos]) for pos in keep}
     kv_keep = [pos for pos, kv in enumerate(site.kv_ids) if kv in needed_kv]  # a KV head goes with its last query head
-    if not site.family.kv_groups_attr:
-        _refuse_uneven_groups(site, keep)
+    per_kv = [sum(site.kv_of(site.head_ids[p]) == kv for p in keep) for kv in site.kv_ids]
+    if not site.family.kv_groups_attr and len({n for n in per_kv if n}) > 1:  # no KV expansion to map query heads one by one
+        raise ConfigError(
+            f"{site.family.name} attention needs as many query heads for every KV head, and this mask leaves "
+            f"{per_kv} query heads over the KV heads {site.kv_ids} of {site.path}: prune whole KV groups "
+            "(prune.unit=kv_group, headprune.prune_kv_groups) or as many heads of every group"
+        )
+    head_units = _units(keep, site.head_dim)
     if site.family.fused_layout is not None:
-        fused = site.linear("query")
-        _set_projection(site, "query", sliced_projection(fused, _fused_units(site, keep, kv_keep), outputs=True))
+        _slice(site, "query", _fused_units(site, keep, kv_keep))
     else:
-        _set_projection(site, "query", sliced_projection(site.linear("query"), _units(keep, site.head_dim), outputs=True))
+        _slice(site, "query", head_units)
         for which in ("key", "value"):
-            _set_projection(site, which, sliced_projection(site.linear(which), _units(kv_keep, site.head_dim), outputs=True))
-    _set_projection(site, "output", sliced_projection(site.linear("output"), _units(keep, site.head_dim), outputs=False))
+            _slice(site, which, _units(kv_keep, site.head_dim))
+    _slice(site, "output", head_units, outputs=False)
     attach_output_gate(site)  # the new output projection needs the gate hook again
-    _slice_head_rows(site, _units(keep, site.head_dim))
+    for path in site.family.head_rows:  # the family's other per-head projections that this module has, sliced like the query
+        parent_path, _, name = path.rpartition(".")
+        parent = site.block.get_submodule(parent_path) if parent_path else site.block
+        if isinstance(getattr(parent, name, None), nn.Linear):
+            setattr(parent, name, sliced_projection(getattr(parent, name), head_units, outputs=True))
     site.keep(keep)
     site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
     _set_head_counts(site)
@@ -161,28 +153,12 @@ def _set_head_counts(site: AttentionSite) -> None:
         setattr(site.core, attr, kv_heads)
     if family.config_head_attrs:
         site.core.config = with_layer_fields(site.core.config, **dict.fromkeys(family.config_head_attrs, heads))
-    if family.kv_groups_attr:
-        _set_kv_groups(site)
-
-
-def _slice_head_rows(site: AttentionSite, units: torch.Tensor) -> None:
-    """Slice the family's other per-head projections (``head_rows``) that this module has, like the query."""
-    for path in site.family.head_rows:
-        parent_path, _, name = path.rpartition(".")
-        parent = site.block.get_submodule(parent_path) if parent_path else site.block
-        linear = getattr(parent, name, None)
-        if isinstance(linear, nn.Linear):
-            setattr(parent, name, sliced_projection(linear, units, outputs=True))
-
-
-def _set_kv_groups(site: AttentionSite) -> None:
-    """Keep the model's own KV expansion where query heads still form equal groups, else map each query head itself."""
-    positions = site.kv_positions()  # (H,) KV position of each computed query head
-    kv_heads = site.computed_kv_heads
-    groups = len(positions) // kv_heads
-    even = len(positions) == groups * kv_heads and positions == [p // groups for p in range(len(positions))]
-    setattr(site.core, site.family.kv_groups_attr, groups if even else 1)
-    site.kv_index = None if even else torch.tensor(positions, dtype=torch.long)
+    if family.kv_groups_attr:  # the model's own KV expansion where query heads still form equal groups, else each its own
+        positions = site.kv_positions()  # (H,) KV position of each computed query head
+        groups = len(positions) // kv_heads
+        even = len(positions) == groups * kv_heads and positions == [p // groups for p in range(len(positions))]
+        setattr(site.core, family.kv_groups_attr, groups if even else 1)
+        site.kv_index = None if even else torch.tensor(positions, dtype=torch.long)
 
 
 def pruning_record(model: nn.Module) -> dict[str, dict[str, list[int]]]:
@@ -210,17 +186,11 @@ def prune_mask(model: nn.Module, mask) -> dict[str, dict[str, list[int]]]:
 
 def prune_kv_groups(model: nn.Module, kv_heads: dict) -> dict[str, dict[str, list[int]]]:
     """Remove KV heads {group: {layer: [original KV ids]}} together with all of their query heads."""
-    sites = {(s.group, s.layer): s for s in find_sites(model)}
     heads: dict[str, dict] = {}
-    for group, layers in kv_heads.items():
-        for layer, ids in layers.items():
-            site = sites.get((group, int(layer)))
-            if site is None:
-                heads.setdefault(group, {})[layer] = list(ids)  # prune_heads names the unknown group or layer
-                continue
-            bad = [k for k in ids if not 0 <= int(k) < site.num_kv_heads_orig]
-            if bad:
-                raise IndexError(f"KV head ids {bad} out of range for {group} layer {layer} ({site.num_kv_heads_orig} KV heads)")
-            n = site.heads_per_kv
-            heads.setdefault(group, {})[layer] = [h for k in ids for h in range(int(k) * n, (int(k) + 1) * n)]
+    for site, ids in sites_named(find_sites(model), kv_heads, "attention group", "group"):
+        bad = [k for k in ids if not 0 <= int(k) < site.num_kv_heads_orig]
+        if bad:
+            raise IndexError(f"KV head ids {bad} out of range for {site.group} layer {site.layer} ({site.num_kv_heads_orig} KV heads)")
+        n = site.heads_per_kv
+        heads.setdefault(site.group, {})[site.layer] = [h for k in ids for h in range(int(k) * n, (int(k) + 1) * n)]
     return prune_heads(model, heads)

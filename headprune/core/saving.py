@@ -25,11 +25,8 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"save_pruned takes a directory to write the model into; {path} is a file: give a new or existing directory")
     path.mkdir(parents=True, exist_ok=True)
-    kinds = {}
-    for kind in saving_kinds():  # before save_pretrained: a kind may bring the config up to date
-        entry = kind.save_meta(model)
-        if entry is not None:
-            kinds[kind.name] = entry
+    # each kind's entries before save_pretrained: a kind may bring the config up to date
+    kinds = {kind.name: entry for kind in saving_kinds() if (entry := kind.save_meta(model)) is not None}
     model.save_pretrained(path)
     if tokenizer is not None:
         tokenizer.save_pretrained(path)
@@ -64,21 +61,10 @@ def _read_weights(file: Path) -> dict[str, torch.Tensor]:
         ) from None
 
 
-def _read_record(file: Path) -> dict:
-    """``headprune_pruning.json``, or a ValueError naming it."""
-    try:
-        return json.loads(file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{file} is not valid JSON ({err}): the file is damaged or truncated; save the model again") from None
-
-
 def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
     files = sorted(path.glob("*.safetensors"))
     if files:
-        state = {}
-        for file in files:
-            state.update(_read_weights(file))
-        return state
+        return {name: tensor for file in files for name, tensor in _read_weights(file).items()}
     bin_file = path / "pytorch_model.bin"
     if bin_file.exists():
         return _read_weights(bin_file)
@@ -132,7 +118,12 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
 
         model_class = getattr(transformers, config.architectures[0])
     meta_file = path / RECORD_FILE
-    entries = kind_entries(_read_record(meta_file), meta_file) if meta_file.exists() else None
+    entries = None
+    if meta_file.exists():
+        try:
+            entries = kind_entries(json.loads(meta_file.read_text()), meta_file)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"{meta_file} is not valid JSON ({err}): the file is damaged or truncated; save the model again") from None
     kinds = saving_kinds()
     for kind in kinds:
         kind.build_config(config)  # the hidden kind builds at the original residual width, then slices
@@ -141,7 +132,10 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
         kind.restore(model, None if entries is None else entries.get(kind.name, {}), path)
     expected = model.state_dict()
     state = _model_keys(model, _in_model_names(model, _state_dict_from(path)), expected)
-    _pad_emptied_v4_layers(state, expected)
+    for key, value in state.items():  # v4 stores a layer with no heads left as 0-row q/k/v, 0-column output weights
+        target = expected.get(key)
+        if target is not None and target.shape != value.shape and not value.numel() and value.dim() == target.dim():
+            state[key] = value.new_zeros(target.shape)  # our zero phantom head
     wrong = [k for k, v in state.items() if k in expected and expected[k].shape != v.shape]
     if wrong:
         k = wrong[0]
@@ -181,12 +175,3 @@ def _in_model_names(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[st
     by_tensor = {id(tensor): name for name, tensor in own.items()}
     renamed = {saved: by_tensor.get(id(tensor)) for saved, tensor in revert_weight_conversion(model, dict(own)).items()}
     return {renamed.get(name) or name: tensor for name, tensor in state.items()}  # renames only; other conversions stay as saved
-
-
-def _pad_emptied_v4_layers(state: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
-    """v4 stores a layer with no heads left as 0-row q/k/v and 0-column output weights: add our zero phantom head."""
-    for key, value in state.items():
-        target = expected.get(key)
-        if target is None or target.shape == value.shape or value.numel() or value.dim() != target.dim():
-            continue
-        state[key] = value.new_zeros(target.shape)

@@ -62,8 +62,8 @@ def alias(name: str) -> property:
     return property(lambda site: getattr(site, name), lambda site, value: setattr(site, name, value))
 
 
-def kept_site(module, attr: str, make):
-    """The site kept on ``module`` under ``attr``, else ``make()``'s, kept there from now on (the bookkeeping lives with the module)."""
+def kept_on(module, attr: str, make):
+    """What is kept on ``module`` under ``attr`` (a site, a hook's handle), else ``make()``'s, kept there from now on."""
     if getattr(module, attr, None) is None:
         setattr(module, attr, make())
     return getattr(module, attr)
@@ -135,6 +135,22 @@ class SiteGateMethods:
         finally:
             for site in self.sites:
                 site.recording, site.probes = False, []
+
+
+class SharedGates(SiteGateMethods):
+    """Gates made of other kinds' gates (``shared``: {kind name: the gates that act}): their sites, removal and summary."""
+
+    @property
+    def sites(self) -> list:
+        """Every site of the gates that act, each once."""
+        return list({id(site): site for part in self.shared.values() for site in part.sites}.values())
+
+    def remove(self) -> None:
+        for part in [*self.shared.values()][::-1]:
+            part.remove()
+
+    def describe(self) -> str:
+        return "\n".join(part.describe() for part in self.shared.values())
 
 
 class SiteGates(SiteGateMethods):

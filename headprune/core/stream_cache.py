@@ -8,11 +8,6 @@ from headprune.core.stream_sites import CacheHandover
 KV_ELEMENTS = ("keys", "values", "short_keys", "short_values")  # the tensors of keys and values a cache layer holds
 
 
-def _slot(positions: torch.Tensor, sink: int, window: int) -> torch.Tensor:
-    """The buffer slot of each kept position: the sink in place, the window rolling over ``window`` slots after it."""
-    return torch.where(positions < sink, positions, sink + (positions - sink) % window)
-
-
 class StreamedLayer(CacheLayerMixin):
     """One layer's cache with some KV groups streamed: the others in ``base`` (a stock layer), the streamed ones in a short buffer."""
 
@@ -56,38 +51,36 @@ class StreamedLayer(CacheLayerMixin):
         past, length = self.cumulative, key_states.shape[-2]
         first = self.get_mask_sizes(length)[1]  # where the full groups' keys (and the model's mask) start
         self.cumulative += length
-        if self.base.is_sliding:  # the layer's own window is short already: every group stays in it, streamed ones masked
+        sliding = self.base.is_sliding  # the layer's own window is short already: every group stays in it, streamed ones masked
+        if sliding:
             keys, values = self.base.update(key_states, value_states, *args, **kwargs)
-            self.keys, self.values = self.base.keys, self.base.values
             positions = torch.arange(first, first + keys.shape[-2], device=self.device)
             short_keys, short_values = keys.index_select(1, self.streamed_kv), values.index_select(1, self.streamed_kv)
-            self.site.handover = CacheHandover(
-                self.full_heads, self.streamed_heads, past, short_keys, short_values, positions, first, False
+            keys, values = keys.index_select(1, self.full_kv), values.index_select(1, self.full_kv)
+        else:
+            keys, values = self.base.update(
+                key_states.index_select(1, self.full_kv), value_states.index_select(1, self.full_kv), *args, **kwargs
             )
-            return keys.index_select(1, self.full_kv), values.index_select(1, self.full_kv)
-        keys, values = self.base.update(
-            key_states.index_select(1, self.full_kv), value_states.index_select(1, self.full_kv), *args, **kwargs
-        )
+            new_keys, new_values = key_states.index_select(1, self.streamed_kv), value_states.index_select(1, self.streamed_kv)
+            if length == 1 and self.short_keys.shape[-2] == self.capacity:
+                slot = self.sink + (past - self.sink) % self.window  # a decode step: overwrite the key that leaves the window
+                self.short_keys[:, :, slot], self.short_values[:, :, slot] = new_keys[:, :, 0], new_values[:, :, 0]
+                self.positions[slot] = past
+                short_keys, short_values, positions = self.short_keys, self.short_values, self.positions
+            else:  # prefill, or a buffer still filling: every old and new key, then keep what the last query sees
+                short_keys, short_values = torch.cat([self.short_keys, new_keys], -2), torch.cat([self.short_values, new_values], -2)
+                positions = torch.cat([self.positions, torch.arange(past, past + length, device=self.device)])
+                self._keep(short_keys, short_values, positions, last=past + length - 1)
         self.keys, self.values = self.base.keys, self.base.values
-        new_keys, new_values = key_states.index_select(1, self.streamed_kv), value_states.index_select(1, self.streamed_kv)
-        if length == 1 and self.short_keys.shape[-2] == self.capacity:
-            slot = self.sink + (past - self.sink) % self.window  # a decode step: overwrite the key that leaves the window
-            self.short_keys[:, :, slot], self.short_values[:, :, slot] = new_keys[:, :, 0], new_values[:, :, 0]
-            self.positions[slot] = past
-            short_keys, short_values, positions = self.short_keys, self.short_values, self.positions
-        else:  # prefill, or a buffer still filling: every old and new key, then keep what the last query sees
-            short_keys, short_values = torch.cat([self.short_keys, new_keys], -2), torch.cat([self.short_values, new_values], -2)
-            positions = torch.cat([self.positions, torch.arange(past, past + length, device=self.device)])
-            self._keep(short_keys, short_values, positions, last=past + length - 1)
-        self.site.handover = CacheHandover(
-            self.full_heads, self.streamed_heads, past, short_keys, short_values, positions, first, length == 1
-        )
+        exact = length == 1 and not sliding
+        self.site.handover = CacheHandover(self.full_heads, self.streamed_heads, past, short_keys, short_values, positions, first, exact)
         return keys, values
 
     def _keep(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, last: int) -> None:
         """Store the keys the query at position ``last`` attends to (the sink and the window) in their buffer slots."""
         kept = ((positions < self.sink) | (last - positions < self.window)).nonzero().view(-1)
-        slots = _slot(positions[kept], self.sink, self.window)
+        kept_positions = positions[kept]  # the sink in place, the window rolling over ``window`` slots after it
+        slots = torch.where(kept_positions < self.sink, kept_positions, self.sink + (kept_positions - self.sink) % self.window)
         self.short_keys = keys.new_empty(*keys.shape[:2], len(kept), keys.shape[-1])
         self.short_values = values.new_empty(*values.shape[:2], len(kept), values.shape[-1])
         self.positions = positions.new_empty(len(kept))
@@ -112,25 +105,21 @@ class StreamedLayer(CacheLayerMixin):
     def crop(self, tokens_to_remove: int) -> None:
         raise ValueError("a streamed KV group has dropped the keys that left its window: this cache cannot be cropped")
 
-    def _rows(self, pick) -> None:
-        """Apply ``pick`` (a function of a tensor) to the batch rows of every tensor held."""
+    def _batch(self, name: str, arg, pick) -> None:
+        """The base layer's batch operation ``name`` on ``arg``, and ``pick`` (a function of a tensor) on the streamed groups' rows."""
+        getattr(self.base, name)(arg)
         if self.is_initialized:
             self.short_keys, self.short_values = pick(self.short_keys), pick(self.short_values)
+        self.keys, self.values = self.base.keys, self.base.values
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self.base.reorder_cache(beam_idx)
-        self._rows(lambda t: t.index_select(0, beam_idx.to(t.device)))
-        self.keys, self.values = self.base.keys, self.base.values
+        self._batch("reorder_cache", beam_idx, lambda t: t.index_select(0, beam_idx.to(t.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self.base.batch_repeat_interleave(repeats)
-        self._rows(lambda t: t.repeat_interleave(repeats, dim=0))
-        self.keys, self.values = self.base.keys, self.base.values
+        self._batch("batch_repeat_interleave", repeats, lambda t: t.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.base.batch_select_indices(indices)
-        self._rows(lambda t: t[indices, ...])
-        self.keys, self.values = self.base.keys, self.base.values
+        self._batch("batch_select_indices", indices, lambda t: t[indices, ...])
 
 
 def _streamed_kv(site, alphas: torch.Tensor) -> list[int]:

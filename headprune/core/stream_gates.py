@@ -22,17 +22,6 @@ def check_span(sink: int, window: int) -> None:
         )
 
 
-def _attach(site, sink: int, window: int) -> StreamSite:
-    """The streaming gate of one attention site (the one already attached, set to ``sink`` / ``window``, if any)."""
-    stream = site.stream
-    if stream is None:
-        stream = StreamSite(site, sink, window)
-        stream.hook = site.core.register_forward_pre_hook(stream.record_past, with_kwargs=True)
-        site.stream = stream
-    stream.sink, stream.window = sink, window
-    return stream
-
-
 class StreamGates(SiteGateMethods):
     """Streaming gates on every decoder self-attention module: set a mask of alphas, read the groups, record gate gradients."""
 
@@ -71,7 +60,13 @@ class StreamGates(SiteGateMethods):
                 "KV head per query head: stream unit=head"
             )
         self.view = KVGroupGates(heads) if self.unit == "kv_group" else heads  # masks and scores in this unit, all groups
-        self.sites = [_attach(site, sink, window) for site in sites]
+        self.sites = []
+        for site in sites:  # each attention site's streaming gate (the one already attached, set to this sink and window)
+            if site.stream is None:
+                site.stream = StreamSite(site, sink, window)
+                site.stream.hook = site.core.register_forward_pre_hook(site.stream.record_past, with_kwargs=True)
+            site.stream.sink, site.stream.window = sink, window
+            self.sites.append(site.stream)
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
@@ -108,14 +103,10 @@ class StreamGates(SiteGateMethods):
 
     def set_mask(self, mask) -> None:
         """Set every streaming gate to ``mask`` (alphas in this unit); ``None`` streams nothing (and costs nothing)."""
-        if mask is None:
-            for site in self.sites:
-                site.gate = None
-            return
-        alphas = self.head_mask(mask)[STREAMED_GROUP]  # (..., L, H) over the original query heads
+        alphas = None if mask is None else self.head_mask(mask)[STREAMED_GROUP]  # (..., L, H) over the original query heads
         for site in self.sites:
-            ids = torch.tensor(site.head_ids or [0], dtype=torch.long, device=alphas.device)
-            site.gate = alphas[..., site.layer, :].index_select(-1, ids)
+            ids = site.head_ids or [0]
+            site.gate = None if alphas is None else alphas[..., site.layer, :].index_select(-1, torch.tensor(ids, device=alphas.device))
 
     def remove(self) -> None:
         """Detach the streaming gates from the model (the head gates stay)."""

@@ -101,19 +101,15 @@ class StreamSite:
         batch, heads, length, _ = query.shape
         out = query.new_zeros(batch, length, heads, value.shape[-1])
         if handover.full_heads.numel():
-            full, _ = inner(module, query.index_select(1, handover.full_heads), key, value, attention_mask, **kwargs)
-            out[:, :, handover.full_heads] = full
-        if handover.streamed_heads.numel():
-            out[:, :, handover.streamed_heads] = self._short_attention(handover, inner, module, query, attention_mask, kwargs)
-        return out
-
-    def _short_attention(self, handover: CacheHandover, inner, module, query, attention_mask, kwargs: dict) -> torch.Tensor:
-        """The streamed heads' outputs (B, Tq, Hs, D) over their sink + window keys, under the model's mask at those positions."""
-        positions, end = handover.positions, handover.past + query.shape[-2]
+            out[:, :, handover.full_heads], _ = inner(
+                module, query.index_select(1, handover.full_heads), key, value, attention_mask, **kwargs
+            )
+        if not handover.streamed_heads.numel():
+            return out
+        positions, end = handover.positions, handover.past + length  # the streamed heads over their sink + window keys
         mask = None
-        if attention_mask is not None or not handover.exact:
-            queries = torch.arange(handover.past, end, device=positions.device)
-            keep = streaming_keep(queries, positions, self.sink, self.window)
+        if attention_mask is not None or not handover.exact:  # under the model's mask at those positions
+            keep = streaming_keep(torch.arange(handover.past, end, device=positions.device), positions, self.sink, self.window)
             model_mask = None
             if handover.first:
                 keep = keep & (positions >= handover.first).view(1, -1)  # before a sliding window: the model's mask hides it
@@ -121,5 +117,5 @@ class StreamSite:
                 model_mask = attention_mask.index_select(-1, (positions - handover.first).clamp(min=0))  # its columns start at ``first``
             mask = streaming_mask(model_mask, keep, query.dtype)
         streamed = query.index_select(1, handover.streamed_heads)
-        out, _ = inner(module, streamed, handover.keys, handover.values, mask, **kwargs)
+        out[:, :, handover.streamed_heads], _ = inner(module, streamed, handover.keys, handover.values, mask, **kwargs)
         return out

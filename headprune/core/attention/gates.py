@@ -8,10 +8,11 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import eager_attention_forward as bert_eager
 
 from headprune.core.attention.tensors import attach_output_gate, gate_heads, score_bias, slice_head_kwargs
 from headprune.core.families import GATE_MECHANISMS, GROUPS, Family, family_for, match_site
-from headprune.core.site_gates import Site, SiteGates, alias, kept_site, ordered_sites, unit_groups
+from headprune.core.site_gates import Site, SiteGates, alias, kept_on, ordered_sites, unit_groups
 
 PREFIX = "headprune_"
 
@@ -74,34 +75,26 @@ class AttentionSite(Site):
         return [self.kv_ids.index(self.kv_of(h)) for h in self.head_ids]
 
 
-def _module_eager(module: nn.Module):
-    """The eager attention function defined next to a module's class (its own math)."""
-    fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if fn is None:
-        from transformers.models.bert.modeling_bert import eager_attention_forward as fn
-    return fn
-
-
 def _make_gated(inner_name: str):
     """An attention function that runs ``inner_name`` and then applies the module's head gate."""
 
     def gated_attention(module, query, key, value, attention_mask, **kwargs):
-        inner = _module_eager(module) if inner_name == "eager" else ALL_ATTENTION_FUNCTIONS[inner_name]
+        if inner_name == "eager":  # the eager function defined next to the module's class (its own math)
+            inner = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None) or bert_eager
+        else:
+            inner = ALL_ATTENTION_FUNCTIONS[inner_name]
         site = getattr(module, SITE_ATTR, None)
-        if site is not None and site.kv_index is not None:
-            # uneven query heads per KV head after pruning: each query head gets its own copy of its KV head
+        if site is None:
+            return inner(module, query, key, value, attention_mask, **kwargs)
+        if site.kv_index is not None:  # uneven query heads per KV head after pruning: each gets its own copy of its KV head
             index = site.kv_index.to(key.device)
             key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1
-        if site is not None:
-            kwargs = slice_head_kwargs(site, kwargs)
-        stream = site.stream if site is not None else None
+        kwargs, stream = slice_head_kwargs(site, kwargs), site.stream
         handover = stream.take_handover() if stream is not None else None
         if handover is not None:  # a StreamCache layer: its full KV groups in key/value, its streamed groups' short KV handed over
             out = stream.split(handover, inner, module, query, key, value, attention_mask, kwargs)
             return (gate_heads(site, out) if site.gate_at == "attention" else out), None
         out, weights = inner(module, query, key, value, attention_mask, **kwargs)  # out: (B, T, H, D)
-        if site is None:
-            return out, weights
         if stream is not None and stream.active:  # per head: alpha * full + (1 - alpha) * streamed (sink + window)
             out = stream.mix(inner, module, query, key, value, attention_mask, kwargs, out)
         if site.entropy_hook is not None:
@@ -157,7 +150,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
         matched = match_site(family.sites, path)
         if matched is not None:
             core = block.get_submodule(family.core) if family.core else block
-            sites.append(kept_site(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
+            sites.append(kept_on(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
     return ordered_sites(sites, GROUPS, f"found no attention modules in {type(model).__name__} for family {family.name}")
 
 

@@ -3,7 +3,7 @@
 import torch
 
 from headprune.core.attention.gates import AttentionSite, HeadGates, find_sites
-from headprune.core.attention.kv_groups import KVGroupGates, kv_group_view
+from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.core.attention.saving import head_meta, rebuild_heads, verify_heads
 from headprune.core.families import FAMILIES, GROUPS
 from headprune.core.flops_tables import head_flops_tables, kv_group_flops_tables
@@ -94,7 +94,13 @@ class KVGroupKind(HeadKind):
         return None
 
     def gates(self, model, shared):
-        return kv_group_view(HeadKind().gates(model, shared))
+        heads = HeadKind().gates(model, shared)
+        if not any(n > 1 for n in heads.heads_per_kv.values()):
+            raise ValueError(
+                "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); "
+                f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"
+            )
+        return KVGroupGates(heads)
 
     def units_per_layer(self, fields):
         return kv_heads_in_fields(fields)

@@ -29,9 +29,8 @@ class KVGroupGates(SiteGateMethods):
 
     def present(self) -> dict[str, torch.Tensor]:
         """{group: bool [layers, KV heads]}: True where any query head of the KV group is still in the weights."""
-        present = self.heads.present()
         n = self.heads.heads_per_kv
-        return {g: p.unflatten(-1, (p.shape[-1] // n[g], n[g])).any(-1) for g, p in present.items()}
+        return {g: p.unflatten(-1, (-1, n[g])).any(-1) for g, p in self.heads.present().items()}
 
     def head_mask(self, mask, hard: bool = False) -> dict[str, torch.Tensor]:
         """The query-head mask of a KV-group mask: each KV group's gate on all of its query heads."""
@@ -44,7 +43,7 @@ class KVGroupGates(SiteGateMethods):
     def scores_from_heads(self, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Per-KV-group scores from per-query-head scores {group: [L, H]}: the mean of each group's query heads."""
         n = self.heads.heads_per_kv
-        return {g: s.unflatten(-1, (s.shape[-1] // n[g], n[g])).mean(-1) for g, s in scores.items()}
+        return {g: s.unflatten(-1, (-1, n[g])).mean(-1) for g, s in scores.items()}
 
     def set_mask(self, mask) -> None:
         self.heads.set_mask(None if mask is None else self.head_mask(mask))
@@ -54,13 +53,3 @@ class KVGroupGates(SiteGateMethods):
 
     def describe(self) -> str:
         return self.heads.describe()
-
-
-def kv_group_view(heads):
-    """The KV-group view of query-head gates, or a ValueError where the model has no grouped-query attention."""
-    if not any(n > 1 for n in heads.heads_per_kv.values()):
-        raise ValueError(
-            "prune.unit=kv_group needs grouped-query attention (fewer KV heads than query heads); "
-            f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"
-        )
-    return KVGroupGates(heads)

@@ -15,29 +15,10 @@ V4_GROUP = {"bert-like": "enc_self", "distilbert": "enc_self", "vit-like": "enc_
 DIGESTS = "weights_sha256"
 
 
-def v4_pruned_heads(model: nn.Module, record: dict) -> dict[str, list[int]] | None:
-    """The record in v4's ``config.pruned_heads`` layout ({layer: [ids]}), or None when v4 cannot express it."""
-    group = V4_GROUP.get(family_for(model).name)
-    if group is None or set(record) - {group}:
-        return None
-    return {layer: list(ids) for layer, ids in record.get(group, {}).items()}
-
-
-def record_from_v4(family_name: str, pruned_heads: dict) -> dict[str, dict[str, list[int]]]:
-    """A headprune record from v4's ``config.pruned_heads`` of a model of this family."""
-    group = V4_GROUP.get(family_name)
-    if group is None:
-        raise ValueError(f"config.json has v4 pruned_heads, but v4 pruned no heads in the {family_name} family")
-    layers = {str(int(layer)): sorted(int(h) for h in ids) for layer, ids in pruned_heads.items() if ids}
-    return {group: layers} if layers else {}
-
-
 def weights_digest(site: AttentionSite) -> str:
     """SHA-256 of one attention module's kept head ids and its q/k/v/output weights (as float32)."""
-    tensors = []
-    for which in ("query", "key", "value", "output"):
-        linear = site.linear(which)
-        tensors += [linear.weight] + ([linear.bias] if linear.bias is not None and which != "output" else [])
+    linears = {which: site.linear(which) for which in ("query", "key", "value", "output")}
+    tensors = [t for which, m in linears.items() for t in (m.weight, m.bias if which != "output" else None) if t is not None]
     return site_digest(site, tensors)
 
 
@@ -45,9 +26,9 @@ def head_meta(model: nn.Module) -> dict:
     """The attention entries of ``headprune_pruning.json``; writes the record (and v4's field where it fits) into the config first."""
     record = pruning_record(model)
     setattr(model.config, RECORD_ATTR, record)
-    v4_record = v4_pruned_heads(model, record)
-    if v4_record is not None:
-        setattr(model.config, V4_ATTR, v4_record)  # transformers v4 reads this and prunes before loading the weights
+    group = V4_GROUP.get(family_for(model).name)
+    if group is not None and not set(record) - {group}:  # v4's layout {layer: [ids]} of one group can express it
+        setattr(model.config, V4_ATTR, {layer: list(ids) for layer, ids in record.get(group, {}).items()})  # v4 prunes on load
     sites = find_sites(model)
     return {
         "pruned_heads": record,
@@ -66,7 +47,11 @@ def rebuild_heads(model: nn.Module, meta: dict | None, path: Path) -> None:
         )
     v4_record = getattr(config, V4_ATTR, None)
     if v4_record and not record:  # a directory pruned by transformers v4 (save_pruned writes both: ours wins)
-        record = record_from_v4(family_for(model).name, v4_record)
+        family = family_for(model).name
+        if family not in V4_GROUP:
+            raise ValueError(f"config.json has v4 pruned_heads, but v4 pruned no heads in the {family} family")
+        layers = {str(int(layer)): sorted(int(h) for h in ids) for layer, ids in v4_record.items() if ids}
+        record = {V4_GROUP[family]: layers} if layers else {}
     try:
         prune_heads(model, record)
     except (IndexError, ValueError) as err:

@@ -3,7 +3,7 @@ input), and attention kwargs with a head axis."""
 
 import torch
 
-from headprune.core.site_gates import broadcast_unit_gate
+from headprune.core.site_gates import broadcast_unit_gate, kept_on
 
 
 def broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -61,5 +61,4 @@ def attach_output_gate(site) -> None:
         return
     output = site.linear("output")
     setattr(output, OUTPUT_SITE_ATTR, site)
-    if getattr(output, OUTPUT_HOOK_ATTR, None) is None:
-        setattr(output, OUTPUT_HOOK_ATTR, output.register_forward_pre_hook(_scale_heads))
+    kept_on(output, OUTPUT_HOOK_ATTR, lambda: output.register_forward_pre_hook(_scale_heads))

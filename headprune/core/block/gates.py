@@ -6,7 +6,7 @@ from torch import nn
 from headprune.core.attention.gates import HeadGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.site_gates import SiteGateMethods
+from headprune.core.site_gates import SharedGates
 
 BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
 
@@ -16,7 +16,7 @@ def block_group(group: str) -> str:
     return group + BLOCK_SUFFIX
 
 
-class BlockGates(SiteGateMethods):
+class BlockGates(SharedGates):
     """A gate on each layer's attention block and feed-forward block: masks and scores are {"<group>_block": [layers, 1]}."""
 
     unit = noun = "block"
@@ -30,11 +30,6 @@ class BlockGates(SiteGateMethods):
     def shared(self) -> dict:
         """{"head": HeadGates, "ffn": FFNGates}: the gates that act (no FFN gates where the model has no MLP layout)."""
         return {"head": self.heads} if self.ffn is None else {"head": self.heads, "ffn": self.ffn}
-
-    @property
-    def sites(self) -> list:
-        """Every attention site, then every FFN site."""
-        return [site for part in self.shared.values() for site in part.sites]
 
     @property
     def groups(self) -> dict[str, tuple[int, int]]:
@@ -61,10 +56,3 @@ class BlockGates(SiteGateMethods):
         self.heads.set_mask(base.get("head") if mask is not None else None)
         if self.ffn is not None:
             self.ffn.set_mask(base.get("ffn") if mask is not None else None)
-
-    def remove(self) -> None:
-        for part in [*self.shared.values()][::-1]:
-            part.remove()
-
-    def describe(self) -> str:
-        return "\n".join(part.describe() for part in self.shared.values())

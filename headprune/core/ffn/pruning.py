@@ -54,10 +54,8 @@ def sync_ffn_config(model: nn.Module, sites: list[FFNSite]) -> None:
     """Write the blocks' widths into the model config: each width field (one width for all its blocks, else the original one) and ``headprune_ffn_widths``."""
     if all(s.width == s.width_orig for s in sites):
         return  # nothing pruned: the config stays as it was
-    by_field: dict[str, list[FFNSite]] = {}
-    for site in sites:
-        by_field.setdefault(site.config_field, []).append(site)
-    for name, field_sites in by_field.items():
+    for name in dict.fromkeys(site.config_field for site in sites):
+        field_sites = [s for s in sites if s.config_field == name]
         widths = {s.computed_width for s in field_sites}
         setattr(model.config, name, widths.pop() if len(widths) == 1 else max(s.width_orig for s in field_sites))
     setattr(model.config, WIDTHS_ATTR, computed_widths(sites))

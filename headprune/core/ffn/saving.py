@@ -31,14 +31,6 @@ def ffn_meta(model: nn.Module) -> dict | None:
     }
 
 
-def _kept(site: FFNSite, removed: dict | None, width: int) -> list[int]:
-    """Original ids of the neurons a saved block keeps: all but the recorded ones, or (no record) its first ``width``."""
-    if removed is None:
-        return list(range(width))
-    gone = {int(n) for n in removed.get(site.group, {}).get(str(site.layer), [])}
-    return [n for n in range(site.width_orig) if n not in gone]
-
-
 def rebuild_ffn(model: nn.Module, meta: dict | None, path: Path) -> None:
     """Give a freshly built model the saved FFN widths: slice blocks built at the original width, relabel those built at the kept one."""
     widths = getattr(model.config, WIDTHS_ATTR, None)
@@ -55,7 +47,11 @@ def rebuild_ffn(model: nn.Module, meta: dict | None, path: Path) -> None:
             ) from None
         built = site.width_orig  # what the config's width field built
         site.width_orig = int(originals.get(site.group, built))
-        kept = _kept(site, removed, target)
+        if removed is None:  # no record: a saved block keeps its first ``target`` neurons
+            kept = list(range(target))
+        else:
+            gone = {int(n) for n in removed.get(site.group, {}).get(str(site.layer), [])}
+            kept = [n for n in range(site.width_orig) if n not in gone]
         if built == site.width_orig:
             prune_ffn_site(site, sorted(set(range(built)) - set(kept)))  # built at the original width: slice by original id
         elif built == max(len(kept), 1):

@@ -8,7 +8,7 @@ from torch import nn
 from headprune.core.families import family_for, family_of_type, match_site
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
-from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_site, ordered_sites
+from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_on, ordered_sites
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
@@ -29,7 +29,8 @@ class FFNSite(Site):
 
     def up_paths(self) -> list[str]:
         """The layout's up projections this block has (T5: ``wi``, or ``wi_0`` and ``wi_1``)."""
-        return [p for p in self.layout.up if _has_submodule(self.module, p)]
+        paths = dict(self.module.named_modules())
+        return [p for p in self.layout.up if p in paths]
 
     def projection(self, path: str) -> nn.Module:
         return self.module.get_submodule(path)
@@ -39,14 +40,6 @@ class FFNSite(Site):
 
     def set_projection(self, path: str, module: nn.Module) -> None:
         self.module.set_submodule(path, module)
-
-
-def _has_submodule(module: nn.Module, path: str) -> bool:
-    try:
-        module.get_submodule(path)
-    except AttributeError:
-        return False
-    return True
 
 
 def mlp_layout_of(model: nn.Module):
@@ -75,7 +68,7 @@ def find_ffn_sites(model: nn.Module) -> list[FFNSite]:
     """All feed-forward blocks of a model, ordered by group then layer (a ValueError where the family has no MLP layout)."""
     layout = mlp_layout_of(model)
     sites = [
-        kept_site(module, SITE_ATTR, lambda: _new_site(path, module, layout, matched))
+        kept_on(module, SITE_ATTR, lambda: _new_site(path, module, layout, matched))
         for path, module in model.named_modules()
         if (matched := match_site(layout.sites, path)) is not None
     ]
@@ -121,5 +114,4 @@ def attach_neuron_gate(site: FFNSite) -> None:
     """Register the gate hook on the site's down projection once (again after pruning replaced it)."""
     down = site.down()
     setattr(down, SITE_ATTR, site)
-    if getattr(down, HOOK_ATTR, None) is None:
-        setattr(down, HOOK_ATTR, down.register_forward_pre_hook(_gate_neurons))
+    kept_on(down, HOOK_ATTR, lambda: down.register_forward_pre_hook(_gate_neurons))

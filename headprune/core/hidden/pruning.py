@@ -6,14 +6,11 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from headprune.core.attention.gates import find_sites
 from headprune.core.hidden.sites import GROUP, channel_book, hidden_group, hidden_sites
 from headprune.core.projections import in_features, out_features
 
 CONFIG_ATTR = "headprune_hidden_channels"
-
-
-def _sliced(param: nn.Parameter, index: torch.Tensor, dim: int) -> nn.Parameter:
-    return nn.Parameter(param.detach().index_select(dim, index.to(param.device)).clone(), requires_grad=param.requires_grad)
 
 
 class _Slicer:
@@ -28,7 +25,8 @@ class _Slicer:
             return
         new = self.done.get(id(param))
         if new is None:
-            new = self.done[id(param)] = (param, _sliced(param, self.index, dim % param.dim()))
+            kept = param.detach().index_select(dim % param.dim(), self.index.to(param.device)).clone()
+            new = self.done[id(param)] = (param, nn.Parameter(kept, requires_grad=param.requires_grad))
         if new[1].shape[dim % param.dim()] != len(self.index) or new[0] is not param:
             raise ValueError(
                 f"{type(module).__name__}.{name} is tied to a tensor sliced along another axis: the residual channels of this "
@@ -47,18 +45,6 @@ def _slice_projection(slicer: _Slicer, module: nn.Module, outputs: bool) -> None
         module.nf, module.nx = (width, module.nx) if outputs else (module.nf, width)
     else:
         module.out_features, module.in_features = (width, module.in_features) if outputs else (module.out_features, width)
-
-
-def _set_config_width(model: nn.Module, width: int) -> None:
-    from headprune.core.attention.gates import find_sites
-
-    head_dims = {site.head_dim for site in find_sites(model)}
-    model.config.hidden_size = width
-    if len(head_dims) == 1 and hasattr(model.config, "num_attention_heads"):
-        try:
-            model.config.head_dim = head_dims.pop()  # the attention's head size no longer follows from hidden_size / heads
-        except AttributeError:
-            pass  # a config deriving head_dim (Falcon): the modules keep theirs, load_pruned builds at the original width
 
 
 def _scale_norm(module: nn.Module, factor: float) -> None:
@@ -117,7 +103,13 @@ def keep_channels(model: nn.Module, keep: list[int]) -> None:
                 slicer.take(conv, "bias", 0)
                 conv.out_channels = len(keep)
     book["ids"] = [book["ids"][k] for k in keep]
-    _set_config_width(model, len(keep))
+    model.config.hidden_size = len(keep)
+    head_dims = {site.head_dim for site in find_sites(model)}
+    if len(head_dims) == 1 and hasattr(model.config, "num_attention_heads"):
+        try:
+            model.config.head_dim = head_dims.pop()  # the attention's head size no longer follows from hidden_size / heads
+        except AttributeError:
+            pass  # a config deriving head_dim (Falcon): the modules keep theirs, load_pruned builds at the original width
     _fold_width_constants(model, group.width, len(keep))
     hidden_sites(model)  # the sites see the new ids
 

@@ -9,7 +9,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_site
+from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_on
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -74,16 +74,6 @@ def channel_book(model: nn.Module) -> dict:
     return book
 
 
-def _is_norm(module: nn.Module, width: int, skip: tuple[str, ...], name: str) -> bool:
-    weight = getattr(module, "weight", None)
-    return (
-        "Norm" in type(module).__name__
-        and isinstance(weight, nn.Parameter)
-        and tuple(weight.shape) == (width,)
-        and name.rpartition(".")[2] not in skip
-    )
-
-
 def _head_readers(model: nn.Module, width: int) -> list[nn.Module]:
     names = dict(model.named_modules())
     pooled = any(n.rpartition(".")[2] in POOLED and m is not None for n, m in names.items())
@@ -132,7 +122,12 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
     embeddings = [
         (n, m) for n, m in model.named_modules() if isinstance(m, nn.Embedding) and m.embedding_dim == width and id(m) not in inside_image
     ]
-    norms = [(n, m) for n, m in model.named_modules() if _is_norm(m, width, family.cross_head_norms, n)]
+    norms = [  # a norm over the stream (not one across heads: the family's cross_head_norms)
+        (n, m)
+        for n, m in model.named_modules()
+        if "Norm" in type(m).__name__ and isinstance(getattr(m, "weight", None), nn.Parameter) and tuple(m.weight.shape) == (width,)
+        if n.rpartition(".")[2] not in family.cross_head_norms
+    ]
     writes = embeddings + images + [(n, m) for n, m in model.named_modules() if any(m is w for w in writers)]
     return HiddenGroup(width, writes, norms, readers, writers, [m for _, m in embeddings], [m for _, m in images])
 
@@ -231,9 +226,8 @@ def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
-            site = kept_site(module, SITE_ATTR, lambda: HiddenSite(path, GROUP, 0, book["width_orig"], ids, module, role, book["rows"]))
+            site = kept_on(module, SITE_ATTR, lambda: HiddenSite(path, GROUP, 0, book["width_orig"], ids, module, role, book["rows"]))
             site.channel_ids = ids
-            if getattr(module, HOOK_ATTR, None) is None:
-                setattr(module, HOOK_ATTR, module.register_forward_hook(_gate_hook, with_kwargs=True))
+            kept_on(module, HOOK_ATTR, lambda: module.register_forward_hook(_gate_hook, with_kwargs=True))
             sites.append(site)
     return sites

@@ -90,8 +90,7 @@ def unit_kinds(unit) -> tuple[str, ...]:
         raise ValueError(
             f"a unit is a kind's name or a list of names, e.g. 'head' or ['kv_group', 'ffn']; got {type(unit).__name__} {unit!r:.40}"
         )
-    names = unit.split(JOINER) if isinstance(unit, str) else [str(k) for k in unit]
-    names = [n.strip() for n in names]
+    names = [n.strip() for n in (unit.split(JOINER) if isinstance(unit, str) else unit)]
     unknown = [n for n in names if n not in KINDS]
     if unknown or not names:
         raise ValueError(

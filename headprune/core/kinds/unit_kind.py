@@ -21,9 +21,7 @@ class UnitKind:
     attention_maps: bool = False  # its units have attention maps (the entropy and retrieval orders read them)
     layer_normalized: bool = False  # Michel et al.'s per-layer L2 norm of scores suits it (heads of a layer)
     rearrangement: str | None = "it has no rearrangement"  # why it cannot be rearranged (None: it can)
-    reconstruction: str | None = (
-        "it has no layer-wise reconstruction"  # why prune.recover=reconstruct cannot re-solve after it (None: it can)
-    )
+    reconstruction: str | None = "it has no layer-wise reconstruction"  # why prune.recover=reconstruct cannot follow (None: it can)
     reconstruction_alone: str | None = None  # why a unit of this kind alone leaves nothing to re-solve (None: it does not)
     lsq_conflict: str | None = None  # why least-squares recovery cannot run on a unit that holds this kind (None: it can)
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go

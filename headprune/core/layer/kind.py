@@ -1,16 +1,16 @@
-"""The layer kind: whole Transformer layers (depth pruning: ShortGPT's block influence, Minitron's depth axis)."""
+"""The layer kind: whole Transformer layers (depth pruning: Minitron's depth axis)."""
 
 import torch
 
 from headprune.core.attention.gates import find_sites
 from headprune.core.counting import site_flops
 from headprune.core.ffn.sites import ffn_sites_if_any
+from headprune.core.flops_tables import site_tables
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.layer.removal import REMOVED_ATTR, remove_layers, removed_layers, restore_layer_ids, shared_weights
 from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find_layer_sites, layer_stacks
 from headprune.core.masks import hard_mask
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import unit_groups
 
 
 class LayerKind(UnitKind):
@@ -55,7 +55,13 @@ class LayerKind(UnitKind):
         return (grad, [0], site.group) if isinstance(site, LayerSite) else None
 
     def flops_tables(self, model, seq_len):
-        return _tables(model, lambda site: layer_flops(model, site, seq_len))
+        def flops(site) -> int:  # its attention modules' and every other projection's, for one example of ``seq_len`` tokens
+            attention, _ = parts_of(model, site)
+            counted = {id(p) for s in attention for p in s.projections()}
+            others = [m for m in site.module.modules() if is_projection(m) and id(m) not in counted]
+            return sum(site_flops(s, seq_len) for s in attention) + sum(2 * in_features(m) * out_features(m) * seq_len for m in others)
+
+        return _tables(model, flops)
 
     def nested_rows(self, model):
         out = {}
@@ -100,22 +106,10 @@ class LayerKind(UnitKind):
 
 def _tables(model, cost) -> dict[str, torch.Tensor]:
     """{group: [layers, 2]}: a layer removed costs 0, kept ``cost(site)``; a layer already removed 0 either way."""
-    sites = find_layer_sites(model)
-    tables = {g: torch.zeros(layers, 2, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
-    for site in sites:
-        tables[site.group][site.layer, 1] = float(cost(site))
-    return tables
+    return site_tables(find_layer_sites(model), lambda site: torch.tensor([0.0, float(cost(site))], dtype=torch.float64))
 
 
 def parts_of(model, site) -> tuple[list, list]:
     """(attention sites, FFN sites) inside one layer."""
     inside = {id(m) for m in site.module.modules()}
     return [s for s in find_sites(model) if id(s.block) in inside], [s for s in ffn_sites_if_any(model) if id(s.module) in inside]
-
-
-def layer_flops(model, site, seq_len: int) -> int:
-    """Forward FLOPs of one layer for one example of ``seq_len`` tokens: its attention modules and every other projection."""
-    attention, _ = parts_of(model, site)
-    counted = {id(p) for s in attention for p in s.projections()}
-    others = [m for m in site.module.modules() if is_projection(m) and id(m) not in counted]
-    return sum(site_flops(s, seq_len) for s in attention) + sum(2 * in_features(m) * out_features(m) * seq_len for m in others)

@@ -59,14 +59,6 @@ def _move_first_layer_state(stack: list[LayerSite], new_first: LayerSite) -> Non
         setattr(target, FIRST_LAYER_STATE[name], True)
 
 
-def count_field(model: nn.Module, group: str) -> str:
-    """The config field holding a stack's layer count: the decoder's own field in encoder-decoder configs, else num_hidden_layers."""
-    config = model.config
-    if group == "dec_layer" and getattr(config, "is_encoder_decoder", False):
-        return next(f for f in DECODER_COUNT_FIELDS if hasattr(config, f))
-    return "num_hidden_layers"
-
-
 def pin_layer_ids(model: nn.Module) -> None:
     """Give every attention and FFN site the original id of the layer holding it and its stack's original layer count."""
     owner = {id(m): site for site in find_layer_sites(model) for m in site.module.modules()}
@@ -96,7 +88,8 @@ def _renumber(model: nn.Module, stack: list[LayerSite], kept: list[LayerSite]) -
 def _sync_config(model: nn.Module, group: str, kept_positions: list[int]) -> None:
     """Set the stack's count field and slice the per-layer config lists of the stack num_hidden_layers counts."""
     config = model.config
-    field = count_field(model, group)
+    decoder = group == "dec_layer" and getattr(config, "is_encoder_decoder", False)  # the decoder's own count field
+    field = next(f for f in DECODER_COUNT_FIELDS if hasattr(config, f)) if decoder else "num_hidden_layers"
     if field == "num_hidden_layers":
         for name in PER_LAYER_FIELDS:
             values = getattr(config, name, None)

@@ -7,8 +7,7 @@ import torch
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.inputs import hooks_removed, model_inputs
-from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_site, ordered_sites, unit_groups
+from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_on, ordered_sites
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -33,10 +32,7 @@ def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
             match = re.search(pattern, path)
             if match:
                 found.setdefault(path[: match.end(1)], (path[: match.start(1) - 1], group))
-    stacks: dict[str, set] = {}
-    for stack, group in found.values():
-        stacks.setdefault(stack, set()).add(group)
-    decoder = {stack for stack, groups in stacks.items() if "dec_self" in groups}
+    decoder = {stack for stack, group in found.values() if group == "dec_self"}  # a stack with causal self-attention
     return {layer: (stack, "dec_layer" if stack in decoder else "enc_layer") for layer, (stack, _) in found.items()}
 
 
@@ -52,18 +48,8 @@ def find_layer_sites(model: nn.Module) -> list[LayerSite]:
     sites = []
     for path, (stack, group) in layer_stacks(model).items():
         module = model.get_submodule(path)
-        sites.append(kept_site(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
+        sites.append(kept_on(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
     return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
-
-
-def _input_hidden(args: tuple, kwargs: dict) -> torch.Tensor:
-    """The hidden states a layer was called with (first positional argument, or its keyword)."""
-    if args:
-        return args[0]
-    name = next((n for n in INPUT_NAMES if n in kwargs), None)
-    if name is None:
-        raise ValueError(f"a gated layer was called without its hidden states (keywords {sorted(kwargs)})")
-    return kwargs[name]
 
 
 def _gate_layer(module, args, kwargs, output):
@@ -71,7 +57,10 @@ def _gate_layer(module, args, kwargs, output):
     site = getattr(module, SITE_ATTR)
     if site.gate is None and not site.recording:
         return None
-    hidden_in = _input_hidden(args, kwargs)
+    name = next((n for n in INPUT_NAMES if n in kwargs), None)
+    if not args and name is None:
+        raise ValueError(f"a gated layer was called without its hidden states (keywords {sorted(kwargs)})")
+    hidden_in = args[0] if args else kwargs[name]  # the hidden states the layer was called with
     hidden = output[0] if isinstance(output, tuple) else output
     scale = None if site.gate is None else broadcast_unit_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
     if site.recording and torch.is_grad_enabled():
@@ -86,8 +75,7 @@ def _gate_layer(module, args, kwargs, output):
 
 def attach_layer_gate(site: LayerSite) -> None:
     """Register the gate hook on the site's layer once."""
-    if getattr(site.module, HOOK_ATTR, None) is None:
-        setattr(site.module, HOOK_ATTR, site.module.register_forward_hook(_gate_layer, with_kwargs=True))
+    kept_on(site.module, HOOK_ATTR, lambda: site.module.register_forward_hook(_gate_layer, with_kwargs=True))
 
 
 class LayerGates(SiteGates):
@@ -95,30 +83,3 @@ class LayerGates(SiteGates):
 
     unit, noun = "layer", "layer"
     find, attach = staticmethod(find_layer_sites), staticmethod(attach_layer_gate)
-
-
-def block_influence(model: nn.Module, batches) -> dict[str, torch.Tensor]:
-    """ShortGPT's block influence {group: [layers, 1]} by original layer id: the mean over tokens of 1 - cos(layer input, its output)."""
-    sites = find_layer_sites(model)
-    totals = {g: torch.zeros(layers, 1, dtype=torch.float64) for g, (layers, _) in unit_groups(sites).items()}
-    weights = {g: torch.zeros_like(t) for g, t in totals.items()}
-    current: dict = {}
-
-    def record(site):
-        def hook(module, args, kwargs, output):
-            hidden_in, hidden = _input_hidden(args, kwargs).double(), (output[0] if isinstance(output, tuple) else output).double()
-            influence = 1 - torch.nn.functional.cosine_similarity(hidden_in, hidden, dim=-1)  # (B, T)
-            mask = current.get("attention_mask")
-            own = site.group == "enc_layer" or not getattr(model.config, "is_encoder_decoder", False)
-            weight = mask.to(influence) if own and mask is not None and mask.shape == influence.shape else torch.ones_like(influence)
-            totals[site.group][site.layer] += float((influence * weight).sum())
-            weights[site.group][site.layer] += float(weight.sum())
-
-        return hook
-
-    handles = [site.module.register_forward_hook(record(site), with_kwargs=True) for site in sites]
-    with hooks_removed(handles), torch.no_grad():
-        for batch in batches:
-            current["attention_mask"] = batch.get("attention_mask")
-            model(**model_inputs(model, batch))
-    return {g: totals[g] / weights[g].clamp(min=1) for g in totals}

@@ -1,10 +1,8 @@
 """Which tokens a BPE tokenizer can still produce once some are removed: each token's merge, and merge-closed rankings.
 
-BPE splits a word into its characters and applies the lowest-ranked merge of two neighbours until none applies. A token
-appears only where its own characters end as one symbol, and that span is merged exactly as the token's own string is
-alone; so a token is produced iff its own string merges to it, and a rewritten tokenizer (``rewrite_tokenizer_json``
-keeps a merge iff its inputs and result stay) still produces it iff every merge of that derivation stays: the token's two
-parts (the last merge) and, recursively, theirs. WordPiece matches kept pieces greedily and needs no parts.
+BPE applies the lowest-ranked merge of two neighbours until none applies, so a token is produced iff its own string merges
+to it, and a rewritten tokenizer (``rewrite_tokenizer_json`` keeps a merge iff its inputs and result stay) still produces
+it iff its last merge's two parts stay and, recursively, theirs. WordPiece matches kept pieces greedily: no parts.
 """
 
 import math
@@ -12,13 +10,14 @@ import math
 import numpy as np
 import torch
 
+from headprune.core.vocab.tokenizer import merge_pair, tokenizer_json
+
 
 def _ranks(model: dict) -> dict[tuple[str, str], int]:
     """{(left, right): rank} of a BPE model's merges (a merge is "a b" or ["a", "b"])."""
     out = {}
     for rank, merge in enumerate(model.get("merges", [])):
-        pair = tuple(merge.split(" ", 1)) if isinstance(merge, str) else (merge[0], merge[1])
-        out.setdefault(pair, rank)
+        out.setdefault(merge_pair(merge), rank)
     return out
 
 
@@ -79,18 +78,12 @@ def merge_closed_scores(scores: torch.Tensor, parts: dict[int, tuple[int, int]],
     order = sorted(range(len(values)), key=lambda i: (-float(values[i]), i))
     walked, walk = set(), []  # walk: (token, the score it is kept at)
 
-    def bring(token: int, score: float):
-        stack = [(token, False)]
-        while stack:  # post-order: a token's left parts, then its right parts, then the token
-            top, expanded = stack.pop()
-            if top in walked:
-                continue
-            if expanded or top not in parts:
-                walked.add(top)
-                walk.append((top, score))
-                continue
-            stack.append((top, True))
-            stack.extend((part, False) for part in reversed(parts[top]))
+    def bring(token: int, score: float):  # post-order: a token's left parts, then its right parts, then the token
+        if token not in walked:
+            for part in parts.get(token, ()):
+                bring(part, score)
+            walked.add(token)
+            walk.append((token, score))
 
     for token in order:
         if token not in walked and (token not in dead or values[token] == math.inf):
@@ -112,8 +105,6 @@ def merge_closed_scores(scores: torch.Tensor, parts: dict[int, tuple[int, int]],
 def produced_ids(tokenizer) -> list[int]:
     """The ids some text makes ``tokenizer`` (a fast one) produce: its added tokens, and each BPE token its own string's
     merges reach (a WordPiece piece: every one, matched whole)."""
-    from headprune.core.vocab.tokenizer import tokenizer_json
-
     data = tokenizer_json(tokenizer)
     added = {int(t["id"]) for t in data.get("added_tokens", [])}
     vocab = data["model"]["vocab"]

@@ -4,16 +4,7 @@ import torch
 from torch import nn
 
 from headprune.core.masks import hard_mask
-from headprune.core.vocab.rows import (
-    GROUP,
-    SPECIAL_FIELDS,
-    VOCAB_ATTR,
-    id_map,
-    input_embedding,
-    output_heads,
-    vocab_book,
-    vocab_site,
-)
+from headprune.core.vocab.rows import GROUP, SPECIAL_FIELDS, VOCAB_ATTR, id_map, input_embedding, output_heads, vocab_book, vocab_site
 
 
 def _keep_rows(module: nn.Module, name: str, positions: torch.Tensor, dim: int = 0) -> None:

@@ -76,14 +76,6 @@ def vocab_book(model: nn.Module) -> dict:
     return book
 
 
-def _gate_of(site: VocabSite, ids: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """The gate of each token at ``ids`` (B, T) (ids are positions of the kept rows), as (B, T, 1)."""
-    gate = site.gate.to(like.dtype)
-    if gate.dim() == 1:
-        return gate[ids].unsqueeze(-1)
-    return gate.gather(1, ids.reshape(ids.shape[0], -1)).reshape(ids.shape).unsqueeze(-1)  # (B, U) -> (B, T)
-
-
 def _to_rows(module, args):
     """Input embedding pre-hook: a pruned model's original ids -> its rows (a removed id reads row 0, zeroed by ``_gate_rows``)."""
     site = getattr(module, SITE_ATTR, None)
@@ -105,7 +97,12 @@ def _gate_rows(module, args, output):
     if site.old_to_new is not None:
         kept = site.old_to_new.to(ids.device)[ids] >= 0
         output = output * kept.unsqueeze(-1).to(output.dtype)
-    return output if site.gate is None else output * _gate_of(site, rows, output)
+    if site.gate is None:
+        return output
+    gate = site.gate.to(output.dtype)  # each token's gate at ``rows`` (B, T), positions of the kept rows, as (B, T, 1)
+    if gate.dim() == 2:  # (B, U) -> (B, T)
+        return output * gate.gather(1, rows.reshape(rows.shape[0], -1)).reshape(rows.shape).unsqueeze(-1)
+    return output * gate[rows].unsqueeze(-1)
 
 
 def _gate_logits(module, args, output):

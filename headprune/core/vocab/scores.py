@@ -1,25 +1,12 @@
 """A token's score on the loss scale: what removing it adds to the mean loss per token, from smoothed counts.
 
-Removing token t re-splits each of its uses into at least two kept tokens, so the mean loss per token rises by about
-freq(t) * (mean loss per token, nats), freq(t) being t's share of the counted text's tokens. A token the counted text
-never uses is not free: new text uses it too. Good-Turing puts the share of unseen uses at n1 / N (n1: tokens used
-exactly once, N: all uses); that mass (at least one use) is shared by the vocabulary as a Zipf prior, 1 / rank of the id
-among the non-special ids (byte-level BPE ids follow merge order, which follows corpus frequency). Each token's pseudo-
-count w is squashed to w / (1 + w) < 1, so a token used more often still scores higher and equal counts rank by id: the
-count ranking (ties by merge order) is unchanged, only its scale and the zero floor move.
+Removing token t re-splits its uses into kept tokens: the mean loss per token rises by about freq(t) x mean loss (nats).
+An unused token is not free: Good-Turing's unseen share n1 / N (n1: tokens used once; at least one use) is spread as a
+Zipf prior 1 / rank over the non-special ids (byte-level BPE ids follow merge order, so corpus frequency), each pseudo-
+count w squashed to w / (1 + w) < 1: the count ranking (ties by merge order) stays, only its scale and zero floor move.
 """
 
 import torch
-
-
-def zipf_pseudo_counts(size: int, special: list[int], total: float) -> torch.Tensor:
-    """(size,) pseudo-counts: ``total`` shared as 1 / rank among the non-special ids, each squashed below one use; 0 at special ids."""
-    plain = torch.ones(size, dtype=torch.bool)
-    plain[[i for i in special if 0 <= i < size]] = False
-    rank = plain.double().cumsum(0)  # the rank of each non-special id, in id order (1-based)
-    inverse = torch.where(plain, 1.0 / rank, torch.zeros_like(rank))
-    share = total * inverse / inverse.sum()  # Zipf: proportional to 1 / rank, summing to ``total``
-    return share / (1.0 + share)  # below one use each, strictly decreasing in rank
 
 
 def token_loss_scores(counts: torch.Tensor, special: list[int], mean_loss: float) -> torch.Tensor:
@@ -28,6 +15,8 @@ def token_loss_scores(counts: torch.Tensor, special: list[int], mean_loss: float
     plain = torch.ones_like(counts, dtype=torch.bool)
     plain[[i for i in special if 0 <= i < len(counts)]] = False
     singletons = float((counts[plain] == 1).sum())  # Good-Turing: the unseen share of new text is about n1 / N
-    prior = zipf_pseudo_counts(len(counts), special, max(singletons, 1.0))
-    smoothed = counts + prior
+    rank = plain.double().cumsum(0)  # the rank of each non-special id, in id order (1-based)
+    inverse = torch.where(plain, 1.0 / rank, torch.zeros_like(rank))
+    share = max(singletons, 1.0) * inverse / inverse.sum()  # Zipf: proportional to 1 / rank, summing to the unseen uses
+    smoothed = counts + share / (1.0 + share)  # each pseudo-count below one use, strictly decreasing in rank; 0 at special ids
     return smoothed / max(float(smoothed[plain].sum()), 1e-30) * mean_loss  # freq(t) x mean loss per token

@@ -35,27 +35,19 @@ def check_rewritable(data: dict) -> str:
     return kind
 
 
-def base_ids(data: dict) -> list[int]:
-    """The ids of the tokenizer's base: single characters (byte-level BPE's 256 bytes; WordPiece's characters and ##c)."""
-    model = data["model"]
-    prefix = model.get("continuing_subword_prefix") or ""
-    out = []
-    for token, index in model["vocab"].items():
-        bare = token[len(prefix) :] if prefix and token.startswith(prefix) and len(token) > len(prefix) else token
-        if len(bare) == 1:
-            out.append(int(index))
-    return out
-
-
 def floor_ids(tokenizer, needed: list[int] = ()) -> list[int]:
     """The ids never removed: special tokens, the tokenizer's base characters, and ``needed`` (the task's labels and prompts)."""
     data = tokenizer_json(tokenizer)
     check_rewritable(data)
     special = [int(t["id"]) for t in data.get("added_tokens", []) if t.get("special")] + list(tokenizer.all_special_ids)
-    return sorted({*special, *base_ids(data), *(int(i) for i in needed)})
+    prefix = data["model"].get("continuing_subword_prefix") or ""
+    vocab = data["model"]["vocab"]  # its base: single characters (byte-level BPE's 256 bytes; WordPiece's characters and ##c)
+    base = [int(i) for t, i in vocab.items() if len(t) == 1 or (prefix and t.startswith(prefix) and len(t) == len(prefix) + 1)]
+    return sorted({*special, *base, *(int(i) for i in needed)})
 
 
-def _merge_parts(merge) -> tuple[str, str]:
+def merge_pair(merge) -> tuple[str, str]:
+    """The (left, right) of a BPE merge written "a b" or ["a", "b"]."""
     return tuple(merge.split(" ", 1)) if isinstance(merge, str) else (merge[0], merge[1])
 
 
@@ -87,7 +79,7 @@ def rewrite_tokenizer_json(data: dict, kept_ids: list[int]) -> dict:
         kept = model["vocab"]
         merges = []
         for merge in model.get("merges", []):
-            left, right = _merge_parts(merge)
+            left, right = merge_pair(merge)
             result = left + (right[len(prefix) :] if prefix and right.startswith(prefix) else right)
             if left in kept and right in kept and result in kept:
                 merges.append(merge)
@@ -95,15 +87,6 @@ def rewrite_tokenizer_json(data: dict, kept_ids: list[int]) -> dict:
     added = [{**t, "id": mapping[t["id"]]} for t in data.get("added_tokens", []) if t["id"] in mapping]
     processor = _renumber_processor(data.get("post_processor"), mapping)
     return {**data, "model": model, "added_tokens": added, "post_processor": processor}
-
-
-def kept_ids_of(mask_row, tokenizer) -> list[int]:
-    """The original ids a vocab mask row ([V]) keeps, or a ConfigError when its size is not the tokenizer's."""
-    if len(mask_row) != len(tokenizer):
-        raise ConfigError(
-            f"the vocab mask covers {len(mask_row)} ids and the tokenizer has {len(tokenizer)}: give the tokenizer the model was pruned with"
-        )
-    return [i for i, keep in enumerate(mask_row) if keep]
 
 
 def rewritten_tokenizer(tokenizer, kept_ids: list[int]):
@@ -138,5 +121,5 @@ def rewrite_saved_tokenizer(path, kept_ids: list[int]) -> None:
     if (path / "vocab.json").exists():
         (path / "vocab.json").write_text(json.dumps(dict(by_id), ensure_ascii=False))
     if (path / "merges.txt").exists():
-        lines = [" ".join(_merge_parts(m)) for m in data["model"].get("merges", [])]
+        lines = [" ".join(merge_pair(m)) for m in data["model"].get("merges", [])]
         (path / "merges.txt").write_text("#version: 0.2\n" + "".join(line + "\n" for line in lines))
