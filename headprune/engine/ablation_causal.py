@@ -9,7 +9,8 @@ from transformers import PreTrainedModel
 
 from headprune.core.inputs import DECODER_INPUTS
 from headprune.core.units import primitive_gates
-from headprune.engine.ablation import MaskBatcher, _count, _patched, _repeat, _repeat_inputs, _take_masks, first_changed, recorded_outputs
+from headprune.engine import ablation as engine
+from headprune.engine.ablation import MaskBatcher, recorded_outputs
 
 MODEL_INPUTS = DECODER_INPUTS
 
@@ -84,15 +85,6 @@ def length_groups(lengths: list[int], copies: int, pass_tokens: int) -> list[lis
     return groups[::-1]
 
 
-def _take(value, rows: torch.Tensor, length: int):
-    """The rows ``rows`` and first ``length`` positions of every (B, T, ...) tensor in a layer output."""
-    if isinstance(value, torch.Tensor):
-        return value.index_select(0, rows)[:, :length] if value.dim() >= 2 else value
-    if isinstance(value, tuple):
-        return tuple(_take(v, rows, length) for v in value)
-    return value
-
-
 def batchable(gates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
     heads, ffn = primitive_gates(gates)
@@ -139,20 +131,18 @@ class CausalMaskBatcher(MaskBatcher):
         inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
         b = labels.shape[0]
         layers = len(self.layers)
-        firsts = [first_changed(stacked, i, layers) for i in range(_count(stacked))]
-        needed = sorted({f - 1 for f in firsts if 0 < f < layers})  # the layer outputs some pass replays
-        keep_all = layers in firsts
-        top = layers if keep_all else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
+        by_first = engine._by_first(stacked, layers)
+        needed = [f - 1 for f in by_first if 0 < f < layers]  # the layer outputs some pass replays
+        top = layers if layers in by_first else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
         with recorded_outputs([self.layers[i] for i in needed]) as recorded, self._gated(None), ExitStack() as stack:
             for layer in self.layers[top:]:
-                stack.enter_context(_patched(layer, lambda hidden, *args, **kwargs: hidden))  # a layer left out: its input unchanged
+                stack.enter_context(engine._patched(layer, lambda hidden, *args, **kwargs: hidden))  # a layer left out: its input unchanged
             hidden = self.backbone(**inputs).last_hidden_state if top > 0 else None
         cache = dict(zip(needed, recorded))
-        out = torch.zeros((_count(stacked), b, 2), dtype=torch.float64)  # a text with no label keeps NLL 0 and misses none
+        out = torch.zeros((engine._count(stacked), b, 2), dtype=torch.float64)  # a text with no label keeps NLL 0 and misses none
         lengths = needed_lengths(labels)
         texts = [r for r in range(b) if lengths[r] > 0]
-        for first in sorted(set(firsts)):
-            idx = [i for i, f in enumerate(firsts) if f == first]
+        for first, idx in by_first.items():
             if first == layers:
                 out[idx] = label_stats(hidden, labels, self.head, self.head_tokens).cpu()
                 continue
@@ -163,7 +153,7 @@ class CausalMaskBatcher(MaskBatcher):
                 where = torch.tensor(rows, device=labels.device)
                 for start in range(0, len(idx), chunk):
                     part = idx[start : start + chunk]
-                    sums = self._group_stats(inputs, labels, cache.get(first - 1), first, _take_masks(stacked, part), where, length)
+                    sums = self._group_stats(inputs, labels, cache.get(first - 1), first, engine._take_masks(stacked, part), where, length)
                     out[torch.tensor(part)[:, None], torch.tensor(rows)[None, :]] = sums.cpu()
         return out
 
@@ -171,10 +161,11 @@ class CausalMaskBatcher(MaskBatcher):
         self, inputs: dict, labels: torch.Tensor, below, first: int, masks: dict[str, torch.Tensor], rows: torch.Tensor, length: int
     ) -> torch.Tensor:
         """(NLL sum, misses) (M, r, 2) of the texts ``rows`` cut to ``length``, under base masks {group: (M, L, U)} from ``first``."""
-        m, r = _count(masks), rows.shape[0]
+        m, r = engine._count(masks), rows.shape[0]
         part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
-        replay = _repeat(_take(below, rows, length), m, r) if first > 0 else None  # layer first-1's output, M copies
+        below = engine._map_tensors(below, lambda t: t.index_select(0, rows)[:, :length] if t.dim() >= 2 else t)  # the rows, cut to length
+        replay = engine._repeat(below, m, r) if first > 0 else None  # layer first-1's output, M copies
         with self._pass(replay, first, {g: v.to(labels.device) for g, v in masks.items()}, r):
-            hidden = self.backbone(**_repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
+            hidden = self.backbone(**engine._repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
         targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
         return label_stats(hidden, targets, self.head, self.head_tokens).view(m, r, 2)
