@@ -58,6 +58,23 @@ def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Te
     return next((found for kind in _kinds(unit) if (found := kind.unit_grad(site, grad)) is not None), None)
 
 
+def _unit_gradients(model, gates, batch: dict, loss_fn: Callable, unit: str, mean: bool = False) -> tuple[torch.Tensor, list]:
+    """(losses (B,), [(site, gradients per unit (B, T, U), unit ids, group)]) of one batch's summed (``mean``: averaged) loss."""
+    losses = loss_fn(model(**model_inputs(model, batch)), batch)  # (B,)
+    probes = [probe for site in gates.sites for probe in site.probes]
+    grads = torch.autograd.grad(losses.mean() if mean else losses.sum(), probes, allow_unused=True) if probes else ()  # the probes' only
+    grad_of = dict(zip(map(id, probes), grads))
+    found = []
+    for site in gates.sites:
+        for probe in site.probes:
+            grad = grad_of[id(probe)]
+            per_unit = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
+            if per_unit is not None:
+                found.append((site, *per_unit))
+        site.probes.clear()
+    return losses, found
+
+
 def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
     """L2-normalise each layer's head (or KV-group) scores, then optionally min-max over the whole network."""
     out = {g: s.clone() for g, s in scores.items()}
@@ -96,21 +113,9 @@ def importance_scores(
         for batch in batches:
             if loss_fn is per_example_loss:
                 _require_labels(batch)
-            outputs = model(**model_inputs(model, batch))
-            losses = loss_fn(outputs, batch)  # (B,)
-            probes = [probe for site in gates.sites for probe in site.probes]
-            total = losses.mean() if reduce == "batch" else losses.sum()  # batch: the gradient of the batch-MEAN loss
-            grads = torch.autograd.grad(total, probes, allow_unused=True) if probes else ()  # only the probes' gradients
-            grad_of = dict(zip(map(id, probes), grads))
-            for site in gates.sites:
-                for probe in site.probes:
-                    grad = grad_of[id(probe)]
-                    found = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
-                    if found is None:
-                        continue
-                    contribution, ids, group = found  # (B, T, U)
-                    totals[group][site.layer, ids] += REDUCE[reduce](contribution).cpu()
-                site.probes.clear()
+            losses, found = _unit_gradients(model, gates, batch, loss_fn, unit, mean=reduce == "batch")  # batch: of the batch-MEAN loss
+            for site, contribution, ids, group in found:  # contribution (B, T, U)
+                totals[group][site.layer, ids] += REDUCE[reduce](contribution).cpu()
             count += losses.shape[0] if reduce != "batch" else 1
             examples, loss_total = examples + losses.shape[0], loss_total + float(losses.detach().sum())
     if count == 0:
@@ -165,22 +170,12 @@ def per_example_gate_gradients(
 ) -> dict[str, torch.Tensor]:
     """Signed dL(x_b)/d xi_h for every example of one batch: {group: [B, layers, heads]} (``kv_group``: [B, layers, KV]; ``ffn``: [B, layers, neurons])."""
     model.eval()
-    out = {}
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
-        outputs = model(**model_inputs(model, batch))
-        losses = loss_fn(outputs, batch)
-        probes = [probe for site in gates.sites for probe in site.probes]
-        grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
-        grad_of = dict(zip(map(id, probes), grads))
-        for g, (layers, heads) in unit_gates(gates, unit).groups.items():
-            out[g] = torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64)
-        for site in gates.sites:
-            for probe in site.probes:
-                grad = grad_of[id(probe)]
-                found = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
-                if found is not None:
-                    contribution, ids, group = found
-                    out[group][:, site.layer, ids] += contribution.sum(1).cpu()
+        losses, found = _unit_gradients(model, gates, batch, loss_fn, unit)
+    shape = unit_gates(gates, unit).groups
+    out = {g: torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
+    for site, contribution, ids, group in found:
+        out[group][:, site.layer, ids] += contribution.sum(1).cpu()
     return out
 
 
