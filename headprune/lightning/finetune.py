@@ -124,21 +124,10 @@ class RecoveryModule(L.LightningModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         task, distill, layers = self.losses(batch)
         loss = (1 - self.distill_weight) * task + self.distill_weight * distill + self.layer_distill * layers
-        n = next(iter(batch.values())).shape[0]
-        prefix = self.log_prefix
-        logged = {f"{prefix}/loss": loss, f"{prefix}/task": task, f"{prefix}/distill": distill}
-        if self.layer_distill > 0:
-            logged[f"{prefix}/layer_distill"] = layers
-        self.log_dict(logged, batch_size=n)
-        self.history.append(
-            {
-                "loss": float(loss.detach()),
-                "task": float(task.detach()),
-                "distill": float(distill.detach()),
-                "layer_distill": float(layers.detach()),
-                "tokens": real_tokens(batch),
-            }
-        )
+        terms = {"loss": loss, "task": task, "distill": distill, "layer_distill": layers}
+        logged = {f"{self.log_prefix}/{k}": v for k, v in terms.items() if k != "layer_distill" or self.layer_distill > 0}
+        self.log_dict(logged, batch_size=next(iter(batch.values())).shape[0])
+        self.history.append({**{k: float(v.detach()) for k, v in terms.items()}, "tokens": real_tokens(batch)})
         return loss
 
     def on_train_batch_end(self, outputs, batch: dict, batch_idx: int) -> None:
@@ -251,15 +240,3 @@ def finetune_recover(
     if resumable:
         forget(folder)
     return module.history
-
-
-def finetune_recoverer(loss_fn: Callable = per_example_loss, distill: bool = True, **kwargs):
-    """A ``recover(model, teacher, batches)`` step for ``headprune.selection.schedule.iterative_prune`` (distilled by default)."""
-
-    def recover(model, teacher, batches):
-        settings = dict(kwargs)
-        if distill:
-            settings.setdefault("distill_weight", 0.5)
-        finetune_recover(model, batches, loss_fn, teacher=teacher if distill else None, **settings)
-
-    return recover
