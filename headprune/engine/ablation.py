@@ -118,10 +118,6 @@ def _repeat(value, copies: int, batch: int | None = None):
     return _map_tensors(value, lambda t: t.repeat(copies, *[1] * (t.dim() - 1)) if t.dim() and batch in (None, t.shape[0]) else t)
 
 
-def _repeat_inputs(batch: dict, copies: int) -> dict:
-    return {k: _repeat(v, copies) for k, v in batch.items()}
-
-
 def first_changed(masks: dict[str, torch.Tensor], index: int, layers: int) -> int:
     """The lowest layer where mask ``index`` of stacked masks {group: (M, L, U)} changes any group (``layers``: none)."""
     return min(next((l for l in range(layers) if bool((value[index][l] != 1).any())), layers) for value in masks.values())
@@ -212,7 +208,7 @@ class MaskBatcher:
         m = _count(masks)
         replay = _repeat(cache[first - 1], m, b) if first > 0 else None
         with self._pass(replay, first, masks, b, first_token):
-            logits = self.model(**_repeat_inputs(batch, m)).logits
+            logits = self.model(**{k: _repeat(v, m) for k, v in batch.items()}).logits
         return logits.view(m, b, -1)
 
     @contextmanager

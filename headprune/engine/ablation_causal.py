@@ -87,18 +87,14 @@ def length_groups(lengths: list[int], copies: int, pass_tokens: int) -> list[lis
 
 def batchable(gates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
-    heads, ffn = primitive_gates(gates)
     if not MaskBatcher.takes(gates):
         return False  # residual channels or other kinds act before the first layer the batcher replays: one forward per mask
-    if heads is not None and set(heads.groups) != {CausalMaskBatcher.group}:
-        return False
-    if ffn is not None and not set(ffn.groups) <= {CausalMaskBatcher.ffn_group}:
-        return False
-    for mask in masks:
-        values = [] if mask is None else mask.values() if isinstance(mask, dict) else [mask]
-        if any(torch.as_tensor(v).dim() != 2 for v in values):
-            return False
-    return True
+    heads, ffn = primitive_gates(gates)
+    groups_fit = (heads is None or set(heads.groups) == {CausalMaskBatcher.group}) and (
+        ffn is None or set(ffn.groups) <= {CausalMaskBatcher.ffn_group}
+    )
+    values = [v for mask in masks if mask is not None for v in (mask.values() if isinstance(mask, dict) else [mask])]
+    return groups_fit and all(torch.as_tensor(v).dim() == 2 for v in values)
 
 
 class CausalMaskBatcher(MaskBatcher):
@@ -166,6 +162,6 @@ class CausalMaskBatcher(MaskBatcher):
         below = engine._map_tensors(below, lambda t: t.index_select(0, rows)[:, :length] if t.dim() >= 2 else t)  # the rows, cut to length
         replay = engine._repeat(below, m, r) if first > 0 else None  # layer first-1's output, M copies
         with self._pass(replay, first, {g: v.to(labels.device) for g, v in masks.items()}, r):
-            hidden = self.backbone(**engine._repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
+            hidden = self.backbone(**{k: engine._repeat(v, m) for k, v in part.items()}).last_hidden_state  # (M*r, length, D)
         targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
         return label_stats(hidden, targets, self.head, self.head_tokens).view(m, r, 2)

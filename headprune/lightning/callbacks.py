@@ -112,9 +112,8 @@ class HeadImportanceTracker(L.Callback):
         """Every checkpoint carries a snapshot of its own weights (taken now if missing)."""
         if self.on_checkpoint and not self._taken_at(trainer.global_step):
             self._snapshot(trainer, pl_module)
-        for key, state in checkpoint.get("callbacks", {}).items():
-            if key == self.state_key:
-                state.update(self.state_dict())
+        if self.state_key in checkpoint.get("callbacks", {}):
+            checkpoint["callbacks"][self.state_key].update(self.state_dict())
 
     @staticmethod
     def _epoch_end(trainer) -> bool:
@@ -141,10 +140,8 @@ class HeadImportanceTracker(L.Callback):
             scalars[f"dynamics/relative@{fraction:.2f}"] = relative
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
-        try:
-            from lightning.pytorch.loggers import WandbLogger
-        except ImportError:
-            return
+        from lightning.pytorch.loggers import WandbLogger
+
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 _log_wandb(logger.experiment, snap, trainer.global_step)

@@ -50,11 +50,8 @@ def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
 
 
 class RecoveryModule(L.LightningModule):
-    """Fine-tune ``model`` on its per-example loss, mixed with distillation from ``teacher`` when one is given.
-
-    loss = (1 - distill_weight) * task + distill_weight * logit KL + layer_distill * hidden-state loss, the last the mean
-    over the student's layers of the normalised MSE to its original layer in the teacher (``layer_distillation_loss``).
-    """
+    """Fine-tune ``model`` on loss = (1 - distill_weight) * task + distill_weight * logit KL to ``teacher`` + layer_distill *
+    hidden-state loss (``layer_distillation_loss``)."""
 
     def __init__(
         self,
@@ -184,11 +181,8 @@ def finetune_recover(
     checkpoint_every: int | None = None,
     **trainer_kwargs,
 ) -> list[dict]:
-    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses, tokens and seconds.
-
-    With ``checkpoints`` (a folder) and ``checkpoint_every``, the state is saved every so many steps and a rerun of the
-    same fine-tune resumes from the last save; the folder is removed once the fine-tune ends.
-    """
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); each step's losses, tokens and seconds.
+    With ``checkpoints`` (a folder) and ``checkpoint_every``, a rerun resumes from the last save (removed once the fine-tune ends)."""
     from headprune.lightning.lora import add_lora, merge_lora
 
     total = int(max_steps) if decay and max_epochs is None else None

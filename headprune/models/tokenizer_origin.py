@@ -20,9 +20,7 @@ def embedded_origin(name: str) -> dict | None:
     """The record of an embedded LLM's tokenizer: its package GGUF's pre-tokenizer (None when the file names none)."""
     path = gguf_file(name)
     pre = gguf_tokenizer_pre(path)
-    return (
-        None if pre is None else {"tokenizer_pre": pre, "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name].distribution})"}
-    )
+    return None if pre is None else {"tokenizer_pre": pre, "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name]})"}
 
 
 def _embedded_name(folder: Path) -> str | None:

@@ -160,7 +160,6 @@ def save_point_model(out: Path, model, gates, mask, tokenizer, recipe: dict, sco
 
 def point_names(points: list[dict]) -> list[str]:
     """The names of a run's points (``point_id``), in the run's order."""
-
     return [_id_of(p) for p in points if p.get("order") != "unpruned" or p.get("control")]
 
 
