@@ -112,8 +112,7 @@ class CausalMaskBatcher(MaskBatcher):
         super().__init__(model, gates, first_token=False)
         # token rows (masks x texts x positions) of one pass at most, and positions whose vocabulary logits exist at
         # once: small enough that a layer's activations and a logits chunk (128 x 49,152 floats = 25 MB) stay modest
-        self.max_tokens = int(max_tokens)
-        self.head_tokens = int(head_tokens)
+        self.max_tokens, self.head_tokens = int(max_tokens), int(head_tokens)
         self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
 
     def nll(self, batch: dict, masks) -> torch.Tensor:
@@ -158,10 +157,13 @@ class CausalMaskBatcher(MaskBatcher):
     ) -> torch.Tensor:
         """(NLL sum, misses) (M, r, 2) of the texts ``rows`` cut to ``length``, under base masks {group: (M, L, U)} from ``first``."""
         m, r = engine._count(masks), rows.shape[0]
-        part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
-        below = engine._map_tensors(below, lambda t: t.index_select(0, rows)[:, :length] if t.dim() >= 2 else t)  # the rows, cut to length
-        replay = engine._repeat(below, m, r) if first > 0 else None  # layer first-1's output, M copies
+
+        def cut(t: torch.Tensor) -> torch.Tensor:  # the texts ``rows`` of a (B, T, ...) tensor, cut to ``length``
+            return t.index_select(0, rows)[:, :length] if t.dim() >= 2 else t
+
+        part = {k: cut(v) for k, v in inputs.items()}
+        replay = engine._repeat(engine._map_tensors(below, cut), m, r) if first > 0 else None  # layer first-1's output, M copies
         with self._pass(replay, first, {g: v.to(labels.device) for g, v in masks.items()}, r):
             hidden = self.backbone(**{k: engine._repeat(v, m) for k, v in part.items()}).last_hidden_state  # (M*r, length, D)
-        targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
+        targets = cut(labels).repeat(m, 1)
         return label_stats(hidden, targets, self.head, self.head_tokens).view(m, r, 2)

@@ -130,20 +130,10 @@ def importance_scores(
     return normalize_scores(scores, layers=normalize_layers, global_minmax=normalize_global)
 
 
-def fisher_scores(
-    model,
-    gates,
-    batches: Iterable[dict],
-    loss_fn: Callable = per_example_loss,
-    mask=None,
-    normalize_layers: bool = False,
-    progress: bool = False,
-    unit: str = "head",
-) -> dict[str, torch.Tensor]:
-    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]}."""
-    return importance_scores(
-        model, gates, batches, loss_fn=loss_fn, reduce="fisher", normalize_layers=normalize_layers, mask=mask, progress=progress, unit=unit
-    )
+def fisher_scores(model, gates, batches: Iterable[dict], *, normalize_layers: bool = False, **options) -> dict[str, torch.Tensor]:
+    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]} (``options``:
+    importance_scores' loss_fn, mask, progress, unit)."""
+    return importance_scores(model, gates, batches, reduce="fisher", normalize_layers=normalize_layers, **options)
 
 
 def fisher_blocks(
