@@ -81,9 +81,15 @@ def keep_one_stage(task, selection: str, split: str, groups, n_samples: int, see
     results = evaluate_many(task, masks, split, desc=f"keep_one eval ({split})", progress=progress)
     tests = task.paired_test(base, results, n_samples=n_samples, seed=seed, alpha=alpha)
     rows = [
-        dict(
-            group=group, layer=layer, best_head=head, selection_score=scores[head], selection_scores=scores, score=res.score, **asdict(test)
-        )
+        {
+            "group": group,
+            "layer": layer,
+            "best_head": head,
+            "selection_score": scores[head],
+            "selection_scores": scores,
+            "score": res.score,
+            **asdict(test),
+        }
         for (group, layer, head, scores), res, test in zip(best, results, tests)
     ]
     return {
