@@ -297,6 +297,7 @@ class MaskBatcher:
 
 
 def _ones(shape: dict[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """A mask keeping every unit of {group: (layers, units)}."""
     return {g: torch.ones(layers, units) for g, (layers, units) in shape.items()}
 
 

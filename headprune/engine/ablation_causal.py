@@ -158,7 +158,8 @@ class CausalMaskBatcher(MaskBatcher):
         """(NLL sum, misses) (M, r, 2) of the texts ``rows`` cut to ``length``, under base masks {group: (M, L, U)} from ``first``."""
         m, r = engine._count(masks), rows.shape[0]
 
-        def cut(t: torch.Tensor) -> torch.Tensor:  # the texts ``rows`` of a (B, T, ...) tensor, cut to ``length``
+        def cut(t: torch.Tensor) -> torch.Tensor:
+            """The texts ``rows`` of a (B, T, ...) tensor, cut to ``length``."""
             return t.index_select(0, rows)[:, :length] if t.dim() >= 2 else t
 
         part = {k: cut(v) for k, v in inputs.items()}

@@ -25,9 +25,8 @@ def embedded_origin(name: str) -> dict | None:
 
 def _embedded_name(folder: Path) -> str | None:
     """The embedded LLM a converted cache directory (``<name>-<gguf stem>`` with its done file) holds, or None."""
-    if not (folder / DONE_FILE).is_file():
-        return None
-    return next((name for name in EMBEDDED_LLMS if folder.name.startswith(f"{name}-")), None)
+    done = (folder / DONE_FILE).is_file()
+    return next((name for name in EMBEDDED_LLMS if done and folder.name.startswith(f"{name}-")), None)
 
 
 def read_origin(source) -> dict | None:

@@ -1,5 +1,6 @@
 """Paired significance tests between a baseline and masked systems (bootstrap, Koehn 2004), and correlations."""
 
+import logging
 import os
 from dataclasses import dataclass
 from unittest.mock import patch
@@ -97,8 +98,6 @@ def paired_bootstrap_bleu(
     if not references:
         raise ValueError("paired bootstrap needs at least one evaluated sentence")
     seed = seed if seed else 12345  # sacrebleu treats seed 0 as "unseeded"
-    import logging
-
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # one INFO line per system otherwise
     named = [("baseline", list(baseline_hyps))] + [(f"sys{i}", list(h)) for i, h in enumerate(systems_hyps)]
     metric = BLEU(tokenize=tokenize) if tokenize else BLEU()
@@ -111,8 +110,8 @@ def paired_bootstrap_bleu(
     for res in results[1:]:
         delta = res.score - base
         p = 1.0 if delta == 0.0 else float(res.p_value)
-        lo, hi = delta - res.ci, delta + res.ci  # sacrebleu's 95% half-width is of the system score; centred on delta
-        out.append(PairedResult(float(res.score), float(base), float(delta), p, bool(p < alpha), float(lo), float(hi)))
+        low, high = float(delta - res.ci), float(delta + res.ci)  # sacrebleu's 95% half-width is of the system score; around delta
+        out.append(PairedResult(float(res.score), float(base), float(delta), p, bool(p < alpha), low, high))
     return out
 
 
