@@ -51,9 +51,7 @@ def run_app(cfg: DictConfig):
         if verbose():
             raise
         input_failure(err)
-    if isinstance(result, dict):
-        return result.get("objective")
-    return result
+    return result.get("objective") if isinstance(result, dict) else result
 
 
 @contextmanager

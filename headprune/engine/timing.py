@@ -172,13 +172,7 @@ def measure_gain(original, pruned, batches: list[dict], *timing, **options) -> d
         print(f"{busy_text(machine)}: timings may be noise, the gain is reported as inconclusive", flush=True)
     timing = compare_throughput({"original": original, "pruned": pruned}, batches, *timing, **options)
     summary = gain_summary(timing["original"]["seconds"], timing["pruned"]["seconds"])
-    return {
-        "original": timing["original"],
-        "pruned": timing["pruned"],
-        **summary,
-        "verdict": "inconclusive" if machine["busy"] else verdict(summary),
-        **machine,
-    }
+    return {**timing, **summary, "verdict": "inconclusive" if machine["busy"] else verdict(summary), **machine}
 
 
 def mean_length(batches: list[dict]) -> int:

@@ -15,8 +15,7 @@ from headprune.selection.greedy import check_fractions, masks_for_fractions
 def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, epoch: int | None = None, step: int | None = None) -> dict:
     """Importance of every head and the score at each fraction pruned (greedy by that importance)."""
     fractions = check_fractions(fractions)
-    if 0.0 not in fractions:
-        fractions = [0.0, *fractions]
+    fractions = fractions if 0.0 in fractions else [0.0, *fractions]
     model = task.model
     was_training = model.training
     try:
@@ -54,12 +53,10 @@ def spearman(a: dict, b: dict) -> float:
 
 def with_stability(history: list[dict]) -> list[dict]:
     """Add ``rank_stability`` (Spearman with the previous snapshot) to each snapshot."""
-    out = []
-    for index, snap in enumerate(history):
-        snap = dict(snap)
-        snap["rank_stability"] = spearman(history[index - 1]["importance"], snap["importance"]) if index else None
-        out.append(snap)
-    return out
+    return [
+        {**snap, "rank_stability": spearman(history[i - 1]["importance"], snap["importance"]) if i else None}
+        for i, snap in enumerate(history)
+    ]
 
 
 class HeadImportanceTracker(L.Callback):
@@ -76,14 +73,9 @@ class HeadImportanceTracker(L.Callback):
         output_dir: str | None = None,
         on_checkpoint: bool = True,
     ):
-        self.every_n_epochs = every_n_epochs
-        self.every_n_steps = every_n_steps
-        self.fractions = list(fractions)
-        self.split = split
-        self.reduce = reduce
-        self.tolerance = tolerance
+        self.every_n_epochs, self.every_n_steps, self.on_checkpoint = every_n_epochs, every_n_steps, on_checkpoint
+        self.fractions, self.split, self.reduce, self.tolerance = list(fractions), split, reduce, tolerance
         self.output_dir = output_dir
-        self.on_checkpoint = on_checkpoint
         self.history: list[dict] = []
 
     def _taken_at(self, step: int) -> bool:
@@ -120,9 +112,8 @@ class HeadImportanceTracker(L.Callback):
         """Every checkpoint carries a snapshot of its own weights (taken now if missing)."""
         if self.on_checkpoint and not self._taken_at(trainer.global_step):
             self._snapshot(trainer, pl_module)
-        for key, state in checkpoint.get("callbacks", {}).items():
-            if key == self.state_key:
-                state.update(self.state_dict())
+        if self.state_key in checkpoint.get("callbacks", {}):
+            checkpoint["callbacks"][self.state_key].update(self.state_dict())
 
     @staticmethod
     def _epoch_end(trainer) -> bool:
@@ -149,10 +140,8 @@ class HeadImportanceTracker(L.Callback):
             scalars[f"dynamics/relative@{fraction:.2f}"] = relative
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
-        try:
-            from lightning.pytorch.loggers import WandbLogger
-        except ImportError:
-            return
+        from lightning.pytorch.loggers import WandbLogger
+
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 _log_wandb(logger.experiment, snap, trainer.global_step)

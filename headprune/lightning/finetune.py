@@ -50,11 +50,8 @@ def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
 
 
 class RecoveryModule(L.LightningModule):
-    """Fine-tune ``model`` on its per-example loss, mixed with distillation from ``teacher`` when one is given.
-
-    loss = (1 - distill_weight) * task + distill_weight * logit KL + layer_distill * hidden-state loss, the last the mean
-    over the student's layers of the normalised MSE to its original layer in the teacher (``layer_distillation_loss``).
-    """
+    """Fine-tune ``model`` on loss = (1 - distill_weight) * task + distill_weight * logit KL to ``teacher`` + layer_distill *
+    hidden-state loss (``layer_distillation_loss``)."""
 
     def __init__(
         self,
@@ -124,21 +121,10 @@ class RecoveryModule(L.LightningModule):
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         task, distill, layers = self.losses(batch)
         loss = (1 - self.distill_weight) * task + self.distill_weight * distill + self.layer_distill * layers
-        n = next(iter(batch.values())).shape[0]
-        prefix = self.log_prefix
-        logged = {f"{prefix}/loss": loss, f"{prefix}/task": task, f"{prefix}/distill": distill}
-        if self.layer_distill > 0:
-            logged[f"{prefix}/layer_distill"] = layers
-        self.log_dict(logged, batch_size=n)
-        self.history.append(
-            {
-                "loss": float(loss.detach()),
-                "task": float(task.detach()),
-                "distill": float(distill.detach()),
-                "layer_distill": float(layers.detach()),
-                "tokens": real_tokens(batch),
-            }
-        )
+        terms = {"loss": loss, "task": task, "distill": distill, "layer_distill": layers}
+        logged = {f"{self.log_prefix}/{k}": v for k, v in terms.items() if k != "layer_distill" or self.layer_distill > 0}
+        self.log_dict(logged, batch_size=next(iter(batch.values())).shape[0])
+        self.history.append({**{k: float(v.detach()) for k, v in terms.items()}, "tokens": real_tokens(batch)})
         return loss
 
     def on_train_batch_end(self, outputs, batch: dict, batch_idx: int) -> None:
@@ -195,11 +181,8 @@ def finetune_recover(
     checkpoint_every: int | None = None,
     **trainer_kwargs,
 ) -> list[dict]:
-    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); returns each step's losses, tokens and seconds.
-
-    With ``checkpoints`` (a folder) and ``checkpoint_every``, the state is saved every so many steps and a rerun of the
-    same fine-tune resumes from the last save; the folder is removed once the fine-tune ends.
-    """
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); each step's losses, tokens and seconds.
+    With ``checkpoints`` (a folder) and ``checkpoint_every``, a rerun resumes from the last save (removed once the fine-tune ends)."""
     from headprune.lightning.lora import add_lora, merge_lora
 
     total = int(max_steps) if decay and max_epochs is None else None
@@ -251,15 +234,3 @@ def finetune_recover(
     if resumable:
         forget(folder)
     return module.history
-
-
-def finetune_recoverer(loss_fn: Callable = per_example_loss, distill: bool = True, **kwargs):
-    """A ``recover(model, teacher, batches)`` step for ``headprune.selection.schedule.iterative_prune`` (distilled by default)."""
-
-    def recover(model, teacher, batches):
-        settings = dict(kwargs)
-        if distill:
-            settings.setdefault("distill_weight", 0.5)
-        finetune_recover(model, batches, loss_fn, teacher=teacher if distill else None, **settings)
-
-    return recover

@@ -50,21 +50,15 @@ def layer_targets(student: nn.Module, teacher: nn.Module) -> LayerTargets:
 
 def _originals(layers: int, removed: dict, group: str | None) -> list[int]:
     """Original ids of a stack's ``layers`` present layers, given the removed-layers record."""
-    gone = removed.get(group, []) if group is not None else [i for ids in removed.values() for i in ids]
-    gone = {int(i) for i in gone}
+    gone = {int(i) for i in (removed.get(group, []) if group is not None else [i for ids in removed.values() for i in ids])}
     return [i for i in range(layers + len(gone)) if i not in gone]
 
 
 def layer_pairs(student_layers: int, teacher_layers: int, targets: LayerTargets, group: str | None) -> list[tuple[int, int]]:
-    """[(student hidden-state index, teacher hidden-state index)] of one stack: index l + 1 is layer l's output.
-
-    Each kept layer is paired with its original layer in the teacher; the stack's last output (after the final norm in
-    pre-norm models) is paired with the teacher's last output, as both are what the model's head reads.
-    """
-    student, teacher = (
-        _originals(student_layers, targets.student_removed, group),
-        _originals(teacher_layers, targets.teacher_removed, group),
-    )
+    """[(student hidden-state index, teacher hidden-state index)] of one stack (index l + 1: layer l's output): each kept layer
+    with its original layer in the teacher, the last output (after a pre-norm model's final norm) with the teacher's last."""
+    student = _originals(student_layers, targets.student_removed, group)
+    teacher = _originals(teacher_layers, targets.teacher_removed, group)
     pairs = []
     for position, original in enumerate(student):
         if position == len(student) - 1:
@@ -93,12 +87,8 @@ def normalised_mse(student: torch.Tensor, teacher: torch.Tensor, valid: torch.Te
 
 
 def layer_distillation_loss(student_outputs, teacher_outputs, batch: dict, targets: LayerTargets) -> torch.Tensor:
-    """Mean over the student's layers (every stack) of the normalised MSE of its output to its teacher layer's, at real tokens.
-
-    The outputs come from forwards with ``output_hidden_states=True``; the MSE is divided by the teacher's mean squared
-    hidden value on the same tokens and channels, so the loss is relative (0 = the teacher's states, 1 = states of 0) and
-    its weight does not depend on the model's scale. With residual channels removed only the kept channels are compared.
-    """
+    """Mean over the student's layers (every stack) of the normalised MSE of its output to its teacher layer's, at real tokens
+    and kept channels (outputs of forwards with ``output_hidden_states=True``; 0 = the teacher's states, 1 = states of 0)."""
     terms = []
     for name, group in STACK_OUTPUTS.items():
         student, teacher = student_outputs.get(name), teacher_outputs.get(name)

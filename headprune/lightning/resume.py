@@ -40,10 +40,7 @@ def forget(folder: Path | None) -> None:
 
 
 class SaveEvery(L.Callback):
-    """Every ``every`` optimizer steps: the trainer's state to ``folder/step-N.ckpt``, then ``state.json`` pointing at it, then the older file removed.
-
-    The state file is replaced only after the checkpoint is whole, so it always names a complete checkpoint.
-    """
+    """Every ``every`` optimizer steps: the trainer's state to ``folder/step-N.ckpt``, then (the file whole) ``state.json`` naming it, then the older file removed."""
 
     def __init__(self, folder: Path, every: int, fingerprint: dict):
         if every < 1:

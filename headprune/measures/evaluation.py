@@ -85,17 +85,16 @@ def _differs(first: list, second: list, rtol: float) -> list[bool]:
 def score_check(masked, pruned, rtol: float = SCORE_RTOL) -> dict:
     """Do a masked and a pruned model's EvalResults agree? The score within ``rtol`` (relative), each example's records too."""
     keys = [k for k in masked.per_example if len(masked.per_example[k]) == masked.n]
-    beyond = [False] * masked.n
-    for key in keys:
-        beyond = [x or y for x, y in zip(beyond, _differs(masked.per_example[key], pruned.per_example[key], rtol))]
+    beyond = [any(flags) for flags in zip(*(_differs(masked.per_example[k], pruned.per_example[k], rtol) for k in keys))]
     close = abs(masked.score - pruned.score) <= rtol * max(abs(masked.score), abs(pruned.score), 1e-12)
+    not_identical = examples_differing(masked, pruned)
     return {
         "metric": masked.metric,
         "masked": masked.score,
         "pruned": pruned.score,
-        "equal": bool(masked.score == pruned.score and examples_differing(masked, pruned) == 0),  # bit for bit
+        "equal": bool(masked.score == pruned.score and not_identical == 0),  # bit for bit
         "examples_differing": int(sum(beyond)),  # beyond the tolerance
-        "examples_not_identical": int(examples_differing(masked, pruned)),
+        "examples_not_identical": int(not_identical),
         "tolerance": rtol,
         "agree": bool(close and not any(beyond)),
     }

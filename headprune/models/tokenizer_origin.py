@@ -20,16 +20,13 @@ def embedded_origin(name: str) -> dict | None:
     """The record of an embedded LLM's tokenizer: its package GGUF's pre-tokenizer (None when the file names none)."""
     path = gguf_file(name)
     pre = gguf_tokenizer_pre(path)
-    return (
-        None if pre is None else {"tokenizer_pre": pre, "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name].distribution})"}
-    )
+    return None if pre is None else {"tokenizer_pre": pre, "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name]})"}
 
 
 def _embedded_name(folder: Path) -> str | None:
     """The embedded LLM a converted cache directory (``<name>-<gguf stem>`` with its done file) holds, or None."""
-    if not (folder / DONE_FILE).is_file():
-        return None
-    return next((name for name in EMBEDDED_LLMS if folder.name.startswith(f"{name}-")), None)
+    done = (folder / DONE_FILE).is_file()
+    return next((name for name in EMBEDDED_LLMS if done and folder.name.startswith(f"{name}-")), None)
 
 
 def read_origin(source) -> dict | None:

@@ -58,6 +58,23 @@ def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Te
     return next((found for kind in _kinds(unit) if (found := kind.unit_grad(site, grad)) is not None), None)
 
 
+def _unit_gradients(model, gates, batch: dict, loss_fn: Callable, unit: str, mean: bool = False) -> tuple[torch.Tensor, list]:
+    """(losses (B,), [(site, gradients per unit (B, T, U), unit ids, group)]) of one batch's summed (``mean``: averaged) loss."""
+    losses = loss_fn(model(**model_inputs(model, batch)), batch)  # (B,)
+    probes = [probe for site in gates.sites for probe in site.probes]
+    grads = torch.autograd.grad(losses.mean() if mean else losses.sum(), probes, allow_unused=True) if probes else ()  # the probes' only
+    grad_of = dict(zip(map(id, probes), grads))
+    found = []
+    for site in gates.sites:
+        for probe in site.probes:
+            grad = grad_of[id(probe)]
+            per_unit = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
+            if per_unit is not None:
+                found.append((site, *per_unit))
+        site.probes.clear()
+    return losses, found
+
+
 def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
     """L2-normalise each layer's head (or KV-group) scores, then optionally min-max over the whole network."""
     out = {g: s.clone() for g, s in scores.items()}
@@ -96,21 +113,9 @@ def importance_scores(
         for batch in batches:
             if loss_fn is per_example_loss:
                 _require_labels(batch)
-            outputs = model(**model_inputs(model, batch))
-            losses = loss_fn(outputs, batch)  # (B,)
-            probes = [probe for site in gates.sites for probe in site.probes]
-            total = losses.mean() if reduce == "batch" else losses.sum()  # batch: the gradient of the batch-MEAN loss
-            grads = torch.autograd.grad(total, probes, allow_unused=True) if probes else ()  # only the probes' gradients
-            grad_of = dict(zip(map(id, probes), grads))
-            for site in gates.sites:
-                for probe in site.probes:
-                    grad = grad_of[id(probe)]
-                    found = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
-                    if found is None:
-                        continue
-                    contribution, ids, group = found  # (B, T, U)
-                    totals[group][site.layer, ids] += REDUCE[reduce](contribution).cpu()
-                site.probes.clear()
+            losses, found = _unit_gradients(model, gates, batch, loss_fn, unit, mean=reduce == "batch")  # batch: of the batch-MEAN loss
+            for site, contribution, ids, group in found:  # contribution (B, T, U)
+                totals[group][site.layer, ids] += REDUCE[reduce](contribution).cpu()
             count += losses.shape[0] if reduce != "batch" else 1
             examples, loss_total = examples + losses.shape[0], loss_total + float(losses.detach().sum())
     if count == 0:
@@ -125,36 +130,23 @@ def importance_scores(
     return normalize_scores(scores, layers=normalize_layers, global_minmax=normalize_global)
 
 
-def fisher_scores(
-    model,
-    gates,
-    batches: Iterable[dict],
-    loss_fn: Callable = per_example_loss,
-    mask=None,
-    normalize_layers: bool = False,
-    progress: bool = False,
-    unit: str = "head",
-) -> dict[str, torch.Tensor]:
-    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]}."""
-    return importance_scores(
-        model, gates, batches, loss_fn=loss_fn, reduce="fisher", normalize_layers=normalize_layers, mask=mask, progress=progress, unit=unit
-    )
+def fisher_scores(model, gates, batches: Iterable[dict], *, normalize_layers: bool = False, **options) -> dict[str, torch.Tensor]:
+    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]} (``options``:
+    importance_scores' loss_fn, mask, progress, unit)."""
+    return importance_scores(model, gates, batches, reduce="fisher", normalize_layers=normalize_layers, **options)
 
 
 def fisher_blocks(
     model, gates, batches: Iterable[dict], loss_fn: Callable = per_example_loss, mask=None, progress: bool = False, unit: str = "head"
 ) -> dict[str, torch.Tensor]:
     """Empirical Fisher of each layer's gates, mean over examples of g g^T with g = dL(x)/d xi_l: {group: [layers, H, H]} float64."""
-    was_training = model.training
     totals, count = None, 0
-    try:
+    with eval_mode(model):
         for batch in _progress(batches, progress, "fisher blocks"):
             grads = per_example_gate_gradients(model, gates, batch, loss_fn=loss_fn, mask=mask, unit=unit)  # {group: (B, L, H)}
             outer = {g: torch.einsum("blh,blk->lhk", v, v) for g, v in grads.items()}  # (L, H, H) summed over examples
             totals = outer if totals is None else {g: totals[g] + outer[g] for g in totals}
             count += next(iter(grads.values())).shape[0]
-    finally:
-        model.train(was_training)
     if count == 0:
         raise ValueError("fisher_blocks got no batches: the importance subset is empty")
     return {g: t / count for g, t in totals.items()}
@@ -165,22 +157,12 @@ def per_example_gate_gradients(
 ) -> dict[str, torch.Tensor]:
     """Signed dL(x_b)/d xi_h for every example of one batch: {group: [B, layers, heads]} (``kv_group``: [B, layers, KV]; ``ffn``: [B, layers, neurons])."""
     model.eval()
-    out = {}
     with gates.masked(mask) if mask is not None else nullcontext(), gates.probing(), torch.enable_grad():
-        outputs = model(**model_inputs(model, batch))
-        losses = loss_fn(outputs, batch)
-        probes = [probe for site in gates.sites for probe in site.probes]
-        grads = torch.autograd.grad(losses.sum(), probes, allow_unused=True)
-        grad_of = dict(zip(map(id, probes), grads))
-        for g, (layers, heads) in unit_gates(gates, unit).groups.items():
-            out[g] = torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64)
-        for site in gates.sites:
-            for probe in site.probes:
-                grad = grad_of[id(probe)]
-                found = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
-                if found is not None:
-                    contribution, ids, group = found
-                    out[group][:, site.layer, ids] += contribution.sum(1).cpu()
+        losses, found = _unit_gradients(model, gates, batch, loss_fn, unit)
+    shape = unit_gates(gates, unit).groups
+    out = {g: torch.zeros(losses.shape[0], layers, heads, dtype=torch.float64) for g, (layers, heads) in shape.items()}
+    for site, contribution, ids, group in found:
+        out[group][:, site.layer, ids] += contribution.sum(1).cpu()
     return out
 
 

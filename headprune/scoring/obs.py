@@ -22,14 +22,8 @@ from headprune.core.projections import linear_weight
 
 def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[list[int]]]]:
     """(group, layer, projection, unit ids, each unit's columns) of every site of ``gates`` that holds units of ``unit``."""
-    out = []
-    for site in gates.sites:
-        for kind in kinds_of(unit):
-            found = kind.unit_columns(site)
-            if found is not None:
-                out.append((site.group, site.layer, *found))
-                break
-    return out
+    found = [(site, next((c for kind in kinds_of(unit) if (c := kind.unit_columns(site)) is not None), None)) for site in gates.sites]
+    return [(site.group, site.layer, *columns) for site, columns in found if columns is not None]
 
 
 @torch.no_grad()

@@ -1,8 +1,9 @@
 """Paired significance tests between a baseline and masked systems (bootstrap, Koehn 2004), and correlations."""
 
+import logging
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest.mock import patch
 
 import numpy as np
 
@@ -87,19 +88,6 @@ def paired_bootstrap_perplexity(
     return _bootstrap_results(np.exp(base_nll.sum() / base_tok.sum()), scores, base_scores, sys_scores, alpha)
 
 
-@contextmanager
-def _sacrebleu_seed(seed: int):
-    previous = os.environ.get("SACREBLEU_SEED")
-    os.environ["SACREBLEU_SEED"] = str(seed)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("SACREBLEU_SEED", None)
-        else:
-            os.environ["SACREBLEU_SEED"] = previous
-
-
 def paired_bootstrap_bleu(
     baseline_hyps, systems_hyps, references, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01, tokenize: str | None = None
 ) -> list[PairedResult]:
@@ -110,12 +98,10 @@ def paired_bootstrap_bleu(
     if not references:
         raise ValueError("paired bootstrap needs at least one evaluated sentence")
     seed = seed if seed else 12345  # sacrebleu treats seed 0 as "unseeded"
-    import logging
-
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # one INFO line per system otherwise
     named = [("baseline", list(baseline_hyps))] + [(f"sys{i}", list(h)) for i, h in enumerate(systems_hyps)]
     metric = BLEU(tokenize=tokenize) if tokenize else BLEU()
-    with _sacrebleu_seed(seed):
+    with patch.dict(os.environ, {"SACREBLEU_SEED": str(seed)}):  # restored after, set or not
         test = PairedTest(named, {"BLEU": metric}, [list(references)], test_type="bs", n_samples=n_samples)
         _, scores = test()
     results = scores["BLEU"]
@@ -124,8 +110,8 @@ def paired_bootstrap_bleu(
     for res in results[1:]:
         delta = res.score - base
         p = 1.0 if delta == 0.0 else float(res.p_value)
-        lo, hi = delta - res.ci, delta + res.ci  # sacrebleu's 95% half-width is of the system score; centred on delta
-        out.append(PairedResult(float(res.score), float(base), float(delta), p, bool(p < alpha), float(lo), float(hi)))
+        low, high = float(delta - res.ci), float(delta + res.ci)  # sacrebleu's 95% half-width is of the system score; around delta
+        out.append(PairedResult(float(res.score), float(base), float(delta), p, bool(p < alpha), low, high))
     return out
 
 

@@ -11,7 +11,7 @@ from headprune.results.mask_files import Candidate, MaskFile, choose_candidate, 
 from headprune.results.points import removed_fraction
 from headprune.tasks.unit_task import unit_of
 
-PICKS = ("mask_order", "fraction", "mask_step")  # the settings that pick a mask among a file's candidates
+PICKS = {"mask_order": str, "fraction": float, "mask_step": str}  # the settings that pick a mask among a file's candidates
 
 
 def pick_keys(setting: str) -> tuple[str, ...]:
@@ -28,24 +28,15 @@ def given_keys() -> set[str] | None:
     return {str(o).split("=", 1)[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
 
 
-def asked_picks(settings, setting: str) -> dict:
-    """{mask_order, fraction, mask_step}: the value of each one given (None when left to the file)."""
-    given = given_keys()
-    out = {}
-    for name in PICKS:
-        value = settings.get(name)
-        out[name] = value if value is not None and (given is None or f"{setting}.{name}" in given) else None
-    return out
-
-
 def chosen_mask(settings, setting: str) -> tuple[MaskFile, Candidate]:
-    """The mask file and the one candidate its settings pick (a ConfigError listing them when that is not one)."""
+    """The mask file and the one candidate its settings pick, those given only (a ConfigError listing them when that is not one)."""
     found = read_mask_file(settings.mask_file, setting)
-    picks = asked_picks(settings, setting)
-    fraction = None if picks["fraction"] is None else float(picks["fraction"])
-    step = None if picks["mask_step"] is None else str(picks["mask_step"])
-    order = None if picks["mask_order"] is None else str(picks["mask_order"])
-    return found, choose_candidate(found, order, fraction, step, setting)
+    given = given_keys()
+    picks = {
+        name: kind(settings[name]) if settings.get(name) is not None and (given is None or f"{setting}.{name}" in given) else None
+        for name, kind in PICKS.items()
+    }
+    return found, choose_candidate(found, picks["mask_order"], picks["fraction"], picks["mask_step"], setting)
 
 
 def with_file_unit(cfg, setting: str):
@@ -73,9 +64,14 @@ def with_file_unit(cfg, setting: str):
 
 def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
     """The mask of ``<setting>.mask_file`` in the task's unit, and where it came from (method, step, what it removed)."""
-    found, chosen = chosen_mask(settings, setting)
-    mask = needed_tokens_kept(mask_for_model(found, chosen, task.gates, task.model, setting), task, f"{setting}.mask_file")
-    return mask, mask_origin(settings, found, chosen, mask, task)
+    return _task_mask(settings, task, setting, *chosen_mask(settings, setting), "mask_file")
+
+
+def _task_mask(settings, task, setting: str, found: MaskFile, chosen: Candidate, source: str) -> tuple[dict, dict]:
+    """A file's chosen mask in the task's unit (refused where it removes a token the task reads), and where it came from."""
+    mask = needed_tokens_kept(mask_for_model(found, chosen, task.gates, task.model, setting), task, f"{setting}.{source}")
+    origin = mask_origin(settings, found, chosen, mask, task)
+    return mask, origin if source == "mask_file" else {**origin, "point": str(settings.point)}
 
 
 def needed_tokens_kept(mask: dict, task, setting: str) -> dict:
@@ -163,6 +159,4 @@ def mask_picks(chosen: Candidate, setting: str) -> str:
 
 def point_mask(settings, task, setting: str) -> tuple[dict, dict]:
     """The mask of a point without a saved model (recovery none), in the task's unit, and where it came from."""
-    found, chosen = point_source(settings, setting)
-    mask = needed_tokens_kept(mask_for_model(found, chosen, task.gates, task.model, setting), task, f"{setting}.point")
-    return mask, {**mask_origin(settings, found, chosen, mask, task), "point": str(settings.point)}
+    return _task_mask(settings, task, setting, *point_source(settings, setting), "point")

@@ -41,16 +41,8 @@ def _on_training_subset(task, settings: OrderSettings, score: Callable, *args, *
 def importance_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Head (or KV-group) importance on the task's training subset (the paper's estimator, switchable reductions)."""
     icfg = settings.importance
-    compute = lambda: _on_training_subset(  # noqa: E731
-        task,
-        settings,
-        importance_scores,
-        reduce=str(icfg.reduce),
-        normalize_layers=bool(icfg.normalize_layers),
-        normalize_global=bool(icfg.normalize_global),
-        mask=mask,
-        unit=task.gates.unit,
-    )
+    options = {"reduce": str(icfg.reduce), "normalize_layers": bool(icfg.normalize_layers), "normalize_global": bool(icfg.normalize_global)}
+    compute = lambda: _on_training_subset(task, settings, importance_scores, mask=mask, unit=task.gates.unit, **options)  # noqa: E731
     return _cached(shared, "importance_raw", mask, compute)
 
 

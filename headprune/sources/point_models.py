@@ -1,6 +1,7 @@
 """The models a prune run's recovery made, kept in ``<run>/models/<point>/`` (``prune.save``) and found again by name."""
 
 import copy
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -105,9 +106,7 @@ def _plain(value):
         return None
     if OmegaConf.is_config(value):
         return OmegaConf.to_container(value, resolve=True)
-    if hasattr(value, "__dataclass_fields__"):
-        import dataclasses
-
+    if dataclasses.is_dataclass(value):
         return json.loads(json.dumps(dataclasses.asdict(value), default=str))
     return value
 
@@ -160,7 +159,6 @@ def save_point_model(out: Path, model, gates, mask, tokenizer, recipe: dict, sco
 
 def point_names(points: list[dict]) -> list[str]:
     """The names of a run's points (``point_id``), in the run's order."""
-
     return [_id_of(p) for p in points if p.get("order") != "unpruned" or p.get("control")]
 
 
