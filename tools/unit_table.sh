@@ -115,6 +115,13 @@ for arg in "${CHAIN_KD[@]}"; do
 done
 run units_chain_obs_kd "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_OBS_KD[@]}"
 
+# twice the distillation-only steps at x1.8, on twice the examples; no control of its own (one trained alike stays at the
+# teacher, see units_chain_joint_kd), so it is set against the unpruned model
+CHAIN_KD1200=("${CHAIN_KD[@]/max_steps=$((3 * FT_STEPS))/max_steps=$((6 * FT_STEPS))}")
+CHAIN_KD1200=("${CHAIN_KD1200[@]/examples=$((3 * FT_EXAMPLES))/examples=$((6 * FT_EXAMPLES))}")
+CHAIN_KD1200=("${CHAIN_KD1200[@]/prune.control=true/prune.control=false}")
+run units_chain_joint_kd_1200 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_KD1200[@]}"
+
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
 cat "$RUNS/summary.txt"
