@@ -245,8 +245,8 @@ def kv_cache_kept(point: dict, unit) -> float | None:
 
 def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
     """One row per Pareto point (W&B, CSV): the columns of the Pareto table, unrounded."""
-    pareto = stage_of(result, "pareto")
-    extra = pareto.get("extra_splits") or []
+    stage = stage_of(result, "pareto")
+    extra = stage.get("extra_splits") or []
     rows = [
         {
             "method": point_name(p),
@@ -262,7 +262,7 @@ def pareto_rows(result: dict) -> tuple[list[str], list[list]]:
             "measured_speedup": (p.get("measured") or {}).get("speedup"),
             "pareto": best,
         }
-        for p, best in zip(pareto["points"], pareto_front(pareto["points"], pareto.get("higher_is_better", True)))
+        for p, best in zip(stage["points"], pareto_front(stage["points"], stage.get("higher_is_better", True)))
     ]
     return list(rows[0]), [list(row.values()) for row in rows]  # every run has its unpruned point
 
