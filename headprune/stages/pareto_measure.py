@@ -63,7 +63,8 @@ def recovered_model(
         return model, gates, mask, lsq_heads(model, gates, batches, settings, progress, mask=query_heads_of(task.gates, mask, hard=True))
     prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
     batches = kept_token_batches(task, model, batches)  # a cut vocabulary: its texts split into the tokens it keeps
-    tuning = kept_token_tuning(task, model, lambda kept: finetune_batches(task, settings, kept), tuning, batches)
+    if "finetune" in recovery_steps(recovery):  # drawn again only for a point that trains on them
+        tuning = kept_token_tuning(task, model, lambda kept: finetune_batches(task, settings, kept), tuning, batches)
     record = run_recovery(recovery, task.gates.unit, settings, logger, progress, out, (model, task.model, batches, tuning, label))
     return model, model_gates(model), None, record
 
