@@ -16,7 +16,7 @@ from headprune.selection.uniform import layout_mask, layout_search
 from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cost_model
 from headprune.selection.unit_rearrange import example_gradients, rearrange_unit_mask
 from headprune.settings import RunSettings, listed
-from headprune.sources.orders import ORDERS, OrderSettings, order_scores
+from headprune.sources.orders import ORDERS, OrderSettings, order_scores, with_floor
 from headprune.sources.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.stages.calibration_batches import recovery_batches
 from headprune.stages.finetune_runs import budget_info, finetune_batches
@@ -206,8 +206,8 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
         work = copy.deepcopy(task.model)
 
         def scores(model, gates, batches, loss_fn):
-            with swapped_model(task, model, gates):
-                return ORDERS[order].scores(task, ctx.order_settings)
+            with swapped_model(task, model, gates):  # the kinds' floors (a vocabulary's special tokens) as in one shot
+                return with_floor(task, ORDERS[order].scores(task, ctx.order_settings), ctx.order_settings.vocab_text)
 
         def evaluate(mask):  # a max_drop step: the current pruned model under a further mask, on the selection split
             with swapped_model(task, work):
