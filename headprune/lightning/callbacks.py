@@ -138,11 +138,10 @@ class HeadImportanceTracker(L.Callback):
             scalars["dynamics/rank_stability"] = snap["rank_stability"]
         for fraction, relative in zip(snap["fractions"], snap["relative"]):
             scalars[f"dynamics/relative@{fraction:.2f}"] = relative
-        for logger in trainer.loggers:
-            logger.log_metrics(scalars, step=trainer.global_step)
         from lightning.pytorch.loggers import WandbLogger
 
         for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=trainer.global_step)
             if isinstance(logger, WandbLogger):
                 _log_wandb(logger.experiment, snap, trainer.global_step)
 

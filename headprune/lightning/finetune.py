@@ -69,10 +69,6 @@ class RecoveryModule(L.LightningModule):
         targets: LayerTargets | None = None,
     ):
         super().__init__()
-        if not 0.0 <= distill_weight <= 1.0:
-            raise ValueError(f"distill_weight mixes task and distillation losses: it must be in [0, 1], got {distill_weight}")
-        if not layer_distill >= 0.0:
-            raise ValueError(f"layer_distill weighs the hidden-state distillation: it must be >= 0, got {layer_distill}")
         if (distill_weight > 0 or layer_distill > 0) and teacher is None:
             raise ValueError("distillation (distill_weight or layer_distill > 0) needs a teacher (the unpruned model); pass teacher=")
         self.model, self.loss_fn = model, loss_fn
