@@ -49,8 +49,6 @@ def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int
                 return load_pruned(source, **extra)
             name, revision = split_revision(source)  # a hub name@revision: one of a pretraining run's checkpoints
             return model_class.from_pretrained(name, revision=revision, attn_implementation=attn, **extra)
-        if model_cfg.config is None:
-            raise ValueError(f"model {model_cfg.get('name')!r} sets neither `pretrained` nor `config`: set one of them")
         fields = OmegaConf.to_container(model_cfg.config, resolve=True) if OmegaConf.is_config(model_cfg.config) else dict(model_cfg.config)
         model_type = fields.pop("model_type")
         if vocab_size is not None:
