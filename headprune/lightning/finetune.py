@@ -50,8 +50,7 @@ def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
 
 
 class RecoveryModule(L.LightningModule):
-    """Fine-tune ``model`` on loss = (1 - distill_weight) * task + distill_weight * logit KL to ``teacher`` + layer_distill *
-    hidden-state loss (``layer_distillation_loss``)."""
+    """Fine-tune ``model`` on (1 - distill_weight) * task + distill_weight * logit KL to ``teacher`` + layer_distill * hidden-state loss."""
 
     def __init__(
         self,
