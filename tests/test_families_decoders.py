@@ -250,10 +250,10 @@ def test_a_deep_copy_of_a_model_gated_at_the_output_projection_has_gates_of_its_
 @pytest.mark.parametrize("model_type", list(DECODER_CONFIGS))
 def test_config_checks_read_the_head_counts_the_model_has(model_type):
     from headprune.core.attention.kind import kv_heads_in_fields
-    from headprune.models.sources import heads_per_layer
+    from headprune.core.unit_kinds import KINDS
 
     model = tiny_family(model_type, attn=ATTENTION.get(model_type, ["sdpa"])[0])
     gates = HeadGates(model)
     fields = model.config.to_dict()
-    assert heads_per_layer({"config": fields}) == gates.groups["dec_self"][1]
+    assert KINDS["head"].units_per_layer(fields) == gates.groups["dec_self"][1]
     assert (kv_heads_in_fields(fields) or gates.groups["dec_self"][1]) == gates.kv_groups["dec_self"][1]

@@ -25,8 +25,7 @@ PREDICTS = {"flops": "FLOPs", "latency": "seconds", "bytes": "weight bytes"}  # 
 
 
 def check_prune(cfg, prune) -> None:
-    """prune.*: a per-layer floor below the layers' unit count, known splits and groups, re-estimation where it does something
-    (with a re-estimable order, not for speed), kept-width multiples of a kind the unit prunes, at most the model's width."""
+    """prune.*: a floor below the layers' unit count, known splits and groups, useful re-estimation, kept-width multiples that fit."""
     fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
@@ -142,8 +141,7 @@ def check_joint_scale(cfg, prune, orders) -> None:
 
 
 def prune_steps(prune) -> list:
-    """The validated steps of prune.target (one target) or prune.schedule (growing fractions, or targets of one kind that go
-    further each step); [] for neither; else a ConfigError naming the setting."""
+    """The validated steps of prune.target (one) or prune.schedule (growing fractions or targets); [] for neither; else a ConfigError."""
     target = given_target(prune.get("target"))
     if target is not None and prune.get("schedule") is not None:
         raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
@@ -165,8 +163,7 @@ def prune_steps(prune) -> list:
 
 
 def check_prune_for_speed(cfg, prune) -> None:
-    """prune.target / schedule / cost / recover / rearrange / finetune / control / extra_splits / save / measure_speed, and the
-    selection split a max_drop reads."""
+    """prune.target / schedule / cost / recover / rearrange / finetune / control / extra_splits / save / measure_speed / selection_split."""
     given = prune.given
     targets = [s for s in prune.steps if not isinstance(s, float)]
     check_speed_unit(prune)

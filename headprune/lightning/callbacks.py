@@ -89,14 +89,17 @@ class HeadImportanceTracker(L.Callback):
         )
         self.history.append(snap)
         self.history = with_stability(self.history)
-        self._write(trainer)
+        path = Path(self.output_dir or trainer.default_root_dir) / "dynamics.json"
+        write_results_file(path, "dynamics", None, source="callback", snapshots=self.history)
         self._log(trainer, pl_module, self.history[-1])
 
     def on_validation_end(self, trainer, pl_module):
         """At the end of each training epoch's validation (before the epoch checkpoint is written)."""
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0 and self._epoch_end(trainer):
+        batches = trainer.num_training_batches  # at the epoch's end, not at a validation within it (val_check_interval)
+        at_end = batches == float("inf") or trainer.fit_loop.epoch_loop.batch_progress.current.ready % max(int(batches), 1) == 0
+        if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0 and at_end:
             self._snapshot(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer, pl_module):
@@ -115,21 +118,11 @@ class HeadImportanceTracker(L.Callback):
         if self.state_key in checkpoint.get("callbacks", {}):
             checkpoint["callbacks"][self.state_key].update(self.state_dict())
 
-    @staticmethod
-    def _epoch_end(trainer) -> bool:
-        batches = trainer.num_training_batches
-        return batches == float("inf") or trainer.fit_loop.epoch_loop.batch_progress.current.ready % max(int(batches), 1) == 0
-
     def state_dict(self) -> dict:
         return {"history": self.history}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.history = list(state_dict.get("history", []))
-
-    def _write(self, trainer) -> None:
-        write_results_file(
-            Path(self.output_dir or trainer.default_root_dir) / "dynamics.json", "dynamics", None, source="callback", snapshots=self.history
-        )
 
     def _log(self, trainer, pl_module, snap: dict) -> None:
         """Scalars to any logger; curve, table and heatmap images to W&B."""
@@ -138,11 +131,10 @@ class HeadImportanceTracker(L.Callback):
             scalars["dynamics/rank_stability"] = snap["rank_stability"]
         for fraction, relative in zip(snap["fractions"], snap["relative"]):
             scalars[f"dynamics/relative@{fraction:.2f}"] = relative
-        for logger in trainer.loggers:
-            logger.log_metrics(scalars, step=trainer.global_step)
         from lightning.pytorch.loggers import WandbLogger
 
         for logger in trainer.loggers:
+            logger.log_metrics(scalars, step=trainer.global_step)
             if isinstance(logger, WandbLogger):
                 _log_wandb(logger.experiment, snap, trainer.global_step)
 

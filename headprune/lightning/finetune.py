@@ -41,17 +41,8 @@ def real_tokens(batch: dict) -> int:
     return int(ids.numel()) if ids is not None else int(next(iter(batch.values())).shape[0])
 
 
-def _valid_positions(logits: torch.Tensor, batch: dict) -> torch.Tensor | None:
-    """Bool mask of real target tokens for sequence logits (B, T, V); None for one prediction per example."""
-    labels = batch.get("labels")
-    if logits.dim() == 3 and labels is not None and labels.shape == logits.shape[:2]:
-        return labels != -100
-    return None
-
-
 class RecoveryModule(L.LightningModule):
-    """Fine-tune ``model`` on loss = (1 - distill_weight) * task + distill_weight * logit KL to ``teacher`` + layer_distill *
-    hidden-state loss (``layer_distillation_loss``)."""
+    """Fine-tune ``model`` on (1 - distill_weight) * task + distill_weight * logit KL to ``teacher`` + layer_distill * hidden-state loss."""
 
     def __init__(
         self,
@@ -69,10 +60,6 @@ class RecoveryModule(L.LightningModule):
         targets: LayerTargets | None = None,
     ):
         super().__init__()
-        if not 0.0 <= distill_weight <= 1.0:
-            raise ValueError(f"distill_weight mixes task and distillation losses: it must be in [0, 1], got {distill_weight}")
-        if not layer_distill >= 0.0:
-            raise ValueError(f"layer_distill weighs the hidden-state distillation: it must be >= 0, got {layer_distill}")
         if (distill_weight > 0 or layer_distill > 0) and teacher is None:
             raise ValueError("distillation (distill_weight or layer_distill > 0) needs a teacher (the unpruned model); pass teacher=")
         self.model, self.loss_fn = model, loss_fn
@@ -97,9 +84,10 @@ class RecoveryModule(L.LightningModule):
         with torch.no_grad():
             teacher_outputs = self.teacher(**model_inputs(self.teacher, batch), **({"output_hidden_states": True} if hidden else {}))
         distill = zero
-        if self.distill_weight > 0:
-            valid = _valid_positions(outputs.logits, batch)
-            distill = distillation_loss(outputs.logits, teacher_outputs.logits, self.temperature, valid)
+        if self.distill_weight > 0:  # sequence logits (B, T, V): the real target tokens only; one prediction per example: all
+            logits, labels = outputs.logits, batch.get("labels")
+            valid = labels != -100 if logits.dim() == 3 and labels is not None and labels.shape == logits.shape[:2] else None
+            distill = distillation_loss(logits, teacher_outputs.logits, self.temperature, valid)
         layers = layer_distillation_loss(outputs, teacher_outputs, batch, self.targets) if hidden else zero
         return task, distill, layers
 

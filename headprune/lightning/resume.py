@@ -43,8 +43,6 @@ class SaveEvery(L.Callback):
     """Every ``every`` optimizer steps: the trainer's state to ``folder/step-N.ckpt``, then (the file whole) ``state.json`` naming it, then the older file removed."""
 
     def __init__(self, folder: Path, every: int, fingerprint: dict):
-        if every < 1:
-            raise ValueError(f"a fine-tune checkpoint every {every} steps: it must be >= 1")
         self.folder, self.every, self.fingerprint = Path(folder), int(every), fingerprint
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -32,33 +32,26 @@ def build_tokenizer(model_cfg):
     return AutoTokenizer.from_pretrained(name, revision=revision)
 
 
-def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int | None = None, **overrides):
-    """A ``model_class`` from ``model_cfg``: pretrained weights, else a fresh config drawn from ``seed``; ``overrides`` go in its config."""
-    with torch.random.fork_rng() if seed is not None else nullcontext():  # the caller's random stream is left as it was
-        if seed is not None:
-            torch.manual_seed(int(seed))
-        return _build_model(model_cfg, model_class, vocab_size, **overrides)
-
-
-def _build_model(model_cfg, model_class, vocab_size: int | None = None, **extra):
-    """The model of ``build_model``, drawn from the current random stream."""
+def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int | None = None, **extra):
+    """A ``model_class`` from ``model_cfg``: pretrained weights, else a fresh config drawn from ``seed``; ``extra`` go in its config."""
     from transformers import AutoConfig
 
     attn = model_cfg.attn_implementation
-    if model_cfg.pretrained:
-        source = resolve_pretrained(model_cfg.pretrained)
-        check_model_dir(source, tokenizer=False)  # the tokenizer is checked where it is built
-        if Path(source).is_dir() and (Path(source) / RECORD_FILE).exists():
-            from headprune.core.saving import load_pruned
+    with torch.random.fork_rng() if seed is not None else nullcontext():  # the caller's random stream is left as it was
+        if seed is not None:
+            torch.manual_seed(int(seed))
+        if model_cfg.pretrained:
+            source = resolve_pretrained(model_cfg.pretrained)
+            check_model_dir(source, tokenizer=False)  # the tokenizer is checked where it is built
+            if Path(source).is_dir() and (Path(source) / RECORD_FILE).exists():
+                from headprune.core.saving import load_pruned
 
-            return load_pruned(source, **extra)
-        name, revision = split_revision(source)  # a hub name@revision: one of a pretraining run's checkpoints
-        return model_class.from_pretrained(name, revision=revision, attn_implementation=attn, **extra)
-    if model_cfg.config is None:
-        raise ValueError(f"model {model_cfg.get('name')!r} sets neither `pretrained` nor `config`: set one of them")
-    fields = OmegaConf.to_container(model_cfg.config, resolve=True) if OmegaConf.is_config(model_cfg.config) else dict(model_cfg.config)
-    model_type = fields.pop("model_type")
-    if vocab_size is not None:
-        fields["vocab_size"] = vocab_size
-    config = AutoConfig.for_model(model_type, **fields, **extra)
-    return model_class.from_config(config, attn_implementation=attn)
+                return load_pruned(source, **extra)
+            name, revision = split_revision(source)  # a hub name@revision: one of a pretraining run's checkpoints
+            return model_class.from_pretrained(name, revision=revision, attn_implementation=attn, **extra)
+        fields = OmegaConf.to_container(model_cfg.config, resolve=True) if OmegaConf.is_config(model_cfg.config) else dict(model_cfg.config)
+        model_type = fields.pop("model_type")
+        if vocab_size is not None:
+            fields["vocab_size"] = vocab_size
+        config = AutoConfig.for_model(model_type, **fields, **extra)
+        return model_class.from_config(config, attn_implementation=attn)

@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 from headprune.core.checks import ConfigError
-from headprune.core.unit_kinds import kinds_of
 from headprune.models.embedded import EMBEDDED, EMBEDDED_LLMS, embedded_model_dir
 
 VOCABULARY_FILES = (
@@ -134,12 +133,6 @@ def config_fields(model_cfg) -> dict | None:
             return None
         fields = read_json_file(path)
     return None if fields is None else dict(fields)
-
-
-def heads_per_layer(model_cfg, unit="head") -> int | None:
-    """The fewest units per layer (heads, KV heads, ...) the unit's first kind counts, from the model's config fields (None: unknown)."""
-    fields = config_fields(model_cfg)
-    return None if fields is None else kinds_of(unit)[0].units_per_layer(fields)
 
 
 def max_positions(model_cfg) -> int | None:

@@ -48,36 +48,31 @@ def stage_of(payload: dict, name: str) -> dict:
 
 def ablation_table(study: dict, split: str = "eval") -> str:
     abl = stage_of(study, "ablate")["splits"][split]
-    lines = markdown(["group", "heads", "not significant", "significantly worse", "significantly better", "largest drop", "largest gain"])
-    for group, g in abl["per_group"].items():
-        not_sig = g["heads"] - g["significant"]
-        lines.append(
-            f"| {group} | {g['heads']} | {not_sig} ({100 * not_sig / g['heads']:.0f}%) | {g['significant_worse']} | "
-            f"{g['significant_better']} | {g['max_drop'] + 0.0:.2f} | {g['max_gain'] + 0.0:.2f} |"
-        )
+    header = ["group", "heads", "not significant", "significantly worse", "significantly better", "largest drop", "largest gain"]
+    rows = [
+        [group, g["heads"], f"{g['heads'] - g['significant']} ({100 * (g['heads'] - g['significant']) / g['heads']:.0f}%)"]
+        + [g["significant_worse"], g["significant_better"], f"{g['max_drop'] + 0.0:.2f}", f"{g['max_gain'] + 0.0:.2f}"]
+        for group, g in abl["per_group"].items()
+    ]
     boot = abl["bootstrap"]
-    lines.append("")
-    lines.append(
-        f"Base {abl['metric']} {abl['base_score']:.2f} on {abl['n_examples']} examples of `{abl['split']}`; "
+    return "\n".join(markdown(header, rows)) + (
+        f"\n\nBase {abl['metric']} {abl['base_score']:.2f} on {abl['n_examples']} examples of `{abl['split']}`; "
         f"{boot['test']}, {boot['n_samples']} resamples, p < {boot['alpha']}, seed {boot['seed']}."
     )
-    return "\n".join(lines)
 
 
 def keep_one_table(study: dict) -> str:
     k = stage_of(study, "keep_one")
-    lines = markdown(["group", "layer", "best head (chosen on selection split)", "score", "change", "p", "significant"])
-    for r in k["rows"]:
-        lines.append(
-            f"| {r['group']} | {r['layer'] + 1} | {r['best_head'] + 1} | {r['score']:.2f} | {r['delta']:+.2f} | "
-            f"{r['p_value']:.3f} | {'yes' if r['significant'] else 'no'} |"
-        )
-    lines.append("")
-    lines.append(
-        f"Base {k['metric']} {k['base_score']:.2f} on {k['n_examples']} examples of `{k['split']}`; "
+    header = ["group", "layer", "best head (chosen on selection split)", "score", "change", "p", "significant"]
+    rows = [
+        [r["group"], r["layer"] + 1, r["best_head"] + 1, f"{r['score']:.2f}", f"{r['delta']:+.2f}", f"{r['p_value']:.3f}"]
+        + ["yes" if r["significant"] else "no"]
+        for r in k["rows"]
+    ]
+    return "\n".join(markdown(header, rows)) + (
+        f"\n\nBase {k['metric']} {k['base_score']:.2f} on {k['n_examples']} examples of `{k['split']}`; "
         f"heads chosen on `{k['selection_split']}` (base {k['selection_base_score']:.2f})."
     )
-    return "\n".join(lines)
 
 
 def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, higher_is_better: bool = True) -> str:
@@ -117,21 +112,19 @@ def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") 
 
 def speed_table(study: dict) -> str:
     s = stage_of(study, "speed")
-    lines = markdown(
-        ["batch", "original ex/s", "pruned ex/s", "gain", "FLOP-ideal gain", "measured / ideal", "paper gain (BERT-base, GPU)"]
-    )
+    header = ["batch", "original ex/s", "pruned ex/s", "gain", "FLOP-ideal gain", "measured / ideal", "paper gain (BERT-base, GPU)"]
+    rows = []
     for r in s["rows"]:
-        o, q = r["original"], r["pruned"]
         noise = is_inconclusive(r)
         ratio = "n/a" if r.get("gain_vs_ideal") is None or noise else f"{100 * r['gain_vs_ideal']:.0f}%"
-        gain = "inconclusive" if noise else f"{100 * r['gain']:+.1f}%"
         paper = PAPER_SPEED.get(r["batch_size"])
-        lines.append(
-            f"| {r['batch_size']} | {o['examples_per_s']:.1f} +- {o['spread']:.1f} | {q['examples_per_s']:.1f} +- {q['spread']:.1f} | "
-            f"{gain} | {100 * r['flop_ideal_gain']:+.1f}% | {ratio} | {'+' if paper else ''}{paper if paper else 'n/a'}% |"
+        rows.append(
+            [r["batch_size"], *(f"{r[m]['examples_per_s']:.1f} +- {r[m]['spread']:.1f}" for m in ("original", "pruned"))]
+            + ["inconclusive" if noise else f"{100 * r['gain']:+.1f}%", f"{100 * r['flop_ideal_gain']:+.1f}%", ratio]
+            + [f"+{paper}%" if paper else "n/a%"]
         )
-    for r in s.get("not_timed") or []:  # the time budget ran out on this machine
-        lines.append(f"| {r['batch_size']} | {r['verdict']} | | | | | |")
+    lines = markdown(header, rows)
+    lines += [f"| {r['batch_size']} | {r['verdict']} | | | | | |" for r in s.get("not_timed") or []]  # the time budget ran out here
     cost = s["cost"]
     check = s.get("score_check")
     checked = (
@@ -290,49 +283,42 @@ def pareto_table(study: dict) -> str:
     kv = "num_key_value_heads" in shrunk_fields(unit)
     joint = len(unit_kinds(unit)) > 1
     controlled = any(q.get("control") for q in points)
-    removed = f"{noun(unit, plural=True)} removed"
-    header = [
-        "method",
-        "step",
-        removed,
-        name_of(p["metric"]),
-        *(["bits per byte"] if per_byte else []),
-        *(["vs control"] if controlled else []),
-        *(f"{name_of(p['metric'])} on `{s}`" for s in extra),
-        *(["KV cache kept"] if kv else []),
-        "predicted speed-up",
-        "FLOPs kept",
-        *(["weight bytes kept"] if bytes_cost else []),
-        *(["measured ex/s", "measured speed-up"] if timed else []),
-        "Pareto",
-    ]
-    lines = markdown(header)
-    for q, best in zip(points, front):
-        measured = q.get("measured") or {}
+    metric = name_of(p["metric"])
+
+    def kv_kept(q: dict) -> str:
+        """The KV cache kept cell."""
         kept = kv_cache_kept(q, unit) if units_removed(q) else 1.0
-        cells = [
-            point_name(q),
-            point_step(q),
-            f"{units_removed(q)}/{units_total(q)}" + (f" ({kinds_label(q['mask'], unit)})" if joint and q.get("mask") else ""),
-            f"{q['score']:.2f}",
-            *([f"{q['bits_per_byte']:.4f}"] if per_byte else []),
-            *([versus_control(q, higher)] if controlled else []),
-            *(f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a" for s in extra),
-            *([f"{100 * kept:.1f}%" if kept is not None else "n/a"] if kv else []),
-            f"{q['predicted_speedup']:.2f}x",
-            f"{100 * q['flops_kept']:.0f}%",
-            *([f"{100 * q['bytes_kept']:.1f}%" if "bytes_kept" in q else "n/a"] if bytes_cost else []),
-        ]
-        if timed:
-            cells += [
-                f"{measured['examples_per_s']:.1f}" if measured else "n/a",
-                f"{measured['speedup']:.2f}x{target_check(q)}" if measured else "n/a",
-            ]
-        lines.append(_line([*cells, "yes" if best else ""]))
+        return f"{100 * kept:.1f}%" if kept is not None else "n/a"
+
+    def removed(q: dict) -> str:
+        """The units removed cell (of each kind for a joint unit)."""
+        return f"{units_removed(q)}/{units_total(q)}" + (f" ({kinds_label(q['mask'], unit)})" if joint and q.get("mask") else "")
+
+    columns = [  # (header, shown, the cell of a point)
+        ("method", True, point_name),
+        ("step", True, point_step),
+        (f"{noun(unit, plural=True)} removed", True, removed),
+        (metric, True, lambda q: f"{q['score']:.2f}"),
+        ("bits per byte", per_byte, lambda q: f"{q['bits_per_byte']:.4f}"),
+        ("vs control", controlled, lambda q: versus_control(q, higher)),
+        *(
+            (f"{metric} on `{s}`", True, lambda q, s=s: f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a")
+            for s in extra
+        ),
+        ("KV cache kept", kv, kv_kept),
+        ("predicted speed-up", True, lambda q: f"{q['predicted_speedup']:.2f}x"),
+        ("FLOPs kept", True, lambda q: f"{100 * q['flops_kept']:.0f}%"),
+        ("weight bytes kept", bytes_cost, lambda q: f"{100 * q['bytes_kept']:.1f}%" if "bytes_kept" in q else "n/a"),
+        ("measured ex/s", timed, lambda q: f"{q['measured']['examples_per_s']:.1f}" if q.get("measured") else "n/a"),
+        ("measured speed-up", timed, lambda q: f"{q['measured']['speedup']:.2f}x{target_check(q)}" if q.get("measured") else "n/a"),
+    ]
+    shown = [(name, cell) for name, wanted, cell in columns if wanted]
+    rows = [[cell(q) for _, cell in shown] + ["yes" if best else ""] for q, best in zip(points, front)]
+    lines = markdown([name for name, _ in shown] + ["Pareto"], rows)
     speed_of = "measured speed-up at the largest timed batch" if timed else f"speed-up predicted by the {p['cost']} cost model"
     lines += [
         "",
-        f"{name_of(p['metric'])} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "
+        f"{metric} on `{p['split']}` ({p['n_examples']} examples); Pareto = no other point is both at least as "
         f"good and at least as fast, by {speed_of}"
         + (" and bits per byte (a cut vocabulary's points read its own tokenizer's split of the text)" if per_byte else "")
         + f"; targets chosen on `{p['selection_split']}`."
