@@ -9,7 +9,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_on
+from headprune.core.site_gates import Site, alias, gate_and_probe, kept_on
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -152,12 +152,7 @@ def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
         shape = (rows, *shape[1:])
     elif stream.dim() == 2 and rows > 1 and shape[0] != rows:  # Marian's sinusoidal positions: (T, d), no batch axis
         shape = (rows, *shape)
-    gate = None if site.gate is None else broadcast_unit_gate(site.gate, stream.expand(shape))
-    if site.recording and torch.is_grad_enabled():
-        probe = torch.ones(shape, dtype=stream.dtype, device=stream.device, requires_grad=True)
-        site.probes.append(probe)
-        gate = probe if gate is None else gate * probe  # d loss / d probe = g * d loss / d g at this use
-    return gate
+    return gate_and_probe(site, stream.expand(shape))
 
 
 def gated_norm(module: nn.Module, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:

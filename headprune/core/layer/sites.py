@@ -3,11 +3,10 @@
 import re
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_on, ordered_sites
+from headprune.core.site_gates import Site, SiteGates, gate_and_probe, kept_on, ordered_sites
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -62,11 +61,8 @@ def _gate_layer(module, args, kwargs, output):
         raise ValueError(f"a gated layer was called without its hidden states (keywords {sorted(kwargs)})")
     hidden_in = args[0] if args else kwargs[name]  # the hidden states the layer was called with
     hidden = output[0] if isinstance(output, tuple) else output
-    scale = None if site.gate is None else broadcast_unit_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
-    if site.recording and torch.is_grad_enabled():
-        probe = torch.ones(*hidden.shape[:-1], 1, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
-        site.probes.append(probe)  # d loss / d probe[b, t] = g * <d loss / d h[b, t], h[b, t] - x[b, t]>
-        scale = probe if scale is None else scale * probe
+    # gate (1,) or (B', 1, 1), probe (B, T, 1): d loss / d probe[b, t] = g * <d loss / d h[b, t], h[b, t] - x[b, t]>
+    scale = gate_and_probe(site, hidden, (*hidden.shape[:-1], 1))
     if scale is None:
         return None
     gated = hidden_in + scale * (hidden - hidden_in)
