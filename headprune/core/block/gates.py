@@ -53,6 +53,5 @@ class BlockGates(SharedGates):
 
     def set_mask(self, mask) -> None:
         base = {} if mask is None else self.base_masks(mask)
-        self.heads.set_mask(base.get("head") if mask is not None else None)
-        if self.ffn is not None:
-            self.ffn.set_mask(base.get("ffn") if mask is not None else None)
+        for kind, part in self.shared.items():  # a kind the mask leaves out: no gates
+            part.set_mask(base.get(kind))
