@@ -178,7 +178,7 @@ def held_kv_bytes(cache) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def stream_cache_bytes(gates, mask, tokens: int, batch: int = 1, bytes_per_value: int | None = None) -> int:
+def stream_cache_bytes(gates, mask, tokens: int, batch: int = 1) -> int:
     """Bytes ``StreamCache(gates, mask)`` holds after ``tokens`` tokens of ``batch`` sequences (streamed groups: sink + window)."""
     layer_types, layer_kwargs = get_layer_types_and_kwargs(gates.model.config.get_text_config(decoder=True))
     total = 0
@@ -189,6 +189,5 @@ def stream_cache_bytes(gates, mask, tokens: int, batch: int = 1, bytes_per_value
             keys = site.computed_kv_heads * min(tokens, sliding - 1)  # every group in the layer's own window
         else:
             keys = (site.computed_kv_heads - streamed) * tokens + streamed * min(tokens, gates.sink + gates.window)
-        size = bytes_per_value or site.linear("key").weight.element_size()
-        total += 2 * keys * site.head_dim * size * batch
+        total += 2 * keys * site.head_dim * site.linear("key").weight.element_size() * batch
     return total
