@@ -113,8 +113,7 @@ def register_wrapper(prefix: str, inner_name: str, make) -> str:
     name = prefix + inner_name
     if name not in ALL_ATTENTION_FUNCTIONS:
         AttentionInterface.register(name, make(inner_name))
-        mask_fn = ALL_MASK_ATTENTION_FUNCTIONS[inner_name] if inner_name in ALL_MASK_ATTENTION_FUNCTIONS else None
-        AttentionMaskInterface.register(name, mask_fn or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS.get(inner_name) or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     return name
 
 
@@ -176,17 +175,15 @@ class HeadGates(SiteGates):
 
     unit = "head"  # masks and scores are per query head (headprune.core.attention.kv_groups.KVGroupGates: per KV group)
     noun = "head"
+    find, attach = staticmethod(find_sites), staticmethod(attach_output_gate)
 
     def __init__(self, model: nn.Module, gate_at: str | None = None):
         """``gate_at``: "attention" or "output" for every site (default: each family's own mechanism)."""
-        self.model = model
-        self.sites = find_sites(model)
-        if gate_at is not None:
-            if gate_at not in GATE_MECHANISMS:
-                raise ValueError(f"gate_at must be one of {GATE_MECHANISMS}, got {gate_at!r}")
-            for site in self.sites:
-                site.gate_at = gate_at
-        for site in self.sites:
+        if gate_at is not None and gate_at not in GATE_MECHANISMS:
+            raise ValueError(f"gate_at must be one of {GATE_MECHANISMS}, got {gate_at!r}")
+        super().__init__(model)  # finds the sites and hooks the output projections of those that gate there
+        for site in self.sites if gate_at is not None else ():
+            site.gate_at = gate_at
             attach_output_gate(site)
         if any(site.gate_at == "attention" or site.needs_wrapper for site in self.sites):
             self.inner = route_attention(model)
