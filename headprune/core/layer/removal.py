@@ -51,12 +51,9 @@ def _move_first_layer_state(stack: list[LayerSite], new_first: LayerSite) -> Non
     """Hand the removed first layer's stack state (T5's relative position bias) to the new first layer."""
     for path in _first_only(stack):
         parent_path, _, name = path.rpartition(".")
-        if name not in FIRST_LAYER_STATE:
-            continue
-        source = stack[0].module.get_submodule(parent_path) if parent_path else stack[0].module
-        target = new_first.module.get_submodule(parent_path) if parent_path else new_first.module
-        setattr(target, name, getattr(source, name))
-        setattr(target, FIRST_LAYER_STATE[name], True)
+        if name in FIRST_LAYER_STATE:
+            new_first.module.set_submodule(path, stack[0].module.get_submodule(path))
+            setattr(new_first.module.get_submodule(parent_path), FIRST_LAYER_STATE[name], True)
 
 
 def pin_layer_ids(model: nn.Module) -> None:
