@@ -68,7 +68,7 @@ def test_a_parsed_unit_answers_every_kind_function_as_its_name_does():
     for given in ("head", ["ffn", "kv_group"], "head+ffn", ["layer"]):
         unit = parse_unit(given)
         assert isinstance(unit, Unit) and parse_unit(unit) is unit and str(unit) == unit.name == unit_name(given)
-        assert kinds_of(unit) == kinds_of(given) and unit_kinds(unit) == unit_kinds(given) == unit.names
+        assert kinds_of(unit) == kinds_of(given) and unit_kinds(unit) == unit_kinds(given) == tuple(k.name for k in unit.kinds)
         assert unit.is_joint == (len(unit_kinds(given)) > 1) and ablation_refusal(unit) == ablation_refusal(given)
     with pytest.raises(ValueError, match="both prune the attention part"):
         parse_unit(["head", "kv_group"])

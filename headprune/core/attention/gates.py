@@ -148,7 +148,7 @@ def find_sites(model: nn.Module) -> list[AttentionSite]:
     for path, block in model.named_modules():
         matched = match_site(family.sites, path)
         if matched is not None:
-            core = block.get_submodule(family.core) if family.core else block
+            core = block.get_submodule(family.core)  # "": the block itself
             sites.append(kept_on(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
     return ordered_sites(sites, GROUPS, f"found no attention modules in {type(model).__name__} for family {family.name}")
 
