@@ -97,14 +97,10 @@ def _sync_config(model: nn.Module, group: str, kept_positions: list[int]) -> Non
 
 def removed_layers(model: nn.Module) -> dict[str, list[int]]:
     """{group: [removed original layer ids]} of a model ({} when no layer is removed)."""
-    sites = find_layer_sites(model)
-    out = {}
-    for group in dict.fromkeys(s.group for s in sites):
-        stack = [s for s in sites if s.group == group]
-        gone = sorted(set(range(stack[0].stack_layers)) - {s.layer for s in stack})
-        if gone:
-            out[group] = gone
-    return out
+    gone: dict[str, set[int]] = {}
+    for site in find_layer_sites(model):  # each stack's original ids, less those of the layers still in it
+        gone.setdefault(site.group, set(range(site.stack_layers))).discard(site.layer)
+    return {group: sorted(ids) for group, ids in gone.items() if ids}
 
 
 def remove_layers(model: nn.Module, layers: dict) -> dict[str, list[int]]:
