@@ -102,15 +102,10 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
     """The model's coupled group on the residual axis; a ValueError where a tensor of it has another width."""
     width = hidden_width(model)
     family = family_for(model)
-    readers, writers = [], []
-    for site in find_sites(model):
-        readers += [site.linear(w) for w in ("query", "key", "value")]
-        writers.append(site.linear("output"))
-    for site in ffn_sites_if_any(model):
-        readers += [site.projection(p) for p in site.up_paths()]
-        writers.append(site.down())
-    readers += _head_readers(model, width)
-    readers, writers = list({id(m): m for m in readers}.values()), list({id(m): m for m in writers}.values())
+    attention, ffn = find_sites(model), ffn_sites_if_any(model)
+    readers = [s.linear(w) for s in attention for w in ("query", "key", "value")] + [s.projection(p) for s in ffn for p in s.up_paths()]
+    readers = list({id(m): m for m in readers + _head_readers(model, width)}.values())  # each once (a fused q/k/v projection)
+    writers = list({id(m): m for m in [s.linear("output") for s in attention] + [s.down() for s in ffn]}.values())
     wrong = [m for m in readers if in_features(m) != width] + [m for m in writers if out_features(m) != width]
     if wrong:
         raise ValueError(
