@@ -46,8 +46,7 @@ class AttentionSite(Site):
 
     def projections(self) -> list[nn.Module]:
         """The distinct q/k/v/output projection modules (a fused q/k/v projection once)."""
-        modules = {id(m): m for m in (self.linear(w) for w in ("query", "key", "value", "output"))}
-        return list(modules.values())
+        return list({id(m): m for m in map(self.linear, ("query", "key", "value", "output"))}.values())
 
     @property
     def computed_kv_heads(self) -> int:
@@ -144,17 +143,17 @@ def route_attention(model: nn.Module) -> str:
 def find_sites(model: nn.Module) -> list[AttentionSite]:
     """All attention modules of a model, ordered by group then layer."""
     family = family_for(model)
-    sites = []
-    for path, block in model.named_modules():
-        matched = match_site(family.sites, path)
-        if matched is not None:
-            core = block.get_submodule(family.core)  # "": the block itself
-            sites.append(kept_on(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
+    sites = [
+        kept_on(block.get_submodule(family.core), SITE_ATTR, lambda: _new_site(model, family, path, block, *matched))
+        for path, block in model.named_modules()
+        if (matched := match_site(family.sites, path)) is not None
+    ]
     return ordered_sites(sites, GROUPS, f"found no attention modules in {type(model).__name__} for family {family.name}")
 
 
-def _new_site(model: nn.Module, family: Family, path: str, block: nn.Module, core: nn.Module, group: str, layer: int) -> AttentionSite:
+def _new_site(model: nn.Module, family: Family, path: str, block: nn.Module, group: str, layer: int) -> AttentionSite:
     """An attention module's site with every head present."""
+    core = block.get_submodule(family.core)  # "": the block itself
     head_dim = int(getattr(core, family.head_dim_attr))
     if family.head_count_attr:
         n_heads = int(getattr(core, family.head_count_attr))
