@@ -38,16 +38,14 @@ def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
 def find_layer_sites(model: nn.Module) -> list[LayerSite]:
     """All Transformer layers of a model, ordered by group then original id (sites already made keep their original ids)."""
 
-    def new_site(path: str, module: nn.Module, stack: str, group: str) -> LayerSite:
+    def new_site(path: str, stack: str, group: str) -> LayerSite:
         layers = model.get_submodule(stack)
         if not isinstance(layers, nn.ModuleList):
             raise ValueError(f"{stack} is a {type(layers).__name__}, not an nn.ModuleList: its layers cannot be gated or removed")
-        return LayerSite(path, group, int(path.rpartition(".")[2]), 1, [0], module, stack, stack_layers=len(layers))
+        return LayerSite(path, group, int(path.rpartition(".")[2]), 1, [0], model.get_submodule(path), stack, stack_layers=len(layers))
 
-    sites = []
-    for path, (stack, group) in layer_stacks(model).items():
-        module = model.get_submodule(path)
-        sites.append(kept_on(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
+    stacks = layer_stacks(model).items()
+    sites = [kept_on(model.get_submodule(path), SITE_ATTR, lambda: new_site(path, stack, group)) for path, (stack, group) in stacks]
     return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
 
 
