@@ -2079,10 +2079,10 @@ def _prune_ffn_mask_half(tmp_path):
 
 
 def _joint_mask_unknown_group(tmp_path):
-    from headprune.core.joint import JointGates
+    from headprune.core.units import unit_gates
 
     model, _ = _tiny_gates()
-    JointGates(model).set_mask({"ffn": torch.ones(3, 64)})
+    unit_gates(model, "head+ffn").set_mask({"ffn": torch.ones(3, 64)})
 
 
 def _ffn_without_mlp_layout(tmp_path):
@@ -2153,10 +2153,10 @@ def _single_neuron_ablation(tmp_path):
 
 
 def _block_mask_shape(tmp_path):
-    from headprune.core.block.gates import BlockGates
+    from headprune.core.units import unit_gates
 
     model, _ = _tiny_gates()
-    BlockGates(model).set_mask({"enc_self_block": torch.ones(3, 2)})
+    unit_gates(model, "block").set_mask({"enc_self_block": torch.ones(3, 2)})
 
 
 def _unit_gates_of(model_or_text, unit):

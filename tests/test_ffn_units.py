@@ -21,10 +21,9 @@ from headprune.core.families import FAMILIES, family_for
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.pruning import ffn_record, prune_ffn_mask, prune_neurons
 from headprune.core.inputs import model_inputs
-from headprune.core.joint import JointGates
 from headprune.core.pruning import pruning_record
 from headprune.core.saving import load_pruned, save_pruned
-from headprune.core.units import prune_joint_mask
+from headprune.core.units import prune_joint_mask, unit_gates
 from headprune.scoring.importance import importance_scores, per_example_gate_gradients, per_example_loss
 
 
@@ -121,7 +120,7 @@ def test_ffn_mask_pruned_equals_masked(name):
 def test_joint_head_and_neuron_mask_pruned_equals_masked(name):
     make, make_batch = MODELS[name]
     model, batch = make(), make_batch()
-    gates = JointGates(model)
+    gates = unit_gates(model, "head+ffn")
     mask = {**_head_mask(gates.heads), **_ffn_mask(gates.ffn.groups)}
     with gates.masked(mask):
         masked = _logits(model, batch)
@@ -132,7 +131,7 @@ def test_joint_head_and_neuron_mask_pruned_equals_masked(name):
     records = prune_joint_mask(twin, mask)
     _close(_logits(twin, batch), masked)
     assert records == {"heads": pruning_record(twin), "ffn": ffn_record(twin)}
-    assert JointGates(twin).groups == gates.groups
+    assert unit_gates(twin, "head+ffn").groups == gates.groups
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -180,7 +179,7 @@ def test_ffn_importance_from_one_backward_equals_explicit_gates_and_the_example_
 def test_joint_gradients_equal_head_and_neuron_gradients_apart(name):
     make, make_batch = MODELS[name]
     model, batch = make(), make_batch()
-    joint = JointGates(model)
+    joint = unit_gates(model, "head+ffn")
     together = per_example_gate_gradients(model, joint, batch, unit=joint.unit)
     apart = {**per_example_gate_gradients(model, joint.heads, batch), **per_example_gate_gradients(model, joint.ffn, batch, unit="ffn")}
     assert set(together) == set(apart) == set(joint.groups)
@@ -205,7 +204,7 @@ def test_importance_of_the_pruned_model_equals_the_masked_one():
 def test_save_load_round_trips_uneven_widths(name, tmp_path):
     make, make_batch = MODELS[name]
     model, batch = make(), make_batch()
-    joint = JointGates(model)
+    joint = unit_gates(model, "head+ffn")
     heads = _head_mask(joint.heads) if name in HEADS_PRUNABLE else joint.heads.ones()
     mask = {**heads, **_ffn_mask(joint.ffn.groups)}
     prune_joint_mask(model, mask)
@@ -249,7 +248,7 @@ def test_an_edited_ffn_record_is_refused_on_load(tmp_path):
 @pytest.mark.parametrize("model_type", [t for t in DECODER_CONFIGS if t != "olmo2"])
 def test_flops_counted_by_kept_width_equal_a_flop_counter(model_type):
     model = tiny_family(model_type, attn="eager")
-    joint = JointGates(model)
+    joint = unit_gates(model, "head+ffn")
     prune_joint_mask(model, {**_head_mask(joint.heads), **_ffn_mask(joint.ffn.groups)})
     tokens = 12
     with FlopCounterMode(display=False) as counter, torch.no_grad():
@@ -309,7 +308,7 @@ def test_a_mask_of_the_wrong_shape_names_the_group_and_both_shapes():
     with pytest.raises(IndexError, match=r"neuron ids \[64\] out of range for dec_ffn layer 0 \(64 neurons\)"):
         prune_neurons(gates.model, {"dec_ffn": {0: [64]}})
     with pytest.raises(ValueError, match=r"unknown group\(s\) \['ffn'\].*head groups \['dec_self'\].*ffn groups \['dec_ffn'\]"):
-        JointGates(gates.model).set_mask({"ffn": torch.ones(3, 64)})
+        unit_gates(gates.model, "head+ffn").set_mask({"ffn": torch.ones(3, 64)})
 
 
 def test_a_family_row_without_an_mlp_layout_refuses_ffn_units(monkeypatch):

@@ -68,7 +68,7 @@ def test_a_parsed_unit_answers_every_kind_function_as_its_name_does():
     for given in ("head", ["ffn", "kv_group"], "head+ffn", ["layer"]):
         unit = parse_unit(given)
         assert isinstance(unit, Unit) and parse_unit(unit) is unit and str(unit) == unit.name == unit_name(given)
-        assert kinds_of(unit) == kinds_of(given) and unit_kinds(unit) == unit_kinds(given) == unit.names
+        assert kinds_of(unit) == kinds_of(given) and unit_kinds(unit) == unit_kinds(given) == tuple(k.name for k in unit.kinds)
         assert unit.is_joint == (len(unit_kinds(given)) > 1) and ablation_refusal(unit) == ablation_refusal(given)
     with pytest.raises(ValueError, match="both prune the attention part"):
         parse_unit(["head", "kv_group"])
@@ -95,16 +95,16 @@ def test_unit_gates_gives_each_unit_its_gates_and_reuses_the_model_s_own():
 def test_block_mask_pruned_equals_masked(name):
     make, make_batch = MODELS[name]
     model, batch = make(), make_batch()
-    gates = BlockGates(model)
+    gates = unit_gates(model, "block")
     mask = _block_mask(gates.groups)
     with gates.masked(mask):
         masked = _logits(model, batch)
     assert (masked - _logits(model, batch)).abs().max() > 1e-6  # dropping the blocks changes the output
     twin = make()
-    records = prune_unit_mask(BlockGates(twin), mask)
+    records = prune_unit_mask(unit_gates(twin, "block"), mask)
     _close(_logits(twin, batch), masked)
     assert records == {"heads": pruning_record(twin), "ffn": ffn_record(twin)}
-    present = BlockGates(twin).present()
+    present = unit_gates(twin, "block").present()
     assert all(torch.equal(present[g], m.bool()) for g, m in mask.items())
 
 
@@ -112,7 +112,7 @@ def test_block_mask_pruned_equals_masked(name):
 def test_per_example_block_gates_equal_one_mask_at_a_time(name):
     make, make_batch = MODELS[name]
     model, batch = make(), make_batch()
-    gates = BlockGates(model)
+    gates = unit_gates(model, "block")
     rows = next(iter(batch.values())).shape[0]
     gen = torch.Generator().manual_seed(0)
     per_example = {g: torch.rand(rows, layers, 1, generator=gen) for g, (layers, _) in gates.groups.items()}
@@ -146,7 +146,7 @@ def test_kv_group_and_neuron_joint_mask_pruned_equals_masked(make):
 
 def test_block_gate_gradient_is_the_sum_of_its_heads_and_neurons_gradients():
     model, batch = tiny_llama(), lm_batch()
-    block = BlockGates(model)
+    block = unit_gates(model, "block")
     joint = JointGates(model, [block.heads, block.ffn])
     per_block = per_example_gate_gradients(model, block, batch, unit="block")  # {group_block: (B, L, 1)}
     per_unit = per_example_gate_gradients(model, joint, batch, unit=joint.unit)  # {group: (B, L, units)}

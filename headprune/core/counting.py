@@ -84,13 +84,10 @@ def model_bytes(model: nn.Module) -> int:
     return total
 
 
-def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False, bytes_per_value: int | None = None) -> int:
+def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False) -> int:
     """Bytes the decoder's self-attention KV cache holds per token of context (K and V, every layer, one sequence)."""
-    total = 0
-    for site in find_sites(model):
-        if site.group != "dec_self":
-            continue  # encoder self-attention caches nothing; cross-attention caches per source token
-        kv_heads = len(site.kv_ids) if ideal else site.computed_kv_heads
-        size = bytes_per_value or site.linear("key").weight.element_size()
-        total += 2 * kv_heads * site.head_dim * size  # K and V: (KV heads, head_dim) per token
-    return total
+    sites = [site for site in find_sites(model) if site.group == "dec_self"]  # an encoder caches nothing; cross-attention: per source token
+    return sum(  # K and V: (KV heads, head_dim) per token
+        2 * (len(site.kv_ids) if ideal else site.computed_kv_heads) * site.head_dim * site.linear("key").weight.element_size()
+        for site in sites
+    )

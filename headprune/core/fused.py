@@ -3,17 +3,10 @@
 import torch
 
 
-def _blocks(start: int, count: int, head_dim: int) -> torch.Tensor:
-    """Rows of ``count`` consecutive heads from unit ``start`` on: (count, head_dim)."""
-    return torch.arange(start, start + count * head_dim).view(count, head_dim)
-
-
 def concatenated(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q (heads * D) | k (kv_heads * D) | v (kv_heads * D): GPT-2's ``c_attn``, Phi-3's ``qkv_proj``."""
-    query = _blocks(0, heads, head_dim)
-    key = _blocks(heads * head_dim, kv_heads, head_dim)
-    value = _blocks((heads + kv_heads) * head_dim, kv_heads, head_dim)
-    return query, key, value
+    rows = torch.arange((heads + 2 * kv_heads) * head_dim).view(-1, head_dim)  # (H + 2 KV, D)
+    return rows[:heads], rows[heads : heads + kv_heads], rows[heads + kv_heads :]
 
 
 def interleaved(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -16,13 +16,8 @@ def shared_gates(gates) -> dict:
 class JointGates(SharedGates):
     """The gates of several kinds of one model behind one surface: masks and scores are {group: [layers, units]} over all."""
 
-    def __init__(self, model: nn.Module, parts: list | None = None):
-        """``parts``: one gates object per kind, of different groups (default: the model's query heads and FFN neurons)."""
-        if parts is None:
-            from headprune.core.attention.gates import HeadGates
-            from headprune.core.ffn.gates import FFNGates
-
-            parts = [HeadGates(model), FFNGates(model)]
+    def __init__(self, model: nn.Module, parts: list):
+        """``parts``: one gates object per kind, of different groups."""
         if not parts:
             raise ValueError("JointGates needs at least one part (one gates object per kind)")
         self.model = model

@@ -132,11 +132,10 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
             _slice(site, which, _units(kv_keep, site.head_dim))
     _slice(site, "output", head_units, outputs=False)
     attach_output_gate(site)  # the new output projection needs the gate hook again
+    modules = dict(site.block.named_modules())
     for path in site.family.head_rows:  # the family's other per-head projections that this module has, sliced like the query
-        parent_path, _, name = path.rpartition(".")
-        parent = site.block.get_submodule(parent_path) if parent_path else site.block
-        if isinstance(getattr(parent, name, None), nn.Linear):
-            setattr(parent, name, sliced_projection(getattr(parent, name), head_units, outputs=True))
+        if isinstance(modules.get(path), nn.Linear):
+            site.block.set_submodule(path, sliced_projection(modules[path], head_units, outputs=True))
     site.keep(keep)
     site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
     _set_head_counts(site)

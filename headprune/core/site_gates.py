@@ -57,6 +57,18 @@ def broadcast_unit_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tenso
     return gate.view(rows, *[1] * (hidden.dim() - 2), gate.shape[-1])
 
 
+def gate_and_probe(site, hidden: torch.Tensor, probe_shape=None) -> torch.Tensor | None:
+    """What multiplies ``hidden``: the site's gate (``broadcast_unit_gate``) times a fresh probe of ``probe_shape`` (default:
+    ``hidden``'s) while gate gradients are recorded; None: neither. d loss / d probe = g * d loss / d g at this use."""
+    scale = None if site.gate is None else broadcast_unit_gate(site.gate, hidden)
+    if site.recording and torch.is_grad_enabled():
+        shape = hidden.shape if probe_shape is None else probe_shape
+        probe = torch.ones(shape, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
+        site.probes.append(probe)
+        scale = probe if scale is None else scale * probe
+    return scale
+
+
 def alias(name: str) -> property:
     """Attribute ``name`` of a site under a kind's own word (``head_ids`` for ``unit_ids``), read and written."""
     return property(lambda site: getattr(site, name), lambda site, value: setattr(site, name, value))

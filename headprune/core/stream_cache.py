@@ -122,6 +122,17 @@ class StreamedLayer(CacheLayerMixin):
         self._batch("batch_select_indices", indices, lambda t: t[indices, ...])
 
 
+def _streamed_layers(gates, mask):
+    """(site, cache layer index, positions in the k/v weights of its KV heads whose query heads all have alpha 0) per site."""
+    alphas = gates.head_mask(mask, hard=True)["dec_self"]
+    if alphas.dim() != 2:
+        raise ValueError(
+            f"a cache streams one set of KV groups for the whole batch: give one mask [layers, units], got {tuple(alphas.shape)}"
+        )
+    for site in gates.sites:
+        yield site, getattr(site.core, "layer_idx", site.layer), _streamed_kv(site, alphas) if site.head_ids else []
+
+
 def _streamed_kv(site, alphas: torch.Tensor) -> list[int]:
     """Positions (in the k/v weights) of the KV heads of ``site`` whose query heads all have alpha 0 in ``alphas`` [L, H]."""
     streamed = []
@@ -142,16 +153,11 @@ class StreamCache(DynamicCache):
 
     def __init__(self, gates, mask):
         """``gates``: the model's StreamGates (their sink and window); ``mask``: one hard mask in their unit (0 = streamed)."""
-        alphas = gates.head_mask(mask, hard=True)["dec_self"]
-        if alphas.dim() != 2:
-            raise ValueError(
-                f"a cache streams one set of KV groups for the whole batch: give one mask [layers, units], got {tuple(alphas.shape)}"
-            )
+        layers = list(_streamed_layers(gates, mask))
         super().__init__(config=gates.model.config)
         self.gates, self.sink, self.window = gates, gates.sink, gates.window
         self.streamed = {}  # {cache layer: [positions of its streamed KV heads]}
-        for site in gates.sites:
-            streamed = _streamed_kv(site, alphas) if site.head_ids else []
+        for site, index, streamed in layers:
             if not streamed:
                 continue
             if site.kv_index is not None or site.family.head_indexed_kwargs:
@@ -159,7 +165,6 @@ class StreamCache(DynamicCache):
                     f"layer {site.layer}: its KV groups became uneven by pruning (or its attention takes per-head arguments); the "
                     "streaming cache hands whole KV groups to the attention: stream it under the gates with the full cache instead"
                 )
-            index = getattr(site.core, "layer_idx", site.layer)
             base = self.layers[index]
             if not isinstance(base, DynamicLayer) or not hasattr(base, "get_mask_sizes"):
                 raise ValueError(f"layer {index}: a {type(base).__name__} cache layer cannot hold streamed KV groups")
@@ -169,28 +174,20 @@ class StreamCache(DynamicCache):
 
 def held_kv_bytes(cache) -> int:
     """Bytes of the keys and values a cache holds now (every layer, every tensor of keys or values)."""
-    total = 0
-    for layer in cache.layers:
-        for name in KV_ELEMENTS:
-            tensor = getattr(layer, name, None)
-            if isinstance(tensor, torch.Tensor):
-                total += tensor.numel() * tensor.element_size()
-    return total
+    tensors = (getattr(layer, name, None) for layer in cache.layers for name in KV_ELEMENTS)
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def stream_cache_bytes(gates, mask, tokens: int, batch: int = 1, bytes_per_value: int | None = None) -> int:
+def stream_cache_bytes(gates, mask, tokens: int, batch: int = 1) -> int:
     """Bytes ``StreamCache(gates, mask)`` holds after ``tokens`` tokens of ``batch`` sequences (streamed groups: sink + window)."""
-    alphas = gates.head_mask(mask, hard=True)["dec_self"]
     layer_types, layer_kwargs = get_layer_types_and_kwargs(gates.model.config.get_text_config(decoder=True))
     total = 0
-    for site in gates.sites:
-        index = getattr(site.core, "layer_idx", site.layer)
-        streamed = len(_streamed_kv(site, alphas)) if site.head_ids else 0
+    for site, index, streamed_kv in _streamed_layers(gates, mask):
+        streamed = len(streamed_kv)
         sliding = layer_kwargs[index].get("sliding_window") if layer_types[index] != "full_attention" else None
         if sliding is not None:
             keys = site.computed_kv_heads * min(tokens, sliding - 1)  # every group in the layer's own window
         else:
             keys = (site.computed_kv_heads - streamed) * tokens + streamed * min(tokens, gates.sink + gates.window)
-        size = bytes_per_value or site.linear("key").weight.element_size()
-        total += 2 * keys * site.head_dim * size * batch
+        total += 2 * keys * site.head_dim * site.linear("key").weight.element_size() * batch
     return total

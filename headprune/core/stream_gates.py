@@ -32,7 +32,7 @@ class StreamGates(SiteGateMethods):
         """``model_or_heads``: a decoder model or its HeadGates; ``unit``: ``kv_group`` (default with grouped KV heads) or ``head``."""
         check_span(sink, window)
         heads = model_or_heads if isinstance(model_or_heads, HeadGates) else HeadGates(model_or_heads)
-        self.heads, self.model, self.sink, self.window = heads, heads.model, sink, window
+        self.heads, self.model, self.inner, self.sink, self.window = heads, heads.model, heads.inner, sink, window
         if STREAMED_GROUP not in heads.groups:
             raise ValueError(
                 f"streaming limits a head to a sink and a recent window of its causal KV cache; {type(self.model).__name__} has "
@@ -72,10 +72,6 @@ class StreamGates(SiteGateMethods):
     def groups(self) -> dict[str, tuple[int, int]]:
         """{"dec_self": (layers, units per layer in the original model)}."""
         return {STREAMED_GROUP: self.view.groups[STREAMED_GROUP]}
-
-    @property
-    def inner(self) -> str:
-        return self.heads.inner
 
     @property
     def kv_groups(self) -> dict[str, tuple[int, int]]:

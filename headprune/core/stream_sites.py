@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from headprune.core.attention.tensors import broadcast_gate
+from headprune.core.site_gates import gate_and_probe
 
 CACHE_ARGS = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache
 
@@ -89,11 +89,7 @@ class StreamSite:
         queries, keys = torch.arange(past, end, device=query.device), torch.arange(end - key.shape[-2], end, device=query.device)
         mask = streaming_mask(attention_mask, streaming_keep(queries, keys, self.sink, self.window), query.dtype)
         streamed, _ = inner(module, query, key, value, mask, **kwargs)  # (B, Tq, H, D)
-        alpha = broadcast_gate(self.gate, full) if self.gate is not None else torch.ones((), dtype=full.dtype, device=full.device)
-        if self.recording and torch.is_grad_enabled():
-            probe = torch.ones(full.shape[:3], dtype=full.dtype, device=full.device, requires_grad=True)
-            self.probes.append(probe)
-            alpha = alpha * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = alpha * <full - streamed, grad>: alpha's gradient
+        alpha = gate_and_probe(self, full[..., 0]).unsqueeze(-1)  # active: a gate, a probe or both
         return alpha * full + (1 - alpha) * streamed
 
     def split(self, handover: CacheHandover, inner, module, query, key, value, attention_mask, kwargs: dict) -> torch.Tensor:

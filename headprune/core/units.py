@@ -117,6 +117,5 @@ def prune_joint_mask(model: nn.Module, mask) -> dict:
 
 def units_asked(fraction: float, total: int) -> int:
     """The whole units a fraction of ``total`` asks: rounded down, never more than asked."""
-    return int(
-        math.floor(fraction * total + 5e-7 * total + 1e-9)
-    )  # selection.greedy.check_fractions keeps 6 decimals: 0.833333 of 6 asks 5
+    # selection.greedy.check_fractions keeps 6 decimals: 0.833333 of 6 asks 5
+    return math.floor(fraction * total + 5e-7 * total + 1e-9)

@@ -46,8 +46,7 @@ class AttentionSite(Site):
 
     def projections(self) -> list[nn.Module]:
         """The distinct q/k/v/output projection modules (a fused q/k/v projection once)."""
-        modules = {id(m): m for m in (self.linear(w) for w in ("query", "key", "value", "output"))}
-        return list(modules.values())
+        return list({id(m): m for m in map(self.linear, ("query", "key", "value", "output"))}.values())
 
     @property
     def computed_kv_heads(self) -> int:
@@ -113,8 +112,7 @@ def register_wrapper(prefix: str, inner_name: str, make) -> str:
     name = prefix + inner_name
     if name not in ALL_ATTENTION_FUNCTIONS:
         AttentionInterface.register(name, make(inner_name))
-        mask_fn = ALL_MASK_ATTENTION_FUNCTIONS[inner_name] if inner_name in ALL_MASK_ATTENTION_FUNCTIONS else None
-        AttentionMaskInterface.register(name, mask_fn or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS.get(inner_name) or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     return name
 
 
@@ -145,17 +143,17 @@ def route_attention(model: nn.Module) -> str:
 def find_sites(model: nn.Module) -> list[AttentionSite]:
     """All attention modules of a model, ordered by group then layer."""
     family = family_for(model)
-    sites = []
-    for path, block in model.named_modules():
-        matched = match_site(family.sites, path)
-        if matched is not None:
-            core = block.get_submodule(family.core) if family.core else block
-            sites.append(kept_on(core, SITE_ATTR, lambda: _new_site(model, family, path, block, core, *matched)))
+    sites = [
+        kept_on(block.get_submodule(family.core), SITE_ATTR, lambda: _new_site(model, family, path, block, *matched))
+        for path, block in model.named_modules()
+        if (matched := match_site(family.sites, path)) is not None
+    ]
     return ordered_sites(sites, GROUPS, f"found no attention modules in {type(model).__name__} for family {family.name}")
 
 
-def _new_site(model: nn.Module, family: Family, path: str, block: nn.Module, core: nn.Module, group: str, layer: int) -> AttentionSite:
+def _new_site(model: nn.Module, family: Family, path: str, block: nn.Module, group: str, layer: int) -> AttentionSite:
     """An attention module's site with every head present."""
+    core = block.get_submodule(family.core)  # "": the block itself
     head_dim = int(getattr(core, family.head_dim_attr))
     if family.head_count_attr:
         n_heads = int(getattr(core, family.head_count_attr))
@@ -176,17 +174,15 @@ class HeadGates(SiteGates):
 
     unit = "head"  # masks and scores are per query head (headprune.core.attention.kv_groups.KVGroupGates: per KV group)
     noun = "head"
+    find, attach = staticmethod(find_sites), staticmethod(attach_output_gate)
 
     def __init__(self, model: nn.Module, gate_at: str | None = None):
         """``gate_at``: "attention" or "output" for every site (default: each family's own mechanism)."""
-        self.model = model
-        self.sites = find_sites(model)
-        if gate_at is not None:
-            if gate_at not in GATE_MECHANISMS:
-                raise ValueError(f"gate_at must be one of {GATE_MECHANISMS}, got {gate_at!r}")
-            for site in self.sites:
-                site.gate_at = gate_at
-        for site in self.sites:
+        if gate_at is not None and gate_at not in GATE_MECHANISMS:
+            raise ValueError(f"gate_at must be one of {GATE_MECHANISMS}, got {gate_at!r}")
+        super().__init__(model)  # finds the sites and hooks the output projections of those that gate there
+        for site in self.sites if gate_at is not None else ():
+            site.gate_at = gate_at
             attach_output_gate(site)
         if any(site.gate_at == "attention" or site.needs_wrapper for site in self.sites):
             self.inner = route_attention(model)

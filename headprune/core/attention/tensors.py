@@ -3,7 +3,7 @@ input), and attention kwargs with a head axis."""
 
 import torch
 
-from headprune.core.site_gates import broadcast_unit_gate, kept_on
+from headprune.core.site_gates import broadcast_unit_gate, gate_and_probe, kept_on
 
 
 def broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -12,14 +12,9 @@ def broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def gate_heads(site, heads: torch.Tensor) -> torch.Tensor:
-    """Per-head outputs (B, T, H, D) times the site's gate, and times a fresh probe while gate gradients are recorded."""
-    if site.gate is not None:
-        heads = heads * broadcast_gate(site.gate, heads)
-    if site.recording and torch.is_grad_enabled():
-        probe = torch.ones(heads.shape[:3], dtype=heads.dtype, device=heads.device, requires_grad=True)
-        site.probes.append(probe)
-        heads = heads * probe.unsqueeze(-1)  # d loss / d probe[b, t, h] = sum_d out * grad: the gate gradient per token
-    return heads
+    """Per-head outputs (B, T, H, D) times the site's gate, and times a fresh probe (B, T, H) while gate gradients are recorded."""
+    scale = gate_and_probe(site, heads[..., 0])  # d loss / d probe[b, t, h] = sum_d g * out * grad: the gate gradient per token
+    return heads if scale is None else heads * scale.unsqueeze(-1)
 
 
 def slice_head_kwargs(site, kwargs: dict) -> dict:

@@ -5,7 +5,6 @@ from torch import nn
 
 from headprune.core.attention.gates import HeadGates
 from headprune.core.ffn.gates import FFNGates
-from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.site_gates import SharedGates
 
 BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
@@ -21,10 +20,9 @@ class BlockGates(SharedGates):
 
     unit = noun = "block"
 
-    def __init__(self, model: nn.Module, heads: HeadGates | None = None, ffn: FFNGates | None = None):
-        self.model = model
-        self.heads = heads if heads is not None else HeadGates(model)
-        self.ffn = ffn if ffn is not None else (FFNGates(model) if ffn_sites_if_any(model) else None)
+    def __init__(self, model: nn.Module, heads: HeadGates, ffn: FFNGates | None):
+        """``heads``: the model's query-head gates; ``ffn``: its neuron gates (None where it has no MLP layout)."""
+        self.model, self.heads, self.ffn = model, heads, ffn
 
     @property
     def shared(self) -> dict:
@@ -53,6 +51,5 @@ class BlockGates(SharedGates):
 
     def set_mask(self, mask) -> None:
         base = {} if mask is None else self.base_masks(mask)
-        self.heads.set_mask(base.get("head") if mask is not None else None)
-        if self.ffn is not None:
-            self.ffn.set_mask(base.get("ffn") if mask is not None else None)
+        for kind, part in self.shared.items():  # a kind the mask leaves out: no gates
+            part.set_mask(base.get(kind))

@@ -47,13 +47,9 @@ class FFNKind(UnitKind):
         return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None
 
     def kept_rows(self, model):
-        rows = {}
-        for site in ffn_sites_if_any(model):
-            for path in site.up_paths():
-                up = site.projection(path)
-                if out_features(up) == len(site.neuron_ids):  # a fused gate/up projection holds two rows per neuron
-                    rows[id(up)] = list(site.neuron_ids)
-        return rows
+        ups = [(site, site.projection(path)) for site in ffn_sites_if_any(model) for path in site.up_paths()]
+        # a fused gate/up projection holds two rows per neuron: not one kind's rows
+        return {id(up): list(site.neuron_ids) for site, up in ups if out_features(up) == len(site.neuron_ids)}
 
     def unit_columns(self, site):
         if not isinstance(site, FFNSite) or not site.neuron_ids:

@@ -2,13 +2,12 @@
 
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from headprune.core.families import family_for, family_of_type, match_site
 from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
 from headprune.core.projections import in_features
-from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_on, ordered_sites
+from headprune.core.site_gates import Site, alias, gate_and_probe, kept_on, ordered_sites
 
 SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
 HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
@@ -97,17 +96,9 @@ def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:
 
 def _gate_neurons(module, args):
     """The pre-hook: the down projection's input times its site's gate (and a fresh probe while recording)."""
-    site = getattr(module, SITE_ATTR)
-    if site.gate is None and not site.recording:
-        return None
     hidden, *rest = args
-    if site.gate is not None:
-        hidden = hidden * broadcast_unit_gate(site.gate, hidden)
-    if site.recording and torch.is_grad_enabled():
-        probe = torch.ones(hidden.shape, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
-        site.probes.append(probe)
-        hidden = hidden * probe  # d loss / d probe[b, t, i] = h * grad: neuron i's gate gradient at token t
-    return (hidden, *rest)
+    scale = gate_and_probe(getattr(module, SITE_ATTR), hidden)  # d loss / d probe[b, t, i]: neuron i's gate gradient at token t
+    return None if scale is None else (hidden * scale, *rest)
 
 
 def attach_neuron_gate(site: FFNSite) -> None:

@@ -36,15 +36,13 @@ class _Slicer:
 
 
 def _slice_projection(slicer: _Slicer, module: nn.Module, outputs: bool) -> None:
-    conv1d = isinstance(module, Conv1D)  # weight [in, out]
-    slicer.take(module, "weight", (1 if conv1d else 0) if outputs else (0 if conv1d else 1))
+    """Slice a projection's output rows (``outputs``, with its bias) or its input columns to the kept channels."""
+    conv1d = isinstance(module, Conv1D)  # weight [in, out]; nn.Linear's [out, in]
+    slicer.take(module, "weight", int(conv1d == outputs))
     if outputs:
         slicer.take(module, "bias", 0)
-    width = len(slicer.index)
-    if conv1d:
-        module.nf, module.nx = (width, module.nx) if outputs else (module.nf, width)
-    else:
-        module.out_features, module.in_features = (width, module.in_features) if outputs else (module.out_features, width)
+    out_name, in_name = ("nf", "nx") if conv1d else ("out_features", "in_features")
+    setattr(module, out_name if outputs else in_name, len(slicer.index))
 
 
 def _scale_norm(module: nn.Module, factor: float) -> None:

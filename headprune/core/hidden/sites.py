@@ -9,7 +9,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import Site, alias, broadcast_unit_gate, kept_on
+from headprune.core.site_gates import Site, alias, gate_and_probe, kept_on
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -102,15 +102,10 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
     """The model's coupled group on the residual axis; a ValueError where a tensor of it has another width."""
     width = hidden_width(model)
     family = family_for(model)
-    readers, writers = [], []
-    for site in find_sites(model):
-        readers += [site.linear(w) for w in ("query", "key", "value")]
-        writers.append(site.linear("output"))
-    for site in ffn_sites_if_any(model):
-        readers += [site.projection(p) for p in site.up_paths()]
-        writers.append(site.down())
-    readers += _head_readers(model, width)
-    readers, writers = list({id(m): m for m in readers}.values()), list({id(m): m for m in writers}.values())
+    attention, ffn = find_sites(model), ffn_sites_if_any(model)
+    readers = [s.linear(w) for s in attention for w in ("query", "key", "value")] + [s.projection(p) for s in ffn for p in s.up_paths()]
+    readers = list({id(m): m for m in readers + _head_readers(model, width)}.values())  # each once (a fused q/k/v projection)
+    writers = list({id(m): m for m in [s.linear("output") for s in attention] + [s.down() for s in ffn]}.values())
     wrong = [m for m in readers if in_features(m) != width] + [m for m in writers if out_features(m) != width]
     if wrong:
         raise ValueError(
@@ -152,12 +147,7 @@ def _gate_of(site: HiddenSite, stream: torch.Tensor) -> torch.Tensor | None:
         shape = (rows, *shape[1:])
     elif stream.dim() == 2 and rows > 1 and shape[0] != rows:  # Marian's sinusoidal positions: (T, d), no batch axis
         shape = (rows, *shape)
-    gate = None if site.gate is None else broadcast_unit_gate(site.gate, stream.expand(shape))
-    if site.recording and torch.is_grad_enabled():
-        probe = torch.ones(shape, dtype=stream.dtype, device=stream.device, requires_grad=True)
-        site.probes.append(probe)
-        gate = probe if gate is None else gate * probe  # d loss / d probe = g * d loss / d g at this use
-    return gate
+    return gate_and_probe(site, stream.expand(shape))
 
 
 def gated_norm(module: nn.Module, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:

@@ -19,13 +19,9 @@ class Unit:
     kinds: tuple[UnitKind, ...]
 
     @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(kind.name for kind in self.kinds)
-
-    @property
     def name(self) -> str:
         """Its canonical name: ``head+ffn`` for [ffn, head]."""
-        return JOINER.join(self.names)
+        return JOINER.join(kind.name for kind in self.kinds)
 
     @property
     def is_joint(self) -> bool:
@@ -85,7 +81,7 @@ def kind_named(name: str) -> UnitKind:
 def unit_kinds(unit) -> tuple[str, ...]:
     """A unit's kinds in registry order (``"head+ffn"``, ``["ffn", "head"]`` -> (head, ffn)); a ValueError: unknown, twice, same part."""
     if isinstance(unit, Unit):
-        return unit.names
+        return tuple(kind.name for kind in unit.kinds)
     if not isinstance(unit, str) and not (isinstance(unit, Iterable) and all(isinstance(k, str) for k in unit)):
         raise ValueError(
             f"a unit is a kind's name or a list of names, e.g. 'head' or ['kv_group', 'ffn']; got {type(unit).__name__} {unit!r:.40}"

@@ -64,11 +64,10 @@ class LayerKind(UnitKind):
         return _tables(model, flops)
 
     def nested_rows(self, model):
-        out = {}
-        for site in find_layer_sites(model):
-            attention, ffn = parts_of(model, site)
-            out[site.group, site.layer] = [(s.group, s.layer) for s in (*attention, *ffn)]
-        return out
+        return {
+            (site.group, site.layer): [(s.group, s.layer) for part in parts_of(model, site) for s in part]
+            for site in find_layer_sites(model)
+        }
 
     def latency_parts(self):
         return ("attention", "feed_forward")  # a layer's seconds are its attention's and its FFN's, timed

@@ -51,12 +51,9 @@ def _move_first_layer_state(stack: list[LayerSite], new_first: LayerSite) -> Non
     """Hand the removed first layer's stack state (T5's relative position bias) to the new first layer."""
     for path in _first_only(stack):
         parent_path, _, name = path.rpartition(".")
-        if name not in FIRST_LAYER_STATE:
-            continue
-        source = stack[0].module.get_submodule(parent_path) if parent_path else stack[0].module
-        target = new_first.module.get_submodule(parent_path) if parent_path else new_first.module
-        setattr(target, name, getattr(source, name))
-        setattr(target, FIRST_LAYER_STATE[name], True)
+        if name in FIRST_LAYER_STATE:
+            new_first.module.set_submodule(path, stack[0].module.get_submodule(path))
+            setattr(new_first.module.get_submodule(parent_path), FIRST_LAYER_STATE[name], True)
 
 
 def pin_layer_ids(model: nn.Module) -> None:
@@ -100,14 +97,10 @@ def _sync_config(model: nn.Module, group: str, kept_positions: list[int]) -> Non
 
 def removed_layers(model: nn.Module) -> dict[str, list[int]]:
     """{group: [removed original layer ids]} of a model ({} when no layer is removed)."""
-    sites = find_layer_sites(model)
-    out = {}
-    for group in dict.fromkeys(s.group for s in sites):
-        stack = [s for s in sites if s.group == group]
-        gone = sorted(set(range(stack[0].stack_layers)) - {s.layer for s in stack})
-        if gone:
-            out[group] = gone
-    return out
+    gone: dict[str, set[int]] = {}
+    for site in find_layer_sites(model):  # each stack's original ids, less those of the layers still in it
+        gone.setdefault(site.group, set(range(site.stack_layers))).discard(site.layer)
+    return {group: sorted(ids) for group, ids in gone.items() if ids}
 
 
 def remove_layers(model: nn.Module, layers: dict) -> dict[str, list[int]]:

@@ -3,11 +3,10 @@
 import re
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from headprune.core.families import family_for
-from headprune.core.site_gates import Site, SiteGates, broadcast_unit_gate, kept_on, ordered_sites
+from headprune.core.site_gates import Site, SiteGates, gate_and_probe, kept_on, ordered_sites
 
 LAYER_GROUPS = ("enc_layer", "dec_layer")  # one group per layer stack: the encoder's (or only) stack, the decoder's
 SITE_ATTR = "_headprune_layer_site"  # the site, on its layer module (a deep copy gets its own)
@@ -39,16 +38,14 @@ def layer_stacks(model: nn.Module) -> dict[str, tuple[str, str]]:
 def find_layer_sites(model: nn.Module) -> list[LayerSite]:
     """All Transformer layers of a model, ordered by group then original id (sites already made keep their original ids)."""
 
-    def new_site(path: str, module: nn.Module, stack: str, group: str) -> LayerSite:
+    def new_site(path: str, stack: str, group: str) -> LayerSite:
         layers = model.get_submodule(stack)
         if not isinstance(layers, nn.ModuleList):
             raise ValueError(f"{stack} is a {type(layers).__name__}, not an nn.ModuleList: its layers cannot be gated or removed")
-        return LayerSite(path, group, int(path.rpartition(".")[2]), 1, [0], module, stack, stack_layers=len(layers))
+        return LayerSite(path, group, int(path.rpartition(".")[2]), 1, [0], model.get_submodule(path), stack, stack_layers=len(layers))
 
-    sites = []
-    for path, (stack, group) in layer_stacks(model).items():
-        module = model.get_submodule(path)
-        sites.append(kept_on(module, SITE_ATTR, lambda: new_site(path, module, stack, group)))
+    stacks = layer_stacks(model).items()
+    sites = [kept_on(model.get_submodule(path), SITE_ATTR, lambda: new_site(path, stack, group)) for path, (stack, group) in stacks]
     return ordered_sites(sites, LAYER_GROUPS, f"found no Transformer layers in {type(model).__name__}")
 
 
@@ -62,11 +59,8 @@ def _gate_layer(module, args, kwargs, output):
         raise ValueError(f"a gated layer was called without its hidden states (keywords {sorted(kwargs)})")
     hidden_in = args[0] if args else kwargs[name]  # the hidden states the layer was called with
     hidden = output[0] if isinstance(output, tuple) else output
-    scale = None if site.gate is None else broadcast_unit_gate(site.gate, hidden)  # (1,) or (B', 1, 1)
-    if site.recording and torch.is_grad_enabled():
-        probe = torch.ones(*hidden.shape[:-1], 1, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
-        site.probes.append(probe)  # d loss / d probe[b, t] = g * <d loss / d h[b, t], h[b, t] - x[b, t]>
-        scale = probe if scale is None else scale * probe
+    # gate (1,) or (B', 1, 1), probe (B, T, 1): d loss / d probe[b, t] = g * <d loss / d h[b, t], h[b, t] - x[b, t]>
+    scale = gate_and_probe(site, hidden, (*hidden.shape[:-1], 1))
     if scale is None:
         return None
     gated = hidden_in + scale * (hidden - hidden_in)

@@ -15,10 +15,8 @@ from headprune.core.vocab.tokenizer import merge_pair, tokenizer_json
 
 def _ranks(model: dict) -> dict[tuple[str, str], int]:
     """{(left, right): rank} of a BPE model's merges (a merge is "a b" or ["a", "b"])."""
-    out = {}
-    for rank, merge in enumerate(model.get("merges", [])):
-        out.setdefault(merge_pair(merge), rank)
-    return out
+    ranked = list(enumerate(model.get("merges", [])))
+    return {merge_pair(merge): rank for rank, merge in reversed(ranked)}  # a pair listed twice: its first rank
 
 
 def _symbols(token: str, prefix: str) -> list[str]:
