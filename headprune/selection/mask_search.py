@@ -158,23 +158,17 @@ def search_mask(
     target = PruneTarget.from_config(target)
     order = removal_order(scores, costs, start, min_per_layer, groups)
     raw = lambda k: mask_after(order, k, costs.groups, start)  # noqa: E731
-    predicted = costs_along(order, costs, start)  # cost after k = 0..n removals
-    k, mask, along, evaluations = searched_level(target, costs, raw, predicted, evaluate, higher_is_better, refine)
-    if k is None:
-        raise ValueError(
-            f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
-            f"removable unit (a layer stack and the residual stream keep one) keeps {along[-1] / costs.total:.3f} of the cost, a speed-up of "
-            f"{costs.total / along[-1]:.3f} ({costs.unit})"
-        )
-    return SearchResult.of(mask, order[:k], costs, target, evaluations)
+    unmet = f"with min_per_layer={min_per_layer}: removing every removable unit (a layer stack and the residual stream keep one)", ""
+    removed = lambda mask, k: order[:k]  # noqa: E731
+    return searched_result(target, costs, raw, costs_along(order, costs, start), removed, unmet, evaluate, higher_is_better, refine)
 
 
-def searched_level(
-    target, costs: CostModel, raw: Callable, predicted: list[float], evaluate, higher_is_better: bool, refine=None, key=None
-):
-    """(the level meeting ``target`` or None, its mask, the cost at each level, the scores evaluated): level i's mask is
-    ``refine(raw(i))``, its cost ``predicted[i]`` or the pruned model's own where ``costs`` counts it; scores keyed by
-    ``key(mask)`` (by level when None)."""
+def searched_result(
+    target, costs, raw, predicted, removed, unmet: tuple, evaluate, higher_is_better, refine=None, key=None
+) -> SearchResult:
+    """The result at the level meeting ``target``: level i's mask is ``refine(raw(i))``, its units ``removed(mask, i)``, its cost
+    ``predicted[i]`` or the pruned model's own where ``costs`` counts it; scores keyed by ``key(mask)`` (by level when None).
+    None meets it: a ValueError of ``unmet`` (where and what the last level removes, advice)."""
     refine = refine or (lambda mask: mask)
     along = CostsAlong(costs, raw, len(predicted)) if costs.exact is not None else predicted
     evaluations: dict[int, float] = {}
@@ -187,7 +181,13 @@ def searched_level(
         return evaluations[k]
 
     level = target_level(target, costs, along, evaluate is not None, score_of, higher_is_better)
-    return level, None if level is None else refine(raw(level)), along, evaluations
+    if level is None:
+        raise ValueError(
+            f"target {target.kind}={target.value} cannot be met {unmet[0]} keeps {along[-1] / costs.total:.3f} of the cost, a speed-up "
+            f"of {costs.total / along[-1]:.3f} ({costs.unit}){unmet[1]}"
+        )
+    mask = refine(raw(level))
+    return SearchResult.of(mask, removed(mask, level), costs, target, evaluations)
 
 
 def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:

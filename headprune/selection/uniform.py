@@ -7,7 +7,7 @@ import torch
 
 from headprune.core.unit_kinds import kind_of_group
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, SearchResult, nonnegative, searched_level, start_mask
+from headprune.selection.mask_search import PruneTarget, SearchResult, nonnegative, searched_result, start_mask
 
 LAYOUTS = ("global", "uniform")
 
@@ -114,16 +114,12 @@ def uniform_search(
     path = UniformPath(scores, costs, base, groups, max(min_per_layer, 1))
     levels = path.levels()
     raw = lambda i: uniform_mask(scores, shape, levels[i], base)  # noqa: E731
-    removed = lambda mask: sum(int((mask[g] == 0).sum()) for g in groups)  # noqa: E731
+    removed = lambda mask, i: _removed_in_order(mask, base, scores, groups)  # noqa: E731
+    count = lambda mask: sum(int((mask[g] == 0).sum()) for g in groups)  # noqa: E731
+    where = f"in the uniform layout with min_per_layer={min_per_layer}: removing {_counts_text(levels[-1])} units in every layer"
     predicted = [path.cost(counts) for counts in levels]
-    i, mask, cost_at, evaluations = searched_level(target, costs, raw, predicted, evaluate, higher_is_better, refine, removed)
-    if i is None:
-        raise ValueError(
-            f"target {target.kind}={target.value} cannot be met in the uniform layout with min_per_layer={min_per_layer}: "
-            f"removing {_counts_text(levels[-1])} units in every layer keeps {cost_at[-1] / costs.total:.3f} of the cost, a speed-up "
-            f"of {costs.total / cost_at[-1]:.3f} ({costs.unit}); use prune.layout=global or a lower target"
-        )
-    return SearchResult.of(mask, _removed_in_order(mask, base, scores, groups), costs, target, evaluations)
+    unmet = where, "; use prune.layout=global or a lower target"
+    return searched_result(target, costs, raw, predicted, removed, unmet, evaluate, higher_is_better, refine, count)
 
 
 def _counts_text(counts: dict[str, int]) -> str:
