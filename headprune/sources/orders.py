@@ -8,7 +8,7 @@ import torch
 
 from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
 from headprune.scoring.order_names import ORDER_NAMES
-from headprune.selection.greedy import ablation_scores, entropy_scores, random_scores
+from headprune.selection.greedy import negated_scores, random_scores
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None 
         with task.gates.masked(mask):
             return task.gates.scores_from_heads(_on_training_subset(task, settings, attention_entropy))
 
-    return entropy_scores(_cached(shared, "entropy_raw", mask, compute))
+    return negated_scores(_cached(shared, "entropy_raw", mask, compute))
 
 
 def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
@@ -75,7 +75,7 @@ def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None
         result = ablation_stage(task, settings.ablation_split, None, settings.n_samples, settings.seed, None, progress=True)
         return {g: torch.tensor(v) for g, v in result["delta"].items()}
 
-    return ablation_scores(_cached(shared, "ablation_deltas", None, compute))
+    return negated_scores(_cached(shared, "ablation_deltas", None, compute))
 
 
 def random_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
