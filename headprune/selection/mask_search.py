@@ -158,9 +158,13 @@ def search_mask(
     target = PruneTarget.from_config(target)
     order = removal_order(scores, costs, start, min_per_layer, groups)
     raw = lambda k: mask_after(order, k, costs.groups, start)  # noqa: E731
+    kept, predicted = costs.kept_counts(start), [costs.cost(start)]  # the predicted cost after k = 0..n removals
+    for group, layer, _ in order:
+        predicted.append(predicted[-1] - costs.saving(group, layer, int(kept[group][layer])))
+        kept[group][layer] -= 1
     unmet = f"with min_per_layer={min_per_layer}: removing every removable unit (a layer stack and the residual stream keep one)", ""
     removed = lambda mask, k: order[:k]  # noqa: E731
-    return searched_result(target, costs, raw, costs_along(order, costs, start), removed, unmet, evaluate, higher_is_better, refine)
+    return searched_result(target, costs, raw, predicted, removed, unmet, evaluate, higher_is_better, refine)
 
 
 def searched_result(
@@ -190,16 +194,6 @@ def searched_result(
     return SearchResult.of(mask, removed(mask, level), costs, target, evaluations)
 
 
-def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:
-    """The predicted cost after removing the first k heads of ``order``, for k = 0..len(order)."""
-    kept = costs.kept_counts(start)
-    along = [costs.cost(start)]
-    for group, layer, _ in order:
-        along.append(along[-1] - costs.saving(group, layer, int(kept[group][layer])))
-        kept[group][layer] -= 1
-    return along
-
-
 def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: bool, score_of, higher_is_better: bool) -> int | None:
     """The level (index into ``cost_at``) that meets ``target``: the first for flops / bytes / speedup, the last within max_drop."""
     if target.kind in SHARES:
@@ -215,17 +209,12 @@ def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: b
         return first_meeting(cost_at, lambda c: total / c >= target.value - 1e-12)
     if not can_evaluate:
         raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
-    return _last_within_drop(len(cost_at) - 1, score_of, target.value, higher_is_better)
-
-
-def _last_within_drop(n: int, score_of: Callable[[int], float], max_drop: float, higher_is_better: bool) -> int:
-    """The largest k in 0..n whose drop from k = 0 is <= max_drop, by bisection."""
     base = score_of(0)
     drop = lambda k: (base - score_of(k)) if higher_is_better else (score_of(k) - base)  # noqa: E731
-    low, high = 0, n
+    low, high = 0, len(cost_at) - 1  # the last level within max_drop, by bisection
     while low < high:
         mid = (low + high + 1) // 2
-        if drop(mid) <= max_drop + 1e-12:
+        if drop(mid) <= target.value + 1e-12:
             low = mid
         else:
             high = mid - 1

@@ -116,16 +116,12 @@ def uniform_search(
     raw = lambda i: uniform_mask(scores, shape, levels[i], base)  # noqa: E731
     removed = lambda mask, i: _removed_in_order(mask, base, scores, groups)  # noqa: E731
     count = lambda mask: sum(int((mask[g] == 0).sum()) for g in groups)  # noqa: E731
-    where = f"in the uniform layout with min_per_layer={min_per_layer}: removing {_counts_text(levels[-1])} units in every layer"
+    last = set(levels[-1].values())  # one count when every group removes as many units per layer, else "enc_self 3, enc_ffn 40"
+    removing = str(last.pop()) if len(last) == 1 else ", ".join(f"{g} {c}" for g, c in levels[-1].items())
+    where = f"in the uniform layout with min_per_layer={min_per_layer}: removing {removing} units in every layer"
     predicted = [path.cost(counts) for counts in levels]
     unmet = where, "; use prune.layout=global or a lower target"
     return searched_result(target, costs, raw, predicted, removed, unmet, evaluate, higher_is_better, refine, count)
-
-
-def _counts_text(counts: dict[str, int]) -> str:
-    """``3`` when every group removes as many units per layer, else ``enc_self 3, enc_ffn 40``."""
-    values = set(counts.values())
-    return str(values.pop()) if len(values) == 1 else ", ".join(f"{g} {c}" for g, c in counts.items())
 
 
 def layout_search(layout: str = "global"):
