@@ -35,21 +35,23 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
-def need_no_teacher(removed: bool, units: str, part: str) -> None:
-    """A ValueError when a model without a teacher has ``units`` already removed from its weights (its ``part``s have no reference)."""
-    if removed:
-        raise ValueError(
-            f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
-            f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
-        )
-
-
-def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
-    """The unpruned reference model and its gates: ``teacher``, or the model itself when none of its heads left the weights."""
+def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None, neurons: bool = False) -> tuple[nn.Module, Gates]:
+    """The unpruned reference model and its gates: ``teacher``, else (none of the model's units left its weights) the model
+    itself, or for ``neurons`` (fitted block after block) a copy of it with its FFN gates ungated."""
     if teacher is None:
-        need_no_teacher(bool(pruning_record(model)), "heads", "layer")
-        return model, gates
-    return teacher.eval(), unit_gates(teacher, QUERY_HEADS)
+        units, part, record = ("FFN neurons", "block", ffn_record) if neurons else ("heads", "layer", pruning_record)
+        if record(model):
+            raise ValueError(
+                f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
+                f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
+            )
+        if not neurons:
+            return model, gates
+        teacher = copy.deepcopy(model)
+    reference = unit_gates(teacher, gates.unit if neurons else QUERY_HEADS)  # neurons: the same kind's gates on the teacher
+    if neurons:
+        reference.set_mask(None)
+    return teacher.eval(), reference
 
 
 def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
@@ -212,16 +214,6 @@ def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     return rows[valid.to(x.device).reshape(-1).bool()]
 
 
-def _teacher_sites(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
-    """The unpruned reference model and its FFN gates, ungated (a copy of ``model`` when it has no neuron removed yet)."""
-    if teacher is None:
-        need_no_teacher(bool(ffn_record(model)), "FFN neurons", "block")
-        teacher = copy.deepcopy(model)
-    reference = unit_gates(teacher, gates.unit)  # the same kind's gates on the teacher
-    reference.set_mask(None)
-    return teacher.eval(), reference
-
-
 def _target(teacher_site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     """The teacher block's output without its bias at the real tokens, y (N, hidden)."""
     return F.linear(valid_rows(teacher_site, batch, x), linear_weight(teacher_site.down()))
@@ -290,7 +282,7 @@ def ffn_lsq_recover(
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections."""
     batches, mask = fit_inputs("ffn_lsq_recover", gates, batches, mask)
-    teacher, teacher_gates = _teacher_sites(model, gates, teacher)
+    teacher, teacher_gates = _reference_of(model, gates, teacher, neurons=True)
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
