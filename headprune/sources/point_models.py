@@ -94,21 +94,14 @@ def _step_settings(prune, step: str):
     """The settings one recovery step reads, as plain JSON values (None for none)."""
     from headprune.selection.lsq import SHRINKS
 
-    settings = _plain({"lsq": prune.lsq, "reconstruct": prune.reconstruct, "finetune": prune.finetune}.get(step))
+    settings = {"lsq": prune.lsq, "reconstruct": prune.reconstruct, "finetune": prune.finetune}.get(step)
+    if OmegaConf.is_config(settings):
+        settings = OmegaConf.to_container(settings, resolve=True)
+    elif dataclasses.is_dataclass(settings):
+        settings = json.loads(json.dumps(dataclasses.asdict(settings), default=str))
     if step == "lsq":  # the shrinks tried are part of how the model was made (an older lsq tried none)
         settings = {**settings, "shrinks": list(SHRINKS)}
     return settings
-
-
-def _plain(value):
-    """Settings (dataclass or OmegaConf) as plain JSON values."""
-    if value is None:
-        return None
-    if OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True)
-    if dataclasses.is_dataclass(value):
-        return json.loads(json.dumps(dataclasses.asdict(value), default=str))
-    return value
 
 
 def saved_dir(recipe: dict) -> str:
