@@ -217,7 +217,11 @@ def with_floor(task, scores: dict, text_splits: tuple = ()) -> dict:
     ``text_splits`` use): no order removes them; then re-ranked by each kind (a kept token's merge parts stay)."""
     from headprune.core.unit_kinds import kinds_of
 
-    needed = [*getattr(task, "needed_token_ids", lambda: [])(), *text_token_ids(task, text_splits)]
+    texts = task.__dict__.setdefault("_headprune_text_ids", {})  # {split: the sorted ids of its text's tokens}, once per task
+    for split in text_splits:
+        if split not in texts:
+            texts[split] = sorted({int(t) for row in task.token_rows(split) for t in row})
+    needed = [*getattr(task, "needed_token_ids", lambda: [])(), *sorted({t for split in text_splits for t in texts[split]})]
     out, tokenizer = dict(scores), getattr(task, "tokenizer", None)
     for kind in kinds_of(task.gates.unit):
         for group, fixed in kind.floor(task.gates, tokenizer, needed).items():
@@ -225,15 +229,3 @@ def with_floor(task, scores: dict, text_splits: tuple = ()) -> dict:
                 out[group] = out[group].float().masked_fill(fixed.to(out[group].device), float("inf"))
         out = kind.ranked_scores(task.gates, tokenizer, out)  # e.g. a kept token keeps what its tokenizer builds it from
     return out
-
-
-CACHE_ATTR = "_headprune_text_ids"  # {split: sorted token ids} on the task
-
-
-def text_token_ids(task, splits) -> list[int]:
-    """The sorted ids of every token the text of ``splits`` uses (none: []): each split's ``token_rows``, counted once per task."""
-    cache = task.__dict__.setdefault(CACHE_ATTR, {})
-    for split in splits:
-        if split not in cache:
-            cache[split] = sorted({int(t) for row in task.token_rows(split) for t in row})
-    return sorted({t for split in splits for t in cache[split]})
