@@ -22,11 +22,6 @@ from headprune.selection.layer_replay import captured_module_inputs
 SHRINKS = (1.0, 0.5, 0.25, 0.0)  # the fractions of the least-squares deviations s - 1 tried; 0 = the mask alone
 
 
-def _captured_inputs(model: nn.Module, sites: list[AttentionSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
-    """{id(site): the input (B, T, heads * head_dim) of its output projection} in forward order; ``stop`` ends the pass early."""
-    return captured_module_inputs(model, {id(site): site.linear("output") for site in sites}, batch, stop)
-
-
 def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int], head_dim: int, x_positions=None) -> torch.Tensor:
     """Each listed head's share of the output projection (N, K, hidden) from its input rows x (N, width) at ``x_positions``."""
     a = x.reshape(x.shape[0], -1, head_dim)[:, positions if x_positions is None else x_positions]  # (N, K, D)
@@ -102,7 +97,7 @@ def _normal_equations(fits: list, reference_model, reference: Gates, batches: li
     sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
     for batch in batches:
         with reference.masked(None):
-            inputs = _captured_inputs(reference_model, sites, batch)
+            inputs = captured_module_inputs(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
         for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
             x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
             target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
@@ -185,7 +180,7 @@ def layer_output_errors(model: nn.Module, gates: Gates, teacher: nn.Module, batc
     norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     for batch in batches:
         with eval_mode(teacher):
-            reference = _captured_inputs(teacher, teacher_gates.sites, batch)
+            reference = captured_module_inputs(teacher, {id(ref): ref.linear("output") for ref in teacher_gates.sites}, batch)
         for site in gates.sites:
             ref = teacher_gates.site(site.group, site.layer)
             x = valid_rows(site, batch, reference[id(ref)])  # (N, the teacher's width)
