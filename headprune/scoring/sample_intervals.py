@@ -50,13 +50,11 @@ def ratio_interval(numerators: list[float], denominators: list[float], confidenc
 
 def perplexity_interval(nll: list[float], tokens: list[int], confidence: float = 0.95) -> tuple[float, float, float]:
     """Corpus perplexity over documents (NLL sums, tokens) with its interval: exp of ``ratio_interval``."""
-    mean, low, high = ratio_interval(nll, tokens, confidence)
-    return math.exp(mean), math.exp(low), math.exp(high)
+    return tuple(math.exp(value) for value in ratio_interval(nll, tokens, confidence))
 
 
 def paired_perplexity_ratio(nll: list[float], other_nll: list[float], tokens: list[int], confidence: float = 0.95) -> tuple:
     """Perplexity of one system over another's on the same documents (exp of the mean NLL difference per token) with its interval."""
     if len(nll) != len(other_nll):
         raise ValueError(f"paired perplexities need the same documents: {len(nll)} vs {len(other_nll)}")
-    mean, low, high = ratio_interval([a - b for a, b in zip(nll, other_nll)], tokens, confidence)
-    return math.exp(mean), math.exp(low), math.exp(high)
+    return tuple(math.exp(value) for value in ratio_interval([a - b for a, b in zip(nll, other_nll)], tokens, confidence))

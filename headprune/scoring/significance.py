@@ -21,21 +21,15 @@ class PairedResult:
     ci_high: float
 
 
-def _p_value(sample_diffs: np.ndarray, observed: float) -> float:
-    """Moses/sacrebleu p-value from absolute resample differences (centred) and the observed |delta|."""
-    if observed == 0.0:
-        return 1.0  # no observed difference is never significant (the centred count alone would say p = 1/(R+1))
-    centred = sample_diffs - sample_diffs.mean()
-    return float((np.sum(centred > observed) + 1) / (len(sample_diffs) + 1))
-
-
 def _bootstrap_results(base_score, scores, base_resampled, resampled, alpha: float) -> list[PairedResult]:
     """Each system's PairedResult from its score, the resampled scores (R,) and (R, S), and the 95% interval of the difference."""
     out = []
     for s, score in enumerate(scores):
         delta = float(score) - float(base_score)
         diffs = resampled[:, s] - base_resampled
-        p = _p_value(np.abs(diffs), abs(delta))
+        centred = np.abs(diffs) - np.abs(diffs).mean()  # Moses/sacrebleu p-value: centred absolute resample differences vs |delta|
+        # no observed difference is never significant (the centred count alone would say p = 1/(R+1))
+        p = 1.0 if delta == 0.0 else float((np.sum(centred > abs(delta)) + 1) / (len(diffs) + 1))
         lo, hi = np.percentile(diffs, [2.5, 97.5])
         out.append(PairedResult(float(score), float(base_score), delta, p, bool(p < alpha), float(lo), float(hi)))
     return out

@@ -7,18 +7,12 @@ import torch
 from headprune.core.inputs import eval_mode, model_inputs
 
 
-def _positions(batch: dict) -> torch.Tensor:
-    """(B, T) bool: the positions whose hidden states are distilled (the labelled ones, else every real token)."""
-    labels = batch.get("labels")
-    if labels is not None and labels.dim() == 2:
-        return labels != -100
-    return batch["attention_mask"].bool()
-
-
 def _hidden(model, batch: dict) -> torch.Tensor:
-    """The final hidden states (N, D) at the distilled positions, in float32."""
+    """The final hidden states (N, D) at the distilled positions (the labelled ones, else every real token), in float32."""
     hidden = model.base_model(**model_inputs(model, batch)).last_hidden_state  # (B, T, D)
-    return hidden[_positions(batch).to(hidden.device)].float()
+    labels = batch.get("labels")
+    positions = labels != -100 if labels is not None and labels.dim() == 2 else batch["attention_mask"].bool()  # (B, T)
+    return hidden[positions.to(hidden.device)].float()
 
 
 def _targets(model, gates, batches: list[dict]) -> list[torch.Tensor]:

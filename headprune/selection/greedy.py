@@ -62,14 +62,9 @@ def random_scores(shape: dict[str, tuple[int, int]], seed: int) -> dict[str, tor
     return {g: torch.rand(l, h, generator=generator) for g, (l, h) in shape.items()}
 
 
-def ablation_scores(deltas: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Order scores from single-head ablation: the loss caused by removing a head (base - ablated)."""
-    return {g: -torch.as_tensor(d, dtype=torch.float32) for g, d in deltas.items()}
-
-
-def entropy_scores(entropy: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Order scores from attention entropy: diffuse (high-entropy) heads are pruned first."""
-    return {g: -torch.as_tensor(e, dtype=torch.float32) for g, e in entropy.items()}
+def negated_scores(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Order scores pruning the highest ``values`` first: attention entropy (diffuse heads), ablation deltas (ablated - base)."""
+    return {g: -torch.as_tensor(v, dtype=torch.float32) for g, v in values.items()}
 
 
 def n_to_prune(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str]) -> int:

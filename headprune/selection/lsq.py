@@ -22,11 +22,6 @@ from headprune.selection.layer_replay import captured_module_inputs
 SHRINKS = (1.0, 0.5, 0.25, 0.0)  # the fractions of the least-squares deviations s - 1 tried; 0 = the mask alone
 
 
-def _captured_inputs(model: nn.Module, sites: list[AttentionSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
-    """{id(site): the input (B, T, heads * head_dim) of its output projection} in forward order; ``stop`` ends the pass early."""
-    return captured_module_inputs(model, {id(site): site.linear("output") for site in sites}, batch, stop)
-
-
 def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int], head_dim: int, x_positions=None) -> torch.Tensor:
     """Each listed head's share of the output projection (N, K, hidden) from its input rows x (N, width) at ``x_positions``."""
     a = x.reshape(x.shape[0], -1, head_dim)[:, positions if x_positions is None else x_positions]  # (N, K, D)
@@ -35,21 +30,23 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
-def need_no_teacher(removed: bool, units: str, part: str) -> None:
-    """A ValueError when a model without a teacher has ``units`` already removed from its weights (its ``part``s have no reference)."""
-    if removed:
-        raise ValueError(
-            f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
-            f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
-        )
-
-
-def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
-    """The unpruned reference model and its gates: ``teacher``, or the model itself when none of its heads left the weights."""
+def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None, neurons: bool = False) -> tuple[nn.Module, Gates]:
+    """The unpruned reference model and its gates: ``teacher``, else (none of the model's units left its weights) the model
+    itself, or for ``neurons`` (fitted block after block) a copy of it with its FFN gates ungated."""
     if teacher is None:
-        need_no_teacher(bool(pruning_record(model)), "heads", "layer")
-        return model, gates
-    return teacher.eval(), unit_gates(teacher, QUERY_HEADS)
+        units, part, record = ("FFN neurons", "block", ffn_record) if neurons else ("heads", "layer", pruning_record)
+        if record(model):
+            raise ValueError(
+                f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
+                f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
+            )
+        if not neurons:
+            return model, gates
+        teacher = copy.deepcopy(model)
+    reference = unit_gates(teacher, gates.unit if neurons else QUERY_HEADS)  # neurons: the same kind's gates on the teacher
+    if neurons:
+        reference.set_mask(None)
+    return teacher.eval(), reference
 
 
 def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
@@ -100,7 +97,7 @@ def _normal_equations(fits: list, reference_model, reference: Gates, batches: li
     sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
     for batch in batches:
         with reference.masked(None):
-            inputs = _captured_inputs(reference_model, sites, batch)
+            inputs = captured_module_inputs(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
         for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
             x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
             target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
@@ -183,7 +180,7 @@ def layer_output_errors(model: nn.Module, gates: Gates, teacher: nn.Module, batc
     norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     for batch in batches:
         with eval_mode(teacher):
-            reference = _captured_inputs(teacher, teacher_gates.sites, batch)
+            reference = captured_module_inputs(teacher, {id(ref): ref.linear("output") for ref in teacher_gates.sites}, batch)
         for site in gates.sites:
             ref = teacher_gates.site(site.group, site.layer)
             x = valid_rows(site, batch, reference[id(ref)])  # (N, the teacher's width)
@@ -210,16 +207,6 @@ def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     if valid is None or valid.numel() != rows.shape[0]:
         return rows
     return rows[valid.to(x.device).reshape(-1).bool()]
-
-
-def _teacher_sites(model: nn.Module, gates: Gates, teacher: nn.Module | None) -> tuple[nn.Module, Gates]:
-    """The unpruned reference model and its FFN gates, ungated (a copy of ``model`` when it has no neuron removed yet)."""
-    if teacher is None:
-        need_no_teacher(bool(ffn_record(model)), "FFN neurons", "block")
-        teacher = copy.deepcopy(model)
-    reference = unit_gates(teacher, gates.unit)  # the same kind's gates on the teacher
-    reference.set_mask(None)
-    return teacher.eval(), reference
 
 
 def _target(teacher_site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
@@ -290,7 +277,7 @@ def ffn_lsq_recover(
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections."""
     batches, mask = fit_inputs("ffn_lsq_recover", gates, batches, mask)
-    teacher, teacher_gates = _teacher_sites(model, gates, teacher)
+    teacher, teacher_gates = _reference_of(model, gates, teacher, neurons=True)
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))

@@ -158,23 +158,21 @@ def search_mask(
     target = PruneTarget.from_config(target)
     order = removal_order(scores, costs, start, min_per_layer, groups)
     raw = lambda k: mask_after(order, k, costs.groups, start)  # noqa: E731
-    predicted = costs_along(order, costs, start)  # cost after k = 0..n removals
-    k, mask, along, evaluations = searched_level(target, costs, raw, predicted, evaluate, higher_is_better, refine)
-    if k is None:
-        raise ValueError(
-            f"target {target.kind}={target.value} cannot be met with min_per_layer={min_per_layer}: removing every "
-            f"removable unit (a layer stack and the residual stream keep one) keeps {along[-1] / costs.total:.3f} of the cost, a speed-up of "
-            f"{costs.total / along[-1]:.3f} ({costs.unit})"
-        )
-    return SearchResult.of(mask, order[:k], costs, target, evaluations)
+    kept, predicted = costs.kept_counts(start), [costs.cost(start)]  # the predicted cost after k = 0..n removals
+    for group, layer, _ in order:
+        predicted.append(predicted[-1] - costs.saving(group, layer, int(kept[group][layer])))
+        kept[group][layer] -= 1
+    unmet = f"with min_per_layer={min_per_layer}: removing every removable unit (a layer stack and the residual stream keep one)", ""
+    removed = lambda mask, k: order[:k]  # noqa: E731
+    return searched_result(target, costs, raw, predicted, removed, unmet, evaluate, higher_is_better, refine)
 
 
-def searched_level(
-    target, costs: CostModel, raw: Callable, predicted: list[float], evaluate, higher_is_better: bool, refine=None, key=None
-):
-    """(the level meeting ``target`` or None, its mask, the cost at each level, the scores evaluated): level i's mask is
-    ``refine(raw(i))``, its cost ``predicted[i]`` or the pruned model's own where ``costs`` counts it; scores keyed by
-    ``key(mask)`` (by level when None)."""
+def searched_result(
+    target, costs, raw, predicted, removed, unmet: tuple, evaluate, higher_is_better, refine=None, key=None
+) -> SearchResult:
+    """The result at the level meeting ``target``: level i's mask is ``refine(raw(i))``, its units ``removed(mask, i)``, its cost
+    ``predicted[i]`` or the pruned model's own where ``costs`` counts it; scores keyed by ``key(mask)`` (by level when None).
+    None meets it: a ValueError of ``unmet`` (where and what the last level removes, advice)."""
     refine = refine or (lambda mask: mask)
     along = CostsAlong(costs, raw, len(predicted)) if costs.exact is not None else predicted
     evaluations: dict[int, float] = {}
@@ -187,17 +185,13 @@ def searched_level(
         return evaluations[k]
 
     level = target_level(target, costs, along, evaluate is not None, score_of, higher_is_better)
-    return level, None if level is None else refine(raw(level)), along, evaluations
-
-
-def costs_along(order: list[Head], costs: CostModel, start=None) -> list[float]:
-    """The predicted cost after removing the first k heads of ``order``, for k = 0..len(order)."""
-    kept = costs.kept_counts(start)
-    along = [costs.cost(start)]
-    for group, layer, _ in order:
-        along.append(along[-1] - costs.saving(group, layer, int(kept[group][layer])))
-        kept[group][layer] -= 1
-    return along
+    if level is None:
+        raise ValueError(
+            f"target {target.kind}={target.value} cannot be met {unmet[0]} keeps {along[-1] / costs.total:.3f} of the cost, a speed-up "
+            f"of {costs.total / along[-1]:.3f} ({costs.unit}){unmet[1]}"
+        )
+    mask = refine(raw(level))
+    return SearchResult.of(mask, removed(mask, level), costs, target, evaluations)
 
 
 def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: bool, score_of, higher_is_better: bool) -> int | None:
@@ -215,17 +209,12 @@ def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: b
         return first_meeting(cost_at, lambda c: total / c >= target.value - 1e-12)
     if not can_evaluate:
         raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
-    return _last_within_drop(len(cost_at) - 1, score_of, target.value, higher_is_better)
-
-
-def _last_within_drop(n: int, score_of: Callable[[int], float], max_drop: float, higher_is_better: bool) -> int:
-    """The largest k in 0..n whose drop from k = 0 is <= max_drop, by bisection."""
     base = score_of(0)
     drop = lambda k: (base - score_of(k)) if higher_is_better else (score_of(k) - base)  # noqa: E731
-    low, high = 0, n
+    low, high = 0, len(cost_at) - 1  # the last level within max_drop, by bisection
     while low < high:
         mid = (low + high + 1) // 2
-        if drop(mid) <= max_drop + 1e-12:
+        if drop(mid) <= target.value + 1e-12:
             low = mid
         else:
             high = mid - 1

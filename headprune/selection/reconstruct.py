@@ -95,8 +95,11 @@ def solve_projection(gram: torch.Tensor, cross: torch.Tensor, weight: torch.Tens
 
 
 @torch.no_grad()
-def fit_projection(module: nn.Module, pairs, ridge: float) -> tuple[float, float]:
-    """Re-solve one projection from (x (N, K), y (N, out)) pairs of its inputs and targets; (relative error before, after)."""
+def fit_projection(
+    module: nn.Module, inputs, batches: list[dict], targets: list, rows: list[int] | None, ridge: float
+) -> tuple[float, float]:
+    """Re-solve one projection from its inputs (B, T, K) and the targets (N, out) at its kept output ``rows`` of each batch, at
+    the real tokens; (relative error before, after)."""
     with_bias = getattr(module, "bias", None) is not None
     k = in_features(module)
     gram = torch.zeros(k + with_bias, k + with_bias, dtype=torch.float64)
@@ -105,8 +108,9 @@ def fit_projection(module: nn.Module, pairs, ridge: float) -> tuple[float, float
     bias = module.bias.detach().double().cpu() if with_bias else 0
     weight32, bias32 = weight.float(), bias.float() if with_bias else 0.0
     error, norm = 0.0, 0.0
-    for x, y in pairs:
-        x, y = x.float().cpu(), y.float().cpu()  # (N, K), (N, out): float32 products, summed over batches in float64
+    for batch, x, y in zip(batches, inputs, targets):
+        # x (N, K), y (N, out): float32 products, summed over batches in float64
+        x, y = valid_token_rows(x, batch).float().cpu(), kept(y, rows).float().cpu()
         error += float(((x @ weight32.t() + bias32 - y) ** 2).double().sum())
         norm += float((y**2).double().sum())
         a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
@@ -132,13 +136,8 @@ def _by_passes(model, teacher, names, batches, ridge, bar, paths: dict) -> dict[
     modules, errors = dict(model.named_modules()), {}
     for name in order:
         module = modules[renamed(name, paths)]
-
-        def pairs(module=module, name=name):
-            for batch, target in zip(batches, targets):
-                x = captured_module_inputs(model, {0: module}, batch, stop=True)[0]
-                yield valid_token_rows(x, batch), kept(target[name], names[name])
-
-        errors[name] = fit_projection(module, pairs(), ridge)
+        inputs = (captured_module_inputs(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
+        errors[name] = fit_projection(module, inputs, batches, [target[name] for target in targets], names[name], ridge)
         bar.update(1)
     return errors
 
@@ -207,13 +206,8 @@ def _by_layers(model, teacher, names, batches, ridge, bar, paths: dict, target: 
             own = ours[paths[layer]]
             for name in [n for n in targets[0] if n in fits] if targets else []:  # in the order they ran
                 module = ours[renamed(name, paths)]
-
-                def pairs(name=name, module=module):
-                    for b, calls in enumerate(p_calls):
-                        x = replay_until(own, with_input(calls[paths[layer]], p_hidden[b]), module)
-                        yield valid_token_rows(x, batches[b]), kept(targets[b][name], fits[name])
-
-                errors[name] = fit_projection(module, pairs(), ridge)
+                inputs = (replay_until(own, with_input(calls[paths[layer]], p_hidden[b]), module) for b, calls in enumerate(p_calls))
+                errors[name] = fit_projection(module, inputs, batches, [target[name] for target in targets], fits[name], ridge)
                 bar.update(1)
             p_hidden = [replay(own, with_input(calls[paths[layer]], p_hidden[b])) for b, calls in enumerate(p_calls)]
             t_hidden = t_out

@@ -7,7 +7,7 @@ import torch
 
 from headprune.core.unit_kinds import kind_of_group
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, SearchResult, nonnegative, searched_level, start_mask
+from headprune.selection.mask_search import PruneTarget, SearchResult, nonnegative, searched_result, start_mask
 
 LAYOUTS = ("global", "uniform")
 
@@ -114,22 +114,14 @@ def uniform_search(
     path = UniformPath(scores, costs, base, groups, max(min_per_layer, 1))
     levels = path.levels()
     raw = lambda i: uniform_mask(scores, shape, levels[i], base)  # noqa: E731
-    removed = lambda mask: sum(int((mask[g] == 0).sum()) for g in groups)  # noqa: E731
+    removed = lambda mask, i: _removed_in_order(mask, base, scores, groups)  # noqa: E731
+    count = lambda mask: sum(int((mask[g] == 0).sum()) for g in groups)  # noqa: E731
+    last = set(levels[-1].values())  # one count when every group removes as many units per layer, else "enc_self 3, enc_ffn 40"
+    removing = str(last.pop()) if len(last) == 1 else ", ".join(f"{g} {c}" for g, c in levels[-1].items())
+    where = f"in the uniform layout with min_per_layer={min_per_layer}: removing {removing} units in every layer"
     predicted = [path.cost(counts) for counts in levels]
-    i, mask, cost_at, evaluations = searched_level(target, costs, raw, predicted, evaluate, higher_is_better, refine, removed)
-    if i is None:
-        raise ValueError(
-            f"target {target.kind}={target.value} cannot be met in the uniform layout with min_per_layer={min_per_layer}: "
-            f"removing {_counts_text(levels[-1])} units in every layer keeps {cost_at[-1] / costs.total:.3f} of the cost, a speed-up "
-            f"of {costs.total / cost_at[-1]:.3f} ({costs.unit}); use prune.layout=global or a lower target"
-        )
-    return SearchResult.of(mask, _removed_in_order(mask, base, scores, groups), costs, target, evaluations)
-
-
-def _counts_text(counts: dict[str, int]) -> str:
-    """``3`` when every group removes as many units per layer, else ``enc_self 3, enc_ffn 40``."""
-    values = set(counts.values())
-    return str(values.pop()) if len(values) == 1 else ", ".join(f"{g} {c}" for g, c in counts.items())
+    unmet = where, "; use prune.layout=global or a lower target"
+    return searched_result(target, costs, raw, predicted, removed, unmet, evaluate, higher_is_better, refine, count)
 
 
 def layout_search(layout: str = "global"):

@@ -138,23 +138,19 @@ def point_model_dir(settings, setting: str, need_model: bool = False):
                 f"{setting}.mask_order / {setting}.mask_step"
             )
         if need_model:
+            quoted = "=" in str(chosen.step)  # a step such as speedup=1.3 is quoted on the command line
+            step = f"\"{setting}.mask_step='{chosen.step}'\"" if quoted else f"{setting}.mask_step={chosen.step}"
             raise ConfigError(
                 f"{setting}.point={settings.point} has no saved model: this point has no recovery and its run did not keep "
                 "its model (prune.save=recovered, the default, keeps recovered points only). Take its mask on the base model "
                 "instead: "
-                f"{mask_picks(chosen, setting)} (in place of {setting}.point), or rerun the prune with prune.save=all"
+                f"{setting}.mask_order={chosen.method} {step} (in place of {setting}.point), or rerun the prune with prune.save=all"
             )
         return None
     folder = found.path.parent / chosen.point["model_dir"]
     if not folder.is_dir():
         raise FileNotFoundError(f"{setting}.point={settings.point}: its model directory {folder} is missing")
     return folder
-
-
-def mask_picks(chosen: Candidate, setting: str) -> str:
-    """The settings that pick a Pareto point's mask from its file, as given on the command line."""
-    step = f"{setting}.mask_step={chosen.step}"
-    return f"{setting}.mask_order={chosen.method} " + (f"\"{setting}.mask_step='{chosen.step}'\"" if "=" in str(chosen.step) else step)
 
 
 def point_mask(settings, task, setting: str) -> tuple[dict, dict]:

@@ -8,7 +8,7 @@ import torch
 
 from headprune.scoring.importance import attention_entropy, fisher_scores, importance_scores
 from headprune.scoring.order_names import ORDER_NAMES
-from headprune.selection.greedy import ablation_scores, entropy_scores, random_scores
+from headprune.selection.greedy import negated_scores, random_scores
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None 
         with task.gates.masked(mask):
             return task.gates.scores_from_heads(_on_training_subset(task, settings, attention_entropy))
 
-    return entropy_scores(_cached(shared, "entropy_raw", mask, compute))
+    return negated_scores(_cached(shared, "entropy_raw", mask, compute))
 
 
 def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
@@ -75,7 +75,7 @@ def ablation_order(task, settings: OrderSettings, mask=None, shared: dict | None
         result = ablation_stage(task, settings.ablation_split, None, settings.n_samples, settings.seed, None, progress=True)
         return {g: torch.tensor(v) for g, v in result["delta"].items()}
 
-    return ablation_scores(_cached(shared, "ablation_deltas", None, compute))
+    return negated_scores(_cached(shared, "ablation_deltas", None, compute))
 
 
 def random_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
@@ -217,7 +217,11 @@ def with_floor(task, scores: dict, text_splits: tuple = ()) -> dict:
     ``text_splits`` use): no order removes them; then re-ranked by each kind (a kept token's merge parts stay)."""
     from headprune.core.unit_kinds import kinds_of
 
-    needed = [*getattr(task, "needed_token_ids", lambda: [])(), *text_token_ids(task, text_splits)]
+    texts = task.__dict__.setdefault("_headprune_text_ids", {})  # {split: the sorted ids of its text's tokens}, once per task
+    for split in text_splits:
+        if split not in texts:
+            texts[split] = sorted({int(t) for row in task.token_rows(split) for t in row})
+    needed = [*getattr(task, "needed_token_ids", lambda: [])(), *sorted({t for split in text_splits for t in texts[split]})]
     out, tokenizer = dict(scores), getattr(task, "tokenizer", None)
     for kind in kinds_of(task.gates.unit):
         for group, fixed in kind.floor(task.gates, tokenizer, needed).items():
@@ -225,15 +229,3 @@ def with_floor(task, scores: dict, text_splits: tuple = ()) -> dict:
                 out[group] = out[group].float().masked_fill(fixed.to(out[group].device), float("inf"))
         out = kind.ranked_scores(task.gates, tokenizer, out)  # e.g. a kept token keeps what its tokenizer builds it from
     return out
-
-
-CACHE_ATTR = "_headprune_text_ids"  # {split: sorted token ids} on the task
-
-
-def text_token_ids(task, splits) -> list[int]:
-    """The sorted ids of every token the text of ``splits`` uses (none: []): each split's ``token_rows``, counted once per task."""
-    cache = task.__dict__.setdefault(CACHE_ATTR, {})
-    for split in splits:
-        if split not in cache:
-            cache[split] = sorted({int(t) for row in task.token_rows(split) for t in row})
-    return sorted({t for split in splits for t in cache[split]})

@@ -94,21 +94,14 @@ def _step_settings(prune, step: str):
     """The settings one recovery step reads, as plain JSON values (None for none)."""
     from headprune.selection.lsq import SHRINKS
 
-    settings = _plain({"lsq": prune.lsq, "reconstruct": prune.reconstruct, "finetune": prune.finetune}.get(step))
+    settings = {"lsq": prune.lsq, "reconstruct": prune.reconstruct, "finetune": prune.finetune}.get(step)
+    if OmegaConf.is_config(settings):
+        settings = OmegaConf.to_container(settings, resolve=True)
+    elif dataclasses.is_dataclass(settings):
+        settings = json.loads(json.dumps(dataclasses.asdict(settings), default=str))
     if step == "lsq":  # the shrinks tried are part of how the model was made (an older lsq tried none)
         settings = {**settings, "shrinks": list(SHRINKS)}
     return settings
-
-
-def _plain(value):
-    """Settings (dataclass or OmegaConf) as plain JSON values."""
-    if value is None:
-        return None
-    if OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True)
-    if dataclasses.is_dataclass(value):
-        return json.loads(json.dumps(dataclasses.asdict(value), default=str))
-    return value
 
 
 def saved_dir(recipe: dict) -> str:
@@ -116,23 +109,15 @@ def saved_dir(recipe: dict) -> str:
     return f"{MODELS_DIR}/{point_slug(recipe['point'])}"
 
 
-def has_saved(out: Path, recipe: dict) -> bool:
-    """Whether an earlier run in ``out`` saved this recipe's model (same recipe, scores aside)."""
-    path = Path(out) / saved_dir(recipe) / RECIPE_FILE
-    if not path.is_file():
-        return False
-    try:
-        earlier = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return {k: v for k, v in earlier.items() if k != "scores"} == json.loads(json.dumps(recipe))
-
-
 def saved_model(out: Path, recipe: dict):
     """The model saved for this recipe by an earlier run in ``out`` (None: none, made another way, or damaged: named, then recomputed)."""
-    if not has_saved(out, recipe):
-        return None
     folder = Path(out) / saved_dir(recipe)
+    try:
+        earlier = json.loads((folder / RECIPE_FILE).read_text())
+    except (OSError, ValueError):
+        return None  # none saved, or its recipe unreadable
+    if {k: v for k, v in earlier.items() if k != "scores"} != json.loads(json.dumps(recipe)):
+        return None  # made another way (scores aside)
     try:
         model = load_pruned(folder)
     except (OSError, ValueError, RuntimeError) as err:

@@ -55,18 +55,6 @@ def read_scores(path, orders: list[str], unit: str, action: str) -> dict[str, di
     return out
 
 
-def check_shapes(scores: dict[str, dict[str, torch.Tensor]], shape: dict[str, tuple[int, int]], path) -> None:
-    """Each order's scores hold one value per unit of the model's groups ``shape`` ({group: (layers, units)})."""
-    for order, groups in scores.items():
-        found = {group: tuple(values.shape) for group, values in groups.items()}
-        wanted = {group: tuple(size) for group, size in shape.items()}
-        if found != wanted:
-            raise ConfigError(
-                f"{SETTING}={path}: its {order} scores have the shapes {found}, and this model's units {wanted}: the file "
-                "scored another model (give a run of this model, in this unit)"
-            )
-
-
 def check_model(path, model, model_name: str | None) -> None:
     """The file scored this model: the model fingerprint it records equals ``model``'s (a ConfigError naming both)."""
     from headprune.results.writer import model_fingerprint
@@ -90,6 +78,13 @@ def given_scores(path, orders: list[str], task, model_name: str | None = None) -
         return None
     check_model(path, task.model, model_name)
     scores = read_scores(path, orders, task.gates.unit, gate_action(task.gates))
-    check_shapes(scores, dict(task.gates.groups), path)
+    wanted = {group: tuple(size) for group, size in task.gates.groups.items()}
+    for order, groups in scores.items():  # one value per unit of the model's groups
+        found = {group: tuple(values.shape) for group, values in groups.items()}
+        if found != wanted:
+            raise ConfigError(
+                f"{SETTING}={path}: its {order} scores have the shapes {found}, and this model's units {wanted}: the file "
+                "scored another model (give a run of this model, in this unit)"
+            )
     print(f"scores of {', '.join(orders)} read from {path}")
     return scores
