@@ -136,8 +136,8 @@ def read_deci_torch(job: dict) -> Loaded:
     tokenizer = None  # as vLLM loads it: the directory's config names its own config class (trust_remote_code)
     if job.get("tokenizer", True):
         tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], trust_remote_code=True)
-    report = {"architecture": "DeciLMForCausalLM", "reader": "torch reference", "layout": decoder.layout}
-    return decoder_loaded(decoder, job, tokenizer, {**report, "layout_equal": decoder.layout == job["layout"]})
+    report = {"architecture": "DeciLMForCausalLM", "reader": "torch reference", "layout": decoder.blocks}
+    return decoder_loaded(decoder, job, tokenizer, {**report, "layout_equal": decoder.blocks == job["layout"]})
 
 
 READERS = {
