@@ -27,6 +27,7 @@ from clients.cases import HIDDEN, JOINT, SMOL_TEXTS, TINY_TEXTS, export_case, jo
 from clients.env import ensure_vllm_env, run_client
 
 VLLM_CLIENT = Path(__file__).resolve().parents[1] / "headprune" / "export" / "vllm_client.py"  # run as a file, without headprune
+CLIENT_JOBS = VLLM_CLIENT.with_name("client_jobs.py")  # the script that runs it
 LOGPROB_TOLERANCE = 1e-4  # float32 on both sides; measured differences about 1e-5
 
 
@@ -101,7 +102,8 @@ def vllm_rows(clients: Path, out: Path, new_tokens: int = 12, with_smollm2: bool
     rows = []
     for index, job in enumerate(jobs):  # one process per directory: each vLLM engine starts and stops whole
         (out / f"job{index}.json").write_text(json.dumps([job]), encoding="utf-8")
-        done = run_client(python, VLLM_CLIENT, [str(out / f"job{index}.json")], out, VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1")
+        job_file = str(out / f"job{index}.json")
+        done = run_client(python, CLIENT_JOBS, [str(VLLM_CLIENT), job_file], out, VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1")
         found = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else []
         if done.returncode == 0 and any(row["passed"] is False for row in found):
             print(done.stderr[-4000:])

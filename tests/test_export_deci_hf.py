@@ -1,5 +1,5 @@
 """vLLM's DeciLMForCausalLM export (export.format=deci_hf): config.json holds what vLLM's nemotron_nas reads, the weights
-have the names and shapes its loader expects, and a torch forward written from the block_configs reproduces the masked
+have the names and shapes its loader expects, and a forward written from the block_configs reproduces the masked
 headprune model, for a tiny Llama with uneven KV groups (query heads pruned inside them), uneven FFN widths, one no-op FFN
 and one no-op attention."""
 

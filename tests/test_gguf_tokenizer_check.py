@@ -46,12 +46,12 @@ def test_the_row_passes_equal_ids_says_a_prefix_space_and_fails_other_splits():
     probe = probe_texts(tokenizer, torch.tensor([tokenizer("the cat sat")["input_ids"]]))
     job = {"name": "f", **probe}
     same = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    assert tokenizer_rows(job, "c", same)[0]["passed"] is True
-    said = tokenizer_rows(job, "c", _split_without_prefix(tokenizer))[0]
-    assert said["passed"] is None and "alike once a space leads the text" in said["detail"]
+    assert tokenizer_rows(job, same)[0][1] is True
+    _, passed, detail = tokenizer_rows(job, _split_without_prefix(tokenizer))[0]
+    assert passed is None and "alike once a space leads the text" in detail
     by_bytes = lambda text: list(text.encode("utf-8"))  # noqa: E731  (another split altogether)
-    failed = tokenizer_rows(job, "c", by_bytes)[0]
-    assert failed["passed"] is False and "llama.cpp [" in failed["detail"]
+    _, passed, detail = tokenizer_rows(job, by_bytes)[0]
+    assert passed is False and "llama.cpp [" in detail
     no_space = {k: v for k, v in job.items() if k != "spaced_ids"}  # a tokenizer without the prefix space: any difference fails
-    assert tokenizer_rows(no_space, "c", _split_without_prefix(tokenizer))[0]["passed"] is False
-    assert tokenizer_rows({"name": "f"}, "c", same) == []
+    assert tokenizer_rows(no_space, _split_without_prefix(tokenizer))[0][1] is False
+    assert tokenizer_rows({"name": "f"}, same) == []

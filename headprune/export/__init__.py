@@ -60,7 +60,7 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: E
 
 
 def write_deci_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
-    """A DeciLMForCausalLM directory for vLLM; the check runs it with the torch reference of its block_configs."""
+    """A DeciLMForCausalLM directory for vLLM; the check runs it with the reference forward of its block_configs."""
     from headprune.export.deci_hf import export_deci_hf
 
     written = export_deci_hf(model, tokenizer, out)

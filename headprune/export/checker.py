@@ -114,37 +114,32 @@ def beside(file: str, name: str):
     return module
 
 
-def read_gguf_numpy(job: dict) -> Loaded:
-    """A deci GGUF file read by the numpy reader (gguf_numpy.py beside this file, loaded by path), its layout against the one written."""
-    decoder = beside("gguf_numpy.py", "gguf_numpy_reader").GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
-    layout = {key: decoder.layout[key] for key in job["layout"]}
-    report = {"architecture": job.get("architecture"), "reader": "gguf + numpy", "layout": layout, "layout_equal": layout == job["layout"]}
-    return decoder_loaded(decoder, job, None, report)
+def read_numpy(job: dict) -> Loaded:
+    """A deci GGUF file (gguf_numpy.py), or a DeciLMForCausalLM directory with its tokenizer as vLLM loads it
+    (decilm_reference.py), run by their numpy forward beside this file (loaded by path), greedy decoding without a cache;
+    its layout against the one written."""
+    if job.get("gguf_file"):
+        decoder = beside("gguf_numpy.py", "gguf_numpy_reader").GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
+        layout, tokenizer = {key: decoder.layout[key] for key in job["layout"]}, None
+        report = {"architecture": job.get("architecture"), "reader": "gguf + numpy"}
+    else:
+        import transformers
 
-
-def decoder_loaded(decoder, job: dict, tokenizer, report: dict) -> Loaded:
-    """A reader's decoder (``logits(ids, mask)``) as the check runs it, greedy decoding without a cache."""
+        decoder = beside("decilm_reference.py", "decilm_reference_reader").DeciLMReference(job["dir"])
+        layout, tokenizer = decoder.blocks, None  # the tokenizer as vLLM loads it: the config names its own class (trust_remote_code)
+        if job.get("tokenizer", True):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], trust_remote_code=True)
+        report = {"architecture": "DeciLMForCausalLM", "reader": "torch reference"}
     logits = lambda batch: decoder.logits(batch["input_ids"], batch.get("attention_mask"))  # noqa: E731
-    return Loaded(logits, lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"]), tokenizer, report)
-
-
-def read_deci_torch(job: dict) -> Loaded:
-    """A DeciLMForCausalLM directory run by the torch reference (decilm_reference.py, loaded by path), its layout and tokenizer checked."""
-    import transformers
-
-    decoder = beside("decilm_reference.py", "decilm_reference_reader").DeciLMReference(job["dir"])
-    tokenizer = None  # as vLLM loads it: the directory's config names its own config class (trust_remote_code)
-    if job.get("tokenizer", True):
-        tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], trust_remote_code=True)
-    report = {"architecture": "DeciLMForCausalLM", "reader": "torch reference", "layout": decoder.layout}
-    return decoder_loaded(decoder, job, tokenizer, {**report, "layout_equal": decoder.layout == job["layout"]})
+    greedy = lambda prompt: greedy_loop(decoder.logits, prompt, job["new_tokens"], job["eos"], job["pad"])  # noqa: E731
+    return Loaded(logits, greedy, tokenizer, {**report, "layout": layout, "layout_equal": layout == job["layout"]})
 
 
 READERS = {
     "onnxruntime": read_onnx,
     "transformers": read_transformers,
-    "gguf-numpy": read_gguf_numpy,
-    "deci-torch": read_deci_torch,
+    "gguf-numpy": read_numpy,
+    "deci-torch": read_numpy,
 }  # a job's "reader"
 
 

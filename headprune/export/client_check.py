@@ -15,6 +15,7 @@ LOGPROB_TOLERANCE = 1e-4  # float32 on both sides
 # uneven deci, deci with emptied FFNs; 72 tokens): f32 file and KV cache 1e-7 tiny, 1.2e-5 to 7.1e-5 SmolLM2; f16 file and
 # KV cache 9e-5 tiny, 8.9e-3 to 5.4e-2 SmolLM2 (llama.cpp rounds activations to f16; an f32 KV cache: 3.3e-3 to 3.0e-2)
 GGUF_TOLERANCES = {"f32": 1e-3, "f16": 1e-1}
+JOBS = Path(__file__).with_name("client_jobs.py")  # what a client venv runs, given the client's script
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, 
     job.update(texts or {})
     (work / "client_job.json").write_text(json.dumps([job]), encoding="utf-8")
     done = subprocess.run(
-        [str(python), "-I", str(client.script), str(work / "client_job.json")],
+        [str(python), "-I", str(JOBS), str(client.script), str(work / "client_job.json")],
         cwd=work,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
         capture_output=True,

@@ -1,19 +1,19 @@
-"""A DeciLM (Nemotron-NAS) checkpoint run from its config and weights alone: the forward pass vLLM's nemotron_nas computes."""
+"""A DeciLM (Nemotron-NAS) checkpoint run from its config and weights alone: the forward pass vLLM's nemotron_nas computes,
+as the GGUF reader's numpy forward (gguf_numpy.py) over the checkpoint's tensors by their GGUF names."""
 
 import importlib.util
 import json
 import sys
 from pathlib import Path
 
-import torch
+import numpy as np
 
 CONFIG_MODULE = "configuration_decilm.py"
 
 
-def load_config(folder: str):
-    """The checkpoint's config through its own configuration module (the class ``auto_map`` names)."""
-    folder = Path(folder)
-    spec = importlib.util.spec_from_file_location(f"decilm_config_{abs(hash(str(folder)))}", folder / CONFIG_MODULE)
+def load_module(path: Path, name: str):
+    """The module at ``path``, loaded by path as ``name`` (the checker cannot import headprune), leaving no __pycache__ beside it."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ left in the checkpoint directory
@@ -21,6 +21,16 @@ def load_config(folder: str):
         spec.loader.exec_module(module)
     finally:
         sys.dont_write_bytecode = writes
+    return module
+
+
+GGUFDecoder = load_module(Path(__file__).with_name("gguf_numpy.py"), "gguf_numpy_reader").GGUFDecoder
+
+
+def load_config(folder: str):
+    """The checkpoint's config through its own configuration module (the class ``auto_map`` names)."""
+    folder = Path(folder)
+    module = load_module(folder / CONFIG_MODULE, f"decilm_config_{abs(hash(str(folder)))}")
     name = json.loads((folder / "config.json").read_text())["auto_map"]["AutoConfig"].rsplit(".", 1)[1]
     return getattr(module, name).from_pretrained(str(folder))
 
@@ -40,67 +50,52 @@ def layer_layout(config) -> list[dict]:
     return out
 
 
-class DeciLMReference:
-    """The decoder of a DeciLM checkpoint directory in float32, with a forward pass to logits."""
+LAYOUT_KEYS = {"head_count": "heads", "head_count_kv": "kv_heads", "feed_forward_length": "ffn"}  # GGUF layout: block entry
+GGUF_NAMES = {  # transformers' Llama weight names (a layer's after model.layers.<i>.) -> GGUF's (gguf.get_tensor_name_map's)
+    "model.embed_tokens": "token_embd",
+    "model.norm": "output_norm",
+    "lm_head": "output",
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def gguf_name(name: str) -> str:
+    """The GGUF name of a transformers Llama weight: model.layers.<i>.<part>.weight -> blk.<i>.<GGUF part>.weight."""
+    stem = name.removesuffix(".weight")
+    if not stem.startswith("model.layers."):
+        return f"{GGUF_NAMES[stem]}.weight"
+    layer, part = stem.removeprefix("model.layers.").split(".", 1)
+    return f"blk.{layer}.{GGUF_NAMES[part]}.weight"
+
+
+class DeciLMReference(GGUFDecoder):
+    """The decoder of a DeciLM checkpoint directory in float32, with a forward pass to logits; ``blocks``: its layer_layout."""
+
+    ffn_free_drops_attention = False  # vLLM adds a layer's attention output whether or not an FFN follows
 
     def __init__(self, folder: str):
-        from safetensors.torch import load_file
+        from safetensors.numpy import load_file
 
-        self.config = config = load_config(folder)
-        self.layout = layer_layout(config)
-        self.weights = {}
+        config = load_config(folder)
+        self.blocks = layer_layout(config)
+        weights = {}
         for path in sorted(Path(folder).glob("*.safetensors")):
-            self.weights.update({k: v.float() for k, v in load_file(str(path)).items()})
-        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+            weights.update({gguf_name(k): v.astype(np.float32) for k, v in load_file(str(path)).items()})
+        layout = {"architecture": "deci", **{key: [b[part] for b in self.blocks] for key, part in LAYOUT_KEYS.items()}}
         rope = getattr(config, "rope_parameters", None) or {}
-        self.theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
-        self.rope_factor = float(rope.get("factor", 1.0)) if rope.get("rope_type") == "linear" else 1.0
-        self.eps = float(config.rms_norm_eps)
-
-    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weights[name]
-
-    def _rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """Rotary embedding on the halves of each head of x (B, heads, T, d)."""
-        d, length = self.head_dim, x.shape[2]
-        inv = 1.0 / self.theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)  # (d/2,)
-        angle = torch.outer(torch.arange(length, dtype=torch.float32) / self.rope_factor, inv)  # (T, d/2)
-        cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)  # (T, d)
-        half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
-        return x * cos + half * sin
-
-    def _attention(self, x: torch.Tensor, layer: int, keys_valid: torch.Tensor) -> torch.Tensor:
-        """Self-attention of layer ``layer`` on normed x (B, T, hidden); keys_valid (B, T) marks real tokens."""
-        shape, prefix, d = self.layout[layer], f"model.layers.{layer}.self_attn.", self.head_dim
-        batch, length, _ = x.shape
-        split = lambda t, n: t.view(batch, length, n, d).transpose(1, 2)  # noqa: E731  (B, n, T, d)
-        q = self._rotate(split(x @ self.weights[prefix + "q_proj.weight"].T, shape["heads"]))
-        k = self._rotate(split(x @ self.weights[prefix + "k_proj.weight"].T, shape["kv_heads"]))
-        v = split(x @ self.weights[prefix + "v_proj.weight"].T, shape["kv_heads"])
-        group = shape["heads"] // shape["kv_heads"]
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)  # query head h reads KV head h // group
-        scores = q @ k.transpose(-1, -2) / d**0.5  # (B, H, T, T)
-        allowed = torch.ones(length, length, dtype=torch.bool).tril()[None, None] & keys_valid[:, None, None, :]
-        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
-        context = (probs @ v).transpose(1, 2).reshape(batch, length, shape["heads"] * d)
-        return context @ self.weights[prefix + "o_proj.weight"].T
-
-    def _ffn(self, x: torch.Tensor, layer: int) -> torch.Tensor:
-        prefix = f"model.layers.{layer}.mlp."
-        gate, up = x @ self.weights[prefix + "gate_proj.weight"].T, x @ self.weights[prefix + "up_proj.weight"].T
-        return (torch.nn.functional.silu(gate) * up) @ self.weights[prefix + "down_proj.weight"].T
-
-    @torch.no_grad()
-    def logits(self, input_ids, attention_mask=None):
-        """Logits (B, T, vocab) as numpy of right-padded token ids (B, T) (numpy or torch); padded keys are masked out."""
-        ids = torch.as_tensor(input_ids, dtype=torch.long)
-        keys_valid = torch.ones_like(ids, dtype=torch.bool) if attention_mask is None else torch.as_tensor(attention_mask).bool()
-        x = self.weights["model.embed_tokens.weight"][ids]  # (B, T, hidden)
-        for layer, shape in enumerate(self.layout):
-            if shape["kv_heads"]:
-                x = x + self._attention(self._norm(x, f"model.layers.{layer}.input_layernorm.weight"), layer, keys_valid)
-            if shape["ffn"]:
-                x = x + self._ffn(self._norm(x, f"model.layers.{layer}.post_attention_layernorm.weight"), layer)
-        x = self._norm(x, "model.norm.weight")
-        output = self.weights.get("lm_head.weight", self.weights["model.embed_tokens.weight"])  # tied: the embeddings
-        return (x @ output.T).numpy()
+        metadata = {
+            "attention.layer_norm_rms_epsilon": config.rms_norm_eps,
+            "attention.key_length": getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+            "rope.freq_base": rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)),
+            "rope.scaling.factor": rope.get("factor", 1.0) if rope.get("rope_type") == "linear" else 1.0,
+        }
+        self._configure(layout, weights, metadata)
+        self.halves = True  # transformers' rotary layout: pairs (i, i + d/2), which a GGUF file's permuted q/k rows undo

@@ -22,18 +22,14 @@ def permute_rotary(weight: torch.Tensor, heads: int) -> torch.Tensor:
     return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-NOT_WRITTEN: dict[str, str] = {}  # families the hf format writes but GGUF does not, and why
-
-
 def refusal(fields: dict) -> str | None:
     """Why a model of these config fields cannot be written as GGUF (None when it can): the families and settings it takes."""
     model_type = fields.get("model_type")
     if model_type not in GGUF_TYPES:
-        why = NOT_WRITTEN.get(model_type, "the writer maps the tensor names, rotary layout and tokenizer of these families only")
-        alternative = "export.format=hf or export.format=onnx" if model_type in NOT_WRITTEN else "export.format=onnx"
         return (
             f"export.format=gguf writes the decoders {', '.join(GGUF_TYPES)} (each as its llama.cpp architecture; uneven "
-            f"Llama or Mistral layers as deci), not {model_type!r}: {why}; use {alternative}"
+            f"Llama or Mistral layers as deci), not {model_type!r}: the writer maps the tensor names, rotary layout and "
+            "tokenizer of these families only; use export.format=onnx"
         )
     if model_type == "falcon":
         return falcon_refusal(fields)
@@ -145,9 +141,7 @@ def gemma_refusal(fields: dict) -> str | None:
     return differs(fields, found, "export.format=hf or onnx")
 
 
-def add_metadata(
-    writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None, row: GGUFArch | None = None
-) -> None:
+def add_metadata(writer, config, heads, kv_heads, head_dim: int, dtype: str, name: str, feed_forward=None, row: GGUFArch = LLAMA) -> None:
     """Model metadata; ``heads`` / ``kv_heads`` / ``feed_forward`` are one int, or one per layer (deci); ``row``'s own keys."""
     import gguf
 
@@ -160,16 +154,16 @@ def add_metadata(
     writer.add_head_count_kv(kv_heads)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    if row is None or row.rotary:
+    if row.rotary:
         add_rope(writer, config, head_dim)
-    if row is None or not row.layer_norm:
+    if not row.layer_norm:
         writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(int(config.vocab_size))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    if row is not None and row.layer_norm:
+    if row.layer_norm:
         writer.add_layer_norm_eps(float(getattr(config, row.layer_norm)))
-    if row is not None and row.metadata is not None:
+    if row.metadata is not None:
         row.metadata(writer, config)
 
 
@@ -226,44 +220,30 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
     special.add_to_gguf(writer, quiet=True)
 
 
-def hf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], unfuse=None):
-    """(HF name, tensor) of the model's state dict; ``unfuse`` (name, tensor, heads, KV heads) -> [(name, tensor)] splits
-    fused projections into Llama's."""
-    for hf_name, tensor in model.state_dict().items():
-        if unfuse is None or layer_index(hf_name) is None:
-            yield hf_name, tensor
-        else:
-            yield from unfuse(hf_name, tensor, *layer_heads[layer_index(hf_name)])
-
-
 def gguf_tensors(
-    model: nn.Module,
-    layer_heads: list[tuple[int, int]],
-    dtype: str,
-    arch=None,
-    skip=lambda hf_name: False,
-    interleaved: bool = True,
-    unfuse=None,
-    norm_offset: float = 0.0,
-    always_output: bool = False,
+    model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, row: GGUFArch = LLAMA, arch=None, skip=None, unfuse=None
 ):
-    """(GGUF name, numpy array) of every weight ``skip`` keeps: fused projections split by ``unfuse`` (hf_tensors), names
-    mapped, q/k permuted per layer where llama.cpp rotates interleaved pairs (``interleaved``), matrices f16 for ``dtype=f16``."""
+    """(GGUF name, numpy array) of every weight ``skip`` keeps, as ``row`` writes it: a layer's tensors converted by ``unfuse``,
+    names mapped (``arch``'s, else the row's), q/k permuted per layer where llama.cpp rotates interleaved pairs, matrices f16
+    for ``dtype=f16``."""
     import gguf
 
     config = model.config
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA if arch is None else arch, int(config.num_hidden_layers))
-    for hf_name, tensor in hf_tensors(model, layer_heads, unfuse):
-        tied = hf_name == "lm_head.weight" and config.tie_word_embeddings and not always_output  # llama.cpp reads token_embd
-        if skip(hf_name) or tied or hf_name.endswith("rotary_emb.inv_freq"):
+    names = gguf.get_tensor_name_map(row.arch if arch is None else arch, int(config.num_hidden_layers))
+    pairs = model.state_dict().items()
+    if unfuse is not None:  # (HF name, tensor, heads, KV heads) -> [(HF name, tensor)]: fused projections split, as Llama's
+        pairs = [p for n, t in pairs for p in ([(n, t)] if layer_index(n) is None else unfuse(n, t, *layer_heads[layer_index(n)]))]
+    for hf_name, tensor in pairs:
+        tied = hf_name == "lm_head.weight" and config.tie_word_embeddings and not row.always_output  # llama.cpp reads token_embd
+        if (skip and skip(hf_name)) or tied or hf_name.endswith("rotary_emb.inv_freq"):
             continue
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise ValueError(f"no GGUF name for tensor {hf_name} of {type(model).__name__}")
         data = tensor.detach().to("cpu", torch.float32)
-        if norm_offset and name.endswith("norm.weight"):
-            data = data + norm_offset  # Gemma: (1 + w) as llama.cpp's w
-        if interleaved and hf_name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
+        if row.norm_offset and name.endswith("norm.weight"):
+            data = data + row.norm_offset  # Gemma: (1 + w) as llama.cpp's w
+        if row.interleaved_rotary and hf_name.endswith(("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")):
             heads, kv_heads = layer_heads[layer_index(hf_name)]
             data = permute_rotary(data, heads if ".q_proj." in hf_name else kv_heads)
         array = data.numpy()
@@ -323,11 +303,7 @@ def export_gguf(
     add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
     unfuse = arch_of(config.model_type).unfuse if row is LLAMA else row.convert  # phi3 as llama: its fused projections split
-    tensors = gguf_tensors(
-        model, layer_heads, dtype, row.arch, interleaved=row.interleaved_rotary, unfuse=unfuse, norm_offset=row.norm_offset,
-        always_output=row.always_output,
-    )  # fmt: skip
-    finish_file(writer, tensors)
+    finish_file(writer, gguf_tensors(model, layer_heads, dtype, row, unfuse=unfuse))
     return path, row.name
 
 

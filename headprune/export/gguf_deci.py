@@ -130,7 +130,7 @@ def export_gguf_deci(
             return layer_index(hf_name) in emptied
         return any(part in hf_name for part in FFN_PARTS) and layer_index(hf_name) in ffn_free
 
-    finish_file(writer, gguf_tensors(model, shapes, dtype, gguf.MODEL_ARCH.DECI, skip=left_out))
+    finish_file(writer, gguf_tensors(model, shapes, dtype, arch=gguf.MODEL_ARCH.DECI, skip=left_out))
     return path
 
 

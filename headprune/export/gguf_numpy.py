@@ -50,37 +50,44 @@ class GGUFDecoder:
     biases, per-head q/k norms and post-norms where the file holds them, granite's multipliers, Gemma's soft-capping and
     sliding windows where it names them."""
 
+    ffn_free_drops_attention = True  # llama.cpp's deci: a layer with feed_forward_length 0 ends before its attention is added
+
     def __init__(self, path: str):
         from gguf import GGUFReader
 
         reader = GGUFReader(path)
-        self.layout = read_layout(path)
-        arch = self.layout["architecture"]
-        self.weights = {t.name: np.asarray(t.data, dtype=np.float32) for t in reader.tensors}
-        self.eps = float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon") or 0.0)
-        self.layer_norm_eps = float(_field(reader, f"{arch}.attention.layer_norm_epsilon") or 0.0)
-        self.head_dim = int(_field(reader, f"{arch}.attention.key_length"))
-        self.rotated = 0 if arch in NO_ROTARY else int(_field(reader, f"{arch}.rope.dimension_count") or self.head_dim)
+        layout = read_layout(path)
+        prefix = f"{layout['architecture']}."
+        metadata = {key.removeprefix(prefix): field.contents() for key, field in reader.fields.items() if key.startswith(prefix)}
+        self._configure(layout, {t.name: np.asarray(t.data, dtype=np.float32) for t in reader.tensors}, metadata)
+
+    def _configure(self, layout: dict, weights: dict, metadata: dict) -> None:
+        """The forward's settings: ``layout`` as read_layout's, float32 tensors by GGUF name, metadata keys after ``<arch>.``."""
+        self.layout, self.weights, arch = layout, weights, layout["architecture"]
+        self.eps = float(metadata.get("attention.layer_norm_rms_epsilon") or 0.0)
+        self.layer_norm_eps = float(metadata.get("attention.layer_norm_epsilon") or 0.0)
+        self.head_dim = int(metadata["attention.key_length"])
+        self.rotated = 0 if arch in NO_ROTARY else int(metadata.get("rope.dimension_count") or self.head_dim)
         self.falcon = arch == "falcon"  # x + attn(attn_norm_2 x, or attn_norm x) + ffn(attn_norm x)
-        self.parallel = self.falcon or bool(_field(reader, f"{arch}.use_parallel_residual"))  # gptneox: x + attn(ln1 x) + ffn(ln2 x)
+        self.parallel = self.falcon or bool(metadata.get("use_parallel_residual"))  # gptneox: x + attn(ln1 x) + ffn(ln2 x)
         self.pre_norms = arch not in NO_PRE_NORMS
         self.gelu_ffn = arch in GELU_FFN
-        self.theta = float(_field(reader, f"{arch}.rope.freq_base") or 10000.0)
-        self.rope_factor = float(_field(reader, f"{arch}.rope.scaling.factor") or 1.0)
+        self.theta = float(metadata.get("rope.freq_base") or 10000.0)
+        self.rope_factor = float(metadata.get("rope.scaling.factor") or 1.0)
         self.halves = arch in HALVES_ROTARY
-        self.attention_scale = float(_field(reader, f"{arch}.attention.scale") or 1 / np.sqrt(self.head_dim))
-        self.embedding_scale = float(_field(reader, f"{arch}.embedding_scale") or 1.0)
-        self.residual_scale = float(_field(reader, f"{arch}.residual_scale") or 1.0)
-        self.logit_scale = float(_field(reader, f"{arch}.logit_scale") or 1.0)
+        self.attention_scale = float(metadata.get("attention.scale") or 1 / np.sqrt(self.head_dim))
+        self.embedding_scale = float(metadata.get("embedding_scale") or 1.0)
+        self.residual_scale = float(metadata.get("residual_scale") or 1.0)
+        self.logit_scale = float(metadata.get("logit_scale") or 1.0)
         self.gemma = arch in GEMMA
         if self.gemma:
-            self.embedding_scale = float(np.sqrt(np.float32(int(_field(reader, f"{arch}.embedding_length")))))
-        self.attn_cap = float(_field(reader, f"{arch}.attn_logit_softcapping") or 0.0)
-        self.final_cap = float(_field(reader, f"{arch}.final_logit_softcapping") or 0.0)
-        self.window = int(_field(reader, f"{arch}.attention.sliding_window") or 0)
-        pattern = _field(reader, f"{arch}.attention.sliding_window_pattern")
-        self.sliding = [bool(v) for v in pattern] if isinstance(pattern, list) else [False] * len(self.layout["head_count"])
-        self.theta_swa = float(_field(reader, f"{arch}.rope.freq_base_swa") or self.theta)
+            self.embedding_scale = float(np.sqrt(np.float32(int(metadata["embedding_length"]))))
+        self.attn_cap = float(metadata.get("attn_logit_softcapping") or 0.0)
+        self.final_cap = float(metadata.get("final_logit_softcapping") or 0.0)
+        self.window = int(metadata.get("attention.sliding_window") or 0)
+        pattern = metadata.get("attention.sliding_window_pattern")
+        self.sliding = [bool(v) for v in pattern] if isinstance(pattern, list) else [False] * len(layout["head_count"])
+        self.theta_swa = float(metadata.get("rope.freq_base_swa") or self.theta)
 
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
         """RMS norm by the weight ``name``, or LayerNorm where the file holds its bias (gpt2, gptneox)."""
@@ -186,12 +193,15 @@ class GGUFDecoder:
             attention = None
             if self.layout["head_count"][layer] > 0:
                 attention = self._attention(self._pre_norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
-            if self.layout["feed_forward_length"][layer] == 0:
+            ffn_free = self.layout["feed_forward_length"][layer] == 0
+            if ffn_free and self.ffn_free_drops_attention:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
             if self.gelu_ffn:
                 x = self._gpt_block_end(x, attention, layer)
                 continue
             x = x if attention is None else x + attention * scale
+            if ffn_free:
+                continue
             h = self._pre_norm(x, f"blk.{layer}.ffn_norm.weight")
             up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T
             gate = self.weights.get(f"blk.{layer}.ffn_gate.weight")

@@ -1,16 +1,11 @@
-"""llama.cpp runs headprune's ``gguf`` files: each greedy token's log-probability, teacher-forced, and llama.cpp's argmax, as JSON rows."""
+"""llama.cpp runs headprune's ``gguf`` files: each greedy token's log-probability, teacher-forced, and llama.cpp's argmax,
+as (check, passed, detail) rows (client_jobs.py runs it)."""
 
-import importlib.util
-import sys
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-# run as a file with -I, this folder (which holds gguf.py, onnx.py) is not on sys.path: the shared part loaded by its path
-_spec = importlib.util.spec_from_file_location("client_jobs", Path(__file__).with_name("client_jobs.py"))
-client_jobs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(client_jobs)
 THREADS = 2
 
 
@@ -50,7 +45,7 @@ def load(path: Path, n_ctx: int, dtype: str):
     )
 
 
-def run_job(job: dict, client: str) -> list[dict]:
+def run_job(job: dict) -> list[tuple]:
     """One file through llama.cpp: every prompt and its greedy tokens in one pass, their log-probabilities and argmax against ours."""
     with np.load(job["arrays"]) as npz:
         arrays = {k: npz[k] for k in npz.files}
@@ -71,21 +66,14 @@ def run_job(job: dict, client: str) -> list[dict]:
         total += int(decided.sum())
         near_ties += int((~decided).sum())
     architecture = llm.metadata.get("general.architecture")
-    rows = tokenizer_rows(job, client, partial(llamacpp_ids, llm))
+    rows = tokenizer_rows(job, partial(llamacpp_ids, llm))
     del llm
+    greedy = f"argmax {equal}/{total} equal over {len(sequences)} prompts ({near_ties} near-ties under {2 * tolerance:.0e} skipped)"
     return [
         *rows,
-        client_jobs.row(job, client, "architecture", None, str(architecture)),
-        client_jobs.row(
-            job,
-            client,
-            "greedy tokens",
-            equal == total,
-            f"argmax {equal}/{total} equal over {len(sequences)} prompts ({near_ties} near-ties under {2 * tolerance:.0e} skipped)",
-        ),
-        client_jobs.row(
-            job, client, "logprobs", worst <= tolerance, f"max |diff| {worst:.2e} (tolerance {tolerance:.0e}, {job['dtype']} file)"
-        ),
+        ("architecture", None, str(architecture)),
+        ("greedy tokens", equal == total, greedy),
+        ("logprobs", worst <= tolerance, f"max |diff| {worst:.2e} (tolerance {tolerance:.0e}, {job['dtype']} file)"),
     ]
 
 
@@ -94,7 +82,7 @@ def llamacpp_ids(llm, text: str) -> list[int]:
     return llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
 
 
-def tokenizer_rows(job: dict, client: str, tokenize) -> list[dict]:
+def tokenizer_rows(job: dict, tokenize) -> list[tuple]:
     """A row comparing llama.cpp's ids (``tokenize(text)``) of each text with the tokenizer's (``job["text_ids"]``). Where the
     tokenizer adds a space before the text (``job["spaced_ids"]``: its ids of " " + text), a text that differs only there is
     said, not judged: llama.cpp agrees once the text starts with a space; any other difference fails."""
@@ -108,21 +96,18 @@ def tokenizer_rows(job: dict, client: str, tokenize) -> list[dict]:
     if other:
         i = other[0]
         detail += f"; {texts[i][:40]!r}: llama.cpp {tokenize(texts[i])[:8]}, the tokenizer {job['text_ids'][i][:8]}"
-        return [client_jobs.row(job, client, "tokenizer", False, detail)]
+        return [("tokenizer", False, detail)]
     if differ:
         detail += (
             f"; the other {len(differ)} alike once a space leads the text (the tokenizer adds one, add_prefix_space; "
             "llama.cpp's BPE does not: start prompts with a space)"
         )
-        return [client_jobs.row(job, client, "tokenizer", None, detail)]
-    return [client_jobs.row(job, client, "tokenizer", True, detail)]
+        return [("tokenizer", None, detail)]
+    return [("tokenizer", True, detail)]
 
 
-def main(path: str) -> None:
+def client_name() -> str:
+    """The client and its version, as its rows name it."""
     import importlib.metadata
 
-    client_jobs.run_jobs(path, f"llama.cpp (llama-cpp-python {importlib.metadata.version('llama_cpp_python')})", run_job)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
+    return f"llama.cpp (llama-cpp-python {importlib.metadata.version('llama_cpp_python')})"

