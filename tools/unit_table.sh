@@ -128,10 +128,12 @@ CHAIN_KD2400=("${CHAIN_KD1200[@]/max_steps=$((6 * FT_STEPS))/max_steps=$((12 * F
 CHAIN_KD2400=("${CHAIN_KD2400[@]/examples=$((6 * FT_EXAMPLES))/examples=$((12 * FT_EXAMPLES))}")
 run units_chain_joint_kd_2400 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_KD2400[@]}"
 
-# the ridge lever, retraining-free at x1.5: a tenth of the default pull towards the kept weights; the teacher's stream as target
+# the ridge lever, retraining-free at x1.5: a tenth and ten times the default pull towards the kept weights; the teacher's
+# stream as target
 RECON=(prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000)
 run units_recon_joint_r01 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${RECON[@]}" prune.reconstruct.ridge=0.1
 run units_recon_joint_teacher "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${RECON[@]}" prune.reconstruct.target=teacher
+run units_recon_joint_r10 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${RECON[@]}" prune.reconstruct.ridge=10
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
