@@ -5,9 +5,7 @@ from pathlib import Path
 
 import torch
 
-from headprune.core.inputs import eval_mode
 from headprune.core.saving import save_pruned
-from headprune.tasks.base import EvalResult
 
 
 def checked_settings(cfg, known, task_name: str, config_file: str) -> dict:
@@ -110,95 +108,3 @@ class SharedTaskMethods(SavesHF):
     def split_summary(self) -> dict[str, dict[str, int]]:
         """{split: {"examples": n}} of every split."""
         return {split: {"examples": int(n)} for split, n in self.split_sizes().items()}
-
-
-class ClassifierSubsets:
-    """Mixed into the classification tasks: device batches, split sizes, importance batches, per-example loss, evaluation, paired test."""
-
-    IMPORTANCE_EXAMPLE = 2000
-    sort_training = True  # training batches of examples of similar lengths (little padding)
-
-    def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.model_device) for k, v in batch.items()}
-
-    def _require_data(self):
-        if self.data is None:
-            raise ValueError(f"this {type(self).__name__} has no data: build it with tasks.registry.load_task(cfg) or pass it data")
-        return self.data
-
-    def split_sizes(self) -> dict[str, int]:
-        """{split: examples} of every split of the task's data (train, importance, eval, and eval_mismatched where present)."""
-        data = self._require_data()
-        return {split: len(data.dataset(split)) for split in data.splits}
-
-    def paired_test(self, baseline, systems: list, n_samples: int = 1000, seed: int = 0, alpha: float = 0.01) -> list:
-        """Paired bootstrap of accuracy on per-example correctness."""
-        from headprune.scoring.significance import paired_bootstrap_accuracy
-
-        correct = [s.per_example["correct"] for s in systems]
-        return paired_bootstrap_accuracy(baseline.per_example["correct"], correct, n_samples=n_samples, seed=seed, alpha=alpha)
-
-    def importance_batches(self, batch_size: int | None = None):
-        """Batches (model inputs + labels, on the model's device) of the fixed importance subset of the training data."""
-        data = self._require_data()
-        if len(data.dataset("importance")) == 0:
-            raise ValueError(
-                f"the importance subset is empty (data.importance_size={data.config.importance_size}): set "
-                f"data.importance_size to a number of training examples, e.g. {self.IMPORTANCE_EXAMPLE}"
-            )
-        for batch in data.loader("importance", batch_size):
-            batch.pop("idx")
-            yield self._to_device(batch)
-
-    def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
-        """``examples`` training examples drawn with ``seed``, in batches of the training batch size (``sort_training``: similar lengths, shuffled)."""
-        data = self._require_data()
-        train = data.dataset("train")
-        length = (lambda i: train.lengths[i]) if self.sort_training else None
-        batches = []
-        for group in drawn_groups(len(train), examples, seed, int(data.config.batch_size), length):
-            batch = data.collate([train[i] for i in group])
-            batch.pop("idx")
-            batches.append(self._to_device(batch))
-        return batches
-
-    def per_example_loss(self, batch: dict) -> torch.Tensor:
-        """Cross-entropy of each example, shape (B,)."""
-        return torch.nn.functional.cross_entropy(self(batch), batch["labels"], reduction="none")
-
-    @torch.no_grad()
-    def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
-        """Accuracy (percent) on ``split`` under ``mask``, per_example["correct"] in dataset order; ``on_batch(n)`` after each batch."""
-        dataset = self._require_data().dataset(split)
-        correct = torch.zeros(len(dataset), dtype=torch.long)
-        with eval_mode(self.model), self.gates.masked(mask):  # no dropout: masked and pruned models give identical scores
-            for batch in self._require_data().loader(split, batch_size):
-                logits = self(self._to_device(batch))
-                correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
-                if on_batch is not None:
-                    on_batch(len(batch["idx"]))
-        n = len(dataset)
-        return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
-
-    def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
-        """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.engine.ablation)."""
-        from headprune.engine.ablation import MaskBatcher
-
-        if not masks:
-            return []
-        if not MaskBatcher.takes(self.gates):  # residual channels change every layer: one plain pass per mask
-            return [self.evaluate(m, split, on_batch=on_batch if i == 0 else None) for i, m in enumerate(masks)]
-        n = len(self._require_data().dataset(split))
-        correct = torch.zeros(len(masks), n, dtype=torch.long)
-        engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
-        with eval_mode(self.model):
-            for batch in self._require_data().loader(split):
-                idx, labels = batch.pop("idx"), batch.pop("labels")
-                logits = engine.logits(self._to_device(batch), masks)  # (M, B, C)
-                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
-                if on_batch is not None:
-                    on_batch(len(idx))
-        return [
-            EvalResult(score=100.0 * int(c.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": c.tolist()})
-            for c in correct
-        ]

@@ -3,19 +3,17 @@
 from contextlib import contextmanager
 from pathlib import Path
 
-import lightning as L
 import torch
 
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.classifier_training import ClassifierSteps, classifier_settings, finetune_classifier
-from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods
+from headprune.tasks.classifier_training import ClassifierTask, classifier_settings, finetune_classifier
 from headprune.tasks.nli.data import LABELS, NLIDataConfig, NLIDataModule, PadCollator
 
 MODEL_INPUTS = ENCODER_INPUTS
 
 
-class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.LightningModule):
+class NLIModule(ClassifierTask):
     """A 3-way NLI classifier under head gates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     name = "nli"
@@ -84,9 +82,4 @@ def load_nli_task(cfg) -> NLIModule:
 
 def finetune(cfg) -> dict:
     """experiment=nli_finetune: fine-tune, validate, save <output_dir>/model, and record exact dev accuracies."""
-
-    def data_sizes(module) -> dict:
-        sizes = {name: len(data) for name, data in module.data.datasets.items()}
-        return {"train_examples": sizes["train"], "split_sizes": sizes}
-
-    return finetune_classifier(cfg, load_nli_task, data_sizes)
+    return finetune_classifier(cfg, load_nli_task, train_examples=True)
