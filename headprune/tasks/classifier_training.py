@@ -106,9 +106,6 @@ class ClassifierTask(SharedTaskMethods, L.LightningModule):
     def configure_optimizers(self):
         return adamw_with_linear_warmup(self.model, self.hparams, self.trainer.estimated_stepping_batches)
 
-    def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.model_device) for k, v in batch.items()}
-
     def _require_data(self):
         if self.data is None:
             raise ValueError(f"this {type(self).__name__} has no data: build it with tasks.registry.load_task(cfg) or pass it data")

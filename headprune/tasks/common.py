@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from headprune.core.saving import save_pruned
+from headprune.tasks.base import TimedCall
 
 
 def checked_settings(cfg, known, task_name: str, config_file: str) -> dict:
@@ -55,8 +56,8 @@ class LazySizes(Mapping):
         return repr(dict(self))
 
 
-class SavesHF:
-    """``save_hf``: a task's model (HF format, pruning record included) and tokenizer written to a directory."""
+class SharedTaskMethods:
+    """Mixed into every task; a task provides ``forward_batches(split)`` (model inputs with targets, on the CPU)."""
 
     def save_hf(self, path) -> Path:
         """Write the model and its tokenizer to ``path`` (with the record of where the tokenizer came from, when known)."""
@@ -66,13 +67,13 @@ class SavesHF:
         keep_origin(self.tokenizer, path)
         return saved
 
-
-class SharedTaskMethods(SavesHF):
-    """Mixed into every task; a task provides ``forward_batches(split)`` (model inputs with targets, on the CPU)."""
-
     @property
     def model_device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def _to_device(self, batch: dict) -> dict:
+        """The batch on the model's device (``ids``, a translation batch's example indices, left out)."""
+        return {k: v.to(self.model_device) for k, v in batch.items() if k != "ids"}
 
     def forward_batches(self, split: str) -> list[dict]:
         """The split's batches as the model's forward pass takes them (targets teacher-forced)."""
@@ -97,8 +98,6 @@ class SharedTaskMethods(SavesHF):
 
     def timed_calls(self) -> dict:
         """The one timed call, counted in examples."""
-        from headprune.tasks.base import TimedCall
-
         return {"forward": TimedCall(self.timed_call)}
 
     def memory_measures(self, model) -> dict[str, int]:

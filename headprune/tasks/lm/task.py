@@ -12,7 +12,7 @@ from headprune.core.units import model_gates
 from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
-from headprune.tasks.common import SavesHF, checked_settings, drawn_groups
+from headprune.tasks.common import SharedTaskMethods, checked_settings, drawn_groups
 from headprune.tasks.lm.data import LMData, load_texts, long_documents, text_pools
 
 TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
@@ -28,7 +28,7 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     return nll.view_as(labels).double().sum(1), (labels != -100).sum(1)
 
 
-class LanguageModelingTask(SavesHF):
+class LanguageModelingTask(SharedTaskMethods):
     """A causal LM under head gates and its texts: the task protocol of headprune.tasks.base (metric: perplexity)."""
 
     name = "lm"
@@ -72,13 +72,9 @@ class LanguageModelingTask(SavesHF):
         self.model.to(device)
         return self
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
     def _inputs(self, batch: dict, *extra: str) -> dict:
         """The model inputs of a batch (and ``extra`` keys such as labels) on the model's device."""
-        return {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, *extra)}
+        return {k: batch[k].to(self.model_device) for k in (*MODEL_INPUTS, *extra)}
 
     @contextmanager
     def split_by(self, split_row, tokenizer, splits: list[str]):
@@ -207,7 +203,7 @@ class LanguageModelingTask(SavesHF):
         out = []
         for group in drawn_groups(len(rows), examples, seed, int(self.data.batch_size), length):
             batch = self.data.collate_rows([rows[i] for i in group])
-            out.append({**{k: v.to(self.device) for k, v in batch.items()}, "idx": torch.tensor(group)})
+            out.append({**self._to_device(batch), "idx": torch.tensor(group)})
         return out
 
     def split_summary(self) -> dict[str, dict[str, int]]:

@@ -211,19 +211,16 @@ class TranslationDataModule(L.LightningDataModule):
 
     def eval_batches(self, split: str, with_targets: bool = True, rank: int = 0, world: int = 1) -> list[dict]:
         """Fixed, length-sorted batches of a split (examples ``rank::world``), each with ``ids`` = the example indices."""
+        keep = list(range(len(self.split_encoded(split)[0])))[rank::world]
+        return self._batches(split, keep, int(self.cfg.eval_max_tokens), int(self.cfg.eval_batch_size), with_targets)
+
+    def _batches(self, split: str, keep: list[int], max_tokens: int, max_sentences=None, with_targets: bool = True) -> list[dict]:
+        """Length-sorted batches of the examples ``keep`` of a split, each with ``ids`` = the example indices."""
         src, tgt = self.split_encoded(split)
-        keep = list(range(len(src)))[rank::world]
-        order = token_batches(
-            [len(src[i]) for i in keep],
-            [len(tgt[i]) for i in keep],
-            int(self.cfg.eval_max_tokens),
-            shuffle=False,
-            max_sentences=int(self.cfg.eval_batch_size),
-        )
-        order = [[keep[j] for j in idx] for idx in order]
+        order = token_batches([len(src[i]) for i in keep], [len(tgt[i]) for i in keep], max_tokens, False, max_sentences=max_sentences)
         return [
             collate([src[i] for i in idx], [tgt[i] for i in idx] if with_targets else None, self.pad_id, self.start_id, ids=idx)
-            for idx in order
+            for idx in ([keep[j] for j in batch] for batch in order)
         ]
 
     def val_dataloader(self):
@@ -233,7 +230,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     def importance_batches(self) -> list[dict]:
         """Batches (with labels) of a fixed random subset of the *training* split, for head importance."""
-        src, tgt = self.split_encoded("train")
+        src, _ = self.split_encoded("train")
         size = min(int(self.cfg.importance.size), len(src))
         if size < 1:
             raise ValueError(
@@ -241,9 +238,7 @@ class TranslationDataModule(L.LightningDataModule):
                 "pairs): set data.importance.size to a number of training sentences, e.g. 2000"
             )
         chosen = sorted(random.Random(f"importance-{self.seed}").sample(range(len(src)), size))
-        sub_src, sub_tgt = [src[i] for i in chosen], [tgt[i] for i in chosen]
-        order = token_batches([len(s) for s in sub_src], [len(t) for t in sub_tgt], int(self.cfg.importance.max_tokens), shuffle=False)
-        return [collate([sub_src[i] for i in idx], [sub_tgt[i] for i in idx], self.pad_id, self.start_id) for idx in order]
+        return self._batches("train", chosen, int(self.cfg.importance.max_tokens))
 
     def references(self, split: str) -> list[str]:
         return self.split_texts(split)[1]

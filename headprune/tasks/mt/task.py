@@ -13,7 +13,7 @@ from headprune.core.inputs import eval_mode
 from headprune.core.units import model_gates
 from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, special_ids
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.base import EvalResult
+from headprune.tasks.base import EvalResult, TimedCall
 from headprune.tasks.common import LazySizes, SharedTaskMethods
 from headprune.tasks.mt.data import TranslationDataModule, split_of
 
@@ -152,8 +152,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     def timed_calls(self) -> dict:
         """The teacher-forced forward (examples/s) and beam-search translation (sentences/s, timed last: Pareto points use it)."""
-        from headprune.tasks.base import TimedCall
-
         return {"forward": TimedCall(self.timed_call), "beam": TimedCall(self.timed_beam, "sentences")}
 
     def validation_step(self, batch, batch_idx):
@@ -186,9 +184,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         if split not in self._eval_cache:
             self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
         return self._eval_cache[split]
-
-    def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device) for k, v in batch.items() if k != "ids"}
 
     def split_sizes(self) -> LazySizes:
         """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing), counted when read."""

@@ -1,7 +1,5 @@
 """NLIDataModule: MNLI-style premise/hypothesis pairs from the HF hub, local files or a built-in synthetic set."""
 
-import math
-
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -68,9 +66,7 @@ class LengthGroupedSampler(DistributedSampler):
         super().__init__(lengths, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
         self.lengths = lengths
         self.batch_size = batch_size
-        self.megabatch = megabatch
-        self.num_samples = math.ceil(len(lengths) / num_replicas)
-        self.total_size = self.num_samples * num_replicas
+        self.megabatch = megabatch  # num_samples, total_size: DistributedSampler's, every rank padded to the same count
 
     def __iter__(self):
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -84,9 +80,6 @@ class LengthGroupedSampler(DistributedSampler):
             batches += [chunk[b : b + global_batch] for b in range(0, len(chunk), global_batch)]
         perm = torch.randperm(len(batches), generator=gen).tolist()
         return iter([i for b in perm for i in batches[b][self.rank :: self.num_replicas]])
-
-    def __len__(self) -> int:
-        return self.num_samples
 
 
 def _select(examples: dict[str, list], indices: list[int]) -> dict[str, list]:
