@@ -17,14 +17,12 @@ TASK_SETTINGS = ("lr", "weight_decay", "warmup_ratio", "warmup_steps", "exact_ev
 
 
 def classifier_settings(cfg, task_name: str, config_file: str) -> dict:
-    """``task.*`` of a classifier task (``config_file``) but exact_eval (finetune's), checked: every setting present, none unknown, numbers in range."""
+    """``task.*`` of a classifier task (``config_file``) but exact_eval (finetune's): every setting present, none unknown, numbers (ranges: TRAINER_SCHEMA)."""
     task = checked_settings(cfg, TASK_SETTINGS, task_name, config_file)
     try:
         task["lr"], task["weight_decay"], task["warmup_ratio"] = float(task["lr"]), float(task["weight_decay"]), float(task["warmup_ratio"])
     except (TypeError, ValueError) as err:
         raise ValueError(f"task.lr, task.weight_decay and task.warmup_ratio must be numbers: {err}") from None
-    if task["lr"] <= 0 or not 0 <= task["warmup_ratio"] <= 1:
-        raise ValueError(f"need task.lr > 0 and 0 <= task.warmup_ratio <= 1, got lr={task['lr']} warmup_ratio={task['warmup_ratio']}")
     task.pop("exact_eval")
     return task
 
@@ -151,19 +149,10 @@ class ClassifierTask(SharedTaskMethods, L.LightningModule):
         """Cross-entropy of each example, shape (B,)."""
         return F.cross_entropy(self(batch), batch["labels"], reduction="none")
 
-    @torch.no_grad()
     def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
         """Accuracy (percent) on ``split`` under ``mask``, per_example["correct"] in dataset order; ``on_batch(n)`` after each batch."""
-        dataset = self._require_data().dataset(split)
-        correct = torch.zeros(len(dataset), dtype=torch.long)
-        with eval_mode(self.model), self.gates.masked(mask):  # no dropout: masked and pruned models give identical scores
-            for batch in self._require_data().loader(split, batch_size):
-                logits = self(self._to_device(batch))
-                correct[batch["idx"]] = (logits.argmax(-1).cpu() == batch["labels"]).long()
-                if on_batch is not None:
-                    on_batch(len(batch["idx"]))
-        n = len(dataset)
-        return EvalResult(score=100.0 * int(correct.sum()) / max(n, 1), metric=self.metric, n=n, per_example={"correct": correct.tolist()})
+        with self.gates.masked(mask):  # in eval mode, no dropout: masked and pruned models give identical scores
+            return self._accuracies(split, 1, lambda batch: self(batch).unsqueeze(0), batch_size, on_batch)[0]
 
     def evaluate_many(self, masks: list, split: str = "eval", on_batch=None, max_rows: int = 128) -> list[EvalResult]:
         """Scores of several masks, batched: many masks per forward pass, unchanged lower layers reused (headprune.engine.ablation)."""
@@ -173,14 +162,18 @@ class ClassifierTask(SharedTaskMethods, L.LightningModule):
             return []
         if not MaskBatcher.takes(self.gates):  # residual channels change every layer: one plain pass per mask
             return [self.evaluate(m, split, on_batch=on_batch if i == 0 else None) for i, m in enumerate(masks)]
-        n = len(self._require_data().dataset(split))
-        correct = torch.zeros(len(masks), n, dtype=torch.long)
         engine = MaskBatcher(self.model, self.gates, max_rows=max_rows)
+        return self._accuracies(split, len(masks), lambda batch: engine.logits(batch, masks), on_batch=on_batch)
+
+    @torch.no_grad()
+    def _accuracies(self, split: str, count: int, logits_of, batch_size: int | None = None, on_batch=None) -> list[EvalResult]:
+        """``count`` accuracies on ``split`` from ``logits_of(model inputs)`` (count, B, C) per batch; ``on_batch(n)`` after each."""
+        n = len(self._require_data().dataset(split))
+        correct = torch.zeros(count, n, dtype=torch.long)
         with eval_mode(self.model):
-            for batch in self._require_data().loader(split):
+            for batch in self._require_data().loader(split, batch_size):
                 idx, labels = batch.pop("idx"), batch.pop("labels")
-                logits = engine.logits(self._to_device(batch), masks)  # (M, B, C)
-                correct[:, idx] = (logits.argmax(-1).cpu() == labels.unsqueeze(0)).long()
+                correct[:, idx] = (logits_of(self._to_device(batch)).argmax(-1).cpu() == labels.unsqueeze(0)).long()
                 if on_batch is not None:
                     on_batch(len(idx))
         return [

@@ -56,16 +56,10 @@ class LanguageModelingTask(SharedTaskMethods):
         self.tokenizer = tokenizer
         self.data = data
         self.gates = model_gates(model)
-        self.mask_chunk = max(1, int(mask_chunk))
-        if selection_split == "eval":
-            raise ValueError("task.selection_split must not be the evaluation split: choose importance or heldout")
-        self.selection_split = str(selection_split)  # the split for choices such as keep-one's head
+        self.mask_chunk = max(1, int(mask_chunk))  # task.* are checked before work (headprune.tasks.lm.config_check)
+        self.selection_split = str(selection_split)  # the split for choices such as keep-one's head (never eval)
         self.decode_tokens = int(decode_tokens)
         self.decode_prompt_tokens = int(decode_prompt_tokens)
-        if self.decode_tokens < 1 or self.decode_prompt_tokens < 1:
-            raise ValueError(
-                f"task.decode_tokens and task.decode_prompt_tokens must be >= 1, got {decode_tokens} and {decode_prompt_tokens}"
-            )
         model.eval()
 
     def to(self, device) -> "LanguageModelingTask":

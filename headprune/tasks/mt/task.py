@@ -48,10 +48,6 @@ class BatchProgress(StoppingCriteria):
     def __init__(self, on_batch, sentences: int, steps: int):
         self.on_batch, self.sentences, self.share, self.told = on_batch, sentences, sentences / max(steps, 1), 0.0
 
-    def criteria(self) -> StoppingCriteriaList | None:
-        """What ``generate`` gets as ``stopping_criteria`` (None without ``on_batch``)."""
-        return None if self.on_batch is None else StoppingCriteriaList([self])
-
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         """At every decoding step: one share told, generation never stopped."""
         share = min(self.share, 0.99 * self.sentences - self.told)  # the last share waits for the batch's end
@@ -81,7 +77,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self.gates = model_gates(model)
         self.tokenizer = tokenizer
         self.data = data
-        self.task_cfg = _task_settings(task_cfg)
+        self.task_cfg = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})
+        missing = sorted(set(TASK_SETTINGS) - set(self.task_cfg))  # task.* of conf/task/mt.yaml
+        if missing:
+            raise ValueError(f"task setting(s) {missing} missing: compose the config with the MT task group (conf/task/mt.yaml)")
         self.optim_cfg, self.scheduler_cfg = optim_cfg, scheduler_cfg
         self._val_outputs: list[tuple[list[int], list[str]]] = []
         self._val_nll: list[tuple[float, int]] = []
@@ -136,7 +135,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             pad_token_id=config.pad_token_id,
             bad_words_ids=[[config.pad_token_id]],
             max_time=max_time,
-            stopping_criteria=None if progress is None else progress.criteria(),
+            stopping_criteria=None if progress is None or progress.on_batch is None else StoppingCriteriaList([progress]),
         )
         return decode(self.tokenizer, out)
 
@@ -297,15 +296,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         warmup = self.scheduler_cfg["warmup_steps"]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def _task_settings(task_cfg) -> dict:
-    """``task.*`` (conf/task/mt.yaml) as a dict, with every setting present."""
-    given = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})
-    missing = sorted(set(TASK_SETTINGS) - set(given))
-    if missing:
-        raise ValueError(f"task setting(s) {missing} missing: compose the config with the MT task group (conf/task/mt.yaml)")
-    return given
 
 
 def _task_tokenizer(cfg):

@@ -32,13 +32,6 @@ def collate(items: list[dict]) -> dict[str, torch.Tensor]:
     }
 
 
-def fit_channels(pixels: torch.Tensor, channels: int) -> torch.Tensor:
-    """(N, 3, H, W) RGB pixels as ``channels`` channels: the first repeated for grayscale-like models, kept for RGB."""
-    if pixels.shape[1] == channels:
-        return pixels
-    return pixels[:, :1].repeat(1, channels, 1, 1)
-
-
 def image_fingerprint(image, label: int) -> str:
     """A hash of one image's pixels and its label."""
     rgb = image.convert("RGB")
@@ -46,13 +39,15 @@ def image_fingerprint(image, label: int) -> str:
 
 
 def to_tensors(images: list, labels: list[int], processor, channels: int) -> ImageTensors:
-    """Run the image processor over the images (RGB) and fit the channels to the model's."""
+    """Run the image processor over the images (RGB) and fit the channels to the model's (RGB kept, else the first repeated)."""
     fingerprints = [image_fingerprint(image, label) for image, label in zip(images, labels)]
     if not images:
         size = processor.size
         return ImageTensors(torch.zeros(0, channels, size["height"], size["width"]), torch.zeros(0, dtype=torch.long), [])
-    pixels = processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"]
-    return ImageTensors(fit_channels(pixels.float(), channels), torch.tensor(labels, dtype=torch.long), fingerprints)
+    pixels = processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"].float()  # (N, 3, H, W)
+    if pixels.shape[1] != channels:  # a grayscale-like model: the first channel repeated
+        pixels = pixels[:, :1].repeat(1, channels, 1, 1)
+    return ImageTensors(pixels, torch.tensor(labels, dtype=torch.long), fingerprints)
 
 
 class ImageDataModule(L.LightningDataModule):
