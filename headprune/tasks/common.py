@@ -1,5 +1,6 @@
 """What the tasks share of the protocol in headprune.tasks.base: timing batches and the timed call."""
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -37,14 +38,12 @@ class LazySizes(Mapping):
     """{split: examples} whose sizes are counted on first access (a large training split is read only when asked for)."""
 
     def __init__(self, splits, count: Callable[[str], int]):
-        self._splits, self._count, self._known = list(splits), count, {}
+        self._splits, self._count = list(splits), functools.cache(count)  # each split counted once
 
     def __getitem__(self, split: str) -> int:
         if split not in self._splits:
             raise KeyError(split)
-        if split not in self._known:
-            self._known[split] = self._count(split)
-        return self._known[split]
+        return self._count(split)
 
     def __iter__(self):
         return iter(self._splits)

@@ -22,16 +22,6 @@ def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
     return [texts[i] for i in keep]
 
 
-def local_lines(cfg, data_dir: str | Path) -> dict[str, list[tuple[tuple[str, int], str]]]:
-    """{split: [((file, line number), text)]} from ``cfg.files`` ({split: [paths relative to data_dir]}; null = no such split)."""
-    overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
-    files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)
-    return {
-        split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, data_dir, split, path))]
-        for split, paths in files.items()
-    }
-
-
 def draw_splits(
     lines: dict[str, list[tuple[object, str]]], limits: dict, seed: int, exclude_evaluated: bool = True
 ) -> dict[str, list[str]]:
@@ -75,7 +65,13 @@ def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[
     """{split: [(key, text)]} of a data config before any draw; a local text's key is (file, line number), another's (split, index)."""
     source = cfg.get("source")
     if source == "local":
-        lines = local_lines(cfg, data_dir if data_dir is not None else cfg.dir)
+        overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
+        files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)  # {split: [paths under the data dir]}
+        directory = data_dir if data_dir is not None else cfg.dir
+        lines = {
+            split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, directory, split, path))]
+            for split, paths in files.items()
+        }
     elif source in ("hub", "synthetic"):
         texts = hub_texts(cfg) if source == "hub" else synthetic_texts(cfg)
         lines = {split: [((split, i), text) for i, text in enumerate(split_texts)] for split, split_texts in texts.items()}
