@@ -54,11 +54,10 @@ def hub_texts(cfg) -> dict[str, list[str]]:
 
 def synthetic_texts(cfg) -> dict[str, list[str]]:
     """{split: texts} in the synthetic target language of headprune.tasks.mt.synthetic (agreement needs attention)."""
-    from headprune.tasks.mt.synthetic import SyntheticConfig, SyntheticTranslation
+    from headprune.tasks.mt.synthetic import synthetic_splits
 
-    syn = cfg.synthetic
-    language = SyntheticTranslation(SyntheticConfig(seed=int(syn.seed)))
-    return {split: language.pairs(int(n), seed=index + 1)[1] for index, (split, n) in enumerate(sorted(dict(syn.sizes).items()))}
+    pairs = synthetic_splits({split: int(n) for split, n in dict(cfg.synthetic.sizes).items()}, seed=int(cfg.synthetic.seed))
+    return {split: targets for split, (_, targets) in pairs.items()}
 
 
 def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[object, str]]]:
