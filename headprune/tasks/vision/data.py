@@ -4,7 +4,7 @@ import hashlib
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from headprune.tasks.vision.config import SPLITS, ImageDataConfig
 from headprune.tasks.vision.image_sources import SOURCE_READERS
@@ -21,15 +21,6 @@ class ImageTensors(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         return {"pixel_values": self.pixels[i], "labels": self.labels[i], "idx": i}
-
-
-def collate(items: list[dict]) -> dict[str, torch.Tensor]:
-    """Stack items: pixel_values (B, C, H, W), labels (B,), idx (B,)."""
-    return {
-        "pixel_values": torch.stack([item["pixel_values"] for item in items]),
-        "labels": torch.tensor([int(item["labels"]) for item in items], dtype=torch.long),
-        "idx": torch.tensor([item["idx"] for item in items], dtype=torch.long),
-    }
 
 
 def image_fingerprint(image, label: int) -> str:
@@ -55,7 +46,7 @@ class ImageDataModule(L.LightningDataModule):
 
     splits = SPLITS
     eval_splits = ("eval",)
-    collate = staticmethod(collate)
+    collate = staticmethod(default_collate)  # pixel_values (B, C, H, W), labels (B,), idx (B,)
 
     def __init__(self, config: ImageDataConfig, processor, channels: int, num_labels: int):
         super().__init__()
@@ -90,7 +81,7 @@ class ImageDataModule(L.LightningDataModule):
         """Batches of ``split`` in dataset order (training: shuffled by the seed)."""
         size = batch_size or (self.config.batch_size if split == "train" else self.config.eval_batch_size)
         generator = torch.Generator().manual_seed(self.config.seed) if shuffle else None
-        return DataLoader(self.dataset(split), batch_size=int(size), shuffle=shuffle, collate_fn=collate, generator=generator)
+        return DataLoader(self.dataset(split), batch_size=int(size), shuffle=shuffle, generator=generator)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True)
