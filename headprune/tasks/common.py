@@ -5,6 +5,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from headprune.core.saving import save_pruned
 from headprune.tasks.base import TimedCall
@@ -20,6 +21,11 @@ def checked_settings(cfg, known, task_name: str, config_file: str) -> dict:
     if missing:
         raise ValueError(f"task setting(s) {missing} missing: compose the config with the {task_name} task group ({config_file})")
     return given
+
+
+def padded(rows, value: int) -> torch.Tensor:
+    """Token-id rows (lists or tuples of ints) right-padded with ``value`` into one (B, T) long tensor, T the longest row."""
+    return pad_sequence([torch.as_tensor(row, dtype=torch.long) for row in rows], batch_first=True, padding_value=value)
 
 
 def drawn_groups(count: int, examples: int, seed: int, size: int, length: Callable[[int], int] | None = None) -> list[list[int]]:

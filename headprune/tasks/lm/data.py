@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from headprune.tasks.common import padded
 from headprune.tasks.data_sources import listed_texts, read_texts, split_files  # noqa: F401 (read_texts re-exported)
 
 SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
@@ -125,15 +126,11 @@ def encode_texts(
 
 def collate(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``/``attention_mask`` and next-token ``labels`` aligned with the logits."""
-    length = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    labels = torch.full_like(input_ids, -100)
-    for row, seq in enumerate(sequences):
-        input_ids[row, : len(seq)] = torch.tensor(seq)
-        attention_mask[row, : len(seq)] = 1
-        labels[row, : len(seq) - 1] = torch.tensor(seq[1:], dtype=torch.long)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return {
+        "input_ids": padded(sequences, pad_id),
+        "attention_mask": padded([[1] * len(seq) for seq in sequences], 0),
+        "labels": padded([[*seq[1:], -100] for seq in sequences], -100),  # (B, T): the token after each position
+    }
 
 
 class SplitRows:

@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from headprune.models.tokenizers import encode, has_tokenizer, load_tokenizer, train_tokenizer
+from headprune.tasks.common import padded
 from headprune.tasks.mt.config import SPLITS, split_limit, split_of  # noqa: F401 (split_of re-exported)
 
 
@@ -81,22 +82,10 @@ def token_batches(src_lens, tgt_lens, max_tokens: int, shuffle: bool, seed: int 
 
 def collate(src_ids: list[list[int]], tgt_ids: list[list[int]] | None, pad_id: int, start_id: int, ids=None) -> dict:
     """Padded model inputs: input_ids, attention_mask and (with targets) decoder_input_ids and labels (-100 = pad)."""
-    n, width = len(src_ids), max(len(s) for s in src_ids)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)
-    for row, ids_ in enumerate(src_ids):
-        input_ids[row, : len(ids_)] = torch.tensor(ids_)
-        attention_mask[row, : len(ids_)] = 1
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    batch = {"input_ids": padded(src_ids, pad_id), "attention_mask": padded([[1] * len(ids_) for ids_ in src_ids], 0)}
     if tgt_ids is not None:
-        t_width = max(len(t) for t in tgt_ids)
-        labels = torch.full((n, t_width), -100, dtype=torch.long)
-        decoder_input_ids = torch.full((n, t_width), pad_id, dtype=torch.long)
-        for row, ids_ in enumerate(tgt_ids):
-            labels[row, : len(ids_)] = torch.tensor(ids_)
-            decoder_input_ids[row, 0] = start_id
-            decoder_input_ids[row, 1 : len(ids_)] = torch.tensor(ids_[:-1])  # teacher forcing: shifted right
-        batch.update(decoder_input_ids=decoder_input_ids, labels=labels)
+        decoder_input_ids = padded([[start_id, *ids_[:-1]] for ids_ in tgt_ids], pad_id)  # teacher forcing: shifted right
+        batch.update(decoder_input_ids=decoder_input_ids, labels=padded(tgt_ids, -100))
     if ids is not None:
         batch["ids"] = torch.tensor(ids, dtype=torch.long)
     return batch

@@ -4,6 +4,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from headprune.tasks.common import padded
 from headprune.tasks.nli.config import REQUIRED, SOURCES, SPLITS, NLIDataConfig  # noqa: F401 (re-exported)
 from headprune.tasks.nli.files import LABELS, NLIDataError, label_id, present_split_files, read_split
 
@@ -46,14 +47,12 @@ class PadCollator:
         self.pad_id = pad_id
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
-        width = max(len(item["input_ids"]) for item in items)
         batch = {}
         for key in items[0]:
             if key in ("labels", "idx"):
                 batch[key] = torch.tensor([item[key] for item in items], dtype=torch.long)
                 continue
-            pad = self.pad_id if key == "input_ids" else 0
-            batch[key] = torch.tensor([item[key] + [pad] * (width - len(item[key])) for item in items], dtype=torch.long)
+            batch[key] = padded([item[key] for item in items], self.pad_id if key == "input_ids" else 0)
         if "attention_mask" not in batch:
             batch["attention_mask"] = (batch["input_ids"] != self.pad_id).long()
         return batch
