@@ -129,21 +129,15 @@ class ClassifierTask(SharedTaskMethods, L.LightningModule):
                 f"the importance subset is empty (data.importance_size={data.config.importance_size}): set "
                 f"data.importance_size to a number of training examples, e.g. {self.IMPORTANCE_EXAMPLE}"
             )
-        for batch in data.loader("importance", batch_size):
-            batch.pop("idx")
-            yield self._to_device(batch)
+        yield from map(self._to_device, data.loader("importance", batch_size))
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """``examples`` training examples drawn with ``seed``, in batches of the training batch size (``sort_training``: similar lengths, shuffled)."""
         data = self._require_data()
         train = data.dataset("train")
         length = (lambda i: train.lengths[i]) if self.sort_training else None
-        batches = []
-        for group in drawn_groups(len(train), examples, seed, int(data.config.batch_size), length):
-            batch = data.collate([train[i] for i in group])
-            batch.pop("idx")
-            batches.append(self._to_device(batch))
-        return batches
+        groups = drawn_groups(len(train), examples, seed, int(data.config.batch_size), length)
+        return [self._to_device(data.collate([train[i] for i in group])) for group in groups]
 
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Cross-entropy of each example, shape (B,)."""

@@ -77,8 +77,8 @@ class SharedTaskMethods:
         return next(self.model.parameters()).device
 
     def _to_device(self, batch: dict) -> dict:
-        """The batch on the model's device (``ids``, a translation batch's example indices, left out)."""
-        return {k: v.to(self.model_device) for k, v in batch.items() if k != "ids"}
+        """The batch on the model's device, its example indices (``ids``, ``idx``) left out."""
+        return {k: v.to(self.model_device) for k, v in batch.items() if k not in ("ids", "idx")}
 
     def forward_batches(self, split: str) -> list[dict]:
         """The split's batches as the model's forward pass takes them (targets teacher-forced)."""
