@@ -194,11 +194,8 @@ class LanguageModelingTask(SharedTaskMethods):
         """``examples`` training rows drawn with ``seed``, batched in a seeded order (``sort_training``: similar lengths); ``idx``: each row's position."""
         rows = self.data.split("train" if "train" in self.split_sizes() else "importance")
         length = (lambda i: len(rows[i])) if self.sort_training else None
-        out = []
-        for group in drawn_groups(len(rows), examples, seed, int(self.data.batch_size), length):
-            batch = self.data.collate_rows([rows[i] for i in group])
-            out.append({**self._to_device(batch), "idx": torch.tensor(group)})
-        return out
+        groups = drawn_groups(len(rows), examples, seed, int(self.data.batch_size), length)
+        return [{**self._to_device(self.data.collate_rows([rows[i] for i in group])), "idx": torch.tensor(group)} for group in groups]
 
     def split_summary(self) -> dict[str, dict[str, int]]:
         """{split: {"examples" (texts), "tokens", "predicted_tokens"}} of every split, as tokenized (BOS included, truncated)."""
