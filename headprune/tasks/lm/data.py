@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from headprune.tasks.common import padded
 from headprune.tasks.data_sources import listed_texts, read_texts, split_files  # noqa: F401 (read_texts re-exported)
 
 SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
@@ -20,16 +21,6 @@ def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
         raise ValueError(f"data.limits.{split} must be a positive number of texts or null, got {limit}")
     keep = sorted(random.Random(f"{seed}-{split}").sample(range(len(texts)), limit))
     return [texts[i] for i in keep]
-
-
-def local_lines(cfg, data_dir: str | Path) -> dict[str, list[tuple[tuple[str, int], str]]]:
-    """{split: [((file, line number), text)]} from ``cfg.files`` ({split: [paths relative to data_dir]}; null = no such split)."""
-    overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
-    files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)
-    return {
-        split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, data_dir, split, path))]
-        for split, paths in files.items()
-    }
 
 
 def draw_splits(
@@ -64,18 +55,23 @@ def hub_texts(cfg) -> dict[str, list[str]]:
 
 def synthetic_texts(cfg) -> dict[str, list[str]]:
     """{split: texts} in the synthetic target language of headprune.tasks.mt.synthetic (agreement needs attention)."""
-    from headprune.tasks.mt.synthetic import SyntheticConfig, SyntheticTranslation
+    from headprune.tasks.mt.synthetic import synthetic_splits
 
-    syn = cfg.synthetic
-    language = SyntheticTranslation(SyntheticConfig(seed=int(syn.seed)))
-    return {split: language.pairs(int(n), seed=index + 1)[1] for index, (split, n) in enumerate(sorted(dict(syn.sizes).items()))}
+    pairs = synthetic_splits({split: int(n) for split, n in dict(cfg.synthetic.sizes).items()}, seed=int(cfg.synthetic.seed))
+    return {split: targets for split, (_, targets) in pairs.items()}
 
 
 def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[object, str]]]:
     """{split: [(key, text)]} of a data config before any draw; a local text's key is (file, line number), another's (split, index)."""
     source = cfg.get("source")
     if source == "local":
-        lines = local_lines(cfg, data_dir if data_dir is not None else cfg.dir)
+        overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
+        files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)  # {split: [paths under the data dir]}
+        directory = data_dir if data_dir is not None else cfg.dir
+        lines = {
+            split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, directory, split, path))]
+            for split, paths in files.items()
+        }
     elif source in ("hub", "synthetic"):
         texts = hub_texts(cfg) if source == "hub" else synthetic_texts(cfg)
         lines = {split: [((split, i), text) for i, text in enumerate(split_texts)] for split, split_texts in texts.items()}
@@ -130,15 +126,11 @@ def encode_texts(
 
 def collate(sequences: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``/``attention_mask`` and next-token ``labels`` aligned with the logits."""
-    length = max(len(s) for s in sequences)
-    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    labels = torch.full_like(input_ids, -100)
-    for row, seq in enumerate(sequences):
-        input_ids[row, : len(seq)] = torch.tensor(seq)
-        attention_mask[row, : len(seq)] = 1
-        labels[row, : len(seq) - 1] = torch.tensor(seq[1:], dtype=torch.long)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return {
+        "input_ids": padded(sequences, pad_id),
+        "attention_mask": padded([[1] * len(seq) for seq in sequences], 0),
+        "labels": padded([[*seq[1:], -100] for seq in sequences], -100),  # (B, T): the token after each position
+    }
 
 
 class SplitRows:

@@ -12,7 +12,7 @@ from headprune.core.units import model_gates
 from headprune.engine.ablation_causal import output_logits
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall, rows_of
-from headprune.tasks.common import SavesHF, checked_settings, drawn_groups
+from headprune.tasks.common import SharedTaskMethods, checked_settings, drawn_groups
 from headprune.tasks.lm.data import LMData, load_texts, long_documents, text_pools
 
 TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
@@ -28,7 +28,7 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     return nll.view_as(labels).double().sum(1), (labels != -100).sum(1)
 
 
-class LanguageModelingTask(SavesHF):
+class LanguageModelingTask(SharedTaskMethods):
     """A causal LM under head gates and its texts: the task protocol of headprune.tasks.base (metric: perplexity)."""
 
     name = "lm"
@@ -56,29 +56,19 @@ class LanguageModelingTask(SavesHF):
         self.tokenizer = tokenizer
         self.data = data
         self.gates = model_gates(model)
-        self.mask_chunk = max(1, int(mask_chunk))
-        if selection_split == "eval":
-            raise ValueError("task.selection_split must not be the evaluation split: choose importance or heldout")
-        self.selection_split = str(selection_split)  # the split for choices such as keep-one's head
+        self.mask_chunk = max(1, int(mask_chunk))  # task.* are checked before work (headprune.tasks.lm.config_check)
+        self.selection_split = str(selection_split)  # the split for choices such as keep-one's head (never eval)
         self.decode_tokens = int(decode_tokens)
         self.decode_prompt_tokens = int(decode_prompt_tokens)
-        if self.decode_tokens < 1 or self.decode_prompt_tokens < 1:
-            raise ValueError(
-                f"task.decode_tokens and task.decode_prompt_tokens must be >= 1, got {decode_tokens} and {decode_prompt_tokens}"
-            )
         model.eval()
 
     def to(self, device) -> "LanguageModelingTask":
         self.model.to(device)
         return self
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
     def _inputs(self, batch: dict, *extra: str) -> dict:
         """The model inputs of a batch (and ``extra`` keys such as labels) on the model's device."""
-        return {k: batch[k].to(self.device) for k in (*MODEL_INPUTS, *extra)}
+        return {k: batch[k].to(self.model_device) for k in (*MODEL_INPUTS, *extra)}
 
     @contextmanager
     def split_by(self, split_row, tokenizer, splits: list[str]):
@@ -204,11 +194,8 @@ class LanguageModelingTask(SavesHF):
         """``examples`` training rows drawn with ``seed``, batched in a seeded order (``sort_training``: similar lengths); ``idx``: each row's position."""
         rows = self.data.split("train" if "train" in self.split_sizes() else "importance")
         length = (lambda i: len(rows[i])) if self.sort_training else None
-        out = []
-        for group in drawn_groups(len(rows), examples, seed, int(self.data.batch_size), length):
-            batch = self.data.collate_rows([rows[i] for i in group])
-            out.append({**{k: v.to(self.device) for k, v in batch.items()}, "idx": torch.tensor(group)})
-        return out
+        groups = drawn_groups(len(rows), examples, seed, int(self.data.batch_size), length)
+        return [{**self._to_device(self.data.collate_rows([rows[i] for i in group])), "idx": torch.tensor(group)} for group in groups]
 
     def split_summary(self) -> dict[str, dict[str, int]]:
         """{split: {"examples" (texts), "tokens", "predicted_tokens"}} of every split, as tokenized (BOS included, truncated)."""

@@ -2,23 +2,19 @@
 
 import torch
 
+from headprune.tasks.common import padded
 from headprune.tasks.lm.data import SplitRows
 from headprune.tasks.longctx.examples import PasskeyExample
 
 
 def collate(examples: list[PasskeyExample], pad_id: int, copies: bool = False) -> dict[str, torch.Tensor]:
     """Right-padded inputs (B, T) without the last answer token, ``labels`` (B, T) the answer tokens; ``copies`` adds the needle spans."""
-    length = max(len(e.ids) - 1 for e in examples)
-    input_ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    labels = torch.full_like(input_ids, -100)
+    input_ids = padded([e.ids[:-1] for e in examples], pad_id)  # (B, T)
+    attention_mask = padded([[1] * (len(e.ids) - 1) for e in examples], 0)
+    labels = padded([[-100] * (e.answer_start - 1) + list(e.answer) for e in examples], -100)  # from the position before the answer
     start, end = torch.full_like(input_ids, -1), torch.full_like(input_ids, -1)
     for row, e in enumerate(examples):
-        ids = torch.tensor(e.ids, dtype=torch.long)
-        input_ids[row, : len(ids) - 1] = ids[:-1]
-        attention_mask[row, : len(ids) - 1] = 1
         first = e.answer_start - 1  # the position that predicts the first answer token
-        labels[row, first : len(ids) - 1] = ids[e.answer_start :]
         for t, needle in enumerate(e.copies):
             if needle >= 0:
                 start[row, first + t], end[row, first + t] = e.needles[needle]

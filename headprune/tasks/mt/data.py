@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from headprune.models.tokenizers import encode, has_tokenizer, load_tokenizer, train_tokenizer
+from headprune.tasks.common import padded
 from headprune.tasks.mt.config import SPLITS, split_limit, split_of  # noqa: F401 (split_of re-exported)
 
 
@@ -81,22 +82,10 @@ def token_batches(src_lens, tgt_lens, max_tokens: int, shuffle: bool, seed: int 
 
 def collate(src_ids: list[list[int]], tgt_ids: list[list[int]] | None, pad_id: int, start_id: int, ids=None) -> dict:
     """Padded model inputs: input_ids, attention_mask and (with targets) decoder_input_ids and labels (-100 = pad)."""
-    n, width = len(src_ids), max(len(s) for s in src_ids)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((n, width), dtype=torch.long)
-    for row, ids_ in enumerate(src_ids):
-        input_ids[row, : len(ids_)] = torch.tensor(ids_)
-        attention_mask[row, : len(ids_)] = 1
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    batch = {"input_ids": padded(src_ids, pad_id), "attention_mask": padded([[1] * len(ids_) for ids_ in src_ids], 0)}
     if tgt_ids is not None:
-        t_width = max(len(t) for t in tgt_ids)
-        labels = torch.full((n, t_width), -100, dtype=torch.long)
-        decoder_input_ids = torch.full((n, t_width), pad_id, dtype=torch.long)
-        for row, ids_ in enumerate(tgt_ids):
-            labels[row, : len(ids_)] = torch.tensor(ids_)
-            decoder_input_ids[row, 0] = start_id
-            decoder_input_ids[row, 1 : len(ids_)] = torch.tensor(ids_[:-1])  # teacher forcing: shifted right
-        batch.update(decoder_input_ids=decoder_input_ids, labels=labels)
+        decoder_input_ids = padded([[start_id, *ids_[:-1]] for ids_ in tgt_ids], pad_id)  # teacher forcing: shifted right
+        batch.update(decoder_input_ids=decoder_input_ids, labels=padded(tgt_ids, -100))
     if ids is not None:
         batch["ids"] = torch.tensor(ids, dtype=torch.long)
     return batch
@@ -211,19 +200,16 @@ class TranslationDataModule(L.LightningDataModule):
 
     def eval_batches(self, split: str, with_targets: bool = True, rank: int = 0, world: int = 1) -> list[dict]:
         """Fixed, length-sorted batches of a split (examples ``rank::world``), each with ``ids`` = the example indices."""
+        keep = list(range(len(self.split_encoded(split)[0])))[rank::world]
+        return self._batches(split, keep, int(self.cfg.eval_max_tokens), int(self.cfg.eval_batch_size), with_targets)
+
+    def _batches(self, split: str, keep: list[int], max_tokens: int, max_sentences=None, with_targets: bool = True) -> list[dict]:
+        """Length-sorted batches of the examples ``keep`` of a split, each with ``ids`` = the example indices."""
         src, tgt = self.split_encoded(split)
-        keep = list(range(len(src)))[rank::world]
-        order = token_batches(
-            [len(src[i]) for i in keep],
-            [len(tgt[i]) for i in keep],
-            int(self.cfg.eval_max_tokens),
-            shuffle=False,
-            max_sentences=int(self.cfg.eval_batch_size),
-        )
-        order = [[keep[j] for j in idx] for idx in order]
+        order = token_batches([len(src[i]) for i in keep], [len(tgt[i]) for i in keep], max_tokens, False, max_sentences=max_sentences)
         return [
             collate([src[i] for i in idx], [tgt[i] for i in idx] if with_targets else None, self.pad_id, self.start_id, ids=idx)
-            for idx in order
+            for idx in ([keep[j] for j in batch] for batch in order)
         ]
 
     def val_dataloader(self):
@@ -233,7 +219,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     def importance_batches(self) -> list[dict]:
         """Batches (with labels) of a fixed random subset of the *training* split, for head importance."""
-        src, tgt = self.split_encoded("train")
+        src, _ = self.split_encoded("train")
         size = min(int(self.cfg.importance.size), len(src))
         if size < 1:
             raise ValueError(
@@ -241,9 +227,7 @@ class TranslationDataModule(L.LightningDataModule):
                 "pairs): set data.importance.size to a number of training sentences, e.g. 2000"
             )
         chosen = sorted(random.Random(f"importance-{self.seed}").sample(range(len(src)), size))
-        sub_src, sub_tgt = [src[i] for i in chosen], [tgt[i] for i in chosen]
-        order = token_batches([len(s) for s in sub_src], [len(t) for t in sub_tgt], int(self.cfg.importance.max_tokens), shuffle=False)
-        return [collate([sub_src[i] for i in idx], [sub_tgt[i] for i in idx], self.pad_id, self.start_id) for idx in order]
+        return self._batches("train", chosen, int(self.cfg.importance.max_tokens))
 
     def references(self, split: str) -> list[str]:
         return self.split_texts(split)[1]

@@ -13,7 +13,7 @@ from headprune.core.inputs import eval_mode
 from headprune.core.units import model_gates
 from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, special_ids
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.base import EvalResult
+from headprune.tasks.base import EvalResult, TimedCall
 from headprune.tasks.common import LazySizes, SharedTaskMethods
 from headprune.tasks.mt.data import TranslationDataModule, split_of
 
@@ -48,10 +48,6 @@ class BatchProgress(StoppingCriteria):
     def __init__(self, on_batch, sentences: int, steps: int):
         self.on_batch, self.sentences, self.share, self.told = on_batch, sentences, sentences / max(steps, 1), 0.0
 
-    def criteria(self) -> StoppingCriteriaList | None:
-        """What ``generate`` gets as ``stopping_criteria`` (None without ``on_batch``)."""
-        return None if self.on_batch is None else StoppingCriteriaList([self])
-
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         """At every decoding step: one share told, generation never stopped."""
         share = min(self.share, 0.99 * self.sentences - self.told)  # the last share waits for the batch's end
@@ -81,7 +77,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self.gates = model_gates(model)
         self.tokenizer = tokenizer
         self.data = data
-        self.task_cfg = _task_settings(task_cfg)
+        self.task_cfg = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})
+        missing = sorted(set(TASK_SETTINGS) - set(self.task_cfg))  # task.* of conf/task/mt.yaml
+        if missing:
+            raise ValueError(f"task setting(s) {missing} missing: compose the config with the MT task group (conf/task/mt.yaml)")
         self.optim_cfg, self.scheduler_cfg = optim_cfg, scheduler_cfg
         self._val_outputs: list[tuple[list[int], list[str]]] = []
         self._val_nll: list[tuple[float, int]] = []
@@ -136,7 +135,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             pad_token_id=config.pad_token_id,
             bad_words_ids=[[config.pad_token_id]],
             max_time=max_time,
-            stopping_criteria=None if progress is None else progress.criteria(),
+            stopping_criteria=None if progress is None or progress.on_batch is None else StoppingCriteriaList([progress]),
         )
         return decode(self.tokenizer, out)
 
@@ -152,8 +151,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     def timed_calls(self) -> dict:
         """The teacher-forced forward (examples/s) and beam-search translation (sentences/s, timed last: Pareto points use it)."""
-        from headprune.tasks.base import TimedCall
-
         return {"forward": TimedCall(self.timed_call), "beam": TimedCall(self.timed_beam, "sentences")}
 
     def validation_step(self, batch, batch_idx):
@@ -186,9 +183,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         if split not in self._eval_cache:
             self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
         return self._eval_cache[split]
-
-    def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device) for k, v in batch.items() if k != "ids"}
 
     def split_sizes(self) -> LazySizes:
         """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing), counted when read."""
@@ -302,15 +296,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         warmup = self.scheduler_cfg["warmup_steps"]
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def _task_settings(task_cfg) -> dict:
-    """``task.*`` (conf/task/mt.yaml) as a dict, with every setting present."""
-    given = OmegaConf.to_container(task_cfg, resolve=True) if OmegaConf.is_config(task_cfg) else dict(task_cfg or {})
-    missing = sorted(set(TASK_SETTINGS) - set(given))
-    if missing:
-        raise ValueError(f"task setting(s) {missing} missing: compose the config with the MT task group (conf/task/mt.yaml)")
-    return given
 
 
 def _task_tokenizer(cfg):

@@ -1,11 +1,10 @@
 """NLIDataModule: MNLI-style premise/hypothesis pairs from the HF hub, local files or a built-in synthetic set."""
 
-import math
-
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from headprune.tasks.common import padded
 from headprune.tasks.nli.config import REQUIRED, SOURCES, SPLITS, NLIDataConfig  # noqa: F401 (re-exported)
 from headprune.tasks.nli.files import LABELS, NLIDataError, label_id, present_split_files, read_split
 
@@ -48,14 +47,12 @@ class PadCollator:
         self.pad_id = pad_id
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
-        width = max(len(item["input_ids"]) for item in items)
         batch = {}
         for key in items[0]:
             if key in ("labels", "idx"):
                 batch[key] = torch.tensor([item[key] for item in items], dtype=torch.long)
                 continue
-            pad = self.pad_id if key == "input_ids" else 0
-            batch[key] = torch.tensor([item[key] + [pad] * (width - len(item[key])) for item in items], dtype=torch.long)
+            batch[key] = padded([item[key] for item in items], self.pad_id if key == "input_ids" else 0)
         if "attention_mask" not in batch:
             batch["attention_mask"] = (batch["input_ids"] != self.pad_id).long()
         return batch
@@ -68,9 +65,7 @@ class LengthGroupedSampler(DistributedSampler):
         super().__init__(lengths, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
         self.lengths = lengths
         self.batch_size = batch_size
-        self.megabatch = megabatch
-        self.num_samples = math.ceil(len(lengths) / num_replicas)
-        self.total_size = self.num_samples * num_replicas
+        self.megabatch = megabatch  # num_samples, total_size: DistributedSampler's, every rank padded to the same count
 
     def __iter__(self):
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -84,9 +79,6 @@ class LengthGroupedSampler(DistributedSampler):
             batches += [chunk[b : b + global_batch] for b in range(0, len(chunk), global_batch)]
         perm = torch.randperm(len(batches), generator=gen).tolist()
         return iter([i for b in perm for i in batches[b][self.rank :: self.num_replicas]])
-
-    def __len__(self) -> int:
-        return self.num_samples
 
 
 def _select(examples: dict[str, list], indices: list[int]) -> dict[str, list]:

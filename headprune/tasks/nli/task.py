@@ -3,19 +3,17 @@
 from contextlib import contextmanager
 from pathlib import Path
 
-import lightning as L
 import torch
 
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.classifier_training import ClassifierSteps, classifier_settings, finetune_classifier
-from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods
+from headprune.tasks.classifier_training import ClassifierTask, classifier_settings, finetune_classifier
 from headprune.tasks.nli.data import LABELS, NLIDataConfig, NLIDataModule, PadCollator
 
 MODEL_INPUTS = ENCODER_INPUTS
 
 
-class NLIModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.LightningModule):
+class NLIModule(ClassifierTask):
     """A 3-way NLI classifier under head gates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     name = "nli"
@@ -66,13 +64,8 @@ def load_nli_task(cfg) -> NLIModule:
         raise ValueError(
             f"the NLI task needs a classifier model (model.kind=classifier), got model={cfg.model.get('name')} kind={cfg.model.get('kind')}"
         )
-    pretrained = cfg.model.get("pretrained")
-    if (
-        pretrained
-        and str(pretrained).startswith((".", "/", "~"))
-        and "/" in str(pretrained)
-        and not Path(str(pretrained)).expanduser().exists()
-    ):
+    pretrained = str(cfg.model.get("pretrained") or "")  # a path (not a hub name) must exist
+    if pretrained.startswith((".", "/", "~")) and "/" in pretrained and not Path(pretrained).expanduser().exists():
         raise FileNotFoundError(f"model.pretrained={pretrained} does not exist (a fine-tuned model dir is <run>/model)")
     settings = classifier_settings(cfg, "NLI", "conf/task/nli.yaml")
     tokenizer = build_tokenizer(cfg.model)
@@ -84,9 +77,4 @@ def load_nli_task(cfg) -> NLIModule:
 
 def finetune(cfg) -> dict:
     """experiment=nli_finetune: fine-tune, validate, save <output_dir>/model, and record exact dev accuracies."""
-
-    def data_sizes(module) -> dict:
-        sizes = {name: len(data) for name, data in module.data.datasets.items()}
-        return {"train_examples": sizes["train"], "split_sizes": sizes}
-
-    return finetune_classifier(cfg, load_nli_task, data_sizes)
+    return finetune_classifier(cfg, load_nli_task, train_examples=True)

@@ -4,7 +4,7 @@ import hashlib
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 from headprune.tasks.vision.config import SPLITS, ImageDataConfig
 from headprune.tasks.vision.image_sources import SOURCE_READERS
@@ -23,22 +23,6 @@ class ImageTensors(Dataset):
         return {"pixel_values": self.pixels[i], "labels": self.labels[i], "idx": i}
 
 
-def collate(items: list[dict]) -> dict[str, torch.Tensor]:
-    """Stack items: pixel_values (B, C, H, W), labels (B,), idx (B,)."""
-    return {
-        "pixel_values": torch.stack([item["pixel_values"] for item in items]),
-        "labels": torch.tensor([int(item["labels"]) for item in items], dtype=torch.long),
-        "idx": torch.tensor([item["idx"] for item in items], dtype=torch.long),
-    }
-
-
-def fit_channels(pixels: torch.Tensor, channels: int) -> torch.Tensor:
-    """(N, 3, H, W) RGB pixels as ``channels`` channels: the first repeated for grayscale-like models, kept for RGB."""
-    if pixels.shape[1] == channels:
-        return pixels
-    return pixels[:, :1].repeat(1, channels, 1, 1)
-
-
 def image_fingerprint(image, label: int) -> str:
     """A hash of one image's pixels and its label."""
     rgb = image.convert("RGB")
@@ -46,13 +30,15 @@ def image_fingerprint(image, label: int) -> str:
 
 
 def to_tensors(images: list, labels: list[int], processor, channels: int) -> ImageTensors:
-    """Run the image processor over the images (RGB) and fit the channels to the model's."""
+    """Run the image processor over the images (RGB) and fit the channels to the model's (RGB kept, else the first repeated)."""
     fingerprints = [image_fingerprint(image, label) for image, label in zip(images, labels)]
     if not images:
         size = processor.size
         return ImageTensors(torch.zeros(0, channels, size["height"], size["width"]), torch.zeros(0, dtype=torch.long), [])
-    pixels = processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"]
-    return ImageTensors(fit_channels(pixels.float(), channels), torch.tensor(labels, dtype=torch.long), fingerprints)
+    pixels = processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"].float()  # (N, 3, H, W)
+    if pixels.shape[1] != channels:  # a grayscale-like model: the first channel repeated
+        pixels = pixels[:, :1].repeat(1, channels, 1, 1)
+    return ImageTensors(pixels, torch.tensor(labels, dtype=torch.long), fingerprints)
 
 
 class ImageDataModule(L.LightningDataModule):
@@ -60,7 +46,7 @@ class ImageDataModule(L.LightningDataModule):
 
     splits = SPLITS
     eval_splits = ("eval",)
-    collate = staticmethod(collate)
+    collate = staticmethod(default_collate)  # pixel_values (B, C, H, W), labels (B,), idx (B,)
 
     def __init__(self, config: ImageDataConfig, processor, channels: int, num_labels: int):
         super().__init__()
@@ -95,7 +81,7 @@ class ImageDataModule(L.LightningDataModule):
         """Batches of ``split`` in dataset order (training: shuffled by the seed)."""
         size = batch_size or (self.config.batch_size if split == "train" else self.config.eval_batch_size)
         generator = torch.Generator().manual_seed(self.config.seed) if shuffle else None
-        return DataLoader(self.dataset(split), batch_size=int(size), shuffle=shuffle, collate_fn=collate, generator=generator)
+        return DataLoader(self.dataset(split), batch_size=int(size), shuffle=shuffle, generator=generator)
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True)

@@ -1,11 +1,9 @@
 """ImageClassificationModule: fine-tune and evaluate a ViT/DeiT image classifier under head gates (the task protocol)."""
 
-import lightning as L
 import torch
 
 from headprune.results.writer import texts_fingerprint
-from headprune.tasks.classifier_training import ClassifierSteps, classifier_settings, finetune_classifier
-from headprune.tasks.common import ClassifierSubsets, SharedTaskMethods
+from headprune.tasks.classifier_training import ClassifierTask, classifier_settings, finetune_classifier
 from headprune.tasks.vision.config import ImageDataConfig
 from headprune.tasks.vision.data import ImageDataModule
 from headprune.tasks.vision.processor import build_processor, image_geometry, image_tokens
@@ -13,7 +11,7 @@ from headprune.tasks.vision.processor import build_processor, image_geometry, im
 TOKEN_POSITIONS = "input_ids"  # timing batches carry the patch-token positions (B, T): the speed experiment counts rows and tokens by them
 
 
-class ImageClassificationModule(ClassifierSteps, ClassifierSubsets, SharedTaskMethods, L.LightningModule):
+class ImageClassificationModule(ClassifierTask):
     """An image classifier under head gates: Lightning training plus the task protocol of headprune.tasks.base."""
 
     IMPORTANCE_EXAMPLE = 150
@@ -82,4 +80,4 @@ def load_vision_task(cfg) -> ImageClassificationModule:
 
 def finetune(cfg) -> dict:
     """experiment=vit_finetune: fine-tune, validate, save <output_dir>/model (with its image processor), exact eval accuracy."""
-    return finetune_classifier(cfg, load_vision_task, lambda module: {"split_sizes": module.split_sizes()})
+    return finetune_classifier(cfg, load_vision_task)
