@@ -128,6 +128,11 @@ CHAIN_KD2400=("${CHAIN_KD1200[@]/max_steps=$((6 * FT_STEPS))/max_steps=$((12 * F
 CHAIN_KD2400=("${CHAIN_KD2400[@]/examples=$((6 * FT_EXAMPLES))/examples=$((12 * FT_EXAMPLES))}")
 run units_chain_joint_kd_2400 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.8}' "${CHAIN_KD2400[@]}"
 
+# the same 2,400 distillation-only steps at x2.5 (no control: CHAIN25_KD has none)
+CHAIN25_KD2400=("${CHAIN25_KD[@]/max_steps=$((3 * FT_STEPS))/max_steps=$((12 * FT_STEPS))}")
+CHAIN25_KD2400=("${CHAIN25_KD2400[@]/examples=$((3 * FT_EXAMPLES))/examples=$((12 * FT_EXAMPLES))}")
+run units_chain_joint_25_kd_2400 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400[@]}"
+
 # the ridge lever, retraining-free at x1.5: a tenth and ten times the default pull towards the kept weights; the teacher's
 # stream as target
 RECON=(prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000)
