@@ -173,19 +173,14 @@ def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict
         for recovery in recoveries:
             results = recovered_results(task, masks, recovery, ctx, labels)
             for step, mask, result, info, label in zip(steps, masks, results, infos, labels):
+                key = (recovery, mask_key(mask))
                 point = point_record(order, recovery, step, mask, result, ctx, task)
                 if recovery != "none":
                     point["recovery_check"] = recovery_check(result, mask, ctx, task, point_label(label, "none"))
-                if (recovery, mask_key(mask)) in ctx.saved:
-                    point["model_dir"] = ctx.saved[(recovery, mask_key(mask))]
-                points.append(
-                    {
-                        **point,
-                        "rearranged": rearrange,
-                        **({"rearrangement": info} if info else {}),
-                        **ctx.recovery_records.get((recovery, mask_key(mask)), {}),
-                    }
-                )
+                if key in ctx.saved:
+                    point["model_dir"] = ctx.saved[key]
+                point.update(rearranged=rearrange, **({"rearrangement": info} if info else {}), **ctx.recovery_records.get(key, {}))
+                points.append(point)
     return points
 
 

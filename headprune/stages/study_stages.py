@@ -99,9 +99,8 @@ def raw_scores(ctx: StudyRun) -> dict:
 
 
 def share_scores(ctx: StudyRun, scores: dict) -> None:
-    ctx.shared["importance_raw"] = {g: torch.tensor(v) for g, v in scores["importance"].items()}
-    if "entropy" in scores:
-        ctx.shared["entropy_raw"] = {g: torch.tensor(v) for g, v in scores["entropy"].items()}
+    for order, raw in scores.items():  # importance, and entropy where the unit and action take it
+        ctx.shared[f"{order}_raw"] = {g: torch.tensor(v) for g, v in raw.items()}
 
 
 def single_units(ctx: StudyRun) -> bool:
