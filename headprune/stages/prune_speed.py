@@ -105,9 +105,6 @@ def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
         key: own_tokenizer_results(task, task.model, mask, scored_splits(ctx), point_label(label, "none"), progress=ctx.progress)
         for key, (mask, label) in own.items()
     }
-    for key, (mask, _) in own.items():
-        if ctx.selection in out[key]:
-            ctx.alone.setdefault(mask_key(mask), out[key][ctx.selection])
     masks = {key: mask for key, (mask, _) in todo.items() if key not in own}
     out.update({key: {} for key in masks})
     for split in scored_splits(ctx):
@@ -116,8 +113,9 @@ def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
         scored = evaluate_many(task, [masks[k] for k in rest], split, desc=f"masks alone ({split})", progress=ctx.progress) if rest else []
         for key, result in [*known.items(), *zip(rest, scored)]:
             out[key][split] = result
-            if split == ctx.selection:
-                ctx.alone.setdefault(mask_key(masks[key]), result)
+    for key, results in out.items():  # every mask's result alone on the selection split, for the recovered points' checks
+        if ctx.selection in results:
+            ctx.alone.setdefault(mask_key(todo[key][0]), results[ctx.selection])
     return out
 
 
@@ -132,7 +130,6 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
             task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress, out=ctx.out
         )
     name = point_label(label, recovery)
-    record = record or {}
     lsq = record.get("lsq") or {}
     if lsq.get("shrink") == 0:  # every share of the least squares raised the loss it was checked on
         (most, loss), alone = next(iter(lsq["fit_loss"].items())), lsq["fit_loss"]["0"]
