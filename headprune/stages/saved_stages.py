@@ -13,20 +13,8 @@ from headprune.results.writer import SCHEMA_VERSION, write_json_atomic
 SHOWN_CHANGES = 3  # settings named in a "changed" line; the rest are counted
 SHOWN_VALUE = 40  # longer values are not printed, only named
 DISPLAY_ONLY = ("trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps")
-NOT_TRAINING = (
-    "paths",
-    "logger",
-    "hydra",
-    "run",
-    "experiment_name",
-    "study",
-    "prune",
-    "speed",
-    "importance",
-    "ablate",
-    "keep_one",
-    "dynamics",
-)  # config sections the training stage does not read
+# config sections the training stage does not read
+NOT_TRAINING = frozenset("paths logger hydra run experiment_name study prune speed importance ablate keep_one dynamics".split())
 
 
 def plain(value):
