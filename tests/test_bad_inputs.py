@@ -2052,10 +2052,10 @@ def _gain_of_nothing(tmp_path):
 
 
 def _raw_mask_no_order(tmp_path):
-    from headprune.results.mask_files import raw_mask
+    from headprune.results.mask_files import choose_candidate, mask_file_of
 
     path = prune_results_file(tmp_path)
-    raw_mask(json.loads(path.read_text()), "fisher", 0.25, None, path)
+    choose_candidate(mask_file_of(json.loads(path.read_text()), path), "fisher", 0.25, None, "speed")
 
 
 def _flops_target_one(tmp_path):

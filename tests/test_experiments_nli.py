@@ -70,30 +70,22 @@ def test_prune_orders(shared_task, tmp_path, order, extra):
     assert res["reestimate"] == res["orders"][order]["reestimated"] == ("prune.reestimate=true" in extra)
 
 
-def test_reestimate_is_recorded_per_order(shared_task):
+def test_reestimate_is_recorded_per_order(shared_task, tmp_path):
     """results.json says an order was re-estimated only when it was: random and ablation cannot be."""
     from omegaconf import OmegaConf
 
+    from headprune.settings import RunSettings
     from headprune.sources.orders import OrderSettings
 
     settings = OrderSettings(OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50)
+    cfg = make_cfg(tmp_path, "prune", TASK, "prune.min_units_per_layer=0", "prune.layout=global", "prune.joint_scale=relative")
+    prune_settings = RunSettings.of(cfg).prune
     only_random = greedy_stage.prune_stage(
-        shared_task, ["random"], [0.0, 0.5], settings, None, 0, True, "eval", None, "global", joint_scale="relative", progress=False
+        shared_task, prune_settings, ["random"], [0.0, 0.5], settings, "eval", None, reestimate=True, progress=False
     )
     assert only_random["reestimate"] is False and only_random["reestimated_orders"] == []
     mixed = greedy_stage.prune_stage(
-        shared_task,
-        ["importance", "random"],
-        [0.0, 0.5],
-        settings,
-        None,
-        0,
-        True,
-        "eval",
-        None,
-        "global",
-        joint_scale="relative",
-        progress=False,
+        shared_task, prune_settings, ["importance", "random"], [0.0, 0.5], settings, "eval", None, reestimate=True, progress=False
     )
     assert mixed["reestimate"] is True and mixed["reestimated_orders"] == ["importance"]
     assert mixed["orders"]["importance"]["reestimated"] and not mixed["orders"]["random"]["reestimated"]

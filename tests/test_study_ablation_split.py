@@ -22,7 +22,7 @@ class Captured(Exception):
 def test_study_prunes_by_the_ablation_split(tmp_path, shared_task, monkeypatch, ablation_split):
     seen = {}
 
-    def prune_stage(task, orders, fractions, settings, groups, min_per_layer, reestimate, split, shared, *args, **kwargs):
+    def prune_stage(task, prune, orders, fractions, settings, split, shared, *args, **kwargs):
         seen.update(split=split, ablation_split=settings.ablation_split, deltas=shared.get("ablation_deltas"))
         raise Captured
 

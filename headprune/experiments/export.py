@@ -204,9 +204,9 @@ def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> d
 
     split, per_channel = str(settings.split), bool(settings.per_channel)
     masked_score = task.evaluate(mask, split=split).score
-    quantized = quantize_int8(graphs, out / "int8", per_channel)
+    exports = {"f32": graphs, "int8": quantize_int8(graphs, out / "int8", per_channel)}
     scores, spreads = {}, {}
-    for name, files in (("f32", graphs), ("int8", quantized)):
+    for name, files in exports.items():
         with swapped_model(task, OnnxRuntimeModel(files, config, main_input_name=task.model.main_input_name), task.gates):
             scores[name] = task.evaluate(None, split=split).score
             spreads[name] = batch_spread(
@@ -222,10 +222,7 @@ def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> d
         "by_batch_size": spreads,  # {"f32" | "int8": {"batch_sizes", "scores", "min", "max", "spread"}}
         "per_channel": per_channel,
         "files": sorted(str(p.relative_to(out)) for p in (out / "int8").iterdir() if p.is_file()),
-        "bytes": {
-            "f32": sum(Path(p).stat().st_size for p in graphs.values()),
-            "int8": sum(Path(p).stat().st_size for p in quantized.values()),
-        },
+        "bytes": {name: sum(Path(p).stat().st_size for p in files.values()) for name, files in exports.items()},
     }
     print(
         f"[export] {q['metric']} on {split}: masked {masked_score:.4g}, ONNX f32 {q['onnx_f32']:.4g}, ONNX int8 {q['onnx_int8']:.4g}; "

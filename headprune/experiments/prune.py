@@ -19,7 +19,6 @@ from headprune.results.run_dir import write_results
 from headprune.results.stream_points import action_words, say_cache
 from headprune.results.writer import output_dir
 from headprune.selection.greedy import check_groups
-from headprune.selection.kept_widths import runtime_multiples, width_multiples
 from headprune.settings import RunSettings
 from headprune.sources.orders import order_settings
 from headprune.sources.score_file import given_scores
@@ -71,20 +70,7 @@ def run(cfg) -> dict:
         return run_for_speed(cfg, settings, task, orders, fractions, split)
     shared = given_scores(prune.scores_from, orders, task, cfg.model.get("name"))
     result = prune_stage(
-        task,
-        orders,
-        fractions,
-        order_settings(cfg),
-        groups,
-        int(prune.min_units_per_layer),
-        bool(prune.reestimate),
-        split,
-        shared,
-        str(prune.layout),
-        joint_scale=str(prune.joint_scale),
-        progress=True,
-        multiples=runtime_multiples(task.gates.unit, prune),
-        widths=width_multiples(task.model, task.gates.unit, prune),
+        task, prune, orders, fractions, order_settings(cfg), split, shared, reestimate=bool(prune.reestimate), progress=True
     )
     out = output_dir(cfg)
     verb, done = action_words(task)

@@ -161,20 +161,9 @@ def study_run(cfg, settings: RunSettings, out: Path, orders: list[str], fraction
     check_finetune_budget(task, settings.prune)  # the pareto stage's fine-tune budget, before any scoring
     base = evaluate_one(task, None, split, "unpruned", progress=True)
     print(f"[study] unmasked {task.metric} on {split}: {base.score:.2f} ({base.n} examples)", flush=True)
+    fingerprint = model_fingerprint(task.model)
     return StudyRun(
-        cfg,
-        settings,
-        task,
-        out,
-        split,
-        selection,
-        ablation_split,
-        base,
-        orders,
-        fractions,
-        groups,
-        order_settings(cfg),
-        model_fingerprint(task.model),
+        cfg, settings, task, out, split, selection, ablation_split, base, orders, fractions, groups, order_settings(cfg), fingerprint
     )
 
 

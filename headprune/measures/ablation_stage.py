@@ -31,8 +31,7 @@ def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: f
         rows.append({"group": group, "layer": layer, "head": head, "score": res.score, **asdict(test)})
     per_group = {}
     for group in groups:
-        sig = significant[group]
-        d = delta[group]
+        sig, d = significant[group], delta[group]
         per_group[group] = {
             "heads": int(d.numel()),
             "significant": int(sig.sum()),

@@ -221,9 +221,3 @@ def mask_for_model(found: MaskFile, chosen: Candidate, gates, model, setting: st
         return gates.normalize_mask(mask_from_json(chosen.mask), hard=True)
     except ValueError as err:
         raise ConfigError(f"{setting}.mask_file={found.path} does not fit this model: {err}") from None
-
-
-def raw_mask(payload: dict, order: str | None, fraction: float | None, step: str | None, path, setting: str = "speed") -> dict:
-    """The JSON mask {group: [[0/1]]} a mask file's ``payload`` holds for these settings (None: left to the file)."""
-    found = mask_file_of(payload, Path(str(path)), setting)
-    return choose_candidate(found, order, fraction, step, setting).mask

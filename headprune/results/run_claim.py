@@ -15,13 +15,14 @@ RESUMED_TRAINING = ("trainer", "callbacks")  # a training resumed from its check
 SHOWN_DIFFERENCES = 6
 
 
-def flat(settings, prefix: str = "") -> dict:
-    """A nested config as {dotted key: value} (lists are values)."""
+def flat(settings, prefix: str = "", empty_dicts: bool = True) -> dict:
+    """A nested config as {dotted key: value} (lists are values; so are empty dicts, unless ``empty_dicts`` is False: then dropped)."""
     if not isinstance(settings, dict):
         return {prefix: settings}
     out = {}
     for key, value in settings.items():
-        out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {f"{prefix}{key}": value})
+        nested = isinstance(value, dict) and (bool(value) or not empty_dicts)
+        out.update(flat(value, f"{prefix}{key}.", empty_dicts) if nested else {f"{prefix}{key}": value})
     return out
 
 

@@ -19,7 +19,7 @@ from headprune.results.run_dir import mask_to_json, tensor_dict
 from headprune.results.stream_points import action_record, examples_record, point_cost, streamed_label, streaming
 from headprune.selection.greedy import check_fractions, check_groups, fraction_grid, heads_removed
 from headprune.selection.joint_scale import comparable_scores
-from headprune.selection.kept_widths import round_kept_widths, round_runtime_multiples
+from headprune.selection.kept_widths import round_kept_widths, round_runtime_multiples, runtime_multiples, width_multiples
 from headprune.selection.uniform import layout_mask, layout_masks
 from headprune.settings import listed
 from headprune.sources.orders import ORDERS, OrderSettings, check_order, order_scores, with_floor
@@ -74,28 +74,28 @@ def reestimated_masks(
 
 def prune_stage(
     task,
+    prune,
     orders,
     fractions,
     settings: OrderSettings,
-    groups,
-    min_per_layer: int,
-    reestimate: bool,
     split: str,
     shared: dict | None,
-    layout: str,
     *,
-    joint_scale: str,
     progress: bool,
+    reestimate: bool = False,
     base=None,
-    multiples: dict[str, int] | None = None,
-    widths: dict[str, int] | None = None,
+    groups=None,
+    min_per_layer: int | None = None,
 ) -> dict:
-    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...} in the given layout and joint scale.
+    """Score at every fraction for every order: {"orders": {order: {"steps": [...]}}, ...} in ``prune``'s layout and joint scale.
 
-    ``multiples``: {kind: multiple} its per-layer counts round up to (headprune.selection.kept_widths.runtime_multiples);
-    ``widths``: {kind: multiple} its one kept width rounds down to (headprune.selection.kept_widths.width_multiples)."""
+    ``groups`` and ``min_per_layer`` default to ``prune``'s; per-layer counts round up to the unit's runtime multiples and its one
+    kept width down to a width a stock config takes (headprune.selection.kept_widths)."""
     shape = task.gates.groups
-    groups = check_groups(groups, shape)
+    groups = check_groups(prune.groups if groups is None else groups, shape)
+    min_per_layer = int(prune.min_units_per_layer if min_per_layer is None else min_per_layer)
+    layout, joint_scale = str(prune.layout), str(prune.joint_scale)
+    multiples, widths = runtime_multiples(task.gates.unit, prune), width_multiples(task.model, task.gates.unit, prune)
     shared = {} if shared is None else shared
     base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
     reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # random and ablation cannot be
@@ -123,8 +123,8 @@ def prune_stage(
         else:
             scores = comparable_scores(order_scores(task, order, settings, shared), joint_scale)
             masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)
-            masks = [round_runtime_multiples(m, scores, multiples or {}, task.gates.unit) for m in masks]
-            masks = [round_kept_widths(m, scores, widths or {}, task.gates.unit) for m in masks]
+            masks = [round_runtime_multiples(m, scores, multiples, task.gates.unit) for m in masks]
+            masks = [round_kept_widths(m, scores, widths, task.gates.unit) for m in masks]
         results = scored_masks(task, masks, split, f"prune {order}", progress=progress)  # a vocabulary cut: through its tokenizer
         steps = [
             {

@@ -13,7 +13,7 @@ from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.measures.evaluation import evaluate_one, swapped_model
 from headprune.measures.speed_stage import speed_stage
-from headprune.results.points import measures
+from headprune.results.points import measures, relative_to
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.latency import cached_unit_latency_model, synthetic_inputs
@@ -24,7 +24,7 @@ from headprune.sources.point_models import CONTROL_POINT, recipe_of, save_point_
 from headprune.stages.calibration_batches import kept_token_batches, kept_token_tuning
 from headprune.stages.finetune_runs import checkpoint_folder, control_model, finetune_batches, finetune_in_place, finetune_record
 from headprune.stages.pareto_plan import recovery_steps
-from headprune.stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, relative, unpruned_point
+from headprune.stages.pareto_points import ParetoRun, eval_splits, extra_scores, outcomes, unpruned_point
 
 
 def cost_model(task, settings, out: Path) -> CostModel:
@@ -189,7 +189,7 @@ def control_point(task, ctx: ParetoRun) -> dict:
         "recovery": "finetune",
         "control": True,
         "score": score,
-        "relative": relative(score, ctx.base.score),
+        **relative_to(results[ctx.split], ctx.base),
         **measures(results[ctx.split]),
         **outcomes(results[ctx.split]),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),

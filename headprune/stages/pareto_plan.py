@@ -59,10 +59,10 @@ def pareto_steps(settings, fractions: list[float]) -> list:
     return [f for f in fractions if f > 0]
 
 
-def method_name(order: str, rearrange: bool, recovery: str) -> str:
-    """A point's method as its table writes it: ``fisher``, ``fisher+rearrange``, ``fisher+rearrange+lsq``."""
-    name = f"{order}{'+rearrange' if rearrange else ''}"
-    return name if recovery == "none" else f"{name}+{recovery}"
+def point_label(label: str, recovery: str) -> str:
+    """``fisher+lsq@40%`` from a step label ``fisher/40%`` (``order[+rearrange]/step``) and its recovery."""
+    method, step = label.split("/", 1)
+    return point_id(method if recovery == "none" else f"{method}+{recovery}", step)
 
 
 def planned_points(settings, orders: list[str], fractions: list[float]) -> list[str]:
@@ -70,7 +70,7 @@ def planned_points(settings, orders: list[str], fractions: list[float]) -> list[
     steps = pareto_steps(settings, fractions)
     variants = [False] if settings.schedule is not None else rearrangements_of(settings)
     names = [
-        point_id(method_name(order, rearrange, recovery), step_label(step))
+        point_label(f"{order}{'+rearrange' if rearrange else ''}/{step_label(step)}", recovery)
         for order in orders
         for rearrange in variants
         for recovery in recoveries_of(settings)

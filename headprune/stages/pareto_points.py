@@ -58,10 +58,6 @@ def eval_splits(ctx: ParetoRun) -> list[str]:
     return [ctx.split, *ctx.extra_splits]
 
 
-def relative(score: float, base: float) -> float | None:
-    return score / base if base else None
-
-
 def extra_scores(results: dict, ctx: ParetoRun) -> dict:
     """{split: {"score", "relative"}} of a point on each of ``prune.extra_splits`` (relative to the unpruned model there)."""
     return {split: {"score": results[split].score, **relative_to(results[split], ctx.base_extra[split])} for split in ctx.extra_splits}

@@ -17,12 +17,12 @@ from headprune.selection.unit_costs import unit_bytes_cost_model, unit_flops_cos
 from headprune.selection.unit_rearrange import example_gradients, rearrange_unit_mask
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, order_scores, with_floor
-from headprune.sources.point_models import point_id, recipe_of, save_point_model, saved_dir, saved_model, wants_model
+from headprune.sources.point_models import recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.stages.calibration_batches import kept_token_batches, kept_token_tuning, recovery_batches
 from headprune.stages.finetune_runs import budget_info, finetune_batches
 from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids
 from headprune.stages.pareto_measure import control_point, cost_model, keep_for_timing, measure_points, recovered_model, run_recovery
-from headprune.stages.pareto_plan import pareto_steps, rearrangements_of, recoveries_of, recovery_steps, steps_used
+from headprune.stages.pareto_plan import pareto_steps, point_label, rearrangements_of, recoveries_of, recovery_steps, steps_used
 from headprune.stages.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
 from headprune.stages.recovery_check import recovery_check, scored_splits, worse_points
 
@@ -66,15 +66,12 @@ def step_masks(task, scores, steps, ctx: ParetoRun, rearrange: bool) -> tuple[li
     multiples = runtime_multiples(task.gates.unit, ctx.settings)  # the target or fraction is met first, then the tiles
     masks = [round_runtime_multiples(m, ranked, multiples, task.gates.unit) for m in masks]
     widths = width_multiples(task.model, task.gates.unit, ctx.settings)  # one width a stock config takes (the residual stream)
-    masks = [round_kept_widths(m, ranked, widths, task.gates.unit, up=keeps_score(s)) for m, s in zip(masks, steps)]
+    # a max_drop target bounds the score lost: its widths round up; the other steps bound a cost or a count: down
+    up = [isinstance(s, PruneTarget) and s.kind == "max_drop" for s in steps]
+    masks = [round_kept_widths(m, ranked, widths, task.gates.unit, up=u) for m, u in zip(masks, up)]
     if not rearrange:
         return masks, [None] * len(masks)
     return [list(x) for x in zip(*(rearranged(task, m, ctx) for m in masks))] if masks else ([], [])
-
-
-def keeps_score(step) -> bool:
-    """Whether a step's widths round up: a max_drop target bounds the score lost, the other steps a cost or a count."""
-    return isinstance(step, PruneTarget) and step.kind == "max_drop"
 
 
 def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, labels: list[str]) -> list[dict]:
@@ -108,9 +105,6 @@ def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
         key: own_tokenizer_results(task, task.model, mask, scored_splits(ctx), point_label(label, "none"), progress=ctx.progress)
         for key, (mask, label) in own.items()
     }
-    for key, (mask, _) in own.items():
-        if ctx.selection in out[key]:
-            ctx.alone.setdefault(mask_key(mask), out[key][ctx.selection])
     masks = {key: mask for key, (mask, _) in todo.items() if key not in own}
     out.update({key: {} for key in masks})
     for split in scored_splits(ctx):
@@ -119,8 +113,9 @@ def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
         scored = evaluate_many(task, [masks[k] for k in rest], split, desc=f"masks alone ({split})", progress=ctx.progress) if rest else []
         for key, result in [*known.items(), *zip(rest, scored)]:
             out[key][split] = result
-            if split == ctx.selection:
-                ctx.alone.setdefault(mask_key(masks[key]), result)
+    for key, results in out.items():  # every mask's result alone on the selection split, for the recovered points' checks
+        if ctx.selection in results:
+            ctx.alone.setdefault(mask_key(todo[key][0]), results[ctx.selection])
     return out
 
 
@@ -135,7 +130,6 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
             task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress, out=ctx.out
         )
     name = point_label(label, recovery)
-    record = record or {}
     lsq = record.get("lsq") or {}
     if lsq.get("shrink") == 0:  # every share of the least squares raised the loss it was checked on
         (most, loss), alone = next(iter(lsq["fit_loss"].items())), lsq["fit_loss"]["0"]
@@ -157,12 +151,6 @@ def scored_model(task, model, gates, mask, renumbers: bool, name: str, ctx: Pare
         return {split: evaluate_one(task, mask, split, name, progress=ctx.progress) for split in scored_splits(ctx)}
 
 
-def point_label(label: str, recovery: str) -> str:
-    """``fisher+lsq@40%`` from a step label ``fisher/40%`` and its recovery."""
-    method, step = label.split("/", 1)
-    return point_id(method if recovery == "none" else f"{method}+{recovery}", step)
-
-
 def point_recipe(ctx: ParetoRun, label: str, recovery: str, mask) -> dict | None:
     """The recipe of the point ``label`` (``order[+rearrange]/step``) after ``recovery`` when ``prune.save`` keeps its model."""
     method, step = label.split("/", 1)
@@ -182,19 +170,14 @@ def one_shot_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dict
         for recovery in recoveries:
             results = recovered_results(task, masks, recovery, ctx, labels)
             for step, mask, result, info, label in zip(steps, masks, results, infos, labels):
+                key = (recovery, mask_key(mask))
                 point = point_record(order, recovery, step, mask, result, ctx, task)
                 if recovery != "none":
                     point["recovery_check"] = recovery_check(result, mask, ctx, task, point_label(label, "none"))
-                if (recovery, mask_key(mask)) in ctx.saved:
-                    point["model_dir"] = ctx.saved[(recovery, mask_key(mask))]
-                points.append(
-                    {
-                        **point,
-                        "rearranged": rearrange,
-                        **({"rearrangement": info} if info else {}),
-                        **ctx.recovery_records.get((recovery, mask_key(mask)), {}),
-                    }
-                )
+                if key in ctx.saved:
+                    point["model_dir"] = ctx.saved[key]
+                point.update(rearranged=rearrange, **({"rearrangement": info} if info else {}), **ctx.recovery_records.get(key, {}))
+                points.append(point)
     return points
 
 

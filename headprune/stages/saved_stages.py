@@ -7,25 +7,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from headprune.results.run_claim import flat
 from headprune.results.writer import SCHEMA_VERSION, write_json_atomic
 
 SHOWN_CHANGES = 3  # settings named in a "changed" line; the rest are counted
 SHOWN_VALUE = 40  # longer values are not printed, only named
 DISPLAY_ONLY = ("trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps")
-NOT_TRAINING = (
-    "paths",
-    "logger",
-    "hydra",
-    "run",
-    "experiment_name",
-    "study",
-    "prune",
-    "speed",
-    "importance",
-    "ablate",
-    "keep_one",
-    "dynamics",
-)  # config sections the training stage does not read
+# config sections the training stage does not read
+NOT_TRAINING = frozenset("paths logger hydra run experiment_name study prune speed importance ablate keep_one dynamics".split())
 
 
 def plain(value):
@@ -44,19 +33,9 @@ def digest(value) -> str:
     return hashlib.sha256(json.dumps(plain(value), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def flatten(value, prefix: str = "") -> dict:
-    """{dotted.key: leaf} of nested dicts (lists are leaves)."""
-    if not isinstance(value, dict):
-        return {prefix: value}
-    flat = {}
-    for key, inner in value.items():
-        flat.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
-
-
 def changed_settings(old, new) -> str:
     """The settings that differ between two keys, e.g. ``importance.reduce: "example" -> "token"``."""
-    before, after = flatten(old if isinstance(old, dict) else {"key": old}), flatten(new)
+    before, after = flat(old if isinstance(old, dict) else {"key": old}, empty_dicts=False), flat(new, empty_dicts=False)
     missing = object()
     names = list(dict.fromkeys([*after, *before]))  # the key's own order: settings, then fingerprints, then inputs
     changed = [k for k in names if before.get(k, missing) != after.get(k, missing)]

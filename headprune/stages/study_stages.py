@@ -16,7 +16,6 @@ from headprune.results.stream_points import gate_action, streaming
 from headprune.results.writer import batches_fingerprint
 from headprune.scoring.significance import correlation
 from headprune.selection.joint_scale import comparable_scores
-from headprune.selection.kept_widths import runtime_multiples, width_multiples
 from headprune.selection.uniform import layout_masks
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, action_refusal, unit_refusal
@@ -100,9 +99,8 @@ def raw_scores(ctx: StudyRun) -> dict:
 
 
 def share_scores(ctx: StudyRun, scores: dict) -> None:
-    ctx.shared["importance_raw"] = {g: torch.tensor(v) for g, v in scores["importance"].items()}
-    if "entropy" in scores:
-        ctx.shared["entropy_raw"] = {g: torch.tensor(v) for g, v in scores["entropy"].items()}
+    for order, raw in scores.items():  # importance, and entropy where the unit and action take it
+        ctx.shared[f"{order}_raw"] = {g: torch.tensor(v) for g, v in raw.items()}
 
 
 def single_units(ctx: StudyRun) -> bool:
@@ -167,33 +165,16 @@ def prune_key(ctx: StudyRun) -> dict:
 def prune_all(ctx: StudyRun) -> dict:
     """Every order's curve; re-estimated curves with ``study.reestimate``; one group at a time (paper section 5)."""
     task, prune = ctx.task, ctx.settings.prune
-    layout, floor = str(prune.layout), int(prune.min_units_per_layer)
 
-    def curves(orders, groups, min_per_layer, reestimate, shared):
-        return prune_stage(
-            task,
-            orders,
-            ctx.fractions,
-            ctx.order_cfg,
-            groups,
-            min_per_layer,
-            reestimate,
-            ctx.split,
-            shared,
-            layout,
-            joint_scale=str(prune.joint_scale),
-            progress=True,
-            base=ctx.base,
-            multiples=runtime_multiples(task.gates.unit, prune),
-            widths=width_multiples(task.model, task.gates.unit, prune),
-        )
+    def curves(orders, shared, **narrowed):
+        return prune_stage(task, prune, orders, ctx.fractions, ctx.order_cfg, ctx.split, shared, progress=True, base=ctx.base, **narrowed)
 
-    result = curves(ctx.orders, ctx.groups, floor, False, ctx.shared)
+    result = curves(ctx.orders, ctx.shared)
     if ctx.settings.study.reestimate:  # one more curve per order that can be recomputed under the current mask
         for order in [o for o in ctx.orders if ORDERS[o].reestimable]:
-            result["orders"][f"{order} (re-estimated)"] = curves([order], ctx.groups, floor, True, {})["orders"][order]
+            result["orders"][f"{order} (re-estimated)"] = curves([order], {}, reestimate=True)["orders"][order]
     if len(task.gates.groups) > 1:  # one group at a time
-        result["by_group"] = {g: curves(["importance"], [g], 0, False, {}) for g in task.gates.groups}
+        result["by_group"] = {g: curves(["importance"], {}, groups=[g], min_per_layer=0) for g in task.gates.groups}
     return result
 
 
