@@ -139,6 +139,8 @@ RECON=(prune.rearrange=true prune.recover=reconstruct prune.recover_examples=100
 run units_recon_joint_r01 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${RECON[@]}" prune.reconstruct.ridge=0.1
 run units_recon_joint_teacher "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${RECON[@]}" prune.reconstruct.target=teacher
 run units_recon_joint_r10 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${RECON[@]}" prune.reconstruct.ridge=10
+# the same rearranged mask with no recovery at all, evaluated on every example beside the reconstructed ones
+run units_mask_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true prune.recover=none
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
