@@ -158,6 +158,7 @@ RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-
     ("heads + FFN neurons, reconstructed, ridge 0.1", "mnli_units_recon_joint_r01"),
     ("heads + FFN neurons, reconstructed, ridge 10", "mnli_units_recon_joint_r10"),
     ("heads + FFN neurons, reconstructed towards the teacher's stream", "mnli_units_recon_joint_teacher"),
+    ("heads + FFN neurons, the same rearranged mask, no recovery", "mnli_units_mask_joint"),
     ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint_20"),
     ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_20"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint"),
