@@ -62,11 +62,18 @@ def recovered_model(
         gates = model_gates(model)
         return model, gates, mask, lsq_heads(model, gates, batches, settings, progress, mask=query_heads_of(task.gates, mask, hard=True))
     prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
-    batches = kept_token_batches(task, model, batches)  # a cut vocabulary: its texts split into the tokens it keeps
-    if "finetune" in recovery_steps(recovery):  # drawn again only for a point that trains on them
-        tuning = kept_token_tuning(task, model, lambda kept: finetune_batches(task, settings, kept), tuning, batches)
+    batches, tuning = shipped_text(task, model, recovery, settings, batches, tuning)
     record = run_recovery(recovery, task.gates.unit, settings, logger, progress, out, (model, task.model, batches, tuning, label))
     return model, model_gates(model), None, record
+
+
+def shipped_text(task, model, recovery: str, settings, batches: list[dict], tuning, round_: int = 0) -> tuple:
+    """(calibration, fine-tune batches) of a recovery of the pruned ``model``: after a vocabulary cut, both split into the
+    tokens it keeps; the fine-tune's drawn again (seed of round ``round_``) only for a recovery that trains on them."""
+    batches = kept_token_batches(task, model, batches)
+    if "finetune" in recovery_steps(recovery):
+        tuning = kept_token_tuning(task, model, lambda kept: finetune_batches(task, settings, kept, round_), tuning, batches)
+    return batches, tuning
 
 
 def run_recovery(recovery: str, unit, settings, logger, progress: bool, out, call: tuple) -> dict:

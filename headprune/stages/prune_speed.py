@@ -18,11 +18,19 @@ from headprune.selection.unit_rearrange import example_gradients, rearrange_unit
 from headprune.settings import RunSettings, listed
 from headprune.sources.orders import ORDERS, OrderSettings, order_scores, with_floor
 from headprune.sources.point_models import recipe_of, save_point_model, saved_dir, saved_model, wants_model
-from headprune.stages.calibration_batches import kept_token_batches, kept_token_tuning, recovery_batches
+from headprune.stages.calibration_batches import recovery_batches
 from headprune.stages.finetune_runs import budget_info, finetune_batches
 from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids
-from headprune.stages.pareto_measure import control_point, cost_model, keep_for_timing, measure_points, recovered_model, run_recovery
-from headprune.stages.pareto_plan import pareto_steps, point_label, rearrangements_of, recoveries_of, recovery_steps, steps_used
+from headprune.stages.pareto_measure import (
+    control_point,
+    cost_model,
+    keep_for_timing,
+    measure_points,
+    recovered_model,
+    run_recovery,
+    shipped_text,
+)
+from headprune.stages.pareto_plan import pareto_steps, point_label, rearrangements_of, recoveries_of, steps_used
 from headprune.stages.pareto_points import ParetoRun, mask_key, point_record, step_label, unpruned_point
 from headprune.stages.recovery_check import recovery_check, scored_splits, worse_points
 
@@ -201,9 +209,7 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
         def recover(model, teacher, batches):
             round_ = next(rounds)  # which step of the schedule: a fine-tune draws new training examples each round
             tuning = ctx.rounds[round_] if ctx.rounds else None
-            batches = kept_token_batches(task, model, batches)  # a cut vocabulary: as in one shot, the text it ships with
-            if "finetune" in recovery_steps(recovery):
-                tuning = kept_token_tuning(task, model, lambda kept: finetune_batches(task, settings, kept, round_), tuning, batches)
+            batches, tuning = shipped_text(task, model, recovery, settings, batches, tuning, round_)  # as in one shot
             call = (model, teacher, batches, tuning, f"{order}/step{round_ + 1}")
             run_recovery(recovery, task.gates.unit, settings, ctx.logger, ctx.progress, ctx.out, call)
 
