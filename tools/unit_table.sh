@@ -133,6 +133,12 @@ CHAIN25_KD2400=("${CHAIN25_KD[@]/max_steps=$((3 * FT_STEPS))/max_steps=$((12 * F
 CHAIN25_KD2400=("${CHAIN25_KD2400[@]/examples=$((3 * FT_EXAMPLES))/examples=$((12 * FT_EXAMPLES))}")
 run units_chain_joint_25_kd_2400 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400[@]}"
 
+# six times the x2.5 distillation-only steps (3,600), on 82,560 of the 82,667 training examples: past one pass, the
+# batches cycle
+CHAIN25_KD3600=("${CHAIN25_KD[@]/max_steps=$((3 * FT_STEPS))/max_steps=$((18 * FT_STEPS))}")
+CHAIN25_KD3600=("${CHAIN25_KD3600[@]/examples=$((3 * FT_EXAMPLES))/examples=$((129 * FT_EXAMPLES / 10))}")
+run units_chain_joint_25_kd_3600 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD3600[@]}"
+
 # the ridge lever, retraining-free at x1.5: a tenth and ten times the default pull towards the kept weights; the teacher's
 # stream as target
 RECON=(prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000)
