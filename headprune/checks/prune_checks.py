@@ -17,15 +17,19 @@ from headprune.sources.orders import ORDERS
 from headprune.sources.point_models import check_save
 from headprune.sources.score_file import read_scores
 from headprune.stages.greedy_stage import fractions_of
-from headprune.stages.pareto_plan import planned_points
+from headprune.stages.pareto_plan import plain, planned_points
 
 PREDICTS = {"flops": "FLOPs", "latency": "seconds", "bytes": "weight bytes"}  # what each prune.cost predicts
 
 # ---- prune --------------------------------------------------------------------------------------
 
 
-def check_prune(cfg, prune) -> None:
-    """prune.*: a floor below the layers' unit count, known splits and groups, useful re-estimation, kept-width multiples that fit."""
+def check_prune(cfg, prune, alone: bool = True) -> None:
+    """prune.*: unrepeated lists, a floor below the layers' units, known splits and groups, fitting widths; scores_from, speed, reads."""
+    for name in ("order", "recover", "extra_splits", "fractions", "vocab_text"):  # prune.groups: check_group_names; a schedule: its own
+        value = prune.given.get(name)
+        if OmegaConf.is_list(value):  # a repeat computes and writes the same points twice
+            no_duplicates(value, f"prune.{name}")
     fields, k = config_fields(cfg.model), prune.floor
     for kind in prune.unit.kinds if fields is not None else ():
         units = kind.units_per_layer(fields)
@@ -63,6 +67,9 @@ def check_prune(cfg, prune) -> None:
                 f"prune.{name}={multiple} is larger than the {width} {kind.noun}s of model {cfg.model.get('name')}: "
                 f"every pruned width would round back to the whole; choose at most {width} (null = the config's own multiple)"
             )
+    check_scores_from(prune)
+    check_prune_for_speed(cfg, prune)
+    check_conditional_reads(cfg, prune, alone)
 
 
 def check_ffn_multiple(cfg, prune) -> None:
@@ -145,8 +152,7 @@ def prune_steps(prune) -> list:
     target = given_target(prune.get("target"))
     if target is not None and prune.get("schedule") is not None:
         raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
-    value = prune.get("schedule") if target is None else target
-    value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    value = plain(prune.get("schedule") if target is None else target)
     if target is not None:
         try:
             return [PruneTarget.from_config(value)]
@@ -228,7 +234,7 @@ def check_prune_for_speed(cfg, prune) -> None:
     check_splits(cfg, extra, "prune.extra_splits")
     if str(given.split) in extra:
         raise ConfigError(f"prune.extra_splits={extra} repeats prune.split={given.split}: list other evaluation splits")
-    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save  # a choice or point names
+    save = plain(given.save)  # a choice or point names
     planned = planned_points(given, list(prune.orders), fractions_of(given)) if prune.for_speed and not isinstance(save, str) else None
     check_save(save, prune.for_speed, planned)  # each a point the settings make (the error lists them)
     if given.measure_speed:
@@ -259,12 +265,7 @@ def check_speed_unit(prune) -> None:
             f"prune.recover=reconstruct with prune.unit={unit}: {refusal}; drop reconstruct from prune.recover (or prune "
             "head, kv_group, ffn or a joint list of them)"
         )
-    if (
-        refusal is None
-        and "reconstruct" in prune.recovering
-        and given.reconstruct.target == "inputs"
-        and "hidden_size" in shrunk_fields(unit)
-    ):
+    if "reconstruct" in prune.recovering and given.reconstruct.target == "inputs" and "hidden_size" in shrunk_fields(unit):
         raise ConfigError(
             f"prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and prune.unit={unit} "
             "narrows those inputs (residual channels): use prune.reconstruct.target=teacher"
@@ -292,15 +293,6 @@ def smallest_projection(model_cfg) -> int | None:
 
 
 # ---- settings read only when others say so ---------------------------------------------------------
-
-
-def check_prune_lists(prune) -> None:
-    """Every list of prune.* names each item once (a repeat computes and writes the same points twice)."""
-    # prune.groups: check_group_names; a schedule must grow: its own check
-    for name in ("order", "recover", "extra_splits", "fractions", "vocab_text"):
-        value = prune.get(name)
-        if OmegaConf.is_list(value):
-            no_duplicates(value, f"prune.{name}")
 
 
 def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
@@ -345,8 +337,7 @@ def physical_pruning(prune) -> str | None:
     """What in experiment=prune removes heads physically (None: it only masks them)."""
     if not prune.for_speed:
         return None
-    given, recover = prune.given, list(prune.recoveries)
-    save = OmegaConf.to_container(given.save) if OmegaConf.is_config(given.save) else given.save
+    given, recover, save = prune.given, list(prune.recoveries), plain(prune.given.save)
     uses = {
         "prune.recover=finetune fine-tunes a pruned copy": "finetune" in prune.recovering,
         "prune.measure_speed=true times pruned copies": bool(given.measure_speed),

@@ -19,7 +19,7 @@ from headprune.models.build import tokenizer_source
 from headprune.models.sources import check_model_dir, config_fields, resolve_pretrained
 from headprune.results.readers import read_json_file
 from headprune.settings.declare import TRAINING
-from headprune.settings.schema import checked_groups, is_read, read_by, reads_of, rules_under
+from headprune.settings.schema import SCHEMA, checked_groups, is_read, read_by, reads_of
 from headprune.sources.orders import ORDERS, action_refusal, unit_refusal
 from headprune.tasks.registry import DATA_TASKS, TASKS, model_task, task_spec
 from headprune.tasks.stream_task import STREAM
@@ -82,7 +82,7 @@ FLASH_ATTENTION = {"flash_attention_2": ("flash_attn", "flash-attn"), "flash_att
 
 
 def check_model(cfg) -> None:
-    """The model's kind (a task), its attention implementation (FlashAttention: its package and a CUDA GPU), and a complete pretrained model."""
+    """The model's kind (a task), its attention implementation (FlashAttention: its package and a CUDA GPU), type and complete files."""
     try:
         model_task(cfg.model)
     except ValueError as err:
@@ -105,24 +105,32 @@ def check_model(cfg) -> None:
                 f"model.attn_implementation={implementation} runs on a CUDA GPU only (device={cfg.get('device')}, "
                 f"{'no GPU here' if not torch.cuda.is_available() else 'the CPU asked'}): use model.attn_implementation=sdpa"
             )
+    model, pretrained = cfg.model, cfg.model.get("pretrained")
     try:
-        built = built_config(cfg.model)
-        if built is not None:
-            check_model_type(*built)
-        _check_model_files(cfg)
+        if pretrained and str(pretrained).endswith(".ckpt"):
+            path = resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist, a whole zip archive
+            if not zipfile.is_zipfile(path):
+                raise ConfigError(
+                    f"model.pretrained={pretrained}: {path} is no readable checkpoint (damaged or truncated): use another "
+                    "checkpoint of the run (<run>/checkpoints/), or train again"
+                )
+        elif pretrained:  # a model directory: its model type (a hub model's is known once loaded), then its files
+            source = resolve_pretrained(str(pretrained))
+            config_file = Path(source) / "config.json"
+            if config_file.is_file():
+                check_model_type(read_json_file(config_file), str(config_file))
+            own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
+            if ((cfg.get("data") or {}).get("tokenizer") or {}).get("path"):
+                own_tokenizer = False  # data.tokenizer.path gives the tokenizer
+            check_model_dir(source, tokenizer=own_tokenizer)
+        elif model.get("config") is None:
+            raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
+        else:
+            check_model_type(dict(model.config), "model.config")
+        if model.get("tokenizer"):  # models built fresh without one train their own (MT, LM); the NLI task requires one
+            tokenizer_source(model)
     except ModuleNotFoundError as err:  # an embedded model's package or its GGUF reader is not installed
         raise ConfigError(str(err)) from None
-
-
-def built_config(model_cfg) -> tuple[dict, str] | None:
-    """(config fields, where read) of the model to be built: a local pretrained's config.json, else model.config (None: known once loaded)."""
-    pretrained = model_cfg.get("pretrained")
-    if pretrained and not str(pretrained).endswith(".ckpt"):
-        path = Path(resolve_pretrained(str(pretrained))) / "config.json"
-        return (read_json_file(path), str(path)) if path.is_file() else None
-    if model_cfg.get("config") is not None and not pretrained:
-        return dict(model_cfg.config), "model.config"
-    return None
 
 
 def check_model_type(fields: dict, config_file: str) -> None:
@@ -134,29 +142,6 @@ def check_model_type(fields: dict, config_file: str) -> None:
             f"headprune/core/families.py covers it): use a model of one of the supported types "
             f"{', '.join(supported_model_types())}"
         )
-
-
-def _check_model_files(cfg) -> None:
-    """A training checkpoint that is a whole zip archive, or a pretrained model directory with its files, or a model.config."""
-    model = cfg.model
-    pretrained = model.get("pretrained")
-    if pretrained and str(pretrained).endswith(".ckpt"):
-        path = resolve_pretrained(str(pretrained))  # a training checkpoint: it must exist, a whole zip archive
-        if not zipfile.is_zipfile(path):
-            raise ConfigError(
-                f"model.pretrained={pretrained}: {path} is no readable checkpoint (damaged or truncated): use another "
-                "checkpoint of the run (<run>/checkpoints/), or train again"
-            )
-    elif pretrained:
-        source = resolve_pretrained(str(pretrained))
-        own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
-        if ((cfg.get("data") or {}).get("tokenizer") or {}).get("path"):
-            own_tokenizer = False  # data.tokenizer.path gives the tokenizer
-        check_model_dir(source, tokenizer=own_tokenizer)
-    elif model.get("config") is None:
-        raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
-    if model.get("tokenizer"):  # models built fresh without one train their own (MT, LM); the NLI task requires one
-        tokenizer_source(model)
 
 
 # ---- the task -----------------------------------------------------------------------------------
@@ -177,11 +162,12 @@ def check_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> 
     get_method(spec.check)(cfg, files=not (falls_back and local_missing), importance=reads_importance)
 
 
-def check_model_and_task(cfg, reads_importance: bool = True, falls_back: bool = False) -> None:
-    """What every experiment on a task reads: the device, the model, the task (``reads_importance``: its importance subset is read)."""
+def check_model_and_task(cfg, reads_importance: bool = True, falls_back: bool = False, reader: str | None = None) -> None:
+    """The device, the model, the task (``reads_importance``: its importance subset is read), no setting ``reader`` ignores given."""
     check_device(cfg)
     check_model(cfg)
     check_task(cfg, reads_importance=reads_importance, falls_back=falls_back)
+    check_reads(cfg, reader)
 
 
 def concrete_split(cfg, split: str) -> str:
@@ -262,11 +248,10 @@ def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> N
 def check_order_data(cfg, order: str) -> None:
     """An order that reads a score of the task's data (retrieval: needles) needs a task whose data has it (or prune.scores_from)."""
     needs = ORDERS[order].needs if order in ORDERS else None
-    prune = cfg.get("prune")
-    if prune is not None and prune.get("scores_from") is not None:
-        return  # its scores are read from the file, not computed on this task's data
+    if not needs or (cfg.get("prune") or {}).get("scores_from") is not None:
+        return  # it reads nothing of the data, or its scores are read from the file, not computed on this task's data
     spec = task_spec_of(cfg)
-    if needs and needs not in spec.head_scores:
+    if needs not in spec.head_scores:
         having = [s.data_choices for s in (*TASKS.values(), *DATA_TASKS.values()) if needs in s.head_scores]
         raise ConfigError(
             f"prune.order={order} scores how often each head's attention peaks on the needle token it copies, and "
@@ -288,7 +273,7 @@ def check_group_names(cfg, unit, groups, setting: str) -> None:
         )
 
 
-def check_mask_units(cfg, unit, mask: dict, setting: str = "speed.mask_file") -> None:
+def check_mask_units(cfg, unit, mask: dict) -> None:
     """A mask of ``unit`` on a model with one attention group has one row per layer and one entry per unit (query head or KV head)."""
     kinds = unit.kinds
     if len(kinds) != 1 or not kinds[0].layer_rows:
@@ -298,14 +283,13 @@ def check_mask_units(cfg, unit, mask: dict, setting: str = "speed.mask_file") ->
     layers = fields.get("num_hidden_layers")
     if not isinstance(per_layer, int) or not isinstance(layers, int) or len(mask) != 1:
         return  # encoder-decoder groups differ in size: the task checks them when it loads the mask
-    what = kinds[0].noun + "s"
     for group, rows in mask.items():
         for layer, row in enumerate(rows):
             if len(row) != per_layer or len(rows) != layers:
                 raise ConfigError(
-                    f"{setting}={cfg.speed.mask_file if setting == 'speed.mask_file' else ''}: group {group} layer {layer} "
+                    f"speed.mask_file={cfg.speed.mask_file}: group {group} layer {layer} "
                     f"has {len(row)} entries ({len(rows)} layers); model {cfg.model.get('name')} has {layers} layers x "
-                    f"{per_layer} {what} (prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}"
+                    f"{per_layer} {kinds[0].noun}s (prune.unit={unit}): KV head / head ids must be within 0..{per_layer - 1}"
                 )
 
 
@@ -320,7 +304,7 @@ def check_trainer(trainer) -> None:
             f"trainer.accelerator={accelerator} asks for a GPU, but there is no GPU here: use trainer=cpu (or trainer=ddp_cpu)"
         )
 
-    check_schema({"trainer": trainer}, rules_under("trainer"))  # the study's training stage: with its train_overrides
+    check_schema({"trainer": trainer}, {key: rule for key, rule in SCHEMA.items() if key.startswith("trainer.")})  # with train_overrides
     epochs = trainer.get("max_epochs")
     if epochs is None:
         return  # Lightning's own default (1000 epochs, or max_steps)
@@ -336,8 +320,7 @@ def check_trainer(trainer) -> None:
 
 def check_training_run(cfg) -> None:
     """A task's trainer (``TaskSpec.train``): the model, the task's own check, the trainer, and a checkpoint to resume."""
-    check_model_and_task(cfg, reads_importance=False)
-    check_reads(cfg, TRAINING)
+    check_model_and_task(cfg, reads_importance=False, reader=TRAINING)
     check_trainer(cfg.trainer)
     path = cfg.get("ckpt_path")  # ckpt_path=last resumes <output_dir>/checkpoints/last.ckpt: it must exist (a path too)
     target = Path(str(cfg.paths.output_dir)) / "checkpoints" / "last.ckpt" if str(path) == "last" else Path(str(path))

@@ -5,7 +5,6 @@ from pathlib import Path
 from headprune.checks.shared_checks import check_mask_units, check_order_data, check_splits, no_duplicates, refuse_given
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
-from headprune.results.mask_files import read_mask_file
 from headprune.sources.mask_source import chosen_mask, pick_keys, point_model_dir, point_source, with_file_unit
 from headprune.sources.orders import ORDERS, action_refusal
 from headprune.tasks.unit_task import unit_of
@@ -31,8 +30,7 @@ def check_speed_run(cfg) -> None:
         refuse_given(cfg, pick_keys("speed"), f"speed.point={speed.point} names the point itself")
         if not speed.get("mask_file"):
             raise ConfigError(f"speed.point={speed.point} names a point of a prune run: give speed.mask_file=<prune run>/results.json")
-        read_mask_file(speed.mask_file, "speed")
-        point = point_source(speed, "speed")[1].point
+        point = point_source(speed, "speed")[1].point  # the file read and checked first
         if point.get("control"):
             raise ConfigError(
                 f"speed.point={speed.point} is the control, the unpruned model fine-tuned: it has the unpruned model's shape, so "
@@ -41,7 +39,6 @@ def check_speed_run(cfg) -> None:
         point_model_dir(speed, "speed")  # a recovered point's model directory must be there
         return
     if speed.get("mask_file"):
-        read_mask_file(speed.mask_file, "speed")
         path = Path(str(speed.mask_file))  # the chosen mask: present, fitting the model, removing some units but not all
         mask = chosen_mask(speed, "speed")[1].mask
         unit = unit_of(with_file_unit(cfg, "speed"))

@@ -1,7 +1,7 @@
 """experiment=ablate (paper 3.2; 3.4 with two splits): each unit (head, KV group or block) removed alone; score change, significance."""
 
 from headprune.checks.prune_values import PruneValues
-from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_splits, check_unit, no_duplicates
+from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_splits, check_unit, no_duplicates
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import log_run
@@ -47,7 +47,6 @@ def check(cfg) -> None:
     """experiment=ablate: the model and task, the unit, and ablate.* (splits known and listed once)."""
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg, reads_importance=False)
-    check_reads(cfg)
     check_unit(cfg, prune, single_units=True)
     splits = cfg.ablate.splits
     if not splits:

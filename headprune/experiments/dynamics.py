@@ -20,10 +20,7 @@ from headprune.viz.plots import importance_over_time, pruning_curves_by_epoch
 def checkpoint_training_config(ckpt_dir: Path, cfg):
     """The training run's own Hydra config, with the model loaded from its saved HF directory."""
     run_dir = ckpt_dir.parent
-    saved = run_dir / ".hydra" / "config.yaml"
-    if not saved.exists():
-        raise FileNotFoundError(f"{saved} is missing: ckpt_dir must be <training run>/checkpoints of a headprune run")
-    train_cfg = OmegaConf.load(saved)
+    train_cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")  # check_epoch_checkpoints told a missing one before work
     OmegaConf.set_struct(train_cfg, False)
     model_dir = run_dir / "model"
     if model_dir.exists():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
-from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_splits, refuse_given, task_spec_of
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_splits, refuse_given, task_spec_of
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.pruning import ffn_record
 from headprune.core.kinds import KINDS, kinds_of
@@ -22,7 +22,6 @@ from headprune.export.renumbering import renumbering
 from headprune.export.verify import check_export, check_fields, check_line, pruned_copy, reference_outputs, refusal_message, sample_texts
 from headprune.measures.evaluation import check_split, swapped_model
 from headprune.models.sources import check_model_dir, config_fields
-from headprune.results.mask_files import read_mask_file
 from headprune.results.run_dir import mask_to_json, write_results
 from headprune.results.writer import fresh_dir, output_dir, read_json, replace_dir
 from headprune.sources.mask_source import chosen_mask, file_mask, pick_keys, point_model_dir, with_file_unit
@@ -69,7 +68,6 @@ def source_rows(cfg, fields: dict) -> dict[str, list[list[int]]]:
 def check(cfg) -> None:
     """experiment=export: the model and task, every export.* setting, the mask source and the format's demands, before any work."""
     check_model_and_task(cfg)
-    check_reads(cfg)
     mask_file = cfg.export.get("mask_file")
     readable = mask_file and Path(str(mask_file)).expanduser().is_file()  # a missing one is told by check_settings
     kinds = kinds_of(unit_of(with_file_unit(cfg, "export"))) if readable else None  # None: any kind (refused where inexact)
@@ -143,7 +141,6 @@ def check_source(cfg) -> None:
     """The pruned model's source: a mask of ``export.mask_file`` (a point of it) or an ``export.model`` directory."""
     settings = cfg.export
     if settings.get("mask_file"):
-        read_mask_file(settings.mask_file, "export")
         if settings.get("fraction") is not None and float(settings.fraction) == 0:
             raise ConfigError(
                 f"export.fraction=0 prunes no {noun(unit_of(with_file_unit(cfg, 'export')))}: the export would be the unpruned model "

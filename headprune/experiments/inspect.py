@@ -16,7 +16,9 @@ from headprune.tasks.registry import build_task_model, model_task
 def run(cfg) -> dict:
     """Build the configured model, attach gates and report its structure and cost."""
     model = build_task_model(cfg.model, seed=int(cfg.seed))
-    seq_len, tokens = sequence(cfg, model)
+    own = model_task(cfg.model).own_length  # the tokens per example where the task fixes them (image patches + CLS)
+    seq_len, how = get_method(own)(model) if own is not None else (int(cfg.inspect.seq_len), "inspect.seq_len")
+    tokens = f"seq_len={seq_len} ({how})"
     gates = model_gates(model)
     cost = model_cost(model, seq_len=seq_len)
     print(
@@ -44,15 +46,6 @@ def run(cfg) -> dict:
         {"model": model_fingerprint(model)},
     )
     return numbers
-
-
-def sequence(cfg, model) -> tuple[int, str]:
-    """(tokens per example, how chosen): the model's own length where its task fixes one (image patches + CLS), else ``inspect.seq_len``."""
-    own = model_task(cfg.model).own_length
-    if own is None:
-        return int(cfg.inspect.seq_len), f"seq_len={cfg.inspect.seq_len} (inspect.seq_len)"
-    tokens, how = get_method(own)(model)
-    return tokens, f"seq_len={tokens} ({how})"
 
 
 def check(cfg) -> None:

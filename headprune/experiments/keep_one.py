@@ -1,7 +1,7 @@
 """experiment=keep_one (paper 3.3): keep each layer's best head, chosen on the selection split; report the drop on the evaluation split."""
 
 from headprune.checks.prune_values import PruneValues
-from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_reads, check_selection, check_unit
+from headprune.checks.shared_checks import check_group_names, check_model_and_task, check_selection, check_unit
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import keep_one_refusal, noun
 from headprune.lightning.loggers import log_run
@@ -42,7 +42,6 @@ def check(cfg) -> None:
     """experiment=keep_one: the model and task, the unit, and a selection split other than the evaluation split."""
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg)
-    check_reads(cfg)
     check_unit(cfg, prune, single_units=True)
     refusal = keep_one_refusal(prune.unit)
     if refusal:

@@ -1,15 +1,8 @@
 """experiment=prune (paper sections 4 and 5): at each fraction f mask the lowest-scoring f x N units of each order and evaluate."""
 
-from headprune.checks.prune_checks import (
-    check_conditional_reads,
-    check_prune,
-    check_prune_for_speed,
-    check_prune_lists,
-    check_scores_from,
-    physical_pruning,
-)
+from headprune.checks.prune_checks import check_prune, physical_pruning
 from headprune.checks.prune_values import PruneValues
-from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, given_settings, refuse_given
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_unit, given_settings, refuse_given
 from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import noun
 from headprune.lightning.loggers import build_logger, log_run
@@ -89,8 +82,6 @@ def run(cfg) -> dict:
 def check(cfg) -> None:
     """experiment=prune: the model and task, the unit, prune.* (and speed.* when it measures speed)."""
     prune = PruneValues.of(cfg)
-    check_model_and_task(cfg)
-    check_prune_lists(cfg.prune)
     given = given_settings(cfg, "trainer")  # trainer.* is not read: a recovery fine-tune runs on the model's device
     if given and "finetune" in prune.recovering:
         key, value = next(iter(given.items()))
@@ -98,12 +89,9 @@ def check(cfg) -> None:
             f"{key}={value}: prune.recover=finetune fine-tunes on the model's device (device={cfg.get('device')}), not the "
             "trainer's (trainer.* is read by training runs only): drop it and set device=cuda (or device=cpu) instead"
         )
-    check_reads(cfg)
+    check_model_and_task(cfg)
     if not cfg.prune.measure_speed:
         refuse_given(cfg, ("speed",), "speed.* times Pareto points with prune.measure_speed=true only")
     check_unit(cfg, prune)
     check_exact_pruning(cfg, physical_pruning(prune), prune.unit.kinds)
     check_prune(cfg, prune)
-    check_scores_from(prune)
-    check_prune_for_speed(cfg, prune)
-    check_conditional_reads(cfg, prune)

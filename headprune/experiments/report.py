@@ -10,8 +10,6 @@ from headprune.viz.run_report import build_report, read_results, results_files
 
 def run(cfg) -> dict:
     """Write ``<run_dir>/report.md`` (and report.html beside it): ``headprune experiment=report run_dir=outputs/...``."""
-    if not cfg.get("run_dir"):
-        raise ValueError("experiment=report needs run_dir=<a Hydra run directory>")
     path = build_report(cfg.run_dir)
     print(f"report written to {path} (and report.html beside it)")
     return {"report": str(path)}

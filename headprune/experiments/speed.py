@@ -4,7 +4,7 @@ from pathlib import Path
 
 from headprune.checks.prune_checks import check_joint_scale
 from headprune.checks.prune_values import PruneValues
-from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_reads, check_unit, refuse_given
+from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_unit, refuse_given
 from headprune.checks.speed_checks import check_speed_run
 from headprune.core.checks import ConfigError
 from headprune.core.saving import load_pruned
@@ -122,19 +122,17 @@ def run(cfg) -> dict:
 
 def check(cfg) -> None:
     """experiment=speed: the model and task, the unit, speed.* and the mask it times (importance.* only without a mask file)."""
-    prune = PruneValues.of(cfg)
+    prune, mask_file = PruneValues.of(cfg), cfg.speed.get("mask_file")
     check_model_and_task(cfg)
-    check_reads(cfg)
-    if cfg.speed.get("mask_file"):
+    check_unit(cfg, prune)
+    if mask_file:
         refuse_given(
             cfg,
             ("importance", "prune.layout", "prune.joint_scale", "prune.ablation_split", "prune.n_samples"),
             "with speed.mask_file the mask comes from the file, not from an order's scores",
         )
-    check_unit(cfg, prune)
-    if not cfg.speed.get("mask_file"):
+    else:
         check_joint_scale(cfg, prune, [str(cfg.speed.mask_order)])
-    mask_file = cfg.speed.get("mask_file")
     if not mask_file or Path(str(mask_file)).expanduser().is_file():  # a missing one is told by check_speed_run
         check_exact_pruning(cfg, "its speed measurement times the physically pruned model", unit_of(with_file_unit(cfg, "speed")).kinds)
     check_speed_run(cfg)

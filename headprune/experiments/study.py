@@ -1,17 +1,17 @@
 """experiment=study: fine-tune (or load) once, then ablate, keep_one, prune (all orders) and speed; a rerun skips unchanged stages."""
 
 import shutil
+from functools import partial
 from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 from tqdm.auto import tqdm
 
-from headprune.checks.prune_checks import check_conditional_reads, check_prune, check_prune_for_speed, check_prune_lists
+from headprune.checks.prune_checks import check_prune
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import (
     check_exact_pruning,
     check_model_and_task,
-    check_reads,
     check_selection,
     check_trainer,
     check_unit,
@@ -45,6 +45,7 @@ from headprune.viz.plots import keep_one_bars, pareto_figure, pruning_curves, sp
 from headprune.viz.tables import head_rows, pareto_rows, prune_rows, speed_rows
 
 REUSES_STAGES = True  # rerun in its directory with other settings: unchanged stages reused, the rest recomputed (cli.py)
+STAGE_TABLES = {"prune": prune_rows, "speed": speed_rows, "keep_one": partial(head_rows, head="best_head"), "pareto": pareto_rows}
 
 
 def study_training_config(cfg):
@@ -227,13 +228,7 @@ def write_study(ctx: StudyRun, note: str, trained: str | None, figures: list) ->
     inputs = {"selection_split": ctx.selection, "data_note": note, "stage_fingerprints": fingerprints}
     write_results(cfg, "study", numbers, ctx.task, ctx.split, figures=figures, inputs=inputs)
     tables = {f"ablate_{s}": head_rows(v, "head") for s, v in (r["ablate"]["splits"] if "ablate" in r else {}).items()}
-    tables["prune"] = prune_rows(r["prune"])
-    if "speed" in r:
-        tables["speed"] = speed_rows(r["speed"])
-    if "keep_one" in r:
-        tables["keep_one"] = head_rows(r["keep_one"], "best_head")
-    if "pareto" in r:
-        tables["pareto"] = pareto_rows(r["pareto"])
+    tables.update({name: rows(r[name]) for name, rows in STAGE_TABLES.items() if name in r})
     last = r["speed"]["rows"][-1] if "speed" in r and r["speed"]["rows"] else None
     summary = {
         "base_score": ctx.base.score,
@@ -248,8 +243,6 @@ def check(cfg) -> None:
     """experiment=study: the model and task (local data may fall back), its stages' settings, its training, its split choice."""
     prune = PruneValues.of(cfg)
     check_model_and_task(cfg, falls_back=True)  # a resumed study's damaged stage files are named and recomputed, not errors
-    check_prune_lists(cfg.prune)
-    check_reads(cfg)
     given = given_keys()
     check_unit(cfg, prune, orders=given is None or "prune.order" in given)  # the study's own orders are fitted to the unit in run
     streamed = prune.action == STREAM  # no speed stage: nothing is pruned physically
@@ -271,9 +264,7 @@ def check(cfg) -> None:
             "the study times the importance order's mask at speed.fraction: speed.mask_file, speed.mask_step, speed.point "
             "and speed.mask_order belong to experiment=speed; drop them here"
         )
-    check_prune(cfg, prune)
-    check_prune_for_speed(cfg, prune)
-    check_conditional_reads(cfg, prune, alone=False)
+    check_prune(cfg, prune, alone=False)  # the study ablates anyway
     check_speed_run(cfg)
     spec = task_spec_of(cfg)
     if cfg.study.train and spec.train is None:  # last: the stages' own settings are told first

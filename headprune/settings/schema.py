@@ -45,8 +45,3 @@ def reads_of(reader: str) -> list[str]:
         whole = read == keys and (not group.passes_on or reader in readers(group.passes_on))
         shown += [name] if whole else read
     return shown
-
-
-def rules_under(prefix: str) -> dict:
-    """The schema's rules of one group (``trainer``), to check a copy of it (the study's training stage)."""
-    return {key: check for key, check in SCHEMA.items() if key.startswith(prefix + ".")}
