@@ -74,8 +74,7 @@ def check_prune(cfg, prune, alone: bool = True) -> None:
 
 def check_ffn_multiple(cfg, prune) -> None:
     """prune.ffn_multiple: rounds the FFN widths of a unit with FFN neurons, in one-shot masks (no schedule, no re-estimation)."""
-    given, unit = prune.given, prune.unit
-    multiple = int(given.ffn_multiple)
+    given, unit, multiple = prune.given, prune.unit, int(prune.given.ffn_multiple)
     if multiple == 1:
         return
     rounded = [kind for kind in unit.kinds if kind.runtime_multiple(given) > 1]
@@ -130,8 +129,7 @@ def check_joint_scale(cfg, prune, orders) -> None:
         return
     if str(prune.given.joint_scale) != "loss":
         return
-    importance = cfg.importance
-    normalised = [name for name in ("normalize_layers", "normalize_global") if importance.get(name)]
+    normalised = [name for name in ("normalize_layers", "normalize_global") if cfg.importance.get(name)]
     for order in orders:
         if order == "importance" and normalised:
             raise ConfigError(

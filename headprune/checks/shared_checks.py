@@ -236,12 +236,10 @@ def check_unit(cfg, prune, single_units: bool = False, orders: bool = True) -> N
     if refusal and single_units:
         raise ConfigError(f"experiment={cfg.get('experiment_name')} removes one unit at a time, and prune.unit={unit}: {refusal}")
     for order in prune.orders if orders else ():
-        refused = unit_refusal(order, unit)
-        if refused:
-            raise ConfigError(f"prune.order={order} with prune.unit={unit}: {refused}")
-        refused = action_refusal(order, prune.action)
-        if refused:
-            raise ConfigError(f"prune.order={order} with prune.action={prune.action}: {refused}")
+        refusals = {f"prune.unit={unit}": unit_refusal(order, unit), f"prune.action={prune.action}": action_refusal(order, prune.action)}
+        for setting, refused in refusals.items():
+            if refused:
+                raise ConfigError(f"prune.order={order} with {setting}: {refused}")
         check_order_data(cfg, order)
 
 
