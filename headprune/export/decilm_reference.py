@@ -51,29 +51,6 @@ def layer_layout(config) -> list[dict]:
 
 
 LAYOUT_KEYS = {"head_count": "heads", "head_count_kv": "kv_heads", "feed_forward_length": "ffn"}  # GGUF layout: block entry
-GGUF_NAMES = {  # transformers' Llama weight names (a layer's after model.layers.<i>.) -> GGUF's (gguf.get_tensor_name_map's)
-    "model.embed_tokens": "token_embd",
-    "model.norm": "output_norm",
-    "lm_head": "output",
-    "input_layernorm": "attn_norm",
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "post_attention_layernorm": "ffn_norm",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-}
-
-
-def gguf_name(name: str) -> str:
-    """The GGUF name of a transformers Llama weight: model.layers.<i>.<part>.weight -> blk.<i>.<GGUF part>.weight."""
-    stem = name.removesuffix(".weight")
-    if not stem.startswith("model.layers."):
-        return f"{GGUF_NAMES[stem]}.weight"
-    layer, part = stem.removeprefix("model.layers.").split(".", 1)
-    return f"blk.{layer}.{GGUF_NAMES[part]}.weight"
 
 
 class DeciLMReference(GGUFDecoder):
@@ -82,13 +59,15 @@ class DeciLMReference(GGUFDecoder):
     ffn_free_drops_attention = False  # vLLM adds a layer's attention output whether or not an FFN follows
 
     def __init__(self, folder: str):
+        import gguf
         from safetensors.numpy import load_file
 
         config = load_config(folder)
         self.blocks = layer_layout(config)
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DECI, len(self.blocks))  # transformers' Llama names -> GGUF's
         weights = {}
         for path in sorted(Path(folder).glob("*.safetensors")):
-            weights.update({gguf_name(k): v.astype(np.float32) for k, v in load_file(str(path)).items()})
+            weights.update({names.get_name(k, try_suffixes=(".weight",)): v.astype(np.float32) for k, v in load_file(str(path)).items()})
         layout = {"architecture": "deci", **{key: [b[part] for b in self.blocks] for key, part in LAYOUT_KEYS.items()}}
         rope = getattr(config, "rope_parameters", None) or {}
         metadata = {

@@ -220,16 +220,14 @@ def add_tokenizer(writer, tokenizer, vocab_size: int, pre: str | None) -> None:
     special.add_to_gguf(writer, quiet=True)
 
 
-def gguf_tensors(
-    model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, row: GGUFArch = LLAMA, arch=None, skip=None, unfuse=None
-):
+def gguf_tensors(model: nn.Module, layer_heads: list[tuple[int, int]], dtype: str, row: GGUFArch, arch, skip=None, unfuse=None):
     """(GGUF name, numpy array) of every weight ``skip`` keeps, as ``row`` writes it: a layer's tensors converted by ``unfuse``,
-    names mapped (``arch``'s, else the row's), q/k permuted per layer where llama.cpp rotates interleaved pairs, matrices f16
-    for ``dtype=f16``."""
+    names mapped (``arch``'s: gguf's MODEL_ARCH), q/k permuted per layer where llama.cpp rotates interleaved pairs, matrices
+    f16 for ``dtype=f16``."""
     import gguf
 
     config = model.config
-    names = gguf.get_tensor_name_map(row.arch if arch is None else arch, int(config.num_hidden_layers))
+    names = gguf.get_tensor_name_map(arch, int(config.num_hidden_layers))
     pairs = model.state_dict().items()
     if unfuse is not None:  # (HF name, tensor, heads, KV heads) -> [(HF name, tensor)]: fused projections split, as Llama's
         pairs = [p for n, t in pairs for p in ([(n, t)] if layer_index(n) is None else unfuse(n, t, *layer_heads[layer_index(n)]))]
@@ -289,22 +287,39 @@ def export_gguf(
 ) -> tuple[Path, str]:
     """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model (checked by ``gguf_deci.write_gguf``) as its family's
     llama.cpp architecture; the file and the architecture."""
-    import gguf
-
     config = model.config
     shape = stock_shape(model, GGUF_TYPES)
     row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}-{dtype}.gguf"
-    writer = gguf.GGUFWriter(str(path), arch=row.name)
-    feed_forward = ffn_length(model)
-    title = safe_name(name, tokenizer)
-    add_metadata(writer, config, shape.heads, shape.kv_heads, shape.head_dim, dtype, title, feed_forward=feed_forward, row=row)
-    add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
     unfuse = arch_of(config.model_type).unfuse if row is LLAMA else row.convert  # phi3 as llama: its fused projections split
-    finish_file(writer, gguf_tensors(model, layer_heads, dtype, row, unfuse=unfuse))
+    path = write_file(
+        model, tokenizer, out, (dtype, name, tokenizer_pre), row, layer_heads, shape.head_dim, ffn_length(model), unfuse=unfuse
+    )
     return path, row.name
+
+
+def write_file(
+    model: nn.Module, tokenizer, out: Path, options: tuple, row, layer_heads: list, head_dim: int, feed_forward, deci=False, **tensors
+) -> Path:
+    """Write ``<out>/<name>-<dtype>.gguf`` (``options``: dtype, name, pre-tokenizer) as ``row``'s architecture, or (``deci``)
+    llama.cpp's deci with per-layer (heads, KV heads) and ``feed_forward`` widths; ``tensors``: gguf_tensors' skip and unfuse."""
+    import gguf
+
+    dtype, name, tokenizer_pre = options
+    arch = gguf.MODEL_ARCH.DECI if deci else row.arch
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}-{dtype}.gguf"
+    writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[arch])
+    heads, kv_heads = [list(counts) for counts in zip(*layer_heads)] if deci else layer_heads[0]  # deci: one count per layer
+    add_metadata(writer, model.config, heads, kv_heads, head_dim, dtype, safe_name(name, tokenizer), feed_forward, row)
+    add_tokenizer(writer, tokenizer, int(model.config.vocab_size), tokenizer_pre)
+    for tensor_name, array in gguf_tensors(model, layer_heads, dtype, row, arch, **tensors):
+        writer.add_tensor(tensor_name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
 
 
 def ffn_length(model: nn.Module) -> int:
@@ -323,13 +338,3 @@ def safe_name(name: str, tokenizer) -> str:
     case) and fails to load without it, so such a name is written "Phi 3" where the tokenizer has no ``<|end|>``."""
     has_end = tokenizer is not None and "<|end|>" in tokenizer.get_vocab()
     return name if has_end else re.sub(r"(?i)phi-?3", "Phi 3", name)
-
-
-def finish_file(writer, tensors) -> None:
-    """Add the (name, array) ``tensors`` after the metadata already set, and write and close the file."""
-    for tensor_name, array in tensors:
-        writer.add_tensor(tensor_name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()

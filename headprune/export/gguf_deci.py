@@ -7,7 +7,7 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.gguf import add_metadata, add_tokenizer, check_writable, finish_file, gguf_tensors, layer_index, square_message
+from headprune.export.gguf import LLAMA, check_writable, layer_index, square_message, write_file
 from headprune.export.gguf_archs import arch_of
 from headprune.export.hf import check_phantoms, heads_per_kv
 
@@ -109,29 +109,20 @@ def export_gguf_deci(
     model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None
 ) -> Path:
     """Write ``<out>/<name>-<dtype>.gguf`` of an unevenly pruned Llama or Mistral model as llama.cpp's deci; the file."""
-    import gguf
-
     check_writable(model, dtype)
-    config = model.config
     shapes = written_shapes(model_layer_shapes(model))
     feed_forward = written_ffn_widths(shapes, model_ffn_widths(model))
     emptied = {layer for layer, (heads, _) in enumerate(shapes) if heads == 0}
     ffn_free = {layer for layer, width in enumerate(feed_forward) if width == 0}
     check_phantoms(model, emptied, ffn_free)
     head_dim = int(find_sites(model)[0].head_dim)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}-{dtype}.gguf"
-    writer = gguf.GGUFWriter(str(path), arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.DECI])
-    add_metadata(writer, config, [heads for heads, _ in shapes], [kv for _, kv in shapes], head_dim, dtype, name, feed_forward=feed_forward)
-    add_tokenizer(writer, tokenizer, int(config.vocab_size), tokenizer_pre)
 
     def left_out(hf_name: str) -> bool:
         if any(part in hf_name for part in ATTENTION_PARTS):
             return layer_index(hf_name) in emptied
         return any(part in hf_name for part in FFN_PARTS) and layer_index(hf_name) in ffn_free
 
-    finish_file(writer, gguf_tensors(model, shapes, dtype, arch=gguf.MODEL_ARCH.DECI, skip=left_out))
-    return path
+    return write_file(model, tokenizer, out, (dtype, name, tokenizer_pre), LLAMA, shapes, head_dim, feed_forward, deci=True, skip=left_out)
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:

@@ -167,20 +167,20 @@ class GGUFDecoder:
         """The block output's RMS norm before it joins the residual stream, where the file holds one (Gemma)."""
         return x if name not in self.weights else self._norm(x, name)
 
-    def _gpt_block_end(self, x: np.ndarray, attention: np.ndarray, layer: int) -> np.ndarray:
-        """The rest of a gpt2 / gptneox / falcon layer after its attention: the FFN on the stream after attention, or
-        (parallel residual) on the stream the layer received, both added to it; falcon's FFN reads attn_norm."""
-        after = x + attention
-        h = self._norm(x if self.parallel else after, f"blk.{layer}.{'attn_norm' if self.falcon else 'ffn_norm'}.weight")
-        return after + self._linear(_gelu_tanh(self._linear(h, f"blk.{layer}.ffn_up")), f"blk.{layer}.ffn_down")  # with biases
-
     def _pre_norm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """The norm before attention or the FFN (its weight ``name``): x itself in olmo2, which norms their outputs only;
-        falcon's attention reads attn_norm_2 where the file holds it (two norms side by side)."""
-        if not self.pre_norms:
-            return x
-        second = name.replace("attn_norm.", "attn_norm_2.")
-        return self._norm(x, second if self.falcon and second in self.weights else name)
+        """The norm before attention or the FFN (its weight ``name``): x itself in olmo2, which norms their outputs only."""
+        return self._norm(x, name) if self.pre_norms else x
+
+    def _ffn(self, h: np.ndarray, layer: int) -> np.ndarray:
+        """The FFN of normed h: down(tanh-GELU(up h + b)) + b without a gate (gpt2, gptneox, falcon), else
+        down(act(gate h) * up h), SiLU or (Gemma) tanh-GELU, phi3's ffn_up holding gate | up."""
+        up = self._linear(h, f"blk.{layer}.ffn_up")
+        if self.gelu_ffn:
+            return self._linear(_gelu_tanh(up), f"blk.{layer}.ffn_down")
+        gate = self.weights.get(f"blk.{layer}.ffn_gate.weight")
+        gate, up = (h @ gate.T, up) if gate is not None else np.split(up, 2, axis=-1)
+        active = _gelu_tanh(gate) if self.gemma else gate / (1 + np.exp(-gate))
+        return self._linear(active * up, f"blk.{layer}.ffn_down")
 
     def logits(self, input_ids: np.ndarray, attention_mask: np.ndarray | None = None) -> np.ndarray:
         """Logits (B, T, vocab) of right-padded token ids (B, T); padded keys are masked out."""
@@ -192,23 +192,17 @@ class GGUFDecoder:
         for layer in range(len(self.layout["head_count"])):
             attention = None
             if self.layout["head_count"][layer] > 0:
-                attention = self._attention(self._pre_norm(x, f"blk.{layer}.attn_norm.weight"), layer, keys_valid)
+                second = f"blk.{layer}.attn_norm_2.weight"  # falcon: attention and FFN read two norms side by side
+                norm = second if second in self.weights else f"blk.{layer}.attn_norm.weight"
+                attention = self._attention(self._pre_norm(x, norm), layer, keys_valid)
             ffn_free = self.layout["feed_forward_length"][layer] == 0
             if ffn_free and self.ffn_free_drops_attention:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
-            if self.gelu_ffn:
-                x = self._gpt_block_end(x, attention, layer)
-                continue
-            x = x if attention is None else x + attention * scale
-            if ffn_free:
-                continue
-            h = self._pre_norm(x, f"blk.{layer}.ffn_norm.weight")
-            up = h @ self.weights[f"blk.{layer}.ffn_up.weight"].T
-            gate = self.weights.get(f"blk.{layer}.ffn_gate.weight")
-            gate, up = (h @ gate.T, up) if gate is not None else np.split(up, 2, axis=-1)  # phi3: ffn_up holds gate | up
-            active = _gelu_tanh(gate) if self.gemma else gate / (1 + np.exp(-gate))
-            down = (active * up) @ self.weights[f"blk.{layer}.ffn_down.weight"].T
-            x = x + self._post_norm(down, f"blk.{layer}.post_ffw_norm.weight") * scale
+            stream = x if attention is None else x + attention * scale
+            if not ffn_free:  # parallel residual (gptneox, falcon): the FFN reads the stream the layer received
+                h = self._pre_norm(x if self.parallel else stream, f"blk.{layer}.{'attn_norm' if self.falcon else 'ffn_norm'}.weight")
+                stream = stream + self._post_norm(self._ffn(h, layer), f"blk.{layer}.post_ffw_norm.weight") * scale
+            x = stream
         x = self._norm(x, "output_norm.weight")
         output = self.weights.get("output.weight", self.weights["token_embd.weight"])  # tied: the embeddings
         return _softcap(x @ output.T / np.float32(self.logit_scale), self.final_cap)

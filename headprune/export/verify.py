@@ -148,22 +148,18 @@ def check_export(
     return check_exports([(job, batches, reference, greedy)], tolerance, timeout)[0]
 
 
-def _arrays(batches: list[dict], reference: list[np.ndarray], greedy: tuple | None) -> dict:
-    arrays = {f"reference{b}": r for b, r in enumerate(reference)}
-    for b, batch in enumerate(batches):
-        arrays.update({f"batch{b}.{k}": v.detach().cpu().numpy() for k, v in batch.items()})
-    if greedy is not None:
-        arrays.update(greedy_prompt=greedy[0].numpy(), greedy_tokens=greedy[1])
-    return arrays
-
-
 def check_exports(items: list[tuple], tolerance: float = TOLERANCE, timeout: float = 600.0) -> list[dict]:
     """``check_export`` of several (job, batches, reference, greedy) in one fresh interpreter; one report each."""
     with tempfile.TemporaryDirectory(prefix="headprune-check-") as folder:
         folder = Path(folder)
         jobs = []
         for i, (job, batches, reference, greedy) in enumerate(items):
-            np.savez(folder / f"arrays{i}.npz", **_arrays(batches, reference, greedy))
+            arrays = {f"reference{b}": r for b, r in enumerate(reference)}
+            for b, batch in enumerate(batches):
+                arrays.update({f"batch{b}.{k}": v.detach().cpu().numpy() for k, v in batch.items()})
+            if greedy is not None:
+                arrays.update(greedy_prompt=greedy[0].numpy(), greedy_tokens=greedy[1])
+            np.savez(folder / f"arrays{i}.npz", **arrays)
             extra = {} if greedy is None else {"eos": greedy[2], "pad": greedy[3], "new_tokens": greedy[4]}
             jobs.append(
                 {
