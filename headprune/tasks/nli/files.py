@@ -36,31 +36,22 @@ def label_id(value, where: str) -> int:
     raise NLIDataError(f"{where}: unknown label {value!r}; valid labels are {valid} (names or ids)")
 
 
-def find_split_file(directory: str | Path, stem: str, split: str) -> Path:
-    """The file holding one split: ``<dir>/<stem><ext>`` for the first extension that exists."""
-    directory = Path(directory)
-    candidates = [directory / f"{stem}{ext}" for ext in EXTENSIONS]
-    for path in candidates:
-        if path.is_file():
-            return path
-    looked = ", ".join(p.name for p in candidates)
-    hint = "" if directory.is_dir() else f" (the directory {directory} does not exist)"
-    raise FileNotFoundError(f"no file for the {split!r} split: looked for {looked} in {directory}{hint}")
-
-
 def present_split_files(directory: str | Path, files, splits, required):
-    """(split, path) of every split whose file is found, in ``splits`` order; a missing ``required`` file raises FileNotFoundError."""
+    """(split, ``<dir>/<stem><ext>`` for the first extension found) of every split with a file, in ``splits`` order; a missing
+    ``required`` file raises FileNotFoundError."""
+    directory = Path(directory)
     for split in splits:
         stem = files.get(split)
         if not stem:
             continue
-        try:
-            path = find_split_file(directory, stem, split)
-        except FileNotFoundError:
-            if split in required:
-                raise
-            continue
-        yield split, path
+        candidates = [directory / f"{stem}{ext}" for ext in EXTENSIONS]
+        path = next((candidate for candidate in candidates if candidate.is_file()), None)
+        if path is not None:
+            yield split, path
+        elif split in required:
+            looked = ", ".join(p.name for p in candidates)
+            hint = "" if directory.is_dir() else f" (the directory {directory} does not exist)"
+            raise FileNotFoundError(f"no file for the {split!r} split: looked for {looked} in {directory}{hint}")
 
 
 def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
