@@ -1847,9 +1847,9 @@ def _read_aligned_utf8(tmp_path):
 
 
 def _read_jsonl_utf8(tmp_path):
-    from headprune.tasks.nli.files import read_jsonl
+    from headprune.tasks.nli.files import read_split
 
-    read_jsonl(write_nli(tmp_path / "nli", "utf8") / "dev_matched.jsonl")
+    read_split(write_nli(tmp_path / "nli", "utf8") / "dev_matched.jsonl")
 
 
 def _resolve_relative(tmp_path):

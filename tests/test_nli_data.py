@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from headprune.tasks.nli.data import LengthGroupedSampler, NLIDataConfig, NLIDataModule
-from headprune.tasks.nli.files import NLIDataError, read_jsonl, read_tsv
+from headprune.tasks.nli.files import NLIDataError, read_split
 from headprune.tasks.nli.synthetic import synthetic_splits
 
 
@@ -91,7 +91,7 @@ def test_jsonl_gzip_and_label_ids(tmp_path):
     rows = _rows(6)
     rows[1]["label"] = 2  # ids work as well as names
     rows[2]["label"] = "Neutral"
-    data = read_jsonl(_write_jsonl(tmp_path / "train.jsonl.gz", rows, gz=True))
+    data = read_split(_write_jsonl(tmp_path / "train.jsonl.gz", rows, gz=True))
     assert data["label"] == [0, 2, 1, 0, 1, 2]
     assert data["premise"][0] == rows[0]["premise"]
 
@@ -99,7 +99,7 @@ def test_jsonl_gzip_and_label_ids(tmp_path):
 def test_glue_tsv_layout(tmp_path):
     rows = _rows(5)
     rows[3]["premise"] = 'He said "hi" and left'  # GLUE's TSVs contain bare quotes
-    data = read_tsv(_write_glue_tsv(tmp_path / "dev_matched.tsv", rows))
+    data = read_split(_write_glue_tsv(tmp_path / "dev_matched.tsv", rows))
     assert data["premise"][3] == 'He said "hi" and left'
     assert data["label"] == [0, 1, 2, 0, 1]
 
@@ -108,17 +108,17 @@ def test_malformed_json_row_names_file_and_line(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text(json.dumps(_rows(1)[0]) + "\n{not json\n")
     with pytest.raises(NLIDataError, match=r"train\.jsonl:2: not valid JSON"):
-        read_jsonl(path)
+        read_split(path)
     path.write_text(json.dumps({"premise": "a", "label": "neutral"}) + "\n")
     with pytest.raises(NLIDataError, match=r"train\.jsonl:1: missing field 'hypothesis'"):
-        read_jsonl(path)
+        read_split(path)
 
 
 def test_short_tsv_row_names_file_and_line(tmp_path):
     path = _write_glue_tsv(tmp_path / "train.tsv", _rows(3))
     path.write_text(path.read_text() + "7\tonly\tthree\n")
     with pytest.raises(NLIDataError, match=r"train\.tsv:5: expected 12 tab-separated columns"):
-        read_tsv(path)
+        read_split(path)
 
 
 def test_unknown_label_lists_valid_ones(tmp_path):
@@ -128,7 +128,7 @@ def test_unknown_label_lists_valid_ones(tmp_path):
     with pytest.raises(
         NLIDataError, match=r"train\.jsonl:3: unknown label 'maybe'; valid labels are entailment \(0\), neutral \(1\), contradiction \(2\)"
     ):
-        read_jsonl(path)
+        read_split(path)
 
 
 def test_missing_split_says_which_file(tmp_path, tokenizer):

@@ -27,23 +27,6 @@ def classifier_settings(cfg, task_name: str, config_file: str) -> dict:
     return task
 
 
-def adamw_with_linear_warmup(model, hp, total_steps) -> dict:
-    """Lightning's optimizer dict: AdamW (no decay on biases and norms) with a linear warm-up and decay over ``total_steps``."""
-    from transformers import get_linear_schedule_with_warmup
-
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (no_decay if param.dim() < 2 else decay).append(param)
-    groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=hp.lr)
-    if not total_steps or total_steps == float("inf"):
-        raise ValueError("cannot size the learning-rate schedule: set trainer.max_epochs or trainer.max_steps")
-    warmup = hp.warmup_steps if hp.warmup_steps is not None else int(hp.warmup_ratio * int(total_steps))
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, int(total_steps))
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
 class ClassifierTask(SharedTaskMethods, L.LightningModule):
     """A classifier task: Lightning training (cross-entropy, loss and accuracy per evaluation split) and the task protocol."""
 
@@ -101,8 +84,22 @@ class ClassifierTask(SharedTaskMethods, L.LightningModule):
         self.log(f"{split}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=n, sync_dist=True, add_dataloader_idx=False)
         self.log(f"{split}/accuracy", metric, batch_size=n, prog_bar=True, add_dataloader_idx=False)
 
-    def configure_optimizers(self):
-        return adamw_with_linear_warmup(self.model, self.hparams, self.trainer.estimated_stepping_batches)
+    def configure_optimizers(self) -> dict:
+        """AdamW (no decay on biases and norms) with a linear warm-up and decay over the trainer's steps."""
+        from transformers import get_linear_schedule_with_warmup
+
+        hp, total_steps = self.hparams, self.trainer.estimated_stepping_batches
+        decay, no_decay = [], []
+        for param in self.model.parameters():
+            if param.requires_grad:
+                (no_decay if param.dim() < 2 else decay).append(param)
+        groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = torch.optim.AdamW(groups, lr=hp.lr)
+        if not total_steps or total_steps == float("inf"):
+            raise ValueError("cannot size the learning-rate schedule: set trainer.max_epochs or trainer.max_steps")
+        warmup = hp.warmup_steps if hp.warmup_steps is not None else int(hp.warmup_ratio * int(total_steps))
+        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, int(total_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _require_data(self):
         if self.data is None:

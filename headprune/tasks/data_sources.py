@@ -89,6 +89,17 @@ def listed_texts(data, directory, split: str, name: str, what: str = "language-m
         ) from None
 
 
+def hub_texts(path: str, name: str | None, splits: dict, field: str) -> dict[str, list[str]]:
+    """{split: the non-empty ``field`` texts (stripped) of the Hugging Face dataset ``path`` (``name``) split ``splits[split]``}."""
+    from datasets import load_dataset
+
+    texts = {}
+    for split, hub_split in splits.items():
+        rows = load_dataset(path, name, split=hub_split)
+        texts[split] = [t.strip() for t in rows[field] if t and t.strip()]
+    return texts
+
+
 def datasets_cache_dir(path: str) -> Path:
     """Where ``datasets.load_dataset(path)`` keeps its prepared copy (what it reads when the hub cannot be reached)."""
     import datasets

@@ -7,49 +7,32 @@ from pathlib import Path
 import torch
 
 from headprune.tasks.common import padded
-from headprune.tasks.data_sources import listed_texts, read_texts, split_files  # noqa: F401 (read_texts re-exported)
+from headprune.tasks.data_sources import hub_texts, listed_texts, read_texts, split_files  # noqa: F401 (read_texts re-exported)
 
 SPLITS = ("eval", "eval_other", "importance", "heldout", "train")  # also the drawing order (see draw_splits)
 EVAL_SPLITS = ("eval", "eval_other")
 
 
-def sample(texts: list, limit: int | None, seed: int, split: str) -> list:
-    """``limit`` texts (or any items) drawn with ``seed`` (kept in file order), or all of them."""
-    if limit is None or limit >= len(texts):
-        return list(texts)
-    if limit <= 0:
-        raise ValueError(f"data.limits.{split} must be a positive number of texts or null, got {limit}")
-    keep = sorted(random.Random(f"{seed}-{split}").sample(range(len(texts)), limit))
-    return [texts[i] for i in keep]
-
-
-def draw_splits(
-    lines: dict[str, list[tuple[object, str]]], limits: dict, seed: int, exclude_evaluated: bool = True
-) -> dict[str, list[str]]:
-    """{split: texts} drawn in ``SPLITS`` order, each split ``limits[split]`` items (null = all) of its own pool."""
+def draw_splits(lines: dict[str, list[tuple[object, str]]], cfg) -> dict[str, list[str]]:
+    """{split: texts} drawn in ``SPLITS`` order, each split ``data.limits.<split>`` items (null = all) of its own pool, drawn
+    with ``data.seed`` and kept in file order; a local text drawn for evaluation is in no other split."""
+    limits, seed, exclude_evaluated = dict(cfg.get("limits") or {}), int(cfg.seed), cfg.get("source") == "local"
     taken, evaluated, out = set(), set(), {}
     for split in [s for s in SPLITS if s in lines] + [s for s in lines if s not in SPLITS]:
-        pool = [
+        drawn = [
             (key, text)
             for key, text in lines[split]
             if key not in taken and (split in EVAL_SPLITS or not exclude_evaluated or text not in evaluated)
         ]
-        drawn = sample(pool, limits.get(split), seed, split)
+        limit = limits.get(split)
+        if limit is not None and limit < len(drawn):
+            if limit <= 0:
+                raise ValueError(f"data.limits.{split} must be a positive number of texts or null, got {limit}")
+            drawn = [drawn[i] for i in sorted(random.Random(f"{seed}-{split}").sample(range(len(drawn)), limit))]
         taken.update(key for key, _ in drawn)
         if split in EVAL_SPLITS:
             evaluated.update(text for _, text in drawn)
         out[split] = [text for _, text in drawn]
-    return out
-
-
-def hub_texts(cfg) -> dict[str, list[str]]:
-    """{split: texts} from a Hugging Face dataset (``hub_path``, ``hub_name``, ``hub_splits``, ``text_field``)."""
-    from datasets import load_dataset
-
-    out = {}
-    for split, hub_split in dict(cfg.hub_splits).items():
-        rows = load_dataset(cfg.hub_path, cfg.get("hub_name"), split=hub_split)
-        out[split] = [t.strip() for t in rows[cfg.text_field] if t and t.strip()]
     return out
 
 
@@ -73,7 +56,8 @@ def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[
             for split, paths in files.items()
         }
     elif source in ("hub", "synthetic"):
-        texts = hub_texts(cfg) if source == "hub" else synthetic_texts(cfg)
+        hub = source == "hub"
+        texts = hub_texts(cfg.hub_path, cfg.get("hub_name"), dict(cfg.hub_splits), cfg.text_field) if hub else synthetic_texts(cfg)
         lines = {split: [((split, i), text) for i, text in enumerate(split_texts)] for split, split_texts in texts.items()}
     else:
         raise ValueError(f"data.source must be local, hub or synthetic for language modelling, got {source!r}")
@@ -84,8 +68,7 @@ def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[
 
 def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
     """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``, splits disjoint."""
-    limits = dict(cfg.get("limits") or {})
-    return draw_splits(text_pools(cfg, data_dir), limits, int(cfg.seed), exclude_evaluated=cfg.get("source") == "local")
+    return draw_splits(text_pools(cfg, data_dir), cfg)
 
 
 def join_documents(items: list[tuple[object, str]], lengths: list[int], tokens: int) -> list[tuple[object, str]]:
@@ -110,7 +93,7 @@ def long_documents(cfg, pools: dict[str, list[tuple[object, str]]], tokenizer) -
     for split, items in pools.items():
         lengths = [len(ids) for ids in tokenizer([text for _, text in items], add_special_tokens=False)["input_ids"]] if items else []
         documents[split] = join_documents(items, lengths, tokens)
-    return draw_splits(documents, dict(cfg.get("limits") or {}), int(cfg.seed), exclude_evaluated=cfg.get("source") == "local")
+    return draw_splits(documents, cfg)
 
 
 def encode_texts(

@@ -275,11 +275,7 @@ class LanguageModelingTask(SharedTaskMethods):
 
 def load_lm_task(cfg) -> LanguageModelingTask:
     """The texts and LanguageModelingTask of a Hydra config (``model.kind=causal_lm``, ``data=lm_*``)."""
-    if cfg.get("data") is None or cfg.data.get("kind") != "lm":
-        raise ValueError("the language-modelling task needs data=lm_local (../shared/data), data=lm_synthetic or data=lm_hub")
-    if cfg.model.get("kind") != "causal_lm":
-        raise ValueError(f"the language-modelling task needs a causal LM (model.kind=causal_lm), got model={cfg.model.get('name')}")
-    settings = checked_settings(cfg, TASK_SETTINGS, "language-modelling", "conf/task/lm.yaml")
+    settings = causal_lm_settings(cfg, "lm", "language-modelling", "data=lm_local (../shared/data), data=lm_synthetic or data=lm_hub")
     if cfg.data.get("document_tokens") is None:
         texts = load_texts(cfg.data)
         model, tokenizer = model_and_tokenizer(cfg, texts["importance"])
@@ -289,6 +285,15 @@ def load_lm_task(cfg) -> LanguageModelingTask:
         texts = long_documents(cfg.data, pools, tokenizer)
     batching = {key: cfg.data[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")}
     return LanguageModelingTask(model, tokenizer, LMData(texts, tokenizer, **batching, bos_id=text_start(cfg, tokenizer)), **settings)
+
+
+def causal_lm_settings(cfg, data_kind: str, task: str, data_choices: str) -> dict:
+    """``task.*`` (conf/task/lm.yaml) of a causal LM task reading data of ``data_kind``; a ValueError when model or data is another's."""
+    if cfg.get("data") is None or cfg.data.get("kind") != data_kind:
+        raise ValueError(f"the {task} task needs {data_choices}")
+    if cfg.model.get("kind") != "causal_lm":
+        raise ValueError(f"the {task} task needs a causal LM (model.kind=causal_lm), got model={cfg.model.get('name')}")
+    return checked_settings(cfg, TASK_SETTINGS, task, "conf/task/lm.yaml")
 
 
 def model_and_tokenizer(cfg, training_texts: list[str]):

@@ -4,7 +4,6 @@ from omegaconf import OmegaConf
 
 from headprune.core.checks import (
     ConfigError,
-    boolean,
     check_schema,
     choice,
     integer,
@@ -43,10 +42,7 @@ SCHEMA = {
     "data.needles": rule(integer, low=1),
     "data.ask": rule(choice, choices=ASK),
     "data.metric": rule(choice, choices=tuple(METRICS)),
-    "data.add_bos": rule(boolean),
-    "data.batch_size": rule(integer, low=1),
-    "data.eval_batch_size": rule(integer, low=1),
-    "data.tokenizer.vocab_size": rule(integer, low=1),
+    **{key: LM_SCHEMA[key] for key in ("data.add_bos", "data.batch_size", "data.eval_batch_size", "data.tokenizer.vocab_size")},
     **{f"data.template.{part}": rule(text) for part in ("needle", "question", "named_needle", "named_question", "all_question")},
     "data.names": rule(string_list),
     "data.text_field": optional(rule(text)),

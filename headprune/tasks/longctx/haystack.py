@@ -1,6 +1,6 @@
 """The haystack: per split, a pool of filler sentences (one per line) that examples take consecutive runs of."""
 
-from headprune.tasks.data_sources import listed_texts, split_files
+from headprune.tasks.data_sources import hub_texts, listed_texts, split_files
 from headprune.tasks.longctx.config import SPLITS, PasskeyConfig
 
 
@@ -22,16 +22,11 @@ def local_pools(config: PasskeyConfig) -> dict[str, list[str]]:
 
 def hub_pools(config: PasskeyConfig) -> dict[str, list[str]]:
     """{split: texts} of a Hugging Face dataset's ``text_field`` (``hub_splits``: {split: the dataset's split})."""
-    from datasets import load_dataset
-
-    out = {}
-    for split in config.splits:
-        hub_split = (config.hub_splits or {}).get(split)
+    splits = {split: (config.hub_splits or {}).get(split) for split in config.splits}
+    for split, hub_split in splits.items():
         if hub_split is None:
             raise HaystackError(f"data.hub_splits names no dataset split for the {split} split: add data.hub_splits.{split}=<split>")
-        rows = load_dataset(config.hub_path, config.hub_name, split=hub_split)
-        out[split] = [t.strip() for t in rows[config.text_field] if t and t.strip()]
-    return out
+    return hub_texts(config.hub_path, config.hub_name, splits, config.text_field)
 
 
 def synthetic_pools(config: PasskeyConfig) -> dict[str, list[str]]:

@@ -5,9 +5,8 @@ import torch
 from headprune.engine.ablation_causal import output_logits, row_label_stats
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult
-from headprune.tasks.common import checked_settings
 from headprune.tasks.lm.data import collate as collate_prompts
-from headprune.tasks.lm.task import TASK_SETTINGS, LanguageModelingTask, model_and_tokenizer, text_start
+from headprune.tasks.lm.task import LanguageModelingTask, causal_lm_settings, model_and_tokenizer, text_start
 from headprune.tasks.longctx.config import PasskeyConfig
 from headprune.tasks.longctx.data import PasskeyData
 from headprune.tasks.longctx.examples import generate
@@ -114,11 +113,8 @@ class PasskeyTask(LanguageModelingTask):
 
 def load_passkey_task(cfg) -> PasskeyTask:
     """The passkey examples and PasskeyTask of a Hydra config (``model.kind=causal_lm``, ``data=passkey_*``)."""
-    if cfg.get("data") is None or cfg.data.get("kind") != "passkey":
-        raise ValueError("the passkey task needs data=passkey_synthetic, data=passkey_local (../shared/data) or data=passkey_hub")
-    if cfg.model.get("kind") != "causal_lm":
-        raise ValueError(f"the passkey task needs a causal LM (model.kind=causal_lm), got model={cfg.model.get('name')}")
-    settings = checked_settings(cfg, TASK_SETTINGS, "passkey", "conf/task/lm.yaml")
+    choices = "data=passkey_synthetic, data=passkey_local (../shared/data) or data=passkey_hub"
+    settings = causal_lm_settings(cfg, "passkey", "passkey", choices)
     config = PasskeyConfig.from_cfg(cfg.data)
     pools = haystack_pools(config)
     model, tokenizer = model_and_tokenizer(cfg, tokenizer_texts(config, pools))

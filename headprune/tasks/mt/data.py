@@ -30,9 +30,7 @@ def load_texts(data_cfg, split: str) -> tuple[list[str], list[str]]:
         src, tgt = _load_hub(data_cfg, split)
     else:
         raise ValueError(f"data.source must be synthetic, files or hub, got {source!r}")
-    if limit is not None:
-        src, tgt = src[:limit], tgt[:limit]
-    return src, tgt
+    return src[:limit], tgt[:limit]  # limit None: all
 
 
 def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:

@@ -26,13 +26,11 @@ def split_files(data_dir: str | Path, split: str, src: str, tgt: str) -> tuple[P
     return src_file, tgt_file
 
 
-def read_aligned(data_dir: str | Path, split: str, src: str, tgt: str, limit: int | None = None) -> tuple[list[str], list[str]]:
+def read_aligned(data_dir: str | Path, split: str, src: str, tgt: str) -> tuple[list[str], list[str]]:
     """Source and target sentences of ``{split}.{src}`` / ``{split}.{tgt}``, checked line by line."""
     src_file, tgt_file = split_files(data_dir, split, src, tgt)
     src_lines, tgt_lines = _read_lines(src_file), _read_lines(tgt_file)
     check_aligned(src_lines, tgt_lines, str(src_file), str(tgt_file))
-    if limit:
-        src_lines, tgt_lines = src_lines[:limit], tgt_lines[:limit]
     return src_lines, tgt_lines
 
 

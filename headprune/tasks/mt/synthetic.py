@@ -1,7 +1,7 @@
 """A built-in synthetic translation task, deterministic from a seed, for tests and offline demos."""
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CONSONANTS = "bdfgklmnprstvz"
 VOWELS = "aeiou"
@@ -34,10 +34,7 @@ class SyntheticTranslation:
     """The lexicon and grammar of one synthetic language pair; ``pairs(n, seed)`` samples sentences."""
 
     def __init__(self, config: SyntheticConfig | None = None, **overrides):
-        cfg = config or SyntheticConfig()
-        for key, value in overrides.items():
-            setattr(cfg, key, value)
-        self.cfg = cfg
+        self.cfg = cfg = replace(config or SyntheticConfig(), **overrides)
         rng = random.Random(f"lexicon-{cfg.seed}")
         taken: set[str] = {"ta", "tu", "lo", "li", "los", "lis"}  # the determiners below
         src_nouns, tgt_nouns = _words(rng, cfg.nouns, (1, 3), taken), _words(rng, cfg.nouns, (2, 3), taken)

@@ -220,16 +220,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     def translate(self, split: str = "eval", mask=None, beam_size: int | None = None, on_batch=None) -> list[str]:
         """Translations of every source sentence of ``split``, in the split's order; ``on_batch(n)`` after each batch of ``n``."""
-        split = split_of(self.data.cfg, split)
-        beam_size = int(beam_size or self.task_cfg["beam_size"])
-        hyps: dict[int, str] = {}
-        with eval_mode(self.model), torch.no_grad(), self.gates.masked(mask):
-            for batch in self._eval_batches(split):
-                progress = BatchProgress(on_batch, len(batch["ids"]), self.max_new_tokens(batch["input_ids"]))
-                for i, h in zip(batch["ids"].tolist(), self.generate(self._to_device(batch), beam_size, progress=progress)):
-                    hyps[i] = h
-                progress.done()
-        return [hyps[i] for i in range(len(hyps))]
+        return self._translations(split, [mask], beam_size, on_batch, per_row=False)[0]
 
     def _result(self, hyps: list[str], split: str) -> EvalResult:
         refs = self.data.references(split_of(self.data.cfg, split))
@@ -244,14 +235,19 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         """BLEU for each mask; ``task.mask_chunk`` masks share one batched generate (a mask per example row)."""
         if not masks:
             return []
-        split_name = split_of(self.data.cfg, split)
-        beam_size = int(beam_size or self.task_cfg["beam_size"])
         ones = self.gates.ones()
         masks = [{**ones, **(self.gates.normalize_mask(m) if m is not None else {})} for m in masks]  # None = all heads
-        chunk = max(1, int(self.task_cfg["mask_chunk"]))
+        return [self._result(hyps, split) for hyps in self._translations(split, masks, beam_size, on_batch, per_row=True)]
+
+    def _translations(self, split: str, masks: list, beam_size: int | None, on_batch, per_row: bool) -> list[list[str]]:
+        """Translations of ``split`` under each mask, in the split's order: ``per_row``, ``task.mask_chunk`` full masks per
+        batched generate (a mask per example row), else the one mask as it is; ``on_batch(n)`` after each batch of ``n``."""
+        split = split_of(self.data.cfg, split)
+        beam_size = int(beam_size or self.task_cfg["beam_size"])
+        chunk = max(1, int(self.task_cfg["mask_chunk"])) if per_row else 1
         hyps: list[dict[int, str]] = [{} for _ in masks]
         with eval_mode(self.model), torch.no_grad():
-            for batch in self._eval_batches(split_name):
+            for batch in self._eval_batches(split):
                 ids, inputs = batch["ids"].tolist(), self._to_device(batch)
                 n = len(ids)
                 steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
@@ -259,15 +255,17 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
                 for start in range(0, len(masks), chunk):
                     group = masks[start : start + chunk]
                     k = len(group)
-                    stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}  # (k*B, L, H)
-                    repeated = {key: value.repeat(k, 1) for key, value in inputs.items()}  # row j*B + b = example b under mask j
-                    with self.gates.masked(stacked):
-                        out = self.generate(repeated, beam_size, progress=progress)
+                    if per_row:  # (k*B, L, H): row j*B + b = example b under mask j
+                        inputs_k = {key: value.repeat(k, 1) for key, value in inputs.items()}
+                        mask = {g: torch.stack([m[g] for m in group]).repeat_interleave(n, dim=0) for g in group[0]}
+                    else:
+                        inputs_k, mask = inputs, group[0]
+                    with self.gates.masked(mask):
+                        out = self.generate(inputs_k, beam_size, progress=progress)
                     for j in range(k):
-                        for i, h in zip(ids, out[j * n : (j + 1) * n]):
-                            hyps[start + j][i] = h
+                        hyps[start + j].update(zip(ids, out[j * n : (j + 1) * n]))
                 progress.done()
-        return [self._result([h[i] for i in range(len(h))], split_name) for h in hyps]
+        return [[h[i] for i in range(len(h))] for h in hyps]
 
     def importance_batches(self) -> list[dict]:
         """Batches with labels of the fixed importance subset of the training split (model inputs only)."""

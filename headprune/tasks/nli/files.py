@@ -3,6 +3,7 @@
 import csv
 import json
 import sys
+from itertools import islice
 from pathlib import Path
 
 from headprune.core.checks import DataError
@@ -35,31 +36,22 @@ def label_id(value, where: str) -> int:
     raise NLIDataError(f"{where}: unknown label {value!r}; valid labels are {valid} (names or ids)")
 
 
-def find_split_file(directory: str | Path, stem: str, split: str) -> Path:
-    """The file holding one split: ``<dir>/<stem><ext>`` for the first extension that exists."""
-    directory = Path(directory)
-    candidates = [directory / f"{stem}{ext}" for ext in EXTENSIONS]
-    for path in candidates:
-        if path.is_file():
-            return path
-    looked = ", ".join(p.name for p in candidates)
-    hint = "" if directory.is_dir() else f" (the directory {directory} does not exist)"
-    raise FileNotFoundError(f"no file for the {split!r} split: looked for {looked} in {directory}{hint}")
-
-
 def present_split_files(directory: str | Path, files, splits, required):
-    """(split, path) of every split whose file is found, in ``splits`` order; a missing ``required`` file raises FileNotFoundError."""
+    """(split, ``<dir>/<stem><ext>`` for the first extension found) of every split with a file, in ``splits`` order; a missing
+    ``required`` file raises FileNotFoundError."""
+    directory = Path(directory)
     for split in splits:
         stem = files.get(split)
         if not stem:
             continue
-        try:
-            path = find_split_file(directory, stem, split)
-        except FileNotFoundError:
-            if split in required:
-                raise
-            continue
-        yield split, path
+        candidates = [directory / f"{stem}{ext}" for ext in EXTENSIONS]
+        path = next((candidate for candidate in candidates if candidate.is_file()), None)
+        if path is not None:
+            yield split, path
+        elif split in required:
+            looked = ", ".join(p.name for p in candidates)
+            hint = "" if directory.is_dir() else f" (the directory {directory} does not exist)"
+            raise FileNotFoundError(f"no file for the {split!r} split: looked for {looked} in {directory}{hint}")
 
 
 def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
@@ -69,23 +61,9 @@ def _pick(row: dict, keys: tuple[str, ...], where: str, what: str):
     raise NLIDataError(f"{where}: missing field {what!r} (one of {list(keys)}); the row has {sorted(row)}")
 
 
-def _add(out: dict, row: dict, where: str) -> None:
-    premise = _pick(row, PREMISE_KEYS, where, "premise")
-    hypothesis = _pick(row, HYPOTHESIS_KEYS, where, "hypothesis")
-    if not isinstance(premise, str) or not isinstance(hypothesis, str):
-        raise NLIDataError(f"{where}: premise and hypothesis must be strings, got {type(premise).__name__} and {type(hypothesis).__name__}")
-    out["premise"].append(premise)
-    out["hypothesis"].append(hypothesis)
-    out["label"].append(label_id(_pick(row, LABEL_KEYS, where, "label"), where))
-
-
-def read_jsonl(path: str | Path, limit: int | None = None) -> dict[str, list]:
-    """Examples from a JSON Lines file (one object per line with premise, hypothesis, label); blank lines are skipped."""
-    path = Path(path)
-    out = {"premise": [], "hypothesis": [], "label": []}
+def jsonl_rows(path: Path):
+    """(where, row) of each object of a JSON Lines file (one per line with premise, hypothesis, label); blank lines are skipped."""
     for number, line in utf8_lines(path):
-        if limit is not None and len(out["label"]) >= limit:
-            break
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -95,14 +73,11 @@ def read_jsonl(path: str | Path, limit: int | None = None) -> dict[str, list]:
             raise NLIDataError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
         if not isinstance(row, dict):
             raise NLIDataError(f"{where}: expected a JSON object with premise, hypothesis and label, got {type(row).__name__}")
-        _add(out, row, where)
-    return out
+        yield where, row
 
 
-def read_tsv(path: str | Path, limit: int | None = None) -> dict[str, list]:
-    """Examples from a TSV with a header: GLUE's MNLI layout (sentence1, sentence2, gold_label) or premise/hypothesis/label."""
-    path = Path(path)
-    out = {"premise": [], "hypothesis": [], "label": []}
+def tsv_rows(path: Path):
+    """(where, row) of each line of a TSV with a header: GLUE's MNLI layout (sentence1, sentence2, gold_label) or premise/hypothesis/label."""
     csv.field_size_limit(sys.maxsize)
     reader = csv.reader((line for _, line in utf8_lines(path)), delimiter="\t", quoting=csv.QUOTE_NONE)  # GLUE's TSVs contain bare quotes
     header = next(reader, None)
@@ -113,20 +88,26 @@ def read_tsv(path: str | Path, limit: int | None = None) -> dict[str, list]:
         if not any(k in header for k in keys):
             raise NLIDataError(f"{path}:1: the header has no {what} column (one of {list(keys)}); it has {header}")
     for number, cells in enumerate(reader, start=2):
-        if limit is not None and len(out["label"]) >= limit:
-            break
         if not cells or cells == [""]:
             continue
         if len(cells) < len(header):
             raise NLIDataError(f"{path}:{number}: expected {len(header)} tab-separated columns (as in the header), got {len(cells)}")
-        _add(out, dict(zip(header, cells)), f"{path}:{number}")
-    return out
+        yield f"{path}:{number}", dict(zip(header, cells))
 
 
 def read_split(path: str | Path, limit: int | None = None) -> dict[str, list]:
-    """Examples from one split file, the reader chosen by the file name."""
-    name = Path(path).name
-    stem = name[:-3] if name.endswith(".gz") else name
-    if stem.endswith(".tsv"):
-        return read_tsv(path, limit)
-    return read_jsonl(path, limit)
+    """Examples {"premise", "hypothesis", "label"} of one split file (the first ``limit``), the reader chosen by the file name."""
+    path = Path(path)
+    stem = path.name[:-3] if path.name.endswith(".gz") else path.name
+    out = {"premise": [], "hypothesis": [], "label": []}
+    for where, row in islice(tsv_rows(path) if stem.endswith(".tsv") else jsonl_rows(path), limit):  # no row read past the limit
+        premise = _pick(row, PREMISE_KEYS, where, "premise")
+        hypothesis = _pick(row, HYPOTHESIS_KEYS, where, "hypothesis")
+        if not isinstance(premise, str) or not isinstance(hypothesis, str):
+            raise NLIDataError(
+                f"{where}: premise and hypothesis must be strings, got {type(premise).__name__} and {type(hypothesis).__name__}"
+            )
+        out["premise"].append(premise)
+        out["hypothesis"].append(hypothesis)
+        out["label"].append(label_id(_pick(row, LABEL_KEYS, where, "label"), where))
+    return out

@@ -64,13 +64,8 @@ def load_nli_task(cfg) -> NLIModule:
         raise ValueError(
             f"the NLI task needs a classifier model (model.kind=classifier), got model={cfg.model.get('name')} kind={cfg.model.get('kind')}"
         )
-    pretrained = cfg.model.get("pretrained")  # a path (not a hub name) must exist
-    if (
-        pretrained
-        and str(pretrained).startswith((".", "/", "~"))
-        and "/" in str(pretrained)
-        and not Path(str(pretrained)).expanduser().exists()
-    ):
+    pretrained = str(cfg.model.get("pretrained") or "")  # a path (not a hub name) must exist
+    if pretrained.startswith((".", "/", "~")) and "/" in pretrained and not Path(pretrained).expanduser().exists():
         raise FileNotFoundError(f"model.pretrained={pretrained} does not exist (a fine-tuned model dir is <run>/model)")
     settings = classifier_settings(cfg, "NLI", "conf/task/nli.yaml")
     tokenizer = build_tokenizer(cfg.model)

@@ -29,6 +29,8 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
 
 def check_geometry(model_cfg) -> None:
     """image_size must be a whole number of patches, and a model directory's image processor must make images of that size."""
+    from headprune.results.readers import read_json_file
+
     fields = config_fields(model_cfg) or {}
     size, patch = fields.get("image_size"), fields.get("patch_size")
     if size is None or patch is None:
@@ -40,23 +42,14 @@ def check_geometry(model_cfg) -> None:
         )
     pretrained = model_cfg.get("pretrained")
     processor = Path(str(pretrained)).expanduser() / PROCESSOR_FILE if pretrained else None
-    if processor is not None and processor.is_file():
-        made = processed_size(processor)
-        if made is not None and made != (size, size):
+    resized = read_json_file(processor).get("size") if processor is not None and processor.is_file() else None  # None: no fixed size
+    if isinstance(resized, dict) and "height" in resized and "width" in resized:
+        made = int(resized["height"]), int(resized["width"])
+        if made != (size, size):
             raise ConfigError(
                 f"{processor} makes {made[0]}x{made[1]} images, but the model in {processor.parent} takes {size}x{size}: "
                 f"set its size to {{height: {size}, width: {size}}}, or save the processor the model was trained with"
             )
-
-
-def processed_size(path: Path) -> tuple[int, int] | None:
-    """(height, width) an image processor's JSON resizes to (None: it sets no fixed size); a ConfigError naming a damaged file."""
-    from headprune.results.readers import read_json_file
-
-    size = read_json_file(path).get("size")
-    if isinstance(size, dict) and "height" in size and "width" in size:
-        return int(size["height"]), int(size["width"])
-    return None
 
 
 def check_folder(root: Path, config) -> None:

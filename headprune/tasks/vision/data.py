@@ -60,10 +60,7 @@ class ImageDataModule(L.LightningDataModule):
         parts = SOURCE_READERS[self.config.source](self.config)
         limits = {"train": self.config.limit_train, "eval": self.config.limit_eval}
         for split in SPLITS:
-            images, labels = parts[split]
-            limit = limits.get(split)
-            if limit is not None:
-                images, labels = images[:limit], labels[:limit]
+            images, labels = (values[: limits.get(split)] for values in parts[split])  # no limit: all
             if labels and max(labels) >= self.num_labels:
                 raise ValueError(
                     f"the {split} images have class {max(labels)}, but the model has model.num_labels={self.num_labels} "

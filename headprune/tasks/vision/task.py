@@ -1,5 +1,7 @@
 """ImageClassificationModule: fine-tune and evaluate a ViT/DeiT image classifier under head gates (the task protocol)."""
 
+from pathlib import Path
+
 import torch
 
 from headprune.results.writer import texts_fingerprint
@@ -52,25 +54,18 @@ def label_settings(cfg) -> dict:
     return {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
 
 
-def build_image_model(cfg):
-    """The image classifier of ``cfg.model`` with the data's classes (a pretrained hub head of other classes is replaced)."""
-    from pathlib import Path
-
+def load_vision_task(cfg) -> ImageClassificationModule:
+    """The image data and ImageClassificationModule described by a Hydra config: the model with the data's classes."""
     from headprune.core.saving import RECORD_FILE
     from headprune.models.sources import resolve_pretrained
     from headprune.tasks.registry import build_task_model
 
+    settings = classifier_settings(cfg, "vision", "conf/task/vision.yaml")
     overrides = label_settings(cfg)
     pretrained = cfg.model.get("pretrained")
     if pretrained and not (Path(resolve_pretrained(str(pretrained))) / RECORD_FILE).exists():
         overrides["ignore_mismatched_sizes"] = True  # a hub head of other classes (ImageNet's 1,000) is replaced
-    return build_task_model(cfg.model, seed=int(cfg.seed), **overrides)
-
-
-def load_vision_task(cfg) -> ImageClassificationModule:
-    """The image data and ImageClassificationModule described by a Hydra config."""
-    settings = classifier_settings(cfg, "vision", "conf/task/vision.yaml")
-    model = build_image_model(cfg)
+    model = build_task_model(cfg.model, seed=int(cfg.seed), **overrides)
     processor = build_processor(cfg.model, model)
     _, channels = image_geometry(model)
     data = ImageDataModule(ImageDataConfig.from_cfg(cfg.data), processor, channels, int(model.config.num_labels))
