@@ -40,18 +40,7 @@ def cost_model(task, settings, out: Path) -> CostModel:
         return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
 
 
-def recovered_model(
-    task,
-    mask: dict,
-    recovery: str,
-    settings,
-    batches: list[dict],
-    tuning: list[dict] | None,
-    logger,
-    label: str,
-    progress: bool = False,
-    out=None,
-):
+def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning, logger, label: str, progress=False, out=None):
     """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the units ``mask`` keeps.
 
     A fine-tune keeps resume checkpoints under the run directory ``out`` (``prune.finetune.checkpoint_every``)."""
