@@ -144,17 +144,14 @@ def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: d
             batches = task.timing_batches(size, int(speed.examples), str(speed.split), seed=seed)
             for name, timed in [(n, t) for n, t in timed_calls.items() if n not in skipped]:
                 span = span_of(timed, batches)
-                calls = (
-                    timed_call(task, runners["original"], task.gates, timed.call),
-                    timed_call(task, runners["pruned"], pruned_gates, timed.call),
-                )
+                calls = [
+                    timed_call(task, runners[m], gates, timed.call) for m, gates in (("original", task.gates), ("pruned", pruned_gates))
+                ]
                 try:
                     timing = measure_gain(*calls, batches, int(speed.warmup), int(speed.repeats), device, clock, **adaptive)
                 except TimeBudgetError as error:  # a slow machine: this row is not timed, everything else stands
-                    untimed.append(
-                        {"batch_size": size, "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
-                        | {"reason": str(error)}
-                    )
+                    row = {"batch_size": size, "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
+                    untimed.append({**row, "reason": str(error)})
                     print(f"batch {size:3d} {name}: {NOT_TIMED} ({error})", flush=True)
                     continue
                 rows.append(timing_row(timed, name, size, span, batches, timing, original, pruned))

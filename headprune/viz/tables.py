@@ -177,15 +177,13 @@ def target_check(point: dict) -> str:
 
 def merged_pareto(*payloads: dict) -> dict:
     """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point)."""
-    stages = [stage_of(p, "pareto") for p in payloads]
+    stages = [{**stage, "points": with_control_scores(stage["points"])} for stage in (stage_of(p, "pareto") for p in payloads)]
     first = stages[0]
     for other in stages[1:]:
         for key in ("metric", "split", "n_examples", "base_score"):
             if other.get(key) != first.get(key):
                 raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
     points, seen = [], set()
-    stages = [{**stage, "points": with_control_scores(stage["points"])} for stage in stages]
-    first = stages[0]
     later = (q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned" or q.get("control"))
     for q in (*first["points"], *later):
         key = (point_name(q), q["step"], repr(q.get("mask")), q["score"])
