@@ -21,14 +21,6 @@ from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import heads_removed
 
 
-def clock_of(settings) -> str:
-    """The validated ``speed.clock`` setting: wall (default) or process."""
-    clock = str(settings.clock)
-    if clock not in ("wall", "process"):
-        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
-    return clock
-
-
 def timed_call(task, model, gates, call=None):
     """The task's timed call (``call``, default ``task.timed_call``) made with ``model`` in place of the task's own."""
 
@@ -129,7 +121,9 @@ def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: d
     """(a row per batch size and timed call, the ones the time budget cut); ONNX Runtime's info goes into ``out``."""
     original = task.model
     device = next(original.parameters()).device
-    clock = clock_of(speed) if device.type == "cpu" else "wall"
+    clock = str(speed.clock) if device.type == "cpu" else "wall"  # a GPU is timed by the wall clock
+    if clock not in ("wall", "process"):
+        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
     timed_calls = task.timed_calls()
     rows, untimed = [], []
     adaptive = dict(

@@ -165,7 +165,9 @@ def timed_point(task, point: dict, own, ctx: ParetoRun) -> dict | None:
 
 def control_point(task, ctx: ParetoRun) -> dict:
     """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
-    recipe = control_recipe(ctx)
+    recipe = None
+    if ctx.out is not None and wants_model(ctx.settings.save, "finetune", CONTROL_POINT):  # prune.save keeps it: its rounds of batches
+        recipe = {**recipe_of(ctx, CONTROL_POINT, "unpruned", "finetune", "0%", None), "rounds": [len(batches) for batches in ctx.rounds]}
     model = saved_model(ctx.out, recipe) if recipe else None
     reused, history = model is not None, None
     if not reused:
@@ -192,11 +194,3 @@ def control_point(task, ctx: ParetoRun) -> dict:
         **(finetune_record(history) if history is not None else {}),
         **saved,
     }
-
-
-def control_recipe(ctx: ParetoRun) -> dict | None:
-    """The recipe of the control's model (its fine-tune rounds of batches) when ``prune.save`` keeps it, else None."""
-    if ctx.out is None or not wants_model(ctx.settings.save, "finetune", CONTROL_POINT):
-        return None
-    recipe = recipe_of(ctx, CONTROL_POINT, "unpruned", "finetune", "0%", None)
-    return {**recipe, "rounds": [len(batches) for batches in ctx.rounds]}

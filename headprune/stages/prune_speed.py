@@ -299,7 +299,7 @@ def check_reachable(steps: list, ctx: ParetoRun) -> None:
 def pareto_stage(
     task, settings: RunSettings, order_settings: OrderSettings, orders: list[str], fractions: list[float], where: dict, out: Path, logger
 ) -> dict:
-    """Every (order, recovery, step) point and the unpruned one (and the control): scores, predicted and measured speed."""
+    """Every (order, recovery, step) point, the unpruned one and the control (scores, predicted and measured speed), beside the run's settings."""
     prune = settings.prune
     where = {"base": None, "shared": None, **where}
     where["shared"] = {} if where["shared"] is None else where["shared"]
@@ -314,12 +314,6 @@ def pareto_stage(
         for point in controls:  # the unpruned architecture: its timing is the unpruned model's
             if unpruned.get("measured"):
                 point["measured"] = dict(unpruned["measured"])
-    return pareto_summary(task, ctx, [unpruned, *controls, *points])
-
-
-def pareto_summary(task, ctx: ParetoRun, points: list[dict]) -> dict:
-    """The pareto results: the run's settings and data beside its points."""
-    prune = ctx.settings
     finetune = (
         {**asdict(prune.finetune), **budget_info(prune.finetune, ctx.rounds)} if "finetune" in steps_used(recoveries_of(prune)) else None
     )
@@ -342,5 +336,5 @@ def pareto_summary(task, ctx: ParetoRun, points: list[dict]) -> dict:
         "control": bool(prune.control),
         "recoveries_worse": worse_points(points),  # recovered points scoring worse than their mask alone (selection split)
         "data": task.split_summary(),
-        "points": points,
+        "points": [unpruned, *controls, *points],
     }
