@@ -4,6 +4,7 @@ import copy
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from headprune.core.counting import kv_cache_bytes_per_token, model_cost
@@ -187,8 +188,6 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
 
 def onnx_runners(task, models: dict, split: str, seed: int, export_dir: Path | None, timed_calls: dict) -> tuple[dict, dict]:
     """Both models exported to ONNX, loaded in ONNX Runtime, checked against PyTorch on one batch; calls the graphs cannot make listed."""
-    import torch
-
     from headprune.export.runtime import onnx_runtime_models
 
     if export_dir is None:
