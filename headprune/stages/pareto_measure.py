@@ -13,7 +13,7 @@ from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.measures.evaluation import evaluate_one, swapped_model
 from headprune.measures.speed_stage import speed_stage
-from headprune.results.points import measures, relative_to
+from headprune.results.points import score_fields
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.latency import cached_unit_latency_model, synthetic_inputs
@@ -181,14 +181,11 @@ def control_point(task, ctx: ParetoRun) -> dict:
             saved_dir(recipe) if reused else save_point_model(ctx.out, model, task.gates, None, task.tokenizer, recipe, scores)
         )
     del model
-    score = results[ctx.split].score
     return {
         **unpruned_point(ctx, task),
         "recovery": "finetune",
         "control": True,
-        "score": score,
-        **relative_to(results[ctx.split], ctx.base),
-        **measures(results[ctx.split]),
+        **score_fields(results[ctx.split], ctx.base),
         **outcomes(results[ctx.split]),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         **(finetune_record(history) if history is not None else {}),
