@@ -2,6 +2,7 @@
 
 from contextlib import contextmanager
 
+from headprune.core.unit_kinds import block_group
 from headprune.core.units import model_gates, query_heads_of
 
 
@@ -125,8 +126,6 @@ def swapped_model(task, model, gates=None):
 
 def unit_counts(gates, groups=None) -> dict:
     """The pruning unit and how many units and query heads ``groups`` (all when None) hold; a block counts its attention's query heads."""
-    from headprune.core.unit_kinds import block_group
-
     groups = list(gates.groups) if groups is None else groups
     query = query_heads_of(gates, gates.ones())
     return {

@@ -4,6 +4,7 @@ import copy
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from headprune.core.counting import kv_cache_bytes_per_token, model_cost
@@ -19,14 +20,6 @@ from headprune.measures.evaluation import score_check, score_check_text, swapped
 from headprune.results.points import units_by_kind
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import heads_removed
-
-
-def clock_of(settings) -> str:
-    """The validated ``speed.clock`` setting: wall (default) or process."""
-    clock = str(settings.clock)
-    if clock not in ("wall", "process"):
-        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
-    return clock
 
 
 def timed_call(task, model, gates, call=None):
@@ -129,7 +122,9 @@ def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: d
     """(a row per batch size and timed call, the ones the time budget cut); ONNX Runtime's info goes into ``out``."""
     original = task.model
     device = next(original.parameters()).device
-    clock = clock_of(speed) if device.type == "cpu" else "wall"
+    clock = str(speed.clock) if device.type == "cpu" else "wall"  # a GPU is timed by the wall clock
+    if clock not in ("wall", "process"):
+        raise ValueError(f"speed.clock must be wall or process, got {clock!r}")
     timed_calls = task.timed_calls()
     rows, untimed = [], []
     adaptive = dict(
@@ -144,17 +139,14 @@ def timing_rows(task, pruned, pruned_gates, speed, seed: int, export_dir, out: d
             batches = task.timing_batches(size, int(speed.examples), str(speed.split), seed=seed)
             for name, timed in [(n, t) for n, t in timed_calls.items() if n not in skipped]:
                 span = span_of(timed, batches)
-                calls = (
-                    timed_call(task, runners["original"], task.gates, timed.call),
-                    timed_call(task, runners["pruned"], pruned_gates, timed.call),
-                )
+                calls = [
+                    timed_call(task, runners[m], gates, timed.call) for m, gates in (("original", task.gates), ("pruned", pruned_gates))
+                ]
                 try:
                     timing = measure_gain(*calls, batches, int(speed.warmup), int(speed.repeats), device, clock, **adaptive)
                 except TimeBudgetError as error:  # a slow machine: this row is not timed, everything else stands
-                    untimed.append(
-                        {"batch_size": size, "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
-                        | {"reason": str(error)}
-                    )
+                    row = {"batch_size": size, "seq_len": span[1] - span[0], "call": name, "unit": timed.unit, "verdict": NOT_TIMED}
+                    untimed.append({**row, "reason": str(error)})
                     print(f"batch {size:3d} {name}: {NOT_TIMED} ({error})", flush=True)
                     continue
                 rows.append(timing_row(timed, name, size, span, batches, timing, original, pruned))
@@ -196,8 +188,6 @@ def timing_row(timed, name: str, size: int, span: tuple[int, int], batches: list
 
 def onnx_runners(task, models: dict, split: str, seed: int, export_dir: Path | None, timed_calls: dict) -> tuple[dict, dict]:
     """Both models exported to ONNX, loaded in ONNX Runtime, checked against PyTorch on one batch; calls the graphs cannot make listed."""
-    import torch
-
     from headprune.export.runtime import onnx_runtime_models
 
     if export_dir is None:

@@ -23,12 +23,6 @@ def embedded_origin(name: str) -> dict | None:
     return None if pre is None else {"tokenizer_pre": pre, "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name]})"}
 
 
-def _embedded_name(folder: Path) -> str | None:
-    """The embedded LLM a converted cache directory (``<name>-<gguf stem>`` with its done file) holds, or None."""
-    done = (folder / DONE_FILE).is_file()
-    return next((name for name in EMBEDDED_LLMS if done and folder.name.startswith(f"{name}-")), None)
-
-
 def read_origin(source) -> dict | None:
     """Where the tokenizer of ``source`` (an embedded name, or a directory) came from: its record, or None when unknown."""
     if not source:
@@ -39,7 +33,8 @@ def read_origin(source) -> dict | None:
     folder = Path(source).expanduser()
     if (folder / RECORD).is_file():
         return json.loads((folder / RECORD).read_text(encoding="utf-8"))
-    embedded = _embedded_name(folder) if folder.is_dir() else None
+    done = folder.is_dir() and (folder / DONE_FILE).is_file()  # an embedded LLM's converted cache: <name>-<gguf stem>, done file
+    embedded = next((name for name in EMBEDDED_LLMS if done and folder.name.startswith(f"{name}-")), None)
     return embedded_origin(embedded) if embedded else None
 
 

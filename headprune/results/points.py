@@ -119,3 +119,9 @@ def relative_to(result, base) -> dict:
 def measures(result) -> dict:
     """A result's further measures beside its score (LM: bits_per_byte, perplexity_per_byte), each a field of the point."""
     return dict(getattr(result, "measures", None) or {})
+
+
+def score_fields(result, base) -> dict:
+    """A point's score beside ``base``: relative (per byte through its own tokenizer), its further measures, its tokenizer if its own."""
+    tokenizer = getattr(result, "tokenizer", None)
+    return {"score": result.score, **relative_to(result, base), **measures(result), **({"tokenizer": tokenizer} if tokenizer else {})}

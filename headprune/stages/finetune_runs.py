@@ -8,6 +8,7 @@ from pathlib import Path
 from headprune.core.checks import ConfigError
 from headprune.lightning.finetune import finetune_recover
 from headprune.lightning.finetune import real_tokens as batch_tokens
+from headprune.stages.pareto_plan import recoveries_of, steps_used
 from headprune.tasks.base import rows_of
 
 
@@ -44,8 +45,6 @@ def finetune_batches(task, settings, recovery: list[dict], round_: int = 0) -> l
 
 def check_finetune_budget(task, settings) -> None:
     """A ``prune.finetune.tokens`` budget the training split can fill, before any work (a ConfigError saying what it holds)."""
-    from headprune.stages.pareto_plan import recoveries_of, steps_used
-
     if "finetune" in steps_used(recoveries_of(settings)) and settings.finetune.tokens is not None:
         budget_batches(task, int(settings.finetune.tokens), int(settings.finetune.seed))
 

@@ -9,8 +9,8 @@ from headprune.results.points import (
     kinds_label,
     measures,
     percent,
-    relative_to,
     removed_fraction,
+    score_fields,
     step_label,
     units_by_kind,
     what_was_removed,
@@ -134,10 +134,7 @@ def prune_stage(
                 "query_heads_removed": heads_removed(query_heads_of(task.gates, m)),
                 "units_by_kind": units_by_kind(mask_to_json(m), task.gates.unit),
                 **what_it_did(task, m),
-                "score": r.score,
-                **relative_to(r, base),  # a vocabulary cut: per byte
-                **measures(r),
-                **({"tokenizer": r.tokenizer} if r.tokenizer else {}),  # scored through its own tokenizer
+                **score_fields(r, base),  # a vocabulary cut: through its own tokenizer, relative per byte
                 "mask": mask_to_json(m),
                 **point_cost(task, m),
                 **examples_record(task, r),

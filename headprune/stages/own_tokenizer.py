@@ -35,11 +35,8 @@ def row_splitter(ids, tokenizer, model, original_ids: bool = False):
 
 
 def own_tokenizer_results(task, model, mask, splits: list[str], label: str, *, progress: bool) -> dict:
-    """{split: EvalResult} of ``model`` pruned by ``mask`` (None: pruned already) with its own ids, on text its tokenizer split.
-
-    The model is a pruned copy reading and writing the renumbered ids (the saved model's); each text of ``splits`` is split
-    again by the rewritten tokenizer the export check uses; each result's ``tokenizer`` says so.
-    """
+    """{split: EvalResult} of a copy of ``model`` pruned by ``mask`` (None: pruned already) reading and writing the renumbered ids
+    (the saved model's), on each of ``splits`` split again by its rewritten tokenizer; each result's ``tokenizer`` says so."""
     if getattr(task, "split_by", None) is None:  # a task whose labels sit at token positions: scored as the mask gives it
         results = {split: evaluate_one(task, mask, split, label, progress=progress) for split in splits}
         for result in results.values():

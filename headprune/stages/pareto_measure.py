@@ -13,7 +13,7 @@ from headprune.engine.ablation import attention_implementation
 from headprune.engine.timing import TimeBudgetError
 from headprune.measures.evaluation import evaluate_one, swapped_model
 from headprune.measures.speed_stage import speed_stage
-from headprune.results.points import measures, relative_to
+from headprune.results.points import score_fields
 from headprune.results.run_dir import mask_from_json
 from headprune.selection.costs import CostModel
 from headprune.selection.latency import cached_unit_latency_model, synthetic_inputs
@@ -40,18 +40,7 @@ def cost_model(task, settings, out: Path) -> CostModel:
         return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
 
 
-def recovered_model(
-    task,
-    mask: dict,
-    recovery: str,
-    settings,
-    batches: list[dict],
-    tuning: list[dict] | None,
-    logger,
-    label: str,
-    progress: bool = False,
-    out=None,
-):
+def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning, logger, label: str, progress=False, out=None):
     """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the units ``mask`` keeps.
 
     A fine-tune keeps resume checkpoints under the run directory ``out`` (``prune.finetune.checkpoint_every``)."""
@@ -176,7 +165,9 @@ def timed_point(task, point: dict, own, ctx: ParetoRun) -> dict | None:
 
 def control_point(task, ctx: ParetoRun) -> dict:
     """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
-    recipe = control_recipe(ctx)
+    recipe = None
+    if ctx.out is not None and wants_model(ctx.settings.save, "finetune", CONTROL_POINT):  # prune.save keeps it: its rounds of batches
+        recipe = {**recipe_of(ctx, CONTROL_POINT, "unpruned", "finetune", "0%", None), "rounds": [len(batches) for batches in ctx.rounds]}
     model = saved_model(ctx.out, recipe) if recipe else None
     reused, history = model is not None, None
     if not reused:
@@ -190,24 +181,13 @@ def control_point(task, ctx: ParetoRun) -> dict:
             saved_dir(recipe) if reused else save_point_model(ctx.out, model, task.gates, None, task.tokenizer, recipe, scores)
         )
     del model
-    score = results[ctx.split].score
     return {
         **unpruned_point(ctx, task),
         "recovery": "finetune",
         "control": True,
-        "score": score,
-        **relative_to(results[ctx.split], ctx.base),
-        **measures(results[ctx.split]),
+        **score_fields(results[ctx.split], ctx.base),
         **outcomes(results[ctx.split]),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         **(finetune_record(history) if history is not None else {}),
         **saved,
     }
-
-
-def control_recipe(ctx: ParetoRun) -> dict | None:
-    """The recipe of the control's model (its fine-tune rounds of batches) when ``prune.save`` keeps it, else None."""
-    if ctx.out is None or not wants_model(ctx.settings.save, "finetune", CONTROL_POINT):
-        return None
-    recipe = recipe_of(ctx, CONTROL_POINT, "unpruned", "finetune", "0%", None)
-    return {**recipe, "rounds": [len(batches) for batches in ctx.rounds]}

@@ -5,7 +5,7 @@ from typing import Any
 
 from headprune.core.unit_kinds import is_joint
 from headprune.core.units import query_heads_of, unit_count
-from headprune.results.points import kinds_label, measures, relative_to, units_by_kind, what_was_removed
+from headprune.results.points import kinds_label, measures, relative_to, score_fields, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
 from headprune.selection.greedy import heads_removed
@@ -82,10 +82,7 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "query_heads_removed": heads_removed(query_heads_of(task.gates, mask)),
         "units_total": unit_count(task.gates),
         "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
-        "score": result.score,
-        **relative_to(result, ctx.base),  # a vocabulary cut scored through its own tokenizer: per byte
-        **measures(result),
-        **({"tokenizer": result.tokenizer} if getattr(result, "tokenizer", None) else {}),  # scored through its own tokenizer
+        **score_fields(result, ctx.base),  # a vocabulary cut scored through its own tokenizer: relative per byte
         **outcomes(result),
         **({"extra": extra_scores(results, ctx)} if ctx.extra_splits else {}),
         "predicted_speedup": ctx.costs.speedup(mask),

@@ -4,8 +4,11 @@ import copy
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
+from headprune.core.checks import ConfigError
 from headprune.core.units import model_gates
-from headprune.measures.evaluation import evaluate_many, evaluate_one, swapped_model
+from headprune.measures.evaluation import evaluate_one, swapped_model
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.greedy import check_groups
 from headprune.selection.joint_scale import comparable_scores
@@ -20,7 +23,7 @@ from headprune.sources.orders import ORDERS, OrderSettings, order_scores, with_f
 from headprune.sources.point_models import recipe_of, save_point_model, saved_dir, saved_model, wants_model
 from headprune.stages.calibration_batches import recovery_batches
 from headprune.stages.finetune_runs import budget_info, finetune_batches
-from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids
+from headprune.stages.own_tokenizer import own_tokenizer_results, renumbers_ids, scored_masks
 from headprune.stages.pareto_measure import (
     control_point,
     cost_model,
@@ -108,17 +111,11 @@ def recovered_results(task, masks: list[dict], recovery: str, ctx: ParetoRun, la
 
 def masks_alone(task, todo: dict, ctx: ParetoRun) -> dict:
     """{key: {split: result}} of the masks of ``todo`` on the base model, batched; the selection-split results go to ``ctx.alone``."""
-    own = {key: (mask, label) for key, (mask, label) in todo.items() if renumbers_ids(task, mask)}
-    out = {
-        key: own_tokenizer_results(task, task.model, mask, scored_splits(ctx), point_label(label, "none"), progress=ctx.progress)
-        for key, (mask, label) in own.items()
-    }
-    masks = {key: mask for key, (mask, _) in todo.items() if key not in own}
-    out.update({key: {} for key in masks})
+    out = {key: {} for key in todo}
     for split in scored_splits(ctx):
-        known = {k: ctx.alone[mask_key(m)] for k, m in masks.items() if split == ctx.selection and mask_key(m) in ctx.alone}
-        rest = [k for k in masks if k not in known]
-        scored = evaluate_many(task, [masks[k] for k in rest], split, desc=f"masks alone ({split})", progress=ctx.progress) if rest else []
+        known = {k: ctx.alone[mask_key(m)] for k, (m, _) in todo.items() if split == ctx.selection and mask_key(m) in ctx.alone}
+        rest = [k for k in todo if k not in known]  # a vocabulary cut's mask through its own tokenizer, the others batched
+        scored = scored_masks(task, [todo[k][0] for k in rest], split, f"masks alone ({split})", progress=ctx.progress)
         for key, result in [*known.items(), *zip(rest, scored)]:
             out[key][split] = result
     for key, results in out.items():  # every mask's result alone on the selection split, for the recovered points' checks
@@ -285,10 +282,6 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
 
 def check_reachable(steps: list, ctx: ParetoRun) -> None:
     """A speedup, flops or bytes target that removing every removable unit cannot meet is refused before any scoring."""
-    import torch
-
-    from headprune.core.checks import ConfigError
-
     any_order = {group: torch.zeros(shape) for group, shape in ctx.costs.groups.items()}  # the cost at full removal is order-free
     for step in steps:
         if not isinstance(step, PruneTarget) or step.kind == "max_drop":
@@ -306,7 +299,7 @@ def check_reachable(steps: list, ctx: ParetoRun) -> None:
 def pareto_stage(
     task, settings: RunSettings, order_settings: OrderSettings, orders: list[str], fractions: list[float], where: dict, out: Path, logger
 ) -> dict:
-    """Every (order, recovery, step) point and the unpruned one (and the control): scores, predicted and measured speed."""
+    """Every (order, recovery, step) point, the unpruned one and the control (scores, predicted and measured speed), beside the run's settings."""
     prune = settings.prune
     where = {"base": None, "shared": None, **where}
     where["shared"] = {} if where["shared"] is None else where["shared"]
@@ -321,12 +314,6 @@ def pareto_stage(
         for point in controls:  # the unpruned architecture: its timing is the unpruned model's
             if unpruned.get("measured"):
                 point["measured"] = dict(unpruned["measured"])
-    return pareto_summary(task, ctx, [unpruned, *controls, *points])
-
-
-def pareto_summary(task, ctx: ParetoRun, points: list[dict]) -> dict:
-    """The pareto results: the run's settings and data beside its points."""
-    prune = ctx.settings
     finetune = (
         {**asdict(prune.finetune), **budget_info(prune.finetune, ctx.rounds)} if "finetune" in steps_used(recoveries_of(prune)) else None
     )
@@ -349,5 +336,5 @@ def pareto_summary(task, ctx: ParetoRun, points: list[dict]) -> dict:
         "control": bool(prune.control),
         "recoveries_worse": worse_points(points),  # recovered points scoring worse than their mask alone (selection split)
         "data": task.split_summary(),
-        "points": points,
+        "points": [unpruned, *controls, *points],
     }

@@ -108,11 +108,6 @@ def single_units(ctx: StudyRun) -> bool:
     return ablation_refusal(ctx.task.gates.unit) is None
 
 
-def keep_one_wanted(ctx: StudyRun) -> bool:
-    """Whether keeping each layer's best unit measures something in the task's unit (not when a layer has one unit)."""
-    return single_units(ctx) and keep_one_refusal(ctx.task.gates.unit) is None
-
-
 def ablation_splits(ctx: StudyRun) -> list[str]:
     """The evaluation split, then every non-empty ``study.extra_splits`` (the section 3.4 correlation)."""
     return [ctx.split] + [s for s in listed(ctx.settings.study.extra_splits) if split_size(ctx.task, s) > 0]
@@ -222,7 +217,7 @@ def speed_all(ctx: StudyRun) -> dict:
 STUDY_STAGES = (
     Stage("scores", lambda ctx: ctx.key({"importance": ctx.cfg.importance}, [IMPORTANCE_DATA]), raw_scores, share_scores),
     Stage("ablate", ablate_key, ablate_all, share_ablation, wanted=single_units),
-    Stage("keep_one", keep_one_key, keep_one_all, wanted=keep_one_wanted),
+    Stage("keep_one", keep_one_key, keep_one_all, wanted=lambda ctx: single_units(ctx) and keep_one_refusal(ctx.task.gates.unit) is None),
     Stage("prune", prune_key, prune_all),
     Stage("pareto", pareto_key, pareto_all, wanted=lambda ctx: for_speed(ctx.settings.prune)),
     Stage("speed", speed_key, speed_all, wanted=lambda ctx: not streaming(ctx.task)),  # a streamed unit keeps its weights

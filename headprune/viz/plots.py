@@ -30,12 +30,12 @@ def _labelled(fig, ax, path, title: str, xlabel: str, ylabel: str, legend_size: 
     return _save(fig, path)
 
 
-def _save(fig, path: str | Path) -> Path:
+def _save(fig, path: str | Path, dpi: int = 110, bbox: str | None = "tight") -> Path:
     """Write a PNG atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    fig.savefig(tmp, dpi=dpi, bbox_inches=bbox)
     plt.close(fig)
     tmp.replace(path)
     return path
@@ -184,7 +184,7 @@ def importance_heatmaps(importance: dict, title: str = "head importance"):
     return fig
 
 
-def pruning_curves_by_epoch(snapshots: list[dict], path) -> None:
+def pruning_curves_by_epoch(snapshots: list[dict], path) -> Path:
     """Figure 4: score relative to the epoch's unpruned score vs fraction pruned, one curve per epoch."""
     fig, ax = plt.subplots(figsize=(6, 4.2))
     colors = plt.cm.viridis(np.linspace(0, 1, max(len(snapshots), 2)))
@@ -197,11 +197,10 @@ def pruning_curves_by_epoch(snapshots: list[dict], path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    return _save(fig, path, dpi=130, bbox=None)
 
 
-def importance_over_time(snapshots: list[dict], path) -> None:
+def importance_over_time(snapshots: list[dict], path) -> Path:
     """Each head's importance across snapshots (rows: heads of all groups, columns: snapshots)."""
     rows, labels = [], []
     for group in snapshots[0]["importance"]:
@@ -228,5 +227,4 @@ def importance_over_time(snapshots: list[dict], path) -> None:
     axes[1].grid(alpha=0.3)
     axes[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    return _save(fig, path, dpi=130, bbox=None)

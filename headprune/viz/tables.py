@@ -177,15 +177,13 @@ def target_check(point: dict) -> str:
 
 def merged_pareto(*payloads: dict) -> dict:
     """One Pareto result from several prune-for-speed runs of one model on one evaluation set (the first run's unpruned point)."""
-    stages = [stage_of(p, "pareto") for p in payloads]
+    stages = [{**stage, "points": with_control_scores(stage["points"])} for stage in (stage_of(p, "pareto") for p in payloads)]
     first = stages[0]
     for other in stages[1:]:
         for key in ("metric", "split", "n_examples", "base_score"):
             if other.get(key) != first.get(key):
                 raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
     points, seen = [], set()
-    stages = [{**stage, "points": with_control_scores(stage["points"])} for stage in stages]
-    first = stages[0]
     later = (q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned" or q.get("control"))
     for q in (*first["points"], *later):
         key = (point_name(q), q["step"], repr(q.get("mask")), q["score"])
@@ -389,38 +387,26 @@ def prune_rows(result: dict) -> tuple[list[str], list[list]]:
     return columns, rows
 
 
+SPEED_COLUMNS = {  # a column of speed_rows -> its value in a row of a speed result (None where a row does not say)
+    "batch_size": lambda r: r["batch_size"],
+    "original_ex_s": lambda r: r["original"]["examples_per_s"],
+    "original_spread": lambda r: r["original"]["spread"],
+    "pruned_ex_s": lambda r: r["pruned"]["examples_per_s"],
+    "pruned_spread": lambda r: r["pruned"]["spread"],
+    "gain": lambda r: None if is_inconclusive(r) else r["gain"],
+    "verdict": lambda r: r.get("verdict"),
+    "gain_low": lambda r: (r.get("gain_interval") or [None, None])[0],
+    "gain_high": lambda r: (r.get("gain_interval") or [None, None])[1],
+    "repeats": lambda r: r.get("repeats"),
+    "load_1min": lambda r: (r.get("load_average") or [None])[0],
+    "flop_ideal_gain": lambda r: r["flop_ideal_gain"],
+}
+
+
 def speed_rows(result: dict) -> tuple[list[str], list[list]]:
     """Rows per batch size; the gain is empty (None) where the verdict is inconclusive."""
-    columns = [
-        "batch_size",
-        "original_ex_s",
-        "original_spread",
-        "pruned_ex_s",
-        "pruned_spread",
-        "gain",
-        "verdict",
-        "gain_low",
-        "gain_high",
-        "repeats",
-        "load_1min",
-        "flop_ideal_gain",
-    ]
-    rows = [
-        [
-            r["batch_size"],
-            r["original"]["examples_per_s"],
-            r["original"]["spread"],
-            r["pruned"]["examples_per_s"],
-            r["pruned"]["spread"],
-            None if is_inconclusive(r) else r["gain"],
-            r.get("verdict"),
-            *(r.get("gain_interval") or [None, None]),
-            r.get("repeats"),
-            (r.get("load_average") or [None])[0],
-            r["flop_ideal_gain"],
-        ]
-        for r in result["rows"]
-    ]
+    columns = list(SPEED_COLUMNS)
+    rows = [[cell(r) for cell in SPEED_COLUMNS.values()] for r in result["rows"]]
     if len({r.get("call") for r in result["rows"]}) > 1:  # several timed calls (LM prefill, decode): their name, unit and rate
         columns = ["call", "unit", "original_units_s", "pruned_units_s", *columns]
         rows = [
