@@ -99,13 +99,24 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
     floors, group_kept = group_floors(shape), {g: int((m != 0).sum()) for g, m in mask.items()}
     per_layer = layer_floors(shape, min_per_layer)
     values_of = {g: scores[g].tolist() for g in groups}
+
+    def offer(gi: int, group: str, layer: int) -> None:
+        """Push a layer's next unit with its key, unless the layer is at its floor or removing buys nothing."""
+        count, queue = kept[group, layer], queues[group, layer]
+        if not queue or count - 1 < per_layer[group]:
+            return
+        saving = costs.saving(group, layer, count)
+        if saving <= 0:
+            return  # removing it buys nothing (the last head leaves a phantom that costs the same)
+        heapq.heappush(heap, (float(values_of[group][layer][queue[-1]]) / saving, gi, layer, queue[-1], group))
+
     for gi, group in enumerate(groups):
         values = values_of[group]
         for layer in range(shape[group][0]):
             alive = [h for h in mask[group][layer].nonzero().flatten().tolist() if values[layer][h] != math.inf]  # +inf: a floor
             queues[group, layer] = sorted(alive, key=lambda h: (float(values[layer][h]), h))[::-1]  # lowest score last
             kept[group, layer] = len(alive)
-            _offer(heap, queues, kept, values, costs, gi, group, layer, per_layer[group])
+            offer(gi, group, layer)
     order: list[Head] = []
     while heap:
         _, gi, layer, head, group = heapq.heappop(heap)
@@ -115,20 +126,8 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
         kept[group, layer] -= 1
         group_kept[group] -= 1
         order.append((group, layer, head))
-        _offer(heap, queues, kept, values_of[group], costs, gi, group, layer, per_layer[group])
+        offer(gi, group, layer)
     return order
-
-
-def _offer(heap, queues, kept, values, costs: CostModel, gi: int, group: str, layer: int, floor: int) -> None:
-    """Push a layer's next unit with its key, unless the layer is at its ``floor`` or removing buys nothing."""
-    count, queue = kept[group, layer], queues[group, layer]
-    if not queue or count - 1 < floor:
-        return
-    saving = costs.saving(group, layer, count)
-    if saving <= 0:
-        return  # removing it buys nothing (the last head leaves a phantom that costs the same)
-    head = queue[-1]
-    heapq.heappush(heap, (float(values[layer][head]) / saving, gi, layer, head, group))
 
 
 def mask_after(order: list[Head], k: int, shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
