@@ -25,7 +25,7 @@ from headprune.selection.greedy import random_scores
 from headprune.selection.latency import cached_unit_latency_model, interpolated, width_grid
 from headprune.selection.lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
 from headprune.selection.mask_search import nonnegative, removal_order, search_mask
-from headprune.selection.uniform import UniformPath, is_uniform, uniform_mask, uniform_search
+from headprune.selection.uniform import UniformPath, is_uniform, layout_search, uniform_mask
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 
@@ -137,7 +137,7 @@ def test_uniform_search_of_a_joint_unit_keeps_one_width_per_group_and_its_costs_
     assert len(levels) > 5 and len({c["dec_self"] for c in levels}) > 1 and len({c["dec_ffn"] for c in levels}) > 1
     for counts in levels[:: max(1, len(levels) // 12)]:
         assert path.cost(counts) == pytest.approx(costs.table_cost(uniform_mask(scores, costs.groups, counts)), rel=1e-12)
-    result = uniform_search(scores, costs, {"speedup": 1.4})
+    result = layout_search("uniform")(scores, costs, {"speedup": 1.4})
     assert is_uniform(result.mask) and result.speedup >= 1.4 - 1e-9
     assert {g: int((m[0] == 0).sum()) > 0 for g, m in result.mask.items()} == {"dec_self": True, "dec_ffn": True}
 

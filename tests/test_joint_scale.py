@@ -10,7 +10,7 @@ from headprune.scoring.importance import importance_scores
 from headprune.selection.joint_scale import comparable_scores, removable_cost
 from headprune.selection.mask_search import search_mask
 from headprune.selection.schedule import iterative_prune
-from headprune.selection.uniform import layout_mask, uniform_search
+from headprune.selection.uniform import layout_mask, layout_search
 from headprune.selection.unit_costs import unit_flops_cost_model
 
 SEQ = 16
@@ -30,7 +30,7 @@ def _masks(scores, gates, costs, rule):
     by_cost = comparable_scores(scores, rule, costs)
     return [
         search_mask(by_cost, costs, {"flops": 0.7}).mask,
-        uniform_search(by_cost, costs, {"flops": 0.7}).mask,
+        layout_search("uniform")(by_cost, costs, {"flops": 0.7}).mask,
         layout_mask(comparable_scores(scores, rule), gates.groups, 0.3),
     ]
 

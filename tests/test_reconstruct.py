@@ -9,7 +9,7 @@ from experiment_helpers import make_cfg
 from headprune.core.unit_kinds import lsq_refusal
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.selection.lsq import unit_lsq_recoverer
-from headprune.selection.reconstruct import kept, reconstruct, shrunk_projections, solve_projection, teacher_targets
+from headprune.selection.reconstruct import reconstruct, shrunk_projections, solve_projection, teacher_targets
 from headprune.stages.calibration_batches import recovery_batches
 from headprune.tasks.registry import load_task
 
@@ -51,7 +51,7 @@ def _layer_errors(model, teacher, names: dict, batches) -> dict[str, float]:
     """{projection: ||its output - the teacher's at its kept rows||^2 / ||the teacher's||^2} with the model's own inputs."""
     _, ours = teacher_targets(model, list(names), batches)
     _, theirs = teacher_targets(teacher, list(names), batches)
-    theirs = [{n: kept(t[n], names[n]) for n in names} for t in theirs]
+    theirs = [{n: t[n] if names[n] is None else t[n][:, names[n]] for n in names} for t in theirs]  # at the kept rows
     return {n: float(sum(((a[n] - b[n]) ** 2).sum() for a, b in zip(ours, theirs)) / sum((b[n] ** 2).sum() for b in theirs)) for n in names}
 
 

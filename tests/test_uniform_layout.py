@@ -11,7 +11,7 @@ from headprune.core.attention.gates import HeadGates
 from headprune.selection.costs import flops_cost_model
 from headprune.selection.mask_search import search_mask
 from headprune.selection.schedule import iterative_prune
-from headprune.selection.uniform import is_uniform, layer_counts, layout_mask, layout_masks, uniform_counts, uniform_search
+from headprune.selection.uniform import is_uniform, layer_counts, layout_mask, layout_masks, layout_search, uniform_counts
 
 
 def random_scores(shape, seed=0):
@@ -70,7 +70,7 @@ def test_uniform_target_takes_the_smallest_uniform_count_that_meets_it(target):
     model = tiny_bert(layers=3, heads=4)
     costs = flops_cost_model(model, seq_len=32)
     scores = random_scores(costs.groups, seed=1)
-    found = uniform_search(scores, costs, target)
+    found = layout_search("uniform")(scores, costs, target)
     assert is_uniform(found.mask)
     k = layer_counts(found.mask)["enc_self"][0]
     meets = (lambda m: costs.speedup(m) >= 1.1) if "speedup" in target else (lambda m: costs.kept_fraction(m) <= 0.85)
@@ -87,7 +87,7 @@ def test_uniform_max_drop_takes_the_largest_count_within_the_drop():
     costs = flops_cost_model(model, seq_len=16)
     scores = random_scores(costs.groups, seed=2)
     evaluate = lambda mask: 100.0 - 3.0 * float((mask["enc_self"] == 0).sum())  # noqa: E731 - 3 points per head removed
-    found = uniform_search(scores, costs, {"max_drop": 13.0}, evaluate=evaluate)
+    found = layout_search("uniform")(scores, costs, {"max_drop": 13.0}, evaluate=evaluate)
     assert layer_counts(found.mask)["enc_self"] == [2, 2]  # 4 heads = 12 points; 6 heads = 18 > 13
 
 
@@ -95,7 +95,7 @@ def test_uniform_target_that_cannot_be_met_names_the_layout():
     model = tiny_bert(layers=2, heads=4)
     costs = flops_cost_model(model, seq_len=16)
     with pytest.raises(ValueError, match="uniform layout"):
-        uniform_search(random_scores(costs.groups), costs, {"speedup": 50.0})
+        layout_search("uniform")(random_scores(costs.groups), costs, {"speedup": 50.0})
 
 
 @pytest.mark.parametrize("schedule", [[0.25, 0.5], [{"speedup": 1.05}, {"speedup": 1.15}]])

@@ -37,12 +37,10 @@ def _bootstrap_results(base_score, scores, base_resampled, resampled, alpha: flo
 
 def _resample_counts(n: int, n_samples: int, seed: int) -> np.ndarray:
     """(R, N) how often each example is drawn in each of R resamples with replacement (shared by every system)."""
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_samples, n))  # (R, N)
-    # sums over resampled examples via counts: (R, N) counts @ (N,) is exact and cheaper than fancy indexing
-    counts = np.zeros((n_samples, n), dtype=np.float32)
-    np.add.at(counts, (np.arange(n_samples)[:, None], idx), 1.0)
-    return counts.astype(np.float64)
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_samples, n))  # (R, N)
+    # sums over resampled examples via counts: (R, N) counts @ (N,) is exact and cheaper than fancy indexing; resample r's
+    # draw of example j counts in cell r * N + j of the flat counts
+    return np.bincount((np.arange(n_samples)[:, None] * n + idx).ravel(), minlength=n_samples * n).reshape(n_samples, n).astype(np.float64)
 
 
 def paired_bootstrap_accuracy(

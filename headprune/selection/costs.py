@@ -1,5 +1,6 @@
 """Cost models for cost-aware pruning: a fixed cost plus, per attention layer, its cost with n heads kept."""
 
+import bisect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,13 +83,6 @@ class CostModel:
     def as_dict(self) -> dict:
         return {"unit": self.unit, "fixed": self.fixed, "tables": {g: t.tolist() for g, t in self.tables.items()}, "info": self.info or {}}
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "CostModel":
-        missing = {"unit", "fixed", "tables"} - set(data)
-        if missing:
-            raise ValueError(f"a cost model needs the keys unit, fixed and tables; missing {sorted(missing)}")
-        return cls(unit=data["unit"], fixed=float(data["fixed"]), tables=data["tables"], info=data.get("info"))
-
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +91,12 @@ class CostModel:
 
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """The cost model ``save`` wrote to ``path``."""
+        data = json.loads(Path(path).read_text())
+        missing = {"unit", "fixed", "tables"} - set(data)
+        if missing:
+            raise ValueError(f"a cost model needs the keys unit, fixed and tables; missing {sorted(missing)}")
+        return cls(unit=data["unit"], fixed=float(data["fixed"]), tables=data["tables"], info=data.get("info"))
 
 
 def flops_cost_model(model: nn.Module, seq_len: int = 128) -> CostModel:
@@ -126,11 +125,7 @@ class CostsAlong:
         """The first level whose cost ``meets`` a bound (by bisection: a cost that meets it stays met further along)."""
         if not meets(self[self.n - 1]):
             return None
-        low, high = 0, self.n - 1
-        while low < high:
-            mid = (low + high) // 2
-            low, high = (low, mid) if meets(self[mid]) else (mid + 1, high)
-        return low
+        return bisect.bisect_left(range(self.n - 1), True, key=lambda k: meets(self[k]))  # False ... False True ... True
 
 
 def first_meeting(cost_at, meets: Callable[[float], bool]) -> int | None:

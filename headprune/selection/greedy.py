@@ -47,12 +47,9 @@ def ranked_heads(scores: dict[str, torch.Tensor], groups: list[str]) -> list[Hea
     heads = []
     for group in groups:
         value = scores[group].detach().float().cpu()
-        for layer in range(value.shape[0]):
-            for head in range(value.shape[1]):
-                if value[layer, head] == math.inf:
-                    continue  # its kind's floor (a special or base token)
-                heads.append((float(value[layer, head]), groups.index(group), layer, head, group))
-    heads.sort(key=lambda t: (t[0], t[1], t[2], t[3]))
+        kept = (value != math.inf).nonzero().tolist()  # +inf: its kind's floor (a special or base token)
+        heads += [(float(value[layer, head]), groups.index(group), layer, head, group) for layer, head in kept]
+    heads.sort(key=lambda t: t[:4])
     return [(g, l, h) for _, _, l, h, g in heads]
 
 

@@ -5,7 +5,9 @@ the one below costs about one forward pass per projection group instead of one p
 """
 
 import contextlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from functools import partial
+from unittest.mock import patch
 
 import torch
 from torch import nn
@@ -52,18 +54,10 @@ def layer_of(name: str, layers: list[str]) -> str | None:
     return next((layer for layer in layers if name.startswith(layer + ".")), None)
 
 
-@contextmanager
 def no_cache(model: nn.Module):
-    """Within the block the model keeps no KV cache (a replayed layer would append to it again)."""
+    """A context within which the model keeps no KV cache (a replayed layer would append to it again)."""
     config = getattr(model, "config", None)
-    before = getattr(config, "use_cache", None)
-    if before is not None:
-        config.use_cache = False
-    try:
-        yield
-    finally:
-        if before is not None:
-            config.use_cache = before
+    return patch.object(config, "use_cache", False) if getattr(config, "use_cache", None) is not None else nullcontext()
 
 
 @torch.no_grad()
@@ -105,51 +99,40 @@ def replay(layer: nn.Module, call: tuple[tuple, dict]) -> torch.Tensor:
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+@contextmanager
+def caught(modules: dict, outputs: bool = False, stop: bool = False):
+    """Within the block each of ``modules`` puts its first input (``outputs``: output) in the yielded {key: tensor}, in the
+    order they run; ``stop`` ends the pass (quietly) once every one has."""
+    store: dict = {}
+
+    def hook(module, args, output, key):
+        store.setdefault(key, (output if outputs else args[0]).detach())
+        if stop and len(store) == len(modules):
+            raise _Stop
+
+    with hooks_removed([m.register_forward_hook(partial(hook, key=key)) for key, m in modules.items()]), contextlib.suppress(_Stop):
+        yield store
+
+
 @torch.no_grad()
 def replay_until(layer: nn.Module, call: tuple[tuple, dict], module: nn.Module) -> torch.Tensor:
     """The input of ``module`` (inside ``layer``) on this call; the replay stops there."""
-    store = {}
-
-    def hook(m, args):
-        store["x"] = args[0].detach()
-        raise _Stop
-
-    with hooks_removed([module.register_forward_pre_hook(hook)]), contextlib.suppress(_Stop):
+    with caught({0: module}, stop=True) as store:
         replay(layer, call)
-    return store["x"]
+    return store[0]
 
 
 @torch.no_grad()
 def replay_outputs(layer: nn.Module, call: tuple[tuple, dict], modules: dict[str, nn.Module]) -> tuple[torch.Tensor, dict]:
     """(the layer's output, {name: each module's output, in the order they ran}) on this call."""
-    store: dict[str, torch.Tensor] = {}
-    with hooks_removed([m.register_forward_hook(lambda mod, a, out, n=n: store.setdefault(n, out.detach())) for n, m in modules.items()]):
+    with caught(modules, outputs=True) as store:
         out = replay(layer, call)
     return out, store
 
 
-def captured_module_inputs(model: nn.Module, modules: dict[int, nn.Module], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
-    """{key: the first input of ``modules[key]``} in forward order, from one forward pass; ``stop`` ends the pass early."""
-    store: dict[int, torch.Tensor] = {}
-    handles = []
-    for key, module in modules.items():
-
-        def hook(module, args, output, key=key):  # noqa: B008 - the key is bound per module
-            store.setdefault(key, args[0].detach())
-            if stop and len(store) == len(modules):
-                raise _Stop
-
-        handles.append(module.register_forward_hook(hook))
-    with hooks_removed(handles), contextlib.suppress(_Stop):
-        model(**model_inputs(model, batch))
-    return store
-
-
-def captured_module_outputs(model: nn.Module, modules: dict, batch: dict) -> dict:
-    """{key: the output of ``modules[key]``} in forward order, from one forward pass."""
-    store: dict = {}
-    with hooks_removed(
-        [m.register_forward_hook(lambda mod, a, out, key=key: store.setdefault(key, out.detach())) for key, m in modules.items()]
-    ):
+def captured_pass(model: nn.Module, modules: dict, batch: dict, outputs: bool = False, stop: bool = False) -> dict:
+    """{key: the first input (``outputs``: output) of ``modules[key]``} in forward order, from one forward pass of ``batch``;
+    ``stop`` ends the pass early."""
+    with caught(modules, outputs, stop) as store:
         model(**model_inputs(model, batch))
     return store

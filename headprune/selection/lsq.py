@@ -17,7 +17,7 @@ from headprune.core.projections import linear_weight, out_features, scale_input_
 from headprune.core.pruning import pruning_record
 from headprune.core.units import FFN, QUERY_HEADS, refit_gates, unit_gates
 from headprune.scoring.importance import per_example_loss
-from headprune.selection.layer_replay import captured_module_inputs
+from headprune.selection.layer_replay import captured_pass
 
 SHRINKS = (1.0, 0.5, 0.25, 0.0)  # the fractions of the least-squares deviations s - 1 tried; 0 = the mask alone
 
@@ -97,7 +97,7 @@ def _normal_equations(fits: list, reference_model, reference: Gates, batches: li
     sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
     for batch in batches:
         with reference.masked(None):
-            inputs = captured_module_inputs(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
+            inputs = captured_pass(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
         for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
             x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
             target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
@@ -141,9 +141,9 @@ def lsq_recover(
     reference_model, reference = _reference_of(model, gates, teacher)
     scales = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
     fits = _fits(gates, reference, mask)
+    report = {} if report is None else report
     if not fits:
-        if report is not None:
-            report.update(shrink=None, fit_loss={}, layers_fitted=0)
+        report.update(shrink=None, fit_loss={}, layers_fitted=0)
         return scales
     steps = len(batches) * (1 + (len(shrinks) if len(shrinks) > 1 else 0))
     with eval_mode(model), tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
@@ -158,8 +158,7 @@ def lsq_recover(
         _fold(fits, originals, deviations, best)
     for (site, _, positions, _), deviation in zip(fits, deviations):
         scales[site.group][site.layer, [site.head_ids[p] for p in positions]] = (1 + best * deviation).float()
-    if report is not None:
-        report.update(shrink=best, fit_loss={f"{t:g}": loss for t, loss in losses.items()}, layers_fitted=len(fits))
+    report.update(shrink=best, fit_loss={f"{t:g}": loss for t, loss in losses.items()}, layers_fitted=len(fits))
     return scales
 
 
@@ -180,7 +179,7 @@ def layer_output_errors(model: nn.Module, gates: Gates, teacher: nn.Module, batc
     norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
     for batch in batches:
         with eval_mode(teacher):
-            reference = captured_module_inputs(teacher, {id(ref): ref.linear("output") for ref in teacher_gates.sites}, batch)
+            reference = captured_pass(teacher, {id(ref): ref.linear("output") for ref in teacher_gates.sites}, batch)
         for site in gates.sites:
             ref = teacher_gates.site(site.group, site.layer)
             x = valid_rows(site, batch, reference[id(ref)])  # (N, the teacher's width)
@@ -197,7 +196,7 @@ def layer_output_errors(model: nn.Module, gates: Gates, teacher: nn.Module, batc
 
 def captured_down_inputs(model: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
     """{id(site): its down projection's input (gated, as the projection sees it)} in forward order; ``stop`` ends the pass early."""
-    return captured_module_inputs(model, {id(site): site.down() for site in sites}, batch, stop)
+    return captured_pass(model, {id(site): site.down() for site in sites}, batch, stop=stop)
 
 
 def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """Cost-aware mask search: remove heads by score per unit of cost saved until a target is met."""
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable
@@ -74,11 +75,6 @@ class SearchResult:
     target: PruneTarget
     evaluations: dict[int, float] = field(default_factory=dict)  # heads removed -> selection score (max_drop)
 
-    @classmethod
-    def of(cls, mask: dict[str, torch.Tensor], removed: list[Head], costs: CostModel, target, evaluations: dict[int, float]):
-        """The result choosing ``mask``, with what ``costs`` predicts for it."""
-        return cls(mask, removed, costs.cost(mask), costs.kept_fraction(mask), costs.speedup(mask), target, evaluations)
-
 
 def start_mask(shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
     """A float CPU copy of ``start``'s mask of each group of ``shape``, all ones where it has none."""
@@ -103,13 +99,24 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
     floors, group_kept = group_floors(shape), {g: int((m != 0).sum()) for g, m in mask.items()}
     per_layer = layer_floors(shape, min_per_layer)
     values_of = {g: scores[g].tolist() for g in groups}
+
+    def offer(gi: int, group: str, layer: int) -> None:
+        """Push a layer's next unit with its key, unless the layer is at its floor or removing buys nothing."""
+        count, queue = kept[group, layer], queues[group, layer]
+        if not queue or count - 1 < per_layer[group]:
+            return
+        saving = costs.saving(group, layer, count)
+        if saving <= 0:
+            return  # removing it buys nothing (the last head leaves a phantom that costs the same)
+        heapq.heappush(heap, (float(values_of[group][layer][queue[-1]]) / saving, gi, layer, queue[-1], group))
+
     for gi, group in enumerate(groups):
         values = values_of[group]
         for layer in range(shape[group][0]):
             alive = [h for h in mask[group][layer].nonzero().flatten().tolist() if values[layer][h] != math.inf]  # +inf: a floor
             queues[group, layer] = sorted(alive, key=lambda h: (float(values[layer][h]), h))[::-1]  # lowest score last
             kept[group, layer] = len(alive)
-            _offer(heap, queues, kept, values, costs, gi, group, layer, per_layer[group])
+            offer(gi, group, layer)
     order: list[Head] = []
     while heap:
         _, gi, layer, head, group = heapq.heappop(heap)
@@ -119,20 +126,8 @@ def removal_order(scores: dict[str, torch.Tensor], costs: CostModel, start=None,
         kept[group, layer] -= 1
         group_kept[group] -= 1
         order.append((group, layer, head))
-        _offer(heap, queues, kept, values_of[group], costs, gi, group, layer, per_layer[group])
+        offer(gi, group, layer)
     return order
-
-
-def _offer(heap, queues, kept, values, costs: CostModel, gi: int, group: str, layer: int, floor: int) -> None:
-    """Push a layer's next unit with its key, unless the layer is at its ``floor`` or removing buys nothing."""
-    count, queue = kept[group, layer], queues[group, layer]
-    if not queue or count - 1 < floor:
-        return
-    saving = costs.saving(group, layer, count)
-    if saving <= 0:
-        return  # removing it buys nothing (the last head leaves a phantom that costs the same)
-    head = queue[-1]
-    heapq.heappush(heap, (float(values[layer][head]) / saving, gi, layer, head, group))
 
 
 def mask_after(order: list[Head], k: int, shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
@@ -141,6 +136,17 @@ def mask_after(order: list[Head], k: int, shape: dict[str, tuple[int, int]], sta
     for group, layer, head in order[:k]:
         mask[group][layer, head] = 0.0
     return mask
+
+
+def global_path(scores: dict[str, torch.Tensor], costs: CostModel, start, min_per_layer: int, groups) -> tuple:
+    """The greedy score-per-saving path of ``search_mask``: level k removes the first k units of ``removal_order``."""
+    order = removal_order(scores, costs, start, min_per_layer, groups)
+    kept, predicted = costs.kept_counts(start), [costs.cost(start)]  # the predicted cost after k = 0..n removals
+    for group, layer, _ in order:
+        predicted.append(predicted[-1] - costs.saving(group, layer, int(kept[group][layer])))
+        kept[group][layer] -= 1
+    unmet = f"with min_per_layer={min_per_layer}: removing every removable unit (a layer stack and the residual stream keep one)", ""
+    return lambda k: mask_after(order, k, costs.groups, start), predicted, lambda mask, k: order[:k], unmet, None
 
 
 def search_mask(
@@ -153,32 +159,20 @@ def search_mask(
     min_per_layer: int = 0,
     groups=None,
     refine: Callable | None = None,
+    path: Callable[..., tuple] = global_path,
 ) -> SearchResult:
-    """The mask that meets ``target`` (a PruneTarget or a one-key dict) removing the fewest heads of the greedy order."""
+    """The mask that meets ``target`` (a PruneTarget or a one-key dict) at the first level of ``path`` (the greedy order, or
+    ``uniform.uniform_path``): (level i's mask, the predicted cost of each level, the units a level's mask removes, where
+    and what the last level removes with advice, the key a mask's score is kept under or None: by level). A level's mask is
+    ``refine``d, its cost the pruned model's own where ``costs`` counts it."""
     target = PruneTarget.from_config(target)
-    order = removal_order(scores, costs, start, min_per_layer, groups)
-    raw = lambda k: mask_after(order, k, costs.groups, start)  # noqa: E731
-    kept, predicted = costs.kept_counts(start), [costs.cost(start)]  # the predicted cost after k = 0..n removals
-    for group, layer, _ in order:
-        predicted.append(predicted[-1] - costs.saving(group, layer, int(kept[group][layer])))
-        kept[group][layer] -= 1
-    unmet = f"with min_per_layer={min_per_layer}: removing every removable unit (a layer stack and the residual stream keep one)", ""
-    removed = lambda mask, k: order[:k]  # noqa: E731
-    return searched_result(target, costs, raw, predicted, removed, unmet, evaluate, higher_is_better, refine)
-
-
-def searched_result(
-    target, costs, raw, predicted, removed, unmet: tuple, evaluate, higher_is_better, refine=None, key=None
-) -> SearchResult:
-    """The result at the level meeting ``target``: level i's mask is ``refine(raw(i))``, its units ``removed(mask, i)``, its cost
-    ``predicted[i]`` or the pruned model's own where ``costs`` counts it; scores keyed by ``key(mask)`` (by level when None).
-    None meets it: a ValueError of ``unmet`` (where and what the last level removes, advice)."""
+    mask_at, predicted, removed, unmet, key = path(scores, costs, start, min_per_layer, groups)
     refine = refine or (lambda mask: mask)
-    along = CostsAlong(costs, raw, len(predicted)) if costs.exact is not None else predicted
-    evaluations: dict[int, float] = {}
+    along = CostsAlong(costs, mask_at, len(predicted)) if costs.exact is not None else predicted
+    evaluations: dict = {}
 
     def score_of(i: int) -> float:
-        mask = None if key is None and i in evaluations else refine(raw(i))  # a level's mask made once when keyed by level
+        mask = None if key is None and i in evaluations else refine(mask_at(i))  # a level's mask made once when keyed by level
         k = i if key is None else key(mask)
         if k not in evaluations:
             evaluations[k] = float(evaluate(mask))
@@ -190,8 +184,8 @@ def searched_result(
             f"target {target.kind}={target.value} cannot be met {unmet[0]} keeps {along[-1] / costs.total:.3f} of the cost, a speed-up "
             f"of {costs.total / along[-1]:.3f} ({costs.unit}){unmet[1]}"
         )
-    mask = refine(raw(level))
-    return SearchResult.of(mask, removed(mask, level), costs, target, evaluations)
+    mask = refine(mask_at(level))
+    return SearchResult(mask, removed(mask, level), costs.cost(mask), costs.kept_fraction(mask), costs.speedup(mask), target, evaluations)
 
 
 def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: bool, score_of, higher_is_better: bool) -> int | None:
@@ -211,11 +205,5 @@ def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: b
         raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
     base = score_of(0)
     drop = lambda k: (base - score_of(k)) if higher_is_better else (score_of(k) - base)  # noqa: E731
-    low, high = 0, len(cost_at) - 1  # the last level within max_drop, by bisection
-    while low < high:
-        mid = (low + high + 1) // 2
-        if drop(mid) <= target.value + 1e-12:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+    last = len(cost_at) - 1  # the last level within max_drop, by bisection over j = last - level (first within, from the end)
+    return last - bisect.bisect_left(range(last), True, key=lambda j: drop(last - j) <= target.value + 1e-12)

@@ -120,10 +120,9 @@ def rearrange_mask(
     out = {g: m.detach().cpu().clone() for g, m in mask.items()}
     exact = {}
     for g in groups:
-        flags = []
-        for layer in range(out[g].shape[0]):
-            row, flag = rearrange_layer(out[g][layer], blocks[g][layer], None if present is None else present[g][layer], exhaustive_limit)
-            out[g][layer] = row
-            flags.append(flag)
-        exact[g] = flags
+        rows = [
+            rearrange_layer(row, blocks[g][layer], None if present is None else present[g][layer], exhaustive_limit)
+            for layer, row in enumerate(out[g])
+        ]
+        out[g], exact[g] = torch.stack([row for row, _ in rows]), [flag for _, flag in rows]
     return Rearrangement(out, quadratic_form(mask, blocks, groups), quadratic_form(out, blocks, groups), exact)

@@ -21,8 +21,7 @@ from headprune.core.inputs import eval_mode, hooks_removed, valid_token_rows
 from headprune.core.kinds import KINDS
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
 from headprune.selection.layer_replay import (
-    captured_module_inputs,
-    captured_module_outputs,
+    captured_pass,
     hidden_input,
     kept_layer_paths,
     layer_calls,
@@ -67,7 +66,7 @@ def teacher_targets(teacher: nn.Module, names: list[str], batches: list[dict]) -
     with eval_mode(teacher):
         for batch in batches:
             modules = dict(teacher.named_modules())
-            outputs = captured_module_outputs(teacher, {name: modules[name] for name in names}, batch)
+            outputs = captured_pass(teacher, {name: modules[name] for name in names}, batch, outputs=True)
             order = order or [n for n in outputs if n in names]
             targets.append({name: valid_token_rows(y, batch).float().cpu() for name, y in outputs.items()})
     return order or [], targets
@@ -110,7 +109,7 @@ def fit_projection(
     error, norm = 0.0, 0.0
     for batch, x, y in zip(batches, inputs, targets):
         # x (N, K), y (N, out): float32 products, summed over batches in float64
-        x, y = valid_token_rows(x, batch).float().cpu(), kept(y, rows).float().cpu()
+        x, y = valid_token_rows(x, batch).float().cpu(), (y if rows is None else y[:, rows]).float().cpu()  # at the kept rows
         error += float(((x @ weight32.t() + bias32 - y) ** 2).double().sum())
         norm += float((y**2).double().sum())
         a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
@@ -125,18 +124,13 @@ def fit_projection(
     return error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
 
 
-def kept(y: torch.Tensor, rows: list[int] | None) -> torch.Tensor:
-    """The teacher's output y (N, out) at the output rows the pruned projection kept (None: all)."""
-    return y if rows is None else y[:, rows]
-
-
 def _by_passes(model, teacher, names, batches, ridge, bar, paths: dict) -> dict[str, tuple[float, float]]:
     """Each projection fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)."""
     order, targets = teacher_targets(teacher, names, batches)
     modules, errors = dict(model.named_modules()), {}
     for name in order:
         module = modules[renamed(name, paths)]
-        inputs = (captured_module_inputs(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
+        inputs = (captured_pass(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
         errors[name] = fit_projection(module, inputs, batches, [target[name] for target in targets], names[name], ridge)
         bar.update(1)
     return errors

@@ -2,12 +2,13 @@
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
 from headprune.core.unit_kinds import kind_of_group
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import PruneTarget, SearchResult, nonnegative, searched_result, start_mask
+from headprune.selection.mask_search import SearchResult, nonnegative, search_mask, start_mask
 
 LAYOUTS = ("global", "uniform")
 
@@ -95,40 +96,29 @@ def _removed_in_order(
     return sorted(new, key=lambda u: (float(scores[u[0]][u[1], u[2]]), groups.index(u[0]), u[1], u[2]))
 
 
-def uniform_search(
-    scores: dict[str, torch.Tensor],
-    costs,
-    target,
-    evaluate: Callable | None = None,
-    higher_is_better: bool = True,
-    start=None,
-    min_per_layer: int = 0,
-    groups=None,
-    refine: Callable | None = None,
-) -> SearchResult:
-    """``mask_search.search_mask`` in the uniform layout: the uniform counts (every layer of the chosen groups) that meet ``target``."""
-    target = PruneTarget.from_config(target)
+def uniform_path(scores: dict[str, torch.Tensor], costs, start, min_per_layer: int, groups) -> tuple:
+    """The uniform layout's path for ``mask_search.search_mask``: the uniform counts (every layer of the chosen groups) of
+    ``UniformPath.levels``."""
     shape = costs.groups
     groups = check_groups(groups, shape)
     base = start_mask(shape, start)
     path = UniformPath(scores, costs, base, groups, max(min_per_layer, 1))
     levels = path.levels()
-    raw = lambda i: uniform_mask(scores, shape, levels[i], base)  # noqa: E731
-    removed = lambda mask, i: _removed_in_order(mask, base, scores, groups)  # noqa: E731
-    count = lambda mask: sum(int((mask[g] == 0).sum()) for g in groups)  # noqa: E731
     last = set(levels[-1].values())  # one count when every group removes as many units per layer, else "enc_self 3, enc_ffn 40"
     removing = str(last.pop()) if len(last) == 1 else ", ".join(f"{g} {c}" for g, c in levels[-1].items())
     where = f"in the uniform layout with min_per_layer={min_per_layer}: removing {removing} units in every layer"
-    predicted = [path.cost(counts) for counts in levels]
-    unmet = where, "; use prune.layout=global or a lower target"
-    return searched_result(target, costs, raw, predicted, removed, unmet, evaluate, higher_is_better, refine, count)
+    return (
+        lambda i: uniform_mask(scores, shape, levels[i], base),
+        [path.cost(counts) for counts in levels],
+        lambda mask, i: _removed_in_order(mask, base, scores, groups),
+        (where, "; use prune.layout=global or a lower target"),
+        lambda mask: sum(int((mask[g] == 0).sum()) for g in groups),  # scores kept by the units removed
+    )
 
 
-def layout_search(layout: str = "global"):
-    """The cost-aware search of a layout: ``mask_search.search_mask`` (global) or ``uniform_search``."""
-    from headprune.selection.mask_search import search_mask
-
-    return search_mask if check_layout(layout) == "global" else uniform_search
+def layout_search(layout: str = "global") -> Callable[..., SearchResult]:
+    """The cost-aware search of a layout: ``mask_search.search_mask`` along the greedy order (global) or ``uniform_path``."""
+    return search_mask if check_layout(layout) == "global" else partial(search_mask, path=uniform_path)
 
 
 def part_of(group: str) -> str:
