@@ -173,6 +173,7 @@ RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 1,200 steps", "mnli_units_chain_joint_kd_1200"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps", "mnli_units_chain_joint_kd_2400"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps", "mnli_units_chain_joint_25_kd_2400"),
+    ("heads + FFN neurons, reconstructed, then distilled only (no labels), 3,600 steps", "mnli_units_chain_joint_25_kd_3600"),
 )
 TABLES["units_mnli_reconstruct"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in RECONSTRUCT_RUNS if (d / f"{run}.json").is_file()]
