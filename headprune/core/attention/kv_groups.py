@@ -44,6 +44,3 @@ class KVGroupGates(SharedGates):
         """Per-KV-group scores from per-query-head scores {group: [L, H]}: the mean of each group's query heads."""
         n = self.heads.heads_per_kv
         return {g: s.unflatten(-1, (-1, n[g])).mean(-1) for g, s in scores.items()}
-
-    def set_mask(self, mask) -> None:
-        self.heads.set_mask(None if mask is None else self.head_mask(mask))
