@@ -104,10 +104,8 @@ def _count(masks: dict[str, torch.Tensor]) -> int:
 
 def _by_first(masks: dict[str, torch.Tensor], layers: int) -> dict[int, list[int]]:
     """The indices of stacked masks {group: (M, L, U)} by their first changed layer, lowest first."""
-    groups: dict[int, list[int]] = {}
-    for i in range(_count(masks)):
-        groups.setdefault(first_changed(masks, i, layers), []).append(i)
-    return dict(sorted(groups.items()))
+    firsts = [first_changed(masks, i, layers) for i in range(_count(masks))]
+    return {first: [i for i, f in enumerate(firsts) if f == first] for first in sorted(set(firsts))}
 
 
 def _projection(linear: nn.Module, b: int, m: int, share: bool, source=None):
