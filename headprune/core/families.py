@@ -5,21 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from headprune.core.fused import concatenated, grouped, interleaved
-from headprune.core.mlp_layouts import (
-    BART_MLP,
-    BERT_MLP,
-    DISTILBERT_MLP,
-    FALCON_MLP,
-    GATED_MLP,
-    GPT2_MLP,
-    GPT_NEOX_MLP,
-    OPT_MLP,
-    PHI3_MLP,
-    T5_MLP,
-    VIT_MLP,
-    MLPLayout,
-    site,
-)
+from headprune.core.mlp_layouts import MLPLayout, site
 
 
 def fused_qkv(path: str, output: str = "o_proj") -> dict[str, str]:
@@ -74,7 +60,7 @@ BERT_LIKE = Family(
     head_count_attr="num_attention_heads",
     width_attrs=("all_head_size",),
     head_dim_attr="attention_head_size",
-    mlp=BERT_MLP,
+    mlp=MLPLayout((site("encoder.layer.*", "enc_ffn", "intermediate_size"),), ("intermediate.dense",), "output.dense"),
 )
 
 BART_LIKE = Family(
@@ -89,7 +75,9 @@ BART_LIKE = Family(
     head_count_attr="num_heads",
     width_attrs=("embed_dim",),
     config_head_counts=("encoder_attention_heads", "decoder_attention_heads"),
-    mlp=BART_MLP,
+    mlp=MLPLayout(  # fc1 / fc2 on the layer itself
+        (site("encoder.layers.*", "enc_ffn", "encoder_ffn_dim"), site("decoder.layers.*", "dec_ffn", "decoder_ffn_dim")), ("fc1",), "fc2"
+    ),
 )
 
 LLAMA_LIKE = Family(
@@ -97,13 +85,20 @@ LLAMA_LIKE = Family(
     ("llama", "mistral", "qwen2", "qwen3", "granite", "gemma2", "gemma3_text"),
     (site("layers.*.self_attn", "dec_self"),),
     kv_groups_attr="num_key_value_groups",
-    mlp=GATED_MLP,
+    mlp=MLPLayout(  # Llama, Mistral, Qwen, Gemma, Granite, OLMo 2: down(act(gate(x)) * up(x))
+        (site("layers.*.mlp", "dec_ffn", "intermediate_size"),), ("gate_proj", "up_proj"), "down_proj"
+    ),
 )
 
 OLMO2 = replace(LLAMA_LIKE, name="olmo2", model_types=("olmo2",), cross_head_norms=("q_norm", "k_norm"))
 
 OPT = Family(
-    "opt", ("opt",), (site("decoder.layers.*.self_attn", "dec_self"),), output="out_proj", head_count_attr="num_heads", mlp=OPT_MLP
+    "opt",
+    ("opt",),
+    (site("decoder.layers.*.self_attn", "dec_self"),),
+    output="out_proj",
+    head_count_attr="num_heads",
+    mlp=MLPLayout((site("decoder.layers.*", "dec_ffn", "ffn_dim"),), ("fc1",), "fc2"),
 )
 
 GPT2 = Family(
@@ -115,7 +110,7 @@ GPT2 = Family(
     width_attrs=("split_size",),
     fused_layout=concatenated,
     config_head_counts=("n_head",),
-    mlp=GPT2_MLP,
+    mlp=MLPLayout((site("h.*.mlp", "dec_ffn", "n_inner"),), ("c_fc",), "c_proj"),  # Conv1D
 )
 
 GPT_NEOX = Family(
@@ -126,7 +121,7 @@ GPT_NEOX = Family(
     head_dim_attr="head_size",
     heads_in_config=True,
     fused_layout=interleaved,
-    mlp=GPT_NEOX_MLP,
+    mlp=MLPLayout((site("layers.*.mlp", "dec_ffn", "intermediate_size"),), ("dense_h_to_4h",), "dense_4h_to_h"),
 )
 
 PHI3 = Family(
@@ -139,7 +134,7 @@ PHI3 = Family(
     heads_in_config=True,
     config_head_attrs=("num_attention_heads",),  # its forward splits q from k at config.num_attention_heads * D
     fused_layout=concatenated,
-    mlp=PHI3_MLP,
+    mlp=MLPLayout((site("layers.*.mlp", "dec_ffn", "intermediate_size"),), ("gate_up_proj",), "down_proj", blocks=2),
 )
 
 DISTILBERT = Family(
@@ -151,11 +146,15 @@ DISTILBERT = Family(
     width_attrs=("dim",),
     head_dim_attr="attention_head_size",
     config_head_counts=("n_heads",),
-    mlp=DISTILBERT_MLP,
+    mlp=MLPLayout((site("transformer.layer.*.ffn", "enc_ffn", "hidden_dim"),), ("lin1",), "lin2"),
 )
 
 VIT_LIKE = Family(
-    "vit-like", ("vit", "deit"), (site("layers.*.attention", "enc_self"),), head_count_attr="num_attention_heads", mlp=VIT_MLP
+    "vit-like",
+    ("vit", "deit"),
+    (site("layers.*.attention", "enc_self"),),
+    head_count_attr="num_attention_heads",
+    mlp=MLPLayout((site("layers.*.mlp", "enc_ffn", "intermediate_size"),), ("fc1",), "fc2"),
 )
 
 T5_LIKE = Family(
@@ -172,7 +171,14 @@ T5_LIKE = Family(
     head_dim_attr="key_value_proj_dim",
     head_indexed_kwargs=("position_bias",),  # (1, H, Tq, Tk): made by each stack's first layer for every layer
     config_head_counts=("num_heads",),
-    mlp=T5_MLP,
+    mlp=MLPLayout(  # wi (ReLU) or wi_0 / wi_1 (gated GELU: mT5, T5 v1.1), then wo
+        (
+            site("encoder.block.*.layer.1.DenseReluDense", "enc_ffn", "d_ff"),
+            site("decoder.block.*.layer.2.DenseReluDense", "dec_ffn", "d_ff"),
+        ),
+        ("wi", "wi_0", "wi_1"),
+        "wo",
+    ),
 )
 
 WHISPER = replace(BART_LIKE, name="whisper", model_types=("whisper",))
@@ -199,7 +205,7 @@ FALCON = Family(
     fused_layout=grouped,
     gate="output",  # its attention does not call transformers' attention interface
     unprunable_if=(("alibi", "its ALiBi slopes are built for the config's head count in every forward"),),
-    mlp=FALCON_MLP,
+    mlp=MLPLayout((site("h.*.mlp", "dec_ffn", "ffn_hidden_size"),), ("dense_h_to_4h",), "dense_4h_to_h"),
 )
 
 FAMILIES: tuple[Family, ...] = (

@@ -10,17 +10,12 @@ from headprune.core.projections import in_features, out_features
 from headprune.core.site_gates import unit_groups
 
 
-def head_flops(site, seq_len: int) -> int:
-    """Forward FLOPs of one head of an attention module: its q/k/v rows, output columns and scores."""
-    projections = sum(in_features(site.linear(w)) for w in ("query", "key", "value")) + out_features(site.linear("output"))
-    return 2 * seq_len * site.head_dim * projections + 2 * 2 * seq_len * seq_len * site.head_dim  # q k^T and probs @ v
-
-
-def kv_group_flops(site, seq_len: int) -> int:
-    """Forward FLOPs of one KV group of a grouped-query attention module: its query heads, their KV head and scores."""
-    n = site.heads_per_kv
-    rows = n * in_features(site.linear("query")) + in_features(site.linear("key")) + in_features(site.linear("value"))
-    return 2 * seq_len * site.head_dim * (rows + n * out_features(site.linear("output"))) + 2 * 2 * seq_len * seq_len * site.head_dim * n
+def head_flops(site, seq_len: int, heads: int = 1) -> int:
+    """Forward FLOPs of ``heads`` query heads of an attention module and their one KV head: their q/k/v rows, output columns
+    and scores (a KV group of grouped-query attention: ``heads`` = its query heads)."""
+    query, key, value = (in_features(site.linear(w)) for w in ("query", "key", "value"))
+    rows = heads * (query + out_features(site.linear("output"))) + key + value
+    return 2 * seq_len * site.head_dim * rows + 2 * 2 * seq_len * seq_len * site.head_dim * heads  # q k^T and probs @ v
 
 
 def site_tables(sites, kept_cost, units=lambda site: site.units_orig) -> dict[str, torch.Tensor]:
@@ -42,7 +37,7 @@ def kv_group_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, tor
     """{attention group: [layers, KV heads + 1]}: k KV groups kept compute k KV heads and their query heads."""
 
     def kept(site) -> torch.Tensor:
-        flops = torch.arange(site.num_kv_heads_orig + 1).double() * kv_group_flops(site, seq_len)
+        flops = torch.arange(site.num_kv_heads_orig + 1).double() * head_flops(site, seq_len, site.heads_per_kv)
         flops[0] = head_flops(site, seq_len)  # the phantom: one query head, one KV head
         return flops
 

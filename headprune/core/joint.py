@@ -88,9 +88,3 @@ class JointGates(SharedGates):
             if convert is not None:
                 out.update(convert({g: s for g, s in scores.items() if g in part.groups}))
         return out
-
-    def set_mask(self, mask) -> None:
-        """Gate every part by its groups of one mask; groups left out (or ``None``: all) are not gated."""
-        subs = [None] * len(self.parts) if mask is None else self.split(mask)
-        for part, sub in zip(self.parts, subs):
-            part.set_mask(sub)

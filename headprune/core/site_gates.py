@@ -157,6 +157,12 @@ class SharedGates(SiteGateMethods):
         """Every site of the gates that act, each once."""
         return list({id(site): site for part in self.shared.values() for site in part.sites}.values())
 
+    def set_mask(self, mask) -> None:
+        """Set each of the gates that act to what ``mask`` sets on them (``None``, or a kind the mask leaves out: no gates)."""
+        base = {} if mask is None else self.base_masks(mask)
+        for kind, part in self.shared.items():
+            part.set_mask(base.get(kind))
+
     def remove(self) -> None:
         for part in [*self.shared.values()][::-1]:
             part.remove()

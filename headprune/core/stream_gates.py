@@ -12,16 +12,6 @@ STREAM_UNITS = ("head", "kv_group")
 MASKED_ATTENTION = ("sdpa", "eager")  # the attention implementations that take any 4-D attention mask
 
 
-def check_span(sink: int, window: int) -> None:
-    """Raise a ValueError unless ``sink`` >= 0 and ``window`` >= 1 are whole numbers."""
-    if isinstance(sink, bool) or not isinstance(sink, int) or sink < 0:
-        raise ValueError(f"the streaming sink is a number of initial tokens, a whole number >= 0; got {sink!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(
-            f"the streaming window is a number of recent tokens counting the token itself, a whole number >= 1; got {window!r}"
-        )
-
-
 class StreamGates(SiteGateMethods):
     """Streaming gates on every decoder self-attention module: set a mask of alphas, read the groups, record gate gradients."""
 
@@ -30,7 +20,12 @@ class StreamGates(SiteGateMethods):
 
     def __init__(self, model_or_heads, sink: int, window: int, unit: str | None = None):
         """``model_or_heads``: a decoder model or its HeadGates; ``unit``: ``kv_group`` (default with grouped KV heads) or ``head``."""
-        check_span(sink, window)
+        if isinstance(sink, bool) or not isinstance(sink, int) or sink < 0:
+            raise ValueError(f"the streaming sink is a number of initial tokens, a whole number >= 0; got {sink!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(
+                f"the streaming window is a number of recent tokens counting the token itself, a whole number >= 1; got {window!r}"
+            )
         heads = model_or_heads if isinstance(model_or_heads, HeadGates) else HeadGates(model_or_heads)
         self.heads, self.model, self.inner, self.sink, self.window = heads, heads.model, heads.inner, sink, window
         if STREAMED_GROUP not in heads.groups:

@@ -1,14 +1,12 @@
 """Many masks in one batched forward pass, reusing the activations of the unchanged lower layers."""
 
 from contextlib import ExitStack, contextmanager
-from types import SimpleNamespace
 
 import torch
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from headprune.core.attention.gates import PREFIX, ensure_gated, register_wrapper
-from headprune.core.attention.tensors import broadcast_gate
 from headprune.core.inputs import hooks_removed
 from headprune.core.joint import shared_gates
 from headprune.core.layer.sites import layer_stacks
@@ -18,50 +16,22 @@ from headprune.core.units import FFN, QUERY_HEADS, base_mask, primitive_gates, u
 
 REPLAYED = {QUERY_HEADS, FFN}  # the kinds whose gates the batcher sets per mask row (query heads, neurons)
 SHARED = "headprune_shared_"
-STATE_ATTR = "_headprune_shared"  # on each attention module during a pass: which module shares its attention, the layout
+FIRST_TOKEN_ATTR = "_headprune_first_token"  # on the last layer's attention module during a first-token-only pass
 ONE_MASK = "the engine evaluates one mask [layers, units] per group for the whole batch, not one per example"
 
 
 def _make_shared(inner: str):
     def shared_attention(module, query, key, value, attention_mask, **kwargs):
-        gated = ALL_ATTENTION_FUNCTIONS[PREFIX + inner]
-        state = getattr(module, STATE_ATTR, None)
-        if state is None:  # a model outside a MaskBatcher pass: plain gated attention
-            return gated(module, query, key, value, attention_mask, **kwargs)
-        if module is state.cut_core and key.shape[1] != query.shape[1]:
-            # keys/values of T tokens went through the model's view(N, 1, -1, D): (N, T*H, 1, D) -> (N, H, T, D)
-            n, heads, d = key.shape[0], query.shape[1], key.shape[-1]
-            key = key.reshape(n, -1, heads, d).transpose(1, 2)
-            value = value.reshape(n, -1, heads, d).transpose(1, 2)
-        q_len, k_len = query.shape[-2], key.shape[-2]
-        if attention_mask is not None and q_len < k_len and attention_mask.shape[-2] == k_len:
-            attention_mask = attention_mask[..., :q_len, :]  # first-token-only layer: the query rows kept
-        if module is not state.core:
-            return gated(module, query, key, value, attention_mask, **kwargs)
-        b, m = state.batch, state.copies  # query etc. are (M*B, H, T, D) made of M identical copies
-        site = module._headprune_site
-        stream = site.stream
-        alphas = stream.gate if stream is not None else None  # streaming gates (M*B, H): both branches on B rows, mixed per row
-        gate, site.gate = site.gate, None
-        mask = attention_mask[:b] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
-        try:
-            if alphas is not None:
-                stream.gate = None
-            out, weights = gated(module, query[:b], key[:b], value[:b], mask, **kwargs)
-            if alphas is not None:
-                stream.gate = torch.zeros(alphas.shape[-1], dtype=out.dtype, device=out.device)  # alpha 0: the streamed branch
-                streamed, _ = gated(module, query[:b], key[:b], value[:b], mask, **kwargs)
-        finally:
-            site.gate = gate
-            if alphas is not None:
-                stream.gate = alphas
-        out = out.repeat(m, 1, 1, 1)  # (M*B, T, H, D)
-        if alphas is not None:
-            alpha = broadcast_gate(alphas, out)
-            out = alpha * out + (1 - alpha) * streamed.repeat(m, 1, 1, 1)
-        if gate is not None and site.gate_at == "attention":  # else the output projection's hook gates it
-            out = out * broadcast_gate(gate, out)
-        return out, weights
+        if getattr(module, FIRST_TOKEN_ATTR, False):  # the last layer's attention, its queries on the first token only
+            if key.shape[1] != query.shape[1]:
+                # keys/values of T tokens went through the model's view(N, 1, -1, D): (N, T*H, 1, D) -> (N, H, T, D)
+                n, heads, d = key.shape[0], query.shape[1], key.shape[-1]
+                key = key.reshape(n, -1, heads, d).transpose(1, 2)
+                value = value.reshape(n, -1, heads, d).transpose(1, 2)
+            q_len, k_len = query.shape[-2], key.shape[-2]
+            if attention_mask is not None and q_len < k_len and attention_mask.shape[-2] == k_len:
+                attention_mask = attention_mask[..., :q_len, :]  # the query rows kept
+        return ALL_ATTENTION_FUNCTIONS[PREFIX + inner](module, query, key, value, attention_mask, **kwargs)
 
     return shared_attention
 
@@ -134,10 +104,8 @@ def _count(masks: dict[str, torch.Tensor]) -> int:
 
 def _by_first(masks: dict[str, torch.Tensor], layers: int) -> dict[int, list[int]]:
     """The indices of stacked masks {group: (M, L, U)} by their first changed layer, lowest first."""
-    groups: dict[int, list[int]] = {}
-    for i in range(_count(masks)):
-        groups.setdefault(first_changed(masks, i, layers), []).append(i)
-    return dict(sorted(groups.items()))
+    firsts = [first_changed(masks, i, layers) for i in range(_count(masks))]
+    return {first: [i for i, f in enumerate(firsts) if f == first] for first in sorted(set(firsts))}
 
 
 def _projection(linear: nn.Module, b: int, m: int, share: bool, source=None):
@@ -216,14 +184,14 @@ class MaskBatcher:
         """Set up one pass on M*B rows: per-row gates, layers < ``first`` replayed, layer ``first``'s attention shared."""
         m, last = _count(masks), len(self.layers) - 1
         rows = {g: v.repeat_interleave(b, dim=0) for g, v in masks.items()}  # (M*B, L, U): row m*B + b is mask m
-        cut_core = self.sites[last].core if first_token else None  # the last layer's attention, on the first token only
-        state = SimpleNamespace(core=self.sites[first].core, cut_core=cut_core, batch=b, copies=m)
         stash: dict = {}
         with ExitStack() as stack:
             stack.enter_context(self._gated(rows))
-            for site in self.sites:  # read by the shared-attention function
-                setattr(site.core, STATE_ATTR, state)
-                stack.callback(delattr, site.core, STATE_ATTR)
+            self.sites[first].copies = (b, m)  # layer ``first`` attends on B rows of its M identical copies
+            stack.callback(setattr, self.sites[first], "copies", None)
+            if first_token:  # read by the shared-attention function
+                setattr(self.sites[last].core, FIRST_TOKEN_ATTR, True)
+                stack.callback(delattr, self.sites[last].core, FIRST_TOKEN_ATTR)
             stack.enter_context(attention_implementation(self.model, self.shared_name))
             for layer in self.layers[:first]:
                 stack.enter_context(_patched(layer, lambda *a, **k: replay))

@@ -34,6 +34,7 @@ class AttentionSite(Site):
     entropy_hook: object = None  # callable(site, query, key, mask, scaling, bias=None) while entropy is recorded
     gate_at: str = "attention"  # where the gate acts: "attention" (the attention-function wrapper) or "output" (attach_output_gate)
     stream: object = None  # the streaming gate (headprune.core.stream_sites.StreamSite) while StreamGates are attached
+    copies: tuple[int, int] | None = None  # (B, M): its rows are M identical copies of B rows (a batched pass): attend on B
 
     head_ids = alias("unit_ids")  # original ids of the heads still present, in weight order
     num_heads_orig = alias("units_orig")
@@ -74,6 +75,17 @@ class AttentionSite(Site):
         return [self.kv_ids.index(self.kv_of(h)) for h in self.head_ids]
 
 
+def _on_shared_rows(inner, batch: int, copies: int):
+    """``inner`` run on the first ``batch`` rows of q/k/v made of ``copies`` identical copies, its output repeated to every row."""
+
+    def shared(module, query, key, value, attention_mask, **kwargs):
+        mask = attention_mask[:batch] if attention_mask is not None and attention_mask.shape[0] > 1 else attention_mask
+        out, weights = inner(module, query[:batch], key[:batch], value[:batch], mask, **kwargs)
+        return out.repeat(copies, 1, 1, 1), weights  # (B, T, H, D) -> (M*B, T, H, D)
+
+    return shared
+
+
 def _make_gated(inner_name: str):
     """An attention function that runs ``inner_name`` and then applies the module's head gate."""
 
@@ -85,6 +97,8 @@ def _make_gated(inner_name: str):
         site = getattr(module, SITE_ATTR, None)
         if site is None:
             return inner(module, query, key, value, attention_mask, **kwargs)
+        if site.copies is not None:
+            inner = _on_shared_rows(inner, *site.copies)
         if site.kv_index is not None:  # uneven query heads per KV head after pruning: each gets its own copy of its KV head
             index = site.kv_index.to(key.device)
             key, value = key.index_select(1, index), value.index_select(1, index)  # (B, H, T, D), groups = 1

@@ -3,10 +3,10 @@
 import torch
 
 from headprune.core.masks import kv_to_head_mask
-from headprune.core.site_gates import SiteGateMethods
+from headprune.core.site_gates import SharedGates
 
 
-class KVGroupGates(SiteGateMethods):
+class KVGroupGates(SharedGates):
     """HeadGates seen in KV-group units: masks and scores are {group: [layers, KV heads]}."""
 
     unit, noun = "kv_group", "head"  # the query heads' noun in mask messages
@@ -44,12 +44,3 @@ class KVGroupGates(SiteGateMethods):
         """Per-KV-group scores from per-query-head scores {group: [L, H]}: the mean of each group's query heads."""
         n = self.heads.heads_per_kv
         return {g: s.unflatten(-1, (-1, n[g])).mean(-1) for g, s in scores.items()}
-
-    def set_mask(self, mask) -> None:
-        self.heads.set_mask(None if mask is None else self.head_mask(mask))
-
-    def remove(self) -> None:
-        self.heads.remove()
-
-    def describe(self) -> str:
-        return self.heads.describe()

@@ -3,12 +3,7 @@ input), and attention kwargs with a head axis."""
 
 import torch
 
-from headprune.core.site_gates import broadcast_unit_gate, gate_and_probe, kept_on
-
-
-def broadcast_gate(gate: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Reshape a gate (H,) or (B, H) to multiply an attention output (B', T, H, D)."""
-    return broadcast_unit_gate(gate, out[..., 0]).unsqueeze(-1)
+from headprune.core.site_gates import gate_and_probe, kept_on
 
 
 def gate_heads(site, heads: torch.Tensor) -> torch.Tensor:

@@ -48,8 +48,3 @@ class BlockGates(SharedGates):
             kind = "head" if unit_group in self.heads.groups else "ffn"
             out.setdefault(kind, {})[unit_group] = value.expand(*value.shape[:-1], shapes[unit_group][1])
         return out
-
-    def set_mask(self, mask) -> None:
-        base = {} if mask is None else self.base_masks(mask)
-        for kind, part in self.shared.items():  # a kind the mask leaves out: no gates
-            part.set_mask(base.get(kind))

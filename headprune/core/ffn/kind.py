@@ -29,7 +29,7 @@ class FFNKind(UnitKind):
     record_key = "ffn"
     rebuild_order = 20
     legacy_keys = ("ffn_widths_orig", "pruned_neurons", "ffn_weights_sha256")
-    gates_class = FFNGates
+    gates_class, site_class = FFNGates, FFNSite
     prune, record, flops_tables = staticmethod(prune_ffn_mask), staticmethod(ffn_record), staticmethod(ffn_flops_tables)
     save_meta, restore, verify = staticmethod(ffn_meta), staticmethod(rebuild_ffn), staticmethod(verify_ffn)
 
@@ -42,9 +42,6 @@ class FFNKind(UnitKind):
 
     def refusal(self, fields, settings):
         return mlp_layout_refusal(fields)
-
-    def unit_grad(self, site, grad):
-        return (grad, site.neuron_ids, site.group) if isinstance(site, FFNSite) else None
 
     def kept_rows(self, model):
         ups = [(site, site.projection(path)) for site in ffn_sites_if_any(model) for path in site.up_paths()]

@@ -47,7 +47,7 @@ class HiddenKind(UnitKind):
     width_setting = "hidden_multiple"
     rebuild_order = 30
     legacy_keys = ("hidden_size_orig", "pruned_channels")
-    gates_class = HiddenGates
+    gates_class, site_class = HiddenGates, HiddenSite
     prune, record, flops_tables = staticmethod(prune_hidden_mask), staticmethod(hidden_record), staticmethod(hidden_flops_tables)
     save_meta, build_config, restore = staticmethod(hidden_meta), staticmethod(build_width), staticmethod(rebuild_hidden)
     available = staticmethod(hidden_refusal)
@@ -68,9 +68,6 @@ class HiddenKind(UnitKind):
 
     def width_multiple(self, model):
         return config_width_multiple(model.config)
-
-    def unit_grad(self, site, grad):
-        return (grad, site.channel_ids, GROUP) if isinstance(site, HiddenSite) else None
 
     def covered_flops(self, cost):
         return cost.hidden_flops

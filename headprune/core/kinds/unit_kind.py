@@ -36,6 +36,7 @@ class UnitKind:
     rebuild_order: int = 100  # save_pruned / load_pruned visit kinds by this rank: depth (layers) first, then widths, then the rest
     legacy_keys: tuple[str, ...] = ()  # its entries at the top level of a headprune_pruning.json written before kinds had their own
     gates_class: type | None = None  # the class of what ``gates`` returns: register_kind checks it has the Gates protocol's methods
+    site_class: type | None = None  # the class of its sites, whose probe gradients ``unit_grad`` reads as they are
 
     def export_refusal(self, fmt: str) -> str | None:
         """Why export format ``fmt`` cannot write this kind's removals yet (None: it can)."""
@@ -92,7 +93,7 @@ class UnitKind:
 
     def unit_grad(self, site, grad: torch.Tensor) -> tuple[torch.Tensor, list[int], str] | None:
         """A site's probe gradient (B, T, C) as per-unit gradients (B, T, U), their original ids and group; None: not this kind's site."""
-        return None
+        return (grad, site.unit_ids, site.group) if self.site_class and isinstance(site, self.site_class) else None
 
     def counted_scores(self, gates, site, mean_loss: float) -> tuple[torch.Tensor, list[int], str] | None:
         """A site's per-unit scores from what it counted while probing instead of probe gradients, on the loss scale (the

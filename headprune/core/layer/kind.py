@@ -36,7 +36,7 @@ class LayerKind(UnitKind):
     record_key = "layers"  # {group: {layer (str): [0]}}: each removed layer as its one unit
     rebuild_order = 0  # depth first: the widths of the other kinds are recorded by original layer id
     legacy_keys = ("removed_layers",)
-    gates_class = LayerGates
+    gates_class, site_class = LayerGates, LayerSite
     units_per_layer = staticmethod(lambda fields: 1)
 
     def recovery_refusal(self):
@@ -50,9 +50,6 @@ class LayerKind(UnitKind):
             return shared_weights(model)
         except ValueError as err:
             return str(err)
-
-    def unit_grad(self, site, grad):
-        return (grad, [0], site.group) if isinstance(site, LayerSite) else None
 
     def flops_tables(self, model, seq_len):
         def flops(site) -> int:  # its attention modules' and every other projection's, for one example of ``seq_len`` tokens
