@@ -64,7 +64,7 @@ def load_nli_task(cfg) -> NLIModule:
         raise ValueError(
             f"the NLI task needs a classifier model (model.kind=classifier), got model={cfg.model.get('name')} kind={cfg.model.get('kind')}"
         )
-    pretrained = str(cfg.model.get("pretrained") or "")  # a path (not a hub name) must exist
+    pretrained = str(cfg.model.get("pretrained"))  # a path (not a hub name) must exist; None reads "None", not a path
     if pretrained.startswith((".", "/", "~")) and "/" in pretrained and not Path(pretrained).expanduser().exists():
         raise FileNotFoundError(f"model.pretrained={pretrained} does not exist (a fine-tuned model dir is <run>/model)")
     settings = classifier_settings(cfg, "NLI", "conf/task/nli.yaml")
