@@ -1,10 +1,10 @@
 """Cost-aware mask search: remove heads by score per unit of cost saved until a target is met."""
 
-import bisect
 import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -76,6 +76,16 @@ class SearchResult:
     evaluations: dict[int, float] = field(default_factory=dict)  # heads removed -> selection score (max_drop)
 
 
+class SearchPath(NamedTuple):
+    """The levels a search walks: level i's mask, each level's predicted cost, and how a level's result is described."""
+
+    mask_at: Callable[[int], dict]  # level i -> its mask (before ``refine``)
+    predicted: list[float]  # the predicted cost of each level, lowest level (nothing removed) first
+    removed: Callable[[dict, int], list]  # (a level's mask, i) -> the units it removes, in removal order
+    unmet: tuple[str, str]  # where and what the last level removes, advice: the message when no level meets the target
+    key: Callable[[dict], int] | None  # the key a mask's score is kept under; None: by level
+
+
 def start_mask(shape: dict[str, tuple[int, int]], start=None) -> dict[str, torch.Tensor]:
     """A float CPU copy of ``start``'s mask of each group of ``shape``, all ones where it has none."""
     return {
@@ -138,7 +148,7 @@ def mask_after(order: list[Head], k: int, shape: dict[str, tuple[int, int]], sta
     return mask
 
 
-def global_path(scores: dict[str, torch.Tensor], costs: CostModel, start, min_per_layer: int, groups) -> tuple:
+def global_path(scores: dict[str, torch.Tensor], costs: CostModel, start, min_per_layer: int, groups) -> SearchPath:
     """The greedy score-per-saving path of ``search_mask``: level k removes the first k units of ``removal_order``."""
     order = removal_order(scores, costs, start, min_per_layer, groups)
     kept, predicted = costs.kept_counts(start), [costs.cost(start)]  # the predicted cost after k = 0..n removals
@@ -146,7 +156,7 @@ def global_path(scores: dict[str, torch.Tensor], costs: CostModel, start, min_pe
         predicted.append(predicted[-1] - costs.saving(group, layer, int(kept[group][layer])))
         kept[group][layer] -= 1
     unmet = f"with min_per_layer={min_per_layer}: removing every removable unit (a layer stack and the residual stream keep one)", ""
-    return lambda k: mask_after(order, k, costs.groups, start), predicted, lambda mask, k: order[:k], unmet, None
+    return SearchPath(lambda k: mask_after(order, k, costs.groups, start), predicted, lambda mask, k: order[:k], unmet, None)
 
 
 def search_mask(
@@ -159,14 +169,12 @@ def search_mask(
     min_per_layer: int = 0,
     groups=None,
     refine: Callable | None = None,
-    path: Callable[..., tuple] = global_path,
+    path: Callable[..., SearchPath] = global_path,
 ) -> SearchResult:
     """The mask that meets ``target`` (a PruneTarget or a one-key dict) at the first level of ``path`` (the greedy order, or
-    ``uniform.uniform_path``): (level i's mask, the predicted cost of each level, the units a level's mask removes, where
-    and what the last level removes with advice, the key a mask's score is kept under or None: by level). A level's mask is
-    ``refine``d, its cost the pruned model's own where ``costs`` counts it."""
+    ``uniform.uniform_path``); a level's mask is ``refine``d, its cost the pruned model's own where ``costs`` counts it."""
     target = PruneTarget.from_config(target)
-    mask_at, predicted, removed, unmet, key = path(scores, costs, start, min_per_layer, groups)
+    mask_at, predicted, removed, unmet, key = path(scores, costs, start, min_per_layer, groups)  # a SearchPath
     refine = refine or (lambda mask: mask)
     along = CostsAlong(costs, mask_at, len(predicted)) if costs.exact is not None else predicted
     evaluations: dict = {}
@@ -205,5 +213,11 @@ def target_level(target, costs: CostModel, cost_at: list[float], can_evaluate: b
         raise ValueError("a max_drop target needs evaluate(mask) -> score on a selection split")
     base = score_of(0)
     drop = lambda k: (base - score_of(k)) if higher_is_better else (score_of(k) - base)  # noqa: E731
-    last = len(cost_at) - 1  # the last level within max_drop, by bisection over j = last - level (first within, from the end)
-    return last - bisect.bisect_left(range(last), True, key=lambda j: drop(last - j) <= target.value + 1e-12)
+    low, high = 0, len(cost_at) - 1  # the last level within max_drop, by bisection
+    while low < high:
+        mid = (low + high + 1) // 2
+        if drop(mid) <= target.value + 1e-12:
+            low = mid
+        else:
+            high = mid - 1
+    return low

@@ -8,7 +8,7 @@ import torch
 
 from headprune.core.unit_kinds import kind_of_group
 from headprune.selection.greedy import Head, check_fractions, check_groups, greedy_mask, n_to_prune, ranked_heads
-from headprune.selection.mask_search import SearchResult, nonnegative, search_mask, start_mask
+from headprune.selection.mask_search import SearchPath, SearchResult, nonnegative, search_mask, start_mask
 
 LAYOUTS = ("global", "uniform")
 
@@ -96,7 +96,7 @@ def _removed_in_order(
     return sorted(new, key=lambda u: (float(scores[u[0]][u[1], u[2]]), groups.index(u[0]), u[1], u[2]))
 
 
-def uniform_path(scores: dict[str, torch.Tensor], costs, start, min_per_layer: int, groups) -> tuple:
+def uniform_path(scores: dict[str, torch.Tensor], costs, start, min_per_layer: int, groups) -> SearchPath:
     """The uniform layout's path for ``mask_search.search_mask``: the uniform counts (every layer of the chosen groups) of
     ``UniformPath.levels``."""
     shape = costs.groups
@@ -107,7 +107,7 @@ def uniform_path(scores: dict[str, torch.Tensor], costs, start, min_per_layer: i
     last = set(levels[-1].values())  # one count when every group removes as many units per layer, else "enc_self 3, enc_ffn 40"
     removing = str(last.pop()) if len(last) == 1 else ", ".join(f"{g} {c}" for g, c in levels[-1].items())
     where = f"in the uniform layout with min_per_layer={min_per_layer}: removing {removing} units in every layer"
-    return (
+    return SearchPath(
         lambda i: uniform_mask(scores, shape, levels[i], base),
         [path.cost(counts) for counts in levels],
         lambda mask, i: _removed_in_order(mask, base, scores, groups),
