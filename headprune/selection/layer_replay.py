@@ -5,9 +5,8 @@ the one below costs about one forward pass per projection group instead of one p
 """
 
 import contextlib
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from functools import partial
-from unittest.mock import patch
 
 import torch
 from torch import nn
@@ -54,10 +53,18 @@ def layer_of(name: str, layers: list[str]) -> str | None:
     return next((layer for layer in layers if name.startswith(layer + ".")), None)
 
 
+@contextmanager
 def no_cache(model: nn.Module):
-    """A context within which the model keeps no KV cache (a replayed layer would append to it again)."""
+    """Within the block the model keeps no KV cache (a replayed layer would append to it again)."""
     config = getattr(model, "config", None)
-    return patch.object(config, "use_cache", False) if getattr(config, "use_cache", None) is not None else nullcontext()
+    before = getattr(config, "use_cache", None)
+    if before is not None:
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        if before is not None:
+            config.use_cache = before
 
 
 @torch.no_grad()
