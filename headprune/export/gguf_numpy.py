@@ -8,7 +8,6 @@ HALVES_ROTARY = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gptneox", "falco
 GEMMA = ("gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) and a tanh-GELU gate, as llama.cpp's graphs hard-code them
 NO_ROTARY = ("gpt2",)  # learned position embeddings (position_embd)
 GELU_FFN = ("gpt2", "gptneox", "falcon")  # ffn_down(tanh-GELU(ffn_up(x) + b)) + b: no gate
-NO_PRE_NORMS = ("olmo2",)  # attention and FFN read the residual stream itself: only their outputs are normed
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -70,7 +69,6 @@ class GGUFDecoder:
         self.rotated = 0 if arch in NO_ROTARY else int(metadata.get("rope.dimension_count") or self.head_dim)
         self.falcon = arch == "falcon"  # x + attn(attn_norm_2 x, or attn_norm x) + ffn(attn_norm x)
         self.parallel = self.falcon or bool(metadata.get("use_parallel_residual"))  # gptneox: x + attn(ln1 x) + ffn(ln2 x)
-        self.pre_norms = arch not in NO_PRE_NORMS
         self.gelu_ffn = arch in GELU_FFN
         self.theta = float(metadata.get("rope.freq_base") or 10000.0)
         self.rope_factor = float(metadata.get("rope.scaling.factor") or 1.0)
@@ -90,7 +88,10 @@ class GGUFDecoder:
         self.theta_swa = float(metadata.get("rope.freq_base_swa") or self.theta)
 
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """RMS norm by the weight ``name``, or LayerNorm where the file holds its bias (gpt2, gptneox)."""
+        """RMS norm by the weight ``name``, or LayerNorm where the file holds its bias (gpt2, gptneox); x itself where the
+        file holds no such weight (Gemma's post-norms, qwen3's and olmo2's q/k norms; olmo2 norms no block input)."""
+        if name not in self.weights:
+            return x
         x64 = x.astype(np.float32)
         bias = self.weights.get(name.removesuffix(".weight") + ".bias")
         if bias is None:
@@ -129,9 +130,7 @@ class GGUFDecoder:
         """The RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm``: per head (qwen3: d weights), or
         over all heads together (olmo2: heads x d weights)."""
         name = f"blk.{layer}.attn_{part}_norm.weight"
-        if name not in self.weights:
-            return x
-        if self.weights[name].size == x.shape[-1]:
+        if name not in self.weights or self.weights[name].size == x.shape[-1]:
             return self._norm(x, name)
         return self._norm(x.reshape(*x.shape[:2], -1), name).reshape(x.shape)
 
@@ -155,21 +154,13 @@ class GGUFDecoder:
         probs = scores / scores.sum(-1, keepdims=True)
         context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(batch, length, heads * d)
         out = self._linear(context, f"blk.{layer}.attn_output")
-        return self._post_norm(out, f"blk.{layer}.post_attention_norm.weight")
+        return self._norm(out, f"blk.{layer}.post_attention_norm.weight")
 
     def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
         """x @ W.T of the tensor ``<name>.weight``, plus ``<name>.bias`` where the file holds one."""
         bias = self.weights.get(f"{name}.bias")
         out = x @ self.weights[f"{name}.weight"].T
         return out if bias is None else out + bias
-
-    def _post_norm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """The block output's RMS norm before it joins the residual stream, where the file holds one (Gemma)."""
-        return x if name not in self.weights else self._norm(x, name)
-
-    def _pre_norm(self, x: np.ndarray, name: str) -> np.ndarray:
-        """The norm before attention or the FFN (its weight ``name``): x itself in olmo2, which norms their outputs only."""
-        return self._norm(x, name) if self.pre_norms else x
 
     def _ffn(self, h: np.ndarray, layer: int) -> np.ndarray:
         """The FFN of normed h: down(tanh-GELU(up h + b)) + b without a gate (gpt2, gptneox, falcon), else
@@ -194,14 +185,14 @@ class GGUFDecoder:
             if self.layout["head_count"][layer] > 0:
                 second = f"blk.{layer}.attn_norm_2.weight"  # falcon: attention and FFN read two norms side by side
                 norm = second if second in self.weights else f"blk.{layer}.attn_norm.weight"
-                attention = self._attention(self._pre_norm(x, norm), layer, keys_valid)
+                attention = self._attention(self._norm(x, norm), layer, keys_valid)
             ffn_free = self.layout["feed_forward_length"][layer] == 0
             if ffn_free and self.ffn_free_drops_attention:
                 continue  # deci: an FFN-free layer leaves the residual stream as it came in
             stream = x if attention is None else x + attention * scale
             if not ffn_free:  # parallel residual (gptneox, falcon): the FFN reads the stream the layer received
-                h = self._pre_norm(x if self.parallel else stream, f"blk.{layer}.{'attn_norm' if self.falcon else 'ffn_norm'}.weight")
-                stream = stream + self._post_norm(self._ffn(h, layer), f"blk.{layer}.post_ffw_norm.weight") * scale
+                h = self._norm(x if self.parallel else stream, f"blk.{layer}.{'attn_norm' if self.falcon else 'ffn_norm'}.weight")
+                stream = stream + self._norm(self._ffn(h, layer), f"blk.{layer}.post_ffw_norm.weight") * scale
             x = stream
         x = self._norm(x, "output_norm.weight")
         output = self.weights.get("output.weight", self.weights["token_embd.weight"])  # tied: the embeddings
