@@ -105,13 +105,6 @@ def falcon_refusal(fields: dict) -> str | None:
     return differs(fields, found, "export.format=onnx")
 
 
-def square_refusal(model_type: str, heads: int, head_dim: int, hidden: int) -> str | None:
-    """Why ``heads`` query heads of ``head_dim`` cannot be written as an architecture whose graph reads square attention."""
-    if not arch_of(model_type).square_only or heads * head_dim == hidden:
-        return None
-    return square_message(model_type, f" ({hidden}), and this model keeps {heads} query heads of {head_dim}")
-
-
 def square_message(model_type: str, found: str) -> str:
     """Why pruned query heads (``found``, after "the hidden size") cannot go into an architecture reading square attention."""
     return (

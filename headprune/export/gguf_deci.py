@@ -7,8 +7,9 @@ from torch import nn
 from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
-from headprune.export.gguf import LLAMA, check_writable, layer_index, square_message, write_file
+from headprune.export.gguf import LLAMA, check_bpe, check_writable, export_gguf, layer_index, square_message, write_file
 from headprune.export.gguf_archs import arch_of
+from headprune.export.gguf_pre import pre_tokenizer_of
 from headprune.export.hf import check_phantoms, heads_per_kv
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
@@ -83,13 +84,6 @@ def model_ffn_widths(model: nn.Module) -> list[int]:
     return [site.width for site in find_ffn_sites(model)]
 
 
-def gguf_architecture(shapes: list[tuple[int, int]], ffn_widths: list[int] | None = None, hidden: int | None = None) -> str:
-    """``llama`` when every layer keeps the same heads and FFN width and the heads divide ``hidden``, else ``deci``."""
-    widths = set(ffn_widths or [1])
-    uniform = len(set(shapes)) == 1 and shapes[0][0] > 0 and len(widths) == 1 and min(widths) > 0
-    return "llama" if uniform and (hidden is None or hidden % shapes[0][0] == 0) else "deci"
-
-
 def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The per-layer counts the deci file holds: an emptied layer 0 keeps one all-zero head (llama.cpp reads the head size there)."""
     return [(1, 1) if layer == 0 and heads == 0 else (heads, kv) for layer, (heads, kv) in enumerate(shapes)]
@@ -127,21 +121,19 @@ def export_gguf_deci(
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:
     """Write the GGUF file (``llama`` if every layer keeps one shape dividing the width, else ``deci``); returns its per-layer counts."""
-    from headprune.export.gguf import check_bpe, export_gguf, square_refusal
-    from headprune.export.gguf_pre import pre_tokenizer_of
-
     check_writable(model, dtype)  # before the layer shapes: a family GGUF cannot store is told so
     shapes, widths = model_layer_shapes(model), model_ffn_widths(model)
     check_bpe(tokenizer)
     tokenizer_pre = pre_tokenizer_of(tokenizer, tokenizer_pre)  # named, or identified as llama.cpp's converter does
-    row = arch_of(model.config.model_type)
-    head_dim, hidden = int(find_sites(model)[0].head_dim), int(model.config.hidden_size)
-    why = next(filter(None, (square_refusal(model.config.model_type, heads, head_dim, hidden) for heads, _ in shapes)), None)
-    if why:  # gpt2 / gptneox: any pruned query head, before the layers' shapes are compared
-        raise ConfigError(why)
-    if not row.per_layer and gguf_architecture(shapes, widths) != "llama":  # one shape and one FFN width, none emptied
+    model_type, hidden, head_dim = model.config.model_type, int(model.config.hidden_size), int(find_sites(model)[0].head_dim)
+    row, not_square = arch_of(model_type), next((heads for heads, _ in shapes if heads * head_dim != hidden), None)
+    if row.square_only and not_square is not None:  # gpt2 / gptneox: any pruned query head, before the layers' shapes are compared
+        raise ConfigError(square_message(model_type, f" ({hidden}), and this model keeps {not_square} query heads of {head_dim}"))
+    kept_widths = set(widths) or {1}
+    uniform = len(set(shapes)) == 1 and shapes[0][0] > 0 and len(kept_widths) == 1 and min(kept_widths) > 0  # none emptied
+    if not row.per_layer and not uniform:  # one shape and one FFN width
         raise ConfigError(uneven_layers_message(row, [(*shape, width) for shape, width in zip(shapes, widths)]))
-    if not row.per_layer or gguf_architecture(shapes, widths, hidden) == "llama":  # llama: its heads divide the width
+    if not row.per_layer or (uniform and hidden % shapes[0][0] == 0):  # llama: its heads divide the width
         path, architecture = export_gguf(model, tokenizer, out, dtype, name, tokenizer_pre)
     else:
         path, architecture, shapes = export_gguf_deci(model, tokenizer, out, dtype, name, tokenizer_pre), "deci", written_shapes(shapes)
@@ -153,5 +145,5 @@ def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name:
         "head_count_kv": [kv for _, kv in shapes],
         "feed_forward_length": widths,
         "tokenizer_pre": tokenizer_pre,
-        "transformers_reads": architecture == "llama" and model.config.model_type in ("llama", "mistral"),
+        "transformers_reads": architecture == "llama" and model_type in ("llama", "mistral"),
     }
