@@ -106,26 +106,21 @@ def read_transformers(job: dict) -> Loaded:
     return Loaded(logits, greedy, tokenizer, report)
 
 
-def beside(file: str, name: str):
-    """The module of ``file`` beside this one, loaded by path (this script cannot import headprune)."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(file))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def read_numpy(job: dict) -> Loaded:
     """A deci GGUF file (gguf_numpy.py), or a DeciLMForCausalLM directory with its tokenizer as vLLM loads it
     (decilm_reference.py), run by their numpy forward beside this file (loaded by path), greedy decoding without a cache;
     its layout against the one written."""
+    spec = importlib.util.spec_from_file_location("decilm_reference_reader", Path(__file__).with_name("decilm_reference.py"))
+    readers = importlib.util.module_from_spec(spec)  # loaded by path: this script cannot import headprune
+    spec.loader.exec_module(readers)  # it loads gguf_numpy.py (its GGUFDecoder) by path in turn
     if job.get("gguf_file"):
-        decoder = beside("gguf_numpy.py", "gguf_numpy_reader").GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
+        decoder = readers.GGUFDecoder(str(Path(job["dir"]) / job["gguf_file"]))
         layout, tokenizer = {key: decoder.layout[key] for key in job["layout"]}, None
         report = {"architecture": job.get("architecture"), "reader": "gguf + numpy"}
     else:
         import transformers
 
-        decoder = beside("decilm_reference.py", "decilm_reference_reader").DeciLMReference(job["dir"])
+        decoder = readers.DeciLMReference(job["dir"])
         layout, tokenizer = decoder.blocks, None  # the tokenizer as vLLM loads it: the config names its own class (trust_remote_code)
         if job.get("tokenizer", True):
             tokenizer = transformers.AutoTokenizer.from_pretrained(job["dir"], trust_remote_code=True)
@@ -182,9 +177,17 @@ def run_job(job: dict, arrays) -> dict:
         report["tokenizer_equal"] = encoded == job["text_ids"]  # the exported tokenizer splits texts as the model's own
     if job.get("gguf_file"):
         report.update(gguf_pre_report(job))
-    checks = ("outputs_match", "greedy_equal", "tokenizer_equal", "layout_equal", "tokenizer_pre_equal")
-    report["passed"] = all(report.get(key, True) for key in checks)
+    report["passed"] = all(report.get(key, True) for key in FAILURES)
     return report
+
+
+FAILURES = {  # what each false check of a report says of the export (verify.refusal_message)
+    "outputs_match": "its logits differ beyond the tolerance",
+    "greedy_equal": "its greedy tokens differ",
+    "tokenizer_equal": "its tokenizer splits the check texts otherwise",
+    "layout_equal": "its per-layer head counts differ",
+    "tokenizer_pre_equal": "it names another pre-tokenizer than the model's tokenizer has",
+}
 
 
 def tolerance_of(job: dict, scale: float) -> dict:

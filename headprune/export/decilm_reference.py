@@ -40,12 +40,9 @@ def layer_layout(config) -> list[dict]:
     out = []
     for block in config.block_configs:
         kv = 0 if block.attention.no_op else config.num_attention_heads // block.attention.n_heads_in_group
-        if block.ffn.no_op:
-            width = 0
-        elif hasattr(block.ffn, "ffn_mult"):
+        if hasattr(block.ffn, "ffn_mult") and not block.ffn.no_op:
             raise ValueError("this reader takes explicit ffn.intermediate_size widths, not ffn_mult")
-        else:
-            width = int(block.ffn.intermediate_size)
+        width = 0 if block.ffn.no_op else int(block.ffn.intermediate_size)
         out.append({"heads": 0 if block.attention.no_op else int(config.num_attention_heads), "kv_heads": kv, "ffn": width})
     return out
 

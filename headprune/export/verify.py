@@ -17,6 +17,7 @@ from torch import nn
 
 from headprune.core.units import model_gates, prune_unit_mask, unit_gates
 from headprune.export import FORMATS
+from headprune.export.checker import FAILURES
 from headprune.export.gguf import rounded_like_gguf
 
 CHECKER = Path(__file__).with_name("checker.py")
@@ -203,15 +204,6 @@ def check_line(report: dict) -> str:
     if "tokenizer_pre" in report:
         line += f"; pre-tokenizer {report['tokenizer_pre']} (expected {report['tokenizer_pre_expected']})"
     return line
-
-
-FAILURES = {
-    "outputs_match": "its logits differ beyond the tolerance",
-    "greedy_equal": "its greedy tokens differ",
-    "tokenizer_equal": "its tokenizer splits the check texts otherwise",
-    "layout_equal": "its per-layer head counts differ",
-    "tokenizer_pre_equal": "it names another pre-tokenizer than the model's tokenizer has",
-}
 
 
 def refusal_message(fmt: str, report: dict, staging: Path) -> str:
