@@ -12,7 +12,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.checks import ConfigError
 from headprune.core.ffn.sites import find_ffn_sites
 from headprune.export.gguf import layer_index
-from headprune.export.hf import NOT_COPIED, check_phantoms, heads_per_kv, rope_and_bias_refusal
+from headprune.export.hf import NOT_COPIED, check_phantoms, heads_per_kv, kept_per_kv, rope_and_bias_refusal
 from headprune.export.tokenizer_files import save_tokenizer
 
 DECI_TYPES = ("llama", "mistral")
@@ -82,7 +82,7 @@ def check_mask(fields: dict, rows: dict) -> None:
     heads, per_kv = int(fields["num_attention_heads"]), heads_per_kv(fields)
     for layers in rows.values():
         for layer, row in enumerate(layers):
-            kv = sum(1 for k in range(0, len(row), per_kv) if sum(row[k : k + per_kv]))
+            kv = sum(map(bool, kept_per_kv(row, per_kv)))  # KV heads kept
             if kv and heads % kv:
                 raise ConfigError(kv_count_message(layer, kv, heads))
 

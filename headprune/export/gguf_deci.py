@@ -10,18 +10,10 @@ from headprune.core.ffn.sites import find_ffn_sites
 from headprune.export.gguf import LLAMA, check_bpe, check_writable, export_gguf, layer_index, square_message, write_file
 from headprune.export.gguf_archs import arch_of
 from headprune.export.gguf_pre import pre_tokenizer_of
-from headprune.export.hf import check_phantoms, heads_per_kv
+from headprune.export.hf import check_phantoms, heads_per_kv, kept_per_kv, layer_shape
 
 ATTENTION_PARTS = (".self_attn.", ".input_layernorm.")  # the tensors a layer without attention leaves out
 FFN_PARTS = (".mlp.", ".post_attention_layernorm.")  # the tensors a layer without FFN leaves out
-
-
-def layer_shape(kept_per_kv: list[int]) -> tuple[int, int] | None:
-    """(query heads, KV heads) of a layer from its kept query heads per original KV head; None when the groups are unequal."""
-    kept = [count for count in kept_per_kv if count]
-    if not kept:
-        return (0, 0)
-    return (sum(kept), len(kept)) if len(set(kept)) == 1 else None
 
 
 def uneven_groups_message(layer: int, kept_per_kv: list[int]) -> str:
@@ -37,7 +29,7 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
     """(query heads, KV heads) of every layer under a 0/1 query-head mask [layers][heads], or a ConfigError."""
     shapes = []
     for layer, row in enumerate(rows):
-        per_kv = [int(sum(row[k : k + heads_per_kv])) for k in range(0, len(row), heads_per_kv)]  # repeat_kv's order
+        per_kv = kept_per_kv(row, heads_per_kv)
         shape = layer_shape(per_kv)
         if shape is None:
             raise ConfigError(uneven_groups_message(layer, per_kv))

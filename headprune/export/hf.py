@@ -42,18 +42,6 @@ def stock_shape(model: nn.Module, types: tuple[str, ...] = STOCK_TYPES) -> Stock
     return StockShape(*next(iter(shapes)))  # (heads, KV heads, head size)
 
 
-def mask_stock_shape(rows: list[list[int]], heads_per_kv: int = 1) -> tuple[int, int]:
-    """(query heads, KV heads) that every layer keeps under a 0/1 query-head mask [layers][heads], or a ConfigError."""
-    shapes: dict = {}
-    for layer, row in enumerate(rows):
-        per_kv = [sum(row[k : k + heads_per_kv]) for k in range(0, len(row), heads_per_kv)]  # query heads kept per KV head
-        kept = [count for count in per_kv if count]
-        key = (sum(kept), len(kept)) if kept and len(set(kept)) == 1 else "uneven"
-        shapes.setdefault(key, []).append(layer)
-    _require_one_shape(shapes, "a stock checkpoint needs the same attention shape in every layer, but the mask keeps")
-    return next(iter(shapes))
-
-
 def stock_ffn_width(model: nn.Module) -> dict[str, int]:
     """{config field: the one width every feed-forward block computes}, or a ConfigError naming the layers of each width."""
     widths: dict[str, dict[int, list[int]]] = {}
@@ -104,10 +92,27 @@ def heads_per_kv(fields: dict) -> int:
     return int(fields["num_attention_heads"]) // int(fields.get("num_key_value_heads") or fields["num_attention_heads"])
 
 
+def kept_per_kv(row: list[int], heads_per_kv: int) -> list[int]:
+    """The query heads a 0/1 mask row [heads] keeps under each KV head (repeat_kv's order: KV head k serves heads k*n ..)."""
+    return [int(sum(row[k : k + heads_per_kv])) for k in range(0, len(row), heads_per_kv)]
+
+
+def layer_shape(kept_per_kv: list[int]) -> tuple[int, int] | None:
+    """(query heads, KV heads) of a layer from its kept query heads per original KV head; None when the groups are unequal."""
+    kept = [count for count in kept_per_kv if count]
+    if not kept:
+        return (0, 0)
+    return (sum(kept), len(kept)) if len(set(kept)) == 1 else None
+
+
 def check_mask(fields: dict, rows: dict) -> None:
     """A ConfigError unless the query-head mask {group: [layers][heads]} keeps one stock shape in every layer."""
     for layers in rows.values():
-        mask_stock_shape(layers, heads_per_kv(fields))
+        shapes: dict = {}  # {(query heads, KV heads) or "uneven" (or none left): [layers]}
+        for layer, row in enumerate(layers):
+            shape = layer_shape(kept_per_kv(row, heads_per_kv(fields)))
+            shapes.setdefault(shape if shape and shape[0] else "uneven", []).append(layer)
+        _require_one_shape(shapes, "a stock checkpoint needs the same attention shape in every layer, but the mask keeps")
 
 
 def stock_config(model: nn.Module, shape: StockShape):
