@@ -31,10 +31,8 @@ def refusal(fields: dict) -> str | None:
             f"Llama or Mistral layers as deci), not {model_type!r}: the writer maps the tensor names, rotary layout and "
             "tokenizer of these families only; use export.format=onnx"
         )
-    if model_type == "falcon":
-        return falcon_refusal(fields)
     if arch_of(model_type).layer_norm:
-        return gpt_refusal(fields)
+        return layer_norm_refusal(fields)
     if fields.get("use_sliding_window"):
         return (
             f"export.format=gguf: llama.cpp's {arch_of(model_type).name} architecture has no sliding window: use export.format=hf or onnx"
@@ -56,24 +54,33 @@ def refusal(fields: dict) -> str | None:
 
 GELU_TANH = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # what llama.cpp's gpt2 / gptneox graphs compute (ggml_gelu)
 GELU_ERF = ("gelu",)  # exact GELU: written as llama.cpp runs every GPT-NeoX (tanh), within 5e-4 of it per neuron
+ACTIVATION_FIELDS = {"gpt2": ("activation_function", "gelu_new"), "gpt_neox": ("hidden_act", "gelu"), "falcon": ("activation", "gelu")}
 
 
-def gpt_refusal(fields: dict) -> str | None:
-    """Why a GPT-2 or GPT-NeoX config differs from what llama.cpp's gpt2 / gptneox graphs compute (None when it does not)."""
+def layer_norm_refusal(fields: dict) -> str | None:
+    """Why a GPT-2, GPT-NeoX or Falcon config differs from what llama.cpp's gpt2 / gptneox / falcon graphs compute (None when
+    it does not); Falcon's: rotary positions, attention and FFN side by side, no biases, a GELU FFN."""
     model_type = fields.get("model_type")
-    key, default = ("activation_function", "gelu_new") if model_type == "gpt2" else ("hidden_act", "gelu")  # their configs' defaults
+    gpt2, neox, falcon = (model_type == name for name in ("gpt2", "gpt_neox", "falcon"))
+    key, default = ACTIVATION_FIELDS[model_type]  # the family's config field and its default
     activation = fields.get(key) or default
     rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
     found = None
-    if activation not in GELU_TANH + (GELU_ERF if model_type == "gpt_neox" else ()):
+    if falcon and fields.get("alibi"):
+        found = "ALiBi positions (alibi true), where llama.cpp's falcon rotates q and k"
+    elif falcon and fields.get("parallel_attn") is False:
+        found = "attention and FFN one after the other (parallel_attn false), where llama.cpp's falcon runs them side by side"
+    elif falcon and fields.get("bias"):
+        found = "biases on query_key_value, dense and the FFN (bias true), which llama.cpp's falcon does not read"
+    elif activation not in GELU_TANH + (() if gpt2 else GELU_ERF):
         found = f"the activation {activation}, not GELU"
-    elif model_type == "gpt2" and fields.get("scale_attn_by_inverse_layer_idx"):
+    elif gpt2 and fields.get("scale_attn_by_inverse_layer_idx"):
         found = "attention scaled by the inverse layer index (scale_attn_by_inverse_layer_idx)"
-    elif model_type == "gpt2" and fields.get("scale_attn_weights") is False:
+    elif gpt2 and fields.get("scale_attn_weights") is False:
         found = "unscaled attention scores (scale_attn_weights false)"
-    elif model_type == "gpt_neox" and fields.get("attention_bias") is False:
+    elif neox and fields.get("attention_bias") is False:
         found = "no query_key_value or dense biases (llama.cpp's gptneox reads them)"
-    elif model_type == "gpt_neox" and rope.get("rope_type", rope.get("type", "default")) != "default":
+    elif not gpt2 and rope.get("rope_type", rope.get("type", "default")) != "default":
         found = f"rotary scaling {rope}"
     return differs(fields, found, "export.format=onnx")
 
@@ -84,25 +91,6 @@ def differs(fields: dict, found: str | None, instead: str) -> str | None:
         return None
     model_type = fields.get("model_type")
     return f"export.format=gguf writes {model_type} as llama.cpp's {arch_of(model_type).name}, and this model has {found}: use {instead}"
-
-
-def falcon_refusal(fields: dict) -> str | None:
-    """Why a Falcon config differs from what llama.cpp's falcon graph computes (None when it does not): rotary positions,
-    attention and FFN side by side, no biases, a GELU FFN."""
-    rope = fields.get("rope_parameters") or fields.get("rope_scaling") or {}
-    activation = fields.get("activation") or "gelu"
-    found = None
-    if fields.get("alibi"):
-        found = "ALiBi positions (alibi true), where llama.cpp's falcon rotates q and k"
-    elif fields.get("parallel_attn") is False:
-        found = "attention and FFN one after the other (parallel_attn false), where llama.cpp's falcon runs them side by side"
-    elif fields.get("bias"):
-        found = "biases on query_key_value, dense and the FFN (bias true), which llama.cpp's falcon does not read"
-    elif activation not in GELU_TANH + GELU_ERF:
-        found = f"the activation {activation}, not GELU"
-    elif rope.get("rope_type", rope.get("type", "default")) != "default":
-        found = f"rotary scaling {rope}"
-    return differs(fields, found, "export.format=onnx")
 
 
 def square_message(model_type: str, found: str) -> str:
