@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from headprune.core.checks import ConfigError
-from headprune.export.gguf_archs import ARCHS, LLAMA, GGUFArch, arch_of, written_arch
+from headprune.export.gguf_archs import ARCHS, LLAMA, GGUFArch, arch_of
 from headprune.export.hf import rope_and_bias_refusal, stock_ffn_width, stock_shape
 
 GGUF_TYPES = tuple(model_type for row in ARCHS for model_type in row.model_types)
@@ -269,10 +269,11 @@ def export_gguf(
     """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model (checked by ``gguf_deci.write_gguf``) as its family's
     llama.cpp architecture; the file and the architecture."""
     config = model.config
-    shape = stock_shape(model, GGUF_TYPES)
-    row = written_arch(config.model_type, shape.heads, shape.head_dim, int(config.hidden_size))
+    shape, family = stock_shape(model, GGUF_TYPES), arch_of(config.model_type)
+    # an architecture reading square attention matrices: other widths written as llama (same q/k/v biases, rotary permuted)
+    row = LLAMA if family.square_attention and shape.heads * shape.head_dim != int(config.hidden_size) else family
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
-    unfuse = arch_of(config.model_type).unfuse if row is LLAMA else row.convert  # phi3 as llama: its fused projections split
+    unfuse = family.unfuse if row is LLAMA else row.convert  # phi3 as llama: its fused projections split
     path = write_file(
         model, tokenizer, out, (dtype, name, tokenizer_pre), row, layer_heads, shape.head_dim, ffn_length(model), unfuse=unfuse
     )

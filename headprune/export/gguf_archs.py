@@ -139,10 +139,3 @@ LLAMA = ARCHS[0]
 def arch_of(model_type: str | None) -> GGUFArch | None:
     """The architecture a model type is written as (None: not written)."""
     return BY_MODEL_TYPE.get(model_type)
-
-
-def written_arch(model_type: str, heads: int, head_dim: int, hidden: int) -> GGUFArch:
-    """The row a uniform layout of ``heads`` query heads of ``head_dim`` is written as: the family's, or ``llama`` (with
-    the same q/k/v biases, its rotary pairs permuted) where the family's architecture reads square attention matrices."""
-    row = arch_of(model_type)
-    return LLAMA if row.square_attention and heads * head_dim != hidden else row

@@ -31,8 +31,8 @@ class StockShape:
 def stock_shape(model: nn.Module, types: tuple[str, ...] = STOCK_TYPES) -> StockShape:
     """The one attention shape of all layers of a (pruned) model of ``types``, or a ConfigError naming the layers that differ."""
     model_type = getattr(model.config, "model_type", None)
-    if model_type not in types:
-        raise ConfigError(not_stock_message(model_type))
+    if model_type not in types:  # types: STOCK_TYPES, or the GGUF writer's wider list
+        raise ConfigError(family_refusal({"model_type": model_type}))
     shapes = {}
     for site in find_sites(model):
         uneven = site.kv_index is not None or not site.head_ids
@@ -71,20 +71,17 @@ UNIFORM_HINT = (
 )
 
 
-def not_stock_message(model_type) -> str:
-    """Why export.format=hf refuses a model type, and what works instead."""
+def family_refusal(fields: dict) -> str | None:
+    """Why export.format=hf cannot write a model of these config fields (None when it can): what works instead."""
+    model_type = fields.get("model_type")
+    if model_type in STOCK_TYPES:
+        return None
     return (
         f"export.format=hf writes stock transformers checkpoints of Llama-family decoders only ({', '.join(STOCK_TYPES)}); "
         f"model {model_type!r} cannot hold pruned heads in a stock config (BERT- and BART-like configs derive the head "
         "size from hidden_size / num_attention_heads and share one head count across layers). Use export.format=onnx, or "
         "headprune's own format (headprune.save_pruned / load_pruned)."
     )
-
-
-def family_refusal(fields: dict) -> str | None:
-    """Why export.format=hf cannot write a model of these config fields (None when it can)."""
-    model_type = fields.get("model_type")
-    return None if model_type in STOCK_TYPES else not_stock_message(model_type)
 
 
 def heads_per_kv(fields: dict) -> int:
