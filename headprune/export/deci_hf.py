@@ -42,11 +42,6 @@ class LayerPlan:
     def n_heads_in_group(self) -> int | None:
         return self.heads // self.kv_heads if self.has_attention else None
 
-    @property
-    def padded_heads(self) -> int:
-        """Zero query heads the file holds beside the kept ones."""
-        return self.heads - sum(len(h) for _, h in self.groups) if self.has_attention else 0
-
 
 def refusal(fields: dict) -> str | None:
     """Why export.format=deci_hf cannot write a model of these config fields (None when it can)."""
@@ -209,6 +204,6 @@ def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
         "files": sorted(p for p in out.iterdir() if p.is_file()),
         # per layer as the check's reader reads block_configs back: query heads, KV heads (0: no attention), FFN width (0: none)
         "layout": [{"heads": p.heads if p.has_attention else 0, "kv_heads": p.kv_heads, "ffn": p.ffn_width} for p in plans],
-        "padded_query_heads": [p.padded_heads for p in plans],
+        "padded_query_heads": [p.heads - sum(len(h) for _, h in p.groups) if p.has_attention else 0 for p in plans],  # zero heads
         "placeholder_layers": [i for i, p in enumerate(plans) if p.placeholder],
     }

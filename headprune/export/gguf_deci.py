@@ -71,11 +71,6 @@ def model_layer_shapes(model: nn.Module) -> list[tuple[int, int]]:
     return shapes
 
 
-def model_ffn_widths(model: nn.Module) -> list[int]:
-    """The neurons each layer's feed-forward block keeps (0 when emptied: it computes only its zero phantom neuron)."""
-    return [site.width for site in find_ffn_sites(model)]
-
-
 def written_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The per-layer counts the deci file holds: an emptied layer 0 keeps one all-zero head (llama.cpp reads the head size there)."""
     return [(1, 1) if layer == 0 and heads == 0 else (heads, kv) for layer, (heads, kv) in enumerate(shapes)]
@@ -97,7 +92,7 @@ def export_gguf_deci(
     """Write ``<out>/<name>-<dtype>.gguf`` of an unevenly pruned Llama or Mistral model as llama.cpp's deci; the file."""
     check_writable(model, dtype)
     shapes = written_shapes(model_layer_shapes(model))
-    feed_forward = written_ffn_widths(shapes, model_ffn_widths(model))
+    feed_forward = written_ffn_widths(shapes, [site.width for site in find_ffn_sites(model)])
     emptied = {layer for layer, (heads, _) in enumerate(shapes) if heads == 0}
     ffn_free = {layer for layer, width in enumerate(feed_forward) if width == 0}
     check_phantoms(model, emptied, ffn_free)
@@ -114,7 +109,7 @@ def export_gguf_deci(
 def write_gguf(model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None) -> dict:
     """Write the GGUF file (``llama`` if every layer keeps one shape dividing the width, else ``deci``); returns its per-layer counts."""
     check_writable(model, dtype)  # before the layer shapes: a family GGUF cannot store is told so
-    shapes, widths = model_layer_shapes(model), model_ffn_widths(model)
+    shapes, widths = model_layer_shapes(model), [site.width for site in find_ffn_sites(model)]  # FFN neurons kept (0: emptied)
     check_bpe(tokenizer)
     tokenizer_pre = pre_tokenizer_of(tokenizer, tokenizer_pre)  # named, or identified as llama.cpp's converter does
     model_type, hidden, head_dim = model.config.model_type, int(model.config.hidden_size), int(find_sites(model)[0].head_dim)

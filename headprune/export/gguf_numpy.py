@@ -63,8 +63,7 @@ class GGUFDecoder:
     def _configure(self, layout: dict, weights: dict, metadata: dict) -> None:
         """The forward's settings: ``layout`` as read_layout's, float32 tensors by GGUF name, metadata keys after ``<arch>.``."""
         self.layout, self.weights, arch = layout, weights, layout["architecture"]
-        self.eps = float(metadata.get("attention.layer_norm_rms_epsilon") or 0.0)
-        self.layer_norm_eps = float(metadata.get("attention.layer_norm_epsilon") or 0.0)
+        self.eps = float(metadata.get("attention.layer_norm_rms_epsilon") or metadata.get("attention.layer_norm_epsilon") or 0.0)
         self.head_dim = int(metadata["attention.key_length"])
         self.rotated = 0 if arch in NO_ROTARY else int(metadata.get("rope.dimension_count") or self.head_dim)
         self.falcon = arch == "falcon"  # x + attn(attn_norm_2 x, or attn_norm x) + ffn(attn_norm x)
@@ -74,12 +73,11 @@ class GGUFDecoder:
         self.rope_factor = float(metadata.get("rope.scaling.factor") or 1.0)
         self.halves = arch in HALVES_ROTARY
         self.attention_scale = float(metadata.get("attention.scale") or 1 / np.sqrt(self.head_dim))
-        self.embedding_scale = float(metadata.get("embedding_scale") or 1.0)
+        self.gemma = arch in GEMMA  # embeddings scaled by sqrt(hidden), as llama.cpp's graphs hard-code it
+        embedding_scale = np.sqrt(np.float32(int(metadata["embedding_length"]))) if self.gemma else metadata.get("embedding_scale")
+        self.embedding_scale = float(embedding_scale or 1.0)
         self.residual_scale = float(metadata.get("residual_scale") or 1.0)
         self.logit_scale = float(metadata.get("logit_scale") or 1.0)
-        self.gemma = arch in GEMMA
-        if self.gemma:
-            self.embedding_scale = float(np.sqrt(np.float32(int(metadata["embedding_length"]))))
         self.attn_cap = float(metadata.get("attn_logit_softcapping") or 0.0)
         self.final_cap = float(metadata.get("final_logit_softcapping") or 0.0)
         self.window = int(metadata.get("attention.sliding_window") or 0)
@@ -97,7 +95,7 @@ class GGUFDecoder:
         if bias is None:
             return x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + self.eps) * self.weights[name]
         centred = x64 - x64.mean(-1, keepdims=True)
-        return centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + self.layer_norm_eps) * self.weights[name] + bias
+        return centred / np.sqrt((centred * centred).mean(-1, keepdims=True) + self.eps) * self.weights[name] + bias
 
     def _rotate(self, x: np.ndarray, positions: np.ndarray, sliding: bool = False) -> np.ndarray:
         """Rotary embedding of the first ``rotated`` dims of x (B, T, heads, d) on pairs (2i, 2i+1), or (i, i + d/2) for the
