@@ -50,19 +50,10 @@ def gpt2_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
     return [(hf_name, tensor)]
 
 
-def neox_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
-    """GPT-NeoX's query_key_value, per head [q | k | v], as llama.cpp's attn_qkv: all q rows | all k rows | all v rows
-    (convert_hf_to_gguf's GPTNeoXModel)."""
-    if ".attention.query_key_value." not in hf_name:
-        return [(hf_name, tensor)]
-    per_head = tensor.reshape(heads, 3, tensor.shape[0] // heads // 3, *tensor.shape[1:])  # (heads, q|k|v, d[, hidden])
-    return [(hf_name, per_head.transpose(0, 1).reshape(tensor.shape))]
-
-
-def falcon_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
-    """Falcon's query_key_value, per KV head [its query heads | k | v], as llama.cpp's attn_qkv: all q rows | all k rows |
-    all v rows (convert_hf_to_gguf's FalconModel; multi-query: one group, already so)."""
-    if ".self_attention.query_key_value." not in hf_name:
+def fused_qkv_tensors(hf_name: str, tensor, heads: int, kv_heads: int):
+    """Falcon's query_key_value, per KV head [its query heads | k | v] (GPT-NeoX's: per head [q | k | v], one query head a
+    group), as llama.cpp's attn_qkv: all q rows | all k rows | all v rows (convert_hf_to_gguf's FalconModel, GPTNeoXModel)."""
+    if ".query_key_value." not in hf_name:
         return [(hf_name, tensor)]
     d = tensor.shape[0] // (heads + 2 * kv_heads)
     groups = tensor.reshape(kv_heads, heads // kv_heads + 2, d, *tensor.shape[1:])  # (KV, group q | k | v, d[, hidden])
@@ -126,8 +117,8 @@ ARCHS = (
     GGUFArch("gemma2", ("gemma2",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
     GGUFArch("gemma3", ("gemma3_text",), interleaved_rotary=False, metadata=gemma_keys, norm_offset=1.0),
     converted("gpt2", "gpt2", "layer_norm_epsilon", gpt2_tensors, rotary=False),  # learned positions
-    converted("gptneox", "gpt_neox", "layer_norm_eps", neox_tensors, always_output=True, metadata=neox_keys),
-    converted("falcon", "falcon", "layer_norm_epsilon", falcon_tensors),  # attention and FFN side by side, always
+    converted("gptneox", "gpt_neox", "layer_norm_eps", fused_qkv_tensors, always_output=True, metadata=neox_keys),
+    converted("falcon", "falcon", "layer_norm_epsilon", fused_qkv_tensors),  # attention and FFN side by side, always
     GGUFArch("olmo2", ("olmo2",), interleaved_rotary=False, uneven_instead="export.format=onnx", always_output=True),
 )
 BY_MODEL_TYPE = {model_type: row for row in ARCHS for model_type in row.model_types}
