@@ -274,9 +274,10 @@ def export_gguf(
     row = LLAMA if family.square_attention and shape.heads * shape.head_dim != int(config.hidden_size) else family
     layer_heads = [(shape.heads, shape.kv_heads)] * int(config.num_hidden_layers)
     unfuse = family.unfuse if row is LLAMA else row.convert  # phi3 as llama: its fused projections split
-    path = write_file(
-        model, tokenizer, out, (dtype, name, tokenizer_pre), row, layer_heads, shape.head_dim, ffn_length(model), unfuse=unfuse
-    )
+    kept = stock_ffn_width(model)  # {config field: the FFN width every layer computes}; none: the config's unpruned one
+    unpruned = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or getattr(config, "ffn_hidden_size", None)
+    feed_forward = next(iter(kept.values())) if kept else int(unpruned or 4 * config.hidden_size)  # GPT-2's n_inner None: 4 x n_embd
+    path = write_file(model, tokenizer, out, (dtype, name, tokenizer_pre), row, layer_heads, shape.head_dim, feed_forward, unfuse=unfuse)
     return path, row.name
 
 
@@ -302,17 +303,6 @@ def write_file(
     writer.write_tensors_to_file()
     writer.close()
     return path
-
-
-def ffn_length(model: nn.Module) -> int:
-    """The FFN width every layer computes (the config says the unpruned one: Falcon's ffn_hidden_size; GPT-2's n_inner None:
-    4 x n_embd)."""
-    kept = stock_ffn_width(model)
-    if kept:
-        return next(iter(kept.values()))
-    config = model.config
-    width = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or getattr(config, "ffn_hidden_size", None)
-    return int(width or 4 * config.hidden_size)
 
 
 def safe_name(name: str, tokenizer) -> str:
