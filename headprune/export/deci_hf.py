@@ -2,7 +2,7 @@
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -97,8 +97,7 @@ def layer_plans(model: nn.Module) -> list[LayerPlan]:
     # vLLM's residual stream starts at the first attention it runs: an FFN before it would fail in its fused add-and-norm,
     # so that layer keeps a zero attention over one KV head (n_heads_in_group = H) that adds exactly nothing
     if not plans[first].has_attention:
-        p = plans[first]
-        plans[first] = LayerPlan(p.groups, p.heads, p.ffn_width, placeholder=True)
+        plans[first] = replace(plans[first], placeholder=True)
     check_phantoms(model, {i for i, p in enumerate(plans) if not p.groups}, {i for i, p in enumerate(plans) if not p.ffn_width})
     return plans
 
