@@ -206,10 +206,9 @@ def tolerance_of(job: dict, scale: float) -> dict:
 def token_nll(logits, ids, mask) -> tuple[float, float]:
     """(summed negative log-likelihood, tokens) of each next token of a batch (B, T), padding left out, in float64."""
     import numpy as np
+    from scipy.special import log_softmax
 
-    logits = logits[:, :-1].astype(np.float64)  # position t predicts token t + 1
-    top = logits.max(-1, keepdims=True)
-    logp = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    logp = log_softmax(logits[:, :-1].astype(np.float64), axis=-1)  # position t predicts token t + 1
     picked = np.take_along_axis(logp, ids[:, 1:, None], -1)[..., 0]
     keep = mask[:, 1:] * mask[:, :-1]
     return float(-(picked * keep).sum()), float(keep.sum())

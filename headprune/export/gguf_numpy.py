@@ -2,6 +2,7 @@
 gptneox / falcon read back with the ``gguf`` package and run in numpy: its layout and its logits."""
 
 import numpy as np
+from scipy.special import softmax
 
 # llama.cpp's NEOX rope: pairs (i, i + d/2), as HF; the others (2i, 2i+1)
 HALVES_ROTARY = ("qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gptneox", "falcon", "olmo2")
@@ -147,9 +148,7 @@ class GGUFDecoder:
         if sliding and self.window:  # query t sees keys t - window + 1 .. t
             causal &= ~np.tril(np.ones((length, length), dtype=bool), -self.window)
         allowed = causal[None, None] & keys_valid[:, None, None, :]
-        scores = np.where(allowed, scores, np.float32(-1e30))
-        scores = np.exp(scores - scores.max(-1, keepdims=True))
-        probs = scores / scores.sum(-1, keepdims=True)
+        probs = softmax(np.where(allowed, scores, np.float32(-1e30)), axis=-1)
         context = np.einsum("bhqk,bkhd->bqhd", probs, v).reshape(batch, length, heads * d)
         out = self._linear(context, f"blk.{layer}.attn_output")
         return self._norm(out, f"blk.{layer}.post_attention_norm.weight")
