@@ -74,7 +74,6 @@ class GGUFArch:
     model_types: tuple[str, ...]
     interleaved_rotary: bool  # llama.cpp rotates (2i, 2i+1) pairs (rope type NORM): q/k rows permuted from HF's halves
     per_layer: bool = False  # uneven layouts go to llama.cpp's deci (Llama-like only)
-    biases: tuple[str, ...] = ()  # the projections whose biases the family always has (qwen2: q, k, v)
     metadata: Callable | None = None  # (writer, config) -> None: the architecture's own keys
     uneven_instead: str = "export.format=onnx (deci_hf writes Llama and Mistral only)"  # what takes a layout the row cannot hold
     square_attention: bool = False  # llama.cpp reads q and output as hidden x hidden: other widths are written as ``llama``
@@ -110,7 +109,7 @@ def converted(name: str, model_type: str, layer_norm: str, convert: Callable, **
 
 ARCHS = (
     GGUFArch("llama", ("llama", "mistral"), interleaved_rotary=True, per_layer=True, uneven_instead="the deci architecture"),
-    GGUFArch("qwen2", ("qwen2",), interleaved_rotary=False, biases=("q_proj", "k_proj", "v_proj"), square_attention=True),
+    GGUFArch("qwen2", ("qwen2",), interleaved_rotary=False, square_attention=True),  # q/k/v biases
     GGUFArch("qwen3", ("qwen3",), interleaved_rotary=False),
     GGUFArch("granite", ("granite",), interleaved_rotary=True, metadata=granite_scales),
     GGUFArch("phi3", ("phi3",), interleaved_rotary=False, square_attention=True, unfuse=phi3_unfused),  # fused qkv, gate_up
