@@ -51,8 +51,7 @@ def refusal(fields: dict) -> str | None:
             f"export.format=deci_hf writes Llama and Mistral decoders ({', '.join(DECI_TYPES)}) as vLLM's DeciLMForCausalLM "
             f"(Nemotron-NAS: Llama layers with their own KV heads and FFN widths), not {model_type!r}: use export.format=onnx"
         )
-    layout = rope_and_bias_refusal(fields, "deci_hf", "export.format=onnx")
-    if layout:
+    if layout := rope_and_bias_refusal(fields, "deci_hf", "export.format=onnx"):
         return layout
     if fields.get("hidden_act", "silu") != "silu":
         return f"export.format=deci_hf writes SiLU feed-forward blocks (vLLM's LlamaMLP), this model has {fields['hidden_act']}: use export.format=onnx"
@@ -187,8 +186,7 @@ def export_deci_hf(model: nn.Module, tokenizer, out: Path) -> dict:
     """Write config.json, its config module, model.safetensors, generation config and tokenizer into ``out``; returns a summary."""
     from safetensors.torch import save_file
 
-    why = refusal(model.config.to_dict())
-    if why:
+    if why := refusal(model.config.to_dict()):
         raise ConfigError(why)
     plans = layer_plans(model)
     out.mkdir(parents=True, exist_ok=True)

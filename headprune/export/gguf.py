@@ -39,10 +39,8 @@ def refusal(fields: dict) -> str | None:
         )
     if model_type == "phi3" and fields.get("sliding_window"):  # a pruned one is written as llama.cpp's llama, which has none
         return "export.format=gguf writes phi3 without a sliding window, this model has one: use export.format=hf or onnx"
-    if arch_of(model_type).norm_offset:
-        why = gemma_refusal(fields)
-        if why:
-            return why
+    if arch_of(model_type).norm_offset and (why := gemma_refusal(fields)):
+        return why
     rope = fields.get("rope_parameters") or {}
     if float(rope.get("partial_rotary_factor") or fields.get("partial_rotary_factor") or 1.0) != 1.0:
         return (
@@ -258,8 +256,7 @@ def check_writable(model: nn.Module, dtype: str) -> None:
     """A ConfigError unless GGUF can store this model (its family and settings) in ``dtype``."""
     if dtype not in DTYPES:
         raise ConfigError(f"export.gguf_dtype must be one of {list(DTYPES)}, got {dtype!r}")
-    why = refusal(model.config.to_dict())
-    if why:
+    if why := refusal(model.config.to_dict()):
         raise ConfigError(why)
 
 
