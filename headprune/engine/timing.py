@@ -81,11 +81,6 @@ def budget_cut() -> None:
         cut.append(True)
 
 
-def _over() -> bool:
-    left = seconds_left()
-    return left is not None and left <= 0.0
-
-
 def time_pass(call, batches, device, clock: str = "wall") -> float | None:
     """Seconds for one ``call(batch)`` (e.g. a forward pass) over ``batches`` (device synchronised before and after)."""
     timer = time.process_time if clock == "process" else time.perf_counter
@@ -95,7 +90,7 @@ def time_pass(call, batches, device, clock: str = "wall") -> float | None:
         _sync(device)
         start = timer()
         for batch in batches:
-            if _over():
+            if seconds_left() == 0.0:  # the time budget ran out
                 return None
             call(batch)
         _sync(device)
@@ -135,7 +130,7 @@ def compare_throughput(
                 for _ in range(warmup):
                     time_pass(calls[name], batches[: max(1, min(len(batches), 4))], device)
             r = 0
-            while (r < repeats or (r < limit and max_seconds > 0 and not tight())) and not _over():
+            while (r < repeats or (r < limit and max_seconds > 0 and not tight())) and seconds_left() != 0.0:
                 round_ = {name: time_pass(calls[name], batches, device, clock) for name in (names if r % 2 == 0 else names[::-1])}
                 if any(seconds is None for seconds in round_.values()):
                     break  # the budget ran out within this round
