@@ -20,12 +20,11 @@ class StreamedLayer(CacheLayerMixin):
         self.site, self.base = site, base
         self.sink, self.window = site.sink, site.window
         self.capacity = site.sink + site.window
-        streamed = set(streamed_kv)
-        kv_of_head = site.kv_positions()  # KV position of each computed query head
-        self.full_kv = torch.tensor([k for k in range(site.computed_kv_heads) if k not in streamed], dtype=torch.long)
-        self.streamed_kv = torch.tensor(sorted(streamed), dtype=torch.long)
-        self.full_heads = torch.tensor([h for h, k in enumerate(kv_of_head) if k not in streamed], dtype=torch.long)
-        self.streamed_heads = torch.tensor([h for h, k in enumerate(kv_of_head) if k in streamed], dtype=torch.long)
+        streamed = torch.zeros(site.computed_kv_heads, dtype=torch.bool)  # (KV,)
+        streamed[streamed_kv] = True
+        head_streamed = streamed[site.kv_positions()]  # (H,): whether each computed query head's KV group streams
+        self.full_kv, self.streamed_kv = (~streamed).nonzero().view(-1), streamed.nonzero().view(-1)
+        self.full_heads, self.streamed_heads = (~head_streamed).nonzero().view(-1), head_streamed.nonzero().view(-1)
         self.cumulative = 0  # tokens seen
         self.short_keys = self.short_values = self.positions = None  # (B, KVs, S, D), (S,): S = min(tokens, sink + window)
 
@@ -130,22 +129,17 @@ def _streamed_layers(gates, mask):
             f"a cache streams one set of KV groups for the whole batch: give one mask [layers, units], got {tuple(alphas.shape)}"
         )
     for site in gates.sites:
-        yield site, getattr(site.core, "layer_idx", site.layer), _streamed_kv(site, alphas) if site.head_ids else []
-
-
-def _streamed_kv(site, alphas: torch.Tensor) -> list[int]:
-    """Positions (in the k/v weights) of the KV heads of ``site`` whose query heads all have alpha 0 in ``alphas`` [L, H]."""
-    streamed = []
-    for position, kv in enumerate(site.kv_ids):
-        values = {float(alphas[site.layer, h]) for h in site.head_ids if site.kv_of(h) == kv}
-        if values == {0.0}:
-            streamed.append(position)
-        elif len(values) > 1:
-            raise ValueError(
-                f"layer {site.layer}: the query heads of KV head {kv} are streamed only in part; a cache keeps or drops a KV head's "
-                "keys for all of its query heads: stream whole KV groups (StreamGates unit kv_group)"
-            )
-    return streamed
+        streamed = []  # positions (in the k/v weights) of its KV heads whose query heads all have alpha 0 (none: no heads left)
+        for position, kv in enumerate(site.kv_ids):
+            values = {float(alphas[site.layer, h]) for h in site.head_ids if site.kv_of(h) == kv}
+            if values == {0.0}:
+                streamed.append(position)
+            elif len(values) > 1:
+                raise ValueError(
+                    f"layer {site.layer}: the query heads of KV head {kv} are streamed only in part; a cache keeps or drops a KV "
+                    "head's keys for all of its query heads: stream whole KV groups (StreamGates unit kv_group)"
+                )
+        yield site, getattr(site.core, "layer_idx", site.layer), streamed
 
 
 class StreamCache(DynamicCache):

@@ -106,12 +106,9 @@ class StreamSite:
         mask = None
         if attention_mask is not None or not handover.exact:  # under the model's mask at those positions
             keep = streaming_keep(torch.arange(handover.past, end, device=positions.device), positions, self.sink, self.window)
-            model_mask = None
-            if handover.first:
-                keep = keep & (positions >= handover.first).view(1, -1)  # before a sliding window: the model's mask hides it
-            if attention_mask is not None:
-                model_mask = attention_mask.index_select(-1, (positions - handover.first).clamp(min=0))  # its columns start at ``first``
-            mask = streaming_mask(model_mask, keep, query.dtype)
+            keep &= (positions >= handover.first).view(1, -1)  # before a sliding window (first > 0): the model's mask hides it
+            columns = (positions - handover.first).clamp(min=0)  # the model's mask columns start at ``first``
+            mask = streaming_mask(None if attention_mask is None else attention_mask.index_select(-1, columns), keep, query.dtype)
         streamed = query.index_select(1, handover.streamed_heads)
         out[:, :, handover.streamed_heads], _ = inner(module, streamed, handover.keys, handover.values, mask, **kwargs)
         return out
