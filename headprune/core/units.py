@@ -72,16 +72,13 @@ def unit_count(gates) -> int:
     return sum(layers * units for layers, units in gates.groups.values())
 
 
-STREAMING = (
-    "a streaming mask (headprune.core.stream_gates.StreamGates) keeps every weight: a streamed unit still attends, to its "
-    "sink and recent window only; it is no mask of heads or neurons that act or go"
-)
-
-
 def _removing(base: dict, what: str) -> dict:
     """The base masks of a mask that removes units; a ValueError for a streaming mask, which ``what`` cannot take."""
     if "stream" in base:
-        raise ValueError(f"{what}: {STREAMING}")
+        raise ValueError(
+            f"{what}: a streaming mask (headprune.core.stream_gates.StreamGates) keeps every weight: a streamed unit still attends, "
+            "to its sink and recent window only; it is no mask of heads or neurons that act or go"
+        )
     return base
 
 

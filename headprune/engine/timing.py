@@ -9,10 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from headprune.core.checks import ConfigError
+from headprune.core.inputs import ENCODER_INPUTS, NON_INPUTS
 from headprune.engine.machine_load import busy_text, machine_record
 from headprune.engine.verdict import gain_summary, verdict
-
-DROP = ("idx", "ids", "labels")
 
 
 def example_pool(batches) -> dict[str, torch.Tensor]:
@@ -45,13 +44,13 @@ def make_batches(pool: dict[str, torch.Tensor], batch_size: int, examples: int, 
         batch = {k: v[rows] for k, v in pool.items()}
         if "attention_mask" in batch:
             length = int(batch["attention_mask"].sum(1).max())
-            for key in ("input_ids", "attention_mask", "token_type_ids"):
+            for key in ENCODER_INPUTS:
                 if key in batch:
                     batch[key] = batch[key][:, :length]
         if "labels" in batch and "decoder_input_ids" in batch:
             length = max(1, int((batch["labels"] != -100).sum(1).max()))
             batch["decoder_input_ids"] = batch["decoder_input_ids"][:, :length]
-        batches.append({k: v.to(device) for k, v in batch.items() if k not in DROP})
+        batches.append({k: v.to(device) for k, v in batch.items() if k not in NON_INPUTS})
     return batches
 
 
