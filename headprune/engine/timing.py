@@ -6,7 +6,7 @@ import time
 from contextvars import ContextVar
 
 import torch
-import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from headprune.core.checks import ConfigError
 from headprune.core.inputs import ENCODER_INPUTS, NON_INPUTS
@@ -17,14 +17,10 @@ from headprune.engine.verdict import gain_summary, verdict
 def example_pool(batches) -> dict[str, torch.Tensor]:
     """Concatenate batches into one tensor per input: token inputs padded to the longest, image inputs (B, C, H, W) as they are."""
     keys = [k for k, v in batches[0].items() if isinstance(v, torch.Tensor) and v.dim() >= 2]
-    pool = {}
-    for key in keys:
-        if batches[0][key].dim() > 2:
-            pool[key] = torch.cat([b[key] for b in batches])
-            continue
-        width = max(b[key].shape[1] for b in batches)
-        pad = -100 if key == "labels" else 0
-        pool[key] = torch.cat([F.pad(b[key], (0, width - b[key].shape[1]), value=pad) for b in batches])
+    pool = {  # every example's row; an image's (C, H, W) rows are all of one size already
+        key: pad_sequence([row for b in batches for row in b[key]], batch_first=True, padding_value=-100 if key == "labels" else 0)
+        for key in keys
+    }
     if "input_ids" not in pool:
         raise ValueError("the evaluation batches have no input_ids")
     return pool
