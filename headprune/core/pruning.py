@@ -138,24 +138,20 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
             site.block.set_submodule(path, sliced_projection(modules[path], head_units, outputs=True))
     site.keep(keep)
     site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
-    _set_head_counts(site)
-
-
-def _set_head_counts(site: AttentionSite) -> None:
-    """Tell the attention module its new head and KV head counts (the phantom head counts as one)."""
-    family, heads, kv_heads = site.family, site.computed_heads, site.computed_kv_heads
+    # tell the attention module its new head and KV head counts (the phantom head counts as one)
+    family, count, kv_count = site.family, site.computed_heads, site.computed_kv_heads
     if family.head_count_attr:
-        setattr(site.core, family.head_count_attr, heads)
+        setattr(site.core, family.head_count_attr, count)
     for attr in family.width_attrs:
-        setattr(site.core, attr, heads * site.head_dim)
+        setattr(site.core, attr, count * site.head_dim)
     for attr in family.kv_count_attrs:
-        setattr(site.core, attr, kv_heads)
+        setattr(site.core, attr, kv_count)
     if family.config_head_attrs:
-        site.core.config = with_layer_fields(site.core.config, **dict.fromkeys(family.config_head_attrs, heads))
+        site.core.config = with_layer_fields(site.core.config, **dict.fromkeys(family.config_head_attrs, count))
     if family.kv_groups_attr:  # the model's own KV expansion where query heads still form equal groups, else each its own
         positions = site.kv_positions()  # (H,) KV position of each computed query head
-        groups = len(positions) // kv_heads
-        even = len(positions) == groups * kv_heads and positions == [p // groups for p in range(len(positions))]
+        groups = len(positions) // kv_count
+        even = len(positions) == groups * kv_count and positions == [p // groups for p in range(len(positions))]
         setattr(site.core, family.kv_groups_attr, groups if even else 1)
         site.kv_index = None if even else torch.tensor(positions, dtype=torch.long)
 
