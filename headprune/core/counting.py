@@ -96,16 +96,14 @@ def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False) -> int:
 
 
 def head_flops(site, seq_len: int, heads: int = 1) -> int:
-    """Forward FLOPs of ``heads`` query heads of an attention module and their one KV head: their q/k/v rows, output columns
-    and scores (a KV group of grouped-query attention: ``heads`` = its query heads)."""
+    """Forward FLOPs of ``heads`` query heads and their one KV head: q/k/v rows, output columns, scores (a KV group: its query heads)."""
     query, key, value = (in_features(site.linear(w)) for w in ("query", "key", "value"))
     rows = heads * (query + out_features(site.linear("output"))) + key + value
     return 2 * seq_len * site.head_dim * rows + 2 * 2 * seq_len * seq_len * site.head_dim * heads  # q k^T and probs @ v
 
 
 def site_tables(sites, kept_cost, units=lambda site: site.units_orig) -> dict[str, torch.Tensor]:
-    """{group: [layers, units + 1]} over a list of sites: each site's row ``kept_cost(site)`` with 0, 1, ... units kept (0 past
-    its own units; ``units``: a site's, in the original model)."""
+    """{group: [layers, units + 1]}: each site's row ``kept_cost(site)`` with 0, 1, ... units kept (0 past its own ``units``)."""
     tables = {g: torch.zeros(layers, count + 1, dtype=torch.float64) for g, (layers, count) in unit_groups(sites, units).items()}
     for site in sites:
         row = kept_cost(site)

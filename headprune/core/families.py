@@ -32,8 +32,7 @@ def grouped(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, tor
 
 
 def site(path: str, group: str, *fields: str) -> tuple[str, ...]:
-    """A ``sites`` entry: a module path (``*`` for the layer number) matched at the end of a module's path, its group, and
-    the entry's other fields."""
+    """A ``sites`` entry (regex, group, other fields): ``path`` (``*`` for the layer number) matched at the end of a module's path."""
     return r"(?:^|\.)" + re.escape(path).replace(r"\*", r"(\d+)") + "$", group, *fields
 
 
