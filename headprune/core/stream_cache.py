@@ -80,11 +80,8 @@ class StreamedLayer(CacheLayerMixin):
         kept = ((positions < self.sink) | (last - positions < self.window)).nonzero().view(-1)
         kept_positions = positions[kept]  # the sink in place, the window rolling over ``window`` slots after it
         slots = torch.where(kept_positions < self.sink, kept_positions, self.sink + (kept_positions - self.sink) % self.window)
-        self.short_keys = keys.new_empty(*keys.shape[:2], len(kept), keys.shape[-1])
-        self.short_values = values.new_empty(*values.shape[:2], len(kept), values.shape[-1])
-        self.positions = positions.new_empty(len(kept))
-        self.short_keys[:, :, slots], self.short_values[:, :, slots] = keys[:, :, kept], values[:, :, kept]
-        self.positions[slots] = positions[kept]
+        kept = kept[slots.argsort()]  # the slots are 0, 1, ... in some order: the kept keys in slot order
+        self.short_keys, self.short_values, self.positions = keys[:, :, kept], values[:, :, kept], positions[kept]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """The mask the full groups need: the base layer's (every position so far, or its sliding window)."""

@@ -21,14 +21,10 @@ def streaming_mask(attention_mask: torch.Tensor | None, keep: torch.Tensor, dtyp
     """The model's own attention mask restricted to ``keep`` (Tq, Tk), as an additive float mask (1 or B, 1, Tq, Tk)."""
     lowest = torch.finfo(dtype).min
     keep = keep.view(1, 1, *keep.shape)
-    if attention_mask is None:
-        allowed = keep
-    else:
-        mask = attention_mask[..., : keep.shape[-1]]
-        if mask.dtype != torch.bool:
-            return mask.to(dtype).masked_fill(~keep.to(mask.device), lowest)
-        allowed = mask & keep.to(mask.device)
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, lowest)
+    mask = keep.new_ones(()) if attention_mask is None else attention_mask[..., : keep.shape[-1]]  # none: every key allowed
+    if mask.dtype == torch.bool:  # True where allowed: as an additive mask
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, lowest)
+    return mask.to(dtype).masked_fill(~keep.to(mask.device), lowest)
 
 
 @dataclass(eq=False)
