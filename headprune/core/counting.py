@@ -78,11 +78,10 @@ def model_bytes(model: nn.Module) -> int:
     total = 0
     for module in model.modules():
         for param in module.parameters(recurse=False):
-            if id(param) in seen:
-                continue
-            seen.add(id(param))
-            lookup = isinstance(module, nn.Embedding) and id(param) not in projected
-            total += (param.shape[-1] if lookup else param.numel()) * param.element_size()  # a lookup: one row (dim,)
+            if id(param) not in seen:
+                seen.add(id(param))
+                lookup = isinstance(module, nn.Embedding) and id(param) not in projected
+                total += (param.shape[-1] if lookup else param.numel()) * param.element_size()  # a lookup: one row (dim,)
     return total
 
 

@@ -5,8 +5,6 @@ from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer
 
 from headprune.core.stream_sites import CacheHandover
 
-KV_ELEMENTS = ("keys", "values", "short_keys", "short_values")  # the tensors of keys and values a cache layer holds
-
 
 class StreamedLayer(CacheLayerMixin):
     """One layer's cache with some KV groups streamed: the others in ``base`` (a stock layer), the streamed ones in a short buffer."""
@@ -165,7 +163,7 @@ class StreamCache(DynamicCache):
 
 def held_kv_bytes(cache) -> int:
     """Bytes of the keys and values a cache holds now (every layer, every tensor of keys or values)."""
-    tensors = (getattr(layer, name, None) for layer in cache.layers for name in KV_ELEMENTS)
+    tensors = (getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values", "short_keys", "short_values"))
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 

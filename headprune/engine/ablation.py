@@ -15,9 +15,7 @@ from headprune.core.unit_kinds import ablation_refusal
 from headprune.core.units import FFN, QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 REPLAYED = {QUERY_HEADS, FFN}  # the kinds whose gates the batcher sets per mask row (query heads, neurons)
-SHARED = "headprune_shared_"
 FIRST_TOKEN_ATTR = "_headprune_first_token"  # on the last layer's attention module during a first-token-only pass
-ONE_MASK = "the engine evaluates one mask [layers, units] per group for the whole batch, not one per example"
 
 
 def _make_shared(inner: str):
@@ -44,9 +42,8 @@ def _patched(module: nn.Module, fn):
     try:
         yield
     finally:
-        if previous is None:
-            del module.forward
-        else:
+        del module.forward
+        if previous is not None:
             module.forward = previous
 
 
@@ -150,7 +147,7 @@ class MaskBatcher:
         layers = layer_stacks(model)  # {layer path: ...}: each site's layer is the one whose path its own extends
         self.layers = [model.get_submodule(next(p for p in layers if s.path.startswith(p + "."))) for s in self.sites]
         ensure_gated(heads.inner)  # the shared function calls the gated one (not registered yet when heads gate at the output)
-        self.shared_name = register_wrapper(SHARED, heads.inner, _make_shared)
+        self.shared_name = register_wrapper("headprune_shared_", heads.inner, _make_shared)
         self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
         self.first_token: bool | None = None
 
@@ -255,7 +252,7 @@ class MaskBatcher:
             ones = {**self.heads.ones(), **(self.ffn.ones() if self.ffn is not None else {})}
             full = [{**ones, **base_mask(self.gates, self.gates.ones() if mk is None else mk)} for mk in masks]  # None = no mask
         if any(f[g].dim() != 2 for f in full for g in ones):
-            raise ValueError(ONE_MASK)
+            raise ValueError("the engine evaluates one mask [layers, units] per group for the whole batch, not one per example")
         return {g: torch.stack([f[g].float() for f in full]) for g in ones}
 
 
