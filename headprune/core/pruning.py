@@ -84,9 +84,6 @@ def _slice(site: AttentionSite, which: str, units: torch.Tensor, outputs: bool =
     site.block.set_submodule(getattr(site.family, which), sliced_projection(site.linear(which), units, outputs))
 
 
-HEAD_KEEPING_PARTS = ("feed_forward", "depth")  # removing FFN neurons or whole layers leaves every kept head and its norms whole
-
-
 def inexact_reason(family: Family, config, parts: tuple[str, ...] | None = None) -> str | None:
     """Why removing heads from this family's attention cannot give the masked model's outputs (None: it can); ``config`` is a
     model config or its fields; ``parts``: the parts the pruning removes units of (None: any), norms across heads refuse
@@ -95,7 +92,7 @@ def inexact_reason(family: Family, config, parts: tuple[str, ...] | None = None)
         if config.get(flag, False) if isinstance(config, dict) else getattr(config, flag, False):
             return f"a {family.name} model with {flag}=True cannot be pruned physically: {why}"
     norms = family.cross_head_norms
-    if norms and (parts is None or not set(parts) <= set(HEAD_KEEPING_PARTS)):
+    if norms and (parts is None or not set(parts) <= {"feed_forward", "depth"}):  # removed FFN neurons or layers keep each head whole
         return (
             f"{family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
             f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "

@@ -7,8 +7,6 @@ import torch
 
 from headprune.core.site_gates import gate_and_probe
 
-CACHE_ARGS = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache
-
 
 def streaming_keep(query_positions: torch.Tensor, key_positions: torch.Tensor, sink: int, window: int) -> torch.Tensor:
     """Bool (Tq, Tk): True where a streamed head at query position i may attend to key position j."""
@@ -67,7 +65,8 @@ class StreamSite:
 
     def record_past(self, module, args, kwargs) -> None:
         """Forward pre-hook of the attention module: how many tokens its cache layer held before this forward."""
-        cache = next((kwargs[name] for name in CACHE_ARGS if kwargs.get(name) is not None), None)
+        names = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache
+        cache = next((kwargs[name] for name in names if kwargs.get(name) is not None), None)
         layer = getattr(module, "layer_idx", None)
         self.past = (
             int(cache.get_seq_length(layer)) if cache is not None and layer is not None and hasattr(cache, "get_seq_length") else None
