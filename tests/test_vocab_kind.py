@@ -11,9 +11,8 @@ import torch
 from headprune.core.checks import ConfigError
 from headprune.core.counting import model_cost
 from headprune.core.kinds import KINDS
-from headprune.core.pruned_count import PrunedCount
 from headprune.core.saving import load_pruned, save_pruned
-from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.units import PrunedCount, prune_unit_mask, unit_gates
 from headprune.core.vocab.rows import id_map
 from headprune.core.vocab.tokenizer import floor_ids, rewritten_tokenizer, tokenizer_json
 from headprune.models.tokenizers import train_tokenizer

@@ -1,12 +1,14 @@
-"""Parameter and FLOP counts, overall, for the attention modules and for the feed-forward blocks."""
+"""Parameter and FLOP counts, overall, for the attention modules and for the feed-forward blocks, and analytic FLOPs tables per kind."""
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from headprune.core.attention.gates import find_sites
-from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any
+from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, find_ffn_sites
 from headprune.core.projections import in_features, is_projection, out_features
+from headprune.core.site_gates import unit_groups
 
 
 @dataclass
@@ -76,11 +78,10 @@ def model_bytes(model: nn.Module) -> int:
     total = 0
     for module in model.modules():
         for param in module.parameters(recurse=False):
-            if id(param) in seen:
-                continue
-            seen.add(id(param))
-            lookup = isinstance(module, nn.Embedding) and id(param) not in projected
-            total += (param.shape[-1] if lookup else param.numel()) * param.element_size()  # a lookup: one row (dim,)
+            if id(param) not in seen:
+                seen.add(id(param))
+                lookup = isinstance(module, nn.Embedding) and id(param) not in projected
+                total += (param.shape[-1] if lookup else param.numel()) * param.element_size()  # a lookup: one row (dim,)
     return total
 
 
@@ -91,3 +92,40 @@ def kv_cache_bytes_per_token(model: nn.Module, ideal: bool = False) -> int:
         2 * (len(site.kv_ids) if ideal else site.computed_kv_heads) * site.head_dim * site.linear("key").weight.element_size()
         for site in sites
     )
+
+
+def head_flops(site, seq_len: int, heads: int = 1) -> int:
+    """Forward FLOPs of ``heads`` query heads and their one KV head: q/k/v rows, output columns, scores (a KV group: its query heads)."""
+    query, key, value = (in_features(site.linear(w)) for w in ("query", "key", "value"))
+    rows = heads * (query + out_features(site.linear("output"))) + key + value
+    return 2 * seq_len * site.head_dim * rows + 2 * 2 * seq_len * seq_len * site.head_dim * heads  # q k^T and probs @ v
+
+
+def site_tables(sites, kept_cost, units=lambda site: site.units_orig) -> dict[str, torch.Tensor]:
+    """{group: [layers, units + 1]}: each site's row ``kept_cost(site)`` with 0, 1, ... units kept (0 past its own ``units``)."""
+    tables = {g: torch.zeros(layers, count + 1, dtype=torch.float64) for g, (layers, count) in unit_groups(sites, units).items()}
+    for site in sites:
+        row = kept_cost(site)
+        tables[site.group][site.layer, : len(row)] = row
+    return tables
+
+
+def head_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
+    """{attention group: [layers, heads + 1]}: a layer's attention FLOPs with n query heads kept (0: the phantom head)."""
+    return site_tables(find_sites(model), lambda s: torch.arange(s.num_heads_orig + 1).clamp(min=1).double() * head_flops(s, seq_len))
+
+
+def kv_group_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
+    """{attention group: [layers, KV heads + 1]}: k KV groups kept compute k KV heads and their query heads."""
+
+    def kept(site) -> torch.Tensor:
+        flops = torch.arange(site.num_kv_heads_orig + 1).double() * head_flops(site, seq_len, site.heads_per_kv)
+        flops[0] = head_flops(site, seq_len)  # the phantom: one query head, one KV head
+        return flops
+
+    return site_tables(find_sites(model), kept, lambda s: s.num_kv_heads_orig)
+
+
+def ffn_flops_tables(model: nn.Module, seq_len: int = 128) -> dict[str, torch.Tensor]:
+    """{FFN group: [layers, neurons + 1]}: a block's FLOPs with n neurons kept (0 kept: the phantom neuron)."""
+    return site_tables(find_ffn_sites(model), lambda s: torch.arange(s.width_orig + 1).clamp(min=1).double() * neuron_flops(s, seq_len))

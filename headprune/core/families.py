@@ -1,11 +1,52 @@
-"""The table of supported model families: where their attention modules live and what they are called."""
+"""The table of supported model families: where their attention modules and feed-forward blocks live and what they are called."""
 
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from headprune.core.fused import concatenated, grouped, interleaved
-from headprune.core.mlp_layouts import MLPLayout, site
+import torch
+
+
+# Fused q/k/v projections: where each head's rows sit in the one output of the fused layer.
+def concatenated(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (heads * D) | k (kv_heads * D) | v (kv_heads * D): GPT-2's ``c_attn``, Phi-3's ``qkv_proj``."""
+    rows = torch.arange((heads + 2 * kv_heads) * head_dim).view(-1, head_dim)  # (H + 2 KV, D)
+    return rows[:heads], rows[heads : heads + kv_heads], rows[heads + kv_heads :]
+
+
+def interleaved(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per head [q | k | v], head after head (GPT-NeoX's ``query_key_value``, viewed as (heads, 3, D))."""
+    if kv_heads != heads:
+        raise ValueError(f"an interleaved q/k/v layout has one KV head per query head, got {heads} and {kv_heads}")
+    rows = torch.arange(heads * 3 * head_dim).view(heads, 3, head_dim)  # (H, 3, D)
+    return rows[:, 0], rows[:, 1], rows[:, 2]
+
+
+def grouped(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per KV head [its query heads | k | v], group after group (Falcon's ``query_key_value``, viewed as (KV, H / KV + 2, D))."""
+    if heads % kv_heads:
+        raise ValueError(f"a grouped q/k/v layout needs as many query heads for every KV head, got {heads} over {kv_heads}")
+    per_kv = heads // kv_heads
+    rows = torch.arange(kv_heads * (per_kv + 2) * head_dim).view(kv_heads, per_kv + 2, head_dim)  # (KV, H / KV + 2, D)
+    return rows[:, :per_kv].reshape(heads, head_dim), rows[:, per_kv], rows[:, per_kv + 1]
+
+
+def site(path: str, group: str, *fields: str) -> tuple[str, ...]:
+    """A ``sites`` entry (regex, group, other fields): ``path`` (``*`` for the layer number) matched at the end of a module's path."""
+    return r"(?:^|\.)" + re.escape(path).replace(r"\*", r"(\d+)") + "$", group, *fields
+
+
+FFN_GROUPS = ("enc_ffn", "dec_ffn")  # the encoder's and the decoder's feed-forward blocks
+
+
+@dataclass(frozen=True)
+class MLPLayout:
+    """How to find and slice the feed-forward blocks of one model family."""
+
+    sites: tuple[tuple[str, str, str], ...]  # (regex on the module path with one (\d+) for the layer, group, config field of its width)
+    up: tuple[str, ...]  # paths from that module to the projections whose output rows are the neurons (those it has)
+    down: str  # path from that module to the projection whose input columns are the neurons
+    blocks: int = 1  # neuron row blocks stacked in each up projection (2: a fused [gate | up] projection)
 
 
 def fused_qkv(path: str, output: str = "o_proj") -> dict[str, str]:
@@ -41,14 +82,16 @@ class Family:
     kv_count_attrs: tuple[str, ...] = ()  # attributes on the core holding the number of KV heads
     heads_in_config: bool = False  # the core holds no head count: the model config's config_head_counts[0] does
     config_head_attrs: tuple[str, ...] = ()  # config fields the attention reads for its own head count at run time
-    fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): headprune.core.fused
+    fused_layout: Callable | None = (
+        None  # q/k/v one fused projection (query = key = value path): concatenated, interleaved or grouped above
+    )
     cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
     unprunable_if: tuple[tuple[str, str], ...] = ()  # (model config flag, why) under which pruning cannot be exact
     gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (attach_output_gate)
     head_rows: tuple[str, ...] = ()  # more projections whose output rows are per head, sliced like the query (when present)
     head_indexed_kwargs: tuple[str, ...] = ()  # attention-function kwargs with a head axis 1 by original id (T5's position bias)
     config_head_counts: tuple[str, ...] = ("num_attention_heads",)  # config fields holding heads per layer
-    mlp: MLPLayout | None = None  # its feed-forward blocks (FFN neurons as a unit): headprune.core.mlp_layouts; None: none
+    mlp: MLPLayout | None = None  # its feed-forward blocks (FFN neurons as a unit): MLPLayout above; None: none
 
 
 BERT_LIKE = Family(

@@ -22,35 +22,14 @@ class JointGates(SharedGates):
             raise ValueError("JointGates needs at least one part (one gates object per kind)")
         self.model = model
         self.parts = list(parts)
+        self.unit = JOINER.join(part.unit for part in self.parts)  # the kinds' names joined: head+ffn, kv_group+ffn+hidden ...
+        self.shared = {name: gates for part in self.parts for name, gates in shared_gates(part).items()}  # {kind name: the gates that act}
+        self.heads, self.ffn = self.shared.get("head"), self.shared.get("ffn")  # HeadGates, FFNGates where a part acts on them
+        self.groups = {g: shape for part in self.parts for g, shape in part.groups.items()}  # (layers, units per layer originally)
         self._owner = {g: part for part in self.parts for g in part.groups}
 
-    @property
-    def unit(self) -> str:
-        """The kinds' names joined: ``head+ffn``, ``kv_group+ffn+hidden`` ..."""
-        return JOINER.join(part.unit for part in self.parts)
-
-    @property
-    def shared(self) -> dict:
-        """{kind name: the gates that act}, of every part."""
-        return {name: gates for part in self.parts for name, gates in shared_gates(part).items()}
-
-    @property
-    def heads(self):
-        """The query-head gates (HeadGates), where a part acts on attention heads; else None."""
-        return self.shared.get("head")
-
-    @property
-    def ffn(self):
-        """The neuron gates (FFNGates), where a part acts on FFN neurons; else None."""
-        return self.shared.get("ffn")
-
-    @property
-    def groups(self) -> dict[str, tuple[int, int]]:
-        """{group: (layers, units per layer in the original model)} over every part."""
-        return {g: shape for part in self.parts for g, shape in part.groups.items()}
-
     def __getattr__(self, name):  # inner, kv_groups, heads_per_kv, describe ...: the query-head gates' own structure
-        heads = self.__dict__.get("parts") and self.shared.get("head")
+        heads = self.__dict__.get("heads")
         if heads is None:
             raise AttributeError(name)
         return getattr(heads, name)

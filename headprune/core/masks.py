@@ -2,8 +2,6 @@
 
 import torch
 
-KIND_OF_UNIT = {"head": "attention", "neuron": "FFN"}  # how the groups of a unit's masks are named in messages
-
 
 def _check_values(group: str, value: torch.Tensor, hard: bool, unit: str = "head") -> None:
     """Raise a ValueError naming the first NaN/inf entry (or, for a hard mask, the first entry not 0/1)."""
@@ -44,7 +42,7 @@ def _as_tensor(group: str, value, layers: int, heads: int, unit: str = "head") -
 
 def normalize_mask(mask, groups: dict[str, tuple[int, int]], hard: bool = False, unit: str = "head") -> dict[str, torch.Tensor]:
     """Check a mask against ``groups`` ({group: (layers, heads)}) and return {group: float tensor}."""
-    kind = KIND_OF_UNIT.get(unit, unit)
+    kind = {"head": "attention", "neuron": "FFN"}.get(unit, unit)  # how the groups of the unit's masks are named in messages
     if mask is None:
         shapes = ", ".join(f"{g} [{layers}, {heads}]" for g, (layers, heads) in groups.items())
         raise TypeError(f"the mask is None: give a dict {{group: tensor [layers, {unit}s]}} with the groups {shapes}")

@@ -84,9 +84,6 @@ def _slice(site: AttentionSite, which: str, units: torch.Tensor, outputs: bool =
     site.block.set_submodule(getattr(site.family, which), sliced_projection(site.linear(which), units, outputs))
 
 
-HEAD_KEEPING_PARTS = ("feed_forward", "depth")  # removing FFN neurons or whole layers leaves every kept head and its norms whole
-
-
 def inexact_reason(family: Family, config, parts: tuple[str, ...] | None = None) -> str | None:
     """Why removing heads from this family's attention cannot give the masked model's outputs (None: it can); ``config`` is a
     model config or its fields; ``parts``: the parts the pruning removes units of (None: any), norms across heads refuse
@@ -95,7 +92,7 @@ def inexact_reason(family: Family, config, parts: tuple[str, ...] | None = None)
         if config.get(flag, False) if isinstance(config, dict) else getattr(config, flag, False):
             return f"a {family.name} model with {flag}=True cannot be pruned physically: {why}"
     norms = family.cross_head_norms
-    if norms and (parts is None or not set(parts) <= set(HEAD_KEEPING_PARTS)):
+    if norms and (parts is None or not set(parts) <= {"feed_forward", "depth"}):  # removed FFN neurons or layers keep each head whole
         return (
             f"{family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
             f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "
@@ -138,24 +135,20 @@ def prune_site(site: AttentionSite, heads: list[int]) -> None:
             site.block.set_submodule(path, sliced_projection(modules[path], head_units, outputs=True))
     site.keep(keep)
     site.kv_ids = [site.kv_ids[pos] for pos in kv_keep]
-    _set_head_counts(site)
-
-
-def _set_head_counts(site: AttentionSite) -> None:
-    """Tell the attention module its new head and KV head counts (the phantom head counts as one)."""
-    family, heads, kv_heads = site.family, site.computed_heads, site.computed_kv_heads
+    # tell the attention module its new head and KV head counts (the phantom head counts as one)
+    family, count, kv_count = site.family, site.computed_heads, site.computed_kv_heads
     if family.head_count_attr:
-        setattr(site.core, family.head_count_attr, heads)
+        setattr(site.core, family.head_count_attr, count)
     for attr in family.width_attrs:
-        setattr(site.core, attr, heads * site.head_dim)
+        setattr(site.core, attr, count * site.head_dim)
     for attr in family.kv_count_attrs:
-        setattr(site.core, attr, kv_heads)
+        setattr(site.core, attr, kv_count)
     if family.config_head_attrs:
-        site.core.config = with_layer_fields(site.core.config, **dict.fromkeys(family.config_head_attrs, heads))
+        site.core.config = with_layer_fields(site.core.config, **dict.fromkeys(family.config_head_attrs, count))
     if family.kv_groups_attr:  # the model's own KV expansion where query heads still form equal groups, else each its own
         positions = site.kv_positions()  # (H,) KV position of each computed query head
-        groups = len(positions) // kv_heads
-        even = len(positions) == groups * kv_heads and positions == [p // groups for p in range(len(positions))]
+        groups = len(positions) // kv_count
+        even = len(positions) == groups * kv_count and positions == [p // groups for p in range(len(positions))]
         setattr(site.core, family.kv_groups_attr, groups if even else 1)
         site.kv_index = None if even else torch.tensor(positions, dtype=torch.long)
 

@@ -49,26 +49,20 @@ def kind_entries(meta: dict, file: Path) -> dict[str, dict]:
     return meta["kinds"]
 
 
-def _read_weights(file: Path) -> dict[str, torch.Tensor]:
-    """One weights file, or a ValueError naming it (a truncated or damaged file)."""
-    try:
-        if file.suffix == ".safetensors":
-            return load_file(str(file))
-        return torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - safetensors and torch raise their own types for a damaged file
-        raise ValueError(
-            f"{file} cannot be read as weights ({type(err).__name__}: {err}): the file is damaged or truncated; save the model again"
-        ) from None
-
-
 def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
-    files = sorted(path.glob("*.safetensors"))
-    if files:
-        return {name: tensor for file in files for name, tensor in _read_weights(file).items()}
-    bin_file = path / "pytorch_model.bin"
-    if bin_file.exists():
-        return _read_weights(bin_file)
-    raise FileNotFoundError(f"no weights (*.safetensors or pytorch_model.bin) in {path}")
+    """The weights of a model directory (its *.safetensors, else pytorch_model.bin); a ValueError naming a damaged file."""
+    files = sorted(path.glob("*.safetensors")) or [path / "pytorch_model.bin"]
+    if not files[0].exists():
+        raise FileNotFoundError(f"no weights (*.safetensors or pytorch_model.bin) in {path}")
+    state = {}
+    for file in files:
+        try:
+            state.update(load_file(str(file)) if file.suffix == ".safetensors" else torch.load(file, map_location="cpu", weights_only=True))
+        except Exception as err:  # noqa: BLE001 - safetensors and torch raise their own types for a damaged file
+            raise ValueError(
+                f"{file} cannot be read as weights ({type(err).__name__}: {err}): the file is damaged or truncated; save the model again"
+            ) from None
+    return state
 
 
 def _model_dir(path) -> Path:
@@ -131,7 +125,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     for kind in kinds:  # depth first: heads and FFN widths are recorded by original layer id
         kind.restore(model, None if entries is None else entries.get(kind.name, {}), path)
     expected = model.state_dict()
-    state = _model_keys(model, _in_model_names(model, _state_dict_from(path)), expected)
+    state = _in_model_names(model, _state_dict_from(path), expected)
     for key, value in state.items():  # v4 stores a layer with no heads left as 0-row q/k/v, 0-column output weights
         target = expected.get(key)
         if target is not None and target.shape != value.shape and not value.numel() and value.dim() == target.dim():
@@ -156,22 +150,16 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     return model.eval()
 
 
-def _model_keys(model: nn.Module, state: dict[str, torch.Tensor], expected: dict) -> dict[str, torch.Tensor]:
-    """The file's keys renamed as transformers renames them on load (GPT-NeoX saves ``embed_out``, loads ``lm_head``)."""
+def _in_model_names(model: nn.Module, state: dict[str, torch.Tensor], expected: dict) -> dict[str, torch.Tensor]:
+    """The file's weights under the model's names: transformers writes some models (ViT, DeiT) in their older layout, and
+    renames some keys on load (GPT-NeoX saves ``embed_out``, loads ``lm_head``)."""
     from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.core_model_loading import WeightRenaming, apply_renamings
+    from transformers.core_model_loading import WeightRenaming, apply_renamings, revert_weight_conversion
 
+    by_tensor = {id(tensor): name for name, tensor in expected.items()}
+    renamed = {saved: by_tensor.get(id(tensor)) for saved, tensor in revert_weight_conversion(model, dict(expected)).items()}
+    state = {renamed.get(name) or name: tensor for name, tensor in state.items()}  # renames only; other conversions stay as saved
     if all(key in expected for key in state):
         return state
     renamings = [t for t in get_model_conversion_mapping(model) if type(t) is WeightRenaming]
     return {key if key in expected else apply_renamings(key, renamings): value for key, value in state.items()}
-
-
-def _in_model_names(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The file's weights under the model's names: transformers writes some models (ViT, DeiT) in their older layout."""
-    from transformers.core_model_loading import revert_weight_conversion
-
-    own = model.state_dict()
-    by_tensor = {id(tensor): name for name, tensor in own.items()}
-    renamed = {saved: by_tensor.get(id(tensor)) for saved, tensor in revert_weight_conversion(model, dict(own)).items()}
-    return {renamed.get(name) or name: tensor for name, tensor in state.items()}  # renames only; other conversions stay as saved

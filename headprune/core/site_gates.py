@@ -1,5 +1,4 @@
-"""The ``Site`` every kind's sites derive from, and what every gates object over such sites shares: groups, masks, a mask
-for a block of code, and gate probes."""
+"""The ``Site`` every kind's sites derive from, and what every gates object over such sites shares: groups, masks, probes."""
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -108,8 +107,7 @@ def unit_groups(sites: list, units=lambda site: site.units_orig) -> dict[str, tu
 
 
 class SiteGateMethods:
-    """``ones``, ``num_heads``, ``normalize_mask``, ``masked`` and ``probing`` for a gates object with ``groups``, ``sites``
-    and ``set_mask``."""
+    """``ones``, ``num_heads``, ``normalize_mask``, ``masked`` and ``probing`` for gates with ``groups``, ``sites`` and ``set_mask``."""
 
     noun = "unit"  # one unit, in messages
 

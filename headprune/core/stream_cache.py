@@ -5,8 +5,6 @@ from transformers.cache_utils import CacheLayerMixin, DynamicCache, DynamicLayer
 
 from headprune.core.stream_sites import CacheHandover
 
-KV_ELEMENTS = ("keys", "values", "short_keys", "short_values")  # the tensors of keys and values a cache layer holds
-
 
 class StreamedLayer(CacheLayerMixin):
     """One layer's cache with some KV groups streamed: the others in ``base`` (a stock layer), the streamed ones in a short buffer."""
@@ -20,12 +18,11 @@ class StreamedLayer(CacheLayerMixin):
         self.site, self.base = site, base
         self.sink, self.window = site.sink, site.window
         self.capacity = site.sink + site.window
-        streamed = set(streamed_kv)
-        kv_of_head = site.kv_positions()  # KV position of each computed query head
-        self.full_kv = torch.tensor([k for k in range(site.computed_kv_heads) if k not in streamed], dtype=torch.long)
-        self.streamed_kv = torch.tensor(sorted(streamed), dtype=torch.long)
-        self.full_heads = torch.tensor([h for h, k in enumerate(kv_of_head) if k not in streamed], dtype=torch.long)
-        self.streamed_heads = torch.tensor([h for h, k in enumerate(kv_of_head) if k in streamed], dtype=torch.long)
+        streamed = torch.zeros(site.computed_kv_heads, dtype=torch.bool)  # (KV,)
+        streamed[streamed_kv] = True
+        head_streamed = streamed[site.kv_positions()]  # (H,): whether each computed query head's KV group streams
+        self.full_kv, self.streamed_kv = (~streamed).nonzero().view(-1), streamed.nonzero().view(-1)
+        self.full_heads, self.streamed_heads = (~head_streamed).nonzero().view(-1), head_streamed.nonzero().view(-1)
         self.cumulative = 0  # tokens seen
         self.short_keys = self.short_values = self.positions = None  # (B, KVs, S, D), (S,): S = min(tokens, sink + window)
 
@@ -81,11 +78,8 @@ class StreamedLayer(CacheLayerMixin):
         kept = ((positions < self.sink) | (last - positions < self.window)).nonzero().view(-1)
         kept_positions = positions[kept]  # the sink in place, the window rolling over ``window`` slots after it
         slots = torch.where(kept_positions < self.sink, kept_positions, self.sink + (kept_positions - self.sink) % self.window)
-        self.short_keys = keys.new_empty(*keys.shape[:2], len(kept), keys.shape[-1])
-        self.short_values = values.new_empty(*values.shape[:2], len(kept), values.shape[-1])
-        self.positions = positions.new_empty(len(kept))
-        self.short_keys[:, :, slots], self.short_values[:, :, slots] = keys[:, :, kept], values[:, :, kept]
-        self.positions[slots] = positions[kept]
+        kept = kept[slots.argsort()]  # the slots are 0, 1, ... in some order: the kept keys in slot order
+        self.short_keys, self.short_values, self.positions = keys[:, :, kept], values[:, :, kept], positions[kept]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """The mask the full groups need: the base layer's (every position so far, or its sliding window)."""
@@ -130,22 +124,17 @@ def _streamed_layers(gates, mask):
             f"a cache streams one set of KV groups for the whole batch: give one mask [layers, units], got {tuple(alphas.shape)}"
         )
     for site in gates.sites:
-        yield site, getattr(site.core, "layer_idx", site.layer), _streamed_kv(site, alphas) if site.head_ids else []
-
-
-def _streamed_kv(site, alphas: torch.Tensor) -> list[int]:
-    """Positions (in the k/v weights) of the KV heads of ``site`` whose query heads all have alpha 0 in ``alphas`` [L, H]."""
-    streamed = []
-    for position, kv in enumerate(site.kv_ids):
-        values = {float(alphas[site.layer, h]) for h in site.head_ids if site.kv_of(h) == kv}
-        if values == {0.0}:
-            streamed.append(position)
-        elif len(values) > 1:
-            raise ValueError(
-                f"layer {site.layer}: the query heads of KV head {kv} are streamed only in part; a cache keeps or drops a KV head's "
-                "keys for all of its query heads: stream whole KV groups (StreamGates unit kv_group)"
-            )
-    return streamed
+        streamed = []  # positions (in the k/v weights) of its KV heads whose query heads all have alpha 0 (none: no heads left)
+        for position, kv in enumerate(site.kv_ids):
+            values = {float(alphas[site.layer, h]) for h in site.head_ids if site.kv_of(h) == kv}
+            if values == {0.0}:
+                streamed.append(position)
+            elif len(values) > 1:
+                raise ValueError(
+                    f"layer {site.layer}: the query heads of KV head {kv} are streamed only in part; a cache keeps or drops a KV "
+                    "head's keys for all of its query heads: stream whole KV groups (StreamGates unit kv_group)"
+                )
+        yield site, getattr(site.core, "layer_idx", site.layer), streamed
 
 
 class StreamCache(DynamicCache):
@@ -174,7 +163,7 @@ class StreamCache(DynamicCache):
 
 def held_kv_bytes(cache) -> int:
     """Bytes of the keys and values a cache holds now (every layer, every tensor of keys or values)."""
-    tensors = (getattr(layer, name, None) for layer in cache.layers for name in KV_ELEMENTS)
+    tensors = (getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values", "short_keys", "short_values"))
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 

@@ -55,6 +55,10 @@ class StreamGates(SiteGateMethods):
                 "KV head per query head: stream unit=head"
             )
         self.view = KVGroupGates(heads) if self.unit == "kv_group" else heads  # masks and scores in this unit, all groups
+        # the streamed group's shapes, all of the original model: (layers, units per layer), (layers, KV heads), query heads per KV
+        self.groups = {STREAMED_GROUP: self.view.groups[STREAMED_GROUP]}
+        self.kv_groups = {STREAMED_GROUP: heads.kv_groups[STREAMED_GROUP]}
+        self.heads_per_kv = {STREAMED_GROUP: heads.heads_per_kv[STREAMED_GROUP]}
         self.sites = []
         for site in sites:  # each attention site's streaming gate (the one already attached, set to this sink and window)
             if site.stream is None:
@@ -62,19 +66,6 @@ class StreamGates(SiteGateMethods):
                 site.stream.hook = site.core.register_forward_pre_hook(site.stream.record_past, with_kwargs=True)
             site.stream.sink, site.stream.window = sink, window
             self.sites.append(site.stream)
-
-    @property
-    def groups(self) -> dict[str, tuple[int, int]]:
-        """{"dec_self": (layers, units per layer in the original model)}."""
-        return {STREAMED_GROUP: self.view.groups[STREAMED_GROUP]}
-
-    @property
-    def kv_groups(self) -> dict[str, tuple[int, int]]:
-        return {STREAMED_GROUP: self.heads.kv_groups[STREAMED_GROUP]}
-
-    @property
-    def heads_per_kv(self) -> dict[str, int]:
-        return {STREAMED_GROUP: self.heads.heads_per_kv[STREAMED_GROUP]}
 
     def present(self) -> dict[str, torch.Tensor]:
         """{"dec_self": bool [layers, units]}: True where the unit (any query head of it) is still in the weights."""

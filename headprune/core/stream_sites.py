@@ -7,8 +7,6 @@ import torch
 
 from headprune.core.site_gates import gate_and_probe
 
-CACHE_ARGS = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache
-
 
 def streaming_keep(query_positions: torch.Tensor, key_positions: torch.Tensor, sink: int, window: int) -> torch.Tensor:
     """Bool (Tq, Tk): True where a streamed head at query position i may attend to key position j."""
@@ -21,14 +19,10 @@ def streaming_mask(attention_mask: torch.Tensor | None, keep: torch.Tensor, dtyp
     """The model's own attention mask restricted to ``keep`` (Tq, Tk), as an additive float mask (1 or B, 1, Tq, Tk)."""
     lowest = torch.finfo(dtype).min
     keep = keep.view(1, 1, *keep.shape)
-    if attention_mask is None:
-        allowed = keep
-    else:
-        mask = attention_mask[..., : keep.shape[-1]]
-        if mask.dtype != torch.bool:
-            return mask.to(dtype).masked_fill(~keep.to(mask.device), lowest)
-        allowed = mask & keep.to(mask.device)
-    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, lowest)
+    mask = keep.new_ones(()) if attention_mask is None else attention_mask[..., : keep.shape[-1]]  # none: every key allowed
+    if mask.dtype == torch.bool:  # True where allowed: as an additive mask
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, lowest)
+    return mask.to(dtype).masked_fill(~keep.to(mask.device), lowest)
 
 
 @dataclass(eq=False)
@@ -71,7 +65,8 @@ class StreamSite:
 
     def record_past(self, module, args, kwargs) -> None:
         """Forward pre-hook of the attention module: how many tokens its cache layer held before this forward."""
-        cache = next((kwargs[name] for name in CACHE_ARGS if kwargs.get(name) is not None), None)
+        names = ("past_key_values", "layer_past")  # how the families' attention modules are handed the KV cache
+        cache = next((kwargs[name] for name in names if kwargs.get(name) is not None), None)
         layer = getattr(module, "layer_idx", None)
         self.past = (
             int(cache.get_seq_length(layer)) if cache is not None and layer is not None and hasattr(cache, "get_seq_length") else None
@@ -106,12 +101,9 @@ class StreamSite:
         mask = None
         if attention_mask is not None or not handover.exact:  # under the model's mask at those positions
             keep = streaming_keep(torch.arange(handover.past, end, device=positions.device), positions, self.sink, self.window)
-            model_mask = None
-            if handover.first:
-                keep = keep & (positions >= handover.first).view(1, -1)  # before a sliding window: the model's mask hides it
-            if attention_mask is not None:
-                model_mask = attention_mask.index_select(-1, (positions - handover.first).clamp(min=0))  # its columns start at ``first``
-            mask = streaming_mask(model_mask, keep, query.dtype)
+            keep &= (positions >= handover.first).view(1, -1)  # before a sliding window (first > 0): the model's mask hides it
+            columns = (positions - handover.first).clamp(min=0)  # the model's mask columns start at ``first``
+            mask = streaming_mask(None if attention_mask is None else attention_mask.index_select(-1, columns), keep, query.dtype)
         streamed = query.index_select(1, handover.streamed_heads)
         out[:, :, handover.streamed_heads], _ = inner(module, streamed, handover.keys, handover.values, mask, **kwargs)
         return out

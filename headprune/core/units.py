@@ -1,11 +1,15 @@
 """Pruning units as one protocol: ``unit_gates(gates_or_model, unit)`` gives the gates whose masks and scores are in that unit."""
 
+import copy
+import itertools
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from headprune.core.counting import model_cost
 from headprune.core.joint import JointGates, shared_gates
 from headprune.core.unit_kinds import KINDS, kinds_of, mask_kinds
 
@@ -68,16 +72,13 @@ def unit_count(gates) -> int:
     return sum(layers * units for layers, units in gates.groups.values())
 
 
-STREAMING = (
-    "a streaming mask (headprune.core.stream_gates.StreamGates) keeps every weight: a streamed unit still attends, to its "
-    "sink and recent window only; it is no mask of heads or neurons that act or go"
-)
-
-
 def _removing(base: dict, what: str) -> dict:
     """The base masks of a mask that removes units; a ValueError for a streaming mask, which ``what`` cannot take."""
     if "stream" in base:
-        raise ValueError(f"{what}: {STREAMING}")
+        raise ValueError(
+            f"{what}: a streaming mask (headprune.core.stream_gates.StreamGates) keeps every weight: a streamed unit still attends, "
+            "to its sink and recent window only; it is no mask of heads or neurons that act or go"
+        )
     return base
 
 
@@ -119,3 +120,35 @@ def units_asked(fraction: float, total: int) -> int:
     """The whole units a fraction of ``total`` asks: rounded down, never more than asked."""
     # selection.greedy.check_fractions keeps 6 decimals: 0.833333 of 6 asks 5
     return math.floor(fraction * total + 5e-7 * total + 1e-9)
+
+
+class PrunedCount:
+    """``count(mask)``: forward FLOPs per example of ``seq_len`` tokens of the model pruned by ``mask`` (in ``unit``), exactly, on a
+    weightless copy pruned the same way (kinds multiply where they meet: half the heads' rows and half the residual columns of a
+    projection cost a quarter); with ``measure``, what it says of the pruned model instead (``counting.model_bytes``: the weight bytes a token reads)."""
+
+    def __init__(self, model: nn.Module, unit, seq_len: int = 128, measure: Callable[[nn.Module], float] | None = None):
+        memo: dict[int, torch.Tensor] = {}  # a deep copy whose tensors live on the meta device (shapes only), ties kept
+        for tensor in itertools.chain(model.parameters(), model.buffers()):
+            if id(tensor) not in memo:
+                empty = torch.empty_like(tensor, device="meta")
+                memo[id(tensor)] = nn.Parameter(empty, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else empty
+        self.template, self.unit, self.seq_len = copy.deepcopy(model, memo), unit, seq_len
+        self.measure = measure or (lambda pruned: model_cost(pruned, seq_len).flops)
+        self.groups = unit_gates(self.template, unit).groups
+        self.known: dict[bytes, float] = {}
+
+    def __call__(self, mask) -> float:
+        """The FLOPs (or ``measure``) of the pruned model; a ValueError where no model can be pruned by ``mask`` (every channel, every layer gone)."""
+        given = mask or {}  # as a hard 0/1 mask of every group: a group it leaves out keeps every unit
+        full = {
+            g: (torch.as_tensor(given[g]).detach().cpu() != 0).float() if g in given else torch.ones(layers, units)
+            for g, (layers, units) in self.groups.items()
+        }
+        key = b"".join(full[g].bool().numpy().tobytes() for g in sorted(full))
+        if key not in self.known:
+            model = copy.deepcopy(self.template)  # meta tensors: a copy costs no memory
+            if any(float(v.min()) == 0.0 for v in full.values()):
+                prune_unit_mask(unit_gates(model, self.unit), full)
+            self.known[key] = float(self.measure(model))
+        return self.known[key]

@@ -15,9 +15,7 @@ from headprune.core.unit_kinds import ablation_refusal
 from headprune.core.units import FFN, QUERY_HEADS, base_mask, primitive_gates, unit_gates
 
 REPLAYED = {QUERY_HEADS, FFN}  # the kinds whose gates the batcher sets per mask row (query heads, neurons)
-SHARED = "headprune_shared_"
 FIRST_TOKEN_ATTR = "_headprune_first_token"  # on the last layer's attention module during a first-token-only pass
-ONE_MASK = "the engine evaluates one mask [layers, units] per group for the whole batch, not one per example"
 
 
 def _make_shared(inner: str):
@@ -44,9 +42,8 @@ def _patched(module: nn.Module, fn):
     try:
         yield
     finally:
-        if previous is None:
-            del module.forward
-        else:
+        del module.forward
+        if previous is not None:
             module.forward = previous
 
 
@@ -88,11 +85,6 @@ def _repeat(value, copies: int, batch: int | None = None):
     return _map_tensors(value, lambda t: t.repeat(copies, *[1] * (t.dim() - 1)) if t.dim() and batch in (None, t.shape[0]) else t)
 
 
-def first_changed(masks: dict[str, torch.Tensor], index: int, layers: int) -> int:
-    """The lowest layer where mask ``index`` of stacked masks {group: (M, L, U)} changes any group (``layers``: none)."""
-    return min(next((l for l in range(layers) if bool((value[index][l] != 1).any())), layers) for value in masks.values())
-
-
 def _take_masks(masks: dict[str, torch.Tensor], index) -> dict[str, torch.Tensor]:
     """The masks ``index`` (a list or a slice) of stacked masks {group: (M, L, U)}."""
     return {g: v[index] for g, v in masks.items()}
@@ -103,8 +95,9 @@ def _count(masks: dict[str, torch.Tensor]) -> int:
 
 
 def _by_first(masks: dict[str, torch.Tensor], layers: int) -> dict[int, list[int]]:
-    """The indices of stacked masks {group: (M, L, U)} by their first changed layer, lowest first."""
-    firsts = [first_changed(masks, i, layers) for i in range(_count(masks))]
+    """The indices of stacked masks {group: (M, L, U)} by their first changed layer (``layers``: none), lowest first."""
+    changed = torch.stack([(value[:, :layers] != 1).any(-1) for value in masks.values()]).any(0)  # (M, L): mask m changes layer l
+    firsts = torch.where(changed.any(1), changed.int().argmax(1), layers).tolist()  # argmax: the first True
     return {first: [i for i, f in enumerate(firsts) if f == first] for first in sorted(set(firsts))}
 
 
@@ -154,7 +147,7 @@ class MaskBatcher:
         layers = layer_stacks(model)  # {layer path: ...}: each site's layer is the one whose path its own extends
         self.layers = [model.get_submodule(next(p for p in layers if s.path.startswith(p + "."))) for s in self.sites]
         ensure_gated(heads.inner)  # the shared function calls the gated one (not registered yet when heads gate at the output)
-        self.shared_name = register_wrapper(SHARED, heads.inner, _make_shared)
+        self.shared_name = register_wrapper("headprune_shared_", heads.inner, _make_shared)
         self.first_token_ok = first_token  # allow the first-token-only last layer (verified numerically before use)
         self.first_token: bool | None = None
 
@@ -211,8 +204,8 @@ class MaskBatcher:
                 stack.enter_context(_patched(layer, first_token_forward))
             yield
 
-    def _check_first_token(self, batch: dict, cache, masks: torch.Tensor) -> bool:
-        """Whether the model reads only the first token of the last layer (checked numerically, once)."""
+    def _check_first_token(self, batch: dict, cache, first: int, masks: torch.Tensor) -> bool:
+        """Whether the model reads only the first token of the last layer (checked numerically, once, on masks changing ``first``)."""
         if self.first_token is None:
             probe = _take_masks(masks, slice(0, 1))
 
@@ -220,7 +213,6 @@ class MaskBatcher:
                 return t[:4] if t.dim() else t
 
             batch, cache = {k: _map_tensors(v, four) for k, v in batch.items()}, _map_tensors(tuple(cache), four)
-            first = first_changed(probe, 0, len(self.layers))
             full = self._run(batch, cache, first, probe, False)
             try:
                 with_cut = self._run(batch, cache, first, probe, True)
@@ -241,7 +233,7 @@ class MaskBatcher:
             if first == len(self.layers):
                 out[idx] = base
                 continue
-            first_token = self.first_token_ok and self._check_first_token(batch, cache, _take_masks(stacked, idx))
+            first_token = self.first_token_ok and self._check_first_token(batch, cache, first, _take_masks(stacked, idx))
             for start in range(0, len(idx), chunk):
                 part = idx[start : start + chunk]
                 out[part] = self._run(batch, cache, first, _take_masks(stacked, part), first_token)
@@ -260,7 +252,7 @@ class MaskBatcher:
             ones = {**self.heads.ones(), **(self.ffn.ones() if self.ffn is not None else {})}
             full = [{**ones, **base_mask(self.gates, self.gates.ones() if mk is None else mk)} for mk in masks]  # None = no mask
         if any(f[g].dim() != 2 for f in full for g in ones):
-            raise ValueError(ONE_MASK)
+            raise ValueError("the engine evaluates one mask [layers, units] per group for the whole batch, not one per example")
         return {g: torch.stack([f[g].float() for f in full]) for g in ones}
 
 

@@ -12,8 +12,6 @@ from headprune.core.units import primitive_gates
 from headprune.engine import ablation as engine
 from headprune.engine.ablation import MaskBatcher, recorded_outputs
 
-MODEL_INPUTS = DECODER_INPUTS
-
 
 def label_stats(hidden: torch.Tensor, labels: torch.Tensor, head, head_tokens: int = 128) -> torch.Tensor:
     """(NLL sum, labels the argmax misses) per row (R, 2) in float64 from final hidden states (R, T, D) and labels (R, T)."""
@@ -123,7 +121,7 @@ class CausalMaskBatcher(MaskBatcher):
     def label_stats(self, batch: dict, masks) -> torch.Tensor:
         """(NLL sum, labels the argmax misses) (M, B, 2) in float64 on the CPU of every text under each mask (see ``nll``)."""
         stacked = self._stack(masks)
-        inputs, labels = {k: batch[k] for k in MODEL_INPUTS}, batch["labels"]
+        inputs, labels = {k: batch[k] for k in DECODER_INPUTS}, batch["labels"]
         b = labels.shape[0]
         layers = len(self.layers)
         by_first = engine._by_first(stacked, layers)

@@ -6,26 +6,21 @@ import time
 from contextvars import ContextVar
 
 import torch
-import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from headprune.core.checks import ConfigError
+from headprune.core.inputs import ENCODER_INPUTS, NON_INPUTS
 from headprune.engine.machine_load import busy_text, machine_record
 from headprune.engine.verdict import gain_summary, verdict
-
-DROP = ("idx", "ids", "labels")
 
 
 def example_pool(batches) -> dict[str, torch.Tensor]:
     """Concatenate batches into one tensor per input: token inputs padded to the longest, image inputs (B, C, H, W) as they are."""
     keys = [k for k, v in batches[0].items() if isinstance(v, torch.Tensor) and v.dim() >= 2]
-    pool = {}
-    for key in keys:
-        if batches[0][key].dim() > 2:
-            pool[key] = torch.cat([b[key] for b in batches])
-            continue
-        width = max(b[key].shape[1] for b in batches)
-        pad = -100 if key == "labels" else 0
-        pool[key] = torch.cat([F.pad(b[key], (0, width - b[key].shape[1]), value=pad) for b in batches])
+    pool = {  # every example's row; an image's (C, H, W) rows are all of one size already
+        key: pad_sequence([row for b in batches for row in b[key]], batch_first=True, padding_value=-100 if key == "labels" else 0)
+        for key in keys
+    }
     if "input_ids" not in pool:
         raise ValueError("the evaluation batches have no input_ids")
     return pool
@@ -45,13 +40,13 @@ def make_batches(pool: dict[str, torch.Tensor], batch_size: int, examples: int, 
         batch = {k: v[rows] for k, v in pool.items()}
         if "attention_mask" in batch:
             length = int(batch["attention_mask"].sum(1).max())
-            for key in ("input_ids", "attention_mask", "token_type_ids"):
+            for key in ENCODER_INPUTS:
                 if key in batch:
                     batch[key] = batch[key][:, :length]
         if "labels" in batch and "decoder_input_ids" in batch:
             length = max(1, int((batch["labels"] != -100).sum(1).max()))
             batch["decoder_input_ids"] = batch["decoder_input_ids"][:, :length]
-        batches.append({k: v.to(device) for k, v in batch.items() if k not in DROP})
+        batches.append({k: v.to(device) for k, v in batch.items() if k not in NON_INPUTS})
     return batches
 
 
@@ -81,11 +76,6 @@ def budget_cut() -> None:
         cut.append(True)
 
 
-def _over() -> bool:
-    left = seconds_left()
-    return left is not None and left <= 0.0
-
-
 def time_pass(call, batches, device, clock: str = "wall") -> float | None:
     """Seconds for one ``call(batch)`` (e.g. a forward pass) over ``batches`` (device synchronised before and after)."""
     timer = time.process_time if clock == "process" else time.perf_counter
@@ -95,7 +85,7 @@ def time_pass(call, batches, device, clock: str = "wall") -> float | None:
         _sync(device)
         start = timer()
         for batch in batches:
-            if _over():
+            if seconds_left() == 0.0:  # the time budget ran out
                 return None
             call(batch)
         _sync(device)
@@ -135,7 +125,7 @@ def compare_throughput(
                 for _ in range(warmup):
                     time_pass(calls[name], batches[: max(1, min(len(batches), 4))], device)
             r = 0
-            while (r < repeats or (r < limit and max_seconds > 0 and not tight())) and not _over():
+            while (r < repeats or (r < limit and max_seconds > 0 and not tight())) and seconds_left() != 0.0:
                 round_ = {name: time_pass(calls[name], batches, device, clock) for name in (names if r % 2 == 0 else names[::-1])}
                 if any(seconds is None for seconds in round_.values()):
                     break  # the budget ran out within this round

@@ -9,8 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from headprune.core.counting import model_cost
-from headprune.core.flops_tables import head_flops_tables
+from headprune.core.counting import head_flops_tables, model_cost
 
 UNITS = ("flops", "seconds", "bytes")  # bytes: the weights one decoded token reads (unit_costs.unit_bytes_cost_model)
 
@@ -23,7 +22,7 @@ class CostModel:
     fixed: float  # everything that does not depend on the heads (embeddings, feed-forward, classifier, ...)
     tables: dict[str, torch.Tensor]  # {group: [layers, heads + 1]}: cost of layer l's attention with n heads kept
     info: dict | None = None  # how the tables were made (sequence length, device, ...)
-    exact: Callable | None = field(default=None, repr=False, compare=False)  # mask -> the pruned model's own cost (core.pruned_count)
+    exact: Callable | None = field(default=None, repr=False, compare=False)  # mask -> the pruned model's own cost (core.units.PrunedCount)
 
     def __post_init__(self):
         if self.unit not in UNITS:

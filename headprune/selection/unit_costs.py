@@ -4,8 +4,8 @@ import torch
 from torch import nn
 
 from headprune.core.counting import model_bytes, model_cost
-from headprune.core.pruned_count import PrunedCount
 from headprune.core.unit_kinds import kinds_of, unit_name
+from headprune.core.units import PrunedCount
 from headprune.selection.costs import CostModel
 
 
@@ -13,7 +13,7 @@ def unit_flops_cost_model(model: nn.Module, unit="head", seq_len: int = 128) -> 
     """Analytic FLOPs per example of ``seq_len`` tokens in ``unit`` (a kind or a joint list).
 
     The tables rank the units (each kind's saving alone); a mask's cost is the pruned model's own ``model_cost``, counted on a
-    weightless copy pruned by it (``core.pruned_count``), so kinds that meet in one projection multiply instead of adding."""
+    weightless copy pruned by it (``core.units.PrunedCount``), so kinds that meet in one projection multiply instead of adding."""
     fixed, tables = flops_parts(model, unit, seq_len)
     info = {"seq_len": seq_len, "unit": unit_name(unit)}
     return CostModel("flops", fixed, tables, info=info, exact=PrunedCount(model, unit, seq_len))

@@ -5,8 +5,8 @@ import torch
 from headprune.core.attention.gates import AttentionSite, HeadGates, find_sites
 from headprune.core.attention.kv_groups import KVGroupGates
 from headprune.core.attention.saving import head_meta, rebuild_heads, verify_heads
+from headprune.core.counting import head_flops_tables, kv_group_flops_tables
 from headprune.core.families import FAMILIES, GROUPS
-from headprune.core.flops_tables import head_flops_tables, kv_group_flops_tables
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.pruning import prune_mask, pruning_record
 

@@ -4,11 +4,10 @@ import torch
 
 from headprune.core.attention.kind import _attention_site
 from headprune.core.block.gates import BLOCK_SUFFIX, BlockGates, block_group
-from headprune.core.families import GROUPS
+from headprune.core.families import FFN_GROUPS, GROUPS
 from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, mlp_layout_refusal
 from headprune.core.kinds.kind_registry import KINDS
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.mlp_layouts import FFN_GROUPS
 
 
 def _ends(tables: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

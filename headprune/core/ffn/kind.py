@@ -1,12 +1,12 @@
 """The FFN kind: intermediate neurons of the feed-forward blocks (Kwon et al.'s second unit)."""
 
+from headprune.core.counting import ffn_flops_tables
+from headprune.core.families import FFN_GROUPS
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.ffn.pruning import ffn_record, prune_ffn_mask
 from headprune.core.ffn.saving import ffn_meta, rebuild_ffn, verify_ffn
 from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, mlp_layout_of, mlp_layout_refusal
-from headprune.core.flops_tables import ffn_flops_tables
 from headprune.core.kinds.unit_kind import UnitKind
-from headprune.core.mlp_layouts import FFN_GROUPS
 from headprune.core.projections import out_features
 
 

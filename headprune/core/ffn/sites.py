@@ -4,8 +4,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from headprune.core.families import family_for, family_of_type, match_site
-from headprune.core.mlp_layouts import FFN_GROUPS, MLPLayout
+from headprune.core.families import FFN_GROUPS, MLPLayout, family_for, family_of_type, match_site
 from headprune.core.projections import in_features
 from headprune.core.site_gates import Site, alias, gate_and_probe, kept_on, ordered_sites
 

@@ -3,9 +3,8 @@
 import torch
 
 from headprune.core.attention.gates import find_sites
-from headprune.core.counting import site_flops
+from headprune.core.counting import site_flops, site_tables
 from headprune.core.ffn.sites import ffn_sites_if_any
-from headprune.core.flops_tables import site_tables
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.layer.removal import REMOVED_ATTR, remove_layers, removed_layers, restore_layer_ids, shared_weights
 from headprune.core.layer.sites import LAYER_GROUPS, LayerGates, LayerSite, find_layer_sites, layer_stacks
