@@ -170,27 +170,6 @@ def _fold(fits: list, originals: list[torch.Tensor], deviations: list[torch.Tens
         scale_input_heads(output, positions, site.head_dim, 1 + shrink * deviation)
 
 
-@torch.no_grad()
-def layer_output_errors(model: nn.Module, gates: Gates, teacher: nn.Module, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
-    """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection, both
-    on the teacher's inputs to it."""
-    teacher_gates = unit_gates(teacher, QUERY_HEADS)
-    errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
-    norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
-    for batch in batches:
-        with eval_mode(teacher):
-            reference = captured_pass(teacher, {id(ref): ref.linear("output") for ref in teacher_gates.sites}, batch)
-        for site in gates.sites:
-            ref = teacher_gates.site(site.group, site.layer)
-            x = valid_rows(site, batch, reference[id(ref)])  # (N, the teacher's width)
-            at = [ref.head_ids.index(unit) for unit in site.head_ids]
-            out = head_contributions(x, site.linear("output"), list(range(len(at))), site.head_dim, at).sum(1).double()
-            ref_out = F.linear(x, linear_weight(ref.linear("output"))).double()
-            errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
-            norms[site.group][site.layer] += float(ref_out.pow(2).sum())
-    return {g: errors[g] / norms[g].clamp(min=1e-30) for g in errors}
-
-
 # ---- FFN neurons ----------------------------------------------------------------------------------
 
 
