@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import classifier_batch, tiny_bert, tiny_marian
+from conftest import classifier_batch, is_uniform, layer_counts, tiny_bert, tiny_marian
 from tiny_llms import lm_batch, tiny_llama
 
 from headprune.core.attention.gates import HeadGates
 from headprune.selection.costs import flops_cost_model
 from headprune.selection.mask_search import search_mask
 from headprune.selection.schedule import iterative_prune
-from headprune.selection.uniform import is_uniform, layer_counts, layout_mask, layout_masks, layout_search, uniform_counts
+from headprune.selection.uniform import layout_mask, layout_masks, layout_search, uniform_counts
 
 
 def random_scores(shape, seed=0):

@@ -78,16 +78,6 @@ def layout_masks(
     return [layout_mask(scores, shape, f, groups, min_per_layer, layout) for f in check_fractions(fractions)]
 
 
-def layer_counts(mask: dict[str, torch.Tensor]) -> dict[str, list[int]]:
-    """{group: units removed in each layer} of a 0/1 mask."""
-    return {g: (m == 0).sum(-1).long().tolist() for g, m in mask.items()}
-
-
-def is_uniform(mask: dict[str, torch.Tensor]) -> bool:
-    """Whether every layer of each group removes as many units as the group's other layers."""
-    return all(len(set(counts)) <= 1 for counts in layer_counts(mask).values())
-
-
 def _removed_in_order(
     mask: dict[str, torch.Tensor], start: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], groups: list[str]
 ) -> list[Head]:
