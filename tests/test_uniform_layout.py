@@ -58,10 +58,10 @@ def test_uniform_counts_keep_the_floor_and_one_unit():
 def test_global_layout_is_the_greedy_mask():
     shape = {"enc_self": (3, 4)}
     scores = random_scores(shape, seed=5)
-    from headprune.selection.greedy import masks_for_fractions
+    from headprune.selection.greedy import greedy_mask, n_to_prune, ranked_heads
 
     for fraction in (0.25, 0.5):
-        expected = masks_for_fractions(scores, shape, [fraction])[0]
+        expected = greedy_mask(ranked_heads(scores, ["enc_self"]), shape, n_to_prune(fraction, shape, ["enc_self"]))
         assert torch.equal(layout_mask(scores, shape, fraction)["enc_self"], expected["enc_self"])
 
 
