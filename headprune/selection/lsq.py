@@ -30,25 +30,6 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
-def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None, neurons: bool = False) -> tuple[nn.Module, Gates]:
-    """The unpruned reference model and its gates: ``teacher``, else (none of the model's units left its weights) the model
-    itself, or for ``neurons`` (fitted block after block) a copy of it with its FFN gates ungated."""
-    if teacher is None:
-        units, part, record = ("FFN neurons", "block", ffn_record) if neurons else ("heads", "layer", pruning_record)
-        if record(model):
-            raise ValueError(
-                f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
-                f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
-            )
-        if not neurons:
-            return model, gates
-        teacher = copy.deepcopy(model)
-    reference = unit_gates(teacher, gates.unit if neurons else QUERY_HEADS)  # neurons: the same kind's gates on the teacher
-    if neurons:
-        reference.set_mask(None)
-    return teacher.eval(), reference
-
-
 def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
     """argmin_s ||C s - y||^2 + lam ||s - 1||^2 from C^T C and C^T y, lam = ridge * mean(diag), clamped to [-max_scale, max_scale]."""
     k = gram.shape[0]
@@ -68,15 +49,32 @@ def kept_positions(site, mask) -> list[int]:
     return [p for p, unit in enumerate(site.unit_ids) if float(row[unit]) != 0]
 
 
-def fit_inputs(name: str, gates: Gates, batches: Iterable[dict], mask) -> tuple[list[dict], dict | None]:
-    """(the batches as a list, the mask checked against ``gates``) of a least-squares fit ``name``; a ValueError where either is unfit."""
+def fit_inputs(
+    name: str, model: nn.Module, gates: Gates, batches: Iterable[dict], mask, teacher: nn.Module | None, neurons: bool = False
+) -> tuple[list[dict], dict | None, nn.Module, Gates]:
+    """(the batches as a list, the mask checked against ``gates``, the unpruned reference model, its gates) of a least-squares
+    fit ``name``; a ValueError where one is unfit. The reference is ``teacher``, else (none of the model's units left its
+    weights) the model itself, or for ``neurons`` (fitted block after block) a copy of it with its FFN gates ungated."""
     batches = list(batches)
     if not batches:
         raise ValueError(f"{name} got no batches: give a few training batches (model inputs)")
     mask = gates.normalize_mask(mask) if mask is not None else None
     if mask is not None and any(m.dim() != 2 for m in mask.values()):
         raise ValueError(f"{name} needs one mask for the whole model ({{group: [layers, units]}}), not one per example")
-    return batches, mask
+    if teacher is None:
+        units, part, record = ("FFN neurons", "block", ffn_record) if neurons else ("heads", "layer", pruning_record)
+        if record(model):
+            raise ValueError(
+                f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
+                f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
+            )
+        if not neurons:
+            return batches, mask, model, gates
+        teacher = copy.deepcopy(model)
+    reference = unit_gates(teacher, gates.unit if neurons else QUERY_HEADS)  # neurons: the same kind's gates on the teacher
+    if neurons:
+        reference.set_mask(None)
+    return batches, mask, teacher.eval(), reference
 
 
 def _fits(gates: Gates, reference: Gates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
@@ -109,18 +107,6 @@ def _normal_equations(fits: list, reference_model, reference: Gates, batches: li
 
 
 @torch.no_grad()
-def _mean_loss(model, gates: Gates, mask, batches: list[dict], loss_fn: Callable, bar) -> float:
-    """The mean per-example loss of the model (under ``mask``) on ``batches``."""
-    total, count = 0.0, 0
-    with gates.masked(mask) if mask is not None else nullcontext():
-        for batch in batches:
-            losses = loss_fn(model(**model_inputs(model, batch)), batch).double()
-            total, count = total + float(losses.sum()), count + losses.numel()
-            bar.update(1)
-    return total / max(count, 1)
-
-
-@torch.no_grad()
 def lsq_recover(
     model: nn.Module,
     gates: Gates,
@@ -137,8 +123,7 @@ def lsq_recover(
     """Rescale the kept heads of every layer that lost heads by least squares and fold the scales into the output projections."""
     from tqdm.auto import tqdm
 
-    batches, mask = fit_inputs("lsq_recover", gates, batches, mask)
-    reference_model, reference = _reference_of(model, gates, teacher)
+    batches, mask, reference_model, reference = fit_inputs("lsq_recover", model, gates, batches, mask, teacher)
     scales = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
     fits = _fits(gates, reference, mask)
     report = {} if report is None else report
@@ -153,7 +138,13 @@ def lsq_recover(
         losses = {}
         for shrink in shrinks if len(shrinks) > 1 else ():
             _fold(fits, originals, deviations, shrink)
-            losses[shrink] = _mean_loss(model, gates, mask, batches, loss_fn, bar)
+            total, count = 0.0, 0  # the mean per-example loss of the model (under ``mask``)
+            with gates.masked(mask) if mask is not None else nullcontext():
+                for batch in batches:
+                    per_example = loss_fn(model(**model_inputs(model, batch)), batch).double()
+                    total, count = total + float(per_example.sum()), count + per_example.numel()
+                    bar.update(1)
+            losses[shrink] = total / max(count, 1)
         best = min(shrinks, key=lambda t: losses.get(t, 0.0))  # the first of equal losses: the most least squares
         _fold(fits, originals, deviations, best)
     for (site, _, positions, _), deviation in zip(fits, deviations):
@@ -254,8 +245,7 @@ def ffn_lsq_recover(
     max_cache_bytes: int = 2**30,
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections."""
-    batches, mask = fit_inputs("ffn_lsq_recover", gates, batches, mask)
-    teacher, teacher_gates = _reference_of(model, gates, teacher, neurons=True)
+    batches, mask, teacher, teacher_gates = fit_inputs("ffn_lsq_recover", model, gates, batches, mask, teacher, neurons=True)
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
