@@ -50,14 +50,6 @@ def _kinds(unit: str):
         raise ValueError(f"importance unit must be one of {list(KINDS)} or a joint list of them, got {unit!r}") from None
 
 
-def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int], str] | None:
-    """A site's probe gradients (B, T, C) per unit: (gradients (B, T, U), original unit ids, group); None when the site holds no unit."""
-    if not getattr(site, "has_units", True):
-        return None
-    grad = grad.reshape(batch, -1, grad.shape[-1])  # OPT's feed-forward block flattens its tokens: (B * T, W) -> (B, T, W)
-    return next((found for kind in _kinds(unit) if (found := kind.unit_grad(site, grad)) is not None), None)
-
-
 def _unit_gradients(model, gates, batch: dict, loss_fn: Callable, unit: str, mean: bool = False) -> tuple[torch.Tensor, list]:
     """(losses (B,), [(site, gradients per unit (B, T, U), unit ids, group)]) of one batch's summed (``mean``: averaged) loss."""
     losses = loss_fn(model(**model_inputs(model, batch)), batch)  # (B,)
@@ -68,7 +60,11 @@ def _unit_gradients(model, gates, batch: dict, loss_fn: Callable, unit: str, mea
     for site in gates.sites:
         for probe in site.probes:
             grad = grad_of[id(probe)]
-            per_unit = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
+            if grad is None or not getattr(site, "has_units", True):  # a site that holds no unit
+                continue
+            grad = grad.double().reshape(losses.shape[0], -1, grad.shape[-1])  # OPT's flattened tokens: (B * T, W) -> (B, T, W)
+            # per unit: (gradients (B, T, U), original unit ids, group)
+            per_unit = next((got for kind in _kinds(unit) if (got := kind.unit_grad(site, grad)) is not None), None)
             if per_unit is not None:
                 found.append((site, *per_unit))
         site.probes.clear()
