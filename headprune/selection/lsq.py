@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune.core.attention.gates import AttentionSite
 from headprune.core.ffn.pruning import ffn_record
 from headprune.core.ffn.sites import FFNSite
 from headprune.core.inputs import eval_mode, group_valid, model_inputs
@@ -77,17 +76,6 @@ def fit_inputs(
     return batches, mask, teacher.eval(), reference
 
 
-def _fits(gates: Gates, reference: Gates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
-    """(site, reference site, kept positions, their reference positions) of every layer that lost a head and keeps one."""
-    out = []
-    for site in gates.sites:
-        ref = reference.site(site.group, site.layer)
-        positions = kept_positions(site, mask)
-        if positions and len(positions) < len(ref.head_ids):
-            out.append((site, ref, positions, [ref.head_ids.index(site.head_ids[p]) for p in positions]))
-    return out
-
-
 @torch.no_grad()
 def _normal_equations(fits: list, reference_model, reference: Gates, batches: list[dict], bar) -> list[tuple]:
     """(C^T C, C^T y) of every fitted layer, accumulated over ``batches`` from one reference forward each."""
@@ -125,7 +113,12 @@ def lsq_recover(
 
     batches, mask, reference_model, reference = fit_inputs("lsq_recover", model, gates, batches, mask, teacher)
     scales = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
-    fits = _fits(gates, reference, mask)
+    fits = []  # (site, reference site, kept positions, their reference positions) of every layer that lost a head and keeps one
+    for site in gates.sites:
+        ref = reference.site(site.group, site.layer)
+        positions = kept_positions(site, mask)
+        if positions and len(positions) < len(ref.head_ids):
+            fits.append((site, ref, positions, [ref.head_ids.index(site.head_ids[p]) for p in positions]))
     report = {} if report is None else report
     if not fits:
         report.update(shrink=None, fit_loss={}, layers_fitted=0)
