@@ -71,21 +71,6 @@ def _unit_gradients(model, gates, batch: dict, loss_fn: Callable, unit: str, mea
     return losses, found
 
 
-def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
-    """L2-normalise each layer's head (or KV-group) scores, then optionally min-max over the whole network."""
-    out = {g: s.clone() for g, s in scores.items()}
-    if layers:
-        for g, s in out.items():
-            if kind_of_group(g).layer_normalized:  # an attention group: heads, or KV groups
-                out[g] = s / (s.norm(dim=-1, keepdim=True) + 1e-20)
-    if global_minmax:
-        flat = torch.cat([s.reshape(-1) for s in out.values()])
-        low, high = flat.min(), flat.max()
-        for g, s in out.items():
-            out[g] = (s - low) / (high - low + 1e-20)
-    return out
-
-
 def importance_scores(
     model,
     gates,
@@ -123,7 +108,13 @@ def importance_scores(
             values, ids, group = found
             scores[group][site.layer, ids] = values.cpu().double()
     scores = {g: t.float() for g, t in scores.items()}
-    return normalize_scores(scores, layers=normalize_layers, global_minmax=normalize_global)
+    if normalize_layers:  # L2-normalise each attention layer's head (or KV-group) scores
+        scores.update({g: s / (s.norm(dim=-1, keepdim=True) + 1e-20) for g, s in scores.items() if kind_of_group(g).layer_normalized})
+    if normalize_global:  # then min-max over the whole network
+        flat = torch.cat([s.reshape(-1) for s in scores.values()])
+        low, high = flat.min(), flat.max()
+        scores = {g: (s - low) / (high - low + 1e-20) for g, s in scores.items()}
+    return scores
 
 
 def fisher_scores(model, gates, batches: Iterable[dict], *, normalize_layers: bool = False, **options) -> dict[str, torch.Tensor]:

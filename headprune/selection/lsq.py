@@ -212,20 +212,6 @@ def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scal
     return ridge_solve(gram, rhs, ridge, max_scale)
 
 
-def _teacher_targets(teacher, gates: Gates, batches: list[dict], max_cache_bytes: int) -> dict | None:
-    """{(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit."""
-    tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
-    hidden = max(linear_weight(site.down()).shape[0] for site in gates.sites)
-    if tokens * hidden * len(gates.sites) * 4 > max_cache_bytes:
-        return None
-    targets = {}
-    for index, batch in enumerate(batches):
-        inputs = captured_down_inputs(teacher, gates.sites, batch)
-        for site in gates.sites:
-            targets[id(site), index] = _target(site, batch, inputs[id(site)])
-    return targets
-
-
 @torch.no_grad()
 def ffn_lsq_recover(
     model: nn.Module,
@@ -243,7 +229,13 @@ def ffn_lsq_recover(
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
         order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
-        targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
+        # {(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit
+        tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
+        hidden = max(linear_weight(site.down()).shape[0] for site in teacher_gates.sites)
+        targets = None if tokens * hidden * len(teacher_gates.sites) * 4 > max_cache_bytes else {}
+        for index, batch in enumerate(batches if targets is not None else []):
+            inputs = captured_down_inputs(teacher, teacher_gates.sites, batch)
+            targets.update({(id(site), index): _target(site, batch, inputs[id(site)]) for site in teacher_gates.sites})
         channels = kept_channels(model, teacher)
         for site in order:
             positions = kept_positions(site, mask)
