@@ -124,18 +124,6 @@ def fit_projection(
     return error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
 
 
-def _by_passes(model, teacher, names, batches, ridge, bar, paths: dict) -> dict[str, tuple[float, float]]:
-    """Each projection fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)."""
-    order, targets = teacher_targets(teacher, names, batches)
-    modules, errors = dict(model.named_modules()), {}
-    for name in order:
-        module = modules[renamed(name, paths)]
-        inputs = (captured_pass(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
-        errors[name] = fit_projection(module, inputs, batches, [target[name] for target in targets], names[name], ridge)
-        bar.update(1)
-    return errors
-
-
 def residual_writer(teacher: nn.Module, layer: str, call: tuple[tuple, dict]) -> str | None:
     """The last projection run in the teacher's ``layer`` when its output reaches the layer's output unchanged (a pre-norm
     residual: out = h + ... + W x), checked by adding a perturbation to it; None where a norm or gate follows it."""
@@ -272,7 +260,13 @@ def reconstruct(
             )
         engine = "layers" if errors is not None else "passes"
         rest = {n: r for n, r in names.items() if errors is None or n not in errors}  # after the layers: the heads that read them
-        errors = {**(errors or {}), **(_by_passes(model, teacher, rest, batches, ridge, bar, paths) if rest else {})}
+        errors = errors or {}
+        order, targets = teacher_targets(teacher, rest, batches) if rest else ([], [])
+        for name in order:  # each fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)
+            module = modules[renamed(name, paths)]
+            inputs = (captured_pass(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
+            errors[name] = fit_projection(module, inputs, batches, [per_batch[name] for per_batch in targets], rest[name], ridge)
+            bar.update(1)
     return {
         "projections": len(errors),
         "tokens": tokens,

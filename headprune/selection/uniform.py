@@ -20,11 +20,6 @@ def check_layout(layout: str) -> str:
     return layout
 
 
-def layout_of(settings) -> str:
-    """``prune.layout`` of the prune settings, checked."""
-    return check_layout(str(settings.layout))
-
-
 def uniform_counts(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str], min_per_layer: int = 0) -> dict[str, int]:
     """{group: units removed per layer}: floor(fraction x units per layer), at most units - max(min_per_layer, 1)."""
     counts = {}
