@@ -22,11 +22,7 @@ def check_layout(layout: str) -> str:
 
 def uniform_counts(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str], min_per_layer: int = 0) -> dict[str, int]:
     """{group: units removed per layer}: floor(fraction x units per layer), at most units - max(min_per_layer, 1)."""
-    counts = {}
-    for group in groups:
-        units = shape[group][1]
-        counts[group] = min(int(math.floor(fraction * units + 1e-9)), units - max(min_per_layer, 1))
-    return counts
+    return {g: min(int(math.floor(fraction * shape[g][1] + 1e-9)), shape[g][1] - max(min_per_layer, 1)) for g in groups}
 
 
 def uniform_mask(
@@ -121,9 +117,7 @@ class UniformPath:
         self.tables = {g: t.tolist() for g, t in costs.tables.items()}
         self.base_kept = {g: base[g].ne(0).sum(-1).long().tolist() for g in costs.tables}
         self.orders = {}  # (group, layer): kept units, lowest score first (ties: the lower id)
-        self.values = {
-            g: s.tolist() for g, s in nonnegative({g: scores[g].detach().cpu() for g in groups}).items()
-        }  # score / cost needs a common zero
+        self.values = {g: s.tolist() for g, s in nonnegative({g: scores[g].detach().cpu() for g in groups}).items()}  # score / cost's zero
         for g in groups:
             values = self.values[g]
             for layer in range(self.shape[g][0]):
