@@ -117,7 +117,8 @@ class UniformPath:
         self.tables = {g: t.tolist() for g, t in costs.tables.items()}
         self.base_kept = {g: base[g].ne(0).sum(-1).long().tolist() for g in costs.tables}
         self.orders = {}  # (group, layer): kept units, lowest score first (ties: the lower id)
-        self.values = {g: s.tolist() for g, s in nonnegative({g: scores[g].detach().cpu() for g in groups}).items()}  # score / cost's zero
+        # score / cost needs a common zero
+        self.values = {g: s.tolist() for g, s in nonnegative({g: scores[g].detach().cpu() for g in groups}).items()}
         for g in groups:
             values = self.values[g]
             for layer in range(self.shape[g][0]):
