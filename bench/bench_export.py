@@ -35,12 +35,13 @@ def tiny_bert():
 def model_and_mask(args):
     """(model, mask, task or None, what): MiniLM with importance on the MNLI training subset, or a tiny BERT with random scores."""
     from headprune.core.attention.gates import HeadGates
-    from headprune.selection.greedy import masks_for_fractions, random_scores
+    from headprune.selection.greedy import random_scores
+    from headprune.selection.uniform import layout_masks
 
     if args.smoke:
         model = tiny_bert()
         gates = HeadGates(model)
-        mask = masks_for_fractions(random_scores(gates.groups, 0), gates.groups, [args.fraction])[0]
+        mask = layout_masks(random_scores(gates.groups, 0), gates.groups, [args.fraction])[0]
         return model, mask, None, "tiny random BERT, random scores"
     from common import minilm_task
     from omegaconf import OmegaConf
@@ -50,7 +51,7 @@ def model_and_mask(args):
     task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])
     importance = OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False})
     scores = order_scores(task, "importance", OrderSettings(importance, seed=0, ablation_split=None, n_samples=None))
-    return task.model, masks_for_fractions(scores, task.gates.groups, [args.fraction])[0], task, f"MiniLM, importance on {data}"
+    return task.model, layout_masks(scores, task.gates.groups, [args.fraction])[0], task, f"MiniLM, importance on {data}"
 
 
 def timing_inputs(model, batch: int, length: int, count: int) -> list[dict]:

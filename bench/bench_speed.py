@@ -32,14 +32,14 @@ def main():
     from omegaconf import OmegaConf
 
     from headprune.measures.speed_stage import speed_stage
-    from headprune.selection.greedy import masks_for_fractions
+    from headprune.selection.uniform import layout_masks
     from headprune.settings import SpeedSettings, read_settings
     from headprune.sources.orders import OrderSettings, order_scores
 
     task, data = minilm_task(args.eval_examples, ["data.importance_size=64"])
     importance = OmegaConf.create({"reduce": "example", "normalize_layers": True, "normalize_global": False})
     scores = order_scores(task, "importance", OrderSettings(importance, seed=0, ablation_split=None, n_samples=None))
-    mask = masks_for_fractions(scores, task.gates.groups, [args.fraction])[0]
+    mask = layout_masks(scores, task.gates.groups, [args.fraction])[0]
     given = {"batch_sizes": args.batch_sizes, "examples": args.examples, "warmup": 2, "repeats": args.repeats, "clock": args.clock}
     given["max_seconds"] = 0.0  # no time budget: the benchmark times every repeat it asks for
     speed = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "speed" / "default.yaml"), given)

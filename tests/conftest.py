@@ -147,3 +147,13 @@ def minilm():
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=3).eval()
     return model, AutoTokenizer.from_pretrained(path)
+
+
+def layer_counts(mask: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    """{group: units removed in each layer} of a 0/1 mask."""
+    return {g: (m == 0).sum(-1).long().tolist() for g, m in mask.items()}
+
+
+def is_uniform(mask: dict[str, torch.Tensor]) -> bool:
+    """Whether every layer of each group removes as many units as the group's other layers."""
+    return all(len(set(counts)) <= 1 for counts in layer_counts(mask).values())

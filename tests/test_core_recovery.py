@@ -7,12 +7,17 @@ import sys
 import textwrap
 
 import torch
+import torch.nn.functional as F
 from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
 
 from headprune.core.attention.gates import HeadGates
+from headprune.core.inputs import eval_mode
+from headprune.core.projections import linear_weight
 from headprune.core.pruning import prune_mask
 from headprune.core.saving import load_pruned, save_pruned
-from headprune.selection.lsq import layer_output_errors, lsq_recover
+from headprune.core.units import QUERY_HEADS, unit_gates
+from headprune.selection.layer_replay import captured_pass
+from headprune.selection.lsq import head_contributions, lsq_recover, valid_rows
 
 
 def _logits(model, batch):
@@ -26,6 +31,27 @@ def _mask(gates):
     mask["enc_self"][1, 1] = 0
     mask["enc_self"][2, [0, 1, 3]] = 0
     return mask
+
+
+@torch.no_grad()
+def layer_output_errors(model, gates, teacher, batches) -> dict[str, torch.Tensor]:
+    """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection, both
+    on the teacher's inputs to it."""
+    teacher_gates = unit_gates(teacher, QUERY_HEADS)
+    errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
+    norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
+    for batch in batches:
+        with eval_mode(teacher):
+            reference = captured_pass(teacher, {id(ref): ref.linear("output") for ref in teacher_gates.sites}, batch)
+        for site in gates.sites:
+            ref = teacher_gates.site(site.group, site.layer)
+            x = valid_rows(site, batch, reference[id(ref)])  # (N, the teacher's width)
+            at = [ref.head_ids.index(unit) for unit in site.head_ids]
+            out = head_contributions(x, site.linear("output"), list(range(len(at))), site.head_dim, at).sum(1).double()
+            ref_out = F.linear(x, linear_weight(ref.linear("output"))).double()
+            errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
+            norms[site.group][site.layer] += float(ref_out.pow(2).sum())
+    return {g: errors[g] / norms[g].clamp(min=1e-30) for g in errors}
 
 
 BATCHES = [classifier_batch(seed=s, batch=8, length=12) for s in range(3)]

@@ -115,12 +115,13 @@ def test_speed_and_mask_file(shared_task, tmp_path):
 def test_speed_mask_order_picks_the_mask(shared_task, tmp_path):
     """Without a mask file, speed.mask_order names the order whose lowest speed.fraction of the heads go."""
     from headprune.results.run_dir import mask_to_json
-    from headprune.selection.greedy import masks_for_fractions, random_scores
+    from headprune.selection.greedy import random_scores
+    from headprune.selection.uniform import layout_masks
 
     cfg = make_cfg(tmp_path, "speed", TASK, "speed.mask_order=random", "speed.fraction=0.25", "speed.batch_sizes=[4]", "speed.examples=8")
     speed.run(cfg)
     res = results(tmp_path)["results"]
-    expected = masks_for_fractions(random_scores(shared_task.gates.groups, 0), shared_task.gates.groups, [0.25])[0]
+    expected = layout_masks(random_scores(shared_task.gates.groups, 0), shared_task.gates.groups, [0.25])[0]
     assert res["mask"] == mask_to_json(expected) and res["units_removed"] == 2
 
 
@@ -230,7 +231,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
     """Re-estimation under an all-ones mask gives the unmasked scores; its first greedy step is the fixed order's."""
     from omegaconf import OmegaConf
 
-    from headprune.selection.greedy import masks_for_fractions
+    from headprune.selection.uniform import layout_masks
     from headprune.sources.orders import ORDERS, OrderSettings
 
     settings = OrderSettings(
@@ -245,7 +246,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
         for group in fixed:
             assert torch.allclose(fixed[group].float(), under_ones[group].float(), atol=1e-6)
         first = greedy_stage.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, False, "global", "relative")[0]
-        expected = masks_for_fractions(fixed, shared_task.gates.groups, [0.25])[0]
+        expected = layout_masks(fixed, shared_task.gates.groups, [0.25])[0]
         assert all(torch.equal(first[g], expected[g]) for g in groups)
     with pytest.raises(ValueError, match="cannot be re-estimated"):
         ORDERS["ablation"].scores(shared_task, settings, mask=shared_task.gates.ones())

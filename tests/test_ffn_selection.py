@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import classifier_batch, tiny_bert
+from conftest import classifier_batch, is_uniform, tiny_bert
 from tiny_llms import lm_batch, tiny_family, tiny_llama
 
 from headprune.core.counting import model_cost
@@ -25,7 +25,7 @@ from headprune.selection.greedy import random_scores
 from headprune.selection.latency import cached_unit_latency_model, interpolated, width_grid
 from headprune.selection.lsq import captured_down_inputs, ffn_lsq_recover, valid_rows
 from headprune.selection.mask_search import nonnegative, removal_order, search_mask
-from headprune.selection.uniform import UniformPath, is_uniform, layout_search, uniform_mask
+from headprune.selection.uniform import UniformPath, layout_search, uniform_mask
 from headprune.selection.unit_costs import unit_flops_cost_model
 from headprune.selection.unit_rearrange import example_gradients, gradient_form, rearrange_ffn_mask
 

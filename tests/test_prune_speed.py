@@ -70,13 +70,13 @@ def test_speedup_target_for_two_orders_and_two_recoveries(shared_task, tmp_path)
 
 def test_lsq_recovery_in_the_experiment_equals_the_physically_pruned_model(shared_task, tmp_path):
     from headprune.core.pruning import prune_mask
-    from headprune.selection.greedy import masks_for_fractions
+    from headprune.selection.uniform import layout_masks
     from headprune.stages.calibration_batches import recovery_batches
     from headprune.stages.pareto_measure import recovered_model
 
     cfg = make_cfg(tmp_path, "prune", TASK, "prune.recover=lsq")
     scores = {g: torch.rand(l, h, generator=torch.Generator().manual_seed(1)) for g, (l, h) in shared_task.gates.groups.items()}
-    mask = masks_for_fractions(scores, shared_task.gates.groups, [0.5])[0]
+    mask = layout_masks(scores, shared_task.gates.groups, [0.5])[0]
     batches = recovery_batches(shared_task, 32)
     assert sum(b["input_ids"].shape[0] for b in batches) == 32
     before = {k: v.clone() for k, v in shared_task.model.state_dict().items()}

@@ -12,10 +12,10 @@ from headprune.selection.greedy import (
     check_groups,
     fraction_grid,
     greedy_mask,
-    masks_for_fractions,
     random_scores,
     ranked_heads,
 )
+from headprune.selection.uniform import layout_masks
 from headprune.sources.orders import check_order
 
 
@@ -69,7 +69,7 @@ def test_fraction_and_order_checks():
 def test_greedy_masks_nested_with_floor_and_groups():
     shape = {"enc_self": (2, 4), "enc_dec": (2, 4)}
     scores = {"enc_self": torch.tensor([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]]), "enc_dec": torch.zeros(2, 4)}
-    masks = masks_for_fractions(scores, shape, [0, 0.25, 0.5, 0.75], groups=["enc_self"], min_per_layer=1)
+    masks = layout_masks(scores, shape, [0, 0.25, 0.5, 0.75], groups=["enc_self"], min_per_layer=1)
     assert [int((m["enc_self"] == 0).sum()) for m in masks] == [0, 2, 4, 6]
     assert all(bool((m["enc_dec"] == 1).all()) for m in masks)  # other group untouched
     assert all(int(m["enc_self"][layer].sum()) >= 1 for m in masks for layer in range(2))

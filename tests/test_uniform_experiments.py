@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import is_uniform
 from experiment_helpers import make_cfg, results, task_fixtures
 
 from headprune.results.run_dir import mask_from_json
-from headprune.selection.uniform import is_uniform
 
 task, shared_task = task_fixtures("lm")
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import classifier_batch, tiny_bert, tiny_marian
+from conftest import classifier_batch, is_uniform, layer_counts, tiny_bert, tiny_marian
 from tiny_llms import lm_batch, tiny_llama
 
 from headprune.core.attention.gates import HeadGates
 from headprune.selection.costs import flops_cost_model
 from headprune.selection.mask_search import search_mask
 from headprune.selection.schedule import iterative_prune
-from headprune.selection.uniform import is_uniform, layer_counts, layout_mask, layout_masks, layout_search, uniform_counts
+from headprune.selection.uniform import layout_mask, layout_masks, layout_search, uniform_counts
 
 
 def random_scores(shape, seed=0):
@@ -58,10 +58,10 @@ def test_uniform_counts_keep_the_floor_and_one_unit():
 def test_global_layout_is_the_greedy_mask():
     shape = {"enc_self": (3, 4)}
     scores = random_scores(shape, seed=5)
-    from headprune.selection.greedy import masks_for_fractions
+    from headprune.selection.greedy import greedy_mask, n_to_prune, ranked_heads
 
     for fraction in (0.25, 0.5):
-        expected = masks_for_fractions(scores, shape, [fraction])[0]
+        expected = greedy_mask(ranked_heads(scores, ["enc_self"]), shape, n_to_prune(fraction, shape, ["enc_self"]))
         assert torch.equal(layout_mask(scores, shape, fraction)["enc_self"], expected["enc_self"])
 
 

@@ -13,7 +13,7 @@ from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.core.vocab.merges import merge_closed_scores, merge_parts, produced_ids
 from headprune.core.vocab.tokenizer import rewritten_tokenizer, tokenizer_json
 from headprune.models.tokenizers import train_tokenizer
-from headprune.selection.greedy import masks_for_fractions
+from headprune.selection.uniform import layout_masks
 
 SYLLABLES = "ka to ri mu sen da lo pi ne ru ma shi ko ta ni".split()
 FRACTIONS = [0.1, 0.3, 0.5, 0.7, 0.85]
@@ -53,7 +53,7 @@ def _masks(tokenizer, model, scores: torch.Tensor, closed: bool) -> list[dict]:
     ranked = {"vocab": scores.masked_fill(fixed, float("inf"))}
     if closed:
         ranked = kind.ranked_scores(gates, tokenizer, ranked)
-    return masks_for_fractions(ranked, gates.groups, FRACTIONS)
+    return layout_masks(ranked, gates.groups, FRACTIONS)
 
 
 def _kept(mask) -> list[int]:

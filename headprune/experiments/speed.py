@@ -17,7 +17,7 @@ from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir, read_json
 from headprune.selection.greedy import heads_removed
 from headprune.selection.joint_scale import comparable_scores
-from headprune.selection.uniform import layout_masks, layout_of
+from headprune.selection.uniform import layout_masks
 from headprune.settings import RunSettings
 from headprune.sources.mask_source import file_mask, point_mask, point_model_dir, with_file_unit
 from headprune.sources.orders import ORDERS, order_settings
@@ -38,7 +38,7 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
         return file_mask(settings, task)
     order = str(settings.mask_order)
     scores = comparable_scores(ORDERS[order].scores(task, order_settings(cfg)), str(cfg.prune.joint_scale))
-    mask = layout_masks(scores, task.gates.groups, [fraction], layout=layout_of(cfg.prune))[0]
+    mask = layout_masks(scores, task.gates.groups, [fraction], layout=str(cfg.prune.layout))[0]
     return mask, {
         "mask_order": order,
         "fraction": fraction,

@@ -9,7 +9,8 @@ import torch
 from headprune.engine.verdict import prunable_fraction
 from headprune.results.writer import write_results_file
 from headprune.scoring.importance import importance_scores
-from headprune.selection.greedy import check_fractions, masks_for_fractions
+from headprune.selection.greedy import check_fractions
+from headprune.selection.uniform import layout_masks
 
 
 def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, epoch: int | None = None, step: int | None = None) -> dict:
@@ -20,7 +21,7 @@ def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, ep
     was_training = model.training
     try:
         scores = importance_scores(model, task.gates, task.importance_batches(), reduce=reduce)
-        masks = masks_for_fractions(scores, task.gates.groups, fractions)
+        masks = layout_masks(scores, task.gates.groups, fractions)
         results = task.evaluate_many(masks, split=split)
     finally:
         model.train(was_training)

@@ -50,14 +50,6 @@ def _kinds(unit: str):
         raise ValueError(f"importance unit must be one of {list(KINDS)} or a joint list of them, got {unit!r}") from None
 
 
-def _per_unit(site, grad: torch.Tensor, unit: str, batch: int) -> tuple[torch.Tensor, list[int], str] | None:
-    """A site's probe gradients (B, T, C) per unit: (gradients (B, T, U), original unit ids, group); None when the site holds no unit."""
-    if not getattr(site, "has_units", True):
-        return None
-    grad = grad.reshape(batch, -1, grad.shape[-1])  # OPT's feed-forward block flattens its tokens: (B * T, W) -> (B, T, W)
-    return next((found for kind in _kinds(unit) if (found := kind.unit_grad(site, grad)) is not None), None)
-
-
 def _unit_gradients(model, gates, batch: dict, loss_fn: Callable, unit: str, mean: bool = False) -> tuple[torch.Tensor, list]:
     """(losses (B,), [(site, gradients per unit (B, T, U), unit ids, group)]) of one batch's summed (``mean``: averaged) loss."""
     losses = loss_fn(model(**model_inputs(model, batch)), batch)  # (B,)
@@ -68,26 +60,15 @@ def _unit_gradients(model, gates, batch: dict, loss_fn: Callable, unit: str, mea
     for site in gates.sites:
         for probe in site.probes:
             grad = grad_of[id(probe)]
-            per_unit = None if grad is None else _per_unit(site, grad.double(), unit, losses.shape[0])
+            if grad is None or not getattr(site, "has_units", True):  # a site that holds no unit
+                continue
+            grad = grad.double().reshape(losses.shape[0], -1, grad.shape[-1])  # OPT's flattened tokens: (B * T, W) -> (B, T, W)
+            # per unit: (gradients (B, T, U), original unit ids, group)
+            per_unit = next((got for kind in _kinds(unit) if (got := kind.unit_grad(site, grad)) is not None), None)
             if per_unit is not None:
                 found.append((site, *per_unit))
         site.probes.clear()
     return losses, found
-
-
-def normalize_scores(scores: dict[str, torch.Tensor], layers: bool = True, global_minmax: bool = False) -> dict[str, torch.Tensor]:
-    """L2-normalise each layer's head (or KV-group) scores, then optionally min-max over the whole network."""
-    out = {g: s.clone() for g, s in scores.items()}
-    if layers:
-        for g, s in out.items():
-            if kind_of_group(g).layer_normalized:  # an attention group: heads, or KV groups
-                out[g] = s / (s.norm(dim=-1, keepdim=True) + 1e-20)
-    if global_minmax:
-        flat = torch.cat([s.reshape(-1) for s in out.values()])
-        low, high = flat.min(), flat.max()
-        for g, s in out.items():
-            out[g] = (s - low) / (high - low + 1e-20)
-    return out
 
 
 def importance_scores(
@@ -127,7 +108,13 @@ def importance_scores(
             values, ids, group = found
             scores[group][site.layer, ids] = values.cpu().double()
     scores = {g: t.float() for g, t in scores.items()}
-    return normalize_scores(scores, layers=normalize_layers, global_minmax=normalize_global)
+    if normalize_layers:  # L2-normalise each attention layer's head (or KV-group) scores
+        scores.update({g: s / (s.norm(dim=-1, keepdim=True) + 1e-20) for g, s in scores.items() if kind_of_group(g).layer_normalized})
+    if normalize_global:  # then min-max over the whole network
+        flat = torch.cat([s.reshape(-1) for s in scores.values()])
+        low, high = flat.min(), flat.max()
+        scores = {g: (s - low) / (high - low + 1e-20) for g, s in scores.items()}
+    return scores
 
 
 def fisher_scores(model, gates, batches: Iterable[dict], *, normalize_layers: bool = False, **options) -> dict[str, torch.Tensor]:

@@ -26,26 +26,6 @@ def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[
     return [(site.group, site.layer, *columns) for site, columns in found if columns is not None]
 
 
-@torch.no_grad()
-def input_grams(model: nn.Module, projections: list[nn.Module], batches) -> list[torch.Tensor]:
-    """X^T X (K, K) of every projection's input over the batches' real tokens, one forward pass per batch."""
-    grams: list[torch.Tensor | None] = [None] * len(projections)
-    now: dict = {}  # the batch being run, for the hooks' token mask
-
-    def hook(module, args, output, index):
-        rows = valid_token_rows(args[0].detach(), now["batch"]).double().cpu()
-        grams[index] = rows.t() @ rows if grams[index] is None else grams[index] + rows.t() @ rows
-
-    with (
-        hooks_removed([m.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, m in enumerate(projections)]),
-        eval_mode(model),
-    ):
-        for batch in batches:
-            now["batch"] = batch
-            model(**model_inputs(model, batch))
-    return [g if g is not None else torch.zeros(1, 1, dtype=torch.float64) for g in grams]
-
-
 def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[int]], damp: float) -> list[tuple[int, float]]:
     """(unit index, output error of its removal) in the greedy order, each removal followed by the optimal update."""
     w = weight.double().clone()  # (out, K)
@@ -76,6 +56,7 @@ def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[i
     return order
 
 
+@torch.no_grad()
 def obs_scores(model: nn.Module, gates, batches, unit, damp: float = 0.01, progress: bool = False) -> dict[str, torch.Tensor]:
     """{group: [layers, units]}: each unit's output error after the optimal update of the rest (lower goes first)."""
     from tqdm.auto import tqdm
@@ -85,8 +66,20 @@ def obs_scores(model: nn.Module, gates, batches, unit, damp: float = 0.01, progr
         raise ValueError("the obs order needs calibration batches, and the task's importance subset is empty")
     blocks = unit_blocks(gates, unit)
     scores = {g: torch.zeros(layers, units) for g, (layers, units) in gates.groups.items()}
-    grams = input_grams(model, [projection for _, _, projection, _, _ in blocks], batches)
+    grams: list[torch.Tensor | None] = [None] * len(blocks)  # X^T X (K, K) of each projection's input over the real tokens
+    now: dict = {}  # the batch being run, for the hooks' token mask
+
+    def hook(module, args, output, index):
+        rows = valid_token_rows(args[0].detach(), now["batch"]).double().cpu()
+        grams[index] = rows.t() @ rows if grams[index] is None else grams[index] + rows.t() @ rows
+
+    hooks = [block[2].register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, block in enumerate(blocks)]
+    with hooks_removed(hooks), eval_mode(model):
+        for batch in batches:  # one forward pass per batch
+            now["batch"] = batch
+            model(**model_inputs(model, batch))
     for (group, layer, projection, ids, columns), gram in zip(tqdm(blocks, desc="obs", disable=not progress, leave=False), grams):
+        gram = gram if gram is not None else torch.zeros(1, 1, dtype=torch.float64)
         running = 0.0
         for index, cost in greedy_surgeon(linear_weight(projection).detach().cpu(), gram, columns, damp):
             running = max(running, cost)

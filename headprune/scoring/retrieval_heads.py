@@ -1,12 +1,12 @@
 """The retrieval score of every head (Wu et al. 2024, "Retrieval Head Mechanistically Explains Long-Context Factuality")."""
 
 from collections.abc import Iterable
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 
 import torch
 
 from headprune.core.attention.gates import PREFIX, ensure_gated
-from headprune.core.inputs import DECODER_INPUTS, eval_mode
+from headprune.core.inputs import DECODER_INPUTS, eval_mode, hooks_removed
 from headprune.core.site_gates import unit_groups
 
 COPY_KEYS = ("labels", "needle_start", "needle_end")  # what a retrieval batch holds besides the model's inputs
@@ -66,9 +66,7 @@ def retrieval_scores(model, gates, batches: Iterable[dict]) -> dict[str, torch.T
             if missing:
                 raise ValueError(f"the retrieval score needs batches with {list(COPY_KEYS)}; this batch lacks {missing}")
             counts = (batch["needle_start"] >= 0).sum(1)  # (B,) copied tokens per example
-            with ExitStack() as stack:
-                for site in gates.sites:
-                    stack.callback(site.core.register_forward_hook(_recorder(site, batch, counts, totals)).remove)
+            with hooks_removed([site.core.register_forward_hook(_recorder(site, batch, counts, totals)) for site in gates.sites]):
                 model(**{k: batch[k] for k in DECODER_INPUTS if k in batch})
             examples += int((counts > 0).sum())
     if examples == 0:

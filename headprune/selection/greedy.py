@@ -106,15 +106,6 @@ def greedy_mask(
     return mask
 
 
-def masks_for_fractions(
-    scores: dict[str, torch.Tensor], shape: dict[str, tuple[int, int]], fractions, groups=None, min_per_layer: int = 0
-) -> list[dict[str, torch.Tensor]]:
-    """One mask per fraction from a fixed score (nested: each mask removes a superset of the previous one)."""
-    groups = check_groups(groups, shape)
-    order = ranked_heads(scores, groups)
-    return [greedy_mask(order, shape, n_to_prune(f, shape, groups), min_per_layer) for f in check_fractions(fractions)]
-
-
 def heads_removed(mask: dict[str, torch.Tensor]) -> int:
     """Number of zero entries of a mask."""
     return sum(int((m == 0).sum()) for m in mask.values())

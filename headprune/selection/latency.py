@@ -128,9 +128,13 @@ def measure_unit_latency_model(
     return CostModel("seconds", max(fixed, 0.0), tables, info=info)
 
 
-def latency_key(model: nn.Module, inputs: dict, device, clock: str = "wall") -> str:
-    """A hash of what a latency table depends on: machine, threads, device, architecture and input shapes."""
-    config = model.config.to_dict()
+def cached_unit_latency_model(
+    model: nn.Module, inputs: dict, cache_dir: str | Path, unit="head", device="cpu", clock: str = "wall", points: int = 8, **timing
+) -> CostModel:
+    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time
+    (``timing``: the repeats and warmup of ``measure_unit_latency_model``)."""
+    name = unit_name(unit)
+    config = model.config.to_dict()  # the key hashes what a table depends on: machine, threads, device, architecture, input shapes
     architecture = {
         k: config.get(k) for k in sorted(config) if isinstance(config.get(k), (int, float, str, bool)) and not k.startswith("_")
     }
@@ -146,16 +150,7 @@ def latency_key(model: nn.Module, inputs: dict, device, clock: str = "wall") -> 
         "architecture": architecture,
         "inputs": {k: list(v.shape) for k, v in sorted(inputs.items())},
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def cached_unit_latency_model(
-    model: nn.Module, inputs: dict, cache_dir: str | Path, unit="head", device="cpu", clock: str = "wall", points: int = 8, **timing
-) -> CostModel:
-    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time
-    (``timing``: the repeats and warmup of ``measure_unit_latency_model``)."""
-    name = unit_name(unit)
-    key = latency_key(model, inputs, device, clock)
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"latency-{key}-{name}-{points}.json"
     if path.exists():
         return CostModel.load(path)

@@ -122,17 +122,11 @@ def caught(modules: dict, outputs: bool = False, stop: bool = False):
 
 
 @torch.no_grad()
-def replay_until(layer: nn.Module, call: tuple[tuple, dict], module: nn.Module) -> torch.Tensor:
-    """The input of ``module`` (inside ``layer``) on this call; the replay stops there."""
-    with caught({0: module}, stop=True) as store:
-        replay(layer, call)
-    return store[0]
-
-
-@torch.no_grad()
-def replay_outputs(layer: nn.Module, call: tuple[tuple, dict], modules: dict[str, nn.Module]) -> tuple[torch.Tensor, dict]:
-    """(the layer's output, {name: each module's output, in the order they ran}) on this call."""
-    with caught(modules, outputs=True) as store:
+def replay_caught(layer: nn.Module, call: tuple[tuple, dict], modules: dict, outputs: bool = True, stop: bool = False) -> tuple:
+    """(the layer's output, None where ``stop`` ended the replay; {key: each module's output (``outputs``) or input, in the
+    order they ran}) on this call."""
+    out = None
+    with caught(modules, outputs, stop) as store:
         out = replay(layer, call)
     return out, store
 

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from headprune.core.attention.gates import AttentionSite
 from headprune.core.ffn.pruning import ffn_record
 from headprune.core.ffn.sites import FFNSite
 from headprune.core.inputs import eval_mode, group_valid, model_inputs
@@ -30,25 +29,6 @@ def head_contributions(x: torch.Tensor, output: nn.Linear, positions: list[int],
     return torch.einsum("nkd,okd->nko", a, w)  # c_h = a_h @ W_o[:, cols_h]^T, (N, K, hidden)
 
 
-def _reference_of(model: nn.Module, gates: Gates, teacher: nn.Module | None, neurons: bool = False) -> tuple[nn.Module, Gates]:
-    """The unpruned reference model and its gates: ``teacher``, else (none of the model's units left its weights) the model
-    itself, or for ``neurons`` (fitted block after block) a copy of it with its FFN gates ungated."""
-    if teacher is None:
-        units, part, record = ("FFN neurons", "block", ffn_record) if neurons else ("heads", "layer", pruning_record)
-        if record(model):
-            raise ValueError(
-                f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
-                f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
-            )
-        if not neurons:
-            return model, gates
-        teacher = copy.deepcopy(model)
-    reference = unit_gates(teacher, gates.unit if neurons else QUERY_HEADS)  # neurons: the same kind's gates on the teacher
-    if neurons:
-        reference.set_mask(None)
-    return teacher.eval(), reference
-
-
 def ridge_solve(gram: torch.Tensor, rhs: torch.Tensor, ridge: float, max_scale: float) -> torch.Tensor:
     """argmin_s ||C s - y||^2 + lam ||s - 1||^2 from C^T C and C^T y, lam = ridge * mean(diag), clamped to [-max_scale, max_scale]."""
     k = gram.shape[0]
@@ -68,26 +48,32 @@ def kept_positions(site, mask) -> list[int]:
     return [p for p, unit in enumerate(site.unit_ids) if float(row[unit]) != 0]
 
 
-def fit_inputs(name: str, gates: Gates, batches: Iterable[dict], mask) -> tuple[list[dict], dict | None]:
-    """(the batches as a list, the mask checked against ``gates``) of a least-squares fit ``name``; a ValueError where either is unfit."""
+def fit_inputs(
+    name: str, model: nn.Module, gates: Gates, batches: Iterable[dict], mask, teacher: nn.Module | None, neurons: bool = False
+) -> tuple[list[dict], dict | None, nn.Module, Gates]:
+    """(the batches as a list, the mask checked against ``gates``, the unpruned reference model, its gates) of a least-squares
+    fit ``name``; a ValueError where one is unfit. The reference is ``teacher``, else (none of the model's units left its
+    weights) the model itself, or for ``neurons`` (fitted block after block) a copy of it with its FFN gates ungated."""
     batches = list(batches)
     if not batches:
         raise ValueError(f"{name} got no batches: give a few training batches (model inputs)")
     mask = gates.normalize_mask(mask) if mask is not None else None
     if mask is not None and any(m.dim() != 2 for m in mask.values()):
         raise ValueError(f"{name} needs one mask for the whole model ({{group: [layers, units]}}), not one per example")
-    return batches, mask
-
-
-def _fits(gates: Gates, reference: Gates, mask) -> list[tuple[AttentionSite, AttentionSite, list[int], list[int]]]:
-    """(site, reference site, kept positions, their reference positions) of every layer that lost a head and keeps one."""
-    out = []
-    for site in gates.sites:
-        ref = reference.site(site.group, site.layer)
-        positions = kept_positions(site, mask)
-        if positions and len(positions) < len(ref.head_ids):
-            out.append((site, ref, positions, [ref.head_ids.index(site.head_ids[p]) for p in positions]))
-    return out
+    if teacher is None:
+        units, part, record = ("FFN neurons", "block", ffn_record) if neurons else ("heads", "layer", pruning_record)
+        if record(model):
+            raise ValueError(
+                f"this model already has {units} removed from its weights: pass teacher=<the unpruned model> "
+                f"(lsq fits each pruned {part} to the unpruned {part}'s output)"
+            )
+        if not neurons:
+            return batches, mask, model, gates
+        teacher = copy.deepcopy(model)
+    reference = unit_gates(teacher, gates.unit if neurons else QUERY_HEADS)  # neurons: the same kind's gates on the teacher
+    if neurons:
+        reference.set_mask(None)
+    return batches, mask, teacher.eval(), reference
 
 
 @torch.no_grad()
@@ -109,18 +95,6 @@ def _normal_equations(fits: list, reference_model, reference: Gates, batches: li
 
 
 @torch.no_grad()
-def _mean_loss(model, gates: Gates, mask, batches: list[dict], loss_fn: Callable, bar) -> float:
-    """The mean per-example loss of the model (under ``mask``) on ``batches``."""
-    total, count = 0.0, 0
-    with gates.masked(mask) if mask is not None else nullcontext():
-        for batch in batches:
-            losses = loss_fn(model(**model_inputs(model, batch)), batch).double()
-            total, count = total + float(losses.sum()), count + losses.numel()
-            bar.update(1)
-    return total / max(count, 1)
-
-
-@torch.no_grad()
 def lsq_recover(
     model: nn.Module,
     gates: Gates,
@@ -137,10 +111,14 @@ def lsq_recover(
     """Rescale the kept heads of every layer that lost heads by least squares and fold the scales into the output projections."""
     from tqdm.auto import tqdm
 
-    batches, mask = fit_inputs("lsq_recover", gates, batches, mask)
-    reference_model, reference = _reference_of(model, gates, teacher)
+    batches, mask, reference_model, reference = fit_inputs("lsq_recover", model, gates, batches, mask, teacher)
     scales = {g: torch.ones(layers, heads) for g, (layers, heads) in gates.groups.items()}
-    fits = _fits(gates, reference, mask)
+    fits = []  # (site, reference site, kept positions, their reference positions) of every layer that lost a head and keeps one
+    for site in gates.sites:
+        ref = reference.site(site.group, site.layer)
+        positions = kept_positions(site, mask)
+        if positions and len(positions) < len(ref.head_ids):
+            fits.append((site, ref, positions, [ref.head_ids.index(site.head_ids[p]) for p in positions]))
     report = {} if report is None else report
     if not fits:
         report.update(shrink=None, fit_loss={}, layers_fitted=0)
@@ -153,7 +131,13 @@ def lsq_recover(
         losses = {}
         for shrink in shrinks if len(shrinks) > 1 else ():
             _fold(fits, originals, deviations, shrink)
-            losses[shrink] = _mean_loss(model, gates, mask, batches, loss_fn, bar)
+            total, count = 0.0, 0  # the mean per-example loss of the model (under ``mask``)
+            with gates.masked(mask) if mask is not None else nullcontext():
+                for batch in batches:
+                    per_example = loss_fn(model(**model_inputs(model, batch)), batch).double()
+                    total, count = total + float(per_example.sum()), count + per_example.numel()
+                    bar.update(1)
+            losses[shrink] = total / max(count, 1)
         best = min(shrinks, key=lambda t: losses.get(t, 0.0))  # the first of equal losses: the most least squares
         _fold(fits, originals, deviations, best)
     for (site, _, positions, _), deviation in zip(fits, deviations):
@@ -168,27 +152,6 @@ def _fold(fits: list, originals: list[torch.Tensor], deviations: list[torch.Tens
         output = site.linear("output")
         output.weight.data.copy_(original)
         scale_input_heads(output, positions, site.head_dim, 1 + shrink * deviation)
-
-
-@torch.no_grad()
-def layer_output_errors(model: nn.Module, gates: Gates, teacher: nn.Module, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
-    """Relative squared error ||out - out_teacher||^2 / ||out_teacher||^2 of every attention layer's output projection, both
-    on the teacher's inputs to it."""
-    teacher_gates = unit_gates(teacher, QUERY_HEADS)
-    errors = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
-    norms = {g: torch.zeros(layers, dtype=torch.float64) for g, (layers, _) in gates.groups.items()}
-    for batch in batches:
-        with eval_mode(teacher):
-            reference = captured_pass(teacher, {id(ref): ref.linear("output") for ref in teacher_gates.sites}, batch)
-        for site in gates.sites:
-            ref = teacher_gates.site(site.group, site.layer)
-            x = valid_rows(site, batch, reference[id(ref)])  # (N, the teacher's width)
-            at = [ref.head_ids.index(unit) for unit in site.head_ids]
-            out = head_contributions(x, site.linear("output"), list(range(len(at))), site.head_dim, at).sum(1).double()
-            ref_out = F.linear(x, linear_weight(ref.linear("output"))).double()
-            errors[site.group][site.layer] += float((out - ref_out).pow(2).sum())
-            norms[site.group][site.layer] += float(ref_out.pow(2).sum())
-    return {g: errors[g] / norms[g].clamp(min=1e-30) for g in errors}
 
 
 # ---- FFN neurons ----------------------------------------------------------------------------------
@@ -249,20 +212,6 @@ def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scal
     return ridge_solve(gram, rhs, ridge, max_scale)
 
 
-def _teacher_targets(teacher, gates: Gates, batches: list[dict], max_cache_bytes: int) -> dict | None:
-    """{(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit."""
-    tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
-    hidden = max(linear_weight(site.down()).shape[0] for site in gates.sites)
-    if tokens * hidden * len(gates.sites) * 4 > max_cache_bytes:
-        return None
-    targets = {}
-    for index, batch in enumerate(batches):
-        inputs = captured_down_inputs(teacher, gates.sites, batch)
-        for site in gates.sites:
-            targets[id(site), index] = _target(site, batch, inputs[id(site)])
-    return targets
-
-
 @torch.no_grad()
 def ffn_lsq_recover(
     model: nn.Module,
@@ -275,13 +224,18 @@ def ffn_lsq_recover(
     max_cache_bytes: int = 2**30,
 ) -> dict[str, torch.Tensor]:
     """Rescale the kept neurons of every feed-forward block by least squares, folded into the down projections."""
-    batches, mask = fit_inputs("ffn_lsq_recover", gates, batches, mask)
-    teacher, teacher_gates = _reference_of(model, gates, teacher, neurons=True)
+    batches, mask, teacher, teacher_gates = fit_inputs("ffn_lsq_recover", model, gates, batches, mask, teacher, neurons=True)
     scales = {g: torch.ones(layers, width) for g, (layers, width) in gates.groups.items()}
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
         order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
-        targets = _teacher_targets(teacher, teacher_gates, batches, max_cache_bytes)
+        # {(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit
+        tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
+        hidden = max(linear_weight(site.down()).shape[0] for site in teacher_gates.sites)
+        targets = None if tokens * hidden * len(teacher_gates.sites) * 4 > max_cache_bytes else {}
+        for index, batch in enumerate(batches if targets is not None else []):
+            inputs = captured_down_inputs(teacher, teacher_gates.sites, batch)
+            targets.update({(id(site), index): _target(site, batch, inputs[id(site)]) for site in teacher_gates.sites})
         channels = kept_channels(model, teacher)
         for site in order:
             positions = kept_positions(site, mask)

@@ -42,14 +42,6 @@ def quadratic_form(mask: dict[str, torch.Tensor], blocks: dict[str, torch.Tensor
     return out
 
 
-def _exhaustive(block: torch.Tensor, free: list[int], forced: list[int], n_free: int) -> list[int]:
-    """The removed set of minimal form: ``forced`` plus the best ``n_free`` of ``free`` (first minimum in lexicographic order)."""
-    sets = torch.tensor(list(itertools.combinations(free, n_free)), dtype=torch.long)  # (C, n_free), 0 < n_free < len(free)
-    sets = torch.cat([torch.tensor(forced, dtype=torch.long).expand(len(sets), -1), sets], 1)  # (C, n_removed)
-    values = block[sets[:, :, None], sets[:, None, :]].sum((1, 2))  # (C,) 1_R^T F 1_R
-    return sets[int(values.argmin())].tolist()
-
-
 def _swaps(block: torch.Tensor, removed: torch.Tensor, free: torch.Tensor, tolerance: float) -> torch.Tensor:
     """Best-improvement swaps (one removed free head for one kept free head) until none lowers 1_R^T F 1_R; returns R as 0/1 [H]."""
     removed = removed.clone()
@@ -88,8 +80,13 @@ def rearrange_layer(
         return mask_row.detach().cpu().clone(), True  # nothing to choose
     if math.comb(len(free), n_free) > exhaustive_limit:
         return (1 - _swaps(block, removed, present, tolerance)).to(mask_row.dtype), False
+    # every removed set, the absent heads and n_free of the free ones: the first of minimal form 1_R^T F 1_R (lexicographic order)
+    sets = torch.tensor(list(itertools.combinations(free, n_free)), dtype=torch.long)  # (C, n_free), 0 < n_free < len(free)
+    absent = torch.tensor([h for h in range(heads) if not present[h]], dtype=torch.long)
+    sets = torch.cat([absent.expand(len(sets), -1), sets], 1)  # (C, n_removed)
+    values = block[sets[:, :, None], sets[:, None, :]].sum((1, 2))  # (C,)
     best = torch.zeros(heads, dtype=torch.float64)
-    best[_exhaustive(block, free, [h for h in range(heads) if not present[h]], n_free)] = 1.0
+    best[sets[int(values.argmin())]] = 1.0
     chosen = best if removed_form(best, block) < removed_form(removed, block) - tolerance else removed  # ties keep the given mask
     return (1 - chosen).to(mask_row.dtype), True
 

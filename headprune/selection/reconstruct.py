@@ -12,6 +12,7 @@ projection has a bias, the ones column folds the removed units' mean contributio
 """
 
 from collections.abc import Iterable
+from functools import partial
 from itertools import takewhile
 
 import torch
@@ -28,8 +29,7 @@ from headprune.selection.layer_replay import (
     layer_of,
     renamed,
     replay,
-    replay_outputs,
-    replay_until,
+    replay_caught,
     stacks_of,
     with_input,
 )
@@ -124,24 +124,12 @@ def fit_projection(
     return error / max(norm, 1e-30), max(residual, 0.0) / max(norm, 1e-30)
 
 
-def _by_passes(model, teacher, names, batches, ridge, bar, paths: dict) -> dict[str, tuple[float, float]]:
-    """Each projection fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)."""
-    order, targets = teacher_targets(teacher, names, batches)
-    modules, errors = dict(model.named_modules()), {}
-    for name in order:
-        module = modules[renamed(name, paths)]
-        inputs = (captured_pass(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
-        errors[name] = fit_projection(module, inputs, batches, [target[name] for target in targets], names[name], ridge)
-        bar.update(1)
-    return errors
-
-
 def residual_writer(teacher: nn.Module, layer: str, call: tuple[tuple, dict]) -> str | None:
     """The last projection run in the teacher's ``layer`` when its output reaches the layer's output unchanged (a pre-norm
     residual: out = h + ... + W x), checked by adding a perturbation to it; None where a norm or gate follows it."""
     modules = dict(teacher.named_modules())
     inside = {n: m for n, m in modules.items() if layer_of(n, [layer]) and is_projection(m)}
-    out, got = replay_outputs(modules[layer], call, inside)
+    out, got = replay_caught(modules[layer], call, inside)
     if not got:
         return None
     last = list(got)[-1]
@@ -187,7 +175,7 @@ def _by_layers(model, teacher, names, batches, ridge, bar, paths: dict, target: 
             fits = {**here, **({writer: names.get(writer)} if writer else {})}
             t_out, targets = [], []
             for b, calls in enumerate(t_calls):
-                out, got = replay_outputs(theirs[layer], with_input(calls[layer], t_hidden[b]), {n: theirs[n] for n in fits})
+                out, got = replay_caught(theirs[layer], with_input(calls[layer], t_hidden[b]), {n: theirs[n] for n in fits})
                 if gone:  # the removed layers run on, in the teacher, from this layer's output
                     after = out
                     for removed in gone:
@@ -197,13 +185,13 @@ def _by_layers(model, teacher, names, batches, ridge, bar, paths: dict, target: 
                     out = after
                 t_out.append(out)
                 targets.append({n: valid_token_rows(y, batches[b]) for n, y in got.items()})
-            own = ours[paths[layer]]
+            own, own_calls = ours[paths[layer]], [with_input(c[paths[layer]], p_hidden[b]) for b, c in enumerate(p_calls)]
             for name in [n for n in targets[0] if n in fits] if targets else []:  # in the order they ran
                 module = ours[renamed(name, paths)]
-                inputs = (replay_until(own, with_input(calls[paths[layer]], p_hidden[b]), module) for b, calls in enumerate(p_calls))
+                inputs = (replay_caught(own, call, {0: module}, outputs=False, stop=True)[1][0] for call in own_calls)  # up to it
                 errors[name] = fit_projection(module, inputs, batches, [target[name] for target in targets], fits[name], ridge)
                 bar.update(1)
-            p_hidden = [replay(own, with_input(calls[paths[layer]], p_hidden[b])) for b, calls in enumerate(p_calls)]
+            p_hidden = [replay(own, call) for call in own_calls]
             t_hidden = t_out
     return errors
 
@@ -272,7 +260,13 @@ def reconstruct(
             )
         engine = "layers" if errors is not None else "passes"
         rest = {n: r for n, r in names.items() if errors is None or n not in errors}  # after the layers: the heads that read them
-        errors = {**(errors or {}), **(_by_passes(model, teacher, rest, batches, ridge, bar, paths) if rest else {})}
+        errors = errors or {}
+        order, targets = teacher_targets(teacher, rest, batches) if rest else ([], [])
+        for name in order:  # each fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)
+            module = modules[renamed(name, paths)]
+            inputs = (captured_pass(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
+            errors[name] = fit_projection(module, inputs, batches, [per_batch[name] for per_batch in targets], rest[name], ridge)
+            bar.update(1)
     return {
         "projections": len(errors),
         "tokens": tokens,
@@ -287,8 +281,4 @@ def reconstruct(
 
 def reconstructor(ridge: float, target: str = "auto", progress: bool = False):
     """A ``recover(model, teacher, batches)`` step (as ``unit_lsq_recoverer``'s) that reconstructs and returns the record."""
-
-    def recover(model, teacher, batches):
-        return reconstruct(model, teacher, batches, ridge=ridge, progress=progress, target=target)
-
-    return recover
+    return partial(reconstruct, ridge=ridge, progress=progress, target=target)

@@ -31,30 +31,26 @@ def _fisher(model, gates, batches, loss_fn):
     return fisher_scores(model, gates, batches, loss_fn=loss_fn, unit=gates.unit)
 
 
-def check_targets(targets: list[PruneTarget]) -> list[PruneTarget]:
-    """One kind of target, each step beyond the one before (a speed-up that grows, a FLOPs or bytes share that shrinks), or a ValueError."""
-    kinds = sorted({t.kind for t in targets})
-    if len(kinds) > 1:
-        raise ValueError(f"a schedule of targets uses one kind of target, got {kinds}: e.g. [{{speedup: 1.2}}, {{speedup: 1.5}}]")
-    for before, after in zip(targets, targets[1:]):
-        met = (after.kind == "speedup" and after.value <= before.value) or (after.kind in SHARES and after.value >= before.value)
-        if met:
-            raise ValueError(
-                f"step {after.kind}={after.value:g} is already met by the step before it ({before.kind}={before.value:g}): "
-                f"a schedule must go further at every step ({'growing speed-ups' if after.kind == 'speedup' else f'shrinking {after.kind} shares'})"
-            )
-    return targets
-
-
 def check_schedule(schedule) -> list:
     """Growing fractions ([0.2, 0.4, 0.6]) or targets of one kind ([{"speedup": 1.2}, {"speedup": 1.5}]), or a ValueError."""
     steps = list(schedule or [])
     if not steps:
         raise ValueError("the pruning schedule is empty: give growing fractions such as [0.2, 0.4, 0.6]")
-    targets = [hasattr(step, "items") or isinstance(step, PruneTarget) for step in steps]
-    if all(targets):
-        return check_targets([PruneTarget.from_config(step) for step in steps])
-    if any(targets):
+    is_target = [hasattr(step, "items") or isinstance(step, PruneTarget) for step in steps]
+    if all(is_target):  # one kind of target, each step beyond the one before (a speed-up that grows, a share that shrinks)
+        targets = [PruneTarget.from_config(step) for step in steps]
+        kinds = sorted({t.kind for t in targets})
+        if len(kinds) > 1:
+            raise ValueError(f"a schedule of targets uses one kind of target, got {kinds}: e.g. [{{speedup: 1.2}}, {{speedup: 1.5}}]")
+        for before, after in zip(targets, targets[1:]):
+            met = (after.kind == "speedup" and after.value <= before.value) or (after.kind in SHARES and after.value >= before.value)
+            if met:
+                raise ValueError(
+                    f"step {after.kind}={after.value:g} is already met by the step before it ({before.kind}={before.value:g}): "
+                    f"a schedule must go further at every step ({'growing speed-ups' if after.kind == 'speedup' else f'shrinking {after.kind} shares'})"
+                )
+        return targets
+    if any(is_target):
         raise ValueError(
             f"a schedule is all fractions ([0.2, 0.4]) or all targets ([{{speedup: 1.2}}, {{speedup: 1.5}}]), not a mix: got {steps}"
         )

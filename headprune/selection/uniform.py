@@ -20,18 +20,9 @@ def check_layout(layout: str) -> str:
     return layout
 
 
-def layout_of(settings) -> str:
-    """``prune.layout`` of the prune settings, checked."""
-    return check_layout(str(settings.layout))
-
-
 def uniform_counts(fraction: float, shape: dict[str, tuple[int, int]], groups: list[str], min_per_layer: int = 0) -> dict[str, int]:
     """{group: units removed per layer}: floor(fraction x units per layer), at most units - max(min_per_layer, 1)."""
-    counts = {}
-    for group in groups:
-        units = shape[group][1]
-        counts[group] = min(int(math.floor(fraction * units + 1e-9)), units - max(min_per_layer, 1))
-    return counts
+    return {g: min(int(math.floor(fraction * shape[g][1] + 1e-9)), shape[g][1] - max(min_per_layer, 1)) for g in groups}
 
 
 def uniform_mask(
@@ -76,16 +67,6 @@ def layout_masks(
 ) -> list[dict[str, torch.Tensor]]:
     """One mask per fraction from a fixed score, nested (each removes a superset of the previous one's units)."""
     return [layout_mask(scores, shape, f, groups, min_per_layer, layout) for f in check_fractions(fractions)]
-
-
-def layer_counts(mask: dict[str, torch.Tensor]) -> dict[str, list[int]]:
-    """{group: units removed in each layer} of a 0/1 mask."""
-    return {g: (m == 0).sum(-1).long().tolist() for g, m in mask.items()}
-
-
-def is_uniform(mask: dict[str, torch.Tensor]) -> bool:
-    """Whether every layer of each group removes as many units as the group's other layers."""
-    return all(len(set(counts)) <= 1 for counts in layer_counts(mask).values())
 
 
 def _removed_in_order(
@@ -136,9 +117,8 @@ class UniformPath:
         self.tables = {g: t.tolist() for g, t in costs.tables.items()}
         self.base_kept = {g: base[g].ne(0).sum(-1).long().tolist() for g in costs.tables}
         self.orders = {}  # (group, layer): kept units, lowest score first (ties: the lower id)
-        self.values = {
-            g: s.tolist() for g, s in nonnegative({g: scores[g].detach().cpu() for g in groups}).items()
-        }  # score / cost needs a common zero
+        # score / cost needs a common zero
+        self.values = {g: s.tolist() for g, s in nonnegative({g: scores[g].detach().cpu() for g in groups}).items()}
         for g in groups:
             values = self.values[g]
             for layer in range(self.shape[g][0]):

@@ -40,25 +40,6 @@ def greedy_removed_set(grads: torch.Tensor, candidates: list[int], count: int) -
     return [candidates[i] for i in chosen]
 
 
-def rearrange_ffn_layer(mask_row: torch.Tensor, grads: torch.Tensor, present: torch.Tensor | None = None) -> torch.Tensor:
-    """A mask row keeping as many neurons as ``mask_row`` whose removed set has a form no larger (absent neurons stay removed)."""
-    grads = grads.detach().cpu().double()
-    width = grads.shape[1]
-    present = torch.ones(width, dtype=torch.bool) if present is None else present.detach().cpu().bool()
-    removed = (mask_row.detach().cpu() == 0).double()
-    if bool((removed[~present] == 0).any()):
-        raise ValueError("the mask keeps a neuron that is absent from the model's weights: pass gates.present() and a mask removing them")
-    free = present.nonzero().flatten().tolist()
-    n_free = int(removed[present].sum())
-    if n_free in (0, len(free)):
-        return mask_row.detach().cpu().clone()
-    new = (~present).double()
-    new[greedy_removed_set(grads, free, n_free)] = 1.0
-    tolerance = 1e-12 * max(gradient_form(removed, grads), 1e-300)
-    better = gradient_form(new, grads) < gradient_form(removed, grads) - tolerance
-    return (1 - (new if better else removed)).to(mask_row.dtype)
-
-
 def rearrange_ffn_mask(
     mask: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], groups=None, present: dict[str, torch.Tensor] | None = None
 ) -> Rearrangement:
@@ -73,8 +54,23 @@ def rearrange_ffn_mask(
                 f"{list(grads[g].shape) if g in grads else 'none'}: compute them with importance.per_example_gate_gradients"
             )
         g_grads = grads[g].detach().cpu().double()
-        for layer in range(out[g].shape[0]):
-            out[g][layer] = rearrange_ffn_layer(out[g][layer], g_grads[:, layer], None if present is None else present[g][layer])
+        for layer, row in enumerate(out[g]):  # the same count kept, a removed set of no larger form; absent neurons stay removed
+            layer_grads = g_grads[:, layer]  # (N, W)
+            alive = torch.ones(row.numel(), dtype=torch.bool) if present is None else present[g][layer].detach().cpu().bool()
+            removed = (row == 0).double()
+            if bool((removed[~alive] == 0).any()):
+                raise ValueError(
+                    "the mask keeps a neuron that is absent from the model's weights: pass gates.present() and a mask removing them"
+                )
+            free = alive.nonzero().flatten().tolist()
+            n_free = int(removed[alive].sum())
+            if n_free in (0, len(free)):
+                continue  # nothing to choose
+            new = (~alive).double()
+            new[greedy_removed_set(layer_grads, free, n_free)] = 1.0
+            tolerance = 1e-12 * max(gradient_form(removed, layer_grads), 1e-300)
+            better = gradient_form(new, layer_grads) < gradient_form(removed, layer_grads) - tolerance
+            out[g][layer] = (1 - (new if better else removed)).to(row.dtype)
         forms = lambda m: torch.tensor([gradient_form((m[l] == 0).double(), g_grads[:, l]) for l in range(m.shape[0])])  # noqa: E731
         before[g], after[g] = forms(mask[g].detach().cpu()), forms(out[g])
     return Rearrangement(out, before, after, {g: [False] * out[g].shape[0] for g in groups})

@@ -68,14 +68,10 @@ def file_mask(settings, task, setting: str = "speed") -> tuple[dict, dict]:
 
 
 def _task_mask(settings, task, setting: str, found: MaskFile, chosen: Candidate, source: str) -> tuple[dict, dict]:
-    """A file's chosen mask in the task's unit (refused where it removes a token the task reads), and where it came from."""
-    mask = needed_tokens_kept(mask_for_model(found, chosen, task.gates, task.model, setting), task, f"{setting}.{source}")
-    origin = mask_origin(settings, found, chosen, mask, task)
-    return mask, origin if source == "mask_file" else {**origin, "point": str(settings.point)}
-
-
-def needed_tokens_kept(mask: dict, task, setting: str) -> dict:
-    """``mask``, refused where it removes a token the task's prompts or answers read (the vocabulary floor of its prune)."""
+    """A file's chosen mask in the task's unit, refused where it removes a token the task's prompts or answers read (the
+    vocabulary floor of its prune), and where it came from: the file, method, fraction asked and removed, unit, layout, and a
+    Pareto point's step."""
+    mask = mask_for_model(found, chosen, task.gates, task.model, setting)
     needed = getattr(task, "needed_token_ids", lambda: [])()
     token_kinds = [kind for kind in kinds_of(task.gates.unit) if kind.renumbers_ids]
     for group, value in mask.items():
@@ -85,14 +81,9 @@ def needed_tokens_kept(mask: dict, task, setting: str) -> dict:
         lost = [i for i in needed if not bool(kept[i])]
         if lost:
             raise ConfigError(
-                f"{setting}: the mask removes {len(lost)} token(s) the {task.name} task's prompts or answers read (ids {lost[:8]}): "
-                "prune again on this task, whose vocabulary floor keeps them"
+                f"{setting}.{source}: the mask removes {len(lost)} token(s) the {task.name} task's prompts or answers read (ids "
+                f"{lost[:8]}): prune again on this task, whose vocabulary floor keeps them"
             )
-    return mask
-
-
-def mask_origin(settings, found: MaskFile, chosen: Candidate, mask: dict, task) -> dict:
-    """Where a file's mask came from: the file, method, fraction asked and removed, unit, layout, and a Pareto point's step."""
     total = sum(int(m.numel()) for m in mask.values())
     origin = {
         "mask_file": str(settings.mask_file),
@@ -108,7 +99,7 @@ def mask_origin(settings, found: MaskFile, chosen: Candidate, mask: dict, task) 
         origin.update(
             fraction=removed_fraction(point), step=point["step"], target=point.get("target"), predicted_speedup=point["predicted_speedup"]
         )
-    return origin
+    return mask, origin if source == "mask_file" else {**origin, "point": str(settings.point)}
 
 
 def point_source(settings, setting: str) -> tuple[MaskFile, Candidate]:

@@ -48,8 +48,7 @@ def importance_order(task, settings: OrderSettings, mask=None, shared: dict | No
 
 def fisher_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
     """Empirical Fisher of each head gate on the training subset, unnormalised (comparable across layers for a cost-aware search)."""
-    compute = lambda: _on_training_subset(task, settings, fisher_scores, mask=mask, unit=task.gates.unit)  # noqa: E731
-    return _cached(shared, "fisher_raw", mask, compute)
+    return _cached(shared, "fisher_raw", mask, lambda: _on_training_subset(task, settings, fisher_scores, mask=mask, unit=task.gates.unit))
 
 
 def entropy_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:

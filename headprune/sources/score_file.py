@@ -10,9 +10,10 @@ from headprune.core.checks import ConfigError
 SETTING = "prune.scores_from"
 
 
-def _results(path: Path) -> dict:
-    """The ``results`` block of a results.json, or a ConfigError saying what the file is instead."""
-    if path.is_dir():
+def read_scores(path, orders: list[str], unit: str, action: str) -> dict[str, dict[str, torch.Tensor]]:
+    """{order: {group: [L, units]}} from ``path``; a ConfigError when its unit or action differs or an order has no recorded scores."""
+    path = Path(str(path))
+    if path.is_dir():  # the results block of a results.json, or a ConfigError saying what the file is instead
         inside = f" (did you mean {path / 'results.json'}?)" if (path / "results.json").is_file() else ""
         raise ConfigError(f"{SETTING}={path} is a directory{inside}: give the results.json of an experiment=prune run")
     if not path.is_file():
@@ -27,13 +28,6 @@ def _results(path: Path) -> dict:
             f"{SETTING}={path} holds no pruning curves (results.orders): give the results.json of a plain experiment=prune "
             "run (without prune.target, schedule or recover, whose points hold masks but no scores)"
         )
-    return results
-
-
-def read_scores(path, orders: list[str], unit: str, action: str) -> dict[str, dict[str, torch.Tensor]]:
-    """{order: {group: [L, units]}} from ``path``; a ConfigError when its unit or action differs or an order has no recorded scores."""
-    path = Path(str(path))
-    results = _results(path)
     theirs = {"unit": str(results.get("unit", "head")), "action": str(results.get("action", "remove"))}
     for name, ours in (("unit", unit), ("action", action)):
         if theirs[name] != ours:
