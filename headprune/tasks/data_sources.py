@@ -51,10 +51,7 @@ def utf8_lines(path: str | Path):
 
 def check_utf8(path: str | Path) -> int:
     """Read the whole file as UTF-8 (a TextFileError at the first bad line); returns the number of lines."""
-    count = 0
-    for count, _line in utf8_lines(path):  # noqa: B007 - the last count is the answer
-        pass
-    return count
+    return sum(1 for _ in utf8_lines(path))
 
 
 def read_texts(path: str | Path, what: str = "language-modelling text file") -> list[str]:

@@ -59,14 +59,10 @@ class NLIDataConfig:
             raise NLIDataError(f"data.source={self.source} needs data.{', data.'.join(needs)} (conf/data/nli_{self.source}.yaml)")
         if self.source == "local" and not self.dir:
             raise NLIDataError("data.source=local needs data.dir (a directory with train.jsonl[.gz] / dev_matched.jsonl or GLUE TSVs)")
-        for key in ("batch_size", "eval_batch_size", "importance_batch_size", "max_length", "megabatch"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise NLIDataError(f"data.{key} must be a positive integer, got {value!r}")
-        for key in ("limit_train", "limit_eval"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise NLIDataError(f"data.{key} must be a positive integer or null (no limit), got {value!r}")
+        for key in ("batch_size", "eval_batch_size", "importance_batch_size", "max_length", "megabatch", "limit_train", "limit_eval"):
+            value, limit = getattr(self, key), key.startswith("limit_")  # a limit may be null
+            if not (limit and value is None) and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise NLIDataError(f"data.{key} must be a positive integer{' or null (no limit)' if limit else ''}, got {value!r}")
         for key in ("importance_holdout", "group_by_length"):
             if not isinstance(getattr(self, key), bool):
                 raise NLIDataError(f"data.{key} must be true or false, got {getattr(self, key)!r}")
