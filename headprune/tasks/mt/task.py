@@ -179,11 +179,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self.log("val/bleu", bleu, prog_bar=True, sync_dist=False, rank_zero_only=False)
         self.log("val/nll", sum(v for v, _ in nll) / max(tokens, 1), sync_dist=False)
 
-    def _eval_batches(self, split: str) -> list[dict]:
-        if split not in self._eval_cache:
-            self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
-        return self._eval_cache[split]
-
     def split_sizes(self) -> LazySizes:
         """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing), counted when read."""
 
@@ -246,8 +241,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         beam_size = int(beam_size or self.task_cfg["beam_size"])
         chunk = max(1, int(self.task_cfg["mask_chunk"])) if per_row else 1
         hyps: list[dict[int, str]] = [{} for _ in masks]
+        if split not in self._eval_cache:  # the split's source batches, made once
+            self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
         with eval_mode(self.model), torch.no_grad():
-            for batch in self._eval_batches(split):
+            for batch in self._eval_cache[split]:
                 ids, inputs = batch["ids"].tolist(), self._to_device(batch)
                 n = len(ids)
                 steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
