@@ -89,10 +89,8 @@ class ClassifierTask(SharedTaskMethods, L.LightningModule):
         from transformers import get_linear_schedule_with_warmup
 
         hp, total_steps = self.hparams, self.trainer.estimated_stepping_batches
-        decay, no_decay = [], []
-        for param in self.model.parameters():
-            if param.requires_grad:
-                (no_decay if param.dim() < 2 else decay).append(param)
+        trained = [param for param in self.model.parameters() if param.requires_grad]
+        decay, no_decay = [p for p in trained if p.dim() >= 2], [p for p in trained if p.dim() < 2]  # biases and norms: 1-D
         groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=hp.lr)
         if not total_steps or total_steps == float("inf"):

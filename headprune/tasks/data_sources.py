@@ -1,5 +1,4 @@
-"""Where a task's data comes from: the setting that gave its directory, UTF-8 text files read line by line (gzip too, errors
-naming the file and the line), and Hugging Face hub datasets, refused before any work when neither hub nor cache has them."""
+"""Where a task's data comes from: its directory's setting, UTF-8 (gzip) text files by line, hub datasets checked before work."""
 
 import gzip
 from pathlib import Path

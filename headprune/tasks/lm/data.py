@@ -14,8 +14,7 @@ EVAL_SPLITS = ("eval", "eval_other")
 
 
 def draw_splits(lines: dict[str, list[tuple[object, str]]], cfg) -> dict[str, list[str]]:
-    """{split: texts} drawn in ``SPLITS`` order, each split ``data.limits.<split>`` items (null = all) of its own pool, drawn
-    with ``data.seed`` and kept in file order; a local text drawn for evaluation is in no other split."""
+    """{split: ``data.limits.<split>`` texts (null: all) of its pool, drawn by ``data.seed`` in SPLITS order, in file order}; an evaluated local text is in no other."""
     limits, seed, exclude_evaluated = dict(cfg.get("limits") or {}), int(cfg.seed), cfg.get("source") == "local"
     taken, evaluated, out = set(), set(), {}
     for split in [s for s in SPLITS if s in lines] + [s for s in lines if s not in SPLITS]:

@@ -182,12 +182,8 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     def split_sizes(self) -> LazySizes:
         """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing), counted when read."""
 
-        def count(split: str) -> int:  # an unknown split is 0; unreadable data files raise (they are not "empty")
-            try:
-                name = split_of(self.data.cfg, split)
-            except ValueError:
-                return 0
-            return len(self.data.references(name))
+        def count(split: str) -> int:  # unreadable data files raise (they are not "empty")
+            return len(self.data.references(split_of(self.data.cfg, split)))
 
         return LazySizes(("train", "valid", "test", "eval", "heldout"), count)
 
@@ -235,8 +231,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return [self._result(hyps, split) for hyps in self._translations(split, masks, beam_size, on_batch, per_row=True)]
 
     def _translations(self, split: str, masks: list, beam_size: int | None, on_batch, per_row: bool) -> list[list[str]]:
-        """Translations of ``split`` under each mask, in the split's order: ``per_row``, ``task.mask_chunk`` full masks per
-        batched generate (a mask per example row), else the one mask as it is; ``on_batch(n)`` after each batch of ``n``."""
+        """Translations of ``split`` per mask, in order: ``per_row``, ``task.mask_chunk`` masks per generate (one per row), else the one; ``on_batch(n)`` per batch."""
         split = split_of(self.data.cfg, split)
         beam_size = int(beam_size or self.task_cfg["beam_size"])
         chunk = max(1, int(self.task_cfg["mask_chunk"])) if per_row else 1

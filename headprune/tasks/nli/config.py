@@ -47,11 +47,10 @@ class NLIDataConfig:
         missing = sorted(k for k, f in cls.__dataclass_fields__.items() if k not in values and f.default is MISSING)
         if missing:
             raise NLIDataError(f"data setting(s) {missing} missing: start the data config from conf/data/nli_local.yaml")
-        out = cls(**values)
-        out.check()
-        return out
+        return cls(**values)
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        """Refuse a bad value with a message naming its setting (``from_cfg`` refused unknown and missing ones)."""
         if self.source not in SOURCES:
             raise NLIDataError(f"data.source={self.source!r} is not one of {list(SOURCES)}")
         needs = {"hub": ("hub_path", "hub_name", "hub_splits"), "synthetic": ("synthetic",)}.get(self.source, ())

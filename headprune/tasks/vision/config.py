@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from headprune.core.checks import integer
+
 SOURCES = ("digits", "hub", "folder")
 SPLITS = ("train", "importance", "eval")  # importance is held out of the training images, never evaluation data
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -33,10 +35,8 @@ class ImageDataConfig:
         if source not in SOURCES:
             raise ValueError(f"data.source={source!r} is not an image source: use one of {list(SOURCES)}")
         lows = {"seed": 0, "eval_size": 1, "importance_size": 0, "batch_size": 1, "eval_batch_size": 1}
-        numbers = {key: _integer(data.get(key), f"data.{key}", low) for key, low in lows.items()}
-        limits = {
-            key: None if data.get(key) is None else _integer(data.get(key), f"data.{key}", 1) for key in ("limit_train", "limit_eval")
-        }
+        numbers = {key: integer(data.get(key), f"data.{key}", low) for key, low in lows.items()}
+        limits = {key: None if data.get(key) is None else integer(data.get(key), f"data.{key}", 1) for key in ("limit_train", "limit_eval")}
         config = cls(
             source=source,
             **numbers,
@@ -60,9 +60,3 @@ class ImageDataConfig:
                     f"(unknown keys: {unknown}), e.g. {{train: train, eval: test}}"
                 )
         return config
-
-
-def _integer(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}={value!r} must be an integer >= {low}")
-    return value
