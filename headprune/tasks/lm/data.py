@@ -2,7 +2,6 @@
 
 import copy
 import random
-from pathlib import Path
 
 import torch
 
@@ -43,15 +42,14 @@ def synthetic_texts(cfg) -> dict[str, list[str]]:
     return {split: targets for split, (_, targets) in pairs.items()}
 
 
-def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[object, str]]]:
+def text_pools(cfg) -> dict[str, list[tuple[object, str]]]:
     """{split: [(key, text)]} of a data config before any draw; a local text's key is (file, line number), another's (split, index)."""
     source = cfg.get("source")
     if source == "local":
         overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
         files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)  # {split: [paths under the data dir]}
-        directory = data_dir if data_dir is not None else cfg.dir
         lines = {
-            split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, directory, split, path))]
+            split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, cfg.dir, split, path))]
             for split, paths in files.items()
         }
     elif source in ("hub", "synthetic"):
@@ -65,9 +63,9 @@ def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[
     return lines
 
 
-def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
+def load_texts(cfg) -> dict[str, list[str]]:
     """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``, splits disjoint."""
-    return draw_splits(text_pools(cfg, data_dir), cfg)
+    return draw_splits(text_pools(cfg), cfg)
 
 
 def join_documents(items: list[tuple[object, str]], lengths: list[int], tokens: int) -> list[tuple[object, str]]:

@@ -314,12 +314,11 @@ def _task_tokenizer(cfg):
     return None
 
 
-def load_translation_task(cfg, tokenizer=None) -> TranslationModule:
+def load_translation_task(cfg) -> TranslationModule:
     """The TranslationModule (datamodule at ``.data``) of a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
     from headprune.tasks.registry import build_task_model
 
-    tokenizer = tokenizer or _task_tokenizer(cfg)
-    data = TranslationDataModule(cfg.data, tokenizer=tokenizer, seed=int(cfg.seed))
+    data = TranslationDataModule(cfg.data, tokenizer=_task_tokenizer(cfg), seed=int(cfg.seed))
     tokenizer = data.build_tokenizer()
     pretrained = cfg.model.get("pretrained")
     if pretrained and not str(pretrained).endswith(".ckpt"):

@@ -24,10 +24,10 @@ def split_rows(count: int, config: ImageDataConfig) -> dict[str, list[int]]:
     return {"eval": order[: config.eval_size], "importance": order[config.eval_size : needed - 1], "train": order[needed - 1 :]}
 
 
-def split_pool(images: list, labels: list[int], config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
-    """One pool split by ``split_rows``: (images, labels) of eval, importance and train."""
-    cuts = split_rows(len(images), config)
-    return {split: ([images[i] for i in rows], [labels[i] for i in rows]) for split, rows in cuts.items()}
+def split_pool(images: list, labels: list[int], config: ImageDataConfig, rows: dict | None = None) -> dict[str, tuple[list, list[int]]]:
+    """One pool as (images, labels) per split of ``rows`` ({split: row indices}; None: eval, importance and train of ``split_rows``)."""
+    rows = split_rows(len(images), config) if rows is None else rows
+    return {split: ([images[i] for i in at], [labels[i] for i in at]) for split, at in rows.items()}
 
 
 def class_folders(root: Path) -> list[Path]:
@@ -102,14 +102,9 @@ def hub_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
         name = config.hub_splits[split]
         dataset = load_dataset(config.hub_path, config.hub_name, split=name)
         parts[split] = hub_rows(dataset, config.image_column, config.label_column, f"{config.hub_path} split {name!r}")
-    images, labels = parts["train"]
-    held = torch.randperm(len(images), generator=torch.Generator().manual_seed(config.seed)).tolist()
+    held = torch.randperm(len(parts["train"][0]), generator=torch.Generator().manual_seed(config.seed)).tolist()
     cut = config.importance_size
-    return {
-        "train": ([images[i] for i in held[cut:]], [labels[i] for i in held[cut:]]),
-        "importance": ([images[i] for i in held[:cut]], [labels[i] for i in held[:cut]]),
-        "eval": parts["eval"],
-    }
+    return {**split_pool(*parts["train"], config, {"train": held[cut:], "importance": held[:cut]}), "eval": parts["eval"]}
 
 
 SOURCE_READERS = {"digits": digits_images, "folder": folder_images, "hub": hub_images}
