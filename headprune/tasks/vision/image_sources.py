@@ -35,11 +35,6 @@ def class_folders(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
-def folder_image_files(folder: Path) -> list[Path]:
-    """The image files of one class folder, in sorted order."""
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-
-
 def class_names(config: ImageDataConfig) -> list[str] | None:
     """The class names of a source known before reading images (a folder's subfolders, the ten digits); None for a hub dataset."""
     if config.source == "folder":
@@ -59,23 +54,32 @@ def digits_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
     return split_pool([Image.fromarray(p, mode="L") for p in pixels], [int(t) for t in digits.target], config)
 
 
-def folder_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
-    """``data.dir/<class>/<image>``: classes in sorted order, every readable image, split by ``split_pool``."""
+def read_folder(root: Path, load: bool = True) -> tuple[list[Path], list, list[int]]:
+    """(class folders, images, labels) of ``root/<class>/<image>`` in sorted order (``load``: copies, else only verified: None);
+    a ConfigError names a root without class folders, a class without images, an unreadable image."""
     from PIL import Image, UnidentifiedImageError
 
-    root = Path(config.dir).expanduser()
     classes = class_folders(root)
     if not classes:
         raise ConfigError(f"data.dir={root} holds no class subfolders: put the images of each class in data.dir/<class name>/")
     images, labels = [], []
     for label, folder in enumerate(classes):
-        for path in folder_image_files(folder):
+        files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise ConfigError(f"{folder} (class {folder.name!r}) holds no image ({', '.join(IMAGE_SUFFIXES)}): add images or remove it")
+        for path in files:
             try:
                 with Image.open(path) as image:
-                    images.append(image.copy())
-            except (OSError, UnidentifiedImageError) as err:
+                    images.append(image.copy() if load else image.verify())
+            except (OSError, UnidentifiedImageError, SyntaxError) as err:
                 raise ConfigError(f"{path} is not a readable image ({err}): remove it or replace it") from None
-            labels.append(label)
+        labels += [label] * len(files)
+    return classes, images, labels
+
+
+def folder_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
+    """``data.dir/<class>/<image>``: classes in sorted order, every readable image, split by ``split_pool``."""
+    _, images, labels = read_folder(Path(config.dir).expanduser())
     return split_pool(images, labels, config)
 
 
