@@ -34,10 +34,7 @@ class TokenizedPairs(Dataset):
         return TokenizedPairs(out, self.labels, self.texts)
 
     def __getitem__(self, i: int) -> dict:
-        item = {key: values[i] for key, values in self.encodings.items()}
-        item["labels"] = self.labels[i]
-        item["idx"] = i
-        return item
+        return {**{key: values[i] for key, values in self.encodings.items()}, "labels": self.labels[i], "idx": i}
 
 
 class PadCollator:
