@@ -42,11 +42,9 @@ class ImageDataConfig:
             **numbers,
             **limits,
             dir=None if data.get("dir") is None else str(data.get("dir")),
-            hub_path=data.get("hub_path"),
-            hub_name=data.get("hub_name"),
+            **{key: data.get(key) for key in ("hub_path", "hub_name")},
+            **{key: str(data.get(key)) for key in ("image_column", "label_column")},
             hub_splits=dict(data.get("hub_splits") or {}),
-            image_column=str(data.get("image_column")),
-            label_column=str(data.get("label_column")),
         )
         if source == "folder" and not config.dir:
             raise ValueError("data.source=folder needs data.dir=<a directory with one subfolder of images per class>")
