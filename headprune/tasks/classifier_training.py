@@ -190,10 +190,9 @@ def finetune_classifier(cfg, load_task, train_examples: bool = False) -> dict:
     if bool(cfg.task.exact_eval):  # checked by load_task
         for split in module.eval_splits:
             result = module.evaluate(split=split)
-            metrics[f"{split}/accuracy_exact"] = result.score
-            metrics[f"{split}/correct"] = sum(result.per_example["correct"])
-            metrics[f"{split}/n"] = result.n
-            print(f"{split}: accuracy {result.score:.2f}% ({sum(result.per_example['correct'])}/{result.n})", flush=True)
+            correct = sum(result.per_example["correct"])
+            metrics.update({f"{split}/accuracy_exact": result.score, f"{split}/correct": correct, f"{split}/n": result.n})
+            print(f"{split}: accuracy {result.score:.2f}% ({correct}/{result.n})", flush=True)
     metrics["wall_seconds"] = time.perf_counter() - start
     metrics["objective"] = metrics.get("eval/accuracy_exact", metrics.get("eval/accuracy"))
     update_results(output_dir(cfg) / "results.json", metrics, OmegaConf.to_container(cfg, resolve=True))

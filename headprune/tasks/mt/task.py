@@ -355,8 +355,7 @@ def train(cfg) -> dict:
         return metrics
     final = module.evaluate(split="eval")
     split = split_of(cfg.data, "eval")
-    metrics[f"{split}/bleu"] = final.score
-    metrics[f"{split}/beam_size"] = int(module.task_cfg["beam_size"])
+    metrics.update({f"{split}/bleu": final.score, f"{split}/beam_size": int(module.task_cfg["beam_size"])})
     print(f"{split} BLEU (beam {module.task_cfg['beam_size']}): {final.score:.2f} on {final.n} sentences")
     update_results(out / "results.json", metrics, OmegaConf.to_container(cfg, resolve=True))
     write_json_atomic(out / f"translations.{split}.json", {"hypotheses": final.per_example["hypotheses"], "bleu": final.score})
