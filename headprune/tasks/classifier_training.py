@@ -89,10 +89,8 @@ class ClassifierTask(SharedTaskMethods, L.LightningModule):
         from transformers import get_linear_schedule_with_warmup
 
         hp, total_steps = self.hparams, self.trainer.estimated_stepping_batches
-        decay, no_decay = [], []
-        for param in self.model.parameters():
-            if param.requires_grad:
-                (no_decay if param.dim() < 2 else decay).append(param)
+        trained = [param for param in self.model.parameters() if param.requires_grad]
+        decay, no_decay = [p for p in trained if p.dim() >= 2], [p for p in trained if p.dim() < 2]  # biases and norms: 1-D
         groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=hp.lr)
         if not total_steps or total_steps == float("inf"):
@@ -192,10 +190,9 @@ def finetune_classifier(cfg, load_task, train_examples: bool = False) -> dict:
     if bool(cfg.task.exact_eval):  # checked by load_task
         for split in module.eval_splits:
             result = module.evaluate(split=split)
-            metrics[f"{split}/accuracy_exact"] = result.score
-            metrics[f"{split}/correct"] = sum(result.per_example["correct"])
-            metrics[f"{split}/n"] = result.n
-            print(f"{split}: accuracy {result.score:.2f}% ({sum(result.per_example['correct'])}/{result.n})", flush=True)
+            correct = sum(result.per_example["correct"])
+            metrics.update({f"{split}/accuracy_exact": result.score, f"{split}/correct": correct, f"{split}/n": result.n})
+            print(f"{split}: accuracy {result.score:.2f}% ({correct}/{result.n})", flush=True)
     metrics["wall_seconds"] = time.perf_counter() - start
     metrics["objective"] = metrics.get("eval/accuracy_exact", metrics.get("eval/accuracy"))
     update_results(output_dir(cfg) / "results.json", metrics, OmegaConf.to_container(cfg, resolve=True))

@@ -46,10 +46,8 @@ def check_lengths(cfg) -> None:
             f"data.document_tokens={document}, but data.max_length={length} cuts every text to {length} tokens: set "
             f"data.max_length>={document} or data.document_tokens<={length}"
         )
-    if positions is None:
-        return
     prompt, new = task.get("decode_prompt_tokens"), task.get("decode_tokens")
-    if prompt is not None and new is not None and prompt + new > positions:
+    if positions is not None and prompt is not None and new is not None and prompt + new > positions:
         raise ConfigError(
             f"task.decode_prompt_tokens={prompt} + task.decode_tokens={new} = {prompt + new} tokens, but model "
             f"{cfg.model.get('name')} takes at most {positions} positions: lower task.decode_tokens to at most {max(positions - prompt, 0)}"

@@ -2,7 +2,6 @@
 
 import copy
 import random
-from pathlib import Path
 
 import torch
 
@@ -14,8 +13,7 @@ EVAL_SPLITS = ("eval", "eval_other")
 
 
 def draw_splits(lines: dict[str, list[tuple[object, str]]], cfg) -> dict[str, list[str]]:
-    """{split: texts} drawn in ``SPLITS`` order, each split ``data.limits.<split>`` items (null = all) of its own pool, drawn
-    with ``data.seed`` and kept in file order; a local text drawn for evaluation is in no other split."""
+    """{split: ``data.limits.<split>`` texts (null: all) of its pool, drawn by ``data.seed`` in SPLITS order, in file order}; an evaluated local text is in no other."""
     limits, seed, exclude_evaluated = dict(cfg.get("limits") or {}), int(cfg.seed), cfg.get("source") == "local"
     taken, evaluated, out = set(), set(), {}
     for split in [s for s in SPLITS if s in lines] + [s for s in lines if s not in SPLITS]:
@@ -44,15 +42,14 @@ def synthetic_texts(cfg) -> dict[str, list[str]]:
     return {split: targets for split, (_, targets) in pairs.items()}
 
 
-def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[object, str]]]:
+def text_pools(cfg) -> dict[str, list[tuple[object, str]]]:
     """{split: [(key, text)]} of a data config before any draw; a local text's key is (file, line number), another's (split, index)."""
     source = cfg.get("source")
     if source == "local":
         overlap = "for evaluation and for importance/held-out choices or training: keep them apart"
         files = split_files(cfg.files, SPLITS, EVAL_SPLITS, "language-modelling", overlap)  # {split: [paths under the data dir]}
-        directory = data_dir if data_dir is not None else cfg.dir
         lines = {
-            split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, directory, split, path))]
+            split: [((path, number), text) for path in paths for number, text in enumerate(listed_texts(cfg, cfg.dir, split, path))]
             for split, paths in files.items()
         }
     elif source in ("hub", "synthetic"):
@@ -66,9 +63,9 @@ def text_pools(cfg, data_dir: str | Path | None = None) -> dict[str, list[tuple[
     return lines
 
 
-def load_texts(cfg, data_dir: str | Path | None = None) -> dict[str, list[str]]:
+def load_texts(cfg) -> dict[str, list[str]]:
     """{split: texts} for a data config (``source``: local, hub or synthetic), limited per ``cfg.limits``, splits disjoint."""
-    return draw_splits(text_pools(cfg, data_dir), cfg)
+    return draw_splits(text_pools(cfg), cfg)
 
 
 def join_documents(items: list[tuple[object, str]], lengths: list[int], tokens: int) -> list[tuple[object, str]]:

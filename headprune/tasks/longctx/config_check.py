@@ -2,18 +2,7 @@
 
 from omegaconf import OmegaConf
 
-from headprune.core.checks import (
-    ConfigError,
-    check_schema,
-    choice,
-    integer,
-    number,
-    optional,
-    positive_ints,
-    rule,
-    string_list,
-    text,
-)
+from headprune.core.checks import ConfigError, check_schema, choice, integer, number, optional, positive_ints, rule, string_list, text
 from headprune.models.sources import max_positions
 from headprune.tasks.data_sources import check_hub_dataset
 from headprune.tasks.lm.config_check import SCHEMA as LM_SCHEMA

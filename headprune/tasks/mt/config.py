@@ -15,10 +15,8 @@ def split_limit(data_cfg, split: str) -> int | None:
 
 def split_of(data_cfg, split: str) -> str:
     """Map the protocol's ``eval``/``heldout`` to a concrete split name."""
-    if split == "eval":
-        return data_cfg.eval_split
-    if split == "heldout":
-        return data_cfg.heldout_split
+    if split in ("eval", "heldout"):
+        return data_cfg[f"{split}_split"]  # data.eval_split, data.heldout_split
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}: use train, valid, test, eval or heldout")
     return split

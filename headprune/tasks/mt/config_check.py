@@ -4,7 +4,7 @@ from headprune.core.checks import ConfigError, boolean, check_schema, choice, in
 from headprune.models.sources import max_positions
 from headprune.tasks.config_check import check_length_fits
 from headprune.tasks.data_sources import check_hub_dataset, dir_advice
-from headprune.tasks.mt.config import SPLITS, split_limit
+from headprune.tasks.mt.config import SPLITS
 
 SCHEMA = {
     "task.label_smoothing": rule(number, low=0.0, high=1.0),
@@ -26,6 +26,7 @@ SCHEMA = {
     "data.num_workers": rule(integer, low=0),
     "data.importance.max_tokens": rule(integer, low=1),
     **{f"data.{key}": rule(integer, low=1) for key in ("max_tokens", "eval_max_tokens", "eval_batch_size", "max_len")},
+    **{f"data.limits.{split}": optional(rule(integer, low=1)) for split in SPLITS},  # pairs kept (null: all)
     **{f"data.synthetic.sizes.{split}": rule(integer, low=1) for split in SPLITS},  # data=mt_synthetic: pairs made per split
 }
 
@@ -34,11 +35,6 @@ def check(cfg, files: bool = True, importance: bool = True) -> None:
     """The MT settings, an importance subset where importance is read, lengths, and every split's aligned files."""
     check_schema(cfg, SCHEMA)
     data = cfg.data
-    for split in SPLITS:
-        try:
-            split_limit(data, split)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
     if importance:
         integer(data.importance.size, "data.importance.size", 1)
     check_lengths(cfg)

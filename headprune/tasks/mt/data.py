@@ -37,20 +37,16 @@ def _load_hub(data_cfg, split: str) -> tuple[list[str], list[str]]:
     """A split of a hub dataset with rows {"translation": {lang: text}} (wmt14, iwslt2017) or {lang: text} (multi30k)."""
     from datasets import load_dataset
 
-    hub = data_cfg.hub
-    name = hub.get("name")
-    ds = (
-        load_dataset(hub.path, name, split=data_cfg.splits[split], trust_remote_code=hub.trust_remote_code)
-        if name
-        else load_dataset(hub.path, split=data_cfg.splits[split])
-    )
-    src_lang, tgt_lang = data_cfg.src_lang, data_cfg.tgt_lang
-    rows = (
-        ds["translation"] if "translation" in ds.column_names else [{src_lang: s, tgt_lang: t} for s, t in zip(ds[src_lang], ds[tgt_lang])]
-    )
     from headprune.tasks.mt.files import check_aligned
 
-    src, tgt = [r[src_lang] for r in rows], [r[tgt_lang] for r in rows]
+    hub = data_cfg.hub
+    options = {"trust_remote_code": hub.trust_remote_code} if hub.get("name") else {}
+    ds = load_dataset(hub.path, hub.get("name"), split=data_cfg.splits[split], **options)
+    src_lang, tgt_lang = data_cfg.src_lang, data_cfg.tgt_lang
+    if "translation" in ds.column_names:
+        src, tgt = [r[src_lang] for r in ds["translation"]], [r[tgt_lang] for r in ds["translation"]]
+    else:
+        src, tgt = list(ds[src_lang]), list(ds[tgt_lang])
     check_aligned(src, tgt, f"{hub.path}:{split}.{src_lang}", f"{hub.path}:{split}.{tgt_lang}")
     return src, tgt
 

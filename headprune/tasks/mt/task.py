@@ -179,20 +179,11 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         self.log("val/bleu", bleu, prog_bar=True, sync_dist=False, rank_zero_only=False)
         self.log("val/nll", sum(v for v, _ in nll) / max(tokens, 1), sync_dist=False)
 
-    def _eval_batches(self, split: str) -> list[dict]:
-        if split not in self._eval_cache:
-            self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
-        return self._eval_cache[split]
-
     def split_sizes(self) -> LazySizes:
         """{split: sentences} of train, valid, test and their roles eval and heldout (0 = missing), counted when read."""
 
-        def count(split: str) -> int:  # an unknown split is 0; unreadable data files raise (they are not "empty")
-            try:
-                name = split_of(self.data.cfg, split)
-            except ValueError:
-                return 0
-            return len(self.data.references(name))
+        def count(split: str) -> int:  # unreadable data files raise (they are not "empty")
+            return len(self.data.references(split_of(self.data.cfg, split)))
 
         return LazySizes(("train", "valid", "test", "eval", "heldout"), count)
 
@@ -240,14 +231,15 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return [self._result(hyps, split) for hyps in self._translations(split, masks, beam_size, on_batch, per_row=True)]
 
     def _translations(self, split: str, masks: list, beam_size: int | None, on_batch, per_row: bool) -> list[list[str]]:
-        """Translations of ``split`` under each mask, in the split's order: ``per_row``, ``task.mask_chunk`` full masks per
-        batched generate (a mask per example row), else the one mask as it is; ``on_batch(n)`` after each batch of ``n``."""
+        """Translations of ``split`` per mask, in order: ``per_row``, ``task.mask_chunk`` masks per generate (one per row), else the one; ``on_batch(n)`` per batch."""
         split = split_of(self.data.cfg, split)
         beam_size = int(beam_size or self.task_cfg["beam_size"])
         chunk = max(1, int(self.task_cfg["mask_chunk"])) if per_row else 1
         hyps: list[dict[int, str]] = [{} for _ in masks]
+        if split not in self._eval_cache:  # the split's source batches, made once
+            self._eval_cache[split] = self.data.eval_batches(split, with_targets=False)
         with eval_mode(self.model), torch.no_grad():
-            for batch in self._eval_batches(split):
+            for batch in self._eval_cache[split]:
                 ids, inputs = batch["ids"].tolist(), self._to_device(batch)
                 n = len(ids)
                 steps = self.max_new_tokens(batch["input_ids"]) * -(-len(masks) // chunk)  # decoding steps of every chunk
@@ -322,12 +314,11 @@ def _task_tokenizer(cfg):
     return None
 
 
-def load_translation_task(cfg, tokenizer=None) -> TranslationModule:
+def load_translation_task(cfg) -> TranslationModule:
     """The TranslationModule (datamodule at ``.data``) of a Hydra config; ``model.pretrained`` may be a saved dir, a hub name or a .ckpt."""
     from headprune.tasks.registry import build_task_model
 
-    tokenizer = tokenizer or _task_tokenizer(cfg)
-    data = TranslationDataModule(cfg.data, tokenizer=tokenizer, seed=int(cfg.seed))
+    data = TranslationDataModule(cfg.data, tokenizer=_task_tokenizer(cfg), seed=int(cfg.seed))
     tokenizer = data.build_tokenizer()
     pretrained = cfg.model.get("pretrained")
     if pretrained and not str(pretrained).endswith(".ckpt"):
@@ -364,8 +355,7 @@ def train(cfg) -> dict:
         return metrics
     final = module.evaluate(split="eval")
     split = split_of(cfg.data, "eval")
-    metrics[f"{split}/bleu"] = final.score
-    metrics[f"{split}/beam_size"] = int(module.task_cfg["beam_size"])
+    metrics.update({f"{split}/bleu": final.score, f"{split}/beam_size": int(module.task_cfg["beam_size"])})
     print(f"{split} BLEU (beam {module.task_cfg['beam_size']}): {final.score:.2f} on {final.n} sentences")
     update_results(out / "results.json", metrics, OmegaConf.to_container(cfg, resolve=True))
     write_json_atomic(out / f"translations.{split}.json", {"hypotheses": final.per_example["hypotheses"], "bleu": final.score})

@@ -47,11 +47,10 @@ class NLIDataConfig:
         missing = sorted(k for k, f in cls.__dataclass_fields__.items() if k not in values and f.default is MISSING)
         if missing:
             raise NLIDataError(f"data setting(s) {missing} missing: start the data config from conf/data/nli_local.yaml")
-        out = cls(**values)
-        out.check()
-        return out
+        return cls(**values)
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        """Refuse a bad value with a message naming its setting (``from_cfg`` refused unknown and missing ones)."""
         if self.source not in SOURCES:
             raise NLIDataError(f"data.source={self.source!r} is not one of {list(SOURCES)}")
         needs = {"hub": ("hub_path", "hub_name", "hub_splits"), "synthetic": ("synthetic",)}.get(self.source, ())
@@ -59,14 +58,10 @@ class NLIDataConfig:
             raise NLIDataError(f"data.source={self.source} needs data.{', data.'.join(needs)} (conf/data/nli_{self.source}.yaml)")
         if self.source == "local" and not self.dir:
             raise NLIDataError("data.source=local needs data.dir (a directory with train.jsonl[.gz] / dev_matched.jsonl or GLUE TSVs)")
-        for key in ("batch_size", "eval_batch_size", "importance_batch_size", "max_length", "megabatch"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise NLIDataError(f"data.{key} must be a positive integer, got {value!r}")
-        for key in ("limit_train", "limit_eval"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise NLIDataError(f"data.{key} must be a positive integer or null (no limit), got {value!r}")
+        for key in ("batch_size", "eval_batch_size", "importance_batch_size", "max_length", "megabatch", "limit_train", "limit_eval"):
+            value, limit = getattr(self, key), key.startswith("limit_")  # a limit may be null
+            if not (limit and value is None) and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise NLIDataError(f"data.{key} must be a positive integer{' or null (no limit)' if limit else ''}, got {value!r}")
         for key in ("importance_holdout", "group_by_length"):
             if not isinstance(getattr(self, key), bool):
                 raise NLIDataError(f"data.{key} must be true or false, got {getattr(self, key)!r}")

@@ -34,10 +34,7 @@ class TokenizedPairs(Dataset):
         return TokenizedPairs(out, self.labels, self.texts)
 
     def __getitem__(self, i: int) -> dict:
-        item = {key: values[i] for key, values in self.encodings.items()}
-        item["labels"] = self.labels[i]
-        item["idx"] = i
-        return item
+        return {**{key: values[i] for key, values in self.encodings.items()}, "labels": self.labels[i], "idx": i}
 
 
 class PadCollator:
@@ -156,8 +153,7 @@ class NLIDataModule(L.LightningDataModule):
                 f"data.importance_size={c.importance_size} is too large for {n} training examples "
                 f"(at most {n // 2 if c.importance_holdout else n}{' with importance_holdout' if c.importance_holdout else ''})"
             )
-        gen = torch.Generator().manual_seed(c.seed)
-        chosen = sorted(torch.randperm(n, generator=gen)[: c.importance_size].tolist())
+        chosen = sorted(torch.randperm(n, generator=torch.Generator().manual_seed(c.seed))[: c.importance_size].tolist())
         taken = set(chosen)
         rest = [i for i in range(n) if i not in taken] if c.importance_holdout else list(range(n))
         splits = {"train": _select(train, rest[: c.limit_train]), "importance": _select(train, chosen)}

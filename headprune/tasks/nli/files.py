@@ -37,8 +37,7 @@ def label_id(value, where: str) -> int:
 
 
 def present_split_files(directory: str | Path, files, splits, required):
-    """(split, ``<dir>/<stem><ext>`` for the first extension found) of every split with a file, in ``splits`` order; a missing
-    ``required`` file raises FileNotFoundError."""
+    """(split, ``<dir>/<stem><ext>`` of the first extension found) per split with a file; a missing ``required`` one: FileNotFoundError."""
     directory = Path(directory)
     for split in splits:
         stem = files.get(split)

@@ -6,20 +6,10 @@ NAMES = "Anna Ben Carla David Elena Farid Grace Hugo Iris Jonas Kemal Lena Maya 
 NAMES_MISMATCHED = ["Uma", "Victor", "Wendy", "Xavier", "Yara", "Zoe", "Arjun", "Bianca", "Chen", "Dmitri"]
 PLACES = ["kitchen", "garden", "library", "office", "park", "station", "museum", "bakery", "garage", "classroom", "hospital", "market"]
 PLACES_MISMATCHED = ["harbor", "stadium", "theater", "airport", "laboratory", "church"]
-ACTIONS = [
-    "reading a book",
-    "eating an apple",
-    "writing a letter",
-    "playing the guitar",
-    "painting a picture",
-    "fixing a bike",
-    "drinking coffee",
-    "watching a movie",
-    "cooking soup",
-    "singing a song",
-    "cleaning the floor",
-    "talking on the phone",
-]
+ACTIONS = (
+    "reading a book, eating an apple, writing a letter, playing the guitar, painting a picture, fixing a bike, drinking coffee, "
+    "watching a movie, cooking soup, singing a song, cleaning the floor, talking on the phone"
+).split(", ")
 EXTRAS = ["with a friend", "with two children", "with a small dog", "with her brother", "with his sister"]
 REASONS = ["because it is raining", "because it is late", "because it is Monday", "for a school project"]
 FEELINGS = ["happy", "tired", "hungry", "bored", "excited"]

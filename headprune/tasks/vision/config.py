@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from headprune.core.checks import integer
+
 SOURCES = ("digits", "hub", "folder")
 SPLITS = ("train", "importance", "eval")  # importance is held out of the training images, never evaluation data
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -33,20 +35,16 @@ class ImageDataConfig:
         if source not in SOURCES:
             raise ValueError(f"data.source={source!r} is not an image source: use one of {list(SOURCES)}")
         lows = {"seed": 0, "eval_size": 1, "importance_size": 0, "batch_size": 1, "eval_batch_size": 1}
-        numbers = {key: _integer(data.get(key), f"data.{key}", low) for key, low in lows.items()}
-        limits = {
-            key: None if data.get(key) is None else _integer(data.get(key), f"data.{key}", 1) for key in ("limit_train", "limit_eval")
-        }
+        numbers = {key: integer(data.get(key), f"data.{key}", low) for key, low in lows.items()}
+        limits = {key: None if data.get(key) is None else integer(data.get(key), f"data.{key}", 1) for key in ("limit_train", "limit_eval")}
         config = cls(
             source=source,
             **numbers,
             **limits,
             dir=None if data.get("dir") is None else str(data.get("dir")),
-            hub_path=data.get("hub_path"),
-            hub_name=data.get("hub_name"),
+            **{key: data.get(key) for key in ("hub_path", "hub_name")},
+            **{key: str(data.get(key)) for key in ("image_column", "label_column")},
             hub_splits=dict(data.get("hub_splits") or {}),
-            image_column=str(data.get("image_column")),
-            label_column=str(data.get("label_column")),
         )
         if source == "folder" and not config.dir:
             raise ValueError("data.source=folder needs data.dir=<a directory with one subfolder of images per class>")
@@ -60,9 +58,3 @@ class ImageDataConfig:
                     f"(unknown keys: {unknown}), e.g. {{train: train, eval: test}}"
                 )
         return config
-
-
-def _integer(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}={value!r} must be an integer >= {low}")
-    return value

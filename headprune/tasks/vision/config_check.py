@@ -54,33 +54,16 @@ def check_geometry(model_cfg) -> None:
 
 def check_folder(root: Path, config) -> None:
     """``data.dir`` holds two readable class subfolders or more, each with enough images to give every split some."""
-    from PIL import Image, UnidentifiedImageError
-
-    from headprune.tasks.vision.config import IMAGE_SUFFIXES
-    from headprune.tasks.vision.image_sources import class_folders, folder_image_files
+    from headprune.tasks.vision.image_sources import read_folder
 
     if not root.is_dir():
         raise ConfigError(f"data.dir={root} does not exist: point it at a directory with one subfolder of images per class")
-    classes = class_folders(root)
-    if not classes:
-        raise ConfigError(f"data.dir={root} holds no class subfolders: put the images of each class in data.dir/<class name>/")
+    classes, _, labels = read_folder(root, load=False)  # every image verified, none decoded
     if len(classes) < 2:
         raise ConfigError(
             f"data.dir={root} holds one class subfolder ({classes[0].name!r}): a classifier needs two classes or more "
             "(every image would be right); put the images of each class in data.dir/<class name>/"
         )
-    labels = []
-    for label, folder in enumerate(classes):
-        images = folder_image_files(folder)
-        if not images:
-            raise ConfigError(f"{folder} (class {folder.name!r}) holds no image ({', '.join(IMAGE_SUFFIXES)}): add images or remove it")
-        for path in images:
-            try:
-                with Image.open(path) as image:
-                    image.verify()
-            except (OSError, UnidentifiedImageError, SyntaxError) as err:
-                raise ConfigError(f"{path} is not a readable image ({err}): remove it or replace it") from None
-        labels += [label] * len(images)
     check_classes_split(root, [folder.name for folder in classes], labels, config)
 
 

@@ -23,19 +23,16 @@ class ImageTensors(Dataset):
         return {"pixel_values": self.pixels[i], "labels": self.labels[i], "idx": i}
 
 
-def image_fingerprint(image, label: int) -> str:
-    """A hash of one image's pixels and its label."""
-    rgb = image.convert("RGB")
-    return hashlib.sha256(rgb.tobytes() + f"{rgb.size}:{label}".encode()).hexdigest()[:16]
-
-
 def to_tensors(images: list, labels: list[int], processor, channels: int) -> ImageTensors:
     """Run the image processor over the images (RGB) and fit the channels to the model's (RGB kept, else the first repeated)."""
-    fingerprints = [image_fingerprint(image, label) for image, label in zip(images, labels)]
+    rgb = [image.convert("RGB") for image in images]
+    fingerprints = [  # a hash of each image's pixels and its label
+        hashlib.sha256(image.tobytes() + f"{image.size}:{label}".encode()).hexdigest()[:16] for image, label in zip(rgb, labels)
+    ]
     if not images:
         size = processor.size
         return ImageTensors(torch.zeros(0, channels, size["height"], size["width"]), torch.zeros(0, dtype=torch.long), [])
-    pixels = processor(images=[image.convert("RGB") for image in images], return_tensors="pt")["pixel_values"].float()  # (N, 3, H, W)
+    pixels = processor(images=rgb, return_tensors="pt")["pixel_values"].float()  # (N, 3, H, W)
     if pixels.shape[1] != channels:  # a grayscale-like model: the first channel repeated
         pixels = pixels[:, :1].repeat(1, channels, 1, 1)
     return ImageTensors(pixels, torch.tensor(labels, dtype=torch.long), fingerprints)

@@ -24,20 +24,15 @@ def split_rows(count: int, config: ImageDataConfig) -> dict[str, list[int]]:
     return {"eval": order[: config.eval_size], "importance": order[config.eval_size : needed - 1], "train": order[needed - 1 :]}
 
 
-def split_pool(images: list, labels: list[int], config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
-    """One pool split by ``split_rows``: (images, labels) of eval, importance and train."""
-    cuts = split_rows(len(images), config)
-    return {split: ([images[i] for i in rows], [labels[i] for i in rows]) for split, rows in cuts.items()}
+def split_pool(images: list, labels: list[int], config: ImageDataConfig, rows: dict | None = None) -> dict[str, tuple[list, list[int]]]:
+    """One pool as (images, labels) per split of ``rows`` ({split: row indices}; None: eval, importance and train of ``split_rows``)."""
+    rows = split_rows(len(images), config) if rows is None else rows
+    return {split: ([images[i] for i in at], [labels[i] for i in at]) for split, at in rows.items()}
 
 
 def class_folders(root: Path) -> list[Path]:
     """The class subfolders of ``data.dir``, in sorted order: class i is the i-th."""
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-
-
-def folder_image_files(folder: Path) -> list[Path]:
-    """The image files of one class folder, in sorted order."""
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
 def class_names(config: ImageDataConfig) -> list[str] | None:
@@ -59,23 +54,32 @@ def digits_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
     return split_pool([Image.fromarray(p, mode="L") for p in pixels], [int(t) for t in digits.target], config)
 
 
-def folder_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
-    """``data.dir/<class>/<image>``: classes in sorted order, every readable image, split by ``split_pool``."""
+def read_folder(root: Path, load: bool = True) -> tuple[list[Path], list, list[int]]:
+    """(class folders, images, labels) of ``root/<class>/<image>`` in sorted order (``load``: copies, else only verified: None);
+    a ConfigError names a root without class folders, a class without images, an unreadable image."""
     from PIL import Image, UnidentifiedImageError
 
-    root = Path(config.dir).expanduser()
     classes = class_folders(root)
     if not classes:
         raise ConfigError(f"data.dir={root} holds no class subfolders: put the images of each class in data.dir/<class name>/")
     images, labels = [], []
     for label, folder in enumerate(classes):
-        for path in folder_image_files(folder):
+        files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise ConfigError(f"{folder} (class {folder.name!r}) holds no image ({', '.join(IMAGE_SUFFIXES)}): add images or remove it")
+        for path in files:
             try:
                 with Image.open(path) as image:
-                    images.append(image.copy())
-            except (OSError, UnidentifiedImageError) as err:
+                    images.append(image.copy() if load else image.verify())
+            except (OSError, UnidentifiedImageError, SyntaxError) as err:
                 raise ConfigError(f"{path} is not a readable image ({err}): remove it or replace it") from None
-            labels.append(label)
+        labels += [label] * len(files)
+    return classes, images, labels
+
+
+def folder_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
+    """``data.dir/<class>/<image>``: classes in sorted order, every readable image, split by ``split_pool``."""
+    _, images, labels = read_folder(Path(config.dir).expanduser())
     return split_pool(images, labels, config)
 
 
@@ -102,14 +106,9 @@ def hub_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
         name = config.hub_splits[split]
         dataset = load_dataset(config.hub_path, config.hub_name, split=name)
         parts[split] = hub_rows(dataset, config.image_column, config.label_column, f"{config.hub_path} split {name!r}")
-    images, labels = parts["train"]
-    held = torch.randperm(len(images), generator=torch.Generator().manual_seed(config.seed)).tolist()
+    held = torch.randperm(len(parts["train"][0]), generator=torch.Generator().manual_seed(config.seed)).tolist()
     cut = config.importance_size
-    return {
-        "train": ([images[i] for i in held[cut:]], [labels[i] for i in held[cut:]]),
-        "importance": ([images[i] for i in held[:cut]], [labels[i] for i in held[:cut]]),
-        "eval": parts["eval"],
-    }
+    return {**split_pool(*parts["train"], config, {"train": held[cut:], "importance": held[:cut]}), "eval": parts["eval"]}
 
 
 SOURCE_READERS = {"digits": digits_images, "folder": folder_images, "hub": hub_images}

@@ -33,11 +33,10 @@ class ImageClassificationModule(ClassifierTask):
     def forward_batches(self, split: str) -> list[dict]:
         """The split's pixel batches with their token positions (B, T), what the speed experiment counts by."""
         tokens = image_tokens(self.model)  # per image: its patches plus CLS (and DeiT's distillation token)
-        batches = []
-        for batch in self._require_data().loader(split):
-            positions = torch.arange(tokens).expand(batch["pixel_values"].shape[0], -1)
-            batches.append({"pixel_values": batch["pixel_values"], TOKEN_POSITIONS: positions.clone()})
-        return batches
+        return [
+            {"pixel_values": batch["pixel_values"], TOKEN_POSITIONS: torch.arange(tokens).repeat(len(batch["pixel_values"]), 1)}
+            for batch in self._require_data().loader(split)
+        ]
 
     def timed_call(self, batch: dict) -> None:
         """One forward pass of the model on a timing batch's images."""
