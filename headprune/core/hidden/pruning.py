@@ -13,29 +13,35 @@ from headprune.core.projections import in_features, out_features
 CONFIG_ATTR = "headprune_hidden_channels"
 
 
-class _Slicer:
-    """Slices parameters by the kept positions, each tied parameter once (a second holder gets the same new parameter)."""
+class Slicer:
+    """Slices parameters and buffers by the kept positions, each tied tensor once (a second holder gets the same new one)."""
 
     def __init__(self, index: torch.Tensor):
         self.index, self.done = index, {}
 
     def take(self, module: nn.Module, name: str, dim: int) -> None:
-        param = getattr(module, name, None)
-        if param is None:
+        """Keep the positions of ``module``'s parameter or buffer ``name`` along ``dim``."""
+        value = getattr(module, name, None)
+        if value is None:
             return
-        new = self.done.get(id(param))
+        new = self.done.get(id(value))
         if new is None:
-            kept = param.detach().index_select(dim % param.dim(), self.index.to(param.device)).clone()
-            new = self.done[id(param)] = (param, nn.Parameter(kept, requires_grad=param.requires_grad))
-        if new[1].shape[dim % param.dim()] != len(self.index) or new[0] is not param:
+            kept = value.detach().index_select(dim % value.dim(), self.index.to(value.device)).clone()
+            if isinstance(value, nn.Parameter):
+                kept = nn.Parameter(kept, requires_grad=value.requires_grad)
+            new = self.done[id(value)] = (value, kept)
+        if new[1].shape[dim % value.dim()] != len(self.index) or new[0] is not value:
             raise ValueError(
                 f"{type(module).__name__}.{name} is tied to a tensor sliced along another axis: the residual channels of this "
                 "model cannot be removed (tied weights across different widths)"
             )
-        setattr(module, name, new[1])
+        if isinstance(new[1], nn.Parameter):
+            setattr(module, name, new[1])
+        else:
+            module.register_buffer(name, new[1], persistent=name in module.state_dict())
 
 
-def _slice_projection(slicer: _Slicer, module: nn.Module, outputs: bool) -> None:
+def _slice_projection(slicer: Slicer, module: nn.Module, outputs: bool) -> None:
     """Slice a projection's output rows (``outputs``, with its bias) or its input columns to the kept channels."""
     conv1d = isinstance(module, Conv1D)  # weight [in, out]; nn.Linear's [out, in]
     slicer.take(module, "weight", int(conv1d == outputs))
@@ -78,7 +84,7 @@ def keep_channels(model: nn.Module, keep: list[int]) -> None:
     book = channel_book(model)
     if not keep:
         raise ValueError("a hidden mask must keep at least one residual channel: every channel of the stream would be removed")
-    slicer = _Slicer(torch.tensor(keep, dtype=torch.long))
+    slicer = Slicer(torch.tensor(keep, dtype=torch.long))
     with torch.no_grad():
         for module in group.readers:
             _slice_projection(slicer, module, outputs=False)
