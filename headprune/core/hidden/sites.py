@@ -9,7 +9,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import Site, alias, gate_and_probe, kept_on
+from headprune.core.site_gates import Site, gate_and_probe, kept_on
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -39,8 +39,6 @@ class HiddenSite(Site):
     module: nn.Module
     role: str  # "write" or "norm"
     rows: dict = field(default_factory=dict)  # {"rows": examples of the model's current forward}
-
-    channel_ids = alias("unit_ids")  # original ids of the channels present, in weight order
 
 
 @dataclass
@@ -217,7 +215,7 @@ def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
             site = kept_on(module, SITE_ATTR, lambda: HiddenSite(path, GROUP, 0, book["width_orig"], ids, module, role, book["rows"]))
-            site.channel_ids = ids
+            site.unit_ids = ids  # original ids of the channels present, in weight order
             kept_on(module, HOOK_ATTR, lambda: module.register_forward_hook(_gate_hook, with_kwargs=True))
             sites.append(site)
     return sites

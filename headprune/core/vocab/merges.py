@@ -13,12 +13,6 @@ import torch
 from headprune.core.vocab.tokenizer import merge_pair, tokenizer_json
 
 
-def _ranks(model: dict) -> dict[tuple[str, str], int]:
-    """{(left, right): rank} of a BPE model's merges (a merge is "a b" or ["a", "b"])."""
-    ranked = list(enumerate(model.get("merges", [])))
-    return {merge_pair(merge): rank for rank, merge in reversed(ranked)}  # a pair listed twice: its first rank
-
-
 def _symbols(token: str, prefix: str) -> list[str]:
     """The characters BPE starts ``token``'s string from (after the first, each with the continuing-subword prefix)."""
     if prefix and token.startswith(prefix) and len(token) > len(prefix):
@@ -49,7 +43,9 @@ def merge_parts(data: dict) -> tuple[dict[int, tuple[int, int]], set[int]]:
     model = data["model"]
     if model["type"] != "BPE":
         return {}, set()
-    vocab, ranks, prefix = model["vocab"], _ranks(model), model.get("continuing_subword_prefix") or ""
+    vocab, prefix = model["vocab"], model.get("continuing_subword_prefix") or ""
+    ranked = reversed(list(enumerate(model.get("merges", []))))  # {(left, right): rank}; a pair listed twice: its first rank
+    ranks = {merge_pair(merge): rank for rank, merge in ranked}
     added = {int(t["id"]) for t in data.get("added_tokens", [])}
     parts, dead = {}, set()
     for token, index in vocab.items():
