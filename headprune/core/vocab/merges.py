@@ -10,7 +10,7 @@ import math
 import numpy as np
 import torch
 
-from headprune.core.vocab.tokenizer import merge_pair, tokenizer_json
+from headprune.core.vocab.tokenizer import merge_pair, merged, tokenizer_json
 
 
 def _symbols(token: str, prefix: str) -> list[str]:
@@ -30,7 +30,7 @@ def _derive(symbols: list[str], ranks: dict, prefix: str) -> tuple[str, str] | N
         if rank == math.inf:
             return False
         left, right = symbols[i], symbols[i + 1]
-        symbols[i : i + 2] = [left + (right[len(prefix) :] if prefix and right.startswith(prefix) else right)]
+        symbols[i : i + 2] = [merged(left, right, prefix)]
         last = (left, right)
     return last
 
@@ -82,10 +82,7 @@ def merge_closed_scores(scores: torch.Tensor, parts: dict[int, tuple[int, int]],
     for token in order:
         if token not in walked and (token not in dead or values[token] == math.inf):
             bring(token, float(values[token]))
-    for token in order:
-        if token not in walked:  # no text produces it: removed first
-            walked.add(token)
-            walk.append((token, float(values[token])))
+    walk += [(token, float(values[token])) for token in order if token not in walked]  # no text produces it: removed first
     kind = np.dtype(np.float64 if scores.dtype == torch.float64 else np.float32)  # strict in the precision the masks compare
     out, previous, lowest = np.empty(len(values), dtype=kind), kind.type(math.inf), kind.type(-math.inf)
     for token, score in walk:
