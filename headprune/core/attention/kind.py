@@ -33,6 +33,7 @@ class HeadKind(UnitKind):
     reconstruction = None  # the output projection is re-solved on the kept heads' inputs
     rearrange_by = "fisher_blocks"
     recovery_parts = ("attention",)
+    covered_costs = ("attention_flops",)
     record_key = "heads"
     rebuild_order = 10  # after removed layers: heads are recorded by original layer id
     legacy_keys = ("pruned_heads", "heads_present", "weights_sha256")
@@ -71,9 +72,6 @@ class HeadKind(UnitKind):
             return None
         d = site.head_dim
         return site.linear("output"), list(site.head_ids), [list(range(p * d, (p + 1) * d)) for p in range(len(site.head_ids))]
-
-    def covered_flops(self, cost):
-        return cost.attention_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return head_tables

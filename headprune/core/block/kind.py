@@ -30,6 +30,7 @@ class BlockKind(UnitKind):
         "it would remove nothing and report the unpruned score for every layer"
     )
     recovery_parts = ("attention", "feed_forward")
+    covered_costs = ("attention_flops", "ffn_flops")
     gates_class = BlockGates
     units_per_layer = staticmethod(lambda fields: 1)
     layout_refusal = {
@@ -61,9 +62,6 @@ class BlockKind(UnitKind):
         if ffn_sites_if_any(model):
             tables.update(_ends(KINDS["ffn"].flops_tables(model, seq_len)))
         return tables
-
-    def covered_flops(self, cost):
-        return cost.attention_flops + cost.ffn_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return {**_ends(head_tables), **_ends(ffn_tables or {})}

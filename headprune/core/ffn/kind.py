@@ -26,7 +26,7 @@ class FFNKind(UnitKind):
     rearrange_by = "gradients"
     multiple_setting = "ffn_multiple"
     recovery_parts = ("feed_forward",)
-    record_key = "ffn"
+    covered_costs = ("ffn_flops",)
     rebuild_order = 20
     legacy_keys = ("ffn_widths_orig", "pruned_neurons", "ffn_weights_sha256")
     gates_class, site_class = FFNGates, FFNSite
@@ -52,9 +52,6 @@ class FFNKind(UnitKind):
         if not isinstance(site, FFNSite) or not site.neuron_ids:
             return None
         return site.down(), list(site.neuron_ids), [[p] for p in range(len(site.neuron_ids))]
-
-    def covered_flops(self, cost):
-        return cost.ffn_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return ffn_tables

@@ -43,8 +43,8 @@ class HiddenKind(UnitKind):
     floor_units = None
     group_floor = 1  # the residual stream keeps a channel
     layer_rows = False  # one row for the whole stream
-    record_key = "hidden"
     width_setting = "hidden_multiple"
+    covered_costs = ("hidden_flops",)
     rebuild_order = 30
     legacy_keys = ("hidden_size_orig", "pruned_channels")
     gates_class, site_class = HiddenGates, HiddenSite
@@ -68,6 +68,3 @@ class HiddenKind(UnitKind):
 
     def width_multiple(self, model):
         return config_width_multiple(model.config)
-
-    def covered_flops(self, cost):
-        return cost.hidden_flops
