@@ -13,13 +13,6 @@ import torch
 from headprune.core.vocab.tokenizer import merge_pair, merged, tokenizer_json
 
 
-def _symbols(token: str, prefix: str) -> list[str]:
-    """The characters BPE starts ``token``'s string from (after the first, each with the continuing-subword prefix)."""
-    if prefix and token.startswith(prefix) and len(token) > len(prefix):
-        return [prefix + c for c in token[len(prefix) :]]  # a piece inside a word: every character continues
-    return [token[0], *(prefix + c for c in token[1:])]
-
-
 def _derive(symbols: list[str], ranks: dict, prefix: str) -> tuple[str, str] | None | bool:
     """The last merge (left, right) that BPE applies to ``symbols``; None: one symbol; False: they end as more than one
     (no text produces the token)."""
@@ -51,7 +44,10 @@ def merge_parts(data: dict) -> tuple[dict[int, tuple[int, int]], set[int]]:
     for token, index in vocab.items():
         if index in added or not token:
             continue
-        symbols = _symbols(token, prefix)
+        if prefix and token.startswith(prefix) and len(token) > len(prefix):  # a piece inside a word: every character continues
+            symbols = [prefix + c for c in token[len(prefix) :]]
+        else:  # the characters BPE starts the token's string from (after the first, each with the continuing-subword prefix)
+            symbols = [token[0], *(prefix + c for c in token[1:])]
         last = _derive(symbols, ranks, prefix)
         if last is False or any(c not in vocab for c in symbols):
             dead.add(int(index))
