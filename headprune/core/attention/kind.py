@@ -46,8 +46,7 @@ class HeadKind(UnitKind):
 
     def units_per_layer(self, fields: dict) -> int | None:
         keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # each family's head-count field
-        counts = [int(fields[key]) for key in keys if isinstance(fields.get(key), int)]
-        return min(counts) if counts else None
+        return min((int(fields[key]) for key in keys if isinstance(fields.get(key), int)), default=None)
 
     def unit_grad(self, site, grad):
         return (grad, site.head_ids, site.group) if _attention_site(site) else None
@@ -84,7 +83,7 @@ class KVGroupKind(HeadKind):
     legacy_keys = ()  # its removed groups are removed query heads: the head kind saves and restores them
     gates_class = KVGroupGates
     save_meta, restore, verify = UnitKind.save_meta, UnitKind.restore, UnitKind.verify
-    flops_tables = staticmethod(kv_group_flops_tables)
+    flops_tables, units_per_layer = staticmethod(kv_group_flops_tables), staticmethod(kv_heads_in_fields)
 
     def refusal(self, fields, settings):
         if fields is not None and kv_heads_in_fields(fields) is None:
@@ -99,9 +98,6 @@ class KVGroupKind(HeadKind):
                 f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"
             )
         return KVGroupGates(heads)
-
-    def units_per_layer(self, fields):
-        return kv_heads_in_fields(fields)
 
     def unit_grad(self, site, grad):
         if not _attention_site(site):

@@ -32,7 +32,7 @@ class BlockKind(UnitKind):
     recovery_parts = ("attention", "feed_forward")
     covered_costs = ("attention_flops", "ffn_flops")
     gates_class = BlockGates
-    units_per_layer = staticmethod(lambda fields: 1)
+    units_per_layer, refusal = staticmethod(lambda fields: 1), staticmethod(mlp_layout_refusal)
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
         "layer and sub-block: it would remove every attention or every FFN block at once; use prune.layout=global"
@@ -43,9 +43,6 @@ class BlockKind(UnitKind):
 
     def group_names(self, attention_groups):
         return [block_group(g) for g in (*attention_groups, *KINDS["ffn"].group_names(attention_groups))]
-
-    def refusal(self, fields, settings):
-        return mlp_layout_refusal(fields)
 
     def gates(self, model, shared):
         heads = KINDS["head"].gates(model, shared)

@@ -32,6 +32,7 @@ class FFNKind(UnitKind):
     gates_class, site_class = FFNGates, FFNSite
     prune, record, flops_tables = staticmethod(prune_ffn_mask), staticmethod(ffn_record), staticmethod(ffn_flops_tables)
     save_meta, restore, verify = staticmethod(ffn_meta), staticmethod(rebuild_ffn), staticmethod(verify_ffn)
+    refusal = staticmethod(mlp_layout_refusal)
 
     def available(self, model):
         try:
@@ -39,9 +40,6 @@ class FFNKind(UnitKind):
         except ValueError as err:
             return str(err)
         return None
-
-    def refusal(self, fields, settings):
-        return mlp_layout_refusal(fields)
 
     def kept_rows(self, model):
         ups = [(site, site.projection(path)) for site in ffn_sites_if_any(model) for path in site.up_paths()]

@@ -7,8 +7,9 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from headprune.core.attention.gates import find_sites
-from headprune.core.hidden.sites import GROUP, channel_book, hidden_group, hidden_sites
+from headprune.core.hidden.sites import GROUP, IDS_ATTR, channel_book, hidden_group, hidden_sites
 from headprune.core.projections import in_features, out_features
+from headprune.core.site_gates import Site, removed_record
 
 CONFIG_ATTR = "headprune_hidden_channels"
 
@@ -130,11 +131,8 @@ def prune_hidden_mask(model: nn.Module, mask: dict[str, torch.Tensor]) -> dict:
 
 def hidden_record(model: nn.Module) -> dict:
     """{"hidden": {"0": [removed original ids]}}, or {} while every channel is present."""
-    book = getattr(model, "_headprune_hidden", None)
-    if book is None or len(book["ids"]) == book["width_orig"]:
-        return {}
-    kept = set(book["ids"])
-    return {GROUP: {"0": [c for c in range(book["width_orig"]) if c not in kept]}}
+    book = getattr(model, IDS_ATTR, None)  # the stream's record as one site's
+    return removed_record([Site(GROUP, GROUP, 0, book["width_orig"], book["ids"])]) if book else {}
 
 
 # ---- saving and loading ------------------------------------------------------------------------------------
@@ -167,10 +165,10 @@ def _refusal(config, width: int) -> Exception | None:
     return None
 
 
-def config_width_multiple(config) -> int:
-    """The least multiple of residual channels the model type's config takes: num_attention_heads where it refuses others (Llama, Gemma), else 1."""
-    heads = getattr(config, "num_attention_heads", None)
-    width = getattr(config, "hidden_size", None)
+def hidden_width_multiple(model: nn.Module) -> int:
+    """The least multiple of residual channels the model's config takes: num_attention_heads where it refuses others (Llama, Gemma), else 1."""
+    config = model.config
+    heads, width = getattr(config, "num_attention_heads", None), getattr(config, "hidden_size", None)
     if not isinstance(heads, int) or heads <= 1 or not isinstance(width, int):
         return 1
     multiple = heads * max(1, width // heads)

@@ -5,6 +5,7 @@ from torch import nn
 
 from headprune.core.hidden.pruning import Slicer
 from headprune.core.masks import hard_mask
+from headprune.core.site_gates import Site, removed_record
 from headprune.core.vocab.rows import GROUP, SPECIAL_FIELDS, VOCAB_ATTR, id_map, input_embedding, output_heads, vocab_book, vocab_site
 
 
@@ -37,11 +38,8 @@ def prune_vocab_mask(model: nn.Module, mask) -> dict:
 
 def vocab_record(model: nn.Module) -> dict:
     """{"vocab": {"0": removed original ids}} (empty when every token is kept)."""
-    book = getattr(model, VOCAB_ATTR, None)
-    if not book or len(book["ids"]) == book["size_orig"]:
-        return {}
-    kept = set(book["ids"])
-    return {GROUP: {"0": [i for i in range(book["size_orig"]) if i not in kept]}}
+    book = getattr(model, VOCAB_ATTR, None)  # the vocabulary's record as one site's
+    return removed_record([Site(GROUP, GROUP, 0, book["size_orig"], book["ids"])]) if book else {}
 
 
 def renumbered_ids(config, mapping: dict[int, int]) -> dict[str, object]:
