@@ -40,6 +40,7 @@ class AttentionSite(Site):
     num_heads_orig = alias("units_orig")
     num_heads = alias("num_units")
     computed_heads = alias("computed_units")  # the present heads, or the one zero phantom of an emptied layer
+    unit_width = alias("head_dim")  # input columns of the output projection per head
 
     def linear(self, which: str) -> nn.Module:
         """The q/k/v/output projection named by the family table (nn.Linear or Conv1D; one module for fused q/k/v)."""

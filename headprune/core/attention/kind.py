@@ -33,6 +33,7 @@ class HeadKind(UnitKind):
     reconstruction = None  # the output projection is re-solved on the kept heads' inputs
     rearrange_by = "fisher_blocks"
     recovery_parts = ("attention",)
+    covered_costs = ("attention_flops",)
     record_key = "heads"
     rebuild_order = 10  # after removed layers: heads are recorded by original layer id
     legacy_keys = ("pruned_heads", "heads_present", "weights_sha256")
@@ -45,8 +46,7 @@ class HeadKind(UnitKind):
 
     def units_per_layer(self, fields: dict) -> int | None:
         keys = dict.fromkeys(key for family in FAMILIES for key in family.config_head_counts)  # each family's head-count field
-        counts = [int(fields[key]) for key in keys if isinstance(fields.get(key), int)]
-        return min(counts) if counts else None
+        return min((int(fields[key]) for key in keys if isinstance(fields.get(key), int)), default=None)
 
     def unit_grad(self, site, grad):
         return (grad, site.head_ids, site.group) if _attention_site(site) else None
@@ -72,9 +72,6 @@ class HeadKind(UnitKind):
         d = site.head_dim
         return site.linear("output"), list(site.head_ids), [list(range(p * d, (p + 1) * d)) for p in range(len(site.head_ids))]
 
-    def covered_flops(self, cost):
-        return cost.attention_flops
-
     def latency_tables(self, head_tables, ffn_tables, model):
         return head_tables
 
@@ -86,7 +83,7 @@ class KVGroupKind(HeadKind):
     legacy_keys = ()  # its removed groups are removed query heads: the head kind saves and restores them
     gates_class = KVGroupGates
     save_meta, restore, verify = UnitKind.save_meta, UnitKind.restore, UnitKind.verify
-    flops_tables = staticmethod(kv_group_flops_tables)
+    flops_tables, units_per_layer = staticmethod(kv_group_flops_tables), staticmethod(kv_heads_in_fields)
 
     def refusal(self, fields, settings):
         if fields is not None and kv_heads_in_fields(fields) is None:
@@ -101,9 +98,6 @@ class KVGroupKind(HeadKind):
                 f"this model has one KV head per query head ({heads.groups}): use prune.unit=head"
             )
         return KVGroupGates(heads)
-
-    def units_per_layer(self, fields):
-        return kv_heads_in_fields(fields)
 
     def unit_grad(self, site, grad):
         if not _attention_site(site):

@@ -31,24 +31,27 @@ def score_bias(site, kwargs: dict) -> torch.Tensor | None:
     return sum(biases[1:], biases[0]) if biases else None
 
 
-OUTPUT_HOOK_ATTR = "_headprune_output_gate"  # the hook handle, on the output projection it is registered on
-OUTPUT_SITE_ATTR = "_headprune_output_site"  # the site the hook gates, on the same module (a deep copy gets its own copy)
+INPUT_HOOK_ATTR = "_headprune_input_gate"  # the hook handle, on a projection whose input units a site gates
+INPUT_SITE_ATTR = "_headprune_input_site"  # that site, on the same projection (a deep copy gets its own copy)
 
 
-def _scale_heads(module, args):
-    """The pre-hook: scale each head's slice of the output projection's input by the gate of the module's site."""
-    site = getattr(module, OUTPUT_SITE_ATTR)
+def _gate_input(module, args):
+    """The pre-hook: each unit's slice of the projection's input (``site.unit_width`` columns: a head's, a neuron's) times its gate."""
+    site = getattr(module, INPUT_SITE_ATTR)
     if site.gate_at != "output" or (site.gate is None and not site.recording):
         return None
     hidden, *rest = args
-    heads = hidden.unflatten(-1, (-1, site.head_dim))  # (B, T, H * D) -> (B, T, H, D)
-    return (gate_heads(site, heads).flatten(-2), *rest)
+    units = hidden.unflatten(-1, (-1, site.unit_width))  # (B, T, U * D) -> (B, T, U, D)
+    return (gate_heads(site, units).flatten(-2), *rest)
+
+
+def gate_input_of(projection, site) -> None:
+    """Gate the units of ``projection``'s input by ``site`` (the hook registered once, the site set again after pruning)."""
+    setattr(projection, INPUT_SITE_ATTR, site)
+    kept_on(projection, INPUT_HOOK_ATTR, lambda: projection.register_forward_pre_hook(_gate_input))
 
 
 def attach_output_gate(site) -> None:
     """Register the gate hook on the site's output projection once (a no-op unless the site gates at the output)."""
-    if site.gate_at != "output":
-        return
-    output = site.linear("output")
-    setattr(output, OUTPUT_SITE_ATTR, site)
-    kept_on(output, OUTPUT_HOOK_ATTR, lambda: output.register_forward_pre_hook(_scale_heads))
+    if site.gate_at == "output":
+        gate_input_of(site.linear("output"), site)

@@ -41,10 +41,9 @@ class BlockGates(SharedGates):
     def base_masks(self, mask, hard: bool = False) -> dict[str, dict[str, torch.Tensor]]:
         """{"head": head mask, "ffn": neuron mask}: every head and neuron of a block gated by the block's value."""
         mask = self.normalize_mask(mask, hard=hard)
-        shapes = {g: shape for part in self.shared.values() for g, shape in part.groups.items()}  # the units' own groups
         out: dict[str, dict[str, torch.Tensor]] = {}
-        for group, value in mask.items():
-            unit_group = group[: -len(BLOCK_SUFFIX)]
-            kind = "head" if unit_group in self.heads.groups else "ffn"
-            out.setdefault(kind, {})[unit_group] = value.expand(*value.shape[:-1], shapes[unit_group][1])
+        for kind, part in self.shared.items():
+            for group, (_, units) in part.groups.items():  # the units' own groups
+                if (value := mask.get(block_group(group))) is not None:
+                    out.setdefault(kind, {})[group] = value.expand(*value.shape[:-1], units)
         return out

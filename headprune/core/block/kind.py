@@ -3,7 +3,7 @@
 import torch
 
 from headprune.core.attention.kind import _attention_site
-from headprune.core.block.gates import BLOCK_SUFFIX, BlockGates, block_group
+from headprune.core.block.gates import BlockGates, block_group
 from headprune.core.families import FFN_GROUPS, GROUPS
 from headprune.core.ffn.sites import FFNSite, ffn_sites_if_any, mlp_layout_refusal
 from headprune.core.kinds.kind_registry import KINDS
@@ -19,6 +19,7 @@ class BlockKind(UnitKind):
     """Whole attention and feed-forward blocks: one gate per sub-block of each layer."""
 
     name, noun, parts = "block", "block", ("attention", "feed_forward")
+    groups = tuple(block_group(g) for g in (*GROUPS, *FFN_GROUPS))  # every attention and FFN group's "<group>_block"
     rearrangement = (
         "a block unit is one whole attention or FFN block per layer, and rearrangement keeps each layer's count while "
         "it re-chooses which units go: with one unit there is nothing to re-choose"
@@ -29,21 +30,16 @@ class BlockKind(UnitKind):
         "it would remove nothing and report the unpruned score for every layer"
     )
     recovery_parts = ("attention", "feed_forward")
+    covered_costs = ("attention_flops", "ffn_flops")
     gates_class = BlockGates
-    units_per_layer = staticmethod(lambda fields: 1)
+    units_per_layer, refusal = staticmethod(lambda fields: 1), staticmethod(mlp_layout_refusal)
     layout_refusal = {
         "uniform": "prune.unit=block with prune.layout=uniform would remove the same blocks' share from every layer, one unit per "
         "layer and sub-block: it would remove every attention or every FFN block at once; use prune.layout=global"
     }
 
-    def owns(self, group: str) -> bool:
-        return group.endswith(BLOCK_SUFFIX) and group[: -len(BLOCK_SUFFIX)] in (*GROUPS, *FFN_GROUPS)
-
     def group_names(self, attention_groups):
         return [block_group(g) for g in (*attention_groups, *KINDS["ffn"].group_names(attention_groups))]
-
-    def refusal(self, fields, settings):
-        return mlp_layout_refusal(fields)
 
     def gates(self, model, shared):
         heads = KINDS["head"].gates(model, shared)
@@ -60,9 +56,6 @@ class BlockKind(UnitKind):
         if ffn_sites_if_any(model):
             tables.update(_ends(KINDS["ffn"].flops_tables(model, seq_len)))
         return tables
-
-    def covered_flops(self, cost):
-        return cost.attention_flops + cost.ffn_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return {**_ends(head_tables), **_ends(ffn_tables or {})}

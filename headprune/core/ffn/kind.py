@@ -26,12 +26,13 @@ class FFNKind(UnitKind):
     rearrange_by = "gradients"
     multiple_setting = "ffn_multiple"
     recovery_parts = ("feed_forward",)
-    record_key = "ffn"
+    covered_costs = ("ffn_flops",)
     rebuild_order = 20
     legacy_keys = ("ffn_widths_orig", "pruned_neurons", "ffn_weights_sha256")
     gates_class, site_class = FFNGates, FFNSite
     prune, record, flops_tables = staticmethod(prune_ffn_mask), staticmethod(ffn_record), staticmethod(ffn_flops_tables)
     save_meta, restore, verify = staticmethod(ffn_meta), staticmethod(rebuild_ffn), staticmethod(verify_ffn)
+    refusal = staticmethod(mlp_layout_refusal)
 
     def available(self, model):
         try:
@@ -39,9 +40,6 @@ class FFNKind(UnitKind):
         except ValueError as err:
             return str(err)
         return None
-
-    def refusal(self, fields, settings):
-        return mlp_layout_refusal(fields)
 
     def kept_rows(self, model):
         ups = [(site, site.projection(path)) for site in ffn_sites_if_any(model) for path in site.up_paths()]
@@ -52,9 +50,6 @@ class FFNKind(UnitKind):
         if not isinstance(site, FFNSite) or not site.neuron_ids:
             return None
         return site.down(), list(site.neuron_ids), [[p] for p in range(len(site.neuron_ids))]
-
-    def covered_flops(self, cost):
-        return cost.ffn_flops
 
     def latency_tables(self, head_tables, ffn_tables, model):
         return ffn_tables

@@ -3,7 +3,8 @@
 import torch
 from torch import nn
 
-from headprune.core.ffn.sites import HOOK_ATTR, FFNSite, attach_neuron_gate, ffn_sites_if_any, find_ffn_sites
+from headprune.core.attention.tensors import INPUT_HOOK_ATTR
+from headprune.core.ffn.sites import FFNSite, attach_neuron_gate, ffn_sites_if_any, find_ffn_sites
 from headprune.core.masks import hard_mask, head_list
 from headprune.core.projections import out_features, sliced_projection
 from headprune.core.pruning import kept_positions, sites_named
@@ -30,7 +31,7 @@ def prune_ffn_site(site: FFNSite, neurons: list[int]) -> None:
             raise ValueError(f"{site.path}.{path} has {out_features(up)} output rows, not {blocks} x {width} neurons")
         site.set_projection(path, sliced_projection(up, _row_index(keep, width, blocks), outputs=True))
     down = site.down()
-    gated = getattr(down, HOOK_ATTR, None) is not None
+    gated = getattr(down, INPUT_HOOK_ATTR, None) is not None
     site.set_projection(site.layout.down, sliced_projection(down, _row_index(keep, width, 1), outputs=False))
     if gated:
         attach_neuron_gate(site)  # the new down projection needs the gate hook again

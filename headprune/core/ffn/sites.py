@@ -4,12 +4,12 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from headprune.core.attention.tensors import gate_input_of
 from headprune.core.families import FFN_GROUPS, MLPLayout, family_for, family_of_type, match_site
 from headprune.core.projections import in_features
-from headprune.core.site_gates import Site, alias, gate_and_probe, kept_on, ordered_sites
+from headprune.core.site_gates import Site, alias, kept_on, ordered_sites
 
-SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module and on its down projection (a deep copy gets its own)
-HOOK_ATTR = "_headprune_ffn_gate"  # the hook handle, on the down projection it is registered on
+SITE_ATTR = "_headprune_ffn_site"  # the site, on its MLP module (a deep copy gets its own)
 
 
 @dataclass(eq=False)
@@ -19,6 +19,7 @@ class FFNSite(Site):
     module: nn.Module  # the module the layout's paths start from
     layout: MLPLayout
     config_field: str  # the model config field holding this block's width
+    gate_at, unit_width = "output", 1  # gated at the down projection's input, one column per neuron (``gate_input_of``)
 
     neuron_ids = alias("unit_ids")  # original ids of the neurons still present, in weight order
     width_orig = alias("units_orig")
@@ -51,8 +52,8 @@ def mlp_layout_of(model: nn.Module):
     return family.mlp
 
 
-def mlp_layout_refusal(fields: dict) -> str | None:
-    """Why a model with these config fields has no feed-forward blocks to gate: its family row declares no MLP layout (None: it has)."""
+def mlp_layout_refusal(fields: dict, settings=None) -> str | None:
+    """Why a model with these config fields (any ``settings``) has no feed-forward blocks to gate: its family declares no MLP layout."""
     family = family_of_type(fields.get("model_type"))
     if family is None or family.mlp is not None:
         return None
@@ -93,15 +94,6 @@ def ffn_sites_if_any(model: nn.Module) -> list[FFNSite]:
         return []
 
 
-def _gate_neurons(module, args):
-    """The pre-hook: the down projection's input times its site's gate (and a fresh probe while recording)."""
-    hidden, *rest = args
-    scale = gate_and_probe(getattr(module, SITE_ATTR), hidden)  # d loss / d probe[b, t, i]: neuron i's gate gradient at token t
-    return None if scale is None else (hidden * scale, *rest)
-
-
 def attach_neuron_gate(site: FFNSite) -> None:
     """Register the gate hook on the site's down projection once (again after pruning replaced it)."""
-    down = site.down()
-    setattr(down, SITE_ATTR, site)
-    kept_on(down, HOOK_ATTR, lambda: down.register_forward_pre_hook(_gate_neurons))
+    gate_input_of(site.down(), site)

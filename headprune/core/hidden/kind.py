@@ -2,14 +2,14 @@
 
 from headprune.core.hidden.pruning import (
     build_width,
-    config_width_multiple,
     hidden_flops_tables,
     hidden_meta,
     hidden_record,
+    hidden_width_multiple,
     prune_hidden_mask,
     rebuild_hidden,
 )
-from headprune.core.hidden.sites import GROUP, IDS_ATTR, HiddenSite, hidden_group, hidden_refusal, hidden_sites
+from headprune.core.hidden.sites import GROUP, HiddenSite, channel_book, hidden_group, hidden_refusal, hidden_sites
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.site_gates import ModelWideGates
 
@@ -43,20 +43,19 @@ class HiddenKind(UnitKind):
     floor_units = None
     group_floor = 1  # the residual stream keeps a channel
     layer_rows = False  # one row for the whole stream
-    record_key = "hidden"
     width_setting = "hidden_multiple"
+    covered_costs = ("hidden_flops",)
     rebuild_order = 30
     legacy_keys = ("hidden_size_orig", "pruned_channels")
     gates_class, site_class = HiddenGates, HiddenSite
     prune, record, flops_tables = staticmethod(prune_hidden_mask), staticmethod(hidden_record), staticmethod(hidden_flops_tables)
     save_meta, build_config, restore = staticmethod(hidden_meta), staticmethod(build_width), staticmethod(rebuild_hidden)
-    available = staticmethod(hidden_refusal)
+    available, width_multiple = staticmethod(hidden_refusal), staticmethod(hidden_width_multiple)
 
     def kept_rows(self, model):
-        book = getattr(model, IDS_ATTR, None)
-        if not book or len(book["ids"]) == book["width_orig"]:
+        if not hidden_record(model):
             return {}
-        return {id(writer): list(book["ids"]) for writer in hidden_group(model).writers}
+        return {id(writer): list(channel_book(model)["ids"]) for writer in hidden_group(model).writers}
 
     def refusal(self, fields, settings):
         if fields.get("model_type") == "marian":
@@ -65,9 +64,3 @@ class HiddenKind(UnitKind):
                 "masks of its generation passes cannot be applied: prune its heads, neurons or layers, or use a T5 model"
             )
         return None
-
-    def width_multiple(self, model):
-        return config_width_multiple(model.config)
-
-    def covered_flops(self, cost):
-        return cost.hidden_flops

@@ -7,35 +7,42 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from headprune.core.attention.gates import find_sites
-from headprune.core.hidden.sites import GROUP, channel_book, hidden_group, hidden_sites
+from headprune.core.hidden.sites import GROUP, IDS_ATTR, channel_book, hidden_group, hidden_sites
 from headprune.core.projections import in_features, out_features
+from headprune.core.site_gates import Site, removed_record
 
 CONFIG_ATTR = "headprune_hidden_channels"
 
 
-class _Slicer:
-    """Slices parameters by the kept positions, each tied parameter once (a second holder gets the same new parameter)."""
+class Slicer:
+    """Slices parameters and buffers by the kept positions, each tied tensor once (a second holder gets the same new one)."""
 
     def __init__(self, index: torch.Tensor):
         self.index, self.done = index, {}
 
     def take(self, module: nn.Module, name: str, dim: int) -> None:
-        param = getattr(module, name, None)
-        if param is None:
+        """Keep the positions of ``module``'s parameter or buffer ``name`` along ``dim``."""
+        value = getattr(module, name, None)
+        if value is None:
             return
-        new = self.done.get(id(param))
+        new = self.done.get(id(value))
         if new is None:
-            kept = param.detach().index_select(dim % param.dim(), self.index.to(param.device)).clone()
-            new = self.done[id(param)] = (param, nn.Parameter(kept, requires_grad=param.requires_grad))
-        if new[1].shape[dim % param.dim()] != len(self.index) or new[0] is not param:
+            kept = value.detach().index_select(dim % value.dim(), self.index.to(value.device)).clone()
+            if isinstance(value, nn.Parameter):
+                kept = nn.Parameter(kept, requires_grad=value.requires_grad)
+            new = self.done[id(value)] = (value, kept)
+        if new[1].shape[dim % value.dim()] != len(self.index) or new[0] is not value:
             raise ValueError(
                 f"{type(module).__name__}.{name} is tied to a tensor sliced along another axis: the residual channels of this "
                 "model cannot be removed (tied weights across different widths)"
             )
-        setattr(module, name, new[1])
+        if isinstance(new[1], nn.Parameter):
+            setattr(module, name, new[1])
+        else:
+            module.register_buffer(name, new[1], persistent=name in module.state_dict())
 
 
-def _slice_projection(slicer: _Slicer, module: nn.Module, outputs: bool) -> None:
+def _slice_projection(slicer: Slicer, module: nn.Module, outputs: bool) -> None:
     """Slice a projection's output rows (``outputs``, with its bias) or its input columns to the kept channels."""
     conv1d = isinstance(module, Conv1D)  # weight [in, out]; nn.Linear's [out, in]
     slicer.take(module, "weight", int(conv1d == outputs))
@@ -78,7 +85,7 @@ def keep_channels(model: nn.Module, keep: list[int]) -> None:
     book = channel_book(model)
     if not keep:
         raise ValueError("a hidden mask must keep at least one residual channel: every channel of the stream would be removed")
-    slicer = _Slicer(torch.tensor(keep, dtype=torch.long))
+    slicer = Slicer(torch.tensor(keep, dtype=torch.long))
     with torch.no_grad():
         for module in group.readers:
             _slice_projection(slicer, module, outputs=False)
@@ -124,11 +131,8 @@ def prune_hidden_mask(model: nn.Module, mask: dict[str, torch.Tensor]) -> dict:
 
 def hidden_record(model: nn.Module) -> dict:
     """{"hidden": {"0": [removed original ids]}}, or {} while every channel is present."""
-    book = getattr(model, "_headprune_hidden", None)
-    if book is None or len(book["ids"]) == book["width_orig"]:
-        return {}
-    kept = set(book["ids"])
-    return {GROUP: {"0": [c for c in range(book["width_orig"]) if c not in kept]}}
+    book = getattr(model, IDS_ATTR, None)  # the stream's record as one site's
+    return removed_record([Site(GROUP, GROUP, 0, book["width_orig"], book["ids"])]) if book else {}
 
 
 # ---- saving and loading ------------------------------------------------------------------------------------
@@ -161,10 +165,10 @@ def _refusal(config, width: int) -> Exception | None:
     return None
 
 
-def config_width_multiple(config) -> int:
-    """The least multiple of residual channels the model type's config takes: num_attention_heads where it refuses others (Llama, Gemma), else 1."""
-    heads = getattr(config, "num_attention_heads", None)
-    width = getattr(config, "hidden_size", None)
+def hidden_width_multiple(model: nn.Module) -> int:
+    """The least multiple of residual channels the model's config takes: num_attention_heads where it refuses others (Llama, Gemma), else 1."""
+    config = model.config
+    heads, width = getattr(config, "num_attention_heads", None), getattr(config, "hidden_size", None)
     if not isinstance(heads, int) or heads <= 1 or not isinstance(width, int):
         return 1
     multiple = heads * max(1, width // heads)

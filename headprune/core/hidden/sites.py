@@ -9,7 +9,7 @@ from headprune.core.attention.gates import find_sites
 from headprune.core.families import family_for
 from headprune.core.ffn.sites import ffn_sites_if_any
 from headprune.core.projections import in_features, is_projection, out_features
-from headprune.core.site_gates import Site, alias, gate_and_probe, kept_on
+from headprune.core.site_gates import Site, gate_and_probe, kept_on
 
 GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
@@ -39,8 +39,6 @@ class HiddenSite(Site):
     module: nn.Module
     role: str  # "write" or "norm"
     rows: dict = field(default_factory=dict)  # {"rows": examples of the model's current forward}
-
-    channel_ids = alias("unit_ids")  # original ids of the channels present, in weight order
 
 
 @dataclass
@@ -198,12 +196,6 @@ def _note_rows(model, args, kwargs):
     channel_book(model)["rows"]["rows"] = first.shape[0] if first is not None else 1
 
 
-def _note_token_rows(model, args) -> None:
-    """The token embeddings' forward pre-hook: the examples of token ids (B, T)."""
-    if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2:
-        channel_book(model)["rows"]["rows"] = args[0].shape[0]
-
-
 def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     """Every gate site of the model's residual channels (writes, then norms), hooked once per module."""
     group, book = hidden_group(model), channel_book(model)
@@ -211,13 +203,19 @@ def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     if getattr(model, HOOK_ATTR, None) is None:
         setattr(model, HOOK_ATTR, model.register_forward_pre_hook(_note_rows, with_kwargs=True))
         tokens = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+
+        def note_token_rows(module, args) -> None:
+            """The token embeddings' forward pre-hook: the examples of token ids (B, T)."""
+            if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2:
+                channel_book(model)["rows"]["rows"] = args[0].shape[0]
+
         if isinstance(tokens, nn.Module):  # generate() runs the encoder alone: its token ids say the batch too
-            tokens.register_forward_pre_hook(lambda module, args: _note_token_rows(model, args))
+            tokens.register_forward_pre_hook(note_token_rows)
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
             site = kept_on(module, SITE_ATTR, lambda: HiddenSite(path, GROUP, 0, book["width_orig"], ids, module, role, book["rows"]))
-            site.channel_ids = ids
+            site.unit_ids = ids  # original ids of the channels present, in weight order
             kept_on(module, HOOK_ATTR, lambda: module.register_forward_hook(_gate_hook, with_kwargs=True))
             sites.append(site)
     return sites

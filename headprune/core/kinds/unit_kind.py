@@ -37,6 +37,7 @@ class UnitKind:
     legacy_keys: tuple[str, ...] = ()  # its entries at the top level of a headprune_pruning.json written before kinds had their own
     gates_class: type | None = None  # the class of what ``gates`` returns: register_kind checks it has the Gates protocol's methods
     site_class: type | None = None  # the class of its sites, whose probe gradients ``unit_grad`` reads as they are
+    covered_costs: tuple[str, ...] = ()  # the ``ModelCost`` fields its tables cover (``covered_flops``; none: all they hold)
 
     def export_refusal(self, fmt: str) -> str | None:
         """Why export format ``fmt`` cannot write this kind's removals yet (None: it can)."""
@@ -127,7 +128,7 @@ class UnitKind:
 
     def covered_flops(self, cost) -> float | None:
         """The FLOPs of the model as it is (a ``ModelCost``) that this kind's tables cover, the rest being fixed (None: all they hold)."""
-        return None
+        return sum(getattr(cost, name) for name in self.covered_costs) if self.covered_costs else None
 
     def latency_parts(self) -> tuple[str, ...] | None:
         """The parts ("attention", "feed_forward") timed to make its latency tables (None: it has no latency tables)."""

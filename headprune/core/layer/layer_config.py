@@ -1,7 +1,5 @@
 """A per-layer view of a model config: a few fields of its own, everything else read live from the shared config."""
 
-OWN = ("_shared", "_fields")
-
 
 class LayerConfig:
     """The shared config with ``fields`` of one layer's own."""
@@ -11,10 +9,9 @@ class LayerConfig:
         object.__setattr__(self, "_fields", dict(fields))
 
     def __getattr__(self, name):
-        if name in OWN:  # not set yet (copy and pickle build the object without __init__)
+        if name in ("_shared", "_fields"):  # not set yet (copy and pickle build the object without __init__)
             raise AttributeError(name)
-        fields = self._fields
-        return fields[name] if name in fields else getattr(self._shared, name)
+        return self._fields[name] if name in self._fields else getattr(self._shared, name)
 
     def __setattr__(self, name, value):
         if name in self._fields:

@@ -47,15 +47,6 @@ def _refusal(model: nn.Module, stack: list[LayerSite], removed: set[int]) -> str
     return None
 
 
-def _move_first_layer_state(stack: list[LayerSite], new_first: LayerSite) -> None:
-    """Hand the removed first layer's stack state (T5's relative position bias) to the new first layer."""
-    for path in _first_only(stack):
-        parent_path, _, name = path.rpartition(".")
-        if name in FIRST_LAYER_STATE:
-            new_first.module.set_submodule(path, stack[0].module.get_submodule(path))
-            setattr(new_first.module.get_submodule(parent_path), FIRST_LAYER_STATE[name], True)
-
-
 def pin_layer_ids(model: nn.Module) -> None:
     """Give every attention and FFN site the original id of the layer holding it and its stack's original layer count."""
     owner = {id(m): site for site in find_layer_sites(model) for m in site.module.modules()}
@@ -127,8 +118,11 @@ def remove_layers(model: nn.Module, layers: dict) -> dict[str, list[int]]:
         if reason:
             raise ValueError(f"cannot remove layers {sorted(ids)} of {group}: {reason}")
         kept = [s for s in stack if s.layer not in ids]
-        if stack[0] is not kept[0]:
-            _move_first_layer_state(stack, kept[0])
+        for path in _first_only(stack) if stack[0] is not kept[0] else ():  # a removed first layer's state (T5's position bias)
+            parent_path, _, name = path.rpartition(".")  # handed to the new first layer
+            if name in FIRST_LAYER_STATE:
+                kept[0].module.set_submodule(path, stack[0].module.get_submodule(path))
+                setattr(kept[0].module.get_submodule(parent_path), FIRST_LAYER_STATE[name], True)
         _sync_config(model, group, [stack.index(s) for s in kept])
         _renumber(model, stack, kept)
     pin_layer_ids(model)

@@ -37,7 +37,6 @@ class VocabKind(UnitKind):
     floor_units = None
     group_floor = 1  # a model keeps a token
     layer_rows = False  # one row for the whole vocabulary
-    record_key = "vocab"
     rebuild_order = 40
     gates_class = VocabGates
     prune, record, flops_tables = staticmethod(prune_vocab_mask), staticmethod(vocab_record), staticmethod(vocab_flops_table)

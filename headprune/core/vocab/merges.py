@@ -10,20 +10,7 @@ import math
 import numpy as np
 import torch
 
-from headprune.core.vocab.tokenizer import merge_pair, tokenizer_json
-
-
-def _ranks(model: dict) -> dict[tuple[str, str], int]:
-    """{(left, right): rank} of a BPE model's merges (a merge is "a b" or ["a", "b"])."""
-    ranked = list(enumerate(model.get("merges", [])))
-    return {merge_pair(merge): rank for rank, merge in reversed(ranked)}  # a pair listed twice: its first rank
-
-
-def _symbols(token: str, prefix: str) -> list[str]:
-    """The characters BPE starts ``token``'s string from (after the first, each with the continuing-subword prefix)."""
-    if prefix and token.startswith(prefix) and len(token) > len(prefix):
-        return [prefix + c for c in token[len(prefix) :]]  # a piece inside a word: every character continues
-    return [token[0], *(prefix + c for c in token[1:])]
+from headprune.core.vocab.tokenizer import merge_pair, merged, tokenizer_json
 
 
 def _derive(symbols: list[str], ranks: dict, prefix: str) -> tuple[str, str] | None | bool:
@@ -36,7 +23,7 @@ def _derive(symbols: list[str], ranks: dict, prefix: str) -> tuple[str, str] | N
         if rank == math.inf:
             return False
         left, right = symbols[i], symbols[i + 1]
-        symbols[i : i + 2] = [left + (right[len(prefix) :] if prefix and right.startswith(prefix) else right)]
+        symbols[i : i + 2] = [merged(left, right, prefix)]
         last = (left, right)
     return last
 
@@ -49,13 +36,18 @@ def merge_parts(data: dict) -> tuple[dict[int, tuple[int, int]], set[int]]:
     model = data["model"]
     if model["type"] != "BPE":
         return {}, set()
-    vocab, ranks, prefix = model["vocab"], _ranks(model), model.get("continuing_subword_prefix") or ""
+    vocab, prefix = model["vocab"], model.get("continuing_subword_prefix") or ""
+    ranked = reversed(list(enumerate(model.get("merges", []))))  # {(left, right): rank}; a pair listed twice: its first rank
+    ranks = {merge_pair(merge): rank for rank, merge in ranked}
     added = {int(t["id"]) for t in data.get("added_tokens", [])}
     parts, dead = {}, set()
     for token, index in vocab.items():
         if index in added or not token:
             continue
-        symbols = _symbols(token, prefix)
+        if prefix and token.startswith(prefix) and len(token) > len(prefix):  # a piece inside a word: every character continues
+            symbols = [prefix + c for c in token[len(prefix) :]]
+        else:  # the characters BPE starts the token's string from (after the first, each with the continuing-subword prefix)
+            symbols = [token[0], *(prefix + c for c in token[1:])]
         last = _derive(symbols, ranks, prefix)
         if last is False or any(c not in vocab for c in symbols):
             dead.add(int(index))
@@ -86,10 +78,7 @@ def merge_closed_scores(scores: torch.Tensor, parts: dict[int, tuple[int, int]],
     for token in order:
         if token not in walked and (token not in dead or values[token] == math.inf):
             bring(token, float(values[token]))
-    for token in order:
-        if token not in walked:  # no text produces it: removed first
-            walked.add(token)
-            walk.append((token, float(values[token])))
+    walk += [(token, float(values[token])) for token in order if token not in walked]  # no text produces it: removed first
     kind = np.dtype(np.float64 if scores.dtype == torch.float64 else np.float32)  # strict in the precision the masks compare
     out, previous, lowest = np.empty(len(values), dtype=kind), kind.type(math.inf), kind.type(-math.inf)
     for token, score in walk:

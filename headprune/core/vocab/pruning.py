@@ -3,65 +3,43 @@
 import torch
 from torch import nn
 
+from headprune.core.hidden.pruning import Slicer
 from headprune.core.masks import hard_mask
+from headprune.core.site_gates import Site, removed_record
 from headprune.core.vocab.rows import GROUP, SPECIAL_FIELDS, VOCAB_ATTR, id_map, input_embedding, output_heads, vocab_book, vocab_site
 
 
-def _keep_rows(module: nn.Module, name: str, positions: torch.Tensor, dim: int = 0) -> None:
-    """Keep the ``positions`` of ``module``'s parameter or buffer ``name`` along ``dim``."""
-    value = getattr(module, name)
-    kept = value.data.index_select(dim, positions.to(value.device)).clone()
-    if isinstance(value, nn.Parameter):
-        setattr(module, name, nn.Parameter(kept, requires_grad=value.requires_grad))
-    else:
-        module.register_buffer(name, kept, persistent=name in module.state_dict())
-
-
-def keep_vocab(model: nn.Module, kept_ids: list[int]) -> None:
-    """Keep the rows of ``kept_ids`` (original ids, kept in original order) in every token table of ``model``."""
+def prune_vocab_mask(model: nn.Module, mask) -> dict:
+    """Remove every token whose entry of ``mask`` ({"vocab": [1, V]}) is 0 from every token table; returns the record."""
     book, site, table = vocab_book(model), vocab_site(model), input_embedding(model)
-    wanted = set(kept_ids)
-    positions = torch.tensor([p for p, i in enumerate(book["ids"]) if i in wanted], dtype=torch.long)
-    heads = output_heads(model)
-    tied = [head for head in heads if head.weight is table.weight]
-    _keep_rows(table, "weight", positions)
+    row = hard_mask(mask, {GROUP: (1, book["size_orig"])}, "removing tokens", unit="token")[GROUP]
+    positions = torch.tensor([p for p, i in enumerate(book["ids"]) if row[0, i] != 0], dtype=torch.long)  # kept rows now
+    heads, slicer = output_heads(model), Slicer(positions)  # an output head tied to the table keeps the one sliced tensor
+    slicer.take(table, "weight", 0)
     table.num_embeddings = len(positions)
     if table.padding_idx is not None:
         rows = positions.tolist()
         table.padding_idx = rows.index(table.padding_idx) if table.padding_idx in rows else None
     for head in heads:
-        if head in tied:
-            head.weight = table.weight  # tied weights stay one tensor
-        else:
-            _keep_rows(head, "weight", positions)
-        if head.bias is not None:
-            _keep_rows(head, "bias", positions)
+        slicer.take(head, "weight", 0)
+        slicer.take(head, "bias", 0)
         head.out_features = len(positions)
     for module in model.modules():  # BART / Marian: a [1, vocab] bias added beside the head
         if isinstance(getattr(module, "final_logits_bias", None), torch.Tensor):
-            _keep_rows(module, "final_logits_bias", positions, dim=1)
+            slicer.take(module, "final_logits_bias", 1)
     book["ids"] = [book["ids"][p] for p in positions.tolist()]
     model.config.vocab_size = len(book["ids"])
     site.unit_ids = list(book["ids"])
     old_to_new = torch.full((book["size_orig"],), -1, dtype=torch.long)
     old_to_new[torch.tensor(book["ids"], dtype=torch.long)] = torch.arange(len(book["ids"]))
     site.old_to_new = old_to_new  # the model still reads and writes original ids until it is saved
-
-
-def prune_vocab_mask(model: nn.Module, mask) -> dict:
-    """Remove every token whose entry of ``mask`` ({"vocab": [1, V]}) is 0; returns the record."""
-    row = hard_mask(mask, {GROUP: (1, vocab_book(model)["size_orig"])}, "removing tokens", unit="token")[GROUP]
-    keep_vocab(model, [i for i in vocab_book(model)["ids"] if row[0, i] != 0])
     return vocab_record(model)
 
 
 def vocab_record(model: nn.Module) -> dict:
     """{"vocab": {"0": removed original ids}} (empty when every token is kept)."""
-    book = getattr(model, VOCAB_ATTR, None)
-    if not book or len(book["ids"]) == book["size_orig"]:
-        return {}
-    kept = set(book["ids"])
-    return {GROUP: {"0": [i for i in range(book["size_orig"]) if i not in kept]}}
+    book = getattr(model, VOCAB_ATTR, None)  # the vocabulary's record as one site's
+    return removed_record([Site(GROUP, GROUP, 0, book["size_orig"], book["ids"])]) if book else {}
 
 
 def renumbered_ids(config, mapping: dict[int, int]) -> dict[str, object]:

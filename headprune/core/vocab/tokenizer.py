@@ -51,6 +51,11 @@ def merge_pair(merge) -> tuple[str, str]:
     return tuple(merge.split(" ", 1)) if isinstance(merge, str) else (merge[0], merge[1])
 
 
+def merged(left: str, right: str, prefix: str) -> str:
+    """The token a BPE merge of ``left`` and ``right`` makes (``right``'s continuing-subword ``prefix`` dropped)."""
+    return left + (right[len(prefix) :] if prefix and right.startswith(prefix) else right)
+
+
 def _renumber_processor(node, mapping: dict[int, int]):
     """A post-processor with its special-token ids renumbered (Template, Bert, Roberta processors and sequences of them)."""
     if isinstance(node, dict):
@@ -74,16 +79,10 @@ def rewrite_tokenizer_json(data: dict, kept_ids: list[int]) -> dict:
     mapping = {old: new for new, old in enumerate(sorted(kept_ids))}
     model = dict(data["model"])
     model["vocab"] = {token: mapping[i] for token, i in model["vocab"].items() if i in mapping}
-    if kind == "BPE":
-        prefix = model.get("continuing_subword_prefix") or ""
-        kept = model["vocab"]
-        merges = []
-        for merge in model.get("merges", []):
-            left, right = merge_pair(merge)
-            result = left + (right[len(prefix) :] if prefix and right.startswith(prefix) else right)
-            if left in kept and right in kept and result in kept:
-                merges.append(merge)
-        model["merges"] = merges
+    if kind == "BPE":  # a merge stays iff its two parts and its result stay
+        prefix, kept = model.get("continuing_subword_prefix") or "", model["vocab"].keys()
+        pairs = [(merge, merge_pair(merge)) for merge in model.get("merges", [])]
+        model["merges"] = [merge for merge, (left, right) in pairs if {left, right, merged(left, right, prefix)} <= kept]
     added = [{**t, "id": mapping[t["id"]]} for t in data.get("added_tokens", []) if t["id"] in mapping]
     processor = _renumber_processor(data.get("post_processor"), mapping)
     return {**data, "model": model, "added_tokens": added, "post_processor": processor}
