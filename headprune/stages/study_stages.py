@@ -61,19 +61,13 @@ class StudyRun:
 
     def key(self, reads: dict, data: list[str], inputs: dict | None = None) -> dict:
         """A stage's key: the settings it reads, the model and data it runs on, digests of the earlier stages it uses."""
+        gates = self.task.gates  # a streaming study's stages also depend on its unit, sink and window
+        stream = {"stream": {"unit": gates.unit, "sink": int(gates.sink), "window": int(gates.window)}} if streaming(self.task) else {}
         return {
-            "settings": {"seed": int(self.cfg.seed), **stream_key(self.task), **reads},
+            "settings": {"seed": int(self.cfg.seed), **stream, **reads},
             "fingerprints": {"model": self.model_fp, "data": {name: self.data_fingerprint(name) for name in dict.fromkeys(data)}},
             "inputs": inputs or {},
         }
-
-
-def stream_key(task) -> dict:
-    """What every stage of a streaming study depends on beside its own settings: the unit, sink and window ({} when removing)."""
-    if not streaming(task):
-        return {}
-    gates = task.gates
-    return {"stream": {"unit": gates.unit, "sink": int(gates.sink), "window": int(gates.window)}}
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,19 @@ def _save(fig, path: str | Path, dpi: int = 110, bbox: str | None = "tight") -> 
 
 def head_heatmaps(values: dict, significant: dict | None, path: str | Path, title: str, label: str) -> Path:
     """One heatmap per group (layers x heads) of ``values``; cells with ``significant`` True get a star."""
+    return _save(group_heatmaps(values, title, label, significant), path)
+
+
+def group_heatmaps(values: dict, title: str, label: str, significant: dict | None = None, signed: bool = True):
+    """The figure of ``head_heatmaps``: one colour scale, around 0 when ``signed`` (differences), else from the least value."""
     groups = list(values)
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 1, 3.6), squeeze=False)
-    bound = max(1e-9, max(float(np.nanmax(np.abs(np.asarray(values[g], dtype=float)))) for g in groups))
+    arrays = [np.asarray(values[g], dtype=float) for g in groups]
+    bound = max(1e-9, max(float(np.nanmax(np.abs(a))) for a in arrays))
+    low, high = (-bound, bound) if signed else (min(float(np.nanmin(a)) for a in arrays), max(float(np.nanmax(a)) for a in arrays))
     image = None
-    for ax, group in zip(axes[0], groups):
-        data = np.asarray(values[group], dtype=float)
-        image = ax.imshow(data, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+    for ax, group, data in zip(axes[0], groups, arrays):
+        image = ax.imshow(data, cmap="RdBu" if signed else "viridis", vmin=low, vmax=high, aspect="auto")
         ax.set_title(GROUP_TITLES.get(group, group), fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
@@ -61,7 +67,7 @@ def head_heatmaps(values: dict, significant: dict | None, path: str | Path, titl
                 ax.text(head, layer, "*", ha="center", va="center", fontsize=12, color="black")
     fig.colorbar(image, ax=axes[0].tolist(), label=label, shrink=0.9)
     fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
 def pruning_curves(
@@ -167,21 +173,8 @@ def snapshot_label(snap: dict) -> str:
 
 
 def importance_heatmaps(importance: dict, title: str = "head importance"):
-    """One layer x head heatmap per attention group."""
-    groups = list(importance)
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.2), squeeze=False)
-    for ax, group in zip(axes[0], groups):
-        values = np.asarray(importance[group], dtype=float)
-        image = ax.imshow(values, cmap="viridis", aspect="auto")
-        ax.set_title(group)
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        ax.set_xticks(range(values.shape[1]))
-        ax.set_yticks(range(values.shape[0]))
-        fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    """One layer x head heatmap per attention group, on one colour scale."""
+    return group_heatmaps(importance, title, "importance", signed=False)
 
 
 def pruning_curves_by_epoch(snapshots: list[dict], path) -> Path:

@@ -75,8 +75,10 @@ def keep_one_table(study: dict) -> str:
     )
 
 
-def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, higher_is_better: bool = True) -> str:
-    """Score at each fraction, one column per curve, and the largest fraction within ``tolerance`` of unpruned."""
+def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, stage: dict) -> str:
+    """Score at each fraction, one column per curve of ``stage``, and the largest fraction within ``tolerance`` of unpruned."""
+    # results before the field: perplexity is the one lower-is-better metric
+    higher_is_better = bool(stage.get("higher_is_better", stage.get("metric") != "perplexity"))
     names = list(curves)
     rows = [[step_label(step), *(f"{curves[n][index]['score']:.2f}" for n in names)] for index, step in enumerate(curves[names[0]])]
     shares = [f"{100 * prunable_share(curves[n], tolerance, higher_is_better):.0f}%" for n in names]
@@ -88,16 +90,11 @@ def prunable_share(steps: list[dict], tolerance: float, higher_is_better: bool) 
     return prunable_fraction([removed_fraction(s) for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
 
 
-def _higher_is_better(stage: dict) -> bool:
-    """The metric's direction from a stage (results before the field: perplexity is the one lower-is-better metric)."""
-    return bool(stage.get("higher_is_better", stage.get("metric") != "perplexity"))
-
-
 def prune_table(study: dict, tolerance: float = 1.0, unit: str = "point") -> str:
     """Greedy pruning, one column per order (paper Figure 2)."""
     stage = stage_of(study, "prune")
     curves = {name: curve["steps"] for name, curve in stage["orders"].items()}
-    return _curves_table("heads pruned", curves, tolerance, unit, _higher_is_better(stage))
+    return _curves_table("heads pruned", curves, tolerance, unit, stage)
 
 
 def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") -> str:
@@ -107,7 +104,7 @@ def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") 
         "all groups": p["orders"]["importance"]["steps"],
         **{f"{g} only": v["orders"]["importance"]["steps"] for g, v in p["by_group"].items()},
     }
-    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit, _higher_is_better(p))
+    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit, p)
 
 
 def speed_table(study: dict) -> str:
@@ -133,12 +130,12 @@ def speed_table(study: dict) -> str:
         if check
         else "scores not checked"
     )
-    lines.append("")
-    lines.append(
+    lines += [
+        "",
         f"{units_removed(s)} of {units_total(s)} {noun(_unit(s.get('unit')), plural=True)} removed on `{s['device']}`; parameters "
         f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
-        f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}."
-    )
+        f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}.",
+    ]
     target = s.get("target")
     if target and target.get("speedup"):
         measured = ", ".join(
