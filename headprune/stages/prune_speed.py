@@ -255,8 +255,9 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     ctx = ParetoRun(
         settings=prune,
         order_settings=order_settings,
-        **{key: where[key] for key in ("shared", "split", "selection", "seed")},
-        base=where["base"],  # scored below, once the settings are known to work
+        **{key: where[key] for key in ("split", "selection", "seed")},
+        shared={} if where.get("shared") is None else where["shared"],
+        base=where.get("base"),  # scored below, once the settings are known to work
         groups=check_groups(prune.groups, task.gates.groups),
         min_per_layer=int(prune.min_units_per_layer),
         costs=costs,
@@ -301,8 +302,6 @@ def pareto_stage(
 ) -> dict:
     """Every (order, recovery, step) point, the unpruned one and the control (scores, predicted and measured speed), beside the run's settings."""
     prune = settings.prune
-    where = {"base": None, "shared": None, **where}
-    where["shared"] = {} if where["shared"] is None else where["shared"]
     steps = pareto_steps(prune, fractions)
     ctx = pareto_run(task, settings, order_settings, steps, where, out, logger)
     make = scheduled_points if prune.schedule is not None else one_shot_points

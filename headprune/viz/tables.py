@@ -180,13 +180,11 @@ def merged_pareto(*payloads: dict) -> dict:
         for key in ("metric", "split", "n_examples", "base_score"):
             if other.get(key) != first.get(key):
                 raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
-    points, seen = [], set()
+    unique = {}
     later = (q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned" or q.get("control"))
-    for q in (*first["points"], *later):
-        key = (point_name(q), q["step"], repr(q.get("mask")), q["score"])
-        if key not in seen:  # the same point in two runs (same method, step, mask and score) is listed once
-            seen.add(key)
-            points.append(dict(q))
+    for q in (*first["points"], *later):  # the same point in two runs (same method, step, mask and score) is listed once
+        unique.setdefault((point_name(q), q["step"], repr(q.get("mask")), q["score"]), dict(q))
+    points = list(unique.values())
     timed = {
         repr(q["mask"]): q["measured"]
         for q in points  # timings of the mask's own pruned copy, not of a recovered model
@@ -201,12 +199,10 @@ def merged_pareto(*payloads: dict) -> dict:
 def with_control_scores(points: list[dict]) -> list[dict]:
     """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control, when it has one."""
     control = next((q for q in points if q.get("control")), None)
-    out = [dict(q) for q in points]
-    if control is not None:
-        for q in out:
-            if fine_tuned(q):
-                q.setdefault("control_score", control["score"])
-    return out
+    return [
+        {**q, "control_score": q.get("control_score", control["score"])} if control is not None and fine_tuned(q) else dict(q)
+        for q in points
+    ]
 
 
 def versus_control(point: dict, higher_is_better: bool) -> str:
@@ -221,12 +217,9 @@ def versus_control(point: dict, higher_is_better: bool) -> str:
 
 def kv_cache_kept(point: dict, unit) -> float | None:
     """The share of the KV cache a KV-group mask keeps (a layer left without a KV head keeps one phantom head); other groups aside."""
-    mask = point.get("mask")
-    if not mask:
-        return None
-    kv = {name for name in mask if "num_key_value_heads" in kind_of_group(name, unit).config_fields}
-    rows = [row for name, group in mask.items() if name in kv for row in group]  # the KV groups' rows
-    if not rows:
+    mask = point.get("mask") or {}
+    rows = [row for name, group in mask.items() if "num_key_value_heads" in kind_of_group(name, unit).config_fields for row in group]
+    if not rows:  # no KV group in the mask
         return None
     return sum(max(sum(row), 1) for row in rows) / sum(len(row) for row in rows)
 
