@@ -230,10 +230,9 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             label = f"{order}/{step_label(step)}"
             name = point_label(label, recovery)
             scored = scored_model(task, result.model, None, None, renumbers_ids(task, result.mask), name, ctx)
-            if recovery != "none":
-                keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
             point = point_record(order, recovery, step, result.mask, scored, ctx, task)
             if recovery != "none":
+                keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
                 point["recovery_check"] = recovery_check(scored, result.mask, ctx, task, point_label(label, "none"))
             recipe = point_recipe(ctx, label, recovery, result.mask)
             if recipe:  # a schedule's models are saved, not reused: each step starts from the one before

@@ -264,11 +264,9 @@ def pareto_table(study: dict) -> str:
     # a vocabulary cut reads its own tokenizer's split of the text: points compare per byte, not per token
     per_byte = any(q.get("relative_by") == "bits_per_byte" for q in points) and all("bits_per_byte" in q for q in points)
     front = pareto_front([{**q, "score": q["bits_per_byte"]} for q in points], False) if per_byte else pareto_front(points, higher)
-    bytes_cost = p.get("cost") == "bytes"
     timed = any(q.get("measured") for q in points)
     extra = p.get("extra_splits") or []
     unit = _unit(p.get("unit"))
-    kv = "num_key_value_heads" in shrunk_fields(unit)
     joint = len(unit_kinds(unit)) > 1
     controlled = any(q.get("control") for q in points)
     metric = name_of(p["metric"])
@@ -293,10 +291,10 @@ def pareto_table(study: dict) -> str:
             (f"{metric} on `{s}`", True, lambda q, s=s: f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a")
             for s in extra
         ),
-        ("KV cache kept", kv, kv_kept),
+        ("KV cache kept", "num_key_value_heads" in shrunk_fields(unit), kv_kept),
         ("predicted speed-up", True, lambda q: f"{q['predicted_speedup']:.2f}x"),
         ("FLOPs kept", True, lambda q: f"{100 * q['flops_kept']:.0f}%"),
-        ("weight bytes kept", bytes_cost, lambda q: f"{100 * q['bytes_kept']:.1f}%" if "bytes_kept" in q else "n/a"),
+        ("weight bytes kept", p.get("cost") == "bytes", lambda q: f"{100 * q['bytes_kept']:.1f}%" if "bytes_kept" in q else "n/a"),
         ("measured ex/s", timed, lambda q: f"{q['measured']['examples_per_s']:.1f}" if q.get("measured") else "n/a"),
         ("measured speed-up", timed, lambda q: f"{q['measured']['speedup']:.2f}x{target_check(q)}" if q.get("measured") else "n/a"),
     ]
