@@ -93,14 +93,8 @@ def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name in dict.fromkeys(point_name(p) for p in points):
         mine = sorted((p for p in points if point_name(p) == name), key=point_speed)  # one line left to right
-        ax.plot(
-            [point_speed(p) for p in mine],
-            [p["score"] for p in mine],
-            marker="*" if name == "unpruned" else "o",
-            markersize=9 if name == "unpruned" else 4,
-            linestyle="" if name == "unpruned" else "-",
-            label=name,
-        )
+        style = {"marker": "*", "markersize": 9, "linestyle": ""} if name == "unpruned" else {"marker": "o", "markersize": 4}
+        ax.plot([point_speed(p) for p in mine], [p["score"] for p in mine], label=name, **style)
     front = sorted(
         (point_speed(p), p["score"]) for p, best in zip(points, pareto_front(points, result.get("higher_is_better", True))) if best
     )
@@ -131,10 +125,8 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
     """Examples/s of the original and pruned models per batch size (spread as error bars), the gain or "inconclusive" above."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     x = np.arange(len(rows))
-    for offset, key, label in ((-0.2, "original", "original"), (0.2, "pruned", "pruned")):
-        ax.bar(
-            x + offset, [r[key]["examples_per_s"] for r in rows], width=0.4, label=label, yerr=[r[key]["spread"] for r in rows], capsize=2
-        )
+    for offset, key in ((-0.2, "original"), (0.2, "pruned")):
+        ax.bar(x + offset, [r[key]["examples_per_s"] for r in rows], width=0.4, label=key, yerr=[r[key]["spread"] for r in rows], capsize=2)
     for i, r in enumerate(rows):  # the gain above each pair of bars, or "inconclusive" when it is within the noise
         if "verdict" in r:
             top = max(r[k]["examples_per_s"] + r[k]["spread"] for k in ("original", "pruned"))
