@@ -238,6 +238,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
         importance=OmegaConf.load(ROOT / "conf" / "importance" / "default.yaml"), seed=0, ablation_split="eval", n_samples=50
     )
     groups = list(shared_task.gates.groups)
+    prune = OmegaConf.create({"layout": "global", "joint_scale": "relative"})  # the prune settings the masks read
     reestimable = [name for name, order in ORDERS.items() if order.reestimable]
     assert {"importance", "entropy"} <= set(reestimable)
     for name in reestimable:
@@ -245,7 +246,7 @@ def test_every_reestimable_order_first_step_is_its_fixed_order(shared_task):
         under_ones = ORDERS[name].scores(shared_task, settings, mask=shared_task.gates.ones())
         for group in fixed:
             assert torch.allclose(fixed[group].float(), under_ones[group].float(), atol=1e-6)
-        first = greedy_stage.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, False, "global", "relative")[0]
+        first = greedy_stage.reestimated_masks(shared_task, name, settings, [0.25], groups, 0, False, prune)[0]
         expected = layout_masks(fixed, shared_task.gates.groups, [0.25])[0]
         assert all(torch.equal(first[g], expected[g]) for g in groups)
     with pytest.raises(ValueError, match="cannot be re-estimated"):

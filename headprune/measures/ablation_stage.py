@@ -12,6 +12,11 @@ from headprune.selection.greedy import check_groups
 from headprune.viz.plots import head_heatmaps
 
 
+def scored_on(task, split: str, base, groups) -> dict:
+    """What both single-unit stages record of the split they score on: its unpruned score, the units and their action."""
+    return {"split": split, "n_examples": base.n, "base_score": base.score, **unit_counts(task.gates, groups), **action_record(task)}
+
+
 def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:
     """Single-head ablation of every head of ``groups`` on ``split``: deltas, p-values, significance (``alpha`` None: the task's), rows."""
     shape = task.gates.groups
@@ -42,11 +47,7 @@ def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: f
         }
     return {
         "metric": task.metric,
-        "split": split,
-        "n_examples": base.n,
-        "base_score": base.score,
-        **unit_counts(task.gates, groups),
-        **action_record(task),
+        **scored_on(task, split, base, groups),
         "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha, "test": task.paired_test_name},
         "per_group": per_group,
         "delta": tensor_dict(delta),
@@ -95,11 +96,7 @@ def keep_one_stage(task, selection: str, split: str, groups, n_samples: int, see
         "metric": task.metric,
         "selection_split": selection,
         "selection_base_score": selection_base.score,
-        "split": split,
-        "n_examples": base.n,
-        "base_score": base.score,
-        **unit_counts(task.gates, groups),
-        **action_record(task),
+        **scored_on(task, split, base, groups),
         "bootstrap": {"n_samples": n_samples, "seed": seed, "alpha": alpha},
         "rows": rows,
     }

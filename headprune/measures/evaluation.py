@@ -66,12 +66,6 @@ def evaluate_many(task, masks: list, split: str, desc: str = "", chunk: int = 36
     return results
 
 
-def examples_differing(first, second) -> int:
-    """How many examples two EvalResults of the same split score differently (any per-example record differs)."""
-    keys = [k for k in first.per_example if len(first.per_example[k]) == first.n]
-    return sum(any(first.per_example[k][i] != second.per_example[k][i] for k in keys) for i in range(first.n))
-
-
 SCORE_RTOL = 1e-6  # a masked and a physically pruned model differ by float rounding only: relative 1e-6 of each quantity
 
 
@@ -85,10 +79,10 @@ def _differs(first: list, second: list, rtol: float) -> list[bool]:
 
 def score_check(masked, pruned, rtol: float = SCORE_RTOL) -> dict:
     """Do a masked and a pruned model's EvalResults agree? The score within ``rtol`` (relative), each example's records too."""
-    keys = [k for k in masked.per_example if len(masked.per_example[k]) == masked.n]
-    beyond = [any(flags) for flags in zip(*(_differs(masked.per_example[k], pruned.per_example[k], rtol) for k in keys))]
+    records = [(masked.per_example[k], pruned.per_example[k]) for k in masked.per_example if len(masked.per_example[k]) == masked.n]
+    beyond = [any(flags) for flags in zip(*(_differs(first, second, rtol) for first, second in records))]
+    not_identical = sum(any(first[i] != second[i] for first, second in records) for i in range(masked.n))  # bit for bit
     close = abs(masked.score - pruned.score) <= rtol * max(abs(masked.score), abs(pruned.score), 1e-12)
-    not_identical = examples_differing(masked, pruned)
     return {
         "metric": masked.metric,
         "masked": masked.score,

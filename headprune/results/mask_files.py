@@ -8,8 +8,8 @@ from headprune.core.checks import ConfigError
 from headprune.core.unit_kinds import KINDS, mask_kinds, unit_kinds, unit_name
 from headprune.results.points import point_name, removed_fraction
 from headprune.results.readers import check_binary_mask
+from headprune.results.stream_points import REMOVE
 
-REMOVE = "remove"  # what the zeros of a file that names no action do
 ACTION_WORDS = {
     "remove": "the unit is removed from the weights",
     "stream": "the unit keeps its weights and attends to a sink and a recent window only",
@@ -94,7 +94,7 @@ def read_mask_file(path, setting: str = "speed", action: str = "remove") -> Mask
     """Every mask of a mask file with its method, fraction and step, checked binary and of the reader's ``action`` (else a ConfigError)."""
     path = Path(str(path))
     found = mask_file_of(read_mask_payload(path, setting), path, setting)
-    if (REMOVE if found.action is None else found.action) != action:
+    if (REMOVE if found.action is None else found.action) != action:  # a file that names no action removes
         raise ConfigError(
             f"{setting}.mask_file={path} holds the patterns of a prune.action={found.action} run (0 = {ACTION_WORDS.get(found.action, found.action)}), "
             f"and {setting} takes masks whose 0 means {ACTION_WORDS.get(action, action)}: give the results.json of a run with "
@@ -115,15 +115,13 @@ def mask_file_of(payload: dict, path: Path, setting: str = "speed") -> MaskFile:
     results = payload.get("results") if isinstance(payload.get("results"), dict) else {}
     sections = [results, results.get("prune") or {}, results.get("pareto") or {}]  # a prune run; a study's prune and pareto stages
     recorded = next((s["unit"] for s in sections if s.get("unit") is not None), None)
-    try:  # the canonical unit ("head+ffn" for ["ffn", "head"] too), None when it records none it knows
+    try:  # the canonical unit ("head+ffn" for ["ffn", "head"] too), None when it records none
         unit = None if recorded is None else unit_name(recorded)
     except (ValueError, TypeError):
-        unit = None
-    if recorded is not None and unit is None:
         raise ConfigError(
             f"{setting}.mask_file={path} records prune.unit={recorded!r}, which is no registered unit kind ({', '.join(KINDS)}): "
             "register the kind that wrote it (register_kind) before reading the file"
-        )
+        ) from None
     layout = next((s["layout"] for s in sections if s.get("layout")), None)
     made_for = (payload.get("fingerprints") or {}).get("model") or payload.get("model_fingerprint")
     action = next((s["action"] for s in sections if isinstance(s.get("action"), str)), None)

@@ -90,14 +90,13 @@ def point_step(point: dict) -> str:
 
 def kind_counts(mask: dict, unit=None) -> dict[str, tuple[int, int]]:
     """{kind: (units removed, units in all)} of a 0/1 mask {group: [[...]]} (JSON lists or tensors), in the registry's order."""
-    counts: dict[str, list[int]] = {}
+    counts: dict[str, tuple[int, int]] = {}
     for group, rows in mask.items():
         kind = kind_of_group(group, unit).name
         values = rows.flatten().tolist() if hasattr(rows, "flatten") else [v for row in rows for v in row]
-        entry = counts.setdefault(kind, [0, 0])
-        entry[0] += sum(1 for v in values if v == 0)
-        entry[1] += len(values)
-    return {k: (counts[k][0], counts[k][1]) for k in KINDS if k in counts}
+        removed, total = counts.get(kind, (0, 0))
+        counts[kind] = (removed + sum(1 for v in values if v == 0), total + len(values))
+    return {k: counts[k] for k in KINDS if k in counts}
 
 
 def kinds_label(mask: dict, unit=None) -> str:

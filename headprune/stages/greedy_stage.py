@@ -47,27 +47,18 @@ def orders_of(settings) -> list[str]:
     return [check_order(str(o)) for o in orders]
 
 
-def reestimated_masks(
-    task,
-    order: str,
-    settings: OrderSettings,
-    fractions,
-    groups,
-    min_per_layer: int,
-    progress: bool,
-    layout: str,
-    joint_scale: str,
-    widths: dict[str, int] | None = None,
-) -> list[dict]:
-    """Masks for growing fractions, the order's scores re-estimated under the current mask before each step."""
+def reestimated_masks(task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, prune) -> list:
+    """Masks for growing fractions in ``prune``'s layout, joint scale and kept widths, the order's scores re-estimated under the
+    current mask before each step."""
     from tqdm.auto import tqdm
 
+    layout, joint_scale, widths = str(prune.layout), str(prune.joint_scale), width_multiples(task.model, task.gates.unit, prune)
     shape = task.gates.groups
     masks, current = [], None
     for fraction in tqdm(fractions, desc=f"re-estimate {order}", disable=not progress, leave=False):
         scores = comparable_scores(with_floor(task, ORDERS[order].scores(task, settings, mask=current), settings.vocab_text), joint_scale)
         current = layout_mask(scores, shape, fraction, groups, min_per_layer, layout, start=current)
-        current = round_kept_widths(current, scores, widths or {}, task.gates.unit)
+        current = round_kept_widths(current, scores, widths, task.gates.unit)
         masks.append(current)
     return masks
 
@@ -119,7 +110,7 @@ def prune_stage(
     }
     for order in orders:
         if order in reestimated:
-            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, layout, joint_scale, widths)
+            masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, prune)
         else:
             scores = comparable_scores(order_scores(task, order, settings, shared), joint_scale)
             masks = layout_masks(scores, shape, fractions, groups, min_per_layer, layout)

@@ -146,8 +146,7 @@ def timed_point(task, point: dict, own, ctx: ParetoRun) -> dict | None:
     try:
         stage = speed_stage(task, mask, speed, ctx.seed, pruned_model=own)
     except TimeBudgetError as error:  # the scores stand: only this point's timing is lost
-        print(f"headprune: point not timed, its quality is kept: {error}", file=sys.stderr)
-        return None
+        stage = {"rows": [], "verdict": str(error)}
     if not stage["rows"]:  # the budget cut every timing: the scores stand
         print(f"headprune: point not timed, its quality is kept: {stage['verdict']}", file=sys.stderr)
         return None

@@ -230,10 +230,9 @@ def scheduled_points(task, order, recoveries, steps, ctx: ParetoRun) -> list[dic
             label = f"{order}/{step_label(step)}"
             name = point_label(label, recovery)
             scored = scored_model(task, result.model, None, None, renumbers_ids(task, result.mask), name, ctx)
-            if recovery != "none":
-                keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
             point = point_record(order, recovery, step, result.mask, scored, ctx, task)
             if recovery != "none":
+                keep_for_timing(ctx, (recovery, mask_key(result.mask)), result.model, None)
                 point["recovery_check"] = recovery_check(scored, result.mask, ctx, task, point_label(label, "none"))
             recipe = point_recipe(ctx, label, recovery, result.mask)
             if recipe:  # a schedule's models are saved, not reused: each step starts from the one before
@@ -255,8 +254,9 @@ def pareto_run(task, settings: RunSettings, order_settings: OrderSettings, steps
     ctx = ParetoRun(
         settings=prune,
         order_settings=order_settings,
-        **{key: where[key] for key in ("shared", "split", "selection", "seed")},
-        base=where["base"],  # scored below, once the settings are known to work
+        **{key: where[key] for key in ("split", "selection", "seed")},
+        shared={} if where.get("shared") is None else where["shared"],
+        base=where.get("base"),  # scored below, once the settings are known to work
         groups=check_groups(prune.groups, task.gates.groups),
         min_per_layer=int(prune.min_units_per_layer),
         costs=costs,
@@ -301,8 +301,6 @@ def pareto_stage(
 ) -> dict:
     """Every (order, recovery, step) point, the unpruned one and the control (scores, predicted and measured speed), beside the run's settings."""
     prune = settings.prune
-    where = {"base": None, "shared": None, **where}
-    where["shared"] = {} if where["shared"] is None else where["shared"]
     steps = pareto_steps(prune, fractions)
     ctx = pareto_run(task, settings, order_settings, steps, where, out, logger)
     make = scheduled_points if prune.schedule is not None else one_shot_points

@@ -17,21 +17,16 @@ def scored_splits(ctx: ParetoRun) -> list[str]:
     return splits
 
 
-def mask_alone(task, mask, ctx: ParetoRun, label: str):
-    """The EvalResult of ``mask`` on the base model, without recovery, on the selection split (scored once per mask)."""
-    key = mask_key(mask)
+def recovery_check(results: dict, mask, ctx: ParetoRun, task, label: str) -> dict:
+    """A recovered point's score (``results``: {split: result}) and its mask alone's on the selection split, and whether the
+    recovery made it worse."""
+    key = mask_key(mask)  # the mask alone: on the base model without recovery, scored once per mask
     if key not in ctx.alone and renumbers_ids(task, mask):  # as it ships: pruned, through its own tokenizer
         alone = own_tokenizer_results(task, task.model, mask, [ctx.selection], f"{label} mask alone", progress=ctx.progress)
         ctx.alone[key] = alone[ctx.selection]
     if key not in ctx.alone:
         ctx.alone[key] = evaluate_one(task, mask, ctx.selection, f"{label} mask alone", progress=ctx.progress)
-    return ctx.alone[key]
-
-
-def recovery_check(results: dict, mask, ctx: ParetoRun, task, label: str) -> dict:
-    """A recovered point's score (``results``: {split: result}) and its mask alone's on the selection split, and whether the
-    recovery made it worse."""
-    recovered, alone = results[ctx.selection], mask_alone(task, mask, ctx, label)
+    recovered, alone = results[ctx.selection], ctx.alone[key]
     worse = recovered.score < alone.score if task.higher_is_better else recovered.score > alone.score
     return {"split": ctx.selection, "metric": task.metric, "recovered": recovered.score, "mask_alone": alone.score, "worse": bool(worse)}
 

@@ -61,19 +61,13 @@ class StudyRun:
 
     def key(self, reads: dict, data: list[str], inputs: dict | None = None) -> dict:
         """A stage's key: the settings it reads, the model and data it runs on, digests of the earlier stages it uses."""
+        gates = self.task.gates  # a streaming study's stages also depend on its unit, sink and window
+        stream = {"stream": {"unit": gates.unit, "sink": int(gates.sink), "window": int(gates.window)}} if streaming(self.task) else {}
         return {
-            "settings": {"seed": int(self.cfg.seed), **stream_key(self.task), **reads},
+            "settings": {"seed": int(self.cfg.seed), **stream, **reads},
             "fingerprints": {"model": self.model_fp, "data": {name: self.data_fingerprint(name) for name in dict.fromkeys(data)}},
             "inputs": inputs or {},
         }
-
-
-def stream_key(task) -> dict:
-    """What every stage of a streaming study depends on beside its own settings: the unit, sink and window ({} when removing)."""
-    if not streaming(task):
-        return {}
-    gates = task.gates
-    return {"stream": {"unit": gates.unit, "sink": int(gates.sink), "window": int(gates.window)}}
 
 
 @dataclass(frozen=True)
@@ -119,15 +113,15 @@ def ablate_key(ctx: StudyRun) -> dict:
     return ctx.key({"splits": splits, "n_samples": int(study.n_samples), "alpha": float(study.alpha)}, splits)
 
 
+def bootstrap(ctx: StudyRun) -> tuple[int, int, float]:
+    """(resamples, seed, alpha) of the paired tests of the ablate and keep_one stages."""
+    return int(ctx.settings.study.n_samples), int(ctx.cfg.seed), float(ctx.settings.study.alpha)
+
+
 def ablate_all(ctx: StudyRun) -> dict:
-    study, seed = ctx.settings.study, int(ctx.cfg.seed)
+    base = {ctx.split: ctx.base}  # an extra split's unpruned score is computed by its stage
     return {
-        "splits": {
-            s: ablation_stage(
-                ctx.task, s, None, int(study.n_samples), seed, float(study.alpha), progress=True, base=ctx.base if s == ctx.split else None
-            )
-            for s in ablation_splits(ctx)
-        }
+        "splits": {s: ablation_stage(ctx.task, s, None, *bootstrap(ctx), progress=True, base=base.get(s)) for s in ablation_splits(ctx)}
     }
 
 
@@ -146,9 +140,7 @@ def keep_one_key(ctx: StudyRun) -> dict:
 
 
 def keep_one_all(ctx: StudyRun) -> dict:
-    study = ctx.settings.study
-    bootstrap = (int(study.n_samples), int(ctx.cfg.seed), float(study.alpha))
-    return keep_one_stage(ctx.task, ctx.selection, ctx.split, None, *bootstrap, progress=True, base=ctx.base)
+    return keep_one_stage(ctx.task, ctx.selection, ctx.split, None, *bootstrap(ctx), progress=True, base=ctx.base)
 
 
 def prune_key(ctx: StudyRun) -> dict:

@@ -43,13 +43,19 @@ def _save(fig, path: str | Path, dpi: int = 110, bbox: str | None = "tight") -> 
 
 def head_heatmaps(values: dict, significant: dict | None, path: str | Path, title: str, label: str) -> Path:
     """One heatmap per group (layers x heads) of ``values``; cells with ``significant`` True get a star."""
+    return _save(group_heatmaps(values, title, label, significant), path)
+
+
+def group_heatmaps(values: dict, title: str, label: str, significant: dict | None = None, signed: bool = True):
+    """The figure of ``head_heatmaps``: one colour scale, around 0 when ``signed`` (differences), else from the least value."""
     groups = list(values)
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 1, 3.6), squeeze=False)
-    bound = max(1e-9, max(float(np.nanmax(np.abs(np.asarray(values[g], dtype=float)))) for g in groups))
+    arrays = [np.asarray(values[g], dtype=float) for g in groups]
+    bound = max(1e-9, max(float(np.nanmax(np.abs(a))) for a in arrays))
+    low, high = (-bound, bound) if signed else (min(float(np.nanmin(a)) for a in arrays), max(float(np.nanmax(a)) for a in arrays))
     image = None
-    for ax, group in zip(axes[0], groups):
-        data = np.asarray(values[group], dtype=float)
-        image = ax.imshow(data, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+    for ax, group, data in zip(axes[0], groups, arrays):
+        image = ax.imshow(data, cmap="RdBu" if signed else "viridis", vmin=low, vmax=high, aspect="auto")
         ax.set_title(GROUP_TITLES.get(group, group), fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
@@ -61,7 +67,7 @@ def head_heatmaps(values: dict, significant: dict | None, path: str | Path, titl
                 ax.text(head, layer, "*", ha="center", va="center", fontsize=12, color="black")
     fig.colorbar(image, ax=axes[0].tolist(), label=label, shrink=0.9)
     fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
 def pruning_curves(
@@ -87,14 +93,8 @@ def pareto_figure(result: dict, path: str | Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name in dict.fromkeys(point_name(p) for p in points):
         mine = sorted((p for p in points if point_name(p) == name), key=point_speed)  # one line left to right
-        ax.plot(
-            [point_speed(p) for p in mine],
-            [p["score"] for p in mine],
-            marker="*" if name == "unpruned" else "o",
-            markersize=9 if name == "unpruned" else 4,
-            linestyle="" if name == "unpruned" else "-",
-            label=name,
-        )
+        style = {"marker": "*", "markersize": 9, "linestyle": ""} if name == "unpruned" else {"marker": "o", "markersize": 4}
+        ax.plot([point_speed(p) for p in mine], [p["score"] for p in mine], label=name, **style)
     front = sorted(
         (point_speed(p), p["score"]) for p, best in zip(points, pareto_front(points, result.get("higher_is_better", True))) if best
     )
@@ -125,10 +125,8 @@ def speed_bars(rows: list[dict], path: str | Path, title: str) -> Path:
     """Examples/s of the original and pruned models per batch size (spread as error bars), the gain or "inconclusive" above."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     x = np.arange(len(rows))
-    for offset, key, label in ((-0.2, "original", "original"), (0.2, "pruned", "pruned")):
-        ax.bar(
-            x + offset, [r[key]["examples_per_s"] for r in rows], width=0.4, label=label, yerr=[r[key]["spread"] for r in rows], capsize=2
-        )
+    for offset, key in ((-0.2, "original"), (0.2, "pruned")):
+        ax.bar(x + offset, [r[key]["examples_per_s"] for r in rows], width=0.4, label=key, yerr=[r[key]["spread"] for r in rows], capsize=2)
     for i, r in enumerate(rows):  # the gain above each pair of bars, or "inconclusive" when it is within the noise
         if "verdict" in r:
             top = max(r[k]["examples_per_s"] + r[k]["spread"] for k in ("original", "pruned"))
@@ -167,21 +165,8 @@ def snapshot_label(snap: dict) -> str:
 
 
 def importance_heatmaps(importance: dict, title: str = "head importance"):
-    """One layer x head heatmap per attention group."""
-    groups = list(importance)
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.2), squeeze=False)
-    for ax, group in zip(axes[0], groups):
-        values = np.asarray(importance[group], dtype=float)
-        image = ax.imshow(values, cmap="viridis", aspect="auto")
-        ax.set_title(group)
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        ax.set_xticks(range(values.shape[1]))
-        ax.set_yticks(range(values.shape[0]))
-        fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    """One layer x head heatmap per attention group, on one colour scale."""
+    return group_heatmaps(importance, title, "importance", signed=False)
 
 
 def pruning_curves_by_epoch(snapshots: list[dict], path) -> Path:

@@ -35,8 +35,7 @@ def build_report(run_dir: str | Path) -> Path:
     lines = [f"# headprune report: {run_dir.name}", "", f"Run directory: `{run_dir}`", ""]
     for file in files:
         payload = read_results(file, run_dir)
-        rel = file.relative_to(run_dir)
-        lines += [f"## {payload.get('experiment', file.stem)} (`{rel}`)", ""]
+        lines += [f"## {payload.get('experiment', file.stem)} (`{file.relative_to(run_dir)}`)", ""]
         if payload.get("fingerprints"):
             lines += ["Fingerprints: " + ", ".join(f"{k}={v}" for k, v in payload["fingerprints"].items()), ""]
         numbers = (payload.get("results") or {}).items()  # its scalar numbers as bullets
@@ -45,8 +44,7 @@ def build_report(run_dir: str | Path) -> Path:
     if figures:
         lines += ["## Figures", ""]
         for fig in figures:
-            rel = fig.relative_to(run_dir)
-            lines += [f"### {fig.stem}", "", f"![{fig.stem}]({rel.as_posix()})", ""]
+            lines += [f"### {fig.stem}", "", f"![{fig.stem}]({fig.relative_to(run_dir).as_posix()})", ""]
     md_path = write_text_atomic(run_dir / "report.md", "\n".join(lines))
     write_text_atomic(run_dir / "report.html", _html(lines))
     return md_path

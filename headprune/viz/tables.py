@@ -75,8 +75,10 @@ def keep_one_table(study: dict) -> str:
     )
 
 
-def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, higher_is_better: bool = True) -> str:
-    """Score at each fraction, one column per curve, and the largest fraction within ``tolerance`` of unpruned."""
+def _curves_table(first_column: str, curves: dict[str, list[dict]], tolerance: float, unit: str, stage: dict) -> str:
+    """Score at each fraction, one column per curve of ``stage``, and the largest fraction within ``tolerance`` of unpruned."""
+    # results before the field: perplexity is the one lower-is-better metric
+    higher_is_better = bool(stage.get("higher_is_better", stage.get("metric") != "perplexity"))
     names = list(curves)
     rows = [[step_label(step), *(f"{curves[n][index]['score']:.2f}" for n in names)] for index, step in enumerate(curves[names[0]])]
     shares = [f"{100 * prunable_share(curves[n], tolerance, higher_is_better):.0f}%" for n in names]
@@ -88,16 +90,11 @@ def prunable_share(steps: list[dict], tolerance: float, higher_is_better: bool) 
     return prunable_fraction([removed_fraction(s) for s in steps], [s["score"] for s in steps], tolerance, higher_is_better)
 
 
-def _higher_is_better(stage: dict) -> bool:
-    """The metric's direction from a stage (results before the field: perplexity is the one lower-is-better metric)."""
-    return bool(stage.get("higher_is_better", stage.get("metric") != "perplexity"))
-
-
 def prune_table(study: dict, tolerance: float = 1.0, unit: str = "point") -> str:
     """Greedy pruning, one column per order (paper Figure 2)."""
     stage = stage_of(study, "prune")
     curves = {name: curve["steps"] for name, curve in stage["orders"].items()}
-    return _curves_table("heads pruned", curves, tolerance, unit, _higher_is_better(stage))
+    return _curves_table("heads pruned", curves, tolerance, unit, stage)
 
 
 def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") -> str:
@@ -107,7 +104,7 @@ def study_groups_table(study: dict, tolerance: float = 1.0, unit: str = "BLEU") 
         "all groups": p["orders"]["importance"]["steps"],
         **{f"{g} only": v["orders"]["importance"]["steps"] for g, v in p["by_group"].items()},
     }
-    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit, _higher_is_better(p))
+    return _curves_table("share of the pruned heads' group(s) removed", curves, tolerance, unit, p)
 
 
 def speed_table(study: dict) -> str:
@@ -133,12 +130,12 @@ def speed_table(study: dict) -> str:
         if check
         else "scores not checked"
     )
-    lines.append("")
-    lines.append(
+    lines += [
+        "",
         f"{units_removed(s)} of {units_total(s)} {noun(_unit(s.get('unit')), plural=True)} removed on `{s['device']}`; parameters "
         f"{cost['original']['parameters']:,} -> {cost['pruned']['parameters']:,}, attention FLOPs "
-        f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}."
-    )
+        f"{cost['original']['attention_flops']:,} -> {cost['pruned']['attention_flops']:,} per example; {checked}.",
+    ]
     target = s.get("target")
     if target and target.get("speedup"):
         measured = ", ".join(
@@ -183,13 +180,11 @@ def merged_pareto(*payloads: dict) -> dict:
         for key in ("metric", "split", "n_examples", "base_score"):
             if other.get(key) != first.get(key):
                 raise ValueError(f"cannot merge Pareto runs with different {key}: {first.get(key)!r} vs {other.get(key)!r}")
-    points, seen = [], set()
+    unique = {}
     later = (q for other in stages[1:] for q in other["points"] if q["order"] != "unpruned" or q.get("control"))
-    for q in (*first["points"], *later):
-        key = (point_name(q), q["step"], repr(q.get("mask")), q["score"])
-        if key not in seen:  # the same point in two runs (same method, step, mask and score) is listed once
-            seen.add(key)
-            points.append(dict(q))
+    for q in (*first["points"], *later):  # the same point in two runs (same method, step, mask and score) is listed once
+        unique.setdefault((point_name(q), q["step"], repr(q.get("mask")), q["score"]), dict(q))
+    points = list(unique.values())
     timed = {
         repr(q["mask"]): q["measured"]
         for q in points  # timings of the mask's own pruned copy, not of a recovered model
@@ -204,12 +199,10 @@ def merged_pareto(*payloads: dict) -> dict:
 def with_control_scores(points: list[dict]) -> list[dict]:
     """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control, when it has one."""
     control = next((q for q in points if q.get("control")), None)
-    out = [dict(q) for q in points]
-    if control is not None:
-        for q in out:
-            if fine_tuned(q):
-                q.setdefault("control_score", control["score"])
-    return out
+    return [
+        {**q, "control_score": q.get("control_score", control["score"])} if control is not None and fine_tuned(q) else dict(q)
+        for q in points
+    ]
 
 
 def versus_control(point: dict, higher_is_better: bool) -> str:
@@ -224,12 +217,9 @@ def versus_control(point: dict, higher_is_better: bool) -> str:
 
 def kv_cache_kept(point: dict, unit) -> float | None:
     """The share of the KV cache a KV-group mask keeps (a layer left without a KV head keeps one phantom head); other groups aside."""
-    mask = point.get("mask")
-    if not mask:
-        return None
-    kv = {name for name in mask if "num_key_value_heads" in kind_of_group(name, unit).config_fields}
-    rows = [row for name, group in mask.items() if name in kv for row in group]  # the KV groups' rows
-    if not rows:
+    mask = point.get("mask") or {}
+    rows = [row for name, group in mask.items() if "num_key_value_heads" in kind_of_group(name, unit).config_fields for row in group]
+    if not rows:  # no KV group in the mask
         return None
     return sum(max(sum(row), 1) for row in rows) / sum(len(row) for row in rows)
 
@@ -274,11 +264,9 @@ def pareto_table(study: dict) -> str:
     # a vocabulary cut reads its own tokenizer's split of the text: points compare per byte, not per token
     per_byte = any(q.get("relative_by") == "bits_per_byte" for q in points) and all("bits_per_byte" in q for q in points)
     front = pareto_front([{**q, "score": q["bits_per_byte"]} for q in points], False) if per_byte else pareto_front(points, higher)
-    bytes_cost = p.get("cost") == "bytes"
     timed = any(q.get("measured") for q in points)
     extra = p.get("extra_splits") or []
     unit = _unit(p.get("unit"))
-    kv = "num_key_value_heads" in shrunk_fields(unit)
     joint = len(unit_kinds(unit)) > 1
     controlled = any(q.get("control") for q in points)
     metric = name_of(p["metric"])
@@ -303,10 +291,10 @@ def pareto_table(study: dict) -> str:
             (f"{metric} on `{s}`", True, lambda q, s=s: f"{q['extra'][s]['score']:.2f}" if s in (q.get("extra") or {}) else "n/a")
             for s in extra
         ),
-        ("KV cache kept", kv, kv_kept),
+        ("KV cache kept", "num_key_value_heads" in shrunk_fields(unit), kv_kept),
         ("predicted speed-up", True, lambda q: f"{q['predicted_speedup']:.2f}x"),
         ("FLOPs kept", True, lambda q: f"{100 * q['flops_kept']:.0f}%"),
-        ("weight bytes kept", bytes_cost, lambda q: f"{100 * q['bytes_kept']:.1f}%" if "bytes_kept" in q else "n/a"),
+        ("weight bytes kept", p.get("cost") == "bytes", lambda q: f"{100 * q['bytes_kept']:.1f}%" if "bytes_kept" in q else "n/a"),
         ("measured ex/s", timed, lambda q: f"{q['measured']['examples_per_s']:.1f}" if q.get("measured") else "n/a"),
         ("measured speed-up", timed, lambda q: f"{q['measured']['speedup']:.2f}x{target_check(q)}" if q.get("measured") else "n/a"),
     ]
