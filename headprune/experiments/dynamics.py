@@ -37,15 +37,12 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
 
 def analyse_checkpoints(cfg) -> list[dict]:
     """A snapshot per epoch checkpoint, with the same settings as the live callback."""
-    ckpt_dir, settings = Path(cfg.ckpt_dir), cfg.dynamics
-    checkpoints = epoch_checkpoints(ckpt_dir)
+    ckpt_dir = Path(cfg.ckpt_dir)
     task = registry.load_task(checkpoint_training_config(ckpt_dir, cfg))
     snapshots = []
-    for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
+    for epoch, step, path in tqdm(epoch_checkpoints(ckpt_dir), desc="checkpoints"):
         task.load_state_dict(read_training_checkpoint(path)["state_dict"])
-        snapshots.append(
-            take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=epoch, step=step)
-        )
+        snapshots.append(take_snapshot(task, cfg.dynamics, epoch=epoch, step=step))
     return with_stability(snapshots)
 
 
@@ -66,11 +63,10 @@ def analyse_models(cfg) -> list[dict]:
     ordered = ordered_checkpoints(listed)
     if [entry for _, entry in ordered] != listed:
         print(f"checkpoints taken by the step in their names: {', '.join(f'step {s} ({e})' for s, e in ordered)}", flush=True)
-    settings = cfg.dynamics
     snapshots = []
     for index, (step, entry) in enumerate(tqdm(ordered, desc="checkpoints")):
         task = registry.load_task(config_for_checkpoint(cfg, entry))
-        snap = take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=index, step=step)
+        snap = take_snapshot(task, cfg.dynamics, epoch=index, step=step)
         snapshots.append({**snap, "checkpoint": str(entry), "label": f"step {step}"})
         del task
     return with_stability(snapshots)
