@@ -243,26 +243,24 @@ def check_prune_for_speed(cfg, prune) -> None:
 
 def check_speed_unit(prune) -> None:
     """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer; lsq needs a kind it can refit."""
-    given, unit = prune.given, prune.unit
-    lsq = lsq_refusal(unit) if "lsq" in prune.recovering else None
-    if lsq:
-        raise ConfigError(
-            f"prune.recover=lsq with prune.unit={unit}: {lsq}; drop lsq from prune.recover (finetune recovers any unit), "
-            "or prune a unit with heads or neurons"
-        )
-    rearrange = given.rearrange
-    refusal = rearrangement_refusal(unit)
-    if rearrange and refusal:
-        raise ConfigError(
-            f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
-            "kv_group, ffn or a joint list such as [kv_group,ffn])"
-        )
-    refusal = reconstruction_refusal(unit) if "reconstruct" in prune.recovering else None
-    if refusal:
-        raise ConfigError(
-            f"prune.recover=reconstruct with prune.unit={unit}: {refusal}; drop reconstruct from prune.recover (or prune "
-            "head, kv_group, ffn or a joint list of them)"
-        )
+    given, unit, rearrange = prune.given, prune.unit, prune.given.rearrange
+    refusals = {  # {a setting that asks what the unit cannot do: (why it cannot, what to do instead)}
+        "prune.recover=lsq": (
+            "lsq" in prune.recovering and lsq_refusal(unit),
+            "drop lsq from prune.recover (finetune recovers any unit), or prune a unit with heads or neurons",
+        ),
+        f"prune.rearrange={rearrange}": (
+            rearrange and rearrangement_refusal(unit),
+            "drop prune.rearrange (or use prune.unit=head, kv_group, ffn or a joint list such as [kv_group,ffn])",
+        ),
+        "prune.recover=reconstruct": (
+            "reconstruct" in prune.recovering and reconstruction_refusal(unit),
+            "drop reconstruct from prune.recover (or prune head, kv_group, ffn or a joint list of them)",
+        ),
+    }
+    for setting, (refusal, fix) in refusals.items():
+        if refusal:
+            raise ConfigError(f"{setting} with prune.unit={unit}: {refusal}; {fix}")
     if "reconstruct" in prune.recovering and given.reconstruct.target == "inputs" and "hidden_size" in shrunk_fields(unit):
         raise ConfigError(
             f"prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and prune.unit={unit} "

@@ -185,10 +185,10 @@ def check_splits(cfg, names, setting: str) -> None:
     table = data.get("files") if data.get("source") == "local" else (data.get("synthetic") or {}).get("sizes")
     for name in names:
         try:
-            concrete_split(cfg, str(name))
+            concrete = concrete_split(cfg, str(name))
         except ConfigError:
             raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(task_spec_of(cfg).splits)}") from None
-        if where is not None and OmegaConf.is_dict(table) and table.get(concrete_split(cfg, str(name))) is None:
+        if where is not None and OmegaConf.is_dict(table) and table.get(concrete) is None:
             have = sorted(k for k in table if table[k] is not None)
             raise ConfigError(
                 f"{setting}: split {name!r} is not in data {data.get('name')} ({where} has {have}): drop it, or choose data that has it"
@@ -363,10 +363,7 @@ def leaves(node, prefix: str) -> dict[str, object]:
     """{dotted key: value} of every leaf of a mapping (lists are leaves)."""
     if not isinstance(node, dict):
         return {prefix: node}
-    out = {}
-    for key, value in node.items():
-        out.update(leaves(value, f"{prefix}.{key}"))
-    return out
+    return {key: leaf for name, child in node.items() for key, leaf in leaves(child, f"{prefix}.{name}").items()}
 
 
 def given_settings(cfg, group: str) -> dict[str, object]:
