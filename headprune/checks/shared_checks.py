@@ -51,12 +51,12 @@ def warn_unknown_keys(cfg) -> None:
         )
 
 
-def no_duplicates(values, name: str) -> None:
+def no_duplicates(values, name: str, fix: str = "list each item once") -> None:
     """A list setting names each item once (a repeat would compute and write the same thing twice)."""
     items = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
     repeated = [v for i, v in enumerate(items) if v in items[:i]]
     if repeated:
-        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: list each item once")
+        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: {fix}")
 
 
 # ---- device, model ------------------------------------------------------------------------------

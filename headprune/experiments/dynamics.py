@@ -83,9 +83,7 @@ def check(cfg) -> None:
             "'checkpoints=[<model dir or hub name@revision>,...]' (a pretraining run's checkpoints): "
             + ("both were given" if listed else "give one")
         )
-    twice = sorted({c for c in listed if listed.count(c) > 1})
-    if twice:
-        raise ConfigError(f"checkpoints lists {twice} more than once: each checkpoint is one snapshot; remove the repeats")
+    no_duplicates(listed, "checkpoints", "each checkpoint is one snapshot; remove the repeats")
     if listed and cfg.get("dynamics_overrides"):
         raise ConfigError(
             "dynamics_overrides changes the saved training config of a ckpt_dir run; with checkpoints=[...] set the "
