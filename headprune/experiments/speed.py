@@ -45,15 +45,6 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     }
 
 
-def point_model(settings, task, split: str) -> tuple:
-    """(the recovered model ``speed.point`` names, its score check on ``split``, its directory); (None, None, None) without one."""
-    folder = point_model_dir(settings, "speed") if settings.get("point") else None
-    if folder is None:
-        return None, None, None
-    model = load_pruned(folder).to(next(task.model.parameters()).device).eval()
-    return model, recorded_score_check(task, model, folder, split) if settings.check_score else None, folder
-
-
 def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
     """The loaded model's score on ``split`` vs its recipe.json's: a RuntimeError beyond rounding, None when that split was not scored."""
     recorded = (read_json(Path(folder) / RECIPE_FILE).get("scores") or {}).get(split)
@@ -83,7 +74,9 @@ def run(cfg) -> dict:
     where = origin.get("mask_file") or f"speed.fraction={origin.get('fraction')}"
     total = sum(int(m.numel()) for m in mask.values())
     check_removes_some(heads_removed(mask), total, f"the mask of {where}", task.gates.unit)
-    recovered, checked, folder = point_model(cfg.speed, task, split)
+    folder = point_model_dir(cfg.speed, "speed") if cfg.speed.get("point") else None  # the recovered model speed.point names
+    recovered = load_pruned(folder).to(next(task.model.parameters()).device).eval() if folder is not None else None
+    checked = recorded_score_check(task, recovered, folder, split) if recovered is not None and settings.check_score else None
     result = speed_stage(task, mask, settings, int(cfg.seed), pruned_model=recovered, export_dir=output_dir(cfg) / "onnx")
     if recovered is not None:
         origin["model"] = str(folder)
