@@ -2,6 +2,7 @@
 
 import os
 import sys
+import traceback
 import warnings
 from contextlib import contextmanager
 from importlib import import_module
@@ -30,7 +31,9 @@ def verbose() -> bool:
 
 
 def input_failure(err: BaseException) -> None:
-    """Print an input failure as one message to stderr and exit with status 2."""
+    """Print an input failure as one message to stderr (after its traceback with ``--verbose``) and exit with status 2."""
+    if verbose():
+        traceback.print_exc()
     print(f"headprune: error: {err}", file=sys.stderr, flush=True)
     if not verbose():
         print("(run with --verbose for the traceback)", file=sys.stderr, flush=True)
@@ -48,8 +51,6 @@ def run_app(cfg: DictConfig):
         with claimed_run_dir(cfg):
             result = get_method(cfg.run)(cfg)
     except INPUT_ERRORS as err:
-        if verbose():
-            raise
         input_failure(err)
     return result.get("objective") if isinstance(result, dict) else result
 
@@ -159,11 +160,7 @@ def main():
         check_output_dirs(sys.argv[1:])
         check_sweep(sys.argv[1:])
         return run_app()
-    except INPUT_ERRORS as err:  # a sweep's bad job, or (--verbose) one Hydra re-raised after printing nothing
-        if verbose():
-            import traceback
-
-            traceback.print_exc()
+    except INPUT_ERRORS as err:  # a sweep's bad job, or a refused output directory
         input_failure(err)
     except SystemExit as done:
         if done.code not in (0, None, USAGE_ERROR) and not _started:  # Hydra printed why the config does not compose
