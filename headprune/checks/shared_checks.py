@@ -119,9 +119,8 @@ def check_model(cfg) -> None:
             config_file = Path(source) / "config.json"
             if config_file.is_file():
                 check_model_type(read_json_file(config_file), str(config_file))
-            own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
-            if ((cfg.get("data") or {}).get("tokenizer") or {}).get("path"):
-                own_tokenizer = False  # data.tokenizer.path gives the tokenizer
+            given = ((cfg.get("data") or {}).get("tokenizer") or {}).get("path")  # data.tokenizer.path gives the tokenizer
+            own_tokenizer = not given and (not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained))
             check_model_dir(source, tokenizer=own_tokenizer)
         elif model.get("config") is None:
             raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")

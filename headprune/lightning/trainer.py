@@ -25,9 +25,8 @@ def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
         save_top_k=ckpt_cfg.save_top_k,
         monitor=ckpt_cfg.monitor,
     )
-    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     return L.Trainer(
-        **trainer_kwargs,
+        **OmegaConf.to_container(cfg.trainer, resolve=True),
         default_root_dir=str(output_dir(cfg)),
         logger=build_logger(cfg) if logger is None else logger,
         callbacks=[
