@@ -10,8 +10,7 @@ from headprune.core.checks import ConfigError, string_list
 from headprune.core.families import config_groups
 from headprune.core.unit_kinds import KINDS, kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
 from headprune.models.sources import config_fields, max_positions
-from headprune.selection.mask_search import SHARES, PruneTarget, given_target
-from headprune.selection.schedule import check_schedule
+from headprune.selection.mask_search import SHARES
 from headprune.selection.unit_rearrange import rearrangement_refusal
 from headprune.sources.orders import ORDERS
 from headprune.sources.point_models import check_save
@@ -143,27 +142,6 @@ def check_joint_scale(cfg, prune, orders) -> None:
                 f"prune.joint_scale=loss compares the scores of the kinds of prune.unit={unit} as estimates of the loss, and "
                 "prune.order=random draws scores that estimate nothing: use prune.joint_scale=relative (or another order)"
             )
-
-
-def prune_steps(prune) -> list:
-    """The validated steps of prune.target (one) or prune.schedule (growing fractions or targets); [] for neither; else a ConfigError."""
-    target = given_target(prune.get("target"))
-    if target is not None and prune.get("schedule") is not None:
-        raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
-    value = plain(prune.get("schedule") if target is None else target)
-    if target is not None:
-        try:
-            return [PruneTarget.from_config(value)]
-        except ValueError as err:
-            raise ConfigError(f"prune.target: {err}") from None
-    if value is None:
-        return []
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {value!r}")
-    try:
-        return check_schedule(value)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"prune.schedule: {err}") from None
 
 
 def check_prune_for_speed(cfg, prune) -> None:
