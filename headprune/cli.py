@@ -9,11 +9,14 @@ from importlib import import_module
 from pathlib import Path
 
 import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.utils import get_method
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from headprune.conf_dir import config_dir
-from headprune.core.checks import ConfigError, ConfigWarning, DataError
+from headprune.core.checks import ConfigError, ConfigWarning, DataError, boolean
 from headprune.results.run_claim import claim_run_dir, results_stamp, settle_run_record, write_run_record
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -58,10 +61,6 @@ def run_app(cfg: DictConfig):
 @contextmanager
 def claimed_run_dir(cfg):
     """Run in ``paths.output_dir`` only when it holds no other finished run (``overwrite=true`` replaces one); ``.hydra/`` written here."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from headprune.core.checks import boolean
-
     if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "RANK", "SLURM_PROCID")):  # another rank of a distributed run
         yield
         return
@@ -109,10 +108,6 @@ def sweep_jobs(argv: list[str]) -> list[list[str]]:
 
 def check_sweep(argv: list[str]) -> None:
     """Check every job of a sweep before the first one starts: one bad value runs nothing, naming the job's overrides."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import open_dict
-
     from headprune.validation import validate
 
     try:
