@@ -5,6 +5,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import WandbLogger
 
 from headprune.engine.verdict import prunable_fraction
 from headprune.results.writer import write_results_file
@@ -128,8 +129,6 @@ class HeadImportanceTracker(L.Callback):
             scalars["dynamics/rank_stability"] = snap["rank_stability"]
         for fraction, relative in zip(snap["fractions"], snap["relative"]):
             scalars[f"dynamics/relative@{fraction:.2f}"] = relative
-        from lightning.pytorch.loggers import WandbLogger
-
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
             if isinstance(logger, WandbLogger):

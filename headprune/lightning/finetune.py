@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from headprune.core.inputs import model_inputs
 from headprune.lightning.layer_distill import LayerTargets, layer_distillation_loss, layer_targets
+from headprune.lightning.lora import add_lora, merge_lora
 from headprune.lightning.resume import SaveEvery, forget, resume_from
 from headprune.scoring.importance import per_example_loss
 
@@ -166,8 +167,6 @@ def finetune_recover(
     """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``) with RecoveryModule's ``training``
     settings (teacher, distill_weight, lr, ...); each step's losses, tokens and seconds. With ``checkpoints`` (a folder) and
     ``checkpoint_every``, a rerun resumes from the last save (removed once the fine-tune ends)."""
-    from headprune.lightning.lora import add_lora, merge_lora
-
     total = int(max_steps) if decay and max_epochs is None else None
     teacher, layer_distill = training.get("teacher"), training.get("layer_distill", 0.0)
     targets = layer_targets(model, teacher) if layer_distill > 0 and teacher is not None else None  # read before LoRA wraps it

@@ -4,10 +4,12 @@ import time
 from pathlib import Path
 
 import lightning as L
+import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
+from headprune.core.checks import ConfigError
 from headprune.lightning.loggers import build_logger, finish_wandb
 from headprune.results.writer import model_fingerprint, output_dir, write_results_file
 
@@ -76,10 +78,6 @@ def fit(cfg, module, datamodule, callbacks=()) -> dict:
 
 def read_training_checkpoint(path) -> dict:
     """A Lightning checkpoint's contents, or a ConfigError naming the file (missing, truncated or not a checkpoint)."""
-    import torch
-
-    from headprune.core.checks import ConfigError
-
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except FileNotFoundError:
