@@ -18,6 +18,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from headprune.conf_dir import config_dir
 from headprune.core.checks import ConfigError, ConfigWarning, DataError, boolean
 from headprune.results.run_claim import claim_run_dir, results_stamp, settle_run_record, write_run_record
+from headprune.settings.renamed import renamed_hint
+from headprune.validation import validate
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -46,8 +48,6 @@ def input_failure(err: BaseException) -> None:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def run_app(cfg: DictConfig):
     """Check the config, run ``cfg.run`` (set by the experiment file) and return its optimized metric, if any."""
-    from headprune.validation import validate
-
     _started.append(True)
     try:
         validate(cfg)
@@ -108,8 +108,6 @@ def sweep_jobs(argv: list[str]) -> list[list[str]]:
 
 def check_sweep(argv: list[str]) -> None:
     """Check every job of a sweep before the first one starts: one bad value runs nothing, naming the job's overrides."""
-    from headprune.validation import validate
-
     try:
         jobs = sweep_jobs(argv)
     except HydraException:
@@ -172,8 +170,6 @@ def grammar_hint(argv: list[str]) -> str:
 
 def renamed_hints(argv: list[str]) -> str:
     """A line for each override of a renamed setting (prune.min_heads_per_layer=1), naming the new key."""
-    from headprune.settings.renamed import renamed_hint
-
     return "".join(f"headprune: hint: {hint}\n" for hint in map(renamed_hint, argv) if hint)
 
 
