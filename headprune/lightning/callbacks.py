@@ -136,6 +136,7 @@ class HeadImportanceTracker(L.Callback):
 
 
 def _log_wandb(run, snap: dict, step: int) -> None:
+    import matplotlib.pyplot as plt
     import wandb
 
     from headprune.viz.plots import importance_heatmaps
@@ -152,6 +153,4 @@ def _log_wandb(run, snap: dict, step: int) -> None:
             "trainer/global_step": step,
         }
     )
-    import matplotlib.pyplot as plt
-
     plt.close(figure)
