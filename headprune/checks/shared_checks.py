@@ -341,11 +341,8 @@ def root_choices() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def experiment_files() -> dict[str, tuple[str, dict]]:
     """{entry point: (experiment name, its file's settings)} for every file of conf/experiment/."""
-    files = {}
-    for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml")):
-        settings = OmegaConf.to_container(OmegaConf.load(path))
-        files[str(settings.get("run"))] = (path.stem, settings)
-    return files
+    files = {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml"))}
+    return {str(settings.get("run")): (name, settings) for name, settings in files.items()}
 
 
 @cache

@@ -46,14 +46,15 @@ def analyse_checkpoints(cfg) -> list[dict]:
     return with_stability(snapshots)
 
 
-def config_for_checkpoint(cfg, entry: str):
-    """The config with the model read from one checkpoint (and its tokenizer, when the checkpoint holds one)."""
+def model_snapshot(cfg, entry: str, index: int, step: int) -> dict:
+    """The snapshot of one listed checkpoint: the model read from ``entry`` (and its tokenizer, when the checkpoint holds one)."""
     one = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     one.model.pretrained = str(entry)
     local = looks_like_path(str(entry)) or Path(str(entry)).expanduser().exists()
     if not local or has_tokenizer(Path(str(entry)).expanduser()):
         one.model.tokenizer = str(entry)
-    return one
+    snap = take_snapshot(registry.load_task(one), cfg.dynamics, epoch=index, step=step)  # the task freed on return
+    return {**snap, "checkpoint": str(entry), "label": f"step {step}"}
 
 
 def analyse_models(cfg) -> list[dict]:
@@ -63,13 +64,9 @@ def analyse_models(cfg) -> list[dict]:
     ordered = ordered_checkpoints(listed)
     if [entry for _, entry in ordered] != listed:
         print(f"checkpoints taken by the step in their names: {', '.join(f'step {s} ({e})' for s, e in ordered)}", flush=True)
-    snapshots = []
-    for index, (step, entry) in enumerate(tqdm(ordered, desc="checkpoints")):
-        task = registry.load_task(config_for_checkpoint(cfg, entry))
-        snap = take_snapshot(task, cfg.dynamics, epoch=index, step=step)
-        snapshots.append({**snap, "checkpoint": str(entry), "label": f"step {step}"})
-        del task
-    return with_stability(snapshots)
+    return with_stability(
+        [model_snapshot(cfg, entry, index, step) for index, (step, entry) in enumerate(tqdm(ordered, desc="checkpoints"))]
+    )
 
 
 def check(cfg) -> None:
