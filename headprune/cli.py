@@ -2,18 +2,24 @@
 
 import os
 import sys
+import traceback
 import warnings
 from contextlib import contextmanager
 from importlib import import_module
 from pathlib import Path
 
 import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.utils import get_method
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from headprune.conf_dir import config_dir
-from headprune.core.checks import ConfigError, ConfigWarning, DataError
+from headprune.core.checks import ConfigError, ConfigWarning, DataError, boolean
 from headprune.results.run_claim import claim_run_dir, results_stamp, settle_run_record, write_run_record
+from headprune.settings.renamed import renamed_hint
+from headprune.validation import validate
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -30,7 +36,9 @@ def verbose() -> bool:
 
 
 def input_failure(err: BaseException) -> None:
-    """Print an input failure as one message to stderr and exit with status 2."""
+    """Print an input failure as one message to stderr (after its traceback with ``--verbose``) and exit with status 2."""
+    if verbose():
+        traceback.print_exc()
     print(f"headprune: error: {err}", file=sys.stderr, flush=True)
     if not verbose():
         print("(run with --verbose for the traceback)", file=sys.stderr, flush=True)
@@ -40,16 +48,12 @@ def input_failure(err: BaseException) -> None:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def run_app(cfg: DictConfig):
     """Check the config, run ``cfg.run`` (set by the experiment file) and return its optimized metric, if any."""
-    from headprune.validation import validate
-
     _started.append(True)
     try:
         validate(cfg)
         with claimed_run_dir(cfg):
             result = get_method(cfg.run)(cfg)
     except INPUT_ERRORS as err:
-        if verbose():
-            raise
         input_failure(err)
     return result.get("objective") if isinstance(result, dict) else result
 
@@ -57,10 +61,6 @@ def run_app(cfg: DictConfig):
 @contextmanager
 def claimed_run_dir(cfg):
     """Run in ``paths.output_dir`` only when it holds no other finished run (``overwrite=true`` replaces one); ``.hydra/`` written here."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from headprune.core.checks import boolean
-
     if any(os.environ.get(name, "0") != "0" for name in ("LOCAL_RANK", "RANK", "SLURM_PROCID")):  # another rank of a distributed run
         yield
         return
@@ -108,12 +108,6 @@ def sweep_jobs(argv: list[str]) -> list[list[str]]:
 
 def check_sweep(argv: list[str]) -> None:
     """Check every job of a sweep before the first one starts: one bad value runs nothing, naming the job's overrides."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import open_dict
-
-    from headprune.validation import validate
-
     try:
         jobs = sweep_jobs(argv)
     except HydraException:
@@ -159,11 +153,7 @@ def main():
         check_output_dirs(sys.argv[1:])
         check_sweep(sys.argv[1:])
         return run_app()
-    except INPUT_ERRORS as err:  # a sweep's bad job, or (--verbose) one Hydra re-raised after printing nothing
-        if verbose():
-            import traceback
-
-            traceback.print_exc()
+    except INPUT_ERRORS as err:  # a sweep's bad job, or a refused output directory
         input_failure(err)
     except SystemExit as done:
         if done.code not in (0, None, USAGE_ERROR) and not _started:  # Hydra printed why the config does not compose
@@ -180,8 +170,6 @@ def grammar_hint(argv: list[str]) -> str:
 
 def renamed_hints(argv: list[str]) -> str:
     """A line for each override of a renamed setting (prune.min_heads_per_layer=1), naming the new key."""
-    from headprune.settings.renamed import renamed_hint
-
     return "".join(f"headprune: hint: {hint}\n" for hint in map(renamed_hint, argv) if hint)
 
 

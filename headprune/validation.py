@@ -7,12 +7,11 @@ from headprune.core.checks import ConfigError, check_schema
 from headprune.selection.mask_search import given_target
 from headprune.settings.renamed import check_renamed
 from headprune.settings.schema import SCHEMA
+from headprune.tasks.registry import TASKS
 
 
 def check_of(cfg):
     """The check of ``cfg.run``: a task's trainer's, or its module's ``check``; an unknown run is a ConfigError."""
-    from headprune.tasks.registry import TASKS
-
     name = str(cfg.get("run"))
     if any(name == spec.train for spec in TASKS.values()):
         return check_training_run

@@ -70,8 +70,7 @@ def test_snapshot_of_a_checkpoint_equals_loading_it_as_the_model(checkpoint_dirs
     ours = analyse_models(cfg)[0]
     direct = make_cfg(tmp_path, "ablate", "lm", f"model.pretrained={checkpoint_dirs[1]}", f"model.tokenizer={checkpoint_dirs[1]}")
     task = registry.load_task(direct)
-    d = cfg.dynamics
-    theirs = take_snapshot(task, d.fractions, d.split, d.reduce, d.tolerance)
+    theirs = take_snapshot(task, cfg.dynamics)
     scale = max(abs(s) for s in theirs["scores"])
     assert ours["scores"] == pytest.approx(theirs["scores"], abs=1e-5 * scale)
 

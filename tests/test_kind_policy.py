@@ -137,15 +137,14 @@ def test_a_group_of_no_kind_is_no_head_to_any_reader(reader):
 
 
 def test_speed_messages_name_the_units_of_the_unit(tmp_path):
-    import torch
 
-    from headprune.experiments.speed import check_removes_some
+    from headprune.checks.speed_checks import check_removes_some
     from headprune.viz.tables import speed_table
 
     with pytest.raises(ConfigError, match=r"^speed.fraction=0 prunes no neuron:"):
         validate(make_cfg(tmp_path, "speed", "lm", "prune.unit=ffn", "speed.fraction=0"))
     with pytest.raises(ConfigError, match=r"removes every layer \(3\): nothing would be left to time; keep some layers"):
-        check_removes_some({"dec_layer": torch.zeros(3, 1)}, {"fraction": 1.0}, "layer")
+        check_removes_some(3, 3, "the mask of speed.fraction=1.0", "layer")
     cost = {"parameters": 1, "attention_flops": 1}
     stage = {
         "unit": "hidden",

@@ -10,8 +10,7 @@ from headprune.core.checks import ConfigError, string_list
 from headprune.core.families import config_groups
 from headprune.core.unit_kinds import KINDS, kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
 from headprune.models.sources import config_fields, max_positions
-from headprune.selection.mask_search import SHARES, PruneTarget, given_target
-from headprune.selection.schedule import check_schedule
+from headprune.selection.mask_search import SHARES
 from headprune.selection.unit_rearrange import rearrangement_refusal
 from headprune.sources.orders import ORDERS
 from headprune.sources.point_models import check_save
@@ -145,27 +144,6 @@ def check_joint_scale(cfg, prune, orders) -> None:
             )
 
 
-def prune_steps(prune) -> list:
-    """The validated steps of prune.target (one) or prune.schedule (growing fractions or targets); [] for neither; else a ConfigError."""
-    target = given_target(prune.get("target"))
-    if target is not None and prune.get("schedule") is not None:
-        raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
-    value = plain(prune.get("schedule") if target is None else target)
-    if target is not None:
-        try:
-            return [PruneTarget.from_config(value)]
-        except ValueError as err:
-            raise ConfigError(f"prune.target: {err}") from None
-    if value is None:
-        return []
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {value!r}")
-    try:
-        return check_schedule(value)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"prune.schedule: {err}") from None
-
-
 def check_prune_for_speed(cfg, prune) -> None:
     """prune.target / schedule / cost / recover / rearrange / finetune / control / extra_splits / save / measure_speed / selection_split."""
     given = prune.given
@@ -243,26 +221,24 @@ def check_prune_for_speed(cfg, prune) -> None:
 
 def check_speed_unit(prune) -> None:
     """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer; lsq needs a kind it can refit."""
-    given, unit = prune.given, prune.unit
-    lsq = lsq_refusal(unit) if "lsq" in prune.recovering else None
-    if lsq:
-        raise ConfigError(
-            f"prune.recover=lsq with prune.unit={unit}: {lsq}; drop lsq from prune.recover (finetune recovers any unit), "
-            "or prune a unit with heads or neurons"
-        )
-    rearrange = given.rearrange
-    refusal = rearrangement_refusal(unit)
-    if rearrange and refusal:
-        raise ConfigError(
-            f"prune.rearrange={rearrange} with prune.unit={unit}: {refusal}; drop prune.rearrange (or use prune.unit=head, "
-            "kv_group, ffn or a joint list such as [kv_group,ffn])"
-        )
-    refusal = reconstruction_refusal(unit) if "reconstruct" in prune.recovering else None
-    if refusal:
-        raise ConfigError(
-            f"prune.recover=reconstruct with prune.unit={unit}: {refusal}; drop reconstruct from prune.recover (or prune "
-            "head, kv_group, ffn or a joint list of them)"
-        )
+    given, unit, rearrange = prune.given, prune.unit, prune.given.rearrange
+    refusals = {  # {a setting that asks what the unit cannot do: (why it cannot, what to do instead)}
+        "prune.recover=lsq": (
+            "lsq" in prune.recovering and lsq_refusal(unit),
+            "drop lsq from prune.recover (finetune recovers any unit), or prune a unit with heads or neurons",
+        ),
+        f"prune.rearrange={rearrange}": (
+            rearrange and rearrangement_refusal(unit),
+            "drop prune.rearrange (or use prune.unit=head, kv_group, ffn or a joint list such as [kv_group,ffn])",
+        ),
+        "prune.recover=reconstruct": (
+            "reconstruct" in prune.recovering and reconstruction_refusal(unit),
+            "drop reconstruct from prune.recover (or prune head, kv_group, ffn or a joint list of them)",
+        ),
+    }
+    for setting, (refusal, fix) in refusals.items():
+        if refusal:
+            raise ConfigError(f"{setting} with prune.unit={unit}: {refusal}; {fix}")
     if "reconstruct" in prune.recovering and given.reconstruct.target == "inputs" and "hidden_size" in shrunk_fields(unit):
         raise ConfigError(
             f"prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and prune.unit={unit} "

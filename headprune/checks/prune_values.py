@@ -4,10 +4,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from headprune.checks.prune_checks import prune_steps
-from headprune.core.checks import string_list
+from headprune.core.checks import ConfigError, string_list
 from headprune.core.kinds.kind_registry import Unit
-from headprune.stages.pareto_plan import for_speed, steps_used
+from headprune.selection.mask_search import PruneTarget, given_target
+from headprune.selection.schedule import check_schedule
+from headprune.stages.pareto_plan import for_speed, plain, steps_used
 from headprune.tasks.stream_task import action_of
 from headprune.tasks.unit_task import unit_of
 
@@ -43,5 +44,22 @@ class PruneValues:
 
     @cached_property
     def steps(self) -> list:
-        """The steps of prune.target or prune.schedule (targets or fractions; [] for neither), or a ConfigError."""
-        return prune_steps(self.given)
+        """The validated steps of prune.target (one) or prune.schedule (growing fractions or targets; [] for neither), or a ConfigError."""
+        prune = self.given
+        target = given_target(prune.get("target"))
+        if target is not None and prune.get("schedule") is not None:
+            raise ConfigError("give prune.target or prune.schedule, not both (the schedule's last step is its target)")
+        value = plain(prune.get("schedule") if target is None else target)
+        if target is not None:
+            try:
+                return [PruneTarget.from_config(value)]
+            except ValueError as err:
+                raise ConfigError(f"prune.target: {err}") from None
+        if value is None:
+            return []
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"prune.schedule must be a list of growing fractions or targets, e.g. [0.2, 0.4], got {value!r}")
+        try:
+            return check_schedule(value)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"prune.schedule: {err}") from None

@@ -51,12 +51,12 @@ def warn_unknown_keys(cfg) -> None:
         )
 
 
-def no_duplicates(values, name: str) -> None:
+def no_duplicates(values, name: str, fix: str = "list each item once") -> None:
     """A list setting names each item once (a repeat would compute and write the same thing twice)."""
     items = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
     repeated = [v for i, v in enumerate(items) if v in items[:i]]
     if repeated:
-        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: list each item once")
+        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: {fix}")
 
 
 # ---- device, model ------------------------------------------------------------------------------
@@ -119,9 +119,8 @@ def check_model(cfg) -> None:
             config_file = Path(source) / "config.json"
             if config_file.is_file():
                 check_model_type(read_json_file(config_file), str(config_file))
-            own_tokenizer = not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained)
-            if ((cfg.get("data") or {}).get("tokenizer") or {}).get("path"):
-                own_tokenizer = False  # data.tokenizer.path gives the tokenizer
+            given = ((cfg.get("data") or {}).get("tokenizer") or {}).get("path")  # data.tokenizer.path gives the tokenizer
+            own_tokenizer = not given and (not model.get("tokenizer") or str(model.get("tokenizer")) == str(pretrained))
             check_model_dir(source, tokenizer=own_tokenizer)
         elif model.get("config") is None:
             raise ConfigError(f"model {model.get('name')!r} sets neither model.pretrained nor model.config: set one of them")
@@ -185,10 +184,10 @@ def check_splits(cfg, names, setting: str) -> None:
     table = data.get("files") if data.get("source") == "local" else (data.get("synthetic") or {}).get("sizes")
     for name in names:
         try:
-            concrete_split(cfg, str(name))
+            concrete = concrete_split(cfg, str(name))
         except ConfigError:
             raise ConfigError(f"{setting}: unknown split {name!r}; choose from {list(task_spec_of(cfg).splits)}") from None
-        if where is not None and OmegaConf.is_dict(table) and table.get(concrete_split(cfg, str(name))) is None:
+        if where is not None and OmegaConf.is_dict(table) and table.get(concrete) is None:
             have = sorted(k for k in table if table[k] is not None)
             raise ConfigError(
                 f"{setting}: split {name!r} is not in data {data.get('name')} ({where} has {have}): drop it, or choose data that has it"
@@ -342,11 +341,8 @@ def root_choices() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def experiment_files() -> dict[str, tuple[str, dict]]:
     """{entry point: (experiment name, its file's settings)} for every file of conf/experiment/."""
-    files = {}
-    for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml")):
-        settings = OmegaConf.to_container(OmegaConf.load(path))
-        files[str(settings.get("run"))] = (path.stem, settings)
-    return files
+    files = {path.stem: OmegaConf.to_container(OmegaConf.load(path)) for path in sorted((Path(config_dir()) / "experiment").glob("*.yaml"))}
+    return {str(settings.get("run")): (name, settings) for name, settings in files.items()}
 
 
 @cache
@@ -363,10 +359,7 @@ def leaves(node, prefix: str) -> dict[str, object]:
     """{dotted key: value} of every leaf of a mapping (lists are leaves)."""
     if not isinstance(node, dict):
         return {prefix: node}
-    out = {}
-    for key, value in node.items():
-        out.update(leaves(value, f"{prefix}.{key}"))
-    return out
+    return {key: leaf for name, child in node.items() for key, leaf in leaves(child, f"{prefix}.{name}").items()}
 
 
 def given_settings(cfg, group: str) -> dict[str, object]:

@@ -20,6 +20,15 @@ def check_speed(speed) -> None:
         )
 
 
+def check_removes_some(removed: int, total: int, where: str, unit) -> None:
+    """Timing a mask (``where`` it came from, in words) that removes no unit, or every unit, compares nothing: a ConfigError."""
+    one, many = noun(unit), noun(unit, plural=True)
+    if removed == 0:
+        raise ConfigError(f"{where} removes no {one}: the two timed models would be the same; prune some {many}")
+    if removed == total:
+        raise ConfigError(f"{where} removes every {one} ({total}): nothing would be left to time; keep some {many}")
+
+
 def check_speed_run(cfg) -> None:
     """experiment=speed (and the study's speed stage): timing, the mask settings, the split and the chosen mask or point."""
     speed = cfg.speed
@@ -44,13 +53,7 @@ def check_speed_run(cfg) -> None:
         unit = unit_of(with_file_unit(cfg, "speed"))
         check_mask_units(cfg, unit, mask)
         entries = [value for rows in mask.values() for row in rows for value in row]
-        if 0 not in entries:
-            raise ConfigError(f"speed.mask_file={path}: the chosen mask removes no {noun(unit)}: the two timed models would be the same")
-        if 1 not in entries:
-            raise ConfigError(
-                f"speed.mask_file={path}: the chosen mask removes every {noun(unit)} ({len(entries)}): nothing would be left to time "
-                f"(as speed.fraction=1 is refused); choose a mask that keeps some {noun(unit, plural=True)}"
-            )
+        check_removes_some(entries.count(0), len(entries), f"speed.mask_file={path}: the chosen mask", unit)
         return
     if speed.get("mask_step") is not None:
         raise ConfigError(

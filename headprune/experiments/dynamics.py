@@ -37,26 +37,24 @@ def checkpoint_training_config(ckpt_dir: Path, cfg):
 
 def analyse_checkpoints(cfg) -> list[dict]:
     """A snapshot per epoch checkpoint, with the same settings as the live callback."""
-    ckpt_dir, settings = Path(cfg.ckpt_dir), cfg.dynamics
-    checkpoints = epoch_checkpoints(ckpt_dir)
+    ckpt_dir = Path(cfg.ckpt_dir)
     task = registry.load_task(checkpoint_training_config(ckpt_dir, cfg))
     snapshots = []
-    for epoch, step, path in tqdm(checkpoints, desc="checkpoints"):
+    for epoch, step, path in tqdm(epoch_checkpoints(ckpt_dir), desc="checkpoints"):
         task.load_state_dict(read_training_checkpoint(path)["state_dict"])
-        snapshots.append(
-            take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=epoch, step=step)
-        )
+        snapshots.append(take_snapshot(task, cfg.dynamics, epoch=epoch, step=step))
     return with_stability(snapshots)
 
 
-def config_for_checkpoint(cfg, entry: str):
-    """The config with the model read from one checkpoint (and its tokenizer, when the checkpoint holds one)."""
+def model_snapshot(cfg, entry: str, index: int, step: int) -> dict:
+    """The snapshot of one listed checkpoint: the model read from ``entry`` (and its tokenizer, when the checkpoint holds one)."""
     one = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     one.model.pretrained = str(entry)
     local = looks_like_path(str(entry)) or Path(str(entry)).expanduser().exists()
     if not local or has_tokenizer(Path(str(entry)).expanduser()):
         one.model.tokenizer = str(entry)
-    return one
+    snap = take_snapshot(registry.load_task(one), cfg.dynamics, epoch=index, step=step)  # the task freed on return
+    return {**snap, "checkpoint": str(entry), "label": f"step {step}"}
 
 
 def analyse_models(cfg) -> list[dict]:
@@ -66,14 +64,9 @@ def analyse_models(cfg) -> list[dict]:
     ordered = ordered_checkpoints(listed)
     if [entry for _, entry in ordered] != listed:
         print(f"checkpoints taken by the step in their names: {', '.join(f'step {s} ({e})' for s, e in ordered)}", flush=True)
-    settings = cfg.dynamics
-    snapshots = []
-    for index, (step, entry) in enumerate(tqdm(ordered, desc="checkpoints")):
-        task = registry.load_task(config_for_checkpoint(cfg, entry))
-        snap = take_snapshot(task, settings.fractions, settings.split, settings.reduce, settings.tolerance, epoch=index, step=step)
-        snapshots.append({**snap, "checkpoint": str(entry), "label": f"step {step}"})
-        del task
-    return with_stability(snapshots)
+    return with_stability(
+        [model_snapshot(cfg, entry, index, step) for index, (step, entry) in enumerate(tqdm(ordered, desc="checkpoints"))]
+    )
 
 
 def check(cfg) -> None:
@@ -87,9 +80,7 @@ def check(cfg) -> None:
             "'checkpoints=[<model dir or hub name@revision>,...]' (a pretraining run's checkpoints): "
             + ("both were given" if listed else "give one")
         )
-    twice = sorted({c for c in listed if listed.count(c) > 1})
-    if twice:
-        raise ConfigError(f"checkpoints lists {twice} more than once: each checkpoint is one snapshot; remove the repeats")
+    no_duplicates(listed, "checkpoints", "each checkpoint is one snapshot; remove the repeats")
     if listed and cfg.get("dynamics_overrides"):
         raise ConfigError(
             "dynamics_overrides changes the saved training config of a ckpt_dir run; with checkpoints=[...] set the "

@@ -81,12 +81,12 @@ def check(cfg) -> None:
             "cannot run (BLEU needs beam search, which the cache-free ONNX graphs of seq2seq models do not run): "
             "export in f32 (export.quantize=none)"
         )
-    check_settings(cfg)
+    check_settings(cfg, kinds)
     check_splits(cfg, [cfg.export.split], "export.split")
 
 
-def check_settings(cfg) -> None:
-    """Every export.* setting, the mask source and the format's demands on the model."""
+def check_settings(cfg, kinds) -> None:
+    """Every export.* setting, the mask source and the format's demands on the model (``kinds``: those of the mask file's unit)."""
     settings = cfg.export
     fmt, quantize = str(settings.format), str(settings.quantize)  # their choices: the schema's (ExportSettings)
     if settings.get("model"):
@@ -107,9 +107,7 @@ def check_settings(cfg) -> None:
             "export.mask_step or export.fraction) or export.model=<dir written by headprune.save_pruned>"
         )
     check_source(cfg)
-    if settings.get("mask_file"):  # every kind the pruned model lost units of can be exported
-        kinds = kinds_of(unit_of(with_file_unit(cfg, "export")))
-    else:
+    if not settings.get("mask_file"):  # every kind the pruned model lost units of can be exported
         record = Path(str(settings.model)).expanduser() / RECORD_FILE
         saved = (read_json(record) if record.is_file() else {}).get("kinds") or {}  # format 2: {kind name: its entries}
         kinds = [KINDS[name] for name in saved if name in KINDS]

@@ -5,8 +5,7 @@ from pathlib import Path
 from headprune.checks.prune_checks import check_joint_scale
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_unit, refuse_given
-from headprune.checks.speed_checks import check_speed_run
-from headprune.core.checks import ConfigError
+from headprune.checks.speed_checks import check_removes_some, check_speed_run
 from headprune.core.saving import load_pruned
 from headprune.core.unit_kinds import is_joint, noun
 from headprune.lightning.loggers import log_run
@@ -46,15 +45,6 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     }
 
 
-def point_model(settings, task, split: str) -> tuple:
-    """(the recovered model ``speed.point`` names, its score check on ``split``, its directory); (None, None, None) without one."""
-    folder = point_model_dir(settings, "speed") if settings.get("point") else None
-    if folder is None:
-        return None, None, None
-    model = load_pruned(folder).to(next(task.model.parameters()).device).eval()
-    return model, recorded_score_check(task, model, folder, split) if settings.check_score else None, folder
-
-
 def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
     """The loaded model's score on ``split`` vs its recipe.json's: a RuntimeError beyond rounding, None when that split was not scored."""
     recorded = (read_json(Path(folder) / RECIPE_FILE).get("scores") or {}).get(split)
@@ -73,17 +63,6 @@ def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
     return check
 
 
-def check_removes_some(mask: dict, origin: dict, unit) -> None:
-    """Timing a mask that removes no unit, or every unit, compares nothing: a ConfigError naming where it came from."""
-    removed, total = heads_removed(mask), sum(int(m.numel()) for m in mask.values())
-    where = origin.get("mask_file") or f"speed.fraction={origin.get('fraction')}"
-    one, many = noun(unit), noun(unit, plural=True)
-    if removed == 0:
-        raise ConfigError(f"the mask of {where} removes no {one}: the two timed models would be the same; prune some {many}")
-    if removed == total:
-        raise ConfigError(f"the mask of {where} removes every {one} ({total}): nothing would be left to time; keep some {many}")
-
-
 def run(cfg) -> dict:
     """Prune physically, time original vs pruned at each batch size, check scores; results.json + figure."""
     cfg = with_file_unit(cfg, "speed")  # a mask file says its own unit (head, kv_group, ffn, block or a joint list)
@@ -92,8 +71,12 @@ def run(cfg) -> dict:
     split = str(settings.split)
     check_split(task, split)
     mask, origin = choose_mask(cfg, task)
-    check_removes_some(mask, origin, task.gates.unit)
-    recovered, checked, folder = point_model(cfg.speed, task, split)
+    where = origin.get("mask_file") or f"speed.fraction={origin.get('fraction')}"
+    total = sum(int(m.numel()) for m in mask.values())
+    check_removes_some(heads_removed(mask), total, f"the mask of {where}", task.gates.unit)
+    folder = point_model_dir(cfg.speed, "speed") if cfg.speed.get("point") else None  # the recovered model speed.point names
+    recovered = load_pruned(folder).to(next(task.model.parameters()).device).eval() if folder is not None else None
+    checked = recorded_score_check(task, recovered, folder, split) if recovered is not None and settings.check_score else None
     result = speed_stage(task, mask, settings, int(cfg.seed), pruned_model=recovered, export_dir=output_dir(cfg) / "onnx")
     if recovered is not None:
         origin["model"] = str(folder)

@@ -4,6 +4,7 @@ import shutil
 from functools import partial
 from pathlib import Path
 
+from hydra import compose
 from omegaconf import OmegaConf, open_dict
 from tqdm.auto import tqdm
 
@@ -63,8 +64,6 @@ def choose_data(cfg) -> str:
         fallback = str(cfg.study.fallback_data)
         conf = Path(config_dir()) / "data"
         try:
-            from hydra import compose
-
             replacement = compose(config_name="config", overrides=[f"data={fallback}", "experiment=inspect"]).data
         except Exception:  # outside a Hydra app: merge the two files by hand
             extra = OmegaConf.load(conf / f"{fallback}.yaml")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import WandbLogger
 
 from headprune.engine.verdict import prunable_fraction
 from headprune.results.writer import write_results_file
@@ -13,16 +14,16 @@ from headprune.selection.greedy import check_fractions
 from headprune.selection.uniform import layout_masks
 
 
-def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, epoch: int | None = None, step: int | None = None) -> dict:
-    """Importance of every head and the score at each fraction pruned (greedy by that importance)."""
-    fractions = check_fractions(fractions)
+def take_snapshot(task, settings, epoch: int | None = None, step: int | None = None) -> dict:
+    """Importance of every head and the score at each fraction pruned greedily by it; ``settings`` holds the dynamics.* ones."""
+    fractions = check_fractions(settings.fractions)
     fractions = fractions if 0.0 in fractions else [0.0, *fractions]
     model = task.model
     was_training = model.training
     try:
-        scores = importance_scores(model, task.gates, task.importance_batches(), reduce=reduce)
+        scores = importance_scores(model, task.gates, task.importance_batches(), reduce=settings.reduce)
         masks = layout_masks(scores, task.gates.groups, fractions)
-        results = task.evaluate_many(masks, split=split)
+        results = task.evaluate_many(masks, split=settings.split)
     finally:
         model.train(was_training)
     curve = [float(r.score) for r in results]
@@ -36,8 +37,8 @@ def take_snapshot(task, fractions, split: str, reduce: str, tolerance: float, ep
         "scores": curve,
         "relative": [s / unpruned if unpruned else float("nan") for s in curve],
         "unpruned": unpruned,
-        "prunable_fraction": prunable_fraction(fractions, curve, tolerance, task.higher_is_better),
-        "tolerance": tolerance,
+        "prunable_fraction": prunable_fraction(fractions, curve, settings.tolerance, task.higher_is_better),
+        "tolerance": settings.tolerance,
         "importance": {g: s.tolist() for g, s in scores.items()},
     }
 
@@ -85,10 +86,7 @@ class HeadImportanceTracker(L.Callback):
     def _snapshot(self, trainer: L.Trainer, pl_module) -> None:
         if trainer.sanity_checking or self._taken_at(trainer.global_step) or not trainer.is_global_zero:
             return
-        snap = take_snapshot(
-            pl_module, self.fractions, self.split, self.reduce, self.tolerance, epoch=trainer.current_epoch, step=trainer.global_step
-        )
-        self.history.append(snap)
+        self.history.append(take_snapshot(pl_module, self, epoch=trainer.current_epoch, step=trainer.global_step))
         self.history = with_stability(self.history)
         path = Path(self.output_dir or trainer.default_root_dir) / "dynamics.json"
         write_results_file(path, "dynamics", None, source="callback", snapshots=self.history)
@@ -132,8 +130,6 @@ class HeadImportanceTracker(L.Callback):
             scalars["dynamics/rank_stability"] = snap["rank_stability"]
         for fraction, relative in zip(snap["fractions"], snap["relative"]):
             scalars[f"dynamics/relative@{fraction:.2f}"] = relative
-        from lightning.pytorch.loggers import WandbLogger
-
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
             if isinstance(logger, WandbLogger):
@@ -141,6 +137,7 @@ class HeadImportanceTracker(L.Callback):
 
 
 def _log_wandb(run, snap: dict, step: int) -> None:
+    import matplotlib.pyplot as plt
     import wandb
 
     from headprune.viz.plots import importance_heatmaps
@@ -157,6 +154,4 @@ def _log_wandb(run, snap: dict, step: int) -> None:
             "trainer/global_step": step,
         }
     )
-    import matplotlib.pyplot as plt
-
     plt.close(figure)

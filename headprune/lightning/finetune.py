@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from headprune.core.inputs import model_inputs
 from headprune.lightning.layer_distill import LayerTargets, layer_distillation_loss, layer_targets
+from headprune.lightning.lora import add_lora, merge_lora
 from headprune.lightning.resume import SaveEvery, forget, resume_from
 from headprune.scoring.importance import per_example_loss
 
@@ -50,7 +51,7 @@ class RecoveryModule(L.LightningModule):
         loss_fn: Callable = per_example_loss,
         teacher: nn.Module | None = None,
         temperature: float = 2.0,
-        distill_weight: float = 0.5,
+        distill_weight: float = 0.0,
         lr: float = 2e-5,
         weight_decay: float = 0.0,
         warmup: float = 0.0,
@@ -149,47 +150,39 @@ def linear_warmup_decay(total_steps: int, warmup: float):
 def finetune_recover(
     model: nn.Module,
     batches: Iterable[dict] | DataLoader,
-    loss_fn: Callable = per_example_loss,
-    teacher: nn.Module | None = None,
-    temperature: float = 2.0,
-    distill_weight: float = 0.0,
     max_steps: int = 100,
     max_epochs: int | None = None,
-    lr: float = 2e-5,
-    weight_decay: float = 0.0,
-    warmup: float = 0.0,
     decay: bool = False,
-    log_prefix: str = "recover",
     lora_rank: int | None = None,
     lora_alpha: float | None = None,
     seed: int = 0,
     progress: bool = False,
-    layer_distill: float = 0.0,
     checkpoints: Path | None = None,
     checkpoint_every: int | None = None,
-    **trainer_kwargs,
+    accelerator: str = "auto",
+    logger=False,
+    callbacks: Iterable[L.Callback] = (),
+    **training,
 ) -> list[dict]:
-    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``); each step's losses, tokens and seconds.
-    With ``checkpoints`` (a folder) and ``checkpoint_every``, a rerun resumes from the last save (removed once the fine-tune ends)."""
-    from headprune.lightning.lora import add_lora, merge_lora
-
+    """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``) with RecoveryModule's ``training``
+    settings (teacher, distill_weight, lr, ...); each step's losses, tokens and seconds. With ``checkpoints`` (a folder) and
+    ``checkpoint_every``, a rerun resumes from the last save (removed once the fine-tune ends)."""
     total = int(max_steps) if decay and max_epochs is None else None
+    teacher, layer_distill = training.get("teacher"), training.get("layer_distill", 0.0)
     targets = layer_targets(model, teacher) if layer_distill > 0 and teacher is not None else None  # read before LoRA wraps it
     trained = add_lora(model, int(lora_rank), lora_alpha, seed) if lora_rank is not None else model
-    module = RecoveryModule(
-        trained, loss_fn, teacher, temperature, distill_weight, lr, weight_decay, warmup, total, log_prefix, layer_distill, targets
-    )
+    module = RecoveryModule(trained, total_steps=total, targets=targets, **training)
     settings = dict(
-        logger=False,
+        logger=logger,
         log_every_n_steps=1,
         enable_checkpointing=False,
         enable_progress_bar=progress,
         enable_model_summary=False,
-        accelerator="auto",
+        accelerator=accelerator,
         devices=1,
         num_sanity_val_steps=0,
+        callbacks=list(callbacks),
     )
-    settings.update(trainer_kwargs)
     batches = batches if isinstance(batches, DataLoader) else list(batches)
     folder = Path(checkpoints) if checkpoints is not None else None
     resumable = bool(folder and checkpoint_every and max_epochs is None and not isinstance(batches, DataLoader) and batches)
@@ -199,13 +192,13 @@ def finetune_recover(
             "steps": int(max_steps),
             "batches": len(batches),
             "tokens": sum(map(real_tokens, batches)),
-            "lr": float(lr),
+            "lr": float(module.lr),
             "seed": int(seed),
             "lora_rank": lora_rank,
             "trained": sum(p.numel() for p in trained.parameters() if p.requires_grad),
         }
         resume, done = resume_from(folder, fingerprint)
-        settings["callbacks"] = [*settings.get("callbacks", []), SaveEvery(folder, int(checkpoint_every), fingerprint)]
+        settings["callbacks"].append(SaveEvery(folder, int(checkpoint_every), fingerprint))
     trainer = L.Trainer(max_steps=max_steps if max_epochs is None else -1, max_epochs=max_epochs, **settings)
     if resumable:  # one pass over the steps not yet taken, batch i of step i mod len(batches) as epochs would give it
         batches = [batches[step % len(batches)] for step in range(done, int(max_steps))]

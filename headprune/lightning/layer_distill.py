@@ -59,15 +59,11 @@ def layer_pairs(student_layers: int, teacher_layers: int, targets: LayerTargets,
     with its original layer in the teacher, the last output (after a pre-norm model's final norm) with the teacher's last."""
     student = _originals(student_layers, targets.student_removed, group)
     teacher = _originals(teacher_layers, targets.teacher_removed, group)
-    pairs = []
-    for position, original in enumerate(student):
-        if position == len(student) - 1:
-            pairs.append((position + 1, teacher_layers))
-        elif original in teacher:
-            pairs.append((position + 1, teacher.index(original) + 1))
-        else:
-            raise ValueError(f"the student keeps layer {original} of its {group or 'only'} stack, which its teacher has removed")
-    return pairs
+    lost = [original for original in student[:-1] if original not in teacher]
+    if lost:
+        raise ValueError(f"the student keeps layer {lost[0]} of its {group or 'only'} stack, which its teacher has removed")
+    pairs = [(position + 1, teacher.index(original) + 1) for position, original in enumerate(student[:-1])]
+    return pairs + [(len(student), teacher_layers)] if student else []
 
 
 def _token_mask(batch: dict, name: str, hidden: torch.Tensor) -> torch.Tensor | None:

@@ -26,7 +26,6 @@ def build_logger(cfg, job_type: str | None = None):
 
     os.environ.setdefault("WANDB_MODE", str(cfg.logger.mode))
     os.environ.setdefault("WANDB_SILENT", "true")
-    extra = {"job_type": job_type} if job_type else {}
     return WandbLogger(
         project=cfg.logger.project,
         entity=cfg.logger.get("entity"),
@@ -34,7 +33,7 @@ def build_logger(cfg, job_type: str | None = None):
         mode=cfg.logger.mode,
         tags=list(cfg.logger.tags),
         config=OmegaConf.to_container(cfg, resolve=True),
-        **extra,
+        job_type=job_type,
     )
 
 
@@ -42,11 +41,10 @@ def flat_numbers(numbers: dict, prefix: str = "") -> dict:
     """Scalars of a nested dict as {"a/b": value} (lists and matrices left out)."""
     out = {}
     for key, value in numbers.items():
-        name = f"{prefix}{key}"
         if isinstance(value, dict):
-            out.update(flat_numbers(value, name + "/"))
+            out.update(flat_numbers(value, f"{prefix}{key}/"))
         elif isinstance(value, (int, float, bool)):
-            out[name] = value
+            out[f"{prefix}{key}"] = value
     return out
 
 

@@ -4,10 +4,12 @@ import time
 from pathlib import Path
 
 import lightning as L
+import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
+from headprune.core.checks import ConfigError
 from headprune.lightning.loggers import build_logger, finish_wandb
 from headprune.results.writer import model_fingerprint, output_dir, write_results_file
 
@@ -25,9 +27,8 @@ def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
         save_top_k=ckpt_cfg.save_top_k,
         monitor=ckpt_cfg.monitor,
     )
-    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     return L.Trainer(
-        **trainer_kwargs,
+        **OmegaConf.to_container(cfg.trainer, resolve=True),
         default_root_dir=str(output_dir(cfg)),
         logger=build_logger(cfg) if logger is None else logger,
         callbacks=[
@@ -77,10 +78,6 @@ def fit(cfg, module, datamodule, callbacks=()) -> dict:
 
 def read_training_checkpoint(path) -> dict:
     """A Lightning checkpoint's contents, or a ConfigError naming the file (missing, truncated or not a checkpoint)."""
-    import torch
-
-    from headprune.core.checks import ConfigError
-
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except FileNotFoundError:

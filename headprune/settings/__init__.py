@@ -22,14 +22,13 @@ from headprune.settings.run_groups import CallbacksSettings, LoggerSettings, Roo
 def read_settings(cls, values, where: str):
     """``cls`` built from the config group ``values`` (a DictConfig or a dict) at ``where``; nested groups too."""
     data = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else dict(values)
-    missing = [f.name for f in fields(cls) if f.name not in data]
+    sections = {f.name: f.metadata.get("section") for f in fields(cls)}  # {setting: its nested group's dataclass, or None}
+    missing = [name for name in sections if name not in data]
     if missing:
         raise ConfigError(f"{where} has no {', '.join(missing)}: the config group lost settings its conf/ file defines")
-    built = {}
-    for f in fields(cls):
-        nested = f.metadata.get("section")
-        built[f.name] = read_settings(nested, data[f.name], f"{where}.{f.name}") if nested else data[f.name]
-    return cls(**built)
+    return cls(
+        **{name: read_settings(nested, data[name], f"{where}.{name}") if nested else data[name] for name, nested in sections.items()}
+    )
 
 
 def listed(value) -> list:
