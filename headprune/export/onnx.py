@@ -6,10 +6,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from headprune.core.inputs import ENCODER_INPUTS
 from headprune.export.onnx_dir import DESCRIPTION, copy_onnx_dir
 
-OPSET = 17
-ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+EXPORTER = {"dynamo": False, "opset_version": 17, "do_constant_folding": True}  # the TorchScript exporter
 
 
 class _Output(nn.Module):
@@ -37,21 +37,14 @@ class _Decoder(nn.Module):
         return self.model(encoder_outputs=(encoder_hidden_states,), decoder_input_ids=decoder_input_ids, use_cache=False, **extra).logits
 
 
-def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], output: str, axes: dict) -> Path:
+def _export(module: nn.Module, batch: dict, path: Path, output: str, axes: dict) -> Path:
+    """Trace ``module`` on the ``batch`` inputs ``axes`` names (every key but ``output``, in order) into ``path``."""
+    inputs = [name for name in axes if name != output]
     module.eval()  # the exporter restores the wrapper's mode afterwards, recursively: a training-mode wrapper would leave dropout on
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript tracer's notes on Python booleans and the exporter's deprecation
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=inputs,
-            output_names=[output],
-            dynamic_axes=axes,
-            do_constant_folding=True,
-        )
+        args = tuple(batch[name] for name in inputs)
+        torch.onnx.export(module, args, str(path), input_names=inputs, output_names=[output], dynamic_axes=axes, **EXPORTER)
     return path
 
 
@@ -94,11 +87,10 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
             return _export_encoder_decoder(model, batch, out)
         names = graph_inputs(model, batch)
         extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
-        features = feature_input(model, batch)
-        axes = {name: {0: "batch"} if name == features else {0: "batch", 1: "sequence"} for name in names}
+        # float features (pixels, audio) are fixed past the batch; token inputs vary in batch and sequence
+        axes = {name: {0: "batch"} if batch[name].is_floating_point() else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
-        path = _export(_Output(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
-        return {"model": path}
+        return {"model": _export(_Output(model, names, extra), batch, out / "model.onnx", "logits", axes)}
 
 
 def _export_encoder_decoder(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
@@ -107,27 +99,14 @@ def _export_encoder_decoder(model: nn.Module, batch: dict, out: Path) -> dict[st
     speech = features is not None
     names = [features] if speech else ["input_ids", "attention_mask"]
     source = {0: "batch"} if speech else {0: "batch", 1: "source"}
-    sources = tuple(batch[n] for n in names)
     encode = _Output(model.get_encoder(), names, {}, "last_hidden_state")  # source inputs (token ids and mask, or features)
-    encoder = _export(
-        encode,
-        sources,
-        out / "encoder.onnx",
-        names,
-        "last_hidden_state",
-        {**dict.fromkeys(names, source), "last_hidden_state": source},
-    )
-    hidden = encode(*sources)
+    encoder_axes = {**dict.fromkeys(names, source), "last_hidden_state": source}
+    encoder = _export(encode, batch, out / "encoder.onnx", "last_hidden_state", encoder_axes)
     masks = [] if speech else ["attention_mask"]
     target = {0: "batch", 1: "target"}
-    decoder = _export(
-        _Decoder(model, masks),
-        (batch["decoder_input_ids"], hidden, *(batch[n] for n in masks)),
-        out / "decoder.onnx",
-        ["decoder_input_ids", "encoder_hidden_states", *masks],
-        "logits",
-        {"decoder_input_ids": target, "encoder_hidden_states": source, **dict.fromkeys(masks, source), "logits": target},
-    )
+    decoder_axes = {"decoder_input_ids": target, "encoder_hidden_states": source, **dict.fromkeys(masks, source), "logits": target}
+    hidden = encode(*(batch[n] for n in names))
+    decoder = _export(_Decoder(model, masks), {**batch, "encoder_hidden_states": hidden}, out / "decoder.onnx", "logits", decoder_axes)
     return {"encoder": encoder, "decoder": decoder}
 
 
