@@ -4,6 +4,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from headprune.core.inputs import ENCODER_INPUTS
@@ -55,26 +56,9 @@ def feature_input(model: nn.Module, batch: dict) -> str | None:
     return name if torch.is_tensor(value) and value.is_floating_point() else None
 
 
-def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
-    """The model inputs of a check batch that the single graph takes: its float features alone, else its token inputs."""
-    features = feature_input(model, batch)
-    if features:
-        return [features]
-    names = [k for k in ENCODER_INPUTS if k in batch]
-    if "input_ids" not in names:
-        raise ValueError(
-            f"an ONNX export needs input_ids (or the model's float {model.main_input_name}) in the check batch; it has {sorted(batch)}"
-        )
-    return names
-
-
 def padded(batch: dict) -> dict:
-    """``batch`` with one padded position appended to every row of the source inputs."""
-    out = dict(batch)
-    for key in ENCODER_INPUTS:
-        if key in out:
-            out[key] = torch.cat([out[key], out[key].new_zeros(out[key].shape[0], 1)], dim=1)  # mask 0: a padded position
-    return out
+    """``batch`` with one padded position (mask 0) appended to every row of the source inputs."""
+    return {k: F.pad(v, (0, 1)) if k in ENCODER_INPUTS else v for k, v in batch.items()}  # (B, T) -> (B, T + 1), zeros
 
 
 def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
@@ -85,10 +69,14 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
     with torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
             return _export_encoder_decoder(model, batch, out)
-        names = graph_inputs(model, batch)
+        features = feature_input(model, batch)  # the graph takes float features alone, else the token inputs
+        if not features and "input_ids" not in batch:
+            raise ValueError(
+                f"an ONNX export needs input_ids (or the model's float {model.main_input_name}) in the check batch; it has {sorted(batch)}"
+            )
+        names = [features] if features else [k for k in ENCODER_INPUTS if k in batch]
         extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
-        # float features (pixels, audio) are fixed past the batch; token inputs vary in batch and sequence
-        axes = {name: {0: "batch"} if batch[name].is_floating_point() else {0: "batch", 1: "sequence"} for name in names}
+        axes = {name: {0: "batch"} if name == features else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
         return {"model": _export(_Output(model, names, extra), batch, out / "model.onnx", "logits", axes)}
 
