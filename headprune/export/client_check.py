@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,8 +137,6 @@ def client_line(report: dict) -> str:
 def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, staging: Path, ids=None) -> dict:
     """export.client_check: the ``dtype`` file run by its client where one is installed (a ValueError when it disagrees), printed;
     ``ids`` (a Renumbering): the file's token ids and the tokenizer it ships, where a kind renumbered them."""
-    import tempfile
-
     client = CLIENTS.get(fmt)
     python = client and installed_python(client)
     if client is None or reference.greedy is None:
