@@ -1,5 +1,6 @@
 """An ONNX Runtime export seen as the HF model it came from, so that tasks evaluate and time it unchanged."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 
 from headprune.export.checker import OnnxRunner
+from headprune.export.onnx import export_onnx
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
 
@@ -44,10 +46,6 @@ class OnnxRuntimeModel(nn.Module):
 
 def onnx_runtime_models(models: dict, example: dict, out, threads: int = 1) -> dict:
     """{name: OnnxRuntimeModel} of each model exported to ONNX into ``out/<name>`` (traced on ``example``)."""
-    from pathlib import Path
-
-    from headprune.export.onnx import export_onnx
-
     return {
         name: OnnxRuntimeModel(export_onnx(model, example, Path(out) / name), model.config, threads, model.main_input_name)
         for name, model in models.items()
