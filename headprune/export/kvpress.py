@@ -51,9 +51,7 @@ def check_pattern(pattern, shape: tuple[int, int] | None = None) -> np.ndarray:
         if len(pattern) != 1:
             raise ValueError(f"a KV-group mask for kvpress holds one attention group (a decoder's), got {sorted(pattern)}")
         pattern = next(iter(pattern.values()))
-    if isinstance(pattern, torch.Tensor):
-        pattern = pattern.detach().cpu().double().numpy()
-    array = np.asarray(pattern, dtype=np.float64)
+    array = np.asarray(pattern.detach().cpu().double() if torch.is_tensor(pattern) else pattern, dtype=np.float64)
     if array.ndim != 2 or 0 in array.shape:
         raise ValueError(f"a kvpress pattern is (layers, KV heads), one value per KV head; got shape {tuple(array.shape)}")
     if shape is not None and tuple(array.shape) != tuple(shape):
