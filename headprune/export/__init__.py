@@ -21,9 +21,8 @@ def write_hf(model: nn.Module, tokenizer, out: Path, example: dict, options: Exp
     """A directory stock transformers loads with ``AutoModelForCausalLM``."""
     from headprune.export.hf import export_hf
 
-    files = export_hf(model, tokenizer, out)
     job = {"dir": str(out), "auto_class": "AutoModelForCausalLM", "tokenizer": tokenizer is not None}
-    return {"files": files, "job": job}
+    return {"files": export_hf(model, tokenizer, out), "job": job}
 
 
 def write_onnx(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:
@@ -32,9 +31,8 @@ def write_onnx(model: nn.Module, tokenizer, out: Path, example: dict, options: E
     from headprune.export.onnx_dir import write_onnx_dir
 
     graphs = export_onnx(model, example, out)
-    files = write_onnx_dir(model, tokenizer, out, graphs)
     job = {"files": {k: str(v) for k, v in graphs.items()}}
-    return {"files": files, "graphs": graphs, "job": job}
+    return {"files": write_onnx_dir(model, tokenizer, out, graphs), "graphs": graphs, "job": job}
 
 
 def write_gguf(model: nn.Module, tokenizer, out: Path, example: dict, options: ExportOptions) -> dict:

@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,11 +48,8 @@ def clients_dir() -> Path:
     return Path(os.environ.get("HEADPRUNE_CLIENTS") or Path(__file__).resolve().parents[2] / ".clients")
 
 
-def installed_python(fmt: str) -> Path | None:
-    """The python of the format's client venv when it is built (its ``.ready-*`` stamp), else None."""
-    client = CLIENTS.get(fmt)
-    if client is None:
-        return None
+def installed_python(client: Client) -> Path | None:
+    """The python of the client's venv when it is built (its ``.ready-*`` stamp), else None."""
     venv = clients_dir() / client.venv
     return venv / "bin" / "python" if any(venv.glob(".ready-*")) else None
 
@@ -82,19 +80,14 @@ def greedy_arrays(model, prompt: torch.Tensor, tokens: np.ndarray, eos: list[int
     return arrays
 
 
-def run_client(fmt: str, path: Path, arrays: dict[str, np.ndarray], work: Path, dtype: str = "f32", texts: dict | None = None) -> dict:
-    """Run the format's client on ``path`` (a ``dtype`` file): {"client", "rows", "passed"}, or {"skipped": why} where none is
-    installed; ``texts`` ({"texts", "text_ids"}: the tokenizer's ids of each) are tokenized by the client too."""
-    python, client = installed_python(fmt), CLIENTS.get(fmt)
-    if python is None:
-        where = client and f"{client.name} is not installed in {clients_dir() / client.venv} (make test-clients builds it)"
-        return {"skipped": where or f"no client runs {fmt} here"}
-    work.mkdir(parents=True, exist_ok=True)
+def run_client(fmt: str, python: Path, path: Path, arrays: dict[str, np.ndarray], work: Path, dtype: str, texts: dict | None) -> dict:
+    """Run the format's client (``python``: its venv's) on ``path`` (a ``dtype`` file): {"client", "rows", "passed"};
+    ``texts`` ({"texts", "text_ids"}: the tokenizer's ids of each) are tokenized by the client too."""
+    client = CLIENTS[fmt]
     np.savez(work / "client_arrays.npz", **arrays)
     prompts = sum(1 for key in arrays if key.startswith("prompt"))
     job = {"name": fmt, "path": str(path), "arrays": str(work / "client_arrays.npz"), "prompts": prompts, "dtype": dtype}
-    job["tolerance"] = client.tolerances[dtype]
-    job.update(texts or {})
+    job.update(tolerance=client.tolerances[dtype], **(texts or {}))
     (work / "client_job.json").write_text(json.dumps([job]), encoding="utf-8")
     done = subprocess.run(
         [str(python), "-I", str(JOBS), str(client.script), str(work / "client_job.json")],
@@ -144,14 +137,14 @@ def client_line(report: dict) -> str:
 def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, staging: Path, ids=None) -> dict:
     """export.client_check: the ``dtype`` file run by its client where one is installed (a ValueError when it disagrees), printed;
     ``ids`` (a Renumbering): the file's token ids and the tokenizer it ships, where a kind renumbered them."""
-    import tempfile
-
     client = CLIENTS.get(fmt)
+    python = client and installed_python(client)
     if client is None or reference.greedy is None:
         clients = ", ".join(f"{f}: {c.name}" for f, c in CLIENTS.items())
         report = {"skipped": f"no client runs export.format={fmt} here (clients: {clients})"}
-    elif installed_python(fmt) is not None and head_dim(reference.model) < client.min_head_dim:
-        size = head_dim(reference.model)
+    elif python is None:
+        report = {"skipped": f"{client.name} is not installed in {clients_dir() / client.venv} (make test-clients builds it)"}
+    elif (size := head_dim(reference.model)) < client.min_head_dim:
         report = {"skipped": f"{client.name} runs head sizes of {client.min_head_dim} and more, this model's is {size}"}
     else:
         prompt, tokens, eos = reference.greedy[:3]
@@ -162,7 +155,7 @@ def checked_in_client(task, mask, reference, fmt: str, dtype: str, out: Path, st
         tokenizer, shown = (task.tokenizer, prompt) if kept is None else (ids.tokenizer, ids.old_to_new()[prompt])
         texts = probe_texts(tokenizer, shown) if fmt == "gguf" else None
         with tempfile.TemporaryDirectory() as work:
-            report = run_client(fmt, out, arrays, Path(work), dtype, texts)
+            report = run_client(fmt, python, out, arrays, Path(work), dtype, texts)
     print(client_line(report), flush=True)
     if report.get("passed") is False:
         (staging / "check.json").write_text(json.dumps({"client_check": report}, indent=1, default=str))

@@ -6,11 +6,6 @@ import json
 import sys
 
 
-def row(job: dict, client: str, check: str, passed, detail: str) -> dict:
-    """One check of one export: passed True, False, or None (said, not judged)."""
-    return {"client": client, "file": job["name"], "check": check, "passed": None if passed is None else bool(passed), "detail": detail}
-
-
 def run_jobs(script: str, path: str) -> None:
     """Every job of the JSON list at ``path`` through ``run_job(job)`` of ``script`` (loaded by its path: this folder is not
     on sys.path) as (check, passed, detail) rows, printed as one JSON line of rows."""
@@ -26,7 +21,9 @@ def run_jobs(script: str, path: str) -> None:
             checks = module.run_job(job)
         except Exception as err:  # one export failing is one failed row, the others still run
             checks = [("loads", False, f"{type(err).__name__}: {err}"[:300])]
-        rows += [row(job, client, *check) for check in checks]
+        for check, passed, detail in checks:
+            passed = None if passed is None else bool(passed)  # True, False, or None (said, not judged)
+            rows.append({"client": client, "file": job["name"], "check": check, "passed": passed, "detail": detail})
     print(json.dumps(rows))
 
 

@@ -51,9 +51,7 @@ def check_pattern(pattern, shape: tuple[int, int] | None = None) -> np.ndarray:
         if len(pattern) != 1:
             raise ValueError(f"a KV-group mask for kvpress holds one attention group (a decoder's), got {sorted(pattern)}")
         pattern = next(iter(pattern.values()))
-    if isinstance(pattern, torch.Tensor):
-        pattern = pattern.detach().cpu().double().numpy()
-    array = np.asarray(pattern, dtype=np.float64)
+    array = np.asarray(pattern.detach().cpu().double() if torch.is_tensor(pattern) else pattern, dtype=np.float64)
     if array.ndim != 2 or 0 in array.shape:
         raise ValueError(f"a kvpress pattern is (layers, KV heads), one value per KV head; got shape {tuple(array.shape)}")
     if shape is not None and tuple(array.shape) != tuple(shape):
@@ -100,8 +98,16 @@ def write_kvpress_pattern(out: str | Path, pattern, sink: int, window: int, mode
     return config
 
 
-def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
-    """The step of ``order`` at ``fraction`` in a ``prune.action=stream`` run's ``results``; a ValueError naming what the run holds."""
+def write_run_pattern(results_file: str | Path, out: str | Path, order: str, fraction: float, model_name: str | None = None) -> dict:
+    """Write the pattern of ``order`` at ``fraction`` of a ``prune.action=stream`` run with its sink and window."""
+    results_file, out = Path(results_file), Path(out)
+    if results_file.is_dir():
+        inside = f" (did you mean {results_file / 'results.json'}?)" if (results_file / "results.json").is_file() else ""
+        raise ValueError(f"write_run_pattern takes a streaming run's results.json, got the directory {results_file}{inside}")
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"write_run_pattern writes the pattern into a directory; {out} is a file: give a new or existing directory")
+    payload = read_json(results_file)
+    results = payload.get("results") or {}
     if results.get("action") != "stream":
         raise ValueError(
             f"a kvpress pattern is a streaming run's (prune.action=stream); this run has prune.action={results.get('action', 'remove')}"
@@ -114,23 +120,9 @@ def run_step(results: Mapping, order: str, fraction: float) -> Mapping:
     if order not in orders:
         raise ValueError(f"the run has no {order} order; it has {sorted(orders)}")
     steps = orders[order]["steps"]
-    found = [s for s in steps if abs(float(s["fraction"]) - float(fraction)) < 1e-9]
-    if not found:
+    step = next((s for s in steps if abs(float(s["fraction"]) - float(fraction)) < 1e-9), None)
+    if step is None:
         raise ValueError(f"the {order} order has no step at fraction {fraction}; its fractions: {[s['fraction'] for s in steps]}")
-    return found[0]
-
-
-def write_run_pattern(results_file: str | Path, out: str | Path, order: str, fraction: float, model_name: str | None = None) -> dict:
-    """Write the pattern of ``order`` at ``fraction`` of a ``prune.action=stream`` run with its sink and window."""
-    results_file, out = Path(results_file), Path(out)
-    if results_file.is_dir():
-        inside = f" (did you mean {results_file / 'results.json'}?)" if (results_file / "results.json").is_file() else ""
-        raise ValueError(f"write_run_pattern takes a streaming run's results.json, got the directory {results_file}{inside}")
-    if out.exists() and not out.is_dir():
-        raise FileExistsError(f"write_run_pattern writes the pattern into a directory; {out} is a file: give a new or existing directory")
-    payload = read_json(results_file)
-    results = payload.get("results") or {}
-    step = run_step(results, order, fraction)
     stream = results["stream"]
     name = model_name or (payload.get("config") or {}).get("model", {}).get("name") or "model"
     return write_kvpress_pattern(out, step["mask"], int(stream["sink"]), int(stream["window"]), str(name))

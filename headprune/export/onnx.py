@@ -4,12 +4,13 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from headprune.core.inputs import ENCODER_INPUTS
 from headprune.export.onnx_dir import DESCRIPTION, copy_onnx_dir
 
-OPSET = 17
-ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+EXPORTER = {"dynamo": False, "opset_version": 17, "do_constant_folding": True}  # the TorchScript exporter
 
 
 class _Output(nn.Module):
@@ -37,21 +38,14 @@ class _Decoder(nn.Module):
         return self.model(encoder_outputs=(encoder_hidden_states,), decoder_input_ids=decoder_input_ids, use_cache=False, **extra).logits
 
 
-def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], output: str, axes: dict) -> Path:
+def _export(module: nn.Module, batch: dict, path: Path, output: str, axes: dict) -> Path:
+    """Trace ``module`` on the ``batch`` inputs ``axes`` names (every key but ``output``, in order) into ``path``."""
+    inputs = [name for name in axes if name != output]
     module.eval()  # the exporter restores the wrapper's mode afterwards, recursively: a training-mode wrapper would leave dropout on
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript tracer's notes on Python booleans and the exporter's deprecation
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=inputs,
-            output_names=[output],
-            dynamic_axes=axes,
-            do_constant_folding=True,
-        )
+        args = tuple(batch[name] for name in inputs)
+        torch.onnx.export(module, args, str(path), input_names=inputs, output_names=[output], dynamic_axes=axes, **EXPORTER)
     return path
 
 
@@ -62,26 +56,9 @@ def feature_input(model: nn.Module, batch: dict) -> str | None:
     return name if torch.is_tensor(value) and value.is_floating_point() else None
 
 
-def graph_inputs(model: nn.Module, batch: dict) -> list[str]:
-    """The model inputs of a check batch that the single graph takes: its float features alone, else its token inputs."""
-    features = feature_input(model, batch)
-    if features:
-        return [features]
-    names = [k for k in ENCODER_INPUTS if k in batch]
-    if "input_ids" not in names:
-        raise ValueError(
-            f"an ONNX export needs input_ids (or the model's float {model.main_input_name}) in the check batch; it has {sorted(batch)}"
-        )
-    return names
-
-
 def padded(batch: dict) -> dict:
-    """``batch`` with one padded position appended to every row of the source inputs."""
-    out = dict(batch)
-    for key in ENCODER_INPUTS:
-        if key in out:
-            out[key] = torch.cat([out[key], out[key].new_zeros(out[key].shape[0], 1)], dim=1)  # mask 0: a padded position
-    return out
+    """``batch`` with one padded position (mask 0) appended to every row of the source inputs."""
+    return {k: F.pad(v, (0, 1)) if k in ENCODER_INPUTS else v for k, v in batch.items()}  # (B, T) -> (B, T + 1), zeros
 
 
 def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
@@ -92,13 +69,16 @@ def export_onnx(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
     with torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
             return _export_encoder_decoder(model, batch, out)
-        names = graph_inputs(model, batch)
+        features = feature_input(model, batch)  # the graph takes float features alone, else the token inputs
+        if not features and "input_ids" not in batch:
+            raise ValueError(
+                f"an ONNX export needs input_ids (or the model's float {model.main_input_name}) in the check batch; it has {sorted(batch)}"
+            )
+        names = [features] if features else [k for k in ENCODER_INPUTS if k in batch]
         extra = {"use_cache": False} if model.can_generate() else {}  # a decoder-only LM: every position, no cache
-        features = feature_input(model, batch)
         axes = {name: {0: "batch"} if name == features else {0: "batch", 1: "sequence"} for name in names}
         axes["logits"] = {0: "batch", 1: "sequence"} if model.can_generate() else {0: "batch"}
-        path = _export(_Output(model, names, extra), tuple(batch[n] for n in names), out / "model.onnx", names, "logits", axes)
-        return {"model": path}
+        return {"model": _export(_Output(model, names, extra), batch, out / "model.onnx", "logits", axes)}
 
 
 def _export_encoder_decoder(model: nn.Module, batch: dict, out: Path) -> dict[str, Path]:
@@ -107,27 +87,14 @@ def _export_encoder_decoder(model: nn.Module, batch: dict, out: Path) -> dict[st
     speech = features is not None
     names = [features] if speech else ["input_ids", "attention_mask"]
     source = {0: "batch"} if speech else {0: "batch", 1: "source"}
-    sources = tuple(batch[n] for n in names)
     encode = _Output(model.get_encoder(), names, {}, "last_hidden_state")  # source inputs (token ids and mask, or features)
-    encoder = _export(
-        encode,
-        sources,
-        out / "encoder.onnx",
-        names,
-        "last_hidden_state",
-        {**dict.fromkeys(names, source), "last_hidden_state": source},
-    )
-    hidden = encode(*sources)
+    encoder_axes = {**dict.fromkeys(names, source), "last_hidden_state": source}
+    encoder = _export(encode, batch, out / "encoder.onnx", "last_hidden_state", encoder_axes)
     masks = [] if speech else ["attention_mask"]
     target = {0: "batch", 1: "target"}
-    decoder = _export(
-        _Decoder(model, masks),
-        (batch["decoder_input_ids"], hidden, *(batch[n] for n in masks)),
-        out / "decoder.onnx",
-        ["decoder_input_ids", "encoder_hidden_states", *masks],
-        "logits",
-        {"decoder_input_ids": target, "encoder_hidden_states": source, **dict.fromkeys(masks, source), "logits": target},
-    )
+    decoder_axes = {"decoder_input_ids": target, "encoder_hidden_states": source, **dict.fromkeys(masks, source), "logits": target}
+    hidden = encode(*(batch[n] for n in names))
+    decoder = _export(_Decoder(model, masks), {**batch, "encoder_hidden_states": hidden}, out / "decoder.onnx", "logits", decoder_axes)
     return {"encoder": encoder, "decoder": decoder}
 
 

@@ -36,17 +36,13 @@ class OnnxDirectory:
         import numpy as np
 
         rows = [self.token_ids(text) for text in texts]
-        length = max(len(ids) for ids, _ in rows)
+        length, pad = max(len(ids) for ids, _ in rows), int(self.recipe["pad_token_id"] or 0)
         arrays = {
-            "input_ids": np.full((len(rows), length), int(self.recipe["pad_token_id"] or 0), dtype=np.int64),
-            "attention_mask": np.zeros((len(rows), length), dtype=np.int64),
-            "token_type_ids": np.zeros((len(rows), length), dtype=np.int64),
+            "input_ids": [ids + [pad] * (length - len(ids)) for ids, _ in rows],
+            "attention_mask": [[1] * len(ids) + [0] * (length - len(ids)) for ids, _ in rows],
+            "token_type_ids": [types + [0] * (length - len(types)) for _, types in rows],
         }
-        for b, (ids, types) in enumerate(rows):
-            arrays["input_ids"][b, : len(ids)] = ids
-            arrays["attention_mask"][b, : len(ids)] = 1
-            arrays["token_type_ids"][b, : len(ids)] = types
-        return {name: arrays[name] for name in self.input_names}
+        return {name: np.array(arrays[name], dtype=np.int64) for name in self.input_names}
 
     def logits(self, arrays: dict):
         """The graph's logits: (B, labels) for a classifier, (B, T, vocabulary) for a decoder-only LM."""
@@ -57,9 +53,8 @@ class OnnxDirectory:
         arrays = self.inputs(texts)
         logits = self.logits(arrays)
         labels = self.description.get("labels") or {}
-        mask = arrays["attention_mask"]
         return {
-            "ids": [row[: int(m.sum())].tolist() for row, m in zip(arrays["input_ids"], mask)],
+            "ids": [row[: int(m.sum())].tolist() for row, m in zip(arrays["input_ids"], arrays["attention_mask"])],
             "logits": logits.tolist(),
             "labels": [labels.get(str(i), str(i)) for i in logits.argmax(-1).tolist()],
         }

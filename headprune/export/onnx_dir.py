@@ -39,18 +39,13 @@ def graph_signature(path: Path) -> dict:
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-
-    def described(values) -> list[dict]:
-        return [
-            {
-                "name": v.name,
-                "type": ELEMENT_TYPES.get(v.type.tensor_type.elem_type, str(v.type.tensor_type.elem_type)),
-                "shape": [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
-            }
-            for v in values
-        ]
-
-    return {"inputs": described(graph.input), "outputs": described(graph.output)}
+    signature = {"inputs": [], "outputs": []}
+    for side, values in (("inputs", graph.input), ("outputs", graph.output)):
+        for value in values:
+            tensor = value.type.tensor_type
+            kind = ELEMENT_TYPES.get(tensor.elem_type, str(tensor.elem_type))
+            signature[side].append({"name": value.name, "type": kind, "shape": [d.dim_param or d.dim_value for d in tensor.shape.dim]})
+    return signature
 
 
 def task_of(model: nn.Module) -> str:

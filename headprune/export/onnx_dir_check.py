@@ -54,11 +54,10 @@ def masked_predictions(model: nn.Module, tokenizer, texts: list, description: di
         pairs = [list(t) if isinstance(t, (list, tuple)) else [t] for t in texts]
         batch = tokenizer(*zip(*pairs), padding=True, return_tensors="pt")
         logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
-        labels = model.config.id2label
         return {
             "ids": [row[: int(m.sum())].tolist() for row, m in zip(batch["input_ids"], batch["attention_mask"])],
             "logits": logits.tolist(),
-            "labels": [labels[i] for i in logits.argmax(-1).tolist()],
+            "labels": [model.config.id2label[i] for i in logits.argmax(-1).tolist()],
         }
     first = description["text_inputs"]["prepend_token_id"]
     out = {"ids": [], "last_logits": [], "new_ids": []}

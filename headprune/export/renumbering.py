@@ -30,8 +30,7 @@ class Renumbering:
         """The original ids the files hold no row of (None: the ids stay)."""
         if self.kept is None:
             return None
-        kept = set(self.kept)
-        return [i for i in range(self.size) if i not in kept]
+        return sorted(set(range(self.size)) - set(self.kept))
 
     def old_to_new(self) -> torch.Tensor:
         """(size,) each original id's id in the files; -1 at a removed id."""
@@ -57,14 +56,16 @@ class Renumbering:
             alike = [i for i, (row, new) in enumerate(zip(rows, split)) if [self.kept[t] for t in new] == row]
             counts["check_texts"] += len(rows)
             if alike:
-                chosen = _rows(batch, alike)
+                picked = torch.tensor(alike, dtype=torch.long)  # the rows of every tensor with one row per example
+                chosen = {k: v.index_select(0, picked) if v.dim() and v.shape[0] == len(ids) else v for k, v in batch.items()}
                 reference.append(chosen)
                 export.append({**chosen, "input_ids": table[chosen["input_ids"]].clamp(min=0)})  # padding: a special id, kept
                 counts["split_alike"] += len(alike)
             again = [split[i] for i in range(len(rows)) if i not in set(alike)]
             if again and set(batch) <= {"input_ids", "attention_mask"}:  # token types of a text split otherwise: unknown
                 pad = int(table[int(ids[mask == 0][0])]) if bool((mask == 0).any()) else 0
-                new, real = _padded(again, pad)
+                new = pad_sequence([torch.tensor(row, dtype=torch.long) for row in again], batch_first=True, padding_value=pad)  # (B, T)
+                real = pad_sequence([torch.ones(len(row), dtype=torch.long) for row in again], batch_first=True)  # its mask (B, T)
                 reference.append({"input_ids": kept[new], "attention_mask": real})
                 export.append({"input_ids": new, "attention_mask": real})
                 counts["split_again"] += len(again)
@@ -124,19 +125,6 @@ class Renumbering:
         """Make the pruned copy read and write the files' ids (its special-token ids renumbered)."""
         if self.kind is not None:
             self.kind.to_export_ids(model)
-
-
-def _rows(batch: dict, rows: list[int]) -> dict:
-    """The ``rows`` of every tensor of a batch that has one row per example."""
-    picked, count = torch.tensor(rows, dtype=torch.long), len(batch["input_ids"])
-    return {k: v.index_select(0, picked) if v.dim() and v.shape[0] == count else v for k, v in batch.items()}
-
-
-def _padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids (B, T) right-padded with ``pad``, attention mask (B, T)) of token rows."""
-    ids = pad_sequence([torch.tensor(row, dtype=torch.long) for row in rows], batch_first=True, padding_value=pad)
-    mask = pad_sequence([torch.ones(len(row), dtype=torch.long) for row in rows], batch_first=True)
-    return ids, mask
 
 
 def renumbering(model: nn.Module, tokenizer, loaded: bool = False) -> Renumbering:

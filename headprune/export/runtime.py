@@ -1,5 +1,6 @@
 """An ONNX Runtime export seen as the HF model it came from, so that tasks evaluate and time it unchanged."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 
 from headprune.export.checker import OnnxRunner
+from headprune.export.onnx import export_onnx
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
 
@@ -20,18 +22,20 @@ class OnnxRuntimeModel(nn.Module):
         self.runner = OnnxRunner({name: str(path) for name, path in files.items()}, threads)
         self.config = config
         self.anchor = nn.Parameter(torch.zeros(1), requires_grad=False)  # device of the outputs (CPU)
-        self.base_model = _LogitsAsHidden(self)
 
     def forward(self, **inputs):
-        arrays = {
-            k: np.ascontiguousarray(v.detach().cpu().numpy().astype(np.int64))
+        arrays = {  # token ids int64; the main input, where it is no token input, float32 (pixels, audio features)
+            k: np.ascontiguousarray(v.detach().cpu().numpy().astype(np.int64 if k in INPUTS else np.float32))
             for k, v in inputs.items()
-            if k in INPUTS and torch.is_tensor(v)
+            if (k in INPUTS or k == self.main_input_name) and torch.is_tensor(v)
         }
-        name = self.main_input_name
-        if name not in INPUTS and torch.is_tensor(inputs.get(name)):  # pixels, audio features: float32, not token ids
-            arrays[name] = np.ascontiguousarray(inputs[name].detach().cpu().numpy().astype(np.float32))
-        return SimpleNamespace(logits=torch.from_numpy(self.runner.logits(arrays)))
+        logits = torch.from_numpy(self.runner.logits(arrays))
+        return SimpleNamespace(logits=logits, last_hidden_state=logits)  # the output embedding is the identity
+
+    @property
+    def base_model(self) -> nn.Module:
+        """The model itself: its ``last_hidden_state`` is the logits (the output embedding is the identity)."""
+        return self
 
     def get_output_embeddings(self) -> nn.Module:
         return nn.Identity()
@@ -40,22 +44,8 @@ class OnnxRuntimeModel(nn.Module):
         raise NotImplementedError("generation through ONNX Runtime needs an export with a KV cache; these graphs have none")
 
 
-class _LogitsAsHidden:
-    """``base_model`` of an OnnxRuntimeModel: its ``last_hidden_state`` is the logits (the output embedding is the identity)."""
-
-    def __init__(self, owner: OnnxRuntimeModel):
-        self.owner = owner
-
-    def __call__(self, **inputs):
-        return SimpleNamespace(last_hidden_state=self.owner(**inputs).logits)
-
-
 def onnx_runtime_models(models: dict, example: dict, out, threads: int = 1) -> dict:
     """{name: OnnxRuntimeModel} of each model exported to ONNX into ``out/<name>`` (traced on ``example``)."""
-    from pathlib import Path
-
-    from headprune.export.onnx import export_onnx
-
     return {
         name: OnnxRuntimeModel(export_onnx(model, example, Path(out) / name), model.config, threads, model.main_input_name)
         for name, model in models.items()
