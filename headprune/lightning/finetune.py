@@ -168,8 +168,8 @@ def finetune_recover(
     settings (teacher, distill_weight, lr, ...); each step's losses, tokens and seconds. With ``checkpoints`` (a folder) and
     ``checkpoint_every``, a rerun resumes from the last save (removed once the fine-tune ends)."""
     total = int(max_steps) if decay and max_epochs is None else None
-    teacher, layer_distill = training.get("teacher"), training.get("layer_distill", 0.0)
-    targets = layer_targets(model, teacher) if layer_distill > 0 and teacher is not None else None  # read before LoRA wraps it
+    teacher, layer_distill = training.get("teacher"), training.get("layer_distill")  # RecoveryModule's defaults: none, 0
+    targets = layer_targets(model, teacher) if layer_distill and teacher is not None else None  # read before LoRA wraps it
     trained = add_lora(model, int(lora_rank), lora_alpha, seed) if lora_rank is not None else model
     module = RecoveryModule(trained, total_steps=total, targets=targets, **training)
     settings = dict(
