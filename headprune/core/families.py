@@ -41,14 +41,9 @@ class MLPLayout:
     blocks: int = 1  # neuron row blocks stacked in each up projection (2: a fused [gate | up] projection)
 
 
-def fused_qkv(path: str, output: str = "o_proj") -> dict[str, str]:
-    """query, key and value all at one fused projection's path, and the output projection's."""
-    return {"query": path, "key": path, "value": path, "output": output}
-
-
-def projections(query: str, key: str, value: str, output: str) -> dict[str, str]:
-    """The paths from the block to the query, key, value and output projections."""
-    return {"query": query, "key": key, "value": value, "output": output}
+def projections(query: str, key: str | None = None, value: str | None = None, output: str = "o_proj") -> dict[str, str]:
+    """The paths from the block to the query, key, value and output projections (no key and value: one fused q/k/v projection)."""
+    return {"query": query, "key": key or query, "value": value or query, "output": output}
 
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
@@ -138,7 +133,7 @@ GPT2 = Family(
     "gpt2",
     ("gpt2",),
     (site("h.*.attn", "dec_self"),),
-    **fused_qkv("c_attn", "c_proj"),  # one Conv1D: q | k | v
+    **projections("c_attn", output="c_proj"),  # one fused Conv1D: q | k | v
     head_count_attr="num_heads",
     width_attrs=("split_size",),
     fused_layout=concatenated,
@@ -150,7 +145,7 @@ GPT_NEOX = Family(
     "gpt-neox",
     ("gpt_neox",),
     (site("layers.*.attention", "dec_self"),),
-    **fused_qkv("query_key_value", "dense"),  # per head [q | k | v]
+    **projections("query_key_value", output="dense"),  # fused: per head [q | k | v]
     head_dim_attr="head_size",
     heads_in_config=True,
     fused_layout=grouped,  # one query head per KV head
@@ -161,7 +156,7 @@ PHI3 = Family(
     "phi3",
     ("phi3",),
     (site("layers.*.self_attn", "dec_self"),),
-    **fused_qkv("qkv_proj"),  # q (heads * D) | k (KV * D) | v (KV * D)
+    **projections("qkv_proj"),  # fused: q (heads * D) | k (KV * D) | v (KV * D)
     kv_groups_attr="num_key_value_groups",
     kv_count_attrs=("num_key_value_heads",),
     heads_in_config=True,
@@ -232,7 +227,7 @@ FALCON = Family(
     "falcon",
     ("falcon",),
     (site("h.*.self_attention", "dec_self"),),
-    **fused_qkv("query_key_value", "dense"),  # per KV head [its query heads | k | v]
+    **projections("query_key_value", output="dense"),  # fused: per KV head [its query heads | k | v]
     head_count_attr="num_heads",
     kv_count_attrs=("num_kv_heads",),
     fused_layout=grouped,
