@@ -18,7 +18,7 @@ from headprune.core.inputs import model_inputs
 from headprune.core.joint import JointGates
 from headprune.core.pruning import pruning_record
 from headprune.core.unit_kinds import ablation_refusal, group_kind, mask_kinds, unit_kinds, unit_name
-from headprune.core.units import base_mask, prune_unit_mask, unit_count, unit_gates
+from headprune.core.units import base_mask, prune_unit_mask, unit_gates
 from headprune.scoring.importance import importance_scores, per_example_gate_gradients
 
 MODELS = {  # a few families: encoder, encoder-decoder, grouped-query decoder, Conv1D decoder, T5
@@ -86,7 +86,7 @@ def test_unit_gates_gives_each_unit_its_gates_and_reuses_the_model_s_own():
     assert isinstance(block, BlockGates) and block.heads is heads and block.ffn is joint.ffn
     assert block.groups == {"dec_self_block": (3, 1), "dec_ffn_block": (3, 1)}
     assert unit_gates(block, "head+ffn").groups == {"dec_self": (3, 4), "dec_ffn": (3, 64)}
-    assert [unit_count(g) for g in (heads, joint, block)] == [12, 6 + 192, 6]
+    assert [g.num_heads for g in (heads, joint, block)] == [12, 6 + 192, 6]
     with pytest.raises(ValueError, match="grouped-query attention"):
         unit_gates(tiny_bert(), "kv_group+ffn")
 

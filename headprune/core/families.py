@@ -14,16 +14,8 @@ def concatenated(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor
     return rows[:heads], rows[heads : heads + kv_heads], rows[heads + kv_heads :]
 
 
-def interleaved(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per head [q | k | v], head after head (GPT-NeoX's ``query_key_value``, viewed as (heads, 3, D))."""
-    if kv_heads != heads:
-        raise ValueError(f"an interleaved q/k/v layout has one KV head per query head, got {heads} and {kv_heads}")
-    rows = torch.arange(heads * 3 * head_dim).view(heads, 3, head_dim)  # (H, 3, D)
-    return rows[:, 0], rows[:, 1], rows[:, 2]
-
-
 def grouped(heads: int, kv_heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per KV head [its query heads | k | v], group after group (Falcon's ``query_key_value``, viewed as (KV, H / KV + 2, D))."""
+    """Per KV head [its query heads | k | v], group after group: Falcon's ``query_key_value``, and GPT-NeoX's (one query head each)."""
     if heads % kv_heads:
         raise ValueError(f"a grouped q/k/v layout needs as many query heads for every KV head, got {heads} over {kv_heads}")
     per_kv = heads // kv_heads
@@ -49,14 +41,9 @@ class MLPLayout:
     blocks: int = 1  # neuron row blocks stacked in each up projection (2: a fused [gate | up] projection)
 
 
-def fused_qkv(path: str, output: str = "o_proj") -> dict[str, str]:
-    """query, key and value all at one fused projection's path, and the output projection's."""
-    return {"query": path, "key": path, "value": path, "output": output}
-
-
-def projections(query: str, key: str, value: str, output: str) -> dict[str, str]:
-    """The paths from the block to the query, key, value and output projections."""
-    return {"query": query, "key": key, "value": value, "output": output}
+def projections(query: str, key: str | None = None, value: str | None = None, output: str = "o_proj") -> dict[str, str]:
+    """The paths from the block to the query, key, value and output projections (no key and value: one fused q/k/v projection)."""
+    return {"query": query, "key": key or query, "value": value or query, "output": output}
 
 
 GROUPS = ("enc_self", "enc_dec", "dec_self")
@@ -82,9 +69,7 @@ class Family:
     kv_count_attrs: tuple[str, ...] = ()  # attributes on the core holding the number of KV heads
     heads_in_config: bool = False  # the core holds no head count: the model config's config_head_counts[0] does
     config_head_attrs: tuple[str, ...] = ()  # config fields the attention reads for its own head count at run time
-    fused_layout: Callable | None = (
-        None  # q/k/v one fused projection (query = key = value path): concatenated, interleaved or grouped above
-    )
+    fused_layout: Callable | None = None  # q/k/v one fused projection (query = key = value path): concatenated or grouped above
     cross_head_norms: tuple[str, ...] = ()  # norms on the core over all heads together: pruning cannot be exact
     unprunable_if: tuple[tuple[str, str], ...] = ()  # (model config flag, why) under which pruning cannot be exact
     gate: str = "attention"  # where head gates act: "attention" (the attention-function wrapper) or "output" (attach_output_gate)
@@ -148,7 +133,7 @@ GPT2 = Family(
     "gpt2",
     ("gpt2",),
     (site("h.*.attn", "dec_self"),),
-    **fused_qkv("c_attn", "c_proj"),  # one Conv1D: q | k | v
+    **projections("c_attn", output="c_proj"),  # one fused Conv1D: q | k | v
     head_count_attr="num_heads",
     width_attrs=("split_size",),
     fused_layout=concatenated,
@@ -160,10 +145,10 @@ GPT_NEOX = Family(
     "gpt-neox",
     ("gpt_neox",),
     (site("layers.*.attention", "dec_self"),),
-    **fused_qkv("query_key_value", "dense"),  # per head [q | k | v]
+    **projections("query_key_value", output="dense"),  # fused: per head [q | k | v]
     head_dim_attr="head_size",
     heads_in_config=True,
-    fused_layout=interleaved,
+    fused_layout=grouped,  # one query head per KV head
     mlp=MLPLayout((site("layers.*.mlp", "dec_ffn", "intermediate_size"),), ("dense_h_to_4h",), "dense_4h_to_h"),
 )
 
@@ -171,7 +156,7 @@ PHI3 = Family(
     "phi3",
     ("phi3",),
     (site("layers.*.self_attn", "dec_self"),),
-    **fused_qkv("qkv_proj"),  # q (heads * D) | k (KV * D) | v (KV * D)
+    **projections("qkv_proj"),  # fused: q (heads * D) | k (KV * D) | v (KV * D)
     kv_groups_attr="num_key_value_groups",
     kv_count_attrs=("num_key_value_heads",),
     heads_in_config=True,
@@ -242,7 +227,7 @@ FALCON = Family(
     "falcon",
     ("falcon",),
     (site("h.*.self_attention", "dec_self"),),
-    **fused_qkv("query_key_value", "dense"),  # per KV head [its query heads | k | v]
+    **projections("query_key_value", output="dense"),  # fused: per KV head [its query heads | k | v]
     head_count_attr="num_heads",
     kv_count_attrs=("num_kv_heads",),
     fused_layout=grouped,

@@ -37,18 +37,6 @@ def save_pruned(model: nn.Module, path: str | Path, tokenizer=None) -> Path:
     return path
 
 
-def kind_entries(meta: dict, file: Path) -> dict[str, dict]:
-    """{kind name: its entries} of a record file, of either format; a ValueError for a kind not registered now."""
-    if "kinds" not in meta:  # format 1: the built-in kinds' entries at the top level
-        return {kind.name: {k: meta[k] for k in kind.legacy_keys if k in meta} for kind in KINDS.values() if kind.legacy_keys}
-    unknown = [name for name in meta["kinds"] if name not in KINDS]
-    if unknown:
-        raise ValueError(
-            f"{file} holds units of the kinds {unknown}, which are not registered: register them (register_kind) before load_pruned"
-        )
-    return meta["kinds"]
-
-
 def _state_dict_from(path: Path) -> dict[str, torch.Tensor]:
     """The weights of a model directory (its *.safetensors, else pytorch_model.bin); a ValueError naming a damaged file."""
     files = sorted(path.glob("*.safetensors")) or [path / "pytorch_model.bin"]
@@ -115,9 +103,18 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
     entries = None
     if meta_file.exists():
         try:
-            entries = kind_entries(json.loads(meta_file.read_text()), meta_file)
+            meta = json.loads(meta_file.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"{meta_file} is not valid JSON ({err}): the file is damaged or truncated; save the model again") from None
+        if "kinds" not in meta:  # format 1: the built-in kinds' entries at the top level
+            meta["kinds"] = {kind.name: {k: meta[k] for k in kind.legacy_keys if k in meta} for kind in KINDS.values() if kind.legacy_keys}
+        unknown = [name for name in meta["kinds"] if name not in KINDS]
+        if unknown:
+            raise ValueError(
+                f"{meta_file} holds units of the kinds {unknown}, which are not registered: "
+                "register them (register_kind) before load_pruned"
+            )
+        entries = meta["kinds"]  # {kind name: its entries}
     kinds = saving_kinds()
     for kind in kinds:
         kind.build_config(config)  # the hidden kind builds at the original residual width, then slices

@@ -121,7 +121,7 @@ class SiteGateMethods:
 
     @property
     def num_heads(self) -> int:
-        """Units of the original model, all groups."""
+        """Units of the original model, all groups (heads, KV groups, neurons, blocks, or their sum)."""
         return sum(layers * units for layers, units in self.groups.values())
 
     @contextmanager

@@ -16,7 +16,6 @@ from headprune.core.kinds.kind_registry import (  # noqa: F401 (re-exported)
     mask_kinds,
     noun,
     reconstruction_refusal,
-    recovery_parts,
     shrunk_fields,
     unit_kinds,
     unit_name,

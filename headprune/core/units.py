@@ -67,11 +67,6 @@ def query_heads_of(gates, mask, hard: bool = False) -> dict[str, torch.Tensor]:
     return base.get(QUERY_HEADS, base.get("stream", {}))  # streaming gates' alphas are per query head too
 
 
-def unit_count(gates) -> int:
-    """Units of the original model in the unit of ``gates``, all groups (heads, KV groups, neurons, blocks, or their sum)."""
-    return sum(layers * units for layers, units in gates.groups.values())
-
-
 def _removing(base: dict, what: str) -> dict:
     """The base masks of a mask that removes units; a ValueError for a streaming mask, which ``what`` cannot take."""
     if "stream" in base:

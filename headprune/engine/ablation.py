@@ -256,11 +256,6 @@ class MaskBatcher:
         return {g: torch.stack([f[g].float() for f in full]) for g in ones}
 
 
-def _ones(shape: dict[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
-    """A mask keeping every unit of {group: (layers, units)}."""
-    return {g: torch.ones(layers, units) for g, (layers, units) in shape.items()}
-
-
 def single_unit_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str = "head") -> tuple[list, list[tuple[str, int, int]]]:
     """One mask per unit removing only that unit, and each one's (group, layer, unit); a ValueError for a kind that refuses it."""
     refusal = ablation_refusal(unit)
@@ -273,7 +268,7 @@ def single_unit_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str 
         for layer in range(layers)
         for head in range(units)
     ]
-    masks = [_ones(shape) for _ in heads]
+    masks = [{g: torch.ones(size) for g, size in shape.items()} for _ in heads]  # each keeps every unit but its own
     for mask, (group, layer, head) in zip(masks, heads):
         mask[group][layer, head] = 0.0
     return masks, heads
@@ -281,7 +276,7 @@ def single_unit_masks(shape: dict[str, tuple[int, int]], groups=None, unit: str 
 
 def keep_one_masks(shape: dict[str, tuple[int, int]], group: str, layer: int) -> list:
     """For one layer: one mask per head that keeps only that head of the layer (all other layers intact)."""
-    masks = [_ones(shape) for _ in range(shape[group][1])]
+    masks = [{g: torch.ones(size) for g, size in shape.items()} for _ in range(shape[group][1])]  # (layers, units) each
     for head, mask in enumerate(masks):
         mask[group][layer] = 0.0
         mask[group][layer, head] = 1.0

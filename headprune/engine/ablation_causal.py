@@ -44,10 +44,9 @@ def row_label_stats(hidden: torch.Tensor, labels: torch.Tensor, head) -> torch.T
 def output_logits(model: nn.Module):
     """The LM head followed by what the model's forward does to its logits: Granite's scaling, Gemma's soft-capping."""
     head = model.get_output_embeddings()
-    if not isinstance(model, PreTrainedModel):
-        return head
-    scaling = getattr(model.config, "logits_scaling", None)
-    cap = getattr(model.config, "final_logit_softcapping", None)
+    config = model.config if isinstance(model, PreTrainedModel) else None  # None: no scaling, no capping
+    scaling = getattr(config, "logits_scaling", None)
+    cap = getattr(config, "final_logit_softcapping", None)
     if not scaling and not cap:
         return head
 

@@ -40,19 +40,12 @@ def make_batches(pool: dict[str, torch.Tensor], batch_size: int, examples: int, 
         batch = {k: v[rows] for k, v in pool.items()}
         if "attention_mask" in batch:
             length = int(batch["attention_mask"].sum(1).max())
-            for key in ENCODER_INPUTS:
-                if key in batch:
-                    batch[key] = batch[key][:, :length]
+            batch.update({key: batch[key][:, :length] for key in ENCODER_INPUTS if key in batch})
         if "labels" in batch and "decoder_input_ids" in batch:
             length = max(1, int((batch["labels"] != -100).sum(1).max()))
             batch["decoder_input_ids"] = batch["decoder_input_ids"][:, :length]
         batches.append({k: v.to(device) for k, v in batch.items() if k not in NON_INPUTS})
     return batches
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 _DEADLINE: ContextVar[float | None] = ContextVar("headprune_timing_deadline", default=None)
@@ -79,16 +72,19 @@ def budget_cut() -> None:
 def time_pass(call, batches, device, clock: str = "wall") -> float | None:
     """Seconds for one ``call(batch)`` (e.g. a forward pass) over ``batches`` (device synchronised before and after)."""
     timer = time.process_time if clock == "process" else time.perf_counter
+    cuda = torch.device(device).type == "cuda"
     cut: list = []
     token = _CUT.set(cut)
     try:
-        _sync(device)
+        if cuda:
+            torch.cuda.synchronize(device)
         start = timer()
         for batch in batches:
             if seconds_left() == 0.0:  # the time budget ran out
                 return None
             call(batch)
-        _sync(device)
+        if cuda:
+            torch.cuda.synchronize(device)
         return None if cut else timer() - start
     finally:
         _CUT.reset(token)

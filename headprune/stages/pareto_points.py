@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headprune.core.unit_kinds import is_joint
-from headprune.core.units import query_heads_of, unit_count
+from headprune.core.units import query_heads_of
 from headprune.results.points import kinds_label, measures, relative_to, score_fields, units_by_kind, what_was_removed
 from headprune.results.run_dir import mask_to_json
 from headprune.selection.costs import CostModel
@@ -77,10 +77,10 @@ def point_record(order, recovery, step, mask, results: dict, ctx: ParetoRun, tas
         "step": step_label(step),
         "target": {step.kind: step.value} if isinstance(step, PruneTarget) else None,
         "fraction": None if isinstance(step, PruneTarget) else float(step),
-        **({} if isinstance(step, PruneTarget) else what_was_removed(float(step), heads_removed(mask), unit_count(task.gates))),
+        **({} if isinstance(step, PruneTarget) else what_was_removed(float(step), heads_removed(mask), task.gates.num_heads)),
         "units_removed": heads_removed(mask),
         "query_heads_removed": heads_removed(query_heads_of(task.gates, mask)),
-        "units_total": unit_count(task.gates),
+        "units_total": task.gates.num_heads,
         "units_by_kind": units_by_kind(mask_to_json(mask), task.gates.unit),
         **score_fields(result, ctx.base),  # a vocabulary cut scored through its own tokenizer: relative per byte
         **outcomes(result),
@@ -109,7 +109,7 @@ def unpruned_point(ctx: ParetoRun, task) -> dict:
         "fraction": 0.0,
         "units_removed": 0,
         "query_heads_removed": 0,
-        "units_total": unit_count(task.gates),
+        "units_total": task.gates.num_heads,
         "score": ctx.base.score,
         "relative": 1.0,
         **measures(ctx.base),
