@@ -112,11 +112,8 @@ class KVGroupKind(HeadKind):
             return None
         output, _, columns = heads
         kv = site.kv_positions()  # the KV position of every computed query head
-        return (
-            output,
-            list(site.kv_ids),
-            [[c for p, cols in enumerate(columns) if kv[p] == j for c in cols] for j in range(len(site.kv_ids))],
-        )
+        groups = [[c for p, cols in enumerate(columns) if kv[p] == j for c in cols] for j in range(len(site.kv_ids))]
+        return output, list(site.kv_ids), groups
 
     def query_head_rows(self, rows, fields):
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])

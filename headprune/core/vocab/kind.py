@@ -61,10 +61,8 @@ class VocabKind(UnitKind):
         return list(book["ids"]), int(book["size_orig"])
 
     def held_ids(self, model):
-        book = getattr(model, VOCAB_ATTR, None)
-        if not book or len(book["ids"]) == book["size_orig"]:
-            return None
-        return list(book["ids"]), int(book["size_orig"])
+        meta = vocab_meta(model)  # None: nothing removed
+        return None if meta is None else (meta["kept_ids"], int(meta["vocab_size_orig"]))
 
     def export_tokenizer(self, model, tokenizer):
         found = self.export_ids(model) or self.held_ids(model)
