@@ -60,9 +60,8 @@ class HeadKind(UnitKind):
             q, k, v = (site.linear(w) for w in ("query", "key", "value"))
             if len({id(q), id(k), id(v)}) < 3 or not site.head_ids:
                 continue  # a fused q/k/v projection: its rows are not one kind's
-            d = site.head_dim
+            d, kv = site.head_dim, site.kv_ids or site.head_ids
             rows[id(q)] = [h * d + i for h in site.head_ids for i in range(d)]
-            kv = site.kv_ids or site.head_ids
             rows[id(k)] = rows[id(v)] = [h * d + i for h in kv for i in range(d)]
         return rows
 

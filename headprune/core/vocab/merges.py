@@ -30,8 +30,7 @@ def _derive(symbols: list[str], ranks: dict, prefix: str) -> tuple[str, str] | N
 def merge_parts(data: dict) -> tuple[dict[int, tuple[int, int]], set[int]]:
     """({id: (left id, right id)} of each BPE token its last merge makes, the ids no text produces) of a tokenizer.json.
 
-    A single character has no parts; an added token (special or not) is matched whole, never merged: neither is listed.
-    WordPiece pieces have no parts and every piece is produced (a word that is the piece)."""
+    Single characters, added tokens (matched whole) and WordPiece pieces (each produced by its own word) are in neither."""
     model = data["model"]
     if model["type"] != "BPE":
         return {}, set()
