@@ -60,9 +60,8 @@ class HeadKind(UnitKind):
             q, k, v = (site.linear(w) for w in ("query", "key", "value"))
             if len({id(q), id(k), id(v)}) < 3 or not site.head_ids:
                 continue  # a fused q/k/v projection: its rows are not one kind's
-            d = site.head_dim
+            d, kv = site.head_dim, site.kv_ids or site.head_ids
             rows[id(q)] = [h * d + i for h in site.head_ids for i in range(d)]
-            kv = site.kv_ids or site.head_ids
             rows[id(k)] = rows[id(v)] = [h * d + i for h in kv for i in range(d)]
         return rows
 
@@ -112,11 +111,8 @@ class KVGroupKind(HeadKind):
             return None
         output, _, columns = heads
         kv = site.kv_positions()  # the KV position of every computed query head
-        return (
-            output,
-            list(site.kv_ids),
-            [[c for p, cols in enumerate(columns) if kv[p] == j for c in cols] for j in range(len(site.kv_ids))],
-        )
+        groups = [[c for p, cols in enumerate(columns) if kv[p] == j for c in cols] for j in range(len(site.kv_ids))]
+        return output, list(site.kv_ids), groups
 
     def query_head_rows(self, rows, fields):
         n = int(fields["num_attention_heads"]) // int(fields["num_key_value_heads"])

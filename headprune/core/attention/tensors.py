@@ -1,5 +1,4 @@
-"""Head-indexed tensors: gates and probes on per-head outputs (in the attention function, or at the output projection's
-input), and attention kwargs with a head axis."""
+"""Head-indexed tensors: gates and probes on per-head outputs or projection inputs, and attention kwargs with a head axis."""
 
 import torch
 

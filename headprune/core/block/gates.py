@@ -7,12 +7,10 @@ from headprune.core.attention.gates import HeadGates
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.site_gates import SharedGates
 
-BLOCK_SUFFIX = "_block"  # "dec_self_block", "dec_ffn_block": a layer's whole sub-block
-
 
 def block_group(group: str) -> str:
-    """The block group of an attention or FFN group: ``dec_ffn`` -> ``dec_ffn_block``."""
-    return group + BLOCK_SUFFIX
+    """The block group (a layer's whole sub-block) of an attention or FFN group: ``dec_ffn`` -> ``dec_ffn_block``."""
+    return group + "_block"
 
 
 class BlockGates(SharedGates):

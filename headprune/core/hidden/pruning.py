@@ -20,34 +20,35 @@ class Slicer:
     def __init__(self, index: torch.Tensor):
         self.index, self.done = index, {}
 
-    def take(self, module: nn.Module, name: str, dim: int) -> None:
-        """Keep the positions of ``module``'s parameter or buffer ``name`` along ``dim``."""
-        value = getattr(module, name, None)
-        if value is None:
-            return
-        new = self.done.get(id(value))
-        if new is None:
-            kept = value.detach().index_select(dim % value.dim(), self.index.to(value.device)).clone()
-            if isinstance(value, nn.Parameter):
-                kept = nn.Parameter(kept, requires_grad=value.requires_grad)
-            new = self.done[id(value)] = (value, kept)
-        if new[1].shape[dim % value.dim()] != len(self.index) or new[0] is not value:
-            raise ValueError(
-                f"{type(module).__name__}.{name} is tied to a tensor sliced along another axis: the residual channels of this "
-                "model cannot be removed (tied weights across different widths)"
-            )
-        if isinstance(new[1], nn.Parameter):
-            setattr(module, name, new[1])
-        else:
-            module.register_buffer(name, new[1], persistent=name in module.state_dict())
+    def take(self, module: nn.Module, dim: int, *names: str) -> None:
+        """Keep the positions of ``module``'s parameters or buffers ``names`` along ``dim``."""
+        for name in names:
+            value = getattr(module, name, None)
+            if value is None:
+                continue
+            new = self.done.get(id(value))
+            if new is None:
+                kept = value.detach().index_select(dim % value.dim(), self.index.to(value.device)).clone()
+                if isinstance(value, nn.Parameter):
+                    kept = nn.Parameter(kept, requires_grad=value.requires_grad)
+                new = self.done[id(value)] = (value, kept)
+            if new[1].shape[dim % value.dim()] != len(self.index) or new[0] is not value:
+                raise ValueError(
+                    f"{type(module).__name__}.{name} is tied to a tensor sliced along another axis: the residual channels of this "
+                    "model cannot be removed (tied weights across different widths)"
+                )
+            if isinstance(new[1], nn.Parameter):
+                setattr(module, name, new[1])
+            else:
+                module.register_buffer(name, new[1], persistent=name in module.state_dict())
 
 
 def _slice_projection(slicer: Slicer, module: nn.Module, outputs: bool) -> None:
     """Slice a projection's output rows (``outputs``, with its bias) or its input columns to the kept channels."""
     conv1d = isinstance(module, Conv1D)  # weight [in, out]; nn.Linear's [out, in]
-    slicer.take(module, "weight", int(conv1d == outputs))
+    slicer.take(module, int(conv1d == outputs), "weight")
     if outputs:
-        slicer.take(module, "bias", 0)
+        slicer.take(module, 0, "bias")
     out_name, in_name = ("nf", "nx") if conv1d else ("out_features", "in_features")
     setattr(module, out_name if outputs else in_name, len(slicer.index))
 
@@ -92,20 +93,18 @@ def keep_channels(model: nn.Module, keep: list[int]) -> None:
         for module in group.writers:
             _slice_projection(slicer, module, outputs=True)
         for module in group.embeddings:
-            slicer.take(module, "weight", 1)
+            slicer.take(module, 1, "weight")
             module.embedding_dim = len(keep)
         for _, module in group.norms:
-            slicer.take(module, "weight", 0)
-            slicer.take(module, "bias", 0)
+            slicer.take(module, 0, "weight", "bias")
             if isinstance(module, nn.LayerNorm):
                 module.normalized_shape = (len(keep),)
         for module in group.image_embeddings:
             for name, param in list(module.named_parameters(recurse=False)):
                 if param.shape[-1] == group.width:
-                    slicer.take(module, name, -1)
+                    slicer.take(module, -1, name)
             for conv in (m for m in module.modules() if isinstance(m, nn.Conv2d) and m.out_channels == group.width):
-                slicer.take(conv, "weight", 0)
-                slicer.take(conv, "bias", 0)
+                slicer.take(conv, 0, "weight", "bias")
                 conv.out_channels = len(keep)
     book["ids"] = [book["ids"][k] for k in keep]
     model.config.hidden_size = len(keep)

@@ -186,12 +186,9 @@ def _gate_hook(module, args, kwargs, output):
     return output if gate is None else gated_norm(module, x, gate)
 
 
-BATCH_INPUTS = ("input_ids", "inputs_embeds", "pixel_values", "input_features")
-
-
 def _note_rows(model, args, kwargs):
     """The model's forward pre-hook: the examples of this forward, for streams the batch shares."""
-    given = [kwargs.get(name) for name in BATCH_INPUTS] + list(args[:1])
+    given = [kwargs.get(name) for name in ("input_ids", "inputs_embeds", "pixel_values", "input_features")] + list(args[:1])
     first = next((x for x in given if isinstance(x, torch.Tensor)), None)
     channel_book(model)["rows"]["rows"] = first.shape[0] if first is not None else 1
 

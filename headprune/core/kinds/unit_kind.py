@@ -51,8 +51,7 @@ class UnitKind:
         return None
 
     def held_ids(self, model: nn.Module) -> tuple[list[int], int] | None:
-        """(the original token ids a pruned model holds, the original id count), read through an id view or already its own
-        (a saved model loaded); None: it holds every id."""
+        """(the original token ids a pruned model holds, the original id count), by an id view or its own; None: every id."""
         return None
 
     def export_tokenizer(self, model: nn.Module, tokenizer):
@@ -73,8 +72,7 @@ class UnitKind:
         return None
 
     def gates(self, model: nn.Module, shared: dict) -> Any:
-        """The gates of this kind on ``model`` (a ``Gates``): masks and scores {group: [layers, units]} or [batch, layers, units];
-        ``shared``: {kind name: its gates already on the model}, where they are made once."""
+        """The gates of this kind on ``model`` (a ``Gates``), made once into ``shared`` ({kind name: its gates on the model})."""
         if self.gates_class is None:
             raise NotImplementedError
         if self.name not in shared:

@@ -38,12 +38,6 @@ class LayerKind(UnitKind):
     gates_class, site_class = LayerGates, LayerSite
     units_per_layer = staticmethod(lambda fields: 1)
 
-    def recovery_refusal(self):
-        return (
-            "least-squares recovery rescales the kept heads or neurons of a layer that lost some, and a layer unit goes "
-            "whole, leaving every kept layer's heads and neurons as they were: it would fit nothing"
-        )
-
     def available(self, model):
         try:
             return shared_weights(model)

@@ -8,8 +8,6 @@ from headprune.core.layer.sites import LayerSite, find_layer_sites
 from headprune.core.pruning import integer_id
 
 REMOVED_ATTR = "headprune_removed_layers"  # config field: {group: [removed original layer ids]}
-DECODER_COUNT_FIELDS = ("decoder_layers", "num_decoder_layers")  # the decoder stack's count in encoder-decoder configs
-PER_LAYER_FIELDS = ("layer_types",)  # config lists with one entry per layer of the (first) stack
 FIRST_LAYER_STATE = {"relative_attention_bias": "has_relative_attention_bias"}  # T5: a stack's first layer makes its position bias
 
 
@@ -74,15 +72,13 @@ def _renumber(model: nn.Module, stack: list[LayerSite], kept: list[LayerSite]) -
 
 
 def _sync_config(model: nn.Module, group: str, kept_positions: list[int]) -> None:
-    """Set the stack's count field and slice the per-layer config lists of the stack num_hidden_layers counts."""
+    """Set the stack's count field and slice config.layer_types where it lists the layers num_hidden_layers counts."""
     config = model.config
-    decoder = group == "dec_layer" and getattr(config, "is_encoder_decoder", False)  # the decoder's own count field
-    field = next(f for f in DECODER_COUNT_FIELDS if hasattr(config, f)) if decoder else "num_hidden_layers"
-    if field == "num_hidden_layers":
-        for name in PER_LAYER_FIELDS:
-            values = getattr(config, name, None)
-            if isinstance(values, (list, tuple)) and len(values) == config.num_hidden_layers:
-                setattr(config, name, [values[p] for p in kept_positions])
+    decoder = group == "dec_layer" and getattr(config, "is_encoder_decoder", False)  # the decoder's own count field:
+    field = next(f for f in ("decoder_layers", "num_decoder_layers") if hasattr(config, f)) if decoder else "num_hidden_layers"
+    types = getattr(config, "layer_types", None)  # a config list with one entry per layer of the (first) stack
+    if field == "num_hidden_layers" and isinstance(types, (list, tuple)) and len(types) == config.num_hidden_layers:
+        config.layer_types = [types[p] for p in kept_positions]
     setattr(config, field, len(kept_positions))
 
 

@@ -61,10 +61,8 @@ class VocabKind(UnitKind):
         return list(book["ids"]), int(book["size_orig"])
 
     def held_ids(self, model):
-        book = getattr(model, VOCAB_ATTR, None)
-        if not book or len(book["ids"]) == book["size_orig"]:
-            return None
-        return list(book["ids"]), int(book["size_orig"])
+        meta = vocab_meta(model)  # None: nothing removed
+        return None if meta is None else (meta["kept_ids"], int(meta["vocab_size_orig"]))
 
     def export_tokenizer(self, model, tokenizer):
         found = self.export_ids(model) or self.held_ids(model)
@@ -96,8 +94,7 @@ class VocabKind(UnitKind):
         return {GROUP: row}
 
     def ranked_scores(self, gates, tokenizer, scores):
-        """Merge-closed: a kept BPE token keeps the two tokens its merge joins (recursively), each counted in what is kept,
-        so the rewritten tokenizer still produces it; a token no text produces goes first (WordPiece: as given)."""
+        """Merge-closed: a kept BPE token keeps its merge's two parts (recursively); a token no text produces goes first."""
         if GROUP not in scores or tokenizer is None:
             return scores
         parts, dead = merge_parts(tokenizer_json(tokenizer))
@@ -106,8 +103,7 @@ class VocabKind(UnitKind):
         return {**scores, GROUP: merge_closed_scores(scores[GROUP][0], parts, dead).unsqueeze(0)}
 
     def counted_scores(self, gates, site, mean_loss):
-        """A site's tokens scored on the loss scale from their uses while probing: freq x mean loss per token, smoothed by
-        a Zipf prior over the ids (see ``core/vocab/scores.py``): ((U,), original ids, group); None: not this kind's site."""
+        """A site's tokens scored on the loss scale from their uses while probing (``core/vocab/scores.py``); None: not its site."""
         if not hasattr(site, "counts") or site.group != GROUP:
             return None
         values = renumbered_ids(gates.model.config, {}).values()  # the config's special ids: no rank in the prior

@@ -14,8 +14,7 @@ from headprune.core.vocab.tokenizer import merge_pair, merged, tokenizer_json
 
 
 def _derive(symbols: list[str], ranks: dict, prefix: str) -> tuple[str, str] | None | bool:
-    """The last merge (left, right) that BPE applies to ``symbols``; None: one symbol; False: they end as more than one
-    (no text produces the token)."""
+    """The last merge (left, right) BPE applies to ``symbols``; None: one symbol; False: more than one stays (no text makes it)."""
     last = None
     while len(symbols) > 1:
         found = [(ranks.get((a, b), math.inf), i) for i, (a, b) in enumerate(zip(symbols, symbols[1:]))]
@@ -31,8 +30,7 @@ def _derive(symbols: list[str], ranks: dict, prefix: str) -> tuple[str, str] | N
 def merge_parts(data: dict) -> tuple[dict[int, tuple[int, int]], set[int]]:
     """({id: (left id, right id)} of each BPE token its last merge makes, the ids no text produces) of a tokenizer.json.
 
-    A single character has no parts; an added token (special or not) is matched whole, never merged: neither is listed.
-    WordPiece pieces have no parts and every piece is produced (a word that is the piece)."""
+    Single characters, added tokens (matched whole) and WordPiece pieces (each produced by its own word) are in neither."""
     model = data["model"]
     if model["type"] != "BPE":
         return {}, set()
@@ -90,8 +88,7 @@ def merge_closed_scores(scores: torch.Tensor, parts: dict[int, tuple[int, int]],
 
 
 def produced_ids(tokenizer) -> list[int]:
-    """The ids some text makes ``tokenizer`` (a fast one) produce: its added tokens, and each BPE token its own string's
-    merges reach (a WordPiece piece: every one, matched whole)."""
+    """The ids some text makes a fast ``tokenizer`` produce: added tokens, BPE tokens their own string merges to, WordPiece's all."""
     data = tokenizer_json(tokenizer)
     added = {int(t["id"]) for t in data.get("added_tokens", [])}
     vocab = data["model"]["vocab"]

@@ -15,18 +15,17 @@ def prune_vocab_mask(model: nn.Module, mask) -> dict:
     row = hard_mask(mask, {GROUP: (1, book["size_orig"])}, "removing tokens", unit="token")[GROUP]
     positions = torch.tensor([p for p, i in enumerate(book["ids"]) if row[0, i] != 0], dtype=torch.long)  # kept rows now
     heads, slicer = output_heads(model), Slicer(positions)  # an output head tied to the table keeps the one sliced tensor
-    slicer.take(table, "weight", 0)
+    slicer.take(table, 0, "weight")
     table.num_embeddings = len(positions)
     if table.padding_idx is not None:
         rows = positions.tolist()
         table.padding_idx = rows.index(table.padding_idx) if table.padding_idx in rows else None
     for head in heads:
-        slicer.take(head, "weight", 0)
-        slicer.take(head, "bias", 0)
+        slicer.take(head, 0, "weight", "bias")
         head.out_features = len(positions)
     for module in model.modules():  # BART / Marian: a [1, vocab] bias added beside the head
         if isinstance(getattr(module, "final_logits_bias", None), torch.Tensor):
-            slicer.take(module, "final_logits_bias", 1)
+            slicer.take(module, 1, "final_logits_bias")
     book["ids"] = [book["ids"][p] for p in positions.tolist()]
     model.config.vocab_size = len(book["ids"])
     site.unit_ids = list(book["ids"])

@@ -78,8 +78,8 @@ def vocab_book(model: nn.Module) -> dict:
 
 def _to_rows(module, args):
     """Input embedding pre-hook: a pruned model's original ids -> its rows (a removed id reads row 0, zeroed by ``_gate_rows``)."""
-    site = getattr(module, SITE_ATTR, None)
-    if site is None or site.old_to_new is None:
+    site = getattr(module, SITE_ATTR)  # set with the hook (a deep copy keeps both)
+    if site.old_to_new is None:
         return None
     site.read = args[0]  # the original ids of this call
     return (site.old_to_new.to(args[0].device)[args[0]].clamp(min=0), *args[1:])
@@ -87,9 +87,7 @@ def _to_rows(module, args):
 
 def _gate_rows(module, args, output):
     """Input embedding hook: each token's row times its gate (a removed id's row: 0); counts the ids while probing."""
-    site = getattr(module, SITE_ATTR, None)
-    if site is None:
-        return None
+    site = getattr(module, SITE_ATTR)
     rows = args[0]
     ids = rows if site.old_to_new is None else site.read
     if site.recording:
@@ -107,9 +105,7 @@ def _gate_rows(module, args, output):
 
 def _gate_logits(module, args, output):
     """Output head hook: each logit times its token's gate; a pruned model's logits scattered back to the original ids."""
-    site = getattr(module, SITE_ATTR, None)
-    if site is None:
-        return None
+    site = getattr(module, SITE_ATTR)
     if site.gate is not None:
         gate = site.gate.to(output.dtype)
         if gate.dim() == 2:  # (B, U): a task may run the head on consecutive slices of the batch's rows

@@ -10,8 +10,6 @@ from pathlib import Path
 
 from headprune.core.checks import ConfigError
 
-REWRITABLE = ("BPE", "WordPiece")
-
 
 def tokenizer_json(tokenizer) -> dict:
     """The HF ``tokenizers`` description of a fast tokenizer, or a ConfigError for any other."""
@@ -27,7 +25,7 @@ def tokenizer_json(tokenizer) -> dict:
 def check_rewritable(data: dict) -> str:
     """The tokenizer model's type (BPE or WordPiece), or a ConfigError naming it."""
     kind = data["model"]["type"]
-    if kind not in REWRITABLE:
+    if kind not in ("BPE", "WordPiece"):
         raise ConfigError(
             f"prune.unit=vocab cannot rewrite a {kind} tokenizer ({'SentencePiece-style ' if kind == 'Unigram' else ''}segmentation "
             f"by whole-piece scores would still reach removed pieces): it takes byte-level BPE and WordPiece tokenizers"
