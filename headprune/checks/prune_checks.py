@@ -66,7 +66,18 @@ def check_prune(cfg, prune, alone: bool = True) -> None:
                 f"prune.{name}={multiple} is larger than the {width} {kind.noun}s of model {cfg.model.get('name')}: "
                 f"every pruned width would round back to the whole; choose at most {width} (null = the config's own multiple)"
             )
-    check_scores_from(prune)
+    path = prune.given.get("scores_from")  # fixed scores for the plain curves, read now (before any model loads)
+    if path is not None and prune.for_speed:
+        raise ConfigError(
+            f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
+            "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
+        )
+    if path is not None and prune.given.reestimate:
+        raise ConfigError(
+            f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
+        )
+    if path is not None:
+        read_scores(path, list(prune.orders), prune.unit.name, prune.action)
     check_prune_for_speed(cfg, prune)
     check_conditional_reads(cfg, prune, alone)
 
@@ -96,24 +107,6 @@ def check_ffn_multiple(cfg, prune) -> None:
             f"prune.ffn_multiple={multiple} must divide the FFN width {width} of model {cfg.model.get('name')} (a larger or "
             f"non-dividing multiple rounds every pruned layer back to its whole width): choose one of {divisors or [1]}"
         )
-
-
-def check_scores_from(prune) -> None:
-    """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
-    given = prune.given
-    path = given.get("scores_from")
-    if path is None:
-        return
-    if prune.for_speed:
-        raise ConfigError(
-            f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
-            "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
-        )
-    if given.reestimate:
-        raise ConfigError(
-            f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
-        )
-    read_scores(path, list(prune.orders), prune.unit.name, prune.action)
 
 
 def check_joint_scale(cfg, prune, orders) -> None:
