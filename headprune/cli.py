@@ -94,22 +94,16 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 _python_format = warnings.formatwarning
 
 
-def sweep_jobs(argv: list[str]) -> list[list[str]]:
-    """The overrides of every job of a multirun command line (``-m``), Hydra's own settings left out; [] for a single run."""
+def check_sweep(argv: list[str]) -> None:
+    """Check every job of a multirun (``-m``) before the first one starts: one bad value runs nothing, naming the job's overrides."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if not {"-m", "--multirun"} & set(argv):
-        return []
-    given = [a for a in argv if not a.startswith("-") and "=" in a and not a.lstrip("+~").startswith("hydra")]
-    batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(given), None)
-    return [job for batch in batches for job in batch]
-
-
-def check_sweep(argv: list[str]) -> None:
-    """Check every job of a sweep before the first one starts: one bad value runs nothing, naming the job's overrides."""
+        return
+    given = [a for a in argv if not a.startswith("-") and "=" in a and not a.lstrip("+~").startswith("hydra")]  # Hydra's own left out
     try:
-        jobs = sweep_jobs(argv)
+        jobs = [job for batch in BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(given), None) for job in batch]
     except HydraException:
         return  # a command line Hydra's grammar refuses: Hydra says why when it parses it
     for number, overrides in enumerate(jobs if len(jobs) > 1 else []):

@@ -66,7 +66,18 @@ def check_prune(cfg, prune, alone: bool = True) -> None:
                 f"prune.{name}={multiple} is larger than the {width} {kind.noun}s of model {cfg.model.get('name')}: "
                 f"every pruned width would round back to the whole; choose at most {width} (null = the config's own multiple)"
             )
-    check_scores_from(prune)
+    path = prune.given.get("scores_from")  # fixed scores for the plain curves, read now (before any model loads)
+    if path is not None and prune.for_speed:
+        raise ConfigError(
+            f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
+            "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
+        )
+    if path is not None and prune.given.reestimate:
+        raise ConfigError(
+            f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
+        )
+    if path is not None:
+        read_scores(path, list(prune.orders), prune.unit.name, prune.action)
     check_prune_for_speed(cfg, prune)
     check_conditional_reads(cfg, prune, alone)
 
@@ -96,24 +107,6 @@ def check_ffn_multiple(cfg, prune) -> None:
             f"prune.ffn_multiple={multiple} must divide the FFN width {width} of model {cfg.model.get('name')} (a larger or "
             f"non-dividing multiple rounds every pruned layer back to its whole width): choose one of {divisors or [1]}"
         )
-
-
-def check_scores_from(prune) -> None:
-    """prune.scores_from: fixed scores for the plain curves of experiment=prune, read now (before any model loads)."""
-    given = prune.given
-    path = given.get("scores_from")
-    if path is None:
-        return
-    if prune.for_speed:
-        raise ConfigError(
-            f"prune.scores_from={path} ranks the plain pruning curves; pruning for speed (prune.target / schedule / recover / "
-            "rearrange / measure_speed / extra_splits) scores its own model at every round: drop one of them"
-        )
-    if given.reestimate:
-        raise ConfigError(
-            f"prune.scores_from={path} reads fixed scores, and prune.reestimate=true recomputes them under every mask: drop one"
-        )
-    read_scores(path, list(prune.orders), prune.unit.name, prune.action)
 
 
 def check_joint_scale(cfg, prune, orders) -> None:
@@ -146,9 +139,35 @@ def check_joint_scale(cfg, prune, orders) -> None:
 
 def check_prune_for_speed(cfg, prune) -> None:
     """prune.target / schedule / cost / recover / rearrange / finetune / control / extra_splits / save / measure_speed / selection_split."""
-    given = prune.given
+    given, unit, rearrange = prune.given, prune.unit, prune.given.rearrange
     targets = [s for s in prune.steps if not isinstance(s, float)]
-    check_speed_unit(prune)
+    refusals = {  # {a setting that asks what the unit cannot do: (why it cannot, what to do instead)}
+        "prune.recover=lsq": (
+            "lsq" in prune.recovering and lsq_refusal(unit),
+            "drop lsq from prune.recover (finetune recovers any unit), or prune a unit with heads or neurons",
+        ),
+        f"prune.rearrange={rearrange}": (
+            rearrange and rearrangement_refusal(unit),
+            "drop prune.rearrange (or use prune.unit=head, kv_group, ffn or a joint list such as [kv_group,ffn])",
+        ),
+        "prune.recover=reconstruct": (
+            "reconstruct" in prune.recovering and reconstruction_refusal(unit),
+            "drop reconstruct from prune.recover (or prune head, kv_group, ffn or a joint list of them)",
+        ),
+    }
+    for setting, (refusal, fix) in refusals.items():
+        if refusal:
+            raise ConfigError(f"{setting} with prune.unit={unit}: {refusal}; {fix}")
+    if "reconstruct" in prune.recovering and given.reconstruct.target == "inputs" and "hidden_size" in shrunk_fields(unit):
+        raise ConfigError(
+            f"prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and prune.unit={unit} "
+            "narrows those inputs (residual channels): use prune.reconstruct.target=teacher"
+        )
+    if rearrange and given.get("schedule") is not None:
+        raise ConfigError(
+            "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
+            "not with prune.schedule: drop one of them"
+        )
     untimed = [kind.name for kind in kinds_of(prune.unit) if kind.latency_parts() is None]  # prune.cost: latency tables per kind
     if given.cost == "latency" and untimed:
         raise ConfigError(
@@ -217,38 +236,6 @@ def check_prune_for_speed(cfg, prune) -> None:
         if cfg.get("speed") is None:
             raise ConfigError("prune.measure_speed=true needs the speed.* settings (experiment=prune and study have them)")
         check_speed(cfg.speed)
-
-
-def check_speed_unit(prune) -> None:
-    """Rearranging re-chooses units of one-shot masks, in a unit with several units per layer; lsq needs a kind it can refit."""
-    given, unit, rearrange = prune.given, prune.unit, prune.given.rearrange
-    refusals = {  # {a setting that asks what the unit cannot do: (why it cannot, what to do instead)}
-        "prune.recover=lsq": (
-            "lsq" in prune.recovering and lsq_refusal(unit),
-            "drop lsq from prune.recover (finetune recovers any unit), or prune a unit with heads or neurons",
-        ),
-        f"prune.rearrange={rearrange}": (
-            rearrange and rearrangement_refusal(unit),
-            "drop prune.rearrange (or use prune.unit=head, kv_group, ffn or a joint list such as [kv_group,ffn])",
-        ),
-        "prune.recover=reconstruct": (
-            "reconstruct" in prune.recovering and reconstruction_refusal(unit),
-            "drop reconstruct from prune.recover (or prune head, kv_group, ffn or a joint list of them)",
-        ),
-    }
-    for setting, (refusal, fix) in refusals.items():
-        if refusal:
-            raise ConfigError(f"{setting} with prune.unit={unit}: {refusal}; {fix}")
-    if "reconstruct" in prune.recovering and given.reconstruct.target == "inputs" and "hidden_size" in shrunk_fields(unit):
-        raise ConfigError(
-            f"prune.reconstruct.target=inputs replays the unpruned layers on the pruned model's inputs, and prune.unit={unit} "
-            "narrows those inputs (residual channels): use prune.reconstruct.target=teacher"
-        )
-    if rearrange and given.get("schedule") is not None:
-        raise ConfigError(
-            "prune.rearrange re-chooses the units of one-shot masks (prune.fractions or prune.target), "
-            "not with prune.schedule: drop one of them"
-        )
 
 
 def smallest_projection(model_cfg) -> int | None:

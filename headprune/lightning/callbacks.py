@@ -1,10 +1,9 @@
 """Training dynamics of head importance (paper section 6): snapshots (importance + a pruning curve) and the callback taking them."""
 
-import math
 from pathlib import Path
 
 import lightning as L
-import torch
+import numpy as np
 from lightning.pytorch.loggers import WandbLogger
 
 from headprune.engine.verdict import prunable_fraction
@@ -43,22 +42,13 @@ def take_snapshot(task, settings, epoch: int | None = None, step: int | None = N
     }
 
 
-def spearman(a: dict, b: dict) -> float:
-    """Spearman rank correlation between two importance snapshots ({group: [L][H]})."""
+def with_stability(history: list[dict]) -> list[dict]:
+    """Add ``rank_stability`` (the Spearman rank correlation of its importance with the previous snapshot's; 0 if undefined) to each."""
     from scipy.stats import spearmanr
 
-    x = torch.cat([torch.as_tensor(a[g]).reshape(-1) for g in sorted(a)])
-    y = torch.cat([torch.as_tensor(b[g]).reshape(-1) for g in sorted(b)])
-    rho = spearmanr(x.numpy(), y.numpy()).statistic
-    return float(rho) if not math.isnan(rho) else 0.0
-
-
-def with_stability(history: list[dict]) -> list[dict]:
-    """Add ``rank_stability`` (Spearman with the previous snapshot) to each snapshot."""
-    return [
-        {**snap, "rank_stability": spearman(history[i - 1]["importance"], snap["importance"]) if i else None}
-        for i, snap in enumerate(history)
-    ]
+    flat = [np.concatenate([np.ravel(snap["importance"][g]) for g in sorted(snap["importance"])]) for snap in history]  # every head
+    rho = [float(np.nan_to_num(spearmanr(before, after).statistic)) for before, after in zip(flat, flat[1:])]
+    return [{**snap, "rank_stability": rho[i - 1] if i else None} for i, snap in enumerate(history)]
 
 
 class HeadImportanceTracker(L.Callback):

@@ -21,19 +21,10 @@ class LayerTargets:
     channels: torch.Tensor | None  # the teacher positions of the student's residual channels (None: the same channels)
 
 
-def removed_record(model: nn.Module) -> dict:
-    """{layer group: [removed original ids]} of a model (``headprune.core.layer.removal``'s config record; {} when none)."""
-    return dict(getattr(model.config, REMOVED_ATTR, None) or {})
-
-
-def _channel_ids(model: nn.Module) -> list[int] | None:
-    book = getattr(model, IDS_ATTR, None)  # {"ids": original ids of the channels present}
-    return list(book["ids"]) if book is not None else None
-
-
 def channel_index(student: nn.Module, teacher: nn.Module) -> torch.Tensor | None:
     """Teacher positions of the student's residual channels (by original id) when they differ, else None."""
-    ids, teacher_ids = _channel_ids(student), _channel_ids(teacher)
+    books = [getattr(model, IDS_ATTR, None) for model in (student, teacher)]  # {"ids": original ids of the channels present}
+    ids, teacher_ids = (list(book["ids"]) if book is not None else None for book in books)
     if ids is None or ids == teacher_ids or (teacher_ids is None and ids == list(range(len(ids)))):
         return None
     position = {c: k for k, c in enumerate(teacher_ids)} if teacher_ids is not None else {c: c for c in ids}
@@ -45,7 +36,8 @@ def channel_index(student: nn.Module, teacher: nn.Module) -> torch.Tensor | None
 
 def layer_targets(student: nn.Module, teacher: nn.Module) -> LayerTargets:
     """The layer and channel correspondence of a (pruned) student and its teacher, read from their records."""
-    return LayerTargets(removed_record(student), removed_record(teacher), channel_index(student, teacher))
+    removed = [dict(getattr(model.config, REMOVED_ATTR, None) or {}) for model in (student, teacher)]  # the layer removal's records
+    return LayerTargets(*removed, channel_index(student, teacher))
 
 
 def _originals(layers: int, removed: dict, group: str | None) -> list[int]:

@@ -39,24 +39,19 @@ def build_trainer(cfg, callbacks=(), logger=None) -> L.Trainer:
     )
 
 
-def resolve_ckpt_path(cfg) -> str | None:
-    """``ckpt_path=last`` means this run directory's last.ckpt (when it exists)."""
-    path = cfg.get("ckpt_path")
-    if path == "last":
-        last = output_dir(cfg) / "checkpoints" / "last.ckpt"
-        return str(last) if last.exists() else None
-    if path and not Path(path).exists():
-        raise FileNotFoundError(f"ckpt_path={path} does not exist; give a checkpoint file or `last`")
-    return path
-
-
 def fit(cfg, module, datamodule, callbacks=()) -> dict:
     """Train ``module`` on ``datamodule``, validate, save the HF model to <output_dir>/model, write results.json."""
     L.seed_everything(cfg.seed, workers=True)
     trainer = build_trainer(cfg, callbacks=callbacks)
+    resume = cfg.get("ckpt_path")  # ckpt_path=last: this run directory's last.ckpt (when it exists)
+    if resume == "last":
+        last = output_dir(cfg) / "checkpoints" / "last.ckpt"
+        resume = str(last) if last.exists() else None
+    elif resume and not Path(resume).exists():
+        raise FileNotFoundError(f"ckpt_path={resume} does not exist; give a checkpoint file or `last`")
     start = time.perf_counter()
     module.train()  # HF models load in eval mode, and Lightning keeps the mode it is given: dropout on for fitting
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg))
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
     train_seconds = time.perf_counter() - start
     final = trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = {k: float(v) for k, v in (final[0] if final else {}).items()}
