@@ -108,6 +108,8 @@ def prune_stage(
         **action_record(task),
         **examples_record(task, base, "base_per_example"),
     }
+    # a step's label by kind: kinds_removed (``KV groups 25%, neurons 38%``), or streamed for a streaming task
+    label_key, label_of = ("streamed", streamed_label) if streaming(task) else ("kinds_removed", kinds_label)
     for order in orders:
         if order in reestimated:
             masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, prune)
@@ -124,7 +126,7 @@ def prune_stage(
                 "units_removed": heads_removed(m),
                 "query_heads_removed": heads_removed(query_heads_of(task.gates, m)),
                 "units_by_kind": units_by_kind(mask_to_json(m), task.gates.unit),
-                **what_it_did(task, m),
+                label_key: label_of(mask_to_json(m), task.gates.unit),
                 **score_fields(r, base),  # a vocabulary cut: through its own tokenizer, relative per byte
                 "mask": mask_to_json(m),
                 **point_cost(task, m),
@@ -136,13 +138,6 @@ def prune_stage(
         if order in shared:
             out["orders"][order]["head_scores"] = tensor_dict(shared[order])
     return out
-
-
-def what_it_did(task, mask) -> dict:
-    """A step's label by kind: ``kinds_removed`` (``KV groups 25%, neurons 38%``), or ``streamed`` for a streaming task."""
-    if streaming(task):
-        return {"streamed": streamed_label(mask_to_json(mask), task.gates.unit)}
-    return {"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)}
 
 
 def warn_unmet(result: dict) -> None:
