@@ -40,11 +40,8 @@ def fractions_of(settings) -> list[float]:
 
 
 def orders_of(settings) -> list[str]:
-    """``prune.order`` as a list of known orders."""
-    orders = listed(settings.order)
-    if not orders:
-        raise ValueError(f"prune.order is empty: give at least one of {list(ORDERS)}")
-    return [check_order(str(o)) for o in orders]
+    """``prune.order`` as a list of known orders (an empty list is refused before work)."""
+    return [check_order(str(o)) for o in listed(settings.order)]
 
 
 def reestimated_masks(task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, prune) -> list:
