@@ -204,9 +204,10 @@ def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> d
     for name, files in exports.items():
         with swapped_model(task, OnnxRuntimeModel(files, config, main_input_name=task.model.main_input_name), task.gates):
             scores[name] = task.evaluate(None, split=split).score
-            spreads[name] = batch_spread(
-                {int(b): task.evaluate(None, split=split, batch_size=int(b)).score for b in settings.int8_batch_sizes}
-            )
+            sizes = sorted({int(b) for b in settings.int8_batch_sizes})
+            values = [float(task.evaluate(None, split=split, batch_size=b).score) for b in sizes]  # one score per batch size
+            spreads[name] = {"batch_sizes": sizes, "scores": values, "min": min(values), "max": max(values)}
+            spreads[name]["spread"] = max(values) - min(values)
     q = {
         "metric": task.metric,
         "split": split,
@@ -305,13 +306,6 @@ def run(cfg) -> dict:
         cfg, "export", result, task, split, inputs={**origin, "format": fmt, "settings": OmegaConf.to_container(settings, resolve=True)}
     )
     return {"objective": report["max_abs_diff"], **result}
-
-
-def batch_spread(scores: dict[int, float]) -> dict:
-    """{"batch_sizes", "scores" (one per size, in that order), "min", "max", "spread" (max - min)} of {batch size: score}."""
-    sizes = sorted(scores)
-    values = [float(scores[b]) for b in sizes]
-    return {"batch_sizes": sizes, "scores": values, "min": min(values), "max": max(values), "spread": max(values) - min(values)}
 
 
 def spread_line(name: str, record: dict) -> str:

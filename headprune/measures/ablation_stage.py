@@ -58,7 +58,7 @@ def ablation_stage(task, split: str, groups, n_samples: int, seed: int, alpha: f
 
 
 def ablation_figure(result: dict, path, title: str):
-    return head_heatmaps(result["delta"], result["significant"], path, title, f"{result['metric']} difference")
+    return head_heatmaps(result["delta"], title, f"{result['metric']} difference", result["significant"], path=path)
 
 
 def keep_one_stage(task, selection: str, split: str, groups, n_samples: int, seed: int, alpha: float, *, progress: bool, base=None) -> dict:

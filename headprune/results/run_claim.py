@@ -79,9 +79,7 @@ def claim_run_dir(out: Path, experiment: str, settings: dict, overwrite: bool, r
         if overwrite:
             return True
         raise ConfigError(f"{out} holds a damaged results.json (not valid JSON): it is no run to resume; {fix}") from None
-    there = recorded_settings(out, settings.get("paths") or {})
-    if there is None:
-        there = payload.get("config") or {}
+    there = recorded_settings(out, settings.get("paths") or {}) or payload.get("config") or {}
     found = recorded_experiment(out, payload)
     if there.get("run") != settings.get("run"):
         if overwrite:

@@ -20,16 +20,7 @@ def tensor_dict(values: dict) -> dict:
     return {g: (v.detach().cpu().tolist() if hasattr(v, "detach") else v) for g, v in values.items()}
 
 
-def write_results(
-    cfg,
-    kind: str,
-    numbers: dict,
-    task,
-    split: str = "eval",
-    inputs: dict | None = None,
-    figures: list | None = None,
-    path: Path | None = None,
-) -> Path:
+def write_results(cfg, kind: str, numbers: dict, task, split: str, inputs: dict | None = None, figures: list | None = None) -> Path:
     """results.json (schema_version, inputs, config, fingerprints, results, figures), written atomically."""
     described = {
         "task": task.name,
@@ -40,7 +31,7 @@ def write_results(
         **(inputs or {}),
     }
     return write_results_file(
-        path or output_dir(cfg) / "results.json",
+        output_dir(cfg) / "results.json",
         kind,
         OmegaConf.to_container(cfg, resolve=True),
         numbers,

@@ -40,11 +40,8 @@ def fractions_of(settings) -> list[float]:
 
 
 def orders_of(settings) -> list[str]:
-    """``prune.order`` as a list of known orders."""
-    orders = listed(settings.order)
-    if not orders:
-        raise ValueError(f"prune.order is empty: give at least one of {list(ORDERS)}")
-    return [check_order(str(o)) for o in orders]
+    """``prune.order`` as a list of known orders (an empty list is refused before work)."""
+    return [check_order(str(o)) for o in listed(settings.order)]
 
 
 def reestimated_masks(task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, prune) -> list:
@@ -108,6 +105,8 @@ def prune_stage(
         **action_record(task),
         **examples_record(task, base, "base_per_example"),
     }
+    # a step's label by kind: kinds_removed (``KV groups 25%, neurons 38%``), or streamed for a streaming task
+    label_key, label_of = ("streamed", streamed_label) if streaming(task) else ("kinds_removed", kinds_label)
     for order in orders:
         if order in reestimated:
             masks = reestimated_masks(task, order, settings, fractions, groups, min_per_layer, progress, prune)
@@ -124,7 +123,7 @@ def prune_stage(
                 "units_removed": heads_removed(m),
                 "query_heads_removed": heads_removed(query_heads_of(task.gates, m)),
                 "units_by_kind": units_by_kind(mask_to_json(m), task.gates.unit),
-                **what_it_did(task, m),
+                label_key: label_of(mask_to_json(m), task.gates.unit),
                 **score_fields(r, base),  # a vocabulary cut: through its own tokenizer, relative per byte
                 "mask": mask_to_json(m),
                 **point_cost(task, m),
@@ -136,13 +135,6 @@ def prune_stage(
         if order in shared:
             out["orders"][order]["head_scores"] = tensor_dict(shared[order])
     return out
-
-
-def what_it_did(task, mask) -> dict:
-    """A step's label by kind: ``kinds_removed`` (``KV groups 25%, neurons 38%``), or ``streamed`` for a streaming task."""
-    if streaming(task):
-        return {"streamed": streamed_label(mask_to_json(mask), task.gates.unit)}
-    return {"kinds_removed": kinds_label(mask_to_json(mask), task.gates.unit)}
 
 
 def warn_unmet(result: dict) -> None:

@@ -103,10 +103,7 @@ def recovery_step(step: str, unit, settings, logger, progress: bool = False, che
     def finetune(model, teacher, batches, tuning, label):
         return finetune_record(finetune_in_place(model, teacher, tuning or batches, settings.finetune, logger, label, checkpoints))
 
-    steps = {"lsq": lsq, "reconstruct": reconstruct, "finetune": finetune}
-    if step not in steps:
-        raise ValueError(f"unknown recovery {step!r}; choose none, lsq, reconstruct or finetune, or a chain such as reconstruct+finetune")
-    return steps[step]
+    return {"lsq": lsq, "reconstruct": reconstruct, "finetune": finetune}[step]  # prune.recover's steps: checked before work
 
 
 def keep_for_timing(ctx: ParetoRun, key: tuple, model, mask, unit_gates=None) -> None:

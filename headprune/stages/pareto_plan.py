@@ -26,15 +26,8 @@ def steps_used(recoveries) -> frozenset[str]:
 
 
 def rearrangements_of(settings) -> list[bool]:
-    """``prune.rearrange`` as the variants to make: false -> [False], true -> [True], both -> [False, True]."""
-    given = settings.rearrange
-    if given is None or given is False:
-        return [False]
-    if given is True:
-        return [True]
-    if given == "both":
-        return [False, True]
-    raise ValueError(f"prune.rearrange must be false, true or both, got {given!r}")
+    """``prune.rearrange`` (its values checked before work) as the variants to make: false -> [False], true -> [True], both -> [False, True]."""
+    return [False, True] if settings.rearrange == "both" else [bool(settings.rearrange)]
 
 
 def for_speed(settings) -> bool:

@@ -41,13 +41,8 @@ def _save(fig, path: str | Path, dpi: int = 110, bbox: str | None = "tight") -> 
     return path
 
 
-def head_heatmaps(values: dict, significant: dict | None, path: str | Path, title: str, label: str) -> Path:
-    """One heatmap per group (layers x heads) of ``values``; cells with ``significant`` True get a star."""
-    return _save(group_heatmaps(values, title, label, significant), path)
-
-
-def group_heatmaps(values: dict, title: str, label: str, significant: dict | None = None, signed: bool = True):
-    """The figure of ``head_heatmaps``: one colour scale, around 0 when ``signed`` (differences), else from the least value."""
+def head_heatmaps(values: dict, title: str, label: str, significant: dict | None = None, signed: bool = True, path=None):
+    """Layers x heads heatmaps per group on one scale (around 0 when ``signed``), ``significant`` starred; saved when ``path``."""
     groups = list(values)
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 1, 3.6), squeeze=False)
     arrays = [np.asarray(values[g], dtype=float) for g in groups]
@@ -67,7 +62,7 @@ def group_heatmaps(values: dict, title: str, label: str, significant: dict | Non
                 ax.text(head, layer, "*", ha="center", va="center", fontsize=12, color="black")
     fig.colorbar(image, ax=axes[0].tolist(), label=label, shrink=0.9)
     fig.suptitle(title, fontsize=10)
-    return fig
+    return fig if path is None else _save(fig, path)
 
 
 def pruning_curves(
@@ -166,7 +161,7 @@ def snapshot_label(snap: dict) -> str:
 
 def importance_heatmaps(importance: dict, title: str = "head importance"):
     """One layer x head heatmap per attention group, on one colour scale."""
-    return group_heatmaps(importance, title, "importance", signed=False)
+    return head_heatmaps(importance, title, "importance", signed=False)
 
 
 def pruning_curves_by_epoch(snapshots: list[dict], path) -> Path:

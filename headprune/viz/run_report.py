@@ -25,9 +25,7 @@ def read_results(file: Path, run_dir: Path) -> dict:
 
 def build_report(run_dir: str | Path) -> Path:
     """Write ``report.md`` and ``report.html`` into ``run_dir`` from its results files and PNG figures."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run_dir {run_dir} is not a directory: give a Hydra run directory (outputs/...)")
+    run_dir = Path(run_dir)  # a directory: experiment=report checks run_dir before work
     files = results_files(run_dir)
     figures = sorted(p for p in run_dir.rglob("*.png") if "wandb" not in p.parts)
     if not files and not figures:
