@@ -15,7 +15,7 @@ from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, s
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall
 from headprune.tasks.common import LazySizes, SharedTaskMethods
-from headprune.tasks.mt.data import TranslationDataModule, split_of
+from headprune.tasks.mt.data import TokenBatches, TranslationDataModule, split_of
 
 # task.* besides name (conf/task/mt.yaml)
 TASK_SETTINGS = ("label_smoothing", "beam_size", "val_beam_size", "len_ratio", "len_extra", "mask_chunk")
@@ -71,7 +71,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     paired_test_name = "sacrebleu PairedTest(bs)"
     selection_split = "heldout"  # data.heldout_split (valid): the paper's appendix A
 
-    def __init__(self, model, tokenizer, data: TranslationDataModule | None, task_cfg, optim_cfg=None, scheduler_cfg=None):
+    def __init__(self, model, tokenizer, data: TranslationDataModule, task_cfg, optim_cfg=None, scheduler_cfg=None):
         super().__init__()
         self.model = model
         self.gates = model_gates(model)
@@ -109,9 +109,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return token_loss.sum(1) / counts
 
     def on_train_epoch_start(self) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "train_set"):
-            datamodule.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
+        self.data.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
 
     def max_new_tokens(self, input_ids: torch.Tensor) -> int:
         """The most tokens a translation of a batch may take: ``task.len_ratio`` x its length + ``task.len_extra``."""
@@ -172,7 +170,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         by_id = {i: h for ids, hyps in outputs for i, h in zip(ids, hyps)}
         if not by_id:
             return
-        refs = self.data.references("valid") if self.data is not None else self.trainer.datamodule.references("valid")
+        refs = self.data.references("valid")
         hyps = [by_id.get(i, "") for i in range(len(refs))]
         bleu, _ = corpus_bleu(hyps, refs)
         tokens = sum(n for _, n in nll)
@@ -265,8 +263,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """Shuffled token-count batches of the training split (``seed``) until about ``examples`` sentences are in."""
-        from headprune.tasks.mt.data import TokenBatches
-
         src, tgt = self.data.split_encoded("train")
         shuffled = TokenBatches(src, tgt, self.data.pad_id, self.data.start_id, int(self.data.cfg.max_tokens), shuffle=True, seed=seed)
         batches, seen = [], 0
