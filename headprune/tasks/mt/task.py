@@ -118,14 +118,13 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     def generate(self, batch: dict, beam_size: int, max_time: float | None = None, progress: BatchProgress | None = None) -> list[str]:
         """Detokenized translations of a batch (beam search, or greedy at beam 1), stopped after ``max_time`` s; ``progress`` per step."""
-        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         config = self.model.config
         out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
             num_beams=int(beam_size),
             do_sample=False,
-            max_new_tokens=self.max_new_tokens(input_ids),
+            max_new_tokens=self.max_new_tokens(batch["input_ids"]),
             length_penalty=1.0,
             num_return_sequences=1,
             decoder_start_token_id=config.decoder_start_token_id,

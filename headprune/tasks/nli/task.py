@@ -8,7 +8,8 @@ import torch
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierTask, classifier_settings, finetune_classifier
-from headprune.tasks.nli.data import LABELS, NLIDataConfig, NLIDataModule, PadCollator
+from headprune.tasks.nli.data import NLIDataConfig, NLIDataModule, PadCollator
+from headprune.tasks.nli.files import LABELS
 
 
 class NLIModule(ClassifierTask):
