@@ -105,14 +105,12 @@ class LanguageModelingTask(SharedTaskMethods):
     def _result(self, stats: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
         """The EvalResult of per-example NLL sums (N, 1) and tokens (N,)."""
         nll = stats[:, 0]
-        total_tokens = int(tokens.sum())
-        per_text = nll / tokens.clamp(min=1)
         return EvalResult(
-            score=float(torch.exp(nll.sum() / max(total_tokens, 1))),
+            score=float(torch.exp(nll.sum() / max(int(tokens.sum()), 1))),  # corpus perplexity: exp(NLL per predicted token)
             metric=self.metric,
             n=len(nll),
             per_example={"nll": nll.tolist(), "tokens": tokens.tolist()},
-            loss=float(per_text.mean()),
+            loss=float((nll / tokens.clamp(min=1)).mean()),  # the mean over texts of each text's NLL per token
         )
 
     def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:

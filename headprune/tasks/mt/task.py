@@ -278,8 +278,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         if self.optim_cfg is None or self.scheduler_cfg is None:
             raise ValueError("training needs optim and scheduler settings: compose the config with the MT task group (conf/task/mt.yaml)")
         optimizer = instantiate(self.optim_cfg)(self.parameters())
-        warmup = self.scheduler_cfg["warmup_steps"]
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(self.scheduler_cfg["warmup_steps"]))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
