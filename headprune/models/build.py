@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from headprune.core.saving import RECORD_FILE
 from headprune.models.sources import VOCABULARY_FILES, check_model_dir, has_tokenizer, resolve_pretrained, split_revision
+from headprune.models.tokenizers import load_tokenizer
 
 
 def tokenizer_source(model_cfg) -> str:
@@ -26,10 +27,7 @@ def tokenizer_source(model_cfg) -> str:
 
 def build_tokenizer(model_cfg):
     """The tokenizer named by ``model_cfg.tokenizer`` (embedded name, hub name or directory)."""
-    from transformers import AutoTokenizer
-
-    name, revision = split_revision(tokenizer_source(model_cfg))
-    return AutoTokenizer.from_pretrained(name, revision=revision)
+    return load_tokenizer(tokenizer_source(model_cfg))
 
 
 def build_model(model_cfg, model_class, vocab_size: int | None = None, seed: int | None = None, **extra):

@@ -107,13 +107,12 @@ def check_model_dir(path: str | Path, setting: str = "model.pretrained", tokeniz
     path = Path(path)
     if not path.is_dir():
         return  # a hub name or a checkpoint file
-    missing = []
-    if not (path / "config.json").is_file():
-        missing.append("config.json")
-    if not any((path / name).is_file() for name in WEIGHT_FILES):
-        missing.append(f"weights (one of {', '.join(WEIGHT_FILES)})")
-    if tokenizer and not has_tokenizer(path):
-        missing.append(f"tokenizer files (one of {', '.join(VOCABULARY_FILES)})")
+    absent = {  # what a complete directory holds: absent or not
+        "config.json": not (path / "config.json").is_file(),
+        f"weights (one of {', '.join(WEIGHT_FILES)})": not any((path / name).is_file() for name in WEIGHT_FILES),
+        f"tokenizer files (one of {', '.join(VOCABULARY_FILES)})": tokenizer and not has_tokenizer(path),
+    }
+    missing = [what for what, is_absent in absent.items() if is_absent]
     if missing:
         raise FileNotFoundError(
             f"{setting}={path} is not a complete model directory: it lacks {'; '.join(missing)}. "

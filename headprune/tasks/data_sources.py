@@ -48,11 +48,6 @@ def utf8_lines(path: str | Path):
             yield number, line
 
 
-def check_utf8(path: str | Path) -> int:
-    """Read the whole file as UTF-8 (a TextFileError at the first bad line); returns the number of lines."""
-    return sum(1 for _ in utf8_lines(path))
-
-
 def read_texts(path: str | Path, what: str = "language-modelling text file") -> list[str]:
     """The non-empty lines of a UTF-8 (optionally gzip) text file (one text per line); a missing ``what`` lists the files beside it."""
     path = Path(path)

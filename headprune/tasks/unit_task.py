@@ -46,14 +46,9 @@ class UnitTask(TaskView):
         else:
             setattr(self.task, name, value)
 
-    @property
-    def acting(self) -> dict:
-        """{kind name: the gates that act} under this unit's gates (query heads alone for head and kv_group units)."""
-        return shared_gates(self._gates)
-
     def _acting_gates(self):
         """The task's gates, for the duration of an evaluation, as joint gates over every kind that acts beyond query heads."""
-        acting = self.acting
+        acting = shared_gates(self._gates)  # {kind name: the gates that act} (query heads alone for head and kv_group units)
         if set(acting) <= {QUERY_HEADS}:
             return nullcontext()
         return self._task_gates(JointGates(self.task.model, list(acting.values())))

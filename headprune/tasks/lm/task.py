@@ -16,7 +16,6 @@ from headprune.tasks.common import SharedTaskMethods, checked_settings, drawn_gr
 from headprune.tasks.lm.data import LMData, load_texts, long_documents, text_pools
 
 TASK_SETTINGS = ("mask_chunk", "selection_split", "decode_tokens", "decode_prompt_tokens")  # task.* besides name (conf/task/lm.yaml)
-MODEL_INPUTS = DECODER_INPUTS
 HEAD_ROWS = 8  # texts whose (T, V) logits exist at once: the vocabulary projection runs in row chunks
 
 
@@ -68,7 +67,7 @@ class LanguageModelingTask(SharedTaskMethods):
 
     def _inputs(self, batch: dict, *extra: str) -> dict:
         """The model inputs of a batch (and ``extra`` keys such as labels) on the model's device."""
-        return {k: batch[k].to(self.model_device) for k in (*MODEL_INPUTS, *extra)}
+        return {k: batch[k].to(self.model_device) for k in (*DECODER_INPUTS, *extra)}
 
     @contextmanager
     def split_by(self, split_row, tokenizer, splits: list[str]):
@@ -106,14 +105,12 @@ class LanguageModelingTask(SharedTaskMethods):
     def _result(self, stats: torch.Tensor, tokens: torch.Tensor) -> EvalResult:
         """The EvalResult of per-example NLL sums (N, 1) and tokens (N,)."""
         nll = stats[:, 0]
-        total_tokens = int(tokens.sum())
-        per_text = nll / tokens.clamp(min=1)
         return EvalResult(
-            score=float(torch.exp(nll.sum() / max(total_tokens, 1))),
+            score=float(torch.exp(nll.sum() / max(int(tokens.sum()), 1))),  # corpus perplexity: exp(NLL per predicted token)
             metric=self.metric,
             n=len(nll),
             per_example={"nll": nll.tolist(), "tokens": tokens.tolist()},
-            loss=float(per_text.mean()),
+            loss=float((nll / tokens.clamp(min=1)).mean()),  # the mean over texts of each text's NLL per token
         )
 
     def evaluate(self, mask=None, split: str = "eval", batch_size: int | None = None, on_batch=None) -> EvalResult:
@@ -162,7 +159,7 @@ class LanguageModelingTask(SharedTaskMethods):
             group = masks[start : start + self.mask_chunk]
             k = len(group)
             stacked = {g: torch.stack([m[g] for m in group]).repeat_interleave(b, dim=0) for g in group[0]}  # (k*B, L, H)
-            repeated = {key: batch[key].repeat(k, 1) for key in (*MODEL_INPUTS, "labels")}  # row j*B + b: text b, mask j
+            repeated = {key: batch[key].repeat(k, 1) for key in (*DECODER_INPUTS, "labels")}  # row j*B + b: text b, mask j
             with self.gates.masked(stacked):
                 out[start : start + k] = self._forward_stats(repeated).cpu().view(k, b, columns)
         return out

@@ -93,8 +93,7 @@ class PasskeyTask(LanguageModelingTask):
 
     def retrieval_batches(self, split: str = "importance", batch_size: int | None = None) -> list[dict]:
         """Batches with each answer token's needle span, on the model's device: what ``retrieval_heads.retrieval_scores`` reads."""
-        batches = self.data.batches(split, batch_size or self.data.batch_size, copies=True)
-        return [self._to_device(batch) for batch in batches]
+        return [self._to_device(batch) for batch in self.data.batches(split, batch_size or self.data.batch_size, copies=True)]
 
     def per_example_loss(self, batch: dict) -> torch.Tensor:
         """Mean NLL of each example's answer tokens, shape (B,) (the vocabulary projected at answer positions only)."""

@@ -6,9 +6,7 @@ SPLITS = ("train", "valid", "test")
 def split_limit(data_cfg, split: str) -> int | None:
     """``data.limits.<split>``: a positive number of pairs to keep, or None (all)."""
     value = (data_cfg.get("limits") or {}).get(split)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"data.limits.{split} must be a positive integer (pairs kept) or null (all), got {value!r}")
     return value
 

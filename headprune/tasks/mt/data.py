@@ -1,5 +1,6 @@
 """TranslationDataModule: parallel text from the HF hub, local aligned files or the synthetic task; token batching."""
 
+import functools
 import random
 
 import lightning as L
@@ -130,7 +131,6 @@ class TranslationDataModule(L.LightningDataModule):
         self.seed = seed
         self.texts: dict[str, tuple[list[str], list[str]]] = {}
         self.encoded: dict[str, tuple[list[list[int]], list[list[int]]]] = {}
-        self._train_set: TokenBatches | None = None
 
     def split_texts(self, split: str) -> tuple[list[str], list[str]]:
         """(sources, targets) of a split, loaded once."""
@@ -182,12 +182,10 @@ class TranslationDataModule(L.LightningDataModule):
             self.split_encoded("train")
         self.split_encoded("valid")
 
-    @property
+    @functools.cached_property
     def train_set(self) -> TokenBatches:
-        if self._train_set is None:
-            src, tgt = self.split_encoded("train")
-            self._train_set = TokenBatches(src, tgt, self.pad_id, self.start_id, int(self.cfg.max_tokens), shuffle=True, seed=self.seed)
-        return self._train_set
+        src, tgt = self.split_encoded("train")
+        return TokenBatches(src, tgt, self.pad_id, self.start_id, int(self.cfg.max_tokens), shuffle=True, seed=self.seed)
 
     def train_dataloader(self):
         return DataLoader(self.train_set, batch_size=None, num_workers=int(self.cfg.num_workers))

@@ -15,7 +15,7 @@ from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, s
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall
 from headprune.tasks.common import LazySizes, SharedTaskMethods
-from headprune.tasks.mt.data import TranslationDataModule, split_of
+from headprune.tasks.mt.data import TokenBatches, TranslationDataModule, split_of
 
 # task.* besides name (conf/task/mt.yaml)
 TASK_SETTINGS = ("label_smoothing", "beam_size", "val_beam_size", "len_ratio", "len_extra", "mask_chunk")
@@ -71,7 +71,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
     paired_test_name = "sacrebleu PairedTest(bs)"
     selection_split = "heldout"  # data.heldout_split (valid): the paper's appendix A
 
-    def __init__(self, model, tokenizer, data: TranslationDataModule | None, task_cfg, optim_cfg=None, scheduler_cfg=None):
+    def __init__(self, model, tokenizer, data: TranslationDataModule, task_cfg, optim_cfg=None, scheduler_cfg=None):
         super().__init__()
         self.model = model
         self.gates = model_gates(model)
@@ -109,9 +109,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         return token_loss.sum(1) / counts
 
     def on_train_epoch_start(self) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "train_set"):
-            datamodule.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
+        self.data.train_set.set_epoch(self.current_epoch)  # reshuffle the token batches each epoch
 
     def max_new_tokens(self, input_ids: torch.Tensor) -> int:
         """The most tokens a translation of a batch may take: ``task.len_ratio`` x its length + ``task.len_extra``."""
@@ -120,14 +118,13 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     def generate(self, batch: dict, beam_size: int, max_time: float | None = None, progress: BatchProgress | None = None) -> list[str]:
         """Detokenized translations of a batch (beam search, or greedy at beam 1), stopped after ``max_time`` s; ``progress`` per step."""
-        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         config = self.model.config
         out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
             num_beams=int(beam_size),
             do_sample=False,
-            max_new_tokens=self.max_new_tokens(input_ids),
+            max_new_tokens=self.max_new_tokens(batch["input_ids"]),
             length_penalty=1.0,
             num_return_sequences=1,
             decoder_start_token_id=config.decoder_start_token_id,
@@ -172,7 +169,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         by_id = {i: h for ids, hyps in outputs for i, h in zip(ids, hyps)}
         if not by_id:
             return
-        refs = self.data.references("valid") if self.data is not None else self.trainer.datamodule.references("valid")
+        refs = self.data.references("valid")
         hyps = [by_id.get(i, "") for i in range(len(refs))]
         bleu, _ = corpus_bleu(hyps, refs)
         tokens = sum(n for _, n in nll)
@@ -265,8 +262,6 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
 
     def training_batches(self, examples: int, seed: int = 0) -> list[dict]:
         """Shuffled token-count batches of the training split (``seed``) until about ``examples`` sentences are in."""
-        from headprune.tasks.mt.data import TokenBatches
-
         src, tgt = self.data.split_encoded("train")
         shuffled = TokenBatches(src, tgt, self.data.pad_id, self.data.start_id, int(self.data.cfg.max_tokens), shuffle=True, seed=seed)
         batches, seen = [], 0
@@ -283,8 +278,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
         if self.optim_cfg is None or self.scheduler_cfg is None:
             raise ValueError("training needs optim and scheduler settings: compose the config with the MT task group (conf/task/mt.yaml)")
         optimizer = instantiate(self.optim_cfg)(self.parameters())
-        warmup = self.scheduler_cfg["warmup_steps"]
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(warmup))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(self.scheduler_cfg["warmup_steps"]))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 

@@ -2,7 +2,7 @@
 
 from headprune.core.checks import ConfigError, integer, rule
 from headprune.tasks.config_check import TRAINER_SCHEMA, check_length_fits, checked_data
-from headprune.tasks.data_sources import check_hub_dataset, check_utf8, dir_advice
+from headprune.tasks.data_sources import check_hub_dataset, dir_advice, utf8_lines
 
 SCHEMA = {
     **TRAINER_SCHEMA,
@@ -43,7 +43,7 @@ def check_files(config, data) -> None:
 
     try:
         for split, path in present_split_files(config.dir, config.files, SPLITS, REQUIRED):
-            if check_utf8(path) == 0 and split in REQUIRED:
+            if sum(1 for _ in utf8_lines(path)) == 0 and split in REQUIRED:  # every line read: a bad byte is a TextFileError
                 raise ConfigError(f"{path} (data.files.{split}) is empty: the {split} split needs labelled examples")
     except FileNotFoundError as err:  # a missing required file
         raise ConfigError(f"{err}; {dir_advice(data, 'the MNLI files (train.jsonl, dev_matched.jsonl, ...)')}") from None

@@ -6,7 +6,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from headprune.tasks.common import padded
 from headprune.tasks.nli.config import REQUIRED, SOURCES, SPLITS, NLIDataConfig  # noqa: F401 (re-exported)
-from headprune.tasks.nli.files import LABELS, NLIDataError, label_id, present_split_files, read_split
+from headprune.tasks.nli.files import NLIDataError, label_id, present_split_files, read_split
 
 
 class TokenizedPairs(Dataset):
@@ -219,6 +219,3 @@ class NLIDataModule(L.LightningDataModule):
         self.setup()
         sizes = ", ".join(f"{name}={len(data)}" for name, data in self.datasets.items())
         return f"NLI data ({self.config.source}{': ' + str(self.config.dir) if self.config.source == 'local' else ''}): {sizes}"
-
-
-__all__ = ["LABELS", "NLIDataConfig", "NLIDataError", "NLIDataModule", "LengthGroupedSampler", "PadCollator"]

@@ -8,9 +8,8 @@ import torch
 from headprune.core.inputs import ENCODER_INPUTS
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.classifier_training import ClassifierTask, classifier_settings, finetune_classifier
-from headprune.tasks.nli.data import LABELS, NLIDataConfig, NLIDataModule, PadCollator
-
-MODEL_INPUTS = ENCODER_INPUTS
+from headprune.tasks.nli.data import NLIDataConfig, NLIDataModule, PadCollator
+from headprune.tasks.nli.files import LABELS
 
 
 class NLIModule(ClassifierTask):
@@ -23,7 +22,7 @@ class NLIModule(ClassifierTask):
 
     def forward(self, batch: dict) -> torch.Tensor:
         """Logits (B, classes) for a batch (extra keys such as labels and idx are ignored)."""
-        return self.model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits
+        return self.model(**{k: batch[k] for k in ENCODER_INPUTS if k in batch}).logits
 
     def data_fingerprint(self, split: str) -> str:
         """A hash of the split's premise/hypothesis pairs (of its labels when the texts are not kept)."""

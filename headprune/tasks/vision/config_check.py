@@ -72,8 +72,7 @@ def check_classes_split(root: Path, names: list[str], labels: list[int], config)
     from headprune.tasks.vision.image_sources import split_rows
 
     rows = split_rows(len(labels), config)
-    limits = {"train": config.limit_train, "eval": config.limit_eval}
-    for split, limit in limits.items():
+    for split, limit in (("train", config.limit_train), ("eval", config.limit_eval)):
         present = {labels[i] for i in rows[split][:limit]}
         for label, name in enumerate(names):
             if label in present:

@@ -25,13 +25,11 @@ def own_length(model) -> tuple[int, str]:
 
 def build_processor(model_cfg, model):
     """``AutoImageProcessor`` of ``model.pretrained``, else a ViT processor sized to the model with ``model.processor``'s mean/std."""
-    from transformers import ViTImageProcessorPil
+    from transformers import AutoImageProcessor, ViTImageProcessorPil
 
     from headprune.models.sources import resolve_pretrained
 
     if model_cfg.get("pretrained"):
-        from transformers import AutoImageProcessor
-
         return AutoImageProcessor.from_pretrained(resolve_pretrained(model_cfg.pretrained))
     settings = model_cfg.get("processor")
     if not settings:
