@@ -77,24 +77,6 @@ def fit_inputs(
 
 
 @torch.no_grad()
-def _normal_equations(fits: list, reference_model, reference: Gates, batches: list[dict], bar) -> list[tuple]:
-    """(C^T C, C^T y) of every fitted layer, accumulated over ``batches`` from one reference forward each."""
-    sums = [(torch.zeros(len(p), len(p), dtype=torch.float64), torch.zeros(len(p), dtype=torch.float64)) for _, _, p, _ in fits]
-    sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
-    for batch in batches:
-        with reference.masked(None):
-            inputs = captured_pass(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
-        for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
-            x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
-            target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
-            contributions = head_contributions(x, site.linear("output"), positions, site.head_dim, ref_positions).double()
-            gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
-            rhs += torch.einsum("nko,no->k", contributions, target).cpu()
-        bar.update(1)
-    return sums
-
-
-@torch.no_grad()
 def lsq_recover(
     model: nn.Module,
     gates: Gates,
@@ -125,7 +107,19 @@ def lsq_recover(
         return scales
     steps = len(batches) * (1 + (len(shrinks) if len(shrinks) > 1 else 0))
     with eval_mode(model), tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
-        sums = _normal_equations(fits, reference_model, reference, batches, bar)
+        # (C^T C, C^T y) of every fitted layer, accumulated over the batches from one reference forward each
+        sums = [(torch.zeros(len(p), len(p), dtype=torch.float64), torch.zeros(len(p), dtype=torch.float64)) for _, _, p, _ in fits]
+        sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
+        for batch in batches:
+            with reference.masked(None):
+                inputs = captured_pass(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
+            for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
+                x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
+                target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
+                contributions = head_contributions(x, site.linear("output"), positions, site.head_dim, ref_positions).double()
+                gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
+                rhs += torch.einsum("nko,no->k", contributions, target).cpu()
+            bar.update(1)
         deviations = [ridge_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
         originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
         losses = {}
