@@ -4,12 +4,11 @@ import itertools
 
 import pytest
 import torch
-from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
+from conftest import classifier_batch, fisher_blocks, seq2seq_batch, tiny_bert, tiny_marian
 
 from headprune.core.attention.gates import HeadGates
 from headprune.scoring.importance import fisher_scores, per_example_gate_gradients
 from headprune.selection.rearrange import quadratic_form, rearrange_layer, rearrange_mask, removed_form
-from headprune.selection.unit_rearrange import example_gradients, fisher_blocks_of
 
 
 def _single(batch, row):
@@ -33,11 +32,6 @@ def _brute_force(block: torch.Tensor, n_removed: int) -> float:
     return min(
         removed_form(torch.tensor([float(h in s) for h in range(heads)]), block) for s in itertools.combinations(range(heads), n_removed)
     )
-
-
-def fisher_blocks(model, gates, batches, mask=None) -> dict[str, torch.Tensor]:
-    """The Fisher blocks {group: [layers, H, H]} of the head gates, as the head rearrangement computes them."""
-    return {g: fisher_blocks_of(v) for g, v in example_gradients(model, gates, batches, unit="head", mask=mask).items()}
 
 
 def test_block_diagonals_are_the_fisher_scores():
