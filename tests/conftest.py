@@ -157,3 +157,10 @@ def layer_counts(mask: dict[str, torch.Tensor]) -> dict[str, list[int]]:
 def is_uniform(mask: dict[str, torch.Tensor]) -> bool:
     """Whether every layer of each group removes as many units as the group's other layers."""
     return all(len(set(counts)) <= 1 for counts in layer_counts(mask).values())
+
+
+def fisher_blocks(model, gates, batches, mask=None, unit: str = "head") -> dict[str, torch.Tensor]:
+    """The Fisher blocks {group: [layers, U, U]} of the gates of ``unit``, as the rearrangement computes them."""
+    from headprune.selection.unit_rearrange import example_gradients, fisher_blocks_of
+
+    return {g: fisher_blocks_of(v) for g, v in example_gradients(model, gates, batches, unit=unit, mask=mask).items()}

@@ -4,10 +4,10 @@ import itertools
 
 import pytest
 import torch
-from conftest import classifier_batch, seq2seq_batch, tiny_bert, tiny_marian
+from conftest import classifier_batch, fisher_blocks, seq2seq_batch, tiny_bert, tiny_marian
 
 from headprune.core.attention.gates import HeadGates
-from headprune.scoring.importance import fisher_blocks, fisher_scores, per_example_gate_gradients
+from headprune.scoring.importance import fisher_scores, per_example_gate_gradients
 from headprune.selection.rearrange import quadratic_form, rearrange_layer, rearrange_mask, removed_form
 
 

@@ -14,7 +14,8 @@ task, shared_task = task_fixtures(TASK)
 
 
 def test_both_rearrangements_for_fractions_and_recoveries(shared_task, tmp_path):
-    from headprune.scoring.importance import fisher_blocks
+    from conftest import fisher_blocks
+
     from headprune.selection.rearrange import quadratic_form
     from headprune.viz.tables import pareto_rows
 

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from conftest import fisher_blocks
 from tiny_llms import lm_batch, tiny_llama
 
 from headprune.core.ffn.gates import FFNGates
 from headprune.core.units import unit_gates
-from headprune.scoring.importance import fisher_blocks
 from headprune.selection.rearrange import rearrange_mask
 from headprune.selection.unit_rearrange import example_gradients, fisher_blocks_of, rearrange_ffn_mask, rearrange_unit_mask
 

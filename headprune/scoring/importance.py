@@ -123,22 +123,6 @@ def fisher_scores(model, gates, batches: Iterable[dict], *, normalize_layers: bo
     return importance_scores(model, gates, batches, reduce="fisher", normalize_layers=normalize_layers, **options)
 
 
-def fisher_blocks(
-    model, gates, batches: Iterable[dict], loss_fn: Callable = per_example_loss, mask=None, progress: bool = False, unit: str = "head"
-) -> dict[str, torch.Tensor]:
-    """Empirical Fisher of each layer's gates, mean over examples of g g^T with g = dL(x)/d xi_l: {group: [layers, H, H]} float64."""
-    totals, count = None, 0
-    with eval_mode(model):
-        for batch in _progress(batches, progress, "fisher blocks"):
-            grads = per_example_gate_gradients(model, gates, batch, loss_fn=loss_fn, mask=mask, unit=unit)  # {group: (B, L, H)}
-            outer = {g: torch.einsum("blh,blk->lhk", v, v) for g, v in grads.items()}  # (L, H, H) summed over examples
-            totals = outer if totals is None else {g: totals[g] + outer[g] for g in totals}
-            count += next(iter(grads.values())).shape[0]
-    if count == 0:
-        raise ValueError("fisher_blocks got no batches: the importance subset is empty")
-    return {g: t / count for g, t in totals.items()}
-
-
 def per_example_gate_gradients(
     model, gates, batch: dict, loss_fn: Callable = per_example_loss, mask=None, unit: str = "head"
 ) -> dict[str, torch.Tensor]:

@@ -2,6 +2,7 @@
 
 from collections.abc import Iterable
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 
@@ -40,10 +41,13 @@ def eager_attention(model):
         model.set_attn_implementation(previous)
 
 
-def _recorder(site, batch: dict, counts: torch.Tensor, totals: dict[str, torch.Tensor]):
-    """A forward hook on one attention module adding each example's hit rate of its heads to ``totals``."""
+def retrieval_scores(model, gates, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
+    """Retrieval score of every head {group: [layers, heads]} (in the gates' unit: a KV group, its query heads' mean)."""
+    totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in unit_groups(gates.sites).items()}
+    examples = 0
 
-    def hook(module, args, output):
+    def record(module, args, output, site, batch: dict, counts: torch.Tensor):
+        """A forward hook on one attention module adding each example's hit rate of its heads to ``totals``."""
         weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
         if weights is None:
             raise ValueError(f"{type(module).__name__} returned no attention weights: the retrieval score needs eager attention")
@@ -53,20 +57,14 @@ def _recorder(site, batch: dict, counts: torch.Tensor, totals: dict[str, torch.T
         rate = hits / counts.clamp(min=1).unsqueeze(1).to(hits)  # per example: the share of its copied tokens
         totals[site.group][site.layer, site.head_ids] += rate.sum(0).cpu()
 
-    return hook
-
-
-def retrieval_scores(model, gates, batches: Iterable[dict]) -> dict[str, torch.Tensor]:
-    """Retrieval score of every head {group: [layers, heads]} (in the gates' unit: a KV group, its query heads' mean)."""
-    totals = {g: torch.zeros(layers, heads, dtype=torch.float64) for g, (layers, heads) in unit_groups(gates.sites).items()}
-    examples = 0
     with eval_mode(model), eager_attention(model), torch.inference_mode():
         for batch in batches:
             missing = [k for k in COPY_KEYS if k not in batch]
             if missing:
                 raise ValueError(f"the retrieval score needs batches with {list(COPY_KEYS)}; this batch lacks {missing}")
             counts = (batch["needle_start"] >= 0).sum(1)  # (B,) copied tokens per example
-            with hooks_removed([site.core.register_forward_hook(_recorder(site, batch, counts, totals)) for site in gates.sites]):
+            hooks = [site.core.register_forward_hook(partial(record, site=site, batch=batch, counts=counts)) for site in gates.sites]
+            with hooks_removed(hooks):
                 model(**{k: batch[k] for k in DECODER_INPUTS if k in batch})
             examples += int((counts > 0).sum())
     if examples == 0:

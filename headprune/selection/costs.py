@@ -120,15 +120,12 @@ class CostsAlong:
             self.known[k] = self.costs.cost(self.mask_at(k))
         return self.known[k]
 
-    def first(self, meets: Callable[[float], bool]) -> int | None:
-        """The first level whose cost ``meets`` a bound (by bisection: a cost that meets it stays met further along)."""
-        if not meets(self[self.n - 1]):
-            return None
-        return bisect.bisect_left(range(self.n - 1), True, key=lambda k: meets(self[k]))  # False ... False True ... True
-
 
 def first_meeting(cost_at, meets: Callable[[float], bool]) -> int | None:
     """The first index of ``cost_at`` (a list or a ``CostsAlong``) whose cost ``meets`` a bound; None: none does."""
-    if isinstance(cost_at, CostsAlong):
-        return cost_at.first(meets)
-    return next((k for k, c in enumerate(cost_at) if meets(c)), None)
+    if not isinstance(cost_at, CostsAlong):
+        return next((k for k, c in enumerate(cost_at) if meets(c)), None)
+    if not meets(cost_at[len(cost_at) - 1]):
+        return None
+    # by bisection, counting few costs: a cost that meets the bound stays met further along (False ... False True ... True)
+    return bisect.bisect_left(range(len(cost_at) - 1), True, key=lambda k: meets(cost_at[k]))

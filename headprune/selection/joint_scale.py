@@ -17,11 +17,10 @@ def kind_classes(groups) -> dict[str, list[str]]:
 
 def removable_cost(costs, groups: list[str], present: dict[str, torch.Tensor] | None = None) -> float:
     """What removing every (present) unit of ``groups`` saves in the cost model: each layer down to its emptied entry."""
-    total = 0.0
+    kept, total = costs.kept_counts(present), 0.0  # {group: [layers] units kept}: every unit where ``present`` is None
     for g in groups:
         table = costs.tables[g]
-        kept = table.shape[1] - 1 if present is None else present[g].ne(0).sum(-1).long().cpu()
-        total += float((table[torch.arange(table.shape[0]), kept] - table[:, 0]).sum())
+        total += float((table[torch.arange(table.shape[0]), kept[g]] - table[:, 0]).sum())
     return total
 
 

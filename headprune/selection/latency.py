@@ -120,9 +120,7 @@ def measure_unit_latency_model(
         ffn, whole = _tables(model, inputs, NEURONS, points, device, repeats, warmup, clock)
     if not heads:
         fixed = info["whole_seconds"] = statistics.median(whole)  # neurons only: the unpruned model's time
-    tables = {}
-    for kind in kinds_of(unit):
-        tables.update(kind.latency_tables(attention, ffn, model))
+    tables = {g: table for kind in kinds_of(unit) for g, table in kind.latency_tables(attention, ffn, model).items()}
     fixed -= sum(float(t[:, -1].sum()) for t in (ffn or {}).values())
     info.update(unit=unit_name(unit), ffn_points=points)
     return CostModel("seconds", max(fixed, 0.0), tables, info=info)

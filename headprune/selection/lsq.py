@@ -77,24 +77,6 @@ def fit_inputs(
 
 
 @torch.no_grad()
-def _normal_equations(fits: list, reference_model, reference: Gates, batches: list[dict], bar) -> list[tuple]:
-    """(C^T C, C^T y) of every fitted layer, accumulated over ``batches`` from one reference forward each."""
-    sums = [(torch.zeros(len(p), len(p), dtype=torch.float64), torch.zeros(len(p), dtype=torch.float64)) for _, _, p, _ in fits]
-    sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
-    for batch in batches:
-        with reference.masked(None):
-            inputs = captured_pass(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
-        for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
-            x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
-            target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
-            contributions = head_contributions(x, site.linear("output"), positions, site.head_dim, ref_positions).double()
-            gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
-            rhs += torch.einsum("nko,no->k", contributions, target).cpu()
-        bar.update(1)
-    return sums
-
-
-@torch.no_grad()
 def lsq_recover(
     model: nn.Module,
     gates: Gates,
@@ -125,7 +107,19 @@ def lsq_recover(
         return scales
     steps = len(batches) * (1 + (len(shrinks) if len(shrinks) > 1 else 0))
     with eval_mode(model), tqdm(total=steps, desc="lsq recovery", unit="batch", disable=not progress, leave=False) as bar:
-        sums = _normal_equations(fits, reference_model, reference, batches, bar)
+        # (C^T C, C^T y) of every fitted layer, accumulated over the batches from one reference forward each
+        sums = [(torch.zeros(len(p), len(p), dtype=torch.float64), torch.zeros(len(p), dtype=torch.float64)) for _, _, p, _ in fits]
+        sites = list({id(ref): ref for _, ref, _, _ in fits}.values())
+        for batch in batches:
+            with reference.masked(None):
+                inputs = captured_pass(reference_model, {id(ref): ref.linear("output") for ref in sites}, batch)  # (B, T, width)
+            for (site, ref, positions, ref_positions), (gram, rhs) in zip(fits, sums):
+                x = valid_rows(ref, batch, inputs[id(ref)])  # (N, width) at the real tokens
+                target = F.linear(x, linear_weight(ref.linear("output"))).double()  # (N, hidden): every head
+                contributions = head_contributions(x, site.linear("output"), positions, site.head_dim, ref_positions).double()
+                gram += torch.einsum("nko,njo->kj", contributions, contributions).cpu()
+                rhs += torch.einsum("nko,no->k", contributions, target).cpu()
+            bar.update(1)
         deviations = [ridge_solve(gram, rhs, ridge, max_scale) - 1 for gram, rhs in sums]  # (K,) per fitted layer
         originals = [site.linear("output").weight.detach().clone() for site, _, _, _ in fits]
         losses = {}
@@ -171,9 +165,10 @@ def valid_rows(site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
     return rows[valid.to(x.device).reshape(-1).bool()]
 
 
-def _target(teacher_site: FFNSite, batch: dict, x: torch.Tensor) -> torch.Tensor:
-    """The teacher block's output without its bias at the real tokens, y (N, hidden)."""
-    return F.linear(valid_rows(teacher_site, batch, x), linear_weight(teacher_site.down()))
+def teacher_outputs(teacher: nn.Module, sites: list[FFNSite], batch: dict, stop: bool = False) -> dict[int, torch.Tensor]:
+    """{id(site): the teacher block's output without its bias at the real tokens, y (N, hidden)} from one teacher pass."""
+    inputs = captured_down_inputs(teacher, sites, batch, stop=stop)
+    return {id(site): F.linear(valid_rows(site, batch, inputs[id(site)]), linear_weight(site.down())) for site in sites}
 
 
 def kept_channels(model: nn.Module, teacher: nn.Module) -> list[int] | None:
@@ -199,11 +194,8 @@ def _fit(model, site, teacher, teacher_site, positions, batches, ridge, max_scal
     column_gram = (columns.t() @ columns).cpu()  # (K, K)
     for index, batch in enumerate(batches):
         x = valid_rows(site, batch, captured_down_inputs(model, [site], batch, stop=True)[id(site)])[:, positions].double()  # (N, K)
-        if targets is None:
-            teacher_x = captured_down_inputs(teacher, [teacher_site], batch, stop=True)[id(teacher_site)]
-            target = _target(teacher_site, batch, teacher_x)
-        else:
-            target = targets[id(teacher_site), index]
+        outputs = teacher_outputs(teacher, [teacher_site], batch, stop=True) if targets is None else targets[index]
+        target = outputs[id(teacher_site)]
         if channels is not None:  # residual channels were removed: the block's output is fitted where the model still has one
             target = target[:, channels]  # (N, kept hidden)
         # neuron i adds c_i = x[:, i] W_d[:, i]^T: C^T C = (x^T x) * (W_d^T W_d), C^T y = sum_n x_n * (y_n W_d), never (N, K, hidden)
@@ -229,13 +221,11 @@ def ffn_lsq_recover(
     with eval_mode(model), gates.masked(mask) if mask is not None else nullcontext():
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
         order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
-        # {(id(teacher site), batch index): y} from one teacher forward per batch, or None when it would pass the limit
+        # per batch {id(teacher site): y} from one teacher forward per batch, or None when it would pass the limit
         tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
         hidden = max(linear_weight(site.down()).shape[0] for site in teacher_gates.sites)
-        targets = None if tokens * hidden * len(teacher_gates.sites) * 4 > max_cache_bytes else {}
-        for index, batch in enumerate(batches if targets is not None else []):
-            inputs = captured_down_inputs(teacher, teacher_gates.sites, batch)
-            targets.update({(id(site), index): _target(site, batch, inputs[id(site)]) for site in teacher_gates.sites})
+        cached = tokens * hidden * len(teacher_gates.sites) * 4 <= max_cache_bytes
+        targets = [teacher_outputs(teacher, teacher_gates.sites, batch) for batch in batches] if cached else None
         channels = kept_channels(model, teacher)
         for site in order:
             positions = kept_positions(site, mask)

@@ -106,7 +106,7 @@ def rearrange_mask(
             raise ValueError(
                 f"rearrange_mask needs a Fisher block [layers, heads, heads] = "
                 f"[{', '.join(map(str, (*mask[g].shape, mask[g].shape[-1])))}] for group {g!r}, got "
-                f"{list(blocks[g].shape) if g in blocks else 'none'}: compute them with importance.fisher_blocks"
+                f"{list(blocks[g].shape) if g in blocks else 'none'}: compute them with unit_rearrange.fisher_blocks_of"
             )
         kept = mask[g].detach().cpu().ne(0).sum(-1)
         if bool((kept < min_per_layer).any()):

@@ -42,9 +42,7 @@ def shrunk_projections(model: nn.Module, teacher: nn.Module) -> dict[str, list[i
     the teacher's of the same name; one whose outputs shrank too is listed where a kind says which rows it kept, and one
     whose weight is an embedding's (a tied head) never. Names are the teacher's (a removed layer's are left out)."""
     ours, paths = dict(model.named_modules()), kept_layer_paths(model, teacher)
-    rows: dict[int, list[int]] = {}
-    for kind in KINDS.values():
-        rows.update(kind.kept_rows(model))
+    rows = {key: ids for kind in KINDS.values() for key, ids in kind.kept_rows(model).items()}  # {id(projection): kept row ids}
     tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     names: dict[str, list[int] | None] = {}
     for name, module in teacher.named_modules():

@@ -69,14 +69,6 @@ def layout_masks(
     return [layout_mask(scores, shape, f, groups, min_per_layer, layout) for f in check_fractions(fractions)]
 
 
-def _removed_in_order(
-    mask: dict[str, torch.Tensor], start: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], groups: list[str]
-) -> list[Head]:
-    """The units ``mask`` removes beyond ``start``, lowest score first (the order of a SearchResult)."""
-    new = [(g, l, h) for g in groups for l, h in ((mask[g] == 0) & (start[g] != 0)).nonzero().tolist()]
-    return sorted(new, key=lambda u: (float(scores[u[0]][u[1], u[2]]), groups.index(u[0]), u[1], u[2]))
-
-
 def uniform_path(scores: dict[str, torch.Tensor], costs, start, min_per_layer: int, groups) -> SearchPath:
     """The uniform layout's path for ``mask_search.search_mask``: the uniform counts (every layer of the chosen groups) of
     ``UniformPath.levels``."""
@@ -88,10 +80,16 @@ def uniform_path(scores: dict[str, torch.Tensor], costs, start, min_per_layer: i
     last = set(levels[-1].values())  # one count when every group removes as many units per layer, else "enc_self 3, enc_ffn 40"
     removing = str(last.pop()) if len(last) == 1 else ", ".join(f"{g} {c}" for g, c in levels[-1].items())
     where = f"in the uniform layout with min_per_layer={min_per_layer}: removing {removing} units in every layer"
+
+    def removed(mask: dict[str, torch.Tensor], level: int) -> list[Head]:
+        """The units ``mask`` removes beyond the start mask, lowest score first (the order of a SearchResult)."""
+        new = [(g, l, h) for g in groups for l, h in ((mask[g] == 0) & (base[g] != 0)).nonzero().tolist()]
+        return sorted(new, key=lambda u: (float(scores[u[0]][u[1], u[2]]), groups.index(u[0]), u[1], u[2]))
+
     return SearchPath(
         lambda i: uniform_mask(scores, shape, levels[i], base),
         [path.cost(counts) for counts in levels],
-        lambda mask, i: _removed_in_order(mask, base, scores, groups),
+        removed,
         (where, "; use prune.layout=global or a lower target"),
         lambda mask: sum(int((mask[g] == 0).sum()) for g in groups),  # scores kept by the units removed
     )

@@ -144,24 +144,21 @@ def save_point_model(out: Path, model, gates, mask, tokenizer, recipe: dict, sco
 
 def point_names(points: list[dict]) -> list[str]:
     """The names of a run's points (``point_id``), in the run's order."""
-    return [_id_of(p) for p in points if p.get("order") != "unpruned" or p.get("control")]
+    return [name for name, _ in _named(points)]
 
 
-def _id_of(point: dict) -> str:
-    """A point's name: ``point_id`` of its table name and step, ``control@0%`` for the control."""
+def _named(points: list[dict]) -> list[tuple[str, dict]]:
+    """(``point_id`` of its table name and step, or ``control@0%``; the point) of a run's points but the plain unpruned one."""
     from headprune.results.points import point_name
 
-    return CONTROL_POINT if point.get("control") else point_id(point_name(point), str(point.get("step")))
+    named = [p for p in points if p.get("order") != "unpruned" or p.get("control")]
+    return [(CONTROL_POINT if p.get("control") else point_id(point_name(p), str(p.get("step"))), p) for p in named]
 
 
 def find_point(points: list[dict], name: str, source: str, setting: str = "export") -> dict:
     """The point of a run called ``name`` (point_id, directory or the control's table name), else a ConfigError listing the run's points."""
-    for p in points:
-        if p.get("order") == "unpruned" and not p.get("control"):
-            continue
-        full = _id_of(p)
-        names = CONTROL_NAMES if p.get("control") else (full,)
-        if name in names or name == point_slug(full):
+    for full, p in _named(points):
+        if name in (CONTROL_NAMES if p.get("control") else (full,)) or name == point_slug(full):
             return p
     listed = ", ".join(point_names(points)) or "none"
     raise ConfigError(f"{setting}.point={name}: {source} has no such point; its points are: {listed}")
