@@ -22,8 +22,10 @@ def draw_splits(lines: dict[str, list[tuple[object, str]]], cfg) -> dict[str, li
             for key, text in lines[split]
             if key not in taken and (split in EVAL_SPLITS or not exclude_evaluated or text not in evaluated)
         ]
-        limit = limits.get(split)  # a positive integer or null (headprune.tasks.lm.config_check.SCHEMA)
+        limit = limits.get(split)
         if limit is not None and limit < len(drawn):
+            if limit <= 0:
+                raise ValueError(f"data.limits.{split} must be a positive number of texts or null, got {limit}")
             drawn = [drawn[i] for i in sorted(random.Random(f"{seed}-{split}").sample(range(len(drawn)), limit))]
         taken.update(key for key, _ in drawn)
         if split in EVAL_SPLITS:

@@ -47,7 +47,9 @@ def repeat_pools(config: PasskeyConfig) -> dict[str, list[str]]:
 def haystack_pools(config: PasskeyConfig) -> dict[str, list[str]]:
     """{split: filler sentences} of the configured source; a HaystackError when a split's pool is empty."""
     readers = {"synthetic": synthetic_pools, "local": local_pools, "hub": hub_pools, "repeat": repeat_pools}
-    pools = readers[config.source](config)  # data.source is one of them (headprune.tasks.longctx.config_check.SCHEMA)
+    if config.source not in readers:
+        raise HaystackError(f"data.source must be one of synthetic, local, hub or repeat for the passkey task, got {config.source!r}")
+    pools = readers[config.source](config)
     for split, lines in pools.items():
         if not lines:
             where = f"data.files.{split}={(config.files or {}).get(split)}" if config.source == "local" else f"data.source={config.source}"
