@@ -102,7 +102,10 @@ def test_compare_pairs_each_task_and_metric_and_the_text():
         name: {"tasks": run["tasks"], "word_perplexity": run["perplexity"]["word_perplexity"]}
         for name, run in (("u", unpruned), ("p", pruned))
     }
-    assert "| p |" in table({"models": models, "comparisons": {"p": got}})
+    rows = {line.split(" | ")[0]: line for line in table({"models": models, "comparisons": {"p": got}}).splitlines()}
+    gap = sum(pruned["tasks"][t]["acc_norm"] - unpruned["tasks"][t]["acc_norm"] for t in ("piqa", "hellaswag")) / 2  # mean of paired means
+    mean = sum(pruned["tasks"][t]["acc_norm"] for t in ("piqa", "hellaswag")) / 2
+    assert f"| {100 * mean:.1f} ({100 * gap:+.1f}) |" in rows["| p"]
 
 
 def test_compare_refuses_runs_on_other_items():

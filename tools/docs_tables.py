@@ -20,6 +20,7 @@ from long_context_tables import overlap_table, runs_of, within_table
 from readme_results import readme_results
 from units_table import trained_units_table, units_deploy_table, units_speed_table
 from vocab_table import classifier_vocab_cut_table, vocab_cut_table
+from zeroshot_table import table as zeroshot_markdown
 
 from headprune.viz.tables import (
     ablation_table,
@@ -236,6 +237,8 @@ def long_context_figures(results_dir: Path) -> list[Path]:
     return [long_context_figure(passkey, runs_of(results_dir, LONG[1]), results_dir / "long_context.png")] if passkey else []
 
 
+for _name in ("llm_zeroshot_75_free",):  # tools/zeroshot_table.py --out: the same items, paired
+    TABLES[_name] = lambda d, name=_name: zeroshot_markdown(_load(d, name))
 TABLES["readme_results"] = readme_results  # README.md, "Results": one bullet per function of readme_results.BULLETS
 DOCS_WITH_TABLES = (  # files whose blocks these renderers write, from the repository root
     "docs/results.md",

@@ -139,6 +139,21 @@ CHAIN25_KD3600=("${CHAIN25_KD[@]/max_steps=$((3 * FT_STEPS))/max_steps=$((18 * F
 CHAIN25_KD3600=("${CHAIN25_KD3600[@]/examples=$((3 * FT_EXAMPLES))/examples=$((129 * FT_EXAMPLES / 10))}")
 run units_chain_joint_25_kd_3600 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD3600[@]}"
 
+# the same 2,400 distillation-only steps at x2.5, in two rounds (CoFi prunes while it distils): x1.8, reconstructed and
+# distilled 1,200 steps on 38,400 examples, re-scored on that model, then x2.5 and 1,200 steps more on other examples;
+# a schedule re-chooses units itself, so there is no rearrangement
+CHAIN25_KD_SCHED=()
+for arg in "${CHAIN25_KD[@]}"; do
+  case $arg in
+    prune.rearrange=*) ;;
+    prune.finetune.max_steps=*) CHAIN25_KD_SCHED+=(prune.finetune.max_steps=$((6 * FT_STEPS))) ;;
+    prune.finetune.examples=*) CHAIN25_KD_SCHED+=(prune.finetune.examples=$((6 * FT_EXAMPLES))) ;;
+    *) CHAIN25_KD_SCHED+=("$arg") ;;
+  esac
+done
+run units_chain_joint_25_kd_sched "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss \
+  'prune.schedule=[{speedup:1.8},{speedup:2.5}]' "${CHAIN25_KD_SCHED[@]}"
+
 # the ridge lever, retraining-free at x1.5: a tenth and ten times the default pull towards the kept weights; the teacher's
 # stream as target
 RECON=(prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000)

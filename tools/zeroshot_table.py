@@ -66,18 +66,23 @@ def summary(payload: dict) -> dict:
 
 
 def table(result: dict) -> str:
-    """Markdown: a row per model, acc / acc_norm per task, word perplexity; differences against the reference."""
+    """Markdown: a row per model, acc / acc_norm per task, their mean acc_norm, word perplexity; against the reference,
+    each acc_norm difference with its paired 95% interval and McNemar's p, and the perplexity ratio's bootstrap interval."""
     tasks = list(next(iter(result["models"].values()))["tasks"])
-    lines = ["| model | " + " | ".join(f"{t} acc / acc_norm" for t in tasks) + " | word ppl |", "|---" + "|---:" * (len(tasks) + 1) + "|"]
+    head = " | ".join(f"{t} acc / acc_norm" for t in tasks)
+    lines = [f"| model | {head} | mean acc_norm | word ppl |", "|---" + "|---:" * (len(tasks) + 2) + "|"]
     for name, model in result["models"].items():
         cells = [f"{100 * model['tasks'][t]['acc']:.1f} / {100 * model['tasks'][t]['acc_norm']:.1f}" for t in tasks]
-        row = [name, *cells, f"{model['word_perplexity']:.2f}"]
+        mean = 100 * sum(model["tasks"][t]["acc_norm"] for t in tasks) / len(tasks)
+        row = [name, *cells, f"{mean:.1f}", f"{model['word_perplexity']:.2f}"]
         if name in result["comparisons"]:
             diff = result["comparisons"][name]
-            row[1:-1] = [
-                f"{c} ({100 * diff[t]['acc_norm']['difference']:+.1f}, p={diff[t]['acc_norm']['p_value']:.2g})"
-                for c, t in zip(cells, tasks)
+            norm = [diff[t]["acc_norm"] for t in tasks]
+            row[1:-2] = [
+                f"{c} ({100 * d['difference']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}], p={d['p_value']:.2g})"
+                for c, d in zip(cells, norm)
             ]
+            row[-2] += f" ({100 * sum(d['difference'] for d in norm) / len(norm):+.1f})"
             ratio = diff["word_perplexity"]
             row[-1] += f" (x{ratio['ratio']:.3f} [{ratio['low']:.3f}, {ratio['high']:.3f}])"
         lines.append("| " + " | ".join(row) + " |")
