@@ -246,7 +246,7 @@ def long_context_figures(results_dir: Path) -> list[Path]:
     return [long_context_figure(passkey, runs_of(results_dir, LONG[1]), results_dir / "long_context.png")] if passkey else []
 
 
-for _name in ("llm_zeroshot_75_free",):  # tools/zeroshot_table.py --out: the same items, paired
+for _name in ("llm_zeroshot_75_free", "llm_zeroshot_75_distilled"):  # tools/zeroshot_table.py --out: the same items, paired
     TABLES[_name] = lambda d, name=_name: zeroshot_markdown(_load(d, name))
 TABLES["readme_results"] = readme_results  # README.md, "Results": one bullet per function of readme_results.BULLETS
 DOCS_WITH_TABLES = (  # files whose blocks these renderers write, from the repository root
