@@ -193,12 +193,13 @@ def load_smollm2():
     """The embedded SmolLM2-135M (30 layers x 9 query heads over 3 KV heads), its tokenizer and llama.cpp's pre-tokenizer name."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from headprune.models.embedded import embedded_model_dir, gguf_file
-    from headprune.models.tokenizer_origin import gguf_tokenizer_pre
+    from headprune.models.embedded import embedded_model_dir
+    from headprune.models.tokenizer_origin import embedded_origin
 
     folder = embedded_model_dir("smollm2")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(folder), gguf_tokenizer_pre(gguf_file("smollm2"))
+    origin = embedded_origin("smollm2")
+    return model, AutoTokenizer.from_pretrained(folder), origin["tokenizer_pre"] if origin else None
 
 
 @torch.no_grad()
