@@ -180,14 +180,8 @@ RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-
 TABLES["units_mnli_reconstruct"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in RECONSTRUCT_RUNS if (d / f"{run}.json").is_file()]
 )
-TABLES["units_mnli_sched"] = lambda d: trained_units_table(  # the same recipe in two rounds, on the MiniLM retrained to 73.60%
-    [
-        (
-            "heads + FFN neurons, two rounds, each reconstructed and distilled only, 1,200 steps",
-            _load(d, "mnli_units_chain_joint_25_kd_sched"),
-        )
-    ]
-)
+SCHED_RUN = ("heads + FFN neurons, two rounds, each reconstructed and distilled only, 1,200 steps", "mnli_units_chain_joint_25_kd_sched")
+TABLES["units_mnli_sched"] = lambda d: trained_units_table([(SCHED_RUN[0], _load(d, SCHED_RUN[1]))])  # on the MiniLM retrained to 73.60%
 TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
@@ -246,8 +240,8 @@ def long_context_figures(results_dir: Path) -> list[Path]:
     return [long_context_figure(passkey, runs_of(results_dir, LONG[1]), results_dir / "long_context.png")] if passkey else []
 
 
-for _name in ("llm_zeroshot_75_free", "llm_zeroshot_75_distilled"):  # tools/zeroshot_table.py --out: the same items, paired
-    TABLES[_name] = lambda d, name=_name: zeroshot_markdown(_load(d, name))
+ZEROSHOT_RUNS = ("llm_zeroshot_75_free", "llm_zeroshot_75_distilled")  # tools/zeroshot_table.py --out: the same items, paired
+TABLES.update({name: (lambda d, name=name: zeroshot_markdown(_load(d, name))) for name in ZEROSHOT_RUNS})
 TABLES["readme_results"] = readme_results  # README.md, "Results": one bullet per function of readme_results.BULLETS
 DOCS_WITH_TABLES = (  # files whose blocks these renderers write, from the repository root
     "docs/results.md",
