@@ -154,6 +154,10 @@ done
 run units_chain_joint_25_kd_sched "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss \
   'prune.schedule=[{speedup:1.8},{speedup:2.5}]' "${CHAIN25_KD_SCHED[@]}"
 
+# the lr lever on the one-shot x2.5 distillation: the same 2,400 steps at the lr the MiniLM was trained with (1e-4)
+CHAIN25_KD2400_LR=("${CHAIN25_KD2400[@]/prune.finetune.lr=5e-5/prune.finetune.lr=1e-4}")
+run units_chain_joint_25_kd_2400_lr "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400_LR[@]}"
+
 # the ridge lever, retraining-free at x1.5: a tenth and ten times the default pull towards the kept weights; the teacher's
 # stream as target
 RECON=(prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000)
