@@ -210,6 +210,8 @@ TRAINED_25_SPEED_LABELS = {
     "ffn x2.5 distilled": "FFN neurons, distilled, x2.5",
 }
 TABLES["units_mnli_trained_speed_25"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_25"), TRAINED_25_SPEED_LABELS)
+SCHED_SPEED_LABELS = {"unpruned": "unpruned", "heads+ffn x2.5 two rounds": "heads + FFN neurons, two rounds, x2.5"}
+TABLES["units_mnli_sched_speed"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_sched"), SCHED_SPEED_LABELS)
 LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
 TABLES["long_context_passkey"] = lambda d: cells_table(runs_of(d, LONG[0]), "passkey")
 TABLES["long_context_perplexity"] = lambda d: cells_table(runs_of(d, LONG[1]), "perplexity")
