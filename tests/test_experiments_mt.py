@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+import torch
 from experiment_helpers import make_cfg, results, task_fixtures
 
+from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.experiments import ablate, keep_one, prune, speed, study
 from headprune.measures import evaluation
 
@@ -96,3 +100,20 @@ def test_study_on_t5(tmp_path):
     assert {"ablate", "keep_one", "prune", "speed"} <= set(payload["results"]), sorted(payload["results"])
     assert set(payload["results"]["prune"]["by_group"]) == {"enc_self", "enc_dec", "dec_self"}
     assert payload["config"]["model"]["name"] == "tiny_t5"
+
+
+def test_prune_the_vocabulary_of_a_marian_model(shared_task, tmp_path):
+    """prune.unit=vocab on a Marian model (its final_logits_bias beside the tied head): the pruned point scores as the masked one."""
+    over = ("prune.unit=vocab", "prune.order=importance", "prune.fractions=[0.3]", "prune.measure_speed=false")
+    prune.run(make_cfg(tmp_path, "prune", TASK, *over))
+    res = results(tmp_path)["results"]
+    step = res["orders"]["importance"]["steps"][-1]
+    assert res["unit"] == "vocab" and step["units_removed"] > 0
+    mask = {"vocab": torch.tensor(step["mask"]["vocab"], dtype=torch.float32)}
+    with unit_gates(shared_task.model, "vocab").masked(mask):
+        masked = shared_task.evaluate(None)
+    assert step["score"] == pytest.approx(masked.score)
+    pruned = copy.deepcopy(shared_task.model)
+    prune_unit_mask(unit_gates(pruned, "vocab"), mask)
+    with evaluation.swapped_model(shared_task, pruned):  # the pruned model reads and writes original ids
+        assert shared_task.evaluate(None).per_example["hypotheses"] == masked.per_example["hypotheses"]

@@ -6,20 +6,21 @@ from torch import nn
 from headprune.core.hidden.pruning import Slicer
 from headprune.core.masks import hard_mask
 from headprune.core.site_gates import Site, removed_record
-from headprune.core.vocab.rows import GROUP, SPECIAL_FIELDS, VOCAB_ATTR, id_map, input_embedding, output_heads, vocab_book, vocab_site
+from headprune.core.vocab.rows import GROUP, SPECIAL_FIELDS, VOCAB_ATTR, id_map, output_heads, token_tables, vocab_book, vocab_site
 
 
 def prune_vocab_mask(model: nn.Module, mask) -> dict:
     """Remove every token whose entry of ``mask`` ({"vocab": [1, V]}) is 0 from every token table; returns the record."""
-    book, site, table = vocab_book(model), vocab_site(model), input_embedding(model)
+    book, site, tables = vocab_book(model), vocab_site(model), token_tables(model)
     row = hard_mask(mask, {GROUP: (1, book["size_orig"])}, "removing tokens", unit="token")[GROUP]
     positions = torch.tensor([p for p, i in enumerate(book["ids"]) if row[0, i] != 0], dtype=torch.long)  # kept rows now
     heads, slicer = output_heads(model), Slicer(positions)  # an output head tied to the table keeps the one sliced tensor
-    slicer.take(table, 0, "weight")
-    table.num_embeddings = len(positions)
-    if table.padding_idx is not None:
-        rows = positions.tolist()
-        table.padding_idx = rows.index(table.padding_idx) if table.padding_idx in rows else None
+    for table in tables:  # tables sharing the rows keep sharing the one sliced tensor
+        slicer.take(table, 0, "weight")
+        table.num_embeddings = len(positions)
+        if table.padding_idx is not None:
+            rows = positions.tolist()
+            table.padding_idx = rows.index(table.padding_idx) if table.padding_idx in rows else None
     for head in heads:
         slicer.take(head, 0, "weight", "bias")
         head.out_features = len(positions)
@@ -28,6 +29,8 @@ def prune_vocab_mask(model: nn.Module, mask) -> dict:
             slicer.take(module, 1, "final_logits_bias")
     book["ids"] = [book["ids"][p] for p in positions.tolist()]
     model.config.vocab_size = len(book["ids"])
+    if getattr(model.config, "decoder_vocab_size", None) is not None:  # Marian sizes its head and bias by this field
+        model.config.decoder_vocab_size = len(book["ids"])
     site.unit_ids = list(book["ids"])
     old_to_new = torch.full((book["size_orig"],), -1, dtype=torch.long)
     old_to_new[torch.tensor(book["ids"], dtype=torch.long)] = torch.arange(len(book["ids"]))

@@ -1,4 +1,5 @@
-"""Vocabulary rows: one unit per token id (its input-embedding row and its output-head row, tied or not, with its bias).
+"""Vocabulary rows: one unit per token id (its input-embedding row and its output-head row, tied or not, with its bias,
+and a BART / Marian ``final_logits_bias`` entry).
 
 A model keeps a book of the original ids it holds (``VOCAB_ATTR``). A gate multiplies a token's embedding row and its
 logit: a gate at 0 is the row zeroed, so on text that avoids removed tokens the kept ids' logits equal the pruned model's.
@@ -27,6 +28,7 @@ class VocabSite(Site):
         self.old_to_new: torch.Tensor | None = None  # (size_orig,) the id view of a pruned model; -1 at a removed id
         self.read: torch.Tensor | None = None  # the original ids of the last call through the id view
         self.head_row = 0  # the batch row the output head's next slice starts at, under per-example gates
+        self.biased = False  # a final_logits_bias is added after the head: its owner's hook gates and scatters the logits
 
     @property
     def recording(self) -> bool:
@@ -49,12 +51,19 @@ def vocab_refusal(model: nn.Module) -> str | None:
     """Why this model has no token rows to gate and remove (None: it has)."""
     if input_embedding(model) is None:
         return f"{type(model).__name__} reads no token embedding table (nn.Embedding), so it has no token rows to remove"
-    if any(hasattr(m, "final_logits_bias") for m in model.modules()):
-        return (
-            f"{model.config.model_type}'s final_logits_bias is added to the logits outside the output head, so a masked "
-            "token would keep its bias: prune.unit=vocab takes decoder-only LMs and encoders"
-        )
     return None
+
+
+def token_tables(model: nn.Module) -> list[nn.Embedding]:
+    """The input embedding and every other table holding its weight (an encoder-decoder's shared, encoder and decoder tables)."""
+    table = input_embedding(model)
+    others = [m for m in model.modules() if isinstance(m, nn.Embedding) and m is not table and m.weight is table.weight]
+    return [table, *others]
+
+
+def bias_owner(model: nn.Module) -> nn.Module | None:
+    """The module that adds a [1, vocab] ``final_logits_bias`` to its output head's logits (BART, Marian), else None."""
+    return next((m for m in model.modules() if isinstance(getattr(m, "final_logits_bias", None), torch.Tensor)), None)
 
 
 def output_heads(model: nn.Module) -> list[nn.Linear]:
@@ -114,9 +123,33 @@ def _gate_logits(module, args, output):
             site.head_row = (start + rows) % gate.shape[0]
             gate = gate[start : start + rows].reshape(rows, *([1] * (output.dim() - 2)), -1)
         output = output * gate
+    if site.old_to_new is not None and not site.biased:  # a biased head's logits are scattered after its bias
+        output = _scattered(site, output)
+    return output
+
+
+def _scattered(site: VocabSite, logits: torch.Tensor) -> torch.Tensor:
+    """(..., kept) logits of a pruned model -> (..., original vocabulary), 0 at removed ids, as a zeroed row gives."""
+    full = logits.new_zeros(*logits.shape[:-1], site.units_orig)
+    return full.index_copy(-1, torch.tensor(site.unit_ids, device=logits.device), logits)
+
+
+def _gate_biased_logits(module, args, output):
+    """Hook of the module adding ``final_logits_bias``: gate (head + bias) as a whole, then scatter a pruned model's logits."""
+    site = getattr(module, SITE_ATTR)
+    tuple_out = not hasattr(output, "logits")
+    logits = output[0] if tuple_out else output.logits
+    if site.gate is not None:  # the head's hook gave gate x head + bias: take (1 - gate) x bias off, so gate x (head + bias)
+        gate = site.gate.to(logits.dtype)
+        if gate.dim() == 2:  # (B, U) per example; beams repeat each example's rows
+            gate = gate.repeat_interleave(max(1, logits.shape[0] // gate.shape[0]), dim=0)
+            gate = gate.reshape(gate.shape[0], *([1] * (logits.dim() - 2)), -1)
+        logits = logits - (1 - gate) * module.final_logits_bias.to(logits.dtype)
     if site.old_to_new is not None:
-        full = output.new_zeros(*output.shape[:-1], site.units_orig)  # removed ids: logit 0, as a zeroed row gives
-        output = full.index_copy(-1, torch.tensor(site.unit_ids, device=output.device), output)
+        logits = _scattered(site, logits)
+    if tuple_out:
+        return (logits, *output[1:])
+    output.logits = logits
     return output
 
 
@@ -127,12 +160,18 @@ def vocab_site(model: nn.Module) -> VocabSite:
     if site is None:
         book = vocab_book(model)
         site = VocabSite(book["ids"], book["size_orig"])
-        table.register_forward_pre_hook(_to_rows)
-        table.register_forward_hook(_gate_rows)
-        setattr(table, SITE_ATTR, site)
+        for each in token_tables(model):  # every table reading the shared rows: each maps and gates its ids
+            each.register_forward_pre_hook(_to_rows)
+            each.register_forward_hook(_gate_rows)
+            setattr(each, SITE_ATTR, site)
         for head in output_heads(model):
             head.register_forward_hook(_gate_logits)
             setattr(head, SITE_ATTR, site)
+        owner = bias_owner(model)
+        if owner is not None:
+            site.biased = True
+            owner.register_forward_hook(_gate_biased_logits)
+            setattr(owner, SITE_ATTR, site)
     return site
 
 
