@@ -182,6 +182,13 @@ TABLES["units_mnli_reconstruct"] = lambda d: trained_units_table(
 )
 SCHED_RUN = ("heads + FFN neurons, two rounds, each reconstructed and distilled only, 1,200 steps", "mnli_units_chain_joint_25_kd_sched")
 TABLES["units_mnli_sched"] = lambda d: trained_units_table([(SCHED_RUN[0], _load(d, SCHED_RUN[1]))])  # on the MiniLM retrained to 73.60%
+LEVER_RUNS = (  # on the same 73.60% MiniLM
+    ("heads + FFN neurons + channels, reconstructed", "mnli_units_recon_hidden"),
+    ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, lr 1e-4", "mnli_units_chain_joint_25_kd_2400_lr"),
+)
+TABLES["units_mnli_levers"] = lambda d: trained_units_table(
+    [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]
+)
 TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
