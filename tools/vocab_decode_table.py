@@ -1,0 +1,52 @@
+"""docs/results_llm.md's llama.cpp generation of a cut vocabulary per byte of text, beside per token and the ideals.
+
+A smaller vocabulary splits the same text into more tokens, so a token generated faster is worth fewer bytes. The
+tokens each tokenizer spends per byte of the `eval` text come from the prune run that cut it: its point scored through
+its own tokenizer records the predicted tokens, bits per byte and perplexity, so the text's bytes are
+ln(perplexity) x tokens / (ln 2 x bits per byte); the unpruned model's tokens follow from its own two measures on
+the same bytes. A gain per byte is then (1 + gain per token) x (unpruned tokens / cut tokens) - 1, its interval and its
+bandwidth-ideal scaled alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+from headprune.engine.verdict import gain_text
+
+
+def tokens_per_byte(vocab_run: dict, step_index: int = -1) -> tuple[float, float]:
+    """(unpruned, cut) eval tokens per byte of text, from a vocab prune run's results.json and one of its steps."""
+    results = vocab_run["results"]
+    step = results["orders"][next(iter(results["orders"]))]["steps"][step_index]
+    tokens = step["tokenizer"]["data"]["predicted_tokens"]
+    text_bytes = math.log(step["score"]) * tokens / (math.log(2) * step["bits_per_byte"])
+    unpruned_tokens = results["base_bits_per_byte"] * math.log(2) * text_bytes / math.log(results["base_score"])
+    return unpruned_tokens / text_bytes, tokens / text_bytes
+
+
+def per_byte_table(speed_run: dict, vocab_run: dict, labels: dict[str, str]) -> str:
+    """One row per timed file ({name in the speed run: label}): generation per token and per byte of text, each beside its ideal."""
+    unpruned_tpb, cut_tpb = tokens_per_byte(vocab_run)
+    files = speed_run["speed"]["files"]
+    lines = [
+        "| file | tokens per byte | generation tok/s | gain per token [95%] | ideal | bytes of text/s | gain per byte [95%] | ideal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    reference = next(iter(files))  # the unpruned file, the speed run's reference
+    for name, label in labels.items():
+        tg = files[name]["tg"]
+        tpb = unpruned_tpb if name == reference else cut_tpb
+        row = f"| {label} | {tpb:.4f} | {tg['median']:.1f} | "
+        if name == reference:
+            lines.append(row + f"| | {tg['median'] / tpb:.1f} | | |")
+            continue
+        scale = unpruned_tpb / tpb  # the same tokens carry 1 / scale as many bytes
+        per_byte = {**tg["gain"], "gain": (1 + tg["gain"]["gain"]) * scale - 1}
+        per_byte["gain_interval"] = [(1 + g) * scale - 1 for g in tg["gain"]["gain_interval"]]
+        ideal = tg["ideal"]["gain"]
+        lines.append(
+            row + f"{gain_text(tg['gain'])} | {100 * ideal:+.1f}% | {tg['median'] / tpb:.1f} | {gain_text(per_byte)} | "
+            f"{100 * ((1 + ideal) * scale - 1):+.1f}% |"
+        )
+    return "\n".join(lines)
