@@ -9,6 +9,7 @@ import torch
 
 from headprune.core.saving import load_pruned, save_pruned
 from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.vocab.generation import removed_token_processors
 from headprune.core.vocab.rows import id_map, vocab_site
 
 VOCAB = 96
@@ -120,3 +121,31 @@ def test_greedy_generation_of_masked_and_pruned_marian_agrees():
         masked = model.generate(input_ids=source, **options)
     with torch.no_grad():
         assert torch.equal(pruned.generate(input_ids=source, **options), masked)
+
+
+@pytest.mark.parametrize("per_example", [False, True])
+def test_beam_search_of_the_masked_model_is_the_saved_models(per_example):
+    """With the removed tokens' scores at -inf, beam search on the masked model (original ids) gives the bare pruned model's beams."""
+    model = _model("marian")
+    pruned = copy.deepcopy(model)
+    prune_unit_mask(unit_gates(pruned, "vocab"), _mask())
+    source, _ = _inputs()
+    mapping = id_map(pruned)
+    site = vocab_site(pruned)
+    site.old_to_new = None  # the saved model: new ids in and out, no removed token left to emit
+    options = dict(max_new_tokens=8, num_beams=3, do_sample=False, decoder_start_token_id=0)
+    with torch.no_grad():
+        bare = pruned.generate(input_ids=source.clone().apply_(mapping.get), **options)
+    mask = {"vocab": _mask()["vocab"].expand(2, 1, VOCAB).clone()} if per_example else _mask()
+    with torch.no_grad(), unit_gates(model, "vocab").masked(mask):
+        masked = model.generate(input_ids=source, logits_processor=removed_token_processors(model), **options)
+    assert torch.equal(masked.apply_(mapping.get), bare)
+
+
+def test_no_processor_acts_on_a_model_whose_vocabulary_is_whole():
+    """A model without a vocabulary site, or with nothing removed, generates as it would without the processor."""
+    model = _model("marian")
+    assert len(removed_token_processors(model)) == 0
+    vocab_site(model)
+    scores = torch.randn(2, VOCAB)
+    assert torch.equal(removed_token_processors(model)[0](None, scores), scores)

@@ -108,8 +108,16 @@ def _gate_rows(module, args, output):
         return output
     gate = site.gate.to(output.dtype)  # each token's gate at ``rows`` (B, T), positions of the kept rows, as (B, T, 1)
     if gate.dim() == 2:  # (B, U) -> (B, T)
+        gate = beam_rows(gate, rows.shape[0])
         return output * gate.gather(1, rows.reshape(rows.shape[0], -1)).reshape(rows.shape).unsqueeze(-1)
     return output * gate[rows].unsqueeze(-1)
+
+
+def beam_rows(gate: torch.Tensor, rows: int) -> torch.Tensor:
+    """Per-example gates (B, U) for ``rows`` = k x B rows (beam search repeats each example k times in a row), else as given."""
+    if rows > gate.shape[0] and rows % gate.shape[0] == 0:
+        return gate.repeat_interleave(rows // gate.shape[0], dim=0)
+    return gate
 
 
 def _gate_logits(module, args, output):
@@ -119,6 +127,7 @@ def _gate_logits(module, args, output):
         gate = site.gate.to(output.dtype)
         if gate.dim() == 2:  # (B, U): a task may run the head on consecutive slices of the batch's rows
             rows = output.shape[0]
+            gate = beam_rows(gate, rows)
             start = site.head_row if rows < gate.shape[0] else 0
             site.head_row = (start + rows) % gate.shape[0]
             gate = gate[start : start + rows].reshape(rows, *([1] * (output.dim() - 2)), -1)
@@ -142,7 +151,7 @@ def _gate_biased_logits(module, args, output):
     if site.gate is not None:  # the head's hook gave gate x head + bias: take (1 - gate) x bias off, so gate x (head + bias)
         gate = site.gate.to(logits.dtype)
         if gate.dim() == 2:  # (B, U) per example; beams repeat each example's rows
-            gate = gate.repeat_interleave(max(1, logits.shape[0] // gate.shape[0]), dim=0)
+            gate = beam_rows(gate, logits.shape[0])
             gate = gate.reshape(gate.shape[0], *([1] * (logits.dim() - 2)), -1)
         logits = logits - (1 - gate) * module.final_logits_bias.to(logits.dtype)
     if site.old_to_new is not None:

@@ -11,6 +11,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 from headprune.core.inputs import eval_mode
 from headprune.core.units import model_gates
+from headprune.core.vocab.generation import removed_token_processors
 from headprune.models.tokenizers import decode, has_tokenizer, load_tokenizer, special_ids
 from headprune.results.writer import texts_fingerprint
 from headprune.tasks.base import EvalResult, TimedCall
@@ -131,6 +132,7 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             eos_token_id=config.eos_token_id,
             pad_token_id=config.pad_token_id,
             bad_words_ids=[[config.pad_token_id]],
+            logits_processor=removed_token_processors(self.model),  # a cut vocabulary's removed tokens are never emitted
             max_time=max_time,
             stopping_criteria=None if progress is None or progress.on_batch is None else StoppingCriteriaList([progress]),
         )
