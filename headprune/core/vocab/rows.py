@@ -115,9 +115,8 @@ def _gate_rows(module, args, output):
 
 def beam_rows(gate: torch.Tensor, rows: int) -> torch.Tensor:
     """Per-example gates (B, U) for ``rows`` = k x B rows (beam search repeats each example k times in a row), else as given."""
-    if rows > gate.shape[0] and rows % gate.shape[0] == 0:
-        return gate.repeat_interleave(rows // gate.shape[0], dim=0)
-    return gate
+    beams = rows > gate.shape[0] and rows % gate.shape[0] == 0
+    return gate.repeat_interleave(rows // gate.shape[0], dim=0) if beams else gate
 
 
 def _gate_logits(module, args, output):
@@ -146,8 +145,7 @@ def _scattered(site: VocabSite, logits: torch.Tensor) -> torch.Tensor:
 def _gate_biased_logits(module, args, output):
     """Hook of the module adding ``final_logits_bias``: gate (head + bias) as a whole, then scatter a pruned model's logits."""
     site = getattr(module, SITE_ATTR)
-    tuple_out = not hasattr(output, "logits")
-    logits = output[0] if tuple_out else output.logits
+    logits = output.logits if hasattr(output, "logits") else output[0]
     if site.gate is not None:  # the head's hook gave gate x head + bias: take (1 - gate) x bias off, so gate x (head + bias)
         gate = site.gate.to(logits.dtype)
         if gate.dim() == 2:  # (B, U) per example; beams repeat each example's rows
@@ -156,7 +154,7 @@ def _gate_biased_logits(module, args, output):
         logits = logits - (1 - gate) * module.final_logits_bias.to(logits.dtype)
     if site.old_to_new is not None:
         logits = _scattered(site, logits)
-    if tuple_out:
+    if not hasattr(output, "logits"):
         return (logits, *output[1:])
     output.logits = logits
     return output
