@@ -19,7 +19,7 @@ from long_context_tables import figure as long_context_figure
 from long_context_tables import overlap_table, runs_of, within_table
 from readme_results import readme_results
 from units_table import trained_units_table, units_deploy_table, units_speed_table
-from vocab_decode_table import per_byte_table
+from vocab_decode_table import greedy_tokens_per_byte, pareto_tokens_per_byte, per_byte_table
 from vocab_table import classifier_vocab_cut_table, vocab_cut_table
 from zeroshot_table import table as zeroshot_markdown
 
@@ -196,7 +196,18 @@ TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
 )
 TABLES["llm_vocab_cut"] = lambda d: vocab_cut_table(_load(d, "llm_vocab_cut"))  # docs/results_llm.md: SmolLM2's vocabulary cuts
 VOCAB_DECODE_LABELS = {"unpruned f16": "unpruned, f16", "vocab 16,384 f16": "16,384 tokens kept, f16"}
-TABLES["llm_vocab_decode"] = lambda d: per_byte_table(_load(d, "llm_vocab_llamacpp"), _load(d, "llm_vocab_cut"), VOCAB_DECODE_LABELS)
+TABLES["llm_vocab_decode"] = lambda d: per_byte_table(
+    _load(d, "llm_vocab_llamacpp"), greedy_tokens_per_byte(_load(d, "llm_vocab_cut")), VOCAB_DECODE_LABELS
+)
+BYTES_DECODE_LABELS = {
+    "unpruned-deci f16": "unpruned, as deci, f16",
+    "kv+ffn+vocab@0.75 bytes f16": "KV groups + neurons + tokens, reconstructed, f16",
+}
+TABLES["llm_bytes_vocab_decode"] = lambda d: per_byte_table(
+    _load(d, "llm_bytes_vocab_llamacpp"),
+    pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
+    BYTES_DECODE_LABELS,
+)
 TABLES["minilm_vocab_freq"] = lambda d: classifier_vocab_cut_table(_load(d, "mnli_vocab_freq"))  # docs/results.md: MiniLM's cuts by use
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}

@@ -13,21 +13,36 @@ from __future__ import annotations
 import math
 
 from headprune.engine.verdict import gain_text
+from headprune.results.points import point_name
 
 
-def tokens_per_byte(vocab_run: dict, step_index: int = -1) -> tuple[float, float]:
-    """(unpruned, cut) eval tokens per byte of text, from a vocab prune run's results.json and one of its steps."""
-    results = vocab_run["results"]
-    step = results["orders"][next(iter(results["orders"]))]["steps"][step_index]
-    tokens = step["tokenizer"]["data"]["predicted_tokens"]
-    text_bytes = math.log(step["score"]) * tokens / (math.log(2) * step["bits_per_byte"])
-    unpruned_tokens = results["base_bits_per_byte"] * math.log(2) * text_bytes / math.log(results["base_score"])
+def tokens_per_byte(point: dict, base_score: float, base_bits_per_byte: float) -> tuple[float, float]:
+    """(unpruned, cut) eval tokens per byte of text, from a point scored through its own tokenizer and the unpruned scores."""
+    tokens = point["tokenizer"]["data"]["predicted_tokens"]
+    text_bytes = math.log(point["score"]) * tokens / (math.log(2) * point["bits_per_byte"])
+    unpruned_tokens = base_bits_per_byte * math.log(2) * text_bytes / math.log(base_score)
     return unpruned_tokens / text_bytes, tokens / text_bytes
 
 
-def per_byte_table(speed_run: dict, vocab_run: dict, labels: dict[str, str]) -> str:
-    """One row per timed file ({name in the speed run: label}): generation per token and per byte of text, each beside its ideal."""
-    unpruned_tpb, cut_tpb = tokens_per_byte(vocab_run)
+def greedy_tokens_per_byte(run: dict, step_index: int = -1) -> tuple[float, float]:
+    """``tokens_per_byte`` of a step of a vocabulary prune run's first order (fractions)."""
+    results = run["results"]
+    step = results["orders"][next(iter(results["orders"]))]["steps"][step_index]
+    return tokens_per_byte(step, results["base_score"], results["base_bits_per_byte"])
+
+
+def pareto_tokens_per_byte(run: dict, name: str) -> tuple[float, float]:
+    """``tokens_per_byte`` of the point ``name`` (``fisher+reconstruct@bytes=0.75``) of a run pruning for speed."""
+    points = run["results"]["points"]
+    base = next(p for p in points if p["order"] == "unpruned")
+    point = next(p for p in points if f"{point_name(p)}@{p['step']}" == name)
+    return tokens_per_byte(point, base["score"], base["bits_per_byte"])
+
+
+def per_byte_table(speed_run: dict, tokens: tuple[float, float], labels: dict[str, str]) -> str:
+    """One row per timed file ({name in the speed run: label}; the first the unpruned reference): generation per token and
+    per byte of text, each beside its ideal; ``tokens``: (unpruned, cut) tokens per byte of text."""
+    unpruned_tpb, cut_tpb = tokens
     files = speed_run["speed"]["files"]
     lines = [
         "| file | tokens per byte | generation tok/s | gain per token [95%] | ideal | bytes of text/s | gain per byte [95%] | ideal |",
