@@ -1,5 +1,4 @@
-"""Vocabulary rows: one unit per token id (its input-embedding row and its output-head row, tied or not, with its bias,
-and a BART / Marian ``final_logits_bias`` entry).
+"""Vocabulary rows: one unit per token id (its embedding row, its output-head row, tied or not, and logit biases).
 
 A model keeps a book of the original ids it holds (``VOCAB_ATTR``). A gate multiplies a token's embedding row and its
 logit: a gate at 0 is the row zeroed, so on text that avoids removed tokens the kept ids' logits equal the pruned model's.
@@ -28,7 +27,7 @@ class VocabSite(Site):
         self.old_to_new: torch.Tensor | None = None  # (size_orig,) the id view of a pruned model; -1 at a removed id
         self.read: torch.Tensor | None = None  # the original ids of the last call through the id view
         self.head_row = 0  # the batch row the output head's next slice starts at, under per-example gates
-        self.biased = False  # a final_logits_bias is added after the head: its owner's hook gates and scatters the logits
+        self.biased = False  # a final_logits_bias is added after the head: its owner's hook, not the head's, gates and scatters
 
     @property
     def recording(self) -> bool:
@@ -122,6 +121,8 @@ def beam_rows(gate: torch.Tensor, rows: int) -> torch.Tensor:
 def _gate_logits(module, args, output):
     """Output head hook: each logit times its token's gate; a pruned model's logits scattered back to the original ids."""
     site = getattr(module, SITE_ATTR)
+    if site.biased:  # a bias is added after the head: its owner's hook gates and scatters head + bias as a whole
+        return output
     if site.gate is not None:
         gate = site.gate.to(output.dtype)
         if gate.dim() == 2:  # (B, U): a task may run the head on consecutive slices of the batch's rows
@@ -131,7 +132,7 @@ def _gate_logits(module, args, output):
             site.head_row = (start + rows) % gate.shape[0]
             gate = gate[start : start + rows].reshape(rows, *([1] * (output.dim() - 2)), -1)
         output = output * gate
-    if site.old_to_new is not None and not site.biased:  # a biased head's logits are scattered after its bias
+    if site.old_to_new is not None:
         output = _scattered(site, output)
     return output
 
@@ -146,12 +147,12 @@ def _gate_biased_logits(module, args, output):
     """Hook of the module adding ``final_logits_bias``: gate (head + bias) as a whole, then scatter a pruned model's logits."""
     site = getattr(module, SITE_ATTR)
     logits = output.logits if hasattr(output, "logits") else output[0]
-    if site.gate is not None:  # the head's hook gave gate x head + bias: take (1 - gate) x bias off, so gate x (head + bias)
+    if site.gate is not None:  # gate x (head + bias): a removed token loses its bias with its row
         gate = site.gate.to(logits.dtype)
         if gate.dim() == 2:  # (B, U) per example; beams repeat each example's rows
             gate = beam_rows(gate, logits.shape[0])
             gate = gate.reshape(gate.shape[0], *([1] * (logits.dim() - 2)), -1)
-        logits = logits - (1 - gate) * module.final_logits_bias.to(logits.dtype)
+        logits = logits * gate
     if site.old_to_new is not None:
         logits = _scattered(site, logits)
     if not hasattr(output, "logits"):
