@@ -8,9 +8,15 @@ import pytest
 import torch
 from experiment_helpers import make_cfg, results, task_fixtures
 
+from headprune.core.saving import load_pruned, save_pruned
 from headprune.core.units import prune_unit_mask, unit_gates
 from headprune.experiments import ablate, keep_one, prune, speed, study
+from headprune.export.renumbering import renumbering
 from headprune.measures import evaluation
+from headprune.models.tokenizers import load_tokenizer
+from headprune.stages.own_tokenizer import own_tokenizer_results, row_splitter
+from headprune.tasks.mt.data import TranslationDataModule, split_of
+from headprune.tasks.mt.task import TranslationModule
 
 TASK = "mt"
 
@@ -103,7 +109,8 @@ def test_study_on_t5(tmp_path):
 
 
 def test_prune_the_vocabulary_of_a_marian_model(shared_task, tmp_path):
-    """prune.unit=vocab on a Marian model (its final_logits_bias beside the tied head): the pruned point scores as the masked one."""
+    """prune.unit=vocab on a Marian model (its final_logits_bias beside the tied head): pruned translates as masked; the run's
+    score is the saved model's, reading text split by its rewritten tokenizer."""
     over = ("prune.unit=vocab", "prune.order=importance", "prune.fractions=[0.3]", "prune.measure_speed=false")
     prune.run(make_cfg(tmp_path, "prune", TASK, *over))
     res = results(tmp_path)["results"]
@@ -112,8 +119,23 @@ def test_prune_the_vocabulary_of_a_marian_model(shared_task, tmp_path):
     mask = {"vocab": torch.tensor(step["mask"]["vocab"], dtype=torch.float32)}
     with unit_gates(shared_task.model, "vocab").masked(mask):
         masked = shared_task.evaluate(None)
-    assert step["score"] == pytest.approx(masked.score)
     pruned = copy.deepcopy(shared_task.model)
     prune_unit_mask(unit_gates(pruned, "vocab"), mask)
     with evaluation.swapped_model(shared_task, pruned):  # the pruned model reads and writes original ids
         assert shared_task.evaluate(None).per_example["hypotheses"] == masked.per_example["hypotheses"]
+    # the run scores the point as it ships: the saved model and its rewritten tokenizer, the sources tokenized afresh
+    save_pruned(pruned, tmp_path / "saved", tokenizer=shared_task.tokenizer)
+    tokenizer = load_tokenizer(tmp_path / "saved")
+    assert len(tokenizer) < len(shared_task.tokenizer)
+    data = TranslationDataModule(shared_task.data.cfg, tokenizer=tokenizer)
+    data.texts = shared_task.data.texts  # the same sentences, split by the rewritten tokenizer
+    shipped = TranslationModule(load_pruned(tmp_path / "saved").eval(), tokenizer, data, shared_task.task_cfg)
+    with evaluation.swapped_model(shared_task, shared_task.model, unit_gates(shared_task.model, "vocab")):
+        own = own_tokenizer_results(shared_task, shared_task.model, mask, ["eval"], "vocab", progress=False)["eval"]
+    hypotheses = shipped.evaluate(None).per_example["hypotheses"]
+    assert own.per_example["hypotheses"] == hypotheses and any(hypotheses)
+    ids, split = renumbering(copy.deepcopy(pruned), shared_task.tokenizer), split_of(data.cfg, "eval")
+    with shared_task.split_by(row_splitter(ids, shared_task.tokenizer, pruned), ids.tokenizer, ["eval"]):
+        assert shared_task.data.split_encoded(split) == data.split_encoded(split)  # old ids split again == text tokenized afresh
+    assert shared_task.data.split_encoded(split) != data.split_encoded(split)
+    assert step["tokenizer"]["own"] and step["score"] == pytest.approx(own.score)

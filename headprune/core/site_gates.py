@@ -49,11 +49,15 @@ def broadcast_unit_gate(gate: torch.Tensor, hidden: torch.Tensor) -> torch.Tenso
     gate = gate.to(dtype=hidden.dtype, device=hidden.device)
     if gate.dim() == 1:
         return gate
-    rows = hidden.shape[0]
+    gate = example_rows(gate, hidden.shape[0])
+    return gate.view(gate.shape[0], *[1] * (hidden.dim() - 2), gate.shape[-1])
+
+
+def example_rows(gate: torch.Tensor, rows: int) -> torch.Tensor:
+    """Per-example gates (B, ...) for ``rows`` = k x B rows, each example's k in a row (beams, OPT's flattened (B * T, W) tokens)."""
     if rows % gate.shape[0]:
         raise ValueError(f"per-example mask has {gate.shape[0]} rows but the gated input has {rows}")
-    gate = gate.repeat_interleave(rows // gate.shape[0], dim=0)  # beams, or OPT's flattened (B * T, W) tokens
-    return gate.view(rows, *[1] * (hidden.dim() - 2), gate.shape[-1])
+    return gate.repeat_interleave(rows // gate.shape[0], dim=0)
 
 
 def gate_and_probe(site, hidden: torch.Tensor, probe_shape=None) -> torch.Tensor | None:

@@ -3,7 +3,8 @@
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from headprune.core.vocab.rows import SITE_ATTR, beam_rows, input_embedding
+from headprune.core.site_gates import broadcast_unit_gate
+from headprune.core.vocab.rows import SITE_ATTR, input_embedding
 
 
 def removed_tokens(site, scores: torch.Tensor) -> torch.Tensor | None:
@@ -11,12 +12,9 @@ def removed_tokens(site, scores: torch.Tensor) -> torch.Tensor | None:
     gate, view = site.gate, site.old_to_new
     if view is None:  # the scores index the site's units: an unpruned model's ids, or a pruned model's new ones
         return None if gate is None else gate.to(scores.device) == 0
-    removed = (view < 0).to(scores.device)  # a pruned model read through original ids
-    if gate is not None:  # a mask on the kept ids too: spread over the original ids
-        ids = torch.tensor(site.unit_ids, device=scores.device)
-        full = torch.ones(*gate.shape[:-1], site.units_orig, device=scores.device)
-        removed = removed | (full.index_copy(-1, ids, gate.to(full)) == 0)
-    return removed
+    view = view.to(scores.device)  # a pruned model read through original ids: the new id of each, -1 at a removed one
+    masked = False if gate is None else gate.to(scores.device)[..., view.clamp(min=0)] == 0  # a mask on the kept ids too
+    return (view < 0) | masked
 
 
 class RemovedTokens(LogitsProcessor):
@@ -26,12 +24,8 @@ class RemovedTokens(LogitsProcessor):
         self.site = site
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        removed = removed_tokens(self.site, scores)
-        if removed is None:
-            return scores
-        if removed.dim() == 2:  # per-example rows; beams repeat each example's row
-            removed = beam_rows(removed, scores.shape[0])
-        return scores.masked_fill(removed, float("-inf"))
+        removed = removed_tokens(self.site, scores)  # per example (B, V): beams repeat each example's row
+        return scores if removed is None else scores.masked_fill(broadcast_unit_gate(removed, scores).bool(), float("-inf"))
 
 
 def removed_token_processors(model) -> LogitsProcessorList:

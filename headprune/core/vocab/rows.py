@@ -9,7 +9,7 @@ After pruning, the model reads and writes original ids (an id view: inputs mappe
 import torch
 from torch import nn
 
-from headprune.core.site_gates import Site
+from headprune.core.site_gates import Site, broadcast_unit_gate, example_rows
 
 GROUP = "vocab"  # the mask group: [1, vocabulary size]
 VOCAB_ATTR = "_headprune_vocab"  # the model's book: {"ids": kept original ids, "size_orig": vocabulary size}
@@ -107,15 +107,9 @@ def _gate_rows(module, args, output):
         return output
     gate = site.gate.to(output.dtype)  # each token's gate at ``rows`` (B, T), positions of the kept rows, as (B, T, 1)
     if gate.dim() == 2:  # (B, U) -> (B, T)
-        gate = beam_rows(gate, rows.shape[0])
+        gate = example_rows(gate, rows.shape[0])
         return output * gate.gather(1, rows.reshape(rows.shape[0], -1)).reshape(rows.shape).unsqueeze(-1)
     return output * gate[rows].unsqueeze(-1)
-
-
-def beam_rows(gate: torch.Tensor, rows: int) -> torch.Tensor:
-    """Per-example gates (B, U) for ``rows`` = k x B rows (beam search repeats each example k times in a row), else as given."""
-    beams = rows > gate.shape[0] and rows % gate.shape[0] == 0
-    return gate.repeat_interleave(rows // gate.shape[0], dim=0) if beams else gate
 
 
 def _gate_logits(module, args, output):
@@ -124,14 +118,11 @@ def _gate_logits(module, args, output):
     if site.biased:  # a bias is added after the head: its owner's hook gates and scatters head + bias as a whole
         return output
     if site.gate is not None:
-        gate = site.gate.to(output.dtype)
-        if gate.dim() == 2:  # (B, U): a task may run the head on consecutive slices of the batch's rows
-            rows = output.shape[0]
-            gate = beam_rows(gate, rows)
-            start = site.head_row if rows < gate.shape[0] else 0
-            site.head_row = (start + rows) % gate.shape[0]
-            gate = gate[start : start + rows].reshape(rows, *([1] * (output.dim() - 2)), -1)
-        output = output * gate
+        gate, rows = site.gate, output.shape[0]
+        if gate.dim() == 2 and rows < gate.shape[0]:  # (B, U): a task may run the head on consecutive slices of the batch's rows
+            start, site.head_row = site.head_row, (site.head_row + rows) % gate.shape[0]
+            gate = gate[start : start + rows]
+        output = output * broadcast_unit_gate(gate, output)
     if site.old_to_new is not None:
         output = _scattered(site, output)
     return output
@@ -139,8 +130,8 @@ def _gate_logits(module, args, output):
 
 def _scattered(site: VocabSite, logits: torch.Tensor) -> torch.Tensor:
     """(..., kept) logits of a pruned model -> (..., original vocabulary), 0 at removed ids, as a zeroed row gives."""
-    full = logits.new_zeros(*logits.shape[:-1], site.units_orig)
-    return full.index_copy(-1, torch.tensor(site.unit_ids, device=logits.device), logits)
+    view = site.old_to_new.to(logits.device)  # the new id of each original id, -1 at a removed one
+    return logits.index_select(-1, view.clamp(min=0)).masked_fill(view < 0, 0.0)
 
 
 def _gate_biased_logits(module, args, output):
@@ -148,11 +139,7 @@ def _gate_biased_logits(module, args, output):
     site = getattr(module, SITE_ATTR)
     logits = output.logits if hasattr(output, "logits") else output[0]
     if site.gate is not None:  # gate x (head + bias): a removed token loses its bias with its row
-        gate = site.gate.to(logits.dtype)
-        if gate.dim() == 2:  # (B, U) per example; beams repeat each example's rows
-            gate = beam_rows(gate, logits.shape[0])
-            gate = gate.reshape(gate.shape[0], *([1] * (logits.dim() - 2)), -1)
-        logits = logits * gate
+        logits = logits * broadcast_unit_gate(site.gate, logits)  # (B, U) per example: beams repeat each example's rows
     if site.old_to_new is not None:
         logits = _scattered(site, logits)
     if not hasattr(output, "logits"):

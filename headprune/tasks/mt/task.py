@@ -1,6 +1,7 @@
 """TranslationModule: a BART/Marian-family translation model with head gates on enc_self, enc_dec and dec_self."""
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -204,6 +205,21 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             seed=seed,
             alpha=alpha,
         )
+
+    @contextmanager
+    def split_by(self, split_row, tokenizer, splits: list[str]):
+        """Within: ``splits`` hold their sources and targets split again by ``split_row`` into ``tokenizer``'s ids, and
+        translations are decoded by ``tokenizer`` (a pruned vocabulary's own); BLEU still reads the reference text."""
+        data, names = self.data, {split_of(self.data.cfg, split) for split in splits}
+        own = {name: data.split_encoded(name) for name in names}, data.tokenizer, self.tokenizer, self._eval_cache
+        data.encoded.update({name: tuple([split_row(ids)[0] for ids in rows] for rows in pair) for name, pair in own[0].items()})
+        data.tokenizer = self.tokenizer = tokenizer  # the pad / start ids and the detokenizer follow
+        self._eval_cache = {}  # batches of the split rows
+        try:
+            yield self
+        finally:
+            data.encoded.update(own[0])
+            data.tokenizer, self.tokenizer, self._eval_cache = own[1:]
 
     def forward_batches(self, split: str) -> list[dict]:
         return self.data.eval_batches(split_of(self.data.cfg, split), with_targets=True)
