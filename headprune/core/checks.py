@@ -162,9 +162,7 @@ class Rule:
     nullable: bool = False
 
     def __call__(self, value, name: str):
-        if self.nullable and value is None:
-            return None
-        return self.check(value, name, *self.args, **dict(self.kwargs))
+        return None if self.nullable and value is None else self.check(value, name, *self.args, **dict(self.kwargs))
 
     def __str__(self) -> str:
         """What the rule accepts, in words (``number in (0.0, 1.0)``, ``one of head, kv_group``, ``... or null``)."""

@@ -75,9 +75,7 @@ def _map_tensors(value, fn):
     """``fn`` applied to every tensor of a layer output or input (a tensor or nested tuples); other values as they are."""
     if isinstance(value, torch.Tensor):
         return fn(value)
-    if isinstance(value, tuple):
-        return tuple(_map_tensors(v, fn) for v in value)
-    return value
+    return tuple(_map_tensors(v, fn) for v in value) if isinstance(value, tuple) else value
 
 
 def _repeat(value, copies: int, batch: int | None = None):

@@ -28,9 +28,7 @@ def verdict(summary: dict) -> str:
     if summary["gain_interval"] is None:
         return "inconclusive"
     low, high = summary["gain_interval"]
-    if low <= 0.0 <= high or summary["gain_spread"] > abs(summary["gain"]):
-        return "inconclusive"
-    return "confident"
+    return "inconclusive" if low <= 0.0 <= high or summary["gain_spread"] > abs(summary["gain"]) else "confident"
 
 
 def beyond_ideal(summary: dict, ideal: float) -> bool:

@@ -54,9 +54,7 @@ def task_of(model: nn.Module) -> str:
         return "image-classification"
     if getattr(model.config, "is_encoder_decoder", False):
         return "text2text-generation"
-    if model.can_generate():
-        return "text-generation"
-    return "text-classification"
+    return "text-generation" if model.can_generate() else "text-classification"
 
 
 def text_inputs(model: nn.Module, tokenizer, task: str) -> dict:

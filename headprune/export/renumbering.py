@@ -15,6 +15,15 @@ from torch.nn.utils.rnn import pad_sequence
 from headprune.core.checks import ConfigError
 from headprune.core.kinds import KINDS
 
+ID_ROWS = ("input_ids", "decoder_input_ids")  # the token-id rows of a check batch: inputs, an encoder-decoder's decoder inputs
+
+
+def real_rows(batch: dict, key: str) -> list[list[int]]:
+    """Each row of ``batch[key]`` without its padding: by the attention mask (inputs) or the labels' -100 (decoder inputs)."""
+    ids = batch[key]
+    real = batch.get("attention_mask") if key == "input_ids" else batch["labels"] != -100 if "labels" in batch else None
+    return [row[r.bool()].tolist() for row, r in zip(ids, torch.ones_like(ids) if real is None else real)]
+
 
 @dataclass
 class Renumbering:
@@ -28,9 +37,7 @@ class Renumbering:
     @property
     def removed(self) -> list[int] | None:
         """The original ids the files hold no row of (None: the ids stay)."""
-        if self.kept is None:
-            return None
-        return sorted(set(range(self.size)) - set(self.kept))
+        return None if self.kept is None else sorted(set(range(self.size)) - set(self.kept))
 
     def old_to_new(self) -> torch.Tensor:
         """(size,) each original id's id in the files; -1 at a removed id."""
@@ -49,30 +56,32 @@ class Renumbering:
         table, kept = self.old_to_new(), torch.tensor(self.kept, dtype=torch.long)
         reference, export, counts = [], [], {"check_texts": 0, "split_alike": 0, "split_again": 0}
         for batch in batches:
-            ids = batch["input_ids"]
-            mask = batch.get("attention_mask", torch.ones_like(ids))
-            rows = [row[real.bool()].tolist() for row, real in zip(ids, mask)]
-            split = [self.split_again(tokenizer, row)[0] for row in rows]
-            alike = [i for i, (row, new) in enumerate(zip(rows, split)) if [self.kept[t] for t in new] == row]
-            counts["check_texts"] += len(rows)
+            keys = [key for key in ID_ROWS if key in batch]  # an encoder-decoder's targets are text too
+            rows = {key: real_rows(batch, key) for key in keys}
+            split = {key: [self.split_again(tokenizer, row)[0] for row in rows[key]] for key in keys}
+            n, inputs = len(batch["input_ids"]), {k: v for k, v in batch.items() if k != "labels"}  # labels: not an input
+            alike = [i for i in range(n) if all([self.kept[t] for t in split[key][i]] == rows[key][i] for key in keys)]
+            counts["check_texts"] += n
             if alike:
                 picked = torch.tensor(alike, dtype=torch.long)  # the rows of every tensor with one row per example
-                chosen = {k: v.index_select(0, picked) if v.dim() and v.shape[0] == len(ids) else v for k, v in batch.items()}
+                chosen = {k: v.index_select(0, picked) if v.dim() and v.shape[0] == n else v for k, v in inputs.items()}
                 reference.append(chosen)
-                export.append({**chosen, "input_ids": table[chosen["input_ids"]].clamp(min=0)})  # padding: a special id, kept
+                export.append({**chosen, **{key: table[chosen[key]].clamp(min=0) for key in keys}})  # padding: a special id, kept
                 counts["split_alike"] += len(alike)
-            again = [split[i] for i in range(len(rows)) if i not in set(alike)]
-            if again and set(batch) <= {"input_ids", "attention_mask"}:  # token types of a text split otherwise: unknown
+            again = [i for i in range(n) if i not in set(alike)]
+            if again and set(inputs) <= {"attention_mask", *ID_ROWS}:  # token types of a text split otherwise: unknown
+                ids, mask = batch["input_ids"], batch.get("attention_mask", torch.ones_like(batch["input_ids"]))
                 pad = int(table[int(ids[mask == 0][0])]) if bool((mask == 0).any()) else 0
-                new = pad_sequence([torch.tensor(row, dtype=torch.long) for row in again], batch_first=True, padding_value=pad)  # (B, T)
-                real = pad_sequence([torch.ones(len(row), dtype=torch.long) for row in again], batch_first=True)  # its mask (B, T)
-                reference.append({"input_ids": kept[new], "attention_mask": real})
-                export.append({"input_ids": new, "attention_mask": real})
+                new = {key: pad_sequence([torch.tensor(split[key][i]) for i in again], batch_first=True, padding_value=pad) for key in keys}
+                real = pad_sequence([torch.ones(len(split["input_ids"][i]), dtype=torch.long) for i in again], batch_first=True)
+                reference.append({"attention_mask": real, **{key: kept[value] for key, value in new.items()}})
+                export.append({"attention_mask": real, **new})  # (B, T) each
                 counts["split_again"] += len(again)
         if not reference:
             raise ConfigError(
                 f"none of the {counts['check_texts']} check texts of export.split is split alike by the exported (rewritten) "
-                "tokenizer and the model's own, and their rows hold token types: check on more texts (export.examples) or another split"
+                "tokenizer and the model's own, and their rows hold more than token ids and a mask: check on more texts "
+                "(export.examples) or another split"
             )
         return reference, export, counts
 

@@ -34,9 +34,7 @@ def whole_groups(gates, mask) -> dict[str, torch.Tensor]:
 def kv_bytes(task, mask) -> int | None:
     """The KV cache of one sequence at the task's context under a hard streaming ``mask`` (None: the context is unknown)."""
     tokens = task.context_tokens
-    if tokens is None:
-        return None
-    return int(stream_cache_bytes(task.gates, whole_groups(task.gates, mask), int(tokens)))
+    return None if tokens is None else int(stream_cache_bytes(task.gates, whole_groups(task.gates, mask), int(tokens)))
 
 
 def action_record(task) -> dict:

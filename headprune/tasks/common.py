@@ -35,9 +35,7 @@ def drawn_groups(count: int, examples: int, seed: int, size: int, length: Callab
     if length is not None:
         chosen.sort(key=length)
     groups = [chosen[start : start + size] for start in range(0, len(chosen), size)]
-    if length is None:
-        return groups
-    return [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
+    return groups if length is None else [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
 
 
 class LazySizes(Mapping):

@@ -71,9 +71,7 @@ class AttentionSite(Site):
 
     def kv_positions(self) -> list[int]:
         """Position in the k/v weights of the KV head of every computed query head (the phantom reads the phantom)."""
-        if not self.head_ids:
-            return [0]
-        return [self.kv_ids.index(self.kv_of(h)) for h in self.head_ids]
+        return [0] if not self.head_ids else [self.kv_ids.index(self.kv_of(h)) for h in self.head_ids]
 
 
 def _on_shared_rows(inner, batch: int, copies: int):

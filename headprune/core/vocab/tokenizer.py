@@ -66,9 +66,7 @@ def _renumber_processor(node, mapping: dict[int, int]):
             else:
                 out[key] = _renumber_processor(value, mapping)
         return out
-    if isinstance(node, list):
-        return [_renumber_processor(v, mapping) for v in node]
-    return node
+    return [_renumber_processor(v, mapping) for v in node] if isinstance(node, list) else node
 
 
 def rewrite_tokenizer_json(data: dict, kept_ids: list[int]) -> dict:

@@ -221,6 +221,10 @@ class TranslationModule(SharedTaskMethods, L.LightningModule):
             data.encoded.update(own[0])
             data.tokenizer, self.tokenizer, self._eval_cache = own[1:]
 
+    def token_rows(self, split: str) -> list[list[int]]:
+        """Each example's source and target token ids: a cut vocabulary keeps what either language uses."""
+        return [row for rows in self.data.split_encoded(split_of(self.data.cfg, split)) for row in rows]
+
     def forward_batches(self, split: str) -> list[dict]:
         return self.data.eval_batches(split_of(self.data.cfg, split), with_targets=True)
 

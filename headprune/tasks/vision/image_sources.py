@@ -39,9 +39,7 @@ def class_names(config: ImageDataConfig) -> list[str] | None:
     """The class names of a source known before reading images (a folder's subfolders, the ten digits); None for a hub dataset."""
     if config.source == "folder":
         return [folder.name for folder in class_folders(Path(config.dir).expanduser())]
-    if config.source == "digits":
-        return list(DIGIT_CLASSES)
-    return None
+    return list(DIGIT_CLASSES) if config.source == "digits" else None
 
 
 def digits_images(config: ImageDataConfig) -> dict[str, tuple[list, list[int]]]:
