@@ -579,6 +579,13 @@ CONFIG_ROWS = [
         "would be ignored: it keeps the tokens of these splits' text, and prune.unit=head removes no tokens",
         None,
     ),
+    (
+        "prune-vocab-text-no-importance-split",
+        "mt",
+        ["experiment=prune", "prune.unit=vocab", "prune.vocab_text=[importance]"],
+        "unknown split",
+        None,
+    ),
     ("prune-vocab-text-repeated", "lm", ["experiment=prune", "prune.unit=vocab", "prune.vocab_text=[train,train]"], "more than once", None),
     ("prune-vocab-text-not-a-list", "lm", ["experiment=prune", "prune.unit=vocab", "prune.vocab_text=7"], "prune.vocab_text", None),
     ("speed-runtime-bogus", "lm", ["experiment=speed", "speed.runtime=tensorrt"], "speed.runtime", None),

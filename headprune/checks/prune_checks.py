@@ -4,7 +4,7 @@ from importlib.util import find_spec
 
 from omegaconf import OmegaConf
 
-from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given
+from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given, task_spec_of
 from headprune.checks.speed_checks import check_speed
 from headprune.core.checks import ConfigError, string_list
 from headprune.core.families import config_groups
@@ -262,7 +262,7 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
         refuse_given(
             cfg, ("prune.vocab_text",), f"it keeps the tokens of these splits' text, and prune.unit={prune.unit} removes no tokens"
         )
-    drawn = [s for s in string_list(prune.given.vocab_text, "prune.vocab_text") if s != "importance"]  # drawn from the training text
+    drawn = [s for s in string_list(prune.given.vocab_text, "prune.vocab_text") if s != "importance" or s not in task_spec_of(cfg).splits]
     check_splits(cfg, drawn, "prune.vocab_text")
     given, recover, steps = prune.given, list(prune.recoveries), prune.recovering
     if given.get("fractions") is not None:
