@@ -263,7 +263,7 @@ def long_context_figures(results_dir: Path) -> list[Path]:
     return [long_context_figure(passkey, runs_of(results_dir, LONG[1]), results_dir / "long_context.png")] if passkey else []
 
 
-ZEROSHOT_RUNS = ("llm_zeroshot_75_free", "llm_zeroshot_75_distilled")  # tools/zeroshot_table.py --out: the same items, paired
+ZEROSHOT_RUNS = ("llm_zeroshot_75_free", "llm_zeroshot_75_distilled", "llm_zeroshot_75_free_full")  # tools/zeroshot_table.py --out: the same items, paired
 TABLES.update({name: (lambda d, name=name: zeroshot_markdown(_load(d, name))) for name in ZEROSHOT_RUNS})
 TABLES["readme_results"] = readme_results  # README.md, "Results": one bullet per function of readme_results.BULLETS
 DOCS_WITH_TABLES = (  # files whose blocks these renderers write, from the repository root
