@@ -199,6 +199,10 @@ VOCAB_DECODE_LABELS = {"unpruned f16": "unpruned, f16", "vocab 16,384 f16": "16,
 TABLES["llm_vocab_decode"] = lambda d: per_byte_table(
     _load(d, "llm_vocab_llamacpp"), greedy_tokens_per_byte(_load(d, "llm_vocab_cut")), VOCAB_DECODE_LABELS
 )
+VOCAB_DECODE_F32_LABELS = {"unpruned f32": "unpruned, f32", "vocab 16,384 f32": "16,384 tokens kept, f32"}
+TABLES["llm_vocab_decode_f32"] = lambda d: per_byte_table(
+    _load(d, "llm_vocab_llamacpp_f32"), greedy_tokens_per_byte(_load(d, "llm_vocab_cut")), VOCAB_DECODE_F32_LABELS
+)
 BYTES_DECODE_LABELS = {
     "unpruned-deci f16": "unpruned, as deci, f16",
     "kv+ffn+vocab@0.75 bytes f16": "KV groups + neurons + tokens, reconstructed, f16",
@@ -263,7 +267,12 @@ def long_context_figures(results_dir: Path) -> list[Path]:
     return [long_context_figure(passkey, runs_of(results_dir, LONG[1]), results_dir / "long_context.png")] if passkey else []
 
 
-ZEROSHOT_RUNS = ("llm_zeroshot_75_free", "llm_zeroshot_75_distilled", "llm_zeroshot_75_free_full")  # tools/zeroshot_table.py --out: the same items, paired
+ZEROSHOT_RUNS = (
+    "llm_zeroshot_75_free",
+    "llm_zeroshot_75_distilled",
+    "llm_zeroshot_75_free_full",
+    "llm_zeroshot_75_distilled_full",
+)  # tools/zeroshot_table.py --out: the same items, paired
 TABLES.update({name: (lambda d, name=name: zeroshot_markdown(_load(d, name))) for name in ZEROSHOT_RUNS})
 TABLES["readme_results"] = readme_results  # README.md, "Results": one bullet per function of readme_results.BULLETS
 DOCS_WITH_TABLES = (  # files whose blocks these renderers write, from the repository root
