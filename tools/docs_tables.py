@@ -212,6 +212,15 @@ TABLES["llm_bytes_vocab_decode"] = lambda d: per_byte_table(
     pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
     BYTES_DECODE_LABELS,
 )
+BYTES_DECODE_F32_LABELS = {
+    "unpruned-deci f32": "unpruned, as deci, f32",
+    "kv+ffn+vocab@0.75 bytes f32": "KV groups + neurons + tokens, reconstructed, f32",
+}
+TABLES["llm_bytes_vocab_decode_f32"] = lambda d: per_byte_table(
+    _load(d, "llm_bytes_vocab_llamacpp_f32"),
+    pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
+    BYTES_DECODE_F32_LABELS,
+)
 TABLES["minilm_vocab_freq"] = lambda d: classifier_vocab_cut_table(_load(d, "mnli_vocab_freq"))  # docs/results.md: MiniLM's cuts by use
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
