@@ -186,6 +186,7 @@ TABLES["units_mnli_sched"] = lambda d: trained_units_table([(SCHED_RUN[0], _load
 LEVER_RUNS = (  # on the same 73.60% MiniLM
     ("heads + FFN neurons + channels, reconstructed", "mnli_units_recon_hidden"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, lr 1e-4", "mnli_units_chain_joint_25_kd_2400_lr"),
+    ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2"),
 )
 TABLES["units_mnli_levers"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]
@@ -246,6 +247,8 @@ TRAINED_25_SPEED_LABELS = {
 TABLES["units_mnli_trained_speed_25"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_25"), TRAINED_25_SPEED_LABELS)
 SCHED_SPEED_LABELS = {"unpruned": "unpruned", "heads+ffn x2.5 two rounds": "heads + FFN neurons, two rounds, x2.5"}
 TABLES["units_mnli_sched_speed"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_sched"), SCHED_SPEED_LABELS)
+OBS20_SPEED_LABELS = {"unpruned": "unpruned", "heads+ffn x2.0 obs free": "heads + FFN neurons, obs order, reconstructed, x2.0"}
+TABLES["units_mnli_obs20_speed"] = lambda d: units_speed_table(_load(d, "mnli_units_speed_obs20"), OBS20_SPEED_LABELS)
 LONG = ("long_context_passkey", "long_context_perplexity")  # docs/results/<name>_<context length>.json: streaming runs
 TABLES["long_context_passkey"] = lambda d: cells_table(runs_of(d, LONG[0]), "passkey")
 TABLES["long_context_perplexity"] = lambda d: cells_table(runs_of(d, LONG[1]), "perplexity")
