@@ -107,9 +107,10 @@ run units_chain_joint_25_kd "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=
 # the calibration lever, retraining-free: four times the importance subset (Fisher scores) and the reconstruction examples
 CAL=(data.importance_size=8000 prune.recover=reconstruct prune.recover_examples=4000)
 run units_recon_joint_cal "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true "${CAL[@]}"
-# the calibration lever under the obs order at x2.0: twice the importance subset (second moments) and the reconstruction examples
+# the calibration lever under the obs order at x2.0 and x1.5: twice the importance subset (second moments) and the reconstruction examples
 CAL2=(data.importance_size=4000 prune.recover=reconstruct prune.recover_examples=2000)
 run units_obs_joint_20_cal2 "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' "${CAL2[@]}"
+run units_obs_joint_cal2 "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${CAL2[@]}"
 # the order lever before distillation: units chosen by obs, reconstructed, then distilled alone as units_chain_joint_kd
 # (whose control, trained with the same fine-tune, serves it)
 CHAIN_OBS_KD=()
