@@ -197,32 +197,20 @@ TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
 )
 TABLES["llm_vocab_cut"] = lambda d: vocab_cut_table(_load(d, "llm_vocab_cut"))  # docs/results_llm.md: SmolLM2's vocabulary cuts
-VOCAB_DECODE_LABELS = {"unpruned f16": "unpruned, f16", "vocab 16,384 f16": "16,384 tokens kept, f16"}
-TABLES["llm_vocab_decode"] = lambda d: per_byte_table(
-    _load(d, "llm_vocab_llamacpp"), greedy_tokens_per_byte(_load(d, "llm_vocab_cut")), VOCAB_DECODE_LABELS
-)
-VOCAB_DECODE_F32_LABELS = {"unpruned f32": "unpruned, f32", "vocab 16,384 f32": "16,384 tokens kept, f32"}
-TABLES["llm_vocab_decode_f32"] = lambda d: per_byte_table(
-    _load(d, "llm_vocab_llamacpp_f32"), greedy_tokens_per_byte(_load(d, "llm_vocab_cut")), VOCAB_DECODE_F32_LABELS
-)
-BYTES_DECODE_LABELS = {
-    "unpruned-deci f16": "unpruned, as deci, f16",
-    "kv+ffn+vocab@0.75 bytes f16": "KV groups + neurons + tokens, reconstructed, f16",
-}
-TABLES["llm_bytes_vocab_decode"] = lambda d: per_byte_table(
-    _load(d, "llm_bytes_vocab_llamacpp"),
-    pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
-    BYTES_DECODE_LABELS,
-)
-BYTES_DECODE_F32_LABELS = {
-    "unpruned-deci f32": "unpruned, as deci, f32",
-    "kv+ffn+vocab@0.75 bytes f32": "KV groups + neurons + tokens, reconstructed, f32",
-}
-TABLES["llm_bytes_vocab_decode_f32"] = lambda d: per_byte_table(
-    _load(d, "llm_bytes_vocab_llamacpp_f32"),
-    pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
-    BYTES_DECODE_F32_LABELS,
-)
+for dtype, suffix in (("f16", ""), ("f32", "_f32")):  # the same llama.cpp generation per byte, f16 and f32 files
+    vocab_labels = {f"unpruned {dtype}": f"unpruned, {dtype}", f"vocab 16,384 {dtype}": f"16,384 tokens kept, {dtype}"}
+    TABLES[f"llm_vocab_decode{suffix}"] = lambda d, suffix=suffix, labels=vocab_labels: per_byte_table(
+        _load(d, f"llm_vocab_llamacpp{suffix}"), greedy_tokens_per_byte(_load(d, "llm_vocab_cut")), labels
+    )
+    bytes_labels = {
+        f"unpruned-deci {dtype}": f"unpruned, as deci, {dtype}",
+        f"kv+ffn+vocab@0.75 bytes {dtype}": f"KV groups + neurons + tokens, reconstructed, {dtype}",
+    }
+    TABLES[f"llm_bytes_vocab_decode{suffix}"] = lambda d, suffix=suffix, labels=bytes_labels: per_byte_table(
+        _load(d, f"llm_bytes_vocab_llamacpp{suffix}"),
+        pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
+        labels,
+    )
 TABLES["minilm_vocab_freq"] = lambda d: classifier_vocab_cut_table(_load(d, "mnli_vocab_freq"))  # docs/results.md: MiniLM's cuts by use
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
