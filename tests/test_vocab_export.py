@@ -28,7 +28,7 @@ def _run(tmp_path, experiment: str, task: str, *overrides) -> dict:
 
 @pytest.fixture(scope="module")
 def vocab_masks(tmp_path_factory):
-    """A vocab prune run of the LM and of the NLI test task: {task: its results.json}."""
+    """A vocab prune run of the LM, NLI and MT test tasks, and one of MT keeping its eval text's tokens: {name: its results.json}."""
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("vocab_prune")
     for task in ("lm", "nli", "mt"):
