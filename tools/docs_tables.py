@@ -116,6 +116,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "llm_obs_reconstruct_75": "llm_obs_reconstruct_75",  # KV groups and FFN neurons at 75% chosen by the obs order, reconstructed
     "llm_sched_reconstruct_75": "llm_sched_reconstruct_75",  # the same three kinds in two rounds (85%, then 75%), each reconstructed
     "llm_reconstruct_layer_75": "llm_reconstruct_layer_75",  # KV groups, FFN neurons and layers at 75% of the FLOPs, reconstructed
+    "llm_reconstruct_75_hidden": "llm_reconstruct_75_hidden",  # residual channels alone at 75% of the FLOPs, reconstructed
     "llm_distill_75": "llm_distill_75",  # the 75%-FLOPs mask reconstructed, then distilled on 100k tokens, beside its control
     "llm_distill_75_kd": "llm_distill_75_kd",  # the Fisher-2000 mask reconstructed, then distilled alone on 200k tokens, beside its control
     "llm_bytes_vocab_75": "llm_bytes_vocab_75",  # KV groups, FFN neurons and tokens at 75% of the weight bytes, reconstructed
