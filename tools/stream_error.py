@@ -3,8 +3,8 @@
 For one recovered point of a finished ``experiment=prune`` run (saved with ``prune.save``) and its mask alone, on the first
 ``--batches`` importance batches: at every layer's output, each real token's relative squared error
 ||h - h_teacher||^2 / ||h_teacher||^2 (on the channels the point keeps), as the median over ordinary tokens and the mean over
-the tokens carrying massive activations (a stream norm above ``--massive`` x the median norm). A least-squares
-reconstruction that matches the stream on average can be carried by the few massive tokens and leave the rest worse::
+the tokens carrying massive activations (a stream norm above ``--massive`` x the median norm): whether a recovery that
+lowers the stream's error on average leaves the ordinary tokens' worse::
 
     python tools/stream_error.py --run outputs/smollm2_hidden_75 --point "fisher+reconstruct@flops=0.75" \\
         --out docs/results/llm_reconstruct_75_hidden_stream.json
