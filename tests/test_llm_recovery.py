@@ -243,6 +243,18 @@ def test_kv_group_target_with_every_recovery_and_the_control_on_identical_batche
     assert "unpruned + same training" in table and "KV groups removed" in table and "on `heldout`" in table
 
 
+def test_a_point_read_through_its_own_tokenizer_is_set_against_the_control_per_byte():
+    """Its tokens are not the control's: per-token perplexities are not comparable, per-byte ones are."""
+    from headprune.viz.tables import versus_control, with_control_scores
+
+    control = {"order": "unpruned", "recovery": "finetune", "control": True, "score": 60.0, "perplexity_per_byte": 2.5}
+    tuned = {"order": "fisher", "recovery": "finetune", "score": 90.0, "perplexity_per_byte": 2.75}
+    own = {**tuned, "tokenizer": {"own": True, "compared_by": "bits_per_byte"}}
+    same, cut = with_control_scores([control, tuned, own])[1:]
+    assert versus_control(same, higher_is_better=False) == f"{100 * (90.0 / 60.0 - 1):+.1f}%"
+    assert versus_control(cut, higher_is_better=False) == f"{100 * (2.75 / 2.5 - 1):+.1f}%"
+
+
 def test_kv_group_schedule_with_lsq_and_finetune_prunes_nested_kv_groups(shared_task, tmp_path):
     cfg = make_cfg(
         tmp_path,

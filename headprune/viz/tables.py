@@ -197,11 +197,14 @@ def merged_pareto(*payloads: dict) -> dict:
 
 
 def with_control_scores(points: list[dict]) -> list[dict]:
-    """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control, when it has one."""
+    """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control, when it has
+    one, and ``versus``, their own; per byte of text for a point read through its own tokenizer (its tokens are not the control's)."""
     control = next((q for q in points if q.get("control")), None)
+    key = {True: "perplexity_per_byte", False: "score"}
+    own = [(q, key[(q.get("tokenizer") or {}).get("compared_by") == "bits_per_byte"]) for q in points]
     return [
-        {**q, "control_score": q.get("control_score", control["score"])} if control is not None and fine_tuned(q) else dict(q)
-        for q in points
+        {**q, "control_score": q.get("control_score", control[k]), "versus": q[k]} if control is not None and fine_tuned(q) else dict(q)
+        for q, k in own
     ]
 
 
@@ -210,9 +213,8 @@ def versus_control(point: dict, higher_is_better: bool) -> str:
     control = point.get("control_score")
     if control is None:
         return ""
-    if higher_is_better:
-        return f"{point['score'] - control:+.2f}"
-    return f"{100 * (point['score'] / control - 1):+.1f}%"
+    mine = point.get("versus", point["score"])
+    return f"{mine - control:+.2f}" if higher_is_better else f"{100 * (mine / control - 1):+.1f}%"
 
 
 def kv_cache_kept(point: dict, unit) -> float | None:
