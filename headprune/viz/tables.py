@@ -312,7 +312,7 @@ def pareto_table(study: dict) -> str:
         + f"; targets chosen on `{p['selection_split']}`."
         + (
             " vs control: a fine-tuned point against the unpruned model given the same fine-tune in its run "
-            "(a schedule's control had every round)."
+            "(a schedule's control had every round; a point read through its own tokenizer, per byte of text)."
             if controlled
             else ""
         ),
