@@ -200,11 +200,10 @@ def with_control_scores(points: list[dict]) -> list[dict]:
     """Copies of one run's points; its fine-tuned points carry ``control_score``, the score of the run's control, when it has
     one, and ``versus``, their own; per byte of text for a point read through its own tokenizer (its tokens are not the control's)."""
     control = next((q for q in points if q.get("control")), None)
-    key = {True: "perplexity_per_byte", False: "score"}
-    own = [(q, key[(q.get("tokenizer") or {}).get("compared_by") == "bits_per_byte"]) for q in points]
+    by = ["perplexity_per_byte" if (q.get("tokenizer") or {}).get("compared_by") == "bits_per_byte" else "score" for q in points]
     return [
         {**q, "control_score": q.get("control_score", control[k]), "versus": q[k]} if control is not None and fine_tuned(q) else dict(q)
-        for q, k in own
+        for q, k in zip(points, by)
     ]
 
 
