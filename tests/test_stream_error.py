@@ -37,3 +37,15 @@ def test_stream_error_reads_a_saved_point_and_its_mask_alone(tmp_path):
     assert table["loss"]["unpruned"] > 0 and set(table["loss"]) == {"unpruned", "mask alone", "fisher+reconstruct@flops=0.8"}
     with pytest.raises(SystemExit, match="not a saved point"):  # the mask alone is not saved by default
         stream_error.main(["--run", str(run), "--point", "fisher@flops=0.8"])
+
+
+def test_stream_error_refuses_a_point_that_removes_layers(tmp_path):
+    import stream_error
+
+    from headprune.experiments import prune
+
+    run = tmp_path / "run"
+    overrides = ("prune.unit=layer", "prune.order=fisher", "prune.target={flops:0.8}", "prune.recover=[reconstruct]")
+    prune.run(make_cfg(run, "prune", "lm", *overrides, "prune.recover_examples=8"))
+    with pytest.raises(SystemExit, match="removes layer units"):  # no stream left to compare at the removed layers
+        stream_error.main(["--run", str(run), "--point", "fisher+reconstruct@flops=0.8"])

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from headprune import load_pruned, prune_unit_mask, unit_gates  # noqa: E402
 from headprune.core.inputs import model_inputs  # noqa: E402
-from headprune.results.points import point_name, point_step  # noqa: E402
+from headprune.results.points import kind_counts, point_name, point_step  # noqa: E402
 from headprune.results.run_dir import mask_from_json  # noqa: E402
 from headprune.tasks import registry  # noqa: E402
 
@@ -71,6 +71,10 @@ def main(argv=None) -> None:
         saved = [name for name, p in points.items() if p.get("model_dir")]
         raise SystemExit(f"{args.point!r} is not a saved point of {run}: give one of {saved}")
     point = points[args.point]
+    unit = payload["config"]["prune"]["unit"]
+    other = [kind for kind, (removed, _) in kind_counts(point["mask"], unit).items() if removed and kind in ("layer", "vocab")]
+    if other:  # removed layers leave no stream to compare; a cut vocabulary's saved model reads other ids
+        raise SystemExit(f"{args.point!r} removes {other[0]} units: compare the stream of points that keep every layer and token")
     task = registry.load_task(OmegaConf.create(payload["config"]))
     teacher = task.model.eval()
     masked = copy.deepcopy(teacher)
