@@ -141,3 +141,13 @@ def test_inputs_target_matches_each_layer_on_its_own_inputs(pruned):
     report = reconstruct(rebuilt, task.model, batches, ridge=1e-3, target="inputs")
     assert report["engine"] == "layers" and report["projections"] == len(names)
     assert all(report["error_after"][n] <= report["error_before"][n] * 1.0001 + 1e-9 for n in names)
+
+
+def test_a_channel_cut_re_solves_the_stream_writers_on_their_kept_rows(pruned):
+    """Removed residual channels: every projection that writes the stream is listed with the kept channel ids as its rows."""
+    task, model, mask, _ = pruned
+    if "hidden" not in mask:
+        pytest.skip("no residual channels removed")
+    kept = [int(i) for i in mask["hidden"].reshape(-1).nonzero()]
+    on_rows = [n for n, rows in shrunk_projections(model, task.model).items() if rows == kept]
+    assert len(on_rows) == task.model.config.num_hidden_layers * 2  # attention's output and the FFN's down projection

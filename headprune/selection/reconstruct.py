@@ -1,9 +1,9 @@
 """Layer-wise reconstruction after pruning: re-solve every projection that lost input units, in one sequential pass.
 
-For each projection whose input width shrank (the attention output projection after heads or KV groups go, the FFN down
-projection after neurons go), in forward order: its inputs X (N, K) come from the pruned model whose lower layers are
-already reconstructed, so errors do not compound (SparseGPT, SlimGPT); its target Y (N, out) is the unpruned model's
-output of the same projection. The new weight solves the ridge least squares
+For each projection whose input width shrank (attention's output projection after heads or KV groups go, the FFN's down
+projection after neurons go, every reader of the stream after channels go, and then its writers on their kept rows), in
+forward order: its inputs X (N, K) come from the pruned model whose lower layers are already reconstructed (SparseGPT,
+SlimGPT); its target Y (N, out) is the unpruned model's output of the same projection. The new weight solves
 
     W' = argmin ||[X 1] [W' b']^T - Y||^2 + lam ||W' - W||^2,   lam = ridge * mean(diag(X^T X)),
 
@@ -39,17 +39,19 @@ TARGETS = ("auto", "inputs", "teacher")  # what a re-solved projection matches (
 
 def shrunk_projections(model: nn.Module, teacher: nn.Module) -> dict[str, list[int] | None]:
     """{name: original ids of its kept output rows (None: all)} of the projections of ``model`` that read fewer inputs than
-    the teacher's of the same name; one whose outputs shrank too is listed where a kind says which rows it kept, and one
-    whose weight is an embedding's (a tied head) never. Names are the teacher's (a removed layer's are left out)."""
+    the teacher's of the same name, or whose rows a kind re-solves (the residual stream's writers); one whose outputs shrank
+    is listed where a kind says which rows it kept, and one whose weight is an embedding's (a tied head) never. Names are
+    the teacher's (a removed layer's are left out)."""
     ours, paths = dict(model.named_modules()), kept_layer_paths(model, teacher)
     rows = {key: ids for kind in KINDS.values() for key, ids in kind.kept_rows(model).items()}  # {id(projection): kept row ids}
+    by_rows = {key for kind in KINDS.values() if kind.resolves_kept_rows for key in kind.kept_rows(model)}  # re-solved on rows alone
     tied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     names: dict[str, list[int] | None] = {}
     for name, module in teacher.named_modules():
         mine = ours.get(renamed(name, paths) or "")
         if not (is_projection(module) and mine is not None and is_projection(mine)) or id(mine.weight) in tied:
             continue
-        if in_features(mine) < in_features(module):
+        if in_features(mine) < in_features(module) or id(mine) in by_rows:
             if out_features(mine) == out_features(module):
                 names[name] = None
             elif len(rows.get(id(mine), ())) == out_features(mine):

@@ -36,6 +36,7 @@ class HiddenKind(UnitKind):
         "layer's count, and the one width of the stream leaves nothing per layer to re-choose"
     )
     reconstruction = None  # the projections that read the stream are re-solved on the kept channels, those that write it on their rows
+    resolves_kept_rows = True  # a reader alone leaves its errors in the stream; the writers' kept rows take them up
     lsq_conflict = (
         "least-squares recovery rescales heads and neurons against the unpruned layer's output at the same residual width, and "
         "removed channels change that width: use prune.recover=reconstruct"
