@@ -81,6 +81,8 @@ run units_obs_joint "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss '
 run units_recon_joint_20 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000
 run units_obs_joint_20 "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
 run units_recon_hidden "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
+# residual channels alone at x1.5: the mask alone and reconstructed (readers on the kept channels, writers on their rows)
+run units_recon_hidden_alone "${M[@]}" prune.unit=hidden 'prune.target={speedup:1.5}' 'prune.recover=[none,reconstruct]' prune.recover_examples=1000
 # reconstruction before a distilled fine-tune that also matches every kept layer's output to its teacher layer (CoFi)
 CHAIN=("${F[@]/prune.recover=finetune/prune.recover=reconstruct+finetune}" prune.finetune.layer_distill=1.0 prune.recover_examples=1000 prune.rearrange=true)
 CHAIN25=("${CHAIN[@]/prune.control=true/prune.control=false}")
