@@ -188,6 +188,7 @@ SCHED_RUN = ("heads + FFN neurons, two rounds, each reconstructed and distilled 
 TABLES["units_mnli_sched"] = lambda d: trained_units_table([(SCHED_RUN[0], _load(d, SCHED_RUN[1]))])  # on the MiniLM retrained to 73.60%
 LEVER_RUNS = (  # on the same 73.60% MiniLM
     ("heads + FFN neurons + channels, reconstructed", "mnli_units_recon_hidden"),
+    ("residual channels alone", "mnli_units_recon_hidden_alone"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, lr 1e-4", "mnli_units_chain_joint_25_kd_2400_lr"),
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2"),
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_cal2"),
