@@ -173,6 +173,16 @@ run units_recon_joint_r10 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=lo
 # the same rearranged mask with no recovery at all, evaluated on every example beside the reconstructed ones
 run units_mask_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true prune.recover=none
 
+# two levers on the x2.5 distillation-only 2,400 steps: units chosen by obs on twice the calibration (ahead of Fisher at
+# x2.0 retraining-free), and the logits alone (no layer loss)
+CHAIN25_OBS_KD2400=()
+for arg in "${CHAIN25_KD2400[@]}"; do
+  case $arg in prune.rearrange=*) ;; prune.recover_examples=*) CHAIN25_OBS_KD2400+=(prune.recover_examples=2000) ;; *) CHAIN25_OBS_KD2400+=("$arg") ;; esac
+done
+run units_chain_obs_25_kd_2400_cal2 "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' data.importance_size=4000 "${CHAIN25_OBS_KD2400[@]}"
+CHAIN25_KD2400_LD0=("${CHAIN25_KD2400[@]/prune.finetune.layer_distill=1.0/prune.finetune.layer_distill=0.0}")
+run units_chain_joint_25_kd_2400_ld0 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400_LD0[@]}"
+
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
 cat "$RUNS/summary.txt"
