@@ -189,8 +189,14 @@ TABLES["units_mnli_sched"] = lambda d: trained_units_table([(SCHED_RUN[0], _load
 LEVER_RUNS = (  # on the same 73.60% MiniLM
     ("heads + FFN neurons + channels, reconstructed", "mnli_units_recon_hidden"),
     ("residual channels alone", "mnli_units_recon_hidden_alone"),
-    ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, logits alone (no layer loss)", "mnli_units_chain_joint_25_kd_2400_ld0"),
-    ("heads + FFN neurons, obs order on 2x calibration, reconstructed, then distilled only (no labels), 2,400 steps", "mnli_units_chain_obs_25_kd_2400_cal2"),
+    (
+        "heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, logits alone (no layer loss)",
+        "mnli_units_chain_joint_25_kd_2400_ld0",
+    ),
+    (
+        "heads + FFN neurons, obs order on 2x calibration, reconstructed, then distilled only (no labels), 2,400 steps",
+        "mnli_units_chain_obs_25_kd_2400_cal2",
+    ),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, lr 1e-4", "mnli_units_chain_joint_25_kd_2400_lr"),
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2"),
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_cal2"),
