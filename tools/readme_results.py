@@ -211,11 +211,14 @@ def smollm2_reconstructed(d: Path) -> str:
     masked, rebuilt = _point(payload, "fisher"), _point(payload, "fisher+reconstruct")
     unit = stage_of(payload, "pareto")["unit"]
     wider = _point(_load(d, "llm_reconstruct_75_fisher2000"), "fisher+reconstruct")
+    best = _load(d, "llm_reconstruct_75_fisher2000_r001_cal2000")
+    ridge, texts = best["config"]["prune"]["reconstruct"]["ridge"], best["config"]["prune"]["recover_examples"]
     return (
         f"SmolLM2 with {_kinds(unit)} ranked together to {masked['flops_kept']:.0%} of the FLOPs ({kinds_label(masked['mask'], unit)} "
         f"removed), retraining-free: layer-wise reconstruction takes perplexity from {masked['score'] / base:.2f}x to "
-        f"{rebuilt['score'] / base:.2f}x the unpruned model's, {wider['score'] / base:.2f}x with Fisher scores on 2,000 texts "
-        f"(docs/results_llm.md section 9)."
+        f"{rebuilt['score'] / base:.2f}x the unpruned model's, {wider['score'] / base:.2f}x with Fisher scores on 2,000 texts, "
+        f"{_point(best, 'fisher+reconstruct')['score'] / base:.2f}x with a ridge of {ridge:g} (`prune.reconstruct.ridge`) on "
+        f"{texts:,} calibration texts (docs/results_llm.md section 9)."
     )
 
 
