@@ -200,6 +200,10 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, lr 1e-4", "mnli_units_chain_joint_25_kd_2400_lr"),
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2"),
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_cal2"),
+    (
+        "heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, layer loss x4",
+        "mnli_units_chain_joint_25_kd_2400_ld4",
+    ),
 )
 TABLES["units_mnli_levers"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]

@@ -182,6 +182,9 @@ done
 run units_chain_obs_25_kd_2400_cal2 "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' data.importance_size=4000 "${CHAIN25_OBS_KD2400[@]}"
 CHAIN25_KD2400_LD0=("${CHAIN25_KD2400[@]/prune.finetune.layer_distill=1.0/prune.finetune.layer_distill=0.0}")
 run units_chain_joint_25_kd_2400_ld0 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400_LD0[@]}"
+# the layer-loss weight lever on the same 2,400 steps: four times CoFi's layer loss (the logits alone cost 0.9 points)
+CHAIN25_KD2400_LD4=("${CHAIN25_KD2400[@]/prune.finetune.layer_distill=1.0/prune.finetune.layer_distill=4.0}")
+run units_chain_joint_25_kd_2400_ld4 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400_LD4[@]}"
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
