@@ -918,6 +918,20 @@ CONFIG_ROWS = [
         None,
     ),
     (
+        "prune-obs_fisher-stream",
+        "lm",
+        ["experiment=prune", "prune.unit=kv_group", "prune.action=stream", "prune.order=obs_fisher"],
+        "the obs order prices removing a unit",
+        None,
+    ),
+    (
+        "prune-obs_fisher-layer",
+        "lm",
+        ["experiment=prune", "prune.unit=[ffn,layer]", "prune.order=obs_fisher", "prune.fractions=[0.25]"],
+        "layer units have none",
+        None,
+    ),
+    (
         "prune-obs-hidden",
         "lm",
         ["experiment=prune", "prune.unit=[ffn,hidden]", "prune.order=obs", "prune.fractions=[0.25]"],

@@ -2,8 +2,12 @@
 
 import pytest
 import torch
-from experiment_helpers import make_cfg
+from experiment_helpers import make_cfg, results
 
+from headprune.core.inputs import model_inputs, valid_token_rows
+from headprune.core.projections import linear_weight
+from headprune.experiments import prune
+from headprune.scoring.importance import per_example_loss
 from headprune.scoring.obs import greedy_surgeon, obs_scores, unit_blocks
 from headprune.tasks.registry import load_task
 
@@ -38,12 +42,71 @@ def test_greedy_errors_add_up_to_the_resolved_error(width):
     assert order[0][1] == pytest.approx(min(singles), rel=1e-6)
 
 
-@pytest.mark.parametrize(("task_name", "unit"), [("lm", "[kv_group,ffn]"), ("nli", "[head,ffn]")])
-def test_obs_scores_cover_every_unit_and_grow_in_greedy_order(tmp_path, task_name, unit):
+@pytest.mark.parametrize(
+    ("task_name", "unit", "weighted"), [("lm", "[kv_group,ffn]", False), ("nli", "[head,ffn]", False), ("lm", "[kv_group,ffn]", True)]
+)
+def test_obs_scores_cover_every_unit_and_grow_in_greedy_order(tmp_path, task_name, unit, weighted):
     """Every unit of every layer gets a score >= 0, and each layer's scores are the running maximum of its greedy path."""
     task = load_task(make_cfg(tmp_path, "prune", task_name, f"prune.unit={unit}", "prune.order=obs", "prune.joint_scale=loss"))
-    scores = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit)
+    scores = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=weighted)
     assert set(scores) == set(task.gates.groups)
     assert all(bool((s >= 0).all()) and bool((s > 0).any()) for s in scores.values())
     blocks = unit_blocks(task.gates, task.gates.unit)
     assert {(g, layer) for g, layer, *_ in blocks} == {(g, layer) for g, (n, _) in task.gates.groups.items() for layer in range(n)}
+
+
+def test_weighted_greedy_errors_add_up_to_the_weighted_resolved_error():
+    """With each output row weighted (obs_fisher), the summed greedy errors equal sum_o d_o ||dy_o||^2 after the re-solve."""
+    torch.manual_seed(1)
+    units, out = 5, 4
+    x = torch.randn(300, units, dtype=torch.float64) @ torch.randn(units, units, dtype=torch.float64)
+    w, d = torch.randn(out, units, dtype=torch.float64), torch.rand(out, dtype=torch.float64) + 0.1
+    blocks = [[u] for u in range(units)]
+    removed, total = [], 0.0
+    for unit, cost in greedy_surgeon(w, x.t() @ x, blocks, damp=1e-12, rows=d):
+        removed, total = removed + [unit], total + cost
+        kept = [c for c in range(units) if c not in removed]
+        y = x @ w.t()
+        fit = x[:, kept] @ torch.linalg.lstsq(x[:, kept], y).solution if kept else torch.zeros_like(y)
+        expected = float((((fit - y) ** 2).sum(0) * d).sum())
+        assert total == pytest.approx(expected, rel=1e-6, abs=1e-8 * float((y**2).sum(0) @ d))
+
+
+@pytest.mark.parametrize("task_name", ["lm", "nli"])
+def test_obs_fisher_weights_each_output_by_its_mean_squared_loss_gradient(tmp_path, task_name):
+    """obs_fisher's scores of a layer equal the greedy surgeon's with each output row weighted by the mean over real tokens
+    of the squared loss gradient that a full backward hook sees, and the input second moments a forward hook sees."""
+    task = load_task(make_cfg(tmp_path, "prune", task_name, "prune.unit=ffn", "prune.order=obs_fisher"))
+    batches = list(task.importance_batches())
+    group, layer, projection, ids, columns = unit_blocks(task.gates, task.gates.unit)[0]
+    seen, gram, squares, count = {}, 0.0, 0.0, 0
+    hooks = [
+        projection.register_forward_hook(lambda m, args, out: seen.__setitem__("x", args[0].detach())),
+        projection.register_full_backward_hook(lambda m, gin, gout: seen.__setitem__("g", gout[0])),
+    ]
+    for batch in batches:
+        task.model.zero_grad()
+        per_example_loss(task.model(**model_inputs(task.model, batch)), batch).sum().backward()
+        x, g = valid_token_rows(seen["x"], batch).double(), valid_token_rows(seen["g"], batch).double()
+        gram, squares, count = gram + x.t() @ x, squares + (g**2).sum(0), count + g.shape[0]
+    for hook in hooks:
+        hook.remove()
+    task.model.zero_grad()
+    assert float(squares.max()) > 0
+    expected, running = torch.zeros(len(ids)), 0.0
+    for index, cost in greedy_surgeon(linear_weight(projection).detach(), gram, columns, 0.01, squares / count):
+        running = max(running, cost)
+        expected[index] = running
+    got = obs_scores(task.model, task.gates, batches, task.gates.unit, weighted=True)[group][layer, ids]
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6 * float(expected.max()))
+
+
+@pytest.mark.parametrize("task_name", ["lm", "nli"])
+def test_obs_fisher_prunes_and_reconstructs_through_the_experiment(tmp_path, task_name):
+    """experiment=prune with prune.order=obs_fisher writes the mask alone and its reconstruction at the target."""
+    unit = "[kv_group,ffn]" if task_name == "lm" else "[head,ffn]"
+    overrides = [f"prune.unit={unit}", "prune.order=obs_fisher", "prune.joint_scale=loss", "prune.target={flops:0.8}"]
+    prune.run(make_cfg(tmp_path, "prune", task_name, *overrides, "prune.recover=[none,reconstruct]", "prune.recover_examples=16"))
+    points = [p for p in results(tmp_path)["results"]["points"] if p["order"] == "obs_fisher"]
+    assert [p["recovery"] for p in points] == ["none", "reconstruct"]
+    assert all(abs(p["flops_kept"] - 0.8) < 0.1 for p in points)

@@ -186,6 +186,12 @@ run units_chain_joint_25_kd_2400_ld0 "${M[@]}" 'prune.unit=[head,ffn]' prune.joi
 CHAIN25_KD2400_LD4=("${CHAIN25_KD2400[@]/prune.finetune.layer_distill=1.0/prune.finetune.layer_distill=4.0}")
 run units_chain_joint_25_kd_2400_ld4 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400_LD4[@]}"
 
+# the obs order with each output feature's error weighted by its mean squared loss gradient (obs_fisher), so that
+# layers compare on the loss scale, retraining-free at x1.5 and x2.0
+OBSF=("${M[@]/prune.order=fisher/prune.order=obs_fisher}")
+run units_obsf_joint "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
+run units_obsf_joint_20 "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
+
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
 cat "$RUNS/summary.txt"

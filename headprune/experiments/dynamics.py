@@ -58,8 +58,7 @@ def model_snapshot(cfg, entry: str, index: int, step: int) -> dict:
 
 
 def analyse_models(cfg) -> list[dict]:
-    """A snapshot per model checkpoint of ``checkpoints`` (directories or hub name@revision): by the step their names tell
-    (saying so when that reorders them), else in the order given."""
+    """A snapshot per checkpoint (directory or hub name@revision), by the step its name tells (said where that reorders), else as given."""
     listed = [str(c) for c in cfg.checkpoints]
     ordered = ordered_checkpoints(listed)
     if [entry for _, entry in ordered] != listed:

@@ -21,8 +21,7 @@ JOBS = Path(__file__).with_name("client_jobs.py")  # what a client venv runs, gi
 
 @dataclass(frozen=True)
 class Client:
-    """A client of one export format: its name, its venv under the clients directory, the script it runs there, its
-    tolerance on log-probabilities by the file's dtype."""
+    """An export format's client: name, venv under the clients directory, script it runs, log-probability tolerance by dtype."""
 
     name: str
     venv: str

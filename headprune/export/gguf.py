@@ -263,8 +263,7 @@ def check_writable(model: nn.Module, dtype: str) -> None:
 def export_gguf(
     model: nn.Module, tokenizer, out: Path, dtype: str = "f32", name: str = "model", tokenizer_pre: str | None = None
 ) -> tuple[Path, str]:
-    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model (checked by ``gguf_deci.write_gguf``) as its family's
-    llama.cpp architecture; the file and the architecture."""
+    """Write ``<out>/<name>-<dtype>.gguf`` of a uniformly pruned model in its family's llama.cpp architecture; (file, architecture)."""
     config = model.config
     shape, family = stock_shape(model, GGUF_TYPES), arch_of(config.model_type)
     # an architecture reading square attention matrices: other widths written as llama (same q/k/v biases, rotary permuted)

@@ -115,8 +115,7 @@ class GGUFDecoder:
         return out
 
     def _project(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
-        """x @ W.T (+ the bias where the file holds one) of ``blk.<layer>.attn_<part>``, or of its rows of a fused
-        ``attn_qkv`` (phi3: q | k | v)."""
+        """x @ W.T (+ the file's bias) of ``blk.<layer>.attn_<part>``, or its rows of a fused ``attn_qkv`` (phi3: q | k | v)."""
         fused = self.weights.get(f"blk.{layer}.attn_qkv.weight")
         if fused is not None:
             q, kv = (self.layout[key][layer] * self.head_dim for key in ("head_count", "head_count_kv"))
@@ -126,8 +125,7 @@ class GGUFDecoder:
         return self._linear(x, f"blk.{layer}.attn_{part}")
 
     def _head_norm(self, x: np.ndarray, layer: int, part: str) -> np.ndarray:
-        """The RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm``: per head (qwen3: d weights), or
-        over all heads together (olmo2: heads x d weights)."""
+        """RMS norm of q or k (B, T, heads, d) where the file holds ``attn_<part>_norm``: per head (qwen3) or over all heads (olmo2)."""
         name = f"blk.{layer}.attn_{part}_norm.weight"
         if name not in self.weights or self.weights[name].size == x.shape[-1]:
             return self._norm(x, name)

@@ -118,8 +118,7 @@ def importance_scores(
 
 
 def fisher_scores(model, gates, batches: Iterable[dict], *, normalize_layers: bool = False, **options) -> dict[str, torch.Tensor]:
-    """Empirical Fisher of every head gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]} (``options``:
-    importance_scores' loss_fn, mask, progress, unit)."""
+    """Empirical Fisher of every gate, mean over examples of (dL(x)/d xi_h)^2: {group: [layers, heads]} (importance_scores' options)."""
     return importance_scores(model, gates, batches, reduce="fisher", normalize_layers=normalize_layers, **options)
 
 

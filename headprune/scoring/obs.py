@@ -9,7 +9,9 @@ columns optimally leaves the output error
 and the optimal update is W <- W - W_S [(H^-1)_SS]^-1 (H^-1)_S:, H^-1 <- H^-1 - (H^-1)_:S [(H^-1)_SS]^-1 (H^-1)_S:.
 Greedy with updates: each layer removes its cheapest unit, updates, and again; a unit's score is the running maximum
 of the errors of the removals up to it, so scores grow in the order the layer would lose its units and are sums of
-squared output errors (one unit for every kind: ``prune.joint_scale=loss``).
+squared output errors (one unit for every kind: ``prune.joint_scale=loss``). ``obs_fisher`` weights each output
+feature o's error by d_o, the mean over real tokens of (dL/dy_o)^2 (the Gauss-Newton diagonal), so that
+dL ~ sum_o d_o ||dy_o||^2 / 2 compares units of different layers on the loss scale.
 """
 
 import torch
@@ -26,9 +28,10 @@ def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[
     return [(site.group, site.layer, *columns) for site, columns in found if columns is not None]
 
 
-def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[int]], damp: float) -> list[tuple[int, float]]:
-    """(unit index, output error of its removal) in the greedy order, each removal followed by the optimal update."""
+def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[int]], damp: float, rows=None) -> list[tuple[int, float]]:
+    """(unit, output error of its removal; row o's weighted by ``rows[o]``) in greedy order, each followed by the optimal update."""
     w = weight.double().clone()  # (out, K)
+    d = torch.as_tensor(1.0 if rows is None else rows, dtype=torch.float64).expand(w.shape[0])  # (out,): each row's weight
     h = gram.double() + damp * float(gram.diagonal().mean().clamp_min(1e-12)) * torch.eye(gram.shape[0], dtype=torch.float64)
     hinv = torch.linalg.inv(h)
     left, order = list(range(len(blocks))), []
@@ -36,7 +39,7 @@ def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[i
     while left:
         if single:
             cols = torch.tensor([blocks[u][0] for u in left])
-            costs = (w[:, cols] ** 2).sum(0) / hinv.diagonal()[cols]  # ||w_c||^2 / (H^-1)_cc
+            costs = (d @ w[:, cols] ** 2) / hinv.diagonal()[cols]  # sum_o d_o w_oc^2 / (H^-1)_cc
             pick = int(costs.argmin())
             u, cost = left[pick], float(costs[pick])
         else:
@@ -44,7 +47,7 @@ def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[i
             for u in left:
                 c = torch.tensor(blocks[u])
                 m = torch.linalg.inv(hinv[c][:, c])
-                cost = float(torch.einsum("oi,ij,oj->", w[:, c], m, w[:, c]))
+                cost = float(torch.einsum("oi,ij,oj,o->", w[:, c], m, w[:, c], d))
                 best = (u, cost) if best is None or cost < best[1] else best
             u, cost = best
         c = torch.tensor(blocks[u])
@@ -57,9 +60,11 @@ def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[i
 
 
 @torch.no_grad()
-def obs_scores(model: nn.Module, gates, batches, unit, damp: float = 0.01, progress: bool = False) -> dict[str, torch.Tensor]:
-    """{group: [layers, units]}: each unit's output error after the optimal update of the rest (lower goes first)."""
+def obs_scores(model, gates, batches, unit, damp: float = 0.01, progress: bool = False, weighted: bool = False) -> dict[str, torch.Tensor]:
+    """{group: [layers, units]}: each unit's output error after the optimal update of the rest, lower first (``weighted``: obs_fisher)."""
     from tqdm.auto import tqdm
+
+    from headprune.scoring.importance import per_example_loss
 
     batches = list(batches)
     if not batches:
@@ -67,21 +72,28 @@ def obs_scores(model: nn.Module, gates, batches, unit, damp: float = 0.01, progr
     blocks = unit_blocks(gates, unit)
     scores = {g: torch.zeros(layers, units) for g, (layers, units) in gates.groups.items()}
     grams: list[torch.Tensor | None] = [None] * len(blocks)  # X^T X (K, K) of each projection's input over the real tokens
-    now: dict = {}  # the batch being run, for the hooks' token mask
+    squares, tokens = [0.0] * len(blocks), [0] * len(blocks)  # obs_fisher: sum over real tokens of (dL/dy)^2 (out,), their count
+    now: dict = {}  # the batch being run, for the hooks' token mask, and each projection's output
 
     def hook(module, args, output, index):
         rows = valid_token_rows(args[0].detach(), now["batch"]).double().cpu()
         grams[index] = rows.t() @ rows if grams[index] is None else grams[index] + rows.t() @ rows
+        now[index], tokens[index] = output, tokens[index] + rows.shape[0]
 
     hooks = [block[2].register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, block in enumerate(blocks)]
-    with hooks_removed(hooks), eval_mode(model):
-        for batch in batches:  # one forward pass per batch
+    with hooks_removed(hooks), eval_mode(model), torch.set_grad_enabled(weighted):
+        for batch in batches:  # one forward pass per batch (obs_fisher: and one backward to the projections' outputs)
             now["batch"] = batch
-            model(**model_inputs(model, batch))
-    for (group, layer, projection, ids, columns), gram in zip(tqdm(blocks, desc="obs", disable=not progress, leave=False), grams):
+            outputs = model(**model_inputs(model, batch))
+            if weighted:
+                grads = torch.autograd.grad(per_example_loss(outputs, batch).sum(), [now[i] for i in range(len(blocks))], allow_unused=True)
+                squares = [s if g is None else s + (valid_token_rows(g, batch).double().cpu() ** 2).sum(0) for s, g in zip(squares, grads)]
+    weights = [s / max(n, 1) if weighted else None for s, n in zip(squares, tokens)]  # d_o: the mean over real tokens
+    bar = tqdm(blocks, desc="obs", disable=not progress, leave=False)
+    for (group, layer, projection, ids, columns), gram, rows in zip(bar, grams, weights):
         gram = gram if gram is not None else torch.zeros(1, 1, dtype=torch.float64)
         running = 0.0
-        for index, cost in greedy_surgeon(linear_weight(projection).detach().cpu(), gram, columns, damp):
+        for index, cost in greedy_surgeon(linear_weight(projection).detach().cpu(), gram, columns, damp, rows):
             running = max(running, cost)
             scores[group][layer, ids[index]] = running
     return scores

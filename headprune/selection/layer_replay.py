@@ -108,8 +108,7 @@ def replay(layer: nn.Module, call: tuple[tuple, dict]) -> torch.Tensor:
 
 @contextmanager
 def caught(modules: dict, outputs: bool = False, stop: bool = False):
-    """Within the block each of ``modules`` puts its first input (``outputs``: output) in the yielded {key: tensor}, in the
-    order they run; ``stop`` ends the pass (quietly) once every one has."""
+    """Each of ``modules`` puts its first input (``outputs``: output) in the yielded {key: tensor} in run order; ``stop`` ends the pass."""
     store: dict = {}
 
     def hook(module, args, output, key):
@@ -123,8 +122,7 @@ def caught(modules: dict, outputs: bool = False, stop: bool = False):
 
 @torch.no_grad()
 def replay_caught(layer: nn.Module, call: tuple[tuple, dict], modules: dict, outputs: bool = True, stop: bool = False) -> tuple:
-    """(the layer's output, None where ``stop`` ended the replay; {key: each module's output (``outputs``) or input, in the
-    order they ran}) on this call."""
+    """(layer output, None where ``stop`` ended it; {key: each module's output (``outputs``) or input, in run order}) of this call."""
     out = None
     with caught(modules, outputs, stop) as store:
         out = replay(layer, call)
@@ -132,8 +130,7 @@ def replay_caught(layer: nn.Module, call: tuple[tuple, dict], modules: dict, out
 
 
 def captured_pass(model: nn.Module, modules: dict, batch: dict, outputs: bool = False, stop: bool = False) -> dict:
-    """{key: the first input (``outputs``: output) of ``modules[key]``} in forward order, from one forward pass of ``batch``;
-    ``stop`` ends the pass early."""
+    """{key: the first input (``outputs``: output) of ``modules[key]``} in forward order from one pass of ``batch`` (``stop``: early)."""
     with caught(modules, outputs, stop) as store:
         model(**model_inputs(model, batch))
     return store

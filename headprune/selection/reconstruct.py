@@ -97,8 +97,7 @@ def solve_projection(gram: torch.Tensor, cross: torch.Tensor, weight: torch.Tens
 def fit_projection(
     module: nn.Module, inputs, batches: list[dict], targets: list, rows: list[int] | None, ridge: float
 ) -> tuple[float, float]:
-    """Re-solve one projection from its inputs (B, T, K) and the targets (N, out) at its kept output ``rows`` of each batch, at
-    the real tokens; (relative error before, after)."""
+    """Re-solve a projection from its inputs (B, T, K) and targets (N, out) at its kept ``rows``, real tokens; (error before, after)."""
     with_bias = getattr(module, "bias", None) is not None
     k = in_features(module)
     gram = torch.zeros(k + with_bias, k + with_bias, dtype=torch.float64)

@@ -70,8 +70,7 @@ def layout_masks(
 
 
 def uniform_path(scores: dict[str, torch.Tensor], costs, start, min_per_layer: int, groups) -> SearchPath:
-    """The uniform layout's path for ``mask_search.search_mask``: the uniform counts (every layer of the chosen groups) of
-    ``UniformPath.levels``."""
+    """``search_mask``'s path for the uniform layout: the uniform counts (every layer of the chosen groups) of ``levels``."""
     shape = costs.groups
     groups = check_groups(groups, shape)
     base = start_mask(shape, start)

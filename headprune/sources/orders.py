@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -102,13 +103,14 @@ def retrieval_order(task, settings: OrderSettings, mask=None, shared: dict | Non
     return _cached(shared, "retrieval_raw", None, lambda: retrieval_scores(task.model, task.gates, task.retrieval_batches()))
 
 
-def obs_order(task, settings: OrderSettings, mask=None, shared: dict | None = None) -> dict:
-    """Structured optimal brain surgeon: a unit's layer-output error after the optimal update of the kept weights (greedy)."""
+def obs_order(task, settings: OrderSettings, mask=None, shared: dict | None = None, weighted: bool = False) -> dict:
+    """Structured optimal brain surgeon: a unit's layer-output error after the optimal update of the rest (``weighted``: obs_fisher)."""
     from headprune.scoring.obs import obs_scores
 
     if mask is not None:
         raise ValueError("the obs order is not re-estimated: its greedy already updates each layer after every removal")
-    return _cached(shared, "obs_errors", None, lambda: _on_training_subset(task, settings, obs_scores, task.gates.unit))
+    compute = lambda: _on_training_subset(task, settings, obs_scores, task.gates.unit, weighted=weighted)  # noqa: E731
+    return _cached(shared, "obs_fisher_errors" if weighted else "obs_errors", None, compute)
 
 
 ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
@@ -134,6 +136,7 @@ ORDERS: dict[str, Order] = {
     "duo": Order(duo_order, reestimable=False, actions=("stream",)),
     "retrieval": Order(retrieval_order, reestimable=False, needs="retrieval"),
     "obs": Order(obs_order, reestimable=False, actions=("remove",)),
+    "obs_fisher": Order(partial(obs_order, weighted=True), reestimable=False, actions=("remove",)),
 }
 
 if tuple(ORDERS) != ORDER_NAMES:  # the settings' schema names the orders without importing them
@@ -145,9 +148,10 @@ ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not 
         "use importance, fisher, ablation, random or duo"
     ),
     ("duo", "remove"): "DuoAttention's gates mix full and streamed attention: prune.order=duo needs prune.action=stream",
-    ("obs", "stream"): (
-        "the obs order prices removing a unit from its projection's inputs, and a streamed unit stays in the weights: use "
-        "importance, fisher, ablation, random or duo"
+    **dict.fromkeys(
+        [("obs", "stream"), ("obs_fisher", "stream")],
+        "the obs order prices removing a unit from its projection's "
+        "inputs, and a streamed unit stays in the weights: use importance, fisher, ablation, random or duo",
     ),
 }
 
@@ -172,7 +176,7 @@ def unit_refusal(order: str, unit) -> str | None:
             "the entropy order ranks heads by their attention entropy, and this unit holds units without attention maps: "
             "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
         )
-    if order == "obs":
+    if order in ("obs", "obs_fisher"):
         missing = [kind.name for kind in kinds_of(unit) if type(kind).unit_columns is UnitKind.unit_columns]
         if missing:
             return (

@@ -28,8 +28,7 @@ def recovery_batches(task, examples: int) -> list[dict]:
 
 
 def kept_token_splitter(task, model):
-    """The row splitter into the tokens the pruned ``model`` keeps (original ids); None where it keeps every id or the task
-    cannot split its examples again."""
+    """The splitter into the tokens the pruned ``model`` keeps (original ids); None where it keeps all or the task cannot split."""
     if getattr(task, "split_by", None) is None or getattr(task, "tokenizer", None) is None:
         return None
     ids = renumbering(model, task.tokenizer)

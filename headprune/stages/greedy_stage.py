@@ -45,8 +45,7 @@ def orders_of(settings) -> list[str]:
 
 
 def reestimated_masks(task, order: str, settings: OrderSettings, fractions, groups, min_per_layer: int, progress: bool, prune) -> list:
-    """Masks for growing fractions in ``prune``'s layout, joint scale and kept widths, the order's scores re-estimated under the
-    current mask before each step."""
+    """Masks for growing fractions in ``prune``'s layout, joint scale and widths, the scores re-estimated under each step's mask."""
     from tqdm.auto import tqdm
 
     layout, joint_scale, widths = str(prune.layout), str(prune.joint_scale), width_multiples(task.model, task.gates.unit, prune)

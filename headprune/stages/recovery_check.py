@@ -18,8 +18,7 @@ def scored_splits(ctx: ParetoRun) -> list[str]:
 
 
 def recovery_check(results: dict, mask, ctx: ParetoRun, task, label: str) -> dict:
-    """A recovered point's score (``results``: {split: result}) and its mask alone's on the selection split, and whether the
-    recovery made it worse."""
+    """A recovered point's score (``results``: {split: result}), its mask alone's on the selection split, and if it got worse."""
     key = mask_key(mask)  # the mask alone: on the base model without recovery, scored once per mask
     if key not in ctx.alone and renumbers_ids(task, mask):  # as it ships: pruned, through its own tokenizer
         alone = own_tokenizer_results(task, task.model, mask, [ctx.selection], f"{label} mask alone", progress=ctx.progress)

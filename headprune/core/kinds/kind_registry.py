@@ -175,8 +175,7 @@ def mask_kinds(groups, unit=None) -> tuple[str, ...]:
 
 
 def reconstruction_refusal(unit) -> str | None:
-    """Why layer-wise reconstruction cannot follow ``unit`` (``kind: reason`` of the first kind that refuses, or of the
-    first when none leaves anything to re-solve), else None."""
+    """Why reconstruction cannot follow ``unit``: ``kind: reason`` of the first refusing kind (else the first, if none re-solves); None."""
     kinds = kinds_of(unit)
     refused = next((f"{kind.name}: {kind.reconstruction}" for kind in kinds if kind.reconstruction), None)
     if refused or not all(kind.reconstruction_alone for kind in kinds):

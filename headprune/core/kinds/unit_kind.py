@@ -193,8 +193,7 @@ class UnitKind:
         """Before load_pruned builds a saved model from ``config``: set the config to the shape ``restore`` starts from."""
 
     def restore(self, model: nn.Module, meta: dict | None, path) -> None:
-        """Rebuild this kind's structure on a freshly built model before its weights load (``meta``: what ``save_meta`` wrote,
-        {} if nothing; None: the directory has no headprune record)."""
+        """Rebuild the kind's structure on a fresh model before its weights load (``meta``: what ``save_meta`` wrote; None: no record)."""
 
     def verify(self, model: nn.Module, meta: dict | None, path) -> None:
         """After the weights load: a ValueError where they are not the ones this kind saved (``meta`` as for ``restore``)."""
