@@ -114,6 +114,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "lm_recovery_global_fractions": "lm_recovery_global_fractions",
     "llm_reconstruct_75": "llm_reconstruct_75",  # KV groups, FFN neurons and channels at 75% of the FLOPs, reconstructed
     "llm_obs_reconstruct_75": "llm_obs_reconstruct_75",  # KV groups and FFN neurons at 75% chosen by the obs order, reconstructed
+    "llm_obs_fisher_reconstruct_75": "llm_obs_fisher_reconstruct_75",  # the same chosen by obs_fisher, reconstructed at ridge 0.01
     "llm_sched_reconstruct_75": "llm_sched_reconstruct_75",  # the same three kinds in two rounds (85%, then 75%), each reconstructed
     "llm_reconstruct_layer_75": "llm_reconstruct_layer_75",  # KV groups, FFN neurons and layers at 75% of the FLOPs, reconstructed
     "llm_reconstruct_75_hidden": "llm_reconstruct_75_hidden",  # residual channels alone at 75% of the FLOPs, reconstructed
@@ -204,6 +205,8 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
         "heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, layer loss x4",
         "mnli_units_chain_joint_25_kd_2400_ld4",
     ),
+    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20"),
 )
 TABLES["units_mnli_levers"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]
