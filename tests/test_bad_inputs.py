@@ -651,6 +651,13 @@ CONFIG_ROWS = [
         None,
     ),
     (
+        "prune-reestimate-obs_fisher",
+        "lm",
+        ["experiment=prune", "prune.reestimate=true", "prune.unit=[kv_group,ffn]", "prune.order=obs_fisher"],
+        "can be re-estimated: add one of",
+        None,
+    ),
+    (
         "prune-reestimate-ablation-random",
         "nli",
         ["experiment=prune", "prune.reestimate=true", "prune.order=[ablation,random]"],

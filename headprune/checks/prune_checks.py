@@ -46,8 +46,8 @@ def check_prune(cfg, prune, alone: bool = True) -> None:
         )
     if prune.given.reestimate and not any(ORDERS[order].reestimable for order in prune.orders):
         raise ConfigError(
-            f"prune.reestimate=true, but no order of prune.order={list(prune.orders)} can be re-estimated (random and ablation "
-            f"cannot): add one of {[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
+            f"prune.reestimate=true, but no order of prune.order={list(prune.orders)} can be re-estimated: add one of "
+            f"{[o for o, v in ORDERS.items() if v.reestimable]} or drop prune.reestimate"
         )
     check_joint_scale(cfg, prune, prune.orders)
     check_ffn_multiple(cfg, prune)

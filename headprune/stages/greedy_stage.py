@@ -85,7 +85,7 @@ def prune_stage(
     multiples, widths = runtime_multiples(task.gates.unit, prune), width_multiples(task.model, task.gates.unit, prune)
     shared = {} if shared is None else shared
     base = base or evaluate_one(task, None, split, "unpruned", progress=progress)
-    reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # random and ablation cannot be
+    reestimated = [order for order in orders if reestimate and ORDERS[order].reestimable]  # orders that can score under a mask
     out = {
         "metric": task.metric,
         "higher_is_better": bool(task.higher_is_better),
