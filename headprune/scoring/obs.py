@@ -20,6 +20,7 @@ from torch import nn
 from headprune.core.inputs import eval_mode, hooks_removed, model_inputs, valid_token_rows
 from headprune.core.kinds import kinds_of
 from headprune.core.projections import linear_weight
+from headprune.scoring.importance import per_example_loss
 
 
 def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[list[int]]]]:
@@ -63,8 +64,6 @@ def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[i
 def obs_scores(model, gates, batches, unit, damp: float = 0.01, progress: bool = False, weighted: bool = False) -> dict[str, torch.Tensor]:
     """{group: [layers, units]}: each unit's output error after the optimal update of the rest, lower first (``weighted``: obs_fisher)."""
     from tqdm.auto import tqdm
-
-    from headprune.scoring.importance import per_example_loss
 
     batches = list(batches)
     if not batches:

@@ -114,6 +114,7 @@ def obs_order(task, settings: OrderSettings, mask=None, shared: dict | None = No
 
 
 ACTIONS = ("remove", "stream")  # what a gate at 0 does to a unit (prune.action)
+SURGEON_ORDERS = ("obs", "obs_fisher")  # the orders that price a unit by its projection's input columns
 
 
 @dataclass(frozen=True)
@@ -148,11 +149,11 @@ ACTION_REFUSALS = {  # why an order cannot rank units for an action it does not 
         "use importance, fisher, ablation, random or duo"
     ),
     ("duo", "remove"): "DuoAttention's gates mix full and streamed attention: prune.order=duo needs prune.action=stream",
-    **dict.fromkeys(
-        [("obs", "stream"), ("obs_fisher", "stream")],
-        "the obs order prices removing a unit from its projection's "
-        "inputs, and a streamed unit stays in the weights: use importance, fisher, ablation, random or duo",
-    ),
+    **{
+        (order, "stream"): "the obs order prices removing a unit from its projection's inputs, and a streamed unit stays in "
+        "the weights: use importance, fisher, ablation, random or duo"
+        for order in SURGEON_ORDERS
+    },
 }
 
 
@@ -176,7 +177,7 @@ def unit_refusal(order: str, unit) -> str | None:
             "the entropy order ranks heads by their attention entropy, and this unit holds units without attention maps: "
             "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
         )
-    if order in ("obs", "obs_fisher"):
+    if order in SURGEON_ORDERS:
         missing = [kind.name for kind in kinds_of(unit) if type(kind).unit_columns is UnitKind.unit_columns]
         if missing:
             return (
