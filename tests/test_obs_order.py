@@ -42,6 +42,27 @@ def test_greedy_errors_add_up_to_the_resolved_error(width):
     assert order[0][1] == pytest.approx(min(singles), rel=1e-6)
 
 
+@pytest.mark.parametrize(("width", "free"), [(1, 0), (1, 4), (3, 0), (3, 2)])
+def test_each_greedy_pick_is_the_cheapest_re_solved_removal(width, free):
+    """Every step removes the unit whose removal, re-solved with those before it, leaves the least error (units on shuffled
+    columns, ``free`` columns in no unit), and the greedy path ends with every unit removed once."""
+    torch.manual_seed(2)
+    units, out = 7, 5
+    columns = units * width + free
+    x = torch.randn(300, columns, dtype=torch.float64) @ torch.randn(columns, columns, dtype=torch.float64)
+    w = torch.randn(out, columns, dtype=torch.float64)
+    shuffled = torch.randperm(columns).tolist()
+    blocks = [shuffled[u * width : (u + 1) * width] for u in range(units)]
+    order = greedy_surgeon(w, x.t() @ x, blocks, damp=1e-12)
+    assert sorted(u for u, _ in order) == list(range(units))
+    removed = []
+    for unit, _ in order:
+        left = [u for u in range(units) if u not in removed]
+        errors = {u: _resolved_error(x, w, [c for v in removed + [u] for c in blocks[v]]) for u in left}
+        assert errors[unit] <= min(errors.values()) * (1 + 1e-6) + 1e-9 * float((x @ w.t()).pow(2).sum())
+        removed.append(unit)
+
+
 @pytest.mark.parametrize(
     ("task_name", "unit", "weighted"), [("lm", "[kv_group,ffn]", False), ("nli", "[head,ffn]", False), ("lm", "[kv_group,ffn]", True)]
 )

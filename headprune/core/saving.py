@@ -148,8 +148,7 @@ def load_pruned(path: str | Path, model_class=None, **config_overrides) -> nn.Mo
 
 
 def _in_model_names(model: nn.Module, state: dict[str, torch.Tensor], expected: dict) -> dict[str, torch.Tensor]:
-    """The file's weights under the model's names: transformers writes some models (ViT, DeiT) in their older layout, and
-    renames some keys on load (GPT-NeoX saves ``embed_out``, loads ``lm_head``)."""
+    """The file's weights under the model's names (transformers writes ViT, DeiT in an older layout, GPT-NeoX's lm_head as embed_out)."""
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import WeightRenaming, apply_renamings, revert_weight_conversion
 

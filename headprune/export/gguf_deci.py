@@ -38,8 +38,7 @@ def mask_layer_shapes(rows: list[list[int]], heads_per_kv: int) -> list[tuple[in
 
 
 def check_mask(fields: dict, rows: dict) -> None:
-    """A ConfigError unless GGUF can hold the query-head mask {group: [layers][heads]}: equal query groups under every kept
-    KV head, and (an architecture without deci) one shape in every layer."""
+    """A ConfigError unless GGUF holds the head mask: equal query groups under each kept KV head; one shape per layer without deci."""
     row = arch_of(fields.get("model_type"))
     for layers in rows.values():
         pruned = [layer for layer, kept in enumerate(layers) if 0 in kept]

@@ -31,33 +31,35 @@ def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[
 
 def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[int]], damp: float, rows=None) -> list[tuple[int, float]]:
     """(unit, output error of its removal; row o's weighted by ``rows[o]``) in greedy order, each followed by the optimal update."""
-    w = weight.double().clone()  # (out, K)
+    w = weight.double().clone()  # (out, K); its first n columns are those still in, their units in ``owner[:n]``
     d = torch.as_tensor(1.0 if rows is None else rows, dtype=torch.float64).expand(w.shape[0])  # (out,): each row's weight
     h = gram.double() + damp * float(gram.diagonal().mean().clamp_min(1e-12)) * torch.eye(gram.shape[0], dtype=torch.float64)
-    hinv = torch.linalg.inv(h)
-    left, order = list(range(len(blocks))), []
-    single = all(len(b) == 1 for b in blocks)
-    while left:
+    hinv = torch.linalg.inv(h)  # its leading (n, n) block: the inverse on the columns still in (a Schur complement)
+    owner = torch.full((w.shape[1],), -1, dtype=torch.long)
+    for u, b in enumerate(blocks):
+        owner[b] = u
+    n, order, single = w.shape[1], [], all(len(b) == 1 for b in blocks)
+    for _ in blocks:
         if single:
-            cols = torch.tensor([blocks[u][0] for u in left])
-            costs = (d @ w[:, cols] ** 2) / hinv.diagonal()[cols]  # sum_o d_o w_oc^2 / (H^-1)_cc
-            pick = int(costs.argmin())
-            u, cost = left[pick], float(costs[pick])
+            costs = (d @ w[:, :n].square()) / hinv.diagonal()[:n]  # sum_o d_o w_oc^2 / (H^-1)_cc
+            p = int(costs.masked_fill(owner[:n] < 0, float("inf")).argmin())
+            u, cost = int(owner[p]), float(costs[p])
         else:
-            best = None
-            for u in left:
-                c = torch.tensor(blocks[u])
-                m = torch.linalg.inv(hinv[c][:, c])
-                cost = float(torch.einsum("oi,ij,oj,o->", w[:, c], m, w[:, c], d))
-                best = (u, cost) if best is None or cost < best[1] else best
-            u, cost = best
-        c = torch.tensor(blocks[u])
+            u, cost = min((_block_cost(w, hinv, d, (owner[:n] == u).nonzero().flatten()), u) for u in set(owner[:n].tolist()) - {-1})[::-1]
+        c = (owner[:n] == u).nonzero().flatten()
         m = torch.linalg.inv(hinv[c][:, c])  # [(H^-1)_SS]^-1
-        w -= w[:, c] @ m @ hinv[c]  # the optimal update of every column (S goes to zero)
-        hinv -= hinv[:, c] @ m @ hinv[c]
+        w[:, :n].addmm_(w[:, c] @ m, hinv[c, :n], alpha=-1.0)  # the optimal update of every column (S goes to zero)
+        hinv[:n, :n].addmm_(hinv[:n, c] @ m, hinv[c, :n], alpha=-1.0)
+        holes, tail = [p for p in c.tolist() if p < n - len(c)], [q for q in range(n - len(c), n) if int(owner[q]) != u]
+        w[:, holes], owner[holes], hinv[holes, :n] = w[:, tail], owner[tail], hinv[tail, :n]  # the last columns still in fill S's places
+        hinv[:n, holes], n = hinv[:n, tail], n - len(c)
         order.append((u, max(cost, 0.0)))
-        left.remove(u)
     return order
+
+
+def _block_cost(w: torch.Tensor, hinv: torch.Tensor, d: torch.Tensor, c: torch.Tensor) -> float:
+    """tr(W_S [(H^-1)_SS]^-1 W_S^T) with row o weighted by d_o, S the columns at positions ``c``."""
+    return float(torch.einsum("oi,ij,oj,o->", w[:, c], torch.linalg.inv(hinv[c][:, c]), w[:, c], d))
 
 
 @torch.no_grad()
