@@ -2343,6 +2343,12 @@ def test_api_error(tmp_path, no_forward, monkeypatch, call, words):
 WARNING_ROWS = [
     ("warn-unknown-top-level-key", "nli", ["experiment=prune", "+foo=1"], "['foo']"),
     ("warn-misplaced-prune-setting", "mt", ["experiment=ablate", "+step=0.2"], "prune.step, not +step"),
+    (
+        "warn-recover-examples-above-importance",
+        "nli",
+        ["experiment=prune", "prune.recover=lsq", "prune.recover_examples=3000"],
+        "prune.recover_examples=3000 exceeds",
+    ),
 ]
 
 

@@ -4,9 +4,17 @@ from importlib.util import find_spec
 
 from omegaconf import OmegaConf
 
-from headprune.checks.shared_checks import check_group_names, check_selection, check_splits, no_duplicates, refuse_given, task_spec_of
+from headprune.checks.shared_checks import (
+    check_group_names,
+    check_selection,
+    check_splits,
+    given_settings,
+    no_duplicates,
+    refuse_given,
+    task_spec_of,
+)
 from headprune.checks.speed_checks import check_speed
-from headprune.core.checks import ConfigError, string_list
+from headprune.core.checks import ConfigError, string_list, warn
 from headprune.core.families import config_groups
 from headprune.core.unit_kinds import KINDS, kinds_of, lsq_refusal, reconstruction_refusal, shrunk_fields, unit_name
 from headprune.models.sources import config_fields, max_positions
@@ -273,6 +281,10 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
             refuse_given(cfg, (f"prune.{step}",), why)
     if recover == ["none"] * len(recover) and given.get("schedule") is None:
         refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
+    for key in ("data.limits.importance", "data.importance_size"):  # recovery's examples come from the importance subset
+        limit, wanted = OmegaConf.select(cfg, key, default=None), given_settings(cfg, "prune").get("prune.recover_examples")
+        if isinstance(limit, int) and isinstance(wanted, int) and wanted > limit:
+            warn(f"prune.recover_examples={wanted} exceeds the importance subset ({key}={limit}): recovery uses {limit}; raise {key}")
     if given.finetune.get("tokens") is not None:
         refuse_given(
             cfg,

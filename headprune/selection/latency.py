@@ -77,10 +77,7 @@ def interpolated(grid: list[int], values: list[float], width: int) -> torch.Tens
 def _tables(
     model: nn.Module, inputs: dict, timed: _Timed, points: int | None, device, repeats: int, warmup: int, clock: str
 ) -> tuple[dict[str, torch.Tensor], list[float]]:
-    """({group: [layers, width + 1] seconds per layer}, the unpruned model's times).
-
-    Each group's layers are all pruned to each width of a grid (every width where ``points`` is None), the rest interpolated.
-    """
+    """({group: [layers, width + 1] s per layer}, unpruned times): a group's layers pruned to each grid width, the rest interpolated."""
     if timed.record(model):
         raise ValueError(f"measure latency tables on the unpruned model: this one already has {timed.what} removed")
     sites = timed.find(model)

@@ -1,8 +1,5 @@
 """Run a model one Transformer layer at a time (each layer's call caught, then replayed); catch chosen modules' inputs or outputs.
-
-Layer-wise reconstruction re-solves a layer's projections and moves on: replaying each layer on the cached outputs of
-the one below costs about one forward pass per projection group instead of one pass up to every projection.
-"""
+Replaying a layer on the cached outputs of the one below costs one pass per projection group, not one up to every projection."""
 
 import contextlib
 from contextlib import contextmanager

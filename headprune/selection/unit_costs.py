@@ -10,10 +10,8 @@ from headprune.selection.costs import CostModel
 
 
 def unit_flops_cost_model(model: nn.Module, unit="head", seq_len: int = 128) -> CostModel:
-    """Analytic FLOPs per example of ``seq_len`` tokens in ``unit`` (a kind or a joint list).
-
-    The tables rank the units (each kind's saving alone); a mask's cost is the pruned model's own ``model_cost``, counted on a
-    weightless copy pruned by it (``core.units.PrunedCount``), so kinds that meet in one projection multiply instead of adding."""
+    """Analytic FLOPs per example of ``seq_len`` tokens in ``unit`` (a kind or a list): the tables rank units by each kind's saving alone;
+    a mask's cost is counted on a weightless copy pruned by it (``core.units.PrunedCount``), so kinds meeting in a projection multiply."""
     fixed, tables = flops_parts(model, unit, seq_len)
     info = {"seq_len": seq_len, "unit": unit_name(unit)}
     return CostModel("flops", fixed, tables, info=info, exact=PrunedCount(model, unit, seq_len))

@@ -1,10 +1,5 @@
-"""Calibration text for recovery: the first examples of the importance split, and for a model whose vocabulary was cut,
-the same texts split again into the tokens it keeps.
-
-A pruned vocabulary reads a removed id as a zeroed row, which the text it ships with never holds (its rewritten
-tokenizer splits such a token into kept ones). Recovery fitted on that text (original ids, so the unpruned teacher
-reads it too) sees the layer inputs the shipped model sees; the removed tokens then change no layer input at all.
-"""
+"""Calibration text for recovery: the first importance examples; for a cut vocabulary, split again into its kept tokens (as the
+shipped tokenizer splits a removed one), so that recovery sees the layer inputs the shipped model sees."""
 
 import torch
 
