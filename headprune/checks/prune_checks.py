@@ -281,8 +281,9 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
             refuse_given(cfg, (f"prune.{step}",), why)
     if recover == ["none"] * len(recover) and given.get("schedule") is None:
         refuse_given(cfg, ("prune.recover_examples",), "the examples of a recovery (lsq, finetune), and prune.recover=none")
+    wanted = given_settings(cfg, "prune").get("prune.recover_examples")
     for key in ("data.limits.importance", "data.importance_size"):  # recovery's examples come from the importance subset
-        limit, wanted = OmegaConf.select(cfg, key, default=None), given_settings(cfg, "prune").get("prune.recover_examples")
+        limit = OmegaConf.select(cfg, key, default=None)
         if isinstance(limit, int) and isinstance(wanted, int) and wanted > limit:
             warn(f"prune.recover_examples={wanted} exceeds the importance subset ({key}={limit}): recovery uses {limit}; raise {key}")
     if given.finetune.get("tokens") is not None:
