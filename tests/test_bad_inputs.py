@@ -456,6 +456,20 @@ CONFIG_ROWS = [
         None,
     ),
     (
+        "prune-layer-loss-bogus",
+        "nli",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.layer_distill=1.0", "prune.finetune.layer_loss=layer"],
+        "prune.finetune.layer_loss",
+        None,
+    ),
+    (
+        "prune-layer-loss-without-layer-distill",
+        "lm",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.layer_loss=token"],
+        "prune.finetune.layer_loss=token would be ignored",
+        None,
+    ),
+    (
         "prune-layer-distill-without-finetune",
         "lm",
         ["experiment=prune", "prune.recover=lsq", "prune.finetune.layer_distill=1.0"],

@@ -15,7 +15,7 @@ from tiny_llms import lm_batch, tiny_llama
 from headprune.core.hidden.pruning import keep_channels
 from headprune.core.layer.removal import remove_layers
 from headprune.lightning.finetune import RecoveryModule, finetune_recover
-from headprune.lightning.layer_distill import layer_distillation_loss, layer_targets
+from headprune.lightning.layer_distill import layer_distillation_loss, layer_targets, normalised_mse
 from headprune.stages.finetune_runs import finetune_record
 
 
@@ -31,6 +31,27 @@ def test_the_layer_loss_is_zero_for_the_teacher_itself_and_positive_after_prunin
     assert float(_layer_loss(student, teacher, batch)) == pytest.approx(0.0, abs=1e-7)
     remove_layers(student, {"dec_layer": [1]})
     assert float(_layer_loss(student, teacher, batch)) > 1e-3
+
+
+def test_the_per_token_layer_loss_is_each_real_tokens_relative_error_averaged():
+    generator = torch.Generator().manual_seed(0)
+    teacher = torch.randn(2, 5, 8, generator=generator)
+    teacher[0, 0] *= 1000.0  # one token of massive activations
+    student = teacher + 0.1 * torch.randn(2, 5, 8, generator=generator)
+    valid = torch.ones(2, 5, dtype=torch.bool)
+    valid[1, 3:] = False
+    by_token = [float((student[b, t] - teacher[b, t]).pow(2).sum() / teacher[b, t].pow(2).sum()) for b, t in valid.nonzero().tolist()]
+    assert float(normalised_mse(student, teacher, valid, per_token=True)) == pytest.approx(sum(by_token) / len(by_token), rel=1e-5)
+    pooled = float((student - teacher)[valid].pow(2).sum() / teacher[valid].pow(2).sum())
+    assert float(normalised_mse(student, teacher, valid)) == pytest.approx(pooled, rel=1e-5)
+    scaled = 0.9 * teacher  # a uniform relative error: both normalisers give (1 - 0.9)^2
+    for per_token in (False, True):
+        assert float(normalised_mse(scaled, teacher, valid, per_token)) == pytest.approx(0.01, rel=1e-4)
+
+
+def test_a_layer_loss_other_than_batch_or_token_is_refused():
+    with pytest.raises(ValueError, match="layer_loss is 'batch'"):
+        RecoveryModule(tiny_llama(), teacher=tiny_llama(), layer_distill=1.0, layer_loss="layer")
 
 
 def _layer_outputs(model, batch) -> list[torch.Tensor]:
@@ -125,9 +146,10 @@ def _finetuned_points(run_dir) -> list[dict]:
     "overrides",
     [
         [*TINY_LM_PRUNE, "prune.unit=ffn", "prune.fractions=[0.25]"],
+        [*TINY_LM_PRUNE, "prune.unit=ffn", "prune.fractions=[0.25]", "prune.finetune.layer_loss=token"],
         ["experiment=prune", *NLI, "logger=none", "prune.unit=layer", "prune.fractions=[0.5]", "prune.control=true"],
     ],
-    ids=["llama-ffn", "bert-layer-and-control"],
+    ids=["llama-ffn", "llama-ffn-per-token", "bert-layer-and-control"],
 )
 def test_the_cli_fine_tune_with_layer_distillation_records_tokens_per_second(capsys, monkeypatch, tmp_path, overrides):
     extra = ["prune.recover=finetune", "prune.finetune.layer_distill=1.0", "prune.finetune.max_steps=2", "prune.finetune.progress=false"]

@@ -292,6 +292,8 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
             ("prune.finetune.max_steps",),
             f"with prune.finetune.tokens={given.finetune.tokens} the fine-tune is one pass over the budget's batches",
         )
+    if not given.finetune.get("layer_distill"):
+        refuse_given(cfg, ("prune.finetune.layer_loss",), "it normalises the layer loss, and prune.finetune.layer_distill=0 adds none")
     if given.finetune.get("lora_rank") is None:
         refuse_given(cfg, ("prune.finetune.lora_alpha",), "LoRA's scale needs prune.finetune.lora_rank (null: a full fine-tune)")
     targets = [s for s in prune.steps if not isinstance(s, float)]

@@ -235,8 +235,7 @@ class SiteGates(SiteGateMethods):
 
 
 class ModelWideGates(SiteGates):
-    """Gates of a kind with one group for the whole model (``refusal``: why a model has none), its sites found afresh on each
-    read: another kind's pruning may have replaced the modules they hook."""
+    """Gates of a kind with one group for the whole model (``refusal``: why a model has none), its sites found afresh on each read: another kind's pruning may have replaced the modules they hook."""
 
     refusal = staticmethod(lambda model: None)  # model -> why it has no such units to gate (None: it has)
 

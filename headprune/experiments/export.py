@@ -192,8 +192,7 @@ def export_source(cfg, task) -> tuple[dict | None, dict]:
 
 
 def quantized_record(task, graphs: dict, config, out: Path, mask, settings) -> dict:
-    """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of
-    ``export.int8_batch_sizes``, beside the masked model's score; the summary printed."""
+    """Quantise the ONNX graphs to int8; score both exports in ONNX Runtime at the task's batching and at each of ``export.int8_batch_sizes``, beside the masked model's score; the summary printed."""
     from headprune.export.onnx import quantize_int8
     from headprune.export.runtime import OnnxRuntimeModel
 

@@ -1,5 +1,4 @@
-"""The script a client venv runs (standard library only): every job through a client script's ``run_job``, a JSON row per
-check, one failing job one failed row."""
+"""The script a client venv runs (standard library only): every job through a client script's ``run_job``, a JSON row per check, one failing job one failed row."""
 
 import importlib.util
 import json

@@ -158,8 +158,7 @@ class GGUFDecoder:
         return out if bias is None else out + bias
 
     def _ffn(self, h: np.ndarray, layer: int) -> np.ndarray:
-        """The FFN of normed h: down(tanh-GELU(up h + b)) + b without a gate (gpt2, gptneox, falcon), else
-        down(act(gate h) * up h), SiLU or (Gemma) tanh-GELU, phi3's ffn_up holding gate | up."""
+        """The FFN of normed h: down(tanh-GELU(up h + b)) + b without a gate (gpt2, gptneox, falcon), else down(act(gate h) * up h), SiLU or (Gemma) tanh-GELU, phi3's ffn_up holding gate | up."""
         up = self._linear(h, f"blk.{layer}.ffn_up")
         if self.gelu_ffn:
             return self._linear(_gelu_tanh(up), f"blk.{layer}.ffn_down")

@@ -1,5 +1,4 @@
-"""llama.cpp runs headprune's ``gguf`` files: each greedy token's log-probability, teacher-forced, and llama.cpp's argmax,
-as (check, passed, detail) rows (client_jobs.py runs it)."""
+"""llama.cpp runs headprune's ``gguf`` files: each greedy token's log-probability, teacher-forced, and llama.cpp's argmax, as (check, passed, detail) rows (client_jobs.py runs it)."""
 
 from functools import partial
 from pathlib import Path

@@ -1,5 +1,4 @@
-"""vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as (check, passed,
-detail) rows (client_jobs.py runs it)."""
+"""vLLM's CPU build runs headprune's ``deci_hf`` directories: greedy tokens and their log-probabilities, as (check, passed, detail) rows (client_jobs.py runs it)."""
 
 import numpy as np
 

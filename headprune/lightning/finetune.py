@@ -59,6 +59,7 @@ class RecoveryModule(L.LightningModule):
         log_prefix: str = "recover",
         layer_distill: float = 0.0,
         targets: LayerTargets | None = None,
+        layer_loss: str = "batch",
     ):
         super().__init__()
         if (distill_weight > 0 or layer_distill > 0) and teacher is None:
@@ -68,7 +69,9 @@ class RecoveryModule(L.LightningModule):
         if not 0.0 <= warmup < 1.0:
             raise ValueError(f"warmup is the fraction of the fine-tune's steps spent warming up: it must be in [0, 1), got {warmup}")
         self.temperature, self.distill_weight, self.lr, self.weight_decay = temperature, distill_weight, lr, weight_decay
-        self.layer_distill = float(layer_distill)
+        if layer_loss not in ("batch", "token"):
+            raise ValueError(f"layer_loss is 'batch' (one normaliser per layer) or 'token' (each token's own), got {layer_loss!r}")
+        self.layer_distill, self.per_token = float(layer_distill), layer_loss == "token"
         self.targets = targets if targets is not None or not self.layer_distill else layer_targets(model, teacher)
         self.warmup, self.total_steps, self.log_prefix = warmup, total_steps, log_prefix
         self.history: list[dict] = []
@@ -89,7 +92,7 @@ class RecoveryModule(L.LightningModule):
             logits, labels = outputs.logits, batch.get("labels")
             valid = labels != -100 if logits.dim() == 3 and labels is not None and labels.shape == logits.shape[:2] else None
             distill = distillation_loss(logits, teacher_outputs.logits, self.temperature, valid)
-        layers = layer_distillation_loss(outputs, teacher_outputs, batch, self.targets) if hidden else zero
+        layers = layer_distillation_loss(outputs, teacher_outputs, batch, self.targets, self.per_token) if hidden else zero
         return task, distill, layers
 
     def on_train_start(self) -> None:

@@ -66,15 +66,17 @@ def _token_mask(batch: dict, name: str, hidden: torch.Tensor) -> torch.Tensor | 
     return mask.to(hidden.device).bool()
 
 
-def normalised_mse(student: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-    """mean((s - t)^2) / mean(t^2) over the ``valid`` (B, T) tokens of two (B, T, D) hidden states: scale-free (1 = s of 0)."""
+def normalised_mse(student: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor | None = None, per_token=False) -> torch.Tensor:
+    """mean((s - t)^2) / mean(t^2) over the ``valid`` (B, T) tokens of two (B, T, D) hidden states (1 = s of 0); ``per_token``: mean of |s - t|^2 / |t|^2."""
     if valid is not None:
         student, teacher = student[valid], teacher[valid]  # (N, D)
-    teacher = teacher.float()
-    return (student.float() - teacher).pow(2).mean() / teacher.pow(2).mean().clamp_min(torch.finfo(torch.float32).tiny)
+    teacher, tiny = teacher.float(), torch.finfo(torch.float32).tiny
+    if per_token:
+        return ((student.float() - teacher).pow(2).sum(-1) / teacher.pow(2).sum(-1).clamp_min(tiny)).mean()
+    return (student.float() - teacher).pow(2).mean() / teacher.pow(2).mean().clamp_min(tiny)
 
 
-def layer_distillation_loss(student_outputs, teacher_outputs, batch: dict, targets: LayerTargets) -> torch.Tensor:
+def layer_distillation_loss(student_outputs, teacher_outputs, batch: dict, targets: LayerTargets, per_token: bool = False) -> torch.Tensor:
     """Mean over the student's layers (every stack) of the normalised MSE of its output to its teacher layer's, at real tokens
     and kept channels (outputs of forwards with ``output_hidden_states=True``; 0 = the teacher's states, 1 = states of 0)."""
     terms = []
@@ -85,7 +87,7 @@ def layer_distillation_loss(student_outputs, teacher_outputs, batch: dict, targe
         valid = _token_mask(batch, name, student[0])
         for s, t in layer_pairs(len(student) - 1, len(teacher) - 1, targets, group):
             wanted = teacher[t] if targets.channels is None else teacher[t].index_select(-1, targets.channels.to(teacher[t].device))
-            terms.append(normalised_mse(student[s], wanted, valid))
+            terms.append(normalised_mse(student[s], wanted, valid, per_token))
     if not terms:
         raise ValueError("layer distillation needs hidden states, and the model's outputs have none (output_hidden_states=True)")
     return torch.stack(terms).mean()

@@ -24,8 +24,7 @@ def _by_score(score: torch.Tensor, units: list[int]) -> list[int]:
 
 
 def _rounded(mask: dict[str, torch.Tensor], scores: dict[str, torch.Tensor], multiples: dict[str, int], unit, want) -> dict:
-    """``mask`` with each row of a kind in ``multiples`` keeping ``want(kept, width, multiple)`` units: the lowest-scored kept go,
-    or the highest-scored removed come back; the other groups as they are."""
+    """``mask`` with each row of a kind in ``multiples`` keeping ``want(kept, width, multiple)`` units: the lowest-scored kept go, or the highest-scored removed come back; the other groups as they are."""
     out = {}
     for group, values in mask.items():
         rows = values.detach().clone().float()

@@ -126,8 +126,7 @@ def measure_unit_latency_model(
 def cached_unit_latency_model(
     model: nn.Module, inputs: dict, cache_dir: str | Path, unit="head", device="cpu", clock: str = "wall", points: int = 8, **timing
 ) -> CostModel:
-    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time
-    (``timing``: the repeats and warmup of ``measure_unit_latency_model``)."""
+    """The latency cost model of ``unit`` from ``cache_dir/latency-<key>-<unit>.json``, measured and written there the first time (``timing``: the repeats and warmup of ``measure_unit_latency_model``)."""
     name = unit_name(unit)
     config = model.config.to_dict()  # the key hashes what a table depends on: machine, threads, device, architecture, input shapes
     architecture = {

@@ -54,6 +54,7 @@ class FinetuneSettings:
     distill_weight: float = setting(rule(number, low=0.0, high=1.0, closed="[]"), PRUNE)
     temperature: float = setting(POSITIVE, PRUNE)
     layer_distill: float = setting(rule(number, low=0.0), PRUNE)
+    layer_loss: str = setting(rule(choice, choices=("batch", "token")), PRUNE)
     examples: int | None = setting(optional(COUNT), PRUNE)
     tokens: int | None = setting(optional(COUNT), PRUNE)
     seed: int = setting(rule(integer), PRUNE)

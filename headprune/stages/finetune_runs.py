@@ -86,6 +86,7 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, lab
             teacher=teacher if weight > 0 or layer_distill > 0 else None,
             distill_weight=weight,
             layer_distill=layer_distill,
+            layer_loss=str(finetune.layer_loss),
             **{key: float(getattr(finetune, key)) for key in ("temperature", "lr", "warmup")},
             **{key: bool(getattr(finetune, key)) for key in ("decay", "progress")},
             max_steps=finetune_steps(finetune, batches),

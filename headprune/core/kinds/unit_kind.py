@@ -105,8 +105,7 @@ class UnitKind:
         return {}
 
     def ranked_scores(self, gates, tokenizer, scores: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """``scores`` (its floor at +inf) re-ranked so that the units any count of the highest keeps work without the rest
-        (the vocabulary: every kept token's merge parts kept); default: as given."""
+        """``scores`` (its floor at +inf) re-ranked so that the units any count of the highest keeps work without the rest (the vocabulary: every kept token's merge parts kept); default: as given."""
         return scores
 
     def unit_columns(self, site) -> tuple[nn.Module, list[int], list[list[int]]] | None:
