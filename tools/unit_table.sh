@@ -185,6 +185,8 @@ run units_chain_joint_25_kd_2400_ld0 "${M[@]}" 'prune.unit=[head,ffn]' prune.joi
 # the layer-loss weight lever on the same 2,400 steps: four times CoFi's layer loss (the logits alone cost 0.9 points)
 CHAIN25_KD2400_LD4=("${CHAIN25_KD2400[@]/prune.finetune.layer_distill=1.0/prune.finetune.layer_distill=4.0}")
 run units_chain_joint_25_kd_2400_ld4 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400_LD4[@]}"
+# the layer loss normalised per token (each token's error by its own teacher norm) on the same 2,400 steps
+run units_chain_joint_25_kd_2400_tok "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_KD2400[@]}" prune.finetune.layer_loss=token
 
 # the obs order with each output feature's error weighted by its mean squared loss gradient (obs_fisher), so that
 # layers compare on the loss scale, retraining-free at x1.5 and x2.0
