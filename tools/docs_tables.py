@@ -206,6 +206,10 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
         "heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, layer loss x4",
         "mnli_units_chain_joint_25_kd_2400_ld4",
     ),
+    (
+        "heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, layer loss per token",
+        "mnli_units_chain_joint_25_kd_2400_tok",
+    ),
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint"),
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20"),
 )
