@@ -76,6 +76,17 @@ def test_obs_scores_cover_every_unit_and_grow_in_greedy_order(tmp_path, task_nam
     assert {(g, layer) for g, layer, *_ in blocks} == {(g, layer) for g, (n, _) in task.gates.groups.items() for layer in range(n)}
 
 
+def test_the_calibration_pass_shows_a_progress_bar_and_scores_alike(tmp_path, capsys):
+    """obs_fisher's forward and backward passes over the calibration batches show a bar with progress=True, same scores."""
+    task = load_task(make_cfg(tmp_path, "prune", "lm", "prune.unit=[kv_group,ffn]", "prune.order=obs_fisher", "prune.joint_scale=loss"))
+    quiet = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=True)
+    capsys.readouterr()
+    shown = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=True, progress=True)
+    assert "obs (calibration batches)" in capsys.readouterr().err
+    for group, scores in quiet.items():
+        torch.testing.assert_close(shown[group], scores)
+
+
 def test_weighted_greedy_errors_add_up_to_the_weighted_resolved_error():
     """With each output row weighted (obs_fisher), the summed greedy errors equal sum_o d_o ||dy_o||^2 after the re-solve."""
     torch.manual_seed(1)

@@ -82,8 +82,8 @@ def obs_scores(model, gates, batches, unit, damp: float = 0.01, progress: bool =
         now[index], tokens[index] = output, tokens[index] + rows.shape[0]
 
     hooks = [block[2].register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, block in enumerate(blocks)]
-    with hooks_removed(hooks), eval_mode(model), torch.set_grad_enabled(weighted):
-        for batch in batches:  # one forward pass per batch (obs_fisher: and one backward to the projections' outputs)
+    with hooks_removed(hooks), eval_mode(model), torch.set_grad_enabled(weighted):  # a forward per batch (obs_fisher: and a backward)
+        for batch in tqdm(batches, desc="obs (calibration batches)", unit="batch", disable=not progress, leave=False):
             now["batch"] = batch
             outputs = model(**model_inputs(model, batch))
             if weighted:
