@@ -17,6 +17,7 @@ from decode_ideal_table import ideal_rows
 from long_context_cells import JUDGED_FROM, accuracy_cell, judged, perplexity_rows, ratio_text
 from long_context_tables import runs_of
 from units_table import gain_cell, interval_text, onnx_accuracies, trained_unit_rows
+from vocab_decode_table import pareto_tokens_per_byte, per_byte_gain
 
 from headprune.core.unit_kinds import KINDS, unit_kinds
 from headprune.engine.verdict import gain_text
@@ -242,6 +243,23 @@ def ffn_widths_of_32_in_llama_cpp(d: Path) -> str:
     )
 
 
+def vocabulary_under_a_bytes_budget(d: Path) -> str:
+    """docs/results_llm.md section 11: tokens beside KV groups and neurons under one bytes budget, decoded in llama.cpp."""
+    payload = _load(d, "llm_bytes_vocab_75")
+    unit = stage_of(payload, "pareto")["unit"]
+    base, point = _point(payload, "unpruned"), _point(payload, "fisher+reconstruct")
+    unpruned_tpb, cut_tpb = pareto_tokens_per_byte(payload, "fisher+reconstruct@bytes=0.75")
+    speed = _load(d, "llm_bytes_vocab_llamacpp_r120")["speed"]
+    per_byte, ideal = per_byte_gain(speed["files"]["kv+ffn+vocab@0.75 bytes f16"]["tg"], unpruned_tpb / cut_tpb)
+    return (
+        f"The vocabulary as a unit: SmolLM2's {_kinds(unit)} under one budget of the weight bytes a decoded token reads "
+        f"(`'prune.target={{bytes:0.75}}'`, {kinds_label(point['mask'], unit)} removed), reconstructed: "
+        f"{point['bits_per_byte'] / base['bits_per_byte'] - 1:+.1%} bits per byte of text; its `deci` GGUF generates "
+        f"{gain_text(per_byte)} more bytes of text per second in llama.cpp (f16, {speed['repeats']} repeats; bandwidth-ideal "
+        f"{100 * ideal:+.1f}%; docs/results_llm.md section 11)."
+    )
+
+
 def streaming(d: Path) -> str:
     """docs/results_long_context.md: the unpruned model's retrieval at 1k tokens and one streamed cell on 100 prompts."""
     passkey_runs = runs_of(d, "long_context_cells_passkey")
@@ -277,6 +295,7 @@ BULLETS = (
     reconstructed_then_distilled,
     smollm2_reconstructed,
     ffn_widths_of_32_in_llama_cpp,
+    vocabulary_under_a_bytes_budget,
     streaming,
 )
 

@@ -56,12 +56,17 @@ def per_byte_table(speed_run: dict, tokens: tuple[float, float], labels: dict[st
         if name == reference:
             lines.append(row + f"| | {tg['median'] / tpb:.1f} | | |")
             continue
-        scale = unpruned_tpb / tpb  # the same tokens carry 1 / scale as many bytes
-        per_byte = {**tg["gain"], "gain": (1 + tg["gain"]["gain"]) * scale - 1}
-        per_byte["gain_interval"] = [(1 + g) * scale - 1 for g in tg["gain"]["gain_interval"]]
-        ideal = tg["ideal"]["gain"]
+        per_byte, ideal = per_byte_gain(tg, unpruned_tpb / tpb)
         lines.append(
-            row + f"{gain_text(tg['gain'])} | {100 * ideal:+.1f}% | {tg['median'] / tpb:.1f} | {gain_text(per_byte)} | "
-            f"{100 * ((1 + ideal) * scale - 1):+.1f}% |"
+            row + f"{gain_text(tg['gain'])} | {100 * tg['ideal']['gain']:+.1f}% | {tg['median'] / tpb:.1f} | {gain_text(per_byte)} | "
+            f"{100 * ideal:+.1f}% |"
         )
     return "\n".join(lines)
+
+
+def per_byte_gain(tg: dict, scale: float) -> tuple[dict, float]:
+    """A file's generation gain and its ideal per byte of text; ``scale``: unpruned / cut tokens per byte (the same tokens
+    carry 1 / scale as many bytes)."""
+    per_byte = {**tg["gain"], "gain": (1 + tg["gain"]["gain"]) * scale - 1}
+    per_byte["gain_interval"] = [(1 + g) * scale - 1 for g in tg["gain"]["gain_interval"]]
+    return per_byte, (1 + tg["ideal"]["gain"]) * scale - 1
