@@ -65,8 +65,7 @@ def per_byte_table(speed_run: dict, tokens: tuple[float, float], labels: dict[st
 
 
 def per_byte_gain(tg: dict, scale: float) -> tuple[dict, float]:
-    """A file's generation gain and its ideal per byte of text; ``scale``: unpruned / cut tokens per byte (the same tokens
-    carry 1 / scale as many bytes)."""
+    """A file's generation gain and its ideal per byte of text; ``scale``: unpruned / cut tokens per byte of text."""
     per_byte = {**tg["gain"], "gain": (1 + tg["gain"]["gain"]) * scale - 1}
     per_byte["gain_interval"] = [(1 + g) * scale - 1 for g in tg["gain"]["gain_interval"]]
     return per_byte, (1 + tg["ideal"]["gain"]) * scale - 1
