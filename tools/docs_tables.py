@@ -213,6 +213,7 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
     ),
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint"),
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed, 4x calibration", "mnli_units_obsf_joint_cal4"),
 )
 TABLES["units_mnli_levers"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]
