@@ -228,6 +228,7 @@ for dtype, suffix in (("f16", ""), ("f32", "_f32")):  # the same llama.cpp gener
     TABLES[f"llm_vocab_decode{suffix}"] = lambda d, suffix=suffix, labels=vocab_labels: per_byte_table(
         _load(d, f"llm_vocab_llamacpp{suffix}"), greedy_tokens_per_byte(_load(d, "llm_vocab_cut")), labels
     )
+for dtype, suffix in (("f16", ""), ("f32", "_f32"), ("f16", "_r120")):  # the bytes-0.75 point; _r120: f16, 120 repeats
     bytes_labels = {
         f"unpruned-deci {dtype}": f"unpruned, as deci, {dtype}",
         f"kv+ffn+vocab@0.75 bytes {dtype}": f"KV groups + neurons + tokens, reconstructed, {dtype}",
@@ -237,11 +238,6 @@ for dtype, suffix in (("f16", ""), ("f32", "_f32")):  # the same llama.cpp gener
         pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
         labels,
     )
-TABLES["llm_bytes_vocab_decode_r120"] = lambda d: per_byte_table(  # the f16 pair again, 120 repeats in place of 10
-    _load(d, "llm_bytes_vocab_llamacpp_r120"),
-    pareto_tokens_per_byte(_load(d, "llm_bytes_vocab_75"), "fisher+reconstruct@bytes=0.75"),
-    {"unpruned-deci f16": "unpruned, as deci, f16", "kv+ffn+vocab@0.75 bytes f16": "KV groups + neurons + tokens, reconstructed, f16"},
-)
 TABLES["minilm_vocab_freq"] = lambda d: classifier_vocab_cut_table(_load(d, "mnli_vocab_freq"))  # docs/results.md: MiniLM's cuts by use
 TABLES["llm_decode_ideal"] = lambda d: ideal_table(d, llm_runs(d))  # docs/results_llm.md: llama.cpp gains beside their ideal
 UNIT_SPEED_LABELS = {"unpruned": "unpruned", "heads": "heads", "ffn": "FFN neurons", "joint": "heads + FFN neurons"}
