@@ -946,17 +946,17 @@ CONFIG_ROWS = [
         None,
     ),
     (
-        "prune-obs_fisher-layer",
+        "prune-obs_fisher-vocab",
         "lm",
-        ["experiment=prune", "prune.unit=[ffn,layer]", "prune.order=obs_fisher", "prune.fractions=[0.25]"],
-        "layer units have none",
+        ["experiment=prune", "prune.unit=[ffn,vocab]", "prune.order=obs_fisher", "prune.fractions=[0.25]"],
+        "vocab units have none",
         None,
     ),
     (
-        "prune-obs-hidden",
+        "prune-obs-vocab",
         "lm",
-        ["experiment=prune", "prune.unit=[ffn,hidden]", "prune.order=obs", "prune.fractions=[0.25]"],
-        "hidden units have none",
+        ["experiment=prune", "prune.unit=vocab", "prune.order=obs", "prune.fractions=[0.25]"],
+        "vocab units have none",
         None,
     ),
     (

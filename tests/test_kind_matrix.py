@@ -52,6 +52,7 @@ PRUNE_CASES = {  # experiment=prune with each way of choosing and recovering
     "latency_target": ["prune.cost=latency", "prune.target={speedup:1.1}", "prune.seq_len=16"],
     "lsq": [*FRACTION, "prune.recover=lsq"],
     "reconstruct": [*FRACTION, "prune.recover=reconstruct"],
+    "obs": [*FRACTION, "prune.order=obs_fisher"],
     "finetune": [*FRACTION, "prune.recover=finetune", "prune.finetune.max_steps=1", "prune.finetune.progress=false"],
 }
 EXPORT_CASES = {  # experiment=export of the fractions run's mask

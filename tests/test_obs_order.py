@@ -8,7 +8,7 @@ from headprune.core.inputs import model_inputs, valid_token_rows
 from headprune.core.projections import linear_weight
 from headprune.experiments import prune
 from headprune.scoring.importance import per_example_loss
-from headprune.scoring.obs import greedy_surgeon, obs_scores, unit_blocks
+from headprune.scoring.obs import greedy_surgeon, obs_scores, unit_blocks, whole_output_error
 from headprune.tasks.registry import load_task
 
 
@@ -64,7 +64,16 @@ def test_each_greedy_pick_is_the_cheapest_re_solved_removal(width, free):
 
 
 @pytest.mark.parametrize(
-    ("task_name", "unit", "weighted"), [("lm", "[kv_group,ffn]", False), ("nli", "[head,ffn]", False), ("lm", "[kv_group,ffn]", True)]
+    ("task_name", "unit", "weighted"),
+    [
+        ("lm", "[kv_group,ffn]", False),
+        ("nli", "[head,ffn]", False),
+        ("lm", "[kv_group,ffn]", True),
+        ("lm", "[kv_group,ffn,hidden]", True),
+        ("nli", "[head,ffn,hidden]", False),
+        ("lm", "[ffn,layer]", True),
+        ("nli", "block", False),
+    ],
 )
 def test_obs_scores_cover_every_unit_and_grow_in_greedy_order(tmp_path, task_name, unit, weighted):
     """Every unit of every layer gets a score >= 0, and each layer's scores are the running maximum of its greedy path."""
@@ -72,7 +81,7 @@ def test_obs_scores_cover_every_unit_and_grow_in_greedy_order(tmp_path, task_nam
     scores = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=weighted)
     assert set(scores) == set(task.gates.groups)
     assert all(bool((s >= 0).all()) and bool((s > 0).any()) for s in scores.values())
-    blocks = unit_blocks(task.gates, task.gates.unit)
+    blocks = unit_blocks(task.gates, task.gates.unit, task.model)
     assert {(g, layer) for g, layer, *_ in blocks} == {(g, layer) for g, (n, _) in task.gates.groups.items() for layer in range(n)}
 
 
@@ -110,7 +119,7 @@ def test_obs_fisher_weights_each_output_by_its_mean_squared_loss_gradient(tmp_pa
     of the squared loss gradient that a full backward hook sees, and the input second moments a forward hook sees."""
     task = load_task(make_cfg(tmp_path, "prune", task_name, "prune.unit=ffn", "prune.order=obs_fisher"))
     batches = list(task.importance_batches())
-    group, layer, projection, ids, columns = unit_blocks(task.gates, task.gates.unit)[0]
+    group, layer, (projection,), ids, columns = unit_blocks(task.gates, task.gates.unit, task.model)[0]
     seen, gram, squares, count = {}, 0.0, 0.0, 0
     hooks = [
         projection.register_forward_hook(lambda m, args, out: seen.__setitem__("x", args[0].detach())),
@@ -136,9 +145,59 @@ def test_obs_fisher_weights_each_output_by_its_mean_squared_loss_gradient(tmp_pa
 @pytest.mark.parametrize("task_name", ["lm", "nli"])
 def test_obs_fisher_prunes_and_reconstructs_through_the_experiment(tmp_path, task_name):
     """experiment=prune with prune.order=obs_fisher writes the mask alone and its reconstruction at the target."""
-    unit = "[kv_group,ffn]" if task_name == "lm" else "[head,ffn]"
+    unit = "[kv_group,ffn,hidden]" if task_name == "lm" else "[head,ffn,hidden]"
     overrides = [f"prune.unit={unit}", "prune.order=obs_fisher", "prune.joint_scale=loss", "prune.target={flops:0.8}"]
     prune.run(make_cfg(tmp_path, "prune", task_name, *overrides, "prune.recover=[none,reconstruct]", "prune.recover_examples=16"))
     points = [p for p in results(tmp_path)["results"]["points"] if p["order"] == "obs_fisher"]
     assert [p["recovery"] for p in points] == ["none", "reconstruct"]
     assert all(abs(p["flops_kept"] - 0.8) < 0.1 for p in points)
+
+
+def test_greedy_over_projections_reading_the_same_columns_adds_their_re_solved_errors():
+    """Projections reading the same columns from different inputs (the residual stream's readers in two layers): each
+    greedy removal is the cheapest by the summed re-solved error, and the summed costs equal it after every step."""
+    torch.manual_seed(3)
+    columns, rows = 6, [(4, 300), (3, 200)]
+    xs = [torch.randn(n, columns, dtype=torch.float64) @ torch.randn(columns, columns, dtype=torch.float64) for _, n in rows]
+    ws = [torch.randn(out, columns, dtype=torch.float64) for out, _ in rows]
+    blocks = [[c] for c in range(columns)]
+    order = greedy_surgeon(ws, [x.t() @ x for x in xs], blocks, damp=1e-12)
+    scale = sum(float((x @ w.t()).pow(2).sum()) for x, w in zip(xs, ws))
+    removed, total = [], 0.0
+    for unit, cost in order:
+        left = [u for u in range(columns) if u not in removed]
+        errors = {u: sum(_resolved_error(x, w, removed + [u]) for x, w in zip(xs, ws)) for u in left}
+        assert errors[unit] <= min(errors.values()) * (1 + 1e-6) + 1e-9 * scale
+        removed, total = removed + [unit], total + cost
+        assert total == pytest.approx(errors[unit], rel=1e-6, abs=1e-8 * scale)
+
+
+def test_a_whole_unit_costs_what_removing_every_column_one_by_one_adds_up_to():
+    """A block's or a layer's price (every input of its projection gone) equals the greedy's summed costs to the last column."""
+    torch.manual_seed(4)
+    x = torch.randn(200, 5, dtype=torch.float64) @ torch.randn(5, 5, dtype=torch.float64)
+    w, d = torch.randn(3, 5, dtype=torch.float64), torch.rand(3, dtype=torch.float64) + 0.1
+    summed = sum(cost for _, cost in greedy_surgeon(w, x.t() @ x, [[c] for c in range(5)], damp=1e-12, rows=d))
+    assert whole_output_error(w, x.t() @ x, d) == pytest.approx(summed, rel=1e-6)
+    assert whole_output_error(w, x.t() @ x, d) == pytest.approx(float(((x @ w.t()) ** 2).sum(0) @ d), rel=1e-9)
+
+
+def test_readers_of_one_input_share_one_second_moment(tmp_path):
+    """The residual stream's q, k and v read one tensor: the obs pass holds one X^T X for them, equal to the product of that
+    input, and the channel scores come from every reader of the stream."""
+    from headprune.core.hidden.sites import hidden_group
+    from headprune.scoring.obs import _second_moments
+
+    task = load_task(make_cfg(tmp_path, "prune", "lm", "prune.unit=[kv_group,ffn,hidden]", "prune.order=obs", "prune.joint_scale=loss"))
+    readers = hidden_group(task.model).readers
+    batches = list(task.importance_batches())
+    grams, _ = _second_moments(task.model, readers, batches, weighted=False, progress=False)
+    seen = {}
+    hook = readers[0].register_forward_hook(lambda m, args, out: seen.setdefault("x", []).append(args[0].detach()))
+    with torch.no_grad():
+        for batch in batches:
+            task.model(**model_inputs(task.model, batch))
+    hook.remove()
+    expected = sum(valid_token_rows(x, b).double().t() @ valid_token_rows(x, b).double() for x, b in zip(seen["x"], batches))
+    torch.testing.assert_close(grams[id(readers[0])], expected)
+    assert len({id(g) for g in grams.values()}) < len(readers)  # shared, not one product per reader

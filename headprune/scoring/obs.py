@@ -7,6 +7,9 @@ columns optimally leaves the output error
     dE(S) = tr(W_S [(H^-1)_SS]^-1 W_S^T),          W: (out, K), W_S: its columns S,
 
 and the optimal update is W <- W - W_S [(H^-1)_SS]^-1 (H^-1)_S:, H^-1 <- H^-1 - (H^-1)_:S [(H^-1)_SS]^-1 (H^-1)_S:.
+A residual channel is one input column of every projection that reads the stream (q, k, v, gate, up, the head): one
+greedy for the whole stream, each removal's error summed over those readers, each updated. A block or a layer is all
+inputs of the projections it writes the stream with: nothing is left to re-solve, so its error is their whole output.
 Greedy with updates: each layer removes its cheapest unit, updates, and again; a unit's score is the running maximum
 of the errors of the removals up to it, so scores grow in the order the layer would lose its units and are sums of
 squared output errors (one unit for every kind: ``prune.joint_scale=loss``). ``obs_fisher`` weights each output
@@ -23,38 +26,49 @@ from headprune.core.projections import linear_weight
 from headprune.scoring.importance import per_example_loss
 
 
-def unit_blocks(gates, unit) -> list[tuple[str, int, nn.Module, list[int], list[list[int]]]]:
-    """(group, layer, projection, unit ids, each unit's columns) of every site of ``gates`` that holds units of ``unit``."""
-    found = [(site, next((c for kind in kinds_of(unit) if (c := kind.unit_columns(site)) is not None), None)) for site in gates.sites]
-    return [(site.group, site.layer, *columns) for site, columns in found if columns is not None]
+def unit_blocks(gates, unit, model) -> list[tuple[str, int, list[nn.Module], list[int], list[list[int]] | None]]:
+    """(group, layer, projections, unit ids, each unit's columns in all of them; None: one unit, all inputs) of ``unit``'s kinds."""
+    return [block for kind in kinds_of(unit) for block in kind.surgeon_blocks(model, gates)]
 
 
-def greedy_surgeon(weight: torch.Tensor, gram: torch.Tensor, blocks: list[list[int]], damp: float, rows=None) -> list[tuple[int, float]]:
-    """(unit, output error of its removal; row o's weighted by ``rows[o]``) in greedy order, each followed by the optimal update."""
-    w = weight.double().clone()  # (out, K); its first n columns are those still in, their units in ``owner[:n]``
-    d = torch.as_tensor(1.0 if rows is None else rows, dtype=torch.float64).expand(w.shape[0])  # (out,): each row's weight
-    h = gram.double() + damp * float(gram.diagonal().mean().clamp_min(1e-12)) * torch.eye(gram.shape[0], dtype=torch.float64)
-    hinv = torch.linalg.inv(h)  # its leading (n, n) block: the inverse on the columns still in (a Schur complement)
-    owner = torch.full((w.shape[1],), -1, dtype=torch.long)
+def greedy_surgeon(weights, grams, blocks: list[list[int]], damp: float, rows=None) -> list[tuple[int, float]]:
+    """(unit, output error of its removal; row o's weighted by ``rows[o]``) in greedy order, each followed by the optimal update;
+    ``weights``, ``grams``, ``rows`` may be lists, one per projection reading the columns: errors summed, each updated."""
+    single_projection = isinstance(weights, torch.Tensor)
+    weights, grams, rows = ([weights], [grams], [rows]) if single_projection else (weights, grams, rows or [None] * len(weights))
+    ws = [w.double().clone() for w in weights]  # (out, K) each; its first n columns are those still in, their units in ``owner[:n]``
+    ds = [torch.as_tensor(1.0 if r is None else r, dtype=torch.float64).expand(w.shape[0]) for w, r in zip(ws, rows)]  # row weights
+    eye = torch.eye(ws[0].shape[1], dtype=torch.float64)  # H + damp * mean(diag H) * I, inverted; leading (n, n): the columns still in
+    hinvs = [torch.linalg.inv(g.double() + damp * float(g.diagonal().mean().clamp_min(1e-12)) * eye) for g in grams]
+    owner = torch.full((ws[0].shape[1],), -1, dtype=torch.long)
     for u, b in enumerate(blocks):
         owner[b] = u
-    n, order, single = w.shape[1], [], all(len(b) == 1 for b in blocks)
+    n, order, single = ws[0].shape[1], [], all(len(b) == 1 for b in blocks)
     for _ in blocks:
         if single:
-            costs = (d @ w[:, :n].square()) / hinv.diagonal()[:n]  # sum_o d_o w_oc^2 / (H^-1)_cc
+            costs = sum((d @ w[:, :n].square()) / h.diagonal()[:n] for w, h, d in zip(ws, hinvs, ds))  # sum_o d_o w_oc^2 / (H^-1)_cc
             p = int(costs.masked_fill(owner[:n] < 0, float("inf")).argmin())
             u, cost = int(owner[p]), float(costs[p])
         else:
-            u, cost = min((_block_cost(w, hinv, d, (owner[:n] == u).nonzero().flatten()), u) for u in set(owner[:n].tolist()) - {-1})[::-1]
+            left = set(owner[:n].tolist()) - {-1}
+            u, cost = min((sum(_block_cost(*t, (owner[:n] == u).nonzero().flatten()) for t in zip(ws, hinvs, ds)), u) for u in left)[::-1]
         c = (owner[:n] == u).nonzero().flatten()
-        m = torch.linalg.inv(hinv[c][:, c])  # [(H^-1)_SS]^-1
-        w[:, :n].addmm_(w[:, c] @ m, hinv[c, :n], alpha=-1.0)  # the optimal update of every column (S goes to zero)
-        hinv[:n, :n].addmm_(hinv[:n, c] @ m, hinv[c, :n], alpha=-1.0)
         holes, tail = [p for p in c.tolist() if p < n - len(c)], [q for q in range(n - len(c), n) if int(owner[q]) != u]
-        w[:, holes], owner[holes], hinv[holes, :n] = w[:, tail], owner[tail], hinv[tail, :n]  # the last columns still in fill S's places
-        hinv[:n, holes], n = hinv[:n, tail], n - len(c)
+        for w, hinv in zip(ws, hinvs):
+            m = torch.linalg.inv(hinv[c][:, c])  # [(H^-1)_SS]^-1
+            w[:, :n].addmm_(w[:, c] @ m, hinv[c, :n], alpha=-1.0)  # the optimal update of every column (S goes to zero)
+            hinv[:n, :n].addmm_(hinv[:n, c] @ m, hinv[c, :n], alpha=-1.0)
+            w[:, holes], hinv[holes, :n] = w[:, tail], hinv[tail, :n]  # the last columns still in fill S's places
+            hinv[:n, holes] = hinv[:n, tail]
+        owner[holes], n = owner[tail], n - len(c)
         order.append((u, max(cost, 0.0)))
     return order
+
+
+def whole_output_error(weight: torch.Tensor, gram: torch.Tensor, rows=None) -> float:
+    """sum_o d_o w_o^T H w_o: the output error of removing every input of a projection (a block, a layer), nothing to re-solve."""
+    d = torch.as_tensor(1.0 if rows is None else rows, dtype=torch.float64).expand(weight.shape[0])
+    return float(torch.einsum("oi,ij,oj,o->", weight.double(), gram.double(), weight.double(), d))
 
 
 def _block_cost(w: torch.Tensor, hinv: torch.Tensor, d: torch.Tensor, c: torch.Tensor) -> float:
@@ -70,31 +84,65 @@ def obs_scores(model, gates, batches, unit, damp: float = 0.01, progress: bool =
     batches = list(batches)
     if not batches:
         raise ValueError("the obs order needs calibration batches, and the task's importance subset is empty")
-    blocks = unit_blocks(gates, unit)
+    blocks = unit_blocks(gates, unit, model)
+    projections = list({id(p): p for _, _, found, _, _ in blocks for p in found}.values())
+    moments, row_weights = _second_moments(model, projections, batches, weighted, progress)
     scores = {g: torch.zeros(layers, units) for g, (layers, units) in gates.groups.items()}
-    grams: list[torch.Tensor | None] = [None] * len(blocks)  # X^T X (K, K) of each projection's input over the real tokens
-    squares, tokens = [0.0] * len(blocks), [0] * len(blocks)  # obs_fisher: sum over real tokens of (dL/dy)^2 (out,), their count
-    now: dict = {}  # the batch being run, for the hooks' token mask, and each projection's output
-
-    def hook(module, args, output, index):
-        rows = valid_token_rows(args[0].detach(), now["batch"]).double().cpu()
-        grams[index] = rows.t() @ rows if grams[index] is None else grams[index] + rows.t() @ rows
-        now[index], tokens[index] = output, tokens[index] + rows.shape[0]
-
-    hooks = [block[2].register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, block in enumerate(blocks)]
-    with hooks_removed(hooks), eval_mode(model), torch.set_grad_enabled(weighted):  # a forward per batch (obs_fisher: and a backward)
-        for batch in tqdm(batches, desc="obs (calibration batches)", unit="batch", disable=not progress, leave=False):
-            now["batch"] = batch
-            outputs = model(**model_inputs(model, batch))
-            if weighted:
-                grads = torch.autograd.grad(per_example_loss(outputs, batch).sum(), [now[i] for i in range(len(blocks))], allow_unused=True)
-                squares = [s if g is None else s + (valid_token_rows(g, batch).double().cpu() ** 2).sum(0) for s, g in zip(squares, grads)]
-    weights = [s / max(n, 1) if weighted else None for s, n in zip(squares, tokens)]  # d_o: the mean over real tokens
-    bar = tqdm(blocks, desc="obs", disable=not progress, leave=False)
-    for (group, layer, projection, ids, columns), gram, rows in zip(bar, grams, weights):
-        gram = gram if gram is not None else torch.zeros(1, 1, dtype=torch.float64)
+    for group, layer, found, ids, columns in tqdm(blocks, desc="obs", disable=not progress, leave=False):
+        stats = _stacked([(linear_weight(p).detach().cpu(), moments[id(p)], row_weights[id(p)]) for p in found])
+        if columns is None:  # one unit: every input of its projections goes
+            scores[group][layer, ids[0]] = sum(whole_output_error(*s) for s in stats)
+            continue
         running = 0.0
-        for index, cost in greedy_surgeon(linear_weight(projection).detach().cpu(), gram, columns, damp, rows):
+        weights, grams, rows = map(list, zip(*stats))
+        for index, cost in greedy_surgeon(weights, grams, columns, damp, rows):
             running = max(running, cost)
             scores[group][layer, ids[index]] = running
     return scores
+
+
+def _stacked(stats: list[tuple]) -> list[tuple]:
+    """(weight, gram, row weights) of projections reading one input (q, k and v) as one: their rows stacked, one gram."""
+    by_gram: dict[int, list[tuple]] = {}
+    for stat in stats:
+        by_gram.setdefault(id(stat[1]), []).append(stat)
+    return [
+        (torch.cat([w for w, _, _ in same]), same[0][1], None if same[0][2] is None else torch.cat([d for _, _, d in same]))
+        for same in by_gram.values()
+    ]
+
+
+def _second_moments(model, projections: list, batches: list, weighted: bool, progress: bool) -> tuple[dict, dict]:
+    """({id: X^T X (K, K)} of each projection's input over the real tokens, {id: d (out,) or None}), d_o the mean over real
+    tokens of (dL/dy_o)^2 (``weighted``); projections reading the same tensor (q, k, v) share one product."""
+    from tqdm.auto import tqdm
+
+    grams: dict[int, torch.Tensor] = {}
+    squares, tokens = [0.0] * len(projections), [0] * len(projections)  # sum over real tokens of (dL/dy)^2 (out,), their count
+    now: dict = {}  # the batch being run, the inputs seen in it ({id(x): (x, first index)}), each projection's output
+
+    def hook(module, args, output, index):
+        x = args[0]
+        first = now["inputs"].setdefault(id(x), (x, index))[1]  # the tensor is held, so its id stays its own in this batch
+        now["shares"][index] = first
+        if first == index:
+            rows = valid_token_rows(x.detach(), now["batch"]).double().cpu()
+            grams[index] = rows.t() @ rows if index not in grams else grams[index] + rows.t() @ rows
+            now["count"][index] = rows.shape[0]
+        now[index] = output
+
+    hooks = [p.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, p in enumerate(projections)]
+    with hooks_removed(hooks), eval_mode(model), torch.set_grad_enabled(weighted):  # a forward per batch (obs_fisher: and a backward)
+        for batch in tqdm(batches, desc="obs (calibration batches)", unit="batch", disable=not progress, leave=False):
+            now.update(batch=batch, inputs={}, shares={}, count={})
+            outputs = model(**model_inputs(model, batch))
+            tokens = [t + now["count"].get(now["shares"].get(i, i), 0) for i, t in enumerate(tokens)]
+            if weighted:
+                grads = torch.autograd.grad(
+                    per_example_loss(outputs, batch).sum(), [now[i] for i in range(len(projections))], allow_unused=True
+                )
+                squares = [s if g is None else s + (valid_token_rows(g, batch).double().cpu() ** 2).sum(0) for s, g in zip(squares, grads)]
+    shares = now.get("shares", {})
+    width = [linear_weight(p).shape[1] for p in projections]  # a projection no batch ran: a zero second moment
+    out = {id(p): grams.get(shares.get(i, i), torch.zeros(k, k, dtype=torch.float64)) for i, (p, k) in enumerate(zip(projections, width))}
+    return out, {id(p): (s / max(n, 1) if weighted else None) for p, s, n in zip(projections, squares, tokens)}

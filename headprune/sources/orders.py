@@ -166,7 +166,6 @@ def action_refusal(order: str, action: str) -> str | None:
 
 def unit_refusal(order: str, unit) -> str | None:
     """Why ``order`` cannot rank the units of ``unit`` (a kind or a joint list), or None when it can."""
-    from headprune.core.kinds import UnitKind
     from headprune.core.unit_kinds import ablation_refusal, kinds_of
 
     if order == "ablation":
@@ -178,11 +177,11 @@ def unit_refusal(order: str, unit) -> str | None:
             "use prune.order=importance or fisher (any unit), or prune.unit=head / kv_group"
         )
     if order in SURGEON_ORDERS:
-        missing = [kind.name for kind in kinds_of(unit) if type(kind).unit_columns is UnitKind.unit_columns]
+        missing = [kind.name for kind in kinds_of(unit) if not kind.surgeon_priced]
         if missing:
             return (
-                f"the obs order prices units by the input columns of the projection that reads them, and {', '.join(missing)} "
-                "units have none: use prune.unit=head, kv_group, ffn or a joint list of them"
+                f"the obs order prices units by the input columns of the projections that read them, and {', '.join(missing)} "
+                "units have none: use prune.unit=head, kv_group, ffn, block, layer, hidden or a joint list of them"
             )
     if order == "retrieval" and not maps:
         return "the retrieval order reads where each head's attention peaks, and this unit holds units without attention maps"

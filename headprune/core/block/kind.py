@@ -51,6 +51,11 @@ class BlockKind(UnitKind):
             return None  # another kind's site in a joint unit (a layer, the residual stream)
         return grad.sum(-1, keepdim=True), [0], block_group(site.group)  # one gate shared by the block's heads or neurons
 
+    def surgeon_blocks(self, model, gates):
+        attention = [(s, s.linear("output")) for s in gates.sites if _attention_site(s) and s.head_ids]
+        ffn = [(s, s.down()) for s in gates.sites if isinstance(s, FFNSite) and s.neuron_ids]
+        return [(block_group(s.group), s.layer, [writer], [0], None) for s, writer in attention + ffn]  # a block: all its writer's inputs
+
     def flops_tables(self, model, seq_len):
         tables = _ends(KINDS["head"].flops_tables(model, seq_len))
         if ffn_sites_if_any(model):

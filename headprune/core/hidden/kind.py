@@ -58,6 +58,10 @@ class HiddenKind(UnitKind):
             return {}
         return {id(writer): list(channel_book(model)["ids"]) for writer in hidden_group(model).writers}
 
+    def surgeon_blocks(self, model, gates):
+        ids = list(channel_book(model)["ids"])  # one greedy for the stream: a channel is a column of every projection reading it
+        return [(GROUP, 0, hidden_group(model).readers, ids, [[p] for p in range(len(ids))])]
+
     def refusal(self, fields, settings):
         if fields.get("model_type") == "marian":
             return (

@@ -112,6 +112,17 @@ class UnitKind:
         """(the projection that reads a site's units, their original ids, each unit's input columns of it); None: not its site."""
         return None
 
+    def surgeon_blocks(self, model: nn.Module, gates) -> list[tuple[str, int, list[nn.Module], list[int], list[list[int]] | None]]:
+        """(group, layer, projections whose inputs the units are, unit ids, each unit's input columns in every one of them; None:
+        one unit, all their inputs) of each set of units the obs order prices together; default: ``unit_columns`` per site."""
+        found = [(site, self.unit_columns(site)) for site in gates.sites]
+        return [(site.group, site.layer, [c[0]], c[1], c[2]) for site, c in found if c is not None]
+
+    @property
+    def surgeon_priced(self) -> bool:
+        """Whether the obs order can price this kind's units (it says which projections' inputs they are)."""
+        return type(self).unit_columns is not UnitKind.unit_columns or type(self).surgeon_blocks is not UnitKind.surgeon_blocks
+
     def kept_rows(self, model: nn.Module) -> dict[int, list[int]]:
         """{id(projection): original ids of the output rows it keeps} of the projections whose outputs this kind shrank."""
         return {}

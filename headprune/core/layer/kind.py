@@ -53,6 +53,13 @@ class LayerKind(UnitKind):
 
         return _tables(model, flops)
 
+    def surgeon_blocks(self, model, gates):
+        def writers(site) -> list:  # a removed layer's error: everything its attention and FFN write into the stream
+            attention, ffn = parts_of(model, site)
+            return [s.linear("output") for s in attention if s.head_ids] + [f.down() for f in ffn if f.neuron_ids]
+
+        return [(s.group, s.layer, writers(s), [0], None) for s in gates.sites if isinstance(s, LayerSite)]
+
     def nested_rows(self, model):
         return {
             (site.group, site.layer): [(s.group, s.layer) for part in parts_of(model, site) for s in part]
