@@ -18,7 +18,7 @@ from itertools import takewhile
 import torch
 from torch import nn
 
-from headprune.core.inputs import eval_mode, hooks_removed, valid_token_rows
+from headprune.core.inputs import eval_mode, hooks_removed, model_inputs, valid_token_rows
 from headprune.core.kinds import KINDS
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
 from headprune.selection.layer_replay import (
@@ -232,7 +232,7 @@ def reconstruct(
     removed = [layer for layer, mine in paths.items() if mine is None]
     if not names and not removed:
         return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None, "target": target}
-    tokens = sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)  # the encoder's
+    tokens = _calibration_tokens(teacher, batches, [n for n in names if n in dict(teacher.named_modules())][:1])
     modules, folds = dict(model.named_modules()), {}
     with (
         eval_mode(model),
@@ -276,6 +276,24 @@ def reconstruct(
         "engine": engine,
         "target": target,
     }
+
+
+def _calibration_tokens(teacher: nn.Module, batches: list[dict], probe: list[str]) -> int:
+    """The real tokens of the encoder's ids; without ids (images, audio), the rows the ``probe`` projection reads in one pass."""
+    if all("input_ids" in b for b in batches) or not probe:
+        return sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)
+    count, now = 0, {}
+    module = teacher.get_submodule(probe[0])
+    with (
+        hooks_removed([module.register_forward_hook(lambda m, args, out: now.setdefault("x", args[0]))]),
+        torch.no_grad(),
+        eval_mode(teacher),
+    ):
+        for batch in batches:
+            now.clear()
+            teacher(**model_inputs(teacher, batch))
+            count += int(valid_token_rows(now["x"], batch).shape[0])
+    return count
 
 
 def reconstructor(ridge: float, target: str = "auto", progress: bool = False):

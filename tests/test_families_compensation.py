@@ -1,0 +1,94 @@
+"""Every family row on a tiny random model: the obs orders price each kind they can, and reconstructing a masked model gives
+what reconstructing its physically pruned twin gives."""
+
+import copy
+
+import pytest
+import torch
+from conftest import classifier_batch
+from tiny_encoders import FAMILY_MODELS, VOCAB
+from tiny_llms import DECODER_CONFIGS, LLAMA_LIKE_CONFIGS, lm_batch, tiny_family
+
+from headprune.core.inputs import model_inputs
+from headprune.core.unit_kinds import KINDS
+from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.scoring.obs import obs_scores
+from headprune.selection.reconstruct import reconstruct, shrunk_projections
+
+DECODERS = [t for t in [*DECODER_CONFIGS, *LLAMA_LIKE_CONFIGS] if t != "olmo2"]  # OLMo 2 normalises across heads: gates only
+ENCODERS = [name for name in FAMILY_MODELS if name != "deberta-v2 shared keys"]
+
+
+def _model_and_batches(family: str, count: int = 2):
+    """(a tiny random model of ``family``, ``count`` calibration batches with labels)."""
+    if family in FAMILY_MODELS:
+        make, batch = FAMILY_MODELS[family]
+        text = family in ("distilbert", "deberta-v2")
+        return make(), [classifier_batch(vocab=VOCAB, seed=s) if text else batch(seed=s) for s in range(count)]
+    model = tiny_family(family, attn="eager" if family == "gemma2" else "sdpa")  # Gemma 2's soft-capping: no sdpa path
+    return model, [lm_batch(seed=s, batch=4, length=10) for s in range(count)]
+
+
+def _units(model) -> list[str]:
+    """The joint units to price on ``model``: heads and neurons, with channels and with layers where the model allows them."""
+    units = ["head+ffn"]
+    units += ["head+ffn+hidden"] if KINDS["hidden"].available(model) is None else []
+    units += ["ffn+layer"] if KINDS["layer"].available(model) is None else []
+    return units
+
+
+@pytest.mark.parametrize("family", DECODERS + ENCODERS)
+def test_obs_fisher_prices_every_unit_of_every_kind(family):
+    """obs_fisher gives every unit of every group a finite score >= 0, some above zero, on the family's tiny model."""
+    model, batches = _model_and_batches(family)
+    for unit in _units(model):
+        gates = unit_gates(model, unit)
+        scores = obs_scores(model, gates, batches, gates.unit, weighted=True)
+        assert set(scores) == set(gates.groups), unit
+        for group, values in scores.items():
+            assert bool(torch.isfinite(values).all()) and bool((values >= 0).all()), (unit, group)
+            assert bool((values > 0).any()), (unit, group)
+
+
+def _mask(gates) -> dict:
+    """A random hard mask that removes about half the units of every layer, keeping each layer's first."""
+    generator = torch.Generator().manual_seed(0)
+    mask = {}
+    for group, (layers, units) in gates.groups.items():
+        row = (torch.rand(layers, units, generator=generator) > 0.5).float()
+        row[:, 0] = 1.0
+        mask[group] = row
+    return mask
+
+
+@pytest.mark.parametrize("family", DECODERS + ENCODERS)
+def test_masked_and_pruned_reconstruct_alike(family):
+    """Heads and neurons removed at random: the masked model reconstructed on the pruned twin's projections computes what the
+    pruned twin reconstructed computes, and reconstruction re-solved at least one projection."""
+    model, batches = _model_and_batches(family, count=12)  # more tokens than the widest projection's inputs
+    unit = "head+ffn"
+    mask = _mask(unit_gates(model, unit))
+    pruned = copy.deepcopy(model)
+    prune_unit_mask(unit_gates(pruned, unit), mask)
+    names = shrunk_projections(pruned, model)
+    assert names
+    target = reconstruct(pruned, model, batches)["target"]
+    masked = copy.deepcopy(model)
+    inputs = model_inputs(model, batches[0])
+    with torch.no_grad(), unit_gates(masked, unit).masked(mask):
+        reconstruct(masked, model, batches, projections=list(names), target=target)
+        expected = masked(**inputs).logits
+    with torch.no_grad():
+        got = pruned(**inputs).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4 * float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("family", ["vit", "whisper"])
+def test_too_few_image_or_audio_tokens_are_refused_before_work(family):
+    """Without token ids the calibration tokens are the rows a layer reads: one example is too few, refused by name."""
+    model, batches = _model_and_batches(family, count=1)
+    one = {k: v[:1] if torch.is_tensor(v) else v for k, v in batches[0].items()}
+    pruned = copy.deepcopy(model)
+    prune_unit_mask(unit_gates(pruned, "head+ffn"), _mask(unit_gates(model, "head+ffn")))
+    with pytest.raises(ValueError, match="prune.recover_examples"):
+        reconstruct(pruned, model, [one])
