@@ -115,6 +115,8 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "llm_reconstruct_75": "llm_reconstruct_75",  # KV groups, FFN neurons and channels at 75% of the FLOPs, reconstructed
     "llm_obs_reconstruct_75": "llm_obs_reconstruct_75",  # KV groups and FFN neurons at 75% chosen by the obs order, reconstructed
     "llm_obs_fisher_reconstruct_75": "llm_obs_fisher_reconstruct_75",  # the same chosen by obs_fisher, reconstructed at ridge 0.01
+    "llm_obsf_imp4000_hidden": "llm_obsf_imp4000_hidden",  # KV groups, neurons and channels by obs_fisher on 4,000 texts, reconstructed
+    "llm_obsf_imp4000_layer": "llm_obsf_imp4000_layer",  # KV groups, neurons and layers by obs_fisher on 4,000 texts, reconstructed
     "llm_sched_reconstruct_75": "llm_sched_reconstruct_75",  # the same three kinds in two rounds (85%, then 75%), each reconstructed
     "llm_reconstruct_layer_75": "llm_reconstruct_layer_75",  # KV groups, FFN neurons and layers at 75% of the FLOPs, reconstructed
     "llm_reconstruct_75_hidden": "llm_reconstruct_75_hidden",  # residual channels alone at 75% of the FLOPs, reconstructed
@@ -214,6 +216,7 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint"),
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20"),
     ("heads + FFN neurons, obs_fisher order, reconstructed, 4x calibration", "mnli_units_obsf_joint_cal4"),
+    ("heads + FFN neurons + channels, obs_fisher order, reconstructed", "mnli_units_obsf_joint_hidden"),
 )
 TABLES["units_mnli_levers"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]

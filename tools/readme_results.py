@@ -212,7 +212,8 @@ def smollm2_reconstructed(d: Path) -> str:
     masked, rebuilt = _point(payload, "fisher"), _point(payload, "fisher+reconstruct")
     unit = stage_of(payload, "pareto")["unit"]
     wider = _point(_load(d, "llm_reconstruct_75_fisher2000"), "fisher+reconstruct")
-    best, surgeon = _load(d, "llm_reconstruct_75_fisher2000_r001_cal2000"), _load(d, "llm_obs_fisher_reconstruct_75_imp4000")
+    best, surgeon = _load(d, "llm_reconstruct_75_fisher2000_r001_cal2000"), _load(d, "llm_obsf_imp4000_hidden")
+    chosen = _point(surgeon, "obs_fisher+reconstruct")
     surgeon_texts = surgeon["config"]["data"]["limits"]["importance"]
     ridge, texts = best["config"]["prune"]["reconstruct"]["ridge"], best["config"]["prune"]["recover_examples"]
     return (
@@ -220,9 +221,10 @@ def smollm2_reconstructed(d: Path) -> str:
         f"removed), retraining-free: layer-wise reconstruction takes perplexity from {masked['score'] / base:.2f}x to "
         f"{rebuilt['score'] / base:.2f}x the unpruned model's, {wider['score'] / base:.2f}x with Fisher scores on 2,000 texts, "
         f"{_point(best, 'fisher+reconstruct')['score'] / base:.2f}x with a ridge of {ridge:g} (`prune.reconstruct.ridge`) on "
-        f"{texts:,} calibration texts, and {_point(surgeon, 'obs_fisher+reconstruct')['score'] / base:.2f}x with KV groups and "
-        f"neurons chosen by `prune.order=obs_fisher` on {surgeon_texts:,} texts (each unit's output error after the optimal update "
-        "of the rest, weighted by its squared loss gradient; docs/results_llm.md section 9)."
+        f"{texts:,} calibration texts, and {chosen['score'] / base:.2f}x with the same kinds ranked by `prune.order=obs_fisher` on "
+        f"{surgeon_texts:,} texts ({kinds_label(chosen['mask'], stage_of(surgeon, 'pareto')['unit'])} removed; each unit's output "
+        "error after the optimal update of the rest, a channel's summed over every projection reading the stream, weighted by "
+        "its squared loss gradient; docs/results_llm.md section 9)."
     )
 
 

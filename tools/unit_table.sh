@@ -195,6 +195,8 @@ run units_obsf_joint "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss
 run units_obsf_joint_20 "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
 # obs_fisher on four times the calibration examples at x1.5 (more calibration texts made it the best order on SmolLM2)
 run units_obsf_joint_cal4 "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' data.importance_size=8000 prune.recover=reconstruct prune.recover_examples=1000
+# residual channels beside heads and neurons, each channel priced by the surgeon over every projection reading the stream
+run units_obsf_joint_hidden "${OBSF[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"
