@@ -201,3 +201,35 @@ def test_readers_of_one_input_share_one_second_moment(tmp_path):
     expected = sum(valid_token_rows(x, b).double().t() @ valid_token_rows(x, b).double() for x, b in zip(seen["x"], batches))
     torch.testing.assert_close(grams[id(readers[0])], expected)
     assert len({id(g) for g in grams.values()}) < len(readers)  # shared, not one product per reader
+
+
+def test_surgeon_prices_tool_prints_each_kinds_cheapest_unit_against_the_last_neuron_removed(tmp_path):
+    """tools/surgeon_prices.py on a finished run prints, for channels, (cheapest channel's score / a channel's FLOPs) over (the
+    n-th cheapest neuron's score / a neuron's FLOPs), n the neurons the run removed: the same ratio computed here directly."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from headprune.core.unit_kinds import KINDS
+
+    overrides = ["prune.unit=[kv_group,ffn,hidden]", "prune.order=obs_fisher", "prune.joint_scale=loss", "prune.target={flops:0.8}"]
+    prune.run(make_cfg(tmp_path, "prune", "lm", *overrides))
+    payload = results(tmp_path)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "tools" / "surgeon_prices.py"), "--run", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = json.loads(done.stdout)
+    task = load_task(OmegaConf.create(payload["config"]))
+    scores = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=True)
+    removed = payload["results"]["points"][-1]["units_by_kind"]["ffn"]["removed"]
+    seq_len = payload["results"]["cost_info"]["seq_len"]
+    ffn, hidden = KINDS["ffn"].flops_tables(task.model, seq_len)["dec_ffn"], KINDS["hidden"].flops_tables(task.model, seq_len)["hidden"]
+    neuron = float(scores["dec_ffn"].flatten().sort().values[removed - 1]) / float(ffn[0, -1] - ffn[0, -2])
+    expected = float(scores["hidden"].min()) / float(hidden[0, -1] - hidden[0, -2]) / neuron
+    assert printed["neurons_removed"] == removed
+    assert printed["groups"]["hidden"]["per_flop_vs_marginal_neuron"] == pytest.approx(expected, rel=1e-4)
