@@ -26,3 +26,14 @@ def looped_nll(model, gates, batch: dict, masks) -> torch.Tensor:
             nll = F.cross_entropy(logits.transpose(1, 2), batch["labels"], ignore_index=-100, reduction="none")
             outs.append(nll.double().sum(1))
     return torch.stack(outs)
+
+
+def random_half_mask(gates, seed: int = 0) -> dict:
+    """A random hard mask that removes about half the units of every layer, keeping each layer's first."""
+    generator = torch.Generator().manual_seed(seed)
+    mask = {}
+    for group, (layers, units) in gates.groups.items():
+        row = (torch.rand(layers, units, generator=generator) > 0.5).float()
+        row[:, 0] = 1.0
+        mask[group] = row
+    return mask

@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 from conftest import classifier_batch
+from mask_references import random_half_mask
 from tiny_encoders import FAMILY_MODELS, VOCAB
 from tiny_llms import DECODER_CONFIGS, LLAMA_LIKE_CONFIGS, lm_batch, tiny_family
 
@@ -50,24 +51,13 @@ def test_obs_fisher_prices_every_unit_of_every_kind(family):
             assert bool((values > 0).any()), (unit, group)
 
 
-def _mask(gates) -> dict:
-    """A random hard mask that removes about half the units of every layer, keeping each layer's first."""
-    generator = torch.Generator().manual_seed(0)
-    mask = {}
-    for group, (layers, units) in gates.groups.items():
-        row = (torch.rand(layers, units, generator=generator) > 0.5).float()
-        row[:, 0] = 1.0
-        mask[group] = row
-    return mask
-
-
 @pytest.mark.parametrize("family", DECODERS + ENCODERS)
 def test_masked_and_pruned_reconstruct_alike(family):
     """Heads and neurons removed at random: the masked model reconstructed on the pruned twin's projections computes what the
     pruned twin reconstructed computes, and reconstruction re-solved at least one projection."""
     model, batches = _model_and_batches(family, count=12)  # more tokens than the widest projection's inputs
     unit = "head+ffn"
-    mask = _mask(unit_gates(model, unit))
+    mask = random_half_mask(unit_gates(model, unit))
     pruned = copy.deepcopy(model)
     prune_unit_mask(unit_gates(pruned, unit), mask)
     names = shrunk_projections(pruned, model)
@@ -89,6 +79,6 @@ def test_too_few_image_or_audio_tokens_are_refused_before_work(family):
     model, batches = _model_and_batches(family, count=1)
     one = {k: v[:1] if torch.is_tensor(v) else v for k, v in batches[0].items()}
     pruned = copy.deepcopy(model)
-    prune_unit_mask(unit_gates(pruned, "head+ffn"), _mask(unit_gates(model, "head+ffn")))
+    prune_unit_mask(unit_gates(pruned, "head+ffn"), random_half_mask(unit_gates(model, "head+ffn")))
     with pytest.raises(ValueError, match="prune.recover_examples"):
         reconstruct(pruned, model, [one])

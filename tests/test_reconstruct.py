@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 from experiment_helpers import make_cfg
+from mask_references import random_half_mask
 
 from headprune.core.unit_kinds import lsq_refusal
 from headprune.core.units import prune_unit_mask, unit_gates
@@ -23,17 +24,6 @@ CASES = [
 ]
 
 
-def _mask(gates, seed: int = 0) -> dict:
-    """A random hard mask that removes about half the units of every layer, keeping at least one."""
-    generator = torch.Generator().manual_seed(seed)
-    mask = {}
-    for group, (layers, units) in gates.groups.items():
-        row = (torch.rand(layers, units, generator=generator) > 0.5).float()
-        row[:, 0] = 1.0
-        mask[group] = row
-    return mask
-
-
 @pytest.fixture(scope="module", params=CASES, ids=[f"{t}-{u}" for t, u in CASES])
 def pruned(request, tmp_path_factory):
     """(task, the physically pruned copy, the mask, calibration batches) of one tiny task and unit."""
@@ -42,7 +32,7 @@ def pruned(request, tmp_path_factory):
     task = load_task(make_cfg(tmp_path_factory.mktemp("rec"), "prune", task_name, f"prune.unit={unit}"))
     model = copy.deepcopy(task.model)
     gates = unit_gates(model, task.gates.unit)
-    mask = _mask(gates)
+    mask = random_half_mask(gates)
     prune_unit_mask(gates, mask)
     return task, model, mask, recovery_batches(task, 32)
 
