@@ -34,8 +34,9 @@ def unit_blocks(gates, unit, model) -> list[tuple[str, int, list[nn.Module], lis
 def greedy_surgeon(weights, grams, blocks: list[list[int]], damp: float, rows=None) -> list[tuple[int, float]]:
     """(unit, output error of its removal; row o's weighted by ``rows[o]``) in greedy order, each followed by the optimal update;
     ``weights``, ``grams``, ``rows`` may be lists, one per projection reading the columns: errors summed, each updated."""
-    single_projection = isinstance(weights, torch.Tensor)
-    weights, grams, rows = ([weights], [grams], [rows]) if single_projection else (weights, grams, rows or [None] * len(weights))
+    if isinstance(weights, torch.Tensor):  # one projection
+        weights, grams, rows = [weights], [grams], [rows]
+    rows = rows or [None] * len(weights)
     ws = [w.double().clone() for w in weights]  # (out, K) each; its first n columns are those still in, their units in ``owner[:n]``
     ds = [torch.as_tensor(1.0 if r is None else r, dtype=torch.float64).expand(w.shape[0]) for w, r in zip(ws, rows)]  # row weights
     eye = torch.eye(ws[0].shape[1], dtype=torch.float64)  # H + damp * mean(diag H) * I, inverted; leading (n, n): the columns still in

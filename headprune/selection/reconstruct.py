@@ -232,7 +232,7 @@ def reconstruct(
     removed = [layer for layer, mine in paths.items() if mine is None]
     if not names and not removed:
         return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None, "target": target}
-    tokens = _calibration_tokens(teacher, batches, [n for n in names if n in dict(teacher.named_modules())][:1])
+    tokens = _calibration_tokens(teacher, batches, next(iter(names), None))  # names are the teacher's
     modules, folds = dict(model.named_modules()), {}
     with (
         eval_mode(model),
@@ -278,12 +278,12 @@ def reconstruct(
     }
 
 
-def _calibration_tokens(teacher: nn.Module, batches: list[dict], probe: list[str]) -> int:
+def _calibration_tokens(teacher: nn.Module, batches: list[dict], probe: str | None) -> int:
     """The real tokens of the encoder's ids; without ids (images, audio), the rows the ``probe`` projection reads in one pass."""
-    if all("input_ids" in b for b in batches) or not probe:
+    if all("input_ids" in b for b in batches) or probe is None:
         return sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)
     count, now = 0, {}
-    module = teacher.get_submodule(probe[0])
+    module = teacher.get_submodule(probe)
     with (
         hooks_removed([module.register_forward_hook(lambda m, args, out: now.setdefault("x", args[0]))]),
         torch.no_grad(),
