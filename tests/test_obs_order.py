@@ -233,3 +233,19 @@ def test_surgeon_prices_tool_prints_each_kinds_cheapest_unit_against_the_last_ne
     expected = float(scores["hidden"].min()) / float(hidden[0, -1] - hidden[0, -2]) / neuron
     assert printed["neurons_removed"] == removed
     assert printed["groups"]["hidden"]["per_flop_vs_marginal_neuron"] == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [(["--importance", "0"], "at least 1"), ([], "no results.json"), (["--importance", "-3"], "at least 1")],
+)
+def test_surgeon_prices_tool_refuses_bad_input_in_one_line(tmp_path, arguments, message):
+    """An empty run directory or a count below 1: exit 2 with one error line, before any model is loaded."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "surgeon_prices.py"
+    done = subprocess.run([sys.executable, str(tool), "--run", str(tmp_path), *arguments], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert message in done.stderr.strip().splitlines()[-1]

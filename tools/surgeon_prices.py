@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from headprune.core.unit_kinds import kinds_of  # noqa: E402
 from headprune.scoring.obs import obs_scores  # noqa: E402
+from headprune.sources.orders import SURGEON_ORDERS  # noqa: E402
 from headprune.tasks import registry  # noqa: E402
 
 
@@ -46,8 +47,17 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True, help="an experiment=prune run directory (its results.json)")
     parser.add_argument("--importance", type=int, default=None, help="importance texts or examples to score on (default: the run's)")
     args = parser.parse_args()
+    if args.importance is not None and args.importance < 1:
+        parser.error(f"--importance {args.importance}: give at least 1 text or example to score on")
+    if not (args.run / "results.json").is_file():
+        parser.error(f"--run {args.run}: no results.json there; give the directory of a finished experiment=prune run")
     payload = json.loads((args.run / "results.json").read_text())
     cfg = OmegaConf.create(payload["config"])
+    order, kinds = str(cfg.get("prune", {}).get("order")), payload["results"].get("points", [{}])[-1].get("units_by_kind") or {}
+    if order not in SURGEON_ORDERS or "ffn" not in kinds:
+        parser.error(
+            f"--run {args.run}: its order is {order} and its units {sorted(kinds)}; give a run of prune.order=obs or obs_fisher with ffn in prune.unit"
+        )
     if args.importance is not None:
         with open_dict(cfg):
             if cfg.data.get("limits") is not None:  # the LM data configs
@@ -56,8 +66,7 @@ def main() -> None:
                 cfg.data.importance_size = args.importance
     task = registry.load_task(cfg)
     results = payload["results"]
-    removed = results["points"][-1]["units_by_kind"]["ffn"]["removed"]
-    order = str(cfg.prune.order)
+    removed = kinds["ffn"]["removed"]
     scores = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=order == "obs_fisher", progress=True)
     seq_len = int(results["cost_info"]["seq_len"])
     tables = {g: t for kind in kinds_of(task.gates.unit) for g, t in kind.flops_tables(task.model, seq_len).items()}  # each kind whole
