@@ -953,6 +953,14 @@ CONFIG_ROWS = [
         None,
     ),
     (
+        "prune-obs-bias-without-obs",
+        "nli",
+        ["experiment=prune", "prune.obs_bias=false"],
+        "prune.obs_bias=False would be ignored: it says how the obs orders price a unit",
+        None,
+    ),
+    ("prune-obs-bias-not-a-boolean", "nli", ["experiment=prune", "prune.order=obs", "prune.obs_bias=sometimes"], "prune.obs_bias", None),
+    (
         "prune-obs-vocab",
         "lm",
         ["experiment=prune", "prune.unit=vocab", "prune.order=obs", "prune.fractions=[0.25]"],

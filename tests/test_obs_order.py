@@ -42,6 +42,34 @@ def test_greedy_errors_add_up_to_the_resolved_error(width):
     assert order[0][1] == pytest.approx(min(singles), rel=1e-6)
 
 
+@pytest.mark.parametrize("width", [1, 3])
+def test_a_bias_is_re_solved_with_the_kept_columns(width):
+    """With the bias as a ones column no unit owns, the summed greedy errors equal the error of the layer re-solved with an
+    intercept on the columns left; a unit whose inputs have a mean costs far less where the bias can take it."""
+    from headprune.scoring.obs import with_intercept
+
+    torch.manual_seed(0)
+    units, out = 5, 4
+    x = torch.randn(400, units * width, dtype=torch.float64) + 3.0  # a mean the bias can take
+    w, b = torch.randn(out, units * width, dtype=torch.float64), torch.randn(out, dtype=torch.float64)
+    ones = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
+    blocks = [list(range(u * width, (u + 1) * width)) for u in range(units)]
+    order = greedy_surgeon(*with_intercept(w, b, ones.t() @ ones), blocks, damp=1e-12)
+    removed, total, y = [], 0.0, x @ w.t() + b
+    for unit, cost in order[:-1]:  # the last unit leaves the bias alone: the intercept's own error
+        removed += blocks[unit]
+        total += cost
+        kept = [c for c in range(units * width + 1) if c not in removed]
+        fit = ones[:, kept] @ torch.linalg.lstsq(ones[:, kept], y).solution
+        assert total == pytest.approx(float(((fit - y) ** 2).sum()), rel=1e-6, abs=1e-8 * float((y**2).sum()))
+    x = torch.randn(400, units * width, dtype=torch.float64)
+    x[:, blocks[0]] += 3.0  # only the first unit has a mean: no other column can stand in for it, the bias can
+    ones = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
+    with_bias = greedy_surgeon(*with_intercept(w, b, ones.t() @ ones), blocks[:1], damp=1e-12)[0][1]
+    plain = greedy_surgeon(w, x.t() @ x, blocks[:1], damp=1e-12)[0][1]
+    assert with_bias < 0.5 * plain
+
+
 @pytest.mark.parametrize(("width", "free"), [(1, 0), (1, 4), (3, 0), (3, 2)])
 def test_each_greedy_pick_is_the_cheapest_re_solved_removal(width, free):
     """Every step removes the unit whose removal, re-solved with those before it, leaves the least error (units on shuffled
@@ -113,10 +141,11 @@ def test_weighted_greedy_errors_add_up_to_the_weighted_resolved_error():
         assert total == pytest.approx(expected, rel=1e-6, abs=1e-8 * float((y**2).sum(0) @ d))
 
 
-@pytest.mark.parametrize("task_name", ["lm", "nli"])
-def test_obs_fisher_weights_each_output_by_its_mean_squared_loss_gradient(tmp_path, task_name):
+@pytest.mark.parametrize(("task_name", "bias"), [("lm", True), ("nli", True), ("nli", False)])
+def test_obs_fisher_weights_each_output_by_its_mean_squared_loss_gradient(tmp_path, task_name, bias):
     """obs_fisher's scores of a layer equal the greedy surgeon's with each output row weighted by the mean over real tokens
-    of the squared loss gradient that a full backward hook sees, and the input second moments a forward hook sees."""
+    of the squared loss gradient that a full backward hook sees, and the input second moments a forward hook sees (with a
+    ones column and the bias beside the weights where the projection has one, unless ``bias`` is off)."""
     task = load_task(make_cfg(tmp_path, "prune", task_name, "prune.unit=ffn", "prune.order=obs_fisher"))
     batches = list(task.importance_batches())
     group, layer, (projection,), ids, columns = unit_blocks(task.gates, task.gates.unit, task.model)[0]
@@ -129,16 +158,20 @@ def test_obs_fisher_weights_each_output_by_its_mean_squared_loss_gradient(tmp_pa
         task.model.zero_grad()
         per_example_loss(task.model(**model_inputs(task.model, batch)), batch).sum().backward()
         x, g = valid_token_rows(seen["x"], batch).double(), valid_token_rows(seen["g"], batch).double()
+        x = x if projection.bias is None or not bias else torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)  # its ones column
         gram, squares, count = gram + x.t() @ x, squares + (g**2).sum(0), count + g.shape[0]
     for hook in hooks:
         hook.remove()
     task.model.zero_grad()
     assert float(squares.max()) > 0
     expected, running = torch.zeros(len(ids)), 0.0
-    for index, cost in greedy_surgeon(linear_weight(projection).detach(), gram, columns, 0.01, squares / count):
+    weight = linear_weight(projection).detach()
+    weight = weight if projection.bias is None or not bias else torch.cat([weight, projection.bias.detach().unsqueeze(1)], 1)  # [W b]
+    assert (projection.bias is None) == (task_name == "lm")  # the BERT down projection re-solves its bias, the Llama one has none
+    for index, cost in greedy_surgeon(weight, gram, columns, 0.01, squares / count):
         running = max(running, cost)
         expected[index] = running
-    got = obs_scores(task.model, task.gates, batches, task.gates.unit, weighted=True)[group][layer, ids]
+    got = obs_scores(task.model, task.gates, batches, task.gates.unit, weighted=True, bias=bias)[group][layer, ids]
     assert torch.allclose(got, expected, rtol=1e-4, atol=1e-6 * float(expected.max()))
 
 
@@ -183,8 +216,8 @@ def test_a_whole_unit_costs_what_removing_every_column_one_by_one_adds_up_to():
 
 
 def test_readers_of_one_input_share_one_second_moment(tmp_path):
-    """The residual stream's q, k and v read one tensor: the obs pass holds one X^T X for them, equal to the product of that
-    input, and the channel scores come from every reader of the stream."""
+    """The residual stream's q, k and v read one tensor: the obs pass holds one [X 1]^T [X 1] for them, equal to the product
+    of that input with its ones column, and the channel scores come from every reader of the stream."""
     from headprune.core.hidden.sites import hidden_group
     from headprune.scoring.obs import _second_moments
 
@@ -198,8 +231,9 @@ def test_readers_of_one_input_share_one_second_moment(tmp_path):
         for batch in batches:
             task.model(**model_inputs(task.model, batch))
     hook.remove()
-    expected = sum(valid_token_rows(x, b).double().t() @ valid_token_rows(x, b).double() for x, b in zip(seen["x"], batches))
-    torch.testing.assert_close(grams[id(readers[0])], expected)
+    rows = [valid_token_rows(x, b).double() for x, b in zip(seen["x"], batches)]
+    rows = [torch.cat([r, torch.ones(len(r), 1, dtype=r.dtype)], 1) for r in rows]  # [X 1]: a bias's ones column beside
+    torch.testing.assert_close(grams[id(readers[0])], sum(r.t() @ r for r in rows))
     assert len({id(g) for g in grams.values()}) < len(readers)  # shared, not one product per reader
 
 

@@ -164,14 +164,14 @@ TRAINED_UNIT_RUNS = (  # docs/results.md, section 4: the unit table on the secti
 TABLES["units_mnli_trained"] = lambda d: trained_units_table([(label, _load(d, run)) for label, run in TRAINED_UNIT_RUNS])
 RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-1 MiniLM retrained (73.61%), per-example outcomes kept
     ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint"),
-    ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint"),
+    ("heads + FFN neurons, obs order (bias fixed), reconstructed", "mnli_units_obs_joint"),
     ("heads + FFN neurons, reconstructed, 4x calibration", "mnli_units_recon_joint_cal"),
     ("heads + FFN neurons, reconstructed, ridge 0.1", "mnli_units_recon_joint_r01"),
     ("heads + FFN neurons, reconstructed, ridge 10", "mnli_units_recon_joint_r10"),
     ("heads + FFN neurons, reconstructed towards the teacher's stream", "mnli_units_recon_joint_teacher"),
     ("heads + FFN neurons, the same rearranged mask, no recovery", "mnli_units_mask_joint"),
     ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint_20"),
-    ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_20"),
+    ("heads + FFN neurons, obs order (bias fixed), reconstructed", "mnli_units_obs_joint_20"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation", "mnli_units_chain_joint_25"),
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation, 600 steps", "mnli_units_chain_joint_600"),
@@ -180,7 +180,7 @@ RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-
     ("heads + FFN neurons, reconstructed, then distilled with layer distillation x4", "mnli_units_chain_joint_ld"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 600 steps", "mnli_units_chain_joint_kd"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 600 steps", "mnli_units_chain_joint_25_kd"),
-    ("heads + FFN neurons, obs order, reconstructed, then distilled only (no labels), 600 steps", "mnli_units_chain_obs_kd"),
+    ("heads + FFN neurons, obs order (bias fixed), reconstructed, then distilled only (no labels), 600 steps", "mnli_units_chain_obs_kd"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 1,200 steps", "mnli_units_chain_joint_kd_1200"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps", "mnli_units_chain_joint_kd_2400"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps", "mnli_units_chain_joint_25_kd_2400"),
@@ -199,12 +199,12 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
         "mnli_units_chain_joint_25_kd_2400_ld0",
     ),
     (
-        "heads + FFN neurons, obs order on 2x calibration, reconstructed, then distilled only (no labels), 2,400 steps",
+        "heads + FFN neurons, obs order (bias fixed) on 2x calibration, reconstructed, then distilled only (no labels), 2,400 steps",
         "mnli_units_chain_obs_25_kd_2400_cal2",
     ),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, lr 1e-4", "mnli_units_chain_joint_25_kd_2400_lr"),
-    ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2"),
-    ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_cal2"),
+    ("heads + FFN neurons, obs order (bias fixed), reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2"),
+    ("heads + FFN neurons, obs order (bias fixed), reconstructed, 2x calibration", "mnli_units_obs_joint_cal2"),
     (
         "heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, layer loss x4",
         "mnli_units_chain_joint_25_kd_2400_ld4",
@@ -213,13 +213,26 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
         "heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps, layer loss per token",
         "mnli_units_chain_joint_25_kd_2400_tok",
     ),
-    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint"),
-    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20"),
-    ("heads + FFN neurons, obs_fisher order, reconstructed, 4x calibration", "mnli_units_obsf_joint_cal4"),
-    ("heads + FFN neurons + channels, obs_fisher order, reconstructed", "mnli_units_obsf_joint_hidden"),
+    ("heads + FFN neurons, obs_fisher order (bias fixed), reconstructed", "mnli_units_obsf_joint"),
+    ("heads + FFN neurons, obs_fisher order (bias fixed), reconstructed", "mnli_units_obsf_joint_20"),
+    ("heads + FFN neurons, obs_fisher order (bias fixed), reconstructed, 4x calibration", "mnli_units_obsf_joint_cal4"),
+    ("heads + FFN neurons + channels, obs_fisher order (bias fixed), reconstructed", "mnli_units_obsf_joint_hidden"),
 )
 TABLES["units_mnli_levers"] = lambda d: trained_units_table(
     [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]
+)
+OBS_BIAS_RUNS = (  # the same obs points with each projection's bias re-solved while pricing (prune.obs_bias=true, the default)
+    ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_b"),
+    ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_cal2_b"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_b"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed, 4x calibration", "mnli_units_obsf_joint_cal4_b"),
+    ("heads + FFN neurons + channels, obs_fisher order, reconstructed", "mnli_units_obsf_joint_hidden_b"),
+    ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_20_b"),
+    ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2_b"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20_b"),
+)
+TABLES["units_mnli_obs_bias"] = lambda d: trained_units_table(
+    [(label, _load(d, run)) for label, run in OBS_BIAS_RUNS if (d / f"{run}.json").is_file()]
 )
 TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(

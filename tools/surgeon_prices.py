@@ -67,7 +67,10 @@ def main() -> None:
     task = registry.load_task(cfg)
     results = payload["results"]
     removed = kinds["ffn"]["removed"]
-    scores = obs_scores(task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=order == "obs_fisher", progress=True)
+    bias = bool(cfg.prune.get("obs_bias", False))  # a run made before prune.obs_bias existed priced units with each bias fixed
+    scores = obs_scores(
+        task.model, task.gates, task.importance_batches(), task.gates.unit, weighted=order == "obs_fisher", progress=True, bias=bias
+    )
     seq_len = int(results["cost_info"]["seq_len"])
     tables = {g: t for kind in kinds_of(task.gates.unit) for g, t in kind.flops_tables(task.model, seq_len).items()}  # each kind whole
     print(json.dumps({"order": order, "neurons_removed": removed, "groups": prices(scores, unit_flops(tables), removed)}, indent=1))

@@ -75,7 +75,7 @@ run units_free_ffn_25 "${M[@]}" prune.unit=ffn 'prune.target={speedup:2.5}' "${F
 run units_free_joint_25 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${FREE[@]}"
 run units_free_hidden_25 "${M[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:2.5}' prune.recover=lsq
 # compensation: layer-wise reconstruction of the kept units' consumers, and units chosen by their cost after it (obs)
-OBS=("${M[@]/prune.order=fisher/prune.order=obs}")
+OBS=("${M[@]/prune.order=fisher/prune.order=obs}" prune.obs_bias=false)  # the obs runs below price units with each bias fixed
 run units_recon_joint "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000
 run units_obs_joint "${OBS[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
 run units_recon_joint_20 "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000
@@ -190,13 +190,24 @@ run units_chain_joint_25_kd_2400_tok "${M[@]}" 'prune.unit=[head,ffn]' prune.joi
 
 # the obs order with each output feature's error weighted by its mean squared loss gradient (obs_fisher), so that
 # layers compare on the loss scale, retraining-free at x1.5 and x2.0
-OBSF=("${M[@]/prune.order=fisher/prune.order=obs_fisher}")
+OBSF=("${M[@]/prune.order=fisher/prune.order=obs_fisher}" prune.obs_bias=false)
 run units_obsf_joint "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
 run units_obsf_joint_20 "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
 # obs_fisher on four times the calibration examples at x1.5 (more calibration texts made it the best order on SmolLM2)
 run units_obsf_joint_cal4 "${OBSF[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' data.importance_size=8000 prune.recover=reconstruct prune.recover_examples=1000
 # residual channels beside heads and neurons, each channel priced by the surgeon over every projection reading the stream
 run units_obsf_joint_hidden "${OBSF[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
+# the same points with each projection's bias re-solved beside its kept columns while pricing (prune.obs_bias=true, the default)
+OBS_B=("${M[@]/prune.order=fisher/prune.order=obs}")
+OBSF_B=("${M[@]/prune.order=fisher/prune.order=obs_fisher}")
+run units_obs_joint_b "${OBS_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
+run units_obs_joint_20_b "${OBS_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
+run units_obs_joint_20_cal2_b "${OBS_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' "${CAL2[@]}"
+run units_obs_joint_cal2_b "${OBS_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' "${CAL2[@]}"
+run units_obsf_joint_b "${OBSF_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
+run units_obsf_joint_20_b "${OBSF_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
+run units_obsf_joint_cal4_b "${OBSF_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' data.importance_size=8000 prune.recover=reconstruct prune.recover_examples=1000
+run units_obsf_joint_hidden_b "${OBSF_B[@]}" 'prune.unit=[head,ffn,hidden]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"

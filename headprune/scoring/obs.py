@@ -7,6 +7,8 @@ columns optimally leaves the output error
     dE(S) = tr(W_S [(H^-1)_SS]^-1 W_S^T),          W: (out, K), W_S: its columns S,
 
 and the optimal update is W <- W - W_S [(H^-1)_SS]^-1 (H^-1)_S:, H^-1 <- H^-1 - (H^-1)_:S [(H^-1)_SS]^-1 (H^-1)_S:.
+A projection with a bias re-solves it with the kept columns (H over [X 1], the ones column never removed), as
+reconstruction does: a removed unit's mean contribution folds into the bias (FLAP) and only the rest is priced.
 A residual channel is one input column of every projection that reads the stream (q, k, v, gate, up, the head): one
 greedy for the whole stream, each removal's error summed over those readers, each updated. A block or a layer is all
 inputs of the projections it writes the stream with: nothing is left to re-solve, so its error is their whole output.
@@ -39,11 +41,12 @@ def greedy_surgeon(weights, grams, blocks: list[list[int]], damp: float, rows=No
     rows = rows or [None] * len(weights)
     ws = [w.double().clone() for w in weights]  # (out, K) each; its first n columns are those still in, their units in ``owner[:n]``
     ds = [torch.as_tensor(1.0 if r is None else r, dtype=torch.float64).expand(w.shape[0]) for w, r in zip(ws, rows)]  # row weights
-    eye = torch.eye(ws[0].shape[1], dtype=torch.float64)  # H + damp * mean(diag H) * I, inverted; leading (n, n): the columns still in
-    hinvs = [torch.linalg.inv(g.double() + damp * float(g.diagonal().mean().clamp_min(1e-12)) * eye) for g in grams]
-    owner = torch.full((ws[0].shape[1],), -1, dtype=torch.long)
+    owner = torch.full((ws[0].shape[1],), -1, dtype=torch.long)  # a column of no unit (a bias's ones column) is never removed
     for u, b in enumerate(blocks):
         owner[b] = u
+    eye = torch.eye(ws[0].shape[1], dtype=torch.float64)  # H + damp * mean(diag H over the units' columns) * I, inverted
+    scale = [float(g.diagonal()[owner >= 0].double().mean().clamp_min(1e-12)) for g in grams]
+    hinvs = [torch.linalg.inv(g.double() + damp * c * eye) for g, c in zip(grams, scale)]  # leading (n, n): the columns still in
     n, order, single = ws[0].shape[1], [], all(len(b) == 1 for b in blocks)
     for _ in blocks:
         if single:
@@ -78,8 +81,11 @@ def _block_cost(w: torch.Tensor, hinv: torch.Tensor, d: torch.Tensor, c: torch.T
 
 
 @torch.no_grad()
-def obs_scores(model, gates, batches, unit, damp: float = 0.01, progress: bool = False, weighted: bool = False) -> dict[str, torch.Tensor]:
-    """{group: [layers, units]}: each unit's output error after the optimal update of the rest, lower first (``weighted``: obs_fisher)."""
+def obs_scores(
+    model, gates, batches, unit, damp: float = 0.01, progress: bool = False, weighted: bool = False, bias: bool = True
+) -> dict[str, torch.Tensor]:
+    """{group: [layers, units]}: each unit's output error after the optimal update of the rest, lower first (``weighted``:
+    obs_fisher; ``bias``: a projection's bias is updated with the kept columns, else it stays)."""
     from tqdm.auto import tqdm
 
     batches = list(batches)
@@ -90,32 +96,49 @@ def obs_scores(model, gates, batches, unit, damp: float = 0.01, progress: bool =
     moments, row_weights = _second_moments(model, projections, batches, weighted, progress)
     scores = {g: torch.zeros(layers, units) for g, (layers, units) in gates.groups.items()}
     for group, layer, found, ids, columns in tqdm(blocks, desc="obs", disable=not progress, leave=False):
-        stats = _stacked([(linear_weight(p).detach().cpu(), moments[id(p)], row_weights[id(p)]) for p in found])
+        stats = _stacked([(linear_weight(p).detach().cpu(), _bias(p), moments[id(p)], row_weights[id(p)]) for p in found])
         if columns is None:  # one unit: every input of its projections goes
-            scores[group][layer, ids[0]] = sum(whole_output_error(*s) for s in stats)
+            scores[group][layer, ids[0]] = sum(whole_output_error(w, g[:-1, :-1], d) for w, _, g, d in stats)
             continue
         running = 0.0
-        weights, grams, rows = map(list, zip(*stats))
+        biased = bias and any(b is not None for _, b, _, _ in stats)  # else the plain K columns: no ones column to carry
+        weights, grams, rows = map(list, zip(*[(*with_intercept(w, b, g), d) if biased else (w, g[:-1, :-1], d) for w, b, g, d in stats]))
         for index, cost in greedy_surgeon(weights, grams, columns, damp, rows):
             running = max(running, cost)
             scores[group][layer, ids[index]] = running
     return scores
 
 
+def _bias(projection: nn.Module) -> torch.Tensor | None:
+    """The projection's bias (out,) on the CPU, or None."""
+    bias = getattr(projection, "bias", None)
+    return None if bias is None else bias.detach().cpu()
+
+
+def with_intercept(weight: torch.Tensor, bias: torch.Tensor | None, gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """([W b] (out, K + 1), the gram over [X 1]) for the greedy: a bias is re-solved with the kept columns; without one the
+    ones column is decoupled (its weight 0 stays 0) so that every reader of a tensor keeps K + 1 columns."""
+    if bias is not None:
+        return torch.cat([weight, bias.to(weight.dtype).unsqueeze(1)], 1), gram
+    decoupled = gram.clone()
+    decoupled[-1, :-1], decoupled[:-1, -1], decoupled[-1, -1] = 0.0, 0.0, 1.0
+    return torch.cat([weight, weight.new_zeros(weight.shape[0], 1)], 1), decoupled
+
+
 def _stacked(stats: list[tuple]) -> list[tuple]:
-    """(weight, gram, row weights) of projections reading one input (q, k and v) as one: their rows stacked, one gram."""
-    by_gram: dict[int, list[tuple]] = {}
+    """(weight, bias, gram, row weights) of projections reading one input (q, k and v) with a bias alike as one: rows stacked."""
+    by_input: dict[tuple, list[tuple]] = {}
     for stat in stats:
-        by_gram.setdefault(id(stat[1]), []).append(stat)
+        by_input.setdefault((id(stat[2]), stat[1] is None), []).append(stat)
+    cat = lambda parts: None if parts[0] is None else torch.cat(parts)  # noqa: E731
     return [
-        (torch.cat([w for w, _, _ in same]), same[0][1], None if same[0][2] is None else torch.cat([d for _, _, d in same]))
-        for same in by_gram.values()
+        (torch.cat([s[0] for s in same]), cat([s[1] for s in same]), same[0][2], cat([s[3] for s in same])) for same in by_input.values()
     ]
 
 
 def _second_moments(model, projections: list, batches: list, weighted: bool, progress: bool) -> tuple[dict, dict]:
-    """({id: X^T X (K, K)} of each projection's input over the real tokens, {id: d (out,) or None}), d_o the mean over real
-    tokens of (dL/dy_o)^2 (``weighted``); projections reading the same tensor (q, k, v) share one product."""
+    """({id: [X 1]^T [X 1] (K + 1, K + 1)} of each projection's input over the real tokens, {id: d (out,) or None}), d_o the
+    mean over real tokens of (dL/dy_o)^2 (``weighted``); projections reading the same tensor (q, k, v) share one product."""
     from tqdm.auto import tqdm
 
     grams: dict[int, torch.Tensor] = {}
@@ -128,6 +151,7 @@ def _second_moments(model, projections: list, batches: list, weighted: bool, pro
         now["shares"][index] = first
         if first == index:
             rows = valid_token_rows(x.detach(), now["batch"]).double().cpu()
+            rows = torch.cat([rows, rows.new_ones(rows.shape[0], 1)], 1)  # [X 1]: the bias's input beside the columns
             grams[index] = rows.t() @ rows if index not in grams else grams[index] + rows.t() @ rows
             now["count"][index] = rows.shape[0]
         now[index] = output
@@ -145,5 +169,6 @@ def _second_moments(model, projections: list, batches: list, weighted: bool, pro
                 squares = [s if g is None else s + (valid_token_rows(g, batch).double().cpu() ** 2).sum(0) for s, g in zip(squares, grads)]
     shares = now.get("shares", {})
     width = [linear_weight(p).shape[1] for p in projections]  # a projection no batch ran: a zero second moment
-    out = {id(p): grams.get(shares.get(i, i), torch.zeros(k, k, dtype=torch.float64)) for i, (p, k) in enumerate(zip(projections, width))}
+    zero = lambda k: torch.zeros(k + 1, k + 1, dtype=torch.float64)  # noqa: E731
+    out = {id(p): grams.get(shares.get(i, i), zero(k)) for i, (p, k) in enumerate(zip(projections, width))}
     return out, {id(p): (s / max(n, 1) if weighted else None) for p, s, n in zip(projections, squares, tokens)}

@@ -115,6 +115,7 @@ class PruneSettings:
     control: bool = setting(rule(boolean), PRUNE)
     extra_splits: list = setting(NAMES, PRUNE)
     vocab_text: list = setting(NAMES, PRUNE)
+    obs_bias: bool = setting(rule(boolean), PRUNE)
     selection_split: str | None = setting(MAYBE_NAME, PRUNE)
     measure_speed: bool = setting(rule(boolean), PRUNE)
     save: Any = setting(None, PRUNE, "recovered, all, none or a list of point names")

@@ -23,6 +23,7 @@ class OrderSettings:
     progress: bool = False  # a progress bar over the training batches while scoring
     duo: Any = None  # prune.duo (steps, lr, l1): the duo order's gate training
     vocab_text: tuple = ()  # prune.vocab_text: splits whose text's tokens the floor keeps
+    obs_bias: bool = True  # prune.obs_bias: the obs orders re-solve a projection's bias with its kept columns
 
 
 def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) -> dict:
@@ -109,7 +110,7 @@ def obs_order(task, settings: OrderSettings, mask=None, shared: dict | None = No
 
     if mask is not None:
         raise ValueError("the obs order is not re-estimated: its greedy already updates each layer after every removal")
-    compute = lambda: _on_training_subset(task, settings, obs_scores, task.gates.unit, weighted=weighted)  # noqa: E731
+    compute = lambda: _on_training_subset(task, settings, obs_scores, task.gates.unit, weighted=weighted, bias=settings.obs_bias)  # noqa: E731
     return _cached(shared, "obs_fisher_errors" if weighted else "obs_errors", None, compute)
 
 
@@ -199,6 +200,7 @@ def order_settings(cfg) -> OrderSettings:
         progress=True,
         duo=prune.get("duo") if prune else None,
         vocab_text=tuple(str(s) for s in prune.vocab_text) if prune else (),
+        obs_bias=bool(prune.get("obs_bias", True)) if prune else True,
     )
 
 
