@@ -200,7 +200,7 @@ def order_settings(cfg) -> OrderSettings:
         progress=True,
         duo=prune.get("duo") if prune else None,
         vocab_text=tuple(str(s) for s in prune.vocab_text) if prune else (),
-        obs_bias=bool(prune.get("obs_bias", True)) if prune else True,
+        obs_bias=bool(prune.obs_bias) if prune else True,
     )
 
 
