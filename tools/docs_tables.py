@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from decode_ideal_table import ideal_table, llm_runs
@@ -162,6 +163,13 @@ TRAINED_UNIT_RUNS = (  # docs/results.md, section 4: the unit table on the secti
     ("heads + FFN neurons + channels", "mnli_units_hidden_25"),
 )
 TABLES["units_mnli_trained"] = lambda d: trained_units_table([(label, _load(d, run)) for label, run in TRAINED_UNIT_RUNS])
+
+
+def committed_runs_table(runs: tuple) -> Callable[[Path], str]:
+    """A unit table of the trained MiniLM over ``runs`` ((label, JSON name) pairs), each row whose JSON is committed."""
+    return lambda d: trained_units_table([(label, _load(d, run)) for label, run in runs if (d / f"{run}.json").is_file()])
+
+
 RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-1 MiniLM retrained (73.61%), per-example outcomes kept
     ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint"),
     ("heads + FFN neurons, obs order (bias fixed), reconstructed", "mnli_units_obs_joint"),
@@ -186,9 +194,7 @@ RECONSTRUCT_RUNS = (  # docs/results.md, section 4: compensation on the section-
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 2,400 steps", "mnli_units_chain_joint_25_kd_2400"),
     ("heads + FFN neurons, reconstructed, then distilled only (no labels), 3,600 steps", "mnli_units_chain_joint_25_kd_3600"),
 )
-TABLES["units_mnli_reconstruct"] = lambda d: trained_units_table(
-    [(label, _load(d, run)) for label, run in RECONSTRUCT_RUNS if (d / f"{run}.json").is_file()]
-)
+TABLES["units_mnli_reconstruct"] = committed_runs_table(RECONSTRUCT_RUNS)
 SCHED_RUN = ("heads + FFN neurons, two rounds, each reconstructed and distilled only, 1,200 steps", "mnli_units_chain_joint_25_kd_sched")
 TABLES["units_mnli_sched"] = lambda d: trained_units_table([(SCHED_RUN[0], _load(d, SCHED_RUN[1]))])  # on the MiniLM retrained to 73.60%
 LEVER_RUNS = (  # on the same 73.60% MiniLM
@@ -218,9 +224,7 @@ LEVER_RUNS = (  # on the same 73.60% MiniLM
     ("heads + FFN neurons, obs_fisher order (bias fixed), reconstructed, 4x calibration", "mnli_units_obsf_joint_cal4"),
     ("heads + FFN neurons + channels, obs_fisher order (bias fixed), reconstructed", "mnli_units_obsf_joint_hidden"),
 )
-TABLES["units_mnli_levers"] = lambda d: trained_units_table(
-    [(label, _load(d, run)) for label, run in LEVER_RUNS if (d / f"{run}.json").is_file()]
-)
+TABLES["units_mnli_levers"] = committed_runs_table(LEVER_RUNS)
 OBS_BIAS_RUNS = (  # the same obs points with each projection's bias re-solved while pricing (prune.obs_bias=true, the default)
     ("heads + FFN neurons, obs order, reconstructed", "mnli_units_obs_joint_b"),
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_cal2_b"),
@@ -231,9 +235,7 @@ OBS_BIAS_RUNS = (  # the same obs points with each projection's bias re-solved w
     ("heads + FFN neurons, obs order, reconstructed, 2x calibration", "mnli_units_obs_joint_20_cal2_b"),
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20_b"),
 )
-TABLES["units_mnli_obs_bias"] = lambda d: trained_units_table(
-    [(label, _load(d, run)) for label, run in OBS_BIAS_RUNS if (d / f"{run}.json").is_file()]
-)
+TABLES["units_mnli_obs_bias"] = committed_runs_table(OBS_BIAS_RUNS)
 TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")
