@@ -283,3 +283,49 @@ def test_surgeon_prices_tool_refuses_bad_input_in_one_line(tmp_path, arguments, 
     done = subprocess.run([sys.executable, str(tool), "--run", str(tmp_path), *arguments], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert message in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("task_name", ["lm", "nli"])
+def test_gradient_token_weights_give_the_weighted_second_moment(tmp_path, task_name):
+    """prune.obs_tokens=gradient: q, k and v's shared [X 1]^T diag(a) [X 1] has a_t = the squared loss gradients of all three
+    at token t (scaled to mean 1), as reconstruction's token weights compute them for each projection from the teacher."""
+    from headprune.scoring.obs import _second_moments
+    from headprune.scoring.token_weights import gradient_token_weights
+
+    task = load_task(make_cfg(tmp_path, "prune", task_name, "prune.unit=head", "prune.order=obs"))
+    names = {n: m for n, m in task.model.named_modules() if n.endswith(("q_proj", "k_proj", "v_proj", "query", "key", "value"))}
+    first_layer = sorted(names)[:3]  # the three readers of one layer's input (names sort by layer, then by projection)
+    readers = [names[n] for n in first_layer]
+    batches = list(task.importance_batches())
+    grams, _ = _second_moments(task.model, readers, batches, weighted=False, progress=False, by_gradient=True)
+    per_reader = gradient_token_weights(task.model, dict.fromkeys(first_layer), batches)  # each mean 1: undo, then add
+    seen = {}
+    hook = readers[0].register_forward_hook(lambda m, args, out: seen.setdefault("x", []).append(args[0].detach()))
+    raw = []
+    for name in first_layer:  # back to squared norms: the mean of each is the sum of its squares over the token count
+        squares = torch.cat(_raw_squares(task.model, task.model.get_submodule(name), batches))
+        raw.append(squares)
+        torch.testing.assert_close(torch.cat(per_reader[name]), squares / squares.mean(), rtol=1e-4, atol=1e-6)
+    with torch.no_grad():
+        for batch in batches:
+            task.model(**model_inputs(task.model, batch))
+    hook.remove()
+    a = sum(raw)
+    a = a / a.mean()
+    rows = torch.cat([valid_token_rows(x, b).double() for x, b in zip(seen["x"], batches)])
+    rows = torch.cat([rows, torch.ones(len(rows), 1, dtype=rows.dtype)], 1)
+    expected = (rows * a[:, None]).t() @ rows
+    torch.testing.assert_close(grams[id(readers[0])], expected, rtol=1e-4, atol=1e-6 * float(expected.abs().max()))
+
+
+def _raw_squares(model, module, batches) -> list[torch.Tensor]:
+    """Per batch (N,): ||dL/dy_t||^2 at ``module``'s output, real tokens, from a full backward hook."""
+    seen, out = {}, []
+    hook = module.register_full_backward_hook(lambda m, gin, gout: seen.__setitem__("g", gout[0]))
+    for batch in batches:
+        model.zero_grad()
+        per_example_loss(model(**model_inputs(model, batch)), batch).sum().backward()
+        out.append(valid_token_rows(seen["g"], batch).double().square().sum(1))
+    hook.remove()
+    model.zero_grad()
+    return out

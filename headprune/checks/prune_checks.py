@@ -306,7 +306,8 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
     if "duo" not in prune.orders:
         refuse_given(cfg, ("prune.duo",), "prune.duo.* trains the gates of the duo order, which prune.order does not have")
     if not {"obs", "obs_fisher"} & set(prune.orders):
-        refuse_given(cfg, ("prune.obs_bias",), "it says how the obs orders price a unit, and prune.order has neither obs nor obs_fisher")
+        why = "it says how the obs orders price a unit, and prune.order has neither obs nor obs_fisher"
+        refuse_given(cfg, ("prune.obs_bias", "prune.obs_tokens"), why)
     if alone and "ablation" not in prune.orders:
         refuse_given(cfg, ("prune.ablation_split", "prune.n_samples"), "they set the ablation order, which prune.order does not have")
 

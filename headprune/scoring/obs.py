@@ -16,7 +16,9 @@ Greedy with updates: each layer removes its cheapest unit, updates, and again; a
 of the errors of the removals up to it, so scores grow in the order the layer would lose its units and are sums of
 squared output errors (one unit for every kind: ``prune.joint_scale=loss``). ``obs_fisher`` weights each output
 feature o's error by d_o, the mean over real tokens of (dL/dy_o)^2 (the Gauss-Newton diagonal), so that
-dL ~ sum_o d_o ||dy_o||^2 / 2 compares units of different layers on the loss scale.
+dL ~ sum_o d_o ||dy_o||^2 / 2 compares units of different layers on the loss scale. ``tokens="gradient"`` weighs
+each calibration token in H by a_t = ||dL/dy_t||^2 (summed over the projections that read one input, scaled to mean 1),
+H = X^T diag(a) X: with d_o, the rank-one (token x output) approximation of the Gauss-Newton diagonal g_to^2 ~ a_t d_o.
 """
 
 import torch
@@ -26,6 +28,7 @@ from headprune.core.inputs import eval_mode, hooks_removed, model_inputs, valid_
 from headprune.core.kinds import kinds_of
 from headprune.core.projections import linear_weight
 from headprune.scoring.importance import per_example_loss
+from headprune.scoring.token_weights import TOKEN_WEIGHTS
 
 
 def unit_blocks(gates, unit, model) -> list[tuple[str, int, list[nn.Module], list[int], list[list[int]] | None]]:
@@ -82,10 +85,21 @@ def _block_cost(w: torch.Tensor, hinv: torch.Tensor, d: torch.Tensor, c: torch.T
 
 @torch.no_grad()
 def obs_scores(
-    model, gates, batches, unit, damp: float = 0.01, progress: bool = False, weighted: bool = False, bias: bool = True
+    model,
+    gates,
+    batches,
+    unit,
+    damp: float = 0.01,
+    progress: bool = False,
+    weighted: bool = False,
+    bias: bool = True,
+    tokens: str = "uniform",
 ) -> dict[str, torch.Tensor]:
     """{group: [layers, units]}: each unit's output error after the optimal update of the rest, lower first (``weighted``:
-    obs_fisher; ``bias``: a projection's bias is updated with the kept columns, else it stays)."""
+    obs_fisher; ``bias``: a projection's bias is updated with the kept columns, else it stays; ``tokens``: "uniform" or
+    "gradient", how calibration tokens weigh in the second moments)."""
+    if tokens not in TOKEN_WEIGHTS:
+        raise ValueError(f"prune.obs_tokens must be one of {list(TOKEN_WEIGHTS)}, got {tokens!r}")
     from tqdm.auto import tqdm
 
     batches = list(batches)
@@ -93,7 +107,7 @@ def obs_scores(
         raise ValueError("the obs order needs calibration batches, and the task's importance subset is empty")
     blocks = unit_blocks(gates, unit, model)
     projections = list({id(p): p for _, _, found, _, _ in blocks for p in found}.values())
-    moments, row_weights = _second_moments(model, projections, batches, weighted, progress)
+    moments, row_weights = _second_moments(model, projections, batches, weighted, progress, tokens == "gradient")
     scores = {g: torch.zeros(layers, units) for g, (layers, units) in gates.groups.items()}
     for group, layer, found, ids, columns in tqdm(blocks, desc="obs", disable=not progress, leave=False):
         stats = _stacked([(linear_weight(p).detach().cpu(), _bias(p), moments[id(p)], row_weights[id(p)]) for p in found])
@@ -136,12 +150,16 @@ def _stacked(stats: list[tuple]) -> list[tuple]:
     ]
 
 
-def _second_moments(model, projections: list, batches: list, weighted: bool, progress: bool) -> tuple[dict, dict]:
+def _second_moments(
+    model, projections: list, batches: list, weighted: bool, progress: bool, by_gradient: bool = False
+) -> tuple[dict, dict]:
     """({id: [X 1]^T [X 1] (K + 1, K + 1)} of each projection's input over the real tokens, {id: d (out,) or None}), d_o the
-    mean over real tokens of (dL/dy_o)^2 (``weighted``); projections reading the same tensor (q, k, v) share one product."""
+    mean over real tokens of (dL/dy_o)^2 (``weighted``); projections reading the same tensor (q, k, v) share one product,
+    each token's row weighted by a_t (``by_gradient``: the squared gradients at their outputs, summed, mean 1)."""
     from tqdm.auto import tqdm
 
     grams: dict[int, torch.Tensor] = {}
+    mass: dict[int, list[float]] = {}  # by_gradient: {first index: [sum of a_t, tokens]}
     squares, tokens = [0.0] * len(projections), [0] * len(projections)  # sum over real tokens of (dL/dy)^2 (out,), their count
     now: dict = {}  # the batch being run, the inputs seen in it ({id(x): (x, first index)}), each projection's output
 
@@ -152,21 +170,40 @@ def _second_moments(model, projections: list, batches: list, weighted: bool, pro
         if first == index:
             rows = valid_token_rows(x.detach(), now["batch"]).double().cpu()
             rows = torch.cat([rows, rows.new_ones(rows.shape[0], 1)], 1)  # [X 1]: the bias's input beside the columns
-            grams[index] = rows.t() @ rows if index not in grams else grams[index] + rows.t() @ rows
+            now["rows"][index] = rows  # added to the gram once the token weights are known
             now["count"][index] = rows.shape[0]
         now[index] = output
 
     hooks = [p.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, p in enumerate(projections)]
-    with hooks_removed(hooks), eval_mode(model), torch.set_grad_enabled(weighted):  # a forward per batch (obs_fisher: and a backward)
+    backward = weighted or by_gradient
+    with hooks_removed(hooks), eval_mode(model), torch.set_grad_enabled(backward):  # a forward per batch (and a backward)
         for batch in tqdm(batches, desc="obs (calibration batches)", unit="batch", disable=not progress, leave=False):
-            now.update(batch=batch, inputs={}, shares={}, count={})
+            now.update(batch=batch, inputs={}, shares={}, count={}, rows={})
             outputs = model(**model_inputs(model, batch))
             tokens = [t + now["count"].get(now["shares"].get(i, i), 0) for i, t in enumerate(tokens)]
+            grads = {}  # {index: dL/dy at the real tokens (N, out), None where the loss does not reach it}
+            if backward:
+                ran = [i for i in range(len(projections)) if i in now["shares"]]
+                raw = torch.autograd.grad(per_example_loss(outputs, batch).sum(), [now[i] for i in ran], allow_unused=True)
+                grads = {i: None if g is None else valid_token_rows(g, batch).double().cpu() for i, g in zip(ran, raw)}
             if weighted:
-                grads = torch.autograd.grad(
-                    per_example_loss(outputs, batch).sum(), [now[i] for i in range(len(projections))], allow_unused=True
-                )
-                squares = [s if g is None else s + (valid_token_rows(g, batch).double().cpu() ** 2).sum(0) for s, g in zip(squares, grads)]
+                squares = [s if grads.get(i) is None else s + grads[i].square().sum(0) for i, s in enumerate(squares)]
+            for first, rows in now["rows"].items():
+                if by_gradient:  # a_t: the squared gradients of every projection reading this input, at token t
+                    a = sum(g.square().sum(1) for i, g in grads.items() if now["shares"][i] == first and g is not None)
+                    a = a if torch.is_tensor(a) else rows.new_zeros(rows.shape[0])
+                    got = mass.setdefault(first, [0.0, 0])
+                    got[0], got[1] = got[0] + float(a.sum()), got[1] + rows.shape[0]
+                    rows_a = rows * a[:, None]
+                else:
+                    rows_a = rows
+                grams[first] = rows_a.t() @ rows if first not in grams else grams[first] + rows_a.t() @ rows
+    for first, (total, count) in mass.items():  # the weights scaled to mean 1 over every token
+        if not total > 0:
+            raise ValueError(
+                "prune.obs_tokens=gradient: the task loss has no gradient at a priced projection; use prune.obs_tokens=uniform"
+            )
+        grams[first] = grams[first] * (count / total)
     shares = now.get("shares", {})
     width = [linear_weight(p).shape[1] for p in projections]  # a projection no batch ran: a zero second moment
     zero = lambda k: torch.zeros(k + 1, k + 1, dtype=torch.float64)  # noqa: E731

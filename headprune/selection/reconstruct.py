@@ -5,10 +5,12 @@ projection after neurons go, every reader of the stream after channels go, and t
 forward order: its inputs X (N, K) come from the pruned model whose lower layers are already reconstructed (SparseGPT,
 SlimGPT); its target Y (N, out) is the unpruned model's output of the same projection. The new weight solves
 
-    W' = argmin ||[X 1] [W' b']^T - Y||^2 + lam ||W' - W||^2,   lam = ridge * mean(diag(X^T X)),
+    W' = argmin ||D^1/2 ([X 1] [W' b']^T - Y)||^2 + lam ||W' - W||^2,   lam = ridge * mean(diag(X^T D X)),
 
 on the kept input columns only (full matrices, not per-unit scales), pulled towards the kept weights W. Where the
 projection has a bias, the ones column folds the removed units' mean contribution into it (FLAP's bias compensation).
+D weighs the tokens: all alike (``tokens="uniform"``), or by the loss's gradient at the projection's output (``"gradient"``,
+see ``token_weights``).
 """
 
 from collections.abc import Iterable
@@ -21,6 +23,7 @@ from torch import nn
 from headprune.core.inputs import eval_mode, hooks_removed, model_inputs, valid_token_rows
 from headprune.core.kinds import KINDS
 from headprune.core.projections import in_features, is_projection, linear_weight, out_features
+from headprune.scoring.token_weights import TOKEN_WEIGHTS, gradient_token_weights
 from headprune.selection.layer_replay import (
     captured_pass,
     hidden_input,
@@ -95,9 +98,10 @@ def solve_projection(gram: torch.Tensor, cross: torch.Tensor, weight: torch.Tens
 
 @torch.no_grad()
 def fit_projection(
-    module: nn.Module, inputs, batches: list[dict], targets: list, rows: list[int] | None, ridge: float
+    module: nn.Module, inputs, batches: list[dict], targets: list, rows: list[int] | None, ridge: float, weights: list | None = None
 ) -> tuple[float, float]:
-    """Re-solve a projection from its inputs (B, T, K) and targets (N, out) at its kept ``rows``, real tokens; (error before, after)."""
+    """Re-solve a projection from its inputs (B, T, K) and targets (N, out) at its kept ``rows``, real tokens, each token's
+    row weighted by ``weights`` (per batch (N,); None: alike); (error before, after), both weighted."""
     with_bias = getattr(module, "bias", None) is not None
     k = in_features(module)
     gram = torch.zeros(k + with_bias, k + with_bias, dtype=torch.float64)
@@ -106,14 +110,15 @@ def fit_projection(
     bias = module.bias.detach().double().cpu() if with_bias else 0
     weight32, bias32 = weight.float(), bias.float() if with_bias else 0.0
     error, norm = 0.0, 0.0
-    for batch, x, y in zip(batches, inputs, targets):
+    for b, (batch, x, y) in enumerate(zip(batches, inputs, targets)):
         # x (N, K), y (N, out): float32 products, summed over batches in float64
         x, y = valid_token_rows(x, batch).float().cpu(), (y if rows is None else y[:, rows]).float().cpu()  # at the kept rows
-        error += float(((x @ weight32.t() + bias32 - y) ** 2).double().sum())
-        norm += float((y**2).double().sum())
+        d = torch.ones(x.shape[0]) if weights is None else weights[b].float()  # (N,)
+        error += float((d @ ((x @ weight32.t() + bias32 - y) ** 2)).double().sum())
+        norm += float((d @ y**2).double().sum())
         a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
-        gram += (a.t() @ a).double()
-        cross += (a.t() @ y).double()
+        gram += ((a * d[:, None]).t() @ a).double()
+        cross += ((a * d[:, None]).t() @ y).double()
     solution = solve_projection(gram, cross, weight, with_bias, ridge)
     linear_weight(module).copy_(solution[:, :k].to(module.weight.device, module.weight.dtype))  # either orientation
     if with_bias:
@@ -140,19 +145,22 @@ def residual_writer(teacher: nn.Module, layer: str, call: tuple[tuple, dict]) ->
     return last if float((moved - out - delta).abs().max()) <= 1e-3 * scale else None
 
 
-def _by_layers(model, teacher, names, batches, ridge, bar, paths: dict, target: str = "teacher", folds: dict | None = None) -> dict | None:
+def _by_layers(
+    model, teacher, names, batches, ridge, bar, paths: dict, target: str = "teacher", folds: dict | None = None, weights: dict | None = None
+) -> dict | None:
     """Each projection fitted on inputs from replaying its layer on the reconstructed layers' outputs; None: no layer holds one.
 
     ``target``: "teacher", the unpruned model's outputs on its own stream; "inputs", the unpruned layer's on the pruned
     model's inputs (the layer's own function, SparseGPT's objective: no correction of the error that reaches it).
     Removed layers: their residual update (teacher's layers after a kept one, on that kept layer's target stream) is added
     to the target of the kept layer's residual writer, which is then re-solved too; ``folds`` records
-    {removed layer: the projection it went into, or None where none could take it}."""
+    {removed layer: the projection it went into, or None where none could take it}; ``weights``: {name: per batch (N,)}
+    token weights (a name without: alike)."""
     stacks = [s for s in stacks_of(teacher) if any(layer_of(n, s) for n in names) or any(paths[layer] is None for layer in s)]
     if not stacks or any(not [layer for layer in s if paths[layer]] for s in stacks):
         return None
     ours, theirs, errors = dict(model.named_modules()), dict(teacher.named_modules()), {}
-    folds = {} if folds is None else folds
+    folds, weights = {} if folds is None else folds, weights or {}
     for stack in stacks:
         mine = [paths[layer] for layer in stack if paths[layer]]
         t_calls = [layer_calls(teacher, stack, b) for b in batches]  # the teacher's own stream
@@ -188,7 +196,8 @@ def _by_layers(model, teacher, names, batches, ridge, bar, paths: dict, target: 
             for name in [n for n in targets[0] if n in fits] if targets else []:  # in the order they ran
                 module = ours[renamed(name, paths)]
                 inputs = (replay_caught(own, call, {0: module}, outputs=False, stop=True)[1][0] for call in own_calls)  # up to it
-                errors[name] = fit_projection(module, inputs, batches, [target[name] for target in targets], fits[name], ridge)
+                ys = [target[name] for target in targets]
+                errors[name] = fit_projection(module, inputs, batches, ys, fits[name], ridge, weights.get(name))
                 bar.update(1)
             p_hidden = [replay(own, call) for call in own_calls]
             t_hidden = t_out
@@ -205,14 +214,19 @@ def reconstruct(
     projections: list[str] | None = None,
     by_layers: bool = True,
     target: str = "auto",
+    token_weights: str = "uniform",
 ) -> dict:
     """Re-solve each shrunk projection of the physically pruned ``model`` towards ``teacher``, sequentially; returns a record.
 
     ``projections`` names the projections to re-solve instead (a masked model's, whose widths did not shrink);
     ``by_layers`` replays one layer at a time where every projection sits in a layer (else whole passes up to each);
     ``target``: the outputs matched, "teacher" (the unpruned model's on its own stream), "inputs" (the unpruned layer's
-    on the pruned model's inputs, layers only) or "auto" (inputs where the residual stream kept its width, else teacher).
+    on the pruned model's inputs, layers only) or "auto" (inputs where the residual stream kept its width, else teacher);
+    ``token_weights``: how the calibration tokens weigh in each fit, "uniform" or "gradient" (by the unpruned model's loss gradient
+    at the projection's output; a removed layer's update folded into a writer not otherwise re-solved weighs alike).
     """
+    if token_weights not in TOKEN_WEIGHTS:
+        raise ValueError(f"prune.reconstruct.tokens must be one of {list(TOKEN_WEIGHTS)}, got {token_weights!r}")
     if target not in TARGETS:
         raise ValueError(f"prune.reconstruct.target must be one of {list(TARGETS)}, got {target!r}")
     narrower = getattr(model.config, "hidden_size", None) != getattr(teacher.config, "hidden_size", None)
@@ -231,9 +245,11 @@ def reconstruct(
     paths = kept_layer_paths(model, teacher)  # {teacher layer: the model's, None where removed}
     removed = [layer for layer, mine in paths.items() if mine is None]
     if not names and not removed:
-        return {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None, "target": target}
+        nothing = {"projections": 0, "tokens": 0, "bias_folded": 0, "error_before": {}, "error_after": {}, "engine": None}
+        return {**nothing, "target": target, "token_weights": token_weights}
     tokens = _calibration_tokens(teacher, batches, next(iter(names), None))  # names are the teacher's
     modules, folds = dict(model.named_modules()), {}
+    weights = gradient_token_weights(teacher, names, batches) if token_weights == "gradient" else {}
     with (
         eval_mode(model),
         eval_mode(teacher),
@@ -248,7 +264,7 @@ def reconstruct(
                 "give more examples (prune.recover_examples) so the tokens outnumber the widest layer's inputs"
             )
         layered = (by_layers or target == "inputs" or removed) and (inside or removed)
-        errors = _by_layers(model, teacher, inside, batches, ridge, bar, paths, target, folds) if layered else None
+        errors = _by_layers(model, teacher, inside, batches, ridge, bar, paths, target, folds, weights) if layered else None
         if errors is None and removed:
             raise ValueError(f"prune.recover=reconstruct could not replay this model's layers, and it has removed layers {removed}")
         if errors is None and target == "inputs" and chosen:  # auto: layers that cannot be replayed match the teacher's stream
@@ -264,7 +280,8 @@ def reconstruct(
         for name in order:  # each fitted on inputs from a pass of the whole model up to it (any model; one pass per projection)
             module = modules[renamed(name, paths)]
             inputs = (captured_pass(model, {0: module}, batch, stop=True)[0] for batch in batches)  # a pass up to it each
-            errors[name] = fit_projection(module, inputs, batches, [per_batch[name] for per_batch in targets], rest[name], ridge)
+            ys = [per_batch[name] for per_batch in targets]
+            errors[name] = fit_projection(module, inputs, batches, ys, rest[name], ridge, weights.get(name))
             bar.update(1)
     return {
         "projections": len(errors),
@@ -275,6 +292,7 @@ def reconstruct(
         "error_after": {n: e[1] for n, e in errors.items()},
         "engine": engine,
         "target": target,
+        "token_weights": token_weights,
     }
 
 
@@ -296,6 +314,6 @@ def _calibration_tokens(teacher: nn.Module, batches: list[dict], probe: str | No
     return count
 
 
-def reconstructor(ridge: float, target: str = "auto", progress: bool = False):
+def reconstructor(ridge: float, target: str = "auto", progress: bool = False, token_weights: str = "uniform"):
     """A ``recover(model, teacher, batches)`` step (as ``unit_lsq_recoverer``'s) that reconstructs and returns the record."""
-    return partial(reconstruct, ridge=ridge, progress=progress, target=target)
+    return partial(reconstruct, ridge=ridge, progress=progress, target=target, token_weights=token_weights)

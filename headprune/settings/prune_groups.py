@@ -17,6 +17,7 @@ from headprune.core.checks import (
     rule,
 )
 from headprune.scoring.order_names import ORDER_NAMES
+from headprune.scoring.token_weights import TOKEN_WEIGHTS
 from headprune.selection.joint_scale import JOINT_SCALES
 from headprune.selection.uniform import LAYOUTS
 from headprune.settings.declare import COUNT, FRACTION, MAYBE_NAME, NAME, NAMES, POSITIVE, section, setting
@@ -43,6 +44,7 @@ class ReconstructSettings:
 
     ridge: float = setting(POSITIVE, PRUNE)
     target: str = setting(rule(choice, choices=("auto", "inputs", "teacher")), PRUNE)
+    tokens: str = setting(rule(choice, choices=TOKEN_WEIGHTS), PRUNE)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class PruneSettings:
     extra_splits: list = setting(NAMES, PRUNE)
     vocab_text: list = setting(NAMES, PRUNE)
     obs_bias: bool = setting(rule(boolean), PRUNE)
+    obs_tokens: str = setting(rule(choice, choices=TOKEN_WEIGHTS), PRUNE)
     selection_split: str | None = setting(MAYBE_NAME, PRUNE)
     measure_speed: bool = setting(rule(boolean), PRUNE)
     save: Any = setting(None, PRUNE, "recovered, all, none or a list of point names")

@@ -24,6 +24,7 @@ class OrderSettings:
     duo: Any = None  # prune.duo (steps, lr, l1): the duo order's gate training
     vocab_text: tuple = ()  # prune.vocab_text: splits whose text's tokens the floor keeps
     obs_bias: bool = True  # prune.obs_bias: the obs orders re-solve a projection's bias with its kept columns
+    obs_tokens: str = "uniform"  # prune.obs_tokens: how calibration tokens weigh in the obs orders' second moments
 
 
 def _cached(shared: dict | None, key: str, mask, compute: Callable[[], dict]) -> dict:
@@ -110,7 +111,8 @@ def obs_order(task, settings: OrderSettings, mask=None, shared: dict | None = No
 
     if mask is not None:
         raise ValueError("the obs order is not re-estimated: its greedy already updates each layer after every removal")
-    compute = lambda: _on_training_subset(task, settings, obs_scores, task.gates.unit, weighted=weighted, bias=settings.obs_bias)  # noqa: E731
+    pricing = {"weighted": weighted, "bias": settings.obs_bias, "tokens": settings.obs_tokens}
+    compute = lambda: _on_training_subset(task, settings, obs_scores, task.gates.unit, **pricing)  # noqa: E731
     return _cached(shared, "obs_fisher_errors" if weighted else "obs_errors", None, compute)
 
 
@@ -201,6 +203,7 @@ def order_settings(cfg) -> OrderSettings:
         duo=prune.get("duo") if prune else None,
         vocab_text=tuple(str(s) for s in prune.vocab_text) if prune else (),
         obs_bias=bool(prune.obs_bias) if prune else True,
+        obs_tokens=str(prune.obs_tokens) if prune else "uniform",
     )
 
 

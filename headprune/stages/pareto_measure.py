@@ -93,7 +93,9 @@ def recovery_step(step: str, unit, settings, logger, progress: bool = False, che
         return lsq_heads(model, model_gates(model), batches, settings, progress, teacher=teacher)
 
     def reconstruct(model, teacher, batches, tuning, label):  # re-solved layer by layer
-        solve = reconstructor(float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress)
+        solve = reconstructor(
+            float(settings.reconstruct.ridge), str(settings.reconstruct.target), progress, str(settings.reconstruct.tokens)
+        )
         report = solve(model, teacher, batches)
         lost = [layer for layer, into in (report.get("layers_folded") or {}).items() if into is None]
         if lost:  # post-norm layers, or a stack's first layer: no projection writes the stream unchanged before them
