@@ -329,3 +329,32 @@ def _raw_squares(model, module, batches) -> list[torch.Tensor]:
     hook.remove()
     model.zero_grad()
     return out
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_block_is_priced_by_its_output_about_its_mean_where_its_writer_keeps_a_bias(tmp_path, bias):
+    """A removed block's writer keeps its bias, which takes the block's mean output: its price is sum_t ||W (x_t - mean x)||^2
+    over the writer's inputs (the same as the greedy removing every column with the bias re-solved), and without the
+    bias's re-solve (``bias`` off) sum_t ||W x_t||^2."""
+    from headprune.scoring.obs import with_intercept
+
+    task = load_task(make_cfg(tmp_path, "prune", "nli", "prune.unit=block", "prune.order=obs"))
+    batches = list(task.importance_batches())
+    group, layer, (writer,), ids, columns = unit_blocks(task.gates, task.gates.unit, task.model)[-1]  # an FFN block
+    assert columns is None and writer.bias is not None
+    seen = []
+    hook = writer.register_forward_hook(lambda m, args, out: seen.append(args[0].detach()))
+    with torch.no_grad():
+        for batch in batches:
+            task.model(**model_inputs(task.model, batch))
+    hook.remove()
+    x = torch.cat([valid_token_rows(s, b).double() for s, b in zip(seen, batches)])
+    w = linear_weight(writer).detach().double()
+    got = float(obs_scores(task.model, task.gates, batches, task.gates.unit, bias=bias)[group][layer, ids[0]])
+    expected = float(((x - x.mean(0) if bias else x) @ w.t()).square().sum())
+    assert got == pytest.approx(expected, rel=1e-4)
+    if bias:  # the greedy over every column with the bias as an unowned column adds up to the same
+        a = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
+        wb, gram = with_intercept(w, writer.bias.detach().double(), a.t() @ a)
+        summed = sum(cost for _, cost in greedy_surgeon(wb, gram, [[c] for c in range(w.shape[1])], damp=1e-12))
+        assert summed == pytest.approx(expected, rel=1e-4)

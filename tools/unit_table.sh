@@ -211,9 +211,11 @@ run units_obsf_joint_hidden_b "${OBSF_B[@]}" 'prune.unit=[head,ffn,hidden]' prun
 # each calibration token weighted in the fits by the unpruned model's squared loss gradient at the projection's output
 run units_recon_joint_grad "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000 prune.reconstruct.tokens=gradient
 run units_obsf_joint_grad "${OBSF_B[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000 prune.reconstruct.tokens=gradient
-# and the surgeon's second moments weighted alike (prune.obs_tokens=gradient), so units are priced on the tokens the loss reads
-run units_obsf_joint_tok "${OBSF_B[@]}" prune.obs_tokens=gradient 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000 prune.reconstruct.tokens=gradient
-run units_obsf_joint_20_tok "${OBSF_B[@]}" prune.obs_tokens=gradient 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000 prune.reconstruct.tokens=gradient
+# the surgeon's second moments weighted alike (prune.obs_tokens=gradient: units priced on the tokens the loss reads), uniform fits
+run units_obsf_joint_tok "${OBSF_B[@]}" prune.obs_tokens=gradient 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
+run units_obsf_joint_20_tok "${OBSF_B[@]}" prune.obs_tokens=gradient 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
+# the uniform fits on the Fisher + rearrangement mask of this model, beside units_recon_joint_grad's
+run units_recon_joint_u "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000
 
 (cd "$RUNS" && tar czf "$OUT/units_results.tar.gz" summary.txt ./*.log ./*/results.json ./*/.hydra/overrides.yaml 2>/dev/null)
 [ -n "${TRAINED:-}" ] && [ -f "$MODEL/model.safetensors" ] && $PY tools/gpu_bundle.py export --src "$MODEL" --out "$OUT/model"

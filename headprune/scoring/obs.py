@@ -11,7 +11,8 @@ A projection with a bias re-solves it with the kept columns (H over [X 1], the o
 reconstruction does: a removed unit's mean contribution folds into the bias (FLAP) and only the rest is priced.
 A residual channel is one input column of every projection that reads the stream (q, k, v, gate, up, the head): one
 greedy for the whole stream, each removal's error summed over those readers, each updated. A block or a layer is all
-inputs of the projections it writes the stream with: nothing is left to re-solve, so its error is their whole output.
+inputs of the projections it writes the stream with: nothing is left to re-solve, so its error is their whole output,
+less its mean where the writer keeps running on a bias that takes it (a block: w^T (X^T X - s s^T / N) w, s = X^T 1).
 Greedy with updates: each layer removes its cheapest unit, updates, and again; a unit's score is the running maximum
 of the errors of the removals up to it, so scores grow in the order the layer would lose its units and are sums of
 squared output errors (one unit for every kind: ``prune.joint_scale=loss``). ``obs_fisher`` weights each output
@@ -78,6 +79,12 @@ def whole_output_error(weight: torch.Tensor, gram: torch.Tensor, rows=None) -> f
     return float(torch.einsum("oi,ij,oj,o->", weight.double(), gram.double(), weight.double(), d))
 
 
+def centered(gram: torch.Tensor) -> torch.Tensor:
+    """X^T X - s s^T / N (K, K) from [X 1]^T [X 1] (K + 1, K + 1), s = X^T 1: the second moment about the inputs' mean."""
+    n, s = gram[-1, -1], gram[:-1, -1]
+    return gram[:-1, :-1] - torch.outer(s, s) / n if n > 0 else gram[:-1, :-1]
+
+
 def _block_cost(w: torch.Tensor, hinv: torch.Tensor, d: torch.Tensor, c: torch.Tensor) -> float:
     """tr(W_S [(H^-1)_SS]^-1 W_S^T) with row o weighted by d_o, S the columns at positions ``c``."""
     return float(torch.einsum("oi,ij,oj,o->", w[:, c], torch.linalg.inv(hinv[c][:, c]), w[:, c], d))
@@ -106,13 +113,15 @@ def obs_scores(
     if not batches:
         raise ValueError("the obs order needs calibration batches, and the task's importance subset is empty")
     blocks = unit_blocks(gates, unit, model)
+    folded = {b[:2] for kind in kinds_of(unit) if kind.writer_keeps_bias for b in kind.surgeon_blocks(model, gates)} if bias else set()
     projections = list({id(p): p for _, _, found, _, _ in blocks for p in found}.values())
     moments, row_weights = _second_moments(model, projections, batches, weighted, progress, tokens == "gradient")
     scores = {g: torch.zeros(layers, units) for g, (layers, units) in gates.groups.items()}
     for group, layer, found, ids, columns in tqdm(blocks, desc="obs", disable=not progress, leave=False):
         stats = _stacked([(linear_weight(p).detach().cpu(), _bias(p), moments[id(p)], row_weights[id(p)]) for p in found])
         if columns is None:  # one unit: every input of its projections goes
-            scores[group][layer, ids[0]] = sum(whole_output_error(w, g[:-1, :-1], d) for w, _, g, d in stats)
+            grams = [centered(g) if (group, layer) in folded and b is not None else g[:-1, :-1] for _, b, g, _ in stats]
+            scores[group][layer, ids[0]] = sum(whole_output_error(w, g, d) for (w, _, _, d), g in zip(stats, grams))
             continue
         running = 0.0
         biased = bias and any(b is not None for _, b, _, _ in stats)  # else the plain K columns: no ones column to carry

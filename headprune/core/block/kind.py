@@ -25,6 +25,7 @@ class BlockKind(UnitKind):
         "it re-chooses which units go: with one unit there is nothing to re-choose"
     )
     reconstruction = None  # a removed block's projections read no input: its mean output is folded into their biases
+    writer_keeps_bias = True
     keep_one = (
         "keep-one keeps each layer's best unit of a group and removes the rest, and a block group holds one unit per layer: "
         "it would remove nothing and report the unpruned score for every layer"

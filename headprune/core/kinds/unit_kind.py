@@ -24,6 +24,7 @@ class UnitKind:
     reconstruction: str | None = "it has no layer-wise reconstruction"  # why prune.recover=reconstruct cannot follow (None: it can)
     reconstruction_alone: str | None = None  # why a unit of this kind alone leaves nothing to re-solve (None: it does not)
     resolves_kept_rows: bool = False  # reconstruction re-solves the projections it shrank by rows alone, on their kept rows
+    writer_keeps_bias: bool = False  # a removed unit's writer still runs on its bias, which takes its mean output (obs prices the rest)
     lsq_conflict: str | None = None  # why least-squares recovery cannot run on a unit that holds this kind (None: it can)
     recovery_parts: tuple[str, ...] = ()  # the parts least-squares recovery refits after its units go
     layout_refusal: dict[str, str] = {}  # {prune.layout value: why this kind refuses it}
