@@ -214,6 +214,8 @@ run units_obsf_joint_grad "${OBSF_B[@]}" 'prune.unit=[head,ffn]' prune.joint_sca
 # the surgeon's second moments weighted alike (prune.obs_tokens=gradient: units priced on the tokens the loss reads), uniform fits
 run units_obsf_joint_tok "${OBSF_B[@]}" prune.obs_tokens=gradient 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.recover=reconstruct prune.recover_examples=1000
 run units_obsf_joint_20_tok "${OBSF_B[@]}" prune.obs_tokens=gradient 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.0}' prune.recover=reconstruct prune.recover_examples=1000
+# the x2.5 distillation-only 2,400 steps from the obs_fisher mask priced on the gradient-weighted tokens (ahead at x2.0)
+run units_chain_obsf_tok_25_kd_2400 "${OBSF_B[@]}" prune.obs_tokens=gradient 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:2.5}' "${CHAIN25_OBS_KD2400[@]/prune.recover_examples=2000/prune.recover_examples=1000}"
 # the uniform fits on the Fisher + rearrangement mask of this model, beside units_recon_joint_grad's
 run units_recon_joint_u "${M[@]}" 'prune.unit=[head,ffn]' prune.joint_scale=loss 'prune.target={speedup:1.5}' prune.rearrange=true prune.recover=reconstruct prune.recover_examples=1000
 
