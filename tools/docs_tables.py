@@ -236,6 +236,20 @@ OBS_BIAS_RUNS = (  # the same obs points with each projection's bias re-solved w
     ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20_b"),
 )
 TABLES["units_mnli_obs_bias"] = committed_runs_table(OBS_BIAS_RUNS)
+TOKEN_WEIGHT_RUNS = (  # calibration tokens weighted by the loss gradient at each projection's output: in the fits, in the pricing
+    ("heads + FFN neurons, reconstructed", "mnli_units_recon_joint_u"),
+    ("heads + FFN neurons, reconstructed on gradient-weighted tokens", "mnli_units_recon_joint_grad"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_b"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed on gradient-weighted tokens", "mnli_units_obsf_joint_grad"),
+    ("heads + FFN neurons, obs_fisher order priced on gradient-weighted tokens, reconstructed", "mnli_units_obsf_joint_tok"),
+    ("heads + FFN neurons, obs_fisher order, reconstructed", "mnli_units_obsf_joint_20_b"),
+    ("heads + FFN neurons, obs_fisher order priced on gradient-weighted tokens, reconstructed", "mnli_units_obsf_joint_20_tok"),
+    (
+        "heads + FFN neurons, obs_fisher order priced on gradient-weighted tokens, reconstructed, then distilled only (no labels), 2,400 steps",
+        "mnli_units_chain_obsf_tok_25_kd_2400",
+    ),
+)
+TABLES["units_mnli_token_weights"] = committed_runs_table(TOKEN_WEIGHT_RUNS)
 TRAINED_ONNX_RUNS = {"FFN neurons": ("mnli_units_ffn", "ffn"), "heads + FFN neurons": ("mnli_units_joint", "joint")}  # x1.8 distilled
 TABLES["units_mnli_trained_onnx"] = lambda d: units_deploy_table(
     {label: (_load(d, run), name) for label, (run, name) in TRAINED_ONNX_RUNS.items()}, _load(d, "mnli_units_onnx")

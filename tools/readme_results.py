@@ -159,7 +159,7 @@ def ffn_neurons_on_trained_minilm(d: Path) -> str:
     free = _unit_row(_load(d, "mnli_units_free_joint"), "fisher+rearrange+lsq", "speedup=1.5")
     recon_run = _load(d, "mnli_units_recon_joint")
     recon = _unit_row(recon_run, "fisher+rearrange+reconstruct", "speedup=1.5")
-    surgeon_run = _load(d, "mnli_units_obsf_joint_b")  # units ranked by the loss-weighted surgeon, each bias re-solved while pricing
+    surgeon_run = _load(d, "mnli_units_obsf_joint_tok")  # the loss-weighted surgeon, each bias re-solved, tokens weighted by the loss
     surgeon = _unit_row(surgeon_run, "obs_fisher+reconstruct", "speedup=1.5")
     results = joint["results"]
     return (
@@ -171,8 +171,8 @@ def ffn_neurons_on_trained_minilm(d: Path) -> str:
         f"{interval_text(free['difference'])} against the {free['against']} model, and layer-wise reconstruction "
         f"(`prune.recover=reconstruct`, on the model retrained to {recon_run['results']['base_score']:.2f}%) "
         f"{interval_text(recon['difference'])} against the {recon['against']} model ({'paired' if recon['difference']['paired'] else 'unpaired'}), "
-        f"with the units ranked by `prune.order=obs_fisher` (on the model retrained to {surgeon_run['results']['base_score']:.2f}%) "
-        f"{interval_text(surgeon['difference'])}."
+        f"with the units ranked by `prune.order=obs_fisher` priced on loss-weighted tokens (`prune.obs_tokens=gradient`, on the "
+        f"model retrained to {surgeon_run['results']['base_score']:.2f}%) {interval_text(surgeon['difference'])}."
     )
 
 
