@@ -79,6 +79,12 @@ def whole_output_error(weight: torch.Tensor, gram: torch.Tensor, rows=None) -> f
     return float(torch.einsum("oi,ij,oj,o->", weight.double(), gram.double(), weight.double(), d))
 
 
+def _ones_rows(x: torch.Tensor, batch: dict) -> torch.Tensor:
+    """[X 1] (N, K + 1) in float64 on the CPU: the input's real-token rows and the bias's ones column beside them."""
+    rows = valid_token_rows(x.detach(), batch).double().cpu()
+    return torch.cat([rows, rows.new_ones(rows.shape[0], 1)], 1)
+
+
 def centered(gram: torch.Tensor) -> torch.Tensor:
     """X^T X - s s^T / N (K, K) from [X 1]^T [X 1] (K + 1, K + 1), s = X^T 1: the second moment about the inputs' mean."""
     n, s = gram[-1, -1], gram[:-1, -1]
@@ -177,10 +183,12 @@ def _second_moments(
         first = now["inputs"].setdefault(id(x), (x, index))[1]  # the tensor is held, so its id stays its own in this batch
         now["shares"][index] = first
         if first == index:
-            rows = valid_token_rows(x.detach(), now["batch"]).double().cpu()
-            rows = torch.cat([rows, rows.new_ones(rows.shape[0], 1)], 1)  # [X 1]: the bias's input beside the columns
-            now["rows"][index] = rows  # added to the gram once the token weights are known
-            now["count"][index] = rows.shape[0]
+            now["count"][index] = int(valid_token_rows(x[..., :1], now["batch"]).shape[0])
+            if by_gradient:
+                now["rows"][index] = x.detach()  # its rows join the gram once the token weights are known
+            else:
+                rows = _ones_rows(x, now["batch"])
+                grams[index] = rows.t() @ rows if index not in grams else grams[index] + rows.t() @ rows
         now[index] = output
 
     hooks = [p.register_forward_hook(lambda m, a, o, i=i: hook(m, a, o, i)) for i, p in enumerate(projections)]
@@ -190,23 +198,27 @@ def _second_moments(
             now.update(batch=batch, inputs={}, shares={}, count={}, rows={})
             outputs = model(**model_inputs(model, batch))
             tokens = [t + now["count"].get(now["shares"].get(i, i), 0) for i, t in enumerate(tokens)]
-            grads = {}  # {index: dL/dy at the real tokens (N, out), None where the loss does not reach it}
+            norms = {}  # by_gradient: {index: ||dL/dy_t||^2 at the real tokens (N,)}
             if backward:
                 ran = [i for i in range(len(projections)) if i in now["shares"]]
-                raw = torch.autograd.grad(per_example_loss(outputs, batch).sum(), [now[i] for i in ran], allow_unused=True)
-                grads = {i: None if g is None else valid_token_rows(g, batch).double().cpu() for i, g in zip(ran, raw)}
-            if weighted:
-                squares = [s if grads.get(i) is None else s + grads[i].square().sum(0) for i, s in enumerate(squares)]
-            for first, rows in now["rows"].items():
-                if by_gradient:  # a_t: the squared gradients of every projection reading this input, at token t
-                    a = sum(g.square().sum(1) for i, g in grads.items() if now["shares"][i] == first and g is not None)
-                    a = a if torch.is_tensor(a) else rows.new_zeros(rows.shape[0])
-                    got = mass.setdefault(first, [0.0, 0])
-                    got[0], got[1] = got[0] + float(a.sum()), got[1] + rows.shape[0]
-                    rows_a = rows * a[:, None]
-                else:
-                    rows_a = rows
-                grams[first] = rows_a.t() @ rows if first not in grams else grams[first] + rows_a.t() @ rows
+                raw = dict(zip(ran, torch.autograd.grad(per_example_loss(outputs, batch).sum(), [now[i] for i in ran], allow_unused=True)))
+                for i in ran:  # one projection's gradient in float64 at a time
+                    g = raw.pop(i)
+                    if g is None:  # the loss does not reach it
+                        continue
+                    g = valid_token_rows(g, batch).double().cpu()  # (N, out)
+                    if weighted:
+                        squares[i] = squares[i] + g.square().sum(0)
+                    if by_gradient:
+                        norms[i] = g.square().sum(1)
+            for first, x in now["rows"].items():  # by_gradient: a_t, the squared gradients of every reader of this input
+                rows = _ones_rows(x, batch)
+                a = sum((norms[i] for i, f in now["shares"].items() if f == first and i in norms), rows.new_zeros(rows.shape[0]))
+                got = mass.setdefault(first, [0.0, 0])
+                got[0], got[1] = got[0] + float(a.sum()), got[1] + rows.shape[0]
+                weighted_rows = rows * a[:, None]
+                grams[first] = weighted_rows.t() @ rows if first not in grams else grams[first] + weighted_rows.t() @ rows
+            now["rows"].clear()
     for first, (total, count) in mass.items():  # the weights scaled to mean 1 over every token
         if not total > 0:
             raise ValueError(
