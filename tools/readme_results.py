@@ -198,6 +198,8 @@ def reconstructed_then_distilled(d: Path) -> str:
     longer = [r for run in ("1200", "2400") for r in trained_unit_rows([("x1.8", _load(d, f"mnli_units_chain_joint_kd_{run}"))])]
     longer = [r for r in longer if not r["point"].get("control")]
     (longer25,) = [r for r in trained_unit_rows([("x2.5", _load(d, "mnli_units_chain_joint_25_kd_2400"))]) if not r["point"].get("control")]
+    tokens25 = ("x2.5", _load(d, "mnli_units_chain_obsf_tok_25_kd_2400"))  # units priced by obs_fisher on loss-weighted tokens
+    (priced25,) = [r for r in trained_unit_rows([tokens25]) if not r["point"].get("control")]
     return (
         "Reconstructed, then distilled with CoFi's layer loss beside the logits (`prune.recover=reconstruct+finetune`, "
         f"`prune.finetune.layer_distill=1.0`, 200 steps), heads and neurons of the same MiniLM: {said} points against "
@@ -205,7 +207,8 @@ def reconstructed_then_distilled(d: Path) -> str:
         f"distilled without labels (`prune.finetune.distill_weight=1.0`, 600 steps): {only_said} against its control "
         f"({only_control['score']:.2f}%, paired); with 1,200 and 2,400 steps, x1.8 "
         f"{' and '.join(interval_text(r['difference']) for r in longer)}, and with 2,400 steps x2.5 "
-        f"{interval_text(longer25['difference'])}, against the {longer[0]['against']} model (paired)."
+        f"{interval_text(longer25['difference'])} ({interval_text(priced25['difference'])} from units ranked by `prune.order=obs_fisher` "
+        f"with `prune.obs_tokens=gradient`), against the {longer[0]['against']} model (paired)."
     )
 
 
