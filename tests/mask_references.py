@@ -37,3 +37,16 @@ def random_half_mask(gates, seed: int = 0) -> dict:
         row[:, 0] = 1.0
         mask[group] = row
     return mask
+
+
+def pruned_half(task) -> tuple:
+    """(a physically pruned copy of ``task.model``, the random half mask of its unit that it lost)."""
+    import copy
+
+    from headprune.core.units import prune_unit_mask, unit_gates
+
+    model = copy.deepcopy(task.model)
+    gates = unit_gates(model, task.gates.unit)
+    mask = random_half_mask(gates)
+    prune_unit_mask(gates, mask)
+    return model, mask

@@ -5,10 +5,10 @@ import copy
 import pytest
 import torch
 from experiment_helpers import make_cfg
-from mask_references import random_half_mask
+from mask_references import pruned_half
 
 from headprune.core.unit_kinds import lsq_refusal
-from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.units import unit_gates
 from headprune.selection.lsq import unit_lsq_recoverer
 from headprune.selection.reconstruct import reconstruct, shrunk_projections, solve_projection, teacher_targets
 from headprune.stages.calibration_batches import recovery_batches
@@ -30,10 +30,7 @@ def pruned(request, tmp_path_factory):
     task_name, unit = request.param
     torch.manual_seed(0)
     task = load_task(make_cfg(tmp_path_factory.mktemp("rec"), "prune", task_name, f"prune.unit={unit}"))
-    model = copy.deepcopy(task.model)
-    gates = unit_gates(model, task.gates.unit)
-    mask = random_half_mask(gates)
-    prune_unit_mask(gates, mask)
+    model, mask = pruned_half(task)
     return task, model, mask, recovery_batches(task, 32)
 
 

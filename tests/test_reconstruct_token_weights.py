@@ -5,11 +5,11 @@ import copy
 import pytest
 import torch
 from experiment_helpers import make_cfg
-from mask_references import random_half_mask
+from mask_references import pruned_half
 from torch import nn
 
 from headprune.core.inputs import model_inputs, valid_token_rows
-from headprune.core.units import prune_unit_mask, unit_gates
+from headprune.core.units import unit_gates
 from headprune.scoring.importance import per_example_loss
 from headprune.scoring.token_weights import gradient_token_weights
 from headprune.selection.reconstruct import fit_projection, reconstruct, shrunk_projections
@@ -25,10 +25,7 @@ def pruned(request, tmp_path_factory):
     task_name, unit = request.param
     torch.manual_seed(0)
     task = load_task(make_cfg(tmp_path_factory.mktemp("tok"), "prune", task_name, f"prune.unit={unit}"))
-    model = copy.deepcopy(task.model)
-    gates = unit_gates(model, task.gates.unit)
-    mask = random_half_mask(gates)
-    prune_unit_mask(gates, mask)
+    model, mask = pruned_half(task)
     return task, model, mask, recovery_batches(task, 32)
 
 

@@ -174,7 +174,7 @@ def _second_moments(
     from tqdm.auto import tqdm
 
     grams: dict[int, torch.Tensor] = {}
-    mass: dict[int, list[float]] = {}  # by_gradient: {first index: [sum of a_t, tokens]}
+    mass: dict[int, float] = {}  # by_gradient: {first index: sum of a_t over its tokens}
     squares, tokens = [0.0] * len(projections), [0] * len(projections)  # sum over real tokens of (dL/dy)^2 (out,), their count
     now: dict = {}  # the batch being run, the inputs seen in it ({id(x): (x, first index)}), each projection's output
 
@@ -214,17 +214,16 @@ def _second_moments(
             for first, x in now["rows"].items():  # by_gradient: a_t, the squared gradients of every reader of this input
                 rows = _ones_rows(x, batch)
                 a = sum((norms[i] for i, f in now["shares"].items() if f == first and i in norms), rows.new_zeros(rows.shape[0]))
-                got = mass.setdefault(first, [0.0, 0])
-                got[0], got[1] = got[0] + float(a.sum()), got[1] + rows.shape[0]
+                mass[first] = mass.get(first, 0.0) + float(a.sum())
                 weighted_rows = rows * a[:, None]
                 grams[first] = weighted_rows.t() @ rows if first not in grams else grams[first] + weighted_rows.t() @ rows
             now["rows"].clear()
-    for first, (total, count) in mass.items():  # the weights scaled to mean 1 over every token
+    for first, total in mass.items():  # the weights scaled to mean 1 over every token (``tokens``: the count)
         if not total > 0:
             raise ValueError(
                 "prune.obs_tokens=gradient: the task loss has no gradient at a priced projection; use prune.obs_tokens=uniform"
             )
-        grams[first] = grams[first] * (count / total)
+        grams[first] = grams[first] * (tokens[first] / total)
     shares = now.get("shares", {})
     width = [linear_weight(p).shape[1] for p in projections]  # a projection no batch ran: a zero second moment
     zero = lambda k: torch.zeros(k + 1, k + 1, dtype=torch.float64)  # noqa: E731

@@ -113,12 +113,14 @@ def fit_projection(
     for b, (batch, x, y) in enumerate(zip(batches, inputs, targets)):
         # x (N, K), y (N, out): float32 products, summed over batches in float64
         x, y = valid_token_rows(x, batch).float().cpu(), (y if rows is None else y[:, rows]).float().cpu()  # at the kept rows
-        d = torch.ones(x.shape[0]) if weights is None else weights[b].float()  # (N,)
-        error += float((d @ ((x @ weight32.t() + bias32 - y) ** 2)).double().sum())
-        norm += float((d @ y**2).double().sum())
+        d = None if weights is None else weights[b].float()[:, None]  # (N, 1): each token's weight
+        residual, energy = (x @ weight32.t() + bias32 - y) ** 2, y**2
+        error += float((residual if d is None else d * residual).double().sum())
+        norm += float((energy if d is None else d * energy).double().sum())
         a = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], 1) if with_bias else x  # (N, K [+1])
-        gram += ((a * d[:, None]).t() @ a).double()
-        cross += ((a * d[:, None]).t() @ y).double()
+        weighted = a if d is None else a * d  # D A: the uniform fit multiplies nothing
+        gram += (weighted.t() @ a).double()
+        cross += (weighted.t() @ y).double()
     solution = solve_projection(gram, cross, weight, with_bias, ridge)
     linear_weight(module).copy_(solution[:, :k].to(module.weight.device, module.weight.dtype))  # either orientation
     if with_bias:
