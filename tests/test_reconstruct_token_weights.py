@@ -4,12 +4,13 @@ import copy
 
 import pytest
 import torch
-from experiment_helpers import make_cfg
+from experiment_helpers import make_cfg, results
 from mask_references import pruned_half
 from torch import nn
 
 from headprune.core.inputs import model_inputs, valid_token_rows
 from headprune.core.units import unit_gates
+from headprune.experiments import prune
 from headprune.scoring.importance import per_example_loss
 from headprune.scoring.token_weights import gradient_token_weights
 from headprune.selection.reconstruct import fit_projection, reconstruct, shrunk_projections
@@ -125,3 +126,13 @@ def test_an_unknown_token_weighting_is_refused(pruned):
     task, model, _, batches = pruned
     with pytest.raises(ValueError, match="prune.reconstruct.tokens"):
         reconstruct(copy.deepcopy(model), task.model, batches, token_weights="loss")
+
+
+@pytest.mark.parametrize(("task_name", "unit"), [("nli", "layer"), ("lm", "layer"), ("lm", "[layer,hidden]"), ("nli", "[ffn,layer]")])
+def test_gradient_tokens_run_where_only_removed_layers_are_re_solved(tmp_path, task_name, unit):
+    """Whole layers removed (their update folded into a writer below, or nowhere): the gradient weighting runs as the
+    uniform one does, each reconstructed point written beside the mask alone."""
+    overrides = [f"prune.unit={unit}", "prune.joint_scale=loss", "prune.target={flops:0.8}", "prune.recover=[none,reconstruct]"]
+    prune.run(make_cfg(tmp_path, "prune", task_name, *overrides, "prune.reconstruct.tokens=gradient", "prune.recover_examples=16"))
+    points = results(tmp_path)["results"]["points"]
+    assert [p["recovery"] for p in points if p["order"] != "unpruned"][-2:] == ["none", "reconstruct"]

@@ -34,6 +34,8 @@ def _parameters_tracked(model: nn.Module):
 def gradient_token_weights(teacher: nn.Module, names: dict[str, list[int] | None], batches: list[dict]) -> dict[str, list[torch.Tensor]]:
     """{name: per batch (N,)}: a_t = ||dL/dy_t||^2 at the projection's output (its ``names[name]`` rows; None: all) in the
     unpruned ``teacher``, real tokens, over all batches scaled to mean 1; the labels of the batches give L."""
+    if not names:  # nothing re-solved on its own (removed layers alone): no pass to weigh
+        return {}
     modules = dict(teacher.named_modules())
     squares: dict[str, list[torch.Tensor]] = {name: [] for name in names}
     store: dict = {}
