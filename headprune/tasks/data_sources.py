@@ -1,6 +1,7 @@
-"""Where a task's data comes from: its directory's setting, UTF-8 (gzip) text files by line, hub datasets checked before work."""
+"""Where a task's data comes from: its directory's setting, UTF-8 (gzip) text files by line or JSON row, hub datasets checked before work."""
 
 import gzip
+import json
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -48,14 +49,41 @@ def utf8_lines(path: str | Path):
             yield number, line
 
 
-def read_texts(path: str | Path, what: str = "language-modelling text file") -> list[str]:
-    """The non-empty lines of a UTF-8 (optionally gzip) text file (one text per line); a missing ``what`` lists the files beside it."""
+def present_file(path: str | Path, what: str) -> Path:
+    """``path`` when it is a file, else a FileNotFoundError naming ``what`` and the files beside it."""
     path = Path(path)
     if not path.is_file():
         present = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
         where = f"files there: {', '.join(present)}" if present else f"{path.parent} does not exist or is empty"
         raise FileNotFoundError(f"{what} {path} not found ({where})")
+    return path
+
+
+def read_texts(path: str | Path, what: str = "language-modelling text file") -> list[str]:
+    """The non-empty lines of a UTF-8 (optionally gzip) text file (one text per line); a missing ``what`` lists the files beside it."""
+    path = present_file(path, what)
     return [line.strip() for _, line in utf8_lines(path) if line.strip()]  # a bad byte names the file and line
+
+
+JSON_LINES = (".jsonl", ".jsonl.gz")  # file endings read as one JSON object per line (their data.json_fields are the texts)
+
+
+def json_texts(path: str | Path, fields: list[str]) -> list[str]:
+    """The distinct non-empty ``fields`` strings of each row of a JSON-lines (optionally gzip) file, in file order; a bad row names ``path:line``."""
+    texts: dict[str, None] = {}  # ordered and distinct: a premise shared by several rows is one text
+    for number, line in utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise TextFileError(f"{path}:{number}: not a JSON object ({err.msg}); each line must hold one JSON object") from None
+        missing = [field for field in fields if not isinstance(row, dict) or not isinstance(row.get(field), str)]
+        if missing:
+            held = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise TextFileError(f"{path}:{number}: no text field {missing} (the row holds {held}); set data.json_fields to its text fields")
+        texts.update((row[field].strip(), None) for field in fields if row[field].strip())
+    return list(texts)
 
 
 def split_files(files, splits, evaluated: tuple[str, ...], what: str, overlap: str, error=ValueError) -> dict[str, list[str]]:
@@ -71,8 +99,13 @@ def split_files(files, splits, evaluated: tuple[str, ...], what: str, overlap: s
 
 
 def listed_texts(data, directory, split: str, name: str, what: str = "language-modelling text file") -> list[str]:
-    """The texts of ``data.files.<split>``'s file ``name`` under ``directory``; a missing one names the setting and how to point at it."""
+    """The texts of ``data.files.<split>``'s file ``name`` under ``directory`` (a JSON-lines file: its ``data.json_fields``); a missing one names the setting."""
+    fields = data.get("json_fields")
+    if name.endswith(JSON_LINES) and not fields:
+        raise ValueError(f"data.files.{split} names the JSON-lines file {name}: set data.json_fields to the fields that hold its texts")
     try:
+        if name.endswith(JSON_LINES):
+            return json_texts(present_file(Path(directory) / name, what), list(fields))
         return read_texts(Path(directory) / name, what)
     except FileNotFoundError as err:
         raise FileNotFoundError(

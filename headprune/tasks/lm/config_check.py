@@ -1,9 +1,9 @@
 """The language-modelling task's config check: task.* and data.* settings, its text files, lengths the model can take."""
 
-from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, text
+from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, string_list, text
 from headprune.models.sources import max_positions
 from headprune.tasks.config_check import check_length_fits
-from headprune.tasks.data_sources import check_hub_dataset, dir_setting
+from headprune.tasks.data_sources import JSON_LINES, check_hub_dataset, dir_setting
 
 SOURCES = ("local", "hub", "synthetic")
 SCHEMA = {
@@ -21,6 +21,7 @@ SCHEMA = {
     "data.eval_batch_size": rule(integer, low=1),
     "data.tokenizer.vocab_size": rule(integer, low=1),
     "data.text_field": rule(text),
+    "data.json_fields": optional(rule(string_list, empty=False)),
     **{f"data.limits.{split}": optional(rule(integer, low=1)) for split in ("eval", "eval_other", "importance", "heldout", "train")},
     **{f"data.synthetic.sizes.{split}": rule(integer, low=1) for split in ("eval", "eval_other", "importance", "heldout", "train")},
 }
@@ -29,11 +30,29 @@ SCHEMA = {
 def check(cfg, files: bool = True, importance: bool = True) -> None:
     """The LM settings, every split's texts (readable, UTF-8, not empty) and prompt + new tokens within the model's positions."""
     check_schema(cfg, SCHEMA)
+    check_json_fields(cfg.data)
     check_lengths(cfg)
     if files and cfg.data.get("source") in ("local", "synthetic"):
         check_texts(cfg.data)
     if files and cfg.data.get("source") == "hub":
         check_hub_dataset(cfg.data, cfg.data.get("hub_path"), "data.hub_path", "data=lm_local (text files) or data=lm_synthetic")
+
+
+def check_json_fields(data) -> None:
+    """``data.json_fields`` names each field once, and only where data.files names a JSON-lines file to read them from."""
+    fields = data.get("json_fields")
+    if fields is None:
+        return
+    repeated = sorted({field for field in fields if list(fields).count(field) > 1})
+    if repeated:
+        raise ConfigError(f"data.json_fields={list(fields)} names {repeated} more than once: give each field once")
+    files = (data.get("files") or {}).values() if data.get("source") == "local" else []
+    listed = [name for names in files if names is not None for name in ([names] if isinstance(names, str) else names)]
+    if not any(str(name).endswith(JSON_LINES) for name in listed):
+        raise ConfigError(
+            f"data.json_fields={list(fields)} is read from JSON-lines files ({', '.join(JSON_LINES)}) in data.files only, "
+            f"and data={data.get('name')} names none: it would be ignored; drop it"
+        )
 
 
 def check_lengths(cfg) -> None:
