@@ -144,6 +144,12 @@ def write_lm(root: Path, fault: str) -> Path:
         if fault == "utf8" and split == "heldout":
             data = data.replace(b"number 2", b"num\xffber 2")
         (root / f"{split}.txt").write_bytes(data)
+    rows = [json.dumps({"premise": f"a premise number {i}", "label": "neutral"}) for i in range(4)]
+    if fault == "json_bad":
+        rows[2] = '{"premise": "a cut row'
+    if fault == "json_field":
+        rows[1] = json.dumps({"text": "a row without a premise"})
+    (root / "train.jsonl").write_text("\n".join(rows) + "\n")
     return root
 
 
@@ -250,6 +256,9 @@ PRE = {  # a row's files, written before composing
     "lm_empty": lambda tmp: write_lm(tmp / "lm", "empty"),
     "ckpt_truncated": lambda tmp: truncated_checkpoint(tmp / "last.ckpt"),
     "lm_utf8": lambda tmp: write_lm(tmp / "lm", "utf8"),
+    "lm_json": lambda tmp: write_lm(tmp / "lm", "none"),
+    "lm_json_bad": lambda tmp: write_lm(tmp / "lm", "json_bad"),
+    "lm_json_field": lambda tmp: write_lm(tmp / "lm", "json_field"),
     "mask_empty": lambda tmp: (tmp / "mask.json").write_text(""),
     "mask_garbage": lambda tmp: (tmp / "mask.json").write_text("enc_self: 1 1 0 1"),
     "mask_truncated": lambda tmp: (tmp / "mask.json").write_text('{"mask": {"enc_self": [[1, 1, 0, 1], [1, 1'),
@@ -784,6 +793,31 @@ CONFIG_ROWS = [
     ("mt-importance-size-zero", "mt", ["experiment=prune", "data.importance.size=0"], "data.importance.size", None),
     ("lm-importance-file-empty", "lm", ["experiment=prune", *LM_FILES], "data.files.importance=['importance.txt']", "lm_empty"),
     ("lm-utf8", "lm", ["experiment=ablate", *LM_FILES], "heldout.txt:3: not valid UTF-8", "lm_utf8"),
+    # data.json_fields: the text fields of JSON-lines files
+    ("lm-json-fields-unset", "lm", ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]"], "set data.json_fields", "lm_json"),
+    (
+        "lm-json-fields-twice",
+        "lm",
+        ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]", "data.json_fields=[premise,premise]"],
+        "names ['premise'] more than once",
+        "lm_json",
+    ),
+    ("lm-json-fields-empty", "lm", ["experiment=ablate", *LM_FILES, "data.json_fields=[]"], "data.json_fields is empty", "lm_json"),
+    ("lm-json-fields-unread", "lm", ["experiment=ablate", *LM_FILES, "data.json_fields=[premise]"], "it would be ignored", "lm_json"),
+    (
+        "lm-json-row-malformed",
+        "lm",
+        ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]", "data.json_fields=[premise]"],
+        "train.jsonl:3: not a JSON object",
+        "lm_json_bad",
+    ),
+    (
+        "lm-json-row-without-field",
+        "lm",
+        ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]", "data.json_fields=[premise]"],
+        "train.jsonl:2: no text field ['premise']",
+        "lm_json_field",
+    ),
     (
         "pretrained-is-config-json",
         "nli",

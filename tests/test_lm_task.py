@@ -213,3 +213,44 @@ def test_bits_per_byte_equals_the_nll_over_the_texts_bytes(task):
     nll = sum(_manual_nll(task.model, x)[0] for x in ids)
     assert result.measures["bits_per_byte"] == pytest.approx(nll / (np.log(2) * covered), rel=1e-6)
     assert result.measures["perplexity_per_byte"] == pytest.approx(2 ** result.measures["bits_per_byte"], rel=1e-9)
+
+
+def test_json_lines_texts_are_the_distinct_fields_of_each_row(tmp_path):
+    """A gzip JSON-lines file gives each row's fields as texts, in file order, a repeated text once (as a set of rows would)."""
+    import gzip
+    import json
+
+    from headprune.tasks.data_sources import json_texts
+
+    rows = [{"premise": f"premise {i % 3}", "hypothesis": f"hypothesis {i}", "label": "neutral"} for i in range(7)]
+    path = tmp_path / "train.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps(row) + "\n" for row in rows) + "\n")  # a blank last line is no row
+    expected = list(dict.fromkeys(row[field] for row in rows for field in ("premise", "hypothesis")))
+    assert json_texts(path, ["premise", "hypothesis"]) == expected
+    assert json_texts(path, ["premise"]) == ["premise 0", "premise 1", "premise 2"]
+
+
+def test_lm_wide_trains_on_the_json_rows_and_evaluates_lm_local_texts(tmp_path):
+    """data=lm_wide draws lm_local's eval texts and adds a JSON-lines file's premises to training, splits disjoint."""
+    import gzip
+    import json
+
+    from headprune.tasks.lm.data import load_texts
+
+    root = tmp_path / "data"
+    for name in ["wmt/en-de/newstest2012.en", "wmt/en-de/newstest2013.en", "iwslt14_de-en/valid.en", "iwslt14_de-en/test.en"] + [
+        f"wmt/en-de/newstest{year}.en" for year in (2014, 2015, 2016, 2017)
+    ]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("".join(f"{name} line {i}\n" for i in range(6)))
+    (root / "mnli").mkdir()
+    with gzip.open(root / "mnli" / "train.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps({"premise": f"premise {i}", "hypothesis": "h"}) + "\n" for i in range(5)))
+    limits = ["data.limits.eval=3", "data.limits.eval_other=2", "data.limits.importance=4", "data.limits.heldout=2"]
+    cfg = compose_cfg(tmp_path, ["experiment=inspect", "model=tiny_llama", "data=lm_wide", f"data.dir={root}", *limits, "logger=none"])
+    texts = load_texts(cfg.data)
+    assert [t for t in texts["train"] if t.startswith("premise")] == [f"premise {i}" for i in range(5)]
+    assert len(texts["train"]) == 5 + 3 * 6 - 4 - 2  # the news and talks lines importance and held-out left, and the premises
+    splits = list(texts.values())
+    assert all(not set(a) & set(b) for i, a in enumerate(splits) for b in splits[i + 1 :])
