@@ -314,6 +314,7 @@ LM_FILES = [
     "data.max_length=64",
     "data.tokenizer.vocab_size=200",
 ]
+LM_JSON_FILES = [*LM_FILES, "data.files.train=[train.jsonl]"]  # LM_FILES with a JSON-lines training file
 HAYSTACK_FILES = [
     "data=passkey_local",
     "data.dir={tmp}/hay",
@@ -794,12 +795,12 @@ CONFIG_ROWS = [
     ("lm-importance-file-empty", "lm", ["experiment=prune", *LM_FILES], "data.files.importance=['importance.txt']", "lm_empty"),
     ("lm-utf8", "lm", ["experiment=ablate", *LM_FILES], "heldout.txt:3: not valid UTF-8", "lm_utf8"),
     # data.json_fields: the text fields of JSON-lines files
-    ("lm-json-fields-unset", "lm", ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]"], "set data.json_fields", "lm_json"),
+    ("lm-json-fields-unset", "lm", ["experiment=ablate", *LM_JSON_FILES], "set data.json_fields", "lm_json"),
     (
         "lm-json-fields-twice",
         "lm",
-        ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]", "data.json_fields=[premise,premise]"],
-        "names ['premise'] more than once",
+        ["experiment=ablate", *LM_JSON_FILES, "data.json_fields=[premise,premise]"],
+        "names 'premise' more than once",
         "lm_json",
     ),
     ("lm-json-fields-empty", "lm", ["experiment=ablate", *LM_FILES, "data.json_fields=[]"], "data.json_fields is empty", "lm_json"),
@@ -807,14 +808,14 @@ CONFIG_ROWS = [
     (
         "lm-json-row-malformed",
         "lm",
-        ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]", "data.json_fields=[premise]"],
+        ["experiment=ablate", *LM_JSON_FILES, "data.json_fields=[premise]"],
         "train.jsonl:3: not a JSON object",
         "lm_json_bad",
     ),
     (
         "lm-json-row-without-field",
         "lm",
-        ["experiment=ablate", *LM_FILES, "data.files.train=[train.jsonl]", "data.json_fields=[premise]"],
+        ["experiment=ablate", *LM_JSON_FILES, "data.json_fields=[premise]"],
         "train.jsonl:2: no text field ['premise']",
         "lm_json_field",
     ),

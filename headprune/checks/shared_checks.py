@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from headprune.checks.stream_checks import check_stream
 from headprune.conf_dir import config_dir
-from headprune.core.checks import ConfigError, check_schema, warn
+from headprune.core.checks import ConfigError, check_schema, no_duplicates, warn  # noqa: F401 (no_duplicates re-exported)
 from headprune.core.families import FAMILIES, GROUPS, config_groups, supported_model_types
 from headprune.core.pruning import inexact_reason
 from headprune.core.unit_kinds import KINDS, ablation_refusal
@@ -49,14 +49,6 @@ def warn_unknown_keys(cfg) -> None:
             f"setting(s) {unknown} are defined by no config group, so no experiment reads them: check the spelling "
             "(e.g. prune.step, not +step); they are ignored"
         )
-
-
-def no_duplicates(values, name: str, fix: str = "list each item once") -> None:
-    """A list setting names each item once (a repeat would compute and write the same thing twice)."""
-    items = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
-    repeated = [v for i, v in enumerate(items) if v in items[:i]]
-    if repeated:
-        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: {fix}")
 
 
 # ---- device, model ------------------------------------------------------------------------------

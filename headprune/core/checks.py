@@ -88,6 +88,14 @@ def string_list(value, name: str, empty: bool = True) -> list[str]:
     return items
 
 
+def no_duplicates(values, name: str, fix: str = "list each item once") -> None:
+    """A list setting names each item once (a repeat would compute and write the same thing twice)."""
+    items = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
+    repeated = [v for i, v in enumerate(items) if v in items[:i]]
+    if repeated:
+        raise ConfigError(f"{name}={items} names {repeated[0]!r} more than once: {fix}")
+
+
 def choices(value, name: str, known) -> list[str]:
     """A name or a non-empty list of names, each one of ``known``."""
     items = string_list(value, name, empty=False)

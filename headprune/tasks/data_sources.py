@@ -82,7 +82,7 @@ def json_texts(path: str | Path, fields: list[str]) -> list[str]:
         if missing:
             held = sorted(row) if isinstance(row, dict) else type(row).__name__
             raise TextFileError(f"{path}:{number}: no text field {missing} (the row holds {held}); set data.json_fields to its text fields")
-        texts.update((row[field].strip(), None) for field in fields if row[field].strip())
+        texts.update((text, None) for text in (row[field].strip() for field in fields) if text)
     return list(texts)
 
 
@@ -100,13 +100,13 @@ def split_files(files, splits, evaluated: tuple[str, ...], what: str, overlap: s
 
 def listed_texts(data, directory, split: str, name: str, what: str = "language-modelling text file") -> list[str]:
     """The texts of ``data.files.<split>``'s file ``name`` under ``directory`` (a JSON-lines file: its ``data.json_fields``); a missing one names the setting."""
-    fields = data.get("json_fields")
-    if name.endswith(JSON_LINES) and not fields:
-        raise ValueError(f"data.files.{split} names the JSON-lines file {name}: set data.json_fields to the fields that hold its texts")
+    path, fields = Path(directory) / name, data.get("json_fields")
     try:
-        if name.endswith(JSON_LINES):
-            return json_texts(present_file(Path(directory) / name, what), list(fields))
-        return read_texts(Path(directory) / name, what)
+        if not name.endswith(JSON_LINES):
+            return read_texts(path, what)
+        if not fields:
+            raise ValueError(f"data.files.{split} names the JSON-lines file {name}: set data.json_fields to the fields that hold its texts")
+        return json_texts(present_file(path, what), list(fields))
     except FileNotFoundError as err:
         raise FileNotFoundError(
             f"{err}: data.files.{split} names {name}; {dir_advice(data, name)}, or name your files in data.files.{split}"

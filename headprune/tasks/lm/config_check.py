@@ -1,6 +1,6 @@
 """The language-modelling task's config check: task.* and data.* settings, its text files, lengths the model can take."""
 
-from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, optional, rule, string_list, text
+from headprune.core.checks import ConfigError, boolean, check_schema, choice, integer, no_duplicates, optional, rule, string_list, text
 from headprune.models.sources import max_positions
 from headprune.tasks.config_check import check_length_fits
 from headprune.tasks.data_sources import JSON_LINES, check_hub_dataset, dir_setting
@@ -43,9 +43,7 @@ def check_json_fields(data) -> None:
     fields = data.get("json_fields")
     if fields is None:
         return
-    repeated = sorted({field for field in fields if list(fields).count(field) > 1})
-    if repeated:
-        raise ConfigError(f"data.json_fields={list(fields)} names {repeated} more than once: give each field once")
+    no_duplicates(fields, "data.json_fields", "give each field once")
     files = (data.get("files") or {}).values() if data.get("source") == "local" else []
     listed = [name for names in files if names is not None for name in ([names] if isinstance(names, str) else names)]
     if not any(str(name).endswith(JSON_LINES) for name in listed):
