@@ -1,0 +1,64 @@
+"""Paired per-byte comparisons of the points of one LM prune run, whose points may read the text through other tokenizers.
+
+A cut vocabulary splits the same `eval` text into other tokens, so two points compare per byte: each text's summed NLL
+(``per_example["nll"]``) over the UTF-8 bytes its scored tokens cover, which the run's data rebuilds. For each pair it
+prints the perplexity-per-byte ratio and the bits-per-byte ratio with paired bootstrap intervals over the texts:
+
+    python tools/per_byte_pairs.py docs/results/llm_vocab16k_distill_wide.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import numpy as np
+from omegaconf import OmegaConf
+
+import headprune.conf_dir  # noqa: F401  (registers the configs' resolvers)
+from headprune.models.build import build_tokenizer
+from headprune.results.points import point_name
+from headprune.scoring.paired_outcomes import bootstrap_perplexity_ratio
+from headprune.tasks.lm.data import LMData, load_texts
+from headprune.tasks.lm.task import text_start
+
+
+def scored_bytes(cfg, split: str) -> list[int]:
+    """The UTF-8 bytes each text of ``split`` is scored on, as the run's unpruned tokenizer and data settings draw them."""
+    tokenizer = build_tokenizer(cfg.model)
+    batching = {key: cfg.data[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")}
+    texts = load_texts(cfg.data)[split]
+    return LMData({split: texts}, tokenizer, **batching, bos_id=text_start(cfg, tokenizer)).scored_bytes(split)
+
+
+def bits_ratio(nll: np.ndarray, other: np.ndarray, draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """sum(nll) / sum(other) (the bits-per-byte ratio on the same bytes) with its 95% percentile bootstrap over texts."""
+    picks = np.random.default_rng(seed).integers(0, len(nll), size=(draws, len(nll)))  # (draws, texts)
+    ratios = nll[picks].sum(1) / other[picks].sum(1)
+    return float(nll.sum() / other.sum()), *map(float, np.percentile(ratios, [2.5, 97.5]))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="a results.json of an LM prune run (experiment=prune, data=lm_*)")
+    args = parser.parse_args(argv)
+    run = json.load(open(args.results))
+    cfg, results = OmegaConf.create(run["config"]), run["results"]
+    text_bytes = scored_bytes(cfg, results["split"])
+    points = [p for p in results["points"] if len(p["per_example"]["nll"]) == len(text_bytes)]
+    if len(points) < len(results["points"]):
+        raise SystemExit(f"{args.results}: the run's points score another number of texts than its data rebuilds ({len(text_bytes)})")
+    names = [f"{point_name(p)}@{p['step']}" for p in points]
+    for (i, a), (j, b) in itertools.combinations(enumerate(points), 2):
+        nll_a, nll_b = np.asarray(a["per_example"]["nll"]), np.asarray(b["per_example"]["nll"])
+        per_byte = bootstrap_perplexity_ratio(list(-nll_b), list(-nll_a), text_bytes)
+        bits, low, high = bits_ratio(nll_b, nll_a)
+        print(
+            f"{names[j]} vs {names[i]}: perplexity per byte x{per_byte['ratio']:.4f} [{per_byte['low']:.4f}, {per_byte['high']:.4f}],"
+            f" bits per byte x{bits:.4f} [{low:.4f}, {high:.4f}]"
+        )
+
+
+if __name__ == "__main__":
+    main()
