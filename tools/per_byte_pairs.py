@@ -20,16 +20,17 @@ import headprune.conf_dir  # noqa: F401  (registers the configs' resolvers)
 from headprune.models.build import build_tokenizer
 from headprune.results.points import point_name
 from headprune.scoring.paired_outcomes import bootstrap_perplexity_ratio
-from headprune.tasks.lm.data import LMData, load_texts
-from headprune.tasks.lm.task import text_start
+from headprune.tasks.lm.data import load_texts
+from headprune.tasks.lm.task import lm_data
 
 
 def scored_bytes(cfg, split: str) -> list[int]:
     """The UTF-8 bytes each text of ``split`` is scored on, as the run's unpruned tokenizer and data settings draw them."""
-    tokenizer = build_tokenizer(cfg.model)
-    batching = {key: cfg.data[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")}
-    texts = load_texts(cfg.data)[split]
-    return LMData({split: texts}, tokenizer, **batching, bos_id=text_start(cfg, tokenizer)).scored_bytes(split)
+    if cfg.data.get("document_tokens") is not None:
+        raise SystemExit(
+            "a run on long documents (data.document_tokens) joins its texts in the model's tokens: its bytes are not rebuilt here"
+        )
+    return lm_data(cfg, {split: load_texts(cfg.data)[split]}, build_tokenizer(cfg.model)).scored_bytes(split)
 
 
 def bits_ratio(nll: np.ndarray, other: np.ndarray, draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -46,8 +47,8 @@ def main(argv=None) -> None:
     run = json.load(open(args.results))
     cfg, results = OmegaConf.create(run["config"]), run["results"]
     text_bytes = scored_bytes(cfg, results["split"])
-    points = [p for p in results["points"] if len(p["per_example"]["nll"]) == len(text_bytes)]
-    if len(points) < len(results["points"]):
+    points = results["points"]
+    if any(len(p["per_example"]["nll"]) != len(text_bytes) for p in points):
         raise SystemExit(f"{args.results}: the run's points score another number of texts than its data rebuilds ({len(text_bytes)})")
     names = [f"{point_name(p)}@{p['step']}" for p in points]
     for (i, a), (j, b) in itertools.combinations(enumerate(points), 2):

@@ -280,8 +280,13 @@ def load_lm_task(cfg) -> LanguageModelingTask:
         pools = text_pools(cfg.data)
         model, tokenizer = model_and_tokenizer(cfg, [text for _, text in pools["importance"]])
         texts = long_documents(cfg.data, pools, tokenizer)
+    return LanguageModelingTask(model, tokenizer, lm_data(cfg, texts, tokenizer), **settings)
+
+
+def lm_data(cfg, texts: dict[str, list[str]], tokenizer) -> LMData:
+    """``texts`` tokenized and batched as ``data.*`` says (lengths, batch sizes, BOS / EOS, ``model.text_start``)."""
     batching = {key: cfg.data[key] for key in ("max_length", "batch_size", "eval_batch_size", "add_bos", "add_eos")}
-    return LanguageModelingTask(model, tokenizer, LMData(texts, tokenizer, **batching, bos_id=text_start(cfg, tokenizer)), **settings)
+    return LMData(texts, tokenizer, **batching, bos_id=text_start(cfg, tokenizer))
 
 
 def causal_lm_settings(cfg, data_kind: str, task: str, data_choices: str) -> dict:
