@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from headprune.core.inputs import model_inputs
 from headprune.lightning.layer_distill import LayerTargets, layer_distillation_loss, layer_targets
 from headprune.lightning.lora import add_lora, merge_lora
+from headprune.lightning.precisions import PRECISIONS
 from headprune.lightning.resume import SaveEvery, forget, resume_from
 from headprune.scoring.importance import per_example_loss
 
@@ -163,6 +164,7 @@ def finetune_recover(
     checkpoints: Path | None = None,
     checkpoint_every: int | None = None,
     accelerator: str = "auto",
+    precision: str = "32-true",
     logger=False,
     callbacks: Iterable[L.Callback] = (),
     **training,
@@ -175,7 +177,10 @@ def finetune_recover(
     targets = layer_targets(model, teacher) if layer_distill and teacher is not None else None  # read before LoRA wraps it
     trained = add_lora(model, int(lora_rank), lora_alpha, seed) if lora_rank is not None else model
     module = RecoveryModule(trained, total_steps=total, targets=targets, **training)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision is one of {', '.join(PRECISIONS)} (Lightning's names), got {precision!r}")
     settings = dict(
+        precision=precision,
         logger=logger,
         log_every_n_steps=1,
         enable_checkpointing=False,
@@ -198,6 +203,7 @@ def finetune_recover(
             "lr": float(module.lr),
             "seed": int(seed),
             "lora_rank": lora_rank,
+            "precision": precision,
             "trained": sum(p.numel() for p in trained.parameters() if p.requires_grad),
         }
         resume, done = resume_from(folder, fingerprint)

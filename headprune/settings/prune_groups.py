@@ -16,6 +16,7 @@ from headprune.core.checks import (
     recovery_chains,
     rule,
 )
+from headprune.lightning.precisions import PRECISIONS
 from headprune.scoring.order_names import ORDER_NAMES
 from headprune.scoring.token_weights import TOKEN_WEIGHTS
 from headprune.selection.joint_scale import JOINT_SCALES
@@ -65,6 +66,7 @@ class FinetuneSettings:
     lora_rank: int | None = setting(optional(COUNT), PRUNE)
     lora_alpha: float | None = setting(optional(POSITIVE), PRUNE)
     progress: bool = setting(rule(boolean), PRUNE)
+    precision: str = setting(rule(choice, choices=PRECISIONS), PRUNE)
     checkpoint_every: int | None = setting(optional(COUNT), PRUNE)
 
 

@@ -94,6 +94,7 @@ def finetune_in_place(model, teacher, batches: list[dict], finetune, logger, lab
             lora_alpha=finetune.lora_alpha,
             seed=int(finetune.seed),
             accelerator="cpu" if device.type == "cpu" else "auto",
+            precision=str(finetune.precision),
             logger=logger,
             log_prefix=f"recover/{label}",
             checkpoints=checkpoints,
