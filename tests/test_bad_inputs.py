@@ -587,6 +587,20 @@ CONFIG_ROWS = [
         "prune.finetune.checkpoint_every=10 would be ignored",
         None,
     ),
+    (
+        "prune-finetune-precision-unknown",
+        "lm",
+        ["experiment=prune", "prune.recover=finetune", "prune.finetune.precision=16-mixed"],
+        "prune.finetune.precision",
+        None,
+    ),
+    (
+        "prune-finetune-precision-without-finetune",
+        "lm",
+        ["experiment=prune", "prune.recover=lsq", "prune.finetune.precision=bf16-mixed"],
+        "prune.finetune.precision=bf16-mixed would be ignored",
+        None,
+    ),
     ("prune-extra-splits-repeat-the-split", "lm", ["experiment=prune", "prune.extra_splits=[eval]"], "repeats prune.split", None),
     ("prune-extra-splits-unknown", "lm", ["experiment=prune", "prune.extra_splits=[valid]"], "prune.extra_splits", None),
     (

@@ -88,6 +88,28 @@ def test_finetune_draws_its_dropout_from_its_seed_not_the_callers_stream():
     assert float((other_seed - first).abs().max()) > 1e-3  # lr 3e-3 x 4 steps: another dropout moves the weights
 
 
+def test_a_bf16_mixed_fine_tune_follows_the_fp32_one_and_keeps_fp32_weights():
+    """bf16-mixed runs the matmuls in bfloat16 (8 bits of mantissa): its losses and weights track the fp32 fine-tune's within
+    bfloat16's rounding, the weights stay fp32, and a precision Lightning's recovery does not offer is refused by name."""
+
+    def tuned(precision):
+        model = tiny_bert()
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0  # the two runs differ in arithmetic only
+        history = finetune_recover(model, _synthetic(n_batches=2), max_steps=4, lr=1e-3, accelerator="cpu", precision=precision)
+        return model, [h["loss"] for h in history]
+
+    (full, full_losses), (mixed, mixed_losses) = tuned("32-true"), tuned("bf16-mixed")
+    assert {p.dtype for p in mixed.parameters()} == {torch.float32}
+    torch.testing.assert_close(torch.tensor(mixed_losses), torch.tensor(full_losses), rtol=3e-2, atol=0)
+    moved = torch.cat([(a - b).flatten() for a, b in zip(full.parameters(), tiny_bert().parameters())]).norm()
+    apart = torch.cat([(a - b).flatten() for a, b in zip(full.parameters(), mixed.parameters())]).norm()
+    assert float(apart) < 0.2 * float(moved)  # Adam steps by about lr whatever the gradient: rounding flips the smallest ones
+    with pytest.raises(ValueError, match="precision is one of 32-true, bf16-mixed"):
+        finetune_recover(tiny_bert(), _synthetic(n_batches=1), max_steps=1, accelerator="cpu", precision="16-mixed")
+
+
 def test_iterative_schedule_rescores_recovers_and_nests_masks():
     model = tiny_bert()
     batches = _synthetic(n_batches=2)
