@@ -170,7 +170,7 @@ def finetune_recover(
     **training,
 ) -> list[dict]:
     """Fine-tune a (physically pruned) model in place for ``max_steps`` (or ``max_epochs``) with RecoveryModule's ``training``
-    settings (teacher, distill_weight, lr, ...); each step's losses, tokens and seconds. With ``checkpoints`` (a folder) and
+    settings (teacher, distill_weight, lr, ...) in ``precision`` (one of PRECISIONS); each step's losses, tokens and seconds. With ``checkpoints`` (a folder) and
     ``checkpoint_every``, a rerun resumes from the last save (removed once the fine-tune ends)."""
     total = int(max_steps) if decay and max_epochs is None else None
     teacher, layer_distill = training.get("teacher"), training.get("layer_distill")  # RecoveryModule's defaults: none, 0
