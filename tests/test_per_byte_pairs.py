@@ -34,3 +34,24 @@ def test_bits_ratio_of_a_model_with_itself_is_one_and_scales_with_the_nll():
     assert bits_ratio(nll, nll) == pytest.approx((1.0, 1.0, 1.0), rel=1e-12)
     ratio, low, high = bits_ratio(1.25 * nll, nll)
     assert (ratio, low, high) == pytest.approx((1.25, 1.25, 1.25), rel=1e-12)
+
+
+def test_points_of_two_runs_on_the_same_texts_pair_by_their_recorded_bits(monkeypatch, capsys):
+    """Across two runs on the same 200 texts, a pair's bits-per-byte ratio is the ratio of the two recorded figures."""
+    per_byte_pairs = pytest.importorskip("per_byte_pairs")
+    monkeypatch.chdir(ROOT)
+    wide = RUN.with_name("llm_vocab16k_distill_wide.json")
+    runs = [json.loads(path.read_text()) for path in (RUN, wide)]
+    if not Path(OmegaConf.create(runs[0]["config"]).data.dir).is_dir():
+        pytest.skip("the runs' data directory is not here")
+    per_byte_pairs.main([str(RUN), str(wide)])
+    lines = capsys.readouterr().out.splitlines()
+    points = [len(run["results"]["points"]) for run in runs]
+    assert len(lines) == math.comb(sum(points), 2)
+    cut = [next(p for p in run["results"]["points"] if p["recovery"] == "finetune" and p["step"] != "0%") for run in runs]
+    cross = next(
+        line for line in lines if line.startswith(f"{wide.stem}:importance+finetune@") and f"vs {RUN.stem}:importance+finetune@" in line
+    )
+    assert float(cross.split("bits per byte x")[1].split()[0]) == pytest.approx(cut[1]["bits_per_byte"] / cut[0]["bits_per_byte"], abs=1e-4)
+    with pytest.raises(SystemExit, match="given twice"):
+        per_byte_pairs.main([str(RUN), str(RUN)])

@@ -5,6 +5,10 @@ A cut vocabulary splits the same `eval` text into other tokens, so two points co
 prints the perplexity-per-byte ratio and the bits-per-byte ratio with paired bootstrap intervals over the texts:
 
     python tools/per_byte_pairs.py docs/results/llm_vocab16k_distill_wide.json
+    python tools/per_byte_pairs.py docs/results/llm_vocab16k_distill.json docs/results/llm_vocab16k_distill_wide.json
+
+Given several runs (which must score the same bytes of the same texts), it pairs the points of all of them, each named
+after its file.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -40,23 +45,35 @@ def bits_ratio(nll: np.ndarray, other: np.ndarray, draws: int = 2000, seed: int 
     return float(nll.sum() / other.sum()), *map(float, np.percentile(ratios, [2.5, 97.5]))
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="a results.json of an LM prune run (experiment=prune, data=lm_*)")
-    args = parser.parse_args(argv)
-    run = json.load(open(args.results))
+def run_points(path: str) -> tuple[list[int], list[dict]]:
+    """The scored bytes of each text of one run's split, and its points (each text's NLL in ``per_example``)."""
+    run = json.load(open(path))
     cfg, results = OmegaConf.create(run["config"]), run["results"]
     text_bytes = scored_bytes(cfg, results["split"])
-    points = results["points"]
-    if any(len(p["per_example"]["nll"]) != len(text_bytes) for p in points):
-        raise SystemExit(f"{args.results}: the run's points score another number of texts than its data rebuilds ({len(text_bytes)})")
-    names = [f"{point_name(p)}@{p['step']}" for p in points]
-    for (i, a), (j, b) in itertools.combinations(enumerate(points), 2):
+    if any(len(p["per_example"]["nll"]) != len(text_bytes) for p in results["points"]):
+        raise SystemExit(f"{path}: the run's points score another number of texts than its data rebuilds ({len(text_bytes)})")
+    return text_bytes, results["points"]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", help="results.json files of LM prune runs (experiment=prune, data=lm_*) on the same texts")
+    args = parser.parse_args(argv)
+    if len(set(args.results)) < len(args.results):
+        raise SystemExit(f"a results file is given twice: {' '.join(args.results)}")
+    runs = {path: run_points(path) for path in args.results}
+    text_bytes = runs[args.results[0]][0]
+    for path, (other_bytes, _) in runs.items():
+        if other_bytes != text_bytes:
+            raise SystemExit(f"{path} scores other bytes than {args.results[0]}: per-byte pairs need the same texts and data settings")
+    several = len(runs) > 1
+    named = [(f"{Path(path).stem}:" * several + f"{point_name(p)}@{p['step']}", p) for path, (_, points) in runs.items() for p in points]
+    for (name_a, a), (name_b, b) in itertools.combinations(named, 2):
         nll_a, nll_b = np.asarray(a["per_example"]["nll"]), np.asarray(b["per_example"]["nll"])
         per_byte = bootstrap_perplexity_ratio(list(-nll_b), list(-nll_a), text_bytes)
         bits, low, high = bits_ratio(nll_b, nll_a)
         print(
-            f"{names[j]} vs {names[i]}: perplexity per byte x{per_byte['ratio']:.4f} [{per_byte['low']:.4f}, {per_byte['high']:.4f}],"
+            f"{name_b} vs {name_a}: perplexity per byte x{per_byte['ratio']:.4f} [{per_byte['low']:.4f}, {per_byte['high']:.4f}],"
             f" bits per byte x{bits:.4f} [{low:.4f}, {high:.4f}]"
         )
 
