@@ -159,3 +159,30 @@ def test_the_cli_fine_tune_with_layer_distillation_records_tokens_per_second(cap
     assert len(points) == (2 if "prune.control=true" in overrides else 1)
     for point in points:
         assert len(point["finetune_losses"]) == 2 and point["finetune_tokens"] > 0 and point["finetune_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("teacher", ["control", "unpruned"])
+def test_the_points_distil_from_the_control_trained_first_or_from_the_unpruned_model(capsys, monkeypatch, tmp_path, teacher):
+    """prune.finetune.teacher=control: the control is fine-tuned before the points, and the model it trained is the teacher of
+    every point's fine-tune; =unpruned: the points' teacher is the unpruned model, and the control comes after them."""
+    import headprune.stages.finetune_runs as finetune_runs
+    import headprune.stages.pareto_measure as pareto_measure
+
+    calls, original = [], finetune_runs.finetune_in_place
+
+    def recorded(model, teacher_model, batches, finetune, logger, label, checkpoints=None):
+        calls.append((label, model, teacher_model))
+        return original(model, teacher_model, batches, finetune, logger, label, checkpoints)
+
+    monkeypatch.setattr(finetune_runs, "finetune_in_place", recorded)
+    monkeypatch.setattr(pareto_measure, "finetune_in_place", recorded)
+    overrides = [*TINY_LM_PRUNE, "prune.unit=ffn", "prune.fractions=[0.25,0.5]", "prune.recover=finetune", "prune.control=true"]
+    extra = ["prune.finetune.max_steps=2", "prune.finetune.progress=false", f"prune.finetune.teacher={teacher}", "prune.save=none"]
+    status, err = headprune(capsys, monkeypatch, tmp_path, tmp_path / "run", *overrides, *extra)
+    assert status == 0, err
+    labels = [label for label, *_ in calls]
+    control = next(model for label, model, _ in calls if label == "control")
+    points = [source for label, _, source in calls if label != "control"]
+    assert len(points) == 2 and labels.index("control") == (0 if teacher == "control" else 2)
+    assert all((source is control) == (teacher == "control") for source in points)
+    assert len(_finetuned_points(tmp_path / "run")) == 3

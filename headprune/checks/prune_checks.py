@@ -296,6 +296,7 @@ def check_conditional_reads(cfg, prune, alone: bool = True) -> None:
         refuse_given(cfg, ("prune.finetune.layer_loss",), "it normalises the layer loss, and prune.finetune.layer_distill=0 adds none")
     if given.finetune.get("lora_rank") is None:
         refuse_given(cfg, ("prune.finetune.lora_alpha",), "LoRA's scale needs prune.finetune.lora_rank (null: a full fine-tune)")
+    check_finetune_teacher(cfg, given)
     targets = [s for s in prune.steps if not isinstance(s, float)]
     if not any(t.kind == "max_drop" for t in targets):
         refuse_given(cfg, ("prune.selection_split",), "it is where a max_drop target is measured, and no prune.target / schedule has one")
@@ -325,3 +326,21 @@ def physical_pruning(prune) -> str | None:
         f"prune.save={save} keeps pruned models": save != "none" and (save == "all" or not isinstance(save, str) or recover != ["none"]),
     }
     return next((what for what, used in uses.items() if used), None)
+
+
+def check_finetune_teacher(cfg, given) -> None:
+    """prune.finetune.teacher=control: the control must be trained (prune.control=true), once (no schedule), and distilled from."""
+    if str(given.finetune.teacher) != "control":
+        return
+    if not given.control:
+        raise ConfigError(
+            "prune.finetune.teacher=control distils the pruned points from the control, and prune.control=false trains none: "
+            "set prune.control=true, or prune.finetune.teacher=unpruned"
+        )
+    if given.get("schedule") is not None:
+        raise ConfigError(
+            "prune.finetune.teacher=control is not with prune.schedule: the control is fine-tuned in the schedule's rounds, "
+            "so no one control model stands beside every step; use prune.fractions or prune.target, or prune.finetune.teacher=unpruned"
+        )
+    if not float(given.finetune.distill_weight) and not float(given.finetune.layer_distill):
+        refuse_given(cfg, ("prune.finetune.teacher",), "prune.finetune.distill_weight=0 and layer_distill=0 distil from no teacher")

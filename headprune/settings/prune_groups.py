@@ -66,6 +66,7 @@ class FinetuneSettings:
     lora_rank: int | None = setting(optional(COUNT), PRUNE)
     lora_alpha: float | None = setting(optional(POSITIVE), PRUNE)
     progress: bool = setting(rule(boolean), PRUNE)
+    teacher: str = setting(rule(choice, choices=("unpruned", "control")), PRUNE)
     precision: str = setting(rule(choice, choices=PRECISIONS), PRUNE)
     checkpoint_every: int | None = setting(optional(COUNT), PRUNE)
 

@@ -40,10 +40,13 @@ def cost_model(task, settings, out: Path) -> CostModel:
         return cached_unit_latency_model(task.model, inputs, out / "latency", unit=task.gates.unit, device=device)
 
 
-def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dict], tuning, logger, label: str, progress=False, out=None):
+def recovered_model(
+    task, mask: dict, recovery: str, settings, batches: list[dict], tuning, logger, label: str, progress=False, out=None, distil_from=None
+):
     """(model, gates, mask to evaluate with, what the point records of its recovery) after ``recovery`` of the units ``mask`` keeps.
 
-    A fine-tune keeps resume checkpoints under the run directory ``out`` (``prune.finetune.checkpoint_every``)."""
+    A fine-tune keeps resume checkpoints under the run directory ``out`` (``prune.finetune.checkpoint_every``) and distils
+    from ``distil_from`` where given (the control), else from the unpruned model."""
     if recovery == "none":
         return task.model, task.gates, mask, {}
     model = copy.deepcopy(task.model)
@@ -52,7 +55,8 @@ def recovered_model(task, mask: dict, recovery: str, settings, batches: list[dic
         return model, gates, mask, lsq_heads(model, gates, batches, settings, progress, mask=query_heads_of(task.gates, mask, hard=True))
     prune_unit_mask(unit_gates_of(model, task.gates.unit), mask)  # every other recovery works on the physically pruned copy
     batches, tuning = shipped_text(task, model, recovery, settings, batches, tuning)
-    record = run_recovery(recovery, task.gates.unit, settings, logger, progress, out, (model, task.model, batches, tuning, label))
+    call = (model, task.model, batches, tuning, label)
+    record = run_recovery(recovery, task.gates.unit, settings, logger, progress, out, call, distil_from)
     return model, model_gates(model), None, record
 
 
@@ -65,11 +69,12 @@ def shipped_text(task, model, recovery: str, settings, batches: list[dict], tuni
     return batches, tuning
 
 
-def run_recovery(recovery: str, unit, settings, logger, progress: bool, out, call: tuple) -> dict:
-    """What each step of ``recovery`` records, run in turn on ``call`` = (model, teacher, batches, fine-tune batches, label)."""
-    record, label = {}, call[-1]
+def run_recovery(recovery: str, unit, settings, logger, progress: bool, out, call: tuple, distil_from=None) -> dict:
+    """What each step of ``recovery`` records, run in turn on ``call`` = (model, teacher, batches, fine-tune batches, label);
+    a fine-tune distils from ``distil_from`` where given, else from the call's teacher."""
+    record, folder = {}, checkpoint_folder(out, f"{call[-1]}+{recovery}")
     for step in recovery_steps(recovery):
-        record.update(recovery_step(step, unit, settings, logger, progress, checkpoint_folder(out, f"{label}+{recovery}"))(*call) or {})
+        record.update(recovery_step(step, unit, settings, logger, progress, folder, distil_from)(*call) or {})
     return record
 
 
@@ -81,10 +86,11 @@ def lsq_heads(model, gates, batches: list[dict], settings, progress: bool, **fit
     return {"lsq": report}
 
 
-def recovery_step(step: str, unit, settings, logger, progress: bool = False, checkpoints=None):
+def recovery_step(step: str, unit, settings, logger, progress: bool = False, checkpoints=None, distil_from=None):
     """One step of a recovery as ``recover(pruned model, teacher, batches, fine-tune batches, label) -> record or None``.
 
-    A fine-tune step saves its state in the folder ``checkpoints`` (if any) and resumes from it when rerun."""
+    A fine-tune step distils from ``distil_from`` in place of the teacher where given, saves its state in the folder
+    ``checkpoints`` (if any) and resumes from it when rerun."""
 
     def lsq(model, teacher, batches, tuning, label):
         if not lsq_refits_heads_alone(unit):  # heads, then the other parts, of the pruned model
@@ -103,7 +109,8 @@ def recovery_step(step: str, unit, settings, logger, progress: bool = False, che
         return {"reconstruct": report}
 
     def finetune(model, teacher, batches, tuning, label):
-        return finetune_record(finetune_in_place(model, teacher, tuning or batches, settings.finetune, logger, label, checkpoints))
+        source = teacher if distil_from is None else distil_from
+        return finetune_record(finetune_in_place(model, source, tuning or batches, settings.finetune, logger, label, checkpoints))
 
     return {"lsq": lsq, "reconstruct": reconstruct, "finetune": finetune}[step]  # prune.recover's steps: checked before work
 
@@ -162,7 +169,9 @@ def timed_point(task, point: dict, own, ctx: ParetoRun) -> dict | None:
 
 
 def control_point(task, ctx: ParetoRun) -> dict:
-    """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training"."""
+    """The unpruned model given the same fine-tune as the pruned points (``prune.control``): "unpruned + same training".
+
+    With ``prune.finetune.teacher=control`` the model stays in ``ctx.distil_from``: the points' fine-tunes distil from it."""
     recipe = None
     if ctx.out is not None and wants_model(ctx.settings.save, "finetune", CONTROL_POINT):  # prune.save keeps it: its rounds of batches
         recipe = {**recipe_of(ctx, CONTROL_POINT, "unpruned", "finetune", "0%", None), "rounds": [len(batches) for batches in ctx.rounds]}
@@ -178,6 +187,8 @@ def control_point(task, ctx: ParetoRun) -> dict:
         saved["model_dir"] = (
             saved_dir(recipe) if reused else save_point_model(ctx.out, model, task.gates, None, task.tokenizer, recipe, scores)
         )
+    if str(ctx.settings.finetune.teacher) == "control":
+        ctx.distil_from = model.eval()
     del model
     return {
         **unpruned_point(ctx, task),

@@ -51,6 +51,7 @@ class ParetoRun:
     saved: dict = field(default_factory=dict)  # (recovery, mask key) -> the saved model's directory, relative to out
     alone: dict = field(default_factory=dict)  # mask key -> its EvalResult on the selection split without recovery
     progress: bool = False  # progress bars while scoring, recovering and evaluating
+    distil_from: Any = None  # the model the points' fine-tunes distil from when not the unpruned one (the control's)
 
 
 def eval_splits(ctx: ParetoRun) -> list[str]:

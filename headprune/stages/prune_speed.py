@@ -132,7 +132,7 @@ def recover_point(task, key: tuple, mask: dict, label: str, recovery: str, recip
         ctx.saved[key] = saved_dir(recipe)
     else:
         model, gates, evaluate_mask, record = recovered_model(
-            task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, progress=ctx.progress, out=ctx.out
+            task, mask, recovery, ctx.settings, ctx.batches, ctx.tuning, ctx.logger, label, ctx.progress, ctx.out, ctx.distil_from
         )
     name = point_label(label, recovery)
     lsq = record.get("lsq") or {}
@@ -304,9 +304,12 @@ def pareto_stage(
     steps = pareto_steps(prune, fractions)
     ctx = pareto_run(task, settings, order_settings, steps, where, out, logger)
     make = scheduled_points if prune.schedule is not None else one_shot_points
+    first = prune.control and str(prune.finetune.teacher) == "control"  # the points distil from the control: it trains first
+    controls = [control_point(task, ctx)] if first else []
     points = [p for order in orders for p in make(task, order, recoveries_of(prune), steps, ctx)]
     unpruned = unpruned_point(ctx, task)
-    controls = [control_point(task, ctx)] if prune.control else []
+    controls = controls or ([control_point(task, ctx)] if prune.control else [])
+    ctx.distil_from = None
     if prune.measure_speed:
         measure_points(task, points, unpruned, ctx)
         for point in controls:  # the unpruned architecture: its timing is the unpruned model's
