@@ -130,6 +130,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "llm_bytes_vocab_75_distill": "llm_bytes_vocab_75_distill",  # the same, then fine-tuned on its own split of the text, beside its control
     "llm_vocab16k_distill": "llm_vocab16k_distill",  # the 16,384-token cut, fine-tuned on its own split of the text, beside its control
     "llm_vocab16k_distill_wide": "llm_vocab16k_distill_wide",  # the same cut fine-tuned on 300k tokens of data=lm_wide, beside its control
+    "llm_vocab16k_distill_wide600k": "llm_vocab16k_distill_wide600k",  # the same on 600k tokens, bf16-mixed, no control
 }
 TABLES.update({block: (lambda d, name=name: pareto_table(_load(d, name))) for block, name in ONE_RUN_PARETO.items()})
 UNIT_RUNS = {  # docs/results.md, section 4: one prune run per unit on the smaller MiniLM (row label: (run, its ONNX model))
