@@ -131,6 +131,8 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "llm_vocab16k_distill": "llm_vocab16k_distill",  # the 16,384-token cut, fine-tuned on its own split of the text, beside its control
     "llm_vocab16k_distill_wide": "llm_vocab16k_distill_wide",  # the same cut fine-tuned on 300k tokens of data=lm_wide, beside its control
     "llm_vocab16k_distill_wide600k": "llm_vocab16k_distill_wide600k",  # the same on 600k tokens, bf16-mixed, no control
+    "llm_vocab16k_teacher_control20k": "llm_vocab16k_teacher_control20k",  # 20k tokens distilled from the control trained first
+    "llm_vocab16k_teacher_unpruned20k": "llm_vocab16k_teacher_unpruned20k",  # the same distilled from the unpruned model
 }
 TABLES.update({block: (lambda d, name=name: pareto_table(_load(d, name))) for block, name in ONE_RUN_PARETO.items()})
 UNIT_RUNS = {  # docs/results.md, section 4: one prune run per unit on the smaller MiniLM (row label: (run, its ONNX model))
