@@ -86,3 +86,19 @@ def test_a_checkpoint_of_another_fine_tune_is_not_resumed(tmp_path, capsys):
     assert len(history) == STEPS
     assert not folder.exists() and other.is_dir()
     assert "another fine-tune" in capsys.readouterr().out
+
+
+def test_a_checkpoint_distilled_from_another_teacher_is_not_resumed(tmp_path, capsys):
+    """The same fine-tune rerun with another teacher of the same shape (the control in place of the unpruned model)
+    trains from the start: the teacher's weights are part of what a checkpoint was trained on."""
+    torch.manual_seed(0)
+    base = tiny_llama()
+    teacher, control = copy.deepcopy(base).eval(), copy.deepcopy(base).eval()
+    with torch.no_grad():
+        next(control.parameters()).add_(1e-3)  # one weight moved: another model to distil from
+    folder = tmp_path / "finetune_state" / "point"
+    with pytest.raises(Killed):
+        tune(copy.deepcopy(base), teacher, folder, callbacks=[Interrupt(3)])
+    assert len(tune(copy.deepcopy(base), control, folder)) == STEPS
+    said = capsys.readouterr().out
+    assert "another fine-tune" in said and "resuming" not in said

@@ -14,7 +14,7 @@ from headprune.core.inputs import model_inputs
 from headprune.lightning.layer_distill import LayerTargets, layer_distillation_loss, layer_targets
 from headprune.lightning.lora import add_lora, merge_lora
 from headprune.lightning.precisions import PRECISIONS
-from headprune.lightning.resume import SaveEvery, forget, resume_from
+from headprune.lightning.resume import SaveEvery, forget, resume_from, weights_digest
 from headprune.scoring.importance import per_example_loss
 
 
@@ -205,6 +205,9 @@ def finetune_recover(
             "lora_rank": lora_rank,
             "precision": precision,
             "trained": sum(p.numel() for p in trained.parameters() if p.requires_grad),
+            "decay": bool(decay),
+            "losses": [module.distill_weight, module.layer_distill, module.temperature, module.warmup, module.per_token],
+            "teacher": weights_digest(module.teacher),  # the unpruned model or the control: a resume keeps its teacher
         }
         resume, done = resume_from(folder, fingerprint)
         settings["callbacks"].append(SaveEvery(folder, int(checkpoint_every), fingerprint))

@@ -1,16 +1,29 @@
 """Resumable fine-tunes: the training state saved every few steps, atomically, and where a rerun starts again."""
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 import lightning as L
+import torch
 
 from headprune.results.writer import write_json_atomic
 
 STATE = "state.json"  # {"step": the steps the checkpoint holds, "checkpoint": its file name, "fingerprint": what it trained on}
+
+
+def weights_digest(model) -> str | None:
+    """A SHA-1 of ``model``'s state (names and values): two teachers of one architecture tell apart; None for no model."""
+    if model is None:
+        return None
+    digest = hashlib.sha1()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def resume_from(folder: Path | None, fingerprint: dict) -> tuple[Path | None, int]:
