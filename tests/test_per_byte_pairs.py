@@ -55,3 +55,24 @@ def test_points_of_two_runs_on_the_same_texts_pair_by_their_recorded_bits(monkey
     assert float(cross.split("bits per byte x")[1].split()[0]) == pytest.approx(cut[1]["bits_per_byte"] / cut[0]["bits_per_byte"], abs=1e-4)
     with pytest.raises(SystemExit, match="given twice"):
         per_byte_pairs.main([str(RUN), str(RUN)])
+
+
+def test_points_read_through_one_tokenizer_also_pair_per_token(monkeypatch, capsys):
+    """Two points on the same tokens get the per-token perplexity ratio of their recorded scores; across tokenizers, none."""
+    per_byte_pairs = pytest.importorskip("per_byte_pairs")
+    monkeypatch.chdir(ROOT)
+    run = json.loads(RUN.read_text())
+    if not Path(OmegaConf.create(run["config"]).data.dir).is_dir():
+        pytest.skip("the run's data directory is not here")
+    per_byte_pairs.main([str(RUN)])
+    lines = capsys.readouterr().out.splitlines()
+    points = {f"{per_byte_pairs.point_name(p)}@{p['step']}": p for p in run["results"]["points"]}
+    for line in lines:
+        name_b, name_a = line.split(":")[0].split(" vs ")
+        a, b = points[name_a], points[name_b]
+        if a["per_example"]["tokens"] == b["per_example"]["tokens"]:
+            ratio = float(line.split(", perplexity x")[1].split()[0])
+            assert ratio == pytest.approx(b["score"] / a["score"], rel=1e-3)
+        else:
+            assert ", perplexity x" not in line
+    assert any(", perplexity x" in line for line in lines) and any(", perplexity x" not in line for line in lines)

@@ -2,7 +2,8 @@
 
 A cut vocabulary splits the same `eval` text into other tokens, so two points compare per byte: each text's summed NLL
 (``per_example["nll"]``) over the UTF-8 bytes its scored tokens cover, which the run's data rebuilds. For each pair it
-prints the perplexity-per-byte ratio and the bits-per-byte ratio with paired bootstrap intervals over the texts:
+prints the perplexity-per-byte ratio and the bits-per-byte ratio with paired bootstrap intervals over the texts, and,
+where both points read the texts through one tokenizer (the same token counts), the per-token perplexity ratio beside:
 
     python tools/per_byte_pairs.py docs/results/llm_vocab16k_distill_wide.json
     python tools/per_byte_pairs.py docs/results/llm_vocab16k_distill.json docs/results/llm_vocab16k_distill_wide.json
@@ -74,8 +75,17 @@ def main(argv=None) -> None:
         bits, low, high = bits_ratio(nll_b, nll_a)
         print(
             f"{name_b} vs {name_a}: perplexity per byte x{per_byte['ratio']:.4f} [{per_byte['low']:.4f}, {per_byte['high']:.4f}],"
-            f" bits per byte x{bits:.4f} [{low:.4f}, {high:.4f}]"
+            f" bits per byte x{bits:.4f} [{low:.4f}, {high:.4f}]" + per_token_text(a, b)
         )
+
+
+def per_token_text(a: dict, b: dict) -> str:
+    """The per-token perplexity ratio of ``b`` over ``a`` as ", perplexity x<ratio> [low, high]" where both scored the same tokens, else ""."""
+    tokens = a["per_example"]["tokens"]
+    if tokens != b["per_example"]["tokens"]:
+        return ""
+    ratio = bootstrap_perplexity_ratio([-x for x in b["per_example"]["nll"]], [-x for x in a["per_example"]["nll"]], tokens)
+    return f", perplexity x{ratio['ratio']:.4f} [{ratio['low']:.4f}, {ratio['high']:.4f}]"
 
 
 if __name__ == "__main__":
