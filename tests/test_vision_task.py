@@ -419,3 +419,32 @@ def test_every_class_in_train_and_eval_passes_the_folder_check(tmp_path):
     task = load_vision_task(cfg)
     for split in ("train", "eval"):
         assert set(task.data.dataset(split).labels.tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize("recover", ["finetune", "reconstruct+finetune"])
+def test_a_vit_prune_run_fine_tunes_beside_its_control_and_records_the_images_trained_on(tmp_path, capsys, monkeypatch, recover):
+    """The command line: a pruned ViT fine-tuned (distilled from its control trained first, in bfloat16) records its
+    rounds in images, and every point's fine-tune ran."""
+    from cli_runs import headprune
+
+    run = tmp_path / "run"
+    status, err = headprune(
+        capsys,
+        monkeypatch,
+        tmp_path,
+        run,
+        "experiment=prune",
+        *VISION,
+        "prune.fractions=[0.25]",
+        f"prune.recover={recover}",
+        "prune.control=true",
+        "prune.finetune.teacher=control",
+        "prune.finetune.precision=bf16-mixed",
+        "prune.finetune.max_steps=2",
+        "prune.finetune.examples=64",
+    )
+    assert status == 0, err[-2000:]
+    results = json.loads((run / "results.json").read_text())["results"]
+    assert results["finetune"]["rounds"][0]["examples"] == 64
+    tuned = [p for p in results["points"] if "finetune" in p["recovery"]]
+    assert len(tuned) == 2 and all(p["finetune_losses"] for p in tuned)  # the control and the pruned point

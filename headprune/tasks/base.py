@@ -22,8 +22,8 @@ class EvalResult:
 
 
 def rows_of(batch: dict) -> int:
-    """Examples in a timing batch (the unit of a forward pass)."""
-    return int(batch["input_ids"].shape[0])
+    """Examples in a batch: rows of its input ids, else of its first input (an image batch's pixel_values)."""
+    return int((batch["input_ids"] if "input_ids" in batch else next(iter(batch.values()))).shape[0])
 
 
 @dataclass(frozen=True)
