@@ -82,3 +82,25 @@ def test_too_few_image_or_audio_tokens_are_refused_before_work(family):
     prune_unit_mask(unit_gates(pruned, "head+ffn"), random_half_mask(unit_gates(model, "head+ffn")))
     with pytest.raises(ValueError, match="prune.recover_examples"):
         reconstruct(pruned, model, [one])
+
+
+@pytest.mark.parametrize("family", ["vit", "deit", "whisper"])
+def test_neurons_alone_are_compensated_without_token_ids(family):
+    """Neurons only, on image or audio inputs (no token ids): reconstruction re-solves the down projections and leaves the
+    teacher's outputs as they were, and the least-squares neuron fit runs and changes the pruned model's outputs."""
+    from headprune.selection.lsq import unit_lsq_recoverer
+
+    model, batches = _model_and_batches(family, count=12)
+    assert "input_ids" not in batches[0]
+    inputs = model_inputs(model, batches[0])
+    with torch.no_grad():
+        before = model(**inputs).logits
+    pruned = copy.deepcopy(model)
+    prune_unit_mask(unit_gates(pruned, "ffn"), random_half_mask(unit_gates(model, "ffn")))
+    refit = copy.deepcopy(pruned)
+    assert reconstruct(pruned, model, batches)["projections"] > 0
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs).logits, before, rtol=0, atol=0)
+        plain = refit(**inputs).logits
+        unit_lsq_recoverer("ffn")(refit, model, batches)
+        assert float((refit(**inputs).logits - plain).abs().max()) > 1e-6 * float(plain.abs().max())

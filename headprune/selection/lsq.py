@@ -222,10 +222,10 @@ def ffn_lsq_recover(
         forward_order = list(captured_down_inputs(model, gates.sites, batches[0]))
         order = sorted(gates.sites, key=lambda s: forward_order.index(id(s)))
         # per batch {id(teacher site): y} from one teacher forward per batch, or None when it would pass the limit
-        tokens = sum(max(int(v.numel()) for v in b.values() if torch.is_tensor(v) and v.dim() == 2) for b in batches)  # a bound
-        hidden = max(linear_weight(site.down()).shape[0] for site in teacher_gates.sites)
-        cached = tokens * hidden * len(teacher_gates.sites) * 4 <= max_cache_bytes
-        targets = [teacher_outputs(teacher, teacher_gates.sites, batch) for batch in batches] if cached else None
+        first = teacher_outputs(teacher, teacher_gates.sites, batches[0])
+        rows = sum(int(y.shape[0]) for y in first.values())  # real tokens of the first batch, summed over the blocks
+        cached = rows * max(y.shape[1] for y in first.values()) * len(batches) * 4 <= max_cache_bytes  # ~ every batch's targets
+        targets = [first, *(teacher_outputs(teacher, teacher_gates.sites, batch) for batch in batches[1:])] if cached else None
         channels = kept_channels(model, teacher)
         for site in order:
             positions = kept_positions(site, mask)

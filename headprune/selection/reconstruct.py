@@ -304,8 +304,12 @@ def _calibration_tokens(teacher: nn.Module, batches: list[dict], probe: str | No
         return sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)
     count, now = 0, {}
     module = teacher.get_submodule(probe)
+
+    def seen(module, args, out) -> None:  # returns None: the projection's output is left as it is
+        now.setdefault("x", args[0])
+
     with (
-        hooks_removed([module.register_forward_hook(lambda m, args, out: now.setdefault("x", args[0]))]),
+        hooks_removed([module.register_forward_hook(seen)]),
         torch.no_grad(),
         eval_mode(teacher),
     ):
