@@ -126,6 +126,7 @@ ONE_RUN_PARETO = {  # block: docs/results/<name>.json of one prune run, rendered
     "llm_distill_75_kd_obsf": "llm_distill_75_kd_obsf",  # the obs_fisher mask reconstructed, then distilled alone on 200k tokens, beside its control
     "llm_distill_75_kd_obsf_imp4000": "llm_distill_75_kd_obsf_imp4000",  # the same from the mask of 4,000 calibration texts
     "llm_distill_75_kd_obsf_wide": "llm_distill_75_kd_obsf_wide",  # the obs_fisher mask distilled on 350k tokens of data=lm_wide, beside its control
+    "llm_distill_75_kd_obsf_wide_ctl": "llm_distill_75_kd_obsf_wide_ctl",  # the same with half the task loss, distilled from the control trained first
     "llm_bytes_vocab_75": "llm_bytes_vocab_75",  # KV groups, FFN neurons and tokens at 75% of the weight bytes, reconstructed
     "llm_bytes_vocab_75_distill": "llm_bytes_vocab_75_distill",  # the same, then fine-tuned on its own split of the text, beside its control
     "llm_vocab16k_distill": "llm_vocab16k_distill",  # the 16,384-token cut, fine-tuned on its own split of the text, beside its control
