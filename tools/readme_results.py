@@ -235,6 +235,32 @@ def smollm2_reconstructed(d: Path) -> str:
     )
 
 
+def smollm2_distilled(d: Path) -> str:
+    """docs/results_llm.md section 9: the obs_fisher mask distilled with half the task loss from the control trained first."""
+    from headprune.scoring.paired_outcomes import bootstrap_perplexity_ratio
+
+    payload = _load(d, "llm_distill_75_kd_obsf_wide_ctl")
+    base, control = _point(payload, "unpruned"), next(p for p in _points(payload) if p.get("control"))
+    point = next(p for p in _tuned(payload) if not p.get("control"))
+
+    def ratio(a: dict, b: dict) -> str:  # a's perplexity over b's on the same texts, with its paired bootstrap interval
+        r = bootstrap_perplexity_ratio(
+            [-x for x in a["per_example"]["nll"]], [-x for x in b["per_example"]["nll"]], a["per_example"]["tokens"]
+        )
+        return f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
+
+    settings, unit = payload["config"]["prune"]["finetune"], stage_of(payload, "pareto")["unit"]
+    return (
+        f"SmolLM2 with {_kinds(unit)} ranked by `obs_fisher` to {point['flops_kept']:.0%} of the FLOPs "
+        f"({kinds_label(point['mask'], unit)} removed), reconstructed, then "
+        f"distilled on {point['finetune_tokens']:,} tokens with half the loss on the text "
+        f"(`prune.finetune.distill_weight={settings['distill_weight']:g}`) from its control trained first "
+        f"(`prune.finetune.teacher={settings['teacher']}`): perplexity {point['score']:.2f}, {ratio(point, base)} of the unpruned "
+        f"model's {base['score']:.2f}, but its control learns the text faster ({control['score']:.2f}), so it stays "
+        f"{ratio(point, control)} of the control's (docs/results_llm.md section 9)."
+    )
+
+
 def ffn_widths_of_32_in_llama_cpp(d: Path) -> str:
     """docs/results_llm.md section 8: KV groups and FFN neurons in multiples of 32, and their llama.cpp generation gain."""
     payload = _load(d, "lm_units_kv_ffn_32")
@@ -318,6 +344,7 @@ BULLETS = (
     ffn_neurons_on_trained_minilm,
     reconstructed_then_distilled,
     smollm2_reconstructed,
+    smollm2_distilled,
     ffn_widths_of_32_in_llama_cpp,
     vocabulary_under_a_bytes_budget,
     vocabulary_cut_fine_tuned,
