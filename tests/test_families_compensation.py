@@ -104,3 +104,21 @@ def test_neurons_alone_are_compensated_without_token_ids(family):
         plain = refit(**inputs).logits
         unit_lsq_recoverer("ffn")(refit, model, batches)
         assert float((refit(**inputs).logits - plain).abs().max()) > 1e-6 * float(plain.abs().max())
+
+
+@pytest.mark.parametrize("family", ["vit", "deit", "whisper"])
+def test_layers_alone_are_reconstructed_without_token_ids(family):
+    """Layers only, on image or audio inputs: reconstruction counts the rows the first layer reads as its calibration
+    tokens (no projection shrank to name one) and folds each removed layer where it can."""
+    model, batches = _model_and_batches(family, count=12)
+    if KINDS["layer"].available(model) is not None:
+        pytest.skip(KINDS["layer"].available(model))
+    gates = unit_gates(model, "layer")
+    mask = {group: torch.ones_like(values) for group, values in gates.ones().items()}
+    first = next(iter(mask))
+    mask[first].view(-1)[-1] = 0  # the last layer of the first group removed
+    pruned = copy.deepcopy(model)
+    prune_unit_mask(unit_gates(pruned, "layer"), mask)
+    report = reconstruct(pruned, model, batches)
+    rows = sum(int(b[next(iter(b))].shape[0]) for b in batches)  # at least one token an example
+    assert report["tokens"] >= rows and report["layers_folded"]

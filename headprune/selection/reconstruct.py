@@ -299,17 +299,18 @@ def reconstruct(
 
 
 def _calibration_tokens(teacher: nn.Module, batches: list[dict], probe: str | None) -> int:
-    """The real tokens of the encoder's ids; without ids (images, audio), the rows the ``probe`` projection reads in one pass."""
-    if all("input_ids" in b for b in batches) or probe is None:
-        return sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches if "input_ids" in b)
+    """The real tokens of the encoder's ids; without ids (images, audio), the rows the ``probe`` projection (else the first
+    layer) reads in one pass."""
+    if all("input_ids" in b for b in batches):
+        return sum(int(valid_token_rows(b["input_ids"].unsqueeze(-1), b).shape[0]) for b in batches)
     count, now = 0, {}
-    module = teacher.get_submodule(probe)
+    module = teacher.get_submodule(probe or stacks_of(teacher)[0][0])
 
-    def seen(module, args, out) -> None:  # returns None: the projection's output is left as it is
-        now.setdefault("x", args[0])
+    def seen(module, args, kwargs, out) -> None:  # returns None: the module's output is left as it is
+        now.setdefault("x", args[0] if args else kwargs["hidden_states"])
 
     with (
-        hooks_removed([module.register_forward_hook(seen)]),
+        hooks_removed([module.register_forward_hook(seen, with_kwargs=True)]),
         torch.no_grad(),
         eval_mode(teacher),
     ):
