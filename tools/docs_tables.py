@@ -341,6 +341,7 @@ ZEROSHOT_RUNS = (
     "llm_zeroshot_75_distilled_obsf",
     "llm_zeroshot_75_distilled_obsf_imp4000",
     "llm_zeroshot_75_distilled_obsf_wide",
+    "llm_zeroshot_75_distilled_obsf_wide_ctl",
 )  # tools/zeroshot_table.py --out: the same items, paired
 TABLES.update({name: (lambda d, name=name: zeroshot_markdown(_load(d, name))) for name in ZEROSHOT_RUNS})
 TABLES["readme_results"] = readme_results  # README.md, "Results": one bullet per function of readme_results.BULLETS
