@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 import headprune.conf_dir  # noqa: F401  (registers the configs' resolvers)
 from headprune.models.build import build_tokenizer
 from headprune.results.points import point_name
-from headprune.scoring.paired_outcomes import bootstrap_perplexity_ratio
+from headprune.scoring.paired_outcomes import bootstrap_perplexity_ratio, point_perplexity_ratio
 from headprune.tasks.lm.data import load_texts
 from headprune.tasks.lm.task import lm_data
 
@@ -81,11 +81,8 @@ def main(argv=None) -> None:
 
 def per_token_text(a: dict, b: dict) -> str:
     """The per-token perplexity ratio of ``b`` over ``a`` as ", perplexity x<ratio> [low, high]" where both scored the same tokens, else ""."""
-    tokens = a["per_example"]["tokens"]
-    if tokens != b["per_example"]["tokens"]:
-        return ""
-    ratio = bootstrap_perplexity_ratio([-x for x in b["per_example"]["nll"]], [-x for x in a["per_example"]["nll"]], tokens)
-    return f", perplexity x{ratio['ratio']:.4f} [{ratio['low']:.4f}, {ratio['high']:.4f}]"
+    ratio = point_perplexity_ratio(b, a)
+    return "" if ratio is None else f", perplexity x{ratio['ratio']:.4f} [{ratio['low']:.4f}, {ratio['high']:.4f}]"
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from vocab_decode_table import pareto_tokens_per_byte, per_byte_gain
 from headprune.core.unit_kinds import KINDS, unit_kinds
 from headprune.engine.verdict import gain_text
 from headprune.results.points import fine_tuned, kinds_label, point_name, units_removed, units_total
+from headprune.scoring.paired_outcomes import point_perplexity_ratio
 from headprune.viz.tables import kv_cache_kept, prunable_share, stage_of, versus_control, with_control_scores
 
 WIDTH = 118  # the README's line length
@@ -237,24 +238,20 @@ def smollm2_reconstructed(d: Path) -> str:
 
 def smollm2_distilled(d: Path) -> str:
     """docs/results_llm.md section 9: the obs_fisher mask distilled with half the task loss from the control trained first."""
-    from headprune.scoring.paired_outcomes import bootstrap_perplexity_ratio
-
     payload = _load(d, "llm_distill_75_kd_obsf_wide_ctl")
     base, control = _point(payload, "unpruned"), next(p for p in _points(payload) if p.get("control"))
     point = next(p for p in _tuned(payload) if not p.get("control"))
 
     def ratio(a: dict, b: dict) -> str:  # a's perplexity over b's on the same texts, with its paired bootstrap interval
-        r = bootstrap_perplexity_ratio(
-            [-x for x in a["per_example"]["nll"]], [-x for x in b["per_example"]["nll"]], a["per_example"]["tokens"]
-        )
+        r = point_perplexity_ratio(a, b)
         return f"{r['ratio']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
 
     settings, unit = payload["config"]["prune"]["finetune"], stage_of(payload, "pareto")["unit"]
     return (
         f"SmolLM2 with {_kinds(unit)} ranked by `obs_fisher` to {point['flops_kept']:.0%} of the FLOPs "
         f"({kinds_label(point['mask'], unit)} removed), reconstructed, then "
-        f"distilled on {point['finetune_tokens']:,} tokens with half the loss on the text "
-        f"(`prune.finetune.distill_weight={settings['distill_weight']:g}`) from its control trained first "
+        f"distilled on {point['finetune_tokens']:,} tokens with {1 - settings['distill_weight']:.0%} of the loss on "
+        f"the text (`prune.finetune.distill_weight={settings['distill_weight']:g}`) from its control trained first "
         f"(`prune.finetune.teacher={settings['teacher']}`): perplexity {point['score']:.2f}, {ratio(point, base)} of the unpruned "
         f"model's {base['score']:.2f}, but its control learns the text faster ({control['score']:.2f}), so it stays "
         f"{ratio(point, control)} of the control's (docs/results_llm.md section 9)."

@@ -38,3 +38,12 @@ def bootstrap_perplexity_ratio(
     ratio = math.exp(float(gap.sum() / count.sum()))
     bootstrap = {"low": float(low), "high": float(high), "draws": draws, "seed": seed}
     return {"documents": n, "ratio": ratio, **bootstrap, "t_low": t_low, "t_high": t_high}
+
+
+def point_perplexity_ratio(point: dict, other: dict) -> dict | None:
+    """A results point's perplexity over another's on the same texts, with its paired bootstrap interval over them
+    (``bootstrap_perplexity_ratio`` of their ``per_example`` NLL); None where the two scored other tokens (another tokenizer)."""
+    tokens = other["per_example"]["tokens"]
+    if tokens != point["per_example"]["tokens"]:
+        return None
+    return bootstrap_perplexity_ratio([-x for x in point["per_example"]["nll"]], [-x for x in other["per_example"]["nll"]], tokens)
