@@ -139,3 +139,19 @@ def test_prune_the_vocabulary_of_a_marian_model(shared_task, tmp_path):
         assert shared_task.data.split_encoded(split) == data.split_encoded(split)  # old ids split again == text tokenized afresh
     assert shared_task.data.split_encoded(split) != data.split_encoded(split)
     assert step["tokenizer"]["own"] and step["score"] == pytest.approx(own.score)
+
+
+def test_t5_layers_fine_tuned_translate_with_a_shallower_encoder(tmp_path):
+    """prune.unit=layer + finetune on T5: the score's beam search runs on the pruned model whichever stack lost a layer."""
+    over = (
+        "model=tiny_t5",
+        "prune.unit=layer",
+        "prune.order=importance",
+        "prune.fractions=[0.34]",
+        "prune.measure_speed=false",
+        "prune.recover=finetune",
+        "prune.finetune.max_steps=2",
+    )
+    prune.run(make_cfg(tmp_path, "prune", TASK, *over))
+    point = next(p for p in results(tmp_path)["results"]["points"] if p["recovery"] == "finetune")
+    assert point["units_by_kind"]["layer"]["removed"] == 1 and len(point["per_example"]["hypotheses"]) > 0

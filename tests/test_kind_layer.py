@@ -143,18 +143,22 @@ def test_greedy_generation_with_cache_pruned_equals_gated(name):
     assert torch.equal(twin.generate(**kwargs), gated)
 
 
+@pytest.mark.parametrize("stacks", ["enc_layer dec_layer", "enc_layer", "dec_layer"])
 @pytest.mark.parametrize("name", ["marian", "t5"])
-def test_seq2seq_generation_with_cache_pruned_equals_gated(name):
+def test_seq2seq_generation_with_cache_pruned_equals_gated(name, stacks, tmp_path):
+    """Beam search with a cache, whichever stack is the shallower (T5 sizes the cache by its decoder count), also stock-loaded."""
     make, make_batch = MODELS[name]
     model, twin = make(), make()
     gates = unit_gates(model, "layer")
-    mask = _layer_mask(gates.groups, "first")
+    mask = {g: m if g in stacks.split() else torch.ones_like(m) for g, m in _layer_mask(gates.groups, "first").items()}
     prune_unit_mask(unit_gates(twin, "layer"), mask)
     batch = make_batch()
     kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=5, do_sample=False, num_beams=2)
     with gates.masked(mask):
         gated = model.generate(**kwargs)
     assert torch.equal(twin.generate(**kwargs), gated)
+    save_pruned(twin, tmp_path)
+    assert torch.equal(type(twin).from_pretrained(tmp_path).eval().generate(**kwargs), gated)
 
 
 @pytest.mark.parametrize("name", MODELS)

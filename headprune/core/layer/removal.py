@@ -75,11 +75,15 @@ def _sync_config(model: nn.Module, group: str, kept_positions: list[int]) -> Non
     """Set the stack's count field and slice config.layer_types where it lists the layers num_hidden_layers counts."""
     config = model.config
     decoder = group == "dec_layer" and getattr(config, "is_encoder_decoder", False)  # the decoder's own count field:
-    field = next(f for f in ("decoder_layers", "num_decoder_layers") if hasattr(config, f)) if decoder else "num_hidden_layers"
+    field = next(f for f in ("num_decoder_layers", "decoder_layers") if hasattr(config, f)) if decoder else "num_hidden_layers"
     types = getattr(config, "layer_types", None)  # a config list with one entry per layer of the (first) stack
     if field == "num_hidden_layers" and isinstance(types, (list, tuple)) and len(types) == config.num_hidden_layers:
         config.layer_types = [types[p] for p in kept_positions]
     setattr(config, field, len(kept_positions))
+    if getattr(config, "is_encoder_decoder", False) and hasattr(config, "num_decoder_layers"):
+        # generate sizes its self-attention cache from get_text_config(decoder=True), which reads a T5-style config's
+        # decoder count only under `decoder_layers`: without the copy, a shallower encoder leaves decoder layers uncached
+        config.decoder_layers = config.num_decoder_layers
 
 
 def removed_layers(model: nn.Module) -> dict[str, list[int]]:
