@@ -82,5 +82,19 @@ def test_olmo2_export_of_ffn_neurons_or_layers_passes(tmp_path, unit):
     overrides = ["model=tiny_olmo2", "export.format=gguf", "export.tokenizer_pre=gpt-2", f"prune.unit={unit}"]
     validate(_cfg(tmp_path, "export", *overrides, f"export.mask_file={mask_file}"))
     mask_file.write_text(json.dumps({"mask": {"dec_self": [[1, 1, 0, 0], [1, 1, 1, 1]]}}))
-    with pytest.raises(ConfigError, match=rf"{NORMS}.*kinds ffn, layer are removed exactly"):
+    with pytest.raises(ConfigError, match=rf"{NORMS}.*kinds ffn, layer, hidden, vocab are removed exactly"):
         validate(_cfg(tmp_path, "export", "model=tiny_olmo2", "export.format=gguf", f"export.mask_file={mask_file}"))
+
+
+@pytest.mark.parametrize("unit", ["hidden", "vocab", "[ffn,hidden,layer]"])
+def test_olmo2_prunes_channels_and_tokens_physically(tmp_path, unit):
+    """Residual channels and token rows keep every head and its q/k norms whole: a physical prune of them passes."""
+    validate(_cfg(tmp_path, "prune", *OLMO2, f"prune.unit={unit}", "prune.recover=finetune", "prune.fractions=[0.25]"))
+
+
+def test_olmo2_refuses_the_head_kinds_of_a_list_by_name(tmp_path):
+    with pytest.raises(
+        ConfigError,
+        match=rf"its unit removes KV groups \(kv_group\), and olmo2 attention {NORMS}.*kinds ffn, layer, hidden, vocab are removed exactly",
+    ):
+        validate(_cfg(tmp_path, "prune", *OLMO2, "prune.unit=[kv_group,hidden]", "prune.recover=reconstruct", "prune.fractions=[0.25]"))

@@ -123,6 +123,26 @@ def test_per_example_masks_equal_one_mask_at_a_time(row):
         assert torch.allclose(together[b], alone, atol=1e-5 * alone.abs().max())
 
 
+@pytest.mark.parametrize("row", ["gpt2", "bert"])
+def test_a_deep_copy_counts_the_examples_of_its_own_base_model_calls(row):
+    """Per-example masks on a deep copy called through its base model (the LM scorer's path), after a call of one example:
+    the batch-shared position stream is gated per example of this call, not of the copy's or the original's last one."""
+    make, batch_of = ROWS[row]
+    model, batch = make(), batch_of()
+    unit_gates(model, "hidden")
+    twin = copy.deepcopy(model)
+    gates = unit_gates(twin, "hidden")
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    _logits(twin, {k: v[:1] for k, v in inputs.items()})
+    masks = _mask(gates.groups["hidden"][1], seed=1, batch=batch["labels"].shape[0])
+    with torch.no_grad(), gates.masked({"hidden": masks}):
+        together = twin.base_model(**inputs).last_hidden_state
+    for b in range(len(masks)):
+        with torch.no_grad(), gates.masked({"hidden": masks[b]}):
+            alone = twin.base_model(**inputs).last_hidden_state[b]
+        assert torch.allclose(together[b], alone, atol=1e-5 * alone.abs().max())
+
+
 def _losses(model, batch, row):
     if row in ("llama", "gpt2"):
         return causal_lm_loss(model(**{k: v for k, v in batch.items() if k != "labels"}), batch)

@@ -92,7 +92,7 @@ def inexact_reason(family: Family, config, parts: tuple[str, ...] | None = None)
         if config.get(flag, False) if isinstance(config, dict) else getattr(config, flag, False):
             return f"a {family.name} model with {flag}=True cannot be pruned physically: {why}"
     norms = family.cross_head_norms
-    if norms and (parts is None or not set(parts) <= {"feed_forward", "depth"}):  # removed FFN neurons or layers keep each head whole
+    if norms and (parts is None or "attention" in parts):  # neurons, layers, residual channels and tokens keep each head whole
         return (
             f"{family.name} attention normalises all heads together ({', '.join(norms)} are RMSNorms over heads x "
             f"head_dim), so removing a head changes how the remaining heads are normalised: a physically pruned "

@@ -15,6 +15,7 @@ GROUP = "hidden"
 IDS_ATTR = "_headprune_hidden"  # on the model: {"width_orig": d, "ids": original ids of the channels present}
 SITE_ATTR = "_headprune_hidden_site"  # the site, on its module
 HOOK_ATTR = "_headprune_hidden_hook"
+ROWS_ATTR = "_headprune_hidden_rows"  # the book's examples-per-forward record, on the token embeddings
 HEAD_READERS = (
     "lm_head",
     "pooler.dense",
@@ -193,6 +194,12 @@ def _note_rows(model, args, kwargs):
     channel_book(model)["rows"]["rows"] = first.shape[0] if first is not None else 1
 
 
+def _note_token_rows(module, args) -> None:
+    """The token embeddings' forward pre-hook: the examples of token ids (B, T)."""
+    if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2:
+        getattr(module, ROWS_ATTR)["rows"] = args[0].shape[0]
+
+
 def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     """Every gate site of the model's residual channels (writes, then norms), hooked once per module."""
     group, book = hidden_group(model), channel_book(model)
@@ -200,14 +207,9 @@ def hidden_sites(model: nn.Module) -> list[HiddenSite]:
     if getattr(model, HOOK_ATTR, None) is None:
         setattr(model, HOOK_ATTR, model.register_forward_pre_hook(_note_rows, with_kwargs=True))
         tokens = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-
-        def note_token_rows(module, args) -> None:
-            """The token embeddings' forward pre-hook: the examples of token ids (B, T)."""
-            if args and isinstance(args[0], torch.Tensor) and args[0].dim() >= 2:
-                channel_book(model)["rows"]["rows"] = args[0].shape[0]
-
-        if isinstance(tokens, nn.Module):  # generate() runs the encoder alone: its token ids say the batch too
-            tokens.register_forward_pre_hook(note_token_rows)
+        if isinstance(tokens, nn.Module):  # generate() runs the encoder alone, the LM scorer the base model: the ids say the batch
+            setattr(tokens, ROWS_ATTR, book["rows"])  # an attribute, not a closure: a deep copy's hook writes the copy's book
+            tokens.register_forward_pre_hook(_note_token_rows)
     sites = []
     for role, named in (("write", group.writes), ("norm", group.norms)):
         for path, module in named:
