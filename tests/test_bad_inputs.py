@@ -1415,6 +1415,7 @@ CONFIG_ROWS = [
     ("unit-joint-same-part", "lm", ["experiment=prune", "prune.unit=[head,kv_group]"], "both prune the attention part", None),
     ("unit-block-uniform", "nli", ["experiment=prune", "prune.unit=block", "prune.layout=uniform"], "prune.layout=global", None),
     ("unit-hidden-marian", "mt", ["experiment=prune", "prune.unit=hidden"], "Marian's sinusoidal positions", None),
+    ("unit-vocab-image-model", "vision", ["experiment=prune", "prune.unit=[ffn,vocab]"], "read no token ids", None),
     ("unit-hidden-deberta", "nli", ["experiment=prune", "model=tiny_deberta_v2", "prune.unit=[head,hidden]"], "relative-position", None),
     ("unit-layer-uniform", "lm", ["experiment=prune", "prune.unit=layer", "prune.layout=uniform"], "prune.layout=global", None),
     (

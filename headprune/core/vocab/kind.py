@@ -45,6 +45,23 @@ class VocabKind(UnitKind):
     text_floor = True
     export_formats = ("hf", "onnx", "gguf")  # the formats that write the rewritten tokenizer beside the renumbered rows
 
+    def refusal(self, fields, settings):
+        model_type = fields.get("model_type")
+        if "vocab_size" in fields or not model_type:
+            return None
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.for_model(model_type)
+        except (KeyError, ValueError):  # a type transformers does not know: the model's own check says it at load
+            return None
+        if hasattr(config, "vocab_size"):
+            return None
+        return (
+            f"{model_type} models read no token ids (their config has no vocab_size), so they have no token rows to remove: "
+            "prune their heads, neurons, layers or channels"
+        )
+
     def export_refusal(self, fmt):
         if fmt in self.export_formats:
             return None
