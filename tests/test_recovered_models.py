@@ -184,6 +184,13 @@ def test_control_is_kept_and_speed_point_times_the_recovered_model(capsys, monke
     check = speed["results"]["score_check"]
     assert check["agree"] and check["loaded"] == pytest.approx(name["score"], rel=1e-6)
     assert speed["results"]["rows"] and speed["results"]["units_removed"] == name["units_removed"]
+    status, err = cli_run(
+        capsys, monkeypatch, tmp_path, tmp_path / "other_data", *NLI, *FAST, *timing, "experiment=speed", f"speed.mask_file={results}",
+        f"speed.point=importance+finetune@{name['step']}", "data.synthetic.eval_size=40",
+    )  # fmt: skip
+    assert status != 0 and "split is not the prune run's: data.synthetic.eval_size=40 (the prune run's: 60)" in err, (
+        err
+    )  # a split of other examples is named
 
     for overrides, fragment in [
         (["speed.point=control@0%"], "is the control"),

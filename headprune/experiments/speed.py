@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from headprune.checks.prune_checks import check_joint_scale
 from headprune.checks.prune_values import PruneValues
 from headprune.checks.shared_checks import check_exact_pruning, check_model_and_task, check_unit, refuse_given
@@ -45,8 +47,32 @@ def choose_mask(cfg, task) -> tuple[dict, dict]:
     }
 
 
-def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
-    """The loaded model's score on ``split`` vs its recipe.json's: a RuntimeError beyond rounding, None when that split was not scored."""
+UNSCORED_DATA_KEYS = ("batch_size", "eval_batch_size")  # data settings that do not change which examples a split holds
+
+
+def data_differences(run_data: dict | None, data: dict) -> list[str]:
+    """The data settings of this run that differ from the prune run's (``run_data``: its results' config.data), as 'key=here (there)'."""
+    if not isinstance(run_data, dict):
+        return []
+    there, here = _flat(run_data), _flat(data)
+    keys = sorted(k for k in set(there) | set(here) if k.rpartition(".")[2] not in UNSCORED_DATA_KEYS and there.get(k) != here.get(k))
+    return [f"data.{k}={here.get(k)} (the prune run's: {there.get(k)})" for k in keys]
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """{dotted key: leaf value} of nested settings."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def recorded_score_check(task, model, folder: Path, split: str, run_data: dict | None = None, data: dict | None = None) -> dict | None:
+    """The loaded model's score on ``split`` vs its recipe.json's: a RuntimeError beyond rounding (naming the data settings that
+    differ from the prune run's, ``run_data``, where any do), None when that split was not scored."""
     recorded = (read_json(Path(folder) / RECIPE_FILE).get("scores") or {}).get(split)
     if recorded is None:
         return None
@@ -56,9 +82,15 @@ def recorded_score_check(task, model, folder: Path, split: str) -> dict | None:
     check = {"metric": task.metric, "recorded": recorded, "loaded": loaded, "tolerance": SCORE_RTOL, "agree": bool(agree)}
     print(f"score check ({task.metric}): recorded {recorded:.8g}, saved model {loaded:.8g}: {'agree' if agree else 'differ'}", flush=True)
     if not agree:
+        differ = data_differences(run_data, data or {})
+        why = (
+            f"this run's {split} split is not the prune run's: {', '.join(differ)}; give the prune run's data settings again"
+            if differ
+            else "it is not the model of that row (was the directory replaced?)"
+        )
         raise RuntimeError(
-            f"the model saved in {folder} scores {loaded:.8g} on {split}, its prune run recorded {recorded:.8g}: it is not the "
-            "model of that row (was the directory replaced?); set speed.check_score=false to time it anyway"
+            f"the model saved in {folder} scores {loaded:.8g} on {split}, its prune run recorded {recorded:.8g}: {why}; set "
+            "speed.check_score=false to time it anyway"
         )
     return check
 
@@ -76,7 +108,12 @@ def run(cfg) -> dict:
     check_removes_some(heads_removed(mask), total, f"the mask of {where}", task.gates.unit)
     folder = point_model_dir(cfg.speed, "speed") if cfg.speed.get("point") else None  # the recovered model speed.point names
     recovered = load_pruned(folder).to(next(task.model.parameters()).device).eval() if folder is not None else None
-    checked = recorded_score_check(task, recovered, folder, split) if recovered is not None and settings.check_score else None
+    checked = None
+    if recovered is not None and settings.check_score:
+        run_config = read_json(Path(str(cfg.speed.mask_file)).expanduser()).get("config") or {}
+        checked = recorded_score_check(
+            task, recovered, folder, split, run_config.get("data"), OmegaConf.to_container(cfg.data, resolve=True)
+        )
     result = speed_stage(task, mask, settings, int(cfg.seed), pruned_model=recovered, export_dir=output_dir(cfg) / "onnx")
     if recovered is not None:
         origin["model"] = str(folder)
