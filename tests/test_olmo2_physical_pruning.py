@@ -80,5 +80,7 @@ def test_head_kinds_are_refused_in_one_line(capsys, monkeypatch, tmp_path, exper
     assert status == 2
     errors = [line for line in err.splitlines() if line.startswith("headprune: error:")]
     assert len(errors) == 1 and "Traceback" not in err, err
-    assert re.search(rf"its unit removes {named}.*normalises all heads together.*kinds ffn, layer, hidden, vocab are removed exactly", errors[0])
+    assert re.search(
+        rf"its unit removes {named}.*normalises all heads together.*kinds ffn, layer, hidden, vocab are removed exactly", errors[0]
+    )
     assert not (run_dir / "results.json").exists()
