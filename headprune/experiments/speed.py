@@ -14,6 +14,7 @@ from headprune.lightning.loggers import log_run
 from headprune.measures.evaluation import SCORE_RTOL, check_split, swapped_model
 from headprune.measures.speed_stage import speed_stage, untimed_note
 from headprune.results.points import kinds_label
+from headprune.results.run_claim import flat
 from headprune.results.run_dir import write_results
 from headprune.results.writer import output_dir, read_json
 from headprune.selection.greedy import heads_removed
@@ -54,20 +55,9 @@ def data_differences(run_data: dict | None, data: dict) -> list[str]:
     """The data settings of this run that differ from the prune run's (``run_data``: its results' config.data), as 'key=here (there)'."""
     if not isinstance(run_data, dict):
         return []
-    there, here = _flat(run_data), _flat(data)
+    there, here = flat(run_data), flat(data)
     keys = sorted(k for k in set(there) | set(here) if k.rpartition(".")[2] not in UNSCORED_DATA_KEYS and there.get(k) != here.get(k))
     return [f"data.{k}={here.get(k)} (the prune run's: {there.get(k)})" for k in keys]
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    """{dotted key: leaf value} of nested settings."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def recorded_score_check(task, model, folder: Path, split: str, run_data: dict | None = None, data: dict | None = None) -> dict | None:

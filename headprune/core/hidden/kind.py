@@ -10,7 +10,7 @@ from headprune.core.hidden.pruning import (
     prune_hidden_mask,
     rebuild_hidden,
 )
-from headprune.core.hidden.sites import GROUP, REFUSED_FAMILIES, HiddenSite, channel_book, hidden_group, hidden_refusal, hidden_sites
+from headprune.core.hidden.sites import GROUP, HiddenSite, channel_book, family_refusal, hidden_group, hidden_refusal, hidden_sites
 from headprune.core.kinds.unit_kind import UnitKind
 from headprune.core.site_gates import ModelWideGates
 
@@ -64,9 +64,9 @@ class HiddenKind(UnitKind):
         return [(GROUP, 0, hidden_group(model).readers, ids, [[p] for p in range(len(ids))])]
 
     def refusal(self, fields, settings):
-        family = family_of_type(fields.get("model_type"))
-        if family is not None and family.name in REFUSED_FAMILIES:  # the model's own refusal, said before work
-            return f"the residual channels of {fields['model_type']} models cannot be removed exactly: {REFUSED_FAMILIES[family.name]}"
+        reason = family_refusal(family_of_type(fields.get("model_type")), fields.get("model_type"))
+        if reason:  # the model's own refusal, said before work
+            return reason
         if fields.get("model_type") == "marian":
             return (
                 "Marian's sinusoidal positions enter the residual stream without a batch axis, so the per-example channel "

@@ -126,11 +126,17 @@ def hidden_group(model: nn.Module) -> HiddenGroup:
     return HiddenGroup(width, writes, norms, readers, writers, [m for _, m in embeddings], [m for _, m in images])
 
 
+def family_refusal(family, model_type: str) -> str | None:
+    """Why a family of the table never has its residual channels removed (None: it may; ``family`` None: not in the table)."""
+    reason = None if family is None else REFUSED_FAMILIES.get(family.name)
+    return reason and f"the residual channels of {model_type} models cannot be removed exactly: {reason}"
+
+
 def hidden_refusal(model: nn.Module) -> str | None:
     """Why this model's residual channels cannot be gated and removed exactly (None: they can)."""
-    reason = REFUSED_FAMILIES.get(family_for(model).name)
+    reason = family_refusal(family_for(model), model.config.model_type)
     if reason:
-        return f"the residual channels of {model.config.model_type} models cannot be removed exactly: {reason}"
+        return reason
     try:
         hidden_group(model)
     except ValueError as err:
